@@ -1,0 +1,119 @@
+"""Timed loops around collectives, point-to-point transfers, matmul and HBM copies.
+
+Runs inside torchrun (imports torch). Protocol for every point: warm up, then
+per repeat: synchronize the participants, start the clock, run the op
+``iterations`` times, wait for the device (cuda synchronize), stop the clock.
+Each repeat yields seconds per op on this rank; the worker later takes the
+slowest rank of the group per repeat and the median over repeats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, num_elements
+
+FLOP_PER_MULTIPLY_ADD = 2
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def group_sync(group: dist.ProcessGroup | None, device: torch.device) -> Callable[[], None]:
+    """A barrier made of a one-element all-reduce: works on gloo and nccl subgroups alike."""
+    token = torch.zeros(1, device=device)
+
+    def sync() -> None:
+        dist.all_reduce(token, group=group)
+        synchronize(device)
+
+    return sync
+
+
+def collective_step(
+    op: str, group: dist.ProcessGroup | None, ranks: list[int], size_bytes: int, device: torch.device
+) -> tuple[Callable[[], None], float]:
+    """(callable doing one op on this rank, factor turning per-call seconds into per-op seconds).
+
+    Buffers hold zeros so repeated sums never overflow. send/recv is a
+    ping-pong between ranks[0] and ranks[1]; one call is a round trip, so
+    the one-way time is half of it.
+    """
+    num_ranks = len(ranks)
+    count = num_elements(size_bytes, num_ranks)
+    if op == ALL_REDUCE:
+        buffer = torch.zeros(count, device=device)
+        return lambda: dist.all_reduce(buffer, group=group), 1.0
+    if op == ALL_GATHER:
+        shard = torch.zeros(count // num_ranks, device=device)
+        output = torch.empty(count, device=device)
+        return lambda: dist.all_gather_into_tensor(output, shard, group=group), 1.0
+    if op == REDUCE_SCATTER:
+        full = torch.zeros(count, device=device)
+        output = torch.empty(count // num_ranks, device=device)
+        return lambda: dist.reduce_scatter_tensor(output, full, group=group), 1.0
+    if op == SEND_RECV:
+        return _ping_pong(ranks, count, device), 0.5
+    raise ValueError(f"unknown op {op!r}")
+
+
+def _ping_pong(ranks: list[int], count: int, device: torch.device) -> Callable[[], None]:
+    buffer = torch.zeros(count, device=device)
+    first, second = ranks
+    if dist.get_rank() == first:
+
+        def step() -> None:
+            dist.send(buffer, second)
+            dist.recv(buffer, second)
+    else:
+
+        def step() -> None:
+            dist.recv(buffer, first)
+            dist.send(buffer, first)
+
+    return step
+
+
+def time_repeats(
+    step: Callable[[], None],
+    sync: Callable[[], None],
+    device: torch.device,
+    warmup: int,
+    iterations: int,
+    repeats: int,
+) -> list[float]:
+    """Seconds per call for each repeat (warm-up excluded)."""
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    seconds_per_repeat = []
+    for _ in range(repeats):
+        sync()
+        start_seconds = time.perf_counter()
+        for _ in range(iterations):
+            step()
+        synchronize(device)
+        seconds_per_repeat.append((time.perf_counter() - start_seconds) / iterations)
+    return seconds_per_repeat
+
+
+def matmul_flop_per_s(device: torch.device, dtype: torch.dtype, dim: int, iterations: int) -> float:
+    """Achieved dense matmul rate: 2 * dim^3 FLOP per (dim x dim) @ (dim x dim), median of 3 repeats."""
+    a = torch.randn(dim, dim, device=device, dtype=dtype)
+    b = torch.randn(dim, dim, device=device, dtype=dtype)
+    seconds = time_repeats(lambda: torch.mm(a, b), lambda: synchronize(device), device, 3, iterations, 3)
+    return FLOP_PER_MULTIPLY_ADD * dim**3 / sorted(seconds)[1]
+
+
+def copy_bandwidth_bytes_per_s(device: torch.device, size_bytes: int, iterations: int) -> float:
+    """Device-to-device copy rate counting read + write (2 * size per copy), median of 3 repeats."""
+    source = torch.empty(size_bytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    seconds = time_repeats(lambda: target.copy_(source), lambda: synchronize(device), device, 2, iterations, 3)
+    return 2 * size_bytes / sorted(seconds)[1]

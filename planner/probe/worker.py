@@ -1,0 +1,226 @@
+"""torchrun entry point: ``python -m torch.distributed.run ... -m planner.probe.worker``.
+
+Every rank discovers which node it is on, builds the same process groups in
+the same order, then walks the same schedule of phases. Rank 0 prints
+progress lines (``PROGRESS_PREFIX done total label``) that the launcher
+parses, gathers every rank's timings and writes the raw results as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import warnings
+from dataclasses import dataclass, field
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy is fine here
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+
+from planner.probe import measure  # noqa: E402
+from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, size_sweep  # noqa: E402
+
+PROGRESS_PREFIX = "@@plan-probe-progress"
+INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
+ALL_RANKS, ONE_RANK_PER_NODE = "all_local_ranks", "one_rank_per_node"
+
+
+@dataclass
+class Group:
+    ranks: list[int]
+    handle: dist.ProcessGroup | None  # None: the default (world) group
+
+
+@dataclass
+class Phase:
+    """One op over one link class; its groups are disjoint and run concurrently."""
+
+    op: str
+    link: str
+    mode: str
+    groups: list[Group]
+    participants: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.participants = {rank for group in self.groups for rank in group.ranks}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="planner.probe.worker")
+    parser.add_argument("--result-path", required=True)
+    parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    parser.add_argument("--min-bytes", type=int, required=True)
+    parser.add_argument("--max-bytes", type=int, required=True)
+    parser.add_argument("--step-factor", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--node-id-from", choices=["group-rank", "hostname"], default="group-rank")
+    parser.add_argument("--skip-compute", action="store_true", help="skip the CUDA matmul/HBM measurements")
+    return parser.parse_args(argv)
+
+
+def all_gather_json(value, device: torch.device) -> list:
+    """all_gather of a JSON-able value as bytes (the *_object collectives need numpy, which we do not)."""
+    data = json.dumps(value).encode()
+    length = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    lengths = [torch.zeros_like(length) for _ in range(dist.get_world_size())]
+    dist.all_gather(lengths, length)
+    max_length = max(int(n.item()) for n in lengths)
+    padded = torch.zeros(max_length, dtype=torch.uint8, device=device)
+    padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    everyone = [torch.empty_like(padded) for _ in lengths]
+    dist.all_gather(everyone, padded)
+    return [json.loads(bytes(t[: int(n.item())].tolist())) for t, n in zip(everyone, lengths)]
+
+
+def node_identity(node_id_from: str) -> str:
+    """GROUP_RANK (torchrun's node index; lets loopback agents count as nodes) or the hostname."""
+    if node_id_from == "hostname":
+        return socket.gethostname()
+    return os.environ["GROUP_RANK"]
+
+
+def discover_nodes(node_id_from: str, device: torch.device) -> tuple[list[list[int]], list[str]]:
+    """Global ranks per node (nodes ordered by their lowest rank, ranks by local rank) and hostnames."""
+    mine = (node_identity(node_id_from), int(os.environ["LOCAL_RANK"]), dist.get_rank(), socket.gethostname())
+    everyone = all_gather_json(mine, device)
+    by_node: dict[str, list[tuple[int, int]]] = {}
+    hostname_by_node: dict[str, str] = {}
+    for node_id, local_rank, rank, hostname in everyone:
+        by_node.setdefault(node_id, []).append((local_rank, rank))
+        hostname_by_node[node_id] = hostname
+    ordered = sorted(by_node, key=lambda node_id: min(rank for _, rank in by_node[node_id]))
+    nodes = [[rank for _, rank in sorted(by_node[node_id])] for node_id in ordered]
+    if len({len(node) for node in nodes}) != 1:
+        raise ValueError(f"nodes have different numbers of ranks: {[len(n) for n in nodes]}")
+    return nodes, [hostname_by_node[node_id] for node_id in ordered]
+
+
+def build_phases(nodes: list[list[int]]) -> list[Phase]:
+    """Create every group (all ranks, same order) and the schedule that uses them."""
+    num_nodes, local_size = len(nodes), len(nodes[0])
+    new = lambda ranks: Group(ranks, dist.new_group(ranks))  # noqa: E731
+    phases: list[Phase] = []
+    if local_size >= 2:
+        intra = [new(node) for node in nodes]
+        for op in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
+            phases.append(Phase(op, INTRA_NODE, ALL_RANKS, intra))
+        pairs = [new(node[k : k + 2]) for node in nodes for k in range(0, local_size - 1, 2)]
+        phases.append(Phase(SEND_RECV, INTRA_NODE, ALL_RANKS, pairs))
+    if num_nodes >= 2:
+        inter = [new([node[j] for node in nodes]) for j in range(local_size)]
+        phases.append(Phase(ALL_REDUCE, INTER_NODE, ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE, inter))
+        if local_size > 1:
+            phases.append(Phase(ALL_REDUCE, INTER_NODE, ONE_RANK_PER_NODE, inter[:1]))
+        mode = ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE
+        for op in (ALL_GATHER, REDUCE_SCATTER):
+            phases.append(Phase(op, INTER_NODE, mode, inter))
+        pairs = [new([nodes[i][0], nodes[i + 1][0]]) for i in range(0, num_nodes - 1, 2)]
+        phases.append(Phase(SEND_RECV, INTER_NODE, ONE_RANK_PER_NODE, pairs))
+    if num_nodes >= 2 and local_size >= 2:
+        phases.append(Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)]))
+    return phases
+
+
+class Progress:
+    def __init__(self, total_steps: int) -> None:
+        self.total_steps, self.done_steps = total_steps, 0
+
+    def step(self, label: str) -> None:
+        self.done_steps += 1
+        if dist.get_rank() == 0:
+            print(f"{PROGRESS_PREFIX} {self.done_steps} {self.total_steps} {label}", flush=True)
+
+
+def run_phase(phase: Phase, phase_index: int, sizes_bytes: list[int], args, device, progress) -> list[dict]:
+    """This rank's timings for every size of one phase (empty if it is not a participant)."""
+    rows = []
+    world_sync = measure.group_sync(None, device)
+    mine = [(i, g) for i, g in enumerate(phase.groups) if dist.get_rank() in g.ranks]
+    everyone_in = len(phase.participants) == dist.get_world_size()
+    for size_bytes in sizes_bytes:
+        for group_index, group in mine:
+            step, seconds_factor = measure.collective_step(phase.op, group.handle, group.ranks, size_bytes, device)
+            sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
+            seconds = measure.time_repeats(step, sync, device, args.warmup, args.iterations, args.repeats)
+            rows.append(
+                dict(phase=phase_index, group=group_index, size_bytes=size_bytes, rank=dist.get_rank(),
+                     repeat_seconds=[s * seconds_factor for s in seconds])
+            )
+        progress.step(f"{phase.link} {phase.op} {size_bytes} B")
+    world_sync()
+    return rows
+
+
+def measure_compute(device: torch.device) -> dict:
+    """Achievable bf16/fp16 matmul (FLOP/s) and HBM copy bandwidth (bytes/s) on this rank's GPU."""
+    return dict(
+        rank=dist.get_rank(),
+        device_name=torch.cuda.get_device_name(device),
+        memory_bytes=torch.cuda.get_device_properties(device).total_memory,
+        matmul_flop_per_s={
+            "bf16": measure.matmul_flop_per_s(device, torch.bfloat16, 8192, 20),
+            "fp16": measure.matmul_flop_per_s(device, torch.float16, 8192, 20),
+        },
+        hbm_copy_bytes_per_s=measure.copy_bandwidth_bytes_per_s(device, 1 << 30, 20),
+    )
+
+
+def setup(args) -> tuple[str, torch.device, bool]:
+    """Backend, device for communication buffers, and whether a GPU is present for compute figures."""
+    has_cuda = torch.cuda.is_available()
+    backend = args.backend if args.backend != "auto" else ("nccl" if has_cuda else "gloo")
+    if has_cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    comm_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    return backend, comm_device, has_cuda
+
+
+def write_json_atomically(path: str, payload: dict) -> None:
+    temporary_path = f"{path}.tmp{os.getpid()}"
+    with open(temporary_path, "w") as handle:
+        json.dump(payload, handle)
+    os.replace(temporary_path, path)
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    backend, comm_device, has_cuda = setup(args)
+    nodes, hostnames = discover_nodes(args.node_id_from, comm_device)
+    phases = build_phases(nodes)
+    sizes_bytes = size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
+    do_compute = has_cuda and not args.skip_compute
+    progress = Progress(len(phases) * len(sizes_bytes) + int(do_compute))
+    compute = []
+    if do_compute:
+        compute = [measure_compute(torch.device("cuda", torch.cuda.current_device()))]
+        progress.step("matmul and HBM")
+    rows = []
+    for phase_index, phase in enumerate(phases):
+        rows += run_phase(phase, phase_index, sizes_bytes, args, comm_device, progress)
+    gathered = all_gather_json((rows, compute), comm_device)
+    if dist.get_rank() == 0:
+        write_json_atomically(args.result_path, dict(
+            backend=backend, device=comm_device.type, torch_version=torch.__version__.split("+")[0],
+            nccl_version=".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None,
+            world_size=dist.get_world_size(), nodes=nodes, hostnames=hostnames, node_id_from=args.node_id_from,
+            sizes_bytes=sizes_bytes, warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
+            phases=[dict(op=p.op, link=p.link, mode=p.mode, groups=[g.ranks for g in p.groups]) for p in phases],
+            rows=[row for rank_rows, _ in gathered for row in rank_rows],
+            compute=[c for _, rank_compute in gathered for c in rank_compute],
+        ))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
