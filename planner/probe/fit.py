@@ -86,7 +86,7 @@ def fit_alpha_beta(op: str, num_ranks: int, sizes_bytes: list[int], seconds: lis
     return AlphaBetaFit(fit.alpha_seconds, bandwidth_bytes_per_s, len(sizes_bytes), rms)
 
 
-def slow_outliers(bandwidth_by_key: dict[str, float], threshold_fraction: float = 0.7) -> list[str]:
+def slow_outliers(bandwidth_by_key: dict, threshold_fraction: float = 0.7) -> list:
     """Keys whose bandwidth is below threshold_fraction of the median of the others."""
     if len(bandwidth_by_key) < 2:
         return []

@@ -1,0 +1,139 @@
+"""What ships: the GPU catalog, model specs, hardware profiles; name resolution.
+
+`--model` takes a YAML path, a Hugging Face config.json (or a directory holding
+one), or a shipped name. `--cluster` takes a YAML path, a shipped name, or the
+shorthand NxMxGPU built from the catalog with that GPU's typical fabric.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import yaml
+
+from planner.specs import (
+    GPU,
+    ClusterSpec,
+    ModelSpec,
+    SpecError,
+    load_cluster,
+    load_model,
+    validate,
+)
+
+PACKAGE_DIR = Path(__file__).parent
+GPU_CATALOG_PATH = PACKAGE_DIR / "data" / "gpus.yaml"
+MODEL_SPECS_DIR = PACKAGE_DIR / "model_specs"
+HARDWARE_PROFILES_DIR = PACKAGE_DIR / "hardware_profiles"
+SHORTHAND = re.compile(r"^(\d+)x(\d+)x(.+)$", re.IGNORECASE)
+
+
+@functools.cache
+def gpu_catalog() -> tuple[GPU, ...]:
+    entries = yaml.safe_load(GPU_CATALOG_PATH.read_text(encoding="utf-8"))
+    return tuple(
+        validate(GPU, entry, f"{GPU_CATALOG_PATH}[{index}]") for index, entry in enumerate(entries)
+    )
+
+
+def _key(name: str) -> str:
+    return name.strip().upper().replace("_", "-").replace(" ", "-")
+
+
+@functools.cache
+def _gpu_index() -> dict[str, GPU]:
+    index: dict[str, GPU] = {}
+    for gpu in gpu_catalog():
+        for name in (gpu.name, *gpu.aliases):
+            assert _key(name) not in index, f"ambiguous GPU alias {name}"
+            index[_key(name)] = gpu
+    return index
+
+
+def resolve_gpu(name: str) -> GPU:
+    gpu = _gpu_index().get(_key(name))
+    if gpu is None:
+        known = ", ".join(g.name for g in gpu_catalog())
+        raise SpecError(f"unknown GPU {name!r} (known: {known}; see `plan gpus`)")
+    return gpu
+
+
+def shipped_models() -> list[str]:
+    return sorted(path.stem for path in MODEL_SPECS_DIR.glob("*.yaml"))
+
+
+def shipped_clusters() -> list[str]:
+    return sorted(path.stem for path in HARDWARE_PROFILES_DIR.glob("*.yaml"))
+
+
+def resolve_model(arg: str) -> ModelSpec:
+    """A YAML path, a config.json path or directory, or a shipped model name."""
+    path = Path(arg)
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise SpecError(f"{arg}: no config.json in this directory")
+    if path.suffix == ".json" or path.name == "config.json":
+        from planner.hf_config import load_hf_config
+
+        return load_hf_config(path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_model(path)
+    shipped = MODEL_SPECS_DIR / f"{arg}.yaml"
+    if shipped.is_file():
+        return load_model(shipped)
+    raise SpecError(
+        f"--model: {arg!r} is neither a file nor a shipped model "
+        f"(shipped: {', '.join(shipped_models())})"
+    )
+
+
+def resolve_cluster(arg: str) -> ClusterSpec:
+    """A YAML path, a shipped profile name, or the shorthand NxMxGPU."""
+    path = Path(arg)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_cluster(path)
+    shipped = HARDWARE_PROFILES_DIR / f"{arg}.yaml"
+    if shipped.is_file():
+        return load_cluster(shipped)
+    match = SHORTHAND.match(arg)
+    if match is None:
+        raise SpecError(
+            f"--cluster: {arg!r} is neither a file, a shipped profile "
+            f"({', '.join(shipped_clusters())}) nor NxMxGPU shorthand (e.g. 2x8xA100)"
+        )
+    return cluster_from_shorthand(int(match[1]), int(match[2]), match[3], arg)
+
+
+def cluster_from_shorthand(num_nodes: int, gpus_per_node: int, gpu_name: str, arg: str) -> ClusterSpec:
+    """NxMxGPU with the GPU's typical intra-node fabric and node networking.
+
+    A node of M GPUs gets the typical node's NICs scaled by M / typical node size
+    (rail-optimised nodes carry one NIC per GPU).
+    """
+    if num_nodes < 1 or gpus_per_node < 1:
+        raise SpecError(f"--cluster: {arg!r}: node and GPU counts must be positive")
+    try:
+        gpu = resolve_gpu(gpu_name)
+    except SpecError as exc:
+        raise SpecError(f"--cluster: {arg!r}: {exc}") from None
+    inter = None
+    if num_nodes > 1:
+        if gpu.inter_node is None:
+            raise SpecError(
+                f"--cluster: {arg!r}: the catalog has no typical node networking for "
+                f"{gpu.name}; describe the cluster in a hardware profile YAML"
+            )
+        nics = max(1, round(gpu.inter_node.num_nics_per_node * gpus_per_node / gpu.typical_gpus_per_node))
+        inter = gpu.inter_node.model_copy(update={"num_nics_per_node": nics})
+    return ClusterSpec(
+        name=f"{num_nodes}x{gpus_per_node}x{gpu.name}",
+        source=f"built from the GPU catalog's typical fabric for {gpu.name}",
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+        gpu=gpu,
+        intra_node=gpu.intra_node if gpus_per_node > 1 else None,
+        inter_node=inter,
+    )

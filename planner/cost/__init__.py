@@ -1,0 +1,1 @@
+"""Pure cost formulas: no I/O, no printing, no globals. SI units throughout."""

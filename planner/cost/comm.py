@@ -1,0 +1,71 @@
+"""Collective and point-to-point communication time (alpha-beta model).
+
+Legend: S message bytes (the full buffer each rank contributes), n ranks in the
+group, alpha per-step latency (s), beta per-GPU link bandwidth one direction
+(bytes/s) of the slowest link the ring crosses. Conventions: nccl-tests
+doc/PERFORMANCE.md (busbw factors); ../shared/reference/physics.md (Collectives).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from planner.layout import Link
+from planner.specs import AllreduceCurve
+
+ALLREDUCE_BUSBW_FACTOR_NUMERATOR = 2
+"""nccl-tests: all-reduce busbw = algbw * 2(n-1)/n."""
+
+
+def ring_allreduce_seconds(message_bytes: float, num_ranks: int, link: Link | None) -> float:
+    """T(S, n) = 2(n-1)*alpha + 2(n-1)/n * S/beta; 0 for one rank (nothing to combine)."""
+    if num_ranks <= 1 or link is None:
+        return 0.0
+    steps = 2 * (num_ranks - 1)
+    return steps * link.latency_seconds + steps / num_ranks * message_bytes / link.bandwidth_bytes_per_s
+
+
+def ring_allgather_seconds(message_bytes: float, num_ranks: int, link: Link | None) -> float:
+    """All-gather (or reduce-scatter) of an S-byte result: (n-1)*alpha + (n-1)/n * S/beta."""
+    if num_ranks <= 1 or link is None:
+        return 0.0
+    steps = num_ranks - 1
+    return steps * link.latency_seconds + steps / num_ranks * message_bytes / link.bandwidth_bytes_per_s
+
+
+def p2p_seconds(message_bytes: float, link: Link | None) -> float:
+    """Send/recv of S bytes: alpha + S/beta (busbw factor 1)."""
+    if link is None:
+        return 0.0
+    return link.latency_seconds + message_bytes / link.bandwidth_bytes_per_s
+
+
+def curve_seconds(curve: AllreduceCurve, message_bytes: float) -> float:
+    """A measured all-reduce time at this exact size: log-log interpolation between the
+    probe's medians; below the sweep the smallest time (latency floor), above it the last
+    segment's bandwidth continues linearly."""
+    sizes, times = curve.sizes_bytes, curve.median_seconds
+    if message_bytes <= sizes[0]:
+        return times[0]
+    if message_bytes >= sizes[-1]:
+        if len(sizes) == 1:
+            return times[-1] * message_bytes / sizes[-1]
+        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+        return times[-1] + max(slope, 0.0) * (message_bytes - sizes[-1])
+    i = bisect.bisect_right(sizes, message_bytes)
+    x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
+    y0, y1 = math.log(times[i - 1]), math.log(times[i])
+    weight = (math.log(message_bytes) - x0) / (x1 - x0)
+    return math.exp(y0 + weight * (y1 - y0))
+
+
+def allreduce_seconds(
+    message_bytes: float, num_ranks: int, link: Link | None, curve: AllreduceCurve | None
+) -> float:
+    """The measured curve when the probe measured this link at this group size, else the ring model."""
+    if num_ranks <= 1 or link is None:
+        return 0.0
+    if curve is not None:
+        return curve_seconds(curve, message_bytes)
+    return ring_allreduce_seconds(message_bytes, num_ranks, link)

@@ -1,0 +1,33 @@
+"""Pipeline bubble quantities. Two different things, two names.
+
+Legend: p stages, m micro-batches per step, v virtual stages (chunks) per device.
+Sources: Huang et al. 2018 (GPipe); Narayanan et al. 2021 sec. 2.2 (PipeDream-Flush
+1F1B and the interleaved schedule); the seeds' worked example (4 stages: 1
+micro-batch -> 75% idle; 4 micro-batches -> 7 units, each busy 4).
+"""
+
+from __future__ import annotations
+
+
+def bubble_fraction(num_stages: int, num_micro_batches: int, num_virtual_stages: int = 1) -> float:
+    """Idle share of the step: (p-1)/(v*m + p-1); v = 1 for GPipe and 1F1B."""
+    p, m, v = num_stages, num_micro_batches, num_virtual_stages
+    return (p - 1) / (v * m + p - 1)
+
+
+def bubble_over_compute_ratio(
+    num_stages: int, num_micro_batches: int, num_virtual_stages: int = 1
+) -> float:
+    """Megatron's bubble time over ideal compute time: (p-1)/(v*m)."""
+    p, m, v = num_stages, num_micro_batches, num_virtual_stages
+    return (p - 1) / (v * m)
+
+
+def pipeline_time_units(num_stages: int, num_micro_batches: int) -> int:
+    """Forward-only GPipe with unit stage time: m + p - 1 units (seeds: 4 + 4 - 1 = 7)."""
+    return num_micro_batches + num_stages - 1
+
+
+def serving_stage_utilization(num_batches_in_flight: int, num_stages: int) -> float:
+    """vLLM runs p virtual engines; with k < p batches in flight each stage idles (p-k)/p."""
+    return min(1.0, num_batches_in_flight / num_stages)

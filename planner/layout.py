@@ -1,0 +1,112 @@
+"""Layouts and where they land on the cluster.
+
+Rank order is DP x PP x TP with TP innermost (vLLM and Megatron both): global rank
+r = (dp_index * pp + stage) * tp + tp_rank, node = r // gpus_per_node. A TP group
+is tp consecutive ranks; a pipeline boundary joins rank r to rank r + tp.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.specs import ClusterSpec
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def __str__(self) -> str:
+        return f"tp={self.tp} pp={self.pp} dp={self.dp}"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One GPU's view of a link: its share of bandwidth (one direction) and per-step latency."""
+
+    kind: str
+    """nvlink | pcie | xgmi | infiniband | roce | ethernet."""
+    scope: str
+    """intra_node | inter_node."""
+    bandwidth_bytes_per_s: float
+    latency_seconds: float
+
+
+@dataclass(frozen=True)
+class Placement:
+    tp_link: Link | None
+    """None when tp == 1 (no all-reduce)."""
+    pp_link: Link | None
+    """The slowest link a pipeline boundary crosses; None when pp == 1."""
+    tp_crosses_node: bool
+    num_pp_boundaries_crossing_nodes: int
+
+
+def intra_node_link(cluster: ClusterSpec) -> Link:
+    link = cluster.intra_node
+    assert link is not None, "intra_node link asked of a one-GPU node"
+    return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds)
+
+
+def inter_node_link(cluster: ClusterSpec) -> Link:
+    """Every GPU of a node crosses at once, so each gets 1/gpus_per_node of the NICs."""
+    link = cluster.inter_node
+    assert link is not None, "inter_node link asked of a one-node cluster"
+    return Link(
+        link.kind,
+        "inter_node",
+        cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
+        link.latency_seconds,
+    )
+
+
+def groups_cross_nodes(group_size: int, gpus_per_node: int) -> bool:
+    """Do consecutive-rank groups of this size straddle a node boundary?"""
+    period = math.lcm(group_size, gpus_per_node) // group_size
+    return any(
+        (g * group_size) // gpus_per_node != (g * group_size + group_size - 1) // gpus_per_node
+        for g in range(period)
+    )
+
+
+def num_boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
+    """Pipeline boundaries (of the first replica) whose send goes to another node."""
+    return sum(
+        (stage * layout.tp) // gpus_per_node != ((stage + 1) * layout.tp) // gpus_per_node
+        for stage in range(layout.pp - 1)
+    )
+
+
+def place(cluster: ClusterSpec, layout: Layout) -> Placement:
+    gpn = cluster.gpus_per_node
+    single_node = cluster.num_nodes == 1
+    tp_crosses = not single_node and groups_cross_nodes(layout.tp, gpn)
+    crossing = 0 if single_node else num_boundaries_crossing_nodes(layout, gpn)
+    tp_link = None
+    if layout.tp > 1:
+        tp_link = inter_node_link(cluster) if tp_crosses else intra_node_link(cluster)
+    pp_link = None
+    if layout.pp > 1:
+        pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
+    return Placement(tp_link, pp_link, tp_crosses, crossing)
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def factorizations(num_gpus: int) -> list[Layout]:
+    """Every (tp, pp, dp) with tp * pp * dp = num_gpus."""
+    return [
+        Layout(tp, pp, num_gpus // (tp * pp))
+        for tp in divisors(num_gpus)
+        for pp in divisors(num_gpus // tp)
+    ]

@@ -1,0 +1,1 @@
+"""Terminal and JSON output. The only package that imports rich."""

@@ -1,0 +1,66 @@
+"""Shared formatting: human units at display time only, from SI values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+
+from planner import units
+
+WIDE_COLUMNS = 160
+"""Width used when output is not a terminal (pipes, files, tests), so tables stay whole."""
+
+
+def console(stderr: bool = False, record: bool = False) -> Console:
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else WIDE_COLUMNS
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
+
+
+def gib(num_bytes: float) -> str:
+    return f"{units.bytes_to_gib(num_bytes):.1f} GiB"
+
+
+def ms(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "inf"
+    return f"{units.seconds_to_ms(seconds):.1f} ms" if seconds >= 1e-3 else f"{units.seconds_to_us(seconds):.0f} us"
+
+
+def us(seconds: float) -> str:
+    return f"{units.seconds_to_us(seconds):.1f} us"
+
+
+def billions(count: float) -> str:
+    return f"{count / 1e9:.2f}B"
+
+
+def gb_per_s(bytes_per_s: float) -> str:
+    return f"{units.bytes_per_s_to_gb_per_s(bytes_per_s):.0f} GB/s"
+
+
+def count(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Frozen dataclasses (and pydantic models) to plain JSON, SI units as computed."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return None
+    return value
+
+
+def print_json(payload: Any) -> None:
+    print(json.dumps(to_jsonable(payload), indent=2))

@@ -1,0 +1,60 @@
+"""The only home of unit factors. Inside the planner everything is SI:
+bytes (int), seconds, FLOP, bytes/second, FLOP/second. File keys carry human
+units (`memory_gib`, `bandwidth_gb_per_s`, `nic_bandwidth_gbit_per_s`,
+`latency_us`, `tflops`) and are converted here, once, by the schema.
+
+Note the two different "G"s: NVLink and HBM are quoted in GB/s (1e9 bytes/s),
+network links in Gb/s (1e9 bits/s). Memory capacities are GiB (2**30 bytes).
+"""
+
+from __future__ import annotations
+
+BYTES_PER_KIB = 2**10
+BYTES_PER_MIB = 2**20
+BYTES_PER_GIB = 2**30
+BYTES_PER_GB = 10**9
+BITS_PER_BYTE = 8
+BITS_PER_GBIT = 10**9
+SECONDS_PER_US = 1e-6
+SECONDS_PER_MS = 1e-3
+FLOPS_PER_TFLOPS = 1e12
+
+
+def gib_to_bytes(gib: float) -> int:
+    return int(round(gib * BYTES_PER_GIB))
+
+
+def bytes_to_gib(num_bytes: float) -> float:
+    return num_bytes / BYTES_PER_GIB
+
+
+def gb_per_s_to_bytes_per_s(gb_per_s: float) -> float:
+    return gb_per_s * BYTES_PER_GB
+
+
+def bytes_per_s_to_gb_per_s(bytes_per_s: float) -> float:
+    return bytes_per_s / BYTES_PER_GB
+
+
+def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
+    return gbit_per_s * BITS_PER_GBIT / BITS_PER_BYTE
+
+
+def us_to_seconds(us: float) -> float:
+    return us * SECONDS_PER_US
+
+
+def seconds_to_us(seconds: float) -> float:
+    return seconds / SECONDS_PER_US
+
+
+def seconds_to_ms(seconds: float) -> float:
+    return seconds / SECONDS_PER_MS
+
+
+def tflops_to_flops_per_s(tflops: float) -> float:
+    return tflops * FLOPS_PER_TFLOPS
+
+
+def flops_per_s_to_tflops(flops_per_s: float) -> float:
+    return flops_per_s / FLOPS_PER_TFLOPS
