@@ -46,7 +46,11 @@ class AlphaBetaFit:
 
     def predict_seconds(self, op: str, num_ranks: int, size_bytes: float) -> float:
         steps, factor = ring_coefficients(op, num_ranks)
-        transfer_seconds = 0.0 if self.bandwidth_bytes_per_s is None else factor * size_bytes / self.bandwidth_bytes_per_s
+        transfer_seconds = (
+            0.0
+            if self.bandwidth_bytes_per_s is None
+            else factor * size_bytes / self.bandwidth_bytes_per_s
+        )
         return steps * self.alpha_seconds + transfer_seconds
 
 
@@ -54,10 +58,10 @@ def _weighted_line(sizes: list[float], times: list[float]) -> tuple[float, float
     """Least squares T = c0 + c1 * S minimizing relative error (weights 1 / T^2)."""
     weights = [1.0 / t**2 for t in times]
     sw = sum(weights)
-    sx = sum(w * s for w, s in zip(weights, sizes))
-    sxx = sum(w * s * s for w, s in zip(weights, sizes))
-    sy = sum(w * t for w, t in zip(weights, times))
-    sxy = sum(w * s * t for w, s, t in zip(weights, sizes, times))
+    sx = sum(w * s for w, s in zip(weights, sizes, strict=True))
+    sxx = sum(w * s * s for w, s in zip(weights, sizes, strict=True))
+    sy = sum(w * t for w, t in zip(weights, times, strict=True))
+    sxy = sum(w * s * t for w, s, t in zip(weights, sizes, times, strict=True))
     determinant = sw * sxx - sx * sx
     if determinant <= 0.0:
         return sy / sw, 0.0
@@ -68,7 +72,9 @@ def _weighted_line(sizes: list[float], times: list[float]) -> tuple[float, float
     return c0, c1
 
 
-def fit_alpha_beta(op: str, num_ranks: int, sizes_bytes: list[int], seconds: list[float]) -> AlphaBetaFit:
+def fit_alpha_beta(
+    op: str, num_ranks: int, sizes_bytes: list[int], seconds: list[float]
+) -> AlphaBetaFit:
     """Fit alpha and beta of the op's ring model to (size, median time) points."""
     if len(set(sizes_bytes)) < 2 or len(sizes_bytes) != len(seconds):
         raise ValueError("a fit needs at least two distinct message sizes")
@@ -81,7 +87,10 @@ def fit_alpha_beta(op: str, num_ranks: int, sizes_bytes: list[int], seconds: lis
     steps, factor = ring_coefficients(op, num_ranks)
     bandwidth_bytes_per_s = factor / c1 if c1 > 0.0 else None
     fit = AlphaBetaFit(c0 / steps, bandwidth_bytes_per_s, len(sizes_bytes), 0.0)
-    residuals = [(fit.predict_seconds(op, num_ranks, s) - t) / t for s, t in zip(sizes_bytes, seconds)]
+    residuals = [
+        (fit.predict_seconds(op, num_ranks, s) - t) / t
+        for s, t in zip(sizes_bytes, seconds, strict=True)
+    ]
     rms = math.sqrt(sum(r * r for r in residuals) / len(residuals))
     return AlphaBetaFit(fit.alpha_seconds, bandwidth_bytes_per_s, len(sizes_bytes), rms)
 
@@ -98,6 +107,8 @@ def slow_outliers(bandwidth_by_key: dict, threshold_fraction: float = 0.7) -> li
     return slow
 
 
-def exceeds_spec(measured_bytes_per_s: float, spec_bytes_per_s: float, tolerance_fraction: float = 0.05) -> bool:
+def exceeds_spec(
+    measured_bytes_per_s: float, spec_bytes_per_s: float, tolerance_fraction: float = 0.05
+) -> bool:
     """True when a measured busbw beats the declared link: tree/NVLS/SHARP or a wrong spec, never trust it blindly."""
     return measured_bytes_per_s > spec_bytes_per_s * (1.0 + tolerance_fraction)

@@ -37,7 +37,11 @@ def group_sync(group: dist.ProcessGroup | None, device: torch.device) -> Callabl
 
 
 def collective_step(
-    op: str, group: dist.ProcessGroup | None, ranks: list[int], size_bytes: int, device: torch.device
+    op: str,
+    group: dist.ProcessGroup | None,
+    ranks: list[int],
+    size_bytes: int,
+    device: torch.device,
 ) -> tuple[Callable[[], None], float]:
     """(callable doing one op on this rank, factor turning per-call seconds into per-op seconds).
 
@@ -107,7 +111,9 @@ def matmul_flop_per_s(device: torch.device, dtype: torch.dtype, dim: int, iterat
     """Achieved dense matmul rate: 2 * dim^3 FLOP per (dim x dim) @ (dim x dim), median of 3 repeats."""
     a = torch.randn(dim, dim, device=device, dtype=dtype)
     b = torch.randn(dim, dim, device=device, dtype=dtype)
-    seconds = time_repeats(lambda: torch.mm(a, b), lambda: synchronize(device), device, 3, iterations, 3)
+    seconds = time_repeats(
+        lambda: torch.mm(a, b), lambda: synchronize(device), device, 3, iterations, 3
+    )
     return FLOP_PER_MULTIPLY_ADD * dim**3 / sorted(seconds)[1]
 
 
@@ -115,5 +121,7 @@ def copy_bandwidth_bytes_per_s(device: torch.device, size_bytes: int, iterations
     """Device-to-device copy rate counting read + write (2 * size per copy), median of 3 repeats."""
     source = torch.empty(size_bytes, dtype=torch.uint8, device=device)
     target = torch.empty_like(source)
-    seconds = time_repeats(lambda: target.copy_(source), lambda: synchronize(device), device, 2, iterations, 3)
+    seconds = time_repeats(
+        lambda: target.copy_(source), lambda: synchronize(device), device, 2, iterations, 3
+    )
     return 2 * size_bytes / sorted(seconds)[1]

@@ -16,16 +16,26 @@ The link latency is the alpha of the all-reduce fit (per ring step).
 
 from __future__ import annotations
 
+import datetime
+import os
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from planner import units
-from planner.probe.fit import AlphaBetaFit
+from planner.probe.fit import AlphaBetaFit, exceeds_spec
 from planner.probe.results import (
     ALL_RANKS,
     ONE_RANK_PER_NODE,
     POOR_FIT_RELATIVE_RESIDUAL,
     ResultRow,
+    curves_section,
+    fits_section,
+    outlier_flags,
+    results_section,
     rounded,
 )
 
@@ -57,7 +67,9 @@ class ProfileChoices:
     name: str | None = None
     gpu: str | None = None  # catalog name; default detected on CUDA, CPU_DEFAULT_GPU on CPU
     intra_kind: str | None = None  # nvlink|pcie|xgmi; default nvlink on CUDA, pcie on CPU
-    inter_kind: str | None = None  # infiniband|roce|ethernet; default infiniband on CUDA, ethernet on CPU
+    inter_kind: str | None = (
+        None  # infiniband|roce|ethernet; default infiniband on CUDA, ethernet on CPU
+    )
 
 
 def catalog_gpu_name(device_name: str) -> str | None:
@@ -84,32 +96,50 @@ def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dic
     first = raw["compute"][0]
     name = choices.gpu or catalog_gpu_name(first["device_name"])
     achievable = {
-        dtype: rounded(units.flops_per_s_to_tflops(min(c["matmul_flop_per_s"][dtype] for c in raw["compute"])))
+        dtype: rounded(
+            units.flops_per_s_to_tflops(min(c["matmul_flop_per_s"][dtype] for c in raw["compute"]))
+        )
         for dtype in ("bf16", "fp16")
     }
     entry = catalog_gpu(name) if name else None
     if entry is None:
-        flags.append(f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth is the measured copy rate")
+        flags.append(
+            f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth is the measured copy rate"
+        )
         memory_gib = rounded(units.bytes_to_gib(first["memory_bytes"]))
         hbm_gb_per_s = rounded(units.bytes_per_s_to_gb_per_s(first["hbm_copy_bytes_per_s"]))
-        entry = {"name": first["device_name"], "memory_gib": memory_gib, "hbm_bandwidth_gb_per_s": hbm_gb_per_s,
-                 "peak_tflops": dict.fromkeys(("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"))}
+        entry = {
+            "name": first["device_name"],
+            "memory_gib": memory_gib,
+            "hbm_bandwidth_gb_per_s": hbm_gb_per_s,
+            "peak_tflops": dict.fromkeys(("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")),
+        }
     entry["achievable_matmul_tflops"] = achievable
     return entry
 
 
-def _link_numbers(fit: AlphaBetaFit, rows: list[ResultRow], key: tuple, flags: list[str], label: str) -> tuple[float, float]:
+def _link_numbers(
+    fit: AlphaBetaFit, rows: list[ResultRow], key: tuple, flags: list[str], label: str
+) -> tuple[float, float]:
     """(bandwidth bytes/s per rank, latency seconds per step) with positive fallbacks when the fit degenerates."""
     bandwidth_bytes_per_s = fit.bandwidth_bytes_per_s
     if bandwidth_bytes_per_s is None:
-        bandwidth_bytes_per_s = max(r.busbw_bytes_per_s for r in rows if (r.op, r.link, r.mode) == key)
-        flags.append(f"{label}: sweep never left the latency regime; bandwidth is the best measured busbw")
+        bandwidth_bytes_per_s = max(
+            r.busbw_bytes_per_s for r in rows if (r.op, r.link, r.mode) == key
+        )
+        flags.append(
+            f"{label}: sweep never left the latency regime; bandwidth is the best measured busbw"
+        )
     latency_seconds = fit.alpha_seconds
     if latency_seconds <= 0.0:
         latency_seconds = min(r.median_seconds for r in rows if (r.op, r.link, r.mode) == key)
-        flags.append(f"{label}: latency below timing resolution; latency is the smallest measured time (upper bound)")
+        flags.append(
+            f"{label}: latency below timing resolution; latency is the smallest measured time (upper bound)"
+        )
     if fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
-        flags.append(f"{label}: poor alpha-beta fit (rms relative residual {fit.rms_relative_residual:.0%})")
+        flags.append(
+            f"{label}: poor alpha-beta fit (rms relative residual {fit.rms_relative_residual:.0%})"
+        )
     return bandwidth_bytes_per_s, latency_seconds
 
 
@@ -119,23 +149,213 @@ def intra_link(fits: dict, rows: list[ResultRow], kind: str, flags: list[str]) -
     _, fit = fits["intra_node_all_reduce"]
     key = ("all_reduce", "intra_node", ALL_RANKS)
     bandwidth_bytes_per_s, latency_seconds = _link_numbers(fit, rows, key, flags, "intra_node")
-    return {"kind": kind, "bandwidth_gb_per_s": rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s)),
-            "latency_us": rounded(units.seconds_to_us(latency_seconds))}
+    return {
+        "kind": kind,
+        "bandwidth_gb_per_s": rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s)),
+        "latency_us": rounded(units.seconds_to_us(latency_seconds)),
+    }
 
 
-def inter_link(fits: dict, rows: list[ResultRow], kind: str, num_nics: int, local_size: int, flags: list[str]) -> dict | None:
+def inter_link(
+    fits: dict, rows: list[ResultRow], kind: str, num_nics: int, local_size: int, flags: list[str]
+) -> dict | None:
     mode = ALL_RANKS if "inter_node_all_reduce" in fits else ONE_RANK_PER_NODE
-    name = "inter_node_all_reduce" if mode == ALL_RANKS else "inter_node_all_reduce_one_rank_per_node"
+    name = (
+        "inter_node_all_reduce" if mode == ALL_RANKS else "inter_node_all_reduce_one_rank_per_node"
+    )
     if name not in fits:
         return None
     _, fit = fits[name]
-    per_rank_bytes_per_s, latency_seconds = _link_numbers(fit, rows, ("all_reduce", "inter_node", mode), flags, "inter_node")
+    per_rank_bytes_per_s, latency_seconds = _link_numbers(
+        fit, rows, ("all_reduce", "inter_node", mode), flags, "inter_node"
+    )
     if mode == ALL_RANKS:
         node_bytes_per_s = local_size * per_rank_bytes_per_s
-        flags.append(f"inter_node bandwidth = sum over {local_size} local ranks running concurrent inter-node all-reduces")
+        flags.append(
+            f"inter_node bandwidth = sum over {local_size} local ranks running concurrent inter-node all-reduces"
+        )
     else:
         node_bytes_per_s = per_rank_bytes_per_s
-        flags.append("inter_node bandwidth is a lower bound: only one rank per node crossed the network")
+        flags.append(
+            "inter_node bandwidth is a lower bound: only one rank per node crossed the network"
+        )
     nic_gbit_per_s = node_bytes_per_s * units.BITS_PER_BYTE / units.BITS_PER_GBIT / num_nics
-    return {"kind": kind, "num_nics_per_node": num_nics, "nic_bandwidth_gbit_per_s": rounded(nic_gbit_per_s),
-            "latency_us": rounded(units.seconds_to_us(latency_seconds)), "basis": mode}
+    return {
+        "kind": kind,
+        "num_nics_per_node": num_nics,
+        "nic_bandwidth_gbit_per_s": rounded(nic_gbit_per_s),
+        "latency_us": rounded(units.seconds_to_us(latency_seconds)),
+    }
+
+
+def declared_link_flags(
+    intra: dict | None, inter: dict | None, declared: dict, local_size: int
+) -> list[str]:
+    """Flag measured bandwidth above the declared link (tree/NVLS/SHARP effects or a wrong spec)."""
+    flags = []
+    declared_intra, declared_inter = declared.get("intra_node"), declared.get("inter_node")
+    if (
+        intra
+        and declared_intra
+        and exceeds_spec(intra["bandwidth_gb_per_s"], declared_intra["bandwidth_gb_per_s"])
+    ):
+        flags.append(
+            f"intra_node busbw {intra['bandwidth_gb_per_s']} GB/s exceeds the declared "
+            f"{declared_intra['bandwidth_gb_per_s']} GB/s (tree/NVLS effects?): check before trusting it"
+        )
+    if inter and declared_inter:
+        measured_gbit = inter["num_nics_per_node"] * inter["nic_bandwidth_gbit_per_s"]
+        declared_gbit = (
+            declared_inter["num_nics_per_node"] * declared_inter["nic_bandwidth_gbit_per_s"]
+        )
+        if exceeds_spec(measured_gbit, declared_gbit):
+            flags.append(
+                f"inter_node {measured_gbit:.4g} Gbit/s per node exceeds the declared {declared_gbit:.4g} "
+                "Gbit/s (tree/SHARP effects?): check before trusting it"
+            )
+    return flags
+
+
+def build_profile(
+    raw: dict,
+    rows: list[ResultRow],
+    fits: dict,
+    choices: ProfileChoices,
+    declared: dict | None = None,
+    extra_flags: tuple[str, ...] = (),
+) -> dict:
+    """The hardware profile document (schema of planner.specs.ClusterSpec)."""
+    declared = declared or {}
+    nodes, on_cuda = raw["nodes"], raw["device"] == "cuda"
+    num_nodes, local_size = len(nodes), len(nodes[0])
+    flags = list(extra_flags)
+    if not on_cuda:
+        flags.append(
+            f"loopback/CPU measurement with {raw['backend']}: link figures describe host networking, not a GPU fabric"
+        )
+    if num_nodes > 1 and len(set(raw["hostnames"])) == 1:
+        flags.append(
+            f"all {num_nodes} nodes share hostname {raw['hostnames'][0]}: inter_node is loopback, not a network"
+        )
+    document = {
+        "name": choices.name or f"measured-{num_nodes}x{local_size}-{raw['backend']}",
+        "num_nodes": num_nodes,
+        "gpus_per_node": local_size,
+        "gpu": gpu_entry(raw, choices, flags),
+    }
+    intra = intra_link(fits, rows, choices.intra_kind or ("nvlink" if on_cuda else "pcie"), flags)
+    num_nics = (declared.get("inter_node") or {}).get("num_nics_per_node", 1)
+    inter_kind = choices.inter_kind or ("infiniband" if on_cuda else "ethernet")
+    inter = inter_link(fits, rows, inter_kind, num_nics, local_size, flags)
+    flags += declared_link_flags(intra, inter, declared, local_size)
+    flags += outlier_flags(rows, raw["hostnames"], nodes)
+    if intra:
+        document["intra_node"] = intra
+    if inter:
+        document["inter_node"] = inter
+    document["measured"] = measured_section(raw, rows, fits, flags, inter)
+    return document
+
+
+def measured_section(
+    raw: dict, rows: list[ResultRow], fits: dict, flags: list[str], inter: dict | None
+) -> dict:
+    section = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "tool": "plan probe",
+        "backend": raw["backend"],
+        "torch_version": raw["torch_version"],
+        "nccl_version": raw["nccl_version"],
+        "device": raw["device"],
+        "hostnames": raw["hostnames"],
+        "sizes_bytes": raw["sizes_bytes"],
+        "timing": {
+            "warmup": raw["warmup"],
+            "iterations": raw["iterations"],
+            "repeats": raw["repeats"],
+            "statistic": "median over repeats of the slowest rank of the group",
+        },
+        "flags": flags,
+        "allreduce_curves": curves_section(rows),
+        "fits": fits_section(fits),
+    }
+    if inter:
+        section["inter_node_basis"] = (
+            "all_local_ranks" if "inter_node_all_reduce" in fits else "one_rank_per_node"
+        )
+    if raw["compute"]:
+        section["matmul_tflops"] = {
+            dtype: rounded(
+                units.flops_per_s_to_tflops(
+                    min(c["matmul_flop_per_s"][dtype] for c in raw["compute"])
+                )
+            )
+            for dtype in ("bf16", "fp16")
+        }
+        section["hbm_bandwidth_gb_per_s"] = rounded(
+            units.bytes_per_s_to_gb_per_s(min(c["hbm_copy_bytes_per_s"] for c in raw["compute"]))
+        )
+        section["per_rank_compute"] = raw["compute"]
+    section["results"] = results_section(rows)
+    return section
+
+
+def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
+    """Existing profile with measured link numbers and `measured` section; everything else kept.
+
+    Link kinds and NIC counts of the existing profile are kept; the shape
+    (num_nodes, gpus_per_node) and the gpu are kept, with a warning when the
+    measured shape differs.
+    """
+    merged, warnings = dict(existing), []
+    for key in ("num_nodes", "gpus_per_node"):
+        if key in existing and existing[key] != measured[key]:
+            warnings.append(
+                f"{key}: profile says {existing[key]}, measured {measured[key]}; kept {existing[key]}"
+            )
+    for link in ("intra_node", "inter_node"):
+        if link in measured:
+            updated = dict(existing.get(link) or {})
+            kept_kind = updated.get("kind")
+            updated.update(measured[link])
+            if kept_kind:
+                updated["kind"] = kept_kind
+            merged[link] = updated
+    merged["measured"] = measured["measured"]
+    merged["measured"]["flags"] = merged["measured"]["flags"] + warnings
+    return merged, warnings
+
+
+def read_profile(path: Path) -> dict:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot read profile: {error.__class__.__name__}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: not a YAML mapping")
+    return document
+
+
+def dump_yaml(document: dict) -> str:
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Temp file in the target's directory, fsync, os.replace: never a half-written file."""
+    handle = tempfile.NamedTemporaryFile(
+        "w",
+        dir=path.resolve().parent,
+        prefix=f".{path.name}.",
+        suffix=".tmp",
+        delete=False,
+        encoding="utf-8",
+    )
+    try:
+        with handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise

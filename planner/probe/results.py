@@ -37,23 +37,42 @@ def summarize_rows(raw: dict) -> list[ResultRow]:
     for row in raw["rows"]:
         key = (row["phase"], row["group"], row["size_bytes"])
         previous = slowest.get(key, [0.0] * len(row["repeat_seconds"]))
-        slowest[key] = [max(a, b) for a, b in zip(previous, row["repeat_seconds"])]
+        slowest[key] = [max(a, b) for a, b in zip(previous, row["repeat_seconds"], strict=True)]
     rows = []
     for (phase_index, group_index, size_bytes), seconds in sorted(slowest.items()):
         phase = raw["phases"][phase_index]
         ranks = phase["groups"][group_index]
         s = summarize(phase["op"], len(ranks), size_bytes, seconds)
-        rows.append(ResultRow(phase["op"], phase["link"], phase["mode"], group_index, ranks, size_bytes,
-                              s.median_seconds, s.spread_fraction, s.algbw_bytes_per_s, s.busbw_bytes_per_s))
+        rows.append(
+            ResultRow(
+                phase["op"],
+                phase["link"],
+                phase["mode"],
+                group_index,
+                ranks,
+                size_bytes,
+                s.median_seconds,
+                s.spread_fraction,
+                s.algbw_bytes_per_s,
+                s.busbw_bytes_per_s,
+            )
+        )
     return rows
 
 
-def curve(rows: list[ResultRow], op: str, link: str, mode: str, group_index: int | None = None) -> dict[int, float]:
+def curve(
+    rows: list[ResultRow], op: str, link: str, mode: str, group_index: int | None = None
+) -> dict[int, float]:
     """size -> median seconds of the slowest group (a ring is as fast as its slowest member)."""
     seconds_by_size: dict[int, float] = {}
     for row in rows:
-        if (row.op, row.link, row.mode) == (op, link, mode) and group_index in (None, row.group_index):
-            seconds_by_size[row.size_bytes] = max(seconds_by_size.get(row.size_bytes, 0.0), row.median_seconds)
+        if (row.op, row.link, row.mode) == (op, link, mode) and group_index in (
+            None,
+            row.group_index,
+        ):
+            seconds_by_size[row.size_bytes] = max(
+                seconds_by_size.get(row.size_bytes, 0.0), row.median_seconds
+            )
     return dict(sorted(seconds_by_size.items()))
 
 
@@ -72,7 +91,10 @@ def fit_all(rows: list[ResultRow]) -> dict[str, tuple[int, AlphaBetaFit]]:
     for op, link, mode, num_ranks in series_keys(rows):
         points = curve(rows, op, link, mode)
         if len(points) >= 2:
-            fits[fit_name(op, link, mode)] = (num_ranks, fit_alpha_beta(op, num_ranks, list(points), list(points.values())))
+            fits[fit_name(op, link, mode)] = (
+                num_ranks,
+                fit_alpha_beta(op, num_ranks, list(points), list(points.values())),
+            )
     return fits
 
 
@@ -82,7 +104,9 @@ def outlier_flags(rows: list[ResultRow], hostnames: list[str], nodes: list[list[
     for op, link, mode, num_ranks in series_keys(rows):
         if not (op == SEND_RECV or (op == ALL_REDUCE and link == "intra_node")):
             continue
-        ranks_by_group = {r.group_index: r.ranks for r in rows if (r.op, r.link, r.mode) == (op, link, mode)}
+        ranks_by_group = {
+            r.group_index: r.ranks for r in rows if (r.op, r.link, r.mode) == (op, link, mode)
+        }
         bandwidth_by_group = {}
         for group_index in ranks_by_group:
             points = curve(rows, op, link, mode, group_index)
@@ -92,7 +116,9 @@ def outlier_flags(rows: list[ResultRow], hostnames: list[str], nodes: list[list[
         for group_index in slow_outliers(bandwidth_by_group):
             ranks = ranks_by_group[group_index]
             where = sorted({hostnames[i] for i, node in enumerate(nodes) if set(node) & set(ranks)})
-            flags.append(f"slow {link} {op}: ranks {ranks} on {', '.join(where)} below 70% of the median of their peers")
+            flags.append(
+                f"slow {link} {op}: ranks {ranks} on {', '.join(where)} below 70% of the median of their peers"
+            )
     return flags
 
 
@@ -102,9 +128,12 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
 
 def fits_section(fits: dict[str, tuple[int, AlphaBetaFit]]) -> dict:
     return {
-        name: {"num_ranks": num_ranks, "alpha_seconds": rounded(fit.alpha_seconds),
-               "bandwidth_bytes_per_s": rounded(fit.bandwidth_bytes_per_s),
-               "rms_relative_residual": rounded(fit.rms_relative_residual, 3)}
+        name: {
+            "num_ranks": num_ranks,
+            "alpha_seconds": rounded(fit.alpha_seconds),
+            "bandwidth_bytes_per_s": rounded(fit.bandwidth_bytes_per_s),
+            "rms_relative_residual": rounded(fit.rms_relative_residual, 3),
+        }
         for name, (num_ranks, fit) in fits.items()
     }
 
@@ -117,11 +146,20 @@ def curves_section(rows: list[ResultRow]) -> list[dict]:
         if op != ALL_REDUCE or (mode == ONE_RANK_PER_NODE and (link, ALL_RANKS) in modes):
             continue
         points = curve(rows, op, link, mode)
-        curves.append({"link": link, "num_ranks": num_ranks, "mode": mode, "sizes_bytes": list(points),
-                       "median_seconds": [rounded(s) for s in points.values()]})
+        curves.append(
+            {
+                "link": link,
+                "num_ranks": num_ranks,
+                "mode": mode,
+                "sizes_bytes": list(points),
+                "median_seconds": [rounded(s) for s in points.values()],
+            }
+        )
     return curves
 
 
 def results_section(rows: list[ResultRow]) -> list[dict]:
-    return [{k: rounded(v) if isinstance(v, float) else v for k, v in asdict(row).items()} for row in rows]
-
+    return [
+        {k: rounded(v) if isinstance(v, float) else v for k, v in asdict(row).items()}
+        for row in rows
+    ]

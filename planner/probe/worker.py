@@ -17,7 +17,9 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy is fine here
+warnings.filterwarnings(
+    "ignore", message="Failed to initialize NumPy"
+)  # torch without numpy is fine here
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -63,7 +65,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--node-id-from", choices=["group-rank", "hostname"], default="group-rank")
-    parser.add_argument("--skip-compute", action="store_true", help="skip the CUDA matmul/HBM measurements")
+    parser.add_argument(
+        "--skip-compute", action="store_true", help="skip the CUDA matmul/HBM measurements"
+    )
     return parser.parse_args(argv)
 
 
@@ -78,7 +82,10 @@ def all_gather_json(value, device: torch.device) -> list:
     padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     everyone = [torch.empty_like(padded) for _ in lengths]
     dist.all_gather(everyone, padded)
-    return [json.loads(bytes(t[: int(n.item())].tolist())) for t, n in zip(everyone, lengths)]
+    return [
+        json.loads(bytes(t[: int(n.item())].tolist()))
+        for t, n in zip(everyone, lengths, strict=True)
+    ]
 
 
 def node_identity(node_id_from: str) -> str:
@@ -90,7 +97,12 @@ def node_identity(node_id_from: str) -> str:
 
 def discover_nodes(node_id_from: str, device: torch.device) -> tuple[list[list[int]], list[str]]:
     """Global ranks per node (nodes ordered by their lowest rank, ranks by local rank) and hostnames."""
-    mine = (node_identity(node_id_from), int(os.environ["LOCAL_RANK"]), dist.get_rank(), socket.gethostname())
+    mine = (
+        node_identity(node_id_from),
+        int(os.environ["LOCAL_RANK"]),
+        dist.get_rank(),
+        socket.gethostname(),
+    )
     everyone = all_gather_json(mine, device)
     by_node: dict[str, list[tuple[int, int]]] = {}
     hostname_by_node: dict[str, str] = {}
@@ -117,7 +129,9 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
         phases.append(Phase(SEND_RECV, INTRA_NODE, ALL_RANKS, pairs))
     if num_nodes >= 2:
         inter = [new([node[j] for node in nodes]) for j in range(local_size)]
-        phases.append(Phase(ALL_REDUCE, INTER_NODE, ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE, inter))
+        phases.append(
+            Phase(ALL_REDUCE, INTER_NODE, ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE, inter)
+        )
         if local_size > 1:
             phases.append(Phase(ALL_REDUCE, INTER_NODE, ONE_RANK_PER_NODE, inter[:1]))
         mode = ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE
@@ -126,7 +140,9 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
         pairs = [new([nodes[i][0], nodes[i + 1][0]]) for i in range(0, num_nodes - 1, 2)]
         phases.append(Phase(SEND_RECV, INTER_NODE, ONE_RANK_PER_NODE, pairs))
     if num_nodes >= 2 and local_size >= 2:
-        phases.append(Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)]))
+        phases.append(
+            Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)])
+        )
     return phases
 
 
@@ -140,7 +156,9 @@ class Progress:
             print(f"{PROGRESS_PREFIX} {self.done_steps} {self.total_steps} {label}", flush=True)
 
 
-def run_phase(phase: Phase, phase_index: int, sizes_bytes: list[int], args, device, progress) -> list[dict]:
+def run_phase(
+    phase: Phase, phase_index: int, sizes_bytes: list[int], args, device, progress
+) -> list[dict]:
     """This rank's timings for every size of one phase (empty if it is not a participant)."""
     rows = []
     world_sync = measure.group_sync(None, device)
@@ -148,12 +166,21 @@ def run_phase(phase: Phase, phase_index: int, sizes_bytes: list[int], args, devi
     everyone_in = len(phase.participants) == dist.get_world_size()
     for size_bytes in sizes_bytes:
         for group_index, group in mine:
-            step, seconds_factor = measure.collective_step(phase.op, group.handle, group.ranks, size_bytes, device)
+            step, seconds_factor = measure.collective_step(
+                phase.op, group.handle, group.ranks, size_bytes, device
+            )
             sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
-            seconds = measure.time_repeats(step, sync, device, args.warmup, args.iterations, args.repeats)
+            seconds = measure.time_repeats(
+                step, sync, device, args.warmup, args.iterations, args.repeats
+            )
             rows.append(
-                dict(phase=phase_index, group=group_index, size_bytes=size_bytes, rank=dist.get_rank(),
-                     repeat_seconds=[s * seconds_factor for s in seconds])
+                dict(
+                    phase=phase_index,
+                    group=group_index,
+                    size_bytes=size_bytes,
+                    rank=dist.get_rank(),
+                    repeat_seconds=[s * seconds_factor for s in seconds],
+                )
             )
         progress.step(f"{phase.link} {phase.op} {size_bytes} B")
     world_sync()
@@ -180,7 +207,11 @@ def setup(args) -> tuple[str, torch.device, bool]:
     backend = args.backend if args.backend != "auto" else ("nccl" if has_cuda else "gloo")
     if has_cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    comm_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    comm_device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if backend == "nccl"
+        else torch.device("cpu")
+    )
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
     return backend, comm_device, has_cuda
 
@@ -210,15 +241,31 @@ def main(argv: list[str] | None = None) -> None:
         rows += run_phase(phase, phase_index, sizes_bytes, args, comm_device, progress)
     gathered = all_gather_json((rows, compute), comm_device)
     if dist.get_rank() == 0:
-        write_json_atomically(args.result_path, dict(
-            backend=backend, device=comm_device.type, torch_version=torch.__version__.split("+")[0],
-            nccl_version=".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None,
-            world_size=dist.get_world_size(), nodes=nodes, hostnames=hostnames, node_id_from=args.node_id_from,
-            sizes_bytes=sizes_bytes, warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
-            phases=[dict(op=p.op, link=p.link, mode=p.mode, groups=[g.ranks for g in p.groups]) for p in phases],
-            rows=[row for rank_rows, _ in gathered for row in rank_rows],
-            compute=[c for _, rank_compute in gathered for c in rank_compute],
-        ))
+        write_json_atomically(
+            args.result_path,
+            dict(
+                backend=backend,
+                device=comm_device.type,
+                torch_version=torch.__version__.split("+")[0],
+                nccl_version=".".join(map(str, torch.cuda.nccl.version()))
+                if backend == "nccl"
+                else None,
+                world_size=dist.get_world_size(),
+                nodes=nodes,
+                hostnames=hostnames,
+                node_id_from=args.node_id_from,
+                sizes_bytes=sizes_bytes,
+                warmup=args.warmup,
+                iterations=args.iterations,
+                repeats=args.repeats,
+                phases=[
+                    dict(op=p.op, link=p.link, mode=p.mode, groups=[g.ranks for g in p.groups])
+                    for p in phases
+                ],
+                rows=[row for rank_rows, _ in gathered for row in rank_rows],
+                compute=[c for _, rank_compute in gathered for c in rank_compute],
+            ),
+        )
     dist.destroy_process_group()
 
 
