@@ -1,0 +1,70 @@
+"""Every efficiency and overhead constant of the cost model, named, with its source.
+
+Nothing else in the planner holds a tuned number. Where a GPU's catalog entry or a
+probe measurement gives a figure, that figure wins over these defaults.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner import units
+
+# ---------------------------------------------------------------- shared (serve and train)
+
+DEFAULT_MATMUL_FRACTION_OF_PEAK = 0.75
+"""Used when the catalog has no measured "maximum achievable matmul" for a GPU:
+between MI300X's 51% and A100's 87% of the dense peak (stas00 ml-engineering,
+../shared/reference/hardware.md); H100 SXM measures 80%, B200 78%, GB200 73%."""
+
+
+def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s: float | None) -> float:
+    """The measured maximum achievable matmul when known, else the default fraction of peak."""
+    if measured_flops_per_s is not None:
+        return measured_flops_per_s
+    return DEFAULT_MATMUL_FRACTION_OF_PEAK * peak_flops_per_s
+
+
+# ---------------------------------------------------------------- serving (vLLM)
+
+DECODE_HBM_UTILIZATION_MAX = 0.80
+"""Share of datasheet HBM bandwidth a decode step achieves with few GPUs per TP group:
+gpt-fast reports 67-87% of the practical peak for 70B on A100 going from TP 8 to TP 2;
+Databricks measured 55-60% MBU for 70B at batch 1 on 2-4 GPUs (physics.md, Serving)."""
+DECODE_HBM_UTILIZATION_DROP_PER_TP_DOUBLING = 0.07
+"""More TP means smaller per-GPU reads and more kernel/launch overhead per byte: the
+gpt-fast series falls about 0.07 per doubling of TP beyond 2 (87% -> 67% over two doublings
+relative to practical peak, here applied to datasheet peak)."""
+DECODE_HBM_UTILIZATION_MIN = 0.40
+
+
+def decode_hbm_utilization(tp: int) -> float:
+    """0.80 for tp <= 2, minus 0.07 per further doubling of tp, floored at 0.40."""
+    doublings_beyond_two = max(0.0, math.log2(tp) - 1.0)
+    utilization = DECODE_HBM_UTILIZATION_MAX - DECODE_HBM_UTILIZATION_DROP_PER_TP_DOUBLING * doublings_beyond_two
+    return max(DECODE_HBM_UTILIZATION_MIN, utilization)
+
+
+PREFILL_MATMUL_UTILIZATION = 0.85
+"""Share of the achievable matmul rate a prefill sustains once attention kernels, norms,
+rotary embeddings and sampling are counted (compute-bound prefill; physics.md, Serving)."""
+DECODE_MATMUL_UTILIZATION = 0.60
+"""Decode matmuls are skinny (batch rows): even when compute-bound they reach well below
+the square-matmul rate; used only when a large batch makes decode compute-bound."""
+
+CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
+"""CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""
+NCCL_BUFFER_BYTES_TWO_GPUS = 544 * units.BYTES_PER_GB // 1000
+"""NCCL buffers reported by vLLM for a 2-GPU communicator (physics.md, Serving)."""
+NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_GB // 1000
+"""NCCL buffers reported by vLLM for communicators of more than 2 GPUs."""
+CUDA_GRAPH_BYTES = 1 * units.BYTES_PER_GIB
+"""CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (physics.md)."""
+KV_BLOCK_SIZE_TOKENS = 16
+"""vLLM allocates the KV cache in blocks of 16 tokens on CUDA."""
+PIPELINE_HOP_EXTRA_SECONDS = 20e-6
+"""Per pipeline hop at decode: scheduling and (de)serialising intermediate tensors
+between vLLM's stage workers, on top of the link's alpha + S/beta."""
+
+# ---------------------------------------------------------------- training (Megatron-LM)
+# Owned by the training planner; see planner/train.py.
