@@ -1,0 +1,348 @@
+"""`plan probe`: start torchrun on this node (or print the command for every node).
+
+Torch is never imported at module import time: the package must load, and
+say how to install torch, on machines without it. The core CLI calls
+``register(app)``; ``run_probe(options)`` is the typer-independent entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner import units
+from planner.probe.runner import ProbeError, run_with_progress
+
+INSTALL_HINT = "pip install 'parallel-planner[probe]'"
+WORKER_MODULE = "planner.probe.worker"
+
+
+@dataclass(frozen=True)
+class SweepDefaults:
+    min_bytes: int
+    max_bytes: int
+    warmup: int
+    iterations: int
+    repeats: int
+
+
+# CPU sweeps stop at 4 MiB so the default two-process gloo run takes seconds, not minutes.
+CPU_SWEEP = SweepDefaults(8, 4 * units.BYTES_PER_MIB, 2, 5, 5)
+GPU_SWEEP = SweepDefaults(8, 512 * units.BYTES_PER_MIB, 5, 20, 5)
+CPU_NPROC_PER_NODE = 2
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """Everything `plan probe` takes; None means "detect on this node"."""
+
+    nproc_per_node: int | None = None
+    """Ranks on this node; default: visible GPUs, or 2 on CPU."""
+    nnodes: int = 1
+    """Nodes; above 1 needs --rdzv-endpoint (c10d) or --master-addr (static)."""
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the c10d rendezvous (node order follows arrival)."""
+    rdzv_id: str = "plan-probe"
+    rdzv_conf: str | None = None
+    """Passed to torchrun, e.g. join_timeout=900."""
+    local_addr: str | None = None
+    """This node's address as the others should reach it (torchrun --local-addr)."""
+    master_addr: str | None = None
+    """Static rendezvous instead of c10d: node 0's address (needs --node-rank)."""
+    master_port: int = 29500
+    node_rank: int | None = None
+    """Static rendezvous only; c10d ignores it."""
+    run: bool = False
+    """With --nnodes > 1: run this node's command instead of printing every node's."""
+    backend: str = "auto"
+    """auto (nccl on CUDA, gloo on CPU), nccl or gloo."""
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    step_factor: int = 4
+    """Sizes grow by this factor from min to max bytes."""
+    warmup: int | None = None
+    iterations: int | None = None
+    """Ops per timed repeat."""
+    repeats: int | None = None
+    """Timed repeats; the median is reported."""
+    timeout_s: float = 600.0
+    """Whole run, rendezvous included; a hung or dead rank ends it with an error."""
+    node_id_from: str = "group-rank"
+    """How ranks are grouped into nodes: torchrun's GROUP_RANK or the hostname."""
+    out: Path | None = None
+    merge_into: Path | None = None
+    json_output: bool = False
+    gpu: str | None = None
+    """Catalog GPU name; default detected on CUDA, A100-SXM4-80GB on CPU (flagged)."""
+    intra_kind: str | None = None
+    inter_kind: str | None = None
+    name: str | None = None
+    skip_compute: bool = False
+    verbose: bool = False
+
+
+def require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise ProbeError(f"plan probe needs torch, which is not installed: {INSTALL_HINT}")
+
+
+def visible_gpu_count() -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch  # deferred: only when the user asked to run and gave no --nproc-per-node
+
+    return torch.cuda.device_count()
+
+
+def validate(options: ProbeOptions) -> None:
+    if options.nnodes < 1 or (options.nproc_per_node is not None and options.nproc_per_node < 1):
+        raise ProbeError("--nnodes and --nproc-per-node must be at least 1")
+    if options.nnodes > 1 and not (options.rdzv_endpoint or options.master_addr):
+        raise ProbeError(
+            "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-addr for a static rendezvous)"
+        )
+    if options.rdzv_endpoint and options.master_addr:
+        raise ProbeError("give either --rdzv-endpoint or --master-addr, not both")
+    if options.master_addr and options.run and options.node_rank is None:
+        raise ProbeError("a static rendezvous (--master-addr) needs --node-rank on every node")
+    if (
+        options.min_bytes is not None
+        and options.max_bytes is not None
+        and options.min_bytes > options.max_bytes
+    ):
+        raise ProbeError("--min-bytes must not exceed --max-bytes")
+    for flag, value in (
+        ("--warmup", options.warmup),
+        ("--iterations", options.iterations),
+        ("--repeats", options.repeats),
+    ):
+        if value is not None and value < (0 if flag == "--warmup" else 1):
+            raise ProbeError(f"{flag} is too small: {value}")
+    if options.step_factor < 2 or options.timeout_s <= 0:
+        raise ProbeError("--step-factor must be at least 2 and --timeout positive")
+    if options.merge_into is not None and not options.merge_into.is_file():
+        raise ProbeError(f"--merge-into {options.merge_into}: no such file")
+    for path in (options.out, options.merge_into):
+        if path is not None and not path.resolve().parent.is_dir():
+            raise ProbeError(f"{path}: directory does not exist")
+
+
+def rendezvous_args(options: ProbeOptions, node_rank: int | None) -> list[str]:
+    if options.nnodes == 1 and not (options.rdzv_endpoint or options.master_addr):
+        return ["--standalone"]
+    if options.master_addr:
+        args = [
+            "--nnodes",
+            str(options.nnodes),
+            "--node-rank",
+            str(node_rank),
+            "--master-addr",
+            options.master_addr,
+            "--master-port",
+            str(options.master_port),
+        ]
+    else:
+        args = [
+            "--nnodes",
+            str(options.nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            options.rdzv_endpoint,
+            "--rdzv-id",
+            options.rdzv_id,
+        ]
+    if options.rdzv_conf:
+        args += ["--rdzv-conf", options.rdzv_conf]
+    if options.local_addr:
+        args += ["--local-addr", options.local_addr]
+    return args
+
+
+def torchrun_argv(
+    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, result_path: str
+) -> list[str]:
+    """The exact torchrun command line for this node (an argv list, shown with shlex.join)."""
+    worker_args = [
+        "--result-path",
+        result_path,
+        "--backend",
+        options.backend,
+        "--min-bytes",
+        str(sweep.min_bytes),
+        "--max-bytes",
+        str(sweep.max_bytes),
+        "--step-factor",
+        str(options.step_factor),
+        "--warmup",
+        str(sweep.warmup),
+        "--iterations",
+        str(sweep.iterations),
+        "--repeats",
+        str(sweep.repeats),
+        "--timeout-s",
+        str(options.timeout_s),
+        "--node-id-from",
+        options.node_id_from,
+    ]
+    if options.skip_compute:
+        worker_args.append("--skip-compute")
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *rendezvous_args(options, options.node_rank),
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "--max-restarts",
+        "0",
+        "-m",
+        WORKER_MODULE,
+        *worker_args,
+    ]
+
+
+def resolved_sweep(options: ProbeOptions, on_gpu: bool) -> SweepDefaults:
+    base = GPU_SWEEP if on_gpu else CPU_SWEEP
+    chosen = {f.name: getattr(options, f.name) for f in dataclasses.fields(SweepDefaults)}
+    return dataclasses.replace(base, **{k: v for k, v in chosen.items() if v is not None})
+
+
+CLI_FLAG_OVERRIDES = {"json_output": "--json", "timeout_s": "--timeout"}
+
+
+def plan_probe_argv(options: ProbeOptions, node_rank: int | None) -> list[str]:
+    """`plan probe ... --run` as one node should type it: the non-default options only."""
+    argv = ["plan", "probe"]
+    defaults = ProbeOptions()
+    for field in dataclasses.fields(ProbeOptions):
+        value = node_rank if field.name == "node_rank" else getattr(options, field.name)
+        if field.name == "run" or value == getattr(defaults, field.name):
+            continue
+        flag = CLI_FLAG_OVERRIDES.get(field.name, "--" + field.name.replace("_", "-"))
+        argv += [flag] if value is True else [flag, str(value)]
+    return [*argv, "--run"]
+
+
+def print_node_commands(options: ProbeOptions) -> None:
+    static = options.master_addr is not None
+    print(
+        f"Run on each of the {options.nnodes} nodes ({'static rendezvous' if static else 'c10d: node order follows arrival'}):"
+    )
+    for node_rank in range(options.nnodes):
+        print(
+            f"  node {node_rank}: {shlex.join(plan_probe_argv(options, node_rank if static else None))}"
+        )
+    sweep = resolved_sweep(options, on_gpu=options.backend != "gloo")
+    nproc = options.nproc_per_node or "<GPUs on the node>"
+    example = torchrun_argv(options, nproc, sweep, "<temp result file>")  # type: ignore[arg-type]
+    print(f"Each runs: {shlex.join(['python', *example[1:]])}")
+    print(
+        "The node that gets rank 0 writes --out / --merge-into; set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME if the "
+        "hostname resolves to the wrong interface (docs/probe.md)."
+    )
+
+
+def run_probe(options: ProbeOptions) -> int:
+    """Run `plan probe`; user-caused failures print one line on stderr and return 2."""
+    try:
+        return _run_probe(options)
+    except ProbeError as error:
+        print(f"plan probe: {error}".replace("\n", " "), file=sys.stderr)
+        return 2
+
+
+def _run_probe(options: ProbeOptions) -> int:
+    validate(options)
+    if options.nnodes > 1 and not options.run:
+        print_node_commands(options)
+        return 0
+    require_torch()
+    skip_detection = options.backend == "gloo" and options.nproc_per_node is not None
+    num_gpus = 0 if skip_detection else visible_gpu_count()
+    on_gpu = num_gpus > 0 and options.backend != "gloo"
+    if options.backend == "nccl" and num_gpus == 0:
+        raise ProbeError("--backend nccl needs CUDA GPUs and none are visible")
+    nproc_per_node = options.nproc_per_node or num_gpus or CPU_NPROC_PER_NODE
+    declared = _read_declared(options)
+    with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
+        result_path = os.path.join(directory, "result.json")
+        argv = torchrun_argv(options, nproc_per_node, resolved_sweep(options, on_gpu), result_path)
+        if options.verbose:
+            print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
+        _execute(argv, options)
+        if not os.path.exists(result_path):
+            print(
+                "plan probe: this node's ranks finished; the node that got rank 0 writes the results"
+            )
+            return 0
+        with open(result_path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    return _report(raw, options, declared)
+
+
+def _read_declared(options: ProbeOptions) -> dict | None:
+    from planner.probe.profile import read_profile
+
+    if options.merge_into is None:
+        return None
+    try:
+        return read_profile(options.merge_into)
+    except ValueError as error:
+        raise ProbeError(str(error)) from None
+
+
+def _execute(argv: list[str], options: ProbeOptions) -> None:
+    from planner.probe.report import progress_display
+
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    echo = (lambda line: print(line, end="", file=sys.stderr)) if options.verbose else None
+    with progress_display() as on_progress:
+        run_with_progress(argv, env, options.timeout_s, on_progress, echo)
+
+
+def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
+    from planner.probe import profile, report, results
+
+    rows = results.summarize_rows(raw)
+    fits = results.fit_all(rows)
+    choices = profile.ProfileChoices(
+        options.name, options.gpu, options.intra_kind, options.inter_kind
+    )
+    document = profile.build_profile(raw, rows, fits, choices, declared)
+    if options.merge_into is not None:
+        document, _ = profile.merge_profile(declared or {}, document)
+        document["measured"]["flags"].append(
+            "merged by plan probe: YAML comments of the original are not kept"
+        )
+    for path in (options.out, options.merge_into):
+        if path is not None:
+            profile.atomic_write_text(path, profile.dump_yaml(document))
+    if options.json_output:
+        print(
+            json.dumps(
+                {"raw": raw, "fits": results.fits_section(fits), "profile": document}, indent=1
+            )
+        )
+    else:
+        report.print_report(rows, fits, document)
+    return 0
+
+
+def register(app) -> None:
+    """Add the `probe` command to the core's typer app (`planner.probe.command` holds its flags)."""
+    from planner.probe.command import add_probe_command
+
+    add_probe_command(app)
