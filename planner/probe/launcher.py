@@ -322,14 +322,14 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
         options.name, options.gpu, options.intra_kind, options.inter_kind
     )
     document = profile.build_profile(raw, rows, fits, choices, declared)
+    if options.out is not None:
+        profile.atomic_write_text(options.out, profile.dump_yaml(document))
     if options.merge_into is not None:
-        document, _ = profile.merge_profile(declared or {}, document)
-        document["measured"]["flags"].append(
+        merged, _ = profile.merge_profile(declared or {}, document)
+        merged["measured"]["flags"].append(
             "merged by plan probe: YAML comments of the original are not kept"
         )
-    for path in (options.out, options.merge_into):
-        if path is not None:
-            profile.atomic_write_text(path, profile.dump_yaml(document))
+        profile.atomic_write_text(options.merge_into, profile.dump_yaml(merged))
     if options.json_output:
         print(
             json.dumps(

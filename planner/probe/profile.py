@@ -16,6 +16,7 @@ The link latency is the alpha of the all-reduce fit (per ring step).
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import re
@@ -321,7 +322,7 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
             if kept_kind:
                 updated["kind"] = kept_kind
             merged[link] = updated
-    merged["measured"] = measured["measured"]
+    merged["measured"] = copy.deepcopy(measured["measured"])
     merged["measured"]["flags"] = merged["measured"]["flags"] + warnings
     return merged, warnings
 

@@ -99,12 +99,10 @@ def failure_summary(lines: list[str], return_code: int) -> str:
     signal_line = re.search(r"Signal \d+ \((\w+)\)", root)
     errors = re.findall(r"^\s*(\w+(?:Error|Exception|Timeout)\b:.*)$", text, re.MULTILINE)
     if rank and exitcode:
-        reason = (
-            signal_line.group(1)
-            if signal_line
-            else (errors[-1].strip() if errors else f"exit code {exitcode.group(1)}")
-        )
         where = f" on {host.group(1)}" if host else ""
+        if signal_line:
+            return f"rank {rank.group(1)}{where} died of {signal_line.group(1)}"
+        reason = errors[-1].strip() if errors else f"exit code {exitcode.group(1)}"
         return f"rank {rank.group(1)}{where} failed: {reason}"[:400]
     if errors:
         return errors[-1].strip()[:400]

@@ -1,0 +1,61 @@
+"""Helpers for the probe tests: run `python -m planner.probe probe ...` as a subprocess."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Tiny sweeps: the point is the plumbing, not the numbers.
+TINY_SWEEP = [
+    "--backend",
+    "gloo",
+    "--min-bytes",
+    "8",
+    "--max-bytes",
+    "65536",
+    "--step-factor",
+    "8",
+    "--warmup",
+    "1",
+    "--iterations",
+    "2",
+    "--repeats",
+    "3",
+]
+
+
+def probe_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def probe_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "planner.probe", "probe", *args]
+
+
+def run_probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        probe_argv(*args),
+        env=probe_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def needs_torch():
+    pytest.importorskip("torch")

@@ -1,0 +1,87 @@
+"""The alpha-beta fit on synthetic sweeps with known alpha and beta (no torch)."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.probe.fit import exceeds_spec, fit_alpha_beta, ring_coefficients, slow_outliers
+from planner.probe.sweep import busbw_factor, size_sweep, summarize
+
+SIZES_BYTES = size_sweep(8, 256 * 2**20, 4)
+
+
+def synthetic_seconds(op, num_ranks, alpha_seconds, bandwidth_bytes_per_s, noise_fraction, seed=0):
+    """T = steps * alpha + factor * S / beta, times (1 + uniform noise)."""
+    rng = random.Random(seed)
+    steps, factor = ring_coefficients(op, num_ranks)
+    return [
+        (steps * alpha_seconds + factor * s / bandwidth_bytes_per_s)
+        * (1 + rng.uniform(-noise_fraction, noise_fraction))
+        for s in SIZES_BYTES
+    ]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "send_recv"])
+@pytest.mark.parametrize("num_ranks", [2, 8])
+def test_recovers_alpha_and_beta_within_5_percent(op, num_ranks):
+    # NVLink-like: 6 us per step, 150 GB/s per rank; 2% multiplicative noise.
+    seconds = synthetic_seconds(op, num_ranks, 6e-6, 150e9, 0.02)
+    fit = fit_alpha_beta(op, num_ranks, SIZES_BYTES, seconds)
+    assert fit.alpha_seconds == pytest.approx(6e-6, rel=0.05)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(150e9, rel=0.05)
+    assert fit.rms_relative_residual < 0.03
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    alpha_us=st.floats(0.5, 500.0),
+    bandwidth_gb_per_s=st.floats(0.1, 1000.0),
+    num_ranks=st.integers(2, 64),
+)
+def test_exact_data_is_recovered(alpha_us, bandwidth_gb_per_s, num_ranks):
+    seconds = synthetic_seconds(
+        "all_reduce", num_ranks, alpha_us * 1e-6, bandwidth_gb_per_s * 1e9, 0.0
+    )
+    fit = fit_alpha_beta("all_reduce", num_ranks, SIZES_BYTES, seconds)
+    assert fit.alpha_seconds == pytest.approx(alpha_us * 1e-6, rel=1e-6)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(bandwidth_gb_per_s * 1e9, rel=1e-6)
+
+
+def test_latency_only_sweep_has_no_bandwidth():
+    fit = fit_alpha_beta("send_recv", 2, [8, 16, 32], [1e-5, 1e-5, 1e-5])
+    assert fit.bandwidth_bytes_per_s is None
+    assert fit.alpha_seconds == pytest.approx(1e-5)
+
+
+def test_fit_needs_two_sizes():
+    with pytest.raises(ValueError):
+        fit_alpha_beta("all_reduce", 2, [8, 8], [1e-5, 1e-5])
+
+
+def test_busbw_factors_follow_nccl_tests():
+    assert busbw_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert busbw_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert busbw_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
+    assert busbw_factor("send_recv", 2) == 1.0
+    # 1 MB all-reduce over 8 ranks in 10 us: algbw 100 GB/s, busbw 175 GB/s.
+    summary = summarize("all_reduce", 8, 10**6, [1e-5, 2e-5, 1e-5])
+    assert summary.algbw_bytes_per_s == pytest.approx(1e11)
+    assert summary.busbw_bytes_per_s == pytest.approx(1.75e11)
+    assert summary.spread_fraction == pytest.approx(1.0)
+
+
+def test_size_sweep_ends_at_max():
+    assert size_sweep(8, 100, 4) == [8, 32, 100]
+    with pytest.raises(ValueError):
+        size_sweep(64, 8, 4)
+
+
+def test_slow_node_and_above_spec_are_flagged():
+    assert slow_outliers({"node0": 100.0, "node1": 98.0, "node2": 40.0, "node3": 101.0}) == [
+        "node2"
+    ]
+    assert slow_outliers({"pair0": 100.0, "pair1": 95.0}) == []
+    assert exceeds_spec(482e9, 300e9)  # NVLS busbw above an NVLink-3 spec
+    assert not exceeds_spec(235e9, 300e9)
