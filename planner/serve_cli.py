@@ -1,15 +1,52 @@
-"""Serving entry for the CLI (placeholder until the serving planner lands: summary only)."""
+"""Serving entry for the CLI: plan, pick the launch commands, render. Exit 1 if nothing fits."""
 
 from __future__ import annotations
 
-from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console
+from planner.emit.command import MODEL_PLACEHOLDER, Step
+from planner.emit.sglang import sglang_steps
+from planner.emit.vllm import VllmArgs, vllm_steps
 from planner.requests import ServeRequest
+from planner.search import ServePlan, plan_serving
+from planner.serve import ServeEstimate
 from planner.specs import ClusterSpec, ModelSpec
 
 
-def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, **_: object) -> int:
-    out = console()
-    out.print(describe_model(model))
-    out.print(describe_cluster(cluster))
-    return 0
+def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> VllmArgs:
+    return VllmArgs(
+        model=model_arg,
+        tp=result.layout.tp,
+        pp=result.layout.pp,
+        dp=result.layout.dp,
+        gpus_per_node=plan.cluster.gpus_per_node,
+        gpu_memory_utilization=plan.request.gpu_memory_utilization,
+        max_model_len=result.max_model_len,
+        max_num_seqs=result.batch,
+        quantization=plan.model.quantization,
+        kv_cache_dtype=plan.request.kv_cache_dtype,
+        dtype=plan.model.dtype,
+    )
+
+
+def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> list[Step]:
+    args = engine_args(plan, result, model_arg)
+    if engine == "sglang":
+        return sglang_steps(args)
+    if engine == "vllm-ray":
+        return vllm_steps(args, backend="ray")
+    if engine == "vllm":
+        return vllm_steps(args)
+    return []
+
+
+def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
+              top: int, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
+    from planner.render.serve import print_plan_json, render_plan
+
+    plan = plan_serving(model, cluster, request)
+    engine = "vllm" if emit == "megatron" else emit
+    if json_output:
+        print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model))
+    else:
+        steps = [] if plan.recommended is None else launch_steps(plan, plan.recommended, engine, served_model)
+        render_plan(plan, steps, engine, top, show_rejected)
+    return 0 if plan.recommended is not None else 1

@@ -1,0 +1,200 @@
+"""Serving plan output: the ranked table, the reasoning, the launch command, JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from planner.emit.command import Step
+from planner.render.catalog import describe_cluster, describe_model
+from planner.render.common import console, count, gib, ms, print_json, us
+from planner.search import ServePlan
+from planner.serve import Rejected, ServeEstimate
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    get: Callable[[ServeEstimate, int, ServePlan], str]
+    justify: str = "right"
+
+
+def _link(r: ServeEstimate) -> str:
+    link = r.placement.tp_link
+    if link is None:
+        return "-"
+    return f"{us(r.tp_allreduce_seconds_per_layer)} {link.kind}" + (" (measured)" if r.allreduce_source == "measured" else "")
+
+
+def _memory(r: ServeEstimate) -> str:
+    s = r.stages[r.worst_stage]
+    return f"{gib(s.weights_bytes)} W + {gib(s.kv_cache_bytes)} KV / {gib(s.budget_bytes)}"
+
+
+def _notes(r: ServeEstimate, plan: ServePlan) -> str:
+    marks = ["pareto"] if r.layout in plan.pareto else []
+    if r.placement.tp_crosses_node:
+        marks.append("TP crosses nodes")
+    if any(n.startswith("KV-starved") for n in r.notes):
+        marks.append("KV-starved")
+    if r.placement.num_pp_boundaries_crossing_nodes:
+        marks.append(f"PP over {r.placement.pp_link.kind}")
+    return ", ".join(marks)
+
+
+COLUMNS = (
+    Column("#", lambda r, i, p: str(i + 1)),
+    Column("tp", lambda r, i, p: str(r.layout.tp)),
+    Column("pp", lambda r, i, p: str(r.layout.pp)),
+    Column("dp", lambda r, i, p: str(r.layout.dp)),
+    Column("memory/GPU (worst stage)", lambda r, i, p: _memory(r)),
+    Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
+    Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
+    Column("batch", lambda r, i, p: str(r.batch)),
+    Column("TTFT", lambda r, i, p: ms(r.ttft_seconds)),
+    Column("TPOT", lambda r, i, p: ms(r.tpot_seconds)),
+    Column("tok/s", lambda r, i, p: count(r.throughput_tokens_per_second)),
+    Column("all-reduce/layer", lambda r, i, p: _link(r)),
+    Column("bubble", lambda r, i, p: f"{r.bubble_fraction:.0%}"),
+    Column("notes", lambda r, i, p: _notes(r, p), "left"),
+)
+
+
+def render_table(plan: ServePlan, top: int) -> Table:
+    table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
+                        f"{len(plan.layouts) + len(plan.rejected)}, ranked by {plan.request.objective})")
+    for column in COLUMNS:
+        table.add_column(column.header, justify=column.justify)
+    for index, result in enumerate(plan.layouts[:top]):
+        table.add_row(*(column.get(result, index, plan) for column in COLUMNS))
+    return table
+
+
+def summary_lines(plan: ServePlan) -> list[str]:
+    best = plan.recommended
+    assert best is not None
+    fastest = min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp))
+    most = max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp))
+    why = (f"highest throughput, {count(best.throughput_tokens_per_second)} output tok/s at "
+           f"{best.batch} concurrent sequences per replica"
+           if plan.request.objective == "throughput"
+           else f"lowest TPOT, {ms(best.tpot_seconds)} at {best.batch} concurrent sequence(s) per replica")
+    lines = [
+        f"Recommended: {best.layout} ({why}; decode is {best.decode_bound}-bound; "
+        f"TTFT {ms(best.ttft_seconds)}, TPOT {ms(best.tpot_seconds)}).",
+        f"Fastest per token: {fastest.layout} ({ms(fastest.tpot_seconds)} TPOT). "
+        f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s).",
+        _placement_line(best),
+    ]
+    lines += [f"Note: {note}" for note in best.notes]
+    if plan.rejected:
+        lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
+    return lines
+
+
+def _placement_line(r: ServeEstimate) -> str:
+    p = r.placement
+    tp = "no TP" if p.tp_link is None else (
+        f"TP all-reduces over {p.tp_link.kind} ({us(r.tp_allreduce_seconds_per_layer)} per layer at "
+        f"{count(r.allreduce_message_bytes)} B, {r.allreduce_source})")
+    pp = "no PP" if p.pp_link is None else (
+        f"{r.layout.pp - 1} PP boundaries ({p.num_pp_boundaries_crossing_nodes} across nodes over "
+        f"{p.pp_link.kind}), bubble {r.bubble_fraction:.0%} with {r.batches_in_flight} batches in flight")
+    return f"Placement: {tp}; {pp}."
+
+
+def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
+    table = Table(title="Rejected layouts")
+    for header in ("tp", "pp", "dp"):
+        table.add_column(header, justify="right")
+    table.add_column("why not", justify="left")
+    for item in rejected:
+        table.add_row(str(item.layout.tp), str(item.layout.pp), str(item.layout.dp), "; ".join(item.reasons))
+    return table
+
+
+def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool) -> None:
+    out = console()
+    out.print(describe_model(plan.model))
+    out.print(describe_cluster(plan.cluster))
+    if plan.recommended is None:
+        render_infeasible(plan)
+        return
+    out.print(render_table(plan, top))
+    for line in summary_lines(plan):
+        out.print(line)
+    if show_rejected and plan.rejected:
+        out.print(render_rejected(plan.rejected))
+    if steps:
+        out.print(f"\nLaunch ({engine}):")
+        for step in steps:
+            out.print(f"  # {step.where}")
+            out.print(f"  {step.shell()}", soft_wrap=True)
+
+
+def render_infeasible(plan: ServePlan) -> None:
+    err = console(stderr=True)
+    err.print(f"No feasible layout for {plan.model.name} on {plan.num_gpus} GPUs of {plan.cluster.name}.")
+    err.print(render_rejected(plan.rejected))
+    for suggestion in plan.suggestions:
+        err.print(f"What would fit: {suggestion}")
+
+
+def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step]) -> dict[str, Any]:
+    worst = r.stages[r.worst_stage]
+    return {
+        "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "rank": rank,
+        "memory_per_gpu_bytes": worst.used_bytes,
+        "capacity_per_gpu_bytes": plan.cluster.gpu.memory_bytes,
+        "usable_per_gpu_bytes": worst.budget_bytes,
+        "memory": {
+            "weights_bytes": worst.weights_bytes, "kv_cache_bytes": worst.kv_cache_bytes,
+            "activation_bytes": worst.activation_bytes, "overhead_bytes": worst.overhead_bytes,
+        },
+        "stages": [vars_of(s) for s in r.stages],
+        "worst_stage": r.worst_stage,
+        "kv_cache_tokens": r.kv_cache_tokens, "max_model_len": r.max_model_len,
+        "max_concurrency": r.max_concurrency, "batch": r.batch, "batches_in_flight": r.batches_in_flight,
+        "tp_allreduce_seconds_per_layer": r.tp_allreduce_seconds_per_layer,
+        "tp_allreduce_message_bytes": r.allreduce_message_bytes,
+        "tp_allreduce_source": r.allreduce_source,
+        "tp_link": None if r.placement.tp_link is None else r.placement.tp_link.kind,
+        "tp_crosses_node": r.placement.tp_crosses_node,
+        "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
+        "pp_hop_seconds": r.pp_hop_seconds,
+        "bubble_fraction": r.bubble_fraction, "decode_bound": r.decode_bound,
+        "ttft_seconds": r.ttft_seconds, "tpot_seconds": r.tpot_seconds,
+        "request_latency_seconds": r.request_latency_seconds,
+        "throughput_tokens_per_second": r.throughput_tokens_per_second,
+        "pareto": r.layout in plan.pareto, "notes": list(r.notes),
+        "command": [list(step.argv) for step in steps],
+        "command_where": [step.where for step in steps],
+    }
+
+
+def vars_of(stage: Any) -> dict[str, Any]:
+    return {key: getattr(stage, key) for key in stage.__dataclass_fields__}
+
+
+def plan_json(plan: ServePlan, steps_for: Callable[[ServeEstimate], list[Step]]) -> dict[str, Any]:
+    layouts = [layout_json(r, i + 1, plan, steps_for(r)) for i, r in enumerate(plan.layouts)]
+    return {
+        "workload": "serve",
+        "model": plan.model.name,
+        "cluster": plan.cluster.name,
+        "num_gpus": plan.num_gpus,
+        "objective": plan.request.objective,
+        "measured_links": plan.cluster.measured is not None,
+        "recommended": layouts[0] if layouts else None,
+        "layouts": layouts,
+        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons)}
+                     for r in plan.rejected],
+        "suggestions": list(plan.suggestions),
+    }
+
+
+def print_plan_json(plan: ServePlan, steps_for: Callable[[ServeEstimate], list[Step]]) -> None:
+    print_json(plan_json(plan, steps_for))

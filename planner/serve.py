@@ -1,0 +1,414 @@
+"""Serving estimate for one layout under vLLM semantics: memory, KV cache, time.
+
+Legend: t/p/d tensor/pipeline/data degrees, B concurrent sequences per replica,
+k batches in flight (vLLM runs p virtual engines), L_s layers of stage s,
+T max_num_batched_tokens of the profile run. Everything in SI units.
+Sources: ../shared/reference/physics.md (Serving; Collectives); vLLM's
+get_pp_indices for uneven stage splits; engines.md for the checks vLLM enforces.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.cost import efficiency as eff
+from planner.cost.comm import allreduce_seconds, p2p_seconds
+from planner.cost.params import (
+    activation_bytes_per_element,
+    kv_heads_per_gpu,
+    layer_weight_bytes_per_gpu,
+    linear_bytes_per_weight,
+    mlp_params,
+    param_counts,
+)
+from planner.cost.pipeline import serving_stage_utilization
+from planner.layout import Layout, Placement, place
+from planner.requests import ServeRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import BYTES_PER_GIB
+
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's --max-num-seqs default: the concurrency ceiling when --batch is not given."""
+VLLM_LARGE_GPU_BYTES = 70 * BYTES_PER_GIB
+VLLM_MAX_NUM_BATCHED_TOKENS_LARGE_GPU = 8192
+VLLM_MAX_NUM_BATCHED_TOKENS_SMALL_GPU = 2048
+"""vLLM V1 `vllm serve` defaults: 8192 tokens per step on GPUs with >= 70 GiB, else 2048."""
+SAMPLER_LOGITS_BYTES_PER_ELEMENT = 4
+"""Logits are materialised in fp32 for sampling."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    layout: Layout
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One GPU of pipeline stage `stage`, bytes."""
+
+    stage: int
+    num_layers: int
+    weights_bytes: float
+    activation_bytes: float
+    overhead_bytes: float
+    """Non-torch memory (CUDA context, NCCL buffers) and CUDA graphs."""
+    kv_cache_bytes: float
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    budget_bytes: float
+
+    @property
+    def used_bytes(self) -> float:
+        return self.weights_bytes + self.activation_bytes + self.overhead_bytes + self.kv_cache_bytes
+
+
+@dataclass(frozen=True)
+class ServeEstimate:
+    layout: Layout
+    placement: Placement
+    stages: tuple[StageMemory, ...]
+    worst_stage: int
+    kv_cache_tokens: int
+    max_model_len: int
+    max_concurrency: float
+    batch: int
+    """Concurrent sequences per replica the estimate runs at."""
+    batches_in_flight: int
+    stage_step_seconds: float
+    """Slowest stage's time for one in-flight batch (compute/memory + TP all-reduces)."""
+    tp_allreduce_seconds_per_layer: float
+    """Both all-reduces of one layer at one in-flight batch's message size."""
+    allreduce_message_bytes: float
+    allreduce_source: str
+    """"model" (alpha-beta ring) or "measured" (probe curve at this size)."""
+    pp_hop_seconds: float
+    bubble_fraction: float
+    decode_bound: str
+    """"memory" or "compute": what limits the slowest stage's decode step."""
+    ttft_seconds: float
+    tpot_seconds: float
+    request_latency_seconds: float
+    throughput_tokens_per_second: float
+    """Output tokens per second for the whole layout (all DP replicas)."""
+    notes: tuple[str, ...] = field(default=())
+
+
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """vLLM get_pp_indices: L // p each; the L % p extra layers go to the stages just
+    before the last (counting back from the second-to-last), never to the last."""
+    counts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        counts[-i] += 1
+    return counts
+
+
+def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
+    """The checks vLLM enforces before it loads anything (engines.md)."""
+    reasons = []
+    a, k = model.num_attention_heads, model.num_key_value_heads
+    if a % layout.tp:
+        reasons.append(f"attention heads {a} not divisible by tp={layout.tp}")
+    elif k % layout.tp and layout.tp % k:
+        reasons.append(f"KV heads {k} neither split by nor replicated over tp={layout.tp}")
+    if layout.pp > model.num_hidden_layers:
+        reasons.append(f"pp={layout.pp} exceeds the {model.num_hidden_layers} layers")
+    return reasons
+
+
+def default_max_num_batched_tokens(cluster: ClusterSpec) -> int:
+    if cluster.gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES:
+        return VLLM_MAX_NUM_BATCHED_TOKENS_LARGE_GPU
+    return VLLM_MAX_NUM_BATCHED_TOKENS_SMALL_GPU
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
+    """2 (K, V) * L_s * max(1, k/t) * d * bytes (fp8 KV: 1 byte)."""
+    kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
+    return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
+    """Peak transient memory of vLLM's profile run of T tokens through one layer:
+    T * bytes * (4h residual/norm/attention buffers + (a+2k)d/t QKV + 3f'/t MLP up/act),
+    f' = f * experts_per_token for MoE; the last stage adds fp32 logits for max_num_seqs rows."""
+    h, d = model.hidden_size, model.head_dim
+    qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d / tp
+    ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
+    per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp
+    activations = num_tokens * activation_bytes_per_element(model) * per_token
+    logits = max_num_seqs * model.vocab_size * SAMPLER_LOGITS_BYTES_PER_ELEMENT if last_stage else 0
+    return activations + logits
+
+
+def nccl_buffer_bytes(group_size: int) -> int:
+    if group_size <= 1:
+        return 0
+    return eff.NCCL_BUFFER_BYTES_TWO_GPUS if group_size == 2 else eff.NCCL_BUFFER_BYTES_LARGER
+
+
+def overhead_bytes(layout: Layout) -> float:
+    """CUDA context + NCCL buffers of the TP and PP communicators + CUDA graph pool."""
+    return (
+        eff.CUDA_CONTEXT_BYTES
+        + nccl_buffer_bytes(layout.tp)
+        + nccl_buffer_bytes(layout.pp)
+        + eff.CUDA_GRAPH_BYTES
+    )
+
+
+def embedding_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Vocab-parallel embedding (and learned positions) split over t, in the model dtype."""
+    return param_counts(model).embedding * activation_bytes_per_element(model) / tp
+
+
+def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
+    """The last stage's LM head (V*h/t) and final norm; a tied head is shared only when p = 1."""
+    counts = param_counts(model)
+    head = model.vocab_size * model.hidden_size if (pp > 1 or not model.tie_word_embeddings) else 0
+    return (head / tp + counts.final_norm) * activation_bytes_per_element(model)
+
+
+def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                 max_num_seqs: int) -> list[StageMemory]:
+    budget = cluster.gpu.memory_bytes * request.gpu_memory_utilization
+    tokens = request.max_num_batched_tokens or default_max_num_batched_tokens(cluster)
+    per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
+    stages = []
+    for stage, num_layers in enumerate(stage_layer_counts(model.num_hidden_layers, layout.pp)):
+        last = stage == layout.pp - 1
+        weights = num_layers * per_layer
+        weights += embedding_bytes_per_gpu(model, layout.tp) if stage == 0 else 0
+        weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
+        activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
+        overhead = overhead_bytes(layout)
+        kv_per_token = kv_bytes_per_token_per_gpu(model, num_layers, layout.tp, request.kv_cache_dtype)
+        kv_bytes = budget - weights - activation - overhead
+        kv_tokens = 0
+        if kv_bytes > 0 and kv_per_token > 0:
+            blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
+            kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
+        stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
+                                  max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget))
+    return stages
+
+
+def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
+    reasons = []
+    for s in stages:
+        if s.weights_bytes > s.budget_bytes:
+            reasons.append(
+                f"weights exceed memory on stage {s.stage} by "
+                f"{(s.weights_bytes - s.budget_bytes) / BYTES_PER_GIB:.1f} GiB "
+                f"({s.weights_bytes / BYTES_PER_GIB:.1f} GiB of weights vs {s.budget_bytes / BYTES_PER_GIB:.1f} GiB usable)"
+            )
+            return reasons
+    for s in stages:
+        short = s.weights_bytes + s.activation_bytes + s.overhead_bytes - s.budget_bytes
+        if short >= 0:
+            reasons.append(
+                f"no room for the KV cache on stage {s.stage}: weights + activations + overhead "
+                f"exceed usable memory by {short / BYTES_PER_GIB:.1f} GiB"
+            )
+            return reasons
+    kv_tokens = min(s.kv_cache_tokens for s in stages)
+    if kv_tokens < max_model_len:
+        reasons.append(
+            f"KV cache holds {kv_tokens:,} tokens, fewer than one max-length sequence "
+            f"({max_model_len:,}); the longest that fits is --max-model-len {kv_tokens:,}"
+        )
+    return reasons
+
+
+def matmul_precision(model: ModelSpec, cluster: ClusterSpec) -> str:
+    """fp8 checkpoints run fp8 GEMMs where the GPU has them (W8A8); weight-only int4/int8
+    dequantise into the model dtype's GEMMs."""
+    if model.quantization == "fp8" and cluster.gpu.peak_tflops.fp8 is not None:
+        return "fp8"
+    return {"float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}[model.dtype]
+
+
+def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
+    precision = matmul_precision(model, cluster)
+    peak = cluster.gpu.peak_flops_per_s(precision) or cluster.gpu.peak_flops_per_s("bf16")
+    if peak is None:
+        # no confirmed compute figure at all (e.g. A10G): fall back to fp16 via fp32 x 4 is a guess,
+        # so we refuse to guess and treat compute as free; memory-bound decode still applies.
+        return math.inf
+    return eff.achievable_matmul_flops_per_s(peak, cluster.gpu.achievable_flops_per_s(precision))
+
+
+def expected_experts_touched(model: ModelSpec, num_tokens: int) -> float:
+    """E * (1 - (1 - e/E)^n): distinct experts a batch of n tokens routes to (uniform routing)."""
+    if not model.is_moe:
+        return 1.0
+    experts, per_token = model.num_local_experts, model.num_experts_per_tok
+    return experts * (1 - (1 - per_token / experts) ** num_tokens)
+
+
+def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, tp: int, num_tokens: int) -> float:
+    """A decode step reads every weight of the stage once, except MoE experts no token chose."""
+    if not model.is_moe:
+        return stage.weights_bytes
+    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model) / tp
+    untouched = model.num_local_experts - expected_experts_touched(model, num_tokens)
+    return stage.weights_bytes - stage.num_layers * untouched * expert_bytes
+
+
+def active_params_per_layer(model: ModelSpec) -> int:
+    counts = param_counts(model)
+    return counts.attention_per_layer + counts.mlp_active_per_layer + counts.norms_per_layer
+
+
+def stage_matmul_flops_per_token(model: ModelSpec, stage: StageMemory, num_stages: int) -> float:
+    """2 * active parameters of the stage (the last stage adds the LM head 2*V*h)."""
+    flops = 2 * stage.num_layers * active_params_per_layer(model)
+    if stage.stage == num_stages - 1:
+        flops += 2 * model.vocab_size * model.hidden_size
+    return flops
+
+
+@dataclass(frozen=True)
+class StepTime:
+    seconds: float
+    compute_or_memory_seconds: float
+    allreduce_seconds_per_layer: float
+    bound: str
+
+
+def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placement: Placement,
+                                   message_bytes: float) -> tuple[float, str]:
+    """Two all-reduces per layer (after attention and after the MLP), forward only."""
+    link = placement.tp_link
+    curve = None if link is None else cluster.allreduce_curve(link.scope, layout.tp)
+    one = allreduce_seconds(message_bytes, layout.tp, link, curve)
+    return 2 * one, "measured" if curve is not None else "model"
+
+
+def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                      stage: StageMemory, num_seqs: int, context_len: float) -> StepTime:
+    """max(bytes read / (HBM * utilisation), FLOPs / (achievable * decode utilisation))
+    + 2 all-reduces per layer of num_seqs * h * bytes."""
+    t = layout.tp
+    bytes_read = decode_weight_bytes_read(model, stage, t, num_seqs)
+    bytes_read += num_seqs * context_len * stage.kv_bytes_per_token
+    memory_seconds = bytes_read / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(t))
+    attention_flops = 4 * stage.num_layers * context_len * model.num_attention_heads * model.head_dim
+    flops = num_seqs * (stage_matmul_flops_per_token(model, stage, layout.pp) + attention_flops) / t
+    compute_seconds = flops / (achievable_flops_per_s(model, cluster) * eff.DECODE_MATMUL_UTILIZATION)
+    message_bytes = num_seqs * model.hidden_size * activation_bytes_per_element(model)
+    allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    busy = max(memory_seconds, compute_seconds)
+    bound = "memory" if memory_seconds >= compute_seconds else "compute"
+    return StepTime(busy + stage.num_layers * allreduce, busy, allreduce, bound)
+
+
+def prefill_stage_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                          stage: StageMemory, num_tokens: int) -> float:
+    """Compute-bound: (2 * active params * s + causal attention 2 * L_s * s^2 * a * d) / t
+    at the achievable matmul rate * prefill utilisation, never faster than reading the
+    weights once; plus 2 all-reduces per layer of s * h * bytes."""
+    s = num_tokens
+    attention = 2 * stage.num_layers * s * s * model.num_attention_heads * model.head_dim
+    flops = (s * stage_matmul_flops_per_token(model, stage, layout.pp) + attention) / layout.tp
+    compute = flops / (achievable_flops_per_s(model, cluster) * eff.PREFILL_MATMUL_UTILIZATION)
+    memory = stage.weights_bytes / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(layout.tp))
+    message_bytes = s * model.hidden_size * activation_bytes_per_element(model)
+    allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    return max(compute, memory) + stage.num_layers * allreduce
+
+
+def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int) -> float:
+    """One boundary: send the hidden states (tokens * h * bytes) plus vLLM's per-hop overhead."""
+    if placement.pp_link is None:
+        return 0.0
+    message_bytes = num_tokens * model.hidden_size * activation_bytes_per_element(model)
+    return p2p_seconds(message_bytes, placement.pp_link) + eff.PIPELINE_HOP_EXTRA_SECONDS
+
+
+def serving_bubble_fraction(in_flight: int, pp: int, stage_seconds: float, round_seconds: float) -> float:
+    """Idle share of each stage: it is busy k * t_stage of every round. With k < p batches in
+    flight that is at most k/p (serving_stage_utilization), less the hops' share."""
+    if pp == 1:
+        return 0.0
+    busy_share = in_flight * stage_seconds / round_seconds
+    assert busy_share <= serving_stage_utilization(in_flight, pp) + 1e-9
+    return 1 - busy_share
+
+
+def choose_batch(request: ServeRequest, kv_cache_tokens: int) -> tuple[int, list[str]]:
+    """Concurrent sequences per replica: --batch if given, else vLLM's max_num_seqs default
+    (1 for the latency objective), capped by how many in+out sequences the KV cache holds."""
+    seq_tokens = request.input_len + request.output_len
+    fit = kv_cache_tokens // seq_tokens
+    wanted = request.batch or (1 if request.objective == "latency" else VLLM_DEFAULT_MAX_NUM_SEQS)
+    notes = []
+    if fit < wanted:
+        notes.append(
+            f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} sequences of "
+            f"{seq_tokens:,} tokens, so concurrency is {fit} (wanted {wanted})"
+        )
+    return max(1, min(wanted, fit)), notes
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> ServeEstimate | Rejected:
+    """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it."""
+    reasons = structural_reasons(model, layout)
+    if reasons:
+        return Rejected(layout, tuple(reasons))
+    placement = place(cluster, layout)
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    max_num_seqs = request.batch or VLLM_DEFAULT_MAX_NUM_SEQS
+    stages = stage_memory(model, cluster, layout, request, max_num_seqs)
+    reasons = memory_reasons(stages, max_model_len)
+    if reasons and placement.tp_crosses_node:
+        reasons.append(f"tp={layout.tp} crosses a node: its all-reduces would run over "
+                       f"{placement.tp_link.kind} (allowed, but slow)")
+    if reasons:
+        return Rejected(layout, tuple(reasons))
+    kv_tokens = min(s.kv_cache_tokens for s in stages)
+    batch, notes = choose_batch(request, kv_tokens)
+    in_flight = min(layout.pp, batch)
+    seqs_per_batch = math.ceil(batch / in_flight)
+    context_len = request.input_len + request.output_len / 2
+    steps = [decode_stage_time(model, cluster, layout, placement, s, seqs_per_batch, context_len) for s in stages]
+    slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
+    stage_seconds = steps[slowest].seconds
+    hop = pipeline_hop_seconds(model, placement, seqs_per_batch)
+    round_seconds = max(in_flight * stage_seconds, layout.pp * (stage_seconds + hop))
+    prefill = [prefill_stage_seconds(model, cluster, layout, placement, s, request.input_len) for s in stages]
+    ttft = sum(prefill) + (layout.pp - 1) * pipeline_hop_seconds(model, placement, request.input_len)
+    cycle = request.output_len * round_seconds + batch * max(prefill)
+    throughput = layout.dp * batch * request.output_len / cycle
+    message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
+    allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    if placement.tp_crosses_node:
+        notes.append(
+            f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
+            f"{placement.tp_link.kind} (allowed, but slow)"
+        )
+    worst = max(range(len(stages)), key=lambda i: stages[i].weights_bytes + stages[i].activation_bytes)
+    return ServeEstimate(
+        layout=layout,
+        placement=placement,
+        stages=tuple(stages),
+        worst_stage=worst,
+        kv_cache_tokens=kv_tokens,
+        max_model_len=max_model_len,
+        max_concurrency=kv_tokens / max_model_len,
+        batch=batch,
+        batches_in_flight=in_flight,
+        stage_step_seconds=stage_seconds,
+        tp_allreduce_seconds_per_layer=allreduce,
+        allreduce_message_bytes=message_bytes,
+        allreduce_source=source,
+        pp_hop_seconds=hop,
+        bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, round_seconds),
+        decode_bound=steps[slowest].bound,
+        ttft_seconds=ttft,
+        tpot_seconds=round_seconds,
+        request_latency_seconds=ttft + request.output_len * round_seconds,
+        throughput_tokens_per_second=throughput,
+        notes=tuple(notes),
+    )
