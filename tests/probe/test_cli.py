@@ -1,0 +1,104 @@
+"""The probe command without running torchrun: errors, printed node commands, missing torch, import hygiene."""
+
+import subprocess
+import sys
+
+import typer
+from typer.testing import CliRunner
+
+from planner.probe.launcher import register
+
+from .conftest import REPO_ROOT, probe_env
+
+app = typer.Typer()
+
+
+@app.callback()
+def _root() -> None:
+    """test app"""
+
+
+register(app)
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["probe", *args])
+
+
+def test_multi_node_without_rendezvous_is_a_one_line_error():
+    result = invoke("--nnodes", "2")
+    assert result.exit_code == 2
+    assert "--rdzv-endpoint" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    for args in (
+        ["--min-bytes", "64", "--max-bytes", "8"],
+        ["--repeats", "0"],
+        ["--merge-into", str(tmp_path / "missing.yaml")],
+        ["--nnodes", "2", "--rdzv-endpoint", "h:1", "--master-addr", "h"],
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, args
+        assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_c10d_prints_the_same_command_for_every_node():
+    result = invoke(
+        "--nnodes", "2", "--rdzv-endpoint", "head:29400", "--nproc-per-node", "8", "--out", "m.yaml"
+    )
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip().startswith("node ")]
+    expected = (
+        "plan probe --nproc-per-node 8 --nnodes 2 --rdzv-endpoint head:29400 --out m.yaml --run"
+    )
+    assert [line.split(": ", 1)[1] for line in lines] == [expected, expected]
+    assert (
+        "-m torch.distributed.run --nnodes 2 --rdzv-backend c10d --rdzv-endpoint head:29400"
+        in result.output
+    )
+
+
+def test_static_rendezvous_prints_one_node_rank_per_node():
+    result = invoke("--nnodes", "2", "--master-addr", "10.0.0.1", "--local-addr", "10.0.0.2")
+    assert result.exit_code == 0, result.output
+    assert "--node-rank 0 --run" in result.output and "--node-rank 1 --run" in result.output
+    assert "--local-addr 10.0.0.2" in result.output
+
+
+def run_python(code):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=probe_env(),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+
+
+def test_missing_torch_is_one_line_naming_the_extra():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # find_spec('torch') now answers None
+        "from planner.probe.__main__ import app\n"
+        "sys.argv = ['plan', 'probe', '--out', 'never.yaml']\n"
+        "app()"
+    )
+    result = run_python(code)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "plan probe: plan probe needs torch, which is not installed: pip install 'parallel-planner[probe]'"
+    )
+    assert not (REPO_ROOT / "never.yaml").exists()
+
+
+def test_only_worker_and_measure_import_torch():
+    code = (
+        "import sys\n"
+        "import planner.probe.launcher, planner.probe.command, planner.probe.fit, planner.probe.profile\n"
+        "import planner.probe.results, planner.probe.report, planner.probe.runner, planner.probe.sweep\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr

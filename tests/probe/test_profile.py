@@ -1,0 +1,156 @@
+"""Profile building and merging from synthetic worker results (no torch)."""
+
+import os
+
+import pytest
+import yaml
+
+from planner.probe import profile, results
+from planner.probe.fit import ring_coefficients
+
+SIZES_BYTES = [8, 1024, 65536, 1 << 20, 16 << 20]
+
+
+def seconds(op, num_ranks, alpha_seconds, bandwidth_bytes_per_s, size_bytes):
+    steps, factor = ring_coefficients(op, num_ranks)
+    return steps * alpha_seconds + factor * size_bytes / bandwidth_bytes_per_s
+
+
+def synthetic_raw(slow_node_factor=1.0):
+    """2 nodes x 2 ranks: intra 100 GB/s 5 us per rank (node 1 optionally slower), inter 10 GB/s 20 us per rank."""
+    nodes = [[0, 1], [2, 3]]
+    phases = [
+        dict(op="all_reduce", link="intra_node", mode="all_local_ranks", groups=nodes),
+        dict(op="all_reduce", link="inter_node", mode="all_local_ranks", groups=[[0, 2], [1, 3]]),
+        dict(op="send_recv", link="inter_node", mode="one_rank_per_node", groups=[[0, 2]]),
+    ]
+    link = {"intra_node": (5e-6, 100e9), "inter_node": (20e-6, 10e9)}
+    rows = []
+    for index, phase in enumerate(phases):
+        for group_index, ranks in enumerate(phase["groups"]):
+            alpha, beta = link[phase["link"]]
+            if phase["link"] == "intra_node" and group_index == 1:
+                beta *= slow_node_factor
+            for size in SIZES_BYTES:
+                t = seconds(phase["op"], len(ranks), alpha, beta, size)
+                for rank in ranks:
+                    rows.append(
+                        dict(
+                            phase=index,
+                            group=group_index,
+                            size_bytes=size,
+                            rank=rank,
+                            repeat_seconds=[t, t * 1.01, t * 0.99],
+                        )
+                    )
+    return dict(
+        backend="nccl",
+        device="cuda",
+        torch_version="2.13.0",
+        nccl_version="2.27.3",
+        world_size=4,
+        nodes=nodes,
+        hostnames=["a", "b"],
+        node_id_from="group-rank",
+        sizes_bytes=SIZES_BYTES,
+        warmup=1,
+        iterations=1,
+        repeats=3,
+        phases=phases,
+        rows=rows,
+        compute=[
+            dict(
+                rank=r,
+                device_name="NVIDIA H100 80GB HBM3",
+                memory_bytes=85 * 2**30,
+                matmul_flop_per_s={"bf16": 7.5e14, "fp16": 7.6e14},
+                hbm_copy_bytes_per_s=2.9e12,
+            )
+            for r in range(4)
+        ],
+    )
+
+
+def build(raw, declared=None):
+    rows = results.summarize_rows(raw)
+    return profile.build_profile(
+        raw, rows, results.fit_all(rows), profile.ProfileChoices(), declared
+    )
+
+
+def test_links_in_file_units_and_inter_node_is_the_sum_over_local_ranks():
+    document = build(synthetic_raw())
+    assert document["intra_node"] == {
+        "kind": "nvlink",
+        "bandwidth_gb_per_s": 100.0,
+        "latency_us": 5.0,
+    }
+    inter = document["inter_node"]
+    # 2 local ranks x 10 GB/s = 20 GB/s per node = 160 Gbit/s on one NIC
+    assert (inter["kind"], inter["num_nics_per_node"]) == ("infiniband", 1)
+    assert inter["nic_bandwidth_gbit_per_s"] == pytest.approx(160.0, rel=1e-3)
+    assert inter["latency_us"] == pytest.approx(20.0, rel=1e-3)
+    assert document["measured"]["inter_node_basis"] == "all_local_ranks"
+    assert document["gpu"]["name"] == "H100-SXM5-80GB"
+    assert document["gpu"]["achievable_matmul_tflops"] == {"bf16": 750.0, "fp16": 760.0}
+    assert document["measured"]["matmul_tflops"]["bf16"] == 750.0
+    assert document["measured"]["hbm_bandwidth_gb_per_s"] == 2900.0
+
+
+def test_slow_node_and_above_spec_links_are_flagged():
+    declared = {"intra_node": {"kind": "nvlink", "bandwidth_gb_per_s": 50.0, "latency_us": 3.0}}
+    flags = build(synthetic_raw(slow_node_factor=0.3), declared)["measured"]["flags"]
+    assert any(f.startswith("slow intra_node all_reduce: ranks [2, 3] on b") for f in flags), flags
+    assert any("exceeds the declared 50.0 GB/s" in f for f in flags), flags
+
+
+def test_merge_keeps_everything_but_link_numbers():
+    existing = {
+        "name": "lab",
+        "num_nodes": 2,
+        "gpus_per_node": 8,
+        "gpu": "H100",
+        "intra_node": {"kind": "nvlink", "bandwidth_gb_per_s": 450.0, "latency_us": 3.0},
+        "inter_node": {
+            "kind": "roce",
+            "num_nics_per_node": 4,
+            "nic_bandwidth_gbit_per_s": 400.0,
+            "latency_us": 8.0,
+        },
+    }
+    measured = build(synthetic_raw(), existing)
+    merged, warnings = profile.merge_profile(existing, measured)
+    assert (merged["name"], merged["gpu"], merged["gpus_per_node"]) == ("lab", "H100", 8)
+    assert (
+        merged["intra_node"]["kind"] == "nvlink"
+        and merged["intra_node"]["bandwidth_gb_per_s"] == 100.0
+    )
+    assert merged["inter_node"]["kind"] == "roce" and merged["inter_node"]["num_nics_per_node"] == 4
+    assert merged["inter_node"]["nic_bandwidth_gbit_per_s"] == pytest.approx(
+        40.0, rel=1e-3
+    )  # 160 / 4 NICs
+    assert warnings == ["gpus_per_node: profile says 8, measured 2; kept 8"]
+    assert existing["intra_node"]["bandwidth_gb_per_s"] == 450.0  # input untouched
+
+
+def test_document_loads_through_the_core_schema(tmp_path):
+    specs = pytest.importorskip("planner.specs")
+    path = tmp_path / "m.yaml"
+    profile.atomic_write_text(path, profile.dump_yaml(build(synthetic_raw())))
+    cluster = specs.load_cluster(path)
+    assert cluster.num_nodes == 2 and cluster.gpus_per_node == 2
+    assert cluster.allreduce_curve("inter_node", 2) is not None
+
+
+def test_failed_write_leaves_neither_target_nor_temp(tmp_path, monkeypatch):
+    path = tmp_path / "m.yaml"
+    path.write_text("old: 1\n")
+
+    def broken_replace(source, target):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        profile.atomic_write_text(path, "new: 2\n")
+    assert yaml.safe_load(path.read_text()) == {"old": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["m.yaml"]
