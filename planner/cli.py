@@ -57,6 +57,7 @@ class ObjectiveChoice(str, Enum):
 
 class Emit(str, Enum):
     vllm = "vllm"
+    vllm_ray = "vllm-ray"
     sglang = "sglang"
     megatron = "megatron"
     none = "none"

@@ -45,8 +45,13 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
     if json_output:
-        print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model))
+        print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
+                        lambda r: launch_steps(plan, r, "vllm-ray", served_model))
     else:
-        steps = [] if plan.recommended is None else launch_steps(plan, plan.recommended, engine, served_model)
-        render_plan(plan, steps, engine, top, show_rejected)
+        best = plan.recommended
+        steps = [] if best is None else launch_steps(plan, best, engine, served_model)
+        ray = []
+        if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
+            ray = launch_steps(plan, best, "vllm-ray", served_model)
+        render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray)
     return 0 if plan.recommended is not None else 1

@@ -116,7 +116,8 @@ def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
     return table
 
 
-def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool) -> None:
+def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool,
+                ray_steps: list[Step] | None = None) -> None:
     out = console()
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
@@ -128,11 +129,12 @@ def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_
         out.print(line)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
-    if steps:
-        out.print(f"\nLaunch ({engine}):")
-        for step in steps:
-            out.print(f"  # {step.where}")
-            out.print(f"  {step.shell()}", soft_wrap=True)
+    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps or [])):
+        if group:
+            out.print(f"\n{title}:")
+            for step in group:
+                out.print(f"  # {step.where}")
+                out.print(f"  {step.shell()}", soft_wrap=True)
 
 
 def render_infeasible(plan: ServePlan) -> None:
@@ -143,7 +145,8 @@ def render_infeasible(plan: ServePlan) -> None:
         err.print(f"What would fit: {suggestion}")
 
 
-def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step]) -> dict[str, Any]:
+def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step],
+                ray_steps: list[Step]) -> dict[str, Any]:
     worst = r.stages[r.worst_stage]
     return {
         "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "rank": rank,
@@ -172,6 +175,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step])
         "pareto": r.layout in plan.pareto, "notes": list(r.notes),
         "command": [list(step.argv) for step in steps],
         "command_where": [step.where for step in steps],
+        "command_ray": [list(step.argv) for step in ray_steps],
     }
 
 
@@ -179,8 +183,11 @@ def vars_of(stage: Any) -> dict[str, Any]:
     return {key: getattr(stage, key) for key in stage.__dataclass_fields__}
 
 
-def plan_json(plan: ServePlan, steps_for: Callable[[ServeEstimate], list[Step]]) -> dict[str, Any]:
-    layouts = [layout_json(r, i + 1, plan, steps_for(r)) for i, r in enumerate(plan.layouts)]
+StepsFor = Callable[[ServeEstimate], list[Step]]
+
+
+def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> dict[str, Any]:
+    layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r)) for i, r in enumerate(plan.layouts)]
     return {
         "workload": "serve",
         "model": plan.model.name,
@@ -196,5 +203,5 @@ def plan_json(plan: ServePlan, steps_for: Callable[[ServeEstimate], list[Step]])
     }
 
 
-def print_plan_json(plan: ServePlan, steps_for: Callable[[ServeEstimate], list[Step]]) -> None:
-    print_json(plan_json(plan, steps_for))
+def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> None:
+    print_json(plan_json(plan, steps_for, ray_steps_for))
