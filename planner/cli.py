@@ -143,6 +143,7 @@ def plan(
     recompute: Annotated[Recompute | None, typer.Option(help="Train: activation recomputation.")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")] = None,
     zero: Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")] = None,
+    served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = "MODEL",
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
     """Plan a model on a cluster (the main job)."""
@@ -159,7 +160,7 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
           show_rejected, emit, input_len, output_len, batch, max_model_len,
           gpu_memory_utilization, kv_cache_dtype, quantization, max_num_batched_tokens,
           global_batch, seq_len, micro_batch, schedule, virtual_stages, recompute,
-          sequence_parallel, zero, version) -> int:
+          sequence_parallel, zero, served_model, version) -> int:
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
         fail(f"plan: {missing}: required (try `plan --help`, `plan models`, `plan clusters`)")
@@ -198,7 +199,8 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
     from planner.serve_cli import run_serve
 
     return run_serve(model_spec, cluster_spec, request, json_output=json_output, top=top,
-                     show_rejected=show_rejected, emit=(emit or Emit.vllm).value)
+                     show_rejected=show_rejected, emit=(emit or Emit.vllm).value,
+                     served_model=served_model)
 
 
 def _positive(flag: str, value: float) -> float:
@@ -263,6 +265,15 @@ def gpus() -> None:
     from planner.render.catalog import render_gpus
 
     render_gpus()
+
+
+def _register_probe() -> None:
+    from planner.probe.launcher import register
+
+    register(app)
+
+
+_register_probe()
 
 
 def main() -> None:
