@@ -18,8 +18,8 @@ except ImportError:  # pragma: no cover - older typer depends on click itself
     from click import exceptions as click_exceptions
 
 from planner import __version__
+from planner.errors import SpecError
 from planner.requests import LayoutFilter, ServeRequest, TrainRequest
-from planner.specs import SpecError
 
 EXAMPLES = """Examples:
 

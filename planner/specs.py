@@ -24,15 +24,12 @@ from pydantic import (
 )
 
 from planner import units
+from planner.errors import SpecError
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 Quantization = Literal["fp8", "int8", "int4"]
 IntraKind = Literal["nvlink", "pcie", "xgmi"]
 InterKind = Literal["infiniband", "roce", "ethernet"]
-
-
-class SpecError(ValueError):
-    """A user mistake in an input: the message is one line, file: field: problem."""
 
 
 class _Spec(BaseModel):

@@ -1,0 +1,5 @@
+"""The user-mistake exception, importable without pydantic (keeps `plan --help` fast)."""
+
+
+class SpecError(ValueError):
+    """A user mistake in an input: the message is one line, file: field: problem."""
