@@ -68,3 +68,54 @@ between vLLM's stage workers, on top of the link's alpha + S/beta."""
 
 # ---------------------------------------------------------------- training (Megatron-LM)
 # Owned by the training planner; see planner/train.py.
+
+GEMM_HALF_RATE_DIMENSION = 128
+"""A GEMM dimension at which the matmul runs at half its asymptotic rate. Tensor-core
+GEMM kernels tile the output in 128-256 wide blocks over ~100-130 SMs: a dimension of
+one tile (128) leaves most SMs or most of a tile idle (wave and tile quantization,
+NVIDIA "Matrix Multiplication Background" guide). Modelled per dimension as x/(x + 128),
+saturating toward the measured maximum achievable rate for large matrices."""
+
+ELEMENTWISE_HBM_UTILIZATION = 0.80
+"""Share of datasheet HBM bandwidth that memory-bound elementwise kernels (layernorm,
+softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach about
+80-90% on A100/H100; the same 0.80 the decode model uses (physics.md, Serving)."""
+
+ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE = 2.0
+"""Forward non-matmul HBM traffic per byte of stored activation (Korthikanti et al. 2022
+Table 2 counts): each stored tensor is written by its producer and read by its
+consumer at least once; fusions (bias-GeLU, bias-dropout-add, scale-mask-softmax)
+keep it near this floor. A hand count of Megatron's GPT layer at t=8 gives 52 bytes*sbh
+of traffic against 23*2 = 46 from this rule."""
+
+ELEMENTWISE_BWD_OVER_FWD = 2.0
+"""Backward elementwise kernels read the stored input and the incoming gradient and
+write the outgoing gradient: about twice the forward traffic."""
+
+NCCL_BUSBW_FRACTION_OF_LINK = 0.77
+"""Measured large-message all-reduce busbw over link bandwidth: 8x A100 NVSwitch
+230-235 GB/s of 300 (physics.md, Collectives); applied to the alpha-beta model when
+the probe has not measured the link."""
+
+MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM = 8
+"""Per micro-batch, Megatron accumulates weight gradients into fp32 main_grad buffers:
+read and write 4 bytes per parameter (gradient-accumulation fusion puts it in the wgrad
+GEMM epilogue; the traffic remains)."""
+
+OPTIMIZER_STEP_BYTES_PER_PARAM = 30
+"""Adam step, memory-bound: read fp32 grad (4), read+write fp32 master, m, v (24),
+write the 16-bit weight (2) (Megatron mixed-precision optimizer)."""
+
+TRAIN_BYTES_PER_PARAM_WEIGHTS = 2
+"""16-bit model weights (physics.md, Training memory)."""
+TRAIN_BYTES_PER_PARAM_GRADIENTS = 4
+"""Megatron keeps fp32 main gradients (and reduces them in fp32)."""
+TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12
+"""Adam: fp32 master weights, first and second moments (4 + 4 + 4)."""
+
+TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION = 0.10
+"""PyTorch caching-allocator slack on activation memory, which is allocated and freed
+every micro-batch (reserved over allocated is commonly 5-15% in Megatron runs; an
+estimate, not a measurement)."""
+TRAIN_WORKSPACE_BYTES = 1 * units.BYTES_PER_GIB
+"""cuBLAS/cuDNN workspaces and communication staging buffers beyond NCCL's own."""

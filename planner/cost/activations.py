@@ -1,0 +1,102 @@
+"""Activation memory of training, per GPU (Korthikanti et al. 2022, Table 2).
+
+Legend: s sequence length, b micro-batch, h hidden size, a heads, k KV heads, d head
+dim, f FFN size, t tensor-parallel degree, p pipeline stages, m micro-batches, v
+virtual stages. Bytes are 16-bit activations (2 B) and 1-byte dropout masks.
+Table 2, bytes per layer:
+  no parallelism              s*b*h*(34 + 5*a*s/h)
+  tensor parallel             s*b*h*(10 + 24/t + 5*a*s/(h*t))
+  tensor + sequence parallel  s*b*h*(34/t + 5*a*s/(h*t))
+  TP + selective recompute    s*b*h*(10 + 24/t);  TP + SP + selective: s*b*h*34/t
+  full recompute              2*s*b*h (the layer input only)
+The general form below counts the same tensors for any head/FFN shape and reduces to
+Table 2 for a GPT block (f = 4h, k = a, a*d = h).
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.cost.params import kv_heads_per_gpu
+from planner.specs import ModelSpec
+
+MASK_BYTES_PER_ELEMENT = 1
+"""Dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4.1)."""
+
+
+def replicated_bytes_per_token(model: ModelSpec, act_bytes: int) -> float:
+    """Per token, what TP alone does not split: two layernorm inputs (2*e*h), the QKV and
+    MLP inputs (2*e*h) and two dropout masks (2*h): 10h bytes for e = 2."""
+    h = model.hidden_size
+    return 4 * act_bytes * h + 2 * MASK_BYTES_PER_ELEMENT * h
+
+
+def split_bytes_per_token(model: ModelSpec, act_bytes: int, tp: int) -> float:
+    """Per token per GPU, what TP splits: Q, K, V, the output-projection input and the MLP
+    activations (GeLU input and output; gated: gate, up and product): 24h/t for GPT."""
+    a, d, f = model.num_attention_heads, model.head_dim, model.intermediate_size
+    attention = (2 * a // tp + 2 * kv_heads_per_gpu(model, tp)) * d
+    mlp = (3 if model.gated_mlp else 2) * f // tp
+    return act_bytes * (attention + mlp)
+
+
+def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:
+    """Softmax output (e), dropout mask (1) and dropout output (e) per score:
+    (2e+1)*a*s^2*b/t = 5*a*s^2*b/t bytes for e = 2."""
+    return (2 * act_bytes + MASK_BYTES_PER_ELEMENT) * model.num_attention_heads * s * s * b / tp
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str
+) -> float:
+    """Stored activations of one layer for one micro-batch on one GPU (Table 2 rows)."""
+    act_bytes = 2
+    tokens = s * b
+    if recompute == "full":
+        return act_bytes * tokens * model.hidden_size
+    replicated = replicated_bytes_per_token(model, act_bytes) * tokens
+    if sequence_parallel:
+        replicated /= tp
+    stored = replicated + split_bytes_per_token(model, act_bytes, tp) * tokens
+    if recompute == "none":
+        stored += attention_scores_bytes(model, s, b, act_bytes, tp)
+    return stored
+
+
+def recompute_working_bytes(
+    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str
+) -> float:
+    """Transient peak while one layer is recomputed for its backward: full recompute
+    materialises that layer's whole no-recompute activations; selective its attention
+    scores. One layer, one micro-batch."""
+    if recompute == "full":
+        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none")
+    if recompute == "selective":
+        return attention_scores_bytes(model, s, b, 2, tp)
+    return 0.0
+
+
+def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1) -> float:
+    """Micro-batches whose activations the first stage holds at its peak.
+
+    GPipe: all m (every forward before any backward). 1F1B: min(p, m) (Narayanan et al.
+    2021 sec. 2.2). Interleaved: p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3),
+    at most m*v chunk-micro-batches' worth.
+    """
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b":
+        return float(min(p, m))
+    return min(p * (1 + (p - 1) / (p * v)), float(m))
+
+
+def first_stage_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool) -> float:
+    """Embedding dropout mask per micro-batch in flight: s*b*h bytes (/t with SP)."""
+    mask = MASK_BYTES_PER_ELEMENT * s * b * model.hidden_size
+    return mask / tp if sequence_parallel else mask
+
+
+def last_stage_logits_bytes(model: ModelSpec, s: int, b: int, tp: int) -> float:
+    """Output layer working set for one micro-batch: 16-bit logits plus the fp32 copy
+    the vocab-parallel cross-entropy keeps, (2 + 4)*s*b*V/t bytes."""
+    return 6 * s * b * math.ceil(model.vocab_size / tp)

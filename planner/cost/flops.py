@@ -1,0 +1,110 @@
+"""Training FLOPs: the published GPT formulas and the per-layer matmul counts behind them.
+
+Legend: B global batch (sequences), b micro-batch, s sequence length, L layers,
+h hidden size, a heads, k KV heads, d head dim, f FFN size, V vocab, t tensor-parallel
+degree. A multiply-add is 2 FLOP. Results are FLOP (float).
+Sources: Narayanan et al. 2021 (SC21) eq. 3; Korthikanti et al. 2022 eq. 7 and 8;
+../shared/reference/physics.md (Training compute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.params import kv_heads_per_gpu
+from planner.specs import ModelSpec
+
+
+def megatron_flops_per_step(B: int, s: int, L: int, h: int, V: int) -> float:
+    """F = 96*B*s*L*h^2 * (1 + s/(6h) + V/(16*L*h)), with full recomputation.
+
+    Narayanan et al. 2021, eq. 3; Megatron's reported teraFLOP/s per GPU is
+    F / (step time * GPUs). Assumes a GPT block (4h MLP, MHA).
+    """
+    return 96.0 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+def model_flops_per_step(B: int, s: int, L: int, h: int, V: int) -> float:
+    """Model FLOPs, no recomputation: 72*B*L*s*h^2 * (1 + s/(6h) + V/(12*h*L)).
+
+    Korthikanti et al. 2022, eq. 7 (the numerator of MFU).
+    """
+    return 72.0 * B * L * s * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+
+
+def selective_recompute_flops_per_step(B: int, s: int, L: int, h: int, V: int) -> float:
+    """Hardware FLOPs with selective recomputation: 72*B*L*s*h^2 * (1 + s/(3h) + V/(12*h*L)).
+
+    Korthikanti et al. 2022, eq. 8, as published (it counts the attention term twice;
+    the per-layer count below adds one forward of the attention core instead).
+    """
+    return 72.0 * B * L * s * h**2 * (1 + s / (3 * h) + V / (12 * h * L))
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix multiply per GPU, C[M,N] = A[M,K] @ B[K,N], repeated `count` times."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        """2*M*N*K per product."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
+    """The forward matmuls of one transformer block on one GPU of a TP group (Megatron).
+
+    QKV column-parallel [bs, h] x [h, (a/t + 2*max(1, k/t))*d]; output projection
+    row-parallel [bs, a*d/t] x [a*d/t, h]; MLP up [bs, h] x [h, f/t] (x2 gated), down
+    [bs, f/t] x [f/t, h]; attention core per head: scores [s, d] x [d, s] and context
+    [s, s] x [s, d], b*a/t of each (no causal-mask saving: Megatron's 2021 kernels).
+    """
+    h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
+    tokens = micro_batch * s
+    heads_per_gpu = a // tp
+    qkv_width = (heads_per_gpu + 2 * kv_heads_per_gpu(model, tp)) * d
+    num_up = 2 if model.gated_mlp else 1
+    return (
+        Gemm(tokens, qkv_width, h),
+        Gemm(tokens, h, heads_per_gpu * d),
+        Gemm(tokens, num_up * f // tp, h),
+        Gemm(tokens, h, f // tp),
+        Gemm(s, s, d, count=micro_batch * heads_per_gpu),
+        Gemm(s, d, s, count=micro_batch * heads_per_gpu),
+    )
+
+
+def attention_core_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
+    """The two per-head GEMMs (what selective recomputation runs again)."""
+    return gemms[4:]
+
+
+def logits_gemm(model: ModelSpec, micro_batch: int, s: int, tp: int) -> Gemm:
+    """Output layer, vocab-parallel: [bs, h] x [h, V/t] (2*b*s*h*V/t FLOP)."""
+    return Gemm(micro_batch * s, -(-model.vocab_size // tp), model.hidden_size)
+
+
+def model_flops_per_sequence(model: ModelSpec, s: int) -> float:
+    """Forward + backward (3x forward) matmul FLOPs of one sequence, whole model.
+
+    3 * (L * (2*s*W_layer + 4*s^2*a*d) + 2*s*h*V), W_layer the block's matmul weights.
+    For a GPT block (W_layer = 12h^2, a*d = h) this is eq. 7 divided by B.
+    """
+    per_layer = sum(g.flops for g in layer_gemms_forward(model, 1, s, 1))
+    logits = logits_gemm(model, 1, s, 1).flops
+    return 3.0 * (model.num_hidden_layers * per_layer + logits)
+
+
+def megatron_flops_per_sequence(model: ModelSpec, s: int) -> float:
+    """Megatron's full-recompute count per sequence: 4 layer passes, 3 logits passes.
+
+    For a GPT block this is eq. 3 divided by B.
+    """
+    per_layer = sum(g.flops for g in layer_gemms_forward(model, 1, s, 1))
+    logits = logits_gemm(model, 1, s, 1).flops
+    return 4.0 * model.num_hidden_layers * per_layer + 3.0 * logits

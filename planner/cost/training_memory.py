@@ -1,0 +1,79 @@
+"""Model-state memory of mixed-precision Adam training, per GPU, with its sharding.
+
+Legend: P parameters held by one GPU (its pipeline stage, split by tensor parallelism),
+d data-parallel degree, z ZeRO stage. Bytes per parameter: weights 2 (16-bit),
+gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and v).
+Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
+z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
+Source: ../shared/reference/physics.md (Training memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost import efficiency
+from planner.cost.params import kv_heads_per_gpu, linear_weights_per_layer, param_counts
+from planner.specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a TP group holds, for the first and the last pipeline stage."""
+
+    first_stage: float
+    last_stage: float
+
+    @property
+    def worst(self) -> float:
+        return max(self.first_stage, self.last_stage)
+
+
+def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """One block on one GPU: matmul weights / t, KV projections max(1, k/t) heads each,
+    norms and biases kept whole (a slight overcount for column-parallel biases)."""
+    counts = param_counts(model)
+    h, d = model.hidden_size, model.head_dim
+    linear = linear_weights_per_layer(model, counts)
+    kv_full = 2 * h * model.num_key_value_heads * d
+    kv_per_gpu = 2 * h * kv_heads_per_gpu(model, tp) * d
+    return (linear - kv_full) / tp + kv_per_gpu + (counts.per_layer - linear)
+
+
+def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int) -> StageParams:
+    """First stage: L/p blocks + vocab-parallel embedding V*h/t + learned positions.
+    Last stage: L/p blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
+    a copy of tied embeddings there). pp = 1: one stage holding everything."""
+    counts = param_counts(model)
+    blocks = model.num_hidden_layers / pp * layer_params_per_gpu(model, tp)
+    vocab = model.vocab_size * model.hidden_size / tp
+    positions = counts.embedding - model.vocab_size * model.hidden_size
+    first = blocks + vocab + positions
+    head = vocab if (counts.lm_head or pp > 1) else 0.0
+    last = blocks + counts.final_norm + head
+    if pp == 1:
+        return StageParams(first + last - blocks, first + last - blocks)
+    return StageParams(first, last)
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    weights_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
+
+
+def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelStateBytes:
+    """weights 2*P (/d if z = 3), gradients 4*P (/d if z >= 2), optimizer 12*P (/d if z >= 1)."""
+    return ModelStateBytes(
+        weights_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
+        / (dp if zero_stage >= 3 else 1),
+        gradient_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+        / (dp if zero_stage >= 2 else 1),
+        optimizer_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER
+        / (dp if zero_stage >= 1 else 1),
+    )

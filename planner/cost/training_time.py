@@ -1,0 +1,239 @@
+"""Time of one training step for one configuration (pure; SI units).
+
+Legend: b micro-batch, s sequence length, h hidden size, V vocab, t/p/d tensor, pipeline,
+data-parallel degrees, m micro-batches per step, v virtual stages, L_s = L/p layers
+per stage, e = 2 bytes per 16-bit element.
+Model (sources in each function): matmuls at the achievable rate scaled per GEMM
+dimension x by x/(x + 128); elementwise work memory-bound on HBM; TP collectives on the
+link `place()` gives, not overlapped (Megatron-LM 2021 semantics); bubble
+(p-1)/v stage-times (Narayanan et al. 2021 sec. 2.2); DP gradient reduction overlapped
+with the last micro-batch's backward (Megatron's --overlap-grad-reduce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from planner.cost import activations as act
+from planner.cost import comm, efficiency
+from planner.cost.flops import (
+    Gemm,
+    attention_core_gemms,
+    layer_gemms_forward,
+    logits_gemm,
+    megatron_flops_per_sequence,
+    model_flops_per_sequence,
+)
+from planner.cost.training_memory import stage_params_per_gpu
+from planner.layout import Link, place
+from planner.specs import ClusterSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from planner.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class TrainRates:
+    peak_flops_per_s: float
+    """Dense datasheet peak (the MFU denominator)."""
+    matmul_flops_per_s: float
+    """Measured maximum achievable matmul (large square GEMMs)."""
+    elementwise_bytes_per_s: float
+    """HBM bandwidth memory-bound kernels sustain."""
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per optimizer step; they add up to the step time."""
+
+    compute: float
+    bubble: float
+    tp_comm: float
+    pp_comm: float
+    dp_comm_exposed: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed
+
+
+@dataclass(frozen=True)
+class LayerSeconds:
+    """One layer, one micro-batch, one GPU: compute only (no communication)."""
+
+    forward: float
+    backward: float
+    recompute: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    breakdown: TimeBreakdown
+    tp_seconds_per_layer: float
+    tp_link: str | None
+    pp_link: str | None
+    dp_link: str | None
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    """Megatron's count: with recomputation's extra forward (eq. 3 for GPT)."""
+
+
+def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
+    """2*M*N*K / (R * u(M)*u(N)*u(K)), u(x) = x/(x + x_half): tile and wave quantization
+    (GEMM_HALF_RATE_DIMENSION in cost/efficiency.py) below the measured rate R."""
+    half = efficiency.GEMM_HALF_RATE_DIMENSION
+    utilization = 1.0
+    for dim in (gemm.m, gemm.n, gemm.k):
+        utilization *= dim / (dim + half)
+    return gemm.flops / (rates.matmul_flops_per_s * utilization)
+
+
+def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
+                  recompute: str, rates: TrainRates) -> LayerSeconds:
+    """Forward: GEMMs + 2 bytes of HBM traffic per stored activation byte (Table 2 tensors).
+    Backward: 2x the GEMMs, 2x the traffic. Recompute: full repeats the forward; selective
+    repeats the attention core and its softmax/dropout traffic."""
+    gemms = layer_gemms_forward(model, b, s, tp)
+    gemm_forward = sum(gemm_seconds(g, rates) for g in gemms)
+    stored = act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none")
+    traffic_seconds = efficiency.ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE / rates.elementwise_bytes_per_s
+    forward = gemm_forward + stored * traffic_seconds
+    backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * stored * traffic_seconds
+    if recompute == "full":
+        extra = forward
+    elif recompute == "selective":
+        scores = act.attention_scores_bytes(model, s, b, 2, tp)
+        extra = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores * traffic_seconds
+    else:
+        extra = 0.0
+    return LayerSeconds(forward, backward, extra)
+
+
+def collective_link(link: Link | None) -> Link | None:
+    """The link at NCCL's measured bus bandwidth (busbw about 77% of the link rate)."""
+    if link is None:
+        return None
+    return Link(link.kind, link.scope, link.bandwidth_bytes_per_s * efficiency.NCCL_BUSBW_FRACTION_OF_LINK,
+                link.latency_seconds)
+
+
+def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
+                         s: int, link: Link | None) -> float:
+    """Megatron: 2 all-reduces of b*s*h*e bytes forward, 2 backward, 2 more with full
+    recompute (Shoeybi et al. 2019; Narayanan et al. 2021 sec. 4.1: 8*b*s*h*(t-1)/t elements
+    per device per layer without recompute). With sequence parallelism each all-reduce becomes
+    a reduce-scatter + all-gather of the same bytes: the same ring time."""
+    if config.tp == 1 or link is None:
+        return 0.0
+    message_bytes = 2 * config.micro_batch_size * s * model.hidden_size
+    count = 6 if config.recompute == "full" else 4
+    curve = cluster.allreduce_curve(link.scope, config.tp)
+    eff_link = link if curve is not None else collective_link(link)
+    return count * comm.allreduce_seconds(message_bytes, config.tp, eff_link, curve)
+
+
+def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
+    """DP peers are tp*pp ranks apart: the group leaves the node once the layout does."""
+    if config.dp == 1:
+        return None
+    from planner.layout import inter_node_link, intra_node_link
+
+    spans_nodes = cluster.num_nodes > 1 and config.tp * config.pp * config.dp > cluster.gpus_per_node
+    return inter_node_link(cluster) if spans_nodes else intra_node_link(cluster)
+
+
+def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | None,
+                       backward_window_seconds: float, micro_batch_seconds: float, m: int) -> float:
+    """Data-parallel traffic left on the critical path.
+
+    z = 0: all-reduce of fp32 grads (4 B/param); z = 1 (distributed optimizer): reduce-scatter
+    of the grads + all-gather of the 16-bit weights (2 B/param). The gradient part overlaps
+    the last micro-batch's backward on the first stage (the window); the gather does not.
+    z = 2: a reduce-scatter per micro-batch, hidden under that micro-batch's backward as far
+    as it goes; z = 3: also all-gathers the weights before forward and backward (and the
+    recompute), overlapped with the micro-batch (ZeRO, Rajbhandari et al. 2020).
+    """
+    d, eff_link = config.dp, collective_link(link)
+    if d == 1:
+        return 0.0
+    grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+    weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
+    scatter = comm.ring_allgather_seconds(grad_bytes, d, eff_link)
+    gather = comm.ring_allgather_seconds(weight_bytes, d, eff_link)
+    if config.zero_stage == 0:
+        reduce = comm.ring_allreduce_seconds(grad_bytes, d, eff_link)
+        return max(0.0, reduce - backward_window_seconds)
+    if config.zero_stage == 1:
+        return max(0.0, scatter - backward_window_seconds) + gather
+    if config.zero_stage == 2:
+        return m * max(0.0, scatter - backward_window_seconds) + gather
+    gathers = 3 if config.recompute == "full" else 2
+    return m * max(0.0, scatter + gathers * gather - micro_batch_seconds)
+
+
+def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int, m: int,
+               link: Link | None) -> float:
+    """2*(v*m + p - 1) boundary sends on the critical path, each b*s*h*e/t bytes per GPU
+    (Megatron's scatter/gather across the TP ranks, or sequence-parallel shards), alpha + S/beta;
+    tied embeddings add a 4*V*h/t-byte gradient all-reduce between first and last stage."""
+    if config.pp == 1:
+        return 0.0
+    send_bytes = 2 * config.micro_batch_size * s * model.hidden_size / config.tp
+    sends = 2 * (config.virtual_stages * m + config.pp - 1)
+    total = sends * comm.p2p_seconds(send_bytes, link)
+    if model.tie_word_embeddings:
+        embedding_grad_bytes = 4 * model.vocab_size * model.hidden_size / config.tp
+        total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, collective_link(link))
+    return total
+
+
+def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
+               s: int, rates: TrainRates) -> StepTimes:
+    """Compose the step: see the module docstring and planner/train.py."""
+    c, b = config, config.micro_batch_size
+    m = global_batch // (b * c.dp)
+    placement = place(cluster, c.layout)
+    layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
+    tp_layer = tp_seconds_per_layer(model, cluster, c, s, placement.tp_link)
+    layers = model.num_hidden_layers // c.pp
+    params = stage_params_per_gpu(model, c.tp, c.pp)
+    hbm = rates.elementwise_bytes_per_s
+    accumulate = params.worst * efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
+    logits = logits_seconds(model, s, b, c.tp, rates)
+    compute_per_micro_batch = layers * layer.total + accumulate + logits
+    stage_per_micro_batch = compute_per_micro_batch + layers * tp_layer
+    optimizer_params = params.worst / (c.dp if c.zero_stage >= 1 else 1)
+    optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
+    window = layers / c.virtual_stages * (layer.backward + layer.recompute)
+    link = dp_link(cluster, c)
+    breakdown = TimeBreakdown(
+        compute=m * compute_per_micro_batch + optimizer,
+        bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
+        tp_comm=m * layers * tp_layer,
+        pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
+        dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m),
+    )
+    return StepTimes(
+        breakdown=breakdown,
+        tp_seconds_per_layer=tp_layer,
+        tp_link=None if placement.tp_link is None else placement.tp_link.kind,
+        pp_link=None if placement.pp_link is None else placement.pp_link.kind,
+        dp_link=None if link is None else link.kind,
+        model_flops_per_step=global_batch * model_flops_per_sequence(model, s),
+        hardware_flops_per_step=global_batch * megatron_flops_per_sequence(model, s),
+    )
+
+
+def logits_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
+    """Last stage, per micro-batch: the output GEMM forward + backward (3x) and the
+    vocab-parallel cross-entropy's traffic over the (2+4)*s*b*V/t-byte logits, forward and
+    backward. Every stage runs at the pace of the slowest, so this lands on all of them."""
+    gemm = 3 * gemm_seconds(logits_gemm(model, b, s, tp), rates)
+    traffic = act.last_stage_logits_bytes(model, s, b, tp) * efficiency.ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE
+    traffic *= 1 + efficiency.ELEMENTWISE_BWD_OVER_FWD
+    return gemm + traffic / rates.elementwise_bytes_per_s

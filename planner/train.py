@@ -1,0 +1,226 @@
+"""Estimate of one training configuration: memory per GPU, time per step, throughput.
+
+Megatron-LM semantics (Narayanan et al. 2021; Korthikanti et al. 2022): rank order
+DP x PP x TP, 1F1B or interleaved pipeline, fp32 main grads, the distributed optimizer
+as ZeRO-1. Formulas live in planner/cost/; this module composes them. Time per step:
+  compute  = m * (stage compute per micro-batch) + optimizer step
+  tp_comm  = m * L/p * (TP collectives per layer per micro-batch)
+  bubble   = (p-1)/v * (stage time per micro-batch)      [= ratio * ideal time]
+  pp_comm  = 2 * (v*m + p - 1) * (one boundary send)
+  dp_comm_exposed = gradient reduction not hidden under the last backward (+ gathers)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost import activations as act
+from planner.cost import efficiency, pipeline
+from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
+from planner.cost.training_time import TimeBreakdown, TrainRates, step_times
+from planner.layout import Layout
+from planner.requests import TrainRequest
+from planner.specs import ClusterSpec, ModelSpec, SpecError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One point of the search space (Megatron flags in brackets)."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    schedule: str
+    """gpipe | 1f1b | interleaved."""
+    virtual_stages: int
+    """Model chunks per device (1 unless interleaved)."""
+    recompute: str
+    """none | selective | full."""
+    sequence_parallel: bool
+    zero_stage: int
+    """0 none, 1 distributed optimizer, 2 + gradients, 3 + weights (pure DP)."""
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.pp, self.dp)
+
+
+@dataclass(frozen=True)
+class TrainMemory:
+    """Per GPU on the worst pipeline stage, bytes."""
+
+    weights_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float
+    overhead_bytes: float
+    stage: int
+    """The stage these figures describe (0 = first)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
+                + self.activation_bytes + self.overhead_bytes)
+
+
+@dataclass(frozen=True)
+class TrainEstimate:
+    config: TrainConfig
+    num_micro_batches: int
+    memory: TrainMemory
+    capacity_per_gpu_bytes: int
+    step_time_seconds: float
+    tokens_per_second: float
+    tflops_per_gpu: float
+    """Megatron's count (eq. 3, recompute included) with full recompute, else model FLOPs."""
+    mfu: float
+    """Model FLOPs (Korthikanti eq. 7) per second over the GPUs' dense peak."""
+    bubble_fraction: float
+    bubble_over_compute_ratio: float
+    tp_allreduce_seconds_per_layer: float
+    """All TP collectives of one layer for one micro-batch (forward, backward, recompute)."""
+    tp_link: str | None
+    pp_link: str | None
+    dp_link: str | None
+    time_breakdown_seconds: TimeBreakdown
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory.total_bytes
+
+
+def precision_of(model: ModelSpec) -> str:
+    return {"float16": "fp16", "bfloat16": "bf16", "float32": "tf32"}[model.dtype]
+
+
+def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
+    """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU."""
+    gpu, precision = cluster.gpu, precision_of(model)
+    peak = gpu.peak_flops_per_s(precision)
+    if peak is None:
+        raise SpecError(f"{gpu.name}: no dense {precision} peak in the GPU catalog; cannot plan training")
+    measured = gpu.achievable_flops_per_s(precision)
+    if measured is None and precision == "fp16":  # same tensor-core rate as bf16
+        measured = gpu.achievable_flops_per_s("bf16")
+    return TrainRates(
+        peak_flops_per_s=peak,
+        matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),
+        elementwise_bytes_per_s=gpu.hbm_bytes_per_s * efficiency.ELEMENTWISE_HBM_UTILIZATION,
+    )
+
+
+def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int) -> list[str]:
+    """Why no configuration of this (tp, pp, dp) can run, independent of b and schedule."""
+    reasons = []
+    a, k, L = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
+    if a % tp:
+        reasons.append(f"attention heads {a} not divisible by tp={tp}")
+    elif k % tp and tp % k:
+        reasons.append(f"KV heads {k} neither divisible by nor dividing tp={tp}")
+    if model.intermediate_size % tp:
+        reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
+    if L % pp:
+        reasons.append(f"layers {L} not divisible by pp={pp}")
+    if global_batch % dp:
+        reasons.append(f"global batch {global_batch} not divisible by dp={dp}")
+    return reasons
+
+
+def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
+    """Why this configuration is invalid (assumes the structural checks passed)."""
+    c = config
+    if global_batch % (c.micro_batch_size * c.dp):
+        return [f"global batch {global_batch} not divisible by b*dp = "
+                f"{c.micro_batch_size}*{c.dp} = {c.micro_batch_size * c.dp}"]
+    m = global_batch // (c.micro_batch_size * c.dp)
+    reasons = []
+    layers_per_stage = model.num_hidden_layers // c.pp
+    if c.schedule == "interleaved":
+        if c.pp == 1:
+            reasons.append("interleaving needs pp > 1")
+        elif m % c.pp:
+            reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
+        if layers_per_stage % c.virtual_stages:
+            reasons.append(f"layers per stage {layers_per_stage} not divisible by v={c.virtual_stages}")
+    elif c.virtual_stages != 1:
+        reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
+    if c.sequence_parallel and c.tp == 1:
+        reasons.append("sequence parallelism needs tp > 1")
+    if c.zero_stage >= 2 and (c.tp > 1 or c.pp > 1):
+        reasons.append(f"ZeRO-{c.zero_stage} is planned for pure data parallel only (tp=pp=1)")
+    return reasons
+
+
+def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) -> TrainMemory:
+    """Worst of the first stage (most micro-batches in flight) and the last (logits)."""
+    c, s, b = config, seq_len, config.micro_batch_size
+    params = stage_params_per_gpu(model, c.tp, c.pp)
+    layers = model.num_hidden_layers // c.pp
+    per_layer = act.activation_bytes_per_layer(model, s, b, c.tp, c.sequence_parallel, c.recompute)
+    working = act.recompute_working_bytes(model, s, b, c.tp, c.sequence_parallel, c.recompute)
+    in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages)
+    first_extra = act.first_stage_extra_bytes(model, s, b, c.tp, c.sequence_parallel) * in_flight
+    logits = act.last_stage_logits_bytes(model, s, b, c.tp)
+    first_act = per_layer * layers * in_flight + working + first_extra
+    last_act = per_layer * layers + working + logits
+    if c.pp == 1:
+        first_act = last_act = first_act + logits
+    stages = ((0, params.first_stage, first_act), (c.pp - 1, params.last_stage, last_act))
+    candidates = [_stage_memory(index, p, a, c) for index, p, a in stages]
+    return max(candidates, key=lambda mem: (mem.total_bytes, -mem.stage))
+
+
+def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig) -> TrainMemory:
+    states = model_state_bytes(params, c.dp, c.zero_stage)
+    num_groups = sum(degree > 1 for degree in (c.tp, c.pp, c.dp))
+    overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
+                + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
+                + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
+    return TrainMemory(states.weights_bytes, states.gradient_bytes, states.optimizer_bytes,
+                       activation_bytes, overhead, stage)
+
+
+def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
+    gib = 2**30
+    over = (memory.total_bytes - capacity_bytes) / gib
+    return (f"out of memory on stage {memory.stage} by {over:.1f} GiB "
+            f"({memory.total_bytes / gib:.1f} of {capacity_bytes / gib:.1f} GiB)")
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
+             request: TrainRequest, rates: TrainRates | None = None) -> TrainEstimate | list[str]:
+    """The estimate of one configuration, or the reasons it cannot run."""
+    B, s = request.global_batch, request.seq_len
+    reasons = structural_reasons(model, config.tp, config.pp, config.dp, B)
+    reasons = reasons or config_reasons(model, config, B)
+    if reasons:
+        return reasons
+    m = B // (config.micro_batch_size * config.dp)
+    memory = memory_per_gpu(model, config, s, m)
+    capacity = cluster.gpu.memory_bytes
+    if memory.total_bytes > capacity:
+        return [oom_reason(memory, capacity)]
+    rates = rates or train_rates(model, cluster)
+    times = step_times(model, cluster, config, B, s, rates)
+    step = times.breakdown.total
+    num_gpus = config.layout.num_gpus
+    counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
+    v = config.virtual_stages
+    return TrainEstimate(
+        config=config,
+        num_micro_batches=m,
+        memory=memory,
+        capacity_per_gpu_bytes=capacity,
+        step_time_seconds=step,
+        tokens_per_second=B * s / step,
+        tflops_per_gpu=counted / (step * num_gpus) / 1e12,
+        mfu=times.model_flops_per_step / (step * num_gpus * rates.peak_flops_per_s),
+        bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
+        bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),
+        tp_allreduce_seconds_per_layer=times.tp_seconds_per_layer,
+        tp_link=times.tp_link,
+        pp_link=times.pp_link,
+        dp_link=times.dp_link,
+        time_breakdown_seconds=times.breakdown,
+    )
