@@ -41,6 +41,8 @@ def load_hf_config(path: Path) -> ModelSpec:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc.__class__.__name__}") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
     if not isinstance(raw, dict):
@@ -64,21 +66,27 @@ def spec_fields_from_hf(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     fields["dtype"] = DTYPES[dtype]
     quantization = raw.get("quantization_config")
     if quantization is not None:
-        fields.update(_quantization_fields(quantization, path))
+        fields.update(_quantization_fields(quantization, path, fields.get("hidden_size")))
     return fields
 
 
-def _quantization_fields(config: Any, path: Path) -> dict[str, Any]:
+def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise SpecError(f"{path}: quantization_config: expected an object")
     method = str(config.get("quant_method", "")).lower()
-    if method == "fp8":
+    if method in {"fp8", "fbgemm_fp8"}:  # fbgemm_fp8: Meta's own FP8 checkpoints
         return {"quantization": "fp8"}
     bits = config.get("bits") or config.get("w_bit") or _compressed_tensors_bits(config)
     if method in {"awq", "gptq", "compressed-tensors"} and bits in (4, 8):
         group = config.get("group_size") or config.get("q_group_size") or 128
+        if isinstance(group, bool) or not isinstance(group, int):
+            raise SpecError(
+                f"{path}: quantization_config.group_size: expected an integer (got {group!r})"
+            )
+        if group < 1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
+            group = hidden_size
         kind = "int4" if bits == 4 else "int8"
-        return {"quantization": kind, "quantization_group_size": max(int(group), 1)}
+        return {"quantization": kind, "quantization_group_size": group}
     if method == "compressed-tensors" and _compressed_tensors_is_fp8(config):
         return {"quantization": "fp8"}
     raise SpecError(

@@ -1,0 +1,169 @@
+"""The GPU catalog, shipped names and NxMxGPU shorthand."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.catalog import (
+    cluster_from_shorthand,
+    gpu_catalog,
+    resolve_cluster,
+    resolve_gpu,
+    resolve_model,
+    shipped_clusters,
+    shipped_models,
+)
+from planner.specs import SpecError
+
+REQUIRED_MODELS = {
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-2-70b",
+    "qwen2.5-72b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "gpt3-175b",
+}
+REQUIRED_CLUSTERS = {
+    "1x8xA100",
+    "2x8xA100",
+    "1x8xH100",
+    "2x8xH100",
+    "4x8xH100",
+    "1x8xH200",
+    "1x8xB200",
+    "1x4xL40S",
+    "1x8xMI300X",
+    "1x1xH100",
+}
+
+
+def test_issue_lists_ship() -> None:
+    assert REQUIRED_MODELS <= set(shipped_models())
+    assert any(resolve_model(name).quantization for name in shipped_models())
+    assert REQUIRED_CLUSTERS <= set(shipped_clusters())
+
+
+def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
+    """shared/reference/hardware.md lists 15 GPUs."""
+    names = {gpu.name for gpu in gpu_catalog()}
+    assert len(names) == len(gpu_catalog()) == 15
+    for gpu in gpu_catalog():
+        assert gpu.memory_bytes > 0 and gpu.hbm_bytes_per_s > 0
+        assert resolve_gpu(gpu.name) is gpu
+        for alias in gpu.aliases:
+            assert resolve_gpu(alias) is gpu
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("A100", "A100-SXM4-80GB"),
+        ("a100", "A100-SXM4-80GB"),
+        ("A100-40GB", "A100-SXM4-40GB"),
+        ("H100", "H100-SXM5-80GB"),
+        ("h100_sxm", "H100-SXM5-80GB"),
+        ("H200", "H200-SXM-141GB"),
+        ("B200", "B200-SXM-180GB"),
+        ("MI300X", "MI300X"),
+        ("L40S", "L40S"),
+    ],
+)
+def test_aliases_resolve(alias: str, name: str) -> None:
+    assert resolve_gpu(alias).name == name
+
+
+@pytest.mark.parametrize("name", ["A200", "", "H100-SXM9"])
+def test_unknown_gpu_fails(name: str) -> None:
+    with pytest.raises(SpecError, match="unknown GPU"):
+        resolve_gpu(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "tflops"),
+    [
+        # shared/reference/hardware.md, dense
+        ("H100", "bf16", 989),
+        ("H100", "fp8", 1979),
+        ("A100", "tf32", 156),
+        ("B200", "fp4", 9000),
+        ("MI300X", "bf16", 1307),
+        ("A100", "fp8", None),  # "-": no such precision
+        ("H100-NVL", "fp32", None),  # "?": unknown stays unknown
+        ("A10G", "bf16", None),
+    ],
+)
+def test_catalog_peaks_follow_the_reference(
+    name: str, precision: str, tflops: float | None
+) -> None:
+    assert getattr(resolve_gpu(name).peak_tflops, precision) == tflops
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_CLUSTERS))
+def test_shipped_clusters_resolve_by_name(name: str) -> None:
+    assert resolve_cluster(name).name == name
+
+
+def test_l40s_profile_is_pcie_only() -> None:
+    cluster = resolve_cluster("1x4xL40S")
+    assert cluster.intra_node.kind == "pcie" and cluster.inter_node is None
+
+
+def test_shorthand_4x8xh100_agrees_with_the_shipped_profile() -> None:
+    """`4x8xH100` names a shipped file; the shorthand built from the catalog (DGX H100:
+    NVLink 4, 8 x 400 Gb/s NDR) gives the same shape, GPU and links."""
+    shipped = resolve_cluster("4x8xH100")
+    built = cluster_from_shorthand(4, 8, "H100", "4x8xH100")
+    assert shipped.num_gpus == built.num_gpus == 32
+    assert shipped.gpu == built.gpu and built.gpu.name == "H100-SXM5-80GB"
+    assert built.intra_node.kind == shipped.intra_node.kind == "nvlink"
+    assert built.intra_node.bandwidth_gb_per_s == shipped.intra_node.bandwidth_gb_per_s
+    assert built.inter_node.num_nics_per_node == shipped.inter_node.num_nics_per_node == 8
+    assert (
+        built.inter_node.node_bandwidth_bytes_per_s == shipped.inter_node.node_bandwidth_bytes_per_s
+    )
+
+
+def test_shorthand_builds_from_the_catalog() -> None:
+    """3x4xA100 (not shipped): the typical DGX A100 networking scaled to 4 GPUs per node:
+    8 NICs * 4/8 = 4 NICs of 200 Gb/s."""
+    cluster = resolve_cluster("3x4xA100")
+    assert cluster.num_nodes == 3 and cluster.gpus_per_node == 4
+    assert cluster.gpu is resolve_gpu("A100")
+    assert cluster.intra_node == resolve_gpu("A100").intra_node
+    assert cluster.inter_node.num_nics_per_node == 4
+    assert cluster.inter_node.nic_bandwidth_gbit_per_s == 200
+
+
+def test_shorthand_single_gpu_has_no_links() -> None:
+    cluster = resolve_cluster("1x1xB200")
+    assert cluster.intra_node is None and cluster.inter_node is None
+
+
+@pytest.mark.parametrize(
+    ("arg", "match"),
+    [
+        ("2x8xA999", "unknown GPU"),
+        ("0x8xA100", "must be positive"),
+        ("2x8xA100-PCIE", "no typical node networking"),
+        ("nonsense", "neither a file"),
+    ],
+)
+def test_bad_cluster_names(arg: str, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        resolve_cluster(arg)
+
+
+def test_unknown_model_name() -> None:
+    with pytest.raises(SpecError, match="neither a file nor a shipped model"):
+        resolve_model("llama-9-1t")
+
+
+def test_file_paths_resolve_like_names(repo_root) -> None:
+    assert resolve_model(str(repo_root / "model_specs/llama-3.1-70b.yaml")) == resolve_model(
+        "llama-3.1-70b"
+    )
+    assert resolve_cluster(str(repo_root / "hardware_profiles/2x8xA100.yaml")) == resolve_cluster(
+        "2x8xA100"
+    )

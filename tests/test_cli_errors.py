@@ -1,0 +1,290 @@
+"""Every bad input through the real CLI (`python -m planner`, cwd = repository root): exit
+code 2, nothing on stdout, exactly one line on stderr that names the file (where there is
+one) and the field or flag, and never a traceback. The invocations run concurrently once per
+module; each case is then its own test."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from planner.catalog import HARDWARE_PROFILES_DIR, MODEL_SPECS_DIR
+
+GOOD_MODEL = "llama-3.1-70b"
+GOOD_CLUSTER = "1x8xA100"
+
+
+def _model_yaml(**change: object) -> str:
+    fields = yaml.safe_load((MODEL_SPECS_DIR / "llama-3.1-70b.yaml").read_text())
+    fields.update(change)
+    return yaml.safe_dump({k: v for k, v in fields.items() if v is not None}, sort_keys=False)
+
+
+def _profile_yaml(**change: object) -> str:
+    fields = yaml.safe_load((HARDWARE_PROFILES_DIR / "2x8xA100.yaml").read_text())
+    fields.update(change)
+    return yaml.safe_dump({k: v for k, v in fields.items() if v is not None}, sort_keys=False)
+
+
+# case id -> (file name or None, file text, flag it goes to, words the message must hold)
+FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
+    "model-malformed-yaml": (
+        "m.yaml",
+        "name: x\nnum_hidden_layers: [1\n",
+        "--model",
+        ("malformed YAML",),
+    ),
+    "model-unknown-field": (
+        "m.yaml",
+        _model_yaml(bogus_field=1),
+        "--model",
+        ("bogus_field", "unknown field"),
+    ),
+    "model-missing-field": (
+        "m.yaml",
+        _model_yaml(vocab_size=None),
+        "--model",
+        ("vocab_size", "missing"),
+    ),
+    "model-wrong-type": ("m.yaml", _model_yaml(hidden_size="wide"), "--model", ("hidden_size",)),
+    "model-wrong-type-bool-field": (
+        "m.yaml",
+        _model_yaml(gated_mlp="maybe"),
+        "--model",
+        ("gated_mlp",),
+    ),
+    "model-zero-size": (
+        "m.yaml",
+        _model_yaml(num_hidden_layers=0),
+        "--model",
+        ("num_hidden_layers",),
+    ),
+    "model-negative-size": (
+        "m.yaml",
+        _model_yaml(intermediate_size=-5),
+        "--model",
+        ("intermediate_size",),
+    ),
+    "model-heads-not-dividing-hidden": (
+        "m.yaml",
+        _model_yaml(head_dim=None, num_attention_heads=60, num_key_value_heads=6),
+        "--model",
+        ("head_dim", "num_attention_heads"),
+    ),
+    "model-kv-heads-not-dividing-heads": (
+        "m.yaml",
+        _model_yaml(num_key_value_heads=7),
+        "--model",
+        ("num_key_value_heads",),
+    ),
+    "model-bad-dtype": ("m.yaml", _model_yaml(dtype="float64"), "--model", ("dtype",)),
+    "model-top-level-list": ("m.yaml", "- a\n- b\n", "--model", ("(top level)",)),
+    "model-empty-file": ("m.yaml", "", "--model", ("(top level)",)),
+    "model-unsafe-yaml-tag": (
+        "m.yaml",
+        "!!python/object/apply:os.system ['true']\n",
+        "--model",
+        ("malformed YAML",),
+    ),
+    "config-json-malformed": (
+        "config.json",
+        '{"hidden_size": 8192,',
+        "--model",
+        ("malformed JSON",),
+    ),
+    "config-json-not-utf8": ("config.json", b"\xff\xfe{", "--model", ("cannot read",)),
+    "config-json-unsupported-quantization": (
+        "config.json",
+        '{"hidden_size": 8, "quantization_config": {"quant_method": "hqq"}}',
+        "--model",
+        ("quantization_config",),
+    ),
+    "profile-malformed-yaml": (
+        "c.yaml",
+        "name: c\nnum_nodes: {1\n",
+        "--cluster",
+        ("malformed YAML",),
+    ),
+    "profile-unknown-gpu": ("c.yaml", _profile_yaml(gpu="A999"), "--cluster", ("gpu", "A999")),
+    "profile-zero-gpus-per-node": (
+        "c.yaml",
+        _profile_yaml(gpus_per_node=0),
+        "--cluster",
+        ("gpus_per_node",),
+    ),
+    "profile-negative-nodes": ("c.yaml", _profile_yaml(num_nodes=-1), "--cluster", ("num_nodes",)),
+    "profile-no-intra-node": (
+        "c.yaml",
+        _profile_yaml(intra_node=None),
+        "--cluster",
+        ("intra_node",),
+    ),
+    "profile-no-inter-node": (
+        "c.yaml",
+        _profile_yaml(inter_node=None),
+        "--cluster",
+        ("inter_node",),
+    ),
+    "profile-unknown-intra-kind": (
+        "c.yaml",
+        _profile_yaml(intra_node={"kind": "warp", "bandwidth_gb_per_s": 300, "latency_us": 1}),
+        "--cluster",
+        ("intra_node.kind", "warp"),
+    ),
+    "profile-unknown-inter-kind": (
+        "c.yaml",
+        _profile_yaml(
+            inter_node={
+                "kind": "carrier-pigeon",
+                "num_nics_per_node": 8,
+                "nic_bandwidth_gbit_per_s": 200,
+                "latency_us": 5,
+            }
+        ),
+        "--cluster",
+        ("inter_node.kind",),
+    ),
+    "profile-link-not-a-mapping": (
+        "c.yaml",
+        _profile_yaml(intra_node=300),
+        "--cluster",
+        ("intra_node",),
+    ),
+    "profile-negative-bandwidth": (
+        "c.yaml",
+        _profile_yaml(intra_node={"kind": "nvlink", "bandwidth_gb_per_s": -300, "latency_us": 1}),
+        "--cluster",
+        ("intra_node.bandwidth_gb_per_s",),
+    ),
+    "profile-unknown-field": (
+        "c.yaml",
+        _profile_yaml(nodes=2),
+        "--cluster",
+        ("nodes", "unknown field"),
+    ),
+    "profile-top-level-scalar": ("c.yaml", "just a string\n", "--cluster", ("(top level)",)),
+}
+
+# case id -> (argv, words the message must hold)
+FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "unknown-shipped-model": (
+        ["--model", "llama-9-1t", "--cluster", GOOD_CLUSTER],
+        ("--model", "llama-9-1t"),
+    ),
+    "unknown-shipped-cluster": (
+        ["--model", GOOD_MODEL, "--cluster", "dgx-superpod"],
+        ("--cluster", "dgx-superpod"),
+    ),
+    "unknown-gpu-shorthand": (
+        ["--model", GOOD_MODEL, "--cluster", "2x8xA999"],
+        ("--cluster", "A999"),
+    ),
+    "zero-nodes-shorthand": (
+        ["--model", GOOD_MODEL, "--cluster", "0x8xA100"],
+        ("--cluster", "0x8xA100"),
+    ),
+    "missing-model-file": (
+        ["--model", "no/such/model.yaml", "--cluster", GOOD_CLUSTER],
+        ("no/such/model.yaml", "not found"),
+    ),
+    "missing-cluster-file": (
+        ["--model", GOOD_MODEL, "--cluster", "no/such/cluster.yaml"],
+        ("no/such/cluster.yaml", "not found"),
+    ),
+    "missing-config-json": (
+        ["--model", "no/such/config.json", "--cluster", GOOD_CLUSTER],
+        ("no/such/config.json", "not found"),
+    ),
+    "missing-model-flag": (["--cluster", GOOD_CLUSTER], ("--model",)),
+    "missing-cluster-flag": (["--model", GOOD_MODEL], ("--cluster",)),
+    "layout-no-equals": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp8"],
+        ("--layout", "tp8"),
+    ),
+    "layout-unknown-degree": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "ep=2"],
+        ("--layout", "ep=2"),
+    ),
+    "layout-zero": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=0"],
+        ("--layout",),
+    ),
+    "layout-twice": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=2,tp=4"],
+        ("--layout", "tp"),
+    ),
+    "gpus-above-cluster": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpus", "9"],
+        ("--gpus", "9"),
+    ),
+    "gpus-zero": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpus", "0"], ("--gpus",)),
+    "gpus-not-a-number": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpus", "all"],
+        ("--gpus",),
+    ),
+    "gpu-memory-utilization-above-one": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "1.5"],
+        ("--gpu-memory-utilization",),
+    ),
+    "gpu-memory-utilization-zero": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "0"],
+        ("--gpu-memory-utilization",),
+    ),
+    "gpu-memory-utilization-not-a-number": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "most"],
+        ("--gpu-memory-utilization",),
+    ),
+    "unknown-option": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--bogus"], ("--bogus",)),
+    "bad-choice": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--workload", "infer"],
+        ("--workload",),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, run_plan_many) -> dict[str, subprocess.CompletedProcess[str]]:
+    root = tmp_path_factory.mktemp("bad-input")
+    cases: dict[str, list[str]] = {}
+    for case, (filename, text, flag, _) in FILE_CASES.items():
+        path = root / case / filename
+        path.parent.mkdir()
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        other = ["--cluster", GOOD_CLUSTER] if flag == "--model" else ["--model", GOOD_MODEL]
+        cases[case] = [flag, str(path), *other]
+    for case, (argv, _) in FLAG_CASES.items():
+        cases[case] = argv
+    return run_plan_many(cases)
+
+
+def _assert_one_line_exit_2(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].strip()
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_bad_file_exits_2_with_one_line_naming_file_and_field(results, case: str) -> None:
+    filename, _, _, words = FILE_CASES[case]
+    line = _assert_one_line_exit_2(results[case])
+    assert re.match(rf"^/\S*/{case}/{re.escape(filename)}: ", line), line
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("case", sorted(FLAG_CASES))
+def test_bad_flag_exits_2_with_one_line_naming_it(results, case: str) -> None:
+    _, words = FLAG_CASES[case]
+    line = _assert_one_line_exit_2(results[case])
+    for word in words:
+        assert word in line, line

@@ -1,0 +1,302 @@
+"""Hugging Face config.json import: the tests write Llama-, Mixtral- and Qwen2-style configs
+(the published values of those repositories, irrelevant keys included) and check they load
+to exactly the shipped YAML (name and source aside), through `resolve_model`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.catalog import resolve_model
+from planner.cost.params import param_counts, weight_bytes
+from planner.specs import ModelSpec, SpecError
+
+# meta-llama/Llama-3.1-70B config.json
+LLAMA_3_1_70B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+# mistralai/Mixtral-8x7B-v0.1 config.json
+MIXTRAL_8X7B: dict[str, Any] = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+# Qwen/Qwen2.5-72B-Instruct config.json (qkv biases come from model_type qwen2)
+QWEN_2_5_72B: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 29568,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 70,
+    "model_type": "qwen2",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+IGNORED = {"name", "source"}
+
+
+def _write(directory: Path, config: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _fields(model: ModelSpec) -> dict[str, Any]:
+    return {k: v for k, v in model.model_dump().items() if k not in IGNORED}
+
+
+def _assert_same_model(loaded: ModelSpec, shipped: ModelSpec) -> None:
+    assert _fields(loaded) == _fields(shipped)
+    assert param_counts(loaded) == param_counts(shipped)
+    assert weight_bytes(loaded) == weight_bytes(shipped)
+
+
+@pytest.mark.parametrize(
+    ("config", "shipped_name", "dirname"),
+    [
+        (LLAMA_3_1_70B, "llama-3.1-70b", "Llama-3.1-70B"),
+        (MIXTRAL_8X7B, "mixtral-8x7b", "Mixtral-8x7B-v0.1"),
+        (QWEN_2_5_72B, "qwen2.5-72b", "Qwen2.5-72B-Instruct"),
+    ],
+)
+def test_config_json_loads_to_the_shipped_yaml(
+    tmp_path: Path, config: dict[str, Any], shipped_name: str, dirname: str
+) -> None:
+    path = _write(tmp_path / dirname, config)
+    shipped = resolve_model(shipped_name)
+    by_file = resolve_model(str(path))
+    by_dir = resolve_model(str(path.parent))
+    _assert_same_model(by_file, shipped)
+    _assert_same_model(by_dir, shipped)
+    assert by_file.name == dirname
+    assert by_file == by_dir
+
+
+def test_mixtral_counts_from_config(tmp_path: Path) -> None:
+    """46.7B total, 12.9B active (two of eight experts)."""
+    counts = param_counts(resolve_model(str(_write(tmp_path, MIXTRAL_8X7B))))
+    assert counts.total == pytest.approx(46.7e9, rel=0.01)
+    assert counts.active == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_name_or_path_names_the_model(tmp_path: Path) -> None:
+    config = {**LLAMA_3_1_70B, "_name_or_path": "meta-llama/Llama-3.1-70B"}
+    assert resolve_model(str(_write(tmp_path, config))).name == "Llama-3.1-70B"
+
+
+def test_explicit_head_dim_and_tied_embeddings(tmp_path: Path) -> None:
+    """Llama-3.2-1B-style: head_dim given, tied embeddings -> no separate lm_head."""
+    config = {
+        **LLAMA_3_1_70B,
+        "head_dim": 64,
+        "num_attention_heads": 32,
+        "tie_word_embeddings": True,
+    }
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert model.head_dim == 64 and model.tie_word_embeddings
+    assert param_counts(model).lm_head == 0
+
+
+def test_gelu_is_not_gated(tmp_path: Path) -> None:
+    config = {**LLAMA_3_1_70B, "hidden_act": "gelu_new"}
+    assert resolve_model(str(_write(tmp_path, config))).gated_mlp is False
+
+
+@pytest.mark.parametrize(("torch_dtype", "dtype"), [("float16", "float16"), ("float32", "float32")])
+def test_torch_dtype(tmp_path: Path, torch_dtype: str, dtype: str) -> None:
+    config = {**LLAMA_3_1_70B, "torch_dtype": torch_dtype}
+    assert resolve_model(str(_write(tmp_path, config))).dtype == dtype
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "shipped_name"),
+    [
+        # an FP8-dynamic checkpoint
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "llama-3.1-70b-fp8"),
+        # meta-llama's own *-FP8 checkpoints
+        ({"quant_method": "fbgemm_fp8", "activation_scheme": "dynamic"}, "llama-3.1-70b-fp8"),
+        # hugging-quants AWQ-INT4
+        (
+            {
+                "quant_method": "awq",
+                "bits": 4,
+                "group_size": 128,
+                "version": "gemm",
+                "zero_point": True,
+            },
+            "llama-3.1-70b-awq",
+        ),
+        # a GPTQ 4-bit, group 128 checkpoint
+        (
+            {
+                "quant_method": "gptq",
+                "bits": 4,
+                "group_size": 128,
+                "desc_act": True,
+                "sym": True,
+                "damp_percent": 0.01,
+            },
+            "llama-3.1-70b-awq",
+        ),
+        # compressed-tensors FP8 (Neural Magic / Red Hat)
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {"targets": ["Linear"], "weights": {"type": "float", "num_bits": 8}}
+                },
+            },
+            "llama-3.1-70b-fp8",
+        ),
+    ],
+)
+def test_quantization_config_maps_to_the_shipped_variant(
+    tmp_path: Path, quantization_config: dict[str, Any], shipped_name: str
+) -> None:
+    config = {**LLAMA_3_1_70B, "quantization_config": quantization_config}
+    loaded = resolve_model(str(_write(tmp_path, config)))
+    _assert_same_model(loaded, resolve_model(shipped_name))
+
+
+def test_gptq_8bit_and_awq_legacy_keys(tmp_path: Path) -> None:
+    gptq8 = {
+        **LLAMA_3_1_70B,
+        "quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 128},
+    }
+    assert resolve_model(str(_write(tmp_path / "a", gptq8))).quantization == "int8"
+    awq_legacy = {
+        **LLAMA_3_1_70B,
+        "quantization_config": {"quant_method": "awq", "w_bit": 4, "q_group_size": 64},
+    }
+    model = resolve_model(str(_write(tmp_path / "b", awq_legacy)))
+    assert (model.quantization, model.quantization_group_size) == ("int4", 64)
+
+
+def test_gptq_per_channel_group(tmp_path: Path) -> None:
+    """GPTQ group_size -1 means one scale per output channel (a row of h = 8192 weights), so the
+    scale overhead is 2.5/8192 B per weight, not the 2.5 B of a one-weight group: the weights
+    stay near 0.5 B each and well under the bf16 size."""
+    config = {
+        **LLAMA_3_1_70B,
+        "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1},
+    }
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert model.quantization == "int4" and model.quantization_group_size == 8192
+    assert weight_bytes(model) < weight_bytes(resolve_model("llama-3.1-70b-awq"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"hidden_size": 8192,', "malformed JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        (json.dumps({**LLAMA_3_1_70B, "torch_dtype": "float8"}), "torch_dtype"),
+        (
+            json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "bitsandbytes"}}),
+            "quantization_config",
+        ),
+        (
+            json.dumps(
+                {
+                    **LLAMA_3_1_70B,
+                    "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": "x"},
+                }
+            ),
+            "group_size",
+        ),
+        (json.dumps({k: v for k, v in LLAMA_3_1_70B.items() if k != "vocab_size"}), "vocab_size"),
+        (json.dumps({**LLAMA_3_1_70B, "num_key_value_heads": 7}), "num_key_value_heads"),
+    ],
+)
+def test_bad_config_json_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        resolve_model(str(path))
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(str(path)) and message in str(info.value)
+
+
+def test_non_utf8_config_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xff\xfe{bad")
+    with pytest.raises(SpecError, match="cannot read"):
+        resolve_model(str(path))
+
+
+def test_directory_without_config_json(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no config.json"):
+        resolve_model(str(tmp_path))

@@ -1,0 +1,182 @@
+"""Every shipped spec loads; the schemas convert human units to SI once; loader errors are
+one line naming the file and the field. (The CLI paths are in test_cli_errors.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.catalog import HARDWARE_PROFILES_DIR, MODEL_SPECS_DIR, resolve_gpu
+from planner.specs import (
+    ClusterSpec,
+    InterNodeLink,
+    IntraNodeLink,
+    ModelSpec,
+    SpecError,
+    load_cluster,
+    load_model,
+)
+
+MODEL_FILES = sorted(MODEL_SPECS_DIR.glob("*.yaml"))
+PROFILE_FILES = sorted(HARDWARE_PROFILES_DIR.glob("*.yaml"))
+
+LLAMA70_FIELDS = {
+    "name": "tiny",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+}
+
+
+def test_shipped_files_exist() -> None:
+    assert len(MODEL_FILES) >= 9 and len(PROFILE_FILES) >= 10
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_every_shipped_model_loads(path: Path) -> None:
+    model = load_model(path)
+    assert model.name == path.stem
+    assert model.source, "each shipped file states where its numbers come from"
+    assert model.head_dim * model.num_attention_heads >= 1
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: p.stem)
+def test_every_shipped_profile_loads(path: Path) -> None:
+    cluster = load_cluster(path)
+    assert cluster.name == path.stem
+    assert cluster.source
+    assert cluster.num_gpus == cluster.num_nodes * cluster.gpus_per_node
+    assert path.stem.startswith(f"{cluster.num_nodes}x{cluster.gpus_per_node}x")
+
+
+def test_head_dim_defaults_to_hidden_over_heads() -> None:
+    """64 / 8 = 8; KV heads default to the attention heads (MHA)."""
+    fields = {k: v for k, v in LLAMA70_FIELDS.items() if k != "num_key_value_heads"}
+    model = ModelSpec(**fields)
+    assert model.head_dim == 8
+    assert model.num_key_value_heads == 8
+
+
+def test_explicit_head_dim_allows_non_dividing_heads() -> None:
+    model = ModelSpec(
+        **{**LLAMA70_FIELDS, "num_attention_heads": 6, "head_dim": 16, "num_key_value_heads": 3}
+    )
+    assert model.head_dim == 16
+
+
+def test_specs_are_frozen() -> None:
+    model = ModelSpec(**LLAMA70_FIELDS)
+    with pytest.raises(ValueError):
+        model.hidden_size = 1  # type: ignore[misc]
+
+
+def test_units_converted_once_to_si() -> None:
+    """NVLink 300 GB/s = 3e11 B/s; 1 us = 1e-6 s; 8 NICs x 200 Gb/s = 1.6e12 b/s = 2e11 B/s
+    per node, 2.5e10 B/s per GPU of an 8-GPU node; 80 GiB = 85,899,345,920 B."""
+    intra = IntraNodeLink(kind="nvlink", bandwidth_gb_per_s=300, latency_us=1)
+    inter = InterNodeLink(
+        kind="infiniband", num_nics_per_node=8, nic_bandwidth_gbit_per_s=200, latency_us=5
+    )
+    assert intra.bandwidth_bytes_per_s == pytest.approx(3e11)
+    assert intra.latency_seconds == pytest.approx(1e-6)
+    assert inter.node_bandwidth_bytes_per_s == pytest.approx(2e11)
+    assert inter.latency_seconds == pytest.approx(5e-6)
+    gpu = resolve_gpu("A100")
+    assert gpu.memory_bytes == 85_899_345_920
+    assert gpu.hbm_bytes_per_s == pytest.approx(2.039e12)
+    assert gpu.peak_flops_per_s("bf16") == pytest.approx(312e12)
+    assert gpu.peak_flops_per_s("fp8") is None  # A100 has no fp8: unknown stays unknown
+    cluster = ClusterSpec(
+        name="c", num_nodes=2, gpus_per_node=8, gpu="A100", intra_node=intra, inter_node=inter
+    )
+    assert cluster.gpu is gpu
+    assert cluster.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(2.5e10)
+
+
+def test_inline_gpu_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "inline.yaml"
+    path.write_text(
+        "name: inline\nnum_nodes: 1\ngpus_per_node: 1\n"
+        "gpu: {name: X1, memory_gib: 10, hbm_bandwidth_gb_per_s: 100, peak_tflops: {bf16: 50}}\n"
+    )
+    cluster = load_cluster(path)
+    assert cluster.gpu.name == "X1"
+    assert cluster.gpu.peak_flops_per_s("fp16") is None
+
+
+def test_single_node_profile_may_omit_inter_node(tmp_path: Path) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text(
+        "name: one\nnum_nodes: 1\ngpus_per_node: 2\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+    )
+    assert load_cluster(path).inter_node is None
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("hidden_size: [1\n", "malformed YAML"),
+        ("- 1\n- 2\n", "(top level)"),
+        ("", "(top level)"),
+        ("!!python/object/apply:os.system ['true']\n", "malformed YAML"),  # safe loader only
+    ],
+)
+def test_loader_errors_are_one_line(tmp_path: Path, text: str, field: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_model(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path)) and field in message
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"bogus": 1}, "bogus: unknown field"),
+        ({"hidden_size": None}, "hidden_size"),
+        ({"hidden_size": "wide"}, "hidden_size"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers"),
+        ({"vocab_size": -1}, "vocab_size"),
+        ({"num_attention_heads": 6}, "head_dim"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"dtype": "float64"}, "dtype"),
+        ({"quantization": "int3"}, "quantization"),
+        ({"num_local_experts": 8}, "num_experts_per_tok"),
+        ({"num_local_experts": 2, "num_experts_per_tok": 4}, "num_experts_per_tok"),
+    ],
+)
+def test_model_field_errors_name_file_and_field(tmp_path: Path, change: dict, field: str) -> None:
+    import yaml
+
+    fields = {k: v for k, v in {**LLAMA70_FIELDS, **change}.items() if v is not None}
+    path = _write(tmp_path, yaml.safe_dump(fields))
+    with pytest.raises(SpecError) as info:
+        load_model(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ") and field in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="file not found"):
+        load_cluster(tmp_path / "absent.yaml")
+
+
+def test_unknown_gpu_in_profile(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: c\nnum_nodes: 1\ngpus_per_node: 1\ngpu: Z80\n")
+    with pytest.raises(SpecError) as info:
+        load_cluster(path)
+    assert str(info.value).startswith(f"{path}: gpu: unknown GPU 'Z80'")
