@@ -21,7 +21,7 @@ from planner.specs import (
 MODEL_FILES = sorted(MODEL_SPECS_DIR.glob("*.yaml"))
 PROFILE_FILES = sorted(HARDWARE_PROFILES_DIR.glob("*.yaml"))
 
-LLAMA70_FIELDS = {
+TINY_FIELDS = {
     "name": "tiny",
     "num_hidden_layers": 2,
     "hidden_size": 64,
@@ -56,7 +56,7 @@ def test_every_shipped_profile_loads(path: Path) -> None:
 
 def test_head_dim_defaults_to_hidden_over_heads() -> None:
     """64 / 8 = 8; KV heads default to the attention heads (MHA)."""
-    fields = {k: v for k, v in LLAMA70_FIELDS.items() if k != "num_key_value_heads"}
+    fields = {k: v for k, v in TINY_FIELDS.items() if k != "num_key_value_heads"}
     model = ModelSpec(**fields)
     assert model.head_dim == 8
     assert model.num_key_value_heads == 8
@@ -64,13 +64,13 @@ def test_head_dim_defaults_to_hidden_over_heads() -> None:
 
 def test_explicit_head_dim_allows_non_dividing_heads() -> None:
     model = ModelSpec(
-        **{**LLAMA70_FIELDS, "num_attention_heads": 6, "head_dim": 16, "num_key_value_heads": 3}
+        **{**TINY_FIELDS, "num_attention_heads": 6, "head_dim": 16, "num_key_value_heads": 3}
     )
     assert model.head_dim == 16
 
 
 def test_specs_are_frozen() -> None:
-    model = ModelSpec(**LLAMA70_FIELDS)
+    model = ModelSpec(**TINY_FIELDS)
     with pytest.raises(ValueError):
         model.hidden_size = 1  # type: ignore[misc]
 
@@ -161,7 +161,7 @@ def test_loader_errors_are_one_line(tmp_path: Path, text: str, field: str) -> No
 def test_model_field_errors_name_file_and_field(tmp_path: Path, change: dict, field: str) -> None:
     import yaml
 
-    fields = {k: v for k, v in {**LLAMA70_FIELDS, **change}.items() if v is not None}
+    fields = {k: v for k, v in {**TINY_FIELDS, **change}.items() if v is not None}
     path = _write(tmp_path, yaml.safe_dump(fields))
     with pytest.raises(SpecError) as info:
         load_model(path)
