@@ -90,6 +90,14 @@ class TrainEstimate:
         return self.memory.total_bytes
 
 
+@dataclass(frozen=True)
+class Infeasible:
+    """Why a configuration cannot run; over_bytes > 0 when it is out of memory."""
+
+    reasons: tuple[str, ...]
+    over_bytes: float = 0.0
+
+
 def precision_of(model: ModelSpec) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "tf32"}[model.dtype]
 
@@ -189,18 +197,18 @@ def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-             request: TrainRequest, rates: TrainRates | None = None) -> TrainEstimate | list[str]:
+             request: TrainRequest, rates: TrainRates | None = None) -> TrainEstimate | Infeasible:
     """The estimate of one configuration, or the reasons it cannot run."""
     B, s = request.global_batch, request.seq_len
     reasons = structural_reasons(model, config.tp, config.pp, config.dp, B)
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
-        return reasons
+        return Infeasible(tuple(reasons))
     m = B // (config.micro_batch_size * config.dp)
     memory = memory_per_gpu(model, config, s, m)
     capacity = cluster.gpu.memory_bytes
     if memory.total_bytes > capacity:
-        return [oom_reason(memory, capacity)]
+        return Infeasible((oom_reason(memory, capacity),), memory.total_bytes - capacity)
     rates = rates or train_rates(model, cluster)
     times = step_times(model, cluster, config, B, s, rates)
     step = times.breakdown.total

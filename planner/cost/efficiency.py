@@ -81,13 +81,6 @@ ELEMENTWISE_HBM_UTILIZATION = 0.80
 softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach about
 80-90% on A100/H100; the same 0.80 the decode model uses (physics.md, Serving)."""
 
-ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE = 2.0
-"""Forward non-matmul HBM traffic per byte of stored activation (Korthikanti et al. 2022
-Table 2 counts): each stored tensor is written by its producer and read by its
-consumer at least once; fusions (bias-GeLU, bias-dropout-add, scale-mask-softmax)
-keep it near this floor. A hand count of Megatron's GPT layer at t=8 gives 52 bytes*sbh
-of traffic against 23*2 = 46 from this rule."""
-
 ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
 write the outgoing gradient: about twice the forward traffic."""

@@ -25,6 +25,7 @@ from planner.cost.flops import (
     megatron_flops_per_sequence,
     model_flops_per_sequence,
 )
+from planner.cost.params import kv_heads_per_gpu
 from planner.cost.training_memory import stage_params_per_gpu
 from planner.layout import Link, place
 from planner.specs import ClusterSpec, ModelSpec
@@ -93,22 +94,44 @@ def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
     return gemm.flops / (rates.matmul_flops_per_s * utilization)
 
 
+def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
+                                sequence_parallel: bool) -> tuple[float, float]:
+    """Forward HBM traffic of one layer's non-matmul kernels, per GPU: (all, attention scores).
+
+    Counted kernel by kernel for Megatron's GPT block, e = 2 bytes, masks 1 byte, per token:
+    two layernorms (read + write, 4e*h), two fused bias-dropout-adds (read 2, write 1,
+    mask: 6e*h + 2h), all /t with sequence parallelism; Q/K/V split and context
+    transposes (read + write: 2e*(2*a*d/t + 2*k_gpu*d)), the fused bias-GeLU or SwiGLU
+    (2e*f/t or 3e*f/t); per attention score: written by the QK^T GEMM, read + written by the
+    fused scale-mask-softmax, read + written by dropout with a 1-byte mask, read by the
+    context GEMM ((6e + 1) bytes, a*s/t scores per token). GPT at t = 8: 52*h bytes per token.
+    """
+    e, h, d = 2, model.hidden_size, model.head_dim
+    a, f = model.num_attention_heads, model.intermediate_size
+    tokens = s * b
+    replicated = (10 * e + 2) * h * tokens / (tp if sequence_parallel else 1)
+    heads = 2 * (a // tp) + 2 * kv_heads_per_gpu(model, tp)
+    activation = (3 if model.gated_mlp else 2) * e * f / tp
+    split = (2 * e * heads * d + activation) * tokens
+    scores = (6 * e + 1) * a * s * tokens / tp
+    return replicated + split + scores, scores
+
+
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates) -> LayerSeconds:
-    """Forward: GEMMs + 2 bytes of HBM traffic per stored activation byte (Table 2 tensors).
-    Backward: 2x the GEMMs, 2x the traffic. Recompute: full repeats the forward; selective
-    repeats the attention core and its softmax/dropout traffic."""
+    """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
+    ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
+    repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022)."""
     gemms = layer_gemms_forward(model, b, s, tp)
     gemm_forward = sum(gemm_seconds(g, rates) for g in gemms)
-    stored = act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none")
-    traffic_seconds = efficiency.ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE / rates.elementwise_bytes_per_s
-    forward = gemm_forward + stored * traffic_seconds
-    backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * stored * traffic_seconds
+    traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel)
+    hbm = rates.elementwise_bytes_per_s
+    forward = gemm_forward + traffic / hbm
+    backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
     if recompute == "full":
         extra = forward
     elif recompute == "selective":
-        scores = act.attention_scores_bytes(model, s, b, 2, tp)
-        extra = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores * traffic_seconds
+        extra = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
     else:
         extra = 0.0
     return LayerSeconds(forward, backward, extra)
@@ -122,19 +145,44 @@ def collective_link(link: Link | None) -> Link | None:
                 link.latency_seconds)
 
 
+@dataclass(frozen=True)
+class TpSeconds:
+    """TP collectives of one layer, one micro-batch."""
+
+    total: float
+    """Every collective: 2 forward, 2 backward, 2 more with full recompute."""
+    exposed: float
+    """What the compute does not hide: the backward ones overlap the weight-gradient GEMMs."""
+
+
 def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-                         s: int, link: Link | None) -> float:
-    """Megatron: 2 all-reduces of b*s*h*e bytes forward, 2 backward, 2 more with full
-    recompute (Shoeybi et al. 2019; Narayanan et al. 2021 sec. 4.1: 8*b*s*h*(t-1)/t elements
-    per device per layer without recompute). With sequence parallelism each all-reduce becomes
-    a reduce-scatter + all-gather of the same bytes: the same ring time."""
+                         s: int, link: Link | None, rates: TrainRates) -> TpSeconds:
+    """TP collectives of one layer, each on b*s*h*e bytes (Shoeybi et al. 2019; Narayanan
+    et al. 2021 sec. 4.1: 8*b*s*h*(t-1)/t elements per device per layer, no recompute).
+
+    Forward: 2 all-reduces (with sequence parallelism 2 all-gathers + 2 reduce-scatters, the
+    same ring time); full recompute repeats them. Backward, Megatron's
+    LinearWithGradAccumulationAndAsyncCommunication: without SP the 2 input-gradient
+    all-reduces of the column-parallel GEMMs (QKV, MLP up) run under their weight-gradient
+    GEMMs; with SP the 2 all-gathers of the output gradient before the row-parallel GEMMs
+    are exposed, the re-gather of the column-parallel input hides under its data-gradient
+    GEMM and the input-gradient reduce-scatter under its weight-gradient GEMM
+    (Korthikanti et al. 2022 sec. 4.2.2). Only what exceeds the GEMM is exposed."""
     if config.tp == 1 or link is None:
-        return 0.0
+        return TpSeconds(0.0, 0.0)
     message_bytes = 2 * config.micro_batch_size * s * model.hidden_size
-    count = 6 if config.recompute == "full" else 4
     curve = cluster.allreduce_curve(link.scope, config.tp)
     eff_link = link if curve is not None else collective_link(link)
-    return count * comm.allreduce_seconds(message_bytes, config.tp, eff_link, curve)
+    allreduce = comm.allreduce_seconds(message_bytes, config.tp, eff_link, curve)
+    forward = (4 if config.recompute == "full" else 2) * allreduce
+    gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
+    column_parallel = [gemm_seconds(g, rates) for g in (gemms[0], gemms[2])]
+    if config.sequence_parallel:
+        half = allreduce / 2
+        hidden = sum(2 * max(0.0, half - gemm) for gemm in column_parallel)
+        return TpSeconds(forward + 3 * allreduce, forward + allreduce + hidden)
+    hidden = sum(max(0.0, allreduce - gemm) for gemm in column_parallel)
+    return TpSeconds(forward + 2 * allreduce, forward + hidden)
 
 
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
@@ -199,14 +247,14 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     m = global_batch // (b * c.dp)
     placement = place(cluster, c.layout)
     layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp_layer = tp_seconds_per_layer(model, cluster, c, s, placement.tp_link)
+    tp = tp_seconds_per_layer(model, cluster, c, s, placement.tp_link, rates)
     layers = model.num_hidden_layers // c.pp
     params = stage_params_per_gpu(model, c.tp, c.pp)
     hbm = rates.elementwise_bytes_per_s
     accumulate = params.worst * efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
     logits = logits_seconds(model, s, b, c.tp, rates)
     compute_per_micro_batch = layers * layer.total + accumulate + logits
-    stage_per_micro_batch = compute_per_micro_batch + layers * tp_layer
+    stage_per_micro_batch = compute_per_micro_batch + layers * tp.exposed
     optimizer_params = params.worst / (c.dp if c.zero_stage >= 1 else 1)
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
     window = layers / c.virtual_stages * (layer.backward + layer.recompute)
@@ -214,13 +262,13 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
-        tp_comm=m * layers * tp_layer,
+        tp_comm=m * layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
         dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m),
     )
     return StepTimes(
         breakdown=breakdown,
-        tp_seconds_per_layer=tp_layer,
+        tp_seconds_per_layer=tp.total,
         tp_link=None if placement.tp_link is None else placement.tp_link.kind,
         pp_link=None if placement.pp_link is None else placement.pp_link.kind,
         dp_link=None if link is None else link.kind,
@@ -231,9 +279,8 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
 
 def logits_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
     """Last stage, per micro-batch: the output GEMM forward + backward (3x) and the
-    vocab-parallel cross-entropy's traffic over the (2+4)*s*b*V/t-byte logits, forward and
-    backward. Every stage runs at the pace of the slowest, so this lands on all of them."""
+    vocab-parallel cross-entropy's traffic: the (2+4)*s*b*V/t bytes of 16-bit logits and fp32
+    softmax written once forward, read and written back in backward. Every stage runs at the pace of the slowest, so this lands on all of them."""
     gemm = 3 * gemm_seconds(logits_gemm(model, b, s, tp), rates)
-    traffic = act.last_stage_logits_bytes(model, s, b, tp) * efficiency.ELEMENTWISE_FWD_BYTES_PER_STORED_BYTE
-    traffic *= 1 + efficiency.ELEMENTWISE_BWD_OVER_FWD
+    traffic = act.last_stage_logits_bytes(model, s, b, tp) * (1 + efficiency.ELEMENTWISE_BWD_OVER_FWD)
     return gemm + traffic / rates.elementwise_bytes_per_s

@@ -1,0 +1,186 @@
+"""Enumerate training configurations, prune, rank by throughput, tally rejections.
+
+Space: every (tp, pp, dp) with tp*pp*dp = GPUs; micro-batch b in powers of two up to
+MAX_MICRO_BATCH_SIZE with B divisible by b*dp; schedule 1f1b | interleaved (v dividing the
+layers per stage) | gpipe; recompute none | selective | full; sequence parallelism;
+ZeRO 0/1 (0-3 for pure data parallel). A flag fixes any of them.
+
+Pruning, each justified by the cost model (planner/cost/training_time.py):
+- recompute: with everything else equal more recomputation only adds time, so the first
+  of none, selective, full that fits is kept;
+- GPipe: the bubble of 1F1B with m instead of p micro-batches in flight, so only when asked;
+- micro-batch: memory grows with b, so once full recomputation does not fit, larger b stop.
+Ranking: tokens/s descending, then less memory, then the smaller degrees (deterministic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.layout import divisors, factorizations
+from planner.requests import TrainRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.train import (
+    Infeasible,
+    TrainConfig,
+    TrainEstimate,
+    estimate,
+    structural_reasons,
+    train_rates,
+)
+
+MAX_MICRO_BATCH_SIZE = 16
+"""Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
+RECOMPUTE_ORDER = ("none", "selective", "full")
+MAX_REASONS_PER_LAYOUT = 4
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A (tp, pp, dp) with no configuration that runs, and why (most telling first)."""
+
+    tp: int
+    pp: int
+    dp: int
+    reasons: tuple[str, ...]
+    num_configs_rejected: int
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    layouts: tuple[TrainEstimate, ...]
+    """Feasible configurations, best first."""
+    rejected: tuple[Rejection, ...]
+    num_gpus: int
+    num_configs_evaluated: int
+
+
+def rank_key(e: TrainEstimate) -> tuple:
+    c = e.config
+    return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.pp, c.dp,
+            c.micro_batch_size, c.schedule, c.virtual_stages, RECOMPUTE_ORDER.index(c.recompute),
+            not c.sequence_parallel, c.zero_stage)
+
+
+def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
+    if request.micro_batch is not None:
+        return [request.micro_batch]
+    per_replica = request.global_batch // dp
+    options, b = [], 1
+    while b <= min(MAX_MICRO_BATCH_SIZE, per_replica):
+        if per_replica % b == 0:
+            options.append(b)
+        b *= 2
+    return options
+
+
+def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[tuple[str, int]]:
+    """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage."""
+    layers = model.num_hidden_layers // pp
+    schedules = [request.schedule] if request.schedule else (["1f1b", "interleaved"] if pp > 1 else ["1f1b"])
+    pairs = []
+    for schedule in schedules:
+        if schedule != "interleaved":
+            pairs.append((schedule, request.virtual_stages or 1))
+        elif request.virtual_stages is not None:
+            pairs.append((schedule, request.virtual_stages))
+        else:
+            pairs.extend((schedule, v) for v in divisors(layers) if v > 1)
+    return pairs
+
+
+def zero_options(request: TrainRequest, tp: int, pp: int, dp: int) -> list[int]:
+    if request.zero_stage is not None:
+        return [request.zero_stage]
+    if dp == 1:
+        return [0]
+    return [0, 1, 2, 3] if tp == pp == 1 else [0, 1]
+
+
+def sp_options(request: TrainRequest, tp: int) -> list[bool]:
+    if request.sequence_parallel is not None:
+        return [request.sequence_parallel]
+    return [False, True] if tp > 1 else [False]
+
+
+class _Tally:
+    """Rejections of one (tp, pp, dp): reason counts and the smallest memory overshoot."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.best_oom: tuple[float, str] | None = None
+        self.total = 0
+
+    def add(self, result: Infeasible) -> None:
+        self.total += 1
+        if result.over_bytes > 0:
+            if self.best_oom is None or result.over_bytes < self.best_oom[0]:
+                self.best_oom = (result.over_bytes, result.reasons[0])
+            return
+        for reason in result.reasons:
+            self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def reasons(self) -> tuple[str, ...]:
+        ordered = sorted(self.counts, key=lambda r: (-self.counts[r], r))
+        if self.best_oom is not None:
+            ordered.insert(0, self.best_oom[1])
+        return tuple(ordered[:MAX_REASONS_PER_LAYOUT])
+
+
+def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                  tp: int, pp: int, dp: int, rates) -> tuple[list[TrainEstimate], _Tally]:
+    """Every configuration of one (tp, pp, dp) that the pruning rules leave."""
+    found: list[TrainEstimate] = []
+    tally = _Tally()
+    recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
+    for schedule, v in schedule_options(model, request, pp):
+        for zero in zero_options(request, tp, pp, dp):
+            for sp in sp_options(request, tp):
+                for b in micro_batch_options(request, dp):
+                    result = _first_fitting(model, cluster, request, recomputes, rates,
+                                            TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero))
+                    if isinstance(result, TrainEstimate):
+                        found.append(result)
+                        continue
+                    tally.add(result)
+                    if result.over_bytes > 0:
+                        break  # memory grows with b
+    return found, tally
+
+
+def _first_fitting(model, cluster, request, recomputes, rates, base: TrainConfig):
+    """The least recomputation that fits (more only adds time); else the last failure."""
+    result: TrainEstimate | Infeasible | None = None
+    for recompute in recomputes:
+        config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
+                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage)
+        result = estimate(model, cluster, config, request, rates)
+        if isinstance(result, TrainEstimate) or result.over_bytes == 0:
+            return result
+    assert result is not None
+    return result
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
+    num_gpus = request.num_gpus or cluster.num_gpus
+    rates = train_rates(model, cluster)
+    feasible: list[TrainEstimate] = []
+    rejected: list[Rejection] = []
+    evaluated = 0
+    for layout in factorizations(num_gpus):
+        tp, pp, dp = layout.tp, layout.pp, layout.dp
+        if not request.layout.matches(tp, pp, dp):
+            continue
+        reasons = structural_reasons(model, tp, pp, dp, request.global_batch)
+        if reasons:
+            rejected.append(Rejection(tp, pp, dp, tuple(reasons), 1))
+            evaluated += 1
+            continue
+        found, tally = search_layout(model, cluster, request, tp, pp, dp, rates)
+        evaluated += len(found) + tally.total
+        feasible.extend(found)
+        if not found:
+            rejected.append(Rejection(tp, pp, dp, tally.reasons() or ("no configuration to try",),
+                                      tally.total))
+    feasible.sort(key=rank_key)
+    return TrainPlan(tuple(feasible), tuple(rejected), num_gpus, evaluated)
