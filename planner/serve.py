@@ -196,14 +196,15 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
 
 def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
     reasons = []
-    for s in stages:
-        if s.weights_bytes > s.budget_bytes:
-            reasons.append(
-                f"weights exceed memory on stage {s.stage} by "
-                f"{(s.weights_bytes - s.budget_bytes) / BYTES_PER_GIB:.1f} GiB "
-                f"({s.weights_bytes / BYTES_PER_GIB:.1f} GiB of weights vs {s.budget_bytes / BYTES_PER_GIB:.1f} GiB usable)"
-            )
-            return reasons
+    # Name the heaviest stage, so "by X GiB" is the whole shortfall, not the first stage's.
+    s = max(stages, key=lambda stage: stage.weights_bytes - stage.budget_bytes)
+    if s.weights_bytes > s.budget_bytes:
+        reasons.append(
+            f"weights exceed memory on stage {s.stage} by "
+            f"{(s.weights_bytes - s.budget_bytes) / BYTES_PER_GIB:.1f} GiB "
+            f"({s.weights_bytes / BYTES_PER_GIB:.1f} GiB of weights vs {s.budget_bytes / BYTES_PER_GIB:.1f} GiB usable)"
+        )
+        return reasons
     for s in stages:
         short = s.weights_bytes + s.activation_bytes + s.overhead_bytes - s.budget_bytes
         if short >= 0:
@@ -247,13 +248,20 @@ def expected_experts_touched(model: ModelSpec, num_tokens: int) -> float:
     return experts * (1 - (1 - per_token / experts) ** num_tokens)
 
 
-def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, tp: int, num_tokens: int) -> float:
-    """A decode step reads every weight of the stage once, except MoE experts no token chose."""
+def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, tp: int, num_tokens: int,
+                             num_stages: int) -> float:
+    """A decode step reads every weight of the stage once, except MoE experts no token chose
+    and the embedding table, of which it gathers only the batch's rows (unless the same
+    matrix is the LM head on this stage: tied and p = 1)."""
+    read = stage.weights_bytes
+    head_reads_embedding = model.tie_word_embeddings and num_stages == 1
+    if stage.stage == 0 and not head_reads_embedding:
+        read -= embedding_bytes_per_gpu(model, tp)
     if not model.is_moe:
-        return stage.weights_bytes
+        return read
     expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model) / tp
     untouched = model.num_local_experts - expected_experts_touched(model, num_tokens)
-    return stage.weights_bytes - stage.num_layers * untouched * expert_bytes
+    return read - stage.num_layers * untouched * expert_bytes
 
 
 def active_params_per_layer(model: ModelSpec) -> int:
@@ -291,7 +299,7 @@ def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pl
     """max(bytes read / (HBM * utilisation), FLOPs / (achievable * decode utilisation))
     + 2 all-reduces per layer of num_seqs * h * bytes."""
     t = layout.tp
-    bytes_read = decode_weight_bytes_read(model, stage, t, num_seqs)
+    bytes_read = decode_weight_bytes_read(model, stage, t, num_seqs, layout.pp)
     bytes_read += num_seqs * context_len * stage.kv_bytes_per_token
     memory_seconds = bytes_read / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(t))
     attention_flops = 4 * stage.num_layers * context_len * model.num_attention_heads * model.head_dim
@@ -306,12 +314,16 @@ def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pl
 
 def prefill_stage_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                           stage: StageMemory, num_tokens: int) -> float:
-    """Compute-bound: (2 * active params * s + causal attention 2 * L_s * s^2 * a * d) / t
-    at the achievable matmul rate * prefill utilisation, never faster than reading the
-    weights once; plus 2 all-reduces per layer of s * h * bytes."""
+    """Compute-bound: (2 * active layer params * s + causal attention 2 * L_s * s^2 * a * d
+    + on the last stage the LM head 2 * V * h once: vLLM computes logits only for the
+    sampled, last position of a prompt) / t at the achievable matmul rate * prefill
+    utilisation, never faster than reading the weights once; plus 2 all-reduces per
+    layer of s * h * bytes."""
     s = num_tokens
     attention = 2 * stage.num_layers * s * s * model.num_attention_heads * model.head_dim
-    flops = (s * stage_matmul_flops_per_token(model, stage, layout.pp) + attention) / layout.tp
+    layers = 2 * stage.num_layers * active_params_per_layer(model) * s
+    head = 2 * model.vocab_size * model.hidden_size if stage.stage == layout.pp - 1 else 0
+    flops = (layers + head + attention) / layout.tp
     compute = flops / (achievable_flops_per_s(model, cluster) * eff.PREFILL_MATMUL_UTILIZATION)
     memory = stage.weights_bytes / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(layout.tp))
     message_bytes = s * model.hidden_size * activation_bytes_per_element(model)

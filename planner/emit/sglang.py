@@ -1,7 +1,8 @@
 """SGLang launch commands (targets sglang 0.4-0.5-era `sglang.launch_server` flags; engines.md).
 
 `--tp-size` counts GPUs across all nodes; multi-node adds `--nnodes --node-rank
---dist-init-addr HEAD:PORT` on every node.
+--dist-init-addr HEAD:PORT` on every node. `--max-running-requests` is per DP worker
+(SGLang divides it by dp only with --enable-dp-attention), like vLLM's --max-num-seqs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def sglang_steps(a: VllmArgs) -> list[Step]:
     if a.dp > 1:
         base += ["--dp-size", str(a.dp)]
     base += ["--mem-fraction-static", f"{a.gpu_memory_utilization:g}", "--context-length", str(a.max_model_len),
-             "--max-running-requests", str(a.max_num_seqs * a.dp)]
+             "--max-running-requests", str(a.max_num_seqs)]
     if a.quantization and QUANTIZATION.get(a.quantization):
         base += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:

@@ -67,28 +67,32 @@ def vllm_steps(a: VllmArgs, backend: str = "mp") -> list[Step]:
     num_nodes = math.ceil(replica_gpus / a.gpus_per_node)
     steps = []
     for replica in range(a.dp):
+        # Each replica is its own deployment on its own nodes, with its own head.
+        first = replica * num_nodes
         label = f"replica {replica}: " if a.dp > 1 else ""
-        steps += _ray_steps(base, num_nodes, label) if backend == "ray" else _mp_steps(base, num_nodes, label)
+        head = HEAD_ADDRESS_PLACEHOLDER if replica == 0 else f"REPLICA{replica}_{HEAD_ADDRESS_PLACEHOLDER}"
+        steps += (_ray_steps(base, num_nodes, label, first, head) if backend == "ray"
+                  else _mp_steps(base, num_nodes, label, first, head))
     return steps
 
 
-def _mp_steps(base: list[str], num_nodes: int, label: str) -> list[Step]:
+def _mp_steps(base: list[str], num_nodes: int, label: str, first: int, head: str) -> list[Step]:
     steps = []
     for rank in range(num_nodes):
         argv = [*base, "--nnodes", str(num_nodes), "--node-rank", str(rank),
-                "--master-addr", HEAD_ADDRESS_PLACEHOLDER, "--master-port", str(MASTER_PORT)]
-        where = f"{label}node {rank} (head)" if rank == 0 else f"{label}node {rank}"
+                "--master-addr", head, "--master-port", str(MASTER_PORT)]
+        where = f"{label}node {first + rank}" + (" (head)" if rank == 0 else "")
         steps.append(Step(where, tuple(argv + (["--headless"] if rank else []))))
     return steps
 
 
-def _ray_steps(base: list[str], num_nodes: int, label: str) -> list[Step]:
-    steps = [Step(f"{label}node 0 (head)", ("ray", "start", "--head", "--port", str(RAY_PORT)))]
+def _ray_steps(base: list[str], num_nodes: int, label: str, first: int, head: str) -> list[Step]:
+    steps = [Step(f"{label}node {first} (head)", ("ray", "start", "--head", "--port", str(RAY_PORT)))]
     steps += [
-        Step(f"{label}node {rank}", ("ray", "start", f"--address={HEAD_ADDRESS_PLACEHOLDER}:{RAY_PORT}"))
+        Step(f"{label}node {first + rank}", ("ray", "start", f"--address={head}:{RAY_PORT}"))
         for rank in range(1, num_nodes)
     ]
-    steps.append(Step(f"{label}node 0 (head)", (*base, "--distributed-executor-backend", "ray")))
+    steps.append(Step(f"{label}node {first} (head)", (*base, "--distributed-executor-backend", "ray")))
     return steps
 
 

@@ -1,0 +1,94 @@
+"""`plan --json` for serving: the keys issue 3 promises, in SI units."""
+
+from __future__ import annotations
+
+import pytest
+
+TOP_LEVEL = {"workload", "model", "cluster", "recommended", "layouts", "rejected"}
+LAYOUT = {
+    "tp",
+    "pp",
+    "dp",
+    "rank",
+    "memory_per_gpu_bytes",
+    "capacity_per_gpu_bytes",
+    "memory",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "tp_allreduce_seconds_per_layer",
+    "tp_link",
+    "pp_link",
+    "bubble_fraction",
+    "ttft_seconds",
+    "tpot_seconds",
+    "throughput_tokens_per_second",
+    "command",
+}
+MEMORY = {"weights_bytes", "kv_cache_bytes", "activation_bytes", "overhead_bytes"}
+
+
+@pytest.fixture(scope="module")
+def headline(plan_json) -> tuple[int, dict]:
+    return plan_json("--model", "llama-3.1-70b", "--cluster", "2x8xA100")
+
+
+def test_top_level_keys(headline):
+    code, out = headline
+    assert code == 0
+    assert TOP_LEVEL <= out.keys()
+    assert out["workload"] == "serve"
+    assert out["model"] == "llama-3.1-70b" and out["cluster"] == "2x8xA100"
+    assert out["recommended"] == out["layouts"][0]
+
+
+def test_every_layout_object_has_the_promised_keys(headline):
+    _, out = headline
+    assert out["layouts"]
+    for rank, layout in enumerate(out["layouts"], start=1):
+        assert LAYOUT <= layout.keys(), LAYOUT - layout.keys()
+        assert MEMORY <= layout["memory"].keys()
+        assert layout["rank"] == rank
+        assert layout["tp"] * layout["pp"] * layout["dp"] == 16
+        assert 0 < layout["memory_per_gpu_bytes"] <= layout["capacity_per_gpu_bytes"]
+        assert layout["capacity_per_gpu_bytes"] == 80 * 2**30
+        assert sum(layout["memory"].values()) == pytest.approx(layout["memory_per_gpu_bytes"])
+        assert layout["tp_link"] in (None, "nvlink", "infiniband")
+        assert (layout["tp_link"] is None) == (layout["tp"] == 1)
+        assert (layout["pp_link"] is None) == (layout["pp"] == 1)
+        assert 0 <= layout["bubble_fraction"] < 1
+        assert layout["ttft_seconds"] > 0 and layout["tpot_seconds"] > 0
+        assert layout["throughput_tokens_per_second"] > 0
+        assert layout["kv_cache_tokens"] >= 131072
+        assert layout["max_concurrency"] == pytest.approx(layout["kv_cache_tokens"] / 131072)
+        command = layout["command"]
+        assert command and all(
+            isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)
+            for argv in command
+        )
+        assert any(argv[:3] == ["vllm", "serve", "MODEL"] for argv in command)
+
+
+def test_ranked_best_first_by_throughput(headline):
+    _, out = headline
+    rates = [layout["throughput_tokens_per_second"] for layout in out["layouts"]]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_rejected_entries_have_degrees_and_reasons(headline):
+    _, out = headline
+    assert out["rejected"]
+    for item in out["rejected"]:
+        assert {"tp", "pp", "dp", "reasons"} <= item.keys()
+        assert item["reasons"] and all(isinstance(r, str) and r for r in item["reasons"])
+    total = len(out["layouts"]) + len(out["rejected"])
+    assert total == 15  # every ordered factorization of 16 GPUs
+
+
+def test_infeasible_json_has_null_recommendation_and_exit_1(plan_json):
+    code, out = plan_json("--model", "llama-3.1-70b", "--cluster", "1x1xH100")
+    assert code == 1
+    assert out["recommended"] is None and out["layouts"] == []
+    (rejected,) = out["rejected"]
+    assert (rejected["tp"], rejected["pp"], rejected["dp"]) == (1, 1, 1)
+    assert "weights exceed memory" in rejected["reasons"][0]
+    assert any("fp8" in s for s in out["suggestions"])

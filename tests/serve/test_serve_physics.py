@@ -1,0 +1,319 @@
+"""Hand-worked numbers for the serving cost model (planner/serve.py), arithmetic in
+each docstring. Shapes from the shipped specs (Hugging Face config.json values):
+
+llama-3.1-8b:  L=32, h=4096, a=32, k=8, d=128, f=14336, V=128256, untied, bf16.
+llama-3.1-70b: L=80, h=8192, a=64, k=8, d=128, f=28672, V=128256, untied, bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.cost.pipeline import serving_stage_utilization
+from planner.layout import Layout, place
+from planner.requests import ServeRequest
+from planner.serve import (
+    ServeEstimate,
+    expected_experts_touched,
+    kv_bytes_per_token_per_gpu,
+    serving_bubble_fraction,
+    stage_layer_counts,
+    stage_memory,
+    tp_allreduce_seconds_per_layer,
+)
+
+# ---------------------------------------------------------------- stage split (vLLM get_pp_indices)
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "pp", "expected"),
+    [
+        (126, 4, [31, 32, 32, 31]),  # 126 // 4 = 31, 2 extra -> stages 2, 1
+        (80, 3, [27, 27, 26]),  # 80 // 3 = 26, 2 extra -> stages 1, 0
+        (126, 8, [15, 16, 16, 16, 16, 16, 16, 15]),  # 15, 6 extra -> stages 6..1
+        (80, 2, [40, 40]),
+        (80, 1, [80]),
+        # vLLM's own tests/distributed/test_pipeline_partition.py::test_uneven_auto_partition
+        (3, 2, [2, 1]),
+        (4, 3, [1, 2, 1]),
+        (5, 3, [2, 2, 1]),
+    ],
+)
+def test_stage_layer_counts_follow_vllm_get_pp_indices(num_layers, pp, expected):
+    """L // p layers each; the L % p extra layers go to the stages counted back from the
+    second-to-last (stage p-2, p-3, ...), never to the last, which also holds the LM head."""
+    assert stage_layer_counts(num_layers, pp) == expected
+    assert sum(expected) == num_layers
+
+
+# ---------------------------------------------------------------- weights per GPU per stage
+
+
+def test_weight_bytes_per_gpu_per_stage_70b_tp8_pp2(model, cluster):
+    """llama-3.1-70b, tp=8, pp=2, bf16 (2 bytes per parameter).
+
+    One layer: attention Q h*a*d = 8192*8192 = 67,108,864; K,V 2*h*k*d = 16,777,216;
+    O 67,108,864 -> 150,994,944. MLP 3*h*f = 3*8192*28672 = 704,643,072. Norms 2h = 16,384.
+    Per GPU at t=8 (k = t: one KV head each, nothing replicated): the matmuls / 8 =
+    855,638,016 / 8 = 106,954,752, norms whole 16,384 -> 106,971,136 params = 213,942,272 B.
+    Stage 0: 40 layers = 8,557,690,880 + embedding V*h/t*2 = 128256*8192/8*2 = 262,668,288
+             -> 8,820,359,168 B.
+    Stage 1: 40 layers + LM head 262,668,288 + final norm h*2 = 16,384 -> 8,820,375,552 B.
+    """
+    stages = stage_memory(
+        model("llama-3.1-70b"),
+        cluster("2x8xA100"),
+        Layout(8, 2, 1),
+        ServeRequest(max_model_len=8192),
+        max_num_seqs=256,
+    )
+    assert [s.num_layers for s in stages] == [40, 40]
+    assert stages[0].weights_bytes == 8_820_359_168
+    assert stages[1].weights_bytes == 8_820_375_552
+
+
+def test_uneven_split_puts_the_extra_layers_before_the_last_stage(model, cluster):
+    """llama-3.1-405b over pp=4: [31, 32, 32, 31] layers; the middle stages are heaviest
+    by one layer, less the embedding/LM head the ends carry (V*h*2/t = 128256*16384*2/8
+    = 525 MB, while a 405B layer at t=8 is about 800 MB)."""
+    stages = stage_memory(
+        model("llama-3.1-405b"),
+        cluster("4x8xH100"),
+        Layout(8, 4, 1),
+        ServeRequest(max_model_len=8192),
+        max_num_seqs=256,
+    )
+    assert [s.num_layers for s in stages] == [31, 32, 32, 31]
+    assert stages[1].weights_bytes == stages[2].weights_bytes
+    layer = stages[1].weights_bytes / 32
+    embedding = 128256 * 16384 * 2 / 8
+    assert stages[0].weights_bytes == pytest.approx(31 * layer + embedding, rel=1e-12)
+    assert stages[1].weights_bytes > stages[0].weights_bytes
+
+
+# ---------------------------------------------------------------- KV bytes per token per GPU
+
+
+@pytest.mark.parametrize(
+    ("tp", "num_layers", "kv_dtype", "expected"),
+    [
+        (1, 80, "auto", 327_680),  # 2 * 80 * 8 heads * 128 * 2 B = 320 KiB, whole model
+        (8, 80, "auto", 40_960),  # k/t = 1 head per GPU: 2*80*1*128*2
+        (16, 80, "auto", 40_960),  # t > k: replicated, still 1 head per GPU (not 1/2)
+        (8, 80, "fp8", 20_480),  # fp8 KV: 1 byte per element halves it
+        (8, 40, "auto", 20_480),  # a pp=2 stage holds half the layers
+        (4, 80, "auto", 81_920),  # 2 heads per GPU
+    ],
+)
+def test_kv_bytes_per_token_per_gpu_gqa_70b(model, tp, num_layers, kv_dtype, expected):
+    """2 (K and V) * L_s * max(1, k/t) * d * bytes, llama-3.1-70b (k = 8, d = 128)."""
+    assert kv_bytes_per_token_per_gpu(model("llama-3.1-70b"), num_layers, tp, kv_dtype) == expected
+
+
+def test_kv_cache_tokens_are_whole_16_token_blocks(model, cluster):
+    """vLLM allocates the KV cache in 16-token blocks: tokens = blocks * 16, and no more
+    than the free bytes hold."""
+    stages = stage_memory(
+        model("llama-3.1-70b"),
+        cluster("1x2xA100"),
+        Layout(2, 1, 1),
+        ServeRequest(max_model_len=8192),
+        max_num_seqs=256,
+    )
+    s = stages[0]
+    assert s.kv_cache_tokens % 16 == 0
+    assert s.kv_cache_tokens * s.kv_bytes_per_token <= s.kv_cache_bytes
+    assert (s.kv_cache_tokens + 16) * s.kv_bytes_per_token > s.kv_cache_bytes
+
+
+# ---------------------------------------------------------------- TP all-reduce at decode
+
+
+def _allreduce(cluster_spec, tp: int, pp: int, message_bytes: float) -> tuple[float, str | None]:
+    layout = Layout(tp, pp, cluster_spec.num_gpus // (tp * pp))
+    placement = place(cluster_spec, layout)
+    seconds, _ = tp_allreduce_seconds_per_layer(cluster_spec, layout, placement, message_bytes)
+    return seconds, None if placement.tp_link is None else placement.tp_link.kind
+
+
+def test_allreduce_one_rank_is_zero(cluster):
+    """tp = 1: nothing to combine, no link, 0 seconds."""
+    assert _allreduce(cluster("2x8xA100"), 1, 1, 1e6) == (0.0, None)
+
+
+def test_allreduce_inside_a_node_by_hand(cluster):
+    """2x8xA100, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us), decode batch 256 of
+    llama-3.1-70b: S = 256 * 8192 * 2 B = 4,194,304 B. One ring all-reduce:
+    2(n-1)*alpha + 2(n-1)/n * S/beta = 14 us + 1.75 * 4,194,304 / 300e9 = 14 + 24.47 us
+    = 38.47 us; two per layer (after attention and after the MLP) = 76.93 us."""
+    seconds, link = _allreduce(cluster("2x8xA100"), 8, 1, 256 * 8192 * 2)
+    assert link == "nvlink"
+    assert seconds == pytest.approx(2 * (14e-6 + 1.75 * 4_194_304 / 300e9), rel=1e-12)
+    assert seconds == pytest.approx(76.93e-6, rel=1e-3)
+
+
+def test_allreduce_crossing_nodes_is_slower_by_hand(cluster):
+    """Same message over tp=16 on 2x8xA100: the ring crosses InfiniBand, whose per-GPU
+    share is 8 x 200 Gb/s / 8 GPUs = 25 GB/s, alpha 5 us:
+    2 * (30 * 5 us + 2*15/16 * 4,194,304 / 25e9) = 2 * (150 + 314.57) us = 929.1 us,
+    about 12x the tp=8 ring inside the node."""
+    spec = cluster("2x8xA100")
+    inside, _ = _allreduce(spec, 8, 1, 256 * 8192 * 2)
+    across, link = _allreduce(spec, 16, 1, 256 * 8192 * 2)
+    assert link == "infiniband"
+    assert across == pytest.approx(2 * (30 * 5e-6 + 30 / 16 * 4_194_304 / 25e9), rel=1e-12)
+    assert across > 10 * inside
+
+
+def test_decode_allreduce_message_is_batch_times_hidden_times_two(serve_one):
+    """The planner's decode message: one in-flight batch * h * 2 B. llama-3.1-70b on
+    2x8xA100, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B."""
+    result = serve_one("llama-3.1-70b", "2x8xA100", (8, 1, 2), batch=64, max_model_len=8192)
+    assert isinstance(result, ServeEstimate)
+    assert result.allreduce_message_bytes == 1_048_576
+    assert result.tp_allreduce_seconds_per_layer == pytest.approx(
+        2 * (14e-6 + 1.75 * 1_048_576 / 300e9), rel=1e-12
+    )
+
+
+# ---------------------------------------------------------------- decode roofline
+
+
+def test_decode_memory_bound_8b_h100_batch_1(serve_one):
+    """llama-3.1-8b on one H100-SXM (3350 GB/s HBM at 80% decode utilisation for tp <= 2).
+
+    Weights: per layer 41,943,040 attention + 176,160,768 MLP + 8,192 norms = 218,112,000;
+    * 32 = 6,979,584,000; + embedding 525,336,576 + LM head 525,336,576 + final norm 4,096
+    = 8,030,261,248 params = 16,060,522,496 B.
+    A decode step reads all of it except the embedding table (it gathers one row):
+    16,060,522,496 - 1,050,673,152 = 15,009,849,344 B. KV of one sequence at the mean
+    context 1024 + 256/2 = 1152 tokens: 1152 * 131,072 B = 150,994,944 B.
+    TPOT = 15,160,844,288 / (3350e9 * 0.80) = 5.657 ms (compute: 2 * 8e9 FLOPs / 476 TFLOP/s
+    = 0.03 ms, far below)."""
+    result = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=1, max_model_len=8192)
+    assert isinstance(result, ServeEstimate)
+    assert result.stages[0].weights_bytes == 16_060_522_496
+    assert result.decode_bound == "memory"
+    expected = (15_009_849_344 + 1152 * 131_072) / (3350e9 * 0.80)
+    assert result.tpot_seconds == pytest.approx(expected, rel=1e-9)
+    assert result.tpot_seconds == pytest.approx(5.657e-3, rel=1e-3)
+
+
+def test_decode_compute_bound_8b_h100_large_batch(serve_one):
+    """llama-3.1-8b on one H100, batch 512 of 1-token prompts and 1 output token (mean
+    context 1.5 tokens, so the KV read is negligible).
+    FLOPs per token: 2 * 6,979,584,000 (layers) + 2 * V * h = 1,050,673,152 (LM head)
+    + attention 4 * L * ctx * a * d = 4*32*1.5*32*128 = 786,432 -> 15,010,627,584.
+    Compute: 512 * 15,010,627,584 / (794e12 achievable * 0.60 decode) = 16.13 ms.
+    Memory: (15,009,849,344 + 512 * 1.5 * 131,072) / 2.68e12 = 5.64 ms. Compute wins."""
+    result = serve_one(
+        "llama-3.1-8b",
+        "1x1xH100",
+        (1, 1, 1),
+        batch=512,
+        input_len=1,
+        output_len=1,
+        max_model_len=8192,
+    )
+    assert isinstance(result, ServeEstimate)
+    assert result.batch == 512
+    assert result.decode_bound == "compute"
+    expected = 512 * 15_010_627_584 / (794e12 * 0.60)
+    assert result.stage_step_seconds == pytest.approx(expected, rel=1e-9)
+    assert result.stage_step_seconds == pytest.approx(16.13e-3, rel=1e-3)
+
+
+# ---------------------------------------------------------------- prefill
+
+
+def test_prefill_flops_8b_h100(serve_one):
+    """TTFT of a 1024-token prompt, llama-3.1-8b on one H100 (pp = 1, tp = 1):
+    2 * active layer params * s = 2 * 6,979,584,000 * 1024 = 14,294,188,032,000
+    + causal attention 2 * L * s^2 * a * d = 2 * 32 * 1024^2 * 32 * 128 = 274,877,906,944
+    + LM head for the last position only 2 * V * h = 1,050,673,152
+    = 14,570,116,612,096 FLOPs at 794 TFLOP/s * 0.85 = 21.589 ms
+    (compute-bound: reading the weights once is 16.06e9 / 2.68e12 = 6.0 ms)."""
+    result = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=1, max_model_len=8192)
+    assert isinstance(result, ServeEstimate)
+    flops = 2 * 6_979_584_000 * 1024 + 2 * 32 * 1024**2 * 32 * 128 + 2 * 128256 * 4096
+    assert flops == 14_570_116_612_096
+    assert result.ttft_seconds == pytest.approx(flops / (794e12 * 0.85), rel=1e-9)
+
+
+def test_prefill_attention_grows_quadratically(serve_one):
+    """Doubling the prompt more than doubles TTFT once the s^2 attention term matters.
+    llama-3.1-8b: linear 2 * 6.98e9 * s, causal attention 2 * 32 * s^2 * 4096.
+    s = 16384: 2.287e14 + 0.704e14 = 2.991e14; s = 32768: 4.574e14 + 2.815e14 = 7.389e14;
+    ratio 2.47 (the LM head, once per prompt, does not move it)."""
+    short = serve_one(
+        "llama-3.1-8b",
+        "1x1xH100",
+        (1, 1, 1),
+        batch=1,
+        input_len=16384,
+        output_len=16,
+        max_model_len=65536,
+    )
+    long = serve_one(
+        "llama-3.1-8b",
+        "1x1xH100",
+        (1, 1, 1),
+        batch=1,
+        input_len=32768,
+        output_len=16,
+        max_model_len=65536,
+    )
+    assert long.ttft_seconds / short.ttft_seconds == pytest.approx(7.389 / 2.991, rel=2e-3)
+
+
+# ---------------------------------------------------------------- MoE
+
+
+def test_expected_experts_touched_mixtral(model):
+    """E * (1 - (1 - e/E)^n), E = 8, e = 2: n = 1 -> 8 * (1 - 0.75) = 2 (exactly the two it
+    routes to); n = 2 -> 8 * (1 - 0.5625) = 3.5; n = 256 -> 8 * (1 - 0.75^256) = 8."""
+    mixtral = model("mixtral-8x7b")
+    assert expected_experts_touched(mixtral, 1) == pytest.approx(2.0)
+    assert expected_experts_touched(mixtral, 2) == pytest.approx(3.5)
+    assert expected_experts_touched(mixtral, 256) == pytest.approx(8.0)
+    assert expected_experts_touched(model("llama-3.1-8b"), 256) == 1.0
+
+
+# ---------------------------------------------------------------- serving bubble
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "pp", "idle"), [(1, 4, 0.75), (2, 4, 0.5), (1, 2, 0.5), (4, 4, 0.0), (2, 2, 0.0)]
+)
+def test_serving_bubble_without_hops(in_flight, pp, idle):
+    """k batches in flight over p stages of 1 time unit, no hop cost: a round takes
+    max(k, p) units and each stage is busy k of them -> idle 1 - k/p (0 once k >= p)."""
+    round_seconds = max(in_flight, pp) * 1.0
+    assert serving_bubble_fraction(in_flight, pp, 1.0, round_seconds) == pytest.approx(idle)
+    assert serving_stage_utilization(in_flight, pp) == pytest.approx(1 - idle)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_serving_bubble_when_fewer_batches_than_stages(serve_one, batch):
+    """llama-3.1-70b over pp=4 on 1x4xH100: with k = batch < 4 sequences (one per in-flight
+    batch) every stage idles at least 1 - k/4 of the time (more, counting the hops)."""
+    result = serve_one("llama-3.1-70b", "1x4xH100", (1, 4, 1), batch=batch, max_model_len=8192)
+    assert isinstance(result, ServeEstimate)
+    assert result.batches_in_flight == batch
+    assert result.bubble_fraction >= 1 - batch / 4 - 1e-12
+
+
+def test_serving_bubble_near_zero_with_enough_batches(serve_one):
+    """k >= p: the stages stay busy; only the hops (tens of us against ~10 ms stages) idle."""
+    result = serve_one("llama-3.1-70b", "1x4xH100", (1, 4, 1), batch=64, max_model_len=8192)
+    assert isinstance(result, ServeEstimate)
+    assert result.batches_in_flight == 4
+    assert 0 <= result.bubble_fraction < 0.02
+
+
+def test_no_bubble_without_pipeline(serve_one):
+    result = serve_one("llama-3.1-70b", "1x4xH100", (4, 1, 1), batch=1, max_model_len=8192)
+    assert result.bubble_fraction == 0.0
+    assert math.isclose(result.tpot_seconds, result.stage_step_seconds)
