@@ -294,3 +294,33 @@ def test_dp_across_nodes_flags(serve_plan):
         assert value(step, "--max-num-seqs") == "64"
     assert "--headless" not in head.argv and "--data-parallel-start-rank" not in head.argv
     assert "--headless" in worker.argv and value(worker, "--data-parallel-start-rank") == "2"
+
+
+def test_cli_shows_the_ray_alternative_and_emits_other_engines(run_plan):
+    """A replica wider than a node: the default output shows the mp commands and the Ray
+    alternative; --emit vllm-ray prints only Ray; --emit sglang the SGLang launch."""
+    args = (
+        "--model",
+        "llama-3.1-405b",
+        "--cluster",
+        "2x8xH100",
+        "--layout",
+        "tp=8,pp=2",
+        "--max-model-len",
+        "16384",
+        "--batch",
+        "32",
+    )
+    default = run_plan(*args)
+    assert default.returncode == 0
+    assert "--headless" in default.stdout and "Or with Ray" in default.stdout
+    ray = run_plan(*args, "--emit", "vllm-ray")
+    assert ray.returncode == 0
+    assert "ray start --head --port 6379" in ray.stdout
+    assert "--distributed-executor-backend ray" in ray.stdout
+    sglang = run_plan(*args, "--emit", "sglang")
+    assert sglang.returncode == 0
+    assert (
+        "python -m sglang.launch_server --model-path MODEL --tp-size 8 --pp-size 2" in sglang.stdout
+    )
+    assert "vllm serve" not in sglang.stdout
