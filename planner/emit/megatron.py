@@ -1,0 +1,89 @@
+"""Megatron-LM launch command for a training configuration (argv lists).
+
+Targets Megatron-LM core_r0.14 and later (pretrain_gpt.py, flag names in
+../shared/reference/engines.md; Megatron-FSDP flags for ZeRO-2/3 from the Megatron-Core
+developer guide, "Megatron FSDP"). torchrun with the c10d rendezvous: the same command on
+every node (node order follows arrival), so one step serves them all.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.emit.command import HEAD_ADDRESS_PLACEHOLDER, Step
+from planner.specs import ClusterSpec, ModelSpec
+from planner.train import TrainConfig
+
+MEGATRON_VERSION = "core_r0.14"
+RENDEZVOUS_PORT = 29500
+TRAIN_SCRIPT = "pretrain_gpt.py"
+ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
+    gpus_per_node = min(num_gpus, cluster.gpus_per_node)
+    num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
+    if num_nodes == 1:
+        return ["torchrun", "--standalone", "--nproc-per-node", str(gpus_per_node)]
+    return ["torchrun", "--nnodes", str(num_nodes), "--nproc-per-node", str(gpus_per_node),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}",
+            "--rdzv-id", "plan-train"]
+
+
+def model_args(model: ModelSpec, seq_len: int) -> list[str]:
+    args = ["--num-layers", str(model.num_hidden_layers), "--hidden-size", str(model.hidden_size),
+            "--ffn-hidden-size", str(model.intermediate_size),
+            "--num-attention-heads", str(model.num_attention_heads),
+            "--seq-length", str(seq_len),
+            "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings))]
+    if model.num_key_value_heads != model.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.num_key_value_heads)]
+    if model.gated_mlp:
+        args.append("--swiglu")
+    if model.norm_type == "rmsnorm":
+        args += ["--normalization", "RMSNorm"]
+    if model.position_embedding == "rope":
+        args += ["--position-embedding-type", "rope"]
+    if not (model.attention_bias or model.mlp_bias):
+        args.append("--disable-bias-linear")
+    if not model.tie_word_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    args.append("--bf16" if model.dtype == "bfloat16" else "--fp16" if model.dtype == "float16" else "--fp32")
+    return args
+
+
+def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
+    c = config
+    args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    if c.schedule == "interleaved":
+        layers = model.num_hidden_layers // c.pp // c.virtual_stages
+        args += ["--num-layers-per-virtual-pipeline-stage", str(layers)]
+    if c.sequence_parallel:
+        args.append("--sequence-parallel")
+    args += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(global_batch)]
+    if c.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                 "--recompute-num-layers", "1"]
+    elif c.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    if c.zero_stage >= 1:
+        args.append("--use-distributed-optimizer")
+    if c.zero_stage >= 2:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[c.zero_stage],
+                 "--no-gradient-accumulation-fusion"]
+    if c.dp > 1:
+        args.append("--overlap-grad-reduce")
+    return args
+
+
+def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
+                   global_batch: int, seq_len: int) -> tuple[Step, ...]:
+    """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments.
+    GPipe has no Megatron flag (Megatron runs 1F1B); data, tokenizer and optimizer
+    hyper-parameters are the user's to add."""
+    num_gpus = config.tp * config.pp * config.dp
+    num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
+    argv = (torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT] + parallel_args(model, config, global_batch)
+            + model_args(model, seq_len))
+    where = "this node" if num_nodes == 1 else f"each of the {num_nodes} nodes"
+    return (Step(where, tuple(argv)),)

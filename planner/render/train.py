@@ -1,0 +1,155 @@
+"""Training plan output: the ranked table, the reasoning, the Megatron command, JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from planner.emit.command import Step
+from planner.render.catalog import describe_cluster, describe_model
+from planner.render.common import console, count, gib, ms, print_json
+from planner.train import TrainEstimate
+from planner.train_search import TrainPlan
+
+StepsFor = Callable[[TrainEstimate], tuple[Step, ...]]
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    get: Callable[[TrainEstimate, int], str]
+    justify: str = "right"
+
+
+def _schedule(e: TrainEstimate) -> str:
+    c = e.config
+    if c.pp == 1:
+        return "-"
+    return f"interleaved/{c.virtual_stages}" if c.schedule == "interleaved" else c.schedule
+
+
+COLUMNS = (
+    Column("#", lambda e, i: str(i + 1)),
+    Column("tp", lambda e, i: str(e.config.tp)),
+    Column("pp", lambda e, i: str(e.config.pp)),
+    Column("dp", lambda e, i: str(e.config.dp)),
+    Column("b", lambda e, i: str(e.config.micro_batch_size)),
+    Column("m", lambda e, i: str(e.num_micro_batches)),
+    Column("schedule/v", lambda e, i: _schedule(e), "left"),
+    Column("recompute", lambda e, i: e.config.recompute, "left"),
+    Column("sp", lambda e, i: "on" if e.config.sequence_parallel else "off"),
+    Column("zero", lambda e, i: str(e.config.zero_stage)),
+    Column("mem/GPU", lambda e, i: f"{gib(e.memory_per_gpu_bytes)} / {gib(e.capacity_per_gpu_bytes)}"),
+    Column("step", lambda e, i: ms(e.step_time_seconds)),
+    Column("tokens/s", lambda e, i: count(e.tokens_per_second)),
+    Column("TFLOP/s/GPU", lambda e, i: f"{e.tflops_per_gpu:.1f}"),
+    Column("MFU", lambda e, i: f"{e.mfu:.1%}"),
+    Column("bubble", lambda e, i: f"{e.bubble_fraction:.1%}"),
+    Column("TP link", lambda e, i: e.tp_link or "-", "left"),
+)
+
+
+def render_table(plan: TrainPlan, top: int) -> Table:
+    total = len(plan.layouts)
+    table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total} feasible, "
+                        f"{len(plan.rejected)} layouts rejected; ranked by tokens/s)")
+    for column in COLUMNS:
+        table.add_column(column.header, justify=column.justify)
+    for index, estimate in enumerate(plan.layouts[:top]):
+        table.add_row(*(column.get(estimate, index) for column in COLUMNS))
+    return table
+
+
+def summary_lines(plan: TrainPlan) -> list[str]:
+    best = plan.layouts[0]
+    c, t = best.config, best.time_breakdown_seconds
+    parts = {"compute": t.compute, "bubble": t.bubble, "TP comm": t.tp_comm,
+             "PP comm": t.pp_comm, "DP comm (exposed)": t.dp_comm_exposed}
+    shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
+    lines = [
+        f"Recommended: tp={c.tp} pp={c.pp} dp={c.dp}, micro-batch {c.micro_batch_size} "
+        f"({best.num_micro_batches} per step), {_schedule(best)}, recompute {c.recompute}, "
+        f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
+        f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
+        f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
+        f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
+        f"data parallel on {best.dp_link or '-'}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}.",
+    ]
+    if len(plan.layouts) > 1:
+        runner = plan.layouts[1]
+        gap = 1 - runner.tokens_per_second / best.tokens_per_second
+        lines.append(f"Runner-up: tp={runner.config.tp} pp={runner.config.pp} dp={runner.config.dp} "
+                     f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
+    return lines
+
+
+def render_rejected(plan: TrainPlan) -> Table:
+    table = Table(title=f"Rejected layouts ({len(plan.rejected)})")
+    for header in ("tp", "pp", "dp", "configs", "why not"):
+        table.add_column(header, justify="left" if header == "why not" else "right")
+    for r in plan.rejected:
+        table.add_row(str(r.tp), str(r.pp), str(r.dp), str(r.num_configs_rejected), "; ".join(r.reasons))
+    return table
+
+
+def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: int,
+                show_rejected: bool) -> None:
+    out = console()
+    out.print(describe_model(model))
+    out.print(describe_cluster(cluster))
+    if plan.layouts:
+        out.print(render_table(plan, top))
+        for line in summary_lines(plan):
+            out.print(line)
+        for step in steps:
+            out.print(f"\nMegatron-LM launch (run on {step.where}):")
+            out.print(step.shell(), markup=False, soft_wrap=True)
+    else:
+        out.print("No configuration fits: see the reasons below (or add GPUs, recompute, ZeRO).")
+    if show_rejected or not plan.layouts:
+        out.print(render_rejected(plan))
+    elif plan.rejected:
+        out.print(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
+
+
+def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[str, Any]:
+    c, mem, t = e.config, e.memory, e.time_breakdown_seconds
+    return {
+        "tp": c.tp, "pp": c.pp, "dp": c.dp, "rank": rank,
+        "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
+        "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
+        "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage,
+        "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,
+        "memory": {"weights_bytes": mem.weights_bytes, "gradient_bytes": mem.gradient_bytes,
+                   "optimizer_bytes": mem.optimizer_bytes, "activation_bytes": mem.activation_bytes,
+                   "overhead_bytes": mem.overhead_bytes, "worst_stage": mem.stage},
+        "step_time_seconds": e.step_time_seconds, "tokens_per_second": e.tokens_per_second,
+        "tflops_per_gpu": e.tflops_per_gpu, "mfu": e.mfu,
+        "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
+        "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,
+        "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
+        "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
+                                   "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed},
+        "command": steps[0].shell() if steps else None,
+        "launch": [{"where": s.where, "argv": list(s.argv)} for s in steps],
+    }
+
+
+def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor) -> None:
+    layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts)]
+    print_json({
+        "workload": "train",
+        "model": model.name,
+        "cluster": cluster.name,
+        "num_gpus": plan.num_gpus,
+        "global_batch": request.global_batch,
+        "seq_len": request.seq_len,
+        "recommended": layouts[0] if layouts else None,
+        "layouts": layouts,
+        "rejected": [{"tp": r.tp, "pp": r.pp, "dp": r.dp, "reasons": list(r.reasons),
+                      "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
+        "num_configs_evaluated": plan.num_configs_evaluated,
+    })

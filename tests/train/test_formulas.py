@@ -1,0 +1,99 @@
+"""Hand-worked checks of the training formulas (arithmetic in each docstring)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost import activations as act
+from planner.cost.flops import (
+    megatron_flops_per_sequence,
+    megatron_flops_per_step,
+    model_flops_per_sequence,
+    model_flops_per_step,
+    selective_recompute_flops_per_step,
+)
+from planner.cost.pipeline import bubble_fraction, bubble_over_compute_ratio
+from planner.cost.training_memory import model_state_bytes
+from planner.specs import ModelSpec
+
+# A GPT block small enough to do by hand: h = 64, a = 4 heads (d = 16), f = 4h = 256.
+TINY = ModelSpec(name="tiny", num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                 intermediate_size=256, gated_mlp=False, vocab_size=1000,
+                 max_position_embeddings=128, tie_word_embeddings=True, dtype="float16")
+S, B_MICRO = 128, 2  # s*b*h = 128*2*64 = 16384; a*s/h = 4*128/64 = 8
+
+
+def test_table2_no_parallelism():
+    """s*b*h*(34 + 5*a*s/h) = 16384 * (34 + 40) = 1,212,416 bytes."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 1, False, "none") == 1_212_416
+
+
+def test_table2_tensor_parallel():
+    """t = 4: s*b*h*(10 + 24/4 + 5*8/4) = 16384 * (10 + 6 + 10) = 425,984 bytes."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, False, "none") == 425_984
+
+
+def test_table2_tensor_and_sequence_parallel():
+    """t = 4: s*b*h*(34/4 + 40/4) = 16384 * 18.5 = 303,104 bytes."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, True, "none") == 303_104
+
+
+def test_table2_selective_recompute():
+    """TP only: 16384 * (10 + 6) = 262,144; TP + SP: 16384 * 34/4 = 139,264 bytes."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, False, "selective") == 262_144
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, True, "selective") == 139_264
+
+
+def test_table2_full_recompute():
+    """2*s*b*h = 2 * 16384 = 32,768 bytes, whatever t and SP."""
+    for tp, sp in ((1, False), (4, False), (4, True)):
+        assert act.activation_bytes_per_layer(TINY, S, B_MICRO, tp, sp, "full") == 32_768
+
+
+def test_micro_batches_in_flight():
+    """GPipe m; 1F1B min(p, m); interleaved p*(1 + (p-1)/(p*v)): p=4, v=2 -> 4*(1 + 3/8) = 5.5."""
+    assert act.micro_batches_in_flight("gpipe", 4, 16) == 16
+    assert act.micro_batches_in_flight("1f1b", 4, 16) == 4
+    assert act.micro_batches_in_flight("1f1b", 4, 2) == 2
+    assert act.micro_batches_in_flight("interleaved", 4, 16, 2) == 5.5
+
+
+def test_optimizer_sharding():
+    """P = 1e9: weights 2e9, grads 4e9, optimizer 12e9; ZeRO-1 over d=8: optimizer 1.5e9;
+    ZeRO-2: grads 0.5e9 too; ZeRO-3: weights 0.25e9 too."""
+    plain = model_state_bytes(1e9, 8, 0)
+    assert (plain.weights_bytes, plain.gradient_bytes, plain.optimizer_bytes) == (2e9, 4e9, 12e9)
+    assert model_state_bytes(1e9, 8, 1).optimizer_bytes == 1.5e9
+    zero2 = model_state_bytes(1e9, 8, 2)
+    assert (zero2.weights_bytes, zero2.gradient_bytes, zero2.optimizer_bytes) == (2e9, 0.5e9, 1.5e9)
+    assert model_state_bytes(1e9, 8, 3).total_bytes == 0.25e9 + 0.5e9 + 1.5e9
+
+
+def test_narayanan_eq3_by_hand():
+    """B=1, s=6, L=1, h=2, V=32: 96*1*6*1*4 * (1 + 6/12 + 32/32) = 2304 * 2.5 = 5760."""
+    assert megatron_flops_per_step(1, 6, 1, 2, 32) == pytest.approx(5760)
+
+
+def test_korthikanti_eq7_eq8_by_hand():
+    """B=1, s=6, L=1, h=2, V=24: eq. 7: 72*6*4 * (1 + 6/12 + 24/24) = 1728 * 2.5 = 4320;
+    eq. 8: 1728 * (1 + 6/6 + 1) = 5184."""
+    assert model_flops_per_step(1, 6, 1, 2, 24) == pytest.approx(4320)
+    assert selective_recompute_flops_per_step(1, 6, 1, 2, 24) == pytest.approx(5184)
+
+
+def test_per_layer_counts_reduce_to_the_published_formulas():
+    """For a GPT block the GEMM-by-GEMM count equals eq. 3 and eq. 7 (per sequence)."""
+    L, h, V = TINY.num_hidden_layers, TINY.hidden_size, TINY.vocab_size
+    assert megatron_flops_per_sequence(TINY, S) == pytest.approx(megatron_flops_per_step(1, S, L, h, V))
+    assert model_flops_per_sequence(TINY, S) == pytest.approx(model_flops_per_step(1, S, L, h, V))
+
+
+@pytest.mark.parametrize("schedule_v, m, fraction, ratio", [
+    (1, 1, 3 / 4, 3.0),      # seeds: 4 stages, 1 micro-batch: 75% idle
+    (1, 4, 3 / 7, 3 / 4),    # seeds: 4 + 4 - 1 = 7 units, each busy 4
+    (1, 8, 3 / 11, 3 / 8),   # gpipe and 1f1b share the formulas
+    (2, 8, 3 / 19, 3 / 16),  # interleaved v=2: (p-1)/(v*m + p-1), (p-1)/(v*m)
+])
+def test_bubble_quantities(schedule_v, m, fraction, ratio):
+    assert bubble_fraction(4, m, schedule_v) == fraction
+    assert bubble_over_compute_ratio(4, m, schedule_v) == ratio
