@@ -1,0 +1,125 @@
+"""The training planner through the CLI: JSON shape, seeds' bubble, errors, golden commands,
+and the published anchors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "megatron"
+LAYOUT_KEYS = {
+    "tp", "pp", "dp", "rank", "micro_batch_size", "num_micro_batches", "schedule", "virtual_stages",
+    "recompute", "sequence_parallel", "zero_stage", "memory_per_gpu_bytes", "capacity_per_gpu_bytes",
+    "memory", "step_time_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "bubble_fraction",
+    "bubble_over_compute_ratio", "tp_allreduce_seconds_per_layer", "tp_link", "time_breakdown_seconds",
+    "command",
+}
+
+
+def plan_json(*args: str) -> dict:
+    result = CliRunner().invoke(app, ["--workload", "train", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_seeds_bubble_through_the_cli():
+    """Seeds: 4 stages, 4 micro-batches (B=4, b=1, dp=1): 7 units, busy 4 -> idle 3/7; ratio 3/4."""
+    out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x4xA100", "--layout", "tp=1,pp=4",
+                    "--schedule", "gpipe", "--global-batch", "4", "--micro-batch", "1", "--seq-len", "2048")
+    best = out["recommended"]
+    assert best["bubble_fraction"] == 3 / 7
+    assert best["bubble_over_compute_ratio"] == 3 / 4
+    assert (best["tp"], best["pp"], best["dp"], best["schedule"]) == (1, 4, 1, "gpipe")
+
+
+def test_json_shape():
+    out = plan_json("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536", "--seq-len", "2048")
+    assert out["workload"] == "train" and out["model"] == "gpt3-175b"
+    assert LAYOUT_KEYS <= set(out["recommended"])
+    assert set(out["recommended"]["memory"]) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes",
+                                                 "activation_bytes", "overhead_bytes"}
+    assert set(out["recommended"]["time_breakdown_seconds"]) == {"compute", "bubble", "tp_comm", "pp_comm",
+                                                                 "dp_comm_exposed"}
+    assert [layout["rank"] for layout in out["layouts"][:3]] == [1, 2, 3]
+    assert all({"tp", "pp", "dp", "reasons"} <= set(r) and r["reasons"] for r in out["rejected"])
+    assert any("attention heads 96 not divisible by tp=128" in r["reasons"] for r in out["rejected"])
+
+
+def test_175b_on_16_nodes_combines_tp8_with_pipeline():
+    """Seeds' decision procedure, from the cost model: TP inside the node, PP across nodes."""
+    out = plan_json("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536", "--seq-len", "2048")
+    for layout in out["layouts"][:3]:
+        assert layout["tp"] == 8 and layout["pp"] > 1
+
+
+def test_model_on_two_nodes_keeps_tp_inside_a_node():
+    out = plan_json("--model", "llama-3.1-8b", "--cluster", "2x8xA100", "--global-batch", "256", "--seq-len", "4096")
+    assert out["recommended"]["tp"] <= 8 and out["recommended"]["tp_link"] in ("nvlink", None)
+
+
+def test_anchor_narayanan_145b_fixed_layout():
+    """Narayanan et al. 2021 (SC21) Table 1: 145.6B GPT on 1536 A100-80GB, t=8, p=8, B=2304,
+    b=2, full recompute, interleaved (5 layers per virtual stage): 148 TFLOP/s per GPU measured."""
+    out = plan_json("--model", "gpt-145.6b", "--cluster", "192x8xA100", "--layout", "tp=8,pp=8",
+                    "--micro-batch", "2", "--recompute", "full", "--schedule", "interleaved",
+                    "--virtual-stages", "2", "--global-batch", "2304", "--seq-len", "2048")
+    assert out["recommended"]["tflops_per_gpu"] == pytest.approx(148, rel=0.15)
+    paper = plan_json("--model", "gpt-145.6b", "--cluster", "192x8xA100", "--layout", "tp=8,pp=8",
+                      "--micro-batch", "2", "--recompute", "full", "--schedule", "interleaved",
+                      "--virtual-stages", "2", "--global-batch", "2304", "--seq-len", "2048",
+                      "--no-sequence-parallel", "--zero", "0")  # 2021: neither existed
+    assert paper["recommended"]["tflops_per_gpu"] == pytest.approx(148, rel=0.15)
+
+
+def test_anchor_145b_full_search_keeps_tp_in_node():
+    out = plan_json("--model", "gpt-145.6b", "--cluster", "192x8xA100", "--global-batch", "2304", "--seq-len", "2048")
+    assert out["recommended"]["tp"] <= 8
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", "--workload", "train", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [
+    ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--seq-len", "2048"),
+    ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536"),
+    ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1002", "--seq-len", "2048",
+     "--layout", "tp=8,pp=8", "--micro-batch", "2"),
+    ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "6", "--seq-len", "2048",
+     "--micro-batch", "4"),
+])
+def test_bad_training_inputs_exit_2_with_one_line(args):
+    result = run_module(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_no_feasible_layout_exits_1():
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "gpt3-175b", "--cluster", "1x8xA100",
+                                      "--global-batch", "8", "--seq-len", "2048"])
+    assert result.exit_code == 1
+    assert "out of memory on stage" in result.output
+
+
+@pytest.mark.parametrize("name, args", [
+    ("gpt3-175b_16x8xA100", ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536",
+                             "--seq-len", "2048")),
+    ("llama-3.1-8b_1x4xA100_gpipe", ("--model", "llama-3.1-8b", "--cluster", "1x4xA100", "--layout", "tp=1,pp=4",
+                                     "--schedule", "gpipe", "--global-batch", "4", "--micro-batch", "1",
+                                     "--seq-len", "2048")),
+    ("gpt-145.6b_192x8xA100", ("--model", "gpt-145.6b", "--cluster", "192x8xA100", "--layout", "tp=8,pp=8",
+                               "--micro-batch", "2", "--recompute", "full", "--schedule", "interleaved",
+                               "--virtual-stages", "2", "--global-batch", "2304", "--seq-len", "2048")),
+])
+def test_megatron_golden(name, args):
+    """Megatron-LM core_r0.14 argv, shown with shlex.join."""
+    command = plan_json(*args)["recommended"]["command"]
+    assert command + "\n" == (GOLDEN / f"{name}.txt").read_text()
