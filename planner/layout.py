@@ -37,22 +37,42 @@ class Link:
     """intra_node | inter_node."""
     bandwidth_bytes_per_s: float
     latency_seconds: float
+    measured: bool = False
+    """True when the figures come from `plan probe` (already what NCCL achieves)."""
+
+
+@dataclass(frozen=True)
+class GroupTopology:
+    """How one communicating group of consecutive ranks sits on the nodes."""
+
+    num_ranks: int
+    ranks_per_node: int
+    """g: the group's ranks inside one node (the smallest share when groups straddle)."""
+    num_nodes: int
+    """N: nodes the group spans."""
+    intra: Link | None
+    """Between the group's ranks inside a node; None when g == 1."""
+    inter: Link | None
+    """One GPU's share of its node's NICs; None when the group stays in one node."""
 
 
 @dataclass(frozen=True)
 class Placement:
     tp_link: Link | None
-    """None when tp == 1 (no all-reduce)."""
+    """None when tp == 1 (no all-reduce); the network link when the TP group spans nodes."""
     pp_link: Link | None
     """The slowest link a pipeline boundary crosses; None when pp == 1."""
     tp_crosses_node: bool
     num_pp_boundaries_crossing_nodes: int
+    tp_group: GroupTopology | None = None
+    """Where the TP group's ranks sit (None when tp == 1)."""
 
 
 def intra_node_link(cluster: ClusterSpec) -> Link:
     link = cluster.intra_node
     assert link is not None, "intra_node link asked of a one-GPU node"
-    return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds)
+    return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds,
+                cluster.measured is not None)
 
 
 def inter_node_link(cluster: ClusterSpec) -> Link:
@@ -64,6 +84,7 @@ def inter_node_link(cluster: ClusterSpec) -> Link:
         "inter_node",
         cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
         link.latency_seconds,
+        cluster.measured is not None,
     )
 
 
@@ -84,6 +105,18 @@ def num_boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
     )
 
 
+def group_topology(cluster: ClusterSpec, group_size: int) -> GroupTopology:
+    """A group of `group_size` consecutive ranks: inside one node, or spread g per node
+    over N nodes (g = gcd(group size, GPUs per node) when groups straddle node boundaries)."""
+    gpn = cluster.gpus_per_node
+    if cluster.num_nodes == 1 or not groups_cross_nodes(group_size, gpn):
+        intra = intra_node_link(cluster) if group_size > 1 else None
+        return GroupTopology(group_size, group_size, 1, intra, None)
+    per_node = math.gcd(group_size, gpn)
+    intra = intra_node_link(cluster) if per_node > 1 else None
+    return GroupTopology(group_size, per_node, group_size // per_node, intra, inter_node_link(cluster))
+
+
 def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     gpn = cluster.gpus_per_node
     single_node = cluster.num_nodes == 1
@@ -95,7 +128,8 @@ def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     pp_link = None
     if layout.pp > 1:
         pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
-    return Placement(tp_link, pp_link, tp_crosses, crossing)
+    tp_group = group_topology(cluster, layout.tp) if layout.tp > 1 else None
+    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group)
 
 
 def divisors(n: int) -> list[int]:

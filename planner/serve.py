@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
-from planner.cost.comm import allreduce_seconds, p2p_seconds
+from planner.cost.comm import curve_seconds, effective_group, group_allreduce_seconds, p2p_seconds
 from planner.cost.params import (
     activation_bytes_per_element,
     kv_heads_per_gpu,
@@ -290,8 +290,9 @@ def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placeme
     """Two all-reduces per layer (after attention and after the MLP), forward only."""
     link = placement.tp_link
     curve = None if link is None else cluster.allreduce_curve(link.scope, layout.tp)
-    one = allreduce_seconds(message_bytes, layout.tp, link, curve)
-    return 2 * one, "measured" if curve is not None else "model"
+    if curve is not None:
+        return 2 * curve_seconds(curve, message_bytes), "measured"
+    return 2 * group_allreduce_seconds(message_bytes, effective_group(placement.tp_group)), "model"
 
 
 def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import bisect
 import math
 
-from planner.layout import Link
+from planner.cost.efficiency import NCCL_BUSBW_FRACTION_OF_LINK
+from planner.layout import GroupTopology, Link
 from planner.specs import AllreduceCurve
 
 ALLREDUCE_BUSBW_FACTOR_NUMERATOR = 2
@@ -69,3 +70,32 @@ def allreduce_seconds(
     if curve is not None:
         return curve_seconds(curve, message_bytes)
     return ring_allreduce_seconds(message_bytes, num_ranks, link)
+
+
+def collective_link(link: Link | None) -> Link | None:
+    """A datasheet link at the bus bandwidth NCCL actually reaches on it (about 77%);
+    a probe-measured link is already that, and stays as it is."""
+    if link is None or link.measured:
+        return link
+    return Link(link.kind, link.scope, link.bandwidth_bytes_per_s * NCCL_BUSBW_FRACTION_OF_LINK,
+                link.latency_seconds)
+
+
+def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None) -> float:
+    """All-reduce of S bytes over a placed group with the ring model of physics.md: inside a
+    node the intra-node link; a ring that spans nodes runs every step at the network's latency
+    and the per-GPU share of the node's NICs (the slowest link it crosses).
+    Conservative for cross-node groups: NCCL's tree and multi-rail rings can do better, which
+    is what `plan probe` measures and the measured curve then replaces."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    link = group.inter if group.inter is not None else group.intra
+    return ring_allreduce_seconds(message_bytes, group.num_ranks, link)
+
+
+def effective_group(group: GroupTopology | None) -> GroupTopology | None:
+    """The group with datasheet links derated to NCCL's achieved bus bandwidth."""
+    if group is None:
+        return None
+    return GroupTopology(group.num_ranks, group.ranks_per_node, group.num_nodes,
+                         collective_link(group.intra), collective_link(group.inter))

@@ -25,6 +25,11 @@ def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s:
     return DEFAULT_MATMUL_FRACTION_OF_PEAK * peak_flops_per_s
 
 
+NCCL_BUSBW_FRACTION_OF_LINK = 0.77
+"""Measured large-message all-reduce busbw over link bandwidth: 8x A100 NVSwitch
+230-235 GB/s of 300 (physics.md, Collectives); applied to the alpha-beta model when
+the probe has not measured the link (serving and training alike)."""
+
 # ---------------------------------------------------------------- serving (vLLM)
 
 DECODE_HBM_UTILIZATION_MAX = 0.80
@@ -85,10 +90,6 @@ ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
 write the outgoing gradient: about twice the forward traffic."""
 
-NCCL_BUSBW_FRACTION_OF_LINK = 0.77
-"""Measured large-message all-reduce busbw over link bandwidth: 8x A100 NVSwitch
-230-235 GB/s of 300 (physics.md, Collectives); applied to the alpha-beta model when
-the probe has not measured the link."""
 
 MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM = 8
 """Per micro-batch, Megatron accumulates weight gradients into fp32 main_grad buffers:

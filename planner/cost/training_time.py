@@ -27,7 +27,7 @@ from planner.cost.flops import (
 )
 from planner.cost.params import kv_heads_per_gpu
 from planner.cost.training_memory import stage_params_per_gpu
-from planner.layout import Link, place
+from planner.layout import Link, Placement, place
 from planner.specs import ClusterSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -137,14 +137,6 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     return LayerSeconds(forward, backward, extra)
 
 
-def collective_link(link: Link | None) -> Link | None:
-    """The link at NCCL's measured bus bandwidth (busbw about 77% of the link rate)."""
-    if link is None:
-        return None
-    return Link(link.kind, link.scope, link.bandwidth_bytes_per_s * efficiency.NCCL_BUSBW_FRACTION_OF_LINK,
-                link.latency_seconds)
-
-
 @dataclass(frozen=True)
 class TpSeconds:
     """TP collectives of one layer, one micro-batch."""
@@ -156,7 +148,7 @@ class TpSeconds:
 
 
 def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-                         s: int, link: Link | None, rates: TrainRates) -> TpSeconds:
+                         s: int, placement: Placement, rates: TrainRates) -> TpSeconds:
     """TP collectives of one layer, each on b*s*h*e bytes (Shoeybi et al. 2019; Narayanan
     et al. 2021 sec. 4.1: 8*b*s*h*(t-1)/t elements per device per layer, no recompute).
 
@@ -168,12 +160,15 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     are exposed, the re-gather of the column-parallel input hides under its data-gradient
     GEMM and the input-gradient reduce-scatter under its weight-gradient GEMM
     (Korthikanti et al. 2022 sec. 4.2.2). Only what exceeds the GEMM is exposed."""
+    link = placement.tp_link
     if config.tp == 1 or link is None:
         return TpSeconds(0.0, 0.0)
     message_bytes = 2 * config.micro_batch_size * s * model.hidden_size
     curve = cluster.allreduce_curve(link.scope, config.tp)
-    eff_link = link if curve is not None else collective_link(link)
-    allreduce = comm.allreduce_seconds(message_bytes, config.tp, eff_link, curve)
+    if curve is not None:
+        allreduce = comm.curve_seconds(curve, message_bytes)
+    else:
+        allreduce = comm.group_allreduce_seconds(message_bytes, comm.effective_group(placement.tp_group))
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
     column_parallel = [gemm_seconds(g, rates) for g in (gemms[0], gemms[2])]
@@ -206,7 +201,7 @@ def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | 
     as it goes; z = 3: also all-gathers the weights before forward and backward (and the
     recompute), overlapped with the micro-batch (ZeRO, Rajbhandari et al. 2020).
     """
-    d, eff_link = config.dp, collective_link(link)
+    d, eff_link = config.dp, comm.collective_link(link)
     if d == 1:
         return 0.0
     grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
@@ -236,7 +231,7 @@ def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: i
     total = sends * comm.p2p_seconds(send_bytes, link)
     if model.tie_word_embeddings:
         embedding_grad_bytes = 4 * model.vocab_size * model.hidden_size / config.tp
-        total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, collective_link(link))
+        total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, comm.collective_link(link))
     return total
 
 
@@ -247,7 +242,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     m = global_batch // (b * c.dp)
     placement = place(cluster, c.layout)
     layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp = tp_seconds_per_layer(model, cluster, c, s, placement.tp_link, rates)
+    tp = tp_seconds_per_layer(model, cluster, c, s, placement, rates)
     layers = model.num_hidden_layers // c.pp
     params = stage_params_per_gpu(model, c.tp, c.pp)
     hbm = rates.elementwise_bytes_per_s

@@ -145,36 +145,37 @@ def test_allreduce_one_rank_is_zero(cluster):
 
 def test_allreduce_inside_a_node_by_hand(cluster):
     """2x8xA100, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us), decode batch 256 of
-    llama-3.1-70b: S = 256 * 8192 * 2 B = 4,194,304 B. One ring all-reduce:
-    2(n-1)*alpha + 2(n-1)/n * S/beta = 14 us + 1.75 * 4,194,304 / 300e9 = 14 + 24.47 us
-    = 38.47 us; two per layer (after attention and after the MLP) = 76.93 us."""
+    llama-3.1-70b: S = 256 * 8192 * 2 B = 4,194,304 B. The datasheet link runs at NCCL's
+    measured busbw fraction 0.77: beta = 231 GB/s. One ring all-reduce:
+    2(n-1)*alpha + 2(n-1)/n * S/beta = 14 us + 1.75 * 4,194,304 / 231e9 = 14 + 31.78 us
+    = 45.78 us; two per layer (after attention and after the MLP) = 91.55 us."""
     seconds, link = _allreduce(cluster("2x8xA100"), 8, 1, 256 * 8192 * 2)
     assert link == "nvlink"
-    assert seconds == pytest.approx(2 * (14e-6 + 1.75 * 4_194_304 / 300e9), rel=1e-12)
-    assert seconds == pytest.approx(76.93e-6, rel=1e-3)
+    assert seconds == pytest.approx(2 * (14e-6 + 1.75 * 4_194_304 / 231e9), rel=1e-12)
+    assert seconds == pytest.approx(91.55e-6, rel=1e-3)
 
 
 def test_allreduce_crossing_nodes_is_slower_by_hand(cluster):
     """Same message over tp=16 on 2x8xA100: the ring crosses InfiniBand, whose per-GPU
-    share is 8 x 200 Gb/s / 8 GPUs = 25 GB/s, alpha 5 us:
-    2 * (30 * 5 us + 2*15/16 * 4,194,304 / 25e9) = 2 * (150 + 314.57) us = 929.1 us,
+    share is 8 x 200 Gb/s / 8 GPUs = 25 GB/s (x 0.77 busbw = 19.25 GB/s), alpha 5 us:
+    2 * (30 * 5 us + 2*15/16 * 4,194,304 / 19.25e9) = 2 * (150 + 408.5) us = 1117 us,
     about 12x the tp=8 ring inside the node."""
     spec = cluster("2x8xA100")
     inside, _ = _allreduce(spec, 8, 1, 256 * 8192 * 2)
     across, link = _allreduce(spec, 16, 1, 256 * 8192 * 2)
     assert link == "infiniband"
-    assert across == pytest.approx(2 * (30 * 5e-6 + 30 / 16 * 4_194_304 / 25e9), rel=1e-12)
+    assert across == pytest.approx(2 * (30 * 5e-6 + 30 / 16 * 4_194_304 / 19.25e9), rel=1e-12)
     assert across > 10 * inside
 
 
 def test_decode_allreduce_message_is_batch_times_hidden_times_two(serve_one):
     """The planner's decode message: one in-flight batch * h * 2 B. llama-3.1-70b on
-    2x8xA100, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B."""
+    2x8xA100, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B; NVLink at 0.77 busbw."""
     result = serve_one("llama-3.1-70b", "2x8xA100", (8, 1, 2), batch=64, max_model_len=8192)
     assert isinstance(result, ServeEstimate)
     assert result.allreduce_message_bytes == 1_048_576
     assert result.tp_allreduce_seconds_per_layer == pytest.approx(
-        2 * (14e-6 + 1.75 * 1_048_576 / 300e9), rel=1e-12
+        2 * (14e-6 + 1.75 * 1_048_576 / 231e9), rel=1e-12
     )
 
 

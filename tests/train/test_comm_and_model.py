@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import comm
-from planner.cost.training_time import collective_link, dp_exposed_seconds, pp_seconds
+from planner.cost.comm import collective_link
+from planner.cost.training_time import dp_exposed_seconds, pp_seconds
 from planner.layout import Link
 from planner.requests import TrainRequest
 from planner.train import Infeasible, TrainConfig, estimate, memory_per_gpu
