@@ -6,6 +6,7 @@ layout" is exit code 1; success is 0.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from enum import Enum
 from typing import Annotated
@@ -161,6 +162,26 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
           gpu_memory_utilization, kv_cache_dtype, quantization, max_num_batched_tokens,
           global_batch, seq_len, micro_batch, schedule, virtual_stages, recompute,
           sequence_parallel, zero, served_model, version) -> int:
+    model_spec, cluster_spec = _load_specs(model, cluster, quantization, gpus)
+    layout_filter = parse_layout(layout)
+    if workload is Workload.train:
+        request = _train_request(global_batch, seq_len, gpus, layout_filter, micro_batch,
+                                 schedule, virtual_stages, recompute, sequence_parallel, zero)
+        from planner.train_cli import run_train
+
+        return run_train(model_spec, cluster_spec, request, json_output=json_output, top=top,
+                         show_rejected=show_rejected, emit=(emit or Emit.megatron).value)
+    request = _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
+                             kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
+                             max_tpot_ms)
+    from planner.serve_cli import run_serve
+
+    return run_serve(model_spec, cluster_spec, request, json_output=json_output, top=top,
+                     show_rejected=show_rejected, emit=(emit or Emit.vllm).value,
+                     served_model=served_model)
+
+
+def _load_specs(model, cluster, quantization, gpus):
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
         fail(f"plan: {missing}: required (try `plan --help`, `plan models`, `plan clusters`)")
@@ -174,15 +195,13 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
     cluster_spec = resolve_cluster(cluster)
     if gpus is not None and not 1 <= gpus <= cluster_spec.num_gpus:
         fail(f"--gpus: {gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")
-    layout_filter = parse_layout(layout)
-    if workload is Workload.train:
-        request = _train_request(global_batch, seq_len, gpus, layout_filter, micro_batch,
-                                 schedule, virtual_stages, recompute, sequence_parallel, zero)
-        from planner.train_cli import run_train
+    return model_spec, cluster_spec
 
-        return run_train(model_spec, cluster_spec, request, json_output=json_output, top=top,
-                         show_rejected=show_rejected, emit=(emit or Emit.megatron).value)
-    request = ServeRequest(
+
+def _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
+                   kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
+                   max_tpot_ms) -> ServeRequest:
+    return ServeRequest(
         input_len=_positive("--input-len", input_len),
         output_len=_positive("--output-len", output_len),
         batch=None if batch is None else _positive("--batch", batch),
@@ -196,11 +215,6 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
         objective=objective.value,
         max_tpot_seconds=None if max_tpot_ms is None else _positive("--max-tpot-ms", max_tpot_ms) / 1e3,
     )
-    from planner.serve_cli import run_serve
-
-    return run_serve(model_spec, cluster_spec, request, json_output=json_output, top=top,
-                     show_rejected=show_rejected, emit=(emit or Emit.vllm).value,
-                     served_model=served_model)
 
 
 def _positive(flag: str, value: float) -> float:
@@ -265,6 +279,69 @@ def gpus() -> None:
     from planner.render.catalog import render_gpus
 
     render_gpus()
+
+
+EXPLAIN_SHARED_OPTIONS = (
+    "model", "cluster", "workload", "gpus", "layout", "objective", "max_tpot_ms", "json_output",
+    "input_len", "output_len", "batch", "max_model_len", "gpu_memory_utilization", "kv_cache_dtype",
+    "quantization", "max_num_batched_tokens", "global_batch", "seq_len", "micro_batch", "schedule",
+    "virtual_stages", "recompute", "sequence_parallel", "zero",
+)
+"""The main command's options that `plan explain` takes too: defined once, on `plan`."""
+
+
+def _with_plan_options(func):
+    """Give a sub-command the main command's EXPLAIN_SHARED_OPTIONS (typer reads the
+    signature; the function receives them in **options)."""
+    shared = [p for p in inspect.signature(plan, eval_str=True).parameters.values()
+              if p.name in EXPLAIN_SHARED_OPTIONS]
+    own = [p for p in inspect.signature(func, eval_str=True).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    func.__signature__ = inspect.Signature(shared + own)
+    return func
+
+
+@app.command()
+@_with_plan_options
+def explain(
+    svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
+    html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity/--no-sensitivity", help="Re-plan with inputs moved +/-20%.")] = True,
+    timeline_only: Annotated[bool, typer.Option("--timeline-only", help="Only draw a pipeline schedule (--schedule, --stages, --micro-batches).")] = False,
+    stages: Annotated[int, typer.Option(help="--timeline-only: pipeline stages.")] = 4,
+    micro_batches: Annotated[int, typer.Option(help="--timeline-only: micro-batches.")] = 4,
+    forward_only: Annotated[bool, typer.Option("--forward-only", help="--timeline-only: forwards only (gpipe; the seeds' example).")] = False,
+    **options,
+) -> None:
+    """One layout in depth: placement, memory, collectives, timeline, time, how sure we are."""
+    from planner.explain_cli import run_timeline
+
+    try:
+        if timeline_only:
+            code = run_timeline(options["schedule"], stages, micro_batches, options["virtual_stages"],
+                                forward_only, options["json_output"], svg, html)
+        else:
+            code = _explain(options, svg, html, sensitivity)
+    except SpecError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+def _explain(o: dict, svg, html, sensitivity: bool) -> int:
+    from planner.explain_cli import run_explain
+
+    model_spec, cluster_spec = _load_specs(o["model"], o["cluster"], o["quantization"], o["gpus"])
+    layout_filter = parse_layout(o["layout"])
+    if o["workload"] is Workload.train:
+        request = _train_request(o["global_batch"], o["seq_len"], o["gpus"], layout_filter, o["micro_batch"],
+                                 o["schedule"], o["virtual_stages"], o["recompute"], o["sequence_parallel"],
+                                 o["zero"])
+    else:
+        request = _serve_request(o["input_len"], o["output_len"], o["batch"], o["max_model_len"],
+                                 o["gpu_memory_utilization"], o["kv_cache_dtype"], o["max_num_batched_tokens"],
+                                 o["gpus"], layout_filter, o["objective"], o["max_tpot_ms"])
+    return run_explain(model_spec, cluster_spec, request, json_output=o["json_output"], svg=svg, html=html,
+                       sensitivity_runs=sensitivity)
 
 
 def _register_probe() -> None:

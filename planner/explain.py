@@ -1,0 +1,406 @@
+"""`plan explain`: one layout in depth, as data (frozen dataclasses, SI units).
+
+Sections: where every GPU's rank lands (placement map), memory per stage against
+capacity, every collective one layer performs, the pipeline timeline, the step's
+time breakdown, and how the recommendation moves when uncertain inputs move
+(planner/sensitivity.py). The serving numbers are read back from serve.estimate, or
+recomputed with the same functions at the same sizes, so they agree with `plan`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from planner import sensitivity
+from planner.cost import efficiency as eff
+from planner.cost.comm import curve_seconds
+from planner.cost.params import activation_bytes_per_element
+from planner.cost.timeline import Timeline, decode_timeline
+from planner.layout import Layout, place
+from planner.requests import LayoutFilter, ServeRequest
+from planner.search import evaluate, plan_serving
+from planner.serve import (
+    ServeEstimate,
+    StageMemory,
+    achievable_flops_per_s,
+    decode_stage_time,
+    matmul_precision,
+    overhead_bytes,
+    pipeline_hop_seconds,
+    tp_allreduce_seconds_per_layer,
+)
+from planner.specs import ClusterSpec, ModelSpec, SpecError
+
+DECODE_ROUNDS_DRAWN = 2
+"""Decode rounds (tokens per batch) the serving timeline draws: enough to see the steady state."""
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    node: int
+    local_index: int
+    rank: int | None
+    """Global rank, None when the plan leaves this GPU unused (--gpus)."""
+    stage: int | None = None
+    tp_rank: int | None = None
+    dp_replica: int | None = None
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One pipeline send: the last rank-group of `from_stage` to `to_stage` of one replica."""
+
+    dp_replica: int
+    from_stage: int
+    from_node: int
+    to_node: int
+    link: str
+
+
+@dataclass(frozen=True)
+class PlacementMap:
+    num_nodes: int
+    gpus_per_node: int
+    layout: Layout
+    slots: tuple[GpuSlot, ...]
+    tp_link: str | None
+    tp_crosses_node: bool
+    boundaries: tuple[Boundary, ...]
+
+
+@dataclass(frozen=True)
+class MemorySegment:
+    name: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class MemoryBar:
+    """One GPU of the stages listed (identical stages share a bar)."""
+
+    stages: tuple[int, ...]
+    label: str
+    segments: tuple[MemorySegment, ...]
+    capacity_bytes: float
+    budget_bytes: float
+    """What the workload may use (vLLM: capacity * gpu_memory_utilization)."""
+    note: str = ""
+
+    @property
+    def used_bytes(self) -> float:
+        return sum(s.bytes for s in self.segments)
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.used_bytes
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    phase: str
+    """decode | prefill (serving); forward | backward | step (training)."""
+    name: str
+    kind: str
+    """all-reduce | send | reduce-scatter | all-gather."""
+    group_size: int
+    message_bytes: float
+    link: str
+    latency_seconds: float
+    """The model's time for an empty message (the alpha terms)."""
+    bandwidth_seconds: float
+    """The model's time at this size less the latency term (the S/beta terms)."""
+    total_seconds: float
+    """As the model uses it: the measured curve when there is one, else latency + bandwidth."""
+    measured_seconds: float | None
+    count_per_step: float
+    """How many lie on the step's critical path: a decode round on the slowest stage
+    (k batches x L_s layers; p sends, the loop back included), a prefill (all L layers;
+    p - 1 sends)."""
+    share_of_step: float
+    """count_per_step * total_seconds over the step time."""
+
+
+@dataclass(frozen=True)
+class BreakdownSegment:
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    what: str
+    total_seconds: float
+    segments: tuple[BreakdownSegment, ...]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    value: float
+    unit: str
+    """s | tok/s | count | fraction."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    workload: str
+    model: str
+    cluster: str
+    layout: Layout
+    objective: str
+    is_recommended: bool
+    metrics: tuple[Metric, ...]
+    notes: tuple[str, ...]
+    placement: PlacementMap
+    memory: tuple[MemoryBar, ...]
+    collectives: tuple[CollectiveRow, ...]
+    timeline: Timeline
+    timeline_caption: str
+    breakdown: TimeBreakdown
+    sensitivity: sensitivity.SensitivityReport | None
+
+
+def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
+    """Rank r = (dp * pp + stage) * tp + tp_rank on node r // gpus_per_node (layout.py)."""
+    gpn = cluster.gpus_per_node
+    slots = []
+    for index in range(cluster.num_gpus):
+        node, local = divmod(index, gpn)
+        if index >= layout.num_gpus:
+            slots.append(GpuSlot(node, local, None))
+            continue
+        group, tp_rank = divmod(index, layout.tp)
+        dp_replica, stage = divmod(group, layout.pp)
+        slots.append(GpuSlot(node, local, index, stage, tp_rank, dp_replica))
+    kinds = _link_kinds(cluster)
+    boundaries = []
+    for replica in range(layout.dp):
+        for stage in range(layout.pp - 1):
+            last = (replica * layout.pp + stage) * layout.tp + layout.tp - 1
+            a, b = last // gpn, (last + 1) // gpn
+            boundaries.append(Boundary(replica, stage, a, b, kinds["inter" if a != b else "intra"]))
+    tp_nodes = {(s.dp_replica, s.stage): set() for s in slots if s.rank is not None}
+    for s in slots:
+        if s.rank is not None:
+            tp_nodes[(s.dp_replica, s.stage)].add(s.node)
+    crosses = any(len(nodes) > 1 for nodes in tp_nodes.values())
+    tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
+    return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries))
+
+
+def _link_kinds(cluster: ClusterSpec) -> dict[str, str]:
+    return {
+        "intra": cluster.intra_node.kind if cluster.intra_node else "-",
+        "inter": cluster.inter_node.kind if cluster.inter_node else "-",
+    }
+
+
+def stage_label(stage: int, pp: int) -> str:
+    if pp == 1:
+        return "stage 0 (embedding + LM head)"
+    return {0: "stage 0 (embedding)", pp - 1: f"stage {pp - 1} (LM head)"}.get(stage, f"stage {stage}")
+
+
+def group_label(stages: list[int], pp: int) -> str:
+    if len(stages) == 1:
+        return stage_label(stages[0], pp)
+    return f"stages {stages[0]}-{stages[-1]}"
+
+
+def grouped_bars(bars: list[tuple[int, tuple, MemoryBar]], pp: int) -> tuple[MemoryBar, ...]:
+    """Merge consecutive stages whose figures are identical (the middle of a deep pipeline)."""
+    out: list[tuple[list[int], tuple, MemoryBar]] = []
+    for stage, key, bar in bars:
+        if out and out[-1][1] == key and 0 < stage < pp - 1 and 0 < out[-1][0][-1]:
+            out[-1][0].append(stage)
+        else:
+            out.append(([stage], key, bar))
+    return tuple(replace(bar, stages=tuple(stages), label=group_label(stages, pp)) for stages, _, bar in out)
+
+
+def serve_memory(cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> tuple[MemoryBar, ...]:
+    kv_tokens_used = result.batch * (request.input_len + request.output_len)
+    bars = []
+    for s in result.stages:
+        segments = (
+            MemorySegment("weights", s.weights_bytes),
+            MemorySegment("activations", s.activation_bytes),
+            MemorySegment("overhead", s.overhead_bytes),
+            MemorySegment("KV cache", s.kv_cache_bytes),
+        )
+        note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
+                f"{request.input_len + request.output_len:,} tokens uses "
+                f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
+        key = (s.num_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
+        bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
+                                             s.budget_bytes, note)))
+    return grouped_bars(bars, result.layout.pp)
+
+
+def without_curves(cluster: ClusterSpec) -> ClusterSpec:
+    """The same cluster with its measured all-reduce curves set aside (links keep whatever
+    else the probe gave them), so the alpha-beta model can be shown beside the curve."""
+    if cluster.measured is None or not cluster.measured.allreduce_curves:
+        return cluster
+    return cluster.model_copy(update={"measured": cluster.measured.model_copy(update={"allreduce_curves": []})})
+
+
+def collective_row(phase: str, name: str, kind: str, n: int, link: str, message_bytes: float,
+                   seconds_at: Callable[[float], float], measured: float | None, count: float,
+                   step_seconds: float) -> CollectiveRow:
+    """Split the model's own time for this collective into a latency term (its time for an
+    empty message) and a bandwidth term (the rest); the probe's curve value beside it."""
+    total, latency = seconds_at(message_bytes), seconds_at(0.0)
+    used = total if measured is None else measured
+    share = count * used / step_seconds if step_seconds > 0 else 0.0
+    return CollectiveRow(phase, name, kind, n, message_bytes, link, latency, total - latency, used,
+                         measured, count, share)
+
+
+def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
+                      request: ServeRequest, slowest: StageMemory) -> tuple[CollectiveRow, ...]:
+    """Per layer: two TP all-reduces (after attention, after the MLP) of tokens * h * bytes,
+    at decode (one in-flight batch's rows) and prefill (the prompt); per stage one send
+    (the link's alpha + S/beta plus vLLM's per-hop overhead). Times from serve.py itself."""
+    layout, placement = result.layout, result.placement
+    k, num_layers = result.batches_in_flight, slowest.num_layers
+    decode_tokens = math.ceil(result.batch / k)
+    width = model.hidden_size * activation_bytes_per_element(model)
+    rows = []
+    if placement.tp_link is not None:
+        modelled = without_curves(cluster)
+        curve = cluster.allreduce_curve(placement.tp_link.scope, layout.tp)
+
+        def one_allreduce(message_bytes: float) -> float:
+            both, _ = tp_allreduce_seconds_per_layer(modelled, layout, place(modelled, layout), message_bytes)
+            return both / 2
+
+        for phase, tokens, count, step in (
+            ("decode", decode_tokens, k * num_layers, result.tpot_seconds),
+            ("prefill", request.input_len, model.num_hidden_layers, result.ttft_seconds),
+        ):
+            measured = None if curve is None else curve_seconds(curve, tokens * width)
+            for where in ("attention", "MLP"):
+                rows.append(collective_row(phase, f"after {where}", "all-reduce", layout.tp,
+                                           placement.tp_link.kind, tokens * width, one_allreduce,
+                                           measured, count, step))
+    if placement.pp_link is not None:
+        def one_send(message_bytes: float) -> float:
+            return pipeline_hop_seconds(model, placement, message_bytes / width)
+
+        for phase, tokens, count, step in (("decode", decode_tokens, layout.pp, result.tpot_seconds),
+                                           ("prefill", request.input_len, layout.pp - 1, result.ttft_seconds)):
+            rows.append(collective_row(phase, "to next stage", "send", 2, placement.pp_link.kind,
+                                       tokens * width, one_send, None, count, step))
+    return tuple(rows)
+
+
+def serve_breakdown(result: ServeEstimate, busy_seconds: float, allreduce_seconds: float,
+                    num_layers: int) -> TimeBreakdown:
+    """One decode round (= TPOT) on the slowest stage: k batches of work, each the
+    memory- or compute-bound part plus L_s TP all-reduces; the rest of the round is
+    waiting, first for the p pipeline sends (exposed), then for other stages (bubble)."""
+    k, p = result.batches_in_flight, result.layout.pp
+    work = k * busy_seconds
+    tp = k * num_layers * allreduce_seconds
+    idle = max(0.0, result.tpot_seconds - work - tp)
+    pp = min(idle, p * result.pp_hop_seconds)
+    bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
+    other = "compute" if bound == "memory-bound work" else "memory-bound work"
+    segments = (
+        BreakdownSegment(bound, work),
+        BreakdownSegment(other, 0.0),
+        BreakdownSegment("TP comm", tp),
+        BreakdownSegment("PP comm", pp),
+        BreakdownSegment("DP comm exposed", 0.0),
+        BreakdownSegment("bubble", idle - pp),
+    )
+    return TimeBreakdown("one decode round (TPOT) on the slowest stage", result.tpot_seconds, segments)
+
+
+def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                    request: ServeRequest) -> sensitivity.KnobBase:
+    peak = cluster.gpu.peak_flops_per_s(matmul_precision(model, cluster)) or cluster.gpu.peak_flops_per_s("bf16")
+    fraction = eff.DEFAULT_MATMUL_FRACTION_OF_PEAK if peak is None else achievable_flops_per_s(model, cluster) / peak
+    return sensitivity.KnobBase(eff.decode_hbm_utilization(layout.tp), fraction,
+                                overhead_bytes(layout), request.gpu_memory_utilization)
+
+
+def serve_replan(model: ModelSpec, request: ServeRequest, explained: Layout) -> sensitivity.Replan:
+    """Re-rank every layout (no --layout filter) on a perturbed cluster."""
+    unfiltered = replace(request, layout=LayoutFilter())
+
+    def replan(cluster: ClusterSpec) -> sensitivity.Outcome:
+        plan = evaluate(model, cluster, unfiltered)
+        mine = next((r for r in plan.layouts if r.layout == explained), None)
+        metrics = None if mine is None else (
+            ("tpot_seconds", mine.tpot_seconds), ("ttft_seconds", mine.ttft_seconds),
+            ("throughput_tokens_per_second", mine.throughput_tokens_per_second))
+        return sensitivity.Outcome(None if plan.recommended is None else plan.recommended.layout, metrics)
+
+    return replan
+
+
+def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[ServeEstimate, bool]:
+    """The best layout matching --layout (the recommendation without it), and whether it is
+    also the overall recommendation. A user error when nothing matching fits."""
+    plan = plan_serving(model, cluster, request)
+    if plan.recommended is None:
+        why = "; ".join(f"{r.layout}: {', '.join(r.reasons)}" for r in plan.rejected[:3])
+        raise SpecError(f"plan explain: no feasible layout to explain ({why})")
+    overall = plan if request.layout == LayoutFilter() else evaluate(model, cluster, replace(request, layout=LayoutFilter()))
+    best = overall.recommended
+    return plan.recommended, best is not None and best.layout == plan.recommended.layout
+
+
+def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                    settings: sensitivity.Settings | None = sensitivity.Settings()) -> Explanation:
+    """Every section for the serving layout; settings=None skips the sensitivity runs."""
+    result, is_recommended = pick_serving(model, cluster, request)
+    layout = result.layout
+    k = result.batches_in_flight
+    seqs = math.ceil(result.batch / k)
+    context_len = request.input_len + request.output_len / 2
+    steps = [decode_stage_time(model, cluster, layout, result.placement, s, seqs, context_len)
+             for s in result.stages]
+    slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
+    step = steps[slowest]
+    timeline = decode_timeline((result.stage_step_seconds,) * layout.pp, k,
+                               result.pp_hop_seconds, DECODE_ROUNDS_DRAWN)
+    report = None
+    if settings is not None:
+        report = sensitivity.analyze(cluster, layout, serve_knob_base(model, cluster, layout, request),
+                                     serve_replan(model, request, layout), settings)
+    return Explanation(
+        workload="serve",
+        model=model.name,
+        cluster=cluster.name,
+        layout=layout,
+        objective=request.objective,
+        is_recommended=is_recommended,
+        metrics=serve_metrics(result),
+        notes=(f"decode is {result.decode_bound}-bound", *result.notes),
+        placement=placement_map(cluster, layout),
+        memory=serve_memory(cluster, result, request),
+        collectives=serve_collectives(model, cluster, result, request, result.stages[slowest]),
+        timeline=timeline,
+        timeline_caption=(f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
+                          f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's step"),
+        breakdown=serve_breakdown(result, step.compute_or_memory_seconds, step.allreduce_seconds_per_layer,
+                                  result.stages[slowest].num_layers),
+        sensitivity=report,
+    )
+
+
+def serve_metrics(r: ServeEstimate) -> tuple[Metric, ...]:
+    return (
+        Metric("TPOT", r.tpot_seconds, "s"),
+        Metric("TTFT", r.ttft_seconds, "s"),
+        Metric("throughput", r.throughput_tokens_per_second, "tok/s"),
+        Metric("concurrent sequences per replica", r.batch, "count"),
+        Metric("batches in flight", r.batches_in_flight, "count"),
+        Metric("bubble", r.bubble_fraction, "fraction"),
+    )
+

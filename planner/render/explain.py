@@ -1,0 +1,465 @@
+"""`plan explain` output: placement map, memory bars, collectives, Gantt, breakdown, sensitivity.
+
+Everything is printed on one recording console, so --svg / --html save exactly what
+was shown. Pictures are plain characters with styles on top: they read the same in a
+pipe, a test, or an SVG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from planner import units
+from planner.cost.timeline import Block, Timeline
+from planner.explain import (
+    CollectiveRow,
+    Explanation,
+    MemoryBar,
+    PlacementMap,
+    TimeBreakdown,
+)
+from planner.render.common import console, count, gib, ms, print_json, us
+from planner.sensitivity import Flip, SensitivityReport
+
+STAGE_STYLES = ("on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3",
+                "on deep_sky_blue4", "on dark_olive_green3", "on grey35")
+"""Background of a GPU cell by pipeline stage (cycled)."""
+SEGMENT_CHARS = {"weights": "#", "gradients": "g", "optimizer": "o", "activations": "a",
+                 "overhead": "x", "KV cache": "k", "headroom": "-"}
+SEGMENT_STYLES = {"weights": "bold white on blue", "gradients": "black on yellow", "optimizer": "white on magenta",
+                  "activations": "black on cyan", "overhead": "white on grey39", "KV cache": "black on green",
+                  "headroom": "grey50"}
+BREAKDOWN_STYLES = {"compute": "black on cyan", "memory-bound work": "white on blue", "TP comm": "black on yellow",
+                    "PP comm": "white on magenta", "DP comm exposed": "white on red", "bubble": "grey50",
+                    "optimizer": "black on green"}
+KIND_LETTER = {"forward": "F", "backward": "B", "decode": "D"}
+KIND_STYLE = {"forward": "white on blue", "backward": "black on green", "decode": "white on blue"}
+IDLE_CHAR = "."
+MAX_NODES_DRAWN = 8
+"""Larger clusters repeat the pattern; the map shows the first nodes and says so."""
+LABEL_GAP = 1
+"""Columns between a block's label and the next block."""
+
+
+def heading(out: Console, title: str) -> None:
+    out.print(Text(f"\n{title}", style="bold underline"))
+
+
+# ---------------------------------------------------------------- placement map
+
+def _slot_label(stage: int | None, tp_rank: int | None, replica: int | None, compact: bool) -> str:
+    if stage is None:
+        return "unused"
+    sep = "" if compact else " "
+    return f"s{stage}{sep}t{tp_rank}{sep}d{replica}"
+
+
+def placement_lines(pm: PlacementMap, width: int) -> list[Text]:
+    """One line of GPU cells per node, then a line of brackets under each TP group."""
+    labels = [_slot_label(s.stage, s.tp_rank, s.dp_replica, False) for s in pm.slots]
+    cell = max(len(label) for label in labels) + 2
+    compact = 8 + pm.gpus_per_node * cell > width
+    if compact:
+        labels = [_slot_label(s.stage, s.tp_rank, s.dp_replica, True) for s in pm.slots]
+        cell = max(len(label) for label in labels) + 1
+    lines = []
+    for node in range(min(pm.num_nodes, MAX_NODES_DRAWN)):
+        slots = pm.slots[node * pm.gpus_per_node:(node + 1) * pm.gpus_per_node]
+        row = Text(f"node {node:<3}")
+        for slot, label in zip(slots, labels[node * pm.gpus_per_node:], strict=False):
+            style = "grey50" if slot.stage is None else STAGE_STYLES[slot.stage % len(STAGE_STYLES)]
+            row.append(label.center(cell - 1), style=style)
+            row.append(" ")
+        lines.append(row)
+        lines.append(Text(" " * 8 + _brackets(pm, slots, cell), style="bold"))
+    if pm.num_nodes > MAX_NODES_DRAWN:
+        lines.append(Text(f"... {pm.num_nodes - MAX_NODES_DRAWN} more nodes, same pattern"))
+    return lines
+
+
+def _brackets(pm: PlacementMap, slots, cell: int) -> str:
+    """[---- TP8 nvlink ----] under each run of GPUs of one TP group; < or > where the
+    group continues on another node."""
+    out, i = "", 0
+    while i < len(slots):
+        j = i
+        key = (slots[i].dp_replica, slots[i].stage)
+        while j + 1 < len(slots) and (slots[j + 1].dp_replica, slots[j + 1].stage) == key:
+            j += 1
+        span = (j - i + 1) * cell - 1
+        if slots[i].stage is None or pm.layout.tp == 1:
+            out += " " * span + " "
+        else:
+            left = "<" if slots[i].tp_rank != 0 else "["
+            right = ">" if slots[j].tp_rank != pm.layout.tp - 1 else "]"
+            label = f" TP{pm.layout.tp} {pm.tp_link} "
+            inner = label.center(span - 2, "-") if len(label) <= span - 2 else "-" * (span - 2)
+            out += left + inner + right + " "
+        i = j + 1
+    return out
+
+
+def placement_summary(pm: PlacementMap) -> list[str]:
+    lay = pm.layout
+    tp = "no tensor parallelism (tp=1)" if lay.tp == 1 else (
+        f"TP groups of {lay.tp} {'span nodes' if pm.tp_crosses_node else 'inside each node'}, "
+        f"all-reduces over {pm.tp_link}")
+    lines = [f"Cells are s<stage> t<tp rank> d<dp replica>; colour = pipeline stage. {tp}."]
+    if not pm.boundaries:
+        lines.append("No pipeline boundaries (pp=1).")
+        return lines
+    crossing = [b for b in pm.boundaries if b.from_node != b.to_node]
+    lines.append(f"{len(pm.boundaries)} pipeline boundar{'y' if len(pm.boundaries) == 1 else 'ies'} "
+                 f"({lay.pp - 1} per replica x {lay.dp}), {len(crossing)} across nodes:")
+    for b in pm.boundaries[:6]:
+        where = f"node {b.from_node} -> node {b.to_node}" if b.from_node != b.to_node else f"inside node {b.from_node}"
+        lines.append(f"  replica {b.dp_replica}: stage {b.from_stage} -> {b.from_stage + 1}, {where}, over {b.link}")
+    if len(pm.boundaries) > 6:
+        lines.append(f"  ... {len(pm.boundaries) - 6} more")
+    return lines
+
+
+# ---------------------------------------------------------------- memory
+
+def memory_lines(bars: tuple[MemoryBar, ...], width: int) -> list[Text]:
+    """A bar per (group of) stage(s): segments scaled to capacity, headroom as '-'."""
+    bar_width = max(20, min(80, width - 4))
+    lines = []
+    for bar in bars:
+        lines.append(Text(f"{bar.label}: {gib(bar.used_bytes)} of {gib(bar.capacity_bytes)}, "
+                          f"headroom {gib(bar.headroom_bytes)}", style="bold"))
+        segments = [(s.name, s.bytes) for s in bar.segments] + [("headroom", max(bar.headroom_bytes, 0.0))]
+        lines.append(_stacked(segments, bar.capacity_bytes, bar_width, SEGMENT_CHARS, SEGMENT_STYLES))
+        budget_col = round(bar.budget_bytes / bar.capacity_bytes * bar_width)
+        if budget_col < bar_width:
+            lines.append(Text(" " * budget_col + "^ usable budget " + gib(bar.budget_bytes), style="grey62"))
+        legend = "  ".join(f"{SEGMENT_CHARS.get(s.name, '?')} {s.name} {gib(s.bytes)}" for s in bar.segments)
+        lines.append(Text(legend + (f"   ({bar.note})" if bar.note else "")))
+    return lines
+
+
+def _stacked(segments: list[tuple[str, float]], total: float, width: int, chars: dict, styles: dict) -> Text:
+    """Cumulative rounding, so the bar is exactly `width` columns and no segment drifts."""
+    text, done, cum = Text(), 0, 0.0
+    for name, value in segments:
+        cum += max(value, 0.0)
+        end = min(width, round(cum / total * width)) if total > 0 else 0
+        if end > done:
+            text.append(chars.get(name, "?") * (end - done), style=styles.get(name, ""))
+            done = end
+    if done < width:
+        text.append(" " * (width - done))
+    return text
+
+
+# ---------------------------------------------------------------- collectives
+
+def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
+    measured = any(r.measured_seconds is not None for r in rows)
+    table = Table(title="Collectives per layer (and pipeline sends per stage)", title_justify="left")
+    for header in ("phase", "collective", "kind", "group", "message", "link", "latency term",
+                   "bandwidth term", "model"):
+        table.add_column(header, justify="left" if header in ("phase", "collective", "kind", "link") else "right")
+    if measured:
+        table.add_column("measured", justify="right")
+    for header in ("per step", "share of step"):
+        table.add_column(header, justify="right")
+    for r in rows:
+        model_total = r.latency_seconds + r.bandwidth_seconds
+        cells = [r.phase, r.name, r.kind, str(r.group_size), _bytes(r.message_bytes), r.link,
+                 us(r.latency_seconds), us(r.bandwidth_seconds), us(model_total)]
+        if measured:
+            cells.append("-" if r.measured_seconds is None else us(r.measured_seconds))
+        cells += [f"{r.count_per_step:g} x", f"{r.share_of_step:.1%}"]
+        table.add_row(*cells)
+    return table
+
+
+def _bytes(num_bytes: float) -> str:
+    if num_bytes >= units.BYTES_PER_MIB:
+        return f"{num_bytes / units.BYTES_PER_MIB:.1f} MiB"
+    return f"{num_bytes / units.BYTES_PER_KIB:.1f} KiB"
+
+
+# ---------------------------------------------------------------- timeline
+
+def block_label(block: Block, timeline: Timeline) -> str:
+    """F3 = forward of micro-batch 3 (1-based, as in the seeds); interleaved adds the
+    chunk letter (F3a, F3b); serving: b1 t2 = batch 1's 2nd token."""
+    if block.kind == "decode":
+        return f"b{block.micro_batch + 1} t{block.step + 1}"
+    chunk = chr(ord("a") + block.chunk) if timeline.num_virtual_stages > 1 else ""
+    return f"{KIND_LETTER[block.kind]}{block.micro_batch + 1}{chunk}"
+
+
+def _is_unit(timeline: Timeline) -> bool:
+    return timeline.time_unit == "unit"
+
+
+def timeline_scale(timeline: Timeline, width: int) -> tuple[float, int, bool]:
+    """(columns per time unit, cell width or 0, labelled). Unit schedules get one cell of
+    the widest label + a gap per shortest block when that fits; otherwise (and for
+    seconds) the span is scaled to the width, and blocks are labelled only if every one
+    of them has room (else letters, alternating case from one micro-batch to the next)."""
+    labels = [block_label(b, timeline) for row in timeline.stages for b in row]
+    label_cols = max(len(label) for label in labels) + LABEL_GAP
+    shortest = min(b.end - b.start for row in timeline.stages for b in row)
+    if _is_unit(timeline) and timeline.span * label_cols / shortest <= width:
+        return label_cols / shortest, label_cols, True
+    scale = width / timeline.span
+    return scale, 0, math.floor(shortest * scale) >= label_cols
+
+
+MIN_COLUMNS_TO_ALTERNATE = 2
+"""Below this many columns per block, alternating case only aliases: the chart then shows
+phases (forward, backward, idle), not single micro-batches (large m is summarised)."""
+
+
+def _letter(block: Block, alternate: bool) -> str:
+    letter = KIND_LETTER[block.kind]
+    return letter.lower() if alternate and block.micro_batch % 2 else letter
+
+
+def _row_chars(blocks: tuple[Block, ...], timeline: Timeline, scale: float, cell: int,
+               labelled: bool, num_cols: int) -> Text:
+    owner: list[Block | None] = [None] * num_cols
+    for b in blocks:
+        for col in range(max(0, math.floor(b.start * scale)), min(num_cols, math.ceil(b.end * scale))):
+            if b.start <= (col + 0.5) / scale < b.end:
+                owner[col] = b
+    shortest = min((b.end - b.start for b in blocks), default=0.0)
+    alternate = shortest * scale >= MIN_COLUMNS_TO_ALTERNATE
+    chars = [(" " if cell and col % cell else IDLE_CHAR) if owner[col] is None else _letter(owner[col], alternate)
+             for col in range(num_cols)]
+    if labelled:
+        for b in blocks:
+            cols = [c for c in range(num_cols) if owner[c] is b]
+            label = block_label(b, timeline).ljust(len(cols))
+            for c, ch in zip(cols, label, strict=False):
+                chars[c] = ch
+    text = Text()
+    for col, ch in enumerate(chars):
+        text.append(ch, style="grey50" if owner[col] is None else KIND_STYLE[owner[col].kind])
+    return text
+
+
+def _axis(timeline: Timeline, scale: float, cell: int, num_cols: int) -> str:
+    """Unit numbers (1-based, at each unit's first column) when cells are drawn, else a
+    tick every few columns with the time."""
+    if cell:
+        marks = [(round(u * scale), str(u + 1)) for u in range(math.ceil(timeline.span - 1e-9))]
+    else:
+        every = max(12, num_cols // 6)
+        marks = [(col, _time_label(col / scale, timeline)) for col in range(0, num_cols, every)]
+    ticks, free = [" "] * num_cols, 0
+    for col, label in marks:
+        if col >= free and col + len(label) <= num_cols:
+            ticks[col:col + len(label)] = label
+            free = col + len(label) + 1
+    return "".join(ticks)
+
+
+def _time_label(t: float, timeline: Timeline) -> str:
+    if timeline.time_unit == "s":
+        return f"|{units.seconds_to_ms(t):.1f} ms"
+    return f"|{t:.1f}"
+
+
+BUSY_COLUMNS = 26
+"""Room after the chart for "busy 192 of 213 units"."""
+
+
+def timeline_width(timeline: Timeline, width: int) -> int:
+    """Columns left for the chart itself."""
+    return max(20, width - len(f"stage {timeline.num_stages - 1}") - 2 - BUSY_COLUMNS)
+
+
+def timeline_lines(timeline: Timeline, width: int) -> list[Text]:
+    """The Gantt chart: an axis, one row per stage, busy time at the row's end."""
+    name_width = len(f"stage {timeline.num_stages - 1}") + 2
+    scale, cell, labelled = timeline_scale(timeline, timeline_width(timeline, width))
+    num_cols = math.ceil(timeline.span * scale - 1e-9)
+    lines = [Text(" " * name_width + _axis(timeline, scale, cell, num_cols), style="grey62")]
+    for s, row in enumerate(timeline.stages):
+        line = Text(f"stage {s}".ljust(name_width))
+        line.append_text(_row_chars(row, timeline, scale, cell, labelled, num_cols))
+        line.append(f"  busy {_busy(timeline, s)}")
+        lines.append(line)
+    return lines
+
+
+def _busy(timeline: Timeline, stage: int) -> str:
+    busy, span = timeline.busy(stage), timeline.span
+    if _is_unit(timeline):
+        return f"{busy:g} of {span:g} units"
+    return f"{busy / span:.0%} of {ms(span)}"
+
+
+def timeline_legend(timeline: Timeline, labelled: bool) -> str:
+    if timeline.schedule == "decode":
+        legend = "bN tK = batch N's K-th token; . = idle (waiting for the other stages or a send)"
+    else:
+        chunk = ", a/b/.. = model chunk" if timeline.num_virtual_stages > 1 else ""
+        legend = f"F/B = forward/backward, number = micro-batch{chunk}; . = idle (bubble)"
+        legend += f"; idle {timeline.idle_fraction:.0%} of device-time"
+    if not labelled:
+        legend += ("; too narrow to label: letters alternate case from one micro-batch to the next "
+                   "(none where blocks are under 2 columns: phases only)")
+    return legend
+
+
+def timeline_text(timeline: Timeline, width: int = 120) -> str:
+    """The Gantt chart as plain text (what tests read)."""
+    return "\n".join(line.plain for line in timeline_lines(timeline, width))
+
+
+def print_timeline(out: Console, timeline: Timeline, caption: str) -> None:
+    heading(out, f"Pipeline timeline: {caption}")
+    lines = timeline_lines(timeline, out.width)
+    for line in lines:
+        out.print(line, no_wrap=True, overflow="crop")
+    _, _, labelled = timeline_scale(timeline, timeline_width(timeline, out.width))
+    out.print(timeline_legend(timeline, labelled), style="grey62")
+
+
+# ---------------------------------------------------------------- breakdown
+
+def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
+    bar_width = max(20, min(80, width - 4))
+    shown = [s for s in b.segments if s.seconds > 0]
+    chars = {s.name: ch for s, ch in zip(shown, "#=+*%~", strict=False)}
+    chars["bubble"] = IDLE_CHAR
+    bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
+    legend = "  ".join(f"{chars[s.name]} {s.name} {ms(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
+                       for s in shown)
+    return [Text(f"{b.what}: {ms(b.total_seconds)}", style="bold"), bar, Text(legend)]
+
+
+# ---------------------------------------------------------------- sensitivity
+
+def _flip(flip: Flip | None, report: SensitivityReport, below: bool, unit: str) -> str:
+    if flip is None:
+        edge = report.scan_low if below else report.scan_high
+        return f"none down to {edge:g}x" if below else f"none up to {edge:g}x"
+    to = "nothing fits" if flip.to_layout is None else str(flip.to_layout)
+    return f"{flip.factor:.2f}x ({flip.value:.3g} {unit}) -> {to}"
+
+
+def sensitivity_lines(report: SensitivityReport) -> list[Text | Table]:
+    step = f"+/-{report.step:.0%}"
+    if report.survives:
+        verdict = Text(f"robust: the recommendation {report.recommended} survives every input moved by {step}.",
+                       style="bold green")
+    else:
+        movers = [k.label for k in report.knobs
+                  if k.at_low != report.recommended or k.at_high != report.recommended]
+        verdict = Text(f"fragile: the recommendation {report.recommended} changes when "
+                       f"{', '.join(movers)} moves by {step}.", style="bold yellow")
+    out: list[Text | Table] = [verdict]
+    if report.explained != report.recommended:
+        out.append(Text(f"The explained layout {report.explained} is not the recommendation ({report.recommended})."))
+    table = Table(title="Recommendation with each input moved (one at a time)", title_justify="left")
+    for header in ("input", "model value", f"at -{report.step:.0%}", f"at +{report.step:.0%}",
+                   "flips below", "flips above"):
+        table.add_column(header)
+    for k in report.knobs:
+        high = _same(k.at_high, report)
+        if k.high_factor < 1 + report.step - 1e-9:
+            high += f" (at {k.high_factor - 1:+.0%}: capped at 1)"
+        table.add_row(k.label, f"{k.base_value:.3g} {k.unit}", _same(k.at_low, report), high,
+                      _flip(k.flip_down, report, True, k.unit), _flip(k.flip_up, report, False, k.unit))
+    out.append(table)
+    for m in report.metrics:
+        out.append(Text(f"{_metric_name(m.name)}: {_metric(m.name, m.base)} "
+                        f"(range {_metric(m.name, m.low)} .. {_metric(m.name, m.high)} over the {step} runs)"))
+    for case in report.infeasible_under:
+        out.append(Text(f"The explained layout no longer fits with {case}.", style="yellow"))
+    return out
+
+
+def _same(layout, report: SensitivityReport) -> str:
+    if layout == report.recommended:
+        return "same"
+    return "nothing fits" if layout is None else str(layout)
+
+
+METRIC_NAMES = {"tpot_seconds": "TPOT", "ttft_seconds": "TTFT", "throughput_tokens_per_second": "throughput",
+                "step_time_seconds": "step time", "tokens_per_second": "throughput", "mfu": "MFU"}
+
+
+def _metric_name(name: str) -> str:
+    return METRIC_NAMES.get(name, name)
+
+
+def _metric(name: str, value: float) -> str:
+    if name.endswith("_seconds"):
+        return ms(value)
+    if name.endswith("per_second"):
+        return f"{count(value)} tok/s"
+    return f"{value:.1%}" if name == "mfu" else f"{value:.3g}"
+
+
+# ---------------------------------------------------------------- whole
+
+def _metric_text(name: str, value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{name} {ms(value)}"
+    if unit == "tok/s":
+        return f"{name} {count(value)} tok/s"
+    if unit == "fraction":
+        return f"{name} {value:.0%}"
+    return f"{name} {value:g}"
+
+
+def render_explanation(e: Explanation, out: Console) -> None:
+    which = "the recommended layout" if e.is_recommended else "not the overall recommendation"
+    out.print(Text(f"plan explain: {e.layout} for {e.model} on {e.cluster} ({e.workload}, "
+                   f"objective {e.objective}; {which})", style="bold"))
+    out.print(", ".join(_metric_text(m.name, m.value, m.unit) for m in e.metrics) + ".")
+    for note in e.notes:
+        out.print(f"Note: {note}")
+    heading(out, "Placement")
+    _print_all(out, placement_lines(e.placement, out.width))
+    _print_all(out, placement_summary(e.placement))
+    heading(out, "Memory per GPU, by stage")
+    _print_all(out, memory_lines(e.memory, out.width))
+    heading(out, "Communication")
+    if e.collectives:
+        out.print(collectives_table(e.collectives))
+    else:
+        out.print("No collectives: one GPU per replica (tp=1, pp=1).")
+    print_timeline(out, e.timeline, e.timeline_caption)
+    heading(out, "Time breakdown")
+    _print_all(out, breakdown_lines(e.breakdown, out.width))
+    if e.sensitivity is not None:
+        heading(out, "How sure we are")
+        _print_all(out, sensitivity_lines(e.sensitivity))
+
+
+def _print_all(out: Console, items: Iterable) -> None:
+    for item in items:
+        out.print(item, no_wrap=isinstance(item, Text), overflow="crop" if isinstance(item, Text) else None)
+
+
+def show(e: Explanation | None, *, timeline: Timeline | None = None, caption: str = "",
+         json_output: bool = False, svg: str | None = None, html: str | None = None,
+         out: Console | None = None) -> Console:
+    """Print an explanation (or just a timeline), then save the recording if asked."""
+    if json_output:
+        print_json(e if e is not None else timeline)
+        return out or console()
+    out = out or console(record=bool(svg or html))
+    if e is not None:
+        render_explanation(e, out)
+    else:
+        print_timeline(out, timeline, caption)
+    if svg:
+        out.save_svg(svg, title="plan explain", clear=False)
+    if html:
+        out.save_html(html, clear=False)
+    return out

@@ -1,0 +1,290 @@
+"""How sure we are: re-plan with each uncertain input moved, find where the choice flips.
+
+The uncertain inputs are the link bandwidths and latencies (datasheet, not measured),
+the HBM utilisation, the matmul efficiency and the fixed memory overhead per GPU. Each
+is perturbed by building a modified ClusterSpec, never by touching module constants:
+  bandwidth, latency   the link's own field times f (measured all-reduce curves of
+                       that link: times / f for bandwidth, as if bandwidth-bound;
+                       left as measured for latency)
+  HBM utilisation      hbm_bandwidth * f; the model only ever uses HBM bandwidth times
+                       a utilisation, so this is the same product
+  matmul efficiency    every peak and measured matmul rate of the GPU times f; the
+                       achievable rate is a fraction of these, so it scales by f
+  overhead memory      capacity lowered by (f - 1) * overhead / usable fraction: memory
+                       left for the KV cache (or activations) shrinks by exactly the
+                       extra overhead. The overhead of the explained layout is used for
+                       all layouts; overheads differ across layouts by NCCL buffers only
+                       (< 0.2 GiB, i.e. < 0.04 GiB at 20%).
+One input at a time; the others stay at the model's value. The flip point is found by
+a scan outward from 1 and bisection in log space between the last factor that keeps
+the recommendation and the first that changes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner import units
+from planner.layout import Layout
+from planner.specs import ClusterSpec, Measured
+
+KNOB_LABELS = {
+    "intra_bandwidth": "intra-node bandwidth",
+    "inter_bandwidth": "inter-node bandwidth",
+    "intra_latency": "intra-node latency",
+    "inter_latency": "inter-node latency",
+    "hbm_utilization": "HBM utilisation",
+    "matmul_efficiency": "matmul efficiency",
+    "overhead_memory": "overhead memory",
+}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Scale factors on the uncertain inputs; 1.0 = the model's value."""
+
+    intra_bandwidth: float = 1.0
+    inter_bandwidth: float = 1.0
+    intra_latency: float = 1.0
+    inter_latency: float = 1.0
+    hbm_utilization: float = 1.0
+    matmul_efficiency: float = 1.0
+    overhead_memory: float = 1.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    step: float = 0.2
+    """The +/- move every input gets (the issue's 20%)."""
+    scan_down: tuple[float, ...] = (0.8, 0.65, 0.5, 0.35, 0.25)
+    scan_up: tuple[float, ...] = (1.2, 1.5, 2.0, 3.0, 4.0)
+    """Factors tried, nearest first, when looking for a flip; the first of each is the step."""
+    num_bisections: int = 6
+
+
+LIGHT = Settings(scan_down=(0.8,), scan_up=(1.2,), num_bisections=2)
+"""Only the +/-20% runs (the sweep over every shipped model and cluster uses this)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one re-plan says: the recommendation and the explained layout's metrics."""
+
+    recommended: Layout | None
+    metrics: tuple[tuple[str, float], ...] | None
+    """(name, value) of the explained layout; None when it is infeasible there."""
+
+
+Replan = Callable[[ClusterSpec], Outcome]
+
+
+@dataclass(frozen=True)
+class Flip:
+    factor: float
+    """The input's scale at which the recommendation changes (first changed value)."""
+    value: float
+    """The input at that scale, in the knob's display unit."""
+    to_layout: Layout | None
+    """The new recommendation (None: nothing fits any more)."""
+
+
+@dataclass(frozen=True)
+class KnobResult:
+    knob: str
+    label: str
+    unit: str
+    base_value: float
+    at_low: Layout | None
+    """Recommendation at 1 - step."""
+    at_high: Layout | None
+    high_factor: float
+    """1 + step, or less for a fraction that would pass 1 (then capped at 1)."""
+    flip_down: Flip | None
+    """The nearest flip below 1 within the scan (None: none found)."""
+    flip_up: Flip | None
+
+
+@dataclass(frozen=True)
+class MetricRange:
+    name: str
+    base: float
+    low: float
+    high: float
+    """Extremes over every +/-step run in which the explained layout stays feasible."""
+
+
+@dataclass(frozen=True)
+class SensitivityReport:
+    recommended: Layout
+    explained: Layout
+    step: float
+    scan_low: float
+    scan_high: float
+    knobs: tuple[KnobResult, ...]
+    metrics: tuple[MetricRange, ...]
+    infeasible_under: tuple[str, ...]
+    """'label -20%' style cases where the explained layout no longer fits."""
+
+    @property
+    def survives(self) -> bool:
+        """The recommendation is unchanged with every input at -step and +step."""
+        return all(k.at_low == self.recommended and k.at_high == self.recommended for k in self.knobs)
+
+    @property
+    def verdict(self) -> str:
+        return "robust" if self.survives else "fragile"
+
+
+@dataclass(frozen=True)
+class KnobBase:
+    """Display values of the inputs for this cluster and workload."""
+
+    hbm_utilization: float
+    matmul_fraction_of_peak: float
+    overhead_bytes: float
+    usable_fraction: float
+    """The share of capacity the workload budgets (vLLM's gpu_memory_utilization; 1 for training)."""
+
+
+FRACTION_KNOBS = ("hbm_utilization", "matmul_efficiency")
+"""Fractions of a peak: never scanned above 1 (a utilisation over 100% is no answer)."""
+
+
+def knob_values(cluster: ClusterSpec, base: KnobBase) -> dict[str, tuple[float, str]]:
+    """The knobs that exist on this cluster -> (model value, unit)."""
+    values: dict[str, tuple[float, str]] = {}
+    if cluster.intra_node is not None and cluster.gpus_per_node > 1:
+        values["intra_bandwidth"] = (cluster.intra_node.bandwidth_gb_per_s, "GB/s")
+        values["intra_latency"] = (cluster.intra_node.latency_us, "us")
+    if cluster.inter_node is not None and cluster.num_nodes > 1:
+        values["inter_bandwidth"] = (cluster.inter_node.nic_bandwidth_gbit_per_s, "Gb/s per NIC")
+        values["inter_latency"] = (cluster.inter_node.latency_us, "us")
+    values["hbm_utilization"] = (base.hbm_utilization, "of HBM peak")
+    values["matmul_efficiency"] = (base.matmul_fraction_of_peak, "of matmul peak")
+    values["overhead_memory"] = (units.bytes_to_gib(base.overhead_bytes), "GiB")
+    return {key: values[key] for key in KNOB_LABELS if key in values}
+
+
+def _scaled_curves(measured: Measured | None, scope: str, factor: float) -> Measured | None:
+    if measured is None or factor == 1.0:
+        return measured
+    curves = [
+        c.model_copy(update={"median_seconds": [t / factor for t in c.median_seconds]})
+        if c.link == scope else c
+        for c in measured.allreduce_curves
+    ]
+    return measured.model_copy(update={"allreduce_curves": curves})
+
+
+def _scaled_tflops(model, factor: float):
+    return model.model_copy(update={
+        name: value * factor for name, value in model.model_dump().items() if value is not None
+    })
+
+
+def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSpec:
+    """The cluster as the model would see it with these inputs (see the module docstring)."""
+    update: dict = {}
+    if cluster.intra_node is not None:
+        update["intra_node"] = cluster.intra_node.model_copy(update={
+            "bandwidth_gb_per_s": cluster.intra_node.bandwidth_gb_per_s * knobs.intra_bandwidth,
+            "latency_us": cluster.intra_node.latency_us * knobs.intra_latency,
+        })
+    if cluster.inter_node is not None:
+        update["inter_node"] = cluster.inter_node.model_copy(update={
+            "nic_bandwidth_gbit_per_s": cluster.inter_node.nic_bandwidth_gbit_per_s * knobs.inter_bandwidth,
+            "latency_us": cluster.inter_node.latency_us * knobs.inter_latency,
+        })
+    measured = _scaled_curves(cluster.measured, "intra_node", knobs.intra_bandwidth)
+    update["measured"] = _scaled_curves(measured, "inter_node", knobs.inter_bandwidth)
+    gpu = cluster.gpu
+    extra_overhead = (knobs.overhead_memory - 1) * base.overhead_bytes / base.usable_fraction
+    update["gpu"] = gpu.model_copy(update={
+        "hbm_bandwidth_gb_per_s": gpu.hbm_bandwidth_gb_per_s * knobs.hbm_utilization,
+        "peak_tflops": _scaled_tflops(gpu.peak_tflops, knobs.matmul_efficiency),
+        "achievable_matmul_tflops": _scaled_tflops(gpu.achievable_matmul_tflops, knobs.matmul_efficiency),
+        "memory_gib": gpu.memory_gib - units.bytes_to_gib(extra_overhead),
+    })
+    return cluster.model_copy(update=update)
+
+
+class _Prober:
+    """Re-plans one knob at a time, remembering every factor it has tried."""
+
+    def __init__(self, cluster: ClusterSpec, base: KnobBase, replan: Replan, knob: str) -> None:
+        self.cluster, self.base, self.replan, self.knob = cluster, base, replan, knob
+        self.seen: dict[float, Outcome] = {}
+
+    def at(self, factor: float) -> Outcome:
+        if factor not in self.seen:
+            knobs = Knobs(**{self.knob: factor})
+            self.seen[factor] = self.replan(apply_knobs(self.cluster, knobs, self.base))
+        return self.seen[factor]
+
+    def flip(self, scan: tuple[float, ...], recommended: Layout, num_bisections: int) -> tuple[float, Layout | None] | None:
+        kept = 1.0
+        for factor in scan:
+            if self.at(factor).recommended != recommended:
+                return self._bisect(kept, factor, recommended, num_bisections)
+            kept = factor
+        return None
+
+    def _bisect(self, kept: float, changed: float, recommended: Layout, num_bisections: int) -> tuple[float, Layout | None]:
+        for _ in range(num_bisections):
+            middle = math.sqrt(kept * changed)
+            if self.at(middle).recommended == recommended:
+                kept = middle
+            else:
+                changed = middle
+        return changed, self.at(changed).recommended
+
+
+def analyze(cluster: ClusterSpec, explained: Layout, base: KnobBase, replan: Replan,
+            settings: Settings = Settings()) -> SensitivityReport:
+    """Every knob at 1 - step and 1 + step, its nearest flips, and the explained layout's
+    metric ranges over those runs."""
+    baseline = replan(cluster)
+    assert baseline.recommended is not None, "sensitivity of a plan with no feasible layout"
+    recommended = baseline.recommended
+    low = 1 - settings.step
+    results, runs, infeasible = [], [], []
+    for knob, (value, unit) in knob_values(cluster, base).items():
+        prober = _Prober(cluster, base, replan, knob)
+        flips = []
+        up, high = settings.scan_up, 1 + settings.step
+        if knob in FRACTION_KNOBS:
+            high = min(high, max(1.0, 1 / value))
+            up = tuple(f for f in up if value * f <= 1) or ((high,) if high > 1 else ())
+        for scan in (settings.scan_down, up):
+            found = prober.flip(scan, recommended, settings.num_bisections)
+            flips.append(None if found is None else Flip(found[0], value * found[0], found[1]))
+        for factor in (low, high):
+            outcome = prober.at(factor)
+            if outcome.metrics is None:
+                infeasible.append(f"{KNOB_LABELS[knob]} {factor - 1:+.0%}")
+            else:
+                runs.append(outcome.metrics)
+        results.append(KnobResult(knob, KNOB_LABELS[knob], unit, value, prober.at(low).recommended,
+                                  prober.at(high).recommended, high, flips[0], flips[1]))
+    return SensitivityReport(
+        recommended=recommended,
+        explained=explained,
+        step=settings.step,
+        scan_low=min(settings.scan_down),
+        scan_high=max(settings.scan_up),
+        knobs=tuple(results),
+        metrics=_ranges(baseline.metrics, runs),
+        infeasible_under=tuple(infeasible),
+    )
+
+
+def _ranges(base: tuple[tuple[str, float], ...] | None, runs: list) -> tuple[MetricRange, ...]:
+    if base is None:
+        return ()
+    out = []
+    for i, (name, value) in enumerate(base):
+        values = [value] + [run[i][1] for run in runs]
+        out.append(MetricRange(name, value, min(values), max(values)))
+    return tuple(out)

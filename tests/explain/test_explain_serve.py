@@ -1,0 +1,116 @@
+"""`plan explain` for serving: the issue's example (llama-3.1-405b on 2x8xH100 ->
+tp=8, pp=2: TP inside each node, one PP boundary over InfiniBand), and the sections
+agree with the serving estimate they explain."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cli import app
+from planner.explain import Explanation, explain_serving
+from planner.layout import Layout
+from planner.requests import LayoutFilter, ServeRequest
+from planner.search import plan_serving
+from planner.specs import AllreduceCurve, Measured, SpecError
+
+
+@cache
+def example() -> Explanation:
+    return explain_serving(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"),
+                           ServeRequest(objective="latency"))
+
+
+def test_example_explains_tp8_pp2() -> None:
+    e = example()
+    assert e.layout == Layout(8, 2, 1)
+    assert e.is_recommended
+
+
+def test_tp_groups_inside_each_node_one_boundary_over_infiniband() -> None:
+    pm = example().placement
+    for slot in pm.slots:
+        assert slot.stage == slot.node, "stage 0 on node 0, stage 1 on node 1"
+        assert slot.tp_rank == slot.local_index
+    assert not pm.tp_crosses_node and pm.tp_link == "nvlink"
+    assert len(pm.boundaries) == 1
+    b = pm.boundaries[0]
+    assert (b.from_stage, b.from_node, b.to_node, b.link) == (0, 0, 1, "infiniband")
+
+
+def test_memory_bars_for_both_stages() -> None:
+    bars = example().memory
+    assert [bar.stages for bar in bars] == [(0,), (1,)]
+    for bar in bars:
+        assert {s.name for s in bar.segments} == {"weights", "activations", "overhead", "KV cache"}
+        assert bar.used_bytes == pytest.approx(bar.budget_bytes)
+        assert bar.headroom_bytes == pytest.approx(bar.capacity_bytes * 0.1)
+
+
+def test_all_reduce_rows_add_up_to_the_breakdowns_tp_comm() -> None:
+    e = example()
+    decode = [r for r in e.collectives if r.phase == "decode" and r.kind == "all-reduce"]
+    assert [r.name for r in decode] == ["after attention", "after MLP"]
+    assert all(r.group_size == 8 and r.link == "nvlink" for r in decode)
+    tp = next(s.seconds for s in e.breakdown.segments if s.name == "TP comm")
+    assert sum(r.count_per_step * r.total_seconds for r in decode) == pytest.approx(tp)
+    for r in e.collectives:
+        assert r.latency_seconds + r.bandwidth_seconds == pytest.approx(r.total_seconds)
+
+
+def test_breakdown_sums_to_tpot_and_timeline_is_decode() -> None:
+    e = example()
+    tpot = next(m.value for m in e.metrics if m.name == "TPOT")
+    assert sum(s.seconds for s in e.breakdown.segments) == pytest.approx(tpot)
+    assert e.breakdown.total_seconds == pytest.approx(tpot)
+    assert e.timeline.schedule == "decode" and e.timeline.num_stages == 2
+
+
+def test_cli_shows_every_section() -> None:
+    result = CliRunner().invoke(app, ["explain", "--model", "llama-3.1-405b", "--cluster", "2x8xH100",
+                                      "--objective", "latency"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "tp=8 pp=2 dp=1" in out
+    assert out.count("TP8 nvlink") == 2, "one bracket per node"
+    assert "stage 0 -> 1, node 0 -> node 1, over infiniband" in out
+    assert "stage 0 (embedding)" in out and "stage 1 (LM head)" in out
+    assert "after attention" in out and "after MLP" in out
+    assert "Pipeline timeline: decode" in out and "b1 t1" in out
+    assert "Time breakdown" in out and "How sure we are" in out
+
+
+def test_default_is_the_objectives_recommendation() -> None:
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    for objective in ("throughput", "latency"):
+        request = ServeRequest(objective=objective)
+        e = explain_serving(model, cluster, request, None)
+        assert e.layout == plan_serving(model, cluster, request).recommended.layout
+
+
+def test_layout_filter_explains_a_non_recommended_layout() -> None:
+    e = explain_serving(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"),
+                        ServeRequest(layout=LayoutFilter(tp=4, pp=4)))
+    assert e.layout == Layout(4, 4, 1) and not e.is_recommended
+    assert e.sensitivity.explained == Layout(4, 4, 1) and e.sensitivity.recommended == Layout(8, 2, 1)
+
+
+def test_infeasible_layout_is_a_spec_error_with_the_reason() -> None:
+    with pytest.raises(SpecError, match="weights exceed memory"):
+        explain_serving(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"),
+                        ServeRequest(layout=LayoutFilter(tp=1, pp=1)), None)
+
+
+def test_measured_curve_sits_beside_the_model() -> None:
+    cluster = resolve_cluster("2x8xH100")
+    curve = AllreduceCurve(link="intra_node", num_ranks=8, sizes_bytes=[1 << 20, 1 << 26],
+                           median_seconds=[40e-6, 500e-6])
+    measured = cluster.model_copy(update={"measured": Measured(allreduce_curves=[curve])})
+    e = explain_serving(resolve_model("llama-3.1-405b"), measured, ServeRequest(objective="latency"), None)
+    rows = [r for r in e.collectives if r.kind == "all-reduce"]
+    assert all(r.measured_seconds is not None for r in rows)
+    assert all(r.total_seconds == r.measured_seconds for r in rows)
+    assert rows[0].latency_seconds + rows[0].bandwidth_seconds != pytest.approx(rows[0].measured_seconds)
