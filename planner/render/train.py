@@ -133,8 +133,9 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed},
-        "command": steps[0].shell() if steps else None,
-        "launch": [{"where": s.where, "argv": list(s.argv)} for s in steps],
+        "command": [list(s.argv) for s in steps],
+        "command_where": [s.where for s in steps],
+        "command_shell": [s.shell() for s in steps],
     }
 
 

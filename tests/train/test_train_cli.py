@@ -4,6 +4,7 @@ and the published anchors."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -121,5 +122,8 @@ def test_no_feasible_layout_exits_1():
 ])
 def test_megatron_golden(name, args):
     """Megatron-LM core_r0.14 argv, shown with shlex.join."""
-    command = plan_json(*args)["recommended"]["command"]
-    assert command + "\n" == (GOLDEN / f"{name}.txt").read_text()
+    recommended = plan_json(*args)["recommended"]
+    assert all(isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+               for argv in recommended["command"])
+    assert [shlex.join(argv) for argv in recommended["command"]] == recommended["command_shell"]
+    assert recommended["command_shell"][0] + "\n" == (GOLDEN / f"{name}.txt").read_text()
