@@ -101,6 +101,8 @@ class KnobResult:
     at_high: Layout | None
     high_factor: float
     """1 + step, or less for a fraction that would pass 1 (then capped at 1)."""
+    scan_high: float
+    """The largest factor tried upward (fractions stop at 1)."""
     flip_down: Flip | None
     """The nearest flip below 1 within the scan (None: none found)."""
     flip_up: Flip | None
@@ -267,7 +269,7 @@ def analyze(cluster: ClusterSpec, explained: Layout, base: KnobBase, replan: Rep
             else:
                 runs.append(outcome.metrics)
         results.append(KnobResult(knob, KNOB_LABELS[knob], unit, value, prober.at(low).recommended,
-                                  prober.at(high).recommended, high, flips[0], flips[1]))
+                                  prober.at(high).recommended, high, max(up, default=1.0), flips[0], flips[1]))
     return SensitivityReport(
         recommended=recommended,
         explained=explained,

@@ -46,6 +46,11 @@ LABEL_GAP = 1
 """Columns between a block's label and the next block."""
 
 
+def seconds(value: float) -> str:
+    """ms below a second (us below a millisecond), else seconds."""
+    return f"{value:.2f} s" if value >= 1 else ms(value)
+
+
 def heading(out: Console, title: str) -> None:
     out.print(Text(f"\n{title}", style="bold underline"))
 
@@ -172,15 +177,21 @@ def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
     for r in rows:
         model_total = r.latency_seconds + r.bandwidth_seconds
         cells = [r.phase, r.name, r.kind, str(r.group_size), _bytes(r.message_bytes), r.link,
-                 us(r.latency_seconds), us(r.bandwidth_seconds), us(model_total)]
+                 _short(r.latency_seconds), _short(r.bandwidth_seconds), _short(model_total)]
         if measured:
-            cells.append("-" if r.measured_seconds is None else us(r.measured_seconds))
+            cells.append("-" if r.measured_seconds is None else _short(r.measured_seconds))
         cells += [f"{r.count_per_step:g} x", f"{r.share_of_step:.1%}"]
         table.add_row(*cells)
     return table
 
 
+def _short(value: float) -> str:
+    return us(value) if value < 1e-3 else seconds(value)
+
+
 def _bytes(num_bytes: float) -> str:
+    if num_bytes >= units.BYTES_PER_GIB:
+        return gib(num_bytes)
     if num_bytes >= units.BYTES_PER_MIB:
         return f"{num_bytes / units.BYTES_PER_MIB:.1f} MiB"
     return f"{num_bytes / units.BYTES_PER_KIB:.1f} KiB"
@@ -266,7 +277,7 @@ def _axis(timeline: Timeline, scale: float, cell: int, num_cols: int) -> str:
 
 def _time_label(t: float, timeline: Timeline) -> str:
     if timeline.time_unit == "s":
-        return f"|{units.seconds_to_ms(t):.1f} ms"
+        return f"|{seconds(t)}"
     return f"|{t:.1f}"
 
 
@@ -297,7 +308,7 @@ def _busy(timeline: Timeline, stage: int) -> str:
     busy, span = timeline.busy(stage), timeline.span
     if _is_unit(timeline):
         return f"{busy:g} of {span:g} units"
-    return f"{busy / span:.0%} of {ms(span)}"
+    return f"{busy / span:.0%} of {seconds(span)}"
 
 
 def timeline_legend(timeline: Timeline, labelled: bool) -> str:
@@ -335,17 +346,16 @@ def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     chars = {s.name: ch for s, ch in zip(shown, "#=+*%~", strict=False)}
     chars["bubble"] = IDLE_CHAR
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
-    legend = "  ".join(f"{chars[s.name]} {s.name} {ms(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
+    legend = "  ".join(f"{chars[s.name]} {s.name} {seconds(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
                        for s in shown)
-    return [Text(f"{b.what}: {ms(b.total_seconds)}", style="bold"), bar, Text(legend)]
+    return [Text(f"{b.what}: {seconds(b.total_seconds)}", style="bold"), bar, Text(legend)]
 
 
 # ---------------------------------------------------------------- sensitivity
 
-def _flip(flip: Flip | None, report: SensitivityReport, below: bool, unit: str) -> str:
+def _flip(flip: Flip | None, report: SensitivityReport, below: bool, unit: str, scan_high: float) -> str:
     if flip is None:
-        edge = report.scan_low if below else report.scan_high
-        return f"none down to {edge:g}x" if below else f"none up to {edge:g}x"
+        return f"none down to {report.scan_low:g}x" if below else f"none up to {scan_high:.3g}x"
     to = "nothing fits" if flip.to_layout is None else str(flip.to_layout)
     return f"{flip.factor:.2f}x ({flip.value:.3g} {unit}) -> {to}"
 
@@ -372,7 +382,8 @@ def sensitivity_lines(report: SensitivityReport) -> list[Text | Table]:
         if k.high_factor < 1 + report.step - 1e-9:
             high += f" (at {k.high_factor - 1:+.0%}: capped at 1)"
         table.add_row(k.label, f"{k.base_value:.3g} {k.unit}", _same(k.at_low, report), high,
-                      _flip(k.flip_down, report, True, k.unit), _flip(k.flip_up, report, False, k.unit))
+                      _flip(k.flip_down, report, True, k.unit, k.scan_high),
+                      _flip(k.flip_up, report, False, k.unit, k.scan_high))
     out.append(table)
     for m in report.metrics:
         out.append(Text(f"{_metric_name(m.name)}: {_metric(m.name, m.base)} "
@@ -398,7 +409,7 @@ def _metric_name(name: str) -> str:
 
 def _metric(name: str, value: float) -> str:
     if name.endswith("_seconds"):
-        return ms(value)
+        return seconds(value)
     if name.endswith("per_second"):
         return f"{count(value)} tok/s"
     return f"{value:.1%}" if name == "mfu" else f"{value:.3g}"
@@ -408,7 +419,7 @@ def _metric(name: str, value: float) -> str:
 
 def _metric_text(name: str, value: float, unit: str) -> str:
     if unit == "s":
-        return f"{name} {ms(value)}"
+        return f"{name} {seconds(value)}"
     if unit == "tok/s":
         return f"{name} {count(value)} tok/s"
     if unit == "fraction":

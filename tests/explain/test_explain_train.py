@@ -1,0 +1,74 @@
+"""`plan explain --workload train`: the sections agree with the training estimate, and
+every section renders for the shipped pairs where a configuration fits."""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from planner import sensitivity
+from planner.catalog import resolve_cluster, resolve_model, shipped_clusters, shipped_models
+from planner.cli import app
+from planner.explain_train import explain_training, pick_training, stage_memories
+from planner.render.explain import render_explanation
+from planner.requests import LayoutFilter, TrainRequest
+from planner.specs import SpecError
+from planner.train import memory_per_gpu
+
+SWEEP_REQUEST = TrainRequest(global_batch=64, seq_len=2048, micro_batch=1, schedule="1f1b", zero_stage=1)
+"""Flags fixed so each search (and each sensitivity re-plan) walks layouts, not thousands
+of configurations: the sweep checks rendering, not the search."""
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_sections_match_the_estimate(schedule: str) -> None:
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=4096, layout=LayoutFilter(tp=2, pp=2), schedule=schedule)
+    e = explain_training(model, cluster, request, None)
+    assert e.timeline.schedule == schedule and e.timeline.num_stages == 2
+    estimate, _ = pick_training(model, cluster, request)
+    worst = memory_per_gpu(model, estimate.config, request.seq_len, estimate.num_micro_batches)
+    mine = stage_memories(model, estimate, request.seq_len)
+    assert max(m.total_bytes for m in mine) == pytest.approx(worst.total_bytes)
+    assert [bar.stages for bar in e.memory] == [(0,), (1,)]
+    names = {s.name for s in e.memory[0].segments}
+    assert {"weights", "gradients", "optimizer", "activations", "overhead"} <= names
+    assert sum(s.seconds for s in e.breakdown.segments) == pytest.approx(estimate.step_time_seconds)
+    tp_rows = [r for r in e.collectives if r.phase in ("forward", "backward", "recompute")]
+    per_layer = sum(r.total_seconds * r.count_per_step for r in tp_rows) / (
+        estimate.num_micro_batches * model.num_hidden_layers // 2)
+    assert per_layer == pytest.approx(estimate.tp_allreduce_seconds_per_layer)
+
+
+def test_cli_train_explain_draws_a_gantt() -> None:
+    result = CliRunner().invoke(app, ["explain", "--workload", "train", "--model", "llama-3.1-8b", "--cluster",
+                                      "1x8xH100", "--global-batch", "256", "--seq-len", "4096", "--layout",
+                                      "tp=2,pp=2", "--schedule", "1f1b", "--no-sensitivity"])
+    assert result.exit_code == 0, result.output
+    assert "Pipeline timeline: 1f1b" in result.output
+    assert "gradients" in result.output and "optimizer" in result.output
+    chart = [line for line in result.output.splitlines() if line.startswith("stage 0  ")]
+    assert chart and "F" in chart[0] and "B" in chart[0]
+
+
+def _pairs() -> list[tuple[str, str]]:
+    return [(m, c) for m in shipped_models() for c in shipped_clusters()]
+
+
+@pytest.mark.parametrize(("model_name", "cluster_name"), _pairs())
+def test_every_section_renders_for_training(model_name: str, cluster_name: str) -> None:
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    try:
+        e = explain_training(model, cluster, SWEEP_REQUEST, sensitivity.LIGHT)
+    except SpecError as exc:
+        assert "no feasible layout" in str(exc) or "cannot plan training" in str(exc)
+        pytest.skip("no configuration fits")
+    out = Console(file=io.StringIO(), width=120, record=True)
+    render_explanation(e, out)
+    text = out.export_text(clear=False)
+    assert "Pipeline timeline" in text and "How sure we are" in text
+    ET.fromstring(out.export_svg())
