@@ -342,7 +342,7 @@ def print_timeline(out: Console, timeline: Timeline, caption: str) -> None:
 
 def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     bar_width = max(20, min(80, width - 4))
-    shown = [s for s in b.segments if s.seconds > 0]
+    shown = [s for s in b.segments if s.seconds > 1e-9 * b.total_seconds]
     chars = {s.name: ch for s, ch in zip(shown, "#=+*%~", strict=False)}
     chars["bubble"] = IDLE_CHAR
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
