@@ -68,15 +68,46 @@ class Placement:
     """Where the TP group's ranks sit (None when tp == 1)."""
 
 
+CACHE_SIZE = 4096
+_cache: dict[tuple, tuple[ClusterSpec, object]] = {}
+
+
+def memoised(cluster: ClusterSpec, key: tuple, compute):
+    """compute() for this cluster object and key (hashable values), memoised. Specs are
+    frozen, so the object stands for its value; the entry holds the cluster, so its id
+    cannot be reused while the entry lives."""
+    found = _cache.get((id(cluster), *key))
+    if found is not None and found[0] is cluster:
+        return found[1]
+    if len(_cache) >= CACHE_SIZE:
+        _cache.clear()
+    value = compute()
+    _cache[(id(cluster), *key)] = (cluster, value)
+    return value
+
+
+def clear_cache() -> None:
+    """Forget memoised placements and links (benchmarks time a cold search)."""
+    _cache.clear()
+
+
 def intra_node_link(cluster: ClusterSpec) -> Link:
+    return memoised(cluster, ("intra",), lambda: _intra_node_link(cluster))
+
+
+def inter_node_link(cluster: ClusterSpec) -> Link:
+    """Every GPU of a node crosses at once, so each gets 1/gpus_per_node of the NICs."""
+    return memoised(cluster, ("inter",), lambda: _inter_node_link(cluster))
+
+
+def _intra_node_link(cluster: ClusterSpec) -> Link:
     link = cluster.intra_node
     assert link is not None, "intra_node link asked of a one-GPU node"
     return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds,
                 cluster.measured is not None)
 
 
-def inter_node_link(cluster: ClusterSpec) -> Link:
-    """Every GPU of a node crosses at once, so each gets 1/gpus_per_node of the NICs."""
+def _inter_node_link(cluster: ClusterSpec) -> Link:
     link = cluster.inter_node
     assert link is not None, "inter_node link asked of a one-node cluster"
     return Link(
@@ -118,6 +149,12 @@ def group_topology(cluster: ClusterSpec, group_size: int) -> GroupTopology:
 
 
 def place(cluster: ClusterSpec, layout: Layout) -> Placement:
+    """Where the layout's TP group and pipeline boundaries land; memoised per cluster and
+    (tp, pp) (dp never changes a placement), since a search asks again and again."""
+    return memoised(cluster, ("place", layout.tp, layout.pp), lambda: _place(cluster, layout))
+
+
+def _place(cluster: ClusterSpec, layout: Layout) -> Placement:
     gpn = cluster.gpus_per_node
     single_node = cluster.num_nodes == 1
     tp_crosses = not single_node and groups_cross_nodes(layout.tp, gpn)

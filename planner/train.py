@@ -13,6 +13,7 @@ as ZeRO-1. Formulas live in planner/cost/; this module composes them. Time per s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
@@ -160,28 +161,39 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
     return reasons
 
 
+@lru_cache(maxsize=4096)
+def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
+                     recompute: str) -> tuple[float, float, float, float]:
+    """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
+    per micro-batch in flight, last-stage logits). Cached: a search asks for each many times."""
+    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute),
+            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute),
+            act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
+            act.last_stage_logits_bytes(model, s, b, tp))
+
+
 def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) -> TrainMemory:
     """Worst of the first stage (most micro-batches in flight) and the last (logits)."""
     c, s, b = config, seq_len, config.micro_batch_size
     params = stage_params_per_gpu(model, c.tp, c.pp)
     layers = model.num_hidden_layers // c.pp
-    per_layer = act.activation_bytes_per_layer(model, s, b, c.tp, c.sequence_parallel, c.recompute)
-    working = act.recompute_working_bytes(model, s, b, c.tp, c.sequence_parallel, c.recompute)
+    per_layer, working, extra, logits = activation_terms(model, s, b, c.tp, c.sequence_parallel,
+                                                         c.recompute)
     in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages)
-    first_extra = act.first_stage_extra_bytes(model, s, b, c.tp, c.sequence_parallel) * in_flight
-    logits = act.last_stage_logits_bytes(model, s, b, c.tp)
+    first_extra = extra * in_flight
     first_act = per_layer * layers * in_flight + working + first_extra
     last_act = per_layer * layers + working + logits
     if c.pp == 1:
         first_act = last_act = first_act + logits
-    stages = ((0, params.first_stage, first_act), (c.pp - 1, params.last_stage, last_act))
-    candidates = [_stage_memory(index, p, a, c) for index, p, a in stages]
-    return max(candidates, key=lambda mem: (mem.total_bytes, -mem.stage))
+    first = _stage_memory(0, params.first_stage, first_act, c)
+    last = _stage_memory(c.pp - 1, params.last_stage, last_act, c)
+    # the larger; on a tie the first stage (the lower index)
+    return last if (last.total_bytes, -last.stage) > (first.total_bytes, -first.stage) else first
 
 
 def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig) -> TrainMemory:
     states = model_state_bytes(params, c.dp, c.zero_stage)
-    num_groups = sum(degree > 1 for degree in (c.tp, c.pp, c.dp))
+    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)

@@ -9,7 +9,10 @@ Pruning, each justified by the cost model (planner/cost/training_time.py):
 - recompute: with everything else equal more recomputation only adds time, so the first
   of none, selective, full that fits is kept;
 - GPipe: the bubble of 1F1B with m instead of p micro-batches in flight, so only when asked;
-- micro-batch: memory grows with b, so once full recomputation does not fit, larger b stop.
+- micro-batch: memory grows with b, so once full recomputation does not fit, larger b stop,
+  and a larger b starts at the least recomputation that fitted the smaller one (the levels
+  below it are out of memory already). tests/perf checks all this against an exhaustive
+  enumeration.
 Ranking: tokens/s descending, then less memory, then the smaller degrees (deterministic).
 """
 
@@ -136,9 +139,11 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     for schedule, v in schedule_options(model, request, pp):
         for zero in zero_options(request, tp, pp, dp):
             for sp in sp_options(request, tp):
+                first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
-                    result = _first_fitting(model, cluster, request, recomputes, rates,
-                                            TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero))
+                    result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
+                                                   TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero),
+                                                   first)
                     if isinstance(result, TrainEstimate):
                         found.append(result)
                         continue
@@ -148,17 +153,36 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     return found, tally
 
 
-def _first_fitting(model, cluster, request, recomputes, rates, base: TrainConfig):
-    """The least recomputation that fits (more only adds time); else the last failure."""
+def _first_fitting(model, cluster, request, recomputes, rates, base: TrainConfig, first: int):
+    """The least recomputation that fits (more only adds time); else the last failure.
+
+    Also the index (counted from `first`) of the recompute level it stopped at: the levels
+    before it ran out of memory, and memory never shrinks as b grows (activations scale
+    with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Infeasible | None = None
-    for recompute in recomputes:
+    for offset, recompute in enumerate(recomputes):
         config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
                              base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage)
         result = estimate(model, cluster, config, request, rates)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
-            return result
+            return result, first + offset if isinstance(result, TrainEstimate) else first
     assert result is not None
-    return result
+    return result, first
+
+
+def clear_caches() -> None:
+    """Empty every memo the search fills, so the next search runs as in a fresh process
+    (the benchmark times cold searches; the results never depend on it)."""
+    from planner import layout, train
+    from planner.cost import flops, training_memory, training_time
+
+    layout.clear_cache()
+    for cached in (train.activation_terms, training_memory.layer_params_per_gpu,
+                   training_memory.stage_params_per_gpu, training_memory.model_state_bytes,
+                   flops.layer_gemms_forward, flops.logits_gemm, flops.model_flops_per_sequence,
+                   flops.megatron_flops_per_sequence, training_time.layer_seconds,
+                   training_time.logits_seconds):
+        cached.cache_clear()
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:

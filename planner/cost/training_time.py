@@ -8,11 +8,14 @@ dimension x by x/(x + 128); elementwise work memory-bound on HBM; TP collectives
 link `place()` gives, not overlapped (Megatron-LM 2021 semantics); bubble
 (p-1)/v stage-times (Narayanan et al. 2021 sec. 2.2); DP gradient reduction overlapped
 with the last micro-batch's backward (Megatron's --overlap-grad-reduce).
+Memoised (functools.lru_cache) functions take only frozen, hashable values (ModelSpec,
+TrainRates, ints); a search asks for the same (tp, b, ...) terms thousands of times.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.cost import activations as act
@@ -27,7 +30,7 @@ from planner.cost.flops import (
 )
 from planner.cost.params import kv_heads_per_gpu
 from planner.cost.training_memory import stage_params_per_gpu
-from planner.layout import Link, Placement, place
+from planner.layout import Link, Placement, memoised, place
 from planner.specs import ClusterSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -117,6 +120,7 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     return replicated + split + scores, scores
 
 
+@lru_cache(maxsize=4096)
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates) -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
@@ -242,7 +246,8 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     m = global_batch // (b * c.dp)
     placement = place(cluster, c.layout)
     layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp = tp_seconds_per_layer(model, cluster, c, s, placement, rates)
+    tp = memoised(cluster, ("tp_seconds", model, c.tp, b, c.sequence_parallel, c.recompute, s, rates),
+                  lambda: tp_seconds_per_layer(model, cluster, c, s, placement, rates))
     layers = model.num_hidden_layers // c.pp
     params = stage_params_per_gpu(model, c.tp, c.pp)
     hbm = rates.elementwise_bytes_per_s
@@ -272,6 +277,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     )
 
 
+@lru_cache(maxsize=1024)
 def logits_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
     """Last stage, per micro-batch: the output GEMM forward + backward (3x) and the
     vocab-parallel cross-entropy's traffic: the (2+4)*s*b*V/t bytes of 16-bit logits and fp32
