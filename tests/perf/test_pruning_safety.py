@@ -1,0 +1,130 @@
+"""The pruned training search never drops the optimum (issue 7, "scale sanity").
+
+The reference enumerates every combination of the search space with itertools.product and
+estimates each one, no pruning at all: every (tp, pp, dp), every micro-batch, 1F1B,
+interleaved with every v, GPipe, every recompute level, sequence parallelism on and off,
+every ZeRO stage. The pruned search (planner/train_search.py) must then
+  - rank first exactly the configuration the reference ranks first (same rank key);
+  - keep, for every configuration it could reach (all but GPipe), precisely the least
+    recomputation the reference finds to fit: so its whole feasible set, hence its top-k,
+    is what the reference gives once more recomputation of a fitting configuration is
+    dropped;
+  - lose nothing by leaving GPipe out: a GPipe configuration runs in the time of the
+    same 1F1B one and holds at least its memory.
+No timing here: speed is measured by bench/bench_plan.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.layout import divisors, factorizations
+from planner.requests import TrainRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.train import Infeasible, TrainConfig, TrainEstimate, estimate, train_rates
+from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key, search
+
+MICRO_BATCHES = [2**i for i in range(MAX_MICRO_BATCH_SIZE.bit_length()) if 2**i <= MAX_MICRO_BATCH_SIZE]
+
+
+def every_config(model: ModelSpec, num_gpus: int) -> Iterator[TrainConfig]:
+    """The whole space, invalid combinations included (estimate rejects those)."""
+    for layout in factorizations(num_gpus):
+        tp, pp, dp = layout.tp, layout.pp, layout.dp
+        layers_per_stage = model.num_hidden_layers // pp
+        schedules = [("1f1b", 1), ("gpipe", 1)]
+        schedules += [("interleaved", v) for v in divisors(max(layers_per_stage, 1)) if v > 1]
+        zeros = (0, 1, 2, 3) if dp > 1 else (0,)  # sharding over one rank is no sharding
+        for (schedule, v), b, recompute, sp, zero in itertools.product(
+                schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros):
+            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero)
+
+
+def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
+    rates = train_rates(model, cluster)
+    results = (estimate(model, cluster, c, request, rates) for c in every_config(model, cluster.num_gpus))
+    return sorted((r for r in results if isinstance(r, TrainEstimate)), key=rank_key)
+
+
+def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
+    """Per configuration apart from recompute: the fitting estimate with the least of it."""
+    best: dict[tuple, TrainEstimate] = {}
+    for r in results:
+        c = r.config
+        key = (c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages,
+               c.sequence_parallel, c.zero_stage)
+        if key not in best or RECOMPUTE_ORDER.index(c.recompute) < RECOMPUTE_ORDER.index(best[key].config.recompute):
+            best[key] = r
+    return best
+
+
+def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> None:
+    reference = exhaustive(model, cluster, request)
+    pruned = search(model, cluster, request).layouts
+    assert bool(reference) == bool(pruned)
+    if not reference:
+        return
+    assert pruned[0] == reference[0]
+    assert pruned[0].tokens_per_second == max(r.tokens_per_second for r in reference)
+
+    expected = least_recompute(reference)
+    reachable = {k: r for k, r in expected.items() if k[4] != "gpipe"}
+    assert sorted(pruned, key=rank_key) == list(pruned)
+    assert sorted(reachable.values(), key=rank_key) == list(pruned)
+
+    by_config = {r.config: r for r in reference}
+    for gpipe in (r for r in reference if r.config.schedule == "gpipe"):
+        same_1f1b = by_config[replace(gpipe.config, schedule="1f1b")]
+        assert same_1f1b.tokens_per_second == gpipe.tokens_per_second
+        assert same_1f1b.memory_per_gpu_bytes <= gpipe.memory_per_gpu_bytes
+
+
+CASES = {
+    # tight memory: no recompute, selective and full all win somewhere, larger b run out
+    "llama-3.1-8b on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB", 64, 4096),
+    "gpt3-175b on 4x8xH100": ("gpt3-175b", "4x8xH100", 64, 2048),
+    "mistral-7b on 8x8xA100": ("mistral-7b", "8x8xA100", 128, 4096),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_pruned_search_keeps_the_optimum(case: str) -> None:
+    model_name, cluster_name, global_batch, seq_len = CASES[case]
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    check_pruning_is_safe(model, cluster, TrainRequest(global_batch=global_batch, seq_len=seq_len))
+
+
+def test_the_cases_exercise_every_pruning_rule() -> None:
+    """The first case has configurations that fit without recompute, some that need
+    selective or full, and some out of memory even with full recompute."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("2x8xA100-40GB")
+    request = TrainRequest(global_batch=64, seq_len=4096)
+    rates = train_rates(model, cluster)
+    results = {c: estimate(model, cluster, c, request, rates) for c in every_config(model, cluster.num_gpus)}
+    fitting = least_recompute([r for r in results.values() if isinstance(r, TrainEstimate)])
+    assert {r.config.recompute for r in fitting.values()} == set(RECOMPUTE_ORDER)
+    assert any(isinstance(r, Infeasible) and r.over_bytes > 0 and c.recompute == "full"
+               for c, r in results.items())
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    model_name=st.sampled_from(["llama-3.1-8b", "mistral-7b", "llama-3.1-70b"]),
+    nodes_x_gpus=st.sampled_from([(1, 8), (2, 4), (2, 8), (4, 4)]),
+    gpu=st.sampled_from(["A100-40GB", "A100", "H100"]),
+    global_batch=st.sampled_from([16, 32, 48, 96]),
+    seq_len=st.sampled_from([1024, 4096, 8192]),
+)
+def test_pruning_is_safe_on_random_small_cases(model_name: str, nodes_x_gpus: tuple[int, int], gpu: str,
+                                               global_batch: int, seq_len: int) -> None:
+    num_nodes, gpus_per_node = nodes_x_gpus
+    model = resolve_model(model_name)
+    cluster = resolve_cluster(f"{num_nodes}x{gpus_per_node}x{gpu}")
+    check_pruning_is_safe(model, cluster, TrainRequest(global_batch=global_batch, seq_len=seq_len))
