@@ -324,7 +324,7 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                     request: ServeRequest) -> sensitivity.KnobBase:
     peak = cluster.gpu.peak_flops_per_s(matmul_precision(model, cluster)) or cluster.gpu.peak_flops_per_s("bf16")
     fraction = eff.DEFAULT_MATMUL_FRACTION_OF_PEAK if peak is None else achievable_flops_per_s(model, cluster) / peak
-    return sensitivity.KnobBase(eff.decode_hbm_utilization(layout.tp), fraction,
+    return sensitivity.KnobBase(eff.DECODE_HBM_UTILIZATION, fraction,
                                 overhead_bytes(layout), request.gpu_memory_utilization)
 
 

@@ -298,11 +298,11 @@ def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placeme
 def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                       stage: StageMemory, num_seqs: int, context_len: float) -> StepTime:
     """max(bytes read / (HBM * utilisation), FLOPs / (achievable * decode utilisation))
-    + 2 all-reduces per layer of num_seqs * h * bytes."""
+    + per layer: the fixed step overhead and 2 all-reduces of num_seqs * h * bytes."""
     t = layout.tp
     bytes_read = decode_weight_bytes_read(model, stage, t, num_seqs, layout.pp)
     bytes_read += num_seqs * context_len * stage.kv_bytes_per_token
-    memory_seconds = bytes_read / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(t))
+    memory_seconds = bytes_read / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
     attention_flops = 4 * stage.num_layers * context_len * model.num_attention_heads * model.head_dim
     flops = num_seqs * (stage_matmul_flops_per_token(model, stage, layout.pp) + attention_flops) / t
     compute_seconds = flops / (achievable_flops_per_s(model, cluster) * eff.DECODE_MATMUL_UTILIZATION)
@@ -310,7 +310,8 @@ def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pl
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     busy = max(memory_seconds, compute_seconds)
     bound = "memory" if memory_seconds >= compute_seconds else "compute"
-    return StepTime(busy + stage.num_layers * allreduce, busy, allreduce, bound)
+    per_layer = allreduce + eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+    return StepTime(busy + stage.num_layers * per_layer, busy, allreduce, bound)
 
 
 def prefill_stage_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -318,18 +319,18 @@ def prefill_stage_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout
     """Compute-bound: (2 * active layer params * s + causal attention 2 * L_s * s^2 * a * d
     + on the last stage the LM head 2 * V * h once: vLLM computes logits only for the
     sampled, last position of a prompt) / t at the achievable matmul rate * prefill
-    utilisation, never faster than reading the weights once; plus 2 all-reduces per
-    layer of s * h * bytes."""
+    utilisation, never faster than reading the weights once; plus per layer the fixed
+    step overhead and 2 all-reduces of s * h * bytes."""
     s = num_tokens
     attention = 2 * stage.num_layers * s * s * model.num_attention_heads * model.head_dim
     layers = 2 * stage.num_layers * active_params_per_layer(model) * s
     head = 2 * model.vocab_size * model.hidden_size if stage.stage == layout.pp - 1 else 0
     flops = (layers + head + attention) / layout.tp
     compute = flops / (achievable_flops_per_s(model, cluster) * eff.PREFILL_MATMUL_UTILIZATION)
-    memory = stage.weights_bytes / (cluster.gpu.hbm_bytes_per_s * eff.decode_hbm_utilization(layout.tp))
+    memory = stage.weights_bytes / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
     message_bytes = s * model.hidden_size * activation_bytes_per_element(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    return max(compute, memory) + stage.num_layers * allreduce
+    return max(compute, memory) + stage.num_layers * (allreduce + eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER)
 
 
 def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int) -> float:
