@@ -36,12 +36,37 @@ class ServePlan:
         return self.layouts[0] if self.layouts else None
 
 
+NEAR_TIE_FRACTION = 0.03
+"""Layouts within 3% of the best on the objective are a tie: the cost model is not more
+precise than that, so among them the one better on the other axis (TPOT for throughput,
+throughput for latency) is ranked first. A demanding user would not trade 30% worse
+latency for 0.3% more tokens/s."""
+
+
 def rank_key(result: ServeEstimate, objective: str) -> tuple:
     layout = result.layout
     tie = (layout.tp, layout.pp, layout.dp)
     if objective == "latency":
         return (result.tpot_seconds, result.ttft_seconds, -result.throughput_tokens_per_second, tie)
     return (-result.throughput_tokens_per_second, result.tpot_seconds, tie)
+
+
+def rank(results: list[ServeEstimate], objective: str) -> list[ServeEstimate]:
+    """Best first: the near-tie band around the best on the objective, ordered by the other
+    axis, then everything else by the objective (rank_key)."""
+    ordered = sorted(results, key=lambda r: rank_key(r, objective))
+    if not ordered:
+        return ordered
+    best = ordered[0]
+    if objective == "latency":
+        band = [r for r in ordered if r.tpot_seconds <= best.tpot_seconds * (1 + NEAR_TIE_FRACTION)]
+        band.sort(key=lambda r: rank_key(r, "throughput"))
+    else:
+        floor = best.throughput_tokens_per_second * (1 - NEAR_TIE_FRACTION)
+        band = [r for r in ordered if r.throughput_tokens_per_second >= floor]
+        band.sort(key=lambda r: rank_key(r, "latency"))
+    chosen = {r.layout for r in band}
+    return band + [r for r in ordered if r.layout not in chosen]
 
 
 def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
@@ -97,7 +122,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> S
             )))
         else:
             feasible.append(result)
-    feasible.sort(key=lambda r: rank_key(r, request.objective))
+    feasible = rank(feasible, request.objective)
     rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp))
     return ServePlan(model, cluster, request, num_gpus, tuple(feasible), tuple(rejected), pareto_front(feasible))
 

@@ -28,12 +28,14 @@ from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import BYTES_PER_GIB
 
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
-"""vLLM's --max-num-seqs default: the concurrency ceiling when --batch is not given."""
 VLLM_LARGE_GPU_BYTES = 70 * BYTES_PER_GIB
-VLLM_MAX_NUM_BATCHED_TOKENS_LARGE_GPU = 8192
-VLLM_MAX_NUM_BATCHED_TOKENS_SMALL_GPU = 2048
-"""vLLM V1 `vllm serve` defaults: 8192 tokens per step on GPUs with >= 70 GiB, else 2048."""
+VLLM_LARGE_GPU_DEFAULTS = (8192, 1024)
+VLLM_OTHER_GPU_DEFAULTS = (2048, 256)
+"""`vllm serve` (max_num_batched_tokens, max_num_seqs) defaults, vLLM EngineArgs
+get_batch_defaults: GPUs with >= 70 GiB that are not A100s (H100, H200, B200, MI300X)
+get 8192 tokens per step and 1024 sequences; A100s and smaller GPUs 2048 and 256
+(an A100 loses throughput with the larger budget, vLLM PR #17885). --max-num-seqs is
+the concurrency ceiling when --batch is not given."""
 SAMPLER_LOGITS_BYTES_PER_ELEMENT = 4
 """Logits are materialised in fp32 for sampling."""
 
@@ -117,10 +119,18 @@ def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
     return reasons
 
 
+def vllm_batch_defaults(cluster: ClusterSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks for this GPU."""
+    large = cluster.gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "A100" not in cluster.gpu.name.upper()
+    return VLLM_LARGE_GPU_DEFAULTS if large else VLLM_OTHER_GPU_DEFAULTS
+
+
 def default_max_num_batched_tokens(cluster: ClusterSpec) -> int:
-    if cluster.gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES:
-        return VLLM_MAX_NUM_BATCHED_TOKENS_LARGE_GPU
-    return VLLM_MAX_NUM_BATCHED_TOKENS_SMALL_GPU
+    return vllm_batch_defaults(cluster)[0]
+
+
+def default_max_num_seqs(cluster: ClusterSpec) -> int:
+    return vllm_batch_defaults(cluster)[1]
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
@@ -351,12 +361,18 @@ def serving_bubble_fraction(in_flight: int, pp: int, stage_seconds: float, round
     return 1 - busy_share
 
 
-def choose_batch(request: ServeRequest, kv_cache_tokens: int) -> tuple[int, list[str]]:
-    """Concurrent sequences per replica: --batch if given, else vLLM's max_num_seqs default
-    (1 for the latency objective), capped by how many in+out sequences the KV cache holds."""
+def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
+    """--batch if given, else vLLM's max_num_seqs default (1 for the latency objective)."""
+    if request.batch:
+        return request.batch
+    return 1 if request.objective == "latency" else default_max_num_seqs(cluster)
+
+
+def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:
+    """Concurrent sequences per replica: the wanted batch capped by how many in+out
+    sequences the KV cache holds."""
     seq_tokens = request.input_len + request.output_len
     fit = kv_cache_tokens // seq_tokens
-    wanted = request.batch or (1 if request.objective == "latency" else VLLM_DEFAULT_MAX_NUM_SEQS)
     notes = []
     if fit < wanted:
         notes.append(
@@ -373,8 +389,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return Rejected(layout, tuple(reasons))
     placement = place(cluster, layout)
     max_model_len = request.max_model_len or model.max_position_embeddings
-    max_num_seqs = request.batch or VLLM_DEFAULT_MAX_NUM_SEQS
-    stages = stage_memory(model, cluster, layout, request, max_num_seqs)
+    wanted = wanted_batch(request, cluster)
+    stages = stage_memory(model, cluster, layout, request, wanted)
+    fit = min(s.kv_cache_tokens for s in stages) // (request.input_len + request.output_len)
+    if request.batch is None and fit < wanted:
+        # The emitted --max-num-seqs is the batch that fits, and vLLM's profile run (whose
+        # sampler pass scales with max_num_seqs) is sized by it: recompute memory with it.
+        stages = stage_memory(model, cluster, layout, request, max(1, fit))
     reasons = memory_reasons(stages, max_model_len)
     if reasons and placement.tp_crosses_node:
         reasons.append(f"tp={layout.tp} crosses a node: its all-reduces would run over "
@@ -382,7 +403,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if reasons:
         return Rejected(layout, tuple(reasons))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
-    batch, notes = choose_batch(request, kv_tokens)
+    batch, notes = choose_batch(request, kv_tokens, wanted)
     in_flight = min(layout.pp, batch)
     seqs_per_batch = math.ceil(batch / in_flight)
     context_len = request.input_len + request.output_len / 2

@@ -11,7 +11,7 @@ from rich.table import Table
 from planner.emit.command import Step
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import console, count, gib, ms, print_json, us
-from planner.search import ServePlan
+from planner.search import NEAR_TIE_FRACTION, ServePlan
 from planner.serve import Rejected, ServeEstimate
 
 
@@ -78,10 +78,7 @@ def summary_lines(plan: ServePlan) -> list[str]:
     assert best is not None
     fastest = min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp))
     most = max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp))
-    why = (f"highest throughput, {count(best.throughput_tokens_per_second)} output tok/s at "
-           f"{best.batch} concurrent sequences per replica"
-           if plan.request.objective == "throughput"
-           else f"lowest TPOT, {ms(best.tpot_seconds)} at {best.batch} concurrent sequence(s) per replica")
+    why = _why(plan, best, fastest, most)
     lines = [
         f"Recommended: {best.layout} ({why}; decode is {best.decode_bound}-bound; "
         f"TTFT {ms(best.ttft_seconds)}, TPOT {ms(best.tpot_seconds)}).",
@@ -93,6 +90,24 @@ def summary_lines(plan: ServePlan) -> list[str]:
     if plan.rejected:
         lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
     return lines
+
+
+def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: ServeEstimate) -> str:
+    """Why the recommendation wins, including when the near-tie rule picked it."""
+    per_replica = f"at {best.batch} concurrent sequence(s) per replica"
+    if plan.request.objective == "throughput":
+        if best.layout == most.layout:
+            return f"highest throughput, {count(best.throughput_tokens_per_second)} output tok/s {per_replica}"
+        return (f"{count(best.throughput_tokens_per_second)} tok/s {per_replica}, within "
+                f"{NEAR_TIE_FRACTION:.0%} of the most ({most.layout}, "
+                f"{count(most.throughput_tokens_per_second)}), with {ms(best.tpot_seconds)} TPOT "
+                f"instead of {ms(most.tpot_seconds)}")
+    if best.layout == fastest.layout:
+        return f"lowest TPOT, {ms(best.tpot_seconds)} {per_replica}"
+    return (f"TPOT {ms(best.tpot_seconds)} {per_replica}, within {NEAR_TIE_FRACTION:.0%} of the "
+            f"fastest ({fastest.layout}, {ms(fastest.tpot_seconds)}), with "
+            f"{count(best.throughput_tokens_per_second)} tok/s instead of "
+            f"{count(fastest.throughput_tokens_per_second)}")
 
 
 def _placement_line(r: ServeEstimate) -> str:
