@@ -1,8 +1,9 @@
 """Benchmark: how fast `plan` answers, from 8 to 16,384 GPUs, and from a cold process.
 
-    python bench/bench_plan.py                 # full table (a few minutes on 2 cores)
+    python bench/bench_plan.py                 # full table (about 2 minutes on 2 cores);
+                                               # progress on stderr, the markdown table
+                                               # (as committed in bench/README.md) on stdout
     python bench/bench_plan.py --quick         # fewer repeats, smaller sizes
-    python bench/bench_plan.py --markdown      # the table as committed in bench/README.md
 
 Search timings are medians of repeated in-process runs after a warm-up run; peak
 memory is tracemalloc's peak over one separate run (tracing slows the run, so it
@@ -13,6 +14,7 @@ Nothing here is part of the test suite.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import statistics
@@ -30,6 +32,13 @@ sys.path.insert(0, str(REPO))
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.requests import ServeRequest, TrainRequest  # noqa: E402
 from planner.search import plan_serving  # noqa: E402
+from planner.train_search import search  # noqa: E402
+
+try:  # absent before the search memoised anything: lets this script time older commits
+    from planner.train_search import clear_caches
+except ImportError:  # pragma: no cover
+    def clear_caches() -> None:
+        pass
 
 MODELS = ("llama-3.1-70b", "llama-3.1-405b", "gpt3-175b")
 GPU_COUNTS = (8, 64, 512, 4096, 16384)
@@ -61,27 +70,33 @@ def run_serve(model, cluster, model_name: str, num_gpus: int) -> tuple[int, str]
 
 
 def run_train(model, cluster, model_name: str, num_gpus: int) -> tuple[int, str]:
-    from planner.train_search import plan_training
-
-    plan = plan_training(model, cluster, train_request(model_name, num_gpus))
-    best = plan.recommended
-    evaluated = getattr(plan, "num_evaluated", len(plan.layouts) + len(plan.rejected))
-    return evaluated, describe_train(best)
+    """The CLI's default training search (`plan --workload train`): every tp, pp, dp,
+    micro-batch, 1F1B and interleaved with every v, recompute, SP and ZeRO; GPipe only
+    when asked (it is dominated: 1F1B's time with at least its memory)."""
+    plan = search(model, cluster, train_request(model_name, num_gpus))
+    best = plan.layouts[0] if plan.layouts else None
+    return plan.num_configs_evaluated, describe_train(best)
 
 
 def describe_train(best) -> str:
     if best is None:
         return "none fits"
-    return str(getattr(best, "config", getattr(best, "layout", best)))
+    c = best.config
+    schedule = f"{c.schedule} v={c.virtual_stages}" if c.schedule == "interleaved" else c.schedule
+    return (f"tp={c.tp} pp={c.pp} dp={c.dp} b={c.micro_batch_size} {schedule} {c.recompute}"
+            f"{' sp' if c.sequence_parallel else ''} zero={c.zero_stage}")
 
 
 def measure(fn: Callable[[], tuple[int, str]], repeats: int) -> tuple[float, int, str, int]:
-    fn()  # warm-up: caches, lazy imports
+    """Median of `repeats` cold searches (memos emptied first, as in a fresh process)."""
+    fn()  # warm-up: lazy imports
     times = []
     for _ in range(repeats):
+        clear_caches()
         start = time.perf_counter()
         evaluated, top = fn()
         times.append(time.perf_counter() - start)
+    clear_caches()
     tracemalloc.start()
     fn()
     _, peak = tracemalloc.get_traced_memory()
@@ -97,7 +112,8 @@ def search_rows(repeats: int, gpu_counts: tuple[int, ...]) -> list[Row]:
             for num_gpus in gpu_counts:
                 cluster = resolve_cluster(f"{num_gpus // GPUS_PER_NODE}x{GPUS_PER_NODE}x{GPU}")
                 seconds, evaluated, top, peak = measure(
-                    lambda: runner(model, cluster, model_name, num_gpus), repeats)
+                    lambda r=runner, m=model, c=cluster, n=model_name, g=num_gpus: r(m, c, n, g),
+                    repeats)
                 rows.append(Row(workload, model_name, num_gpus, seconds, evaluated, peak, top))
                 print(f"  {workload:5} {model_name:15} {num_gpus:6} GPUs: {seconds * 1e3:9.2f} ms "
                       f"({evaluated:,} evaluated) top: {top}", file=sys.stderr)
@@ -117,12 +133,23 @@ def cli_seconds(argv: list[str], repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
 def markdown(rows: list[Row], cli: dict[str, float]) -> str:
     lines = [
-        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
-        f"{platform.system()} ({_cores()} cores).",
+        f"Machine: {machine()}.",
         "",
-        "| workload | model | GPUs | median wall time | evaluated | evaluated/s | peak memory | top layout |",
+        "| workload | model | GPUs | median wall time | evaluated | evaluated/s | peak memory | top |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -135,17 +162,10 @@ def markdown(rows: list[Row], cli: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def _cores() -> int:
-    import os
-
-    return os.cpu_count() or 1
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2 repeats, up to 512 GPUs")
-    parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
     counts = tuple(n for n in GPU_COUNTS if not args.quick or n <= 512)
@@ -154,6 +174,10 @@ def main() -> None:
         "plan --help": cli_seconds(["--help"], repeats),
         "plan --model llama-3.1-70b --cluster 2x8xA100 --json": cli_seconds(
             ["--model", "llama-3.1-70b", "--cluster", "2x8xA100", "--json"], repeats),
+        "plan --workload train --model gpt3-175b --cluster 64x8xH100 --global-batch 1536 "
+        "--seq-len 2048 --json": cli_seconds(
+            ["--workload", "train", "--model", "gpt3-175b", "--cluster", "64x8xH100",
+             "--global-batch", "1536", "--seq-len", "2048", "--json"], repeats),
     }
     print(markdown(rows, cli))
 
