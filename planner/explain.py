@@ -23,14 +23,13 @@ from planner.requests import LayoutFilter, ServeRequest
 from planner.search import evaluate, plan_serving
 from planner.serve import (
     ServeEstimate,
-    StageMemory,
     achievable_flops_per_s,
     decode_stage_time,
     matmul_precision,
-    overhead_bytes,
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
 )
+from planner.serve_memory import StageMemory, overhead_bytes
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 DECODE_ROUNDS_DRAWN = 2

@@ -17,12 +17,10 @@ from planner.requests import ServeRequest
 from planner.serve import (
     ServeEstimate,
     expected_experts_touched,
-    kv_bytes_per_token_per_gpu,
     serving_bubble_fraction,
-    stage_layer_counts,
-    stage_memory,
     tp_allreduce_seconds_per_layer,
 )
+from planner.serve_memory import kv_bytes_per_token_per_gpu, stage_layer_counts, stage_memory
 
 # ---------------------------------------------------------------- stage split (vLLM get_pp_indices)
 

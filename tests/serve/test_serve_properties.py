@@ -13,7 +13,8 @@ import planner.search as search
 from planner.catalog import cluster_from_shorthand, resolve_model
 from planner.layout import Layout, divisors
 from planner.requests import ServeRequest
-from planner.serve import ServeEstimate, estimate, stage_memory, structural_reasons
+from planner.serve import ServeEstimate, estimate
+from planner.serve_memory import stage_memory, structural_reasons
 
 MODELS = [
     "llama-3.1-8b",

@@ -1,0 +1,191 @@
+"""Serving memory per GPU and stage under vLLM semantics, and the checks vLLM enforces.
+
+Legend: t/p tensor/pipeline degrees, L_s layers of stage s, k KV heads, d head dim,
+T max_num_batched_tokens of vLLM's profile run. Budget = total * gpu_memory_utilization;
+from it go the weights, the profile run's activation peak, non-torch memory (CUDA context,
+NCCL buffers) and CUDA graphs; the rest is KV cache in 16-token blocks.
+Sources: ../shared/reference/physics.md (Serving); vLLM's get_pp_indices (uneven stage
+splits) and EngineArgs.get_batch_defaults; engines.md for the checks vLLM enforces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost import efficiency as eff
+from planner.cost.params import (
+    activation_bytes_per_element,
+    kv_heads_per_gpu,
+    layer_weight_bytes_per_gpu,
+    param_counts,
+)
+from planner.layout import Layout
+from planner.requests import ServeRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import BYTES_PER_GIB
+
+VLLM_LARGE_GPU_BYTES = 70 * BYTES_PER_GIB
+VLLM_LARGE_GPU_DEFAULTS = (8192, 1024)
+VLLM_OTHER_GPU_DEFAULTS = (2048, 256)
+"""`vllm serve` (max_num_batched_tokens, max_num_seqs) defaults, vLLM EngineArgs
+get_batch_defaults: GPUs with >= 70 GiB that are not A100s (H100, H200, B200, MI300X)
+get 8192 tokens per step and 1024 sequences; A100s and smaller GPUs 2048 and 256
+(an A100 loses throughput with the larger budget, vLLM PR #17885). --max-num-seqs is
+the concurrency ceiling when --batch is not given."""
+SAMPLER_LOGITS_BYTES_PER_ELEMENT = 4
+"""Logits are materialised in fp32 for sampling."""
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One GPU of pipeline stage `stage`, bytes."""
+
+    stage: int
+    num_layers: int
+    weights_bytes: float
+    activation_bytes: float
+    overhead_bytes: float
+    """Non-torch memory (CUDA context, NCCL buffers) and CUDA graphs."""
+    kv_cache_bytes: float
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    budget_bytes: float
+
+    @property
+    def used_bytes(self) -> float:
+        return self.weights_bytes + self.activation_bytes + self.overhead_bytes + self.kv_cache_bytes
+
+
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """vLLM get_pp_indices: L // p each; the L % p extra layers go to the stages just
+    before the last (counting back from the second-to-last), never to the last."""
+    counts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        counts[-i] += 1
+    return counts
+
+
+def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
+    """The checks vLLM enforces before it loads anything (engines.md)."""
+    reasons = []
+    a, k = model.num_attention_heads, model.num_key_value_heads
+    if a % layout.tp:
+        reasons.append(f"attention heads {a} not divisible by tp={layout.tp}")
+    elif k % layout.tp and layout.tp % k:
+        reasons.append(f"KV heads {k} neither split by nor replicated over tp={layout.tp}")
+    if layout.pp > model.num_hidden_layers:
+        reasons.append(f"pp={layout.pp} exceeds the {model.num_hidden_layers} layers")
+    return reasons
+
+
+def vllm_batch_defaults(cluster: ClusterSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks for this GPU."""
+    large = cluster.gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "A100" not in cluster.gpu.name.upper()
+    return VLLM_LARGE_GPU_DEFAULTS if large else VLLM_OTHER_GPU_DEFAULTS
+
+
+def default_max_num_batched_tokens(cluster: ClusterSpec) -> int:
+    return vllm_batch_defaults(cluster)[0]
+
+
+def default_max_num_seqs(cluster: ClusterSpec) -> int:
+    return vllm_batch_defaults(cluster)[1]
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
+    """2 (K, V) * L_s * max(1, k/t) * d * bytes (fp8 KV: 1 byte)."""
+    kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
+    return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
+    """Peak transient memory of vLLM's profile run of T tokens through one layer:
+    T * bytes * (4h residual/norm/attention buffers + (a+2k)d/t QKV + 3f'/t MLP up/act),
+    f' = f * experts_per_token for MoE; the last stage adds fp32 logits for max_num_seqs rows."""
+    h, d = model.hidden_size, model.head_dim
+    qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d / tp
+    ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
+    per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp
+    activations = num_tokens * activation_bytes_per_element(model) * per_token
+    logits = max_num_seqs * model.vocab_size * SAMPLER_LOGITS_BYTES_PER_ELEMENT if last_stage else 0
+    return activations + logits
+
+
+def nccl_buffer_bytes(group_size: int) -> int:
+    if group_size <= 1:
+        return 0
+    return eff.NCCL_BUFFER_BYTES_TWO_GPUS if group_size == 2 else eff.NCCL_BUFFER_BYTES_LARGER
+
+
+def overhead_bytes(layout: Layout) -> float:
+    """CUDA context + NCCL buffers of the TP and PP communicators + CUDA graph pool."""
+    return (
+        eff.CUDA_CONTEXT_BYTES
+        + nccl_buffer_bytes(layout.tp)
+        + nccl_buffer_bytes(layout.pp)
+        + eff.CUDA_GRAPH_BYTES
+    )
+
+
+def embedding_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Vocab-parallel embedding (and learned positions) split over t, in the model dtype."""
+    return param_counts(model).embedding * activation_bytes_per_element(model) / tp
+
+
+def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
+    """The last stage's LM head (V*h/t) and final norm; a tied head is shared only when p = 1."""
+    counts = param_counts(model)
+    head = model.vocab_size * model.hidden_size if (pp > 1 or not model.tie_word_embeddings) else 0
+    return (head / tp + counts.final_norm) * activation_bytes_per_element(model)
+
+
+def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                 max_num_seqs: int) -> list[StageMemory]:
+    budget = cluster.gpu.memory_bytes * request.gpu_memory_utilization
+    tokens = request.max_num_batched_tokens or default_max_num_batched_tokens(cluster)
+    per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
+    stages = []
+    for stage, num_layers in enumerate(stage_layer_counts(model.num_hidden_layers, layout.pp)):
+        last = stage == layout.pp - 1
+        weights = num_layers * per_layer
+        weights += embedding_bytes_per_gpu(model, layout.tp) if stage == 0 else 0
+        weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
+        activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
+        overhead = overhead_bytes(layout)
+        kv_per_token = kv_bytes_per_token_per_gpu(model, num_layers, layout.tp, request.kv_cache_dtype)
+        kv_bytes = budget - weights - activation - overhead
+        kv_tokens = 0
+        if kv_bytes > 0 and kv_per_token > 0:
+            blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
+            kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
+        stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
+                                  max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget))
+    return stages
+
+
+def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
+    reasons = []
+    # Name the heaviest stage, so "by X GiB" is the whole shortfall, not the first stage's.
+    s = max(stages, key=lambda stage: stage.weights_bytes - stage.budget_bytes)
+    if s.weights_bytes > s.budget_bytes:
+        reasons.append(
+            f"weights exceed memory on stage {s.stage} by "
+            f"{(s.weights_bytes - s.budget_bytes) / BYTES_PER_GIB:.1f} GiB "
+            f"({s.weights_bytes / BYTES_PER_GIB:.1f} GiB of weights vs {s.budget_bytes / BYTES_PER_GIB:.1f} GiB usable)"
+        )
+        return reasons
+    for s in stages:
+        short = s.weights_bytes + s.activation_bytes + s.overhead_bytes - s.budget_bytes
+        if short >= 0:
+            reasons.append(
+                f"no room for the KV cache on stage {s.stage}: weights + activations + overhead "
+                f"exceed usable memory by {short / BYTES_PER_GIB:.1f} GiB"
+            )
+            return reasons
+    kv_tokens = min(s.kv_cache_tokens for s in stages)
+    if kv_tokens < max_model_len:
+        reasons.append(
+            f"KV cache holds {kv_tokens:,} tokens, fewer than one max-length sequence "
+            f"({max_model_len:,}); the longest that fits is --max-model-len {kv_tokens:,}"
+        )
+    return reasons
