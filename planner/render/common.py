@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +18,7 @@ WIDE_COLUMNS = 160
 
 def console(stderr: bool = False, record: bool = False) -> Console:
     probe = Console(stderr=stderr)
-    width = None if probe.is_terminal else WIDE_COLUMNS
+    width = None if probe.is_terminal or os.environ.get("COLUMNS") else WIDE_COLUMNS
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
 
 

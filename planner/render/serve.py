@@ -10,9 +10,10 @@ from rich.table import Table
 
 from planner.emit.command import Step
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, gib, ms, print_json, us
+from planner.render.common import console, count, ms, print_json, us
 from planner.search import NEAR_TIE_FRACTION, ServePlan
 from planner.serve import Rejected, ServeEstimate
+from planner.units import BYTES_PER_GIB
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,11 @@ def _link(r: ServeEstimate) -> str:
 
 def _memory(r: ServeEstimate) -> str:
     s = r.stages[r.worst_stage]
-    return f"{gib(s.weights_bytes)} W + {gib(s.kv_cache_bytes)} KV / {gib(s.budget_bytes)}"
+    return f"{_g(s.weights_bytes)}+{_g(s.kv_cache_bytes)}/{_g(s.budget_bytes)}"
+
+
+def _g(num_bytes: float) -> str:
+    return f"{num_bytes / BYTES_PER_GIB:.1f}"
 
 
 def _notes(r: ServeEstimate, plan: ServePlan) -> str:
@@ -50,7 +55,7 @@ COLUMNS = (
     Column("tp", lambda r, i, p: str(r.layout.tp)),
     Column("pp", lambda r, i, p: str(r.layout.pp)),
     Column("dp", lambda r, i, p: str(r.layout.dp)),
-    Column("memory/GPU (worst stage)", lambda r, i, p: _memory(r)),
+    Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r)),
     Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
     Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
     Column("batch", lambda r, i, p: str(r.batch)),
