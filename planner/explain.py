@@ -299,18 +299,21 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
 def serve_breakdown(result: ServeEstimate, busy_seconds: float, allreduce_seconds: float,
                     num_layers: int) -> TimeBreakdown:
     """One decode round (= TPOT) on the slowest stage: k batches of work, each the
-    memory- or compute-bound part plus L_s TP all-reduces; the rest of the round is
-    waiting, first for the p pipeline sends (exposed), then for other stages (bubble)."""
+    memory- or compute-bound part, the fixed per-layer step cost (kernel launches) and L_s
+    TP all-reduces; the rest of the round is waiting, first for the p pipeline sends
+    (exposed), then for other stages (bubble)."""
     k, p = result.batches_in_flight, result.layout.pp
     work = k * busy_seconds
+    fixed = k * num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     tp = k * num_layers * allreduce_seconds
-    idle = max(0.0, result.tpot_seconds - work - tp)
+    idle = max(0.0, result.tpot_seconds - work - fixed - tp)
     pp = min(idle, p * result.pp_hop_seconds)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
     other = "compute" if bound == "memory-bound work" else "memory-bound work"
     segments = (
         BreakdownSegment(bound, work),
         BreakdownSegment(other, 0.0),
+        BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
         BreakdownSegment("PP comm", pp),
         BreakdownSegment("DP comm exposed", 0.0),
