@@ -1,9 +1,9 @@
 """`plan explain --workload train`: the sections of planner/explain.py for a training
 configuration (Megatron-LM semantics, planner/train.py and cost/training_time.py).
 
-Memory: the first stage (embedding, the most micro-batches in flight) and the last (LM
-head, logits), composed from the same cost functions as train.memory_per_gpu (whose
-answer is the worse of the two; a test holds them together). Collectives: per layer and
+Memory: the first stage (embedding, the most micro-batches in flight), with an uneven
+split the second (the heaviest middle stage) and the last (LM head, logits), each with its
+own layers: train.stage_memories, whose worst is train.memory_per_gpu. Collectives: per layer and
 micro-batch, message 2*b*s*h bytes on the TP group, priced by the same group all-reduce
 the training model uses; pipeline sends of 2*b*s*h/t bytes, 2*(v*m + p - 1) per step;
 the data-parallel gradient reduction once per step (ZeRO-2/3: per micro-batch).
@@ -19,7 +19,7 @@ from planner.cost import comm
 from planner.cost import efficiency as eff
 from planner.cost.comm import curve_seconds
 from planner.cost.timeline import training_timeline
-from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
+from planner.cost.training_memory import stage_params_per_gpu
 from planner.cost.training_time import dp_link, layer_seconds
 from planner.explain import (
     BreakdownSegment,
@@ -38,7 +38,8 @@ from planner.layout import place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.serve import tp_allreduce_seconds_per_layer
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import TrainEstimate, TrainMemory, estimate, train_rates
+from planner.train import TrainEstimate, TrainMemory, estimate, stage_layers, train_rates
+from planner.train import stage_memories as train_stage_memories
 from planner.train_cli import check_fixed_batch, resolve_fixed_dp
 from planner.train_search import search
 
@@ -63,44 +64,22 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest)
 
 
 def stage_memories(model: ModelSpec, e: TrainEstimate, seq_len: int) -> tuple[TrainMemory, ...]:
-    """First and last stage per GPU (one bar when pp = 1), as train.memory_per_gpu composes them."""
-    c, s, b, m = e.config, seq_len, e.config.micro_batch_size, e.num_micro_batches
-    params = stage_params_per_gpu(model, c.tp, c.pp)
-    layers = model.num_hidden_layers // c.pp
-    per_layer = act.activation_bytes_per_layer(model, s, b, c.tp, c.sequence_parallel, c.recompute)
-    working = act.recompute_working_bytes(model, s, b, c.tp, c.sequence_parallel, c.recompute)
-    in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages)
-    first_extra = act.first_stage_extra_bytes(model, s, b, c.tp, c.sequence_parallel) * in_flight
-    logits = act.last_stage_logits_bytes(model, s, b, c.tp)
-    first_act = per_layer * layers * in_flight + working + first_extra
-    last_act = per_layer * layers + working + logits
-    if c.pp == 1:
-        return (_memory(0, params.first_stage, first_act + logits, e),)
-    return (_memory(0, params.first_stage, first_act, e), _memory(c.pp - 1, params.last_stage, last_act, e))
-
-
-def _memory(stage: int, params: float, activation_bytes: float, e: TrainEstimate) -> TrainMemory:
-    c = e.config
-    states = model_state_bytes(params, c.dp, c.zero_stage)
-    num_groups = sum(degree > 1 for degree in (c.tp, c.pp, c.dp))
-    overhead = (eff.CUDA_CONTEXT_BYTES + eff.TRAIN_WORKSPACE_BYTES + num_groups * eff.NCCL_BUFFER_BYTES_LARGER
-                + eff.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
-    return TrainMemory(states.weights_bytes, states.gradient_bytes, states.optimizer_bytes,
-                       activation_bytes, overhead, stage)
+    """First, (uneven split) second and last stage per GPU, one bar when pp = 1: the stages
+    train.memory_per_gpu takes the worst of."""
+    return train_stage_memories(model, e.config, seq_len, e.num_micro_batches)
 
 
 def train_memory_bars(model: ModelSpec, e: TrainEstimate, seq_len: int) -> tuple[MemoryBar, ...]:
-    c = e.config
-    note = {0: f"{e.num_micro_batches} micro-batches, up to "
-               f"{act.micro_batches_in_flight(c.schedule, c.pp, e.num_micro_batches, c.virtual_stages):g} "
-               f"in flight ({c.schedule})"}
+    c, m = e.config, e.num_micro_batches
     bars = []
     for mem in stage_memories(model, e, seq_len):
+        in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage)
+        note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes)))
         bars.append(MemoryBar((mem.stage,), stage_label(mem.stage, c.pp), segments, e.capacity_per_gpu_bytes,
-                              e.capacity_per_gpu_bytes, note.get(mem.stage, "")))
+                              e.capacity_per_gpu_bytes, note))
     return tuple(bars)
 
 
@@ -125,7 +104,7 @@ def tp_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len: i
         return allreduce(num_bytes) / 2
 
     measured = None if curve is None else curve_seconds(curve, message)
-    per_step = e.num_micro_batches * model.num_hidden_layers // c.pp
+    per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage]  # the pacing stage's layers
     if c.sequence_parallel:
         plan = [("forward", "attention, MLP: AG in, RS out", "AG/RS", 4, half),
                 ("backward", "grad AG x2, input AG x2, RS x2", "AG/RS", 6, half)]
@@ -155,7 +134,7 @@ def pp_dp_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len
                                    2 * (c.virtual_stages * m + c.pp - 1), step))
     link = dp_link(cluster, c)
     if link is not None:
-        params = stage_params_per_gpu(model, c.tp, c.pp).worst
+        params = stage_params_per_gpu(model, c.tp, c.pp, stage_layers(model, c)).worst
         derated = comm.collective_link(link)
         grads = params * eff.TRAIN_BYTES_PER_PARAM_GRADIENTS
         weights = params * eff.TRAIN_BYTES_PER_PARAM_WEIGHTS

@@ -3,11 +3,14 @@
 Megatron-LM semantics (Narayanan et al. 2021; Korthikanti et al. 2022): rank order
 DP x PP x TP, 1F1B or interleaved pipeline, fp32 main grads, the distributed optimizer
 as ZeRO-1. Formulas live in planner/cost/; this module composes them. Time per step:
-  compute  = m * (stage compute per micro-batch) + optimizer step
-  tp_comm  = m * L/p * (TP collectives per layer per micro-batch)
-  bubble   = (p-1)/v * (stage time per micro-batch)      [= ratio * ideal time]
+  compute  = m * (slowest stage's compute per micro-batch) + optimizer step
+  tp_comm  = m * (its layers) * (TP collectives per layer per micro-batch)
+  bubble   = (p-1)/v * (its stage time per micro-batch)  [= ratio * ideal time]
   pp_comm  = 2 * (v*m + p - 1) * (one boundary send)
   dp_comm_exposed = gradient reduction not hidden under the last backward (+ gathers)
+Stages hold L/p layers each when p divides L; otherwise Megatron's uneven first/last split
+(cost/stage_split.py picks it from the stage times; memory is the worst of first, second
+and last stage, each with its own layers and micro-batches in flight).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from functools import lru_cache
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
+from planner.cost import stage_split as split
 from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
-from planner.cost.training_time import TimeBreakdown, TrainRates, step_times
-from planner.layout import Layout
+from planner.cost.training_time import TimeBreakdown, TrainRates, stage_seconds, step_times
+from planner.layout import Layout, memoised
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
@@ -41,6 +45,10 @@ class TrainConfig:
     sequence_parallel: bool
     zero_stage: int
     """0 none, 1 distributed optimizer, 2 + gradients, 3 + weights (pure DP)."""
+    first_last_layers: tuple[int, int] | None = None
+    """Layers on the first and last stage [--decoder-first/last-pipeline-num-layers], the
+    rest even over the middle stages; None = L/p on every stage. estimate() fills it in
+    when p does not divide L."""
 
     @property
     def layout(self) -> Layout:
@@ -58,6 +66,8 @@ class TrainMemory:
     overhead_bytes: float
     stage: int
     """The stage these figures describe (0 = first)."""
+    num_layers: int = 0
+    """Decoder layers on that stage."""
 
     @property
     def total_bytes(self) -> float:
@@ -85,6 +95,10 @@ class TrainEstimate:
     pp_link: str | None
     dp_link: str | None
     time_breakdown_seconds: TimeBreakdown
+    num_layers_per_stage: tuple[int, ...] = ()
+    """Decoder layers on each pipeline stage, first to last."""
+    slowest_stage: int = 0
+    """The stage whose time per micro-batch paces the pipeline (a middle one reads 1)."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -129,11 +143,18 @@ def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch
         reasons.append(f"KV heads {k} neither divisible by nor dividing tp={tp}")
     if model.intermediate_size % tp:
         reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
-    if L % pp:
-        reasons.append(f"layers {L} not divisible by pp={pp}")
+    if L % pp and not split.has_split(L, pp):
+        reasons.append(no_split_reason(L, pp, 1))
     if global_batch % dp:
         reasons.append(f"global batch {global_batch} not divisible by dp={dp}")
     return reasons
+
+
+def no_split_reason(num_layers: int, pp: int, v: int) -> str:
+    bound = split.max_units_per_stage(num_layers // v, pp) * v
+    chunks = f", every stage a multiple of v={v}" if v > 1 else ""
+    return (f"layers {num_layers} not divisible by pp={pp} and no uneven first/last split keeps "
+            f"every stage within {bound} layers{chunks}")
 
 
 def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
@@ -144,14 +165,20 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
                 f"{c.micro_batch_size}*{c.dp} = {c.micro_batch_size * c.dp}"]
     m = global_batch // (c.micro_batch_size * c.dp)
     reasons = []
-    layers_per_stage = model.num_hidden_layers // c.pp
+    L = model.num_hidden_layers
+    if c.first_last_layers is not None:
+        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages)
+        if wrong:
+            reasons.append(wrong)
     if c.schedule == "interleaved":
         if c.pp == 1:
             reasons.append("interleaving needs pp > 1")
         elif m % c.pp:
             reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
-        if layers_per_stage % c.virtual_stages:
-            reasons.append(f"layers per stage {layers_per_stage} not divisible by v={c.virtual_stages}")
+        if c.first_last_layers is None and L % c.pp == 0 and (L // c.pp) % c.virtual_stages:
+            reasons.append(f"layers per stage {L // c.pp} not divisible by v={c.virtual_stages}")
+        elif c.first_last_layers is None and L % c.pp and not split.has_split(L, c.pp, c.virtual_stages):
+            reasons.append(no_split_reason(L, c.pp, c.virtual_stages))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
@@ -172,33 +199,89 @@ def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_paralle
             act.last_stage_logits_bytes(model, s, b, tp))
 
 
-def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) -> TrainMemory:
-    """Worst of the first stage (most micro-batches in flight) and the last (logits)."""
-    c, s, b = config, seq_len, config.micro_batch_size
-    params = stage_params_per_gpu(model, c.tp, c.pp)
-    layers = model.num_hidden_layers // c.pp
-    per_layer, working, extra, logits = activation_terms(model, s, b, c.tp, c.sequence_parallel,
-                                                         c.recompute)
-    in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages)
-    first_extra = extra * in_flight
-    first_act = per_layer * layers * in_flight + working + first_extra
-    last_act = per_layer * layers + working + logits
-    if c.pp == 1:
-        first_act = last_act = first_act + logits
-    first = _stage_memory(0, params.first_stage, first_act, c)
-    last = _stage_memory(c.pp - 1, params.last_stage, last_act, c)
-    # the larger; on a tie the first stage (the lower index)
-    return last if (last.total_bytes, -last.stage) > (first.total_bytes, -first.stage) else first
+def stage_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int, int]:
+    """(first, middle, last) stage layer counts; middle 0 when pp <= 2, all L when pp = 1."""
+    L, pp = model.num_hidden_layers, config.pp
+    if pp == 1:
+        return L, 0, L
+    if config.first_last_layers is None:
+        assert L % pp == 0, "uneven layers need a first/last split"
+        return L // pp, L // pp if pp > 2 else 0, L // pp
+    first, last = config.first_last_layers
+    return first, (L - first - last) // (pp - 2) if pp > 2 else 0, last
 
 
-def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig) -> TrainMemory:
+def stage_memory(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, stage: int) -> TrainMemory:
+    """Memory per GPU of one stage: its blocks (and embedding or LM head), its layers'
+    activations times the micro-batches it holds in flight (activations.py), the recompute
+    working set; the first stage adds the embedding's dropout masks, the last the logits."""
+    return _stages_memory(model, config, seq_len, m, (stage,))[0]
+
+
+def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
+                   layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
+    """The stages that can be the worst: the first (most micro-batches in flight, the
+    embedding), the second when the split is uneven (the heaviest middle stage: more layers
+    than the first and, under every schedule, at least as many micro-batches as any later
+    middle one) and the last (LM head, logits). One entry when pp = 1."""
+    pp = config.pp
+    stages = (0, 1, pp - 1) if pp > 2 and config.first_last_layers is not None else (0, pp - 1) if pp > 1 else (0,)
+    return _stages_memory(model, config, seq_len, m, stages, layers)
+
+
+def _stage_parts(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, stages: tuple[int, ...],
+                 layers: tuple[int, int, int] | None) -> list[tuple[int, float, float, int]]:
+    """(stage, parameters per GPU, activation bytes, layers) of each stage asked for."""
+    c, pp = config, config.pp
+    layers = layers or stage_layers(model, c)
+    params = stage_params_per_gpu(model, c.tp, pp, layers)
+    per_layer, working, extra, logits = activation_terms(model, seq_len, c.micro_batch_size, c.tp,
+                                                         c.sequence_parallel, c.recompute)
+    parts = []
+    for stage in stages:
+        kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
+        in_flight = act.micro_batches_in_flight(c.schedule, pp, m, c.virtual_stages, stage)
+        activations = working + per_layer * layers[kind] * in_flight
+        if stage == 0:
+            activations += extra * in_flight
+        if stage == pp - 1:
+            activations += logits
+        parts.append((stage, (params.first_stage, params.middle_stage, params.last_stage)[kind],
+                      activations, layers[kind]))
+    return parts
+
+
+def _stages_memory(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
+                   stages: tuple[int, ...], layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
+    return tuple(_stage_memory(stage, params, activations, config, n)
+                 for stage, params, activations, n in _stage_parts(model, config, seq_len, m, stages, layers))
+
+
+def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
+                   layers: tuple[int, int, int] | None = None) -> TrainMemory:
+    """The worst stage of stage_memories; on a tie the lower index. Totals first (the
+    overhead's fixed part is the same on every stage), one TrainMemory for the worst."""
+    c, pp = config, config.pp
+    stages = (0, 1, pp - 1) if pp > 2 and c.first_last_layers is not None else (0, pp - 1) if pp > 1 else (0,)
+    worst, worst_bytes = None, -1.0
+    fragmentation = 1 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
+    for part in _stage_parts(model, c, seq_len, m, stages, layers):
+        total = model_state_bytes(part[1], c.dp, c.zero_stage).total_bytes + fragmentation * part[2]
+        if total > worst_bytes:
+            worst, worst_bytes = part, total
+    assert worst is not None
+    return _stage_memory(worst[0], worst[1], worst[2], c, worst[3])
+
+
+def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig,
+                  num_layers: int) -> TrainMemory:
     states = model_state_bytes(params, c.dp, c.zero_stage)
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
     return TrainMemory(states.weights_bytes, states.gradient_bytes, states.optimizer_bytes,
-                       activation_bytes, overhead, stage)
+                       activation_bytes, overhead, stage, num_layers)
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
@@ -216,13 +299,17 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
         return Infeasible(tuple(reasons))
+    if config.first_last_layers is None and model.num_hidden_layers % config.pp:
+        rates = rates or train_rates(model, cluster)
+        config = with_stage_split(model, cluster, config, s, rates)
     m = B // (config.micro_batch_size * config.dp)
-    memory = memory_per_gpu(model, config, s, m)
+    layers = stage_layers(model, config)
+    memory = memory_per_gpu(model, config, s, m, layers)
     capacity = cluster.gpu.memory_bytes
     if memory.total_bytes > capacity:
         return Infeasible((oom_reason(memory, capacity),), memory.total_bytes - capacity)
     rates = rates or train_rates(model, cluster)
-    times = step_times(model, cluster, config, B, s, rates)
+    times = step_times(model, cluster, config, B, s, rates, layers)
     step = times.breakdown.total
     num_gpus = config.layout.num_gpus
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
@@ -243,4 +330,24 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
         pp_link=times.pp_link,
         dp_link=times.dp_link,
         time_breakdown_seconds=times.breakdown,
+        num_layers_per_stage=split.layers_per_stage(model.num_hidden_layers, config.pp,
+                                                    config.first_last_layers),
+        slowest_stage=times.slowest_stage,
     )
+
+
+def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
+                     rates: TrainRates) -> TrainConfig:
+    """The configuration with its first/last split filled in when p does not divide L:
+    the fastest balanced split for this tp, micro-batch, recompute and v (memoised)."""
+    L = model.num_hidden_layers
+    if config.first_last_layers is not None or L % config.pp == 0:
+        return config
+    c = config
+    key = ("stage_split", model, c.tp, c.pp, c.virtual_stages, c.micro_batch_size, c.sequence_parallel,
+           c.recompute, seq_len, rates)
+    chosen = memoised(cluster, key, lambda: split.best_split(
+        L, c.pp, c.virtual_stages, stage_seconds(model, cluster, c, seq_len, rates)))
+    assert chosen is not None, "config_reasons lets through only configurations with a split"
+    return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
+                       c.sequence_parallel, c.zero_stage, chosen)

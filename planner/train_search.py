@@ -2,7 +2,8 @@
 
 Space: every (tp, pp, dp) with tp*pp*dp = GPUs; micro-batch b in powers of two up to
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp; schedule 1f1b | interleaved (v dividing the
-layers per stage) | gpipe; recompute none | selective | full; sequence parallelism;
+layers per stage) | gpipe; when pp does not divide the layers, the uneven first/last split
+estimate() picks for each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
 ZeRO 0/1 (0-3 for pure data parallel). A flag fixes any of them.
 
 Pruning, each justified by the cost model (planner/cost/training_time.py):
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.stage_split import has_split
 from planner.layout import divisors, factorizations
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
@@ -78,8 +80,13 @@ def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
 
 
 def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[tuple[str, int]]:
-    """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage."""
-    layers = model.num_hidden_layers // pp
+    """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage
+    (uneven split: the first, middle and last stage's layers, Megatron's rule)."""
+    L = model.num_hidden_layers
+    if L % pp == 0:
+        chunk_options = [v for v in divisors(L // pp) if v > 1]
+    else:
+        chunk_options = [v for v in divisors(L) if v > 1 and has_split(L, pp, v)]
     schedules = [request.schedule] if request.schedule else (["1f1b", "interleaved"] if pp > 1 else ["1f1b"])
     pairs = []
     for schedule in schedules:
@@ -88,7 +95,7 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
         elif request.virtual_stages is not None:
             pairs.append((schedule, request.virtual_stages))
         else:
-            pairs.extend((schedule, v) for v in divisors(layers) if v > 1)
+            pairs.extend((schedule, v) for v in chunk_options)
     return pairs
 
 
@@ -174,10 +181,10 @@ def clear_caches() -> None:
     """Empty every memo the search fills, so the next search runs as in a fresh process
     (the benchmark times cold searches; the results never depend on it)."""
     from planner import layout, train
-    from planner.cost import flops, training_memory, training_time
+    from planner.cost import flops, stage_split, training_memory, training_time
 
     layout.clear_cache()
-    for cached in (train.activation_terms, training_memory.layer_params_per_gpu,
+    for cached in (train.activation_terms, stage_split.split_candidates, training_memory.layer_params_per_gpu,
                    training_memory.stage_params_per_gpu, training_memory.model_state_bytes,
                    flops.layer_gemms_forward, flops.logits_gemm, flops.model_flops_per_sequence,
                    flops.megatron_flops_per_sequence, training_time.layer_seconds,

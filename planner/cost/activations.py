@@ -76,18 +76,20 @@ def recompute_working_bytes(
     return 0.0
 
 
-def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1) -> float:
-    """Micro-batches whose activations the first stage holds at its peak.
+def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: int = 0) -> float:
+    """Micro-batches whose activations stage `stage` (0 = first) holds at its peak.
 
-    GPipe: all m (every forward before any backward). 1F1B: min(p, m) (Narayanan et al.
-    2021 sec. 2.2). Interleaved: p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3),
-    at most m*v chunk-micro-batches' worth.
+    GPipe: all m on every stage (every forward before any backward). 1F1B: min(p - i, m)
+    on stage i (Narayanan et al. 2021 sec. 2.2: the first stage p). Interleaved: Megatron
+    warms stage i up with 2*(p-i-1) + (v-1)*p chunk forwards, plus the one in progress, so
+    (2*(p-i-1) + (v-1)*p + 1)/v = p + (p-2i-1)/v stage-micro-batches; on the first stage
+    p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3); at most m.
     """
     if schedule == "gpipe":
         return float(m)
     if schedule == "1f1b":
-        return float(min(p, m))
-    return min(p * (1 + (p - 1) / (p * v)), float(m))
+        return float(min(p - stage, m))
+    return min(p + (p - 2 * stage - 1) / v, float(m))
 
 
 def first_stage_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool) -> float:

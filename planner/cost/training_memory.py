@@ -22,14 +22,16 @@ from planner.specs import ModelSpec
 
 @dataclass(frozen=True)
 class StageParams:
-    """Parameters one GPU of a TP group holds, for the first and the last pipeline stage."""
+    """Parameters one GPU of a TP group holds on the first, a middle and the last stage."""
 
     first_stage: float
     last_stage: float
+    middle_stage: float = 0.0
+    """Blocks only (0 when pp <= 2: no middle stage)."""
 
     @property
     def worst(self) -> float:
-        return max(self.first_stage, self.last_stage)
+        return max(self.first_stage, self.last_stage, self.middle_stage)
 
 
 @lru_cache(maxsize=256)
@@ -45,20 +47,25 @@ def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
 
 
 @lru_cache(maxsize=1024)
-def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int) -> StageParams:
-    """First stage: L/p blocks + vocab-parallel embedding V*h/t + learned positions.
-    Last stage: L/p blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
-    a copy of tied embeddings there). pp = 1: one stage holding everything."""
+def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
+                         layers: tuple[int, int, int] | None = None) -> StageParams:
+    """First stage: its blocks + vocab-parallel embedding V*h/t + learned positions.
+    Last stage: its blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
+    a copy of tied embeddings there). Middle: its blocks. `layers` = (first, middle, last)
+    blocks; None = L/p on every stage. pp = 1: one stage holding everything."""
     counts = param_counts(model)
-    blocks = model.num_hidden_layers / pp * layer_params_per_gpu(model, tp)
+    even = model.num_hidden_layers / pp
+    first_blocks, middle_blocks, last_blocks = layers or (even, even if pp > 2 else 0, even)
+    per_layer = layer_params_per_gpu(model, tp)
     vocab = model.vocab_size * model.hidden_size / tp
     positions = counts.embedding - model.vocab_size * model.hidden_size
-    first = blocks + vocab + positions
+    first = first_blocks * per_layer + vocab + positions
     head = vocab if (counts.lm_head or pp > 1) else 0.0
-    last = blocks + counts.final_norm + head
+    last = last_blocks * per_layer + counts.final_norm + head
     if pp == 1:
-        return StageParams(first + last - blocks, first + last - blocks)
-    return StageParams(first, last)
+        whole = first + last - last_blocks * per_layer
+        return StageParams(whole, whole)
+    return StageParams(first, last, middle_blocks * per_layer)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """Time of one training step for one configuration (pure; SI units).
 
 Legend: b micro-batch, s sequence length, h hidden size, V vocab, t/p/d tensor, pipeline,
-data-parallel degrees, m micro-batches per step, v virtual stages, L_s = L/p layers
-per stage, e = 2 bytes per 16-bit element.
+data-parallel degrees, m micro-batches per step, v virtual stages, L_f / L_m / L_l layers
+on the first / each middle / the last stage (L/p each unless the split is uneven,
+cost/stage_split.py), e = 2 bytes per 16-bit element.
 Model (sources in each function): matmuls at the achievable rate scaled per GEMM
 dimension x by x/(x + 128); elementwise work memory-bound on HBM; TP collectives on the
-link `place()` gives, not overlapped (Megatron-LM 2021 semantics); bubble
-(p-1)/v stage-times (Narayanan et al. 2021 sec. 2.2); DP gradient reduction overlapped
-with the last micro-batch's backward (Megatron's --overlap-grad-reduce).
+link `place()` gives, not overlapped (Megatron-LM 2021 semantics); every stage at the
+pace of the slowest, bubble (p-1)/v of its stage-times (Narayanan et al. 2021 sec. 2.2);
+DP gradient reduction overlapped with the last micro-batch's backward (Megatron's
+--overlap-grad-reduce).
 Memoised (functools.lru_cache) functions take only frozen, hashable values (ModelSpec,
 TrainRates, ints); a search asks for the same (tp, b, ...) terms thousands of times.
 """
@@ -29,7 +31,8 @@ from planner.cost.flops import (
     model_flops_per_sequence,
 )
 from planner.cost.params import kv_heads_per_gpu
-from planner.cost.training_memory import stage_params_per_gpu
+from planner.cost.stage_split import StageSeconds
+from planner.cost.training_memory import layer_params_per_gpu, stage_params_per_gpu
 from planner.layout import Link, Placement, memoised, place
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -85,6 +88,9 @@ class StepTimes:
     model_flops_per_step: float
     hardware_flops_per_step: float
     """Megatron's count: with recomputation's extra forward (eq. 3 for GPT)."""
+    slowest_stage: int
+    """The stage that paces the pipeline (0 first, 1 a middle one, p-1 last)."""
+    slowest_stage_num_layers: int
 
 
 def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
@@ -239,30 +245,67 @@ def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: i
     return total
 
 
+def _tp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+                rates: TrainRates) -> TpSeconds:
+    c = config
+    return memoised(cluster, ("tp_seconds", model, c.tp, c.micro_batch_size, c.sequence_parallel,
+                              c.recompute, s, rates),
+                    lambda: tp_seconds_per_layer(model, cluster, c, s, place(cluster, c.layout), rates))
+
+
+def stage_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+                  rates: TrainRates) -> StageSeconds:
+    """One stage's time per micro-batch as layers * w + its extra (what step_times adds up):
+    w = layer compute + exposed TP + the layer's gradient accumulation; the first stage adds
+    the embedding's accumulation, the last the LM head's and the logits (cost/stage_split.py
+    picks the uneven split from these)."""
+    c, b = config, config.micro_batch_size
+    layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
+    tp = _tp_seconds(model, cluster, c, s, rates)
+    per_byte = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / rates.elementwise_bytes_per_s
+    ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0))
+    return StageSeconds(
+        seconds_per_layer=layer.total + tp.exposed + layer_params_per_gpu(model, c.tp) * per_byte,
+        first_extra_seconds=ends.first_stage * per_byte,
+        last_extra_seconds=ends.last_stage * per_byte + logits_seconds(model, s, b, c.tp, rates),
+    )
+
+
 def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
-               s: int, rates: TrainRates) -> StepTimes:
-    """Compose the step: see the module docstring and planner/train.py."""
+               s: int, rates: TrainRates, layers: tuple[int, int, int]) -> StepTimes:
+    """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
+    middle, last) stage layer counts (middle 0 when pp <= 2). Every stage runs at the pace of
+    the slowest: compute, TP and bubble are that stage's; DP and optimizer the worst stage's
+    parameters, the DP overlap window the first stage's last backward."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
     placement = place(cluster, c.layout)
     layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp = memoised(cluster, ("tp_seconds", model, c.tp, b, c.sequence_parallel, c.recompute, s, rates),
-                  lambda: tp_seconds_per_layer(model, cluster, c, s, placement, rates))
-    layers = model.num_hidden_layers // c.pp
-    params = stage_params_per_gpu(model, c.tp, c.pp)
+    tp = _tp_seconds(model, cluster, c, s, rates)
+    first, middle, last = layers
+    params = stage_params_per_gpu(model, c.tp, c.pp, layers)
     hbm = rates.elementwise_bytes_per_s
-    accumulate = params.worst * efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
+    accumulate = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
     logits = logits_seconds(model, s, b, c.tp, rates)
-    compute_per_micro_batch = layers * layer.total + accumulate + logits
-    stage_per_micro_batch = compute_per_micro_batch + layers * tp.exposed
+    # the pacing stage: the last unless the first (then a middle one) is strictly slower
+    slowest, slowest_layers = c.pp - 1, last
+    compute_per_micro_batch = last * layer.total + params.last_stage * accumulate + logits
+    stage_per_micro_batch = compute_per_micro_batch + last * tp.exposed
+    for stage, layers_here, params_here in ((0, first, params.first_stage), (1, middle, params.middle_stage)):
+        if stage >= c.pp - 1:
+            break
+        compute = layers_here * layer.total + params_here * accumulate
+        if compute + layers_here * tp.exposed > stage_per_micro_batch:
+            slowest, slowest_layers, compute_per_micro_batch = stage, layers_here, compute
+            stage_per_micro_batch = compute + layers_here * tp.exposed
     optimizer_params = params.worst / (c.dp if c.zero_stage >= 1 else 1)
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
-    window = layers / c.virtual_stages * (layer.backward + layer.recompute)
+    window = first / c.virtual_stages * (layer.backward + layer.recompute)
     link = dp_link(cluster, c)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
-        tp_comm=m * layers * tp.exposed,
+        tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
         dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m),
     )
@@ -274,6 +317,8 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         dp_link=None if link is None else link.kind,
         model_flops_per_step=global_batch * model_flops_per_sequence(model, s),
         hardware_flops_per_step=global_batch * megatron_flops_per_sequence(model, s),
+        slowest_stage=slowest,
+        slowest_stage_num_layers=slowest_layers,
     )
 
 

@@ -1,0 +1,121 @@
+"""Uneven pipeline stages: how many decoder layers the first and last stage hold (pure).
+
+Legend: L layers, p pipeline stages, v virtual stages (chunks) per device, U = L/v layer
+units (one layer per chunk), f / c / l layers on the first / each middle / the last stage,
+w seconds per layer on one stage (compute + exposed TP + gradient accumulation), e_f and
+e_l the extra seconds of the first stage (embedding) and of the last (LM head + loss).
+
+Megatron-LM semantics (TransformerConfig.__post_init__, "Uneven PP", core_r0.10+;
+--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers): f and l are
+each > 0, the L - f - l middle layers divide evenly over the p - 2 middle stages, and with
+interleaving (v chunks) f, l and c are each divisible by v. With p = 2 there are no
+middle stages and f + l = L.
+
+Choice: the split that minimises the slowest stage, max(f*w + e_f, c*w, l*w + e_l), on a
+tie the lighter first stage (it holds the most micro-batches in flight under 1F1B), then
+the lighter last. Only balanced splits are offered: no stage above ceil(U/p) + 1 units
+(the first/last flags cannot balance e.g. 80 layers over 32 stages: 10 | 2 x 30 | 10).
+Llama 3 405B (Llama Team 2024, sec. 3.3.2) ran 126 layers on 16 stages as 7 | 8 x 14 | 7,
+the split this rule picks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class StageSeconds:
+    """Per micro-batch, one stage: layers * seconds_per_layer + the stage's own extra."""
+
+    seconds_per_layer: float
+    first_extra_seconds: float
+    """Embedding on the first stage (its gradient accumulation)."""
+    last_extra_seconds: float
+    """LM head, loss and final norm on the last stage."""
+
+    def slowest(self, first: int, middle: int, last: int, pp: int) -> float:
+        w = self.seconds_per_layer
+        times = [first * w + self.first_extra_seconds, last * w + self.last_extra_seconds]
+        if pp > 2:
+            times.append(middle * w)
+        return max(times)
+
+
+def max_units_per_stage(num_units: int, pp: int) -> int:
+    """The balance bound: ceil(U/p) + 1 layer units on any stage."""
+    return math.ceil(num_units / pp) + 1
+
+
+def candidate_splits(num_layers: int, pp: int, v: int = 1) -> Iterator[tuple[int, int, int]]:
+    """Every balanced (f, c, l), in layers, Megatron accepts for an uneven L % p != 0.
+
+    f + (p-2)*c + l = L with f, l >= v, c >= v (p > 2), all multiples of v, none above
+    the balance bound. c = 0 when p = 2."""
+    if pp < 2 or num_layers % v:
+        return
+    units = num_layers // v
+    bound = max_units_per_stage(units, pp)
+    if pp == 2:
+        middles = range(0, 1)
+    else:  # the first and last stages share rest = U - (p-2)*c units, 2 <= rest <= 2*bound
+        lowest = max(1, -(-(units - 2 * bound) // (pp - 2)))
+        middles = range(lowest, min(bound, (units - 2) // (pp - 2)) + 1)
+    for c in middles:
+        rest = units - (pp - 2) * c
+        for f in range(max(1, rest - bound), min(bound, rest - 1) + 1):
+            yield f * v, c * v, (rest - f) * v
+
+
+def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[int, int] | None:
+    """(first, last) layers of the fastest balanced split (see the module docstring), or
+    None when none exists. The key is costs.slowest, written out (a search asks often)."""
+    w, e_first, e_last = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
+    best_key, best = None, None
+    for f, c, last in split_candidates(num_layers, pp, v):
+        slowest = max(f * w + e_first, last * w + e_last, c * w)  # c = 0 when pp = 2
+        key = (slowest, f, last)
+        if best_key is None or key < best_key:
+            best_key, best = key, (f, last)
+    return best
+
+
+@lru_cache(maxsize=1024)
+def split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
+    return tuple(candidate_splits(num_layers, pp, v))
+
+
+def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
+    return bool(split_candidates(num_layers, pp, v))
+
+
+def layers_per_stage(num_layers: int, pp: int, first_last: tuple[int, int] | None) -> tuple[int, ...]:
+    """Layers on each stage, first to last: L/p each, or f | c x (p-2) | l."""
+    if first_last is None:
+        return (num_layers // pp,) * pp
+    first, last = first_last
+    if pp == 1:
+        return (num_layers,)
+    middle = (num_layers - first - last) // (pp - 2) if pp > 2 else 0
+    return (first,) + (middle,) * (pp - 2) + (last,)
+
+
+def split_reason(num_layers: int, pp: int, first_last: tuple[int, int], v: int) -> str | None:
+    """Why Megatron would refuse this explicit split (None: it accepts it)."""
+    first, last = first_last
+    rest = num_layers - first - last
+    if pp < 2:
+        return "a first/last stage split needs pp > 1"
+    if first < 1 or last < 1:
+        return f"first/last stage layers {first}/{last} must be > 0"
+    if pp == 2 and rest:
+        return f"pp=2: first + last layers {first}+{last} must equal {num_layers}"
+    if pp > 2 and (rest <= 0 or rest % (pp - 2)):
+        return f"middle layers {rest} do not divide over {pp - 2} middle stages"
+    layers = layers_per_stage(num_layers, pp, first_last)
+    if v > 1 and any(n % v for n in layers):
+        return f"stage layers {first}/{layers[1]}/{last} not all divisible by v={v}"
+    return None
