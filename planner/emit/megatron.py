@@ -2,7 +2,17 @@
 
 Targets Megatron-LM core_r0.14 and later (pretrain_gpt.py, flag names in
 ../shared/reference/engines.md; Megatron-FSDP flags for ZeRO-2/3 from the Megatron-Core
-developer guide, "Megatron FSDP"). torchrun with the c10d rendezvous: the same command on
+developer guide, "Megatron FSDP").
+
+Uneven pipeline stages (p does not divide L): --decoder-first-pipeline-num-layers F and
+--decoder-last-pipeline-num-layers L_l (megatron/training/arguments.py, core_r0.10+, mapped
+to TransformerConfig.num_layers_in_first/last_pipeline_stage; its __post_init__ requires
+each > 0, the middle layers divisible by the p - 2 middle stages, and with virtual stages
+F, L_l and the per-rank middle layers divisible by v). Interleaving with an uneven split
+must name the chunk count, --num-virtual-stages-per-pipeline-rank v: arguments.py asserts
+"please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
+degree when enable uneven pipeline parallelism" when --num-layers-per-virtual-pipeline-stage
+is given instead. torchrun with the c10d rendezvous: the same command on
 every node (node order follows arrival), so one step serves them all.
 """
 
@@ -55,7 +65,13 @@ def model_args(model: ModelSpec, seq_len: int) -> list[str]:
 def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
     c = config
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
-    if c.schedule == "interleaved":
+    if c.first_last_layers is not None:
+        first, last = c.first_last_layers
+        args += ["--decoder-first-pipeline-num-layers", str(first),
+                 "--decoder-last-pipeline-num-layers", str(last)]
+        if c.schedule == "interleaved":
+            args += ["--num-virtual-stages-per-pipeline-rank", str(c.virtual_stages)]
+    elif c.schedule == "interleaved":
         layers = model.num_hidden_layers // c.pp // c.virtual_stages
         args += ["--num-layers-per-virtual-pipeline-stage", str(layers)]
     if c.sequence_parallel:

@@ -63,6 +63,15 @@ def render_table(plan: TrainPlan, top: int) -> Table:
     return table
 
 
+def stages_text(e: TrainEstimate) -> str:
+    """Layers per stage: "L/p each" or "7 | 8 x14 | 7" (first | middle x count | last)."""
+    layers = e.num_layers_per_stage
+    if len(set(layers)) <= 1:
+        return f"{layers[0]} layers per stage" if len(layers) > 1 else f"{layers[0]} layers"
+    middle = f" | {layers[1]} x{len(layers) - 2}" if len(layers) > 2 else ""
+    return f"uneven stages {layers[0]}{middle} | {layers[-1]} layers"
+
+
 def summary_lines(plan: TrainPlan) -> list[str]:
     best = plan.layouts[0]
     c, t = best.config, best.time_breakdown_seconds
@@ -71,7 +80,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp} pp={c.pp} dp={c.dp}, micro-batch {c.micro_batch_size} "
-        f"({best.num_micro_batches} per step), {_schedule(best)}, recompute {c.recompute}, "
+        f"({best.num_micro_batches} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
@@ -121,11 +130,13 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[
         "tp": c.tp, "pp": c.pp, "dp": c.dp, "rank": rank,
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
+        "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage,
         "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,
         "memory": {"weights_bytes": mem.weights_bytes, "gradient_bytes": mem.gradient_bytes,
                    "optimizer_bytes": mem.optimizer_bytes, "activation_bytes": mem.activation_bytes,
-                   "overhead_bytes": mem.overhead_bytes, "worst_stage": mem.stage},
+                   "overhead_bytes": mem.overhead_bytes, "worst_stage": mem.stage,
+                   "worst_stage_num_layers": mem.num_layers},
         "step_time_seconds": e.step_time_seconds, "tokens_per_second": e.tokens_per_second,
         "tflops_per_gpu": e.tflops_per_gpu, "mfu": e.mfu,
         "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
