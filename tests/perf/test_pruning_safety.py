@@ -38,9 +38,11 @@ def every_config(model: ModelSpec, num_gpus: int) -> Iterator[TrainConfig]:
     """The whole space, invalid combinations included (estimate rejects those)."""
     for layout in factorizations(num_gpus):
         tp, pp, dp = layout.tp, layout.pp, layout.dp
-        layers_per_stage = model.num_hidden_layers // pp
+        # every v that divides the layers (an uneven split needs v to divide each stage's
+        # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
+        # estimate applies the split rule (cost/stage_split.py): not a search dimension.
         schedules = [("1f1b", 1), ("gpipe", 1)]
-        schedules += [("interleaved", v) for v in divisors(max(layers_per_stage, 1)) if v > 1]
+        schedules += [("interleaved", v) for v in divisors(model.num_hidden_layers) if v > 1]
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)  # sharding over one rank is no sharding
         for (schedule, v), b, recompute, sp, zero in itertools.product(
                 schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros):
@@ -86,6 +88,10 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
         assert same_1f1b.memory_per_gpu_bytes <= gpipe.memory_per_gpu_bytes
 
 
+THIRTY_LAYERS = resolve_model("llama-3.1-8b").model_copy(update={"num_hidden_layers": 30,
+                                                                 "name": "llama-3.1-8b-30-layers"})
+"""30 layers: pp = 4, 8 and 16 need uneven first/last stages (8 | 7 7 | 8 ... 1 | 2 x14 | 1)."""
+
 CASES = {
     # tight memory: no recompute, selective and full all win somewhere, larger b run out
     "llama-3.1-8b on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB", 64, 4096),
@@ -99,6 +105,17 @@ def test_pruned_search_keeps_the_optimum(case: str) -> None:
     model_name, cluster_name, global_batch, seq_len = CASES[case]
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
     check_pruning_is_safe(model, cluster, TrainRequest(global_batch=global_batch, seq_len=seq_len))
+
+
+@pytest.mark.parametrize(("cluster_name", "global_batch", "seq_len"), [
+    ("2x8xA100-40GB", 64, 4096), ("2x8xH100", 32, 2048), ("4x4xA100", 48, 8192)])
+def test_pruned_search_keeps_the_optimum_with_uneven_stages(cluster_name: str, global_batch: int,
+                                                            seq_len: int) -> None:
+    cluster = resolve_cluster(cluster_name)
+    request = TrainRequest(global_batch=global_batch, seq_len=seq_len)
+    check_pruning_is_safe(THIRTY_LAYERS, cluster, request)
+    uneven = [e for e in search(THIRTY_LAYERS, cluster, request).layouts if e.config.first_last_layers]
+    assert uneven, "the case must exercise uneven splits"
 
 
 def test_the_cases_exercise_every_pruning_rule() -> None:

@@ -20,7 +20,7 @@ LAYOUT_KEYS = {
     "recompute", "sequence_parallel", "zero_stage", "memory_per_gpu_bytes", "capacity_per_gpu_bytes",
     "memory", "step_time_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "bubble_fraction",
     "bubble_over_compute_ratio", "tp_allreduce_seconds_per_layer", "tp_link", "time_breakdown_seconds",
-    "command",
+    "command", "num_layers_per_stage",
 }
 
 
@@ -119,6 +119,15 @@ def test_no_feasible_layout_exits_1():
     ("gpt-145.6b_192x8xA100", ("--model", "gpt-145.6b", "--cluster", "192x8xA100", "--layout", "tp=8,pp=8",
                                "--micro-batch", "2", "--recompute", "full", "--schedule", "interleaved",
                                "--virtual-stages", "2", "--global-batch", "2304", "--seq-len", "2048")),
+    # uneven stages: 126 layers as 7 | 8 x14 | 7 (Llama 3 405B's split)
+    ("llama-3.1-405b_128x8xH100_pp16", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100", "--layout",
+                                        "tp=8,pp=16", "--schedule", "1f1b", "--global-batch", "1024",
+                                        "--seq-len", "8192")),
+    # uneven and interleaved: 4 | 4 x30 | 2 in chunks of 2, named by --num-virtual-stages-per-pipeline-rank
+    ("llama-3.1-405b_128x8xH100_pp32_interleaved", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
+                                                    "--layout", "tp=8,pp=32", "--schedule", "interleaved",
+                                                    "--virtual-stages", "2", "--global-batch", "1024",
+                                                    "--seq-len", "8192")),
 ])
 def test_megatron_golden(name, args):
     """Megatron-LM core_r0.14 argv, shown with shlex.join."""

@@ -1,0 +1,190 @@
+"""Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): the split
+rule, memory per stage, the search for llama-3.1-405b (126 layers) and the emitted flags."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+from typer.testing import CliRunner
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cli import app
+from planner.cost import stage_split as split
+from planner.cost.stage_split import StageSeconds
+from planner.explain_train import explain_training
+from planner.render.explain import render_explanation
+from planner.requests import LayoutFilter, TrainRequest
+from planner.train import (
+    Infeasible,
+    TrainConfig,
+    TrainEstimate,
+    estimate,
+    memory_per_gpu,
+    stage_memory,
+    train_rates,
+    with_stage_split,
+)
+from planner.train_search import search
+
+LLAMA_405B = resolve_model("llama-3.1-405b")
+H100_128 = resolve_cluster("128x8xH100")
+LOGITS_HEAVY = StageSeconds(seconds_per_layer=1.0, first_extra_seconds=0.01, last_extra_seconds=0.26)
+"""405B on H100 at tp=8, b=1, s=8192, full recompute: the embedding's accumulation is 0.011
+of a layer, the LM head + loss 0.263 (planner.cost.training_time.stage_seconds)."""
+
+
+def test_126_layers_over_4_stages():
+    """U = 126, p = 4: bound ceil(126/4) + 1 = 33. Middle c = 32 leaves 126 - 2*32 = 62 for
+    first + last: (31, 31) -> slowest max(31.01, 32, 31.26) = 32; (32, 30) ties at 32 but has
+    the heavier first stage; (30, 32) -> 32.26. c = 31 leaves 64: at best (33, 31) -> 33.01.
+    c = 33 leaves 60: (30, 30) -> 33. So 31 | 32 32 | 31."""
+    assert split.best_split(126, 4, 1, LOGITS_HEAVY) == (31, 31)
+    assert split.layers_per_stage(126, 4, (31, 31)) == (31, 32, 32, 31)
+
+
+def test_126_layers_over_8_stages():
+    """p = 8: c = 16 leaves 126 - 6*16 = 30: (15, 15) -> slowest 16 (a middle stage);
+    (16, 14) ties with a heavier first; (14, 16) -> 16.26. c = 15 leaves 36 -> at best
+    (18, 18) -> 18.26; c = 17 leaves 24 -> (12, 12), slowest 17. So 15 | 16 x6 | 15."""
+    assert split.best_split(126, 8, 1, LOGITS_HEAVY) == (15, 15)
+
+
+def test_126_layers_over_16_stages_is_llamas():
+    """p = 16: c = 8 leaves 126 - 14*8 = 14: (7, 7) -> slowest 8; c = 7 leaves 28 -> (14, 14)
+    is over the bound ceil(126/16) + 1 = 9 and (9, 19) too. So 7 | 8 x14 | 7, the split Meta
+    ran Llama 3 405B with (one layer fewer on the first and the last stage)."""
+    assert split.best_split(126, 16, 1, LOGITS_HEAVY) == (7, 7)
+
+
+def test_interleaved_split_is_in_chunks():
+    """v = 2, p = 16: U = 63 units, c = 4 units leaves 63 - 14*4 = 7 units: (4, 3) units ->
+    slowest max(8.01, 8, 6.26) = 8.01; (3, 4) -> 8.26. So 8 | 8 x14 | 6 layers, each a multiple
+    of 2; v = 4 does not divide 126, so no split (Megatron needs every stage divisible by v)."""
+    assert split.best_split(126, 16, 2, LOGITS_HEAVY) == (8, 6)
+    assert not split.has_split(126, 16, 4)
+
+
+def test_the_model_picks_the_hand_worked_splits():
+    rates = train_rates(LLAMA_405B, H100_128)
+    for pp, expected in ((4, (31, 31)), (8, (15, 15)), (16, (7, 7))):
+        config = TrainConfig(8, pp, 1, 1, "1f1b", 1, "full", True, 1)
+        assert with_stage_split(LLAMA_405B, H100_128, config, 8192, rates).first_last_layers == expected
+
+
+def test_even_split_when_p_divides_the_layers():
+    rates = train_rates(LLAMA_405B, H100_128)
+    config = TrainConfig(8, 2, 1, 1, "1f1b", 1, "full", True, 1)
+    assert with_stage_split(LLAMA_405B, H100_128, config, 8192, rates).first_last_layers is None
+    assert split.layers_per_stage(126, 2, None) == (63, 63)
+
+
+def test_pp2_uneven_split_for_odd_layers():
+    """p = 2, L = 81: no middle stage, first + last = 81; (41, 40) -> max(41.01, 40.26),
+    (40, 41) -> 41.26: the lighter last stage carries the LM head."""
+    assert split.best_split(81, 2, 1, LOGITS_HEAVY) == (41, 40)
+
+
+def test_no_balanced_split_is_a_reason():
+    """80 layers over 32 stages: c <= 2 leaves >= 20 for first + last, over the bound of
+    ceil(80/32) + 1 = 4 layers; the first/last flags cannot balance it."""
+    model = resolve_model("llama-3.1-70b")
+    config = TrainConfig(8, 32, 1, 1, "1f1b", 1, "full", True, 0)
+    result = estimate(model, resolve_cluster("32x8xH100"), config, TrainRequest(global_batch=64, seq_len=4096))
+    assert isinstance(result, Infeasible)
+    assert "no uneven first/last split" in result.reasons[0]
+
+
+def test_an_explicit_split_megatron_refuses_is_rejected():
+    config = TrainConfig(8, 16, 8, 1, "1f1b", 1, "full", True, 1, (6, 6))
+    result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
+    assert isinstance(result, Infeasible) and "do not divide over 14 middle stages" in result.reasons[0]
+
+
+def test_interleaving_needs_a_split_divisible_by_v():
+    config = TrainConfig(8, 16, 8, 1, "interleaved", 4, "full", True, 1)
+    result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
+    assert isinstance(result, Infeasible) and "multiple of v=4" in result.reasons[0]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    pp=st.sampled_from([3, 4, 5, 8, 16, 32]),
+    schedule_v=st.sampled_from([("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 3)]),
+    m=st.sampled_from([1, 3, 16, 64]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    tp=st.sampled_from([1, 8]),
+    data=st.data(),
+)
+def test_worst_stage_memory_never_undercounts_a_stage(pp, schedule_v, m, recompute, tp, data):
+    """Every stage's memory, for every split Megatron accepts, is at most memory_per_gpu."""
+    schedule, v = schedule_v
+    candidates = list(split.candidate_splits(126, pp, v))
+    if not candidates:
+        return
+    first, _, last = data.draw(st.sampled_from(candidates))
+    config = TrainConfig(tp, pp, 1, 1, schedule, v, recompute, tp > 1, 0, (first, last))
+    worst = memory_per_gpu(LLAMA_405B, config, 4096, m)
+    for stage in range(pp):
+        assert stage_memory(LLAMA_405B, config, 4096, m, stage).total_bytes <= worst.total_bytes * (1 + 1e-12)
+
+
+def test_the_second_stage_can_be_the_worst():
+    """7 | 8 x14 | 7 under 1F1B: stage 0 holds 16 micro-batches of 7 layers (112), stage 1
+    15 of 8 (120): with full recompute the activations put stage 1 first."""
+    config = TrainConfig(8, 16, 8, 1, "1f1b", 1, "full", True, 1, (7, 7))
+    worst = memory_per_gpu(LLAMA_405B, config, 8192, 128)
+    assert worst.stage == 1 and worst.num_layers == 8
+
+
+def test_405b_on_16_nodes_uses_uneven_stages():
+    """128 H100s, B = 1024, s = 4096: pp = 4, 8 and 16 (126 layers) all have feasible layouts."""
+    plan = search(LLAMA_405B, resolve_cluster("16x8xH100"), TrainRequest(global_batch=1024, seq_len=4096))
+    feasible = {e.config.pp for e in plan.layouts}
+    assert {4, 8, 16} <= feasible
+    for e in plan.layouts:
+        assert sum(e.num_layers_per_stage) == 126 and len(e.num_layers_per_stage) == e.config.pp
+        assert (e.config.first_last_layers is None) == (126 % e.config.pp == 0)
+
+
+def test_uneven_stages_in_json():
+    result = CliRunner().invoke(app, ["--workload", "train", "--json", "--model", "llama-3.1-405b", "--cluster",
+                                      "128x8xH100", "--global-batch", "1024", "--seq-len", "8192",
+                                      "--layout", "tp=8,pp=16"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["recommended"]
+    assert best["num_layers_per_stage"] == [7] + [8] * 14 + [7]
+    argv = best["command"][0]
+    assert argv[argv.index("--decoder-first-pipeline-num-layers") + 1] == "7"
+    assert argv[argv.index("--decoder-last-pipeline-num-layers") + 1] == "7"
+
+
+def test_explain_renders_uneven_stages_with_their_own_layers():
+    request = TrainRequest(global_batch=1024, seq_len=8192, layout=LayoutFilter(tp=8, pp=16), schedule="1f1b",
+                           micro_batch=1, recompute="full", zero_stage=1, sequence_parallel=True)
+    e = explain_training(LLAMA_405B, H100_128, request, None)
+    assert [bar.stages for bar in e.memory] == [(0,), (1,), (15,)]
+    assert [bar.note.split(" layers")[0] for bar in e.memory] == ["7", "8", "7"]
+    out = Console(file=io.StringIO(), width=120, record=True)
+    render_explanation(e, out)
+    assert "Pipeline timeline" in out.export_text()
+
+
+def test_estimate_reports_the_split_it_used():
+    config = TrainConfig(8, 16, 8, 1, "1f1b", 1, "full", True, 1)
+    result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=8192))
+    assert isinstance(result, TrainEstimate)
+    assert result.config.first_last_layers == (7, 7) and result.slowest_stage == 1
+
+
+def test_bubble_quantities_are_schedule_quantities():
+    """Unchanged by the split: (p-1)/(m+p-1) and (p-1)/m."""
+    config = TrainConfig(8, 16, 8, 1, "1f1b", 1, "full", True, 1)
+    e = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=8192))
+    assert isinstance(e, TrainEstimate)
+    assert e.bubble_fraction == pytest.approx(15 / (128 + 15))
+    assert e.bubble_over_compute_ratio == pytest.approx(15 / 128)
