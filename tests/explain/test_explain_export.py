@@ -78,7 +78,7 @@ def test_every_section_renders_for_every_shipped_pair(model_name: str, cluster_n
         e = explain_serving(model, cluster, ServeRequest(), sensitivity.LIGHT)
     except SpecError as exc:
         assert "no feasible layout" in str(exc)
-        pytest.skip("no layout fits")
+        return  # the infeasible pair is explained as such: that is the check
     out = Console(file=io.StringIO(), width=120, record=True)
     render_explanation(e, out)
     text = out.export_text(clear=False)

@@ -66,7 +66,7 @@ def test_every_section_renders_for_training(model_name: str, cluster_name: str) 
         e = explain_training(model, cluster, SWEEP_REQUEST, sensitivity.LIGHT)
     except SpecError as exc:
         assert "no feasible layout" in str(exc) or "cannot plan training" in str(exc)
-        pytest.skip("no configuration fits")
+        return  # the infeasible pair is explained as such: that is the check
     out = Console(file=io.StringIO(), width=120, record=True)
     render_explanation(e, out)
     text = out.export_text(clear=False)
