@@ -162,7 +162,7 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
           gpu_memory_utilization, kv_cache_dtype, quantization, max_num_batched_tokens,
           global_batch, seq_len, micro_batch, schedule, virtual_stages, recompute,
           sequence_parallel, zero, served_model, version) -> int:
-    model_spec, cluster_spec = _load_specs(model, cluster, quantization, gpus)
+    model_spec, cluster_spec, override = _load_specs(model, cluster, quantization, gpus)
     layout_filter = parse_layout(layout)
     if workload is Workload.train:
         request = _train_request(global_batch, seq_len, gpus, layout_filter, micro_batch,
@@ -173,7 +173,7 @@ def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, j
                          show_rejected=show_rejected, emit=(emit or Emit.megatron).value)
     request = _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
                              kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
-                             max_tpot_ms)
+                             max_tpot_ms, override)
     from planner.serve_cli import run_serve
 
     return run_serve(model_spec, cluster_spec, request, json_output=json_output, top=top,
@@ -188,20 +188,23 @@ def _load_specs(model, cluster, quantization, gpus):
     from planner.catalog import resolve_cluster, resolve_model
 
     model_spec = resolve_model(model)
+    override = None
     if quantization is not None:
-        model_spec = model_spec.model_copy(
-            update={"quantization": None if quantization is QuantChoice.none else quantization.value}
-        )
+        wanted = None if quantization is QuantChoice.none else quantization.value
+        if wanted is not None and wanted != model_spec.quantization:
+            override = wanted  # the engine must quantize a 16-bit checkpoint itself
+        model_spec = model_spec.model_copy(update={"quantization": wanted})
     cluster_spec = resolve_cluster(cluster)
     if gpus is not None and not 1 <= gpus <= cluster_spec.num_gpus:
         fail(f"--gpus: {gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")
-    return model_spec, cluster_spec
+    return model_spec, cluster_spec, override
 
 
 def _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
                    kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
-                   max_tpot_ms) -> ServeRequest:
+                   max_tpot_ms, quantization_override=None) -> ServeRequest:
     return ServeRequest(
+        quantization_override=quantization_override,
         input_len=_positive("--input-len", input_len),
         output_len=_positive("--output-len", output_len),
         batch=None if batch is None else _positive("--batch", batch),
@@ -330,7 +333,7 @@ def explain(
 def _explain(o: dict, svg, html, sensitivity: bool) -> int:
     from planner.explain_cli import run_explain
 
-    model_spec, cluster_spec = _load_specs(o["model"], o["cluster"], o["quantization"], o["gpus"])
+    model_spec, cluster_spec, override = _load_specs(o["model"], o["cluster"], o["quantization"], o["gpus"])
     layout_filter = parse_layout(o["layout"])
     if o["workload"] is Workload.train:
         request = _train_request(o["global_batch"], o["seq_len"], o["gpus"], layout_filter, o["micro_batch"],
@@ -339,7 +342,7 @@ def _explain(o: dict, svg, html, sensitivity: bool) -> int:
     else:
         request = _serve_request(o["input_len"], o["output_len"], o["batch"], o["max_model_len"],
                                  o["gpu_memory_utilization"], o["kv_cache_dtype"], o["max_num_batched_tokens"],
-                                 o["gpus"], layout_filter, o["objective"], o["max_tpot_ms"])
+                                 o["gpus"], layout_filter, o["objective"], o["max_tpot_ms"], override)
     return run_explain(model_spec, cluster_spec, request, json_output=o["json_output"], svg=svg, html=html,
                        sensitivity_runs=sensitivity)
 

@@ -33,6 +33,10 @@ class ServeRequest:
     """None = the model's max_position_embeddings (vLLM's default)."""
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    quantization_override: Literal["fp8", "int8", "int4"] | None = None
+    """Set when `--quantization` changed the spec's weights: the engine must quantize a
+    16-bit checkpoint itself (vLLM and SGLang can for fp8 only). A spec that is already
+    quantized describes a pre-quantized checkpoint the engine detects on its own."""
     max_num_batched_tokens: int | None = None
     """None = vLLM's default for the chosen length (see serve.py)."""
     num_gpus: int | None = None

@@ -21,10 +21,21 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> VllmA
         gpu_memory_utilization=plan.request.gpu_memory_utilization,
         max_model_len=result.max_model_len,
         max_num_seqs=result.batch,
-        quantization=plan.model.quantization,
+        quantization=plan.request.quantization_override,
         kv_cache_dtype=plan.request.kv_cache_dtype,
         dtype=plan.model.dtype,
     )
+
+
+def launch_notes(plan: ServePlan) -> list[str]:
+    """What the command alone does not say about the checkpoint MODEL must be."""
+    quant, override = plan.model.quantization, plan.request.quantization_override
+    if override in ("int8", "int4"):
+        return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "
+                f"{override} AWQ/GPTQ checkpoint (its quantization_config is read automatically)"]
+    if quant is not None and override is None:
+        return [f"MODEL must be the {quant} checkpoint: the engine reads its quantization_config"]
+    return []
 
 
 def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> list[Step]:
@@ -53,5 +64,5 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
         ray = []
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
-        render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray)
+        render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray, notes=launch_notes(plan))
     return 0 if plan.recommended is not None else 1

@@ -37,8 +37,10 @@ class VllmArgs:
 
 
 QUANTIZATION_FLAG = {"fp8": "fp8", "int8": None, "int4": None}
-"""Pre-quantized AWQ/GPTQ/INT8 checkpoints are detected from their config; fp8 can also be
-applied on the fly to a bf16 checkpoint with --quantization fp8."""
+"""Only for weights the engine must quantize itself (VllmArgs.quantization is the CLI's
+override, never a pre-quantized spec): fp8 works on the fly from a 16-bit checkpoint;
+int8/int4 need an AWQ/GPTQ checkpoint, whose config vLLM reads without a flag (passing
+--quantization to a checkpoint of another method makes vLLM refuse to start)."""
 
 
 def engine_flags(a: VllmArgs) -> list[str]:

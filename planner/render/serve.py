@@ -137,7 +137,7 @@ def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
 
 
 def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool,
-                ray_steps: list[Step] | None = None) -> None:
+                ray_steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
     out = console()
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
@@ -155,6 +155,8 @@ def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_
             for step in group:
                 out.print(f"  # {step.where}")
                 out.print(f"  {step.shell()}", soft_wrap=True)
+    for note in notes or []:
+        out.print(f"Note: {note}")
 
 
 def render_infeasible(plan: ServePlan) -> None:

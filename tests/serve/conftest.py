@@ -65,6 +65,9 @@ def serve_plan(model, cluster) -> Callable[..., ServePlan]:
             if quantization is None
             else model(model_name, quantization=quantization)
         )
+        if quantization is not None and quantization != resolve_model(model_name).quantization:
+            # as the CLI's --quantization: the engine quantizes a 16-bit checkpoint itself
+            request = {"quantization_override": quantization, **request}
         return plan_serving(
             spec,
             cluster(cluster_name),
