@@ -24,15 +24,14 @@ from planner.requests import LayoutFilter, ServeRequest, TrainRequest
 
 EXAMPLES = """Examples:
 
+\b
   plan --model llama-3.1-70b --cluster 2x8xA100
-
   plan --model model_specs/llama-3.1-405b.yaml --cluster hardware_profiles/2x8xH100.yaml --objective latency
-
   plan --model ./Llama-3.1-8B/config.json --cluster 1x4xL40S --max-model-len 8192 --json
-
   plan --workload train --model gpt3-175b --cluster 16x8xA100 --global-batch 1536 --seq-len 2048
-
-  plan models | plan clusters | plan gpus | plan probe --help
+  plan explain --model llama-3.1-405b --cluster 2x8xH100
+  plan probe --backend gloo --nproc-per-node 2 --out measured.yaml
+  plan models | plan clusters | plan gpus
 """
 
 app = typer.Typer(
