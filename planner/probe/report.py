@@ -17,6 +17,7 @@ from rich.table import Table
 from planner import units
 from planner.probe.results import ResultRow, curve, fit_name, series_keys
 from planner.probe.runner import ProgressEvent
+from planner.render.common import console as common_console
 
 
 @contextlib.contextmanager
@@ -64,7 +65,7 @@ def _gb(bytes_per_s: float | None) -> str:
 
 
 def print_report(rows: list[ResultRow], fits: dict, document: dict) -> None:
-    console = Console()
+    console = common_console()
     table = Table(title="plan probe: medians at the largest size, and alpha-beta fits")
     columns = (
         ("link", lambda r, f: r.link),
