@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
-from planner.cost.comm import curve_seconds, effective_group, group_allreduce_seconds, p2p_seconds
+from planner.cost.comm import allreduce_seconds, p2p_seconds
 from planner.cost.params import (
     activation_bytes_per_element,
     linear_bytes_per_weight,
@@ -140,9 +140,8 @@ def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placeme
     """Two all-reduces per layer (after attention and after the MLP), forward only."""
     link = placement.tp_link
     curve = None if link is None else cluster.allreduce_curve(link.scope, layout.tp)
-    if curve is not None:
-        return 2 * curve_seconds(curve, message_bytes), "measured"
-    return 2 * group_allreduce_seconds(message_bytes, effective_group(placement.tp_group)), "model"
+    source = "measured" if curve is not None else "model"
+    return 2 * allreduce_seconds(message_bytes, placement.tp_group, curve), source
 
 
 def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,

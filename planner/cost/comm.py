@@ -61,17 +61,6 @@ def curve_seconds(curve: AllreduceCurve, message_bytes: float) -> float:
     return math.exp(y0 + weight * (y1 - y0))
 
 
-def allreduce_seconds(
-    message_bytes: float, num_ranks: int, link: Link | None, curve: AllreduceCurve | None
-) -> float:
-    """The measured curve when the probe measured this link at this group size, else the ring model."""
-    if num_ranks <= 1 or link is None:
-        return 0.0
-    if curve is not None:
-        return curve_seconds(curve, message_bytes)
-    return ring_allreduce_seconds(message_bytes, num_ranks, link)
-
-
 def collective_link(link: Link | None) -> Link | None:
     """A datasheet link at the bus bandwidth NCCL actually reaches on it (about 77%);
     a probe-measured link is already that, and stays as it is."""
@@ -99,3 +88,15 @@ def effective_group(group: GroupTopology | None) -> GroupTopology | None:
         return None
     return GroupTopology(group.num_ranks, group.ranks_per_node, group.num_nodes,
                          collective_link(group.intra), collective_link(group.inter))
+
+
+def allreduce_seconds(message_bytes: float, group: GroupTopology | None,
+                      curve: AllreduceCurve | None) -> float:
+    """One all-reduce over a placed group: the probe's measured curve at this exact size when
+    it measured this link at this group size, else the ring model on the group's links at
+    NCCL's achieved bus bandwidth. 0 for one rank."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    if curve is not None:
+        return curve_seconds(curve, message_bytes)
+    return group_allreduce_seconds(message_bytes, effective_group(group))

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster
 from planner.cost.comm import (
     allreduce_seconds,
+    collective_link,
     curve_seconds,
     p2p_seconds,
     ring_allgather_seconds,
     ring_allreduce_seconds,
 )
-from planner.layout import Layout, Link, place
+from planner.layout import GroupTopology, Layout, Link, place
 from planner.specs import AllreduceCurve
 
 NVLINK = Link("nvlink", "intra_node", bandwidth_bytes_per_s=300e9, latency_seconds=1e-6)
@@ -121,9 +122,13 @@ def test_single_point_curve_scales_linearly_above() -> None:
 
 
 def test_allreduce_prefers_the_measured_curve() -> None:
-    assert allreduce_seconds(2**20, 8, NVLINK, CURVE) == pytest.approx(1e-4)
-    assert allreduce_seconds(2**20, 8, NVLINK, None) == ring_allreduce_seconds(2**20, 8, NVLINK)
-    assert allreduce_seconds(2**20, 1, NVLINK, CURVE) == 0.0
+    """A placed group of 8 inside a node: the probe's curve when there is one, else the ring
+    on the NVLink at NCCL's achieved busbw (0.77 of 300 GB/s); one rank costs nothing."""
+    group = GroupTopology(8, 8, 1, NVLINK, None)
+    assert allreduce_seconds(2**20, group, CURVE) == pytest.approx(1e-4)
+    assert allreduce_seconds(2**20, group, None) == ring_allreduce_seconds(2**20, 8, collective_link(NVLINK))
+    assert collective_link(NVLINK).bandwidth_bytes_per_s == pytest.approx(0.77 * 300e9)
+    assert allreduce_seconds(2**20, GroupTopology(1, 1, 1, None, None), CURVE) == 0.0
 
 
 # --- properties ------------------------------------------------------------------------
