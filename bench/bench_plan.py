@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.requests import ServeRequest, TrainRequest  # noqa: E402
-from planner.search import plan_serving  # noqa: E402
+from planner.serve_search import plan_serving  # noqa: E402
 from planner.train_search import search  # noqa: E402
 
 try:  # absent before the search memoised anything: lets this script time older commits

@@ -3,8 +3,10 @@
 Sections: where every GPU's rank lands (placement map), memory per stage against
 capacity, every collective one layer performs, the pipeline timeline, the step's
 time breakdown, and how the recommendation moves when uncertain inputs move
-(planner/sensitivity.py). The serving numbers are read back from serve.estimate, or
-recomputed with the same functions at the same sizes, so they agree with `plan`.
+(planner/sensitivity.py). Every number of the plan is read from the estimate
+(ServeEstimate keeps its per-stage steps, prefill times and collectives), so explain and
+`plan --json` cannot disagree; the only extra evaluation is the alpha-beta model's
+split of a collective into its latency and bandwidth terms, shown beside what was used.
 """
 
 from __future__ import annotations
@@ -15,21 +17,19 @@ from dataclasses import dataclass, replace
 
 from planner import sensitivity
 from planner.cost import efficiency as eff
-from planner.cost.comm import curve_seconds
 from planner.cost.params import activation_bytes_per_element
-from planner.cost.timeline import Timeline, decode_timeline
-from planner.layout import Layout, place
-from planner.requests import LayoutFilter, ServeRequest
-from planner.search import evaluate, plan_serving
-from planner.serve import (
-    ServeEstimate,
+from planner.cost.serving_memory import overhead_bytes
+from planner.cost.serving_time import (
     achievable_flops_per_s,
-    decode_stage_time,
     matmul_precision,
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
 )
-from planner.serve_memory import StageMemory, overhead_bytes
+from planner.cost.timeline import Timeline, decode_timeline
+from planner.layout import Layout, place
+from planner.requests import LayoutFilter, ServeRequest
+from planner.serve import ServeEstimate
+from planner.serve_search import evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 DECODE_ROUNDS_DRAWN = 2
@@ -247,65 +247,49 @@ def without_curves(cluster: ClusterSpec) -> ClusterSpec:
 
 
 def collective_row(phase: str, name: str, kind: str, n: int, link: str, message_bytes: float,
-                   seconds_at: Callable[[float], float], measured: float | None, count: float,
-                   step_seconds: float) -> CollectiveRow:
-    """Split the model's own time for this collective into a latency term (its time for an
-    empty message) and a bandwidth term (the rest); the probe's curve value beside it."""
-    total, latency = seconds_at(message_bytes), seconds_at(0.0)
-    used = total if measured is None else measured
-    share = count * used / step_seconds if step_seconds > 0 else 0.0
-    return CollectiveRow(phase, name, kind, n, message_bytes, link, latency, total - latency, used,
-                         measured, count, share)
+                   model_seconds_at: Callable[[float], float], used_seconds: float, measured: bool,
+                   count: float, step_seconds: float) -> CollectiveRow:
+    """The estimate's time for this collective (used_seconds), with the alpha-beta model's
+    split into a latency term (its time for an empty message) and a bandwidth term (the rest)."""
+    total, latency = model_seconds_at(message_bytes), model_seconds_at(0.0)
+    share = count * used_seconds / step_seconds if step_seconds > 0 else 0.0
+    return CollectiveRow(phase, name, kind, n, message_bytes, link, latency, total - latency, used_seconds,
+                         used_seconds if measured else None, count, share)
 
 
-def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
-                      request: ServeRequest, slowest: StageMemory) -> tuple[CollectiveRow, ...]:
-    """Per layer: two TP all-reduces (after attention, after the MLP) of tokens * h * bytes,
-    at decode (one in-flight batch's rows) and prefill (the prompt); per stage one send
-    (the link's alpha + S/beta plus vLLM's per-hop overhead). Times from serve.py itself."""
-    layout, placement = result.layout, result.placement
-    k, num_layers = result.batches_in_flight, slowest.num_layers
-    decode_tokens = math.ceil(result.batch / k)
+def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate) -> tuple[CollectiveRow, ...]:
+    """The estimate's collectives (serving_time.serving_collectives), each beside the
+    alpha-beta model's latency and bandwidth terms."""
+    layout = result.layout
+    modelled = without_curves(cluster)
+    placement = place(modelled, layout)
     width = model.hidden_size * activation_bytes_per_element(model)
-    rows = []
-    if placement.tp_link is not None:
-        modelled = without_curves(cluster)
-        curve = cluster.allreduce_curve(placement.tp_link.scope, layout.tp)
 
-        def one_allreduce(message_bytes: float) -> float:
-            both, _ = tp_allreduce_seconds_per_layer(modelled, layout, place(modelled, layout), message_bytes)
-            return both / 2
+    def one_allreduce(message_bytes: float) -> float:
+        return tp_allreduce_seconds_per_layer(modelled, layout, placement, message_bytes)[0] / 2
 
-        for phase, tokens, count, step in (
-            ("decode", decode_tokens, k * num_layers, result.tpot_seconds),
-            ("prefill", request.input_len, model.num_hidden_layers, result.ttft_seconds),
-        ):
-            measured = None if curve is None else curve_seconds(curve, tokens * width)
-            for where in ("attention", "MLP"):
-                rows.append(collective_row(phase, f"after {where}", "all-reduce", layout.tp,
-                                           placement.tp_link.kind, tokens * width, one_allreduce,
-                                           measured, count, step))
-    if placement.pp_link is not None:
-        def one_send(message_bytes: float) -> float:
-            return pipeline_hop_seconds(model, placement, message_bytes / width)
+    def one_send(message_bytes: float) -> float:
+        return pipeline_hop_seconds(model, placement, message_bytes / width)
 
-        for phase, tokens, count, step in (("decode", decode_tokens, layout.pp, result.tpot_seconds),
-                                           ("prefill", request.input_len, layout.pp - 1, result.ttft_seconds)):
-            rows.append(collective_row(phase, "to next stage", "send", 2, placement.pp_link.kind,
-                                       tokens * width, one_send, None, count, step))
-    return tuple(rows)
+    step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
+    return tuple(
+        collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
+                       one_send if c.kind == "send" else one_allreduce, c.seconds, c.source == "measured",
+                       c.count_per_step, step[c.phase])
+        for c in result.collectives)
 
 
-def serve_breakdown(result: ServeEstimate, busy_seconds: float, allreduce_seconds: float,
-                    num_layers: int) -> TimeBreakdown:
+def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
     """One decode round (= TPOT) on the slowest stage: k batches of work, each the
     memory- or compute-bound part, the fixed per-layer step cost (kernel launches) and L_s
     TP all-reduces; the rest of the round is waiting, first for the p pipeline sends
     (exposed), then for other stages (bubble)."""
     k, p = result.batches_in_flight, result.layout.pp
-    work = k * busy_seconds
-    fixed = k * num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
-    tp = k * num_layers * allreduce_seconds
+    step = result.decode_steps[result.slowest_stage]
+    num_layers = result.stages[result.slowest_stage].num_layers
+    work = k * step.compute_or_memory_seconds
+    fixed = k * step.overhead_seconds
+    tp = k * num_layers * step.allreduce_seconds_per_layer
     idle = max(0.0, result.tpot_seconds - work - fixed - tp)
     pp = min(idle, p * result.pp_hop_seconds)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
@@ -364,11 +348,6 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     layout = result.layout
     k = result.batches_in_flight
     seqs = math.ceil(result.batch / k)
-    context_len = request.input_len + request.output_len / 2
-    steps = [decode_stage_time(model, cluster, layout, result.placement, s, seqs, context_len)
-             for s in result.stages]
-    slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
-    step = steps[slowest]
     timeline = decode_timeline((result.stage_step_seconds,) * layout.pp, k,
                                result.pp_hop_seconds, DECODE_ROUNDS_DRAWN)
     report = None
@@ -386,12 +365,11 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         notes=(f"decode is {result.decode_bound}-bound", *result.notes),
         placement=placement_map(cluster, layout),
         memory=serve_memory(cluster, result, request),
-        collectives=serve_collectives(model, cluster, result, request, result.stages[slowest]),
+        collectives=serve_collectives(model, cluster, result),
         timeline=timeline,
         timeline_caption=(f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
                           f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's step"),
-        breakdown=serve_breakdown(result, step.compute_or_memory_seconds, step.allreduce_seconds_per_layer,
-                                  result.stages[slowest].num_layers),
+        breakdown=serve_breakdown(result),
         sensitivity=report,
     )
 

@@ -17,10 +17,8 @@ from planner import sensitivity
 from planner.cost import activations as act
 from planner.cost import comm
 from planner.cost import efficiency as eff
-from planner.cost.comm import curve_seconds
 from planner.cost.timeline import training_timeline
-from planner.cost.training_memory import stage_params_per_gpu
-from planner.cost.training_time import dp_link, layer_seconds
+from planner.cost.training_time import dp_link
 from planner.explain import (
     BreakdownSegment,
     CollectiveRow,
@@ -36,15 +34,10 @@ from planner.explain import (
 )
 from planner.layout import place
 from planner.requests import LayoutFilter, TrainRequest
-from planner.serve import tp_allreduce_seconds_per_layer
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import TrainEstimate, TrainMemory, estimate, stage_layers, train_rates
-from planner.train import stage_memories as train_stage_memories
+from planner.train import TrainEstimate, estimate, train_rates
 from planner.train_cli import check_fixed_batch, resolve_fixed_dp
 from planner.train_search import search
-
-BYTES_PER_ELEMENT = 2
-"""16-bit activations and their gradients (what the training model sends)."""
 
 
 def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[TrainEstimate, bool]:
@@ -54,7 +47,7 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest)
     check_fixed_batch(request)
     plan = search(model, cluster, request)
     if not plan.layouts:
-        why = "; ".join(f"tp={r.tp} pp={r.pp} dp={r.dp}: {', '.join(r.reasons[:2])}" for r in plan.rejected[:3])
+        why = "; ".join(f"{r.layout}: {', '.join(r.reasons[:2])}" for r in plan.rejected[:3])
         raise SpecError(f"plan explain: no feasible layout to explain ({why})")
     best = plan.layouts[0]
     if request.layout == LayoutFilter():
@@ -63,16 +56,11 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest)
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
 
 
-def stage_memories(model: ModelSpec, e: TrainEstimate, seq_len: int) -> tuple[TrainMemory, ...]:
-    """First, (uneven split) second and last stage per GPU, one bar when pp = 1: the stages
-    train.memory_per_gpu takes the worst of."""
-    return train_stage_memories(model, e.config, seq_len, e.num_micro_batches)
-
-
-def train_memory_bars(model: ModelSpec, e: TrainEstimate, seq_len: int) -> tuple[MemoryBar, ...]:
+def train_memory_bars(e: TrainEstimate) -> tuple[MemoryBar, ...]:
+    """The estimate's candidate worst stages (first, heaviest middle, last), by component."""
     c, m = e.config, e.num_micro_batches
     bars = []
-    for mem in stage_memories(model, e, seq_len):
+    for mem in e.stage_memories:
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage)
         note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
         segments = tuple(MemorySegment(name, value) for name, value in (
@@ -83,27 +71,25 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate, seq_len: int) -> tuple
     return tuple(bars)
 
 
-def tp_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len: int) -> list[CollectiveRow]:
+def tp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     """Forward: 2 all-reduces (SP: 2 all-gathers + 2 reduce-scatters at half the time each);
     backward: 2 input-gradient all-reduces (SP: 4 all-gathers + 2 reduce-scatters), partly
-    hidden under the weight-gradient GEMMs; full recompute repeats the forward's."""
+    hidden under the weight-gradient GEMMs; full recompute repeats the forward's. Times are
+    the estimate's (layer_terms.tp); the model's latency/bandwidth split is shown beside."""
     c = e.config
     if c.tp == 1:
         return []
     layout = c.layout
     modelled = without_curves(cluster)
-    placement = place(cluster, layout)
-    link = placement.tp_link
-    curve = cluster.allreduce_curve(link.scope, c.tp)
-    message = BYTES_PER_ELEMENT * c.micro_batch_size * seq_len * model.hidden_size
+    placement = place(modelled, layout)
+    tp = e.layer_terms.tp
 
     def allreduce(num_bytes: float) -> float:
-        return tp_allreduce_seconds_per_layer(modelled, layout, place(modelled, layout), num_bytes)[0] / 2
+        return comm.allreduce_seconds(num_bytes, placement.tp_group, None)
 
     def half(num_bytes: float) -> float:
         return allreduce(num_bytes) / 2
 
-    measured = None if curve is None else curve_seconds(curve, message)
     per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage]  # the pacing stage's layers
     if c.sequence_parallel:
         plan = [("forward", "attention, MLP: AG in, RS out", "AG/RS", 4, half),
@@ -113,60 +99,49 @@ def tp_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len: i
                 ("backward", "input gradients (QKV, MLP up)", "all-reduce", 2, allreduce)]
     if c.recompute == "full":
         plan.append(("recompute", "the forward's again", plan[0][2], plan[0][3], plan[0][4]))
-    step = e.step_time_seconds
     rows = []
     for phase, name, kind, count, seconds_at in plan:
-        this_measured = None if measured is None else measured * (0.5 if seconds_at is half else 1.0)
-        rows.append(collective_row(phase, name, kind, c.tp, link.kind, message, seconds_at, this_measured,
-                                   count * per_step, step))
+        used = tp.allreduce_seconds * (0.5 if seconds_at is half else 1.0)
+        rows.append(collective_row(phase, name, kind, c.tp, placement.tp_link.kind, tp.message_bytes, seconds_at,
+                                   used, tp.measured, count * per_step, e.step_time_seconds))
     return rows
 
 
-def pp_dp_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len: int) -> list[CollectiveRow]:
+def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
+    """The estimate's pipeline sends and data-parallel collectives (one call each)."""
     c, m, step = e.config, e.num_micro_batches, e.step_time_seconds
     rows = []
     placement = place(cluster, c.layout)
     if c.pp > 1:
-        send = BYTES_PER_ELEMENT * c.micro_batch_size * seq_len * model.hidden_size / c.tp
         rows.append(collective_row("step", "activations / gradients", "send", 2,
-                                   placement.pp_link.kind, send,
-                                   lambda n: comm.p2p_seconds(n, placement.pp_link), None,
+                                   placement.pp_link.kind, e.pp_send_bytes,
+                                   lambda n: comm.p2p_seconds(n, placement.pp_link), e.pp_send_seconds, False,
                                    2 * (c.virtual_stages * m + c.pp - 1), step))
     link = dp_link(cluster, c)
-    if link is not None:
-        params = stage_params_per_gpu(model, c.tp, c.pp, stage_layers(model, c)).worst
+    dp = e.dp_collectives
+    if link is not None and dp is not None:
         derated = comm.collective_link(link)
-        grads = params * eff.TRAIN_BYTES_PER_PARAM_GRADIENTS
-        weights = params * eff.TRAIN_BYTES_PER_PARAM_WEIGHTS
         per = m if c.zero_stage >= 2 else 1
         if c.zero_stage == 0:
-            rows.append(collective_row("step", "gradients (fp32)", "all-reduce", c.dp, link.kind, grads,
-                                       lambda n: comm.ring_allreduce_seconds(n, c.dp, derated), None, 1, step))
+            rows.append(collective_row("step", "gradients (fp32)", "all-reduce", c.dp, link.kind, dp.gradient_bytes,
+                                       lambda n: comm.ring_allreduce_seconds(n, c.dp, derated),
+                                       dp.gradient_seconds, False, 1, step))
         else:
-            rows.append(collective_row("step", "gradients (fp32)", "reduce-scatter", c.dp, link.kind, grads,
-                                       lambda n: comm.ring_allgather_seconds(n, c.dp, derated), None, per, step))
-            rows.append(collective_row("step", "16-bit weights", "all-gather", c.dp, link.kind, weights,
-                                       lambda n: comm.ring_allgather_seconds(n, c.dp, derated), None, 1, step))
+            rows.append(collective_row("step", "gradients (fp32)", "reduce-scatter", c.dp, link.kind,
+                                       dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
+                                       dp.gradient_seconds, False, per, step))
+            rows.append(collective_row("step", "16-bit weights", "all-gather", c.dp, link.kind, dp.weight_bytes,
+                                       lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
+                                       dp.gather_seconds, False, 1, step))
     return rows
 
 
-def stage_seconds_per_micro_batch(e: TrainEstimate) -> float:
-    """The model's stage time for one micro-batch (compute + exposed TP). With p > 1 it is
-    read back from the bubble, (p-1)/v stage-times; with p = 1 from compute + TP over m
-    (the one optimizer step then spread over the micro-batches, a small overestimate)."""
-    b, c = e.time_breakdown_seconds, e.config
-    if c.pp > 1:
-        return b.bubble * c.virtual_stages / (c.pp - 1)
-    return (b.compute + b.tp_comm) / e.num_micro_batches
-
-
-def train_timeline_seconds(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate, seq_len: int):
-    """The schedule at the model's stage time per micro-batch, split into forward and
+def train_timeline_seconds(e: TrainEstimate):
+    """The schedule at the estimate's stage time per micro-batch, split into forward and
     backward (recompute counted with backward) as one layer's compute splits."""
     c = e.config
-    layer = layer_seconds(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-                          train_rates(model, cluster))
-    stage = stage_seconds_per_micro_batch(e)
+    layer = e.layer_terms.layer
+    stage = e.stage_seconds_per_micro_batch
     forward_share = layer.forward / layer.total
     return training_timeline(c.schedule, c.pp, e.num_micro_batches, c.virtual_stages,
                              forward_units=stage * forward_share,
@@ -239,9 +214,9 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         metrics=train_metrics(e),
         notes=train_notes(e),
         placement=placement_map(cluster, c.layout),
-        memory=train_memory_bars(model, e, request.seq_len),
-        collectives=tuple(tp_rows(model, cluster, e, request.seq_len) + pp_dp_rows(model, cluster, e, request.seq_len)),
-        timeline=train_timeline_seconds(model, cluster, e, request.seq_len),
+        memory=train_memory_bars(e),
+        collectives=tuple(tp_rows(cluster, e) + pp_dp_rows(cluster, e)),
+        timeline=train_timeline_seconds(e),
         timeline_caption=(f"{c.schedule}, {c.pp} stage(s), {e.num_micro_batches} micro-batches of "
                           f"{c.micro_batch_size}{chunks}; forward and backward at the model's stage time"),
         breakdown=train_breakdown(e),

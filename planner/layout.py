@@ -28,6 +28,46 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class TrainConfig:
+    """One point of the training search space (Megatron flags in brackets)."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    schedule: str
+    """gpipe | 1f1b | interleaved."""
+    virtual_stages: int
+    """Model chunks per device (1 unless interleaved)."""
+    recompute: str
+    """none | selective | full."""
+    sequence_parallel: bool
+    zero_stage: int
+    """0 none, 1 distributed optimizer, 2 + gradients, 3 + weights (pure DP)."""
+    first_last_layers: tuple[int, int] | None = None
+    """Layers on the first and last stage [--decoder-first/last-pipeline-num-layers], the
+    rest even over the middle stages; None = L/p on every stage. The training estimate
+    fills it in when p does not divide L."""
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.pp, self.dp)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Why a layout (or one configuration of it) cannot run: a value the search tallies,
+    never an exception. The same type for serving and training."""
+
+    layout: Layout
+    reasons: tuple[str, ...]
+    over_bytes: float = 0.0
+    """How far the configuration is out of memory (0 when it fails for another reason)."""
+    num_configs_rejected: int = 1
+    """Configurations of this layout that were tried and failed (training searches several)."""
+
+
+@dataclass(frozen=True)
 class Link:
     """One GPU's view of a link: its share of bandwidth (one direction) and per-step latency."""
 
@@ -68,46 +108,15 @@ class Placement:
     """Where the TP group's ranks sit (None when tp == 1)."""
 
 
-CACHE_SIZE = 4096
-_cache: dict[tuple, tuple[ClusterSpec, object]] = {}
-
-
-def memoised(cluster: ClusterSpec, key: tuple, compute):
-    """compute() for this cluster object and key (hashable values), memoised. Specs are
-    frozen, so the object stands for its value; the entry holds the cluster, so its id
-    cannot be reused while the entry lives."""
-    found = _cache.get((id(cluster), *key))
-    if found is not None and found[0] is cluster:
-        return found[1]
-    if len(_cache) >= CACHE_SIZE:
-        _cache.clear()
-    value = compute()
-    _cache[(id(cluster), *key)] = (cluster, value)
-    return value
-
-
-def clear_cache() -> None:
-    """Forget memoised placements and links (benchmarks time a cold search)."""
-    _cache.clear()
-
-
 def intra_node_link(cluster: ClusterSpec) -> Link:
-    return memoised(cluster, ("intra",), lambda: _intra_node_link(cluster))
-
-
-def inter_node_link(cluster: ClusterSpec) -> Link:
-    """Every GPU of a node crosses at once, so each gets 1/gpus_per_node of the NICs."""
-    return memoised(cluster, ("inter",), lambda: _inter_node_link(cluster))
-
-
-def _intra_node_link(cluster: ClusterSpec) -> Link:
     link = cluster.intra_node
     assert link is not None, "intra_node link asked of a one-GPU node"
     return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds,
                 cluster.measured is not None)
 
 
-def _inter_node_link(cluster: ClusterSpec) -> Link:
+def inter_node_link(cluster: ClusterSpec) -> Link:
+    """Every GPU of a node crosses at once, so each gets 1/gpus_per_node of the NICs."""
     link = cluster.inter_node
     assert link is not None, "inter_node link asked of a one-node cluster"
     return Link(
@@ -149,12 +158,7 @@ def group_topology(cluster: ClusterSpec, group_size: int) -> GroupTopology:
 
 
 def place(cluster: ClusterSpec, layout: Layout) -> Placement:
-    """Where the layout's TP group and pipeline boundaries land; memoised per cluster and
-    (tp, pp) (dp never changes a placement), since a search asks again and again."""
-    return memoised(cluster, ("place", layout.tp, layout.pp), lambda: _place(cluster, layout))
-
-
-def _place(cluster: ClusterSpec, layout: Layout) -> Placement:
+    """Where the layout's TP group and pipeline boundaries land (dp never changes it)."""
     gpn = cluster.gpus_per_node
     single_node = cluster.num_nodes == 1
     tp_crosses = not single_node and groups_cross_nodes(layout.tp, gpn)

@@ -6,8 +6,8 @@ from planner.emit.command import MODEL_PLACEHOLDER, Step
 from planner.emit.sglang import sglang_steps
 from planner.emit.vllm import VllmArgs, vllm_steps
 from planner.requests import ServeRequest
-from planner.search import ServePlan, plan_serving
 from planner.serve import ServeEstimate
+from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
 

@@ -15,44 +15,28 @@ and last stage, each with its own layers and micro-batches in flight).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
+from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
+from planner.cost.params import matmul_precision_of_dtype
 from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
-from planner.cost.training_time import TimeBreakdown, TrainRates, stage_seconds, step_times
-from planner.layout import Layout, memoised
+from planner.cost.training_time import (
+    DpCollectives,
+    LayerTerms,
+    TimeBreakdown,
+    TrainRates,
+    layer_terms,
+    stage_seconds,
+    step_times,
+)
+from planner.layout import Placement, Rejected, TrainConfig, place
+from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """One point of the search space (Megatron flags in brackets)."""
-
-    tp: int
-    pp: int
-    dp: int
-    micro_batch_size: int
-    schedule: str
-    """gpipe | 1f1b | interleaved."""
-    virtual_stages: int
-    """Model chunks per device (1 unless interleaved)."""
-    recompute: str
-    """none | selective | full."""
-    sequence_parallel: bool
-    zero_stage: int
-    """0 none, 1 distributed optimizer, 2 + gradients, 3 + weights (pure DP)."""
-    first_last_layers: tuple[int, int] | None = None
-    """Layers on the first and last stage [--decoder-first/last-pipeline-num-layers], the
-    rest even over the middle stages; None = L/p on every stage. estimate() fills it in
-    when p does not divide L."""
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(self.tp, self.pp, self.dp)
+from planner.units import bytes_to_gib, flops_per_s_to_tflops
 
 
 @dataclass(frozen=True)
@@ -99,27 +83,26 @@ class TrainEstimate:
     """Decoder layers on each pipeline stage, first to last."""
     slowest_stage: int = 0
     """The stage whose time per micro-batch paces the pipeline (a middle one reads 1)."""
+    stage_memories: tuple[TrainMemory, ...] = ()
+    """Every stage that can be the worst (first, heaviest middle, last), by component."""
+    layer_terms: LayerTerms | None = None
+    """One layer, one micro-batch: compute (forward, backward, recompute) and TP collectives."""
+    stage_seconds_per_micro_batch: float = 0.0
+    """The pacing stage's compute + exposed TP per micro-batch (the bubble's unit)."""
+    pp_send_seconds: float = 0.0
+    """One pipeline boundary send of pp_send_bytes (0 when pp = 1)."""
+    pp_send_bytes: float = 0.0
+    dp_collectives: DpCollectives | None = None
+    """The data-parallel collectives' sizes and times, one call each."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total_bytes
 
 
-@dataclass(frozen=True)
-class Infeasible:
-    """Why a configuration cannot run; over_bytes > 0 when it is out of memory."""
-
-    reasons: tuple[str, ...]
-    over_bytes: float = 0.0
-
-
-def precision_of(model: ModelSpec) -> str:
-    return {"float16": "fp16", "bfloat16": "bf16", "float32": "tf32"}[model.dtype]
-
-
 def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU."""
-    gpu, precision = cluster.gpu, precision_of(model)
+    gpu, precision = cluster.gpu, matmul_precision_of_dtype(model)
     peak = gpu.peak_flops_per_s(precision)
     if peak is None:
         raise SpecError(f"{gpu.name}: no dense {precision} peak in the GPU catalog; cannot plan training")
@@ -188,11 +171,10 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
     return reasons
 
 
-@lru_cache(maxsize=4096)
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                      recompute: str) -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
-    per micro-batch in flight, last-stage logits). Cached: a search asks for each many times."""
+    per micro-batch in flight, last-stage logits)."""
     return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute),
             act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute),
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
@@ -211,34 +193,33 @@ def stage_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int, int]:
     return first, (L - first - last) // (pp - 2) if pp > 2 else 0, last
 
 
-def stage_memory(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, stage: int) -> TrainMemory:
-    """Memory per GPU of one stage: its blocks (and embedding or LM head), its layers'
-    activations times the micro-batches it holds in flight (activations.py), the recompute
-    working set; the first stage adds the embedding's dropout masks, the last the logits."""
-    return _stages_memory(model, config, seq_len, m, (stage,))[0]
-
-
-def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
-                   layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
+def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
     """The stages that can be the worst: the first (most micro-batches in flight, the
     embedding), the second when the split is uneven (the heaviest middle stage: more layers
     than the first and, under every schedule, at least as many micro-batches as any later
     middle one) and the last (LM head, logits). One entry when pp = 1."""
     pp = config.pp
-    stages = (0, 1, pp - 1) if pp > 2 and config.first_last_layers is not None else (0, pp - 1) if pp > 1 else (0,)
-    return _stages_memory(model, config, seq_len, m, stages, layers)
+    if pp > 2 and config.first_last_layers is not None:
+        return (0, 1, pp - 1)
+    return (0, pp - 1) if pp > 1 else (0,)
 
 
-def _stage_parts(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, stages: tuple[int, ...],
-                 layers: tuple[int, int, int] | None) -> list[tuple[int, float, float, int]]:
-    """(stage, parameters per GPU, activation bytes, layers) of each stage asked for."""
+def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
+                   stages: tuple[int, ...] | None = None, memo: Memo | None = None) -> tuple[TrainMemory, ...]:
+    """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
+    (and embedding or LM head), its layers' activations times the micro-batches it holds in
+    flight (activations.py), the recompute working set; the first stage adds the embedding's
+    dropout masks, the last the logits."""
+    memo = memo or Memo()
     c, pp = config, config.pp
-    layers = layers or stage_layers(model, c)
-    params = stage_params_per_gpu(model, c.tp, pp, layers)
-    per_layer, working, extra, logits = activation_terms(model, seq_len, c.micro_batch_size, c.tp,
-                                                         c.sequence_parallel, c.recompute)
-    parts = []
-    for stage in stages:
+    layers = stage_layers(model, c)
+    params = memo.get(("stage_params", c.tp, pp, layers),
+                      lambda: stage_params_per_gpu(model, c.tp, pp, layers))
+    per_layer, working, extra, logits = memo.get(
+        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute),
+        lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute))
+    out = []
+    for stage in stages or candidate_worst_stages(c):
         kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
         in_flight = act.micro_batches_in_flight(c.schedule, pp, m, c.virtual_stages, stage)
         activations = working + per_layer * layers[kind] * in_flight
@@ -246,31 +227,19 @@ def _stage_parts(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, st
             activations += extra * in_flight
         if stage == pp - 1:
             activations += logits
-        parts.append((stage, (params.first_stage, params.middle_stage, params.last_stage)[kind],
-                      activations, layers[kind]))
-    return parts
+        stage_params = (params.first_stage, params.middle_stage, params.last_stage)[kind]
+        out.append(_stage_memory(stage, stage_params, activations, c, layers[kind]))
+    return tuple(out)
 
 
-def _stages_memory(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
-                   stages: tuple[int, ...], layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
-    return tuple(_stage_memory(stage, params, activations, config, n)
-                 for stage, params, activations, n in _stage_parts(model, config, seq_len, m, stages, layers))
+def worst_stage_memory(memories: tuple[TrainMemory, ...]) -> TrainMemory:
+    """The stage with the most bytes; on a tie the lower index."""
+    return max(memories, key=lambda mem: (mem.total_bytes, -mem.stage))
 
 
-def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
-                   layers: tuple[int, int, int] | None = None) -> TrainMemory:
-    """The worst stage of stage_memories; on a tie the lower index. Totals first (the
-    overhead's fixed part is the same on every stage), one TrainMemory for the worst."""
-    c, pp = config, config.pp
-    stages = (0, 1, pp - 1) if pp > 2 and c.first_last_layers is not None else (0, pp - 1) if pp > 1 else (0,)
-    worst, worst_bytes = None, -1.0
-    fragmentation = 1 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
-    for part in _stage_parts(model, c, seq_len, m, stages, layers):
-        total = model_state_bytes(part[1], c.dp, c.zero_stage).total_bytes + fragmentation * part[2]
-        if total > worst_bytes:
-            worst, worst_bytes = part, total
-    assert worst is not None
-    return _stage_memory(worst[0], worst[1], worst[2], c, worst[3])
+def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) -> TrainMemory:
+    """The worst stage's memory per GPU (what must fit)."""
+    return worst_stage_memory(stage_memories(model, config, seq_len, m))
 
 
 def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig,
@@ -285,31 +254,46 @@ def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainCo
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
-    gib = 2**30
-    over = (memory.total_bytes - capacity_bytes) / gib
+    over = bytes_to_gib(memory.total_bytes - capacity_bytes)
     return (f"out of memory on stage {memory.stage} by {over:.1f} GiB "
-            f"({memory.total_bytes / gib:.1f} of {capacity_bytes / gib:.1f} GiB)")
+            f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB)")
 
 
-def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-             request: TrainRequest, rates: TrainRates | None = None) -> TrainEstimate | Infeasible:
-    """The estimate of one configuration, or the reasons it cannot run."""
+def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
+                 rates: TrainRates, memo: Memo) -> tuple[Placement, LayerTerms]:
+    c = config
+    placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
+    terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len),
+                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates))
+    return placement, terms
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,
+             rates: TrainRates | None = None, memo: Memo | None = None) -> TrainEstimate | Rejected:
+    """The estimate of one configuration, or the reasons it cannot run. `memo` is the
+    search's (values that repeat across its configurations); standalone calls get a new one."""
+    memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
     reasons = structural_reasons(model, config.tp, config.pp, config.dp, B)
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
-        return Infeasible(tuple(reasons))
+        return Rejected(config.layout, tuple(reasons))
+    rates = rates or train_rates(model, cluster)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:
-        rates = rates or train_rates(model, cluster)
-        config = with_stage_split(model, cluster, config, s, rates)
+        config = with_stage_split(model, cluster, config, s, rates, memo)
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
-    memory = memory_per_gpu(model, config, s, m, layers)
+    memories = stage_memories(model, config, s, m, memo=memo)
+    memory = worst_stage_memory(memories)
     capacity = cluster.gpu.memory_bytes
     if memory.total_bytes > capacity:
-        return Infeasible((oom_reason(memory, capacity),), memory.total_bytes - capacity)
-    rates = rates or train_rates(model, cluster)
-    times = step_times(model, cluster, config, B, s, rates, layers)
+        return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
+    placement, terms = _layer_terms(model, cluster, config, s, rates, memo)
+    params = memo.get(("stage_params", config.tp, config.pp, layers),
+                      lambda: stage_params_per_gpu(model, config.tp, config.pp, layers))
+    flops = memo.get(("flops_per_sequence", s), lambda: (flops_model.model_flops_per_sequence(model, s),
+                                                         flops_model.megatron_flops_per_sequence(model, s)))
+    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops)
     step = times.breakdown.total
     num_gpus = config.layout.num_gpus
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
@@ -321,7 +305,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
         capacity_per_gpu_bytes=capacity,
         step_time_seconds=step,
         tokens_per_second=B * s / step,
-        tflops_per_gpu=counted / (step * num_gpus) / 1e12,
+        tflops_per_gpu=flops_per_s_to_tflops(counted / (step * num_gpus)),
         mfu=times.model_flops_per_step / (step * num_gpus * rates.peak_flops_per_s),
         bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
         bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),
@@ -333,21 +317,27 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
         num_layers_per_stage=split.layers_per_stage(model.num_hidden_layers, config.pp,
                                                     config.first_last_layers),
         slowest_stage=times.slowest_stage,
+        stage_memories=memories,
+        layer_terms=terms,
+        stage_seconds_per_micro_batch=times.stage_seconds_per_micro_batch,
+        pp_send_seconds=times.pp_send_seconds,
+        pp_send_bytes=times.pp_send_bytes,
+        dp_collectives=times.dp,
     )
 
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
-                     rates: TrainRates) -> TrainConfig:
+                     rates: TrainRates, memo: Memo | None = None) -> TrainConfig:
     """The configuration with its first/last split filled in when p does not divide L:
-    the fastest balanced split for this tp, micro-batch, recompute and v (memoised)."""
+    the fastest balanced split for this tp, micro-batch, recompute and v."""
     L = model.num_hidden_layers
     if config.first_last_layers is not None or L % config.pp == 0:
         return config
+    memo = memo or Memo()
     c = config
-    key = ("stage_split", model, c.tp, c.pp, c.virtual_stages, c.micro_batch_size, c.sequence_parallel,
-           c.recompute, seq_len, rates)
-    chosen = memoised(cluster, key, lambda: split.best_split(
-        L, c.pp, c.virtual_stages, stage_seconds(model, cluster, c, seq_len, rates)))
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
+    chosen = memo.get(
+        ("stage_split", c.tp, c.pp, c.virtual_stages, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len),
+        lambda: split.best_split(L, c.pp, c.virtual_stages, stage_seconds(model, c, terms, rates)))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
-    return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
-                       c.sequence_parallel, c.zero_stage, chosen)
+    return replace(c, first_last_layers=chosen)

@@ -19,20 +19,16 @@ Ranking: tokens/s descending, then less memory, then the smaller degrees (determ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from planner.cost.stage_split import has_split
-from planner.layout import divisors, factorizations
+from planner.cost.training_time import TrainRates
+from planner.layout import Layout, Rejected, TrainConfig, divisors
+from planner.memo import Memo
 from planner.requests import TrainRequest
+from planner.search import LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import (
-    Infeasible,
-    TrainConfig,
-    TrainEstimate,
-    estimate,
-    structural_reasons,
-    train_rates,
-)
+from planner.train import TrainEstimate, estimate, structural_reasons, train_rates
 
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
@@ -40,24 +36,7 @@ RECOMPUTE_ORDER = ("none", "selective", "full")
 MAX_REASONS_PER_LAYOUT = 4
 
 
-@dataclass(frozen=True)
-class Rejection:
-    """A (tp, pp, dp) with no configuration that runs, and why (most telling first)."""
-
-    tp: int
-    pp: int
-    dp: int
-    reasons: tuple[str, ...]
-    num_configs_rejected: int
-
-
-@dataclass(frozen=True)
-class TrainPlan:
-    layouts: tuple[TrainEstimate, ...]
-    """Feasible configurations, best first."""
-    rejected: tuple[Rejection, ...]
-    num_gpus: int
-    num_configs_evaluated: int
+TrainPlan = Plan[TrainEstimate, TrainRequest]
 
 
 def rank_key(e: TrainEstimate) -> tuple:
@@ -121,7 +100,7 @@ class _Tally:
         self.best_oom: tuple[float, str] | None = None
         self.total = 0
 
-    def add(self, result: Infeasible) -> None:
+    def add(self, result: Rejected) -> None:
         self.total += 1
         if result.over_bytes > 0:
             if self.best_oom is None or result.over_bytes < self.best_oom[0]:
@@ -137,9 +116,13 @@ class _Tally:
         return tuple(ordered[:MAX_REASONS_PER_LAYOUT])
 
 
-def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
-                  tp: int, pp: int, dp: int, rates) -> tuple[list[TrainEstimate], _Tally]:
-    """Every configuration of one (tp, pp, dp) that the pruning rules leave."""
+def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
+                  rates: TrainRates, memo: Memo) -> LayoutResult[TrainEstimate]:
+    """Every configuration of one (tp, pp, dp) that the pruning rules leave, or why none runs."""
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    reasons = structural_reasons(model, tp, pp, dp, request.global_batch)
+    if reasons:
+        return [], Rejected(layout, tuple(reasons)), 1
     found: list[TrainEstimate] = []
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
@@ -148,70 +131,43 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
             for sp in sp_options(request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
+                    base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
-                                                   TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero),
-                                                   first)
+                                                   base, first, memo)
                     if isinstance(result, TrainEstimate):
                         found.append(result)
                         continue
                     tally.add(result)
                     if result.over_bytes > 0:
                         break  # memory grows with b
-    return found, tally
+    num_configs = len(found) + tally.total
+    if found:
+        return found, None, num_configs
+    return [], Rejected(layout, tally.reasons() or ("no configuration to try",), 0.0, tally.total), num_configs
 
 
-def _first_fitting(model, cluster, request, recomputes, rates, base: TrainConfig, first: int):
+def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, recomputes: list[str],
+                   rates: TrainRates, base: TrainConfig, first: int,
+                   memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
     Also the index (counted from `first`) of the recompute level it stopped at: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
-    result: TrainEstimate | Infeasible | None = None
+    result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
-        config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
-                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage)
-        result = estimate(model, cluster, config, request, rates)
+        result = estimate(model, cluster, replace(base, recompute=recompute), request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
             return result, first + offset if isinstance(result, TrainEstimate) else first
     assert result is not None
     return result, first
 
 
-def clear_caches() -> None:
-    """Empty every memo the search fills, so the next search runs as in a fresh process
-    (the benchmark times cold searches; the results never depend on it)."""
-    from planner import layout, train
-    from planner.cost import flops, stage_split, training_memory, training_time
-
-    layout.clear_cache()
-    for cached in (train.activation_terms, stage_split.split_candidates, training_memory.layer_params_per_gpu,
-                   training_memory.stage_params_per_gpu, training_memory.model_state_bytes,
-                   flops.layer_gemms_forward, flops.logits_gemm, flops.model_flops_per_sequence,
-                   flops.megatron_flops_per_sequence, training_time.layer_seconds,
-                   training_time.logits_seconds):
-        cached.cache_clear()
-
-
 def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
+    """The training plan: every configuration the pruning leaves, ranked by tokens/s."""
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
-    feasible: list[TrainEstimate] = []
-    rejected: list[Rejection] = []
-    evaluated = 0
-    for layout in factorizations(num_gpus):
-        tp, pp, dp = layout.tp, layout.pp, layout.dp
-        if not request.layout.matches(tp, pp, dp):
-            continue
-        reasons = structural_reasons(model, tp, pp, dp, request.global_batch)
-        if reasons:
-            rejected.append(Rejection(tp, pp, dp, tuple(reasons), 1))
-            evaluated += 1
-            continue
-        found, tally = search_layout(model, cluster, request, tp, pp, dp, rates)
-        evaluated += len(found) + tally.total
-        feasible.extend(found)
-        if not found:
-            rejected.append(Rejection(tp, pp, dp, tally.reasons() or ("no configuration to try",),
-                                      tally.total))
-    feasible.sort(key=rank_key)
-    return TrainPlan(tuple(feasible), tuple(rejected), num_gpus, evaluated)
+    memo = Memo()
+    return run_search(model, cluster, request, num_gpus, request.layout,
+                  lambda layout: search_layout(model, cluster, request, layout, rates, memo),
+                  lambda found: sorted(found, key=rank_key))

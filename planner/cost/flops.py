@@ -5,14 +5,12 @@ h hidden size, a heads, k KV heads, d head dim, f FFN size, V vocab, t tensor-pa
 degree. A multiply-add is 2 FLOP. Results are FLOP (float).
 Sources: Narayanan et al. 2021 (SC21) eq. 3; Korthikanti et al. 2022 eq. 7 and 8;
 ../shared/reference/physics.md (Training compute).
-Memoised (functools.lru_cache) functions take only frozen, hashable values (ModelSpec,
-TrainRates, ints); a search asks for the same (tp, b, ...) terms thousands of times.
+Pure and uncached: the training estimate memoises what a search asks for repeatedly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from planner.cost.params import kv_heads_per_gpu
 from planner.specs import ModelSpec
@@ -59,7 +57,6 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
-@lru_cache(maxsize=1024)
 def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
     """The forward matmuls of one transformer block on one GPU of a TP group (Megatron).
 
@@ -88,13 +85,11 @@ def attention_core_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
     return gemms[4:]
 
 
-@lru_cache(maxsize=1024)
 def logits_gemm(model: ModelSpec, micro_batch: int, s: int, tp: int) -> Gemm:
     """Output layer, vocab-parallel: [bs, h] x [h, V/t] (2*b*s*h*V/t FLOP)."""
     return Gemm(micro_batch * s, -(-model.vocab_size // tp), model.hidden_size)
 
 
-@lru_cache(maxsize=64)
 def model_flops_per_sequence(model: ModelSpec, s: int) -> float:
     """Forward + backward (3x forward) matmul FLOPs of one sequence, whole model.
 
@@ -106,7 +101,6 @@ def model_flops_per_sequence(model: ModelSpec, s: int) -> float:
     return 3.0 * (model.num_hidden_layers * per_layer + logits)
 
 
-@lru_cache(maxsize=64)
 def megatron_flops_per_sequence(model: ModelSpec, s: int) -> float:
     """Megatron's full-recompute count per sequence: 4 layer passes, 3 logits passes.
 

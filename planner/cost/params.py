@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from planner.specs import ModelSpec
 
 BYTES_PER_ELEMENT = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
+MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
+"""The tensor-core precision a checkpoint dtype's matmuls run in (fp32 weights use TF32)."""
 INT4_BYTES_PER_WEIGHT = 0.5
 INT4_SCALE_BYTES_PER_GROUP = 2.0 + 0.5
 """AWQ/GPTQ: an fp16 scale and a packed 4-bit zero point per group of weights."""
@@ -158,3 +160,8 @@ def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
     linear_per_gpu = (linear - kv_full) / tp + kv_per_gpu
     other = counts.per_layer - linear
     return linear_per_gpu * linear_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype]
+
+
+def matmul_precision_of_dtype(model: ModelSpec) -> str:
+    """The model dtype's matmul precision (weight-only int4/int8 dequantise into it)."""
+    return MATMUL_PRECISION_OF_DTYPE[model.dtype]

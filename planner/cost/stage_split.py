@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,6 @@ def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[i
     return best
 
 
-@lru_cache(maxsize=1024)
 def split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
     return tuple(candidate_splits(num_layers, pp, v))
 

@@ -6,14 +6,12 @@ gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and 
 Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
 z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
 Source: ../shared/reference/physics.md (Training memory).
-Memoised (functools.lru_cache) functions take only frozen, hashable values (ModelSpec,
-TrainRates, ints); a search asks for the same (tp, b, ...) terms thousands of times.
+Pure and uncached: the training estimate memoises what a search asks for repeatedly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from planner.cost import efficiency
 from planner.cost.params import kv_heads_per_gpu, linear_weights_per_layer, param_counts
@@ -34,7 +32,6 @@ class StageParams:
         return max(self.first_stage, self.last_stage, self.middle_stage)
 
 
-@lru_cache(maxsize=256)
 def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
     """One block on one GPU: matmul weights / t, KV projections max(1, k/t) heads each,
     norms and biases kept whole (a slight overcount for column-parallel biases)."""
@@ -46,7 +43,6 @@ def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
     return (linear - kv_full) / tp + kv_per_gpu + (counts.per_layer - linear)
 
 
-@lru_cache(maxsize=1024)
 def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
                          layers: tuple[int, int, int] | None = None) -> StageParams:
     """First stage: its blocks + vocab-parallel embedding V*h/t + learned positions.
@@ -79,7 +75,6 @@ class ModelStateBytes:
         return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
 
 
-@lru_cache(maxsize=4096)
 def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelStateBytes:
     """weights 2*P (/d if z = 3), gradients 4*P (/d if z >= 2), optimizer 12*P (/d if z >= 1)."""
     return ModelStateBytes(

@@ -10,15 +10,13 @@ link `place()` gives, not overlapped (Megatron-LM 2021 semantics); every stage a
 pace of the slowest, bubble (p-1)/v of its stage-times (Narayanan et al. 2021 sec. 2.2);
 DP gradient reduction overlapped with the last micro-batch's backward (Megatron's
 --overlap-grad-reduce).
-Memoised (functools.lru_cache) functions take only frozen, hashable values (ModelSpec,
-TrainRates, ints); a search asks for the same (tp, b, ...) terms thousands of times.
+Every function here is pure and uncached; the training estimate (planner/train.py)
+memoises the per-layer terms in the memo of its search.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from planner.cost import activations as act
 from planner.cost import comm, efficiency
@@ -27,17 +25,12 @@ from planner.cost.flops import (
     attention_core_gemms,
     layer_gemms_forward,
     logits_gemm,
-    megatron_flops_per_sequence,
-    model_flops_per_sequence,
 )
 from planner.cost.params import kv_heads_per_gpu
 from planner.cost.stage_split import StageSeconds
-from planner.cost.training_memory import layer_params_per_gpu, stage_params_per_gpu
-from planner.layout import Link, Placement, memoised, place
+from planner.cost.training_memory import StageParams, layer_params_per_gpu, stage_params_per_gpu
+from planner.layout import Link, Placement, TrainConfig, inter_node_link, intra_node_link
 from planner.specs import ClusterSpec, ModelSpec
-
-if TYPE_CHECKING:
-    from planner.train import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -91,6 +84,12 @@ class StepTimes:
     slowest_stage: int
     """The stage that paces the pipeline (0 first, 1 a middle one, p-1 last)."""
     slowest_stage_num_layers: int
+    stage_seconds_per_micro_batch: float
+    """The pacing stage's compute + exposed TP per micro-batch."""
+    pp_send_seconds: float
+    """One pipeline boundary send (0 when pp = 1)."""
+    pp_send_bytes: float
+    dp: DpCollectives
 
 
 def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
@@ -126,7 +125,6 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     return replicated + split + scores, scores
 
 
-@lru_cache(maxsize=4096)
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates) -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
@@ -155,6 +153,13 @@ class TpSeconds:
     """Every collective: 2 forward, 2 backward, 2 more with full recompute."""
     exposed: float
     """What the compute does not hide: the backward ones overlap the weight-gradient GEMMs."""
+    allreduce_seconds: float = 0.0
+    """One all-reduce of the layer's b*s*h*e bytes (an all-gather or reduce-scatter with
+    sequence parallelism takes half)."""
+    message_bytes: float = 0.0
+    """b*s*h*e: what one all-reduce carries."""
+    measured: bool = False
+    """True when allreduce_seconds is the probe's curve at this size."""
 
 
 def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
@@ -179,22 +184,48 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
     column_parallel = [gemm_seconds(g, rates) for g in (gemms[0], gemms[2])]
+    measured = curve is not None
     if config.sequence_parallel:
         half = allreduce / 2
         hidden = sum(2 * max(0.0, half - gemm) for gemm in column_parallel)
-        return TpSeconds(forward + 3 * allreduce, forward + allreduce + hidden)
+        return TpSeconds(forward + 3 * allreduce, forward + allreduce + hidden, allreduce, message_bytes, measured)
     hidden = sum(max(0.0, allreduce - gemm) for gemm in column_parallel)
-    return TpSeconds(forward + 2 * allreduce, forward + hidden)
+    return TpSeconds(forward + 2 * allreduce, forward + hidden, allreduce, message_bytes, measured)
 
 
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
     """DP peers are tp*pp ranks apart: the group leaves the node once the layout does."""
     if config.dp == 1:
         return None
-    from planner.layout import inter_node_link, intra_node_link
-
     spans_nodes = cluster.num_nodes > 1 and config.tp * config.pp * config.dp > cluster.gpus_per_node
     return inter_node_link(cluster) if spans_nodes else intra_node_link(cluster)
+
+
+@dataclass(frozen=True)
+class DpCollectives:
+    """One GPU's data-parallel collectives of one step (each one call)."""
+
+    gradient_bytes: float
+    """fp32 gradients of the worst stage's parameters (4 B/param)."""
+    gradient_seconds: float
+    """Their all-reduce (ZeRO-0) or reduce-scatter (ZeRO >= 1; once per micro-batch at 2-3)."""
+    weight_bytes: float
+    """16-bit weights (2 B/param)."""
+    gather_seconds: float
+    """Their all-gather (ZeRO >= 1; 0 without)."""
+
+
+def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None) -> DpCollectives:
+    """Ring times on the DP link (NCCL busbw-derated), dp ranks."""
+    d, eff_link = config.dp, comm.collective_link(link)
+    grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+    weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
+    if d == 1:
+        return DpCollectives(grad_bytes, 0.0, weight_bytes, 0.0)
+    if config.zero_stage == 0:
+        return DpCollectives(grad_bytes, comm.ring_allreduce_seconds(grad_bytes, d, eff_link), weight_bytes, 0.0)
+    return DpCollectives(grad_bytes, comm.ring_allgather_seconds(grad_bytes, d, eff_link),
+                         weight_bytes, comm.ring_allgather_seconds(weight_bytes, d, eff_link))
 
 
 def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | None,
@@ -208,22 +239,30 @@ def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | 
     as it goes; z = 3: also all-gathers the weights before forward and backward (and the
     recompute), overlapped with the micro-batch (ZeRO, Rajbhandari et al. 2020).
     """
-    d, eff_link = config.dp, comm.collective_link(link)
-    if d == 1:
+    if config.dp == 1:
         return 0.0
-    grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
-    weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
-    scatter = comm.ring_allgather_seconds(grad_bytes, d, eff_link)
-    gather = comm.ring_allgather_seconds(weight_bytes, d, eff_link)
+    collectives = dp_collectives(params_per_gpu, config, link)
+    scatter, gather = collectives.gradient_seconds, collectives.gather_seconds
     if config.zero_stage == 0:
-        reduce = comm.ring_allreduce_seconds(grad_bytes, d, eff_link)
-        return max(0.0, reduce - backward_window_seconds)
+        return max(0.0, scatter - backward_window_seconds)
     if config.zero_stage == 1:
         return max(0.0, scatter - backward_window_seconds) + gather
     if config.zero_stage == 2:
         return m * max(0.0, scatter - backward_window_seconds) + gather
     gathers = 3 if config.recompute == "full" else 2
     return m * max(0.0, scatter + gathers * gather - micro_batch_seconds)
+
+
+def pp_send_bytes(model: ModelSpec, config: TrainConfig, s: int) -> float:
+    """b*s*h*e/t: Megatron scatters a boundary's activations over the TP ranks."""
+    return 2 * config.micro_batch_size * s * model.hidden_size / config.tp
+
+
+def pp_send_seconds(model: ModelSpec, config: TrainConfig, s: int, link: Link | None) -> float:
+    """One boundary send, alpha + S/beta (0 when pp = 1)."""
+    if config.pp == 1:
+        return 0.0
+    return comm.p2p_seconds(pp_send_bytes(model, config, s), link)
 
 
 def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int, m: int,
@@ -233,57 +272,66 @@ def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: i
     tied embeddings add a 4*V*h/t-byte gradient all-reduce between first and last stage."""
     if config.pp == 1:
         return 0.0
-    send_bytes = 2 * config.micro_batch_size * s * model.hidden_size / config.tp
     sends = 2 * (config.virtual_stages * m + config.pp - 1)
-    total = sends * comm.p2p_seconds(send_bytes, link)
+    total = sends * pp_send_seconds(model, config, s, link)
     if model.tie_word_embeddings:
         embedding_grad_bytes = 4 * model.vocab_size * model.hidden_size / config.tp
         total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, comm.collective_link(link))
     return total
 
 
-def _tp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
-                rates: TrainRates) -> TpSeconds:
-    c = config
-    return memoised(cluster, ("tp_seconds", model, c.tp, c.micro_batch_size, c.sequence_parallel,
-                              c.recompute, s, rates),
-                    lambda: tp_seconds_per_layer(model, cluster, c, s, place(cluster, c.layout), rates))
+@dataclass(frozen=True)
+class LayerTerms:
+    """What one layer costs one GPU for one micro-batch of a configuration: every stage's
+    time is built from these (they depend on tp, b, s, SP and recompute, not on pp or dp)."""
+
+    layer: LayerSeconds
+    tp: TpSeconds
+    logits_seconds: float
+    """The last stage's output layer and loss, per micro-batch."""
 
 
-def stage_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+                placement: Placement, rates: TrainRates) -> LayerTerms:
+    c, b = config, config.micro_batch_size
+    return LayerTerms(
+        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates),
+        tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
+        logits_seconds=logits_seconds(model, s, b, c.tp, rates),
+    )
+
+
+def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
                   rates: TrainRates) -> StageSeconds:
     """One stage's time per micro-batch as layers * w + its extra (what step_times adds up):
     w = layer compute + exposed TP + the layer's gradient accumulation; the first stage adds
     the embedding's accumulation, the last the LM head's and the logits (cost/stage_split.py
     picks the uneven split from these)."""
-    c, b = config, config.micro_batch_size
-    layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp = _tp_seconds(model, cluster, c, s, rates)
+    c = config
     per_byte = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / rates.elementwise_bytes_per_s
     ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0))
     return StageSeconds(
-        seconds_per_layer=layer.total + tp.exposed + layer_params_per_gpu(model, c.tp) * per_byte,
+        seconds_per_layer=terms.layer.total + terms.tp.exposed + layer_params_per_gpu(model, c.tp) * per_byte,
         first_extra_seconds=ends.first_stage * per_byte,
-        last_extra_seconds=ends.last_stage * per_byte + logits_seconds(model, s, b, c.tp, rates),
+        last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
     )
 
 
 def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
-               s: int, rates: TrainRates, layers: tuple[int, int, int]) -> StepTimes:
+               s: int, rates: TrainRates, layers: tuple[int, int, int], placement: Placement,
+               terms: LayerTerms, params: StageParams,
+               model_flops_per_sequence: float, hardware_flops_per_sequence: float) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
-    middle, last) stage layer counts (middle 0 when pp <= 2). Every stage runs at the pace of
-    the slowest: compute, TP and bubble are that stage's; DP and optimizer the worst stage's
-    parameters, the DP overlap window the first stage's last backward."""
+    middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
+    GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
+    stage's; DP and optimizer the worst stage's parameters, the DP overlap window the first
+    stage's last backward."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
-    placement = place(cluster, c.layout)
-    layer = layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates)
-    tp = _tp_seconds(model, cluster, c, s, rates)
+    layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
     first, middle, last = layers
-    params = stage_params_per_gpu(model, c.tp, c.pp, layers)
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
-    logits = logits_seconds(model, s, b, c.tp, rates)
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
     slowest, slowest_layers = c.pp - 1, last
     compute_per_micro_batch = last * layer.total + params.last_stage * accumulate + logits
@@ -312,14 +360,17 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         tp_link=None if placement.tp_link is None else placement.tp_link.kind,
         pp_link=None if placement.pp_link is None else placement.pp_link.kind,
         dp_link=None if link is None else link.kind,
-        model_flops_per_step=global_batch * model_flops_per_sequence(model, s),
-        hardware_flops_per_step=global_batch * megatron_flops_per_sequence(model, s),
+        model_flops_per_step=global_batch * model_flops_per_sequence,
+        hardware_flops_per_step=global_batch * hardware_flops_per_sequence,
         slowest_stage=slowest,
         slowest_stage_num_layers=slowest_layers,
+        stage_seconds_per_micro_batch=stage_per_micro_batch,
+        pp_send_seconds=pp_send_seconds(model, config, s, placement.pp_link),
+        pp_send_bytes=pp_send_bytes(model, config, s),
+        dp=dp_collectives(params.worst, c, link),
     )
 
 
-@lru_cache(maxsize=1024)
 def logits_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
     """Last stage, per micro-batch: the output GEMM forward + backward (3x) and the
     vocab-parallel cross-entropy's traffic: the (2+4)*s*b*V/t bytes of 16-bit logits and fp32

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 
 from planner.emit.command import HEAD_ADDRESS_PLACEHOLDER, Step
+from planner.layout import TrainConfig
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainConfig
 
 MEGATRON_VERSION = "core_r0.14"
 RENDEZVOUS_PORT = 29500

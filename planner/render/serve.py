@@ -9,10 +9,11 @@ from typing import Any
 from rich.table import Table
 
 from planner.emit.command import Step
+from planner.layout import Rejected
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import console, count, ms, print_json, us
-from planner.search import NEAR_TIE_FRACTION, ServePlan
-from planner.serve import Rejected, ServeEstimate
+from planner.serve import ServeEstimate
+from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
 
 

@@ -100,7 +100,7 @@ def render_rejected(plan: TrainPlan) -> Table:
     for header in ("tp", "pp", "dp", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
     for r in plan.rejected:
-        table.add_row(str(r.tp), str(r.pp), str(r.dp), str(r.num_configs_rejected), "; ".join(r.reasons))
+        table.add_row(str(r.layout.tp), str(r.layout.pp), str(r.layout.dp), str(r.num_configs_rejected), "; ".join(r.reasons))
     return table
 
 
@@ -161,7 +161,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "seq_len": request.seq_len,
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
-        "rejected": [{"tp": r.tp, "pp": r.pp, "dp": r.dp, "reasons": list(r.reasons),
+        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons),
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
     })

@@ -14,9 +14,9 @@ from planner.cli import app
 from planner.explain import explain_serving, serve_knob_base, serve_replan
 from planner.layout import Layout
 from planner.requests import ServeRequest
-from planner.search import evaluate
 from planner.sensitivity import KnobBase, Knobs, Settings, analyze, apply_knobs
 from planner.serve import estimate
+from planner.serve_search import evaluate
 
 FLIP_FACTOR = 0.7
 """Where the synthetic case is placed to flip: below 0.8 (so +/-20% survives) and above 0.5

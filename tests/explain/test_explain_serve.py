@@ -14,7 +14,7 @@ from planner.cli import app
 from planner.explain import Explanation, explain_serving
 from planner.layout import Layout
 from planner.requests import LayoutFilter, ServeRequest
-from planner.search import plan_serving
+from planner.serve_search import plan_serving
 from planner.specs import AllreduceCurve, Measured, SpecError
 
 

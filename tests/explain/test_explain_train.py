@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from planner import sensitivity
 from planner.catalog import resolve_cluster, resolve_model, shipped_clusters, shipped_models
 from planner.cli import app
-from planner.explain_train import explain_training, pick_training, stage_memories
+from planner.explain_train import explain_training, pick_training
 from planner.render.explain import render_explanation
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import SpecError
@@ -32,8 +32,7 @@ def test_sections_match_the_estimate(schedule: str) -> None:
     assert e.timeline.schedule == schedule and e.timeline.num_stages == 2
     estimate, _ = pick_training(model, cluster, request)
     worst = memory_per_gpu(model, estimate.config, request.seq_len, estimate.num_micro_batches)
-    mine = stage_memories(model, estimate, request.seq_len)
-    assert max(m.total_bytes for m in mine) == pytest.approx(worst.total_bytes)
+    assert max(m.total_bytes for m in estimate.stage_memories) == pytest.approx(worst.total_bytes)
     assert [bar.stages for bar in e.memory] == [(0,), (1,)]
     names = {s.name for s in e.memory[0].segments}
     assert {"weights", "gradients", "optimizer", "activations", "overhead"} <= names

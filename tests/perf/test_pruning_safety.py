@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.catalog import resolve_cluster, resolve_model
-from planner.layout import divisors, factorizations
+from planner.layout import Rejected, TrainConfig, divisors, factorizations
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import Infeasible, TrainConfig, TrainEstimate, estimate, train_rates
+from planner.train import TrainEstimate, estimate, train_rates
 from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key, search
 
 MICRO_BATCHES = [2**i for i in range(MAX_MICRO_BATCH_SIZE.bit_length()) if 2**i <= MAX_MICRO_BATCH_SIZE]
@@ -127,7 +127,7 @@ def test_the_cases_exercise_every_pruning_rule() -> None:
     results = {c: estimate(model, cluster, c, request, rates) for c in every_config(model, cluster.num_gpus)}
     fitting = least_recompute([r for r in results.values() if isinstance(r, TrainEstimate)])
     assert {r.config.recompute for r in fitting.values()} == set(RECOMPUTE_ORDER)
-    assert any(isinstance(r, Infeasible) and r.over_bytes > 0 and c.recompute == "full"
+    assert any(isinstance(r, Rejected) and r.over_bytes > 0 and c.recompute == "full"
                for c, r in results.items())
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 
 from planner.catalog import resolve_cluster, resolve_model
-from planner.layout import Layout
+from planner.layout import Layout, Rejected
 from planner.requests import LayoutFilter, ServeRequest
-from planner.search import ServePlan, plan_serving
-from planner.serve import Rejected, ServeEstimate, estimate
+from planner.serve import ServeEstimate, estimate
+from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
 

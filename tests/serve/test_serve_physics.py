@@ -12,15 +12,15 @@ import math
 import pytest
 
 from planner.cost.pipeline import serving_stage_utilization
-from planner.layout import Layout, place
-from planner.requests import ServeRequest
-from planner.serve import (
-    ServeEstimate,
+from planner.cost.serving_memory import kv_bytes_per_token_per_gpu, stage_layer_counts, stage_memory
+from planner.cost.serving_time import (
     expected_experts_touched,
     serving_bubble_fraction,
     tp_allreduce_seconds_per_layer,
 )
-from planner.serve_memory import kv_bytes_per_token_per_gpu, stage_layer_counts, stage_memory
+from planner.layout import Layout, place
+from planner.requests import ServeRequest
+from planner.serve import ServeEstimate
 
 # ---------------------------------------------------------------- stage split (vLLM get_pp_indices)
 

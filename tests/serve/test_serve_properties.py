@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner.search as search
+import planner.serve_search as serve_search
 from planner.catalog import cluster_from_shorthand, resolve_model
+from planner.cost.serving_memory import stage_memory, structural_reasons
 from planner.layout import Layout, divisors
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate, estimate
-from planner.serve_memory import stage_memory, structural_reasons
 
 MODELS = [
     "llama-3.1-8b",
@@ -111,8 +112,8 @@ def test_ranking_is_deterministic_and_order_free(name, cluster_name, objective, 
     model = resolve_model(name)
     cluster = cluster_from_shorthand(*cluster_name, "x".join(map(str, cluster_name)))
     request = ServeRequest(max_model_len=16384, objective=objective)
-    first = search.plan_serving(model, cluster, request)
-    again = search.plan_serving(model, cluster, request)
+    first = serve_search.plan_serving(model, cluster, request)
+    again = serve_search.plan_serving(model, cluster, request)
     assert ranking(first) == ranking(again)
 
     original = search.candidate_layouts
@@ -124,7 +125,7 @@ def test_ranking_is_deterministic_and_order_free(name, cluster_name, objective, 
 
     search.candidate_layouts = shuffled
     try:
-        reordered = search.plan_serving(model, cluster, request)
+        reordered = serve_search.plan_serving(model, cluster, request)
     finally:
         search.candidate_layouts = original
     assert ranking(reordered) == ranking(first)
@@ -137,7 +138,7 @@ def test_every_factorization_is_planned_once():
     15 ordered factorizations)."""
     model = resolve_model("llama-3.1-70b")
     cluster = cluster_from_shorthand(2, 8, "A100", "2x8xA100")
-    plan = search.plan_serving(model, cluster, ServeRequest(max_model_len=8192))
+    plan = serve_search.plan_serving(model, cluster, ServeRequest(max_model_len=8192))
     layouts = [r.layout for r in plan.layouts] + [r.layout for r in plan.rejected]
     assert all(lay.num_gpus == 16 for lay in layouts)
     assert len(set(layouts)) == len(layouts) == sum(len(divisors(16 // t)) for t in divisors(16))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.requests import ServeRequest
-from planner.search import NEAR_TIE_FRACTION, plan_serving
+from planner.serve_search import NEAR_TIE_FRACTION, plan_serving
 
 
 def test_throughput_near_tie_goes_to_the_lower_tpot():

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from planner.cost.params import weight_bytes
-from planner.serve import decode_weight_bytes_read, stage_matmul_flops_per_token
-from planner.serve_memory import stage_memory
+from planner.cost.serving_memory import stage_memory
+from planner.cost.serving_time import decode_weight_bytes_read, stage_matmul_flops_per_token
 from planner.units import BYTES_PER_GIB
 
 # ---------------------------------------------------------------- 70B bf16 on one 80 GB GPU

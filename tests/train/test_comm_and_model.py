@@ -10,9 +10,9 @@ from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import comm
 from planner.cost.comm import collective_link
 from planner.cost.training_time import dp_exposed_seconds, pp_seconds
-from planner.layout import Link
+from planner.layout import Link, Rejected, TrainConfig
 from planner.requests import TrainRequest
-from planner.train import Infeasible, TrainConfig, estimate, memory_per_gpu
+from planner.train import estimate, memory_per_gpu
 
 LINK = Link("test", "intra_node", 100e9, 0.0)
 GPT175 = resolve_model("gpt3-175b")
@@ -52,7 +52,7 @@ def test_dp_volumes():
 def test_breakdown_adds_up_and_links():
     e = estimate(GPT175, resolve_cluster("16x8xA100"), TrainConfig(8, 8, 2, 1, "1f1b", 1, "selective", True, 1),
                  TrainRequest(global_batch=1536, seq_len=2048))
-    assert not isinstance(e, Infeasible)
+    assert not isinstance(e, Rejected)
     t = e.time_breakdown_seconds
     assert t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm_exposed == pytest.approx(e.step_time_seconds)
     assert (e.tp_link, e.pp_link, e.dp_link) == ("nvlink", "infiniband", "infiniband")
@@ -62,7 +62,7 @@ def test_breakdown_adds_up_and_links():
 def test_out_of_memory_is_a_value_with_the_stage():
     got = estimate(GPT175, resolve_cluster("1x8xA100"), TrainConfig(8, 1, 1, 1, "1f1b", 1, "full", True, 0),
                    TrainRequest(global_batch=8, seq_len=2048))
-    assert isinstance(got, Infeasible) and got.over_bytes > 0
+    assert isinstance(got, Rejected) and got.over_bytes > 0
     assert got.reasons[0].startswith("out of memory on stage 0 by ")
 
 

@@ -17,15 +17,14 @@ from planner.cli import app
 from planner.cost import stage_split as split
 from planner.cost.stage_split import StageSeconds
 from planner.explain_train import explain_training
+from planner.layout import Rejected, TrainConfig
 from planner.render.explain import render_explanation
 from planner.requests import LayoutFilter, TrainRequest
 from planner.train import (
-    Infeasible,
-    TrainConfig,
     TrainEstimate,
     estimate,
     memory_per_gpu,
-    stage_memory,
+    stage_memories,
     train_rates,
     with_stage_split,
 )
@@ -95,20 +94,20 @@ def test_no_balanced_split_is_a_reason():
     model = resolve_model("llama-3.1-70b")
     config = TrainConfig(8, 32, 1, 1, "1f1b", 1, "full", True, 0)
     result = estimate(model, resolve_cluster("32x8xH100"), config, TrainRequest(global_batch=64, seq_len=4096))
-    assert isinstance(result, Infeasible)
+    assert isinstance(result, Rejected)
     assert "no uneven first/last split" in result.reasons[0]
 
 
 def test_an_explicit_split_megatron_refuses_is_rejected():
     config = TrainConfig(8, 16, 8, 1, "1f1b", 1, "full", True, 1, (6, 6))
     result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
-    assert isinstance(result, Infeasible) and "do not divide over 14 middle stages" in result.reasons[0]
+    assert isinstance(result, Rejected) and "do not divide over 14 middle stages" in result.reasons[0]
 
 
 def test_interleaving_needs_a_split_divisible_by_v():
     config = TrainConfig(8, 16, 8, 1, "interleaved", 4, "full", True, 1)
     result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
-    assert isinstance(result, Infeasible) and "multiple of v=4" in result.reasons[0]
+    assert isinstance(result, Rejected) and "multiple of v=4" in result.reasons[0]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -130,7 +129,7 @@ def test_worst_stage_memory_never_undercounts_a_stage(pp, schedule_v, m, recompu
     config = TrainConfig(tp, pp, 1, 1, schedule, v, recompute, tp > 1, 0, (first, last))
     worst = memory_per_gpu(LLAMA_405B, config, 4096, m)
     for stage in range(pp):
-        assert stage_memory(LLAMA_405B, config, 4096, m, stage).total_bytes <= worst.total_bytes * (1 + 1e-12)
+        assert stage_memories(LLAMA_405B, config, 4096, m, (stage,))[0].total_bytes <= worst.total_bytes * (1 + 1e-12)
 
 
 def test_the_second_stage_can_be_the_worst():

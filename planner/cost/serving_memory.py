@@ -4,8 +4,8 @@ Legend: t/p tensor/pipeline degrees, L_s layers of stage s, k KV heads, d head d
 T max_num_batched_tokens of vLLM's profile run. Budget = total * gpu_memory_utilization;
 from it go the weights, the profile run's activation peak, non-torch memory (CUDA context,
 NCCL buffers) and CUDA graphs; the rest is KV cache in 16-token blocks.
-Sources: ../shared/reference/physics.md (Serving); vLLM's get_pp_indices (uneven stage
-splits) and EngineArgs.get_batch_defaults; engines.md for the checks vLLM enforces.
+Sources: docs/cost-model.md (Serving: memory); vLLM's get_pp_indices (uneven stage
+splits) and EngineArgs.get_batch_defaults.
 """
 
 from __future__ import annotations

@@ -1,0 +1,212 @@
+"""Serving search: enumerate every TP x PP x DP split, estimate, rank, explain.
+
+Ranking keys are explicit and deterministic. When nothing fits, the planner
+re-runs itself on changed inputs (fp8 / int4 weights, fp8 KV cache, a shorter
+max-model-len, more GPUs) and reports only the changes that actually make a
+layout feasible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from planner.catalog import cluster_from_shorthand
+from planner.errors import SpecError
+from planner.layout import Layout, Rejected
+from planner.requests import ServeRequest
+from planner.search import LayoutResult, Plan, candidate_layouts, run_search
+from planner.serve import ServeEstimate, estimate
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
+
+ServePlan = Plan[ServeEstimate, ServeRequest]
+
+
+NEAR_TIE_FRACTION = 0.03
+"""Layouts within 3% of the best on the objective are a tie: the cost model is not more
+precise than that, so among them the one better on the other axis (TPOT for throughput,
+throughput for latency) is ranked first. A demanding user would not trade 30% worse
+latency for 0.3% more tokens/s."""
+
+
+def rank_key(result: ServeEstimate, objective: str) -> tuple:
+    layout = result.layout
+    tie = (layout.tp, layout.pp, layout.dp)
+    if objective == "latency":
+        return (result.tpot_seconds, result.ttft_seconds, -result.throughput_tokens_per_second, tie)
+    return (-result.throughput_tokens_per_second, result.tpot_seconds, tie)
+
+
+def rank(results: list[ServeEstimate], objective: str) -> list[ServeEstimate]:
+    """Best first: the near-tie band around the best on the objective, ordered by the other
+    axis, then everything else by the objective (rank_key)."""
+    ordered = sorted(results, key=lambda r: rank_key(r, objective))
+    if not ordered:
+        return ordered
+    best = ordered[0]
+    if objective == "latency":
+        band = [r for r in ordered if r.tpot_seconds <= best.tpot_seconds * (1 + NEAR_TIE_FRACTION)]
+        band.sort(key=lambda r: rank_key(r, "throughput"))
+    else:
+        floor = best.throughput_tokens_per_second * (1 - NEAR_TIE_FRACTION)
+        band = [r for r in ordered if r.throughput_tokens_per_second >= floor]
+        band.sort(key=lambda r: rank_key(r, "latency"))
+    chosen = {r.layout for r in band}
+    return band + [r for r in ordered if r.layout not in chosen]
+
+
+def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
+    """Non-dominated in (lower TPOT, higher throughput)."""
+    front = set()
+    for a in results:
+        dominated = any(
+            b.tpot_seconds <= a.tpot_seconds
+            and b.throughput_tokens_per_second >= a.throughput_tokens_per_second
+            and (b.tpot_seconds < a.tpot_seconds or b.throughput_tokens_per_second > a.throughput_tokens_per_second)
+            for b in results
+        )
+        if not dominated:
+            front.add(a.layout)
+    return frozenset(front)
+
+
+def check_request(model: ModelSpec, request: ServeRequest) -> None:
+    max_len = request.max_model_len or model.max_position_embeddings
+    if request.max_model_len and request.max_model_len > model.max_position_embeddings:
+        raise SpecError(
+            f"--max-model-len: {request.max_model_len:,} exceeds the model's "
+            f"max_position_embeddings {model.max_position_embeddings:,}"
+        )
+    if request.input_len + request.output_len > max_len:
+        raise SpecError(
+            f"--input-len + --output-len: {request.input_len + request.output_len:,} tokens exceed "
+            f"the max model length {max_len:,}"
+        )
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
+    """Every layout estimated (rejected with reasons, or over --max-tpot-ms), ranked."""
+    check_request(model, request)
+
+    def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
+        result = estimate(model, cluster, layout, request)
+        if isinstance(result, Rejected):
+            return [], result, 1
+        if request.max_tpot_seconds is not None and result.tpot_seconds > request.max_tpot_seconds:
+            return [], Rejected(layout, (
+                f"TPOT {seconds_to_ms(result.tpot_seconds):.1f} ms exceeds --max-tpot-ms "
+                f"{seconds_to_ms(request.max_tpot_seconds):g}",
+            )), 1
+        return [result], None, 1
+
+    num_gpus = request.num_gpus or cluster.num_gpus
+    plan = run_search(model, cluster, request, num_gpus, request.layout, evaluate_layout,
+                  lambda found: rank(found, request.objective))
+    return replace(plan, pareto=pareto_front(list(plan.layouts)))
+
+
+def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
+    plan = evaluate(model, cluster, request)
+    if plan.layouts:
+        return plan
+    return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
+
+
+def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:
+    try:
+        return evaluate(model, cluster, request).recommended
+    except SpecError:
+        return None
+
+
+def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
+    """What would make a layout feasible, each checked by re-planning: lighter weights,
+    an fp8 KV cache, a shorter context (with the longest --max-model-len that then fits),
+    more GPUs."""
+    order = {None: 0, "int8": 1, "fp8": 1, "int4": 2}
+    options = [
+        (f"{quant} weights (--quantization {quant})", model.model_copy(update={"quantization": quant}), request)
+        for quant in ("fp8", "int4")
+        if order[quant] > order[model.quantization]
+    ]
+    if request.kv_cache_dtype != "fp8":
+        options.append(("an fp8 KV cache (--kv-cache-dtype fp8)", model, replace(request, kv_cache_dtype="fp8")))
+    options.append(("a shorter context", model, request))
+    wanted_len = request.max_model_len or model.max_position_embeddings
+    out = []
+    for label, option_model, option_request in options:
+        found = longest_fitting_len(option_model, cluster, option_request)
+        if found is None:
+            continue
+        length, layout = found
+        if length >= wanted_len:
+            best = _feasible(option_model, cluster, option_request)
+            out.append(f"{label}: fits, e.g. {best.layout if best else layout}")
+        elif label == "a shorter context":
+            out.append(f"--max-model-len {length:,} or less: fits, e.g. {layout}")
+        else:
+            out.append(f"{label} with --max-model-len {length:,} or less: fits, e.g. {layout}")
+    more = more_gpus_needed(model, cluster, request)
+    if more is not None:
+        out.append(more)
+    if not out:
+        out.append("nothing tried fits: use more or larger GPUs")
+    return out
+
+
+def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[int, Layout] | None:
+    """The longest max-model-len some layout accepts (the KV cache it holds once one
+    in+out request fits), capped at the model's own limit; None if no layout fits at all."""
+    num_gpus = request.num_gpus or cluster.num_gpus
+    need = request.input_len + request.output_len
+    best: tuple[int, Layout] | None = None
+    for layout in candidate_layouts(num_gpus, request.layout):
+        result = estimate(model, cluster, layout, replace(request, max_model_len=need))
+        if isinstance(result, ServeEstimate):
+            length = min(result.kv_cache_tokens, model.max_position_embeddings)
+            if best is None or length > best[0]:
+                best = (length, layout)
+    return best
+
+
+def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> str | None:
+    """The smallest cluster of the same nodes (whole nodes, or more GPUs in one node up to 8)
+    on which some layout fits."""
+    gpn = cluster.gpus_per_node
+    planned = request.num_gpus or cluster.num_gpus
+    if planned < cluster.num_gpus:
+        best = _feasible(model, cluster, replace(request, num_gpus=None))
+        if best is not None:
+            return f"all {cluster.num_gpus} GPUs of the cluster: fits, e.g. {best.layout}"
+    if cluster.num_nodes == 1:
+        for size in (2, 4, 8):
+            if size > max(planned, gpn):
+                intra = cluster.intra_node or cluster.gpu.intra_node
+                bigger = cluster.model_copy(update={"gpus_per_node": size, "intra_node": intra,
+                                                    "name": f"1x{size}x{cluster.gpu.name}"})
+                best = _feasible(model, bigger, replace(request, num_gpus=None))
+                if best is not None:
+                    return f"{size - planned} more GPUs ({size} in one node): fits, e.g. {best.layout}"
+    first = math.ceil(planned / gpn)
+    for num_nodes in range(first, 4 * first + 9):
+        if num_nodes * gpn <= planned:
+            continue
+        bigger = _scaled(cluster, num_nodes)
+        if bigger is None:
+            return None
+        best = _feasible(model, bigger, replace(request, num_gpus=None))
+        if best is not None:
+            extra = num_nodes * gpn - planned
+            return f"{extra} more GPUs ({num_nodes} nodes of {gpn}): fits, e.g. {best.layout}"
+    return None
+
+
+def _scaled(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec | None:
+    if num_nodes == cluster.num_nodes:
+        return cluster
+    if cluster.inter_node is not None:
+        return cluster.model_copy(update={"num_nodes": num_nodes, "name": f"{num_nodes}x{cluster.gpus_per_node}x{cluster.gpu.name}"})
+    if cluster.gpu.inter_node is None:
+        return None
+    return cluster_from_shorthand(num_nodes, cluster.gpus_per_node, cluster.gpu.name, cluster.name)
