@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
+from planner import specs
 from planner.specs import (
     GPU,
     ClusterSpec,
     ModelSpec,
     SpecError,
-    load_cluster,
     load_model,
     validate,
 )
@@ -88,6 +88,11 @@ def resolve_model(arg: str) -> ModelSpec:
         f"--model: {arg!r} is neither a file nor a shipped model "
         f"(shipped: {', '.join(shipped_models())})"
     )
+
+
+def load_cluster(path: Path) -> ClusterSpec:
+    """A hardware profile YAML, its `gpu: NAME` resolved from the GPU catalog."""
+    return specs.load_cluster(path, resolve_gpu)
 
 
 def resolve_cluster(arg: str) -> ClusterSpec:

@@ -7,6 +7,7 @@ becomes a `SpecError` whose message is one line: `file: field: problem`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -257,11 +259,14 @@ class ClusterSpec(_Spec):
 
     @field_validator("gpu", mode="before")
     @classmethod
-    def _resolve_gpu(cls, value: Any) -> Any:
+    def _resolve_gpu(cls, value: Any, info: ValidationInfo) -> Any:
+        """A GPU given by name is looked up by the resolver the loader passes in the
+        validation context (the catalog's), so this schema never imports the catalog."""
         if isinstance(value, str):
-            from planner.catalog import resolve_gpu
-
-            return resolve_gpu(value)
+            resolve = (info.context or {}).get("resolve_gpu")
+            if resolve is None:
+                raise ValueError("a GPU name needs the GPU catalog: load the profile with planner.catalog")
+            return resolve(value)
         return value
 
     @model_validator(mode="after")
@@ -331,9 +336,10 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
-def validate(schema: type[_Spec], data: dict[str, Any], origin: str) -> Any:
+def validate(schema: type[_Spec], data: dict[str, Any], origin: str,
+             context: dict[str, Any] | None = None) -> Any:
     try:
-        return schema.model_validate(data)
+        return schema.model_validate(data, context=context)
     except ValidationError as exc:
         raise SpecError(format_validation_error(origin, exc)) from None
     except SpecError as exc:  # raised by nested resolution (unknown GPU name)
@@ -344,5 +350,8 @@ def load_model(path: Path) -> ModelSpec:
     return validate(ModelSpec, read_yaml_mapping(path), str(path))
 
 
-def load_cluster(path: Path) -> ClusterSpec:
-    return validate(ClusterSpec, read_yaml_mapping(path), str(path))
+def load_cluster(path: Path, resolve_gpu: Callable[[str], GPU] | None = None) -> ClusterSpec:
+    """A hardware profile; `resolve_gpu` turns a `gpu: NAME` into the catalog's GPU
+    (planner.catalog.load_cluster passes its own)."""
+    context = None if resolve_gpu is None else {"resolve_gpu": resolve_gpu}
+    return validate(ClusterSpec, read_yaml_mapping(path), str(path), context)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.catalog import HARDWARE_PROFILES_DIR, MODEL_SPECS_DIR, resolve_gpu
+from planner.catalog import HARDWARE_PROFILES_DIR, MODEL_SPECS_DIR, load_cluster, resolve_gpu
 from planner.specs import (
     ClusterSpec,
     InterNodeLink,
     IntraNodeLink,
     ModelSpec,
     SpecError,
-    load_cluster,
     load_model,
 )
 
@@ -92,9 +91,9 @@ def test_units_converted_once_to_si() -> None:
     assert gpu.peak_flops_per_s("bf16") == pytest.approx(312e12)
     assert gpu.peak_flops_per_s("fp8") is None  # A100 has no fp8: unknown stays unknown
     cluster = ClusterSpec(
-        name="c", num_nodes=2, gpus_per_node=8, gpu="A100", intra_node=intra, inter_node=inter
+        name="c", num_nodes=2, gpus_per_node=8, gpu=gpu, intra_node=intra, inter_node=inter
     )
-    assert cluster.gpu is gpu
+    assert cluster.gpu == gpu
     assert cluster.inter_node_bandwidth_bytes_per_s_per_gpu == pytest.approx(2.5e10)
 
 
