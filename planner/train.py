@@ -21,7 +21,7 @@ from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
-from planner.cost.params import matmul_precision_of_dtype
+from planner.cost.params import matmul_precision_of_dtype, tp_head_reasons
 from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
 from planner.cost.training_time import (
     DpCollectives,
@@ -118,12 +118,8 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
 
 def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int) -> list[str]:
     """Why no configuration of this (tp, pp, dp) can run, independent of b and schedule."""
-    reasons = []
-    a, k, L = model.num_attention_heads, model.num_key_value_heads, model.num_hidden_layers
-    if a % tp:
-        reasons.append(f"attention heads {a} not divisible by tp={tp}")
-    elif k % tp and tp % k:
-        reasons.append(f"KV heads {k} neither divisible by nor dividing tp={tp}")
+    reasons = tp_head_reasons(model, tp)
+    L = model.num_hidden_layers
     if model.intermediate_size % tp:
         reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
     if L % pp and not split.has_split(L, pp):

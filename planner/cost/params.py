@@ -140,8 +140,14 @@ def weight_bytes(model: ModelSpec) -> float:
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
     """Whole model, one token: 2 (K and V) * L * k * d * bytes per element."""
+    return kv_bytes_per_token_per_gpu(model, model.num_hidden_layers, 1, kv_cache_dtype)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
+    """One GPU of a TP group holding num_layers layers: 2 (K, V) * L_s * max(1, k/t) * d *
+    bytes per element (the model dtype's, or 1 for an fp8 KV cache)."""
     kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
-    return 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * kv_bytes
+    return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -149,17 +155,45 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_key_value_heads // tp)
 
 
-def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
-    """One block on one GPU of a TP group: matmuls split by t, KV projections replicated
-    when t > k (each GPU keeps max(1, k/t) KV heads), norms (and row-parallel biases) whole."""
-    counts = param_counts(model)
+def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
+    """Why attention cannot split over t ranks: every rank needs whole query heads, and KV
+    heads must either split evenly (k divisible by t) or replicate evenly (t divisible by
+    k). The same rule in vLLM and Megatron-LM."""
+    a, k = model.num_attention_heads, model.num_key_value_heads
+    if a % tp:
+        return [f"attention heads {a} not divisible by tp={tp}"]
+    if k % tp and tp % k:
+        return [f"KV heads {k} neither divisible by nor dividing tp={tp}"]
+    return []
+
+
+def layer_linear_weights_per_gpu(model: ModelSpec, tp: int) -> float:
+    """One block's matmul weights on one GPU of a TP group: split by t, except the K and V
+    projections, of which each GPU keeps max(1, k/t) heads (replicated when t > k)."""
     h, d = model.hidden_size, model.head_dim
-    linear = linear_weights_per_layer(model, counts)
+    linear = linear_weights_per_layer(model, param_counts(model))
     kv_full = 2 * h * model.num_key_value_heads * d
     kv_per_gpu = 2 * h * kv_heads_per_gpu(model, tp) * d
-    linear_per_gpu = (linear - kv_full) / tp + kv_per_gpu
-    other = counts.per_layer - linear
-    return linear_per_gpu * linear_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype]
+    return (linear - kv_full) / tp + kv_per_gpu
+
+
+def layer_other_params(model: ModelSpec) -> int:
+    """One block's parameters outside its matmuls (norms, biases), kept whole on every GPU
+    (a slight overcount for column-parallel biases)."""
+    counts = param_counts(model)
+    return counts.per_layer - linear_weights_per_layer(model, counts)
+
+
+def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """One block's parameters on one GPU of a TP group."""
+    return layer_linear_weights_per_gpu(model, tp) + layer_other_params(model)
+
+
+def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
+    """One block's weight bytes on one GPU: matmuls at the quantized size, the rest in the
+    model dtype."""
+    return (layer_linear_weights_per_gpu(model, tp) * linear_bytes_per_weight(model)
+            + layer_other_params(model) * BYTES_PER_ELEMENT[model.dtype])
 
 
 def matmul_precision_of_dtype(model: ModelSpec) -> str:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from planner.cost import efficiency as eff
 from planner.cost.params import (
     activation_bytes_per_element,
-    kv_heads_per_gpu,
+    kv_bytes_per_token_per_gpu,
     layer_weight_bytes_per_gpu,
     param_counts,
+    tp_head_reasons,
 )
 from planner.layout import Layout
 from planner.requests import ServeRequest
@@ -66,13 +67,8 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
 
 
 def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
-    """The checks vLLM enforces before it loads anything (engines.md)."""
-    reasons = []
-    a, k = model.num_attention_heads, model.num_key_value_heads
-    if a % layout.tp:
-        reasons.append(f"attention heads {a} not divisible by tp={layout.tp}")
-    elif k % layout.tp and layout.tp % k:
-        reasons.append(f"KV heads {k} neither split by nor replicated over tp={layout.tp}")
+    """The checks vLLM enforces before it loads anything (vllm/config, ModelConfig.verify_with_parallel_config)."""
+    reasons = tp_head_reasons(model, layout.tp)
     if layout.pp > model.num_hidden_layers:
         reasons.append(f"pp={layout.pp} exceeds the {model.num_hidden_layers} layers")
     return reasons
@@ -90,12 +86,6 @@ def default_max_num_batched_tokens(cluster: ClusterSpec) -> int:
 
 def default_max_num_seqs(cluster: ClusterSpec) -> int:
     return vllm_batch_defaults(cluster)[1]
-
-
-def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
-    """2 (K, V) * L_s * max(1, k/t) * d * bytes (fp8 KV: 1 byte)."""
-    kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
-    return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
 
 
 def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:

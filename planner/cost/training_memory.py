@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost import efficiency
-from planner.cost.params import kv_heads_per_gpu, linear_weights_per_layer, param_counts
+from planner.cost.params import layer_params_per_gpu, param_counts
 from planner.specs import ModelSpec
 
 
@@ -30,17 +30,6 @@ class StageParams:
     @property
     def worst(self) -> float:
         return max(self.first_stage, self.last_stage, self.middle_stage)
-
-
-def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
-    """One block on one GPU: matmul weights / t, KV projections max(1, k/t) heads each,
-    norms and biases kept whole (a slight overcount for column-parallel biases)."""
-    counts = param_counts(model)
-    h, d = model.hidden_size, model.head_dim
-    linear = linear_weights_per_layer(model, counts)
-    kv_full = 2 * h * model.num_key_value_heads * d
-    kv_per_gpu = 2 * h * kv_heads_per_gpu(model, tp) * d
-    return (linear - kv_full) / tp + kv_per_gpu + (counts.per_layer - linear)
 
 
 def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,

@@ -26,9 +26,9 @@ from planner.cost.flops import (
     layer_gemms_forward,
     logits_gemm,
 )
-from planner.cost.params import kv_heads_per_gpu
+from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu
 from planner.cost.stage_split import StageSeconds
-from planner.cost.training_memory import StageParams, layer_params_per_gpu, stage_params_per_gpu
+from planner.cost.training_memory import StageParams, stage_params_per_gpu
 from planner.layout import Link, Placement, TrainConfig, inter_node_link, intra_node_link
 from planner.specs import ClusterSpec, ModelSpec
 

@@ -11,8 +11,9 @@ import math
 
 import pytest
 
+from planner.cost.params import kv_bytes_per_token_per_gpu
 from planner.cost.pipeline import serving_stage_utilization
-from planner.cost.serving_memory import kv_bytes_per_token_per_gpu, stage_layer_counts, stage_memory
+from planner.cost.serving_memory import stage_layer_counts, stage_memory
 from planner.cost.serving_time import (
     expected_experts_touched,
     serving_bubble_fraction,
