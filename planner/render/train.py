@@ -10,7 +10,7 @@ from rich.table import Table
 
 from planner.emit.command import Step
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, gib, ms, print_json
+from planner.render.common import console, count, gib, ms, print_json, to_jsonable
 from planner.train import TrainEstimate
 from planner.train_search import TrainPlan
 
@@ -144,6 +144,11 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed},
+        "stage_memories": to_jsonable(e.stage_memories),
+        "layer_terms": to_jsonable(e.layer_terms),
+        "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
+        "pp_send_seconds": e.pp_send_seconds, "pp_send_bytes": e.pp_send_bytes,
+        "dp_collectives": to_jsonable(e.dp_collectives),
         "command": [list(s.argv) for s in steps],
         "command_where": [s.where for s in steps],
         "command_shell": [s.shell() for s in steps],
