@@ -16,8 +16,12 @@
    per dtype, is a constant and passes.
 3. Unit factors live in planner/units.py only. Outside it, a numeric literal that is a
    power-of-ten or power-of-two unit factor is refused (see `unit_literal_reason` for the
-   exact rule and UNIT_LITERAL_ALLOWED for the exceptions, each with its reason). Strings
-   (docstrings included) and comments are never looked at.
+   exact rule and UNIT_LITERAL_ALLOWED for the exceptions, each with its reason). Not unit
+   factors: the ints 1000 and 1024 unless they scale a quantity whose name carries a unit
+   (they are batch sizes and counts as often as kB or KiB); a float of 1e-9 or less that is
+   added or subtracted (floating-point slack, as in ceil(span - 1e-9)); anything inside an
+   assert's test or a tolerance keyword (rel_tol=1e-9). Strings (docstrings included) and
+   comments are never looked at.
 
 Each rule is its own test; a failure lists every offending file:line.
 """
