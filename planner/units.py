@@ -12,12 +12,15 @@ from __future__ import annotations
 BYTES_PER_KIB = 2**10
 BYTES_PER_MIB = 2**20
 BYTES_PER_GIB = 2**30
+BYTES_PER_MB = 10**6
 BYTES_PER_GB = 10**9
 BITS_PER_BYTE = 8
 BITS_PER_GBIT = 10**9
 SECONDS_PER_US = 1e-6
 SECONDS_PER_MS = 1e-3
 FLOPS_PER_TFLOPS = 1e12
+COUNT_PER_BILLION = 10**9
+"""Parameter counts are shown in billions (B)."""
 
 
 def gib_to_bytes(gib: float) -> int:

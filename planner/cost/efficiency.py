@@ -32,7 +32,7 @@ the probe has not measured the link (serving and training alike)."""
 
 DECODE_HBM_UTILIZATION = 0.76
 """Share of datasheet HBM bandwidth a decode step's weight and KV reads achieve."""
-DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER = 38e-6
+DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER = units.us_to_seconds(38)
 """Fixed cost per layer per decode step (kernel launches, synchronisation, small kernels),
 independent of the bytes read: it is why per-GPU bandwidth utilisation falls as TP grows
 (physics.md, Serving: "more TP, lower per-GPU utilisation").
@@ -54,15 +54,15 @@ the square-matmul rate; used only when a large batch makes decode compute-bound.
 
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
 """CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""
-NCCL_BUFFER_BYTES_TWO_GPUS = 544 * units.BYTES_PER_GB // 1000
+NCCL_BUFFER_BYTES_TWO_GPUS = 544 * units.BYTES_PER_MB
 """NCCL buffers reported by vLLM for a 2-GPU communicator (physics.md, Serving)."""
-NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_GB // 1000
+NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_MB
 """NCCL buffers reported by vLLM for communicators of more than 2 GPUs."""
 CUDA_GRAPH_BYTES = 1 * units.BYTES_PER_GIB
 """CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (physics.md)."""
 KV_BLOCK_SIZE_TOKENS = 16
 """vLLM allocates the KV cache in blocks of 16 tokens on CUDA."""
-PIPELINE_HOP_EXTRA_SECONDS = 20e-6
+PIPELINE_HOP_EXTRA_SECONDS = units.us_to_seconds(20)
 """Per pipeline hop at decode: scheduling and (de)serialising intermediate tensors
 between vLLM's stage workers, on top of the link's alpha + S/beta."""
 

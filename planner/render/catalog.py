@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from planner import catalog
+from planner import catalog, units
 from planner.cost.params import kv_bytes_per_token, param_counts, weight_bytes
 from planner.render.common import billions, console, gb_per_s, gib
 from planner.specs import ClusterSpec, ModelSpec
@@ -16,7 +16,7 @@ def describe_model(model: ModelSpec) -> str:
     quant = f" {model.quantization} weights" if model.quantization else ""
     return (
         f"{model.name}: {billions(counts.total)} params{active}, {gib(weight_bytes(model))} of "
-        f"{model.dtype}{quant} weights, KV {kv_bytes_per_token(model) / 1024:.0f} KiB/token, "
+        f"{model.dtype}{quant} weights, KV {kv_bytes_per_token(model) / units.BYTES_PER_KIB:.0f} KiB/token, "
         f"{model.num_hidden_layers} layers, {model.num_attention_heads} heads / "
         f"{model.num_key_value_heads} KV heads"
     )

@@ -29,7 +29,7 @@ def gib(num_bytes: float) -> str:
 def ms(seconds: float) -> str:
     if math.isinf(seconds):
         return "inf"
-    return f"{units.seconds_to_ms(seconds):.1f} ms" if seconds >= 1e-3 else f"{units.seconds_to_us(seconds):.0f} us"
+    return f"{units.seconds_to_ms(seconds):.1f} ms" if seconds >= units.SECONDS_PER_MS else f"{units.seconds_to_us(seconds):.0f} us"
 
 
 def us(seconds: float) -> str:
@@ -37,7 +37,7 @@ def us(seconds: float) -> str:
 
 
 def billions(count: float) -> str:
-    return f"{count / 1e9:.2f}B"
+    return f"{count / units.COUNT_PER_BILLION:.2f}B"
 
 
 def gb_per_s(bytes_per_s: float) -> str:

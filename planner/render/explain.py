@@ -186,7 +186,7 @@ def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
 
 
 def _short(value: float) -> str:
-    return us(value) if value < 1e-3 else seconds(value)
+    return us(value) if value < units.SECONDS_PER_MS else seconds(value)
 
 
 def _bytes(num_bytes: float) -> str:
