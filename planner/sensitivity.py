@@ -57,7 +57,7 @@ class Knobs:
 @dataclass(frozen=True)
 class Settings:
     step: float = 0.2
-    """The +/- move every input gets (the issue's 20%)."""
+    """The +/- move every input gets (+/-20%: see docs/cost-model.md#known-limitations)."""
     scan_down: tuple[float, ...] = (0.8, 0.65, 0.5, 0.35, 0.25)
     scan_up: tuple[float, ...] = (1.2, 1.5, 2.0, 3.0, 4.0)
     """Factors tried, nearest first, when looking for a flip; the first of each is the step."""

@@ -39,14 +39,14 @@ REQUIRED_CLUSTERS = {
 }
 
 
-def test_issue_lists_ship() -> None:
+def test_catalog_lists_ship() -> None:
     assert REQUIRED_MODELS <= set(shipped_models())
     assert any(resolve_model(name).quantization for name in shipped_models())
     assert REQUIRED_CLUSTERS <= set(shipped_clusters())
 
 
 def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
-    """shared/reference/hardware.md lists 15 GPUs."""
+    """The catalog ships 15 GPUs."""
     names = {gpu.name for gpu in gpu_catalog()}
     assert len(names) == len(gpu_catalog()) == 15
     for gpu in gpu_catalog():
@@ -83,7 +83,7 @@ def test_unknown_gpu_fails(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "precision", "tflops"),
     [
-        # shared/reference/hardware.md, dense
+        # vendor datasheets, dense
         ("H100", "bf16", 989),
         ("H100", "fp8", 1979),
         ("A100", "tf32", 156),

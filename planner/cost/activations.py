@@ -21,7 +21,7 @@ from planner.cost.params import kv_heads_per_gpu
 from planner.specs import ModelSpec
 
 MASK_BYTES_PER_ELEMENT = 1
-"""Dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4.1)."""
+"""Dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4, before 4.1)."""
 
 
 def replicated_bytes_per_token(model: ModelSpec, act_bytes: int) -> float:

@@ -3,7 +3,7 @@
 Legend: S message bytes (the full buffer each rank contributes), n ranks in the
 group, alpha per-step latency (s), beta per-GPU link bandwidth one direction
 (bytes/s) of the slowest link the ring crosses. Conventions: nccl-tests
-doc/PERFORMANCE.md (busbw factors); ../shared/reference/physics.md (Collectives).
+doc/PERFORMANCE.md (busbw factors); docs/cost-model.md#collectives-alpha-beta-ring-busbw.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def collective_link(link: Link | None) -> Link | None:
 
 
 def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None) -> float:
-    """All-reduce of S bytes over a placed group with the ring model of physics.md: inside a
+    """All-reduce of S bytes over a placed group with the alpha-beta ring model: inside a
     node the intra-node link; a ring that spans nodes runs every step at the network's latency
     and the per-GPU share of the node's NICs (the slowest link it crosses).
     Conservative for cross-node groups: NCCL's tree and multi-rail rings can do better, which

@@ -12,8 +12,9 @@ from planner import units
 
 DEFAULT_MATMUL_FRACTION_OF_PEAK = 0.75
 """Used when the catalog has no measured "maximum achievable matmul" for a GPU:
-between MI300X's 51% and A100's 87% of the dense peak (stas00 ml-engineering,
-../shared/reference/hardware.md); H100 SXM measures 80%, B200 78%, GB200 73%."""
+between MI300X's 51-60% (depending on the ROCm version) and A100's 87% of the dense peak
+(stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+comparison table"); H100 SXM measures 80%, B200 78%, GB200 73%."""
 
 
 def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s: float | None) -> float:
@@ -25,7 +26,8 @@ def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s:
 
 NCCL_BUSBW_FRACTION_OF_LINK = 0.77
 """Measured large-message all-reduce busbw over link bandwidth: 8x A100 NVSwitch
-230-235 GB/s of 300 (physics.md, Collectives); applied to the alpha-beta model when
+230-235 GB/s of 300 (nccl-tests all_reduce_perf on DGX A100; NCCL's protocol overhead is
+about 20%, NVIDIA/nccl-tests issue #212; docs/cost-model.md#efficiency-constants); applied to the alpha-beta model when
 the probe has not measured the link (serving and training alike)."""
 
 # ---------------------------------------------------------------- serving (vLLM)
@@ -35,19 +37,21 @@ DECODE_HBM_UTILIZATION = 0.76
 DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER = units.us_to_seconds(38)
 """Fixed cost per layer per decode step (kernel launches, synchronisation, small kernels),
 independent of the bytes read: it is why per-GPU bandwidth utilisation falls as TP grows
-(physics.md, Serving: "more TP, lower per-GPU utilisation").
+(gpt-fast README, "Tensor Parallelism": per-GPU bandwidth falls from 1397 to 704 GB/s
+from TP 1 to 8).
 
 Both constants come from one published series, not one row: gpt-fast's batch-1 decode on
 8x A100-80GB (README, Benchmarks / Tensor Parallelism: Llama-2-7B at TP 1/2/4/8 = 104.9,
 168.84, 254.02, 328.43 tok/s; Llama-2-70B at TP 2/4/8 = 21.32, 38.01, 62.50 tok/s).
 time = bytes/(2039 GB/s * 0.76) + L * 38 us + the TP all-reduces reproduces all seven
-within 5% (tests/serve/test_serve_anchor_gpt_fast.py). Those GPUs were power-limited to
+within 10% (tests/serve/test_serve_anchor_gpt_fast.py). Those GPUs were power-limited to
 330 W; Databricks' 55-60% MBU for 70B on 2-4 GPUs is what this gives once the fixed
 costs are counted (about 64% on 4 A100)."""
 
 PREFILL_MATMUL_UTILIZATION = 0.85
 """Share of the achievable matmul rate a prefill sustains once attention kernels, norms,
-rotary embeddings and sampling are counted (compute-bound prefill; physics.md, Serving)."""
+rotary embeddings and sampling are counted (compute-bound prefill, an estimate;
+docs/cost-model.md#serving-prefill-and-ttft)."""
 DECODE_MATMUL_UTILIZATION = 0.60
 """Decode matmuls are skinny (batch rows): even when compute-bound they reach well below
 the square-matmul rate; used only when a large batch makes decode compute-bound."""
@@ -55,11 +59,13 @@ the square-matmul rate; used only when a large batch makes decode compute-bound.
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
 """CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""
 NCCL_BUFFER_BYTES_TWO_GPUS = 544 * units.BYTES_PER_MB
-"""NCCL buffers reported by vLLM for a 2-GPU communicator (physics.md, Serving)."""
+"""NCCL buffers reported by vLLM for a 2-GPU communicator (vLLM's startup log counts them
+as non-torch memory; an estimate, docs/cost-model.md#efficiency-constants)."""
 NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_MB
 """NCCL buffers reported by vLLM for communicators of more than 2 GPUs."""
 CUDA_GRAPH_BYTES = 1 * units.BYTES_PER_GIB
-"""CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (physics.md)."""
+"""CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (an estimate;
+docs/cost-model.md#efficiency-constants)."""
 KV_BLOCK_SIZE_TOKENS = 16
 """vLLM allocates the KV cache in blocks of 16 tokens on CUDA."""
 PIPELINE_HOP_EXTRA_SECONDS = units.us_to_seconds(20)
@@ -79,7 +85,7 @@ saturating toward the measured maximum achievable rate for large matrices."""
 ELEMENTWISE_HBM_UTILIZATION = 0.80
 """Share of datasheet HBM bandwidth that memory-bound elementwise kernels (layernorm,
 softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach about
-80-90% on A100/H100; the same 0.80 the decode model uses (physics.md, Serving)."""
+80-90% on A100/H100 (an estimate; docs/cost-model.md#efficiency-constants)."""
 
 ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
@@ -96,7 +102,7 @@ OPTIMIZER_STEP_BYTES_PER_PARAM = 30
 write the 16-bit weight (2) (Megatron mixed-precision optimizer)."""
 
 TRAIN_BYTES_PER_PARAM_WEIGHTS = 2
-"""16-bit model weights (physics.md, Training memory)."""
+"""16-bit model weights (Megatron-LM docs/api-guide/dist_optimizer.md)."""
 TRAIN_BYTES_PER_PARAM_GRADIENTS = 4
 """Megatron keeps fp32 main gradients (and reduces them in fp32)."""
 TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12

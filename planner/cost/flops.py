@@ -3,8 +3,8 @@
 Legend: B global batch (sequences), b micro-batch, s sequence length, L layers,
 h hidden size, a heads, k KV heads, d head dim, f FFN size, V vocab, t tensor-parallel
 degree. A multiply-add is 2 FLOP. Results are FLOP (float).
-Sources: Narayanan et al. 2021 (SC21) eq. 3; Korthikanti et al. 2022 eq. 7 and 8;
-../shared/reference/physics.md (Training compute).
+Sources: Narayanan et al. 2021 (SC21) sec. 5.1 eq. (3); Korthikanti et al. 2022 appendix A
+eqs. (7), (8); docs/cost-model.md#training-flops.
 Pure and uncached: the training estimate memoises what a search asks for repeatedly.
 """
 

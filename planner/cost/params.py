@@ -4,7 +4,7 @@ Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim,
 f FFN size (per expert for MoE), V vocab, E experts, e experts per token,
 t tensor-parallel degree. Counts are parameters (int); bytes are bytes (int or
 float when quantized sizes are fractional per weight).
-Sources: ../shared/reference/physics.md (Parameters); Narayanan et al. 2021 eq. 2
+Sources: docs/cost-model.md#parameters-and-weight-bytes; Narayanan et al. 2021 sec. 5.1 eq. (2)
 for the GPT check 12*L*h^2*(1 + 13/(12h) + (V+s)/(12*L*h)).
 """
 

@@ -1,9 +1,10 @@
 """Pipeline bubble quantities. Two different things, two names.
 
 Legend: p stages, m micro-batches per step, v virtual stages (chunks) per device.
-Sources: Huang et al. 2018 (GPipe); Narayanan et al. 2021 sec. 2.2 (PipeDream-Flush
-1F1B and the interleaved schedule); the seeds' worked example (4 stages: 1
-micro-batch -> 75% idle; 4 micro-batches -> 7 units, each busy 4).
+Sources: Huang et al. 2019 (GPipe, sec. 2.3); Narayanan et al. 2021 sec. 2.2.1-2.2.2
+(PipeDream-Flush 1F1B and the interleaved schedule); worked example in
+docs/cost-model.md#pipeline-bubble (4 stages: 1 micro-batch -> 75% idle; 4 micro-batches
+-> 7 units, each busy 4).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def bubble_over_compute_ratio(
 
 
 def pipeline_time_units(num_stages: int, num_micro_batches: int) -> int:
-    """Forward-only GPipe with unit stage time: m + p - 1 units (seeds: 4 + 4 - 1 = 7)."""
+    """Forward-only GPipe with unit stage time: m + p - 1 units (e.g. 4 stages, 4 micro-batches: 4 + 4 - 1 = 7)."""
     return num_micro_batches + num_stages - 1
 
 

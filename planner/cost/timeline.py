@@ -6,12 +6,12 @@ on one stage (a chunk takes t_f/v, t_b/v), h the delay of one boundary send.
 Every schedule is built the same way: each device runs its own ordered list of
 operations, and an operation starts when its device is free and its input (the
 previous stage's output, or the next stage's gradient) has arrived. Sources: Huang
-et al. 2018 (GPipe: all forwards, then all backwards in reverse order); Narayanan et
+et al. 2019 (GPipe: all forwards, then all backwards in reverse order); Narayanan et
 al. 2021 sec. 2.2 (PipeDream-Flush 1F1B: p-s-1 warm-up forwards, then one forward one
 backward; interleaved: chunks of p micro-batches, Megatron's warm-up
 (p-s-1)*2 + (v-1)*p); vLLM's pipeline engine for serving (each stage runs the batches
 in flight in turn; a batch's next token starts when its sampled token is back at
-stage 0). The seeds' worked example: 4 stages, 1 micro-batch -> 4 units, each device
+stage 0). Worked example (docs/cost-model.md#pipeline-bubble): 4 stages, 1 micro-batch -> 4 units, each device
 busy 1; 4 micro-batches -> 7 units, each busy 4, device d starts at unit d.
 """
 

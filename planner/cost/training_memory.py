@@ -5,7 +5,8 @@ d data-parallel degree, z ZeRO stage. Bytes per parameter: weights 2 (16-bit),
 gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and v).
 Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
 z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
-Source: ../shared/reference/physics.md (Training memory).
+Sources: Megatron-LM docs/api-guide/dist_optimizer.md; Rajbhandari et al. 2020 sec. 5;
+docs/cost-model.md#training-model-state-memory-zero.
 Pure and uncached: the training estimate memoises what a search asks for repeatedly.
 """
 

@@ -165,7 +165,7 @@ class TpSeconds:
 def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
                          s: int, placement: Placement, rates: TrainRates) -> TpSeconds:
     """TP collectives of one layer, each on b*s*h*e bytes (Shoeybi et al. 2019; Narayanan
-    et al. 2021 sec. 4.1: 8*b*s*h*(t-1)/t elements per device per layer, no recompute).
+    et al. 2021 sec. 3.2: 8*b*s*h*(t-1)/t elements per device per layer, no recompute).
 
     Forward: 2 all-reduces (with sequence parallelism 2 all-gathers + 2 reduce-scatters, the
     same ring time); full recompute repeats them. Backward, Megatron's

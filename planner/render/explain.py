@@ -200,7 +200,7 @@ def _bytes(num_bytes: float) -> str:
 # ---------------------------------------------------------------- timeline
 
 def block_label(block: Block, timeline: Timeline) -> str:
-    """F3 = forward of micro-batch 3 (1-based, as in the seeds); interleaved adds the
+    """F3 = forward of micro-batch 3 (1-based, as in the GPipe and Megatron-LM schedule figures); interleaved adds the
     chunk letter (F3a, F3b); serving: b1 t2 = batch 1's 2nd token."""
     if block.kind == "decode":
         return f"b{block.micro_batch + 1} t{block.step + 1}"

@@ -17,7 +17,7 @@ from planner.cost.pipeline import (
 )
 
 
-def test_seeds_example_one_micro_batch() -> None:
+def test_four_stages_one_micro_batch() -> None:
     """4 stages, 1 micro-batch: the step takes m + p - 1 = 4 units, each stage busy 1:
     idle 3/4 = 0.75; bubble over compute (p-1)/m = 3."""
     assert pipeline_time_units(4, 1) == 4
@@ -25,7 +25,7 @@ def test_seeds_example_one_micro_batch() -> None:
     assert bubble_over_compute_ratio(4, 1) == pytest.approx(3.0)
 
 
-def test_seeds_example_four_micro_batches() -> None:
+def test_four_stages_four_micro_batches() -> None:
     """4 stages, 4 micro-batches: 4 + 4 - 1 = 7 units, each stage busy 4: idle 3/7;
     over compute 3/4."""
     assert pipeline_time_units(4, 4) == 7

@@ -1,4 +1,4 @@
-"""`plan explain` for serving: the issue's example (llama-3.1-405b on 2x8xH100 ->
+"""`plan explain` for serving: the README's example (llama-3.1-405b on 2x8xH100 ->
 tp=8, pp=2: TP inside each node, one PP boundary over InfiniBand), and the sections
 agree with the serving estimate they explain."""
 

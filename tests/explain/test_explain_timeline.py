@@ -1,7 +1,7 @@
-"""Pipeline timelines, checked on the rendered text (the seeds' worked example) and
-against the bubble formulas of cost/pipeline.py.
+"""Pipeline timelines, checked on the rendered text (the 4-stage forward example,
+docs/cost-model.md#pipeline-bubble) and against the bubble formulas of cost/pipeline.py.
 
-Seeds, worked example 2: 4 stages, 1 time unit per stage per micro-batch (forward).
+Worked example: 4 stages, 1 time unit per stage per micro-batch (forward).
 1 micro-batch: 4 units in all, each device busy 1 (75% idle). 4 micro-batches:
 4 + 4 - 1 = 7 units, every device busy 4, device d starts at unit d.
 """
@@ -19,7 +19,7 @@ from planner.cost.timeline import decode_timeline, training_timeline
 from planner.render.explain import timeline_text
 
 CELL = 3
-"""Columns per unit in the rendered seeds' example: a label like F1 and one space."""
+"""Columns per unit in the rendered 4-stage example: a label like F1 and one space."""
 
 
 def rows_of(text: str) -> dict[int, list[str]]:
@@ -57,7 +57,7 @@ def test_four_micro_batches_is_seven_units_each_busy_four() -> None:
     assert text.splitlines()[0].split() == [str(u) for u in range(1, 8)]
 
 
-def test_cli_timeline_only_draws_the_seeds_example() -> None:
+def test_cli_timeline_only_draws_the_four_stage_example() -> None:
     result = CliRunner().invoke(app, ["explain", "--timeline-only", "--schedule", "gpipe", "--stages", "4",
                                       "--micro-batches", "4", "--forward-only"])
     assert result.exit_code == 0, result.output

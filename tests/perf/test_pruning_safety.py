@@ -1,4 +1,4 @@
-"""The pruned training search never drops the optimum (issue 7, "scale sanity").
+"""The pruned training search never drops the optimum (docs/cost-model.md#training-search-and-pruning).
 
 The reference enumerates every combination of the search space with itertools.product and
 estimates each one, no pruning at all: every (tp, pp, dp), every micro-batch, 1F1B,

@@ -1,4 +1,4 @@
-"""`plan --json` for serving: the keys issue 3 promises, in SI units."""
+"""`plan --json` for serving: the keys the README documents, in SI units."""
 
 from __future__ import annotations
 

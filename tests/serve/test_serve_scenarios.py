@@ -1,4 +1,4 @@
-"""Scenario tests: the serving planner's reasoning on named cases (issue 3, "Done when").
+"""Scenario tests: the serving planner's reasoning on named cases.
 
 Each asserts why, not only whether: by how much memory falls short, which link an
 all-reduce crosses, what the KV cache holds.

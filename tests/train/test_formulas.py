@@ -89,8 +89,8 @@ def test_per_layer_counts_reduce_to_the_published_formulas():
 
 
 @pytest.mark.parametrize("schedule_v, m, fraction, ratio", [
-    (1, 1, 3 / 4, 3.0),      # seeds: 4 stages, 1 micro-batch: 75% idle
-    (1, 4, 3 / 7, 3 / 4),    # seeds: 4 + 4 - 1 = 7 units, each busy 4
+    (1, 1, 3 / 4, 3.0),      # 4 stages, 1 micro-batch: 75% idle
+    (1, 4, 3 / 7, 3 / 4),    # 4 + 4 - 1 = 7 units, each busy 4
     (1, 8, 3 / 11, 3 / 8),   # gpipe and 1f1b share the formulas
     (2, 8, 3 / 19, 3 / 16),  # interleaved v=2: (p-1)/(v*m + p-1), (p-1)/(v*m)
 ])
