@@ -15,24 +15,39 @@ from planner.cost.efficiency import NCCL_BUSBW_FRACTION_OF_LINK
 from planner.layout import GroupTopology, Link
 from planner.specs import AllreduceCurve
 
-ALLREDUCE_BUSBW_FACTOR_NUMERATOR = 2
-"""nccl-tests: all-reduce busbw = algbw * 2(n-1)/n."""
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SEND_RECV = "all_reduce", "all_gather", "reduce_scatter", "send_recv"
+
+
+def ring_coefficients(collective: str, num_ranks: int) -> tuple[float, float]:
+    """(latency steps, volume factor) of a ring collective over n ranks, so that
+    T = steps * alpha + factor * S / beta; the factor is also nccl-tests' busbw factor
+    (doc/PERFORMANCE.md): all-reduce 2(n-1) and 2(n-1)/n, all-gather and reduce-scatter
+    (n-1) and (n-1)/n, send/recv 1 and 1."""
+    n = num_ranks
+    if collective == ALL_REDUCE:
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n
+    if collective in (ALL_GATHER, REDUCE_SCATTER):
+        return float(n - 1), (n - 1) / n
+    if collective == SEND_RECV:
+        return 1.0, 1.0
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def _ring_seconds(collective: str, message_bytes: float, num_ranks: int, link: Link | None) -> float:
+    if num_ranks <= 1 or link is None:
+        return 0.0
+    steps, factor = ring_coefficients(collective, num_ranks)
+    return steps * link.latency_seconds + factor * message_bytes / link.bandwidth_bytes_per_s
 
 
 def ring_allreduce_seconds(message_bytes: float, num_ranks: int, link: Link | None) -> float:
     """T(S, n) = 2(n-1)*alpha + 2(n-1)/n * S/beta; 0 for one rank (nothing to combine)."""
-    if num_ranks <= 1 or link is None:
-        return 0.0
-    steps = 2 * (num_ranks - 1)
-    return steps * link.latency_seconds + steps / num_ranks * message_bytes / link.bandwidth_bytes_per_s
+    return _ring_seconds(ALL_REDUCE, message_bytes, num_ranks, link)
 
 
 def ring_allgather_seconds(message_bytes: float, num_ranks: int, link: Link | None) -> float:
     """All-gather (or reduce-scatter) of an S-byte result: (n-1)*alpha + (n-1)/n * S/beta."""
-    if num_ranks <= 1 or link is None:
-        return 0.0
-    steps = num_ranks - 1
-    return steps * link.latency_seconds + steps / num_ranks * message_bytes / link.bandwidth_bytes_per_s
+    return _ring_seconds(ALL_GATHER, message_bytes, num_ranks, link)
 
 
 def p2p_seconds(message_bytes: float, link: Link | None) -> float:
