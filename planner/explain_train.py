@@ -40,8 +40,7 @@ from planner.serve import tp_allreduce_seconds_per_layer
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, TrainMemory, estimate, stage_layers, train_rates
 from planner.train import stage_memories as train_stage_memories
-from planner.train_cli import check_fixed_batch, resolve_fixed_dp
-from planner.train_search import search
+from planner.train_search import check_fixed_batch, resolve_fixed_dp, search
 
 BYTES_PER_ELEMENT = 2
 """16-bit activations and their gradients (what the training model sends)."""
