@@ -8,6 +8,7 @@ feasible layout" is exit code 1; success is 0.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,12 +233,18 @@ def request_for(opts: PlanOptions):
 
 
 def exit_with(run: Callable[[], int]) -> NoReturn:
-    """Run a command; a SpecError becomes one line on stderr and exit code 2."""
+    """Run a command; a SpecError becomes one line on stderr and exit code 2, a closed
+    pipe (`plan ... | head`) exit code 0."""
     try:
         code = run()
     except SpecError as exc:
         typer.echo(str(exc).replace("\n", " "), err=True)
         raise typer.Exit(2) from None
+    except BrokenPipeError:
+        # The reader has gone: send what is still buffered to /dev/null (the Python docs'
+        # recipe), else flushing at exit raises again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
     raise typer.Exit(code)
 
 

@@ -1,12 +1,14 @@
 """The CLI's options are declared once: `plan` and `plan explain` share them, their
 defaults are the request dataclasses' defaults, and the CLI reaches typer only through its
-public API."""
+public API. Also the closed-pipe exit code of `main()`."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,15 @@ def test_cli_uses_no_signature_surgery():
     assert "inspect" not in imported
     assert "locals()" not in (PLANNER_DIR / "cli.py").read_text(encoding="utf-8")
 
+
+def test_closed_pipe_exits_zero(repo_root: Path):
+    """`plan ... --json | head -c 10`: the reader leaving is not an error (output > 64 KiB,
+    more than a pipe buffers)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "planner", "--model", "llama-3.1-8b", "--cluster", "16x8xH100", "--json"],
+        cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.read(10)
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert process.wait(timeout=60) == 0, stderr
+    assert stderr == b""
