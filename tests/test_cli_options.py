@@ -51,7 +51,8 @@ def test_some_request_defaults_are_flags():
 @pytest.mark.parametrize("field", _defaulted_fields(), ids=lambda f: f.name)
 def test_help_shows_the_request_dataclass_default(command, field):
     flag = "--" + field.name.replace("_", "-")
-    shown = re.search(rf"{flag} <[^>]*> .*?\[default: ([^\]]+)\]", _help(*command))
+    # the flag's own entry: up to the next option, never into it
+    shown = re.search(rf"{flag} <[^>]*> (?:(?! --[a-z]).)*?\[default: ([^\]]+)\]", _help(*command))
     assert shown, f"{flag} has no default in the help"
     assert shown.group(1) == str(field.default)
 
