@@ -1,24 +1,24 @@
 """The thin command line: parse -> load specs -> one planner call -> render.
 
-Every user mistake ends as one line on stderr and exit code 2; "no feasible
-layout" is exit code 1; success is 0.
+Each option `plan` and `plan explain` share is declared once, as an `Annotated` alias
+below; its default is read from the request dataclasses (planner/requests.py), which also
+check the values. Every user mistake ends as one line on stderr and exit code 2; "no
+feasible layout" is exit code 1; success is 0.
 """
 
 from __future__ import annotations
 
-import inspect
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-try:  # typer >= 0.2x vendors click as typer._click
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover - older typer depends on click itself
-    from click import exceptions as click_exceptions
-
-from planner import __version__
+from planner import __version__, units
+from planner.emit.command import MODEL_PLACEHOLDER
 from planner.errors import SpecError
 from planner.requests import LayoutFilter, ServeRequest, TrainRequest
 
@@ -87,10 +87,68 @@ class Recompute(str, Enum):
     full = "full"
 
 
-def fail(message: str, code: int = 2) -> None:
-    """One line on stderr, then exit."""
-    typer.echo(message.replace("\n", " "), err=True)
-    raise typer.Exit(code)
+# The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
+ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
+ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
+WorkloadOpt = Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or train (Megatron-LM).")]
+GpusOpt = Annotated[int | None, typer.Option(help="Plan for this many of the cluster's GPUs.")]
+LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2.")]
+ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")]
+MaxTpotMsOpt = Annotated[float | None, typer.Option(help="Serving SLO: drop layouts slower per output token.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
+InputLenOpt = Annotated[int, typer.Option(help="Serve: prompt tokens per request.")]
+OutputLenOpt = Annotated[int, typer.Option(help="Serve: generated tokens per request.")]
+BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica (default: as many as fit).")]
+MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
+GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
+KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
+QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
+MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
+GlobalBatchOpt = Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")]
+SeqLenOpt = Annotated[int | None, typer.Option(help="Train: sequence length.")]
+MicroBatchOpt = Annotated[int | None, typer.Option(help="Train: fix the micro-batch size.")]
+ScheduleOpt = Annotated[Schedule | None, typer.Option(help="Train: pipeline schedule.")]
+VirtualStagesOpt = Annotated[int | None, typer.Option(help="Train: virtual stages per device (interleaved).")]
+RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation recomputation.")]
+SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
+ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
+
+DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
+DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What `plan` and `plan explain` share, as parsed (enums still enums, --layout text)."""
+
+    model: str | None
+    cluster: str | None
+    workload: Workload
+    gpus: int | None
+    layout: str | None
+    objective: ObjectiveChoice
+    max_tpot_ms: float | None
+    json_output: bool
+    input_len: int
+    output_len: int
+    batch: int | None
+    max_model_len: int | None
+    gpu_memory_utilization: float
+    kv_cache_dtype: KvCacheDtype
+    quantization: QuantChoice | None
+    max_num_batched_tokens: int | None
+    global_batch: int | None
+    seq_len: int | None
+    micro_batch: int | None
+    schedule: Schedule | None
+    virtual_stages: int | None
+    recompute: Recompute | None
+    sequence_parallel: bool | None
+    zero: int | None
+
+
+def _value(choice: Enum | None) -> str | None:
+    return None if choice is None else choice.value
 
 
 def parse_layout(text: str | None) -> LayoutFilter:
@@ -107,6 +165,89 @@ def parse_layout(text: str | None) -> LayoutFilter:
     return LayoutFilter(**degrees)
 
 
+def serve_request(opts: PlanOptions, quantization_override: str | None = None) -> ServeRequest:
+    """`quantization_override`: the third value load_specs() returns."""
+    return ServeRequest(
+        input_len=opts.input_len,
+        output_len=opts.output_len,
+        batch=opts.batch,
+        max_model_len=opts.max_model_len,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        kv_cache_dtype=opts.kv_cache_dtype.value,
+        quantization_override=quantization_override,
+        max_num_batched_tokens=opts.max_num_batched_tokens,
+        num_gpus=opts.gpus,
+        layout=parse_layout(opts.layout),
+        objective=opts.objective.value,
+        max_tpot_seconds=None if opts.max_tpot_ms is None else units.ms_to_seconds(opts.max_tpot_ms),
+    )
+
+
+def train_request(opts: PlanOptions) -> TrainRequest:
+    layout = parse_layout(opts.layout)
+    if opts.global_batch is None:
+        raise SpecError("--global-batch: required for --workload train (sequences per step)")
+    if opts.seq_len is None:
+        raise SpecError("--seq-len: required for --workload train (tokens per sequence)")
+    return TrainRequest(
+        global_batch=opts.global_batch,
+        seq_len=opts.seq_len,
+        num_gpus=opts.gpus,
+        layout=layout,
+        micro_batch=opts.micro_batch,
+        schedule=_value(opts.schedule),
+        virtual_stages=opts.virtual_stages,
+        recompute=_value(opts.recompute),
+        sequence_parallel=opts.sequence_parallel,
+        zero_stage=opts.zero,
+    )
+
+
+def load_specs(opts: PlanOptions):
+    """The model (with --quantization applied), the cluster, and the serving request's
+    quantization_override."""
+    if opts.model is None or opts.cluster is None:
+        missing = "--model" if opts.model is None else "--cluster"
+        raise SpecError(f"plan: {missing}: required (try `plan --help`, `plan models`, `plan clusters`)")
+    from planner.catalog import resolve_cluster, resolve_model
+
+    model_spec = resolve_model(opts.model)
+    override = None
+    if opts.quantization is not None:
+        wanted = None if opts.quantization is QuantChoice.none else opts.quantization.value
+        if wanted is not None and wanted != model_spec.quantization:
+            override = wanted  # the engine must quantize a 16-bit checkpoint itself
+        model_spec = model_spec.model_copy(update={"quantization": wanted})
+    cluster_spec = resolve_cluster(opts.cluster)
+    if opts.gpus is not None and not 1 <= opts.gpus <= cluster_spec.num_gpus:
+        raise SpecError(f"--gpus: {opts.gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")
+    return model_spec, cluster_spec, override
+
+
+def request_for(opts: PlanOptions):
+    """Specs and the request of the chosen workload (checks in the order a user reads them)."""
+    model_spec, cluster_spec, override = load_specs(opts)
+    if opts.workload is Workload.train:
+        return model_spec, cluster_spec, train_request(opts)
+    return model_spec, cluster_spec, serve_request(opts, override)
+
+
+def exit_with(run: Callable[[], int]) -> NoReturn:
+    """Run a command; a SpecError becomes one line on stderr and exit code 2, a closed
+    pipe (`plan ... | head`) exit code 0."""
+    try:
+        code = run()
+    except SpecError as exc:
+        typer.echo(str(exc).replace("\n", " "), err=True)
+        raise typer.Exit(2) from None
+    except BrokenPipeError:
+        # The reader has gone: send what is still buffered to /dev/null (the Python docs'
+        # recipe), else flushing at exit raises again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    raise typer.Exit(code)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan (parallel-planner) {__version__}")
@@ -116,147 +257,66 @@ def _version(value: bool) -> None:
 @app.callback(invoke_without_command=True)
 def plan(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")] = None,
-    cluster: Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")] = None,
-    workload: Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or train (Megatron-LM).")] = Workload.serve,
-    gpus: Annotated[int | None, typer.Option(help="Plan for this many of the cluster's GPUs.")] = None,
-    layout: Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2.")] = None,
-    objective: Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")] = ObjectiveChoice.throughput,
-    max_tpot_ms: Annotated[float | None, typer.Option(help="Serving SLO: drop layouts slower per output token.")] = None,
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    workload: WorkloadOpt = Workload.serve,
+    gpus: GpusOpt = None,
+    layout: LayoutOpt = None,
+    objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
+    max_tpot_ms: MaxTpotMsOpt = None,
     top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")] = False,
+    json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
     emit: Annotated[Emit | None, typer.Option(help="Launch command to print (default: vllm for serve, megatron for train).")] = None,
-    input_len: Annotated[int, typer.Option(help="Serve: prompt tokens per request.")] = 1024,
-    output_len: Annotated[int, typer.Option(help="Serve: generated tokens per request.")] = 256,
-    batch: Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica (default: as many as fit).")] = None,
-    max_model_len: Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")] = 0.9,
-    kv_cache_dtype: Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")] = KvCacheDtype.auto,
-    quantization: Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")] = None,
-    global_batch: Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Train: sequence length.")] = None,
-    micro_batch: Annotated[int | None, typer.Option(help="Train: fix the micro-batch size.")] = None,
-    schedule: Annotated[Schedule | None, typer.Option(help="Train: pipeline schedule.")] = None,
-    virtual_stages: Annotated[int | None, typer.Option(help="Train: virtual stages per device (interleaved).")] = None,
-    recompute: Annotated[Recompute | None, typer.Option(help="Train: activation recomputation.")] = None,
-    sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")] = None,
-    zero: Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")] = None,
-    served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = "MODEL",
+    input_len: InputLenOpt = ServeRequest.input_len,
+    output_len: OutputLenOpt = ServeRequest.output_len,
+    batch: BatchOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    gpu_memory_utilization: GpuMemoryUtilizationOpt = ServeRequest.gpu_memory_utilization,
+    kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
+    quantization: QuantizationOpt = None,
+    max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    micro_batch: MicroBatchOpt = None,
+    schedule: ScheduleOpt = None,
+    virtual_stages: VirtualStagesOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SequenceParallelOpt = None,
+    zero: ZeroOpt = None,
+    served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
     """Plan a model on a cluster (the main job)."""
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        code = _plan(**{k: v for k, v in locals().items() if k != "ctx"})
-    except SpecError as exc:
-        fail(str(exc))
-    raise typer.Exit(code)
+    opts = PlanOptions(
+        model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
+        objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
+        input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
+        virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
+        zero=zero,
+    )
+    exit_with(lambda: run_plan(opts, top=top, show_rejected=show_rejected, emit=emit,
+                               served_model=served_model))
 
 
-def _plan(model, cluster, workload, gpus, layout, objective, max_tpot_ms, top, json_output,
-          show_rejected, emit, input_len, output_len, batch, max_model_len,
-          gpu_memory_utilization, kv_cache_dtype, quantization, max_num_batched_tokens,
-          global_batch, seq_len, micro_batch, schedule, virtual_stages, recompute,
-          sequence_parallel, zero, served_model, version) -> int:
-    model_spec, cluster_spec, override = _load_specs(model, cluster, quantization, gpus)
-    layout_filter = parse_layout(layout)
-    if workload is Workload.train:
-        request = _train_request(global_batch, seq_len, gpus, layout_filter, micro_batch,
-                                 schedule, virtual_stages, recompute, sequence_parallel, zero)
+def run_plan(opts: PlanOptions, *, top: int, show_rejected: bool, emit: Emit | None,
+             served_model: str) -> int:
+    model_spec, cluster_spec, request = request_for(opts)
+    if isinstance(request, TrainRequest):
         from planner.train_cli import run_train
 
-        return run_train(model_spec, cluster_spec, request, json_output=json_output, top=top,
+        return run_train(model_spec, cluster_spec, request, json_output=opts.json_output, top=top,
                          show_rejected=show_rejected, emit=(emit or Emit.megatron).value)
-    request = _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
-                             kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
-                             max_tpot_ms, override)
     from planner.serve_cli import run_serve
 
-    return run_serve(model_spec, cluster_spec, request, json_output=json_output, top=top,
+    return run_serve(model_spec, cluster_spec, request, json_output=opts.json_output, top=top,
                      show_rejected=show_rejected, emit=(emit or Emit.vllm).value,
                      served_model=served_model)
-
-
-def _load_specs(model, cluster, quantization, gpus):
-    if model is None or cluster is None:
-        missing = "--model" if model is None else "--cluster"
-        fail(f"plan: {missing}: required (try `plan --help`, `plan models`, `plan clusters`)")
-    from planner.catalog import resolve_cluster, resolve_model
-
-    model_spec = resolve_model(model)
-    override = None
-    if quantization is not None:
-        wanted = None if quantization is QuantChoice.none else quantization.value
-        if wanted is not None and wanted != model_spec.quantization:
-            override = wanted  # the engine must quantize a 16-bit checkpoint itself
-        model_spec = model_spec.model_copy(update={"quantization": wanted})
-    cluster_spec = resolve_cluster(cluster)
-    if gpus is not None and not 1 <= gpus <= cluster_spec.num_gpus:
-        fail(f"--gpus: {gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")
-    return model_spec, cluster_spec, override
-
-
-def _serve_request(input_len, output_len, batch, max_model_len, gpu_memory_utilization,
-                   kv_cache_dtype, max_num_batched_tokens, gpus, layout_filter, objective,
-                   max_tpot_ms, quantization_override=None) -> ServeRequest:
-    return ServeRequest(
-        quantization_override=quantization_override,
-        input_len=_positive("--input-len", input_len),
-        output_len=_positive("--output-len", output_len),
-        batch=None if batch is None else _positive("--batch", batch),
-        max_model_len=None if max_model_len is None else _positive("--max-model-len", max_model_len),
-        gpu_memory_utilization=_fraction("--gpu-memory-utilization", gpu_memory_utilization),
-        kv_cache_dtype=kv_cache_dtype.value,
-        max_num_batched_tokens=None if max_num_batched_tokens is None
-        else _positive("--max-num-batched-tokens", max_num_batched_tokens),
-        num_gpus=gpus,
-        layout=layout_filter,
-        objective=objective.value,
-        max_tpot_seconds=None if max_tpot_ms is None else _positive("--max-tpot-ms", max_tpot_ms) / 1e3,
-    )
-
-
-def _positive(flag: str, value: float) -> float:
-    if value <= 0:
-        raise SpecError(f"{flag}: must be positive (got {value})")
-    return value
-
-
-def _fraction(flag: str, value: float) -> float:
-    if not 0 < value <= 1:
-        raise SpecError(f"{flag}: must be in (0, 1] (got {value})")
-    return value
-
-
-def _train_request(global_batch, seq_len, gpus, layout_filter, micro_batch, schedule,
-                   virtual_stages, recompute, sequence_parallel, zero) -> TrainRequest:
-    if global_batch is None:
-        raise SpecError("--global-batch: required for --workload train (sequences per step)")
-    if seq_len is None:
-        raise SpecError("--seq-len: required for --workload train (tokens per sequence)")
-    _positive("--global-batch", global_batch)
-    _positive("--seq-len", seq_len)
-    if micro_batch is not None:
-        _positive("--micro-batch", micro_batch)
-    if virtual_stages is not None:
-        _positive("--virtual-stages", virtual_stages)
-    if zero is not None and zero not in (0, 1, 2, 3):
-        raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {zero})")
-    return TrainRequest(
-        global_batch=global_batch,
-        seq_len=seq_len,
-        num_gpus=gpus,
-        layout=layout_filter,
-        micro_batch=micro_batch,
-        schedule=None if schedule is None else schedule.value,
-        virtual_stages=virtual_stages,
-        recompute=None if recompute is None else recompute.value,
-        sequence_parallel=sequence_parallel,
-        zero_stage=zero,
-    )
 
 
 @app.command()
@@ -283,67 +343,58 @@ def gpus() -> None:
     render_gpus()
 
 
-EXPLAIN_SHARED_OPTIONS = (
-    "model", "cluster", "workload", "gpus", "layout", "objective", "max_tpot_ms", "json_output",
-    "input_len", "output_len", "batch", "max_model_len", "gpu_memory_utilization", "kv_cache_dtype",
-    "quantization", "max_num_batched_tokens", "global_batch", "seq_len", "micro_batch", "schedule",
-    "virtual_stages", "recompute", "sequence_parallel", "zero",
-)
-"""The main command's options that `plan explain` takes too: defined once, on `plan`."""
-
-
-def _with_plan_options(func):
-    """Give a sub-command the main command's EXPLAIN_SHARED_OPTIONS (typer reads the
-    signature; the function receives them in **options)."""
-    shared = [p for p in inspect.signature(plan, eval_str=True).parameters.values()
-              if p.name in EXPLAIN_SHARED_OPTIONS]
-    own = [p for p in inspect.signature(func, eval_str=True).parameters.values()
-           if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    func.__signature__ = inspect.Signature(shared + own)
-    return func
-
-
 @app.command()
-@_with_plan_options
 def explain(
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    workload: WorkloadOpt = Workload.serve,
+    gpus: GpusOpt = None,
+    layout: LayoutOpt = None,
+    objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
+    max_tpot_ms: MaxTpotMsOpt = None,
+    json_output: JsonOpt = False,
+    input_len: InputLenOpt = ServeRequest.input_len,
+    output_len: OutputLenOpt = ServeRequest.output_len,
+    batch: BatchOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    gpu_memory_utilization: GpuMemoryUtilizationOpt = ServeRequest.gpu_memory_utilization,
+    kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
+    quantization: QuantizationOpt = None,
+    max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    micro_batch: MicroBatchOpt = None,
+    schedule: ScheduleOpt = None,
+    virtual_stages: VirtualStagesOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SequenceParallelOpt = None,
+    zero: ZeroOpt = None,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity/--no-sensitivity", help="Re-plan with inputs moved +/-20%.")] = True,
     timeline_only: Annotated[bool, typer.Option("--timeline-only", help="Only draw a pipeline schedule (--schedule, --stages, --micro-batches).")] = False,
     stages: Annotated[int, typer.Option(help="--timeline-only: pipeline stages.")] = 4,
     micro_batches: Annotated[int, typer.Option(help="--timeline-only: micro-batches.")] = 4,
-    forward_only: Annotated[bool, typer.Option("--forward-only", help="--timeline-only: forwards only (gpipe; the seeds' example).")] = False,
-    **options,
+    forward_only: Annotated[bool, typer.Option("--forward-only", help="--timeline-only: forwards only (gpipe; the 4-stage, 4-micro-batch forward-only example takes 7 units).")] = False,
 ) -> None:
     """One layout in depth: placement, memory, collectives, timeline, time, how sure we are."""
-    from planner.explain_cli import run_timeline
+    from planner.explain_cli import run_explain, run_timeline
 
-    try:
-        if timeline_only:
-            code = run_timeline(options["schedule"], stages, micro_batches, options["virtual_stages"],
-                                forward_only, options["json_output"], svg, html)
-        else:
-            code = _explain(options, svg, html, sensitivity)
-    except SpecError as exc:
-        fail(str(exc))
-    raise typer.Exit(code)
-
-
-def _explain(o: dict, svg, html, sensitivity: bool) -> int:
-    from planner.explain_cli import run_explain
-
-    model_spec, cluster_spec, override = _load_specs(o["model"], o["cluster"], o["quantization"], o["gpus"])
-    layout_filter = parse_layout(o["layout"])
-    if o["workload"] is Workload.train:
-        request = _train_request(o["global_batch"], o["seq_len"], o["gpus"], layout_filter, o["micro_batch"],
-                                 o["schedule"], o["virtual_stages"], o["recompute"], o["sequence_parallel"],
-                                 o["zero"])
-    else:
-        request = _serve_request(o["input_len"], o["output_len"], o["batch"], o["max_model_len"],
-                                 o["gpu_memory_utilization"], o["kv_cache_dtype"], o["max_num_batched_tokens"],
-                                 o["gpus"], layout_filter, o["objective"], o["max_tpot_ms"], override)
-    return run_explain(model_spec, cluster_spec, request, json_output=o["json_output"], svg=svg, html=html,
-                       sensitivity_runs=sensitivity)
+    if timeline_only:
+        exit_with(lambda: run_timeline(_value(schedule), stages, micro_batches, virtual_stages,
+                                       forward_only, json_output, svg, html))
+    opts = PlanOptions(
+        model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
+        objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
+        input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
+        virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
+        zero=zero,
+    )
+    exit_with(lambda: run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
+                                  sensitivity_runs=sensitivity))
 
 
 def _register_probe() -> None:
@@ -360,17 +411,17 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except SpecError as exc:
-        typer.echo(str(exc).replace("\n", " "), err=True)
-        sys.exit(2)
-    except click_exceptions.UsageError as exc:
-        typer.echo(f"plan: {exc.format_message()}".replace("\n", " "), err=True)
-        sys.exit(2)
+        _exit_one_line(str(exc), 2)
+    except typer.TyperException as exc:  # typer's usage errors: unknown option, bad value, ...
+        _exit_one_line(f"plan: {exc.format_message()}", 2)
     except KeyboardInterrupt:
-        typer.echo("plan: interrupted", err=True)
-        sys.exit(130)
+        _exit_one_line("plan: interrupted", 130)
     except BrokenPipeError:
         sys.exit(0)
-    except click_exceptions.ClickException as exc:
-        typer.echo(f"plan: {exc.format_message()}".replace("\n", " "), err=True)
-        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_one_line(message: str, code: int) -> NoReturn:
+    typer.echo(message.replace("\n", " "), err=True)
+    sys.exit(code)
+

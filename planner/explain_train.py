@@ -36,16 +36,14 @@ from planner.layout import place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
-from planner.train_cli import check_fixed_batch, resolve_fixed_dp
 from planner.train_search import search
 
 
 def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[TrainEstimate, bool]:
     """The best configuration matching --layout and the other fixed flags, and whether it
     is also the recommendation without --layout."""
-    request = resolve_fixed_dp(request, cluster)
-    check_fixed_batch(request)
     plan = search(model, cluster, request)
+    request = plan.request  # with dp resolved when --layout fixed tp and pp
     if not plan.layouts:
         why = "; ".join(f"{r.layout}: {', '.join(r.reasons[:2])}" for r in plan.rejected[:3])
         raise SpecError(f"plan explain: no feasible layout to explain ({why})")

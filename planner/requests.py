@@ -1,9 +1,16 @@
-"""What the user asks for, as typed values (the CLI fills these; the planners read them)."""
+"""What the user asks for, as typed values (the CLI fills these; the planners read them).
+
+The single home of the request defaults (the CLI reads them from here) and of the checks
+on request values: a bad value raises SpecError naming the command-line flag it came from.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from planner import units
+from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
 
@@ -44,6 +51,16 @@ class ServeRequest:
     layout: LayoutFilter = LayoutFilter()
     objective: Objective = "throughput"
     max_tpot_seconds: float | None = None
+    """`--max-tpot-ms`: drop layouts slower per output token."""
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
+                            ("--batch", self.batch), ("--max-model-len", self.max_model_len)):
+            check_positive(flag, value)
+        check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)
+        check_positive("--max-num-batched-tokens", self.max_num_batched_tokens)
+        if self.max_tpot_seconds is not None:
+            check_positive("--max-tpot-ms", units.seconds_to_ms(self.max_tpot_seconds))
 
 
 @dataclass(frozen=True)
@@ -59,3 +76,23 @@ class TrainRequest:
     recompute: Literal["none", "selective", "full"] | None = None
     sequence_parallel: bool | None = None
     zero_stage: int | None = None
+    """`--zero`: 0-3, 1 = Megatron's distributed optimizer; None = searched."""
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),
+                            ("--micro-batch", self.micro_batch),
+                            ("--virtual-stages", self.virtual_stages)):
+            check_positive(flag, value)
+        if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
+            raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {self.zero_stage})")
+
+
+def check_positive(flag: str, value: float | None) -> None:
+    """None means "not given" and passes."""
+    if value is not None and value <= 0:
+        raise SpecError(f"{flag}: must be positive (got {value})")
+
+
+def check_fraction(flag: str, value: float) -> None:
+    if not 0 < value <= 1:
+        raise SpecError(f"{flag}: must be in (0, 1] (got {value})")

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from planner.cost.stage_split import has_split
 from planner.cost.training_time import TrainRates
+from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
 from planner.memo import Memo
 from planner.requests import TrainRequest
@@ -163,8 +164,38 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     return result, first
 
 
+def check_fixed_batch(request: TrainRequest) -> None:
+    """A fully fixed layout whose batch cannot divide is a usage error, not a search result."""
+    f = request.layout
+    if f.dp is not None and request.micro_batch is not None:
+        step = request.micro_batch * f.dp
+        if request.global_batch % step:
+            raise SpecError(f"--global-batch: {request.global_batch} not divisible by "
+                            f"micro-batch * dp = {request.micro_batch}*{f.dp} = {step}")
+    if request.micro_batch is not None and request.global_batch % request.micro_batch:
+        raise SpecError(f"--global-batch: {request.global_batch} not divisible by "
+                        f"--micro-batch {request.micro_batch}")
+    if request.micro_batch is not None and request.micro_batch > request.global_batch:
+        raise SpecError(f"--micro-batch: {request.micro_batch} exceeds --global-batch {request.global_batch}")
+
+
+def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainRequest:
+    """`--layout tp=..,pp=..` with the GPU count fixes dp too: check the batch against it."""
+    f = request.layout
+    num_gpus = request.num_gpus or cluster.num_gpus
+    if f.tp is None or f.pp is None or f.dp is not None:
+        return request
+    if num_gpus % (f.tp * f.pp):
+        raise SpecError(f"--layout: tp*pp = {f.tp * f.pp} does not divide the {num_gpus} GPUs")
+    return replace(request, layout=replace(f, dp=num_gpus // (f.tp * f.pp)))
+
+
 def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
-    """The training plan: every configuration the pruning leaves, ranked by tokens/s."""
+    """The training plan: every configuration the pruning leaves, ranked by tokens/s.
+    A request that cannot be met by any layout (a fixed batch that does not divide) is a
+    SpecError, not a plan."""
+    request = resolve_fixed_dp(request, cluster)
+    check_fixed_batch(request)
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
     memo = Memo()

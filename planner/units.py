@@ -51,6 +51,10 @@ def seconds_to_us(seconds: float) -> float:
     return seconds / SECONDS_PER_US
 
 
+def ms_to_seconds(ms: float) -> float:
+    return ms * SECONDS_PER_MS
+
+
 def seconds_to_ms(seconds: float) -> float:
     return seconds / SECONDS_PER_MS
 
