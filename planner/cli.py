@@ -347,7 +347,7 @@ def _explain(o: dict, svg, html, sensitivity: bool) -> int:
 
 
 def _register_probe() -> None:
-    from planner.probe.launcher import register
+    from planner.probe.command import register
 
     register(app)
 
