@@ -398,7 +398,7 @@ def explain(
 
 
 def _register_probe() -> None:
-    from planner.probe.launcher import register
+    from planner.probe.command import register
 
     register(app)
 

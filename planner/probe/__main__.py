@@ -2,7 +2,7 @@
 
 import typer
 
-from planner.probe.launcher import register
+from planner.probe.command import register
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 

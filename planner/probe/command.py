@@ -1,5 +1,8 @@
 """The `probe` command's flags (typer, Annotated style); defaults come from ProbeOptions.
 
+``register(app)`` is how the core CLI and ``python -m planner.probe`` add the
+command; it depends on the launcher, never the other way round.
+
 No ``from __future__ import annotations`` here: typer reads the annotations.
 """
 
@@ -35,8 +38,8 @@ class InterKind(str, enum.Enum):
     ethernet = "ethernet"
 
 
-def add_probe_command(app: typer.Typer) -> None:
-    """Register `probe` on app."""
+def register(app: typer.Typer) -> None:
+    """Add the `probe` command to app."""
     d = ProbeOptions()
     net = "Multi-node"
     sweep = "Sweep"

@@ -1,8 +1,9 @@
 """`plan probe`: start torchrun on this node (or print the command for every node).
 
 Torch is never imported at module import time: the package must load, and
-say how to install torch, on machines without it. The core CLI calls
-``register(app)``; ``run_probe(options)`` is the typer-independent entry.
+say how to install torch, on machines without it. ``run_probe(options)`` is
+the typer-independent entry; ``planner.probe.command.register(app)`` puts it
+on a typer app. This module never imports the command module.
 """
 
 from __future__ import annotations
@@ -339,10 +340,3 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
     else:
         report.print_report(rows, fits, document)
     return 0
-
-
-def register(app) -> None:
-    """Add the `probe` command to the core's typer app (`planner.probe.command` holds its flags)."""
-    from planner.probe.command import add_probe_command
-
-    add_probe_command(app)

@@ -26,6 +26,14 @@ TINY_SWEEP = [
     "--repeats",
     "3",
 ]
+SAFETY_TIMEOUT_S = 300
+"""--timeout of runs whose subject is not the timeout: a net for a real hang only.
+
+A loaded machine may take tens of seconds to start torchrun and import torch
+in every rank; those runs must never end by their timeout, so it is generous.
+"""
+WAIT_S = SAFETY_TIMEOUT_S + 60
+"""How long a test waits for a probe process: past its --timeout and the stop that follows."""
 
 
 def probe_env() -> dict:
@@ -39,7 +47,7 @@ def probe_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "planner.probe", "probe", *args]
 
 
-def run_probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_probe_cli(*args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     return subprocess.run(
         probe_argv(*args),
         env=probe_env(),

@@ -6,7 +6,7 @@ import sys
 import typer
 from typer.testing import CliRunner
 
-from planner.probe.launcher import register
+from planner.probe.command import register
 
 from .conftest import REPO_ROOT, probe_env
 

@@ -1,6 +1,8 @@
 """Real torchrun runs with gloo on CPU: one node of 2 ranks, 2 loopback nodes, a dead rank, a hung rank."""
 
+import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -9,7 +11,17 @@ import time
 import pytest
 import yaml
 
-from .conftest import TINY_SWEEP, free_port, probe_argv, probe_env, run_probe_cli
+from planner.probe.runner import GRACE_SECONDS, descendant_pids
+
+from .conftest import (
+    SAFETY_TIMEOUT_S,
+    TINY_SWEEP,
+    WAIT_S,
+    free_port,
+    probe_argv,
+    probe_env,
+    run_probe_cli,
+)
 
 pytestmark = pytest.mark.usefixtures("needs_torch")
 
@@ -53,7 +65,7 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         "2",
         *TINY_SWEEP,
         "--timeout",
-        "60",
+        str(SAFETY_TIMEOUT_S),
         "--out",
         str(out),
         "--merge-into",
@@ -93,6 +105,34 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     load_through_core(existing)
 
 
+def probe_process(*args):
+    return subprocess.Popen(
+        probe_argv(*args),
+        env=probe_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def interrupted_at_exit(processes):
+    """Ctrl-C any probe still running when the test ends (a failed assert): the launcher then
+    stops torchrun and every worker, stopped ones included, instead of leaving them to load
+    the machine for the tests that follow."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.communicate(timeout=GRACE_SECONDS + 30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
+
+
 def start_loopback_nodes(tmp_path, num_nodes, nproc_per_node):
     port = free_port()
     args = [
@@ -109,22 +149,15 @@ def start_loopback_nodes(tmp_path, num_nodes, nproc_per_node):
         "--run",
         *TINY_SWEEP,
         "--timeout",
-        "90",
+        str(SAFETY_TIMEOUT_S),
     ]
     return [
-        subprocess.Popen(
-            probe_argv(*args, "--out", str(tmp_path / f"node{i}.yaml")),
-            env=probe_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(num_nodes)
+        probe_process(*args, "--out", str(tmp_path / f"node{i}.yaml")) for i in range(num_nodes)
     ]
 
 
 def finish(processes):
-    outputs = [p.communicate(timeout=120) for p in processes]
+    outputs = [p.communicate(timeout=WAIT_S) for p in processes]
     for process, (_, stderr) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, stderr
     return outputs
@@ -141,7 +174,8 @@ def the_written_profile(tmp_path, num_nodes):
 
 
 def test_two_loopback_nodes_report_an_inter_node_link(tmp_path):
-    outputs = finish(start_loopback_nodes(tmp_path, 2, 1))
+    with interrupted_at_exit(start_loopback_nodes(tmp_path, 2, 1)) as processes:
+        outputs = finish(processes)
     assert any("node that got rank 0" in stdout for stdout, _ in outputs)
     path = the_written_profile(tmp_path, 2)
     document = yaml.safe_load(path.read_text())
@@ -164,7 +198,8 @@ def test_two_loopback_nodes_report_an_inter_node_link(tmp_path):
 
 
 def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_path):
-    finish(start_loopback_nodes(tmp_path, 2, 2))
+    with interrupted_at_exit(start_loopback_nodes(tmp_path, 2, 2)) as processes:
+        finish(processes)
     document = yaml.safe_load(the_written_profile(tmp_path, 2).read_text())
     assert_profile_shape(document, 2, 2)
     measured = document["measured"]
@@ -195,8 +230,6 @@ def process_state(pid):
 
 
 def worker_pid(launcher_pid, local_rank):
-    from planner.probe.runner import descendant_pids
-
     for pid in descendant_pids(launcher_pid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -210,8 +243,8 @@ def worker_pid(launcher_pid, local_rank):
     return None
 
 
-def start_long_run_and_wait_for_progress(tmp_path, timeout_s):
-    out = tmp_path / "never.yaml"
+def start_long_run(tmp_path, timeout_s):
+    """Two ranks on a sweep long enough to be still running when the test acts on a rank."""
     args = [
         "--nproc-per-node",
         "2",
@@ -226,48 +259,88 @@ def start_long_run_and_wait_for_progress(tmp_path, timeout_s):
         "--timeout",
         str(timeout_s),
         "--out",
-        str(out),
+        str(tmp_path / "never.yaml"),
     ]
-    process = subprocess.Popen(
-        probe_argv(*args),
-        env=probe_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    first_line = process.stderr.readline()  # the first per-phase progress line: ranks are mid-sweep
-    assert first_line.startswith("plan probe: ["), first_line
+    return probe_process(*args)
+
+
+def rank_one_mid_sweep(process):
+    """Rank 1's pid once the ranks are mid-sweep: after the first per-phase progress line.
+
+    That line is the readiness signal: torchrun has started, every rank imported
+    torch and joined the rendezvous, and the sweep is running.
+    """
+    first_line = process.stderr.readline()
+    assert first_line.startswith("plan probe: ["), f"ended before the sweep began: {first_line}"
     pid = worker_pid(process.pid, 1)
-    assert pid is not None
-    return process, out, pid
+    assert pid is not None, "rank 1 not found while the sweep runs"
+    return pid
+
+
+def wait_for_state(pid, state, seconds=10.0):
+    """The /proc state letter of pid once it equals state (signals land asynchronously)."""
+    give_up = time.monotonic() + seconds
+    while process_state(pid) != state and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return process_state(pid)
+
+
+@pytest.fixture(scope="module")
+def tiny_run_seconds():
+    """Wall seconds of a tiny one-node, two-rank run on this machine now.
+
+    It covers what a probe's --timeout must also cover before any rank can hang:
+    starting torchrun, importing torch in each rank, the rendezvous. Measured, because
+    a loaded machine takes several times longer than an idle one.
+    """
+    started = time.monotonic()
+    result = run_probe_cli("--nproc-per-node", "2", *TINY_SWEEP, "--timeout", str(SAFETY_TIMEOUT_S))
+    assert result.returncode == 0, result.stderr
+    return time.monotonic() - started
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds worker processes through /proc")
 def test_killed_rank_ends_the_run_with_one_line_and_no_file(tmp_path):
-    process, out, pid = start_long_run_and_wait_for_progress(tmp_path, 60)
-    started = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
-    stdout, stderr = process.communicate(timeout=60)
-    assert time.monotonic() - started < 60
+    with interrupted_at_exit([start_long_run(tmp_path, SAFETY_TIMEOUT_S)]) as (process,):
+        pid = rank_one_mid_sweep(process)
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=WAIT_S)
+    last = stderr.strip().splitlines()[-1]
+    # the death ends the run, not the timeout: the cause says so, and well before it
+    assert last.startswith("plan probe: probe failed:"), last
+    assert time.monotonic() - killed < SAFETY_TIMEOUT_S
     assert process.returncode == 2
-    assert stderr.strip().splitlines()[-1].startswith("plan probe: probe failed:")
     assert "Traceback" not in stderr
-    assert not out.exists() and not list(tmp_path.iterdir())
-    print(stderr.strip().splitlines()[-1])
+    assert not list(tmp_path.iterdir())
+    print(last)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds worker processes through /proc")
-def test_hung_rank_ends_the_run_within_the_timeout(tmp_path):
-    process, out, pid = start_long_run_and_wait_for_progress(tmp_path, 10)
-    started = time.monotonic()
-    os.kill(pid, signal.SIGSTOP)  # a rank that stops answering
-    stdout, stderr = process.communicate(timeout=60)
-    assert time.monotonic() - started < 10 + 10
-    assert process.returncode == 2
+def test_hung_rank_ends_the_run_by_its_timeout(tmp_path, tiny_run_seconds):
+    """A stopped rank never finishes, so only --timeout can end the run; it does, and says so.
+
+    The timeout counts from torchrun's start, so it is sized to this machine's measured
+    start-up: a fixed 10 s ran out before the ranks started on a loaded machine.
+    """
+    timeout_s = max(10, math.ceil(2 * tiny_run_seconds))
+    launched = time.monotonic()
+    with interrupted_at_exit([start_long_run(tmp_path, timeout_s)]) as (process,):
+        pid = rank_one_mid_sweep(process)
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert wait_for_state(pid, "T") == "T", "rank 1 is stopped: it can never finish"
+        _, stderr = process.communicate(timeout=timeout_s + WAIT_S)
+    ended = time.monotonic()
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("plan probe: probe ") and ("timed out" in last or "failed" in last)
+    # the launcher's deadline (torchrun start + timeout) comes before gloo's (a collective's
+    # start + the same timeout), so the launcher reports it
+    assert last.startswith(f"plan probe: probe timed out after {timeout_s:g} s"), last
+    assert ended - launched >= timeout_s  # not earlier than the timeout allows
+    # torchrun started before rank 1 stopped; then SIGTERM, the grace period, SIGKILL, exit
+    assert ended - stopped < timeout_s + GRACE_SECONDS + tiny_run_seconds
+    assert process.returncode == 2
     assert "Traceback" not in stderr
-    assert not out.exists()
-    assert worker_pid(process.pid, 1) is None
+    assert not list(tmp_path.iterdir())
     assert process_state(pid) in (None, "Z"), "the stopped rank was killed (a zombie at most)"
     print(last)
