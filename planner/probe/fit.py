@@ -2,7 +2,7 @@
 
 Pure python (no torch, no numpy): the tests run it on synthetic data.
 
-Models (ring algorithms, physics.md; n ranks, S bytes = full buffer as in
+Models (ring algorithms, docs/cost-model.md#collectives-alpha-beta-ring-busbw; n ranks, S bytes = full buffer as in
 nccl-tests, alpha seconds per step, beta bytes/s per rank and direction):
 
 - all-reduce:                  T = 2(n-1) * alpha + 2(n-1)/n * S / beta
@@ -20,19 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV
-
-
-def ring_coefficients(op: str, num_ranks: int) -> tuple[float, float]:
-    """(latency steps, volume factor) so that T = steps * alpha + factor * S / beta."""
-    n = num_ranks
-    if op == ALL_REDUCE:
-        return 2.0 * (n - 1), 2.0 * (n - 1) / n
-    if op in (ALL_GATHER, REDUCE_SCATTER):
-        return float(n - 1), (n - 1) / n
-    if op == SEND_RECV:
-        return 1.0, 1.0
-    raise ValueError(f"unknown op {op!r}")
+from planner.cost.comm import ring_coefficients
 
 
 @dataclass(frozen=True)

@@ -12,25 +12,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-ALL_REDUCE = "all_reduce"
-ALL_GATHER = "all_gather"
-REDUCE_SCATTER = "reduce_scatter"
-SEND_RECV = "send_recv"
+from planner.cost.comm import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, ring_coefficients
+
 OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SEND_RECV)
 
 ELEMENT_BYTES = 4  # float32 buffers: every backend reduces them
 
 
 def busbw_factor(op: str, num_ranks: int) -> float:
-    """nccl-tests bus-bandwidth factor: busbw = algbw * factor (PERFORMANCE.md)."""
-    n = num_ranks
-    if op == ALL_REDUCE:
-        return 2 * (n - 1) / n
-    if op in (ALL_GATHER, REDUCE_SCATTER):
-        return (n - 1) / n
-    if op == SEND_RECV:
-        return 1.0
-    raise ValueError(f"unknown op {op!r}")
+    """nccl-tests bus-bandwidth factor: busbw = algbw * factor (doc/PERFORMANCE.md), the
+    ring's volume factor."""
+    return ring_coefficients(op, num_ranks)[1]
 
 
 def size_sweep(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:

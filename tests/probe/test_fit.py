@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.probe.fit import exceeds_spec, fit_alpha_beta, ring_coefficients, slow_outliers
+from planner.cost.comm import ring_coefficients
+from planner.probe.fit import exceeds_spec, fit_alpha_beta, slow_outliers
 from planner.probe.sweep import busbw_factor, size_sweep, summarize
 
 SIZES_BYTES = size_sweep(8, 256 * 2**20, 4)

@@ -5,8 +5,8 @@ import os
 import pytest
 import yaml
 
+from planner.cost.comm import ring_coefficients
 from planner.probe import profile, results
-from planner.probe.fit import ring_coefficients
 
 SIZES_BYTES = [8, 1024, 65536, 1 << 20, 16 << 20]
 
