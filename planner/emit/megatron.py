@@ -19,14 +19,18 @@ every node (node order follows arrival), so one step serves them all.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from planner.emit.command import HEAD_ADDRESS_PLACEHOLDER, Step
-from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainConfig
+from planner.emit.command import ALL_NODES, HEAD_ADDRESS_PLACEHOLDER, LaunchStep, NodeSet
+
+if TYPE_CHECKING:  # the serving CLI imports the emitter registry, not the training model
+    from planner.specs import ClusterSpec, ModelSpec
+    from planner.train import TrainConfig
 
 MEGATRON_VERSION = "core_r0.14"
 RENDEZVOUS_PORT = 29500
 TRAIN_SCRIPT = "pretrain_gpt.py"
+RENDEZVOUS_ID = "plan-train"
 ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -37,7 +41,7 @@ def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
         return ["torchrun", "--standalone", "--nproc-per-node", str(gpus_per_node)]
     return ["torchrun", "--nnodes", str(num_nodes), "--nproc-per-node", str(gpus_per_node),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}",
-            "--rdzv-id", "plan-train"]
+            "--rdzv-id", RENDEZVOUS_ID]
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[str]:
@@ -93,7 +97,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-                   global_batch: int, seq_len: int) -> tuple[Step, ...]:
+                   global_batch: int, seq_len: int) -> tuple[LaunchStep, ...]:
     """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments.
     GPipe has no Megatron flag (Megatron runs 1F1B); data, tokenizer and optimizer
     hyper-parameters are the user's to add."""
@@ -101,5 +105,4 @@ def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
     argv = (torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT] + parallel_args(model, config, global_batch)
             + model_args(model, seq_len))
-    where = "this node" if num_nodes == 1 else f"each of the {num_nodes} nodes"
-    return (Step(where, tuple(argv)),)
+    return (LaunchStep(ALL_NODES, NodeSet(0, num_nodes), tuple(argv)),)

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from planner import units
+from planner.emit.command import PER_NODE_VARIABLES, LaunchStep
 
 WIDE_COLUMNS = 160
 """Width used when output is not a terminal (pipes, files, tests), so tables stay whole."""
@@ -65,3 +66,25 @@ def to_jsonable(value: Any) -> Any:
 
 def print_json(payload: Any) -> None:
     print(json.dumps(to_jsonable(payload), indent=2))
+
+
+def step_json(step: LaunchStep) -> dict[str, Any]:
+    """One launch step: its role, the nodes that run it (a range, or one repeated every
+    `period` nodes, with its count), the argv and the shell line to paste."""
+    nodes = step.nodes
+    return {
+        "role": step.role,
+        "nodes": {"first": nodes.first, "length": nodes.length, "period": nodes.period,
+                  "num_periods": nodes.num_periods, "count": nodes.count, "text": str(nodes)},
+        "argv": list(step.argv),
+        "shell": step.shell(),
+    }
+
+
+def per_node_lines(steps: tuple[LaunchStep, ...]) -> list[str]:
+    """What each per-node shell variable in these steps stands for (none for one node)."""
+    used = {name for step in steps for name in step.variables()}
+    if not used:
+        return []
+    return ["\nSet on each node before its command:"] + [
+        f"  export {name}=...  # {meaning}" for name, meaning in PER_NODE_VARIABLES.items() if name in used]

@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.table import Table
 
-from planner.emit.command import Step
+from planner.emit.command import LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, ms, print_json, us
+from planner.render.common import console, count, ms, per_node_lines, print_json, step_json, us
 from planner.search import NEAR_TIE_FRACTION, ServePlan
 from planner.serve import Rejected, ServeEstimate
 from planner.units import BYTES_PER_GIB
@@ -136,8 +136,8 @@ def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
     return table
 
 
-def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool,
-                ray_steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
+def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top: int, show_rejected: bool,
+                ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None) -> None:
     out = console()
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
@@ -149,12 +149,14 @@ def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_
         out.print(line)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
-    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps or [])):
+    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps)):
         if group:
             out.print(f"\n{title}:")
             for step in group:
-                out.print(f"  # {step.where}")
-                out.print(f"  {step.shell()}", soft_wrap=True)
+                out.print(f"  # {step.where}", markup=False)
+                out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
+    for line in per_node_lines((*steps, *ray_steps)):
+        out.print(line, markup=False)
     for note in notes or []:
         out.print(f"Note: {note}")
 
@@ -167,8 +169,8 @@ def render_infeasible(plan: ServePlan) -> None:
         err.print(f"What would fit: {suggestion}")
 
 
-def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step],
-                ray_steps: list[Step]) -> dict[str, Any]:
+def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[LaunchStep, ...],
+                ray_steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     worst = r.stages[r.worst_stage]
     return {
         "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "rank": rank,
@@ -195,9 +197,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step],
         "request_latency_seconds": r.request_latency_seconds,
         "throughput_tokens_per_second": r.throughput_tokens_per_second,
         "pareto": r.layout in plan.pareto, "notes": list(r.notes),
-        "command": [list(step.argv) for step in steps],
-        "command_where": [step.where for step in steps],
-        "command_ray": [list(step.argv) for step in ray_steps],
+        "command": [step_json(step) for step in steps],
+        "command_ray": [step_json(step) for step in ray_steps],
     }
 
 
@@ -205,7 +206,7 @@ def vars_of(stage: Any) -> dict[str, Any]:
     return {key: getattr(stage, key) for key in stage.__dataclass_fields__}
 
 
-StepsFor = Callable[[ServeEstimate], list[Step]]
+StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
 def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> dict[str, Any]:

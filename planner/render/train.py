@@ -8,13 +8,21 @@ from typing import Any
 
 from rich.table import Table
 
-from planner.emit.command import Step
+from planner.emit.command import ALL_NODES, LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, gib, ms, print_json
+from planner.render.common import (
+    console,
+    count,
+    gib,
+    ms,
+    per_node_lines,
+    print_json,
+    step_json,
+)
 from planner.train import TrainEstimate
 from planner.train_search import TrainPlan
 
-StepsFor = Callable[[TrainEstimate], tuple[Step, ...]]
+StepsFor = Callable[[TrainEstimate], tuple[LaunchStep, ...]]
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ def render_rejected(plan: TrainPlan) -> Table:
     return table
 
 
-def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: int,
+def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], top: int,
                 show_rejected: bool) -> None:
     out = console()
     out.print(describe_model(model))
@@ -114,8 +122,10 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: i
         for line in summary_lines(plan):
             out.print(line)
         for step in steps:
-            out.print(f"\nMegatron-LM launch (run on {step.where}):")
+            out.print(f"\nMegatron-LM launch (run on {_where(step)}):")
             out.print(step.shell(), markup=False, soft_wrap=True)
+        for line in per_node_lines(steps):
+            out.print(line, markup=False)
     else:
         out.print("No configuration fits: see the reasons below (or add GPUs, recompute, ZeRO).")
     if show_rejected or not plan.layouts:
@@ -124,7 +134,13 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: i
         out.print(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
 
 
-def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[str, Any]:
+def _where(step: LaunchStep) -> str:
+    if step.nodes.count == 1:
+        return "this node"
+    return f"each of the {step.nodes.count} nodes" if step.role == ALL_NODES else step.where
+
+
+def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
         "tp": c.tp, "pp": c.pp, "dp": c.dp, "rank": rank,
@@ -144,9 +160,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed},
-        "command": [list(s.argv) for s in steps],
-        "command_where": [s.where for s in steps],
-        "command_shell": [s.shell() for s in steps],
+        "command": [step_json(s) for s in steps],
     }
 
 
