@@ -1,6 +1,7 @@
 """Launch steps per role: what each node runs, expanded by a real shell, equals the
 per-node command it ran before roles; the node sets cover every node once; the JSON of a
-plan does not grow with the node count; every --emit choice has an emitter."""
+plan does not grow with the node count; torchrun's flags and the emitter registry have
+one home each."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from planner.cli import Emit, app
 from planner.emit import SERVE_EMITTERS, TRAIN_EMITTERS
 from planner.emit.command import LaunchStep, NodeSet, PerNode, ServeArgs, shell_join
+from planner.emit.torchrun import torchrun_flags
 
 MODEL_ARG = "/models/Llama 3.1; rm -rf ~"
 """A model path the shell must keep as one argument, beside the per-node expansions."""
@@ -160,6 +162,26 @@ def test_training_json_does_not_grow_with_the_node_count():
     _, small = _layout_bytes(*common, "--cluster", "256x8xA100")
     _, large = _layout_bytes(*common, "--cluster", "2048x8xA100")
     assert abs(large - small) < 0.02 * small, (small, large)
+
+
+def test_torchrun_flags_have_one_home():
+    """Megatron's launch and the probe's both come from planner.emit.torchrun."""
+    from planner.catalog import resolve_cluster
+    from planner.emit.megatron import torchrun_argv
+    from planner.probe.launcher import CPU_SWEEP, ProbeOptions
+    from planner.probe.launcher import torchrun_argv as probe_argv
+
+    assert torchrun_flags(4) == ["--standalone", "--nproc-per-node", "4"]
+    c10d = torchrun_flags(8, 16, rdzv_endpoint="HEAD_IP:29500", rdzv_id="plan-train")
+    assert c10d == ["--nnodes", "16", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "HEAD_IP:29500", "--rdzv-id", "plan-train"]
+    assert torchrun_argv(128, resolve_cluster("16x8xA100")) == ["torchrun", *c10d]
+    static = ProbeOptions(nnodes=2, master_addr="h", node_rank=1, rdzv_conf="join_timeout=9")
+    argv = probe_argv(static, 2, CPU_SWEEP, "r.json")
+    flags = torchrun_flags(2, 2, master_addr="h", master_port=29500, node_rank=1, rdzv_conf="join_timeout=9")
+    assert argv[3:3 + len(flags)] == flags
+    assert flags[4:] == ["--node-rank", "1", "--master-addr", "h", "--master-port", "29500",
+                         "--rdzv-conf", "join_timeout=9"]
 
 
 def test_every_emit_choice_has_an_emitter():

@@ -12,8 +12,8 @@ F, L_l and the per-rank middle layers divisible by v). Interleaving with an unev
 must name the chunk count, --num-virtual-stages-per-pipeline-rank v: arguments.py asserts
 "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
 degree when enable uneven pipeline parallelism" when --num-layers-per-virtual-pipeline-stage
-is given instead. torchrun with the c10d rendezvous: the same command on
-every node (node order follows arrival), so one step serves them all.
+is given instead. torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
+command on every node (node order follows arrival), so one step serves them all.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from planner.emit.command import ALL_NODES, HEAD_ADDRESS_PLACEHOLDER, LaunchStep, NodeSet
+from planner.emit.torchrun import torchrun_flags
 
 if TYPE_CHECKING:  # the serving CLI imports the emitter registry, not the training model
     from planner.specs import ClusterSpec, ModelSpec
@@ -35,13 +36,10 @@ ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
-    gpus_per_node = min(num_gpus, cluster.gpus_per_node)
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
-    if num_nodes == 1:
-        return ["torchrun", "--standalone", "--nproc-per-node", str(gpus_per_node)]
-    return ["torchrun", "--nnodes", str(num_nodes), "--nproc-per-node", str(gpus_per_node),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}",
-            "--rdzv-id", RENDEZVOUS_ID]
+    endpoint = None if num_nodes == 1 else f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}"
+    return ["torchrun", *torchrun_flags(min(num_gpus, cluster.gpus_per_node), num_nodes,
+                                        rdzv_endpoint=endpoint, rdzv_id=RENDEZVOUS_ID)]
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[str]:
