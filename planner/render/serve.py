@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from planner.emit.command import LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, ms, per_node_lines, print_json, step_json, us
+from planner.render.common import console, count, ms, per_node_lines, print_json_rows, step_json, us
 from planner.search import NEAR_TIE_FRACTION, ServePlan
 from planner.serve import Rejected, ServeEstimate
 from planner.units import BYTES_PER_GIB
+
+if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ COLUMNS = (
 
 
 def render_table(plan: ServePlan, top: int) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
                         f"{len(plan.layouts) + len(plan.rejected)}, ranked by {plan.request.objective})")
     for column in COLUMNS:
@@ -127,6 +130,8 @@ def _placement_line(r: ServeEstimate) -> str:
 
 
 def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
+    from rich.table import Table
+
     table = Table(title="Rejected layouts")
     for header in ("tp", "pp", "dp"):
         table.add_column(header, justify="right")
@@ -227,4 +232,4 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> 
 
 
 def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> None:
-    print_json(plan_json(plan, steps_for, ray_steps_for))
+    print_json_rows(plan_json(plan, steps_for, ray_steps_for))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from planner.emit.command import ALL_NODES, LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
@@ -16,11 +14,14 @@ from planner.render.common import (
     gib,
     ms,
     per_node_lines,
-    print_json,
+    print_json_rows,
     step_json,
 )
 from planner.train import TrainEstimate
 from planner.train_search import TrainPlan
+
+if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
+    from rich.table import Table
 
 StepsFor = Callable[[TrainEstimate], tuple[LaunchStep, ...]]
 
@@ -61,6 +62,8 @@ COLUMNS = (
 
 
 def render_table(plan: TrainPlan, top: int) -> Table:
+    from rich.table import Table
+
     total = len(plan.layouts)
     table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total} feasible, "
                         f"{len(plan.rejected)} layouts rejected; ranked by tokens/s)")
@@ -104,6 +107,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
 
 
 def render_rejected(plan: TrainPlan) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"Rejected layouts ({len(plan.rejected)})")
     for header in ("tp", "pp", "dp", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
@@ -166,7 +171,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
 
 def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor) -> None:
     layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts)]
-    print_json({
+    print_json_rows({
         "workload": "train",
         "model": model.name,
         "cluster": cluster.name,
