@@ -108,7 +108,7 @@ def step_json(step: LaunchStep) -> dict[str, Any]:
 
 
 def per_node_lines(steps: tuple[LaunchStep, ...]) -> list[str]:
-    """What each per-node shell variable in these steps stands for (none for one node)."""
+    """What each per-node shell variable in these steps stands for (nothing when none is used)."""
     used = {name for step in steps for name in step.variables()}
     if not used:
         return []
