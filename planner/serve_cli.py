@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from planner.emit.command import MODEL_PLACEHOLDER, Step
-from planner.emit.sglang import sglang_steps
-from planner.emit.vllm import VllmArgs, vllm_steps
+from planner.emit import SERVE_EMITTERS
+from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
 
-def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> VllmArgs:
-    return VllmArgs(
+def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> ServeArgs:
+    return ServeArgs(
         model=model_arg,
         tp=result.layout.tp,
         pp=result.layout.pp,
@@ -38,15 +37,10 @@ def launch_notes(plan: ServePlan) -> list[str]:
     return []
 
 
-def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> list[Step]:
-    args = engine_args(plan, result, model_arg)
-    if engine == "sglang":
-        return sglang_steps(args)
-    if engine == "vllm-ray":
-        return vllm_steps(args, backend="ray")
-    if engine == "vllm":
-        return vllm_steps(args)
-    return []
+def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> tuple[LaunchStep, ...]:
+    """The engine's steps for this layout, one per role; none for --emit none."""
+    emitter = SERVE_EMITTERS.get(engine)
+    return () if emitter is None else emitter(engine_args(plan, result, model_arg))
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
@@ -60,8 +54,8 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
                         lambda r: launch_steps(plan, r, "vllm-ray", served_model))
     else:
         best = plan.recommended
-        steps = [] if best is None else launch_steps(plan, best, engine, served_model)
-        ray = []
+        steps = () if best is None else launch_steps(plan, best, engine, served_model)
+        ray: tuple[LaunchStep, ...] = ()
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
         render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray, notes=launch_notes(plan))

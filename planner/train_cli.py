@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.emit.command import LaunchStep
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate
@@ -10,16 +11,18 @@ from planner.train_search import TrainPlan, search
 
 def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, json_output: bool,
               top: int, show_rejected: bool, emit: str) -> int:
-    from planner.emit.megatron import megatron_steps
+    from planner.emit import TRAIN_EMITTERS
     from planner.render.train import print_plan_json, render_plan
 
     plan: TrainPlan = search(model, cluster, request)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
+    # Megatron-LM is the one training engine: a serving --emit still prints it.
+    emitter = None if emit == "none" else TRAIN_EMITTERS.get(emit, TRAIN_EMITTERS["megatron"])
 
-    def steps_for(estimate: TrainEstimate):
-        if emit == "none":
+    def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
+        if emitter is None:
             return ()
-        return megatron_steps(model, cluster, estimate.config, request.global_batch, request.seq_len)
+        return emitter(model, cluster, estimate.config, request.global_batch, request.seq_len)
 
     if json_output:
         print_plan_json(model, cluster, plan, request, steps_for)

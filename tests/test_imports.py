@@ -59,6 +59,14 @@ def test_planning_run_imports_no_torch(repo_root: Path) -> None:
     assert "torch" not in _top_level(modules)
 
 
+def test_json_plans_import_no_rich(repo_root: Path) -> None:
+    """--json writes data only: the table library stays unloaded (start-up time)."""
+    for workload in (("--model", "llama-3.1-70b"), ("--workload", "train", "--model", "llama-3.1-8b",
+                                                      "--global-batch", "64", "--seq-len", "2048")):
+        modules = _imported_modules("-m", "planner", *workload, "--cluster", "1x8xH100", "--json", cwd=repo_root)
+        assert "rich" not in _top_level(modules), workload
+
+
 def _cost_modules() -> list[Path]:
     return sorted(COST_DIR.glob("*.py"))
 

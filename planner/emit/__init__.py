@@ -1,1 +1,33 @@
-"""Launch commands, one module per engine: layout + specs -> argv lists (never shell strings)."""
+"""Launch commands, one module per engine: layout + specs -> LaunchSteps (argv tuples, one per
+role; planner/emit/command.py), and the registry the CLI dispatches through.
+
+One signature per workload:
+- serving, `ServeEmitter`: (ServeArgs) -> steps;
+- training, `TrainEmitter`: (model, cluster, config, global_batch, seq_len) -> steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from planner.emit.command import LaunchStep, ServeArgs
+from planner.emit.megatron import megatron_steps
+from planner.emit.sglang import sglang_steps
+from planner.emit.vllm import vllm_ray_steps, vllm_steps
+
+ServeEmitter = Callable[[ServeArgs], tuple[LaunchStep, ...]]
+if TYPE_CHECKING:
+    from planner.layout import TrainConfig
+    from planner.specs import ClusterSpec, ModelSpec
+
+    TrainEmitter = Callable[[ModelSpec, ClusterSpec, TrainConfig, int, int], tuple[LaunchStep, ...]]
+
+SERVE_EMITTERS: dict[str, ServeEmitter] = {
+    "vllm": vllm_steps,
+    "vllm-ray": vllm_ray_steps,
+    "sglang": sglang_steps,
+}
+TRAIN_EMITTERS: dict[str, TrainEmitter] = {
+    "megatron": megatron_steps,
+}

@@ -1,8 +1,36 @@
-"""A launch step: where it runs and its argv (shown with shlex.join, never spliced)."""
+"""Launch steps: which role runs which argv on which nodes, once per role, at any scale.
+
+A plan for N nodes carries each distinct command once -- the head, the workers, the
+replica heads -- with the set of nodes that run it (`NodeSet`, a range or a range
+repeated every `period` nodes, never a list), so a step costs the same at 2 nodes and at
+2,048. Argv is a tuple of str, never a shell string; `LaunchStep.shell()` is the one place
+it becomes a line, and that line is copy-pasteable.
+
+Placeholders, two kinds:
+
+- **Text to replace once**, the same on every node: `MODEL` (the checkpoint path or
+  Hugging Face id; `--served-model` sets it) and `HEAD_IP` (the head node's address,
+  reachable from every node). Shown as they are, quoted like any other argument.
+- **Per-node values**, shell parameter expansions that each node's shell expands; set the
+  variables on each node (`export NODE_RANK=3`) and paste the same line everywhere:
+
+  - `$NODE_RANK`: this node's index in the plan, 0 to N-1 (node 0 is the head; with data
+    parallel replicas of k nodes, replica r holds nodes r*k to r*k+k-1).
+  - `$((NODE_RANK * k))`, `$((NODE_RANK % k))`: shell arithmetic on it (the DP start
+    rank of a node holding k DP ranks; a node's rank inside its replica of k nodes).
+  - `$REPLICA_HEAD_IP`: the address of the first node of this node's replica, node
+    k * (NODE_RANK / k); only where replicas span several nodes, each its own deployment.
+
+  Such an argv element is a `PerNode` (a str subclass, written to JSON as the plain
+  string): `shell()` leaves it unquoted so the shell expands it, and quotes every other
+  element with shlex.quote. A value that is the same on every node of a step (a role
+  with one node) is written as the literal instead, so small plans need no variables.
+"""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 MODEL_PLACEHOLDER = "MODEL"
@@ -10,11 +38,108 @@ MODEL_PLACEHOLDER = "MODEL"
 HEAD_ADDRESS_PLACEHOLDER = "HEAD_IP"
 """Replace with the head node's address reachable from every node."""
 
+NODE_RANK = "NODE_RANK"
+REPLICA_HEAD_ADDRESS = "REPLICA_HEAD_IP"
+PER_NODE_VARIABLES = {
+    NODE_RANK: "this node's index in the plan, 0 to N-1 as in the node lists above",
+    REPLICA_HEAD_ADDRESS: "the address of the first node of this node's replica",
+}
+"""Every shell variable a PerNode element may name, with what to set it to on each node."""
+
+ALL_NODES = "all"
+"""The role of a step that every node of the plan runs alike."""
+
+
+class PerNode(str):
+    """An argv element the shell on each node expands ($NODE_RANK, $((NODE_RANK * 4)),
+    --address=$REPLICA_HEAD_IP:6379); its other characters need no quoting."""
+
+    def variables(self) -> list[str]:
+        return [name for name in PER_NODE_VARIABLES if name in self]
+
 
 @dataclass(frozen=True)
-class Step:
-    where: str
+class NodeSet:
+    """Nodes {first + p * period + i : 0 <= p < num_periods, 0 <= i < length}: a range
+    (num_periods = 1) or the same range in each of num_periods blocks of period nodes."""
+
+    first: int
+    length: int = 1
+    period: int = 0
+    num_periods: int = 1
+
+    @property
+    def count(self) -> int:
+        return self.length * self.num_periods
+
+    def __iter__(self) -> Iterator[int]:
+        for p in range(self.num_periods):
+            yield from range(self.first + p * self.period, self.first + p * self.period + self.length)
+
+    def _block(self, p: int) -> str:
+        start = self.first + p * self.period
+        return str(start) if self.length == 1 else f"{start}-{start + self.length - 1}"
+
+    def __str__(self) -> str:
+        if self.count == 1:
+            return f"node {self.first}"
+        if self.num_periods <= 3:
+            return "nodes " + ", ".join(self._block(p) for p in range(self.num_periods))
+        return f"nodes {self._block(0)}, {self._block(1)}, ..., {self._block(self.num_periods - 1)}"
+
+
+def node_rank_value(nodes: NodeSet, times: int = 1, modulo: int | None = None) -> str:
+    """NODE_RANK * times, or NODE_RANK % modulo, on each node of `nodes`: the literal when it
+    is the same on all of them, else the PerNode shell arithmetic."""
+    if modulo is not None and nodes.length == 1:
+        return str(nodes.first % modulo)
+    if modulo is None and nodes.count == 1:
+        return str(nodes.first * times)
+    if modulo is not None:
+        return PerNode(f"$(({NODE_RANK} % {modulo}))")
+    return PerNode(f"${NODE_RANK}" if times == 1 else f"$(({NODE_RANK} * {times}))")
+
+
+def shell_join(argv: tuple[str, ...] | list[str]) -> str:
+    """The argv as one shell line: PerNode elements bare (expanded by the node's shell),
+    everything else shlex-quoted."""
+    return " ".join(arg if isinstance(arg, PerNode) else shlex.quote(arg) for arg in argv)
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """One command, run on every node of `nodes`, in the order the steps are listed."""
+
+    role: str
+    """all (every node alike), head, worker, replica head or replica worker."""
+    nodes: NodeSet
     argv: tuple[str, ...]
 
+    @property
+    def where(self) -> str:
+        return str(self.nodes) if self.role == ALL_NODES else f"{self.nodes} ({self.role})"
+
+    def variables(self) -> list[str]:
+        """The per-node shell variables this step's argv uses, in PER_NODE_VARIABLES order."""
+        used = {name for arg in self.argv if isinstance(arg, PerNode) for name in arg.variables()}
+        return [name for name in PER_NODE_VARIABLES if name in used]
+
     def shell(self) -> str:
-        return shlex.join(self.argv)
+        return shell_join(self.argv)
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """What every serving emitter needs: one layout and the engine settings that fit it."""
+
+    model: str
+    tp: int
+    pp: int
+    dp: int
+    gpus_per_node: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    quantization: str | None
+    kv_cache_dtype: str
+    dtype: str

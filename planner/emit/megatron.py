@@ -12,32 +12,31 @@ F, L_l and the per-rank middle layers divisible by v). Interleaving with an unev
 must name the chunk count, --num-virtual-stages-per-pipeline-rank v: arguments.py asserts
 "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
 degree when enable uneven pipeline parallelism" when --num-layers-per-virtual-pipeline-stage
-is given instead. torchrun with the c10d rendezvous: the same command on
-every node (node order follows arrival), so one step serves them all.
+is given instead. torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
+command on every node (node order follows arrival), so one step serves them all.
 """
 
 from __future__ import annotations
 
 import math
 
-from planner.emit.command import HEAD_ADDRESS_PLACEHOLDER, Step
+from planner.emit.command import ALL_NODES, HEAD_ADDRESS_PLACEHOLDER, LaunchStep, NodeSet
+from planner.emit.torchrun import torchrun_flags
 from planner.layout import TrainConfig
 from planner.specs import ClusterSpec, ModelSpec
 
 MEGATRON_VERSION = "core_r0.14"
 RENDEZVOUS_PORT = 29500
 TRAIN_SCRIPT = "pretrain_gpt.py"
+RENDEZVOUS_ID = "plan-train"
 ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
-    gpus_per_node = min(num_gpus, cluster.gpus_per_node)
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
-    if num_nodes == 1:
-        return ["torchrun", "--standalone", "--nproc-per-node", str(gpus_per_node)]
-    return ["torchrun", "--nnodes", str(num_nodes), "--nproc-per-node", str(gpus_per_node),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}",
-            "--rdzv-id", "plan-train"]
+    endpoint = None if num_nodes == 1 else f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}"
+    return ["torchrun", *torchrun_flags(min(num_gpus, cluster.gpus_per_node), num_nodes,
+                                        rdzv_endpoint=endpoint, rdzv_id=RENDEZVOUS_ID)]
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[str]:
@@ -93,7 +92,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-                   global_batch: int, seq_len: int) -> tuple[Step, ...]:
+                   global_batch: int, seq_len: int) -> tuple[LaunchStep, ...]:
     """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments.
     GPipe has no Megatron flag (Megatron runs 1F1B); data, tokenizer and optimizer
     hyper-parameters are the user's to add."""
@@ -101,5 +100,4 @@ def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
     argv = (torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT] + parallel_args(model, config, global_batch)
             + model_args(model, seq_len))
-    where = "this node" if num_nodes == 1 else f"each of the {num_nodes} nodes"
-    return (Step(where, tuple(argv)),)
+    return (LaunchStep(ALL_NODES, NodeSet(0, num_nodes), tuple(argv)),)

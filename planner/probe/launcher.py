@@ -196,13 +196,24 @@ def torchrun_argv(
     ]
     if options.skip_compute:
         worker_args.append("--skip-compute")
+    from planner.emit.torchrun import torchrun_flags
+
+    rendezvous = torchrun_flags(
+        nproc_per_node,
+        options.nnodes,
+        rdzv_endpoint=options.rdzv_endpoint,
+        rdzv_id=options.rdzv_id,
+        master_addr=options.master_addr,
+        master_port=options.master_port,
+        node_rank=options.node_rank,
+        rdzv_conf=options.rdzv_conf,
+        local_addr=options.local_addr,
+    )
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        *rendezvous_args(options, options.node_rank),
-        "--nproc-per-node",
-        str(nproc_per_node),
+        *rendezvous,
         "--max-restarts",
         "0",
         "-m",

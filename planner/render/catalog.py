@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from planner import catalog, units
 from planner.cost.params import kv_bytes_per_token, param_counts, weight_bytes
 from planner.render.common import billions, console, gb_per_s, gib
@@ -43,6 +41,8 @@ def describe_cluster(cluster: ClusterSpec) -> str:
 
 
 def render_models() -> None:
+    from rich.table import Table
+
     table = Table("name", "params", "active", "weights", "dtype", "quant", "layers", "heads/kv", "context")
     for name in catalog.shipped_models():
         model = catalog.resolve_model(name)
@@ -56,6 +56,8 @@ def render_models() -> None:
 
 
 def render_clusters() -> None:
+    from rich.table import Table
+
     table = Table("name", "GPUs", "GPU", "intra-node", "inter-node")
     for name in catalog.shipped_clusters():
         cluster = catalog.resolve_cluster(name)
@@ -71,6 +73,8 @@ def render_clusters() -> None:
 
 
 def render_gpus() -> None:
+    from rich.table import Table
+
     precisions = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
     table = Table("name", "aliases", "memory", "HBM GB/s", *precisions, "fabric", "node network")
     for gpu in catalog.gpu_catalog():

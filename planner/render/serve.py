@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from planner.emit.command import Step
+from planner.emit.command import LaunchStep
 from planner.layout import Rejected
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, ms, print_json, us
+from planner.render.common import console, count, ms, per_node_lines, print_json_rows, step_json, us
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
+
+if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ COLUMNS = (
 
 
 def render_table(plan: ServePlan, top: int) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
                         f"{len(plan.layouts) + len(plan.rejected)}, ranked by {plan.request.objective})")
     for column in COLUMNS:
@@ -128,6 +131,8 @@ def _placement_line(r: ServeEstimate) -> str:
 
 
 def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
+    from rich.table import Table
+
     table = Table(title="Rejected layouts")
     for header in ("tp", "pp", "dp"):
         table.add_column(header, justify="right")
@@ -137,8 +142,8 @@ def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
     return table
 
 
-def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_rejected: bool,
-                ray_steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
+def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top: int, show_rejected: bool,
+                ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None) -> None:
     out = console()
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
@@ -150,12 +155,14 @@ def render_plan(plan: ServePlan, steps: list[Step], engine: str, top: int, show_
         out.print(line)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
-    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps or [])):
+    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps)):
         if group:
             out.print(f"\n{title}:")
             for step in group:
-                out.print(f"  # {step.where}")
-                out.print(f"  {step.shell()}", soft_wrap=True)
+                out.print(f"  # {step.where}", markup=False)
+                out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
+    for line in per_node_lines((*steps, *ray_steps)):
+        out.print(line, markup=False)
     for note in notes or []:
         out.print(f"Note: {note}")
 
@@ -168,8 +175,8 @@ def render_infeasible(plan: ServePlan) -> None:
         err.print(f"What would fit: {suggestion}")
 
 
-def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step],
-                ray_steps: list[Step]) -> dict[str, Any]:
+def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[LaunchStep, ...],
+                ray_steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     worst = r.stages[r.worst_stage]
     return {
         "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "rank": rank,
@@ -200,9 +207,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: list[Step],
         "decode_steps": [vars_of(step) for step in r.decode_steps],
         "prefill_stage_seconds": list(r.prefill_stage_seconds),
         "collectives": [vars_of(c) for c in r.collectives],
-        "command": [list(step.argv) for step in steps],
-        "command_where": [step.where for step in steps],
-        "command_ray": [list(step.argv) for step in ray_steps],
+        "command": [step_json(step) for step in steps],
+        "command_ray": [step_json(step) for step in ray_steps],
     }
 
 
@@ -210,7 +216,7 @@ def vars_of(stage: Any) -> dict[str, Any]:
     return {key: getattr(stage, key) for key in stage.__dataclass_fields__}
 
 
-StepsFor = Callable[[ServeEstimate], list[Step]]
+StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
 def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> dict[str, Any]:
@@ -231,4 +237,4 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> 
 
 
 def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> None:
-    print_json(plan_json(plan, steps_for, ray_steps_for))
+    print_json_rows(plan_json(plan, steps_for, ray_steps_for))

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from planner.emit.command import Step
+from planner.emit.command import ALL_NODES, LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, gib, ms, print_json, to_jsonable
+from planner.render.common import (
+    console,
+    count,
+    gib,
+    ms,
+    per_node_lines,
+    print_json_rows,
+    step_json,
+    to_jsonable,
+)
 from planner.train import TrainEstimate
 from planner.train_search import TrainPlan
 
-StepsFor = Callable[[TrainEstimate], tuple[Step, ...]]
+if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
+    from rich.table import Table
+
+StepsFor = Callable[[TrainEstimate], tuple[LaunchStep, ...]]
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,8 @@ COLUMNS = (
 
 
 def render_table(plan: TrainPlan, top: int) -> Table:
+    from rich.table import Table
+
     total = len(plan.layouts)
     table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total} feasible, "
                         f"{len(plan.rejected)} layouts rejected; ranked by tokens/s)")
@@ -96,6 +108,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
 
 
 def render_rejected(plan: TrainPlan) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"Rejected layouts ({len(plan.rejected)})")
     for header in ("tp", "pp", "dp", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
@@ -104,7 +118,7 @@ def render_rejected(plan: TrainPlan) -> Table:
     return table
 
 
-def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: int,
+def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], top: int,
                 show_rejected: bool) -> None:
     out = console()
     out.print(describe_model(model))
@@ -114,8 +128,10 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: i
         for line in summary_lines(plan):
             out.print(line)
         for step in steps:
-            out.print(f"\nMegatron-LM launch (run on {step.where}):")
+            out.print(f"\nMegatron-LM launch (run on {_where(step)}):")
             out.print(step.shell(), markup=False, soft_wrap=True)
+        for line in per_node_lines(steps):
+            out.print(line, markup=False)
     else:
         out.print("No configuration fits: see the reasons below (or add GPUs, recompute, ZeRO).")
     if show_rejected or not plan.layouts:
@@ -124,7 +140,13 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[Step, ...], top: i
         out.print(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
 
 
-def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[str, Any]:
+def _where(step: LaunchStep) -> str:
+    if step.nodes.count == 1:
+        return "this node"
+    return f"each of the {step.nodes.count} nodes" if step.role == ALL_NODES else step.where
+
+
+def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
         "tp": c.tp, "pp": c.pp, "dp": c.dp, "rank": rank,
@@ -149,15 +171,13 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[Step, ...]) -> dict[
         "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
         "pp_send_seconds": e.pp_send_seconds, "pp_send_bytes": e.pp_send_bytes,
         "dp_collectives": to_jsonable(e.dp_collectives),
-        "command": [list(s.argv) for s in steps],
-        "command_where": [s.where for s in steps],
-        "command_shell": [s.shell() for s in steps],
+        "command": [step_json(s) for s in steps],
     }
 
 
 def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor) -> None:
     layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts)]
-    print_json({
+    print_json_rows({
         "workload": "train",
         "model": model.name,
         "cluster": cluster.name,

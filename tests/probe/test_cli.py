@@ -55,7 +55,7 @@ def test_c10d_prints_the_same_command_for_every_node():
     )
     assert [line.split(": ", 1)[1] for line in lines] == [expected, expected]
     assert (
-        "-m torch.distributed.run --nnodes 2 --rdzv-backend c10d --rdzv-endpoint head:29400"
+        "-m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint head:29400"
         in result.output
     )
 

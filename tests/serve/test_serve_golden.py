@@ -1,7 +1,8 @@
 """Golden files for the emitted launch commands (vLLM, vLLM + Ray, SGLang).
 
 Each golden is the planner's own recommendation for a fixed layout, rendered as one
-`# where` line and one `shlex.join(argv)` line per step, compared exactly.
+`# nodes (role)` line and one shell line (`LaunchStep.shell()`) per step, one step per
+role however many nodes run it, compared exactly.
 Rewrite them after a deliberate change with `UPDATE_GOLDEN=1 python -m pytest tests/serve`
 and review the diff. Flag names are checked against ../shared/reference/engines.md
 (vLLM 2025-2026 releases, SGLang 0.4-0.5).
@@ -112,6 +113,42 @@ CASES = [
         model_arg="/models/Llama 3.1 8B; rm -rf ~",
     ),
     Case(
+        "replicas_at_scale_405b_2048x8xH100_tp8_pp4",
+        "vllm",
+        "llama-3.1-405b",
+        "2048x8xH100",
+        {"tp": 8, "pp": 4},
+        {"batch": 32, "max_model_len": 8192},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "replicas_at_scale_ray_405b_2048x8xH100_tp8_pp4",
+        "vllm-ray",
+        "llama-3.1-405b",
+        "2048x8xH100",
+        {"tp": 8, "pp": 4},
+        {"batch": 32, "max_model_len": 8192},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "one_replica_at_scale_405b_4x8xH100_tp8_pp4",
+        "vllm",
+        "llama-3.1-405b",
+        "4x8xH100",
+        {"tp": 8, "pp": 4},
+        {"batch": 32, "max_model_len": 8192},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "dp_at_scale_70b_2048x8xA100_tp4",
+        "vllm",
+        "llama-3.1-70b",
+        "2048x8xA100",
+        {"tp": 4, "pp": 1},
+        {"batch": 64, "max_model_len": 8192},
+        model_arg="meta-llama/Llama-3.1-70B-Instruct",
+    ),
+    Case(
         "single_node_8b_1x8xH100_tp8",
         "sglang",
         "llama-3.1-8b",
@@ -126,6 +163,15 @@ CASES = [
         "2x8xH100",
         {"tp": 8, "pp": 2},
         {"batch": 32, "max_model_len": 16384},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "at_scale_405b_2048x8xH100_tp8_pp4",
+        "sglang",
+        "llama-3.1-405b",
+        "2048x8xH100",
+        {"tp": 8, "pp": 4},
+        {"batch": 32, "max_model_len": 8192},
         model_arg="meta-llama/Llama-3.1-405B-Instruct",
     ),
     Case(
@@ -207,7 +253,7 @@ def steps_for(case: Case, serve_plan) -> list:
 
 
 def render(steps) -> str:
-    return "".join(f"# {step.where}\n{shlex.join(step.argv)}\n" for step in steps)
+    return "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.engine}-{c.name}")
@@ -265,17 +311,17 @@ def test_multi_node_replica_commands(serve_plan):
 
 def test_replicas_spanning_nodes_each_get_their_own_head(serve_plan):
     """dp=2 replicas of tp=8 pp=2 on 4x8xH100: replica 0 on nodes 0-1, replica 1 on nodes
-    2-3 with its own master address (two independent deployments, not one shared head)."""
+    2-3, each with its own master address (two independent deployments, not one shared
+    head): one step for the replica heads, one for the replica workers, the master being
+    the per-node $REPLICA_HEAD_IP."""
     case = next(c for c in CASES if c.name.startswith("dp_of_multi_node"))
     steps = steps_for(case, serve_plan)
-    assert [s.where for s in steps] == [
-        "replica 0: node 0 (head)",
-        "replica 0: node 1",
-        "replica 1: node 2 (head)",
-        "replica 1: node 3",
-    ]
-    masters = [s.argv[list(s.argv).index("--master-addr") + 1] for s in steps]
-    assert masters[0] == masters[1] != masters[2] == masters[3]
+    head, worker = steps
+    assert (list(head.nodes), list(worker.nodes)) == ([0, 2], [1, 3])
+    assert (head.where, worker.where) == ("nodes 0, 2 (replica head)", "nodes 1, 3 (replica worker)")
+    for step in steps:
+        assert step.argv[list(step.argv).index("--master-addr") + 1] == "$REPLICA_HEAD_IP"
+        assert step.variables() == ["REPLICA_HEAD_IP"]
 
 
 def test_dp_across_nodes_flags(serve_plan):

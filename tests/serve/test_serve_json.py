@@ -62,10 +62,11 @@ def test_every_layout_object_has_the_promised_keys(headline):
         assert layout["max_concurrency"] == pytest.approx(layout["kv_cache_tokens"] / 131072)
         command = layout["command"]
         assert command and all(
-            isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)
-            for argv in command
+            isinstance(step["argv"], list) and step["argv"] and all(isinstance(arg, str) for arg in step["argv"])
+            for step in command
         )
-        assert any(argv[:3] == ["vllm", "serve", "MODEL"] for argv in command)
+        assert any(step["argv"][:3] == ["vllm", "serve", "MODEL"] for step in command)
+        assert all(step["nodes"]["count"] >= 1 and step["role"] for step in command)
 
 
 def test_ranked_best_first_by_throughput(headline):

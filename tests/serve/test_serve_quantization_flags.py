@@ -8,7 +8,7 @@ from __future__ import annotations
 def _recommended_argv(plan_json, *args):
     code, out = plan_json("--model", *args, "--cluster", "1x8xH100", "--max-model-len", "8192")
     assert code == 0
-    return out["recommended"]["command"][-1]
+    return out["recommended"]["command"][-1]["argv"]
 
 
 def test_prequantized_fp8_spec_emits_no_quantization_flag(plan_json, run_plan):

@@ -132,7 +132,10 @@ def test_no_feasible_layout_exits_1():
 def test_megatron_golden(name, args):
     """Megatron-LM core_r0.14 argv, shown with shlex.join."""
     recommended = plan_json(*args)["recommended"]
-    assert all(isinstance(argv, list) and all(isinstance(a, str) for a in argv)
-               for argv in recommended["command"])
-    assert [shlex.join(argv) for argv in recommended["command"]] == recommended["command_shell"]
-    assert recommended["command_shell"][0] + "\n" == (GOLDEN / f"{name}.txt").read_text()
+    (step,) = recommended["command"]
+    assert isinstance(step["argv"], list) and all(isinstance(a, str) for a in step["argv"])
+    argv = step["argv"]
+    num_nodes = int(argv[argv.index("--nnodes") + 1]) if "--nnodes" in argv else 1
+    assert step["role"] == "all" and (step["nodes"]["first"], step["nodes"]["count"]) == (0, num_nodes)
+    assert shlex.join(step["argv"]) == step["shell"]
+    assert step["shell"] + "\n" == (GOLDEN / f"{name}.txt").read_text()

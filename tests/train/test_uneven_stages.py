@@ -157,7 +157,7 @@ def test_uneven_stages_in_json():
     assert result.exit_code == 0, result.output
     best = json.loads(result.output)["recommended"]
     assert best["num_layers_per_stage"] == [7] + [8] * 14 + [7]
-    argv = best["command"][0]
+    argv = best["command"][0]["argv"]
     assert argv[argv.index("--decoder-first-pipeline-num-layers") + 1] == "7"
     assert argv[argv.index("--decoder-last-pipeline-num-layers") + 1] == "7"
 

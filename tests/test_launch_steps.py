@@ -1,0 +1,188 @@
+"""Launch steps per role: what each node runs, expanded by a real shell, equals the
+per-node command it ran before roles; the node sets cover every node once; the JSON of a
+plan does not grow with the node count; torchrun's flags and the emitter registry have
+one home each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import Emit, app
+from planner.emit import SERVE_EMITTERS, TRAIN_EMITTERS
+from planner.emit.command import LaunchStep, NodeSet, PerNode, ServeArgs, shell_join
+from planner.emit.torchrun import torchrun_flags
+
+MODEL_ARG = "/models/Llama 3.1; rm -rf ~"
+"""A model path the shell must keep as one argument, beside the per-node expansions."""
+ARGS = ServeArgs(model=MODEL_ARG, tp=8, pp=1, dp=1, gpus_per_node=8, gpu_memory_utilization=0.9,
+                 max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto",
+                 dtype="bfloat16")
+
+
+def replica_address(replica: int) -> str:
+    return f"10.0.{replica}.1"
+
+
+def expand_in_shell(step: LaunchStep, nodes: list[int], nodes_per_replica: int) -> dict[int, list[str]]:
+    """The argv each node's shell runs: NODE_RANK and REPLICA_HEAD_IP set as the docs say."""
+    script = "".join(
+        f"NODE_RANK={n}; REPLICA_HEAD_IP={replica_address(n // nodes_per_replica)}; "
+        f"printf '%s\\0' {step.shell()} END\n" for n in nodes)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    argvs = [chunk.strip("\0").split("\0") for chunk in out.split("\0END\0") if chunk]
+    return dict(zip(nodes, argvs, strict=True))
+
+
+def per_node(args: ServeArgs, engine: str) -> tuple[int, list[list[str]], int]:
+    """(nodes per replica, each node's engine argv as emitted one step per node before
+    roles, the number of nodes): the reference the per-role steps must reproduce."""
+    base = ["vllm", "serve", args.model, *_vllm_flags(args)]
+    if engine == "sglang":
+        num_nodes = args.tp * args.pp * args.dp // args.gpus_per_node
+        sglang = SERVE_EMITTERS["sglang"](args)[0].argv[:-6]
+        return num_nodes, [[*sglang, "--nnodes", str(num_nodes), "--node-rank", str(n),
+                            "--dist-init-addr", "HEAD_IP:5000"] for n in range(num_nodes)], num_nodes
+    k = -(-args.tp * args.pp // args.gpus_per_node)
+    if k > 1:
+        nodes = []
+        for n in range(k * args.dp):
+            address = "HEAD_IP" if args.dp == 1 else replica_address(n // k)
+            nodes.append([*base, "--nnodes", str(k), "--node-rank", str(n % k), "--master-addr", address,
+                          "--master-port", "29501"] + (["--headless"] if n % k else []))
+        return k, nodes, k * args.dp
+    per = args.gpus_per_node // (args.tp * args.pp)
+    num_nodes = -(-args.dp // per)
+    nodes = []
+    for n in range(num_nodes):
+        local = min(per, args.dp - n * per)
+        nodes.append([*base, "--data-parallel-size", str(args.dp), "--data-parallel-size-local", str(local),
+                      "--data-parallel-address", "HEAD_IP", "--data-parallel-rpc-port", "13345"]
+                     + (["--headless", "--data-parallel-start-rank", str(n * per)] if n else []))
+    return 1, nodes, num_nodes
+
+
+def _vllm_flags(args: ServeArgs) -> list[str]:
+    flags = ["--tensor-parallel-size", str(args.tp)]
+    flags += ["--pipeline-parallel-size", str(args.pp)] if args.pp > 1 else []
+    return flags + ["--dtype", args.dtype, "--gpu-memory-utilization", "0.9", "--max-model-len", "8192",
+                    "--max-num-seqs", "64"]
+
+
+MULTI_NODE = [
+    pytest.param("vllm", replace(ARGS, pp=3), id="vllm-one-replica-of-3-nodes"),
+    pytest.param("vllm", replace(ARGS, pp=3, dp=2), id="vllm-2-replicas-of-3-nodes"),
+    pytest.param("vllm", replace(ARGS, pp=2, dp=5), id="vllm-5-replicas-of-2-nodes"),
+    pytest.param("vllm", replace(ARGS, tp=4, dp=10), id="vllm-dp-2-per-node-on-5-nodes"),
+    pytest.param("vllm", replace(ARGS, tp=4, dp=11), id="vllm-dp-last-node-half-full"),
+    pytest.param("vllm", replace(ARGS, tp=2, dp=6), id="vllm-dp-2-nodes-last-half-full"),
+    pytest.param("sglang", replace(ARGS, pp=2, dp=3), id="sglang-6-nodes"),
+]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("engine, args", MULTI_NODE)
+def test_each_node_runs_what_it_ran_per_node(engine, args):
+    """Each node is in exactly one step, and that step's shell line, with the node's
+    variables set, expands to the argv the node ran when commands were per node."""
+    k, expected, num_nodes = per_node(args, engine)
+    steps = SERVE_EMITTERS[engine](args)
+    assert sorted(n for step in steps for n in step.nodes) == list(range(num_nodes))
+    assert len(steps) <= 3
+    for step in steps:
+        got = expand_in_shell(step, list(step.nodes), k)
+        for node, argv in got.items():
+            assert argv == expected[node], (step.where, node)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("dp", [1, 3])
+def test_ray_starts_once_per_node_and_serves_from_each_head(dp):
+    args = replace(ARGS, pp=2, dp=dp)
+    head_start, join, serve = SERVE_EMITTERS["vllm-ray"](args)
+    assert sorted([*head_start.nodes, *join.nodes]) == list(range(2 * dp))
+    assert list(serve.nodes) == list(head_start.nodes) == [2 * r for r in range(dp)]
+    assert head_start.argv == ("ray", "start", "--head", "--port", "6379")
+    for node, argv in expand_in_shell(join, list(join.nodes), 2).items():
+        address = "HEAD_IP" if dp == 1 else replica_address(node // 2)
+        assert argv == ["ray", "start", f"--address={address}:6379"]
+    assert serve.argv[-2:] == ("--distributed-executor-backend", "ray")
+
+
+def test_one_node_is_one_step_without_variables():
+    for engine, emitter in SERVE_EMITTERS.items():
+        (step,) = emitter(replace(ARGS, tp=2, dp=4))
+        assert (step.where, step.variables()) == ("node 0", []), engine
+        assert step.shell() == shell_join(step.argv) and MODEL_ARG in step.argv
+
+
+def test_node_sets_are_compact_at_any_scale():
+    workers = NodeSet(1, 3, 4, 512)
+    assert (workers.count, str(workers)) == (1536, "nodes 1-3, 5-7, ..., 2045-2047")
+    assert str(NodeSet(0, 1, 4, 512)) == "nodes 0, 4, ..., 2044"
+    assert str(NodeSet(1, 2047)) == "nodes 1-2047" and str(NodeSet(5)) == "node 5"
+    assert list(NodeSet(1, 1, 2, 3)) == [1, 3, 5] and str(NodeSet(1, 1, 2, 3)) == "nodes 1, 3, 5"
+    steps = SERVE_EMITTERS["vllm"](replace(ARGS, pp=4, dp=512))
+    assert [(s.role, s.nodes) for s in steps] == [("replica head", NodeSet(0, 1, 4, 512)),
+                                                  ("replica worker", workers)]
+
+
+def test_only_per_node_elements_are_left_unquoted():
+    argv = ("run", PerNode("$((NODE_RANK * 4))"), "$NODE_RANK", "a b")
+    assert shell_join(argv) == "run $((NODE_RANK * 4)) '$NODE_RANK' 'a b'"
+
+
+def _layout_bytes(*args: str) -> tuple[int, int]:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    return len(out["layouts"]), len(json.dumps(out["recommended"]))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_serving_json_does_not_grow_with_the_node_count(engine):
+    """tp=8 pp=4 replicas on 64 nodes and on 2,048: the same bytes per layout, within the
+    digits of the larger numbers (one argv per node made it 32 times larger)."""
+    common = ("--model", "llama-3.1-405b", "--layout", "tp=8,pp=4", "--max-model-len", "8192",
+              "--batch", "32", "--emit", engine)
+    _, small = _layout_bytes(*common, "--cluster", "64x8xH100")
+    _, large = _layout_bytes(*common, "--cluster", "2048x8xH100")
+    assert abs(large - small) < 0.02 * small, (small, large)
+
+
+def test_training_json_does_not_grow_with_the_node_count():
+    common = ("--workload", "train", "--model", "gpt3-175b", "--layout", "tp=8,pp=16", "--micro-batch", "1",
+              "--schedule", "1f1b", "--recompute", "selective", "--zero", "1", "--seq-len", "2048",
+              "--global-batch", "4096")
+    _, small = _layout_bytes(*common, "--cluster", "256x8xA100")
+    _, large = _layout_bytes(*common, "--cluster", "2048x8xA100")
+    assert abs(large - small) < 0.02 * small, (small, large)
+
+
+def test_torchrun_flags_have_one_home():
+    """Megatron's launch and the probe's both come from planner.emit.torchrun."""
+    from planner.catalog import resolve_cluster
+    from planner.emit.megatron import torchrun_argv
+    from planner.probe.launcher import CPU_SWEEP, ProbeOptions
+    from planner.probe.launcher import torchrun_argv as probe_argv
+
+    assert torchrun_flags(4) == ["--standalone", "--nproc-per-node", "4"]
+    c10d = torchrun_flags(8, 16, rdzv_endpoint="HEAD_IP:29500", rdzv_id="plan-train")
+    assert c10d == ["--nnodes", "16", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "HEAD_IP:29500", "--rdzv-id", "plan-train"]
+    assert torchrun_argv(128, resolve_cluster("16x8xA100")) == ["torchrun", *c10d]
+    static = ProbeOptions(nnodes=2, master_addr="h", node_rank=1, rdzv_conf="join_timeout=9")
+    argv = probe_argv(static, 2, CPU_SWEEP, "r.json")
+    flags = torchrun_flags(2, 2, master_addr="h", master_port=29500, node_rank=1, rdzv_conf="join_timeout=9")
+    assert argv[3:3 + len(flags)] == flags
+    assert flags[4:] == ["--node-rank", "1", "--master-addr", "h", "--master-port", "29500",
+                         "--rdzv-conf", "join_timeout=9"]
+
+
+def test_every_emit_choice_has_an_emitter():
+    assert set(SERVE_EMITTERS) | set(TRAIN_EMITTERS) | {"none"} == {e.value for e in Emit}
