@@ -5,6 +5,7 @@ import os
 import pytest
 import yaml
 
+from planner.catalog import load_cluster
 from planner.cost.comm import ring_coefficients
 from planner.probe import profile, results
 
@@ -134,10 +135,9 @@ def test_merge_keeps_everything_but_link_numbers():
 
 
 def test_document_loads_through_the_core_schema(tmp_path):
-    specs = pytest.importorskip("planner.specs")
     path = tmp_path / "m.yaml"
     profile.atomic_write_text(path, profile.dump_yaml(build(synthetic_raw())))
-    cluster = specs.load_cluster(path)
+    cluster = load_cluster(path)
     assert cluster.num_nodes == 2 and cluster.gpus_per_node == 2
     assert cluster.allreduce_curve("inter_node", 2) is not None
 

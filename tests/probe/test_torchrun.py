@@ -27,9 +27,10 @@ pytestmark = pytest.mark.usefixtures("needs_torch")
 
 
 def load_through_core(path):
-    """planner.specs.load_cluster once the core has it; structural asserts in the tests either way."""
-    specs = pytest.importorskip("planner.specs")
-    return specs.load_cluster(path)
+    """The profile as `plan --cluster` loads it (planner.catalog resolves the GPU name)."""
+    from planner.catalog import load_cluster
+
+    return load_cluster(path)
 
 
 def assert_profile_shape(document, num_nodes, gpus_per_node):
