@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner import units
+from planner.emit.torchrun import torchrun_flags
 from planner.probe.runner import ProbeError, run_with_progress
 
 INSTALL_HINT = "pip install 'parallel-planner[probe]'"
@@ -136,38 +137,6 @@ def validate(options: ProbeOptions) -> None:
             raise ProbeError(f"{path}: directory does not exist")
 
 
-def rendezvous_args(options: ProbeOptions, node_rank: int | None) -> list[str]:
-    if options.nnodes == 1 and not (options.rdzv_endpoint or options.master_addr):
-        return ["--standalone"]
-    if options.master_addr:
-        args = [
-            "--nnodes",
-            str(options.nnodes),
-            "--node-rank",
-            str(node_rank),
-            "--master-addr",
-            options.master_addr,
-            "--master-port",
-            str(options.master_port),
-        ]
-    else:
-        args = [
-            "--nnodes",
-            str(options.nnodes),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            options.rdzv_endpoint,
-            "--rdzv-id",
-            options.rdzv_id,
-        ]
-    if options.rdzv_conf:
-        args += ["--rdzv-conf", options.rdzv_conf]
-    if options.local_addr:
-        args += ["--local-addr", options.local_addr]
-    return args
-
-
 def torchrun_argv(
     options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, result_path: str
 ) -> list[str]:
@@ -196,7 +165,6 @@ def torchrun_argv(
     ]
     if options.skip_compute:
         worker_args.append("--skip-compute")
-    from planner.emit.torchrun import torchrun_flags
 
     rendezvous = torchrun_flags(
         nproc_per_node,
