@@ -15,7 +15,7 @@ and last stage, each with its own layers and micro-batches in flight).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
@@ -336,4 +336,5 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
         ("stage_split", c.tp, c.pp, c.virtual_stages, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len),
         lambda: split.best_split(L, c.pp, c.virtual_stages, stage_seconds(model, c, terms, rates)))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
-    return replace(c, first_last_layers=chosen)
+    return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
+                       c.sequence_parallel, c.zero_stage, chosen)

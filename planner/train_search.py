@@ -157,7 +157,9 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
-        result = estimate(model, cluster, replace(base, recompute=recompute), request, rates, memo)
+        config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
+                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage)
+        result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
             return result, first + offset if isinstance(result, TrainEstimate) else first
     assert result is not None

@@ -74,7 +74,7 @@ def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[i
     None when none exists. The key is costs.slowest, written out (a search asks often)."""
     w, e_first, e_last = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
     best_key, best = None, None
-    for f, c, last in split_candidates(num_layers, pp, v):
+    for f, c, last in candidate_splits(num_layers, pp, v):
         slowest = max(f * w + e_first, last * w + e_last, c * w)  # c = 0 when pp = 2
         key = (slowest, f, last)
         if best_key is None or key < best_key:
@@ -82,12 +82,9 @@ def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[i
     return best
 
 
-def split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
-    return tuple(candidate_splits(num_layers, pp, v))
-
-
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
-    return bool(split_candidates(num_layers, pp, v))
+    """Does Megatron accept some balanced uneven split? (Stops at the first candidate.)"""
+    return next(candidate_splits(num_layers, pp, v), None) is not None
 
 
 def layers_per_stage(num_layers: int, pp: int, first_last: tuple[int, int] | None) -> tuple[int, ...]:
