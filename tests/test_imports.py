@@ -51,6 +51,11 @@ def test_import_planner_cli_has_no_numpy(cli_imports: set[str]) -> None:
     assert "numpy" not in _top_level(cli_imports)
 
 
+def test_import_planner_cli_has_no_pydantic(cli_imports: set[str]) -> None:
+    """`plan --help` stays fast: the schemas (pydantic) load only when a spec is read."""
+    assert "pydantic" not in _top_level(cli_imports)
+
+
 def test_planning_run_imports_no_torch(repo_root: Path) -> None:
     """The whole main job, not only the CLI module: search, serve, render, emit."""
     modules = _imported_modules(

@@ -19,11 +19,14 @@ command on every node (node order follows arrival), so one step serves them all.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from planner.emit.command import ALL_NODES, HEAD_ADDRESS_PLACEHOLDER, LaunchStep, NodeSet
 from planner.emit.torchrun import torchrun_flags
-from planner.layout import TrainConfig
-from planner.specs import ClusterSpec, ModelSpec
+
+if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (pydantic)
+    from planner.layout import TrainConfig
+    from planner.specs import ClusterSpec, ModelSpec
 
 MEGATRON_VERSION = "core_r0.14"
 RENDEZVOUS_PORT = 29500
