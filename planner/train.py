@@ -270,7 +270,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     search's (values that repeat across its configurations); standalone calls get a new one."""
     memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
-    reasons = structural_reasons(model, config.tp, config.pp, config.dp, B)
+    c = config
+    reasons = memo.get(("structural", c.tp, c.pp, c.dp), lambda: structural_reasons(model, c.tp, c.pp, c.dp, B))
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
@@ -332,9 +333,10 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     memo = memo or Memo()
     c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
-    chosen = memo.get(
-        ("stage_split", c.tp, c.pp, c.virtual_stages, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len),
-        lambda: split.best_split(L, c.pp, c.virtual_stages, stage_seconds(model, c, terms, rates)))
+    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len)
+    costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
+    chosen = memo.get(("stage_split", c.virtual_stages, *key),
+                      lambda: split.best_split(L, c.pp, c.virtual_stages, costs))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
     return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
                        c.sequence_parallel, c.zero_stage, chosen)
