@@ -1,7 +1,7 @@
 """Megatron-LM launch command for a training configuration (argv lists).
 
-Targets Megatron-LM core_r0.14 and later (pretrain_gpt.py, flag names in
-../shared/reference/engines.md; Megatron-FSDP flags for ZeRO-2/3 from the Megatron-Core
+Targets Megatron-LM core_r0.14 and later (pretrain_gpt.py, flag names as defined in
+megatron/training/arguments.py at core_r0.14.0; Megatron-FSDP flags for ZeRO-2/3 from the Megatron-Core
 developer guide, "Megatron FSDP").
 
 Uneven pipeline stages (p does not divide L): --decoder-first-pipeline-num-layers F and

@@ -1,4 +1,5 @@
-"""SGLang launch commands (targets sglang 0.4-0.5-era `sglang.launch_server` flags; engines.md).
+"""SGLang launch commands (targets sglang 0.4-0.5-era `sglang.launch_server` flags,
+as defined in python/sglang/srt/server_args.py, ServerArgs).
 
 `--tp-size` counts GPUs across all nodes; multi-node adds `--nnodes --node-rank
 --dist-init-addr HEAD:PORT` on every node: one step for the head (node rank 0), one for

@@ -1,4 +1,5 @@
-"""vLLM launch commands (targets vLLM 0.11-0.12-era flags, 2025-2026; engines.md).
+"""vLLM launch commands (targets vLLM 0.11-0.12-era flags, 2025-2026, as defined in
+vllm/engine/arg_utils.py, EngineArgs.add_cli_args).
 
 Single node: one `vllm serve`. A replica larger than a node: the head runs
 `vllm serve ... --nnodes N --node-rank 0 --master-addr HEAD`, every worker the same with

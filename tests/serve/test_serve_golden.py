@@ -4,8 +4,8 @@ Each golden is the planner's own recommendation for a fixed layout, rendered as 
 `# nodes (role)` line and one shell line (`LaunchStep.shell()`) per step, one step per
 role however many nodes run it, compared exactly.
 Rewrite them after a deliberate change with `UPDATE_GOLDEN=1 python -m pytest tests/serve`
-and review the diff. Flag names are checked against ../shared/reference/engines.md
-(vLLM 2025-2026 releases, SGLang 0.4-0.5).
+and review the diff. Flag names are checked against the engines' argument definitions
+(vLLM vllm/engine/arg_utils.py, 2025-2026 releases; SGLang python/sglang/srt/server_args.py, 0.4-0.5).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ VLLM_FLAGS = {
     "--quantization",
     "--kv-cache-dtype",
 }
-"""engines.md, vLLM (2025-2026 releases)."""
+"""vLLM EngineArgs flags (2025-2026 releases)."""
 SGLANG_FLAGS = {
     "--model-path",
     "--tp-size",
@@ -236,9 +236,9 @@ SGLANG_FLAGS = {
     "--nnodes",
     "--node-rank",
     "--dist-init-addr",
-    "--max-running-requests",  # SGLang server_args; not listed in engines.md
+    "--max-running-requests",  # SGLang server_args.py
 }
-"""engines.md, SGLang."""
+"""SGLang ServerArgs flags."""
 
 
 def steps_for(case: Case, serve_plan) -> list:

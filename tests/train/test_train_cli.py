@@ -1,4 +1,4 @@
-"""The training planner through the CLI: JSON shape, seeds' bubble, errors, golden commands,
+"""The training planner through the CLI: JSON shape, the 4-stage bubble, errors, golden commands,
 and the published anchors."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def plan_json(*args: str) -> dict:
     return json.loads(result.output)
 
 
-def test_seeds_bubble_through_the_cli():
-    """Seeds: 4 stages, 4 micro-batches (B=4, b=1, dp=1): 7 units, busy 4 -> idle 3/7; ratio 3/4."""
+def test_four_stage_bubble_through_the_cli():
+    """4 stages, 4 micro-batches (B=4, b=1, dp=1): 7 units, busy 4 -> idle 3/7; ratio 3/4."""
     out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x4xA100", "--layout", "tp=1,pp=4",
                     "--schedule", "gpipe", "--global-batch", "4", "--micro-batch", "1", "--seq-len", "2048")
     best = out["recommended"]
@@ -54,7 +54,8 @@ def test_json_shape():
 
 
 def test_175b_on_16_nodes_combines_tp8_with_pipeline():
-    """Seeds' decision procedure, from the cost model: TP inside the node, PP across nodes."""
+    """Narayanan et al. 2021 sec. 3.2, Takeaway #1, from the cost model: TP inside the node,
+    PP across nodes."""
     out = plan_json("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536", "--seq-len", "2048")
     for layout in out["layouts"][:3]:
         assert layout["tp"] == 8 and layout["pp"] > 1
