@@ -87,6 +87,11 @@ class Recompute(str, Enum):
     full = "full"
 
 
+class Attention(str, Enum):
+    flash = "flash"
+    materialized = "materialized"
+
+
 # The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
 ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
@@ -112,9 +117,11 @@ VirtualStagesOpt = Annotated[int | None, typer.Option(help="Train: virtual stage
 RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation recomputation.")]
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
+AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 
 DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
+DEFAULT_ATTENTION = Attention(TrainRequest.attention)
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,7 @@ class PlanOptions:
     recompute: Recompute | None
     sequence_parallel: bool | None
     zero: int | None
+    attention: Attention = DEFAULT_ATTENTION
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -200,6 +208,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         recompute=_value(opts.recompute),
         sequence_parallel=opts.sequence_parallel,
         zero_stage=opts.zero,
+        attention=opts.attention.value,
     )
 
 
@@ -284,6 +293,7 @@ def plan(
     recompute: RecomputeOpt = None,
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
+    attention: AttentionOpt = DEFAULT_ATTENTION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
@@ -298,7 +308,7 @@ def plan(
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero,
+        zero=zero, attention=attention,
     )
     exit_with(lambda: run_plan(opts, top=top, show_rejected=show_rejected, emit=emit,
                                served_model=served_model))
@@ -369,6 +379,7 @@ def explain(
     recompute: RecomputeOpt = None,
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
+    attention: AttentionOpt = DEFAULT_ATTENTION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity/--no-sensitivity", help="Re-plan with inputs moved +/-20%.")] = True,
@@ -391,7 +402,7 @@ def explain(
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero,
+        zero=zero, attention=attention,
     )
     exit_with(lambda: run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                                   sensitivity_runs=sensitivity))

@@ -48,6 +48,9 @@ class TrainConfig:
     """Layers on the first and last stage [--decoder-first/last-pipeline-num-layers], the
     rest even over the middle stages; None = L/p on every stage. The training estimate
     fills it in when p does not divide L."""
+    attention: str = "flash"
+    """flash | materialized [--attention-backend flash | unfused]: not searched, the
+    request's choice (docs/cost-model.md#training-attention)."""
 
     @property
     def layout(self) -> Layout:

@@ -77,6 +77,9 @@ class TrainRequest:
     sequence_parallel: bool | None = None
     zero_stage: int | None = None
     """`--zero`: 0-3, 1 = Megatron's distributed optimizer; None = searched."""
+    attention: Literal["flash", "materialized"] = "flash"
+    """`--attention`: flash (every current stack: no s x s scores kept, attention recomputed
+    in the backward) or materialized (2021-22 Megatron-LM and DeepSpeed kernels)."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),

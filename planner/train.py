@@ -168,11 +168,11 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
 
 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
-                     recompute: str) -> tuple[float, float, float, float]:
+                     recompute: str, attention: str = "materialized") -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
     per micro-batch in flight, last-stage logits)."""
-    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute),
-            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute),
+    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention),
+            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention),
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
             act.last_stage_logits_bytes(model, s, b, tp))
 
@@ -212,8 +212,9 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     params = memo.get(("stage_params", c.tp, pp, layers),
                       lambda: stage_params_per_gpu(model, c.tp, pp, layers))
     per_layer, working, extra, logits = memo.get(
-        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute),
-        lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute))
+        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention),
+        lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
+                                 c.attention))
     out = []
     for stage in stages or candidate_worst_stages(c):
         kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
@@ -259,7 +260,8 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                  rates: TrainRates, memo: Memo) -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
-    terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len),
+    terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
+                      c.attention),
                      lambda: layer_terms(model, cluster, c, seq_len, placement, rates))
     return placement, terms
 
@@ -333,10 +335,10 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     memo = memo or Memo()
     c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
-    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len)
+    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
     return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
-                       c.sequence_parallel, c.zero_stage, chosen)
+                       c.sequence_parallel, c.zero_stage, chosen, c.attention)

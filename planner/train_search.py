@@ -132,7 +132,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
             for sp in sp_options(request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
-                    base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero)
+                    base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
+                                       attention=request.attention)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):
@@ -158,7 +159,8 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
         config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
-                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage)
+                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage,
+                             attention=base.attention)
         result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
             return result, first + offset if isinstance(result, TrainEstimate) else first

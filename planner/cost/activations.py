@@ -10,7 +10,11 @@ Table 2, bytes per layer:
   TP + selective recompute    s*b*h*(10 + 24/t);  TP + SP + selective: s*b*h*34/t
   full recompute              2*s*b*h (the layer input only)
 The general form below counts the same tensors for any head/FFN shape and reduces to
-Table 2 for a GPT block (f = 4h, k = a, a*d = h).
+Table 2 for a GPT block (f = 4h, k = a, a*d = h). That table is for materialized
+attention; with flash attention (Dao et al. 2022, sec. 3.1) no s x s tensor is kept:
+the 5*a*s/h term is replaced by the fp32 softmax statistics (one logsumexp per query
+row and head, 4*a*s*b/t bytes), and with SP a fully recomputed layer keeps its input
+sharded (2*s*b*h/t). See docs/cost-model.md#training-attention.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import math
 from planner.cost.params import kv_heads_per_gpu
 from planner.specs import ModelSpec
 
+SOFTMAX_STATS_BYTES_PER_ROW = 4
+"""Flash attention keeps one fp32 logsumexp per query row and head for its backward."""
 MASK_BYTES_PER_ELEMENT = 1
 """Dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4, before 4.1)."""
 
@@ -46,32 +52,42 @@ def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp:
     return (2 * act_bytes + MASK_BYTES_PER_ELEMENT) * model.num_attention_heads * s * s * b / tp
 
 
+def softmax_stats_bytes(model: ModelSpec, s: int, b: int, tp: int) -> float:
+    """Flash attention's saved logsumexp: 4 bytes per query row per head, a*s*b/t rows."""
+    return SOFTMAX_STATS_BYTES_PER_ROW * model.num_attention_heads * s * b / tp
+
+
 def activation_bytes_per_layer(
-    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str
+    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
+    attention: str = "materialized",
 ) -> float:
-    """Stored activations of one layer for one micro-batch on one GPU (Table 2 rows)."""
+    """Stored activations of one layer for one micro-batch on one GPU (Table 2 rows;
+    attention flash | materialized)."""
     act_bytes = 2
     tokens = s * b
-    if recompute == "full":
-        return act_bytes * tokens * model.hidden_size
+    if recompute == "full":  # the layer input only, sharded along s with SP
+        return act_bytes * tokens * model.hidden_size / (tp if sequence_parallel else 1)
     replicated = replicated_bytes_per_token(model, act_bytes) * tokens
     if sequence_parallel:
         replicated /= tp
     stored = replicated + split_bytes_per_token(model, act_bytes, tp) * tokens
-    if recompute == "none":
+    if attention == "flash":
+        stored += softmax_stats_bytes(model, s, b, tp)
+    elif recompute == "none":
         stored += attention_scores_bytes(model, s, b, act_bytes, tp)
     return stored
 
 
 def recompute_working_bytes(
-    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str
+    model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
+    attention: str = "materialized",
 ) -> float:
     """Transient peak while one layer is recomputed for its backward: full recompute
     materialises that layer's whole no-recompute activations; selective its attention
-    scores. One layer, one micro-batch."""
+    scores (nothing with flash, which never materialises them). One layer, one micro-batch."""
     if recompute == "full":
-        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none")
-    if recompute == "selective":
+        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention)
+    if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
     return 0.0
 

@@ -75,6 +75,21 @@ between vLLM's stage workers, on top of the link's alpha + S/beta."""
 # ---------------------------------------------------------------- training (Megatron-LM)
 # Owned by the training planner; see planner/train.py.
 
+FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK = 0.73
+"""Flash attention's forward kernel, share of the dense 16-bit peak: FlashAttention-2 on
+A100 reaches up to 73% (Dao 2023, arXiv:2307.08691, sec. 4.1, head dim 128, long
+sequences); FlashAttention-3 on H100 up to 75% (Shah et al. 2024, arXiv:2407.08608,
+740 TFLOP/s of 989). Counted on the FLOPs the kernel runs (causal: half the square)."""
+FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK = 0.63
+"""The backward kernel (FlashAttention-2 on A100: up to 63%, Dao 2023 sec. 4.1); used for
+every GPU generation, FlashAttention-3 reporting the same or better ratios on H100."""
+FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS = 2.5
+"""The backward runs 5 matmuls of the forward's size (S = QK^T again, dV, dP, dQ, dK)
+against the forward's 2 (Dao 2023, sec. 4.1 FLOP count)."""
+CAUSAL_ATTENTION_FLOPS_FRACTION = 0.5
+"""Flash kernels skip the fully masked blocks of a causal mask: about half the s x s work
+(Dao 2023, sec. 3.1.1); materialized Megatron-LM kernels compute the whole square."""
+
 GEMM_HALF_RATE_DIMENSION = 128
 """A GEMM dimension at which the matmul runs at half its asymptotic rate. Tensor-core
 GEMM kernels tile the output in 128-256 wide blocks over ~100-130 SMs: a dimension of

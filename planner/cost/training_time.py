@@ -103,7 +103,7 @@ def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
 
 
 def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
-                                sequence_parallel: bool) -> tuple[float, float]:
+                                sequence_parallel: bool, attention: str = "materialized") -> tuple[float, float]:
     """Forward HBM traffic of one layer's non-matmul kernels, per GPU: (all, attention scores).
 
     Counted kernel by kernel for Megatron's GPT block, e = 2 bytes, masks 1 byte, per token:
@@ -113,6 +113,7 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     (2e*f/t or 3e*f/t); per attention score: written by the QK^T GEMM, read + written by the
     fused scale-mask-softmax, read + written by dropout with a 1-byte mask, read by the
     context GEMM ((6e + 1) bytes, a*s/t scores per token). GPT at t = 8: 52*h bytes per token.
+    Flash attention keeps the scores on chip: no score traffic.
     """
     e, h, d = 2, model.hidden_size, model.head_dim
     a, f = model.num_attention_heads, model.intermediate_size
@@ -121,25 +122,46 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     heads = 2 * (a // tp) + 2 * kv_heads_per_gpu(model, tp)
     activation = (3 if model.gated_mlp else 2) * e * f / tp
     split = (2 * e * heads * d + activation) * tokens
-    scores = (6 * e + 1) * a * s * tokens / tp
+    scores = 0.0 if attention == "flash" else (6 * e + 1) * a * s * tokens / tp
     return replicated + split + scores, scores
 
 
+def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple[float, float]:
+    """(forward, backward) of the flash kernel for the layer's attention core: the two
+    per-head GEMMs' FLOPs, halved by the causal mask, at the flash kernels' share of the
+    dense peak; the backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023)."""
+    flops = sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
+    forward = flops / (rates.peak_flops_per_s * efficiency.FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK)
+    backward = (efficiency.FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS * flops
+                / (rates.peak_flops_per_s * efficiency.FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK))
+    return forward, backward
+
+
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
-                  recompute: str, rates: TrainRates) -> LayerSeconds:
+                  recompute: str, rates: TrainRates, attention: str = "materialized") -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
-    repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022)."""
+    repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
+    Flash attention: the attention core is one fused kernel (flash_attention_seconds) with no
+    score traffic; selective recompute reruns its forward."""
     gemms = layer_gemms_forward(model, b, s, tp)
-    gemm_forward = sum(gemm_seconds(g, rates) for g in gemms)
-    traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel)
+    traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
-    forward = gemm_forward + traffic / hbm
-    backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
+    if attention == "flash":
+        dense = sum(gemm_seconds(g, rates) for g in gemms[:4])
+        core_forward, core_backward = flash_attention_seconds(gemms, rates)
+        forward = dense + core_forward + traffic / hbm
+        backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
+        core_again = core_forward
+    else:
+        gemm_forward = sum(gemm_seconds(g, rates) for g in gemms)
+        forward = gemm_forward + traffic / hbm
+        backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
+        core_again = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
     if recompute == "full":
         extra = forward
     elif recompute == "selective":
-        extra = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
+        extra = core_again
     else:
         extra = 0.0
     return LayerSeconds(forward, backward, extra)
@@ -295,7 +317,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
                 placement: Placement, rates: TrainRates) -> LayerTerms:
     c, b = config, config.micro_batch_size
     return LayerTerms(
-        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates),
+        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention),
         tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
         logits_seconds=logits_seconds(model, s, b, c.tp, rates),
     )

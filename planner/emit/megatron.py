@@ -84,6 +84,9 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
                  "--recompute-num-layers", "1"]
     elif c.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+    # AttnBackend (megatron/core/transformer/enums.py, core_v0.14.0): flash, or TE's unfused
+    # kernel, which materializes the scores as the 2021-22 code did.
+    args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:

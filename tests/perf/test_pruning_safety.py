@@ -34,7 +34,7 @@ from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key
 MICRO_BATCHES = [2**i for i in range(MAX_MICRO_BATCH_SIZE.bit_length()) if 2**i <= MAX_MICRO_BATCH_SIZE]
 
 
-def every_config(model: ModelSpec, num_gpus: int) -> Iterator[TrainConfig]:
+def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash") -> Iterator[TrainConfig]:
     """The whole space, invalid combinations included (estimate rejects those)."""
     for layout in factorizations(num_gpus):
         tp, pp, dp = layout.tp, layout.pp, layout.dp
@@ -46,12 +46,13 @@ def every_config(model: ModelSpec, num_gpus: int) -> Iterator[TrainConfig]:
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)  # sharding over one rank is no sharding
         for (schedule, v), b, recompute, sp, zero in itertools.product(
                 schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros):
-            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero)
+            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero, attention=attention)
 
 
 def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
     rates = train_rates(model, cluster)
-    results = (estimate(model, cluster, c, request, rates) for c in every_config(model, cluster.num_gpus))
+    results = (estimate(model, cluster, c, request, rates)
+               for c in every_config(model, cluster.num_gpus, request.attention))
     return sorted((r for r in results if isinstance(r, TrainEstimate)), key=rank_key)
 
 
@@ -120,11 +121,14 @@ def test_pruned_search_keeps_the_optimum_with_uneven_stages(cluster_name: str, g
 
 def test_the_cases_exercise_every_pruning_rule() -> None:
     """The first case has configurations that fit without recompute, some that need
-    selective or full, and some out of memory even with full recompute."""
+    selective or full, and some out of memory even with full recompute. Materialized
+    attention: with flash, selective recompute saves no memory (no scores are kept), so
+    it is never the least recompute that fits."""
     model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("2x8xA100-40GB")
-    request = TrainRequest(global_batch=64, seq_len=4096)
+    request = TrainRequest(global_batch=64, seq_len=4096, attention="materialized")
     rates = train_rates(model, cluster)
-    results = {c: estimate(model, cluster, c, request, rates) for c in every_config(model, cluster.num_gpus)}
+    results = {c: estimate(model, cluster, c, request, rates)
+               for c in every_config(model, cluster.num_gpus, "materialized")}
     fitting = least_recompute([r for r in results.values() if isinstance(r, TrainEstimate)])
     assert {r.config.recompute for r in fitting.values()} == set(RECOMPUTE_ORDER)
     assert any(isinstance(r, Rejected) and r.over_bytes > 0 and c.recompute == "full"

@@ -45,9 +45,10 @@ def test_table2_selective_recompute():
 
 
 def test_table2_full_recompute():
-    """2*s*b*h = 2 * 16384 = 32,768 bytes, whatever t and SP."""
-    for tp, sp in ((1, False), (4, False), (4, True)):
-        assert act.activation_bytes_per_layer(TINY, S, B_MICRO, tp, sp, "full") == 32_768
+    """2*s*b*h = 2 * 16384 = 32,768 bytes without SP, whatever t; with SP the layer input
+    is sharded along s: 32,768 / 4 = 8,192 at t = 4."""
+    for tp, sp, expected in ((1, False, 32_768), (4, False, 32_768), (4, True, 8_192)):
+        assert act.activation_bytes_per_layer(TINY, S, B_MICRO, tp, sp, "full") == expected
 
 
 def test_micro_batches_in_flight():

@@ -153,7 +153,7 @@ def test_405b_on_16_nodes_uses_uneven_stages():
 def test_uneven_stages_in_json():
     result = CliRunner().invoke(app, ["--workload", "train", "--json", "--model", "llama-3.1-405b", "--cluster",
                                       "128x8xH100", "--global-batch", "1024", "--seq-len", "8192",
-                                      "--layout", "tp=8,pp=16"])
+                                      "--layout", "tp=8,pp=16", "--schedule", "1f1b"])
     assert result.exit_code == 0, result.output
     best = json.loads(result.output)["recommended"]
     assert best["num_layers_per_stage"] == [7] + [8] * 14 + [7]
