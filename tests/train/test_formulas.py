@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.cost import activations as act
 from planner.cost.flops import (
@@ -42,6 +44,32 @@ def test_table2_selective_recompute():
     """TP only: 16384 * (10 + 6) = 262,144; TP + SP: 16384 * 34/4 = 139,264 bytes."""
     assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, False, "selective") == 262_144
     assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, True, "selective") == 139_264
+
+
+def test_flash_attention_keeps_statistics_not_scores():
+    """Flash, t = 4, no recompute: the selective row plus the logsumexp, 4 bytes per query
+    row per head: 4 * a*s*b/t = 4 * 4*128*2/4 = 1,024. TP only: 262,144 + 1,024 = 263,168;
+    TP + SP: 139,264 + 1,024 = 140,288. Selective recompute keeps the same (nothing to drop),
+    and its recompute working set is 0 where materialized needs 5*a*s^2*b/t = 163,840."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, False, "none", "flash") == 263_168
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, True, "none", "flash") == 140_288
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, 4, True, "selective", "flash") == 140_288
+    assert act.recompute_working_bytes(TINY, S, B_MICRO, 4, True, "selective", "flash") == 0
+    assert act.recompute_working_bytes(TINY, S, B_MICRO, 4, True, "selective") == 163_840
+
+
+def test_flash_attention_time():
+    """Flash attention core for TINY at t = 4 on a 100 TFLOP/s peak: the forward's two
+    per-head GEMMs are 2 * (2*s*s*d) * b*a/t = 2 * 2*128*128*16 * 2 = 2,097,152 FLOP,
+    causal half 1,048,576; forward at 0.73 of peak = 1,048,576 / 73e12 = 14.364 ns;
+    backward 2.5x the FLOPs at 0.63 = 2,621,440 / 63e12 = 41.610 ns."""
+    from planner.cost.flops import layer_gemms_forward
+    from planner.cost.training_time import TrainRates, flash_attention_seconds
+
+    rates = TrainRates(peak_flops_per_s=100e12, matmul_flops_per_s=87e12, elementwise_bytes_per_s=1.6e12)
+    forward, backward = flash_attention_seconds(layer_gemms_forward(TINY, B_MICRO, S, 4), rates)
+    assert forward == pytest.approx(1_048_576 / 73e12)
+    assert backward == pytest.approx(2_621_440 / 63e12)
 
 
 def test_table2_full_recompute():
@@ -98,3 +126,18 @@ def test_per_layer_counts_reduce_to_the_published_formulas():
 def test_bubble_quantities(schedule_v, m, fraction, ratio):
     assert bubble_fraction(4, m, schedule_v) == fraction
     assert bubble_over_compute_ratio(4, m, schedule_v) == ratio
+
+
+@settings(max_examples=60, deadline=None)
+@given(s=st.sampled_from([128, 512, 2048, 8192]), b=st.integers(1, 8), tp=st.sampled_from([1, 2, 4]),
+       sp=st.booleans(), recompute=st.sampled_from(["none", "selective", "full"]))
+def test_flash_never_stores_more_than_materialized(s, b, tp, sp, recompute):
+    """4 bytes of statistics per row against 5*s bytes of scores per row: flash keeps less
+    (selective recompute: the scores are dropped either way, flash keeps 4*a*s*b/t more)."""
+    sp = sp and tp > 1
+    flash = act.activation_bytes_per_layer(TINY, s, b, tp, sp, recompute, "flash")
+    materialized = act.activation_bytes_per_layer(TINY, s, b, tp, sp, recompute, "materialized")
+    if recompute == "selective":
+        assert flash == materialized + act.softmax_stats_bytes(TINY, s, b, tp)
+    else:
+        assert flash <= materialized
