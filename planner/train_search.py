@@ -1,7 +1,7 @@
 """Enumerate training configurations, prune, rank by throughput, tally rejections.
 
-Space: every (tp, pp, dp) with tp*pp*dp = GPUs; micro-batch b in powers of two up to
-MAX_MICRO_BATCH_SIZE with B divisible by b*dp; schedule 1f1b | interleaved (v dividing the
+Space: every (tp, pp, dp) with tp*pp*dp = GPUs; every micro-batch b up to
+MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
 layers per stage) | gpipe; when pp does not divide the layers, the uneven first/last split
 estimate() picks for each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
 ZeRO 0/1 (0-3 for pure data parallel). A flag fixes any of them.
@@ -51,12 +51,7 @@ def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
     if request.micro_batch is not None:
         return [request.micro_batch]
     per_replica = request.global_batch // dp
-    options, b = [], 1
-    while b <= min(MAX_MICRO_BATCH_SIZE, per_replica):
-        if per_replica % b == 0:
-            options.append(b)
-        b *= 2
-    return options
+    return [b for b in range(1, min(MAX_MICRO_BATCH_SIZE, per_replica) + 1) if per_replica % b == 0]
 
 
 def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[tuple[str, int]]:

@@ -31,7 +31,7 @@ from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, train_rates
 from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key, search
 
-MICRO_BATCHES = [2**i for i in range(MAX_MICRO_BATCH_SIZE.bit_length()) if 2**i <= MAX_MICRO_BATCH_SIZE]
+MICRO_BATCHES = list(range(1, MAX_MICRO_BATCH_SIZE + 1))
 
 
 def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash") -> Iterator[TrainConfig]:
