@@ -191,3 +191,27 @@ def test_torchrun_flags_have_one_home():
 
 def test_every_emit_choice_has_an_emitter():
     assert set(SERVE_EMITTERS) | set(TRAIN_EMITTERS) | {"none"} == {e.value for e in Emit}
+
+
+@pytest.mark.parametrize("tp, pp, dp, reason", [
+    (8, 2, 2, None),       # replicas of two whole nodes
+    (2, 2, 4, None),       # replicas pack into a node
+    (2, 3, 1, None),       # one replica of 6 GPUs on one node
+    (2, 3, 4, "straddle"),  # 6-GPU replicas over 8-GPU nodes: one would cross a node boundary
+    (4, 3, 2, "share"),    # 12-GPU replicas: the second would start half-way through node 1
+    (4, 5, 1, "evenly"),   # 20 GPUs on 3 nodes: --nnodes 3 does not divide tp*pp
+])
+def test_placements_the_engines_cannot_launch_are_refused(tp, pp, dp, reason):
+    """planner/emit/command.py placement_reasons on 8-GPU nodes (both serving engines require
+    nnodes to divide tp*pp, and a server owns whole nodes or packs into one)."""
+    from planner.emit.command import placement_reasons
+
+    reasons = placement_reasons(tp, pp, dp, 8)
+    assert (reasons == []) if reason is None else (reason in reasons[0])
+
+
+def test_refused_layouts_are_listed_with_their_reason(run_plan):
+    out = run_plan("--model", "llama-3.1-70b", "--cluster", "3x8xH100", "--layout", "pp=3", "--max-model-len",
+                   "8192", "--show-rejected")
+    assert out.returncode == 0 and "replicas of 6 GPUs straddle nodes of 8" in out.stdout
+    assert "Recommended: tp=8 pp=3 dp=1" in out.stdout
