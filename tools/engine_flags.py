@@ -355,6 +355,12 @@ def version_of(engine: str, source: Source, ref: str | None) -> str:
     return ref
 
 
+def build_commit(engine: str, source: Source) -> str | None:
+    """The commit a wheel was built from, where its _version.py records it (vcs-versioning)."""
+    match = re.search(r"__commit_id__\s*=\s*commit_id\s*=\s*'([^']+)'", source.read(f"{engine}/_version.py") or "")
+    return match.group(1) if match else None
+
+
 def pairings(engine: str, source: Source) -> dict[str, object]:
     found: dict[str, object] = {}
     for pairing in PAIRINGS[engine]:
@@ -390,7 +396,7 @@ def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
     return {
         "engine": engine,
         "version": version_of(engine, source, ref),
-        "source": {"ref": ref, "commit": source.commit(), "files": read},
+        "source": {"ref": ref, "commit": source.commit() or build_commit(engine, source), "files": read},
         "generated_by": "tools/engine_flags.py",
         "flags": sorted(flags.names),
         "choices": dict(sorted(flags.choices.items())),
