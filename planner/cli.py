@@ -19,6 +19,7 @@ import typer
 
 from planner import __version__, units
 from planner.emit.command import MODEL_PLACEHOLDER
+from planner.engines import RELEASES, parse_engine_versions
 from planner.errors import SpecError
 from planner.requests import LayoutFilter, ServeRequest, TrainRequest
 
@@ -118,10 +119,14 @@ RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation 
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
+EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
+                                               "(engines not named keep the default). Known: " + "; ".join(
+                                                   f"{e} {', '.join(r)}" for e, r in RELEASES.items()) + ".")]
 
 DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
+DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class PlanOptions:
     sequence_parallel: bool | None
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
+    engine_version: str = DEFAULT_ENGINE_VERSION
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -188,6 +194,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         layout=parse_layout(opts.layout),
         objective=opts.objective.value,
         max_tpot_seconds=None if opts.max_tpot_ms is None else units.ms_to_seconds(opts.max_tpot_ms),
+        engine_versions=parse_engine_versions(opts.engine_version),
     )
 
 
@@ -209,6 +216,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         sequence_parallel=opts.sequence_parallel,
         zero_stage=opts.zero,
         attention=opts.attention.value,
+        engine_versions=parse_engine_versions(opts.engine_version),
     )
 
 
@@ -294,6 +302,7 @@ def plan(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
@@ -308,7 +317,7 @@ def plan(
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention,
+        zero=zero, attention=attention, engine_version=engine_version,
     )
     exit_with(lambda: run_plan(opts, top=top, show_rejected=show_rejected, emit=emit,
                                served_model=served_model))
@@ -380,6 +389,7 @@ def explain(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity/--no-sensitivity", help="Re-plan with inputs moved +/-20%.")] = True,
@@ -402,7 +412,7 @@ def explain(
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention,
+        zero=zero, attention=attention, engine_version=engine_version,
     )
     exit_with(lambda: run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                                   sensitivity_runs=sensitivity))

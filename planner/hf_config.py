@@ -1,7 +1,7 @@
 """Import a Hugging Face `config.json` as a ModelSpec (field names map one to one).
 
 Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
-`tie_word_embeddings`, MoE keys (`num_local_experts`, `num_experts_per_tok`,
+`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command), MoE keys (`num_local_experts`, `num_experts_per_tok`,
 `moe_intermediate_size`, `n_shared_experts`), and `quantization_config`
 (fp8; AWQ/GPTQ/compressed-tensors bits -> int4/int8). Everything else in the
 file (tokenizer ids, rope scaling, ...) does not affect the plan and is ignored.
@@ -30,6 +30,7 @@ SHAPE_KEYS = (
     "moe_intermediate_size",
     "attention_bias",
     "mlp_bias",
+    "rope_theta",
 )
 GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "geglu"}
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}

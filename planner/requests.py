@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner import units
+from planner.engines import EngineVersions
 from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
@@ -52,6 +53,8 @@ class ServeRequest:
     objective: Objective = "throughput"
     max_tpot_seconds: float | None = None
     """`--max-tpot-ms`: drop layouts slower per output token."""
+    engine_versions: EngineVersions = EngineVersions()
+    """`--engine-version`: the releases the plan (vLLM's batch defaults) and commands are for."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
@@ -80,6 +83,8 @@ class TrainRequest:
     attention: Literal["flash", "materialized"] = "flash"
     """`--attention`: flash (every current stack: no s x s scores kept, attention recomputed
     in the backward) or materialized (2021-22 Megatron-LM and DeepSpeed kernels)."""
+    engine_versions: EngineVersions = EngineVersions()
+    """`--engine-version`: the releases the commands are for."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),

@@ -80,7 +80,9 @@ def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
     """--batch if given, else vLLM's max_num_seqs default (1 for the latency objective)."""
     if request.batch:
         return request.batch
-    return 1 if request.objective == "latency" else default_max_num_seqs(cluster)
+    if request.objective == "latency":
+        return 1
+    return default_max_num_seqs(cluster, request.engine_versions.vllm_release)
 
 
 def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from planner.cost.serving_memory import default_max_num_batched_tokens
 from planner.emit import SERVE_EMITTERS
-from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs
+from planner.emit.accept import without_refused
+from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, plan_serving
@@ -11,6 +13,9 @@ from planner.specs import ClusterSpec, ModelSpec
 
 
 def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> ServeArgs:
+    request, cluster = plan.request, plan.cluster
+    budget = request.max_num_batched_tokens
+    default_budget = default_max_num_batched_tokens(cluster, request.engine_versions.vllm_release)
     return ServeArgs(
         model=model_arg,
         tp=result.layout.tp,
@@ -23,6 +28,10 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         quantization=plan.request.quantization_override,
         kv_cache_dtype=plan.request.kv_cache_dtype,
         dtype=plan.model.dtype,
+        engine_versions=request.engine_versions,
+        max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
+        gpu_memory_bytes=cluster.gpu.memory_bytes,
+        weights_and_kv_bytes_per_gpu=max(s.weights_bytes + s.kv_cache_bytes for s in result.stages),
     )
 
 
@@ -43,20 +52,37 @@ def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg:
     return () if emitter is None else emitter(engine_args(plan, result, model_arg))
 
 
+def engine_version(plan: ServePlan, engine: str) -> str:
+    """`vllm 0.33.0`: the engine and release the commands are for."""
+    versions = plan.request.engine_versions
+    return f"{engine} {versions.sglang if engine == 'sglang' else versions.vllm}"
+
+
+def launchable(plan: ServePlan) -> ServePlan:
+    """The plan less the layouts no serving engine starts as planned (planner/emit/command.py)."""
+    gpus_per_node = plan.cluster.gpus_per_node
+    return without_refused(plan, lambda r: r.layout,
+                           lambda r: placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node))
+
+
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
               top: int, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
     from planner.render.serve import print_plan_json, render_plan
 
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
+    if engine != "none":
+        plan = launchable(plan)
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
-                        lambda r: launch_steps(plan, r, "vllm-ray", served_model))
+                        lambda r: launch_steps(plan, r, "vllm-ray", served_model),
+                        engine_version(plan, engine) if engine != "none" else None)
     else:
         best = plan.recommended
         steps = () if best is None else launch_steps(plan, best, engine, served_model)
         ray: tuple[LaunchStep, ...] = ()
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
-        render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray, notes=launch_notes(plan))
+        render_plan(plan, steps, engine_version(plan, engine), top, show_rejected, ray_steps=ray,
+                    notes=launch_notes(plan))
     return 0 if plan.recommended is not None else 1

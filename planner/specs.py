@@ -70,6 +70,8 @@ class ModelSpec(_Spec):
     mlp_bias: bool = False
     norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     position_embedding: Literal["rope", "learned"] = "rope"
+    rope_theta: PositiveFloat = 10000.0
+    """RoPE base frequency (config.json rope_theta); 10000 is the RoPE paper's and Megatron's default."""
     num_local_experts: PositiveInt | None = None
     num_experts_per_tok: PositiveInt | None = None
     moe_intermediate_size: PositiveInt | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from planner.emit.command import LaunchStep
+from planner.layout import Layout
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate
@@ -18,6 +19,8 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
     request = plan.request  # with dp resolved when --layout fixed tp and pp
     # Megatron-LM is the one training engine: a serving --emit still prints it.
     emitter = None if emit == "none" else TRAIN_EMITTERS.get(emit, TRAIN_EMITTERS["megatron"])
+    if emitter is not None:
+        plan = launchable(model, plan)
 
     def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
         if emitter is None:
@@ -30,3 +33,13 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
         best = plan.layouts[0] if plan.layouts else None
         render_plan(model, cluster, plan, () if best is None else steps_for(best), top, show_rejected)
     return 0 if plan.layouts else 1
+
+
+def launchable(model: ModelSpec, plan: TrainPlan) -> TrainPlan:
+    """The plan less the configurations the chosen Megatron-LM release refuses at startup."""
+    from planner.emit.accept import without_refused
+    from planner.emit.megatron import refusals
+
+    release = plan.request.engine_versions.megatron_release
+    return without_refused(plan, lambda e: Layout(e.config.tp, e.config.pp, e.config.dp),
+                           lambda e: refusals(model, e.config, release))

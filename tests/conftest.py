@@ -4,6 +4,8 @@ through fixtures here, not through imports."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +56,118 @@ def run_plan_many(
             return {key: future.result() for key, future in futures.items()}
 
     return run_many
+
+
+# ------------------------------------------------------------------ launch commands vs the engines
+
+ENGINE_FLAGS_DIR = REPO_ROOT / "tests" / "engine_flags"
+"""One JSON per engine release, written by tools/engine_flags.py from the engine's source."""
+TORCHRUN_FLAGS = "torchrun-2.13.0"
+"""The torch the project pins (README: pip install torch==2.13.0)."""
+RAY_START_FLAGS = {"--head", "--port", "--address"}
+"""`ray start` flags the vLLM Ray steps use (not extracted: Ray is not read by the tool)."""
+ROUTER_FLAGS = "sglang-router"
+
+
+def engine_flag_data(name: str) -> dict:
+    return _engine_flag_data(name)
+
+
+@functools.cache
+def _engine_flag_data(name: str) -> dict:
+    return json.loads((ENGINE_FLAGS_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _flag_problems(args: Sequence[str], data: dict) -> list[str]:
+    """Flags the release does not accept, and values outside a flag's choices."""
+    problems = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, has_inline, inline = arg.partition("=")
+        if name not in data["flags"]:
+            problems.append(f"{data['engine']} {data['version']}: unknown flag {name}")
+            continue
+        value = inline if has_inline else (args[i + 1] if i + 1 < len(args) else None)
+        choices = data["choices"].get(name)
+        if choices and value is not None and not value.startswith(("--", "$")) and value not in choices:
+            problems.append(f"{data['engine']} {data['version']}: {name} {value} not in {choices}")
+    return problems
+
+
+def _value(args: Sequence[str], flag: str, default: object = None) -> object:
+    return args[list(args).index(flag) + 1] if flag in args else default
+
+
+def command_problems(argv: Sequence[str], versions) -> list[str]:
+    """Why this argv would not start under the releases in `versions` (planner.engines.EngineVersions):
+    unknown flags or values (tests/engine_flags/) and the startup pairings that once failed."""
+    argv, env = list(argv), {}
+    if argv[0] == "env":
+        argv.pop(0)
+        while "=" in argv[0] and not argv[0].startswith("-"):
+            name, _, value = argv.pop(0).partition("=")
+            env[name] = value
+    if argv[:2] == ["vllm", "serve"]:
+        return _vllm_problems(argv[3:], engine_flag_data(f"vllm-{versions.vllm}"))
+    if argv[:2] == ["sglang", "serve"] or argv[:3] == ["python", "-m", "sglang.launch_server"]:
+        return _sglang_problems(argv, engine_flag_data(f"sglang-{versions.sglang}"))
+    if argv[:3] == ["python", "-m", "sglang_router.launch_router"]:
+        return _flag_problems(argv[3:], engine_flag_data(ROUTER_FLAGS))
+    if argv[0] == "torchrun":
+        script = argv.index("pretrain_gpt.py")
+        return (_flag_problems(argv[1:script], engine_flag_data(TORCHRUN_FLAGS))
+                + _megatron_problems(argv[script + 1:], env, engine_flag_data(f"megatron-{versions.megatron}")))
+    if argv[:2] == ["ray", "start"]:
+        return [f"ray start: unknown flag {a}" for a in argv[2:]
+                if a.startswith("--") and a.partition("=")[0] not in RAY_START_FLAGS]
+    return [f"unknown command {argv[:3]}"]
+
+
+def _vllm_problems(args: list[str], data: dict) -> list[str]:
+    problems = _flag_problems(args, data)
+    world = int(_value(args, "--tensor-parallel-size", 1)) * int(_value(args, "--pipeline-parallel-size", 1))
+    world *= int(_value(args, "--data-parallel-size", 1)) if "--nnodes" in args else 1
+    nnodes = int(_value(args, "--nnodes", 1))
+    if world % nnodes:
+        problems.append(f"vllm: --nnodes {nnodes} does not divide the world size {world}")
+    deprecated = data["pairings"]["online_fp8_quantization_deprecated"]
+    if deprecated and _value(args, "--quantization") == "fp8":
+        problems.append(f"vllm {data['version']}: --quantization fp8 is deprecated, use {deprecated}")
+    return problems
+
+
+def _sglang_problems(argv: list[str], data: dict) -> list[str]:
+    problems = _flag_problems(argv, data)
+    tp, pp = int(_value(argv, "--tp-size", 1)), int(_value(argv, "--pp-size", 1))
+    dp, nnodes = int(_value(argv, "--dp-size", 1)), int(_value(argv, "--nnodes", 1))
+    if data["pairings"]["dp_size_forbids_multi_node"] and dp > 1 and nnodes > 1:
+        problems.append("sglang: --dp-size > 1 with --nnodes > 1")
+    if (tp * pp) % nnodes:
+        problems.append(f"sglang: --nnodes {nnodes} does not divide tp*pp {tp * pp}")
+    if not 0 < float(_value(argv, "--mem-fraction-static", 0.5)) < 1:
+        problems.append("sglang: --mem-fraction-static outside (0, 1)")
+    return problems
+
+
+def _megatron_problems(args: list[str], env: dict[str, str], data: dict) -> list[str]:
+    problems = _flag_problems(args, data)
+    pairings = data["pairings"]
+    tp = int(_value(args, "--tensor-model-parallel-size", 1))
+    fsdp = "--use-megatron-fsdp" in args
+    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if tp > 1 and not fsdp and connections != "1":
+        problems.append("megatron: TP > 1 without CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if fsdp and (connections == "1" or _value(args, "--ckpt-format") != pairings["megatron_fsdp_requires_ckpt_format"]):
+        problems.append("megatron: Megatron-FSDP needs --ckpt-format "
+                        f"{pairings['megatron_fsdp_requires_ckpt_format']} and CUDA_DEVICE_MAX_CONNECTIONS != 1")
+    groups = int(_value(args, "--num-query-groups", _value(args, "--num-attention-heads")))
+    if groups % tp and (not pairings["tp_may_exceed_query_groups"] or tp % groups):
+        problems.append(f"megatron {data['version']}: num_query_groups {groups} vs tp={tp}")
+    return problems
+
+
+@pytest.fixture(scope="session")
+def engine_check() -> Callable[..., list[str]]:
+    """engine_check(argv, EngineVersions()) -> why the argv would not start ([] if it would)."""
+    return command_problems

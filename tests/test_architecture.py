@@ -6,7 +6,7 @@
    `pkg.name` when that is a module, else to `pkg` itself.
 2. planner/cost/ is the bottom layer: pure formulas. It may import the standard library
    (less the I/O and nondeterminism modules in COST_FORBIDDEN_STDLIB), planner.units,
-   planner.errors, planner.specs, planner.layout, planner.requests and planner.cost.*,
+   planner.errors, planner.specs, planner.layout, planner.requests, planner.engines and planner.cost.*,
    nothing else (rich, typer, yaml, torch, pydantic are named, not the only ones refused).
    Type-only imports count here: a signature naming a class from a higher module couples
    cost/ to that module as much as a runtime import does. cost/ also does no I/O (calls to
@@ -272,6 +272,7 @@ COST_ALLOWED_PLANNER = (
     "planner.specs",
     "planner.layout",
     "planner.requests",
+    "planner.engines",  # the engine release table: pure data the emitters read as well
     COST_PACKAGE,
 )
 """Planner modules cost/ may import (each also covers its submodules)."""

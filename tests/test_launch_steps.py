@@ -17,12 +17,14 @@ from planner.cli import Emit, app
 from planner.emit import SERVE_EMITTERS, TRAIN_EMITTERS
 from planner.emit.command import LaunchStep, NodeSet, PerNode, ServeArgs, shell_join
 from planner.emit.torchrun import torchrun_flags
+from planner.engines import EngineVersions
 
 MODEL_ARG = "/models/Llama 3.1; rm -rf ~"
 """A model path the shell must keep as one argument, beside the per-node expansions."""
 ARGS = ServeArgs(model=MODEL_ARG, tp=8, pp=1, dp=1, gpus_per_node=8, gpu_memory_utilization=0.9,
                  max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto",
-                 dtype="bfloat16")
+                 dtype="bfloat16", engine_versions=EngineVersions(), max_num_batched_tokens=None,
+                 gpu_memory_bytes=80 * 2**30, weights_and_kv_bytes_per_gpu=60 * 2**30)
 
 
 def replica_address(replica: int) -> str:
@@ -40,21 +42,20 @@ def expand_in_shell(step: LaunchStep, nodes: list[int], nodes_per_replica: int) 
 
 
 def per_node(args: ServeArgs, engine: str) -> tuple[int, list[list[str]], int]:
-    """(nodes per replica, each node's engine argv as emitted one step per node before
-    roles, the number of nodes): the reference the per-role steps must reproduce."""
+    """(nodes per replica, each node's server argv written out node by node, the number of
+    nodes): the reference the per-role steps must reproduce."""
     base = ["vllm", "serve", args.model, *_vllm_flags(args)]
-    if engine == "sglang":
-        num_nodes = args.tp * args.pp * args.dp // args.gpus_per_node
-        sglang = SERVE_EMITTERS["sglang"](args)[0].argv[:-6]
-        return num_nodes, [[*sglang, "--nnodes", str(num_nodes), "--node-rank", str(n),
-                            "--dist-init-addr", "HEAD_IP:5000"] for n in range(num_nodes)], num_nodes
     k = -(-args.tp * args.pp // args.gpus_per_node)
+    if engine == "sglang":
+        assert k > 1 and args.dp > 1
+        server = [*SERVE_EMITTERS["sglang"](args)[0].argv[:-6]]
+        return k, [[*server, "--nnodes", str(k), "--node-rank", str(n % k),
+                    "--dist-init-addr", f"{replica_address(n // k)}:5000"] for n in range(k * args.dp)], k * args.dp
     if k > 1:
-        nodes = []
-        for n in range(k * args.dp):
-            address = "HEAD_IP" if args.dp == 1 else replica_address(n // k)
-            nodes.append([*base, "--nnodes", str(k), "--node-rank", str(n % k), "--master-addr", address,
-                          "--master-port", "29501"] + (["--headless"] if n % k else []))
+        dp = [] if args.dp == 1 else ["--data-parallel-size", str(args.dp), "--data-parallel-address", "HEAD_IP",
+                                      "--data-parallel-rpc-port", "13345"]
+        nodes = [[*base, *dp, "--nnodes", str(k * args.dp), "--node-rank", str(n), "--master-addr", "HEAD_IP",
+                  "--master-port", "29501"] + (["--headless"] if n else []) for n in range(k * args.dp)]
         return k, nodes, k * args.dp
     per = args.gpus_per_node // (args.tp * args.pp)
     num_nodes = -(-args.dp // per)
@@ -91,7 +92,7 @@ def test_each_node_runs_what_it_ran_per_node(engine, args):
     """Each node is in exactly one step, and that step's shell line, with the node's
     variables set, expands to the argv the node ran when commands were per node."""
     k, expected, num_nodes = per_node(args, engine)
-    steps = SERVE_EMITTERS[engine](args)
+    steps = [s for s in SERVE_EMITTERS[engine](args) if s.role != "router"]
     assert sorted(n for step in steps for n in step.nodes) == list(range(num_nodes))
     assert len(steps) <= 3
     for step in steps:
@@ -100,18 +101,20 @@ def test_each_node_runs_what_it_ran_per_node(engine, args):
             assert argv == expected[node], (step.where, node)
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("dp", [1, 3])
-def test_ray_starts_once_per_node_and_serves_from_each_head(dp):
+def test_ray_starts_once_per_node_and_serves_from_the_head(dp):
+    """One Ray cluster over every node; the head serves the whole deployment (with dp > 1,
+    vLLM's Ray DP backend places each DP rank across nodes: VLLM_RAY_DP_PACK_STRATEGY=span)."""
     args = replace(ARGS, pp=2, dp=dp)
     head_start, join, serve = SERVE_EMITTERS["vllm-ray"](args)
     assert sorted([*head_start.nodes, *join.nodes]) == list(range(2 * dp))
-    assert list(serve.nodes) == list(head_start.nodes) == [2 * r for r in range(dp)]
+    assert list(serve.nodes) == list(head_start.nodes) == [0]
     assert head_start.argv == ("ray", "start", "--head", "--port", "6379")
-    for node, argv in expand_in_shell(join, list(join.nodes), 2).items():
-        address = "HEAD_IP" if dp == 1 else replica_address(node // 2)
-        assert argv == ["ray", "start", f"--address={address}:6379"]
-    assert serve.argv[-2:] == ("--distributed-executor-backend", "ray")
+    assert join.argv == ("ray", "start", "--address=HEAD_IP:6379")
+    assert "--distributed-executor-backend" in serve.argv
+    if dp > 1:
+        assert serve.argv[:2] == ("env", "VLLM_RAY_DP_PACK_STRATEGY=span")
+        assert serve.argv[-4:] == ("--data-parallel-size", "3", "--data-parallel-backend", "ray")
 
 
 def test_one_node_is_one_step_without_variables():
@@ -127,9 +130,11 @@ def test_node_sets_are_compact_at_any_scale():
     assert str(NodeSet(0, 1, 4, 512)) == "nodes 0, 4, ..., 2044"
     assert str(NodeSet(1, 2047)) == "nodes 1-2047" and str(NodeSet(5)) == "node 5"
     assert list(NodeSet(1, 1, 2, 3)) == [1, 3, 5] and str(NodeSet(1, 1, 2, 3)) == "nodes 1, 3, 5"
-    steps = SERVE_EMITTERS["vllm"](replace(ARGS, pp=4, dp=512))
+    steps = SERVE_EMITTERS["sglang"](replace(ARGS, pp=4, dp=512))
     assert [(s.role, s.nodes) for s in steps] == [("replica head", NodeSet(0, 1, 4, 512)),
-                                                  ("replica worker", workers)]
+                                                  ("replica worker", workers), ("router", NodeSet(0))]
+    steps = SERVE_EMITTERS["vllm"](replace(ARGS, pp=4, dp=512))
+    assert [(s.role, s.nodes) for s in steps] == [("head", NodeSet(0)), ("worker", NodeSet(1, 2047))]
 
 
 def test_only_per_node_elements_are_left_unquoted():
@@ -186,3 +191,27 @@ def test_torchrun_flags_have_one_home():
 
 def test_every_emit_choice_has_an_emitter():
     assert set(SERVE_EMITTERS) | set(TRAIN_EMITTERS) | {"none"} == {e.value for e in Emit}
+
+
+@pytest.mark.parametrize("tp, pp, dp, reason", [
+    (8, 2, 2, None),       # replicas of two whole nodes
+    (2, 2, 4, None),       # replicas pack into a node
+    (2, 3, 1, None),       # one replica of 6 GPUs on one node
+    (2, 3, 4, "straddle"),  # 6-GPU replicas over 8-GPU nodes: one would cross a node boundary
+    (4, 3, 2, "share"),    # 12-GPU replicas: the second would start half-way through node 1
+    (4, 5, 1, "evenly"),   # 20 GPUs on 3 nodes: --nnodes 3 does not divide tp*pp
+])
+def test_placements_the_engines_cannot_launch_are_refused(tp, pp, dp, reason):
+    """planner/emit/command.py placement_reasons on 8-GPU nodes (both serving engines require
+    nnodes to divide tp*pp, and a server owns whole nodes or packs into one)."""
+    from planner.emit.command import placement_reasons
+
+    reasons = placement_reasons(tp, pp, dp, 8)
+    assert (reasons == []) if reason is None else (reason in reasons[0])
+
+
+def test_refused_layouts_are_listed_with_their_reason(run_plan):
+    out = run_plan("--model", "llama-3.1-70b", "--cluster", "3x8xH100", "--layout", "pp=3", "--max-model-len",
+                   "8192", "--show-rejected")
+    assert out.returncode == 0 and "replicas of 6 GPUs straddle nodes of 8" in out.stdout
+    assert "Recommended: tp=8 pp=3 dp=1" in out.stdout

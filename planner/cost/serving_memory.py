@@ -20,19 +20,12 @@ from planner.cost.params import (
     param_counts,
     tp_head_reasons,
 )
+from planner.engines import VllmRelease, vllm_batch_tier
 from planner.layout import Layout
 from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import BYTES_PER_GIB
+from planner.units import BYTES_PER_GIB, bytes_to_gib
 
-VLLM_LARGE_GPU_BYTES = 70 * BYTES_PER_GIB
-VLLM_LARGE_GPU_DEFAULTS = (8192, 1024)
-VLLM_OTHER_GPU_DEFAULTS = (2048, 256)
-"""`vllm serve` (max_num_batched_tokens, max_num_seqs) defaults, vLLM EngineArgs
-get_batch_defaults: GPUs with >= 70 GiB that are not A100s (H100, H200, B200, MI300X)
-get 8192 tokens per step and 1024 sequences; A100s and smaller GPUs 2048 and 256
-(an A100 loses throughput with the larger budget, vLLM PR #17885). --max-num-seqs is
-the concurrency ceiling when --batch is not given."""
 SAMPLER_LOGITS_BYTES_PER_ELEMENT = 4
 """Logits are materialised in fp32 for sampling."""
 
@@ -74,18 +67,27 @@ def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
     return reasons
 
 
-def vllm_batch_defaults(cluster: ClusterSpec) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks for this GPU."""
-    large = cluster.gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "A100" not in cluster.gpu.name.upper()
-    return VLLM_LARGE_GPU_DEFAULTS if large else VLLM_OTHER_GPU_DEFAULTS
+def vllm_batch_defaults(cluster: ClusterSpec, release: VllmRelease) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` of this release picks for this
+    GPU: EngineArgs.get_batch_defaults, the OpenAI server's values (planner/engines.py has the
+    tiers per release; an A100 loses throughput with the larger budget, vLLM PR #17885).
+    --max-num-seqs is the concurrency ceiling when --batch is not given."""
+    tier = vllm_batch_tier(release, bytes_to_gib(cluster.gpu.memory_bytes), cluster.gpu.name)
+    return tier.max_num_batched_tokens, tier.max_num_seqs
 
 
-def default_max_num_batched_tokens(cluster: ClusterSpec) -> int:
-    return vllm_batch_defaults(cluster)[0]
+def default_max_num_batched_tokens(cluster: ClusterSpec, release: VllmRelease) -> int:
+    return vllm_batch_defaults(cluster, release)[0]
 
 
-def default_max_num_seqs(cluster: ClusterSpec) -> int:
-    return vllm_batch_defaults(cluster)[1]
+def default_max_num_seqs(cluster: ClusterSpec, release: VllmRelease) -> int:
+    return vllm_batch_defaults(cluster, release)[1]
+
+
+def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
+    """The token budget per step the plan assumes: --max-num-batched-tokens, else vLLM's default."""
+    release = request.engine_versions.vllm_release
+    return request.max_num_batched_tokens or default_max_num_batched_tokens(cluster, release)
 
 
 def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
@@ -132,7 +134,7 @@ def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
 def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
                  max_num_seqs: int) -> list[StageMemory]:
     budget = cluster.gpu.memory_bytes * request.gpu_memory_utilization
-    tokens = request.max_num_batched_tokens or default_max_num_batched_tokens(cluster)
+    tokens = max_num_batched_tokens(cluster, request)
     per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
     stages = []
     for stage, num_layers in enumerate(stage_layer_counts(model.num_hidden_layers, layout.pp)):

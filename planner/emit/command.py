@@ -19,7 +19,9 @@ Placeholders, two kinds:
   - `$((NODE_RANK * k))`, `$((NODE_RANK % k))`: shell arithmetic on it (the DP start
     rank of a node holding k DP ranks; a node's rank inside its replica of k nodes).
   - `$REPLICA_HEAD_IP`: the address of the first node of this node's replica, node
-    k * (NODE_RANK / k); only where replicas span several nodes, each its own deployment.
+    k * (NODE_RANK / k); only where replicas span several nodes, each its own server.
+  - `$SERVER_URLS`: on the router's node only, `http://ADDRESS:PORT` of every server
+    (space-separated), where one router fronts several servers (SGLang).
 
   Such an argv element is a `PerNode` (a str subclass, written to JSON as the plain
   string): `shell()` leaves it unquoted so the shell expands it, and quotes every other
@@ -33,6 +35,8 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from planner.engines import EngineVersions
+
 MODEL_PLACEHOLDER = "MODEL"
 """Replace with the checkpoint path or Hugging Face id (`--served-model` sets it)."""
 HEAD_ADDRESS_PLACEHOLDER = "HEAD_IP"
@@ -40,9 +44,11 @@ HEAD_ADDRESS_PLACEHOLDER = "HEAD_IP"
 
 NODE_RANK = "NODE_RANK"
 REPLICA_HEAD_ADDRESS = "REPLICA_HEAD_IP"
+SERVER_URLS = "SERVER_URLS"
 PER_NODE_VARIABLES = {
     NODE_RANK: "this node's index in the plan, 0 to N-1 as in the node lists above",
     REPLICA_HEAD_ADDRESS: "the address of the first node of this node's replica",
+    SERVER_URLS: "on the router's node: http://ADDRESS:PORT of each server's first node, space-separated",
 }
 """Every shell variable a PerNode element may name, with what to set it to on each node."""
 
@@ -143,3 +149,31 @@ class ServeArgs:
     quantization: str | None
     kv_cache_dtype: str
     dtype: str
+    engine_versions: EngineVersions
+    max_num_batched_tokens: int | None
+    """The plan's token budget per step when it is not the engine's default, else None."""
+    gpu_memory_bytes: int
+    weights_and_kv_bytes_per_gpu: float
+    """The plan's weights + KV cache on its fullest GPU (what SGLang's --mem-fraction-static covers)."""
+
+
+def env_prefix(**variables: str) -> tuple[str, ...]:
+    """`env NAME=VALUE ...` before a command: the variables its process must start with."""
+    return ("env", *(f"{name}={value}" for name, value in variables.items())) if variables else ()
+
+
+def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[str]:
+    """Why vLLM and SGLang cannot launch this layout as planned (rank order DP x PP x TP,
+    consecutive GPUs): a replica wider than a node runs on `--nnodes k` nodes with the same
+    number of GPUs on each (vLLM EngineArgs.create_engine_config and SGLang
+    check_server_args both require nnodes to divide tp*pp), and replicas never share a node
+    unless they pack into it whole."""
+    size = tp * pp
+    nodes_per_replica = -(-size // gpus_per_node)
+    if nodes_per_replica > 1 and size % nodes_per_replica:
+        return [f"a replica of {size} GPUs does not split evenly over {nodes_per_replica} nodes"]
+    if nodes_per_replica > 1 and dp > 1 and size % gpus_per_node:
+        return [f"replicas of {size} GPUs would share nodes of {gpus_per_node}"]
+    if nodes_per_replica == 1 and size * dp > gpus_per_node and gpus_per_node % size:
+        return [f"replicas of {size} GPUs straddle nodes of {gpus_per_node}"]
+    return []

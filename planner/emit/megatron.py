@@ -1,8 +1,19 @@
-"""Megatron-LM launch command for a training configuration (argv lists).
+"""Megatron-LM launch command for a training configuration (argv lists), for the release in
+TrainConfig's request (planner/engines.py; flag names as megatron/training/arguments.py defines
+them at that tag, tests/engine_flags/megatron-TAG.json).
 
-Targets Megatron-LM core_r0.14 and later (pretrain_gpt.py, flag names as defined in
-megatron/training/arguments.py at core_r0.14.0; Megatron-FSDP flags for ZeRO-2/3 from the Megatron-Core
-developer guide, "Megatron FSDP").
+The model that was planned is the model that is built: every architecture field of the spec has
+its flag (GQA groups, head dim, SwiGLU, norm, RoPE and its base, biases, tied embeddings, MoE
+experts and top-k, no dropout), and `--make-vocab-size-divisible-by` is chosen so that Megatron
+does not pad the vocabulary beyond the spec's (megatron/training/tokenizer: the vocabulary is
+padded to a multiple of that value times TP).
+
+Startup checks the command satisfies (arguments.py validate_args, transformer_config.py):
+TP > 1 before Blackwell needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment (set here with
+`env`); Megatron-FSDP (ZeRO-2/3, `--use-megatron-fsdp`) needs `--ckpt-format fsdp_dtensor` and
+that variable not set to 1 (so FSDP commands leave it unset); num_query_groups must be a multiple
+of TP before core_v0.16.0 (a multiple or a divisor from then on): `refusals` says which layouts
+the chosen release refuses, and the CLI moves them to the rejected list.
 
 Uneven pipeline stages (p does not divide L): --decoder-first-pipeline-num-layers F and
 --decoder-last-pipeline-num-layers L_l (megatron/training/arguments.py, core_r0.10+, mapped
@@ -21,18 +32,27 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from planner.emit.command import ALL_NODES, HEAD_ADDRESS_PLACEHOLDER, LaunchStep, NodeSet
+from planner.emit.command import (
+    ALL_NODES,
+    HEAD_ADDRESS_PLACEHOLDER,
+    LaunchStep,
+    NodeSet,
+    env_prefix,
+)
 from planner.emit.torchrun import torchrun_flags
 
 if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (pydantic)
+    from planner.engines import MegatronRelease
     from planner.layout import TrainConfig
     from planner.specs import ClusterSpec, ModelSpec
 
-MEGATRON_VERSION = "core_r0.14"
 RENDEZVOUS_PORT = 29500
 TRAIN_SCRIPT = "pretrain_gpt.py"
 RENDEZVOUS_ID = "plan-train"
 ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+FSDP_CHECKPOINT_FORMAT = "fsdp_dtensor"
+MAX_VOCAB_DIVISOR = 128
+"""Megatron's default --make-vocab-size-divisible-by."""
 
 
 def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
@@ -42,7 +62,7 @@ def torchrun_argv(num_gpus: int, cluster: ClusterSpec) -> list[str]:
                                         rdzv_endpoint=endpoint, rdzv_id=RENDEZVOUS_ID)]
 
 
-def model_args(model: ModelSpec, seq_len: int) -> list[str]:
+def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
     args = ["--num-layers", str(model.num_hidden_layers), "--hidden-size", str(model.hidden_size),
             "--ffn-hidden-size", str(model.intermediate_size),
             "--num-attention-heads", str(model.num_attention_heads),
@@ -50,18 +70,64 @@ def model_args(model: ModelSpec, seq_len: int) -> list[str]:
             "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings))]
     if model.num_key_value_heads != model.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.num_key_value_heads)]
+    if model.head_dim * model.num_attention_heads != model.hidden_size:
+        args += ["--kv-channels", str(model.head_dim)]
     if model.gated_mlp:
         args.append("--swiglu")
     if model.norm_type == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
     if model.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope"]
+        args += ["--position-embedding-type", "rope", "--rotary-base", f"{model.rope_theta:.0f}"]
     if not (model.attention_bias or model.mlp_bias):
         args.append("--disable-bias-linear")
+    if model.qkv_bias and not model.attention_bias:
+        args.append("--add-qkv-bias")
     if not model.tie_word_embeddings:
         args.append("--untie-embeddings-and-output-weights")
+    args += moe_args(model)
+    args += ["--make-vocab-size-divisible-by", str(vocab_divisor(model.vocab_size, tp)),
+             "--attention-dropout", "0", "--hidden-dropout", "0"]
     args.append("--bf16" if model.dtype == "bfloat16" else "--fp16" if model.dtype == "float16" else "--fp32")
     return args
+
+
+def moe_args(model: ModelSpec) -> list[str]:
+    """Experts, top-k and each expert's FFN size; shared experts as one MLP of their summed size
+    (Megatron's SharedExpertMLP)."""
+    if not model.is_moe:
+        return []
+    args = ["--num-experts", str(model.num_local_experts), "--moe-router-topk", str(model.num_experts_per_tok),
+            "--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
+    if model.num_shared_experts:
+        args += ["--moe-shared-expert-intermediate-size",
+                 str(model.num_shared_experts * model.expert_intermediate_size)]
+    return args
+
+
+def vocab_divisor(vocab_size: int, tp: int) -> int:
+    """The largest power of two up to 128 with vocab_size divisible by it times tp: Megatron then
+    keeps the spec's vocabulary as it is (1 when tp does not divide it: some padding is unavoidable)."""
+    divisor = MAX_VOCAB_DIVISOR
+    while divisor > 1 and vocab_size % (divisor * tp):
+        divisor //= 2
+    return divisor
+
+
+def launch_env(config: TrainConfig) -> tuple[str, ...]:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 (validate_args asserts it before Blackwell, and it
+    orders TP communication ahead of compute); Megatron-FSDP asserts it is not 1, so FSDP gets none."""
+    if config.tp > 1 and config.zero_stage < 2:
+        return env_prefix(CUDA_DEVICE_MAX_CONNECTIONS="1")
+    return ()
+
+
+def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) -> list[str]:
+    """Why this release refuses the configuration at startup (TransformerConfig.__post_init__)."""
+    groups = model.num_key_value_heads
+    if groups % config.tp and not release.tp_may_exceed_query_groups:
+        return [f"Megatron-LM {release.version} needs num_query_groups {groups} divisible by tp={config.tp} "
+                "(a divisor of tp is accepted from core_v0.16.0)"]
+    return []
 
 
 def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
@@ -91,7 +157,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[c.zero_stage],
-                 "--no-gradient-accumulation-fusion"]
+                 "--no-gradient-accumulation-fusion", "--ckpt-format", FSDP_CHECKPOINT_FORMAT]
     if c.dp > 1:
         args.append("--overlap-grad-reduce")
     return args
@@ -104,6 +170,6 @@ def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
     hyper-parameters are the user's to add."""
     num_gpus = config.tp * config.pp * config.dp
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
-    argv = (torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT] + parallel_args(model, config, global_batch)
-            + model_args(model, seq_len))
+    argv = (list(launch_env(config)) + torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT]
+            + parallel_args(model, config, global_batch) + model_args(model, seq_len, config.tp))
     return (LaunchStep(ALL_NODES, NodeSet(0, num_nodes), tuple(argv)),)

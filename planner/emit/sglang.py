@@ -1,10 +1,23 @@
-"""SGLang launch commands (targets sglang 0.4-0.5-era `sglang.launch_server` flags,
-as defined in python/sglang/srt/server_args.py, ServerArgs).
+"""SGLang launch commands for the release in ServeArgs.engine_versions (planner/engines.py), flag
+names as python/sglang/srt/server_args.py ServerArgs.add_cli_args defines them in that release
+(tests/engine_flags/sglang-VERSION.json holds the accepted flags).
 
-`--tp-size` counts GPUs across all nodes; multi-node adds `--nnodes --node-rank
---dist-init-addr HEAD:PORT` on every node: one step for the head (node rank 0), one for
-the workers (`$NODE_RANK`, planner/emit/command.py). `--max-running-requests` is per DP
-worker (SGLang divides it by dp only with --enable-dp-attention), like vLLM's --max-num-seqs.
+SGLang's own data parallelism (`--dp-size`) runs inside one server on one node: check_server_args
+refuses `--dp-size > 1` with `--nnodes > 1` ("multi-node data parallel is not supported unless
+dp attention") and requires `--nnodes` to divide tp*pp. So:
+- one node: one server, `--dp-size` for its replicas;
+- replicas within a node, over several nodes: one server per node (`--dp-size` = the replicas
+  on it);
+- a replica wider than a node: one server per replica on `--nnodes k` nodes (`--tp-size` counts
+  GPUs across them; `--dist-init-addr` is the replica's first node);
+- more than one server: the router (sglang_router) on node 0 in front of them all, so one
+  address serves the deployment; each server listens on every interface.
+`--max-running-requests` is per DP worker (SGLang divides it by dp only with
+--enable-dp-attention), like vLLM's --max-num-seqs.
+
+`--mem-fraction-static` is SGLang's share of GPU memory for weights + KV pool (not vLLM's total
+budget): the plan's weights + KV cache over the GPU's memory, capped so that SGLang keeps what its
+own default keeps free for activations and CUDA graphs (ServerArgs._handle_gpu_memory_settings).
 """
 
 from __future__ import annotations
@@ -14,39 +27,122 @@ import math
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
+    REPLICA_HEAD_ADDRESS,
+    SERVER_URLS,
     LaunchStep,
     NodeSet,
+    PerNode,
     ServeArgs,
     node_rank_value,
 )
+from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
 
-SGLANG_VERSION_TARGET = "sglang>=0.4.6"
 DIST_INIT_PORT = 5000
+SERVER_PORT = 30000
+ROUTER_PORT = 8000
 KV_CACHE_DTYPE = {"auto": None, "fp8": "fp8_e4m3"}
 QUANTIZATION = {"fp8": "fp8", "int8": None, "int4": None}
 
+GRAPH_TIERS_GIB = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                   (160, 8192, 256, 512), (math.inf, 16384, 512, 512))
+"""_handle_gpu_memory_settings: (GPU memory below this GiB, chunked_prefill_size,
+cuda_graph_max_bs with tp < 4, with tp >= 4)."""
+RESERVED_BASE_MIB = 512
+RESERVED_MIB_PER_PREFILL_TOKEN = 1.5
+RESERVED_MIB_PER_GRAPH_BATCH = 2
+RESERVED_MIB_PER_PIECEWISE_GRAPH = 8
+RESERVED_MIB_PER_8_GPUS = 1024
+
+
+def piecewise_graph_sizes(max_tokens: int) -> int:
+    """How many piecewise CUDA graphs SGLang captures (_generate_piecewise_cuda_graph_tokens)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return sum(1 for s in sizes if s <= max_tokens)
+
+
+def reserved_bytes(a: ServeArgs) -> float:
+    """What SGLang keeps out of --mem-fraction-static by default on this GPU: 512 MiB + 1.5 MiB
+    per chunked-prefill token + 2 MiB per CUDA-graph batch + 1 GiB per 8 GPUs of tp*pp
+    (+ 8 MiB per piecewise CUDA graph without PP), at least 10 GiB on GPUs over 60 GiB."""
+    release = a.engine_versions.sglang_release
+    memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
+    _, prefill, graphs_small, graphs_large = next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])
+    graph_batch = graphs_small if a.tp < 4 else graphs_large
+    mib = (RESERVED_BASE_MIB + RESERVED_MIB_PER_PREFILL_TOKEN * max(prefill, 2048)
+           + RESERVED_MIB_PER_GRAPH_BATCH * graph_batch + RESERVED_MIB_PER_8_GPUS * a.tp * a.pp / 8)
+    if a.pp == 1:
+        mib += RESERVED_MIB_PER_PIECEWISE_GRAPH * piecewise_graph_sizes(prefill)
+    reserved = mib * BYTES_PER_MIB
+    if memory_gib > release.large_gpu_gib:
+        reserved = max(reserved, release.reserved_min_gib_large_gpu * BYTES_PER_GIB)
+    return reserved
+
+
+def mem_fraction_static(a: ServeArgs) -> float:
+    """The plan's weights + KV over the GPU's memory, at most what SGLang's reserve leaves;
+    rounded down to 3 decimals, as SGLang rounds its own."""
+    planned = a.weights_and_kv_bytes_per_gpu / a.gpu_memory_bytes
+    ceiling = (a.gpu_memory_bytes - reserved_bytes(a)) / a.gpu_memory_bytes
+    return math.floor(min(planned, ceiling) * 1000) / 1000
+
+
+def server_flags(a: ServeArgs, dp: int) -> list[str]:
+    flags = ["--model-path", a.model, "--tp-size", str(a.tp)]
+    if a.pp > 1:
+        flags += ["--pp-size", str(a.pp)]
+    if dp > 1:
+        flags += ["--dp-size", str(dp)]
+    flags += ["--mem-fraction-static", f"{mem_fraction_static(a):g}", "--context-length", str(a.max_model_len),
+              "--max-running-requests", str(a.max_num_seqs)]
+    if a.max_num_batched_tokens is not None:
+        flags += ["--chunked-prefill-size", str(a.max_num_batched_tokens)]
+    if a.quantization and QUANTIZATION.get(a.quantization):
+        flags += ["--quantization", QUANTIZATION[a.quantization]]
+    if KV_CACHE_DTYPE[a.kv_cache_dtype]:
+        flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
+    return flags
+
 
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
-    base = ["python", "-m", "sglang.launch_server", "--model-path", a.model,
-            "--tp-size", str(a.tp)]
-    if a.pp > 1:
-        base += ["--pp-size", str(a.pp)]
-    if a.dp > 1:
-        base += ["--dp-size", str(a.dp)]
-    base += ["--mem-fraction-static", f"{a.gpu_memory_utilization:g}", "--context-length", str(a.max_model_len),
-             "--max-running-requests", str(a.max_num_seqs)]
-    if a.quantization and QUANTIZATION.get(a.quantization):
-        base += ["--quantization", QUANTIZATION[a.quantization]]
-    if KV_CACHE_DTYPE[a.kv_cache_dtype]:
-        base += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
-    num_nodes = math.ceil(a.tp * a.pp * a.dp / a.gpus_per_node)
+    launcher = a.engine_versions.sglang_release.launcher
+    nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
+    if nodes_per_replica > 1:
+        return _wide_replica_steps(a, launcher, nodes_per_replica)
+    per_node = a.gpus_per_node // (a.tp * a.pp)
+    num_nodes = math.ceil(a.dp / per_node)
     if num_nodes == 1:
-        return (LaunchStep(ALL_NODES, NodeSet(0), tuple(base)),)
+        return (LaunchStep(ALL_NODES, NodeSet(0), (*launcher, *server_flags(a, a.dp))),)
+    served = ("--host", "0.0.0.0", "--port", str(SERVER_PORT))
+    last_dp = a.dp - (num_nodes - 1) * per_node
+    full = NodeSet(0, num_nodes - (last_dp < per_node))
+    steps = [LaunchStep("server", full, (*launcher, *server_flags(a, per_node), *served))]
+    if last_dp < per_node:
+        steps.append(LaunchStep("server", NodeSet(num_nodes - 1), (*launcher, *server_flags(a, last_dp), *served)))
+    return (*steps, router_step(a))
+
+
+def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int) -> tuple[LaunchStep, ...]:
+    """One server per replica on k nodes: its first node has node rank 0."""
+    if a.dp == 1:
+        heads, workers, address = NodeSet(0), NodeSet(1, k - 1), HEAD_ADDRESS_PLACEHOLDER
+        roles, served = ("head", "worker"), ()
+    else:
+        heads, workers = NodeSet(0, 1, k, a.dp), NodeSet(1, k - 1, k, a.dp)
+        address = PerNode(f"${REPLICA_HEAD_ADDRESS}")
+        roles, served = ("replica head", "replica worker"), ("--host", "0.0.0.0", "--port", str(SERVER_PORT))
 
     def argv(node_rank: str) -> tuple[str, ...]:
-        return (*base, "--nnodes", str(num_nodes), "--node-rank", node_rank,
-                "--dist-init-addr", f"{HEAD_ADDRESS_PLACEHOLDER}:{DIST_INIT_PORT}")
+        return (*launcher, *server_flags(a, 1), *served, "--nnodes", str(k), "--node-rank", node_rank,
+                "--dist-init-addr", PerNode(f"{address}:{DIST_INIT_PORT}") if a.dp > 1 else f"{address}:{DIST_INIT_PORT}")
 
-    workers = NodeSet(1, num_nodes - 1)
-    return (LaunchStep("head", NodeSet(0), argv("0")),
-            LaunchStep("worker", workers, argv(node_rank_value(workers))))
+    in_replica = node_rank_value(workers, modulo=k) if a.dp > 1 else node_rank_value(workers)
+    steps = (LaunchStep(roles[0], heads, argv("0")), LaunchStep(roles[1], workers, argv(in_replica)))
+    return steps if a.dp == 1 else (*steps, router_step(a))
+
+
+def router_step(a: ServeArgs) -> LaunchStep:
+    """sglang_router on node 0, after the servers: one address for the whole deployment."""
+    release = a.engine_versions.sglang_release
+    return LaunchStep("router", NodeSet(0), (*release.router_launcher, "--worker-urls", PerNode(f"${SERVER_URLS}"),
+                                              "--host", "0.0.0.0", "--port", str(ROUTER_PORT)))

@@ -1,14 +1,21 @@
-"""vLLM launch commands (targets vLLM 0.11-0.12-era flags, 2025-2026, as defined in
-vllm/engine/arg_utils.py, EngineArgs.add_cli_args).
+"""vLLM launch commands for the release in ServeArgs.engine_versions (planner/engines.py), flag
+names as vllm/engine/arg_utils.py EngineArgs.add_cli_args defines them in that release
+(tests/engine_flags/vllm-VERSION.json holds the accepted flags).
 
-Single node: one `vllm serve`. A replica larger than a node: the head runs
-`vllm serve ... --nnodes N --node-rank 0 --master-addr HEAD`, every worker the same with
-its node rank and `--headless`; or Ray (`ray start` on every node, then
-`--distributed-executor-backend ray` on the head). Data parallel: `--data-parallel-size`
-on one node; across nodes the head serves `--data-parallel-size-local` ranks and each
-worker adds `--headless --data-parallel-start-rank`. `--max-num-seqs` applies per DP rank.
-Data parallel replicas larger than a node are independent deployments, each with its own
-head (the first node of the replica). One step per role; per-node values are placeholders
+One address serves the whole deployment; the head's API server balances over every DP rank
+(vLLM's internal load balancing):
+- one node: `vllm serve`, with `--data-parallel-size` for replicas;
+- replicas within a node, over several nodes: the head serves `--data-parallel-size-local`
+  ranks, each worker adds `--headless --data-parallel-start-rank`;
+- a replica wider than a node: `--nnodes N --node-rank R --master-addr HEAD`, workers add
+  `--headless`; with several such replicas `--nnodes` covers the whole deployment and each node
+  takes its DP rank from its node rank (EngineArgs.create_engine_config infers
+  data_parallel_rank = node_rank * (world_size / nnodes) / (tp * pp)), the engines reaching the
+  head at `--data-parallel-address`;
+- Ray: `ray start` on every node, then the head serves with `--distributed-executor-backend ray`
+  (and `--data-parallel-backend ray` with VLLM_RAY_DP_PACK_STRATEGY=span when each DP rank
+  spans nodes, envs.py: "used only when a single DP rank requires multiple nodes").
+`--max-num-seqs` applies per DP rank. One step per role; per-node values are placeholders
 (planner/emit/command.py).
 """
 
@@ -19,24 +26,29 @@ import math
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
-    REPLICA_HEAD_ADDRESS,
     LaunchStep,
     NodeSet,
-    PerNode,
     ServeArgs,
+    env_prefix,
     node_rank_value,
 )
 
-VLLM_VERSION_TARGET = "vllm>=0.11 (V1 engine, multiprocessing multi-node)"
 MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 RAY_PORT = 6379
 
-QUANTIZATION_FLAG = {"fp8": "fp8", "int8": None, "int4": None}
+QUANTIZE_ON_LOAD = {"int8": None, "int4": None}
 """Only for weights the engine must quantize itself (ServeArgs.quantization is the CLI's
-override, never a pre-quantized spec): fp8 works on the fly from a 16-bit checkpoint;
-int8/int4 need an AWQ/GPTQ checkpoint, whose config vLLM reads without a flag (passing
---quantization to a checkpoint of another method makes vLLM refuse to start)."""
+override, never a pre-quantized spec): fp8 works on the fly from a 16-bit checkpoint, under
+the release's name for it (VllmRelease.online_fp8_quantization); int8/int4 need an AWQ/GPTQ
+checkpoint, whose config vLLM reads without a flag (passing --quantization to a checkpoint of
+another method makes vLLM refuse to start)."""
+
+
+def quantization_flag(a: ServeArgs) -> str | None:
+    if a.quantization == "fp8":
+        return a.engine_versions.vllm_release.online_fp8_quantization
+    return QUANTIZE_ON_LOAD.get(a.quantization or "")
 
 
 def engine_flags(a: ServeArgs) -> list[str]:
@@ -49,8 +61,10 @@ def engine_flags(a: ServeArgs) -> list[str]:
         "--max-model-len", str(a.max_model_len),
         "--max-num-seqs", str(a.max_num_seqs),
     ]
-    if a.quantization and QUANTIZATION_FLAG.get(a.quantization):
-        flags += ["--quantization", QUANTIZATION_FLAG[a.quantization]]
+    if a.max_num_batched_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(a.max_num_batched_tokens)]
+    if quantization_flag(a):
+        flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":
         flags += ["--kv-cache-dtype", "fp8"]
     return flags
@@ -71,37 +85,33 @@ def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica == 1:
         return _dp_steps(a, base)
-    return (_ray_steps if ray else _mp_steps)(base, nodes_per_replica, a.dp)
+    return (_ray_steps if ray else _mp_steps)(a, base, nodes_per_replica * a.dp)
 
 
-def _roles(nodes_per_replica: int, dp: int) -> tuple[tuple[str, NodeSet], tuple[str, NodeSet], str]:
-    """(head role, its nodes), (worker role, their nodes), the head address: replica r holds
-    nodes r*k .. r*k+k-1 and is its own deployment."""
-    k = nodes_per_replica
-    if dp == 1:
-        return ("head", NodeSet(0)), ("worker", NodeSet(1, k - 1)), HEAD_ADDRESS_PLACEHOLDER
-    return (("replica head", NodeSet(0, 1, k, dp)), ("replica worker", NodeSet(1, k - 1, k, dp)),
-            PerNode(f"${REPLICA_HEAD_ADDRESS}"))
-
-
-def _mp_steps(base: tuple[str, ...], k: int, dp: int) -> tuple[LaunchStep, ...]:
-    (head_role, heads), (worker_role, workers), address = _roles(k, dp)
+def _mp_steps(a: ServeArgs, base: tuple[str, ...], num_nodes: int) -> tuple[LaunchStep, ...]:
+    """Head on node 0, the other nodes headless; with dp > 1 the DP flags make it one deployment."""
+    dp = () if a.dp == 1 else ("--data-parallel-size", str(a.dp), "--data-parallel-address",
+                               HEAD_ADDRESS_PLACEHOLDER, "--data-parallel-rpc-port", str(DP_RPC_PORT))
 
     def argv(node_rank: str) -> tuple[str, ...]:
-        return (*base, "--nnodes", str(k), "--node-rank", node_rank,
-                "--master-addr", address, "--master-port", str(MASTER_PORT))
+        return (*base, *dp, "--nnodes", str(num_nodes), "--node-rank", node_rank,
+                "--master-addr", HEAD_ADDRESS_PLACEHOLDER, "--master-port", str(MASTER_PORT))
 
-    in_replica = node_rank_value(workers, modulo=k) if dp > 1 else node_rank_value(workers)
-    return (LaunchStep(head_role, heads, argv("0")),
-            LaunchStep(worker_role, workers, (*argv(in_replica), "--headless")))
+    workers = NodeSet(1, num_nodes - 1)
+    return (LaunchStep("head", NodeSet(0), argv("0")),
+            LaunchStep("worker", workers, (*argv(node_rank_value(workers)), "--headless")))
 
 
-def _ray_steps(base: tuple[str, ...], k: int, dp: int) -> tuple[LaunchStep, ...]:
-    (head_role, heads), (worker_role, workers), address = _roles(k, dp)
-    join = f"--address={address}:{RAY_PORT}"
-    return (LaunchStep(head_role, heads, ("ray", "start", "--head", "--port", str(RAY_PORT))),
-            LaunchStep(worker_role, workers, ("ray", "start", PerNode(join) if dp > 1 else join)),
-            LaunchStep(head_role, heads, (*base, "--distributed-executor-backend", "ray")))
+def _ray_steps(a: ServeArgs, base: tuple[str, ...], num_nodes: int) -> tuple[LaunchStep, ...]:
+    """One Ray cluster over every node; the head serves all of it."""
+    serve = (*base, "--distributed-executor-backend", "ray")
+    if a.dp > 1:
+        serve = (*env_prefix(VLLM_RAY_DP_PACK_STRATEGY="span"), *serve,
+                 "--data-parallel-size", str(a.dp), "--data-parallel-backend", "ray")
+    return (LaunchStep("head", NodeSet(0), ("ray", "start", "--head", "--port", str(RAY_PORT))),
+            LaunchStep("worker", NodeSet(1, num_nodes - 1),
+                       ("ray", "start", f"--address={HEAD_ADDRESS_PLACEHOLDER}:{RAY_PORT}")),
+            LaunchStep("head", NodeSet(0), serve))
 
 
 def _dp_steps(a: ServeArgs, base: tuple[str, ...]) -> tuple[LaunchStep, ...]:

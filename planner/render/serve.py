@@ -155,7 +155,8 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         out.print(line)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
-    for title, group in ((f"Launch ({engine})", steps), ("Or with Ray (vllm-ray)", ray_steps)):
+    ray_title = f"Or with Ray ({engine.replace('vllm', 'vllm-ray', 1)})"
+    for title, group in ((f"Launch ({engine})", steps), (ray_title, ray_steps)):
         if group:
             out.print(f"\n{title}:")
             for step in group:
@@ -219,7 +220,9 @@ def vars_of(stage: Any) -> dict[str, Any]:
 StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
-def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> dict[str, Any]:
+def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
+              engine: str | None = None) -> dict[str, Any]:
+    """`engine`: the engine and release the commands are for (`vllm 0.33.0`), None without commands."""
     layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r)) for i, r in enumerate(plan.layouts)]
     return {
         "workload": "serve",
@@ -228,6 +231,8 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> 
         "num_gpus": plan.num_gpus,
         "objective": plan.request.objective,
         "measured_links": plan.cluster.measured is not None,
+        "engine_versions": vars_of(plan.request.engine_versions),
+        "command_engine": engine,
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
         "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons)}
@@ -236,5 +241,6 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> 
     }
 
 
-def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor) -> None:
-    print_json_rows(plan_json(plan, steps_for, ray_steps_for))
+def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
+                    engine: str | None = None) -> None:
+    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine))

@@ -127,8 +127,9 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
         out.print(render_table(plan, top))
         for line in summary_lines(plan):
             out.print(line)
+        release = plan.request.engine_versions.megatron
         for step in steps:
-            out.print(f"\nMegatron-LM launch (run on {_where(step)}):")
+            out.print(f"\nMegatron-LM {release} launch (run on {_where(step)}):")
             out.print(step.shell(), markup=False, soft_wrap=True)
         for line in per_node_lines(steps):
             out.print(line, markup=False)
@@ -184,6 +185,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "num_gpus": plan.num_gpus,
         "global_batch": request.global_batch,
         "seq_len": request.seq_len,
+        "engine_versions": to_jsonable(request.engine_versions),
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
         "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons),

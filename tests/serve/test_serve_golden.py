@@ -3,9 +3,11 @@
 Each golden is the planner's own recommendation for a fixed layout, rendered as one
 `# nodes (role)` line and one shell line (`LaunchStep.shell()`) per step, one step per
 role however many nodes run it, compared exactly.
-Rewrite them after a deliberate change with `UPDATE_GOLDEN=1 python -m pytest tests/serve`
-and review the diff. Flag names are checked against the engines' argument definitions
-(vLLM vllm/engine/arg_utils.py, 2025-2026 releases; SGLang python/sglang/srt/server_args.py, 0.4-0.5).
+Each golden is for one engine release, named by its folder (tests/golden/ENGINE-VERSION/, the
+default releases of planner/engines.py). Rewrite them after a deliberate change with
+`UPDATE_GOLDEN=1 python -m pytest tests/serve` and review the diff. Every command is also checked
+against the release's own flags and startup pairings (tests/engine_flags/, the `engine_check`
+fixture).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.engines import EngineVersions
 from planner.serve_cli import launch_steps
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
@@ -36,7 +39,8 @@ class Case:
 
     @property
     def path(self) -> Path:
-        folder = "sglang" if self.engine == "sglang" else "vllm"
+        versions = EngineVersions()
+        folder = f"sglang-{versions.sglang}" if self.engine == "sglang" else f"vllm-{versions.vllm}"
         return GOLDEN_DIR / folder / f"{self.name}.txt"
 
 
@@ -183,6 +187,51 @@ CASES = [
         {"batch": 128, "max_model_len": 8192},
     ),
     Case(
+        "batched_tokens_70b_1x8xH100_tp4_dp2",
+        "vllm",
+        "llama-3.1-70b",
+        "1x8xH100",
+        {"tp": 4, "dp": 2},
+        {"batch": 64, "max_model_len": 8192, "max_num_batched_tokens": 4096},
+        model_arg="meta-llama/Llama-3.1-70B-Instruct",
+    ),
+    Case(
+        "dp_across_nodes_70b_2x8xA100_tp4_dp4",
+        "sglang",
+        "llama-3.1-70b",
+        "2x8xA100",
+        {"tp": 4, "pp": 1, "dp": 4},
+        {"batch": 64, "max_model_len": 8192},
+        model_arg="meta-llama/Llama-3.1-70B-Instruct",
+    ),
+    Case(
+        "dp_of_multi_node_replicas_405b_4x8xH100_tp8_pp2_dp2",
+        "sglang",
+        "llama-3.1-405b",
+        "4x8xH100",
+        {"tp": 8, "pp": 2, "dp": 2},
+        {"batch": 32, "max_model_len": 16384},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "dp_of_multi_node_replicas_ray_405b_4x8xH100_tp8_pp2_dp2",
+        "vllm-ray",
+        "llama-3.1-405b",
+        "4x8xH100",
+        {"tp": 8, "pp": 2, "dp": 2},
+        {"batch": 32, "max_model_len": 16384},
+        model_arg="meta-llama/Llama-3.1-405B-Instruct",
+    ),
+    Case(
+        "batched_tokens_70b_1x8xH100_tp4_dp2",
+        "sglang",
+        "llama-3.1-70b",
+        "1x8xH100",
+        {"tp": 4, "dp": 2},
+        {"batch": 64, "max_model_len": 8192, "max_num_batched_tokens": 4096},
+        model_arg="meta-llama/Llama-3.1-70B-Instruct",
+    ),
+    Case(
         "fp8_weights_fp8_kv_70b_1x8xH100_tp4_dp2",
         "sglang",
         "llama-3.1-70b",
@@ -193,53 +242,6 @@ CASES = [
         model_arg="meta-llama/Llama-3.1-70B-Instruct",
     ),
 ]
-
-VLLM_FLAGS = {
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--data-parallel-size-local",
-    "--data-parallel-start-rank",
-    "--data-parallel-address",
-    "--data-parallel-rpc-port",
-    "--data-parallel-backend",
-    "--enable-expert-parallel",
-    "--headless",
-    "--nnodes",
-    "--node-rank",
-    "--master-addr",
-    "--master-port",
-    "--distributed-executor-backend",
-    "--gpu-memory-utilization",
-    "--kv-cache-memory",
-    "--max-model-len",
-    "--max-num-seqs",
-    "--max-num-batched-tokens",
-    "--block-size",
-    "--enable-chunked-prefill",
-    "--enforce-eager",
-    "--dtype",
-    "--quantization",
-    "--kv-cache-dtype",
-}
-"""vLLM EngineArgs flags (2025-2026 releases)."""
-SGLANG_FLAGS = {
-    "--model-path",
-    "--tp-size",
-    "--pp-size",
-    "--dp-size",
-    "--ep-size",
-    "--mem-fraction-static",
-    "--context-length",
-    "--quantization",
-    "--kv-cache-dtype",
-    "--nnodes",
-    "--node-rank",
-    "--dist-init-addr",
-    "--max-running-requests",  # SGLang server_args.py
-}
-"""SGLang ServerArgs flags."""
-
 
 def steps_for(case: Case, serve_plan) -> list:
     plan = serve_plan(
@@ -266,22 +268,11 @@ def test_golden_command(case, serve_plan):
     assert text == case.path.read_text(encoding="utf-8")
 
 
-def flags(argv) -> set[str]:
-    return {arg.split("=")[0] for arg in argv if arg.startswith("--")}
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.engine}-{c.name}")
-def test_flags_are_the_documented_ones(case, serve_plan):
+def test_commands_use_only_what_the_release_accepts(case, serve_plan, engine_check):
+    """Flags, values and startup pairings of the release the golden is for (tests/engine_flags/)."""
     for step in steps_for(case, serve_plan):
-        argv = step.argv
-        if argv[:2] == ("ray", "start"):
-            assert flags(argv) <= {"--head", "--port", "--address"}
-        elif case.engine == "sglang":
-            assert argv[:3] == ("python", "-m", "sglang.launch_server")
-            assert flags(argv) <= SGLANG_FLAGS, flags(argv) - SGLANG_FLAGS
-        else:
-            assert argv[:3] == ("vllm", "serve", case.model_arg)
-            assert flags(argv) <= VLLM_FLAGS, flags(argv) - VLLM_FLAGS
+        assert engine_check(step.argv, EngineVersions()) == [], step.shell()
 
 
 def test_model_argument_is_one_argv_element(serve_plan):
@@ -309,19 +300,57 @@ def test_multi_node_replica_commands(serve_plan):
     assert ray[-1].argv[-2:] == ("--distributed-executor-backend", "ray")
 
 
-def test_replicas_spanning_nodes_each_get_their_own_head(serve_plan):
-    """dp=2 replicas of tp=8 pp=2 on 4x8xH100: replica 0 on nodes 0-1, replica 1 on nodes
-    2-3, each with its own master address (two independent deployments, not one shared
-    head): one step for the replica heads, one for the replica workers, the master being
-    the per-node $REPLICA_HEAD_IP."""
-    case = next(c for c in CASES if c.name.startswith("dp_of_multi_node"))
-    steps = steps_for(case, serve_plan)
-    head, worker = steps
-    assert (list(head.nodes), list(worker.nodes)) == ([0, 2], [1, 3])
-    assert (head.where, worker.where) == ("nodes 0, 2 (replica head)", "nodes 1, 3 (replica worker)")
-    for step in steps:
-        assert step.argv[list(step.argv).index("--master-addr") + 1] == "$REPLICA_HEAD_IP"
-        assert step.variables() == ["REPLICA_HEAD_IP"]
+def test_replicas_spanning_nodes_are_one_deployment_behind_one_address(serve_plan):
+    """dp=2 replicas of tp=8 pp=2 on 4x8xH100. vLLM: one deployment over the 4 nodes, the head's
+    API server balancing both DP ranks (each node's DP rank follows from --node-rank). SGLang,
+    which refuses --dp-size with --nnodes: one server per replica (its first node the master,
+    $REPLICA_HEAD_IP) and the router on node 0 in front of both."""
+    vllm = steps_for(next(c for c in CASES if c.name.startswith("dp_of_multi_node") and c.engine == "vllm"),
+                     serve_plan)
+    assert [(s.role, list(s.nodes)) for s in vllm] == [("head", [0]), ("worker", [1, 2, 3])]
+    for step in vllm:
+        argv = list(step.argv)
+        assert argv[argv.index("--nnodes") + 1] == "4" and argv[argv.index("--data-parallel-size") + 1] == "2"
+        assert argv[argv.index("--master-addr") + 1] == argv[argv.index("--data-parallel-address") + 1] == "HEAD_IP"
+    sglang = steps_for(next(c for c in CASES if c.name.startswith("dp_of_multi_node") and c.engine == "sglang"),
+                       serve_plan)
+    head, worker, router = sglang
+    assert (head.where, worker.where, router.where) == (
+        "nodes 0, 2 (replica head)", "nodes 1, 3 (replica worker)", "node 0 (router)")
+    for step in (head, worker):
+        assert "--dp-size" not in step.argv and step.variables() == ["REPLICA_HEAD_IP"]
+    assert router.argv[:3] == ("python", "-m", "sglang_router.launch_router")
+    assert router.variables() == ["SERVER_URLS"]
+
+
+def test_sglang_memory_fraction_covers_the_planned_weights_and_kv(serve_plan):
+    """--mem-fraction-static is weights + KV pool over GPU memory (SGLang's meaning), not vLLM's
+    0.9: the plan's weights + KV, capped where SGLang's own default reserve begins. tp=8 on an
+    80 GiB H100 (ServerArgs._handle_gpu_memory_settings): chunked prefill 8,192 tokens, CUDA graphs
+    up to batch 512, 59 piecewise graphs -> 512 + 1.5 * 8192 + 2 * 512 + 1024 * 8/8 + 8 * 59
+    = 15,320 MiB kept free (more than the 10 GiB floor)."""
+    case = next(c for c in CASES if c.name.startswith("single_node_8b") and c.engine == "sglang")
+    plan = serve_plan(case.model, case.cluster, layout=case.layout, **case.request)
+    best = plan.recommended
+    (step,) = launch_steps(plan, best, "sglang", case.model_arg)
+    fraction = float(step.argv[list(step.argv).index("--mem-fraction-static") + 1])
+    memory = plan.cluster.gpu.memory_bytes
+    planned = max(s.weights_bytes + s.kv_cache_bytes for s in best.stages) / memory
+    ceiling = (memory - 15_320 * 2**20) / memory
+    assert fraction == pytest.approx(min(planned, ceiling), abs=0.001)
+    assert fraction <= 1 - 10 * 2**30 / memory and fraction < 0.9
+
+
+def test_a_non_default_token_budget_is_emitted(serve_plan):
+    """--max-num-batched-tokens changes the plan (the profile run's activations), so the command
+    carries it; SGLang gets it as --chunked-prefill-size. The default budget is left out."""
+    for engine, flag in (("vllm", "--max-num-batched-tokens"), ("sglang", "--chunked-prefill-size")):
+        case = next(c for c in CASES if c.name.startswith("batched_tokens") and c.engine == engine)
+        (step,) = steps_for(case, serve_plan)
+        assert step.argv[list(step.argv).index(flag) + 1] == "4096"
+    default = next(c for c in CASES if c.name.startswith("single_node_8b") and c.engine == "vllm")
+    (step,) = steps_for(default, serve_plan)
+    assert "--max-num-batched-tokens" not in step.argv
 
 
 def test_dp_across_nodes_flags(serve_plan):
@@ -366,7 +395,5 @@ def test_cli_shows_the_ray_alternative_and_emits_other_engines(run_plan):
     assert "--distributed-executor-backend ray" in ray.stdout
     sglang = run_plan(*args, "--emit", "sglang")
     assert sglang.returncode == 0
-    assert (
-        "python -m sglang.launch_server --model-path MODEL --tp-size 8 --pp-size 2" in sglang.stdout
-    )
+    assert "sglang serve --model-path MODEL --tp-size 8 --pp-size 2" in sglang.stdout
     assert "vllm serve" not in sglang.stdout

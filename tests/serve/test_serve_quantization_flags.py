@@ -19,7 +19,14 @@ def test_prequantized_fp8_spec_emits_no_quantization_flag(plan_json, run_plan):
 
 
 def test_fp8_override_of_a_bf16_spec_quantizes_on_the_fly(plan_json):
+    """Under the release's name for online fp8: vLLM 0.33.0 deprecates `fp8` for it
+    (model_executor/layers/quantization/fp8.py: "use `--quantization fp8_per_tensor`");
+    0.22.0 still takes `fp8`; SGLang's is `fp8`."""
     argv = _recommended_argv(plan_json, "llama-3.1-70b", "--quantization", "fp8")
+    assert argv[argv.index("--quantization") + 1] == "fp8_per_tensor"
+    argv = _recommended_argv(plan_json, "llama-3.1-70b", "--quantization", "fp8", "--engine-version", "vllm=0.22.0")
+    assert argv[argv.index("--quantization") + 1] == "fp8"
+    argv = _recommended_argv(plan_json, "llama-3.1-70b", "--quantization", "fp8", "--emit", "sglang")
     assert argv[argv.index("--quantization") + 1] == "fp8"
 
 

@@ -4,6 +4,7 @@ and the published anchors."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -13,8 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.engines import EngineVersions
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "megatron"
+GOLDEN = Path(__file__).parent.parent / "golden" / f"megatron-{EngineVersions().megatron}"
+"""Goldens for the default Megatron-LM release; UPDATE_GOLDEN=1 rewrites them (review the diff)."""
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 LAYOUT_KEYS = {
     "tp", "pp", "dp", "rank", "micro_batch_size", "num_micro_batches", "schedule", "virtual_stages",
     "recompute", "sequence_parallel", "zero_stage", "memory_per_gpu_bytes", "capacity_per_gpu_bytes",
@@ -131,9 +135,15 @@ def test_no_feasible_layout_exits_1():
                                                     "--layout", "tp=8,pp=32", "--schedule", "interleaved",
                                                     "--virtual-stages", "2", "--global-batch", "1024",
                                                     "--seq-len", "8192")),
+    # MoE: experts, top-k, expert FFN size, RoPE base 1e6
+    ("mixtral-8x7b_4x8xH100", ("--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--global-batch", "512",
+                               "--seq-len", "4096")),
+    # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
+    ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
+                                    "--seq-len", "4096", "--zero", "3")),
 ])
 def test_megatron_golden(name, args):
-    """Megatron-LM core_r0.14 argv, shown with shlex.join."""
+    """The default Megatron-LM release's argv (env prefix, torchrun, pretrain_gpt.py), shown with shlex.join."""
     recommended = plan_json(*args)["recommended"]
     (step,) = recommended["command"]
     assert isinstance(step["argv"], list) and all(isinstance(a, str) for a in step["argv"])
@@ -141,4 +151,7 @@ def test_megatron_golden(name, args):
     num_nodes = int(argv[argv.index("--nnodes") + 1]) if "--nnodes" in argv else 1
     assert step["role"] == "all" and (step["nodes"]["first"], step["nodes"]["count"]) == (0, num_nodes)
     assert shlex.join(step["argv"]) == step["shell"]
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        (GOLDEN / f"{name}.txt").write_text(step["shell"] + "\n")
     assert step["shell"] + "\n" == (GOLDEN / f"{name}.txt").read_text()

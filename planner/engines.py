@@ -1,0 +1,153 @@
+"""The engine releases the planner targets: one row per release, with the facts the cost model
+and the emitters need, each read from that release's own source (named in `source`).
+
+Pure data and one parser; imports nothing from the planner but errors, so the cost model
+(planner/cost/) and the emitters (planner/emit/) both read it without depending on each other.
+`--engine-version vllm=0.33.0,sglang=0.5.10.post1,megatron=core_v0.14.0` picks rows; an engine
+left out keeps its default, the newest release whose source was read.
+
+How each row was read (regenerate the flag lists with tools/engine_flags.py):
+- vLLM: the release wheel from PyPI (`vllm/_version.py` names the commit); vllm/engine/arg_utils.py
+  (EngineArgs.add_cli_args, get_batch_defaults, _set_default_args, create_engine_config),
+  vllm/config/parallel.py, vllm/model_executor/layers/quantization/__init__.py,
+  vllm/model_executor/layers/quantization/fp8.py (online fp8 deprecation).
+- SGLang: the release wheel from PyPI; python/sglang/srt/server_args.py (ServerArgs.add_cli_args,
+  _handle_gpu_memory_settings, check_server_args), python/sglang/cli/main.py (`sglang serve`).
+  The router: sgl-router/py_src/sglang_router/router_args.py (RouterArgs.add_cli_args).
+- Megatron-LM: git tags of NVIDIA/Megatron-LM; megatron/training/arguments.py (validate_args),
+  megatron/core/transformer/transformer_config.py (__post_init__).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from planner.errors import SpecError
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """One branch of vLLM's EngineArgs.get_batch_defaults (the OpenAI server's values): GPUs
+    with at least min_memory_gib, whose name contains none of excluded_names, get these."""
+
+    min_memory_gib: float
+    excluded_names: tuple[str, ...]
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    version: str
+    source: str
+    batch_tiers: tuple[BatchTier, ...]
+    """First match wins; the last tier matches every GPU."""
+    online_fp8_quantization: str
+    """`--quantization` value that quantizes a 16-bit checkpoint to fp8 on load."""
+
+
+@dataclass(frozen=True)
+class SglangRelease:
+    version: str
+    source: str
+    launcher: tuple[str, ...]
+    """The server's entry point."""
+    reserved_min_gib_large_gpu: float
+    """_handle_gpu_memory_settings: memory kept out of --mem-fraction-static is at least this
+    much on GPUs larger than large_gpu_gib."""
+    large_gpu_gib: float
+    router_launcher: tuple[str, ...]
+    router_source: str
+
+
+@dataclass(frozen=True)
+class MegatronRelease:
+    version: str
+    source: str
+    tp_may_exceed_query_groups: bool
+    """TransformerConfig.__post_init__: num_query_groups must be a multiple of TP (False), or a
+    multiple or a divisor of it (True, from core_v0.16.0)."""
+
+
+VLLM_0_33_TIERS = (
+    BatchTier(160, (), 16384, 1024),
+    BatchTier(70, ("A100",), 8192, 1024),
+    BatchTier(0, (), 2048, 256),
+)
+VLLM_0_22_TIERS = (
+    BatchTier(70, ("A100",), 8192, 1024),
+    BatchTier(0, (), 2048, 256),
+)
+
+VLLM_RELEASES = {
+    "0.33.0": VllmRelease(
+        "0.33.0", "vllm 0.33.0 wheel (PyPI; commit g4ba787ec9): vllm/engine/arg_utils.py, vllm/config/parallel.py",
+        VLLM_0_33_TIERS, "fp8_per_tensor"),
+    "0.22.0": VllmRelease(
+        "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
+        VLLM_0_22_TIERS, "fp8"),
+}
+SGLANG_RELEASES = {
+    "0.5.10.post1": SglangRelease(
+        "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
+        ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
+        router_launcher=("python", "-m", "sglang_router.launch_router"),
+        router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013"),
+}
+MEGATRON_RELEASES = {
+    "core_v0.19.0": MegatronRelease(
+        "core_v0.19.0", "NVIDIA/Megatron-LM tag core_v0.19.0 (2026-08-19)", tp_may_exceed_query_groups=True),
+    "core_v0.14.0": MegatronRelease(
+        "core_v0.14.0", "NVIDIA/Megatron-LM tag core_v0.14.0 (2025-10-08)", tp_may_exceed_query_groups=False),
+}
+RELEASES = {"vllm": VLLM_RELEASES, "sglang": SGLANG_RELEASES, "megatron": MEGATRON_RELEASES}
+
+
+@dataclass(frozen=True)
+class EngineVersions:
+    """The release of each engine the plan and its commands are for."""
+
+    vllm: str = "0.33.0"
+    sglang: str = "0.5.10.post1"
+    megatron: str = "core_v0.19.0"
+
+    def __str__(self) -> str:
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+    @property
+    def vllm_release(self) -> VllmRelease:
+        return VLLM_RELEASES[self.vllm]
+
+    @property
+    def sglang_release(self) -> SglangRelease:
+        return SGLANG_RELEASES[self.sglang]
+
+    @property
+    def megatron_release(self) -> MegatronRelease:
+        return MEGATRON_RELEASES[self.megatron]
+
+
+def parse_engine_versions(text: str | None) -> EngineVersions:
+    """`vllm=0.33.0,megatron=core_v0.14.0` -> EngineVersions (engines not named keep their
+    default); a SpecError names the known engines and releases."""
+    chosen: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        engine, sep, version = (s.strip() for s in part.partition("="))
+        if not sep or engine not in RELEASES:
+            raise SpecError(f"--engine-version: {part.strip()!r}: expected ENGINE=VERSION with ENGINE one of "
+                            f"{', '.join(RELEASES)}")
+        if version not in RELEASES[engine]:
+            raise SpecError(f"--engine-version: {engine} {version} is not known (known: "
+                            f"{', '.join(RELEASES[engine])})")
+        chosen[engine] = version
+    return EngineVersions(**chosen)
+
+
+def vllm_batch_tier(release: VllmRelease, memory_gib: float, gpu_name: str) -> BatchTier:
+    """The get_batch_defaults branch this GPU takes."""
+    for tier in release.batch_tiers:
+        if memory_gib >= tier.min_memory_gib and not any(n in gpu_name.upper() for n in tier.excluded_names):
+            return tier
+    return release.batch_tiers[-1]

@@ -1,0 +1,97 @@
+"""The model that was planned is the model Megatron-LM builds: the parameter count of the GPT
+model the emitted pretrain_gpt.py flags describe equals the plan's count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import resolve_model
+from planner.cli import app
+from planner.cost.params import param_counts
+
+
+def flag(args: list[str], name: str, default: object = None) -> object:
+    return args[args.index(name) + 1] if name in args else default
+
+
+def megatron_param_count(args: list[str], tokenizer_vocab_size: int) -> int:
+    """Parameters of the GPTModel that Megatron-LM (core_v0.19.0) builds for these arguments.
+
+    Read from megatron/core/models/gpt/gpt_model.py (embedding, decoder, final norm, output
+    layer), megatron/core/models/common/embeddings/language_model_embedding.py (word and, with
+    learned_absolute, position embeddings), megatron/core/transformer/transformer_layer.py (two
+    norms per layer), attention.py SelfAttention (linear_qkv of (a + 2g) * d rows, with a bias when
+    add_bias_linear or add_qkv_bias; linear_proj of h rows, bias with add_bias_linear),
+    mlp.py MLP (linear_fc1 of f rows, 2f with gated linear units; linear_fc2), moe/moe_layer.py
+    with moe/router.py TopKRouter (an E x h weight, a bias with add_bias_linear) and one MLP of
+    moe_ffn_hidden_size per expert, moe/shared_experts.py (an MLP of the shared size);
+    RMSNorm has a weight, LayerNorm a weight and a bias. The vocabulary is the tokenizer's, padded
+    to a multiple of make_vocab_size_divisible_by * TP (megatron/training/vocab_utils.py).
+    """
+    h, num_layers = int(flag(args, "--hidden-size")), int(flag(args, "--num-layers"))
+    heads = int(flag(args, "--num-attention-heads"))
+    groups = int(flag(args, "--num-query-groups", heads))
+    head_dim = int(flag(args, "--kv-channels", h // heads))
+    bias = "--disable-bias-linear" not in args
+    qkv_bias = bias or "--add-qkv-bias" in args
+    norm = h * (1 if flag(args, "--normalization", "LayerNorm") == "RMSNorm" else 2)
+    multiple = int(flag(args, "--make-vocab-size-divisible-by", 128)) * int(flag(args, "--tensor-model-parallel-size", 1))
+    vocab = -(-tokenizer_vocab_size // multiple) * multiple
+
+    def mlp(ffn: int) -> int:
+        up = 2 * ffn if "--swiglu" in args else ffn
+        return up * h + ffn * h + ((up + h) if bias else 0)
+
+    attention = (heads + 2 * groups) * head_dim * h + (heads + 2 * groups) * head_dim * qkv_bias
+    attention += h * heads * head_dim + h * bias
+    if "--num-experts" in args:
+        experts = int(flag(args, "--num-experts"))
+        ffn = mlp(int(flag(args, "--moe-ffn-hidden-size", flag(args, "--ffn-hidden-size"))))
+        shared = int(flag(args, "--moe-shared-expert-intermediate-size", 0))
+        feed_forward = experts * h + experts * bias + experts * ffn + (mlp(shared) if shared else 0)
+    else:
+        feed_forward = mlp(int(flag(args, "--ffn-hidden-size")))
+    embedding = vocab * h
+    if flag(args, "--position-embedding-type", "learned_absolute") == "learned_absolute":
+        embedding += int(flag(args, "--max-position-embeddings")) * h
+    output = vocab * h if "--untie-embeddings-and-output-weights" in args else 0
+    return embedding + num_layers * (2 * norm + attention + feed_forward) + norm + output
+
+
+def emitted_args(model_name: str, cluster: str, *extra: str) -> list[str]:
+    result = CliRunner().invoke(app, ["--workload", "train", "--json", "--model", model_name, "--cluster", cluster,
+                                      "--global-batch", "512", "--seq-len", "4096", *extra])
+    assert result.exit_code == 0, result.output
+    argv = json.loads(result.output)["recommended"]["command"][0]["argv"]
+    return argv[argv.index("pretrain_gpt.py") + 1:]
+
+
+@pytest.mark.parametrize("model_name, cluster, published", [
+    ("mixtral-8x7b", "4x8xH100", 46.7e9),
+    ("qwen2.5-72b", "4x8xH100", 72.7e9),
+])
+@pytest.mark.parametrize("layout", ["", "tp=8", "tp=2"])
+def test_megatron_builds_the_planned_parameter_count(model_name, cluster, published, layout):
+    """Mixtral 8x7B (46.7B: 8 experts, top-2, RoPE base 1e6) and Qwen2.5-72B (72.7B: q/k/v biases);
+    for the recommended layout and fixed TP degrees (the vocabulary padding depends on TP)."""
+    model = resolve_model(model_name)
+    args = emitted_args(model_name, cluster, *(("--layout", layout) if layout else ()))
+    planned = param_counts(model).total
+    assert megatron_param_count(args, model.vocab_size) == planned
+    assert planned == pytest.approx(published, rel=0.01)
+
+
+def test_architecture_flags_describe_the_spec():
+    """RoPE base, MoE routing, biases and dropout come from the spec, not Megatron's defaults."""
+    mixtral = emitted_args("mixtral-8x7b", "4x8xH100")
+    assert (flag(mixtral, "--num-experts"), flag(mixtral, "--moe-router-topk")) == ("8", "2")
+    assert flag(mixtral, "--rotary-base") == "1000000"
+    qwen = emitted_args("qwen2.5-72b", "4x8xH100")
+    assert "--add-qkv-bias" in qwen and "--disable-bias-linear" in qwen
+    llama = emitted_args("llama-3.1-8b", "1x8xH100")
+    assert flag(llama, "--rotary-base") == "500000"
+    for args in (mixtral, qwen, llama):
+        assert (flag(args, "--attention-dropout"), flag(args, "--hidden-dropout")) == ("0", "0")
