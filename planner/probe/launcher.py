@@ -20,6 +20,7 @@ from pathlib import Path
 
 from planner import units
 from planner.emit.torchrun import torchrun_flags
+from planner.probe.checks import check_sweep, check_targets, validate
 from planner.probe.runner import ProbeError, run_with_progress
 
 INSTALL_HINT = "pip install 'parallel-planner[probe]'"
@@ -102,39 +103,6 @@ def visible_gpu_count() -> int:
     import torch  # deferred: only when the user asked to run and gave no --nproc-per-node
 
     return torch.cuda.device_count()
-
-
-def validate(options: ProbeOptions) -> None:
-    if options.nnodes < 1 or (options.nproc_per_node is not None and options.nproc_per_node < 1):
-        raise ProbeError("--nnodes and --nproc-per-node must be at least 1")
-    if options.nnodes > 1 and not (options.rdzv_endpoint or options.master_addr):
-        raise ProbeError(
-            "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-addr for a static rendezvous)"
-        )
-    if options.rdzv_endpoint and options.master_addr:
-        raise ProbeError("give either --rdzv-endpoint or --master-addr, not both")
-    if options.master_addr and options.run and options.node_rank is None:
-        raise ProbeError("a static rendezvous (--master-addr) needs --node-rank on every node")
-    if (
-        options.min_bytes is not None
-        and options.max_bytes is not None
-        and options.min_bytes > options.max_bytes
-    ):
-        raise ProbeError("--min-bytes must not exceed --max-bytes")
-    for flag, value in (
-        ("--warmup", options.warmup),
-        ("--iterations", options.iterations),
-        ("--repeats", options.repeats),
-    ):
-        if value is not None and value < (0 if flag == "--warmup" else 1):
-            raise ProbeError(f"{flag} is too small: {value}")
-    if options.step_factor < 2 or options.timeout_s <= 0:
-        raise ProbeError("--step-factor must be at least 2 and --timeout positive")
-    if options.merge_into is not None and not options.merge_into.is_file():
-        raise ProbeError(f"--merge-into {options.merge_into}: no such file")
-    for path in (options.out, options.merge_into):
-        if path is not None and not path.resolve().parent.is_dir():
-            raise ProbeError(f"{path}: directory does not exist")
 
 
 def torchrun_argv(
@@ -245,6 +213,7 @@ def _run_probe(options: ProbeOptions) -> int:
     if options.nnodes > 1 and not options.run:
         print_node_commands(options)
         return 0
+    check_targets(options)
     require_torch()
     skip_detection = options.backend == "gloo" and options.nproc_per_node is not None
     num_gpus = 0 if skip_detection else visible_gpu_count()
@@ -252,10 +221,12 @@ def _run_probe(options: ProbeOptions) -> int:
     if options.backend == "nccl" and num_gpus == 0:
         raise ProbeError("--backend nccl needs CUDA GPUs and none are visible")
     nproc_per_node = options.nproc_per_node or num_gpus or CPU_NPROC_PER_NODE
+    sweep = resolved_sweep(options, on_gpu)
+    check_sweep(options, sweep, on_gpu, nproc_per_node)
     declared = _read_declared(options)
     with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
         result_path = os.path.join(directory, "result.json")
-        argv = torchrun_argv(options, nproc_per_node, resolved_sweep(options, on_gpu), result_path)
+        argv = torchrun_argv(options, nproc_per_node, sweep, result_path)
         if options.verbose:
             print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
         _execute(argv, options)

@@ -36,8 +36,8 @@ WAIT_S = SAFETY_TIMEOUT_S + 60
 """How long a test waits for a probe process: past its --timeout and the stop that follows."""
 
 
-def probe_env() -> dict:
-    env = dict(os.environ)
+def probe_env(**overrides: str) -> dict:
+    env = dict(os.environ, **overrides)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONWARNINGS"] = "ignore"
     return env
