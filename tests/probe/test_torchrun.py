@@ -60,6 +60,7 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         "# my cluster\nname: lab\nsource: hand-written\nnum_nodes: 1\ngpus_per_node: 2\ngpu: H100-SXM5-80GB\n"
         "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450.0, latency_us: 3.0}\n"
     )
+    existing.chmod(0o640)
     out = tmp_path / "measured.yaml"
     result = run_probe_cli(
         "--nproc-per-node",
@@ -104,6 +105,10 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     )
     assert any("comments" in flag for flag in merged["measured"]["flags"])
     load_through_core(existing)
+    assert existing.stat().st_mode & 0o777 == 0o640  # the merged file keeps its mode
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a new one gets the umask's default
 
 
 def probe_process(*args):
