@@ -21,10 +21,18 @@ from pathlib import Path
 from planner import units
 from planner.emit.torchrun import torchrun_flags
 from planner.probe.checks import check_sweep, check_targets, validate
-from planner.probe.runner import ProbeError, run_with_progress
+from planner.probe.lifeline import watched_argv
+from planner.probe.runner import (
+    ProbeError,
+    StopRequest,
+    deferred_stop_signals,
+    run_with_progress,
+)
 
 INSTALL_HINT = "pip install 'parallel-planner[probe]'"
 WORKER_MODULE = "planner.probe.worker"
+RESULT_FILE = "result.json"
+TORCHRUN_LOG_DIR = "torchrun-logs"
 
 
 @dataclass(frozen=True)
@@ -106,12 +114,16 @@ def visible_gpu_count() -> int:
 
 
 def torchrun_argv(
-    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, result_path: str
+    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, work_dir: str
 ) -> list[str]:
-    """The exact torchrun command line for this node (an argv list, shown with shlex.join)."""
+    """The exact torchrun command line for this node (an argv list, shown with shlex.join).
+
+    work_dir (a temp dir) receives rank 0's results and torchrun's own log dir, which
+    torchrun would otherwise leave in the system temp dir after every run.
+    """
     worker_args = [
         "--result-path",
-        result_path,
+        os.path.join(work_dir, RESULT_FILE),
         "--backend",
         options.backend,
         "--min-bytes",
@@ -150,6 +162,8 @@ def torchrun_argv(
         "-m",
         "torch.distributed.run",
         *rendezvous,
+        "--log-dir",
+        os.path.join(work_dir, TORCHRUN_LOG_DIR),
         "--max-restarts",
         "0",
         "-m",
@@ -191,7 +205,7 @@ def print_node_commands(options: ProbeOptions) -> None:
         )
     sweep = resolved_sweep(options, on_gpu=options.backend != "gloo")
     nproc = options.nproc_per_node or "<GPUs on the node>"
-    example = torchrun_argv(options, nproc, sweep, "<temp result file>")  # type: ignore[arg-type]
+    example = torchrun_argv(options, nproc, sweep, "<temp dir>")  # type: ignore[arg-type]
     print(f"Each runs: {shlex.join(['python', *example[1:]])}")
     print(
         "The node that gets rank 0 writes --out / --merge-into; set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME if the "
@@ -224,20 +238,33 @@ def _run_probe(options: ProbeOptions) -> int:
     sweep = resolved_sweep(options, on_gpu)
     check_sweep(options, sweep, on_gpu, nproc_per_node)
     declared = _read_declared(options)
-    with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
-        result_path = os.path.join(directory, "result.json")
-        argv = torchrun_argv(options, nproc_per_node, sweep, result_path)
-        if options.verbose:
-            print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
-        _execute(argv, options)
-        if not os.path.exists(result_path):
-            print(
-                "plan probe: this node's ranks finished; the node that got rank 0 writes the results"
-            )
-            return 0
-        with open(result_path, encoding="utf-8") as handle:
-            raw = json.load(handle)
+    raw = _measure(options, nproc_per_node, sweep)
+    if raw is None:
+        print("plan probe: this node's ranks finished; the node that got rank 0 writes the results")
+        return 0
     return _report(raw, options, declared)
+
+
+def _measure(options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults) -> dict | None:
+    """Rank 0's raw results (None on a node without rank 0), from torchrun run in a temp dir.
+
+    SIGINT, SIGTERM and SIGHUP are deferred meanwhile: the run loop stops torchrun and
+    its workers and raises ProbeError, and the temp dir goes as the error passes.
+    """
+    with deferred_stop_signals() as stop:
+        with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
+            argv = torchrun_argv(options, nproc_per_node, sweep, directory)
+            if options.verbose:
+                print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
+            _execute(argv, options, stop)
+            stop.raise_if_requested()
+            result_path = os.path.join(directory, RESULT_FILE)
+            raw = None
+            if os.path.exists(result_path):
+                with open(result_path, encoding="utf-8") as handle:
+                    raw = json.load(handle)
+        stop.raise_if_requested()
+    return raw
 
 
 def _read_declared(options: ProbeOptions) -> dict | None:
@@ -251,7 +278,7 @@ def _read_declared(options: ProbeOptions) -> dict | None:
         raise ProbeError(str(error)) from None
 
 
-def _execute(argv: list[str], options: ProbeOptions) -> None:
+def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest) -> None:
     from planner.probe.report import progress_display
 
     package_root = str(Path(__file__).resolve().parents[2])
@@ -261,7 +288,7 @@ def _execute(argv: list[str], options: ProbeOptions) -> None:
     env.setdefault("OMP_NUM_THREADS", "1")
     echo = (lambda line: print(line, end="", file=sys.stderr)) if options.verbose else None
     with progress_display() as on_progress:
-        run_with_progress(argv, env, options.timeout_s, on_progress, echo)
+        run_with_progress(watched_argv(argv), env, options.timeout_s, on_progress, echo, stop)
 
 
 def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
