@@ -159,9 +159,7 @@ def test_a_good_merge_profile_and_out_pass_every_check(tmp_path, no_launch):
         app, ["probe", *CPU_RUN, "--merge-into", str(path), "--out", str(tmp_path / "m.yaml")]
     )
     assert len(no_launch) == 1, result.output
-    no_launch.clear()  # the fixture's check is for the refused cases
-    for entry in (tmp_path / "tmp").iterdir():
-        entry.rmdir()
+    no_launch.clear()  # the fixture's check is for the refused cases (the temp dir is gone again)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-5", "1e300"])
