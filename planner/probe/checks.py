@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from planner import units
 from planner.probe.runner import ProbeError
-from planner.probe.sweep import ELEMENT_BYTES
 
 if TYPE_CHECKING:
     from planner.probe.launcher import ProbeOptions, SweepDefaults
@@ -58,6 +57,8 @@ def _check_topology(options: ProbeOptions) -> None:
 
 
 def _check_sweep_flags(options: ProbeOptions) -> None:
+    from planner.probe.sweep import ELEMENT_BYTES  # deferred: it loads the cost model (pydantic)
+
     for flag, value in (("--min-bytes", options.min_bytes), ("--max-bytes", options.max_bytes)):
         if value is not None and value < ELEMENT_BYTES:
             raise ProbeError(f"{flag} must be at least {ELEMENT_BYTES} (one float32), got {value}")

@@ -20,7 +20,6 @@ and its workers then die with it. Linux only: elsewhere the exec is plain.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -37,6 +36,8 @@ def set_parent_death_signal(signum: int = signal.SIGKILL) -> bool:
     """Ask Linux to send signum to this process when its parent exits; False where unsupported."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # deferred: the launcher imports this module on every `plan` start
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
