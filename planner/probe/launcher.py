@@ -20,10 +20,19 @@ from pathlib import Path
 
 from planner import units
 from planner.emit.torchrun import torchrun_flags
-from planner.probe.runner import ProbeError, run_with_progress
+from planner.probe.checks import check_sweep, check_targets, validate
+from planner.probe.lifeline import watched_argv
+from planner.probe.runner import (
+    ProbeError,
+    StopRequest,
+    deferred_stop_signals,
+    run_with_progress,
+)
 
 INSTALL_HINT = "pip install 'parallel-planner[probe]'"
 WORKER_MODULE = "planner.probe.worker"
+RESULT_FILE = "result.json"
+TORCHRUN_LOG_DIR = "torchrun-logs"
 
 
 @dataclass(frozen=True)
@@ -104,46 +113,17 @@ def visible_gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def validate(options: ProbeOptions) -> None:
-    if options.nnodes < 1 or (options.nproc_per_node is not None and options.nproc_per_node < 1):
-        raise ProbeError("--nnodes and --nproc-per-node must be at least 1")
-    if options.nnodes > 1 and not (options.rdzv_endpoint or options.master_addr):
-        raise ProbeError(
-            "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-addr for a static rendezvous)"
-        )
-    if options.rdzv_endpoint and options.master_addr:
-        raise ProbeError("give either --rdzv-endpoint or --master-addr, not both")
-    if options.master_addr and options.run and options.node_rank is None:
-        raise ProbeError("a static rendezvous (--master-addr) needs --node-rank on every node")
-    if (
-        options.min_bytes is not None
-        and options.max_bytes is not None
-        and options.min_bytes > options.max_bytes
-    ):
-        raise ProbeError("--min-bytes must not exceed --max-bytes")
-    for flag, value in (
-        ("--warmup", options.warmup),
-        ("--iterations", options.iterations),
-        ("--repeats", options.repeats),
-    ):
-        if value is not None and value < (0 if flag == "--warmup" else 1):
-            raise ProbeError(f"{flag} is too small: {value}")
-    if options.step_factor < 2 or options.timeout_s <= 0:
-        raise ProbeError("--step-factor must be at least 2 and --timeout positive")
-    if options.merge_into is not None and not options.merge_into.is_file():
-        raise ProbeError(f"--merge-into {options.merge_into}: no such file")
-    for path in (options.out, options.merge_into):
-        if path is not None and not path.resolve().parent.is_dir():
-            raise ProbeError(f"{path}: directory does not exist")
-
-
 def torchrun_argv(
-    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, result_path: str
+    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, work_dir: str
 ) -> list[str]:
-    """The exact torchrun command line for this node (an argv list, shown with shlex.join)."""
+    """The exact torchrun command line for this node (an argv list, shown with shlex.join).
+
+    work_dir (a temp dir) receives rank 0's results and torchrun's own log dir, which
+    torchrun would otherwise leave in the system temp dir after every run.
+    """
     worker_args = [
         "--result-path",
-        result_path,
+        os.path.join(work_dir, RESULT_FILE),
         "--backend",
         options.backend,
         "--min-bytes",
@@ -182,6 +162,8 @@ def torchrun_argv(
         "-m",
         "torch.distributed.run",
         *rendezvous,
+        "--log-dir",
+        os.path.join(work_dir, TORCHRUN_LOG_DIR),
         "--max-restarts",
         "0",
         "-m",
@@ -223,7 +205,7 @@ def print_node_commands(options: ProbeOptions) -> None:
         )
     sweep = resolved_sweep(options, on_gpu=options.backend != "gloo")
     nproc = options.nproc_per_node or "<GPUs on the node>"
-    example = torchrun_argv(options, nproc, sweep, "<temp result file>")  # type: ignore[arg-type]
+    example = torchrun_argv(options, nproc, sweep, "<temp dir>")  # type: ignore[arg-type]
     print(f"Each runs: {shlex.join(['python', *example[1:]])}")
     print(
         "The node that gets rank 0 writes --out / --merge-into; set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME if the "
@@ -245,6 +227,7 @@ def _run_probe(options: ProbeOptions) -> int:
     if options.nnodes > 1 and not options.run:
         print_node_commands(options)
         return 0
+    check_targets(options)
     require_torch()
     skip_detection = options.backend == "gloo" and options.nproc_per_node is not None
     num_gpus = 0 if skip_detection else visible_gpu_count()
@@ -252,21 +235,36 @@ def _run_probe(options: ProbeOptions) -> int:
     if options.backend == "nccl" and num_gpus == 0:
         raise ProbeError("--backend nccl needs CUDA GPUs and none are visible")
     nproc_per_node = options.nproc_per_node or num_gpus or CPU_NPROC_PER_NODE
+    sweep = resolved_sweep(options, on_gpu)
+    check_sweep(options, sweep, on_gpu, nproc_per_node)
     declared = _read_declared(options)
-    with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
-        result_path = os.path.join(directory, "result.json")
-        argv = torchrun_argv(options, nproc_per_node, resolved_sweep(options, on_gpu), result_path)
-        if options.verbose:
-            print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
-        _execute(argv, options)
-        if not os.path.exists(result_path):
-            print(
-                "plan probe: this node's ranks finished; the node that got rank 0 writes the results"
-            )
-            return 0
-        with open(result_path, encoding="utf-8") as handle:
-            raw = json.load(handle)
+    raw = _measure(options, nproc_per_node, sweep)
+    if raw is None:
+        print("plan probe: this node's ranks finished; the node that got rank 0 writes the results")
+        return 0
     return _report(raw, options, declared)
+
+
+def _measure(options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults) -> dict | None:
+    """Rank 0's raw results (None on a node without rank 0), from torchrun run in a temp dir.
+
+    SIGINT, SIGTERM and SIGHUP are deferred meanwhile: the run loop stops torchrun and
+    its workers and raises ProbeError, and the temp dir goes as the error passes.
+    """
+    with deferred_stop_signals() as stop:
+        with tempfile.TemporaryDirectory(prefix="plan-probe-") as directory:
+            argv = torchrun_argv(options, nproc_per_node, sweep, directory)
+            if options.verbose:
+                print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
+            _execute(argv, options, stop)
+            stop.raise_if_requested()
+            result_path = os.path.join(directory, RESULT_FILE)
+            raw = None
+            if os.path.exists(result_path):
+                with open(result_path, encoding="utf-8") as handle:
+                    raw = json.load(handle)
+        stop.raise_if_requested()
+    return raw
 
 
 def _read_declared(options: ProbeOptions) -> dict | None:
@@ -280,7 +278,7 @@ def _read_declared(options: ProbeOptions) -> dict | None:
         raise ProbeError(str(error)) from None
 
 
-def _execute(argv: list[str], options: ProbeOptions) -> None:
+def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest) -> None:
     from planner.probe.report import progress_display
 
     package_root = str(Path(__file__).resolve().parents[2])
@@ -290,7 +288,7 @@ def _execute(argv: list[str], options: ProbeOptions) -> None:
     env.setdefault("OMP_NUM_THREADS", "1")
     echo = (lambda line: print(line, end="", file=sys.stderr)) if options.verbose else None
     with progress_display() as on_progress:
-        run_with_progress(argv, env, options.timeout_s, on_progress, echo)
+        run_with_progress(watched_argv(argv), env, options.timeout_s, on_progress, echo, stop)
 
 
 def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:

@@ -20,6 +20,7 @@ import copy
 import datetime
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from planner.probe.results import (
 )
 
 CPU_DEFAULT_GPU = "A100-SXM4-80GB"
+NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
 # torch.cuda.get_device_name() -> catalog name; first match wins, so specific before generic.
 DEVICE_NAME_PATTERNS = (
     (r"GB200", "GB200"),
@@ -344,11 +346,18 @@ def dump_yaml(document: dict) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Temp file in the target's directory, fsync, os.replace: never a half-written file."""
+    """Temp file in the target's directory, fsync, os.replace: never a half-written file.
+
+    A symlink is followed (the file it points to is replaced). The file keeps the mode
+    of the one it replaces, or gets the umask's default for a new file; the temp file
+    alone would make it 0600.
+    """
+    target = path.resolve()
+    mode = file_mode_for(target)
     handle = tempfile.NamedTemporaryFile(
         "w",
-        dir=path.resolve().parent,
-        prefix=f".{path.name}.",
+        dir=target.parent,
+        prefix=f".{target.name}.",
         suffix=".tmp",
         delete=False,
         encoding="utf-8",
@@ -357,8 +366,24 @@ def atomic_write_text(path: Path, text: str) -> None:
         with handle:
             handle.write(text)
             handle.flush()
+            os.chmod(handle.name, mode)
             os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        os.replace(handle.name, target)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
+
+
+def file_mode_for(target: Path) -> int:
+    """The permission bits of target, or what open() gives a new file under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return NEW_FILE_MODE & ~current_umask()
+
+
+def current_umask() -> int:
+    # os.umask only reads the mask by setting it; restored at once (no thread here makes files).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

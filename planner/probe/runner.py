@@ -3,13 +3,19 @@
 No torch here. torchrun is started in its own session and starts each
 worker in another session of its own, so stopping the run means signalling
 torchrun's group and every descendant's group (found through /proc on
-Linux): SIGTERM, a short grace period, then SIGKILL. A dead rank makes
-torchrun exit non-zero; its failure summary is boiled down to one line.
+Linux): SIGTERM, a short grace period, then SIGKILL. The run loop notes the
+descendants as it goes, so workers orphaned by torchrun's death (kill -9,
+the OOM killer) are still found; the workers also end themselves when
+torchrun dies (planner.probe.lifeline). SIGINT, SIGTERM and SIGHUP are
+recorded (deferred_stop_signals), never fatal mid-run: the loop stops the
+tree and the caller cleans up. A dead rank makes torchrun exit non-zero; its
+failure summary is boiled down to one line.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import queue
 import re
@@ -17,12 +23,18 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 PROGRESS_PREFIX = "@@plan-probe-progress"  # must match planner.probe.worker.PROGRESS_PREFIX
 GRACE_SECONDS = 3.0
+POLL_SECONDS = 0.2  # how soon the run loop sees a stop signal or torchrun's exit
+NOTE_SECONDS = 1.0  # how often the run loop notes torchrun's descendants
 TAIL_LINES = 400
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class ProbeError(Exception):
@@ -43,6 +55,21 @@ def parse_progress(line: str) -> ProgressEvent | None:
     return ProgressEvent(int(done), int(total), label)
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (field 3 onwards), or None when pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """pid's start time (clock ticks since boot): with the pid it names one process, never a reused pid."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields else None
+
+
 def descendant_pids(root_pid: int) -> list[int]:
     """All descendants of root_pid (Linux /proc); empty where /proc is unavailable."""
     children: dict[int, list[int]] = collections.defaultdict(list)
@@ -51,14 +78,8 @@ def descendant_pids(root_pid: int) -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children[int(fields[1])].append(int(entry))
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            children[int(fields[1])].append(int(entry))
     found, stack = [], [root_pid]
     while stack:
         for child in children.get(stack.pop(), []):
@@ -67,30 +88,58 @@ def descendant_pids(root_pid: int) -> list[int]:
     return found
 
 
-def _signal_all(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        for send in (lambda p: os.killpg(os.getpgid(p), signum), lambda p: os.kill(p, signum)):
-            try:
-                send(pid)
-                break
-            except (ProcessLookupError, PermissionError):
-                continue
+def note_descendants(process: subprocess.Popen, known: dict[int, str]) -> None:
+    """Add torchrun's descendants to known (pid -> start time) while torchrun is not reaped:
+    a reaped pid may be reused, and an orphaned worker is nobody's descendant any more."""
+    if process.returncode is not None:
+        return
+    for pid in descendant_pids(process.pid):
+        if pid not in known and (started := start_time(pid)) is not None:
+            known[pid] = started
 
 
-def stop_process_tree(process: subprocess.Popen) -> None:
-    """SIGTERM torchrun and every descendant's process group, then SIGKILL what is left."""
-    pids = [process.pid, *descendant_pids(process.pid)]
-    _signal_all(pids, signal.SIGTERM)
+def _signal_groups(process: subprocess.Popen, known: dict[int, str], signum: int) -> None:
+    """signum to torchrun's group (it leads a session) and to every known descendant's group
+    (torchrun starts each worker in a session of its own)."""
+    groups = {process.pid} if process.returncode is None else set()
+    for pid, started in known.items():
+        try:
+            if start_time(pid) == started:
+                groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            continue
+    for group in groups:
+        try:
+            os.killpg(group, signum)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def stop_process_tree(process: subprocess.Popen, known: dict[int, str] | None = None) -> None:
+    """SIGTERM torchrun's group and every descendant's (known ones included, orphaned or
+    not), a grace period for torchrun, then SIGKILL to all of them."""
+    known = dict(known or {})
+    note_descendants(process, known)
+    _signal_groups(process, known, signal.SIGTERM)
     try:
         process.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
-        pass
-    _signal_all([process.pid, *descendant_pids(process.pid), *pids], signal.SIGKILL)
+        note_descendants(process, known)
+    _signal_groups(process, known, signal.SIGKILL)
     process.wait()
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def failure_summary(lines: list[str], return_code: int) -> str:
     """One line from torchrun's ChildFailedError report (root cause rank, exit code, reason)."""
+    if return_code < 0:  # torchrun itself was killed (kill -9, the OOM killer): no report
+        return f"torchrun died of {signal_name(-return_code)}"
     text = "".join(lines)
     root = text.split("Root Cause", 1)[-1]
     rank = re.search(r"rank\s*:\s*(\d+)", root)
@@ -109,67 +158,137 @@ def failure_summary(lines: list[str], return_code: int) -> str:
     return f"torchrun exited with code {return_code}"
 
 
+class StopRequest:
+    """The first stop signal (SIGINT, SIGTERM, SIGHUP) received while deferred_stop_signals
+    is active; None until one arrives."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def record(self, signum: int, frame: object = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def raise_if_requested(self) -> None:
+        if self.signum is None:
+            return
+        what = "interrupted" if self.signum == signal.SIGINT else "stopped"
+        raise ProbeError(
+            f"probe {what} by {signal_name(self.signum)}; torchrun and its workers stopped, "
+            "nothing written"
+        )
+
+
+@contextlib.contextmanager
+def deferred_stop_signals() -> Iterator[StopRequest]:
+    """Record SIGINT, SIGTERM and SIGHUP instead of acting on them, for the duration.
+
+    Python dies on the spot of SIGTERM and SIGHUP (what `timeout`, a batch scheduler
+    or a closed terminal sends) and raises KeyboardInterrupt at any line on SIGINT;
+    either way torchrun, in a session of its own, ran on. Recorded, the run loop
+    sees the signal within POLL_SECONDS, stops torchrun and its workers, and raises
+    ProbeError, so the caller's `with` blocks remove the temp dir. A signal the
+    process ignores (nohup, a background job) stays ignored. Main thread only, as
+    Python's signal handlers are.
+    """
+    stop = StopRequest()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, stop.record)
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
 def run_with_progress(
     argv: list[str],
     env: dict[str, str],
     timeout_seconds: float,
     on_progress: Callable[[ProgressEvent], None],
     on_output: Callable[[str], None] | None = None,
+    stop: StopRequest | None = None,
 ) -> list[str]:
     """Run argv; call on_progress per progress line; return the other output lines.
 
-    Raises ProbeError when the run fails, times out or is interrupted; the
-    whole process tree is stopped first in every case.
+    Raises ProbeError when the run fails, times out or is stopped (a signal recorded
+    in stop, or KeyboardInterrupt where signals could not be deferred); the whole
+    process tree is stopped first in every case.
     """
-    process = subprocess.Popen(
-        argv,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-        bufsize=1,
-        start_new_session=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    reader = threading.Thread(target=_pump, args=(process, lines), daemon=True)
-    reader.start()
-    output: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    deadline = time.monotonic() + timeout_seconds
+    stop = stop or StopRequest()
+    stop.raise_if_requested()
+    run = _TorchrunRun(argv, env)
     try:
-        finished, exited_at = False, 0.0
-        while not finished:
-            if time.monotonic() > deadline:
-                stop_process_tree(process)
-                raise ProbeError(
-                    f"probe timed out after {timeout_seconds:g} s (a rank hung or a node never joined "
-                    "the rendezvous); stopped torchrun and its workers"
-                )
+        in_time = run.follow(time.monotonic() + timeout_seconds, on_progress, on_output, stop)
+    except KeyboardInterrupt:
+        stop.record(signal.SIGINT)
+        in_time = True
+    if stop.signum is not None or not in_time:
+        stop_process_tree(run.process, run.known)
+        stop.raise_if_requested()
+        raise ProbeError(
+            f"probe timed out after {timeout_seconds:g} s (a rank hung or a node never joined "
+            "the rendezvous); stopped torchrun and its workers"
+        )
+    return_code = run.process.wait()
+    if return_code != 0:
+        stop_process_tree(run.process, run.known)
+        raise ProbeError(f"probe failed: {failure_summary(list(run.output), return_code)}")
+    return list(run.output)
+
+
+class _TorchrunRun:
+    """torchrun started in a session of its own, its output pumped into a queue, and every
+    descendant it had (pid -> start time), so workers orphaned by its death can be found."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.known: dict[int, str] = {}
+        threading.Thread(target=_pump, args=(self.process, self.lines), daemon=True).start()
+
+    def follow(self, deadline, on_progress, on_output, stop: StopRequest) -> bool:
+        """Dispatch output lines until it ends or a stop is requested; False if the deadline came first."""
+        exited_at, noted_at = None, -NOTE_SECONDS
+        while stop.signum is None:
+            now = time.monotonic()
+            if now > deadline:
+                return False
+            if now - noted_at >= NOTE_SECONDS:
+                note_descendants(self.process, self.known)
+                noted_at = now
             try:
-                line = lines.get(timeout=0.2)
+                line = self.lines.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 # torchrun gone but an orphaned worker still holds the pipe: stop waiting for EOF
-                if process.poll() is not None:
-                    exited_at = exited_at or time.monotonic()
-                    finished = time.monotonic() - exited_at > GRACE_SECONDS
+                if self.process.poll() is not None:
+                    exited_at = exited_at or now
+                    if now - exited_at > GRACE_SECONDS:
+                        return True
                 continue
             if line is None:
-                finished = True
-            elif (event := parse_progress(line)) is not None:
+                return True
+            if (event := parse_progress(line)) is not None:
                 on_progress(event)
             else:
-                output.append(line)
+                self.output.append(line)
                 if on_output:
                     on_output(line)
-    except KeyboardInterrupt:
-        stop_process_tree(process)
-        raise ProbeError("probe interrupted; stopped torchrun and its workers") from None
-    return_code = process.wait()
-    if return_code != 0:
-        stop_process_tree(process)
-        raise ProbeError(f"probe failed: {failure_summary(list(output), return_code)}")
-    return list(output)
+        return True
 
 
 def _pump(process: subprocess.Popen, lines: queue.Queue) -> None:

@@ -17,6 +17,10 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from planner.probe import lifeline
+
+TORCHRUN_PID = os.getppid()  # read before the slow torch import: torchrun may die during it
+
 warnings.filterwarnings(
     "ignore", message="Failed to initialize NumPy"
 )  # torch without numpy is fine here
@@ -225,6 +229,7 @@ def write_json_atomically(path: str, payload: dict) -> None:
 
 @record
 def main(argv: list[str] | None = None) -> None:
+    lifeline.watch_parent(TORCHRUN_PID)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     backend, comm_device, has_cuda = setup(args)
     nodes, hostnames = discover_nodes(args.node_id_from, comm_device)

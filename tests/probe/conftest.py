@@ -1,12 +1,16 @@
 """Helpers for the probe tests: run `python -m planner.probe probe ...` as a subprocess."""
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from planner.probe.runner import GRACE_SECONDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Tiny sweeps: the point is the plumbing, not the numbers.
@@ -36,8 +40,8 @@ WAIT_S = SAFETY_TIMEOUT_S + 60
 """How long a test waits for a probe process: past its --timeout and the stop that follows."""
 
 
-def probe_env() -> dict:
-    env = dict(os.environ)
+def probe_env(**overrides: str) -> dict:
+    env = dict(os.environ, **overrides)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["PYTHONWARNINGS"] = "ignore"
     return env
@@ -56,6 +60,55 @@ def run_probe_cli(*args: str, timeout: float = WAIT_S) -> subprocess.CompletedPr
         timeout=timeout,
         cwd=REPO_ROOT,
     )
+
+
+def probe_process(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        probe_argv(*args),
+        env=env or probe_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def interrupted_at_exit(processes):
+    """Ctrl-C any probe still running when the test ends (a failed assert): the launcher then
+    stops torchrun and every worker, stopped ones included, instead of leaving them to load
+    the machine for the tests that follow."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.communicate(timeout=GRACE_SECONDS + 30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
+
+
+def start_long_run(tmp_path: Path, timeout_s: float, env: dict | None = None) -> subprocess.Popen:
+    """Two ranks on a sweep long enough to be still running when the test acts on a rank."""
+    args = [
+        "--nproc-per-node",
+        "2",
+        "--backend",
+        "gloo",
+        "--max-bytes",
+        "1048576",
+        "--iterations",
+        "200",
+        "--repeats",
+        "50",
+        "--timeout",
+        str(timeout_s),
+        "--out",
+        str(tmp_path / "never.yaml"),
+    ]
+    return probe_process(*args, env=env)
 
 
 def free_port() -> int:

@@ -98,6 +98,7 @@ def test_only_worker_and_measure_import_torch():
         "import sys\n"
         "import planner.probe.launcher, planner.probe.command, planner.probe.fit, planner.probe.profile\n"
         "import planner.probe.results, planner.probe.report, planner.probe.runner, planner.probe.sweep\n"
+        "import planner.probe.checks, planner.probe.lifeline\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     result = run_python(code)

@@ -154,3 +154,41 @@ def test_failed_write_leaves_neither_target_nor_temp(tmp_path, monkeypatch):
         profile.atomic_write_text(path, "new: 2\n")
     assert yaml.safe_load(path.read_text()) == {"old": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["m.yaml"]
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after it)."""
+    saved = os.umask(0o022)
+    yield os.umask
+    os.umask(saved)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_a_new_profile_gets_the_umask_default_not_the_temp_files_0600(tmp_path, umask, mask):
+    umask(mask)
+    path = tmp_path / "m.yaml"
+    profile.atomic_write_text(path, "new: 2\n")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o664, 0o444])
+def test_a_rewritten_profile_keeps_its_mode(tmp_path, umask, mode):
+    umask(0o077)  # would give 0600 to a new file: the old mode must win
+    path = tmp_path / "m.yaml"
+    path.write_text("old: 1\n")
+    path.chmod(mode)
+    profile.atomic_write_text(path, "new: 2\n")
+    assert path.stat().st_mode & 0o777 == mode
+    assert yaml.safe_load(path.read_text()) == {"new": 2}
+
+
+def test_writing_through_a_symlink_replaces_the_file_it_points_to(tmp_path):
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "m.yaml"
+    real.write_text("old: 1\n")
+    link = tmp_path / "m.yaml"
+    link.symlink_to(real)
+    profile.atomic_write_text(link, "new: 2\n")
+    assert link.is_symlink() and yaml.safe_load(real.read_text()) == {"new": 2}
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["m.yaml"]

@@ -1,11 +1,9 @@
 """Real torchrun runs with gloo on CPU: one node of 2 ranks, 2 loopback nodes, a dead rank, a hung rank."""
 
-import contextlib
 import json
 import math
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -18,9 +16,10 @@ from .conftest import (
     TINY_SWEEP,
     WAIT_S,
     free_port,
-    probe_argv,
-    probe_env,
+    interrupted_at_exit,
+    probe_process,
     run_probe_cli,
+    start_long_run,
 )
 
 pytestmark = pytest.mark.usefixtures("needs_torch")
@@ -60,6 +59,7 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         "# my cluster\nname: lab\nsource: hand-written\nnum_nodes: 1\ngpus_per_node: 2\ngpu: H100-SXM5-80GB\n"
         "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450.0, latency_us: 3.0}\n"
     )
+    existing.chmod(0o640)
     out = tmp_path / "measured.yaml"
     result = run_probe_cli(
         "--nproc-per-node",
@@ -104,34 +104,10 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     )
     assert any("comments" in flag for flag in merged["measured"]["flags"])
     load_through_core(existing)
-
-
-def probe_process(*args):
-    return subprocess.Popen(
-        probe_argv(*args),
-        env=probe_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-@contextlib.contextmanager
-def interrupted_at_exit(processes):
-    """Ctrl-C any probe still running when the test ends (a failed assert): the launcher then
-    stops torchrun and every worker, stopped ones included, instead of leaving them to load
-    the machine for the tests that follow."""
-    try:
-        yield processes
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.communicate(timeout=GRACE_SECONDS + 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.communicate()
+    assert existing.stat().st_mode & 0o777 == 0o640  # the merged file keeps its mode
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a new one gets the umask's default
 
 
 def start_loopback_nodes(tmp_path, num_nodes, nproc_per_node):
@@ -242,27 +218,6 @@ def worker_pid(launcher_pid, local_rank):
         if b"planner.probe.worker" in cmdline and f"LOCAL_RANK={local_rank}".encode() in environ:
             return pid
     return None
-
-
-def start_long_run(tmp_path, timeout_s):
-    """Two ranks on a sweep long enough to be still running when the test acts on a rank."""
-    args = [
-        "--nproc-per-node",
-        "2",
-        "--backend",
-        "gloo",
-        "--max-bytes",
-        "1048576",
-        "--iterations",
-        "200",
-        "--repeats",
-        "50",
-        "--timeout",
-        str(timeout_s),
-        "--out",
-        str(tmp_path / "never.yaml"),
-    ]
-    return probe_process(*args)
 
 
 def rank_one_mid_sweep(process):

@@ -1,0 +1,174 @@
+"""What `plan probe` checks before it measures: a sweep takes minutes, and a mistake
+found after it would lose every result.
+
+Torch-free. Every failure is a ProbeError, one line naming the flag, file and problem.
+Three stages, each as early as what it needs allows: the flags alone (`validate`,
+also before printing a multi-node command), the files this node writes
+(`check_targets`), and the sweep once the device is known (`check_sweep`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from planner import units
+from planner.probe.runner import ProbeError
+
+if TYPE_CHECKING:
+    from planner.probe.launcher import ProbeOptions, SweepDefaults
+
+# Kernel pseudo-filesystems: their files look regular but are not a place for a profile.
+PSEUDO_FILESYSTEM_ROOTS = (Path("/proc"), Path("/sys"))
+# Buffers of up to --max-bytes a rank holds at once: a reduce-scatter's input and output,
+# and the previous point's buffers until they are replaced (planner.probe.measure).
+PEAK_BUFFERS_PER_RANK = 3
+MAX_TIMEOUT_S = datetime.timedelta.max.total_seconds()  # what init_process_group accepts
+
+
+def validate(options: ProbeOptions) -> None:
+    """The flags on their own."""
+    _check_topology(options)
+    _check_sweep_flags(options)
+    timeout_s = options.timeout_s
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:  # also false for nan
+        raise ProbeError(
+            f"--timeout must be a positive, finite number of seconds (got {timeout_s})"
+        )
+    if options.gpu is not None:
+        check_gpu_name(options.gpu)
+
+
+def _check_topology(options: ProbeOptions) -> None:
+    if options.nnodes < 1 or (options.nproc_per_node is not None and options.nproc_per_node < 1):
+        raise ProbeError("--nnodes and --nproc-per-node must be at least 1")
+    if options.nnodes > 1 and not (options.rdzv_endpoint or options.master_addr):
+        raise ProbeError(
+            "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (or --master-addr for a static rendezvous)"
+        )
+    if options.rdzv_endpoint and options.master_addr:
+        raise ProbeError("give either --rdzv-endpoint or --master-addr, not both")
+    if options.master_addr and options.run and options.node_rank is None:
+        raise ProbeError("a static rendezvous (--master-addr) needs --node-rank on every node")
+
+
+def _check_sweep_flags(options: ProbeOptions) -> None:
+    from planner.probe.sweep import ELEMENT_BYTES  # deferred: it loads the cost model (pydantic)
+
+    for flag, value in (("--min-bytes", options.min_bytes), ("--max-bytes", options.max_bytes)):
+        if value is not None and value < ELEMENT_BYTES:
+            raise ProbeError(f"{flag} must be at least {ELEMENT_BYTES} (one float32), got {value}")
+    if (
+        options.min_bytes is not None
+        and options.max_bytes is not None
+        and options.min_bytes > options.max_bytes
+    ):
+        raise ProbeError("--min-bytes must not exceed --max-bytes")
+    if options.step_factor < 2:
+        raise ProbeError(f"--step-factor must be at least 2, got {options.step_factor}")
+    for flag, value, least in (
+        ("--warmup", options.warmup, 0),
+        ("--iterations", options.iterations, 1),
+        ("--repeats", options.repeats, 1),
+    ):
+        if value is not None and value < least:
+            raise ProbeError(f"{flag} is too small: {value}")
+
+
+def check_gpu_name(name: str) -> None:
+    """--gpu must be a catalog name: the profile says `gpu: NAME` and `plan` resolves it."""
+    from planner.catalog import resolve_gpu
+    from planner.errors import SpecError
+
+    try:
+        resolve_gpu(name)
+    except SpecError as error:
+        raise ProbeError(f"--gpu: {error}") from None
+
+
+def check_targets(options: ProbeOptions) -> None:
+    """--out and --merge-into can be written, and --merge-into loads as `plan --cluster` would."""
+    merge_into = options.merge_into
+    if merge_into is not None and not merge_into.exists():
+        raise ProbeError(f"--merge-into {merge_into}: no such file")
+    for flag, path in (("--out", options.out), ("--merge-into", merge_into)):
+        if path is not None:
+            check_writable_target(flag, path)
+    if merge_into is not None:
+        check_merge_profile(merge_into)
+
+
+def check_writable_target(flag: str, path: Path) -> None:
+    """What the atomic write at the end needs (planner.probe.profile.atomic_write_text):
+    a regular file or none, in a directory where a file can be created and removed."""
+    target = path.resolve()  # a symlink is followed: the file it points to is replaced
+    if any(target == root or root in target.parents for root in PSEUDO_FILESYSTEM_ROOTS):
+        raise ProbeError(
+            f"{flag} {path}: {target} is on a kernel pseudo-filesystem; give a file path"
+        )
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise ProbeError(f"{flag} {path}: cannot check it: {error.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ProbeError(f"{flag} {path}: is a directory; give a file path")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ProbeError(f"{flag} {path}: not a regular file")
+    if not target.parent.is_dir():
+        raise ProbeError(f"{flag} {path}: directory {target.parent} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".check"
+        ):
+            pass
+    except OSError as error:
+        raise ProbeError(
+            f"{flag} {path}: cannot create a file in {target.parent}: {error.strerror}"
+        ) from None
+
+
+def check_merge_profile(path: Path) -> None:
+    """The profile to merge into must load as `plan --cluster` loads it (wrong link types,
+    unknown GPU names, ...): the merge keeps what the measurement does not replace."""
+    from planner.catalog import load_cluster
+    from planner.errors import SpecError
+
+    try:
+        load_cluster(path)
+    except SpecError as error:
+        raise ProbeError(f"--merge-into {error}") from None
+
+
+def check_sweep(
+    options: ProbeOptions, sweep: SweepDefaults, on_gpu: bool, nproc_per_node: int
+) -> None:
+    """The sweep with this device's defaults filled in: sizes in order, buffers that fit in
+    host memory on CPU runs (a GPU's memory is not known without starting CUDA here)."""
+    default = " (the GPU default)" if on_gpu else " (the CPU default)"
+    if sweep.min_bytes > sweep.max_bytes:
+        max_note = default if options.max_bytes is None else ""
+        min_note = default if options.min_bytes is None else ""
+        raise ProbeError(
+            f"--min-bytes {sweep.min_bytes}{min_note} exceeds --max-bytes {sweep.max_bytes}{max_note}"
+        )
+    memory_bytes = physical_memory_bytes()
+    needed_bytes = PEAK_BUFFERS_PER_RANK * sweep.max_bytes * nproc_per_node
+    if not on_gpu and memory_bytes is not None and needed_bytes > memory_bytes:
+        raise ProbeError(
+            f"--max-bytes {sweep.max_bytes}: {nproc_per_node} ranks x {PEAK_BUFFERS_PER_RANK} "
+            f"buffers need {units.bytes_to_gib(needed_bytes):.3g} GiB, more than this node's "
+            f"{units.bytes_to_gib(memory_bytes):.3g} GiB of memory"
+        )
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
