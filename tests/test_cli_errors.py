@@ -166,6 +166,56 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         ("nodes", "unknown field"),
     ),
     "profile-top-level-scalar": ("c.yaml", "just a string\n", "--cluster", ("(top level)",)),
+    # strict types: a float, a string or a boolean is not silently an integer
+    "model-float-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size=8192.0), "--model", ("hidden_size", "must be an integer"),
+    ),
+    "model-string-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size="8192"), "--model", ("hidden_size", "must be an integer"),
+    ),
+    "model-bool-layers": (
+        "m.yaml", _model_yaml(num_hidden_layers=True), "--model",
+        ("num_hidden_layers", "must be an integer"),
+    ),
+    # plausibility bounds
+    "model-huge-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size=10**30), "--model", ("hidden_size", "plausibility"),
+    ),
+    "model-huge-layers": (
+        "m.yaml", _model_yaml(num_hidden_layers=10**30), "--model", ("num_hidden_layers",),
+    ),
+    "profile-infinite-bandwidth": (
+        "c.yaml",
+        _profile_yaml().replace("bandwidth_gb_per_s: 300", "bandwidth_gb_per_s: .inf"),
+        "--cluster", ("intra_node.bandwidth_gb_per_s", "finite"),
+    ),
+    "profile-nan-latency": (
+        "c.yaml", _profile_yaml().replace("latency_us: 5.0", "latency_us: .nan"),
+        "--cluster", ("inter_node.latency_us", "finite"),
+    ),
+    "profile-bool-nodes": (
+        "c.yaml", _profile_yaml(num_nodes=True), "--cluster", ("num_nodes", "must be an integer"),
+    ),
+    "profile-too-many-gpus": (
+        "c.yaml", _profile_yaml(num_nodes=10**6, gpus_per_node=8), "--cluster",
+        ("num_nodes", "1,048,576"),
+    ),
+    # files that are not specs: refused before or while parsing, never a traceback or a hang
+    "model-deep-flow-sequence": (
+        "m.yaml", "name: x\nnum_hidden_layers: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "--model", ("malformed YAML", "nested"),
+    ),
+    "model-huge-file": ("m.yaml", "# padding\n" * 220_000, "--model", ("larger than 1 MiB",)),
+    "model-binary-file": ("m.yaml", bytes(range(256)) * 4, "--model", ("cannot read", "UTF-8")),
+    "model-nul-bytes": ("m.yaml", "name: x\x00\x00\n", "--model", ("malformed YAML",)),
+    "model-alias-bomb": (
+        "m.yaml",
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n"
+                  for i in range(8)),
+        "--model", ("values",),
+    ),
+    "model-huge-integer": ("m.yaml", "hidden_size: " + "9" * 5000 + "\n", "--model", ("malformed YAML",)),
 }
 
 # case id -> (argv, words the message must hold)
