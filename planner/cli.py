@@ -20,7 +20,7 @@ import typer
 from planner import __version__, units
 from planner.emit.command import MODEL_PLACEHOLDER
 from planner.errors import SpecError
-from planner.requests import LayoutFilter, ServeRequest, TrainRequest
+from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, TrainRequest
 
 EXAMPLES = """Examples:
 
@@ -264,7 +264,7 @@ def plan(
     layout: LayoutOpt = None,
     objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
     max_tpot_ms: MaxTpotMsOpt = None,
-    top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
+    top: Annotated[int | None, typer.Option(min=1, help=f"Rows to show (default {DEFAULT_TOP_ROWS}; --json: every layout unless given).")] = None,
     json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
     emit: Annotated[Emit | None, typer.Option(help="Launch command to print (default: vllm for serve, megatron for train).")] = None,
@@ -304,7 +304,7 @@ def plan(
                                served_model=served_model))
 
 
-def run_plan(opts: PlanOptions, *, top: int, show_rejected: bool, emit: Emit | None,
+def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
              served_model: str) -> int:
     model_spec, cluster_spec, request = request_for(opts)
     if isinstance(request, TrainRequest):

@@ -13,6 +13,8 @@ from planner import units
 from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
+DEFAULT_TOP_ROWS = 10
+"""Table rows `plan` shows without --top (--json lists every layout unless --top is given)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,13 @@ class TrainRequest:
             check_positive(flag, value)
         if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {self.zero_stage})")
+        if self.virtual_stages is not None:
+            if self.schedule not in (None, "interleaved"):
+                raise SpecError(f"--virtual-stages: only with --schedule interleaved "
+                                f"(got --schedule {self.schedule})")
+            if self.virtual_stages < 2:
+                raise SpecError(f"--virtual-stages: interleaving needs at least 2 chunks per "
+                                f"device (got {self.virtual_stages}; 1 is --schedule 1f1b)")
 
 
 def check_positive(flag: str, value: float | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.emit import SERVE_EMITTERS
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
@@ -44,19 +44,21 @@ def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg:
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
-              top: int, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
+              top: int | None, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
+    """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON layouts (None: all)."""
     from planner.render.serve import print_plan_json, render_plan
 
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
-                        lambda r: launch_steps(plan, r, "vllm-ray", served_model))
+                        lambda r: launch_steps(plan, r, "vllm-ray", served_model), top)
     else:
         best = plan.recommended
         steps = () if best is None else launch_steps(plan, best, engine, served_model)
         ray: tuple[LaunchStep, ...] = ()
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
-        render_plan(plan, steps, engine, top, show_rejected, ray_steps=ray, notes=launch_notes(plan))
+        render_plan(plan, steps, engine, top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
+                    notes=launch_notes(plan))
     return 0 if plan.recommended is not None else 1

@@ -17,7 +17,7 @@ from planner.layout import Layout, Rejected
 from planner.requests import ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, run_search
 from planner.serve import ServeEstimate, estimate
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
@@ -172,7 +172,8 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
 
 def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> str | None:
     """The smallest cluster of the same nodes (whole nodes, or more GPUs in one node up to 8)
-    on which some layout fits."""
+    on which some layout fits, among the node counts node_counts_to_try gives (every count
+    up to 8 more nodes, then steps of a quarter)."""
     gpn = cluster.gpus_per_node
     planned = request.num_gpus or cluster.num_gpus
     if planned < cluster.num_gpus:
@@ -188,10 +189,7 @@ def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeReque
                 best = _feasible(model, bigger, replace(request, num_gpus=None))
                 if best is not None:
                     return f"{size - planned} more GPUs ({size} in one node): fits, e.g. {best.layout}"
-    first = math.ceil(planned / gpn)
-    for num_nodes in range(first, 4 * first + 9):
-        if num_nodes * gpn <= planned:
-            continue
+    for num_nodes in node_counts_to_try(math.ceil(planned / gpn), planned, gpn):
         bigger = _scaled(cluster, num_nodes)
         if bigger is None:
             return None
@@ -200,6 +198,26 @@ def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeReque
             extra = num_nodes * gpn - planned
             return f"{extra} more GPUs ({num_nodes} nodes of {gpn}): fits, e.g. {best.layout}"
     return None
+
+
+MAX_CLUSTERS_TRIED = 16
+"""Re-plans "more GPUs" may run: the next 8 node counts, then counts growing by a quarter up
+to four times the cluster (each re-plan costs a whole search, so trying every count up to
+4x took hours on 10**5 nodes)."""
+NEXT_NODE_COUNTS = 8
+NODE_COUNT_GROWTH = 1.25
+
+
+def node_counts_to_try(first: int, planned: int, gpus_per_node: int) -> list[int]:
+    """Node counts above the planned GPUs, ascending: first+0..7, then x1.25 steps up to
+    4*first + 8, never beyond MAX_NUM_GPUS; at most MAX_CLUSTERS_TRIED of them."""
+    last = min(4 * first + 8, MAX_NUM_GPUS // gpus_per_node)
+    counts = [n for n in range(first, first + NEXT_NODE_COUNTS) if n * gpus_per_node > planned]
+    n = first + NEXT_NODE_COUNTS - 1
+    while n < last:
+        n = min(last, max(n + 1, math.ceil(n * NODE_COUNT_GROWTH)))
+        counts.append(n)
+    return [n for n in counts if n <= last][:MAX_CLUSTERS_TRIED]
 
 
 def _scaled(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec | None:

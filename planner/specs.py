@@ -37,7 +37,7 @@ InterKind = Literal["infiniband", "roce", "ethernet"]
 MAX_NUM_LAYERS = 4096
 """Deepest published LLMs: ~130 layers (Llama-3.1-405B 126); DeepNet trained 1,000."""
 MAX_HIDDEN_SIZE = 2**18
-MAX_INTERMEDIATE_SIZE = 2**20
+MAX_INTERMEDIATE_SIZE = 2**19
 MAX_NUM_HEADS = 2**14
 MAX_HEAD_DIM = 2**14
 MAX_VOCAB_SIZE = 2**22
@@ -50,19 +50,21 @@ MAX_NUM_GPUS = 2**20
 MAX_GPUS_PER_NODE = 1024
 """A node (one intra-node fabric) of up to 1,024 GPUs; NVL72 racks have 72, NVL576 576."""
 MAX_MEMORY_GIB = 2**14
-MAX_BANDWIDTH_GB_PER_S = 1e6
-"""1 PB/s (HBM or links) per GPU; B200 HBM is 8 TB/s, NVLink 5 0.9 TB/s."""
-MAX_NIC_GBIT_PER_S = 1e6
+MAX_BANDWIDTH_GB_PER_S = 100_000.0
+"""100 TB/s (HBM or links) per GPU; B200 HBM is 8 TB/s, NVLink 5 0.9 TB/s one way."""
+MAX_NIC_GBIT_PER_S = 100_000.0
 MAX_NUM_NICS_PER_NODE = 1024
-MAX_LATENCY_US = 1e6
-MAX_TFLOPS = 1e6
-MIN_PHYSICAL_QUANTITY = 1e-3
+MAX_LATENCY_US = 10_000_000.0
+"""10 s per step."""
+MAX_TFLOPS = 100_000.0
+"""100 PFLOP/s per GPU; B200 is 9 PFLOP/s dense fp4."""
+MIN_PHYSICAL_QUANTITY = 0.01
 """Smallest memory (GiB), bandwidth (GB/s, Gb/s) or peak (TFLOP/s) taken: below it every
 time in the plan overflows to infinity."""
-MAX_SPEC_FILE_BYTES = 2**20
+MAX_SPEC_FILE_BYTES = units.BYTES_PER_MIB
 """1 MiB: a model spec, config.json or hardware profile with measured curves is a few KB to
 tens of KB; anything larger is not a spec (and parsing tens of MB of YAML takes minutes)."""
-MAX_SPEC_NODES = 1_000_000
+MAX_SPEC_NODES = 500_000
 """Values (mappings, lists, scalars) a spec may hold once YAML aliases are expanded."""
 MAX_SPEC_DEPTH = 64
 """Nesting a spec may have (the deepest real one, a profile's measured curves, has 4)."""
@@ -273,7 +275,7 @@ class AllreduceCurve(_Spec):
     model_config = ConfigDict(extra="allow", frozen=True)
     link: Literal["intra_node", "inter_node", "world"]
     num_ranks: Count(MAX_NUM_GPUS)
-    sizes_bytes: list[Count(2**50)]
+    sizes_bytes: list[Count(2**48)]
     median_seconds: list[Quantity(3600.0, lower=0)]
 
     @model_validator(mode="after")
@@ -374,9 +376,8 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     elif kind == "missing":
         problem = "missing required field"
     else:
-        problem = PROBLEMS.get(kind) or first["msg"].removeprefix("Value error, ")
-        if kind == "less_than_equal":
-            problem += " (a plausibility bound)"
+        problem = PROBLEMS.get(kind) or _bound_problem(kind, first.get("ctx", {})) or first[
+            "msg"].removeprefix("Value error, ")
         if "input" in first and not isinstance(first["input"], dict | list):
             problem += f" (got {_short_repr(first['input'])})"
     if kind == "value_error" and ":" in problem and loc == "(top level)":
@@ -384,6 +385,16 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     more = len(error.errors()) - 1
     suffix = f" (+{more} more)" if more else ""
     return f"{origin}: {loc}: {problem}{suffix}"
+
+
+def _bound_problem(kind: str, ctx: dict[str, Any]) -> str | None:
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']:,} (a plausibility bound)"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx['ge']:,}"
+    if kind == "greater_than":
+        return f"must be greater than {ctx['gt']:,}"
+    return None
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:

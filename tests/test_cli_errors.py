@@ -292,6 +292,61 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--workload", "infer"],
         ("--workload",),
     ),
+    # sizes that exist nowhere: refused at once (they hung or ran for minutes)
+    "cluster-million-nodes": (["--model", GOOD_MODEL, "--cluster", "1000000x8xH100"], ("--cluster", "1,048,576")),
+    "cluster-10-to-the-30-nodes": (
+        ["--model", GOOD_MODEL, "--cluster", "1" + "0" * 30 + "x8xH100"], ("--cluster", "1,048,576"),
+    ),
+    "cluster-5000-digit-nodes": (["--model", GOOD_MODEL, "--cluster", "9" * 5000 + "x8xH100"], ("--cluster",)),
+    "cluster-huge-node": (["--model", GOOD_MODEL, "--cluster", "1x2000xH100"], ("--cluster", "per node")),
+    "timeline-too-many-stages": (
+        ["explain", "--timeline-only", "--stages", "100000", "--micro-batches", "100000"], ("--stages",),
+    ),
+    "timeline-too-many-blocks": (
+        ["explain", "--timeline-only", "--stages", "64", "--micro-batches", "100000"], ("--micro-batches",),
+    ),
+    "timeline-zero-virtual-stages": (
+        ["explain", "--timeline-only", "--schedule", "interleaved", "--virtual-stages", "0"], ("--virtual-stages",),
+    ),
+    "timeline-virtual-stages-without-interleaving": (
+        ["explain", "--timeline-only", "--schedule", "gpipe", "--virtual-stages", "2"], ("--virtual-stages",),
+    ),
+    "top-negative": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "-1"], ("--top",)),
+    "top-zero": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "0"], ("--top",)),
+    "model-empty": (["--model", "", "--cluster", GOOD_CLUSTER], ("--model", "empty")),
+    "cluster-empty": (["--model", GOOD_MODEL, "--cluster", " "], ("--cluster", "empty")),
+    # contradictions between flags (or between a flag and the model): not a table of rejections
+    "train-virtual-stages-with-gpipe": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--virtual-stages", "2", "--schedule", "gpipe"], ("--virtual-stages", "gpipe"),
+    ),
+    "train-global-batch-not-divisible-by-fixed-dp": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "7",
+         "--seq-len", "4096", "--layout", "dp=8"], ("--global-batch", "dp=8"),
+    ),
+    "train-global-batch-not-divisible-by-resolved-dp": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "7",
+         "--seq-len", "4096", "--layout", "tp=1,pp=1"], ("--global-batch", "dp=8"),
+    ),
+    "train-layout-tp-3-on-8-gpus": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--layout", "tp=3"], ("--layout", "tp=3"),
+    ),
+    "train-layout-tp-3-on-6-gpus": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6",
+         "--global-batch", "64", "--seq-len", "4096", "--layout", "tp=3"], ("--layout", "tp=3"),
+    ),
+    "serve-layout-tp-not-dividing-heads": (
+        ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6", "--layout", "tp=3"],
+        ("--layout", "tp=3", "attention heads 32"),
+    ),
+    "serve-layout-pp-above-layers": (
+        ["--model", "llama-3.1-8b", "--cluster", "8x8xH100", "--layout", "pp=64"], ("--layout", "pp=64", "32 layers"),
+    ),
+    "explain-layout-tp-not-dividing-heads": (
+        ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6", "--layout", "tp=3"],
+        ("--layout", "tp=3"),
+    ),
 }
 
 
