@@ -8,7 +8,6 @@ feasible layout" is exit code 1; success is 0.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -233,19 +232,31 @@ def request_for(opts: PlanOptions):
 
 
 def exit_with(run: Callable[[], int]) -> NoReturn:
-    """Run a command; a SpecError becomes one line on stderr and exit code 2, a closed
-    pipe (`plan ... | head`) exit code 0."""
+    """Run a command; a SpecError becomes one line on stderr and exit code 2. A closed pipe
+    (`plan ... | head`) is quiet: the consoles stop writing and the command's own code
+    stands (0 for a plan); output that cannot be written (a full disk) is one line, exit 2."""
+    from planner.render.common import discard_stream, finish_output
+
     try:
         code = run()
     except SpecError as exc:
         typer.echo(str(exc).replace("\n", " "), err=True)
         raise typer.Exit(2) from None
     except BrokenPipeError:
-        # The reader has gone: send what is still buffered to /dev/null (the Python docs'
-        # recipe), else flushing at exit raises again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stream(sys.stdout)
         raise typer.Exit(0) from None
+    except OSError as exc:  # inputs are read into SpecErrors: this is writing the output
+        discard_stream(sys.stdout)
+        _write_failed(exc.strerror or str(exc))
+    problem = finish_output()
+    if problem is not None:
+        _write_failed(problem)
     raise typer.Exit(code)
+
+
+def _write_failed(problem: str) -> NoReturn:
+    typer.echo(f"plan: cannot write the output: {problem}", err=True)
+    raise typer.Exit(2)
 
 
 def _version(value: bool) -> None:
@@ -417,7 +428,20 @@ def main() -> None:
     except KeyboardInterrupt:
         _exit_one_line("plan: interrupted", 130)
     except BrokenPipeError:
+        from planner.render.common import discard_stream
+
+        discard_stream(sys.stdout)
         sys.exit(0)
+    except OSError as exc:  # `plan gpus > /dev/full`
+        from planner.render.common import discard_stream
+
+        discard_stream(sys.stdout)
+        _exit_one_line(f"plan: cannot write the output: {exc.strerror or exc}", 2)
+    from planner.render.common import finish_output
+
+    problem = finish_output()
+    if problem is not None:
+        _exit_one_line(f"plan: cannot write the output: {problem}", 2)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -29,7 +30,58 @@ def console(stderr: bool = False, record: bool = False) -> Console:
 
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal or os.environ.get("COLUMNS") else WIDE_COLUMNS
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
+    return _console_class()(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        """A closed pipe (`plan ... | head`) silences the console and the command goes on
+        to its own exit code; rich's default exits 1, which scripts read as "no feasible
+        layout"."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            discard_stream(self.file)
+
+    return QuietOnClosedPipe
+
+
+def discard_stream(stream: Any) -> None:
+    """Point a closed stdout/stderr at /dev/null (the Python docs' recipe for SIGPIPE), so
+    what is still buffered does not raise again when the interpreter flushes at exit."""
+    try:
+        fileno = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests capture output)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fileno)
+    os.close(devnull)
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush; a closed pipe discards the rest (a full disk raises OSError, which
+    the CLI reports in one line)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stream(sys.stdout)
+
+
+def finish_output() -> str | None:
+    """Flush stdout before exit: None when all went out (or the reader left), else why it
+    could not be written (a full disk), with stdout discarded so the exit flush is quiet."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stream(sys.stdout)
+    except OSError as exc:
+        discard_stream(sys.stdout)
+        return exc.strerror or str(exc)
+    return None
 
 
 MAX_REJECTED_SHOWN = 12
@@ -87,7 +139,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(payload: Any) -> None:
-    print(json.dumps(to_jsonable(payload), indent=2))
+    write_stdout(json.dumps(to_jsonable(payload), indent=2) + "\n")
 
 
 def print_json_rows(payload: dict[str, Any]) -> None:
@@ -102,7 +154,7 @@ def print_json_rows(payload: dict[str, Any]) -> None:
         else:
             text = _compact(value)
         lines.append(f"  {json.dumps(key)}: {text}")
-    sys.stdout.write("{\n" + ",\n".join(lines) + "\n}\n")
+    write_stdout("{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def _compact(value: Any) -> str:
