@@ -259,6 +259,54 @@ def _write_failed(problem: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+SERVE_ONLY = ("objective", "max_tpot_ms", "input_len", "output_len", "batch", "max_model_len",
+              "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
+              "served_model")
+TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
+              "sequence_parallel", "zero")
+TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
+TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
+SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
+
+
+def given_flags(ctx: typer.Context) -> dict[str, str]:
+    """Parameter name -> the flag as typed, for what the command line (or the environment)
+    set rather than a default."""
+    given = {}
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT") and param.opts:
+            negated = getattr(param, "secondary_opts", None) and ctx.params.get(param.name) is False
+            given[param.name] = param.secondary_opts[0] if negated else param.opts[0]
+    return given
+
+
+def check_flags_used(ctx: typer.Context, workload: Workload, emit: Emit | None = None,
+                     timeline_only: bool | None = None) -> None:
+    """A flag the chosen workload (or --timeline-only) ignores is refused, not dropped:
+    `--workload train --batch 64` would otherwise plan as if it were not there."""
+    given = given_flags(ctx)
+    if timeline_only:
+        unused = [flag for name, flag in given.items() if name not in TIMELINE_USES]
+        if unused:
+            raise SpecError(f"{unused[0]}: not used by --timeline-only (it draws --schedule, --stages, "
+                            f"--micro-batches, --virtual-stages)")
+        return
+    if timeline_only is False:
+        for name in TIMELINE_ONLY:
+            if name in given:
+                raise SpecError(f"{given[name]}: only with --timeline-only")
+    other, unused = ("serve", SERVE_ONLY) if workload is Workload.train else ("train", TRAIN_ONLY)
+    for name in unused:
+        if name in given:
+            raise SpecError(f"{given[name]}: a --workload {other} option; --workload {workload.value} "
+                            f"would ignore it")
+    if emit is Emit.megatron and workload is Workload.serve:
+        raise SpecError("--emit megatron: a training launcher; serving emits vllm, vllm-ray or sglang")
+    if emit in SERVE_ENGINES and workload is Workload.train:
+        raise SpecError(f"--emit {emit.value}: a serving engine; training emits megatron")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan (parallel-planner) {__version__}")
@@ -311,8 +359,11 @@ def plan(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero,
     )
-    exit_with(lambda: run_plan(opts, top=top, show_rejected=show_rejected, emit=emit,
-                               served_model=served_model))
+    def run() -> int:
+        check_flags_used(ctx, workload, emit)
+        return run_plan(opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
+
+    exit_with(run)
 
 
 def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
@@ -356,6 +407,7 @@ def gpus() -> None:
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     model: ModelOpt = None,
     cluster: ClusterOpt = None,
     workload: WorkloadOpt = Workload.serve,
@@ -392,8 +444,12 @@ def explain(
     from planner.explain_cli import run_explain, run_timeline
 
     if timeline_only:
-        exit_with(lambda: run_timeline(_value(schedule), stages, micro_batches, virtual_stages,
-                                       forward_only, json_output, svg, html))
+        def timeline() -> int:
+            check_flags_used(ctx, workload, timeline_only=True)
+            return run_timeline(_value(schedule), stages, micro_batches, virtual_stages, forward_only,
+                                json_output, svg, html)
+
+        exit_with(timeline)
     opts = PlanOptions(
         model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
         objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
@@ -404,8 +460,12 @@ def explain(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero,
     )
-    exit_with(lambda: run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
-                                  sensitivity_runs=sensitivity))
+    def run() -> int:
+        check_flags_used(ctx, workload, timeline_only=False)
+        return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
+                           sensitivity_runs=sensitivity)
+
+    exit_with(run)
 
 
 def _register_probe() -> None:

@@ -343,6 +343,59 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "serve-layout-pp-above-layers": (
         ["--model", "llama-3.1-8b", "--cluster", "8x8xH100", "--layout", "pp=64"], ("--layout", "pp=64", "32 layers"),
     ),
+    # values that were silently accepted
+    "max-tpot-nan": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-tpot-ms", "nan"], ("--max-tpot-ms", "finite")),
+    "max-tpot-inf": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-tpot-ms", "inf"], ("--max-tpot-ms", "finite")),
+    "gpu-memory-utilization-nan": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "nan"],
+        ("--gpu-memory-utilization",),
+    ),
+    "batch-implausible": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "10" + "0" * 20], ("--batch",)),
+    "max-num-batched-tokens-below-default-seqs": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-num-batched-tokens", "1"],
+        ("--max-num-batched-tokens", "max_num_seqs"),
+    ),
+    "max-num-batched-tokens-below-batch": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "128", "--max-num-batched-tokens", "64"],
+        ("--max-num-batched-tokens", "--batch"),
+    ),
+    "train-virtual-stages-zero": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--virtual-stages", "0"], ("--virtual-stages",),
+    ),
+    "train-seq-len-implausible": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "1" + "0" * 12], ("--seq-len",),
+    ),
+    # flags of the other workload are refused, not ignored
+    "serve-flag-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--batch", "32"], ("--batch", "--workload serve"),
+    ),
+    "objective-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--objective", "latency"], ("--objective",),
+    ),
+    "quantization-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--quantization", "fp8"], ("--quantization",),
+    ),
+    "train-flag-with-serve": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--zero", "1"], ("--zero", "--workload train")),
+    "negated-train-flag-with-serve": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--no-sequence-parallel"], ("--no-sequence-parallel",),
+    ),
+    "emit-megatron-with-serve": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--emit", "megatron"], ("--emit megatron",)),
+    "emit-vllm-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--emit", "sglang"], ("--emit sglang",),
+    ),
+    "explain-train-flag-with-serve": (
+        ["explain", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--schedule", "1f1b"], ("--schedule",),
+    ),
+    "explain-timeline-flag-without-timeline-only": (
+        ["explain", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--stages", "4"], ("--stages", "--timeline-only"),
+    ),
+    "timeline-only-with-a-model": (["explain", "--timeline-only", "--model", GOOD_MODEL], ("--model", "--timeline-only")),
     "explain-layout-tp-not-dividing-heads": (
         ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6", "--layout", "tp=3"],
         ("--layout", "tp=3"),
