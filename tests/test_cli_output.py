@@ -99,3 +99,29 @@ def test_svg_is_written_whole_and_replaces_an_old_file(run_plan, tmp_path) -> No
     text = svg.read_text()
     assert text.startswith("<svg") and text.rstrip().endswith("</svg>")
     assert [p.name for p in tmp_path.iterdir()] == ["x.svg"], "no temporary file left behind"
+
+
+
+HUGE_MODEL = """name: huge
+num_hidden_layers: 4
+hidden_size: 262144
+num_attention_heads: 64
+intermediate_size: 524288
+vocab_size: 4194304
+max_position_embeddings: 4096
+"""
+
+
+def test_nothing_fits_lists_the_closest_misses_and_counts_the_rest(run_plan, tmp_path) -> None:
+    """72,072 GPUs have 1,620 layouts; with nothing feasible the table shows the 12 that
+    miss by least (smallest overshoot first) and counts the rest; --show-rejected lists all."""
+    model = tmp_path / "huge.yaml"
+    model.write_text(HUGE_MODEL)
+    done = run_plan("--model", str(model), "--cluster", "9009x8xH100")
+    assert done.returncode == 1
+    assert "the 12 closest of 1,620" in done.stderr and "1,608 more rejected" in done.stderr
+    overshoots = [float(line.split(" by ")[1].split(" GiB")[0]) for line in done.stderr.splitlines()
+                  if "exceed memory" in line]
+    assert len(overshoots) == 12 and overshoots == sorted(overshoots)
+    every = run_plan("--model", str(model), "--cluster", "9009x8xH100", "--show-rejected")
+    assert every.returncode == 1 and every.stderr.count("\n") > 1620
