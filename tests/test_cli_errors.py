@@ -215,6 +215,44 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
                   for i in range(8)),
         "--model", ("values",),
     ),
+    # config.json values of the wrong shape, and models that are not decoder LLMs
+    "config-json-dtype-list": (
+        "config.json", '{"model_type": "llama", "hidden_size": 8, "torch_dtype": ["bfloat16"]}', "--model",
+        ("torch_dtype",),
+    ),
+    "config-json-config-groups-list": (
+        "config.json",
+        '{"model_type": "llama", "quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}}',
+        "--model", ("quantization_config.config_groups",),
+    ),
+    "config-json-config-groups-strings": (
+        "config.json",
+        '{"model_type": "llama", "quantization_config": {"quant_method": "compressed-tensors", '
+        '"config_groups": {"group_0": "int4"}}}',
+        "--model", ("quantization_config.config_groups.group_0",),
+    ),
+    "config-json-bert": (
+        "config.json", '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}',
+        "--model", ("model_type", "encoder-only", "decoder-only"),
+    ),
+    "config-json-t5": (
+        "config.json", '{"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": true}',
+        "--model", ("encoder-decoder",),
+    ),
+    "config-json-vit": (
+        "config.json", '{"architectures": ["ViTForImageClassification"], "model_type": "vit"}',
+        "--model", ("vision model",),
+    ),
+    "config-json-float-hidden-size": (
+        "config.json",
+        '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096.0, "num_attention_heads": 32, '
+        '"intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096}',
+        "--model", ("hidden_size", "must be an integer"),
+    ),
+    "config-json-wrapper-incomplete-text-config": (
+        "config.json", '{"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 4096}}',
+        "--model", ("text_config", "num_hidden_layers", "missing"),
+    ),
     "model-huge-integer": ("m.yaml", "hidden_size: " + "9" * 5000 + "\n", "--model", ("malformed YAML",)),
 }
 
