@@ -68,24 +68,42 @@ def shipped_clusters() -> list[str]:
     return sorted(path.stem for path in HARDWARE_PROFILES_DIR.glob("*.yaml"))
 
 
+def _check_given(flag: str, arg: str) -> None:
+    if not arg.strip():
+        raise SpecError(f"{flag}: empty (give a shipped name, a file or a directory)")
+
+
+def _is(path: Path, test: str) -> bool:
+    """path.is_dir() / is_file() / exists(), False for a name the OS refuses (too long)."""
+    try:
+        return getattr(path, test)()
+    except OSError:
+        return False
+
+
+def _quoted(arg: str, limit: int = 80) -> str:
+    return repr(arg) if len(arg) <= limit else repr(arg[:limit]) + f"... ({len(arg):,} characters)"
+
+
 def resolve_model(arg: str) -> ModelSpec:
     """A YAML path, a config.json path or directory, or a shipped model name."""
+    _check_given("--model", arg)
     path = Path(arg)
-    if path.is_dir():
+    if _is(path, "is_dir"):
         path = path / "config.json"
-        if not path.is_file():
+        if not _is(path, "is_file"):
             raise SpecError(f"{arg}: no config.json in this directory")
     if path.suffix == ".json" or path.name == "config.json":
         from planner.hf_config import load_hf_config
 
         return load_hf_config(path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or _is(path, "exists"):
         return load_model(path)
     shipped = MODEL_SPECS_DIR / f"{arg}.yaml"
-    if shipped.is_file():
+    if _is(shipped, "is_file"):
         return load_model(shipped)
     raise SpecError(
-        f"--model: {arg!r} is neither a file nor a shipped model "
+        f"--model: {_quoted(arg)} is neither a file nor a shipped model "
         f"(shipped: {', '.join(shipped_models())})"
     )
 
@@ -97,18 +115,22 @@ def load_cluster(path: Path) -> ClusterSpec:
 
 def resolve_cluster(arg: str) -> ClusterSpec:
     """A YAML path, a shipped profile name, or the shorthand NxMxGPU."""
+    _check_given("--cluster", arg)
     path = Path(arg)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or _is(path, "exists"):
         return load_cluster(path)
     shipped = HARDWARE_PROFILES_DIR / f"{arg}.yaml"
-    if shipped.is_file():
+    if _is(shipped, "is_file"):
         return load_cluster(shipped)
     match = SHORTHAND.match(arg)
     if match is None:
         raise SpecError(
-            f"--cluster: {arg!r} is neither a file, a shipped profile "
+            f"--cluster: {_quoted(arg)} is neither a file, a shipped profile "
             f"({', '.join(shipped_clusters())}) nor NxMxGPU shorthand (e.g. 2x8xA100)"
         )
+    if max(len(match[1]), len(match[2])) > len(str(specs.MAX_NUM_GPUS)):
+        raise SpecError(f"--cluster: {_quoted(arg)}: more than the {specs.MAX_NUM_GPUS:,} GPUs a cluster "
+                        f"is taken to have")
     return cluster_from_shorthand(int(match[1]), int(match[2]), match[3], arg)
 
 
@@ -120,6 +142,12 @@ def cluster_from_shorthand(num_nodes: int, gpus_per_node: int, gpu_name: str, ar
     """
     if num_nodes < 1 or gpus_per_node < 1:
         raise SpecError(f"--cluster: {arg!r}: node and GPU counts must be positive")
+    if gpus_per_node > specs.MAX_GPUS_PER_NODE:
+        raise SpecError(f"--cluster: {arg!r}: {gpus_per_node:,} GPUs per node, more than the "
+                        f"{specs.MAX_GPUS_PER_NODE:,} one node's fabric is taken to join")
+    if num_nodes * gpus_per_node > specs.MAX_NUM_GPUS:
+        raise SpecError(f"--cluster: {arg!r}: {num_nodes * gpus_per_node:,} GPUs, more than the "
+                        f"{specs.MAX_NUM_GPUS:,} a cluster is taken to have")
     try:
         gpu = resolve_gpu(gpu_name)
     except SpecError as exc:

@@ -8,7 +8,6 @@ feasible layout" is exit code 1; success is 0.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from planner import __version__, units
 from planner.emit.command import MODEL_PLACEHOLDER
 from planner.engines import RELEASES, parse_engine_versions
 from planner.errors import SpecError
-from planner.requests import LayoutFilter, ServeRequest, TrainRequest
+from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, TrainRequest
 
 EXAMPLES = """Examples:
 
@@ -250,19 +249,79 @@ def request_for(opts: PlanOptions):
 
 
 def exit_with(run: Callable[[], int]) -> NoReturn:
-    """Run a command; a SpecError becomes one line on stderr and exit code 2, a closed
-    pipe (`plan ... | head`) exit code 0."""
+    """Run a command; a SpecError becomes one line on stderr and exit code 2. A closed pipe
+    (`plan ... | head`) is quiet: the consoles stop writing and the command's own code
+    stands (0 for a plan); output that cannot be written (a full disk) is one line, exit 2."""
+    from planner.render.common import discard_stream, finish_output
+
     try:
         code = run()
     except SpecError as exc:
         typer.echo(str(exc).replace("\n", " "), err=True)
         raise typer.Exit(2) from None
     except BrokenPipeError:
-        # The reader has gone: send what is still buffered to /dev/null (the Python docs'
-        # recipe), else flushing at exit raises again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stream(sys.stdout)
         raise typer.Exit(0) from None
+    except OSError as exc:  # inputs are read into SpecErrors: this is writing the output
+        discard_stream(sys.stdout)
+        _write_failed(exc.strerror or str(exc))
+    problem = finish_output()
+    if problem is not None:
+        _write_failed(problem)
     raise typer.Exit(code)
+
+
+def _write_failed(problem: str) -> NoReturn:
+    typer.echo(f"plan: cannot write the output: {problem}", err=True)
+    raise typer.Exit(2)
+
+
+SERVE_ONLY = ("objective", "max_tpot_ms", "input_len", "output_len", "batch", "max_model_len",
+              "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
+              "served_model")
+TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
+              "sequence_parallel", "zero", "attention")
+TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
+TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
+SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
+
+
+def given_flags(ctx: typer.Context) -> dict[str, str]:
+    """Parameter name -> the flag as typed, for what the command line (or the environment)
+    set rather than a default."""
+    given = {}
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT") and param.opts:
+            negated = getattr(param, "secondary_opts", None) and ctx.params.get(param.name) is False
+            given[param.name] = param.secondary_opts[0] if negated else param.opts[0]
+    return given
+
+
+def check_flags_used(ctx: typer.Context, workload: Workload, emit: Emit | None = None,
+                     timeline_only: bool | None = None) -> None:
+    """A flag the chosen workload (or --timeline-only) ignores is refused, not dropped:
+    `--workload train --batch 64` would otherwise plan as if it were not there."""
+    given = given_flags(ctx)
+    if timeline_only:
+        unused = [flag for name, flag in given.items() if name not in TIMELINE_USES]
+        if unused:
+            raise SpecError(f"{unused[0]}: not used by --timeline-only (it draws --schedule, --stages, "
+                            f"--micro-batches, --virtual-stages)")
+        return
+    if timeline_only is False:
+        for name in TIMELINE_ONLY:
+            if name in given:
+                raise SpecError(f"{given[name]}: only with --timeline-only")
+    other, unused = ("serve", SERVE_ONLY) if workload is Workload.train else ("train", TRAIN_ONLY)
+    for name in unused:
+        if name in given:
+            raise SpecError(f"{given[name]}: a --workload {other} option; --workload {workload.value} "
+                            f"would ignore it")
+    if emit is Emit.megatron and workload is Workload.serve:
+        raise SpecError("--emit megatron: a training launcher; serving emits vllm, vllm-ray or sglang")
+    if emit in SERVE_ENGINES and workload is Workload.train:
+        raise SpecError(f"--emit {emit.value}: a serving engine; training emits megatron")
 
 
 def _version(value: bool) -> None:
@@ -281,7 +340,7 @@ def plan(
     layout: LayoutOpt = None,
     objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
     max_tpot_ms: MaxTpotMsOpt = None,
-    top: Annotated[int, typer.Option(help="Rows to show.")] = 10,
+    top: Annotated[int | None, typer.Option(min=1, help=f"Rows to show (default {DEFAULT_TOP_ROWS}; --json: every layout unless given).")] = None,
     json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
     emit: Annotated[Emit | None, typer.Option(help="Launch command to print (default: vllm for serve, megatron for train).")] = None,
@@ -319,11 +378,14 @@ def plan(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,
     )
-    exit_with(lambda: run_plan(opts, top=top, show_rejected=show_rejected, emit=emit,
-                               served_model=served_model))
+    def run() -> int:
+        check_flags_used(ctx, workload, emit)
+        return run_plan(opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
+
+    exit_with(run)
 
 
-def run_plan(opts: PlanOptions, *, top: int, show_rejected: bool, emit: Emit | None,
+def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
              served_model: str) -> int:
     model_spec, cluster_spec, request = request_for(opts)
     if isinstance(request, TrainRequest):
@@ -364,6 +426,7 @@ def gpus() -> None:
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     model: ModelOpt = None,
     cluster: ClusterOpt = None,
     workload: WorkloadOpt = Workload.serve,
@@ -402,8 +465,12 @@ def explain(
     from planner.explain_cli import run_explain, run_timeline
 
     if timeline_only:
-        exit_with(lambda: run_timeline(_value(schedule), stages, micro_batches, virtual_stages,
-                                       forward_only, json_output, svg, html))
+        def timeline() -> int:
+            check_flags_used(ctx, workload, timeline_only=True)
+            return run_timeline(_value(schedule), stages, micro_batches, virtual_stages, forward_only,
+                                json_output, svg, html)
+
+        exit_with(timeline)
     opts = PlanOptions(
         model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
         objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
@@ -414,8 +481,12 @@ def explain(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,
     )
-    exit_with(lambda: run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
-                                  sensitivity_runs=sensitivity))
+    def run() -> int:
+        check_flags_used(ctx, workload, timeline_only=False)
+        return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
+                           sensitivity_runs=sensitivity)
+
+    exit_with(run)
 
 
 def _register_probe() -> None:
@@ -438,7 +509,20 @@ def main() -> None:
     except KeyboardInterrupt:
         _exit_one_line("plan: interrupted", 130)
     except BrokenPipeError:
+        from planner.render.common import discard_stream
+
+        discard_stream(sys.stdout)
         sys.exit(0)
+    except OSError as exc:  # `plan gpus > /dev/full`
+        from planner.render.common import discard_stream
+
+        discard_stream(sys.stdout)
+        _exit_one_line(f"plan: cannot write the output: {exc.strerror or exc}", 2)
+    from planner.render.common import finish_output
+
+    problem = finish_output()
+    if problem is not None:
+        _exit_one_line(f"plan: cannot write the output: {problem}", 2)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -25,11 +25,16 @@ from planner.cost.serving_time import (
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
 )
-from planner.cost.timeline import Timeline, decode_timeline
+from planner.cost.timeline import (
+    MAX_TIMELINE_BLOCKS,
+    MAX_TIMELINE_STAGES,
+    Timeline,
+    decode_timeline,
+)
 from planner.layout import Layout, place
 from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate
-from planner.serve_search import evaluate, plan_serving
+from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 DECODE_ROUNDS_DRAWN = 2
@@ -58,15 +63,26 @@ class Boundary:
     link: str
 
 
+MAX_NODES_MAPPED = 8
+"""Nodes whose GPUs the map lists (rank order repeats the pattern on the rest; a 10**5-node
+map of every GPU took seconds and 200 MB of JSON)."""
+MAX_BOUNDARIES_LISTED = 64
+"""Pipeline boundaries listed one by one (all are counted)."""
+
+
 @dataclass(frozen=True)
 class PlacementMap:
     num_nodes: int
     gpus_per_node: int
     layout: Layout
     slots: tuple[GpuSlot, ...]
+    """Every GPU of the first MAX_NODES_MAPPED nodes."""
     tp_link: str | None
     tp_crosses_node: bool
     boundaries: tuple[Boundary, ...]
+    """The first MAX_BOUNDARIES_LISTED pipeline boundaries, replica by replica."""
+    num_boundaries: int = 0
+    num_boundaries_crossing_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,7 +171,8 @@ class Explanation:
     placement: PlacementMap
     memory: tuple[MemoryBar, ...]
     collectives: tuple[CollectiveRow, ...]
-    timeline: Timeline
+    timeline: Timeline | None
+    """None when the schedule has more stages or blocks than a chart draws (the caption says)."""
     timeline_caption: str
     breakdown: TimeBreakdown
     sensitivity: sensitivity.SensitivityReport | None
@@ -165,7 +182,7 @@ def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
     """Rank r = (dp * pp + stage) * tp + tp_rank on node r // gpus_per_node (layout.py)."""
     gpn = cluster.gpus_per_node
     slots = []
-    for index in range(cluster.num_gpus):
+    for index in range(min(cluster.num_nodes, MAX_NODES_MAPPED) * gpn):
         node, local = divmod(index, gpn)
         if index >= layout.num_gpus:
             slots.append(GpuSlot(node, local, None))
@@ -175,18 +192,31 @@ def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
         slots.append(GpuSlot(node, local, index, stage, tp_rank, dp_replica))
     kinds = _link_kinds(cluster)
     boundaries = []
-    for replica in range(layout.dp):
-        for stage in range(layout.pp - 1):
-            last = (replica * layout.pp + stage) * layout.tp + layout.tp - 1
-            a, b = last // gpn, (last + 1) // gpn
-            boundaries.append(Boundary(replica, stage, a, b, kinds["inter" if a != b else "intra"]))
-    tp_nodes = {(s.dp_replica, s.stage): set() for s in slots if s.rank is not None}
-    for s in slots:
-        if s.rank is not None:
-            tp_nodes[(s.dp_replica, s.stage)].add(s.node)
-    crosses = any(len(nodes) > 1 for nodes in tp_nodes.values())
+    for k in range(1, min(layout.dp * layout.pp, MAX_BOUNDARIES_LISTED * 2)):
+        replica, stage = divmod(k - 1, layout.pp)
+        if stage == layout.pp - 1 or len(boundaries) == MAX_BOUNDARIES_LISTED:
+            continue
+        last = k * layout.tp - 1
+        a, b = last // gpn, (last + 1) // gpn
+        boundaries.append(Boundary(replica, stage, a, b, kinds["inter" if a != b else "intra"]))
+    num_groups = layout.dp * layout.pp
+    period = math.lcm(layout.tp, gpn) // layout.tp
+    crosses = any((g * layout.tp) // gpn != (g * layout.tp + layout.tp - 1) // gpn
+                  for g in range(min(num_groups, period)))
     tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
-    return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries))
+    return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries),
+                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn))
+
+
+def boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
+    """Pipeline boundaries of every replica whose send leaves the node. The k-th stage group
+    (k = replica * pp + stage) starts at rank k * tp, so the boundary before it crosses when
+    k * tp is a multiple of the node size, i.e. k a multiple of q = gpn / gcd(tp, gpn); the
+    boundaries are the k in [1, dp*pp - 1] that are not multiples of pp (those start a
+    replica). Counted, not enumerated."""
+    last = layout.dp * layout.pp - 1
+    q = gpus_per_node // math.gcd(layout.tp, gpus_per_node)
+    return last // q - last // math.lcm(q, layout.pp)
 
 
 def _link_kinds(cluster: ClusterSpec) -> dict[str, str]:
@@ -329,10 +359,13 @@ def serve_replan(model: ModelSpec, request: ServeRequest, explained: Layout) -> 
     return replan
 
 
-def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[ServeEstimate, bool]:
+def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                 plan: ServePlan | None = None) -> tuple[ServeEstimate, bool]:
     """The best layout matching --layout (the recommendation without it), and whether it is
-    also the overall recommendation. A user error when nothing matching fits."""
-    plan = plan_serving(model, cluster, request)
+    also the overall recommendation. `plan`: the search already run for this request (the
+    CLI runs it first, to answer "nothing fits" as `plan` does). A user error when nothing
+    matching fits."""
+    plan = plan if plan is not None else plan_serving(model, cluster, request)
     if plan.recommended is None:
         why = "; ".join(f"{r.layout}: {', '.join(r.reasons)}" for r in plan.rejected[:3])
         raise SpecError(f"plan explain: no feasible layout to explain ({why})")
@@ -342,14 +375,21 @@ def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) 
 
 
 def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-                    settings: sensitivity.Settings | None = sensitivity.Settings()) -> Explanation:
+                    settings: sensitivity.Settings | None = sensitivity.Settings(),
+                    plan: ServePlan | None = None) -> Explanation:
     """Every section for the serving layout; settings=None skips the sensitivity runs."""
-    result, is_recommended = pick_serving(model, cluster, request)
+    result, is_recommended = pick_serving(model, cluster, request, plan)
     layout = result.layout
     k = result.batches_in_flight
     seqs = math.ceil(result.batch / k)
-    timeline = decode_timeline((result.stage_step_seconds,) * layout.pp, k,
-                               result.pp_hop_seconds, DECODE_ROUNDS_DRAWN)
+    caption = (f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
+               f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's step")
+    timeline = None
+    if layout.pp <= MAX_TIMELINE_STAGES and layout.pp * k * DECODE_ROUNDS_DRAWN <= MAX_TIMELINE_BLOCKS:
+        timeline = decode_timeline((result.stage_step_seconds,) * layout.pp, k,
+                                   result.pp_hop_seconds, DECODE_ROUNDS_DRAWN)
+    else:
+        caption += f"; not drawn ({layout.pp} stages x {k} batches are more than a chart shows)"
     report = None
     if settings is not None:
         report = sensitivity.analyze(cluster, layout, serve_knob_base(model, cluster, layout, request),
@@ -367,8 +407,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         memory=serve_memory(cluster, result, request),
         collectives=serve_collectives(model, cluster, result),
         timeline=timeline,
-        timeline_caption=(f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
-                          f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's step"),
+        timeline_caption=caption,
         breakdown=serve_breakdown(result),
         sensitivity=report,
     )

@@ -1,28 +1,74 @@
-"""`plan explain` entry for the CLI: build the explanation, render it, save the recording."""
+"""`plan explain` entry for the CLI: build the explanation, render it, save the recording.
+
+Like `plan`, it answers 1 when nothing fits (with the rejections and, for serving, what
+would fit) and 2 for a user mistake; --svg / --html are checked before any work.
+"""
 
 from __future__ import annotations
 
 from planner import sensitivity
-from planner.cost.timeline import training_timeline
+from planner.cost.timeline import (
+    MAX_TIMELINE_BLOCKS,
+    MAX_TIMELINE_STAGES,
+    num_blocks,
+    training_timeline,
+)
+from planner.render.common import check_output_path
 from planner.requests import ServeRequest, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
+
+
+def check_outputs(svg: str | None, html: str | None) -> None:
+    for flag, path in (("--svg", svg), ("--html", html)):
+        if path is not None:
+            check_output_path(flag, path)
 
 
 def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | TrainRequest, *,
                 json_output: bool, svg: str | None, html: str | None, sensitivity_runs: bool = True) -> int:
     from planner.render.explain import show
 
+    check_outputs(svg, html)
     settings = sensitivity.Settings() if sensitivity_runs else None
     if isinstance(request, TrainRequest):
         from planner.explain_train import explain_training
+        from planner.train_search import search
 
-        explanation = explain_training(model, cluster, request, settings)
+        plan = search(model, cluster, request)
+        if not plan.layouts:
+            return show_train_infeasible(model, cluster, plan, json_output)
+        explanation = explain_training(model, cluster, request, settings, plan)
     else:
         from planner.explain import explain_serving
+        from planner.serve_search import plan_serving
 
-        explanation = explain_serving(model, cluster, request, settings)
+        plan = plan_serving(model, cluster, request)
+        if plan.recommended is None:
+            return show_serve_infeasible(plan, json_output)
+        explanation = explain_serving(model, cluster, request, settings, plan)
     show(explanation, json_output=json_output, svg=svg, html=html)
     return 0
+
+
+def show_serve_infeasible(plan, json_output: bool) -> int:
+    """What `plan` prints when nothing fits (the rejections, what would fit); exit code 1."""
+    from planner.render.serve import print_plan_json, render_plan
+
+    if json_output:
+        print_plan_json(plan, lambda r: (), lambda r: ())
+    else:
+        render_plan(plan, (), "vllm", 0, False)
+    return 1
+
+
+def show_train_infeasible(model: ModelSpec, cluster: ClusterSpec, plan, json_output: bool) -> int:
+    from planner.render.train import print_plan_json, render_plan
+
+    if json_output:
+        print_plan_json(model, cluster, plan, plan.request, lambda e: ())
+    else:
+        render_plan(model, cluster, plan, (), 0, False)
+    return 1
 
 
 def run_timeline(schedule: str | None, num_stages: int, num_micro_batches: int, virtual_stages: int | None,
@@ -30,10 +76,12 @@ def run_timeline(schedule: str | None, num_stages: int, num_micro_batches: int, 
     """Just the Gantt chart of a schedule from p, m, v (unit forward time, backward 2 units)."""
     from planner.render.explain import show
 
+    check_outputs(svg, html)
     name = "gpipe" if schedule is None else getattr(schedule, "value", schedule)
-    v = virtual_stages or (2 if name == "interleaved" else 1)
+    v = timeline_chunks(name, virtual_stages)
     if forward_only and name != "gpipe":
         raise SpecError(f"--forward-only: only with --schedule gpipe ({name} interleaves backwards)")
+    check_timeline_size(num_stages, num_micro_batches, v, not forward_only)
     try:
         timeline = training_timeline(name, num_stages, num_micro_batches, v, backward_units=0 if forward_only else 2)
     except ValueError as exc:
@@ -43,3 +91,27 @@ def run_timeline(schedule: str | None, num_stages: int, num_micro_batches: int, 
         f", {v} chunks per device" if v > 1 else "") + f" ({what})"
     show(None, timeline=timeline, caption=caption, json_output=json_output, svg=svg, html=html)
     return 0
+
+
+def timeline_chunks(schedule: str, virtual_stages: int | None) -> int:
+    """v: --virtual-stages for interleaved (2 when not given), 1 otherwise."""
+    if virtual_stages is None:
+        return 2 if schedule == "interleaved" else 1
+    if schedule != "interleaved":
+        raise SpecError(f"--virtual-stages: only with --schedule interleaved (got {schedule})")
+    if virtual_stages < 2:
+        raise SpecError(f"--virtual-stages: interleaving needs at least 2 chunks per device (got {virtual_stages})")
+    return virtual_stages
+
+
+def check_timeline_size(p: int, m: int, v: int, backward: bool) -> None:
+    """Refuse a chart too large to draw (instead of simulating 10**10 blocks)."""
+    for flag, value in (("--stages", p), ("--micro-batches", m)):
+        if value < 1:
+            raise SpecError(f"{flag}: must be at least 1 (got {value})")
+    if p > MAX_TIMELINE_STAGES:
+        raise SpecError(f"--stages: {p:,} is more than the {MAX_TIMELINE_STAGES} a chart draws")
+    blocks = num_blocks(p, m, v, backward)
+    if blocks > MAX_TIMELINE_BLOCKS:
+        raise SpecError(f"--micro-batches: {p} stages x {m:,} micro-batches x {v} chunk(s) make "
+                        f"{blocks:,} blocks, more than the {MAX_TIMELINE_BLOCKS:,} a chart draws")

@@ -17,7 +17,7 @@ from planner import sensitivity
 from planner.cost import activations as act
 from planner.cost import comm
 from planner.cost import efficiency as eff
-from planner.cost.timeline import training_timeline
+from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
 from planner.cost.training_time import dp_link
 from planner.explain import (
     BreakdownSegment,
@@ -36,13 +36,15 @@ from planner.layout import place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
-from planner.train_search import search
+from planner.train_search import TrainPlan, search
 
 
-def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[TrainEstimate, bool]:
+def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                  plan: TrainPlan | None = None) -> tuple[TrainEstimate, bool]:
     """The best configuration matching --layout and the other fixed flags, and whether it
-    is also the recommendation without --layout."""
-    plan = search(model, cluster, request)
+    is also the recommendation without --layout. `plan`: the search already run for this
+    request."""
+    plan = plan if plan is not None else search(model, cluster, request)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
     if not plan.layouts:
         why = "; ".join(f"{r.layout}: {', '.join(r.reasons[:2])}" for r in plan.rejected[:3])
@@ -134,16 +136,34 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     return rows
 
 
-def train_timeline_seconds(e: TrainEstimate):
+def train_timeline_seconds(e: TrainEstimate, num_micro_batches: int | None = None) -> Timeline:
     """The schedule at the estimate's stage time per micro-batch, split into forward and
-    backward (recompute counted with backward) as one layer's compute splits."""
+    backward (recompute counted with backward) as one layer's compute splits; drawn with
+    `num_micro_batches` (default: the step's)."""
     c = e.config
     layer = e.layer_terms.layer
     stage = e.stage_seconds_per_micro_batch
     forward_share = layer.forward / layer.total
-    return training_timeline(c.schedule, c.pp, e.num_micro_batches, c.virtual_stages,
+    return training_timeline(c.schedule, c.pp, num_micro_batches or e.num_micro_batches, c.virtual_stages,
                              forward_units=stage * forward_share,
                              backward_units=stage * (1 - forward_share), time_unit="s")
+
+
+def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
+    """The step's schedule and its caption; with fewer micro-batches when the step has more
+    than a chart can draw (only the steady one-forward-one-backward phase is longer in the
+    real step), none when the stages alone are too many."""
+    c = e.config
+    m = e.num_micro_batches
+    chunks = f", {c.virtual_stages} chunks per device" if c.virtual_stages > 1 else ""
+    caption = (f"{c.schedule}, {c.pp} stage(s), {m} micro-batches of {c.micro_batch_size}{chunks}; "
+               f"forward and backward at the model's stage time")
+    drawn = drawable_micro_batches(c.schedule, c.pp, m, c.virtual_stages)
+    if drawn is None:
+        return None, caption + f"; not drawn ({c.pp} stages are more than a chart shows)"
+    if drawn < m:
+        caption += f"; drawn with {drawn} micro-batches (the real step's steady phase is longer)"
+    return train_timeline_seconds(e, drawn), caption
 
 
 def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
@@ -194,14 +214,15 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
 
 
 def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
-                     settings: sensitivity.Settings | None = sensitivity.Settings()) -> Explanation:
-    e, is_recommended = pick_training(model, cluster, request)
+                     settings: sensitivity.Settings | None = sensitivity.Settings(),
+                     plan: TrainPlan | None = None) -> Explanation:
+    e, is_recommended = pick_training(model, cluster, request, plan)
     c = e.config
     report = None
     if settings is not None:
         report = sensitivity.analyze(cluster, c.layout, train_knob_base(model, cluster, e),
                                      train_replan(model, request, e), settings)
-    chunks = f", {c.virtual_stages} chunks per device" if c.virtual_stages > 1 else ""
+    timeline, caption = train_timeline_drawn(e)
     return Explanation(
         workload="train",
         model=model.name,
@@ -214,9 +235,8 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         placement=placement_map(cluster, c.layout),
         memory=train_memory_bars(e),
         collectives=tuple(tp_rows(cluster, e) + pp_dp_rows(cluster, e)),
-        timeline=train_timeline_seconds(e),
-        timeline_caption=(f"{c.schedule}, {c.pp} stage(s), {e.num_micro_batches} micro-batches of "
-                          f"{c.micro_batch_size}{chunks}; forward and backward at the model's stage time"),
+        timeline=timeline,
+        timeline_caption=caption,
         breakdown=train_breakdown(e),
         sensitivity=report,
     )

@@ -5,6 +5,11 @@ Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
 `moe_intermediate_size`, `n_shared_experts`), and `quantization_config`
 (fp8; AWQ/GPTQ/compressed-tensors bits -> int4/int8). Everything else in the
 file (tokenizer ids, rope scaling, ...) does not affect the plan and is ignored.
+
+The planner plans decoder-only language models: an encoder (BERT), an encoder-decoder
+(T5, Whisper) or a vision model is refused with the reason. A multimodal wrapper (Llava,
+Gemma 3, Llama 4, Mistral 3) is planned as its text model, read from `text_config`; its
+vision or audio tower is not counted (the spec's `source` says so).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planner.specs import ModelSpec, SpecError, validate
+from planner.specs import ModelSpec, SpecError, check_size, read_spec_text, validate
 
 SHAPE_KEYS = (
     "num_hidden_layers",
@@ -32,43 +37,182 @@ SHAPE_KEYS = (
     "mlp_bias",
     "rope_theta",
 )
+REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+"""Without these at the top level, a `text_config` (multimodal wrapper) holds the model."""
+
+GATED_MLP_MODEL_TYPES = frozenset({
+    "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "phimoe", "granite", "granitemoe",
+    "olmo", "olmo2", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "stablelm", "minicpm",
+    "dbrx", "glm", "glm4", "internlm2", "exaone",
+})
+"""Families whose MLP multiplies a gate (act(x W_gate) * x W_up, then W_down: 3 matrices)
+whatever the activation is called: LlamaMLP, MistralMLP, MixtralBlockSparseTop2MLP (w1, w3,
+w2), Qwen2MLP, Qwen3MLP, GemmaMLP / Gemma2MLP / Gemma3MLP (gelu_pytorch_tanh, gated),
+Phi3MLP (gate_up_proj), GraniteMLP, OlmoMLP, CohereMLP, DeepseekV3MLP, StableLmMLP,
+DbrxExpertGLU, Glm4MLP: each family's transformers modeling_<family>.py; internlm2,
+exaone and minicpm from their remote-code modeling files (w1/w3, gate/up)."""
+NON_GATED_MLP_MODEL_TYPES = frozenset({
+    "gpt2", "gpt_neox", "gptj", "gpt_neo", "gpt_bigcode", "opt", "bloom", "falcon", "phi",
+    "starcoder2", "mpt", "codegen", "persimmon", "nemotron",
+})
+"""Families with a two-matrix MLP (up, activation, down): GPT2MLP (c_fc, c_proj),
+GPTNeoXMLP (dense_h_to_4h), GPTJMLP (fc_in, fc_out), OPT (fc1, fc2), BloomMLP, FalconMLP,
+PhiMLP (fc1, fc2), Starcoder2MLP (c_fc, c_proj), MptMLP, PersimmonMLP and NemotronMLP
+(relu^2): transformers modeling_<family>.py."""
 GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "geglu"}
+"""A family in neither list: gated if its activation names a gated unit (SwiGLU-era
+configs say silu)."""
+TIED_BY_DEFAULT_MODEL_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+"""Families whose config class defaults tie_word_embeddings to true (GemmaConfig,
+Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the Llama,
+Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
 
+NOT_DECODER_MODEL_TYPES = {
+    **dict.fromkeys(
+        ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "distilbert", "albert", "electra",
+         "deberta", "deberta-v2", "camembert", "mpnet", "modernbert", "longformer", "big_bird",
+         "ernie", "nomic_bert", "xlnet", "layoutlm", "layoutlmv2", "layoutlmv3", "funnel"),
+        "an encoder-only model"),
+    **dict.fromkeys(
+        ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus",
+         "pegasus_x", "marian", "led", "blenderbot", "blenderbot-small", "prophetnet", "fsmt",
+         "nllb-moe", "m2m_100", "encoder-decoder", "vision-encoder-decoder",
+         "speech-encoder-decoder", "whisper", "speech_to_text", "seamless_m4t", "pix2struct",
+         "florence2"),
+        "an encoder-decoder model"),
+    **dict.fromkeys(
+        ("vit", "deit", "beit", "swin", "swinv2", "convnext", "convnextv2", "dinov2", "clip",
+         "clip_vision_model", "siglip", "siglip_vision_model", "sam", "detr", "yolos",
+         "segformer", "mobilevit", "resnet", "efficientnet", "data2vec-vision"),
+        "a vision model"),
+    **dict.fromkeys(
+        ("wav2vec2", "wav2vec2-bert", "hubert", "wavlm", "data2vec-audio", "unispeech",
+         "unispeech-sat", "sew", "audio-spectrogram-transformer", "clap"),
+        "a speech/audio encoder"),
+}
+"""model_type -> what it is, for the families the planner refuses: it plans decoder-only
+LLMs (a vLLM/SGLang generate server, Megatron-LM GPT training), and would plan these as one,
+printing a `vllm serve` command for a BERT."""
+NOT_DECODER_ARCHITECTURE_SUFFIXES = {
+    "ForMaskedLM": "an encoder-only model", "ForPreTraining": "an encoder-only model",
+    "ForSeq2SeqLM": "an encoder-decoder model", "ForSpeechSeq2Seq": "an encoder-decoder model",
+    "ForImageClassification": "a vision model", "ForCTC": "a speech/audio encoder",
+    "ForAudioClassification": "a speech/audio encoder",
+}
+
 
 def load_hf_config(path: Path) -> ModelSpec:
+    raw = _read_json(path)
+    check_decoder(raw, path)
+    text, origin = text_model(raw, path)
+    return validate(ModelSpec, spec_fields_from_hf(raw, text, path), origin)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    text = read_spec_text(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc.__class__.__name__}") from None
+        raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: (parse): malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # a number of more than 4,300 digits (Python's limit)
+        raise SpecError(f"{path}: (parse): malformed JSON: {str(exc).split(';')[0]}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: (top level): expected a JSON object")
-    return validate(ModelSpec, spec_fields_from_hf(raw, path), str(path))
+    check_size(raw, str(path))
+    return raw
 
 
-def spec_fields_from_hf(raw: dict[str, Any], path: Path) -> dict[str, Any]:
-    fields: dict[str, Any] = {key: raw[key] for key in SHAPE_KEYS if raw.get(key) is not None}
-    fields.setdefault("tie_word_embeddings", False)
+def family(config: dict[str, Any]) -> str:
+    """model_type, else the architecture's name before "For" (LlamaForCausalLM -> llama)."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type:
+        return model_type.lower()
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0].split("For")[0].lower()
+    return ""
+
+
+def check_decoder(raw: dict[str, Any], path: Path) -> None:
+    """Refuse what is not a decoder-only language model, naming what it is."""
+    model_type = family(raw)
+    what = NOT_DECODER_MODEL_TYPES.get(model_type)
+    field = f"model_type: {model_type!r}"
+    if what is None and raw.get("is_encoder_decoder") is True:
+        what, field = "an encoder-decoder model", "is_encoder_decoder: true"
+    architectures = raw.get("architectures")
+    if what is None and isinstance(architectures, list):
+        for name in architectures:
+            for suffix, kind in NOT_DECODER_ARCHITECTURE_SUFFIXES.items():
+                if isinstance(name, str) and name.endswith(suffix):
+                    what, field = kind, f"architectures: {name!r}"
+    if what is not None:
+        raise SpecError(f"{path}: {field} is {what}; the planner plans decoder-only language "
+                        f"models (vLLM/SGLang serving, Megatron-LM training)")
+
+
+def text_model(raw: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
+    """The mapping that describes the language model and the origin to name in errors: the
+    top level, or `text_config` when the top level lacks the shape keys (a multimodal
+    wrapper such as Llava or Gemma 3)."""
+    if all(key in raw for key in REQUIRED_KEYS) or "text_config" not in raw:
+        return raw, str(path)
+    text = raw["text_config"]
+    if not isinstance(text, dict):
+        raise SpecError(f"{path}: text_config: expected an object (the wrapped language model)")
+    check_decoder(text, path)
+    return text, f"{path}: text_config"
+
+
+def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -> dict[str, Any]:
+    """ModelSpec fields from the text model's keys; dtype and quantization may sit at the
+    top level of a wrapper."""
+    kind = family(text) or family(raw)
+    fields: dict[str, Any] = {key: text[key] for key in SHAPE_KEYS if text.get(key) is not None}
+    fields.setdefault("tie_word_embeddings", kind in TIED_BY_DEFAULT_MODEL_TYPES)
     name = raw.get("_name_or_path") or (path.parent.name if path.parent.name else path.stem)
     fields["name"] = str(name).rstrip("/").split("/")[-1] or "hf-model"
     fields["source"] = f"Hugging Face config.json ({path})"
-    fields["gated_mlp"] = str(raw.get("hidden_act", "silu")).lower() in GATED_ACTIVATIONS
-    fields["qkv_bias"] = raw.get("model_type") in QKV_BIAS_MODEL_TYPES
-    if raw.get("n_shared_experts") is not None:
-        fields["num_shared_experts"] = raw["n_shared_experts"]
-    dtype = raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
-    if dtype not in DTYPES:
-        raise SpecError(f"{path}: torch_dtype: unsupported dtype {dtype!r}")
-    fields["dtype"] = DTYPES[dtype]
-    quantization = raw.get("quantization_config")
+    if text is not raw:
+        fields["source"] += (f", the text model ({kind or 'text_config'}) of a "
+                             f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
+    fields["gated_mlp"] = gated_mlp(text, kind)
+    fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
+    if text.get("n_shared_experts") is not None:
+        fields["num_shared_experts"] = text["n_shared_experts"]
+    fields["dtype"] = _dtype(text, raw, path)
+    quantization = raw.get("quantization_config", text.get("quantization_config"))
     if quantization is not None:
         fields.update(_quantization_fields(quantization, path, fields.get("hidden_size")))
     return fields
+
+
+def gated_mlp(config: dict[str, Any], kind: str) -> bool:
+    """By family (GATED_MLP_MODEL_TYPES / NON_GATED_MLP_MODEL_TYPES); else by activation."""
+    if kind in GATED_MLP_MODEL_TYPES:
+        return True
+    if kind in NON_GATED_MLP_MODEL_TYPES:
+        return False
+    activation = config.get("hidden_act", config.get("hidden_activation", "silu"))
+    return str(activation).lower() in GATED_ACTIVATIONS
+
+
+def _dtype(text: dict[str, Any], raw: dict[str, Any], path: Path) -> str:
+    for config in (text, raw):
+        for key in ("torch_dtype", "dtype"):
+            value = config.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str) or value not in DTYPES:
+                raise SpecError(f"{path}: {key}: unsupported dtype {value!r} "
+                                f"(expected one of {', '.join(DTYPES)})")
+            return DTYPES[value]
+    return "bfloat16"
 
 
 def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str, Any]:
@@ -77,8 +221,10 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
     method = str(config.get("quant_method", "")).lower()
     if method in {"fp8", "fbgemm_fp8"}:  # fbgemm_fp8: Meta's own FP8 checkpoints
         return {"quantization": "fp8"}
-    bits = config.get("bits") or config.get("w_bit") or _compressed_tensors_bits(config)
-    if method in {"awq", "gptq", "compressed-tensors"} and bits in (4, 8):
+    weights = _compressed_tensors_weights(config, path) if method == "compressed-tensors" else []
+    bits = config.get("bits") or config.get("w_bit") or next(
+        (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
+    if method in {"awq", "gptq", "compressed-tensors"} and type(bits) is int and bits in (4, 8):
         group = config.get("group_size") or config.get("q_group_size") or 128
         if isinstance(group, bool) or not isinstance(group, int):
             raise SpecError(
@@ -88,7 +234,7 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
             group = hidden_size
         kind = "int4" if bits == 4 else "int8"
         return {"quantization": kind, "quantization_group_size": group}
-    if method == "compressed-tensors" and _compressed_tensors_is_fp8(config):
+    if any(w.get("type") == "float" and w.get("num_bits") == 8 for w in weights):
         return {"quantization": "fp8"}
     raise SpecError(
         f"{path}: quantization_config: unsupported quant_method {method!r} "
@@ -96,17 +242,18 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
     )
 
 
-def _compressed_tensors_bits(config: dict[str, Any]) -> int | None:
-    for group in (config.get("config_groups") or {}).values():
-        weights = (group or {}).get("weights") or {}
-        if weights.get("type") == "int":
-            return weights.get("num_bits")
-    return None
-
-
-def _compressed_tensors_is_fp8(config: dict[str, Any]) -> bool:
-    for group in (config.get("config_groups") or {}).values():
-        weights = (group or {}).get("weights") or {}
-        if weights.get("type") == "float" and weights.get("num_bits") == 8:
-            return True
-    return False
+def _compressed_tensors_weights(config: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The `weights` scheme of every compressed-tensors config group."""
+    groups = config.get("config_groups") or {}
+    where = f"{path}: quantization_config.config_groups"
+    if not isinstance(groups, dict):
+        raise SpecError(f"{where}: expected an object of named groups (got {type(groups).__name__})")
+    schemes = []
+    for name, group in groups.items():
+        if not isinstance(group, dict):
+            raise SpecError(f"{where}.{name}: expected an object (got {group!r:.40})")
+        weights = group.get("weights") or {}
+        if not isinstance(weights, dict):
+            raise SpecError(f"{where}.{name}.weights: expected an object (got {weights!r:.40})")
+        schemes.append(weights)
+    return schemes

@@ -176,9 +176,27 @@ def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group)
 
 
+def prime_factors(n: int) -> dict[int, int]:
+    """{prime: exponent} by trial division up to the square root of what is left (the
+    inputs are bounded: at most MAX_NUM_GPUS GPUs, MAX_NUM_LAYERS layers)."""
+    factors: dict[int, int] = {}
+    d = 2
+    while d * d <= n:
+        while n % d == 0:
+            factors[d] = factors.get(d, 0) + 1
+            n //= d
+        d += 1 if d == 2 else 2
+    if n > 1:
+        factors[n] = factors.get(n, 0) + 1
+    return factors
+
+
 def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    """Every divisor of n, ascending, built from its prime factors."""
+    result = [1]
+    for prime, exponent in prime_factors(n).items():
+        result = [d * prime**k for d in result for k in range(exponent + 1)]
+    return sorted(result)
 
 
 def factorizations(num_gpus: int) -> list[Layout]:

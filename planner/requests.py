@@ -6,6 +6,7 @@ on request values: a bad value raises SpecError naming the command-line flag it 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,6 +15,16 @@ from planner.engines import EngineVersions
 from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
+DEFAULT_TOP_ROWS = 10
+"""Table rows `plan` shows without --top (--json lists every layout unless --top is given)."""
+MAX_TOKENS = 2**27
+"""Plausibility bound of a length or token count (--input-len, --seq-len, ...): ~134M
+tokens, as the model schema's max_position_embeddings."""
+MAX_SEQUENCES = 2**24
+"""Plausibility bound of --batch and --global-batch (16.8M sequences; published global
+batches are ~10**3-10**4 sequences)."""
+MAX_VIRTUAL_STAGES = 1024
+"""Model chunks per device: at most one layer each, and layers are bounded (MAX_NUM_LAYERS)."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,11 @@ class ServeRequest:
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
-                            ("--batch", self.batch), ("--max-model-len", self.max_model_len)):
-            check_positive(flag, value)
+                            ("--max-model-len", self.max_model_len),
+                            ("--max-num-batched-tokens", self.max_num_batched_tokens)):
+            check_positive(flag, value, MAX_TOKENS)
+        check_positive("--batch", self.batch, MAX_SEQUENCES)
         check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)
-        check_positive("--max-num-batched-tokens", self.max_num_batched_tokens)
         if self.max_tpot_seconds is not None:
             check_positive("--max-tpot-ms", units.seconds_to_ms(self.max_tpot_seconds))
 
@@ -87,20 +99,35 @@ class TrainRequest:
     """`--engine-version`: the releases the commands are for."""
 
     def __post_init__(self) -> None:
-        for flag, value in (("--global-batch", self.global_batch), ("--seq-len", self.seq_len),
-                            ("--micro-batch", self.micro_batch),
-                            ("--virtual-stages", self.virtual_stages)):
-            check_positive(flag, value)
+        for flag, value, upper in (("--global-batch", self.global_batch, MAX_SEQUENCES),
+                                   ("--seq-len", self.seq_len, MAX_TOKENS),
+                                   ("--micro-batch", self.micro_batch, MAX_SEQUENCES),
+                                   ("--virtual-stages", self.virtual_stages, MAX_VIRTUAL_STAGES)):
+            check_positive(flag, value, upper)
         if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {self.zero_stage})")
+        if self.virtual_stages is not None:
+            if self.schedule not in (None, "interleaved"):
+                raise SpecError(f"--virtual-stages: only with --schedule interleaved "
+                                f"(got --schedule {self.schedule})")
+            if self.virtual_stages < 2:
+                raise SpecError(f"--virtual-stages: interleaving needs at least 2 chunks per "
+                                f"device (got {self.virtual_stages}; 1 is --schedule 1f1b)")
 
 
-def check_positive(flag: str, value: float | None) -> None:
-    """None means "not given" and passes."""
-    if value is not None and value <= 0:
+def check_positive(flag: str, value: float | None, upper: float | None = None) -> None:
+    """None means "not given" and passes; nan and inf do not (nan > 0 is false, so a nan
+    limit would silently be no limit)."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise SpecError(f"{flag}: must be a finite number (got {value})")
+    if value <= 0:
         raise SpecError(f"{flag}: must be positive (got {value})")
+    if upper is not None and value > upper:
+        raise SpecError(f"{flag}: {value:,} is above {upper:,} (a plausibility bound)")
 
 
 def check_fraction(flag: str, value: float) -> None:
-    if not 0 < value <= 1:
+    if not 0 < value <= 1:  # also false for nan
         raise SpecError(f"{flag}: must be in (0, 1] (got {value})")

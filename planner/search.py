@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from planner.cost.params import tp_head_reasons
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, factorizations
 from planner.requests import LayoutFilter
@@ -58,14 +59,26 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter) -> list[Layout]:
     return layouts
 
 
+def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
+    """A degree --layout fixes that the model itself rules out is a usage error (exit 2),
+    not a table of rejections: tp must split the heads, pp cannot exceed the layers."""
+    if wanted.tp is not None:
+        for reason in tp_head_reasons(model, wanted.tp):
+            raise SpecError(f"--layout: tp={wanted.tp}: {reason} ({model.name})")
+    if wanted.pp is not None and wanted.pp > model.num_hidden_layers:
+        raise SpecError(f"--layout: pp={wanted.pp} exceeds the {model.num_hidden_layers} layers of {model.name}")
+
+
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]]) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs."""
+    candidates = candidate_layouts(num_gpus, wanted)
+    check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []
     evaluated = 0
-    for layout in candidate_layouts(num_gpus, wanted):
+    for layout in candidates:
         found, rejection, num_configs = evaluate_layout(layout)
         evaluated += num_configs
         feasible.extend(found)

@@ -17,6 +17,7 @@ from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
+    memory_overshoot_bytes,
     memory_reasons,
     stage_memory,
     structural_reasons,
@@ -118,7 +119,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         reasons.append(f"tp={layout.tp} crosses a node: its all-reduces would run over "
                        f"{placement.tp_link.kind} (allowed, but slow)")
     if reasons:
-        return Rejected(layout, tuple(reasons))
+        return Rejected(layout, tuple(reasons), memory_overshoot_bytes(stages, max_model_len))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     batch, notes = choose_batch(request, kv_tokens, wanted)
     in_flight = min(layout.pp, batch)

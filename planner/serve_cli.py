@@ -6,7 +6,7 @@ from planner.cost.serving_memory import default_max_num_batched_tokens
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
@@ -66,7 +66,8 @@ def launchable(plan: ServePlan) -> ServePlan:
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
-              top: int, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
+              top: int | None, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
+    """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON layouts (None: all)."""
     from planner.render.serve import print_plan_json, render_plan
 
     plan = plan_serving(model, cluster, request)
@@ -76,13 +77,13 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
                         lambda r: launch_steps(plan, r, "vllm-ray", served_model),
-                        engine_version(plan, engine) if engine != "none" else None)
+                        engine_version(plan, engine) if engine != "none" else None, top)
     else:
         best = plan.recommended
         steps = () if best is None else launch_steps(plan, best, engine, served_model)
         ray: tuple[LaunchStep, ...] = ()
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
-        render_plan(plan, steps, engine_version(plan, engine), top, show_rejected, ray_steps=ray,
+        render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
                     notes=launch_notes(plan))
     return 0 if plan.recommended is not None else 1

@@ -16,8 +16,8 @@ from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.requests import ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, run_search
-from planner.serve import ServeEstimate, estimate
-from planner.specs import ClusterSpec, ModelSpec
+from planner.serve import ServeEstimate, estimate, wanted_batch
+from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
@@ -71,8 +71,9 @@ def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
     return frozenset(front)
 
 
-def check_request(model: ModelSpec, request: ServeRequest) -> None:
+def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:
     max_len = request.max_model_len or model.max_position_embeddings
+    check_batched_tokens(cluster, request)
     if request.max_model_len and request.max_model_len > model.max_position_embeddings:
         raise SpecError(
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
@@ -85,9 +86,28 @@ def check_request(model: ModelSpec, request: ServeRequest) -> None:
         )
 
 
+def check_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> None:
+    """vLLM refuses max_num_batched_tokens below max_num_seqs (SchedulerConfig.
+    verify_max_model_len, vllm/config/scheduler.py, v0.11.2; docs.vllm.ai/en/v0.11.2/api/
+    vllm/config/scheduler/). Its other rule, not below max_model_len, holds only without
+    chunked prefill, which the V1 engine enables for every decoder-only model (it is off
+    only for encoder-decoders, which the planner refuses), so it does not apply here. The
+    sequences compared: --batch, else vLLM's default --max-num-seqs for this GPU (1 with
+    --objective latency), the most the emitted --max-num-seqs can be."""
+    tokens = request.max_num_batched_tokens
+    if tokens is None:
+        return
+    seqs = wanted_batch(request, cluster)
+    if tokens < seqs:
+        what = "--batch" if request.batch else f"vLLM's default --max-num-seqs on {cluster.gpu.name}"
+        hint = "" if request.batch else f"; give --batch {tokens} or less"
+        raise SpecError(f"--max-num-batched-tokens: {tokens:,} is below {what} ({seqs:,}): vLLM "
+                        f"requires max_num_batched_tokens >= max_num_seqs{hint}")
+
+
 def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
     """Every layout estimated (rejected with reasons, or over --max-tpot-ms), ranked."""
-    check_request(model, request)
+    check_request(model, cluster, request)
 
     def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
         result = estimate(model, cluster, layout, request)
@@ -172,7 +192,8 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
 
 def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> str | None:
     """The smallest cluster of the same nodes (whole nodes, or more GPUs in one node up to 8)
-    on which some layout fits."""
+    on which some layout fits, among the node counts node_counts_to_try gives (every count
+    up to 8 more nodes, then steps of a quarter)."""
     gpn = cluster.gpus_per_node
     planned = request.num_gpus or cluster.num_gpus
     if planned < cluster.num_gpus:
@@ -188,10 +209,7 @@ def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeReque
                 best = _feasible(model, bigger, replace(request, num_gpus=None))
                 if best is not None:
                     return f"{size - planned} more GPUs ({size} in one node): fits, e.g. {best.layout}"
-    first = math.ceil(planned / gpn)
-    for num_nodes in range(first, 4 * first + 9):
-        if num_nodes * gpn <= planned:
-            continue
+    for num_nodes in node_counts_to_try(math.ceil(planned / gpn), planned, gpn):
         bigger = _scaled(cluster, num_nodes)
         if bigger is None:
             return None
@@ -200,6 +218,26 @@ def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeReque
             extra = num_nodes * gpn - planned
             return f"{extra} more GPUs ({num_nodes} nodes of {gpn}): fits, e.g. {best.layout}"
     return None
+
+
+MAX_CLUSTERS_TRIED = 16
+"""Re-plans "more GPUs" may run: the next 8 node counts, then counts growing by a quarter up
+to four times the cluster (each re-plan costs a whole search, so trying every count up to
+4x took hours on 10**5 nodes)."""
+NEXT_NODE_COUNTS = 8
+NODE_COUNT_GROWTH = 1.25
+
+
+def node_counts_to_try(first: int, planned: int, gpus_per_node: int) -> list[int]:
+    """Node counts above the planned GPUs, ascending: first+0..7, then x1.25 steps up to
+    4*first + 8, never beyond MAX_NUM_GPUS; at most MAX_CLUSTERS_TRIED of them."""
+    last = min(4 * first + 8, MAX_NUM_GPUS // gpus_per_node)
+    counts = [n for n in range(first, first + NEXT_NODE_COUNTS) if n * gpus_per_node > planned]
+    n = first + NEXT_NODE_COUNTS - 1
+    while n < last:
+        n = min(last, max(n + 1, math.ceil(n * NODE_COUNT_GROWTH)))
+        counts.append(n)
+    return [n for n in counts if n <= last][:MAX_CLUSTERS_TRIED]
 
 
 def _scaled(cluster: ClusterSpec, num_nodes: int) -> ClusterSpec | None:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -33,6 +30,63 @@ Quantization = Literal["fp8", "int8", "int4"]
 IntraKind = Literal["nvlink", "pcie", "xgmi"]
 InterKind = Literal["infiniband", "roce", "ethernet"]
 
+# Plausibility bounds. Each is far above anything published (the largest dense models have
+# ~100-130 layers and hidden sizes near 2**14-2**15; the largest clusters ~10**5 GPUs), so
+# no real input is refused, while a typo (hidden_size 10**30, 10**30 nodes) is a one-line
+# error instead of a plan with 54-digit GiB figures or a search that never ends.
+MAX_NUM_LAYERS = 4096
+"""Deepest published LLMs: ~130 layers (Llama-3.1-405B 126); DeepNet trained 1,000."""
+MAX_HIDDEN_SIZE = 2**18
+MAX_INTERMEDIATE_SIZE = 2**19
+MAX_NUM_HEADS = 2**14
+MAX_HEAD_DIM = 2**14
+MAX_VOCAB_SIZE = 2**22
+"""Largest published vocabularies: ~256k (Gemma) -- 16x headroom."""
+MAX_POSITION_EMBEDDINGS = 2**27
+"""~134M tokens; the longest published context is 10M (Llama 4 Scout)."""
+MAX_NUM_EXPERTS = 2**14
+MAX_ROPE_THETA = 10.0**12
+"""Published RoPE bases reach 10^8 (1M for Qwen, 500k for Llama 3.1)."""
+MAX_NUM_GPUS = 2**20
+"""1,048,576 GPUs in one cluster; the largest built today are ~10**5."""
+MAX_GPUS_PER_NODE = 1024
+"""A node (one intra-node fabric) of up to 1,024 GPUs; NVL72 racks have 72, NVL576 576."""
+MAX_MEMORY_GIB = 2**14
+MAX_BANDWIDTH_GB_PER_S = 100_000.0
+"""100 TB/s (HBM or links) per GPU; B200 HBM is 8 TB/s, NVLink 5 0.9 TB/s one way."""
+MAX_NIC_GBIT_PER_S = 100_000.0
+MAX_NUM_NICS_PER_NODE = 1024
+MAX_LATENCY_US = 10_000_000.0
+"""10 s per step."""
+MAX_TFLOPS = 100_000.0
+"""100 PFLOP/s per GPU; B200 is 9 PFLOP/s dense fp4."""
+MIN_PHYSICAL_QUANTITY = 0.01
+"""Smallest memory (GiB), bandwidth (GB/s, Gb/s) or peak (TFLOP/s) taken: below it every
+time in the plan overflows to infinity."""
+MAX_SPEC_FILE_BYTES = units.BYTES_PER_MIB
+"""1 MiB: a model spec, config.json or hardware profile with measured curves is a few KB to
+tens of KB; anything larger is not a spec (and parsing tens of MB of YAML takes minutes)."""
+MAX_SPEC_NODES = 500_000
+"""Values (mappings, lists, scalars) a spec may hold once YAML aliases are expanded."""
+MAX_SPEC_DEPTH = 64
+"""Nesting a spec may have (the deepest real one, a profile's measured curves, has 4)."""
+
+
+def Count(upper: int, lower: int = 1) -> Any:
+    """A strict integer in [lower, upper]: 4096.0, "4096" and true are refused, not coerced."""
+    return Annotated[int, Field(strict=True, ge=lower, le=upper)]
+
+
+def Quantity(upper: float, lower: float = MIN_PHYSICAL_QUANTITY) -> Any:
+    """A finite number in [lower, upper], or in (0, upper] when lower is 0 (an integer is
+    taken; true, nan and inf are not)."""
+    low = {"gt": 0} if lower == 0 else {"ge": lower}
+    return Annotated[float, Field(strict=True, le=upper, allow_inf_nan=False, **low)]
+
+
+Flag = Annotated[bool, Field(strict=True)]
+"""true or false only (not 1, "yes")."""
+
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,38 +98,38 @@ class ModelSpec(_Spec):
     name: str
     source: str | None = None
     """Where the numbers come from (model card, config.json URL, paper)."""
-    num_hidden_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt | None = None
+    num_hidden_layers: Count(MAX_NUM_LAYERS)
+    hidden_size: Count(MAX_HIDDEN_SIZE)
+    num_attention_heads: Count(MAX_NUM_HEADS)
+    num_key_value_heads: Count(MAX_NUM_HEADS) | None = None
     """Grouped-query attention KV heads; defaults to num_attention_heads (MHA)."""
-    head_dim: PositiveInt | None = None
+    head_dim: Count(MAX_HEAD_DIM) | None = None
     """Defaults to hidden_size / num_attention_heads."""
-    intermediate_size: PositiveInt
+    intermediate_size: Count(MAX_INTERMEDIATE_SIZE)
     """FFN hidden size of the dense MLP (of each expert for MoE unless moe_intermediate_size)."""
-    gated_mlp: bool = True
+    gated_mlp: Flag = True
     """SwiGLU-style MLP with 3 matrices; false = GPT-style 2 matrices."""
-    vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt
-    tie_word_embeddings: bool = False
+    vocab_size: Count(MAX_VOCAB_SIZE)
+    max_position_embeddings: Count(MAX_POSITION_EMBEDDINGS)
+    tie_word_embeddings: Flag = False
     dtype: Dtype = "bfloat16"
     quantization: Quantization | None = None
     """Weight-only quantization of the transformer-block linear layers."""
-    quantization_group_size: PositiveInt = 128
+    quantization_group_size: Count(MAX_HIDDEN_SIZE) = 128
     """int4 (AWQ/GPTQ) weights per scale group."""
-    attention_bias: bool = False
+    attention_bias: Flag = False
     """Biases on q, k, v and o projections (GPT-style)."""
-    qkv_bias: bool = False
+    qkv_bias: Flag = False
     """Biases on q, k, v only (Qwen2-style)."""
-    mlp_bias: bool = False
+    mlp_bias: Flag = False
     norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     position_embedding: Literal["rope", "learned"] = "rope"
-    rope_theta: PositiveFloat = 10000.0
+    rope_theta: Quantity(MAX_ROPE_THETA) = 10000.0
     """RoPE base frequency (config.json rope_theta); 10000 is the RoPE paper's and Megatron's default."""
-    num_local_experts: PositiveInt | None = None
-    num_experts_per_tok: PositiveInt | None = None
-    moe_intermediate_size: PositiveInt | None = None
-    num_shared_experts: NonNegativeInt = 0
+    num_local_experts: Count(MAX_NUM_EXPERTS) | None = None
+    num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
+    moe_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None
+    num_shared_experts: Count(MAX_NUM_EXPERTS, lower=0) = 0
 
     @model_validator(mode="before")
     @classmethod
@@ -132,29 +186,29 @@ class ModelSpec(_Spec):
 class PeakTflops(_Spec):
     """Dense (no sparsity) datasheet peaks, TFLOP/s (int8: TOPS). None = unknown."""
 
-    fp32: PositiveFloat | None = None
-    tf32: PositiveFloat | None = None
-    bf16: PositiveFloat | None = None
-    fp16: PositiveFloat | None = None
-    fp8: PositiveFloat | None = None
-    int8: PositiveFloat | None = None
-    fp4: PositiveFloat | None = None
+    fp32: Quantity(MAX_TFLOPS) | None = None
+    tf32: Quantity(MAX_TFLOPS) | None = None
+    bf16: Quantity(MAX_TFLOPS) | None = None
+    fp16: Quantity(MAX_TFLOPS) | None = None
+    fp8: Quantity(MAX_TFLOPS) | None = None
+    int8: Quantity(MAX_TFLOPS) | None = None
+    fp4: Quantity(MAX_TFLOPS) | None = None
 
 
 class AchievableTflops(_Spec):
     """Measured maximum achievable dense matmul, TFLOP/s. None = not measured."""
 
-    bf16: PositiveFloat | None = None
-    fp16: PositiveFloat | None = None
-    fp8: PositiveFloat | None = None
+    bf16: Quantity(MAX_TFLOPS) | None = None
+    fp16: Quantity(MAX_TFLOPS) | None = None
+    fp8: Quantity(MAX_TFLOPS) | None = None
 
 
 class IntraNodeLink(_Spec):
     """GPU-to-GPU fabric inside a node, per GPU, one direction."""
 
     kind: IntraKind
-    bandwidth_gb_per_s: PositiveFloat
-    latency_us: PositiveFloat
+    bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
+    latency_us: Quantity(MAX_LATENCY_US, lower=0)
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -169,9 +223,9 @@ class InterNodeLink(_Spec):
     """Node networking: NICs per node, each NIC's line rate (Gb/s), one direction."""
 
     kind: InterKind
-    num_nics_per_node: PositiveInt
-    nic_bandwidth_gbit_per_s: PositiveFloat
-    latency_us: PositiveFloat
+    num_nics_per_node: Count(MAX_NUM_NICS_PER_NODE)
+    nic_bandwidth_gbit_per_s: Quantity(MAX_NIC_GBIT_PER_S)
+    latency_us: Quantity(MAX_LATENCY_US, lower=0)
 
     @property
     def node_bandwidth_bytes_per_s(self) -> float:
@@ -190,16 +244,16 @@ class GPU(_Spec):
     name: str
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None
-    memory_gib: PositiveFloat
+    memory_gib: Quantity(MAX_MEMORY_GIB)
     """Total device memory as the driver reports it (what vLLM's fraction applies to)."""
-    hbm_bandwidth_gb_per_s: PositiveFloat
+    hbm_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     peak_tflops: PeakTflops
     achievable_matmul_tflops: AchievableTflops = Field(default_factory=AchievableTflops)
     intra_node: IntraNodeLink | None = None
     """Typical fabric of a node built from this GPU."""
     inter_node: InterNodeLink | None = None
     """Typical networking of such a node."""
-    typical_gpus_per_node: PositiveInt = 8
+    typical_gpus_per_node: Count(MAX_GPUS_PER_NODE) = 8
     """The node size the typical inter_node figures describe."""
 
     @property
@@ -224,9 +278,9 @@ class AllreduceCurve(_Spec):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     link: Literal["intra_node", "inter_node", "world"]
-    num_ranks: PositiveInt
-    sizes_bytes: list[PositiveInt]
-    median_seconds: list[PositiveFloat]
+    num_ranks: Count(MAX_NUM_GPUS)
+    sizes_bytes: list[Count(2**48)]
+    median_seconds: list[Quantity(3600.0, lower=0)]
 
     @model_validator(mode="after")
     def _same_length(self) -> AllreduceCurve:
@@ -252,8 +306,8 @@ class ClusterSpec(_Spec):
 
     name: str
     source: str | None = None
-    num_nodes: PositiveInt
-    gpus_per_node: PositiveInt
+    num_nodes: Count(MAX_NUM_GPUS)
+    gpus_per_node: Count(MAX_GPUS_PER_NODE)
     gpu: GPU
     intra_node: IntraNodeLink | None = None
     inter_node: InterNodeLink | None = None
@@ -273,6 +327,11 @@ class ClusterSpec(_Spec):
 
     @model_validator(mode="after")
     def _links_present(self) -> ClusterSpec:
+        if self.num_gpus > MAX_NUM_GPUS:
+            raise ValueError(
+                f"num_nodes: {self.num_nodes:,} nodes x {self.gpus_per_node} GPUs = "
+                f"{self.num_gpus:,} GPUs, more than the {MAX_NUM_GPUS:,} a cluster is taken to have"
+            )
         if self.gpus_per_node > 1 and self.intra_node is None:
             raise ValueError("intra_node: required when gpus_per_node > 1")
         if self.num_nodes > 1 and self.inter_node is None:
@@ -298,6 +357,19 @@ class ClusterSpec(_Spec):
         return None
 
 
+PROBLEMS = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping of fields",
+    "model_type": "must be a mapping of fields",
+    "list_type": "must be a list",
+}
+"""Our wording for pydantic's type errors (its own says "Input should be ...")."""
+
+
 def format_validation_error(origin: str, error: ValidationError) -> str:
     """One line: origin: field: problem (the first error; pydantic lists the rest)."""
     first = error.errors()[0]
@@ -308,9 +380,10 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     elif kind == "missing":
         problem = "missing required field"
     else:
-        problem = first["msg"].removeprefix("Value error, ")
+        problem = PROBLEMS.get(kind) or _bound_problem(kind, first.get("ctx", {})) or first[
+            "msg"].removeprefix("Value error, ")
         if "input" in first and not isinstance(first["input"], dict | list):
-            problem += f" (got {first['input']!r})"
+            problem += f" (got {_short_repr(first['input'])})"
     if kind == "value_error" and ":" in problem and loc == "(top level)":
         return f"{origin}: {problem}"
     more = len(error.errors()) - 1
@@ -318,23 +391,79 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     return f"{origin}: {loc}: {problem}{suffix}"
 
 
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Safe-load a YAML file whose top level must be a mapping."""
+def _bound_problem(kind: str, ctx: dict[str, Any]) -> str | None:
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']:,} (a plausibility bound)"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx['ge']:,}"
+    if kind == "greater_than":
+        return f"must be greater than {ctx['gt']:,}"
+    return None
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def read_spec_text(path: Path) -> str:
+    """A spec file's text: at most MAX_SPEC_FILE_BYTES of UTF-8, read before any parsing
+    (so /dev/zero or a 50 MB file is refused at once, not parsed for minutes)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SPEC_FILE_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc.__class__.__name__}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc.__class__.__name__}") from None
+    if len(data) > MAX_SPEC_FILE_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_FILE_BYTES // units.BYTES_PER_MIB} MiB: "
+                        f"not a model spec, config.json or hardware profile")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: cannot read: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                        f"offset {exc.start}; a binary file?)") from None
+
+
+def check_size(data: Any, origin: str) -> None:
+    """Refuse a document nested deeper than any spec, or whose YAML aliases expand to more
+    than MAX_SPEC_NODES values (a "billion laughs" file is small but validates forever)."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_SPEC_NODES:
+            raise SpecError(f"{origin}: more than {MAX_SPEC_NODES:,} values (YAML aliases?): not a spec")
+        if depth > MAX_SPEC_DEPTH:
+            raise SpecError(f"{origin}: nested more than {MAX_SPEC_DEPTH} levels deep: not a spec")
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Safe-load a YAML file whose top level must be a mapping."""
+    text = read_spec_text(path)
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
         where = f"line {mark.line + 1}" if mark is not None else "(parse)"
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise SpecError(f"{path}: {where}: malformed YAML: {problem}") from None
+        raise SpecError(f"{path}: {where}: malformed YAML: {exc.problem or 'parse error'}") from None
+    except yaml.YAMLError as exc:  # a ReaderError: a control character, i.e. not a text file
+        reason = getattr(exc, "reason", None) or "parse error"
+        raise SpecError(f"{path}: (parse): malformed YAML: {reason}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: (parse): malformed YAML: nested too deeply") from None
+    except ValueError as exc:  # a number of more than 4,300 digits (Python's limit), a bad date
+        raise SpecError(f"{path}: (parse): malformed YAML: {str(exc).split(';')[0]}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: (top level): expected a mapping of fields")
+    check_size(data, str(path))
     return data
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from planner.emit.command import LaunchStep
 from planner.layout import Layout
-from planner.requests import TrainRequest
+from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate
 from planner.train_search import TrainPlan, search
 
 
 def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, json_output: bool,
-              top: int, show_rejected: bool, emit: str) -> int:
+              top: int | None, show_rejected: bool, emit: str) -> int:
+    """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON configurations (None: all)."""
     from planner.emit import TRAIN_EMITTERS
     from planner.render.train import print_plan_json, render_plan
 
@@ -28,10 +29,11 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
         return emitter(model, cluster, estimate.config, request.global_batch, request.seq_len)
 
     if json_output:
-        print_plan_json(model, cluster, plan, request, steps_for)
+        print_plan_json(model, cluster, plan, request, steps_for, top)
     else:
         best = plan.layouts[0] if plan.layouts else None
-        render_plan(model, cluster, plan, () if best is None else steps_for(best), top, show_rejected)
+        render_plan(model, cluster, plan, () if best is None else steps_for(best), top or DEFAULT_TOP_ROWS,
+                    show_rejected)
     return 0 if plan.layouts else 1
 
 

@@ -26,7 +26,7 @@ from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
 from planner.memo import Memo
-from planner.requests import TrainRequest
+from planner.requests import LayoutFilter, TrainRequest
 from planner.search import LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, structural_reasons, train_rates
@@ -62,7 +62,12 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
         chunk_options = [v for v in divisors(L // pp) if v > 1]
     else:
         chunk_options = [v for v in divisors(L) if v > 1 and has_split(L, pp, v)]
-    schedules = [request.schedule] if request.schedule else (["1f1b", "interleaved"] if pp > 1 else ["1f1b"])
+    if request.schedule:
+        schedules = [request.schedule]
+    elif request.virtual_stages is not None:  # --virtual-stages alone means interleaved
+        schedules = ["interleaved"]
+    else:
+        schedules = ["1f1b", "interleaved"] if pp > 1 else ["1f1b"]
     pairs = []
     for schedule in schedules:
         if schedule != "interleaved":
@@ -163,9 +168,13 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     return result, first
 
 
-def check_fixed_batch(request: TrainRequest) -> None:
-    """A fully fixed layout whose batch cannot divide is a usage error, not a search result."""
+def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) -> None:
+    """A fixed degree the batch cannot divide is a usage error, not a search result.
+    `given`: --layout as typed (dp may have been resolved from tp, pp and the GPU count)."""
     f = request.layout
+    if f.dp is not None and request.global_batch % f.dp:
+        how = "--layout" if given is None or given.dp is not None else "--layout tp, pp and the GPU count"
+        raise SpecError(f"--global-batch: {request.global_batch} not divisible by dp={f.dp} (fixed by {how})")
     if f.dp is not None and request.micro_batch is not None:
         step = request.micro_batch * f.dp
         if request.global_batch % step:
@@ -193,8 +202,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     """The training plan: every configuration the pruning leaves, ranked by tokens/s.
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan."""
+    given = request.layout
     request = resolve_fixed_dp(request, cluster)
-    check_fixed_batch(request)
+    check_fixed_batch(request, given)
+    if given.tp is not None and model.intermediate_size % given.tp:
+        raise SpecError(f"--layout: tp={given.tp}: FFN size {model.intermediate_size} not divisible "
+                        f"by tp (Megatron-LM splits it evenly; {model.name})")
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
     memo = Memo()

@@ -512,6 +512,11 @@ UNIT_LITERAL_ALLOWED: dict[tuple[str, str, str], str] = {
         "breakdown_lines",
         "1e-9",
     ): "relative tolerance: segments under a billionth of the step are not drawn",
+    (
+        "planner/specs.py",
+        "<module>",
+        "2**20",
+    ): "a count, not a unit factor: at most 1,048,576 GPUs in a cluster (a plausibility bound)",
 }
 """(file, enclosing function qualname or "<module>", literal as written) -> why it is not a
 unit factor. Keyed by function rather than line so that it survives edits."""

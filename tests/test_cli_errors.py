@@ -166,6 +166,94 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         ("nodes", "unknown field"),
     ),
     "profile-top-level-scalar": ("c.yaml", "just a string\n", "--cluster", ("(top level)",)),
+    # strict types: a float, a string or a boolean is not silently an integer
+    "model-float-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size=8192.0), "--model", ("hidden_size", "must be an integer"),
+    ),
+    "model-string-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size="8192"), "--model", ("hidden_size", "must be an integer"),
+    ),
+    "model-bool-layers": (
+        "m.yaml", _model_yaml(num_hidden_layers=True), "--model",
+        ("num_hidden_layers", "must be an integer"),
+    ),
+    # plausibility bounds
+    "model-huge-hidden-size": (
+        "m.yaml", _model_yaml(hidden_size=10**30), "--model", ("hidden_size", "plausibility"),
+    ),
+    "model-huge-layers": (
+        "m.yaml", _model_yaml(num_hidden_layers=10**30), "--model", ("num_hidden_layers",),
+    ),
+    "profile-infinite-bandwidth": (
+        "c.yaml",
+        _profile_yaml().replace("bandwidth_gb_per_s: 300", "bandwidth_gb_per_s: .inf"),
+        "--cluster", ("intra_node.bandwidth_gb_per_s", "finite"),
+    ),
+    "profile-nan-latency": (
+        "c.yaml", _profile_yaml().replace("latency_us: 5.0", "latency_us: .nan"),
+        "--cluster", ("inter_node.latency_us", "finite"),
+    ),
+    "profile-bool-nodes": (
+        "c.yaml", _profile_yaml(num_nodes=True), "--cluster", ("num_nodes", "must be an integer"),
+    ),
+    "profile-too-many-gpus": (
+        "c.yaml", _profile_yaml(num_nodes=10**6, gpus_per_node=8), "--cluster",
+        ("num_nodes", "1,048,576"),
+    ),
+    # files that are not specs: refused before or while parsing, never a traceback or a hang
+    "model-deep-flow-sequence": (
+        "m.yaml", "name: x\nnum_hidden_layers: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "--model", ("malformed YAML", "nested"),
+    ),
+    "model-huge-file": ("m.yaml", "# padding\n" * 220_000, "--model", ("larger than 1 MiB",)),
+    "model-binary-file": ("m.yaml", bytes(range(256)) * 4, "--model", ("cannot read", "UTF-8")),
+    "model-nul-bytes": ("m.yaml", "name: x\x00\x00\n", "--model", ("malformed YAML",)),
+    "model-alias-bomb": (
+        "m.yaml",
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n"
+                  for i in range(8)),
+        "--model", ("values",),
+    ),
+    # config.json values of the wrong shape, and models that are not decoder LLMs
+    "config-json-dtype-list": (
+        "config.json", '{"model_type": "llama", "hidden_size": 8, "torch_dtype": ["bfloat16"]}', "--model",
+        ("torch_dtype",),
+    ),
+    "config-json-config-groups-list": (
+        "config.json",
+        '{"model_type": "llama", "quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}}',
+        "--model", ("quantization_config.config_groups",),
+    ),
+    "config-json-config-groups-strings": (
+        "config.json",
+        '{"model_type": "llama", "quantization_config": {"quant_method": "compressed-tensors", '
+        '"config_groups": {"group_0": "int4"}}}',
+        "--model", ("quantization_config.config_groups.group_0",),
+    ),
+    "config-json-bert": (
+        "config.json", '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}',
+        "--model", ("model_type", "encoder-only", "decoder-only"),
+    ),
+    "config-json-t5": (
+        "config.json", '{"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": true}',
+        "--model", ("encoder-decoder",),
+    ),
+    "config-json-vit": (
+        "config.json", '{"architectures": ["ViTForImageClassification"], "model_type": "vit"}',
+        "--model", ("vision model",),
+    ),
+    "config-json-float-hidden-size": (
+        "config.json",
+        '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096.0, "num_attention_heads": 32, '
+        '"intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096}',
+        "--model", ("hidden_size", "must be an integer"),
+    ),
+    "config-json-wrapper-incomplete-text-config": (
+        "config.json", '{"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 4096}}',
+        "--model", ("text_config", "num_hidden_layers", "missing"),
+    ),
+    "model-huge-integer": ("m.yaml", "hidden_size: " + "9" * 5000 + "\n", "--model", ("malformed YAML",)),
 }
 
 # case id -> (argv, words the message must hold)
@@ -241,6 +329,114 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "bad-choice": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--workload", "infer"],
         ("--workload",),
+    ),
+    # sizes that exist nowhere: refused at once (they hung or ran for minutes)
+    "cluster-million-nodes": (["--model", GOOD_MODEL, "--cluster", "1000000x8xH100"], ("--cluster", "1,048,576")),
+    "cluster-10-to-the-30-nodes": (
+        ["--model", GOOD_MODEL, "--cluster", "1" + "0" * 30 + "x8xH100"], ("--cluster", "1,048,576"),
+    ),
+    "cluster-5000-digit-nodes": (["--model", GOOD_MODEL, "--cluster", "9" * 5000 + "x8xH100"], ("--cluster",)),
+    "cluster-huge-node": (["--model", GOOD_MODEL, "--cluster", "1x2000xH100"], ("--cluster", "per node")),
+    "timeline-too-many-stages": (
+        ["explain", "--timeline-only", "--stages", "100000", "--micro-batches", "100000"], ("--stages",),
+    ),
+    "timeline-too-many-blocks": (
+        ["explain", "--timeline-only", "--stages", "64", "--micro-batches", "100000"], ("--micro-batches",),
+    ),
+    "timeline-zero-virtual-stages": (
+        ["explain", "--timeline-only", "--schedule", "interleaved", "--virtual-stages", "0"], ("--virtual-stages",),
+    ),
+    "timeline-virtual-stages-without-interleaving": (
+        ["explain", "--timeline-only", "--schedule", "gpipe", "--virtual-stages", "2"], ("--virtual-stages",),
+    ),
+    "top-negative": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "-1"], ("--top",)),
+    "top-zero": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "0"], ("--top",)),
+    "model-empty": (["--model", "", "--cluster", GOOD_CLUSTER], ("--model", "empty")),
+    "cluster-empty": (["--model", GOOD_MODEL, "--cluster", " "], ("--cluster", "empty")),
+    # contradictions between flags (or between a flag and the model): not a table of rejections
+    "train-virtual-stages-with-gpipe": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--virtual-stages", "2", "--schedule", "gpipe"], ("--virtual-stages", "gpipe"),
+    ),
+    "train-global-batch-not-divisible-by-fixed-dp": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "7",
+         "--seq-len", "4096", "--layout", "dp=8"], ("--global-batch", "dp=8"),
+    ),
+    "train-global-batch-not-divisible-by-resolved-dp": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "7",
+         "--seq-len", "4096", "--layout", "tp=1,pp=1"], ("--global-batch", "dp=8"),
+    ),
+    "train-layout-tp-3-on-8-gpus": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--layout", "tp=3"], ("--layout", "tp=3"),
+    ),
+    "train-layout-tp-3-on-6-gpus": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6",
+         "--global-batch", "64", "--seq-len", "4096", "--layout", "tp=3"], ("--layout", "tp=3"),
+    ),
+    "serve-layout-tp-not-dividing-heads": (
+        ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6", "--layout", "tp=3"],
+        ("--layout", "tp=3", "attention heads 32"),
+    ),
+    "serve-layout-pp-above-layers": (
+        ["--model", "llama-3.1-8b", "--cluster", "8x8xH100", "--layout", "pp=64"], ("--layout", "pp=64", "32 layers"),
+    ),
+    # values that were silently accepted
+    "max-tpot-nan": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-tpot-ms", "nan"], ("--max-tpot-ms", "finite")),
+    "max-tpot-inf": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-tpot-ms", "inf"], ("--max-tpot-ms", "finite")),
+    "gpu-memory-utilization-nan": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "nan"],
+        ("--gpu-memory-utilization",),
+    ),
+    "batch-implausible": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "10" + "0" * 20], ("--batch",)),
+    "max-num-batched-tokens-below-default-seqs": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-num-batched-tokens", "1"],
+        ("--max-num-batched-tokens", "max_num_seqs"),
+    ),
+    "max-num-batched-tokens-below-batch": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "128", "--max-num-batched-tokens", "64"],
+        ("--max-num-batched-tokens", "--batch"),
+    ),
+    "train-virtual-stages-zero": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--virtual-stages", "0"], ("--virtual-stages",),
+    ),
+    "train-seq-len-implausible": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "1" + "0" * 12], ("--seq-len",),
+    ),
+    # flags of the other workload are refused, not ignored
+    "serve-flag-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--batch", "32"], ("--batch", "--workload serve"),
+    ),
+    "objective-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--objective", "latency"], ("--objective",),
+    ),
+    "quantization-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--quantization", "fp8"], ("--quantization",),
+    ),
+    "train-flag-with-serve": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--zero", "1"], ("--zero", "--workload train")),
+    "negated-train-flag-with-serve": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--no-sequence-parallel"], ("--no-sequence-parallel",),
+    ),
+    "emit-megatron-with-serve": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--emit", "megatron"], ("--emit megatron",)),
+    "emit-vllm-with-train": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--seq-len", "4096", "--emit", "sglang"], ("--emit sglang",),
+    ),
+    "explain-train-flag-with-serve": (
+        ["explain", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--schedule", "1f1b"], ("--schedule",),
+    ),
+    "explain-timeline-flag-without-timeline-only": (
+        ["explain", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--stages", "4"], ("--stages", "--timeline-only"),
+    ),
+    "timeline-only-with-a-model": (["explain", "--timeline-only", "--model", GOOD_MODEL], ("--model", "--timeline-only")),
+    "explain-layout-tp-not-dividing-heads": (
+        ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--gpus", "6", "--layout", "tp=3"],
+        ("--layout", "tp=3"),
     ),
 }
 

@@ -170,9 +170,97 @@ def test_explicit_head_dim_and_tied_embeddings(tmp_path: Path) -> None:
     assert param_counts(model).lm_head == 0
 
 
-def test_gelu_is_not_gated(tmp_path: Path) -> None:
-    config = {**LLAMA_3_1_70B, "hidden_act": "gelu_new"}
-    assert resolve_model(str(_write(tmp_path, config))).gated_mlp is False
+def test_gating_follows_the_family_not_the_activation_name(tmp_path: Path) -> None:
+    """LlamaMLP is gated whatever its activation is called; GPTNeoXMLP never is; a family
+    in neither list falls back to the activation (gelu -> two matrices)."""
+    llama_gelu = {**LLAMA_3_1_70B, "hidden_act": "gelu_new"}
+    assert resolve_model(str(_write(tmp_path / "a", llama_gelu))).gated_mlp is True
+    neox = {**LLAMA_3_1_70B, "model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]}
+    assert resolve_model(str(_write(tmp_path / "b", neox))).gated_mlp is False
+    unknown = {**LLAMA_3_1_70B, "model_type": "newfamily", "architectures": [], "hidden_act": "gelu"}
+    assert resolve_model(str(_write(tmp_path / "c", unknown))).gated_mlp is False
+    unknown_silu = {**unknown, "hidden_act": "silu"}
+    assert resolve_model(str(_write(tmp_path / "d", unknown_silu))).gated_mlp is True
+
+
+# google/gemma-2-9b config.json (gated GeGLU MLP under the name gelu_pytorch_tanh; no
+# tie_word_embeddings key: Gemma2Config ties them by default)
+GEMMA_2_9B: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 8,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "sliding_window_size": 4096,
+    "torch_dtype": "float32",
+    "transformers_version": "4.42.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
+
+def test_gemma_2_9b_is_9_24b_parameters(tmp_path: Path) -> None:
+    """Gemma-2-9B: 9.24B parameters (the model card; 9,241,705,984 in the checkpoint). Read as
+    a two-matrix MLP it would be 7.08B: the GeGLU has 3 matrices of 3584 x 14336 per layer."""
+    model = resolve_model(str(_write(tmp_path, GEMMA_2_9B)))
+    assert model.gated_mlp and model.tie_word_embeddings and model.head_dim == 256
+    assert param_counts(model).total == pytest.approx(9.24e9, rel=0.01)
+
+
+def test_multimodal_wrapper_plans_its_text_model(tmp_path: Path) -> None:
+    """A Llava-style config: the language model sits in text_config; the top level holds the
+    dtype. Read as that text model, with the wrapper named in the source."""
+    text = {k: v for k, v in LLAMA_3_1_70B.items() if k not in ("architectures", "torch_dtype")}
+    wrapper = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "image_token_index": 128256,
+        "torch_dtype": "bfloat16",
+        "text_config": text,
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024},
+    }
+    loaded = resolve_model(str(_write(tmp_path, wrapper)))
+    _assert_same_model(loaded, resolve_model("llama-3.1-70b"))
+    assert "llava" in loaded.source and "text model" in loaded.source
+
+
+def test_gemma_3_wrapper_reads_text_config_and_ties_by_default(tmp_path: Path) -> None:
+    """google/gemma-3-27b-it: Gemma3ForConditionalGeneration, text_config of gemma3_text."""
+    wrapper = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "torch_dtype": "bfloat16",
+        "text_config": {
+            "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+            "model_type": "gemma3_text", "num_attention_heads": 32, "num_hidden_layers": 62,
+            "num_key_value_heads": 16, "query_pre_attn_scalar": 168, "sliding_window": 1024,
+            "max_position_embeddings": 131072, "vocab_size": 262208,
+        },
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152},
+    }
+    model = resolve_model(str(_write(tmp_path, wrapper)))
+    assert model.gated_mlp and model.tie_word_embeddings
+    # 27.0B of language model (the 0.4B SigLIP tower is not counted)
+    assert param_counts(model).total == pytest.approx(27.0e9, rel=0.02)
 
 
 @pytest.mark.parametrize(("torch_dtype", "dtype"), [("float16", "float16"), ("float32", "float32")])
@@ -279,6 +367,28 @@ def test_gptq_per_channel_group(tmp_path: Path) -> None:
         ),
         (json.dumps({k: v for k, v in LLAMA_3_1_70B.items() if k != "vocab_size"}), "vocab_size"),
         (json.dumps({**LLAMA_3_1_70B, "num_key_value_heads": 7}), "num_key_value_heads"),
+        (json.dumps({**LLAMA_3_1_70B, "torch_dtype": ["bfloat16"]}), "torch_dtype"),
+        (json.dumps({**LLAMA_3_1_70B, "dtype": None, "torch_dtype": 16}), "torch_dtype"),
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {
+            "quant_method": "compressed-tensors", "config_groups": [{"weights": {}}]}}),
+         "quantization_config.config_groups"),
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {
+            "quant_method": "compressed-tensors", "config_groups": {"group_0": "int4"}}}),
+         "quantization_config.config_groups.group_0"),
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {"weights": [4]}}}}),
+         "quantization_config.config_groups.group_0.weights"),
+        (json.dumps({**LLAMA_3_1_70B, "hidden_size": 8192.0}), "hidden_size: must be an integer"),
+        (json.dumps({**LLAMA_3_1_70B, "hidden_size": "8192"}), "hidden_size: must be an integer"),
+        (json.dumps({**LLAMA_3_1_70B, "num_hidden_layers": True}), "num_hidden_layers: must be an integer"),
+        (json.dumps({**LLAMA_3_1_70B, "hidden_size": 10**30}), "hidden_size"),
+        (json.dumps({**LLAMA_3_1_70B, "tie_word_embeddings": "yes"}), "tie_word_embeddings"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ('{"hidden_size": ' + "9" * 5000 + "}", "malformed JSON"),
+        (json.dumps({"model_type": "llava", "text_config": [1]}), "text_config"),
+        (json.dumps({"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 8}}),
+         "text_config: num_hidden_layers: missing"),
     ],
 )
 def test_bad_config_json_is_one_line(tmp_path: Path, text: str, message: str) -> None:
@@ -300,3 +410,35 @@ def test_non_utf8_config_json(tmp_path: Path) -> None:
 def test_directory_without_config_json(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no config.json"):
         resolve_model(str(tmp_path))
+
+
+# The heads of the published config.json files (architectures, model_type, is_encoder_decoder)
+NOT_DECODERS = {
+    "bert-base-uncased": {"architectures": ["BertForMaskedLM"], "model_type": "bert",
+                          "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                          "intermediate_size": 3072, "vocab_size": 30522,
+                          "max_position_embeddings": 512, "hidden_act": "gelu"},
+    "roberta-base": {"architectures": ["RobertaForMaskedLM"], "model_type": "roberta"},
+    "t5-base": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+                "is_encoder_decoder": True, "d_model": 768},
+    "facebook/bart-large": {"architectures": ["BartModel"], "model_type": "bart",
+                            "is_encoder_decoder": True},
+    "google/vit-base-patch16-224": {"architectures": ["ViTForImageClassification"],
+                                    "model_type": "vit", "hidden_size": 768},
+    "openai/whisper-large-v3": {"architectures": ["WhisperForConditionalGeneration"],
+                                "model_type": "whisper", "is_encoder_decoder": True},
+    "unknown encoder-decoder": {"model_type": "newseq2seq", "is_encoder_decoder": True},
+    "unknown masked LM": {"architectures": ["NewForMaskedLM"]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_DECODERS))
+def test_non_decoder_architectures_are_refused(tmp_path: Path, name: str) -> None:
+    """A BERT, T5, ViT or Whisper config.json is not planned as a decoder LLM (which would
+    print a `vllm serve` command for it): one line naming what it is."""
+    path = _write(tmp_path, NOT_DECODERS[name])
+    with pytest.raises(SpecError) as info:
+        resolve_model(str(path))
+    message = str(info.value)
+    assert message.startswith(str(path)) and "decoder-only" in message and "\n" not in message
+    assert any(kind in message for kind in ("encoder-only", "encoder-decoder", "vision model"))

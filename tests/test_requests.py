@@ -35,6 +35,7 @@ def test_bad_serve_request_names_the_flag(field, value, flag):
     ("seq_len", -2048, "--seq-len: must be positive"),
     ("micro_batch", 0, "--micro-batch: must be positive"),
     ("virtual_stages", 0, "--virtual-stages: must be positive"),
+    ("virtual_stages", 1, "--virtual-stages: interleaving needs at least 2"),
     ("zero_stage", 4, "--zero: must be 0, 1, 2 or 3 (got 4)"),
 ])
 def test_bad_train_request_names_the_flag(field, value, flag):
@@ -60,3 +61,15 @@ def test_tp_pp_not_dividing_the_gpus():
     request = TrainRequest(**TRAIN, layout=LayoutFilter(tp=8, pp=3))
     with pytest.raises(SpecError, match="--layout: tp\\*pp = 24 does not divide the 64 GPUs"):
         resolve_fixed_dp(request, resolve_cluster("8x8xA100"))
+
+
+def test_virtual_stages_only_with_interleaving():
+    with pytest.raises(SpecError, match="--virtual-stages: only with --schedule interleaved"):
+        TrainRequest(**TRAIN, virtual_stages=2, schedule="gpipe")
+    assert TrainRequest(**TRAIN, virtual_stages=2, schedule="interleaved").virtual_stages == 2
+
+
+def test_fixed_dp_must_divide_the_global_batch():
+    request = TrainRequest(global_batch=7, seq_len=2048, layout=LayoutFilter(dp=8))
+    with pytest.raises(SpecError, match="--global-batch: 7 not divisible by dp=8"):
+        check_fixed_batch(request)

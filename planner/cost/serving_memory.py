@@ -155,6 +155,16 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     return stages
 
 
+def memory_overshoot_bytes(stages: list[StageMemory], max_model_len: int) -> float:
+    """How far the worst stage is from fitting: weights + activations + overhead over the
+    usable budget, else the KV cache one max-length sequence still lacks (what the "closest
+    misses" of a plan with nothing feasible are ordered by)."""
+    short = max(s.weights_bytes + s.activation_bytes + s.overhead_bytes - s.budget_bytes for s in stages)
+    if short >= 0:
+        return max(short, 1.0)
+    return max(max((max_model_len - s.kv_cache_tokens) * s.kv_bytes_per_token for s in stages), 1.0)
+
+
 def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
     reasons = []
     # Name the heaviest stage, so "by X GiB" is the whole shortfall, not the first stage's.

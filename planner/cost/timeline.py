@@ -22,6 +22,30 @@ from typing import Literal
 
 Kind = Literal["forward", "backward", "decode"]
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+MAX_TIMELINE_BLOCKS = 32_768
+"""Blocks one drawn schedule may have (2 p m v for training, p k rounds for decode): the
+simulation and the chart cost ~10 us a block, and past this a 120-column chart shows
+phases, not blocks."""
+MAX_TIMELINE_STAGES = 128
+"""Stages (rows) a chart draws."""
+
+
+def num_blocks(p: int, m: int, v: int, backward: bool = True) -> int:
+    """Blocks a training schedule draws: a forward (and a backward) per stage, micro-batch
+    and chunk."""
+    return p * m * v * (2 if backward else 1)
+
+
+def drawable_micro_batches(schedule: str, p: int, m: int, v: int) -> int | None:
+    """The most micro-batches (at most m) a chart of this schedule can draw within
+    MAX_TIMELINE_BLOCKS, a multiple of p for interleaved (Megatron's rule); None when not
+    even the fewest fit (too many stages)."""
+    if p > MAX_TIMELINE_STAGES:
+        return None
+    most = min(m, MAX_TIMELINE_BLOCKS // num_blocks(p, 1, v))
+    if schedule == "interleaved":
+        most -= most % p
+    return most if most >= 1 else None
 
 
 @dataclass(frozen=True)

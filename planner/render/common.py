@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner import units
 from planner.emit.command import PER_NODE_VARIABLES, LaunchStep
+from planner.errors import SpecError
 
 if TYPE_CHECKING:  # rich is imported only to print, never for --json
     from rich.console import Console
+
+    from planner.layout import Rejected
 
 WIDE_COLUMNS = 160
 """Width used when output is not a terminal (pipes, files, tests), so tables stay whole."""
@@ -24,7 +30,71 @@ def console(stderr: bool = False, record: bool = False) -> Console:
 
     probe = Console(stderr=stderr)
     width = None if probe.is_terminal or os.environ.get("COLUMNS") else WIDE_COLUMNS
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
+    return _console_class()(stderr=stderr, highlight=False, soft_wrap=False, width=width, record=record)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        """A closed pipe (`plan ... | head`) silences the console and the command goes on
+        to its own exit code; rich's default exits 1, which scripts read as "no feasible
+        layout"."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            discard_stream(self.file)
+
+    return QuietOnClosedPipe
+
+
+def discard_stream(stream: Any) -> None:
+    """Point a closed stdout/stderr at /dev/null (the Python docs' recipe for SIGPIPE), so
+    what is still buffered does not raise again when the interpreter flushes at exit."""
+    try:
+        fileno = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests capture output)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fileno)
+    os.close(devnull)
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush; a closed pipe discards the rest (a full disk raises OSError, which
+    the CLI reports in one line)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stream(sys.stdout)
+
+
+def finish_output() -> str | None:
+    """Flush stdout before exit: None when all went out (or the reader left), else why it
+    could not be written (a full disk), with stdout discarded so the exit flush is quiet."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stream(sys.stdout)
+    except OSError as exc:
+        discard_stream(sys.stdout)
+        return exc.strerror or str(exc)
+    return None
+
+
+MAX_REJECTED_SHOWN = 12
+"""Rejected layouts listed when nothing fits and --show-rejected is not given (the closest
+misses first); a 10**5-GPU cluster has thousands."""
+
+
+def closest_misses(rejected: tuple[Rejected, ...], limit: int) -> tuple[list[Rejected], int]:
+    """The rejections that came closest (smallest memory overshoot first, then the rest in
+    their order) and how many are left out."""
+    order = sorted(range(len(rejected)),
+                   key=lambda i: (rejected[i].over_bytes <= 0, rejected[i].over_bytes, i))
+    return [rejected[i] for i in order[:limit]], max(0, len(rejected) - limit)
 
 
 def gib(num_bytes: float) -> str:
@@ -69,7 +139,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(payload: Any) -> None:
-    print(json.dumps(to_jsonable(payload), indent=2))
+    write_stdout(json.dumps(to_jsonable(payload), indent=2) + "\n")
 
 
 def print_json_rows(payload: dict[str, Any]) -> None:
@@ -84,7 +154,7 @@ def print_json_rows(payload: dict[str, Any]) -> None:
         else:
             text = _compact(value)
         lines.append(f"  {json.dumps(key)}: {text}")
-    sys.stdout.write("{\n" + ",\n".join(lines) + "\n}\n")
+    write_stdout("{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def _compact(value: Any) -> str:
@@ -114,3 +184,63 @@ def per_node_lines(steps: tuple[LaunchStep, ...]) -> list[str]:
         return []
     return ["\nSet on each node before its command:"] + [
         f"  export {name}=...  # {meaning}" for name, meaning in PER_NODE_VARIABLES.items() if name in used]
+
+
+def check_output_path(flag: str, path: str) -> None:
+    """Before any work: `path` can take the file (--svg, --html): not a directory, in a
+    directory that exists and accepts a new file (a read-only directory or /proc does not).
+    An existing non-regular file (/dev/stdout, a pipe) is written in place."""
+    if not path.strip():
+        raise SpecError(f"{flag}: empty (give the file to write)")
+    try:
+        _check_output_path(flag, path)
+    except OSError as exc:  # a name the OS refuses (too long, a loop of links)
+        raise SpecError(f"{flag}: {path[:80]}: cannot write: {exc.strerror}") from None
+
+
+def _check_output_path(flag: str, path: str) -> None:
+    target = Path(path)
+    if target.is_dir():
+        raise SpecError(f"{flag}: {path}: is a directory (give a file name)")
+    if target.exists() and not target.is_file():
+        if not os.access(target, os.W_OK):
+            raise SpecError(f"{flag}: {path}: not writable")
+        return
+    parent = target.parent
+    if not parent.is_dir():
+        raise SpecError(f"{flag}: {path}: directory {parent} does not exist")
+    try:
+        handle, probe = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise SpecError(f"{flag}: {path}: cannot write in {parent}: {exc.strerror}") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def write_output_file(flag: str, path: str, text: str) -> None:
+    """The whole text or nothing: written to a temporary file beside `path`, then renamed
+    over it (a full disk leaves no half-written file). A non-regular file is written in place."""
+    target = Path(path)
+    try:
+        if target.exists() and not target.is_file():
+            with target.open("w", encoding="utf-8") as out:
+                out.write(text)
+            return
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(temporary, target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode())
+            os.replace(temporary, target)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise SpecError(f"{flag}: {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _new_file_mode() -> int:
+    """What open() would give a new file under the process umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask

@@ -17,13 +17,14 @@ from rich.text import Text
 from planner import units
 from planner.cost.timeline import Block, Timeline
 from planner.explain import (
+    MAX_NODES_MAPPED,
     CollectiveRow,
     Explanation,
     MemoryBar,
     PlacementMap,
     TimeBreakdown,
 )
-from planner.render.common import console, count, gib, ms, print_json, us
+from planner.render.common import console, count, gib, ms, print_json, us, write_output_file
 from planner.sensitivity import Flip, SensitivityReport
 
 STAGE_STYLES = ("on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3",
@@ -40,7 +41,7 @@ BREAKDOWN_STYLES = {"compute": "black on cyan", "memory-bound work": "white on b
 KIND_LETTER = {"forward": "F", "backward": "B", "decode": "D"}
 KIND_STYLE = {"forward": "white on blue", "backward": "black on green", "decode": "white on blue"}
 IDLE_CHAR = "."
-MAX_NODES_DRAWN = 8
+MAX_NODES_DRAWN = MAX_NODES_MAPPED
 """Larger clusters repeat the pattern; the map shows the first nodes and says so."""
 LABEL_GAP = 1
 """Columns between a block's label and the next block."""
@@ -118,14 +119,14 @@ def placement_summary(pm: PlacementMap) -> list[str]:
     if not pm.boundaries:
         lines.append("No pipeline boundaries (pp=1).")
         return lines
-    crossing = [b for b in pm.boundaries if b.from_node != b.to_node]
-    lines.append(f"{len(pm.boundaries)} pipeline boundar{'y' if len(pm.boundaries) == 1 else 'ies'} "
-                 f"({lay.pp - 1} per replica x {lay.dp}), {len(crossing)} across nodes:")
+    total = pm.num_boundaries
+    lines.append(f"{total:,} pipeline boundar{'y' if total == 1 else 'ies'} "
+                 f"({lay.pp - 1} per replica x {lay.dp:,}), {pm.num_boundaries_crossing_nodes:,} across nodes:")
     for b in pm.boundaries[:6]:
         where = f"node {b.from_node} -> node {b.to_node}" if b.from_node != b.to_node else f"inside node {b.from_node}"
         lines.append(f"  replica {b.dp_replica}: stage {b.from_stage} -> {b.from_stage + 1}, {where}, over {b.link}")
-    if len(pm.boundaries) > 6:
-        lines.append(f"  ... {len(pm.boundaries) - 6} more")
+    if total > 6:
+        lines.append(f"  ... {total - 6:,} more")
     return lines
 
 
@@ -329,8 +330,10 @@ def timeline_text(timeline: Timeline, width: int = 120) -> str:
     return "\n".join(line.plain for line in timeline_lines(timeline, width))
 
 
-def print_timeline(out: Console, timeline: Timeline, caption: str) -> None:
+def print_timeline(out: Console, timeline: Timeline | None, caption: str) -> None:
     heading(out, f"Pipeline timeline: {caption}")
+    if timeline is None:
+        return
     lines = timeline_lines(timeline, out.width)
     for line in lines:
         out.print(line, no_wrap=True, overflow="crop")
@@ -470,7 +473,7 @@ def show(e: Explanation | None, *, timeline: Timeline | None = None, caption: st
     else:
         print_timeline(out, timeline, caption)
     if svg:
-        out.save_svg(svg, title="plan explain", clear=False)
+        write_output_file("--svg", svg, out.export_svg(title="plan explain", clear=False))
     if html:
-        out.save_html(html, clear=False)
+        write_output_file("--html", html, out.export_html(clear=False))
     return out

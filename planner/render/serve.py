@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Any
 from planner.emit.command import LaunchStep
 from planner.layout import Rejected
 from planner.render.catalog import describe_cluster, describe_model
-from planner.render.common import console, count, ms, per_node_lines, print_json_rows, step_json, us
+from planner.render.common import (
+    MAX_REJECTED_SHOWN,
+    closest_misses,
+    console,
+    count,
+    ms,
+    per_node_lines,
+    print_json_rows,
+    step_json,
+    us,
+)
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
@@ -130,10 +140,10 @@ def _placement_line(r: ServeEstimate) -> str:
     return f"Placement: {tp}; {pp}."
 
 
-def render_rejected(rejected: tuple[Rejected, ...]) -> Table:
+def render_rejected(rejected: tuple[Rejected, ...] | list[Rejected], title: str = "Rejected layouts") -> Table:
     from rich.table import Table
 
-    table = Table(title="Rejected layouts")
+    table = Table(title=title)
     for header in ("tp", "pp", "dp"):
         table.add_column(header, justify="right")
     table.add_column("why not", justify="left")
@@ -148,7 +158,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
     if plan.recommended is None:
-        render_infeasible(plan)
+        render_infeasible(plan, show_rejected)
         return
     out.print(render_table(plan, top))
     for line in summary_lines(plan):
@@ -168,10 +178,19 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         out.print(f"Note: {note}")
 
 
-def render_infeasible(plan: ServePlan) -> None:
+def render_infeasible(plan: ServePlan, show_rejected: bool = False) -> None:
+    """Why nothing fits (every rejection with --show-rejected, else the closest misses) and
+    what would fit, on stderr."""
     err = console(stderr=True)
     err.print(f"No feasible layout for {plan.model.name} on {plan.num_gpus} GPUs of {plan.cluster.name}.")
-    err.print(render_rejected(plan.rejected))
+    if show_rejected:
+        err.print(render_rejected(plan.rejected))
+    else:
+        shown, more = closest_misses(plan.rejected, MAX_REJECTED_SHOWN)
+        title = "Rejected layouts" if not more else f"Rejected layouts: the {len(shown)} closest of {len(plan.rejected):,}"
+        err.print(render_rejected(shown, title))
+        if more:
+            err.print(f"{more:,} more rejected (--show-rejected lists every one).")
     for suggestion in plan.suggestions:
         err.print(f"What would fit: {suggestion}")
 
@@ -221,9 +240,11 @@ StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
 def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
-              engine: str | None = None) -> dict[str, Any]:
-    """`engine`: the engine and release the commands are for (`vllm 0.33.0`), None without commands."""
-    layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r)) for i, r in enumerate(plan.layouts)]
+              engine: str | None = None, top: int | None = None) -> dict[str, Any]:
+    """`engine`: the engine and release the commands are for (`vllm 0.33.0`), None without
+    commands; `top`: the best layouts to list (None: every feasible one)."""
+    layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r))
+               for i, r in enumerate(plan.layouts[:top])]
     return {
         "workload": "serve",
         "model": plan.model.name,
@@ -242,5 +263,5 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
 
 
 def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
-                    engine: str | None = None) -> None:
-    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine))
+                    engine: str | None = None, top: int | None = None) -> None:
+    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine, top))

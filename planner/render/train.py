@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from planner.emit.command import ALL_NODES, LaunchStep
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import (
+    MAX_REJECTED_SHOWN,
+    closest_misses,
     console,
     count,
     gib,
@@ -107,13 +109,17 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     return lines
 
 
-def render_rejected(plan: TrainPlan) -> Table:
+def render_rejected(plan: TrainPlan, show_all: bool = True) -> Table:
+    """Every rejected layout, or (show_all False) the closest misses."""
     from rich.table import Table
 
-    table = Table(title=f"Rejected layouts ({len(plan.rejected)})")
+    rows, more = (list(plan.rejected), 0) if show_all else closest_misses(plan.rejected, MAX_REJECTED_SHOWN)
+    title = f"Rejected layouts ({len(plan.rejected):,})" + (
+        f": the {len(rows)} closest; {more:,} more with --show-rejected" if more else "")
+    table = Table(title=title)
     for header in ("tp", "pp", "dp", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
-    for r in plan.rejected:
+    for r in rows:
         table.add_row(str(r.layout.tp), str(r.layout.pp), str(r.layout.dp), str(r.num_configs_rejected), "; ".join(r.reasons))
     return table
 
@@ -136,7 +142,7 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
     else:
         out.print("No configuration fits: see the reasons below (or add GPUs, recompute, ZeRO).")
     if show_rejected or not plan.layouts:
-        out.print(render_rejected(plan))
+        out.print(render_rejected(plan, show_all=show_rejected))
     elif plan.rejected:
         out.print(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
 
@@ -176,8 +182,10 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
     }
 
 
-def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor) -> None:
-    layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts)]
+def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor,
+                    top: int | None = None) -> None:
+    """`top`: the best configurations to list (None: every feasible one)."""
+    layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts[:top])]
     print_json_rows({
         "workload": "train",
         "model": model.name,

@@ -57,11 +57,22 @@ def test_json_has_every_section() -> None:
     assert data["memory"][0]["segments"][0] == {"name": "weights", "bytes": pytest.approx(data["memory"][0]["segments"][0]["bytes"])}
 
 
-def test_user_errors_are_one_line_exit_2() -> None:
+def test_nothing_fits_is_exit_1_with_what_would_fit_as_plan_says() -> None:
+    """Not a user mistake: exit 1, the closest rejections and what would fit (as `plan`)."""
     result = CliRunner().invoke(app, ["explain", "--model", "llama-3.1-405b", "--cluster", "1x8xH100",
                                       "--layout", "tp=8"])
-    assert result.exit_code == 2
-    assert "no feasible layout" in result.output and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 1, result.output
+    assert "No feasible layout" in result.output and "What would fit: fp8 weights" in result.output
+    result = CliRunner().invoke(app, ["explain", "--json", "--model", "llama-3.1-405b", "--cluster",
+                                      "1x8xH100", "--layout", "tp=8"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["suggestions"]
+    result = CliRunner().invoke(app, ["explain", "--workload", "train", "--model", "llama-3.1-405b",
+                                      "--cluster", "1x8xH100", "--global-batch", "8", "--seq-len", "4096"])
+    assert result.exit_code == 1 and "No configuration fits" in result.output
+
+
+def test_user_errors_are_one_line_exit_2() -> None:
     result = CliRunner().invoke(app, ["explain", "--cluster", "1x8xH100"])
     assert result.exit_code == 2 and "--model" in result.output
 
