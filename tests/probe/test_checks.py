@@ -152,6 +152,14 @@ def test_merge_into_a_profile_that_plan_would_reject(tmp_path, no_launch, change
     assert path.read_text() == before
 
 
+def test_merge_into_a_binary_file(tmp_path, no_launch):
+    """Not a codec error without a name: the file, what is wrong, before any launch."""
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"\xb7\x00\xff" * 100)
+    line = refused("--merge-into", str(path))
+    assert line.startswith(f"plan probe: --merge-into {path}: cannot read: not UTF-8 text"), line
+
+
 def test_a_good_merge_profile_and_out_pass_every_check(tmp_path, no_launch):
     """The checks refuse only what is wrong: this run gets to the launch (recorded, then undone)."""
     path = write_profile(tmp_path / "p.yaml")
