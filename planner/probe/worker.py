@@ -34,7 +34,7 @@ from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_REC
 
 PROGRESS_PREFIX = "@@plan-probe-progress"
 INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
-ALL_RANKS, ONE_RANK_PER_NODE = "all_local_ranks", "one_rank_per_node"
+ALL_RANKS, ONE_RANK_PER_NODE, TP_GROUPS = "all_local_ranks", "one_rank_per_node", "tp_groups"
 
 
 @dataclass
@@ -120,8 +120,24 @@ def discover_nodes(node_id_from: str, device: torch.device) -> tuple[list[list[i
     return nodes, [hostname_by_node[node_id] for node_id in ordered]
 
 
+def divisors_from_2(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def tp_groups(nodes: list[list[int]], size: int) -> list[list[int]]:
+    """Every group of `size` consecutive ranks in node order: the TP groups of tp=size."""
+    order = [rank for node in nodes for rank in node]
+    return [order[k : k + size] for k in range(0, len(order), size)]
+
+
 def build_phases(nodes: list[list[int]]) -> list[Phase]:
-    """Create every group (all ranks, same order) and the schedule that uses them."""
+    """Create every group (all ranks, same order) and the schedule that uses them.
+
+    Besides the link measurements, every TP size the planner can pick gets an all-reduce
+    phase with all its groups at once, as TP runs: inside a node the divisors of the node's
+    ranks below it (the whole node is the intra-node phase), across nodes whole-node
+    multiples (the whole world is the world phase).
+    """
     num_nodes, local_size = len(nodes), len(nodes[0])
     new = lambda ranks: Group(ranks, dist.new_group(ranks))  # noqa: E731
     phases: list[Phase] = []
@@ -131,6 +147,9 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
             phases.append(Phase(op, INTRA_NODE, ALL_RANKS, intra))
         pairs = [new(node[k : k + 2]) for node in nodes for k in range(0, local_size - 1, 2)]
         phases.append(Phase(SEND_RECV, INTRA_NODE, ALL_RANKS, pairs))
+        for size in divisors_from_2(local_size)[:-1]:
+            groups = [new(g) for g in tp_groups(nodes, size)]
+            phases.append(Phase(ALL_REDUCE, INTRA_NODE, TP_GROUPS, groups))
     if num_nodes >= 2:
         inter = [new([node[j] for node in nodes]) for j in range(local_size)]
         phases.append(
@@ -143,6 +162,16 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
             phases.append(Phase(op, INTER_NODE, mode, inter))
         pairs = [new([nodes[i][0], nodes[i + 1][0]]) for i in range(0, num_nodes - 1, 2)]
         phases.append(Phase(SEND_RECV, INTER_NODE, ONE_RANK_PER_NODE, pairs))
+        if local_size > 1:  # every local rank's NIC (rail) at once: a slow NIC shows as its pair
+            rails = [
+                new([nodes[i][j], nodes[i + 1][j]])
+                for i in range(0, num_nodes - 1, 2)
+                for j in range(local_size)
+            ]
+            phases.append(Phase(SEND_RECV, INTER_NODE, ALL_RANKS, rails))
+        for num_nodes_per_group in divisors_from_2(num_nodes)[:-1]:
+            groups = [new(g) for g in tp_groups(nodes, num_nodes_per_group * local_size)]
+            phases.append(Phase(ALL_REDUCE, INTER_NODE, TP_GROUPS, groups))
     if num_nodes >= 2 and local_size >= 2:
         phases.append(
             Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)])
