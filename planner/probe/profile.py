@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from planner import units
+from planner.cost.efficiency import DECODE_HBM_UTILIZATION
 from planner.probe.fit import AlphaBetaFit, exceeds_spec
 from planner.probe.results import (
     ALL_RANKS,
@@ -48,7 +49,10 @@ NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
 DEVICE_NAME_PATTERNS = (
     (r"GB200", "GB200"),
     (r"B200", "B200-SXM-180GB"),
+    (r"GH200", "GH200"),
+    (r"H200.*NVL", "H200-NVL-141GB"),
     (r"H200", "H200-SXM-141GB"),
+    (r"\bH20\b", "H20"),
     (r"H100.*NVL", "H100-NVL-94GB"),
     (r"H100.*PCI", "H100-PCIE-80GB"),
     (r"H100", "H100-SXM5-80GB"),
@@ -56,6 +60,8 @@ DEVICE_NAME_PATTERNS = (
     (r"A100.*40GB", "A100-SXM4-40GB"),
     (r"A100", "A100-SXM4-80GB"),
     (r"L40S", "L40S"),
+    (r"\bL40\b", "L40"),
+    (r"RTX 6000 Ada", "RTX-6000-Ada"),
     (r"\bL4\b", "L4"),
     (r"A10G", "A10G"),
     (r"4090", "RTX-4090"),
@@ -93,6 +99,16 @@ def catalog_gpu(name: str) -> dict | None:
         return None
 
 
+def hbm_peak_equivalent(copy_bytes_per_s: float) -> float:
+    """The datasheet-like HBM figure for a GPU known only by its measured copy rate.
+
+    The planner derates a GPU's HBM bandwidth by DECODE_HBM_UTILIZATION (what decode
+    reaches of the datasheet figure); a copy rate is already achieved, so it is stored
+    as copy / DECODE_HBM_UTILIZATION and the planner's derating gives the measured rate
+    back, instead of derating it a second time."""
+    return copy_bytes_per_s / DECODE_HBM_UTILIZATION
+
+
 def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dict:
     if not raw["compute"]:
         flags.append("gpu figures are the catalog's, not measured (CPU run)")
@@ -108,10 +124,13 @@ def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dic
     entry = catalog_gpu(name) if name else None
     if entry is None:
         flags.append(
-            f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth is the measured copy rate"
+            f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth from "
+            "the measured copy rate (measured.hbm_bandwidth_basis)"
         )
         memory_gib = rounded(units.bytes_to_gib(first["memory_bytes"]))
-        hbm_gb_per_s = rounded(units.bytes_per_s_to_gb_per_s(first["hbm_copy_bytes_per_s"]))
+        hbm_gb_per_s = rounded(
+            units.bytes_per_s_to_gb_per_s(hbm_peak_equivalent(first["hbm_copy_bytes_per_s"]))
+        )
         entry = {
             "name": first["device_name"],
             "memory_gib": memory_gib,
@@ -385,6 +404,11 @@ def measured_section(
         }
         section["hbm_bandwidth_gb_per_s"] = rounded(
             units.bytes_per_s_to_gb_per_s(min(c["hbm_copy_bytes_per_s"] for c in raw["compute"]))
+        )
+        section["hbm_bandwidth_basis"] = (
+            "hbm_bandwidth_gb_per_s here is the slowest rank's measured copy rate (read + write); "
+            "a GPU the catalog lacks gets copy / DECODE_HBM_UTILIZATION as its datasheet-like "
+            "figure, so the planner's derating yields the measured rate once"
         )
         section["per_rank_compute"] = raw["compute"]
     section["results"] = results_section(rows)

@@ -160,3 +160,47 @@ def test_a_slow_node_is_named_and_healthy_runs_flag_nothing():
     assert build(raw_from(nodes, phases))["measured"]["outliers"] == []
     (slow,) = build(raw_from(nodes, phases, slow={(0, 1): 0.5}))["measured"]["outliers"]
     assert (slow["node_indices"], slow["hostnames"], slow["ranks"]) == ([1], ["host1"], [2, 3])
+
+
+@pytest.mark.parametrize(
+    ("device_name", "catalog_name"),
+    [
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA H200 NVL", "H200-NVL-141GB"),
+        ("NVIDIA H200", "H200-SXM-141GB"),
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
+        ("NVIDIA H800", None),  # not in the catalog: measured figures, never an H100's
+        ("NVIDIA A800-SXM4-80GB", None),
+    ],
+)
+def test_device_names_map_to_their_own_catalog_entry(device_name, catalog_name):
+    assert profile.catalog_gpu_name(device_name) == catalog_name
+    if catalog_name:
+        assert profile.catalog_gpu(catalog_name)["name"] == catalog_name
+
+
+def test_a_measured_copy_rate_is_derated_once():
+    """An unknown GPU's HBM figure is copy / DECODE_HBM_UTILIZATION, so the planner's decode
+    derating (x DECODE_HBM_UTILIZATION) gives back exactly the measured 3000 GB/s."""
+    from planner.cost.efficiency import DECODE_HBM_UTILIZATION
+
+    nodes, phases = one_node_of_four()
+    raw = raw_from(nodes, phases)
+    raw["compute"] = [
+        dict(
+            rank=0,
+            device_name="NVIDIA H800",
+            memory_bytes=80 * 2**30,
+            matmul_flop_per_s={"bf16": 7e14, "fp16": 7e14},
+            hbm_copy_bytes_per_s=3.0e12,
+        )
+    ]
+    document = build(raw)
+    gpu = document["gpu"]
+    assert gpu["name"] == "NVIDIA H800"
+    assert gpu["hbm_bandwidth_gb_per_s"] * DECODE_HBM_UTILIZATION == pytest.approx(3000, rel=1e-3)
+    assert gpu["achievable_matmul_tflops"]["bf16"] == 700.0
+    assert document["measured"]["hbm_bandwidth_gb_per_s"] == 3000.0
