@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from planner.probe.fit import AlphaBetaFit, fit_alpha_beta, slow_outliers
 from planner.probe.sweep import ALL_REDUCE, summarize
+from planner.probe.timing import slowest_rank_per_repeat
 
 ALL_RANKS, ONE_RANK_PER_NODE, TP_GROUPS = "all_local_ranks", "one_rank_per_node", "tp_groups"
 INTRA_NODE, INTER_NODE = "intra_node", "inter_node"
@@ -35,16 +36,27 @@ class ResultRow:
     spread_fraction: float
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
+    host_median_seconds: float | None = None
+    """CUDA: the same point on the host clock (launch overhead included), a cross-check of
+    the event timing that median_seconds holds; None where the host clock is the figure."""
+
+
+def slowest_by_point(raw_rows: list[dict], field: str) -> dict[tuple[int, int, int], list[float]]:
+    """(phase, group, size) -> per repeat the slowest rank's seconds of that timing field."""
+    by_rank: dict[tuple[int, int, int], list[list[float]]] = {}
+    for row in raw_rows:
+        if field in row:
+            key = (row["phase"], row["group"], row["size_bytes"])
+            by_rank.setdefault(key, []).append(row[field])
+    return {key: slowest_rank_per_repeat(ranks) for key, ranks in by_rank.items()}
 
 
 def summarize_rows(raw: dict) -> list[ResultRow]:
-    slowest: dict[tuple[int, int, int], list[float]] = {}
-    for row in raw["rows"]:
-        key = (row["phase"], row["group"], row["size_bytes"])
-        previous = slowest.get(key, [0.0] * len(row["repeat_seconds"]))
-        slowest[key] = [max(a, b) for a, b in zip(previous, row["repeat_seconds"], strict=True)]
+    slowest = slowest_by_point(raw["rows"], "repeat_seconds")
+    host = slowest_by_point(raw["rows"], "host_repeat_seconds")  # CUDA: the cross-check
     rows = []
     for (phase_index, group_index, size_bytes), seconds in sorted(slowest.items()):
+        host_seconds = host.get((phase_index, group_index, size_bytes))
         phase = raw["phases"][phase_index]
         ranks = phase["groups"][group_index]
         s = summarize(phase["op"], len(ranks), size_bytes, seconds)
@@ -60,6 +72,7 @@ def summarize_rows(raw: dict) -> list[ResultRow]:
                 s.spread_fraction,
                 s.algbw_bytes_per_s,
                 s.busbw_bytes_per_s,
+                statistics.median(host_seconds) if host_seconds else None,
             )
         )
     return rows

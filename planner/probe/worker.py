@@ -203,18 +203,23 @@ def run_phase(
                 phase.op, group.handle, group.ranks, size_bytes, device
             )
             sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
-            seconds = measure.time_repeats(
+            host_seconds = measure.time_repeats(
                 step, sync, device, args.warmup, args.iterations, args.repeats
             )
-            rows.append(
-                dict(
-                    phase=phase_index,
-                    group=group_index,
-                    size_bytes=size_bytes,
-                    rank=dist.get_rank(),
-                    repeat_seconds=[s * seconds_factor for s in seconds],
-                )
+            row = dict(
+                phase=phase_index,
+                group=group_index,
+                size_bytes=size_bytes,
+                rank=dist.get_rank(),
+                repeat_seconds=[s * seconds_factor for s in host_seconds],
             )
+            if device.type == "cuda":  # events are the figure; the host clock the cross-check
+                event_seconds = measure.time_repeats_events(
+                    step, sync, device, args.iterations, args.repeats
+                )
+                row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
+                row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
+            rows.append(row)
         progress.step(f"{phase.link} {phase.op} {size_bytes} B")
     world_sync()
     return rows
