@@ -73,3 +73,13 @@ def median_of_slowest(seconds_by_rank: list[list[float]]) -> float:
 def host_overhead_fraction(host_seconds: float, event_seconds: float) -> float:
     """How much longer the host clock saw a point than the device did: host / events - 1."""
     return host_seconds / event_seconds - 1.0
+
+
+MIN_COLLECTIVE_TIMEOUT_SECONDS = 10.0
+
+
+def collective_timeout_seconds(run_timeout_seconds: float) -> float:
+    """NCCL's per-collective timeout: half the run's (at least 10 s, never more than the run's),
+    so a hung collective fails inside the worker, whose error names it, before the launcher's
+    deadline ends the run with no cause."""
+    return min(run_timeout_seconds, max(MIN_COLLECTIVE_TIMEOUT_SECONDS, run_timeout_seconds / 2))

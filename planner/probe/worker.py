@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from planner.probe import measure  # noqa: E402
+from planner.probe import measure, timing  # noqa: E402
 from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, size_sweep  # noqa: E402
 
 PROGRESS_PREFIX = "@@plan-probe-progress"
@@ -198,30 +198,44 @@ def run_phase(
     mine = [(i, g) for i, g in enumerate(phase.groups) if dist.get_rank() in g.ranks]
     everyone_in = len(phase.participants) == dist.get_world_size()
     for size_bytes in sizes_bytes:
-        for group_index, group in mine:
-            step, seconds_factor = measure.collective_step(
-                phase.op, group.handle, group.ranks, size_bytes, device
+        try:
+            rows += time_point(
+                phase, phase_index, mine, everyone_in, world_sync, size_bytes, args, device
             )
-            sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
-            host_seconds = measure.time_repeats(
-                step, sync, device, args.warmup, args.iterations, args.repeats
-            )
-            row = dict(
-                phase=phase_index,
-                group=group_index,
-                size_bytes=size_bytes,
-                rank=dist.get_rank(),
-                repeat_seconds=[s * seconds_factor for s in host_seconds],
-            )
-            if device.type == "cuda":  # events are the figure; the host clock the cross-check
-                event_seconds = measure.time_repeats_events(
-                    step, sync, device, args.iterations, args.repeats
-                )
-                row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
-                row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
-            rows.append(row)
+        except torch.cuda.OutOfMemoryError:
+            raise RuntimeError(
+                f"CUDA out of memory in {phase.link} {phase.op} at {size_bytes} B: lower --max-bytes"
+            ) from None
         progress.step(f"{phase.link} {phase.op} {size_bytes} B")
     world_sync()
+    return rows
+
+
+def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, args, device):
+    """This rank's timings of one size of one phase, in each of its groups."""
+    rows = []
+    for group_index, group in mine:
+        step, seconds_factor = measure.collective_step(
+            phase.op, group.handle, group.ranks, size_bytes, device
+        )
+        sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
+        host_seconds = measure.time_repeats(
+            step, sync, device, args.warmup, args.iterations, args.repeats
+        )
+        row = dict(
+            phase=phase_index,
+            group=group_index,
+            size_bytes=size_bytes,
+            rank=dist.get_rank(),
+            repeat_seconds=[s * seconds_factor for s in host_seconds],
+        )
+        if device.type == "cuda":  # events are the figure; the host clock the cross-check
+            event_seconds = measure.time_repeats_events(
+                step, sync, device, args.iterations, args.repeats
+            )
+            row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
+            row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
+        rows.append(row)
     return rows
 
 
@@ -250,7 +264,16 @@ def setup(args) -> tuple[str, torch.device, bool]:
         if backend == "nccl"
         else torch.device("cpu")
     )
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    # gloo keeps the run's timeout (the launcher's deadline reports a hung CPU rank); NCCL's
+    # is well inside it so the hung collective's own error ends the run
+    timeout_s = (
+        timing.collective_timeout_seconds(args.timeout_s) if backend == "nccl" else args.timeout_s
+    )
+    dist.init_process_group(
+        backend,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=comm_device if backend == "nccl" else None,
+    )
     return backend, comm_device, has_cuda
 
 
@@ -261,11 +284,7 @@ def write_json_atomically(path: str, payload: dict) -> None:
     os.replace(temporary_path, path)
 
 
-@record
-def main(argv: list[str] | None = None) -> None:
-    lifeline.watch_parent(TORCHRUN_PID)
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    backend, comm_device, has_cuda = setup(args)
+def run_all(args, backend: str, comm_device: torch.device, has_cuda: bool) -> None:
     nodes, hostnames = discover_nodes(args.node_id_from, comm_device)
     phases = build_phases(nodes)
     sizes_bytes = size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
@@ -285,10 +304,7 @@ def main(argv: list[str] | None = None) -> None:
             dict(
                 backend=backend,
                 device=comm_device.type,
-                torch_version=torch.__version__.split("+")[0],
-                nccl_version=".".join(map(str, torch.cuda.nccl.version()))
-                if backend == "nccl"
-                else None,
+                **versions(backend),
                 world_size=dist.get_world_size(),
                 nodes=nodes,
                 hostnames=hostnames,
@@ -305,7 +321,42 @@ def main(argv: list[str] | None = None) -> None:
                 compute=[c for _, rank_compute in gathered for c in rank_compute],
             ),
         )
-    dist.destroy_process_group()
+
+
+def versions(backend: str) -> dict:
+    """torch, NCCL, CUDA runtime and driver versions and the NCCL_* environment of rank 0."""
+    nccl = backend == "nccl"
+    return dict(
+        torch_version=torch.__version__.split("+")[0],
+        nccl_version=".".join(map(str, torch.cuda.nccl.version())) if nccl else None,
+        cuda_version=torch.version.cuda if nccl else None,
+        cuda_driver_version=cuda_driver_version() if nccl else None,
+        nccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+    )
+
+
+def cuda_driver_version() -> str | None:
+    """cuDriverGetVersion through the driver library torch already loaded, e.g. 12080 -> '12.8'."""
+    try:
+        import ctypes
+
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except OSError:
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    lifeline.watch_parent(TORCHRUN_PID)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    backend, comm_device, has_cuda = setup(args)
+    try:
+        run_all(args, backend, comm_device, has_cuda)
+    finally:  # every process group, the subgroups included, even when a phase failed
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -80,3 +80,20 @@ def test_a_cuda_point_keeps_the_host_clock_as_a_cross_check():
     (point,) = results.summarize_rows(raw)
     assert point.median_seconds == pytest.approx(2e-5)  # slowest per repeat: 2, 3, 2 (x 1e-5)
     assert point.host_median_seconds == pytest.approx(5e-5)  # slowest per repeat: 5, 4, 6
+
+
+def test_nccl_times_out_well_inside_the_run():
+    assert timing.collective_timeout_seconds(600) == 300
+    assert timing.collective_timeout_seconds(12) == 10  # at least 10 s
+    assert timing.collective_timeout_seconds(5) == 5  # never past the run's own deadline
+
+
+def test_more_ranks_than_visible_gpus_is_refused_before_launch():
+    from planner.probe.checks import check_gpu_count
+    from planner.probe.runner import ProbeError
+
+    with pytest.raises(ProbeError, match=r"--nproc-per-node 9 exceeds the 8 visible GPUs"):
+        check_gpu_count(9, 8, on_gpu=True)
+    check_gpu_count(8, 8, on_gpu=True)
+    check_gpu_count(4, 0, on_gpu=False)  # CPU ranks are not GPUs
+    check_gpu_count(None, 8, on_gpu=True)  # default: one rank per visible GPU
