@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from planner import units
 from planner.probe import timing
 from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, num_elements
 
@@ -118,7 +119,7 @@ def time_repeats_events(
     """Seconds per call for each repeat from CUDA events behind a device-side busy-wait
     (planner/probe/timing.py): the host enqueues every op while the stream spins, so the
     events see the device's work without launch overhead. Warm-up is the caller's."""
-    clock_rate_hz = torch.cuda.get_device_properties(device).clock_rate * 1e3  # kHz
+    clock_rate_hz = units.khz_to_hz(torch.cuda.get_device_properties(device).clock_rate)
     cycles = timing.busy_wait_cycles(iterations, clock_rate_hz)
     seconds_per_repeat = []
     for _ in range(repeats):

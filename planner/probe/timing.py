@@ -20,18 +20,19 @@ import math
 import statistics
 from collections.abc import Callable
 
-MS_PER_SECOND = 1e3
-LAUNCH_SECONDS_PER_OP = 20e-6
+from planner import units
+
+LAUNCH_SECONDS_PER_OP = units.us_to_seconds(20)
 """A generous host-side launch cost per op: the busy-wait covers iterations of them."""
-MIN_WAIT_SECONDS = 1e-3
-FALLBACK_CLOCK_HZ = 2.5e9
+MIN_WAIT_SECONDS = units.ms_to_seconds(1)
+FALLBACK_CLOCK_HZ = 2.5 * units.HZ_PER_GHZ
 """Used when the driver reports no SM clock (CUDA 13 dropped cudaDeviceProp.clockRate): above
 current datacenter boost clocks, so the wait only grows."""
 
 
 def seconds_per_op_from_event_ms(elapsed_ms: float, iterations: int) -> float:
     """CUDA's Event.elapsed_time is in milliseconds for the whole repeat."""
-    return elapsed_ms / MS_PER_SECOND / iterations
+    return units.ms_to_seconds(elapsed_ms) / iterations
 
 
 def busy_wait_cycles(iterations: int, clock_rate_hz: float) -> int:
