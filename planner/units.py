@@ -19,6 +19,8 @@ BITS_PER_GBIT = 10**9
 SECONDS_PER_US = 1e-6
 SECONDS_PER_MS = 1e-3
 FLOPS_PER_TFLOPS = 1e12
+HZ_PER_KHZ = 10**3
+HZ_PER_GHZ = 10**9
 COUNT_PER_BILLION = 10**9
 """Parameter counts are shown in billions (B)."""
 
@@ -65,3 +67,7 @@ def tflops_to_flops_per_s(tflops: float) -> float:
 
 def flops_per_s_to_tflops(flops_per_s: float) -> float:
     return flops_per_s / FLOPS_PER_TFLOPS
+
+
+def khz_to_hz(khz: float) -> float:
+    return khz * HZ_PER_KHZ

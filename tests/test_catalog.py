@@ -46,9 +46,9 @@ def test_catalog_lists_ship() -> None:
 
 
 def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
-    """The catalog ships 15 GPUs."""
+    """The catalog ships 20 GPUs."""
     names = {gpu.name for gpu in gpu_catalog()}
-    assert len(names) == len(gpu_catalog()) == 15
+    assert len(names) == len(gpu_catalog()) == 20
     for gpu in gpu_catalog():
         assert gpu.memory_bytes > 0 and gpu.hbm_bytes_per_s > 0
         assert resolve_gpu(gpu.name) is gpu

@@ -172,3 +172,13 @@ def physical_memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def check_gpu_count(nproc_per_node: int | None, num_gpus: int, on_gpu: bool) -> None:
+    """One rank per GPU: more ranks than visible GPUs would share devices (NCCL refuses two
+    ranks on one GPU, after the launch), so it is refused before torchrun starts."""
+    if on_gpu and nproc_per_node is not None and nproc_per_node > num_gpus:
+        raise ProbeError(
+            f"--nproc-per-node {nproc_per_node} exceeds the {num_gpus} visible GPUs "
+            "(CUDA_VISIBLE_DEVICES): one rank per GPU"
+        )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from planner import units
 from planner.emit.torchrun import torchrun_flags
-from planner.probe.checks import check_sweep, check_targets, validate
+from planner.probe.checks import check_gpu_count, check_sweep, check_targets, validate
 from planner.probe.lifeline import watched_argv
 from planner.probe.runner import (
     ProbeError,
@@ -234,6 +234,7 @@ def _run_probe(options: ProbeOptions) -> int:
     on_gpu = num_gpus > 0 and options.backend != "gloo"
     if options.backend == "nccl" and num_gpus == 0:
         raise ProbeError("--backend nccl needs CUDA GPUs and none are visible")
+    check_gpu_count(options.nproc_per_node, num_gpus, on_gpu)
     nproc_per_node = options.nproc_per_node or num_gpus or CPU_NPROC_PER_NODE
     sweep = resolved_sweep(options, on_gpu)
     check_sweep(options, sweep, on_gpu, nproc_per_node)

@@ -3,6 +3,8 @@
 Runs inside torchrun (imports torch). Protocol for every point: warm up, then
 per repeat: synchronize the participants, start the clock, run the op
 ``iterations`` times, wait for the device (cuda synchronize), stop the clock.
+On CUDA each repeat is also timed with events behind a device-side wait
+(``time_repeats_events``); the arithmetic lives in planner/probe/timing.py.
 Each repeat yields seconds per op on this rank; the worker later takes the
 slowest rank of the group per repeat and the median over repeats.
 """
@@ -15,6 +17,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from planner import units
+from planner.probe import timing
 from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, num_elements
 
 FLOP_PER_MULTIPLY_ADD = 2
@@ -84,6 +88,12 @@ def _ping_pong(ranks: list[int], count: int, device: torch.device) -> Callable[[
     return step
 
 
+def warm_up(step: Callable[[], None], device: torch.device, warmup: int) -> None:
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+
+
 def time_repeats(
     step: Callable[[], None],
     sync: Callable[[], None],
@@ -92,18 +102,39 @@ def time_repeats(
     iterations: int,
     repeats: int,
 ) -> list[float]:
-    """Seconds per call for each repeat (warm-up excluded)."""
-    for _ in range(warmup):
-        step()
-    synchronize(device)
+    """Seconds per call for each repeat on the host clock (warm-up excluded)."""
+    warm_up(step, device, warmup)
+    return timing.host_repeats(
+        step, sync, lambda: synchronize(device), time.perf_counter, iterations, repeats
+    )
+
+
+def time_repeats_events(
+    step: Callable[[], None],
+    sync: Callable[[], None],
+    device: torch.device,
+    iterations: int,
+    repeats: int,
+) -> list[float]:
+    """Seconds per call for each repeat from CUDA events behind a device-side busy-wait
+    (planner/probe/timing.py): the host enqueues every op while the stream spins, so the
+    events see the device's work without launch overhead. Warm-up is the caller's."""
+    clock_rate_hz = units.khz_to_hz(torch.cuda.get_device_properties(device).clock_rate)
+    cycles = timing.busy_wait_cycles(iterations, clock_rate_hz)
     seconds_per_repeat = []
     for _ in range(repeats):
         sync()
-        start_seconds = time.perf_counter()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start.record()
         for _ in range(iterations):
             step()
-        synchronize(device)
-        seconds_per_repeat.append((time.perf_counter() - start_seconds) / iterations)
+        end.record()
+        end.synchronize()
+        seconds_per_repeat.append(
+            timing.seconds_per_op_from_event_ms(start.elapsed_time(end), iterations)
+        )
     return seconds_per_repeat
 
 

@@ -22,12 +22,13 @@ import os
 import re
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
 from planner import units
+from planner.cost.efficiency import DECODE_HBM_UTILIZATION
 from planner.probe.fit import AlphaBetaFit, exceeds_spec
 from planner.probe.results import (
     ALL_RANKS,
@@ -35,11 +36,12 @@ from planner.probe.results import (
     POOR_FIT_RELATIVE_RESIDUAL,
     ResultRow,
     curves_section,
+    find_outliers,
     fits_section,
-    outlier_flags,
     results_section,
     rounded,
 )
+from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, OPS, REDUCE_SCATTER
 
 CPU_DEFAULT_GPU = "A100-SXM4-80GB"
 NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
@@ -47,7 +49,10 @@ NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
 DEVICE_NAME_PATTERNS = (
     (r"GB200", "GB200"),
     (r"B200", "B200-SXM-180GB"),
+    (r"GH200", "GH200"),
+    (r"H200.*NVL", "H200-NVL-141GB"),
     (r"H200", "H200-SXM-141GB"),
+    (r"\bH20\b", "H20"),
     (r"H100.*NVL", "H100-NVL-94GB"),
     (r"H100.*PCI", "H100-PCIE-80GB"),
     (r"H100", "H100-SXM5-80GB"),
@@ -55,6 +60,8 @@ DEVICE_NAME_PATTERNS = (
     (r"A100.*40GB", "A100-SXM4-40GB"),
     (r"A100", "A100-SXM4-80GB"),
     (r"L40S", "L40S"),
+    (r"\bL40\b", "L40"),
+    (r"RTX 6000 Ada", "RTX-6000-Ada"),
     (r"\bL4\b", "L4"),
     (r"A10G", "A10G"),
     (r"4090", "RTX-4090"),
@@ -92,6 +99,16 @@ def catalog_gpu(name: str) -> dict | None:
         return None
 
 
+def hbm_peak_equivalent(copy_bytes_per_s: float) -> float:
+    """The datasheet-like HBM figure for a GPU known only by its measured copy rate.
+
+    The planner derates a GPU's HBM bandwidth by DECODE_HBM_UTILIZATION (what decode
+    reaches of the datasheet figure); a copy rate is already achieved, so it is stored
+    as copy / DECODE_HBM_UTILIZATION and the planner's derating gives the measured rate
+    back, instead of derating it a second time."""
+    return copy_bytes_per_s / DECODE_HBM_UTILIZATION
+
+
 def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dict:
     if not raw["compute"]:
         flags.append("gpu figures are the catalog's, not measured (CPU run)")
@@ -107,10 +124,13 @@ def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dic
     entry = catalog_gpu(name) if name else None
     if entry is None:
         flags.append(
-            f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth is the measured copy rate"
+            f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth from "
+            "the measured copy rate (measured.hbm_bandwidth_basis)"
         )
         memory_gib = rounded(units.bytes_to_gib(first["memory_bytes"]))
-        hbm_gb_per_s = rounded(units.bytes_per_s_to_gb_per_s(first["hbm_copy_bytes_per_s"]))
+        hbm_gb_per_s = rounded(
+            units.bytes_per_s_to_gb_per_s(hbm_peak_equivalent(first["hbm_copy_bytes_per_s"]))
+        )
         entry = {
             "name": first["device_name"],
             "memory_gib": memory_gib,
@@ -146,12 +166,75 @@ def _link_numbers(
     return bandwidth_bytes_per_s, latency_seconds
 
 
-def intra_link(fits: dict, rows: list[ResultRow], kind: str, flags: list[str]) -> dict | None:
+def collective_rates(fits: dict, link: str, suffix: str) -> dict[str, float]:
+    """op -> the bandwidth of that op's own alpha-beta fit on this link (ops that left the latency regime)."""
+    rates = {}
+    for op in OPS:
+        name = f"{link}_{op}{suffix}"
+        if name in fits and fits[name][1].bandwidth_bytes_per_s is not None:
+            rates[op] = fits[name][1].bandwidth_bytes_per_s
+    return rates
+
+
+def ring_link_rate(
+    rates: dict[str, float], allreduce_bytes_per_s: float, label: str, flags: list[str]
+) -> float:
+    """The link's bandwidth for every collective the planner prices from it: the all-reduce
+    fit, unless it beats the ring rate that all-gather and reduce-scatter reach (the slower
+    of the two). A ring all-reduce is a reduce-scatter then an all-gather, so its busbw
+    cannot beat theirs; above it, NCCL ran NVLS or a tree (nccl-tests doc/PERFORMANCE.md).
+    That all-reduce figure is kept (the measured curves, the fits) and labelled, not fed to
+    the other collectives."""
+    ring = [rates[op] for op in (ALL_GATHER, REDUCE_SCATTER) if op in rates]
+    if not ring or not exceeds_spec(allreduce_bytes_per_s, min(ring)):
+        return allreduce_bytes_per_s
+    flags.append(
+        f"{label}: all_reduce {units.bytes_per_s_to_gb_per_s(allreduce_bytes_per_s):.4g} GB/s "
+        f"beats the ring rate {units.bytes_per_s_to_gb_per_s(min(ring)):.4g} GB/s of "
+        "all_gather/reduce_scatter (NVLS or tree): kept for all-reduce (curves, fits), "
+        "the link bandwidth is the ring rate"
+    )
+    return min(ring)
+
+
+def bandwidths_section(fits: dict, nccl: bool) -> dict:
+    """link -> op -> GB/s, each op from its own fit (inter-node: the all-local-ranks mode when
+    measured, else one rank per node; per rank, like the fits)."""
+    section = {}
+    for link in ("intra_node", "inter_node"):
+        for suffix in ("", f"_{ONE_RANK_PER_NODE}"):
+            rates = collective_rates(fits, link, suffix)
+            if rates and link not in section:
+                section[link] = {
+                    op: rounded(units.bytes_per_s_to_gb_per_s(rate)) for op, rate in rates.items()
+                }
+                if (
+                    nccl
+                    and ALL_REDUCE in rates
+                    and any(
+                        exceeds_spec(rates[ALL_REDUCE], rates[op])
+                        for op in (ALL_GATHER, REDUCE_SCATTER)
+                        if op in rates
+                    )
+                ):
+                    section[link]["all_reduce_algorithm"] = "above ring rate (NVLS/tree)"
+    return section
+
+
+def intra_link(
+    fits: dict, rows: list[ResultRow], kind: str, flags: list[str], nccl: bool
+) -> dict | None:
     if "intra_node_all_reduce" not in fits:
         return None
     _, fit = fits["intra_node_all_reduce"]
     key = ("all_reduce", "intra_node", ALL_RANKS)
     bandwidth_bytes_per_s, latency_seconds = _link_numbers(fit, rows, key, flags, "intra_node")
+    bandwidth_bytes_per_s = ring_link_rate(
+        collective_rates(fits, "intra_node", "") if nccl else {},
+        bandwidth_bytes_per_s,
+        "intra_node",
+        flags,
+    )
     return {
         "kind": kind,
         "bandwidth_gb_per_s": rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s)),
@@ -160,7 +243,13 @@ def intra_link(fits: dict, rows: list[ResultRow], kind: str, flags: list[str]) -
 
 
 def inter_link(
-    fits: dict, rows: list[ResultRow], kind: str, num_nics: int, local_size: int, flags: list[str]
+    fits: dict,
+    rows: list[ResultRow],
+    kind: str,
+    num_nics: int,
+    local_size: int,
+    flags: list[str],
+    nccl: bool,
 ) -> dict | None:
     mode = ALL_RANKS if "inter_node_all_reduce" in fits else ONE_RANK_PER_NODE
     name = (
@@ -171,6 +260,13 @@ def inter_link(
     _, fit = fits[name]
     per_rank_bytes_per_s, latency_seconds = _link_numbers(
         fit, rows, ("all_reduce", "inter_node", mode), flags, "inter_node"
+    )
+    suffix = "" if mode == ALL_RANKS else f"_{ONE_RANK_PER_NODE}"
+    per_rank_bytes_per_s = ring_link_rate(
+        collective_rates(fits, "inter_node", suffix) if nccl else {},
+        per_rank_bytes_per_s,
+        "inter_node",
+        flags,
     )
     if mode == ALL_RANKS:
         node_bytes_per_s = local_size * per_rank_bytes_per_s
@@ -248,17 +344,25 @@ def build_profile(
         "gpus_per_node": local_size,
         "gpu": gpu_entry(raw, choices, flags),
     }
-    intra = intra_link(fits, rows, choices.intra_kind or ("nvlink" if on_cuda else "pcie"), flags)
+    # NVLS and tree are NCCL's: gloo's all-reduce simply uses other algorithms than its
+    # all-gather and reduce-scatter, so only NCCL's all-reduce is held to the ring rate
+    nccl = raw["backend"] == "nccl"
+    intra_kind = choices.intra_kind or ("nvlink" if on_cuda else "pcie")
+    intra = intra_link(fits, rows, intra_kind, flags, nccl)
     num_nics = (declared.get("inter_node") or {}).get("num_nics_per_node", 1)
     inter_kind = choices.inter_kind or ("infiniband" if on_cuda else "ethernet")
-    inter = inter_link(fits, rows, inter_kind, num_nics, local_size, flags)
+    inter = inter_link(fits, rows, inter_kind, num_nics, local_size, flags, nccl)
     flags += declared_link_flags(rows, inter, declared)
-    flags += outlier_flags(rows, raw["hostnames"], nodes)
+    outliers = find_outliers(rows, raw["hostnames"], nodes)
+    flags += [o.describe() for o in outliers]
     if intra:
         document["intra_node"] = intra
     if inter:
         document["inter_node"] = inter
     document["measured"] = measured_section(raw, rows, fits, flags, inter)
+    document["measured"]["outliers"] = [
+        asdict(o) | {"fraction_of_median": rounded(o.fraction_of_median, 3)} for o in outliers
+    ]
     return document
 
 
@@ -271,6 +375,9 @@ def measured_section(
         "backend": raw["backend"],
         "torch_version": raw["torch_version"],
         "nccl_version": raw["nccl_version"],
+        "cuda_version": raw.get("cuda_version"),
+        "cuda_driver_version": raw.get("cuda_driver_version"),
+        "nccl_env": raw.get("nccl_env", {}),
         "device": raw["device"],
         "hostnames": raw["hostnames"],
         "sizes_bytes": raw["sizes_bytes"],
@@ -281,8 +388,9 @@ def measured_section(
             "statistic": "median over repeats of the slowest rank of the group",
         },
         "flags": flags,
-        "allreduce_curves": curves_section(rows),
+        "allreduce_curves": curves_section(rows, raw["nodes"]),
         "fits": fits_section(fits),
+        "bandwidth_gb_per_s_by_op": bandwidths_section(fits, raw["backend"] == "nccl"),
     }
     if inter:
         section["inter_node_basis"] = (
@@ -299,6 +407,11 @@ def measured_section(
         }
         section["hbm_bandwidth_gb_per_s"] = rounded(
             units.bytes_per_s_to_gb_per_s(min(c["hbm_copy_bytes_per_s"] for c in raw["compute"]))
+        )
+        section["hbm_bandwidth_basis"] = (
+            "hbm_bandwidth_gb_per_s here is the slowest rank's measured copy rate (read + write); "
+            "a GPU the catalog lacks gets copy / DECODE_HBM_UTILIZATION as its datasheet-like "
+            "figure, so the planner's derating yields the measured rate once"
         )
         section["per_rank_compute"] = raw["compute"]
     section["results"] = results_section(rows)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from planner import units
-from planner.probe.results import ResultRow, curve, fit_name, series_keys
+from planner.probe.results import ResultRow, curve, fit_name, series_key, series_keys
 from planner.probe.runner import ProgressEvent
 from planner.render.common import console as common_console
 
@@ -82,13 +82,13 @@ def print_report(rows: list[ResultRow], fits: dict, document: dict) -> None:
     )
     for header, _ in columns:
         table.add_column(header, justify="left" if header in ("link", "op", "mode") else "right")
-    for op, link, mode, _ in series_keys(rows):
-        largest = max(curve(rows, op, link, mode))
+    for series in series_keys(rows):
+        largest = max(curve(rows, series))
         row = max(
-            (r for r in rows if (r.op, r.link, r.mode, r.size_bytes) == (op, link, mode, largest)),
+            (r for r in rows if series_key(r) == series and r.size_bytes == largest),
             key=lambda r: r.median_seconds,
         )
-        fit = fits.get(fit_name(op, link, mode), (None, None))[1]
+        fit = fits.get(fit_name(*series), (None, None))[1]
         table.add_row(*(getter(row, fit) for _, getter in columns))
     console.print(table)
     for key in ("intra_node", "inter_node"):

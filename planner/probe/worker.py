@@ -29,12 +29,12 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from planner.probe import measure  # noqa: E402
+from planner.probe import measure, timing  # noqa: E402
 from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, size_sweep  # noqa: E402
 
 PROGRESS_PREFIX = "@@plan-probe-progress"
 INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
-ALL_RANKS, ONE_RANK_PER_NODE = "all_local_ranks", "one_rank_per_node"
+ALL_RANKS, ONE_RANK_PER_NODE, TP_GROUPS = "all_local_ranks", "one_rank_per_node", "tp_groups"
 
 
 @dataclass
@@ -120,8 +120,24 @@ def discover_nodes(node_id_from: str, device: torch.device) -> tuple[list[list[i
     return nodes, [hostname_by_node[node_id] for node_id in ordered]
 
 
+def divisors_from_2(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def tp_groups(nodes: list[list[int]], size: int) -> list[list[int]]:
+    """Every group of `size` consecutive ranks in node order: the TP groups of tp=size."""
+    order = [rank for node in nodes for rank in node]
+    return [order[k : k + size] for k in range(0, len(order), size)]
+
+
 def build_phases(nodes: list[list[int]]) -> list[Phase]:
-    """Create every group (all ranks, same order) and the schedule that uses them."""
+    """Create every group (all ranks, same order) and the schedule that uses them.
+
+    Besides the link measurements, every TP size the planner can pick gets an all-reduce
+    phase with all its groups at once, as TP runs: inside a node the divisors of the node's
+    ranks below it (the whole node is the intra-node phase), across nodes whole-node
+    multiples (the whole world is the world phase).
+    """
     num_nodes, local_size = len(nodes), len(nodes[0])
     new = lambda ranks: Group(ranks, dist.new_group(ranks))  # noqa: E731
     phases: list[Phase] = []
@@ -131,6 +147,9 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
             phases.append(Phase(op, INTRA_NODE, ALL_RANKS, intra))
         pairs = [new(node[k : k + 2]) for node in nodes for k in range(0, local_size - 1, 2)]
         phases.append(Phase(SEND_RECV, INTRA_NODE, ALL_RANKS, pairs))
+        for size in divisors_from_2(local_size)[:-1]:
+            groups = [new(g) for g in tp_groups(nodes, size)]
+            phases.append(Phase(ALL_REDUCE, INTRA_NODE, TP_GROUPS, groups))
     if num_nodes >= 2:
         inter = [new([node[j] for node in nodes]) for j in range(local_size)]
         phases.append(
@@ -143,6 +162,16 @@ def build_phases(nodes: list[list[int]]) -> list[Phase]:
             phases.append(Phase(op, INTER_NODE, mode, inter))
         pairs = [new([nodes[i][0], nodes[i + 1][0]]) for i in range(0, num_nodes - 1, 2)]
         phases.append(Phase(SEND_RECV, INTER_NODE, ONE_RANK_PER_NODE, pairs))
+        if local_size > 1:  # every local rank's NIC (rail) at once: a slow NIC shows as its pair
+            rails = [
+                new([nodes[i][j], nodes[i + 1][j]])
+                for i in range(0, num_nodes - 1, 2)
+                for j in range(local_size)
+            ]
+            phases.append(Phase(SEND_RECV, INTER_NODE, ALL_RANKS, rails))
+        for num_nodes_per_group in divisors_from_2(num_nodes)[:-1]:
+            groups = [new(g) for g in tp_groups(nodes, num_nodes_per_group * local_size)]
+            phases.append(Phase(ALL_REDUCE, INTER_NODE, TP_GROUPS, groups))
     if num_nodes >= 2 and local_size >= 2:
         phases.append(
             Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)])
@@ -169,25 +198,44 @@ def run_phase(
     mine = [(i, g) for i, g in enumerate(phase.groups) if dist.get_rank() in g.ranks]
     everyone_in = len(phase.participants) == dist.get_world_size()
     for size_bytes in sizes_bytes:
-        for group_index, group in mine:
-            step, seconds_factor = measure.collective_step(
-                phase.op, group.handle, group.ranks, size_bytes, device
+        try:
+            rows += time_point(
+                phase, phase_index, mine, everyone_in, world_sync, size_bytes, args, device
             )
-            sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
-            seconds = measure.time_repeats(
-                step, sync, device, args.warmup, args.iterations, args.repeats
-            )
-            rows.append(
-                dict(
-                    phase=phase_index,
-                    group=group_index,
-                    size_bytes=size_bytes,
-                    rank=dist.get_rank(),
-                    repeat_seconds=[s * seconds_factor for s in seconds],
-                )
-            )
+        except torch.cuda.OutOfMemoryError:
+            raise RuntimeError(
+                f"CUDA out of memory in {phase.link} {phase.op} at {size_bytes} B: lower --max-bytes"
+            ) from None
         progress.step(f"{phase.link} {phase.op} {size_bytes} B")
     world_sync()
+    return rows
+
+
+def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, args, device):
+    """This rank's timings of one size of one phase, in each of its groups."""
+    rows = []
+    for group_index, group in mine:
+        step, seconds_factor = measure.collective_step(
+            phase.op, group.handle, group.ranks, size_bytes, device
+        )
+        sync = world_sync if everyone_in else measure.group_sync(group.handle, device)
+        host_seconds = measure.time_repeats(
+            step, sync, device, args.warmup, args.iterations, args.repeats
+        )
+        row = dict(
+            phase=phase_index,
+            group=group_index,
+            size_bytes=size_bytes,
+            rank=dist.get_rank(),
+            repeat_seconds=[s * seconds_factor for s in host_seconds],
+        )
+        if device.type == "cuda":  # events are the figure; the host clock the cross-check
+            event_seconds = measure.time_repeats_events(
+                step, sync, device, args.iterations, args.repeats
+            )
+            row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
+            row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
+        rows.append(row)
     return rows
 
 
@@ -216,7 +264,16 @@ def setup(args) -> tuple[str, torch.device, bool]:
         if backend == "nccl"
         else torch.device("cpu")
     )
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
+    # gloo keeps the run's timeout (the launcher's deadline reports a hung CPU rank); NCCL's
+    # is well inside it so the hung collective's own error ends the run
+    timeout_s = (
+        timing.collective_timeout_seconds(args.timeout_s) if backend == "nccl" else args.timeout_s
+    )
+    dist.init_process_group(
+        backend,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=comm_device if backend == "nccl" else None,
+    )
     return backend, comm_device, has_cuda
 
 
@@ -227,11 +284,7 @@ def write_json_atomically(path: str, payload: dict) -> None:
     os.replace(temporary_path, path)
 
 
-@record
-def main(argv: list[str] | None = None) -> None:
-    lifeline.watch_parent(TORCHRUN_PID)
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    backend, comm_device, has_cuda = setup(args)
+def run_all(args, backend: str, comm_device: torch.device, has_cuda: bool) -> None:
     nodes, hostnames = discover_nodes(args.node_id_from, comm_device)
     phases = build_phases(nodes)
     sizes_bytes = size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
@@ -251,10 +304,7 @@ def main(argv: list[str] | None = None) -> None:
             dict(
                 backend=backend,
                 device=comm_device.type,
-                torch_version=torch.__version__.split("+")[0],
-                nccl_version=".".join(map(str, torch.cuda.nccl.version()))
-                if backend == "nccl"
-                else None,
+                **versions(backend),
                 world_size=dist.get_world_size(),
                 nodes=nodes,
                 hostnames=hostnames,
@@ -271,7 +321,42 @@ def main(argv: list[str] | None = None) -> None:
                 compute=[c for _, rank_compute in gathered for c in rank_compute],
             ),
         )
-    dist.destroy_process_group()
+
+
+def versions(backend: str) -> dict:
+    """torch, NCCL, CUDA runtime and driver versions and the NCCL_* environment of rank 0."""
+    nccl = backend == "nccl"
+    return dict(
+        torch_version=torch.__version__.split("+")[0],
+        nccl_version=".".join(map(str, torch.cuda.nccl.version())) if nccl else None,
+        cuda_version=torch.version.cuda if nccl else None,
+        cuda_driver_version=cuda_driver_version() if nccl else None,
+        nccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+    )
+
+
+def cuda_driver_version() -> str | None:
+    """cuDriverGetVersion through the driver library torch already loaded, e.g. 12080 -> '12.8'."""
+    try:
+        import ctypes
+
+        version = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except OSError:
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    lifeline.watch_parent(TORCHRUN_PID)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    backend, comm_device, has_cuda = setup(args)
+    try:
+        run_all(args, backend, comm_device, has_cuda)
+    finally:  # every process group, the subgroups included, even when a phase failed
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

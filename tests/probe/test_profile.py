@@ -101,7 +101,8 @@ def test_links_in_file_units_and_inter_node_is_the_sum_over_local_ranks():
 def test_slow_node_and_above_spec_links_are_flagged():
     declared = {"intra_node": {"kind": "nvlink", "bandwidth_gb_per_s": 50.0, "latency_us": 3.0}}
     flags = build(synthetic_raw(slow_node_factor=0.3), declared)["measured"]["flags"]
-    assert any(f.startswith("slow intra_node all_reduce: ranks [2, 3] on b") for f in flags), flags
+    slow = "slow intra_node all_reduce (2 ranks): ranks [2, 3] on node 1 (b), local rank(s) 0, 1"
+    assert any(f.startswith(slow) for f in flags), flags
     assert any("exceeds the declared 50.0 GB/s" in f for f in flags), flags
 
 
@@ -139,7 +140,9 @@ def test_document_loads_through_the_core_schema(tmp_path):
     profile.atomic_write_text(path, profile.dump_yaml(build(synthetic_raw())))
     cluster = load_cluster(path)
     assert cluster.num_nodes == 2 and cluster.gpus_per_node == 2
-    assert cluster.allreduce_curve("inter_node", 2) is not None
+    assert cluster.allreduce_curve("intra_node", 2) is not None
+    # rank j of every node is a data-parallel shape, not the TP group tp=2 would price
+    assert cluster.allreduce_curve("inter_node", 2) is None
 
 
 def test_failed_write_leaves_neither_target_nor_temp(tmp_path, monkeypatch):

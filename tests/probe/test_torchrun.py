@@ -4,6 +4,8 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +14,7 @@ import yaml
 from planner.probe.runner import GRACE_SECONDS, descendant_pids
 
 from .conftest import (
+    REPO_ROOT,
     SAFETY_TIMEOUT_S,
     TINY_SWEEP,
     WAIT_S,
@@ -110,6 +113,39 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a new one gets the umask's default
 
 
+def test_four_ranks_write_a_curve_per_tp_size_that_the_planner_reads(tmp_path):
+    out = tmp_path / "measured.yaml"
+    result = run_probe_cli(
+        "--nproc-per-node", "4", *TINY_SWEEP, "--timeout", str(SAFETY_TIMEOUT_S), "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    measured = yaml.safe_load(out.read_text())["measured"]
+    curves = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
+    assert curves == {("intra_node", 2), ("intra_node", 4)}
+    tp2 = [r for r in measured["results"] if r["mode"] == "tp_groups"]
+    assert {tuple(r["ranks"]) for r in tp2} == {(0, 1), (2, 3)}  # both TP groups at once
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "--model",
+            "llama-3.1-8b",
+            "--cluster",
+            str(out),
+            "--layout",
+            "tp=2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert '"tp_allreduce_source": "measured"' in plan.stdout
+
+
 def start_loopback_nodes(tmp_path, num_nodes, nproc_per_node):
     port = free_port()
     args = [
@@ -193,7 +229,8 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
         node_gbit_per_s, rel=1e-3
     )
     links = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
-    assert links == {("intra_node", 2), ("inter_node", 2), ("world", 4)}
+    # tp=2 stays in a node; tp=4 is every rank (rank j of every node is no TP group)
+    assert links == {("intra_node", 2), ("inter_node", 4)}
     assert "inter_node_all_reduce_one_rank_per_node" in measured["fits"]
     load_through_core(the_written_profile(tmp_path, 2))
 
