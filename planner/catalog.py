@@ -152,6 +152,11 @@ def cluster_from_shorthand(num_nodes: int, gpus_per_node: int, gpu_name: str, ar
         gpu = resolve_gpu(gpu_name)
     except SpecError as exc:
         raise SpecError(f"--cluster: {arg!r}: {exc}") from None
+    if gpus_per_node > 1 and gpu.intra_node is None:
+        raise SpecError(
+            f"--cluster: {arg!r}: the catalog has no typical intra-node fabric for "
+            f"{gpu.name}; describe the node in a hardware profile YAML"
+        )
     inter = None
     if num_nodes > 1:
         if gpu.inter_node is None:

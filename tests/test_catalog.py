@@ -167,3 +167,18 @@ def test_file_paths_resolve_like_names(repo_root) -> None:
     assert resolve_cluster(str(repo_root / "hardware_profiles/2x8xA100.yaml")) == resolve_cluster(
         "2x8xA100"
     )
+
+
+def test_shorthand_for_a_gpu_without_a_catalog_fabric_is_one_line() -> None:
+    """Every catalog GPU: NxMxGPU either builds a cluster or says in a SpecError which part
+    of the fabric the catalog lacks (never a pydantic traceback)."""
+    from planner.catalog import cluster_from_shorthand, gpu_catalog
+
+    for gpu in gpu_catalog():
+        for nodes, per_node in ((1, 1), (1, 4), (2, 8)):
+            try:
+                cluster = cluster_from_shorthand(nodes, per_node, gpu.name, f"{nodes}x{per_node}x{gpu.name}")
+            except SpecError as exc:
+                assert "fabric" in str(exc) or "networking" in str(exc), str(exc)
+            else:
+                assert cluster.num_gpus == nodes * per_node
