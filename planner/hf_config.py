@@ -1,10 +1,15 @@
 """Import a Hugging Face `config.json` as a ModelSpec (field names map one to one).
 
 Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
-`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command), MoE keys (`num_local_experts`, `num_experts_per_tok`,
-`moe_intermediate_size`, `n_shared_experts`), and `quantization_config`
-(fp8; AWQ/GPTQ/compressed-tensors bits -> int4/int8). Everything else in the
-file (tokenizer ids, rope scaling, ...) does not affect the plan and is ignored.
+`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command); MoE keys under each
+family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
+`num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
+the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; and the
+weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
+int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
+config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
+affect the plan and is ignored; layers the cost model does not describe (UNMODELLED_KEYS)
+are refused in one line.
 
 The planner plans decoder-only language models: an encoder (BERT), an encoder-decoder
 (T5, Whisper) or a vision model is refused with the reason. A multimodal wrapper (Llava,
