@@ -41,6 +41,8 @@ SHAPE_KEYS = (
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    "index_n_heads",
+    "index_head_dim",
     "attention_bias",
     "mlp_bias",
     "rope_theta",
@@ -87,7 +89,6 @@ UNMODELLED_KEYS = {
     "linear_attn_config": "linear-attention layers",
     "global_head_dim": "per-layer head dims (global_head_dim)",
     "moe_latent_size": "latent MoE projections (moe_latent_size)",
-    "index_n_heads": "DSA lightning-indexer layers (index_n_heads; their weights and key cache)",
 }
 """Keys whose architecture the parameter and KV formulas do not model: such a config is
 refused in one line naming the feature, never planned with a wrong count."""

@@ -151,6 +151,11 @@ class ModelSpec(_Spec):
     """MLA: per-head query/key dims with RoPE (the key part shared by all heads is cached)."""
     v_head_dim: Count(MAX_HEAD_DIM) | None = None
     """MLA: per-head value dims."""
+    index_n_heads: Count(MAX_NUM_HEADS) | None = None
+    """DSA (DeepSeek-V3.2, GLM-5): heads of the lightning indexer that picks the keys each
+    query attends to (set together with index_head_dim; needs MLA with q_lora_rank)."""
+    index_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """DSA: dims of the indexer's one key per token and layer, cached beside the MLA latent."""
     quantization_scope: QuantizationScope = "all"
     """Which block matmuls carry `quantization`: all, the MLPs only (attention kept in the
     model dtype, as ModelOpt NVFP4 DeepSeek checkpoints exclude self_attn), or the routed
@@ -208,6 +213,10 @@ class ModelSpec(_Spec):
                 "kv_lora_rank: MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
                 "and v_head_dim together"
             )
+        if (self.index_n_heads is None) != (self.index_head_dim is None) or (
+                self.index_n_heads is not None and self.q_lora_rank is None):
+            raise ValueError("index_n_heads: a DSA indexer needs index_n_heads and "
+                             "index_head_dim together, on MLA with q_lora_rank")
         return self
 
     @property

@@ -23,7 +23,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 45
+PLANNED = 57
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -54,7 +54,9 @@ def attention(c: dict[str, Any]) -> int:
         nope, rope, v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
         q = (h * r_q + r_q + r_q * a * (nope + rope)) if r_q else h * a * (nope + rope)
         kv = h * (r_kv + rope) + r_kv + r_kv * a * (nope + v)
-        return q + kv + a * v * h
+        n_i, d_i = c.get("index_n_heads") or 0, c.get("index_head_dim") or 0
+        indexer = r_q * n_i * d_i + h * d_i + 2 * d_i + h * n_i if n_i else 0  # DSA Indexer
+        return q + kv + a * v * h + indexer
     k, d = c.get("num_key_value_heads") or a, c.get("head_dim") or h // a
     bias = (a * d + 2 * k * d + h) if c.get("attention_bias") else 0
     return 2 * h * a * d + 2 * h * k * d + bias

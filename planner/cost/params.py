@@ -26,6 +26,8 @@ FP4_BLOCK_BYTES = {"nvfp4": (16, 1), "mxfp4": (32, 1)}
 E8M0 scale per 32 (sources in linear_bytes_per_weight)."""
 PER_CHANNEL_SCALE_BYTES = 4
 """fp8/int8 weight-only: one fp32 scale per output channel (row of ~h weights)."""
+INDEXER_SCALE_BLOCK = 128
+"""DSA indexer keys: one fp32 scale per 128 fp8 values."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ def attention_params_per_layer(model: ModelSpec) -> int:
     """Q h*a*d + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases where the model has them;
     MLA: its projections (mla_attention_weights) plus the q_a and kv_a RMSNorms."""
     if model.is_mla:
-        return sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
+        indexer_norm = 2 * model.index_head_dim if model.index_head_dim else 0  # k_norm LayerNorm
+        return (sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
+                + indexer_norm)
     h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
     weights = h * a * d + 2 * h * k * d + a * d * h
     qkv_bias = a * d + 2 * k * d if (model.attention_bias or model.qkv_bias) else 0
@@ -97,10 +101,16 @@ def mla_attention_weights(model: ModelSpec) -> tuple[int, int]:
     h*r_q and q_b_proj r_q*a*(d_nope+d_rope) (or q_proj h*a*(d_nope+d_rope) when
     q_lora_rank is None), kv_a_proj_with_mqa h*(r_kv+d_rope), kv_b_proj
     r_kv*a*(d_nope+d_v), o_proj a*d_v*h. vLLM's DeepseekV2MLAAttention keeps the two
-    down-projections (q_a, kv_a) whole on every rank and splits the rest by heads."""
+    down-projections (q_a, kv_a) whole on every rank and splits the rest by heads.
+
+    A DSA lightning indexer (DeepSeek-V3.2 inference/model.py `Indexer`) adds wq_b
+    r_q*n_i*d_i, wk h*d_i and weights_proj h*n_i, which vLLM keeps whole on every rank."""
     h, a, r_q, r_kv = model.hidden_size, model.num_attention_heads, model.q_lora_rank, model.kv_lora_rank
     d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim
     replicated = h * (r_kv + model.qk_rope_head_dim) + (h * r_q if r_q else 0)
+    if model.index_n_heads:
+        n_i, d_i = model.index_n_heads, model.index_head_dim
+        replicated += r_q * n_i * d_i + h * d_i + h * n_i
     query = r_q * a * d_qk if r_q else h * a * d_qk
     split = query + r_kv * a * (model.qk_nope_head_dim + model.v_head_dim) + a * model.v_head_dim * h
     return replicated, split
@@ -248,8 +258,17 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_ca
     vLLM's MLA backends cache kv_lora_rank + qk_rope_head_dim per token)."""
     kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
     if model.is_mla:
-        return num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+        return num_layers * ((model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+                             + indexer_key_bytes(model))
     return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def indexer_key_bytes(model: ModelSpec) -> int:
+    """DSA: the indexer's key per token and layer, d_i fp8 values + an fp32 scale per 128
+    (vLLM's DeepseekV32IndexerCache: d_i + d_i/128*4 bytes, 132 for d_i = 128), whatever the
+    KV cache dtype; 0 without DSA."""
+    d_i = model.index_head_dim or 0
+    return d_i + d_i // INDEXER_SCALE_BLOCK * PER_CHANNEL_SCALE_BYTES
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:

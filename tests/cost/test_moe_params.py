@@ -114,3 +114,14 @@ def test_per_gpu_layers_cover_the_model(name: str) -> None:
     for tp in (2, 4, 8):
         assert layer_weight_bytes_per_gpu(model, tp) < whole
         assert tp * layer_weight_bytes_per_gpu(model, tp) >= whole * (1 - 1e-12)
+
+
+def test_deepseek_v32_kv_adds_the_indexer_key_by_hand() -> None:
+    """DeepSeek-V3.2 (DSA, index_head_dim 128): per layer the bf16 latent (512 + 64) * 2 =
+    1,152 B plus the fp8 indexer key 128 + 128/128 * 4 = 132 B: 61 * 1,284 = 78,324 B."""
+    from pathlib import Path
+
+    folder = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "deepseek-ai--DeepSeek-V3.2"
+    model = resolve_model(str(folder / "config.json"))
+    assert kv_bytes_per_token(model) == 78_324
+    assert param_counts(model).total == pytest.approx(671e9 + 61 * 14e6, rel=0.002)
