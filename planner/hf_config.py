@@ -1,10 +1,15 @@
 """Import a Hugging Face `config.json` as a ModelSpec (field names map one to one).
 
 Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
-`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command), MoE keys (`num_local_experts`, `num_experts_per_tok`,
-`moe_intermediate_size`, `n_shared_experts`), and `quantization_config`
-(fp8; AWQ/GPTQ/compressed-tensors bits -> int4/int8). Everything else in the
-file (tokenizer ids, rope scaling, ...) does not affect the plan and is ignored.
+`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command); MoE keys under each
+family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
+`num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
+the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; and the
+weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
+int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
+config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
+affect the plan and is ignored; layers the cost model does not describe (UNMODELLED_KEYS)
+are refused in one line.
 
 The planner plans decoder-only language models: an encoder (BERT), an encoder-decoder
 (T5, Whisper) or a vision model is refused with the reason. A multimodal wrapper (Llava,
@@ -30,9 +35,14 @@ SHAPE_KEYS = (
     "vocab_size",
     "max_position_embeddings",
     "tie_word_embeddings",
-    "num_local_experts",
-    "num_experts_per_tok",
     "moe_intermediate_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "index_n_heads",
+    "index_head_dim",
     "attention_bias",
     "mlp_bias",
     "rope_theta",
@@ -44,7 +54,8 @@ GATED_MLP_MODEL_TYPES = frozenset({
     "llama", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "phimoe", "granite", "granitemoe",
     "olmo", "olmo2", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "stablelm", "minicpm",
-    "dbrx", "glm", "glm4", "internlm2", "exaone",
+    "dbrx", "glm", "glm4", "internlm2", "exaone", "gpt_oss", "kimi_k2", "deepseek_v32",
+    "glm4_moe", "glm_moe_dsa", "minimax_m2", "minimax_m3", "step3p7", "mimo",
 })
 """Families whose MLP multiplies a gate (act(x W_gate) * x W_up, then W_down: 3 matrices)
 whatever the activation is called: LlamaMLP, MistralMLP, MixtralBlockSparseTop2MLP (w1, w3,
@@ -60,14 +71,30 @@ NON_GATED_MLP_MODEL_TYPES = frozenset({
 GPTNeoXMLP (dense_h_to_4h), GPTJMLP (fc_in, fc_out), OPT (fc1, fc2), BloomMLP, FalconMLP,
 PhiMLP (fc1, fc2), Starcoder2MLP (c_fc, c_proj), MptMLP, PersimmonMLP and NemotronMLP
 (relu^2): transformers modeling_<family>.py."""
-GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "geglu"}
+GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "geglu", "swigluoai"}
 """A family in neither list: gated if its activation names a gated unit (SwiGLU-era
-configs say silu)."""
+configs say silu; swigluoai is gpt-oss's clamped SwiGLU, gate and up in one matrix);
+anything else (relu2, Nemotron's squared ReLU; gelu) is a two-matrix MLP."""
 TIED_BY_DEFAULT_MODEL_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 """Families whose config class defaults tie_word_embeddings to true (GemmaConfig,
 Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the Llama,
 Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
+UNMODELLED_KEYS = {
+    "hybrid_override_pattern": "Mamba2 hybrid layers (Mamba blocks hold state, not a KV cache)",
+    "layers_block_type": "Mamba2 hybrid layers (Mamba blocks hold state, not a KV cache)",
+    "block_configs": "per-layer block shapes (DeciLM / Nemotron-NAS block_configs)",
+    "hybrid_layer_pattern": "per-layer attention variants (hybrid_layer_pattern)",
+    "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
+    "linear_attn_config": "linear-attention layers",
+    "global_head_dim": "per-layer head dims (global_head_dim)",
+    "moe_latent_size": "latent MoE projections (moe_latent_size)",
+}
+"""Keys whose architecture the parameter and KV formulas do not model: such a config is
+refused in one line naming the feature, never planned with a wrong count."""
+KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
+"""layer_types entries planned as standard attention (a sliding window only caps the KV a
+layer keeps, so counting it in full over-reserves KV, it never under-reserves it)."""
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
 
 NOT_DECODER_MODEL_TYPES = {
@@ -108,7 +135,26 @@ def load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
-    return validate(ModelSpec, spec_fields_from_hf(raw, text, path), origin)
+    check_modelled(text, origin)
+    fields = spec_fields_from_hf(raw, text, path)
+    sidecar = path.parent / "hf_quant_config.json"
+    if "quantization" not in fields and path.name == "config.json" and sidecar.is_file():
+        fields.update(_modelopt_fields(_read_json(sidecar), sidecar))
+    return validate(ModelSpec, fields, origin)
+
+
+def check_modelled(text: dict[str, Any], origin: str) -> None:
+    """Refuse, in one line, an architecture whose layers the cost model does not describe."""
+    for key, feature in UNMODELLED_KEYS.items():
+        if text.get(key) is not None:
+            raise SpecError(f"{origin}: {key}: {feature} are not modelled; the planner models "
+                            f"attention + MLP/MoE decoder blocks")
+    kinds = text.get("layer_types")
+    unknown = sorted({kind for kind in kinds if kind not in KNOWN_LAYER_TYPES}
+                     if isinstance(kinds, list) else set(), key=str)
+    if unknown:
+        raise SpecError(f"{origin}: layer_types: {', '.join(map(str, unknown))} layers are not "
+                        f"modelled; the planner models attention + MLP/MoE decoder blocks")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -183,13 +229,70 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
     fields["gated_mlp"] = gated_mlp(text, kind)
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
-    if text.get("n_shared_experts") is not None:
-        fields["num_shared_experts"] = text["n_shared_experts"]
+    fields.update(moe_fields(text, kind))
+    if text.get("num_nextn_predict_layers"):
+        fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
     fields["dtype"] = _dtype(text, raw, path)
     quantization = raw.get("quantization_config", text.get("quantization_config"))
     if quantization is not None:
         fields.update(_quantization_fields(quantization, path, fields.get("hidden_size")))
     return fields
+
+
+def first_present(config: dict[str, Any], *keys: str) -> Any:
+    return next((config[key] for key in keys if config.get(key) is not None), None)
+
+
+def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Experts (num_local_experts / num_experts / n_routed_experts), shared experts and which
+    layers are dense, each family's way; {} for a dense model."""
+    experts = first_present(text, "num_local_experts", "num_experts", "n_routed_experts")
+    if not experts:
+        return {}
+    fields = {"num_local_experts": experts,
+              "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token")}
+    shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
+                                "shared_intermediate_size")
+    num_shared = first_present(text, "n_shared_experts", "num_shared_experts")
+    if kind == "llama4_text":
+        # Llama4TextMoe: routed and shared experts of intermediate_size; dense layers
+        # (Llama4TextMLP) of intermediate_size_mlp (transformers modeling_llama4.py).
+        fields["moe_intermediate_size"] = text.get("intermediate_size")
+        fields["intermediate_size"] = text.get("intermediate_size_mlp", text.get("intermediate_size"))
+        num_shared = 1
+    if num_shared is None and shared_size:  # Qwen2-MoE: one shared expert of that size
+        num_shared = 1
+    if num_shared and shared_size != 0:
+        fields["num_shared_experts"] = num_shared
+        if shared_size:
+            fields["shared_expert_intermediate_size"] = shared_size
+    if text.get("dense_intermediate_size"):  # MiniMax-M3: dense layers' own FFN size
+        fields["intermediate_size"] = text["dense_intermediate_size"]
+    fields["num_dense_layers"] = num_dense_layers(text, kind)
+    return fields
+
+
+def num_dense_layers(text: dict[str, Any], kind: str) -> Any:
+    """Layers with a dense MLP in an MoE model, by whichever key the family uses:
+    moe_layer_freq as a per-layer 0/1 list (MiniMax-M3, MiMo-V2); first_k_dense_replace with
+    an integer moe_layer_freq (DeepseekV3DecoderLayer: MoE when i >= k and i % freq == 0);
+    Qwen3-MoE's mlp_only_layers and decoder_sparse_step (MoE when i not in mlp_only_layers
+    and (i + 1) % step == 0); Llama 4's interleave_moe_layer_step (MoE when (i + 1) % step == 0)."""
+    num_layers = text.get("num_hidden_layers")
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool):
+        return 0
+    freq = text.get("moe_layer_freq")
+    if isinstance(freq, list):
+        return sum(1 for flag in freq[:num_layers] if not flag)
+    if kind == "llama4_text":
+        step = text.get("interleave_moe_layer_step") or 1
+        return sum(1 for i in range(num_layers) if (i + 1) % step)
+    if "decoder_sparse_step" in text or "mlp_only_layers" in text:
+        step, only = text.get("decoder_sparse_step") or 1, set(text.get("mlp_only_layers") or [])
+        return sum(1 for i in range(num_layers) if i in only or (i + 1) % step)
+    first_k = text.get("first_k_dense_replace") or 0
+    step = freq if isinstance(freq, int) and freq > 0 else 1
+    return sum(1 for i in range(num_layers) if i < first_k or i % step)
 
 
 def gated_mlp(config: dict[str, Any], kind: str) -> bool:
@@ -198,7 +301,7 @@ def gated_mlp(config: dict[str, Any], kind: str) -> bool:
         return True
     if kind in NON_GATED_MLP_MODEL_TYPES:
         return False
-    activation = config.get("hidden_act", config.get("hidden_activation", "silu"))
+    activation = first_present(config, "hidden_act", "hidden_activation", "mlp_hidden_act") or "silu"
     return str(activation).lower() in GATED_ACTIVATIONS
 
 
@@ -220,7 +323,12 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         raise SpecError(f"{path}: quantization_config: expected an object")
     method = str(config.get("quant_method", "")).lower()
     if method in {"fp8", "fbgemm_fp8"}:  # fbgemm_fp8: Meta's own FP8 checkpoints
-        return {"quantization": "fp8"}
+        return {"quantization": "fp8"}  # block-scaled (weight_block_size) or per channel
+    if method == "mxfp4":  # gpt-oss: modules_to_not_convert names attention and the router
+        return {"quantization": "mxfp4",
+                "quantization_scope": _scope(config.get("modules_to_not_convert"))}
+    if method == "modelopt" or (not method and "quant_algo" in config):
+        return _modelopt_fields(config, path)
     weights = _compressed_tensors_weights(config, path) if method == "compressed-tensors" else []
     bits = config.get("bits") or config.get("w_bit") or next(
         (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
@@ -233,13 +341,46 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         if group < 1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
             group = hidden_size
         kind = "int4" if bits == 4 else "int8"
-        return {"quantization": kind, "quantization_group_size": group}
+        return {"quantization": kind, "quantization_group_size": group,
+                "quantization_scope": _scope(config.get("ignore", config.get("modules_to_not_convert")))}
     if any(w.get("type") == "float" and w.get("num_bits") == 8 for w in weights):
         return {"quantization": "fp8"}
+    if any(w.get("type") == "float" and w.get("num_bits") == 4 and w.get("group_size") == 16
+           for w in weights):  # NVFP4 in compressed-tensors form
+        return {"quantization": "nvfp4", "quantization_scope": _scope(config.get("ignore"))}
     raise SpecError(
         f"{path}: quantization_config: unsupported quant_method {method!r} "
-        f"(supported: fp8, awq/gptq 4- or 8-bit, compressed-tensors)"
+        f"(supported: fp8, awq/gptq 4- or 8-bit, compressed-tensors, modelopt, mxfp4)"
     )
+
+
+MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "MXFP4": "mxfp4"}
+"""NVIDIA ModelOpt quant_algo -> weight format (the checkpoint carries it: vLLM and SGLang
+read hf_quant_config.json / quantization_config themselves)."""
+
+
+def _modelopt_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A ModelOpt checkpoint: quant_algo at the top of quantization_config, or under
+    `quantization` in hf_quant_config.json; exclude_modules says what stays unquantized."""
+    config = config.get("quantization", config) if isinstance(config.get("quantization"), dict) else config
+    algo = config.get("quant_algo")
+    if algo not in MODELOPT_ALGOS:
+        raise SpecError(f"{path}: quant_algo: unsupported ModelOpt algorithm {algo!r} "
+                        f"(supported: {', '.join(MODELOPT_ALGOS)}; per-layer MIXED_PRECISION is not)")
+    return {"quantization": MODELOPT_ALGOS[algo],
+            "quantization_scope": _scope(config.get("exclude_modules", config.get("ignore")))}
+
+
+def _scope(excluded: Any) -> str:
+    """Which block matmuls a checkpoint quantizes, from its excluded module names (a list,
+    or ModelOpt's stringified list): shared experts or whole layers excluded -> routed
+    experts only; attention excluded -> the MLPs; else all."""
+    names = str(excluded or "")
+    if "shared_expert" in names:
+        return "experts"
+    if "attn" in names:
+        return "mlp"
+    return "all"
 
 
 def _compressed_tensors_weights(config: dict[str, Any], path: Path) -> list[dict[str, Any]]:

@@ -42,7 +42,8 @@ def launch_notes(plan: ServePlan) -> list[str]:
         return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "
                 f"{override} AWQ/GPTQ checkpoint (its quantization_config is read automatically)"]
     if quant is not None and override is None:
-        return [f"MODEL must be the {quant} checkpoint: the engine reads its quantization_config"]
+        return [f"MODEL must be the {quant} checkpoint: the engine reads its format from its "
+                f"quantization_config (ModelOpt: hf_quant_config.json); no flag is needed"]
     return []
 
 

@@ -144,7 +144,7 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
     """What would make a layout feasible, each checked by re-planning: lighter weights,
     an fp8 KV cache, a shorter context (with the longest --max-model-len that then fits),
     more GPUs."""
-    order = {None: 0, "int8": 1, "fp8": 1, "int4": 2}
+    order = {None: 0, "int8": 1, "fp8": 1, "int4": 2, "nvfp4": 2, "mxfp4": 2}
     options = [
         (f"{quant} weights (--quantization {quant})", model.model_copy(update={"quantization": quant}), request)
         for quant in ("fp8", "int4")

@@ -26,7 +26,8 @@ from planner import units
 from planner.errors import SpecError
 
 Dtype = Literal["float32", "float16", "bfloat16"]
-Quantization = Literal["fp8", "int8", "int4"]
+Quantization = Literal["fp8", "int8", "int4", "nvfp4", "mxfp4"]
+QuantizationScope = Literal["all", "mlp", "experts"]
 IntraKind = Literal["nvlink", "pcie", "xgmi"]
 InterKind = Literal["infiniband", "roce", "ethernet"]
 
@@ -130,6 +131,35 @@ class ModelSpec(_Spec):
     num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
     moe_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None
     num_shared_experts: Count(MAX_NUM_EXPERTS, lower=0) = 0
+    shared_expert_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None
+    """FFN size of each shared expert; defaults to the routed experts' (DeepSeek's
+    n_shared_experts x moe_intermediate_size; Qwen2-MoE's shared_expert_intermediate_size)."""
+    num_dense_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
+    """MoE models: layers whose MLP is dense (intermediate_size) instead of routed
+    (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick). Counts
+    and per-GPU sizes take the mean layer, i.e. pipeline stages share them evenly."""
+    num_mtp_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
+    """Multi-token-prediction layers (num_nextn_predict_layers): reported beside, not in,
+    the main parameter count (DeepSeek-V3's 671B excludes its 14B MTP module)."""
+    q_lora_rank: Count(MAX_HIDDEN_SIZE) | None = None
+    """MLA (DeepSeek-V2/V3, Kimi K2): rank of the query down-projection; None = a full q_proj."""
+    kv_lora_rank: Count(MAX_HIDDEN_SIZE) | None = None
+    """MLA: rank of the compressed KV latent cached per token (set = the model uses MLA)."""
+    qk_nope_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """MLA: per-head query/key dims without RoPE."""
+    qk_rope_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """MLA: per-head query/key dims with RoPE (the key part shared by all heads is cached)."""
+    v_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """MLA: per-head value dims."""
+    index_n_heads: Count(MAX_NUM_HEADS) | None = None
+    """DSA (DeepSeek-V3.2, GLM-5): heads of the lightning indexer that picks the keys each
+    query attends to (set together with index_head_dim; needs MLA with q_lora_rank)."""
+    index_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """DSA: dims of the indexer's one key per token and layer, cached beside the MLA latent."""
+    quantization_scope: QuantizationScope = "all"
+    """Which block matmuls carry `quantization`: all, the MLPs only (attention kept in the
+    model dtype, as ModelOpt NVFP4 DeepSeek checkpoints exclude self_attn), or the routed
+    experts only (gpt-oss mxfp4; GLM-5 NVFP4)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -172,7 +202,27 @@ class ModelSpec(_Spec):
                 f"num_experts_per_tok: {self.num_experts_per_tok} exceeds "
                 f"num_local_experts {self.num_local_experts}"
             )
+        if self.num_dense_layers > (self.num_hidden_layers if self.is_moe else 0):
+            raise ValueError(
+                f"num_dense_layers: {self.num_dense_layers} needs an MoE model with at least "
+                f"as many layers (num_hidden_layers {self.num_hidden_layers})"
+            )
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(value is not None for value in mla) and any(value is None for value in mla):
+            raise ValueError(
+                "kv_lora_rank: MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+                "and v_head_dim together"
+            )
+        if (self.index_n_heads is None) != (self.index_head_dim is None) or (
+                self.index_n_heads is not None and self.q_lora_rank is None):
+            raise ValueError("index_n_heads: a DSA indexer needs index_n_heads and "
+                             "index_head_dim together, on MLA with q_lora_rank")
         return self
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2 sec. 2.1): a compressed KV latent."""
+        return self.kv_lora_rank is not None
 
     @property
     def is_moe(self) -> bool:
@@ -181,6 +231,10 @@ class ModelSpec(_Spec):
     @property
     def expert_intermediate_size(self) -> int:
         return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_hidden_layers - self.num_dense_layers if self.is_moe else 0
 
 
 class PeakTflops(_Spec):

@@ -442,3 +442,54 @@ def test_non_decoder_architectures_are_refused(tmp_path: Path, name: str) -> Non
     message = str(info.value)
     assert message.startswith(str(path)) and "decoder-only" in message and "\n" not in message
     assert any(kind in message for kind in ("encoder-only", "encoder-decoder", "vision model"))
+
+
+# --- every current family: real configs in tests/fixtures/hf_configs --------------------
+
+CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def test_modelopt_fp8_read_from_hf_quant_config_beside_config_json() -> None:
+    """nvidia/Llama-3.1-70B-Instruct-FP8 declares FP8 only in hf_quant_config.json."""
+    model = resolve_model(str(CORPUS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "config.json"))
+    assert model.quantization == "fp8"
+    assert weight_bytes(model) == pytest.approx(72.7e9, rel=0.01)
+
+
+def test_nvfp4_deepseek_keeps_attention_in_bf16() -> None:
+    model = resolve_model(str(CORPUS / "nvidia--DeepSeek-V3.1-NVFP4" / "config.json"))
+    assert (model.quantization, model.quantization_scope) == ("nvfp4", "mlp")
+
+
+@pytest.mark.parametrize("experts_key", ["num_local_experts", "num_experts", "n_routed_experts"])
+def test_expert_count_under_every_familys_key(tmp_path: Path, experts_key: str) -> None:
+    config = {**MIXTRAL_8X7B}
+    config[experts_key] = config.pop("num_local_experts")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert param_counts(resolve_model(str(path))).total == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_minimax_m3_counts_dense_layers_and_a_gated_swigluoai() -> None:
+    """3 dense layers of dense_intermediate_size, 57 MoE layers of 128 experts + 1 shared;
+    swigluoai is gated: 426B (the issue's figure; 301B before)."""
+    model = resolve_model(str(CORPUS / "MiniMaxAI--MiniMax-M3" / "config.json"))
+    assert model.gated_mlp and model.num_dense_layers == 3
+    assert param_counts(model).total == pytest.approx(426e9, rel=0.01)
+
+
+def test_relu2_is_a_two_matrix_mlp(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_1_70B, "model_type": "custom", "hidden_act": "relu2"}))
+    assert resolve_model(str(path)).gated_mlp is False
+
+
+@pytest.mark.parametrize(("folder", "feature"), [
+    ("nvidia--Nemotron-H-56B-Base-8K", "Mamba2 hybrid layers"),
+    ("Qwen--Qwen3.5-27B", "linear_attention layers"),
+    ("deepseek-ai--DeepSeek-V4-Pro", "compressed sparse attention"),
+])
+def test_unmodelled_layers_are_refused_in_one_line(folder: str, feature: str) -> None:
+    with pytest.raises(SpecError, match=feature) as info:
+        resolve_model(str(CORPUS / folder / "config.json"))
+    assert "\n" not in str(info.value)

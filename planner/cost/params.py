@@ -20,8 +20,14 @@ MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "
 INT4_BYTES_PER_WEIGHT = 0.5
 INT4_SCALE_BYTES_PER_GROUP = 2.0 + 0.5
 """AWQ/GPTQ: an fp16 scale and a packed 4-bit zero point per group of weights."""
+FP4_BYTES_PER_WEIGHT = 0.5
+FP4_BLOCK_BYTES = {"nvfp4": (16, 1), "mxfp4": (32, 1)}
+"""Weights per block and scale bytes per block: NVFP4 an FP8 E4M3 scale per 16, MXFP4 an
+E8M0 scale per 32 (sources in linear_bytes_per_weight)."""
 PER_CHANNEL_SCALE_BYTES = 4
 """fp8/int8 weight-only: one fp32 scale per output channel (row of ~h weights)."""
+INDEXER_SCALE_BLOCK = 128
+"""DSA indexer keys: one fp32 scale per 128 fp8 values."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class ParamCounts:
 
     attention_per_layer: int
     mlp_per_layer: int
-    """All experts (and the router) for MoE."""
+    """All experts (and the router) of an MoE layer; the MLP of a dense model's layer."""
     mlp_active_per_layer: int
     norms_per_layer: int
     embedding: int
@@ -39,29 +45,75 @@ class ParamCounts:
     """0 when tied to the embedding."""
     final_norm: int
     num_layers: int
+    num_dense_layers: int = 0
+    """MoE models: layers with a dense MLP (dense_mlp_per_layer) instead of experts."""
+    dense_mlp_per_layer: int = 0
+    mtp: int = 0
+    """Multi-token-prediction layers, reported beside the total (not in it)."""
 
     @property
-    def per_layer(self) -> int:
-        return self.attention_per_layer + self.mlp_per_layer + self.norms_per_layer
+    def blocks(self) -> int:
+        """All transformer blocks: L*(attention + norms) + MoE layers' MLPs + dense layers' MLPs."""
+        num_moe = self.num_layers - self.num_dense_layers
+        return (self.num_layers * (self.attention_per_layer + self.norms_per_layer)
+                + num_moe * self.mlp_per_layer + self.num_dense_layers * self.dense_mlp_per_layer)
+
+    @property
+    def per_layer(self) -> float:
+        """The mean block (exact when every layer is alike)."""
+        return self.blocks / self.num_layers
+
+    @property
+    def active_per_layer(self) -> float:
+        """The mean block's parameters one token touches."""
+        num_moe = self.num_layers - self.num_dense_layers
+        mlp = num_moe * self.mlp_active_per_layer + self.num_dense_layers * self.dense_mlp_per_layer
+        return self.attention_per_layer + self.norms_per_layer + mlp / self.num_layers
 
     @property
     def total(self) -> int:
-        return self.num_layers * self.per_layer + self.embedding + self.lm_head + self.final_norm
+        return self.blocks + self.embedding + self.lm_head + self.final_norm
 
     @property
     def active(self) -> int:
         """Parameters one token touches: experts_per_token experts, not all of them."""
-        per_layer = self.attention_per_layer + self.mlp_active_per_layer + self.norms_per_layer
-        return self.num_layers * per_layer + self.embedding + self.lm_head + self.final_norm
+        return round(self.num_layers * self.active_per_layer) + self.embedding + self.lm_head + self.final_norm
 
 
 def attention_params_per_layer(model: ModelSpec) -> int:
-    """Q h*a*d + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases where the model has them."""
+    """Q h*a*d + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases where the model has them;
+    MLA: its projections (mla_attention_weights) plus the q_a and kv_a RMSNorms."""
+    if model.is_mla:
+        indexer_norm = 2 * model.index_head_dim if model.index_head_dim else 0  # k_norm LayerNorm
+        return (sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
+                + indexer_norm)
     h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
     weights = h * a * d + 2 * h * k * d + a * d * h
     qkv_bias = a * d + 2 * k * d if (model.attention_bias or model.qkv_bias) else 0
     out_bias = h if model.attention_bias else 0
     return weights + qkv_bias + out_bias
+
+
+def mla_attention_weights(model: ModelSpec) -> tuple[int, int]:
+    """MLA matmul weights of one layer as (replicated under TP, split under TP).
+
+    transformers models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention: q_a_proj
+    h*r_q and q_b_proj r_q*a*(d_nope+d_rope) (or q_proj h*a*(d_nope+d_rope) when
+    q_lora_rank is None), kv_a_proj_with_mqa h*(r_kv+d_rope), kv_b_proj
+    r_kv*a*(d_nope+d_v), o_proj a*d_v*h. vLLM's DeepseekV2MLAAttention keeps the two
+    down-projections (q_a, kv_a) whole on every rank and splits the rest by heads.
+
+    A DSA lightning indexer (DeepSeek-V3.2 inference/model.py `Indexer`) adds wq_b
+    r_q*n_i*d_i, wk h*d_i and weights_proj h*n_i, which vLLM keeps whole on every rank."""
+    h, a, r_q, r_kv = model.hidden_size, model.num_attention_heads, model.q_lora_rank, model.kv_lora_rank
+    d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    replicated = h * (r_kv + model.qk_rope_head_dim) + (h * r_q if r_q else 0)
+    if model.index_n_heads:
+        n_i, d_i = model.index_n_heads, model.index_head_dim
+        replicated += r_q * n_i * d_i + h * d_i + h * n_i
+    query = r_q * a * d_qk if r_q else h * a * d_qk
+    split = query + r_kv * a * (model.qk_nope_head_dim + model.v_head_dim) + a * model.v_head_dim * h
+    return replicated, split
 
 
 def mlp_params(model: ModelSpec, ffn_size: int) -> int:
@@ -78,26 +130,41 @@ def norm_params(model: ModelSpec) -> int:
     return model.hidden_size * (2 if model.norm_type == "layernorm" else 1)
 
 
+def shared_expert_size(model: ModelSpec) -> int:
+    return model.shared_expert_intermediate_size or model.expert_intermediate_size
+
+
+def moe_mlp_params(model: ModelSpec) -> tuple[int, int]:
+    """One MoE layer's MLP as (all, active): E routed experts (e active) + shared experts,
+    always active, + the router h*E."""
+    expert = mlp_params(model, model.expert_intermediate_size)
+    router = model.hidden_size * model.num_local_experts
+    shared = model.num_shared_experts * mlp_params(model, shared_expert_size(model))
+    return (model.num_local_experts * expert + shared + router,
+            model.num_experts_per_tok * expert + shared + router)
+
+
 def param_counts(model: ModelSpec) -> ParamCounts:
     h, v = model.hidden_size, model.vocab_size
-    if model.is_moe:
-        expert = mlp_params(model, model.expert_intermediate_size)
-        router = h * model.num_local_experts
-        shared = model.num_shared_experts * expert
-        mlp = model.num_local_experts * expert + shared + router
-        mlp_active = model.num_experts_per_tok * expert + shared + router
-    else:
-        mlp = mlp_active = mlp_params(model, model.intermediate_size)
+    dense = mlp_params(model, model.intermediate_size)
+    mlp, mlp_active = moe_mlp_params(model) if model.is_moe else (dense, dense)
     positions = model.max_position_embeddings * h if model.position_embedding == "learned" else 0
+    attention, norms = attention_params_per_layer(model), 2 * norm_params(model)
+    # An MTP module (DeepSeek-V3 sec. 2.2): a block (MoE when the model is) plus two RMSNorms
+    # and an h x 2h projection; it shares the embedding and output head.
+    mtp_block = attention + norms + (mlp if model.is_moe else dense) + 2 * h + 2 * h * h
     return ParamCounts(
-        attention_per_layer=attention_params_per_layer(model),
+        attention_per_layer=attention,
         mlp_per_layer=mlp,
         mlp_active_per_layer=mlp_active,
-        norms_per_layer=2 * norm_params(model),
+        norms_per_layer=norms,
         embedding=v * h + positions,
         lm_head=0 if model.tie_word_embeddings else v * h,
         final_norm=norm_params(model),
         num_layers=model.num_hidden_layers,
+        num_dense_layers=model.num_dense_layers,
+        dense_mlp_per_layer=dense if model.num_dense_layers else 0,
+        mtp=model.num_mtp_layers * mtp_block,
     )
 
 
@@ -107,35 +174,74 @@ def activation_bytes_per_element(model: ModelSpec) -> int:
 
 
 def linear_bytes_per_weight(model: ModelSpec) -> float:
-    """Bytes per transformer-block matmul weight, quantization scales included.
+    """Bytes per quantized matmul weight, quantization scales included.
 
     int4 (AWQ/GPTQ): 0.5 + 2.5/group (fp16 scale + 4-bit zero per group of 128: +3.9%).
-    fp8/int8: 1 + 4/h (an fp32 scale per output channel of ~h inputs: <0.1%).
+    fp8/int8: 1 + 4/h (an fp32 scale per output channel of ~h inputs: <0.1%; DeepSeek's
+    fp8 with one fp32 scale per 128x128 block is 1 + 4/16384, 0.04% less).
+    nvfp4: 0.5 + 1/16 (FP4 E2M1 values, one FP8 E4M3 scale per block of 16; NVIDIA,
+    "Introducing NVFP4", 2025; the per-tensor fp32 scale is negligible).
+    mxfp4: 0.5 + 1/32 (FP4 E2M1 values, one E8M0 scale per block of 32; OCP Microscaling
+    Formats (MX) v1.0, sec. 5).
     Unquantized: the model dtype.
     """
     if model.quantization is None:
         return float(BYTES_PER_ELEMENT[model.dtype])
     if model.quantization == "int4":
         return INT4_BYTES_PER_WEIGHT + INT4_SCALE_BYTES_PER_GROUP / model.quantization_group_size
+    if model.quantization in FP4_BLOCK_BYTES:
+        block, scale_bytes = FP4_BLOCK_BYTES[model.quantization]
+        return FP4_BYTES_PER_WEIGHT + scale_bytes / block
     return BYTES_PER_ELEMENT[model.quantization] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
 
 
-def linear_weights_per_layer(model: ModelSpec, counts: ParamCounts) -> int:
-    """Matmul weights of one block (quantizable): everything but biases, norms, router."""
+def attention_linear_weights(model: ModelSpec) -> int:
+    """One block's attention matmul weights (no biases, no norms)."""
+    if model.is_mla:
+        return sum(mla_attention_weights(model))
     h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    attention = h * a * d + 2 * h * k * d + a * d * h
-    num_experts = (model.num_local_experts or 1) + model.num_shared_experts
-    ffn = model.expert_intermediate_size if model.is_moe else model.intermediate_size
-    mlp = num_experts * (3 if model.gated_mlp else 2) * h * ffn
-    return attention + mlp
+    return h * a * d + 2 * h * k * d + a * d * h
+
+
+def mlp_linear_weights(model: ModelSpec) -> tuple[float, float]:
+    """The mean block's MLP matmul weights as (routed experts, other: dense or shared)."""
+    per_ffn = (3 if model.gated_mlp else 2) * model.hidden_size
+    if not model.is_moe:
+        return 0.0, float(per_ffn * model.intermediate_size)
+    routed = model.num_local_experts * per_ffn * model.expert_intermediate_size
+    shared = model.num_shared_experts * per_ffn * shared_expert_size(model)
+    dense = per_ffn * model.intermediate_size
+    num_layers, num_dense = model.num_hidden_layers, model.num_dense_layers
+    return (routed * model.num_moe_layers / num_layers,
+            (shared * model.num_moe_layers + dense * num_dense) / num_layers)
+
+
+def linear_weights_per_layer(model: ModelSpec, counts: ParamCounts | None = None) -> float:
+    """Matmul weights of the mean block: everything but biases, norms, router."""
+    return attention_linear_weights(model) + sum(mlp_linear_weights(model))
+
+
+def quantized_weights(model: ModelSpec, attention: float, routed: float, other: float) -> float:
+    """Of a block's (attention, routed-expert, other MLP) matmul weights, those stored in
+    `quantization` (per quantization_scope)."""
+    if model.quantization is None:
+        return 0.0
+    scope = model.quantization_scope
+    return routed + (other if scope != "experts" else 0.0) + (attention if scope == "all" else 0.0)
+
+
+def quantized_weights_per_layer(model: ModelSpec) -> float:
+    """The mean block's matmul weights stored in `quantization`."""
+    return quantized_weights(model, attention_linear_weights(model), *mlp_linear_weights(model))
 
 
 def weight_bytes(model: ModelSpec) -> float:
-    """All weights: quantized block matmuls + dtype-sized embeddings, head, norms, biases."""
+    """All weights: quantized block matmuls + dtype-sized embeddings, head, norms, biases
+    and the matmuls quantization_scope leaves unquantized."""
     counts = param_counts(model)
-    linear = model.num_hidden_layers * linear_weights_per_layer(model, counts)
-    other = counts.total - linear
-    return linear * linear_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype]
+    quantized = model.num_hidden_layers * quantized_weights_per_layer(model)
+    other = counts.total - quantized
+    return quantized * linear_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype]
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
@@ -145,9 +251,24 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
     """One GPU of a TP group holding num_layers layers: 2 (K, V) * L_s * max(1, k/t) * d *
-    bytes per element (the model dtype's, or 1 for an fp8 KV cache)."""
+    bytes per element (the model dtype's, or 1 for an fp8 KV cache).
+
+    MLA: L_s * (r_kv + d_rope) * bytes: one latent and one RoPE key per token and layer,
+    shared by all heads, so every rank of a TP group holds all of it (DeepSeek-V2 sec. 2.1.2;
+    vLLM's MLA backends cache kv_lora_rank + qk_rope_head_dim per token)."""
     kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
+    if model.is_mla:
+        return num_layers * ((model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+                             + indexer_key_bytes(model))
     return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def indexer_key_bytes(model: ModelSpec) -> int:
+    """DSA: the indexer's key per token and layer, d_i fp8 values + an fp32 scale per 128
+    (vLLM's DeepseekV32IndexerCache: d_i + d_i/128*4 bytes, 132 for d_i = 128), whatever the
+    KV cache dtype; 0 without DSA."""
+    d_i = model.index_head_dim or 0
+    return d_i + d_i // INDEXER_SCALE_BLOCK * PER_CHANNEL_SCALE_BYTES
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -167,14 +288,28 @@ def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     return []
 
 
-def layer_linear_weights_per_gpu(model: ModelSpec, tp: int) -> float:
-    """One block's matmul weights on one GPU of a TP group: split by t, except the K and V
-    projections, of which each GPU keeps max(1, k/t) heads (replicated when t > k)."""
+def attention_replicated_weights(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """One block's attention matmul weights that TP does not split, as (in the model, per
+    GPU): GQA's K and V projections, of which each GPU keeps max(1, k/t) heads (replicated
+    when t > k); MLA's two down-projections, whole on every GPU."""
+    if model.is_mla:
+        replicated = mla_attention_weights(model)[0]
+        return replicated, replicated
     h, d = model.hidden_size, model.head_dim
-    linear = linear_weights_per_layer(model, param_counts(model))
-    kv_full = 2 * h * model.num_key_value_heads * d
-    kv_per_gpu = 2 * h * kv_heads_per_gpu(model, tp) * d
-    return (linear - kv_full) / tp + kv_per_gpu
+    return 2 * h * model.num_key_value_heads * d, 2 * h * kv_heads_per_gpu(model, tp) * d
+
+
+def layer_linear_weights_per_gpu_by_kind(model: ModelSpec, tp: int) -> tuple[float, float, float]:
+    """The mean block's matmul weights on one GPU of a TP group as (attention, routed
+    experts, other MLP): split by t, except the attention weights TP replicates
+    (attention_replicated_weights)."""
+    full, per_gpu = attention_replicated_weights(model, tp)
+    routed, other = mlp_linear_weights(model)
+    return (attention_linear_weights(model) - full) / tp + per_gpu, routed / tp, other / tp
+
+
+def layer_linear_weights_per_gpu(model: ModelSpec, tp: int) -> float:
+    return sum(layer_linear_weights_per_gpu_by_kind(model, tp))
 
 
 def layer_other_params(model: ModelSpec) -> int:
@@ -190,10 +325,12 @@ def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
 
 
 def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
-    """One block's weight bytes on one GPU: matmuls at the quantized size, the rest in the
-    model dtype."""
-    return (layer_linear_weights_per_gpu(model, tp) * linear_bytes_per_weight(model)
-            + layer_other_params(model) * BYTES_PER_ELEMENT[model.dtype])
+    """The mean block's weight bytes on one GPU: quantized matmuls at the quantized size, the
+    rest in the model dtype."""
+    kinds = layer_linear_weights_per_gpu_by_kind(model, tp)
+    quantized = quantized_weights(model, *kinds)
+    return (quantized * linear_bytes_per_weight(model)
+            + (sum(kinds) - quantized + layer_other_params(model)) * BYTES_PER_ELEMENT[model.dtype])
 
 
 def matmul_precision_of_dtype(model: ModelSpec) -> str:

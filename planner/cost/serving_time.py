@@ -66,12 +66,13 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, tp: int, num_
         return read
     expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model) / tp
     untouched = model.num_local_experts - expected_experts_touched(model, num_tokens)
-    return read - stage.num_layers * untouched * expert_bytes
+    moe_layers = stage.num_layers * model.num_moe_layers / model.num_hidden_layers  # mean block
+    return read - moe_layers * untouched * expert_bytes
 
 
-def active_params_per_layer(model: ModelSpec) -> int:
-    counts = param_counts(model)
-    return counts.attention_per_layer + counts.mlp_active_per_layer + counts.norms_per_layer
+def active_params_per_layer(model: ModelSpec) -> float:
+    """The mean block's active parameters (dense and MoE layers averaged)."""
+    return param_counts(model).active_per_layer
 
 
 def stage_matmul_flops_per_token(model: ModelSpec, stage: StageMemory, num_stages: int) -> float:

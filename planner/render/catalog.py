@@ -11,7 +11,7 @@ from planner.specs import ClusterSpec, ModelSpec
 def describe_model(model: ModelSpec) -> str:
     counts = param_counts(model)
     active = f", {billions(counts.active)} active" if model.is_moe else ""
-    quant = f" {model.quantization} weights" if model.quantization else ""
+    quant = f" {model.quantization}" if model.quantization else ""
     return (
         f"{model.name}: {billions(counts.total)} params{active}, {gib(weight_bytes(model))} of "
         f"{model.dtype}{quant} weights, KV {kv_bytes_per_token(model) / units.BYTES_PER_KIB:.0f} KiB/token, "

@@ -50,6 +50,8 @@ def llama70b() -> ModelSpec:
         ("qwen2.5-72b", 72.7e9, None),  # Qwen2.5 model card
         ("mistral-7b", 7.25e9, None),  # HF safetensors total of Mistral-7B-v0.1
         ("mixtral-8x7b", 46.7e9, 12.9e9),  # Mistral AI: 46.7B total, 12.9B active
+        ("mixtral-8x22b", 141e9, 39e9),  # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024)
+        ("qwen3-235b-a22b", 235e9, 22e9),  # Qwen/Qwen3-235B-A22B model card; arXiv:2505.09388
         ("gpt3-175b", 175e9, None),  # Brown et al. 2020
     ],
 )

@@ -1,0 +1,138 @@
+"""Every real config.json in tests/fixtures/hf_configs either imports with the parameter
+count an independent counter gets from the same file (within 2%) and the checkpoint's
+weight format, or is refused in one line naming what the cost model does not describe.
+
+The independent counter walks the layers one by one as the Hugging Face modeling code
+builds them (transformers models/<family>/modeling_<family>.py: LlamaDecoderLayer,
+MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, DeepseekV3Attention / DeepseekV3MoE /
+DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP), not through ModelSpec.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.cost.params import param_counts
+from planner.hf_config import load_hf_config
+from planner.specs import SpecError
+
+CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
+FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
+
+PLANNED = 57
+"""Folders that import (the rest are refused); a change in this number is a change in
+coverage, to be made on purpose."""
+
+
+def text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    return raw["text_config"] if "hidden_size" not in raw and "text_config" in raw else raw
+
+
+def is_moe_layer(c: dict[str, Any], i: int) -> bool:
+    """Which decoder layers hold a sparse MoE block, per family."""
+    experts = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts")
+    if not experts:
+        return False
+    freq = c.get("moe_layer_freq")
+    if isinstance(freq, list):  # MiniMax-M3, MiMo-V2: one flag per layer
+        return bool(freq[i])
+    if c.get("model_type") == "llama4_text":  # Llama4TextDecoderLayer: layer_idx in moe_layers
+        return (i + 1) % c.get("interleave_moe_layer_step", 1) == 0
+    if "decoder_sparse_step" in c:  # Qwen3MoeDecoderLayer
+        return i not in (c.get("mlp_only_layers") or []) and (i + 1) % c["decoder_sparse_step"] == 0
+    return i >= (c.get("first_k_dense_replace") or 0) and i % (freq or 1) == 0  # DeepseekV3
+
+
+def attention(c: dict[str, Any]) -> int:
+    h, a = c["hidden_size"], c["num_attention_heads"]
+    if c.get("kv_lora_rank"):  # DeepseekV3Attention
+        r_q, r_kv = c.get("q_lora_rank"), c["kv_lora_rank"]
+        nope, rope, v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        q = (h * r_q + r_q + r_q * a * (nope + rope)) if r_q else h * a * (nope + rope)
+        kv = h * (r_kv + rope) + r_kv + r_kv * a * (nope + v)
+        n_i, d_i = c.get("index_n_heads") or 0, c.get("index_head_dim") or 0
+        indexer = r_q * n_i * d_i + h * d_i + 2 * d_i + h * n_i if n_i else 0  # DSA Indexer
+        return q + kv + a * v * h + indexer
+    k, d = c.get("num_key_value_heads") or a, c.get("head_dim") or h // a
+    bias = (a * d + 2 * k * d + h) if c.get("attention_bias") else 0
+    return 2 * h * a * d + 2 * h * k * d + bias
+
+
+def ffn(c: dict[str, Any], size: int) -> int:
+    activation = c.get("hidden_act") or c.get("hidden_activation") or "silu"
+    return (2 if activation == "relu2" else 3) * c["hidden_size"] * size
+
+
+def mlp(c: dict[str, Any], i: int) -> int:
+    h = c["hidden_size"]
+    llama4 = c.get("model_type") == "llama4_text"
+    if not is_moe_layer(c, i):
+        size = c.get("intermediate_size_mlp") if llama4 else None
+        return ffn(c, size or c.get("dense_intermediate_size") or c["intermediate_size"])
+    experts = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts")
+    expert_size = c["intermediate_size"] if llama4 else c.get("moe_intermediate_size") or c["intermediate_size"]
+    shared_size = (c.get("shared_expert_intermediate_size") or c.get("share_expert_dim")
+                   or c.get("shared_intermediate_size") or expert_size)
+    num_shared = 1 if llama4 else (c.get("n_shared_experts") or c.get("num_shared_experts") or 0)
+    if c.get("shared_expert_intermediate_size") == 0:
+        num_shared = 0
+    return experts * ffn(c, expert_size) + num_shared * ffn(c, shared_size) + h * experts
+
+
+def independent_total(raw: dict[str, Any]) -> int:
+    c = text_config(raw)
+    h, vocab = c["hidden_size"], c["vocab_size"]
+    tied = c.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+    layers = sum(attention(c) + mlp(c, i) + 2 * h for i in range(c["num_hidden_layers"]))
+    return layers + vocab * h * (1 if tied else 2) + h
+
+
+def expected_format(folder: Path, raw: dict[str, Any]) -> str | None:
+    """The weight format the checkpoint declares (None = the dtype)."""
+    quant = raw.get("quantization_config") or text_config(raw).get("quantization_config")
+    sidecar = folder / "hf_quant_config.json"
+    if quant is None and sidecar.is_file():
+        quant = json.loads(sidecar.read_text())["quantization"]
+    if quant is None:
+        return None
+    algo = quant.get("quant_algo")
+    if algo:
+        return algo.lower()
+    groups = quant.get("config_groups") or {}
+    bits = {g["weights"]["num_bits"] for g in groups.values()}
+    return {"fp8": "fp8", "mxfp4": "mxfp4"}.get(quant.get("quant_method"), f"int{min(bits)}" if bits else None)
+
+
+def test_the_corpus_is_all_there() -> None:
+    assert len(FOLDERS) == 89
+    assert sum((folder / "hf_quant_config.json").is_file() for folder in FOLDERS) == 28
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda folder: folder.name)
+def test_each_config_plans_right_or_is_refused_in_one_line(folder: Path) -> None:
+    raw = json.loads((folder / "config.json").read_text())
+    try:
+        model = load_hf_config(folder / "config.json")
+    except SpecError as exc:
+        message = str(exc)
+        assert "\n" not in message
+        assert "not modelled" in message or "unsupported" in message, message
+        return
+    expected = independent_total(raw)
+    assert param_counts(model).total == pytest.approx(expected, rel=0.02)
+    assert model.quantization == expected_format(folder, raw)
+
+
+def test_how_many_plan() -> None:
+    planned = 0
+    for folder in FOLDERS:
+        try:
+            load_hf_config(folder / "config.json")
+            planned += 1
+        except SpecError:
+            pass
+    assert planned == PLANNED
