@@ -68,10 +68,13 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
             "--num-attention-heads", str(model.num_attention_heads),
             "--seq-length", str(seq_len),
             "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings))]
-    if model.num_key_value_heads != model.num_attention_heads:
-        args += ["--group-query-attention", "--num-query-groups", str(model.num_key_value_heads)]
-    if model.head_dim * model.num_attention_heads != model.hidden_size:
-        args += ["--kv-channels", str(model.head_dim)]
+    if model.is_mla:
+        args += mla_args(model)
+    else:
+        if model.num_key_value_heads != model.num_attention_heads:
+            args += ["--group-query-attention", "--num-query-groups", str(model.num_key_value_heads)]
+        if model.head_dim * model.num_attention_heads != model.hidden_size:
+            args += ["--kv-channels", str(model.head_dim)]
     if model.gated_mlp:
         args.append("--swiglu")
     if model.norm_type == "rmsnorm":
@@ -91,16 +94,32 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
     return args
 
 
+def mla_args(model: ModelSpec) -> list[str]:
+    """Multi-latent attention (MLASelfAttention, megatron/core/transformer/multi_latent_attention.py;
+    flags in megatron/training/arguments.py at core_v0.19.0): the latent ranks and per-head dims
+    of the spec. Megatron has no DSA indexer: such a spec is refused by unexpressible()."""
+    args = ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
+            "--qk-head-dim", str(model.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(model.qk_rope_head_dim),
+            "--v-head-dim", str(model.v_head_dim)]
+    if model.q_lora_rank:
+        args += ["--q-lora-rank", str(model.q_lora_rank)]
+    return args
+
+
 def moe_args(model: ModelSpec) -> list[str]:
     """Experts, top-k and each expert's FFN size; shared experts as one MLP of their summed size
-    (Megatron's SharedExpertMLP)."""
+    (Megatron's SharedExpertMLP); dense layers first, as --moe-layer-freq's list (the spec keeps
+    their count: DeepSeek's first_k_dense_replace; where they interleave, Megatron builds the
+    same parameter count in another order)."""
     if not model.is_moe:
         return []
     args = ["--num-experts", str(model.num_local_experts), "--moe-router-topk", str(model.num_experts_per_tok),
             "--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
     if model.num_shared_experts:
-        args += ["--moe-shared-expert-intermediate-size",
-                 str(model.num_shared_experts * model.expert_intermediate_size)]
+        shared = model.shared_expert_intermediate_size or model.expert_intermediate_size
+        args += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * shared)]
+    if model.num_dense_layers:
+        args += ["--moe-layer-freq", f"([0]*{model.num_dense_layers}+[1]*{model.num_moe_layers})"]
     return args
 
 

@@ -4,6 +4,7 @@ model the emitted pretrain_gpt.py flags describe equals the plan's count."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -45,20 +46,39 @@ def megatron_param_count(args: list[str], tokenizer_vocab_size: int) -> int:
         up = 2 * ffn if "--swiglu" in args else ffn
         return up * h + ffn * h + ((up + h) if bias else 0)
 
-    attention = (heads + 2 * groups) * head_dim * h + (heads + 2 * groups) * head_dim * qkv_bias
-    attention += h * heads * head_dim + h * bias
+    if "--multi-latent-attention" in args:
+        # multi_latent_attention.py MLASelfAttention: q down (h x r_q), q_layernorm (RMSNorm r_q),
+        # q up (r_q x a*(d_qk + d_rope)); kv down (h x (r_kv + d_rope)), kv_layernorm (r_kv),
+        # kv up (r_kv x a*(d_qk + d_v)); linear_proj (a*d_v x h)
+        r_q, r_kv = int(flag(args, "--q-lora-rank", 0)), int(flag(args, "--kv-lora-rank"))
+        d_qk, d_rope = int(flag(args, "--qk-head-dim")), int(flag(args, "--qk-pos-emb-head-dim"))
+        d_v = int(flag(args, "--v-head-dim"))
+        query = (h * r_q + r_q + r_q * heads * (d_qk + d_rope)) if r_q else h * heads * (d_qk + d_rope)
+        attention = query + h * (r_kv + d_rope) + r_kv + r_kv * heads * (d_qk + d_v) + heads * d_v * h
+    else:
+        attention = (heads + 2 * groups) * head_dim * h + (heads + 2 * groups) * head_dim * qkv_bias
+        attention += h * heads * head_dim + h * bias
+    dense = mlp(int(flag(args, "--ffn-hidden-size")))
+    num_moe_layers = 0
     if "--num-experts" in args:
         experts = int(flag(args, "--num-experts"))
         ffn = mlp(int(flag(args, "--moe-ffn-hidden-size", flag(args, "--ffn-hidden-size"))))
         shared = int(flag(args, "--moe-shared-expert-intermediate-size", 0))
-        feed_forward = experts * h + experts * bias + experts * ffn + (mlp(shared) if shared else 0)
+        routed = experts * h + experts * bias + experts * ffn + (mlp(shared) if shared else 0)
+        pattern = flag(args, "--moe-layer-freq")  # "([0]*K+[1]*M)": K dense layers, then M MoE layers
+        num_moe_layers = num_layers
+        if pattern is not None:
+            counts = {int(kind): int(n) for kind, n in re.findall(r"\[(\d)\]\*(\d+)", pattern)}
+            assert sum(counts.values()) == num_layers, pattern
+            num_moe_layers = counts.get(1, 0)
     else:
-        feed_forward = mlp(int(flag(args, "--ffn-hidden-size")))
+        routed = 0
+    feed_forward = num_moe_layers * routed + (num_layers - num_moe_layers) * dense
     embedding = vocab * h
     if flag(args, "--position-embedding-type", "learned_absolute") == "learned_absolute":
         embedding += int(flag(args, "--max-position-embeddings")) * h
     output = vocab * h if "--untie-embeddings-and-output-weights" in args else 0
-    return embedding + num_layers * (2 * norm + attention + feed_forward) + norm + output
+    return embedding + num_layers * (2 * norm + attention) + feed_forward + norm + output
 
 
 def emitted_args(model_name: str, cluster: str, *extra: str) -> list[str]:
@@ -72,6 +92,7 @@ def emitted_args(model_name: str, cluster: str, *extra: str) -> list[str]:
 @pytest.mark.parametrize("model_name, cluster, published", [
     ("mixtral-8x7b", "4x8xH100", 46.7e9),
     ("qwen2.5-72b", "4x8xH100", 72.7e9),
+    ("qwen3-30b-a3b", "4x8xH100", 30.5e9),
 ])
 @pytest.mark.parametrize("layout", ["", "tp=8", "tp=2"])
 def test_megatron_builds_the_planned_parameter_count(model_name, cluster, published, layout):
@@ -82,6 +103,20 @@ def test_megatron_builds_the_planned_parameter_count(model_name, cluster, publis
     planned = param_counts(model).total
     assert megatron_param_count(args, model.vocab_size) == planned
     assert planned == pytest.approx(published, rel=0.01)
+
+
+@pytest.mark.parametrize("layout", ["", "tp=8"])
+def test_megatron_builds_deepseek_v3_as_planned(layout):
+    """DeepSeek-V3: MLA (q/kv latent ranks 1536/512, head dims 128 + 64 RoPE, values 128), 3 dense
+    layers then 58 MoE layers of 256 experts (top 8) and one shared expert: Megatron's count from
+    the emitted flags equals the plan's 671B (the MTP module is neither planned nor emitted).
+    tp=2 does not fit 256 H100 without expert parallelism."""
+    model = resolve_model("deepseek-v3")
+    args = emitted_args("deepseek-v3", "32x8xH100", *(("--layout", layout) if layout else ()))
+    assert "--multi-latent-attention" in args and flag(args, "--moe-layer-freq") == "([0]*3+[1]*58)"
+    planned = param_counts(model).total
+    assert megatron_param_count(args, model.vocab_size) == planned
+    assert planned == pytest.approx(671e9, rel=0.01)
 
 
 def test_architecture_flags_describe_the_spec():
