@@ -2,7 +2,9 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -103,3 +105,15 @@ def test_only_worker_and_measure_import_torch():
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
+
+
+def test_gpu_smoke_script_refuses_a_machine_without_cuda():
+    """tools/gpu_smoke.py measures a GPU; on a CPU-only machine it says so and exits 2."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the script would measure it")
+    script = Path(__file__).resolve().parents[2] / "tools" / "gpu_smoke.py"
+    result = subprocess.run([sys.executable, str(script), "--out", "/nonexistent/never-made"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "gpu_smoke: no CUDA GPU visible: this smoke test measures a GPU"
