@@ -97,7 +97,7 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
 def mla_args(model: ModelSpec) -> list[str]:
     """Multi-latent attention (MLASelfAttention, megatron/core/transformer/multi_latent_attention.py;
     flags in megatron/training/arguments.py at core_v0.19.0): the latent ranks and per-head dims
-    of the spec. Megatron has no DSA indexer: such a spec is refused by unexpressible()."""
+    of the spec. A spec with a DSA indexer gets no command (refusals())."""
     args = ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
             "--qk-head-dim", str(model.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(model.qk_rope_head_dim),
             "--v-head-dim", str(model.v_head_dim)]
@@ -141,7 +141,11 @@ def launch_env(config: TrainConfig) -> tuple[str, ...]:
 
 
 def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) -> list[str]:
-    """Why this release refuses the configuration at startup (TransformerConfig.__post_init__)."""
+    """Why this release refuses the configuration at startup (TransformerConfig.__post_init__),
+    or why the emitted command would build another model than the one planned."""
+    if model.index_n_heads:
+        return [f"Megatron-LM {release.version}: the command cannot express the DSA lightning indexer "
+                "(DeepSeek-V3.2, GLM-5) yet, so it would train another model; plan with --emit none"]
     groups = model.num_key_value_heads
     if groups % config.tp and not release.tp_may_exceed_query_groups:
         return [f"Megatron-LM {release.version} needs num_query_groups {groups} divisible by tp={config.tp} "

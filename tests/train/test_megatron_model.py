@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -130,3 +131,18 @@ def test_architecture_flags_describe_the_spec():
     assert flag(llama, "--rotary-base") == "500000"
     for args in (mixtral, qwen, llama):
         assert (flag(args, "--attention-dropout"), flag(args, "--hidden-dropout")) == ("0", "0")
+
+
+def test_a_model_the_command_cannot_build_gets_no_command():
+    """DeepSeek-V3.2's DSA indexer has no Megatron flag here: rather than a command that trains
+    another model, every configuration is refused with the reason (exit 1), and --emit none
+    still plans it."""
+    spec = str(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "deepseek-ai--DeepSeek-V3.2")
+    base = ["--workload", "train", "--json", "--model", spec, "--cluster", "32x8xH100",
+            "--global-batch", "1024", "--seq-len", "4096"]
+    refused = CliRunner().invoke(app, base)
+    assert refused.exit_code == 1
+    reasons = [r for row in json.loads(refused.output)["rejected"] for r in row["reasons"]]
+    assert any("DSA lightning indexer" in r for r in reasons)
+    planned = CliRunner().invoke(app, [*base, "--emit", "none"])
+    assert planned.exit_code == 0 and json.loads(planned.output)["recommended"]["command"] == []
