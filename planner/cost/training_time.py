@@ -251,8 +251,10 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None
 
 
 def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | None,
-                       backward_window_seconds: float, micro_batch_seconds: float, m: int) -> float:
-    """Data-parallel traffic left on the critical path.
+                       backward_window_seconds: float, micro_batch_seconds: float, m: int,
+                       collectives: DpCollectives | None = None) -> float:
+    """Data-parallel traffic left on the critical path (`collectives`: dp_collectives' result
+    when the caller has it already).
 
     z = 0: all-reduce of fp32 grads (4 B/param); z = 1 (distributed optimizer): reduce-scatter
     of the grads + all-gather of the 16-bit weights (2 B/param). The gradient part overlaps
@@ -263,7 +265,7 @@ def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | 
     """
     if config.dp == 1:
         return 0.0
-    collectives = dp_collectives(params_per_gpu, config, link)
+    collectives = collectives or dp_collectives(params_per_gpu, config, link)
     scatter, gather = collectives.gradient_seconds, collectives.gather_seconds
     if config.zero_stage == 0:
         return max(0.0, scatter - backward_window_seconds)
@@ -369,12 +371,13 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
     window = first / c.virtual_stages * (layer.backward + layer.recompute)
     link = dp_link(cluster, c)
+    dp = dp_collectives(params.worst, c, link)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
-        dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m),
+        dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m, dp),
     )
     return StepTimes(
         breakdown=breakdown,
@@ -389,7 +392,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         stage_seconds_per_micro_batch=stage_per_micro_batch,
         pp_send_seconds=pp_send_seconds(model, config, s, placement.pp_link),
         pp_send_bytes=pp_send_bytes(model, config, s),
-        dp=dp_collectives(params.worst, c, link),
+        dp=dp,
     )
 
 
