@@ -1,0 +1,90 @@
+"""Extract the serving calibration set from AIConfigurator's measured runs.
+
+    python tools/extract_aic_silicon.py /path/to/aiconfigurator_core/systems/silicon_sample.csv
+
+Reads `systems/silicon_sample.csv` of the PyPI package aiconfigurator-core 0.12.0 (NVIDIA's
+serving runs measured on real GPUs) and writes tests/fixtures/aiconfigurator_silicon/vllm_agg.csv:
+the rows with backend == vllm and mode == agg whose (model_path, precision) maps to a shipped
+model spec and whose system to a catalog GPU, with one replica that the planner can express
+(pp == 1, no attention data parallelism; for MoE models moe_tp == tp and moe_ep == 1). Two columns are added, the
+planner's names for the model (`spec`) and the GPU (`gpu`); the mapping's only home is here.
+Standard library only: the project does not depend on pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUTPUT = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_agg.csv"
+
+SPECS = {
+    ("Qwen/Qwen3-32B", ""): "qwen3-32b",  # empty precision: the bf16 checkpoint as shipped
+    ("meta-llama/Llama-3.1-70B", "fp8"): "llama-3.1-70b-fp8",
+    ("meta-llama/Llama-3.1-70B", "fp4"): "llama-3.1-70b-nvfp4",
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"): "llama-3.1-8b-fp8",
+    # AIConfigurator labels gpt-oss's MoE weights nvfp4; vLLM serves the MXFP4 checkpoint.
+    ("openai/gpt-oss-120b", "fp4"): "gpt-oss-120b",
+    ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): "qwen3-235b-a22b-fp8",
+}
+"""(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
+the bf16 checkpoint online, 3 rows), MiniMax-M2.5 and Kimi-K2.5 (no spec)."""
+GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
+"""AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
+HOPPER = {"h100_sxm", "h200_sxm"}
+MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8"}
+"""The mapped specs with experts: only for them do moe_tp_size and moe_ep_size mean anything."""
+KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", "precision",
+        "isl", "osl", "batch_size", "tp_size", "pp_size", "moe_tp_size", "moe_ep_size",
+        "silicon_ttft_ms", "silicon_tpot_ms")
+"""Source columns copied unchanged (batch_size is the benchmark's concurrency)."""
+
+
+def degree(value: str) -> int:
+    """'2.0' -> 2; an empty cell (the column does not apply) -> 1."""
+    return int(float(value)) if value else 1
+
+
+def planner_names(row: dict[str, str]) -> tuple[str, str] | None:
+    """(spec, gpu) for a row the planner can express, else None."""
+    if row["backend"] != "vllm" or row["mode"] != "agg":
+        return None
+    spec = SPECS.get((row["model_path"], row["precision"]))
+    gpu = GPUS.get(row["system"])
+    if spec is None or gpu is None:
+        return None
+    if spec == "llama-3.1-70b-nvfp4" and row["system"] in HOPPER:
+        return None  # Hopper has no fp4 tensor cores
+    tp = degree(row["tp_size"])
+    if (degree(row["pp_size"]), degree(row["attention_dp_size"])) != (1, 1):
+        return None
+    moe_degrees = (degree(row["moe_tp_size"]), degree(row["moe_ep_size"]))
+    if spec in MOE_SPECS and moe_degrees != (tp, 1):
+        return None  # no expert parallelism in the planner yet
+    return spec, gpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", type=Path, help="aiconfigurator_core/systems/silicon_sample.csv")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args()
+    with args.source.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    kept = []
+    for row in rows:
+        names = planner_names(row)
+        if names is not None:
+            kept.append({**{key: row[key] for key in KEPT}, "spec": names[0], "gpu": names[1]})
+    with args.output.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*KEPT, "spec", "gpu"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(kept)
+    print(f"{len(kept)} of {len(rows)} rows -> {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
