@@ -172,6 +172,7 @@ class _Sim:
         self.num_preemptions = 0
         self.k = 0  # index of the step being scheduled
         self.num_done = 0
+        self.finished_blocks, self.num_finished = 0, 0  # released at the end of the step
 
     # ------------------------------------------------------------------ decoder bookkeeping
     def _add_decoder(self, r: _Req) -> None:
@@ -197,10 +198,11 @@ class _Sim:
             self._finish(r)
 
     def _finish(self, r: _Req) -> None:
+        # vLLM frees a finished request's slot and blocks after the step (update_from_output),
+        # so they still count against this step's admissions.
         r.done_at = self.k
-        self.used -= _ceil_div(r.c, self.B)
-        self.num_running -= 1
-        self.num_done += 1
+        self.finished_blocks += _ceil_div(r.c, self.B)
+        self.num_finished += 1
         r.g = -1
 
     # ------------------------------------------------------------------ the running pass
@@ -209,7 +211,9 @@ class _Sim:
         p, nd, t = self.partial, self.num_dec, self.tick
         if nd > budget:
             return None
-        need_blocks = len(self.block_at.get(t, ()))
+        # Finished decoders leave stale entries behind: keep those finishing at t or later.
+        due = [r for r in self.block_at.get(t, ()) if r.p + r.o - 2 - r.base >= t]
+        need_blocks = len(due)
         chunk = 0
         if p is not None:
             chunk = min(p.p + p.g - p.c, budget - nd)
@@ -217,8 +221,8 @@ class _Sim:
         if need_blocks > self.num_blocks - self.used:
             return None
         self.used += need_blocks
-        for r in self.block_at.pop(t, ()):
-            self.block_at.setdefault(t + self.B, []).append(r)
+        self.block_at.pop(t, None)
+        self.block_at.setdefault(t + self.B, []).extend(due)
         ctx = self.ctx_sum + nd
         self.ctx_sum = ctx
         self.regular[-1] += nd - len(self.stalled)
@@ -382,6 +386,10 @@ class _Sim:
             c2, p2 = self._admit(budget)
             chunks += c2
             pairs += p2
+        self.used -= self.finished_blocks
+        self.num_running -= self.num_finished
+        self.num_done += self.num_finished
+        self.finished_blocks = self.num_finished = 0
         return StepLoad(nd, float(ctx), chunks, pairs)
 
     def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
