@@ -41,10 +41,8 @@ from planner.train_search import search  # noqa: E402
 try:  # older commits kept module-level caches; a search now starts with its own memo
     from planner.train_search import clear_caches
 except ImportError:  # pragma: no cover
-
     def clear_caches() -> None:
         pass
-
 
 MODELS = ("llama-3.1-70b", "llama-3.1-405b", "gpt3-175b")
 GPU_COUNTS = (8, 64, 512, 4096, 16384)
@@ -89,10 +87,8 @@ def describe_train(best) -> str:
         return "none fits"
     c = best.config
     schedule = f"{c.schedule} v={c.virtual_stages}" if c.schedule == "interleaved" else c.schedule
-    return (
-        f"tp={c.tp} pp={c.pp} dp={c.dp} b={c.micro_batch_size} {schedule} {c.recompute}"
-        f"{' sp' if c.sequence_parallel else ''} zero={c.zero_stage}"
-    )
+    return (f"tp={c.tp} pp={c.pp} dp={c.dp} b={c.micro_batch_size} {schedule} {c.recompute}"
+            f"{' sp' if c.sequence_parallel else ''} zero={c.zero_stage}")
 
 
 def measure(fn: Callable[[], tuple[int, str]], repeats: int) -> tuple[float, int, str, int]:
@@ -121,14 +117,10 @@ def search_rows(repeats: int, gpu_counts: tuple[int, ...]) -> list[Row]:
                 cluster = resolve_cluster(f"{num_gpus // GPUS_PER_NODE}x{GPUS_PER_NODE}x{GPU}")
                 seconds, evaluated, top, peak = measure(
                     lambda r=runner, m=model, c=cluster, n=model_name, g=num_gpus: r(m, c, n, g),
-                    repeats,
-                )
+                    repeats)
                 rows.append(Row(workload, model_name, num_gpus, seconds, evaluated, peak, top))
-                print(
-                    f"  {workload:5} {model_name:15} {num_gpus:6} GPUs: {seconds * 1e3:9.2f} ms "
-                    f"({evaluated:,} evaluated) top: {top}",
-                    file=sys.stderr,
-                )
+                print(f"  {workload:5} {model_name:15} {num_gpus:6} GPUs: {seconds * 1e3:9.2f} ms "
+                      f"({evaluated:,} evaluated) top: {top}", file=sys.stderr)
     return rows
 
 
@@ -178,16 +170,12 @@ def cli_row(argv: tuple[str, ...], repeats: int, checkout: Path | None = None) -
             out.seek(0)
             out.truncate()
             start = time.perf_counter()
-            code = subprocess.run(
-                [*command, *argv], cwd=cwd, stdout=out, stderr=subprocess.DEVNULL
-            ).returncode
+            code = subprocess.run([*command, *argv], cwd=cwd, stdout=out, stderr=subprocess.DEVNULL).returncode
             times.append(time.perf_counter() - start)
             size = out.tell()
     row = CliRow("plan " + " ".join(argv), statistics.median(times[1:]), size, code)
-    print(
-        f"  {row.median_seconds * 1e3:7.0f} ms {row.output_bytes:>11,} B exit {code}  {row.command}",
-        file=sys.stderr,
-    )
+    print(f"  {row.median_seconds * 1e3:7.0f} ms {row.output_bytes:>11,} B exit {code}  {row.command}",
+          file=sys.stderr)
     return row
 
 
@@ -206,21 +194,16 @@ def machine() -> str:
 def markdown(rows: list[Row], cli: list[CliRow]) -> str:
     lines = [f"Machine: {machine()}.", ""]
     if rows:
-        lines += [
-            "| workload | model | GPUs | median wall time | evaluated | evaluated/s | peak memory | top |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
-        ]
+        lines += ["| workload | model | GPUs | median wall time | evaluated | evaluated/s | peak memory | top |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         rate = r.num_evaluated / r.median_seconds if r.median_seconds else float("inf")
         lines.append(
             f"| {r.workload} | {r.model} | {r.num_gpus:,} | {r.median_seconds * 1e3:.1f} ms | "
-            f"{r.num_evaluated:,} | {rate:,.0f} | {r.peak_bytes / 2**20:.1f} MiB | {r.top} |"
-        )
+            f"{r.num_evaluated:,} | {rate:,.0f} | {r.peak_bytes / 2**20:.1f} MiB | {r.top} |")
     lines += ["", "| CLI, whole process | median | stdout | exit |", "|---|---:|---:|---:|"]
-    lines += [
-        f"| `{r.command}` | {r.median_seconds * 1e3:.0f} ms | {_bytes(r.output_bytes)} | {r.exit_code} |"
-        for r in cli
-    ]
+    lines += [f"| `{r.command}` | {r.median_seconds * 1e3:.0f} ms | {_bytes(r.output_bytes)} | {r.exit_code} |"
+              for r in cli]
     return "\n".join(lines)
 
 
@@ -231,14 +214,10 @@ def _bytes(num_bytes: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2 repeats, up to 512 GPUs")
-    parser.add_argument(
-        "--cli-only", action="store_true", help="only the whole-process CLI timings"
-    )
+    parser.add_argument("--cli-only", action="store_true", help="only the whole-process CLI timings")
     parser.add_argument("--checkout", type=Path, help="time `python -m planner` in this checkout")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
