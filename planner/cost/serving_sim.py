@@ -1,0 +1,542 @@
+"""Step-level simulation of vLLM V1's scheduler draining a finite burst of requests.
+
+Source: vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, vLLM 0.33.0 (FCFS policy,
+chunked prefill on, no prefix caching, no speculative decoding, no KV watermark).
+
+Each engine step, in order:
+1. the running requests, oldest admission first: a decoding request takes 1 token, one
+   still in prefill continues its prompt, chunked to the token budget left
+   (max_num_batched_tokens). A request that needs a KV block when none is free preempts the
+   most recently admitted running request (`self.running.pop()`): its blocks are freed, it
+   goes to the front of the waiting queue and is recomputed later (its prompt plus the
+   tokens generated so far is prefilled again). A request that preempts itself ends the
+   running pass.
+2. only if nothing was preempted this step: the waiting requests, first come first served,
+   while the token budget, max_num_seqs and the free KV blocks allow; the last one admitted
+   may be chunked.
+KV blocks are allocated as tokens are scheduled: ceil(computed_tokens / block_size_tokens).
+A request whose computed tokens reach its token count (prompt + generated) emits a token at
+the end of that step; it finishes after output_len tokens and frees its blocks.
+
+Timing: a step lasts step_seconds(StepLoad); a request arriving during a step waits for the
+next one; when nothing is running the clock jumps to the next arrival.
+first_token_extra_seconds is a constant latency on every token's path to the client (for
+example the API server): it is added to TTFT and E2E alike, so TPOT and ITL do not see it.
+
+Legend (units): *_seconds in s, *_tokens in tokens, counts are `num_` or plain ints.
+
+Speed: decoding requests advance together. Their computed tokens are stored as
+`base + tick` where `tick` counts steps in which every decoder advanced, and the steps at
+which one needs a new KV block or finishes are kept in buckets, so a step in which every
+decoder advances costs O(events) rather than O(running). Any other step (budget shorter
+than the decoders, a KV shortage, a preemption) runs the request-by-request pass.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepLoad:
+    """What one engine step computes."""
+
+    decode_seqs: int
+    """Requests decoding one token this step."""
+    decode_context_tokens: float
+    """Sum over the decoding requests of their context length (KV tokens read, the new one included)."""
+    prefill_tokens: int
+    """Prompt (or recomputed) tokens scheduled this step, all chunks."""
+    prefill_attention_pairs: float
+    """Sum over the chunks of causal (query, key) pairs: c tokens at offset o give c*o + c*(c+1)/2."""
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The scheduler's limits (vLLM engine arguments)."""
+
+    kv_cache_tokens: int
+    """KV cache capacity in tokens; whole blocks of it are usable."""
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size_tokens: int = 16
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    arrival_seconds: float
+    input_len: int
+    output_len: int
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request latencies (in the order of the requests given) and the step log."""
+
+    ttft_seconds: tuple[float, ...]
+    e2e_seconds: tuple[float, ...]
+    tpot_seconds: tuple[float | None, ...]
+    """(e2e - ttft) / (output_len - 1); None for output_len 1, which vllm bench serve skips."""
+    output_lens: tuple[int, ...]
+    step_seconds: tuple[float, ...]
+    step_loads: tuple[StepLoad, ...]
+    step_num_regular_itl: tuple[int, ...]
+    """Tokens emitted in each step by requests that also emitted in the step before: each
+    of those inter-token latencies equals that step's duration."""
+    irregular_itl_seconds: tuple[float, ...]
+    """Inter-token latencies that span several steps (after a stall or a preemption)."""
+    num_preemptions: int
+    first_arrival_seconds: float
+    last_completion_seconds: float
+
+    @property
+    def makespan_seconds(self) -> float:
+        """From the first arrival to the last completion (vllm bench serve's duration)."""
+        return self.last_completion_seconds - self.first_arrival_seconds
+
+
+class _Req:
+    __slots__ = ("i", "arrival", "p", "o", "g", "c", "base", "stall_from", "first", "done_at")
+
+    def __init__(self, i: int, r: SimRequest):
+        self.i, self.arrival, self.p, self.o = i, r.arrival_seconds, r.input_len, r.output_len
+        self.g = 0  # tokens generated; -1 once finished
+        self.c = 0  # tokens whose KV is computed (explicit unless a fast-path decoder)
+        self.base = 0  # c = base + tick while a fast-path decoder
+        self.stall_from = -1  # step of the last emission while it misses steps, else -1
+        self.first = -1  # step whose end emitted the first token
+        self.done_at = -1  # step whose end emitted the last token
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _chunk_pairs(offset: int, num_tokens: int) -> float:
+    """Causal (query, key) pairs of a chunk of c tokens at offset o: c*o + c*(c+1)/2."""
+    return num_tokens * offset + num_tokens * (num_tokens + 1) / 2
+
+
+def _check_fits(requests: Sequence[SimRequest], limits: EngineLimits) -> int:
+    """Blocks in the cache; ValueError for a request that could never hold its KV alone."""
+    num_blocks = limits.kv_cache_tokens // limits.block_size_tokens
+    for i, r in enumerate(requests):
+        if r.input_len < 1 or r.output_len < 1:
+            raise ValueError(f"request {i}: input_len and output_len must be >= 1")
+        # The last token is emitted, never computed: the KV peaks at input + output - 1.
+        if _ceil_div(r.input_len + r.output_len - 1, limits.block_size_tokens) > num_blocks:
+            raise ValueError(
+                f"request {i}: input {r.input_len} + output {r.output_len} tokens do not fit "
+                f"in a KV cache of {limits.kv_cache_tokens} tokens"
+            )
+    return num_blocks
+
+
+def simulate(
+    requests: Sequence[SimRequest],
+    limits: EngineLimits,
+    step_seconds: Callable[[StepLoad], float],
+    first_token_extra_seconds: float = 0.0,
+) -> SimResult:
+    """Run the scheduler until every request has finished (see the module docstring)."""
+    assert limits.max_num_seqs >= 1 and limits.max_num_batched_tokens >= 1
+    num_blocks = _check_fits(requests, limits)
+    sim = _Sim(requests, limits, num_blocks)
+    return sim.run(step_seconds, first_token_extra_seconds)
+
+
+class _Sim:
+    """Mutable state of one simulation, private to `simulate` (which stays pure).
+
+    Times are step indices while scheduling; they become seconds in `_result`.
+    """
+
+    def __init__(self, requests: Sequence[SimRequest], limits: EngineLimits, num_blocks: int):
+        self.reqs = [_Req(i, r) for i, r in enumerate(requests)]
+        self.B, self.num_blocks = limits.block_size_tokens, num_blocks
+        self.max_seqs, self.max_tokens = limits.max_num_seqs, limits.max_num_batched_tokens
+        self.used = 0
+        self.running: list[_Req] = []  # admission order; finished ones dropped lazily
+        self.num_running = 0
+        self.waiting: deque[_Req] = deque()
+        self.partial: _Req | None = None  # the running request mid-prefill (always last)
+        self.tick = 0
+        self.num_dec, self.ctx_sum = 0, 0  # fast-path decoders and the sum of their c
+        self.block_at: dict[int, list[_Req]] = {}
+        self.finish_at: dict[int, list[_Req]] = {}
+        self.stalled: list[_Req] = []  # decoders that missed a step
+        self.regular: list[int] = []
+        self.irregular: list[tuple[int, int]] = []
+        self.num_preemptions = 0
+        self.k = 0  # index of the step being scheduled
+        self.num_done = 0
+        self.finished_blocks, self.num_finished = 0, 0  # released at the end of the step
+
+    # ------------------------------------------------------------------ decoder bookkeeping
+    def _add_decoder(self, r: _Req) -> None:
+        """r has c = p + g - 1 computed tokens and decodes from the next step on."""
+        t = self.tick
+        r.base = r.c - t
+        self.num_dec += 1
+        self.ctx_sum += r.c
+        self.block_at.setdefault(t + (-r.c) % self.B, []).append(r)
+        self.finish_at.setdefault(r.p + r.o - 2 - r.base, []).append(r)
+
+    def _emit(self, r: _Req) -> None:
+        """r's computed tokens reached its token count: one token at the end of this step."""
+        r.g += 1
+        if r.g == 1:
+            r.first = self.k
+        elif r.stall_from >= 0:
+            self.irregular.append((r.stall_from, self.k))
+        else:
+            self.regular[-1] += 1
+        r.stall_from = -1
+        if r.g == r.o:
+            self._finish(r)
+
+    def _finish(self, r: _Req) -> None:
+        # vLLM frees a finished request's slot and blocks after the step (update_from_output),
+        # so they still count against this step's admissions.
+        r.done_at = self.k
+        self.finished_blocks += _ceil_div(r.c, self.B)
+        self.num_finished += 1
+        r.g = -1
+
+    # ------------------------------------------------------------------ the running pass
+    def _fast_running(self, budget: int) -> tuple[int, int, int, float] | None:
+        """Every decoder advances one token; None when vLLM would do something else."""
+        p, nd, t = self.partial, self.num_dec, self.tick
+        if nd > budget:
+            return None
+        # Finished decoders leave stale entries behind: keep those finishing at t or later.
+        due = [r for r in self.block_at.get(t, ()) if r.p + r.o - 2 - r.base >= t]
+        need_blocks = len(due)
+        chunk = 0
+        if p is not None:
+            chunk = min(p.p + p.g - p.c, budget - nd)
+            need_blocks += _ceil_div(p.c + chunk, self.B) - _ceil_div(p.c, self.B)
+        if need_blocks > self.num_blocks - self.used:
+            return None
+        self.used += need_blocks
+        self.block_at.pop(t, None)
+        self.block_at.setdefault(t + self.B, []).extend(due)
+        ctx = self.ctx_sum + nd
+        self.ctx_sum = ctx
+        self.regular[-1] += nd - len(self.stalled)
+        for r in self.stalled:
+            self.irregular.append((r.stall_from, self.k))
+            r.stall_from = -1
+        self.stalled = []
+        for r in self.finish_at.pop(t, ()):
+            r.c = r.base + t + 1
+            self.num_dec -= 1
+            self.ctx_sum -= r.c
+            self._finish(r)
+        self.tick = t + 1
+        pairs = 0.0
+        if chunk:
+            pairs = _chunk_pairs(p.c, chunk)
+            p.c += chunk
+            if p.c == p.p + p.g:
+                self.partial = None
+                self._emit(p)
+                if p.g > 0:
+                    self._add_decoder(p)
+        return nd, ctx, chunk, pairs
+
+    def _materialize(self) -> None:
+        """Leave the fast representation: explicit c and g for every running decoder."""
+        t = self.tick
+        self.running = [r for r in self.running if r.g >= 0]
+        for r in self.running:
+            if r is not self.partial:
+                r.c = r.base + t
+                r.g = r.c - r.p + 1
+        self.block_at.clear()
+        self.finish_at.clear()
+        self.num_dec, self.ctx_sum = 0, 0
+
+    def _slow_running(self, budget: int) -> tuple[int, int, int, float, int, bool]:
+        """vLLM's request-by-request pass over the running queue."""
+        self._materialize()
+        B, running = self.B, self.running
+        nd, ctx, chunks, pairs = 0, 0, 0, 0.0
+        scheduled: list[_Req] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            new = min(r.p + r.g - r.c, budget)
+            blocks = _ceil_div(r.c + new, B) - _ceil_div(r.c, B)
+            self_preempted = False
+            while blocks > self.num_blocks - self.used:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    self_preempted = True
+                    break
+            if self_preempted:
+                break
+            self.used += blocks
+            budget -= new
+            if r.g >= 1 and r.c == r.p + r.g - 1:
+                nd += 1
+                ctx += r.c + 1
+            else:
+                chunks += new
+                pairs += _chunk_pairs(r.c, new)
+            r.c += new
+            scheduled.append(r)
+            i += 1
+        for r in running[i:]:
+            if r.g >= 1 and r.stall_from < 0:
+                r.stall_from = self.k - 1
+        for r in scheduled:
+            if r.c == r.p + r.g:
+                self._emit(r)
+        self.tick += 1
+        self.stalled = []
+        self.partial = None
+        self.running = [r for r in running if r.g >= 0]
+        for r in self.running:
+            if r.c != r.p + r.g - 1:
+                assert self.partial is None, "two requests mid-prefill"
+                self.partial = r
+                continue
+            if r.stall_from >= 0:
+                self.stalled.append(r)
+            self._add_decoder(r)
+        return nd, ctx, chunks, pairs, budget, preempted
+
+    def _preempt(self, r: _Req) -> None:
+        """Free r's blocks and put it at the front of the waiting queue, to recompute."""
+        self.used -= _ceil_div(r.c, self.B)
+        r.c = 0
+        self.num_running -= 1
+        self.num_preemptions += 1
+        if r.g >= 1 and r.stall_from < 0:
+            r.stall_from = self.k - 1
+        self.waiting.appendleft(r)
+
+    # ------------------------------------------------------------------ the waiting pass
+    def _admit(self, budget: int) -> tuple[int, float]:
+        chunks, pairs = 0, 0.0
+        while budget > 0 and self.waiting and self.num_running < self.max_seqs:
+            r = self.waiting[0]
+            new = min(r.p + r.g, budget)
+            blocks = _ceil_div(new, self.B)
+            if blocks > self.num_blocks - self.used:
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            self.num_running += 1
+            self.used += blocks
+            budget -= new
+            chunks += new
+            pairs += _chunk_pairs(0, new)
+            r.c = new
+            if new == r.p + r.g:
+                self._emit(r)
+                if r.g > 0:
+                    self._add_decoder(r)
+            else:
+                self.partial = r
+        return chunks, pairs
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, step_seconds: Callable[[StepLoad], float], extra_seconds: float) -> SimResult:
+        arrivals = sorted(self.reqs, key=lambda r: (r.arrival, r.i))
+        n, a = len(arrivals), 0
+        first_arrival = arrivals[0].arrival if arrivals else 0.0
+        now = first_arrival
+        ends: list[float] = []
+        durations: list[float] = []
+        loads: list[StepLoad] = []
+        while self.num_done < n:
+            while a < n and arrivals[a].arrival <= now:
+                self.waiting.append(arrivals[a])
+                a += 1
+            if self.num_running == 0 and not self.waiting:
+                now = arrivals[a].arrival
+                continue
+            load = self._schedule()
+            dur = step_seconds(load)
+            now += dur
+            ends.append(now)
+            durations.append(dur)
+            loads.append(load)
+            self.k += 1
+        return self._result(first_arrival, ends, durations, loads, extra_seconds)
+
+    def _schedule(self) -> StepLoad:
+        budget = self.max_tokens
+        self.regular.append(0)
+        fast = self._fast_running(budget)
+        if fast is not None:
+            nd, ctx, chunks, pairs = fast
+            budget -= nd + chunks
+            preempted = False
+        else:
+            nd, ctx, chunks, pairs, budget, preempted = self._slow_running(budget)
+        if not preempted:
+            c2, p2 = self._admit(budget)
+            chunks += c2
+            pairs += p2
+        self.used -= self.finished_blocks
+        self.num_running -= self.num_finished
+        self.num_done += self.num_finished
+        self.finished_blocks = self.num_finished = 0
+        return StepLoad(nd, float(ctx), chunks, pairs)
+
+    def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
+        reqs = self.reqs
+        ttft = tuple(ends[r.first] - r.arrival + extra for r in reqs)
+        e2e = tuple(ends[r.done_at] - r.arrival + extra for r in reqs)
+        tpot = tuple(
+            (e - t) / (r.o - 1) if r.o > 1 else None
+            for r, t, e in zip(reqs, ttft, e2e, strict=True)
+        )
+        return SimResult(
+            ttft_seconds=ttft,
+            e2e_seconds=e2e,
+            tpot_seconds=tpot,
+            output_lens=tuple(r.o for r in reqs),
+            step_seconds=tuple(durations),
+            step_loads=tuple(loads),
+            step_num_regular_itl=tuple(self.regular),
+            irregular_itl_seconds=tuple(ends[j] - ends[i] for i, j in self.irregular),
+            num_preemptions=self.num_preemptions,
+            first_arrival_seconds=first_arrival,
+            last_completion_seconds=max(ends) if ends else first_arrival,
+        )
+
+
+# ---------------------------------------------------------------------- data parallel
+
+
+def simulate_replicas(
+    requests: Sequence[SimRequest],
+    num_replicas: int,
+    limits: EngineLimits,
+    step_seconds: Callable[[StepLoad], float],
+    first_token_extra_seconds: float = 0.0,
+) -> SimResult:
+    """dp engines: request i (in arrival order) goes to replica i mod num_replicas.
+
+    Round-robin is the choice of a plain router in front of dp independent engines; vLLM's
+    internal DP load balancer picks the least loaded engine instead, which round-robin
+    matches for a homogeneous burst. Each replica is simulated alone and the results are
+    merged: per-request latencies in the caller's order, steps concatenated replica by replica.
+    """
+    assert num_replicas >= 1
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
+    parts = [order[j::num_replicas] for j in range(num_replicas)]
+    results = [
+        simulate([requests[i] for i in part], limits, step_seconds, first_token_extra_seconds)
+        for part in parts
+        if part
+    ]
+    return _merge(len(requests), [p for p in parts if p], results)
+
+
+def _merge(num_requests: int, parts: list[list[int]], results: list[SimResult]) -> SimResult:
+    ttft: list[float] = [0.0] * num_requests
+    e2e: list[float] = [0.0] * num_requests
+    tpot: list[float | None] = [None] * num_requests
+    lens: list[int] = [0] * num_requests
+    for part, res in zip(parts, results, strict=True):
+        for j, i in enumerate(part):
+            ttft[i], e2e[i], tpot[i] = res.ttft_seconds[j], res.e2e_seconds[j], res.tpot_seconds[j]
+            lens[i] = res.output_lens[j]
+    return SimResult(
+        ttft_seconds=tuple(ttft),
+        e2e_seconds=tuple(e2e),
+        tpot_seconds=tuple(tpot),
+        output_lens=tuple(lens),
+        step_seconds=tuple(s for r in results for s in r.step_seconds),
+        step_loads=tuple(s for r in results for s in r.step_loads),
+        step_num_regular_itl=tuple(s for r in results for s in r.step_num_regular_itl),
+        irregular_itl_seconds=tuple(s for r in results for s in r.irregular_itl_seconds),
+        num_preemptions=sum(r.num_preemptions for r in results),
+        first_arrival_seconds=min((r.first_arrival_seconds for r in results), default=0.0),
+        last_completion_seconds=max((r.last_completion_seconds for r in results), default=0.0),
+    )
+
+
+# ---------------------------------------------------------------------- vllm bench serve metrics
+
+
+@dataclass(frozen=True)
+class Distribution:
+    mean: float
+    median: float
+    p99: float
+
+
+@dataclass(frozen=True)
+class ServeMetrics:
+    """What `vllm bench serve` prints (vllm/benchmarks/serve.py, calculate_metrics, 0.33.0)."""
+
+    ttft_seconds: Distribution
+    tpot_seconds: Distribution
+    itl_seconds: Distribution
+    e2e_seconds: Distribution
+    duration_seconds: float
+    """First request sent to last completion."""
+    request_throughput_per_second: float
+    output_token_throughput_per_second: float
+
+
+def weighted_percentile(pairs: Sequence[tuple[float, int]], q_percent: float) -> float:
+    """numpy.percentile's default (linear) of the list holding each value `weight` times.
+
+    Position q/100 * (n - 1) in the sorted list, interpolated between its two neighbours.
+    0.0 for an empty list (vllm bench serve's `np.percentile(x or 0, q)`).
+    """
+    items = sorted((v, w) for v, w in pairs if w > 0)
+    n = sum(w for _, w in items)
+    if n == 0:
+        return 0.0
+    pos = q_percent / 100 * (n - 1)
+    lo = int(pos)
+    frac = pos - lo
+    v_lo = v_hi = items[-1][0]
+    seen = 0
+    for idx, (v, w) in enumerate(items):
+        if lo < seen + w:
+            v_lo = v
+            v_hi = v if lo + 1 < seen + w else items[min(idx + 1, len(items) - 1)][0]
+            break
+        seen += w
+    return v_lo + frac * (v_hi - v_lo)
+
+
+def _distribution(pairs: list[tuple[float, int]]) -> Distribution:
+    n = sum(w for _, w in pairs)
+    mean = sum(v * w for v, w in pairs) / n if n else 0.0
+    return Distribution(mean, weighted_percentile(pairs, 50), weighted_percentile(pairs, 99))
+
+
+def bench_metrics(result: SimResult) -> ServeMetrics:
+    """Mean, median and p99 of TTFT, TPOT, ITL and E2E, and the throughputs."""
+    ones = lambda xs: [(x, 1) for x in xs if x is not None]  # noqa: E731
+    itl = list(zip(result.step_seconds, result.step_num_regular_itl, strict=True)) + ones(
+        result.irregular_itl_seconds
+    )
+    duration = result.makespan_seconds
+    num_done = len(result.e2e_seconds)
+    return ServeMetrics(
+        ttft_seconds=_distribution(ones(result.ttft_seconds)),
+        tpot_seconds=_distribution(ones(result.tpot_seconds)),
+        itl_seconds=_distribution(itl),
+        e2e_seconds=_distribution(ones(result.e2e_seconds)),
+        duration_seconds=duration,
+        request_throughput_per_second=num_done / duration if duration > 0 else 0.0,
+        output_token_throughput_per_second=sum(result.output_lens) / duration
+        if duration > 0
+        else 0.0,
+    )

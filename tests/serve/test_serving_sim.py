@@ -1,0 +1,201 @@
+"""Hand-worked cases and properties of the step-level scheduler simulation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.serving_sim import (
+    EngineLimits,
+    SimRequest,
+    StepLoad,
+    bench_metrics,
+    simulate,
+    simulate_replicas,
+    weighted_percentile,
+)
+
+STEP = 0.01
+BIG_KV = 10**7
+
+
+def const(_: StepLoad) -> float:
+    return STEP
+
+
+def test_chunked_prefill_two_requests():
+    """Budget 100; A = 150/3 tokens, B = 50/3 tokens, both at t=0, 10 ms steps.
+
+    step 1: A's first chunk of 100 (pairs 100*101/2 = 5050).
+    step 2: A's last 50 at offset 100 (50*100 + 50*51/2 = 6275) + B's 50 (1275) = 7550 pairs;
+            both prompts finish: first tokens at 20 ms.
+    steps 3, 4: both decode (contexts 151+51 = 202, then 204); 3rd token at 40 ms.
+    TTFT = 20 ms, E2E = 40 ms, TPOT = (40-20)/2 = 10 ms for both.
+    """
+    res = simulate(
+        [SimRequest(0, 150, 3), SimRequest(0, 50, 3)], EngineLimits(BIG_KV, 256, 100), const
+    )
+    assert res.ttft_seconds == pytest.approx((0.02, 0.02))
+    assert res.e2e_seconds == pytest.approx((0.04, 0.04))
+    assert res.tpot_seconds == pytest.approx((0.01, 0.01))
+    assert res.step_loads == (
+        StepLoad(0, 0.0, 100, 5050.0),
+        StepLoad(0, 0.0, 100, 7550.0),
+        StepLoad(2, 202.0, 0, 0.0),
+        StepLoad(2, 204.0, 0, 0.0),
+    )
+    assert res.step_num_regular_itl == (0, 0, 2, 2)
+    m = bench_metrics(res)
+    assert m.itl_seconds.mean == pytest.approx(0.01)
+    assert m.duration_seconds == pytest.approx(0.04)
+    assert m.output_token_throughput_per_second == pytest.approx(6 / 0.04)
+
+
+def test_first_token_extra_shifts_ttft_and_e2e_not_tpot():
+    res = simulate([SimRequest(0, 10, 4)], EngineLimits(BIG_KV, 8, 100), const, 0.005)
+    # prefill step ends at 10 ms, then 3 decode steps: 40 ms.
+    assert res.ttft_seconds[0] == pytest.approx(0.015)
+    assert res.e2e_seconds[0] == pytest.approx(0.045)
+    assert res.tpot_seconds[0] == pytest.approx(0.01)
+
+
+def test_burst_drains_and_later_steps_are_faster():
+    """4 requests of output 10 and 4 of output 100, 10 prompt tokens each, all at t=0.
+
+    Step 1 prefills all 80 tokens (8 first tokens). Steps 2..10 decode 8 requests: the short
+    ones emit tokens 2..10 and finish at step 10. Steps 11..100 decode only the 4 long ones.
+    With step time 1 ms + 1 ms per decoding sequence, steps 2..10 take 9 ms, later ones 5 ms.
+    """
+    reqs = [SimRequest(0, 10, 10)] * 4 + [SimRequest(0, 10, 100)] * 4
+    res = simulate(reqs, EngineLimits(BIG_KV, 64, 1000), lambda load: 0.001 * (1 + load.decode_seqs))
+    decode_seqs = [load.decode_seqs for load in res.step_loads]
+    assert decode_seqs == [0] + [8] * 9 + [4] * 90
+    assert res.step_seconds[1] == pytest.approx(0.009)
+    assert res.step_seconds[-1] == pytest.approx(0.005)
+    short_e2e = 0.001 + 9 * 0.009
+    assert res.e2e_seconds[:4] == pytest.approx((short_e2e,) * 4)
+    assert res.e2e_seconds[4:] == pytest.approx((short_e2e + 90 * 0.005,) * 4)
+
+
+def test_max_num_seqs_queues_the_rest():
+    """max_num_seqs 1: B (10/2) waits for A (10/2): A prefill 10 ms, decode 20 ms; B 30, 40."""
+    res = simulate([SimRequest(0, 10, 2)] * 2, EngineLimits(BIG_KV, 1, 100), const)
+    assert res.ttft_seconds == pytest.approx((0.01, 0.03))
+    assert res.e2e_seconds == pytest.approx((0.02, 0.04))
+
+
+def test_preemption_with_a_tiny_kv_cache():
+    """KV of 4 blocks of 4 tokens; A and B: prompt 4, output 6 (peak KV 9 tokens = 3 blocks).
+
+    step 1: both prefill (1 block each). steps 2..4: both decode, A's and B's computed tokens
+    4 -> 5 needs a 2nd block each at step 2 (4 used). Step 6 (computed 8 -> 9) needs a 3rd
+    block for A: none free, so B (admitted last) is preempted: one preemption at least, and
+    both finish, B's tokens recomputed.
+    """
+    reqs = [SimRequest(0, 4, 6), SimRequest(0, 4, 6)]
+    res = simulate(reqs, EngineLimits(16, 8, 100, block_size_tokens=4), const)
+    assert res.num_preemptions >= 1
+    assert res.e2e_seconds[0] < res.e2e_seconds[1]
+    # A never waits: 1 prefill step + 5 decode steps.
+    assert res.e2e_seconds[0] == pytest.approx(0.06)
+    # B's recompute prefill carries its prompt and generated tokens again.
+    assert any(load.prefill_tokens > 4 for load in res.step_loads[1:])
+    assert len(bench_metrics(res).itl_seconds.__dict__) == 3
+    assert res.irregular_itl_seconds and min(res.irregular_itl_seconds) > STEP
+
+
+def test_request_that_never_fits_raises():
+    with pytest.raises(ValueError, match="request 1"):
+        simulate([SimRequest(0, 4, 2), SimRequest(0, 100, 100)], EngineLimits(64, 8, 100), const)
+
+
+def test_clock_jumps_to_next_arrival():
+    res = simulate(
+        [SimRequest(0, 5, 1), SimRequest(1.0, 5, 1)], EngineLimits(BIG_KV, 8, 100), const
+    )
+    assert res.ttft_seconds == pytest.approx((0.01, 0.01))
+    assert res.tpot_seconds == (None, None)
+    assert res.makespan_seconds == pytest.approx(1.01)
+
+
+def test_replicas_round_robin_halves_the_batch():
+    reqs = [SimRequest(0, 10, 5)] * 4
+    one = simulate(reqs[::2], EngineLimits(BIG_KV, 8, 100), const)
+    two = simulate_replicas(reqs, 2, EngineLimits(BIG_KV, 8, 100), const)
+    assert two.e2e_seconds == pytest.approx(one.e2e_seconds * 2)
+    assert len(two.step_seconds) == 2 * len(one.step_seconds)
+
+
+def test_weighted_percentile_is_numpy_linear():
+    # np.percentile([1, 2, 2, 5], 50) = 2.0; at 99: pos 2.97 -> 2 + 0.97*3 = 4.91.
+    assert weighted_percentile([(2.0, 2), (1.0, 1), (5.0, 1)], 50) == pytest.approx(2.0)
+    assert weighted_percentile([(2.0, 2), (1.0, 1), (5.0, 1)], 99) == pytest.approx(4.91)
+    assert weighted_percentile([], 99) == 0.0
+
+
+requests_st = st.lists(
+    st.builds(
+        SimRequest,
+        st.floats(0, 0.2, allow_nan=False),
+        st.integers(1, 200),
+        st.integers(1, 60),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def _step_time(load: StepLoad) -> float:
+    return 0.001 + 1e-5 * load.decode_seqs + 1e-6 * load.prefill_tokens
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=requests_st,
+    kv_blocks=st.integers(16, 200),
+    max_seqs=st.integers(1, 16),
+    budget=st.integers(1, 300),
+    block=st.sampled_from([1, 4, 16]),
+)
+def test_properties(reqs, kv_blocks, max_seqs, budget, block):
+    limits = EngineLimits(kv_blocks * 16, max_seqs, budget, block)
+    if any(
+        math.ceil((r.input_len + r.output_len - 1) / block) > kv_blocks * 16 // block for r in reqs
+    ):
+        with pytest.raises(ValueError):
+            simulate(reqs, limits, _step_time)
+        return
+    res = simulate(reqs, limits, _step_time)
+    for r, ttft, e2e in zip(reqs, res.ttft_seconds, res.e2e_seconds, strict=True):
+        assert 0 < ttft <= e2e
+        assert r.arrival_seconds + e2e <= res.last_completion_seconds + 1e-9
+    # Every token after the first is one inter-token latency.
+    num_itl = sum(res.step_num_regular_itl) + len(res.irregular_itl_seconds)
+    assert num_itl == sum(r.output_len - 1 for r in reqs)
+    # The engine never schedules more than its budget or its KV cache.
+    for load in res.step_loads:
+        assert load.decode_seqs + load.prefill_tokens <= budget
+        assert load.decode_seqs <= max_seqs
+    # Prefill tokens: each prompt once, plus what preemption recomputes.
+    total_prefill = sum(load.prefill_tokens for load in res.step_loads)
+    assert total_prefill >= sum(r.input_len for r in reqs)
+    if res.num_preemptions == 0:
+        assert total_prefill == sum(r.input_len for r in reqs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(reqs=requests_st, max_seqs=st.integers(1, 16), budget=st.integers(1, 300))
+def test_a_kv_cache_that_never_preempts_matches_an_unbounded_one(reqs, max_seqs, budget):
+    """KV large enough for every request at once gives the same schedule as an infinite one.
+
+    (Monotonicity of the makespan in KV size in general is false for FCFS with preemption:
+    a preemption can happen to reorder work favourably, so only this equality is tested.)
+    """
+    enough = sum(r.input_len + r.output_len for r in reqs) + 16 * len(reqs)
+    a = simulate(reqs, EngineLimits(enough, max_seqs, budget), const)
+    b = simulate(reqs, EngineLimits(BIG_KV, max_seqs, budget), const)
+    assert a.num_preemptions == 0
+    assert a.e2e_seconds == b.e2e_seconds

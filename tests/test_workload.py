@@ -1,0 +1,55 @@
+"""The JSONL dataset parser's errors and vllm bench serve-style arrivals."""
+
+import pytest
+
+from planner.errors import SpecError
+from planner.workload import arrival_times_seconds, load_dataset, workload_requests
+
+
+def test_loads_and_cycles(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"input_len": 10, "output_len": 5}\n\n{"input_len": 3, "output_len": 1}\n')
+    rows = load_dataset(f)
+    assert rows == ((10, 5), (3, 1))
+    reqs = workload_requests(rows, 3, float("inf"))
+    assert [(r.input_len, r.output_len, r.arrival_seconds) for r in reqs] == [
+        (10, 5, 0.0),
+        (3, 1, 0.0),
+        (10, 5, 0.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ('{"input_len": 1, "output_len": 1}\nnot json\n', ":2: not valid JSON"),
+        ('{"input_len": 1}\n', ":1: output_len: missing"),
+        ('{"input_len": 1, "output_len": 1, "x": 2}\n', ":1: x: unknown field"),
+        ('{"input_len": 0, "output_len": 1}\n', ":1: input_len: 0 is not positive"),
+        ('{"input_len": 1.5, "output_len": 1}\n', ":1: input_len: 1.5 is not an integer"),
+        ('{"input_len": true, "output_len": 1}\n', ":1: input_len: True is not an integer"),
+        ("\n\n", ": no requests"),
+    ],
+)
+def test_each_mistake_is_one_line_naming_file_line_and_field(tmp_path, text, where):
+    f = tmp_path / "d.jsonl"
+    f.write_text(text)
+    with pytest.raises(SpecError) as e:
+        load_dataset(f)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(f)) and where in msg
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        load_dataset(tmp_path / "missing.jsonl")
+
+
+def test_arrivals_reproducible_and_scaled_like_vllm():
+    a = arrival_times_seconds(100, 4.0, seed=3)
+    assert a == arrival_times_seconds(100, 4.0, seed=3)
+    assert a != arrival_times_seconds(100, 4.0, seed=4)
+    assert list(a) == sorted(a)
+    # vLLM rescales so the last request goes at num_prompts / rate.
+    assert a[-1] == pytest.approx(25.0)
+    assert arrival_times_seconds(3, float("inf")) == (0.0, 0.0, 0.0)
