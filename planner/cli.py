@@ -99,7 +99,9 @@ WorkloadOpt = Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or trai
 GpusOpt = Annotated[int | None, typer.Option(help="Plan for this many of the cluster's GPUs.")]
 LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2.")]
 ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")]
-MaxTpotMsOpt = Annotated[float | None, typer.Option(help="Serving SLO: drop layouts slower per output token.")]
+MaxTpotMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time per output token under load, ms (concurrency is lowered to meet it).")]
+MaxTtftMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time to first token under load, ms.")]
+MaxE2eMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean end-to-end request latency, ms.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
 InputLenOpt = Annotated[int, typer.Option(help="Serve: prompt tokens per request.")]
 OutputLenOpt = Annotated[int, typer.Option(help="Serve: generated tokens per request.")]
@@ -139,6 +141,8 @@ class PlanOptions:
     layout: str | None
     objective: ObjectiveChoice
     max_tpot_ms: float | None
+    max_ttft_ms: float | None
+    max_e2e_ms: float | None
     json_output: bool
     input_len: int
     output_len: int
@@ -193,6 +197,8 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         layout=parse_layout(opts.layout),
         objective=opts.objective.value,
         max_tpot_seconds=None if opts.max_tpot_ms is None else units.ms_to_seconds(opts.max_tpot_ms),
+        max_ttft_seconds=None if opts.max_ttft_ms is None else units.ms_to_seconds(opts.max_ttft_ms),
+        max_e2e_seconds=None if opts.max_e2e_ms is None else units.ms_to_seconds(opts.max_e2e_ms),
         engine_versions=parse_engine_versions(opts.engine_version),
     )
 
@@ -276,7 +282,7 @@ def _write_failed(problem: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-SERVE_ONLY = ("objective", "max_tpot_ms", "input_len", "output_len", "batch", "max_model_len",
+SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
@@ -340,6 +346,8 @@ def plan(
     layout: LayoutOpt = None,
     objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
     max_tpot_ms: MaxTpotMsOpt = None,
+    max_ttft_ms: MaxTtftMsOpt = None,
+    max_e2e_ms: MaxE2eMsOpt = None,
     top: Annotated[int | None, typer.Option(min=1, help=f"Rows to show (default {DEFAULT_TOP_ROWS}; --json: every layout unless given).")] = None,
     json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
@@ -370,7 +378,8 @@ def plan(
         return
     opts = PlanOptions(
         model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
-        objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
+        objective=objective, max_tpot_ms=max_tpot_ms, max_ttft_ms=max_ttft_ms, max_e2e_ms=max_e2e_ms,
+        json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
@@ -434,6 +443,8 @@ def explain(
     layout: LayoutOpt = None,
     objective: ObjectiveOpt = DEFAULT_OBJECTIVE,
     max_tpot_ms: MaxTpotMsOpt = None,
+    max_ttft_ms: MaxTtftMsOpt = None,
+    max_e2e_ms: MaxE2eMsOpt = None,
     json_output: JsonOpt = False,
     input_len: InputLenOpt = ServeRequest.input_len,
     output_len: OutputLenOpt = ServeRequest.output_len,
@@ -473,7 +484,8 @@ def explain(
         exit_with(timeline)
     opts = PlanOptions(
         model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
-        objective=objective, max_tpot_ms=max_tpot_ms, json_output=json_output,
+        objective=objective, max_tpot_ms=max_tpot_ms, max_ttft_ms=max_ttft_ms, max_e2e_ms=max_e2e_ms,
+        json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,

@@ -310,18 +310,23 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
 
 
 def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
-    """One decode round (= TPOT) on the slowest stage: k batches of work, each the
-    memory- or compute-bound part, the fixed per-layer step cost (kernel launches) and L_s
-    TP all-reduces; the rest of the round is waiting, first for the p pipeline sends
-    (exposed), then for other stages (bubble)."""
+    """The mean step under load (= TPOT) on the slowest stage: a decode-only round's k
+    micro-batches of work (the memory- or compute-bound part), the fixed per-layer cost and
+    L_s TP all-reduces, the engine's per-step cost; then what prompt chunks add to the mean
+    step; the rest of the decode round is waiting, first for the p pipeline sends (exposed),
+    then for other stages (bubble)."""
     k, p = result.batches_in_flight, result.layout.pp
     step = result.decode_steps[result.slowest_stage]
     num_layers = result.stages[result.slowest_stage].num_layers
+    decode_round = result.decode_round.seconds if result.decode_round is not None else result.tpot_seconds
+    engine = result.decode_round.engine_seconds if result.decode_round is not None else 0.0
     work = k * step.compute_or_memory_seconds
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
-    idle = max(0.0, result.tpot_seconds - work - fixed - tp)
+    engine = min(engine, max(0.0, decode_round - work - fixed - tp))
+    idle = max(0.0, decode_round - work - fixed - tp - engine)
     pp = min(idle, p * result.pp_hop_seconds)
+    prompts = max(0.0, result.tpot_seconds - decode_round)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
     other = "compute" if bound == "memory-bound work" else "memory-bound work"
     segments = (
@@ -329,11 +334,13 @@ def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
         BreakdownSegment(other, 0.0),
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
+        BreakdownSegment("engine step (scheduler, sampler)", engine),
+        BreakdownSegment("prompt chunks in the step", prompts),
         BreakdownSegment("PP comm", pp),
         BreakdownSegment("DP comm exposed", 0.0),
         BreakdownSegment("bubble", idle - pp),
     )
-    return TimeBreakdown("one decode round (TPOT) on the slowest stage", result.tpot_seconds, segments)
+    return TimeBreakdown("the mean step under load (TPOT) on the slowest stage", result.tpot_seconds, segments)
 
 
 def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,

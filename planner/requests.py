@@ -63,7 +63,11 @@ class ServeRequest:
     layout: LayoutFilter = LayoutFilter()
     objective: Objective = "throughput"
     max_tpot_seconds: float | None = None
-    """`--max-tpot-ms`: drop layouts slower per output token."""
+    """`--max-tpot-ms`: SLA on the mean time per output token under load."""
+    max_ttft_seconds: float | None = None
+    """`--max-ttft-ms`: SLA on the mean time to first token under load."""
+    max_e2e_seconds: float | None = None
+    """`--max-e2e-ms`: SLA on the mean end-to-end request latency."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the plan (vLLM's batch defaults) and commands are for."""
 
@@ -74,8 +78,10 @@ class ServeRequest:
             check_positive(flag, value, MAX_TOKENS)
         check_positive("--batch", self.batch, MAX_SEQUENCES)
         check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)
-        if self.max_tpot_seconds is not None:
-            check_positive("--max-tpot-ms", units.seconds_to_ms(self.max_tpot_seconds))
+        for flag, limit in (("--max-tpot-ms", self.max_tpot_seconds), ("--max-ttft-ms", self.max_ttft_seconds),
+                            ("--max-e2e-ms", self.max_e2e_seconds)):
+            if limit is not None:
+                check_positive(flag, units.seconds_to_ms(limit))
 
 
 @dataclass(frozen=True)

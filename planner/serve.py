@@ -11,23 +11,28 @@ Derivations: docs/cost-model.md (Serving).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
+    max_num_batched_tokens,
     memory_overshoot_bytes,
     memory_reasons,
     stage_memory,
     structural_reasons,
 )
+from planner.cost import efficiency as eff
+from planner.cost.continuous_batching import SteadyState, steady_state
 from planner.cost.serving_time import (
     Collective,
+    RoundTime,
+    StepLoad,
     StepTime,
-    decode_stage_time,
-    pipeline_hop_seconds,
-    prefill_stage_seconds,
+    causal_pairs,
+    round_time,
     serving_bubble_fraction,
     serving_collectives,
     tp_allreduce_seconds_per_layer,
@@ -35,6 +40,19 @@ from planner.cost.serving_time import (
 from planner.layout import Layout, Placement, Rejected, place
 from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
+
+
+@dataclass(frozen=True)
+class SlaCheck:
+    """The estimate against --max-ttft-ms, --max-tpot-ms, --max-e2e-ms (True when not given)."""
+
+    ttft_ok: bool
+    tpot_ok: bool
+    e2e_ok: bool
+    binding: str | None
+    """The limit that stops a higher concurrency (ttft | tpot | e2e), or what caps it
+    otherwise (kv-cache | max-num-seqs | batch); None without limits."""
 
 
 @dataclass(frozen=True)
@@ -48,33 +66,70 @@ class ServeEstimate:
     max_model_len: int
     max_concurrency: float
     batch: int
-    """Concurrent sequences per replica the estimate runs at."""
+    """Concurrent requests per replica the estimate runs at (the closed loop's concurrency)."""
     batches_in_flight: int
     stage_step_seconds: float
-    """Slowest stage's time for one in-flight batch (compute/memory + TP all-reduces)."""
+    """Slowest stage's time for one micro-batch of the mean decode-only round."""
     tp_allreduce_seconds_per_layer: float
-    """Both all-reduces of one layer at one in-flight batch's message size."""
+    """Both all-reduces of one layer at one decode micro-batch's message size."""
     allreduce_message_bytes: float
     allreduce_source: str
     """"model" (alpha-beta ring) or "measured" (probe curve at this size)."""
     pp_hop_seconds: float
     bubble_fraction: float
     decode_bound: str
-    """"memory" or "compute": what limits the slowest stage's decode step."""
+    """"memory" or "compute": what limits the slowest stage's linear layers in a decode round."""
     ttft_seconds: float
+    """Mean time to first token under load (queueing, prompt chunks, first-token cost)."""
     tpot_seconds: float
+    """Mean time per output token under load (= mean inter-token latency)."""
     request_latency_seconds: float
+    """Mean end-to-end latency of one request under load."""
     throughput_tokens_per_second: float
     """Output tokens per second for the whole layout (all DP replicas)."""
     notes: tuple[str, ...] = field(default=())
     decode_steps: tuple[StepTime, ...] = ()
-    """Each stage's decode step for one in-flight batch, by part."""
+    """Each stage's share of one decode-only micro-batch step, by part."""
     slowest_stage: int = 0
     """The stage whose decode step paces every round."""
     prefill_stage_seconds: tuple[float, ...] = ()
-    """Each stage's prefill of one prompt (TTFT adds them and the hops)."""
+    """Each stage's time for the round that carries a prompt's chunk."""
     collectives: tuple[Collective, ...] = ()
     """Every collective of a decode round and a prefill, as priced."""
+    steady: SteadyState | None = None
+    """The replica's continuous-batching steady state the times come from."""
+    tpot_batch1_seconds: float = 0.0
+    """TPOT of a lone request (no load)."""
+    sla: SlaCheck = SlaCheck(True, True, True, None)
+    decode_round: RoundTime | None = None
+    """A round of decodes only (no prompt chunk), by stage: what TPOT is without prompts."""
+
+    @property
+    def concurrency(self) -> int:
+        return self.batch
+
+    @property
+    def step_seconds(self) -> float:
+        return self.tpot_seconds
+
+    @property
+    def prefill_tokens_per_step(self) -> float:
+        return 0.0 if self.steady is None else self.steady.prefill_tokens_per_step
+
+    @property
+    def e2e_seconds(self) -> float:
+        return self.request_latency_seconds
+
+    @property
+    def goodput_tokens_per_second(self) -> float:
+        """Output tokens/s of requests within every SLA (all of them in the steady state the
+        concurrency was chosen for, else none)."""
+        ok = self.sla.ttft_ok and self.sla.tpot_ok and self.sla.e2e_ok
+        return self.throughput_tokens_per_second if ok else 0.0
+
+    @property
+    def goodput_per_gpu(self) -> float:
+        return self.goodput_tokens_per_second / self.layout.num_gpus
 
 
 def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
@@ -100,8 +155,33 @@ def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tu
     return max(1, min(wanted, fit)), notes
 
 
+def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, bool]:
+    def ok(limit: float | None, value: float) -> bool:
+        return limit is None or value <= limit
+    return (ok(request.max_ttft_seconds, steady.ttft_seconds), ok(request.max_tpot_seconds, steady.tpot_seconds),
+            ok(request.max_e2e_seconds, steady.e2e_seconds))
+
+
+def first_failing(request: ServeRequest, steady: SteadyState) -> str | None:
+    names = ("ttft", "tpot", "e2e")
+    return next((name for name, ok in zip(names, sla_check(request, steady)) if not ok), None)
+
+
+def sla_reason(request: ServeRequest, steady: SteadyState) -> str:
+    """Why even concurrency 1 misses the limits, every limit it misses."""
+    values = (("TTFT", "--max-ttft-ms", steady.ttft_seconds, request.max_ttft_seconds),
+              ("TPOT", "--max-tpot-ms", steady.tpot_seconds, request.max_tpot_seconds),
+              ("E2E latency", "--max-e2e-ms", steady.e2e_seconds, request.max_e2e_seconds))
+    missed = [f"{name} {seconds_to_ms(value):.1f} ms exceeds {flag} {seconds_to_ms(limit):g}"
+              for name, flag, value, limit in values if limit is not None and value > limit]
+    where = f"at concurrency {steady.concurrency:g}"
+    return f"{'; '.join(missed)} ({where})"
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> ServeEstimate | Rejected:
-    """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it."""
+    """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it (or why it
+    cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
+    every SLA up to what the KV cache and max_num_seqs allow."""
     reasons = structural_reasons(model, layout)
     if reasons:
         return Rejected(layout, tuple(reasons))
@@ -121,19 +201,48 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if reasons:
         return Rejected(layout, tuple(reasons), memory_overshoot_bytes(stages, max_model_len))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
-    batch, notes = choose_batch(request, kv_tokens, wanted)
+    cap, notes = choose_batch(request, kv_tokens, wanted)
+    budget = max_num_batched_tokens(cluster, request)
+
+    def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
+        in_flight = min(layout.pp, concurrency)
+        return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk)
+
+    def steady_at(concurrency: int) -> SteadyState:
+        timed = rounds(concurrency)
+        return steady_state(concurrency, request.input_len, request.output_len, budget,
+                            min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
+                            eff.FIRST_TOKEN_SECONDS)
+
+    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
+                                                    request.max_e2e_seconds))
+    binding = None
+    if has_sla and request.batch is None:
+        batch, binding = largest_meeting_sla(request, steady_at, cap)
+        if batch == 0:
+            return Rejected(layout, (sla_reason(request, steady_at(1)),))
+        if binding is None:
+            binding = "kv-cache" if fit < wanted else "max-num-seqs"
+    else:
+        batch = cap
+    steady = steady_at(batch)
+    ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
+    if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
+        return Rejected(layout, (sla_reason(request, steady),))
+    if has_sla and request.batch is not None:
+        binding = "batch"
     in_flight = min(layout.pp, batch)
-    seqs_per_batch = math.ceil(batch / in_flight)
-    context_len = request.input_len + request.output_len / 2
-    steps = [decode_stage_time(model, cluster, layout, placement, s, seqs_per_batch, context_len) for s in stages]
-    slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
+    decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * (request.input_len + request.output_len / 2))
+    decode_round = rounds(batch)(decode_load)
+    steps = decode_round.stage_steps
+    slowest = decode_round.slowest_stage
     stage_seconds = steps[slowest].seconds
-    hop = pipeline_hop_seconds(model, placement, seqs_per_batch)
-    round_seconds = max(in_flight * stage_seconds, layout.pp * (stage_seconds + hop))
-    prefill = [prefill_stage_seconds(model, cluster, layout, placement, s, request.input_len) for s in stages]
-    ttft = sum(prefill) + (layout.pp - 1) * pipeline_hop_seconds(model, placement, request.input_len)
-    cycle = request.output_len * round_seconds + batch * max(prefill)
-    throughput = layout.dp * batch * request.output_len / cycle
+    chunk = request.input_len / steady.prefill_rounds
+    prompt_chunk = StepLoad(0, 0, chunk, causal_pairs(request.input_len) / steady.prefill_rounds,
+                            1 / steady.prefill_rounds)
+    prompt_round = rounds(batch)(decode_load, prompt_chunk)
+    lone = steady_at(1)
+    seqs_per_batch = max(1, math.ceil(steady.decode_seqs / in_flight))
     message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     collectives = serving_collectives(model, cluster, layout, placement, seqs_per_batch, in_flight,
@@ -142,6 +251,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         notes.append(
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
             f"{placement.tp_link.kind} (allowed, but slow)"
+        )
+    if steady.budget_bound:
+        notes.append(
+            f"prompt-bound: prompts and decodes need more than {budget:,} tokens per step "
+            f"(--max-num-batched-tokens), so requests queue {steady.queue_rounds:.1f} steps for their prefill"
         )
     worst = max(range(len(stages)), key=lambda i: stages[i].weights_bytes + stages[i].activation_bytes)
     return ServeEstimate(
@@ -158,16 +272,39 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tp_allreduce_seconds_per_layer=allreduce,
         allreduce_message_bytes=message_bytes,
         allreduce_source=source,
-        pp_hop_seconds=hop,
-        bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, round_seconds),
+        pp_hop_seconds=decode_round.hop_seconds,
+        bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, decode_round.seconds),
         decode_bound=steps[slowest].bound,
-        ttft_seconds=ttft,
-        tpot_seconds=round_seconds,
-        request_latency_seconds=ttft + request.output_len * round_seconds,
-        throughput_tokens_per_second=throughput,
+        ttft_seconds=steady.ttft_seconds,
+        tpot_seconds=steady.tpot_seconds,
+        request_latency_seconds=steady.e2e_seconds,
+        throughput_tokens_per_second=layout.dp * steady.throughput_tokens_per_second,
         notes=tuple(notes),
-        decode_steps=tuple(steps),
+        decode_steps=steps,
         slowest_stage=slowest,
-        prefill_stage_seconds=tuple(prefill),
+        prefill_stage_seconds=tuple(step.seconds for step in prompt_round.stage_steps),
         collectives=collectives,
+        steady=steady,
+        tpot_batch1_seconds=lone.tpot_seconds,
+        sla=SlaCheck(ttft_ok, tpot_ok, e2e_ok, binding),
+        decode_round=decode_round,
     )
+
+
+def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], SteadyState],
+                        cap: int) -> tuple[int, str | None]:
+    """The largest concurrency in [1, cap] whose steady state meets every limit, by bisection
+    (TTFT, TPOT and E2E grow with concurrency), and the limit that stops the next one
+    (None when cap itself meets them). 0 when even a lone request misses."""
+    if first_failing(request, steady_at(cap)) is None:
+        return cap, None
+    if first_failing(request, steady_at(1)) is not None:
+        return 0, None
+    good, bad = 1, cap
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if first_failing(request, steady_at(middle)) is None:
+            good = middle
+        else:
+            bad = middle
+    return good, first_failing(request, steady_at(bad))

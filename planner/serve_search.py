@@ -106,18 +106,13 @@ def check_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> None:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
-    """Every layout estimated (rejected with reasons, or over --max-tpot-ms), ranked."""
+    """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked."""
     check_request(model, cluster, request)
 
     def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
         result = estimate(model, cluster, layout, request)
         if isinstance(result, Rejected):
             return [], result, 1
-        if request.max_tpot_seconds is not None and result.tpot_seconds > request.max_tpot_seconds:
-            return [], Rejected(layout, (
-                f"TPOT {seconds_to_ms(result.tpot_seconds):.1f} ms exceeds --max-tpot-ms "
-                f"{seconds_to_ms(request.max_tpot_seconds):g}",
-            )), 1
         return [result], None, 1
 
     num_gpus = request.num_gpus or cluster.num_gpus

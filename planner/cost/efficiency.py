@@ -48,13 +48,23 @@ within 10% (tests/serve/test_serve_anchor_gpt_fast.py). Those GPUs were power-li
 330 W; Databricks' 55-60% MBU for 70B on 2-4 GPUs is what this gives once the fixed
 costs are counted (about 64% on 4 A100)."""
 
-PREFILL_MATMUL_UTILIZATION = 0.85
-"""Share of the achievable matmul rate a prefill sustains once attention kernels, norms,
-rotary embeddings and sampling are counted (compute-bound prefill, an estimate;
-docs/cost-model.md#serving-prefill-and-ttft)."""
-DECODE_MATMUL_UTILIZATION = 0.60
-"""Decode matmuls are skinny (batch rows): even when compute-bound they reach well below
-the square-matmul rate; used only when a large batch makes decode compute-bound."""
+ENGINE_STEP_SECONDS = units.us_to_seconds(500)
+"""vLLM's fixed cost per scheduled step outside the model's kernels (scheduler, input
+preparation, sampler launch, output processing); gpt-fast, which the per-layer cost above
+comes from, has none of it.
+ENGINE_STEP_SECONDS and ENGINE_STEP_SECONDS_PER_SEQUENCE are fitted together, by grid over
+{0, 0.5, 1, 2} ms x {0, 5, 10, 20} us, on the TPOT of AIConfigurator's measured vLLM runs
+(aiconfigurator-core 0.12.0, systems/silicon_sample.csv; tests/fixtures/aiconfigurator_silicon/)
+of the dense models with output >= 512 tokens (Llama-3.1-70B fp8/nvfp4 on H100, H200, B200;
+Qwen3-32B bf16 on H100; 255 runs, concurrency 4-128): median |TPOT error| 5.8%. The fit is
+flat along fixed-vs-per-layer trades (1 ms with 30 us per layer scores 5.4%), so the per-layer
+cost keeps its gpt-fast value. bench/serving_calibration.py reproduces the scores."""
+ENGINE_STEP_SECONDS_PER_SEQUENCE = units.us_to_seconds(20)
+"""vLLM's cost per sequence in a step: per-request Python work in the scheduler, input
+preparation, the sampler and detokenization (the same fit as ENGINE_STEP_SECONDS)."""
+FIRST_TOKEN_SECONDS = units.ms_to_seconds(10)
+"""Fixed client-visible cost of a request's first token outside the engine's steps:
+HTTP, tokenization, the API server to engine hand-off, detokenizing and streaming it."""
 
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
 """CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""

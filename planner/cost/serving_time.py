@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
 from planner.cost.comm import allreduce_seconds, p2p_seconds
+from planner.cost.flops import Gemm, layer_gemms_forward
 from planner.cost.params import (
     activation_bytes_per_element,
     linear_bytes_per_weight,
@@ -21,7 +22,6 @@ from planner.cost.params import (
     mlp_params,
     param_counts,
 )
-from planner.cost.pipeline import serving_stage_utilization
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
 from planner.specs import ClusterSpec, ModelSpec
@@ -84,18 +84,65 @@ def stage_matmul_flops_per_token(model: ModelSpec, stage: StageMemory, num_stage
 
 
 @dataclass(frozen=True)
+class StepLoad:
+    """What one engine step (or one micro-batch of it) carries, per replica or per micro-batch.
+
+    Fractional values are expectations (the steady state averages over steps)."""
+
+    decode_seqs: float
+    """Sequences generating one token each."""
+    decode_context_tokens: float
+    """Sum over those sequences of their context (the KV tokens each attention reads)."""
+    prefill_tokens: float = 0.0
+    """Prompt tokens in the step (every chunk)."""
+    prefill_attention_pairs: float = 0.0
+    """Causal (query, key) pairs of the prompt chunks: a chunk of c tokens at offset o has
+    c*o + c*(c+1)/2."""
+    prompts_completing: float = 0.0
+    """Prompts whose last chunk is in the step: each is sampled once (its first token)."""
+
+    @property
+    def num_tokens(self) -> float:
+        return self.decode_seqs + self.prefill_tokens
+
+    @property
+    def sampled_rows(self) -> float:
+        """Rows the LM head and sampler see: vLLM computes logits only for positions that
+        emit a token (vllm/v1/worker/gpu_model_runner.py, logits_indices)."""
+        return self.decode_seqs + self.prompts_completing
+
+    def scaled(self, fraction: float) -> StepLoad:
+        """The same mix, a fraction of it (one of k micro-batches)."""
+        return StepLoad(self.decode_seqs * fraction, self.decode_context_tokens * fraction,
+                        self.prefill_tokens * fraction, self.prefill_attention_pairs * fraction,
+                        self.prompts_completing * fraction)
+
+
+def causal_pairs(chunk_tokens: float, offset_tokens: float = 0.0) -> float:
+    """(query, key) pairs of a causal chunk of c tokens after o earlier tokens: c*o + c*(c+1)/2."""
+    c = chunk_tokens
+    return c * offset_tokens + c * (c + 1) / 2
+
+
+@dataclass(frozen=True)
 class StepTime:
-    """One stage's decode step for one in-flight batch, by part."""
+    """One stage's share of one step (one micro-batch), by part."""
 
     seconds: float
-    compute_or_memory_seconds: float
-    """max(weight + KV read time, matmul time)."""
+    gemm_seconds: float
+    """The linear layers: max(weight read, GEMM compute at the step's shape)."""
+    attention_seconds: float
+    """KV reads of the decoding sequences and the prompt chunks' attention compute."""
     allreduce_seconds_per_layer: float
-    """Both TP all-reduces of one layer."""
+    """Both TP all-reduces of one layer at the step's message size."""
     bound: str
-    """memory | compute: which of the two was larger."""
+    """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
     """The fixed per-layer step cost over the stage's layers."""
+
+    @property
+    def compute_or_memory_seconds(self) -> float:
+        return self.gemm_seconds + self.attention_seconds
 
 
 def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -107,42 +154,72 @@ def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placeme
     return 2 * allreduce_seconds(message_bytes, placement.tp_group, curve), source
 
 
-def decode_stage_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                      stage: StageMemory, num_seqs: int, context_len: float) -> StepTime:
-    """max(bytes read / (HBM * utilisation), FLOPs / (achievable * decode utilisation))
-    + per layer: the fixed step overhead and 2 all-reduces of num_seqs * h * bytes."""
+def gemm_shape_utilization(model: ModelSpec, tp: int, num_tokens: float) -> float:
+    """Share of the achievable matmul rate one layer's linear GEMMs reach at M = tokens rows:
+    u(M)*u(N)*u(K) per GEMM, u(x) = x/(x + GEMM_HALF_RATE_DIMENSION) as for training
+    (cost/training_time.gemm_seconds), FLOP-weighted over QKV, output, MLP up and down (for
+    MoE the experts' GEMMs see the tokens routed to each touched expert)."""
+    m = max(1, round(num_tokens))
+    gemms = list(layer_gemms_forward(model, 1, m, tp)[:2])
+    f, rows, count = model.intermediate_size, m, 1
+    if model.is_moe:
+        touched = max(1.0, expected_experts_touched(model, m))
+        f = model.expert_intermediate_size
+        rows = max(1, round(m * model.num_experts_per_tok / touched))
+        count = max(1, round(touched))
+    up = (2 if model.gated_mlp else 1) * f // tp
+    gemms += [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // tp), count)]
+    half = eff.GEMM_HALF_RATE_DIMENSION
+    flops = sum(g.flops for g in gemms)
+    seconds = sum(g.flops / ((g.m / (g.m + half)) * (g.n / (g.n + half)) * (g.k / (g.k + half))) for g in gemms)
+    return flops / seconds
+
+
+def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
+    """The LM head's GEMM [rows, h] x [h, V/t] at u(rows) u(V/t) u(h)."""
+    half = eff.GEMM_HALF_RATE_DIMENSION
+    m, n, k = max(1.0, rows), model.vocab_size / tp, model.hidden_size
+    return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
+
+
+def attention_flops_per_s(cluster: ClusterSpec) -> float:
+    """Flash attention runs in 16 bits (an fp8 checkpoint's attention is not fp8 unless the
+    KV cache is): the kernel's share of the dense 16-bit peak."""
+    peak = cluster.gpu.peak_flops_per_s("bf16") or cluster.gpu.peak_flops_per_s("fp16")
+    if peak is None:
+        return math.inf
+    return peak * eff.FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK
+
+
+def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                    stage: StageMemory, load: StepLoad) -> StepTime:
+    """One stage, one step of `load`:
+    linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate)
+    attention      (KV read of the decoding sequences + KV written) / HBM
+                   + 4 * pairs * a * d * L_s / t at flash attention's rate
+    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes.
+    The last stage adds the LM head for the sampled rows only (vLLM computes logits for
+    positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
     t = layout.tp
-    bytes_read = decode_weight_bytes_read(model, stage, t, num_seqs, layout.pp)
-    bytes_read += num_seqs * context_len * stage.kv_bytes_per_token
-    memory_seconds = bytes_read / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
-    attention_flops = 4 * stage.num_layers * context_len * model.num_attention_heads * model.head_dim
-    flops = num_seqs * (stage_matmul_flops_per_token(model, stage, layout.pp) + attention_flops) / t
-    compute_seconds = flops / (achievable_flops_per_s(model, cluster) * eff.DECODE_MATMUL_UTILIZATION)
-    message_bytes = num_seqs * model.hidden_size * activation_bytes_per_element(model)
+    tokens = max(load.num_tokens, 1.0)
+    hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
+    weight_seconds = decode_weight_bytes_read(model, stage, t, tokens, layout.pp) / hbm
+    layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens
+    head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
+    rate = achievable_flops_per_s(model, cluster)
+    compute_seconds = (layer_flops / gemm_shape_utilization(model, t, tokens)
+                       + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
+    gemm = max(weight_seconds, compute_seconds)
+    kv_bytes = (load.decode_context_tokens + load.num_tokens) * stage.kv_bytes_per_token
+    heads_dim = model.num_attention_heads * model.head_dim
+    attention = (kv_bytes / hbm
+                 + 4 * load.prefill_attention_pairs * heads_dim * stage.num_layers / t / attention_flops_per_s(cluster))
+    message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    busy = max(memory_seconds, compute_seconds)
-    bound = "memory" if memory_seconds >= compute_seconds else "compute"
     overhead = stage.num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
-    return StepTime(busy + stage.num_layers * allreduce + overhead, busy, allreduce, bound, overhead)
-
-
-def prefill_stage_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                          stage: StageMemory, num_tokens: int) -> float:
-    """Compute-bound: (2 * active layer params * s + causal attention 2 * L_s * s^2 * a * d
-    + on the last stage the LM head 2 * V * h once: vLLM computes logits only for the
-    sampled, last position of a prompt) / t at the achievable matmul rate * prefill
-    utilisation, never faster than reading the weights once; plus per layer the fixed
-    step overhead and 2 all-reduces of s * h * bytes."""
-    s = num_tokens
-    attention = 2 * stage.num_layers * s * s * model.num_attention_heads * model.head_dim
-    layers = 2 * stage.num_layers * active_params_per_layer(model) * s
-    head = 2 * model.vocab_size * model.hidden_size if stage.stage == layout.pp - 1 else 0
-    flops = (layers + head + attention) / layout.tp
-    compute = flops / (achievable_flops_per_s(model, cluster) * eff.PREFILL_MATMUL_UTILIZATION)
-    memory = stage.weights_bytes / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
-    message_bytes = s * model.hidden_size * activation_bytes_per_element(model)
-    allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    return max(compute, memory) + stage.num_layers * (allreduce + eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER)
+    bound = "memory" if weight_seconds >= compute_seconds else "compute"
+    return StepTime(gemm + attention + stage.num_layers * allreduce + overhead, gemm, attention,
+                    allreduce, bound, overhead)
 
 
 def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int) -> float:
@@ -153,14 +230,77 @@ def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int
     return p2p_seconds(message_bytes, placement.pp_link) + eff.PIPELINE_HOP_EXTRA_SECONDS
 
 
+def engine_step_seconds(load: StepLoad) -> float:
+    """The engine's own cost of one scheduled step, outside the model's kernels: scheduling,
+    input preparation, sampling, output processing (a fixed part and a part per sequence
+    in the step). docs/cost-model.md (Serving: the engine's per-step cost)."""
+    sequences = load.decode_seqs + load.prompts_completing
+    return eff.ENGINE_STEP_SECONDS + eff.ENGINE_STEP_SECONDS_PER_SEQUENCE * sequences
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """One round of a replica: each of its k micro-batches through every stage once (k = 1
+    without pipeline parallelism: one engine step)."""
+
+    seconds: float
+    stage_steps: tuple[StepTime, ...]
+    """Each stage's time for one micro-batch."""
+    slowest_stage: int
+    hop_seconds: float
+    """One pipeline boundary for one micro-batch."""
+    engine_seconds: float
+    """The engine's per-step cost of one micro-batch's step."""
+    in_flight: int
+
+
+def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+               stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
+               chunk: StepLoad | None = None) -> RoundTime:
+    """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
+    step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
+    (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.
+    A round lasts the longest of
+    - a micro-batch's path: its engine step + every stage + p hops (its sampled tokens go back
+      to the scheduler before its next step), the chunk-carrying one's path when there is one,
+    - the busiest stage working all k micro-batches,
+    - the engine scheduling k steps (one scheduler, serial).
+    With p = 1 that is engine step + the stage. docs/cost-model.md (Serving: pipeline)."""
+    per_batch = load.scaled(1 / in_flight)
+    steps = tuple(stage_step_time(model, cluster, layout, placement, s, per_batch) for s in stages)
+    slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
+    hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
+    engine = engine_step_seconds(per_batch)
+    path = engine + sum(step.seconds for step in steps) + layout.pp * hop
+    busiest = in_flight * steps[slowest].seconds
+    engines = in_flight * engine
+    if chunk is not None:
+        carrier = StepLoad(per_batch.decode_seqs + chunk.decode_seqs,
+                           per_batch.decode_context_tokens + chunk.decode_context_tokens,
+                           per_batch.prefill_tokens + chunk.prefill_tokens,
+                           per_batch.prefill_attention_pairs + chunk.prefill_attention_pairs,
+                           per_batch.prompts_completing + chunk.prompts_completing)
+        big = tuple(stage_step_time(model, cluster, layout, placement, s, carrier) for s in stages)
+        big_engine = engine_step_seconds(carrier)
+        big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
+        path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
+        busiest = max(b.seconds + (in_flight - 1) * n.seconds for b, n in zip(big, steps))
+        engines += big_engine - engine
+        if layout.pp == 1:
+            steps, slowest = big, 0
+            engine = big_engine
+            path = engine + big[0].seconds
+    seconds = max(path, busiest, engines)
+    return RoundTime(seconds, steps, slowest, hop, engine, in_flight)
+
+
 def serving_bubble_fraction(in_flight: int, pp: int, stage_seconds: float, round_seconds: float) -> float:
-    """Idle share of each stage: it is busy k * t_stage of every round. With k < p batches in
-    flight that is at most k/p (serving_stage_utilization), less the hops' share."""
+    """Idle share of the busiest stage: it works k * t_stage of every round; the rest it waits
+    for the other stages, the hops and the engine (with k < p batches in flight it idles at
+    least while the others work)."""
     if pp == 1:
         return 0.0
-    busy_share = in_flight * stage_seconds / round_seconds
-    assert busy_share <= serving_stage_utilization(in_flight, pp) + 1e-9
-    return 1 - busy_share
+    return max(0.0, 1 - in_flight * stage_seconds / round_seconds)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,8 @@ def test_cli_prints_the_flip() -> None:
 
 
 def test_clear_cut_case_is_robust() -> None:
-    result = CliRunner().invoke(app, ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100"])
+    result = CliRunner().invoke(app, ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--objective", "latency"])
     assert result.exit_code == 0, result.output
     assert "robust: the recommendation" in result.output
 

@@ -5,9 +5,11 @@ a 5-token prompt, bf16/fp16 weights, torch.compile with CUDA graphs.
     Llama-2-7B   TP 1, 2, 4, 8: 104.9, 168.84, 254.02, 328.43 tok/s
     Llama-2-70B  TP 2, 4, 8:    21.32, 38.01, 62.50 tok/s
 
-The serving model's decode step (bytes / (HBM * DECODE_HBM_UTILIZATION) + a fixed cost per
-layer + the TP all-reduces) must land within 10% of every row: the fall of per-GPU
-bandwidth utilisation with TP must come out of the physics, not a per-TP table.
+The serving model's decode step on the GPUs (bytes / (HBM * DECODE_HBM_UTILIZATION) + a
+fixed cost per layer + the TP all-reduces; cost/serving_time.stage_step_time) must land within
+10% of every row: the fall of per-GPU bandwidth utilisation with TP must come out of the
+physics, not a per-TP table. gpt-fast has no scheduler, sampler or server, so vLLM's
+per-step engine cost (cost/serving_time.engine_step_seconds) is not part of this anchor.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from planner.catalog import resolve_cluster, resolve_model
+from planner.cost.serving_time import StepLoad, stage_step_time
 from planner.layout import Layout
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate, estimate
@@ -35,6 +38,9 @@ ROWS = [
 def test_batch1_decode_rate_within_10_percent(name, tp, measured_tokens_per_s):
     model = LLAMA_2_7B if name == "llama-2-7b" else resolve_model(name)
     request = ServeRequest(input_len=5, output_len=200, batch=1, max_model_len=4096)
-    result = estimate(model, resolve_cluster(f"1x{tp}xA100"), Layout(tp, 1, 1), request)
+    cluster = resolve_cluster(f"1x{tp}xA100")
+    result = estimate(model, cluster, Layout(tp, 1, 1), request)
     assert isinstance(result, ServeEstimate)
-    assert 1 / result.tpot_seconds == pytest.approx(measured_tokens_per_s, rel=0.10)
+    # one sequence at the mean context 5 + 200/2 = 105 tokens
+    step = stage_step_time(model, cluster, result.layout, result.placement, result.stages[0], StepLoad(1, 105))
+    assert 1 / step.seconds == pytest.approx(measured_tokens_per_s, rel=0.10)

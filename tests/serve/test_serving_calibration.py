@@ -3,25 +3,33 @@
 
 The bounds sit just above what the planner achieved when the set was added; a change of the
 serving model that improves the fit should tighten them. Errors are predicted / measured - 1.
-Numbers at that commit (590 runs, 0 rejected, 24 KV-starved):
+Numbers with the continuous-batching model (590 runs, 0 rejected, 24 KV-starved):
 
     group                               runs  TPOT |err| med  max   signed  TTFT |err| med  max   signed
-    gpt-oss-120b B200-SXM-180GB           84          20%     57%   -15%          84%       94%   -84%
-    gpt-oss-120b H100-SXM5-80GB           69          22%    451%   -19%          85%      100%   -85%
-    gpt-oss-120b H200-SXM-141GB           75          29%     52%   -29%          85%       93%   -85%
-    llama-3.1-70b-fp8 B200-SXM-180GB      60          13%     59%   -12%          80%       95%   -80%
-    llama-3.1-70b-fp8 H100-SXM5-80GB      45          10%     46%   -10%          63%      100%   -63%
-    llama-3.1-70b-fp8 H200-SXM-141GB      60          12%     65%   -12%          64%       98%   -64%
-    llama-3.1-70b-nvfp4 B200-SXM-180GB    60          21%     51%   -21%          59%       91%   -59%
-    llama-3.1-8b-fp8 H200-SXM-141GB       21          31%     52%   -31%          77%       86%   -77%
-    qwen3-235b-a22b-fp8 H200-SXM-141GB    26          50%     77%   -50%          82%       88%   -82%
-    qwen3-32b H100-SXM5-80GB              90          34%     85%   -34%          81%      100%   -81%
-    overall                              590          22%    451%   -21%          80%      100%   -80%
+    gpt-oss-120b B200-SXM-180GB           84          36%    159%   +36%          41%       83%   -41%
+    gpt-oss-120b H100-SXM5-80GB           69          30%   1142%   +27%          54%      100%   -54%
+    gpt-oss-120b H200-SXM-141GB           75          42%    125%   +42%          49%       82%   -49%
+    llama-3.1-70b-fp8 B200-SXM-180GB      60           5%     41%    -1%          68%       94%   -68%
+    llama-3.1-70b-fp8 H100-SXM5-80GB      45           4%     37%    +2%          43%      100%   -43%
+    llama-3.1-70b-fp8 H200-SXM-141GB      60           5%     49%    +3%          50%       97%   -50%
+    llama-3.1-70b-nvfp4 B200-SXM-180GB    60          16%     75%   +16%          43%       81%   -42%
+    llama-3.1-8b-fp8 H200-SXM-141GB       21          88%    162%   +88%          52%       67%   -52%
+    qwen3-235b-a22b-fp8 H200-SXM-141GB    26          43%     59%   -43%          69%       75%   -69%
+    qwen3-32b H100-SXM5-80GB              90           6%     22%    -4%          73%      100%   -73%
+    overall                              590          14%   1142%    +8%          57%      100%   -57%
 
-TPOT is underestimated by ~20% (decode steps faster than measured); TTFT by ~80%: the
-planner's TTFT is one prompt's prefill on an idle replica, the measured one includes the
-queueing of `concurrency` prompts arriving together. The 451% TPOT outlier is gpt-oss-120b on
-H100 at concurrency 512 (measured 5.5 ms per token at 8192 input tokens).
+(When the set was added, with the static prefill-then-decode model: TPOT 22% median, -21%
+signed; TTFT 80%, -80%.) The dense groups' TPOT fits within 6% at the median (the engine's
+per-step cost is fitted on them: cost/efficiency.py ENGINE_STEP_SECONDS). What is left:
+- TTFT is still underestimated: a closed loop of identical requests stays in phase, so the
+  prompts arrive in waves and share steps (and the first wave queues), which the steady
+  state, built for independent arrivals, does not see.
+- llama-3.1-8b-fp8 (outputs of 100-2000 tokens) is overestimated for the same reason
+  mirrored: in waves the prompts' compute lands in TTFT, not in the decode steps.
+- gpt-oss-120b (MXFP4 MoE) is overestimated by 30-40% and qwen3-235b underestimated by 43%:
+  the MoE GEMMs (grouped, per expert) and the MXFP4 rate are not modelled beyond the dense
+  shape rule. The 1142% outlier is gpt-oss-120b on H100 at concurrency 512 (measured
+  5.5 ms per token at 8192 input tokens).
 """
 
 from __future__ import annotations
@@ -37,12 +45,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_agg.csv"
 
-MEDIAN_ABS_BOUND = {"tpot": 0.24, "ttft": 0.82}
-"""Overall median |error|, now 0.219 (TPOT) and 0.802 (TTFT)."""
-MAX_ABS_BOUND = {"tpot": 4.6, "ttft": 1.0}
-"""Overall max |error|, now 4.51 and 0.99997 (an underestimate's |error| is below 1)."""
-GROUP_MEDIAN_ABS_BOUND = {"tpot": 0.55, "ttft": 0.90}
-"""Every group's median |error|, now at most 0.50 (qwen3-235b-a22b-fp8) and 0.85 (gpt-oss-120b)."""
+MEDIAN_ABS_BOUND = {"tpot": 0.16, "ttft": 0.60}
+"""Overall median |error|, now 0.14 (TPOT) and 0.57 (TTFT)."""
+MAX_ABS_BOUND = {"tpot": 12.0, "ttft": 1.0}
+"""Overall max |error|, now 11.4 and 0.99997 (an underestimate's |error| is below 1)."""
+GROUP_MEDIAN_ABS_BOUND = {"tpot": 0.95, "ttft": 0.75}
+"""Every group's median |error|, now at most 0.88 (llama-3.1-8b-fp8) and 0.73 (qwen3-32b)."""
+DENSE_TPOT_GROUPS = ("llama-3.1-70b-fp8 B200-SXM-180GB", "llama-3.1-70b-fp8 H100-SXM5-80GB",
+                     "llama-3.1-70b-fp8 H200-SXM-141GB", "qwen3-32b H100-SXM5-80GB")
+DENSE_TPOT_MEDIAN_ABS_BOUND = 0.07
+"""The groups the engine's step cost is fitted on: each within 7% at the median (now 4-6%)."""
 EXPECTED_REJECTED: set[str] = set()
 """Fixture ids the planner rejects (none now); each one must be named here."""
 
@@ -93,3 +105,8 @@ def test_a_malformed_row_raises_instead_of_being_skipped(tmp_path) -> None:
     short.write_text(f"{lines[0]}\n{lines[1].rsplit(',', 2)[0]}\n", encoding="utf-8")
     with pytest.raises(ValueError, match="cells"):
         calibration.load_rows(short)
+
+
+def test_dense_groups_tpot_within_seven_percent(summary) -> None:
+    for group in DENSE_TPOT_GROUPS:
+        assert summary["groups"][group]["tpot"]["median_abs"] < DENSE_TPOT_MEDIAN_ABS_BOUND, group
