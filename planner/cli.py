@@ -21,6 +21,7 @@ from planner.emit.command import MODEL_PLACEHOLDER
 from planner.engines import RELEASES, parse_engine_versions
 from planner.errors import SpecError
 from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, TrainRequest
+from planner.workload import load_dataset
 
 EXAMPLES = """Examples:
 
@@ -111,6 +112,9 @@ GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's frac
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
+RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
+NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
+DatasetOpt = Annotated[str | None, typer.Option(help='Serve: JSONL of {"input_len": N, "output_len": M} per request (the means are planned for, the burst uses each).')]
 GlobalBatchOpt = Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")]
 SeqLenOpt = Annotated[int | None, typer.Option(help="Train: sequence length.")]
 MicroBatchOpt = Annotated[int | None, typer.Option(help="Train: fix the micro-batch size.")]
@@ -152,6 +156,9 @@ class PlanOptions:
     kv_cache_dtype: KvCacheDtype
     quantization: QuantChoice | None
     max_num_batched_tokens: int | None
+    request_rate: float | None
+    num_prompts: int | None
+    dataset: str | None
     global_batch: int | None
     seq_len: int | None
     micro_batch: int | None
@@ -183,10 +190,20 @@ def parse_layout(text: str | None) -> LayoutFilter:
 
 
 def serve_request(opts: PlanOptions, quantization_override: str | None = None) -> ServeRequest:
-    """`quantization_override`: the third value load_specs() returns."""
+    """`quantization_override`: the third value load_specs() returns. With --dataset the
+    planned lengths are the dataset's means."""
+    lengths = () if opts.dataset is None else load_dataset(opts.dataset)
+    input_len, output_len = opts.input_len, opts.output_len
+    if lengths:
+        input_len = max(1, round(sum(i for i, _ in lengths) / len(lengths)))
+        output_len = max(1, round(sum(o for _, o in lengths) / len(lengths)))
     return ServeRequest(
-        input_len=opts.input_len,
-        output_len=opts.output_len,
+        input_len=input_len,
+        output_len=output_len,
+        request_rate_per_s=opts.request_rate,
+        num_prompts=opts.num_prompts,
+        dataset=opts.dataset,
+        dataset_lengths=lengths,
         batch=opts.batch,
         max_model_len=opts.max_model_len,
         gpu_memory_utilization=opts.gpu_memory_utilization,
@@ -282,7 +299,7 @@ def _write_failed(problem: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "input_len", "output_len", "batch", "max_model_len",
+SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
@@ -360,6 +377,9 @@ def plan(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    request_rate: RequestRateOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
     micro_batch: MicroBatchOpt = None,
@@ -383,6 +403,7 @@ def plan(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        request_rate=request_rate, num_prompts=num_prompts, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,
@@ -454,6 +475,9 @@ def explain(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    request_rate: RequestRateOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
     micro_batch: MicroBatchOpt = None,
@@ -489,6 +513,7 @@ def explain(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        request_rate=request_rate, num_prompts=num_prompts, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,

@@ -23,6 +23,10 @@ tokens, as the model schema's max_position_embeddings."""
 MAX_SEQUENCES = 2**24
 """Plausibility bound of --batch and --global-batch (16.8M sequences; published global
 batches are ~10**3-10**4 sequences)."""
+MAX_BURST_PROMPTS = 100_000
+"""Plausibility bound of --num-prompts: the burst is simulated step by step."""
+DEFAULT_NUM_PROMPTS = 1000
+"""vllm bench serve's default --num-prompts (vllm/benchmarks/serve.py)."""
 MAX_VIRTUAL_STAGES = 1024
 """Model chunks per device: at most one layer each, and layers are bounded (MAX_NUM_LAYERS)."""
 
@@ -70,6 +74,20 @@ class ServeRequest:
     """`--max-e2e-ms`: SLA on the mean end-to-end request latency."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the plan (vLLM's batch defaults) and commands are for."""
+    request_rate_per_s: float | None = None
+    """`--request-rate`: requests per second of a finite burst (inf = all at once), as `vllm
+    bench serve` sends them; None = the steady state at the chosen concurrency only."""
+    num_prompts: int | None = None
+    """`--num-prompts`: requests in the burst (vllm bench serve's default 1000 when a rate or a
+    dataset is given)."""
+    dataset: str | None = None
+    """`--dataset`: the JSONL file the lengths came from (recorded in the output)."""
+    dataset_lengths: tuple[tuple[int, int], ...] = ()
+    """(input_len, output_len) per dataset line; input_len/output_len are then their means."""
+
+    @property
+    def simulates_burst(self) -> bool:
+        return self.request_rate_per_s is not None or self.num_prompts is not None or bool(self.dataset_lengths)
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
@@ -77,6 +95,9 @@ class ServeRequest:
                             ("--max-num-batched-tokens", self.max_num_batched_tokens)):
             check_positive(flag, value, MAX_TOKENS)
         check_positive("--batch", self.batch, MAX_SEQUENCES)
+        check_positive("--num-prompts", self.num_prompts, MAX_BURST_PROMPTS)
+        if self.request_rate_per_s is not None and not (self.request_rate_per_s > 0):  # also nan
+            raise SpecError(f"--request-rate: must be positive or inf (got {self.request_rate_per_s})")
         check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)
         for flag, limit in (("--max-tpot-ms", self.max_tpot_seconds), ("--max-ttft-ms", self.max_ttft_seconds),
                             ("--max-e2e-ms", self.max_e2e_seconds)):

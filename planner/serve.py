@@ -1,7 +1,8 @@
 """Serving estimate for one layout under vLLM semantics: composes the cost terms of
-planner/cost/serving_memory.py (memory per stage, vLLM's checks) and
-planner/cost/serving_time.py (decode, prefill, pipeline hops) into TPOT, TTFT,
-throughput and the verdict.
+planner/cost/serving_memory.py (memory per stage, vLLM's checks), planner/cost/serving_time.py
+(one engine step, pipeline rounds) and planner/cost/continuous_batching.py (the steady state
+under load) into TPOT, TTFT, E2E, throughput, the SLA verdict and the verdict; a burst of
+requests goes through planner/cost/serving_sim.py.
 
 Legend: t/p/d tensor/pipeline/data degrees, B concurrent sequences per replica,
 k batches in flight (vLLM runs p virtual engines). Everything in SI units.
@@ -26,6 +27,8 @@ from planner.cost.serving_memory import (
 )
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import SteadyState, steady_state
+from planner.cost.serving_sim import EngineLimits, ServeMetrics, bench_metrics, simulate_replicas
+from planner.cost.serving_sim import StepLoad as SimStepLoad
 from planner.cost.serving_time import (
     Collective,
     RoundTime,
@@ -38,9 +41,10 @@ from planner.cost.serving_time import (
     tp_allreduce_seconds_per_layer,
 )
 from planner.layout import Layout, Placement, Rejected, place
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
+from planner.workload import workload_requests
 
 
 @dataclass(frozen=True)
@@ -308,3 +312,23 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
         else:
             bad = middle
     return good, first_failing(request, steady_at(bad))
+
+
+def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> ServeMetrics:
+    """What `vllm bench serve` would report for this layout: the burst (--num-prompts requests
+    of the dataset's or the mean lengths, arriving at --request-rate; all at once for inf)
+    simulated step by step on every replica (cost/serving_sim.py), each step priced like the
+    steady state's (cost/serving_time.round_time)."""
+    layout, placement, stages = result.layout, result.placement, result.stages
+    lengths = request.dataset_lengths or ((request.input_len, request.output_len),)
+    rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
+    requests = workload_requests(lengths, request.num_prompts or DEFAULT_NUM_PROMPTS, rate)
+    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
+
+    def step_seconds(load: SimStepLoad) -> float:
+        mine = StepLoad(load.decode_seqs, load.decode_context_tokens, load.prefill_tokens,
+                        load.prefill_attention_pairs)
+        in_flight = max(1, min(layout.pp, load.decode_seqs))
+        return round_time(model, cluster, layout, placement, stages, mine, in_flight).seconds
+
+    return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from planner.cost.serving_memory import default_max_num_batched_tokens
+from planner.cost.serving_sim import Distribution, ServeMetrics
+from planner.errors import SpecError
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
 from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
-from planner.serve import ServeEstimate
+from planner.serve import ServeEstimate, burst_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -47,6 +51,32 @@ def launch_notes(plan: ServePlan) -> list[str]:
     return []
 
 
+def recommended_metrics(plan: ServePlan) -> ServeMetrics | None:
+    """What vllm bench serve would report for the recommended layout: the simulated burst
+    when --request-rate, --num-prompts or --dataset is given, else the steady state (every
+    request alike: mean = median = p99)."""
+    best = plan.recommended
+    if best is None:
+        return None
+    if not plan.request.simulates_burst:
+        return steady_metrics(best)
+    try:
+        return burst_metrics(plan.model, plan.cluster, best, plan.request)
+    except ValueError as error:  # a request longer than the KV cache holds
+        raise SpecError(f"--dataset/--input-len: {error}") from error
+
+
+def steady_metrics(result: ServeEstimate) -> ServeMetrics:
+    steady = result.steady
+
+    def alike(seconds: float) -> Distribution:
+        return Distribution(seconds, seconds, seconds)
+
+    requests_per_s = result.layout.dp * steady.requests_per_second
+    return ServeMetrics(alike(steady.ttft_seconds), alike(steady.tpot_seconds), alike(steady.tpot_seconds),
+                        alike(steady.e2e_seconds), math.inf, requests_per_s, result.throughput_tokens_per_second)
+
+
 def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> tuple[LaunchStep, ...]:
     """The engine's steps for this layout, one per role; none for --emit none."""
     emitter = SERVE_EMITTERS.get(engine)
@@ -75,10 +105,11 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     engine = "vllm" if emit == "megatron" else emit
     if engine != "none":
         plan = launchable(plan)
+    metrics = recommended_metrics(plan)
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
                         lambda r: launch_steps(plan, r, "vllm-ray", served_model),
-                        engine_version(plan, engine) if engine != "none" else None, top)
+                        engine_version(plan, engine) if engine != "none" else None, top, metrics)
     else:
         best = plan.recommended
         steps = () if best is None else launch_steps(plan, best, engine, served_model)
@@ -86,5 +117,5 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
         if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
             ray = launch_steps(plan, best, "vllm-ray", served_model)
         render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
-                    notes=launch_notes(plan))
+                    notes=launch_notes(plan), metrics=metrics)
     return 0 if plan.recommended is not None else 1

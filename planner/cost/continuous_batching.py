@@ -72,7 +72,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     exceed the k * B tokens a round can carry, lambda = k * B / (I + D) and the excess
     clients wait W rounds. With q = lambda * S_p prompt chunks per round on average: q <= 1
     means a fraction q of rounds carry one chunk of I / S_p tokens in one micro-batch (the rest
-    decode only); q > 1 means every round carries the mean lambda * I prompt tokens, spread.
+    decode only); q > 1 means every round carries the mean lambda * I prompt tokens: one chunk
+    in one micro-batch, the other q - 1 spread (continuous at q = 1).
     TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds;
     TPOT = the mean round; E2E = TTFT + D * TPOT; throughput = C * O / E2E."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0)
@@ -92,14 +93,15 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     decode = StepLoad(decode_seqs, decode_seqs * context)
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
+    one_chunk = StepLoad(0, 0, i / prefill_rounds, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
     if chunks_per_round <= 1:
-        chunk = i / prefill_rounds
-        one_chunk = StepLoad(0, 0, chunk, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
         prompt_round = round_seconds(decode, one_chunk)
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
     else:
-        mean_load = StepLoad(decode_seqs, decode_seqs * context, rate * i, rate * causal_pairs(i), rate)
-        prompt_round = mean_round = round_seconds(mean_load, None)
+        others = chunks_per_round - 1
+        spread = StepLoad(decode_seqs, decode_seqs * context, others * one_chunk.prefill_tokens,
+                          others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing)
+        prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
     e2e = ttft + d * mean_round

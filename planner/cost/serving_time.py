@@ -2,9 +2,10 @@
 
 Legend: t/p tensor/pipeline degrees, L_s layers of stage s, h hidden size, a heads,
 d head dim, V vocab, n sequences in one decode batch, s prompt tokens.
-Decode is a weight (and KV) read bounded by HBM, or a compute bound, plus a fixed
-per-layer step cost and the TP all-reduces; prefill is compute-bound. Derivations and
-sources: docs/cost-model.md (Serving: decode step; Serving: prefill and TTFT).
+One engine step carries decoding sequences and prompt chunks: its linear layers are a weight
+read bounded by HBM or a compute bound at the GEMM shape's rate, plus the attention's KV reads
+and prompt attention, a fixed per-layer cost and the TP all-reduces. Derivations and
+sources: docs/cost-model.md (Serving: one engine step; Serving: pipeline).
 """
 
 from __future__ import annotations

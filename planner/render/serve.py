@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from planner.render.common import (
     step_json,
     us,
 )
+from planner.cost.serving_sim import Distribution, ServeMetrics
+from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
@@ -153,7 +156,8 @@ def render_rejected(rejected: tuple[Rejected, ...] | list[Rejected], title: str 
 
 
 def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top: int, show_rejected: bool,
-                ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None) -> None:
+                ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None,
+                metrics: ServeMetrics | None = None) -> None:
     out = console()
     out.print(describe_model(plan.model))
     out.print(describe_cluster(plan.cluster))
@@ -163,6 +167,9 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     out.print(render_table(plan, top))
     for line in summary_lines(plan):
         out.print(line)
+    if metrics is not None and plan.request.simulates_burst:
+        for line in burst_lines(plan.request, metrics):
+            out.print(line, markup=False)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
     ray_title = f"Or with Ray ({engine.replace('vllm', 'vllm-ray', 1)})"
@@ -176,6 +183,21 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         out.print(line, markup=False)
     for note in notes or []:
         out.print(f"Note: {note}")
+
+
+def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
+    """The recommended layout under the simulated burst, as vllm bench serve prints it."""
+    rate = request.request_rate_per_s
+    rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
+    source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
+    lines = [f"Simulated burst ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
+             f"--request-rate {rate_text}): {metrics.duration_seconds:.1f} s, "
+             f"{metrics.request_throughput_per_second:.2f} req/s, "
+             f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
+    for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
+                    ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
+        lines.append(f"  {name:<4} mean {ms(d.mean)}, median {ms(d.median)}, p99 {ms(d.p99)}")
+    return lines
 
 
 def render_infeasible(plan: ServePlan, show_rejected: bool = False) -> None:
@@ -247,14 +269,44 @@ def vars_of(stage: Any) -> dict[str, Any]:
 StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
+def metrics_json(metrics: ServeMetrics) -> dict[str, Any]:
+    def dist(d: Distribution) -> dict[str, float]:
+        return {"mean": d.mean, "median": d.median, "p99": d.p99}
+    return {
+        "ttft_seconds": dist(metrics.ttft_seconds), "tpot_seconds": dist(metrics.tpot_seconds),
+        "itl_seconds": dist(metrics.itl_seconds), "e2e_seconds": dist(metrics.e2e_seconds),
+        "duration_seconds": metrics.duration_seconds if math.isfinite(metrics.duration_seconds) else None,
+        "request_throughput_per_second": metrics.request_throughput_per_second,
+        "output_throughput_tokens_per_second": metrics.output_token_throughput_per_second,
+    }
+
+
+def serve_workload_json(request: ServeRequest) -> dict[str, Any]:
+    rate = request.request_rate_per_s
+    return {
+        "input_len": request.input_len, "output_len": request.output_len,
+        "request_rate": None if rate is None else (rate if math.isfinite(rate) else "inf"),
+        "num_prompts": (request.num_prompts or DEFAULT_NUM_PROMPTS) if request.simulates_burst else None,
+        "dataset": request.dataset,
+        "max_ttft_seconds": request.max_ttft_seconds, "max_tpot_seconds": request.max_tpot_seconds,
+        "max_e2e_seconds": request.max_e2e_seconds,
+    }
+
+
 def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
-              engine: str | None = None, top: int | None = None) -> dict[str, Any]:
+              engine: str | None = None, top: int | None = None,
+              metrics: ServeMetrics | None = None) -> dict[str, Any]:
     """`engine`: the engine and release the commands are for (`vllm 0.33.0`), None without
-    commands; `top`: the best layouts to list (None: every feasible one)."""
+    commands; `top`: the best layouts to list (None: every feasible one); `metrics`: what vllm
+    bench serve would report for the recommended layout."""
     layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r))
                for i, r in enumerate(plan.layouts[:top])]
+    if layouts and metrics is not None:
+        layouts[0]["metrics"] = metrics_json(metrics)
+        layouts[0]["metrics_source"] = "simulated burst" if plan.request.simulates_burst else "steady state"
     return {
         "workload": "serve",
+        "serve_workload": serve_workload_json(plan.request),
         "model": plan.model.name,
         "cluster": plan.cluster.name,
         "num_gpus": plan.num_gpus,
@@ -271,5 +323,6 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
 
 
 def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
-                    engine: str | None = None, top: int | None = None) -> None:
-    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine, top))
+                    engine: str | None = None, top: int | None = None,
+                    metrics: ServeMetrics | None = None) -> None:
+    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine, top, metrics))

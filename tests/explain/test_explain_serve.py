@@ -93,9 +93,9 @@ def test_default_is_the_objectives_recommendation() -> None:
 
 def test_layout_filter_explains_a_non_recommended_layout() -> None:
     e = explain_serving(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"),
-                        ServeRequest(layout=LayoutFilter(tp=8, pp=2)))
-    assert e.layout == Layout(8, 2, 1) and not e.is_recommended
-    assert e.sensitivity.explained == Layout(8, 2, 1) and e.sensitivity.recommended == Layout(4, 4, 1)
+                        ServeRequest(layout=LayoutFilter(tp=4, pp=4)))
+    assert e.layout == Layout(4, 4, 1) and not e.is_recommended
+    assert e.sensitivity.explained == Layout(4, 4, 1) and e.sensitivity.recommended == Layout(8, 2, 1)
 
 
 def test_infeasible_layout_is_a_spec_error_with_the_reason() -> None:

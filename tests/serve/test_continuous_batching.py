@@ -1,0 +1,218 @@
+"""Continuous batching with chunked prefill (planner/cost/continuous_batching.py) and the
+SLA search on top of it (planner/serve.py): hand-worked steady states on a synthetic round
+function, the bisection for the largest concurrency meeting an SLA, properties of the real
+estimate, and the CLI's SLA output.
+
+The synthetic round costs 10 ms plus 1 us per prompt token it carries (decodes are free
+beyond the fixed 10 ms), so every number below can be worked by hand from the formulas in
+steady_state's docstring:
+    lambda = C / (D + S_p + W), D = O - 1, S_p = ceil(I / (B - n_d / k)), n_d = lambda * D,
+    budget-bound when lambda * (I + D) > k * B: then lambda = k * B / (I + D),
+    q = lambda * S_p chunks per round, TTFT = first token + (alignment + W) * mean round
+    + S_p * prompt round, alignment = 1 - 1/C rounds, TPOT = mean round,
+    E2E = TTFT + D * TPOT, throughput = C * O / E2E.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.cost.continuous_batching import steady_state
+from planner.cost.serving_time import StepLoad
+from planner.layout import Rejected
+from planner.requests import ServeRequest
+from planner.serve import ServeEstimate, largest_meeting_sla
+
+FIXED_ROUND_SECONDS = 0.010
+SECONDS_PER_PROMPT_TOKEN = 1e-6
+
+
+def synthetic_round(load: StepLoad, chunk: StepLoad | None) -> float:
+    """10 ms + 1 us per prompt token in the round (the load's and the chunk's)."""
+    prompt_tokens = load.prefill_tokens + (chunk.prefill_tokens if chunk else 0)
+    return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * prompt_tokens
+
+
+# ---------------------------------------------------------------- steady_state by hand
+
+
+def test_steady_state_unsaturated_by_hand():
+    """C=25, I=5000, O=500, B=8192, k=1, first token 10 ms.
+
+    D = 499. Start lambda = C / (D + 1) = 25/500 = 0.05 requests per round.
+    n_d = 0.05 * 499 = 24.95 decoding sequences; room for a chunk B - n_d = 8167.05,
+    S_p = ceil(5000 / 8167.05) = 1; lambda = 25 / (499 + 1) = 0.05 again (fixed point).
+    Budget: lambda * (I + D) = 0.05 * 5499 = 274.95 <= 8192: not bound, W = 0.
+    Prompt tokens per round: lambda * I = 0.05 * 5000 = 250 (= C * I / O: 25*5000/500).
+    q = lambda * S_p = 0.05 <= 1: 5% of rounds carry one 5000-token chunk.
+    Decode round 10 ms; prompt round 10 + 5000 * 1 us = 15 ms.
+    Mean round = 0.95 * 10 + 0.05 * 15 = 9.5 + 0.75 = 10.25 ms = TPOT.
+    Alignment (1 - 1/25) = 0.96 rounds.
+    TTFT = 10 + 0.96 * 10.25 + 1 * 15 = 10 + 9.84 + 15 = 34.84 ms.
+    E2E = 34.84 + 499 * 10.25 = 34.84 + 5114.75 = 5149.59 ms.
+    Throughput = 25 * 500 / 5.14959 s = 2427.38 tokens/s.
+    """
+    s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
+    approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
+    assert s.concurrency == 25
+    assert s.prefill_rounds == 1
+    assert s.queue_rounds == 0
+    assert s.budget_bound is False
+    assert s.decode_seqs == approx(24.95)
+    assert s.prefill_tokens_per_step == approx(250)
+    assert s.prefill_tokens_per_step == approx(25 * 5000 / 500)
+    assert s.decode_round_seconds == approx(0.010)
+    assert s.prompt_round_seconds == approx(0.015)
+    assert s.step_seconds == approx(0.01025)
+    assert s.tpot_seconds == approx(0.01025)
+    assert s.ttft_seconds == approx(0.03484)
+    assert s.e2e_seconds == approx(5.14959)
+    assert s.throughput_tokens_per_second == approx(12500 / 5.14959)
+    assert s.throughput_tokens_per_second == pytest.approx(2427.3777, rel=1e-7)
+    assert s.requests_per_second == approx(25 / 5.14959)
+
+
+def test_steady_state_budget_bound_by_hand():
+    """C=100, I=1000, O=10, B=512, k=1, first token 10 ms.
+
+    D = 9. Start lambda = 100 / 10 = 10.
+    Pass 1: room = 512 - 10 * 9 = 422, S_p = ceil(1000/422) = 3, lambda = 100/12 = 8.33;
+            8.33 * (1000 + 9) = 8408 > 512: bound, lambda = 512/1009 = 0.50743.
+    Pass 2: room = 512 - 0.50743 * 9 = 507.43, S_p = ceil(1000/507.43) = 2,
+            lambda = 100/11 = 9.09 -> bound again, lambda = 512/1009.
+    Passes 3, 4: the same (S_p = 2, lambda = 512/1009): the fixed point.
+    W = C / lambda - D - S_p = 100 * 1009/512 - 9 - 2 = 197.0703125 - 11 = 186.0703125 rounds.
+    Per round: decodes n_d = 9 * 512/1009 = 4.5669, prompt tokens 1000 * 512/1009 = 507.4331,
+    together (9 + 1000) * 512/1009 = 512 = B exactly.
+    q = lambda * S_p = 1024/1009 > 1: every round carries the mean prompt load, so
+    prompt round = mean round = 10 ms + 507.4331 us = 10.5074331 ms = TPOT.
+    TTFT = 10 ms + (0.99 + 186.0703125 + 2) * 10.5074331 ms = 1996.5386 ms.
+    E2E = TTFT + 9 * 10.5074331 ms = 2091.1055 ms; throughput = 100 * 10 / 2.0911055 s = 478.22.
+    """
+    s = steady_state(100, 1000, 10, 512, 1, synthetic_round, 0.010)
+    approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
+    rate = 512 / 1009
+    mean_round = 0.010 + 1000 * rate * 1e-6
+    assert s.budget_bound is True
+    assert s.prefill_rounds == 2
+    assert s.queue_rounds == approx(100 / rate - 9 - 2)
+    assert s.queue_rounds == approx(186.0703125)
+    assert s.decode_seqs == approx(9 * rate)
+    assert s.prefill_tokens_per_step == approx(1000 * rate)
+    assert s.decode_seqs + s.prefill_tokens_per_step == approx(512)
+    assert s.decode_round_seconds == approx(0.010)
+    assert s.prompt_round_seconds == approx(mean_round)
+    assert s.tpot_seconds == s.step_seconds == approx(mean_round)
+    assert s.tpot_seconds == pytest.approx(0.0105074331, rel=1e-9)
+    ttft = 0.010 + (0.99 + 186.0703125 + 2) * mean_round
+    assert s.ttft_seconds == approx(ttft)
+    assert s.ttft_seconds == pytest.approx(1.9965386, rel=1e-7)
+    assert s.e2e_seconds == approx(ttft + 9 * mean_round)
+    assert s.throughput_tokens_per_second == approx(100 * 10 / (ttft + 9 * mean_round))
+    assert s.throughput_tokens_per_second == pytest.approx(478.216, rel=1e-6)
+
+
+# ---------------------------------------------------------------- largest_meeting_sla
+
+
+@dataclass(frozen=True)
+class FakeSteady:
+    concurrency: int
+    ttft_seconds: float
+    tpot_seconds: float
+    e2e_seconds: float
+
+
+def fake_steady_at(concurrency: int) -> FakeSteady:
+    """TPOT = 10 ms + 0.5 ms per concurrent request; TTFT and E2E never bind here."""
+    return FakeSteady(concurrency, 0.001, 0.010 + 0.0005 * concurrency, 1.0)
+
+
+def test_largest_meeting_sla_finds_the_tpot_boundary():
+    """10 + 0.5 C <= 30 ms  <=>  C <= 40: C=40 meets it (30 ms), C=41 (30.5 ms) does not."""
+    request = ServeRequest(max_tpot_seconds=0.030)
+    assert largest_meeting_sla(request, fake_steady_at, 256) == (40, "tpot")
+
+
+def test_largest_meeting_sla_cap_below_the_boundary():
+    """The cap 30 itself meets it (25 ms): (30, None), nothing binding."""
+    request = ServeRequest(max_tpot_seconds=0.030)
+    assert largest_meeting_sla(request, fake_steady_at, 30) == (30, None)
+
+
+def test_largest_meeting_sla_lone_request_misses():
+    """5 ms < 10.5 ms at C=1: nothing meets it, (0, None)."""
+    request = ServeRequest(max_tpot_seconds=0.005)
+    assert largest_meeting_sla(request, fake_steady_at, 256) == (0, None)
+
+
+# ---------------------------------------------------------------- properties of the real estimate
+
+PROPERTIES = settings(max_examples=25, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture])
+MODEL, CLUSTER, DEGREES = "llama-3.1-8b", "1x1xH100", (1, 1, 1)
+
+
+@PROPERTIES
+@given(batch=st.integers(1, 256), input_len=st.integers(1, 4096), output_len=st.integers(2, 1024))
+def test_tpot_under_load_never_beats_a_lone_request(serve_one, batch, input_len, output_len):
+    result = serve_one(MODEL, CLUSTER, DEGREES, batch=batch, input_len=input_len,
+                       output_len=output_len, max_model_len=8192)
+    assert isinstance(result, ServeEstimate), result
+    assert result.tpot_seconds >= result.tpot_batch1_seconds
+
+
+@PROPERTIES
+@given(input_len=st.integers(1, 4096), output_len=st.integers(2, 1024),
+       tpot_ms=st.floats(5, 200), ttft_ms=st.one_of(st.none(), st.floats(20, 5000)))
+def test_goodput_never_exceeds_throughput(serve_one, input_len, output_len, tpot_ms, ttft_ms):
+    result = serve_one(MODEL, CLUSTER, DEGREES, input_len=input_len, output_len=output_len,
+                       max_model_len=8192, max_tpot_seconds=tpot_ms / 1000,
+                       max_ttft_seconds=None if ttft_ms is None else ttft_ms / 1000)
+    if isinstance(result, Rejected):
+        return
+    assert 0 <= result.goodput_tokens_per_second <= result.throughput_tokens_per_second
+
+
+def goodput(result: ServeEstimate | Rejected) -> float:
+    return 0.0 if isinstance(result, Rejected) else result.goodput_tokens_per_second
+
+
+@PROPERTIES
+@given(input_len=st.integers(1, 4096), output_len=st.integers(2, 1024),
+       limits_ms=st.lists(st.floats(5, 200), min_size=2, max_size=2).map(sorted))
+def test_a_looser_tpot_limit_never_lowers_goodput(serve_one, input_len, output_len, limits_ms):
+    tight, loose = limits_ms
+    common = dict(input_len=input_len, output_len=output_len, max_model_len=8192, batch=None)
+    at_tight = serve_one(MODEL, CLUSTER, DEGREES, max_tpot_seconds=tight / 1000, **common)
+    at_loose = serve_one(MODEL, CLUSTER, DEGREES, max_tpot_seconds=loose / 1000, **common)
+    assert goodput(at_loose) >= goodput(at_tight)
+
+
+# ---------------------------------------------------------------- the CLI with SLAs
+
+
+def test_cli_sla_layouts_meet_every_limit():
+    args = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--input-len", "1024",
+            "--output-len", "256", "--max-ttft-ms", "2000", "--max-tpot-ms", "30", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["layouts"]
+    for layout in [*plan["layouts"], plan["recommended"]]:
+        where = f"tp={layout['tp']} pp={layout['pp']} dp={layout['dp']}"
+        assert layout["tpot_seconds"] <= 0.030, where
+        assert layout["ttft_seconds"] <= 2.0, where
+        sla = layout["sla"]
+        assert sla["ttft_ok"] and sla["tpot_ok"], where
+        assert sla["binding"], where
+        assert 0 < layout["goodput_tokens_per_second"] <= layout["throughput_tokens_per_second"], where
+        assert not math.isnan(layout["goodput_tokens_per_second"])
