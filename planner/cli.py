@@ -113,6 +113,7 @@ KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dty
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
+MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency).")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
 DatasetOpt = Annotated[str | None, typer.Option(help='Serve: JSONL of {"input_len": N, "output_len": M} per request (the means are planned for, the burst uses each).')]
 GlobalBatchOpt = Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")]
@@ -158,6 +159,7 @@ class PlanOptions:
     max_num_batched_tokens: int | None
     request_rate: float | None
     num_prompts: int | None
+    max_concurrency: int | None
     dataset: str | None
     global_batch: int | None
     seq_len: int | None
@@ -202,6 +204,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         output_len=output_len,
         request_rate_per_s=opts.request_rate,
         num_prompts=opts.num_prompts,
+        max_concurrency=opts.max_concurrency,
         dataset=opts.dataset,
         dataset_lengths=lengths,
         batch=opts.batch,
@@ -299,7 +302,7 @@ def _write_failed(problem: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts", "dataset", "input_len", "output_len", "batch", "max_model_len",
+SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts", "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
@@ -379,6 +382,7 @@ def plan(
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -403,7 +407,7 @@ def plan(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-        request_rate=request_rate, num_prompts=num_prompts, dataset=dataset,
+        request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,
@@ -477,6 +481,7 @@ def explain(
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -513,7 +518,7 @@ def explain(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-        request_rate=request_rate, num_prompts=num_prompts, dataset=dataset,
+        request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, engine_version=engine_version,

@@ -80,6 +80,9 @@ class ServeRequest:
     num_prompts: int | None = None
     """`--num-prompts`: requests in the burst (vllm bench serve's default 1000 when a rate or a
     dataset is given)."""
+    max_concurrency: int | None = None
+    """`--max-concurrency`: the burst's client keeps at most this many requests in flight
+    (vllm bench serve's semaphore); None = no limit."""
     dataset: str | None = None
     """`--dataset`: the JSONL file the lengths came from (recorded in the output)."""
     dataset_lengths: tuple[tuple[int, int], ...] = ()
@@ -87,7 +90,8 @@ class ServeRequest:
 
     @property
     def simulates_burst(self) -> bool:
-        return self.request_rate_per_s is not None or self.num_prompts is not None or bool(self.dataset_lengths)
+        return (self.request_rate_per_s is not None or self.num_prompts is not None
+                or self.max_concurrency is not None or bool(self.dataset_lengths))
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
@@ -96,6 +100,7 @@ class ServeRequest:
             check_positive(flag, value, MAX_TOKENS)
         check_positive("--batch", self.batch, MAX_SEQUENCES)
         check_positive("--num-prompts", self.num_prompts, MAX_BURST_PROMPTS)
+        check_positive("--max-concurrency", self.max_concurrency, MAX_SEQUENCES)
         if self.request_rate_per_s is not None and not (self.request_rate_per_s > 0):  # also nan
             raise SpecError(f"--request-rate: must be positive or inf (got {self.request_rate_per_s})")
         check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)

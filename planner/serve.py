@@ -316,8 +316,8 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
 
 def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> ServeMetrics:
     """What `vllm bench serve` would report for this layout: the burst (--num-prompts requests
-    of the dataset's or the mean lengths, arriving at --request-rate; all at once for inf)
-    simulated step by step on every replica (cost/serving_sim.py), each step priced like the
+    of the dataset's or the mean lengths, arriving at --request-rate, all at once for inf, at
+    most --max-concurrency in flight) simulated step by step on every replica (cost/serving_sim.py), each step priced like the
     steady state's (cost/serving_time.round_time)."""
     layout, placement, stages = result.layout, result.placement, result.stages
     lengths = request.dataset_lengths or ((request.input_len, request.output_len),)
@@ -331,4 +331,5 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         in_flight = max(1, min(layout.pp, load.decode_seqs))
         return round_time(model, cluster, layout, placement, stages, mine, in_flight).seconds
 
-    return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS))
+    return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
+                                           request.max_concurrency))

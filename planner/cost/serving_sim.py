@@ -34,6 +34,7 @@ than the decoders, a KV shortage, a preemption) runs the request-by-request pass
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,10 +99,11 @@ class SimResult:
 
 
 class _Req:
-    __slots__ = ("i", "arrival", "p", "o", "g", "c", "base", "stall_from", "first", "done_at")
+    __slots__ = ("i", "arrival", "sent", "p", "o", "g", "c", "base", "stall_from", "first", "done_at")
 
     def __init__(self, i: int, r: SimRequest):
         self.i, self.arrival, self.p, self.o = i, r.arrival_seconds, r.input_len, r.output_len
+        self.sent = r.arrival_seconds  # when the client sent it (run() sets it)
         self.g = 0  # tokens generated; -1 once finished
         self.c = 0  # tokens whose KV is computed (explicit unless a fast-path decoder)
         self.base = 0  # c = base + tick while a fast-path decoder
@@ -139,12 +141,20 @@ def simulate(
     limits: EngineLimits,
     step_seconds: Callable[[StepLoad], float],
     first_token_extra_seconds: float = 0.0,
+    max_concurrency: int | None = None,
 ) -> SimResult:
-    """Run the scheduler until every request has finished (see the module docstring)."""
+    """Run the scheduler until every request has finished (see the module docstring).
+
+    `max_concurrency`: the client's limit on requests in flight (vllm bench serve
+    --max-concurrency, a semaphore around each request): a request is sent at its arrival
+    time or when an earlier one completes, whichever is later, and reaches the engine
+    `first_token_extra_seconds` after the completion that freed its slot (the response's way
+    back and the new request's way in); its TTFT and E2E count from the send."""
     assert limits.max_num_seqs >= 1 and limits.max_num_batched_tokens >= 1
+    assert max_concurrency is None or max_concurrency >= 1
     num_blocks = _check_fits(requests, limits)
     sim = _Sim(requests, limits, num_blocks)
-    return sim.run(step_seconds, first_token_extra_seconds)
+    return sim.run(step_seconds, first_token_extra_seconds, max_concurrency)
 
 
 class _Sim:
@@ -173,6 +183,7 @@ class _Sim:
         self.k = 0  # index of the step being scheduled
         self.num_done = 0
         self.finished_blocks, self.num_finished = 0, 0  # released at the end of the step
+        self.last_finished = 0  # requests the last step completed
 
     # ------------------------------------------------------------------ decoder bookkeeping
     def _add_decoder(self, r: _Req) -> None:
@@ -348,7 +359,8 @@ class _Sim:
         return chunks, pairs
 
     # ------------------------------------------------------------------ the loop
-    def run(self, step_seconds: Callable[[StepLoad], float], extra_seconds: float) -> SimResult:
+    def run(self, step_seconds: Callable[[StepLoad], float], extra_seconds: float,
+            max_concurrency: int | None = None) -> SimResult:
         arrivals = sorted(self.reqs, key=lambda r: (r.arrival, r.i))
         n, a = len(arrivals), 0
         first_arrival = arrivals[0].arrival if arrivals else 0.0
@@ -356,12 +368,20 @@ class _Sim:
         ends: list[float] = []
         durations: list[float] = []
         loads: list[StepLoad] = []
+        for r in arrivals:
+            r.sent = r.arrival - extra_seconds
+        # the client's free slots, as the engine-side time a request sent on each arrives
+        slots: deque[float] = deque([-math.inf] * (n if max_concurrency is None else max_concurrency))
         while self.num_done < n:
-            while a < n and arrivals[a].arrival <= now:
-                self.waiting.append(arrivals[a])
+            while a < n and slots and max(arrivals[a].arrival, slots[0]) <= now:
+                r, freed = arrivals[a], slots.popleft()
+                if r.arrival < freed:  # it waited for a slot: sent when that request completed
+                    r.sent = freed - extra_seconds
+                    r.arrival = freed
+                self.waiting.append(r)
                 a += 1
             if self.num_running == 0 and not self.waiting:
-                now = arrivals[a].arrival
+                now = max(arrivals[a].arrival, slots[0])
                 continue
             load = self._schedule()
             dur = step_seconds(load)
@@ -370,6 +390,7 @@ class _Sim:
             durations.append(dur)
             loads.append(load)
             self.k += 1
+            slots.extend([now + extra_seconds] * self.last_finished)
         return self._result(first_arrival, ends, durations, loads, extra_seconds)
 
     def _schedule(self) -> StepLoad:
@@ -389,13 +410,14 @@ class _Sim:
         self.used -= self.finished_blocks
         self.num_running -= self.num_finished
         self.num_done += self.num_finished
+        self.last_finished = self.num_finished
         self.finished_blocks = self.num_finished = 0
         return StepLoad(nd, float(ctx), chunks, pairs)
 
     def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
         reqs = self.reqs
-        ttft = tuple(ends[r.first] - r.arrival + extra for r in reqs)
-        e2e = tuple(ends[r.done_at] - r.arrival + extra for r in reqs)
+        ttft = tuple(ends[r.first] - r.sent for r in reqs)
+        e2e = tuple(ends[r.done_at] - r.sent for r in reqs)
         tpot = tuple(
             (e - t) / (r.o - 1) if r.o > 1 else None
             for r, t, e in zip(reqs, ttft, e2e, strict=True)
@@ -424,8 +446,10 @@ def simulate_replicas(
     limits: EngineLimits,
     step_seconds: Callable[[StepLoad], float],
     first_token_extra_seconds: float = 0.0,
+    max_concurrency: int | None = None,
 ) -> SimResult:
-    """dp engines: request i (in arrival order) goes to replica i mod num_replicas.
+    """dp engines: request i (in arrival order) goes to replica i mod num_replicas; a client
+    concurrency limit is split evenly between them (the first C mod dp get one more).
 
     Round-robin is the choice of a plain router in front of dp independent engines; vLLM's
     internal DP load balancer picks the least loaded engine instead, which round-robin
@@ -435,9 +459,14 @@ def simulate_replicas(
     assert num_replicas >= 1
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
     parts = [order[j::num_replicas] for j in range(num_replicas)]
+    def share(j: int) -> int | None:
+        if max_concurrency is None:
+            return None
+        return max(1, max_concurrency // num_replicas + (j < max_concurrency % num_replicas))
+
     results = [
-        simulate([requests[i] for i in part], limits, step_seconds, first_token_extra_seconds)
-        for part in parts
+        simulate([requests[i] for i in part], limits, step_seconds, first_token_extra_seconds, share(j))
+        for j, part in enumerate(parts)
         if part
     ]
     return _merge(len(requests), [p for p in parts if p], results)

@@ -190,8 +190,9 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     rate = request.request_rate_per_s
     rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
     source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
+    limit = "" if request.max_concurrency is None else f", --max-concurrency {request.max_concurrency}"
     lines = [f"Simulated burst ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
-             f"--request-rate {rate_text}): {metrics.duration_seconds:.1f} s, "
+             f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{metrics.request_throughput_per_second:.2f} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
@@ -287,7 +288,7 @@ def serve_workload_json(request: ServeRequest) -> dict[str, Any]:
         "input_len": request.input_len, "output_len": request.output_len,
         "request_rate": None if rate is None else (rate if math.isfinite(rate) else "inf"),
         "num_prompts": (request.num_prompts or DEFAULT_NUM_PROMPTS) if request.simulates_burst else None,
-        "dataset": request.dataset,
+        "dataset": request.dataset, "max_concurrency": request.max_concurrency,
         "max_ttft_seconds": request.max_ttft_seconds, "max_tpot_seconds": request.max_tpot_seconds,
         "max_e2e_seconds": request.max_e2e_seconds,
     }

@@ -199,3 +199,33 @@ def test_a_kv_cache_that_never_preempts_matches_an_unbounded_one(reqs, max_seqs,
     b = simulate(reqs, EngineLimits(BIG_KV, max_seqs, budget), const)
     assert a.num_preemptions == 0
     assert a.e2e_seconds == b.e2e_seconds
+
+
+def test_max_concurrency_closed_loop_by_hand():
+    """vllm bench serve --max-concurrency 2 with 4 requests (10 prompt tokens, 3 output
+    tokens) all due at t = 0, a constant 10 ms step and a 5 ms client-engine path (the
+    first-token extra: the response's way back plus the next request's way in).
+    r0, r1 are sent at -5 ms (so that each TTFT carries the 5 ms), reach the engine at 0:
+    step 0 (0-10 ms) prefills both, first tokens at 10 ms; steps 1-2 decode, both finish at
+    30 ms: TTFT 10 + 5 = 15 ms, E2E 30 + 5 = 35 ms. Their slots free at 30 ms: r2, r3 are
+    sent then and reach the engine at 35 ms, idle until then; step 3 (35-45 ms) prefills
+    them, they finish at the end of step 5 (65 ms): TTFT 45 - 30 = 15 ms, E2E 65 - 30 = 35 ms.
+    The burst lasts from 0 to 65 ms."""
+    requests = [SimRequest(0.0, 10, 3) for _ in range(4)]
+    limits = EngineLimits(kv_cache_tokens=10_000, max_num_seqs=8, max_num_batched_tokens=1000)
+    result = simulate(requests, limits, lambda load: 0.010, first_token_extra_seconds=0.005, max_concurrency=2)
+    assert result.ttft_seconds == pytest.approx((0.015,) * 4)
+    assert result.e2e_seconds == pytest.approx((0.035,) * 4)
+    assert len(result.step_seconds) == 6
+    assert result.last_completion_seconds == pytest.approx(0.065)
+
+
+def test_without_a_limit_every_request_is_sent_at_its_arrival():
+    """The same burst with no concurrency limit: all four prefill in step 0 and finish at
+    30 ms (TTFT 15 ms, E2E 35 ms each, with the 5 ms path)."""
+    requests = [SimRequest(0.0, 10, 3) for _ in range(4)]
+    limits = EngineLimits(kv_cache_tokens=10_000, max_num_seqs=8, max_num_batched_tokens=1000)
+    result = simulate(requests, limits, lambda load: 0.010, first_token_extra_seconds=0.005)
+    assert result.ttft_seconds == pytest.approx((0.015,) * 4)
+    assert result.e2e_seconds == pytest.approx((0.035,) * 4)
+    assert len(result.step_seconds) == 3
