@@ -292,6 +292,12 @@ class InterNodeLink(_Spec):
         return units.us_to_seconds(self.latency_us)
 
 
+CUDA_RESERVED_GIB_TYPICAL = 0.61
+"""nvidia-smi total minus the CUDA-visible total, the median over the GPUs whose visible total
+planner/data/gpus.yaml cites (A100-40GB 0.61, A100-80GB 0.85, H100 0.54, H200 0.60, B200 0.71
+GiB): the memory the driver keeps for itself, used for GPUs with no cited visible total."""
+
+
 class GPU(_Spec):
     """One accelerator model: memory, HBM bandwidth, peaks, typical fabric."""
 
@@ -299,7 +305,11 @@ class GPU(_Spec):
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None
     memory_gib: Quantity(MAX_MEMORY_GIB)
-    """Total device memory as the driver reports it (what vLLM's fraction applies to)."""
+    """Total device memory as nvidia-smi / rocm-smi report it (display, batch tiers)."""
+    cuda_visible_memory_gib: Quantity(MAX_MEMORY_GIB) | None = None
+    """Total as the CUDA runtime reports it (torch.cuda.mem_get_info()[1], the "total capacity"
+    of PyTorch's out-of-memory message): what vLLM's gpu_memory_utilization multiplies. When not
+    given: memory_gib - CUDA_RESERVED_GIB_TYPICAL."""
     hbm_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     peak_tflops: PeakTflops
     achievable_matmul_tflops: AchievableTflops = Field(default_factory=AchievableTflops)
@@ -313,6 +323,11 @@ class GPU(_Spec):
     @property
     def memory_bytes(self) -> int:
         return units.gib_to_bytes(self.memory_gib)
+
+    @property
+    def cuda_visible_memory_bytes(self) -> int:
+        visible = self.cuda_visible_memory_gib
+        return units.gib_to_bytes(self.memory_gib - CUDA_RESERVED_GIB_TYPICAL if visible is None else visible)
 
     @property
     def hbm_bytes_per_s(self) -> float:
