@@ -203,11 +203,15 @@ def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSp
     update["measured"] = _scaled_curves(measured, "inter_node", knobs.inter_bandwidth)
     gpu = cluster.gpu
     extra_overhead = (knobs.overhead_memory - 1) * base.overhead_bytes / base.usable_fraction
+    memory = {}
+    if extra_overhead:  # vLLM's budget is a share of the CUDA-visible total: lower both
+        memory = {"memory_gib": gpu.memory_gib - units.bytes_to_gib(extra_overhead),
+                  "cuda_visible_memory_gib": units.bytes_to_gib(gpu.cuda_visible_memory_bytes - extra_overhead)}
     update["gpu"] = gpu.model_copy(update={
         "hbm_bandwidth_gb_per_s": gpu.hbm_bandwidth_gb_per_s * knobs.hbm_utilization,
         "peak_tflops": _scaled_tflops(gpu.peak_tflops, knobs.matmul_efficiency),
         "achievable_matmul_tflops": _scaled_tflops(gpu.achievable_matmul_tflops, knobs.matmul_efficiency),
-        "memory_gib": gpu.memory_gib - units.bytes_to_gib(extra_overhead),
+        **memory,
     })
     return cluster.model_copy(update=update)
 

@@ -133,7 +133,7 @@ def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
 
 def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
                  max_num_seqs: int) -> list[StageMemory]:
-    budget = cluster.gpu.memory_bytes * request.gpu_memory_utilization
+    budget = cluster.gpu.cuda_visible_memory_bytes * request.gpu_memory_utilization
     tokens = max_num_batched_tokens(cluster, request)
     per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
     stages = []

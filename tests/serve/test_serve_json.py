@@ -92,4 +92,4 @@ def test_infeasible_json_has_null_recommendation_and_exit_1(plan_json):
     (rejected,) = out["rejected"]
     assert (rejected["tp"], rejected["pp"], rejected["dp"]) == (1, 1, 1)
     assert "weights exceed memory" in rejected["reasons"][0]
-    assert any("fp8" in s for s in out["suggestions"])
+    assert any("int4" in s for s in out["suggestions"])
