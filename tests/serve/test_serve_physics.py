@@ -17,7 +17,10 @@ from planner.cost.serving_memory import stage_layer_counts, stage_memory
 from planner.cost.serving_time import (
     StepLoad,
     causal_pairs,
+    engine_step_seconds,
     expected_experts_touched,
+    pipeline_hop_seconds,
+    round_time,
     stage_step_time,
     serving_bubble_fraction,
     tp_allreduce_seconds_per_layer,
@@ -320,3 +323,40 @@ def test_no_bubble_without_pipeline(serve_one):
     assert result.bubble_fraction == 0.0
     lone = result.steady
     assert lone.decode_round_seconds == pytest.approx(result.stage_step_seconds + 0.5e-3 + 20e-6 * lone.decode_seqs)
+
+
+def test_prompt_chunk_rides_in_one_micro_batch_and_paces_the_round(model, cluster):
+    """llama-3.1-70b-fp8 at tp=1 pp=4 on 1x4xH100, 64 decodes (context 1152) spread over the
+    k = 4 micro-batches and one 1024-token prompt chunk in one of them. The round is the
+    longest of: the carrier's path (its engine step, its time on every stage, 4 hops), the
+    busiest stage (the carrier's share plus 3 decode-only shares), 4 engine steps. The
+    carrier's path is a whole prefill of 1024 tokens through all 80 layers, so it paces the
+    round: the pipeline cannot overlap one micro-batch with itself (why PP loses to TP under
+    chunked prefill)."""
+    m, c = model("llama-3.1-70b-fp8"), cluster("1x4xH100")
+    layout = Layout(1, 4, 1)
+    placement = place(c, layout)
+    stages = stage_memory(m, c, layout, ServeRequest(max_model_len=8192), max_num_seqs=256)
+    decode = StepLoad(64, 64 * 1152)
+    chunk = StepLoad(0, 0, 1024, causal_pairs(1024), 1)
+    got = round_time(m, c, layout, placement, stages, decode, 4, chunk)
+    per = decode.scaled(1 / 4)
+    carrier = StepLoad(16, 16 * 1152, 1024, causal_pairs(1024), 1)
+    small = [stage_step_time(m, c, layout, placement, s, per).seconds for s in stages]
+    big = [stage_step_time(m, c, layout, placement, s, carrier).seconds for s in stages]
+    path = engine_step_seconds(carrier) + sum(big) + 4 * pipeline_hop_seconds(m, placement, carrier.num_tokens)
+    busiest = max(b + 3 * n for b, n in zip(big, small))
+    engines = 3 * engine_step_seconds(per) + engine_step_seconds(carrier)
+    assert got.seconds == pytest.approx(max(path, busiest, engines), rel=1e-12)
+    assert got.seconds == pytest.approx(path, rel=1e-12)
+    spread = round_time(m, c, layout, placement, stages, StepLoad(64, 64 * 1152, 1024, causal_pairs(1024), 1), 4)
+    assert got.seconds > 1.5 * spread.seconds
+
+
+def test_fp8_70b_on_eight_h100_throughput_runs_small_replicas(serve_plan):
+    """The throughput question MLPerf submitters answer with replicas of tp * pp <= 2
+    (Llama-2-70B fp8 on 8 x H100): with the prompt chunk pacing a pipeline round, pure
+    TP replicas beat pp = 4, and tp = 2 x dp = 4 comes first."""
+    plan = serve_plan("llama-3.1-70b-fp8", "1x8xH100", input_len=1024, output_len=256)
+    best = plan.recommended.layout
+    assert best.tp * best.pp <= 2 and (best.tp, best.pp, best.dp) == (2, 1, 4)
