@@ -31,8 +31,12 @@ MAIN_JOBS = {
 }
 # Every shipped model on a cluster it fits (405B bf16 = 756 GiB of weights; 32 x 80 GB),
 # every shipped profile with a model that fits its smallest member (8B: 15 GiB).
+LONG_CONTEXT_ARGS = {"llama-4-scout": ["--max-model-len", "1048576"]}
+"""llama-4-scout's default 10,485,760-token context does not fit 4 nodes of H100 once vLLM's
+sampler warm-up is counted (10.35M KV tokens); a 1M context does."""
 EVERY_MODEL = {
-    f"model:{name}": ["--model", name, "--cluster", "4x8xH100"] for name in shipped_models()
+    f"model:{name}": ["--model", name, "--cluster", "4x8xH100", *LONG_CONTEXT_ARGS.get(name, [])]
+    for name in shipped_models()
 }
 EVERY_CLUSTER = {
     f"cluster:{name}": ["--model", "llama-3.1-8b", "--cluster", name] for name in shipped_clusters()

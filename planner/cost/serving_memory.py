@@ -26,8 +26,14 @@ from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import BYTES_PER_GIB, bytes_to_gib
 
-SAMPLER_LOGITS_BYTES_PER_ELEMENT = 4
-"""Logits are materialised in fp32 for sampling."""
+FP32_BYTES = 4
+"""The sampler works in fp32: Sampler.forward casts the logits with logits.to(torch.float32)
+(vllm/v1/sample/sampler.py, v0.33.0); the softmax probabilities and the exponential noise are
+fp32 too."""
+SAMPLER_FP32_COPIES = 3
+"""fp32 [S, V] tensors alive together in the warm-up's native path (TopKTopPSampler.forward_native
+and random_sample, vllm/v1/sample/ops/topk_topp_sampler.py, v0.33.0): the fp32 logits, the
+softmax probabilities and the exponential noise; top-k/top-p masking runs in place."""
 
 
 @dataclass(frozen=True)
@@ -90,17 +96,35 @@ def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
     return request.max_num_batched_tokens or default_max_num_batched_tokens(cluster, release)
 
 
-def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
-    """Peak transient memory of vLLM's profile run of T tokens through one layer:
-    T * bytes * (4h residual/norm/attention buffers + (a+2k)d/t QKV + 3f'/t MLP up/act),
-    f' = f * experts_per_token for MoE; the last stage adds fp32 logits for max_num_seqs rows."""
+def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """One token through one layer of the profile forward: bytes * (4h residual/norm/attention
+    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE."""
     h, d = model.hidden_size, model.head_dim
     qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d / tp
     ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
     per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp
-    activations = num_tokens * activation_bytes_per_element(model) * per_token
-    logits = max_num_seqs * model.vocab_size * SAMPLER_LOGITS_BYTES_PER_ELEMENT if last_stage else 0
-    return activations + logits
+    return activation_bytes_per_element(model) * per_token
+
+
+def sampler_warmup_bytes(model: ModelSpec, tp: int, num_tokens: int, max_num_seqs: int) -> float:
+    """GPUModelRunner.profile_run keeps the T x h hidden states while _dummy_sampler_run runs
+    on S = max_num_seqs rows (vllm/v1/worker/gpu_model_runner.py, v0.33.0 and v0.22.0):
+    T*h*b + S*V*(b*(1 + 1/t if t > 1) + 3*4): the model-dtype logits (and the V/t shard
+    gathered into them under TP), then the fp32 logits, probabilities and noise alive together
+    (SAMPLER_FP32_COPIES)."""
+    b = activation_bytes_per_element(model)
+    logits_bytes_per_element = b * (1 + (1 / tp if tp > 1 else 0)) + SAMPLER_FP32_COPIES * FP32_BYTES
+    hidden = num_tokens * model.hidden_size * b
+    return hidden + max_num_seqs * model.vocab_size * logits_bytes_per_element
+
+
+def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
+    """Transient peak of vLLM's profile run (memory_profiling's peak, vllm/utils/mem_utils.py,
+    v0.33.0): the larger of the forward of T tokens through one layer and, on the last stage
+    (the only one that samples), the sampler warm-up."""
+    forward = num_tokens * activation_bytes_per_token(model, tp)
+    sampler = sampler_warmup_bytes(model, tp, num_tokens, max_num_seqs) if last_stage else 0.0
+    return max(forward, sampler)
 
 
 def nccl_buffer_bytes(group_size: int) -> int:
