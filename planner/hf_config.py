@@ -1,7 +1,8 @@
 """Import a Hugging Face `config.json` as a ModelSpec (field names map one to one).
 
 Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
-`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command); MoE keys under each
+`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command); `sliding_window` and
+which layers use it (`layer_types`, the Gemma and Qwen2 patterns); MoE keys under each
 family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
 `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
 the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; and the
@@ -93,8 +94,12 @@ UNMODELLED_KEYS = {
 """Keys whose architecture the parameter and KV formulas do not model: such a config is
 refused in one line naming the feature, never planned with a wrong count."""
 KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
-"""layer_types entries planned as standard attention (a sliding window only caps the KV a
-layer keeps, so counting it in full over-reserves KV, it never under-reserves it)."""
+"""layer_types entries the cost model describes: "sliding_attention" layers attend within
+`sliding_window` (window_fields); "chunked_attention" (Llama 4's local chunks) is planned as
+full attention (it only caps the KV a layer keeps, so counting it in full over-reserves KV,
+it never under-reserves it)."""
+GEMMA3_SLIDING_WINDOW_PATTERN = 6
+"""Gemma3TextConfig's default sliding_window_pattern: every 6th layer is global."""
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
 
 NOT_DECODER_MODEL_TYPES = {
@@ -230,6 +235,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields["gated_mlp"] = gated_mlp(text, kind)
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind))
+    fields.update(window_fields(text, kind))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
     fields["dtype"] = _dtype(text, raw, path)
@@ -293,6 +299,33 @@ def num_dense_layers(text: dict[str, Any], kind: str) -> Any:
     first_k = text.get("first_k_dense_replace") or 0
     step = freq if isinstance(freq, int) and freq > 0 else 1
     return sum(1 for i in range(num_layers) if i < first_k or i % step)
+
+
+def window_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
+    """sliding_window and how many layers use it, each family's way: the count of
+    "sliding_attention" in layer_types (gpt-oss, Gemma 3 and later); Gemma 2's even layers
+    (Gemma2DecoderLayer: is_sliding = not layer_idx % 2); Gemma 3's sliding_window_pattern
+    (layer i global when (i + 1) % pattern == 0); Qwen2's layers from max_window_layers on
+    when use_sliding_window; else every layer (Mistral-7B v0.1). {} without a window, or
+    when use_sliding_window is false (Qwen2/Qwen3 configs carry an unused sliding_window)."""
+    window, num_layers = text.get("sliding_window"), text.get("num_hidden_layers")
+    if window is None or window is False or text.get("use_sliding_window") is False:
+        return {}
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool):
+        return {"sliding_window": window}
+    kinds = text.get("layer_types")
+    if isinstance(kinds, list):
+        count = sum(1 for kind_ in kinds[:num_layers] if kind_ == "sliding_attention")
+    elif kind == "gemma2":
+        count = (num_layers + 1) // 2
+    elif kind in ("gemma3", "gemma3_text"):
+        pattern = text.get("sliding_window_pattern") or GEMMA3_SLIDING_WINDOW_PATTERN
+        count = num_layers - num_layers // pattern if isinstance(pattern, int) else num_layers
+    elif text.get("use_sliding_window") and isinstance(text.get("max_window_layers"), int):
+        count = max(0, num_layers - text["max_window_layers"])
+    else:
+        count = num_layers
+    return {"sliding_window": window, "num_sliding_window_layers": count} if count else {}
 
 
 def gated_mlp(config: dict[str, Any], kind: str) -> bool:

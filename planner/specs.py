@@ -160,6 +160,14 @@ class ModelSpec(_Spec):
     """Which block matmuls carry `quantization`: all, the MLPs only (attention kept in the
     model dtype, as ModelOpt NVFP4 DeepSeek checkpoints exclude self_attn), or the routed
     experts only (gpt-oss mxfp4; GLM-5 NVFP4)."""
+    sliding_window: Count(MAX_POSITION_EMBEDDINGS) | None = None
+    """Tokens a sliding-window attention layer attends to (config.json sliding_window: each
+    query sees itself and the window - 1 tokens before it); None = every layer attends to the
+    whole context. vLLM keeps only the window's KV blocks of such a layer."""
+    num_sliding_window_layers: Count(MAX_NUM_LAYERS, lower=0) | None = None
+    """How many layers use the window (layer_types "sliding_attention": 18 of gpt-oss-120b's
+    36); the rest attend in full. Defaults to every layer when sliding_window is set (Mistral-7B
+    v0.1). Pipeline stages take their share in proportion (the patterns alternate)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -217,7 +225,25 @@ class ModelSpec(_Spec):
                 self.index_n_heads is not None and self.q_lora_rank is None):
             raise ValueError("index_n_heads: a DSA indexer needs index_n_heads and "
                              "index_head_dim together, on MLA with q_lora_rank")
+        self._check_window()
         return self
+
+    def _check_window(self) -> None:
+        if self.sliding_window is None and self.num_sliding_window_layers:
+            raise ValueError(f"num_sliding_window_layers: {self.num_sliding_window_layers} "
+                             f"sliding-window layers need sliding_window (tokens)")
+        if (self.num_sliding_window_layers or 0) > self.num_hidden_layers:
+            raise ValueError(f"num_sliding_window_layers: {self.num_sliding_window_layers} exceeds "
+                             f"num_hidden_layers {self.num_hidden_layers}")
+
+    @property
+    def num_window_layers(self) -> int:
+        """Layers that attend within sliding_window (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        if self.num_sliding_window_layers is None:
+            return self.num_hidden_layers
+        return self.num_sliding_window_layers
 
     @property
     def is_mla(self) -> bool:

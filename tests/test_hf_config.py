@@ -493,3 +493,44 @@ def test_unmodelled_layers_are_refused_in_one_line(folder: str, feature: str) ->
     with pytest.raises(SpecError, match=feature) as info:
         resolve_model(str(CORPUS / folder / "config.json"))
     assert "\n" not in str(info.value)
+
+
+def test_gpt_oss_layer_types_give_the_window_layers() -> None:
+    """openai/gpt-oss-120b: layer_types alternates 18 sliding_attention (sliding_window 128)
+    and 18 full_attention layers; the shipped YAML says the same."""
+    model = resolve_model("tests/fixtures/hf_configs/openai--gpt-oss-120b/config.json")
+    assert (model.sliding_window, model.num_window_layers) == (128, 18)
+    shipped = resolve_model("gpt-oss-120b")
+    assert (shipped.sliding_window, shipped.num_window_layers) == (128, 18)
+
+
+@pytest.mark.parametrize(
+    ("keys", "window", "num_window_layers"),
+    [
+        ({"model_type": "mistral", "sliding_window": 4096}, 4096, 32),  # Mistral-7B v0.1: all
+        ({"model_type": "mistral", "sliding_window": None}, None, 0),  # v0.3
+        ({"model_type": "qwen2", "sliding_window": 32768, "use_sliding_window": False,
+          "max_window_layers": 28}, None, 0),  # Qwen2/Qwen3: an unused window
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True,
+          "max_window_layers": 28}, 4096, 4),  # layers 28..31
+        ({"model_type": "gemma2", "sliding_window": 4096}, 4096, 16),  # even layers of 32
+        ({"model_type": "gemma3_text", "sliding_window": 1024}, 1024, 27),  # 32 - 32 // 6
+        ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 4}, 1024, 24),
+        ({"model_type": "llama", "sliding_window": 128,
+          "layer_types": ["sliding_attention", "full_attention"] * 16}, 128, 16),
+        ({"model_type": "llama", "sliding_window": 128, "layer_types": ["full_attention"] * 32}, None, 0),
+    ],
+)
+def test_sliding_window_layers_each_familys_way(tmp_path: Path, keys: dict, window: int | None,
+                                                num_window_layers: int) -> None:
+    config = {**{k: v for k, v in LLAMA_3_1_70B.items() if k != "model_type"},
+              "num_hidden_layers": 32, **keys}
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert (model.sliding_window, model.num_window_layers) == (window, num_window_layers)
+
+
+def test_a_bad_sliding_window_is_one_line(tmp_path: Path) -> None:
+    config = {**LLAMA_3_1_70B, "sliding_window": -4}
+    with pytest.raises(SpecError, match=r"config.json: sliding_window: must be at least 1") as info:
+        resolve_model(str(_write(tmp_path, config)))
+    assert "\n" not in str(info.value)

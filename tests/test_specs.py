@@ -68,6 +68,13 @@ def test_explicit_head_dim_allows_non_dividing_heads() -> None:
     assert model.head_dim == 16
 
 
+def test_sliding_window_defaults_to_every_layer() -> None:
+    """Mistral-7B v0.1 style: a window and no layer count = every layer; none = no window."""
+    assert ModelSpec(**TINY_FIELDS, sliding_window=64).num_window_layers == 2
+    assert ModelSpec(**TINY_FIELDS, sliding_window=64, num_sliding_window_layers=1).num_window_layers == 1
+    assert ModelSpec(**TINY_FIELDS).num_window_layers == 0
+
+
 def test_specs_are_frozen() -> None:
     model = ModelSpec(**TINY_FIELDS)
     with pytest.raises(ValueError):
@@ -155,6 +162,10 @@ def test_loader_errors_are_one_line(tmp_path: Path, text: str, field: str) -> No
         ({"quantization": "int3"}, "quantization"),
         ({"num_local_experts": 8}, "num_experts_per_tok"),
         ({"num_local_experts": 2, "num_experts_per_tok": 4}, "num_experts_per_tok"),
+        ({"sliding_window": 0}, "sliding_window: must be at least 1"),
+        ({"sliding_window": "128"}, "sliding_window: must be an integer"),
+        ({"num_sliding_window_layers": 1}, "num_sliding_window_layers: 1 sliding-window layers need sliding_window"),
+        ({"sliding_window": 128, "num_sliding_window_layers": 3}, "num_sliding_window_layers: 3 exceeds"),
     ],
 )
 def test_model_field_errors_name_file_and_field(tmp_path: Path, change: dict, field: str) -> None:

@@ -3,13 +3,18 @@
 Legend: t/p tensor/pipeline degrees, L_s layers of stage s, k KV heads, d head dim,
 T max_num_batched_tokens of vLLM's profile run. Budget = total * gpu_memory_utilization;
 from it go the weights, the profile run's activation peak, non-torch memory (CUDA context,
-NCCL buffers) and CUDA graphs; the rest is KV cache in 16-token blocks.
+NCCL buffers) and CUDA graphs; the rest is KV cache in 16-token blocks (B).
+Sliding-window models: F_s full and S_s window layers of stage s, W the window, M
+max_model_len; vLLM's hybrid KV cache manager keeps a window layer's last W - 1 tokens
+(+ the in-flight ones) only (kv_cache_capacity).
 Sources: docs/cost-model.md (Serving: memory); vLLM's get_pp_indices (uneven stage
-splits) and EngineArgs.get_batch_defaults.
+splits), EngineArgs.get_batch_defaults and, at 0.33.0, vllm/v1/core/kv_cache_planning.py
+and kv_cache_utils.py (the hybrid KV cache).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
@@ -48,8 +53,21 @@ class StageMemory:
     """Non-torch memory (CUDA context, NCCL buffers) and CUDA graphs."""
     kv_cache_bytes: float
     kv_bytes_per_token: int
+    """KV of one token in every layer of the stage (what a sequence shorter than the window holds)."""
     kv_cache_tokens: int
+    """What vLLM reports as "KV cache size: N tokens": the pool's blocks over 16 tokens; with
+    sliding-window layers, max concurrency * max_model_len (kv_cache_capacity)."""
     budget_bytes: float
+    num_window_layers: int = 0
+    """Of num_layers, the sliding-window layers (they read and keep at most
+    sliding_window_tokens of each sequence)."""
+    sliding_window_tokens: int | None = None
+    """The model's window (None: every layer attends in full)."""
+
+    @property
+    def window_kv_bytes_per_token(self) -> int:
+        """The part of kv_bytes_per_token on the window layers (every layer holds as much)."""
+        return self.kv_bytes_per_token // self.num_layers * self.num_window_layers if self.num_layers else 0
 
     @property
     def used_bytes(self) -> float:
@@ -63,6 +81,59 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     for i in range(2, num_layers % pp + 2):
         counts[-i] += 1
     return counts
+
+
+def stage_window_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[int]:
+    """Sliding-window layers of each stage: the model's S of L layers in proportion to the
+    layers before each stage's end, floor(end * S / L) - floor(start * S / L) (the published
+    patterns alternate: gpt-oss 1:1, Gemma 3 5:1), so the stages sum to S."""
+    window, total, out, start = model.num_window_layers, model.num_hidden_layers, [], 0
+    for count in layer_counts:
+        out.append((start + count) * window // total - start * window // total)
+        start += count
+    return out
+
+
+def max_in_flight_tokens(layout: Layout, max_num_batched_tokens: int) -> int:
+    """Tokens scheduled but not yet freed: (p + 1) batches of T (VllmConfig.max_in_flight_tokens
+    and max_concurrent_batches at vLLM 0.33.0: async scheduling and Model Runner V2 are the
+    defaults, p + 1 concurrent batches). A window layer keeps their blocks beyond the window."""
+    return (layout.pp + 1) * max_num_batched_tokens
+
+
+def kv_cache_groups(num_full_layers: int, num_window_layers: int) -> tuple[int, int, int]:
+    """(layers per group, full groups, window groups) as vLLM 0.33.0 groups one stage's
+    layers (kv_cache_planning.py _get_kv_cache_groups_uniform_page_size): one group when all
+    layers are of one type; else groups of g = the smaller count (the larger when it is under
+    1.5x the smaller), each type padded to whole groups. A block holds one page per layer of
+    a group, and every group draws its blocks from one shared pool."""
+    if num_full_layers == 0 or num_window_layers == 0:
+        return num_full_layers + num_window_layers, int(num_full_layers > 0), int(num_window_layers > 0)
+    low, high = sorted((num_full_layers, num_window_layers))
+    size = high if high < 1.5 * low else low
+    return size, math.ceil(num_full_layers / size), math.ceil(num_window_layers / size)
+
+
+def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
+                      kv_bytes_per_token_per_layer: int, max_model_len: int, in_flight_tokens: int) -> int:
+    """KV cache tokens vLLM 0.33.0 reports for a stage with sliding-window layers
+    (kv_cache_utils.py get_kv_cache_capacity: int(max concurrency * M)):
+    blocks        = kv_bytes // (g * B * bytes per token and layer)   (get_kv_cache_config_from_groups)
+    per request   = full groups * ceil(M / B)
+                    + window groups * (ceil(min(W - 1 + in-flight, M) / B) + 1)
+                    (FullAttentionSpec / SlidingWindowSpec.max_memory_usage_bytes)
+    concurrency   = blocks / per request   (get_max_concurrency_for_kv_cache_config).
+    It is the admission bound: at run time SlidingWindowManager.remove_skipped_blocks frees a
+    window layer's blocks before the window, so a running sequence of n tokens holds only
+    min(n, W - 1 + B) of them (more sequences than this may run). With p > 1 the stage's own
+    layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
+    window, block = model.sliding_window, eff.KV_BLOCK_SIZE_TOKENS
+    size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
+    blocks = int(kv_bytes // (size * block * kv_bytes_per_token_per_layer))
+    window_tokens = min(window - 1 + in_flight_tokens, max_model_len)
+    per_request = (full_groups * math.ceil(max_model_len / block)
+                   + window_groups * (math.ceil(window_tokens / block) + 1))
+    return int(blocks / per_request * max_model_len)
 
 
 def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
@@ -161,21 +232,29 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     tokens = max_num_batched_tokens(cluster, request)
     per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
     stages = []
-    for stage, num_layers in enumerate(stage_layer_counts(model.num_hidden_layers, layout.pp)):
+    layer_counts = stage_layer_counts(model.num_hidden_layers, layout.pp)
+    window_counts = stage_window_layer_counts(model, layer_counts)
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
         weights = num_layers * per_layer
         weights += embedding_bytes_per_gpu(model, layout.tp) if stage == 0 else 0
         weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
         activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
         overhead = overhead_bytes(layout)
-        kv_per_token = kv_bytes_per_token_per_gpu(model, num_layers, layout.tp, request.kv_cache_dtype)
+        per_layer_kv = kv_bytes_per_token_per_gpu(model, 1, layout.tp, request.kv_cache_dtype)
+        kv_per_token = num_layers * per_layer_kv
         kv_bytes = budget - weights - activation - overhead
         kv_tokens = 0
-        if kv_bytes > 0 and kv_per_token > 0:
+        if kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
+            kv_tokens = kv_cache_capacity(model, num_layers, window_counts[stage], kv_bytes, per_layer_kv,
+                                          max_model_len, max_in_flight_tokens(layout, tokens))
+        elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
-                                  max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget))
+                                  max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
+                                  window_counts[stage], model.sliding_window))
     return stages
 
 

@@ -1,7 +1,7 @@
 """Serving time of one pipeline stage under vLLM semantics (pure; SI units).
 
 Legend: t/p tensor/pipeline degrees, L_s layers of stage s, h hidden size, a heads,
-d head dim, V vocab, n sequences in one decode batch, s prompt tokens.
+d head dim, V vocab, n sequences in one decode batch, s prompt tokens, W sliding window.
 One engine step carries decoding sequences and prompt chunks: its linear layers are a weight
 read bounded by HBM or a compute bound at the GEMM shape's rate, plus the attention's KV reads
 and prompt attention, a fixed per-layer cost and the TP all-reduces. Derivations and
@@ -119,6 +119,16 @@ class StepLoad:
                         self.prompts_completing * fraction)
 
 
+def window_capped_tokens(total_tokens: float, count: float, window: int | None) -> float:
+    """count * min(total / count, W): what `count` sequences (or queries) of mean span
+    total / count read on a sliding-window layer. Capping the mean rather than each one
+    (the steady state knows only the sum) is an upper bound, E[min(x, W)] <= min(E[x], W),
+    and never above the uncapped total."""
+    if window is None or count <= 0:
+        return total_tokens
+    return min(total_tokens, count * window)
+
+
 def causal_pairs(chunk_tokens: float, offset_tokens: float = 0.0) -> float:
     """(query, key) pairs of a causal chunk of c tokens after o earlier tokens: c*o + c*(c+1)/2."""
     c = chunk_tokens
@@ -198,6 +208,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate)
     attention      (KV read of the decoding sequences + KV written) / HBM
                    + 4 * pairs * a * d * L_s / t at flash attention's rate
+                   (a sliding-window layer reads and pairs each query with at most W keys:
+                   window_capped_tokens on the mean context and the mean pairs per query)
     per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes.
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
     positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
@@ -211,16 +223,36 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     compute_seconds = (layer_flops / gemm_shape_utilization(model, t, tokens)
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
     gemm = max(weight_seconds, compute_seconds)
-    kv_bytes = (load.decode_context_tokens + load.num_tokens) * stage.kv_bytes_per_token
+    kv_bytes = stage_kv_bytes_read(stage, load)
     heads_dim = model.num_attention_heads * model.head_dim
     attention = (kv_bytes / hbm
-                 + 4 * load.prefill_attention_pairs * heads_dim * stage.num_layers / t / attention_flops_per_s(cluster))
+                 + 4 * stage_attention_pairs(stage, load) * heads_dim / t / attention_flops_per_s(cluster))
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     overhead = stage.num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
     return StepTime(gemm + attention + stage.num_layers * allreduce + overhead, gemm, attention,
                     allreduce, bound, overhead)
+
+
+def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
+    """KV bytes one step moves on one GPU of the stage: every layer writes the step's tokens;
+    full layers read each decoding sequence's context, window layers at most W of it:
+    (ctx + tokens) * kv_full + (min(ctx, n * W) + tokens) * kv_window."""
+    window_bytes = stage.window_kv_bytes_per_token
+    window_context = window_capped_tokens(load.decode_context_tokens, load.decode_seqs,
+                                          stage.sliding_window_tokens)
+    return ((load.decode_context_tokens + load.num_tokens) * (stage.kv_bytes_per_token - window_bytes)
+            + (window_context + load.num_tokens) * window_bytes)
+
+
+def stage_attention_pairs(stage: StageMemory, load: StepLoad) -> float:
+    """Prompt (query, key) pairs over the stage's layers: pairs * L_full + min(pairs, s * W) * L_window."""
+    window_layers = stage.num_window_layers
+    window_pairs = window_capped_tokens(load.prefill_attention_pairs, load.prefill_tokens,
+                                        stage.sliding_window_tokens)
+    return (load.prefill_attention_pairs * (stage.num_layers - window_layers)
+            + window_pairs * window_layers)
 
 
 def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int) -> float:

@@ -1,0 +1,174 @@
+"""Sliding-window attention layers in the serving model: KV cache capacity as vLLM 0.33.0's
+hybrid KV cache manager reports it, the KV a decode step reads and the prompt pairs a window
+layer computes. Hand-worked numbers, arithmetic in each docstring.
+
+gpt-oss-120b: L = 36 (18 sliding_attention with W = 128, 18 full_attention), k = 8, d = 64,
+a = 64, bf16 KV: 2 * 8 * 64 * 2 = 2,048 B per token and layer.
+mistral-7b (v0.1 style, W = 4096 on every layer): L = 32, k = 8, d = 128: 4,096 B per token
+and layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.serving_memory import kv_cache_groups, stage_memory, stage_window_layer_counts
+from planner.cost.serving_time import (
+    StepLoad,
+    causal_pairs,
+    stage_kv_bytes_read,
+    stage_step_time,
+    window_capped_tokens,
+)
+from planner.layout import Layout, place
+from planner.requests import ServeRequest
+
+H100_HBM_DECODE = 3350e9 * 0.76
+H100_FLASH = 989e12 * 0.73
+
+
+def _stage(m, cluster, max_model_len: int | None = None):
+    """The model's one stage on one H100."""
+    c, layout = cluster("1x1xH100"), Layout(1, 1, 1)
+    stage = stage_memory(m, c, layout, ServeRequest(max_model_len=max_model_len), max_num_seqs=256)[0]
+    return m, c, layout, stage
+
+
+def _full(model, name: str):
+    """The same model with every layer attending in full."""
+    return model(name, sliding_window=None, num_sliding_window_layers=None)
+
+
+def test_gpt_oss_120b_kv_bytes_per_token_and_kv_tokens_h100(model, cluster):
+    """gpt-oss-120b on one H100, max_model_len = 131,072 (its max_position_embeddings),
+    max_num_batched_tokens 8,192 (vLLM 0.33's H100 default).
+    KV per token: 36 layers * 2,048 B = 73,728 B, of which the 18 window layers hold 36,864.
+    vLLM's groups: 18 full and 18 window layers -> g = 18, one full and one window group; a
+    block holds one 16-token page of 18 layers = 18 * 16 * 2,048 = 589,824 B.
+    KV bytes left: 9,159,202,237.8 B -> 15,528 blocks (the pool both groups draw from).
+    A max-length request reserves ceil(131072 / 16) = 8,192 full blocks + ceil(min(127 +
+    2 * 8192 in flight, 131072) / 16) + 1 = 1,032 + 1 = 1,033 window blocks = 9,225:
+    concurrency 15,528 / 9,225 = 1.6833; KV tokens int(1.6833 * 131,072) = 220,627
+    (all-full: 9,159,202,237.8 // (73,728 * 16) = 7,764 blocks = 124,224 tokens)."""
+    m, _, _, stage = _stage(model("gpt-oss-120b"), cluster)
+    assert (stage.kv_bytes_per_token, stage.window_kv_bytes_per_token) == (73_728, 36_864)
+    assert (stage.num_window_layers, stage.sliding_window_tokens) == (18, 128)
+    assert kv_cache_groups(18, 18) == (18, 1, 1)
+    assert stage.kv_cache_bytes == pytest.approx(9_159_202_237.8, abs=1)
+    assert int(stage.kv_cache_bytes // 589_824) == 15_528
+    assert stage.kv_cache_tokens == int(15_528 / 9_225 * 131_072) == 220_627
+    *_, full = _stage(_full(model, "gpt-oss-120b"), cluster)
+    assert full.kv_cache_tokens == 124_224 and full.kv_bytes_per_token == 73_728
+
+
+def test_gpt_oss_120b_short_max_model_len_gains_no_admission_room(model, cluster):
+    """max_model_len 8,192 is below W - 1 + the 16,384 in-flight tokens, so vLLM reserves a
+    window group as much as a full one, plus its extra block: 512 + 513 = 1,025 blocks per
+    request; int(15,528 / 1,025 * 8,192) = 124,102, just under the all-full 124,224. (At run
+    time the window layers free the blocks before the window; the admission bound does not.)"""
+    *_, stage = _stage(model("gpt-oss-120b"), cluster, 8192)
+    assert stage.kv_cache_tokens == int(15_528 / 1_025 * 8_192) == 124_102
+
+
+def test_gpt_oss_120b_decode_reads_the_window_only(model, cluster):
+    """64 sequences at context 1,152 on gpt-oss-120b, one H100: full layers read 64 * 1,152
+    tokens and write 64, window layers read 64 * min(1,152, 128) = 8,192 and write 64:
+    (73,728 + 64) * 36,864 + (8,192 + 64) * 36,864 = 2,720,268,288 + 304,349,184
+    = 3,024,617,472 B -> 1.188 ms at 2.546 TB/s (all-full: 73,792 * 73,728 = 5,440,536,576 B)."""
+    m, c, layout, stage = _stage(model("gpt-oss-120b"), cluster)
+    load = StepLoad(64, 64 * 1152)
+    assert stage_kv_bytes_read(stage, load) == 3_024_617_472
+    step = stage_step_time(m, c, layout, place(c, layout), stage, load)
+    assert step.attention_seconds == pytest.approx(3_024_617_472 / H100_HBM_DECODE, rel=1e-9)
+    no_window = dataclasses.replace(stage, num_window_layers=0, sliding_window_tokens=None)
+    assert stage_kv_bytes_read(no_window, load) == 73_792 * 73_728
+
+
+def test_gpt_oss_120b_prompt_pairs_within_the_window(model, cluster):
+    """A 2,048-token prompt alone: full layers pair 2,048 * 2,049 / 2 = 2,098,176, window
+    layers at most 2,048 * 128 = 262,144 (the mean 1,024.5 keys per query capped at 128).
+    Attention = 2,048 * 73,728 B written / HBM + 4 * (2,098,176 + 262,144) * 18 * 64 * 64
+    FLOP / (989 TFLOP/s * 0.73) = 0.0593 + 0.9624 ms."""
+    m, c, layout, stage = _stage(model("gpt-oss-120b"), cluster)
+    step = stage_step_time(m, c, layout, place(c, layout), stage, StepLoad(0, 0, 2048, causal_pairs(2048), 1))
+    expected = 2048 * 73_728 / H100_HBM_DECODE + 4 * (2_098_176 + 262_144) * 18 * 64 * 64 / H100_FLASH
+    assert step.attention_seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_mistral_7b_all_window_layers(model, cluster):
+    """Mistral-7B v0.1 style: W = 4,096 on all 32 layers, max_model_len 32,768. One group (a
+    uniform type) of 32 layers: a block is 32 * 16 * 4,096 = 2,097,152 B, as without a window.
+    A request reserves ceil(min(4,095 + 16,384, 32,768) / 16) + 1 = 1,280 + 1 = 1,281 blocks
+    instead of 2,048: KV tokens = int(blocks / 1,281 * 32,768), 1.6x the all-full blocks * 16.
+    A decode step at context 8,192 reads min(8,192, 4,096) per sequence: for 8 sequences
+    (8 * 4,096 + 8) * 131,072 B instead of (8 * 8,192 + 8) * 131,072 B."""
+    m, c, layout, stage = _stage(model("mistral-7b", sliding_window=4096), cluster, 32768)
+    assert kv_cache_groups(0, 32) == (32, 0, 1)
+    assert (stage.kv_bytes_per_token, stage.window_kv_bytes_per_token) == (131_072, 131_072)
+    blocks = int(stage.kv_cache_bytes // 2_097_152)
+    assert stage.kv_cache_tokens == int(blocks / 1_281 * 32_768)
+    assert stage.kv_cache_tokens == pytest.approx(blocks * 16 * 2048 / 1281, abs=1)
+    load = StepLoad(8, 8 * 8192)
+    assert stage_kv_bytes_read(stage, load) == (8 * 4096 + 8) * 131_072
+
+
+@pytest.mark.parametrize(
+    ("num_full", "num_window", "groups"),
+    [
+        (18, 18, (18, 1, 1)),  # gpt-oss-120b
+        (10, 50, (10, 1, 5)),  # Gemma-3-style 5:1
+        (13, 12, (13, 1, 1)),  # 12 sw + 13 full: padded to 13 (max < 1.5 min)
+        (12, 33, (12, 1, 3)),  # Step-3.7: 33 window layers padded to 3 groups of 12
+        (36, 0, (36, 1, 0)),
+    ],
+)
+def test_kv_cache_groups_follow_vllm(num_full, num_window, groups):
+    """vLLM 0.33.0 _get_kv_cache_groups_uniform_page_size: g = the smaller count, or the
+    larger when it is under 1.5x the smaller; each type padded to whole groups of g."""
+    assert kv_cache_groups(num_full, num_window) == groups
+
+
+def test_stage_window_layers_split_in_proportion(model):
+    """gpt-oss-120b's 18 of 36 over pp = 4 (9 layers each): floor(9*18/36) = 4, then 9 - 4 = 5,
+    13 - 9 = 4, 18 - 13 = 5: 4 + 5 + 4 + 5 = 18."""
+    assert stage_window_layer_counts(model("gpt-oss-120b"), [9, 9, 9, 9]) == [4, 5, 4, 5]
+    assert stage_window_layer_counts(model("llama-3.1-8b"), [16, 16]) == [0, 0]
+
+
+def test_window_capped_tokens():
+    """count * min(total / count, W), never above the total; no window = the total."""
+    assert window_capped_tokens(64 * 1152, 64, 128) == 64 * 128
+    assert window_capped_tokens(64 * 100, 64, 128) == 6400
+    assert window_capped_tokens(1000, 0, 128) == 1000
+    assert window_capped_tokens(1000, 10, None) == 1000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.integers(1, 2**17),
+    window_share=st.floats(0, 1),
+    decode_seqs=st.integers(0, 512),
+    mean_context=st.integers(1, 131_072),
+    prefill_tokens=st.integers(0, 8192),
+    name=st.sampled_from(["gpt-oss-120b", "llama-3.1-8b", "mistral-7b"]),
+)
+def test_a_window_never_adds_kv_bytes_or_step_time(model, cluster, window, window_share, decode_seqs,
+                                                   mean_context, prefill_tokens, name):
+    """The same stage with some layers in a window reads no more KV and takes no longer."""
+    m, c = _full(model, name), cluster("1x1xH100")
+    layout = Layout(1, 1, 1)
+    full = stage_memory(m, c, layout, ServeRequest(), max_num_seqs=256)[0]
+    windowed = dataclasses.replace(full, num_window_layers=math.floor(window_share * full.num_layers),
+                                   sliding_window_tokens=window)
+    load = StepLoad(decode_seqs, decode_seqs * mean_context, prefill_tokens,
+                    causal_pairs(prefill_tokens, mean_context), 1 if prefill_tokens else 0)
+    assert windowed.window_kv_bytes_per_token <= windowed.kv_bytes_per_token
+    assert stage_kv_bytes_read(windowed, load) <= stage_kv_bytes_read(full, load)
+    placement = place(c, layout)
+    assert (stage_step_time(m, c, layout, placement, windowed, load).seconds
+            <= stage_step_time(m, c, layout, placement, full, load).seconds)
