@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
-    PrefillWorker,
     decode_requests_per_second,
     max_prefill_rate,
     prefill_at_rate,
@@ -39,6 +38,7 @@ from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
 from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
 
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
@@ -279,7 +279,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             r_p, r_d = rate
             match = rate_match(r_p, n_p, r_d, n_d)
             gpus = n_p * memo.shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
-            bounds.append((-match.requests_per_second / gpus, gpus, p_key, n_p, d_key, n_d, same))
+            bounds.append((-round(match.requests_per_second * request.output_len / gpus), -match.requests_per_second, p_key, n_p, d_key, n_d, same))
     bounds.sort()
     out = []
     for _, _, p_key, n_p, d_key, n_d, same in bounds:
@@ -296,7 +296,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
 def rank_key(e: DisaggEstimate) -> tuple:
     p, d = e.prefill, e.decode
-    return (-round(e.goodput_per_gpu, 6), e.gpus_used, e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.workers)
+    """Goodput per GPU (to the token/s), then the larger deployment of the cluster (more total
+    goodput at the same efficiency), then lower TPOT, then the shapes."""
+    return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.workers)
 
 
 def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape):
@@ -337,7 +339,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
             limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d
         worker, seconds = memo.prefill[p_key]
         if limit is not None and limit <= 0:
-            memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({kv.exposed_seconds * 1e3:.1f} ms) and the "
+            memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
                                  f"first decode step leave no TTFT budget")
         else:
             r_p = max_prefill_rate(worker, limit, seconds)
@@ -368,8 +370,8 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     notes = []
     if not same:
         notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "
-                     f"{kv.exposed_seconds * 1e3:.1f} ms to TTFT "
-                     + (f"(TTFT {ttft * 1e3:.0f} ms within --max-ttft-ms {request.max_ttft_seconds * 1e3:g})"
+                     f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "
+                     + (f"(TTFT {seconds_to_ms(ttft):.0f} ms within --max-ttft-ms {seconds_to_ms(request.max_ttft_seconds):g})"
                         if request.max_ttft_seconds is not None else "(no TTFT limit)"))
     seqs = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
 
