@@ -12,6 +12,7 @@ from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION
 from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,7 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
     a, d = aggregated.goodput_per_gpu, disaggregated.goodput_per_gpu
     numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
                f"output tok/s per GPU within the SLA")
-    side = (f"; the {disaggregated.binding} workers bind the disaggregated rate "
-            f"({disaggregated.requests_per_second:.2f} req/s on {disaggregated.gpus_used} GPUs)")
+    side = f"; {binding_reason(disaggregated)}"
     if d > a * (1 + NEAR_TIE_FRACTION):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
                                         f"decode rounds, each phase gets its own parallelism{side}")
@@ -43,6 +43,17 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
+
+
+def binding_reason(e: DisaggEstimate) -> str:
+    """Which side limits the disaggregated rate, in its own numbers."""
+    if e.binding == "prefill":
+        return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
+                f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
+                f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
+                f"{e.requests_per_second:.2f} req/s")
+    return (f"the decode workers bind: {e.decode.workers} x {e.decode.concurrency:.0f} sequences at TPOT "
+            f"{seconds_to_ms(e.tpot_seconds):.1f} ms finish {e.requests_per_second:.2f} req/s")
 
 
 def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,

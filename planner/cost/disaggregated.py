@@ -63,14 +63,15 @@ def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
 
 
 def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
-    """b = clamp(r * T(n_max) / k, 1, n_max) prompts wait per step (what arrives during a full
-    round, conservative); rho = r * S_p * T(b) / (k * b); wait = rho * S / (2 (1 - rho)) with
-    S = S_p * T(b) (M/D/1, Kleinrock vol. 1 eq. 5.76 with deterministic service)."""
+    """b = clamp(r * T(n_max) / k, 1, n_max) prompts per step (what arrives during a full
+    round, conservative); a prompt's own service S = S_p * T(b); rho = r / capacity (the
+    worker's share of time busy at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean
+    wait, Kleinrock, Queueing Systems vol. 1, eq. 5.76 with deterministic service)."""
     k, steps = worker.in_flight, worker.steps_per_prompt
     b = min(worker.prompts_per_step_max, max(1.0, rate * worker.full_round_seconds / k))
     seconds = round_seconds(b)
     service = steps * seconds
-    rho = rate * service / (k * b)
+    rho = rate / worker.capacity_requests_per_second
     wait = math.inf if rho >= 1 else rho * service / (2 * (1 - rho))
     return PrefillLoad(rate, b, seconds, rho, wait, wait + service)
 
