@@ -40,6 +40,10 @@ from planner.requests import ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
+MAX_UNIT_NODES = 8
+"""The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
+ranked, and a larger cluster runs copies of the best unit (the search stays instant at
+thousands of nodes)."""
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
 
@@ -253,7 +257,7 @@ class _Memo:
 
 
 def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> DisaggPlan:
-    num_gpus = request.num_gpus or cluster.num_gpus
+    num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
     max_model_len = request.max_model_len or model.max_position_embeddings
     budget = max_num_batched_tokens(cluster, request)
     memo = _Memo()
@@ -271,7 +275,12 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
                 "no decode concurrency meets --max-tpot-ms", 0) + 1
             continue
-        for n_p, n_d, same in _counts(cluster, num_gpus, memo.shapes[p_key], memo.shapes[d_key]):
+        links = [same for same, possible in ((True, cluster.gpus_per_node > 1), (False, cluster.num_nodes > 1))
+                 if possible]
+        rates = [_pairing(model, cluster, request, memo, p_key, d_key, same) for same in links]
+        balances = [r[0] / r[1] for r in rates if not isinstance(r, str)] or [1.0]
+        counts = {c for b in balances for c in _counts(cluster, num_gpus, memo.shapes[p_key], memo.shapes[d_key], b)}
+        for n_p, n_d, same in sorted(counts):
             rate = _pairing(model, cluster, request, memo, p_key, d_key, same)
             if isinstance(rate, str):
                 rejected[rate] = rejected.get(rate, 0) + 1
@@ -301,15 +310,19 @@ def rank_key(e: DisaggEstimate) -> tuple:
     return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.workers)
 
 
-def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape):
-    """(N_p, N_d, same_node) that fit the GPUs: tiled on shared nodes, else on separate nodes."""
+def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):
+    """(N_p, N_d, same_node) that fit the GPUs, tiled on shared nodes or on separate nodes.
+    For each N_p only the N_d around the rate balance N_p * r_p / r_d (`balance` = r_p / r_d)
+    and the most that fit: goodput per GPU min(N_p r_p, N_d r_d) / GPUs peaks there."""
     gpn = cluster.gpus_per_node
-    for n_p in range(1, num_gpus // p.num_gpus + 1):
-        for n_d in range(1, (num_gpus - n_p * p.num_gpus) // d.num_gpus + 1):
+    for n_p in range(1, (num_gpus - d.num_gpus) // p.num_gpus + 1):
+        most = (num_gpus - n_p * p.num_gpus) // d.num_gpus
+        even = n_p * balance
+        for n_d in sorted({max(1, min(most, n)) for n in (math.floor(even), math.ceil(even), most)}):
             if same_node_groups(n_p, p.num_gpus, n_d, d.num_gpus, cluster):
                 yield n_p, n_d, True
             elif cluster.num_nodes > 1 and nodes_apart(n_p, p.num_gpus, gpn) + nodes_apart(
-                    n_d, d.num_gpus, gpn) <= min(cluster.num_nodes, math.ceil(num_gpus / gpn)):
+                    n_d, d.num_gpus, gpn) <= math.ceil(num_gpus / gpn):
                 yield n_p, n_d, False
 
 
