@@ -532,6 +532,9 @@ def explain(
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
+        if mode is Mode.disaggregated:
+            raise SpecError("--mode disaggregated: `plan explain` draws aggregated layouts only; "
+                            "`plan --mode disaggregated` plans prefill/decode workers")
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                            sensitivity_runs=sensitivity)
 

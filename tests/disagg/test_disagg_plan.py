@@ -117,3 +117,8 @@ def test_cli_table_and_mode_errors(run_plan):
     train = run_plan("--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
                      "--global-batch", "8", "--seq-len", "1024", "--mode", "auto")
     assert train.returncode == 2
+
+
+def test_explain_refuses_disaggregated_mode_in_one_line(run_plan):
+    out = run_plan("explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
