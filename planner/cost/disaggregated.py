@@ -21,6 +21,8 @@ MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
 grows without bound as rho -> 1, and no deployment runs its prefill fleet saturated."""
 RATE_BISECTION_STEPS = 40
+LOWEST_RATE_FRACTION = 2.0**-30
+"""The bisection's lower end, as a share of the capacity: a lone prompt (no queueing)."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,9 @@ def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,
     capacity = worker.capacity_requests_per_second
     if limit_seconds is None:
         return MAX_PREFILL_UTILIZATION * capacity
-    if prefill_at_rate(worker, capacity * 1e-9, round_seconds).prefill_seconds > limit_seconds:
+    if prefill_at_rate(worker, capacity * LOWEST_RATE_FRACTION, round_seconds).prefill_seconds > limit_seconds:
         return 0.0
-    good, bad = capacity * 1e-9, capacity
+    good, bad = capacity * LOWEST_RATE_FRACTION, capacity
     for _ in range(RATE_BISECTION_STEPS):
         middle = (good + bad) / 2
         if prefill_at_rate(worker, middle, round_seconds).prefill_seconds <= limit_seconds:
