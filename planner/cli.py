@@ -102,6 +102,13 @@ LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching 
 ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")]
 MaxTpotMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time per output token under load, ms (concurrency is lowered to meet it).")]
 MaxTtftMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time to first token under load, ms.")]
+class Mode(str, Enum):
+    auto = "auto"
+    aggregated = "aggregated"
+    disaggregated = "disaggregated"
+
+
+ModeOpt = Annotated[Mode, typer.Option(help="Serve: aggregated, disaggregated prefill/decode workers, or auto (both, and which wins).")]
 MaxE2eMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean end-to-end request latency, ms.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
 InputLenOpt = Annotated[int, typer.Option(help="Serve: prompt tokens per request.")]
@@ -130,6 +137,7 @@ EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan an
                                                    f"{e} {', '.join(r)}" for e, r in RELEASES.items()) + ".")]
 
 DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
+DEFAULT_MODE = Mode(ServeRequest.mode)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
 DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
@@ -171,6 +179,7 @@ class PlanOptions:
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
     engine_version: str = DEFAULT_ENGINE_VERSION
+    mode: Mode = DEFAULT_MODE
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -220,6 +229,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         max_ttft_seconds=None if opts.max_ttft_ms is None else units.ms_to_seconds(opts.max_ttft_ms),
         max_e2e_seconds=None if opts.max_e2e_ms is None else units.ms_to_seconds(opts.max_e2e_ms),
         engine_versions=parse_engine_versions(opts.engine_version),
+        mode=opts.mode.value,
     )
 
 
@@ -302,7 +312,8 @@ def _write_failed(problem: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-SERVE_ONLY = ("objective", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts", "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
+SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
+              "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
@@ -368,6 +379,7 @@ def plan(
     max_tpot_ms: MaxTpotMsOpt = None,
     max_ttft_ms: MaxTtftMsOpt = None,
     max_e2e_ms: MaxE2eMsOpt = None,
+    mode: ModeOpt = DEFAULT_MODE,
     top: Annotated[int | None, typer.Option(min=1, help=f"Rows to show (default {DEFAULT_TOP_ROWS}; --json: every layout unless given).")] = None,
     json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
@@ -410,7 +422,7 @@ def plan(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, engine_version=engine_version,
+        zero=zero, attention=attention, engine_version=engine_version, mode=mode,
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
@@ -470,6 +482,7 @@ def explain(
     max_tpot_ms: MaxTpotMsOpt = None,
     max_ttft_ms: MaxTtftMsOpt = None,
     max_e2e_ms: MaxE2eMsOpt = None,
+    mode: ModeOpt = DEFAULT_MODE,
     json_output: JsonOpt = False,
     input_len: InputLenOpt = ServeRequest.input_len,
     output_len: OutputLenOpt = ServeRequest.output_len,
@@ -521,10 +534,13 @@ def explain(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, engine_version=engine_version,
+        zero=zero, attention=attention, engine_version=engine_version, mode=mode,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
+        if mode is Mode.disaggregated:
+            raise SpecError("--mode disaggregated: `plan explain` draws aggregated layouts only; "
+                            "`plan --mode disaggregated` plans prefill/decode workers")
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                            sensitivity_runs=sensitivity)
 

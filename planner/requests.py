@@ -15,6 +15,7 @@ from planner.engines import EngineVersions
 from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
+ServeMode = Literal["auto", "aggregated", "disaggregated"]
 DEFAULT_TOP_ROWS = 10
 """Table rows `plan` shows without --top (--json lists every layout unless --top is given)."""
 MAX_TOKENS = 2**27
@@ -87,6 +88,9 @@ class ServeRequest:
     """`--dataset`: the JSONL file the lengths came from (recorded in the output)."""
     dataset_lengths: tuple[tuple[int, int], ...] = ()
     """(input_len, output_len) per dataset line; input_len/output_len are then their means."""
+    mode: ServeMode = "auto"
+    """`--mode`: aggregated (every replica does prefill and decode), disaggregated (prefill and
+    decode workers apart, the KV moved between them), auto (both, and which wins)."""
 
     @property
     def simulates_burst(self) -> bool:

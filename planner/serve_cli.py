@@ -6,10 +6,10 @@ import math
 
 from planner.cost.serving_memory import default_max_num_batched_tokens
 from planner.cost.serving_sim import Distribution, ServeMetrics
-from planner.errors import SpecError
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
+from planner.errors import SpecError
 from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
 from planner.serve import ServeEstimate, burst_metrics
 from planner.serve_search import ServePlan, plan_serving
@@ -99,23 +99,67 @@ def launchable(plan: ServePlan) -> ServePlan:
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
               top: int | None, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
     """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON layouts (None: all)."""
-    from planner.render.serve import print_plan_json, render_plan
+    from planner.render.serve import print_plan_json
 
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
     if engine != "none":
         plan = launchable(plan)
+    if request.mode != "aggregated":
+        return run_with_disaggregated(plan, engine, json_output=json_output, top=top,
+                                      show_rejected=show_rejected, served_model=served_model)
     metrics = recommended_metrics(plan)
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
                         lambda r: launch_steps(plan, r, "vllm-ray", served_model),
                         engine_version(plan, engine) if engine != "none" else None, top, metrics)
     else:
-        best = plan.recommended
-        steps = () if best is None else launch_steps(plan, best, engine, served_model)
-        ray: tuple[LaunchStep, ...] = ()
-        if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > cluster.gpus_per_node:
-            ray = launch_steps(plan, best, "vllm-ray", served_model)
-        render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
-                    notes=launch_notes(plan), metrics=metrics)
+        render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
     return 0 if plan.recommended is not None else 1
+
+
+def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_rejected: bool, served_model: str,
+                      metrics: ServeMetrics | None) -> None:
+    from planner.render.serve import render_plan
+
+    best = plan.recommended
+    steps = () if best is None else launch_steps(plan, best, engine, served_model)
+    ray: tuple[LaunchStep, ...] = ()
+    if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > plan.cluster.gpus_per_node:
+        ray = launch_steps(plan, best, "vllm-ray", served_model)
+    render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
+                notes=launch_notes(plan), metrics=metrics)
+
+
+def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, top: int | None,
+                           show_rejected: bool, served_model: str) -> int:
+    """--mode auto: the aggregated plan as always, then the disaggregated one and the verdict;
+    --mode disaggregated: the disaggregated one only."""
+    from planner.disagg_cli import disagg_steps, plan_both
+    from planner.render.catalog import describe_cluster, describe_model
+    from planner.render.common import console, print_json_rows
+    from planner.render.disagg import disagg_json, render_disagg
+    from planner.render.serve import plan_json
+
+    model, cluster, request = plan.model, plan.cluster, plan.request
+    disagg, verdict = plan_both(model, cluster, request, plan.recommended)
+    best = disagg.recommended
+    steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
+    auto = request.mode == "auto"
+    metrics = recommended_metrics(plan) if auto else None
+    if json_output:
+        payload = plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
+                            lambda r: launch_steps(plan, r, "vllm-ray", served_model),
+                            engine_version(plan, engine) if engine != "none" else None, top, metrics)
+        payload["mode"] = request.mode
+        payload.update(disagg_json(disagg, verdict, steps, top))
+        print_json_rows(payload)
+    else:
+        if auto:
+            render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
+        else:
+            console().print(describe_model(model))
+            console().print(describe_cluster(cluster))
+        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS)
+    found = best is not None or (auto and plan.recommended is not None)
+    return 0 if found else 1

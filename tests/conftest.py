@@ -67,6 +67,10 @@ TORCHRUN_FLAGS = "torchrun-2.13.0"
 RAY_START_FLAGS = {"--head", "--port", "--address"}
 """`ray start` flags the vLLM Ray steps use (not extracted: Ray is not read by the tool)."""
 ROUTER_FLAGS = "sglang-router"
+VLLM_TOY_PROXY_FLAGS = {"--host", "--port", "--prefiller-hosts", "--prefiller-ports", "--decoder-hosts",
+                        "--decoder-ports"}
+"""vLLM's tests/v1/kv_connector/nixl_integration/toy_proxy_server.py (argparse in its
+parse_args; not in the wheel, so not extracted): the proxy the disaggregated commands use."""
 
 
 def engine_flag_data(name: str) -> dict:
@@ -118,6 +122,9 @@ def command_problems(argv: Sequence[str], versions) -> list[str]:
         script = argv.index("pretrain_gpt.py")
         return (_flag_problems(argv[1:script], engine_flag_data(TORCHRUN_FLAGS))
                 + _megatron_problems(argv[script + 1:], env, engine_flag_data(f"megatron-{versions.megatron}")))
+    if argv[:2] == ["python3", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"]:
+        return [f"vllm toy proxy: unknown flag {a}" for a in argv[2:]
+                if a.startswith("--") and a not in VLLM_TOY_PROXY_FLAGS]
     if argv[:2] == ["ray", "start"]:
         return [f"ray start: unknown flag {a}" for a in argv[2:]
                 if a.startswith("--") and a.partition("=")[0] not in RAY_START_FLAGS]

@@ -378,6 +378,32 @@ def pairings(engine: str, source: Source) -> dict[str, object]:
     return found
 
 
+def _calls_get_kwargs_of_cls(node: ast.ClassDef) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "get_kwargs"
+               and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == "cls" for n in ast.walk(node))
+
+
+def cls_kwargs_flags(tree: ast.Module, flags: Flags) -> None:
+    """vLLM's frontend (vllm/entrypoints/common/cli_args.py, BaseFrontendArgs.add_cli_args):
+    `get_kwargs(cls)` then `add_argument(f"--{key.replace('_', '-')}", ...)` for every field of
+    the dataclass and its bases (--host, --port, ...); a bool field also takes --no-flag."""
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    aliases = literal_aliases([tree])
+
+    def loops(name: str) -> bool:
+        node = classes.get(name)
+        return node is not None and (_calls_get_kwargs_of_cls(node) or any(
+            isinstance(b, ast.Name) and loops(b.id) for b in node.bases))
+
+    for name in classes:
+        if not loops(name):
+            continue
+        for field_name, item in dataclass_fields(classes, name).items():
+            flag = "--" + field_name.replace("_", "-")
+            names = [flag, "--no-" + flag[2:]] if is_bool(item.annotation) else [flag]
+            flags.add(names, literal_choices(item.annotation, aliases))
+
+
 def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
     source = Source(root, ref)
     flags = Flags()
@@ -391,6 +417,8 @@ def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
         tree = ast.parse(text)
         add_argument_calls(tree, module_constants(tree), flags, get_kwargs_holders(tree), index)
         factory_flags(index, factory_groups(tree), flags)
+        if engine == "vllm":
+            cls_kwargs_flags(tree, flags)
     if not read:
         sys.exit(f"{engine}: none of {', '.join(ENGINE_FILES[engine])} under {root}")
     return {

@@ -50,29 +50,30 @@ def test_gpt_oss_120b_kv_bytes_per_token_and_kv_tokens_h100(model, cluster):
     KV per token: 36 layers * 2,048 B = 73,728 B, of which the 18 window layers hold 36,864.
     vLLM's groups: 18 full and 18 window layers -> g = 18, one full and one window group; a
     block holds one 16-token page of 18 layers = 18 * 16 * 2,048 = 589,824 B.
-    KV bytes left: 9,159,202,237.8 B -> 15,528 blocks (the pool both groups draw from).
+    KV bytes left (0.9 of the CUDA-visible 79.11 GiB less weights, the profile peak and
+    overhead): 8,843,277,823.3 B -> 14,993 blocks (the pool both groups draw from).
     A max-length request reserves ceil(131072 / 16) = 8,192 full blocks + ceil(min(127 +
     2 * 8192 in flight, 131072) / 16) + 1 = 1,032 + 1 = 1,033 window blocks = 9,225:
-    concurrency 15,528 / 9,225 = 1.6833; KV tokens int(1.6833 * 131,072) = 220,627
-    (all-full: 9,159,202,237.8 // (73,728 * 16) = 7,764 blocks = 124,224 tokens)."""
+    concurrency 14,993 / 9,225 = 1.6253; KV tokens int(1.6253 * 131,072) = 213,025
+    (all-full: 8,843,277,823.3 // (73,728 * 16) = 7,496 blocks = 119,936 tokens)."""
     m, _, _, stage = _stage(model("gpt-oss-120b"), cluster)
     assert (stage.kv_bytes_per_token, stage.window_kv_bytes_per_token) == (73_728, 36_864)
     assert (stage.num_window_layers, stage.sliding_window_tokens) == (18, 128)
     assert kv_cache_groups(18, 18) == (18, 1, 1)
-    assert stage.kv_cache_bytes == pytest.approx(9_159_202_237.8, abs=1)
-    assert int(stage.kv_cache_bytes // 589_824) == 15_528
-    assert stage.kv_cache_tokens == int(15_528 / 9_225 * 131_072) == 220_627
+    assert stage.kv_cache_bytes == pytest.approx(8_843_277_823.3, abs=1)
+    assert int(stage.kv_cache_bytes // 589_824) == 14_993
+    assert stage.kv_cache_tokens == int(14_993 / 9_225 * 131_072) == 213_025
     *_, full = _stage(_full(model, "gpt-oss-120b"), cluster)
-    assert full.kv_cache_tokens == 124_224 and full.kv_bytes_per_token == 73_728
+    assert full.kv_cache_tokens == 119_936 and full.kv_bytes_per_token == 73_728
 
 
 def test_gpt_oss_120b_short_max_model_len_gains_no_admission_room(model, cluster):
     """max_model_len 8,192 is below W - 1 + the 16,384 in-flight tokens, so vLLM reserves a
     window group as much as a full one, plus its extra block: 512 + 513 = 1,025 blocks per
-    request; int(15,528 / 1,025 * 8,192) = 124,102, just under the all-full 124,224. (At run
+    request; int(14,993 / 1,025 * 8,192) = 119,826, just under the all-full 119,936. (At run
     time the window layers free the blocks before the window; the admission bound does not.)"""
     *_, stage = _stage(model("gpt-oss-120b"), cluster, 8192)
-    assert stage.kv_cache_tokens == int(15_528 / 1_025 * 8_192) == 124_102
+    assert stage.kv_cache_tokens == int(14_993 / 1_025 * 8_192) == 119_826
 
 
 def test_gpt_oss_120b_decode_reads_the_window_only(model, cluster):

@@ -1,0 +1,123 @@
+"""Disaggregated serving: prefill-only and decode-only workers and their rate matching (pure, SI).
+
+A prefill worker runs steps of prompts only, packed up to the token budget; its requests
+arrive at a rate and queue for a step. A decode worker runs rounds of decodes only (no prompt
+chunks) at concurrency C_d. The system serves the smaller of what the prefill workers can take
+within the TTFT budget and what the decode workers finish within the TPOT limit.
+
+Legend: I/O prompt/output tokens, B token budget per step, k micro-batches in flight (p),
+b prompts per step, n_max = max(1, floor(B / I)), S_p = ceil(I / B) steps per prompt,
+T(b) a prefill round of k steps of b prompts, rho utilization, r arrival rate per worker
+(requests/s), T_d a decode round at C_d. Derivation: docs/cost-model.md (Serving: disaggregated).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_PREFILL_UTILIZATION = 0.9
+"""Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
+grows without bound as rho -> 1, and no deployment runs its prefill fleet saturated."""
+RATE_BISECTION_STEPS = 40
+LOWEST_RATE_FRACTION = 2.0**-30
+"""The bisection's lower end, as a share of the capacity: a lone prompt (no queueing)."""
+
+
+@dataclass(frozen=True)
+class PrefillWorker:
+    prompts_per_step_max: float
+    """n_max = max(1, floor(B / I)) whole prompts per step (1 when a prompt is chunked)."""
+    steps_per_prompt: int
+    """S_p = ceil(I / B)."""
+    in_flight: int
+    """k steps per round (pipeline micro-batches)."""
+    full_round_seconds: float
+    """T(n_max): a round of k full steps."""
+
+    @property
+    def capacity_requests_per_second(self) -> float:
+        """k * n_max / (S_p * T(n_max))."""
+        return self.in_flight * self.prompts_per_step_max / (self.steps_per_prompt * self.full_round_seconds)
+
+
+@dataclass(frozen=True)
+class PrefillLoad:
+    """A prefill worker at arrival rate r."""
+
+    rate_per_second: float
+    prompts_per_step: float
+    round_seconds: float
+    utilization: float
+    wait_seconds: float
+    """M/D/1 mean queueing wait: rho * S / (2 * (1 - rho)), S = S_p * T(b)."""
+    prefill_seconds: float
+    """wait + S_p * T(b): arrival to the prompt's KV computed."""
+
+
+def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
+                   round_seconds: Callable[[float], float]) -> PrefillWorker:
+    """`round_seconds(b)`: a round of k steps, each carrying b prompts of I / S_p tokens."""
+    steps = math.ceil(input_len / budget_tokens)
+    most = max(1, budget_tokens // input_len) if steps == 1 else 1
+    return PrefillWorker(float(most), steps, in_flight, round_seconds(float(most)))
+
+
+def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
+    """b = clamp(r * T(n_max) / k, 1, n_max) prompts per step (what arrives during a full
+    round, conservative); a prompt's own service S = S_p * T(b); rho = r / capacity (the
+    worker's share of time busy at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean
+    wait, Kleinrock, Queueing Systems vol. 1, eq. 5.76 with deterministic service)."""
+    k, steps = worker.in_flight, worker.steps_per_prompt
+    b = min(worker.prompts_per_step_max, max(1.0, rate * worker.full_round_seconds / k))
+    seconds = round_seconds(b)
+    service = steps * seconds
+    rho = rate / worker.capacity_requests_per_second
+    wait = math.inf if rho >= 1 else rho * service / (2 * (1 - rho))
+    return PrefillLoad(rate, b, seconds, rho, wait, wait + service)
+
+
+def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,
+                     round_seconds: Callable[[float], float]) -> float:
+    """The largest arrival rate per worker whose prefill_seconds meets `limit_seconds` (the
+    TTFT budget left for the prefill), by bisection (it grows with r); without a limit
+    MAX_PREFILL_UTILIZATION of the capacity; 0 when even a lone prompt misses."""
+    capacity = worker.capacity_requests_per_second
+    if limit_seconds is None:
+        return MAX_PREFILL_UTILIZATION * capacity
+    if prefill_at_rate(worker, capacity * LOWEST_RATE_FRACTION, round_seconds).prefill_seconds > limit_seconds:
+        return 0.0
+    good, bad = capacity * LOWEST_RATE_FRACTION, capacity
+    for _ in range(RATE_BISECTION_STEPS):
+        middle = (good + bad) / 2
+        if prefill_at_rate(worker, middle, round_seconds).prefill_seconds <= limit_seconds:
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def decode_requests_per_second(concurrency: float, output_len: int, round_seconds: float) -> float:
+    """C_d / (O * T_d): every request holds a slot for O rounds (its first token is sampled on
+    the decode worker, which loads the prompt's KV instead of computing it)."""
+    return concurrency / (output_len * round_seconds)
+
+
+@dataclass(frozen=True)
+class RateMatch:
+    requests_per_second: float
+    """R = min(N_p * r_p, N_d * r_d)."""
+    prefill_requests_per_second: float
+    decode_requests_per_second: float
+    binding: str
+    """prefill | decode: the side that limits R."""
+
+
+def rate_match(prefill_rate_per_worker: float, num_prefill: int, decode_rate_per_worker: float,
+               num_decode: int) -> RateMatch:
+    """R = min(N_p * r_p, N_d * r_d): requests leave the prefill workers as fast as they enter
+    them, and the decode workers take no more than they finish."""
+    prefill = num_prefill * prefill_rate_per_worker
+    decode = num_decode * decode_rate_per_worker
+    return RateMatch(min(prefill, decode), prefill, decode, "prefill" if prefill < decode else "decode")

@@ -1,0 +1,87 @@
+"""Disaggregated serving for the CLI: plan it, compare it with the best aggregated layout,
+pick its launch commands. The numbers come from the estimates; nothing is recomputed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.disagg_search import DisaggEstimate, DisaggPlan, plan_disaggregated, same_node_groups
+from planner.emit.command import LaunchStep, ServeArgs
+from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment
+from planner.requests import ServeRequest
+from planner.serve import ServeEstimate
+from planner.serve_search import NEAR_TIE_FRACTION
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
+
+
+@dataclass(frozen=True)
+class Verdict:
+    winner: str | None
+    """aggregated | disaggregated | None (neither meets the SLA)."""
+    reason: str
+
+
+def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None) -> Verdict:
+    """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
+    of server, no KV transfer, no proxy)."""
+    if aggregated is None and disaggregated is None:
+        return Verdict(None, "neither an aggregated nor a disaggregated deployment meets the SLA")
+    if disaggregated is None:
+        return Verdict("aggregated", "no disaggregated deployment meets the SLA")
+    if aggregated is None:
+        return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
+                                        f"{disaggregated.goodput_per_gpu:,.0f} output tok/s per GPU within it")
+    a, d = aggregated.goodput_per_gpu, disaggregated.goodput_per_gpu
+    numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
+               f"output tok/s per GPU within the SLA")
+    side = f"; {binding_reason(disaggregated)}"
+    if d > a * (1 + NEAR_TIE_FRACTION):
+        return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
+                                        f"decode rounds, each phase gets its own parallelism{side}")
+    if d >= a * (1 - NEAR_TIE_FRACTION):
+        return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
+                                     f"deployment (no KV transfer, no proxy){side}")
+    return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
+
+
+def binding_reason(e: DisaggEstimate) -> str:
+    """Which side limits the disaggregated rate, in its own numbers."""
+    if e.binding == "prefill":
+        return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
+                f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
+                f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
+                f"{e.requests_per_second:.2f} req/s")
+    return (f"the decode workers bind: {e.decode.workers} x {e.decode.concurrency:.0f} sequences at TPOT "
+            f"{seconds_to_ms(e.tpot_seconds):.1f} ms finish {e.requests_per_second:.2f} req/s")
+
+
+def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+              role: str, model_arg: str) -> ServeArgs:
+    worker = est.prefill if role == "prefill" else est.decode
+    return ServeArgs(
+        model=model_arg, tp=worker.tp, pp=worker.pp, dp=1, gpus_per_node=cluster.gpus_per_node,
+        gpu_memory_utilization=request.gpu_memory_utilization, max_model_len=est.max_model_len,
+        max_num_seqs=max(1, worker.max_num_seqs), quantization=request.quantization_override,
+        kv_cache_dtype=request.kv_cache_dtype, dtype=model.dtype, engine_versions=request.engine_versions,
+        max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
+        weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu)
+
+
+def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+                 engine: str, model_arg: str) -> tuple[LaunchStep, ...] | None:
+    """Per role; None when a worker is wider than a node (not emitted)."""
+    if engine not in DISAGG_EMITTERS:
+        return ()
+    p, d = est.prefill, est.decode
+    groups = same_node_groups(p.workers, p.tp * p.pp, d.workers, d.tp * d.pp, cluster) if est.same_node else 0
+    deployment = DisaggDeployment(role_args(model, cluster, request, est, "prefill", model_arg),
+                                  role_args(model, cluster, request, est, "decode", model_arg),
+                                  p.workers, d.workers, groups)
+    return DISAGG_EMITTERS[engine](deployment)
+
+
+def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+              aggregated: ServeEstimate | None) -> tuple[DisaggPlan, Verdict]:
+    plan = plan_disaggregated(model, cluster, request)
+    return plan, compare(aggregated, plan.recommended)

@@ -1,0 +1,401 @@
+"""Disaggregated serving search: prefill workers (tp, pp) x count and decode workers (tp, pp) x
+count over the cluster's GPUs, each worker priced with the serving step model
+(cost/serving_time.round_time), rate-matched (cost/disaggregated.py), the prompt's KV moved
+between them (cost/kv_transfer.py), ranked by goodput per GPU used.
+
+Placement: TP stays inside a node (tp divides the GPUs per node); a worker wider than a node
+takes whole nodes. P and D share nodes when the deployment tiles into identical nodes (each
+holding N_p/m prefill and N_d/m decode workers), and the KV then moves over NVLink; otherwise
+the prefill workers take their own nodes and the KV crosses the NICs.
+Derivation: docs/cost-model.md (Serving: disaggregated).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.cost import efficiency as eff
+from planner.cost.disaggregated import (
+    decode_requests_per_second,
+    max_prefill_rate,
+    prefill_at_rate,
+    prefill_worker,
+    rate_match,
+)
+from planner.cost.kv_transfer import KvTransfer, kv_transfer
+from planner.cost.params import kv_bytes_per_token
+from planner.cost.serving_memory import (
+    StageMemory,
+    default_max_num_seqs,
+    max_num_batched_tokens,
+    memory_reasons,
+    stage_memory,
+    structural_reasons,
+)
+from planner.cost.serving_time import StepLoad, causal_pairs, round_time
+from planner.emit.command import placement_reasons
+from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
+from planner.requests import ServeRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
+
+MAX_UNIT_NODES = 8
+"""The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
+ranked, and a larger cluster runs copies of the best unit (the search stays instant at
+thousands of nodes)."""
+SHOWN_CANDIDATES = 10
+"""Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """One worker shape priced once per search."""
+
+    tp: int
+    pp: int
+    stages: tuple[StageMemory, ...]
+    placement: Placement
+    kv_cache_tokens: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.pp, 1)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One role of the deployment (JSON: `prefill`, `decode`)."""
+
+    tp: int
+    pp: int
+    workers: int
+    concurrency: float
+    """Decode: sequences per worker; prefill: prompts per step."""
+    round_seconds: float
+    """Decode: T_d (TPOT); prefill: one round of its steps."""
+    kv_cache_tokens: int
+    max_num_seqs: int
+    weights_and_kv_bytes_per_gpu: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.workers
+
+
+@dataclass(frozen=True)
+class DisaggEstimate:
+    prefill: WorkerPlan
+    decode: WorkerPlan
+    kv: KvTransfer
+    same_node: bool
+    """P and D share nodes (KV over NVLink)."""
+    ttft_seconds: float
+    tpot_seconds: float
+    e2e_seconds: float
+    requests_per_second: float
+    binding: str
+    """prefill | decode: the side whose rate limits the system."""
+    max_model_len: int
+    num_nodes_used: int
+    output_len: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def gpus_used(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+    @property
+    def throughput_tokens_per_second(self) -> float:
+        """R * O output tokens/s of the whole deployment."""
+        return self.requests_per_second * self.output_len
+
+    @property
+    def goodput_tokens_per_second(self) -> float:
+        """Every estimate kept meets every SLA in its steady state: goodput = throughput."""
+        return self.throughput_tokens_per_second
+
+    @property
+    def goodput_per_gpu(self) -> float:
+        return self.goodput_tokens_per_second / self.gpus_used
+
+    @property
+    def label(self) -> str:
+        p, d = self.prefill, self.decode
+        return f"P {p.workers}x(tp={p.tp} pp={p.pp}) + D {d.workers}x(tp={d.tp} pp={d.pp})"
+
+
+@dataclass(frozen=True)
+class DisaggPlan:
+    candidates: tuple[DisaggEstimate, ...]
+    """Best first."""
+    rejected: tuple[tuple[str, int], ...]
+    """(reason, combinations) tallied."""
+
+    @property
+    def recommended(self) -> DisaggEstimate | None:
+        return self.candidates[0] if self.candidates else None
+
+
+def worker_sizes(cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int]]:
+    """(tp, pp): tp a power of two dividing the GPUs per node, pp a power of two, tp * pp at
+    most num_gpus - 1 (the other role needs a GPU), whole nodes once wider than a node."""
+    gpn = cluster.gpus_per_node
+    out = []
+    tp = 1
+    while tp <= gpn:
+        pp = 1
+        while gpn % tp == 0 and tp * pp < num_gpus:
+            if not placement_reasons(tp, pp, 1, gpn):
+                out.append((tp, pp))
+            pp *= 2
+        tp *= 2
+    return out
+
+
+def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
+                max_model_len: int) -> WorkerShape | None:
+    layout = Layout(tp, pp, 1)
+    if structural_reasons(model, layout):
+        return None
+    wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
+    stages = stage_memory(model, cluster, layout, request, wanted)
+    if memory_reasons(stages, max_model_len):
+        return None
+    return WorkerShape(tp, pp, tuple(stages), place(cluster, layout), min(s.kv_cache_tokens for s in stages))
+
+
+def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
+                         context_tokens: float) -> float:
+    """T_d: a round of C_d decodes at mean context, no prompt chunk."""
+    load = StepLoad(concurrency, concurrency * context_tokens)
+    in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
+    return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight).seconds
+
+
+def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
+    """Largest C_d <= cap (KV cache holds C_d in+out sequences, vLLM's max_num_seqs) with
+    T_d <= --max-tpot-ms, by bisection (T_d grows with C_d); 0 when one sequence misses."""
+    context = request.input_len + request.output_len / 2
+    cap = min(shape.kv_cache_tokens // (request.input_len + request.output_len),
+              default_max_num_seqs(cluster, request.engine_versions.vllm_release))
+    limit = request.max_tpot_seconds
+    if cap < 1:
+        return 0
+
+    def ok(c: int) -> bool:
+        return limit is None or decode_round_seconds(model, cluster, shape, c, context) <= limit
+
+    if ok(cap):
+        return cap
+    if not ok(1):
+        return 0
+    good, bad = 1, cap
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if ok(middle) else (good, middle)
+    return good
+
+
+def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape,
+                   budget: int):
+    """(PrefillWorker, round_seconds(b)) with T(b) interpolated between whole prompt counts."""
+    i = request.input_len
+    k = shape.pp
+    steps = math.ceil(i / budget)
+    chunk = i / steps
+
+    def exact(b: float) -> float:
+        load = StepLoad(0, 0, k * b * chunk, k * b * causal_pairs(i) / steps, k * b / steps)
+        return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, k).seconds
+
+    most = max(1, budget // i) if steps == 1 else 1
+    table = [exact(float(b)) for b in range(1, most + 1)]
+
+    def seconds(b: float) -> float:
+        low = min(int(b), most) - 1
+        if low >= most - 1:
+            return table[-1]
+        return table[low] + (b - low - 1) * (table[low + 1] - table[low])
+
+    return prefill_worker(i, budget, k, seconds), seconds
+
+
+def same_node_groups(num_prefill: int, prefill_gpus: int, num_decode: int, decode_gpus: int,
+                     cluster: ClusterSpec) -> int:
+    """m identical nodes each holding N_p/m prefill and N_d/m decode workers (smallest m), or 0."""
+    gpn = cluster.gpus_per_node
+    if max(prefill_gpus, decode_gpus) > gpn:
+        return 0
+    for m in range(1, min(math.gcd(num_prefill, num_decode), cluster.num_nodes) + 1):
+        if num_prefill % m == 0 and num_decode % m == 0 and \
+                (num_prefill // m) * prefill_gpus + (num_decode // m) * decode_gpus <= gpn:
+            return m
+    return 0
+
+
+def nodes_apart(workers: int, gpus: int, gpn: int) -> int:
+    return math.ceil(workers * gpus / gpn)
+
+
+def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
+    return intra_node_link(cluster) if same_node else inter_node_link(cluster)
+
+
+@dataclass
+class _Memo:
+    """Per search: what each shape and (P, D, link) pairing costs."""
+
+    shapes: dict = field(default_factory=dict)
+    decode: dict = field(default_factory=dict)
+    prefill: dict = field(default_factory=dict)
+    pairing: dict = field(default_factory=dict)
+
+
+def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> DisaggPlan:
+    num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    budget = max_num_batched_tokens(cluster, request)
+    memo = _Memo()
+    for tp, pp in worker_sizes(cluster, num_gpus):
+        shape = price_shape(model, cluster, request, tp, pp, max_model_len)
+        if shape is None:
+            continue
+        memo.shapes[(tp, pp)] = shape
+        memo.decode[(tp, pp)] = decode_concurrency(model, cluster, request, shape)
+        memo.prefill[(tp, pp)] = prefill_rounds(model, cluster, request, shape, min(budget, shape.kv_cache_tokens // pp))
+    rejected: dict[str, int] = {}
+    bounds = []
+    for p_key, d_key in ((p, d) for p in memo.shapes for d in memo.shapes):
+        if memo.decode[d_key] == 0:
+            rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
+                "no decode concurrency meets --max-tpot-ms", 0) + 1
+            continue
+        links = [same for same, possible in ((True, cluster.gpus_per_node > 1), (False, cluster.num_nodes > 1))
+                 if possible]
+        rates = [_pairing(model, cluster, request, memo, p_key, d_key, same) for same in links]
+        balances = [r[0] / r[1] for r in rates if not isinstance(r, str)] or [1.0]
+        counts = {c for b in balances for c in _counts(cluster, num_gpus, memo.shapes[p_key], memo.shapes[d_key], b)}
+        for n_p, n_d, same in sorted(counts):
+            rate = _pairing(model, cluster, request, memo, p_key, d_key, same)
+            if isinstance(rate, str):
+                rejected[rate] = rejected.get(rate, 0) + 1
+                continue
+            r_p, r_d = rate
+            match = rate_match(r_p, n_p, r_d, n_d)
+            gpus = n_p * memo.shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
+            bounds.append((-round(match.requests_per_second * request.output_len / gpus), -match.requests_per_second, p_key, n_p, d_key, n_d, same))
+    bounds.sort()
+    out = []
+    for _, _, p_key, n_p, d_key, n_d, same in bounds:
+        found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+        if isinstance(found, str):
+            rejected[found] = rejected.get(found, 0) + 1
+            continue
+        out.append(found)
+        if len(out) >= SHOWN_CANDIDATES:
+            break
+    out.sort(key=rank_key)
+    return DisaggPlan(tuple(out), tuple(sorted(rejected.items())))
+
+
+def rank_key(e: DisaggEstimate) -> tuple:
+    p, d = e.prefill, e.decode
+    """Goodput per GPU (to the token/s), then the larger deployment of the cluster (more total
+    goodput at the same efficiency), then lower TPOT, then the shapes."""
+    return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.workers)
+
+
+def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):
+    """(N_p, N_d, same_node) that fit the GPUs, tiled on shared nodes or on separate nodes.
+    For each N_p only the N_d around the rate balance N_p * r_p / r_d (`balance` = r_p / r_d)
+    and the most that fit: goodput per GPU min(N_p r_p, N_d r_d) / GPUs peaks there."""
+    gpn = cluster.gpus_per_node
+    for n_p in range(1, (num_gpus - d.num_gpus) // p.num_gpus + 1):
+        most = (num_gpus - n_p * p.num_gpus) // d.num_gpus
+        even = n_p * balance
+        for n_d in sorted({max(1, min(most, n)) for n in (math.floor(even), math.ceil(even), most)}):
+            if same_node_groups(n_p, p.num_gpus, n_d, d.num_gpus, cluster):
+                yield n_p, n_d, True
+            elif cluster.num_nodes > 1 and nodes_apart(n_p, p.num_gpus, gpn) + nodes_apart(
+                    n_d, d.num_gpus, gpn) <= math.ceil(num_gpus / gpn):
+                yield n_p, n_d, False
+
+
+def _context(request: ServeRequest) -> float:
+    return request.input_len + request.output_len / 2
+
+
+def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
+    worker, seconds = memo.prefill[p_key]
+    link = kv_link(cluster, same)
+    curve = cluster.allreduce_curve(link.scope, 2)
+    own = worker.steps_per_prompt * seconds(1.0)
+    return kv_transfer(kv_bytes_per_token(model, request.kv_cache_dtype), request.input_len,
+                       model.num_hidden_layers, p_key[0], d_key[0], link, curve, own)
+
+
+def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float] | str:
+    """(r_p, r_d) per worker for this pairing, or why the prefill cannot meet TTFT."""
+    key = (p_key, d_key, same)
+    if key not in memo.pairing:
+        shape_d = memo.shapes[d_key]
+        c_d = memo.decode[d_key]
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request))
+        kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+        limit = request.max_ttft_seconds
+        if limit is not None:
+            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d
+        worker, seconds = memo.prefill[p_key]
+        if limit is not None and limit <= 0:
+            memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
+                                 f"first decode step leave no TTFT budget")
+        else:
+            r_p = max_prefill_rate(worker, limit, seconds)
+            memo.pairing[key] = ("a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else
+                                 (r_p, decode_requests_per_second(c_d, request.output_len, t_d)))
+    return memo.pairing[key]
+
+
+def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len) -> DisaggEstimate | str:
+    """The combination at its rate-matched load: prefill at R / N_p, decode at C_d' = R / N_d * O * T_d."""
+    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    match = rate_match(r_p, n_p, r_d, n_d)
+    shape_p, shape_d = memo.shapes[p_key], memo.shapes[d_key]
+    worker, seconds = memo.prefill[p_key]
+    c_d = memo.decode[d_key]
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request))
+    c_actual = min(c_d, match.requests_per_second / n_d * request.output_len * t_full)
+    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request))
+    load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
+    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d
+    e2e = ttft + (request.output_len - 1) * t_d
+    if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
+        return "E2E latency exceeds --max-e2e-ms"
+    gpn = cluster.gpus_per_node
+    nodes = (same_node_groups(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, cluster) if same else
+             nodes_apart(n_p, shape_p.num_gpus, gpn) + nodes_apart(n_d, shape_d.num_gpus, gpn))
+    notes = []
+    if not same:
+        notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "
+                     f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "
+                     + (f"(TTFT {seconds_to_ms(ttft):.0f} ms within --max-ttft-ms {seconds_to_ms(request.max_ttft_seconds):g})"
+                        if request.max_ttft_seconds is not None else "(no TTFT limit)"))
+    seqs = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
+
+    def plan(shape: WorkerShape, workers: int, concurrency: float, round_s: float, max_seqs: int) -> WorkerPlan:
+        mem = max(s.weights_bytes + s.kv_cache_bytes for s in shape.stages)
+        return WorkerPlan(shape.tp, shape.pp, workers, concurrency, round_s, shape.kv_cache_tokens, max_seqs, mem)
+
+    return DisaggEstimate(
+        prefill=plan(shape_p, n_p, load.prompts_per_step, load.round_seconds, seqs),
+        decode=plan(shape_d, n_d, c_actual, t_d, c_d),
+        kv=kv, same_node=same, ttft_seconds=ttft, tpot_seconds=t_d, e2e_seconds=e2e,
+        requests_per_second=match.requests_per_second, binding=match.binding,
+        max_model_len=max_model_len, num_nodes_used=nodes, notes=tuple(notes),
+        output_len=request.output_len)

@@ -1,0 +1,143 @@
+"""Disaggregated prefill/decode launch commands, one step per role (prefill servers, decode
+servers, the proxy that pairs them), for the releases in planner/engines.py.
+
+Every node that holds prefill workers runs one prefill server (its workers as data-parallel
+ranks of it, `CUDA_VISIBLE_DEVICES` naming its GPUs), likewise for decode; the proxy on node 0
+sends each request to a prefill server, then to a decode server that pulls the prompt's KV.
+
+- vLLM 0.33.0: `--kv-transfer-config` with NixlConnector (vllm/config/kv_transfer.py: kv_role
+  kv_producer | kv_consumer | kv_both); two servers on one node need distinct NIXL side-channel
+  ports (envs.py VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600). The proxy is vLLM's
+  tests/v1/kv_connector/nixl_integration/toy_proxy_server.py from the release's source tree
+  (--host --port --prefiller-hosts --prefiller-ports --decoder-hosts --decoder-ports).
+- SGLang 0.5.10.post1: `--disaggregation-mode prefill|decode`, `--disaggregation-transfer-backend
+  nixl`, the prefill's `--disaggregation-bootstrap-port` (server_args.py); the router
+  (sglang_router.launch_router) with `--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`.
+A worker wider than a node is not emitted (None): say so instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from planner.emit.command import LaunchStep, NodeSet, ServeArgs, env_prefix
+from planner.emit.sglang import server_flags
+from planner.emit.vllm import engine_flags
+
+VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
+NIXL_SIDE_CHANNEL_PORTS = {"prefill": 5600, "decode": 5800}
+SGLANG_PREFILL_PORT, SGLANG_DECODE_PORT, SGLANG_BOOTSTRAP_PORT = 30000, 30001, 8998
+VLLM_PROXY = ("python3", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py")
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+@dataclass(frozen=True)
+class RoleServers:
+    """The servers of one role: the nodes running the same command, their local workers, GPUs."""
+
+    nodes: NodeSet
+    workers_per_node: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DisaggDeployment:
+    """Where each role runs: from the plan's DisaggEstimate (disagg_search.py)."""
+
+    prefill: ServeArgs
+    decode: ServeArgs
+    num_prefill: int
+    num_decode: int
+    same_node_groups: int
+    """m > 0: m identical nodes each holding both roles; 0: prefill nodes first, then decode."""
+
+
+def _role_servers(first_node: int, workers: int, gpus_per_worker: int, gpn: int,
+                  first_gpu: int = 0) -> list[RoleServers]:
+    per_node = max(1, gpn // gpus_per_worker)
+    full, rest = divmod(workers, per_node)
+    out = []
+    if full:
+        out.append(RoleServers(NodeSet(first_node, full), per_node,
+                               tuple(range(first_gpu, first_gpu + per_node * gpus_per_worker))))
+    if rest:
+        out.append(RoleServers(NodeSet(first_node + full), rest,
+                               tuple(range(first_gpu, first_gpu + rest * gpus_per_worker))))
+    return out
+
+
+def placements(d: DisaggDeployment) -> dict[str, list[RoleServers]] | None:
+    gpn = d.prefill.gpus_per_node
+    p_gpus, d_gpus = d.prefill.tp * d.prefill.pp, d.decode.tp * d.decode.pp
+    if max(p_gpus, d_gpus) > gpn:
+        return None
+    m = d.same_node_groups
+    if m:
+        p_local = d.num_prefill // m
+        return {"prefill": [RoleServers(NodeSet(0, m), p_local, tuple(range(p_local * p_gpus)))],
+                "decode": [RoleServers(NodeSet(0, m), d.num_decode // m,
+                                       tuple(range(p_local * p_gpus, p_local * p_gpus + d.num_decode // m * d_gpus)))]}
+    prefill = _role_servers(0, d.num_prefill, p_gpus, gpn)
+    first_decode = max(s.nodes.first + s.nodes.length for s in prefill)
+    return {"prefill": prefill, "decode": _role_servers(first_decode, d.num_decode, d_gpus, gpn)}
+
+
+def _node_hosts(servers: list[RoleServers], single_node: bool) -> list[str]:
+    if single_node:
+        return ["localhost"]
+    return [f"NODE{n}_IP" for s in servers for n in s.nodes]
+
+
+def _visible(gpus: tuple[int, ...]) -> str:
+    return ",".join(str(g) for g in gpus)
+
+
+def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
+    where = placements(d)
+    if where is None:
+        return None
+    steps = []
+    ports = {"prefill": VLLM_PREFILL_PORT, "decode": VLLM_DECODE_PORT}
+    for role, args in (("prefill", d.prefill), ("decode", d.decode)):
+        config = json.dumps({"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role]}, separators=(",", ":"))
+        for s in where[role]:
+            dp = ("--data-parallel-size", str(s.workers_per_node)) if s.workers_per_node > 1 else ()
+            env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus),
+                             VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
+            steps.append(LaunchStep(role, s.nodes, (*env, "vllm", "serve", args.model, *engine_flags(args), *dp,
+                                                     "--port", str(ports[role]), "--kv-transfer-config", config)))
+    single = all(s.nodes.count == 1 and s.nodes.first == 0 for ss in where.values() for s in ss)
+    p_hosts, d_hosts = _node_hosts(where["prefill"], single), _node_hosts(where["decode"], single)
+    steps.append(LaunchStep("proxy", NodeSet(0), (*VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PROXY_PORT),
+                                                  "--prefiller-hosts", *p_hosts,
+                                                  "--prefiller-ports", *[str(VLLM_PREFILL_PORT)] * len(p_hosts),
+                                                  "--decoder-hosts", *d_hosts,
+                                                  "--decoder-ports", *[str(VLLM_DECODE_PORT)] * len(d_hosts))))
+    return tuple(steps)
+
+
+def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
+    where = placements(d)
+    if where is None:
+        return None
+    launcher = d.prefill.engine_versions.sglang_release.launcher
+    steps = []
+    for role, args, port in (("prefill", d.prefill, SGLANG_PREFILL_PORT), ("decode", d.decode, SGLANG_DECODE_PORT)):
+        for s in where[role]:
+            extra = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)) if role == "prefill" else ()
+            steps.append(LaunchStep(role, s.nodes, (
+                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus)), *launcher,
+                *server_flags(args, s.workers_per_node), "--disaggregation-mode", role,
+                "--disaggregation-transfer-backend", "nixl", *extra, "--host", "0.0.0.0", "--port", str(port))))
+    single = all(s.nodes.count == 1 and s.nodes.first == 0 for ss in where.values() for s in ss)
+    router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
+    for host in _node_hosts(where["prefill"], single):
+        router += ["--prefill", f"http://{host}:{SGLANG_PREFILL_PORT}", str(SGLANG_BOOTSTRAP_PORT)]
+    for host in _node_hosts(where["decode"], single):
+        router += ["--decode", f"http://{host}:{SGLANG_DECODE_PORT}"]
+    steps.append(LaunchStep("router", NodeSet(0), (*router, "--host", "0.0.0.0", "--port", str(PROXY_PORT))))
+    return tuple(steps)
+
+
+DISAGG_EMITTERS = {"vllm": vllm_disagg_steps, "vllm-ray": vllm_disagg_steps, "sglang": sglang_disagg_steps}

@@ -1,0 +1,95 @@
+"""Disaggregated serving output: the P/D table, the verdict against aggregated, the commands, JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.disagg_cli import Verdict
+from planner.disagg_search import DisaggEstimate, DisaggPlan
+from planner.emit.command import LaunchStep
+from planner.render.common import console, ms, step_json
+from planner.units import BYTES_PER_MIB
+
+COLUMNS = (
+    ("#", lambda e, i: str(i)),
+    ("prefill", lambda e, i: f"{e.prefill.workers} x tp={e.prefill.tp} pp={e.prefill.pp}"),
+    ("decode", lambda e, i: f"{e.decode.workers} x tp={e.decode.tp} pp={e.decode.pp}"),
+    ("GPUs", lambda e, i: str(e.gpus_used)),
+    ("KV/request", lambda e, i: f"{e.kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB"),
+    ("KV link", lambda e, i: f"{e.kv.link_kind} (+{ms(e.kv.exposed_seconds)})"),
+    ("C_d", lambda e, i: f"{e.decode.concurrency:.0f}"),
+    ("TTFT", lambda e, i: ms(e.ttft_seconds)),
+    ("TPOT", lambda e, i: ms(e.tpot_seconds)),
+    ("req/s", lambda e, i: f"{e.requests_per_second:.2f}"),
+    ("goodput/GPU", lambda e, i: f"{e.goodput_per_gpu:,.0f}"),
+    ("bound by", lambda e, i: e.binding),
+)
+
+
+def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
+                  top: int) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title="Disaggregated prefill/decode (output tok/s per GPU within the SLA)")
+    for header, _ in COLUMNS:
+        table.add_column(header, justify="right")
+    for i, e in enumerate(plan.candidates[:top], 1):
+        table.add_row(*(get(e, i) for _, get in COLUMNS))
+    if plan.candidates:
+        out.print(table)
+    else:
+        out.print("No disaggregated deployment meets the SLA.")
+    for reason, num in plan.rejected:
+        out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)
+    best = plan.recommended
+    if best is not None:
+        for note in best.notes:
+            out.print(f"Note: {note}", markup=False)
+    out.print(f"Recommended: {verdict.winner or 'none'}: {verdict.reason}", markup=False)
+    if best is not None and steps is None:
+        out.print("Launch: not emitted (a worker wider than a node).")
+    elif best is not None and steps and verdict.winner == "disaggregated":
+        out.print(f"\nLaunch disaggregated ({engine}):")
+        for step in steps:
+            out.print(f"  # {step.where}", markup=False)
+            out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
+
+
+def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> dict[str, Any]:
+    def worker(w) -> dict[str, Any]:
+        return {"tp": w.tp, "pp": w.pp, "workers": w.workers, "gpus": w.gpus, "concurrency": w.concurrency,
+                "round_seconds": w.round_seconds, "kv_cache_tokens": w.kv_cache_tokens}
+
+    return {
+        "mode": "disaggregated",
+        "prefill": worker(e.prefill),
+        "decode": worker(e.decode),
+        "gpus_used": e.gpus_used,
+        "same_node": e.same_node,
+        "kv_transfer_bytes": e.kv.bytes_per_request,
+        "kv_transfer_seconds": e.kv.exposed_seconds,
+        "kv_transfer_total_seconds": e.kv.transfer_seconds,
+        "kv_transfer_link": e.kv.link_kind,
+        "kv_transfer_source": e.kv.source,
+        "ttft_seconds": e.ttft_seconds,
+        "tpot_seconds": e.tpot_seconds,
+        "e2e_seconds": e.e2e_seconds,
+        "requests_per_second": e.requests_per_second,
+        "throughput_tokens_per_second": e.throughput_tokens_per_second,
+        "goodput_tokens_per_second": e.goodput_tokens_per_second,
+        "goodput_per_gpu": e.goodput_per_gpu,
+        "binding": e.binding,
+        "notes": list(e.notes),
+        "launch": None if steps is None else [step_json(s) for s in steps],
+    }
+
+
+def disagg_json(plan: DisaggPlan, verdict: Verdict, best_steps: tuple[LaunchStep, ...] | None,
+                top: int | None) -> dict[str, Any]:
+    shown = plan.candidates[:top]
+    return {
+        "disaggregated": [estimate_json(e, best_steps if i == 0 else ()) for i, e in enumerate(shown)],
+        "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],
+        "comparison": {"winner": verdict.winner, "reason": verdict.reason},
+    }

@@ -1,0 +1,91 @@
+"""Hand-worked disaggregated serving formulas: KV transfer (intra vs inter node) and rate matching."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost.disaggregated import (
+    decode_requests_per_second,
+    max_prefill_rate,
+    prefill_at_rate,
+    prefill_worker,
+    rate_match,
+)
+from planner.cost.kv_transfer import exposed_transfer_seconds, kv_transfer
+from planner.layout import Link
+
+KV_BYTES_PER_TOKEN_70B = 327_680
+"""Llama-3.1-70B, 16-bit KV: 2 (K, V) * 80 layers * 8 KV heads * 128 dims * 2 bytes."""
+NVLINK = Link("nvlink", "intra_node", 450e9, 2e-6)
+IB = Link("infiniband", "inter_node", 50e9, 5e-6)
+
+
+def test_kv_transfer_inside_a_node_hides_behind_the_prefill():
+    """S = 327,680 * 1,024 = 335,544,320 B over min(2, 4) = 2 streams, 80 layers:
+    message = S / (80 * 2) = 2,097,152 B; NVLink t = 2e-6 + 2,097,152 / 450e9 = 6.66034e-6 s;
+    T_x = 80 * t = 5.32827e-4 s. Prefill 0.1 s: T_x - 0.1 * 79/80 < 0, so only the last
+    layer's share T_x / 80 = 6.66034e-6 s is exposed."""
+    kv = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None, 0.1)
+    assert kv.bytes_per_request == 335_544_320
+    assert kv.num_streams == 2
+    assert kv.transfer_seconds == pytest.approx(5.32827e-4, rel=1e-5)
+    assert kv.exposed_seconds == pytest.approx(6.66034e-6, rel=1e-5)
+    assert (kv.link_kind, kv.link_scope, kv.source) == ("nvlink", "intra_node", "model")
+
+
+def test_kv_transfer_across_nodes_is_exposed_when_the_nic_is_slower_than_the_prefill():
+    """Same request over a 400 Gb/s NIC (50e9 B/s per GPU, 5 us): t = 5e-6 + 2,097,152 / 50e9
+    = 4.694304e-5 s; T_x = 80 * t = 3.7554432e-3 s. With a 0.1 s prefill the last layer's
+    share 4.694304e-5 s is exposed; with a 2 ms prefill the backlog is:
+    3.7554432e-3 - 2e-3 * 79/80 = 1.7804432e-3 s."""
+    slow = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None, 0.1)
+    assert slow.transfer_seconds == pytest.approx(3.7554432e-3, rel=1e-7)
+    assert slow.exposed_seconds == pytest.approx(4.694304e-5, rel=1e-7)
+    fast_prefill = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None, 0.002)
+    assert fast_prefill.exposed_seconds == pytest.approx(1.7804432e-3, rel=1e-7)
+    nvlink = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None, 0.1)
+    assert slow.transfer_seconds > 7 * nvlink.transfer_seconds
+
+
+def test_exposed_share_is_at_least_the_last_layer():
+    """max(T_x / L, T_x - T_pre (L-1)/L): 8 s over 4 layers with a 100 s prefill -> 2 s."""
+    assert exposed_transfer_seconds(8.0, 4, 100.0) == 2.0
+    assert exposed_transfer_seconds(8.0, 4, 4.0) == 5.0
+
+
+def constant(seconds: float):
+    return lambda b: seconds
+
+
+def test_prefill_worker_capacity_and_queueing_by_hand():
+    """I = 1,024, B = 8,192: n_max = 8 prompts per step, S_p = 1, k = 1, T = 0.5 s:
+    capacity 8 / 0.5 = 16 req/s. At r = 8: b = min(8, 8 * 0.5) = 4, rho = 8 / 16 = 0.5,
+    wait = 0.5 * 0.5 / (2 * 0.5) = 0.25 s, prefill = 0.25 + 0.5 = 0.75 s."""
+    worker = prefill_worker(1024, 8192, 1, constant(0.5))
+    assert worker.capacity_requests_per_second == 16.0
+    load = prefill_at_rate(worker, 8.0, constant(0.5))
+    assert (load.prompts_per_step, load.utilization) == (4.0, 0.5)
+    assert load.wait_seconds == pytest.approx(0.25)
+    assert load.prefill_seconds == pytest.approx(0.75)
+    assert max_prefill_rate(worker, 0.75, constant(0.5)) == pytest.approx(8.0, rel=1e-6)
+    assert max_prefill_rate(worker, 0.4, constant(0.5)) == 0.0
+    assert max_prefill_rate(worker, None, constant(0.5)) == pytest.approx(0.9 * 16)
+
+
+def test_chunked_prompt_takes_several_steps():
+    """I = 20,000 > B = 8,192: S_p = ceil(20,000 / 8,192) = 3 steps of one prompt; with T = 0.2
+    s and k = 2 in flight, capacity = 2 * 1 / (3 * 0.2) = 3.333 req/s."""
+    worker = prefill_worker(20_000, 8192, 2, constant(0.2))
+    assert (worker.steps_per_prompt, worker.prompts_per_step_max) == (3, 1.0)
+    assert worker.capacity_requests_per_second == pytest.approx(10 / 3)
+
+
+def test_rate_matching_by_hand():
+    """Decode: C_d = 100 sequences, O = 256, T_d = 25 ms: r_d = 100 / (256 * 0.025) = 15.625
+    req/s per worker. 2 prefill workers at 8 req/s = 16 req/s against 3 decode workers at
+    5 req/s = 15 req/s: R = 15, the decode side binds; with 1 prefill worker R = 8 (prefill)."""
+    assert decode_requests_per_second(100, 256, 0.025) == pytest.approx(15.625)
+    match = rate_match(8.0, 2, 5.0, 3)
+    assert (match.requests_per_second, match.binding) == (15.0, "decode")
+    assert (match.prefill_requests_per_second, match.decode_requests_per_second) == (16.0, 15.0)
+    assert rate_match(8.0, 1, 5.0, 3).binding == "prefill"

@@ -1,0 +1,77 @@
+"""Golden files for the disaggregated launch commands (one step per role: prefill servers,
+decode servers, the proxy/router), and every argv against the release's own flags
+(tests/engine_flags/, the `engine_check` fixture). Rewrite after a deliberate change with
+`UPDATE_GOLDEN=1 python -m pytest tests/disagg` and review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.disagg_cli import disagg_steps
+from planner.disagg_search import plan_disaggregated
+from planner.engines import EngineVersions
+from planner.requests import ServeRequest
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+ONE_NODE = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=2.0, max_tpot_seconds=0.030)
+LONG = ServeRequest(input_len=8192, output_len=256, max_ttft_seconds=0.5, max_tpot_seconds=0.020)
+CASES = [
+    ("disagg_70b_fp8_1x8xH100_1024_256", "1x8xH100", ONE_NODE),
+    ("disagg_across_nodes_70b_fp8_2x8xH100_8192_256", "2x8xH100", LONG),
+]
+
+
+def steps_for(engine: str, cluster: str, request: ServeRequest):
+    model, spec = resolve_model("llama-3.1-70b-fp8"), resolve_cluster(cluster)
+    best = plan_disaggregated(model, spec, request).recommended
+    assert best is not None
+    return best, disagg_steps(model, spec, request, best, engine, "meta-llama/Llama-3.1-70B-Instruct")
+
+
+def path(engine: str, name: str) -> Path:
+    versions = EngineVersions()
+    folder = f"sglang-{versions.sglang}" if engine == "sglang" else f"vllm-{versions.vllm}"
+    return GOLDEN_DIR / folder / f"{name}.txt"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("name, cluster, request_", CASES)
+def test_disagg_golden(engine, name, cluster, request_, engine_check):
+    _, steps = steps_for(engine, cluster, request_)
+    text = "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
+    target = path(engine, name)
+    if UPDATE:
+        target.write_text(text, encoding="utf-8")
+    assert text == target.read_text(encoding="utf-8")
+    for step in steps:
+        assert engine_check(step.argv, EngineVersions()) == [], step.shell()
+
+
+def test_roles_and_pairing():
+    """One step per role; vLLM's prefill produces the KV, decode consumes it, on distinct GPUs
+    and NIXL side-channel ports; the proxy names every prefill and decode server once."""
+    best, steps = steps_for("vllm", "1x8xH100", ONE_NODE)
+    roles = [s.role for s in steps]
+    assert roles == ["prefill", "decode", "proxy"]
+    configs = [json.loads(s.argv[s.argv.index("--kv-transfer-config") + 1]) for s in steps[:2]]
+    assert [c["kv_role"] for c in configs] == ["kv_producer", "kv_consumer"]
+    assert all(c["kv_connector"] == "NixlConnector" for c in configs)
+    gpus = [set(s.argv[1].split("=")[1].split(",")) for s in steps[:2]]
+    assert not gpus[0] & gpus[1]
+    assert len(gpus[0]) == best.prefill.gpus and len(gpus[1]) == best.decode.gpus
+
+
+def test_across_nodes_prefill_and_decode_take_their_own_nodes():
+    best, steps = steps_for("sglang", "2x8xH100", LONG)
+    assert not best.same_node
+    prefill = [s for s in steps if s.role == "prefill"]
+    decode = [s for s in steps if s.role == "decode"]
+    assert {n for s in prefill for n in s.nodes}.isdisjoint({n for s in decode for n in s.nodes})
+    router = steps[-1].argv
+    assert "--pd-disaggregation" in router and router.count("--prefill") == len(prefill)

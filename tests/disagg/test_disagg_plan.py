@@ -1,0 +1,124 @@
+"""The disaggregated search and the auto comparison on the issue's questions (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.disagg_cli import plan_both
+from planner.disagg_search import kv_link, plan_disaggregated
+from planner.requests import ServeRequest
+from planner.serve_search import plan_serving
+
+MODEL = "llama-3.1-70b-fp8"
+ISSUE = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=2.0, max_tpot_seconds=0.030)
+
+
+def both(cluster: str, request: ServeRequest):
+    model, spec = resolve_model(MODEL), resolve_cluster(cluster)
+    aggregated = plan_serving(model, spec, request)
+    disagg, verdict = plan_both(model, spec, request, aggregated.recommended)
+    return aggregated, disagg, verdict
+
+
+def test_issue_question_gives_both_plans_and_a_reasoned_verdict_fast():
+    """1x8xH100, 1024/256, TTFT <= 2 s, TPOT <= 30 ms: both plans, a winner with the goodput
+    per GPU of each in the reason, in under 0.5 s in-process."""
+    start = time.perf_counter()
+    aggregated, disagg, verdict = both("1x8xH100", ISSUE)
+    assert time.perf_counter() - start < 0.5
+    agg, dis = aggregated.recommended, disagg.recommended
+    assert agg is not None and dis is not None
+    assert dis.ttft_seconds <= 2.0 and dis.tpot_seconds <= 0.030
+    assert verdict.winner == ("disaggregated" if dis.goodput_per_gpu > agg.goodput_per_gpu * 1.03 else "aggregated")
+    assert f"{dis.goodput_per_gpu:,.0f}" in verdict.reason and f"{agg.goodput_per_gpu:,.0f}" in verdict.reason
+
+
+def test_loose_sla_aggregated_wins_or_ties():
+    """No limits: nothing for disaggregation to protect; aggregated wins or ties (within 3%)."""
+    aggregated, disagg, verdict = both("1x8xH100", ServeRequest(input_len=1024, output_len=256))
+    assert verdict.winner == "aggregated"
+    assert disagg.recommended.goodput_per_gpu <= aggregated.recommended.goodput_per_gpu * 1.03
+
+
+def test_long_prompts_tight_ttft_says_why():
+    """8192/256, TTFT <= 500 ms, TPOT <= 20 ms: whichever wins, the reason names the side that
+    binds the disaggregated rate and both goodputs per GPU."""
+    request = ServeRequest(input_len=8192, output_len=256, max_ttft_seconds=0.5, max_tpot_seconds=0.020)
+    _, disagg, verdict = both("1x8xH100", request)
+    assert verdict.winner in ("aggregated", "disaggregated")
+    assert "bind" in verdict.reason and "per GPU" in verdict.reason
+    assert disagg.recommended.ttft_seconds <= 0.5
+
+
+def test_two_nodes_split_only_when_the_nic_transfer_fits_the_ttft_budget():
+    """2x8xH100: a P/D pairing across nodes is kept only with its TTFT (KV over the NICs
+    included) within the limit, and says so; on a 1 Gb/s network the cross-node pairings are
+    refused for the KV transfer, and only same-node ones remain."""
+    request = ServeRequest(input_len=8192, output_len=256, max_ttft_seconds=0.5, max_tpot_seconds=0.020)
+    model, cluster = resolve_model(MODEL), resolve_cluster("2x8xH100")
+    plan = plan_disaggregated(model, cluster, request)
+    apart = [e for e in plan.candidates if not e.same_node]
+    assert apart, "the long-prompt case splits P and D across nodes"
+    for e in apart:
+        assert e.kv.link_scope == "inter_node" and e.ttft_seconds <= 0.5
+        assert any("different nodes" in n and "within --max-ttft-ms" in n for n in e.notes)
+    slow_net = cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(
+        update={"nic_bandwidth_gbit_per_s": 0.001, "num_nics_per_node": 1})})
+    slow = plan_disaggregated(model, slow_net, request)
+    assert all(e.same_node for e in slow.candidates)
+    assert any(reason.startswith("KV transfer over") for reason, _ in slow.rejected)
+    assert kv_link(cluster, True).kind == "nvlink" and kv_link(cluster, False).scope == "inter_node"
+
+
+@settings(max_examples=15, deadline=None)
+@given(cluster=st.sampled_from(["1x2xH100", "1x4xH100", "1x8xH100", "2x8xH100", "1x8xA100"]),
+       input_len=st.sampled_from([128, 1024, 4096]), output_len=st.sampled_from([16, 256]),
+       tpot_ms=st.sampled_from([None, 20.0, 50.0]))
+def test_disaggregated_goodput_never_counts_a_gpu_twice(cluster, input_len, output_len, tpot_ms):
+    request = ServeRequest(input_len=input_len, output_len=output_len,
+                           max_tpot_seconds=None if tpot_ms is None else tpot_ms / 1000)
+    spec = resolve_cluster(cluster)
+    plan = plan_disaggregated(resolve_model("llama-3.1-8b"), spec, request)
+    for e in plan.candidates:
+        assert e.gpus_used == e.prefill.tp * e.prefill.pp * e.prefill.workers + e.decode.tp * e.decode.pp * e.decode.workers
+        assert e.gpus_used <= spec.num_gpus
+        assert e.goodput_per_gpu == e.goodput_tokens_per_second / e.gpus_used
+        assert e.prefill.tp <= spec.gpus_per_node and e.decode.tp <= spec.gpus_per_node
+    keys = [(-round(e.goodput_per_gpu), -e.goodput_tokens_per_second) for e in plan.candidates]
+    assert keys == sorted(keys)
+
+
+def test_cli_json_adds_keys_only(run_plan):
+    args = ("--model", MODEL, "--cluster", "1x8xH100", "--max-ttft-ms", "2000", "--max-tpot-ms", "30", "--json")
+    auto = json.loads(run_plan(*args).stdout)
+    plain = json.loads(run_plan(*args, "--mode", "aggregated").stdout)
+    assert set(plain) <= set(auto)
+    assert auto["recommended"] == plain["recommended"]
+    best = auto["disaggregated"][0]
+    assert best["mode"] == "disaggregated" and auto["mode"] == "auto"
+    for role in ("prefill", "decode"):
+        assert set(best[role]) >= {"tp", "pp", "workers", "gpus", "concurrency"}
+    assert best["kv_transfer_link"] == "nvlink" and best["kv_transfer_seconds"] > 0
+    assert auto["comparison"]["winner"] in ("aggregated", "disaggregated")
+
+
+def test_cli_table_and_mode_errors(run_plan):
+    out = run_plan("--model", MODEL, "--cluster", "1x8xH100", "--max-ttft-ms", "2000", "--max-tpot-ms", "30",
+                   "--mode", "disaggregated")
+    assert out.returncode == 0, out.stderr
+    assert "Disaggregated prefill/decode" in out.stdout and "Recommended:" in out.stdout
+    bad = run_plan("--model", MODEL, "--cluster", "1x8xH100", "--mode", "split")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    train = run_plan("--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                     "--global-batch", "8", "--seq-len", "1024", "--mode", "auto")
+    assert train.returncode == 2
+
+
+def test_explain_refuses_disaggregated_mode_in_one_line(run_plan):
+    out = run_plan("explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
