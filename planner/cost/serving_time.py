@@ -287,6 +287,21 @@ class RoundTime:
     in_flight: int
 
 
+def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                     stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad) -> tuple[StepTime, ...]:
+    """stage_step_time of every stage; stages alike (same memory and layers, neither first
+    nor last) are priced once: with p stages most of them are the same middle stage."""
+    last = layout.pp - 1
+    alike: dict[tuple, StepTime] = {}
+    out = []
+    for s in stages:
+        key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last)
+        if key not in alike:
+            alike[key] = stage_step_time(model, cluster, layout, placement, s, load)
+        out.append(alike[key])
+    return tuple(out)
+
+
 def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
                chunk: StepLoad | None = None) -> RoundTime:
@@ -300,7 +315,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     - the engine scheduling k steps (one scheduler, serial).
     With p = 1 that is engine step + the stage. docs/cost-model.md (Serving: pipeline)."""
     per_batch = load.scaled(1 / in_flight)
-    steps = tuple(stage_step_time(model, cluster, layout, placement, s, per_batch) for s in stages)
+    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch)
     slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
     hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
     engine = engine_step_seconds(per_batch)
@@ -313,7 +328,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                            per_batch.prefill_tokens + chunk.prefill_tokens,
                            per_batch.prefill_attention_pairs + chunk.prefill_attention_pairs,
                            per_batch.prompts_completing + chunk.prompts_completing)
-        big = tuple(stage_step_time(model, cluster, layout, placement, s, carrier) for s in stages)
+        big = stage_step_times(model, cluster, layout, placement, stages, carrier)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
