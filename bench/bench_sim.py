@@ -2,7 +2,8 @@
 
 import time
 
-from planner.cost.serving_sim import EngineLimits, SimRequest, StepLoad, bench_metrics, simulate
+from planner.cost.serving_sim import EngineLimits, SimRequest, bench_metrics, simulate
+from planner.cost.serving_time import StepLoad
 
 
 def step_seconds(load: StepLoad) -> float:

@@ -28,7 +28,6 @@ from planner.cost.serving_memory import (
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import SteadyState, steady_state
 from planner.cost.serving_sim import EngineLimits, ServeMetrics, bench_metrics, simulate_replicas
-from planner.cost.serving_sim import StepLoad as SimStepLoad
 from planner.cost.serving_time import (
     Collective,
     RoundTime,
@@ -325,11 +324,9 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     requests = workload_requests(lengths, request.num_prompts or DEFAULT_NUM_PROMPTS, rate)
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
 
-    def step_seconds(load: SimStepLoad) -> float:
-        mine = StepLoad(load.decode_seqs, load.decode_context_tokens, load.prefill_tokens,
-                        load.prefill_attention_pairs)
-        in_flight = max(1, min(layout.pp, load.decode_seqs))
-        return round_time(model, cluster, layout, placement, stages, mine, in_flight).seconds
+    def step_seconds(load: StepLoad) -> float:
+        in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
+        return round_time(model, cluster, layout, placement, stages, load, in_flight).seconds
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency))

@@ -39,19 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class StepLoad:
-    """What one engine step computes."""
-
-    decode_seqs: int
-    """Requests decoding one token this step."""
-    decode_context_tokens: float
-    """Sum over the decoding requests of their context length (KV tokens read, the new one included)."""
-    prefill_tokens: int
-    """Prompt (or recomputed) tokens scheduled this step, all chunks."""
-    prefill_attention_pairs: float
-    """Sum over the chunks of causal (query, key) pairs: c tokens at offset o give c*o + c*(c+1)/2."""
+from planner.cost.serving_time import StepLoad
 
 
 @dataclass(frozen=True)
