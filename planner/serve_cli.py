@@ -160,6 +160,6 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         else:
             console().print(describe_model(model))
             console().print(describe_cluster(cluster))
-        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS)
+        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto)
     found = best is not None or (auto and plan.recommended is not None)
     return 0 if found else 1

@@ -27,7 +27,8 @@ COLUMNS = (
 
 
 def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
-                  top: int) -> None:
+                  top: int, compared: bool = True) -> None:
+    """`compared`: the aggregated plan was shown too (--mode auto), so the verdict weighs both."""
     from rich.table import Table
 
     out = console()
@@ -46,7 +47,10 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     if best is not None:
         for note in best.notes:
             out.print(f"Note: {note}", markup=False)
-    out.print(f"Recommended: {verdict.winner or 'none'}: {verdict.reason}", markup=False)
+    if not compared:
+        out.print(f"Recommended: {verdict.winner or 'none'}: {verdict.reason}", markup=False)
+    else:
+        out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:
         out.print("Launch: not emitted (a worker wider than a node).")
     elif best is not None and steps and verdict.winner == "disaggregated":
