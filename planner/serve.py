@@ -226,6 +226,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             return Rejected(layout, (sla_reason(request, steady_at(1)),))
         if binding is None:
             binding = "kv-cache" if fit < wanted else "max-num-seqs"
+        else:
+            names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
+            notes = [f"SLA-bound: {batch} concurrent sequences per replica, the most whose mean "
+                     f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
     else:
         batch = cap
     steady = steady_at(batch)
