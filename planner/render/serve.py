@@ -60,6 +60,8 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
         marks.append("TP crosses nodes")
     if any(n.startswith("KV-starved") for n in r.notes):
         marks.append("KV-starved")
+    if r.sla.binding in ("ttft", "tpot", "e2e"):
+        marks.append(f"{r.sla.binding.upper()}-bound")
     if r.placement.num_pp_boundaries_crossing_nodes:
         marks.append(f"PP over {r.placement.pp_link.kind}")
     return ", ".join(marks)
