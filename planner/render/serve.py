@@ -54,6 +54,15 @@ def _g(num_bytes: float) -> str:
     return f"{num_bytes / BYTES_PER_GIB:.1f}"
 
 
+def ranking(request: ServeRequest) -> str:
+    """What the table is ordered by: with an SLA, throughput at each layout's SLA-bound
+    concurrency is its goodput."""
+    limits = (request.max_ttft_seconds, request.max_tpot_seconds, request.max_e2e_seconds)
+    if request.objective == "throughput" and any(limit is not None for limit in limits):
+        return "goodput within the SLA"
+    return request.objective
+
+
 def _notes(r: ServeEstimate, plan: ServePlan) -> str:
     marks = ["pareto"] if r.layout in plan.pareto else []
     if r.placement.tp_crosses_node:
@@ -89,7 +98,7 @@ def render_table(plan: ServePlan, top: int) -> Table:
     from rich.table import Table
 
     table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
-                        f"{len(plan.layouts) + len(plan.rejected)}, ranked by {plan.request.objective})")
+                        f"{len(plan.layouts) + len(plan.rejected)}, ranked by {ranking(plan.request)})")
     for column in COLUMNS:
         table.add_column(column.header, justify=column.justify)
     for index, result in enumerate(plan.layouts[:top]):
