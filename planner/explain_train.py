@@ -85,7 +85,7 @@ def tp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     tp = e.layer_terms.tp
 
     def allreduce(num_bytes: float) -> float:
-        return comm.allreduce_seconds(num_bytes, placement.tp_group, None)
+        return comm.allreduce_seconds(num_bytes, placement.tp_group, None, hierarchical=True)
 
     def half(num_bytes: float) -> float:
         return allreduce(num_bytes) / 2

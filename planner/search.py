@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from planner.cost.params import tp_head_reasons
 from planner.errors import SpecError
@@ -39,6 +39,9 @@ class Plan(Generic[E, R]):
     """Serving: layouts no other beats on both TPOT and throughput."""
     suggestions: tuple[str, ...] = field(default=())
     """When nothing fits: changes that were checked to make a layout feasible."""
+    shortfall: Any = None
+    """Training: when the recommendation's TP group leaves the node, the in-node configuration
+    that came closest to fitting and what it misses by (train_shortfall.InNodeShortfall)."""
 
     @property
     def recommended(self) -> E | None:

@@ -30,6 +30,7 @@ from planner.requests import LayoutFilter, TrainRequest
 from planner.search import LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, structural_reasons, train_rates
+from planner.train_shortfall import in_node_shortfall
 
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
@@ -211,6 +212,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
     memo = Memo()
-    return run_search(model, cluster, request, num_gpus, request.layout,
-                  lambda layout: search_layout(model, cluster, request, layout, rates, memo),
-                  lambda found: sorted(found, key=rank_key))
+    plan = run_search(model, cluster, request, num_gpus, request.layout,
+                      lambda layout: search_layout(model, cluster, request, layout, rates, memo),
+                      lambda found: sorted(found, key=rank_key))
+    shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
+                                  lambda pp: schedule_options(model, request, pp),
+                                  lambda dp: micro_batch_options(request, dp))
+    return replace(plan, shortfall=shortfall) if shortfall else plan

@@ -85,16 +85,32 @@ def collective_link(link: Link | None) -> Link | None:
                 link.latency_seconds)
 
 
-def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None) -> float:
-    """All-reduce of S bytes over a placed group with the alpha-beta ring model: inside a
-    node the intra-node link; a ring that spans nodes runs every step at the network's latency
-    and the per-GPU share of the node's NICs (the slowest link it crosses).
-    Conservative for cross-node groups: NCCL's tree and multi-rail rings can do better, which
-    is what `plan probe` measures and the measured curve then replaces."""
+def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None,
+                            hierarchical: bool = True) -> float:
+    """All-reduce of S bytes over a placed group with the alpha-beta ring model. Inside one
+    node: a ring on the intra-node link. Spanning N nodes with g ranks in each: the
+    hierarchical all-reduce NCCL's rail-aligned rings amount to,
+
+        T = 2 * RS(S, g, intra) + AR(S/g, N, nic share)
+          = 2(g-1)/g * S/B_intra + 2(N-1)/N * (S/g)/B_nic + latencies
+
+    reduce-scatter inside the node, each GPU all-reduces its S/g shard over a ring of the N
+    nodes on its own share of the node's NICs (every GPU of a node crosses at once, so
+    1/gpus_per_node each), all-gather inside the node. Source: nccl-tests
+    doc/PERFORMANCE.md (ring bus bandwidth); the two-level decomposition is Jia et al. 2018
+    (hierarchical all-reduce), NCCL's multi-rail rings cross each node's NICs once per
+    shard. Assumption: the phases do not overlap (conservative); `plan probe`'s measured
+    curve replaces this when present. `hierarchical` False: the older flat ring of all
+    n ranks at the NIC share, 2(n-1)/n * S/B_nic (serving still prices it so; its tests pin it)."""
     if group is None or group.num_ranks <= 1:
         return 0.0
-    link = group.inter if group.inter is not None else group.intra
-    return ring_allreduce_seconds(message_bytes, group.num_ranks, link)
+    if not hierarchical and group.inter is not None:
+        return ring_allreduce_seconds(message_bytes, group.num_ranks, group.inter)
+    if group.inter is None:
+        return ring_allreduce_seconds(message_bytes, group.num_ranks, group.intra)
+    g = group.ranks_per_node
+    in_node = 2 * ring_allgather_seconds(message_bytes, g, group.intra)
+    return in_node + ring_allreduce_seconds(message_bytes / g, group.num_nodes, group.inter)
 
 
 def effective_group(group: GroupTopology | None) -> GroupTopology | None:
@@ -106,7 +122,7 @@ def effective_group(group: GroupTopology | None) -> GroupTopology | None:
 
 
 def allreduce_seconds(message_bytes: float, group: GroupTopology | None,
-                      curve: AllreduceCurve | None) -> float:
+                      curve: AllreduceCurve | None, hierarchical: bool = False) -> float:
     """One all-reduce over a placed group: the probe's measured curve at this exact size when
     it measured this link at this group size, else the ring model on the group's links at
     NCCL's achieved bus bandwidth. 0 for one rank."""
@@ -114,4 +130,4 @@ def allreduce_seconds(message_bytes: float, group: GroupTopology | None,
         return 0.0
     if curve is not None:
         return curve_seconds(curve, message_bytes)
-    return group_allreduce_seconds(message_bytes, effective_group(group))
+    return group_allreduce_seconds(message_bytes, effective_group(group), hierarchical)

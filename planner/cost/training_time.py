@@ -202,7 +202,7 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
         return TpSeconds(0.0, 0.0)
     message_bytes = 2 * config.micro_batch_size * s * model.hidden_size
     curve = cluster.allreduce_curve(link.scope, config.tp)
-    allreduce = comm.allreduce_seconds(message_bytes, placement.tp_group, curve)
+    allreduce = comm.allreduce_seconds(message_bytes, placement.tp_group, curve, hierarchical=True)
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
     column_parallel = [gemm_seconds(g, rates) for g in (gemms[0], gemms[2])]

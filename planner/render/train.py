@@ -101,12 +101,45 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
         f"data parallel on {best.dp_link or '-'}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}.",
     ]
+    lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
         gap = 1 - runner.tokens_per_second / best.tokens_per_second
         lines.append(f"Runner-up: tp={runner.config.tp} pp={runner.config.pp} dp={runner.config.dp} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
     return lines
+
+
+def shown_shortfall(plan: TrainPlan):
+    """The plan's in-node shortfall when the recommendation shown still has TP across nodes."""
+    short = plan.shortfall
+    if short is None or not plan.layouts or plan.layouts[0].tp_link == short_link(plan):
+        return None
+    return short
+
+
+def short_link(plan: TrainPlan) -> str | None:
+    """The intra-node link kind (what an in-node TP group runs on)."""
+    link = plan.cluster.intra_node
+    return None if link is None else link.kind
+
+
+def shortfall_lines(plan: TrainPlan) -> list[str]:
+    short = shown_shortfall(plan)
+    if short is None:
+        return []
+    c, mem = short.config, short.memory
+    best = plan.layouts[0]
+    tp_share = best.time_breakdown_seconds.tp_comm / best.step_time_seconds
+    return [
+        f"TP crosses nodes: every TP all-reduce runs over the NICs ({tp_share:.0%} of the step), because no "
+        f"layout with TP inside a node fits. Closest: tp={c.tp} pp={c.pp} dp={c.dp} b={c.micro_batch_size} "
+        f"{c.schedule}, recompute {c.recompute}, ZeRO-{c.zero_stage}: {gib(mem.total_bytes)} of "
+        f"{gib(short.capacity_per_gpu_bytes)} on stage {mem.stage}, over by {gib(short.over_bytes)} "
+        f"(weights {gib(mem.weights_bytes)}, gradients {gib(mem.gradient_bytes)}, optimizer "
+        f"{gib(mem.optimizer_bytes)}, activations {gib(mem.activation_bytes)}, overhead {gib(mem.overhead_bytes)}).",
+        *(f"  To keep TP inside the node: {fix}." for fix in short.fixes),
+    ]
 
 
 def render_rejected(plan: TrainPlan, show_all: bool = True) -> Table:
@@ -199,4 +232,5 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons),
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
+        "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
     })

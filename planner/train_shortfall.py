@@ -1,0 +1,125 @@
+"""Why a training plan's TP group leaves the node: the closest in-node configuration.
+
+When the best configuration that fits has a TP group spanning nodes (every all-reduce of
+every layer then crosses the NICs, cost/comm.py), the plan says why: the in-node layout
+(TP within one node) that came closest to fitting, at its least memory (full recompute,
+sequence parallelism, the smallest micro-batch, the distributed optimizer where dp > 1),
+its memory per GPU by component, how far it is over, and what would close the gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.training_time import TrainRates
+from planner.layout import TrainConfig, groups_cross_nodes
+from planner.memo import Memo
+from planner.requests import TrainRequest
+from planner.specs import ClusterSpec, ModelSpec
+from planner.train import (
+    TrainEstimate,
+    TrainMemory,
+    config_reasons,
+    stage_memories,
+    structural_reasons,
+    with_stage_split,
+    worst_stage_memory,
+)
+from planner.units import bytes_to_gib
+
+
+@dataclass(frozen=True)
+class InNodeShortfall:
+    """The in-node configuration with the least memory per GPU, and why it does not fit."""
+
+    config: TrainConfig
+    memory: TrainMemory
+    """Its worst stage, by component (bytes per GPU)."""
+    capacity_per_gpu_bytes: int
+    over_bytes: float
+    """memory.total_bytes - capacity (> 0)."""
+    fixes: tuple[str, ...]
+    """What would close the gap, each checked against this configuration's figures."""
+
+
+def tp_leaves_node(cluster: ClusterSpec, tp: int) -> bool:
+    return cluster.num_nodes > 1 and tp > 1 and groups_cross_nodes(tp, cluster.gpus_per_node)
+
+
+def least_memory_configs(model: ModelSpec, request: TrainRequest, tp: int, pp: int, dp: int,
+                         schedules: list[tuple[str, int]], micro_batches: list[int]) -> list[TrainConfig]:
+    """The layout's least-memory settings, one per schedule: full recompute, SP when tp > 1,
+    the smallest micro-batch, ZeRO-1 when dp > 1 (ZeRO-2/3 only with tp = pp = 1)."""
+    if not micro_batches:
+        return []
+    zero = 1 if dp > 1 else 0
+    if tp == pp == 1 and dp > 1:
+        zero = 3
+    configs = [TrainConfig(tp, pp, dp, micro_batches[0], schedule, v, "full", tp > 1, zero,
+                           attention=request.attention) for schedule, v in schedules]
+    return [c for c in configs if not config_reasons(model, c, request.global_batch)]
+
+
+def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates,
+                    memo: Memo, candidates: list[TrainConfig]) -> InNodeShortfall | None:
+    """Of the candidate configurations, the one with the least worst-stage memory."""
+    best: tuple[TrainMemory, TrainConfig] | None = None
+    for config in candidates:
+        config = with_stage_split(model, cluster, config, request.seq_len, rates, memo)
+        m = request.global_batch // (config.micro_batch_size * config.dp)
+        memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo))
+        if best is None or memory.total_bytes < best[0].total_bytes:
+            best = (memory, config)
+    if best is None:
+        return None
+    memory, config = best
+    capacity = cluster.gpu.memory_bytes
+    over = memory.total_bytes - capacity
+    if over <= 0:
+        return None  # it fits: the search rejected it for another reason
+    return InNodeShortfall(config, memory, capacity, over, fixes(config, memory, capacity))
+
+
+def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int) -> tuple[str, ...]:
+    """What would close the gap, from this configuration's own figures."""
+    c, out = config, []
+    states = memory.weights_bytes + memory.gradient_bytes + memory.optimizer_bytes
+    rest = memory.activation_bytes + memory.overhead_bytes
+    out.append(f"full recompute with sequence parallelism is already on (activations "
+               f"{bytes_to_gib(memory.activation_bytes):.1f} GiB); context parallelism would split them "
+               f"further (not planned yet)")
+    if c.dp == 1:
+        out.append(f"the distributed optimizer (ZeRO-1) has nothing to shard at dp=1: the optimizer's "
+                   f"{bytes_to_gib(memory.optimizer_bytes):.1f} GiB stay whole; sharding it needs dp > 1, "
+                   f"i.e. more GPUs")
+    else:
+        out.append(f"ZeRO-1 already shards the optimizer over dp={c.dp}; ZeRO-2/3 with tp or pp > 1 "
+                   f"(Megatron FSDP) is not planned yet")
+    if capacity_bytes > rest:
+        factor = states / (capacity_bytes - rest)
+        out.append(f"more GPUs: the model state ({bytes_to_gib(states):.1f} GiB) shrinks with tp*pp; "
+                   f"about {factor:.2f}x the model-parallel GPUs (tp*pp = {c.tp * c.pp}) would fit it")
+    return tuple(out)
+
+
+def in_node_shortfall(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                      best: TrainEstimate | None, rates: TrainRates, memo: Memo,
+                      schedules_for, micro_batches_for) -> InNodeShortfall | None:
+    """None unless the recommendation's TP leaves the node; else the closest in-node miss.
+    `schedules_for(pp)`, `micro_batches_for(dp)`: the search's own option generators."""
+    if best is None or not tp_leaves_node(cluster, best.config.tp):
+        return None
+    num_gpus = best.config.layout.num_gpus
+    candidates: list[TrainConfig] = []
+    for tp in range(1, num_gpus + 1):
+        if num_gpus % tp or tp_leaves_node(cluster, tp):
+            continue
+        for pp in range(1, num_gpus // tp + 1):
+            if (num_gpus // tp) % pp:
+                continue
+            dp = num_gpus // (tp * pp)
+            if request.layout.matches(tp, pp, dp) and not structural_reasons(
+                    model, tp, pp, dp, request.global_batch):
+                candidates += least_memory_configs(model, request, tp, pp, dp, schedules_for(pp),
+                                                   micro_batches_for(dp))
+    return closest_in_node(model, cluster, request, rates, memo, candidates)
