@@ -22,7 +22,11 @@ from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
 from planner.cost.params import matmul_precision_of_dtype, tp_head_reasons
-from planner.cost.training_memory import fp8_weight_cache_bytes, model_state_bytes, stage_params_per_gpu
+from planner.cost.training_memory import (
+    fp8_weight_cache_bytes,
+    model_state_bytes,
+    stage_params_per_gpu,
+)
 from planner.cost.training_time import (
     DpCollectives,
     LayerTerms,
