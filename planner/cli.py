@@ -93,6 +93,11 @@ class Attention(str, Enum):
     materialized = "materialized"
 
 
+class Precision(str, Enum):
+    bf16 = "bf16"
+    fp8 = "fp8"
+
+
 # The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
 ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
@@ -132,6 +137,7 @@ RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation 
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
                                                "(engines not named keep the default). Known: " + "; ".join(
                                                    f"{e} {', '.join(r)}" for e, r in RELEASES.items()) + ".")]
@@ -140,6 +146,7 @@ DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
 DEFAULT_MODE = Mode(ServeRequest.mode)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
+DEFAULT_PRECISION = Precision(TrainRequest.precision)
 DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
 
 
@@ -178,6 +185,7 @@ class PlanOptions:
     sequence_parallel: bool | None
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
+    precision: Precision = DEFAULT_PRECISION
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
 
@@ -251,6 +259,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         sequence_parallel=opts.sequence_parallel,
         zero_stage=opts.zero,
         attention=opts.attention.value,
+        precision=opts.precision.value,
         engine_versions=parse_engine_versions(opts.engine_version),
     )
 
@@ -317,7 +326,7 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention")
+              "sequence_parallel", "zero", "attention", "precision")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -405,6 +414,7 @@ def plan(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    precision: PrecisionOpt = DEFAULT_PRECISION,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
@@ -422,7 +432,7 @@ def plan(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, engine_version=engine_version, mode=mode,
+        zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
@@ -505,6 +515,7 @@ def explain(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    precision: PrecisionOpt = DEFAULT_PRECISION,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
@@ -534,7 +545,7 @@ def explain(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, engine_version=engine_version, mode=mode,
+        zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)

@@ -51,6 +51,9 @@ class TrainConfig:
     attention: str = "flash"
     """flash | materialized [--attention-backend flash | unfused]: not searched, the
     request's choice (docs/cost-model.md#training-attention)."""
+    precision: str = "bf16"
+    """bf16 | fp8 [--fp8-format hybrid, Transformer Engine]: not searched, the request's
+    choice; the training estimate fills it in from the request (docs/cost-model.md#training-fp8)."""
 
     @property
     def layout(self) -> Layout:

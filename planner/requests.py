@@ -131,6 +131,9 @@ class TrainRequest:
     attention: Literal["flash", "materialized"] = "flash"
     """`--attention`: flash (every current stack: no s x s scores kept, attention recomputed
     in the backward) or materialized (2021-22 Megatron-LM and DeepSpeed kernels)."""
+    precision: Literal["bf16", "fp8"] = "bf16"
+    """`--precision`: bf16, or fp8 through Transformer Engine (the blocks' linear GEMMs in
+    fp8, delayed scaling, hybrid format; needs a GPU with fp8 tensor cores)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
 

@@ -15,14 +15,18 @@ and last stage, each with its own layers and micro-batches in flight).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
 from planner.cost.params import matmul_precision_of_dtype, tp_head_reasons
-from planner.cost.training_memory import model_state_bytes, stage_params_per_gpu
+from planner.cost.training_memory import (
+    fp8_weight_cache_bytes,
+    model_state_bytes,
+    stage_params_per_gpu,
+)
 from planner.cost.training_time import (
     DpCollectives,
     LayerTerms,
@@ -44,6 +48,7 @@ class TrainMemory:
     """Per GPU on the worst pipeline stage, bytes."""
 
     weights_bytes: float
+    """16-bit weights; with --precision fp8 also TE's fp8 copies and scaling state."""
     gradient_bytes: float
     optimizer_bytes: float
     activation_bytes: float
@@ -109,11 +114,22 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     measured = gpu.achievable_flops_per_s(precision)
     if measured is None and precision == "fp16":  # same tensor-core rate as bf16
         measured = gpu.achievable_flops_per_s("bf16")
+    fp8_peak = gpu.peak_flops_per_s("fp8")
+    fp8 = None if fp8_peak is None else efficiency.achievable_matmul_flops_per_s(
+        fp8_peak, gpu.achievable_flops_per_s("fp8"))
     return TrainRates(
         peak_flops_per_s=peak,
         matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),
         elementwise_bytes_per_s=gpu.hbm_bytes_per_s * efficiency.ELEMENTWISE_HBM_UTILIZATION,
+        fp8_matmul_flops_per_s=fp8,
     )
+
+
+def check_precision(cluster: ClusterSpec, precision: str) -> None:
+    """--precision fp8 needs fp8 tensor cores (Hopper, Ada, Blackwell): a spec error otherwise."""
+    if precision == "fp8" and cluster.gpu.peak_flops_per_s("fp8") is None:
+        raise SpecError(f"--precision fp8: {cluster.gpu.name} has no fp8 tensor cores "
+                        f"(Hopper or later); use --precision bf16")
 
 
 def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int) -> list[str]:
@@ -168,11 +184,12 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
 
 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
-                     recompute: str, attention: str = "materialized") -> tuple[float, float, float, float]:
+                     recompute: str, attention: str = "materialized",
+                     precision: str = "bf16") -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
     per micro-batch in flight, last-stage logits)."""
-    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention),
-            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention),
+    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision),
+            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision),
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
             act.last_stage_logits_bytes(model, s, b, tp))
 
@@ -212,9 +229,10 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     params = memo.get(("stage_params", c.tp, pp, layers),
                       lambda: stage_params_per_gpu(model, c.tp, pp, layers))
     per_layer, working, extra, logits = memo.get(
-        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention),
+        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
+         c.precision),
         lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-                                 c.attention))
+                                 c.attention, c.precision))
     out = []
     for stage in stages or candidate_worst_stages(c):
         kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
@@ -225,7 +243,7 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
         if stage == pp - 1:
             activations += logits
         stage_params = (params.first_stage, params.middle_stage, params.last_stage)[kind]
-        out.append(_stage_memory(stage, stage_params, activations, c, layers[kind]))
+        out.append(_stage_memory(model, stage, stage_params, activations, c, layers[kind]))
     return tuple(out)
 
 
@@ -239,14 +257,16 @@ def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) 
     return worst_stage_memory(stage_memories(model, config, seq_len, m))
 
 
-def _stage_memory(stage: int, params: float, activation_bytes: float, c: TrainConfig,
+def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes: float, c: TrainConfig,
                   num_layers: int) -> TrainMemory:
     states = model_state_bytes(params, c.dp, c.zero_stage)
+    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp, c.zero_stage)
+                 if c.precision == "fp8" else 0.0)
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
-    return TrainMemory(states.weights_bytes, states.gradient_bytes, states.optimizer_bytes,
+    return TrainMemory(states.weights_bytes + fp8_cache, states.gradient_bytes, states.optimizer_bytes,
                        activation_bytes, overhead, stage, num_layers)
 
 
@@ -261,7 +281,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     c = config
     placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention),
+                      c.attention, c.precision),
                      lambda: layer_terms(model, cluster, c, seq_len, placement, rates))
     return placement, terms
 
@@ -277,6 +297,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
+    check_precision(cluster, request.precision)
+    if config.precision != request.precision:  # the search builds configurations without it
+        config = replace(config, precision=request.precision)
     rates = rates or train_rates(model, cluster)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:
         config = with_stage_split(model, cluster, config, s, rates, memo)
@@ -335,10 +358,10 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     memo = memo or Memo()
     c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
-    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention)
+    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
     return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
-                       c.sequence_parallel, c.zero_stage, chosen, c.attention)
+                       c.sequence_parallel, c.zero_stage, chosen, c.attention, c.precision)

@@ -6,7 +6,7 @@ from planner.emit.command import LaunchStep
 from planner.layout import Layout
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainEstimate
+from planner.train import TrainEstimate, check_precision
 from planner.train_search import TrainPlan, search
 
 
@@ -16,6 +16,7 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
     from planner.emit import TRAIN_EMITTERS
     from planner.render.train import print_plan_json, render_plan
 
+    check_precision(cluster, request.precision)
     plan: TrainPlan = search(model, cluster, request)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
     # Megatron-LM is the one training engine: a serving --emit still prints it.

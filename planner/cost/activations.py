@@ -15,12 +15,17 @@ attention; with flash attention (Dao et al. 2022, sec. 3.1) no s x s tensor is k
 the 5*a*s/h term is replaced by the fp32 softmax statistics (one logsumexp per query
 row and head, 4*a*s*b/t bytes), and with SP a fully recomputed layer keeps its input
 sharded (2*s*b*h/t). See docs/cost-model.md#training-attention.
+FP8 (--precision fp8): Transformer Engine saves each linear layer's input quantized, 1 byte
+instead of 2: the QKV and MLP-up inputs (2h of the replicated 10h), the output-projection
+input (a*d/t) and the MLP-down input (f/t) (fp8_saved_input_savings_per_token;
+docs/cost-model.md#training-fp8).
 """
 
 from __future__ import annotations
 
 import math
 
+from planner.cost import efficiency
 from planner.cost.params import kv_heads_per_gpu
 from planner.specs import ModelSpec
 
@@ -46,6 +51,23 @@ def split_bytes_per_token(model: ModelSpec, act_bytes: int, tp: int) -> float:
     return act_bytes * (attention + mlp)
 
 
+def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
+                                      sequence_parallel: bool) -> float:
+    """Bytes per token per GPU fp8 saves: (e - 1) * (2h (/t with SP) + a*d/t + f/t).
+
+    TE's Linear / LayerNormLinear / LayerNormMLP keep the quantized fp8 input of each GEMM
+    for its wgrad (TransformerEngine v2.9 module/linear.py `saved_inputmat = inputmat`,
+    row-wise data dropped); the QKV and MLP-up inputs are the layernorm outputs (replicated,
+    sharded along s with SP), the output-projection input the attention context, the
+    MLP-down input the activation's output (gated: the product). Everything else stays
+    16-bit: layernorm inputs, Q, K, V and the context kept by the attention kernel, the
+    MLP-up output the activation's backward reads, masks."""
+    fp8 = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT
+    h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
+    replicated = 2 * h / (tp if sequence_parallel else 1)
+    return (act_bytes - fp8) * (replicated + (a // tp) * d + f // tp)
+
+
 def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:
     """Softmax output (e), dropout mask (1) and dropout output (e) per score:
     (2e+1)*a*s^2*b/t = 5*a*s^2*b/t bytes for e = 2."""
@@ -59,10 +81,11 @@ def softmax_stats_bytes(model: ModelSpec, s: int, b: int, tp: int) -> float:
 
 def activation_bytes_per_layer(
     model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
-    attention: str = "materialized",
+    attention: str = "materialized", precision: str = "bf16",
 ) -> float:
     """Stored activations of one layer for one micro-batch on one GPU (Table 2 rows;
-    attention flash | materialized)."""
+    attention flash | materialized; precision bf16 | fp8, fp8 saving what
+    fp8_saved_input_savings_per_token gives)."""
     act_bytes = 2
     tokens = s * b
     if recompute == "full":  # the layer input only, sharded along s with SP
@@ -71,6 +94,8 @@ def activation_bytes_per_layer(
     if sequence_parallel:
         replicated /= tp
     stored = replicated + split_bytes_per_token(model, act_bytes, tp) * tokens
+    if precision == "fp8":
+        stored -= fp8_saved_input_savings_per_token(model, act_bytes, tp, sequence_parallel) * tokens
     if attention == "flash":
         stored += softmax_stats_bytes(model, s, b, tp)
     elif recompute == "none":
@@ -80,13 +105,13 @@ def activation_bytes_per_layer(
 
 def recompute_working_bytes(
     model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
-    attention: str = "materialized",
+    attention: str = "materialized", precision: str = "bf16",
 ) -> float:
     """Transient peak while one layer is recomputed for its backward: full recompute
     materialises that layer's whole no-recompute activations; selective its attention
     scores (nothing with flash, which never materialises them). One layer, one micro-batch."""
     if recompute == "full":
-        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention)
+        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
     if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
     return 0.0

@@ -142,3 +142,25 @@ every micro-batch (reserved over allocated is commonly 5-15% in Megatron runs; a
 estimate, not a measurement)."""
 TRAIN_WORKSPACE_BYTES = 1 * units.BYTES_PER_GIB
 """cuBLAS/cuDNN workspaces and communication staging buffers beyond NCCL's own."""
+
+# ---------------------------------------------------------------- training in fp8 (Transformer Engine)
+
+TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
+"""Per linear-layer weight with --precision fp8: Transformer Engine quantizes each GEMM
+weight on the first micro-batch and keeps it for the rest of the step (linear.py,
+`cache_name="weight"` unless is_first_microbatch is None; Megatron passes it), 1 byte,
+plus the column-wise (transposed) fp8 copy the dgrad GEMM needs on Hopper and Ada, whose
+fp8 GEMMs take only the TN layout (TE docs, features/low_precision_training/
+fp8_current_scaling "Transpose handling"; TransformerEngine v2.9). Blackwell shares one
+layout (1 byte) but the planner counts 2 for every GPU: the larger, Hopper's."""
+TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT = 1
+"""TE saves a linear layer's input for its wgrad GEMM as the quantized fp8 tensor, not the
+16-bit one (linear.py `saved_inputmat = inputmat`, row-wise data discarded when only the
+column-wise copy is needed; TransformerEngine v2.9)."""
+TRAIN_FP8_AMAX_HISTORY_LEN = 1024
+"""--fp8-amax-history-len the planner emits (the delayed-scaling window NeMo's GPT recipes
+use with amax_compute_algo max). Each GEMM keeps fp32 amax histories for 3 forward
+tensors and 2 backward ones (TE docs, fp8_delayed_scaling.rst: shapes
+(amax_history_len, num_gemms * 3) and (amax_history_len, num_gemms * 2)) and a scale each."""
+TRAIN_FP8_SCALING_BYTES_PER_GEMM = (3 + 2) * 4 * (TRAIN_FP8_AMAX_HISTORY_LEN + 2)
+"""fp32 amax history + scale + scale-inverse of the 5 fp8 tensors of one GEMM: 20 KiB."""

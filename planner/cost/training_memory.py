@@ -6,7 +6,9 @@ gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and 
 Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
 z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
 Sources: Megatron-LM docs/api-guide/dist_optimizer.md; Rajbhandari et al. 2020 sec. 5;
-docs/cost-model.md#training-model-state-memory-zero.
+docs/cost-model.md#training-model-state-memory-zero. FP8 (--precision fp8): Transformer
+Engine's fp8 weight copies and scaling state on top (fp8_weight_cache_bytes,
+docs/cost-model.md#training-fp8).
 Pure and uncached: the training estimate memoises what a search asks for repeatedly.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost import efficiency
-from planner.cost.params import layer_params_per_gpu, param_counts
+from planner.cost.params import layer_linear_weights_per_gpu, layer_params_per_gpu, param_counts
 from planner.specs import ModelSpec
 
 
@@ -75,3 +77,26 @@ def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelS
         optimizer_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER
         / (dp if zero_stage >= 1 else 1),
     )
+
+
+def fp8_gemms_per_layer(model: ModelSpec) -> int:
+    """Transformer Engine GEMMs of one block: QKV, output projection, MLP up and down; an
+    MoE block's experts run one up and one down GEMM each (TE GroupedLinear)."""
+    return 2 + 2 * (model.num_local_experts if model.is_moe else 1)
+
+
+def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int, zero_stage: int) -> float:
+    """--precision fp8, per GPU: num_layers * (2 * W_lin/t + n_gemm * 20 KiB), /d with ZeRO-3.
+
+    W_lin/t the block's linear weights on one GPU (layer_linear_weights_per_gpu), 2 bytes each:
+    the fp8 copy TE keeps across micro-batches and its transpose for the dgrad GEMM
+    (efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM); n_gemm fp8 GEMMs each with their
+    delayed-scaling amax histories and scales (TRAIN_FP8_SCALING_BYTES_PER_GEMM). The 16-bit
+    weights stay (Megatron keeps bf16 params unless --fp8-param-gather, not emitted). The
+    embedding and the LM head stay 16-bit: Megatron's output layer is a plain
+    ColumnParallelLinear unless the MXFP8 recipe and --fp8-output-proj are set
+    (megatron/core/models/gpt/gpt_model.py, core_v0.19.0). Assumption: ZeRO-3 (Megatron
+    FSDP) keeps only its shard's copies between uses."""
+    per_layer = (layer_linear_weights_per_gpu(model, tp) * efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+                 + fp8_gemms_per_layer(model) * efficiency.TRAIN_FP8_SCALING_BYTES_PER_GEMM)
+    return num_layers * per_layer / (dp if zero_stage >= 3 else 1)

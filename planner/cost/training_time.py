@@ -4,7 +4,8 @@ Legend: b micro-batch, s sequence length, h hidden size, V vocab, t/p/d tensor, 
 data-parallel degrees, m micro-batches per step, v virtual stages, L_f / L_m / L_l layers
 on the first / each middle / the last stage (L/p each unless the split is uneven,
 cost/stage_split.py), e = 2 bytes per 16-bit element.
-Model (sources in each function): matmuls at the achievable rate scaled per GEMM
+Model (sources in each function): matmuls at the achievable rate (with --precision fp8
+the block's linear GEMMs at the fp8 one: linear_rates) scaled per GEMM
 dimension x by x/(x + 128); elementwise work memory-bound on HBM; TP collectives on the
 link `place()` gives, not overlapped (Megatron-LM 2021 semantics); every stage at the
 pace of the slowest, bubble (p-1)/v of its stage-times (Narayanan et al. 2021 sec. 2.2);
@@ -41,6 +42,21 @@ class TrainRates:
     """Measured maximum achievable matmul (large square GEMMs)."""
     elementwise_bytes_per_s: float
     """HBM bandwidth memory-bound kernels sustain."""
+    fp8_matmul_flops_per_s: float | None = None
+    """Achievable fp8 matmul rate (None: the GPU has no fp8 tensor cores, e.g. A100)."""
+
+
+def linear_rates(rates: TrainRates, precision: str) -> TrainRates:
+    """The rates a block's linear GEMMs (QKV, output projection, MLP; forward, dgrad, wgrad)
+    run at: with --precision fp8 the fp8 matmul rate, Transformer Engine running all three
+    GEMMs of each layer in fp8 (hybrid: e4m3 forward, e5m2 gradients; Megatron's
+    fp8_wgrad defaults True, transformer_config.py core_v0.19.0). Attention, the LM head,
+    norms and elementwise work keep `rates`."""
+    if precision != "fp8":
+        return rates
+    assert rates.fp8_matmul_flops_per_s is not None, "train.check_precision refuses GPUs without fp8"
+    return TrainRates(rates.peak_flops_per_s, rates.fp8_matmul_flops_per_s, rates.elementwise_bytes_per_s,
+                      rates.fp8_matmul_flops_per_s)
 
 
 @dataclass(frozen=True)
@@ -138,23 +154,28 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
 
 
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
-                  recompute: str, rates: TrainRates, attention: str = "materialized") -> LayerSeconds:
+                  recompute: str, rates: TrainRates, attention: str = "materialized",
+                  precision: str = "bf16") -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
     Flash attention: the attention core is one fused kernel (flash_attention_seconds) with no
-    score traffic; selective recompute reruns its forward."""
+    score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
+    linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16
+    (the casts to fp8 are fused into the layernorm and activation kernels, or small)."""
     gemms = layer_gemms_forward(model, b, s, tp)
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
+    linear = linear_rates(rates, precision)
     if attention == "flash":
-        dense = sum(gemm_seconds(g, rates) for g in gemms[:4])
+        dense = sum(gemm_seconds(g, linear) for g in gemms[:4])
         core_forward, core_backward = flash_attention_seconds(gemms, rates)
         forward = dense + core_forward + traffic / hbm
         backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
         core_again = core_forward
     else:
-        gemm_forward = sum(gemm_seconds(g, rates) for g in gemms)
+        gemm_forward = (sum(gemm_seconds(g, linear) for g in gemms[:4])
+                        + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
         forward = gemm_forward + traffic / hbm
         backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
         core_again = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
@@ -205,7 +226,8 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     allreduce = comm.allreduce_seconds(message_bytes, placement.tp_group, curve, hierarchical=True)
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
-    column_parallel = [gemm_seconds(g, rates) for g in (gemms[0], gemms[2])]
+    linear = linear_rates(rates, config.precision)
+    column_parallel = [gemm_seconds(g, linear) for g in (gemms[0], gemms[2])]
     measured = curve is not None
     if config.sequence_parallel:
         half = allreduce / 2
@@ -319,7 +341,8 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
                 placement: Placement, rates: TrainRates) -> LayerTerms:
     c, b = config, config.micro_batch_size
     return LayerTerms(
-        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention),
+        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
+                            c.precision),
         tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
         logits_seconds=logits_seconds(model, s, b, c.tp, rates),
     )
@@ -397,7 +420,9 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
 
 
 def logits_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
-    """Last stage, per micro-batch: the output GEMM forward + backward (3x) and the
+    """Last stage, per micro-batch: the output GEMM forward + backward (3x, 16-bit at every
+    --precision: Megatron's output layer is a plain ColumnParallelLinear, TE's fp8 LM head
+    only with the MXFP8 recipe and --fp8-output-proj, gpt_model.py core_v0.19.0) and the
     vocab-parallel cross-entropy's traffic: the (2+4)*s*b*V/t bytes of 16-bit logits and fp32
     softmax written once forward, read and written back in backward. Every stage runs at the pace of the slowest, so this lands on all of them."""
     gemm = 3 * gemm_seconds(logits_gemm(model, b, s, tp), rates)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from planner.cost import efficiency
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
@@ -176,6 +177,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     # AttnBackend (megatron/core/transformer/enums.py, core_v0.14.0): flash, or TE's unfused
     # kernel, which materializes the scores as the 2021-22 code did.
     args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
+    if c.precision == "fp8":
+        args += fp8_args()
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:
@@ -184,6 +187,17 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     if c.dp > 1:
         args.append("--overlap-grad-reduce")
     return args
+
+
+def fp8_args() -> list[str]:
+    """Transformer Engine fp8 for the blocks' linear layers (TransformerConfig fields fp8,
+    fp8_recipe, fp8_amax_history_len, fp8_amax_compute_algo; transformer_config.py and
+    fp8_utils.get_fp8_recipe, core_v0.19.0): the hybrid format (e4m3 forward, e5m2
+    gradients), delayed scaling over a 1024-step amax history taking its max, the recipe
+    NeMo's GPT configs ship; --bf16 stays (fp8 runs inside bf16 mixed precision)."""
+    return ["--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+            "--fp8-amax-history-len", str(efficiency.TRAIN_FP8_AMAX_HISTORY_LEN),
+            "--fp8-amax-compute-algo", "max"]
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,

@@ -194,6 +194,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
         "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,
+        "precision": c.precision,
         "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,
         "memory": {"weights_bytes": mem.weights_bytes, "gradient_bytes": mem.gradient_bytes,
                    "optimizer_bytes": mem.optimizer_bytes, "activation_bytes": mem.activation_bytes,

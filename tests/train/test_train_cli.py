@@ -138,6 +138,9 @@ def test_no_feasible_layout_exits_1():
     # MoE: experts, top-k, expert FFN size, RoPE base 1e6
     ("mixtral-8x7b_4x8xH100", ("--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--global-batch", "512",
                                "--seq-len", "4096")),
+    # FP8 through Transformer Engine: hybrid format, delayed scaling, 1024-step amax history (max)
+    ("llama-3.1-8b_1x8xH100_fp8", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
+                                   "--seq-len", "8192", "--precision", "fp8")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),

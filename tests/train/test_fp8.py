@@ -1,0 +1,131 @@
+"""FP8 training (--precision fp8, Transformer Engine): hand-worked layer time and memory,
+the A100 refusal, and fp8 never slower than bf16 (docs/cost-model.md#training-fp8)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cost import activations as act
+from planner.cost.training_memory import fp8_weight_cache_bytes
+from planner.cost.training_time import TrainRates, layer_seconds, logits_seconds
+from planner.layout import Rejected, TrainConfig
+from planner.requests import TrainRequest
+from planner.specs import ModelSpec, SpecError
+from planner.train import estimate
+
+# The GPT block of tests/train/test_formulas.py: h = 64, a = 4 (d = 16), f = 4h = 256.
+TINY = ModelSpec(name="tiny", num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                 intermediate_size=256, gated_mlp=False, vocab_size=1000,
+                 max_position_embeddings=128, tie_word_embeddings=True, dtype="float16")
+S, B_MICRO, TP = 128, 2, 4  # b*s = 256 tokens
+RATES = TrainRates(peak_flops_per_s=100e12, matmul_flops_per_s=87e12, elementwise_bytes_per_s=1.6e12,
+                   fp8_matmul_flops_per_s=174e12)
+
+
+def test_fp8_layer_time_by_hand():
+    """TINY at t = 4, flash, no recompute. The four linear GEMMs (tokens x out x in, 2*M*N*K
+    FLOP, u = prod x/(x + 128)):
+      QKV  256 x 48 x 64: 1,572,864 FLOP, u = 2/3 * 3/11 * 1/3 = 2/33 -> 25,952,256 effective
+      proj 256 x 64 x 16:   524,288 FLOP, u = 2/3 * 1/3 * 1/9  = 2/81 -> 21,233,664
+      up   256 x 64 x 64: 2,097,152 FLOP, u = 2/3 * 1/3 * 1/3  = 2/27 -> 28,311,552
+      down 256 x 64 x 64: the same                                   -> 28,311,552
+    Sum 103,809,024 effective FLOP: forward at 87e12 (bf16) 1.19321 us, at 174e12 (fp8)
+    0.59660 us; the backward (dgrad + wgrad) is twice that in both. Flash core, elementwise
+    traffic and the LM head are the same at both precisions, so fp8 saves exactly
+    103,809,024 * (1/87e12 - 1/174e12) = 0.59660 us forward and 1.19321 us backward."""
+    bf16 = layer_seconds(TINY, S, B_MICRO, TP, False, "none", RATES, "flash", "bf16")
+    fp8 = layer_seconds(TINY, S, B_MICRO, TP, False, "none", RATES, "flash", "fp8")
+    saved = 103_809_024 * (1 / 87e12 - 1 / 174e12)
+    assert bf16.forward - fp8.forward == pytest.approx(saved, rel=1e-9)
+    assert bf16.backward - fp8.backward == pytest.approx(2 * saved, rel=1e-9)
+    assert fp8.recompute == bf16.recompute == 0.0
+    # materialized attention: its per-head GEMMs stay at the bf16 rate, same saving
+    bf16_m = layer_seconds(TINY, S, B_MICRO, TP, False, "none", RATES, "materialized", "bf16")
+    fp8_m = layer_seconds(TINY, S, B_MICRO, TP, False, "none", RATES, "materialized", "fp8")
+    assert bf16_m.forward - fp8_m.forward == pytest.approx(saved, rel=1e-9)
+
+
+def test_fp8_activations_by_hand():
+    """fp8 saves (2 - 1) bytes on each linear input per token: QKV and MLP-up inputs 2h (/t
+    with SP), output-projection input a*d/t, MLP-down input f/t. t = 4, flash, no recompute:
+    TP only 128 + 16 + 64 = 208 B/token * 256 = 53,248: 263,168 -> 209,920; TP + SP
+    32 + 16 + 64 = 112 * 256 = 28,672: 140,288 -> 111,616. Full recompute keeps the 16-bit
+    layer input (8,192 with SP) at both precisions."""
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, TP, False, "none", "flash", "fp8") == 209_920
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, TP, True, "none", "flash", "fp8") == 111_616
+    assert act.activation_bytes_per_layer(TINY, S, B_MICRO, TP, True, "full", "flash", "fp8") == 8_192
+
+
+def test_fp8_weight_cache_by_hand():
+    """TINY's linear weights per block 4h^2 + 2hf = 16,384 + 32,768 = 49,152, /t = 12,288 per
+    GPU, 2 bytes each (fp8 copy + transpose) = 24,576; plus 4 GEMMs * 5 fp8 tensors * 4 B *
+    (1024 history + scale + inverse) = 4 * 20,520 = 82,080. Per layer 106,656; 4 layers
+    426,624; ZeRO-3 over d = 2 halves it."""
+    assert fp8_weight_cache_bytes(TINY, TP, 1, 1, 0) == 106_656
+    assert fp8_weight_cache_bytes(TINY, TP, 4, 2, 1) == 426_624
+    assert fp8_weight_cache_bytes(TINY, TP, 4, 2, 3) == 213_312
+
+
+def test_lm_head_stays_bf16():
+    """The output layer is not a TE module (Megatron core_v0.19.0): same time at both precisions."""
+    assert logits_seconds(TINY, S, B_MICRO, TP, RATES) == logits_seconds(
+        TINY, S, B_MICRO, TP, TrainRates(100e12, 87e12, 1.6e12))
+
+
+LLAMA8B = resolve_model("llama-3.1-8b")
+H100 = resolve_cluster("1x8xH100")
+REQUEST = TrainRequest(global_batch=64, seq_len=4096)
+
+
+def _pair(config: TrainConfig, request: TrainRequest = REQUEST, cluster=H100):
+    bf16 = estimate(LLAMA8B, cluster, config, request)
+    fp8 = estimate(LLAMA8B, cluster, config, TrainRequest(global_batch=request.global_batch,
+                                                          seq_len=request.seq_len, precision="fp8"))
+    return bf16, fp8
+
+
+def test_fp8_memory_vs_bf16_one_config():
+    """Llama 3.1 8B, tp = 2, pp = 1, dp = 4, b = 1, SP, no recompute, 1F1B, s = 4096: the fp8
+    weights add 32 layers of fp8_weight_cache_bytes (218.1M linear weights per block / 2 * 2 B
+    + 4 * 20,520 B: 218.2 MB per layer, 6.98 GB); activations shrink by 32 layers of
+    (2h/t + a*d/t + f/t) = 4,096 + 2,048 + 7,168 = 13,312 B/token * 4,096 tokens = 54.5 MB
+    per layer (1.74 GB); gradients and optimizer are unchanged; the estimate says fp8."""
+    config = TrainConfig(2, 1, 4, 1, "1f1b", 1, "none", True, 1)
+    bf16, fp8 = _pair(config)
+    assert fp8.config.precision == "fp8" and bf16.config.precision == "bf16"
+    cache = fp8_weight_cache_bytes(LLAMA8B, 2, 32, 4, 1)
+    assert cache == pytest.approx(32 * (218_103_808 + 82_080), rel=1e-12)
+    assert fp8.memory.weights_bytes - bf16.memory.weights_bytes == pytest.approx(cache, rel=1e-12)
+    assert bf16.memory.activation_bytes - fp8.memory.activation_bytes == pytest.approx(
+        32 * 13_312 * 4096, rel=1e-12)
+    assert (fp8.memory.gradient_bytes, fp8.memory.optimizer_bytes) == (
+        bf16.memory.gradient_bytes, bf16.memory.optimizer_bytes)
+    assert fp8.step_time_seconds < bf16.step_time_seconds
+
+
+def test_fp8_refused_on_a100():
+    """A100 has no fp8 tensor cores: a spec error naming --precision and the GPU."""
+    config = TrainConfig(2, 1, 4, 1, "1f1b", 1, "none", True, 1)
+    with pytest.raises(SpecError, match=r"--precision fp8: A100.*no fp8"):
+        _pair(config, cluster=resolve_cluster("1x8xA100"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), b=st.sampled_from([1, 2, 4]), s=st.sampled_from([1024, 2048, 8192]),
+       sp=st.booleans(), recompute=st.sampled_from(["none", "selective", "full"]),
+       attention=st.sampled_from(["flash", "materialized"]))
+def test_fp8_never_slower_than_bf16_on_h100(tp, b, s, sp, recompute, attention):
+    """Same configuration, same request but the precision: the fp8 step is never longer."""
+    sp = sp and tp > 1
+    dp = 8 // tp
+    request = TrainRequest(global_batch=8 * dp, seq_len=s, attention=attention)
+    config = TrainConfig(tp, 1, dp, b, "1f1b", 1, recompute, sp, 1, attention=attention)
+    bf16 = estimate(LLAMA8B, H100, config, request)
+    fp8 = estimate(LLAMA8B, H100, config, TrainRequest(global_batch=8 * dp, seq_len=s, attention=attention,
+                                                       precision="fp8"))
+    if isinstance(bf16, Rejected) or isinstance(fp8, Rejected):
+        return  # out of memory: there is no step time to compare
+    assert fp8.step_time_seconds <= bf16.step_time_seconds
