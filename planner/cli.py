@@ -21,7 +21,6 @@ from planner.emit.command import MODEL_PLACEHOLDER
 from planner.engines import RELEASES, parse_engine_versions
 from planner.errors import SpecError
 from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, TrainRequest
-from planner.workload import load_dataset
 
 EXAMPLES = """Examples:
 
@@ -211,6 +210,8 @@ def parse_layout(text: str | None) -> LayoutFilter:
 def serve_request(opts: PlanOptions, quantization_override: str | None = None) -> ServeRequest:
     """`quantization_override`: the third value load_specs() returns. With --dataset the
     planned lengths are the dataset's means."""
+    from planner.workload import load_dataset  # imports the cost model (pydantic): not for --help
+
     lengths = () if opts.dataset is None else load_dataset(opts.dataset)
     input_len, output_len = opts.input_len, opts.output_len
     if lengths:
