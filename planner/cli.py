@@ -538,9 +538,7 @@ def explain(
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
-        if mode is Mode.disaggregated:
-            if workload is Workload.train:
-                raise SpecError("--mode disaggregated: serving only (not with --workload train)")
+        if mode is Mode.disaggregated:  # check_flags_used refused it for --workload train
             return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html)
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                            sensitivity_runs=sensitivity)
