@@ -527,7 +527,7 @@ def explain(
     forward_only: Annotated[bool, typer.Option("--forward-only", help="--timeline-only: forwards only (gpipe; the 4-stage, 4-micro-batch forward-only example takes 7 units).")] = False,
 ) -> None:
     """One layout in depth: placement, memory, collectives, timeline, time, how sure we are."""
-    from planner.explain_cli import run_explain, run_timeline
+    from planner.explain_cli import run_explain, run_explain_disaggregated, run_timeline
 
     if timeline_only:
         def timeline() -> int:
@@ -550,9 +550,8 @@ def explain(
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
-        if mode is Mode.disaggregated:
-            raise SpecError("--mode disaggregated: `plan explain` draws aggregated layouts only; "
-                            "`plan --mode disaggregated` plans prefill/decode workers")
+        if mode is Mode.disaggregated:  # check_flags_used refused it for --workload train
+            return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html)
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
                            sensitivity_runs=sensitivity)
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
+    PrefillLoad,
+    RateMatch,
     decode_requests_per_second,
     max_prefill_rate,
     prefill_at_rate,
@@ -81,6 +83,8 @@ class WorkerPlan:
     kv_cache_tokens: int
     max_num_seqs: int
     weights_and_kv_bytes_per_gpu: float
+    stages: tuple[StageMemory, ...]
+    """One GPU of each pipeline stage of a worker (weights, activations, overhead, KV cache)."""
 
     @property
     def gpus(self) -> int:
@@ -103,6 +107,14 @@ class DisaggEstimate:
     max_model_len: int
     num_nodes_used: int
     output_len: int
+    prefill_load: PrefillLoad
+    """One prefill worker at R / N_p: its queueing wait and its steps (TTFT's prefill part)."""
+    steps_per_prompt: int
+    """S_p: prefill steps a prompt takes (its service is S_p * prefill.round_seconds)."""
+    first_token_seconds: float
+    """The fixed client-side cost of the first token (efficiency.FIRST_TOKEN_SECONDS)."""
+    rate: RateMatch
+    """What the N_p prefill and the N_d decode workers can each take (req/s) and which binds."""
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -390,7 +402,8 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
 
     def plan(shape: WorkerShape, workers: int, concurrency: float, round_s: float, max_seqs: int) -> WorkerPlan:
         mem = max(s.weights_bytes + s.kv_cache_bytes for s in shape.stages)
-        return WorkerPlan(shape.tp, shape.pp, workers, concurrency, round_s, shape.kv_cache_tokens, max_seqs, mem)
+        return WorkerPlan(shape.tp, shape.pp, workers, concurrency, round_s, shape.kv_cache_tokens, max_seqs, mem,
+                          shape.stages)
 
     return DisaggEstimate(
         prefill=plan(shape_p, n_p, load.prompts_per_step, load.round_seconds, seqs),
@@ -398,4 +411,5 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         kv=kv, same_node=same, ttft_seconds=ttft, tpot_seconds=t_d, e2e_seconds=e2e,
         requests_per_second=match.requests_per_second, binding=match.binding,
         max_model_len=max_model_len, num_nodes_used=nodes, notes=tuple(notes),
-        output_len=request.output_len)
+        output_len=request.output_len, prefill_load=load, steps_per_prompt=worker.steps_per_prompt,
+        first_token_seconds=eff.FIRST_TOKEN_SECONDS, rate=match)

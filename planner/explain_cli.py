@@ -14,7 +14,7 @@ from planner.cost.timeline import (
     training_timeline,
 )
 from planner.render.common import check_output_path
-from planner.requests import ServeRequest, TrainRequest
+from planner.requests import LayoutFilter, ServeRequest, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 
@@ -47,6 +47,26 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
             return show_serve_infeasible(plan, json_output)
         explanation = explain_serving(model, cluster, request, settings, plan)
     show(explanation, json_output=json_output, svg=svg, html=html)
+    return 0
+
+
+def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *,
+                              json_output: bool, svg: str | None, html: str | None) -> int:
+    """The recommended disaggregated deployment in depth; 1 (with the rejections) when none
+    meets the SLA. --layout filters aggregated layouts only, so it is refused here."""
+    from planner.disagg_search import plan_disaggregated
+    from planner.explain_disagg import explain_disaggregated
+    from planner.render.explain_disagg import show_disagg, show_disagg_infeasible
+
+    if request.layout != LayoutFilter():
+        raise SpecError("--layout: filters aggregated layouts; `plan explain --mode disaggregated` "
+                        "draws the recommended prefill/decode deployment")
+    check_outputs(svg, html)
+    plan = plan_disaggregated(model, cluster, request)
+    if plan.recommended is None:
+        show_disagg_infeasible(plan, json_output)
+        return 1
+    show_disagg(explain_disaggregated(model, cluster, plan.recommended), json_output=json_output, svg=svg, html=html)
     return 0
 
 

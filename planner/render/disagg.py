@@ -63,7 +63,12 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
 def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> dict[str, Any]:
     def worker(w) -> dict[str, Any]:
         return {"tp": w.tp, "pp": w.pp, "workers": w.workers, "gpus": w.gpus, "concurrency": w.concurrency,
-                "round_seconds": w.round_seconds, "kv_cache_tokens": w.kv_cache_tokens}
+                "round_seconds": w.round_seconds, "kv_cache_tokens": w.kv_cache_tokens,
+                "stages": [{"stage": s.stage, "weights_bytes": s.weights_bytes, "activation_bytes": s.activation_bytes,
+                            "overhead_bytes": s.overhead_bytes, "kv_cache_bytes": s.kv_cache_bytes,
+                            "budget_bytes": s.budget_bytes} for s in w.stages]}
+
+    load, rate = e.prefill_load, e.rate
 
     return {
         "mode": "disaggregated",
@@ -76,6 +81,13 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> di
         "kv_transfer_total_seconds": e.kv.transfer_seconds,
         "kv_transfer_link": e.kv.link_kind,
         "kv_transfer_source": e.kv.source,
+        "first_token_seconds": e.first_token_seconds,
+        "prefill_wait_seconds": load.wait_seconds,
+        "prefill_seconds": load.prefill_seconds,
+        "prefill_utilization": load.utilization,
+        "prefill_steps_per_prompt": e.steps_per_prompt,
+        "prefill_capacity_requests_per_second": rate.prefill_requests_per_second,
+        "decode_capacity_requests_per_second": rate.decode_requests_per_second,
         "ttft_seconds": e.ttft_seconds,
         "tpot_seconds": e.tpot_seconds,
         "e2e_seconds": e.e2e_seconds,

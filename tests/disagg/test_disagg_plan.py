@@ -119,6 +119,13 @@ def test_cli_table_and_mode_errors(run_plan):
     assert train.returncode == 2
 
 
-def test_explain_refuses_disaggregated_mode_in_one_line(run_plan):
-    out = run_plan("explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated")
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+def test_explain_draws_disaggregated_mode_and_refuses_it_for_training(run_plan):
+    """issue 13, item 5: `plan explain --mode disaggregated` draws the P/D deployment
+    (tests/explain/test_explain_disagg.py); with --workload train it is one line, exit 2."""
+    out = run_plan("explain", "--model", MODEL, "--cluster", "1x8xH100", "--input-len", "1024", "--output-len",
+                   "256", "--max-ttft-ms", "2000", "--max-tpot-ms", "30", "--mode", "disaggregated")
+    assert out.returncode == 0, out.stderr
+    assert "A request's path" in out.stdout
+    train = run_plan("explain", "--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                     "--mode", "disaggregated")
+    assert train.returncode == 2 and len(train.stderr.strip().splitlines()) == 1

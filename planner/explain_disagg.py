@@ -1,0 +1,170 @@
+"""`plan explain --mode disaggregated`: one P/D deployment in depth, as data (SI units).
+
+Sections: which GPUs of which node run which prefill and decode worker (the same packing the
+launch commands use, planner/emit/disagg.py), a request's path from arrival to its last
+token with the time of each leg, each worker's memory per GPU, and the rate matching of the
+two fleets. Every number is read from the DisaggEstimate (planner/disagg_search.py), so it
+equals the `plan --json` disaggregated entry; the path's legs add up to its TTFT and E2E.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
+from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import BYTES_PER_MIB, seconds_to_ms
+
+
+@dataclass(frozen=True)
+class PdSlot:
+    node: int
+    local_index: int
+    role: str | None
+    """prefill | decode, None when the deployment leaves this GPU unused."""
+    worker: int | None = None
+    stage: int | None = None
+    tp_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class PdPlacement:
+    num_nodes: int
+    gpus_per_node: int
+    slots: tuple[PdSlot, ...]
+    """Every GPU of the first MAX_NODES_MAPPED nodes."""
+    same_node: bool
+    """P and D share nodes: the KV moves over NVLink, else over the NICs."""
+
+
+@dataclass(frozen=True)
+class PathLeg:
+    name: str
+    seconds: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class RequestPath:
+    to_first_token: tuple[PathLeg, ...]
+    """Legs that add up to TTFT (in this order)."""
+    ttft_seconds: float
+    after_first_token: tuple[PathLeg, ...]
+    """The remaining O - 1 tokens, which with TTFT add up to E2E."""
+    e2e_seconds: float
+
+
+@dataclass(frozen=True)
+class RateMatching:
+    prefill_requests_per_second: float
+    """N_p * r_p: what the prefill workers take within the TTFT budget."""
+    decode_requests_per_second: float
+    """N_d * r_d: what the decode workers finish within the TPOT limit."""
+    requests_per_second: float
+    binding: str
+    prefill_utilization: float
+
+
+@dataclass(frozen=True)
+class DisaggExplanation:
+    workload: str
+    model: str
+    cluster: str
+    label: str
+    gpus_used: int
+    ttft_seconds: float
+    tpot_seconds: float
+    e2e_seconds: float
+    goodput_per_gpu: float
+    notes: tuple[str, ...]
+    placement: PdPlacement
+    path: RequestPath
+    memory: tuple[MemoryBar, ...]
+    rate: RateMatching
+
+
+def _role_slots(first_node: int, worker: WorkerPlan, role: str, gpn: int, first_gpu: int = 0,
+                workers_per_node: int | None = None) -> dict[tuple[int, int], PdSlot]:
+    """Workers packed onto nodes from `first_node` (GPU `first_gpu` on), `workers_per_node` a
+    node, as emit/disagg.py places them; a worker wider than a node takes whole nodes. Rank
+    within a worker r = stage * tp + tp_rank."""
+    g = worker.tp * worker.pp
+    per_node = workers_per_node or max(1, gpn // g)
+    out = {}
+    for w in range(worker.workers):
+        if g > gpn:
+            start = (first_node + w * math.ceil(g / gpn)) * gpn
+        else:
+            start = (first_node + w // per_node) * gpn + first_gpu + (w % per_node) * g
+        for r in range(g):
+            node, local = divmod(start + r, gpn)
+            stage, tp_rank = divmod(r, worker.tp)
+            out[(node, local)] = PdSlot(node, local, role, w, stage, tp_rank)
+    return out
+
+
+def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
+    gpn = cluster.gpus_per_node
+    p, d = e.prefill, e.decode
+    if e.same_node:
+        m = same_node_groups(p.workers, p.tp * p.pp, d.workers, d.tp * d.pp, cluster)
+        p_local, d_local = p.workers // m, d.workers // m
+        used = {**_role_slots(0, p, "prefill", gpn, 0, p_local),
+                **_role_slots(0, d, "decode", gpn, p_local * p.tp * p.pp, d_local)}
+    else:
+        prefill = _role_slots(0, p, "prefill", gpn)
+        first_decode = max(node for node, _ in prefill) + 1
+        used = {**prefill, **_role_slots(first_decode, d, "decode", gpn)}
+    assert len(used) == e.gpus_used, "two workers placed on one GPU"
+    num_nodes = min(cluster.num_nodes, MAX_NODES_MAPPED)
+    slots = tuple(used.get((n, i), PdSlot(n, i, None)) for n in range(num_nodes) for i in range(gpn))
+    return PdPlacement(cluster.num_nodes, gpn, slots, e.same_node)
+
+
+def request_path(e: DisaggEstimate) -> RequestPath:
+    """TTFT = first-token cost + queue + S_p prefill steps + exposed KV transfer + the first
+    decode round (disagg_search._detail); E2E = TTFT + (O - 1) * TPOT."""
+    load, kv, p = e.prefill_load, e.kv, e.prefill
+    steps = e.steps_per_prompt
+    first = (
+        PathLeg("request overhead", e.first_token_seconds,
+                "HTTP, tokenization, hand-off, streaming the first token"),
+        PathLeg("queue at prefill", load.wait_seconds,
+                f"M/D/1 wait at {load.utilization:.0%} utilization ({load.rate_per_second:.2f} req/s per worker)"),
+        PathLeg("prefill", steps * p.round_seconds,
+                f"{steps} step(s) of {load.prompts_per_step:.1f} prompt(s) on a prefill worker tp={p.tp} "
+                f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"),
+        PathLeg("KV transfer (exposed)", kv.exposed_seconds,
+                f"{kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB over {kv.link_kind} ({kv.link_scope}), "
+                f"{kv.num_streams} stream(s), {seconds_to_ms(kv.transfer_seconds):.1f} ms in all, overlapped "
+                f"with the prefill's layers ({kv.source})"),
+        PathLeg("first decode round", e.tpot_seconds,
+                f"on a decode worker tp={e.decode.tp} pp={e.decode.pp} with "
+                f"{e.decode.concurrency:.0f} sequences"),
+    )
+    rest = (PathLeg(f"TPOT x {e.output_len - 1}", (e.output_len - 1) * e.tpot_seconds,
+                    f"{e.output_len - 1} more decode rounds"),)
+    return RequestPath(first, e.ttft_seconds, rest, e.e2e_seconds)
+
+
+def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[MemoryBar, ...]:
+    bars = []
+    for s in w.stages:
+        segments = (MemorySegment("weights", s.weights_bytes), MemorySegment("activations", s.activation_bytes),
+                    MemorySegment("overhead", s.overhead_bytes), MemorySegment("KV cache", s.kv_cache_bytes))
+        note = f"KV cache {s.kv_cache_tokens:,} tokens" + (
+            f"; {w.concurrency:.0f} sequences" if role == "decode" else f"; {w.concurrency:.1f} prompts per step")
+        bars.append(MemoryBar((s.stage,), f"{role} tp={w.tp} pp={w.pp}, {stage_label(s.stage, w.pp)}",
+                              segments, cluster.gpu.memory_bytes, s.budget_bytes, note))
+    return tuple(bars)
+
+
+def explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, e: DisaggEstimate) -> DisaggExplanation:
+    rate = RateMatching(e.rate.prefill_requests_per_second, e.rate.decode_requests_per_second,
+                        e.requests_per_second, e.binding, e.prefill_load.utilization)
+    return DisaggExplanation(
+        "serve (disaggregated)", model.name, cluster.name, e.label, e.gpus_used, e.ttft_seconds, e.tpot_seconds,
+        e.e2e_seconds, e.goodput_per_gpu, e.notes, pd_placement(cluster, e), request_path(e),
+        worker_memory(cluster, "prefill", e.prefill) + worker_memory(cluster, "decode", e.decode), rate)
