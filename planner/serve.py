@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from planner.cost import efficiency as eff
+from planner.cost.continuous_batching import SteadyState, steady_state
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
@@ -25,8 +27,6 @@ from planner.cost.serving_memory import (
     stage_memory,
     structural_reasons,
 )
-from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import SteadyState, steady_state
 from planner.cost.serving_sim import EngineLimits, ServeMetrics, bench_metrics, simulate_replicas
 from planner.cost.serving_time import (
     Collective,
@@ -167,7 +167,7 @@ def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, b
 
 def first_failing(request: ServeRequest, steady: SteadyState) -> str | None:
     names = ("ttft", "tpot", "e2e")
-    return next((name for name, ok in zip(names, sla_check(request, steady)) if not ok), None)
+    return next((name for name, ok in zip(names, sla_check(request, steady), strict=True) if not ok), None)
 
 
 def sla_reason(request: ServeRequest, steady: SteadyState) -> str:

@@ -18,7 +18,6 @@ from planner.requests import ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
-from planner.units import seconds_to_ms
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
 

@@ -332,7 +332,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
-        busiest = max(b.seconds + (in_flight - 1) * n.seconds for b, n in zip(big, steps))
+        busiest = max(b.seconds + (in_flight - 1) * n.seconds for b, n in zip(big, steps, strict=True))
         engines += big_engine - engine
         if layout.pp == 1:
             steps, slowest = big, 0

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.cost.serving_sim import Distribution, ServeMetrics
 from planner.emit.command import LaunchStep
 from planner.layout import Rejected
 from planner.render.catalog import describe_cluster, describe_model
@@ -21,7 +22,6 @@ from planner.render.common import (
     step_json,
     us,
 )
-from planner.cost.serving_sim import Distribution, ServeMetrics
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, ServePlan

@@ -7,8 +7,6 @@ llama-3.1-70b: L=80, h=8192, a=64, k=8, d=128, f=28672, V=128256, untied, bf16.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from planner.cost.params import kv_bytes_per_token_per_gpu
@@ -21,8 +19,8 @@ from planner.cost.serving_time import (
     expected_experts_touched,
     pipeline_hop_seconds,
     round_time,
-    stage_step_time,
     serving_bubble_fraction,
+    stage_step_time,
     tp_allreduce_seconds_per_layer,
 )
 from planner.layout import Layout, place
@@ -236,7 +234,7 @@ def test_mixed_step_decode_plus_prompt_chunk_8b_h100(model, cluster):
         return x / (x + 128)
 
     flops = [2 * m * n * k for m, n, k in dims]
-    rate = sum(flops) / sum(f / (u(m) * u(n) * u(k)) for f, (m, n, k) in zip(flops, dims))
+    rate = sum(flops) / sum(f / (u(m) * u(n) * u(k)) for f, (m, n, k) in zip(flops, dims, strict=True))
     assert rate == pytest.approx(0.9056, abs=1e-4)
     head_u = u(65) * u(128256) * u(4096)
     compute = (2 * 6_979_584_000 * 2112 / rate + 2 * 128256 * 4096 * 65 / head_u) / 794e12
@@ -345,7 +343,7 @@ def test_prompt_chunk_rides_in_one_micro_batch_and_paces_the_round(model, cluste
     small = [stage_step_time(m, c, layout, placement, s, per).seconds for s in stages]
     big = [stage_step_time(m, c, layout, placement, s, carrier).seconds for s in stages]
     path = engine_step_seconds(carrier) + sum(big) + 4 * pipeline_hop_seconds(m, placement, carrier.num_tokens)
-    busiest = max(b + 3 * n for b, n in zip(big, small))
+    busiest = max(b + 3 * n for b, n in zip(big, small, strict=True))
     engines = 3 * engine_step_seconds(per) + engine_step_seconds(carrier)
     assert got.seconds == pytest.approx(max(path, busiest, engines), rel=1e-12)
     assert got.seconds == pytest.approx(path, rel=1e-12)
