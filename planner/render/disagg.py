@@ -58,6 +58,10 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
         for step in steps:
             out.print(f"  # {step.where}", markup=False)
             out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
+        if engine.startswith("vllm"):
+            out.print("Note: the proxy is vLLM's example tests/v1/kv_connector/nixl_integration/toy_proxy_server.py; "
+                      "it is not installed with the wheel: run it from a checkout of the release's tag "
+                      "(or put NVIDIA Dynamo / llm-d's router in front instead)", markup=False)
 
 
 def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> dict[str, Any]:
