@@ -44,18 +44,6 @@ class VllmRelease:
     """First match wins; the last tier matches every GPU."""
     online_fp8_quantization: str
     """`--quantization` value that quantizes a 16-bit checkpoint to fp8 on load."""
-    cuda_graph_memory_subtracted: bool = True
-    """Worker.determine_available_memory subtracts GPUModelRunner.profile_cudagraph_memory's
-    estimate from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 in
-    vllm/envs.py). V0 (before the V1 worker) captured graphs after sizing the KV cache."""
-    cuda_graph_modes: int = 2
-    """Graph sets captured per size: FULL_AND_PIECEWISE, the default cudagraph_mode
-    (vllm/config/compilation.py), gives a FULL and a PIECEWISE set; each set is estimated."""
-    max_cudagraph_capture_size: int = 512
-    """VllmConfig._set_cudagraph_sizes: capture sizes go up to min(2 * max_num_seqs, this)
-    (0.33.0 raises it to 1024 on data-center Blackwell; not modelled)."""
-    memory_source: str = ""
-    """Where the memory accounting of this row was read."""
 
 
 @dataclass(frozen=True)
@@ -94,18 +82,10 @@ VLLM_0_22_TIERS = (
 VLLM_RELEASES = {
     "0.33.0": VllmRelease(
         "0.33.0", "vllm 0.33.0 wheel (PyPI; commit g4ba787ec9): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_33_TIERS, "fp8_per_tensor",
-        memory_source="vllm 0.33.0 wheel: vllm/v1/worker/gpu_worker.py (Worker.init_device, "
-                      "determine_available_memory), vllm/v1/worker/utils.py (request_memory), "
-                      "vllm/utils/mem_utils.py (memory_profiling), vllm/v1/worker/gpu_model_runner.py "
-                      "(profile_run, _dummy_sampler_run, profile_cudagraph_memory)"),
+        VLLM_0_33_TIERS, "fp8_per_tensor"),
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_22_TIERS, "fp8",
-        memory_source="vllm 0.22.0 wheel: vllm/v1/worker/gpu_worker.py (Worker.init_device, "
-                      "determine_available_memory), vllm/utils/mem_utils.py (memory_profiling), "
-                      "vllm/v1/worker/gpu_model_runner.py (profile_run, _dummy_sampler_run, "
-                      "profile_cudagraph_memory)"),
+        VLLM_0_22_TIERS, "fp8"),
 }
 SGLANG_RELEASES = {
     "0.5.10.post1": SglangRelease(

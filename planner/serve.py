@@ -27,7 +27,13 @@ from planner.cost.serving_memory import (
     stage_memory,
     structural_reasons,
 )
-from planner.cost.serving_sim import EngineLimits, ServeMetrics, bench_metrics, simulate_replicas
+from planner.cost.serving_sim import (
+    Distribution,
+    EngineLimits,
+    ServeMetrics,
+    bench_metrics,
+    simulate_replicas,
+)
 from planner.cost.serving_time import (
     Collective,
     RoundTime,
@@ -334,3 +340,16 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency))
+
+
+def steady_metrics(result: ServeEstimate) -> ServeMetrics:
+    """The steady state as vllm bench serve would report it: every request alike (mean =
+    median = p99), no finite duration."""
+    steady = result.steady
+
+    def alike(seconds: float) -> Distribution:
+        return Distribution(seconds, seconds, seconds)
+
+    requests_per_s = result.layout.dp * steady.requests_per_second
+    return ServeMetrics(alike(steady.ttft_seconds), alike(steady.tpot_seconds), alike(steady.tpot_seconds),
+                        alike(steady.e2e_seconds), math.inf, requests_per_s, result.throughput_tokens_per_second)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
-
 from planner.cost.serving_memory import default_max_num_batched_tokens
-from planner.cost.serving_sim import Distribution, ServeMetrics
+from planner.cost.serving_sim import ServeMetrics
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
 from planner.errors import SpecError
 from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
-from planner.serve import ServeEstimate, burst_metrics
+from planner.serve import ServeEstimate, burst_metrics, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -64,17 +62,6 @@ def recommended_metrics(plan: ServePlan) -> ServeMetrics | None:
         return burst_metrics(plan.model, plan.cluster, best, plan.request)
     except ValueError as error:  # a request longer than the KV cache holds
         raise SpecError(f"--dataset/--input-len: {error}") from error
-
-
-def steady_metrics(result: ServeEstimate) -> ServeMetrics:
-    steady = result.steady
-
-    def alike(seconds: float) -> Distribution:
-        return Distribution(seconds, seconds, seconds)
-
-    requests_per_s = result.layout.dp * steady.requests_per_second
-    return ServeMetrics(alike(steady.ttft_seconds), alike(steady.tpot_seconds), alike(steady.tpot_seconds),
-                        alike(steady.e2e_seconds), math.inf, requests_per_s, result.throughput_tokens_per_second)
 
 
 def launch_steps(plan: ServePlan, result: ServeEstimate, engine: str, model_arg: str) -> tuple[LaunchStep, ...]:

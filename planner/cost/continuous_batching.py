@@ -53,10 +53,14 @@ class SteadyState:
     step_seconds: float
     """Mean round = mean inter-token latency = TPOT under load."""
     ttft_seconds: float
-    tpot_seconds: float
     e2e_seconds: float
     throughput_tokens_per_second: float
     """Output tokens per second of the replica (Little's law: C * O / E2E)."""
+
+    @property
+    def tpot_seconds(self) -> float:
+        """TPOT under load (what vllm bench serve reports): the mean round."""
+        return self.step_seconds
 
     @property
     def requests_per_second(self) -> float:
@@ -116,7 +120,6 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         prompt_round_seconds=prompt_round,
         step_seconds=mean_round,
         ttft_seconds=ttft,
-        tpot_seconds=mean_round,
         e2e_seconds=e2e,
         throughput_tokens_per_second=c * output_len / e2e,
     )

@@ -76,9 +76,6 @@ NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_MB
 CUDA_GRAPH_BYTES = 1 * units.BYTES_PER_GIB
 """CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (an estimate;
 docs/cost-model.md#efficiency-constants)."""
-CUDA_GRAPH_MIN_BYTES_PER_GRAPH = 1 * units.BYTES_PER_MIB
-"""Per captured graph beyond the first of a set, vLLM's estimate is at least 1 MiB ("driver
-overhead"; vllm/v1/worker/gpu_model_runner.py, GPUModelRunner.profile_cudagraph_memory, v0.33.0)."""
 KV_BLOCK_SIZE_TOKENS = 16
 """vLLM allocates the KV cache in blocks of 16 tokens on CUDA."""
 PIPELINE_HOP_EXTRA_SECONDS = units.us_to_seconds(20)
