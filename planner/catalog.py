@@ -32,7 +32,9 @@ SHORTHAND = re.compile(r"^(\d+)x(\d+)x(.+)$", re.IGNORECASE)
 
 @functools.cache
 def gpu_catalog() -> tuple[GPU, ...]:
-    entries = yaml.safe_load(GPU_CATALOG_PATH.read_text(encoding="utf-8"))
+    # The shipped catalog is trusted and well formed: libyaml's loader when built (10x faster).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    entries = yaml.load(GPU_CATALOG_PATH.read_text(encoding="utf-8"), Loader=loader)
     return tuple(
         validate(GPU, entry, f"{GPU_CATALOG_PATH}[{index}]") for index, entry in enumerate(entries)
     )
