@@ -199,8 +199,8 @@ def parse_layout(text: str | None) -> LayoutFilter:
     degrees: dict[str, int] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
-        if not sep or key not in ("tp", "pp", "dp") or not value.isdigit() or int(value) < 1:
-            raise SpecError(f"--layout: {part.strip()!r}: expected tp=N, pp=N or dp=N with N >= 1")
+        if not sep or key not in ("tp", "pp", "dp", "ep") or not value.isdigit() or int(value) < 1:
+            raise SpecError(f"--layout: {part.strip()!r}: expected tp=N, pp=N, dp=N or ep=N with N >= 1")
         if key in degrees:
             raise SpecError(f"--layout: {key} given twice")
         degrees[key] = int(value)

@@ -18,13 +18,30 @@ class Layout:
     tp: int
     pp: int
     dp: int
+    ep: int = 1
+    """Expert parallelism (MoE only): each MoE layer's routed experts are spread over ep GPUs
+    of one pipeline stage, one expert per GPU unsplit (expert TP 1), instead of TP-split
+    inside each replica. ep = tp * d: the TP groups of d data-parallel ranks form one EP
+    group, as vLLM's --enable-expert-parallel (EP = TP x DP) and Megatron's
+    --expert-model-parallel-size with --expert-tensor-parallel-size 1 place it. 1 = none."""
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def dp_per_ep_group(self) -> int:
+        """Data-parallel ranks whose TP groups share one EP group (1 without EP)."""
+        return max(1, self.ep // self.tp)
+
+    @property
+    def num_ep_groups(self) -> int:
+        """Independent EP groups per pipeline stage (dp without EP)."""
+        return self.dp // self.dp_per_ep_group
+
     def __str__(self) -> str:
-        return f"tp={self.tp} pp={self.pp} dp={self.dp}"
+        text = f"tp={self.tp} pp={self.pp} dp={self.dp}"
+        return text if self.ep == 1 else f"{text} ep={self.ep}"
 
 
 @dataclass(frozen=True)
@@ -55,9 +72,12 @@ class TrainConfig:
     """bf16 | fp8 [--fp8-format hybrid, Transformer Engine]: not searched, the request's
     choice; the training estimate fills it in from the request (docs/cost-model.md#training-fp8)."""
 
+    ep: int = 1
+    """Expert-parallel degree over the tp x dp ranks of a stage (Layout.ep)."""
+
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.pp, self.dp)
+        return Layout(self.tp, self.pp, self.dp, self.ep)
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,15 @@ class Placement:
     num_pp_boundaries_crossing_nodes: int
     tp_group: GroupTopology | None = None
     """Where the TP group's ranks sit (None when tp == 1)."""
+    ep_group: GroupTopology | None = None
+    """Where one EP group's ranks sit (None when ep == 1)."""
+
+    @property
+    def ep_link(self) -> Link | None:
+        """The slowest link an EP all-to-all crosses: the NICs when the group spans nodes."""
+        if self.ep_group is None:
+            return None
+        return self.ep_group.inter or self.ep_group.intra
 
 
 def intra_node_link(cluster: ClusterSpec) -> Link:
@@ -176,7 +205,31 @@ def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     if layout.pp > 1:
         pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
     tp_group = group_topology(cluster, layout.tp) if layout.tp > 1 else None
-    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group)
+    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout))
+
+
+def ep_group_ranks(layout: Layout, pp_outermost: bool = False) -> list[int]:
+    """Global ranks of the first EP group (stage 0): the TP groups of dp_per_ep_group
+    consecutive data-parallel ranks. vLLM's order, r = (dp_index * pp + stage) * tp + tp_rank
+    (each DP rank owns pp * tp consecutive GPUs); Megatron's (pp_outermost), r = (stage * dp
+    + dp_index) * tp + tp_rank, makes them ep consecutive ranks. The same when pp = 1."""
+    stride = layout.tp if pp_outermost else layout.pp * layout.tp
+    return [d * stride + t for d in range(layout.dp_per_ep_group) for t in range(layout.tp)]
+
+
+def ep_group_topology(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> GroupTopology | None:
+    """How the EP group sits on the nodes: g ranks in the least-filled node it touches, N
+    nodes. None without EP."""
+    if layout.ep <= 1:
+        return None
+    per_node: dict[int, int] = {}
+    for rank in ep_group_ranks(layout, pp_outermost):
+        node = rank // cluster.gpus_per_node
+        per_node[node] = per_node.get(node, 0) + 1
+    g, n = min(per_node.values()), len(per_node)
+    intra = intra_node_link(cluster) if g > 1 else None
+    inter = inter_node_link(cluster) if n > 1 else None
+    return GroupTopology(layout.ep, g, n, intra, inter)
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -200,6 +253,17 @@ def divisors(n: int) -> list[int]:
     for prime, exponent in prime_factors(n).items():
         result = [d * prime**k for d in result for k in range(exponent + 1)]
     return sorted(result)
+
+
+def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int) -> list[int]:
+    """The EP degrees searched for one (tp, dp): tp * d for d in {1, the DP ranks that fill
+    a node, dp}, above 1: EP inside the TP group, over one node, over every replica. (Any
+    divisor d of dp is valid; these three are the placements deployments use, and they keep
+    the search linear in the layouts at thousands of GPUs.)"""
+    wanted = {1, dp}
+    if gpus_per_node % tp == 0 and dp % (gpus_per_node // tp) == 0:
+        wanted.add(gpus_per_node // tp)
+    return sorted(tp * d for d in wanted if tp * d > 1)
 
 
 def factorizations(num_gpus: int) -> list[Layout]:

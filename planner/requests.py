@@ -39,11 +39,12 @@ class LayoutFilter:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    ep: int | None = None
 
-    def matches(self, tp: int, pp: int, dp: int) -> bool:
+    def matches(self, tp: int, pp: int, dp: int, ep: int = 1) -> bool:
         return all(
             want is None or want == have
-            for want, have in ((self.tp, tp), (self.pp, pp), (self.dp, dp))
+            for want, have in ((self.tp, tp), (self.pp, pp), (self.dp, dp), (self.ep, ep))
         )
 
 
@@ -63,6 +64,9 @@ class ServeRequest:
     quantized describes a pre-quantized checkpoint the engine detects on its own."""
     max_num_batched_tokens: int | None = None
     """None = vLLM's default for the chosen length (see serve.py)."""
+    expert_imbalance: float | None = None
+    """MoE under EP: routed tokens on the busiest GPU over the mean (>= 1); None =
+    efficiency.EXPERT_LOAD_IMBALANCE."""
     num_gpus: int | None = None
     """`--gpus N`: plan for a subset of the cluster."""
     layout: LayoutFilter = LayoutFilter()

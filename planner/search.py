@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from planner.cost.params import tp_head_reasons
 from planner.errors import SpecError
-from planner.layout import Layout, Rejected, factorizations
+from planner.layout import Layout, Rejected, expert_parallel_degrees, factorizations
 from planner.requests import LayoutFilter
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -53,13 +53,30 @@ LayoutResult = tuple[list[E], Rejected | None, int]
 there are none, and how many configurations were estimated."""
 
 
-def candidate_layouts(num_gpus: int, wanted: LayoutFilter) -> list[Layout]:
-    """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps."""
-    layouts = [lay for lay in factorizations(num_gpus) if wanted.matches(lay.tp, lay.pp, lay.dp)]
+def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None) -> list[Layout]:
+    """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
+    (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees)."""
+    layouts = factorizations(num_gpus)
+    if gpus_per_node is not None:
+        layouts += [Layout(lay.tp, lay.pp, lay.dp, ep) for lay in layouts
+                    for ep in _ep_degrees(lay, wanted.ep, gpus_per_node)]
+    layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
+        if wanted.ep not in (None, 1):
+            raise SpecError(f"--layout: {degrees}: ep must be tp times a divisor of dp (whole TP groups of "
+                            f"data-parallel ranks) on the {num_gpus} GPUs planned for")
         raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for")
     return layouts
+
+
+def _ep_degrees(layout: Layout, wanted_ep: int | None, gpus_per_node: int) -> list[int]:
+    """The searched EP degrees, or the one `--layout ep=N` fixes when it is tp times any
+    divisor of dp."""
+    if wanted_ep is None:
+        return expert_parallel_degrees(layout.tp, layout.dp, gpus_per_node)
+    fits = wanted_ep > 1 and wanted_ep % layout.tp == 0 and layout.dp % (wanted_ep // layout.tp) == 0
+    return [wanted_ep] if fits else []
 
 
 def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
@@ -76,7 +93,9 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]]) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs."""
-    candidates = candidate_layouts(num_gpus, wanted)
+    if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
+        raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
+    candidates = candidate_layouts(num_gpus, wanted, cluster.gpus_per_node if model.is_moe else None)
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []
@@ -87,5 +106,5 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
         feasible.extend(found)
         if rejection is not None:
             rejected.append(rejection)
-    rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp))
+    rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ep))
     return Plan(model, cluster, request, num_gpus, tuple(rank(feasible)), tuple(rejected), evaluated)

@@ -43,6 +43,7 @@ from planner.cost.serving_time import (
     round_time,
     serving_bubble_fraction,
     serving_collectives,
+    ep_alltoall_seconds_per_moe_layer,
     tp_allreduce_seconds_per_layer,
 )
 from planner.layout import Layout, Placement, Rejected, place
@@ -84,6 +85,10 @@ class ServeEstimate:
     allreduce_message_bytes: float
     allreduce_source: str
     """"model" (alpha-beta ring) or "measured" (probe curve at this size)."""
+    alltoall_seconds_per_moe_layer: float
+    """EP: dispatch + combine of one MoE layer at one decode micro-batch's size (0 without EP)."""
+    alltoall_source: str
+    """"model" or "measured", as for the all-reduce."""
     pp_hop_seconds: float
     bubble_fraction: float
     decode_bound: str
@@ -215,7 +220,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
-        return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk)
+        return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk,
+                                                   expert_imbalance(request))
 
     def steady_at(concurrency: int) -> SteadyState:
         timed = rounds(concurrency)
@@ -258,6 +264,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     seqs_per_batch = max(1, math.ceil(steady.decode_seqs / in_flight))
     message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    alltoall, alltoall_source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch)
     collectives = serving_collectives(model, cluster, layout, placement, seqs_per_batch, in_flight,
                                       stages[slowest].num_layers, request.input_len)
     if placement.tp_crosses_node:
@@ -285,6 +292,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tp_allreduce_seconds_per_layer=allreduce,
         allreduce_message_bytes=message_bytes,
         allreduce_source=source,
+        alltoall_seconds_per_moe_layer=alltoall,
+        alltoall_source=alltoall_source,
         pp_hop_seconds=decode_round.hop_seconds,
         bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, decode_round.seconds),
         decode_bound=steps[slowest].bound,
@@ -323,6 +332,11 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
     return good, first_failing(request, steady_at(bad))
 
 
+def expert_imbalance(request: ServeRequest) -> float:
+    """The busiest EP GPU's routed load over the mean: --expert-imbalance, else the default."""
+    return request.expert_imbalance if request.expert_imbalance is not None else eff.EXPERT_LOAD_IMBALANCE
+
+
 def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> ServeMetrics:
     """What `vllm bench serve` would report for this layout: the burst (--num-prompts requests
     of the dataset's or the mean lengths, arriving at --request-rate, all at once for inf, at
@@ -336,7 +350,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     def step_seconds(load: StepLoad) -> float:
         in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
-        return round_time(model, cluster, layout, placement, stages, load, in_flight).seconds
+        return round_time(model, cluster, layout, placement, stages, load, in_flight,
+                          imbalance=expert_imbalance(request)).seconds
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency))

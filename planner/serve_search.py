@@ -175,7 +175,7 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     num_gpus = request.num_gpus or cluster.num_gpus
     need = request.input_len + request.output_len
     best: tuple[int, Layout] | None = None
-    for layout in candidate_layouts(num_gpus, request.layout):
+    for layout in candidate_layouts(num_gpus, request.layout, cluster.gpus_per_node if model.is_moe else None):
         result = estimate(model, cluster, layout, replace(request, max_model_len=need))
         if isinstance(result, ServeEstimate):
             length = min(result.kv_cache_tokens, model.max_position_embeddings)

@@ -131,3 +131,42 @@ def allreduce_seconds(message_bytes: float, group: GroupTopology | None,
     if curve is not None:
         return curve_seconds(curve, message_bytes)
     return group_allreduce_seconds(message_bytes, effective_group(group), hierarchical)
+
+
+def group_alltoall_seconds(message_bytes: float, group: GroupTopology | None) -> float:
+    """All-to-all where each of n ranks sends S bytes in total (S/n to every rank, itself
+    included), over a group of g ranks per node on N nodes:
+
+        T = (g-1)*alpha_intra + (N-1)*alpha_inter
+            + max((g-1)/n * S / B_intra, (n-g)/n * S / B_nic)
+
+    Inside one node (N = 1) that is nccl-tests' alltoall, busbw factor (n-1)/n
+    (doc/PERFORMANCE.md). Across nodes every GPU of a node sends its off-node share at once
+    on its 1/gpus_per_node share of the NICs while the on-node share goes over NVLink in
+    parallel; one latency per peer inside the node and one per peer node (NCCL groups the
+    sends to a node's GPUs on the same rail). docs/cost-model.md (Expert parallelism:
+    all-to-all). 0 for one rank."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    n, g = group.num_ranks, group.ranks_per_node
+    seconds = 0.0
+    intra_seconds = inter_seconds = 0.0
+    if group.intra is not None and g > 1:
+        seconds += (g - 1) * group.intra.latency_seconds
+        intra_seconds = (g - 1) / n * message_bytes / group.intra.bandwidth_bytes_per_s
+    if group.inter is not None and group.num_nodes > 1:
+        seconds += (group.num_nodes - 1) * group.inter.latency_seconds
+        inter_seconds = (n - g) / n * message_bytes / group.inter.bandwidth_bytes_per_s
+    return seconds + max(intra_seconds, inter_seconds)
+
+
+def alltoall_seconds(message_bytes: float, group: GroupTopology | None,
+                     curve: AllreduceCurve | None) -> float:
+    """One all-to-all over a placed group (S bytes sent per rank): the probe's measured curve
+    at this size when it measured this link at this group size, else
+    group_alltoall_seconds on the links at NCCL's achieved bus bandwidth. 0 for one rank."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    if curve is not None:
+        return curve_seconds(curve, message_bytes)
+    return group_alltoall_seconds(message_bytes, effective_group(group))

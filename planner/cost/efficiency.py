@@ -161,3 +161,7 @@ tensors and 2 backward ones (TE docs, fp8_delayed_scaling.rst: shapes
 (amax_history_len, num_gemms * 3) and (amax_history_len, num_gemms * 2)) and a scale each."""
 TRAIN_FP8_SCALING_BYTES_PER_GEMM = (3 + 2) * 4 * (TRAIN_FP8_AMAX_HISTORY_LEN + 2)
 """fp32 amax history + scale + scale-inverse of the 5 fp8 tensors of one GEMM: 20 KiB."""
+
+
+EXPERT_LOAD_IMBALANCE = 1.0
+"""Routed tokens on the busiest GPU of an EP group over the mean (whole experts per GPU)."""

@@ -299,17 +299,34 @@ def attention_replicated_weights(model: ModelSpec, tp: int) -> tuple[int, int]:
     return 2 * h * model.num_key_value_heads * d, 2 * h * kv_heads_per_gpu(model, tp) * d
 
 
-def layer_linear_weights_per_gpu_by_kind(model: ModelSpec, tp: int) -> tuple[float, float, float]:
+def experts_per_gpu(model: ModelSpec, ep: int) -> int:
+    """ceil(E / ep): routed experts on the fullest GPU of an EP group (vLLM gives the first
+    E mod ep ranks one more, vllm/model_executor/layers/fused_moe/layer.py determine_expert_map);
+    all E without EP."""
+    return -(-model.num_local_experts // ep) if ep > 1 else model.num_local_experts
+
+
+def routed_expert_share_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Share of the routed experts' weights on one GPU: 1/t (every expert TP-split) without
+    EP, ceil(E/ep)/E whole experts with it (expert TP 1)."""
+    if ep <= 1 or not model.is_moe:
+        return 1 / tp
+    return experts_per_gpu(model, ep) / model.num_local_experts
+
+
+def layer_linear_weights_per_gpu_by_kind(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float, float]:
     """The mean block's matmul weights on one GPU of a TP group as (attention, routed
     experts, other MLP): split by t, except the attention weights TP replicates
-    (attention_replicated_weights)."""
+    (attention_replicated_weights) and the routed experts under EP
+    (routed_expert_share_per_gpu)."""
     full, per_gpu = attention_replicated_weights(model, tp)
     routed, other = mlp_linear_weights(model)
-    return (attention_linear_weights(model) - full) / tp + per_gpu, routed / tp, other / tp
+    return ((attention_linear_weights(model) - full) / tp + per_gpu,
+            routed * routed_expert_share_per_gpu(model, tp, ep), other / tp)
 
 
-def layer_linear_weights_per_gpu(model: ModelSpec, tp: int) -> float:
-    return sum(layer_linear_weights_per_gpu_by_kind(model, tp))
+def layer_linear_weights_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    return sum(layer_linear_weights_per_gpu_by_kind(model, tp, ep))
 
 
 def layer_other_params(model: ModelSpec) -> int:
@@ -319,15 +336,15 @@ def layer_other_params(model: ModelSpec) -> int:
     return counts.per_layer - linear_weights_per_layer(model, counts)
 
 
-def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     """One block's parameters on one GPU of a TP group."""
-    return layer_linear_weights_per_gpu(model, tp) + layer_other_params(model)
+    return layer_linear_weights_per_gpu(model, tp, ep) + layer_other_params(model)
 
 
-def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
+def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     """The mean block's weight bytes on one GPU: quantized matmuls at the quantized size, the
     rest in the model dtype."""
-    kinds = layer_linear_weights_per_gpu_by_kind(model, tp)
+    kinds = layer_linear_weights_per_gpu_by_kind(model, tp, ep)
     quantized = quantized_weights(model, *kinds)
     return (quantized * linear_bytes_per_weight(model)
             + (sum(kinds) - quantized + layer_other_params(model)) * BYTES_PER_ELEMENT[model.dtype])

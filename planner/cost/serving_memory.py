@@ -205,11 +205,12 @@ def nccl_buffer_bytes(group_size: int) -> int:
 
 
 def overhead_bytes(layout: Layout) -> float:
-    """CUDA context + NCCL buffers of the TP and PP communicators + CUDA graph pool."""
+    """CUDA context + NCCL buffers of the TP, PP and EP communicators + CUDA graph pool."""
     return (
         eff.CUDA_CONTEXT_BYTES
         + nccl_buffer_bytes(layout.tp)
         + nccl_buffer_bytes(layout.pp)
+        + nccl_buffer_bytes(layout.ep)
         + eff.CUDA_GRAPH_BYTES
     )
 
@@ -230,7 +231,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
                  max_num_seqs: int) -> list[StageMemory]:
     budget = cluster.gpu.cuda_visible_memory_bytes * request.gpu_memory_utilization
     tokens = max_num_batched_tokens(cluster, request)
-    per_layer = layer_weight_bytes_per_gpu(model, layout.tp)
+    per_layer = layer_weight_bytes_per_gpu(model, layout.tp, layout.ep)
     stages = []
     layer_counts = stage_layer_counts(model.num_hidden_layers, layout.pp)
     window_counts = stage_window_layer_counts(model, layer_counts)

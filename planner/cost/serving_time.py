@@ -14,14 +14,16 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
-from planner.cost.comm import allreduce_seconds, p2p_seconds
+from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
 from planner.cost.flops import Gemm, layer_gemms_forward
 from planner.cost.params import (
     activation_bytes_per_element,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
+    experts_per_gpu,
     mlp_params,
     param_counts,
+    routed_expert_share_per_gpu,
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
@@ -54,21 +56,36 @@ def expected_experts_touched(model: ModelSpec, num_tokens: int) -> float:
     return experts * (1 - (1 - per_token / experts) ** num_tokens)
 
 
-def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, tp: int, num_tokens: int,
-                             num_stages: int) -> float:
+def expert_group_tokens(layout: Layout, num_tokens: float) -> float:
+    """Tokens whose routing one GPU's experts see per step: the replica's own without EP,
+    those of every data-parallel rank of the EP group with it (they step in lockstep)."""
+    return num_tokens * layout.dp_per_ep_group
+
+
+def moe_layers_of(model: ModelSpec, num_layers: int) -> float:
+    """MoE layers among num_layers consecutive ones (the mean block's share)."""
+    return num_layers * model.num_moe_layers / model.num_hidden_layers if model.is_moe else 0.0
+
+
+def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout, num_tokens: float) -> float:
     """A decode step reads every weight of the stage once, except MoE experts no token chose
     and the embedding table, of which it gathers only the batch's rows (unless the same
-    matrix is the LM head on this stage: tied and p = 1)."""
+    matrix is the LM head on this stage: tied and p = 1). Each of a GPU's E_g experts is
+    untouched with probability (1 - e/E)^N, N the tokens its experts see: E_g = E experts
+    split t ways without EP; ceil(E/ep) whole experts seeing the EP group's tokens with it."""
+    tp = layout.tp
     read = stage.weights_bytes
-    head_reads_embedding = model.tie_word_embeddings and num_stages == 1
+    head_reads_embedding = model.tie_word_embeddings and layout.pp == 1
     if stage.stage == 0 and not head_reads_embedding:
         read -= embedding_bytes_per_gpu(model, tp)
     if not model.is_moe:
         return read
-    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model) / tp
-    untouched = model.num_local_experts - expected_experts_touched(model, num_tokens)
-    moe_layers = stage.num_layers * model.num_moe_layers / model.num_hidden_layers  # mean block
-    return read - moe_layers * untouched * expert_bytes
+    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model)
+    local = experts_per_gpu(model, layout.ep)
+    expert_bytes *= routed_expert_share_per_gpu(model, tp, layout.ep) * model.num_local_experts / local  # 1/t or 1
+    untouched_share = 1 - expected_experts_touched(model, expert_group_tokens(layout, num_tokens)) / model.num_local_experts
+    untouched = local * untouched_share
+    return read - moe_layers_of(model, stage.num_layers) * untouched * expert_bytes
 
 
 def active_params_per_layer(model: ModelSpec) -> float:
@@ -150,6 +167,8 @@ class StepTime:
     """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
     """The fixed per-layer step cost over the stage's layers."""
+    alltoall_seconds_per_moe_layer: float = 0.0
+    """EP: dispatch + combine of one MoE layer at the step's size (0 without EP)."""
 
     @property
     def compute_or_memory_seconds(self) -> float:
@@ -165,21 +184,26 @@ def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placeme
     return 2 * allreduce_seconds(message_bytes, placement.tp_group, curve), source
 
 
-def gemm_shape_utilization(model: ModelSpec, tp: int, num_tokens: float) -> float:
+def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
     """Share of the achievable matmul rate one layer's linear GEMMs reach at M = tokens rows:
     u(M)*u(N)*u(K) per GEMM, u(x) = x/(x + GEMM_HALF_RATE_DIMENSION) as for training
-    (cost/training_time.gemm_seconds), FLOP-weighted over QKV, output, MLP up and down (for
-    MoE the experts' GEMMs see the tokens routed to each touched expert)."""
+    (cost/training_time.gemm_seconds), FLOP-weighted over QKV, output, MLP up and down. For
+    MoE the experts' GEMMs see the tokens routed to each touched expert: N e / E_touched(N)
+    rows, N the tokens the GPU's experts see (expert_group_tokens), an expert's FFN split t
+    ways without EP and whole with it."""
+    tp = layout.tp
     m = max(1, round(num_tokens))
     gemms = list(layer_gemms_forward(model, 1, m, tp)[:2])
-    f, rows, count = model.intermediate_size, m, 1
+    f, rows, count, split = model.intermediate_size, m, 1, tp
     if model.is_moe:
-        touched = max(1.0, expected_experts_touched(model, m))
+        seen = expert_group_tokens(layout, m)
+        touched = max(1.0, expected_experts_touched(model, seen))
         f = model.expert_intermediate_size
-        rows = max(1, round(m * model.num_experts_per_tok / touched))
-        count = max(1, round(touched))
-    up = (2 if model.gated_mlp else 1) * f // tp
-    gemms += [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // tp), count)]
+        rows = max(1, round(seen * model.num_experts_per_tok / touched))
+        count = max(1, round(touched * experts_per_gpu(model, layout.ep) / model.num_local_experts))
+        split = tp if layout.ep == 1 else 1
+    up = (2 if model.gated_mlp else 1) * f // split
+    gemms += [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // split), count)]
     half = eff.GEMM_HALF_RATE_DIMENSION
     flops = sum(g.flops for g in gemms)
     seconds = sum(g.flops / ((g.m / (g.m + half)) * (g.n / (g.n + half)) * (g.k / (g.k + half))) for g in gemms)
@@ -203,24 +227,28 @@ def attention_flops_per_s(cluster: ClusterSpec) -> float:
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                    stage: StageMemory, load: StepLoad) -> StepTime:
+                    stage: StageMemory, load: StepLoad,
+                    imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> StepTime:
     """One stage, one step of `load`:
     linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate)
     attention      (KV read of the decoding sequences + KV written) / HBM
                    + 4 * pairs * a * d * L_s / t at flash attention's rate
                    (a sliding-window layer reads and pairs each query with at most W keys:
                    window_capped_tokens on the mean context and the mean pairs per query)
-    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes.
+    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes;
+                   with EP, per MoE layer 2 all-to-alls (dispatch, combine) and the busiest
+                   GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
     positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
-    weight_seconds = decode_weight_bytes_read(model, stage, t, tokens, layout.pp) / hbm
+    weight_seconds = decode_weight_bytes_read(model, stage, layout, tokens) / hbm
     layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens
+    layer_flops += routed_expert_flops(model, stage.num_layers, tokens) * (expert_load_factor(layout, imbalance) - 1)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
     rate = achievable_flops_per_s(model, cluster)
-    compute_seconds = (layer_flops / gemm_shape_utilization(model, t, tokens)
+    compute_seconds = (layer_flops / gemm_shape_utilization(model, layout, tokens)
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
     gemm = max(weight_seconds, compute_seconds)
     kv_bytes = stage_kv_bytes_read(stage, load)
@@ -229,10 +257,49 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                  + 4 * stage_attention_pairs(stage, load) * heads_dim / t / attention_flops_per_s(cluster))
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
+    alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
     overhead = stage.num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
-    return StepTime(gemm + attention + stage.num_layers * allreduce + overhead, gemm, attention,
-                    allreduce, bound, overhead)
+    return StepTime(gemm + attention + stage.num_layers * allreduce + alltoalls + overhead, gemm, attention,
+                    allreduce, bound, overhead, alltoall)
+
+
+def routed_expert_flops(model: ModelSpec, num_layers: int, num_tokens: float) -> float:
+    """2 * e * P_expert * tokens over the MoE layers among num_layers: the routed experts'
+    share of the stage's FLOPs (all of its GPUs together)."""
+    if not model.is_moe:
+        return 0.0
+    per_token = 2 * model.num_experts_per_tok * mlp_params(model, model.expert_intermediate_size)
+    return moe_layers_of(model, num_layers) * per_token * num_tokens
+
+
+def expert_load_factor(layout: Layout, imbalance: float) -> float:
+    """The busiest GPU's routed work over the mean: `imbalance` when whole experts sit on
+    GPUs (EP: some experts are more popular than others), 1 when every expert is TP-split
+    over the group (each GPU does 1/t of every expert)."""
+    return imbalance if layout.ep > 1 else 1.0
+
+
+def ep_alltoall_message_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+    """S, what one GPU sends in one dispatch (and gets back in one combine): its share of the
+    step's tokens (1/t of its replica's), each to e experts, h values each in the activation
+    dtype: tokens / t * e * h * bytes."""
+    return num_tokens / layout.tp * model.num_experts_per_tok * model.hidden_size * activation_bytes_per_element(model)
+
+
+def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                                      placement: Placement, num_tokens: float) -> tuple[float, str]:
+    """Dispatch and combine of one MoE layer, forward only: 2 all-to-alls of S bytes over the
+    EP group (comm.alltoall_seconds); the probe's curve where it measured this link and size.
+    0 without EP."""
+    group = placement.ep_group
+    if group is None or not model.is_moe:
+        return 0.0, "model"
+    link = placement.ep_link
+    curve = cluster.alltoall_curve(link.scope, layout.ep) if hasattr(cluster, "alltoall_curve") else None
+    source = "measured" if curve is not None else "model"
+    return 2 * alltoall_seconds(ep_alltoall_message_bytes(model, layout, num_tokens), group, curve), source
 
 
 def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
@@ -288,7 +355,8 @@ class RoundTime:
 
 
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                     stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad) -> tuple[StepTime, ...]:
+                     stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad,
+                     imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> tuple[StepTime, ...]:
     """stage_step_time of every stage; stages alike (same memory and layers, neither first
     nor last) are priced once: with p stages most of them are the same middle stage."""
     last = layout.pp - 1
@@ -297,14 +365,14 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
     for s in stages:
         key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last)
         if key not in alike:
-            alike[key] = stage_step_time(model, cluster, layout, placement, s, load)
+            alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance)
         out.append(alike[key])
     return tuple(out)
 
 
 def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
-               chunk: StepLoad | None = None) -> RoundTime:
+               chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> RoundTime:
     """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
     step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
     (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.
@@ -315,7 +383,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     - the engine scheduling k steps (one scheduler, serial).
     With p = 1 that is engine step + the stage. docs/cost-model.md (Serving: pipeline)."""
     per_batch = load.scaled(1 / in_flight)
-    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch)
+    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance)
     slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
     hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
     engine = engine_step_seconds(per_batch)
@@ -328,7 +396,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                            per_batch.prefill_tokens + chunk.prefill_tokens,
                            per_batch.prefill_attention_pairs + chunk.prefill_attention_pairs,
                            per_batch.prompts_completing + chunk.prompts_completing)
-        big = stage_step_times(model, cluster, layout, placement, stages, carrier)
+        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
@@ -377,7 +445,8 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
                         prompt_tokens: int) -> tuple[Collective, ...]:
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
-    L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1."""
+    L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
+    with EP a dispatch and a combine per MoE layer, counted the same way."""
     width = model.hidden_size * activation_bytes_per_element(model)
     out = []
     phases = (("decode", decode_tokens, batches_in_flight * slowest_stage_layers, layout.pp),
@@ -388,6 +457,13 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
             out += [Collective(phase, f"after {where}", "all-reduce", layout.tp, placement.tp_link.kind,
                                tokens * width, both / 2, source, allreduces)
                     for where in ("attention", "MLP")]
+        if placement.ep_group is not None and model.is_moe:
+            both, source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
+            count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
+                     if phase == "decode" else model.num_moe_layers)
+            out += [Collective(phase, f"MoE {what}", "all-to-all", layout.ep, placement.ep_link.kind,
+                               ep_alltoall_message_bytes(model, layout, tokens), both / 2, source, count)
+                    for what in ("dispatch", "combine")]
         if placement.pp_link is not None:
             out.append(Collective(phase, "to next stage", "send", 2, placement.pp_link.kind, tokens * width,
                                   pipeline_hop_seconds(model, placement, tokens), "model", sends))

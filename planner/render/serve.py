@@ -45,6 +45,13 @@ def _link(r: ServeEstimate) -> str:
     return f"{us(r.tp_allreduce_seconds_per_layer)} {link.kind}" + (" (measured)" if r.allreduce_source == "measured" else "")
 
 
+def _alltoall(r: ServeEstimate) -> str:
+    link = r.placement.ep_link
+    if link is None:
+        return "-"
+    return f"{us(r.alltoall_seconds_per_moe_layer)} {link.kind}" + (" (measured)" if r.alltoall_source == "measured" else "")
+
+
 def _memory(r: ServeEstimate) -> str:
     s = r.stages[r.worst_stage]
     return f"{_g(s.weights_bytes)}+{_g(s.kv_cache_bytes)}/{_g(s.budget_bytes)}"
@@ -76,11 +83,15 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
     return ", ".join(marks)
 
 
+MOE_COLUMNS = ("ep", "all-to-all")
+"""Shown for MoE models only."""
+
 COLUMNS = (
     Column("#", lambda r, i, p: str(i + 1)),
     Column("tp", lambda r, i, p: str(r.layout.tp)),
     Column("pp", lambda r, i, p: str(r.layout.pp)),
     Column("dp", lambda r, i, p: str(r.layout.dp)),
+    Column("ep", lambda r, i, p: str(r.layout.ep)),
     Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r)),
     Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
     Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
@@ -89,6 +100,7 @@ COLUMNS = (
     Column("TPOT", lambda r, i, p: ms(r.tpot_seconds)),
     Column("tok/s", lambda r, i, p: count(r.throughput_tokens_per_second)),
     Column("all-reduce/layer", lambda r, i, p: _link(r)),
+    Column("all-to-all", lambda r, i, p: _alltoall(r)),
     Column("bubble", lambda r, i, p: f"{r.bubble_fraction:.0%}"),
     Column("notes", lambda r, i, p: _notes(r, p), "left"),
 )
@@ -99,10 +111,11 @@ def render_table(plan: ServePlan, top: int) -> Table:
 
     table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
                         f"{len(plan.layouts) + len(plan.rejected)}, ranked by {ranking(plan.request)})")
-    for column in COLUMNS:
+    columns = [c for c in COLUMNS if plan.model.is_moe or c.header not in MOE_COLUMNS]
+    for column in columns:
         table.add_column(column.header, justify=column.justify)
     for index, result in enumerate(plan.layouts[:top]):
-        table.add_row(*(column.get(result, index, plan) for column in COLUMNS))
+        table.add_row(*(column.get(result, index, plan) for column in columns))
     return table
 
 
@@ -158,11 +171,13 @@ def render_rejected(rejected: tuple[Rejected, ...] | list[Rejected], title: str 
     from rich.table import Table
 
     table = Table(title=title)
-    for header in ("tp", "pp", "dp"):
+    with_ep = any(item.layout.ep > 1 for item in rejected)
+    for header in ("tp", "pp", "dp", "ep")[:4 if with_ep else 3]:
         table.add_column(header, justify="right")
     table.add_column("why not", justify="left")
     for item in rejected:
-        table.add_row(str(item.layout.tp), str(item.layout.pp), str(item.layout.dp), "; ".join(item.reasons))
+        degrees = [str(item.layout.tp), str(item.layout.pp), str(item.layout.dp)] + ([str(item.layout.ep)] if with_ep else [])
+        table.add_row(*degrees, "; ".join(item.reasons))
     return table
 
 
@@ -233,7 +248,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
                 ray_steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     worst = r.stages[r.worst_stage]
     return {
-        "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "rank": rank,
+        "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep, "rank": rank,
         "memory_per_gpu_bytes": worst.used_bytes,
         "capacity_per_gpu_bytes": plan.cluster.gpu.memory_bytes,
         "usable_per_gpu_bytes": worst.budget_bytes,
@@ -250,6 +265,9 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "tp_allreduce_source": r.allreduce_source,
         "tp_link": None if r.placement.tp_link is None else r.placement.tp_link.kind,
         "tp_crosses_node": r.placement.tp_crosses_node,
+        "alltoall_seconds_per_layer": r.alltoall_seconds_per_moe_layer,
+        "alltoall_link": None if r.placement.ep_link is None else r.placement.ep_link.kind,
+        "alltoall_source": r.alltoall_source,
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,
         "bubble_fraction": r.bubble_fraction, "decode_bound": r.decode_bound,
@@ -328,7 +346,8 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "command_engine": engine,
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
-        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons)}
+        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
+                      "reasons": list(r.reasons)}
                      for r in plan.rejected],
         "suggestions": list(plan.suggestions),
     }
