@@ -145,7 +145,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         if auto:
             render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
         else:
-            console().print(describe_model(model))
+            console().print(describe_model(model, request.kv_cache_dtype))
             console().print(describe_cluster(cluster))
         render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto)
     found = best is not None or (auto and plan.recommended is not None)

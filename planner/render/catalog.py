@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 from planner import catalog, units
-from planner.cost.params import kv_bytes_per_token, param_counts, weight_bytes
+from planner.cost.params import param_counts, weight_bytes
+from planner.model_summary import ModelSummary, model_summary
 from planner.render.common import billions, console, gb_per_s, gib
 from planner.specs import ClusterSpec, ModelSpec
 
 
-def describe_model(model: ModelSpec) -> str:
-    counts = param_counts(model)
-    active = f", {billions(counts.active)} active" if model.is_moe else ""
+def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
+    """`deepseek-v3: 671.03B params, 37.55B active, ..., 61 layers, MLA 128 heads, 256 experts
+    top-8 + 1 shared in 58 layers`: the facts of model_summary, at the plan's KV dtype."""
+    s = model_summary(model, kv_cache_dtype)
+    active = f", {billions(s.active_params)} active" if s.num_experts else ""
+    mtp = f" (+{billions(s.mtp_params)} MTP)" if s.mtp_params else ""
     quant = f" {model.quantization}" if model.quantization else ""
     return (
-        f"{model.name}: {billions(counts.total)} params{active}, {gib(weight_bytes(model))} of "
-        f"{model.dtype}{quant} weights, KV {kv_bytes_per_token(model) / units.BYTES_PER_KIB:.0f} KiB/token, "
-        f"{model.num_hidden_layers} layers, {model.num_attention_heads} heads / "
-        f"{model.num_key_value_heads} KV heads"
+        f"{model.name}: {billions(s.total_params)} params{mtp}{active}, {gib(weight_bytes(model))} of "
+        f"{model.dtype}{quant} weights, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
+        f"({s.kv_cache_dtype}), {model.num_hidden_layers} layers, {_attention(model, s)}{_experts(model, s)}"
     )
+
+
+def _attention(model: ModelSpec, s: ModelSummary) -> str:
+    heads = f"{s.attention.upper()} {model.num_attention_heads} heads"
+    return heads if s.attention in ("mha", "mla") else f"{heads} / {model.num_key_value_heads} KV heads"
+
+
+def _experts(model: ModelSpec, s: ModelSummary) -> str:
+    if not s.num_experts:
+        return ""
+    shared = f" + {s.num_shared_experts} shared" if s.num_shared_experts else ""
+    layers = f" in {s.num_moe_layers} layers" if s.num_moe_layers != model.num_hidden_layers else ""
+    return f", {s.num_experts} experts top-{s.experts_per_token}{shared}{layers}"
 
 
 def describe_cluster(cluster: ClusterSpec) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from planner.cost.serving_sim import Distribution, ServeMetrics
 from planner.emit.command import LaunchStep
 from planner.layout import Rejected
+from planner.model_summary import model_summary
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import (
     MAX_REJECTED_SHOWN,
@@ -20,6 +21,7 @@ from planner.render.common import (
     per_node_lines,
     print_json_rows,
     step_json,
+    to_jsonable,
     us,
 )
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
@@ -185,7 +187,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
                 ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None,
                 metrics: ServeMetrics | None = None) -> None:
     out = console()
-    out.print(describe_model(plan.model))
+    out.print(describe_model(plan.model, plan.request.kv_cache_dtype))
     out.print(describe_cluster(plan.cluster))
     if plan.recommended is None:
         render_infeasible(plan, show_rejected)
@@ -338,6 +340,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "workload": "serve",
         "serve_workload": serve_workload_json(plan.request),
         "model": plan.model.name,
+        "model_summary": to_jsonable(model_summary(plan.model, plan.request.kv_cache_dtype)),
         "cluster": plan.cluster.name,
         "num_gpus": plan.num_gpus,
         "objective": plan.request.objective,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.emit.command import ALL_NODES, LaunchStep
+from planner.model_summary import model_summary
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import (
     MAX_REJECTED_SHOWN,
@@ -223,6 +224,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
     print_json_rows({
         "workload": "train",
         "model": model.name,
+        "model_summary": to_jsonable(model_summary(model)),
         "cluster": cluster.name,
         "num_gpus": plan.num_gpus,
         "global_batch": request.global_batch,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-TOP_LEVEL = {"workload", "model", "cluster", "recommended", "layouts", "rejected"}
+TOP_LEVEL = {"workload", "model", "model_summary", "cluster", "recommended", "layouts", "rejected"}
 LAYOUT = {
     "tp",
     "pp",
