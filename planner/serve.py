@@ -40,10 +40,10 @@ from planner.cost.serving_time import (
     StepLoad,
     StepTime,
     causal_pairs,
+    ep_alltoall_seconds_per_moe_layer,
     round_time,
     serving_bubble_fraction,
     serving_collectives,
-    ep_alltoall_seconds_per_moe_layer,
     tp_allreduce_seconds_per_layer,
 )
 from planner.layout import Layout, Placement, Rejected, place

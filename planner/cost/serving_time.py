@@ -18,9 +18,9 @@ from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
 from planner.cost.flops import Gemm, layer_gemms_forward
 from planner.cost.params import (
     activation_bytes_per_element,
+    experts_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
-    experts_per_gpu,
     mlp_params,
     param_counts,
     routed_expert_share_per_gpu,
