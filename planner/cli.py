@@ -123,6 +123,7 @@ GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's frac
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
+ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
 MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency).")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
@@ -187,6 +188,7 @@ class PlanOptions:
     precision: Precision = DEFAULT_PRECISION
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
+    expert_imbalance: float | None = None
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -239,7 +241,15 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         max_e2e_seconds=None if opts.max_e2e_ms is None else units.ms_to_seconds(opts.max_e2e_ms),
         engine_versions=parse_engine_versions(opts.engine_version),
         mode=opts.mode.value,
+        expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
     )
+
+
+def check_expert_imbalance(value: float | None) -> float | None:
+    if value is not None and not 1.0 <= value <= 64.0:
+        raise SpecError(f"--expert-imbalance: {value} must be between 1 (every GPU as busy) and 64 "
+                        "(the busiest GPU's routed tokens over the mean)")
+    return value
 
 
 def train_request(opts: PlanOptions) -> TrainRequest:
@@ -325,7 +335,7 @@ def _write_failed(problem: str) -> NoReturn:
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
-              "served_model")
+              "served_model", "expert_imbalance")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
@@ -402,6 +412,7 @@ def plan(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    expert_imbalance: ExpertImbalanceOpt = None,
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
@@ -434,6 +445,7 @@ def plan(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
+        expert_imbalance=expert_imbalance,
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
@@ -503,6 +515,7 @@ def explain(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    expert_imbalance: ExpertImbalanceOpt = None,
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
@@ -547,6 +560,7 @@ def explain(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
+        expert_imbalance=expert_imbalance,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)

@@ -293,8 +293,20 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ("--layout", "tp8"),
     ),
     "layout-unknown-degree": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "cp=2"],
+        ("--layout", "cp=2"),
+    ),
+    "layout-ep-on-a-dense-model": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "ep=2"],
-        ("--layout", "ep=2"),
+        ("--layout", "ep=2", "no experts"),
+    ),
+    "layout-ep-not-whole-tp-groups": (
+        ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--layout", "tp=2,ep=3"],
+        ("--layout", "ep must be tp times a divisor of dp"),
+    ),
+    "expert-imbalance-below-one": (
+        ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--expert-imbalance", "0.9"],
+        ("--expert-imbalance", "0.9"),
     ),
     "layout-zero": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=0"],

@@ -1,0 +1,152 @@
+"""Expert parallelism worked by hand: the all-to-all's alpha-beta time inside a node and
+across nodes, experts per GPU, where an EP group lands, MLA's KV cache under TP vs
+data-parallel attention, and what EP changes in one decode step.
+
+Links as the shipped DGX H100 profiles give them: NVLink 450 GB/s per GPU one way, 1 us;
+8 x 400 Gb/s NDR per node = 400 GB/s, 50 GB/s per GPU when all 8 send at once, 5 us.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cost import efficiency as eff
+from planner.cost.comm import alltoall_seconds, group_alltoall_seconds
+from planner.cost.params import experts_per_gpu, layer_weight_bytes_per_gpu, routed_expert_share_per_gpu
+from planner.cost.serving_memory import stage_memory
+from planner.cost.serving_time import (
+    StepLoad,
+    ep_alltoall_message_bytes,
+    expert_load_factor,
+    stage_step_time,
+)
+from planner.layout import GroupTopology, Layout, Link, ep_group_ranks, ep_group_topology, place
+from planner.requests import ServeRequest
+
+NVLINK = Link("nvlink", "intra_node", 450e9, 1e-6)
+NIC_SHARE = Link("infiniband", "inter_node", 50e9, 5e-6)
+MIB = 1_048_576
+
+
+def test_alltoall_inside_one_node_by_hand():
+    """n = 8 on one node, S = 1 MiB each: 7 latencies + 7/8 of S over NVLink:
+    7 * 1 us + 917,504 B / 450e9 B/s = 7 us + 2.0389 us = 9.0389 us."""
+    group = GroupTopology(8, 8, 1, NVLINK, None)
+    assert group_alltoall_seconds(MIB, group) == pytest.approx(7e-6 + 917_504 / 450e9, rel=1e-12)
+    assert group_alltoall_seconds(MIB, group) == pytest.approx(9.0389e-6, rel=1e-4)
+
+
+def test_alltoall_across_two_nodes_by_hand():
+    """n = 16 over 2 nodes, g = 8 each, S = 1 MiB: 7/16 of S stays on NVLink (458,752 B /
+    450e9 = 1.019 us), 8/16 crosses the NICs at 50 GB/s per GPU (524,288 B / 50e9 =
+    10.486 us), in parallel: the NIC share wins. Latencies 7 * 1 us + 1 * 5 us = 12 us.
+    T = 12 + 10.486 = 22.486 us: 2.5x the one-node time for the same bytes per GPU."""
+    group = GroupTopology(16, 8, 2, NVLINK, NIC_SHARE)
+    expected = 7e-6 + 5e-6 + 524_288 / 50e9
+    assert group_alltoall_seconds(MIB, group) == pytest.approx(expected, rel=1e-12)
+    assert group_alltoall_seconds(MIB, group) == pytest.approx(22.486e-6, rel=1e-4)
+    one_node = group_alltoall_seconds(MIB, GroupTopology(8, 8, 1, NVLINK, None))
+    assert group_alltoall_seconds(MIB, group) > 2 * one_node
+
+
+def test_alltoall_one_rank_is_free_and_datasheet_links_are_derated():
+    """One rank sends nothing. On a placed group the datasheet links run at NCCL's bus
+    bandwidth share (0.77): the bandwidth term of the one-node case grows by 1/0.77."""
+    assert alltoall_seconds(MIB, GroupTopology(1, 1, 1, None, None), None) == 0.0
+    group = GroupTopology(8, 8, 1, NVLINK, None)
+    derated = alltoall_seconds(MIB, group, None)
+    assert derated == pytest.approx(7e-6 + 917_504 / (450e9 * eff.NCCL_BUSBW_FRACTION_OF_LINK), rel=1e-12)
+
+
+@given(st.integers(1, 1 << 30), st.sampled_from([(8, 8, 1), (16, 8, 2), (32, 8, 4), (16, 4, 4)]))
+def test_alltoall_grows_with_size(message_bytes, shape):
+    n, g, nodes = shape
+    group = GroupTopology(n, g, nodes, NVLINK, NIC_SHARE if nodes > 1 else None)
+    assert group_alltoall_seconds(message_bytes + 1, group) >= group_alltoall_seconds(message_bytes, group) > 0
+
+
+def test_experts_per_gpu_by_hand():
+    """DeepSeek-V3's 256 routed experts: ep 8 -> 32 per GPU, ep 64 -> 4, ep 96 -> ceil(2.67)
+    = 3 on the fullest GPU (vLLM gives the first 256 mod 96 = 64 ranks the extra one);
+    without EP all 256, each split over t. Share of the routed weights on one GPU: 1/t
+    without EP (1/8 at tp 8), 32/256 = 1/8 at ep 8, 3/256 at ep 96."""
+    model = resolve_model("deepseek-v3")
+    assert [experts_per_gpu(model, ep) for ep in (1, 8, 64, 96)] == [256, 32, 4, 3]
+    assert routed_expert_share_per_gpu(model, 8, 1) == pytest.approx(1 / 8)
+    assert routed_expert_share_per_gpu(model, 1, 8) == pytest.approx(32 / 256)
+    assert routed_expert_share_per_gpu(model, 1, 96) == pytest.approx(3 / 256)
+
+
+@given(st.sampled_from(["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "qwen3-235b-a22b"]),
+       st.sampled_from([1, 2, 4]), st.integers(0, 6), st.integers(0, 3))
+def test_expert_weights_per_gpu_never_grow_with_ep(name, tp, low, more):
+    """For a fixed tp, a larger EP group (a multiple of a smaller one) never puts more
+    weight on a GPU."""
+    model = resolve_model(name)
+    small = tp * 2**low
+    large = small * 2**more
+    assert layer_weight_bytes_per_gpu(model, tp, large) <= layer_weight_bytes_per_gpu(model, tp, small) + 1e-6
+
+
+def test_ep_group_placement_by_hand():
+    """tp=2 pp=2 dp=4 ep=8 on 2 x 8 GPUs. vLLM's order gives DP rank d the GPUs
+    (d*pp + stage)*tp + t: stage 0's EP group is {0,1, 4,5, 8,9, 12,13}: 4 on each of 2
+    nodes. Megatron's (pp outermost) makes it the 8 consecutive ranks 0..7: one node."""
+    cluster = resolve_cluster("2x8xH100")
+    layout = Layout(2, 2, 4, 8)
+    assert ep_group_ranks(layout) == [0, 1, 4, 5, 8, 9, 12, 13]
+    vllm = ep_group_topology(cluster, layout)
+    assert (vllm.num_ranks, vllm.ranks_per_node, vllm.num_nodes) == (8, 4, 2)
+    assert vllm.inter is not None
+    megatron = ep_group_topology(cluster, layout, pp_outermost=True)
+    assert (megatron.ranks_per_node, megatron.num_nodes, megatron.inter) == (8, 1, None)
+    assert ep_group_topology(cluster, Layout(2, 2, 4)) is None
+    assert place(cluster, Layout(1, 1, 16, 16)).ep_link.kind == "infiniband"
+    assert place(cluster, Layout(1, 1, 16, 8)).ep_link.kind == "nvlink"
+
+
+def test_mla_kv_under_tp_vs_data_parallel_attention():
+    """DeepSeek-V3's MLA caches one latent per token and layer, (512 + 64) * 2 B * 61 layers
+    = 70,272 B, shared by all heads, so each GPU of a TP group holds all of it: at tp=8 the
+    8 GPUs hold one copy of each sequence's KV. With data-parallel attention (tp=1, dp=8,
+    ep=8) each GPU holds its own sequences: the same 70,272 B per token per GPU, 8 replicas,
+    so the node caches 8x the tokens per byte of KV space; each GPU has less of that space
+    (it holds all the attention weights instead of 1/8), so 5.2x here, still far more."""
+    model = resolve_model("deepseek-v3")
+    cluster = resolve_cluster("1x8xH200")
+    request = ServeRequest(max_model_len=8192)
+    (tp8,) = stage_memory(model, cluster, Layout(8, 1, 1, 8), request, 256)
+    (dpa,) = stage_memory(model, cluster, Layout(1, 1, 8, 8), request, 256)
+    assert tp8.kv_bytes_per_token == dpa.kv_bytes_per_token == (512 + 64) * 2 * 61 == 70_272
+    cluster_tokens_tp8 = tp8.kv_cache_tokens * 1
+    cluster_tokens_dpa = dpa.kv_cache_tokens * 8
+    space_ratio = 8 * dpa.kv_cache_bytes / tp8.kv_cache_bytes
+    assert cluster_tokens_dpa / cluster_tokens_tp8 == pytest.approx(space_ratio, rel=0.01)
+    assert dpa.weights_bytes > tp8.weights_bytes
+    assert cluster_tokens_dpa > 5 * cluster_tokens_tp8
+
+
+def test_ep_puts_alltoalls_and_imbalance_into_the_step():
+    """qwen3-30b-a3b (48 MoE layers, h 2048, top-8) at tp=1 dp=8 ep=8 on one H100 node,
+    64 decoding sequences per DP rank: each GPU dispatches S = 64 * 8 * 2048 * 2 B =
+    2,097,152 B per MoE layer, twice (dispatch, combine) per layer; without EP there is no
+    all-to-all. The busiest GPU's routed work is EXPERT_LOAD_IMBALANCE times the mean under
+    EP and exactly the mean without it."""
+    model = resolve_model("qwen3-30b-a3b")
+    cluster = resolve_cluster("1x8xH100")
+    request = ServeRequest(max_model_len=4096)
+    load = StepLoad(64, 64 * 1024)
+    ep = Layout(1, 1, 8, 8)
+    assert ep_alltoall_message_bytes(model, ep, 64) == 64 * 8 * 2048 * 2 == 2_097_152
+    (stage,) = stage_memory(model, cluster, ep, request, 64)
+    with_ep = stage_step_time(model, cluster, ep, place(cluster, ep), stage, load)
+    one = alltoall_seconds(2_097_152, place(cluster, ep).ep_group, None)
+    assert with_ep.alltoall_seconds_per_moe_layer == pytest.approx(2 * one, rel=1e-12)
+    plain = Layout(1, 1, 8)
+    (stage1,) = stage_memory(model, cluster, plain, request, 64)
+    assert stage_step_time(model, cluster, plain, place(cluster, plain), stage1, load).alltoall_seconds_per_moe_layer == 0
+    assert expert_load_factor(ep, 1.3) == 1.3
+    assert expert_load_factor(plain, 1.3) == 1.0
