@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import efficiency as eff
 from planner.cost.comm import alltoall_seconds, group_alltoall_seconds
-from planner.cost.params import experts_per_gpu, layer_weight_bytes_per_gpu, routed_expert_share_per_gpu
+from planner.cost.params import (
+    experts_per_gpu,
+    layer_weight_bytes_per_gpu,
+    routed_expert_share_per_gpu,
+)
 from planner.cost.serving_memory import stage_memory
 from planner.cost.serving_time import (
     StepLoad,
