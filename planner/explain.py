@@ -17,11 +17,13 @@ from dataclasses import dataclass, replace
 
 from planner import sensitivity
 from planner.cost import efficiency as eff
+from planner.cost.comm import alltoall_seconds
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import overhead_bytes
 from planner.cost.serving_time import (
     achievable_flops_per_s,
     matmul_precision,
+    moe_layers_of,
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
 )
@@ -31,7 +33,7 @@ from planner.cost.timeline import (
     Timeline,
     decode_timeline,
 )
-from planner.layout import Layout, place
+from planner.layout import Layout, ep_group_topology, place
 from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, evaluate, plan_serving
@@ -83,6 +85,11 @@ class PlacementMap:
     """The first MAX_BOUNDARIES_LISTED pipeline boundaries, replica by replica."""
     num_boundaries: int = 0
     num_boundaries_crossing_nodes: int = 0
+    ep_link: str | None = None
+    """The slowest link an EP group's all-to-alls cross (None without EP)."""
+    ep_ranks_per_node: int = 0
+    ep_num_nodes: int = 0
+    """Nodes one EP group spans, with ep_ranks_per_node of its GPUs on each."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +211,11 @@ def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
     crosses = any((g * layout.tp) // gpn != (g * layout.tp + layout.tp - 1) // gpn
                   for g in range(min(num_groups, period)))
     tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
+    ep = ep_group_topology(cluster, layout)
+    ep_link = None if ep is None else kinds["inter" if ep.inter is not None else "intra"]
     return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries),
-                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn))
+                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn), ep_link,
+                        0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes)
 
 
 def boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
@@ -301,18 +311,22 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     def one_send(message_bytes: float) -> float:
         return pipeline_hop_seconds(model, placement, message_bytes / width)
 
+    def one_alltoall(message_bytes: float) -> float:
+        return alltoall_seconds(message_bytes, placement.ep_group, None)
+
+    timed = {"send": one_send, "all-to-all": one_alltoall}
     step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
-                       one_send if c.kind == "send" else one_allreduce, c.seconds, c.source == "measured",
+                       timed.get(c.kind, one_allreduce), c.seconds, c.source == "measured",
                        c.count_per_step, step[c.phase])
         for c in result.collectives)
 
 
-def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
+def serve_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown:
     """The mean step under load (= TPOT) on the slowest stage: a decode-only round's k
     micro-batches of work (the memory- or compute-bound part), the fixed per-layer cost and
-    L_s TP all-reduces, the engine's per-step cost; then what prompt chunks add to the mean
+    L_s TP all-reduces, the EP all-to-alls of its MoE layers, the engine's per-step cost; then what prompt chunks add to the mean
     step; the rest of the decode round is waiting, first for the p pipeline sends (exposed),
     then for other stages (bubble)."""
     k, p = result.batches_in_flight, result.layout.pp
@@ -323,8 +337,9 @@ def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
     work = k * step.compute_or_memory_seconds
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
-    engine = min(engine, max(0.0, decode_round - work - fixed - tp))
-    idle = max(0.0, decode_round - work - fixed - tp - engine)
+    ep = k * moe_layers_of(model, num_layers) * step.alltoall_seconds_per_moe_layer
+    engine = min(engine, max(0.0, decode_round - work - fixed - tp - ep))
+    idle = max(0.0, decode_round - work - fixed - tp - ep - engine)
     pp = min(idle, p * result.pp_hop_seconds)
     prompts = max(0.0, result.tpot_seconds - decode_round)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
@@ -334,6 +349,7 @@ def serve_breakdown(result: ServeEstimate) -> TimeBreakdown:
         BreakdownSegment(other, 0.0),
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
+        BreakdownSegment("EP all-to-all", ep),
         BreakdownSegment("engine step (scheduler, sampler)", engine),
         BreakdownSegment("prompt chunks in the step", prompts),
         BreakdownSegment("PP comm", pp),
@@ -415,7 +431,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         collectives=serve_collectives(model, cluster, result),
         timeline=timeline,
         timeline_caption=caption,
-        breakdown=serve_breakdown(result),
+        breakdown=serve_breakdown(model, result),
         sensitivity=report,
     )
 

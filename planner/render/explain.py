@@ -116,6 +116,15 @@ def placement_summary(pm: PlacementMap) -> list[str]:
         f"TP groups of {lay.tp} {'span nodes' if pm.tp_crosses_node else 'inside each node'}, "
         f"all-reduces over {pm.tp_link}")
     lines = [f"Cells are s<stage> t<tp rank> d<dp replica>; colour = pipeline stage. {tp}."]
+    if pm.ep_link is not None:
+        d = lay.dp_per_ep_group
+        ranks = f"the TP groups of {d} DP ranks" if lay.tp > 1 else f"{d} DP ranks"
+        where = (f"{pm.ep_ranks_per_node} GPUs on each of {pm.ep_num_nodes} nodes" if pm.ep_num_nodes > 1
+                 else "inside one node")
+        attention = ("; each DP rank attends its own sequences (data-parallel attention)" if d > 1 else "")
+        groups = lay.num_ep_groups * lay.pp
+        lines.append(f"EP groups of {lay.ep} GPUs ({ranks}; {groups:,} group{'s' if groups > 1 else ''} over the stages), "
+                     f"{where}: every MoE layer's dispatch and combine all-to-alls over {pm.ep_link}{attention}.")
     if not pm.boundaries:
         lines.append("No pipeline boundaries (pp=1).")
         return lines
