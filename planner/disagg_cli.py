@@ -74,7 +74,9 @@ def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
     if engine not in DISAGG_EMITTERS:
         return ()
     p, d = est.prefill, est.decode
-    groups = same_node_groups(p.workers, p.tp * p.pp, d.workers, d.tp * d.pp, cluster) if est.same_node else 0
+    if d.dp > 1:
+        return None  # expert-parallel decode workers: not emitted yet (docs/cost-model.md, Expert parallelism)
+    groups = same_node_groups(p.workers, p.gpus_per_worker, d.workers, d.gpus_per_worker, cluster) if est.same_node else 0
     deployment = DisaggDeployment(role_args(model, cluster, request, est, "prefill", model_arg),
                                   role_args(model, cluster, request, est, "decode", model_arg),
                                   p.workers, d.workers, groups)

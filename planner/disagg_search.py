@@ -59,14 +59,26 @@ class WorkerShape:
     stages: tuple[StageMemory, ...]
     placement: Placement
     kv_cache_tokens: int
+    """Per DP rank (one worker has dp of them under EP)."""
+    dp: int = 1
+    """Data-parallel ranks of one worker: > 1 only for an expert-parallel decode worker, whose
+    dp ranks each run their own attention and batch and share the experts (ep = tp * dp)."""
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
+
+    @property
+    def ep(self) -> int:
+        return self.tp * self.dp if self.dp > 1 else 1
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.tp, self.pp, self.dp
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.pp, 1)
+        return Layout(self.tp, self.pp, self.dp, self.ep)
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,7 @@ class WorkerPlan:
     pp: int
     workers: int
     concurrency: float
-    """Decode: sequences per worker; prefill: prompts per step."""
+    """Decode: sequences per worker (per DP rank of an EP worker); prefill: prompts per step."""
     round_seconds: float
     """Decode: T_d (TPOT); prefill: one round of its steps."""
     kv_cache_tokens: int
@@ -85,10 +97,25 @@ class WorkerPlan:
     weights_and_kv_bytes_per_gpu: float
     stages: tuple[StageMemory, ...]
     """One GPU of each pipeline stage of a worker (weights, activations, overhead, KV cache)."""
+    dp: int = 1
+    """DP ranks per worker (an expert-parallel decode worker: ep = tp * dp)."""
+
+    @property
+    def ep(self) -> int:
+        return self.tp * self.dp if self.dp > 1 else 1
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tp * self.pp * self.dp
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.workers
+        return self.gpus_per_worker * self.workers
+
+    @property
+    def shape_label(self) -> str:
+        base = f"tp={self.tp} pp={self.pp}"
+        return base if self.dp == 1 else f"{base} dp={self.dp} ep={self.ep}"
 
 
 @dataclass(frozen=True)
@@ -138,7 +165,7 @@ class DisaggEstimate:
     @property
     def label(self) -> str:
         p, d = self.prefill, self.decode
-        return f"P {p.workers}x(tp={p.tp} pp={p.pp}) + D {d.workers}x(tp={d.tp} pp={d.pp})"
+        return f"P {p.workers}x({p.shape_label}) + D {d.workers}x({d.shape_label})"
 
 
 @dataclass(frozen=True)
@@ -169,16 +196,36 @@ def worker_sizes(cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int]]:
     return out
 
 
+def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int, int]]:
+    """(tp, 1, d) expert-parallel decode workers of an MoE model: tp * d GPUs (d >= 2 DP
+    ranks with data-parallel attention, ep = tp * d) filling one node or whole nodes, at most
+    num_gpus - 1 (the prefill needs a GPU). Decode is where EP pays: more tokens per expert
+    read (docs/cost-model.md, Expert parallelism)."""
+    if not model.is_moe:
+        return []
+    gpn = cluster.gpus_per_node
+    out = []
+    tp = 1
+    while tp <= gpn:
+        d = 2
+        while gpn % tp == 0 and tp * d < num_gpus:
+            if (tp * d) % gpn == 0 or gpn % (tp * d) == 0:
+                out.append((tp, 1, d))
+            d *= 2
+        tp *= 2
+    return out
+
+
 def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
-                max_model_len: int) -> WorkerShape | None:
-    layout = Layout(tp, pp, 1)
+                max_model_len: int, dp: int = 1) -> WorkerShape | None:
+    layout = Layout(tp, pp, dp, tp * dp if dp > 1 else 1)
     if structural_reasons(model, layout):
         return None
     wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
     stages = stage_memory(model, cluster, layout, request, wanted)
     if memory_reasons(stages, max_model_len):
         return None
-    return WorkerShape(tp, pp, tuple(stages), place(cluster, layout), min(s.kv_cache_tokens for s in stages))
+    return WorkerShape(tp, pp, tuple(stages), place(cluster, layout), min(s.kv_cache_tokens for s in stages), dp)
 
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
@@ -273,16 +320,19 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     max_model_len = request.max_model_len or model.max_position_embeddings
     budget = max_num_batched_tokens(cluster, request)
     memo = _Memo()
-    for tp, pp in worker_sizes(cluster, num_gpus):
-        shape = price_shape(model, cluster, request, tp, pp, max_model_len)
+    sizes = [(tp, pp, 1) for tp, pp in worker_sizes(cluster, num_gpus)] + ep_decode_sizes(model, cluster, num_gpus)
+    for tp, pp, dp in sizes:
+        shape = price_shape(model, cluster, request, tp, pp, max_model_len, dp)
         if shape is None:
             continue
-        memo.shapes[(tp, pp)] = shape
-        memo.decode[(tp, pp)] = decode_concurrency(model, cluster, request, shape)
-        memo.prefill[(tp, pp)] = prefill_rounds(model, cluster, request, shape, min(budget, shape.kv_cache_tokens // pp))
+        memo.shapes[shape.key] = shape
+        memo.decode[shape.key] = decode_concurrency(model, cluster, request, shape)
+        if dp == 1:
+            memo.prefill[shape.key] = prefill_rounds(model, cluster, request, shape,
+                                                     min(budget, shape.kv_cache_tokens // pp))
     rejected: dict[str, int] = {}
     bounds = []
-    for p_key, d_key in ((p, d) for p in memo.shapes for d in memo.shapes):
+    for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
         if memo.decode[d_key] == 0:
             rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
                 "no decode concurrency meets --max-tpot-ms", 0) + 1
@@ -319,7 +369,8 @@ def rank_key(e: DisaggEstimate) -> tuple:
     p, d = e.prefill, e.decode
     """Goodput per GPU (to the token/s), then the larger deployment of the cluster (more total
     goodput at the same efficiency), then lower TPOT, then the shapes."""
-    return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.workers)
+    return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers,
+            d.tp, d.pp, d.dp, d.workers)
 
 
 def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):
@@ -369,7 +420,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
         else:
             r_p = max_prefill_rate(worker, limit, seconds)
             memo.pairing[key] = ("a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else
-                                 (r_p, decode_requests_per_second(c_d, request.output_len, t_d)))
+                                 (r_p, shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)))
     return memo.pairing[key]
 
 
@@ -381,7 +432,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
     t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request))
-    c_actual = min(c_d, match.requests_per_second / n_d * request.output_len * t_full)
+    c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
     t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request))
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
@@ -403,7 +454,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     def plan(shape: WorkerShape, workers: int, concurrency: float, round_s: float, max_seqs: int) -> WorkerPlan:
         mem = max(s.weights_bytes + s.kv_cache_bytes for s in shape.stages)
         return WorkerPlan(shape.tp, shape.pp, workers, concurrency, round_s, shape.kv_cache_tokens, max_seqs, mem,
-                          shape.stages)
+                          shape.stages, shape.dp)
 
     return DisaggEstimate(
         prefill=plan(shape_p, n_p, load.prompts_per_step, load.round_seconds, seqs),

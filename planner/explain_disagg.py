@@ -89,8 +89,9 @@ def _role_slots(first_node: int, worker: WorkerPlan, role: str, gpn: int, first_
                 workers_per_node: int | None = None) -> dict[tuple[int, int], PdSlot]:
     """Workers packed onto nodes from `first_node` (GPU `first_gpu` on), `workers_per_node` a
     node, as emit/disagg.py places them; a worker wider than a node takes whole nodes. Rank
-    within a worker r = stage * tp + tp_rank."""
-    g = worker.tp * worker.pp
+    within a worker r = (dp_rank * pp + stage) * tp + tp_rank (dp_rank > 0 only in an
+    expert-parallel decode worker)."""
+    g = worker.gpus_per_worker
     per_node = workers_per_node or max(1, gpn // g)
     out = {}
     for w in range(worker.workers):
@@ -100,7 +101,7 @@ def _role_slots(first_node: int, worker: WorkerPlan, role: str, gpn: int, first_
             start = (first_node + w // per_node) * gpn + first_gpu + (w % per_node) * g
         for r in range(g):
             node, local = divmod(start + r, gpn)
-            stage, tp_rank = divmod(r, worker.tp)
+            stage, tp_rank = divmod(r % (worker.pp * worker.tp), worker.tp)
             out[(node, local)] = PdSlot(node, local, role, w, stage, tp_rank)
     return out
 
@@ -109,10 +110,10 @@ def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
     gpn = cluster.gpus_per_node
     p, d = e.prefill, e.decode
     if e.same_node:
-        m = same_node_groups(p.workers, p.tp * p.pp, d.workers, d.tp * d.pp, cluster)
+        m = same_node_groups(p.workers, p.gpus_per_worker, d.workers, d.gpus_per_worker, cluster)
         p_local, d_local = p.workers // m, d.workers // m
         used = {**_role_slots(0, p, "prefill", gpn, 0, p_local),
-                **_role_slots(0, d, "decode", gpn, p_local * p.tp * p.pp, d_local)}
+                **_role_slots(0, d, "decode", gpn, p_local * p.gpus_per_worker, d_local)}
     else:
         prefill = _role_slots(0, p, "prefill", gpn)
         first_decode = max(node for node, _ in prefill) + 1
@@ -141,7 +142,7 @@ def request_path(e: DisaggEstimate) -> RequestPath:
                 f"{kv.num_streams} stream(s), {seconds_to_ms(kv.transfer_seconds):.1f} ms in all, overlapped "
                 f"with the prefill's layers ({kv.source})"),
         PathLeg("first decode round", e.tpot_seconds,
-                f"on a decode worker tp={e.decode.tp} pp={e.decode.pp} with "
+                f"on a decode worker {e.decode.shape_label} with "
                 f"{e.decode.concurrency:.0f} sequences"),
     )
     rest = (PathLeg(f"TPOT x {e.output_len - 1}", (e.output_len - 1) * e.tpot_seconds,
@@ -156,7 +157,7 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
                     MemorySegment("overhead", s.overhead_bytes), MemorySegment("KV cache", s.kv_cache_bytes))
         note = f"KV cache {s.kv_cache_tokens:,} tokens" + (
             f"; {w.concurrency:.0f} sequences" if role == "decode" else f"; {w.concurrency:.1f} prompts per step")
-        bars.append(MemoryBar((s.stage,), f"{role} tp={w.tp} pp={w.pp}, {stage_label(s.stage, w.pp)}",
+        bars.append(MemoryBar((s.stage,), f"{role} {w.shape_label}, {stage_label(s.stage, w.pp)}",
                               segments, cluster.gpu.memory_bytes, s.budget_bytes, note))
     return tuple(bars)
 

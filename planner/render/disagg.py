@@ -13,7 +13,7 @@ from planner.units import BYTES_PER_MIB
 COLUMNS = (
     ("#", lambda e, i: str(i)),
     ("prefill", lambda e, i: f"{e.prefill.workers} x tp={e.prefill.tp} pp={e.prefill.pp}"),
-    ("decode", lambda e, i: f"{e.decode.workers} x tp={e.decode.tp} pp={e.decode.pp}"),
+    ("decode", lambda e, i: f"{e.decode.workers} x {e.decode.shape_label}"),
     ("GPUs", lambda e, i: str(e.gpus_used)),
     ("KV/request", lambda e, i: f"{e.kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB"),
     ("KV link", lambda e, i: f"{e.kv.link_kind} (+{ms(e.kv.exposed_seconds)})"),
@@ -52,7 +52,9 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     else:
         out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:
-        out.print("Launch: not emitted (a worker wider than a node).")
+        why = ("expert-parallel decode workers are planned but their disaggregated launch is not written yet"
+               if best.decode.dp > 1 else "a worker wider than a node")
+        out.print(f"Launch: not emitted ({why}).")
     elif best is not None and steps and verdict.winner == "disaggregated":
         out.print(f"\nLaunch disaggregated ({engine}):")
         for step in steps:
@@ -66,7 +68,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
 
 def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> dict[str, Any]:
     def worker(w) -> dict[str, Any]:
-        return {"tp": w.tp, "pp": w.pp, "workers": w.workers, "gpus": w.gpus, "concurrency": w.concurrency,
+        return {"tp": w.tp, "pp": w.pp, "dp": w.dp, "ep": w.ep, "workers": w.workers, "gpus": w.gpus,
+                "concurrency": w.concurrency,
                 "round_seconds": w.round_seconds, "kv_cache_tokens": w.kv_cache_tokens,
                 "stages": [{"stage": s.stage, "weights_bytes": s.weights_bytes, "activation_bytes": s.activation_bytes,
                             "overhead_bytes": s.overhead_bytes, "kv_cache_bytes": s.kv_cache_bytes,

@@ -1,0 +1,46 @@
+"""Expert-parallel decode workers in the disaggregated search: a decode worker of tp * d GPUs
+whose d DP ranks each run their own attention and batch and share the experts (ep = tp * d).
+Its decode rate is d times one rank's, C_d / (O * T_d) each; its GPUs are counted once."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.disagg_search import ep_decode_sizes, plan_disaggregated
+from planner.requests import ServeRequest
+
+REQUEST = ServeRequest(input_len=2048, output_len=512, max_ttft_seconds=2.0, max_tpot_seconds=0.05)
+
+
+@pytest.fixture(scope="module")
+def deepseek_plan():
+    return plan_disaggregated(resolve_model("deepseek-v3"), resolve_cluster("2x8xH200"), REQUEST)
+
+
+def test_ep_decode_sizes_fill_a_node_or_whole_nodes():
+    """On 8-GPU nodes with 16 GPUs: tp * d in {2, 4, 8} inside a node (dividing 8); 16 would
+    leave no GPU for the prefill. Dense models get none."""
+    cluster = resolve_cluster("2x8xH200")
+    sizes = ep_decode_sizes(resolve_model("deepseek-v3"), cluster, 16)
+    assert sizes == [(1, 1, 2), (1, 1, 4), (1, 1, 8), (2, 1, 2), (2, 1, 4), (4, 1, 2)]
+    assert all(tp * d < 16 and (8 % (tp * d) == 0 or (tp * d) % 8 == 0) for tp, _, d in sizes)
+    assert ep_decode_sizes(resolve_model("llama-3.1-70b"), cluster, 16) == []
+
+
+def test_deepseek_decode_workers_use_expert_parallelism(deepseek_plan):
+    assert deepseek_plan.candidates
+    assert any(e.decode.dp > 1 for e in deepseek_plan.candidates)
+    best = deepseek_plan.recommended
+    assert best.decode.ep == best.decode.tp * best.decode.dp
+
+
+def test_ep_decode_gpus_counted_once_and_rate_is_d_ranks(deepseek_plan):
+    """GPUs: N_p * tp_p * pp_p + N_d * tp_d * pp_d * d_d, never above the cluster's 16.
+    Rate: R <= N_d * d * C_d / (O * T_d), each DP rank finishing C_d sequences every O rounds."""
+    for e in deepseek_plan.candidates:
+        p, d = e.prefill, e.decode
+        assert e.gpus_used == p.workers * p.tp * p.pp + d.workers * d.tp * d.pp * d.dp <= 16
+        decode_rate = d.workers * d.dp * d.max_num_seqs / (REQUEST.output_len * d.round_seconds)
+        assert e.requests_per_second <= decode_rate * (1 + 1e-9) or d.concurrency < d.max_num_seqs
+        assert e.goodput_per_gpu == pytest.approx(e.requests_per_second * REQUEST.output_len / e.gpus_used)
