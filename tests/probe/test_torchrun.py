@@ -225,6 +225,7 @@ def test_two_loopback_nodes_report_an_inter_node_link(tmp_path):
     assert any("lower bound" in flag for flag in measured["flags"])
     assert any("share hostname" in flag for flag in measured["flags"])
     assert [c["link"] for c in measured["allreduce_curves"]] == ["inter_node"]
+    assert [(c["link"], c["num_ranks"]) for c in measured["alltoall_curves"]] == [("inter_node", 2)]
     assert {r["link"] for r in measured["results"]} == {"inter_node"}
     assert {tuple(r["ranks"]) for r in measured["results"]} == {(0, 1)}
     load_through_core(path)
@@ -251,6 +252,8 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
     links = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
     # tp=2 stays in a node; tp=4 is every rank (rank j of every node is no TP group)
     assert links == {("intra_node", 2), ("inter_node", 4)}
+    alltoall = {(c["link"], c["num_ranks"]) for c in measured["alltoall_curves"]}
+    assert alltoall == links  # all-to-all ran over the all-reduce's groups
     assert "inter_node_all_reduce_one_rank_per_node" in measured["fits"]
     load_through_core(the_written_profile(tmp_path, 2))
 
