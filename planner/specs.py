@@ -368,8 +368,9 @@ class GPU(_Spec):
         return None if tflops is None else units.tflops_to_flops_per_s(tflops)
 
 
-class AllreduceCurve(_Spec):
-    """Measured all-reduce medians for one link class and group size (from `plan probe`)."""
+class CollectiveCurve(_Spec):
+    """Measured medians of one collective for one link class and group size (from `plan probe`):
+    sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     link: Literal["intra_node", "inter_node", "world"]
@@ -378,7 +379,7 @@ class AllreduceCurve(_Spec):
     median_seconds: list[Quantity(3600.0, lower=0)]
 
     @model_validator(mode="after")
-    def _same_length(self) -> AllreduceCurve:
+    def _same_length(self) -> CollectiveCurve:
         if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
             raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
         if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
@@ -393,7 +394,11 @@ class Measured(_Spec):
     date: str | None = None
     backend: str | None = None
     flags: list[str] = Field(default_factory=list)
-    allreduce_curves: list[AllreduceCurve] = Field(default_factory=list)
+    allreduce_curves: list[CollectiveCurve] = Field(default_factory=list)
+    alltoall_curves: list[CollectiveCurve] = Field(default_factory=list)
+
+
+AllreduceCurve = CollectiveCurve  # the name the cost model and older code import
 
 
 class ClusterSpec(_Spec):
@@ -443,13 +448,15 @@ class ClusterSpec(_Spec):
         assert self.inter_node is not None
         return self.inter_node.node_bandwidth_bytes_per_s / self.gpus_per_node
 
-    def allreduce_curve(self, link: str, num_ranks: int) -> AllreduceCurve | None:
-        if self.measured is None:
-            return None
-        for curve in self.measured.allreduce_curves:
-            if curve.link == link and curve.num_ranks == num_ranks:
-                return curve
-        return None
+    def allreduce_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
+        return _find_curve(self.measured.allreduce_curves if self.measured else [], link, num_ranks)
+
+    def alltoall_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
+        return _find_curve(self.measured.alltoall_curves if self.measured else [], link, num_ranks)
+
+
+def _find_curve(curves: list[CollectiveCurve], link: str, num_ranks: int) -> CollectiveCurve | None:
+    return next((c for c in curves if c.link == link and c.num_ranks == num_ranks), None)
 
 
 PROBLEMS = {

@@ -124,6 +124,25 @@ def test_single_node_profile_may_omit_inter_node(tmp_path: Path) -> None:
     assert load_cluster(path).inter_node is None
 
 
+def test_profile_alltoall_curves_are_found_by_link_and_group_size(tmp_path: Path) -> None:
+    path = tmp_path / "measured.yaml"
+    path.write_text(
+        "name: m\nnum_nodes: 1\ngpus_per_node: 4\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+        "measured:\n"
+        "  allreduce_curves:\n"
+        "  - {link: intra_node, num_ranks: 4, sizes_bytes: [8, 1024], median_seconds: [1.0e-5, 2.0e-5]}\n"
+        "  alltoall_curves:\n"
+        "  - {link: intra_node, num_ranks: 4, sizes_bytes: [8, 1024], median_seconds: [3.0e-5, 4.0e-5]}\n"
+    )
+    cluster = load_cluster(path)
+    curve = cluster.alltoall_curve("intra_node", 4)
+    assert curve is not None and curve.median_seconds == [3.0e-5, 4.0e-5]
+    assert cluster.allreduce_curve("intra_node", 4).median_seconds == [1.0e-5, 2.0e-5]
+    assert cluster.alltoall_curve("intra_node", 2) is None
+    assert cluster.alltoall_curve("inter_node", 4) is None
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "spec.yaml"
     path.write_text(text)

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 # Kernel pseudo-filesystems: their files look regular but are not a place for a profile.
 PSEUDO_FILESYSTEM_ROOTS = (Path("/proc"), Path("/sys"))
-# Buffers of up to --max-bytes a rank holds at once: a reduce-scatter's input and output,
-# and the previous point's buffers until they are replaced (planner.probe.measure).
+# Buffers of up to --max-bytes a rank holds at once: a reduce-scatter's or an all-to-all's
+# input and output, and the previous point's buffers until they are replaced
+# (planner.probe.measure).
 PEAK_BUFFERS_PER_RANK = 3
 MAX_TIMEOUT_S = datetime.timedelta.max.total_seconds()  # what init_process_group accepts
 
@@ -34,6 +35,7 @@ def validate(options: ProbeOptions) -> None:
     """The flags on their own."""
     _check_topology(options)
     _check_sweep_flags(options)
+    _check_collectives(options)
     timeout_s = options.timeout_s
     if not 0 < timeout_s <= MAX_TIMEOUT_S:  # also false for nan
         raise ProbeError(
@@ -77,6 +79,24 @@ def _check_sweep_flags(options: ProbeOptions) -> None:
     ):
         if value is not None and value < least:
             raise ProbeError(f"{flag} is too small: {value}")
+
+
+def _check_collectives(options: ProbeOptions) -> None:
+    """Known names only; a profile written by --out needs all-reduce, whose fits give its
+    link figures (--merge-into keeps the links it does not measure)."""
+    from planner.probe.sweep import ALL_REDUCE, parse_collectives  # deferred, as above
+
+    if options.collectives is None:
+        return
+    try:
+        chosen = parse_collectives(options.collectives)
+    except ValueError as error:
+        raise ProbeError(f"--collectives {options.collectives}: {error}") from None
+    if options.out is not None and ALL_REDUCE not in chosen:
+        raise ProbeError(
+            f"--collectives {options.collectives}: --out needs {ALL_REDUCE} (the profile's link "
+            "figures come from its fit); add it, or use --merge-into on an existing profile"
+        )
 
 
 def check_gpu_name(name: str) -> None:

@@ -128,6 +128,14 @@ def register(app: typer.Typer) -> None:
                 help="Timed repeats; the median is reported [default: 5].", rich_help_panel=sweep
             ),
         ] = d.repeats,
+        collectives: Annotated[
+            str | None,
+            typer.Option(
+                help="Comma list of collectives to time, from all_reduce, all_gather, "
+                "reduce_scatter, send_recv, all_to_all [default: all].",
+                rich_help_panel=sweep,
+            ),
+        ] = d.collectives,
         timeout: Annotated[
             float,
             typer.Option(
@@ -191,7 +199,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--verbose", help="Show the torchrun command and its output.")
         ] = d.verbose,
     ) -> None:
-        """Measure all-reduce, all-gather, reduce-scatter and send/recv inside and across nodes (torchrun)."""
+        """Measure all-reduce, all-to-all, all-gather, reduce-scatter and send/recv inside and across nodes (torchrun)."""
         options = ProbeOptions(
             nproc_per_node=nproc_per_node,
             nnodes=nnodes,
@@ -221,6 +229,7 @@ def register(app: typer.Typer) -> None:
             name=name,
             skip_compute=skip_compute,
             verbose=verbose,
+            collectives=collectives,
         )
         code = run_probe(options)
         if code:

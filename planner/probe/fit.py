@@ -8,6 +8,7 @@ nccl-tests, alpha seconds per step, beta bytes/s per rank and direction):
 - all-reduce:                  T = 2(n-1) * alpha + 2(n-1)/n * S / beta
 - all-gather, reduce-scatter:  T =  (n-1) * alpha +  (n-1)/n * S / beta
 - send/recv (one way):         T =          alpha +            S / beta
+- all-to-all (pairwise):       T =  (n-1) * alpha +  (n-1)/n * S / beta  (S: what each rank sends)
 
 Each is linear in S, T = c0 + c1 * S, so alpha = c0 / steps and
 beta = volume_factor / c1. beta is then directly comparable to nccl-tests
@@ -20,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from planner.cost.comm import ring_coefficients
+from planner.probe.sweep import op_coefficients
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class AlphaBetaFit:
     rms_relative_residual: float
 
     def predict_seconds(self, op: str, num_ranks: int, size_bytes: float) -> float:
-        steps, factor = ring_coefficients(op, num_ranks)
+        steps, factor = op_coefficients(op, num_ranks)
         transfer_seconds = (
             0.0
             if self.bandwidth_bytes_per_s is None
@@ -63,7 +64,7 @@ def _weighted_line(sizes: list[float], times: list[float]) -> tuple[float, float
 def fit_alpha_beta(
     op: str, num_ranks: int, sizes_bytes: list[int], seconds: list[float]
 ) -> AlphaBetaFit:
-    """Fit alpha and beta of the op's ring model to (size, median time) points."""
+    """Fit alpha and beta of the op's model (op_coefficients) to (size, median time) points."""
     if len(set(sizes_bytes)) < 2 or len(sizes_bytes) != len(seconds):
         raise ValueError("a fit needs at least two distinct message sizes")
     if num_ranks < 2:
@@ -72,7 +73,7 @@ def fit_alpha_beta(
     x = [s / scale_bytes for s in sizes_bytes]  # conditioning: S in units of the largest size
     c0, c1_scaled = _weighted_line(x, seconds)
     c1 = c1_scaled / scale_bytes
-    steps, factor = ring_coefficients(op, num_ranks)
+    steps, factor = op_coefficients(op, num_ranks)
     bandwidth_bytes_per_s = factor / c1 if c1 > 0.0 else None
     fit = AlphaBetaFit(c0 / steps, bandwidth_bytes_per_s, len(sizes_bytes), 0.0)
     residuals = [

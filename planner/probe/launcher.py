@@ -97,6 +97,8 @@ class ProbeOptions:
     name: str | None = None
     skip_compute: bool = False
     verbose: bool = False
+    collectives: str | None = None
+    """Comma list of the collectives to time, names from planner.probe.sweep.OPS; None: all."""
 
 
 def require_torch() -> None:
@@ -143,6 +145,8 @@ def torchrun_argv(
         "--node-id-from",
         options.node_id_from,
     ]
+    if options.collectives is not None:
+        worker_args += ["--collectives", options.collectives]
     if options.skip_compute:
         worker_args.append("--skip-compute")
 

@@ -19,7 +19,14 @@ import torch.distributed as dist
 
 from planner import units
 from planner.probe import timing
-from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, num_elements
+from planner.probe.sweep import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    SEND_RECV,
+    num_elements,
+)
 
 FLOP_PER_MULTIPLY_ADD = 2
 
@@ -51,7 +58,9 @@ def collective_step(
 
     Buffers hold zeros so repeated sums never overflow. send/recv is a
     ping-pong between ranks[0] and ranks[1]; one call is a round trip, so
-    the one-way time is half of it.
+    the one-way time is half of it. all-to-all is ``all_to_all_single`` with even splits:
+    size_bytes is each rank's whole input buffer (the 1/n chunk it keeps included) and
+    as much output; gloo (CPU) supports it as NCCL does (checked on torch 2.13).
     """
     num_ranks = len(ranks)
     count = num_elements(size_bytes, num_ranks)
@@ -66,6 +75,10 @@ def collective_step(
         full = torch.zeros(count, device=device)
         output = torch.empty(count // num_ranks, device=device)
         return lambda: dist.reduce_scatter_tensor(output, full, group=group), 1.0
+    if op == ALL_TO_ALL:
+        sent = torch.zeros(count, device=device)
+        received = torch.empty(count, device=device)
+        return lambda: dist.all_to_all_single(received, sent, group=group), 1.0
     if op == SEND_RECV:
         return _ping_pong(ranks, count, device), 0.5
     raise ValueError(f"unknown op {op!r}")

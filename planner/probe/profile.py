@@ -41,7 +41,7 @@ from planner.probe.results import (
     results_section,
     rounded,
 )
-from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, OPS, REDUCE_SCATTER
+from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, OPS, REDUCE_SCATTER
 
 CPU_DEFAULT_GPU = "A100-SXM4-80GB"
 NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
@@ -388,7 +388,9 @@ def measured_section(
             "statistic": "median over repeats of the slowest rank of the group",
         },
         "flags": flags,
-        "allreduce_curves": curves_section(rows, raw["nodes"]),
+        "collectives": raw.get("collectives", list(OPS)),
+        "allreduce_curves": curves_section(rows, raw["nodes"], ALL_REDUCE),
+        "alltoall_curves": curves_section(rows, raw["nodes"], ALL_TO_ALL),
         "fits": fits_section(fits),
         "bandwidth_gb_per_s_by_op": bandwidths_section(fits, raw["backend"] == "nccl"),
     }
@@ -440,8 +442,24 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
                 updated["kind"] = kept_kind
             merged[link] = updated
     merged["measured"] = copy.deepcopy(measured["measured"])
+    warnings += keep_unmeasured_curves(existing.get("measured") or {}, merged["measured"])
     merged["measured"]["flags"] = merged["measured"]["flags"] + warnings
     return merged, warnings
+
+
+CURVES_BY_OP = {ALL_REDUCE: "allreduce_curves", ALL_TO_ALL: "alltoall_curves"}
+
+
+def keep_unmeasured_curves(existing_measured: dict, new_measured: dict) -> list[str]:
+    """Curves of a collective this run did not time (--collectives) stay as the profile had
+    them, with a note; a timed collective's curves replace the old ones."""
+    notes = []
+    timed = new_measured.get("collectives", list(OPS))
+    for op, key in CURVES_BY_OP.items():
+        if op not in timed and existing_measured.get(key):
+            new_measured[key] = copy.deepcopy(existing_measured[key])
+            notes.append(f"{key}: {op} not timed in this run; kept the profile's earlier curves")
+    return notes
 
 
 def read_profile(path: Path) -> dict:

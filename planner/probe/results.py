@@ -238,15 +238,17 @@ def curve_link(ranks: list[int], nodes: list[list[int]]) -> str:
     return INTRA_NODE if any(set(ranks) <= set(node) for node in nodes) else INTER_NODE
 
 
-def curves_section(rows: list[ResultRow], nodes: list[list[int]]) -> list[dict]:
-    """All-reduce curves the planner reads, one per (link, group size): only series whose groups
-    are consecutive ranks, as a TP group of that size is; a rank-j-of-every-node group is a
-    data-parallel shape and feeds the inter-node link figure, not a curve."""
+def curves_section(
+    rows: list[ResultRow], nodes: list[list[int]], op: str = ALL_REDUCE
+) -> list[dict]:
+    """Curves of op the planner reads, one per (link, group size): only series whose groups
+    are consecutive ranks, as a TP (or EP) group of that size is; a rank-j-of-every-node
+    group is a data-parallel shape and feeds the inter-node link figure, not a curve."""
     curves: dict[tuple[str, int], dict] = {}
     for series in series_keys(rows):
-        op, _, mode, num_ranks = series
+        series_op, _, mode, num_ranks = series
         groups = [r.ranks for r in rows if series_key(r) == series]
-        if op != ALL_REDUCE or num_ranks < 2 or not all(is_tp_shaped(g, nodes) for g in groups):
+        if series_op != op or num_ranks < 2 or not all(is_tp_shaped(g, nodes) for g in groups):
             continue
         link = curve_link(groups[0], nodes)
         points = curve(rows, series)

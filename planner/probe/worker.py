@@ -30,7 +30,16 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from planner.probe import measure, timing  # noqa: E402
-from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SEND_RECV, size_sweep  # noqa: E402
+from planner.probe.sweep import (  # noqa: E402
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    OPS,
+    REDUCE_SCATTER,
+    SEND_RECV,
+    parse_collectives,
+    size_sweep,
+)
 
 PROGRESS_PREFIX = "@@plan-probe-progress"
 INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
@@ -69,6 +78,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--node-id-from", choices=["group-rank", "hostname"], default="group-rank")
+    parser.add_argument(
+        "--collectives", type=parse_collectives, default=OPS, help="comma list of ops to time"
+    )
     parser.add_argument(
         "--skip-compute", action="store_true", help="skip the CUDA matmul/HBM measurements"
     )
@@ -130,52 +142,55 @@ def tp_groups(nodes: list[list[int]], size: int) -> list[list[int]]:
     return [order[k : k + size] for k in range(0, len(order), size)]
 
 
-def build_phases(nodes: list[list[int]]) -> list[Phase]:
+def build_phases(nodes: list[list[int]], collectives: tuple[str, ...] = OPS) -> list[Phase]:
     """Create every group (all ranks, same order) and the schedule that uses them.
 
     Besides the link measurements, every TP size the planner can pick gets an all-reduce
     phase with all its groups at once, as TP runs: inside a node the divisors of the node's
     ranks below it (the whole node is the intra-node phase), across nodes whole-node
-    multiples (the whole world is the world phase).
+    multiples (the whole world is the world phase). All-to-all runs right after every
+    all-reduce phase, over the same groups. Only the ops in collectives are scheduled, and
+    a group no scheduled op uses is never created.
     """
     num_nodes, local_size = len(nodes), len(nodes[0])
-    new = lambda ranks: Group(ranks, dist.new_group(ranks))  # noqa: E731
     phases: list[Phase] = []
+
+    def add(ops, link: str, mode: str, groups) -> list[Group]:
+        """Phases of the chosen ops over groups (rank lists are made into new groups)."""
+        chosen = [op for op in ops if op in collectives]
+        if chosen and groups and not isinstance(groups[0], Group):
+            groups = [Group(ranks, dist.new_group(ranks)) for ranks in groups]
+        phases.extend(Phase(op, link, mode, groups) for op in chosen)
+        return groups
+
     if local_size >= 2:
-        intra = [new(node) for node in nodes]
-        for op in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER):
-            phases.append(Phase(op, INTRA_NODE, ALL_RANKS, intra))
-        pairs = [new(node[k : k + 2]) for node in nodes for k in range(0, local_size - 1, 2)]
-        phases.append(Phase(SEND_RECV, INTRA_NODE, ALL_RANKS, pairs))
+        add((ALL_REDUCE, ALL_TO_ALL, ALL_GATHER, REDUCE_SCATTER), INTRA_NODE, ALL_RANKS, nodes)
+        pairs = [node[k : k + 2] for node in nodes for k in range(0, local_size - 1, 2)]
+        add((SEND_RECV,), INTRA_NODE, ALL_RANKS, pairs)
         for size in divisors_from_2(local_size)[:-1]:
-            groups = [new(g) for g in tp_groups(nodes, size)]
-            phases.append(Phase(ALL_REDUCE, INTRA_NODE, TP_GROUPS, groups))
+            add((ALL_REDUCE, ALL_TO_ALL), INTRA_NODE, TP_GROUPS, tp_groups(nodes, size))
     if num_nodes >= 2:
-        inter = [new([node[j] for node in nodes]) for j in range(local_size)]
-        phases.append(
-            Phase(ALL_REDUCE, INTER_NODE, ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE, inter)
-        )
-        if local_size > 1:
-            phases.append(Phase(ALL_REDUCE, INTER_NODE, ONE_RANK_PER_NODE, inter[:1]))
         mode = ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE
-        for op in (ALL_GATHER, REDUCE_SCATTER):
-            phases.append(Phase(op, INTER_NODE, mode, inter))
-        pairs = [new([nodes[i][0], nodes[i + 1][0]]) for i in range(0, num_nodes - 1, 2)]
-        phases.append(Phase(SEND_RECV, INTER_NODE, ONE_RANK_PER_NODE, pairs))
+        inter = [[node[j] for node in nodes] for j in range(local_size)]
+        inter = add((ALL_REDUCE, ALL_TO_ALL), INTER_NODE, mode, inter)
+        if local_size > 1:
+            add((ALL_REDUCE, ALL_TO_ALL), INTER_NODE, ONE_RANK_PER_NODE, inter[:1])
+        add((ALL_GATHER, REDUCE_SCATTER), INTER_NODE, mode, inter)
+        pairs = [[nodes[i][0], nodes[i + 1][0]] for i in range(0, num_nodes - 1, 2)]
+        add((SEND_RECV,), INTER_NODE, ONE_RANK_PER_NODE, pairs)
         if local_size > 1:  # every local rank's NIC (rail) at once: a slow NIC shows as its pair
             rails = [
-                new([nodes[i][j], nodes[i + 1][j]])
+                [nodes[i][j], nodes[i + 1][j]]
                 for i in range(0, num_nodes - 1, 2)
                 for j in range(local_size)
             ]
-            phases.append(Phase(SEND_RECV, INTER_NODE, ALL_RANKS, rails))
+            add((SEND_RECV,), INTER_NODE, ALL_RANKS, rails)
         for num_nodes_per_group in divisors_from_2(num_nodes)[:-1]:
-            groups = [new(g) for g in tp_groups(nodes, num_nodes_per_group * local_size)]
-            phases.append(Phase(ALL_REDUCE, INTER_NODE, TP_GROUPS, groups))
+            groups = tp_groups(nodes, num_nodes_per_group * local_size)
+            add((ALL_REDUCE, ALL_TO_ALL), INTER_NODE, TP_GROUPS, groups)
     if num_nodes >= 2 and local_size >= 2:
-        phases.append(
-            Phase(ALL_REDUCE, WORLD, ALL_RANKS, [Group(list(range(dist.get_world_size())), None)])
-        )
+        world = [Group(list(range(dist.get_world_size())), None)]
+        add((ALL_REDUCE, ALL_TO_ALL), WORLD, ALL_RANKS, world)
     return phases
 
 
@@ -286,7 +301,7 @@ def write_json_atomically(path: str, payload: dict) -> None:
 
 def run_all(args, backend: str, comm_device: torch.device, has_cuda: bool) -> None:
     nodes, hostnames = discover_nodes(args.node_id_from, comm_device)
-    phases = build_phases(nodes)
+    phases = build_phases(nodes, args.collectives)
     sizes_bytes = size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
     do_compute = has_cuda and not args.skip_compute
     progress = Progress(len(phases) * len(sizes_bytes) + int(do_compute))
@@ -309,6 +324,7 @@ def run_all(args, backend: str, comm_device: torch.device, has_cuda: bool) -> No
                 nodes=nodes,
                 hostnames=hostnames,
                 node_id_from=args.node_id_from,
+                collectives=list(args.collectives),
                 sizes_bytes=sizes_bytes,
                 warmup=args.warmup,
                 iterations=args.iterations,

@@ -46,6 +46,29 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         assert len(result.output.strip().splitlines()) == 1, result.output
 
 
+def test_unknown_collective_is_a_one_line_error_naming_flag_and_value():
+    result = invoke("--collectives", "all_reduce,alltoall")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "plan probe: --collectives all_reduce,alltoall: unknown collective 'alltoall'; "
+        "choose from all_reduce, all_gather, reduce_scatter, send_recv, all_to_all"
+    )
+
+
+def test_a_profile_without_all_reduce_is_refused_before_the_sweep(tmp_path):
+    result = invoke("--collectives", "all_to_all", "--out", str(tmp_path / "m.yaml"))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "--out needs all_reduce" in result.output
+
+
+def test_collectives_travel_to_every_node_and_the_worker():
+    result = invoke("--nnodes", "2", "--rdzv-endpoint", "head:29400", "--collectives", "all_to_all")
+    assert result.exit_code == 0, result.output
+    assert "--collectives all_to_all --run" in result.output
+    assert "planner.probe.worker" in result.output and "--collectives all_to_all" in result.output
+
+
 def test_c10d_prints_the_same_command_for_every_node():
     result = invoke(
         "--nnodes", "2", "--rdzv-endpoint", "head:29400", "--nproc-per-node", "8", "--out", "m.yaml"

@@ -6,9 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.cost.comm import ring_coefficients
 from planner.probe.fit import exceeds_spec, fit_alpha_beta, slow_outliers
-from planner.probe.sweep import busbw_factor, size_sweep, summarize
+from planner.probe.sweep import (
+    busbw_factor,
+    op_coefficients,
+    parse_collectives,
+    size_sweep,
+    summarize,
+)
 
 SIZES_BYTES = size_sweep(8, 256 * 2**20, 4)
 
@@ -16,7 +21,7 @@ SIZES_BYTES = size_sweep(8, 256 * 2**20, 4)
 def synthetic_seconds(op, num_ranks, alpha_seconds, bandwidth_bytes_per_s, noise_fraction, seed=0):
     """T = steps * alpha + factor * S / beta, times (1 + uniform noise)."""
     rng = random.Random(seed)
-    steps, factor = ring_coefficients(op, num_ranks)
+    steps, factor = op_coefficients(op, num_ranks)
     return [
         (steps * alpha_seconds + factor * s / bandwidth_bytes_per_s)
         * (1 + rng.uniform(-noise_fraction, noise_fraction))
@@ -24,7 +29,9 @@ def synthetic_seconds(op, num_ranks, alpha_seconds, bandwidth_bytes_per_s, noise
     ]
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "send_recv"])
+@pytest.mark.parametrize(
+    "op", ["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+)
 @pytest.mark.parametrize("num_ranks", [2, 8])
 def test_recovers_alpha_and_beta_within_5_percent(op, num_ranks):
     # NVLink-like: 6 us per step, 150 GB/s per rank; 2% multiplicative noise.
@@ -66,6 +73,31 @@ def test_busbw_factors_follow_nccl_tests():
     assert busbw_factor("all_gather", 8) == pytest.approx(7 / 8)
     assert busbw_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
     assert busbw_factor("send_recv", 2) == 1.0
+    assert busbw_factor("all_to_all", 4) == pytest.approx(3 / 4)
+
+
+def test_all_to_all_model_by_hand():
+    """n = 4 ranks, each sending S = 4e6 bytes in total (1e6 stays local), alpha 10 us,
+    beta 50e9 bytes/s: T = 3 x 10 us + 3/4 x 4e6 / 50e9 s = 30 us + 60 us = 90 us;
+    algbw = 4e6 / 90e-6 = 44.4 GB/s, busbw = 3/4 of it = 33.3 GB/s; the fit of two such
+    points gives alpha and beta back."""
+    assert op_coefficients("all_to_all", 4) == (3.0, 0.75)
+    sizes_bytes = [1_000_000, 4_000_000]
+    seconds = [30e-6 + 0.75 * s / 50e9 for s in sizes_bytes]  # 45 us, 90 us
+    assert seconds[1] == pytest.approx(90e-6)
+    summary = summarize("all_to_all", 4, 4_000_000, [90e-6])
+    assert summary.algbw_bytes_per_s == pytest.approx(4e6 / 90e-6)
+    assert summary.busbw_bytes_per_s == pytest.approx(0.75 * 4e6 / 90e-6)
+    fit = fit_alpha_beta("all_to_all", 4, sizes_bytes, seconds)
+    assert fit.alpha_seconds == pytest.approx(10e-6)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(50e9)
+
+
+def test_collectives_parse_into_schedule_order():
+    assert parse_collectives("all_to_all, all_reduce") == ("all_reduce", "all_to_all")
+    for bad in ("all_reduce,alltoall", "", " , "):
+        with pytest.raises(ValueError, match="choose from all_reduce"):
+            parse_collectives(bad)
     # 1 MB all-reduce over 8 ranks in 10 us: algbw 100 GB/s, busbw 175 GB/s.
     summary = summarize("all_reduce", 8, 10**6, [1e-5, 2e-5, 1e-5])
     assert summary.algbw_bytes_per_s == pytest.approx(1e11)

@@ -6,14 +6,14 @@ import pytest
 import yaml
 
 from planner.catalog import load_cluster
-from planner.cost.comm import ring_coefficients
 from planner.probe import profile, results
+from planner.probe.sweep import op_coefficients
 
 SIZES_BYTES = [8, 1024, 65536, 1 << 20, 16 << 20]
 
 
 def seconds(op, num_ranks, alpha_seconds, bandwidth_bytes_per_s, size_bytes):
-    steps, factor = ring_coefficients(op, num_ranks)
+    steps, factor = op_coefficients(op, num_ranks)
     return steps * alpha_seconds + factor * size_bytes / bandwidth_bytes_per_s
 
 
@@ -195,3 +195,53 @@ def test_writing_through_a_symlink_replaces_the_file_it_points_to(tmp_path):
     profile.atomic_write_text(link, "new: 2\n")
     assert link.is_symlink() and yaml.safe_load(real.read_text()) == {"new": 2}
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["m.yaml"]
+
+
+def with_all_to_all(raw, collectives=None):
+    """synthetic_raw plus an intra-node all-to-all phase over the nodes, timed like the
+    intra-node all-reduce's link (5 us per step, 100 GB/s per rank)."""
+    raw = dict(raw, phases=[*raw["phases"], dict(raw["phases"][0], op="all_to_all")])
+    index = len(raw["phases"]) - 1
+    t = {s: seconds("all_to_all", 2, 5e-6, 100e9, s) for s in SIZES_BYTES}
+    raw["rows"] = raw["rows"] + [
+        dict(phase=index, group=g, size_bytes=s, rank=r, repeat_seconds=[t[s]] * 3)
+        for g, ranks in enumerate(raw["nodes"])
+        for r in ranks
+        for s in SIZES_BYTES
+    ]
+    if collectives is not None:
+        raw["collectives"] = collectives
+    return raw
+
+
+def test_all_to_all_gets_a_curve_and_a_fit_of_its_own():
+    """2 ranks, S = 16 MiB = 16777216 bytes each: T = 1 x 5 us + 1/2 x 16777216 / 100e9 s
+    = 5 us + 83.886 us = 88.886 us; the fit gives 5 us and 100 GB/s back."""
+    measured = build(with_all_to_all(synthetic_raw()))["measured"]
+    (curve,) = measured["alltoall_curves"]
+    assert (curve["link"], curve["num_ranks"], curve["sizes_bytes"]) == (
+        "intra_node",
+        2,
+        SIZES_BYTES,
+    )
+    assert curve["median_seconds"][-1] == pytest.approx(88.886e-6, rel=1e-4)
+    fit = measured["fits"]["intra_node_all_to_all"]
+    assert fit["alpha_seconds"] == pytest.approx(5e-6, rel=1e-3)
+    assert fit["bandwidth_bytes_per_s"] == pytest.approx(100e9, rel=1e-3)
+    assert measured["bandwidth_gb_per_s_by_op"]["intra_node"]["all_to_all"] == pytest.approx(100.0)
+    assert [c["num_ranks"] for c in measured["allreduce_curves"]] == [2]  # all-reduce apart
+
+
+def test_merge_keeps_all_to_all_curves_a_run_did_not_time():
+    earlier = build(with_all_to_all(synthetic_raw()))
+    kept, notes = profile.merge_profile(
+        earlier, build(synthetic_raw() | {"collectives": ["all_reduce"]})
+    )
+    assert kept["measured"]["alltoall_curves"] == earlier["measured"]["alltoall_curves"]
+    assert notes == [
+        "alltoall_curves: all_to_all not timed in this run; kept the profile's earlier curves"
+    ]
+    retimed = build(with_all_to_all(synthetic_raw(), ["all_reduce", "all_to_all"]))
+    replaced, notes = profile.merge_profile(earlier, retimed)
+    assert replaced["measured"]["alltoall_curves"] == retimed["measured"]["alltoall_curves"]
+    assert notes == []

@@ -48,7 +48,7 @@ def assert_profile_shape(document, num_nodes, gpus_per_node):
     assert measured["nccl_version"] is None
     assert any("CPU run" in flag for flag in measured["flags"])
     assert any("loopback/CPU" in flag for flag in measured["flags"])
-    for curve in measured["allreduce_curves"]:
+    for curve in measured["allreduce_curves"] + measured["alltoall_curves"]:
         assert len(curve["sizes_bytes"]) == len(curve["median_seconds"]) >= 2
         assert curve["sizes_bytes"] == sorted(curve["sizes_bytes"])
         assert all(t > 0 for t in curve["median_seconds"])
@@ -81,7 +81,8 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     assert payload["raw"]["nodes"] == [[0, 1]]
     ops = {(r["op"], r["link"]) for r in payload["profile"]["measured"]["results"]}
     assert ops == {
-        (op, "intra_node") for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+        (op, "intra_node")
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
     }
 
     document = yaml.safe_load(out.read_text())
@@ -92,8 +93,14 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     )
     assert "inter_node" not in document
     assert [c["link"] for c in document["measured"]["allreduce_curves"]] == ["intra_node"]
-    assert {"intra_node_all_reduce", "intra_node_send_recv"} <= set(document["measured"]["fits"])
-    load_through_core(out)
+    alltoall = document["measured"]["alltoall_curves"]
+    assert [(c["link"], c["num_ranks"]) for c in alltoall] == [("intra_node", 2)]
+    assert alltoall[0]["sizes_bytes"] == document["measured"]["allreduce_curves"][0]["sizes_bytes"]
+    assert {"intra_node_all_reduce", "intra_node_send_recv", "intra_node_all_to_all"} <= set(
+        document["measured"]["fits"]
+    )
+    cluster = load_through_core(out)
+    assert cluster.alltoall_curve("intra_node", 2).median_seconds == alltoall[0]["median_seconds"]
 
     merged = yaml.safe_load(existing.read_text())
     assert (merged["name"], merged["source"], merged["gpu"]) == (
@@ -106,7 +113,8 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         merged["intra_node"]["bandwidth_gb_per_s"] == document["intra_node"]["bandwidth_gb_per_s"]
     )
     assert any("comments" in flag for flag in merged["measured"]["flags"])
-    load_through_core(existing)
+    assert merged["measured"]["alltoall_curves"] == alltoall
+    assert load_through_core(existing).alltoall_curve("intra_node", 2) is not None
     assert existing.stat().st_mode & 0o777 == 0o640  # the merged file keeps its mode
     umask = os.umask(0o022)
     os.umask(umask)
@@ -114,12 +122,24 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
 
 
 def test_four_ranks_write_a_curve_per_tp_size_that_the_planner_reads(tmp_path):
+    """--collectives all_reduce: only all-reduce is timed (and the run stays short)."""
     out = tmp_path / "measured.yaml"
     result = run_probe_cli(
-        "--nproc-per-node", "4", *TINY_SWEEP, "--timeout", str(SAFETY_TIMEOUT_S), "--out", str(out)
+        "--nproc-per-node",
+        "4",
+        *TINY_SWEEP,
+        "--collectives",
+        "all_reduce",
+        "--timeout",
+        str(SAFETY_TIMEOUT_S),
+        "--out",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
+    assert {r["op"] for r in measured["results"]} == {"all_reduce"}
+    assert measured["collectives"] == ["all_reduce"] and measured["alltoall_curves"] == []
+    assert not any("all_to_all" in name for name in measured["fits"])
     curves = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
     assert curves == {("intra_node", 2), ("intra_node", 4)}
     tp2 = [r for r in measured["results"] if r["mode"] == "tp_groups"]
@@ -205,6 +225,7 @@ def test_two_loopback_nodes_report_an_inter_node_link(tmp_path):
     assert any("lower bound" in flag for flag in measured["flags"])
     assert any("share hostname" in flag for flag in measured["flags"])
     assert [c["link"] for c in measured["allreduce_curves"]] == ["inter_node"]
+    assert [(c["link"], c["num_ranks"]) for c in measured["alltoall_curves"]] == [("inter_node", 2)]
     assert {r["link"] for r in measured["results"]} == {"inter_node"}
     assert {tuple(r["ranks"]) for r in measured["results"]} == {(0, 1)}
     load_through_core(path)
@@ -231,6 +252,8 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
     links = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
     # tp=2 stays in a node; tp=4 is every rank (rank j of every node is no TP group)
     assert links == {("intra_node", 2), ("inter_node", 4)}
+    alltoall = {(c["link"], c["num_ranks"]) for c in measured["alltoall_curves"]}
+    assert alltoall == links  # all-to-all ran over the all-reduce's groups
     assert "inter_node_all_reduce_one_rank_per_node" in measured["fits"]
     load_through_core(the_written_profile(tmp_path, 2))
 
