@@ -297,7 +297,7 @@ def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
     if group is None or not model.is_moe:
         return 0.0, "model"
     link = placement.ep_link
-    curve = cluster.alltoall_curve(link.scope, layout.ep) if hasattr(cluster, "alltoall_curve") else None
+    curve = cluster.alltoall_curve(link.scope, layout.ep)
     source = "measured" if curve is not None else "model"
     return 2 * alltoall_seconds(ep_alltoall_message_bytes(model, layout, num_tokens), group, curve), source
 

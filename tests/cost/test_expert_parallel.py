@@ -154,3 +154,25 @@ def test_ep_puts_alltoalls_and_imbalance_into_the_step():
     assert stage_step_time(model, cluster, plain, place(cluster, plain), stage1, load).alltoall_seconds_per_moe_layer == 0
     assert expert_load_factor(ep, 1.3) == 1.3
     assert expert_load_factor(plain, 1.3) == 1.0
+
+
+def test_a_measured_alltoall_curve_replaces_the_model(tmp_path):
+    """A profile whose probe measured the 8-GPU intra-node all-to-all: the step's dispatch
+    and combine read the curve at S (log-log between 1 MiB -> 30 us and 4 MiB -> 60 us; at
+    S = 2 MiB, 30 * 2**0.5 = 42.43 us each), and say "measured"."""
+    from planner.catalog import load_cluster
+    from planner.cost.serving_time import ep_alltoall_seconds_per_moe_layer
+
+    path = tmp_path / "measured.yaml"
+    path.write_text(
+        "name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+        "measured:\n"
+        "  alltoall_curves:\n"
+        "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [3.0e-5, 6.0e-5]}\n")
+    cluster = load_cluster(path)
+    model = resolve_model("qwen3-30b-a3b")
+    layout = Layout(1, 1, 8, 8)
+    seconds, source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, place(cluster, layout), 64)
+    assert source == "measured"
+    assert seconds == pytest.approx(2 * 30e-6 * 2**0.5, rel=1e-9)
