@@ -97,7 +97,9 @@ KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
 """layer_types entries the cost model describes: "sliding_attention" layers attend within
 `sliding_window` (window_fields); "chunked_attention" (Llama 4's local chunks) is planned as
 full attention (it only caps the KV a layer keeps, so counting it in full over-reserves KV,
-it never under-reserves it)."""
+it never under-reserves it). "deepseek_sparse_attention" (GLM-5.2's and 5.3's NVFP4 configs name
+every layer so) is MLA with the DSA indexer the importer reads from index_n_heads /
+index_head_dim: known when the config has them."""
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
 """Gemma3TextConfig's default sliding_window_pattern: every 6th layer is global."""
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
@@ -155,7 +157,8 @@ def check_modelled(text: dict[str, Any], origin: str) -> None:
             raise SpecError(f"{origin}: {key}: {feature} are not modelled; the planner models "
                             f"attention + MLP/MoE decoder blocks")
     kinds = text.get("layer_types")
-    unknown = sorted({kind for kind in kinds if kind not in KNOWN_LAYER_TYPES}
+    known = KNOWN_LAYER_TYPES | ({"deepseek_sparse_attention"} if text.get("index_n_heads") else set())
+    unknown = sorted({kind for kind in kinds if kind not in known}
                      if isinstance(kinds, list) else set(), key=str)
     if unknown:
         raise SpecError(f"{origin}: layer_types: {', '.join(map(str, unknown))} layers are not "

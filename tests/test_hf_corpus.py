@@ -23,7 +23,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 57
+PLANNED = 59
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
