@@ -181,7 +181,7 @@ def _dp_steps(a: ServeArgs, base: tuple[str, ...], copies: int) -> tuple[LaunchS
     blocks = Blocks(num_nodes, copies)
     if num_nodes == 1:
         dp = ("--data-parallel-size", str(a.dp)) if a.dp > 1 else ()
-        return (LaunchStep(ALL_NODES, blocks.nodes(0), (*base, *dp)),)
+        return (LaunchStep(ALL_NODES if copies == 1 else "server", blocks.nodes(0), (*base, *dp)),)
 
     def argv(local: int) -> tuple[str, ...]:
         return (*base, "--data-parallel-size", str(a.dp), "--data-parallel-size-local", str(local),
