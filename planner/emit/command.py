@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from planner.engines import EngineVersions
-from planner.layout import Layout, groups_cross_nodes
+from planner.layout import Layout
 
 MODEL_PLACEHOLDER = "MODEL"
 """Replace with the checkpoint path or Hugging Face id (`--served-model` sets it)."""
@@ -185,7 +185,7 @@ def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1
     the same holds for a group's GPUs: whole nodes each, or packed whole into a node."""
     layout = Layout(tp, pp, dp, ep)
     group_gpus = layout.dp_per_ep_group * tp * pp
-    if ep > 1 and layout.num_ep_groups > 1 and groups_cross_nodes(group_gpus, gpus_per_node):
+    if ep > 1 and layout.num_ep_groups > 1 and (group_gpus % gpus_per_node and gpus_per_node % group_gpus):
         return [f"EP groups of {group_gpus} GPUs would share nodes of {gpus_per_node}"]
     size = tp * pp
     nodes_per_replica = -(-size // gpus_per_node)

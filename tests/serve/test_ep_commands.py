@@ -74,14 +74,46 @@ def test_each_ep_group_is_its_own_deployment(serve_plan):
 
 @pytest.mark.parametrize("tp, dp, ep, reasons", [
     (1, 24, 12, ["EP groups of 12 GPUs would share nodes of 8"]),
+    (1, 24, 6, ["EP groups of 6 GPUs would share nodes of 8"]),
+    (1, 32, 16, []),
     (1, 24, 24, []),
     (1, 24, 8, []),
     (2, 12, 2, []),
     (1, 24, 4, []),
 ])
 def test_ep_groups_straddling_nodes_are_refused(tp, dp, ep, reasons):
-    """3 nodes of 8 GPUs: an EP group is one deployment, so several of them fill whole nodes
+    """Nodes of 8 GPUs: an EP group is one deployment, so several of them fill whole nodes
     each or pack whole into one; a single group may span them all."""
     from planner.emit.command import placement_reasons
 
     assert placement_reasons(tp, 1, dp, 8, ep) == reasons
+
+
+def test_ep_groups_of_several_nodes_expand_per_node():
+    """tp=1 dp=32 ep=16 on 4x8 (vLLM): two EP groups of 2 nodes; expanded by a real shell
+    (NODE_RANK, REPLICA_HEAD_IP set per node), node n serves DP ranks from (n % 2) * 8 of the
+    group headed by node n - n % 2, and only group heads are not headless."""
+    import subprocess
+    from dataclasses import replace
+
+    from planner.emit.command import ServeArgs
+    from planner.emit.vllm import vllm_steps
+    from planner.engines import EngineVersions
+
+    args = ServeArgs(model="M", tp=1, pp=1, dp=32, ep=16, gpus_per_node=8, gpu_memory_utilization=0.9,
+                     max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto",
+                     dtype="bfloat16", engine_versions=EngineVersions(), max_num_batched_tokens=None,
+                     gpu_memory_bytes=80 * 2**30, weights_and_kv_bytes_per_gpu=60 * 2**30)
+    seen = {}
+    for step in vllm_steps(args):
+        for node in step.nodes:
+            script = f"NODE_RANK={node}; REPLICA_HEAD_IP=10.0.{node // 2}.1; printf '%s\\n' {step.shell()}"
+            seen[node] = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                        check=True).stdout.split()
+    assert sorted(seen) == [0, 1, 2, 3]
+    for node, argv in seen.items():
+        assert argv[argv.index("--data-parallel-address") + 1] == f"10.0.{node // 2}.1"
+        assert argv[argv.index("--data-parallel-size") + 1] == "16"
+        assert ("--headless" in argv) == bool(node % 2)
+        assert _value(tuple(argv), "--data-parallel-start-rank", 0) == node % 2 * 8
+    assert vllm_steps(replace(args, ep=32))[0].argv.count("$REPLICA_HEAD_IP") == 0
