@@ -35,9 +35,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.engines import EngineVersions
-from planner.layout import Layout
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
 
 MODEL_PLACEHOLDER = "MODEL"
 """Replace with the checkpoint path or Hugging Face id (`--served-model` sets it)."""
@@ -163,6 +166,8 @@ class ServeArgs:
 
     @property
     def layout(self) -> Layout:
+        from planner.layout import Layout  # planner.layout loads pydantic; `plan --help` must not
+
         return Layout(self.tp, self.pp, self.dp, self.ep)
 
     @property
@@ -183,6 +188,8 @@ def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1
     check_server_args both require nnodes to divide tp*pp), and replicas never share a node
     unless they pack into it whole. With several EP groups each is its own deployment, so
     the same holds for a group's GPUs: whole nodes each, or packed whole into a node."""
+    from planner.layout import Layout  # as in ServeArgs.layout
+
     layout = Layout(tp, pp, dp, ep)
     group_gpus = layout.dp_per_ep_group * tp * pp
     if ep > 1 and layout.num_ep_groups > 1 and (group_gpus % gpus_per_node and gpus_per_node % group_gpus):

@@ -116,9 +116,9 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     each replica's TP group (dp_per_ep_group d = 1): `--ep-size tp`. An EP group of d > 1 DP
     ranks is one server, `--tp-size tp*d --dp-size d --enable-dp-attention --ep-size tp*d`:
     SGLang's tp_size counts the whole group, DP attention gives each of its d ranks attention
-    TP tp // ... = tp*d / d = tp (python/sglang/srt/layers/dp_attention.py: attn_tp_size =
-    tp_size // dp_size) and the experts go over all tp*d GPUs (moe_tp_size = tp_size // ep_size
-    = 1); ServerArgs._handle_data_parallelism requires tp_size % dp_size == 0. The returned
+    TP tp*d // d = tp (python/sglang/srt/layers/dp_attention.py: attn_tp_size = tp_size //
+    dp_size) and the experts go over all tp*d GPUs (moe_tp_size = tp_size // ep_size = 1);
+    ServerArgs._handle_data_parallelism requires tp_size % dp_size == 0. The returned
     args describe one server per EP group (tp*d GPUs per stage, dp = the number of groups),
     its --max-running-requests and --chunked-prefill-size times d: with DP attention SGLang
     divides both by dp_size to get each DP rank's (the plan's numbers are per DP rank)."""
