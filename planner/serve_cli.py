@@ -23,6 +23,7 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         tp=result.layout.tp,
         pp=result.layout.pp,
         dp=result.layout.dp,
+        ep=result.layout.ep,
         gpus_per_node=plan.cluster.gpus_per_node,
         gpu_memory_utilization=plan.request.gpu_memory_utilization,
         max_model_len=result.max_model_len,
@@ -80,7 +81,8 @@ def launchable(plan: ServePlan) -> ServePlan:
     """The plan less the layouts no serving engine starts as planned (planner/emit/command.py)."""
     gpus_per_node = plan.cluster.gpus_per_node
     return without_refused(plan, lambda r: r.layout,
-                           lambda r: placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node))
+                           lambda r: placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node,
+                                                             r.layout.ep))
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,

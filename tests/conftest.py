@@ -73,6 +73,14 @@ VLLM_TOY_PROXY_FLAGS = {"--host", "--port", "--prefiller-hosts", "--prefiller-po
 parse_args; not in the wheel, so not extracted): the proxy the disaggregated commands use."""
 
 
+VLLM_LOOPED_FRONTEND_FLAGS = {"--host", "--port"}
+"""vLLM releases whose server flags come from vllm/entrypoints/openai/cli_args.py (0.22.0):
+FrontendArgs.add_cli_args adds a flag per FrontendArgs field in a loop over
+`get_kwargs(FrontendArgs)` (host, port among them), a form tools/engine_flags.py read only as
+`get_kwargs(cls)` when vllm-0.22.0.json was written; it now reads both, so a regenerated file
+lists them and this set can go."""
+
+
 def engine_flag_data(name: str) -> dict:
     return _engine_flag_data(name)
 
@@ -132,6 +140,8 @@ def command_problems(argv: Sequence[str], versions) -> list[str]:
 
 
 def _vllm_problems(args: list[str], data: dict) -> list[str]:
+    if "vllm/entrypoints/openai/cli_args.py" in data["source"]["files"]:
+        data = {**data, "flags": [*data["flags"], *VLLM_LOOPED_FRONTEND_FLAGS]}
     problems = _flag_problems(args, data)
     world = int(_value(args, "--tensor-parallel-size", 1)) * int(_value(args, "--pipeline-parallel-size", 1))
     world *= int(_value(args, "--data-parallel-size", 1)) if "--nnodes" in args else 1
@@ -148,8 +158,19 @@ def _sglang_problems(argv: list[str], data: dict) -> list[str]:
     problems = _flag_problems(argv, data)
     tp, pp = int(_value(argv, "--tp-size", 1)), int(_value(argv, "--pp-size", 1))
     dp, nnodes = int(_value(argv, "--dp-size", 1)), int(_value(argv, "--nnodes", 1))
-    if data["pairings"]["dp_size_forbids_multi_node"] and dp > 1 and nnodes > 1:
+    dp_attention = "--enable-dp-attention" in argv
+    # check_server_args: `not (dp_size > 1 and nnodes != 1 and not enable_dp_attention)`,
+    # "multi-node data parallel is not supported unless dp attention!"
+    if data["pairings"]["dp_size_forbids_multi_node"] and dp > 1 and nnodes > 1 and not dp_attention:
         problems.append("sglang: --dp-size > 1 with --nnodes > 1")
+    # _handle_data_parallelism: with DP attention, tp_size % dp_size == 0; the MoE layers
+    # split tp_size into moe_tp_size = tp_size // ep_size (python/sglang/srt/layers/dp_attention.py,
+    # distributed/parallel_state.py), so ep_size divides tp_size.
+    if dp_attention and tp % dp:
+        problems.append(f"sglang: --enable-dp-attention needs --dp-size {dp} to divide --tp-size {tp}")
+    ep = int(_value(argv, "--ep-size", 1))
+    if tp % ep:
+        problems.append(f"sglang: --ep-size {ep} does not divide --tp-size {tp}")
     if (tp * pp) % nnodes:
         problems.append(f"sglang: --nnodes {nnodes} does not divide tp*pp {tp * pp}")
     if not 0 < float(_value(argv, "--mem-fraction-static", 0.5)) < 1:

@@ -379,8 +379,11 @@ def pairings(engine: str, source: Source) -> dict[str, object]:
 
 
 def _calls_get_kwargs_of_cls(node: ast.ClassDef) -> bool:
+    """`get_kwargs(cls)` (0.33) or `get_kwargs(FrontendArgs)` inside FrontendArgs itself (0.22,
+    vllm/entrypoints/openai/cli_args.py FrontendArgs.add_cli_args): its own fields become flags."""
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "get_kwargs"
-               and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == "cls" for n in ast.walk(node))
+               and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id in ("cls", node.name)
+               for n in ast.walk(node))
 
 
 def cls_kwargs_flags(tree: ast.Module, flags: Flags) -> None:

@@ -19,7 +19,8 @@ Placeholders, two kinds:
   - `$((NODE_RANK * k))`, `$((NODE_RANK % k))`: shell arithmetic on it (the DP start
     rank of a node holding k DP ranks; a node's rank inside its replica of k nodes).
   - `$REPLICA_HEAD_IP`: the address of the first node of this node's replica, node
-    k * (NODE_RANK / k); only where replicas span several nodes, each its own server.
+    k * (NODE_RANK / k); only where replicas span several nodes, each its own server
+    (with expert parallelism, a replica is one EP group of k nodes: its own deployment).
   - `$SERVER_URLS`: on the router's node only, `http://ADDRESS:PORT` of every server
     (space-separated), where one router fronts several servers (SGLang).
 
@@ -34,8 +35,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.engines import EngineVersions
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
 
 MODEL_PLACEHOLDER = "MODEL"
 """Replace with the checkpoint path or Hugging Face id (`--served-model` sets it)."""
@@ -47,7 +52,7 @@ REPLICA_HEAD_ADDRESS = "REPLICA_HEAD_IP"
 SERVER_URLS = "SERVER_URLS"
 PER_NODE_VARIABLES = {
     NODE_RANK: "this node's index in the plan, 0 to N-1 as in the node lists above",
-    REPLICA_HEAD_ADDRESS: "the address of the first node of this node's replica",
+    REPLICA_HEAD_ADDRESS: "the address of the first node of this node's replica (or EP group)",
     SERVER_URLS: "on the router's node: http://ADDRESS:PORT of each server's first node, space-separated",
 }
 """Every shell variable a PerNode element may name, with what to set it to on each node."""
@@ -95,14 +100,15 @@ class NodeSet:
 
 
 def node_rank_value(nodes: NodeSet, times: int = 1, modulo: int | None = None) -> str:
-    """NODE_RANK * times, or NODE_RANK % modulo, on each node of `nodes`: the literal when it
-    is the same on all of them, else the PerNode shell arithmetic."""
+    """NODE_RANK * times, or (NODE_RANK % modulo) * times, on each node of `nodes`: the literal
+    when it is the same on all of them, else the PerNode shell arithmetic (`%` and `*` bind
+    alike, left to right, in shell arithmetic)."""
     if modulo is not None and nodes.length == 1:
-        return str(nodes.first % modulo)
+        return str(nodes.first % modulo * times)
     if modulo is None and nodes.count == 1:
         return str(nodes.first * times)
     if modulo is not None:
-        return PerNode(f"$(({NODE_RANK} % {modulo}))")
+        return PerNode(f"$(({NODE_RANK} % {modulo}))" if times == 1 else f"$(({NODE_RANK} % {modulo} * {times}))")
     return PerNode(f"${NODE_RANK}" if times == 1 else f"$(({NODE_RANK} * {times}))")
 
 
@@ -155,6 +161,19 @@ class ServeArgs:
     gpu_memory_bytes: int
     weights_and_kv_bytes_per_gpu: float
     """The plan's weights + KV cache on its fullest GPU (what SGLang's --mem-fraction-static covers)."""
+    ep: int = 1
+    """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
+
+    @property
+    def layout(self) -> Layout:
+        from planner.layout import Layout  # planner.layout loads pydantic; `plan --help` must not
+
+        return Layout(self.tp, self.pp, self.dp, self.ep)
+
+    @property
+    def gpus_per_ep_group(self) -> int:
+        """The GPUs of one EP group, all its pipeline stages: one engine deployment."""
+        return self.layout.dp_per_ep_group * self.tp * self.pp
 
 
 def env_prefix(**variables: str) -> tuple[str, ...]:
@@ -162,12 +181,19 @@ def env_prefix(**variables: str) -> tuple[str, ...]:
     return ("env", *(f"{name}={value}" for name, value in variables.items())) if variables else ()
 
 
-def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[str]:
+def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1) -> list[str]:
     """Why vLLM and SGLang cannot launch this layout as planned (rank order DP x PP x TP,
     consecutive GPUs): a replica wider than a node runs on `--nnodes k` nodes with the same
     number of GPUs on each (vLLM EngineArgs.create_engine_config and SGLang
     check_server_args both require nnodes to divide tp*pp), and replicas never share a node
-    unless they pack into it whole."""
+    unless they pack into it whole. With several EP groups each is its own deployment, so
+    the same holds for a group's GPUs: whole nodes each, or packed whole into a node."""
+    from planner.layout import Layout  # as in ServeArgs.layout
+
+    layout = Layout(tp, pp, dp, ep)
+    group_gpus = layout.dp_per_ep_group * tp * pp
+    if ep > 1 and layout.num_ep_groups > 1 and (group_gpus % gpus_per_node and gpus_per_node % group_gpus):
+        return [f"EP groups of {group_gpus} GPUs would share nodes of {gpus_per_node}"]
     size = tp * pp
     nodes_per_replica = -(-size // gpus_per_node)
     if nodes_per_replica > 1 and size % nodes_per_replica:

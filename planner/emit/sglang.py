@@ -15,6 +15,12 @@ dp attention") and requires `--nnodes` to divide tp*pp. So:
 `--max-running-requests` is per DP worker (SGLang divides it by dp only with
 --enable-dp-attention), like vLLM's --max-num-seqs.
 
+Expert parallelism (ep > 1, see ep_server): EP inside a replica's TP group adds `--ep-size tp`
+to the servers above; an EP group of several DP ranks is one server with DP attention
+(`--dp-size` is then the group's DP degree, which check_server_args allows over `--nnodes`
+nodes), one server per group as for replicas (the router in front), or several to a node
+(`--base-gpu-id`, `--port`) when a group is smaller than a node.
+
 `--mem-fraction-static` is SGLang's share of GPU memory for weights + KV pool (not vLLM's total
 budget): the plan's weights + KV cache over the GPU's memory, capped so that SGLang keeps what its
 own default keeps free for activations and CUDA graphs (ServerArgs._handle_gpu_memory_settings).
@@ -23,6 +29,7 @@ own default keeps free for activations and CUDA graphs (ServerArgs._handle_gpu_m
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from planner.emit.command import (
     ALL_NODES,
@@ -87,14 +94,14 @@ def mem_fraction_static(a: ServeArgs) -> float:
     return math.floor(min(planned, ceiling) * 1000) / 1000
 
 
-def server_flags(a: ServeArgs, dp: int) -> list[str]:
+def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[str]:
     flags = ["--model-path", a.model, "--tp-size", str(a.tp)]
     if a.pp > 1:
         flags += ["--pp-size", str(a.pp)]
     if dp > 1:
         flags += ["--dp-size", str(dp)]
-    flags += ["--mem-fraction-static", f"{mem_fraction_static(a):g}", "--context-length", str(a.max_model_len),
-              "--max-running-requests", str(a.max_num_seqs)]
+    flags += [*ep_flags, "--mem-fraction-static", f"{mem_fraction_static(a):g}",
+              "--context-length", str(a.max_model_len), "--max-running-requests", str(a.max_num_seqs)]
     if a.max_num_batched_tokens is not None:
         flags += ["--chunked-prefill-size", str(a.max_num_batched_tokens)]
     if a.quantization and QUANTIZATION.get(a.quantization):
@@ -104,26 +111,68 @@ def server_flags(a: ServeArgs, dp: int) -> list[str]:
     return flags
 
 
+def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
+    """SGLang's view of the layout and its EP flags. Without EP: the layout, no flags. EP inside
+    each replica's TP group (dp_per_ep_group d = 1): `--ep-size tp`. An EP group of d > 1 DP
+    ranks is one server, `--tp-size tp*d --dp-size d --enable-dp-attention --ep-size tp*d`:
+    SGLang's tp_size counts the whole group, DP attention gives each of its d ranks attention
+    TP tp*d // d = tp (python/sglang/srt/layers/dp_attention.py: attn_tp_size = tp_size //
+    dp_size) and the experts go over all tp*d GPUs (moe_tp_size = tp_size // ep_size = 1);
+    ServerArgs._handle_data_parallelism requires tp_size % dp_size == 0. The returned
+    args describe one server per EP group (tp*d GPUs per stage, dp = the number of groups),
+    its --max-running-requests and --chunked-prefill-size times d: with DP attention SGLang
+    divides both by dp_size to get each DP rank's (the plan's numbers are per DP rank)."""
+    if a.ep == 1:
+        return a, ()
+    d = a.layout.dp_per_ep_group
+    if d == 1:
+        return a, ("--ep-size", str(a.tp))
+    budget = None if a.max_num_batched_tokens is None else a.max_num_batched_tokens * d
+    server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
+                     max_num_batched_tokens=budget)
+    return server, ("--dp-size", str(d), "--enable-dp-attention", "--ep-size", str(a.tp * d))
+
+
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
     launcher = a.engine_versions.sglang_release.launcher
+    a, ep_flags = ep_server(a)
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica > 1:
-        return _wide_replica_steps(a, launcher, nodes_per_replica)
+        return _wide_replica_steps(a, launcher, nodes_per_replica, ep_flags)
+    if "--enable-dp-attention" in ep_flags and a.dp > 1 and a.tp * a.pp < a.gpus_per_node:
+        return _shared_node_steps(a, launcher, ep_flags)
     per_node = a.gpus_per_node // (a.tp * a.pp)
     num_nodes = math.ceil(a.dp / per_node)
     if num_nodes == 1:
-        return (LaunchStep(ALL_NODES, NodeSet(0), (*launcher, *server_flags(a, a.dp))),)
+        return (LaunchStep(ALL_NODES, NodeSet(0), (*launcher, *server_flags(a, a.dp, ep_flags))),)
     served = ("--host", "0.0.0.0", "--port", str(SERVER_PORT))
     last_dp = a.dp - (num_nodes - 1) * per_node
     full = NodeSet(0, num_nodes - (last_dp < per_node))
-    steps = [LaunchStep("server", full, (*launcher, *server_flags(a, per_node), *served))]
+    steps = [LaunchStep("server", full, (*launcher, *server_flags(a, per_node, ep_flags), *served))]
     if last_dp < per_node:
-        steps.append(LaunchStep("server", NodeSet(num_nodes - 1), (*launcher, *server_flags(a, last_dp), *served)))
+        steps.append(LaunchStep("server", NodeSet(num_nodes - 1),
+                                (*launcher, *server_flags(a, last_dp, ep_flags), *served)))
     return (*steps, router_step(a))
 
 
-def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int) -> tuple[LaunchStep, ...]:
-    """One server per replica on k nodes: its first node has node rank 0."""
+def _shared_node_steps(a: ServeArgs, launcher: tuple[str, ...], ep_flags: tuple[str, ...]) -> tuple[LaunchStep, ...]:
+    """Several DP-attention servers (EP groups of `a.tp * a.pp` GPUs) to a node: server s of a
+    node on GPUs from s * size (--base-gpu-id), port SERVER_PORT + s (a one-node server takes
+    its other ports from --port); one step per place on the node, then the router. SGLang's
+    --dp-size cannot hold them: with DP attention it is the group's own DP degree."""
+    size = a.tp * a.pp
+    per_node = a.gpus_per_node // size
+    steps = []
+    for slot in range(min(per_node, a.dp)):
+        argv = (*launcher, *server_flags(a, 1, ep_flags), "--base-gpu-id", str(slot * size),
+                "--host", "0.0.0.0", "--port", str(SERVER_PORT + slot))
+        steps.append(LaunchStep("server", NodeSet(0, math.ceil((a.dp - slot) / per_node)), argv))
+    return (*steps, router_step(a))
+
+
+def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int,
+                        ep_flags: tuple[str, ...] = ()) -> tuple[LaunchStep, ...]:
+    """One server per replica (or EP group) on k nodes: its first node has node rank 0."""
     if a.dp == 1:
         heads, workers, address = NodeSet(0), NodeSet(1, k - 1), HEAD_ADDRESS_PLACEHOLDER
         roles, served = ("head", "worker"), ()
@@ -133,7 +182,7 @@ def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int) -> tupl
         roles, served = ("replica head", "replica worker"), ("--host", "0.0.0.0", "--port", str(SERVER_PORT))
 
     def argv(node_rank: str) -> tuple[str, ...]:
-        return (*launcher, *server_flags(a, 1), *served, "--nnodes", str(k), "--node-rank", node_rank,
+        return (*launcher, *server_flags(a, 1, ep_flags), *served, "--nnodes", str(k), "--node-rank", node_rank,
                 "--dist-init-addr", PerNode(f"{address}:{DIST_INIT_PORT}") if a.dp > 1 else f"{address}:{DIST_INIT_PORT}")
 
     in_replica = node_rank_value(workers, modulo=k) if a.dp > 1 else node_rank_value(workers)

@@ -17,22 +17,36 @@ One address serves the whole deployment; the head's API server balances over eve
   spans nodes, envs.py: "used only when a single DP rank requires multiple nodes").
 `--max-num-seqs` applies per DP rank. One step per role; per-node values are placeholders
 (planner/emit/command.py).
+
+Expert parallelism (ep > 1): `--enable-expert-parallel` shards the MoE layers' experts over every
+TP x DP rank of a deployment (vllm/config/parallel.py ParallelConfig.data_parallel_size: "MoE
+layers will be sharded according to the product of the tensor, prefill-context, and data
+parallel sizes"), each DP rank running its own attention and batch. So one EP group is one
+deployment, `--data-parallel-size ep // tp`, launched as above (over several nodes with the same
+multi-node DP flags); several EP groups are independent deployments, each on its own nodes
+(`$REPLICA_HEAD_IP` is its first node) or, when smaller than a node, side by side on one node
+(CUDA_VISIBLE_DEVICES, `--port`); each serves its own address, so a load balancer fronts them.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
+    REPLICA_HEAD_ADDRESS,
     LaunchStep,
     NodeSet,
+    PerNode,
     ServeArgs,
     env_prefix,
     node_rank_value,
 )
 
+SERVER_PORT = 8000
+"""vLLM's default API port (FrontendArgs.port); the next ones for deployments sharing a node."""
 MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 RAY_PORT = 6379
@@ -55,6 +69,11 @@ def engine_flags(a: ServeArgs) -> list[str]:
     flags = ["--tensor-parallel-size", str(a.tp)]
     if a.pp > 1:
         flags += ["--pipeline-parallel-size", str(a.pp)]
+    if a.ep > 1:
+        # --all2all-backend keeps the engine's default (ParallelConfig.all2all_backend,
+        # allgather_reducescatter): the planner's all-to-all cost is an alpha-beta model of
+        # the bytes moved, with no kernel in it to prefer one backend over another.
+        flags.append("--enable-expert-parallel")
     flags += [
         "--dtype", a.dtype,
         "--gpu-memory-utilization", f"{a.gpu_memory_utilization:g}",
@@ -80,61 +99,121 @@ def vllm_ray_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
     return _steps(a, ray=True)
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """`copies` identical deployments, deployment c on nodes c*span to c*span+span-1 (one
+    deployment: copies = 1). Each copy's first node is its head, reached at $REPLICA_HEAD_IP."""
+
+    span: int
+    copies: int = 1
+
+    def nodes(self, first: int, length: int = 1) -> NodeSet:
+        return NodeSet(first, length) if self.copies == 1 else NodeSet(first, length, self.span, self.copies)
+
+    def rank(self, nodes: NodeSet, times: int = 1) -> str:
+        """The node's rank (times `times`) inside its own deployment."""
+        return node_rank_value(nodes, times, modulo=None if self.copies == 1 else self.span)
+
+    @property
+    def address(self) -> str:
+        return HEAD_ADDRESS_PLACEHOLDER if self.copies == 1 else PerNode(f"${REPLICA_HEAD_ADDRESS}")
+
+    def role(self, role: str) -> str:
+        return role if self.copies == 1 else f"replica {role}"
+
+
 def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
+    """Without EP one deployment serves every DP rank. With EP each EP group is one deployment
+    of its dp_per_ep_group DP ranks (vLLM shards the experts over all of a deployment's
+    TP x DP ranks, ParallelConfig.data_parallel_size), and several groups are independent
+    deployments: whole nodes each, or several to a node (placement_reasons refuses the rest)."""
+    if a.ep == 1:
+        return _deployment_steps(a, ray, copies=1)
+    group = replace(a, dp=a.layout.dp_per_ep_group)
+    copies = a.layout.num_ep_groups
+    if copies > 1 and a.gpus_per_ep_group < a.gpus_per_node:
+        return _shared_node_steps(group, copies)
+    return _deployment_steps(group, ray, copies)
+
+
+def _deployment_steps(a: ServeArgs, ray: bool, copies: int) -> tuple[LaunchStep, ...]:
     base = ("vllm", "serve", a.model, *engine_flags(a))
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica == 1:
-        return _dp_steps(a, base)
-    return (_ray_steps if ray else _mp_steps)(a, base, nodes_per_replica * a.dp)
+        return _dp_steps(a, base, copies)
+    blocks = Blocks(nodes_per_replica * a.dp, copies)
+    return (_ray_steps if ray else _mp_steps)(a, base, blocks)
 
 
-def _mp_steps(a: ServeArgs, base: tuple[str, ...], num_nodes: int) -> tuple[LaunchStep, ...]:
+def _mp_steps(a: ServeArgs, base: tuple[str, ...], blocks: Blocks) -> tuple[LaunchStep, ...]:
     """Head on node 0, the other nodes headless; with dp > 1 the DP flags make it one deployment."""
     dp = () if a.dp == 1 else ("--data-parallel-size", str(a.dp), "--data-parallel-address",
-                               HEAD_ADDRESS_PLACEHOLDER, "--data-parallel-rpc-port", str(DP_RPC_PORT))
+                               blocks.address, "--data-parallel-rpc-port", str(DP_RPC_PORT))
 
     def argv(node_rank: str) -> tuple[str, ...]:
-        return (*base, *dp, "--nnodes", str(num_nodes), "--node-rank", node_rank,
-                "--master-addr", HEAD_ADDRESS_PLACEHOLDER, "--master-port", str(MASTER_PORT))
+        return (*base, *dp, "--nnodes", str(blocks.span), "--node-rank", node_rank,
+                "--master-addr", blocks.address, "--master-port", str(MASTER_PORT))
 
-    workers = NodeSet(1, num_nodes - 1)
-    return (LaunchStep("head", NodeSet(0), argv("0")),
-            LaunchStep("worker", workers, (*argv(node_rank_value(workers)), "--headless")))
+    workers = blocks.nodes(1, blocks.span - 1)
+    return (LaunchStep(blocks.role("head"), blocks.nodes(0), argv("0")),
+            LaunchStep(blocks.role("worker"), workers, (*argv(blocks.rank(workers)), "--headless")))
 
 
-def _ray_steps(a: ServeArgs, base: tuple[str, ...], num_nodes: int) -> tuple[LaunchStep, ...]:
-    """One Ray cluster over every node; the head serves all of it."""
+def _ray_steps(a: ServeArgs, base: tuple[str, ...], blocks: Blocks) -> tuple[LaunchStep, ...]:
+    """One Ray cluster over every node of a deployment; its head serves all of it."""
     serve = (*base, "--distributed-executor-backend", "ray")
     if a.dp > 1:
         serve = (*env_prefix(VLLM_RAY_DP_PACK_STRATEGY="span"), *serve,
                  "--data-parallel-size", str(a.dp), "--data-parallel-backend", "ray")
-    return (LaunchStep("head", NodeSet(0), ("ray", "start", "--head", "--port", str(RAY_PORT))),
-            LaunchStep("worker", NodeSet(1, num_nodes - 1),
-                       ("ray", "start", f"--address={HEAD_ADDRESS_PLACEHOLDER}:{RAY_PORT}")),
-            LaunchStep("head", NodeSet(0), serve))
+    join = PerNode(f"--address={blocks.address}:{RAY_PORT}") if blocks.copies > 1 else (
+        f"--address={HEAD_ADDRESS_PLACEHOLDER}:{RAY_PORT}")
+    heads = blocks.nodes(0)
+    return (LaunchStep(blocks.role("head"), heads, ("ray", "start", "--head", "--port", str(RAY_PORT))),
+            LaunchStep(blocks.role("worker"), blocks.nodes(1, blocks.span - 1), ("ray", "start", join)),
+            LaunchStep(blocks.role("head"), heads, serve))
 
 
-def _dp_steps(a: ServeArgs, base: tuple[str, ...]) -> tuple[LaunchStep, ...]:
-    """Replicas within a node: per_node DP ranks on each node; the last node may hold fewer."""
-    if a.dp == 1:
-        return (LaunchStep(ALL_NODES, NodeSet(0), base),)
+def _dp_steps(a: ServeArgs, base: tuple[str, ...], copies: int) -> tuple[LaunchStep, ...]:
+    """Replicas within a node: per_node DP ranks on each node; the last node may hold fewer
+    (never with copies > 1: an EP group then fills whole nodes)."""
     per_node = a.gpus_per_node // (a.tp * a.pp)
     num_nodes = math.ceil(a.dp / per_node)
+    blocks = Blocks(num_nodes, copies)
     if num_nodes == 1:
-        return (LaunchStep(ALL_NODES, NodeSet(0), (*base, "--data-parallel-size", str(a.dp))),)
+        dp = ("--data-parallel-size", str(a.dp)) if a.dp > 1 else ()
+        return (LaunchStep(ALL_NODES if copies == 1 else "server", blocks.nodes(0), (*base, *dp)),)
 
     def argv(local: int) -> tuple[str, ...]:
         return (*base, "--data-parallel-size", str(a.dp), "--data-parallel-size-local", str(local),
-                "--data-parallel-address", HEAD_ADDRESS_PLACEHOLDER, "--data-parallel-rpc-port", str(DP_RPC_PORT))
+                "--data-parallel-address", blocks.address, "--data-parallel-rpc-port", str(DP_RPC_PORT))
 
     last_local = a.dp - (num_nodes - 1) * per_node
-    full = NodeSet(1, num_nodes - 1 - (last_local < per_node))
-    steps = [LaunchStep("head", NodeSet(0), argv(per_node))]
+    assert copies == 1 or last_local == per_node, "EP groups of whole nodes"
+    full = blocks.nodes(1, num_nodes - 1 - (last_local < per_node))
+    steps = [LaunchStep(blocks.role("head"), blocks.nodes(0), argv(per_node))]
     if full.length:
-        steps.append(LaunchStep("worker", full, (*argv(per_node), "--headless", "--data-parallel-start-rank",
-                                                 node_rank_value(full, times=per_node))))
+        steps.append(LaunchStep(blocks.role("worker"), full, (*argv(per_node), "--headless",
+                                                              "--data-parallel-start-rank",
+                                                              blocks.rank(full, times=per_node))))
     if last_local < per_node:
         last = NodeSet(num_nodes - 1)
         steps.append(LaunchStep("worker", last, (*argv(last_local), "--headless", "--data-parallel-start-rank",
                                                  node_rank_value(last, times=per_node))))
+    return tuple(steps)
+
+
+def _shared_node_steps(group: ServeArgs, copies: int) -> tuple[LaunchStep, ...]:
+    """EP groups smaller than a node, several to each node: deployment s of a node on GPUs
+    s*G to s*G+G-1 (CUDA_VISIBLE_DEVICES), serving on port SERVER_PORT + s, its DP ranks
+    talking on their own port. One step per place on the node, the nodes that hold it."""
+    size = group.gpus_per_ep_group
+    per_node = group.gpus_per_node // size
+    steps = []
+    for slot in range(min(per_node, copies)):
+        gpus = ",".join(str(g) for g in range(slot * size, slot * size + size))
+        dp = () if group.dp == 1 else ("--data-parallel-size", str(group.dp),
+                                       "--data-parallel-rpc-port", str(DP_RPC_PORT + slot))
+        argv = (*env_prefix(CUDA_VISIBLE_DEVICES=gpus), "vllm", "serve", group.model, *engine_flags(group), *dp,
+                "--port", str(SERVER_PORT + slot))
+        steps.append(LaunchStep("server", NodeSet(0, math.ceil((copies - slot) / per_node)), argv))
     return tuple(steps)
