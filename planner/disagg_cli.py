@@ -60,7 +60,7 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
               role: str, model_arg: str) -> ServeArgs:
     worker = est.prefill if role == "prefill" else est.decode
     return ServeArgs(
-        model=model_arg, tp=worker.tp, pp=worker.pp, dp=1, gpus_per_node=cluster.gpus_per_node,
+        model=model_arg, tp=worker.tp, pp=worker.pp, dp=worker.dp, ep=worker.ep, gpus_per_node=cluster.gpus_per_node,
         gpu_memory_utilization=request.gpu_memory_utilization, max_model_len=est.max_model_len,
         max_num_seqs=max(1, worker.max_num_seqs), quantization=request.quantization_override,
         kv_cache_dtype=request.kv_cache_dtype, dtype=model.dtype, engine_versions=request.engine_versions,
@@ -74,8 +74,6 @@ def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
     if engine not in DISAGG_EMITTERS:
         return ()
     p, d = est.prefill, est.decode
-    if d.dp > 1:
-        return None  # expert-parallel decode workers: not emitted yet (docs/cost-model.md, Expert parallelism)
     groups = same_node_groups(p.workers, p.gpus_per_worker, d.workers, d.gpus_per_worker, cluster) if est.same_node else 0
     deployment = DisaggDeployment(role_args(model, cluster, request, est, "prefill", model_arg),
                                   role_args(model, cluster, request, est, "decode", model_arg),

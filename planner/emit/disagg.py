@@ -13,7 +13,12 @@ sends each request to a prefill server, then to a decode server that pulls the p
 - SGLang 0.5.10.post1: `--disaggregation-mode prefill|decode`, `--disaggregation-transfer-backend
   nixl`, the prefill's `--disaggregation-bootstrap-port` (server_args.py); the router
   (sglang_router.launch_router) with `--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`.
-A worker wider than a node is not emitted (None): say so instead.
+An expert-parallel decode worker (tp * d GPUs, d DP ranks sharing the experts) is one server
+of its own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp-size tp*d
+--dp-size d --enable-dp-attention --ep-size tp*d` (emit/sglang.ep_server); emitted when each
+node holds one such worker.
+A worker wider than a node, or several EP workers on one node, is not emitted (None): say so
+instead.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 from dataclasses import dataclass
 
 from planner.emit.command import LaunchStep, NodeSet, ServeArgs, env_prefix
-from planner.emit.sglang import server_flags
+from planner.emit.sglang import ep_server, server_flags
 from planner.emit.vllm import engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
@@ -67,9 +72,14 @@ def _role_servers(first_node: int, workers: int, gpus_per_worker: int, gpn: int,
     return out
 
 
+def worker_gpus(args: ServeArgs) -> int:
+    """GPUs of one worker: tp * pp, times its DP ranks when it is an EP worker."""
+    return args.tp * args.pp * (args.dp if args.ep > 1 else 1)
+
+
 def placements(d: DisaggDeployment) -> dict[str, list[RoleServers]] | None:
     gpn = d.prefill.gpus_per_node
-    p_gpus, d_gpus = d.prefill.tp * d.prefill.pp, d.decode.tp * d.decode.pp
+    p_gpus, d_gpus = worker_gpus(d.prefill), worker_gpus(d.decode)
     if max(p_gpus, d_gpus) > gpn:
         return None
     m = d.same_node_groups
@@ -81,6 +91,11 @@ def placements(d: DisaggDeployment) -> dict[str, list[RoleServers]] | None:
     prefill = _role_servers(0, d.num_prefill, p_gpus, gpn)
     first_decode = max(s.nodes.first + s.nodes.length for s in prefill)
     return {"prefill": prefill, "decode": _role_servers(first_decode, d.num_decode, d_gpus, gpn)}
+
+
+def _one_ep_worker_per_node(d: DisaggDeployment, where: dict[str, list[RoleServers]]) -> bool:
+    """EP workers are separate deployments: one per node is what the role's server can be."""
+    return d.decode.ep == 1 or all(s.workers_per_node == 1 for s in where["decode"])
 
 
 def _node_hosts(servers: list[RoleServers], single_node: bool) -> list[str]:
@@ -95,14 +110,15 @@ def _visible(gpus: tuple[int, ...]) -> str:
 
 def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None:
+    if where is None or not _one_ep_worker_per_node(d, where):
         return None
     steps = []
     ports = {"prefill": VLLM_PREFILL_PORT, "decode": VLLM_DECODE_PORT}
     for role, args in (("prefill", d.prefill), ("decode", d.decode)):
         config = json.dumps({"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role]}, separators=(",", ":"))
         for s in where[role]:
-            dp = ("--data-parallel-size", str(s.workers_per_node)) if s.workers_per_node > 1 else ()
+            ranks = args.dp if args.ep > 1 else s.workers_per_node
+            dp = ("--data-parallel-size", str(ranks)) if ranks > 1 else ()
             env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus),
                              VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
             steps.append(LaunchStep(role, s.nodes, (*env, "vllm", "serve", args.model, *engine_flags(args), *dp,
@@ -119,16 +135,18 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
 
 def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None:
+    if where is None or not _one_ep_worker_per_node(d, where):
         return None
     launcher = d.prefill.engine_versions.sglang_release.launcher
     steps = []
     for role, args, port in (("prefill", d.prefill, SGLANG_PREFILL_PORT), ("decode", d.decode, SGLANG_DECODE_PORT)):
         for s in where[role]:
             extra = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)) if role == "prefill" else ()
+            server, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
             steps.append(LaunchStep(role, s.nodes, (
                 *env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus)), *launcher,
-                *server_flags(args, s.workers_per_node), "--disaggregation-mode", role,
+                *server_flags(server, 1 if args.ep > 1 else s.workers_per_node, ep_flags),
+                "--disaggregation-mode", role,
                 "--disaggregation-transfer-backend", "nixl", *extra, "--host", "0.0.0.0", "--port", str(port))))
     single = all(s.nodes.count == 1 and s.nodes.first == 0 for ss in where.values() for s in ss)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]

@@ -52,8 +52,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     else:
         out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:
-        why = ("expert-parallel decode workers are planned but their disaggregated launch is not written yet"
-               if best.decode.dp > 1 else "a worker wider than a node")
+        why = ("a worker wider than a node" if best.decode.dp == 1 else
+               "a worker wider than a node, or expert-parallel decode workers sharing a node (each its own server)")
         out.print(f"Launch: not emitted ({why}).")
     elif best is not None and steps and verdict.winner == "disaggregated":
         out.print(f"\nLaunch disaggregated ({engine}):")

@@ -44,3 +44,22 @@ def test_ep_decode_gpus_counted_once_and_rate_is_d_ranks(deepseek_plan):
         decode_rate = d.workers * d.dp * d.max_num_seqs / (REQUEST.output_len * d.round_seconds)
         assert e.requests_per_second <= decode_rate * (1 + 1e-9) or d.concurrency < d.max_num_seqs
         assert e.goodput_per_gpu == pytest.approx(e.requests_per_second * REQUEST.output_len / e.gpus_used)
+
+
+def test_ep_decode_worker_launch(run_plan):
+    """The EP decode worker is one server per node: vLLM `--data-parallel-size 8
+    --enable-expert-parallel` with the NIXL consumer role; SGLang `--tp-size 8 --dp-size 8
+    --enable-dp-attention --ep-size 8` in decode mode."""
+    import json
+
+    args = ["--model", "deepseek-v3", "--cluster", "2x8xH200", "--input-len", "2048", "--output-len", "512",
+            "--max-ttft-ms", "2000", "--max-tpot-ms", "50", "--mode", "disaggregated", "--json"]
+    for emit, wanted in (("vllm", ["--enable-expert-parallel", "--data-parallel-size", "8"]),
+                         ("sglang", ["--dp-size", "8", "--enable-dp-attention", "--ep-size", "8"])):
+        result = run_plan(*args, "--emit", emit)
+        assert result.returncode == 0, result.stderr
+        best = json.loads(result.stdout)["disaggregated"][0]
+        assert best["decode"]["ep"] == best["decode"]["tp"] * best["decode"]["dp"] == 8
+        (decode,) = [step for step in best["launch"] if step["role"] == "decode"]
+        text = " ".join(decode["argv"])
+        assert " ".join(wanted) in text or all(flag in decode["argv"] for flag in wanted), text
