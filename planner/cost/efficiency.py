@@ -163,5 +163,29 @@ TRAIN_FP8_SCALING_BYTES_PER_GEMM = (3 + 2) * 4 * (TRAIN_FP8_AMAX_HISTORY_LEN + 2
 """fp32 amax history + scale + scale-inverse of the 5 fp8 tensors of one GEMM: 20 KiB."""
 
 
-EXPERT_LOAD_IMBALANCE = 1.0
-"""Routed tokens on the busiest GPU of an EP group over the mean (whole experts per GPU)."""
+EXPERT_LOAD_IMBALANCE = 1.35
+"""Routed work on the busiest GPU of an EP group over the mean (whole experts per GPU): the
+fused MoE op's latency under skewed routing over its latency under balanced routing, where
+it is compute-bound. Source: AIConfigurator's measured vLLM 0.24.0 kernels on H200
+(aiconfigurator-core 0.12.0, systems/data/h200_sxm/moe/vllm/0.24.0/moe_perf.parquet; rows in
+tests/fixtures/aiconfigurator_silicon/vllm_moe_h200.csv): bf16 Triton kernel, moe_tp 1,
+moe_ep 8, num_tokens 4096/8192/16384, median ratio power_law_1.2 / balanced 1.44 for
+Qwen3-235B-A22B's shape (h 4096, f 1536, E 128, e 8) and 1.26 for Qwen3-30B-A3B's
+(2048/768/128/8): their median, 1.35. power_law with alpha 1.2 is AIConfigurator's default
+routing for its MoE searches (sdk/config.py workload_distribution "power_law",
+sdk/models/moe.py alpha 1.2; DeepSeek models 1.01, which gives 1.32 and 1.25 here). It grows
+as fewer experts share a GPU: Mixtral-8x7B at EP 8 (one expert per GPU) measures 2.45
+(--expert-imbalance). bench/moe_calibration.py prints the table;
+tests/serve/test_moe_calibration.py re-derives the value."""
+
+ALLTOALL_FIXED_SECONDS = units.us_to_seconds(43)
+"""Fixed cost of one DeepEP dispatch or combine inside a node beyond the alpha-beta model's
+(g-1) link latencies: a kernel launch and every rank waiting on its peers' arrival flags
+(a GPU-side barrier over the EP group), whatever the bytes. Fitted as the median of measured
+minus comm.group_alltoall_seconds over DeepEP's low-latency rows of 1-32 tokens (h 3072 and
+7168, e 8, E 256, EP 8 on one H200 node; aiconfigurator-core 0.12.0,
+systems/data/h200_sxm/comm/vllm/0.24.0/moe_a2a_perf.parquet; rows in
+tests/fixtures/aiconfigurator_silicon/vllm_deepep_a2a_h200.csv): 42.8 us; the measured floor
+is 51-54 us. It takes the low-latency rows of up to 256 tokens from -78% to +2% median error
+(bench/moe_calibration.py). Not yet added by comm.alltoall_seconds (a proposal:
+docs/cost-model.md, Expert parallelism: calibration)."""

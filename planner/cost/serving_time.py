@@ -193,21 +193,52 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
     ways without EP and whole with it."""
     tp = layout.tp
     m = max(1, round(num_tokens))
-    gemms = list(layer_gemms_forward(model, 1, m, tp)[:2])
-    f, rows, count, split = model.intermediate_size, m, 1, tp
+    gemms = list(layer_gemms_forward(model, 1, m, tp)[:2]) + mlp_gemms(model, layout, m)
+    return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
+
+
+def gemm_utilization(gemm: Gemm) -> float:
+    """u(M) u(N) u(K), u(x) = x/(x + GEMM_HALF_RATE_DIMENSION): one GEMM's share of the
+    achievable matmul rate at its shape."""
+    half = eff.GEMM_HALF_RATE_DIMENSION
+    return (gemm.m / (gemm.m + half)) * (gemm.n / (gemm.n + half)) * (gemm.k / (gemm.k + half))
+
+
+def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int) -> list[Gemm]:
+    """The MLP's up and down GEMMs on one GPU at num_tokens rows: the dense FFN split t
+    ways; for MoE the touched experts on the GPU, each with N e / E_touched(N) rows, N the
+    tokens its experts see (expert_group_tokens), an expert's FFN split t ways without EP
+    and whole with it (gemm_shape_utilization)."""
+    f, rows, count, split = model.intermediate_size, num_tokens, 1, layout.tp
     if model.is_moe:
-        seen = expert_group_tokens(layout, m)
+        seen = expert_group_tokens(layout, num_tokens)
         touched = max(1.0, expected_experts_touched(model, seen))
         f = model.expert_intermediate_size
         rows = max(1, round(seen * model.num_experts_per_tok / touched))
         count = max(1, round(touched * experts_per_gpu(model, layout.ep) / model.num_local_experts))
-        split = tp if layout.ep == 1 else 1
+        split = layout.tp if layout.ep == 1 else 1
     up = (2 if model.gated_mlp else 1) * f // split
-    gemms += [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // split), count)]
-    half = eff.GEMM_HALF_RATE_DIMENSION
-    flops = sum(g.flops for g in gemms)
-    seconds = sum(g.flops / ((g.m / (g.m + half)) * (g.n / (g.n + half)) * (g.k / (g.k + half))) for g in gemms)
-    return flops / seconds
+    return [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // split), count)]
+
+
+def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
+                           imbalance: float = 1.0) -> float:
+    """One MoE layer's routed-expert GEMMs on the busiest GPU (the fused MoE op, router and
+    all-to-all excluded): max(W / (B_HBM * DECODE_HBM_UTILIZATION), F * x / (R * u)), W the
+    touched experts' weight bytes on the GPU, F and u the FLOPs and shape utilization of
+    mlp_gemms, x expert_load_factor, R the achievable matmul rate; num_tokens the replica's
+    (as in stage_step_time). The same pieces stage_step_time prices the experts with;
+    scored against AIConfigurator's measured MoE kernels by bench/moe_calibration.py."""
+    m = max(1, round(num_tokens))
+    gemms = mlp_gemms(model, layout, m)
+    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model)
+    local = experts_per_gpu(model, layout.ep)
+    touched_share = expected_experts_touched(model, expert_group_tokens(layout, m)) / model.num_local_experts
+    split = layout.tp if layout.ep == 1 else 1
+    weight_bytes = local * touched_share * expert_bytes / split
+    weight_seconds = weight_bytes / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
+    flops_at_rate = sum(g.flops / gemm_utilization(g) for g in gemms) * expert_load_factor(layout, imbalance)
+    return max(weight_seconds, flops_at_rate / achievable_flops_per_s(model, cluster))
 
 
 def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
