@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from planner.cost.efficiency import NCCL_BUSBW_FRACTION_OF_LINK
+from planner.cost.efficiency import ALLTOALL_FIXED_SECONDS, NCCL_BUSBW_FRACTION_OF_LINK
 from planner.layout import GroupTopology, Link
 from planner.specs import AllreduceCurve
 
@@ -164,9 +164,11 @@ def alltoall_seconds(message_bytes: float, group: GroupTopology | None,
                      curve: AllreduceCurve | None) -> float:
     """One all-to-all over a placed group (S bytes sent per rank): the probe's measured curve
     at this size when it measured this link at this group size, else
-    group_alltoall_seconds on the links at NCCL's achieved bus bandwidth. 0 for one rank."""
+    group_alltoall_seconds on the links at NCCL's achieved bus bandwidth plus the
+    dispatch/combine kernel's fixed cost (efficiency.ALLTOALL_FIXED_SECONDS, fitted on
+    DeepEP's measured floor). 0 for one rank."""
     if group is None or group.num_ranks <= 1:
         return 0.0
     if curve is not None:
         return curve_seconds(curve, message_bytes)
-    return group_alltoall_seconds(message_bytes, effective_group(group))
+    return ALLTOALL_FIXED_SECONDS + group_alltoall_seconds(message_bytes, effective_group(group))
