@@ -127,7 +127,7 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
     if c.recompute == "full":
         phases.append(("recompute", "the forward's again", 2))
     return [collective_row(phase, name, "all-to-all", c.ep, ep.link or "-", ep.message_bytes, one,
-                           ep.alltoall_seconds, False, count * per_step, e.step_time_seconds)
+                           ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
             for phase, name, count in phases]
 
 

@@ -292,6 +292,8 @@ class EpSeconds:
     """phi: MoE layers per layer (the mean block's share, moe_layers_of)."""
     link: str | None = None
     """The slowest link the all-to-all crosses (the NICs once the group spans nodes)."""
+    measured: bool = False
+    """True when alltoall_seconds is the probe's all-to-all curve at this link and size."""
 
     @property
     def alltoall_seconds_per_moe_layer(self) -> float:
@@ -317,7 +319,8 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     core_v0.19.0), 6 with full recompute (the forward pair again). S: each GPU dispatches
     its s*b/t sequence-parallel tokens, each to k experts. Routed GEMMs: (u - 1) * n_pass *
     2*k*P_x*b*s/t / R on the busiest GPU, u = EXPERT_LOAD_IMBALANCE, n_pass = 3 (4 with full
-    recompute), R the linear GEMM rate. Assumption: not overlapped with compute (Megatron's
+    recompute), R the linear GEMM rate. The probe's all-to-all curve replaces the model where
+    it measured this link at ep ranks. Assumption: not overlapped with compute (Megatron's
     --overlap-moe-expert-parallel-comm is not emitted)."""
     layout, b = config.layout, config.micro_batch_size
     if config.ep <= 1 or not model.is_moe:
@@ -331,8 +334,9 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     load = expert_load_factor(layout, efficiency.EXPERT_LOAD_IMBALANCE)
     imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(rates, config.precision).matmul_flops_per_s
     link = group.inter or group.intra
-    return EpSeconds(comm.alltoall_seconds(message_bytes, group, None), message_bytes, 6 if full else 4,
-                     imbalance, share, None if link is None else link.kind)
+    curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
+    return EpSeconds(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 6 if full else 4,
+                     imbalance, share, None if link is None else link.kind, curve is not None)
 
 
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
