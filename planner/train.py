@@ -218,11 +218,12 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                      recompute: str, attention: str = "materialized",
-                     precision: str = "bf16", ep: int = 1) -> tuple[float, float, float, float]:
+                     precision: str = "bf16", ep: int = 1,
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
     per micro-batch in flight, last-stage logits); MoE adds the dispatched tokens to the layer
     (to the working set under full recompute, which dispatches them again)."""
-    dispatched = act.moe_dispatch_bytes_per_layer(model, s, b, tp, ep, "none")
+    dispatched = act.moe_dispatch_bytes_per_layer(model, s, b, tp, ep, "none", imbalance)
     stored = 0.0 if recompute == "full" else dispatched
     again = dispatched if recompute == "full" else 0.0
     return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision)
@@ -257,7 +258,8 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
 
 
 def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
-                   stages: tuple[int, ...] | None = None, memo: Memo | None = None) -> tuple[TrainMemory, ...]:
+                   stages: tuple[int, ...] | None = None, memo: Memo | None = None,
+                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[TrainMemory, ...]:
     """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
     (and embedding or LM head), its layers' activations times the micro-batches it holds in
     flight (activations.py), the recompute working set; the first stage adds the embedding's
@@ -269,9 +271,9 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
                       lambda: stage_params_per_gpu(model, c.tp, pp, layers, c.ep))
     per_layer, working, extra, logits = memo.get(
         ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
-         c.precision, c.ep),
+         c.precision, c.ep, imbalance),
         lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-                                 c.attention, c.precision, c.ep))
+                                 c.attention, c.precision, c.ep, imbalance))
     out = []
     for stage in stages or candidate_worst_stages(c):
         kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
@@ -321,13 +323,21 @@ def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
             f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB)")
 
 
+def expert_imbalance(request: TrainRequest | None) -> float:
+    """The busiest EP GPU's routed load over the mean: --expert-imbalance, else the default."""
+    if request is None or request.expert_imbalance is None:
+        return efficiency.EXPERT_LOAD_IMBALANCE
+    return request.expert_imbalance
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
-                 rates: TrainRates, memo: Memo) -> tuple[Placement, LayerTerms]:
+                 rates: TrainRates, memo: Memo,
+                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0),
-                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates))
+                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance),
+                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates, imbalance))
     return placement, terms
 
 
@@ -348,15 +358,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = replace(config, precision=request.precision)
     rates = rates or train_rates(model, cluster)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:
-        config = with_stage_split(model, cluster, config, s, rates, memo)
+        config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request))
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
-    memories = stage_memories(model, config, s, m, memo=memo)
+    imbalance = expert_imbalance(request)
+    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance)
     memory = worst_stage_memory(memories)
     capacity = cluster.gpu.memory_bytes
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
-    placement, terms = _layer_terms(model, cluster, config, s, rates, memo)
+    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
                       lambda: stage_params_per_gpu(model, config.tp, config.pp, layers, config.ep))
     flops = memo.get(("flops_per_sequence", s), lambda: (flops_model.model_flops_per_sequence(model, s),
@@ -397,7 +408,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
 
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
-                     rates: TrainRates, memo: Memo | None = None) -> TrainConfig:
+                     rates: TrainRates, memo: Memo | None = None,
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> TrainConfig:
     """The configuration with its first/last split filled in when p does not divide L:
     the fastest balanced split for this tp, micro-batch, recompute and v."""
     L = model.num_hidden_layers
@@ -405,9 +417,9 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
         return config
     memo = memo or Memo()
     c = config
-    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
-           c.ep, c.dp if c.ep > 1 else 0)
+           c.ep, c.dp if c.ep > 1 else 0, imbalance)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))

@@ -107,14 +107,16 @@ def activation_bytes_per_layer(
     return stored
 
 
-def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: int, recompute: str) -> float:
+def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: int, recompute: str,
+                                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> float:
     """The MoE layer's dispatched tokens, mean block, one micro-batch, one GPU:
     phi * n * e * (u*h + (u - 1)*c*f_x); phi the share of MoE layers (moe_layers_of), f_x the
     expert FFN size, c = 3 gated (gate, up, product) else 2.
 
     n: the (token, expert) pairs the GPU's experts process. With EP (expert TP 1) n = s*b/t * k
     (its s*b/t sequence-parallel tokens each to k experts, as many arriving as leaving on the
-    mean) and u = EXPERT_LOAD_IMBALANCE (busiest GPU over the mean); without EP (experts
+    mean) and u = `imbalance` (busiest GPU over the mean; EXPERT_LOAD_IMBALANCE unless
+    --expert-imbalance); without EP (experts
     TP-split, expert TP = t) n = s*b*k and u = 1: every rank of the TP group gathers the
     group's tokens and runs its 1/t of every expert on all of them. The u*n*h*e bytes are the
     permuted input the grouped GEMM keeps for its weight gradient (Megatron-Core's token
@@ -124,7 +126,7 @@ def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: 
     the busiest GPU's excess (u - 1) is added. Full recompute keeps the layer input only: 0."""
     if not model.is_moe or recompute == "full":
         return 0.0
-    u = efficiency.EXPERT_LOAD_IMBALANCE if ep > 1 else 1.0
+    u = imbalance if ep > 1 else 1.0
     act_bytes, h = 2, model.hidden_size
     gated = 3 if model.gated_mlp else 2
     pairs = s * b * model.num_experts_per_tok / (tp if ep > 1 else 1)

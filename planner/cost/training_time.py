@@ -311,14 +311,14 @@ class EpSeconds:
 
 
 def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
-                         rates: TrainRates) -> EpSeconds:
+                         rates: TrainRates, imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> EpSeconds:
     """Per MoE layer and micro-batch: n_a2a all-to-alls of S = b*s/t * k * h * e bytes over the
     EP group placed in Megatron's rank order (ep consecutive ranks, ep_group_topology with
     pp outermost), comm.alltoall_seconds; n_a2a = 4 (dispatch and combine forward, their
     gradients backward; Megatron's alltoall token dispatcher, token_dispatcher.py
     core_v0.19.0), 6 with full recompute (the forward pair again). S: each GPU dispatches
     its s*b/t sequence-parallel tokens, each to k experts. Routed GEMMs: (u - 1) * n_pass *
-    2*k*P_x*b*s/t / R on the busiest GPU, u = EXPERT_LOAD_IMBALANCE, n_pass = 3 (4 with full
+    2*k*P_x*b*s/t / R on the busiest GPU, u = `imbalance` (--expert-imbalance), n_pass = 3 (4 with full
     recompute), R the linear GEMM rate. The probe's all-to-all curve replaces the model where
     it measured this link at ep ranks. Assumption: not overlapped with compute (Megatron's
     --overlap-moe-expert-parallel-comm is not emitted)."""
@@ -331,7 +331,7 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     full = config.recompute == "full"
     share = moe_layers_of(model, 1)
     routed_flops = routed_expert_flops(model, 1, b * s / config.tp) / share
-    load = expert_load_factor(layout, efficiency.EXPERT_LOAD_IMBALANCE)
+    load = expert_load_factor(layout, imbalance)
     imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(rates, config.precision).matmul_flops_per_s
     link = group.inter or group.intra
     curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
@@ -460,14 +460,15 @@ class LayerTerms:
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
-                placement: Placement, rates: TrainRates) -> LayerTerms:
+                placement: Placement, rates: TrainRates,
+                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> LayerTerms:
     c, b = config, config.micro_batch_size
     return LayerTerms(
         layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
                             c.precision, c.ep, c.layout.dp_per_ep_group),
         tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
         logits_seconds=logits_seconds(model, s, b, c.tp, rates),
-        ep=ep_seconds_per_layer(model, cluster, c, s, rates),
+        ep=ep_seconds_per_layer(model, cluster, c, s, rates, imbalance),
     )
 
 

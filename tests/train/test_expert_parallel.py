@@ -220,3 +220,31 @@ def test_the_deepseek_v3_question_plans_ep_with_pp():
                  "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
                  "--moe-layer-freq", "--sequence-parallel"):
         assert flag in argv, flag
+
+
+def test_expert_imbalance_slows_the_busiest_gpu_in_training():
+    """--expert-imbalance u for training: the busiest GPU's routed GEMMs (u - 1) * 3 passes *
+    2*k*P_x*b*s/t / R are added, the dispatched activations grow u-fold (plus (u - 1) times
+    the routed intermediates); the all-to-all is unchanged. Mixtral, tp=2 pp=2 dp=4 ep=8."""
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH100")
+    fixed = LayoutFilter(tp=2, pp=2, dp=4, ep=8)
+    even = search(model, cluster, TrainRequest(global_batch=64, seq_len=S, layout=fixed, micro_batch=1,
+                                               recompute="none", schedule="1f1b", zero_stage=1))
+    busy = search(model, cluster, TrainRequest(global_batch=64, seq_len=S, layout=fixed, micro_batch=1,
+                                               recompute="none", schedule="1f1b", zero_stage=1,
+                                               expert_imbalance=1.5))
+    a, b = even.layouts[0], busy.layouts[0]
+    assert a.layer_terms.ep.imbalance_seconds == 0
+    rates = train_rates(model, cluster)
+    routed = 2 * 2 * 3 * 4096 * 14336 * 1 * S / 2  # 2*k*P_x*b*s/t, P_x = 3*h*f_x
+    assert b.layer_terms.ep.imbalance_seconds == pytest.approx(0.5 * 3 * routed / rates.matmul_flops_per_s)
+    assert b.alltoall_seconds_per_layer == a.alltoall_seconds_per_layer
+    assert b.step_time_seconds > a.step_time_seconds
+    assert b.memory.activation_bytes > a.memory.activation_bytes
+
+
+def test_expert_imbalance_is_accepted_for_training():
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "mixtral-8x7b", "--cluster", "2x8xH100",
+                                      "--global-batch", "64", "--seq-len", "4096", "--expert-imbalance", "1.3",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
