@@ -20,7 +20,7 @@ from planner.cost import comm
 from planner.cost import efficiency as eff
 from planner.cost.moe import moe_layers_of
 from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
-from planner.cost.training_time import dp_link
+from planner.cost.training_time import DpCollectives, dp_link
 from planner.explain import (
     BreakdownSegment,
     CollectiveRow,
@@ -34,7 +34,7 @@ from planner.explain import (
     stage_label,
     without_curves,
 )
-from planner.layout import ep_group_topology, place
+from planner.layout import Link, TrainConfig, ep_group_topology, place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
@@ -144,20 +144,35 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     link = dp_link(cluster, c)
     dp = e.dp_collectives
     if link is not None and dp is not None:
-        derated = comm.collective_link(link)
         per = m if c.zero_stage >= 2 else 1
-        if c.zero_stage == 0:
-            rows.append(collective_row("step", "gradients (fp32)", "all-reduce", c.dp, link.kind, dp.gradient_bytes,
-                                       lambda n: comm.ring_allreduce_seconds(n, c.dp, derated),
-                                       dp.gradient_seconds, False, 1, step))
-        else:
-            rows.append(collective_row("step", "gradients (fp32)", "reduce-scatter", c.dp, link.kind,
-                                       dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
-                                       dp.gradient_seconds, False, per, step))
-            rows.append(collective_row("step", "16-bit weights", "all-gather", c.dp, link.kind, dp.weight_bytes,
-                                       lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
-                                       dp.gather_seconds, False, 1, step))
+        x = dp.experts
+        if x is None:
+            rows += _dp_rows(c, link, dp, c.dp, "", step, per)
+        else:  # the dense parameters over d, the routed experts over d_x = t*d/ep
+            dense = DpCollectives(dp.gradient_bytes - x.gradient_bytes, dp.gradient_seconds - x.gradient_seconds,
+                                  dp.weight_bytes - x.weight_bytes, dp.gather_seconds - x.gather_seconds)
+            rows += _dp_rows(c, link, dense, c.dp, " (dense)", step, per)
+            rows += _dp_rows(c, link, x, dp.expert_num_ranks, " (experts)", step, per)
     return rows
+
+
+def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, num_ranks: int, which: str, step: float,
+             per: int) -> list[CollectiveRow]:
+    """The gradient reduction (and ZeRO's weight gather) of one parameter group over its ranks;
+    `per`: reductions per step (m with ZeRO-2/3)."""
+    if num_ranks <= 1:
+        return []
+    derated = comm.collective_link(link)
+    if c.zero_stage == 0:
+        return [collective_row("step", f"gradients (fp32){which}", "all-reduce", num_ranks, link.kind,
+                               dp.gradient_bytes, lambda n: comm.ring_allreduce_seconds(n, num_ranks, derated),
+                               dp.gradient_seconds, False, 1, step)]
+    return [collective_row("step", f"gradients (fp32){which}", "reduce-scatter", num_ranks, link.kind,
+                           dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+                           dp.gradient_seconds, False, per, step),
+            collective_row("step", f"16-bit weights{which}", "all-gather", num_ranks, link.kind, dp.weight_bytes,
+                           lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+                           dp.gather_seconds, False, 1, step)]
 
 
 def train_timeline_seconds(e: TrainEstimate, num_micro_batches: int | None = None) -> Timeline:
@@ -259,7 +274,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         is_recommended=is_recommended,
         metrics=train_metrics(e),
         notes=train_notes(e),
-        placement=placement_map(cluster, c.layout),
+        placement=placement_map(cluster, c.layout, ep_pp_outermost=True),
         memory=train_memory_bars(e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + pp_dp_rows(cluster, e)),
         timeline=timeline,

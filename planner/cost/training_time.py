@@ -359,6 +359,11 @@ class DpCollectives:
     """16-bit weights (2 B/param)."""
     gather_seconds: float
     """Their all-gather (ZeRO >= 1; 0 without)."""
+    experts: DpCollectives | None = None
+    """With EP: the routed experts' share of the above (bytes and seconds included in the
+    totals), reduced over the expert-data-parallel group of expert_num_ranks ranks."""
+    expert_num_ranks: int = 0
+    """d_x = t*d/ep (0 without EP)."""
 
 
 def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None,
@@ -373,7 +378,8 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None
         return DpCollectives(dense.gradient_bytes + experts.gradient_bytes,
                              dense.gradient_seconds + experts.gradient_seconds,
                              dense.weight_bytes + experts.weight_bytes,
-                             dense.gather_seconds + experts.gather_seconds)
+                             dense.gather_seconds + experts.gather_seconds,
+                             experts, expert_data_parallel_size(config.tp, config.dp, config.ep))
     d, eff_link = config.dp, comm.collective_link(link)
     grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS

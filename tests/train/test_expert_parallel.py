@@ -248,3 +248,31 @@ def test_expert_imbalance_is_accepted_for_training():
                                       "--global-batch", "64", "--seq-len", "4096", "--expert-imbalance", "1.3",
                                       "--json"])
     assert result.exit_code == 0, result.output
+
+
+def test_explain_shows_the_training_estimates_ep_numbers():
+    """plan explain --workload train with EP: the all-to-all rows carry the estimate's time
+    and count (m * MoE layers of the pacing stage, per phase 2), the expert gradients reduce
+    over d_x = t*d/ep ranks beside the dense ones over d, the map places the EP group as the
+    estimate does (Megatron's order), the breakdown has the all-to-all."""
+    from planner.explain_train import explain_training
+
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH200")
+    request = TrainRequest(global_batch=64, seq_len=S, layout=LayoutFilter(tp=2, pp=2, dp=4, ep=2))
+    explanation = explain_training(model, cluster, request, settings=None)
+    e = search(model, cluster, request).layouts[0]
+    a2a = [r for r in explanation.collectives if r.kind == "all-to-all"]
+    assert [r.phase for r in a2a] == ["forward", "backward"]
+    moe_layers = e.num_layers_per_stage[e.slowest_stage] * e.layer_terms.ep.moe_layer_share
+    for row in a2a:
+        assert row.total_seconds == e.layer_terms.ep.alltoall_seconds
+        assert row.count_per_step == pytest.approx(2 * e.num_micro_batches * moe_layers)
+        assert row.group_size == 2 and row.link == e.alltoall_link
+    experts = [r for r in explanation.collectives if r.name.endswith("(experts)")]
+    assert experts and all(r.group_size == expert_data_parallel_size(2, 4, 2) == 4 for r in experts)
+    dense = [r for r in explanation.collectives if r.name.endswith("(dense)")]
+    assert dense and all(r.group_size == 4 for r in dense)
+    assert sum(r.total_seconds for r in experts + dense if r.kind == "reduce-scatter") == pytest.approx(
+        e.dp_collectives.gradient_seconds)
+    assert explanation.placement.ep_link == e.alltoall_link
+    assert "EP all-to-all" in [s.name for s in explanation.breakdown.segments]
