@@ -272,6 +272,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         attention=opts.attention.value,
         precision=opts.precision.value,
         engine_versions=parse_engine_versions(opts.engine_version),
+        expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
     )
 
 
@@ -335,7 +336,7 @@ def _write_failed(problem: str) -> NoReturn:
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
-              "served_model", "expert_imbalance")
+              "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")

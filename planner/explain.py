@@ -185,8 +185,10 @@ class Explanation:
     sensitivity: sensitivity.SensitivityReport | None
 
 
-def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
-    """Rank r = (dp * pp + stage) * tp + tp_rank on node r // gpus_per_node (layout.py)."""
+def placement_map(cluster: ClusterSpec, layout: Layout, ep_pp_outermost: bool = False) -> PlacementMap:
+    """Rank r = (dp * pp + stage) * tp + tp_rank on node r // gpus_per_node (layout.py).
+    `ep_pp_outermost`: place the EP group in Megatron's order (ep consecutive ranks,
+    layout.ep_group_ranks), as the training estimate prices it."""
     gpn = cluster.gpus_per_node
     slots = []
     for index in range(min(cluster.num_nodes, MAX_NODES_MAPPED) * gpn):
@@ -211,7 +213,7 @@ def placement_map(cluster: ClusterSpec, layout: Layout) -> PlacementMap:
     crosses = any((g * layout.tp) // gpn != (g * layout.tp + layout.tp - 1) // gpn
                   for g in range(min(num_groups, period)))
     tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
-    ep = ep_group_topology(cluster, layout)
+    ep = ep_group_topology(cluster, layout, ep_pp_outermost)
     ep_link = None if ep is None else kinds["inter" if ep.inter is not None else "intra"]
     return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries),
                         layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn), ep_link,

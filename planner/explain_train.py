@@ -6,7 +6,8 @@ split the second (the heaviest middle stage) and the last (LM head, logits), eac
 own layers: train.stage_memories, whose worst is train.memory_per_gpu. Collectives: per layer and
 micro-batch, message 2*b*s*h bytes on the TP group, priced by the same group all-reduce
 the training model uses; pipeline sends of 2*b*s*h/t bytes, 2*(v*m + p - 1) per step;
-the data-parallel gradient reduction once per step (ZeRO-2/3: per micro-batch).
+the data-parallel gradient reduction once per step (ZeRO-2/3: per micro-batch); with EP the
+dispatch and combine all-to-alls of each MoE layer (forward, backward, recompute).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from planner import sensitivity
 from planner.cost import activations as act
 from planner.cost import comm
 from planner.cost import efficiency as eff
+from planner.cost.moe import moe_layers_of
 from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
-from planner.cost.training_time import dp_link
+from planner.cost.training_time import DpCollectives, dp_link
 from planner.explain import (
     BreakdownSegment,
     CollectiveRow,
@@ -32,7 +34,7 @@ from planner.explain import (
     stage_label,
     without_curves,
 )
-from planner.layout import place
+from planner.layout import Link, TrainConfig, ep_group_topology, place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
@@ -107,6 +109,28 @@ def tp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     return rows
 
 
+def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
+    """The estimate's EP all-to-alls (layer_terms.ep): dispatch + combine forward, their
+    gradients backward, the forward's again with full recompute, on every MoE layer of the
+    pacing stage for every micro-batch; the group in Megatron's rank order."""
+    c, ep = e.config, e.layer_terms.ep
+    if c.ep <= 1 or ep.num_alltoalls == 0:
+        return []
+    group = ep_group_topology(without_curves(cluster), c.layout, pp_outermost=True)
+    moe_layers = moe_layers_of(model, e.num_layers_per_stage[e.slowest_stage])
+    per_step = e.num_micro_batches * moe_layers
+
+    def one(num_bytes: float) -> float:
+        return comm.alltoall_seconds(num_bytes, group, None)
+
+    phases = [("forward", "dispatch, combine", 2), ("backward", "their gradients", 2)]
+    if c.recompute == "full":
+        phases.append(("recompute", "the forward's again", 2))
+    return [collective_row(phase, name, "all-to-all", c.ep, ep.link or "-", ep.message_bytes, one,
+                           ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
+            for phase, name, count in phases]
+
+
 def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     """The estimate's pipeline sends and data-parallel collectives (one call each)."""
     c, m, step = e.config, e.num_micro_batches, e.step_time_seconds
@@ -120,20 +144,35 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     link = dp_link(cluster, c)
     dp = e.dp_collectives
     if link is not None and dp is not None:
-        derated = comm.collective_link(link)
         per = m if c.zero_stage >= 2 else 1
-        if c.zero_stage == 0:
-            rows.append(collective_row("step", "gradients (fp32)", "all-reduce", c.dp, link.kind, dp.gradient_bytes,
-                                       lambda n: comm.ring_allreduce_seconds(n, c.dp, derated),
-                                       dp.gradient_seconds, False, 1, step))
-        else:
-            rows.append(collective_row("step", "gradients (fp32)", "reduce-scatter", c.dp, link.kind,
-                                       dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
-                                       dp.gradient_seconds, False, per, step))
-            rows.append(collective_row("step", "16-bit weights", "all-gather", c.dp, link.kind, dp.weight_bytes,
-                                       lambda n: comm.ring_allgather_seconds(n, c.dp, derated),
-                                       dp.gather_seconds, False, 1, step))
+        x = dp.experts
+        if x is None:
+            rows += _dp_rows(c, link, dp, c.dp, "", step, per)
+        else:  # the dense parameters over d, the routed experts over d_x = t*d/ep
+            dense = DpCollectives(dp.gradient_bytes - x.gradient_bytes, dp.gradient_seconds - x.gradient_seconds,
+                                  dp.weight_bytes - x.weight_bytes, dp.gather_seconds - x.gather_seconds)
+            rows += _dp_rows(c, link, dense, c.dp, " (dense)", step, per)
+            rows += _dp_rows(c, link, x, dp.expert_num_ranks, " (experts)", step, per)
     return rows
+
+
+def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, num_ranks: int, which: str, step: float,
+             per: int) -> list[CollectiveRow]:
+    """The gradient reduction (and ZeRO's weight gather) of one parameter group over its ranks;
+    `per`: reductions per step (m with ZeRO-2/3)."""
+    if num_ranks <= 1:
+        return []
+    derated = comm.collective_link(link)
+    if c.zero_stage == 0:
+        return [collective_row("step", f"gradients (fp32){which}", "all-reduce", num_ranks, link.kind,
+                               dp.gradient_bytes, lambda n: comm.ring_allreduce_seconds(n, num_ranks, derated),
+                               dp.gradient_seconds, False, 1, step)]
+    return [collective_row("step", f"gradients (fp32){which}", "reduce-scatter", num_ranks, link.kind,
+                           dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+                           dp.gradient_seconds, False, per, step),
+            collective_row("step", f"16-bit weights{which}", "all-gather", num_ranks, link.kind, dp.weight_bytes,
+                           lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+                           dp.gather_seconds, False, 1, step)]
 
 
 def train_timeline_seconds(e: TrainEstimate, num_micro_batches: int | None = None) -> Timeline:
@@ -169,8 +208,10 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
 def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
     b = e.time_breakdown_seconds
     segments = (BreakdownSegment("compute", b.compute), BreakdownSegment("TP comm", b.tp_comm),
-                BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed),
-                BreakdownSegment("bubble", b.bubble))
+                BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed))
+    if e.config.ep > 1:
+        segments += (BreakdownSegment("EP all-to-all", b.ep_comm),)
+    segments += (BreakdownSegment("bubble", b.bubble),)
     return TimeBreakdown("one optimizer step", b.total, segments)
 
 
@@ -187,8 +228,9 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
 def train_notes(e: TrainEstimate) -> tuple[str, ...]:
     c = e.config
     chunks = f", v={c.virtual_stages}" if c.virtual_stages > 1 else ""
+    experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs)" if c.ep > 1 else ""
     return (f"micro-batch {c.micro_batch_size}, {c.schedule}{chunks}, recompute {c.recompute}, "
-            f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}",)
+            f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
 
 
 def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> sensitivity.KnobBase:
@@ -232,9 +274,9 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         is_recommended=is_recommended,
         metrics=train_metrics(e),
         notes=train_notes(e),
-        placement=placement_map(cluster, c.layout),
+        placement=placement_map(cluster, c.layout, ep_pp_outermost=True),
         memory=train_memory_bars(e),
-        collectives=tuple(tp_rows(cluster, e) + pp_dp_rows(cluster, e)),
+        collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + pp_dp_rows(cluster, e)),
         timeline=timeline,
         timeline_caption=caption,
         breakdown=train_breakdown(e),

@@ -135,6 +135,9 @@ class TrainRequest:
     attention: Literal["flash", "materialized"] = "flash"
     """`--attention`: flash (every current stack: no s x s scores kept, attention recomputed
     in the backward) or materialized (2021-22 Megatron-LM and DeepSpeed kernels)."""
+    expert_imbalance: float | None = None
+    """`--expert-imbalance`, MoE under EP: routed tokens on the busiest GPU over the mean
+    (>= 1); None = efficiency.EXPERT_LOAD_IMBALANCE."""
     precision: Literal["bf16", "fp8"] = "bf16"
     """`--precision`: bf16, or fp8 through Transformer Engine (the blocks' linear GEMMs in
     fp8, delayed scaling, hybrid format; needs a GPU with fp8 tensor cores)."""

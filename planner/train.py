@@ -23,8 +23,9 @@ from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
 from planner.cost.params import matmul_precision_of_dtype, tp_head_reasons
 from planner.cost.training_memory import (
+    expert_data_parallel_size,
+    expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
-    model_state_bytes,
     stage_params_per_gpu,
 )
 from planner.cost.training_time import (
@@ -99,6 +100,11 @@ class TrainEstimate:
     pp_send_bytes: float = 0.0
     dp_collectives: DpCollectives | None = None
     """The data-parallel collectives' sizes and times, one call each."""
+    alltoall_seconds_per_layer: float = 0.0
+    """All EP all-to-alls of one MoE layer for one micro-batch (dispatch and combine, forward,
+    backward, recompute); 0 without EP."""
+    alltoall_link: str | None = None
+    """The slowest link the EP all-to-all crosses (None without EP)."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -132,9 +138,12 @@ def check_precision(cluster: ClusterSpec, precision: str) -> None:
                         f"(Hopper or later); use --precision bf16")
 
 
-def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int) -> list[str]:
-    """Why no configuration of this (tp, pp, dp) can run, independent of b and schedule."""
+def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int,
+                       ep: int = 1) -> list[str]:
+    """Why no configuration of this (tp, pp, dp, ep) can run, independent of b and schedule."""
     reasons = tp_head_reasons(model, tp)
+    if ep > 1 and model.num_local_experts % ep:
+        reasons.append(f"experts {model.num_local_experts} not divisible by ep={ep} (Megatron-Core)")
     L = model.num_hidden_layers
     if model.intermediate_size % tp:
         reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
@@ -152,9 +161,33 @@ def no_split_reason(num_layers: int, pp: int, v: int) -> str:
             f"every stage within {bound} layers{chunks}")
 
 
+def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
+    """Megatron-Core's expert-parallel rules (core_v0.19.0): EP needs experts
+    (arguments.py: "num_experts must be non None"), E divisible by ep ("Number of experts
+    should be a multiple of expert model parallel_size"), ep*etp*pp dividing the world
+    (parallel_state.py; ep = t*d_ep with etp = 1 and d_ep dividing d, Layout.ep); MoE with
+    t > 1 trains only with sequence parallelism (moe_layer.py raises "performance may degrade
+    if MoE and tensor parallelism are enabled without also enabling sequence parallelism").
+    Megatron-FSDP (ZeRO-2/3 here) is planned without EP."""
+    c, reasons = config, []
+    if c.ep > 1 and not model.is_moe:
+        return [f"ep={c.ep} needs an MoE model"]
+    if c.ep > 1:  # E divisible by ep: structural_reasons
+        if c.ep % c.tp or c.dp % (c.ep // c.tp):
+            reasons.append(f"ep={c.ep} not tp x a divisor of dp (tp={c.tp}, dp={c.dp})")
+        if c.zero_stage >= 2:
+            reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without expert parallelism")
+    if model.is_moe and c.tp > 1 and not c.sequence_parallel:
+        reasons.append("MoE with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer)")
+    return reasons
+
+
 def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
     """Why this configuration is invalid (assumes the structural checks passed)."""
     c = config
+    wrong_ep = ep_reasons(model, c)
+    if wrong_ep:
+        return wrong_ep
     if global_batch % (c.micro_batch_size * c.dp):
         return [f"global batch {global_batch} not divisible by b*dp = "
                 f"{c.micro_batch_size}*{c.dp} = {c.micro_batch_size * c.dp}"]
@@ -185,11 +218,18 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                      recompute: str, attention: str = "materialized",
-                     precision: str = "bf16") -> tuple[float, float, float, float]:
+                     precision: str = "bf16", ep: int = 1,
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
-    per micro-batch in flight, last-stage logits)."""
-    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision),
-            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision),
+    per micro-batch in flight, last-stage logits); MoE adds the dispatched tokens to the layer
+    (to the working set under full recompute, which dispatches them again)."""
+    dispatched = act.moe_dispatch_bytes_per_layer(model, s, b, tp, ep, "none", imbalance)
+    stored = 0.0 if recompute == "full" else dispatched
+    again = dispatched if recompute == "full" else 0.0
+    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision)
+            + stored,
+            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision)
+            + again,
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
             act.last_stage_logits_bytes(model, s, b, tp))
 
@@ -218,7 +258,8 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
 
 
 def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
-                   stages: tuple[int, ...] | None = None, memo: Memo | None = None) -> tuple[TrainMemory, ...]:
+                   stages: tuple[int, ...] | None = None, memo: Memo | None = None,
+                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[TrainMemory, ...]:
     """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
     (and embedding or LM head), its layers' activations times the micro-batches it holds in
     flight (activations.py), the recompute working set; the first stage adds the embedding's
@@ -226,13 +267,13 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     memo = memo or Memo()
     c, pp = config, config.pp
     layers = stage_layers(model, c)
-    params = memo.get(("stage_params", c.tp, pp, layers),
-                      lambda: stage_params_per_gpu(model, c.tp, pp, layers))
+    params = memo.get(("stage_params", c.tp, pp, layers, c.ep),
+                      lambda: stage_params_per_gpu(model, c.tp, pp, layers, c.ep))
     per_layer, working, extra, logits = memo.get(
         ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
-         c.precision),
+         c.precision, c.ep, imbalance),
         lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-                                 c.attention, c.precision))
+                                 c.attention, c.precision, c.ep, imbalance))
     out = []
     for stage in stages or candidate_worst_stages(c):
         kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
@@ -243,7 +284,10 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
         if stage == pp - 1:
             activations += logits
         stage_params = (params.first_stage, params.middle_stage, params.last_stage)[kind]
-        out.append(_stage_memory(model, stage, stage_params, activations, c, layers[kind]))
+        experts = params.routed_experts
+        stage_experts = 0.0 if experts is None else (experts.first_stage, experts.middle_stage,
+                                                     experts.last_stage)[kind]
+        out.append(_stage_memory(model, stage, stage_params, activations, c, layers[kind], stage_experts))
     return tuple(out)
 
 
@@ -258,11 +302,14 @@ def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) 
 
 
 def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes: float, c: TrainConfig,
-                  num_layers: int) -> TrainMemory:
-    states = model_state_bytes(params, c.dp, c.zero_stage)
-    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp, c.zero_stage)
+                  num_layers: int, routed_expert_params: float = 0.0) -> TrainMemory:
+    """Model states with the routed experts' sharded over the expert-data-parallel group
+    (training_memory.expert_sharded_model_state_bytes); one more NCCL communicator for EP."""
+    states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp,
+                                              expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage)
+    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp, c.zero_stage, c.ep)
                  if c.precision == "fp8" else 0.0)
-    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1)
+    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1) + (c.ep > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
@@ -276,13 +323,21 @@ def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
             f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB)")
 
 
+def expert_imbalance(request: TrainRequest | None) -> float:
+    """The busiest EP GPU's routed load over the mean: --expert-imbalance, else the default."""
+    if request is None or request.expert_imbalance is None:
+        return efficiency.EXPERT_LOAD_IMBALANCE
+    return request.expert_imbalance
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
-                 rates: TrainRates, memo: Memo) -> tuple[Placement, LayerTerms]:
+                 rates: TrainRates, memo: Memo,
+                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention, c.precision),
-                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates))
+                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance),
+                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates, imbalance))
     return placement, terms
 
 
@@ -293,7 +348,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
     c = config
-    reasons = memo.get(("structural", c.tp, c.pp, c.dp), lambda: structural_reasons(model, c.tp, c.pp, c.dp, B))
+    reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep),
+                       lambda: structural_reasons(model, c.tp, c.pp, c.dp, B, c.ep))
     reasons = reasons or config_reasons(model, config, B)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
@@ -302,17 +358,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = replace(config, precision=request.precision)
     rates = rates or train_rates(model, cluster)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:
-        config = with_stage_split(model, cluster, config, s, rates, memo)
+        config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request))
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
-    memories = stage_memories(model, config, s, m, memo=memo)
+    imbalance = expert_imbalance(request)
+    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance)
     memory = worst_stage_memory(memories)
     capacity = cluster.gpu.memory_bytes
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
-    placement, terms = _layer_terms(model, cluster, config, s, rates, memo)
-    params = memo.get(("stage_params", config.tp, config.pp, layers),
-                      lambda: stage_params_per_gpu(model, config.tp, config.pp, layers))
+    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
+    params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
+                      lambda: stage_params_per_gpu(model, config.tp, config.pp, layers, config.ep))
     flops = memo.get(("flops_per_sequence", s), lambda: (flops_model.model_flops_per_sequence(model, s),
                                                          flops_model.megatron_flops_per_sequence(model, s)))
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops)
@@ -332,6 +389,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
         bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),
         tp_allreduce_seconds_per_layer=times.tp_seconds_per_layer,
+        alltoall_seconds_per_layer=terms.ep.alltoall_seconds_per_moe_layer,
+        alltoall_link=terms.ep.link,
         tp_link=times.tp_link,
         pp_link=times.pp_link,
         dp_link=times.dp_link,
@@ -349,7 +408,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
 
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
-                     rates: TrainRates, memo: Memo | None = None) -> TrainConfig:
+                     rates: TrainRates, memo: Memo | None = None,
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> TrainConfig:
     """The configuration with its first/last split filled in when p does not divide L:
     the fastest balanced split for this tp, micro-batch, recompute and v."""
     L = model.num_hidden_layers
@@ -357,11 +417,11 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
         return config
     memo = memo or Memo()
     c = config
-    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo)
-    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision)
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
+    key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
+           c.ep, c.dp if c.ep > 1 else 0, imbalance)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
-    return TrainConfig(c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages, c.recompute,
-                       c.sequence_parallel, c.zero_stage, chosen, c.attention, c.precision)
+    return replace(c, first_last_layers=chosen)

@@ -43,7 +43,7 @@ TrainPlan = Plan[TrainEstimate, TrainRequest]
 
 def rank_key(e: TrainEstimate) -> tuple:
     c = e.config
-    return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.pp, c.dp,
+    return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.pp, c.dp, c.ep,
             c.micro_batch_size, c.schedule, c.virtual_stages, RECOMPUTE_ORDER.index(c.recompute),
             not c.sequence_parallel, c.zero_stage)
 
@@ -80,18 +80,24 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
     return pairs
 
 
-def zero_options(request: TrainRequest, tp: int, pp: int, dp: int) -> list[int]:
+def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1) -> list[int]:
+    """ZeRO-2/3 (Megatron-FSDP) for pure data parallelism without EP (train.ep_reasons)."""
     if request.zero_stage is not None:
         return [request.zero_stage]
     if dp == 1:
         return [0]
-    return [0, 1, 2, 3] if tp == pp == 1 else [0, 1]
+    return [0, 1, 2, 3] if tp == pp == 1 and ep == 1 else [0, 1]
 
 
-def sp_options(request: TrainRequest, tp: int) -> list[bool]:
+def sp_options(model: ModelSpec, request: TrainRequest, tp: int) -> list[bool]:
+    """Off and on with tp > 1; MoE only on (Megatron-Core's MoE layer refuses TP without
+    it: train.ep_reasons)."""
     if request.sequence_parallel is not None:
         return [request.sequence_parallel]
-    return [False, True] if tp > 1 else [False]
+    if tp == 1:
+        return [False]
+    return [True] if model.is_moe else [False, True]
+
 
 
 class _Tally:
@@ -122,19 +128,19 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                   rates: TrainRates, memo: Memo) -> LayoutResult[TrainEstimate]:
     """Every configuration of one (tp, pp, dp) that the pruning rules leave, or why none runs."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
-    reasons = structural_reasons(model, tp, pp, dp, request.global_batch)
+    reasons = structural_reasons(model, tp, pp, dp, request.global_batch, layout.ep)
     if reasons:
         return [], Rejected(layout, tuple(reasons)), 1
     found: list[TrainEstimate] = []
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
     for schedule, v in schedule_options(model, request, pp):
-        for zero in zero_options(request, tp, pp, dp):
-            for sp in sp_options(request, tp):
+        for zero in zero_options(request, tp, pp, dp, layout.ep):
+            for sp in sp_options(model, request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
                     base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
-                                       attention=request.attention)
+                                       attention=request.attention, ep=layout.ep)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):
@@ -159,9 +165,7 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
-        config = TrainConfig(base.tp, base.pp, base.dp, base.micro_batch_size, base.schedule,
-                             base.virtual_stages, recompute, base.sequence_parallel, base.zero_stage,
-                             attention=base.attention)
+        config = replace(base, recompute=recompute)
         result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
             return result, first + offset if isinstance(result, TrainEstimate) else first

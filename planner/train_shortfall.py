@@ -20,6 +20,7 @@ from planner.train import (
     TrainEstimate,
     TrainMemory,
     config_reasons,
+    expert_imbalance,
     stage_memories,
     structural_reasons,
     with_stage_split,
@@ -65,9 +66,11 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
     """Of the candidate configurations, the one with the least worst-stage memory."""
     best: tuple[TrainMemory, TrainConfig] | None = None
     for config in candidates:
-        config = with_stage_split(model, cluster, config, request.seq_len, rates, memo)
+        imbalance = expert_imbalance(request)
+        config = with_stage_split(model, cluster, config, request.seq_len, rates, memo, imbalance)
         m = request.global_batch // (config.micro_batch_size * config.dp)
-        memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo))
+        memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo,
+                                                   imbalance=imbalance))
         if best is None or memory.total_bytes < best[0].total_bytes:
             best = (memory, config)
     if best is None:

@@ -19,6 +19,9 @@ FP8 (--precision fp8): Transformer Engine saves each linear layer's input quanti
 instead of 2: the QKV and MLP-up inputs (2h of the replicated 10h), the output-projection
 input (a*d/t) and the MLP-down input (f/t) (fp8_saved_input_savings_per_token;
 docs/cost-model.md#training-fp8).
+MoE: each MoE layer also keeps the tokens dispatched to the GPU's experts
+(moe_dispatch_bytes_per_layer): k copies of each token of the TP group without EP, of its
+1/t share with it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import math
 
 from planner.cost import efficiency
+from planner.cost.moe import moe_layers_of
 from planner.cost.params import kv_heads_per_gpu
 from planner.specs import ModelSpec
 
@@ -101,6 +105,33 @@ def activation_bytes_per_layer(
     elif recompute == "none":
         stored += attention_scores_bytes(model, s, b, act_bytes, tp)
     return stored
+
+
+def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: int, recompute: str,
+                                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> float:
+    """The MoE layer's dispatched tokens, mean block, one micro-batch, one GPU:
+    phi * n * e * (u*h + (u - 1)*c*f_x); phi the share of MoE layers (moe_layers_of), f_x the
+    expert FFN size, c = 3 gated (gate, up, product) else 2.
+
+    n: the (token, expert) pairs the GPU's experts process. With EP (expert TP 1) n = s*b/t * k
+    (its s*b/t sequence-parallel tokens each to k experts, as many arriving as leaving on the
+    mean) and u = `imbalance` (busiest GPU over the mean; EXPERT_LOAD_IMBALANCE unless
+    --expert-imbalance); without EP (experts
+    TP-split, expert TP = t) n = s*b*k and u = 1: every rank of the TP group gathers the
+    group's tokens and runs its 1/t of every expert on all of them. The u*n*h*e bytes are the
+    permuted input the grouped GEMM keeps for its weight gradient (Megatron-Core's token
+    dispatchers, megatron/core/transformer/moe/token_dispatcher.py core_v0.19.0); the expert
+    FFN's own intermediates, n*c*f_x/t_x*e on the mean (t_x = t without EP, 1 with), equal
+    s*b*k*c*f_x/t either way and are the routed share split_bytes_per_token counts, so only
+    the busiest GPU's excess (u - 1) is added. Full recompute keeps the layer input only: 0."""
+    if not model.is_moe or recompute == "full":
+        return 0.0
+    u = imbalance if ep > 1 else 1.0
+    act_bytes, h = 2, model.hidden_size
+    gated = 3 if model.gated_mlp else 2
+    pairs = s * b * model.num_experts_per_tok / (tp if ep > 1 else 1)
+    per_moe_layer = pairs * act_bytes * (u * h + (u - 1) * gated * model.expert_intermediate_size)
+    return moe_layers_of(model, 1) * per_moe_layer
 
 
 def recompute_working_bytes(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.params import kv_heads_per_gpu
+from planner.cost.params import experts_per_gpu, kv_heads_per_gpu, shared_expert_size
 from planner.specs import ModelSpec
 
 
@@ -78,6 +78,32 @@ def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> 
         Gemm(s, s, d, count=micro_batch * heads_per_gpu),
         Gemm(s, d, s, count=micro_batch * heads_per_gpu),
     )
+
+
+def moe_mlp_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int, ep: int = 1,
+                          dp_per_ep_group: int = 1) -> tuple[Gemm, ...]:
+    """The forward matmuls of one MoE layer's MLP on one GPU (Megatron-Core, grouped GEMM).
+
+    Shared experts (f_s = their summed FFN size) as a TP-split MLP: [bs, h] x [h, c*f_s/t],
+    [bs, f_s/t] x [f_s/t, h]. Routed: each of the GPU's E_g experts sees
+    n_x = b*s*d_ep*k/E rows (uniform routing; d_ep the data-parallel ranks of the EP group,
+    1 without EP: the TP group's tokens), up [n_x, h] x [h, c*f_x/t_x] and down
+    [n_x, f_x/t_x] x [f_x/t_x, h], E_g = E and t_x = t without EP (every expert TP-split),
+    E_g = ceil(E/ep) and t_x = 1 with it (--expert-tensor-parallel-size 1). c = 2 gated.
+    Per GPU the routed FLOPs are 2*b*s*k*c'*h*f_x/t either way (c' = 3 gated); EP changes
+    the GEMM shapes (more rows, unsplit columns), which the shape rule prices."""
+    h, k, num_experts = model.hidden_size, model.num_experts_per_tok, model.num_local_experts
+    num_up = 2 if model.gated_mlp else 1
+    tokens = micro_batch * s
+    gemms = []
+    shared = model.num_shared_experts * shared_expert_size(model)
+    if shared:
+        gemms += [Gemm(tokens, num_up * shared // tp, h), Gemm(tokens, h, shared // tp)]
+    split = tp if ep <= 1 else 1
+    rows = max(1, round(tokens * dp_per_ep_group * k / num_experts))
+    f = model.expert_intermediate_size // split
+    count = experts_per_gpu(model, ep)
+    return (*gemms, Gemm(rows, num_up * f, h, count), Gemm(rows, h, f, count))
 
 
 def attention_core_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:

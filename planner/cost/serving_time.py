@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from planner.cost import efficiency as eff
 from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
 from planner.cost.flops import Gemm, layer_gemms_forward
+from planner.cost.moe import (
+    ep_alltoall_message_bytes,
+    expert_load_factor,
+    moe_layers_of,
+    routed_expert_flops,
+)
 from planner.cost.params import (
     activation_bytes_per_element,
     experts_per_gpu,
@@ -60,11 +66,6 @@ def expert_group_tokens(layout: Layout, num_tokens: float) -> float:
     """Tokens whose routing one GPU's experts see per step: the replica's own without EP,
     those of every data-parallel rank of the EP group with it (they step in lockstep)."""
     return num_tokens * layout.dp_per_ep_group
-
-
-def moe_layers_of(model: ModelSpec, num_layers: int) -> float:
-    """MoE layers among num_layers consecutive ones (the mean block's share)."""
-    return num_layers * model.num_moe_layers / model.num_hidden_layers if model.is_moe else 0.0
 
 
 def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout, num_tokens: float) -> float:
@@ -294,29 +295,6 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
     return StepTime(gemm + attention + stage.num_layers * allreduce + alltoalls + overhead, gemm, attention,
                     allreduce, bound, overhead, alltoall)
-
-
-def routed_expert_flops(model: ModelSpec, num_layers: int, num_tokens: float) -> float:
-    """2 * e * P_expert * tokens over the MoE layers among num_layers: the routed experts'
-    share of the stage's FLOPs (all of its GPUs together)."""
-    if not model.is_moe:
-        return 0.0
-    per_token = 2 * model.num_experts_per_tok * mlp_params(model, model.expert_intermediate_size)
-    return moe_layers_of(model, num_layers) * per_token * num_tokens
-
-
-def expert_load_factor(layout: Layout, imbalance: float) -> float:
-    """The busiest GPU's routed work over the mean: `imbalance` when whole experts sit on
-    GPUs (EP: some experts are more popular than others), 1 when every expert is TP-split
-    over the group (each GPU does 1/t of every expert)."""
-    return imbalance if layout.ep > 1 else 1.0
-
-
-def ep_alltoall_message_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
-    """S, what one GPU sends in one dispatch (and gets back in one combine): its share of the
-    step's tokens (1/t of its replica's), each to e experts, h values each in the activation
-    dtype: tokens / t * e * h * bytes."""
-    return num_tokens / layout.tp * model.num_experts_per_tok * model.hidden_size * activation_bytes_per_element(model)
 
 
 def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,

@@ -1,10 +1,16 @@
 """Model-state memory of mixed-precision Adam training, per GPU, with its sharding.
 
 Legend: P parameters held by one GPU (its pipeline stage, split by tensor parallelism),
-d data-parallel degree, z ZeRO stage. Bytes per parameter: weights 2 (16-bit),
+d data-parallel degree, z ZeRO stage; MoE: ep expert-parallel degree, P_x the routed-expert
+parameters among P, d_x = t*d/ep the expert-data-parallel degree (d without EP). Bytes per parameter: weights 2 (16-bit),
 gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and v).
 Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
 z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
+Expert parallelism (Megatron-Core, --expert-model-parallel-size ep, expert TP 1): a GPU
+holds ceil(E/ep) whole experts per MoE layer, and their states are sharded over the
+expert-data-parallel group of the t*d/ep GPUs holding the same experts, not over d
+(megatron/core/parallel_state.py core_v0.19.0: expert_data_parallel_size = world /
+(etp * ep * pp)).
 Sources: Megatron-LM docs/api-guide/dist_optimizer.md; Rajbhandari et al. 2020 sec. 5;
 docs/cost-model.md#training-model-state-memory-zero. FP8 (--precision fp8): Transformer
 Engine's fp8 weight copies and scaling state on top (fp8_weight_cache_bytes,
@@ -17,7 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost import efficiency
-from planner.cost.params import layer_linear_weights_per_gpu, layer_params_per_gpu, param_counts
+from planner.cost.params import (
+    layer_linear_weights_per_gpu,
+    layer_linear_weights_per_gpu_by_kind,
+    layer_params_per_gpu,
+    param_counts,
+)
 from planner.specs import ModelSpec
 
 
@@ -29,22 +40,55 @@ class StageParams:
     last_stage: float
     middle_stage: float = 0.0
     """Blocks only (0 when pp <= 2: no middle stage)."""
+    routed_experts: StageParams | None = None
+    """The routed-expert parameters among these (MoE; None for a dense model): sharded over
+    the expert-data-parallel group, not the data-parallel one."""
 
     @property
     def worst(self) -> float:
         return max(self.first_stage, self.last_stage, self.middle_stage)
 
+    @property
+    def worst_routed_experts(self) -> float:
+        """The routed-expert parameters of the stage `worst` picks (0 for a dense model)."""
+        if self.routed_experts is None:
+            return 0.0
+        stages = ((self.first_stage, self.routed_experts.first_stage),
+                  (self.last_stage, self.routed_experts.last_stage),
+                  (self.middle_stage, self.routed_experts.middle_stage))
+        return max(stages, key=lambda pair: pair[0])[1]
+
+
+def expert_data_parallel_size(tp: int, dp: int, ep: int) -> int:
+    """d_x = t*d/ep with EP (expert TP 1: the GPUs holding the same experts), d without it
+    (expert TP = t): Megatron's world / (etp * ep * pp), parallel_state.py core_v0.19.0."""
+    return tp * dp // ep if ep > 1 else dp
+
+
+def routed_expert_params_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """The mean block's routed-expert matmul weights on one GPU: E experts split t ways
+    without EP, ceil(E/ep) whole experts with it (params.routed_expert_share_per_gpu),
+    weighted by the share of MoE layers."""
+    return layer_linear_weights_per_gpu_by_kind(model, tp, ep)[1]
+
 
 def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
-                         layers: tuple[int, int, int] | None = None) -> StageParams:
+                         layers: tuple[int, int, int] | None = None, ep: int = 1) -> StageParams:
     """First stage: its blocks + vocab-parallel embedding V*h/t + learned positions.
     Last stage: its blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
     a copy of tied embeddings there). Middle: its blocks. `layers` = (first, middle, last)
-    blocks; None = L/p on every stage. pp = 1: one stage holding everything."""
+    blocks; None = L/p on every stage. pp = 1: one stage holding everything. `ep`: the routed
+    experts whole, ceil(E/ep) per GPU (routed_experts says how many parameters they are)."""
     counts = param_counts(model)
     even = model.num_hidden_layers / pp
     first_blocks, middle_blocks, last_blocks = layers or (even, even if pp > 2 else 0, even)
-    per_layer = layer_params_per_gpu(model, tp)
+    per_layer = layer_params_per_gpu(model, tp, ep)
+    experts = None
+    if model.is_moe:
+        routed = routed_expert_params_per_layer(model, tp, ep)
+        every_layer = model.num_hidden_layers * routed
+        experts = (StageParams(every_layer, every_layer) if pp == 1 else
+                   StageParams(first_blocks * routed, last_blocks * routed, middle_blocks * routed))
     vocab = model.vocab_size * model.hidden_size / tp
     positions = counts.embedding - model.vocab_size * model.hidden_size
     first = first_blocks * per_layer + vocab + positions
@@ -52,8 +96,8 @@ def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
     last = last_blocks * per_layer + counts.final_norm + head
     if pp == 1:
         whole = first + last - last_blocks * per_layer
-        return StageParams(whole, whole)
-    return StageParams(first, last, middle_blocks * per_layer)
+        return StageParams(whole, whole, routed_experts=experts)
+    return StageParams(first, last, middle_blocks * per_layer, experts)
 
 
 @dataclass(frozen=True)
@@ -79,13 +123,27 @@ def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelS
     )
 
 
+def expert_sharded_model_state_bytes(params_per_gpu: float, routed_expert_params_per_gpu: float,
+                                     dp: int, expert_dp: int, zero_stage: int) -> ModelStateBytes:
+    """model_state_bytes of the P - P_x dense parameters over d plus those of the P_x routed-
+    expert ones over d_x (expert_data_parallel_size): Megatron's distributed optimizer keeps
+    separate buffers for the expert parameters, reduced and sharded over the
+    expert-data-parallel group (megatron/core/distributed/distributed_data_parallel.py)."""
+    dense = model_state_bytes(params_per_gpu - routed_expert_params_per_gpu, dp, zero_stage)
+    experts = model_state_bytes(routed_expert_params_per_gpu, expert_dp, zero_stage)
+    return ModelStateBytes(dense.weights_bytes + experts.weights_bytes,
+                           dense.gradient_bytes + experts.gradient_bytes,
+                           dense.optimizer_bytes + experts.optimizer_bytes)
+
+
 def fp8_gemms_per_layer(model: ModelSpec) -> int:
     """Transformer Engine GEMMs of one block: QKV, output projection, MLP up and down; an
     MoE block's experts run one up and one down GEMM each (TE GroupedLinear)."""
     return 2 + 2 * (model.num_local_experts if model.is_moe else 1)
 
 
-def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int, zero_stage: int) -> float:
+def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int, zero_stage: int,
+                           ep: int = 1) -> float:
     """--precision fp8, per GPU: num_layers * (2 * W_lin/t + n_gemm * 20 KiB), /d with ZeRO-3.
 
     W_lin/t the block's linear weights on one GPU (layer_linear_weights_per_gpu), 2 bytes each:
@@ -97,6 +155,6 @@ def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int
     ColumnParallelLinear unless the MXFP8 recipe and --fp8-output-proj are set
     (megatron/core/models/gpt/gpt_model.py, core_v0.19.0). Assumption: ZeRO-3 (Megatron
     FSDP) keeps only its shard's copies between uses."""
-    per_layer = (layer_linear_weights_per_gpu(model, tp) * efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+    per_layer = (layer_linear_weights_per_gpu(model, tp, ep) * efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM
                  + fp8_gemms_per_layer(model) * efficiency.TRAIN_FP8_SCALING_BYTES_PER_GEMM)
     return num_layers * per_layer / (dp if zero_stage >= 3 else 1)

@@ -10,7 +10,10 @@ dimension x by x/(x + 128); elementwise work memory-bound on HBM; TP collectives
 link `place()` gives, not overlapped (Megatron-LM 2021 semantics); every stage at the
 pace of the slowest, bubble (p-1)/v of its stage-times (Narayanan et al. 2021 sec. 2.2);
 DP gradient reduction overlapped with the last micro-batch's backward (Megatron's
---overlap-grad-reduce).
+--overlap-grad-reduce). Expert parallelism (ep > 1, MoE): per MoE layer and micro-batch a
+dispatch and a combine all-to-all forward and again backward (ep_seconds_per_layer), not
+overlapped, the busiest GPU's extra routed-expert GEMMs, and the expert gradients reduced
+over the expert-data-parallel group of t*d/ep ranks instead of d (dp_collectives).
 Every function here is pure and uncached; the training estimate (planner/train.py)
 memoises the per-layer terms in the memo of its search.
 """
@@ -26,11 +29,29 @@ from planner.cost.flops import (
     attention_core_gemms,
     layer_gemms_forward,
     logits_gemm,
+    moe_mlp_gemms_forward,
+)
+from planner.cost.moe import (
+    ep_alltoall_message_bytes,
+    expert_load_factor,
+    moe_layers_of,
+    routed_expert_flops,
 )
 from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu
 from planner.cost.stage_split import StageSeconds
-from planner.cost.training_memory import StageParams, stage_params_per_gpu
-from planner.layout import Link, Placement, TrainConfig, inter_node_link, intra_node_link
+from planner.cost.training_memory import (
+    StageParams,
+    expert_data_parallel_size,
+    stage_params_per_gpu,
+)
+from planner.layout import (
+    Link,
+    Placement,
+    TrainConfig,
+    ep_group_topology,
+    inter_node_link,
+    intra_node_link,
+)
 from planner.specs import ClusterSpec, ModelSpec
 
 
@@ -68,10 +89,12 @@ class TimeBreakdown:
     tp_comm: float
     pp_comm: float
     dp_comm_exposed: float
+    ep_comm: float = 0.0
+    """The EP all-to-alls of the pacing stage's MoE layers (0 without EP)."""
 
     @property
     def total(self) -> float:
-        return self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed
+        return self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed + self.ep_comm
 
 
 @dataclass(frozen=True)
@@ -153,28 +176,44 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
     return forward, backward
 
 
+def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: int, tp: int, rates: TrainRates,
+                        ep: int = 1, dp_per_ep_group: int = 1) -> float:
+    """The block's four linear GEMMs (QKV, output projection, MLP up and down), forward, at
+    `rates`. MoE: the mean block, phi MoE layers (moe_layers_of) whose MLP is the shared and
+    routed experts' GEMMs (flops.moe_mlp_gemms_forward: EP changes their shapes) and 1 - phi
+    dense ones."""
+    attention = sum(gemm_seconds(g, rates) for g in gemms[:2])
+    dense_mlp = sum(gemm_seconds(g, rates) for g in gemms[2:4])
+    if not model.is_moe:
+        return attention + dense_mlp
+    share = moe_layers_of(model, 1)
+    moe_mlp = sum(gemm_seconds(g, rates) for g in moe_mlp_gemms_forward(model, b, s, tp, ep, dp_per_ep_group))
+    return attention + share * moe_mlp + (1 - share) * dense_mlp
+
+
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates, attention: str = "materialized",
-                  precision: str = "bf16") -> LayerSeconds:
+                  precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1) -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
     Flash attention: the attention core is one fused kernel (flash_attention_seconds) with no
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16
-    (the casts to fp8 are fused into the layernorm and activation kernels, or small)."""
+    (the casts to fp8 are fused into the layernorm and activation kernels, or small).
+    MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout)."""
     gemms = layer_gemms_forward(model, b, s, tp)
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
     linear = linear_rates(rates, precision)
     if attention == "flash":
-        dense = sum(gemm_seconds(g, linear) for g in gemms[:4])
+        dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
         core_forward, core_backward = flash_attention_seconds(gemms, rates)
         forward = dense + core_forward + traffic / hbm
         backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
         core_again = core_forward
     else:
-        gemm_forward = (sum(gemm_seconds(g, linear) for g in gemms[:4])
+        gemm_forward = (linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
                         + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
         forward = gemm_forward + traffic / hbm
         backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
@@ -237,6 +276,69 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     return TpSeconds(forward + 2 * allreduce, forward + hidden, allreduce, message_bytes, measured)
 
 
+@dataclass(frozen=True)
+class EpSeconds:
+    """Expert parallelism of one MoE layer, one micro-batch, one GPU (all 0 without EP)."""
+
+    alltoall_seconds: float = 0.0
+    """One dispatch or combine all-to-all of message_bytes over the EP group."""
+    message_bytes: float = 0.0
+    """S = b*s/t * k * h * e: what one GPU sends in one all-to-all."""
+    num_alltoalls: int = 0
+    """Per MoE layer: dispatch + combine forward and backward (4), 6 with full recompute."""
+    imbalance_seconds: float = 0.0
+    """The busiest GPU's routed-expert GEMMs beyond the mean (forward, backward, recompute)."""
+    moe_layer_share: float = 0.0
+    """phi: MoE layers per layer (the mean block's share, moe_layers_of)."""
+    link: str | None = None
+    """The slowest link the all-to-all crosses (the NICs once the group spans nodes)."""
+    measured: bool = False
+    """True when alltoall_seconds is the probe's all-to-all curve at this link and size."""
+
+    @property
+    def alltoall_seconds_per_moe_layer(self) -> float:
+        return self.num_alltoalls * self.alltoall_seconds
+
+    @property
+    def comm_seconds_per_layer(self) -> float:
+        """The mean block's all-to-all time: phi * n_a2a * T_a2a."""
+        return self.moe_layer_share * self.alltoall_seconds_per_moe_layer
+
+    @property
+    def compute_seconds_per_layer(self) -> float:
+        """The mean block's extra routed GEMM time on the busiest GPU."""
+        return self.moe_layer_share * self.imbalance_seconds
+
+
+def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+                         rates: TrainRates, imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> EpSeconds:
+    """Per MoE layer and micro-batch: n_a2a all-to-alls of S = b*s/t * k * h * e bytes over the
+    EP group placed in Megatron's rank order (ep consecutive ranks, ep_group_topology with
+    pp outermost), comm.alltoall_seconds; n_a2a = 4 (dispatch and combine forward, their
+    gradients backward; Megatron's alltoall token dispatcher, token_dispatcher.py
+    core_v0.19.0), 6 with full recompute (the forward pair again). S: each GPU dispatches
+    its s*b/t sequence-parallel tokens, each to k experts. Routed GEMMs: (u - 1) * n_pass *
+    2*k*P_x*b*s/t / R on the busiest GPU, u = `imbalance` (--expert-imbalance), n_pass = 3 (4 with full
+    recompute), R the linear GEMM rate. The probe's all-to-all curve replaces the model where
+    it measured this link at ep ranks. Assumption: not overlapped with compute (Megatron's
+    --overlap-moe-expert-parallel-comm is not emitted)."""
+    layout, b = config.layout, config.micro_batch_size
+    if config.ep <= 1 or not model.is_moe:
+        return EpSeconds()
+    group = ep_group_topology(cluster, layout, pp_outermost=True)
+    assert group is not None, "ep > 1 has a group"
+    message_bytes = ep_alltoall_message_bytes(model, layout, b * s)
+    full = config.recompute == "full"
+    share = moe_layers_of(model, 1)
+    routed_flops = routed_expert_flops(model, 1, b * s / config.tp) / share
+    load = expert_load_factor(layout, imbalance)
+    imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(rates, config.precision).matmul_flops_per_s
+    link = group.inter or group.intra
+    curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
+    return EpSeconds(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 6 if full else 4,
+                     imbalance, share, None if link is None else link.kind, curve is not None)
+
+
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
     """DP peers are tp*pp ranks apart: the group leaves the node once the layout does."""
     if config.dp == 1:
@@ -257,10 +359,27 @@ class DpCollectives:
     """16-bit weights (2 B/param)."""
     gather_seconds: float
     """Their all-gather (ZeRO >= 1; 0 without)."""
+    experts: DpCollectives | None = None
+    """With EP: the routed experts' share of the above (bytes and seconds included in the
+    totals), reduced over the expert-data-parallel group of expert_num_ranks ranks."""
+    expert_num_ranks: int = 0
+    """d_x = t*d/ep (0 without EP)."""
 
 
-def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None) -> DpCollectives:
-    """Ring times on the DP link (NCCL busbw-derated), dp ranks."""
+def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None,
+                   routed_expert_params: float = 0.0) -> DpCollectives:
+    """Ring times on the DP link (NCCL busbw-derated), dp ranks. With EP the
+    routed_expert_params among params_per_gpu reduce (and gather) over the
+    expert-data-parallel group of d_x = t*d/ep ranks instead (a second ring, after the
+    dense one; same link: assumption, the group spans nodes once the layout does)."""
+    if config.ep > 1 and routed_expert_params > 0:
+        dense = dp_collectives(params_per_gpu - routed_expert_params, config, link)
+        experts = dp_collectives(routed_expert_params, _expert_dp_config(config), link)
+        return DpCollectives(dense.gradient_bytes + experts.gradient_bytes,
+                             dense.gradient_seconds + experts.gradient_seconds,
+                             dense.weight_bytes + experts.weight_bytes,
+                             dense.gather_seconds + experts.gather_seconds,
+                             experts, expert_data_parallel_size(config.tp, config.dp, config.ep))
     d, eff_link = config.dp, comm.collective_link(link)
     grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
@@ -270,6 +389,13 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None
         return DpCollectives(grad_bytes, comm.ring_allreduce_seconds(grad_bytes, d, eff_link), weight_bytes, 0.0)
     return DpCollectives(grad_bytes, comm.ring_allgather_seconds(grad_bytes, d, eff_link),
                          weight_bytes, comm.ring_allgather_seconds(weight_bytes, d, eff_link))
+
+
+def _expert_dp_config(config: TrainConfig) -> TrainConfig:
+    """The configuration as the expert parameters see it: d_x data-parallel ranks, no EP."""
+    return TrainConfig(config.tp, config.pp, expert_data_parallel_size(config.tp, config.dp, config.ep),
+                       config.micro_batch_size, config.schedule, config.virtual_stages, config.recompute,
+                       config.sequence_parallel, config.zero_stage)
 
 
 def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | None,
@@ -335,30 +461,37 @@ class LayerTerms:
     tp: TpSeconds
     logits_seconds: float
     """The last stage's output layer and loss, per micro-batch."""
+    ep: EpSeconds = EpSeconds()
+    """Expert parallelism per MoE layer (all 0 without EP)."""
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
-                placement: Placement, rates: TrainRates) -> LayerTerms:
+                placement: Placement, rates: TrainRates,
+                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> LayerTerms:
     c, b = config, config.micro_batch_size
     return LayerTerms(
         layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                            c.precision),
+                            c.precision, c.ep, c.layout.dp_per_ep_group),
         tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
         logits_seconds=logits_seconds(model, s, b, c.tp, rates),
+        ep=ep_seconds_per_layer(model, cluster, c, s, rates, imbalance),
     )
 
 
 def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
                   rates: TrainRates) -> StageSeconds:
     """One stage's time per micro-batch as layers * w + its extra (what step_times adds up):
-    w = layer compute + exposed TP + the layer's gradient accumulation; the first stage adds
+    w = layer compute + exposed TP + EP (all-to-alls, busiest GPU's experts) + the layer's
+    gradient accumulation; the first stage adds
     the embedding's accumulation, the last the LM head's and the logits (cost/stage_split.py
     picks the uneven split from these)."""
     c = config
     per_byte = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / rates.elementwise_bytes_per_s
-    ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0))
+    ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
+    ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
     return StageSeconds(
-        seconds_per_layer=terms.layer.total + terms.tp.exposed + layer_params_per_gpu(model, c.tp) * per_byte,
+        seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep
+                           + layer_params_per_gpu(model, c.tp, c.ep) * per_byte),
         first_extra_seconds=ends.first_stage * per_byte,
         last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
     )
@@ -376,31 +509,39 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
     layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
+    layer_compute = layer.total + terms.ep.compute_seconds_per_layer
+    layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
     slowest, slowest_layers = c.pp - 1, last
-    compute_per_micro_batch = last * layer.total + params.last_stage * accumulate + logits
-    stage_per_micro_batch = compute_per_micro_batch + last * tp.exposed
+    compute_per_micro_batch = last * layer_compute + params.last_stage * accumulate + logits
+    stage_per_micro_batch = compute_per_micro_batch + last * layer_comm
     for stage, layers_here, params_here in ((0, first, params.first_stage), (1, middle, params.middle_stage)):
         if stage >= c.pp - 1:
             break
-        compute = layers_here * layer.total + params_here * accumulate
-        if compute + layers_here * tp.exposed > stage_per_micro_batch:
+        compute = layers_here * layer_compute + params_here * accumulate
+        if compute + layers_here * layer_comm > stage_per_micro_batch:
             slowest, slowest_layers, compute_per_micro_batch = stage, layers_here, compute
-            stage_per_micro_batch = compute + layers_here * tp.exposed
-    optimizer_params = params.worst / (c.dp if c.zero_stage >= 1 else 1)
+            stage_per_micro_batch = compute + layers_here * layer_comm
+    experts = params.worst_routed_experts
+    if c.zero_stage >= 1:
+        optimizer_params = ((params.worst - experts) / c.dp
+                            + experts / expert_data_parallel_size(c.tp, c.dp, c.ep))
+    else:
+        optimizer_params = params.worst
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
     window = first / c.virtual_stages * (layer.backward + layer.recompute)
     link = dp_link(cluster, c)
-    dp = dp_collectives(params.worst, c, link)
+    dp = dp_collectives(params.worst, c, link, experts)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
         dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m, dp),
+        ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
     )
     return StepTimes(
         breakdown=breakdown,

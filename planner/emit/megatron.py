@@ -166,6 +166,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     elif c.schedule == "interleaved":
         layers = model.num_hidden_layers // c.pp // c.virtual_stages
         args += ["--num-layers-per-virtual-pipeline-stage", str(layers)]
+    args += expert_parallel_args(model, c)
     if c.sequence_parallel:
         args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(global_batch)]
@@ -186,6 +187,23 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
                  "--no-gradient-accumulation-fusion", "--ckpt-format", FSDP_CHECKPOINT_FORMAT]
     if c.dp > 1:
         args.append("--overlap-grad-reduce")
+    return args
+
+
+def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
+    """MoE execution (megatron/training/arguments.py core_v0.19.0): the experts' GEMMs grouped
+    (--moe-grouped-gemm; the training estimate prices them as grouped GEMMs,
+    flops.moe_mlp_gemms_forward). EP: --expert-model-parallel-size ep with whole experts per
+    GPU (--expert-tensor-parallel-size 1; its default is tp) and the alltoall token
+    dispatcher (the all-to-alls the estimate prices); without EP Megatron's default allgather
+    dispatcher, whose TP all-gather and reduce-scatter are the sequence-parallel pair the
+    dense MLP would have."""
+    if not model.is_moe:
+        return []
+    args = ["--moe-grouped-gemm"]
+    if config.ep > 1:
+        args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", "1",
+                 "--moe-token-dispatcher-type", "alltoall"]
     return args
 
 

@@ -49,6 +49,7 @@ COLUMNS = (
     Column("tp", lambda e, i: str(e.config.tp)),
     Column("pp", lambda e, i: str(e.config.pp)),
     Column("dp", lambda e, i: str(e.config.dp)),
+    Column("ep", lambda e, i: str(e.config.ep)),
     Column("b", lambda e, i: str(e.config.micro_batch_size)),
     Column("m", lambda e, i: str(e.num_micro_batches)),
     Column("schedule/v", lambda e, i: _schedule(e), "left"),
@@ -92,23 +93,38 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     c, t = best.config, best.time_breakdown_seconds
     parts = {"compute": t.compute, "bubble": t.bubble, "TP comm": t.tp_comm,
              "PP comm": t.pp_comm, "DP comm (exposed)": t.dp_comm_exposed}
+    if c.ep > 1:
+        parts["EP all-to-all"] = t.ep_comm
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
-        f"Recommended: tp={c.tp} pp={c.pp} dp={c.dp}, micro-batch {c.micro_batch_size} "
+        f"Recommended: tp={c.tp} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
         f"({best.num_micro_batches} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
-        f"data parallel on {best.dp_link or '-'}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}.",
+        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
+        f"MFU {best.mfu:.1%}.",
     ]
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
         gap = 1 - runner.tokens_per_second / best.tokens_per_second
-        lines.append(f"Runner-up: tp={runner.config.tp} pp={runner.config.pp} dp={runner.config.dp} "
+        lines.append(f"Runner-up: tp={runner.config.tp} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
     return lines
+
+
+def _ep(config) -> str:
+    return f" ep={config.ep}" if config.ep > 1 else ""
+
+
+def _ep_link(e: TrainEstimate) -> str:
+    """The EP group's all-to-all link and its time per MoE layer and micro-batch."""
+    if e.config.ep <= 1:
+        return ""
+    return (f"; expert parallel (ep={e.config.ep}) all-to-all on {e.alltoall_link}, "
+            f"{ms(e.alltoall_seconds_per_layer)} per MoE layer and micro-batch")
 
 
 def shown_shortfall(plan: TrainPlan):
@@ -151,10 +167,11 @@ def render_rejected(plan: TrainPlan, show_all: bool = True) -> Table:
     title = f"Rejected layouts ({len(plan.rejected):,})" + (
         f": the {len(rows)} closest; {more:,} more with --show-rejected" if more else "")
     table = Table(title=title)
-    for header in ("tp", "pp", "dp", "configs", "why not"):
+    for header in ("tp", "pp", "dp", "ep", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
     for r in rows:
-        table.add_row(str(r.layout.tp), str(r.layout.pp), str(r.layout.dp), str(r.num_configs_rejected), "; ".join(r.reasons))
+        table.add_row(str(r.layout.tp), str(r.layout.pp), str(r.layout.dp), str(r.layout.ep),
+                      str(r.num_configs_rejected), "; ".join(r.reasons))
     return table
 
 
@@ -190,7 +207,7 @@ def _where(step: LaunchStep) -> str:
 def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
-        "tp": c.tp, "pp": c.pp, "dp": c.dp, "rank": rank,
+        "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "rank": rank,
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
@@ -206,8 +223,10 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
         "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
         "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
+        "alltoall_seconds_per_layer": e.alltoall_seconds_per_layer, "alltoall_link": e.alltoall_link,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
-                                   "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed},
+                                   "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed,
+                                   "ep_comm": t.ep_comm},
         "stage_memories": to_jsonable(e.stage_memories),
         "layer_terms": to_jsonable(e.layer_terms),
         "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
@@ -232,7 +251,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "engine_versions": to_jsonable(request.engine_versions),
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
-        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "reasons": list(r.reasons),
+        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
+                      "reasons": list(r.reasons),
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),

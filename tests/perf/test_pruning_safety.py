@@ -3,7 +3,8 @@
 The reference enumerates every combination of the search space with itertools.product and
 estimates each one, no pruning at all: every (tp, pp, dp), every micro-batch, 1F1B,
 interleaved with every v, GPipe, every recompute level, sequence parallelism on and off,
-every ZeRO stage. The pruned search (planner/train_search.py) must then
+every ZeRO stage, and for an MoE model every expert-parallel degree the layouts offer
+(layout.expert_parallel_degrees). The pruned search (planner/train_search.py) must then
   - rank first exactly the configuration the reference ranks first (same rank key);
   - keep, for every configuration it could reach (all but GPipe), precisely the least
     recomputation the reference finds to fit: so its whole feasible set, hence its top-k,
@@ -25,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.catalog import resolve_cluster, resolve_model
-from planner.layout import Rejected, TrainConfig, divisors, factorizations
+from planner.layout import Rejected, TrainConfig, divisors, expert_parallel_degrees, factorizations
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, train_rates
@@ -34,25 +35,27 @@ from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key
 MICRO_BATCHES = list(range(1, MAX_MICRO_BATCH_SIZE + 1))
 
 
-def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash") -> Iterator[TrainConfig]:
+def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
+                 gpus_per_node: int = 8) -> Iterator[TrainConfig]:
     """The whole space, invalid combinations included (estimate rejects those)."""
     for layout in factorizations(num_gpus):
         tp, pp, dp = layout.tp, layout.pp, layout.dp
+        eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node) if model.is_moe else [])
         # every v that divides the layers (an uneven split needs v to divide each stage's
         # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
         # estimate applies the split rule (cost/stage_split.py): not a search dimension.
         schedules = [("1f1b", 1), ("gpipe", 1)]
         schedules += [("interleaved", v) for v in divisors(model.num_hidden_layers) if v > 1]
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)  # sharding over one rank is no sharding
-        for (schedule, v), b, recompute, sp, zero in itertools.product(
-                schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros):
-            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero, attention=attention)
+        for (schedule, v), b, recompute, sp, zero, ep in itertools.product(
+                schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros, eps):
+            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero, attention=attention, ep=ep)
 
 
 def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
     rates = train_rates(model, cluster)
     results = (estimate(model, cluster, c, request, rates)
-               for c in every_config(model, cluster.num_gpus, request.attention))
+               for c in every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node))
     return sorted((r for r in results if isinstance(r, TrainEstimate)), key=rank_key)
 
 
@@ -61,7 +64,7 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
     best: dict[tuple, TrainEstimate] = {}
     for r in results:
         c = r.config
-        key = (c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.virtual_stages,
+        key = (c.tp, c.pp, c.dp, c.ep, c.micro_batch_size, c.schedule, c.virtual_stages,
                c.sequence_parallel, c.zero_stage)
         if key not in best or RECOMPUTE_ORDER.index(c.recompute) < RECOMPUTE_ORDER.index(best[key].config.recompute):
             best[key] = r
@@ -78,7 +81,7 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
     assert pruned[0].tokens_per_second == max(r.tokens_per_second for r in reference)
 
     expected = least_recompute(reference)
-    reachable = {k: r for k, r in expected.items() if k[4] != "gpipe"}
+    reachable = {k: r for k, r in expected.items() if k[5] != "gpipe"}
     assert sorted(pruned, key=rank_key) == list(pruned)
     assert sorted(reachable.values(), key=rank_key) == list(pruned)
 
@@ -98,6 +101,8 @@ CASES = {
     "llama-3.1-8b on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB", 64, 4096),
     "gpt3-175b on 4x8xH100": ("gpt3-175b", "4x8xH100", 64, 2048),
     "mistral-7b on 8x8xA100": ("mistral-7b", "8x8xA100", 128, 4096),
+    # MoE: expert-parallel degrees, SP required with TP, experts dividing ep
+    "qwen3-30b-a3b on 1x8xH100": ("qwen3-30b-a3b", "1x8xH100", 32, 2048),
 }
 
 

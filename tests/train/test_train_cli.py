@@ -24,7 +24,7 @@ LAYOUT_KEYS = {
     "recompute", "sequence_parallel", "zero_stage", "memory_per_gpu_bytes", "capacity_per_gpu_bytes",
     "memory", "step_time_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "bubble_fraction",
     "bubble_over_compute_ratio", "tp_allreduce_seconds_per_layer", "tp_link", "time_breakdown_seconds",
-    "command", "num_layers_per_stage",
+    "command", "num_layers_per_stage", "ep", "alltoall_seconds_per_layer", "alltoall_link",
 }
 
 
@@ -51,7 +51,7 @@ def test_json_shape():
     assert set(out["recommended"]["memory"]) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes",
                                                  "activation_bytes", "overhead_bytes"}
     assert set(out["recommended"]["time_breakdown_seconds"]) == {"compute", "bubble", "tp_comm", "pp_comm",
-                                                                 "dp_comm_exposed"}
+                                                                 "dp_comm_exposed", "ep_comm"}
     assert [layout["rank"] for layout in out["layouts"][:3]] == [1, 2, 3]
     assert all({"tp", "pp", "dp", "reasons"} <= set(r) and r["reasons"] for r in out["rejected"])
     assert any("attention heads 96 not divisible by tp=128" in r["reasons"] for r in out["rejected"])
@@ -138,6 +138,10 @@ def test_no_feasible_layout_exits_1():
     # MoE: experts, top-k, expert FFN size, RoPE base 1e6
     ("mixtral-8x7b_4x8xH100", ("--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--global-batch", "512",
                                "--seq-len", "4096")),
+    # the question: DeepSeek-V3 with expert parallelism (whole experts per GPU, alltoall
+    # dispatcher, grouped GEMMs) and pipeline parallelism, MLA and the MoE architecture flags
+    ("deepseek-v3_256x8xH100_ep", ("--model", "deepseek-v3", "--cluster", "256x8xH100", "--global-batch", "4096",
+                                   "--seq-len", "4096")),
     # FP8 through Transformer Engine: hybrid format, delayed scaling, 1024-step amax history (max)
     ("llama-3.1-8b_1x8xH100_fp8", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
                                    "--seq-len", "8192", "--precision", "fp8")),

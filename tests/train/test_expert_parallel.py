@@ -1,0 +1,278 @@
+"""Training with expert parallelism (Megatron-Core): all-to-all time per MoE layer, expert
+memory per GPU, the expert-data-parallel group, the search's EP rules and the DeepSeek-V3
+question through the CLI. Hand-worked numbers in each docstring.
+
+Cluster figures used (planner/data GPU catalog, 2x8xH100): NVLink 450 GB/s per GPU, 1 us;
+InfiniBand 8 x 400 Gb/s per node = 50 GB/s per GPU, 5 us; NCCL reaches 0.77 of a link
+(comm.NCCL_BUSBW_FRACTION_OF_LINK): B_intra = 346.5 GB/s, B_nic = 38.5 GB/s.
+DeepSeek-V3: h = 7168, k = 8 of E = 256 experts, f_x = 2048, 58 MoE layers of 61.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cli import app
+from planner.cost import activations as act
+from planner.cost.params import experts_per_gpu
+from planner.cost.training_memory import (
+    expert_data_parallel_size,
+    expert_sharded_model_state_bytes,
+    routed_expert_params_per_layer,
+    stage_params_per_gpu,
+)
+from planner.cost.training_time import ep_seconds_per_layer
+from planner.layout import TrainConfig, divisors
+from planner.requests import LayoutFilter, TrainRequest
+from planner.train import TrainEstimate, estimate, train_rates
+from planner.train_search import search
+
+DSV3 = resolve_model("deepseek-v3")
+S = 4096
+B_INTRA = 450e9 * 0.77
+B_NIC = 50e9 * 0.77
+ALPHA_INTRA, ALPHA_NIC = 1e-6, 5e-6
+
+
+def config(tp: int, dp: int, ep: int, recompute: str = "none", pp: int = 1, b: int = 1) -> TrainConfig:
+    return TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, tp > 1, 1, ep=ep)
+
+
+def test_alltoall_per_moe_layer_inside_one_node():
+    """EP 8 on one node (tp=1, dp=8, b=1, s=4096): S = 4096/1 * 8 * 7168 * 2 = 469,762,048 B.
+    One all-to-all: (g-1)*alpha + (g-1)/n * S / B_intra = 7 us + 7/8 * 469,762,048 / 346.5e9
+    = 7 us + 1.186258 ms = 1.193258 ms; 4 per MoE layer (dispatch, combine, forward and
+    backward) = 4.773 ms; 6 with full recompute."""
+    cluster = resolve_cluster("1x8xH100")
+    rates = train_rates(DSV3, cluster)
+    ep = ep_seconds_per_layer(DSV3, cluster, config(1, 8, 8), S, rates)
+    message = 4096 * 8 * 7168 * 2
+    assert ep.message_bytes == message == 469_762_048
+    one = 7 * ALPHA_INTRA + 7 / 8 * message / B_INTRA
+    assert ep.alltoall_seconds == pytest.approx(one, rel=1e-9)
+    assert ep.alltoall_seconds == pytest.approx(1.193258e-3, rel=1e-5)
+    assert ep.num_alltoalls == 4 and ep.alltoall_seconds_per_moe_layer == pytest.approx(4 * one)
+    assert ep.link == "nvlink"
+    assert ep.moe_layer_share == pytest.approx(58 / 61)
+    full = ep_seconds_per_layer(DSV3, cluster, config(1, 8, 8, "full"), S, rates)
+    assert full.num_alltoalls == 6
+
+
+def test_alltoall_per_moe_layer_over_two_nodes():
+    """EP 16 over 2 nodes (tp=1, dp=16): g = 8 ranks per node, N = 2 nodes, n = 16.
+    One all-to-all: (g-1)*alpha_intra + (N-1)*alpha_nic + max((g-1)/n * S / B_intra,
+    (n-g)/n * S / B_nic) = 7 us + 5 us + max(7/16 * 469,762,048 / 346.5e9 = 0.593 ms,
+    8/16 * 469,762,048 / 38.5e9 = 6.100805 ms) = 6.112805 ms: the NICs, 5.1x EP 8's."""
+    cluster = resolve_cluster("2x8xH100")
+    rates = train_rates(DSV3, cluster)
+    ep = ep_seconds_per_layer(DSV3, cluster, config(1, 16, 16), S, rates)
+    message = 469_762_048
+    intra, inter = 7 / 16 * message / B_INTRA, 8 / 16 * message / B_NIC
+    assert inter > intra
+    assert ep.alltoall_seconds == pytest.approx(7 * ALPHA_INTRA + ALPHA_NIC + inter, rel=1e-9)
+    assert ep.alltoall_seconds == pytest.approx(6.112805e-3, rel=1e-5)
+    assert ep.link == "infiniband"
+
+
+def test_alltoall_message_is_the_tp_ranks_share():
+    """tp=4, ep=8 (2 TP groups): each GPU sends its s*b/t = 1024 sequence-parallel tokens,
+    S = 1024 * 8 * 7168 * 2 = 117,440,512 B; EP 8 = 8 consecutive ranks (Megatron's order,
+    pp outermost) even with pp = 2: one node, NVLink."""
+    cluster = resolve_cluster("2x8xH100")
+    ep = ep_seconds_per_layer(DSV3, cluster, config(4, 2, 8, pp=2), S, train_rates(DSV3, cluster))
+    assert ep.message_bytes == 117_440_512
+    assert ep.link == "nvlink"
+
+
+def test_no_alltoall_without_ep():
+    cluster = resolve_cluster("1x8xH100")
+    ep = ep_seconds_per_layer(DSV3, cluster, config(8, 1, 1), S, train_rates(DSV3, cluster))
+    assert ep.alltoall_seconds == 0 and ep.comm_seconds_per_layer == 0 and ep.link is None
+
+
+def test_deepseek_v3_experts_per_gpu_at_ep64():
+    """ep=64, tp=1: 256/64 = 4 whole experts per GPU per MoE layer, each 3 * h * f_x =
+    3 * 7168 * 2048 = 44,040,192 parameters: 176,160,768 per MoE layer, 58 MoE layers on one
+    stage = 10,217,324,544 (the mean block carries 58/61 of it)."""
+    assert experts_per_gpu(DSV3, 64) == 4
+    per_moe_layer = 4 * 3 * 7168 * 2048
+    assert per_moe_layer == 176_160_768
+    assert routed_expert_params_per_layer(DSV3, 1, 64) == pytest.approx(per_moe_layer * 58 / 61)
+    params = stage_params_per_gpu(DSV3, 1, 1, ep=64)
+    assert params.routed_experts.first_stage == pytest.approx(58 * per_moe_layer)
+    without_ep = stage_params_per_gpu(DSV3, 1, 1)
+    assert without_ep.first_stage - params.first_stage == pytest.approx(58 * (256 - 4) * 3 * 7168 * 2048)
+
+
+def test_expert_data_parallel_group():
+    """d_x = t*d/ep with EP, d without: tp=8 dp=16 ep=8 -> 16; ep=128 -> 1; tp=4 dp=32 ep=8
+    -> 16; tp=1 dp=64 ep=64 -> 1; no EP, tp=2 dp=8 -> 8."""
+    assert expert_data_parallel_size(8, 16, 8) == 16
+    assert expert_data_parallel_size(8, 16, 128) == 1
+    assert expert_data_parallel_size(4, 32, 8) == 16
+    assert expert_data_parallel_size(1, 64, 64) == 1
+    assert expert_data_parallel_size(2, 8, 1) == 8
+
+
+def test_expert_states_shard_over_the_expert_data_parallel_group():
+    """ZeRO-1, P = 10e9 of which P_x = 8e9 experts, d = 64, d_x = 1 (ep = 64, tp = 1):
+    optimizer 12 * 2e9 / 64 + 12 * 8e9 / 1 = 0.375e9 + 96e9 bytes; gradients 4 * 10e9;
+    weights 2 * 10e9 (ZeRO-1 shards neither)."""
+    states = expert_sharded_model_state_bytes(10e9, 8e9, 64, 1, 1)
+    assert states.optimizer_bytes == pytest.approx(12 * 2e9 / 64 + 12 * 8e9)
+    assert states.gradient_bytes == pytest.approx(4 * 10e9)
+    assert states.weights_bytes == pytest.approx(2 * 10e9)
+
+
+def test_dispatched_tokens_activation():
+    """s=4096, b=1, tp=4, ep=8: n = 4096/4 * 8 = 8192 (token, expert) pairs per GPU, the
+    permuted input n*h*2 = 8192 * 7168 * 2 = 117,440,512 B per MoE layer (u = 1), times 58/61
+    for the mean block. Without EP every TP rank gathers the group's 4096 tokens: n = 32,768,
+    4x. Full recompute keeps none."""
+    with_ep = act.moe_dispatch_bytes_per_layer(DSV3, S, 1, 4, 8, "none")
+    assert with_ep == pytest.approx(117_440_512 * 58 / 61)
+    assert act.moe_dispatch_bytes_per_layer(DSV3, S, 1, 4, 1, "none") == pytest.approx(4 * with_ep)
+    assert act.moe_dispatch_bytes_per_layer(DSV3, S, 1, 4, 8, "full") == 0
+
+
+MOE_MODELS = ["deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(name=st.sampled_from(MOE_MODELS), tp=st.sampled_from([1, 2, 4, 8]), data=st.data())
+def test_expert_weight_bytes_per_gpu_never_grow_with_ep(name: str, tp: int, data) -> None:
+    """Over the EP degrees Megatron accepts (ep = tp * d, E divisible by ep), the routed
+    experts' parameters (hence weight bytes) per GPU never grow as ep grows, and never exceed
+    the TP-split experts' E/t without EP."""
+    model = resolve_model(name)
+    valid = [ep for ep in divisors(model.num_local_experts) if ep % tp == 0 and ep > 1]
+    if not valid:
+        return
+    degrees = sorted(data.draw(st.lists(st.sampled_from(valid), min_size=1, max_size=4, unique=True)))
+    sizes = [routed_expert_params_per_layer(model, tp, ep) for ep in degrees]
+    assert all(a >= b for a, b in zip(sizes, sizes[1:], strict=False))
+    assert sizes[0] <= routed_expert_params_per_layer(model, tp, 1) * (1 + 1e-12)
+
+
+def test_moe_with_tp_needs_sequence_parallelism_and_experts_divisible():
+    """Megatron-Core: the MoE layer raises on TP without SP in training; E % ep == 0."""
+    cluster = resolve_cluster("2x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=S)
+    no_sp = TrainConfig(4, 1, 4, 1, "1f1b", 1, "full", False, 1, ep=8)
+    result = estimate(resolve_model("mixtral-8x7b"), cluster, no_sp, request)
+    assert not isinstance(result, TrainEstimate)
+    assert any("sequence parallelism" in r for r in result.reasons)
+    odd = TrainConfig(2, 1, 8, 1, "1f1b", 1, "full", True, 1, ep=16)
+    result = estimate(resolve_model("mixtral-8x7b"), cluster, odd, request)
+    assert not isinstance(result, TrainEstimate)
+    assert any("not divisible by ep=16" in r for r in result.reasons)
+
+
+def test_search_plans_ep_for_mixtral_and_keeps_megatron_rules():
+    """Every feasible Mixtral configuration: E = 8 divisible by ep, SP whenever tp > 1; the
+    all-to-all appears in the breakdown exactly when ep > 1; EP configurations are found."""
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("4x8xH100")
+    plan = search(model, cluster, TrainRequest(global_batch=512, seq_len=S))
+    assert any(e.config.ep > 1 for e in plan.layouts)
+    for e in plan.layouts:
+        c = e.config
+        assert model.num_local_experts % c.ep == 0
+        assert c.tp == 1 or c.sequence_parallel
+        assert (e.time_breakdown_seconds.ep_comm > 0) == (c.ep > 1)
+        assert (e.alltoall_link is not None) == (c.ep > 1)
+
+
+def test_ep_comm_in_the_step_is_the_pacing_stages_moe_layers():
+    """ep_comm = m * L_slowest * phi * n_a2a * T_a2a (the mean block's MoE share)."""
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=S, layout=LayoutFilter(tp=2, pp=2, dp=4, ep=8))
+    plan = search(model, cluster, request)
+    e = plan.layouts[0]
+    ep = e.layer_terms.ep
+    layers = e.num_layers_per_stage[e.slowest_stage]
+    assert e.time_breakdown_seconds.ep_comm == pytest.approx(
+        e.num_micro_batches * layers * ep.moe_layer_share * ep.num_alltoalls * ep.alltoall_seconds)
+
+
+def test_the_deepseek_v3_question_plans_ep_with_pp():
+    """`plan --workload train --model deepseek-v3 --cluster 256x8xH100 --global-batch 4096
+    --seq-len 4096`: the recommendation has EP > 1 and PP > 1, fits, and its Megatron
+    command carries EP, the alltoall dispatcher, grouped GEMMs, MoE and MLA flags."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "256x8xH100",
+                                      "--global-batch", "4096", "--seq-len", "4096", "--json"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["recommended"]
+    assert best["ep"] > 1 and best["pp"] > 1
+    assert best["memory_per_gpu_bytes"] <= best["capacity_per_gpu_bytes"]
+    assert best["alltoall_seconds_per_layer"] > 0 and best["alltoall_link"] in ("nvlink", "infiniband")
+    assert best["time_breakdown_seconds"]["ep_comm"] > 0
+    argv = best["command"][0]["argv"]
+    assert argv[argv.index("--expert-model-parallel-size") + 1] == str(best["ep"])
+    assert argv[argv.index("--expert-tensor-parallel-size") + 1] == "1"
+    assert argv[argv.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    for flag in ("--moe-grouped-gemm", "--multi-latent-attention", "--kv-lora-rank", "--num-experts",
+                 "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+                 "--moe-layer-freq", "--sequence-parallel"):
+        assert flag in argv, flag
+
+
+def test_expert_imbalance_slows_the_busiest_gpu_in_training():
+    """--expert-imbalance u for training: the busiest GPU's routed GEMMs (u - 1) * 3 passes *
+    2*k*P_x*b*s/t / R are added, the dispatched activations grow u-fold (plus (u - 1) times
+    the routed intermediates); the all-to-all is unchanged. Mixtral, tp=2 pp=2 dp=4 ep=8."""
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH100")
+    fixed = LayoutFilter(tp=2, pp=2, dp=4, ep=8)
+    even = search(model, cluster, TrainRequest(global_batch=64, seq_len=S, layout=fixed, micro_batch=1,
+                                               recompute="none", schedule="1f1b", zero_stage=1))
+    busy = search(model, cluster, TrainRequest(global_batch=64, seq_len=S, layout=fixed, micro_batch=1,
+                                               recompute="none", schedule="1f1b", zero_stage=1,
+                                               expert_imbalance=1.5))
+    a, b = even.layouts[0], busy.layouts[0]
+    assert a.layer_terms.ep.imbalance_seconds == 0
+    rates = train_rates(model, cluster)
+    routed = 2 * 2 * 3 * 4096 * 14336 * 1 * S / 2  # 2*k*P_x*b*s/t, P_x = 3*h*f_x
+    assert b.layer_terms.ep.imbalance_seconds == pytest.approx(0.5 * 3 * routed / rates.matmul_flops_per_s)
+    assert b.alltoall_seconds_per_layer == a.alltoall_seconds_per_layer
+    assert b.step_time_seconds > a.step_time_seconds
+    assert b.memory.activation_bytes > a.memory.activation_bytes
+
+
+def test_expert_imbalance_is_accepted_for_training():
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "mixtral-8x7b", "--cluster", "2x8xH100",
+                                      "--global-batch", "64", "--seq-len", "4096", "--expert-imbalance", "1.3",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_explain_shows_the_training_estimates_ep_numbers():
+    """plan explain --workload train with EP: the all-to-all rows carry the estimate's time
+    and count (m * MoE layers of the pacing stage, per phase 2), the expert gradients reduce
+    over d_x = t*d/ep ranks beside the dense ones over d, the map places the EP group as the
+    estimate does (Megatron's order), the breakdown has the all-to-all."""
+    from planner.explain_train import explain_training
+
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH200")
+    request = TrainRequest(global_batch=64, seq_len=S, layout=LayoutFilter(tp=2, pp=2, dp=4, ep=2))
+    explanation = explain_training(model, cluster, request, settings=None)
+    e = search(model, cluster, request).layouts[0]
+    a2a = [r for r in explanation.collectives if r.kind == "all-to-all"]
+    assert [r.phase for r in a2a] == ["forward", "backward"]
+    moe_layers = e.num_layers_per_stage[e.slowest_stage] * e.layer_terms.ep.moe_layer_share
+    for row in a2a:
+        assert row.total_seconds == e.layer_terms.ep.alltoall_seconds
+        assert row.count_per_step == pytest.approx(2 * e.num_micro_batches * moe_layers)
+        assert row.group_size == 2 and row.link == e.alltoall_link
+    experts = [r for r in explanation.collectives if r.name.endswith("(experts)")]
+    assert experts and all(r.group_size == expert_data_parallel_size(2, 4, 2) == 4 for r in experts)
+    dense = [r for r in explanation.collectives if r.name.endswith("(dense)")]
+    assert dense and all(r.group_size == 4 for r in dense)
+    assert sum(r.total_seconds for r in experts + dense if r.kind == "reduce-scatter") == pytest.approx(
+        e.dp_collectives.gradient_seconds)
+    assert explanation.placement.ep_link == e.alltoall_link
+    assert "EP all-to-all" in [s.name for s in explanation.breakdown.segments]
