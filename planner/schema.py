@@ -246,8 +246,12 @@ def _compile(annotation: Any, where: str) -> Validator:
 
 
 class Spec:
-    """A frozen record validated on construction: `Spec(**fields)` or `Spec.model_validate`."""
+    """A frozen record validated on construction: `Spec(**fields)` or `Spec.model_validate`.
 
+    Field values live in the instance __dict__ (in field order), the unknown keys an
+    extra="allow" spec keeps in `_extra` (None for extra="forbid")."""
+
+    __slots__ = ("__dict__", "_extra")
     _fields: dict[str, _Field] = {}
     _extra_allowed = False
     _before: tuple[Any, ...] = ()
@@ -280,8 +284,6 @@ class Spec:
                 (before if hook.mode == "before" else after).append(attr)
         cls._fields, cls._before, cls._after = fields, tuple(before), tuple(after)
         cls.model_fields = fields
-
-    __slots__ = ("__dict__", "_extra")
 
     def __init__(self, **data: Any) -> None:
         errors: list = []
