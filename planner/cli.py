@@ -212,7 +212,7 @@ def parse_layout(text: str | None) -> LayoutFilter:
 def serve_request(opts: PlanOptions, quantization_override: str | None = None) -> ServeRequest:
     """`quantization_override`: the third value load_specs() returns. With --dataset the
     planned lengths are the dataset's means."""
-    from planner.workload import load_dataset  # imports the cost model (pydantic): not for --help
+    from planner.workload import load_dataset  # the cost model and specs: not for --help
 
     lengths = () if opts.dataset is None else load_dataset(opts.dataset)
     input_len, output_len = opts.input_len, opts.output_len

@@ -1,4 +1,4 @@
-"""The user-mistake exception, importable without pydantic (keeps `plan --help` fast)."""
+"""The user-mistake exception, importable without the specs (keeps `plan --help` fast)."""
 
 
 class SpecError(ValueError):

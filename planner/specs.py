@@ -9,21 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
+
+from planner import units
+from planner.errors import SpecError
+from planner.schema import (
     Field,
+    Spec,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-
-from planner import units
-from planner.errors import SpecError
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 Quantization = Literal["fp8", "int8", "int4", "nvfp4", "mxfp4"]
@@ -75,22 +77,22 @@ MAX_SPEC_DEPTH = 64
 
 def Count(upper: int, lower: int = 1) -> Any:
     """A strict integer in [lower, upper]: 4096.0, "4096" and true are refused, not coerced."""
-    return Annotated[int, Field(strict=True, ge=lower, le=upper)]
+    return StrictInt(ge=lower, le=upper)
 
 
 def Quantity(upper: float, lower: float = MIN_PHYSICAL_QUANTITY) -> Any:
     """A finite number in [lower, upper], or in (0, upper] when lower is 0 (an integer is
     taken; true, nan and inf are not)."""
-    low = {"gt": 0} if lower == 0 else {"ge": lower}
-    return Annotated[float, Field(strict=True, le=upper, allow_inf_nan=False, **low)]
+    low = {"gt": 0.0} if lower == 0 else {"ge": lower}
+    return StrictFloat(le=upper, **low)
 
 
-Flag = Annotated[bool, Field(strict=True)]
+Flag = StrictBool()
 """true or false only (not 1, "yes")."""
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Spec(Spec, extra="forbid"):
+    """Frozen; an unknown field is an error."""
 
 
 class ModelSpec(_Spec):
@@ -368,11 +370,10 @@ class GPU(_Spec):
         return None if tflops is None else units.tflops_to_flops_per_s(tflops)
 
 
-class CollectiveCurve(_Spec):
+class CollectiveCurve(_Spec, extra="allow"):
     """Measured medians of one collective for one link class and group size (from `plan probe`):
     sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
     link: Literal["intra_node", "inter_node", "world"]
     num_ranks: Count(MAX_NUM_GPUS)
     sizes_bytes: list[Count(2**48)]
@@ -387,10 +388,9 @@ class CollectiveCurve(_Spec):
         return self
 
 
-class Measured(_Spec):
+class Measured(_Spec, extra="allow"):
     """What `plan probe` measured; free-form except the curves the planner reads."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
     date: str | None = None
     backend: str | None = None
     flags: list[str] = Field(default_factory=list)
@@ -469,11 +469,11 @@ PROBLEMS = {
     "model_type": "must be a mapping of fields",
     "list_type": "must be a list",
 }
-"""Our wording for pydantic's type errors (its own says "Input should be ...")."""
+"""Our wording for the schema's type errors (its own says "Input should be ...")."""
 
 
 def format_validation_error(origin: str, error: ValidationError) -> str:
-    """One line: origin: field: problem (the first error; pydantic lists the rest)."""
+    """One line: origin: field: problem (the first error; the schema lists the rest)."""
     first = error.errors()[0]
     loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
     kind = first["type"]

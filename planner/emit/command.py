@@ -166,7 +166,7 @@ class ServeArgs:
 
     @property
     def layout(self) -> Layout:
-        from planner.layout import Layout  # planner.layout loads pydantic; `plan --help` must not
+        from planner.layout import Layout  # planner.layout loads the specs; `plan --help` need not
 
         return Layout(self.tp, self.pp, self.dp, self.ep)
 

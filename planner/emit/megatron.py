@@ -42,7 +42,7 @@ from planner.emit.command import (
 )
 from planner.emit.torchrun import torchrun_flags
 
-if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (pydantic)
+if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (yaml, the schemas)
     from planner.engines import MegatronRelease
     from planner.layout import TrainConfig
     from planner.specs import ClusterSpec, ModelSpec

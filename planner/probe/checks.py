@@ -59,7 +59,7 @@ def _check_topology(options: ProbeOptions) -> None:
 
 
 def _check_sweep_flags(options: ProbeOptions) -> None:
-    from planner.probe.sweep import ELEMENT_BYTES  # deferred: it loads the cost model (pydantic)
+    from planner.probe.sweep import ELEMENT_BYTES  # deferred: it loads the cost model and the specs
 
     for flag, value in (("--min-bytes", options.min_bytes), ("--max-bytes", options.max_bytes)):
         if value is not None and value < ELEMENT_BYTES:

@@ -124,7 +124,7 @@ def count(value: float) -> str:
 
 
 def to_jsonable(value: Any) -> Any:
-    """Frozen dataclasses (and pydantic models) to plain JSON, SI units as computed."""
+    """Frozen dataclasses (and specs, planner.schema) to plain JSON, SI units as computed."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):
