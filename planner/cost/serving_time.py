@@ -303,22 +303,28 @@ def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
 
 
 def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
-    """KV bytes one step moves on one GPU of the stage: every layer writes the step's tokens;
-    full layers read each decoding sequence's context, window layers at most W of it:
-    (ctx + tokens) * kv_full + (min(ctx, n * W) + tokens) * kv_window."""
+    """KV bytes one step moves on one GPU of the stage: every attention layer writes the step's
+    tokens; full layers read each decoding sequence's context, window layers at most W of it;
+    recurrent layers read and write back each decoding sequence's state once, whatever its
+    context: (ctx + tokens) * kv_full + (min(ctx, n * W) + tokens) * kv_window + 2 * n * state
+    (Mamba2's selective_state_update and Gated DeltaNet's recurrent kernel update the state in
+    place; a prompt chunk's state traffic is left out, one state per chunk)."""
     window_bytes = stage.window_kv_bytes_per_token
     window_context = window_capped_tokens(load.decode_context_tokens, load.decode_seqs,
                                           stage.sliding_window_tokens)
     return ((load.decode_context_tokens + load.num_tokens) * (stage.kv_bytes_per_token - window_bytes)
-            + (window_context + load.num_tokens) * window_bytes)
+            + (window_context + load.num_tokens) * window_bytes
+            + 2 * load.decode_seqs * stage.state_bytes_per_sequence)
 
 
 def stage_attention_pairs(stage: StageMemory, load: StepLoad) -> float:
-    """Prompt (query, key) pairs over the stage's layers: pairs * L_full + min(pairs, s * W) * L_window."""
+    """Prompt (query, key) pairs over the stage's attention layers: pairs * L_full +
+    min(pairs, s * W) * L_window (recurrent layers have none: linear in the prompt, their
+    projections are in the linear layers' FLOPs)."""
     window_layers = stage.num_window_layers
     window_pairs = window_capped_tokens(load.prefill_attention_pairs, load.prefill_tokens,
                                         stage.sliding_window_tokens)
-    return (load.prefill_attention_pairs * (stage.num_layers - window_layers)
+    return (load.prefill_attention_pairs * (stage.num_attention_layers - window_layers)
             + window_pairs * window_layers)
 
 
