@@ -150,15 +150,29 @@ def recurrent_weights(model: ModelSpec) -> tuple[int, int]:
     in_proj_b and in_proj_a h*n_v each, out_proj n_v*d_v*h; conv1d C*K (no bias), dt_bias
     and A_log 2*n_v, gated RMSNorm d_v."""
     h, kernel = model.hidden_size, model.conv_kernel
+    width_in, width_out = recurrent_projection_widths(model)
+    matmuls = h * width_in + width_out * h
     if model.recurrent_kind == "mamba2":
         heads, inner = model.mamba_num_heads, model.mamba_num_heads * model.mamba_head_dim
         channels = inner + 2 * model.n_groups * model.ssm_state_size
-        return h * (inner + channels + heads) + inner * h, channels * kernel + channels + 3 * heads + inner
+        return matmuls, channels * kernel + channels + 3 * heads + inner
     if model.recurrent_kind == "gated_deltanet":
         heads, value = model.linear_num_value_heads, model.linear_num_value_heads * model.linear_value_head_dim
         channels = 2 * model.linear_num_key_heads * model.linear_key_head_dim + value
-        return (h * (channels + value + 2 * heads) + value * h,
-                channels * kernel + 2 * heads + model.linear_value_head_dim)
+        return matmuls, channels * kernel + 2 * heads + model.linear_value_head_dim
+    return 0, 0
+
+
+def recurrent_projection_widths(model: ModelSpec) -> tuple[int, int]:
+    """A recurrent mixer's (input projection outputs, output projection inputs): Mamba2
+    (I + C + H, I); Gated DeltaNet (C + n_v*d_v + 2*n_v, n_v*d_v) (recurrent_weights); (0, 0)
+    without one."""
+    if model.recurrent_kind == "mamba2":
+        heads, inner = model.mamba_num_heads, model.mamba_num_heads * model.mamba_head_dim
+        return 2 * inner + 2 * model.n_groups * model.ssm_state_size + heads, inner
+    if model.recurrent_kind == "gated_deltanet":
+        heads, value = model.linear_num_value_heads, model.linear_num_value_heads * model.linear_value_head_dim
+        return 2 * model.linear_num_key_heads * model.linear_key_head_dim + 2 * value + 2 * heads, value
     return 0, 0
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
 from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
-from planner.cost.flops import Gemm, layer_gemms_forward
+from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.params import (
     activation_bytes_per_element,
     experts_per_gpu,
@@ -193,7 +193,8 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
     ways without EP and whole with it."""
     tp = layout.tp
     m = max(1, round(num_tokens))
-    gemms = list(layer_gemms_forward(model, 1, m, tp)[:2])
+    mixer = linear_gemms(layer_gemms_forward(model, 1, m, tp))
+    gemms = [*mixer[:2], *mixer[4:]]  # QKV, output and a hybrid's recurrent projections
     f, rows, count, split = model.intermediate_size, m, 1, tp
     if model.is_moe:
         seen = expert_group_tokens(layout, m)

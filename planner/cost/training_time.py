@@ -25,6 +25,7 @@ from planner.cost.flops import (
     Gemm,
     attention_core_gemms,
     layer_gemms_forward,
+    linear_gemms,
     logits_gemm,
 )
 from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu
@@ -168,13 +169,13 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     hbm = rates.elementwise_bytes_per_s
     linear = linear_rates(rates, precision)
     if attention == "flash":
-        dense = sum(gemm_seconds(g, linear) for g in gemms[:4])
+        dense = sum(gemm_seconds(g, linear) for g in linear_gemms(gemms))
         core_forward, core_backward = flash_attention_seconds(gemms, rates)
         forward = dense + core_forward + traffic / hbm
         backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
         core_again = core_forward
     else:
-        gemm_forward = (sum(gemm_seconds(g, linear) for g in gemms[:4])
+        gemm_forward = (sum(gemm_seconds(g, linear) for g in linear_gemms(gemms))
                         + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
         forward = gemm_forward + traffic / hbm
         backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import resolve_model
+from planner.cost.flops import model_flops_per_sequence
 from planner.cost.params import (
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
+    layer_params_per_gpu,
     num_attention_layers,
     param_counts,
     recurrent_params_per_layer,
@@ -90,3 +92,26 @@ def test_tp_splits_recurrent_heads(qwen3_5, nemotron_h) -> None:
     assert tp_head_reasons(nemotron_h, 8) == []
     assert tp_head_reasons(qwen3_5.model_copy(update={"num_attention_heads": 96}), 32) == [
         "linear-attention heads (16 key, 48 value) do not split over tp=32"]
+
+
+def test_training_flops_count_each_layer_kind_once(nemotron_h) -> None:
+    """Nemotron-H-56B, s = 4096, forward + backward = 3 x forward: the matmul weights of
+    10 attention layers (8192 * (64 + 16) * 128 + 64 * 128 * 8192 = 150,994,944 each), 54 MLPs
+    (2 * 8192 * 32,768 = 536,870,912) and 54 Mamba2 projections (8192 * 37,120 + 16,384 * 8192 =
+    438,304,768) = 54,169,436,160, at 2 FLOP per weight per token; the attention core
+    4 * s^2 * a * d on the 10 attention layers only; the LM head 2 * s * h * V.
+    3 * (2*4096*54,169,436,160 + 10*4*4096^2*64*128 + 2*4096*8192*131,072) = 1.3799e15."""
+    s = 4096
+    expected = 3 * (2 * s * 54_169_436_160 + 10 * 4 * s**2 * 64 * 128 + 2 * s * 8192 * 131_072)
+    assert model_flops_per_sequence(nemotron_h, s) == pytest.approx(expected, rel=1e-12)
+
+
+def test_weights_and_params_per_gpu_split_the_recurrent_projections(nemotron_h) -> None:
+    """The mean block of Nemotron-H-56B on one GPU of t = 8: matmuls (10 * attention with its
+    8 KV heads split + 54 * Mamba2 + 54 * MLP) / 8 / 118 + the rest whole; summed over the 118
+    blocks it is the blocks' matmul weights / 8 + their other parameters, so eight GPUs hold
+    the blocks (plus 7 copies of the small parameters)."""
+    counts = param_counts(nemotron_h)
+    per_gpu = layer_params_per_gpu(nemotron_h, 8) * 118
+    other = counts.blocks - 54_169_436_160
+    assert per_gpu == pytest.approx(54_169_436_160 / 8 + other, rel=1e-12)
