@@ -5,7 +5,10 @@ Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
 which layers use it (`layer_types`, the Gemma and Qwen2 patterns); MoE keys under each
 family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
 `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
-the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; and the
+the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; hybrid
+layers (Nemotron-H's `hybrid_override_pattern` / `layers_block_type` with the Mamba2 shape
+and `moe_latent_size`, Qwen3.5's `linear_attention` layer_types with the Gated DeltaNet
+`linear_*` shape, recurrent_fields); and the
 weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
 int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
 config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
