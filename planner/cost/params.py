@@ -222,6 +222,14 @@ def num_attention_layers(model: ModelSpec) -> int:
     return model.num_hidden_layers - model.num_recurrent_layers - model.num_mlp_only_layers
 
 
+def sublayers_per_layer(model: ModelSpec) -> float:
+    """The mean block's share of a full layer's two sublayers (mixer, MLP):
+    (2L - MLP-only - mixer-only) / (2L). 1 for a transformer; 1/2 for Nemotron-H, whose blocks
+    hold one mixer each (one residual all-reduce under TP, about half the kernels)."""
+    layers = model.num_hidden_layers
+    return (2 * layers - model.num_mlp_only_layers - model.num_mixer_only_layers) / (2 * layers)
+
+
 def num_dense_mlp_layers(model: ModelSpec) -> int:
     """Layers with a dense MLP: an MoE model's num_dense_layers, every layer of a dense one,
     less the mixer-only layers (which have no MLP)."""

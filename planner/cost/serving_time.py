@@ -18,12 +18,13 @@ from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.params import (
     activation_bytes_per_element,
+    expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
-    mlp_params,
     param_counts,
     routed_expert_share_per_gpu,
+    sublayers_per_layer,
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
@@ -80,7 +81,7 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
         read -= embedding_bytes_per_gpu(model, tp)
     if not model.is_moe:
         return read
-    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model)
+    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
     local = experts_per_gpu(model, layout.ep)
     expert_bytes *= routed_expert_share_per_gpu(model, tp, layout.ep) * model.num_local_experts / local  # 1/t or 1
     untouched_share = 1 - expected_experts_touched(model, expert_group_tokens(layout, num_tokens)) / model.num_local_experts
@@ -162,7 +163,8 @@ class StepTime:
     attention_seconds: float
     """KV reads of the decoding sequences and the prompt chunks' attention compute."""
     allreduce_seconds_per_layer: float
-    """Both TP all-reduces of one layer at the step's message size."""
+    """Both TP all-reduces of one layer at the step's message size (the mean block's: one for
+    a hybrid's one-mixer block, sublayers_per_layer)."""
     bound: str
     """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
@@ -236,7 +238,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    + 4 * pairs * a * d * L_s / t at flash attention's rate
                    (a sliding-window layer reads and pairs each query with at most W keys:
                    window_capped_tokens on the mean context and the mean pairs per query)
-    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes;
+    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes (times the
+                   mean block's share of two sublayers: 1/2 for Nemotron-H's one-mixer blocks);
                    with EP, per MoE layer 2 all-to-alls (dispatch, combine) and the busiest
                    GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
@@ -257,10 +260,14 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     attention = (kv_bytes / hbm
                  + 4 * stage_attention_pairs(stage, load) * heads_dim / t / attention_flops_per_s(cluster))
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
+    # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
+    # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
+    sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    allreduce *= sublayers
     alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
     alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
-    overhead = stage.num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+    overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
     return StepTime(gemm + attention + stage.num_layers * allreduce + alltoalls + overhead, gemm, attention,
                     allreduce, bound, overhead, alltoall)
@@ -271,7 +278,7 @@ def routed_expert_flops(model: ModelSpec, num_layers: int, num_tokens: float) ->
     share of the stage's FLOPs (all of its GPUs together)."""
     if not model.is_moe:
         return 0.0
-    per_token = 2 * model.num_experts_per_tok * mlp_params(model, model.expert_intermediate_size)
+    per_token = 2 * model.num_experts_per_tok * expert_params(model)
     return moe_layers_of(model, num_layers) * per_token * num_tokens
 
 
