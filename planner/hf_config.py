@@ -5,7 +5,10 @@ Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
 which layers use it (`layer_types`, the Gemma and Qwen2 patterns); MoE keys under each
 family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
 `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
-the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; and the
+the dense/MoE layer pattern); MLA ranks and head dims; `num_nextn_predict_layers`; hybrid
+layers (Nemotron-H's `hybrid_override_pattern` / `layers_block_type` with the Mamba2 shape
+and `moe_latent_size`, Qwen3.5's `linear_attention` layer_types with the Gated DeltaNet
+`linear_*` shape, recurrent_fields); and the
 weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
 int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
 config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
@@ -82,24 +85,23 @@ Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the
 Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 UNMODELLED_KEYS = {
-    "hybrid_override_pattern": "Mamba2 hybrid layers (Mamba blocks hold state, not a KV cache)",
-    "layers_block_type": "Mamba2 hybrid layers (Mamba blocks hold state, not a KV cache)",
     "block_configs": "per-layer block shapes (DeciLM / Nemotron-NAS block_configs)",
     "hybrid_layer_pattern": "per-layer attention variants (hybrid_layer_pattern)",
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
     "global_head_dim": "per-layer head dims (global_head_dim)",
-    "moe_latent_size": "latent MoE projections (moe_latent_size)",
 }
 """Keys whose architecture the parameter and KV formulas do not model: such a config is
 refused in one line naming the feature, never planned with a wrong count."""
-KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
+KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
 """layer_types entries the cost model describes: "sliding_attention" layers attend within
 `sliding_window` (window_fields); "chunked_attention" (Llama 4's local chunks) is planned as
 full attention (it only caps the KV a layer keeps, so counting it in full over-reserves KV,
-it never under-reserves it). "deepseek_sparse_attention" (GLM-5.2's and 5.3's NVFP4 configs name
-every layer so) is MLA with the DSA indexer the importer reads from index_n_heads /
-index_head_dim: known when the config has them."""
+it never under-reserves it); "linear_attention" is a Gated DeltaNet layer (Qwen3-Next,
+Qwen3.5: the linear_* keys), refused without them (MiniMax's lightning attention).
+"deepseek_sparse_attention" (GLM-5.2's and 5.3's NVFP4 configs name every layer so) is MLA
+with the DSA indexer the importer reads from index_n_heads / index_head_dim: known when the
+config has them."""
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
 """Gemma3TextConfig's default sliding_window_pattern: every 6th layer is global."""
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
@@ -157,7 +159,8 @@ def check_modelled(text: dict[str, Any], origin: str) -> None:
             raise SpecError(f"{origin}: {key}: {feature} are not modelled; the planner models "
                             f"attention + MLP/MoE decoder blocks")
     kinds = text.get("layer_types")
-    known = KNOWN_LAYER_TYPES | ({"deepseek_sparse_attention"} if text.get("index_n_heads") else set())
+    known = KNOWN_LAYER_TYPES - (set() if "linear_num_value_heads" in text else {"linear_attention"})
+    known |= {"deepseek_sparse_attention"} if text.get("index_n_heads") else set()
     unknown = sorted({kind for kind in kinds if kind not in known}
                      if isinstance(kinds, list) else set(), key=str)
     if unknown:
@@ -239,12 +242,76 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind))
     fields.update(window_fields(text, kind))
+    fields.update(recurrent_fields(text, path))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
     fields["dtype"] = _dtype(text, raw, path)
     quantization = raw.get("quantization_config", text.get("quantization_config"))
     if quantization is not None:
         fields.update(_quantization_fields(quantization, path, fields.get("hidden_size")))
+    return fields
+
+
+NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+"""hybrid_override_pattern characters -> NemotronHConfig.layers_block_type names
+(transformers models/nemotron_h/configuration_nemotron_h.py)."""
+MAMBA2_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel")
+GATED_DELTANET_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                       "linear_value_head_dim")
+DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32"
+"""vLLM's NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE: the SSM state is fp32 unless
+the config's mamba_ssm_cache_dtype says otherwise."""
+
+
+def recurrent_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Hybrid models' layer kinds and recurrent shapes: Nemotron-H's blocks (one mixer or one
+    MLP each: hybrid_override_pattern, or the layers_block_type list), Qwen3.5's
+    linear_attention layers (Gated DeltaNet beside attention, an MLP in every layer)."""
+    blocks = text.get("layers_block_type")
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        unknown = sorted(set(pattern) - set(NEMOTRON_H_BLOCKS))
+        if unknown:
+            raise SpecError(f"{path}: hybrid_override_pattern: block characters {''.join(unknown)!r} are not "
+                            f"modelled (known: M Mamba2, * attention, - MLP, E MoE)")
+        blocks = [NEMOTRON_H_BLOCKS[char] for char in pattern]
+    if isinstance(blocks, list):
+        return nemotron_h_fields(text, blocks, path)
+    kinds = text.get("layer_types")
+    if isinstance(kinds, list) and "linear_attention" in kinds:
+        fields = {key: text[key] for key in GATED_DELTANET_KEYS if key in text}
+        fields.update(num_recurrent_layers=kinds[:text.get("num_hidden_layers", len(kinds))].count("linear_attention"),
+                      recurrent_kind="gated_deltanet", conv_kernel=text.get("linear_conv_kernel_dim"),
+                      attention_output_gate=bool(text.get("attn_output_gate")))
+        if text.get("mamba_ssm_dtype") in DTYPES:
+            fields["recurrent_state_dtype"] = DTYPES[text["mamba_ssm_dtype"]]
+        return fields
+    return {}
+
+
+def nemotron_h_fields(text: dict[str, Any], blocks: list[Any], path: Path) -> dict[str, Any]:
+    """NemotronHBlock: a norm and ONE mixer (Mamba2, attention, MLP or MoE) per layer."""
+    unknown = sorted({str(kind) for kind in blocks} - set(NEMOTRON_H_BLOCKS.values()))
+    if unknown:
+        raise SpecError(f"{path}: layers_block_type: {', '.join(unknown)} blocks are not modelled")
+    count = {kind: blocks.count(kind) for kind in NEMOTRON_H_BLOCKS.values()}
+    fields = {key: text[key] for key in MAMBA2_KEYS if key in text}
+    fields.update(num_recurrent_layers=count["mamba"], recurrent_kind="mamba2",
+                  num_mlp_only_layers=count["mlp"] + count["moe"],
+                  num_mixer_only_layers=count["mamba"] + count["attention"],
+                  recurrent_state_dtype=DTYPES.get(str(text.get("mamba_ssm_cache_dtype")),
+                                                   DEFAULT_MAMBA_SSM_CACHE_DTYPE))
+    if text.get("num_hidden_layers") is None:  # NemotronHConfig: len(layers_block_type)
+        fields["num_hidden_layers"] = len(blocks)
+    if text.get("head_dim") is None and text.get("attention_head_dim") is not None:
+        fields["head_dim"] = text["attention_head_dim"]
+    if count["moe"]:
+        fields["num_dense_layers"] = len(blocks) - count["moe"]
+        fields["num_shared_experts"] = text.get("n_shared_experts") or 0
+        if text.get("moe_shared_expert_intermediate_size"):
+            fields["shared_expert_intermediate_size"] = text["moe_shared_expert_intermediate_size"]
+        if text.get("moe_latent_size"):
+            fields["moe_latent_size"] = text["moe_latent_size"]
     return fields
 
 
@@ -278,6 +345,8 @@ def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
     if text.get("dense_intermediate_size"):  # MiniMax-M3: dense layers' own FFN size
         fields["intermediate_size"] = text["dense_intermediate_size"]
     fields["num_dense_layers"] = num_dense_layers(text, kind)
+    if text.get("intermediate_size") is None:  # all layers MoE (Qwen3.5-MoE): no dense FFN size
+        fields["intermediate_size"] = text.get("moe_intermediate_size")
     return fields
 
 

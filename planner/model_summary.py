@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.cost.params import kv_bytes_per_token, param_counts
+from planner.cost.params import kv_bytes_per_token, param_counts, recurrent_state_bytes_per_sequence
 from planner.specs import ModelSpec
 
 Attention = Literal["mha", "gqa", "mqa", "mla"]
@@ -22,7 +22,7 @@ class ModelSummary:
     mtp_params: int
     """Multi-token-prediction layers; 0 when the model has none."""
     kv_cache_bytes_per_token: int
-    """Whole model (every layer, no parallelism), at kv_cache_dtype."""
+    """Whole model (every attention layer, no parallelism), at kv_cache_dtype."""
     kv_cache_dtype: str
     """The KV cache's element type: fp8, or the model dtype when the request says auto."""
     num_experts: int
@@ -34,6 +34,11 @@ class ModelSummary:
     attention: Attention
     weight_dtype: str
     """The block matmuls' storage type: the quantization when there is one, else the dtype."""
+    num_recurrent_layers: int = 0
+    recurrent_kind: str | None = None
+    recurrent_state_bytes_per_sequence: int = 0
+    """Whole model (every recurrent layer, no parallelism): what each running sequence holds
+    besides its KV."""
 
 
 def attention_kind(model: ModelSpec) -> Attention:
@@ -62,4 +67,7 @@ def model_summary(model: ModelSpec, kv_cache_dtype: str = "auto") -> ModelSummar
         num_moe_layers=model.num_moe_layers,
         attention=attention_kind(model),
         weight_dtype=model.quantization or model.dtype,
+        num_recurrent_layers=model.num_recurrent_layers,
+        recurrent_kind=model.recurrent_kind,
+        recurrent_state_bytes_per_sequence=recurrent_state_bytes_per_sequence(model, model.num_recurrent_layers),
     )

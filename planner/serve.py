@@ -285,7 +285,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         worst_stage=worst,
         kv_cache_tokens=kv_tokens,
         max_model_len=max_model_len,
-        max_concurrency=kv_tokens / max_model_len,
+        max_concurrency=min(s.sequences_that_fit(max_model_len) for s in stages),
         batch=batch,
         batches_in_flight=in_flight,
         stage_step_seconds=stage_seconds,

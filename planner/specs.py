@@ -170,6 +170,43 @@ class ModelSpec(_Spec):
     """How many layers use the window (layer_types "sliding_attention": 18 of gpt-oss-120b's
     36); the rest attend in full. Defaults to every layer when sliding_window is set (Mistral-7B
     v0.1). Pipeline stages take their share in proportion (the patterns alternate)."""
+    num_recurrent_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
+    """Layers whose token mixer is recurrent (recurrent_kind) instead of attention: they keep
+    no KV cache but a fixed state per sequence (Nemotron-H's Mamba2 blocks, Qwen3.5's
+    linear_attention layers). Counts and per-GPU sizes take the mean layer."""
+    recurrent_kind: Literal["mamba2", "gated_deltanet"] | None = None
+    """Which recurrent mixer: Mamba2 (mamba_* fields, ssm_state_size, n_groups, conv_kernel)
+    or Gated DeltaNet (linear_* fields, conv_kernel)."""
+    num_mlp_only_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
+    """Layers with an MLP or MoE and no token mixer (Nemotron-H's "-" and "E" blocks)."""
+    num_mixer_only_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
+    """Layers with a token mixer (attention or recurrent) and no MLP (Nemotron-H's "M" and "*"
+    blocks); in an MoE model they are among num_dense_layers (the layers without experts)."""
+    mamba_num_heads: Count(MAX_NUM_HEADS) | None = None
+    """Mamba2: SSM heads (d_inner = mamba_num_heads * mamba_head_dim)."""
+    mamba_head_dim: Count(MAX_HEAD_DIM) | None = None
+    ssm_state_size: Count(MAX_HEAD_DIM) | None = None
+    """Mamba2: state dims N per head (B and C have n_groups * N channels each)."""
+    n_groups: Count(MAX_NUM_HEADS) | None = None
+    """Mamba2: groups sharing B and C."""
+    conv_kernel: Count(MAX_HEAD_DIM) | None = None
+    """Recurrent mixers: width of the causal depthwise convolution (Mamba2 conv_kernel, Gated
+    DeltaNet linear_conv_kernel_dim); the state keeps its last conv_kernel - 1 inputs."""
+    linear_num_key_heads: Count(MAX_NUM_HEADS) | None = None
+    """Gated DeltaNet: query/key heads."""
+    linear_num_value_heads: Count(MAX_NUM_HEADS) | None = None
+    """Gated DeltaNet: value heads (one dk x dv state matrix each)."""
+    linear_key_head_dim: Count(MAX_HEAD_DIM) | None = None
+    linear_value_head_dim: Count(MAX_HEAD_DIM) | None = None
+    recurrent_state_dtype: Dtype | None = None
+    """dtype of the recurrent (SSM / delta-rule) state; None = the model dtype. vLLM keeps
+    the convolution state in the model dtype."""
+    attention_output_gate: Flag = False
+    """Attention layers gate their output with a sigmoid of a second query-sized projection
+    (Qwen3-Next / Qwen3.5 attn_output_gate: q_proj is 2 * a * d wide)."""
+    moe_latent_size: Count(MAX_HIDDEN_SIZE) | None = None
+    """Latent MoE (Nemotron-3 Super/Ultra): routed experts work in this width, between an
+    h -> latent and a latent -> h projection shared by all experts of the layer."""
 
     @model_validator(mode="before")
     @classmethod
@@ -228,6 +265,7 @@ class ModelSpec(_Spec):
             raise ValueError("index_n_heads: a DSA indexer needs index_n_heads and "
                              "index_head_dim together, on MLA with q_lora_rank")
         self._check_window()
+        self._check_recurrent()
         return self
 
     def _check_window(self) -> None:
@@ -237,6 +275,27 @@ class ModelSpec(_Spec):
         if (self.num_sliding_window_layers or 0) > self.num_hidden_layers:
             raise ValueError(f"num_sliding_window_layers: {self.num_sliding_window_layers} exceeds "
                              f"num_hidden_layers {self.num_hidden_layers}")
+
+    def _check_recurrent(self) -> None:
+        num_layers = self.num_hidden_layers
+        if (self.num_recurrent_layers + self.num_mlp_only_layers > num_layers
+                or self.num_mixer_only_layers + self.num_mlp_only_layers > num_layers):
+            raise ValueError(f"num_recurrent_layers: {self.num_recurrent_layers} recurrent, "
+                             f"{self.num_mlp_only_layers} MLP-only and {self.num_mixer_only_layers} "
+                             f"mixer-only layers do not fit in num_hidden_layers {num_layers}")
+        if self.is_moe and self.num_mixer_only_layers > self.num_dense_layers:
+            raise ValueError(f"num_dense_layers: {self.num_dense_layers} must count the "
+                             f"{self.num_mixer_only_layers} mixer-only layers (they have no experts)")
+        shape = {"mamba2": (self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size, self.n_groups,
+                            self.conv_kernel),
+                 "gated_deltanet": (self.linear_num_key_heads, self.linear_num_value_heads,
+                                    self.linear_key_head_dim, self.linear_value_head_dim, self.conv_kernel)}
+        if self.num_recurrent_layers and (self.recurrent_kind is None
+                                          or any(v is None for v in shape[self.recurrent_kind])):
+            raise ValueError("recurrent_kind: recurrent layers need recurrent_kind and its shape: "
+                             "mamba2 mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, "
+                             "conv_kernel; gated_deltanet linear_num_key_heads, linear_num_value_heads, "
+                             "linear_key_head_dim, linear_value_head_dim, conv_kernel")
 
     @property
     def num_window_layers(self) -> int:

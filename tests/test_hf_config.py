@@ -485,8 +485,8 @@ def test_relu2_is_a_two_matrix_mlp(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("folder", "feature"), [
-    ("nvidia--Nemotron-H-56B-Base-8K", "Mamba2 hybrid layers"),
-    ("Qwen--Qwen3.5-27B", "linear_attention layers"),
+    ("moonshotai--Kimi-K3", "linear-attention layers"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", "per-layer block shapes"),
     ("deepseek-ai--DeepSeek-V4-Pro", "compressed sparse attention"),
 ])
 def test_unmodelled_layers_are_refused_in_one_line(folder: str, feature: str) -> None:
@@ -533,4 +533,35 @@ def test_a_bad_sliding_window_is_one_line(tmp_path: Path) -> None:
     config = {**LLAMA_3_1_70B, "sliding_window": -4}
     with pytest.raises(SpecError, match=r"config.json: sliding_window: must be at least 1") as info:
         resolve_model(str(_write(tmp_path, config)))
+    assert "\n" not in str(info.value)
+
+
+def test_nemotron_h_pattern_gives_the_layer_kinds() -> None:
+    """Nemotron-H-56B's hybrid_override_pattern: 54 M (Mamba2), 10 * (attention), 54 - (MLP)
+    blocks of one mixer each; the SSM state fp32 (vLLM's default for Nemotron-H)."""
+    model = resolve_model(str(CORPUS / "nvidia--Nemotron-H-56B-Base-8K" / "config.json"))
+    assert (model.num_hidden_layers, model.num_recurrent_layers, model.recurrent_kind) == (118, 54, "mamba2")
+    assert (model.num_mlp_only_layers, model.num_mixer_only_layers) == (54, 64)
+    assert (model.head_dim, model.gated_mlp, model.recurrent_state_dtype) == (128, False, "float32")
+
+
+def test_qwen3_5_layer_types_give_the_gated_deltanet_layers() -> None:
+    """Qwen3.5-27B: 48 linear_attention (Gated DeltaNet) and 16 full_attention layers with the
+    output gate; the state in mamba_ssm_dtype float32."""
+    model = resolve_model(str(CORPUS / "Qwen--Qwen3.5-27B" / "config.json"))
+    assert (model.num_recurrent_layers, model.recurrent_kind, model.conv_kernel) == (48, "gated_deltanet", 4)
+    assert model.attention_output_gate and model.recurrent_state_dtype == "float32"
+
+
+@pytest.mark.parametrize(("change", "feature"), [
+    ({"hybrid_override_pattern": "M*-X"}, "block characters 'X' are not modelled"),
+    ({"layer_types": ["linear_attention", "full_attention"]}, "linear_attention layers are not modelled"),
+])
+def test_unknown_hybrid_layers_are_refused_in_one_line(tmp_path: Path, change: dict, feature: str) -> None:
+    """A Nemotron-H block character the planner does not know; linear_attention layers without
+    Gated DeltaNet shapes (MiniMax's lightning attention names its layers the same)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_1_70B, "num_hidden_layers": 4, **change}))
+    with pytest.raises(SpecError, match=feature) as info:
+        resolve_model(str(path))
     assert "\n" not in str(info.value)

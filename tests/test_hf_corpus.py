@@ -5,7 +5,9 @@ weight format, or is refused in one line naming what the cost model does not des
 The independent counter walks the layers one by one as the Hugging Face modeling code
 builds them (transformers models/<family>/modeling_<family>.py: LlamaDecoderLayer,
 MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, DeepseekV3Attention / DeepseekV3MoE /
-DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP), not through ModelSpec.
+DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP; hybrids: NemotronHBlock with
+NemotronHMamba2Mixer / NemotronHMoE, Qwen3_5DecoderLayer with Qwen3_5GatedDeltaNet), not
+through ModelSpec.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 59
+PLANNED = 73
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -83,11 +85,77 @@ def mlp(c: dict[str, Any], i: int) -> int:
     return experts * ffn(c, expert_size) + num_shared * ffn(c, shared_size) + h * experts
 
 
+def mamba2_mixer(c: dict[str, Any]) -> int:
+    """NemotronHMamba2Mixer: in_proj, conv1d (+ bias), dt_bias, A_log, D, gated norm, out_proj."""
+    h, heads = c["hidden_size"], c["mamba_num_heads"]
+    inner = heads * c["mamba_head_dim"]
+    conv_dim = inner + 2 * c["n_groups"] * c["ssm_state_size"]
+    in_proj = h * (inner + conv_dim + heads)
+    conv = conv_dim * c["conv_kernel"] + (conv_dim if c.get("use_conv_bias", True) else 0)
+    return in_proj + conv + heads + heads + heads + inner + inner * h
+
+
+def nemotron_h_moe(c: dict[str, Any]) -> int:
+    """NemotronHMoE: router, non-gated experts (in the latent width when moe_latent_size),
+    the shared expert at h, the latent projections."""
+    h, experts, latent = c["hidden_size"], c["n_routed_experts"], c.get("moe_latent_size")
+    width = latent or h
+    routed = experts * 2 * width * c["moe_intermediate_size"]
+    shared = 2 * h * c["moe_shared_expert_intermediate_size"]
+    return h * experts + routed + shared + (2 * h * latent if latent else 0)
+
+
+def nemotron_h_layers(c: dict[str, Any]) -> int:
+    """NemotronHBlock: one RMSNorm and one mixer per block."""
+    h = c["hidden_size"]
+    pattern = c.get("hybrid_override_pattern")
+    kinds = ([{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[ch] for ch in pattern]
+             if pattern else c["layers_block_type"])
+    a, k = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or c.get("attention_head_dim") or h // a
+    mixers = {"mamba": mamba2_mixer(c), "attention": 2 * h * a * d + 2 * h * k * d,
+              "mlp": 2 * h * c["intermediate_size"], "moe": nemotron_h_moe(c) if "moe" in kinds else 0}
+    return sum(h + mixers[kind] for kind in kinds)
+
+
+def gated_deltanet(c: dict[str, Any]) -> int:
+    """Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d (no bias),
+    dt_bias, A_log, gated norm (d_v), out_proj."""
+    h = c["hidden_size"]
+    key_dim = c["linear_num_key_heads"] * c["linear_key_head_dim"]
+    value_dim = c["linear_num_value_heads"] * c["linear_value_head_dim"]
+    conv_dim = 2 * key_dim + value_dim
+    heads = c["linear_num_value_heads"]
+    return (h * conv_dim + h * value_dim + 2 * h * heads + conv_dim * c["linear_conv_kernel_dim"]
+            + 2 * heads + c["linear_value_head_dim"] + value_dim * h)
+
+
+def qwen3_5_layer(c: dict[str, Any], i: int) -> int:
+    """Qwen3_5DecoderLayer: Gated DeltaNet or gated attention (q_proj 2x for the output gate),
+    then the MLP (Qwen3.5-MoE: experts + one shared expert with its h -> 1 gate)."""
+    h, a, k, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    if c["layer_types"][i] == "linear_attention":
+        mixer = gated_deltanet(c)
+    else:
+        mixer = (2 if c.get("attn_output_gate") else 1) * h * a * d + 2 * h * k * d + a * d * h
+    if c.get("num_experts"):
+        ffn_all = (c["num_experts"] * 3 * h * c["moe_intermediate_size"] + h * c["num_experts"]
+                   + 3 * h * c["shared_expert_intermediate_size"])
+    else:
+        ffn_all = 3 * h * c["intermediate_size"]
+    return mixer + ffn_all + 2 * h
+
+
 def independent_total(raw: dict[str, Any]) -> int:
     c = text_config(raw)
     h, vocab = c["hidden_size"], c["vocab_size"]
     tied = c.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
-    layers = sum(attention(c) + mlp(c, i) + 2 * h for i in range(c["num_hidden_layers"]))
+    if c.get("model_type") == "nemotron_h":
+        layers = nemotron_h_layers(c)
+    elif "linear_attention" in (c.get("layer_types") or []):
+        layers = sum(qwen3_5_layer(c, i) for i in range(c["num_hidden_layers"]))
+    else:
+        layers = sum(attention(c) + mlp(c, i) + 2 * h for i in range(c["num_hidden_layers"]))
     return layers + vocab * h * (1 if tied else 2) + h
 
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.params import experts_per_gpu, kv_heads_per_gpu, shared_expert_size
+from planner.cost.params import (
+    experts_per_gpu,
+    kv_heads_per_gpu,
+    num_attention_layers,
+    recurrent_projection_widths,
+    shared_expert_size,
+)
 from planner.specs import ModelSpec
 
 
@@ -49,7 +55,9 @@ class Gemm:
     m: int
     n: int
     k: int
-    count: int = 1
+    count: float = 1
+    """How many times per layer; a fraction for the mean block of a hybrid model (the share
+    of its layers that have this GEMM)."""
 
     @property
     def flops(self) -> float:
@@ -64,20 +72,32 @@ def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> 
     row-parallel [bs, a*d/t] x [a*d/t, h]; MLP up [bs, h] x [h, f/t] (x2 gated), down
     [bs, f/t] x [f/t, h]; attention core per head: scores [s, d] x [d, s] and context
     [s, s] x [s, d], b*a/t of each (no causal-mask saving: Megatron's 2021 kernels).
+    Hybrid models, the mean block: the attention GEMMs count L_a/L, the MLP's (L - mixer-only)/L,
+    and a recurrent mixer's in and out projections [bs, h] x [h, W_in/t], [bs, W_out/t] x
+    [W_out/t, h] (recurrent_projection_widths) count R/L: 2 FLOP per parameter per token; the
+    scan itself (linear in s) is not counted.
     """
     h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
     tokens = micro_batch * s
     heads_per_gpu = a // tp
-    qkv_width = (heads_per_gpu + 2 * kv_heads_per_gpu(model, tp)) * d
+    q_width = (2 if model.attention_output_gate else 1) * heads_per_gpu
+    qkv_width = (q_width + 2 * kv_heads_per_gpu(model, tp)) * d
     num_up = 2 if model.gated_mlp else 1
-    return (
-        Gemm(tokens, qkv_width, h),
-        Gemm(tokens, h, heads_per_gpu * d),
-        Gemm(tokens, num_up * f // tp, h),
-        Gemm(tokens, h, f // tp),
-        Gemm(s, s, d, count=micro_batch * heads_per_gpu),
-        Gemm(s, d, s, count=micro_batch * heads_per_gpu),
+    layers = model.num_hidden_layers
+    attention, mlp = num_attention_layers(model) / layers, 1 - model.num_mixer_only_layers / layers
+    gemms = (
+        Gemm(tokens, qkv_width, h, attention),
+        Gemm(tokens, h, heads_per_gpu * d, attention),
+        Gemm(tokens, num_up * f // tp, h, mlp),
+        Gemm(tokens, h, f // tp, mlp),
+        Gemm(s, s, d, count=micro_batch * heads_per_gpu * attention),
+        Gemm(s, d, s, count=micro_batch * heads_per_gpu * attention),
     )
+    if not model.num_recurrent_layers:
+        return gemms
+    width_in, width_out = recurrent_projection_widths(model)
+    recurrent = model.num_recurrent_layers / layers
+    return gemms + (Gemm(tokens, width_in // tp, h, recurrent), Gemm(tokens, h, width_out // tp, recurrent))
 
 
 def moe_mlp_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int, ep: int = 1,
@@ -108,7 +128,13 @@ def moe_mlp_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int, e
 
 def attention_core_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
     """The two per-head GEMMs (what selective recomputation runs again)."""
-    return gemms[4:]
+    return gemms[4:6]
+
+
+def linear_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
+    """The weight GEMMs of layer_gemms_forward: QKV, output, MLP up and down, and a hybrid's
+    recurrent projections."""
+    return gemms[:4] + gemms[6:]
 
 
 def logits_gemm(model: ModelSpec, micro_batch: int, s: int, tp: int) -> Gemm:

@@ -8,7 +8,7 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 
 from __future__ import annotations
 
-from planner.cost.params import activation_bytes_per_element, mlp_params
+from planner.cost.params import activation_bytes_per_element, expert_params
 from planner.layout import Layout
 from planner.specs import ModelSpec
 
@@ -23,7 +23,7 @@ def routed_expert_flops(model: ModelSpec, num_layers: float, num_tokens: float) 
     share of the stage's forward FLOPs (all of its GPUs together)."""
     if not model.is_moe:
         return 0.0
-    per_token = 2 * model.num_experts_per_tok * mlp_params(model, model.expert_intermediate_size)
+    per_token = 2 * model.num_experts_per_tok * expert_params(model)
     return moe_layers_of(model, num_layers) * per_token * num_tokens
 
 

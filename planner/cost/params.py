@@ -2,7 +2,9 @@
 
 Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim,
 f FFN size (per expert for MoE), V vocab, E experts, e experts per token,
-t tensor-parallel degree. Counts are parameters (int); bytes are bytes (int or
+t tensor-parallel degree. Hybrid models: L_a attention layers, R recurrent layers (Mamba2:
+H heads of P dims, N state dims, G groups, K conv width, I = H*P; Gated DeltaNet: n_k key
+and n_v value heads of d_k and d_v dims), each with a fixed state per sequence. Counts are parameters (int); bytes are bytes (int or
 float when quantized sizes are fractional per weight).
 Sources: docs/cost-model.md#parameters-and-weight-bytes; Narayanan et al. 2021 sec. 5.1 eq. (2)
 for the GPT check 12*L*h^2*(1 + 13/(12h) + (V+s)/(12*L*h)).
@@ -50,13 +52,35 @@ class ParamCounts:
     dense_mlp_per_layer: int = 0
     mtp: int = 0
     """Multi-token-prediction layers, reported beside the total (not in it)."""
+    recurrent_per_layer: int = 0
+    """One recurrent mixer (Mamba2 or Gated DeltaNet), its inner norm included."""
+    num_recurrent_layers: int = 0
+    num_mlp_only_layers: int = 0
+    """Layers with an MLP/MoE and no mixer (no attention, no recurrent block, one norm)."""
+    num_mixer_only_layers: int = 0
+    """Layers with a mixer and no MLP (one norm)."""
+
+    @property
+    def num_attention_layers(self) -> int:
+        return self.num_layers - self.num_recurrent_layers - self.num_mlp_only_layers
+
+    @property
+    def num_mlp_layers_of_mlp_per_layer(self) -> int:
+        """Layers whose MLP is mlp_per_layer (MoE layers; every MLP of a dense model)."""
+        return self.num_layers - self.num_mixer_only_layers - self.num_dense_layers
+
+    def _blocks(self, mlp_per_layer: float) -> float:
+        norms = (2 * self.num_layers - self.num_mlp_only_layers - self.num_mixer_only_layers) * self.norms_per_layer / 2
+        return (self.num_attention_layers * self.attention_per_layer
+                + self.num_recurrent_layers * self.recurrent_per_layer + norms
+                + self.num_mlp_layers_of_mlp_per_layer * mlp_per_layer
+                + self.num_dense_layers * self.dense_mlp_per_layer)
 
     @property
     def blocks(self) -> int:
-        """All transformer blocks: L*(attention + norms) + MoE layers' MLPs + dense layers' MLPs."""
-        num_moe = self.num_layers - self.num_dense_layers
-        return (self.num_layers * (self.attention_per_layer + self.norms_per_layer)
-                + num_moe * self.mlp_per_layer + self.num_dense_layers * self.dense_mlp_per_layer)
+        """All blocks: L_a attention + R recurrent mixers + their norms (two per layer, one in a
+        mixer-only or MLP-only layer) + MoE layers' MLPs + dense layers' MLPs."""
+        return round(self._blocks(self.mlp_per_layer))
 
     @property
     def per_layer(self) -> float:
@@ -66,9 +90,7 @@ class ParamCounts:
     @property
     def active_per_layer(self) -> float:
         """The mean block's parameters one token touches."""
-        num_moe = self.num_layers - self.num_dense_layers
-        mlp = num_moe * self.mlp_active_per_layer + self.num_dense_layers * self.dense_mlp_per_layer
-        return self.attention_per_layer + self.norms_per_layer + mlp / self.num_layers
+        return self._blocks(self.mlp_active_per_layer) / self.num_layers
 
     @property
     def total(self) -> int:
@@ -81,14 +103,15 @@ class ParamCounts:
 
 
 def attention_params_per_layer(model: ModelSpec) -> int:
-    """Q h*a*d + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases where the model has them;
-    MLA: its projections (mla_attention_weights) plus the q_a and kv_a RMSNorms."""
+    """Q h*a*d (2*h*a*d with an output gate) + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases
+    where the model has them; MLA: its projections (mla_attention_weights) plus the q_a and
+    kv_a RMSNorms."""
     if model.is_mla:
         indexer_norm = 2 * model.index_head_dim if model.index_head_dim else 0  # k_norm LayerNorm
         return (sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
                 + indexer_norm)
     h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    weights = h * a * d + 2 * h * k * d + a * d * h
+    weights = attention_linear_weights(model)
     qkv_bias = a * d + 2 * k * d if (model.attention_bias or model.qkv_bias) else 0
     out_bias = h if model.attention_bias else 0
     return weights + qkv_bias + out_bias
@@ -116,9 +139,108 @@ def mla_attention_weights(model: ModelSpec) -> tuple[int, int]:
     return replicated, split
 
 
-def mlp_params(model: ModelSpec, ffn_size: int) -> int:
-    """Gated (SwiGLU) 3*h*f, standard (GPT) 2*h*f, plus biases where the model has them."""
-    h = model.hidden_size
+def recurrent_weights(model: ModelSpec) -> tuple[int, int]:
+    """One recurrent mixer's parameters as (matmul weights, the rest), as transformers builds it.
+
+    Mamba2 (models/nemotron_h/modeling_nemotron_h.py NemotronHMamba2Mixer), I = H*P,
+    C = I + 2*G*N (conv channels): in_proj h*(I + C + H) + out_proj I*h; conv1d C*K + C bias,
+    dt_bias, A_log, D 3*H, gated RMSNorm I.
+    Gated DeltaNet (models/qwen3_5/modular_qwen3_5.py Qwen3_5GatedDeltaNet, from
+    Qwen3NextGatedDeltaNet), C = 2*n_k*d_k + n_v*d_v: in_proj_qkv h*C, in_proj_z h*n_v*d_v,
+    in_proj_b and in_proj_a h*n_v each, out_proj n_v*d_v*h; conv1d C*K (no bias), dt_bias
+    and A_log 2*n_v, gated RMSNorm d_v."""
+    h, kernel = model.hidden_size, model.conv_kernel
+    width_in, width_out = recurrent_projection_widths(model)
+    matmuls = h * width_in + width_out * h
+    if model.recurrent_kind == "mamba2":
+        heads, inner = model.mamba_num_heads, model.mamba_num_heads * model.mamba_head_dim
+        channels = inner + 2 * model.n_groups * model.ssm_state_size
+        return matmuls, channels * kernel + channels + 3 * heads + inner
+    if model.recurrent_kind == "gated_deltanet":
+        heads, value = model.linear_num_value_heads, model.linear_num_value_heads * model.linear_value_head_dim
+        channels = 2 * model.linear_num_key_heads * model.linear_key_head_dim + value
+        return matmuls, channels * kernel + 2 * heads + model.linear_value_head_dim
+    return 0, 0
+
+
+def recurrent_projection_widths(model: ModelSpec) -> tuple[int, int]:
+    """A recurrent mixer's (input projection outputs, output projection inputs): Mamba2
+    (I + C + H, I); Gated DeltaNet (C + n_v*d_v + 2*n_v, n_v*d_v) (recurrent_weights); (0, 0)
+    without one."""
+    if model.recurrent_kind == "mamba2":
+        heads, inner = model.mamba_num_heads, model.mamba_num_heads * model.mamba_head_dim
+        return 2 * inner + 2 * model.n_groups * model.ssm_state_size + heads, inner
+    if model.recurrent_kind == "gated_deltanet":
+        heads, value = model.linear_num_value_heads, model.linear_num_value_heads * model.linear_value_head_dim
+        return 2 * model.linear_num_key_heads * model.linear_key_head_dim + 2 * value + 2 * heads, value
+    return 0, 0
+
+
+def recurrent_params_per_layer(model: ModelSpec) -> int:
+    """One recurrent mixer's parameters (recurrent_weights, both parts); 0 without one.
+    Nemotron-H-56B (h 8192, H 256, P 64, N 256, G 8, K 4): I = 16,384, C = 20,480;
+    8192*37,120 + 16,384*8192 + 20,480*5 + 3*256 + 16,384 = 438,424,320."""
+    return sum(recurrent_weights(model))
+
+
+def recurrent_state_elements_per_gpu(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """One sequence's state in one recurrent layer on one GPU of a TP group, as (convolution,
+    recurrent) elements: the conv keeps its last K - 1 inputs of every channel it sees, the
+    recurrence one matrix per head. TP splits heads (and Mamba2's groups, Gated DeltaNet's key
+    heads, replicated one per GPU when t exceeds them, as KV heads).
+    Mamba2: conv (K-1) * (I/t + 2*max(1, G/t)*N), SSM (H/t) * P * N (vLLM MambaSpec shapes,
+    vllm/model_executor/layers/mamba/mamba_utils.py mamba2_state_shape).
+    Gated DeltaNet: conv (K-1) * (2*max(1, n_k/t)*d_k + n_v/t*d_v), state (n_v/t) * d_k * d_v
+    (gated_delta_net_state_shape)."""
+    kernel = model.conv_kernel
+    if model.recurrent_kind == "mamba2":
+        heads = model.mamba_num_heads // tp
+        groups = max(1, model.n_groups // tp)
+        conv = (kernel - 1) * (heads * model.mamba_head_dim + 2 * groups * model.ssm_state_size)
+        return conv, heads * model.mamba_head_dim * model.ssm_state_size
+    if model.recurrent_kind == "gated_deltanet":
+        keys, values = max(1, model.linear_num_key_heads // tp), model.linear_num_value_heads // tp
+        d_k, d_v = model.linear_key_head_dim, model.linear_value_head_dim
+        return (kernel - 1) * (2 * keys * d_k + values * d_v), values * d_k * d_v
+    return 0, 0
+
+
+def recurrent_state_bytes_per_sequence(model: ModelSpec, num_layers: int = 1, tp: int = 1) -> int:
+    """One sequence's recurrent state on one GPU holding num_layers recurrent layers:
+    num_layers * (conv elements * e_model + recurrent elements * e_state), e_state the bytes of
+    recurrent_state_dtype (vLLM: mamba_ssm_cache_dtype, float32 for Nemotron-H by default, its
+    NemotronHForCausalLMConfig; the conv state in the model dtype).
+    Nemotron-H-56B, t = 1: conv 3 * 20,480 * 2 B = 122,880; SSM 256 * 64 * 256 * 4 B =
+    16,777,216; 16,900,096 B per Mamba layer."""
+    conv, state = recurrent_state_elements_per_gpu(model, tp)
+    state_bytes = BYTES_PER_ELEMENT[model.recurrent_state_dtype or model.dtype]
+    return num_layers * (conv * activation_bytes_per_element(model) + state * state_bytes)
+
+
+def num_attention_layers(model: ModelSpec) -> int:
+    """Layers with attention (and a KV cache): L - R - MLP-only layers."""
+    return model.num_hidden_layers - model.num_recurrent_layers - model.num_mlp_only_layers
+
+
+def sublayers_per_layer(model: ModelSpec) -> float:
+    """The mean block's share of a full layer's two sublayers (mixer, MLP):
+    (2L - MLP-only - mixer-only) / (2L). 1 for a transformer; 1/2 for Nemotron-H, whose blocks
+    hold one mixer each (one residual all-reduce under TP, about half the kernels)."""
+    layers = model.num_hidden_layers
+    return (2 * layers - model.num_mlp_only_layers - model.num_mixer_only_layers) / (2 * layers)
+
+
+def num_dense_mlp_layers(model: ModelSpec) -> int:
+    """Layers with a dense MLP: an MoE model's num_dense_layers, every layer of a dense one,
+    less the mixer-only layers (which have no MLP)."""
+    dense = model.num_dense_layers if model.is_moe else model.num_hidden_layers
+    return dense - model.num_mixer_only_layers
+
+
+def mlp_params(model: ModelSpec, ffn_size: int, width: int | None = None) -> int:
+    """Gated (SwiGLU) 3*w*f, standard (GPT) 2*w*f, plus biases where the model has them;
+    w = h unless an expert works in a latent width."""
+    h = width or model.hidden_size
     num_up = 2 if model.gated_mlp else 1
     weights = (num_up + 1) * h * ffn_size
     biases = num_up * ffn_size + h if model.mlp_bias else 0
@@ -134,11 +256,21 @@ def shared_expert_size(model: ModelSpec) -> int:
     return model.shared_expert_intermediate_size or model.expert_intermediate_size
 
 
+def expert_params(model: ModelSpec) -> int:
+    """One routed expert: mlp_params at f_e, in the latent width when moe_latent_size is set."""
+    return mlp_params(model, model.expert_intermediate_size, model.moe_latent_size)
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """Latent MoE (NemotronHMoE fc1_latent_proj, fc2_latent_proj): 2*h*latent, else 0."""
+    return 2 * model.hidden_size * model.moe_latent_size if model.moe_latent_size else 0
+
+
 def moe_mlp_params(model: ModelSpec) -> tuple[int, int]:
     """One MoE layer's MLP as (all, active): E routed experts (e active) + shared experts,
-    always active, + the router h*E."""
-    expert = mlp_params(model, model.expert_intermediate_size)
-    router = model.hidden_size * model.num_local_experts
+    always active, + the router h*E (+ the latent projections)."""
+    expert = expert_params(model)
+    router = model.hidden_size * model.num_local_experts + latent_projection_params(model)
     shared = model.num_shared_experts * mlp_params(model, shared_expert_size(model))
     return (model.num_local_experts * expert + shared + router,
             model.num_experts_per_tok * expert + shared + router)
@@ -162,9 +294,13 @@ def param_counts(model: ModelSpec) -> ParamCounts:
         lm_head=0 if model.tie_word_embeddings else v * h,
         final_norm=norm_params(model),
         num_layers=model.num_hidden_layers,
-        num_dense_layers=model.num_dense_layers,
+        num_dense_layers=num_dense_mlp_layers(model) if model.is_moe else 0,
         dense_mlp_per_layer=dense if model.num_dense_layers else 0,
         mtp=model.num_mtp_layers * mtp_block,
+        recurrent_per_layer=recurrent_params_per_layer(model),
+        num_recurrent_layers=model.num_recurrent_layers,
+        num_mlp_only_layers=model.num_mlp_only_layers,
+        num_mixer_only_layers=model.num_mixer_only_layers,
     )
 
 
@@ -196,29 +332,42 @@ def linear_bytes_per_weight(model: ModelSpec) -> float:
 
 
 def attention_linear_weights(model: ModelSpec) -> int:
-    """One block's attention matmul weights (no biases, no norms)."""
+    """One attention layer's matmul weights (no biases, no norms); the output gate doubles Q."""
     if model.is_mla:
         return sum(mla_attention_weights(model))
     h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    return h * a * d + 2 * h * k * d + a * d * h
+    return (2 if model.attention_output_gate else 1) * h * a * d + 2 * h * k * d + a * d * h
+
+
+def mixer_linear_weights(model: ModelSpec) -> float:
+    """The mean block's token-mixer matmul weights: (L_a * attention + R * recurrent) / L."""
+    return ((num_attention_layers(model) * attention_linear_weights(model)
+             + model.num_recurrent_layers * recurrent_weights(model)[0]) / model.num_hidden_layers)
 
 
 def mlp_linear_weights(model: ModelSpec) -> tuple[float, float]:
-    """The mean block's MLP matmul weights as (routed experts, other: dense or shared)."""
+    """The mean block's MLP matmul weights as (routed experts, other: dense, shared, latent
+    projections)."""
     per_ffn = (3 if model.gated_mlp else 2) * model.hidden_size
+    num_layers = model.num_hidden_layers
+    dense = per_ffn * model.intermediate_size * num_dense_mlp_layers(model) / num_layers
     if not model.is_moe:
-        return 0.0, float(per_ffn * model.intermediate_size)
-    routed = model.num_local_experts * per_ffn * model.expert_intermediate_size
-    shared = model.num_shared_experts * per_ffn * shared_expert_size(model)
-    dense = per_ffn * model.intermediate_size
-    num_layers, num_dense = model.num_hidden_layers, model.num_dense_layers
+        return 0.0, float(dense)
+    routed = model.num_local_experts * (expert_params(model) - expert_bias_params(model))
+    shared = model.num_shared_experts * per_ffn * shared_expert_size(model) + latent_projection_params(model)
     return (routed * model.num_moe_layers / num_layers,
-            (shared * model.num_moe_layers + dense * num_dense) / num_layers)
+            shared * model.num_moe_layers / num_layers + dense)
+
+
+def expert_bias_params(model: ModelSpec) -> int:
+    """One routed expert's MLP biases (0 without mlp_bias)."""
+    width = model.moe_latent_size or model.hidden_size
+    return (2 if model.gated_mlp else 1) * model.expert_intermediate_size + width if model.mlp_bias else 0
 
 
 def linear_weights_per_layer(model: ModelSpec, counts: ParamCounts | None = None) -> float:
     """Matmul weights of the mean block: everything but biases, norms, router."""
-    return attention_linear_weights(model) + sum(mlp_linear_weights(model))
+    return mixer_linear_weights(model) + sum(mlp_linear_weights(model))
 
 
 def quantized_weights(model: ModelSpec, attention: float, routed: float, other: float) -> float:
@@ -231,8 +380,9 @@ def quantized_weights(model: ModelSpec, attention: float, routed: float, other: 
 
 
 def quantized_weights_per_layer(model: ModelSpec) -> float:
-    """The mean block's matmul weights stored in `quantization`."""
-    return quantized_weights(model, attention_linear_weights(model), *mlp_linear_weights(model))
+    """The mean block's matmul weights stored in `quantization` (recurrent mixers count as
+    attention for quantization_scope)."""
+    return quantized_weights(model, mixer_linear_weights(model), *mlp_linear_weights(model))
 
 
 def weight_bytes(model: ModelSpec) -> float:
@@ -245,8 +395,9 @@ def weight_bytes(model: ModelSpec) -> float:
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
-    """Whole model, one token: 2 (K and V) * L * k * d * bytes per element."""
-    return kv_bytes_per_token_per_gpu(model, model.num_hidden_layers, 1, kv_cache_dtype)
+    """Whole model, one token: 2 (K and V) * L_a * k * d * bytes per element, L_a the
+    attention layers (recurrent and MLP-only layers keep no KV cache)."""
+    return kv_bytes_per_token_per_gpu(model, num_attention_layers(model), 1, kv_cache_dtype)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
@@ -285,6 +436,19 @@ def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
         return [f"attention heads {a} not divisible by tp={tp}"]
     if k % tp and tp % k:
         return [f"KV heads {k} neither divisible by nor dividing tp={tp}"]
+    return recurrent_head_reasons(model, tp)
+
+
+def recurrent_head_reasons(model: ModelSpec, tp: int) -> list[str]:
+    """Recurrent heads split over TP like attention heads: Mamba2's H (vLLM MambaMixer2
+    asserts num_heads % tp == 0), Gated DeltaNet's value heads and key heads (or t a
+    multiple of them)."""
+    if model.recurrent_kind == "mamba2" and model.mamba_num_heads % tp:
+        return [f"Mamba2 heads {model.mamba_num_heads} not divisible by tp={tp}"]
+    if model.recurrent_kind == "gated_deltanet":
+        keys, values = model.linear_num_key_heads, model.linear_num_value_heads
+        if values % tp or (keys % tp and tp % keys):
+            return [f"linear-attention heads ({keys} key, {values} value) do not split over tp={tp}"]
     return []
 
 
@@ -321,7 +485,9 @@ def layer_linear_weights_per_gpu_by_kind(model: ModelSpec, tp: int, ep: int = 1)
     (routed_expert_share_per_gpu)."""
     full, per_gpu = attention_replicated_weights(model, tp)
     routed, other = mlp_linear_weights(model)
-    return ((attention_linear_weights(model) - full) / tp + per_gpu,
+    attention = ((attention_linear_weights(model) - full) / tp + per_gpu) * num_attention_layers(model)
+    recurrent = recurrent_weights(model)[0] / tp * model.num_recurrent_layers
+    return ((attention + recurrent) / model.num_hidden_layers,
             routed * routed_expert_share_per_gpu(model, tp, ep), other / tp)
 
 

@@ -6,7 +6,9 @@ from it go the weights, the profile run's activation peak, non-torch memory (CUD
 NCCL buffers) and CUDA graphs; the rest is KV cache in 16-token blocks (B).
 Sliding-window models: F_s full and S_s window layers of stage s, W the window, M
 max_model_len; vLLM's hybrid KV cache manager keeps a window layer's last W - 1 tokens
-(+ the in-flight ones) only (kv_cache_capacity).
+(+ the in-flight ones) only (kv_cache_capacity). Hybrid models: A_s attention layers of the
+stage hold KV, R_s recurrent layers a state of `state` bytes per running sequence, drawn from
+the same pool (kv_tokens_with_state).
 Sources: docs/cost-model.md (Serving: memory); vLLM's get_pp_indices (uneven stage
 splits), EngineArgs.get_batch_defaults and, at 0.33.0, vllm/v1/core/kv_cache_planning.py
 and kv_cache_utils.py (the hybrid KV cache).
@@ -22,7 +24,9 @@ from planner.cost.params import (
     activation_bytes_per_element,
     kv_bytes_per_token_per_gpu,
     layer_weight_bytes_per_gpu,
+    num_attention_layers,
     param_counts,
+    recurrent_state_bytes_per_sequence,
     tp_head_reasons,
 )
 from planner.engines import VllmRelease, vllm_batch_tier
@@ -63,11 +67,38 @@ class StageMemory:
     sliding_window_tokens of each sequence)."""
     sliding_window_tokens: int | None = None
     """The model's window (None: every layer attends in full)."""
+    num_layers_without_kv: int = 0
+    """Of num_layers, those without attention (recurrent and MLP-only layers of a hybrid)."""
+    state_bytes_per_sequence: int = 0
+    """Recurrent state one running sequence holds on one GPU of the stage (its R_s layers)."""
+
+    @property
+    def num_attention_layers(self) -> int:
+        return self.num_layers - self.num_layers_without_kv
 
     @property
     def window_kv_bytes_per_token(self) -> int:
-        """The part of kv_bytes_per_token on the window layers (every layer holds as much)."""
-        return self.kv_bytes_per_token // self.num_layers * self.num_window_layers if self.num_layers else 0
+        """The part of kv_bytes_per_token on the window layers (every attention layer holds as much)."""
+        layers = self.num_attention_layers
+        return self.kv_bytes_per_token // layers * self.num_window_layers if layers else 0
+
+    def sequences_that_fit(self, sequence_tokens: int) -> float:
+        """Sequences of sequence_tokens the cache holds at once: kv_cache_tokens / tokens, or
+        with a recurrent state kv_cache_bytes / (tokens * kv + state) (each holds its state)."""
+        if not self.state_bytes_per_sequence:
+            return self.kv_cache_tokens / sequence_tokens
+        return self.kv_cache_bytes / (sequence_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence)
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The longest sequence the cache holds: kv_cache_tokens, or with a recurrent state
+        (kv_cache_bytes - state) / kv in whole blocks (a lone sequence needs its state too)."""
+        if not self.state_bytes_per_sequence:
+            return self.kv_cache_tokens
+        if not self.kv_bytes_per_token:
+            return 2**62 if self.kv_cache_bytes >= self.state_bytes_per_sequence else 0
+        free = max(self.kv_cache_bytes - self.state_bytes_per_sequence, 0.0)
+        return int(free // (self.kv_bytes_per_token * eff.KV_BLOCK_SIZE_TOKENS)) * eff.KV_BLOCK_SIZE_TOKENS
 
     @property
     def used_bytes(self) -> float:
@@ -84,14 +115,33 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
 
 
 def stage_window_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[int]:
-    """Sliding-window layers of each stage: the model's S of L layers in proportion to the
-    layers before each stage's end, floor(end * S / L) - floor(start * S / L) (the published
-    patterns alternate: gpt-oss 1:1, Gemma 3 5:1), so the stages sum to S."""
-    window, total, out, start = model.num_window_layers, model.num_hidden_layers, [], 0
+    """Sliding-window layers of each stage (stage_share_of_layers)."""
+    return stage_share_of_layers(model.num_window_layers, model.num_hidden_layers, layer_counts)
+
+
+def stage_share_of_layers(num_of_kind: int, num_layers: int, layer_counts: list[int]) -> list[int]:
+    """Layers of one kind (S of L: window, attention or recurrent layers) on each stage, in
+    proportion to the layers before each stage's end, floor(end * S / L) - floor(start * S / L)
+    (the published patterns alternate: gpt-oss 1:1, Gemma 3 5:1, Qwen3.5 3:1 linear:full,
+    Nemotron-H's Mamba/MLP pairs), so the stages sum to S."""
+    out, start = [], 0
     for count in layer_counts:
-        out.append((start + count) * window // total - start * window // total)
+        out.append((start + count) * num_of_kind // num_layers - start * num_of_kind // num_layers)
         start += count
     return out
+
+
+def kv_tokens_with_state(kv_bytes: float, kv_bytes_per_token: int, state_bytes_per_sequence: int,
+                         sequence_tokens: int) -> int:
+    """KV cache tokens of a stage whose sequences each also hold a recurrent state, for
+    sequences of S = input + output tokens: n = kv_bytes / (S * kv + state) sequences fit, and
+    the cache's tokens are floor(n * S / B) * B, so tokens // S is the concurrency with every
+    sequence's state reserved. vLLM draws Mamba / linear-attention state pages from the same
+    pool as attention blocks (vllm/v1/kv_cache_interface.py MambaSpec, one state per request;
+    v0.33.0); the page-size alignment of the two kinds is not modelled."""
+    sequences = kv_bytes / (sequence_tokens * kv_bytes_per_token + state_bytes_per_sequence)
+    block = eff.KV_BLOCK_SIZE_TOKENS
+    return int(sequences * sequence_tokens // block) * block
 
 
 def max_in_flight_tokens(layout: Layout, max_num_batched_tokens: int) -> int:
@@ -235,6 +285,9 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     stages = []
     layer_counts = stage_layer_counts(model.num_hidden_layers, layout.pp)
     window_counts = stage_window_layer_counts(model, layer_counts)
+    attention_counts = stage_share_of_layers(num_attention_layers(model), model.num_hidden_layers, layer_counts)
+    recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
+    sequence_tokens = request.input_len + request.output_len
     max_model_len = request.max_model_len or model.max_position_embeddings
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
@@ -244,18 +297,22 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
         overhead = overhead_bytes(layout)
         per_layer_kv = kv_bytes_per_token_per_gpu(model, 1, layout.tp, request.kv_cache_dtype)
-        kv_per_token = num_layers * per_layer_kv
+        kv_per_token = attention_counts[stage] * per_layer_kv
+        state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)
         kv_bytes = budget - weights - activation - overhead
         kv_tokens = 0
-        if kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
-            kv_tokens = kv_cache_capacity(model, num_layers, window_counts[stage], kv_bytes, per_layer_kv,
-                                          max_model_len, max_in_flight_tokens(layout, tokens))
+        if kv_bytes > 0 and state > 0:
+            kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token, state, sequence_tokens)
+        elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
+            kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], kv_bytes,
+                                          per_layer_kv, max_model_len, max_in_flight_tokens(layout, tokens))
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
                                   max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
-                                  window_counts[stage], model.sliding_window))
+                                  window_counts[stage], model.sliding_window,
+                                  num_layers - attention_counts[stage], state))
     return stages
 
 
@@ -266,7 +323,7 @@ def memory_overshoot_bytes(stages: list[StageMemory], max_model_len: int) -> flo
     short = max(s.weights_bytes + s.activation_bytes + s.overhead_bytes - s.budget_bytes for s in stages)
     if short >= 0:
         return max(short, 1.0)
-    return max(max((max_model_len - s.kv_cache_tokens) * s.kv_bytes_per_token for s in stages), 1.0)
+    return max(max((max_model_len - s.max_sequence_tokens) * s.kv_bytes_per_token for s in stages), 1.0)
 
 
 def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
@@ -288,7 +345,7 @@ def memory_reasons(stages: list[StageMemory], max_model_len: int) -> list[str]:
                 f"exceed usable memory by {short / BYTES_PER_GIB:.1f} GiB"
             )
             return reasons
-    kv_tokens = min(s.kv_cache_tokens for s in stages)
+    kv_tokens = min(s.max_sequence_tokens for s in stages)
     if kv_tokens < max_model_len:
         reasons.append(
             f"KV cache holds {kv_tokens:,} tokens, fewer than one max-length sequence "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
 from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
-from planner.cost.flops import Gemm, layer_gemms_forward
+from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.moe import (
     ep_alltoall_message_bytes,
     expert_load_factor,
@@ -24,12 +24,13 @@ from planner.cost.moe import (
 )
 from planner.cost.params import (
     activation_bytes_per_element,
+    expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
-    mlp_params,
     param_counts,
     routed_expert_share_per_gpu,
+    sublayers_per_layer,
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
@@ -81,7 +82,7 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
         read -= embedding_bytes_per_gpu(model, tp)
     if not model.is_moe:
         return read
-    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model)
+    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
     local = experts_per_gpu(model, layout.ep)
     expert_bytes *= routed_expert_share_per_gpu(model, tp, layout.ep) * model.num_local_experts / local  # 1/t or 1
     untouched_share = 1 - expected_experts_touched(model, expert_group_tokens(layout, num_tokens)) / model.num_local_experts
@@ -163,7 +164,8 @@ class StepTime:
     attention_seconds: float
     """KV reads of the decoding sequences and the prompt chunks' attention compute."""
     allreduce_seconds_per_layer: float
-    """Both TP all-reduces of one layer at the step's message size."""
+    """Both TP all-reduces of one layer at the step's message size (the mean block's: one for
+    a hybrid's one-mixer block, sublayers_per_layer)."""
     bound: str
     """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
@@ -194,7 +196,8 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
     ways without EP and whole with it."""
     tp = layout.tp
     m = max(1, round(num_tokens))
-    gemms = list(layer_gemms_forward(model, 1, m, tp)[:2]) + mlp_gemms(model, layout, m)
+    mixer = linear_gemms(layer_gemms_forward(model, 1, m, tp))
+    gemms = [*mixer[:2], *mixer[4:], *mlp_gemms(model, layout, m)]  # QKV, output, a hybrid's recurrent projections, the MLP
     return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
 
 
@@ -232,7 +235,7 @@ def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layou
     scored against AIConfigurator's measured MoE kernels by bench/moe_calibration.py."""
     m = max(1, round(num_tokens))
     gemms = mlp_gemms(model, layout, m)
-    expert_bytes = mlp_params(model, model.expert_intermediate_size) * linear_bytes_per_weight(model)
+    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
     local = experts_per_gpu(model, layout.ep)
     touched_share = expected_experts_touched(model, expert_group_tokens(layout, m)) / model.num_local_experts
     split = layout.tp if layout.ep == 1 else 1
@@ -267,7 +270,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    + 4 * pairs * a * d * L_s / t at flash attention's rate
                    (a sliding-window layer reads and pairs each query with at most W keys:
                    window_capped_tokens on the mean context and the mean pairs per query)
-    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes;
+    per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes (times the
+                   mean block's share of two sublayers: 1/2 for Nemotron-H's one-mixer blocks);
                    with EP, per MoE layer 2 all-to-alls (dispatch, combine) and the busiest
                    GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
@@ -288,10 +292,14 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     attention = (kv_bytes / hbm
                  + 4 * stage_attention_pairs(stage, load) * heads_dim / t / attention_flops_per_s(cluster))
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
+    # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
+    # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
+    sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    allreduce *= sublayers
     alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
     alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
-    overhead = stage.num_layers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+    overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
     return StepTime(gemm + attention + stage.num_layers * allreduce + alltoalls + overhead, gemm, attention,
                     allreduce, bound, overhead, alltoall)
@@ -312,22 +320,28 @@ def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
 
 
 def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
-    """KV bytes one step moves on one GPU of the stage: every layer writes the step's tokens;
-    full layers read each decoding sequence's context, window layers at most W of it:
-    (ctx + tokens) * kv_full + (min(ctx, n * W) + tokens) * kv_window."""
+    """KV bytes one step moves on one GPU of the stage: every attention layer writes the step's
+    tokens; full layers read each decoding sequence's context, window layers at most W of it;
+    recurrent layers read and write back each decoding sequence's state once, whatever its
+    context: (ctx + tokens) * kv_full + (min(ctx, n * W) + tokens) * kv_window + 2 * n * state
+    (Mamba2's selective_state_update and Gated DeltaNet's recurrent kernel update the state in
+    place; a prompt chunk's state traffic is left out, one state per chunk)."""
     window_bytes = stage.window_kv_bytes_per_token
     window_context = window_capped_tokens(load.decode_context_tokens, load.decode_seqs,
                                           stage.sliding_window_tokens)
     return ((load.decode_context_tokens + load.num_tokens) * (stage.kv_bytes_per_token - window_bytes)
-            + (window_context + load.num_tokens) * window_bytes)
+            + (window_context + load.num_tokens) * window_bytes
+            + 2 * load.decode_seqs * stage.state_bytes_per_sequence)
 
 
 def stage_attention_pairs(stage: StageMemory, load: StepLoad) -> float:
-    """Prompt (query, key) pairs over the stage's layers: pairs * L_full + min(pairs, s * W) * L_window."""
+    """Prompt (query, key) pairs over the stage's attention layers: pairs * L_full +
+    min(pairs, s * W) * L_window (recurrent layers have none: linear in the prompt, their
+    projections are in the linear layers' FLOPs)."""
     window_layers = stage.num_window_layers
     window_pairs = window_capped_tokens(load.prefill_attention_pairs, load.prefill_tokens,
                                         stage.sliding_window_tokens)
-    return (load.prefill_attention_pairs * (stage.num_layers - window_layers)
+    return (load.prefill_attention_pairs * (stage.num_attention_layers - window_layers)
             + window_pairs * window_layers)
 
 

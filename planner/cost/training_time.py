@@ -178,17 +178,19 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
 
 def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: int, tp: int, rates: TrainRates,
                         ep: int = 1, dp_per_ep_group: int = 1) -> float:
-    """The block's four linear GEMMs (QKV, output projection, MLP up and down), forward, at
-    `rates`. MoE: the mean block, phi MoE layers (moe_layers_of) whose MLP is the shared and
-    routed experts' GEMMs (flops.moe_mlp_gemms_forward: EP changes their shapes) and 1 - phi
-    dense ones."""
-    attention = sum(gemm_seconds(g, rates) for g in gemms[:2])
+    """The block's linear GEMMs (QKV, output projection, MLP up and down, a hybrid's
+    recurrent projections), forward, at `rates`. MoE: the mean block, phi MoE layers
+    (moe_layers_of) whose MLP is the shared and routed experts' GEMMs
+    (flops.moe_mlp_gemms_forward: EP changes their shapes), the rest of the MLP-bearing
+    share (layer_gemms_forward's MLP count: 1 less a hybrid's mixer-only blocks) dense."""
+    mixer = sum(gemm_seconds(g, rates) for g in gemms[:2]) + sum(gemm_seconds(g, rates) for g in gemms[6:])
     dense_mlp = sum(gemm_seconds(g, rates) for g in gemms[2:4])
     if not model.is_moe:
-        return attention + dense_mlp
-    share = moe_layers_of(model, 1)
+        return mixer + dense_mlp
+    share, mlp_share = moe_layers_of(model, 1), gemms[2].count
+    dense = dense_mlp * max(0.0, mlp_share - share) / mlp_share if mlp_share else 0.0
     moe_mlp = sum(gemm_seconds(g, rates) for g in moe_mlp_gemms_forward(model, b, s, tp, ep, dp_per_ep_group))
-    return attention + share * moe_mlp + (1 - share) * dense_mlp
+    return mixer + share * moe_mlp + dense
 
 
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,

@@ -20,7 +20,16 @@ def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
         f"{model.name}: {billions(s.total_params)} params{mtp}{active}, {gib(weight_bytes(model))} of "
         f"{model.dtype}{quant} weights, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
         f"({s.kv_cache_dtype}), {model.num_hidden_layers} layers, {_attention(model, s)}{_experts(model, s)}"
+        f"{_recurrent(s)}"
     )
+
+
+def _recurrent(s: ModelSummary) -> str:
+    if not s.num_recurrent_layers:
+        return ""
+    kind = {"mamba2": "Mamba2", "gated_deltanet": "Gated DeltaNet"}.get(s.recurrent_kind or "", "recurrent")
+    state = s.recurrent_state_bytes_per_sequence / units.BYTES_PER_MIB
+    return f", {s.num_recurrent_layers} {kind} layers ({state:.1f} MiB state/sequence)"
 
 
 def _attention(model: ModelSpec, s: ModelSummary) -> str:
