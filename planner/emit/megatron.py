@@ -147,6 +147,10 @@ def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) ->
     if model.index_n_heads:
         return [f"Megatron-LM {release.version}: the command cannot express the DSA lightning indexer "
                 "(DeepSeek-V3.2, GLM-5) yet, so it would train another model; plan with --emit none"]
+    if model.num_recurrent_layers:
+        return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
+                f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
+                "which the planner does not emit yet, so it would train another model; plan with --emit none"]
     groups = model.num_key_value_heads
     if groups % config.tp and not release.tp_may_exceed_query_groups:
         return [f"Megatron-LM {release.version} needs num_query_groups {groups} divisible by tp={config.tp} "

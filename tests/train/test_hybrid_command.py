@@ -1,0 +1,31 @@
+"""A hybrid (Mamba2 / Gated DeltaNet) model gets no Megatron command: pretrain_gpt.py would
+build attention in every layer, another model than the one planned; --emit none plans it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.emit.megatron import refusals
+from planner.engines import parse_engine_versions
+from planner.layout import TrainConfig
+
+NEMOTRON_H = Path(__file__).parent.parent / "fixtures" / "hf_configs" / "nvidia--Nemotron-H-56B-Base-8K"
+
+
+def test_hybrid_gets_no_megatron_command():
+    model = resolve_model(str(NEMOTRON_H))
+    assert model.num_recurrent_layers > 0
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
+    (why,) = refusals(model, config, release)
+    assert "mamba2" in why and "--emit none" in why
+    assert refusals(resolve_model("llama-3.1-8b"), config, release) == []
+    assert resolve_cluster("1x8xH100")  # the shorthand the CLI test below plans on
+
+
+def test_hybrid_trains_with_emit_none(run_plan):
+    result = run_plan("--workload", "train", "--model", str(NEMOTRON_H), "--cluster", "4x8xH100",
+                      "--global-batch", "256", "--seq-len", "4096", "--emit", "none", "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"recommended": {' in result.stdout
