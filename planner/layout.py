@@ -7,6 +7,7 @@ is tp consecutive ranks; a pipeline boundary joins rank r to rank r + tp.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -217,16 +218,22 @@ def ep_group_ranks(layout: Layout, pp_outermost: bool = False) -> list[int]:
     return [d * stride + t for d in range(layout.dp_per_ep_group) for t in range(layout.tp)]
 
 
+@functools.lru_cache(maxsize=256)
+def _ep_group_spread(gpus_per_node: int, tp: int, pp: int, dp_per_ep_group: int, pp_outermost: bool) -> tuple[int, int]:
+    """(ranks in the least-filled node the first EP group touches, nodes it touches)."""
+    per_node: dict[int, int] = {}
+    for rank in ep_group_ranks(Layout(tp, pp, dp_per_ep_group, tp * dp_per_ep_group), pp_outermost):
+        node = rank // gpus_per_node
+        per_node[node] = per_node.get(node, 0) + 1
+    return min(per_node.values()), len(per_node)
+
+
 def ep_group_topology(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> GroupTopology | None:
     """How the EP group sits on the nodes: g ranks in the least-filled node it touches, N
     nodes. None without EP."""
     if layout.ep <= 1:
         return None
-    per_node: dict[int, int] = {}
-    for rank in ep_group_ranks(layout, pp_outermost):
-        node = rank // cluster.gpus_per_node
-        per_node[node] = per_node.get(node, 0) + 1
-    g, n = min(per_node.values()), len(per_node)
+    g, n = _ep_group_spread(cluster.gpus_per_node, layout.tp, layout.pp, layout.dp_per_ep_group, pp_outermost)
     intra = intra_node_link(cluster) if g > 1 else None
     inter = inter_node_link(cluster) if n > 1 else None
     return GroupTopology(layout.ep, g, n, intra, inter)
@@ -255,15 +262,16 @@ def divisors(n: int) -> list[int]:
     return sorted(result)
 
 
-def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int) -> list[int]:
+def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int, max_ep: int | None = None) -> list[int]:
     """The EP degrees searched for one (tp, dp): tp * d for d in {1, the DP ranks that fill
-    a node, dp}, above 1: EP inside the TP group, over one node, over every replica. (Any
-    divisor d of dp is valid; these three are the placements deployments use, and they keep
-    the search linear in the layouts at thousands of GPUs.)"""
+    a node, dp}, above 1 and at most max_ep (the model's routed experts: a larger group
+    leaves GPUs without an expert): EP inside the TP group, over one node, over every
+    replica. (Any divisor d of dp is valid; these three are the placements deployments use,
+    and they keep the search linear in the layouts at thousands of GPUs.)"""
     wanted = {1, dp}
     if gpus_per_node % tp == 0 and dp % (gpus_per_node // tp) == 0:
         wanted.add(gpus_per_node // tp)
-    return sorted(tp * d for d in wanted if tp * d > 1)
+    return sorted(tp * d for d in wanted if tp * d > 1 and (max_ep is None or tp * d <= max_ep))
 
 
 def factorizations(num_gpus: int) -> list[Layout]:

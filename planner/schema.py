@@ -251,7 +251,7 @@ class Spec:
     Field values live in the instance __dict__ (in field order), the unknown keys an
     extra="allow" spec keeps in `_extra` (None for extra="forbid")."""
 
-    __slots__ = ("__dict__", "_extra")
+    __slots__ = ("__dict__", "_extra", "_hash")
     _fields: dict[str, _Field] = {}
     _extra_allowed = False
     _before: tuple[Any, ...] = ()
@@ -397,7 +397,13 @@ class Spec:
                 and self._extra == other._extra)
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(self.__dict__[name] for name in type(self)._fields)))
+        """By value, computed once (the instance is frozen): specs key the cost model's memos."""
+        try:
+            return object.__getattribute__(self, "_hash")
+        except AttributeError:
+            value = hash((type(self), tuple(self.__dict__[name] for name in type(self)._fields)))
+            object.__setattr__(self, "_hash", value)
+            return value
 
     def __repr__(self) -> str:
         items = {**self.__dict__, **(self._extra or {})}.items()

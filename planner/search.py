@@ -53,13 +53,14 @@ LayoutResult = tuple[list[E], Rejected | None, int]
 there are none, and how many configurations were estimated."""
 
 
-def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None) -> list[Layout]:
+def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
+                      max_ep: int | None = None) -> list[Layout]:
     """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
     (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees)."""
     layouts = factorizations(num_gpus)
     if gpus_per_node is not None:
         layouts += [Layout(lay.tp, lay.pp, lay.dp, ep) for lay in layouts
-                    for ep in _ep_degrees(lay, wanted.ep, gpus_per_node)]
+                    for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep)]
     layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
@@ -70,11 +71,16 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
     return layouts
 
 
-def _ep_degrees(layout: Layout, wanted_ep: int | None, gpus_per_node: int) -> list[int]:
+def expert_search(model: ModelSpec, cluster: ClusterSpec) -> tuple[int | None, int | None]:
+    """candidate_layouts' (gpus_per_node, max_ep): EP for MoE models, up to their experts."""
+    return (cluster.gpus_per_node, model.num_local_experts) if model.is_moe else (None, None)
+
+
+def _ep_degrees(layout: Layout, wanted_ep: int | None, gpus_per_node: int, max_ep: int | None) -> list[int]:
     """The searched EP degrees, or the one `--layout ep=N` fixes when it is tp times any
     divisor of dp."""
     if wanted_ep is None:
-        return expert_parallel_degrees(layout.tp, layout.dp, gpus_per_node)
+        return expert_parallel_degrees(layout.tp, layout.dp, gpus_per_node, max_ep)
     fits = wanted_ep > 1 and wanted_ep % layout.tp == 0 and layout.dp % (wanted_ep // layout.tp) == 0
     return [wanted_ep] if fits else []
 
@@ -95,7 +101,7 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
     """Evaluate every candidate layout, tally the rejections, rank what runs."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
-    candidates = candidate_layouts(num_gpus, wanted, cluster.gpus_per_node if model.is_moe else None)
+    candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster))
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []

@@ -15,7 +15,7 @@ from planner.catalog import cluster_from_shorthand
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.requests import ServeRequest
-from planner.search import LayoutResult, Plan, candidate_layouts, run_search
+from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 
@@ -175,7 +175,7 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     num_gpus = request.num_gpus or cluster.num_gpus
     need = request.input_len + request.output_len
     best: tuple[int, Layout] | None = None
-    for layout in candidate_layouts(num_gpus, request.layout, cluster.gpus_per_node if model.is_moe else None):
+    for layout in candidate_layouts(num_gpus, request.layout, *expert_search(model, cluster)):
         result = estimate(model, cluster, layout, replace(request, max_model_len=need))
         if isinstance(result, ServeEstimate):
             length = min(result.kv_cache_tokens, model.max_position_embeddings)

