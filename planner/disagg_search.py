@@ -184,16 +184,17 @@ def worker_sizes(cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int]]:
     """(tp, pp): tp a power of two dividing the GPUs per node, pp a power of two, tp * pp at
     most num_gpus - 1 (the other role needs a GPU), whole nodes once wider than a node."""
     gpn = cluster.gpus_per_node
-    out = []
-    tp = 1
-    while tp <= gpn:
-        pp = 1
-        while gpn % tp == 0 and tp * pp < num_gpus:
-            if not placement_reasons(tp, pp, 1, gpn):
-                out.append((tp, pp))
-            pp *= 2
-        tp *= 2
-    return out
+    return [(tp, pp) for tp in tp_degrees(gpn) for pp in powers_of_two_below(num_gpus)
+            if tp * pp < num_gpus and not placement_reasons(tp, pp, 1, gpn)]
+
+
+def tp_degrees(gpus_per_node: int) -> list[int]:
+    """Powers of two dividing the GPUs per node: TP stays inside a node."""
+    return [tp for tp in powers_of_two_below(gpus_per_node + 1) if gpus_per_node % tp == 0]
+
+
+def powers_of_two_below(limit: int) -> list[int]:
+    return [2**k for k in range(max(0, limit - 1).bit_length()) if 2**k < limit]
 
 
 def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int, int]]:
@@ -204,16 +205,8 @@ def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> li
     if not model.is_moe:
         return []
     gpn = cluster.gpus_per_node
-    out = []
-    tp = 1
-    while tp <= gpn:
-        d = 2
-        while gpn % tp == 0 and tp * d < num_gpus:
-            if (tp * d) % gpn == 0 or gpn % (tp * d) == 0:
-                out.append((tp, 1, d))
-            d *= 2
-        tp *= 2
-    return out
+    return [(tp, 1, d) for tp in tp_degrees(gpn) for d in powers_of_two_below(num_gpus)
+            if d >= 2 and tp * d < num_gpus and ((tp * d) % gpn == 0 or gpn % (tp * d) == 0)]
 
 
 def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,

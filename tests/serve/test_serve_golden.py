@@ -44,6 +44,16 @@ class Case:
         return GOLDEN_DIR / folder / f"{self.name}.txt"
 
 
+EP_CASES = [  # (name, model, cluster, layout, request, model argument), for vLLM and SGLang
+    # expert parallelism: data-parallel attention, EP inside the TP group, across nodes, several groups
+    ("ep_dp_attention_deepseek-v3_1x8xH200_tp1_dp8_ep8", "deepseek-v3", "1x8xH200", {"tp": 1, "dp": 8, "ep": 8}, {"batch": 64, "max_model_len": 16384}, "deepseek-ai/DeepSeek-V3"),
+    ("ep_in_tp_deepseek-v3_1x8xH200_tp8_ep8", "deepseek-v3", "1x8xH200", {"tp": 8, "ep": 8}, {"batch": 64, "max_model_len": 16384}, "deepseek-ai/DeepSeek-V3"),
+    ("ep_across_nodes_deepseek-v3_2x8xH100_tp1_dp16_ep16", "deepseek-v3", "2x8xH100", {"tp": 1, "dp": 16, "ep": 16}, {"batch": 64, "max_model_len": 16384}, "deepseek-ai/DeepSeek-V3"),
+    ("ep_two_groups_qwen3-30b-a3b_2x8xH100_tp1_dp16_ep8", "qwen3-30b-a3b", "2x8xH100", {"tp": 1, "dp": 16, "ep": 8}, {"batch": 64, "max_model_len": 16384}, "Qwen/Qwen3-30B-A3B"),
+    ("ep_groups_share_a_node_qwen3-30b-a3b_1x8xH100_tp1_dp8_ep4", "qwen3-30b-a3b", "1x8xH100", {"tp": 1, "dp": 8, "ep": 4}, {"batch": 64, "max_model_len": 16384}, "Qwen/Qwen3-30B-A3B"),
+]
+
+
 CASES = [
     Case(
         "single_node_8b_1x8xH100_tp8",
@@ -241,97 +251,11 @@ CASES = [
         quantization="fp8",
         model_arg="meta-llama/Llama-3.1-70B-Instruct",
     ),
-    Case(
-        "ep_dp_attention_deepseek-v3_1x8xH200_tp1_dp8_ep8",
-        "vllm",
-        "deepseek-v3",
-        "1x8xH200",
-        {"tp": 1, "dp": 8, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_in_tp_deepseek-v3_1x8xH200_tp8_ep8",
-        "vllm",
-        "deepseek-v3",
-        "1x8xH200",
-        {"tp": 8, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_across_nodes_deepseek-v3_2x8xH100_tp1_dp16_ep16",
-        "vllm",
-        "deepseek-v3",
-        "2x8xH100",
-        {"tp": 1, "dp": 16, "ep": 16},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_two_groups_qwen3-30b-a3b_2x8xH100_tp1_dp16_ep8",
-        "vllm",
-        "qwen3-30b-a3b",
-        "2x8xH100",
-        {"tp": 1, "dp": 16, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="Qwen/Qwen3-30B-A3B",
-    ),
-    Case(
-        "ep_groups_share_a_node_qwen3-30b-a3b_1x8xH100_tp1_dp8_ep4",
-        "vllm",
-        "qwen3-30b-a3b",
-        "1x8xH100",
-        {"tp": 1, "dp": 8, "ep": 4},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="Qwen/Qwen3-30B-A3B",
-    ),
-    Case(
-        "ep_dp_attention_deepseek-v3_1x8xH200_tp1_dp8_ep8",
-        "sglang",
-        "deepseek-v3",
-        "1x8xH200",
-        {"tp": 1, "dp": 8, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_in_tp_deepseek-v3_1x8xH200_tp8_ep8",
-        "sglang",
-        "deepseek-v3",
-        "1x8xH200",
-        {"tp": 8, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_across_nodes_deepseek-v3_2x8xH100_tp1_dp16_ep16",
-        "sglang",
-        "deepseek-v3",
-        "2x8xH100",
-        {"tp": 1, "dp": 16, "ep": 16},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="deepseek-ai/DeepSeek-V3",
-    ),
-    Case(
-        "ep_two_groups_qwen3-30b-a3b_2x8xH100_tp1_dp16_ep8",
-        "sglang",
-        "qwen3-30b-a3b",
-        "2x8xH100",
-        {"tp": 1, "dp": 16, "ep": 8},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="Qwen/Qwen3-30B-A3B",
-    ),
-    Case(
-        "ep_groups_share_a_node_qwen3-30b-a3b_1x8xH100_tp1_dp8_ep4",
-        "sglang",
-        "qwen3-30b-a3b",
-        "1x8xH100",
-        {"tp": 1, "dp": 8, "ep": 4},
-        {"batch": 64, "max_model_len": 16384},
-        model_arg="Qwen/Qwen3-30B-A3B",
-    ),
+    *[Case(name, engine, model, cluster, degrees, request, model_arg=model_arg)
+      for engine in ("vllm", "sglang")
+      for name, model, cluster, degrees, request, model_arg in EP_CASES],
 ]
+
 
 def steps_for(case: Case, serve_plan) -> list:
     plan = serve_plan(
