@@ -18,6 +18,8 @@ from planner.cost.params import (
 )
 from planner.cost.serving_time import matmul_precision
 from planner.hf_mixed_precision import mixed_precision_fields
+from planner.model_summary import model_summary
+from planner.render.catalog import describe_model
 from planner.specs import ModelSpec, SpecError
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "hf_configs"
@@ -147,3 +149,10 @@ def test_secondary_quantization_needs_a_scope_that_leaves_matmuls_out(qwen36_35b
     fields.update(quantization_scope="all")
     with pytest.raises(ValueError, match="secondary_quantization"):
         ModelSpec(**fields)
+
+
+def test_the_summary_names_every_weight_format(qwen36_35b: ModelSpec) -> None:
+    summary = model_summary(qwen36_35b)
+    assert (summary.weight_dtype, summary.secondary_weight_dtype, summary.lm_head_weight_dtype) == (
+        "nvfp4", "fp8", "nvfp4")
+    assert "nvfp4 mlp, fp8 other matmuls, nvfp4 LM head weights" in describe_model(qwen36_35b)
