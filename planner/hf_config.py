@@ -10,7 +10,7 @@ layers (Nemotron-H's `hybrid_override_pattern` / `layers_block_type` with the Ma
 and `moe_latent_size`, Qwen3.5's `linear_attention` layer_types with the Gated DeltaNet
 `linear_*` shape, recurrent_fields); and the
 weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
-int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
+int4/int8; modelopt FP8/NVFP4 and per-module MIXED_PRECISION; mxfp4) or ModelOpt's `hf_quant_config.json` beside
 config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
 affect the plan and is ignored; layers the cost model does not describe (UNMODELLED_KEYS)
 are refused in one line.
