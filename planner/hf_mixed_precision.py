@@ -118,7 +118,7 @@ def kind_algos(model: ModelSpec, layers: dict[str, Any], where: str) -> dict[str
     return algos
 
 
-def agreed(algos: dict[str, str | None], kinds: tuple[str, ...], what: str, where: str) -> tuple[str | None]:
+def agreed(algos: dict[str, str | None], kinds: tuple[str, ...], what: str, where: str) -> tuple[str | None, ...]:
     """The one algo of the kinds the model has ((), when it has none of them)."""
     present = {algos[kind] for kind in kinds if kind in algos}
     if len(present) > 1:
