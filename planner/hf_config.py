@@ -10,7 +10,7 @@ layers (Nemotron-H's `hybrid_override_pattern` / `layers_block_type` with the Ma
 and `moe_latent_size`, Qwen3.5's `linear_attention` layer_types with the Gated DeltaNet
 `linear_*` shape, recurrent_fields); and the
 weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
-int4/int8; modelopt FP8/NVFP4; mxfp4) or ModelOpt's `hf_quant_config.json` beside
+int4/int8; modelopt FP8/NVFP4 and per-module MIXED_PRECISION; mxfp4) or ModelOpt's `hf_quant_config.json` beside
 config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
 affect the plan and is ignored; layers the cost model does not describe (UNMODELLED_KEYS)
 are refused in one line.
@@ -27,6 +27,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from planner.hf_mixed_precision import (
+    MIXED_LAYERS_FIELD,
+    mixed_precision_fields,
+    mixed_precision_layers,
+)
 from planner.specs import ModelSpec, SpecError, check_size, read_spec_text, validate
 
 SHAPE_KEYS = (
@@ -148,8 +153,13 @@ def load_hf_config(path: Path) -> ModelSpec:
     fields = spec_fields_from_hf(raw, text, path)
     sidecar = path.parent / "hf_quant_config.json"
     if "quantization" not in fields and path.name == "config.json" and sidecar.is_file():
+        # ModelOpt's own record: its quantized_layers replace a copy in quantization_config
         fields.update(_modelopt_fields(_read_json(sidecar), sidecar))
-    return validate(ModelSpec, fields, origin)
+    mixed = fields.pop(MIXED_LAYERS_FIELD, None)
+    model = validate(ModelSpec, fields, origin)
+    if mixed is None:
+        return model
+    return validate(ModelSpec, {**fields, **mixed_precision_fields(model, mixed)}, origin)
 
 
 def check_modelled(text: dict[str, Any], origin: str) -> None:
@@ -466,12 +476,15 @@ read hf_quant_config.json / quantization_config themselves)."""
 
 def _modelopt_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """A ModelOpt checkpoint: quant_algo at the top of quantization_config, or under
-    `quantization` in hf_quant_config.json; exclude_modules says what stays unquantized."""
+    `quantization` in hf_quant_config.json; exclude_modules says what stays unquantized.
+    MIXED_PRECISION carries its per-module map until the layer counts are known."""
     config = config.get("quantization", config) if isinstance(config.get("quantization"), dict) else config
     algo = config.get("quant_algo")
+    if algo == "MIXED_PRECISION":  # per-module formats: planner/hf_mixed_precision.py
+        return mixed_precision_layers(config, path)
     if algo not in MODELOPT_ALGOS:
         raise SpecError(f"{path}: quant_algo: unsupported ModelOpt algorithm {algo!r} "
-                        f"(supported: {', '.join(MODELOPT_ALGOS)}; per-layer MIXED_PRECISION is not)")
+                        f"(supported: {', '.join(MODELOPT_ALGOS)}, MIXED_PRECISION)")
     return {"quantization": MODELOPT_ALGOS[algo],
             "quantization_scope": _scope(config.get("exclude_modules", config.get("ignore")))}
 

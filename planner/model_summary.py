@@ -34,6 +34,11 @@ class ModelSummary:
     attention: Attention
     weight_dtype: str
     """The block matmuls' storage type: the quantization when there is one, else the dtype."""
+    secondary_weight_dtype: str | None = None
+    """Mixed-precision checkpoints: the format of the block matmuls outside the quantization's
+    scope (secondary_quantization); None = the dtype or the same as weight_dtype."""
+    lm_head_weight_dtype: str | None = None
+    """An LM head stored in a quantized format (lm_head_quantization); None = the dtype."""
     num_recurrent_layers: int = 0
     recurrent_kind: str | None = None
     recurrent_state_bytes_per_sequence: int = 0
@@ -67,6 +72,8 @@ def model_summary(model: ModelSpec, kv_cache_dtype: str = "auto") -> ModelSummar
         num_moe_layers=model.num_moe_layers,
         attention=attention_kind(model),
         weight_dtype=model.quantization or model.dtype,
+        secondary_weight_dtype=model.secondary_quantization if model.quantization else None,
+        lm_head_weight_dtype=None if model.tie_word_embeddings else model.lm_head_quantization,
         num_recurrent_layers=model.num_recurrent_layers,
         recurrent_kind=model.recurrent_kind,
         recurrent_state_bytes_per_sequence=recurrent_state_bytes_per_sequence(model, model.num_recurrent_layers),

@@ -29,6 +29,9 @@ from planner.schema import (
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 Quantization = Literal["fp8", "int8", "int4", "nvfp4", "mxfp4"]
+WeightFormat = Literal["fp8", "int8", "int4", "nvfp4", "mxfp4", "mxfp8"]
+"""A stored matmul weight format: the main quantizations plus those seen only beside one in
+per-module mixed-precision checkpoints (ModelOpt MIXED_PRECISION's MXFP8)."""
 QuantizationScope = Literal["all", "mlp", "experts"]
 IntraKind = Literal["nvlink", "pcie", "xgmi"]
 InterKind = Literal["infiniband", "roce", "ethernet"]
@@ -162,6 +165,12 @@ class ModelSpec(_Spec):
     """Which block matmuls carry `quantization`: all, the MLPs only (attention kept in the
     model dtype, as ModelOpt NVFP4 DeepSeek checkpoints exclude self_attn), or the routed
     experts only (gpt-oss mxfp4; GLM-5 NVFP4)."""
+    secondary_quantization: WeightFormat | None = None
+    """Format of the block matmuls quantization_scope leaves out, instead of the dtype
+    (ModelOpt MIXED_PRECISION: Qwen3.6's attention and Gated DeltaNet projections in FP8
+    beside NVFP4 MLPs). Needs quantization with a scope of mlp or experts."""
+    lm_head_quantization: WeightFormat | None = None
+    """Format of an untied LM head (Qwen3.6 NVFP4 stores it in NVFP4); None = the dtype."""
     sliding_window: Count(MAX_POSITION_EMBEDDINGS) | None = None
     """Tokens a sliding-window attention layer attends to (config.json sliding_window: each
     query sees itself and the window - 1 tokens before it); None = every layer attends to the
@@ -266,6 +275,10 @@ class ModelSpec(_Spec):
                              "index_head_dim together, on MLA with q_lora_rank")
         self._check_window()
         self._check_recurrent()
+        if self.secondary_quantization is not None and (
+                self.quantization is None or self.quantization_scope == "all"):
+            raise ValueError("secondary_quantization: the format of the matmuls quantization_scope "
+                             "leaves out needs quantization with quantization_scope mlp or experts")
         return self
 
     def _check_window(self) -> None:

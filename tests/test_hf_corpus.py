@@ -25,7 +25,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 73
+PLANNED = 75
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -159,14 +159,37 @@ def independent_total(raw: dict[str, Any]) -> int:
     return layers + vocab * h * (1 if tied else 2) + h
 
 
-def expected_format(folder: Path, raw: dict[str, Any]) -> str | None:
-    """The weight format the checkpoint declares (None = the dtype)."""
+def mixed_formats(layers: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """A MIXED_PRECISION map's (MLP format, other block matmuls' format when it differs, LM
+    head format), read off the module names (W4A16_NVFP4 stores NVFP4 weights)."""
+    def formats(keep: Any) -> set[str]:
+        return {spec["quant_algo"].lower().removeprefix("w4a16_") for name, spec in layers.items()
+                if keep(name) and not name.startswith("mtp")}
+    head = formats(lambda name: name == "lm_head")
+    mlp = formats(lambda name: ".mlp." in name or name.endswith(".experts"))
+    rest = formats(lambda name: name != "lm_head" and ".mlp." not in name and not name.endswith(".experts"))
+    assert len(mlp) == 1 and len(rest) <= 1 and len(head) <= 1, (mlp, rest, head)
+    main = mlp.pop()
+    secondary = rest.pop() if rest else None
+    return main, secondary if secondary != main else None, head.pop() if head else None
+
+
+def expected_format(folder: Path, raw: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """The weight formats the checkpoint declares: (main, secondary, LM head); None = the
+    dtype. A MIXED_PRECISION map is read from hf_quant_config.json (ModelOpt's own record:
+    the copies in the corpus's config.json files are cut, README.md)."""
     quant = raw.get("quantization_config") or text_config(raw).get("quantization_config")
     sidecar = folder / "hf_quant_config.json"
-    if quant is None and sidecar.is_file():
+    if sidecar.is_file() and (quant is None or quant.get("quant_algo") == "MIXED_PRECISION"):
         quant = json.loads(sidecar.read_text())["quantization"]
     if quant is None:
-        return None
+        return None, None, None
+    if quant.get("quant_algo") == "MIXED_PRECISION":
+        return mixed_formats(quant["quantized_layers"])
+    return expected_single_format(quant), None, None
+
+
+def expected_single_format(quant: dict[str, Any]) -> str | None:
     algo = quant.get("quant_algo")
     if algo:
         return algo.lower()
@@ -192,7 +215,8 @@ def test_each_config_plans_right_or_is_refused_in_one_line(folder: Path) -> None
         return
     expected = independent_total(raw)
     assert param_counts(model).total == pytest.approx(expected, rel=0.02)
-    assert model.quantization == expected_format(folder, raw)
+    formats = (model.quantization, model.secondary_quantization, model.lm_head_quantization)
+    assert formats == expected_format(folder, raw)
 
 
 def test_how_many_plan() -> None:

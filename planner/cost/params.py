@@ -23,10 +23,9 @@ MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "
 INT4_BYTES_PER_WEIGHT = 0.5
 INT4_SCALE_BYTES_PER_GROUP = 2.0 + 0.5
 """AWQ/GPTQ: an fp16 scale and a packed 4-bit zero point per group of weights."""
-FP4_BYTES_PER_WEIGHT = 0.5
-FP4_BLOCK_BYTES = {"nvfp4": (16, 1), "mxfp4": (32, 1)}
-"""Weights per block and scale bytes per block: NVFP4 an FP8 E4M3 scale per 16, MXFP4 an
-E8M0 scale per 32 (sources in linear_bytes_per_weight)."""
+BLOCK_SCALED_BYTES = {"nvfp4": (0.5, 16, 1), "mxfp4": (0.5, 32, 1), "mxfp8": (1, 32, 1)}
+"""Bytes per value, weights per block and scale bytes per block: NVFP4 an FP8 E4M3 scale per
+16 FP4 values, MXFP4 and MXFP8 an E8M0 scale per 32 (sources in bytes_per_weight)."""
 PER_CHANNEL_SCALE_BYTES = 4
 """fp8/int8 weight-only: one fp32 scale per output channel (row of ~h weights)."""
 INDEXER_SCALE_BLOCK = 128
@@ -314,7 +313,12 @@ def activation_bytes_per_element(model: ModelSpec) -> int:
 
 
 def linear_bytes_per_weight(model: ModelSpec) -> float:
-    """Bytes per quantized matmul weight, quantization scales included.
+    """Bytes per matmul weight in the main format (`quantization`), scales included."""
+    return bytes_per_weight(model, model.quantization)
+
+
+def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
+    """Bytes per stored matmul weight of a format, quantization scales included.
 
     int4 (AWQ/GPTQ): 0.5 + 2.5/group (fp16 scale + 4-bit zero per group of 128: +3.9%).
     fp8/int8: 1 + 4/h (an fp32 scale per output channel of ~h inputs: <0.1%; DeepSeek's
@@ -323,16 +327,17 @@ def linear_bytes_per_weight(model: ModelSpec) -> float:
     "Introducing NVFP4", 2025; the per-tensor fp32 scale is negligible).
     mxfp4: 0.5 + 1/32 (FP4 E2M1 values, one E8M0 scale per block of 32; OCP Microscaling
     Formats (MX) v1.0, sec. 5).
-    Unquantized: the model dtype.
+    mxfp8: 1 + 1/32 (FP8 values, one E8M0 scale per block of 32; OCP MX v1.0, sec. 5).
+    None: the model dtype.
     """
-    if model.quantization is None:
+    if weight_format is None:
         return float(BYTES_PER_ELEMENT[model.dtype])
-    if model.quantization == "int4":
+    if weight_format == "int4":
         return INT4_BYTES_PER_WEIGHT + INT4_SCALE_BYTES_PER_GROUP / model.quantization_group_size
-    if model.quantization in FP4_BLOCK_BYTES:
-        block, scale_bytes = FP4_BLOCK_BYTES[model.quantization]
-        return FP4_BYTES_PER_WEIGHT + scale_bytes / block
-    return BYTES_PER_ELEMENT[model.quantization] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
+    if weight_format in BLOCK_SCALED_BYTES:
+        value_bytes, block, scale_bytes = BLOCK_SCALED_BYTES[weight_format]
+        return value_bytes + scale_bytes / block
+    return BYTES_PER_ELEMENT[weight_format] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
 
 
 def attention_linear_weights(model: ModelSpec) -> int:
@@ -374,28 +379,40 @@ def linear_weights_per_layer(model: ModelSpec, counts: ParamCounts | None = None
     return mixer_linear_weights(model) + sum(mlp_linear_weights(model))
 
 
-def quantized_weights(model: ModelSpec, attention: float, routed: float, other: float) -> float:
-    """Of a block's (attention, routed-expert, other MLP) matmul weights, those stored in
-    `quantization` (per quantization_scope)."""
-    if model.quantization is None:
-        return 0.0
+def matmul_formats_by_kind(model: ModelSpec) -> tuple[str | None, str | None, str | None]:
+    """The stored format of a block's (mixer: attention and recurrent projections, routed
+    experts, other MLP: dense, shared, latent projections) matmuls, None for the dtype:
+    `quantization` over quantization_scope, secondary_quantization (else the dtype) over the
+    rest; all in the dtype without quantization."""
+    main, rest = model.quantization, model.secondary_quantization if model.quantization else None
     scope = model.quantization_scope
-    return routed + (other if scope != "experts" else 0.0) + (attention if scope == "all" else 0.0)
+    return (main if scope == "all" else rest, main, rest if scope == "experts" else main)
 
 
-def quantized_weights_per_layer(model: ModelSpec) -> float:
-    """The mean block's matmul weights stored in `quantization` (recurrent mixers count as
-    attention for quantization_scope)."""
-    return quantized_weights(model, mixer_linear_weights(model), *mlp_linear_weights(model))
+def matmul_bytes(model: ModelSpec, attention: float, routed: float, other: float) -> float:
+    """A block's matmul bytes from its (mixer, routed-expert, other MLP) weights:
+    sum of weights * bytes_per_weight of the kind's format (matmul_formats_by_kind)."""
+    formats = matmul_formats_by_kind(model)
+    return sum(weights * bytes_per_weight(model, weight_format)
+               for weights, weight_format in zip((attention, routed, other), formats, strict=True))
+
+
+def lm_head_bytes_per_weight(model: ModelSpec) -> float:
+    """An untied LM head's format (lm_head_quantization), else the dtype (a tied head is the
+    embedding)."""
+    tied = model.tie_word_embeddings
+    return bytes_per_weight(model, None if tied else model.lm_head_quantization)
 
 
 def weight_bytes(model: ModelSpec) -> float:
-    """All weights: quantized block matmuls + dtype-sized embeddings, head, norms, biases
-    and the matmuls quantization_scope leaves unquantized."""
+    """All weights: block matmuls in their kinds' formats (matmul_bytes), the LM head in its
+    format, and dtype-sized embeddings, norms, biases and router."""
     counts = param_counts(model)
-    quantized = model.num_hidden_layers * quantized_weights_per_layer(model)
-    other = counts.total - quantized
-    return quantized * linear_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype]
+    kinds = (mixer_linear_weights(model), *mlp_linear_weights(model))
+    matmuls = model.num_hidden_layers * sum(kinds)
+    other = counts.total - matmuls - counts.lm_head
+    return (model.num_hidden_layers * matmul_bytes(model, *kinds)
+            + counts.lm_head * lm_head_bytes_per_weight(model) + other * BYTES_PER_ELEMENT[model.dtype])
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
@@ -512,12 +529,10 @@ def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
 
 
 def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
-    """The mean block's weight bytes on one GPU: quantized matmuls at the quantized size, the
-    rest in the model dtype."""
+    """The mean block's weight bytes on one GPU: matmuls in their kinds' formats
+    (matmul_bytes), norms and biases in the model dtype."""
     kinds = layer_linear_weights_per_gpu_by_kind(model, tp, ep)
-    quantized = quantized_weights(model, *kinds)
-    return (quantized * linear_bytes_per_weight(model)
-            + (sum(kinds) - quantized + layer_other_params(model)) * BYTES_PER_ELEMENT[model.dtype])
+    return matmul_bytes(model, *kinds) + layer_other_params(model) * BYTES_PER_ELEMENT[model.dtype]
 
 
 def matmul_precision_of_dtype(model: ModelSpec) -> str:

@@ -24,6 +24,7 @@ from planner.cost.params import (
     activation_bytes_per_element,
     kv_bytes_per_token_per_gpu,
     layer_weight_bytes_per_gpu,
+    lm_head_bytes_per_weight,
     num_attention_layers,
     param_counts,
     recurrent_state_bytes_per_sequence,
@@ -271,10 +272,11 @@ def embedding_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
 
 
 def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
-    """The last stage's LM head (V*h/t) and final norm; a tied head is shared only when p = 1."""
+    """The last stage's LM head (V*h/t, in its format: lm_head_bytes_per_weight) and final
+    norm; a tied head is shared only when p = 1."""
     counts = param_counts(model)
     head = model.vocab_size * model.hidden_size if (pp > 1 or not model.tie_word_embeddings) else 0
-    return (head / tp + counts.final_norm) * activation_bytes_per_element(model)
+    return head / tp * lm_head_bytes_per_weight(model) + counts.final_norm * activation_bytes_per_element(model)
 
 
 def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
