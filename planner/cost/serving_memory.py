@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from planner.cost import efficiency as eff
 from planner.cost.params import (
     activation_bytes_per_element,
+    attention_shape,
     kv_bytes_per_token_per_layer_by_kind,
     layer_weight_bytes_per_gpu,
     num_attention_layers,
@@ -232,9 +233,12 @@ def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """One token through one layer of the profile forward: bytes * (4h residual/norm/attention
-    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE."""
-    h, d = model.hidden_size, model.head_dim
-    qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d / tp
+    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE; with two
+    attention shapes (Gemma 4) the wider QKV of the two kinds (vLLM's QKV output keeps a V
+    slot on attention_k_eq_v layers too)."""
+    h = model.hidden_size
+    qkv = max((model.num_attention_heads + 2 * k) * d for k, d, _ in
+              (attention_shape(model, True), attention_shape(model, False))) / tp
     ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
     per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp
     return activation_bytes_per_element(model) * per_token
