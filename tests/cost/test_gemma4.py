@@ -104,3 +104,16 @@ def test_plan_gemma4_26b_on_8_h100s_prints_a_command() -> None:
     result = CliRunner().invoke(app, ["--model", str(GEMMA4_26B), "--cluster", "1x8xH100"])
     assert result.exit_code == 0, result.output
     assert "vllm serve" in result.stdout
+
+
+@pytest.mark.parametrize(("update", "message"), [
+    ({"num_global_key_value_heads": 5}, "num_global_key_value_heads: 5 does not divide"),
+    ({"num_sliding_window_layers": 6}, "global_head_dim: full-attention layer shapes need"),
+])
+def test_global_attention_fields_are_validated(update: dict[str, int], message: str) -> None:
+    fields = {"name": "g", "num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12,
+              "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 1000,
+              "max_position_embeddings": 512, "sliding_window": 64, "num_sliding_window_layers": 5,
+              "global_head_dim": 128, "num_global_key_value_heads": 3, "attention_k_eq_v": True}
+    with pytest.raises(ValueError, match=message):
+        ModelSpec(**{**fields, **update})
