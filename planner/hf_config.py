@@ -24,6 +24,7 @@ vision or audio tower is not counted (the spec's `source` says so).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,12 @@ GATED_MLP_MODEL_TYPES = frozenset({
     "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "phimoe", "granite", "granitemoe",
     "olmo", "olmo2", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "stablelm", "minicpm",
     "dbrx", "glm", "glm4", "internlm2", "exaone", "gpt_oss", "kimi_k2", "deepseek_v32",
-    "glm4_moe", "glm_moe_dsa", "minimax_m2", "minimax_m3", "step3p7", "mimo",
+    "glm4_moe", "glm_moe_dsa", "minimax_m2", "minimax_m3", "step3p7", "mimo", "gemma4", "gemma4_text",
 })
 """Families whose MLP multiplies a gate (act(x W_gate) * x W_up, then W_down: 3 matrices)
 whatever the activation is called: LlamaMLP, MistralMLP, MixtralBlockSparseTop2MLP (w1, w3,
 w2), Qwen2MLP, Qwen3MLP, GemmaMLP / Gemma2MLP / Gemma3MLP (gelu_pytorch_tanh, gated),
-Phi3MLP (gate_up_proj), GraniteMLP, OlmoMLP, CohereMLP, DeepseekV3MLP, StableLmMLP,
+Gemma4TextMLP and Gemma4TextExperts (gate_up_proj), Phi3MLP (gate_up_proj), GraniteMLP, OlmoMLP, CohereMLP, DeepseekV3MLP, StableLmMLP,
 DbrxExpertGLU, Glm4MLP: each family's transformers modeling_<family>.py; internlm2,
 exaone and minicpm from their remote-code modeling files (w1/w3, gate/up)."""
 NON_GATED_MLP_MODEL_TYPES = frozenset({
@@ -94,10 +95,14 @@ UNMODELLED_KEYS = {
     "hybrid_layer_pattern": "per-layer attention variants (hybrid_layer_pattern)",
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
-    "global_head_dim": "per-layer head dims (global_head_dim)",
 }
 """Keys whose architecture the parameter and KV formulas do not model: such a config is
 refused in one line naming the feature, never planned with a wrong count."""
+UNMODELLED_NONZERO_KEYS = {
+    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 hidden_size_per_layer_input)",
+    "num_kv_shared_layers": "layers reusing an earlier layer's KV (Gemma 4 num_kv_shared_layers)",
+}
+"""Keys refused only when set to something other than 0 (Gemma 4 configs carry them as 0)."""
 KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
 """layer_types entries the cost model describes: "sliding_attention" layers attend within
 `sliding_window` (window_fields); "chunked_attention" (Llama 4's local chunks) is planned as
@@ -164,8 +169,9 @@ def load_hf_config(path: Path) -> ModelSpec:
 
 def check_modelled(text: dict[str, Any], origin: str) -> None:
     """Refuse, in one line, an architecture whose layers the cost model does not describe."""
-    for key, feature in UNMODELLED_KEYS.items():
-        if text.get(key) is not None:
+    unmodelled = {key: feature for key, feature in UNMODELLED_KEYS.items() if text.get(key) is not None}
+    unmodelled |= {key: feature for key, feature in UNMODELLED_NONZERO_KEYS.items() if text.get(key)}
+    for key, feature in unmodelled.items():
             raise SpecError(f"{origin}: {key}: {feature} are not modelled; the planner models "
                             f"attention + MLP/MoE decoder blocks")
     kinds = text.get("layer_types")
@@ -252,6 +258,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind))
     fields.update(window_fields(text, kind))
+    fields.update(global_attention_fields(text))
     fields.update(recurrent_fields(text, path))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
@@ -336,7 +343,8 @@ def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
     if not experts:
         return {}
     fields = {"num_local_experts": experts,
-              "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token")}
+              "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token",
+                                                   "top_k_experts")}
     shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
                                 "shared_intermediate_size")
     num_shared = first_present(text, "n_shared_experts", "num_shared_experts")
@@ -346,6 +354,13 @@ def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
         fields["moe_intermediate_size"] = text.get("intermediate_size")
         fields["intermediate_size"] = text.get("intermediate_size_mlp", text.get("intermediate_size"))
         num_shared = 1
+    if kind == "gemma4_text":
+        # Gemma4TextDecoderLayer with enable_moe_block: the dense Gemma4TextMLP
+        # (intermediate_size) runs beside the routed experts (moe_intermediate_size) in every
+        # layer, on every token: a shared expert (transformers modeling_gemma4.py).
+        if not text.get("enable_moe_block"):
+            return {}
+        num_shared, shared_size = 1, text.get("intermediate_size")
     if num_shared is None and shared_size:  # Qwen2-MoE: one shared expert of that size
         num_shared = 1
     if num_shared and shared_size != 0:
@@ -381,6 +396,19 @@ def num_dense_layers(text: dict[str, Any], kind: str) -> Any:
     first_k = text.get("first_k_dense_replace") or 0
     step = freq if isinstance(freq, int) and freq > 0 else 1
     return sum(1 for i in range(num_layers) if i < first_k or i % step)
+
+
+def global_attention_fields(text: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4's full-attention layer shape (Gemma4TextAttention): global_head_dim on every
+    non-sliding layer; with attention_k_eq_v, num_global_key_value_heads and no v_proj."""
+    fields: dict[str, Any] = {}
+    if text.get("global_head_dim") not in (None, text.get("head_dim")):
+        fields["global_head_dim"] = text["global_head_dim"]
+    if text.get("attention_k_eq_v"):
+        fields["attention_k_eq_v"] = True
+        if text.get("num_global_key_value_heads") is not None:
+            fields["num_global_key_value_heads"] = text["num_global_key_value_heads"]
+    return fields
 
 
 def window_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -491,10 +519,11 @@ def _modelopt_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def _scope(excluded: Any) -> str:
     """Which block matmuls a checkpoint quantizes, from its excluded module names (a list,
-    or ModelOpt's stringified list): shared experts or whole layers excluded -> routed
-    experts only; attention excluded -> the MLPs; else all."""
+    or ModelOpt's stringified list): shared experts excluded -> routed experts only (also
+    Gemma 4's `layers.N.mlp`, the dense MLP that runs beside its experts, which live in
+    `layers.N.experts`); attention excluded -> the MLPs; else all."""
     names = str(excluded or "")
-    if "shared_expert" in names:
+    if "shared_expert" in names or re.search(r"layers\.\d+\.mlp\*", names) and "experts" not in names:
         return "experts"
     if "attn" in names:
         return "mlp"

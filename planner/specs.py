@@ -216,6 +216,16 @@ class ModelSpec(_Spec):
     moe_latent_size: Count(MAX_HIDDEN_SIZE) | None = None
     """Latent MoE (Nemotron-3 Super/Ultra): routed experts work in this width, between an
     h -> latent and a latent -> h projection shared by all experts of the layer."""
+    global_head_dim: Count(MAX_HEAD_DIM) | None = None
+    """Head dim of the full-attention (non-window) layers when it differs from head_dim
+    (Gemma 4: 512 global, 256 sliding); None = head_dim."""
+    num_global_key_value_heads: Count(MAX_NUM_HEADS) | None = None
+    """KV heads of the full-attention layers when they differ from num_key_value_heads
+    (Gemma 4 with attention_k_eq_v: 2 global, 8 sliding); None = num_key_value_heads."""
+    attention_k_eq_v: Flag = False
+    """Full-attention layers have no v_proj: V comes from the K projection (Gemma 4
+    Gemma4TextAttention: value_states = k_proj(x), normed without the RoPE), so the checkpoint
+    has one KV projection there; the KV cache still holds K and V."""
 
     @model_validator(mode="before")
     @classmethod
@@ -279,7 +289,19 @@ class ModelSpec(_Spec):
                 self.quantization is None or self.quantization_scope == "all"):
             raise ValueError("secondary_quantization: the format of the matmuls quantization_scope "
                              "leaves out needs quantization with quantization_scope mlp or experts")
+        self._check_global_attention()
         return self
+
+    def _check_global_attention(self) -> None:
+        k = self.num_global_key_value_heads
+        if k is not None and self.num_attention_heads % k:
+            raise ValueError(f"num_global_key_value_heads: {k} does not divide "
+                             f"num_attention_heads {self.num_attention_heads}")
+        shaped = (self.global_head_dim, k) != (None, None) or self.attention_k_eq_v
+        if shaped and (self.is_mla or self.num_window_layers >= self.num_hidden_layers):
+            raise ValueError("global_head_dim: full-attention layer shapes need full-attention "
+                             "layers beside sliding-window ones (num_sliding_window_layers), "
+                             "and no MLA")
 
     def _check_window(self) -> None:
         if self.sliding_window is None and self.num_sliding_window_layers:

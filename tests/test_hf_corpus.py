@@ -6,7 +6,8 @@ The independent counter walks the layers one by one as the Hugging Face modeling
 builds them (transformers models/<family>/modeling_<family>.py: LlamaDecoderLayer,
 MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, DeepseekV3Attention / DeepseekV3MoE /
 DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP; hybrids: NemotronHBlock with
-NemotronHMamba2Mixer / NemotronHMoE, Qwen3_5DecoderLayer with Qwen3_5GatedDeltaNet), not
+NemotronHMamba2Mixer / NemotronHMoE, Qwen3_5DecoderLayer with Qwen3_5GatedDeltaNet;
+Gemma4TextDecoderLayer with Gemma4TextAttention, Gemma4TextRouter and Gemma4TextExperts), not
 through ModelSpec.
 """
 
@@ -25,7 +26,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 75
+PLANNED = 78
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -146,12 +147,35 @@ def qwen3_5_layer(c: dict[str, Any], i: int) -> int:
     return mixer + ffn_all + 2 * h
 
 
+def gemma4_layer(c: dict[str, Any], i: int) -> int:
+    """Gemma4TextDecoderLayer: attention with the layer kind's head dim and KV heads (full
+    layers: global_head_dim; with attention_k_eq_v num_global_key_value_heads and no v_proj),
+    q_norm and k_norm (d each; v_norm has no weight), four RMSNorms, the dense MLP; with
+    enable_moe_block the router (proj h*E, scale h, per_expert_scale E), the experts
+    (gate_up_proj 2*f_e*h, down_proj h*f_e each) and three more RMSNorms; with
+    hidden_size_per_layer_input p the per-layer gate h*p, projection p*h and their norm."""
+    h, a = c["hidden_size"], c["num_attention_heads"]
+    sliding = c["layer_types"][i] == "sliding_attention"
+    d = c["head_dim"] if sliding or not c.get("global_head_dim") else c["global_head_dim"]
+    k_eq_v = bool(c.get("attention_k_eq_v")) and not sliding
+    k = c["num_global_key_value_heads"] if k_eq_v else c["num_key_value_heads"]
+    attention = h * a * d + (1 if k_eq_v else 2) * h * k * d + a * d * h + 2 * d
+    layer = attention + 4 * h + 3 * h * c["intermediate_size"]
+    if c.get("enable_moe_block"):
+        experts = c["num_experts"]
+        layer += h * experts + h + experts + experts * 3 * h * c["moe_intermediate_size"] + 3 * h
+    per_layer = c.get("hidden_size_per_layer_input") or 0
+    return layer + (2 * h * per_layer + h if per_layer else 0)
+
+
 def independent_total(raw: dict[str, Any]) -> int:
     c = text_config(raw)
     h, vocab = c["hidden_size"], c["vocab_size"]
     tied = c.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
     if c.get("model_type") == "nemotron_h":
         layers = nemotron_h_layers(c)
+    elif c.get("model_type") == "gemma4_text":
+        layers = sum(gemma4_layer(c, i) for i in range(c["num_hidden_layers"]))
     elif "linear_attention" in (c.get("layer_types") or []):
         layers = sum(qwen3_5_layer(c, i) for i in range(c["num_hidden_layers"]))
     else:

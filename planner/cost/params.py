@@ -1,6 +1,7 @@
 """Parameter counts and weight bytes of a decoder-only transformer.
 
-Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim,
+Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim (Gemma 4's
+full-attention layers: k_g KV heads of d_g dims, F of them beside S sliding-window layers),
 f FFN size (per expert for MoE), V vocab, E experts, e experts per token,
 t tensor-parallel degree. Hybrid models: L_a attention layers, R recurrent layers (Mamba2:
 H heads of P dims, N state dims, G groups, K conv width, I = H*P; Gated DeltaNet: n_k key
@@ -36,7 +37,8 @@ INDEXER_SCALE_BLOCK = 128
 class ParamCounts:
     """Parameter counts of a whole model (no parallelism)."""
 
-    attention_per_layer: int
+    attention_per_layer: float
+    """The mean attention layer (int unless the full and window layers differ, Gemma 4)."""
     mlp_per_layer: int
     """All experts (and the router) of an MoE layer; the MLP of a dense model's layer."""
     mlp_active_per_layer: int
@@ -102,10 +104,11 @@ class ParamCounts:
         return round(self.num_layers * self.active_per_layer) + self.embedding + self.lm_head + self.final_norm
 
 
-def attention_params_per_layer(model: ModelSpec) -> int:
+def attention_params_per_layer(model: ModelSpec) -> float:
     """Q h*a*d (2*h*a*d with an output gate) + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases
     where the model has them; MLA: its projections (mla_attention_weights) plus the q_a and
-    kv_a RMSNorms."""
+    kv_a RMSNorms. Two layer shapes (Gemma 4): the mean attention layer
+    (attention_linear_weights)."""
     if model.is_mla:
         indexer_norm = 2 * model.index_head_dim if model.index_head_dim else 0  # k_norm LayerNorm
         return (sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
@@ -340,12 +343,52 @@ def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     return BYTES_PER_ELEMENT[weight_format] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
 
 
-def attention_linear_weights(model: ModelSpec) -> int:
-    """One attention layer's matmul weights (no biases, no norms); the output gate doubles Q."""
+def attention_shape(model: ModelSpec, full: bool) -> tuple[int, int, int]:
+    """(KV heads, head dim, KV projections) of a full-attention (full=True) or sliding-window
+    layer. Gemma 4's full layers: k_g = num_global_key_value_heads, d_g = global_head_dim and,
+    with attention_k_eq_v, one projection that is both K and V (transformers
+    models/gemma4/modeling_gemma4.py Gemma4TextAttention: v_proj is None, value_states =
+    k_proj(x)); every other model has one shape, (k, d, 2)."""
+    if not full:
+        return model.num_key_value_heads, model.head_dim, 2
+    return (model.num_global_key_value_heads or model.num_key_value_heads,
+            model.global_head_dim or model.head_dim, 1 if model.attention_k_eq_v else 2)
+
+
+def has_two_attention_shapes(model: ModelSpec) -> bool:
+    return attention_shape(model, True) != attention_shape(model, False)
+
+
+def num_full_attention_layers(model: ModelSpec) -> int:
+    """F = L_a - S: attention layers that attend to the whole context."""
+    return num_attention_layers(model) - min(model.num_window_layers, num_attention_layers(model))
+
+
+def mean_over_attention_kinds(model: ModelSpec, full: float, window: float) -> float:
+    """(F * full + S * window) / (F + S): the mean attention layer of a per-kind quantity;
+    `window` itself when both kinds share one shape (every model but Gemma 4)."""
+    if not has_two_attention_shapes(model):
+        return window
+    num_full = num_full_attention_layers(model)
+    return (num_full * full + (num_attention_layers(model) - num_full) * window) / num_attention_layers(model)
+
+
+def attention_linear_weights_of_kind(model: ModelSpec, full: bool) -> int:
+    """One attention layer's matmul weights (no biases, no norms): Q h*a*d (doubled by an
+    output gate) + K,V n_kv*h*k*d + O a*d*h, with (k, d, n_kv) of the layer's kind
+    (attention_shape). Gemma-4-26B-A4B: sliding 2*2816*16*256 + 2*2816*8*256 = 34,603,008;
+    global 2*2816*16*512 + 2816*2*512 = 49,020,928."""
+    h, a = model.hidden_size, model.num_attention_heads
+    k, d, num_kv = attention_shape(model, full)
+    return (2 if model.attention_output_gate else 1) * h * a * d + num_kv * h * k * d + a * d * h
+
+
+def attention_linear_weights(model: ModelSpec) -> float:
+    """The mean attention layer's matmul weights (mean_over_attention_kinds); MLA's projections."""
     if model.is_mla:
         return sum(mla_attention_weights(model))
-    h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    return (2 if model.attention_output_gate else 1) * h * a * d + 2 * h * k * d + a * d * h
+    return mean_over_attention_kinds(model, attention_linear_weights_of_kind(model, True),
+                                     attention_linear_weights_of_kind(model, False))
 
 
 def mixer_linear_weights(model: ModelSpec) -> float:
@@ -417,22 +460,40 @@ def weight_bytes(model: ModelSpec) -> float:
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
     """Whole model, one token: 2 (K and V) * L_a * k * d * bytes per element, L_a the
-    attention layers (recurrent and MLP-only layers keep no KV cache)."""
-    return kv_bytes_per_token_per_gpu(model, num_attention_layers(model), 1, kv_cache_dtype)
+    attention layers (recurrent and MLP-only layers keep no KV cache); Gemma 4 per kind,
+    2 * (F * k_g * d_g + S * k * d) * bytes."""
+    window = min(model.num_window_layers, num_attention_layers(model))
+    return kv_bytes_per_token_per_gpu(model, num_attention_layers(model), 1, kv_cache_dtype, window)
 
 
-def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str) -> int:
-    """One GPU of a TP group holding num_layers layers: 2 (K, V) * L_s * max(1, k/t) * d *
-    bytes per element (the model dtype's, or 1 for an fp8 KV cache).
+def kv_bytes_per_token_per_layer_by_kind(model: ModelSpec, tp: int, kv_cache_dtype: str) -> tuple[int, int]:
+    """(full, window): one token in one full-attention and one sliding-window layer on one GPU
+    of a TP group, 2 (K, V) * max(1, k/t) * d * bytes per element (the model dtype's, or 1
+    for an fp8 KV cache), with the kind's (k, d) (attention_shape).
 
-    MLA: L_s * (r_kv + d_rope) * bytes: one latent and one RoPE key per token and layer,
-    shared by all heads, so every rank of a TP group holds all of it (DeepSeek-V2 sec. 2.1.2;
-    vLLM's MLA backends cache kv_lora_rank + qk_rope_head_dim per token)."""
+    Gemma 4's attention_k_eq_v layers still cache K and V, each k_g * d_g wide: V is the K
+    projection without k_norm's scale and the RoPE, so the two differ, and vLLM
+    (vllm/model_executor/models/gemma4.py Gemma4Attention) loads k_proj into both the K and V
+    slots of its QKVParallelLinear and builds an ordinary Attention over them.
+    MLA: (r_kv + d_rope) * bytes: one latent and one RoPE key per token and layer, shared by
+    all heads, so every rank of a TP group holds all of it (DeepSeek-V2 sec. 2.1.2; vLLM's MLA
+    backends cache kv_lora_rank + qk_rope_head_dim per token)."""
     kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
     if model.is_mla:
-        return num_layers * ((model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
-                             + indexer_key_bytes(model))
-    return 2 * num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+        latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes + indexer_key_bytes(model)
+        return latent, latent
+    full_k, full_d, _ = attention_shape(model, True)
+    return (2 * max(1, full_k // tp) * full_d * kv_bytes,
+            2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str,
+                               num_window_layers: int = 0) -> int:
+    """One GPU of a TP group holding num_layers attention layers, num_window_layers of them
+    sliding-window: (L_s - S_s) * full + S_s * window (kv_bytes_per_token_per_layer_by_kind;
+    the two are equal unless the model has two attention shapes)."""
+    full, window = kv_bytes_per_token_per_layer_by_kind(model, tp, kv_cache_dtype)
+    return (num_layers - num_window_layers) * full + num_window_layers * window
 
 
 def indexer_key_bytes(model: ModelSpec) -> int:
@@ -451,12 +512,14 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
 def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     """Why attention cannot split over t ranks: every rank needs whole query heads, and KV
     heads must either split evenly (k divisible by t) or replicate evenly (t divisible by
-    k). The same rule in vLLM and Megatron-LM."""
-    a, k = model.num_attention_heads, model.num_key_value_heads
+    k). The same rule in vLLM and Megatron-LM; Gemma 4 checks it for both layer kinds'
+    KV heads (vLLM Gemma4Attention asserts it per layer)."""
+    a = model.num_attention_heads
     if a % tp:
         return [f"attention heads {a} not divisible by tp={tp}"]
-    if k % tp and tp % k:
-        return [f"KV heads {k} neither divisible by nor dividing tp={tp}"]
+    for k, kind in ((model.num_key_value_heads, ""), (attention_shape(model, True)[0], "full-attention ")):
+        if k % tp and tp % k:
+            return [f"{kind}KV heads {k} neither divisible by nor dividing tp={tp}"]
     return recurrent_head_reasons(model, tp)
 
 
@@ -473,15 +536,21 @@ def recurrent_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     return []
 
 
-def attention_replicated_weights(model: ModelSpec, tp: int) -> tuple[int, int]:
-    """One block's attention matmul weights that TP does not split, as (in the model, per
-    GPU): GQA's K and V projections, of which each GPU keeps max(1, k/t) heads (replicated
-    when t > k); MLA's two down-projections, whole on every GPU."""
+def attention_replicated_weights(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """The mean attention layer's matmul weights that TP does not split, as (in the model,
+    per GPU): GQA's K and V projections, of which each GPU keeps max(1, k/t) heads
+    (replicated when t > k), per layer kind (mean_over_attention_kinds); MLA's two
+    down-projections, whole on every GPU. A Gemma 4 attention_k_eq_v layer has one K
+    projection in the checkpoint, but vLLM loads it into both the K and V slots of its
+    QKVParallelLinear (vllm/model_executor/models/gemma4.py), so a GPU holds 2*h*max(1, k_g/t)*d_g."""
     if model.is_mla:
         replicated = mla_attention_weights(model)[0]
         return replicated, replicated
-    h, d = model.hidden_size, model.head_dim
-    return 2 * h * model.num_key_value_heads * d, 2 * h * kv_heads_per_gpu(model, tp) * d
+    h = model.hidden_size
+    (full_k, full_d, full_kv), (k, d, num_kv) = attention_shape(model, True), attention_shape(model, False)
+    return (mean_over_attention_kinds(model, full_kv * h * full_k * full_d, num_kv * h * k * d),
+            mean_over_attention_kinds(model, 2 * h * max(1, full_k // tp) * full_d,
+                                      2 * h * kv_heads_per_gpu(model, tp) * d))
 
 
 def experts_per_gpu(model: ModelSpec, ep: int) -> int:

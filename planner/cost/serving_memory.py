@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from planner.cost import efficiency as eff
 from planner.cost.params import (
     activation_bytes_per_element,
-    kv_bytes_per_token_per_gpu,
+    attention_shape,
+    kv_bytes_per_token_per_layer_by_kind,
     layer_weight_bytes_per_gpu,
     lm_head_bytes_per_weight,
     num_attention_layers,
@@ -72,6 +73,9 @@ class StageMemory:
     """Of num_layers, those without attention (recurrent and MLP-only layers of a hybrid)."""
     state_bytes_per_sequence: int = 0
     """Recurrent state one running sequence holds on one GPU of the stage (its R_s layers)."""
+    kv_bytes_per_token_per_window_layer: int | None = None
+    """One token in one window layer when it differs from a full layer (Gemma 4: 2*8*256 vs
+    2*2*512 elements); None = every attention layer holds as much."""
 
     @property
     def num_attention_layers(self) -> int:
@@ -81,7 +85,10 @@ class StageMemory:
     def window_kv_bytes_per_token(self) -> int:
         """The part of kv_bytes_per_token on the window layers (every attention layer holds as much)."""
         layers = self.num_attention_layers
-        return self.kv_bytes_per_token // layers * self.num_window_layers if layers else 0
+        if not layers:
+            return 0
+        per_layer = self.kv_bytes_per_token_per_window_layer or self.kv_bytes_per_token // layers
+        return per_layer * self.num_window_layers
 
     def sequences_that_fit(self, sequence_tokens: int) -> float:
         """Sequences of sequence_tokens the cache holds at once: kv_cache_tokens / tokens, or
@@ -166,24 +173,31 @@ def kv_cache_groups(num_full_layers: int, num_window_layers: int) -> tuple[int, 
 
 
 def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
-                      kv_bytes_per_token_per_layer: int, max_model_len: int, in_flight_tokens: int) -> int:
+                      kv_bytes_per_token_per_layer: int, max_model_len: int, in_flight_tokens: int,
+                      full_kv_bytes_per_token_per_layer: int | None = None) -> int:
     """KV cache tokens vLLM 0.33.0 reports for a stage with sliding-window layers
     (kv_cache_utils.py get_kv_cache_capacity: int(max concurrency * M)):
-    blocks        = kv_bytes // (g * B * bytes per token and layer)   (get_kv_cache_config_from_groups)
-    per request   = full groups * ceil(M / B)
-                    + window groups * (ceil(min(W - 1 + in-flight, M) / B) + 1)
+    page          = B * max(window, full bytes per token and layer)
+    blocks        = kv_bytes // (g * page)   (get_kv_cache_config_from_groups)
+    per request   = full groups * ceil(M / B_full)
+                    + window groups * (ceil(min(W - 1 + in-flight, M) / B_window) + 1)
                     (FullAttentionSpec / SlidingWindowSpec.max_memory_usage_bytes)
     concurrency   = blocks / per request   (get_max_concurrency_for_kv_cache_config).
+    B_kind = page / that kind's bytes per token: unify_kv_cache_spec_page_size grows the block
+    of the layers with the smaller page until the pages match (Gemma 4's full layers, half a
+    window layer's bytes per token, get 32-token blocks); B for both when the kinds are alike.
     It is the admission bound: at run time SlidingWindowManager.remove_skipped_blocks frees a
     window layer's blocks before the window, so a running sequence of n tokens holds only
     min(n, W - 1 + B) of them (more sequences than this may run). With p > 1 the stage's own
     layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
     window, block = model.sliding_window, eff.KV_BLOCK_SIZE_TOKENS
+    full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
+    page = block * max(full_kv, kv_bytes_per_token_per_layer)
     size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
-    blocks = int(kv_bytes // (size * block * kv_bytes_per_token_per_layer))
+    blocks = int(kv_bytes // (size * page))
     window_tokens = min(window - 1 + in_flight_tokens, max_model_len)
-    per_request = (full_groups * math.ceil(max_model_len / block)
-                   + window_groups * (math.ceil(window_tokens / block) + 1))
+    per_request = (full_groups * math.ceil(max_model_len / (page // full_kv))
+                   + window_groups * (math.ceil(window_tokens / (page // kv_bytes_per_token_per_layer)) + 1))
     return int(blocks / per_request * max_model_len)
 
 
@@ -220,9 +234,12 @@ def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """One token through one layer of the profile forward: bytes * (4h residual/norm/attention
-    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE."""
-    h, d = model.hidden_size, model.head_dim
-    qkv = (model.num_attention_heads + 2 * model.num_key_value_heads) * d / tp
+    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE; with two
+    attention shapes (Gemma 4) the wider QKV of the two kinds (vLLM's QKV output keeps a V
+    slot on attention_k_eq_v layers too)."""
+    h = model.hidden_size
+    qkv = max((model.num_attention_heads + 2 * k) * d for k, d, _ in
+              (attention_shape(model, True), attention_shape(model, False))) / tp
     ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
     per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp
     return activation_bytes_per_element(model) * per_token
@@ -298,8 +315,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
         activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
         overhead = overhead_bytes(layout)
-        per_layer_kv = kv_bytes_per_token_per_gpu(model, 1, layout.tp, request.kv_cache_dtype)
-        kv_per_token = attention_counts[stage] * per_layer_kv
+        full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
+        kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
         state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)
         kv_bytes = budget - weights - activation - overhead
         kv_tokens = 0
@@ -307,14 +324,16 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
             kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token, state, sequence_tokens)
         elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
             kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], kv_bytes,
-                                          per_layer_kv, max_model_len, max_in_flight_tokens(layout, tokens))
+                                          window_kv, max_model_len, max_in_flight_tokens(layout, tokens),
+                                          full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
                                   max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
                                   window_counts[stage], model.sliding_window,
-                                  num_layers - attention_counts[stage], state))
+                                  num_layers - attention_counts[stage], state,
+                                  window_kv if full_kv != window_kv else None))
     return stages
 
 

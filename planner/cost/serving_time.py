@@ -24,6 +24,7 @@ from planner.cost.moe import (
 )
 from planner.cost.params import (
     activation_bytes_per_element,
+    attention_shape,
     expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
@@ -288,9 +289,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
     gemm = max(weight_seconds, compute_seconds)
     kv_bytes = stage_kv_bytes_read(stage, load)
-    heads_dim = model.num_attention_heads * model.head_dim
-    attention = (kv_bytes / hbm
-                 + 4 * stage_attention_pairs(stage, load) * heads_dim / t / attention_flops_per_s(cluster))
+    full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
+    # a * d per pair, with each kind's head dim (Gemma 4's full layers: global_head_dim).
+    pair_dims = model.num_attention_heads * (full_pairs * attention_shape(model, True)[1]
+                                             + window_pairs * model.head_dim)
+    attention = kv_bytes / hbm + 4 * pair_dims / t / attention_flops_per_s(cluster)
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
     # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
@@ -338,11 +341,16 @@ def stage_attention_pairs(stage: StageMemory, load: StepLoad) -> float:
     """Prompt (query, key) pairs over the stage's attention layers: pairs * L_full +
     min(pairs, s * W) * L_window (recurrent layers have none: linear in the prompt, their
     projections are in the linear layers' FLOPs)."""
+    return sum(stage_attention_pairs_by_kind(stage, load))
+
+
+def stage_attention_pairs_by_kind(stage: StageMemory, load: StepLoad) -> tuple[float, float]:
+    """stage_attention_pairs as (full layers' pairs * L_full, window layers' min(pairs, s * W) * L_window)."""
     window_layers = stage.num_window_layers
     window_pairs = window_capped_tokens(load.prefill_attention_pairs, load.prefill_tokens,
                                         stage.sliding_window_tokens)
-    return (load.prefill_attention_pairs * (stage.num_attention_layers - window_layers)
-            + window_pairs * window_layers)
+    return (load.prefill_attention_pairs * (stage.num_attention_layers - window_layers),
+            window_pairs * window_layers)
 
 
 def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int) -> float:

@@ -29,3 +29,13 @@ def test_hybrid_trains_with_emit_none(run_plan):
                       "--global-batch", "256", "--seq-len", "4096", "--emit", "none", "--json")
     assert result.returncode == 0, result.stderr
     assert '"recommended": {' in result.stdout
+
+
+def test_gemma4_gets_no_megatron_command():
+    """Gemma 4's global layers (head dim 512, 2 KV heads, K = V projection) cannot be said in
+    pretrain_gpt.py's flags: refused in one line, like the hybrids."""
+    model = resolve_model(str(NEMOTRON_H.parent / "google--gemma-4-26B-A4B"))
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 1)
+    (why,) = refusals(model, config, release)
+    assert "Gemma 4" in why and "--emit none" in why
