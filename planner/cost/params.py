@@ -13,7 +13,6 @@ for the GPT check 12*L*h^2*(1 + 13/(12h) + (V+s)/(12*L*h)).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from planner.specs import ModelSpec
@@ -279,10 +278,7 @@ def moe_mlp_params(model: ModelSpec) -> tuple[int, int]:
             model.num_experts_per_tok * expert + shared + router)
 
 
-@functools.lru_cache(maxsize=64)
 def param_counts(model: ModelSpec) -> ParamCounts:
-    """Memoised: a pure function of the (frozen, hashable by value) spec, asked for in every
-    step of every layout's estimate."""
     h, v = model.hidden_size, model.vocab_size
     dense = mlp_params(model, model.intermediate_size)
     mlp, mlp_active = moe_mlp_params(model) if model.is_moe else (dense, dense)
