@@ -51,7 +51,7 @@ def test_json_shape():
     assert set(out["recommended"]["memory"]) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes",
                                                  "activation_bytes", "overhead_bytes"}
     assert set(out["recommended"]["time_breakdown_seconds"]) == {"compute", "bubble", "tp_comm", "pp_comm",
-                                                                 "dp_comm_exposed", "ep_comm"}
+                                                                 "dp_comm_exposed", "ep_comm", "cp_comm"}
     assert [layout["rank"] for layout in out["layouts"][:3]] == [1, 2, 3]
     assert all({"tp", "pp", "dp", "reasons"} <= set(r) and r["reasons"] for r in out["rejected"])
     assert any("attention heads 96 not divisible by tp=128" in r["reasons"] for r in out["rejected"])
