@@ -178,3 +178,16 @@ def test_layout_cp_fixes_the_degree_and_serving_refuses_it():
     assert {(lay["tp"], lay["cp"]) for lay in out["layouts"]} == {(4, 4)}
     serve = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--layout", "cp=2"])
     assert serve.exit_code == 2 and "training degree" in serve.output
+
+
+def test_explain_shows_the_cp_groups_and_the_ring():
+    """explain --workload train reads the estimate's ring (layer_terms.cp): the CP group's
+    ranks at stride tp, the ring's sends per layer, gradients over dp*cp."""
+    result = CliRunner().invoke(app, ["explain", "--workload", "train", "--model", "llama-3.1-8b",
+                                      "--cluster", "2x8xH100", "--global-batch", "16", "--seq-len", "16384",
+                                      "--layout", "tp=4,cp=4"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "CP 4: each sequence split over 4 ranks at stride tp=4" in text
+    assert "ranks 0, 4, 8, 12" in text
+    assert "ring: next KV chunk" in text and "ring: KV and dKV" in text
