@@ -187,11 +187,15 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
                    memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
+    With flash attention selective recompute drops nothing (activations.py: no scores are
+    kept), so after no recompute ran out of memory it is skipped: it would too, by as much.
     Also the index (counted from `first`) of the recompute level it stopped at: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
+        if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
+            continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = replace(base, recompute=recompute)
         result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
