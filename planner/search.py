@@ -102,7 +102,9 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
     training's context-parallel degrees, candidate_layouts)."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
-    candidates = candidate_layouts(num_gpus, wanted, cluster.gpus_per_node if model.is_moe else None, cp_degrees)
+    gpus_per_node = cluster.gpus_per_node if model.is_moe else None
+    candidates = (candidate_layouts(num_gpus, wanted, gpus_per_node) if cp_degrees is None  # serving
+                  else candidate_layouts(num_gpus, wanted, gpus_per_node, cp_degrees))
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []
