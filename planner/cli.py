@@ -195,14 +195,20 @@ def _value(choice: Enum | None) -> str | None:
     return None if choice is None else choice.value
 
 
-def parse_layout(text: str | None) -> LayoutFilter:
+def parse_layout(text: str | None, training: bool = False) -> LayoutFilter:
+    """`--layout tp=8,pp=2`; cp=N (context parallelism) only for training."""
     if not text:
         return LayoutFilter()
     degrees: dict[str, int] = {}
+    keys = ("tp", "cp", "pp", "dp", "ep") if training else ("tp", "pp", "dp", "ep")
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
-        if not sep or key not in ("tp", "pp", "dp", "ep") or not value.isdigit() or int(value) < 1:
-            raise SpecError(f"--layout: {part.strip()!r}: expected tp=N, pp=N, dp=N or ep=N with N >= 1")
+        if key == "cp" and not training:
+            raise SpecError(f"--layout: {part.strip()!r}: context parallelism (cp) is a training degree "
+                            "(--workload train)")
+        if not sep or key not in keys or not value.isdigit() or int(value) < 1:
+            expected = "tp=N, cp=N, pp=N, dp=N or ep=N" if training else "tp=N, pp=N, dp=N or ep=N"
+            raise SpecError(f"--layout: {part.strip()!r}: expected {expected} with N >= 1")
         if key in degrees:
             raise SpecError(f"--layout: {key} given twice")
         degrees[key] = int(value)
@@ -253,7 +259,7 @@ def check_expert_imbalance(value: float | None) -> float | None:
 
 
 def train_request(opts: PlanOptions) -> TrainRequest:
-    layout = parse_layout(opts.layout)
+    layout = parse_layout(opts.layout, training=True)
     if opts.global_batch is None:
         raise SpecError("--global-batch: required for --workload train (sequences per step)")
     if opts.seq_len is None:

@@ -34,7 +34,7 @@ from planner.explain import (
     stage_label,
     without_curves,
 )
-from planner.layout import Link, TrainConfig, ep_group_topology, place
+from planner.layout import Link, TrainConfig, cp_group_ranks, ep_group_topology, place
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
@@ -131,6 +131,25 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
             for phase, name, count in phases]
 
 
+def cp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
+    """The estimate's ring-attention sends (layer_terms.cp): cp - 1 KV chunks forward, cp - 1
+    KV + dKV backward, the forward's again with recompute, on every layer of the pacing stage
+    for every micro-batch; what the attention hides is in the estimate's cp_comm."""
+    c, cp = e.config, e.layer_terms.cp
+    if c.cp <= 1 or cp.total == 0.0:
+        return []
+    link = place(without_curves(cluster), c.layout).cp_link
+    per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage] * (c.cp - 1)
+    phases = [("forward", "ring: next KV chunk", cp.kv_chunk_bytes, cp.send_seconds),
+              ("backward", "ring: KV and dKV", 2 * cp.kv_chunk_bytes, cp.total / (c.cp - 1)
+               - (1 if c.recompute == "none" else 2) * cp.send_seconds)]
+    if c.recompute != "none":
+        phases.append(("recompute", "the forward's again", cp.kv_chunk_bytes, cp.send_seconds))
+    return [collective_row(phase, name, "send", c.cp, cp.link or "-", num_bytes,
+                           lambda n: comm.p2p_seconds(n, link), seconds, False, per_step, e.step_time_seconds)
+            for phase, name, num_bytes, seconds in phases]
+
+
 def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     """The estimate's pipeline sends and data-parallel collectives (one call each)."""
     c, m, step = e.config, e.num_micro_batches, e.step_time_seconds
@@ -147,7 +166,7 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
         per = m if c.zero_stage >= 2 else 1
         x = dp.experts
         if x is None:
-            rows += _dp_rows(c, link, dp, c.dp, "", step, per)
+            rows += _dp_rows(c, link, dp, c.dp_cp, "", step, per)
         else:  # the dense parameters over d, the routed experts over d_x = t*d/ep
             dense = DpCollectives(dp.gradient_bytes - x.gradient_bytes, dp.gradient_seconds - x.gradient_seconds,
                                   dp.weight_bytes - x.weight_bytes, dp.gather_seconds - x.gather_seconds)
@@ -211,6 +230,8 @@ def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
                 BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed))
     if e.config.ep > 1:
         segments += (BreakdownSegment("EP all-to-all", b.ep_comm),)
+    if e.config.cp > 1:
+        segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
     segments += (BreakdownSegment("bubble", b.bubble),)
     return TimeBreakdown("one optimizer step", b.total, segments)
 
@@ -229,8 +250,15 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
     c = e.config
     chunks = f", v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs)" if c.ep > 1 else ""
-    return (f"micro-batch {c.micro_batch_size}, {c.schedule}{chunks}, recompute {c.recompute}, "
-            f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
+    notes = (f"micro-batch {c.micro_batch_size}, {c.schedule}{chunks}, recompute {c.recompute}, "
+             f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
+    if c.cp > 1:
+        ranks = cp_group_ranks(c.layout)
+        shown = ", ".join(str(r) for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
+        notes += (f"CP {c.cp}: each sequence split over {c.cp} ranks at stride tp={c.tp} (Megatron's "
+                  f"tp-cp-ep-dp-pp order; the first group is ranks {shown}), {e.config.cp}x fewer tokens "
+                  f"per rank; the ring runs on {e.layer_terms.cp.link}",)
+    return notes
 
 
 def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> sensitivity.KnobBase:
@@ -276,7 +304,8 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         notes=train_notes(e),
         placement=placement_map(cluster, c.layout, ep_pp_outermost=True),
         memory=train_memory_bars(e),
-        collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + pp_dp_rows(cluster, e)),
+        collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)
+                          + pp_dp_rows(cluster, e)),
         timeline=timeline,
         timeline_caption=caption,
         breakdown=train_breakdown(e),

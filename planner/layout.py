@@ -3,6 +3,9 @@
 Rank order is DP x PP x TP with TP innermost (vLLM and Megatron both): global rank
 r = (dp_index * pp + stage) * tp + tp_rank, node = r // gpus_per_node. A TP group
 is tp consecutive ranks; a pipeline boundary joins rank r to rank r + tp.
+Context parallelism (training only) sits between TP and the rest, as Megatron-Core orders
+its groups tp-cp-ep-dp-pp (parallel_state.py, core_v0.19.0): a CP group is cp ranks at
+stride tp, and the tp*cp block is what a pipeline boundary steps over.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ class Layout:
     inside each replica. ep = tp * d: the TP groups of d data-parallel ranks form one EP
     group, as vLLM's --enable-expert-parallel (EP = TP x DP) and Megatron's
     --expert-model-parallel-size with --expert-tensor-parallel-size 1 place it. 1 = none."""
+    cp: int = 1
+    """Context parallelism (training only, never searched for serving): each sequence split
+    over cp ranks at stride tp (Megatron's --context-parallel-size). 1 = none."""
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def dp_per_ep_group(self) -> int:
@@ -41,7 +47,7 @@ class Layout:
         return self.dp // self.dp_per_ep_group
 
     def __str__(self) -> str:
-        text = f"tp={self.tp} pp={self.pp} dp={self.dp}"
+        text = f"tp={self.tp}" + (f" cp={self.cp}" if self.cp > 1 else "") + f" pp={self.pp} dp={self.dp}"
         return text if self.ep == 1 else f"{text} ep={self.ep}"
 
 
@@ -75,10 +81,20 @@ class TrainConfig:
 
     ep: int = 1
     """Expert-parallel degree over the tp x dp ranks of a stage (Layout.ep)."""
+    cp: int = 1
+    """Context-parallel degree [--context-parallel-size]: each rank holds s/cp tokens of
+    every sequence; tp*cp*pp*dp = GPUs (docs/cost-model.md#training-context-parallelism)."""
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.pp, self.dp, self.ep)
+        return Layout(self.tp, self.pp, self.dp, self.ep, self.cp)
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that hold the same weights: Megatron's data-parallel group with CP
+        (get_data_parallel_group(with_context_parallel=True)), over which gradients reduce and
+        the distributed optimizer shards."""
+        return self.dp * self.cp
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,15 @@ class Placement:
     """Where the TP group's ranks sit (None when tp == 1)."""
     ep_group: GroupTopology | None = None
     """Where one EP group's ranks sit (None when ep == 1)."""
+    cp_group: GroupTopology | None = None
+    """Where one CP ring's ranks sit (None when cp == 1)."""
+
+    @property
+    def cp_link(self) -> Link | None:
+        """The slowest hop of the CP ring: the NICs when the ring spans nodes."""
+        if self.cp_group is None:
+            return None
+        return self.cp_group.inter or self.cp_group.intra
 
     @property
     def ep_link(self) -> Link | None:
@@ -174,9 +199,11 @@ def groups_cross_nodes(group_size: int, gpus_per_node: int) -> bool:
 
 
 def num_boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
-    """Pipeline boundaries (of the first replica) whose send goes to another node."""
+    """Pipeline boundaries (of the first replica) whose send goes to another node (a stage
+    is one tp*cp block of ranks)."""
+    block = layout.tp * layout.cp
     return sum(
-        (stage * layout.tp) // gpus_per_node != ((stage + 1) * layout.tp) // gpus_per_node
+        (stage * block) // gpus_per_node != ((stage + 1) * block) // gpus_per_node
         for stage in range(layout.pp - 1)
     )
 
@@ -206,7 +233,8 @@ def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     if layout.pp > 1:
         pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
     tp_group = group_topology(cluster, layout.tp) if layout.tp > 1 else None
-    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout))
+    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout),
+                     cp_group_topology(cluster, layout))
 
 
 def ep_group_ranks(layout: Layout, pp_outermost: bool = False) -> list[int]:
@@ -237,6 +265,27 @@ def ep_group_topology(cluster: ClusterSpec, layout: Layout, pp_outermost: bool =
     intra = intra_node_link(cluster) if g > 1 else None
     inter = inter_node_link(cluster) if n > 1 else None
     return GroupTopology(layout.ep, g, n, intra, inter)
+
+
+def cp_group_ranks(layout: Layout) -> list[int]:
+    """Global ranks of the first CP group: cp ranks at stride tp (Megatron's tp-cp-ep-dp-pp
+    order, RankGenerator in parallel_state.py core_v0.19.0)."""
+    return [i * layout.tp for i in range(layout.cp)]
+
+
+def cp_group_topology(cluster: ClusterSpec, layout: Layout) -> GroupTopology | None:
+    """How one CP ring sits on the nodes: g ranks in the least-filled node it touches, N
+    nodes; None without CP. A ring hop crosses the NICs once N > 1."""
+    if layout.cp <= 1:
+        return None
+    per_node: dict[int, int] = {}
+    for rank in cp_group_ranks(layout):
+        node = rank // cluster.gpus_per_node
+        per_node[node] = per_node.get(node, 0) + 1
+    g, n = min(per_node.values()), len(per_node)
+    intra = intra_node_link(cluster) if g > 1 else None
+    inter = inter_node_link(cluster) if n > 1 else None
+    return GroupTopology(layout.cp, g, n, intra, inter)
 
 
 def prime_factors(n: int) -> dict[int, int]:

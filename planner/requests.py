@@ -40,11 +40,13 @@ class LayoutFilter:
     pp: int | None = None
     dp: int | None = None
     ep: int | None = None
+    cp: int | None = None
+    """Context parallelism (training only: the CLI refuses cp= for serving)."""
 
-    def matches(self, tp: int, pp: int, dp: int, ep: int = 1) -> bool:
+    def matches(self, tp: int, pp: int, dp: int, ep: int = 1, cp: int = 1) -> bool:
         return all(
             want is None or want == have
-            for want, have in ((self.tp, tp), (self.pp, pp), (self.dp, dp), (self.ep, ep))
+            for want, have in ((self.tp, tp), (self.pp, pp), (self.dp, dp), (self.ep, ep), (self.cp, cp))
         )
 
 

@@ -54,14 +54,19 @@ there are none, and how many configurations were estimated."""
 
 
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
-                      max_ep: int | None = None) -> list[Layout]:
+                      max_ep: int | None = None,
+                      cp_degrees: Callable[[int], list[int]] | None = None) -> list[Layout]:
     """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
-    (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees)."""
+    (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees); with
+    cp_degrees (training) also the context-parallel variants (tp, pp, dp/cp, cp) of each,
+    cp_degrees(dp) naming the degrees above 1 to try."""
     layouts = factorizations(num_gpus)
+    if cp_degrees is not None:
+        layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay.dp)]
     if gpus_per_node is not None:
-        layouts += [Layout(lay.tp, lay.pp, lay.dp, ep) for lay in layouts
+        layouts += [Layout(lay.tp, lay.pp, lay.dp, ep) for lay in layouts if lay.cp == 1
                     for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep)]
-    layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep)]
+    layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep, lay.cp)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
         if wanted.ep not in (None, 1):
@@ -97,11 +102,13 @@ def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
 
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
-           rank: Callable[[list[E]], list[E]]) -> Plan[E, R]:
-    """Evaluate every candidate layout, tally the rejections, rank what runs."""
+           rank: Callable[[list[E]], list[E]],
+           cp_degrees: Callable[[int], list[int]] | None = None) -> Plan[E, R]:
+    """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:
+    training's context-parallel degrees, candidate_layouts)."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
-    candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster))
+    candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees)
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []
@@ -112,5 +119,5 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
         feasible.extend(found)
         if rejection is not None:
             rejected.append(rejection)
-    rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ep))
+    rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ep, r.layout.cp))
     return Plan(model, cluster, request, num_gpus, tuple(rank(feasible)), tuple(rejected), evaluated)

@@ -8,6 +8,10 @@ as ZeRO-1. Formulas live in planner/cost/; this module composes them. Time per s
   bubble   = (p-1)/v * (its stage time per micro-batch)  [= ratio * ideal time]
   pp_comm  = 2 * (v*m + p - 1) * (one boundary send)
   dp_comm_exposed = gradient reduction not hidden under the last backward (+ gathers)
+Context parallelism (cp > 1, Megatron's --context-parallel-size): every rank runs its
+s/cp tokens of each sequence (activations and per-layer terms at that chunk), ring
+attention's exposed KV exchange adds cp_comm, and weights are replicated over cp as over
+dp (gradients reduce and the distributed optimizer shards over dp*cp).
 Stages hold L/p layers each when p divides L; otherwise Megatron's uneven first/last split
 (cost/stage_split.py picks it from the stage times; memory is the worst of first, second
 and last stage, each with its own layers and micro-batches in flight).
@@ -182,6 +186,27 @@ def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
     return reasons
 
 
+def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
+    """Megatron-Core's context-parallel rules (core_v0.19.0): s divisible by 2*cp
+    (arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"), CP only
+    through Transformer Engine's attention (dot_product_attention.py: "Context parallelism is
+    only supported by TEDotProductAttention!": flash here, not the unfused kernel). Not
+    planned: CP with EP or with ZeRO-2/3 (Megatron-FSDP)."""
+    c = config
+    if c.cp <= 1:
+        return []
+    reasons = []
+    if seq_len % (2 * c.cp):
+        reasons.append(f"seq-len {seq_len} not divisible by 2*cp = {2 * c.cp} (Megatron's load-balanced split)")
+    if c.attention != "flash":
+        reasons.append(f"cp={c.cp} needs flash attention (Megatron runs CP only in TE's attention)")
+    if c.ep > 1:
+        reasons.append(f"cp={c.cp} with ep={c.ep} is not planned")
+    if c.zero_stage >= 2:
+        reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without context parallelism")
+    return reasons
+
+
 def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
     """Why this configuration is invalid (assumes the structural checks passed)."""
     c = config
@@ -263,16 +288,18 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
     (and embedding or LM head), its layers' activations times the micro-batches it holds in
     flight (activations.py), the recompute working set; the first stage adds the embedding's
-    dropout masks, the last the logits."""
+    dropout masks, the last the logits. With CP every activation term is the rank's s/cp
+    tokens' (activations.context_parallel_chunk_tokens)."""
     memo = memo or Memo()
     c, pp = config, config.pp
+    chunk = act.context_parallel_chunk_tokens(seq_len, c.cp)
     layers = stage_layers(model, c)
     params = memo.get(("stage_params", c.tp, pp, layers, c.ep),
                       lambda: stage_params_per_gpu(model, c.tp, pp, layers, c.ep))
     per_layer, working, extra, logits = memo.get(
-        ("activations", seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
+        ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
          c.precision, c.ep, imbalance),
-        lambda: activation_terms(model, seq_len, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
+        lambda: activation_terms(model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
                                  c.attention, c.precision, c.ep, imbalance))
     out = []
     for stage in stages or candidate_worst_stages(c):
@@ -304,12 +331,14 @@ def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) 
 def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes: float, c: TrainConfig,
                   num_layers: int, routed_expert_params: float = 0.0) -> TrainMemory:
     """Model states with the routed experts' sharded over the expert-data-parallel group
-    (training_memory.expert_sharded_model_state_bytes); one more NCCL communicator for EP."""
-    states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp,
+    (training_memory.expert_sharded_model_state_bytes); one more NCCL communicator for EP and
+    for CP. With CP the weights are replicated over cp as over dp and ZeRO shards over dp*cp
+    (Megatron's distributed optimizer uses the data-parallel group with CP)."""
+    states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage)
-    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp, c.zero_stage, c.ep)
+    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep)
                  if c.precision == "fp8" else 0.0)
-    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp > 1) + (c.ep > 1)
+    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
@@ -334,9 +363,9 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
-    placement = memo.get(("place", c.tp, c.pp), lambda: place(cluster, c.layout))
+    placement = memo.get(("place", c.tp, c.pp, c.cp), lambda: place(cluster, c.layout))
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance),
+                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp),
                      lambda: layer_terms(model, cluster, c, seq_len, placement, rates, imbalance))
     return placement, terms
 
@@ -350,7 +379,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     c = config
     reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep),
                        lambda: structural_reasons(model, c.tp, c.pp, c.dp, B, c.ep))
-    reasons = reasons or config_reasons(model, config, B)
+    reasons = reasons or cp_reasons(c, s) or config_reasons(model, config, B)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
     check_precision(cluster, request.precision)
@@ -419,7 +448,7 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
-           c.ep, c.dp if c.ep > 1 else 0, imbalance)
+           c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))

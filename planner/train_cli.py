@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from planner.emit.command import LaunchStep
-from planner.layout import Layout
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, check_precision
@@ -44,5 +43,5 @@ def launchable(model: ModelSpec, plan: TrainPlan) -> TrainPlan:
     from planner.emit.megatron import refusals
 
     release = plan.request.engine_versions.megatron_release
-    return without_refused(plan, lambda e: Layout(e.config.tp, e.config.pp, e.config.dp),
+    return without_refused(plan, lambda e: e.config.layout,
                            lambda e: refusals(model, e.config, release))

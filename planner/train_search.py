@@ -1,6 +1,7 @@
 """Enumerate training configurations, prune, rank by throughput, tally rejections.
 
-Space: every (tp, pp, dp) with tp*pp*dp = GPUs; every micro-batch b up to
+Space: every (tp, pp, dp) with tp*pp*dp = GPUs, and context parallelism splitting dp
+(tp*cp*pp*dp = GPUs, cp_options); every micro-batch b up to
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
 layers per stage) | gpipe; when pp does not divide the layers, the uneven first/last split
 estimate() picks for each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
@@ -32,6 +33,15 @@ from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, structural_reasons, train_rates
 from planner.train_shortfall import in_node_shortfall
 
+MIN_CP_CHUNK_TOKENS = 4096
+"""Least tokens per rank the search gives a CP degree (a fixed `--layout cp=N` is tried as
+given), so CP is searched from 8K-token sequences on. Published CP runs keep at least 4K
+per rank: Megatron-Core's guide shows 8K over cp = 2 (docs/user-guide/features/
+context_parallel.md, core_v0.19.0); Llama 3's long-context stage ran 131,072 tokens over
+cp = 16, 8K per rank (Llama Team 2024, Table 4). Below it a ring step's attention,
+(s/cp)^2/2 causal pairs, shrinks quadratically under the KV send it must hide and the
+rank's GEMMs run b*s/cp rows; and it keeps the search at 16,384 GPUs within its budget
+(bench/bench_plan.py)."""
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -43,9 +53,24 @@ TrainPlan = Plan[TrainEstimate, TrainRequest]
 
 def rank_key(e: TrainEstimate) -> tuple:
     c = e.config
-    return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.pp, c.dp, c.ep,
+    return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.cp, c.pp, c.dp, c.ep,
             c.micro_batch_size, c.schedule, c.virtual_stages, RECOMPUTE_ORDER.index(c.recompute),
             not c.sequence_parallel, c.zero_stage)
+
+
+def cp_options(request: TrainRequest, dp: int) -> list[int]:
+    """Context-parallel degrees above 1 that split the dp ranks of a (tp, pp, dp) layout:
+    powers of two (Megatron's CP groups ride NVLink in pairs, fours and eights) with
+    s divisible by 2*cp (Megatron's load-balanced split) and at least MIN_CP_CHUNK_TOKENS
+    per rank; `--layout cp=N` tries N alone (the estimate refuses what Megatron would)."""
+    wanted, s = request.layout.cp, request.seq_len
+    if wanted is not None:
+        return [wanted] if wanted > 1 and dp % wanted == 0 else []
+    degrees, cp = [], 2
+    while dp % cp == 0 and s % (2 * cp) == 0 and s // cp >= MIN_CP_CHUNK_TOKENS:
+        degrees.append(cp)
+        cp *= 2
+    return degrees
 
 
 def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
@@ -80,13 +105,14 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
     return pairs
 
 
-def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1) -> list[int]:
-    """ZeRO-2/3 (Megatron-FSDP) for pure data parallelism without EP (train.ep_reasons)."""
+def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1, cp: int = 1) -> list[int]:
+    """ZeRO-2/3 (Megatron-FSDP) for pure data parallelism without EP or CP (train.ep_reasons,
+    train.cp_reasons); ZeRO-1 shards over dp*cp."""
     if request.zero_stage is not None:
         return [request.zero_stage]
-    if dp == 1:
+    if dp * cp == 1:
         return [0]
-    return [0, 1, 2, 3] if tp == pp == 1 and ep == 1 else [0, 1]
+    return [0, 1, 2, 3] if tp == pp == cp == 1 and ep == 1 else [0, 1]
 
 
 def sp_options(model: ModelSpec, request: TrainRequest, tp: int) -> list[bool]:
@@ -126,8 +152,8 @@ class _Tally:
 
 def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
                   rates: TrainRates, memo: Memo) -> LayoutResult[TrainEstimate]:
-    """Every configuration of one (tp, pp, dp) that the pruning rules leave, or why none runs."""
-    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    """Every configuration of one (tp, cp, pp, dp) that the pruning rules leave, or why none runs."""
+    tp, pp, dp, cp = layout.tp, layout.pp, layout.dp, layout.cp
     reasons = structural_reasons(model, tp, pp, dp, request.global_batch, layout.ep)
     if reasons:
         return [], Rejected(layout, tuple(reasons)), 1
@@ -135,12 +161,13 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
     for schedule, v in schedule_options(model, request, pp):
-        for zero in zero_options(request, tp, pp, dp, layout.ep):
+        for zero in zero_options(request, tp, pp, dp, layout.ep, cp):
             for sp in sp_options(model, request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
                     base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
-                                       attention=request.attention, ep=layout.ep)
+                                       attention=request.attention, precision=request.precision,
+                                       ep=layout.ep, cp=cp)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):
@@ -160,11 +187,15 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
                    memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
+    With flash attention selective recompute drops nothing (activations.py: no scores are
+    kept), so after no recompute ran out of memory it is skipped: it would too, by as much.
     Also the index (counted from `first`) of the recompute level it stopped at: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Rejected | None = None
     for offset, recompute in enumerate(recomputes):
+        if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
+            continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = replace(base, recompute=recompute)
         result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
@@ -193,14 +224,17 @@ def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) 
 
 
 def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainRequest:
-    """`--layout tp=..,pp=..` with the GPU count fixes dp too: check the batch against it."""
+    """`--layout tp=..,pp=..` with the GPU count fixes dp too (cp = 1 unless cp= is given):
+    check the batch against it."""
     f = request.layout
     num_gpus = request.num_gpus or cluster.num_gpus
     if f.tp is None or f.pp is None or f.dp is not None:
         return request
-    if num_gpus % (f.tp * f.pp):
-        raise SpecError(f"--layout: tp*pp = {f.tp * f.pp} does not divide the {num_gpus} GPUs")
-    return replace(request, layout=replace(f, dp=num_gpus // (f.tp * f.pp)))
+    cp = f.cp or 1
+    if num_gpus % (f.tp * f.pp * cp):
+        product = f"tp*pp = {f.tp * f.pp}" if cp == 1 else f"tp*cp*pp = {f.tp * cp * f.pp}"
+        raise SpecError(f"--layout: {product} does not divide the {num_gpus} GPUs")
+    return replace(request, layout=replace(f, dp=num_gpus // (f.tp * f.pp * cp)))
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
@@ -218,7 +252,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     memo = Memo()
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
-                      lambda found: sorted(found, key=rank_key))
+                      lambda found: sorted(found, key=rank_key),
+                      lambda dp: cp_options(request, dp))
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
                                   lambda pp: schedule_options(model, request, pp),
                                   lambda dp: micro_batch_options(request, dp))

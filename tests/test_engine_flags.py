@@ -111,6 +111,27 @@ def test_training_commands_start_with_every_option(model_name, cluster_name, meg
     assert commands and problems == []
 
 
+@pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
+def test_context_parallel_commands_start(megatron, engine_check):
+    """Long sequences: every feasible configuration's command, cp 1 to 4 (--context-parallel-size,
+    --cp-comm-type p2p; arguments.py at each release), and CUDA_DEVICE_MAX_CONNECTIONS=1 with
+    cp > 1 even at tp = 1 (validate_args asserts it for TP or CP before Blackwell)."""
+    from planner.emit.megatron import megatron_steps
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("2x8xH100")
+    versions = EngineVersions(megatron=megatron)
+    request = TrainRequest(global_batch=16, seq_len=16384, engine_versions=versions)
+    plan = train_launchable(model, search(model, cluster, request))
+    problems, degrees = [], set()
+    for estimate in plan.layouts:
+        degrees.add(estimate.config.cp)
+        (step,) = megatron_steps(model, cluster, estimate.config, 16, 16384)
+        problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
+        if estimate.config.cp > 1:
+            assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in step.argv and "--context-parallel-size" in step.argv
+    assert degrees == {1, 2, 4} and problems == []
+
+
 def test_old_megatron_refuses_tp_above_the_query_groups(run_plan):
     """core_v0.14.0: 8 KV groups and tp=16 is rejected with the reason; the default release takes it."""
     args = ("--workload", "train", "--model", "llama-3.1-70b", "--cluster", "4x8xH100", "--global-batch", "512",

@@ -19,6 +19,10 @@ FP8 (--precision fp8): Transformer Engine saves each linear layer's input quanti
 instead of 2: the QKV and MLP-up inputs (2h of the replicated 10h), the output-projection
 input (a*d/t) and the MLP-down input (f/t) (fp8_saved_input_savings_per_token;
 docs/cost-model.md#training-fp8).
+Context parallelism (cp > 1): every rank holds s/cp tokens of each sequence and every
+per-token term above applies to them (context_parallel_chunk_tokens): activations per GPU
+divide by cp (flash attention only, whose kept state is linear in s; Megatron-Core runs CP
+only through TE's attention).
 MoE: each MoE layer also keeps the tokens dispatched to the GPU's experts
 (moe_dispatch_bytes_per_layer): k copies of each token of the TP group without EP, of its
 1/t share with it.
@@ -37,6 +41,14 @@ SOFTMAX_STATS_BYTES_PER_ROW = 4
 """Flash attention keeps one fp32 logsumexp per query row and head for its backward."""
 MASK_BYTES_PER_ELEMENT = 1
 """Dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4, before 4.1)."""
+
+
+def context_parallel_chunk_tokens(seq_len: int, cp: int) -> int:
+    """s/cp: the tokens of each sequence one CP rank holds (Megatron splits the sequence into
+    2*cp chunks and gives rank i chunks i and 2*cp-1-i, get_batch_on_this_cp_rank in
+    megatron/core/utils.py core_v0.19.0; arguments.py asserts s divisible by 2*cp)."""
+    assert seq_len % cp == 0, "config_reasons rejects s not divisible by 2*cp"
+    return seq_len // cp
 
 
 def replicated_bytes_per_token(model: ModelSpec, act_bytes: int) -> float:

@@ -14,6 +14,11 @@ DP gradient reduction overlapped with the last micro-batch's backward (Megatron'
 dispatch and a combine all-to-all forward and again backward (ep_seconds_per_layer), not
 overlapped, the busiest GPU's extra routed-expert GEMMs, and the expert gradients reduced
 over the expert-data-parallel group of t*d/ep ranks instead of d (dp_collectives).
+Context parallelism (cp > 1): each rank runs every layer on its s/cp tokens (the caller
+passes that chunk as s); its attention covers 1/cp of the sequence's causal pairs
+(layer_seconds' cp); ring attention passes K and V chunks around the CP group, each step's
+send under the current chunk's attention (cp_seconds_per_layer); gradients reduce over the
+dp*cp ranks that hold the same weights (dp_collectives).
 Every function here is pure and uncached; the training estimate (planner/train.py)
 memoises the per-layer terms in the memo of its search.
 """
@@ -91,10 +96,14 @@ class TimeBreakdown:
     dp_comm_exposed: float
     ep_comm: float = 0.0
     """The EP all-to-alls of the pacing stage's MoE layers (0 without EP)."""
+    cp_comm: float = 0.0
+    """The ring-attention KV exchange of the pacing stage's layers not hidden under the
+    attention (0 without CP)."""
 
     @property
     def total(self) -> float:
-        return self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed + self.ep_comm
+        return (self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed + self.ep_comm
+                + self.cp_comm)
 
 
 @dataclass(frozen=True)
@@ -195,7 +204,7 @@ def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: in
 
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates, attention: str = "materialized",
-                  precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1) -> LayerSeconds:
+                  precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1, cp: int = 1) -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
@@ -203,18 +212,23 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16
     (the casts to fp8 are fused into the layernorm and activation kernels, or small).
-    MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout)."""
+    MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout).
+    CP: s is the rank's chunk s/cp; its flash attention does cp times the chunk's own causal
+    pairs, (s/cp)^2/2 per ring step over cp steps = 1/cp of the sequence's s^2/2 (the
+    load-balanced split, cp_seconds_per_layer); flash attention only."""
     gemms = layer_gemms_forward(model, b, s, tp)
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
     linear = linear_rates(rates, precision)
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
-        core_forward, core_backward = flash_attention_seconds(gemms, rates)
+        step_forward, step_backward = flash_attention_seconds(gemms, rates)
+        core_forward, core_backward = cp * step_forward, cp * step_backward
         forward = dense + core_forward + traffic / hbm
         backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
         core_again = core_forward
     else:
+        assert cp == 1, "config_reasons refuses CP without flash attention"
         gemm_forward = (linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
                         + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
         forward = gemm_forward + traffic / hbm
@@ -341,11 +355,70 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
                      imbalance, share, None if link is None else link.kind, curve is not None)
 
 
+@dataclass(frozen=True)
+class CpSeconds:
+    """Ring attention of one layer, one micro-batch, one GPU (all 0 without CP)."""
+
+    kv_chunk_bytes: float = 0.0
+    """One K and V chunk: 2 * b * (s/cp) * k_gpu * d * e."""
+    send_seconds: float = 0.0
+    """One forward ring step's send of kv_chunk_bytes (the backward's sends twice that)."""
+    step_forward_seconds: float = 0.0
+    """The attention one forward ring step computes (1/cp of the rank's)."""
+    step_backward_seconds: float = 0.0
+    total: float = 0.0
+    """Every send of the layer: (cp-1) forward, (cp-1) backward of KV and dKV, again with
+    recompute."""
+    exposed: float = 0.0
+    """What the attention does not hide: sum over ring steps of max(0, send - step compute)."""
+    link: str | None = None
+    """The slowest hop of the ring (NVLink inside a node, the NICs across)."""
+
+
+def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: int, placement: Placement,
+                         rates: TrainRates) -> CpSeconds:
+    """Ring attention's KV exchange of one layer: cp - 1 steps forward, each sending one KV
+    chunk S = 2*b*(s/cp)*k_gpu*d*e bytes (k_gpu = kv_heads_per_gpu: GQA shrinks it) to the
+    next rank while the current chunk's attention runs; backward the same cp - 1 steps, each
+    sending KV and dKV (2S). Exposed per step: max(0, alpha + S/beta - step compute).
+
+    Source: Megatron-Core's context-parallel guide (docs/user-guide/features/context_parallel.md,
+    core_v0.19.0: all-gather of KV forward, reduce-scatter of dKV backward, "implemented as
+    point-to-point communications in a ring topology", load-balanced causal split) and
+    Transformer Engine's AttnFuncWithCPAndKVP2P (transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py: "overlap current-step compute with next-step
+    communication"; backward passes kv and dkv). With the zig-zag split every step computes
+    (s/cp)^2/2 causal pairs (the diagonal step the two half-chunks' lower triangles and one
+    full quarter, every other step half of the queries or half of the keys: TE's
+    "lower-triangle" / "upper-triangle" sections): flash_attention_seconds at the chunk.
+    Assumptions: the link is the ring's slowest hop (placement.cp_link: the NICs once the
+    ring spans nodes, each GPU its share); full and selective recompute rerun the forward
+    ring (selective recomputes the attention core); the first step's compute and the last
+    step's have no send to hide."""
+    cp, b = config.cp, config.micro_batch_size
+    link = placement.cp_link
+    if cp <= 1 or link is None:
+        return CpSeconds()
+    e = 2  # 16-bit K and V
+    kv_bytes = 2 * b * chunk_tokens * kv_heads_per_gpu(model, config.tp) * model.head_dim * e
+    step_forward, step_backward = flash_attention_seconds(layer_gemms_forward(model, b, chunk_tokens, config.tp),
+                                                          rates)
+    send_forward = comm.p2p_seconds(kv_bytes, link)
+    send_backward = comm.p2p_seconds(2 * kv_bytes, link)
+    forward_passes = 1 if config.recompute == "none" else 2
+    steps = cp - 1
+    total = steps * (forward_passes * send_forward + send_backward)
+    exposed = steps * (forward_passes * max(0.0, send_forward - step_forward)
+                       + max(0.0, send_backward - step_backward))
+    return CpSeconds(kv_bytes, send_forward, step_forward, step_backward, total, exposed, link.kind)
+
+
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
-    """DP peers are tp*pp ranks apart: the group leaves the node once the layout does."""
-    if config.dp == 1:
+    """DP peers (with CP: the dp*cp ranks holding the same weights) sit outside the TP
+    group: the group leaves the node once the layout does."""
+    if config.dp_cp == 1:
         return None
-    spans_nodes = cluster.num_nodes > 1 and config.tp * config.pp * config.dp > cluster.gpus_per_node
+    spans_nodes = cluster.num_nodes > 1 and config.layout.num_gpus > cluster.gpus_per_node
     return inter_node_link(cluster) if spans_nodes else intra_node_link(cluster)
 
 
@@ -370,7 +443,8 @@ class DpCollectives:
 
 def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None,
                    routed_expert_params: float = 0.0) -> DpCollectives:
-    """Ring times on the DP link (NCCL busbw-derated), dp ranks. With EP the
+    """Ring times on the DP link (NCCL busbw-derated), dp*cp ranks (the data-parallel group
+    with CP, over which Megatron reduces gradients and shards the optimizer). With EP the
     routed_expert_params among params_per_gpu reduce (and gather) over the
     expert-data-parallel group of d_x = t*d/ep ranks instead (a second ring, after the
     dense one; same link: assumption, the group spans nodes once the layout does)."""
@@ -382,7 +456,7 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None
                              dense.weight_bytes + experts.weight_bytes,
                              dense.gather_seconds + experts.gather_seconds,
                              experts, expert_data_parallel_size(config.tp, config.dp, config.ep))
-    d, eff_link = config.dp, comm.collective_link(link)
+    d, eff_link = config.dp_cp, comm.collective_link(link)
     grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
     if d == 1:
@@ -413,7 +487,7 @@ def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | 
     as it goes; z = 3: also all-gathers the weights before forward and backward (and the
     recompute), overlapped with the micro-batch (ZeRO, Rajbhandari et al. 2020).
     """
-    if config.dp == 1:
+    if config.dp_cp == 1:
         return 0.0
     collectives = collectives or dp_collectives(params_per_gpu, config, link)
     scatter, gather = collectives.gradient_seconds, collectives.gather_seconds
@@ -465,18 +539,23 @@ class LayerTerms:
     """The last stage's output layer and loss, per micro-batch."""
     ep: EpSeconds = EpSeconds()
     """Expert parallelism per MoE layer (all 0 without EP)."""
+    cp: CpSeconds = CpSeconds()
+    """Ring attention's KV exchange per layer (all 0 without CP)."""
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
                 placement: Placement, rates: TrainRates,
                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> LayerTerms:
+    """`s` the sequence length; with CP every term runs on the rank's s/cp tokens."""
     c, b = config, config.micro_batch_size
+    chunk = act.context_parallel_chunk_tokens(s, c.cp)
     return LayerTerms(
-        layer=layer_seconds(model, s, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                            c.precision, c.ep, c.layout.dp_per_ep_group),
-        tp=tp_seconds_per_layer(model, cluster, c, s, placement, rates),
-        logits_seconds=logits_seconds(model, s, b, c.tp, rates),
-        ep=ep_seconds_per_layer(model, cluster, c, s, rates, imbalance),
+        layer=layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
+                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp),
+        tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
+        logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
+        ep=ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance),
+        cp=cp_seconds_per_layer(model, c, chunk, placement, rates),
     )
 
 
@@ -492,7 +571,7 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
     ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
     return StageSeconds(
-        seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep
+        seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep + terms.cp.exposed
                            + layer_params_per_gpu(model, c.tp, c.ep) * per_byte),
         first_extra_seconds=ends.first_stage * per_byte,
         last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
@@ -507,12 +586,13 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
     stage's; DP and optimizer the worst stage's parameters, the DP overlap window the first
-    stage's last backward."""
+    stage's last backward. `s` the sequence length (pipeline sends carry the rank's s/cp)."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
+    chunk = act.context_parallel_chunk_tokens(s, c.cp)
     layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
     layer_compute = layer.total + terms.ep.compute_seconds_per_layer
-    layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer
+    layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
@@ -529,7 +609,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
             stage_per_micro_batch = compute + layers_here * layer_comm
     experts = params.worst_routed_experts
     if c.zero_stage >= 1:
-        optimizer_params = ((params.worst - experts) / c.dp
+        optimizer_params = ((params.worst - experts) / c.dp_cp
                             + experts / expert_data_parallel_size(c.tp, c.dp, c.ep))
     else:
         optimizer_params = params.worst
@@ -541,9 +621,10 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
-        pp_comm=pp_seconds(model, cluster, c, s, m, placement.pp_link),
+        pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link),
         dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m, dp),
         ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
+        cp_comm=m * slowest_layers * terms.cp.exposed,
     )
     return StepTimes(
         breakdown=breakdown,
@@ -556,8 +637,8 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         slowest_stage=slowest,
         slowest_stage_num_layers=slowest_layers,
         stage_seconds_per_micro_batch=stage_per_micro_batch,
-        pp_send_seconds=pp_send_seconds(model, config, s, placement.pp_link),
-        pp_send_bytes=pp_send_bytes(model, config, s),
+        pp_send_seconds=pp_send_seconds(model, config, chunk, placement.pp_link),
+        pp_send_bytes=pp_send_bytes(model, config, chunk),
         dp=dp,
     )
 

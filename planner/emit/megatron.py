@@ -134,9 +134,10 @@ def vocab_divisor(vocab_size: int, tp: int) -> int:
 
 
 def launch_env(config: TrainConfig) -> tuple[str, ...]:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 (validate_args asserts it before Blackwell, and it
-    orders TP communication ahead of compute); Megatron-FSDP asserts it is not 1, so FSDP gets none."""
-    if config.tp > 1 and config.zero_stage < 2:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 or CP > 1 (validate_args asserts it before
+    Blackwell for either, and it orders their communication ahead of compute); Megatron-FSDP
+    asserts it is not 1, so FSDP gets none."""
+    if (config.tp > 1 or config.cp > 1) and config.zero_stage < 2:
         return env_prefix(CUDA_DEVICE_MAX_CONNECTIONS="1")
     return ()
 
@@ -165,6 +166,7 @@ def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) ->
 def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
     c = config
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    args += context_parallel_args(c)
     if c.first_last_layers is not None:
         first, last = c.first_last_layers
         args += ["--decoder-first-pipeline-num-layers", str(first),
@@ -193,9 +195,18 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     if c.zero_stage >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[c.zero_stage],
                  "--no-gradient-accumulation-fusion", "--ckpt-format", FSDP_CHECKPOINT_FORMAT]
-    if c.dp > 1:
+    if c.dp_cp > 1:
         args.append("--overlap-grad-reduce")
     return args
+
+
+def context_parallel_args(config: TrainConfig) -> list[str]:
+    """CP (megatron/training/arguments.py core_v0.19.0): --context-parallel-size cp and
+    --cp-comm-type p2p, the ring of KV sends the estimate prices (its default, named so the
+    command says what was planned; a2a, allgather and a2a+p2p are not modelled)."""
+    if config.cp <= 1:
+        return []
+    return ["--context-parallel-size", str(config.cp), "--cp-comm-type", "p2p"]
 
 
 def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
@@ -231,7 +242,7 @@ def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
     """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments.
     GPipe has no Megatron flag (Megatron runs 1F1B); data, tokenizer and optimizer
     hyper-parameters are the user's to add."""
-    num_gpus = config.tp * config.pp * config.dp
+    num_gpus = config.layout.num_gpus
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
     argv = (list(launch_env(config)) + torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT]
             + parallel_args(model, config, global_batch) + model_args(model, seq_len, config.tp))

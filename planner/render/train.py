@@ -47,6 +47,7 @@ def _schedule(e: TrainEstimate) -> str:
 COLUMNS = (
     Column("#", lambda e, i: str(i + 1)),
     Column("tp", lambda e, i: str(e.config.tp)),
+    Column("cp", lambda e, i: str(e.config.cp)),
     Column("pp", lambda e, i: str(e.config.pp)),
     Column("dp", lambda e, i: str(e.config.dp)),
     Column("ep", lambda e, i: str(e.config.ep)),
@@ -95,24 +96,39 @@ def summary_lines(plan: TrainPlan) -> list[str]:
              "PP comm": t.pp_comm, "DP comm (exposed)": t.dp_comm_exposed}
     if c.ep > 1:
         parts["EP all-to-all"] = t.ep_comm
+    if c.cp > 1:
+        parts["CP ring (exposed)"] = t.cp_comm
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
-        f"Recommended: tp={c.tp} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
+        f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
         f"({best.num_micro_batches} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
-        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
+        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
         f"MFU {best.mfu:.1%}.",
     ]
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
         gap = 1 - runner.tokens_per_second / best.tokens_per_second
-        lines.append(f"Runner-up: tp={runner.config.tp} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
+        lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
     return lines
+
+
+def _cp(config) -> str:
+    return f" cp={config.cp}" if config.cp > 1 else ""
+
+
+def _cp_link(e: TrainEstimate) -> str:
+    """The CP ring's link and its sends per layer and micro-batch (how much the attention hides)."""
+    cp = e.layer_terms.cp if e.layer_terms is not None else None
+    if e.config.cp <= 1 or cp is None:
+        return ""
+    return (f"; context parallel (cp={e.config.cp}) ring on {cp.link}, {ms(cp.total)} of KV sends per layer "
+            f"and micro-batch, {ms(cp.exposed)} exposed")
 
 
 def _ep(config) -> str:
@@ -207,7 +223,7 @@ def _where(step: LaunchStep) -> str:
 def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
-        "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "rank": rank,
+        "tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "rank": rank,
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
@@ -224,9 +240,11 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
         "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
         "alltoall_seconds_per_layer": e.alltoall_seconds_per_layer, "alltoall_link": e.alltoall_link,
+        "cp_comm_seconds_per_layer": e.layer_terms.cp.total if e.layer_terms else 0.0,
+        "cp_link": e.layer_terms.cp.link if e.layer_terms else None,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed,
-                                   "ep_comm": t.ep_comm},
+                                   "ep_comm": t.ep_comm, "cp_comm": t.cp_comm},
         "stage_memories": to_jsonable(e.stage_memories),
         "layer_terms": to_jsonable(e.layer_terms),
         "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
@@ -251,7 +269,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "engine_versions": to_jsonable(request.engine_versions),
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
-        "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
+        "rejected": [{"tp": r.layout.tp, "cp": r.layout.cp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
                       "reasons": list(r.reasons),
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,

@@ -52,7 +52,7 @@ def test_json_has_every_section() -> None:
     data = json.loads(result.output)
     for section in SECTIONS:
         assert data[section], section
-    assert data["layout"] == {"tp": 8, "pp": 2, "dp": 1, "ep": 1}
+    assert data["layout"] == {"tp": 8, "pp": 2, "dp": 1, "ep": 1, "cp": 1}  # Layout.cp: 1 for serving
     assert data["timeline"]["schedule"] == "decode"
     assert data["memory"][0]["segments"][0] == {"name": "weights", "bytes": pytest.approx(data["memory"][0]["segments"][0]["bytes"])}
 

@@ -3,8 +3,10 @@
 The reference enumerates every combination of the search space with itertools.product and
 estimates each one, no pruning at all: every (tp, pp, dp), every micro-batch, 1F1B,
 interleaved with every v, GPipe, every recompute level, sequence parallelism on and off,
-every ZeRO stage, and for an MoE model every expert-parallel degree the layouts offer
-(layout.expert_parallel_degrees). The pruned search (planner/train_search.py) must then
+every ZeRO stage, for an MoE model every expert-parallel degree the layouts offer
+(layout.expert_parallel_degrees), and every context-parallel degree of the search space
+(train_search.cp_options: powers of two splitting dp, s divisible by 2*cp, at least
+MIN_CP_CHUNK_TOKENS per rank), ZeRO-2/3 tried there too. The pruned search (planner/train_search.py) must then
   - rank first exactly the configuration the reference ranks first (same rank key);
   - keep, for every configuration it could reach (all but GPipe), precisely the least
     recomputation the reference finds to fit: so its whole feasible set, hence its top-k,
@@ -30,32 +32,39 @@ from planner.layout import Rejected, TrainConfig, divisors, expert_parallel_degr
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, train_rates
-from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, rank_key, search
+from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, cp_options, rank_key, search
 
 MICRO_BATCHES = list(range(1, MAX_MICRO_BATCH_SIZE + 1))
 
 
 def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
-                 gpus_per_node: int = 8) -> Iterator[TrainConfig]:
-    """The whole space, invalid combinations included (estimate rejects those)."""
+                 gpus_per_node: int = 8, request: TrainRequest | None = None) -> Iterator[TrainConfig]:
+    """The whole space, invalid combinations included (estimate rejects those); with a
+    request, also its context-parallel degrees (cp ranks taken from dp)."""
     for layout in factorizations(num_gpus):
-        tp, pp, dp = layout.tp, layout.pp, layout.dp
-        eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts) if model.is_moe else [])
-        # every v that divides the layers (an uneven split needs v to divide each stage's
-        # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
-        # estimate applies the split rule (cost/stage_split.py): not a search dimension.
-        schedules = [("1f1b", 1), ("gpipe", 1)]
-        schedules += [("interleaved", v) for v in divisors(model.num_hidden_layers) if v > 1]
-        zeros = (0, 1, 2, 3) if dp > 1 else (0,)  # sharding over one rank is no sharding
-        for (schedule, v), b, recompute, sp, zero, ep in itertools.product(
-                schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros, eps):
-            yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero, attention=attention, ep=ep)
+        for cp in [1] + (cp_options(request, layout.dp) if request is not None else []):
+            yield from _every_config_of(model, layout.tp, layout.pp, layout.dp // cp, cp, attention,
+                                        gpus_per_node)
+
+
+def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, attention: str,
+                     gpus_per_node: int) -> Iterator[TrainConfig]:
+    eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts) if model.is_moe else [])
+    # every v that divides the layers (an uneven split needs v to divide each stage's
+    # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
+    # estimate applies the split rule (cost/stage_split.py): not a search dimension.
+    schedules = [("1f1b", 1), ("gpipe", 1)]
+    schedules += [("interleaved", v) for v in divisors(model.num_hidden_layers) if v > 1]
+    zeros = (0, 1, 2, 3) if dp * cp > 1 else (0,)  # sharding over one rank is no sharding
+    for (schedule, v), b, recompute, sp, zero, ep in itertools.product(
+            schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros, eps):
+        yield TrainConfig(tp, pp, dp, b, schedule, v, recompute, sp, zero, attention=attention, ep=ep, cp=cp)
 
 
 def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
     rates = train_rates(model, cluster)
     results = (estimate(model, cluster, c, request, rates)
-               for c in every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node))
+               for c in every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node, request))
     return sorted((r for r in results if isinstance(r, TrainEstimate)), key=rank_key)
 
 
@@ -64,7 +73,7 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
     best: dict[tuple, TrainEstimate] = {}
     for r in results:
         c = r.config
-        key = (c.tp, c.pp, c.dp, c.ep, c.micro_batch_size, c.schedule, c.virtual_stages,
+        key = (c.tp, c.cp, c.pp, c.dp, c.ep, c.micro_batch_size, c.schedule, c.virtual_stages,
                c.sequence_parallel, c.zero_stage)
         if key not in best or RECOMPUTE_ORDER.index(c.recompute) < RECOMPUTE_ORDER.index(best[key].config.recompute):
             best[key] = r
@@ -81,7 +90,7 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
     assert pruned[0].tokens_per_second == max(r.tokens_per_second for r in reference)
 
     expected = least_recompute(reference)
-    reachable = {k: r for k, r in expected.items() if k[5] != "gpipe"}
+    reachable = {k: r for k, r in expected.items() if k[6] != "gpipe"}
     assert sorted(pruned, key=rank_key) == list(pruned)
     assert sorted(reachable.values(), key=rank_key) == list(pruned)
 
@@ -103,6 +112,8 @@ CASES = {
     "mistral-7b on 8x8xA100": ("mistral-7b", "8x8xA100", 128, 4096),
     # MoE: expert-parallel degrees, SP required with TP, experts dividing ep
     "qwen3-30b-a3b on 1x8xH100": ("qwen3-30b-a3b", "1x8xH100", 32, 2048),
+    # context parallelism: cp 2 and 4 (4,096+ tokens per rank) against cp 1, tight memory
+    "llama-3.1-8b at 16K on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB", 16, 16384),
 }
 
 
@@ -154,3 +165,14 @@ def test_pruning_is_safe_on_random_small_cases(model_name: str, nodes_x_gpus: tu
     model = resolve_model(model_name)
     cluster = resolve_cluster(f"{num_nodes}x{gpus_per_node}x{gpu}")
     check_pruning_is_safe(model, cluster, TrainRequest(global_batch=global_batch, seq_len=seq_len))
+
+
+def test_the_cp_case_exercises_context_parallelism() -> None:
+    """The CP case ranks a cp > 1 configuration first and keeps cp 2 and 4 with both no and
+    full recomputation among the feasible ones (so the pruning rules act on CP layouts)."""
+    model_name, cluster_name, global_batch, seq_len = CASES["llama-3.1-8b at 16K on 2x8xA100-40GB"]
+    plan = search(resolve_model(model_name), resolve_cluster(cluster_name),
+                  TrainRequest(global_batch=global_batch, seq_len=seq_len))
+    assert plan.layouts[0].config.cp > 1
+    assert {e.config.cp for e in plan.layouts} == {1, 2, 4}
+    assert {e.config.recompute for e in plan.layouts if e.config.cp > 1} >= {"none", "full"}

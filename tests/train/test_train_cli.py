@@ -51,7 +51,7 @@ def test_json_shape():
     assert set(out["recommended"]["memory"]) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes",
                                                  "activation_bytes", "overhead_bytes"}
     assert set(out["recommended"]["time_breakdown_seconds"]) == {"compute", "bubble", "tp_comm", "pp_comm",
-                                                                 "dp_comm_exposed", "ep_comm"}
+                                                                 "dp_comm_exposed", "ep_comm", "cp_comm"}
     assert [layout["rank"] for layout in out["layouts"][:3]] == [1, 2, 3]
     assert all({"tp", "pp", "dp", "reasons"} <= set(r) and r["reasons"] for r in out["rejected"])
     assert any("attention heads 96 not divisible by tp=128" in r["reasons"] for r in out["rejected"])
@@ -145,6 +145,9 @@ def test_no_feasible_layout_exits_1():
     # FP8 through Transformer Engine: hybrid format, delayed scaling, 1024-step amax history (max)
     ("llama-3.1-8b_1x8xH100_fp8", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
                                    "--seq-len", "8192", "--precision", "fp8")),
+    # context parallelism for a long sequence: --context-parallel-size, --cp-comm-type p2p
+    ("llama-3.1-70b_32x8xH100_cp", ("--model", "llama-3.1-70b", "--cluster", "32x8xH100", "--global-batch", "64",
+                                    "--seq-len", "131072")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),
