@@ -91,7 +91,6 @@ Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the
 Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 UNMODELLED_KEYS = {
-    "block_configs": "per-layer block shapes (DeciLM / Nemotron-NAS block_configs)",
     "hybrid_layer_pattern": "per-layer attention variants (hybrid_layer_pattern)",
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
@@ -260,6 +259,8 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields.update(window_fields(text, kind))
     fields.update(global_attention_fields(text))
     fields.update(recurrent_fields(text, path))
+    if text.get("block_configs") is not None:
+        fields.update(block_config_fields(text, path))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
     fields["dtype"] = _dtype(text, raw, path)
@@ -329,6 +330,70 @@ def nemotron_h_fields(text: dict[str, Any], blocks: list[Any], path: Path) -> di
             fields["shared_expert_intermediate_size"] = text["moe_shared_expert_intermediate_size"]
         if text.get("moe_latent_size"):
             fields["moe_latent_size"] = text["moe_latent_size"]
+    return fields
+
+
+DECILM_FFN_MULTIPLE = 256
+"""DeciLM's _ffn_mult_to_intermediate_size rounds int(2 * ffn_mult * h / 3) up to this."""
+
+
+def decilm_ffn_size(ffn_mult: float, hidden_size: int) -> int:
+    """DeciLM's _ffn_mult_to_intermediate_size (configuration_decilm.py / modeling_decilm.py;
+    llama.cpp's DeciModel): int(2 * ffn_mult * h / 3) rounded up to a multiple of 256."""
+    size = int(2 * ffn_mult * hidden_size / 3)
+    return -(-size // DECILM_FFN_MULTIPLE) * DECILM_FFN_MULTIPLE
+
+
+def block_config_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
+    """DeciLM / Nemotron-NAS `block_configs` (DeciLMDecoderLayer): one entry per layer; an
+    attention with `no_op` has no input_layernorm and no self_attn (an MLP-only layer, one
+    norm); every other attention has n_heads_in_group query heads per KV head; each FFN is
+    a gated LlamaMLP of decilm_ffn_size(ffn_mult, h). The spec has one FFN width, so
+    intermediate_size is the mean of the layers' widths, rounded to an integer: the total
+    is then exact but for 3 * h * L * (rounding <= 0.5), under 0.001% (Nemotron-Super-49B:
+    mean 20,531.2 -> 20,531, 0.2 * 3 * 8192 * 80 = 393,216 of 49.9B). Refused in one line: a
+    layer replaced by a linear map, an FFN no_op, a window or sink tokens, or attention
+    layers with different n_heads_in_group."""
+    blocks, h = text["block_configs"], text.get("hidden_size")
+    where = f"{path}: block_configs"
+    if not isinstance(blocks, list) or not all(
+            isinstance(b, dict) and isinstance(b.get("attention"), dict) and isinstance(b.get("ffn"), dict)
+            for b in blocks):
+        raise SpecError(f"{where}: expected a list of {{attention, ffn}} objects")
+    if not isinstance(h, int) or isinstance(h, bool) or h < 1:
+        raise SpecError(f"{path}: hidden_size: expected a positive integer (got {h!r})")
+    if text.get("num_hidden_layers") not in (None, len(blocks)):
+        raise SpecError(f"{where}: {len(blocks)} entries for num_hidden_layers "
+                        f"{text['num_hidden_layers']} (one per layer expected)")
+    attention = [b["attention"] for b in blocks if not b["attention"].get("no_op")]
+    for block in blocks:
+        for part in ("attention", "ffn"):
+            config = block[part]
+            for key, feature in (("replace_with_linear", "layers replaced by a linear map"),
+                                 ("window_length", "windowed attention"),
+                                 ("num_sink_tokens", "sink-token attention"),
+                                 ("sparsify", "sparsified layers")):
+                if config.get(key):
+                    raise SpecError(f"{where}: {part}.{key}: {feature} are not modelled")
+        if block["ffn"].get("no_op"):
+            raise SpecError(f"{where}: ffn.no_op: attention-only layers are not modelled")
+    groups = {a.get("n_heads_in_group") for a in attention}
+    heads = text.get("num_attention_heads")
+    if len(groups) > 1:
+        raise SpecError(f"{where}: attention layers with different n_heads_in_group "
+                        f"({', '.join(sorted(map(str, groups)))}) are not modelled")
+    mults = [b["ffn"].get("ffn_mult") for b in blocks]
+    if not all(isinstance(m, (int, float)) and not isinstance(m, bool) and m > 0 for m in mults):
+        raise SpecError(f"{where}: ffn.ffn_mult: expected positive numbers")
+    sizes = [decilm_ffn_size(m, h) for m in mults]
+    fields: dict[str, Any] = {"num_hidden_layers": text.get("num_hidden_layers", len(blocks)),
+                              "intermediate_size": round(sum(sizes) / len(sizes)),
+                              "num_mlp_only_layers": len(blocks) - len(attention)}
+    group = groups.pop() if groups else None
+    if isinstance(group, int) and not isinstance(group, bool) and group > 0 and isinstance(heads, int):
+        fields["num_key_value_heads"] = heads // group
+    elif attention:
+        raise SpecError(f"{where}: attention.n_heads_in_group: expected a positive integer (got {group!r})")
     return fields
 
 

@@ -7,8 +7,8 @@ builds them (transformers models/<family>/modeling_<family>.py: LlamaDecoderLaye
 MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, DeepseekV3Attention / DeepseekV3MoE /
 DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP; hybrids: NemotronHBlock with
 NemotronHMamba2Mixer / NemotronHMoE, Qwen3_5DecoderLayer with Qwen3_5GatedDeltaNet;
-Gemma4TextDecoderLayer with Gemma4TextAttention, Gemma4TextRouter and Gemma4TextExperts), not
-through ModelSpec.
+Gemma4TextDecoderLayer with Gemma4TextAttention, Gemma4TextRouter and Gemma4TextExperts;
+DeciLMDecoderLayer from Nemotron-NAS block_configs), not through ModelSpec.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 78
+PLANNED = 79
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -168,11 +168,29 @@ def gemma4_layer(c: dict[str, Any], i: int) -> int:
     return layer + (2 * h * per_layer + h if per_layer else 0)
 
 
+def decilm_layer(c: dict[str, Any], block: dict[str, Any]) -> int:
+    """DeciLMDecoderLayer (modeling_decilm.py): unless attention.no_op, input_layernorm and
+    LlamaAttention with num_attention_heads / n_heads_in_group KV heads; then
+    post_attention_layernorm and a gated MLP of int(2 * ffn_mult * h / 3) rounded up to a
+    multiple of 256 (_ffn_mult_to_intermediate_size)."""
+    h, a = c["hidden_size"], c["num_attention_heads"]
+    d = h // a
+    layer = 0
+    if not block["attention"]["no_op"]:
+        k = a // block["attention"]["n_heads_in_group"]
+        layer += h + 2 * h * a * d + 2 * h * k * d
+    width = int(2 * block["ffn"]["ffn_mult"] * h / 3)
+    width += (256 - width % 256) % 256
+    return layer + h + 3 * h * width
+
+
 def independent_total(raw: dict[str, Any]) -> int:
     c = text_config(raw)
     h, vocab = c["hidden_size"], c["vocab_size"]
     tied = c.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
-    if c.get("model_type") == "nemotron_h":
+    if c.get("block_configs"):
+        layers = sum(decilm_layer(c, block) for block in c["block_configs"])
+    elif c.get("model_type") == "nemotron_h":
         layers = nemotron_h_layers(c)
     elif c.get("model_type") == "gemma4_text":
         layers = sum(gemma4_layer(c, i) for i in range(c["num_hidden_layers"]))
