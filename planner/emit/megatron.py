@@ -156,6 +156,10 @@ def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) ->
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
                 "which the planner does not emit yet, so it would train another model; plan with --emit none"]
+    if model.num_mlp_only_layers or model.num_mixer_only_layers:
+        return [f"Megatron-LM {release.version}: pretrain_gpt.py gives every layer attention and an MLP of one "
+                "width; this model's blocks differ per layer (MLP-only or mixer-only blocks, Nemotron-NAS / "
+                "hybrid patterns), so it would train another model; plan with --emit none"]
     groups = model.num_key_value_heads
     if groups % config.tp and not release.tp_may_exceed_query_groups:
         return [f"Megatron-LM {release.version} needs num_query_groups {groups} divisible by tp={config.tp} "

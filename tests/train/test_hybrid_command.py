@@ -39,3 +39,14 @@ def test_gemma4_gets_no_megatron_command():
     config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 1)
     (why,) = refusals(model, config, release)
     assert "Gemma 4" in why and "--emit none" in why
+
+
+def test_nas_blocks_get_no_megatron_command():
+    """Nemotron-Super-49B (DeciLM block_configs): 31 of 80 layers without attention and
+    per-layer FFN widths, which pretrain_gpt.py's uniform layers cannot build."""
+    model = resolve_model(str(NEMOTRON_H.parent / "nvidia--Llama-3_3-Nemotron-Super-49B-v1"))
+    assert model.num_mlp_only_layers == 31
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
+    (why,) = refusals(model, config, release)
+    assert "per layer" in why and "--emit none" in why
