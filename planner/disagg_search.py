@@ -50,6 +50,11 @@ SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
 
 
+def worker_ep(tp: int, dp: int) -> int:
+    """A worker's EP degree: its dp > 1 DP ranks share the experts (ep = tp * dp); 1 without."""
+    return tp * dp if dp > 1 else 1
+
+
 @dataclass(frozen=True)
 class WorkerShape:
     """One worker shape priced once per search."""
@@ -70,7 +75,7 @@ class WorkerShape:
 
     @property
     def ep(self) -> int:
-        return self.tp * self.dp if self.dp > 1 else 1
+        return worker_ep(self.tp, self.dp)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -102,7 +107,7 @@ class WorkerPlan:
 
     @property
     def ep(self) -> int:
-        return self.tp * self.dp if self.dp > 1 else 1
+        return worker_ep(self.tp, self.dp)
 
     @property
     def gpus_per_worker(self) -> int:
@@ -211,7 +216,7 @@ def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> li
 
 def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
                 max_model_len: int, dp: int = 1) -> WorkerShape | None:
-    layout = Layout(tp, pp, dp, tp * dp if dp > 1 else 1)
+    layout = Layout(tp, pp, dp, worker_ep(tp, dp))
     if structural_reasons(model, layout):
         return None
     wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)

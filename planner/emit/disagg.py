@@ -74,7 +74,7 @@ def _role_servers(first_node: int, workers: int, gpus_per_worker: int, gpn: int,
 
 def worker_gpus(args: ServeArgs) -> int:
     """GPUs of one worker: tp * pp, times its DP ranks when it is an EP worker."""
-    return args.tp * args.pp * (args.dp if args.ep > 1 else 1)
+    return args.tp * args.pp * args.layout.dp_per_ep_group
 
 
 def placements(d: DisaggDeployment) -> dict[str, list[RoleServers]] | None:
