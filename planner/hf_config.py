@@ -91,7 +91,6 @@ Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the
 Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 UNMODELLED_KEYS = {
-    "hybrid_layer_pattern": "per-layer attention variants (hybrid_layer_pattern)",
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
 }
@@ -256,7 +255,10 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields["gated_mlp"] = gated_mlp(text, kind)
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind))
-    fields.update(window_fields(text, kind))
+    if text.get("hybrid_layer_pattern") is not None:
+        fields.update(hybrid_pattern_fields(text, path))
+    else:
+        fields.update(window_fields(text, kind))
     fields.update(global_attention_fields(text))
     fields.update(recurrent_fields(text, path))
     if text.get("block_configs") is not None:
@@ -473,6 +475,45 @@ def global_attention_fields(text: dict[str, Any]) -> dict[str, Any]:
         fields["attention_k_eq_v"] = True
         if text.get("num_global_key_value_heads") is not None:
             fields["num_global_key_value_heads"] = text["num_global_key_value_heads"]
+    return fields
+
+
+SWA_SHAPE_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim")
+"""MiMo-V2's sliding-window layers take swa_<key> where the full layers take <key>."""
+
+
+def hybrid_pattern_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
+    """MiMo-V2-Flash's per-layer attention kinds (MiMoV2FlashForCausalLM): hybrid_layer_pattern
+    has one flag per layer, 1 = a sliding-window layer of sliding_window_size tokens with the
+    swa_* shape, 0 = a full-attention layer with the top-level shape
+    (vllm/model_executor/models/mimo_v2_flash.py MiMoV2Attention; sglang models/mimo_v2.py).
+    The window layers' shape becomes the spec's (num_key_value_heads, head_dim), the full
+    layers' KV heads and head dim num_global_key_value_heads and global_head_dim where they
+    differ. One query-head count and one value head dim for both kinds is what the cost model
+    describes; anything else is refused. The per-head attention-sink logits of the window
+    layers (a * S parameters, 2,496 of MiMo-V2-Flash's 309B) are left out."""
+    pattern, num_layers = text["hybrid_layer_pattern"], text.get("num_hidden_layers")
+    if (not isinstance(pattern, list) or not isinstance(num_layers, int) or len(pattern) < num_layers
+            or any(flag not in (0, 1) or isinstance(flag, bool) for flag in pattern)):
+        raise SpecError(f"{path}: hybrid_layer_pattern: expected one flag per layer, 0 (full "
+                        f"attention) or 1 (sliding window), for num_hidden_layers {num_layers}")
+    num_window = sum(pattern[:num_layers])
+    if not num_window:
+        return {}
+    swa = {key: text.get(f"swa_{key}", text.get(key)) for key in SWA_SHAPE_KEYS}
+    for key in ("num_attention_heads", "v_head_dim"):
+        if swa[key] != text.get(key):
+            raise SpecError(f"{path}: swa_{key}: sliding-window layers with their own {key} "
+                            f"({swa[key]} vs {text.get(key)}) are not modelled")
+    window = text.get("sliding_window_size", text.get("sliding_window"))
+    fields = {"sliding_window": window, "num_sliding_window_layers": num_window}
+    fields.update({key: swa[key] for key in ("num_key_value_heads", "head_dim") if swa[key] is not None})
+    if num_window == num_layers:
+        return fields
+    if text.get("num_key_value_heads") not in (None, swa["num_key_value_heads"]):
+        fields["num_global_key_value_heads"] = text["num_key_value_heads"]
+    if text.get("head_dim") not in (None, swa["head_dim"]):
+        fields["global_head_dim"] = text["head_dim"]
     return fields
 
 

@@ -155,7 +155,9 @@ class ModelSpec(_Spec):
     qk_rope_head_dim: Count(MAX_HEAD_DIM) | None = None
     """MLA: per-head query/key dims with RoPE (the key part shared by all heads is cached)."""
     v_head_dim: Count(MAX_HEAD_DIM) | None = None
-    """MLA: per-head value dims."""
+    """Per-head value dims: MLA's (required with it); in other attention the width per head of
+    the V projection and of the output projection's input when it differs from the query/key
+    head dim (MiMo-V2-Flash: 128 beside 192 on every layer); None = head_dim."""
     index_n_heads: Count(MAX_NUM_HEADS) | None = None
     """DSA (DeepSeek-V3.2, GLM-5): heads of the lightning indexer that picks the keys each
     query attends to (set together with index_head_dim; needs MLA with q_lora_rank)."""
@@ -273,8 +275,8 @@ class ModelSpec(_Spec):
                 f"num_dense_layers: {self.num_dense_layers} needs an MoE model with at least "
                 f"as many layers (num_hidden_layers {self.num_hidden_layers})"
             )
-        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
-        if any(value is not None for value in mla) and any(value is None for value in mla):
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim)
+        if any(value is not None for value in mla) and None in (*mla, self.v_head_dim):
             raise ValueError(
                 "kv_lora_rank: MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
                 "and v_head_dim together"
@@ -298,6 +300,9 @@ class ModelSpec(_Spec):
             raise ValueError(f"num_global_key_value_heads: {k} does not divide "
                              f"num_attention_heads {self.num_attention_heads}")
         shaped = (self.global_head_dim, k) != (None, None) or self.attention_k_eq_v
+        if self.attention_k_eq_v and self.v_head_dim not in (None, self.global_head_dim or self.head_dim):
+            raise ValueError(f"v_head_dim: {self.v_head_dim} cannot differ from the key head dim of "
+                             "attention_k_eq_v layers (their V is the K projection)")
         if shaped and (self.is_mla or self.num_window_layers >= self.num_hidden_layers):
             raise ValueError("global_head_dim: full-attention layer shapes need full-attention "
                              "layers beside sliding-window ones (num_sliding_window_layers), "

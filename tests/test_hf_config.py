@@ -486,7 +486,6 @@ def test_relu2_is_a_two_matrix_mlp(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("folder", "feature"), [
     ("moonshotai--Kimi-K3", "linear-attention layers"),
-    ("XiaomiMiMo--MiMo-V2-Flash", "per-layer attention variants"),
     ("deepseek-ai--DeepSeek-V4-Pro", "compressed sparse attention"),
 ])
 def test_unmodelled_layers_are_refused_in_one_line(folder: str, feature: str) -> None:

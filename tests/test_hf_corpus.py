@@ -8,7 +8,8 @@ MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, DeepseekV3Attention / DeepseekV3M
 DeepseekV3MLP, Llama4TextMoe / Llama4TextMLP, GptOssMLP; hybrids: NemotronHBlock with
 NemotronHMamba2Mixer / NemotronHMoE, Qwen3_5DecoderLayer with Qwen3_5GatedDeltaNet;
 Gemma4TextDecoderLayer with Gemma4TextAttention, Gemma4TextRouter and Gemma4TextExperts;
-DeciLMDecoderLayer from Nemotron-NAS block_configs), not through ModelSpec.
+DeciLMDecoderLayer from Nemotron-NAS block_configs; MiMoV2Attention from vLLM's
+mimo_v2_flash.py), not through ModelSpec.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from planner.specs import SpecError
 CORPUS = Path(__file__).parent / "fixtures" / "hf_configs"
 FOLDERS = sorted(path.parent for path in CORPUS.glob("*/config.json"))
 
-PLANNED = 79
+PLANNED = 80
 """Folders that import (the rest are refused); a change in this number is a change in
 coverage, to be made on purpose."""
 
@@ -63,6 +64,18 @@ def attention(c: dict[str, Any]) -> int:
     k, d = c.get("num_key_value_heads") or a, c.get("head_dim") or h // a
     bias = (a * d + 2 * k * d + h) if c.get("attention_bias") else 0
     return 2 * h * a * d + 2 * h * k * d + bias
+
+
+def mimo_v2_attention(c: dict[str, Any], i: int) -> int:
+    """MiMoV2Attention (vllm/model_executor/models/mimo_v2_flash.py): hybrid_layer_pattern 1 =
+    a sliding-window layer with the swa_* heads and dims, 0 = full attention; q_proj h*a*d,
+    k_proj h*k*d, v_proj h*k*d_v, o_proj a*d_v*h; a window layer with
+    add_swa_attention_sink_bias adds one sink logit per query head."""
+    prefix = "swa_" if c["hybrid_layer_pattern"][i] == 1 else ""
+    h, a = c["hidden_size"], c[prefix + "num_attention_heads"]
+    k, d, d_v = c[prefix + "num_key_value_heads"], c[prefix + "head_dim"], c[prefix + "v_head_dim"]
+    sinks = a if c.get(f"add_{'swa' if prefix else 'full'}_attention_sink_bias") else 0
+    return h * a * d + h * k * d + h * k * d_v + a * d_v * h + sinks
 
 
 def ffn(c: dict[str, Any], size: int) -> int:
@@ -196,6 +209,8 @@ def independent_total(raw: dict[str, Any]) -> int:
         layers = sum(gemma4_layer(c, i) for i in range(c["num_hidden_layers"]))
     elif "linear_attention" in (c.get("layer_types") or []):
         layers = sum(qwen3_5_layer(c, i) for i in range(c["num_hidden_layers"]))
+    elif c.get("hybrid_layer_pattern"):
+        layers = sum(mimo_v2_attention(c, i) + mlp(c, i) + 2 * h for i in range(c["num_hidden_layers"]))
     else:
         layers = sum(attention(c) + mlp(c, i) + 2 * h for i in range(c["num_hidden_layers"]))
     return layers + vocab * h * (1 if tied else 2) + h

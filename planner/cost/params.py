@@ -1,7 +1,9 @@
 """Parameter counts and weight bytes of a decoder-only transformer.
 
-Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim (Gemma 4's
-full-attention layers: k_g KV heads of d_g dims, F of them beside S sliding-window layers),
+Legend: L layers, h hidden size, a attention heads, k KV heads, d head dim of queries and
+keys, d_v of values (v_head_dim; d unless given: MiMo-V2-Flash 128 beside 192) (Gemma 4's and
+MiMo-V2-Flash's full-attention layers: k_g KV heads of d_g dims, F of them beside S
+sliding-window layers),
 f FFN size (per expert for MoE), V vocab, E experts, e experts per token,
 t tensor-parallel degree. Hybrid models: L_a attention layers, R recurrent layers (Mamba2:
 H heads of P dims, N state dims, G groups, K conv width, I = H*P; Gated DeltaNet: n_k key
@@ -14,6 +16,7 @@ for the GPT check 12*L*h^2*(1 + 13/(12h) + (V+s)/(12*L*h)).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from planner.specs import ModelSpec
 
@@ -104,7 +107,7 @@ class ParamCounts:
 
 
 def attention_params_per_layer(model: ModelSpec) -> float:
-    """Q h*a*d (2*h*a*d with an output gate) + K,V 2*h*k*d + O a*d*h, plus q/k/v(/o) biases
+    """Q h*a*d (2*h*a*d with an output gate) + K h*k*d + V h*k*d_v + O a*d_v*h, plus q/k/v(/o) biases
     where the model has them; MLA: its projections (mla_attention_weights) plus the q_a and
     kv_a RMSNorms. Two layer shapes (Gemma 4): the mean attention layer
     (attention_linear_weights)."""
@@ -112,9 +115,10 @@ def attention_params_per_layer(model: ModelSpec) -> float:
         indexer_norm = 2 * model.index_head_dim if model.index_head_dim else 0  # k_norm LayerNorm
         return (sum(mla_attention_weights(model)) + (model.q_lora_rank or 0) + model.kv_lora_rank
                 + indexer_norm)
-    h, a, k, d = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    h, a = model.hidden_size, model.num_attention_heads
+    k, d, d_v, _ = attention_shape(model, False)
     weights = attention_linear_weights(model)
-    qkv_bias = a * d + 2 * k * d if (model.attention_bias or model.qkv_bias) else 0
+    qkv_bias = a * d + k * (d + d_v) if (model.attention_bias or model.qkv_bias) else 0
     out_bias = h if model.attention_bias else 0
     return weights + qkv_bias + out_bias
 
@@ -339,16 +343,48 @@ def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     return BYTES_PER_ELEMENT[weight_format] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
 
 
-def attention_shape(model: ModelSpec, full: bool) -> tuple[int, int, int]:
-    """(KV heads, head dim, KV projections) of a full-attention (full=True) or sliding-window
-    layer. Gemma 4's full layers: k_g = num_global_key_value_heads, d_g = global_head_dim and,
-    with attention_k_eq_v, one projection that is both K and V (transformers
-    models/gemma4/modeling_gemma4.py Gemma4TextAttention: v_proj is None, value_states =
-    k_proj(x)); every other model has one shape, (k, d, 2)."""
+class AttentionShape(NamedTuple):
+    """One attention layer kind's shape: KV heads, query/key head dim, value head dim, and how
+    many KV projections the checkpoint holds (2: K and V; 1: Gemma 4's K that is also V)."""
+
+    kv_heads: int
+    key_dim: int
+    value_dim: int
+    kv_projections: int
+
+
+def attention_shape(model: ModelSpec, full: bool) -> AttentionShape:
+    """The shape of a full-attention (full=True) or sliding-window layer. Full layers may have
+    their own KV heads k_g (num_global_key_value_heads) and head dim d_g (global_head_dim):
+    Gemma 4 (transformers models/gemma4/modeling_gemma4.py Gemma4TextAttention; with
+    attention_k_eq_v one projection that is both K and V: v_proj is None, value_states =
+    k_proj(x)) and MiMo-V2-Flash (4 KV heads on its full layers, 8 on its window layers:
+    vllm/model_executor/models/mimo_v2_flash.py MiMoV2Attention, hybrid_layer_pattern 1 =
+    sliding window). The value head dim is v_head_dim on every layer when given (MiMo-V2-Flash
+    128 beside a key dim of 192), else the layer's key dim; every other model has one shape,
+    (k, d, d, 2). MLA layers are described by mla_attention_weights, not by this shape."""
+    value_dim = None if model.is_mla else model.v_head_dim  # MLA's d_v belongs to its latent form
     if not full:
-        return model.num_key_value_heads, model.head_dim, 2
-    return (model.num_global_key_value_heads or model.num_key_value_heads,
-            model.global_head_dim or model.head_dim, 1 if model.attention_k_eq_v else 2)
+        return AttentionShape(model.num_key_value_heads, model.head_dim, value_dim or model.head_dim, 2)
+    key_dim = model.global_head_dim or model.head_dim
+    return AttentionShape(model.num_global_key_value_heads or model.num_key_value_heads, key_dim,
+                          value_dim or key_dim, 1 if model.attention_k_eq_v else 2)
+
+
+def multiply_adds_per_attention_pair(model: ModelSpec) -> tuple[int, int]:
+    """(full, window): multiply-adds of one (query, key) pair in one layer of each kind, over
+    all heads: a * d for the score q.k plus a * d_v for adding p * v to the context, with the
+    kind's dims (attention_shape). MiMo-V2-Flash: 64 * (192 + 128) = 20,480 on both kinds;
+    Gemma-4-26B-A4B: full 16 * (512 + 512) = 16,384, window 16 * (256 + 256) = 8,192.
+    MLA prompts run as ordinary attention over the up-projected keys and values (vLLM's MLA
+    backends, vllm/v1/attention/backends/mla/common.py, prefill path): a * (d_nope + d_rope +
+    d_v), DeepSeek-V3 128 * (128 + 64 + 128) = 40,960."""
+    a = model.num_attention_heads
+    if model.is_mla:
+        mla = a * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        return mla, mla
+    full, window = attention_shape(model, True), attention_shape(model, False)
+    return a * (full.key_dim + full.value_dim), a * (window.key_dim + window.value_dim)
 
 
 def has_two_attention_shapes(model: ModelSpec) -> bool:
@@ -371,12 +407,15 @@ def mean_over_attention_kinds(model: ModelSpec, full: float, window: float) -> f
 
 def attention_linear_weights_of_kind(model: ModelSpec, full: bool) -> int:
     """One attention layer's matmul weights (no biases, no norms): Q h*a*d (doubled by an
-    output gate) + K,V n_kv*h*k*d + O a*d*h, with (k, d, n_kv) of the layer's kind
-    (attention_shape). Gemma-4-26B-A4B: sliding 2*2816*16*256 + 2*2816*8*256 = 34,603,008;
-    global 2*2816*16*512 + 2816*2*512 = 49,020,928."""
+    output gate) + K h*k*d + V h*k*d_v (none when K is V) + O a*d_v*h, with the layer kind's
+    shape (attention_shape). Gemma-4-26B-A4B: sliding 2*2816*16*256 + 2*2816*8*256 =
+    34,603,008; global 2*2816*16*512 + 2816*2*512 = 49,020,928. MiMo-V2-Flash (h 4096, a 64,
+    d 192, d_v 128): full (k 4) 4096*64*192 + 4096*4*(192+128) + 64*128*4096 = 89,128,960;
+    window (k 8) 4096*64*192 + 4096*8*(192+128) + 64*128*4096 = 94,371,840."""
     h, a = model.hidden_size, model.num_attention_heads
-    k, d, num_kv = attention_shape(model, full)
-    return (2 if model.attention_output_gate else 1) * h * a * d + num_kv * h * k * d + a * d * h
+    k, d, d_v, num_kv = attention_shape(model, full)
+    value = h * k * d_v if num_kv == 2 else 0
+    return (2 if model.attention_output_gate else 1) * h * a * d + h * k * d + value + a * d_v * h
 
 
 def attention_linear_weights(model: ModelSpec) -> float:
@@ -455,17 +494,17 @@ def weight_bytes(model: ModelSpec) -> float:
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
-    """Whole model, one token: 2 (K and V) * L_a * k * d * bytes per element, L_a the
-    attention layers (recurrent and MLP-only layers keep no KV cache); Gemma 4 per kind,
-    2 * (F * k_g * d_g + S * k * d) * bytes."""
+    """Whole model, one token: L_a * k * (d + d_v) * bytes per element (K and V), L_a the
+    attention layers (recurrent and MLP-only layers keep no KV cache); two layer shapes
+    (Gemma 4, MiMo-V2-Flash) per kind, (F * k_g * (d_g + d_v) + S * k * (d + d_v)) * bytes."""
     window = min(model.num_window_layers, num_attention_layers(model))
     return kv_bytes_per_token_per_gpu(model, num_attention_layers(model), 1, kv_cache_dtype, window)
 
 
 def kv_bytes_per_token_per_layer_by_kind(model: ModelSpec, tp: int, kv_cache_dtype: str) -> tuple[int, int]:
     """(full, window): one token in one full-attention and one sliding-window layer on one GPU
-    of a TP group, 2 (K, V) * max(1, k/t) * d * bytes per element (the model dtype's, or 1
-    for an fp8 KV cache), with the kind's (k, d) (attention_shape).
+    of a TP group, max(1, k/t) * (d + d_v) * bytes per element (K and V; the model dtype's,
+    or 1 for an fp8 KV cache), with the kind's shape (attention_shape).
 
     Gemma 4's attention_k_eq_v layers still cache K and V, each k_g * d_g wide: V is the K
     projection without k_norm's scale and the RoPE, so the two differ, and vLLM
@@ -478,9 +517,9 @@ def kv_bytes_per_token_per_layer_by_kind(model: ModelSpec, tp: int, kv_cache_dty
     if model.is_mla:
         latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes + indexer_key_bytes(model)
         return latent, latent
-    full_k, full_d, _ = attention_shape(model, True)
-    return (2 * max(1, full_k // tp) * full_d * kv_bytes,
-            2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes)
+    full, window = attention_shape(model, True), attention_shape(model, False)
+    return (max(1, full.kv_heads // tp) * (full.key_dim + full.value_dim) * kv_bytes,
+            kv_heads_per_gpu(model, tp) * (window.key_dim + window.value_dim) * kv_bytes)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str,
@@ -538,15 +577,20 @@ def attention_replicated_weights(model: ModelSpec, tp: int) -> tuple[float, floa
     (replicated when t > k), per layer kind (mean_over_attention_kinds); MLA's two
     down-projections, whole on every GPU. A Gemma 4 attention_k_eq_v layer has one K
     projection in the checkpoint, but vLLM loads it into both the K and V slots of its
-    QKVParallelLinear (vllm/model_executor/models/gemma4.py), so a GPU holds 2*h*max(1, k_g/t)*d_g."""
+    QKVParallelLinear (vllm/model_executor/models/gemma4.py), so a GPU holds 2*h*max(1, k_g/t)*d_g;
+    in general h*max(1, k/t)*(d + d_v) per kind."""
     if model.is_mla:
         replicated = mla_attention_weights(model)[0]
         return replicated, replicated
     h = model.hidden_size
-    (full_k, full_d, full_kv), (k, d, num_kv) = attention_shape(model, True), attention_shape(model, False)
-    return (mean_over_attention_kinds(model, full_kv * h * full_k * full_d, num_kv * h * k * d),
-            mean_over_attention_kinds(model, 2 * h * max(1, full_k // tp) * full_d,
-                                      2 * h * kv_heads_per_gpu(model, tp) * d))
+    full, window = attention_shape(model, True), attention_shape(model, False)
+
+    def in_model(shape: AttentionShape) -> int:
+        return h * shape.kv_heads * (shape.key_dim + (shape.value_dim if shape.kv_projections == 2 else 0))
+
+    return (mean_over_attention_kinds(model, in_model(full), in_model(window)),
+            mean_over_attention_kinds(model, h * max(1, full.kv_heads // tp) * (full.key_dim + full.value_dim),
+                                      h * kv_heads_per_gpu(model, tp) * (window.key_dim + window.value_dim)))
 
 
 def experts_per_gpu(model: ModelSpec, ep: int) -> int:

@@ -234,11 +234,11 @@ def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """One token through one layer of the profile forward: bytes * (4h residual/norm/attention
-    buffers + (a+2k)d/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE; with two
+    buffers + (a*d + k*(d + d_v))/t QKV + 3f'/t MLP up/act), f' = f * experts_per_token for MoE; with two
     attention shapes (Gemma 4) the wider QKV of the two kinds (vLLM's QKV output keeps a V
     slot on attention_k_eq_v layers too)."""
     h = model.hidden_size
-    qkv = max((model.num_attention_heads + 2 * k) * d for k, d, _ in
+    qkv = max(model.num_attention_heads * d + k * (d + d_v) for k, d, d_v, _ in
               (attention_shape(model, True), attention_shape(model, False))) / tp
     ffn = model.expert_intermediate_size * (model.num_experts_per_tok or 1)
     per_token = 4 * h + qkv + (3 if model.gated_mlp else 2) * ffn / tp

@@ -24,7 +24,7 @@ from planner.cost.moe import (
 )
 from planner.cost.params import (
     activation_bytes_per_element,
-    attention_shape,
+    multiply_adds_per_attention_pair,
     expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
@@ -268,7 +268,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     """One stage, one step of `load`:
     linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate)
     attention      (KV read of the decoding sequences + KV written) / HBM
-                   + 4 * pairs * a * d * L_s / t at flash attention's rate
+                   + 2 * pairs * a * (d + d_v) * L_s / t at flash attention's rate
                    (a sliding-window layer reads and pairs each query with at most W keys:
                    window_capped_tokens on the mean context and the mean pairs per query)
     per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes (times the
@@ -290,10 +290,9 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     gemm = max(weight_seconds, compute_seconds)
     kv_bytes = stage_kv_bytes_read(stage, load)
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
-    # a * d per pair, with each kind's head dim (Gemma 4's full layers: global_head_dim).
-    pair_dims = model.num_attention_heads * (full_pairs * attention_shape(model, True)[1]
-                                             + window_pairs * model.head_dim)
-    attention = kv_bytes / hbm + 4 * pair_dims / t / attention_flops_per_s(cluster)
+    full_dims, window_dims = multiply_adds_per_attention_pair(model)
+    pair_dims = full_pairs * full_dims + window_pairs * window_dims
+    attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster)
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
     # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).

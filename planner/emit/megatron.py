@@ -150,8 +150,12 @@ def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) ->
                 "(DeepSeek-V3.2, GLM-5) yet, so it would train another model; plan with --emit none"]
     if model.global_head_dim or model.num_global_key_value_heads or model.attention_k_eq_v:
         return [f"Megatron-LM {release.version}: the command cannot give global-attention layers their own "
-                "head dim, KV heads or shared K/V projection (Gemma 4), so it would train another model; "
-                "plan with --emit none"]
+                "head dim, KV heads or shared K/V projection (Gemma 4, MiMo-V2), so it would train another "
+                "model; plan with --emit none"]
+    if model.v_head_dim not in (None, model.head_dim) and not model.is_mla:
+        return [f"Megatron-LM {release.version}: --kv-channels gives queries, keys and values one head dim; "
+                f"this model's values have {model.v_head_dim} beside {model.head_dim}, so the command would "
+                "train another model; plan with --emit none"]
     if model.num_recurrent_layers:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "

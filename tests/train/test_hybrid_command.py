@@ -50,3 +50,15 @@ def test_nas_blocks_get_no_megatron_command():
     config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
     (why,) = refusals(model, config, release)
     assert "per layer" in why and "--emit none" in why
+
+
+def test_value_heads_narrower_than_keys_get_no_megatron_command():
+    """One attention shape whose values have 128 dims beside 192 for queries and keys:
+    --kv-channels has one head dim, so the command would train another model."""
+    base = resolve_model("llama-3.1-8b")
+    narrow = base.model_copy(update={"head_dim": 192, "v_head_dim": 128})
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 1)
+    (why,) = refusals(narrow, config, release)
+    assert "128 beside 192" in why and "--emit none" in why
+    assert refusals(base.model_copy(update={"v_head_dim": base.head_dim}), config, release) == []
