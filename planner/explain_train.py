@@ -34,7 +34,16 @@ from planner.explain import (
     stage_label,
     without_curves,
 )
-from planner.layout import Link, TrainConfig, cp_group_ranks, ep_group_topology, place
+from planner.layout import (
+    GroupTopology,
+    Link,
+    TrainConfig,
+    cp_group_ranks,
+    dp_group_topology,
+    ep_group_topology,
+    expert_dp_group_topology,
+    place,
+)
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates
@@ -165,32 +174,35 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     if link is not None and dp is not None:
         per = m if c.zero_stage >= 2 else 1
         x = dp.experts
+        group = comm.effective_group(dp_group_topology(cluster, c.layout))
         if x is None:
-            rows += _dp_rows(c, link, dp, c.dp_cp, "", step, per)
+            rows += _dp_rows(c, link, dp, group, "", step, per)
         else:  # the dense parameters over d, the routed experts over d_x = t*d/ep
             dense = DpCollectives(dp.gradient_bytes - x.gradient_bytes, dp.gradient_seconds - x.gradient_seconds,
                                   dp.weight_bytes - x.weight_bytes, dp.gather_seconds - x.gather_seconds)
-            rows += _dp_rows(c, link, dense, c.dp, " (dense)", step, per)
-            rows += _dp_rows(c, link, x, dp.expert_num_ranks, " (experts)", step, per)
+            expert_group = expert_dp_group_topology(cluster, c.layout, dp.expert_num_ranks)
+            rows += _dp_rows(c, link, dense, group, " (dense)", step, per)
+            rows += _dp_rows(c, link, x, comm.effective_group(expert_group), " (experts)", step, per)
     return rows
 
 
-def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, num_ranks: int, which: str, step: float,
-             per: int) -> list[CollectiveRow]:
-    """The gradient reduction (and ZeRO's weight gather) of one parameter group over its ranks;
-    `per`: reductions per step (m with ZeRO-2/3)."""
-    if num_ranks <= 1:
+def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology | None, which: str,
+             step: float, per: int) -> list[CollectiveRow]:
+    """The gradient reduction (and ZeRO's weight gather) of one parameter group over its
+    placed ranks (two-level rings across nodes, comm.group_allgather_seconds); `per`:
+    reductions per step (m with ZeRO-2/3)."""
+    if group is None or group.num_ranks <= 1:
         return []
-    derated = comm.collective_link(link)
+    n = group.num_ranks
     if c.zero_stage == 0:
-        return [collective_row("step", f"gradients (fp32){which}", "all-reduce", num_ranks, link.kind,
-                               dp.gradient_bytes, lambda n: comm.ring_allreduce_seconds(n, num_ranks, derated),
+        return [collective_row("step", f"gradients (fp32){which}", "all-reduce", n, link.kind,
+                               dp.gradient_bytes, lambda size: comm.group_allreduce_seconds(size, group),
                                dp.gradient_seconds, False, 1, step)]
-    return [collective_row("step", f"gradients (fp32){which}", "reduce-scatter", num_ranks, link.kind,
-                           dp.gradient_bytes, lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+    return [collective_row("step", f"gradients (fp32){which}", "reduce-scatter", n, link.kind,
+                           dp.gradient_bytes, lambda size: comm.group_allgather_seconds(size, group),
                            dp.gradient_seconds, False, per, step),
-            collective_row("step", f"16-bit weights{which}", "all-gather", num_ranks, link.kind, dp.weight_bytes,
-                           lambda n: comm.ring_allgather_seconds(n, num_ranks, derated),
+            collective_row("step", f"16-bit weights{which}", "all-gather", n, link.kind, dp.weight_bytes,
+                           lambda size: comm.group_allgather_seconds(size, group),
                            dp.gather_seconds, False, 1, step)]
 
 

@@ -273,19 +273,52 @@ def cp_group_ranks(layout: Layout) -> list[int]:
     return [i * layout.tp for i in range(layout.cp)]
 
 
-def cp_group_topology(cluster: ClusterSpec, layout: Layout) -> GroupTopology | None:
-    """How one CP ring sits on the nodes: g ranks in the least-filled node it touches, N
-    nodes; None without CP. A ring hop crosses the NICs once N > 1."""
-    if layout.cp <= 1:
+def strided_group_topology(cluster: ClusterSpec, num_ranks: int, stride: int) -> GroupTopology | None:
+    """How a group of num_ranks ranks at `stride` (0, stride, 2*stride, ...) sits on the
+    nodes: g ranks in the least-filled node it touches, N nodes; None for one rank."""
+    if num_ranks <= 1:
         return None
-    per_node: dict[int, int] = {}
-    for rank in cp_group_ranks(layout):
-        node = rank // cluster.gpus_per_node
-        per_node[node] = per_node.get(node, 0) + 1
-    g, n = min(per_node.values()), len(per_node)
+    g, n = _strided_spread(cluster.gpus_per_node, num_ranks, stride)
     intra = intra_node_link(cluster) if g > 1 else None
     inter = inter_node_link(cluster) if n > 1 else None
-    return GroupTopology(layout.cp, g, n, intra, inter)
+    return GroupTopology(num_ranks, g, n, intra, inter)
+
+
+def _strided_spread(gpus_per_node: int, num_ranks: int, stride: int) -> tuple[int, int]:
+    """(ranks in the least-filled node, nodes) of ranks 0, stride, ..., (n-1)*stride. In closed
+    form when stride >= gpus_per_node (one rank per node) or divides it (k = gpn/stride per
+    node, the last node holding what is left); else counted rank by rank."""
+    if stride >= gpus_per_node:
+        return 1, num_ranks
+    if gpus_per_node % stride == 0:
+        per_node = gpus_per_node // stride
+        num_nodes = -(-num_ranks // per_node)
+        return num_ranks - (num_nodes - 1) * per_node, num_nodes
+    counts: dict[int, int] = {}
+    for i in range(num_ranks):
+        node = i * stride // gpus_per_node
+        counts[node] = counts.get(node, 0) + 1
+    return min(counts.values()), len(counts)
+
+
+def cp_group_topology(cluster: ClusterSpec, layout: Layout) -> GroupTopology | None:
+    """How one CP ring sits on the nodes (cp ranks at stride tp); None without CP. A ring
+    hop crosses the NICs once N > 1."""
+    return strided_group_topology(cluster, layout.cp, layout.tp)
+
+
+def dp_group_topology(cluster: ClusterSpec, layout: Layout) -> GroupTopology | None:
+    """How the data-parallel group with CP sits on the nodes: the dp*cp ranks that hold the
+    same weights, at stride tp inside a pipeline stage's tp*cp*dp block (Megatron's
+    tp-cp-ep-dp-pp order, RankGenerator in parallel_state.py core_v0.19.0;
+    get_data_parallel_group(with_context_parallel=True)). None for one rank."""
+    return strided_group_topology(cluster, layout.dp * layout.cp, layout.tp)
+
+
+def expert_dp_group_topology(cluster: ClusterSpec, layout: Layout, num_ranks: int) -> GroupTopology | None:
+    """The expert-data-parallel group (num_ranks = t*d/ep): with expert TP 1 Megatron orders
+    expert ranks ep-edp-pp inside a stage, so the group is at stride ep."""
+    return strided_group_topology(cluster, num_ranks, layout.ep)
 
 
 def prime_factors(n: int) -> dict[int, int]:

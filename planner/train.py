@@ -30,6 +30,7 @@ from planner.cost.training_memory import (
     expert_data_parallel_size,
     expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
+    fsdp_unit_buffer_bytes,
     stage_params_per_gpu,
 )
 from planner.cost.training_time import (
@@ -172,15 +173,14 @@ def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
     (parallel_state.py; ep = t*d_ep with etp = 1 and d_ep dividing d, Layout.ep); MoE with
     t > 1 trains only with sequence parallelism (moe_layer.py raises "performance may degrade
     if MoE and tensor parallelism are enabled without also enabling sequence parallelism").
-    Megatron-FSDP (ZeRO-2/3 here) is planned without EP."""
+    Megatron-FSDP (ZeRO-2/3 here) shards expert parameters over the expert-data-parallel group
+    (its expt_device_mesh; examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh runs it with EP)."""
     c, reasons = config, []
     if c.ep > 1 and not model.is_moe:
         return [f"ep={c.ep} needs an MoE model"]
     if c.ep > 1:  # E divisible by ep: structural_reasons
         if c.ep % c.tp or c.dp % (c.ep // c.tp):
             reasons.append(f"ep={c.ep} not tp x a divisor of dp (tp={c.tp}, dp={c.dp})")
-        if c.zero_stage >= 2:
-            reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without expert parallelism")
     if model.is_moe and c.tp > 1 and not c.sequence_parallel:
         reasons.append("MoE with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer)")
     return reasons
@@ -191,7 +191,8 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
     (arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"), CP only
     through Transformer Engine's attention (dot_product_attention.py: "Context parallelism is
     only supported by TEDotProductAttention!": flash here, not the unfused kernel). Not
-    planned: CP with EP or with ZeRO-2/3 (Megatron-FSDP)."""
+    planned: CP with EP. Megatron-FSDP shards over dp*cp (docs/user-guide/features/megatron_fsdp.md:
+    "both data-parallel and context-parallel ranks are used for sharding")."""
     c = config
     if c.cp <= 1:
         return []
@@ -202,8 +203,6 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
         reasons.append(f"cp={c.cp} needs flash attention (Megatron runs CP only in TE's attention)")
     if c.ep > 1:
         reasons.append(f"cp={c.cp} with ep={c.ep} is not planned")
-    if c.zero_stage >= 2:
-        reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without context parallelism")
     return reasons
 
 
@@ -236,8 +235,9 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
         reasons.append("sequence parallelism needs tp > 1")
-    if c.zero_stage >= 2 and (c.tp > 1 or c.pp > 1):
-        reasons.append(f"ZeRO-{c.zero_stage} is planned for pure data parallel only (tp=pp=1)")
+    if c.zero_stage >= 2 and c.pp > 1:
+        reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without pipeline parallelism "
+                       f"(its examples and guide at core_v0.19.0 pair it with TP, CP and EP only)")
     return reasons
 
 
@@ -338,12 +338,13 @@ def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes:
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage)
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep)
                  if c.precision == "fp8" else 0.0)
+    unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage)
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
-    return TrainMemory(states.weights_bytes + fp8_cache, states.gradient_bytes, states.optimizer_bytes,
-                       activation_bytes, overhead, stage, num_layers)
+    return TrainMemory(states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers,
+                       states.optimizer_bytes, activation_bytes, overhead, stage, num_layers)
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:

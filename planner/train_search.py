@@ -5,7 +5,7 @@ Space: every (tp, pp, dp) with tp*pp*dp = GPUs, and context parallelism splittin
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
 layers per stage) | gpipe; when pp does not divide the layers, the uneven first/last split
 estimate() picks for each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
-ZeRO 0/1 (0-3 for pure data parallel). A flag fixes any of them.
+ZeRO 0/1 (0-3 without pipeline parallelism). A flag fixes any of them.
 
 Pruning, each justified by the cost model (planner/cost/training_time.py):
 - recompute: with everything else equal more recomputation only adds time, so the first
@@ -106,13 +106,13 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
 
 
 def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1, cp: int = 1) -> list[int]:
-    """ZeRO-2/3 (Megatron-FSDP) for pure data parallelism without EP or CP (train.ep_reasons,
-    train.cp_reasons); ZeRO-1 shards over dp*cp."""
+    """ZeRO-1 (the distributed optimizer) and ZeRO-2/3 (Megatron-FSDP, with TP, CP and EP but
+    no PP: train.config_reasons) shard over dp*cp."""
     if request.zero_stage is not None:
         return [request.zero_stage]
     if dp * cp == 1:
         return [0]
-    return [0, 1, 2, 3] if tp == pp == cp == 1 and ep == 1 else [0, 1]
+    return [0, 1, 2, 3] if pp == 1 else [0, 1]
 
 
 def sp_options(model: ModelSpec, request: TrainRequest, tp: int) -> list[bool]:

@@ -50,12 +50,11 @@ def tp_leaves_node(cluster: ClusterSpec, tp: int) -> bool:
 def least_memory_configs(model: ModelSpec, request: TrainRequest, tp: int, pp: int, dp: int,
                          schedules: list[tuple[str, int]], micro_batches: list[int]) -> list[TrainConfig]:
     """The layout's least-memory settings, one per schedule: full recompute, SP when tp > 1,
-    the smallest micro-batch, ZeRO-1 when dp > 1 (ZeRO-2/3 only with tp = pp = 1)."""
+    the smallest micro-batch, ZeRO-3 (Megatron-FSDP) when dp > 1 and pp = 1, else ZeRO-1 when
+    dp > 1 (Megatron-FSDP is planned without PP: train.config_reasons)."""
     if not micro_batches:
         return []
-    zero = 1 if dp > 1 else 0
-    if tp == pp == 1 and dp > 1:
-        zero = 3
+    zero = 0 if dp == 1 else (3 if pp == 1 else 1)
     configs = [TrainConfig(tp, pp, dp, micro_batches[0], schedule, v, "full", tp > 1, zero,
                            attention=request.attention) for schedule, v in schedules]
     return [c for c in configs if not config_reasons(model, c, request.global_batch)]
@@ -89,15 +88,18 @@ def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int) -> tupl
     states = memory.weights_bytes + memory.gradient_bytes + memory.optimizer_bytes
     rest = memory.activation_bytes + memory.overhead_bytes
     out.append(f"full recompute with sequence parallelism is already on (activations "
-               f"{bytes_to_gib(memory.activation_bytes):.1f} GiB); context parallelism would split them "
-               f"further (not planned yet)")
+               f"{bytes_to_gib(memory.activation_bytes):.1f} GiB); context parallelism (searched from "
+               f"8K-token sequences) would split them further")
     if c.dp == 1:
         out.append(f"the distributed optimizer (ZeRO-1) has nothing to shard at dp=1: the optimizer's "
                    f"{bytes_to_gib(memory.optimizer_bytes):.1f} GiB stay whole; sharding it needs dp > 1, "
                    f"i.e. more GPUs")
+    elif c.zero_stage >= 3:
+        out.append(f"ZeRO-3 (Megatron-FSDP) already shards weights, gradients and optimizer over dp={c.dp}")
     else:
-        out.append(f"ZeRO-1 already shards the optimizer over dp={c.dp}; ZeRO-2/3 with tp or pp > 1 "
-                   f"(Megatron FSDP) is not planned yet")
+        out.append(f"ZeRO-1 already shards the optimizer over dp={c.dp}; ZeRO-2/3 (Megatron-FSDP) "
+                   f"would shard gradients and weights too, but is planned without pipeline parallelism "
+                   f"(pp={c.pp})")
     if capacity_bytes > rest:
         factor = states / (capacity_bytes - rest)
         out.append(f"more GPUs: the model state ({bytes_to_gib(states):.1f} GiB) shrinks with tp*pp; "

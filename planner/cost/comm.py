@@ -113,6 +113,26 @@ def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None,
     return in_node + ring_allreduce_seconds(message_bytes / g, group.num_nodes, group.inter)
 
 
+def group_allgather_seconds(message_bytes: float, group: GroupTopology | None) -> float:
+    """All-gather (or reduce-scatter) of an S-byte result over a placed group. Inside one node
+    a ring on the intra-node link. Spanning N nodes with g ranks in each, the two levels
+    NCCL's rail-aligned rings amount to: each GPU's S/g share crosses a ring of the N nodes on
+    its own NIC share, the node's g ranks meet over NVLink,
+
+        T = (g-1)/g * S/B_intra + (N-1)/N * (S/g)/B_nic + latencies
+
+    (a reduce-scatter runs the same two phases in the other order). A flat ring of all g*N
+    ranks at the NIC share would take (gN-1)/(gN) * S/B_nic: g times longer across nodes.
+    Sources as group_allreduce_seconds; the phases do not overlap (conservative)."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    if group.inter is None:
+        return ring_allgather_seconds(message_bytes, group.num_ranks, group.intra)
+    g = group.ranks_per_node
+    return (ring_allgather_seconds(message_bytes, g, group.intra)
+            + ring_allgather_seconds(message_bytes / g, group.num_nodes, group.inter))
+
+
 def effective_group(group: GroupTopology | None) -> GroupTopology | None:
     """The group with datasheet links derated to NCCL's achieved bus bandwidth."""
     if group is None:

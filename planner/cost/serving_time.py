@@ -24,11 +24,11 @@ from planner.cost.moe import (
 )
 from planner.cost.params import (
     activation_bytes_per_element,
-    multiply_adds_per_attention_pair,
     expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
+    multiply_adds_per_attention_pair,
     param_counts,
     routed_expert_share_per_gpu,
     sublayers_per_layer,

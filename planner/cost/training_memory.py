@@ -136,6 +136,25 @@ def expert_sharded_model_state_bytes(params_per_gpu: float, routed_expert_params
                            dense.optimizer_bytes + experts.optimizer_bytes)
 
 
+FSDP_UNIT_BUFFERS = 2
+"""Megatron-FSDP holds the layer it computes and the one it prefetches unsharded
+(--fsdp-double-buffer; PyTorch FSDP's forward/backward prefetch likewise keeps two units)."""
+
+
+def fsdp_unit_buffer_bytes(params_per_gpu: float, num_layers: int, zero_stage: int) -> float:
+    """What sharding must still hold whole while a layer runs: with z = 3 the 16-bit weights
+    of FSDP_UNIT_BUFFERS layers (2 B each), with z >= 2 the fp32 gradients of as many layers
+    before their reduce-scatter (4 B each), a layer being the stage's P/L (its blocks: the
+    embedding and head are their own units, counted in the mean). P = 1e9 over 10 layers:
+    z = 3: 2 * 1e8 * (2 + 4) = 1.2e9 B; z = 2: 2 * 1e8 * 4 = 8e8 B; z <= 1: 0."""
+    if zero_stage < 2 or num_layers <= 0:
+        return 0.0
+    per_layer = params_per_gpu / num_layers
+    per_param = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS + (
+        efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS if zero_stage >= 3 else 0)
+    return FSDP_UNIT_BUFFERS * per_layer * per_param
+
+
 def fp8_gemms_per_layer(model: ModelSpec) -> int:
     """Transformer Engine GEMMs of one block: QKV, output projection, MLP up and down; an
     MoE block's experts run one up and one down GEMM each (TE GroupedLinear)."""

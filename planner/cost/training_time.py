@@ -50,10 +50,13 @@ from planner.cost.training_memory import (
     stage_params_per_gpu,
 )
 from planner.layout import (
+    GroupTopology,
     Link,
     Placement,
     TrainConfig,
+    dp_group_topology,
     ep_group_topology,
+    expert_dp_group_topology,
     inter_node_link,
     intra_node_link,
 )
@@ -441,64 +444,91 @@ class DpCollectives:
     """d_x = t*d/ep (0 without EP)."""
 
 
-def dp_collectives(params_per_gpu: float, config: TrainConfig, link: Link | None,
+def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterSpec,
                    routed_expert_params: float = 0.0) -> DpCollectives:
-    """Ring times on the DP link (NCCL busbw-derated), dp*cp ranks (the data-parallel group
-    with CP, over which Megatron reduces gradients and shards the optimizer). With EP the
+    """Ring times of the data-parallel group with CP (the dp*cp ranks over which Megatron
+    reduces gradients and shards the optimizer), placed as Megatron places it
+    (dp_group_topology) and priced two-level where it spans nodes: NVLink inside a node, each
+    GPU's share across the nodes on its own NICs (comm.group_allreduce_seconds,
+    comm.group_allgather_seconds), at NCCL's achieved bus bandwidth. With EP the
     routed_expert_params among params_per_gpu reduce (and gather) over the
-    expert-data-parallel group of d_x = t*d/ep ranks instead (a second ring, after the
-    dense one; same link: assumption, the group spans nodes once the layout does)."""
+    expert-data-parallel group of d_x = t*d/ep ranks at stride ep instead (a second ring,
+    after the dense one)."""
+    group = dp_group_topology(cluster, config.layout)
     if config.ep > 1 and routed_expert_params > 0:
-        dense = dp_collectives(params_per_gpu - routed_expert_params, config, link)
-        experts = dp_collectives(routed_expert_params, _expert_dp_config(config), link)
+        num_expert_ranks = expert_data_parallel_size(config.tp, config.dp, config.ep)
+        dense = _dp_ring_collectives(params_per_gpu - routed_expert_params, config.zero_stage, group)
+        experts = _dp_ring_collectives(routed_expert_params, config.zero_stage,
+                                       expert_dp_group_topology(cluster, config.layout, num_expert_ranks))
         return DpCollectives(dense.gradient_bytes + experts.gradient_bytes,
                              dense.gradient_seconds + experts.gradient_seconds,
                              dense.weight_bytes + experts.weight_bytes,
                              dense.gather_seconds + experts.gather_seconds,
-                             experts, expert_data_parallel_size(config.tp, config.dp, config.ep))
-    d, eff_link = config.dp_cp, comm.collective_link(link)
+                             experts, num_expert_ranks)
+    return _dp_ring_collectives(params_per_gpu, config.zero_stage, group)
+
+
+def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTopology | None) -> DpCollectives:
+    """z = 0: an all-reduce of the fp32 gradients; z >= 1: their reduce-scatter and an
+    all-gather of the 16-bit weights, over one placed group (None: nothing to combine)."""
     grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
-    if d == 1:
+    group = comm.effective_group(group)
+    if group is None or group.num_ranks <= 1:
         return DpCollectives(grad_bytes, 0.0, weight_bytes, 0.0)
-    if config.zero_stage == 0:
-        return DpCollectives(grad_bytes, comm.ring_allreduce_seconds(grad_bytes, d, eff_link), weight_bytes, 0.0)
-    return DpCollectives(grad_bytes, comm.ring_allgather_seconds(grad_bytes, d, eff_link),
-                         weight_bytes, comm.ring_allgather_seconds(weight_bytes, d, eff_link))
+    if zero_stage == 0:
+        return DpCollectives(grad_bytes, comm.group_allreduce_seconds(grad_bytes, group), weight_bytes, 0.0)
+    return DpCollectives(grad_bytes, comm.group_allgather_seconds(grad_bytes, group),
+                         weight_bytes, comm.group_allgather_seconds(weight_bytes, group))
 
 
-def _expert_dp_config(config: TrainConfig) -> TrainConfig:
-    """The configuration as the expert parameters see it: d_x data-parallel ranks, no EP."""
-    return TrainConfig(config.tp, config.pp, expert_data_parallel_size(config.tp, config.dp, config.ep),
-                       config.micro_batch_size, config.schedule, config.virtual_stages, config.recompute,
-                       config.sequence_parallel, config.zero_stage)
+@dataclass(frozen=True)
+class DpWindows:
+    """The compute a stage's data-parallel traffic can hide under, per step."""
+
+    backward_seconds: float
+    """The last micro-batch's backward (and recompute) on the first stage: where the
+    gradient buckets reduce as they are produced (--overlap-grad-reduce)."""
+    forward_seconds: float
+    """The first micro-batch's forward on the stage: where the weight buckets gathered after
+    the optimizer step are waited for, layer by layer (--overlap-param-gather)."""
+    micro_batch_seconds: float
+    """One micro-batch's forward + backward on the stage (ZeRO-3 gathers under it)."""
+    num_units: int
+    """Layers on the stage: the granularity of the gathers (Megatron-FSDP's fsdp_unit_modules
+    are the transformer layers; the distributed optimizer's buckets about as fine)."""
 
 
-def dp_exposed_seconds(params_per_gpu: float, config: TrainConfig, link: Link | None,
-                       backward_window_seconds: float, micro_batch_seconds: float, m: int,
-                       collectives: DpCollectives | None = None) -> float:
-    """Data-parallel traffic left on the critical path (`collectives`: dp_collectives' result
-    when the caller has it already).
+def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows: DpWindows, m: int) -> float:
+    """Data-parallel traffic left on the critical path.
 
-    z = 0: all-reduce of fp32 grads (4 B/param); z = 1 (distributed optimizer): reduce-scatter
-    of the grads + all-gather of the 16-bit weights (2 B/param). The gradient part overlaps
-    the last micro-batch's backward on the first stage (the window); the gather does not.
-    z = 2: a reduce-scatter per micro-batch, hidden under that micro-batch's backward as far
-    as it goes; z = 3: also all-gathers the weights before forward and backward (and the
-    recompute), overlapped with the micro-batch (ZeRO, Rajbhandari et al. 2020).
+    z = 0: all-reduce of fp32 grads (4 B/param) under the backward window. z = 1
+    (distributed optimizer): reduce-scatter of the grads under the backward window, then the
+    all-gather of the 16-bit weights (2 B/param) under the next step's first forward
+    (--overlap-param-gather, megatron/core/distributed/param_and_grad_buffer.py: each
+    bucket's gather is waited for by the forward pre-hook of its first layer), of which the
+    first layer's share can never hide. z = 2 (Megatron-FSDP optim_grads): a reduce-scatter
+    per micro-batch under that micro-batch's backward, the gather as z = 1. z = 3
+    (optim_grads_params): per micro-batch the weights are gathered before forward and again
+    before backward (and the recompute) and the gradients reduce-scattered, each layer's
+    prefetched under the previous layer's compute: the micro-batch hides
+    what it can, and the first layer's gather waits with nothing to hide under (ZeRO,
+    Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023 sec. 3.3, backward/forward
+    prefetch).
     """
     if config.dp_cp == 1:
         return 0.0
-    collectives = collectives or dp_collectives(params_per_gpu, config, link)
     scatter, gather = collectives.gradient_seconds, collectives.gather_seconds
+    first_unit_gather = gather / max(1, windows.num_units)
     if config.zero_stage == 0:
-        return max(0.0, scatter - backward_window_seconds)
+        return max(0.0, scatter - windows.backward_seconds)
+    gather_exposed = max(first_unit_gather, gather - windows.forward_seconds)
     if config.zero_stage == 1:
-        return max(0.0, scatter - backward_window_seconds) + gather
+        return max(0.0, scatter - windows.backward_seconds) + gather_exposed
     if config.zero_stage == 2:
-        return m * max(0.0, scatter - backward_window_seconds) + gather
+        return m * max(0.0, scatter - windows.backward_seconds) + gather_exposed
     gathers = 3 if config.recompute == "full" else 2
-    return m * max(0.0, scatter + gathers * gather - micro_batch_seconds)
+    return m * max(first_unit_gather, scatter + gathers * gather - windows.micro_batch_seconds)
 
 
 def pp_send_bytes(model: ModelSpec, config: TrainConfig, s: int) -> float:
@@ -614,15 +644,17 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     else:
         optimizer_params = params.worst
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
-    window = first / c.virtual_stages * (layer.backward + layer.recompute)
+    windows = DpWindows(backward_seconds=first / c.virtual_stages * (layer.backward + layer.recompute),
+                        forward_seconds=first / c.virtual_stages * layer.forward, micro_batch_seconds=compute_per_micro_batch,
+                        num_units=slowest_layers)
     link = dp_link(cluster, c)
-    dp = dp_collectives(params.worst, c, link, experts)
+    dp = dp_collectives(params.worst, c, cluster, experts)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link),
-        dp_comm_exposed=dp_exposed_seconds(params.worst, c, link, window, compute_per_micro_batch, m, dp),
+        dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m),
         ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
         cp_comm=m * slowest_layers * terms.cp.exposed,
     )

@@ -205,6 +205,10 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
                  "--no-gradient-accumulation-fusion", "--ckpt-format", FSDP_CHECKPOINT_FORMAT]
     if c.dp_cp > 1:
         args.append("--overlap-grad-reduce")
+        if c.zero_stage >= 1:
+            # gathers the updated weights under the next step's forward (arguments.py: needs
+            # the distributed optimizer or Megatron-FSDP, and --overlap-grad-reduce)
+            args.append("--overlap-param-gather")
     return args
 
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import comm
 from planner.cost.comm import collective_link
-from planner.cost.training_time import dp_exposed_seconds, pp_seconds
-from planner.layout import Link, Rejected, TrainConfig
+from planner.cost.training_time import _dp_ring_collectives, pp_seconds
+from planner.layout import GroupTopology, Link, Rejected, TrainConfig
 from planner.requests import TrainRequest
 from planner.train import estimate, memory_per_gpu
 
@@ -39,14 +39,15 @@ def test_pp_send_volume():
 
 
 def test_dp_volumes():
-    """P = 1e9 params per GPU over d = 4 at 77 GB/s effective: ZeRO-0 all-reduce of 4 GB
-    = 2*(3/4)*4e9/77e9 = 77.9 ms; ZeRO-1 reduce-scatter of 4 GB (39.0 ms) hidden under a
-    1 s backward window, all-gather of 2 GB (19.5 ms) exposed."""
+    """P = 1e9 params per GPU over d = 4 GPUs of one node at 100 GB/s, 77 GB/s effective:
+    ZeRO-0 all-reduce of 4 GB = 2*(3/4)*4e9/77e9 = 77.9 ms; ZeRO-1 reduce-scatter of 4 GB
+    (3/4*4e9/77e9 = 39.0 ms) and all-gather of 2 GB (19.5 ms)."""
     bw = 100e9 * 0.77
-    zero0 = TrainConfig(1, 1, 4, 1, "1f1b", 1, "none", False, 0)
-    zero1 = TrainConfig(1, 1, 4, 1, "1f1b", 1, "none", False, 1)
-    assert dp_exposed_seconds(1e9, zero0, LINK, 0.0, 0.0, 1) == pytest.approx(1.5 * 4e9 / bw)
-    assert dp_exposed_seconds(1e9, zero1, LINK, 1.0, 0.0, 1) == pytest.approx(0.75 * 2e9 / bw)
+    group = GroupTopology(4, 4, 1, LINK, None)
+    zero0 = _dp_ring_collectives(1e9, 0, group)
+    zero1 = _dp_ring_collectives(1e9, 1, group)
+    assert zero0.gradient_seconds == pytest.approx(1.5 * 4e9 / bw)
+    assert (zero1.gradient_seconds, zero1.gather_seconds) == pytest.approx((0.75 * 4e9 / bw, 0.75 * 2e9 / bw))
 
 
 def test_breakdown_adds_up_and_links():
