@@ -62,7 +62,8 @@ class SlaCheck:
     e2e_ok: bool
     binding: str | None
     """The limit that stops a higher concurrency (ttft | tpot | e2e), or what caps it
-    otherwise (kv-cache | max-num-seqs | batch); None without limits."""
+    otherwise (kv-cache | max-num-seqs | batch | saturation: more would add no tokens/s,
+    peak_throughput_concurrency); None without limits."""
 
 
 @dataclass(frozen=True)
@@ -233,10 +234,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                     request.max_e2e_seconds))
     binding = None
     if has_sla and request.batch is None:
-        batch, binding = largest_meeting_sla(request, steady_at, cap)
-        if batch == 0:
+        largest, binding = largest_meeting_sla(request, steady_at, cap)
+        if largest == 0:
             return Rejected(layout, (sla_reason(request, steady_at(1)),))
-        if binding is None:
+        batch = peak_throughput_concurrency(steady_at, largest)
+        if batch < largest:
+            binding = "saturation"
+            notes = [f"Saturated: {batch} concurrent sequences per replica give the most output tokens/s "
+                     f"within the limits (they allow {largest}); more would only queue for the prompt budget"]
+        elif binding is None:
             binding = "kv-cache" if fit < wanted else "max-num-seqs"
         else:
             names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
@@ -330,6 +336,24 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
         else:
             bad = middle
     return good, first_failing(request, steady_at(bad))
+
+
+def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: int) -> int:
+    """The concurrency in [1, upper] with the most steady-state output tokens/s (the smallest
+    of equals), by ternary search: throughput rises with concurrency until the prompt budget
+    saturates and then falls by parts per million with the per-sequence engine cost, so
+    past that knee a larger concurrency only adds queueing (TTFT) for no tokens/s."""
+    def rate(concurrency: int) -> float:
+        return steady_at(concurrency).throughput_tokens_per_second
+
+    lo, hi = 1, upper
+    while hi - lo > 2:
+        third = (hi - lo) // 3
+        if rate(lo + third) < rate(hi - third):
+            lo = lo + third + 1
+        else:
+            hi = hi - third
+    return max(range(lo, hi + 1), key=lambda c: (rate(c), -c))
 
 
 def expert_imbalance(request: ServeRequest) -> float:

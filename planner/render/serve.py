@@ -80,6 +80,8 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
         marks.append("KV-starved")
     if r.sla.binding in ("ttft", "tpot", "e2e"):
         marks.append(f"{r.sla.binding.upper()}-bound")
+    if r.sla.binding == "saturation":
+        marks.append("saturated")
     if r.placement.num_pp_boundaries_crossing_nodes:
         marks.append(f"PP over {r.placement.pp_link.kind}")
     return ", ".join(marks)

@@ -193,8 +193,9 @@ def test_a_looser_tpot_limit_never_lowers_goodput(serve_one, input_len, output_l
     """Past the prompt budget's saturation the steady state's throughput is flat in the
     concurrency (more requests only queue for prefill), falling by parts per million with the
     engine's per-sequence cost (found: 2,001 in / 2 out, 34.34733 -> 34.34720 tok/s); the
-    search takes the largest concurrency within the limits, so a looser limit may move it
-    along that flat top: 0.01% is allowed, no more."""
+    search takes the concurrency of peak throughput within the limits
+    (peak_throughput_concurrency), so a looser limit, which allows a superset, never lowers
+    it (1e-4 is left for float noise)."""
     tight, loose = limits_ms
     common = dict(input_len=input_len, output_len=output_len, max_model_len=8192, batch=None)
     at_tight = serve_one(MODEL, CLUSTER, DEGREES, max_tpot_seconds=tight / 1000, **common)
@@ -221,3 +222,32 @@ def test_cli_sla_layouts_meet_every_limit():
         assert sla["binding"], where
         assert 0 < layout["goodput_tokens_per_second"] <= layout["throughput_tokens_per_second"], where
         assert not math.isnan(layout["goodput_tokens_per_second"])
+
+
+def test_peak_throughput_concurrency_finds_the_knee():
+    """A throughput that rises as 10 tok/s per sequence up to 37 sequences, then falls by
+    1e-6 per extra sequence (the engine's per-sequence cost past the prompt budget's
+    saturation): the peak is 37 whatever the upper bound above it; below it, the bound."""
+    from types import SimpleNamespace
+
+    from planner.serve import peak_throughput_concurrency
+
+    def steady_at(c):
+        rate = 10.0 * c if c <= 37 else 370.0 - 1e-6 * (c - 37)
+        return SimpleNamespace(throughput_tokens_per_second=rate)
+
+    assert [peak_throughput_concurrency(steady_at, upper) for upper in (1, 2, 30, 37, 38, 100, 1024)] == \
+        [1, 2, 30, 37, 37, 37, 37]
+
+
+def test_an_sla_plan_past_the_knee_says_it_is_saturated():
+    """2,005 in / 2 out on one H100 with TPOT <= 62 ms (the case hypothesis found): the limit
+    allows 3 sequences, but 3 give 34.2848 tok/s against 34.2888 for 2, so the plan stops at
+    2 and says it is saturated."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "2005", "--output-len", "2",
+            "--max-model-len", "8192", "--max-tpot-ms", "62", "--layout", "tp=1,pp=1,dp=1", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout)["recommended"]
+    assert best["sla"]["binding"] == "saturation"
+    assert any(note.startswith("Saturated:") for note in best["notes"])
