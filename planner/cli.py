@@ -138,6 +138,7 @@ SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/-
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
+TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
                                                "(engines not named keep the default). Known: " + "; ".join(
                                                    f"{e} {', '.join(r)}" for e, r in RELEASES.items()) + ".")]
@@ -186,6 +187,7 @@ class PlanOptions:
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
     precision: Precision = DEFAULT_PRECISION
+    tp_comm_overlap: bool = True
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
     expert_imbalance: float | None = None
@@ -277,6 +279,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         zero_stage=opts.zero,
         attention=opts.attention.value,
         precision=opts.precision.value,
+        tp_comm_overlap=opts.tp_comm_overlap,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
     )
@@ -344,7 +347,7 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision")
+              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -434,6 +437,7 @@ def plan(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
+    tp_comm_overlap: TpCommOverlapOpt = True,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
@@ -451,7 +455,8 @@ def plan(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
+        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
+        engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance,
     )
     def run() -> int:
@@ -537,6 +542,7 @@ def explain(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
+    tp_comm_overlap: TpCommOverlapOpt = True,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
@@ -566,7 +572,8 @@ def explain(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
+        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
+        engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance,
     )
     def run() -> int:

@@ -84,6 +84,10 @@ class TrainConfig:
     cp: int = 1
     """Context-parallel degree [--context-parallel-size]: each rank holds s/cp tokens of
     every sequence; tp*cp*pp*dp = GPUs (docs/cost-model.md#training-context-parallelism)."""
+    tp_comm_overlap: bool = False
+    """[--tp-comm-overlap] Transformer Engine's userbuffers pipeline each sequence-parallel
+    all-gather and reduce-scatter with its GEMM; the training estimate fills it in (on where
+    Megatron can run it: SP, TP inside one node) unless the request turns it off."""
 
     @property
     def layout(self) -> Layout:

@@ -143,6 +143,9 @@ class TrainRequest:
     precision: Literal["bf16", "fp8"] = "bf16"
     """`--precision`: bf16, or fp8 through Transformer Engine (the blocks' linear GEMMs in
     fp8, delayed scaling, hybrid format; needs a GPU with fp8 tensor cores)."""
+    tp_comm_overlap: bool = True
+    """`--no-tp-comm-overlap` turns it off: Transformer Engine's TP communication/GEMM
+    overlap where Megatron can run it (train.tp_comm_overlap_possible)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
 

@@ -42,7 +42,7 @@ from planner.cost.training_time import (
     stage_seconds,
     step_times,
 )
-from planner.layout import Placement, Rejected, TrainConfig, place
+from planner.layout import Placement, Rejected, TrainConfig, groups_cross_nodes, place
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
@@ -360,13 +360,26 @@ def expert_imbalance(request: TrainRequest | None) -> float:
     return request.expert_imbalance
 
 
+def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> bool:
+    """Where Megatron runs --tp-comm-overlap: sequence parallelism on (arguments.py
+    core_v0.19.0 asserts it), TP > 1 and the TP group inside one node (Transformer Engine's
+    userbuffers span one NVLink domain: initialize_ub builds them per TP domain), through
+    Transformer Engine's layers (flash attention here; the unfused path is the 2021 code).
+    Planned for dense attention + MLP blocks only: an MoE layer's experts and a hybrid's
+    recurrent mixers are not the QKV/proj/fc1/fc2 GEMMs the userbuffers pair with."""
+    return (config.sequence_parallel and config.tp > 1 and config.attention == "flash"
+            and not model.is_moe and not model.num_recurrent_layers
+            and not groups_cross_nodes(config.tp, cluster.gpus_per_node))
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp), lambda: place(cluster, c.layout))
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp),
+                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp,
+                      c.tp_comm_overlap),
                      lambda: layer_terms(model, cluster, c, seq_len, placement, rates, imbalance))
     return placement, terms
 
@@ -387,6 +400,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if config.precision != request.precision:  # the search builds configurations without it
         config = replace(config, precision=request.precision)
     rates = rates or train_rates(model, cluster)
+    overlap = request.tp_comm_overlap and tp_comm_overlap_possible(model, cluster, config)
+    if config.tp_comm_overlap != overlap:  # the search builds configurations without it
+        config = replace(config, tp_comm_overlap=overlap)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:
         config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request))
     m = B // (config.micro_batch_size * config.dp)

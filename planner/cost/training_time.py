@@ -275,7 +275,10 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     GEMMs; with SP the 2 all-gathers of the output gradient before the row-parallel GEMMs
     are exposed, the re-gather of the column-parallel input hides under its data-gradient
     GEMM and the input-gradient reduce-scatter under its weight-gradient GEMM
-    (Korthikanti et al. 2022 sec. 4.2.2). Only what exceeds the GEMM is exposed."""
+    (Korthikanti et al. 2022 sec. 4.2.2). Only what exceeds the GEMM is exposed.
+    With --tp-comm-overlap (SP only) every forward all-gather and reduce-scatter, and the
+    backward all-gathers before the row-parallel data-gradient GEMMs, are pipelined with
+    their GEMM (overlapped_exposed_seconds)."""
     link = placement.tp_link
     if config.tp == 1 or link is None:
         return TpSeconds(0.0, 0.0)
@@ -290,9 +293,26 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     if config.sequence_parallel:
         half = allreduce / 2
         hidden = sum(2 * max(0.0, half - gemm) for gemm in column_parallel)
+        if config.tp_comm_overlap:
+            row_parallel = [gemm_seconds(g, linear) for g in (gemms[1], gemms[3])]
+            forward_exposed = sum(overlapped_exposed_seconds(half, gemm, config.tp)
+                                  for gemm in column_parallel + row_parallel)
+            backward_exposed = sum(overlapped_exposed_seconds(half, gemm, config.tp) for gemm in row_parallel)
+            passes = 2 if config.recompute == "full" else 1
+            return TpSeconds(forward + 3 * allreduce, passes * forward_exposed + backward_exposed + hidden,
+                             allreduce, message_bytes, measured)
         return TpSeconds(forward + 3 * allreduce, forward + allreduce + hidden, allreduce, message_bytes, measured)
     hidden = sum(max(0.0, allreduce - gemm) for gemm in column_parallel)
     return TpSeconds(forward + 2 * allreduce, forward + hidden, allreduce, message_bytes, measured)
+
+
+def overlapped_exposed_seconds(comm_seconds: float, gemm_seconds_: float, tp: int) -> float:
+    """One collective pipelined with its GEMM in t chunks (Transformer Engine userbuffers:
+    ring-exchange all-gathers and pipelined reduce-scatters, transformer_engine/pytorch/
+    module/base.py initialize_ub at v2.18): the longer of the two runs end to end, and the
+    first (or last) chunk of the shorter cannot overlap: max(c, g) - g + min(c, g)/t.
+    c = 2 ms, g = 3 ms, t = 8: 0 + 0.25 ms; c = 3 ms, g = 2 ms: 1 + 0.25 ms."""
+    return max(0.0, comm_seconds - gemm_seconds_) + min(comm_seconds, gemm_seconds_) / tp
 
 
 @dataclass(frozen=True)

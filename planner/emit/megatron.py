@@ -198,6 +198,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
     if c.precision == "fp8":
         args += fp8_args()
+    if c.tp_comm_overlap:
+        args.append("--tp-comm-overlap")  # needs --sequence-parallel (arguments.py)
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:
