@@ -549,6 +549,7 @@ def explain(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
+    engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
@@ -579,7 +580,7 @@ def explain(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, engine_version=engine_version, mode=mode,
-        expert_imbalance=expert_imbalance,
+        expert_imbalance=expert_imbalance, engine=engine,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
