@@ -60,7 +60,13 @@ class Emit(str, Enum):
     vllm_ray = "vllm-ray"
     sglang = "sglang"
     megatron = "megatron"
+    torchtitan = "torchtitan"
     none = "none"
+
+
+class Engine(str, Enum):
+    megatron = "megatron"
+    torchtitan = "torchtitan"
 
 
 class KvCacheDtype(str, Enum):
@@ -139,6 +145,7 @@ ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = di
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
+EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
                                                "(engines not named keep the default). Known: " + "; ".join(
                                                    f"{e} {', '.join(r)}" for e, r in RELEASES.items()) + ".")]
@@ -148,6 +155,7 @@ DEFAULT_MODE = Mode(ServeRequest.mode)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
 DEFAULT_PRECISION = Precision(TrainRequest.precision)
+DEFAULT_ENGINE = Engine(TrainRequest.engine)
 DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
 
 
@@ -191,6 +199,7 @@ class PlanOptions:
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
     expert_imbalance: float | None = None
+    engine: Engine = DEFAULT_ENGINE
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -282,6 +291,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         tp_comm_overlap=opts.tp_comm_overlap,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
+        engine=opts.engine.value,
     )
 
 
@@ -347,10 +357,11 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap")
+              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap", "engine")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
+TRAIN_LAUNCHERS = (Emit.megatron, Emit.torchtitan)
 
 
 def given_flags(ctx: typer.Context) -> dict[str, str]:
@@ -385,10 +396,10 @@ def check_flags_used(ctx: typer.Context, workload: Workload, emit: Emit | None =
         if name in given:
             raise SpecError(f"{given[name]}: a --workload {other} option; --workload {workload.value} "
                             f"would ignore it")
-    if emit is Emit.megatron and workload is Workload.serve:
-        raise SpecError("--emit megatron: a training launcher; serving emits vllm, vllm-ray or sglang")
+    if emit in TRAIN_LAUNCHERS and workload is Workload.serve:
+        raise SpecError(f"--emit {emit.value}: a training launcher; serving emits vllm, vllm-ray or sglang")
     if emit in SERVE_ENGINES and workload is Workload.train:
-        raise SpecError(f"--emit {emit.value}: a serving engine; training emits megatron")
+        raise SpecError(f"--emit {emit.value}: a serving engine; training emits megatron or torchtitan")
 
 
 def _version(value: bool) -> None:
@@ -413,7 +424,7 @@ def plan(
     top: Annotated[int | None, typer.Option(min=1, help=f"Rows to show (default {DEFAULT_TOP_ROWS}; --json: every layout unless given).")] = None,
     json_output: JsonOpt = False,
     show_rejected: Annotated[bool, typer.Option(help="List every rejected layout with its reasons.")] = False,
-    emit: Annotated[Emit | None, typer.Option(help="Launch command to print (default: vllm for serve, megatron for train).")] = None,
+    emit: Annotated[Emit | None, typer.Option(help="Launch command to print (default: vllm for serve, the --engine for train).")] = None,
     input_len: InputLenOpt = ServeRequest.input_len,
     output_len: OutputLenOpt = ServeRequest.output_len,
     batch: BatchOpt = None,
@@ -438,6 +449,7 @@ def plan(
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
@@ -457,7 +469,7 @@ def plan(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
         engine_version=engine_version, mode=mode,
-        expert_imbalance=expert_imbalance,
+        expert_imbalance=expert_imbalance, engine=engine,
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
@@ -473,7 +485,7 @@ def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: E
         from planner.train_cli import run_train
 
         return run_train(model_spec, cluster_spec, request, json_output=opts.json_output, top=top,
-                         show_rejected=show_rejected, emit=(emit or Emit.megatron).value)
+                         show_rejected=show_rejected, emit=(emit.value if emit else request.engine))
     from planner.serve_cli import run_serve
 
     return run_serve(model_spec, cluster_spec, request, json_output=opts.json_output, top=top,
@@ -543,6 +555,7 @@ def explain(
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
@@ -574,7 +587,7 @@ def explain(
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
         engine_version=engine_version, mode=mode,
-        expert_imbalance=expert_imbalance,
+        expert_imbalance=expert_imbalance, engine=engine,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)

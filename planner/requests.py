@@ -16,6 +16,8 @@ from planner.errors import SpecError
 
 Objective = Literal["throughput", "latency"]
 ServeMode = Literal["auto", "aggregated", "disaggregated"]
+TrainEngine = Literal["megatron", "torchtitan"]
+TRAIN_ENGINES: tuple[TrainEngine, ...] = ("megatron", "torchtitan")
 DEFAULT_TOP_ROWS = 10
 """Table rows `plan` shows without --top (--json lists every layout unless --top is given)."""
 MAX_TOKENS = 2**27
@@ -148,8 +150,13 @@ class TrainRequest:
     overlap where Megatron can run it (train.tp_comm_overlap_possible)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
+    engine: TrainEngine = "megatron"
+    """`--engine`: the training framework whose parallelism rules bound the search and whose
+    launch is printed (planner/train_engines.py): megatron (Megatron-LM) or torchtitan."""
 
     def __post_init__(self) -> None:
+        if self.engine not in TRAIN_ENGINES:
+            raise SpecError(f"--engine: must be one of {', '.join(TRAIN_ENGINES)} (got {self.engine})")
         for flag, value, upper in (("--global-batch", self.global_batch, MAX_SEQUENCES),
                                    ("--seq-len", self.seq_len, MAX_TOKENS),
                                    ("--micro-batch", self.micro_batch, MAX_SEQUENCES),

@@ -46,6 +46,7 @@ from planner.layout import Placement, Rejected, TrainConfig, groups_cross_nodes,
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
+from planner.train_engines import torchtitan_reasons
 from planner.units import bytes_to_gib, flops_per_s_to_tflops
 
 
@@ -206,7 +207,16 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
     return reasons
 
 
-def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
+def engine_reasons(model: ModelSpec, config: TrainConfig, request: TrainRequest) -> list[str]:
+    """The engine's own rules: Megatron's context-parallel ones, or torchtitan's
+    (planner/train_engines.py)."""
+    if request.engine == "torchtitan":
+        return torchtitan_reasons(model, config, request.seq_len)
+    return cp_reasons(config, request.seq_len)
+
+
+def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
+                   engine: str = "megatron") -> list[str]:
     """Why this configuration is invalid (assumes the structural checks passed)."""
     c = config
     wrong_ep = ep_reasons(model, c)
@@ -235,7 +245,7 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int) -> 
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
         reasons.append("sequence parallelism needs tp > 1")
-    if c.zero_stage >= 2 and c.pp > 1:
+    if c.zero_stage >= 2 and c.pp > 1 and engine == "megatron":
         reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without pipeline parallelism "
                        f"(its examples and guide at core_v0.19.0 pair it with TP, CP and EP only)")
     return reasons
@@ -393,14 +403,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     c = config
     reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep),
                        lambda: structural_reasons(model, c.tp, c.pp, c.dp, B, c.ep))
-    reasons = reasons or cp_reasons(c, s) or config_reasons(model, config, B)
+    reasons = reasons or engine_reasons(model, c, request) or config_reasons(model, config, B, request.engine)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
     check_precision(cluster, request.precision)
     if config.precision != request.precision:  # the search builds configurations without it
         config = replace(config, precision=request.precision)
     rates = rates or train_rates(model, cluster)
-    overlap = request.tp_comm_overlap and tp_comm_overlap_possible(model, cluster, config)
+    overlap = (request.engine == "megatron" and request.tp_comm_overlap
+               and tp_comm_overlap_possible(model, cluster, config))
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = replace(config, tp_comm_overlap=overlap)
     if config.first_last_layers is None and model.num_hidden_layers % config.pp:

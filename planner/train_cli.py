@@ -18,9 +18,10 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
     check_precision(cluster, request.precision)
     plan: TrainPlan = search(model, cluster, request)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
-    # Megatron-LM is the one training engine: a serving --emit still prints it.
-    emitter = None if emit == "none" else TRAIN_EMITTERS.get(emit, TRAIN_EMITTERS["megatron"])
-    if emitter is not None:
+    # A serving --emit still prints the training engine's launch.
+    emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
+    emitter = None if emit == "none" else TRAIN_EMITTERS[emit]
+    if emit == "megatron":
         plan = launchable(model, plan)
 
     def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
@@ -33,8 +34,17 @@ def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, 
     else:
         best = plan.layouts[0] if plan.layouts else None
         render_plan(model, cluster, plan, () if best is None else steps_for(best), top or DEFAULT_TOP_ROWS,
-                    show_rejected)
+                    show_rejected, launcher_title(emit, request))
     return 0 if plan.layouts else 1
+
+
+def launcher_title(emit: str, request: TrainRequest) -> str:
+    """The launch's title in the table output: the engine and its release."""
+    if emit == "torchtitan":
+        from planner.train_engines import TORCHTITAN_RELEASE
+
+        return f"torchtitan {TORCHTITAN_RELEASE}"
+    return f"Megatron-LM {request.engine_versions.megatron}"
 
 
 def launchable(model: ModelSpec, plan: TrainPlan) -> TrainPlan:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner import train_engines as engines
 from planner.cost.stage_split import has_split
 from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
@@ -115,6 +116,20 @@ def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1, 
     return [0, 1, 2, 3] if pp == 1 else [0, 1]
 
 
+def engine_zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1,
+                        cp: int = 1) -> list[int]:
+    """The engine's ZeRO stages: Megatron's zero_options or torchtitan's (train_engines)."""
+    if request.engine == "torchtitan":
+        return engines.zero_options(request, tp, pp, dp, cp)
+    return zero_options(request, tp, pp, dp, ep, cp)
+
+
+def engine_sp_options(model: ModelSpec, request: TrainRequest, tp: int) -> list[bool]:
+    if request.engine == "torchtitan":
+        return engines.sp_options(request, tp)
+    return sp_options(model, request, tp)
+
+
 def sp_options(model: ModelSpec, request: TrainRequest, tp: int) -> list[bool]:
     """Off and on with tp > 1; MoE only on (Megatron-Core's MoE layer refuses TP without
     it: train.ep_reasons)."""
@@ -161,8 +176,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
     for schedule, v in schedule_options(model, request, pp):
-        for zero in zero_options(request, tp, pp, dp, layout.ep, cp):
-            for sp in sp_options(model, request, tp):
+        for zero in engine_zero_options(request, tp, pp, dp, layout.ep, cp):
+            for sp in engine_sp_options(model, request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 for b in micro_batch_options(request, dp):
                     base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
@@ -241,6 +256,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     """The training plan: every configuration the pruning leaves, ranked by tokens/s.
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan."""
+    engines.check_request(model, request)
     given = request.layout
     request = resolve_fixed_dp(request, cluster)
     check_fixed_batch(request, given)

@@ -126,6 +126,11 @@ def command_problems(argv: Sequence[str], versions) -> list[str]:
         return _sglang_problems(argv, engine_flag_data(f"sglang-{versions.sglang}"))
     if argv[:3] == ["python", "-m", "sglang_router.launch_router"]:
         return _flag_problems(argv[3:], engine_flag_data(ROUTER_FLAGS))
+    if argv[0] == "torchrun" and "torchtitan.train" in argv:
+        entry = argv.index("-m")
+        rest = argv[entry + 2:]
+        return (_flag_problems(argv[1:entry], engine_flag_data(TORCHRUN_FLAGS))
+                + ([] if rest == ["--job.config_file", rest[-1]] else [f"torchtitan: unexpected arguments {rest}"]))
     if argv[0] == "torchrun":
         script = argv.index("pretrain_gpt.py")
         return (_flag_problems(argv[1:script], engine_flag_data(TORCHRUN_FLAGS))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from planner.emit.command import LaunchStep, ServeArgs
 from planner.emit.megatron import megatron_steps
 from planner.emit.sglang import sglang_steps
+from planner.emit.torchtitan import torchtitan_steps
 from planner.emit.vllm import vllm_ray_steps, vllm_steps
 
 ServeEmitter = Callable[[ServeArgs], tuple[LaunchStep, ...]]
@@ -30,4 +31,5 @@ SERVE_EMITTERS: dict[str, ServeEmitter] = {
 }
 TRAIN_EMITTERS: dict[str, TrainEmitter] = {
     "megatron": megatron_steps,
+    "torchtitan": torchtitan_steps,
 }

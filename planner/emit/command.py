@@ -119,6 +119,15 @@ def shell_join(argv: tuple[str, ...] | list[str]) -> str:
 
 
 @dataclass(frozen=True)
+class ConfigFile:
+    """A file the command reads (torchtitan's job config), to be written on every node of the
+    step before it runs: `path` relative to the directory the command runs in."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
 class LaunchStep:
     """One command, run on every node of `nodes`, in the order the steps are listed."""
 
@@ -126,6 +135,8 @@ class LaunchStep:
     """all (every node alike), head, worker, replica head or replica worker."""
     nodes: NodeSet
     argv: tuple[str, ...]
+    files: tuple[ConfigFile, ...] = ()
+    """Files the argv names that the plan writes (none for flag-only launchers)."""
 
     @property
     def where(self) -> str:

@@ -168,13 +168,16 @@ def step_json(step: LaunchStep) -> dict[str, Any]:
     """One launch step: its role, the nodes that run it (a range, or one repeated every
     `period` nodes, with its count), the argv and the shell line to paste."""
     nodes = step.nodes
-    return {
+    out: dict[str, Any] = {
         "role": step.role,
         "nodes": {"first": nodes.first, "length": nodes.length, "period": nodes.period,
                   "num_periods": nodes.num_periods, "count": nodes.count, "text": str(nodes)},
         "argv": list(step.argv),
         "shell": step.shell(),
     }
+    if step.files:  # only launchers that read a config file (torchtitan) carry the key
+        out["files"] = [{"path": f.path, "text": f.text} for f in step.files]
+    return out
 
 
 def per_node_lines(steps: tuple[LaunchStep, ...]) -> list[str]:

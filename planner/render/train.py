@@ -192,7 +192,8 @@ def render_rejected(plan: TrainPlan, show_all: bool = True) -> Table:
 
 
 def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], top: int,
-                show_rejected: bool) -> None:
+                show_rejected: bool, launcher: str | None = None) -> None:
+    """`launcher`: the launch's title (default Megatron-LM and its release)."""
     out = console()
     out.print(describe_model(model))
     out.print(describe_cluster(cluster))
@@ -200,9 +201,12 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
         out.print(render_table(plan, top))
         for line in summary_lines(plan):
             out.print(line)
-        release = plan.request.engine_versions.megatron
+        launcher = launcher or f"Megatron-LM {plan.request.engine_versions.megatron}"
         for step in steps:
-            out.print(f"\nMegatron-LM {release} launch (run on {_where(step)}):")
+            for file in step.files:
+                out.print(f"\n{launcher} config, write to {file.path} on {_where(step)}:")
+                out.print(file.text, markup=False, soft_wrap=True, end="")
+            out.print(f"\n{launcher} launch (run on {_where(step)}):")
             out.print(step.shell(), markup=False, soft_wrap=True)
         for line in per_node_lines(steps):
             out.print(line, markup=False)
@@ -266,6 +270,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "num_gpus": plan.num_gpus,
         "global_batch": request.global_batch,
         "seq_len": request.seq_len,
+        "engine": request.engine,
         "engine_versions": to_jsonable(request.engine_versions),
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,

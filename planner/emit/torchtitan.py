@@ -1,0 +1,167 @@
+"""torchtitan launch for a training configuration: a TOML job config and the torchrun line that
+reads it, for torchtitan TORCHTITAN_RELEASE (planner/train_engines.py).
+
+Every section and key written is a field of the release's JobConfig dataclasses
+(torchtitan/config/job_config.py@v0.2.2; config/manager.py rejects unknown keys), recorded in
+tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The mapping:
+- degrees: train_engines.torchtitan_degrees (dp_replicate * dp_shard * cp * tp * pp = GPUs);
+- batch: torchtitan's batch degree is dp_replicate * dp_shard (= our dp). Without PP a
+  DP rank runs local_batch_size = b per forward-backward and accumulates
+  global_batch_size / (b * dp) = m of them (torchtitan/train.py, gradient_accumulation_steps);
+  with PP it hands local_batch_size = m * b to the schedule, which cuts it into micro-batches of
+  pipeline_parallel_microbatch_size = b (distributed/pipeline_parallel.py);
+- stages: even stages as pipeline_parallel_layers_per_stage = L / (p * v) with the embedding
+  and head weighed as no layer (first/last_stage_less_layers = 0), so the stages are exactly
+  the planned ones; an uneven first/last split as module_fqns_per_model_part, stage by stage;
+- recompute -> [activation_checkpoint] mode (selective as per-op SAC, "op");
+- --precision fp8 -> converters = ["quantize.linear.float8"] (tensorwise dynamic scaling, the
+  LM head left in bf16: filter_fqns = ["output"]);
+- CP rotates KV shards with "alltoall" (a ring pass, the p2p ring the estimate prices) rather
+  than the default all-gather.
+Data, tokenizer, optimizer and checkpoint settings are the user's to add.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from planner.emit.command import (
+    ALL_NODES,
+    HEAD_ADDRESS_PLACEHOLDER,
+    ConfigFile,
+    LaunchStep,
+    NodeSet,
+)
+from planner.emit.torchrun import torchrun_flags
+from planner.train_engines import (
+    TORCHTITAN_AC_MODES,
+    TORCHTITAN_RELEASE,
+    TORCHTITAN_SCHEDULES,
+    torchtitan_degrees,
+)
+
+if TYPE_CHECKING:
+    from planner.layout import TrainConfig
+    from planner.specs import ClusterSpec, ModelSpec
+
+CONFIG_PATH = "torchtitan-plan.toml"
+ENTRY_MODULE = "torchtitan.train"
+"""run_train.sh@v0.2.2: TRAIN_FILE defaults to torchtitan.train, run as `-m`."""
+RENDEZVOUS_PORT = 29500
+RENDEZVOUS_ID = "plan-train"
+FLOAT8_CONVERTER = "quantize.linear.float8"
+"""register_model_converter name (components/quantization/float8.py@v0.2.2)."""
+TORCHTITAN_MODELS = {
+    "llama-3.1-8b": ("llama3", "8B"),
+    "llama-3.1-70b": ("llama3", "70B"),
+    "llama-3.1-405b": ("llama3", "405B"),
+    "qwen3-32b": ("qwen3", "32B"),
+}
+"""Shipped model -> torchtitan (model.name, model.flavor), from models/llama3/__init__.py and
+models/qwen3/__init__.py@v0.2.2 (same layers, widths and heads)."""
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal for the few value types the job config uses."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise AssertionError(f"no TOML form for {value!r}")
+
+
+def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
+                 seq_len: int) -> dict[str, dict[str, object]]:
+    """Section -> key -> value of the job config (the keys tests check against the release)."""
+    c = config
+    known = TORCHTITAN_MODELS.get(model.name)
+    model_keys: dict[str, object] = {} if known is None else {"name": known[0], "flavor": known[1]}
+    if c.precision == "fp8":
+        model_keys["converters"] = [FLOAT8_CONVERTER]
+    m = global_batch // (c.micro_batch_size * c.dp)
+    local = c.micro_batch_size * m if c.pp > 1 else c.micro_batch_size
+    sections: dict[str, dict[str, object]] = {
+        "model": model_keys,
+        "training": {"local_batch_size": local, "global_batch_size": global_batch, "seq_len": seq_len},
+        "parallelism": {**torchtitan_degrees(c), **pipeline_keys(model, c), **context_keys(c)},
+        "activation_checkpoint": {"mode": TORCHTITAN_AC_MODES[c.recompute]},
+    }
+    if c.recompute == "selective":
+        sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    if c.precision == "fp8":
+        sections["quantize.linear.float8"] = {"filter_fqns": ["output"]}
+    return sections
+
+
+def pipeline_keys(model: ModelSpec, config: TrainConfig) -> dict[str, object]:
+    c = config
+    if c.pp == 1:
+        return {}
+    keys: dict[str, object] = {"pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[c.schedule],
+                               "pipeline_parallel_microbatch_size": c.micro_batch_size}
+    if c.first_last_layers is None:
+        keys["pipeline_parallel_layers_per_stage"] = model.num_hidden_layers // (c.pp * c.virtual_stages)
+        keys["pipeline_parallel_first_stage_less_layers"] = 0
+        keys["pipeline_parallel_last_stage_less_layers"] = 0
+    else:
+        keys["module_fqns_per_model_part"] = stage_modules(model.num_hidden_layers, c.pp, c.first_last_layers)
+    return keys
+
+
+def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int]) -> list[list[str]]:
+    """Module names per stage for an uneven split: first F layers with the embedding, the
+    middle ones even, the last L_l with the final norm and the head."""
+    first, last = first_last
+    middle = (num_layers - first - last) // (pp - 2) if pp > 2 else 0
+    counts = [first] + [middle] * (pp - 2) + [last]
+    parts, start = [], 0
+    for stage, count in enumerate(counts):
+        names = [f"layers.{i}" for i in range(start, start + count)]
+        start += count
+        if stage == 0:
+            names.insert(0, "tok_embeddings")
+        if stage == pp - 1:
+            names += ["norm", "output"]
+        parts.append(names)
+    return parts
+
+
+def context_keys(config: TrainConfig) -> dict[str, object]:
+    if config.cp == 1:
+        return {}
+    return {"context_parallel_rotate_method": "alltoall"}
+
+
+def render_toml(model: ModelSpec, sections: dict[str, dict[str, object]], config: TrainConfig,
+                num_gpus: int) -> str:
+    c = config
+    lines = [f"# torchtitan {TORCHTITAN_RELEASE} job config for {model.name}, planned by `plan`: "
+             f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp} on {num_gpus} GPUs",
+             f"# (keys: torchtitan/config/job_config.py@{TORCHTITAN_RELEASE}). Add [training] dataset, "
+             "[model] hf_assets_path, [optimizer] and [checkpoint] settings."]
+    for section, keys in sections.items():
+        lines += ["", f"[{section}]"]
+        if section == "model" and "name" not in keys:
+            lines.append(f"# no torchtitan flavor for {model.name}: set name and flavor "
+                         f"(torchtitan/models/*/__init__.py@{TORCHTITAN_RELEASE})")
+        lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
+                     global_batch: int, seq_len: int) -> tuple[LaunchStep, ...]:
+    """One step, run on every node: the job config written to CONFIG_PATH and torchrun
+    (c10d rendezvous, the same line on every node) running torchtitan.train with it."""
+    num_gpus = config.layout.num_gpus
+    num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
+    endpoint = None if num_nodes == 1 else f"{HEAD_ADDRESS_PLACEHOLDER}:{RENDEZVOUS_PORT}"
+    argv = ["torchrun", *torchrun_flags(min(num_gpus, cluster.gpus_per_node), num_nodes,
+                                        rdzv_endpoint=endpoint, rdzv_id=RENDEZVOUS_ID),
+            "-m", ENTRY_MODULE, "--job.config_file", CONFIG_PATH]
+    text = render_toml(model, job_sections(model, config, global_batch, seq_len), config, num_gpus)
+    return (LaunchStep(ALL_NODES, NodeSet(0, num_nodes), tuple(argv), (ConfigFile(CONFIG_PATH, text),)),)

@@ -1,0 +1,144 @@
+"""What each training engine can run: the search space of one (tp, cp, pp, dp) per engine.
+
+Megatron-LM's rules live in planner/train.py (structural, cp, ep and config reasons) and
+planner/train_search.py (zero_options, sp_options). This module holds torchtitan's, read from
+the source of one release, TORCHTITAN_RELEASE (github.com/pytorch/torchtitan, tag v0.2.2), and
+is consulted through two hooks only: train_search.search_layout asks `zero_options` and
+`sp_options` here for torchtitan, and train.estimate asks `torchtitan_reasons` instead of
+Megatron's cp_reasons. The cost model is shared (planner/cost/): a torchtitan configuration is
+priced as the TrainConfig it maps to.
+
+Facts of torchtitan v0.2.2 used here (file@v0.2.2):
+- Parallel dims (torchtitan/distributed/parallel_dims.py, ParallelDims): dp_replicate, dp_shard,
+  cp, tp, pp, ep, etp; _validate asserts dp_replicate*dp_shard*cp*tp*pp == world size (ep and
+  etp borrow from the others). FSDP2 shards over the "fsdp" mesh, dp_shard*cp ("we always
+  assume that when cp is used, FSDP is also applied"); dp_replicate > 1 with dp_shard > 1 is
+  HSDP; the batch (data-loading) degree is dp_replicate*dp_shard.
+- Data parallel (models/llama3/infra/parallelize.py, parallelize_llama): fully_shard (ZeRO-3:
+  weights, gradients and optimizer states sharded) whenever dp_shard*cp > 1; DDP (replicate,
+  ZeRO-0) only when dp_replicate is the whole world ("DDP has not supported > 1D parallelism").
+  There is no ZeRO-1 or ZeRO-2 mode.
+- FSDP under PP: apply_fsdp's reshard_after_forward "default" is `not pp_enabled`, and torch's
+  pipelining (torch/distributed/pipelining/stage.py, torch 2.13) sets reshard_after_backward and
+  requires_gradient_sync False for every micro-batch's backward but the last
+  (perform_reduce_grad): each stage gathers its weights once, keeps them and the gradients whole
+  through the step, and reduce-scatters once. Memory and traffic are the distributed optimizer's,
+  so with pp > 1 FSDP is planned as ZeRO-1 (fp32 master weights and Adam states sharded over
+  dp*cp, one reduce-scatter and one all-gather per step).
+- TP (apply_tp): attention_norm, ffn_norm and the final norm are SequenceParallel, the
+  blocks' inputs Shard(1): sequence parallelism is always on with tp > 1.
+- seq_len divisible by tp * 2 * cp (ParallelDims.seq_len_divisor, asserted in
+  parallelize_llama), cp = 1 included.
+- Pipeline (distributed/pipeline_parallel.py; schedule classes from torch.distributed.pipelining):
+  single-stage schedules (1F1B, GPipe) hold one stage per rank, multi-stage ones
+  (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) at least two;
+  stages from pipeline_parallel_layers_per_stage or module_fqns_per_model_part; micro-batches
+  = local_batch_size / pipeline_parallel_microbatch_size.
+- Activation checkpointing (config/job_config.py ActivationCheckpoint.mode): none, selective
+  (selective_ac_option "op" or every n-th layer), full, memory_budget (compiler only).
+- float8 (components/quantization/float8.py): the model converter "quantize.linear.float8"
+  (torchao Float8Linear, SM89 or later), settings under [quantize.linear.float8].
+- MoE: expert parallel exists (expert_parallel_degree, etp = 1 or tp) for torchtitan's own MoE
+  models (deepseek_v3, llama4, qwen3 MoE); the planner prices EP only without FSDP (Megatron's
+  alltoall path, ZeRO-0/1), while torchtitan shards every expert weight with FSDP (efsdp
+  mesh), so MoE models are refused under torchtitan (check_request).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.errors import SpecError
+
+if TYPE_CHECKING:
+    from planner.layout import TrainConfig
+    from planner.requests import TrainRequest
+    from planner.specs import ModelSpec
+
+TORCHTITAN_RELEASE = "v0.2.2"
+"""The torchtitan git tag whose source the rules and the emitted TOML follow."""
+
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+"""Our schedule -> torchtitan's pipeline_parallel_schedule (torch.distributed.pipelining names)."""
+
+TORCHTITAN_AC_MODES = {"none": "none", "selective": "selective", "full": "full"}
+"""Our recompute -> [activation_checkpoint] mode."""
+
+
+def check_request(model: ModelSpec, request: TrainRequest) -> None:
+    """Requests torchtitan cannot express at all: one-line spec errors (exit 2)."""
+    if request.engine != "torchtitan":
+        return
+    if model.is_moe:
+        raise SpecError(f"--engine torchtitan: {model.name} is MoE; torchtitan {TORCHTITAN_RELEASE} shards "
+                        "experts with FSDP under expert parallelism, which the planner does not price "
+                        "(use --engine megatron)")
+    if request.attention != "flash":
+        raise SpecError("--attention materialized: torchtitan runs SDPA or flex attention (no s x s "
+                        "scores kept); use --attention flash")
+    if request.layout.ep not in (None, 1):
+        raise SpecError(f"--layout ep={request.layout.ep}: no expert parallelism under --engine torchtitan")
+
+
+def zero_stage_for(tp: int, pp: int, dp: int, cp: int) -> tuple[int, ...]:
+    """The ZeRO stages torchtitan's data parallelism amounts to: 0 without data parallelism;
+    1 with pp > 1 (FSDP under pipelining, see the module docstring); 3 (FSDP2 over dp*cp)
+    otherwise, and also 0 (DDP) when the ranks are pure replicas (tp = pp = cp = 1)."""
+    if dp * cp == 1:
+        return (0,)
+    if pp > 1:
+        return (1,)
+    return (3, 0) if tp == cp == 1 else (3,)
+
+
+def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, cp: int = 1) -> list[int]:
+    """The search's ZeRO stages under torchtitan; `--zero` is tried as given (the estimate
+    rejects what torchtitan cannot run)."""
+    if request.zero_stage is not None:
+        return [request.zero_stage]
+    return list(zero_stage_for(tp, pp, dp, cp))
+
+
+def sp_options(request: TrainRequest, tp: int) -> list[bool]:
+    """torchtitan's TP always shards the norms over the sequence: on exactly when tp > 1
+    (`--sequence-parallel` is tried as given and rejected when it disagrees)."""
+    if request.sequence_parallel is not None:
+        return [request.sequence_parallel]
+    return [tp > 1]
+
+
+def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> list[str]:
+    """Why torchtitan cannot run this configuration (assumes Megatron's structural checks
+    passed: heads and FFN divisible by tp, batch by dp)."""
+    c, reasons = config, []
+    allowed = zero_stage_for(c.tp, c.pp, c.dp, c.cp)
+    if c.zero_stage not in allowed:
+        reasons.append(f"ZeRO-{c.zero_stage} is not how torchtitan shards tp={c.tp} cp={c.cp} pp={c.pp} "
+                       f"dp={c.dp} (it runs ZeRO-{' or ZeRO-'.join(map(str, allowed))})")
+    if c.sequence_parallel != (c.tp > 1):
+        reasons.append("torchtitan's TP always uses sequence parallelism (and none without TP)")
+    divisor = c.tp * 2 * c.cp
+    if seq_len % divisor:
+        reasons.append(f"seq-len {seq_len} not divisible by tp*2*cp = {divisor} (torchtitan)")
+    L = model.num_hidden_layers
+    if c.schedule == "interleaved" and L % (c.pp * c.virtual_stages):
+        reasons.append(f"layers {L} not divisible by pp*v = {c.pp * c.virtual_stages} "
+                       "(torchtitan interleaving is planned with even stages)")
+    if c.ep > 1:
+        reasons.append("expert parallelism is not planned under torchtitan")
+    return reasons
+
+
+def torchtitan_degrees(config: TrainConfig) -> dict[str, int]:
+    """[parallelism] degrees: dp_replicate * dp_shard * cp * tp * pp = the GPUs. FSDP (ZeRO-3,
+    or ZeRO-1 under PP) shards over all dp ranks (dp_shard = dp); DDP (ZeRO-0 with dp > 1)
+    replicates (dp_replicate = dp). HSDP is not planned."""
+    c = config
+    replicate = c.dp if c.zero_stage == 0 else 1
+    return {
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": c.dp // replicate,
+        "tensor_parallel_degree": c.tp,
+        "pipeline_parallel_degree": c.pp,
+        "context_parallel_degree": c.cp,
+    }

@@ -1,0 +1,267 @@
+"""torchtitan v0.2.2 as the training engine: the mapping of our configurations to its job config
+(hand-checked), the CLI, the emitted TOML's keys against the release's dataclasses
+(tests/engine_flags/torchtitan-v0.2.2.json, tools/torchtitan_fields.py), goldens, and a property:
+every plan the search returns is one torchtitan runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import tomllib
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cli import app
+from planner.emit.torchtitan import job_sections, stage_modules, torchtitan_steps
+from planner.engines import EngineVersions
+from planner.layout import TrainConfig
+from planner.requests import TrainRequest
+from planner.train_engines import (
+    TORCHTITAN_AC_MODES,
+    TORCHTITAN_RELEASE,
+    TORCHTITAN_SCHEDULES,
+    torchtitan_degrees,
+    torchtitan_reasons,
+    zero_stage_for,
+)
+from planner.train_search import search
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELDS = json.loads((ROOT / "engine_flags" / f"torchtitan-{TORCHTITAN_RELEASE}.json").read_text())
+GOLDEN = ROOT / "golden" / f"torchtitan-{TORCHTITAN_RELEASE}"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+BASE = ("--workload", "train", "--engine", "torchtitan")
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, [*BASE, *args])
+
+
+def plan_json(*args: str) -> dict:
+    result = run("--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def key_problems(text: str) -> list[str]:
+    """TOML sections and keys that torchtitan's JobConfig at the tag does not have."""
+    problems = []
+
+    def walk(table: dict, prefix: str) -> None:
+        for key, value in table.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                if name not in FIELDS["sections"]:
+                    problems.append(f"unknown section [{name}]")
+                walk(value, f"{name}.")
+            elif prefix.rstrip(".") not in FIELDS["sections"] or key not in FIELDS["sections"][prefix.rstrip(".")]:
+                problems.append(f"unknown key {name}")
+
+    walk(tomllib.loads(text), "")
+    return problems
+
+
+def config(**kw) -> TrainConfig:
+    base = dict(tp=1, pp=1, dp=8, micro_batch_size=1, schedule="1f1b", virtual_stages=1, recompute="none",
+                sequence_parallel=False, zero_stage=3)
+    return TrainConfig(**{**base, **kw})
+
+
+# ------------------------------------------------------------------ mapping, hand-checked
+
+def test_schedule_and_activation_checkpoint_names():
+    """torch.distributed.pipelining's names (get_schedule_class) and ActivationCheckpoint.mode's Literal."""
+    assert TORCHTITAN_SCHEDULES == {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+    assert TORCHTITAN_AC_MODES == {"none": "none", "selective": "selective", "full": "full"}
+    literal = FIELDS["sections"]["activation_checkpoint"]["mode"]
+    assert all(f"'{mode}'" in literal for mode in TORCHTITAN_AC_MODES.values())
+
+
+def test_schedule_names_are_torchs():
+    pipelining = pytest.importorskip("torch.distributed.pipelining.schedules")
+    for name in TORCHTITAN_SCHEDULES.values():
+        assert pipelining.get_schedule_class(name) is not None
+
+
+@pytest.mark.parametrize("tp, cp, pp, dp, zero, expected", [
+    (1, 1, 1, 8, 3, (1, 8, 1, 1, 1)),    # FSDP over 8
+    (1, 1, 1, 8, 0, (8, 1, 1, 1, 1)),    # DDP over 8
+    (8, 1, 1, 8, 3, (1, 8, 8, 1, 1)),    # TP 8 + FSDP 8 = 64
+    (8, 1, 4, 2, 1, (1, 2, 8, 4, 1)),    # FSDP under PP: dp_shard 2 x tp 8 x pp 4 = 64
+    (2, 2, 1, 2, 3, (1, 2, 2, 1, 2)),    # CP joins the FSDP mesh: dp_shard*cp = 4
+])
+def test_degrees_multiply_to_the_gpus(tp, cp, pp, dp, zero, expected):
+    d = torchtitan_degrees(config(tp=tp, cp=cp, pp=pp, dp=dp, zero_stage=zero, sequence_parallel=tp > 1))
+    got = (d["data_parallel_replicate_degree"], d["data_parallel_shard_degree"], d["tensor_parallel_degree"],
+           d["pipeline_parallel_degree"], d["context_parallel_degree"])
+    assert got == expected
+    assert got[0] * got[1] * got[2] * got[3] * got[4] == tp * cp * pp * dp
+
+
+def test_zero_stages_torchtitan_runs():
+    """No DP: 0. PP: FSDP keeps the stage whole through the step (ZeRO-1). Else FSDP (3), and DDP
+    (0) only as pure replicas (parallelize_llama: "DDP has not supported > 1D parallelism")."""
+    assert zero_stage_for(tp=8, pp=1, dp=1, cp=1) == (0,)
+    assert zero_stage_for(tp=1, pp=1, dp=8, cp=1) == (3, 0)
+    assert zero_stage_for(tp=8, pp=1, dp=8, cp=1) == (3,)
+    assert zero_stage_for(tp=1, pp=1, dp=1, cp=2) == (3,)
+    assert zero_stage_for(tp=8, pp=4, dp=2, cp=1) == (1,)
+
+
+def test_reasons():
+    model = resolve_model("llama-3.1-8b")  # 32 layers
+    assert torchtitan_reasons(model, config(), 8192) == []
+    assert any("ZeRO-2" in r for r in torchtitan_reasons(model, config(zero_stage=2), 8192))
+    assert any("sequence parallelism" in r for r in torchtitan_reasons(model, config(tp=2, dp=4), 8192))
+    # seq_len divisible by tp * 2 * cp (ParallelDims.seq_len_divisor): 8 * 2 * 2 = 32
+    odd = config(tp=8, cp=2, dp=1, sequence_parallel=True)
+    assert any("tp*2*cp = 32" in r for r in torchtitan_reasons(model, odd, 8200))
+    # 32 layers over pp=4 in v=3 chunks: not even
+    inter = config(pp=4, dp=2, schedule="interleaved", virtual_stages=3, zero_stage=1)
+    assert any("pp*v = 12" in r for r in torchtitan_reasons(model, inter, 8192))
+
+
+def test_batch_and_stages_in_the_job_config():
+    """B=256, b=2, dp=2, pp=4 (32 layers, v=2): m = 64 micro-batches, all in local_batch_size = 128,
+    cut into micro-batches of 2; 32 / (4*2) = 4 layers per virtual stage. Without PP b = 2 is the
+    local batch and torchtitan accumulates 256 / (2*8) = 16 of them."""
+    model = resolve_model("llama-3.1-8b")
+    piped = job_sections(model, config(pp=4, dp=2, micro_batch_size=2, schedule="interleaved",
+                                       virtual_stages=2, zero_stage=1), 256, 8192)
+    assert piped["training"] == {"local_batch_size": 128, "global_batch_size": 256, "seq_len": 8192}
+    par = piped["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 2
+    assert par["pipeline_parallel_layers_per_stage"] == 4
+    flat = job_sections(model, config(micro_batch_size=2, recompute="selective"), 256, 8192)
+    assert flat["training"]["local_batch_size"] == 2
+    assert flat["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+
+
+def test_uneven_split_names_each_stage():
+    """126 layers as 7 | 8 x14 | 7 over 16 stages: embedding first, norm and head last."""
+    parts = stage_modules(126, 16, (7, 7))
+    assert len(parts) == 16 and [len(p) for p in parts] == [8] + [8] * 14 + [9]
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.125", "norm", "output"]
+    assert sum(1 for p in parts for n in p if n.startswith("layers.")) == 126
+
+
+# ------------------------------------------------------------------ the CLI
+
+def test_cli_prints_the_toml_and_torchrun():
+    result = run("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256", "--seq-len", "8192")
+    assert result.exit_code == 0, result.output
+    assert f"torchtitan {TORCHTITAN_RELEASE} job config" in result.output
+    assert "[parallelism]" in result.output and "data_parallel_shard_degree" in result.output
+    assert "torchrun --standalone --nproc-per-node 8 -m torchtitan.train --job.config_file" in result.output
+
+
+def test_json_says_the_engine_and_carries_the_file():
+    out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256", "--seq-len", "8192")
+    assert out["engine"] == "torchtitan"
+    (step,) = out["recommended"]["command"]
+    (file,) = step["files"]
+    assert file["path"] in step["argv"] and key_problems(file["text"]) == []
+
+
+def test_megatron_stays_the_default():
+    result = CliRunner().invoke(app, ["--workload", "train", "--json", "--model", "llama-3.1-8b", "--cluster",
+                                      "1x8xH100", "--global-batch", "256", "--seq-len", "8192"])
+    out = json.loads(result.output)
+    assert out["engine"] == "megatron" and "pretrain_gpt.py" in out["recommended"]["command"][0]["argv"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--engine", "foo"), "--engine"),
+    (("--workload", "serve", "--engine", "torchtitan"), "--engine: a --workload train option"),
+    (("--workload", "train", "--engine", "torchtitan", "--model", "mixtral-8x7b", "--global-batch", "64",
+      "--seq-len", "4096"), "--engine torchtitan: mixtral-8x7b is MoE"),
+    (("--workload", "train", "--engine", "torchtitan", "--attention", "materialized", "--global-batch", "64",
+      "--seq-len", "4096"), "--attention materialized"),
+    (("--workload", "serve", "--emit", "torchtitan"), "--emit torchtitan: a training launcher"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, run_plan):
+    full = list(args) if "--model" in args else [*args, "--model", "llama-3.1-8b"]
+    result = run_plan(*full, "--cluster", "1x8xH100")
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and not result.stdout, result.stderr
+
+
+# ------------------------------------------------------------------ every emitted key exists at the tag
+
+@pytest.mark.parametrize("args", [
+    ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256", "--seq-len", "8192",
+     "--precision", "fp8", "--recompute", "selective"),
+    ("--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--global-batch", "512", "--seq-len", "8192",
+     "--layout", "tp=8,pp=4", "--schedule", "interleaved"),
+    ("--model", "llama-3.1-405b", "--cluster", "128x8xH100", "--global-batch", "1024", "--seq-len", "8192",
+     "--layout", "tp=8,pp=16", "--schedule", "1f1b"),
+    ("--model", "llama-3.1-70b", "--cluster", "4x8xH100", "--global-batch", "16", "--seq-len", "65536",
+     "--layout", "cp=4"),
+    ("--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536", "--seq-len", "2048"),
+])
+def test_every_emitted_key_exists_at_the_tag(args, engine_check):
+    out = plan_json(*args)
+    assert out["layouts"], out["rejected"][:3]
+    for layout in out["layouts"][:20]:
+        (step,) = layout["command"]
+        (file,) = step["files"]
+        assert key_problems(file["text"]) == []
+        assert engine_check(step["argv"], EngineVersions()) == []
+
+
+# ------------------------------------------------------------------ goldens
+
+@pytest.mark.parametrize("name, args", [
+    ("llama-3.1-8b_1x8xH100_fsdp", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
+                                    "--seq-len", "8192", "--layout", "tp=1,pp=1")),
+    ("llama-3.1-70b_8x8xH100_tp8_fsdp", ("--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--global-batch",
+                                         "512", "--seq-len", "8192", "--layout", "tp=8,pp=1")),
+    ("llama-3.1-70b_8x8xH100_pp4", ("--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--global-batch", "512",
+                                    "--seq-len", "8192", "--layout", "tp=8,pp=4", "--schedule", "1f1b")),
+    ("llama-3.1-405b_128x8xH100_pp16_uneven", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
+                                               "--global-batch", "1024", "--seq-len", "8192", "--layout",
+                                               "tp=8,pp=16", "--schedule", "1f1b")),
+])
+def test_torchtitan_golden(name, args):
+    """The job config and the torchrun line of the recommended configuration."""
+    (step,) = plan_json(*args)["recommended"]["command"]
+    (file,) = step["files"]
+    text = f"# {file['path']}\n{file['text']}\n# launch\n{step['shell']}\n"
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        (GOLDEN / f"{name}.txt").write_text(text)
+    assert text == (GOLDEN / f"{name}.txt").read_text()
+
+
+# ------------------------------------------------------------------ property: plans torchtitan runs
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model_name=st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "qwen3-32b"]),
+       nodes=st.sampled_from([1, 2, 4]),
+       batch_per_gpu=st.sampled_from([1, 2, 4]),
+       seq_len=st.sampled_from([2048, 4096, 8192]),
+       precision=st.sampled_from(["bf16", "fp8"]))
+def test_every_plan_is_one_torchtitan_runs(model_name, nodes, batch_per_gpu, seq_len, precision):
+    model, cluster = resolve_model(model_name), resolve_cluster(f"{nodes}x8xH100")
+    request = TrainRequest(global_batch=batch_per_gpu * cluster.num_gpus, seq_len=seq_len, precision=precision,
+                           engine="torchtitan")
+    plan = search(model, cluster, request)
+    for estimate in plan.layouts:
+        c = estimate.config
+        d = torchtitan_degrees(c)
+        product = 1
+        for value in d.values():
+            product *= value
+        assert product == cluster.num_gpus
+        assert c.zero_stage in zero_stage_for(c.tp, c.pp, c.dp, c.cp)
+        assert c.sequence_parallel == (c.tp > 1)
+        assert seq_len % (2 * c.tp * c.cp) == 0
+        (step,) = torchtitan_steps(model, cluster, c, request.global_batch, seq_len)
+        assert key_problems(step.files[0].text) == []
