@@ -1,0 +1,296 @@
+"""Training calibration: the planner's tokens/s per GPU against NVIDIA's NeMo framework
+(Megatron-Bridge) performance summary, dense Llama pre-training on DGX-H100 and DGX-B200.
+
+    python bench/training_calibration.py              # per row, per group and overall, on stdout
+    python bench/training_calibration.py --json       # the summary as JSON (rows included)
+    python bench/training_calibration.py --csv PATH   # another set with the same columns
+
+Every row of the set (tests/fixtures/nemo_training_perf.csv, provenance in
+tests/fixtures/README.md) is one published pre-training run: `spec` on num_gpus GPUs of the
+row's system, its global batch, micro-batch, sequence length and tp x pp x cp (vp, fsdp). The
+planner estimates exactly that configuration (planner.train.estimate):
+
+- cluster `{num_gpus // 8}x8x{H100|B200}` from the GPU catalog;
+- dp = num_gpus / (tp * pp * cp); schedule interleaved with v = vp when vp > 1, else 1F1B;
+- ZeRO-3 (Megatron-FSDP, optim_grads_params) when fsdp > 0, else the distributed optimizer
+  (ZeRO-1) when dp * cp > 1, else none; sequence parallelism when tp > 1;
+- flash attention; precision fp8 for every fp8 row (the planner has one fp8 recipe,
+  delayed scaling: current scaling and MXFP8 are priced alike);
+- recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
+  25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
+  not fit without recompute is re-estimated with selective, then full; the row says which.
+
+Error = predicted / published - 1 (+0.10: the planner says 10% faster than measured).
+Importable: `load_rows(path)`, `predict(row)`, `score(rows)`; no I/O in them. Not part of the
+planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from planner import units  # noqa: E402
+from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
+from planner.layout import Rejected, TrainConfig  # noqa: E402
+from planner.requests import TrainRequest  # noqa: E402
+from planner.specs import ClusterSpec  # noqa: E402
+from planner.train import TrainEstimate, estimate  # noqa: E402
+
+FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
+GPUS_PER_NODE = 8
+"""DGX-H100 and DGX-B200: 8 GPUs per node."""
+SYSTEM_GPU = {"DGX-H100": "H100", "DGX-B200": "B200"}
+RECOMPUTE_LEVELS = ("none", "selective", "full")
+UNLIMITED_GIB = 10_000.0
+"""GPU memory for the what-if estimates: no configuration is out of memory."""
+BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published pre-training run (a fixture row)."""
+
+    id: str
+    container: str
+    system: str
+    model: str
+    spec: str
+    num_gpus: int
+    global_batch: int
+    micro_batch: int
+    seq_len: int
+    tp: int
+    pp: int
+    cp: int
+    vp: int
+    fsdp: int
+    precision: str
+    """As published: "fp8 current scaling", "fp8 mxfp8", "fp8 (recipe not stated)", "bf16"."""
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    source_url: str
+
+    @property
+    def dp(self) -> int:
+        return self.num_gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def planner_precision(self) -> str:
+        return "fp8" if self.precision.startswith("fp8") else "bf16"
+
+    @property
+    def group(self) -> str:
+        return f"{self.spec} {SYSTEM_GPU[self.system]}"
+
+
+def degree(cell: str) -> int:
+    """A published degree: "n/a" (and the blank of a table without that column) is 1."""
+    return 1 if cell.strip() in ("", "n/a") else int(cell)
+
+
+def parse_row(row: dict[str, str]) -> Row:
+    """A fixture row as a Row; a missing or malformed cell raises (nothing is skipped)."""
+    if None in row or None in row.values():
+        raise ValueError(f"row {row.get('model')!r}: {len(row)} cells, not one per column")
+    key = f"{row['container']} {row['system']} {row['model']} {row['precision']}"
+    return Row(
+        id=key, container=row["container"], system=row["system"], model=row["model"], spec=row["spec"],
+        num_gpus=int(row["num_gpus"]), global_batch=int(row["gbs"]), micro_batch=int(row["mbs"]),
+        seq_len=int(row["seq_len"]), tp=degree(row["tp"]), pp=degree(row["pp"]), cp=degree(row["cp"]),
+        vp=degree(row["vp"]), fsdp=0 if row["fsdp"].strip() in ("", "n/a") else int(row["fsdp"]),
+        precision=row["precision"], tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
+        model_tflops_per_gpu=float(row["model_tflops_per_gpu"]), source_url=row["source_url"],
+    )
+
+
+def load_rows(path: Path = FIXTURE) -> list[Row]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [parse_row(row) for row in csv.DictReader(handle)]
+
+
+def config_for(row: Row, recompute: str) -> TrainConfig:
+    """The published configuration in the planner's vocabulary (module docstring)."""
+    interleaved = row.vp > 1
+    if row.fsdp > 0:
+        zero_stage = 3
+    else:
+        zero_stage = 1 if row.dp * row.cp > 1 else 0
+    return TrainConfig(
+        tp=row.tp, pp=row.pp, dp=row.dp, cp=row.cp, micro_batch_size=row.micro_batch,
+        schedule="interleaved" if interleaved else "1f1b", virtual_stages=row.vp if interleaved else 1,
+        recompute=recompute, sequence_parallel=row.tp > 1, zero_stage=zero_stage,
+        precision=row.planner_precision,
+    )
+
+
+def cluster_for(row: Row, memory_gib: float | None = None) -> ClusterSpec:
+    """The row's nodes from the GPU catalog; `memory_gib` replaces the GPU's memory (the
+    what-if that shows the time of a configuration the planner finds out of memory)."""
+    cluster = resolve_cluster(f"{row.num_gpus // GPUS_PER_NODE}x{GPUS_PER_NODE}x{SYSTEM_GPU[row.system]}")
+    if memory_gib is None:
+        return cluster
+    return cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory_gib": memory_gib})})
+
+
+def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
+                 memory_gib: float | None = None) -> TrainEstimate | Rejected:
+    """`virtual_stages` replaces the row's vp (the nearest expressible interleaving)."""
+    config = config_for(row, recompute)
+    if virtual_stages is not None:
+        config = replace(config, virtual_stages=virtual_stages,
+                         schedule="interleaved" if virtual_stages > 1 else "1f1b")
+    request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision)
+    return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
+
+
+def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:
+    if isinstance(result, Rejected):
+        return None
+    return result.tokens_per_second / row.num_gpus / row.tokens_per_s_per_gpu - 1
+
+
+def what_ifs(row: Row, recompute: str | None) -> dict:
+    """Diagnostics, never scored: the error at recompute none with the memory limit lifted
+    (when the planner needed recompute or rejected the row), and at the largest v below the
+    row's that the planner can split the layers for (when it cannot split them for vp)."""
+    out = {}
+    if recompute != "none":
+        out["error_no_recompute_if_memory_fit"] = error_of(row, estimate_row(row, "none", memory_gib=UNLIMITED_GIB))
+    if recompute is None:
+        for v in range(row.vp - 1, 0, -1):
+            result = estimate_row(row, "none", virtual_stages=v, memory_gib=UNLIMITED_GIB)
+            if not isinstance(result, Rejected):
+                out["nearest_virtual_stages"] = v
+                out["error_at_nearest_v_if_memory_fit"] = error_of(row, result)
+                break
+    return out
+
+
+def breakdown_shares(result: TrainEstimate) -> dict[str, float]:
+    """Each component of the step as a share of the step time."""
+    parts = result.time_breakdown_seconds
+    return {key: getattr(parts, key) / parts.total for key in BREAKDOWN_KEYS}
+
+
+def predict(row: Row) -> dict:
+    """The estimate at the first recompute level that fits (none, selective, full): the
+    predicted tokens/s per GPU and the error, or every level's rejection."""
+    rejections = {}
+    for recompute in RECOMPUTE_LEVELS:
+        result = estimate_row(row, recompute)
+        if isinstance(result, Rejected):
+            rejections[recompute] = "; ".join(result.reasons)
+            continue
+        predicted = result.tokens_per_second / row.num_gpus
+        return {
+            "id": row.id, "group": row.group, "precision": row.precision, "recompute": recompute,
+            "rejected_without": rejections, "published_tokens_per_s_per_gpu": row.tokens_per_s_per_gpu,
+            "predicted_tokens_per_s_per_gpu": predicted,
+            "error": predicted / row.tokens_per_s_per_gpu - 1,
+            "predicted_mfu": result.mfu, "step_seconds": result.step_time_seconds,
+            "memory_gib": units.bytes_to_gib(result.memory_per_gpu_bytes),
+            "breakdown_share": breakdown_shares(result), **what_ifs(row, recompute),
+        }
+    return {"id": row.id, "group": row.group, "precision": row.precision, "rejected": rejections,
+            **what_ifs(row, None)}
+
+
+def error_stats(errors: list[float]) -> dict[str, float]:
+    """Median |error|, rows within 10% and 15%, mean and median signed error (fractions)."""
+    magnitudes = [abs(e) for e in errors]
+    return {"num_rows": len(errors), "median_abs": statistics.median(magnitudes), "max_abs": max(magnitudes),
+            "within_10": sum(m <= 0.10 for m in magnitudes), "within_15": sum(m <= 0.15 for m in magnitudes),
+            "mean_signed": statistics.fmean(errors), "median_signed": statistics.median(errors)}
+
+
+def precision_family(precision: str) -> str:
+    if precision.startswith("bf16"):
+        return "bf16"
+    return "fp8 mxfp8" if "mxfp8" in precision else "fp8 (per-tensor)"
+
+
+def summarize(scored: list[dict], key) -> dict:
+    names = sorted({key(r) for r in scored})
+    return {name: error_stats([r["error"] for r in scored if key(r) == name]) for name in names}
+
+
+def score(rows: list[Row]) -> dict:
+    """Every row predicted; statistics overall, by precision and by group (model x GPU)."""
+    results = [predict(row) for row in rows]
+    scored = [r for r in results if "rejected" not in r]
+    return {
+        "num_rows": len(rows),
+        "num_scored": len(scored),
+        "rejected": [r for r in results if "rejected" in r],
+        "overall": error_stats([r["error"] for r in scored]) if scored else {},
+        "by_precision": summarize(scored, lambda r: precision_family(r["precision"])),
+        "by_group": summarize(scored, lambda r: r["group"]),
+        "rows": scored,
+    }
+
+
+def percent(fraction: float, sign: str = "+") -> str:
+    return f"{100 * fraction:{sign}.0f}%"
+
+
+def print_rows(rows: list[dict]) -> None:
+    shares = "  ".join(f"{k[:7]:>7}" for k in BREAKDOWN_KEYS)
+    print(f"{'row (share of the predicted step ->)':<52} {'recomp':<9} {'pred':>7} {'publ':>7} {'error':>6}   {shares}")
+    for r in rows:
+        cells = "  ".join(f"{percent(r['breakdown_share'][k], ''):>7}" for k in BREAKDOWN_KEYS)
+        print(f"{r['id'][:52]:<52} {r['recompute']:<9} {r['predicted_tokens_per_s_per_gpu']:7.0f} "
+              f"{r['published_tokens_per_s_per_gpu']:7.0f} {percent(r['error']):>6}   {cells}")
+
+
+def stats_line(name: str, stats: dict) -> str:
+    return (f"{name:<28} {stats['num_rows']:>4} {percent(stats['median_abs'], ''):>8} "
+            f"{percent(stats['max_abs'], ''):>6} {stats['within_10']:>5} {stats['within_15']:>5} "
+            f"{percent(stats['mean_signed']):>7} {percent(stats['median_signed']):>7}")
+
+
+def print_report(summary: dict) -> None:
+    print_rows(summary["rows"])
+    print(f"\n{'group':<28} {'rows':>4} {'|err|med':>8} {'max':>6} {'<=10%':>5} {'<=15%':>5} "
+          f"{'mean':>7} {'median':>7}")
+    for name, stats in {**summary["by_precision"], **summary["by_group"]}.items():
+        print(stats_line(name, stats))
+    if summary["overall"]:
+        print(stats_line("overall", summary["overall"]))
+    print(f"\n{summary['num_scored']} of {summary['num_rows']} rows scored; "
+          f"{len(summary['rejected'])} rejected at every recompute level")
+    for r in summary["rows"]:
+        if r["rejected_without"]:
+            print(f"  {r['id']}: recompute none rejected ({r['rejected_without']['none']}); fits with "
+                  f"{r['recompute']}; with the memory limit lifted, recompute none would be "
+                  f"{percent(r['error_no_recompute_if_memory_fit'])}")
+    for r in summary["rejected"]:
+        reasons = sorted(set(r["rejected"].values()))
+        print(f"  rejected {r['id']} at every recompute level: {'; '.join(reasons)}")
+        if "nearest_virtual_stages" in r:
+            print(f"    (not scored) at v={r['nearest_virtual_stages']}, recompute none, memory limit lifted: "
+                  f"{percent(r['error_at_nearest_v_if_memory_fit'])}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
+    parser.add_argument("--json", action="store_true", help="the summary as JSON")
+    args = parser.parse_args()
+    summary = score(load_rows(args.csv))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_report(summary)
+
+
+if __name__ == "__main__":
+    main()
