@@ -15,7 +15,8 @@ planner estimates exactly that configuration (planner.train.estimate):
 - ZeRO-3 (Megatron-FSDP, optim_grads_params) when fsdp > 0, else the distributed optimizer
   (ZeRO-1) when dp * cp > 1, else none; sequence parallelism when tp > 1;
 - flash attention; precision fp8 for every fp8 row (the planner has one fp8 recipe,
-  delayed scaling: current scaling and MXFP8 are priced alike);
+  delayed scaling: current scaling and MXFP8 are priced alike); bf16 main gradients for the
+  Megatron-Bridge containers (grad_reduce_for);
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
   25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
   not fit without recompute is re-estimated with selective, then full; the row says which.
@@ -148,8 +149,18 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
     if virtual_stages is not None:
         config = replace(config, virtual_stages=virtual_stages,
                          schedule="interleaved" if virtual_stages > 1 else "1f1b")
-    request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision)
+    request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
+                           grad_reduce=grad_reduce_for(row))
     return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
+
+
+def grad_reduce_for(row: Row) -> str:
+    """bf16 main gradients for the Megatron-Bridge containers (25.09 on): their Llama 3 perf
+    scripts set mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
+    (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py,
+    set_llama3_common_configs); Megatron's fp32 default for NeMo 24.07, whose setting is not
+    published."""
+    return "fp32" if row.container.startswith("24.") else "bf16"
 
 
 def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:

@@ -103,6 +103,11 @@ class Precision(str, Enum):
     fp8 = "fp8"
 
 
+class GradReduce(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
 # The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
 ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
@@ -144,6 +149,7 @@ SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/-
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
+GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
@@ -196,6 +202,7 @@ class PlanOptions:
     attention: Attention = DEFAULT_ATTENTION
     precision: Precision = DEFAULT_PRECISION
     tp_comm_overlap: bool = True
+    grad_reduce: GradReduce = GradReduce.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
     expert_imbalance: float | None = None
@@ -289,6 +296,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         attention=opts.attention.value,
         precision=opts.precision.value,
         tp_comm_overlap=opts.tp_comm_overlap,
+        grad_reduce=opts.grad_reduce.value,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
         engine=opts.engine.value,
@@ -357,7 +365,8 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap", "engine")
+              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap", "engine",
+              "grad_reduce")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -449,6 +458,7 @@ def plan(
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
@@ -467,7 +477,7 @@ def plan(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
+        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
     )
@@ -555,6 +565,7 @@ def explain(
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
@@ -585,7 +596,7 @@ def explain(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap,
+        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
     )

@@ -84,6 +84,9 @@ class TrainConfig:
     cp: int = 1
     """Context-parallel degree [--context-parallel-size]: each rank holds s/cp tokens of
     every sequence; tp*cp*pp*dp = GPUs (docs/cost-model.md#training-context-parallelism)."""
+    grad_reduce: str = "fp32"
+    """fp32 | bf16 [--grad-reduce-in-bf16]: the main gradients' dtype, in which they accumulate
+    and reduce; the request's choice, filled in by the training estimate."""
     tp_comm_overlap: bool = False
     """[--tp-comm-overlap] Transformer Engine's userbuffers pipeline each sequence-parallel
     all-gather and reduce-scatter with its GEMM; the training estimate fills it in (on where

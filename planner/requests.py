@@ -145,6 +145,9 @@ class TrainRequest:
     precision: Literal["bf16", "fp8"] = "bf16"
     """`--precision`: bf16, or fp8 through Transformer Engine (the blocks' linear GEMMs in
     fp8, delayed scaling, hybrid format; needs a GPU with fp8 tensor cores)."""
+    grad_reduce: Literal["fp32", "bf16"] = "fp32"
+    """`--grad-reduce`: the main gradients' dtype, fp32 (Megatron's default) or bf16
+    (--grad-reduce-in-bf16: half the gradient memory and DP traffic, less precise sums)."""
     tp_comm_overlap: bool = True
     """`--no-tp-comm-overlap` turns it off: Transformer Engine's TP communication/GEMM
     overlap where Megatron can run it (train.tp_comm_overlap_possible)."""

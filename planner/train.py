@@ -344,11 +344,13 @@ def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes:
     (training_memory.expert_sharded_model_state_bytes); one more NCCL communicator for EP and
     for CP. With CP the weights are replicated over cp as over dp and ZeRO shards over dp*cp
     (Megatron's distributed optimizer uses the data-parallel group with CP)."""
+    grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[c.grad_reduce]
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
-                                              expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage)
+                                              expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
+                                              grad_bytes)
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep)
                  if c.precision == "fp8" else 0.0)
-    unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage)
+    unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
@@ -409,6 +411,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     check_precision(cluster, request.precision)
     if config.precision != request.precision:  # the search builds configurations without it
         config = replace(config, precision=request.precision)
+    if config.grad_reduce != request.grad_reduce:
+        config = replace(config, grad_reduce=request.grad_reduce)
     rates = rates or train_rates(model, cluster)
     overlap = (request.engine == "megatron" and request.tp_comm_overlap
                and tp_comm_overlap_possible(model, cluster, config))
@@ -476,7 +480,7 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
-           c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp)
+           c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
     chosen = memo.get(("stage_split", c.virtual_stages, *key),
                       lambda: split.best_split(L, c.pp, c.virtual_stages, costs))

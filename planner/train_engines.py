@@ -76,6 +76,9 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     if request.attention != "flash":
         raise SpecError("--attention materialized: torchtitan runs SDPA or flex attention (no s x s "
                         "scores kept); use --attention flash")
+    if request.grad_reduce != "fp32":
+        raise SpecError(f"--grad-reduce {request.grad_reduce}: torchtitan {TORCHTITAN_RELEASE} reduces gradients "
+                        "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")
     if request.layout.ep not in (None, 1):
         raise SpecError(f"--layout ep={request.layout.ep}: no expert parallelism under --engine torchtitan")
 

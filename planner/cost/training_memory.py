@@ -111,12 +111,14 @@ class ModelStateBytes:
         return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
 
 
-def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelStateBytes:
-    """weights 2*P (/d if z = 3), gradients 4*P (/d if z >= 2), optimizer 12*P (/d if z >= 1)."""
+def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int,
+                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> ModelStateBytes:
+    """weights 2*P (/d if z = 3), gradients 4*P (2*P with --grad-reduce bf16; /d if z >= 2),
+    optimizer 12*P (/d if z >= 1)."""
     return ModelStateBytes(
         weights_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
         / (dp if zero_stage >= 3 else 1),
-        gradient_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+        gradient_bytes=params_per_gpu * gradient_bytes_per_param
         / (dp if zero_stage >= 2 else 1),
         optimizer_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER
         / (dp if zero_stage >= 1 else 1),
@@ -124,13 +126,16 @@ def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int) -> ModelS
 
 
 def expert_sharded_model_state_bytes(params_per_gpu: float, routed_expert_params_per_gpu: float,
-                                     dp: int, expert_dp: int, zero_stage: int) -> ModelStateBytes:
+                                     dp: int, expert_dp: int, zero_stage: int,
+                                     gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS,
+                                     ) -> ModelStateBytes:
     """model_state_bytes of the P - P_x dense parameters over d plus those of the P_x routed-
     expert ones over d_x (expert_data_parallel_size): Megatron's distributed optimizer keeps
     separate buffers for the expert parameters, reduced and sharded over the
     expert-data-parallel group (megatron/core/distributed/distributed_data_parallel.py)."""
-    dense = model_state_bytes(params_per_gpu - routed_expert_params_per_gpu, dp, zero_stage)
-    experts = model_state_bytes(routed_expert_params_per_gpu, expert_dp, zero_stage)
+    dense = model_state_bytes(params_per_gpu - routed_expert_params_per_gpu, dp, zero_stage,
+                              gradient_bytes_per_param)
+    experts = model_state_bytes(routed_expert_params_per_gpu, expert_dp, zero_stage, gradient_bytes_per_param)
     return ModelStateBytes(dense.weights_bytes + experts.weights_bytes,
                            dense.gradient_bytes + experts.gradient_bytes,
                            dense.optimizer_bytes + experts.optimizer_bytes)
@@ -141,7 +146,8 @@ FSDP_UNIT_BUFFERS = 2
 (--fsdp-double-buffer; PyTorch FSDP's forward/backward prefetch likewise keeps two units)."""
 
 
-def fsdp_unit_buffer_bytes(params_per_gpu: float, num_layers: int, zero_stage: int) -> float:
+def fsdp_unit_buffer_bytes(params_per_gpu: float, num_layers: int, zero_stage: int,
+                           gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> float:
     """What sharding must still hold whole while a layer runs: with z = 3 the 16-bit weights
     of FSDP_UNIT_BUFFERS layers (2 B each), with z >= 2 the fp32 gradients of as many layers
     before their reduce-scatter (4 B each), a layer being the stage's P/L (its blocks: the
@@ -150,7 +156,7 @@ def fsdp_unit_buffer_bytes(params_per_gpu: float, num_layers: int, zero_stage: i
     if zero_stage < 2 or num_layers <= 0:
         return 0.0
     per_layer = params_per_gpu / num_layers
-    per_param = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS + (
+    per_param = gradient_bytes_per_param + (
         efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS if zero_stage >= 3 else 0)
     return FSDP_UNIT_BUFFERS * per_layer * per_param
 

@@ -477,21 +477,30 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterS
     group = dp_group_topology(cluster, config.layout)
     if config.ep > 1 and routed_expert_params > 0:
         num_expert_ranks = expert_data_parallel_size(config.tp, config.dp, config.ep)
-        dense = _dp_ring_collectives(params_per_gpu - routed_expert_params, config.zero_stage, group)
+        dense = _dp_ring_collectives(params_per_gpu - routed_expert_params, config.zero_stage, group,
+                                     gradient_bytes_per_param(config))
         experts = _dp_ring_collectives(routed_expert_params, config.zero_stage,
-                                       expert_dp_group_topology(cluster, config.layout, num_expert_ranks))
+                                       expert_dp_group_topology(cluster, config.layout, num_expert_ranks),
+                                       gradient_bytes_per_param(config))
         return DpCollectives(dense.gradient_bytes + experts.gradient_bytes,
                              dense.gradient_seconds + experts.gradient_seconds,
                              dense.weight_bytes + experts.weight_bytes,
                              dense.gather_seconds + experts.gather_seconds,
                              experts, num_expert_ranks)
-    return _dp_ring_collectives(params_per_gpu, config.zero_stage, group)
+    return _dp_ring_collectives(params_per_gpu, config.zero_stage, group, gradient_bytes_per_param(config))
 
 
-def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTopology | None) -> DpCollectives:
-    """z = 0: an all-reduce of the fp32 gradients; z >= 1: their reduce-scatter and an
-    all-gather of the 16-bit weights, over one placed group (None: nothing to combine)."""
-    grad_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+def gradient_bytes_per_param(config: TrainConfig) -> int:
+    """The main gradients' bytes per parameter: 4 (fp32) or 2 (--grad-reduce bf16)."""
+    return efficiency.GRADIENT_BYTES_PER_PARAM[config.grad_reduce]
+
+
+def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTopology | None,
+                         grad_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> DpCollectives:
+    """z = 0: an all-reduce of the gradients (fp32 unless --grad-reduce bf16); z >= 1: their
+    reduce-scatter and an all-gather of the 16-bit weights, over one placed group (None:
+    nothing to combine)."""
+    grad_bytes = params_per_gpu * grad_bytes_per_param
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
     group = comm.effective_group(group)
     if group is None or group.num_ranks <= 1:
@@ -617,7 +626,7 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     the embedding's accumulation, the last the LM head's and the logits (cost/stage_split.py
     picks the uneven split from these)."""
     c = config
-    per_byte = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / rates.elementwise_bytes_per_s
+    per_byte = 2 * gradient_bytes_per_param(c) / rates.elementwise_bytes_per_s  # read + write the main grad
     ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
     ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
     return StageSeconds(
@@ -645,7 +654,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
-    accumulate = efficiency.MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM / hbm
+    accumulate = 2 * gradient_bytes_per_param(c) / hbm  # read + write the main grad per micro-batch
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
     slowest, slowest_layers = c.pp - 1, last
     compute_per_micro_batch = last * layer_compute + params.last_stage * accumulate + logits

@@ -200,6 +200,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         args += fp8_args()
     if c.tp_comm_overlap:
         args.append("--tp-comm-overlap")  # needs --sequence-parallel (arguments.py)
+    if c.grad_reduce == "bf16":
+        args.append("--grad-reduce-in-bf16")  # main grads in bf16 (also Megatron-FSDP's)
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:
