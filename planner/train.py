@@ -431,8 +431,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
                       lambda: stage_params_per_gpu(model, config.tp, config.pp, layers, config.ep))
-    flops = memo.get(("flops_per_sequence", s), lambda: (flops_model.model_flops_per_sequence(model, s),
-                                                         flops_model.megatron_flops_per_sequence(model, s)))
+    causal = config.attention == "flash"  # flash kernels skip the masked half; the 2021 count keeps it
+    flops = memo.get(("flops_per_sequence", s, causal),
+                     lambda: (flops_model.model_flops_per_sequence(model, s, causal),
+                              flops_model.megatron_flops_per_sequence(model, s, causal)))
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops)
     step = times.breakdown.total
     num_gpus = config.layout.num_gpus

@@ -142,22 +142,32 @@ def logits_gemm(model: ModelSpec, micro_batch: int, s: int, tp: int) -> Gemm:
     return Gemm(micro_batch * s, -(-model.vocab_size // tp), model.hidden_size)
 
 
-def model_flops_per_sequence(model: ModelSpec, s: int) -> float:
+def model_flops_per_sequence(model: ModelSpec, s: int, causal: bool = False) -> float:
     """Forward + backward (3x forward) matmul FLOPs of one sequence, whole model.
 
     3 * (L * (2*s*W_layer + 4*s^2*a*d) + 2*s*h*V), W_layer the block's matmul weights.
-    For a GPT block (W_layer = 12h^2, a*d = h) this is eq. 7 divided by B.
+    For a GPT block (W_layer = 12h^2, a*d = h) this is eq. 7 divided by B. `causal`: the
+    attention core counts only the pairs a causal mask keeps, 4*s^2*a*d / 2, as Megatron-LM
+    core_v0.19.0 reports it (training.py num_floating_point_operations: "causal mask (only
+    half of the mask is non-zero)") and flash kernels compute it; the 2021 count (eq. 7) keeps
+    the whole square.
     """
-    per_layer = sum(g.flops for g in layer_gemms_forward(model, 1, s, 1))
     logits = logits_gemm(model, 1, s, 1).flops
-    return 3.0 * (model.num_hidden_layers * per_layer + logits)
+    return 3.0 * (model.num_hidden_layers * _layer_flops(model, s, causal) + logits)
 
 
-def megatron_flops_per_sequence(model: ModelSpec, s: int) -> float:
-    """Megatron's full-recompute count per sequence: 4 layer passes, 3 logits passes.
+def megatron_flops_per_sequence(model: ModelSpec, s: int, causal: bool = False) -> float:
+    """Megatron's full-recompute count per sequence: 4 layer passes, 3 logits passes
+    (`causal` as in model_flops_per_sequence).
 
     For a GPT block this is eq. 3 divided by B.
     """
-    per_layer = sum(g.flops for g in layer_gemms_forward(model, 1, s, 1))
     logits = logits_gemm(model, 1, s, 1).flops
-    return 4.0 * model.num_hidden_layers * per_layer + 3.0 * logits
+    return 4.0 * model.num_hidden_layers * _layer_flops(model, s, causal) + 3.0 * logits
+
+
+def _layer_flops(model: ModelSpec, s: int, causal: bool) -> float:
+    """One layer's forward FLOPs for one sequence; the attention core halved when causal."""
+    gemms = layer_gemms_forward(model, 1, s, 1)
+    core = sum(g.flops for g in attention_core_gemms(gemms))
+    return sum(g.flops for g in gemms) - (core / 2 if causal else 0.0)

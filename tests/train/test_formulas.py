@@ -117,6 +117,18 @@ def test_per_layer_counts_reduce_to_the_published_formulas():
     assert model_flops_per_sequence(TINY, S) == pytest.approx(model_flops_per_step(1, S, L, h, V))
 
 
+def test_causal_count_halves_the_attention_core():
+    """Flash (causal) counting, as Megatron-LM core_v0.19.0 reports: the attention core's
+    4*s^2*a*d per layer forward is halved. TINY (L = 4, a*d = 64) at s: 3 passes * 4 layers *
+    4*s^2*64 / 2 fewer FLOPs in the model count, 4 passes in Megatron's full-recompute count."""
+    core = 4 * S * S * TINY.num_attention_heads * TINY.head_dim
+    L = TINY.num_hidden_layers
+    assert model_flops_per_sequence(TINY, S) - model_flops_per_sequence(TINY, S, causal=True) == \
+        pytest.approx(3 * L * core / 2)
+    assert megatron_flops_per_sequence(TINY, S) - megatron_flops_per_sequence(TINY, S, causal=True) == \
+        pytest.approx(4 * L * core / 2)
+
+
 @pytest.mark.parametrize("schedule_v, m, fraction, ratio", [
     (1, 1, 3 / 4, 3.0),      # 4 stages, 1 micro-batch: 75% idle
     (1, 4, 3 / 7, 3 / 4),    # 4 + 4 - 1 = 7 units, each busy 4
