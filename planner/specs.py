@@ -419,6 +419,9 @@ class InterNodeLink(_Spec):
         return units.us_to_seconds(self.latency_us)
 
 
+MAX_GEMM_HALF_RATE_DIMENSION = 4096
+"""Bound on a catalog GEMM half-rate dimension (fitted values are 128-384)."""
+
 CUDA_RESERVED_GIB_TYPICAL = 0.61
 """nvidia-smi total minus the CUDA-visible total, the median over the GPUs whose visible total
 planner/data/gpus.yaml cites (A100-40GB 0.61, A100-80GB 0.85, H100 0.54, H200 0.60, B200 0.71
@@ -440,6 +443,15 @@ class GPU(_Spec):
     hbm_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     peak_tflops: PeakTflops
     achievable_matmul_tflops: AchievableTflops = Field(default_factory=AchievableTflops)
+    gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
+    """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
+    (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""
+    flash_attention_forward_fraction: Quantity(1.0) | None = None
+    """Measured flash-attention forward rate as a share of the dense 16-bit peak
+    (cost/efficiency.py FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK when not given)."""
+    elementwise_hbm_utilization: Quantity(1.0) | None = None
+    """Measured share of hbm_bandwidth a memory-bound elementwise kernel sustains at a layer's
+    tensor sizes (cost/efficiency.py ELEMENTWISE_HBM_UTILIZATION when not given)."""
     intra_node: IntraNodeLink | None = None
     """Typical fabric of a node built from this GPU."""
     inter_node: InterNodeLink | None = None

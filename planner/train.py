@@ -129,11 +129,17 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     fp8_peak = gpu.peak_flops_per_s("fp8")
     fp8 = None if fp8_peak is None else efficiency.achievable_matmul_flops_per_s(
         fp8_peak, gpu.achievable_flops_per_s("fp8"))
+    bf16_peak = gpu.peak_flops_per_s("bf16") or peak
+    flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
+    elementwise = gpu.elementwise_hbm_utilization or efficiency.ELEMENTWISE_HBM_UTILIZATION
     return TrainRates(
         peak_flops_per_s=peak,
         matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),
-        elementwise_bytes_per_s=gpu.hbm_bytes_per_s * efficiency.ELEMENTWISE_HBM_UTILIZATION,
+        elementwise_bytes_per_s=gpu.hbm_bytes_per_s * elementwise,
         fp8_matmul_flops_per_s=fp8,
+        gemm_half_rate_dimension=gpu.gemm_half_rate_dimension or efficiency.GEMM_HALF_RATE_DIMENSION,
+        flash_forward_flops_per_s=bf16_peak * flash_forward,
+        flash_backward_flops_per_s=bf16_peak * flash_backward,
     )
 
 

@@ -93,6 +93,19 @@ sequences); FlashAttention-3 on H100 up to 75% (Shah et al. 2024, arXiv:2407.086
 FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK = 0.63
 """The backward kernel (FlashAttention-2 on A100: up to 63%, Dao 2023 sec. 4.1); used for
 every GPU generation, FlashAttention-3 reporting the same or better ratios on H100."""
+
+
+def flash_attention_fractions(measured_forward_fraction: float | None) -> tuple[float, float]:
+    """(forward, backward) flash-attention shares of the dense 16-bit peak: the defaults above,
+    or a GPU's measured forward share (catalog flash_attention_forward_fraction) with the
+    backward scaled by the same factor (assumption: FlashAttention-2's backward/forward
+    efficiency ratio 0.63/0.73 holds; AIConfigurator measures forward kernels only)."""
+    if measured_forward_fraction is None:
+        return FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK, FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK
+    ratio = FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK / FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK
+    return measured_forward_fraction, measured_forward_fraction * ratio
+
+
 FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS = 2.5
 """The backward runs 5 matmuls of the forward's size (S = QK^T again, dV, dP, dQ, dK)
 against the forward's 2 (Dao 2023, sec. 4.1 FLOP count)."""
@@ -105,12 +118,14 @@ GEMM_HALF_RATE_DIMENSION = 128
 GEMM kernels tile the output in 128-256 wide blocks over ~100-130 SMs: a dimension of
 one tile (128) leaves most SMs or most of a tile idle (wave and tile quantization,
 NVIDIA "Matrix Multiplication Background" guide). Modelled per dimension as x/(x + 128),
-saturating toward the measured maximum achievable rate for large matrices."""
+saturating toward the measured maximum achievable rate for large matrices. A GPU's catalog
+gemm_half_rate_dimension wins (B200: 384, fitted to AIConfigurator's GEMMs; gpus.yaml)."""
 
 ELEMENTWISE_HBM_UTILIZATION = 0.80
 """Share of datasheet HBM bandwidth that memory-bound elementwise kernels (layernorm,
 softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach about
-80-90% on A100/H100 (an estimate; docs/cost-model.md#efficiency-constants)."""
+80-90% on A100/H100 (an estimate; docs/cost-model.md#efficiency-constants). A GPU's catalog
+elementwise_hbm_utilization wins (H100 0.90, B200 0.55: AIConfigurator's fp8 cast kernel)."""
 
 ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
@@ -156,6 +171,21 @@ plus the column-wise (transposed) fp8 copy the dgrad GEMM needs on Hopper and Ad
 fp8 GEMMs take only the TN layout (TE docs, features/low_precision_training/
 fp8_current_scaling "Transpose handling"; TransformerEngine v2.9). Blackwell shares one
 layout (1 byte) but the planner counts 2 for every GPU: the larger, Hopper's."""
+TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT = 4
+"""Transformer Engine's fused cast-transpose of a 16-bit tensor that no earlier kernel
+quantized (tensor-wise fp8, delayed scaling): read 2 bytes, write the row-wise fp8 copy (1)
+for the fprop or dgrad GEMM and the column-wise one (1) for the wgrad GEMM; the amax is
+taken in the same pass (transformer_engine/common/transpose/cast_transpose.cu; used from
+module/linear.py `input_quantizer(inputmat)` and `grad_output_preprocess`, v2.18)."""
+TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT = 2
+"""TE's fp8 transpose of a tensor a fused kernel already quantized row-wise (the layernorm
+output of LayerNormLinear, which the norm kernel writes in fp8 with delayed scaling:
+csrc/extensions/normalization.cpp Impl::FULLY_FUSED, v2.18): read 1 byte, write 1."""
+TRAIN_FP8_AMAX_BYTES_PER_ELEMENT = 2
+"""Current (tensor-wise) scaling's extra pass: the amax of a 16-bit tensor must be known before
+its cast (Float8CurrentScalingQuantizer: one read, 2 bytes; the layernorm kernel writes its
+16-bit output and amax, Impl::FUSED_NORM_AMAX_FP8, and a separate cast follows). Not the
+recipe the planner emits (delayed); priced by fp8_cast_bytes_per_layer(recipe="tensorwise")."""
 TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT = 1
 """TE saves a linear layer's input for its wgrad GEMM as the quantized fp8 tensor, not the
 16-bit one (linear.py `saved_inputmat = inputmat`, row-wise data discarded when only the

@@ -25,7 +25,7 @@ memoises the per-layer terms in the memo of its search.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.cost import activations as act
 from planner.cost import comm, efficiency
@@ -73,6 +73,12 @@ class TrainRates:
     """HBM bandwidth memory-bound kernels sustain."""
     fp8_matmul_flops_per_s: float | None = None
     """Achievable fp8 matmul rate (None: the GPU has no fp8 tensor cores, e.g. A100)."""
+    gemm_half_rate_dimension: float = efficiency.GEMM_HALF_RATE_DIMENSION
+    """x_half of the per-dimension shape rule x/(x + x_half) (catalog, else the default)."""
+    flash_forward_flops_per_s: float | None = None
+    """Flash-attention forward rate (None: FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK of the peak)."""
+    flash_backward_flops_per_s: float | None = None
+    """Flash-attention backward rate (None: FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK of the peak)."""
 
 
 def linear_rates(rates: TrainRates, precision: str) -> TrainRates:
@@ -84,8 +90,7 @@ def linear_rates(rates: TrainRates, precision: str) -> TrainRates:
     if precision != "fp8":
         return rates
     assert rates.fp8_matmul_flops_per_s is not None, "train.check_precision refuses GPUs without fp8"
-    return TrainRates(rates.peak_flops_per_s, rates.fp8_matmul_flops_per_s, rates.elementwise_bytes_per_s,
-                      rates.fp8_matmul_flops_per_s)
+    return replace(rates, matmul_flops_per_s=rates.fp8_matmul_flops_per_s)
 
 
 @dataclass(frozen=True)
@@ -145,8 +150,9 @@ class StepTimes:
 
 def gemm_seconds(gemm: Gemm, rates: TrainRates) -> float:
     """2*M*N*K / (R * u(M)*u(N)*u(K)), u(x) = x/(x + x_half): tile and wave quantization
-    (GEMM_HALF_RATE_DIMENSION in cost/efficiency.py) below the measured rate R."""
-    half = efficiency.GEMM_HALF_RATE_DIMENSION
+    (rates.gemm_half_rate_dimension: the GPU's fitted value or GEMM_HALF_RATE_DIMENSION in
+    cost/efficiency.py) below the measured rate R."""
+    half = rates.gemm_half_rate_dimension
     utilization = 1.0
     for dim in (gemm.m, gemm.n, gemm.k):
         utilization *= dim / (dim + half)
@@ -180,12 +186,51 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
 def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple[float, float]:
     """(forward, backward) of the flash kernel for the layer's attention core: the two
     per-head GEMMs' FLOPs, halved by the causal mask, at the flash kernels' share of the
-    dense peak; the backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023)."""
+    dense peak (rates.flash_*_flops_per_s: the GPU's measured share, else the defaults); the
+    backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023)."""
     flops = sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
-    forward = flops / (rates.peak_flops_per_s * efficiency.FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK)
-    backward = (efficiency.FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS * flops
-                / (rates.peak_flops_per_s * efficiency.FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK))
+    forward_rate, backward_rate = rates.flash_forward_flops_per_s, rates.flash_backward_flops_per_s
+    if forward_rate is None or backward_rate is None:
+        forward_share, backward_share = efficiency.flash_attention_fractions(None)
+        forward_rate, backward_rate = rates.peak_flops_per_s * forward_share, rates.peak_flops_per_s * backward_share
+    forward = flops / forward_rate
+    backward = efficiency.FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS * flops / backward_rate
     return forward, backward
+
+
+def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
+                             recipe: str = "delayed") -> tuple[float, float]:
+    """(forward, backward) HBM traffic of Transformer Engine's unfused fp8 casts in one layer, per
+    GPU, for tensor-wise fp8 (TransformerEngine v2.18, module/linear.py and layernorm_linear.py).
+
+    Forward, per token: the output-projection input (attention context, a*d/t) and the MLP-down
+    input (activation output, f/t) arrive in 16-bit and are cast-transposed (4 B/element: the
+    row-wise copy for fprop, the column-wise one the wgrad GEMM keeps); the QKV and MLP-up inputs
+    are quantized inside the layernorm kernel (delayed scaling) and only transposed for wgrad
+    (2 B/element on the full h of each token: sequence-parallel all-gathers move row-wise fp8).
+    Backward: every linear layer's output gradient is cast-transposed for its dgrad and wgrad
+    GEMMs (4 B/element): QKV (a/t + 2*k_gpu)*d, projection h, MLP up (2 if gated)*f/t, down h.
+    recipe "tensorwise" (current scaling) adds the amax read of every 16-bit tensor before its
+    cast (2 B/element), the layernorm outputs' included, and casts those from a 16-bit copy
+    (+2 write, +2 read less the fused write). Weights: cached per step, not counted here.
+    Llama-3.1-8B at t = 1: forward 90,112 B, backward 172,032 B per token (delayed)."""
+    e = efficiency
+    h, d, f = model.hidden_size, model.head_dim, model.intermediate_size
+    context, activation = model.num_attention_heads * d / tp, f / tp
+    qkv_out = (model.num_attention_heads / tp + 2 * kv_heads_per_gpu(model, tp)) * d
+    up_out = (2 if model.gated_mlp else 1) * f / tp
+    cast_forward, norm_outputs = context + activation, 2 * h
+    cast_backward = qkv_out + h + up_out + h
+    forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
+               + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
+    backward = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_backward
+    if recipe == "tensorwise":
+        unfused_norm = (2 + 2 + e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+                        - 1 - e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT)
+        forward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_forward + unfused_norm * norm_outputs
+        backward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_backward
+    tokens = s * b
+    return forward * tokens, backward * tokens
 
 
 def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: int, tp: int, rates: TrainRates,
@@ -213,8 +258,9 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
     Flash attention: the attention core is one fused kernel (flash_attention_seconds) with no
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
-    linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16
-    (the casts to fp8 are fused into the layernorm and activation kernels, or small).
+    linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
+    Transformer Engine's unfused fp8 casts and transposes (fp8_cast_bytes_per_layer) at the
+    HBM rate; full recompute repeats the forward's.
     MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout).
     CP: s is the rank's chunk s/cp; its flash attention does cp times the chunk's own causal
     pairs, (s/cp)^2/2 per ring step over cp steps = 1/cp of the sequence's s^2/2 (the
@@ -223,19 +269,21 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
     linear = linear_rates(rates, precision)
+    casts_forward, casts_backward = fp8_cast_bytes_per_layer(model, s, b, tp) if precision == "fp8" else (0.0, 0.0)
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
         step_forward, step_backward = flash_attention_seconds(gemms, rates)
         core_forward, core_backward = cp * step_forward, cp * step_backward
-        forward = dense + core_forward + traffic / hbm
-        backward = 2 * dense + core_backward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
+        forward = dense + core_forward + (traffic + casts_forward) / hbm
+        backward = (2 * dense + core_backward
+                    + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm)
         core_again = core_forward
     else:
         assert cp == 1, "config_reasons refuses CP without flash attention"
         gemm_forward = (linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
                         + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
-        forward = gemm_forward + traffic / hbm
-        backward = 2 * gemm_forward + efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic / hbm
+        forward = gemm_forward + (traffic + casts_forward) / hbm
+        backward = 2 * gemm_forward + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm
         core_again = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
     if recompute == "full":
         extra = forward

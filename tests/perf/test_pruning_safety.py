@@ -87,7 +87,7 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
     if not reference:
         return
     assert pruned[0] == reference[0]
-    assert pruned[0].tokens_per_second == max(r.tokens_per_second for r in reference)
+    assert pruned[0].tokens_per_second == pytest.approx(max(r.tokens_per_second for r in reference), rel=1e-12)  # ties summed in another order
 
     expected = least_recompute(reference)
     reachable = {k: r for k, r in expected.items() if k[6] != "gpipe"}
