@@ -91,6 +91,12 @@ class TrainConfig:
     """[--tp-comm-overlap] Transformer Engine's userbuffers pipeline each sequence-parallel
     all-gather and reduce-scatter with its GEMM; the training estimate fills it in (on where
     Megatron can run it: SP, TP inside one node) unless the request turns it off."""
+    account_for_embedding_and_loss: bool = False
+    """[--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split] The
+    embedding and the loss count as one layer each: L + 2 units even over the p*v chunks,
+    v*u - 1 | v*u x (p-2) | v*u - 1 layers per stage with u = (L+2)/(p*v); first_last_layers
+    stays None (Megatron refuses both together). The training estimate picks it where p does
+    not divide L or v does not divide L/p (docs/cost-model.md#uneven-pipeline-stages)."""
 
     @property
     def layout(self) -> Layout:

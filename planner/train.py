@@ -12,9 +12,10 @@ Context parallelism (cp > 1, Megatron's --context-parallel-size): every rank run
 s/cp tokens of each sequence (activations and per-layer terms at that chunk), ring
 attention's exposed KV exchange adds cp_comm, and weights are replicated over cp as over
 dp (gradients reduce and the distributed optimizer shards over dp*cp).
-Stages hold L/p layers each when p divides L; otherwise Megatron's uneven first/last split
-(cost/stage_split.py picks it from the stage times; memory is the worst of first, second
-and last stage, each with its own layers and micro-batches in flight).
+Stages hold L/p layers each when p divides L (and v divides L/p); otherwise Megatron's
+uneven first/last split or the split that counts the embedding and the loss as layers
+(cost/stage_split.py; with_stage_split picks from the stage times; memory is the worst of
+first, second and last stage, each with its own layers and micro-batches in flight).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch
     L = model.num_hidden_layers
     if model.intermediate_size % tp:
         reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
-    if L % pp and not split.has_split(L, pp):
+    if L % pp and not split.has_split(L, pp) and split.account_split(L, pp) is None:
         reasons.append(no_split_reason(L, pp, 1))
     if global_batch % dp:
         reasons.append(f"global batch {global_batch} not divisible by dp={dp}")
@@ -170,7 +171,8 @@ def no_split_reason(num_layers: int, pp: int, v: int) -> str:
     bound = split.max_units_per_stage(num_layers // v, pp) * v
     chunks = f", every stage a multiple of v={v}" if v > 1 else ""
     return (f"layers {num_layers} not divisible by pp={pp} and no uneven first/last split keeps "
-            f"every stage within {bound} layers{chunks}")
+            f"every stage within {bound} layers{chunks}, nor does pp*v={pp * v} divide layers + 2 "
+            f"(embedding and loss counted as layers)")
 
 
 def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
@@ -232,21 +234,20 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
         return [f"global batch {global_batch} not divisible by b*dp = "
                 f"{c.micro_batch_size}*{c.dp} = {c.micro_batch_size * c.dp}"]
     m = global_batch // (c.micro_batch_size * c.dp)
-    reasons = []
-    L = model.num_hidden_layers
-    if c.first_last_layers is not None:
-        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages)
-        if wrong:
-            reasons.append(wrong)
+    reasons = split_reasons(model, c, engine)
+    L, v = model.num_hidden_layers, c.virtual_stages
+    # the estimate fills in a split where L/p or v do not divide: does one exist?
+    open_split = (c.first_last_layers is None and not c.account_for_embedding_and_loss
+                  and (engine != "megatron" or split.account_split(L, c.pp, v) is None))
     if c.schedule == "interleaved":
         if c.pp == 1:
             reasons.append("interleaving needs pp > 1")
         elif m % c.pp:
             reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
-        if c.first_last_layers is None and L % c.pp == 0 and (L // c.pp) % c.virtual_stages:
-            reasons.append(f"layers per stage {L // c.pp} not divisible by v={c.virtual_stages}")
-        elif c.first_last_layers is None and L % c.pp and not split.has_split(L, c.pp, c.virtual_stages):
-            reasons.append(no_split_reason(L, c.pp, c.virtual_stages))
+        if open_split and L % c.pp == 0 and (L // c.pp) % v:
+            reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
+        elif open_split and L % c.pp and not split.has_split(L, c.pp, v):
+            reasons.append(no_split_reason(L, c.pp, v))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
@@ -255,6 +256,35 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
         reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without pipeline parallelism "
                        f"(its examples and guide at core_v0.19.0 pair it with TP, CP and EP only)")
     return reasons
+
+
+def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron") -> list[str]:
+    """Why Megatron would refuse the configuration's explicit stage split (first/last layers,
+    or the embedding and loss counted as layers)."""
+    c, L = config, model.num_hidden_layers
+    if c.first_last_layers is not None:
+        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages)
+        if wrong:
+            return [wrong]
+    if not c.account_for_embedding_and_loss:
+        return []
+    if engine != "megatron":
+        return [f"{engine}: the embedding and loss counted as layers is Megatron's split"]
+    if c.first_last_layers is not None:
+        return ["first/last stage layers cannot be combined with the embedding and loss counted as "
+                "layers (TransformerConfig.__post_init__)"]
+    if split.account_split(L, c.pp, c.virtual_stages) is None:
+        return [f"layers {L} + 2 (embedding, loss) not divisible by pp*v = {c.pp * c.virtual_stages} "
+                f"into stages of at least one layer"]
+    return []
+
+
+def first_last_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int] | None:
+    """Layers on the first and last stage when the split is not even: Megatron's first/last
+    split as given, or the embedding and loss counted as layers (stage_split.account_split)."""
+    if config.account_for_embedding_and_loss:
+        return split.account_split(model.num_hidden_layers, config.pp, config.virtual_stages)
+    return config.first_last_layers
 
 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
@@ -280,10 +310,11 @@ def stage_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int, int]:
     L, pp = model.num_hidden_layers, config.pp
     if pp == 1:
         return L, 0, L
-    if config.first_last_layers is None:
+    ends = first_last_layers(model, config)
+    if ends is None:
         assert L % pp == 0, "uneven layers need a first/last split"
         return L // pp, L // pp if pp > 2 else 0, L // pp
-    first, last = config.first_last_layers
+    first, last = ends
     return first, (L - first - last) // (pp - 2) if pp > 2 else 0, last
 
 
@@ -293,7 +324,7 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
     than the first and, under every schedule, at least as many micro-batches as any later
     middle one) and the last (LM head, logits). One entry when pp = 1."""
     pp = config.pp
-    if pp > 2 and config.first_last_layers is not None:
+    if pp > 2 and (config.first_last_layers is not None or config.account_for_embedding_and_loss):
         return (0, 1, pp - 1)
     return (0, pp - 1) if pp > 1 else (0,)
 
@@ -424,8 +455,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                and tp_comm_overlap_possible(model, cluster, config))
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = replace(config, tp_comm_overlap=overlap)
-    if config.first_last_layers is None and model.num_hidden_layers % config.pp:
-        config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request))
+    config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request), request.engine)
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
     imbalance = expert_imbalance(request)
@@ -465,7 +495,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         dp_link=times.dp_link,
         time_breakdown_seconds=times.breakdown,
         num_layers_per_stage=split.layers_per_stage(model.num_hidden_layers, config.pp,
-                                                    config.first_last_layers),
+                                                    first_last_layers(model, config)),
         slowest_stage=times.slowest_stage,
         stage_memories=memories,
         layer_terms=terms,
@@ -478,19 +508,37 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                      rates: TrainRates, memo: Memo | None = None,
-                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> TrainConfig:
-    """The configuration with its first/last split filled in when p does not divide L:
-    the fastest balanced split for this tp, micro-batch, recompute and v."""
-    L = model.num_hidden_layers
-    if config.first_last_layers is not None or L % config.pp == 0:
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                     engine: str = "megatron") -> TrainConfig:
+    """The configuration with its stage split filled in where stages cannot be even (p does
+    not divide L, or v does not divide L/p): of Megatron's fastest balanced first/last split
+    (p not dividing L) and, with Megatron, the embedding and loss counted as layers, the one
+    whose slowest stage is faster (StageSeconds.slowest; a tie keeps the first/last split)."""
+    L, c = model.num_hidden_layers, config
+    v = c.virtual_stages
+    fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
+    if fixed or (L % c.pp == 0 and (L // c.pp) % v == 0):
         return config
     memo = memo or Memo()
-    c = config
     _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
     costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
-    chosen = memo.get(("stage_split", c.virtual_stages, *key),
-                      lambda: split.best_split(L, c.pp, c.virtual_stages, costs))
+    chosen = memo.get(("stage_split", v, engine, *key), lambda: _faster_split(L, c.pp, v, costs, engine))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
-    return replace(c, first_last_layers=chosen)
+    first_last, account = chosen
+    return replace(c, first_last_layers=first_last, account_for_embedding_and_loss=account)
+
+
+def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds,
+                  engine: str) -> tuple[tuple[int, int] | None, bool] | None:
+    """(first/last layers, account) of the faster split (with_stage_split), None if none."""
+    options = []
+    if num_layers % pp:
+        uneven = split.best_split(num_layers, pp, v, costs)
+        if uneven is not None:
+            options.append((costs.slowest(*split.stage_triple(num_layers, pp, uneven), pp), 0, (uneven, False)))
+    account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
+    if account is not None:
+        options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))
+    return min(options)[2] if options else None

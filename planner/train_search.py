@@ -3,8 +3,9 @@
 Space: every (tp, pp, dp) with tp*pp*dp = GPUs, and context parallelism splitting dp
 (tp*cp*pp*dp = GPUs, cp_options); every micro-batch b up to
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
-layers per stage) | gpipe; when pp does not divide the layers, the uneven first/last split
-estimate() picks for each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
+layers per stage, or (L+2)/p with the embedding and loss counted as layers) | gpipe; when
+pp does not divide the layers (or v the layers per stage), the split estimate() picks for
+each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
 ZeRO 0/1 (0-3 without pipeline parallelism). A flag fixes any of them.
 
 Pruning, each justified by the cost model (planner/cost/training_time.py):
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner import train_engines as engines
-from planner.cost.stage_split import has_split
+from planner.cost.stage_split import account_split, has_split
 from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
@@ -83,12 +84,17 @@ def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
 
 def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[tuple[str, int]]:
     """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage
-    (uneven split: the first, middle and last stage's layers, Megatron's rule)."""
+    (uneven split: the first, middle and last stage's layers, Megatron's rule) or, with
+    Megatron, the layer units per stage when the embedding and loss count as layers
+    ((L+2)/p: stage_split.account_split)."""
     L = model.num_hidden_layers
     if L % pp == 0:
-        chunk_options = [v for v in divisors(L // pp) if v > 1]
+        chunks = {v for v in divisors(L // pp) if v > 1}
     else:
-        chunk_options = [v for v in divisors(L) if v > 1 and has_split(L, pp, v)]
+        chunks = {v for v in divisors(L) if v > 1 and has_split(L, pp, v)}
+    if request.engine == "megatron" and (L + 2) % pp == 0:
+        chunks |= {v for v in divisors((L + 2) // pp) if v > 1 and account_split(L, pp, v)}
+    chunk_options = sorted(chunks)
     if request.schedule:
         schedules = [request.schedule]
     elif request.virtual_stages is not None:  # --virtual-stages alone means interleaved

@@ -194,10 +194,30 @@ def _megatron_problems(args: list[str], env: dict[str, str], data: dict) -> list
     if fsdp and (connections == "1" or _value(args, "--ckpt-format") != pairings["megatron_fsdp_requires_ckpt_format"]):
         problems.append("megatron: Megatron-FSDP needs --ckpt-format "
                         f"{pairings['megatron_fsdp_requires_ckpt_format']} and CUDA_DEVICE_MAX_CONNECTIONS != 1")
+    problems += _pipeline_split_problems(args)
     groups = int(_value(args, "--num-query-groups", _value(args, "--num-attention-heads")))
     if groups % tp and (not pairings["tp_may_exceed_query_groups"] or tp % groups):
         problems.append(f"megatron {data['version']}: num_query_groups {groups} vs tp={tp}")
     return problems
+
+
+def _pipeline_split_problems(args: list[str]) -> list[str]:
+    """Megatron's layer division (validate_args and TransformerConfig.__post_init__, core_v0.14.0
+    and core_v0.19.0): the embedding and loss counted as layers add one unit each, never with the
+    first/last flags; then (units) over pp, and per stage over v, divide evenly."""
+    if "--num-layers" not in args:
+        return []
+    layers, pp = int(_value(args, "--num-layers")), int(_value(args, "--pipeline-model-parallel-size", 1))
+    v = int(_value(args, "--num-virtual-stages-per-pipeline-rank", 1))
+    embedding = "--account-for-embedding-in-pipeline-split" in args
+    loss = "--account-for-loss-in-pipeline-split" in args
+    first_last = "--decoder-first-pipeline-num-layers" in args or "--decoder-last-pipeline-num-layers" in args
+    if first_last:
+        return ["megatron: first/last stage layers with the embedding or loss counted"] if embedding or loss else []
+    units = layers + embedding + loss
+    if units % pp or (units // pp) % v:
+        return [f"megatron: {units} layer units do not divide over pp={pp} x v={v}"]
+    return []
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,15 @@ the lighter last. Only balanced splits are offered: no stage above ceil(U/p) + 1
 (the first/last flags cannot balance e.g. 80 layers over 32 stages: 10 | 2 x 30 | 10).
 Llama 3 405B (Llama Team 2024, sec. 3.3.2) ran 126 layers on 16 stages as 7 | 8 x 14 | 7,
 the split this rule picks.
+
+The third split (account_split): Megatron's --account-for-embedding-in-pipeline-split and
+--account-for-loss-in-pipeline-split (TransformerConfig fields, core_v0.14.0 and
+core_v0.19.0; megatron/core/transformer/transformer_block.py get_num_layers_to_build)
+count the embedding as one layer unit and the loss (output layer) as another: L + 2 units
+split evenly, u = (L+2)/(p*v) per chunk, and the first chunk of the first stage builds
+u - 1 decoder layers, the last chunk of the last stage u - 1 (>= 0 asserted). Per stage:
+v*u - 1 | v*u x (p-2) | v*u - 1 layers. The first/last flags cannot be combined with it
+(TransformerConfig.__post_init__ raises).
 """
 
 from __future__ import annotations
@@ -85,6 +94,24 @@ def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[i
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
     """Does Megatron accept some balanced uneven split? (Stops at the first candidate.)"""
     return next(candidate_splits(num_layers, pp, v), None) is not None
+
+
+def account_split(num_layers: int, pp: int, v: int = 1) -> tuple[int, int] | None:
+    """(first, last) stage layers with the embedding and the loss counted as layer units,
+    v*u - 1 each with u = (L+2)/(p*v) (the middle stages v*u), or None when p*v does not
+    divide L + 2 (Megatron refuses) or a stage would hold no decoder layer (not planned)."""
+    units = num_layers + 2
+    if pp < 2 or units % (pp * v):
+        return None
+    per_stage = units // pp
+    return (per_stage - 1, per_stage - 1) if per_stage >= 2 else None
+
+
+def stage_triple(num_layers: int, pp: int, first_last: tuple[int, int]) -> tuple[int, int, int]:
+    """(first, middle, last) layers of a split given by its first and last stage (middle 0
+    when p = 2): what StageSeconds.slowest takes."""
+    first, last = first_last
+    return first, (num_layers - first - last) // (pp - 2) if pp > 2 else 0, last
 
 
 def layers_per_stage(num_layers: int, pp: int, first_last: tuple[int, int] | None) -> tuple[int, ...]:

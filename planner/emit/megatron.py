@@ -23,7 +23,13 @@ F, L_l and the per-rank middle layers divisible by v). Interleaving with an unev
 must name the chunk count, --num-virtual-stages-per-pipeline-rank v: arguments.py asserts
 "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
 degree when enable uneven pipeline parallelism" when --num-layers-per-virtual-pipeline-stage
-is given instead. torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
+is given instead. The third split, the embedding and the loss counted as one layer each
+(--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split; TransformerConfig
+fields at core_v0.14.0 and core_v0.19.0, get_num_layers_to_build in
+megatron/core/transformer/transformer_block.py): L + 2 units even over p*v chunks, never with the
+first/last flags (__post_init__ raises); interleaving names v with
+--num-virtual-stages-per-pipeline-rank (validate_args then needs p*v to divide L + 2, the
+per-chunk count being implied). torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
 command on every node (node order follows arrival), so one step serves them all.
 """
 
@@ -179,6 +185,10 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         first, last = c.first_last_layers
         args += ["--decoder-first-pipeline-num-layers", str(first),
                  "--decoder-last-pipeline-num-layers", str(last)]
+        if c.schedule == "interleaved":
+            args += ["--num-virtual-stages-per-pipeline-rank", str(c.virtual_stages)]
+    elif c.account_for_embedding_and_loss:
+        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
         if c.schedule == "interleaved":
             args += ["--num-virtual-stages-per-pipeline-rank", str(c.virtual_stages)]
     elif c.schedule == "interleaved":

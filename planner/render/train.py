@@ -83,10 +83,13 @@ def render_table(plan: TrainPlan, top: int) -> Table:
 def stages_text(e: TrainEstimate) -> str:
     """Layers per stage: "L/p each" or "7 | 8 x14 | 7" (first | middle x count | last)."""
     layers = e.num_layers_per_stage
+    if len(layers) == 1:
+        return f"{layers[0]} layers"
+    counted = " (embedding and loss counted as layers)" if e.config.account_for_embedding_and_loss else ""
     if len(set(layers)) <= 1:
-        return f"{layers[0]} layers per stage" if len(layers) > 1 else f"{layers[0]} layers"
+        return f"{layers[0]} layers per stage{counted}"
     middle = f" | {layers[1]} x{len(layers) - 2}" if len(layers) > 2 else ""
-    return f"uneven stages {layers[0]}{middle} | {layers[-1]} layers"
+    return f"uneven stages {layers[0]}{middle} | {layers[-1]} layers{counted}"
 
 
 def summary_lines(plan: TrainPlan) -> list[str]:
@@ -224,6 +227,14 @@ def _where(step: LaunchStep) -> str:
     return f"each of the {step.nodes.count} nodes" if step.role == ALL_NODES else step.where
 
 
+def pipeline_split(config) -> str:
+    """even | first_last (--decoder-first/last-pipeline-num-layers) | account (the embedding
+    and loss counted as layers, --account-for-embedding/loss-in-pipeline-split)."""
+    if config.account_for_embedding_and_loss:
+        return "account"
+    return "even" if config.first_last_layers is None else "first_last"
+
+
 def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
@@ -231,6 +242,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
+        "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,
         "precision": c.precision,
         "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,

@@ -51,10 +51,12 @@ def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, atten
                      gpus_per_node: int) -> Iterator[TrainConfig]:
     eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts) if model.is_moe else [])
     # every v that divides the layers (an uneven split needs v to divide each stage's
-    # layers, an even one L/p); estimate rejects the rest. When p does not divide L,
-    # estimate applies the split rule (cost/stage_split.py): not a search dimension.
+    # layers, an even one L/p) or the layers + 2 (the embedding and loss counted as layers);
+    # estimate rejects the rest. Where stages cannot be even, estimate applies the split
+    # rule (cost/stage_split.py): not a search dimension.
+    L = model.num_hidden_layers
     schedules = [("1f1b", 1), ("gpipe", 1)]
-    schedules += [("interleaved", v) for v in divisors(model.num_hidden_layers) if v > 1]
+    schedules += [("interleaved", v) for v in sorted(set(divisors(L)) | set(divisors(L + 2))) if v > 1]
     zeros = (0, 1, 2, 3) if dp * cp > 1 else (0,)  # sharding over one rank is no sharding
     for (schedule, v), b, recompute, sp, zero, ep in itertools.product(
             schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros, eps):

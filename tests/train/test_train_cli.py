@@ -130,11 +130,24 @@ def test_no_feasible_layout_exits_1():
     ("llama-3.1-405b_128x8xH100_pp16", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100", "--layout",
                                         "tp=8,pp=16", "--schedule", "1f1b", "--global-batch", "1024",
                                         "--seq-len", "8192")),
-    # uneven and interleaved: 4 | 4 x30 | 2 in chunks of 2, named by --num-virtual-stages-per-pipeline-rank
+    # interleaved, the embedding and loss counted as layers: 128 units over 64 chunks of 2,
+    # 3 | 4 x30 | 3 (beats the first/last split 4 | 4 x30 | 2: a lighter first stage)
     ("llama-3.1-405b_128x8xH100_pp32_interleaved", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
                                                     "--layout", "tp=8,pp=32", "--schedule", "interleaved",
                                                     "--virtual-stages", "2", "--global-batch", "1024",
                                                     "--seq-len", "8192")),
+    # NeMo / Megatron-Bridge's 405B recipe (tp 8, pp 8, cp 2, vp 8): --account-for-embedding/loss
+    # -in-pipeline-split, 15 | 16 x6 | 15, v named by --num-virtual-stages-per-pipeline-rank
+    ("llama-3.1-405b_128x8xH100_pp8_vp8_account", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
+                                                   "--layout", "tp=8,pp=8,cp=2", "--virtual-stages", "8",
+                                                   "--micro-batch", "1", "--global-batch", "1536",
+                                                   "--seq-len", "8192", "--precision", "fp8")),
+    # uneven and interleaved: 12 | 14 x4 | 12 in chunks of 2 (80 + 2 does not divide over 12
+    # chunks), named by --num-virtual-stages-per-pipeline-rank
+    ("llama-3.1-70b_12x8xH100_pp6_interleaved", ("--model", "llama-3.1-70b", "--cluster", "12x8xH100",
+                                                 "--layout", "tp=8,pp=6", "--schedule", "interleaved",
+                                                 "--virtual-stages", "2", "--global-batch", "960",
+                                                 "--seq-len", "4096")),
     # MoE: experts, top-k, expert FFN size, RoPE base 1e6
     ("mixtral-8x7b_4x8xH100", ("--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--global-batch", "512",
                                "--seq-len", "4096")),

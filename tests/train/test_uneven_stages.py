@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -105,9 +106,15 @@ def test_an_explicit_split_megatron_refuses_is_rejected():
 
 
 def test_interleaving_needs_a_split_divisible_by_v():
-    config = TrainConfig(8, 16, 8, 1, "interleaved", 4, "full", True, 1)
+    """126 layers, p = 16, v = 3: 42 units, c <= 4 (the bound) leaves at least 42 - 56 < 0 or,
+    at c = 2, 14 > 2*4 for first + last; and p*v = 48 does not divide 128. (v = 4 runs: 128
+    units over 64 chunks, the embedding and loss counted as layers.)"""
+    config = TrainConfig(8, 16, 8, 1, "interleaved", 3, "full", True, 1)
     result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
-    assert isinstance(result, Rejected) and "multiple of v=4" in result.reasons[0]
+    assert isinstance(result, Rejected) and "multiple of v=3" in result.reasons[0]
+    runs = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=4),
+                    TrainRequest(global_batch=1024, seq_len=4096))
+    assert not isinstance(runs, Rejected) and runs.config.account_for_embedding_and_loss
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -147,7 +154,9 @@ def test_405b_on_16_nodes_uses_uneven_stages():
     assert {4, 8, 16} <= feasible
     for e in plan.layouts:
         assert sum(e.num_layers_per_stage) == 126 and len(e.num_layers_per_stage) == e.config.pp
-        assert (e.config.first_last_layers is None) == (126 % e.config.pp == 0)
+        uneven = e.config.first_last_layers is not None or e.config.account_for_embedding_and_loss
+        assert uneven or 126 % e.config.pp == 0
+        assert e.config.first_last_layers is None or 126 % e.config.pp
 
 
 def test_uneven_stages_in_json():
