@@ -102,6 +102,14 @@ class TrainConfig:
     def layout(self) -> Layout:
         return Layout(self.tp, self.pp, self.dp, self.ep, self.cp)
 
+    def with_(self, **changes: object) -> TrainConfig:
+        """dataclasses.replace without its per-call field introspection (the training search
+        copies configurations tens of thousands of times); the fields are plain values."""
+        copy = object.__new__(TrainConfig)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(changes)
+        return copy
+
     @property
     def dp_cp(self) -> int:
         """Ranks that hold the same weights: Megatron's data-parallel group with CP

@@ -20,13 +20,13 @@ first, second and last stage, each with its own layers and micro-batches in flig
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
-from planner.cost.params import matmul_precision_of_dtype, tp_head_reasons
+from planner.cost.params import layer_params_per_gpu, matmul_precision_of_dtype, tp_head_reasons
 from planner.cost.training_memory import (
     expert_data_parallel_size,
     expert_sharded_model_state_bytes,
@@ -361,7 +361,11 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
         experts = params.routed_experts
         stage_experts = 0.0 if experts is None else (experts.first_stage, experts.middle_stage,
                                                      experts.last_stage)[kind]
-        out.append(_stage_memory(model, stage, stage_params, activations, c, layers[kind], stage_experts))
+        states = memo.get(("stage_states", kind, layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp,
+                           c.ep, c.zero_stage, c.grad_reduce, c.precision),
+                          lambda params=stage_params, n=layers[kind], x=stage_experts:
+                          _stage_state_bytes(model, params, c, n, x))
+        out.append(_stage_memory(stage, activations, c, layers[kind], states))
     return tuple(out)
 
 
@@ -375,12 +379,13 @@ def memory_per_gpu(model: ModelSpec, config: TrainConfig, seq_len: int, m: int) 
     return worst_stage_memory(stage_memories(model, config, seq_len, m))
 
 
-def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes: float, c: TrainConfig,
-                  num_layers: int, routed_expert_params: float = 0.0) -> TrainMemory:
-    """Model states with the routed experts' sharded over the expert-data-parallel group
-    (training_memory.expert_sharded_model_state_bytes); one more NCCL communicator for EP and
-    for CP. With CP the weights are replicated over cp as over dp and ZeRO shards over dp*cp
-    (Megatron's distributed optimizer uses the data-parallel group with CP)."""
+def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_layers: int,
+                       routed_expert_params: float = 0.0) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per GPU of a stage: model states with the routed
+    experts' sharded over the expert-data-parallel group
+    (training_memory.expert_sharded_model_state_bytes), TE's fp8 weight copies, and the FSDP
+    unit buffers with the gradients. With CP the weights are replicated over cp as over dp and
+    ZeRO shards over dp*cp (Megatron's distributed optimizer uses the data-parallel group with CP)."""
     grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[c.grad_reduce]
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
@@ -388,12 +393,19 @@ def _stage_memory(model: ModelSpec, stage: int, params: float, activation_bytes:
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep)
                  if c.precision == "fp8" else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
+    return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
+
+
+def _stage_memory(stage: int, activation_bytes: float, c: TrainConfig, num_layers: int,
+                  states: tuple[float, float, float]) -> TrainMemory:
+    """A stage's memory from its states (_stage_state_bytes) and activations; one more NCCL
+    communicator for each parallel group the layout uses (EP and CP included)."""
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
     overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                 + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
                 + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
-    return TrainMemory(states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers,
-                       states.optimizer_bytes, activation_bytes, overhead, stage, num_layers)
+    weights, gradients, optimizer = states
+    return TrainMemory(weights, gradients, optimizer, activation_bytes, overhead, stage, num_layers)
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
@@ -407,6 +419,12 @@ def expert_imbalance(request: TrainRequest | None) -> float:
     if request is None or request.expert_imbalance is None:
         return efficiency.EXPERT_LOAD_IMBALANCE
     return request.expert_imbalance
+
+
+def tp_comm_overlap_for(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig) -> bool:
+    """Whether the plan runs --tp-comm-overlap: Megatron, asked for (the default), possible."""
+    return (request.engine == "megatron" and request.tp_comm_overlap
+            and tp_comm_overlap_possible(model, cluster, config))
 
 
 def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> bool:
@@ -447,14 +465,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         return Rejected(config.layout, tuple(reasons))
     check_precision(cluster, request.precision)
     if config.precision != request.precision:  # the search builds configurations without it
-        config = replace(config, precision=request.precision)
+        config = config.with_(precision=request.precision)
     if config.grad_reduce != request.grad_reduce:
-        config = replace(config, grad_reduce=request.grad_reduce)
+        config = config.with_(grad_reduce=request.grad_reduce)
     rates = rates or train_rates(model, cluster)
-    overlap = (request.engine == "megatron" and request.tp_comm_overlap
-               and tp_comm_overlap_possible(model, cluster, config))
+    overlap = tp_comm_overlap_for(model, cluster, request, config)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
-        config = replace(config, tp_comm_overlap=overlap)
+        config = config.with_(tp_comm_overlap=overlap)
     config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request), request.engine)
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
@@ -520,14 +537,20 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     if fixed or (L % c.pp == 0 and (L // c.pp) % v == 0):
         return config
     memo = memo or Memo()
-    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
-    costs = memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates))
-    chosen = memo.get(("stage_split", v, engine, *key), lambda: _faster_split(L, c.pp, v, costs, engine))
+
+    def costs() -> split.StageSeconds:
+        _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
+        layer_params = memo.get(("layer_params", c.tp, c.ep), lambda: layer_params_per_gpu(model, c.tp, c.ep))
+        ends = memo.get(("stage_params", c.tp, c.pp, (0, 0, 0), c.ep),
+                        lambda: stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep))
+        return memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates, layer_params, ends))
+
+    chosen = memo.get(("stage_split", v, engine, *key), lambda: _faster_split(L, c.pp, v, costs(), engine))
     assert chosen is not None, "config_reasons lets through only configurations with a split"
     first_last, account = chosen
-    return replace(c, first_last_layers=first_last, account_for_embedding_and_loss=account)
+    return c.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
 
 
 def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds,

@@ -32,7 +32,13 @@ from planner.memo import Memo
 from planner.requests import LayoutFilter, TrainRequest
 from planner.search import LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainEstimate, estimate, structural_reasons, train_rates
+from planner.train import (
+    TrainEstimate,
+    estimate,
+    structural_reasons,
+    tp_comm_overlap_for,
+    train_rates,
+)
 from planner.train_shortfall import in_node_shortfall
 
 MIN_CP_CHUNK_TOKENS = 4096
@@ -182,20 +188,44 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
     for schedule, v in schedule_options(model, request, pp):
-        for zero in engine_zero_options(request, tp, pp, dp, layout.ep, cp):
+        # ZeRO-1 never needs more memory than ZeRO-0 (the same states, the optimizer's
+        # sharded, nothing added), so ZeRO-0 starts at the recompute level ZeRO-1 needed for
+        # each b and stops at the b where ZeRO-1 ran out of memory even with full recompute.
+        sharded_floor: dict[tuple[bool, int], int] = {}
+        sharded_oom: dict[bool, int] = {}
+        zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
+        for zero in sorted(zeros, key=lambda z: (z == 0, z)):
             for sp in engine_sp_options(model, request, tp):
                 first = 0  # recompute levels below this ran out of memory at a smaller b
+                overlap = None
                 for b in micro_batch_options(request, dp):
+                    m = request.global_batch // (b * dp)
+                    if schedule == "interleaved" and pp > 1 and m % pp:
+                        # config_reasons' verdict, without building the estimate
+                        tally.add(Rejected(layout, (f"m={m} not a multiple of p={pp} for interleaving",)))
+                        continue
+                    if zero == 0 and b >= sharded_oom.get(sp, b + 1):
+                        break  # ZeRO-1 was out of memory here at every recompute level
+                    if zero == 0:
+                        first = max(first, sharded_floor.get((sp, b), 0))
                     base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
                                        attention=request.attention, precision=request.precision,
-                                       ep=layout.ep, cp=cp)
+                                       ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
+                    # what the estimate would fill in, set once here (saves a copy per estimate)
+                    overlap = tp_comm_overlap_for(model, cluster, request, base) if overlap is None else overlap
+                    if overlap:
+                        base = base.with_(tp_comm_overlap=True)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):
                         found.append(result)
+                        if zero == 1:
+                            sharded_floor[(sp, b)] = first
                         continue
                     tally.add(result)
                     if result.over_bytes > 0:
+                        if zero == 1:
+                            sharded_oom[sp] = b
                         break  # memory grows with b
     num_configs = len(found) + tally.total
     if found:
@@ -217,7 +247,7 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     for offset, recompute in enumerate(recomputes):
         if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
             continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
-        config = replace(base, recompute=recompute)
+        config = base if recompute == base.recompute else base.with_(recompute=recompute)
         result = estimate(model, cluster, config, request, rates, memo)
         if isinstance(result, TrainEstimate) or result.over_bytes == 0:
             return result, first + offset if isinstance(result, TrainEstimate) else first

@@ -667,7 +667,8 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
 
 
 def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
-                  rates: TrainRates) -> StageSeconds:
+                  rates: TrainRates, layer_params: float | None = None,
+                  ends: StageParams | None = None) -> StageSeconds:
     """One stage's time per micro-batch as layers * w + its extra (what step_times adds up):
     w = layer compute + exposed TP + EP (all-to-alls, busiest GPU's experts) + the layer's
     gradient accumulation; the first stage adds
@@ -675,11 +676,14 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     picks the uneven split from these)."""
     c = config
     per_byte = 2 * gradient_bytes_per_param(c) / rates.elementwise_bytes_per_s  # read + write the main grad
-    ends = stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
+    # layer_params, ends: layer_params_per_gpu and the stages' extra parameters when the caller has them
+    ends = ends or stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
+    if layer_params is None:
+        layer_params = layer_params_per_gpu(model, c.tp, c.ep)
     ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
     return StageSeconds(
         seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep + terms.cp.exposed
-                           + layer_params_per_gpu(model, c.tp, c.ep) * per_byte),
+                           + layer_params * per_byte),
         first_extra_seconds=ends.first_stage * per_byte,
         last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
     )
