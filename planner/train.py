@@ -39,6 +39,7 @@ from planner.cost.training_time import (
     LayerTerms,
     TimeBreakdown,
     TrainRates,
+    dp_collectives,
     layer_terms,
     stage_seconds,
     step_times,
@@ -488,7 +489,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     flops = memo.get(("flops_per_sequence", s, causal),
                      lambda: (flops_model.model_flops_per_sequence(model, s, causal),
                               flops_model.megatron_flops_per_sequence(model, s, causal)))
-    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops)
+    c = config
+    dp = memo.get(("dp_collectives", c.tp, c.pp, c.dp, c.cp, c.ep, c.zero_stage, c.grad_reduce, layers,
+                   c.account_for_embedding_and_loss),
+                  lambda: dp_collectives(params.worst, c, cluster, params.worst_routed_experts))
+    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp)
     step = times.breakdown.total
     num_gpus = config.layout.num_gpus
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
