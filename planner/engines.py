@@ -12,7 +12,9 @@ How each row was read (regenerate the flag lists with tools/engine_flags.py):
   vllm/config/parallel.py, vllm/model_executor/layers/quantization/__init__.py,
   vllm/model_executor/layers/quantization/fp8.py (online fp8 deprecation).
 - SGLang: the release wheel from PyPI; python/sglang/srt/server_args.py (ServerArgs.add_cli_args,
-  _handle_gpu_memory_settings, check_server_args), python/sglang/cli/main.py (`sglang serve`).
+  _handle_gpu_memory_settings, check_server_args), python/sglang/cli/main.py (`sglang serve`);
+  0.5.23: the flags are fields of sglang/srt/arg_groups/fields/*.py, the checks in
+  sglang/srt/arg_groups/validation_hook.py and memory_hook.py.
   The router: sgl-router/py_src/sglang_router/router_args.py (RouterArgs.add_cli_args).
 - Megatron-LM: git tags of NVIDIA/Megatron-LM; megatron/training/arguments.py (validate_args),
   megatron/core/transformer/transformer_config.py (__post_init__).
@@ -58,6 +60,10 @@ class SglangRelease:
     large_gpu_gib: float
     router_launcher: tuple[str, ...]
     router_source: str
+    attn_dp_size_flag: bool = False
+    """DP attention as `--attn-dp-size d` (0.5.2x: sglang/srt/arg_groups/fields/parallel.py; the
+    old `--dp-size d --enable-dp-attention` is deprecated there, resolved to attn_dp_size = d,
+    dp_size = 1), or as `--dp-size d --enable-dp-attention` (False)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,13 @@ VLLM_RELEASES = {
         VLLM_0_22_TIERS, "fp8"),
 }
 SGLANG_RELEASES = {
+    "0.5.23": SglangRelease(
+        "0.5.23", "sglang 0.5.23 wheel (PyPI): python/sglang/srt/server_args.py, sglang/srt/arg_groups/"
+        "(fields/*.py, validation_hook.py check_server_args, memory_hook.py)",
+        ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
+        router_launcher=("python", "-m", "sglang_router.launch_router"),
+        router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
+        attn_dp_size_flag=True),
     "0.5.10.post1": SglangRelease(
         "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
@@ -108,7 +121,7 @@ class EngineVersions:
     """The release of each engine the plan and its commands are for."""
 
     vllm: str = "0.33.0"
-    sglang: str = "0.5.10.post1"
+    sglang: str = "0.5.23"
     megatron: str = "core_v0.19.0"
 
     def __str__(self) -> str:

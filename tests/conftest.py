@@ -163,16 +163,21 @@ def _sglang_problems(argv: list[str], data: dict) -> list[str]:
     problems = _flag_problems(argv, data)
     tp, pp = int(_value(argv, "--tp-size", 1)), int(_value(argv, "--pp-size", 1))
     dp, nnodes = int(_value(argv, "--dp-size", 1)), int(_value(argv, "--nnodes", 1))
-    dp_attention = "--enable-dp-attention" in argv
+    # DP attention: `--dp-size d --enable-dp-attention`, from 0.5.23 `--attn-dp-size d`
+    # (sglang/srt/arg_groups/fields/parallel.py; the old pair is deprecated, read as attn_dp_size = d)
+    attn_dp = int(_value(argv, "--attn-dp-size", dp if "--enable-dp-attention" in argv else 1))
+    dp_attention = attn_dp > 1 or "--enable-dp-attention" in argv
     # check_server_args: `not (dp_size > 1 and nnodes != 1 and not enable_dp_attention)`,
     # "multi-node data parallel is not supported unless dp attention!"
-    if data["pairings"]["dp_size_forbids_multi_node"] and dp > 1 and nnodes > 1 and not dp_attention:
+    if data["pairings"]["dp_size_forbids_multi_node"] and dp > 1 and nnodes > 1 and "--enable-dp-attention" not in argv:
         problems.append("sglang: --dp-size > 1 with --nnodes > 1")
     # _handle_data_parallelism: with DP attention, tp_size % dp_size == 0; the MoE layers
     # split tp_size into moe_tp_size = tp_size // ep_size (python/sglang/srt/layers/dp_attention.py,
     # distributed/parallel_state.py), so ep_size divides tp_size.
-    if dp_attention and tp % dp:
-        problems.append(f"sglang: --enable-dp-attention needs --dp-size {dp} to divide --tp-size {tp}")
+    if dp_attention and tp % attn_dp:
+        problems.append(f"sglang: DP attention needs its size {attn_dp} to divide --tp-size {tp}")
+    if "--attn-dp-size" in argv and "--enable-dp-attention" in argv:
+        problems.append("sglang: --attn-dp-size with the deprecated --enable-dp-attention")
     ep = int(_value(argv, "--ep-size", 1))
     if tp % ep:
         problems.append(f"sglang: --ep-size {ep} does not divide --tp-size {tp}")

@@ -54,12 +54,20 @@ class Pairing:
     """A startup check the planner's commands must satisfy, and the source text showing it."""
 
     name: str
-    path: str
+    path: str | tuple[str, ...]
+    """The file holding the check, or the files it has lived in (the first that matches)."""
     pattern: str
     """A regular expression (re.S) that matches while the check is there."""
     value: object = True
     """What the JSON records when it matches (a value read from the match if a callable)."""
 
+
+SGLANG_CHECKS = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/validation_hook.py")
+SGLANG_MEMORY = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/memory_hook.py")
+SGLANG_FIELD_FILES = "sglang/srt/arg_groups/fields"
+"""SGLang 0.5.2x: ServerArgs' flags are `A[T, "help"]` / `A[T, Arg(...)]` fields of the
+namespace classes here (sglang/srt/arg_groups/arg_utils.py add_cli_args_from_dataclass)."""
+SGLANG_CHOICES_FILE = "sglang/srt/arg_groups/choices.py"
 
 PAIRINGS = {
     "vllm": (
@@ -71,11 +79,12 @@ PAIRINGS = {
                 r"inferred_data_parallel_rank\s*=\s*\(\s*self\.node_rank\s*\*\s*local_world_size"),
     ),
     "sglang": (
-        Pairing("dp_size_forbids_multi_node", "sglang/srt/server_args.py",
-                r"self\.dp_size\s*>\s*1\s+and\s+self\.nnodes\s*!=\s*1"),
-        Pairing("nnodes_must_divide_tp_times_pp", "sglang/srt/server_args.py",
-                r"\(\s*self\.tp_size\s*\*\s*self\.pp_size\s*\)\s*%\s*self\.nnodes\s*==\s*0"),
-        Pairing("mem_fraction_static_reserve_min_gib_large_gpu", "sglang/srt/server_args.py",
+        # 0.5.2x moved ServerArgs' checks into sglang/srt/arg_groups/*_hook.py (`cfg.` for `self.`)
+        Pairing("dp_size_forbids_multi_node", SGLANG_CHECKS,
+                r"(?:self|cfg)\.dp_size\s*>\s*1\s+and\s+(?:self|cfg)\.nnodes\s*!=\s*1"),
+        Pairing("nnodes_must_divide_tp_times_pp", SGLANG_CHECKS,
+                r"\(\s*(?:self|cfg)\.tp_size\s*\*\s*(?:self|cfg)\.pp_size\s*\)\s*%\s*(?:self|cfg)\.nnodes\s*==\s*0"),
+        Pairing("mem_fraction_static_reserve_min_gib_large_gpu", SGLANG_MEMORY,
                 r"gpu_mem\s*>\s*60\s*\*\s*1024:\s*reserved_mem\s*=\s*max\(reserved_mem,\s*(\d+)\s*\*\s*1024\)",
                 "group1"),
         Pairing("serve_subcommand", "sglang/cli/main.py", r'"serve"'),
@@ -364,13 +373,13 @@ def build_commit(engine: str, source: Source) -> str | None:
 def pairings(engine: str, source: Source) -> dict[str, object]:
     found: dict[str, object] = {}
     for pairing in PAIRINGS[engine]:
-        text = source.read(pairing.path)
-        match = re.search(pairing.pattern, text or "", re.S)
+        paths = (pairing.path,) if isinstance(pairing.path, str) else pairing.path
+        match = next((m for m in (re.search(pairing.pattern, source.read(p) or "", re.S) for p in paths) if m), None)
         if match is None:
             if pairing.name in OPTIONAL_PAIRINGS:
                 found[pairing.name] = OPTIONAL_PAIRINGS[pairing.name]
                 continue
-            sys.exit(f"{engine}: pairing {pairing.name}: /{pairing.pattern}/ not found in {pairing.path}: "
+            sys.exit(f"{engine}: pairing {pairing.name}: /{pairing.pattern}/ not found in {', '.join(paths)}: "
                      "the engine's startup checks changed; read them and update the planner")
         value = pairing.value
         found[pairing.name] = int(match.group(1)) if value == "group1" and match.group(1).isdigit() else (
@@ -407,6 +416,53 @@ def cls_kwargs_flags(tree: ast.Module, flags: Flags) -> None:
             flags.add(names, literal_choices(item.annotation, aliases))
 
 
+def _arg_keywords(metadata: list[ast.AST]) -> dict[str, ast.AST] | None:
+    """The keywords of `Arg(...)` among an A[...]'s metadata ({} for a bare help string), or
+    None when the field has no CLI metadata."""
+    for item in metadata:
+        if isinstance(item, ast.Call) and getattr(item.func, "id", None) == "Arg":
+            return {k.arg: k.value for k in item.keywords if k.arg}
+        if isinstance(item, ast.Constant) and isinstance(item.value, str) or isinstance(item, ast.JoinedStr):
+            return {}
+    return None
+
+
+def annotated_field_flags(tree: ast.Module, constants: dict[str, list], flags: Flags) -> None:
+    """SGLang 0.5.2x, add_cli_args_from_dataclass: a field `name: A[T, "help" | Arg(...)]` is
+    `--name` (or Arg's cli_name) plus Arg's aliases, unless Arg(no_cli=True); choices are Arg's
+    or T's Literal; action=argparse.BooleanOptionalAction adds `--no-name`."""
+    aliases = literal_aliases([tree])
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(node.annotation, ast.Subscript)
+                and getattr(node.annotation.value, "id", None) in ("A", "Annotated")
+                and isinstance(node.annotation.slice, ast.Tuple)):
+            continue
+        inner, *metadata = node.annotation.slice.elts
+        keywords = _arg_keywords(metadata)
+        if keywords is None or literal(keywords.get("no_cli", ast.Constant(False))):
+            continue
+        cli_name = literal(keywords["cli_name"]) if "cli_name" in keywords else None
+        names = [cli_name or "--" + node.target.id.replace("_", "-")]
+        names += list(literal(keywords["aliases"]) or []) if "aliases" in keywords else []
+        if "BooleanOptionalAction" in ast.unparse(keywords.get("action", ast.Constant(None))):
+            names += ["--no-" + n[2:] for n in names]
+        choices = list_value(keywords["choices"], constants) if "choices" in keywords else None
+        flags.add(names, choices if choices is not None else literal_choices(inner, aliases))
+
+
+def sglang_field_flags(source: Source, flags: Flags) -> list[str]:
+    """The namespace fields' flags (0.5.2x); the files read, none for earlier releases."""
+    choices_text = source.read(SGLANG_CHOICES_FILE)
+    constants = module_constants(ast.parse(choices_text)) if choices_text else {}
+    read = []
+    for path in source.python_files(SGLANG_FIELD_FILES) if source.read(SGLANG_CHOICES_FILE) else []:
+        tree = ast.parse(source.read(path) or "")
+        annotated_field_flags(tree, {**constants, **module_constants(tree)}, flags)
+        read.append(path)
+    return read
+
+
 def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
     source = Source(root, ref)
     flags = Flags()
@@ -422,6 +478,8 @@ def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
         factory_flags(index, factory_groups(tree), flags)
         if engine == "vllm":
             cls_kwargs_flags(tree, flags)
+    if engine == "sglang":
+        read += sglang_field_flags(source, flags)
     if not read:
         sys.exit(f"{engine}: none of {', '.join(ENGINE_FILES[engine])} under {root}")
     return {

@@ -15,7 +15,8 @@ sends each request to a prefill server, then to a decode server that pulls the p
   (sglang_router.launch_router) with `--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`.
 An expert-parallel decode worker (tp * d GPUs, d DP ranks sharing the experts) is one server
 of its own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp-size tp*d
---dp-size d --enable-dp-attention --ep-size tp*d` (emit/sglang.ep_server); emitted when each
+--attn-dp-size d --ep-size tp*d` at 0.5.23 (`--dp-size d --enable-dp-attention` at
+0.5.10.post1; emit/sglang.ep_server); emitted when each
 node holds one such worker.
 A worker wider than a node, or several EP workers on one node, is not emitted (None): say so
 instead.

@@ -46,6 +46,9 @@ from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
 
 DIST_INIT_PORT = 5000
 SERVER_PORT = 30000
+DP_ATTENTION = "--enable-dp-attention"
+ATTN_DP_SIZE = "--attn-dp-size"
+"""DP attention before 0.5.2x (`--dp-size d --enable-dp-attention`) and from then on."""
 ROUTER_PORT = 8000
 KV_CACHE_DTYPE = {"auto": None, "fp8": "fp8_e4m3"}
 QUANTIZATION = {"fp8": "fp8", "int8": None, "int4": None}
@@ -114,7 +117,8 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
 def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     """SGLang's view of the layout and its EP flags. Without EP: the layout, no flags. EP inside
     each replica's TP group (dp_per_ep_group d = 1): `--ep-size tp`. An EP group of d > 1 DP
-    ranks is one server, `--tp-size tp*d --dp-size d --enable-dp-attention --ep-size tp*d`:
+    ranks is one server, `--tp-size tp*d --dp-size d --enable-dp-attention --ep-size tp*d`
+    (`--attn-dp-size d` for the pair from 0.5.2x, which deprecates it):
     SGLang's tp_size counts the whole group, DP attention gives each of its d ranks attention
     TP tp*d // d = tp (python/sglang/srt/layers/dp_attention.py: attn_tp_size = tp_size //
     dp_size) and the experts go over all tp*d GPUs (moe_tp_size = tp_size // ep_size = 1);
@@ -130,7 +134,9 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     budget = None if a.max_num_batched_tokens is None else a.max_num_batched_tokens * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
                      max_num_batched_tokens=budget)
-    return server, ("--dp-size", str(d), "--enable-dp-attention", "--ep-size", str(a.tp * d))
+    if a.engine_versions.sglang_release.attn_dp_size_flag:
+        return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d))
+    return server, ("--dp-size", str(d), DP_ATTENTION, "--ep-size", str(a.tp * d))
 
 
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
@@ -139,7 +145,7 @@ def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica > 1:
         return _wide_replica_steps(a, launcher, nodes_per_replica, ep_flags)
-    if "--enable-dp-attention" in ep_flags and a.dp > 1 and a.tp * a.pp < a.gpus_per_node:
+    if (DP_ATTENTION in ep_flags or ATTN_DP_SIZE in ep_flags) and a.dp > 1 and a.tp * a.pp < a.gpus_per_node:
         return _shared_node_steps(a, launcher, ep_flags)
     per_node = a.gpus_per_node // (a.tp * a.pp)
     num_nodes = math.ceil(a.dp / per_node)

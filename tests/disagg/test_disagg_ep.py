@@ -49,13 +49,13 @@ def test_ep_decode_gpus_counted_once_and_rate_is_d_ranks(deepseek_plan):
 def test_ep_decode_worker_launch(run_plan):
     """The EP decode worker is one server per node: vLLM `--data-parallel-size 8
     --enable-expert-parallel` with the NIXL consumer role; SGLang `--tp-size 8 --dp-size 8
-    --enable-dp-attention --ep-size 8` in decode mode."""
+    --enable-dp-attention --ep-size 8` in decode mode (`--attn-dp-size 8` from 0.5.23)."""
     import json
 
     args = ["--model", "deepseek-v3", "--cluster", "2x8xH200", "--input-len", "2048", "--output-len", "512",
             "--max-ttft-ms", "2000", "--max-tpot-ms", "50", "--mode", "disaggregated", "--json"]
     for emit, wanted in (("vllm", ["--enable-expert-parallel", "--data-parallel-size", "8"]),
-                         ("sglang", ["--dp-size", "8", "--enable-dp-attention", "--ep-size", "8"])):
+                         ("sglang", ["--attn-dp-size", "8", "--ep-size", "8"])):
         result = run_plan(*args, "--emit", emit)
         assert result.returncode == 0, result.stderr
         best = json.loads(result.stdout)["disaggregated"][0]

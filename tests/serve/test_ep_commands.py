@@ -42,7 +42,8 @@ def vllm_ep(argv: tuple[str, ...]) -> int:
 
 def sglang_gpus_per_node(argv: tuple[str, ...]) -> int:
     gpus = _value(argv, "--tp-size") * _value(argv, "--pp-size") // _value(argv, "--nnodes")
-    return gpus if "--enable-dp-attention" in argv else gpus * _value(argv, "--dp-size")
+    dp_attention = "--enable-dp-attention" in argv or "--attn-dp-size" in argv
+    return gpus if dp_attention else gpus * _value(argv, "--dp-size")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

@@ -39,7 +39,9 @@ class Case:
 
     @property
     def path(self) -> Path:
-        versions = EngineVersions()
+        return self.path_for(EngineVersions())
+
+    def path_for(self, versions: EngineVersions) -> Path:
         folder = f"sglang-{versions.sglang}" if self.engine == "sglang" else f"vllm-{versions.vllm}"
         return GOLDEN_DIR / folder / f"{self.name}.txt"
 
@@ -257,10 +259,9 @@ CASES = [
 ]
 
 
-def steps_for(case: Case, serve_plan) -> list:
-    plan = serve_plan(
-        case.model, case.cluster, quantization=case.quantization, layout=case.layout, **case.request
-    )
+def steps_for(case: Case, serve_plan, versions: EngineVersions | None = None) -> list:
+    request = case.request if versions is None else {**case.request, "engine_versions": versions}
+    plan = serve_plan(case.model, case.cluster, quantization=case.quantization, layout=case.layout, **request)
     best = plan.recommended
     assert best is not None, plan.rejected
     if case.layout:
@@ -280,6 +281,23 @@ def test_golden_command(case, serve_plan):
         case.path.write_text(text, encoding="utf-8")
     assert case.path.is_file(), f"{case.path} missing: run with UPDATE_GOLDEN=1"
     assert text == case.path.read_text(encoding="utf-8")
+
+
+OLD_SGLANG = EngineVersions(sglang="0.5.10.post1")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.engine == "sglang"], ids=lambda c: c.name)
+def test_golden_command_of_the_previous_sglang_release(case, serve_plan, engine_check):
+    """0.5.10.post1 stays selectable (--engine-version sglang=0.5.10.post1): its commands are
+    its goldens (`--dp-size d --enable-dp-attention` where 0.5.23 has `--attn-dp-size d`) and
+    pass its flag file."""
+    steps = steps_for(case, serve_plan, OLD_SGLANG)
+    text = render(steps)
+    if UPDATE:
+        case.path_for(OLD_SGLANG).write_text(text, encoding="utf-8")
+    assert text == case.path_for(OLD_SGLANG).read_text(encoding="utf-8")
+    for step in steps:
+        assert engine_check(step.argv, OLD_SGLANG) == [], step.shell()
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.engine}-{c.name}")
