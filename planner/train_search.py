@@ -188,14 +188,18 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
     for schedule, v in schedule_options(model, request, pp):
-        # ZeRO-1 never needs more memory than ZeRO-0 (the same states, the optimizer's
-        # sharded, nothing added), so ZeRO-0 starts at the recompute level ZeRO-1 needed for
-        # each b and stops at the b where ZeRO-1 ran out of memory even with full recompute.
-        sharded_floor: dict[tuple[bool, int], int] = {}
-        sharded_oom: dict[bool, int] = {}
+        # Memory dominance the model guarantees, used to skip what cannot fit: ZeRO-1 never
+        # needs more than ZeRO-0 (the same states, the optimizer's sharded, nothing added) and
+        # sequence parallelism never more than none (its activations are split, nothing
+        # added). A configuration starts at the recompute level its leaner sibling needed for
+        # each b and stops at the b where that sibling was out of memory at every level.
+        floor: dict[tuple[int, bool, int], int] = {}
+        oom_at: dict[tuple[int, bool], int] = {}
         zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
+        sps = engine_sp_options(model, request, tp)
         for zero in sorted(zeros, key=lambda z: (z == 0, z)):
-            for sp in engine_sp_options(model, request, tp):
+            for sp in sorted(sps, reverse=True):
+                leaner = ([(1, sp)] if zero == 0 and 1 in zeros else []) + ([(zero, True)] if not sp and True in sps else [])
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 overlap = None
                 for b in micro_batch_options(request, dp):
@@ -204,10 +208,9 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                         # config_reasons' verdict, without building the estimate
                         tally.add(Rejected(layout, (f"m={m} not a multiple of p={pp} for interleaving",)))
                         continue
-                    if zero == 0 and b >= sharded_oom.get(sp, b + 1):
-                        break  # ZeRO-1 was out of memory here at every recompute level
-                    if zero == 0:
-                        first = max(first, sharded_floor.get((sp, b), 0))
+                    if any(b >= oom_at.get(key, b + 1) for key in leaner):
+                        break  # a leaner sibling was out of memory here at every recompute level
+                    first = max([first, *(floor.get((*key, b), 0) for key in leaner)])
                     base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
                                        attention=request.attention, precision=request.precision,
                                        ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
@@ -219,13 +222,11 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):
                         found.append(result)
-                        if zero == 1:
-                            sharded_floor[(sp, b)] = first
+                        floor[(zero, sp, b)] = first
                         continue
                     tally.add(result)
                     if result.over_bytes > 0:
-                        if zero == 1:
-                            sharded_oom[sp] = b
+                        oom_at[(zero, sp)] = b
                         break  # memory grows with b
     num_configs = len(found) + tally.total
     if found:
