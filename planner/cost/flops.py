@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.params import (
+    attention_shape,
     experts_per_gpu,
     kv_heads_per_gpu,
     num_attention_layers,
@@ -68,8 +69,8 @@ class Gemm:
 def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
     """The forward matmuls of one transformer block on one GPU of a TP group (Megatron).
 
-    QKV column-parallel [bs, h] x [h, (a/t + 2*max(1, k/t))*d]; output projection
-    row-parallel [bs, a*d/t] x [a*d/t, h]; MLP up [bs, h] x [h, f/t] (x2 gated), down
+    QKV column-parallel [bs, h] x [h, a/t*d + max(1, k/t)*(d + d_v)]; output projection
+    row-parallel [bs, a*d_v/t] x [a*d_v/t, h] (d_v = d unless v_head_dim says otherwise); MLP up [bs, h] x [h, f/t] (x2 gated), down
     [bs, f/t] x [f/t, h]; attention core per head: scores [s, d] x [d, s] and context
     [s, s] x [s, d], b*a/t of each (no causal-mask saving: Megatron's 2021 kernels).
     Hybrid models, the mean block: the attention GEMMs count L_a/L, the MLP's (L - mixer-only)/L,
@@ -78,20 +79,21 @@ def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> 
     scan itself (linear in s) is not counted.
     """
     h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
+    d_v = attention_shape(model, False).value_dim  # v_head_dim where values are narrower (MiMo-V2)
     tokens = micro_batch * s
     heads_per_gpu = a // tp
     q_width = (2 if model.attention_output_gate else 1) * heads_per_gpu
-    qkv_width = (q_width + 2 * kv_heads_per_gpu(model, tp)) * d
+    qkv_width = q_width * d + kv_heads_per_gpu(model, tp) * (d + d_v)
     num_up = 2 if model.gated_mlp else 1
     layers = model.num_hidden_layers
     attention, mlp = num_attention_layers(model) / layers, 1 - model.num_mixer_only_layers / layers
     gemms = (
         Gemm(tokens, qkv_width, h, attention),
-        Gemm(tokens, h, heads_per_gpu * d, attention),
+        Gemm(tokens, h, heads_per_gpu * d_v, attention),
         Gemm(tokens, num_up * f // tp, h, mlp),
         Gemm(tokens, h, f // tp, mlp),
         Gemm(s, s, d, count=micro_batch * heads_per_gpu * attention),
-        Gemm(s, d, s, count=micro_batch * heads_per_gpu * attention),
+        Gemm(s, d_v, s, count=micro_batch * heads_per_gpu * attention),
     )
     if not model.num_recurrent_layers:
         return gemms

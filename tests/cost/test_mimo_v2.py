@@ -144,3 +144,15 @@ def test_v_head_dim_needs_no_mla_but_cannot_contradict_k_eq_v() -> None:
     assert ModelSpec(**base, v_head_dim=128).v_head_dim == 128
     with pytest.raises(ValueError, match="v_head_dim: 128 cannot differ"):
         ModelSpec(**base, v_head_dim=128, attention_k_eq_v=True, sliding_window=64, num_sliding_window_layers=2)
+
+
+def test_training_gemms_use_the_value_width(mimo: ModelSpec) -> None:
+    """One window-shaped layer's attention GEMMs at b = 1, s = 4096, t = 1: QKV
+    [4096, 4096] x [4096, 64*192 + 8*(192 + 128) = 14,848]; output projection
+    [4096, 64*128 = 8,192] x [8,192, 4096]; context per head [4096, 4096] x [4096, 128]."""
+    from planner.cost.flops import layer_gemms_forward
+
+    qkv, out, _, _, scores, context = layer_gemms_forward(mimo, 1, 4096, 1)[:6]
+    assert (qkv.m, qkv.n, qkv.k) == (4096, 14_848, 4096)
+    assert (out.m, out.n, out.k) == (4096, 4096, 8192)
+    assert (scores.n, scores.k, context.n, context.k) == (4096, 192, 128, 4096)
