@@ -32,6 +32,7 @@ from planner.cost.training_memory import (
     expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
     fsdp_unit_buffer_bytes,
+    gradient_bytes_per_param,
     stage_params_per_gpu,
 )
 from planner.cost.training_time import (
@@ -387,7 +388,7 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     (training_memory.expert_sharded_model_state_bytes), TE's fp8 weight copies, and the FSDP
     unit buffers with the gradients. With CP the weights are replicated over cp as over dp and
     ZeRO shards over dp*cp (Megatron's distributed optimizer uses the data-parallel group with CP)."""
-    grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[c.grad_reduce]
+    grad_bytes = gradient_bytes_per_param(c)
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
                                               grad_bytes)

@@ -132,11 +132,11 @@ ELEMENTWISE_BWD_OVER_FWD = 2.0
 write the outgoing gradient: about twice the forward traffic."""
 
 
-MAIN_GRAD_ACCUMULATION_BYTES_PER_PARAM = 8
-"""Per micro-batch, Megatron accumulates weight gradients into fp32 main_grad buffers:
-read and write 4 bytes per parameter (gradient-accumulation fusion puts it in the wgrad
-GEMM epilogue; the traffic remains); 2 * GRADIENT_BYTES_PER_PARAM of the run's gradient
-dtype in general (4 with --grad-reduce bf16)."""
+MAIN_GRAD_ACCESSES_PER_MICRO_BATCH = 2
+"""Per micro-batch, Megatron accumulates weight gradients into the main_grad buffers: each
+element read and written once (gradient-accumulation fusion puts it in the wgrad GEMM
+epilogue; the traffic remains): 8 B/param with fp32 main gradients, 4 with
+--grad-reduce bf16 (GRADIENT_BYTES_PER_PARAM)."""
 
 OPTIMIZER_STEP_BYTES_PER_PARAM = 30
 """Adam step, memory-bound: read fp32 grad (4), read+write fp32 master, m, v (24),
@@ -144,13 +144,13 @@ write the 16-bit weight (2) (Megatron mixed-precision optimizer)."""
 
 TRAIN_BYTES_PER_PARAM_WEIGHTS = 2
 """16-bit model weights (Megatron-LM docs/api-guide/dist_optimizer.md)."""
-TRAIN_BYTES_PER_PARAM_GRADIENTS = 4
-"""Megatron keeps fp32 main gradients (and reduces them in fp32) by default."""
 GRADIENT_BYTES_PER_PARAM = {"fp32": 4, "bf16": 2}
 """Main-gradient buffer bytes per parameter by --grad-reduce: fp32 (Megatron's default for
 bf16 training, accumulate_allreduce_grads_in_fp32) or bf16 (--grad-reduce-in-bf16: the buffer
 in the parameters' dtype, megatron/core/distributed/param_and_grad_buffer.py core_v0.19.0,
 grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype)."""
+TRAIN_BYTES_PER_PARAM_GRADIENTS = GRADIENT_BYTES_PER_PARAM["fp32"]
+"""Megatron keeps fp32 main gradients (and reduces them in fp32) by default."""
 TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12
 """Adam: fp32 master weights, first and second moments (4 + 4 + 4)."""
 

@@ -29,6 +29,7 @@ from planner.cost.params import (
     layer_params_per_gpu,
     param_counts,
 )
+from planner.layout import TrainConfig
 from planner.specs import ModelSpec
 
 
@@ -109,6 +110,11 @@ class ModelStateBytes:
     @property
     def total_bytes(self) -> float:
         return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes
+
+
+def gradient_bytes_per_param(config: TrainConfig) -> int:
+    """The main gradients' bytes per parameter: 4 (fp32) or 2 (--grad-reduce bf16)."""
+    return efficiency.GRADIENT_BYTES_PER_PARAM[config.grad_reduce]
 
 
 def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int,

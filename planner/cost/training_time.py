@@ -47,6 +47,7 @@ from planner.cost.stage_split import StageSeconds
 from planner.cost.training_memory import (
     StageParams,
     expert_data_parallel_size,
+    gradient_bytes_per_param,
     stage_params_per_gpu,
 )
 from planner.layout import (
@@ -538,11 +539,6 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterS
     return _dp_ring_collectives(params_per_gpu, config.zero_stage, group, gradient_bytes_per_param(config))
 
 
-def gradient_bytes_per_param(config: TrainConfig) -> int:
-    """The main gradients' bytes per parameter: 4 (fp32) or 2 (--grad-reduce bf16)."""
-    return efficiency.GRADIENT_BYTES_PER_PARAM[config.grad_reduce]
-
-
 def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTopology | None,
                          grad_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> DpCollectives:
     """z = 0: an all-reduce of the gradients (fp32 unless --grad-reduce bf16); z >= 1: their
@@ -675,7 +671,8 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     the embedding's accumulation, the last the LM head's and the logits (cost/stage_split.py
     picks the uneven split from these)."""
     c = config
-    per_byte = 2 * gradient_bytes_per_param(c) / rates.elementwise_bytes_per_s  # read + write the main grad
+    per_byte = (efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c)
+                / rates.elementwise_bytes_per_s)
     # layer_params, ends: layer_params_per_gpu and the stages' extra parameters when the caller has them
     ends = ends or stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
     if layer_params is None:
@@ -708,7 +705,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
-    accumulate = 2 * gradient_bytes_per_param(c) / hbm  # read + write the main grad per micro-batch
+    accumulate = efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c) / hbm
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
     slowest, slowest_layers = c.pp - 1, last
     compute_per_micro_batch = last * layer_compute + params.last_stage * accumulate + logits
