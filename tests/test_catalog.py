@@ -46,9 +46,9 @@ def test_catalog_lists_ship() -> None:
 
 
 def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
-    """The catalog ships 20 GPUs."""
+    """The catalog ships 24 GPUs."""
     names = {gpu.name for gpu in gpu_catalog()}
-    assert len(names) == len(gpu_catalog()) == 20
+    assert len(names) == len(gpu_catalog()) == 24
     for gpu in gpu_catalog():
         assert gpu.memory_bytes > 0 and gpu.hbm_bytes_per_s > 0
         assert resolve_gpu(gpu.name) is gpu
@@ -68,6 +68,13 @@ def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
         ("B200", "B200-SXM-180GB"),
         ("MI300X", "MI300X"),
         ("L40S", "L40S"),
+        ("H800", "H800-SXM5-80GB"),
+        ("h800_sxm", "H800-SXM5-80GB"),
+        ("H800-80GB", "H800-SXM5-80GB"),
+        ("A800", "A800-SXM4-80GB"),
+        ("A800-SXM4-80GB", "A800-SXM4-80GB"),
+        ("A800-PCIE", "A800-PCIE-80GB"),
+        ("A800-40GB", "A800-PCIE-40GB"),
     ],
 )
 def test_aliases_resolve(alias: str, name: str) -> None:
@@ -92,6 +99,10 @@ def test_unknown_gpu_fails(name: str) -> None:
         ("A100", "fp8", None),  # "-": no such precision
         ("H100-NVL", "fp32", None),  # "?": unknown stays unknown
         ("A10G", "bf16", None),
+        ("H800", "bf16", 989),  # H100's GH100, NVLink and FP64 cut
+        ("H800", "fp8", 1979),
+        ("A800", "tf32", 156),  # A100's GA100, NVLink cut
+        ("A800", "fp8", None),
     ],
 )
 def test_catalog_peaks_follow_the_reference(
@@ -182,3 +193,21 @@ def test_shorthand_for_a_gpu_without_a_catalog_fabric_is_one_line() -> None:
                 assert "fabric" in str(exc) or "networking" in str(exc), str(exc)
             else:
                 assert cluster.num_gpus == nodes * per_node
+
+
+@pytest.mark.parametrize(
+    ("name", "hbm_gb_per_s", "nvlink_gb_per_s_per_direction"),
+    [("H800", 3350, 200), ("A800", 2039, 200), ("A800-PCIE", 1935, None), ("A800-40GB", 1555, None)],
+)
+def test_export_variants_keep_memory_and_lose_nvlink(
+    name: str, hbm_gb_per_s: float, nvlink_gb_per_s_per_direction: float | None
+) -> None:
+    """400 GB/s NVLink bidirectional is 200 GB/s per direction, the convention of H100's 450."""
+    gpu = resolve_gpu(name)
+    assert gpu.hbm_bandwidth_gb_per_s == hbm_gb_per_s
+    if nvlink_gb_per_s_per_direction is None:
+        assert gpu.intra_node.kind == "pcie"
+    else:
+        assert gpu.intra_node.kind == "nvlink"
+        assert gpu.intra_node.bandwidth_gb_per_s == nvlink_gb_per_s_per_direction
+        assert resolve_gpu("H100").intra_node.bandwidth_gb_per_s == 450

@@ -100,6 +100,15 @@ def test_plan_gpus_lists_the_catalog(results) -> None:
         "B200-SXM-180GB",
         "L40S",
         "MI300X",
+        # GPU identity for `plan probe` (issue 17)
+        "H800-SXM5-80GB",
+        "A800-SXM4-80GB",
+        "A800-PCIE-80GB",
+        "H20",
+        "L40",
+        "RTX-6000-Ada",
+        "GH200",
+        "H200-NVL-141GB",
     ):
         assert name in result.stdout
 

@@ -46,13 +46,19 @@ from planner.probe.sweep import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, OPS, REDUCE_
 CPU_DEFAULT_GPU = "A100-SXM4-80GB"
 NEW_FILE_MODE = 0o666  # open()'s mode for a new file, before the umask
 # torch.cuda.get_device_name() -> catalog name; first match wins, so specific before generic.
-DEVICE_NAME_PATTERNS = (
+# None: a known device the catalog has no figures for (measured figures, never a sibling's).
+DEVICE_NAME_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (r"GB200", "GB200"),
     (r"B200", "B200-SXM-180GB"),
     (r"GH200", "GH200"),
     (r"H200.*NVL", "H200-NVL-141GB"),
     (r"H200", "H200-SXM-141GB"),
     (r"\bH20\b", "H20"),
+    (r"H800.*PCI", None),  # "NVIDIA H800 PCIe": HBM bandwidth unconfirmed, not in the catalog
+    (r"H800", "H800-SXM5-80GB"),  # "NVIDIA H800"
+    (r"A800.*40GB", "A800-PCIE-40GB"),
+    (r"A800.*PCI", "A800-PCIE-80GB"),  # "NVIDIA A800 80GB PCIe"
+    (r"A800", "A800-SXM4-80GB"),  # "NVIDIA A800-SXM4-80GB"
     (r"H100.*NVL", "H100-NVL-94GB"),
     (r"H100.*PCI", "H100-PCIE-80GB"),
     (r"H100", "H100-SXM5-80GB"),
@@ -83,10 +89,10 @@ class ProfileChoices:
 
 
 def catalog_gpu_name(device_name: str) -> str | None:
-    for pattern, name in DEVICE_NAME_PATTERNS:
-        if re.search(pattern, device_name, re.IGNORECASE):
-            return name
-    return None
+    return next(
+        (name for pattern, name in DEVICE_NAME_PATTERNS if re.search(pattern, device_name, re.IGNORECASE)),
+        None,
+    )
 
 
 def catalog_gpu(name: str) -> dict | None:

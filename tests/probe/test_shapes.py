@@ -172,8 +172,10 @@ def test_a_slow_node_is_named_and_healthy_runs_flag_nothing():
         ("NVIDIA L40", "L40"),
         ("NVIDIA L40S", "L40S"),
         ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
-        ("NVIDIA H800", None),  # not in the catalog: measured figures, never an H100's
-        ("NVIDIA A800-SXM4-80GB", None),
+        ("NVIDIA H800", "H800-SXM5-80GB"),  # its own entry, never an H100's
+        ("NVIDIA A800-SXM4-80GB", "A800-SXM4-80GB"),  # never an A100's
+        ("NVIDIA A800 80GB PCIe", "A800-PCIE-80GB"),
+        ("NVIDIA H800 PCIe", None),  # not in the catalog: measured figures, never an H100's
     ],
 )
 def test_device_names_map_to_their_own_catalog_entry(device_name, catalog_name):
@@ -192,7 +194,7 @@ def test_a_measured_copy_rate_is_derated_once():
     raw["compute"] = [
         dict(
             rank=0,
-            device_name="NVIDIA H800",
+            device_name="NVIDIA H800 PCIe",
             memory_bytes=80 * 2**30,
             matmul_flop_per_s={"bf16": 7e14, "fp16": 7e14},
             hbm_copy_bytes_per_s=3.0e12,
@@ -200,7 +202,33 @@ def test_a_measured_copy_rate_is_derated_once():
     ]
     document = build(raw)
     gpu = document["gpu"]
-    assert gpu["name"] == "NVIDIA H800"
+    assert gpu["name"] == "NVIDIA H800 PCIe"
     assert gpu["hbm_bandwidth_gb_per_s"] * DECODE_HBM_UTILIZATION == pytest.approx(3000, rel=1e-3)
     assert gpu["achievable_matmul_tflops"]["bf16"] == 700.0
     assert document["measured"]["hbm_bandwidth_gb_per_s"] == 3000.0
+
+
+@pytest.mark.parametrize(
+    ("device_name", "catalog_name"),
+    [("NVIDIA H800", "H800-SXM5-80GB"), ("NVIDIA A800-SXM4-80GB", "A800-SXM4-80GB")],
+)
+def test_a_catalog_gpu_gets_its_entry_not_an_inline_one(device_name, catalog_name):
+    """H800 and A800 now have catalog entries: the profile takes the entry (datasheet peaks and
+    HBM figure, no "not in the catalog" flag) plus the measured matmul rate."""
+    nodes, phases = one_node_of_four()
+    raw = raw_from(nodes, phases)
+    raw["compute"] = [
+        dict(
+            rank=0,
+            device_name=device_name,
+            memory_bytes=80 * 2**30,
+            matmul_flop_per_s={"bf16": 7e14, "fp16": 7e14},
+            hbm_copy_bytes_per_s=1.9e12,
+        )
+    ]
+    document = build(raw)
+    gpu = document["gpu"]
+    assert gpu["name"] == catalog_name
+    assert gpu["peak_tflops"]["bf16"] is not None
+    assert gpu["achievable_matmul_tflops"]["bf16"] == 700.0
+    assert not any("not in the catalog" in flag for flag in document["measured"]["flags"])
