@@ -21,6 +21,7 @@ from pathlib import Path
 from planner import units
 from planner.emit.torchrun import torchrun_flags
 from planner.probe.checks import check_gpu_count, check_sweep, check_targets, validate
+from planner.probe.hang import flight_recorder_env
 from planner.probe.lifeline import watched_argv
 from planner.probe.runner import (
     ProbeError,
@@ -243,14 +244,16 @@ def _run_probe(options: ProbeOptions) -> int:
     sweep = resolved_sweep(options, on_gpu)
     check_sweep(options, sweep, on_gpu, nproc_per_node)
     declared = _read_declared(options)
-    raw = _measure(options, nproc_per_node, sweep)
+    raw = _measure(options, nproc_per_node, sweep, on_gpu)
     if raw is None:
         print("plan probe: this node's ranks finished; the node that got rank 0 writes the results")
         return 0
     return _report(raw, options, declared)
 
 
-def _measure(options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults) -> dict | None:
+def _measure(
+    options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults, on_gpu: bool
+) -> dict | None:
     """Rank 0's raw results (None on a node without rank 0), from torchrun run in a temp dir.
 
     SIGINT, SIGTERM and SIGHUP are deferred meanwhile: the run loop stops torchrun and
@@ -261,7 +264,7 @@ def _measure(options: ProbeOptions, nproc_per_node: int, sweep: SweepDefaults) -
             argv = torchrun_argv(options, nproc_per_node, sweep, directory)
             if options.verbose:
                 print(f"plan probe: running {shlex.join(argv)}", file=sys.stderr)
-            _execute(argv, options, stop)
+            _execute(argv, options, stop, on_gpu)
             stop.raise_if_requested()
             result_path = os.path.join(directory, RESULT_FILE)
             raw = None
@@ -283,7 +286,14 @@ def _read_declared(options: ProbeOptions) -> dict | None:
         raise ProbeError(str(error)) from None
 
 
-def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest) -> None:
+def flight_recorder_directory(options: ProbeOptions) -> str:
+    """Where NCCL's flight-recorder dumps go: beside --out / --merge-into (the temp dir is
+    removed as the error passes), else the working directory."""
+    target = options.out or options.merge_into
+    return os.path.dirname(os.path.abspath(target)) if target else os.getcwd()
+
+
+def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest, on_gpu: bool) -> None:
     from planner.probe.report import progress_display
 
     package_root = str(Path(__file__).resolve().parents[2])
@@ -291,6 +301,9 @@ def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
     env.setdefault("OMP_NUM_THREADS", "1")
+    if on_gpu:  # NCCL: a timed-out collective dumps every rank's recent collectives
+        for name, value in flight_recorder_env(flight_recorder_directory(options)).items():
+            env.setdefault(name, value)
     echo = (lambda line: print(line, end="", file=sys.stderr)) if options.verbose else None
     with progress_display() as on_progress:
         run_with_progress(watched_argv(argv), env, options.timeout_s, on_progress, echo, stop)

@@ -9,7 +9,9 @@ the OOM killer) are still found; the workers also end themselves when
 torchrun dies (planner.probe.lifeline). SIGINT, SIGTERM and SIGHUP are
 recorded (deferred_stop_signals), never fatal mid-run: the loop stops the
 tree and the caller cleans up. A dead rank makes torchrun exit non-zero; its
-failure summary is boiled down to one line.
+failure summary is boiled down to one line. The workers' point markers say which
+collective each rank is in (planner.probe.hang): a run that ends by its deadline,
+or by a rank's timeout, names the collective that hung.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from planner.probe import hang
 
 PROGRESS_PREFIX = "@@plan-probe-progress"  # must match planner.probe.worker.PROGRESS_PREFIX
 GRACE_SECONDS = 3.0
@@ -220,6 +224,7 @@ def run_with_progress(
     """
     stop = stop or StopRequest()
     stop.raise_if_requested()
+    started_wall_s = time.time()
     run = _TorchrunRun(argv, env)
     try:
         in_time = run.follow(time.monotonic() + timeout_seconds, on_progress, on_output, stop)
@@ -227,16 +232,20 @@ def run_with_progress(
         stop.record(signal.SIGINT)
         in_time = True
     if stop.signum is not None or not in_time:
+        hung = run.in_flight.describe(time.monotonic())
         stop_process_tree(run.process, run.known)
         stop.raise_if_requested()
         raise ProbeError(
-            f"probe timed out after {timeout_seconds:g} s (a rank hung or a node never joined "
-            "the rendezvous); stopped torchrun and its workers"
+            hang.timed_out_message(timeout_seconds, hung, hang.flight_recorder_dumps(env, started_wall_s))
         )
     return_code = run.process.wait()
     if return_code != 0:
+        hung = run.in_flight.describe(time.monotonic())
         stop_process_tree(run.process, run.known)
-        raise ProbeError(f"probe failed: {failure_summary(list(run.output), return_code)}")
+        summary = failure_summary(list(run.output), return_code)
+        raise ProbeError(
+            hang.failed_message(summary, hung, hang.flight_recorder_dumps(env, started_wall_s))
+        )
     return list(run.output)
 
 
@@ -259,6 +268,7 @@ class _TorchrunRun:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.known: dict[int, str] = {}
+        self.in_flight = hang.InFlight()
         threading.Thread(target=_pump, args=(self.process, self.lines), daemon=True).start()
 
     def follow(self, deadline, on_progress, on_output, stop: StopRequest) -> bool:
@@ -282,6 +292,8 @@ class _TorchrunRun:
                 continue
             if line is None:
                 return True
+            if self.in_flight.feed(line, now):
+                continue
             if (event := parse_progress(line)) is not None:
                 on_progress(event)
             else:

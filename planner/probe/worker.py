@@ -3,7 +3,9 @@
 Every rank discovers which node it is on, builds the same process groups in
 the same order, then walks the same schedule of phases. Rank 0 prints
 progress lines (``PROGRESS_PREFIX done total label``) that the launcher
-parses, gathers every rank's timings and writes the raw results as JSON.
+parses, gathers every rank's timings and writes the raw results as JSON. Every
+rank prints a marker before and after each timed point (planner.probe.hang), so
+the launcher can name the collective a hung rank was in.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -29,7 +32,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from planner.probe import measure, timing  # noqa: E402
+from planner.probe import hang, measure, timing  # noqa: E402
 from planner.probe.sweep import (  # noqa: E402
     ALL_GATHER,
     ALL_REDUCE,
@@ -44,6 +47,10 @@ from planner.probe.sweep import (  # noqa: E402
 PROGRESS_PREFIX = "@@plan-probe-progress"
 INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
 ALL_RANKS, ONE_RANK_PER_NODE, TP_GROUPS = "all_local_ranks", "one_rank_per_node", "tp_groups"
+TEST_HANG_ENV = "_PLAN_PROBE_TEST_HANG"
+"""Tests only: "RANK:OP:SIZE_BYTES" makes that rank sleep TEST_HANG_SECONDS before that point
+(every group it is in), a synthetic hang the launcher must name."""
+TEST_HANG_SECONDS = 3600.0
 
 
 @dataclass
@@ -230,6 +237,9 @@ def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, ar
     """This rank's timings of one size of one phase, in each of its groups."""
     rows = []
     for group_index, group in mine:
+        point = hang.Point(phase.op, phase.link, tuple(group.ranks), size_bytes)
+        print(hang.start_line(point, dist.get_rank(), socket.gethostname()), flush=True)
+        hang_if_asked(point)
         step, seconds_factor = measure.collective_step(
             phase.op, group.handle, group.ranks, size_bytes, device
         )
@@ -251,7 +261,15 @@ def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, ar
             row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
             row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
         rows.append(row)
+        print(hang.end_line(dist.get_rank()), flush=True)
     return rows
+
+
+def hang_if_asked(point: hang.Point) -> None:
+    """The synthetic hang of TEST_HANG_ENV, when it names this rank and point."""
+    asked = os.environ.get(TEST_HANG_ENV)
+    if asked and asked == f"{dist.get_rank()}:{point.op}:{point.size_bytes}":
+        time.sleep(TEST_HANG_SECONDS)
 
 
 def measure_compute(device: torch.device) -> dict:

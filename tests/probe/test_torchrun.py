@@ -20,6 +20,7 @@ from .conftest import (
     WAIT_S,
     free_port,
     interrupted_at_exit,
+    probe_env,
     probe_process,
     run_probe_cli,
     start_long_run,
@@ -360,3 +361,33 @@ def test_hung_rank_ends_the_run_by_its_timeout(tmp_path, tiny_run_seconds):
     assert not list(tmp_path.iterdir())
     assert process_state(pid) in (None, "Z"), "the stopped rank was killed (a zombie at most)"
     print(last)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds worker processes through /proc")
+def test_a_hung_collective_is_named_in_one_line(tmp_path, tiny_run_seconds):
+    """Rank 1 sleeps before the 4 KiB all-reduce (the worker's test-only hang), so rank 0 waits
+    in it: the deadline's one-line error names the op, the group, the size and both ranks, and
+    no process of the run is left (found by its TMPDIR in their command lines)."""
+    from .test_stop import marked_pids
+
+    timeout_s = max(10, math.ceil(2 * tiny_run_seconds))
+    marker = str(tmp_path / "tmp")
+    os.mkdir(marker)
+    env = probe_env(_PLAN_PROBE_TEST_HANG="1:all_reduce:4096", TMPDIR=marker)
+    args = ["--nproc-per-node", "2", *TINY_SWEEP, "--timeout", str(timeout_s)]
+    with interrupted_at_exit([probe_process(*args, "--out", str(tmp_path / "never.yaml"), env=env)]) as (
+        process,
+    ):
+        _, stderr = process.communicate(timeout=timeout_s + WAIT_S)
+    line = stderr.strip().splitlines()[-1]  # after the progress lines of a non-terminal stderr
+    assert "Traceback" not in stderr
+    assert line.startswith(
+        f"plan probe: probe timed out after {timeout_s:g} s: all_reduce over ranks [0, 1] "
+        "(intra-node, 4,096 B) did not finish within "
+    ), line
+    assert " s on rank 0 (host " in line and "), rank 1 (host " in line, line
+    assert line.endswith("; stopped torchrun and its workers"), line
+    assert process.returncode == 2
+    assert marked_pids(marker) == []
+    assert not (tmp_path / "never.yaml").exists()
+    print(line)
