@@ -141,15 +141,18 @@ def flight_recorder_env(dump_directory: str) -> dict[str, str]:
     dump_directory/FLIGHT_RECORDER_FILE_PREFIX<rank> when the watchdog times one out.
 
     Names as torch 2.13 reads them (torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp:
-    TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_TRACE_BUFFER_SIZE; FlightRecorder.hpp reads
-    TORCH_FR_BUFFER_SIZE first) and the dump file prefix under both its current name
-    (TORCH_FR_DUMP_TEMP_FILE) and the older one (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, torch 2.4-2.8,
-    docs.pytorch.org torch_nccl_environment_variables; torchtitan PR 1748 renamed its use).
+    TORCH_NCCL_DUMP_ON_TIMEOUT "must be set together with TORCH_NCCL_ENABLE_MONITORING=1 and
+    TORCH_NCCL_TRACE_BUFFER_SIZE > 0"; FlightRecorder.hpp reads TORCH_FR_BUFFER_SIZE first),
+    and the dump file prefix under its current name (TORCH_FR_DUMP_TEMP_FILE) and the older
+    one (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, both in torch 2.13's libtorch; torchtitan PR 1748
+    moved from the old to the new), so earlier torch 2.x reads them too
+    (docs.pytorch.org torch_nccl_environment_variables, 2.4).
     """
     prefix = os.path.join(dump_directory, FLIGHT_RECORDER_FILE_PREFIX)
     entries = str(FLIGHT_RECORDER_BUFFER_ENTRIES)
     return {
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_ENABLE_MONITORING": "1",
         "TORCH_NCCL_TRACE_BUFFER_SIZE": entries,
         "TORCH_FR_BUFFER_SIZE": entries,
         "TORCH_FR_DUMP_TEMP_FILE": prefix,

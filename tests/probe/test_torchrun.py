@@ -365,15 +365,17 @@ def test_hung_rank_ends_the_run_by_its_timeout(tmp_path, tiny_run_seconds):
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds worker processes through /proc")
 def test_a_hung_collective_is_named_in_one_line(tmp_path, tiny_run_seconds):
-    """Rank 1 sleeps before the 4 KiB all-reduce (the worker's test-only hang), so rank 0 waits
-    in it: the deadline's one-line error names the op, the group, the size and both ranks, and
-    no process of the run is left (found by its TMPDIR in their command lines)."""
+    """Rank 1 sleeps before the sweep's first point, the 8 B all-reduce (the worker's test-only
+    hang), so rank 0 waits in it: the deadline's one-line error names the op, the group, the
+    size and both ranks, and no process of the run is left (found by its TMPDIR in their
+    command lines). The first point, so that a loaded machine's slow sweep cannot be caught
+    by the deadline at an earlier point."""
     from .test_stop import marked_pids
 
     timeout_s = max(10, math.ceil(2 * tiny_run_seconds))
     marker = str(tmp_path / "tmp")
     os.mkdir(marker)
-    env = probe_env(_PLAN_PROBE_TEST_HANG="1:all_reduce:4096", TMPDIR=marker)
+    env = probe_env(_PLAN_PROBE_TEST_HANG="1:all_reduce:8", TMPDIR=marker)
     args = ["--nproc-per-node", "2", *TINY_SWEEP, "--timeout", str(timeout_s)]
     with interrupted_at_exit([probe_process(*args, "--out", str(tmp_path / "never.yaml"), env=env)]) as (
         process,
@@ -383,7 +385,7 @@ def test_a_hung_collective_is_named_in_one_line(tmp_path, tiny_run_seconds):
     assert "Traceback" not in stderr
     assert line.startswith(
         f"plan probe: probe timed out after {timeout_s:g} s: all_reduce over ranks [0, 1] "
-        "(intra-node, 4,096 B) did not finish within "
+        "(intra-node, 8 B) did not finish within "
     ), line
     assert " s on rank 0 (host " in line and "), rank 1 (host " in line, line
     assert line.endswith("; stopped torchrun and its workers"), line
