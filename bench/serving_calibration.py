@@ -5,11 +5,29 @@
     python bench/serving_calibration.py --json       # the summary as JSON
     python bench/serving_calibration.py --csv PATH   # another set with the same columns
 
+    python bench/serving_calibration.py --as-benchmarked            # the benchmark's own protocol
+    python bench/serving_calibration.py --as-benchmarked --quick    # its rows at concurrency <= 16
+
 Every row of the set (tests/fixtures/aiconfigurator_silicon/vllm_agg.csv, README.md beside
 it) is one aggregated vLLM replica: `spec` on tp GPUs of `gpu` (one node), `batch_size`
 concurrent requests of `isl` input and `osl` output tokens. The planner estimates exactly
 that layout (planner.serve.estimate, tp x pp x dp = tp x 1 x 1, --batch = the concurrency);
 the error of a quantity is predicted / measured - 1 (+0.25: the planner says 25% slower).
+
+Two ways to predict a row:
+- steady state (default): the planner's default answer, a closed loop of identical requests
+  that has run forever (planner/cost/continuous_batching.py).
+- --as-benchmarked: the run as its benchmark ran it, where that is known. The rows from
+  SemiAnalysis' InferenceX dumps (source_file=<date>.csv; the others name AIConfigurator's own
+  collection, whose client settings are not published) ran kimbochen/bench_serving's
+  benchmark_serving.py with --num-prompts 10 x concurrency, --max-concurrency concurrency,
+  --request-rate inf, --ignore-eos and --random-range-ratio 0.8 (InferenceX
+  benchmarks/70b_fp8_h100_slurm.sh, gptoss_fp4_h100.sh; the ratio from AIConfigurator's
+  replay of those rows), whose random dataset draws each input and output length uniformly
+  from [int(0.8 L), L], and the dumps hold the mean TTFT and TPOT. So each such row is the
+  planner's burst simulation (planner.serve.burst_metrics) of 10 x C requests with lengths
+  drawn the same way (seed 0), scored on the means; the first C requests arrive together and
+  queue for their prompts, which the steady state does not see.
 A row whose layout the planner rejects is not scored; it is listed with the reasons.
 Importable: `load_rows(path)` and `score(rows)`, no I/O in `score`. Not part of the planner.
 """
@@ -19,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
 import statistics
 import sys
 from dataclasses import dataclass
@@ -31,10 +50,15 @@ from planner import units  # noqa: E402
 from planner.catalog import cluster_from_shorthand, resolve_model  # noqa: E402
 from planner.layout import Layout, Rejected  # noqa: E402
 from planner.requests import LayoutFilter, ServeRequest  # noqa: E402
-from planner.serve import estimate  # noqa: E402
+from planner.serve import burst_metrics, estimate  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_agg.csv"
 QUANTITIES = ("tpot", "ttft")
+PROMPTS_PER_CLIENT = 10
+"""InferenceX: --num-prompts $(( CONC * 10 ))."""
+RANDOM_RANGE_RATIO = 0.8
+"""InferenceX's --random-range-ratio (AIConfigurator's replay of its rows: random_range_ratio 0.8)."""
+QUICK_MAX_CONCURRENCY = 16
 
 
 @dataclass(frozen=True)
@@ -52,10 +76,27 @@ class Run:
     concurrency: int
     measured_ttft_seconds: float
     measured_tpot_seconds: float
+    benchmark: str = "unknown"
+    """inferencex: the InferenceX client protocol above; unknown: not published."""
 
     @property
     def group(self) -> str:
         return f"{self.spec} {self.gpu}"
+
+
+def benchmark_of(source: str) -> str:
+    """InferenceX dumps are named by date (source_file=2026-04-06.csv; ...); AIConfigurator's own
+    collection by a path (source_file=/Users/...)."""
+    return "unknown" if source.startswith("source_file=/") else "inferencex"
+
+
+def benchmark_lengths(run: Run, seed: int = 0) -> tuple[tuple[int, int], ...]:
+    """10 x C (input, output) lengths as the random dataset draws them: uniform integers in
+    [int(L * ratio), L] (benchmark_serving.py sample_random_requests)."""
+    rng = random.Random(seed)
+    return tuple((rng.randint(int(run.input_len * RANDOM_RANGE_RATIO), run.input_len),
+                  rng.randint(int(run.output_len * RANDOM_RANGE_RATIO), run.output_len))
+                 for _ in range(PROMPTS_PER_CLIENT * run.concurrency))
 
 
 def parse_row(row: dict[str, str]) -> Run:
@@ -68,6 +109,7 @@ def parse_row(row: dict[str, str]) -> Run:
         input_len=int(row["isl"]), output_len=int(row["osl"]), concurrency=int(row["batch_size"]),
         measured_ttft_seconds=units.ms_to_seconds(float(row["silicon_ttft_ms"])),
         measured_tpot_seconds=units.ms_to_seconds(float(row["silicon_tpot_ms"])),
+        benchmark=benchmark_of(row["silicon_data_source"]),
     )
 
 
@@ -76,20 +118,31 @@ def load_rows(path: Path = FIXTURE) -> list[Run]:
         return [parse_row(row) for row in csv.DictReader(handle)]
 
 
-def predict(run: Run) -> dict:
-    """The planner's estimate of one run: predicted times and errors, or the rejection."""
+def predict(run: Run, as_benchmarked: bool = False) -> dict:
+    """The planner's estimate of one run: predicted times and errors, or the rejection.
+    as_benchmarked: an InferenceX row is simulated as its benchmark ran (the module's doc)."""
     model = resolve_model(run.spec)
     num_gpus = run.tp * run.pp
     cluster = cluster_from_shorthand(1, num_gpus, run.gpu, f"1x{num_gpus}x{run.gpu}")
+    simulate = as_benchmarked and run.benchmark == "inferencex"
+    burst = {}
+    if simulate:
+        burst = {"num_prompts": PROMPTS_PER_CLIENT * run.concurrency, "max_concurrency": run.concurrency,
+                 "request_rate_per_s": float("inf"), "dataset_lengths": benchmark_lengths(run)}
     request = ServeRequest(input_len=run.input_len, output_len=run.output_len, batch=run.concurrency,
-                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1))
+                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1), **burst)
     result = estimate(model, cluster, Layout(run.tp, run.pp, 1), request)
     if isinstance(result, Rejected):
         return {"id": run.id, "group": run.group, "rejected": list(result.reasons)}
     measured = {"tpot": run.measured_tpot_seconds, "ttft": run.measured_ttft_seconds}
-    predicted = {"tpot": result.tpot_seconds, "ttft": result.ttft_seconds}
+    if simulate:
+        metrics = burst_metrics(model, cluster, result, request)
+        predicted = {"tpot": metrics.tpot_seconds.mean, "ttft": metrics.ttft_seconds.mean}
+    else:
+        predicted = {"tpot": result.tpot_seconds, "ttft": result.ttft_seconds}
     return {
-        "id": run.id, "group": run.group, "tp": run.tp, "input_len": run.input_len,
+        "id": run.id, "group": run.group, "benchmark": "simulated" if simulate else "steady",
+        "tp": run.tp, "input_len": run.input_len,
         "output_len": run.output_len, "concurrency": run.concurrency, "batch": result.batch,
         **{f"measured_{q}_seconds": measured[q] for q in QUANTITIES},
         **{f"predicted_{q}_seconds": predicted[q] for q in QUANTITIES},
@@ -108,9 +161,16 @@ def summarize(scored: list[dict]) -> dict:
     return {q: error_stats([s[f"{q}_error"] for s in scored]) for q in QUANTITIES} if scored else {}
 
 
-def score(rows: list[Run]) -> dict:
+def quick_rows(rows: list[Run]) -> list[Run]:
+    """The InferenceX rows at concurrency <= QUICK_MAX_CONCURRENCY and at most 1,024 output
+    tokens: their simulations take seconds, not the quarter hour of the whole set."""
+    return [r for r in rows if r.benchmark == "inferencex" and r.concurrency <= QUICK_MAX_CONCURRENCY
+            and r.output_len <= 1024]
+
+
+def score(rows: list[Run], as_benchmarked: bool = False) -> dict:
     """Every run predicted; statistics per group (model x GPU) and overall, rejections listed."""
-    results = [predict(run) for run in rows]
+    results = [predict(run, as_benchmarked) for run in rows]
     scored = [r for r in results if "rejected" not in r]
     groups = sorted({r["group"] for r in scored})
     return {
@@ -162,8 +222,13 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="runs to score (default: the fixture)")
     parser.add_argument("--json", action="store_true", help="the summary as JSON (per-run rows with --verbose)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
+    parser.add_argument("--as-benchmarked", action="store_true",
+                        help="simulate the InferenceX rows as their benchmark ran them (slow: ~15 min for all)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only the InferenceX rows at concurrency <= {QUICK_MAX_CONCURRENCY}, output <= 1,024")
     args = parser.parse_args()
-    summary = score(load_rows(args.csv))
+    rows = load_rows(args.csv)
+    summary = score(quick_rows(rows) if args.quick else rows, args.as_benchmarked)
     if args.json:
         if not args.verbose:
             summary = {k: v for k, v in summary.items() if k != "runs"}

@@ -32,8 +32,8 @@ counts are known; never a ModelSpec field."""
 ALGO_FORMATS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "MXFP8": "mxfp8",
                 "MXFP4": "mxfp4"}
 """ModelOpt per-module quant_algo -> stored weight format. W4A16_NVFP4 stores NVFP4 weights
-and computes in the activation dtype: the same bytes as NVFP4, and no fp4 GEMM is modelled
-for nvfp4 (cost/serving_time.matmul_precision runs fp8 GEMMs only for a main fp8 format)."""
+and computes in the activation dtype: the same bytes as NVFP4 (cost/serving_time.matmul_precision
+runs fp4 GEMMs only for an NVFP4 format that covers every block matmul, so these stay 16-bit)."""
 WEIGHT_ONLY_ALGOS = {"W4A16_NVFP4"}
 KIND_PATTERNS = (
     ("lm_head", re.compile(r"(^|\.)lm_head$")),

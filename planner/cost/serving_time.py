@@ -26,24 +26,52 @@ from planner.cost.params import (
     activation_bytes_per_element,
     expert_params,
     experts_per_gpu,
+    kv_heads_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
     multiply_adds_per_attention_pair,
     param_counts,
     routed_expert_share_per_gpu,
+    shared_expert_size,
     sublayers_per_layer,
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
 from planner.specs import ClusterSpec, ModelSpec
 
+LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
+"""Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
+tensor cores where the GPU has them: fp8 W8A8 (vLLM Fp8LinearMethod) and NVFP4 W4A4 on
+Blackwell (vLLM ModelOptNvFp4LinearMethod, cutlass_scaled_fp4_mm). MXFP4 and the integer
+formats are weight-only here: they dequantise into the model dtype's GEMMs."""
+
 
 def matmul_precision(model: ModelSpec, cluster: ClusterSpec) -> str:
-    """fp8 checkpoints run fp8 GEMMs where the GPU has them (W8A8); weight-only int4/int8
-    dequantise into the model dtype's GEMMs."""
-    if model.quantization == "fp8" and cluster.gpu.peak_tflops.fp8 is not None:
-        return "fp8"
+    """The precision the linear GEMMs run at: LOW_PRECISION_GEMMS where the GPU has that peak
+    (NVFP4 only where it covers every block matmul: ModelOpt's mixed checkpoints store their
+    MLP-only NVFP4 as W4A16, hf_mixed_precision.WEIGHT_ONLY_ALGOS), else the model dtype's."""
+    low = LOW_PRECISION_GEMMS.get(model.quantization or "")
+    if low == "fp4" and model.quantization_scope != "all":
+        low = None
+    if low is not None and cluster.gpu.peak_flops_per_s(low) is not None:
+        return low
     return matmul_precision_of_dtype(model)
+
+
+QUANTIZED_ACTIVATION_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16}
+"""Bytes per element a quantized GEMM input is written in: fp8 one byte; NVFP4 half a byte plus
+one fp8 scale per 16 elements (NVIDIA's NVFP4 format)."""
+
+
+def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) -> float:
+    """HBM traffic of quantizing each linear GEMM's input on one GPU per token and layer (read the
+    16-bit activation, write the quantized one): QKV and MLP-up inputs (h each, replicated), the
+    output projection's (a*d/t) and MLP-down's (MLP width/t). 0 for 16-bit GEMMs."""
+    written = QUANTIZED_ACTIVATION_BYTES.get(precision)
+    if written is None:
+        return 0.0
+    elements = 2 * model.hidden_size + (model.num_attention_heads * model.head_dim + mlp_width_per_token(model)) / tp
+    return (activation_bytes_per_element(model) + written) * elements
 
 
 def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -173,6 +201,8 @@ class StepTime:
     """The fixed per-layer step cost over the stage's layers."""
     alltoall_seconds_per_moe_layer: float = 0.0
     """EP: dispatch + combine of one MoE layer at the step's size (0 without EP)."""
+    elementwise_seconds: float = 0.0
+    """Norms, rotary embedding and the gated activation over the stage's layers (HBM-bound)."""
 
     @property
     def compute_or_memory_seconds(self) -> float:
@@ -204,7 +234,10 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
 
 def gemm_utilization(gemm: Gemm) -> float:
     """u(M) u(N) u(K), u(x) = x/(x + GEMM_HALF_RATE_DIMENSION): one GEMM's share of the
-    achievable matmul rate at its shape."""
+    achievable matmul rate at its shape. The 128 holds for serving on every GPU: B200's
+    fitted training value (gpus.yaml gemm_half_rate_dimension 384, from M >= 4096) would make
+    its small-M decode GEMMs compute-bound, and its TPOT then misses by +25% (llama fp8)
+    to +212% (gpt-oss) on the calibration set."""
     half = eff.GEMM_HALF_RATE_DIMENSION
     return (gemm.m / (gemm.m + half)) * (gemm.n / (gemm.n + half)) * (gemm.k / (gemm.k + half))
 
@@ -255,11 +288,40 @@ def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
 
 def attention_flops_per_s(cluster: ClusterSpec) -> float:
     """Flash attention runs in 16 bits (an fp8 checkpoint's attention is not fp8 unless the
-    KV cache is): the kernel's share of the dense 16-bit peak."""
+    KV cache is): the forward kernel's share of the dense 16-bit peak, the GPU's measured
+    share where the catalog has one (flash_attention_forward_fraction), as training prices it."""
     peak = cluster.gpu.peak_flops_per_s("bf16") or cluster.gpu.peak_flops_per_s("fp16")
     if peak is None:
         return math.inf
-    return peak * eff.FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK
+    forward_share, _ = eff.flash_attention_fractions(cluster.gpu.flash_attention_forward_fraction)
+    return peak * forward_share
+
+
+def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """HBM traffic of one layer's non-matmul kernels per token on one GPU in vLLM's forward
+    (vllm/model_executor/models/llama.py; layernorm.py fused_add_rms_norm, activation.py
+    SiluAndMul, rotary_embedding.py), e the activation bytes: two fused residual-add + RMSNorms
+    on the whole hidden state, replicated on every TP rank (read input and residual, write
+    both: 2 x 4e*h); rotary embedding in place on the GPU's query and key heads (read + write:
+    2e*(a/t + k_gpu)*d); the gated activation (read 2f/t, write f/t: 3e*f/t; 2e*f/t ungated).
+    The KV-cache write is counted with the attention's KV bytes. Llama-3.1-70B at t = 8:
+    16*8192 + 4*(8 + 1)*128 + 6*28672/8 = 131,072 + 4,608 + 21,504 = 157,184 B per token per layer.
+    docs/cost-model.md (Serving: one engine step)."""
+    e = activation_bytes_per_element(model)
+    h, d = model.hidden_size, model.head_dim
+    replicated = 2 * 4 * e * h
+    rotary = 2 * e * (model.num_attention_heads / tp + kv_heads_per_gpu(model, tp)) * d
+    return replicated + rotary + (3 if model.gated_mlp else 2) * e * mlp_width_per_token(model) / tp
+
+
+def mlp_width_per_token(model: ModelSpec) -> float:
+    """The MLP activations one token produces in a layer: the FFN width, or for MoE the routed
+    experts' (top-k x expert width) plus the shared experts' (spread over the GPUs of the
+    layer like the dense FFN under TP, or the experts under EP)."""
+    if not model.is_moe:
+        return model.intermediate_size
+    return (model.num_experts_per_tok * model.expert_intermediate_size
+            + model.num_shared_experts * shared_expert_size(model))
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -293,6 +355,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     full_dims, window_dims = multiply_adds_per_attention_pair(model)
     pair_dims = full_pairs * full_dims + window_pairs * window_dims
     attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster)
+    elementwise_hbm = cluster.gpu.hbm_bytes_per_s * (cluster.gpu.elementwise_hbm_utilization
+                                                     or eff.ELEMENTWISE_HBM_UTILIZATION)
+    per_token = (elementwise_bytes_per_token(model, t)
+                 + activation_quant_bytes_per_token(model, t, matmul_precision(model, cluster)))
+    elementwise = stage.num_layers * sublayers_per_layer(model) * tokens * per_token / elementwise_hbm
     message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
     # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
     # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
@@ -303,8 +370,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
     overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     bound = "memory" if weight_seconds >= compute_seconds else "compute"
-    return StepTime(gemm + attention + stage.num_layers * allreduce + alltoalls + overhead, gemm, attention,
-                    allreduce, bound, overhead, alltoall)
+    return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + alltoalls + overhead, gemm,
+                    attention, allreduce, bound, overhead, alltoall, elementwise)
 
 
 def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,

@@ -201,16 +201,21 @@ def test_decode_step_memory_bound_8b_h100_batch_1(model, cluster):
     = 8,030,261,248 params = 16,060,522,496 B. A decode step reads all of it except the
     embedding table (it gathers one row): 16,060,522,496 - 1,050,673,152 = 15,009,849,344 B
     -> 5.895 ms. KV: 1152 tokens read + 1 written * 131,072 B = 151,126,016 B -> 0.0594 ms.
-    Step = 5.895 + 0.0594 + 32 * 38 us = 7.171 ms (the GEMMs at M = 1 row: 16.06e9 FLOP at
-    794 TFLOP/s * u(1) = 1/129 would take 2.4 ms, below the read)."""
+    Norms, rotary and SwiGLU: 16 * 4096 + 4 * (32 + 8) * 128 + 6 * 14336 = 172,032 B per token
+    per layer, * 32 layers = 5,505,024 B at the H100's elementwise 0.90 of 3350 GB/s = 1.83 us.
+    Step = 5.895 + 0.0594 + 0.0018 + 32 * 38 us = 7.173 ms (the GEMMs at M = 1 row: 16.06e9
+    FLOP at 794 TFLOP/s * u(1) = 1/129 would take 2.4 ms, below the read)."""
     step, stage = _eight_b_step(model, cluster, StepLoad(1, 1152))
     assert stage.weights_bytes == 16_060_522_496
     assert step.bound == "memory"
     hbm = 3350e9 * 0.76
+    elementwise = 32 * 172_032 / (3350e9 * 0.90)
     assert step.gemm_seconds == pytest.approx(15_009_849_344 / hbm, rel=1e-9)
     assert step.attention_seconds == pytest.approx(1153 * 131_072 / hbm, rel=1e-9)
-    assert step.seconds == pytest.approx(15_009_849_344 / hbm + 1153 * 131_072 / hbm + 32 * 38e-6, rel=1e-9)
-    assert step.seconds == pytest.approx(7.171e-3, rel=1e-3)
+    assert step.elementwise_seconds == pytest.approx(elementwise, rel=1e-9)
+    assert step.seconds == pytest.approx(15_009_849_344 / hbm + 1153 * 131_072 / hbm + elementwise + 32 * 38e-6,
+                                         rel=1e-9)
+    assert step.seconds == pytest.approx(7.173e-3, rel=1e-3)
 
 
 def test_mixed_step_decode_plus_prompt_chunk_8b_h100(model, cluster):
@@ -224,8 +229,9 @@ def test_mixed_step_decode_plus_prompt_chunk_8b_h100(model, cluster):
     u(65) u(128256) u(4096) = 0.3263. Compute 41.00 + 0.264 = 41.27 ms: above the 5.9 ms read,
     so compute-bound. Attention: KV read (64 * 1152 + 2112 written) * 131,072 B / 2.546e12 =
     3.904 ms; the chunk's causal pairs 2048 * 2049 / 2 = 2,098,176, 4 * pairs * 32 heads *
-    128 * 32 layers = 1.100e12 FLOP at flash attention's 0.73 of the 989 TFLOP/s peak = 1.524 ms.
-    Step = 41.27 + 3.904 + 1.524 + 32 * 38 us = 47.91 ms."""
+    128 * 32 layers = 1.100e12 FLOP at the H100's measured flash share 0.61 of the 989 TFLOP/s
+    peak = 1.823 ms. Norms, rotary, SwiGLU: 2112 * 32 * 172,032 B = 1.163e10 B at 0.90 of
+    3350 GB/s = 3.856 ms. Step = 41.27 + 3.904 + 1.823 + 3.856 + 32 * 38 us = 52.07 ms."""
     load = StepLoad(64, 64 * 1152, 2048, causal_pairs(2048), 1)
     step, _ = _eight_b_step(model, cluster, load)
     dims = [(2112, 6144, 4096), (2112, 4096, 4096), (2112, 28672, 4096), (2112, 4096, 14336)]
@@ -239,12 +245,14 @@ def test_mixed_step_decode_plus_prompt_chunk_8b_h100(model, cluster):
     head_u = u(65) * u(128256) * u(4096)
     compute = (2 * 6_979_584_000 * 2112 / rate + 2 * 128256 * 4096 * 65 / head_u) / 794e12
     hbm = 3350e9 * 0.76
-    attention = (64 * 1152 + 2112) * 131_072 / hbm + 4 * 2_098_176 * 32 * 128 * 32 / (989e12 * 0.73)
+    attention = (64 * 1152 + 2112) * 131_072 / hbm + 4 * 2_098_176 * 32 * 128 * 32 / (989e12 * 0.61)
+    elementwise = 2112 * 32 * 172_032 / (3350e9 * 0.90)
     assert step.bound == "compute"
     assert step.gemm_seconds == pytest.approx(compute, rel=1e-9)
     assert step.attention_seconds == pytest.approx(attention, rel=1e-9)
-    assert step.seconds == pytest.approx(compute + attention + 32 * 38e-6, rel=1e-9)
-    assert step.seconds == pytest.approx(47.91e-3, rel=1e-3)
+    assert step.elementwise_seconds == pytest.approx(elementwise, rel=1e-9)
+    assert step.seconds == pytest.approx(compute + attention + elementwise + 32 * 38e-6, rel=1e-9)
+    assert step.seconds == pytest.approx(52.07e-3, rel=1e-3)
 
 
 def test_prompt_attention_grows_quadratically(model, cluster):
@@ -358,3 +366,37 @@ def test_fp8_70b_on_eight_h100_throughput_runs_small_replicas(serve_plan):
     plan = serve_plan("llama-3.1-70b-fp8", "1x8xH100", input_len=1024, output_len=256)
     best = plan.recommended.layout
     assert best.tp * best.pp <= 2 and (best.tp, best.pp, best.dp) == (2, 1, 4)
+
+
+def test_elementwise_bytes_llama_70b_tp8(model):
+    """Per token per layer on one of 8 GPUs: two fused add + RMSNorms on the whole hidden state
+    2 * 4 * 2 B * 8192 = 131,072; rotary on 64/8 query + 8/8 key heads read + written
+    2 * 2 B * (8 + 1) * 128 = 4,608; SwiGLU read 2 * 28672/8, write 28672/8 at 2 B: 21,504.
+    Total 157,184 B. fp8 GEMMs first quantize their inputs (read 2 B, write 1 B):
+    3 * (2 * 8192 + 64 * 128 / 8 + 28672 / 8) = 3 * 20,992 = 62,976 B; 16-bit GEMMs none.
+    NVFP4 writes 0.5 B + one fp8 scale per 16 elements: (2 + 0.5625) * 20,992 = 53,792 B."""
+    from planner.cost.serving_time import activation_quant_bytes_per_token, elementwise_bytes_per_token
+    m = model("llama-3.1-70b")
+    assert elementwise_bytes_per_token(m, 8) == 157_184
+    assert activation_quant_bytes_per_token(m, 8, "fp8") == 62_976
+    assert activation_quant_bytes_per_token(m, 8, "fp4") == 53_792
+    assert activation_quant_bytes_per_token(m, 8, "bf16") == 0
+
+
+def test_gemm_precision_by_checkpoint_and_gpu(model, cluster):
+    """fp8 W8A8 runs fp8 GEMMs on Hopper and Blackwell; NVFP4 (W4A4, every block matmul) runs fp4
+    GEMMs where the GPU has fp4 tensor cores (B200), else the 16-bit ones; AWQ int4 is weight-only."""
+    from planner.cost.serving_time import matmul_precision
+    h100, b200 = cluster("1x8xH100"), cluster("1x8xB200")
+    assert matmul_precision(model("llama-3.1-70b-fp8"), h100) == "fp8"
+    assert matmul_precision(model("llama-3.1-70b-nvfp4"), b200) == "fp4"
+    assert matmul_precision(model("llama-3.1-70b-nvfp4"), h100) == "bf16"
+    assert matmul_precision(model("llama-3.1-70b-awq"), h100) == "bf16"
+
+
+def test_prompt_attention_rate_is_the_gpus_measured_flash_share(cluster):
+    """B200: 2,250 TFLOP/s bf16 at its measured forward share 0.50 (catalog, fitted to
+    AIConfigurator's kernels) = 1,125 TFLOP/s; H100: 989 * 0.61 = 603.29 TFLOP/s."""
+    from planner.cost.serving_time import attention_flops_per_s
+    assert attention_flops_per_s(cluster("1x8xB200")) == pytest.approx(1125e12)
+    assert attention_flops_per_s(cluster("1x8xH100")) == pytest.approx(603.29e12)
