@@ -372,13 +372,37 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     requests = workload_requests(lengths, request.num_prompts or DEFAULT_NUM_PROMPTS, rate)
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
 
+    priced: dict[tuple[float, ...], float] = {}
+
     def step_seconds(load: StepLoad) -> float:
-        in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
-        return round_time(model, cluster, layout, placement, stages, load, in_flight,
-                          imbalance=expert_imbalance(request)).seconds
+        context = context_bucket_tokens(load.decode_context_tokens)
+        key = (load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing)
+        if key not in priced:
+            in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
+            bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
+                                load.prompts_completing)
+            priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
+                                     imbalance=expert_imbalance(request)).seconds
+        return priced[key]
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency))
+
+
+CONTEXT_BUCKET_BITS = 7
+"""A burst's steps are priced at their decode context rounded to 1/2^7 of its power of two
+(under 0.4% of the KV read, which is one term of the step): consecutive decode steps differ
+only by one token per sequence, so most steps of a burst reuse a priced one."""
+
+
+def context_bucket_tokens(tokens: float) -> float:
+    """tokens rounded to a multiple of 2^(floor(log2 tokens) - CONTEXT_BUCKET_BITS); exact below
+    2^(CONTEXT_BUCKET_BITS + 1). 100,003 lies in [2^16, 2^17): multiples of 2^(16 - 7) = 512;
+    100,003 / 512 = 195.3 -> 195 * 512 = 99,840."""
+    if tokens < 2 ** (CONTEXT_BUCKET_BITS + 1):
+        return tokens
+    step = 2.0 ** (math.floor(math.log2(tokens)) - CONTEXT_BUCKET_BITS)
+    return round(tokens / step) * step
 
 
 def steady_metrics(result: ServeEstimate) -> ServeMetrics:

@@ -229,3 +229,13 @@ def test_without_a_limit_every_request_is_sent_at_its_arrival():
     assert result.ttft_seconds == pytest.approx((0.015,) * 4)
     assert result.e2e_seconds == pytest.approx((0.035,) * 4)
     assert len(result.step_seconds) == 3
+
+
+def test_burst_steps_are_priced_at_a_bucketed_context():
+    """Exact below 256 tokens; above, a multiple of 2^(floor(log2 x) - 7): 100,003 in
+    [2^16, 2^17) -> multiples of 512, 100,003 / 512 = 195.3 -> 99,840 (0.16% off)."""
+    from planner.serve import context_bucket_tokens
+    assert context_bucket_tokens(255) == 255
+    assert context_bucket_tokens(257) == 256
+    assert context_bucket_tokens(1000) == 1000  # [512, 1024): multiples of 4
+    assert context_bucket_tokens(100_003) == 99_840
