@@ -80,6 +80,21 @@ class Run:
     """inferencex: the InferenceX client protocol above; unknown: not published."""
 
     @property
+    def server_settings(self) -> dict:
+        """The vllm serve settings InferenceX's scripts set that change the estimate (none known
+        for the other rows): Llama-3.1-70B (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh,
+        70b_fp4_b200_docker.sh) --kv-cache-dtype fp8 and --max-model-len ISL + OSL + 20
+        (1024/1024) or + 200 (an 8192 side); gpt-oss-120b (gptoss_fp4_h100.sh)
+        --max-model-len 10240. All use --max-num-batched-tokens 8192, the planner's H100-class
+        default, and no prefix caching."""
+        if self.benchmark != "inferencex":
+            return {}
+        if self.spec.startswith("llama-3.1-70b"):
+            extra = 20 if (self.input_len, self.output_len) == (1024, 1024) else 200
+            return {"kv_cache_dtype": "fp8", "max_model_len": self.input_len + self.output_len + extra}
+        return {"max_model_len": 10240}
+
+    @property
     def group(self) -> str:
         return f"{self.spec} {self.gpu}"
 
@@ -130,7 +145,7 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         burst = {"num_prompts": PROMPTS_PER_CLIENT * run.concurrency, "max_concurrency": run.concurrency,
                  "request_rate_per_s": float("inf"), "dataset_lengths": benchmark_lengths(run)}
     request = ServeRequest(input_len=run.input_len, output_len=run.output_len, batch=run.concurrency,
-                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1), **burst)
+                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1), **run.server_settings, **burst)
     result = estimate(model, cluster, Layout(run.tp, run.pp, 1), request)
     if isinstance(result, Rejected):
         return {"id": run.id, "group": run.group, "rejected": list(result.reasons)}
