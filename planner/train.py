@@ -42,6 +42,7 @@ from planner.cost.training_time import (
     TimeBreakdown,
     TrainRates,
     dp_collectives,
+    dp_link,
     layer_terms,
     stage_seconds,
     step_times,
@@ -334,48 +335,70 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
 
 def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
                    stages: tuple[int, ...] | None = None, memo: Memo | None = None,
-                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[TrainMemory, ...]:
+                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                   layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
     """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
     (and embedding or LM head), its layers' activations times the micro-batches it holds in
     flight (activations.py), the recompute working set; the first stage adds the embedding's
     dropout masks, the last the logits. With CP every activation term is the rank's s/cp
-    tokens' (activations.context_parallel_chunk_tokens)."""
+    tokens' (activations.context_parallel_chunk_tokens). `layers`: stage_layers(model, config)
+    when the caller has it."""
     memo = memo or Memo()
     c, pp = config, config.pp
     chunk = act.context_parallel_chunk_tokens(seq_len, c.cp)
-    layers = stage_layers(model, c)
-    params = memo.get(("stage_params", c.tp, pp, layers, c.ep), stage_params_per_gpu, model, c.tp, pp, layers, c.ep)
+    layers = layers or stage_layers(model, c)
     per_layer, working, extra, logits = memo.get(
         ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
          c.precision, c.ep, imbalance),
         activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
         c.attention, c.precision, c.ep, imbalance)
-    # what every stage of this configuration shares, looked up once
-    states_key = (layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
-                  c.grad_reduce, c.precision)
-    fixed_overhead = _fixed_overhead_bytes(c)
+    # the states (and fixed overhead) of the first, a middle and the last stage, and each
+    # asked-for stage's micro-batches in flight: shared by many configurations of a search
+    fixed_overhead, *states = memo.get(
+        ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
+         c.grad_reduce, c.precision), _stage_states, model, c, layers, memo)
+    stages = stages or candidate_worst_stages(c)
+    in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages),
+                         _stages_in_flight, c.schedule, pp, m, c.virtual_stages, stages)
+    fragmentation = efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
     out = []
-    for stage in stages or candidate_worst_stages(c):
-        kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
-        in_flight = act.micro_batches_in_flight(c.schedule, pp, m, c.virtual_stages, stage)
-        activations = working + per_layer * layers[kind] * in_flight
+    for stage, kind, num_in_flight in in_flight:
+        activations = working + per_layer * layers[kind] * num_in_flight
         if stage == 0:
-            activations += extra * in_flight
+            activations += extra * num_in_flight
         if stage == pp - 1:
             activations += logits
-        states = memo.get(("stage_states", kind, states_key), _kind_state_bytes, model, params, c, layers, kind)
-        out.append(_stage_memory(stage, activations, layers[kind], states, fixed_overhead))
+        weights, gradients, optimizer = states[kind]
+        out.append(TrainMemory(weights, gradients, optimizer, activations,
+                               fixed_overhead + fragmentation * activations, stage, layers[kind]))
     return tuple(out)
 
 
-def _kind_state_bytes(model: ModelSpec, params: StageParams, c: TrainConfig, layers: tuple[int, int, int],
-                      kind: int) -> tuple[float, float, float]:
-    """_stage_state_bytes of the first (kind 0), a middle (1) or the last (2) stage."""
-    stage_params = (params.first_stage, params.middle_stage, params.last_stage)[kind]
+def _stages_in_flight(schedule: str, pp: int, m: int, v: int,
+                      stages: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
+    """(stage, kind: 0 first, 1 middle, 2 last, micro-batches in flight) of each stage."""
+    return tuple((stage, 0 if stage == 0 else 2 if stage == pp - 1 else 1,
+                  act.micro_batches_in_flight(schedule, pp, m, v, stage)) for stage in stages)
+
+
+def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int],
+                  memo: Memo) -> tuple:
+    """(fixed overhead, then _stage_state_bytes of the first, a middle and the last stage):
+    what a stage's memory holds besides activations. The overhead is the CUDA context, the
+    workspace and one NCCL communicator for each parallel group the layout uses (EP and CP
+    included); the allocator's fragmentation of the activations comes on top."""
+    params = memo.get(("stage_params", c.tp, c.pp, layers, c.ep), stage_params_per_gpu, model, c.tp, c.pp, layers,
+                      c.ep)
     experts = params.routed_experts
-    stage_experts = 0.0 if experts is None else (experts.first_stage, experts.middle_stage,
-                                                 experts.last_stage)[kind]
-    return _stage_state_bytes(model, stage_params, c, layers[kind], stage_experts)
+    expert_params = ((0.0, 0.0, 0.0) if experts is None
+                     else (experts.first_stage, experts.middle_stage, experts.last_stage))
+    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
+    fixed_overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
+                      + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER)
+    return (fixed_overhead, *(
+        _stage_state_bytes(model, stage_params, c, num_layers, stage_experts)
+        for stage_params, num_layers, stage_experts in zip(
+            (params.first_stage, params.middle_stage, params.last_stage), layers, expert_params, strict=True)))
 
 
 def worst_stage_memory(memories: tuple[TrainMemory, ...]) -> TrainMemory:
@@ -403,23 +426,6 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
                  if c.precision == "fp8" else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
-
-
-def _fixed_overhead_bytes(c: TrainConfig) -> float:
-    """A stage's overhead before fragmentation: CUDA context, workspace and one more NCCL
-    communicator for each parallel group the layout uses (EP and CP included)."""
-    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
-    return (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
-            + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER)
-
-
-def _stage_memory(stage: int, activation_bytes: float, num_layers: int,
-                  states: tuple[float, float, float], fixed_overhead_bytes: float) -> TrainMemory:
-    """A stage's memory from its states (_stage_state_bytes), activations and the fixed
-    overhead (_fixed_overhead_bytes), plus the allocator's fragmentation of the activations."""
-    overhead = fixed_overhead_bytes + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes
-    weights, gradients, optimizer = states
-    return TrainMemory(weights, gradients, optimizer, activation_bytes, overhead, stage, num_layers)
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
@@ -491,9 +497,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     config = with_stage_split(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
-    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance)
+    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance, layers=layers)
     memory = worst_stage_memory(memories)
-    capacity = cluster.gpu.memory_bytes
+    capacity = memo.get(("capacity",), lambda: cluster.gpu.memory_bytes)
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
@@ -505,9 +511,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     dp = memo.get(("dp_collectives", c.tp, c.pp, c.dp, c.cp, c.ep, c.zero_stage, c.grad_reduce, layers,
                    c.account_for_embedding_and_loss),
                   _dp_collectives, params, c, cluster)
-    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp)
+    num_gpus = c.tp * c.cp * c.pp * c.dp
+    link = memo.get(("dp_link", c.dp_cp == 1, num_gpus), dp_link, cluster, c)  # all dp_link reads
+    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link)
     step = times.breakdown.total
-    num_gpus = config.layout.num_gpus
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
     v = config.virtual_stages
     return TrainEstimate(
@@ -528,8 +535,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_link=times.pp_link,
         dp_link=times.dp_link,
         time_breakdown_seconds=times.breakdown,
-        num_layers_per_stage=split.layers_per_stage(model.num_hidden_layers, config.pp,
-                                                    first_last_layers(model, config)),
+        num_layers_per_stage=memo.get(("layers_per_stage", c.pp, v, c.first_last_layers,
+                                       c.account_for_embedding_and_loss), _layers_per_stage, model, c),
         slowest_stage=times.slowest_stage,
         stage_memories=memories,
         layer_terms=terms,
@@ -538,6 +545,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_send_bytes=times.pp_send_bytes,
         dp_collectives=times.dp,
     )
+
+
+def _layers_per_stage(model: ModelSpec, config: TrainConfig) -> tuple[int, ...]:
+    return split.layers_per_stage(model.num_hidden_layers, config.pp, first_last_layers(model, config))
 
 
 def _flops_per_sequence(model: ModelSpec, s: int, causal: bool) -> tuple[float, float]:

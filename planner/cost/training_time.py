@@ -690,13 +690,14 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                s: int, rates: TrainRates, layers: tuple[int, int, int], placement: Placement,
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
-               dp: DpCollectives | None = None) -> StepTimes:
+               dp: DpCollectives, link: Link | None) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
     stage's; DP and optimizer the worst stage's parameters, the DP overlap window the first
     stage's last backward. `s` the sequence length (pipeline sends carry the rank's s/cp).
-    `dp`: dp_collectives' result for this configuration when the caller has it already."""
+    `dp`, `link`: dp_collectives' and dp_link's results for this configuration (a search
+    memoises them)."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
@@ -727,8 +728,6 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     windows = DpWindows(backward_seconds=first / c.virtual_stages * (layer.backward + layer.recompute),
                         forward_seconds=first / c.virtual_stages * layer.forward, micro_batch_seconds=compute_per_micro_batch,
                         num_units=slowest_layers)
-    link = dp_link(cluster, c)
-    dp = dp or dp_collectives(params.worst, c, cluster, experts)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
