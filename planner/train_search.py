@@ -190,6 +190,9 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     micro_batches = micro_batch_options(request, dp)
     zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
     sps = engine_sp_options(model, request, tp)
+    # leaner first: ZeRO-1 before ZeRO-0 (then 2, 3), SP on before off
+    zero_order = sorted(zeros, key=lambda z: (z == 0, z))
+    sp_order = sorted(sps, reverse=True)
     for schedule, v in schedule_options(model, request, pp):
         # Memory dominance the model guarantees, used to skip what cannot fit: ZeRO-1 never
         # needs more than ZeRO-0 (the same states, the optimizer's sharded, nothing added) and
@@ -198,8 +201,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
         # each b and stops at the b where that sibling was out of memory at every level.
         floor: dict[tuple[int, bool, int], int] = {}
         oom_at: dict[tuple[int, bool], int] = {}
-        for zero in sorted(zeros, key=lambda z: (z == 0, z)):
-            for sp in sorted(sps, reverse=True):
+        for zero in zero_order:
+            for sp in sp_order:
                 leaner = ([(1, sp)] if zero == 0 and 1 in zeros else []) + ([(zero, True)] if not sp and True in sps else [])
                 first = 0  # recompute levels below this ran out of memory at a smaller b
                 # every b's configuration is this one's copy; what the estimate would fill
