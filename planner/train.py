@@ -615,9 +615,10 @@ def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, e
     `candidates`: split.candidate_splits(num_layers, pp, v) when the caller has them."""
     options = []
     if num_layers % pp:
-        uneven = split.best_split(num_layers, pp, v, costs, candidates)
-        if uneven is not None:
-            options.append((costs.slowest(*split.stage_triple(num_layers, pp, uneven), pp), 0, (uneven, False)))
+        uneven = split.fastest_split(costs, split.candidate_splits(num_layers, pp, v) if candidates is None
+                                     else candidates)
+        if uneven is not None:  # (costs.slowest of its split, its first/last layers)
+            options.append((uneven[0], 0, (uneven[1], False)))
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     if account is not None:
         options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))
