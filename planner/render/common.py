@@ -171,15 +171,11 @@ def print_json_rows(payload: dict[str, Any]) -> None:
     write_stdout("{\n" + ",\n".join(lines) + "\n}\n")
 
 
-COMPACT_SEPARATORS = (",", ":")
-"""No space after item and key separators: the same JSON, 6 % fewer bytes in a training plan."""
-
-
 def _compact(value: Any) -> str:
     try:
-        return json.dumps(value, allow_nan=False, separators=COMPACT_SEPARATORS)
+        return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):  # a dataclass, or inf/nan: what to_jsonable makes of them
-        return json.dumps(to_jsonable(value), separators=COMPACT_SEPARATORS)
+        return json.dumps(to_jsonable(value))
 
 
 def step_json(step: LaunchStep) -> dict[str, Any]:
