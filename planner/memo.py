@@ -19,9 +19,11 @@ class Memo:
     def __init__(self) -> None:
         self._values: dict[Hashable, object] = {}
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def get(self, key: Hashable, compute: Callable[..., T], *args: object) -> T:
+        """The value for key, computed as compute(*args) the first time (arguments instead
+        of a closure: the training search asks hundreds of thousands of times)."""
         try:
             return self._values[key]  # type: ignore[return-value]
         except KeyError:
-            value = self._values[key] = compute()
+            value = self._values[key] = compute(*args)
             return value

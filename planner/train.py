@@ -28,6 +28,7 @@ from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
 from planner.cost.params import layer_params_per_gpu, matmul_precision_of_dtype, tp_head_reasons
 from planner.cost.training_memory import (
+    StageParams,
     expert_data_parallel_size,
     expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
@@ -41,6 +42,7 @@ from planner.cost.training_time import (
     TimeBreakdown,
     TrainRates,
     dp_collectives,
+    dp_link,
     layer_terms,
     stage_seconds,
     step_times,
@@ -333,42 +335,70 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
 
 def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
                    stages: tuple[int, ...] | None = None, memo: Memo | None = None,
-                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[TrainMemory, ...]:
+                   imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                   layers: tuple[int, int, int] | None = None) -> tuple[TrainMemory, ...]:
     """Memory per GPU of each stage asked for (default: candidate_worst_stages): its blocks
     (and embedding or LM head), its layers' activations times the micro-batches it holds in
     flight (activations.py), the recompute working set; the first stage adds the embedding's
     dropout masks, the last the logits. With CP every activation term is the rank's s/cp
-    tokens' (activations.context_parallel_chunk_tokens)."""
+    tokens' (activations.context_parallel_chunk_tokens). `layers`: stage_layers(model, config)
+    when the caller has it."""
     memo = memo or Memo()
     c, pp = config, config.pp
     chunk = act.context_parallel_chunk_tokens(seq_len, c.cp)
-    layers = stage_layers(model, c)
-    params = memo.get(("stage_params", c.tp, pp, layers, c.ep),
-                      lambda: stage_params_per_gpu(model, c.tp, pp, layers, c.ep))
+    layers = layers or stage_layers(model, c)
     per_layer, working, extra, logits = memo.get(
         ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
          c.precision, c.ep, imbalance),
-        lambda: activation_terms(model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-                                 c.attention, c.precision, c.ep, imbalance))
+        activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
+        c.attention, c.precision, c.ep, imbalance)
+    # the states (and fixed overhead) of the first, a middle and the last stage, and each
+    # asked-for stage's micro-batches in flight: shared by many configurations of a search
+    fixed_overhead, *states = memo.get(
+        ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
+         c.grad_reduce, c.precision), _stage_states, model, c, layers, memo)
+    stages = stages or candidate_worst_stages(c)
+    in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages),
+                         _stages_in_flight, c.schedule, pp, m, c.virtual_stages, stages)
+    fragmentation = efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
     out = []
-    for stage in stages or candidate_worst_stages(c):
-        kind = 0 if stage == 0 else 2 if stage == pp - 1 else 1  # first, middle, last
-        in_flight = act.micro_batches_in_flight(c.schedule, pp, m, c.virtual_stages, stage)
-        activations = working + per_layer * layers[kind] * in_flight
+    for stage, kind, num_in_flight in in_flight:
+        activations = working + per_layer * layers[kind] * num_in_flight
         if stage == 0:
-            activations += extra * in_flight
+            activations += extra * num_in_flight
         if stage == pp - 1:
             activations += logits
-        stage_params = (params.first_stage, params.middle_stage, params.last_stage)[kind]
-        experts = params.routed_experts
-        stage_experts = 0.0 if experts is None else (experts.first_stage, experts.middle_stage,
-                                                     experts.last_stage)[kind]
-        states = memo.get(("stage_states", kind, layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp,
-                           c.ep, c.zero_stage, c.grad_reduce, c.precision),
-                          lambda params=stage_params, n=layers[kind], x=stage_experts:
-                          _stage_state_bytes(model, params, c, n, x))
-        out.append(_stage_memory(stage, activations, c, layers[kind], states))
+        weights, gradients, optimizer = states[kind]
+        out.append(TrainMemory(weights, gradients, optimizer, activations,
+                               fixed_overhead + fragmentation * activations, stage, layers[kind]))
     return tuple(out)
+
+
+def _stages_in_flight(schedule: str, pp: int, m: int, v: int,
+                      stages: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
+    """(stage, kind: 0 first, 1 middle, 2 last, micro-batches in flight) of each stage."""
+    return tuple((stage, 0 if stage == 0 else 2 if stage == pp - 1 else 1,
+                  act.micro_batches_in_flight(schedule, pp, m, v, stage)) for stage in stages)
+
+
+def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int],
+                  memo: Memo) -> tuple:
+    """(fixed overhead, then _stage_state_bytes of the first, a middle and the last stage):
+    what a stage's memory holds besides activations. The overhead is the CUDA context, the
+    workspace and one NCCL communicator for each parallel group the layout uses (EP and CP
+    included); the allocator's fragmentation of the activations comes on top."""
+    params = memo.get(("stage_params", c.tp, c.pp, layers, c.ep), stage_params_per_gpu, model, c.tp, c.pp, layers,
+                      c.ep)
+    experts = params.routed_experts
+    expert_params = ((0.0, 0.0, 0.0) if experts is None
+                     else (experts.first_stage, experts.middle_stage, experts.last_stage))
+    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
+    fixed_overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
+                      + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER)
+    return (fixed_overhead, *(
+        _stage_state_bytes(model, stage_params, c, num_layers, stage_experts)
+        for stage_params, num_layers, stage_experts in zip(
+            (params.first_stage, params.middle_stage, params.last_stage), layers, expert_params, strict=True)))
 
 
 def worst_stage_memory(memories: tuple[TrainMemory, ...]) -> TrainMemory:
@@ -396,18 +426,6 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
                  if c.precision == "fp8" else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
-
-
-def _stage_memory(stage: int, activation_bytes: float, c: TrainConfig, num_layers: int,
-                  states: tuple[float, float, float]) -> TrainMemory:
-    """A stage's memory from its states (_stage_state_bytes) and activations; one more NCCL
-    communicator for each parallel group the layout uses (EP and CP included)."""
-    num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
-    overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
-                + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER
-                + efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION * activation_bytes)
-    weights, gradients, optimizer = states
-    return TrainMemory(weights, gradients, optimizer, activation_bytes, overhead, stage, num_layers)
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
@@ -445,11 +463,11 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
-    placement = memo.get(("place", c.tp, c.pp, c.cp), lambda: place(cluster, c.layout))
+    placement = memo.get(("place", c.tp, c.pp, c.cp), place, cluster, c.layout)
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp,
                       c.tp_comm_overlap),
-                     lambda: layer_terms(model, cluster, c, seq_len, placement, rates, imbalance))
+                     layer_terms, model, cluster, c, seq_len, placement, rates, imbalance)
     return placement, terms
 
 
@@ -460,8 +478,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
     c = config
-    reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep),
-                       lambda: structural_reasons(model, c.tp, c.pp, c.dp, B, c.ep))
+    reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep), structural_reasons, model, c.tp, c.pp, c.dp, B, c.ep)
     reasons = reasons or engine_reasons(model, c, request) or config_reasons(model, config, B, request.engine)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
@@ -471,32 +488,33 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
     rates = rates or train_rates(model, cluster)
-    overlap = tp_comm_overlap_for(model, cluster, request, config)
+    # tp_comm_overlap_possible reads only these fields of the configuration
+    overlap = memo.get(("tp_comm_overlap", config.tp, config.sequence_parallel, config.attention),
+                       tp_comm_overlap_for, model, cluster, request, config)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)
-    config = with_stage_split(model, cluster, config, s, rates, memo, expert_imbalance(request), request.engine)
+    imbalance = expert_imbalance(request)
+    config = with_stage_split(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
     layers = stage_layers(model, config)
-    imbalance = expert_imbalance(request)
-    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance)
+    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance, layers=layers)
     memory = worst_stage_memory(memories)
-    capacity = cluster.gpu.memory_bytes
+    capacity = memo.get(("capacity",), lambda: cluster.gpu.memory_bytes)
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
-                      lambda: stage_params_per_gpu(model, config.tp, config.pp, layers, config.ep))
+                      stage_params_per_gpu, model, config.tp, config.pp, layers, config.ep)
     causal = config.attention == "flash"  # flash kernels skip the masked half; the 2021 count keeps it
-    flops = memo.get(("flops_per_sequence", s, causal),
-                     lambda: (flops_model.model_flops_per_sequence(model, s, causal),
-                              flops_model.megatron_flops_per_sequence(model, s, causal)))
+    flops = memo.get(("flops_per_sequence", s, causal), _flops_per_sequence, model, s, causal)
     c = config
     dp = memo.get(("dp_collectives", c.tp, c.pp, c.dp, c.cp, c.ep, c.zero_stage, c.grad_reduce, layers,
                    c.account_for_embedding_and_loss),
-                  lambda: dp_collectives(params.worst, c, cluster, params.worst_routed_experts))
-    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp)
+                  _dp_collectives, params, c, cluster)
+    num_gpus = c.tp * c.cp * c.pp * c.dp
+    link = memo.get(("dp_link", c.dp_cp == 1, num_gpus), dp_link, cluster, c)  # all dp_link reads
+    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link)
     step = times.breakdown.total
-    num_gpus = config.layout.num_gpus
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
     v = config.virtual_stages
     return TrainEstimate(
@@ -517,8 +535,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_link=times.pp_link,
         dp_link=times.dp_link,
         time_breakdown_seconds=times.breakdown,
-        num_layers_per_stage=split.layers_per_stage(model.num_hidden_layers, config.pp,
-                                                    first_last_layers(model, config)),
+        num_layers_per_stage=memo.get(("layers_per_stage", c.pp, v, c.first_last_layers,
+                                       c.account_for_embedding_and_loss), _layers_per_stage, model, c),
         slowest_stage=times.slowest_stage,
         stage_memories=memories,
         layer_terms=terms,
@@ -527,6 +545,21 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_send_bytes=times.pp_send_bytes,
         dp_collectives=times.dp,
     )
+
+
+def _layers_per_stage(model: ModelSpec, config: TrainConfig) -> tuple[int, ...]:
+    return split.layers_per_stage(model.num_hidden_layers, config.pp, first_last_layers(model, config))
+
+
+def _flops_per_sequence(model: ModelSpec, s: int, causal: bool) -> tuple[float, float]:
+    """(model FLOPs, Megatron's count) per sequence."""
+    return (flops_model.model_flops_per_sequence(model, s, causal),
+            flops_model.megatron_flops_per_sequence(model, s, causal))
+
+
+def _dp_collectives(params: StageParams, c: TrainConfig, cluster: ClusterSpec) -> DpCollectives:
+    """dp_collectives of the worst stage's parameters."""
+    return dp_collectives(params.worst, c, cluster, params.worst_routed_experts)
 
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
@@ -545,28 +578,47 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
-
-    def costs() -> split.StageSeconds:
-        _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
-        layer_params = memo.get(("layer_params", c.tp, c.ep), lambda: layer_params_per_gpu(model, c.tp, c.ep))
-        ends = memo.get(("stage_params", c.tp, c.pp, (0, 0, 0), c.ep),
-                        lambda: stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep))
-        return memo.get(("stage_seconds", *key), lambda: stage_seconds(model, c, terms, rates, layer_params, ends))
-
-    chosen = memo.get(("stage_split", v, engine, *key), lambda: _faster_split(L, c.pp, v, costs(), engine))
+    chosen = memo.get(("stage_split", v, engine, key), _chosen_split, model, cluster, c, seq_len, rates, memo,
+                      imbalance, engine, key)
     assert chosen is not None, "config_reasons lets through only configurations with a split"
     first_last, account = chosen
     return c.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
 
 
-def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds,
-                  engine: str) -> tuple[tuple[int, int] | None, bool] | None:
-    """(first/last layers, account) of the faster split (with_stage_split), None if none."""
+def _chosen_split(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
+                  memo: Memo, imbalance: float, engine: str,
+                  key: tuple) -> tuple[tuple[int, int] | None, bool] | None:
+    """with_stage_split's choice for one configuration (`key`: what its stage times depend on)."""
+    L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
+    costs = memo.get(("stage_seconds", key), _stage_seconds, model, cluster, c, seq_len, rates, memo, imbalance)
+    candidates = memo.get(("split_candidates", pp, v), _split_candidates, L, pp, v) if L % pp else ()
+    return _faster_split(L, pp, v, costs, engine, candidates)
+
+
+def _split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
+    return tuple(split.candidate_splits(num_layers, pp, v))
+
+
+def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
+                   memo: Memo, imbalance: float) -> split.StageSeconds:
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
+    layer_params = memo.get(("layer_params", c.tp, c.ep), layer_params_per_gpu, model, c.tp, c.ep)
+    ends = memo.get(("stage_params", c.tp, c.pp, (0, 0, 0), c.ep), stage_params_per_gpu, model, c.tp, c.pp,
+                    (0, 0, 0), c.ep)
+    return stage_seconds(model, c, terms, rates, layer_params, ends)
+
+
+def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
+                  candidates: tuple[tuple[int, int, int], ...] | None = None,
+                  ) -> tuple[tuple[int, int] | None, bool] | None:
+    """(first/last layers, account) of the faster split (with_stage_split), None if none.
+    `candidates`: split.candidate_splits(num_layers, pp, v) when the caller has them."""
     options = []
     if num_layers % pp:
-        uneven = split.best_split(num_layers, pp, v, costs)
-        if uneven is not None:
-            options.append((costs.slowest(*split.stage_triple(num_layers, pp, uneven), pp), 0, (uneven, False)))
+        uneven = split.fastest_split(costs, split.candidate_splits(num_layers, pp, v) if candidates is None
+                                     else candidates)
+        if uneven is not None:  # (costs.slowest of its split, its first/last layers)
+            options.append((uneven[0], 0, (uneven[1], False)))
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     if account is not None:
         options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))

@@ -187,6 +187,12 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     found: list[TrainEstimate] = []
     tally = _Tally()
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
+    micro_batches = micro_batch_options(request, dp)
+    zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
+    sps = engine_sp_options(model, request, tp)
+    # leaner first: ZeRO-1 before ZeRO-0 (then 2, 3), SP on before off
+    zero_order = sorted(zeros, key=lambda z: (z == 0, z))
+    sp_order = sorted(sps, reverse=True)
     for schedule, v in schedule_options(model, request, pp):
         # Memory dominance the model guarantees, used to skip what cannot fit: ZeRO-1 never
         # needs more than ZeRO-0 (the same states, the optimizer's sharded, nothing added) and
@@ -195,29 +201,28 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
         # each b and stops at the b where that sibling was out of memory at every level.
         floor: dict[tuple[int, bool, int], int] = {}
         oom_at: dict[tuple[int, bool], int] = {}
-        zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
-        sps = engine_sp_options(model, request, tp)
-        for zero in sorted(zeros, key=lambda z: (z == 0, z)):
-            for sp in sorted(sps, reverse=True):
+        for zero in zero_order:
+            for sp in sp_order:
                 leaner = ([(1, sp)] if zero == 0 and 1 in zeros else []) + ([(zero, True)] if not sp and True in sps else [])
                 first = 0  # recompute levels below this ran out of memory at a smaller b
-                overlap = None
-                for b in micro_batch_options(request, dp):
+                # every b's configuration is this one's copy; what the estimate would fill
+                # in (TP overlap reads neither b nor ZeRO) is set here, not copied per estimate
+                proto = TrainConfig(tp, pp, dp, 1, schedule, v, "none", sp, zero,
+                                    attention=request.attention, precision=request.precision,
+                                    ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
+                if tp_comm_overlap_for(model, cluster, request, proto):
+                    proto = proto.with_(tp_comm_overlap=True)
+                for b in micro_batches:
                     m = request.global_batch // (b * dp)
                     if schedule == "interleaved" and pp > 1 and m % pp:
                         # config_reasons' verdict, without building the estimate
                         tally.add(Rejected(layout, (f"m={m} not a multiple of p={pp} for interleaving",)))
                         continue
-                    if any(b >= oom_at.get(key, b + 1) for key in leaner):
+                    if leaner and any(b >= oom_at.get(key, b + 1) for key in leaner):
                         break  # a leaner sibling was out of memory here at every recompute level
-                    first = max([first, *(floor.get((*key, b), 0) for key in leaner)])
-                    base = TrainConfig(tp, pp, dp, b, schedule, v, "none", sp, zero,
-                                       attention=request.attention, precision=request.precision,
-                                       ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
-                    # what the estimate would fill in, set once here (saves a copy per estimate)
-                    overlap = tp_comm_overlap_for(model, cluster, request, base) if overlap is None else overlap
-                    if overlap:
-                        base = base.with_(tp_comm_overlap=True)
+                    for key in leaner:
+                        first = max(first, floor.get((*key, b), 0))
+                    base = proto if b == 1 else proto.with_(micro_batch_size=b)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
                                                    base, first, memo)
                     if isinstance(result, TrainEstimate):

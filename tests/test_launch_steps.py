@@ -6,11 +6,14 @@ one home each."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.cli import Emit, app
@@ -215,3 +218,9 @@ def test_refused_layouts_are_listed_with_their_reason(run_plan):
                    "8192", "--show-rejected")
     assert out.returncode == 0 and "replicas of 6 GPUs straddle nodes of 8" in out.stdout
     assert "Recommended: tp=8 pp=3 dp=1" in out.stdout
+
+
+@given(st.lists(st.text(alphabet="ab-_=./:,@%+ '$\"", max_size=6), max_size=8))
+def test_shell_join_quotes_as_shlex_does(argv: list[str]) -> None:
+    """The fast path (nothing to quote: the argv joined) gives shlex's line for any argv."""
+    assert shell_join(argv) == " ".join(shlex.quote(arg) for arg in argv)

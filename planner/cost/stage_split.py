@@ -31,7 +31,7 @@ v*u - 1 | v*u x (p-2) | v*u - 1 layers. The first/last flags cannot be combined 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -78,17 +78,28 @@ def candidate_splits(num_layers: int, pp: int, v: int = 1) -> Iterator[tuple[int
             yield f * v, c * v, (rest - f) * v
 
 
-def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds) -> tuple[int, int] | None:
+def best_split(num_layers: int, pp: int, v: int, costs: StageSeconds,
+               candidates: Iterable[tuple[int, int, int]] | None = None) -> tuple[int, int] | None:
     """(first, last) layers of the fastest balanced split (see the module docstring), or
-    None when none exists. The key is costs.slowest, written out (a search asks often)."""
+    None when none exists. The key is costs.slowest, written out (a search asks often).
+    `candidates`: candidate_splits(num_layers, pp, v) when the caller has them listed."""
+    found = fastest_split(costs, candidate_splits(num_layers, pp, v) if candidates is None else candidates)
+    return None if found is None else found[1]
+
+
+def fastest_split(costs: StageSeconds,
+                  candidates: Iterable[tuple[int, int, int]]) -> tuple[float, tuple[int, int]] | None:
+    """(its slowest stage's seconds, (first, last) layers) of the fastest (f, c, l) candidate,
+    ties to the smaller f, then l; None without candidates. The seconds are costs.slowest's
+    (c = 0 when pp = 2 adds a 0 to the max, which stage times never go below)."""
     w, e_first, e_last = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
     best_key, best = None, None
-    for f, c, last in candidate_splits(num_layers, pp, v):
-        slowest = max(f * w + e_first, last * w + e_last, c * w)  # c = 0 when pp = 2
+    for f, c, last in candidates:
+        slowest = max(f * w + e_first, last * w + e_last, c * w)
         key = (slowest, f, last)
         if best_key is None or key < best_key:
             best_key, best = key, (f, last)
-    return best
+    return None if best_key is None else (best_key[0], best)
 
 
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:

@@ -617,14 +617,17 @@ def pp_send_seconds(model: ModelSpec, config: TrainConfig, s: int, link: Link | 
 
 
 def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int, m: int,
-               link: Link | None) -> float:
+               link: Link | None, send_seconds: float | None = None) -> float:
     """2*(v*m + p - 1) boundary sends on the critical path, each b*s*h*e/t bytes per GPU
     (Megatron's scatter/gather across the TP ranks, or sequence-parallel shards), alpha + S/beta;
-    tied embeddings add a 4*V*h/t-byte gradient all-reduce between first and last stage."""
+    tied embeddings add a 4*V*h/t-byte gradient all-reduce between first and last stage.
+    `send_seconds`: pp_send_seconds(model, config, s, link) when the caller has it."""
     if config.pp == 1:
         return 0.0
     sends = 2 * (config.virtual_stages * m + config.pp - 1)
-    total = sends * pp_send_seconds(model, config, s, link)
+    if send_seconds is None:
+        send_seconds = pp_send_seconds(model, config, s, link)
+    total = sends * send_seconds
     if model.tie_word_embeddings:
         embedding_grad_bytes = 4 * model.vocab_size * model.hidden_size / config.tp
         total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, comm.collective_link(link))
@@ -690,13 +693,14 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                s: int, rates: TrainRates, layers: tuple[int, int, int], placement: Placement,
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
-               dp: DpCollectives | None = None) -> StepTimes:
+               dp: DpCollectives, link: Link | None) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
     stage's; DP and optimizer the worst stage's parameters, the DP overlap window the first
     stage's last backward. `s` the sequence length (pipeline sends carry the rank's s/cp).
-    `dp`: dp_collectives' result for this configuration when the caller has it already."""
+    `dp`, `link`: dp_collectives' and dp_link's results for this configuration (a search
+    memoises them)."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
@@ -727,13 +731,12 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     windows = DpWindows(backward_seconds=first / c.virtual_stages * (layer.backward + layer.recompute),
                         forward_seconds=first / c.virtual_stages * layer.forward, micro_batch_seconds=compute_per_micro_batch,
                         num_units=slowest_layers)
-    link = dp_link(cluster, c)
-    dp = dp or dp_collectives(params.worst, c, cluster, experts)
+    send_seconds = pp_send_seconds(model, config, chunk, placement.pp_link)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
-        pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link),
+        pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link, send_seconds),
         dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m),
         ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
         cp_comm=m * slowest_layers * terms.cp.exposed,
@@ -749,7 +752,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         slowest_stage=slowest,
         slowest_stage_num_layers=slowest_layers,
         stage_seconds_per_micro_batch=stage_per_micro_batch,
-        pp_send_seconds=pp_send_seconds(model, config, chunk, placement.pp_link),
+        pp_send_seconds=send_seconds,
         pp_send_bytes=pp_send_bytes(model, config, chunk),
         dp=dp,
     )

@@ -32,6 +32,7 @@ Placeholders, two kinds:
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -112,9 +113,16 @@ def node_rank_value(nodes: NodeSet, times: int = 1, modulo: int | None = None) -
     return PerNode(f"${NODE_RANK}" if times == 1 else f"$(({NODE_RANK} * {times}))")
 
 
+_FIND_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII).search
+"""shlex.quote's test: an argument with none of these characters (and not empty) is left as is."""
+
+
 def shell_join(argv: tuple[str, ...] | list[str]) -> str:
     """The argv as one shell line: PerNode elements bare (expanded by the node's shell),
-    everything else shlex-quoted."""
+    everything else shlex-quoted. Most launch commands have nothing to quote: then every
+    shlex.quote would return its argument, and one test of the whole argv says so."""
+    if all(argv) and _FIND_UNSAFE("".join(argv)) is None:
+        return " ".join(argv)
     return " ".join(arg if isinstance(arg, PerNode) else shlex.quote(arg) for arg in argv)
 
 

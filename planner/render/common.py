@@ -123,10 +123,18 @@ def count(value: float) -> str:
     return f"{value:,.0f}"
 
 
+_PLAIN_JSON_TYPES = frozenset({str, int, bool, type(None)})
+
+
 def to_jsonable(value: Any) -> Any:
     """Frozen dataclasses (and specs, planner.schema) to plain JSON, SI units as computed."""
+    kind = type(value)
+    if kind in _PLAIN_JSON_TYPES:  # most values of a plan: nothing to convert
+        return value
+    if kind is float:
+        return None if math.isinf(value) or math.isnan(value) else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: to_jsonable(getattr(value, name)) for name in _field_names(kind)}
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     if isinstance(value, dict):
@@ -136,6 +144,12 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
         return None
     return value
+
+
+@functools.cache
+def _field_names(dataclass_type: type) -> tuple[str, ...]:
+    """A dataclass's field names in order (dataclasses.fields, asked once per class)."""
+    return tuple(f.name for f in dataclasses.fields(dataclass_type))
 
 
 def print_json(payload: Any) -> None:

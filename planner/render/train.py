@@ -235,7 +235,10 @@ def pipeline_split(config) -> str:
     return "even" if config.first_last_layers is None else "first_last"
 
 
-def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) -> dict[str, Any]:
+def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
+                  shared_jsonable: Callable[[Any], Any] = to_jsonable) -> dict[str, Any]:
+    """`shared_jsonable`: to_jsonable for the sub-results a search shares between
+    configurations (layer terms, DP collectives), remembered by a caller that writes many."""
     c, mem, t = e.config, e.memory, e.time_breakdown_seconds
     return {
         "tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "rank": rank,
@@ -262,10 +265,10 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed,
                                    "ep_comm": t.ep_comm, "cp_comm": t.cp_comm},
         "stage_memories": to_jsonable(e.stage_memories),
-        "layer_terms": to_jsonable(e.layer_terms),
+        "layer_terms": shared_jsonable(e.layer_terms),
         "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
         "pp_send_seconds": e.pp_send_seconds, "pp_send_bytes": e.pp_send_bytes,
-        "dp_collectives": to_jsonable(e.dp_collectives),
+        "dp_collectives": shared_jsonable(e.dp_collectives),
         "command": [step_json(s) for s in steps],
     }
 
@@ -273,7 +276,16 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...]) ->
 def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor,
                     top: int | None = None) -> None:
     """`top`: the best configurations to list (None: every feasible one)."""
-    layouts = [estimate_json(e, i + 1, steps_for(e)) for i, e in enumerate(plan.layouts[:top])]
+    converted: dict[Any, Any] = {}  # equal sub-results (frozen dataclasses) convert alike
+
+    def shared_jsonable(value: Any) -> Any:
+        try:
+            return converted[value]
+        except KeyError:
+            out = converted[value] = to_jsonable(value)
+            return out
+
+    layouts = [estimate_json(e, i + 1, steps_for(e), shared_jsonable) for i, e in enumerate(plan.layouts[:top])]
     print_json_rows({
         "workload": "train",
         "model": model.name,

@@ -196,3 +196,19 @@ def test_bubble_quantities_are_schedule_quantities():
     assert isinstance(e, TrainEstimate)
     assert e.bubble_fraction == pytest.approx(15 / (128 + 15))
     assert e.bubble_over_compute_ratio == pytest.approx(15 / 128)
+
+
+@given(st.sampled_from([2, 3, 4, 8, 16, 32]), st.sampled_from([1, 2, 3]),
+       st.floats(0.0, 1.0), st.floats(0.0, 5.0), st.floats(0.0, 5.0))
+def test_fastest_split_prices_its_split_as_slowest_does(pp: int, v: int, w: float, first: float,
+                                                         last: float) -> None:
+    """The seconds fastest_split reports (its scan's max, with c = 0 at pp = 2) are
+    costs.slowest of the split it picks, which with_stage_split compares with the account split."""
+    costs = StageSeconds(w, first, last)
+    found = split.fastest_split(costs, split.candidate_splits(126, pp, v))
+    if found is None:
+        assert split.best_split(126, pp, v, costs) is None
+        return
+    seconds, ends = found
+    assert ends == split.best_split(126, pp, v, costs)
+    assert seconds == costs.slowest(*split.stage_triple(126, pp, ends), pp)
