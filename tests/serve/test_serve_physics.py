@@ -375,7 +375,10 @@ def test_elementwise_bytes_llama_70b_tp8(model):
     Total 157,184 B. fp8 GEMMs first quantize their inputs (read 2 B, write 1 B):
     3 * (2 * 8192 + 64 * 128 / 8 + 28672 / 8) = 3 * 20,992 = 62,976 B; 16-bit GEMMs none.
     NVFP4 writes 0.5 B + one fp8 scale per 16 elements: (2 + 0.5625) * 20,992 = 53,792 B."""
-    from planner.cost.serving_time import activation_quant_bytes_per_token, elementwise_bytes_per_token
+    from planner.cost.serving_time import (
+        activation_quant_bytes_per_token,
+        elementwise_bytes_per_token,
+    )
     m = model("llama-3.1-70b")
     assert elementwise_bytes_per_token(m, 8) == 157_184
     assert activation_quant_bytes_per_token(m, 8, "fp8") == 62_976
