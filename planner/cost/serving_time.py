@@ -206,7 +206,9 @@ class StepTime:
 
     @property
     def compute_or_memory_seconds(self) -> float:
-        return self.gemm_seconds + self.attention_seconds
+        """The bytes- or FLOP-bound work: linear layers, attention and the elementwise kernels
+        (seconds = this + the fixed cost + the collectives)."""
+        return self.gemm_seconds + self.attention_seconds + self.elementwise_seconds
 
 
 def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placement: Placement,

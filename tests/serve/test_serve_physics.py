@@ -403,3 +403,14 @@ def test_prompt_attention_rate_is_the_gpus_measured_flash_share(cluster):
     from planner.cost.serving_time import attention_flops_per_s
     assert attention_flops_per_s(cluster("1x8xB200")) == pytest.approx(1125e12)
     assert attention_flops_per_s(cluster("1x8xH100")) == pytest.approx(603.29e12)
+
+
+def test_step_parts_add_up_to_the_step(model, cluster):
+    """What plan explain splits the step into covers it whole: the bytes- or FLOP-bound work
+    (linear layers, attention, elementwise kernels) + the fixed per-layer cost + the layers'
+    all-reduces (no EP here) = the step, for a decode-only and a mixed step."""
+    for load in (StepLoad(64, 64 * 1152), StepLoad(64, 64 * 1152, 2048, causal_pairs(2048), 1)):
+        step, _ = _eight_b_step(model, cluster, load)
+        assert step.elementwise_seconds > 0
+        assert step.seconds == pytest.approx(step.compute_or_memory_seconds + step.overhead_seconds
+                                             + 32 * step.allreduce_seconds_per_layer, rel=1e-12)
