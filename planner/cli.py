@@ -138,6 +138,7 @@ ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert 
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
 MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency).")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
+RandomRangeRatioOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's lengths drawn uniformly from [L(1-r), L(1+r)] around --input-len/--output-len (vllm bench serve --random-range-ratio, 0 <= r < 1).")]
 DatasetOpt = Annotated[str | None, typer.Option(help='Serve: JSONL of {"input_len": N, "output_len": M} per request (the means are planned for, the burst uses each).')]
 GlobalBatchOpt = Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")]
 SeqLenOpt = Annotated[int | None, typer.Option(help="Train: sequence length.")]
@@ -207,6 +208,7 @@ class PlanOptions:
     mode: Mode = DEFAULT_MODE
     expert_imbalance: float | None = None
     engine: Engine = DEFAULT_ENGINE
+    random_range_ratio: float | None = None
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -251,6 +253,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         max_concurrency=opts.max_concurrency,
         dataset=opts.dataset,
         dataset_lengths=lengths,
+        random_range_ratio=opts.random_range_ratio,
         batch=opts.batch,
         max_model_len=opts.max_model_len,
         gpu_memory_utilization=opts.gpu_memory_utilization,
@@ -361,7 +364,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
-              "max_concurrency", "dataset", "input_len", "output_len", "batch", "max_model_len",
+              "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
@@ -446,6 +449,7 @@ def plan(
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
+    random_range_ratio: RandomRangeRatioOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -475,6 +479,7 @@ def plan(
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
+        random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
@@ -553,6 +558,7 @@ def explain(
     request_rate: RequestRateOpt = None,
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
+    random_range_ratio: RandomRangeRatioOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -594,6 +600,7 @@ def explain(
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
+        random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,

@@ -96,6 +96,10 @@ class ServeRequest:
     """`--dataset`: the JSONL file the lengths came from (recorded in the output)."""
     dataset_lengths: tuple[tuple[int, int], ...] = ()
     """(input_len, output_len) per dataset line; input_len/output_len are then their means."""
+    random_range_ratio: float | None = None
+    """`--random-range-ratio`: the burst's lengths drawn as vllm bench serve's random dataset
+    draws them, each uniform in [L (1 - r), L (1 + r)] around --input-len / --output-len;
+    None = every request of the mean lengths."""
     mode: ServeMode = "auto"
     """`--mode`: aggregated (every replica does prefill and decode), disaggregated (prefill and
     decode workers apart, the KV moved between them), auto (both, and which wins)."""
@@ -103,7 +107,8 @@ class ServeRequest:
     @property
     def simulates_burst(self) -> bool:
         return (self.request_rate_per_s is not None or self.num_prompts is not None
-                or self.max_concurrency is not None or bool(self.dataset_lengths))
+                or self.max_concurrency is not None or bool(self.dataset_lengths)
+                or self.random_range_ratio is not None)
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
@@ -115,6 +120,11 @@ class ServeRequest:
         check_positive("--max-concurrency", self.max_concurrency, MAX_SEQUENCES)
         if self.request_rate_per_s is not None and not (self.request_rate_per_s > 0):  # also nan
             raise SpecError(f"--request-rate: must be positive or inf (got {self.request_rate_per_s})")
+        ratio = self.random_range_ratio
+        if ratio is not None and not (0 <= ratio < 1):  # also nan
+            raise SpecError(f"--random-range-ratio: must be in [0, 1), as vllm bench serve requires (got {ratio})")
+        if ratio is not None and self.dataset_lengths:
+            raise SpecError("--random-range-ratio: the lengths come from --dataset; give one or the other")
         check_fraction("--gpu-memory-utilization", self.gpu_memory_utilization)
         for flag, limit in (("--max-tpot-ms", self.max_tpot_seconds), ("--max-ttft-ms", self.max_ttft_seconds),
                             ("--max-e2e-ms", self.max_e2e_seconds)):

@@ -50,7 +50,7 @@ from planner.layout import Layout, Placement, Rejected, place
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
-from planner.workload import workload_requests
+from planner.workload import random_dataset_lengths, workload_requests
 
 
 @dataclass(frozen=True)
@@ -367,9 +367,13 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     most --max-concurrency in flight) simulated step by step on every replica (cost/serving_sim.py), each step priced like the
     steady state's (cost/serving_time.round_time)."""
     layout, placement, stages = result.layout, result.placement, result.stages
+    num_prompts = request.num_prompts or DEFAULT_NUM_PROMPTS
     lengths = request.dataset_lengths or ((request.input_len, request.output_len),)
+    if request.random_range_ratio is not None:
+        lengths = random_dataset_lengths(request.input_len, request.output_len, request.random_range_ratio,
+                                         num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
-    requests = workload_requests(lengths, request.num_prompts or DEFAULT_NUM_PROMPTS, rate)
+    requests = workload_requests(lengths, num_prompts, rate)
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
 
     priced: dict[tuple[float, ...], float] = {}

@@ -1,5 +1,6 @@
-"""Serving workloads shaped like `vllm bench serve`'s: request lengths from a JSONL file and
-arrival times from a request rate (vllm/benchmarks/serve.py, get_request, vLLM 0.33.0)."""
+"""Serving workloads shaped like `vllm bench serve`'s: request lengths from a JSONL file or drawn
+as its random dataset draws them, and arrival times from a request rate
+(vllm/benchmarks/serve.py, get_request; vllm/benchmarks/datasets.py, RandomDataset; vLLM 0.33.0)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,21 @@ def workload_requests(
     assert lengths and num_prompts >= 1
     arrivals = arrival_times_seconds(num_prompts, request_rate_per_s, seed, burstiness)
     return tuple(SimRequest(arrivals[i], *lengths[i % len(lengths)]) for i in range(num_prompts))
+
+
+def random_dataset_lengths(input_len: int, output_len: int, range_ratio: float, num_prompts: int,
+                           seed: int = 0) -> tuple[tuple[int, int], ...]:
+    """num_prompts (input, output) lengths as `vllm bench serve --dataset-name random
+    --random-range-ratio r` draws them: each uniform over the integers of
+    [floor(L (1 - r)), ceil(L (1 + r))], outputs at least 1 (RandomDataset.get_sampling_params;
+    the special tokens it subtracts from the input are not modelled). Seeded: the same draw
+    every time (vLLM's numpy stream is not reproduced, only its distribution)."""
+    assert 0 <= range_ratio < 1 and num_prompts >= 1
+    rng = random.Random(seed)
+
+    def bounds(length: int, at_least: int) -> tuple[int, int]:
+        low = max(at_least, math.floor(length * (1 - range_ratio)))
+        return low, max(low, math.ceil(length * (1 + range_ratio)))
+
+    (i_low, i_high), (o_low, o_high) = bounds(input_len, 1), bounds(output_len, 1)
+    return tuple((rng.randint(i_low, i_high), rng.randint(o_low, o_high)) for _ in range(num_prompts))

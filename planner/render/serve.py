@@ -220,6 +220,8 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     rate = request.request_rate_per_s
     rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
     source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
+    if request.random_range_ratio is not None:
+        source += f" (--random-range-ratio {request.random_range_ratio:g})"
     limit = "" if request.max_concurrency is None else f", --max-concurrency {request.max_concurrency}"
     lines = [f"Simulated burst ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
@@ -322,6 +324,7 @@ def serve_workload_json(request: ServeRequest) -> dict[str, Any]:
         "request_rate": None if rate is None else (rate if math.isfinite(rate) else "inf"),
         "num_prompts": (request.num_prompts or DEFAULT_NUM_PROMPTS) if request.simulates_burst else None,
         "dataset": request.dataset, "max_concurrency": request.max_concurrency,
+        "random_range_ratio": request.random_range_ratio,
         "max_ttft_seconds": request.max_ttft_seconds, "max_tpot_seconds": request.max_tpot_seconds,
         "max_e2e_seconds": request.max_e2e_seconds,
     }

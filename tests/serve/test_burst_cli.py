@@ -1,0 +1,86 @@
+"""`plan` with vllm bench serve's workload flags, end to end: --request-rate, --num-prompts,
+--max-concurrency, --dataset and --random-range-ratio (planner/workload.py, planner/serve.py
+burst_metrics), their JSON and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.errors import SpecError
+from planner.requests import ServeRequest
+from planner.workload import random_dataset_lengths
+
+BASE = ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "1024", "--output-len", "128",
+        "--max-model-len", "4096"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, [*BASE, *args])
+
+
+def test_random_range_ratio_bounds_by_hand():
+    """L = 1024, r = 0.2: floor(819.2) = 819 to ceil(1228.8) = 1229; L = 128: 102 to 154;
+    r = 0: every request of the mean lengths; the same seed draws the same lengths."""
+    lengths = random_dataset_lengths(1024, 128, 0.2, 2000)
+    assert min(i for i, _ in lengths) >= 819 and max(i for i, _ in lengths) <= 1229
+    assert min(o for _, o in lengths) >= 102 and max(o for _, o in lengths) <= 154
+    assert {i for i, _ in lengths} >= {819, 1229}  # both ends are drawn
+    assert abs(sum(i for i, _ in lengths) / 2000 - 1024) < 10
+    assert random_dataset_lengths(1024, 128, 0.0, 5) == ((1024, 128),) * 5
+    assert random_dataset_lengths(1024, 128, 0.2, 50) == lengths[:50]
+
+
+def test_outputs_are_at_least_one_token():
+    assert min(o for _, o in random_dataset_lengths(100, 1, 0.9, 500)) == 1
+
+
+@pytest.mark.parametrize("ratio", [1.0, -0.1, float("nan")])
+def test_ratio_outside_zero_one_is_refused(ratio):
+    with pytest.raises(SpecError, match=r"--random-range-ratio: must be in \[0, 1\)"):
+        ServeRequest(random_range_ratio=ratio)
+
+
+def test_ratio_with_a_dataset_is_refused():
+    with pytest.raises(SpecError, match="--random-range-ratio: the lengths come from --dataset"):
+        ServeRequest(random_range_ratio=0.5, dataset_lengths=((10, 10),))
+
+
+def test_burst_json_reports_the_workload_and_simulated_metrics():
+    result = run("--request-rate", "inf", "--num-prompts", "64", "--max-concurrency", "8",
+                 "--random-range-ratio", "0.5", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    workload = plan["serve_workload"]
+    assert (workload["request_rate"], workload["num_prompts"], workload["max_concurrency"],
+            workload["random_range_ratio"]) == ("inf", 64, 8, 0.5)
+    best = plan["recommended"]
+    assert best["metrics_source"] == "simulated burst"
+    for name in ("ttft_seconds", "tpot_seconds", "itl_seconds", "e2e_seconds"):
+        assert best["metrics"][name]["p99"] >= best["metrics"][name]["median"] > 0
+
+
+def test_length_spread_changes_the_burst():
+    """The same burst with every request alike and with lengths spread +-50%: the drawn lengths
+    desynchronise the requests, so the TTFT distribution differs."""
+    def ttft(*extra):
+        result = run("--request-rate", "inf", "--num-prompts", "64", "--max-concurrency", "16", *extra, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["recommended"]["metrics"]["ttft_seconds"]
+
+    assert ttft() != ttft("--random-range-ratio", "0.5")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--random-range-ratio", "1"], "--random-range-ratio: must be in [0, 1)"),
+    (["--workload", "train", "--random-range-ratio", "0.5"], "random-range-ratio"),
+])
+def test_mistakes_are_one_line_with_exit_code_2(args, message):
+    result = run(*args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
+    assert "Traceback" not in result.output
