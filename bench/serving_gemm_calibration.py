@@ -49,8 +49,9 @@ def layer_tp(n: int, k: int) -> tuple[str, int]:
 
 
 def step_rate_flops_per_s(gpu, precision: str) -> float:
+    """What the serving step prices these GEMMs at (serving_time.achievable_flops_per_s)."""
     peak = gpu.peak_flops_per_s(precision)
-    return eff.achievable_matmul_flops_per_s(peak, gpu.achievable_flops_per_s(precision))
+    return eff.achievable_matmul_flops_per_s(peak, gpu.serving_flops_per_s(precision))
 
 
 def implied_rates(path: Path = FIXTURE) -> dict[tuple[str, str, str, int], list[float]]:
@@ -97,3 +98,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def fitted_medians(rates: dict) -> dict[tuple[str, str], float]:
+    """(gpu, precision) -> the median implied rate over every shape: what serving_matmul_tflops holds."""
+    pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (gpu_name, precision, _, _), values in rates.items():
+        pooled[(gpu_name, precision)] += values
+    return {key: statistics.median(values) for key, values in pooled.items()}

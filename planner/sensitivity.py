@@ -211,6 +211,7 @@ def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSp
         "hbm_bandwidth_gb_per_s": gpu.hbm_bandwidth_gb_per_s * knobs.hbm_utilization,
         "peak_tflops": _scaled_tflops(gpu.peak_tflops, knobs.matmul_efficiency),
         "achievable_matmul_tflops": _scaled_tflops(gpu.achievable_matmul_tflops, knobs.matmul_efficiency),
+        "serving_matmul_tflops": _scaled_tflops(gpu.serving_matmul_tflops, knobs.matmul_efficiency),
         **memory,
     })
     return cluster.model_copy(update=update)

@@ -382,6 +382,7 @@ class AchievableTflops(_Spec):
     bf16: Quantity(MAX_TFLOPS) | None = None
     fp16: Quantity(MAX_TFLOPS) | None = None
     fp8: Quantity(MAX_TFLOPS) | None = None
+    fp4: Quantity(MAX_TFLOPS) | None = None
 
 
 class IntraNodeLink(_Spec):
@@ -443,6 +444,10 @@ class GPU(_Spec):
     hbm_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     peak_tflops: PeakTflops
     achievable_matmul_tflops: AchievableTflops = Field(default_factory=AchievableTflops)
+    serving_matmul_tflops: AchievableTflops = Field(default_factory=AchievableTflops)
+    """The serving engine's own linear kernels (vLLM), measured at prefill shapes: the rate the
+    serving step's GEMMs run at where given, else achievable_matmul_tflops (training's
+    best-kernel figure). docs/cost-model.md (Serving: one engine step)."""
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""
@@ -479,6 +484,11 @@ class GPU(_Spec):
     def achievable_flops_per_s(self, precision: str) -> float | None:
         tflops = getattr(self.achievable_matmul_tflops, precision, None)
         return None if tflops is None else units.tflops_to_flops_per_s(tflops)
+
+    def serving_flops_per_s(self, precision: str) -> float | None:
+        """The serving engine's measured GEMM rate, else the achievable one (None: neither)."""
+        tflops = getattr(self.serving_matmul_tflops, precision, None)
+        return self.achievable_flops_per_s(precision) if tflops is None else units.tflops_to_flops_per_s(tflops)
 
 
 class CollectiveCurve(_Spec, extra="allow"):

@@ -76,6 +76,9 @@ class StageMemory:
     kv_bytes_per_token_per_window_layer: int | None = None
     """One token in one window layer when it differs from a full layer (Gemma 4: 2*8*256 vs
     2*2*512 elements); None = every attention layer holds as much."""
+    kv_cache_dtype: str = "auto"
+    """--kv-cache-dtype: "fp8" stores (and, where the GPU has fp8 tensor cores, computes) the
+    attention in fp8."""
 
     @property
     def num_attention_layers(self) -> int:
@@ -333,7 +336,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
                                   max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
                                   window_counts[stage], model.sliding_window,
                                   num_layers - attention_counts[stage], state,
-                                  window_kv if full_kv != window_kv else None))
+                                  window_kv if full_kv != window_kv else None, request.kv_cache_dtype))
     return stages
 
 

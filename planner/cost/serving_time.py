@@ -75,13 +75,15 @@ def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) 
 
 
 def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
+    """The linear GEMMs' rate in their precision: the serving engine's measured kernels
+    (catalog serving_matmul_tflops), else the GPU's achievable rate, else 0.75 of the peak."""
     precision = matmul_precision(model, cluster)
     peak = cluster.gpu.peak_flops_per_s(precision) or cluster.gpu.peak_flops_per_s("bf16")
     if peak is None:
         # no confirmed compute figure at all (e.g. A10G): fall back to fp16 via fp32 x 4 is a guess,
         # so we refuse to guess and treat compute as free; memory-bound decode still applies.
         return math.inf
-    return eff.achievable_matmul_flops_per_s(peak, cluster.gpu.achievable_flops_per_s(precision))
+    return eff.achievable_matmul_flops_per_s(peak, cluster.gpu.serving_flops_per_s(precision))
 
 
 def expected_experts_touched(model: ModelSpec, num_tokens: int) -> float:
@@ -288,11 +290,16 @@ def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
     return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
 
 
-def attention_flops_per_s(cluster: ClusterSpec) -> float:
+def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") -> float:
     """Flash attention runs in 16 bits (an fp8 checkpoint's attention is not fp8 unless the
     KV cache is): the forward kernel's share of the dense 16-bit peak, the GPU's measured
-    share where the catalog has one (flash_attention_forward_fraction), as training prices it."""
-    peak = cluster.gpu.peak_flops_per_s("bf16") or cluster.gpu.peak_flops_per_s("fp16")
+    share where the catalog has one (flash_attention_forward_fraction), as training prices it.
+    With an fp8 KV cache on a GPU with fp8 tensor cores the kernel runs in fp8 at the same
+    share of the fp8 peak: vLLM's FlashAttention-3 path quantizes the queries and passes
+    q/k/v descales (vllm/v1/attention/backends/flash_attn.py, FlashAttentionImpl.forward;
+    FlashAttention-3, Shah et al. 2024, sec. 4: FP8 forward near 1.2 PFLOP/s on H100)."""
+    precision = "fp8" if kv_cache_dtype == "fp8" and cluster.gpu.peak_flops_per_s("fp8") is not None else "bf16"
+    peak = cluster.gpu.peak_flops_per_s(precision) or cluster.gpu.peak_flops_per_s("fp16")
     if peak is None:
         return math.inf
     forward_share, _ = eff.flash_attention_fractions(cluster.gpu.flash_attention_forward_fraction)
@@ -356,7 +363,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
     full_dims, window_dims = multiply_adds_per_attention_pair(model)
     pair_dims = full_pairs * full_dims + window_pairs * window_dims
-    attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster)
+    attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster, stage.kv_cache_dtype)
     elementwise_hbm = cluster.gpu.hbm_bytes_per_s * (cluster.gpu.elementwise_hbm_utilization
                                                      or eff.ELEMENTWISE_HBM_UTILIZATION)
     per_token = (elementwise_bytes_per_token(model, t)
