@@ -14,9 +14,10 @@ planner estimates exactly that configuration (planner.train.estimate):
 - dp = num_gpus / (tp * pp * cp); schedule interleaved with v = vp when vp > 1, else 1F1B;
 - ZeRO-3 (Megatron-FSDP, optim_grads_params) when fsdp > 0, else the distributed optimizer
   (ZeRO-1) when dp * cp > 1, else none; sequence parallelism when tp > 1;
-- flash attention; precision fp8 for every fp8 row (the planner has one fp8 recipe,
-  delayed scaling: current scaling and MXFP8 are priced alike); bf16 main gradients for the
-  Megatron-Bridge containers (grad_reduce_for);
+- flash attention; precision fp8 for every fp8 row with its recipe (Row.fp8_recipe, FP8_RECIPES): "fp8
+  current scaling" -> tensorwise, "fp8 mxfp8" -> mxfp8, "fp8 (recipe not stated)" -> delayed
+  (Megatron-LM's default --fp8-recipe, and the recipe NeMo's GPT configs shipped before
+  current scaling); bf16 main gradients for the Megatron-Bridge containers (grad_reduce_for);
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
   25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
   not fit without recompute is re-estimated with selective, then full; the row says which.
@@ -50,6 +51,8 @@ FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
 GPUS_PER_NODE = 8
 """DGX-H100 and DGX-B200: 8 GPUs per node."""
 SYSTEM_GPU = {"DGX-H100": "H100", "DGX-B200": "B200"}
+FP8_RECIPES = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (recipe not stated)": "delayed"}
+"""Published fp8 precision -> --fp8-recipe; an fp8 label not here raises (KeyError)."""
 RECOMPUTE_LEVELS = ("none", "selective", "full")
 UNLIMITED_GIB = 10_000.0
 """GPU memory for the what-if estimates: no configuration is out of memory."""
@@ -87,6 +90,13 @@ class Row:
     @property
     def planner_precision(self) -> str:
         return "fp8" if self.precision.startswith("fp8") else "bf16"
+
+    @property
+    def fp8_recipe(self) -> str | None:
+        """The planner's --fp8-recipe for the published precision (module docstring)."""
+        if self.planner_precision != "fp8":
+            return None
+        return FP8_RECIPES[self.precision]
 
     @property
     def group(self) -> str:
@@ -150,7 +160,7 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
         config = replace(config, virtual_stages=virtual_stages,
                          schedule="interleaved" if virtual_stages > 1 else "1f1b")
     request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
-                           grad_reduce=grad_reduce_for(row))
+                           fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row))
     return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
 
 
@@ -203,7 +213,8 @@ def predict(row: Row) -> dict:
             continue
         predicted = result.tokens_per_second / row.num_gpus
         return {
-            "id": row.id, "group": row.group, "precision": row.precision, "recompute": recompute,
+            "id": row.id, "group": row.group, "precision": row.precision, "fp8_recipe": result.config.fp8_recipe,
+            "recompute": recompute,
             "rejected_without": rejections, "published_tokens_per_s_per_gpu": row.tokens_per_s_per_gpu,
             "predicted_tokens_per_s_per_gpu": predicted,
             "error": predicted / row.tokens_per_s_per_gpu - 1,

@@ -103,6 +103,12 @@ class Precision(str, Enum):
     fp8 = "fp8"
 
 
+class Fp8RecipeChoice(str, Enum):
+    delayed = "delayed"
+    tensorwise = "tensorwise"
+    mxfp8 = "mxfp8"
+
+
 class GradReduce(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -150,6 +156,7 @@ SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/-
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
+Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling) or mxfp8 (Blackwell); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
@@ -202,6 +209,7 @@ class PlanOptions:
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
     precision: Precision = DEFAULT_PRECISION
+    fp8_recipe: Fp8RecipeChoice | None = None
     tp_comm_overlap: bool = True
     grad_reduce: GradReduce = GradReduce.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
@@ -298,6 +306,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         zero_stage=opts.zero,
         attention=opts.attention.value,
         precision=opts.precision.value,
+        fp8_recipe=_value(opts.fp8_recipe),
         tp_comm_overlap=opts.tp_comm_overlap,
         grad_reduce=opts.grad_reduce.value,
         engine_versions=parse_engine_versions(opts.engine_version),
@@ -368,7 +377,7 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision", "tp_comm_overlap", "engine",
+              "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
               "grad_reduce")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
@@ -461,6 +470,7 @@ def plan(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
+    fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
@@ -482,7 +492,7 @@ def plan(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
+        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
     )
@@ -570,6 +580,7 @@ def explain(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     precision: PrecisionOpt = DEFAULT_PRECISION,
+    fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
@@ -603,7 +614,7 @@ def explain(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
+        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
     )

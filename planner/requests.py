@@ -132,6 +132,15 @@ class ServeRequest:
                 check_positive(flag, units.seconds_to_ms(limit))
 
 
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
+FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan": "tensorwise"}
+"""Each engine's own default scaling: Megatron-LM's --fp8-recipe defaults to delayed
+(arguments.py at core_v0.14.0; TransformerConfig.fp8_recipe at core_v0.19.0); torchtitan's
+[quantize.linear.float8] recipe_name None is torchao's tensorwise dynamic scaling
+(config/job_config.py at v0.2.2), and it has no delayed scaling."""
+
+
 @dataclass(frozen=True)
 class TrainRequest:
     global_batch: int
@@ -153,8 +162,12 @@ class TrainRequest:
     """`--expert-imbalance`, MoE under EP: routed tokens on the busiest GPU over the mean
     (>= 1); None = efficiency.EXPERT_LOAD_IMBALANCE."""
     precision: Literal["bf16", "fp8"] = "bf16"
-    """`--precision`: bf16, or fp8 through Transformer Engine (the blocks' linear GEMMs in
-    fp8, delayed scaling, hybrid format; needs a GPU with fp8 tensor cores)."""
+    """`--precision`: bf16, or fp8 (the blocks' linear GEMMs in fp8, scaled by `fp8_recipe`;
+    needs a GPU with fp8 tensor cores)."""
+    fp8_recipe: Fp8Recipe | None = None
+    """`--fp8-recipe`, only with --precision fp8: delayed (Transformer Engine DelayedScaling),
+    tensorwise (Float8CurrentScaling) or mxfp8 (MXFP8BlockScaling, Blackwell); None = the
+    engine's default, FP8_RECIPE_DEFAULTS (resolved by `resolved_fp8_recipe`)."""
     grad_reduce: Literal["fp32", "bf16"] = "fp32"
     """`--grad-reduce`: the main gradients' dtype, fp32 (Megatron's default) or bf16
     (--grad-reduce-in-bf16: half the gradient memory and DP traffic, less precise sums)."""
@@ -175,6 +188,10 @@ class TrainRequest:
                                    ("--micro-batch", self.micro_batch, MAX_SEQUENCES),
                                    ("--virtual-stages", self.virtual_stages, MAX_VIRTUAL_STAGES)):
             check_positive(flag, value, upper)
+        if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
+            raise SpecError(f"--fp8-recipe: must be one of {', '.join(FP8_RECIPES)} (got {self.fp8_recipe})")
+        if self.fp8_recipe is not None and self.precision != "fp8":
+            raise SpecError(f"--fp8-recipe: only with --precision fp8 (got --precision {self.precision})")
         if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {self.zero_stage})")
         if self.virtual_stages is not None:
@@ -184,6 +201,14 @@ class TrainRequest:
             if self.virtual_stages < 2:
                 raise SpecError(f"--virtual-stages: interleaving needs at least 2 chunks per "
                                 f"device (got {self.virtual_stages}; 1 is --schedule 1f1b)")
+
+    @property
+    def resolved_fp8_recipe(self) -> Fp8Recipe | None:
+        """The fp8 recipe the plan prices and launches: None for bf16, else --fp8-recipe or
+        the engine's default."""
+        if self.precision != "fp8":
+            return None
+        return self.fp8_recipe or FP8_RECIPE_DEFAULTS[self.engine]
 
 
 def check_positive(flag: str, value: float | None, upper: float | None = None) -> None:

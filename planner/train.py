@@ -148,11 +148,20 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     )
 
 
-def check_precision(cluster: ClusterSpec, precision: str) -> None:
-    """--precision fp8 needs fp8 tensor cores (Hopper, Ada, Blackwell): a spec error otherwise."""
-    if precision == "fp8" and cluster.gpu.peak_flops_per_s("fp8") is None:
-        raise SpecError(f"--precision fp8: {cluster.gpu.name} has no fp8 tensor cores "
+def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None = None) -> None:
+    """--precision fp8 needs fp8 tensor cores (Hopper, Ada, Blackwell) and --fp8-recipe mxfp8
+    block-scaled (MX) tensor cores: spec errors otherwise. The catalog has no compute
+    capability; MX GEMMs came with Blackwell (SM100) together with fp4, so the rule is "the
+    GPU's catalog entry has an fp4 peak" (B200, GB200). TE refuses MXFP8 below SM100
+    (check_mxfp8_support, pytorch/quantization.py at v2.18) and torchtitan's MX converter
+    asserts SM100 (components/quantization/mx.py at v0.2.2)."""
+    gpu = cluster.gpu
+    if precision == "fp8" and gpu.peak_flops_per_s("fp8") is None:
+        raise SpecError(f"--precision fp8: {gpu.name} has no fp8 tensor cores "
                         f"(Hopper or later); use --precision bf16")
+    if fp8_recipe == "mxfp8" and gpu.peak_flops_per_s("fp4") is None:
+        raise SpecError(f"--fp8-recipe mxfp8: {gpu.name} has no MX block-scaled tensor cores "
+                        f"(Blackwell: B200, GB200); use --fp8-recipe tensorwise or delayed")
 
 
 def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int,
@@ -356,7 +365,7 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
         ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
-         c.grad_reduce, c.precision), _stage_states, model, c, layers, memo)
+         c.grad_reduce, c.precision, c.fp8_recipe), _stage_states, model, c, layers, memo)
     stages = stages or candidate_worst_stages(c)
     in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages),
                          _stages_in_flight, c.schedule, pp, m, c.virtual_stages, stages)
@@ -422,8 +431,8 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
                                               grad_bytes)
-    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep)
-                 if c.precision == "fp8" else 0.0)
+    fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
+                                        c.fp8_recipe or "delayed") if c.precision == "fp8" else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
 
@@ -465,8 +474,8 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp), place, cluster, c.layout)
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
-                      c.attention, c.precision, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp,
-                      c.tp_comm_overlap),
+                      c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
+                      c.cp, c.tp_comm_overlap),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance)
     return placement, terms
 
@@ -482,9 +491,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     reasons = reasons or engine_reasons(model, c, request) or config_reasons(model, config, B, request.engine)
     if reasons:
         return Rejected(config.layout, tuple(reasons))
-    check_precision(cluster, request.precision)
+    check_precision(cluster, request.precision, request.resolved_fp8_recipe)
     if config.precision != request.precision:  # the search builds configurations without it
         config = config.with_(precision=request.precision)
+    if config.fp8_recipe != request.resolved_fp8_recipe:
+        config = config.with_(fp8_recipe=request.resolved_fp8_recipe)
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
     rates = rates or train_rates(model, cluster)
@@ -577,7 +588,7 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
         return config
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
-           c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
+           c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
     chosen = memo.get(("stage_split", v, engine, key), _chosen_split, model, cluster, c, seq_len, rates, memo,
                       imbalance, engine, key)
     assert chosen is not None, "config_reasons lets through only configurations with a split"

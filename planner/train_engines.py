@@ -37,7 +37,9 @@ Facts of torchtitan v0.2.2 used here (file@v0.2.2):
 - Activation checkpointing (config/job_config.py ActivationCheckpoint.mode): none, selective
   (selective_ac_option "op" or every n-th layer), full, memory_budget (compiler only).
 - float8 (components/quantization/float8.py): the model converter "quantize.linear.float8"
-  (torchao Float8Linear, SM89 or later), settings under [quantize.linear.float8].
+  (torchao Float8Linear, SM89 or later), settings under [quantize.linear.float8]; recipe_name
+  tensorwise (the default, None), rowwise or rowwise_with_gw_hp, no delayed scaling. MXFP8
+  (components/quantization/mx.py): "quantize.linear.mx" (torchao MXLinear, SM100 asserted).
 - MoE: expert parallel exists (expert_parallel_degree, etp = 1 or tp) for torchtitan's own MoE
   models (deepseek_v3, llama4, qwen3 MoE); the planner prices EP only without FSDP (Megatron's
   alltoall path, ZeRO-0/1), while torchtitan shards every expert weight with FSDP (efsdp
@@ -79,6 +81,9 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     if request.grad_reduce != "fp32":
         raise SpecError(f"--grad-reduce {request.grad_reduce}: torchtitan {TORCHTITAN_RELEASE} reduces gradients "
                         "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")
+    if request.resolved_fp8_recipe == "delayed":
+        raise SpecError(f"--fp8-recipe delayed: torchtitan {TORCHTITAN_RELEASE}'s float8 (torchao) has no delayed "
+                        "scaling, only dynamic scaling; use --fp8-recipe tensorwise or mxfp8")
     if request.layout.ep not in (None, 1):
         raise SpecError(f"--layout ep={request.layout.ep}: no expert parallelism under --engine torchtitan")
 

@@ -209,7 +209,7 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                 # in (TP overlap reads neither b nor ZeRO) is set here, not copied per estimate
                 proto = TrainConfig(tp, pp, dp, 1, schedule, v, "none", sp, zero,
                                     attention=request.attention, precision=request.precision,
-                                    ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
+                                    fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
                 if tp_comm_overlap_for(model, cluster, request, proto):
                     proto = proto.with_(tp_comm_overlap=True)
                 for b in micro_batches:

@@ -186,6 +186,28 @@ TRAIN_FP8_AMAX_BYTES_PER_ELEMENT = 2
 its cast (Float8CurrentScalingQuantizer: one read, 2 bytes; the layernorm kernel writes its
 16-bit output and amax, Impl::FUSED_NORM_AMAX_FP8, and a separate cast follows). Not the
 recipe the planner emits (delayed); priced by fp8_cast_bytes_per_layer(recipe="tensorwise")."""
+TRAIN_MXFP8_BLOCK_ELEMENTS = 32
+"""MXFP8BlockScaling (--fp8-recipe mxfp8): one E8M0 scale (1 byte) per 1x32 block of
+consecutive values, along the rows for the row-wise copy and along the columns for the
+column-wise one (TransformerEngine v2.18: common/recipe/__init__.py MXFP8BlockScaling;
+pytorch/constants.py MXFP8_BLOCK_SCALING_SIZE = 32; pytorch/tensor/mxfp8_tensor.py
+get_scale_shape: row-wise scale_inv [rows, cols/32], column-wise [rows/32, cols], uint8)."""
+TRAIN_MXFP8_COPY_BYTES_PER_ELEMENT = 1 + 1 / TRAIN_MXFP8_BLOCK_ELEMENTS
+"""One MXFP8 copy of a tensor: the fp8 value (1 byte) and its share of the block's scale (1/32)."""
+TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT = 2 + 2 * TRAIN_MXFP8_COPY_BYTES_PER_ELEMENT
+"""TE's MXFP8 quantize of a 16-bit tensor that both GEMM directions use (an input: fprop
+row-wise, wgrad column-wise; an output gradient: dgrad row-wise, wgrad column-wise): read 2
+bytes, write both copies with their scales, 2 * (1 + 1/32) = 4.0625 B/element in all. Both
+copies come from the 16-bit input in one pass (the recipe's docstring: "both versions are
+computed from the high precision input to avoid double quantization errors"), the block amax
+inside the kernel: no amax pass, no history. The layernorm outputs too: v2.18's
+csrc/extensions/normalization.cpp runs the norm UNFUSED for MXFP8 quantizers (FULLY_FUSED
+only with NVTE_NORM_FWD_USE_CUDNN set), so the norm writes 16-bit (already in the elementwise
+traffic) and this quantize follows."""
+TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2 * TRAIN_MXFP8_COPY_BYTES_PER_ELEMENT
+"""Per linear-layer weight with --fp8-recipe mxfp8: the row-wise (fprop) and column-wise
+(dgrad) MXFP8 copies with their scales, 2.0625 bytes. Unlike tensor-wise fp8 on Blackwell the
+two are not one tensor read two ways: the blocks run along different dimensions."""
 TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT = 1
 """TE saves a linear layer's input for its wgrad GEMM as the quantized fp8 tensor, not the
 16-bit one (linear.py `saved_inputmat = inputmat`, row-wise data discarded when only the
@@ -196,7 +218,9 @@ use with amax_compute_algo max). Each GEMM keeps fp32 amax histories for 3 forwa
 tensors and 2 backward ones (TE docs, fp8_delayed_scaling.rst: shapes
 (amax_history_len, num_gemms * 3) and (amax_history_len, num_gemms * 2)) and a scale each."""
 TRAIN_FP8_SCALING_BYTES_PER_GEMM = (3 + 2) * 4 * (TRAIN_FP8_AMAX_HISTORY_LEN + 2)
-"""fp32 amax history + scale + scale-inverse of the 5 fp8 tensors of one GEMM: 20 KiB."""
+"""fp32 amax history + scale + scale-inverse of the 5 fp8 tensors of one GEMM: 20 KiB
+(delayed scaling only: current scaling keeps a one-element scale and amax per quantizer,
+MXFP8 its scales inside the tensors; neither has a history, both counted as 0)."""
 
 
 EXPERT_LOAD_IMBALANCE = 1.35

@@ -174,18 +174,23 @@ def fp8_gemms_per_layer(model: ModelSpec) -> int:
 
 
 def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int, zero_stage: int,
-                           ep: int = 1) -> float:
-    """--precision fp8, per GPU: num_layers * (2 * W_lin/t + n_gemm * 20 KiB), /d with ZeRO-3.
+                           ep: int = 1, recipe: str = "delayed") -> float:
+    """--precision fp8, per GPU: num_layers * (c_w * W_lin/t + n_gemm * S_gemm), /d with ZeRO-3.
 
-    W_lin/t the block's linear weights on one GPU (layer_linear_weights_per_gpu), 2 bytes each:
-    the fp8 copy TE keeps across micro-batches and its transpose for the dgrad GEMM
-    (efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM); n_gemm fp8 GEMMs each with their
-    delayed-scaling amax histories and scales (TRAIN_FP8_SCALING_BYTES_PER_GEMM). The 16-bit
+    W_lin/t the block's linear weights on one GPU (layer_linear_weights_per_gpu); c_w bytes
+    each: delayed and tensorwise 2, the fp8 copy TE keeps across micro-batches and its
+    transpose for the dgrad GEMM (efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM); mxfp8
+    2.0625, the row-wise and column-wise MXFP8 copies with their 1/32 scales
+    (TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM). S_gemm: delayed scaling's amax histories and
+    scales (TRAIN_FP8_SCALING_BYTES_PER_GEMM), 0 for the other recipes. The 16-bit
     weights stay (Megatron keeps bf16 params unless --fp8-param-gather, not emitted). The
     embedding and the LM head stay 16-bit: Megatron's output layer is a plain
     ColumnParallelLinear unless the MXFP8 recipe and --fp8-output-proj are set
-    (megatron/core/models/gpt/gpt_model.py, core_v0.19.0). Assumption: ZeRO-3 (Megatron
-    FSDP) keeps only its shard's copies between uses."""
-    per_layer = (layer_linear_weights_per_gpu(model, tp, ep) * efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM
-                 + fp8_gemms_per_layer(model) * efficiency.TRAIN_FP8_SCALING_BYTES_PER_GEMM)
+    (megatron/core/models/gpt/gpt_model.py, core_v0.19.0; --fp8-output-proj not emitted).
+    Assumption: ZeRO-3 (Megatron FSDP) keeps only its shard's copies between uses."""
+    mxfp8 = recipe == "mxfp8"
+    per_param = (efficiency.TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM if mxfp8
+                 else efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM)
+    scaling = efficiency.TRAIN_FP8_SCALING_BYTES_PER_GEMM if recipe == "delayed" else 0
+    per_layer = layer_linear_weights_per_gpu(model, tp, ep) * per_param + fp8_gemms_per_layer(model) * scaling
     return num_layers * per_layer / (dp if zero_stage >= 3 else 1)

@@ -202,7 +202,7 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
 def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
                              recipe: str = "delayed") -> tuple[float, float]:
     """(forward, backward) HBM traffic of Transformer Engine's unfused fp8 casts in one layer, per
-    GPU, for tensor-wise fp8 (TransformerEngine v2.18, module/linear.py and layernorm_linear.py).
+    GPU (TransformerEngine v2.18, module/linear.py and layernorm_linear.py).
 
     Forward, per token: the output-projection input (attention context, a*d/t) and the MLP-down
     input (activation output, f/t) arrive in 16-bit and are cast-transposed (4 B/element: the
@@ -213,8 +213,12 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     GEMMs (4 B/element): QKV (a/t + 2*k_gpu)*d, projection h, MLP up (2 if gated)*f/t, down h.
     recipe "tensorwise" (current scaling) adds the amax read of every 16-bit tensor before its
     cast (2 B/element), the layernorm outputs' included, and casts those from a 16-bit copy
-    (+2 write, +2 read less the fused write). Weights: cached per step, not counted here.
-    Llama-3.1-8B at t = 1: forward 90,112 B, backward 172,032 B per token (delayed)."""
+    (+2 write, +2 read less the fused write). recipe "mxfp8" (MXFP8BlockScaling): every one of
+    these tensors, the layernorm outputs included (the norm runs unfused and writes 16-bit),
+    is quantized once into both MXFP8 copies, 4.0625 B/element
+    (efficiency.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT); no amax pass. Weights: cached per step,
+    not counted here. Llama-3.1-8B at t = 1, per token: delayed forward 90,112 B, backward
+    172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B."""
     e = efficiency
     h, d, f = model.hidden_size, model.head_dim, model.intermediate_size
     context, activation = model.num_attention_heads * d / tp, f / tp
@@ -222,6 +226,10 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     up_out = (2 if model.gated_mlp else 1) * f / tp
     cast_forward, norm_outputs = context + activation, 2 * h
     cast_backward = qkv_out + h + up_out + h
+    if recipe == "mxfp8":
+        forward = e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT * (cast_forward + norm_outputs)
+        backward = e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT * cast_backward
+        return forward * s * b, backward * s * b
     forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
                + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
     backward = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_backward
@@ -253,7 +261,8 @@ def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: in
 
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates, attention: str = "materialized",
-                  precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1, cp: int = 1) -> LayerSeconds:
+                  precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1, cp: int = 1,
+                  fp8_recipe: str = "delayed") -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
@@ -261,7 +270,7 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
     Transformer Engine's unfused fp8 casts and transposes (fp8_cast_bytes_per_layer) at the
-    HBM rate; full recompute repeats the forward's.
+    HBM rate (fp8_recipe: delayed, tensorwise or mxfp8); full recompute repeats the forward's.
     MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout).
     CP: s is the rank's chunk s/cp; its flash attention does cp times the chunk's own causal
     pairs, (s/cp)^2/2 per ring step over cp steps = 1/cp of the sequence's s^2/2 (the
@@ -270,7 +279,8 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
     linear = linear_rates(rates, precision)
-    casts_forward, casts_backward = fp8_cast_bytes_per_layer(model, s, b, tp) if precision == "fp8" else (0.0, 0.0)
+    casts_forward, casts_backward = (fp8_cast_bytes_per_layer(model, s, b, tp, fp8_recipe)
+                                     if precision == "fp8" else (0.0, 0.0))
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
         step_forward, step_backward = flash_attention_seconds(gemms, rates)
@@ -657,7 +667,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     return LayerTerms(
         layer=layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp),
+                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.fp8_recipe or "delayed"),
         tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
         ep=ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance),

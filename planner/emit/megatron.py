@@ -207,7 +207,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     # kernel, which materializes the scores as the 2021-22 code did.
     args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
     if c.precision == "fp8":
-        args += fp8_args()
+        args += fp8_args(c.fp8_recipe or "delayed")
     if c.tp_comm_overlap:
         args.append("--tp-comm-overlap")  # needs --sequence-parallel (arguments.py)
     if c.grad_reduce == "bf16":
@@ -252,15 +252,21 @@ def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
     return args
 
 
-def fp8_args() -> list[str]:
+def fp8_args(recipe: str = "delayed") -> list[str]:
     """Transformer Engine fp8 for the blocks' linear layers (TransformerConfig fields fp8,
     fp8_recipe, fp8_amax_history_len, fp8_amax_compute_algo; transformer_config.py and
     fp8_utils.get_fp8_recipe, core_v0.19.0): the hybrid format (e4m3 forward, e5m2
-    gradients), delayed scaling over a 1024-step amax history taking its max, the recipe
-    NeMo's GPT configs ship; --bf16 stays (fp8 runs inside bf16 mixed precision)."""
-    return ["--fp8-format", "hybrid", "--fp8-recipe", "delayed",
-            "--fp8-amax-history-len", str(efficiency.TRAIN_FP8_AMAX_HISTORY_LEN),
-            "--fp8-amax-compute-algo", "max"]
+    gradients; MXFP8BlockScaling and Float8CurrentScaling take it too) and --fp8-recipe, one
+    of delayed, tensorwise, mxfp8 (choices at core_v0.14.0: tensorwise, delayed, mxfp8,
+    blockwise; core_v0.19.0 adds custom; default delayed in both). Delayed scaling alone reads
+    an amax history: a 1024-step window taking its max, the setting NeMo's GPT configs ship;
+    the other recipes ignore the history flags, so they are left out. --bf16 stays (fp8 runs
+    inside bf16 mixed precision)."""
+    args = ["--fp8-format", "hybrid", "--fp8-recipe", recipe]
+    if recipe == "delayed":
+        args += ["--fp8-amax-history-len", str(efficiency.TRAIN_FP8_AMAX_HISTORY_LEN),
+                 "--fp8-amax-compute-algo", "max"]
+    return args
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,

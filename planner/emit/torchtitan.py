@@ -14,8 +14,12 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   and head weighed as no layer (first/last_stage_less_layers = 0), so the stages are exactly
   the planned ones; an uneven first/last split as module_fqns_per_model_part, stage by stage;
 - recompute -> [activation_checkpoint] mode (selective as per-op SAC, "op");
-- --precision fp8 -> converters = ["quantize.linear.float8"] (tensorwise dynamic scaling, the
-  LM head left in bf16: filter_fqns = ["output"]);
+- --precision fp8 --fp8-recipe tensorwise (torchtitan's default) -> converters =
+  ["quantize.linear.float8"] with recipe_name = "tensorwise" (torchao's dynamic tensor-wise
+  scaling, the LM head left in bf16: filter_fqns = ["output"]); --fp8-recipe mxfp8 ->
+  converters = ["quantize.linear.mx"] with recipe_name = "mxfp8_cublas" (MXLinear's default,
+  torchao's 1x32-block MXFP8 on cuBLAS; SM100 asserted) and filter_fqns = ["output"];
+  delayed scaling has no torchtitan form (train_engines.check_request refuses it);
 - CP rotates KV shards with "alltoall" (a ring pass, the p2p ring the estimate prices) rather
   than the default all-gather.
 Data, tokenizer, optimizer and checkpoint settings are the user's to add.
@@ -52,6 +56,15 @@ RENDEZVOUS_PORT = 29500
 RENDEZVOUS_ID = "plan-train"
 FLOAT8_CONVERTER = "quantize.linear.float8"
 """register_model_converter name (components/quantization/float8.py@v0.2.2)."""
+MX_CONVERTER = "quantize.linear.mx"
+"""register_model_converter name (components/quantization/mx.py@v0.2.2)."""
+FP8_CONVERTERS = {
+    "tensorwise": (FLOAT8_CONVERTER, {"recipe_name": "tensorwise", "filter_fqns": ["output"]}),
+    "mxfp8": (MX_CONVERTER, {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}),
+}
+"""--fp8-recipe -> (converter, its [quantize.linear.*] keys): Float8Linear.recipe_name is
+Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None, MXLinear.recipe_name a torchao
+MX recipe name defaulting to "mxfp8_cublas" (config/job_config.py@v0.2.2)."""
 TORCHTITAN_MODELS = {
     "llama-3.1-8b": ("llama3", "8B"),
     "llama-3.1-70b": ("llama3", "70B"),
@@ -82,7 +95,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     known = TORCHTITAN_MODELS.get(model.name)
     model_keys: dict[str, object] = {} if known is None else {"name": known[0], "flavor": known[1]}
     if c.precision == "fp8":
-        model_keys["converters"] = [FLOAT8_CONVERTER]
+        model_keys["converters"] = [FP8_CONVERTERS[c.fp8_recipe or "tensorwise"][0]]
     m = global_batch // (c.micro_batch_size * c.dp)
     local = c.micro_batch_size * m if c.pp > 1 else c.micro_batch_size
     sections: dict[str, dict[str, object]] = {
@@ -94,7 +107,8 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if c.precision == "fp8":
-        sections["quantize.linear.float8"] = {"filter_fqns": ["output"]}
+        converter, keys = FP8_CONVERTERS[c.fp8_recipe or "tensorwise"]
+        sections[converter] = dict(keys)
     return sections
 
 

@@ -198,6 +198,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message, run_plan):
 @pytest.mark.parametrize("args", [
     ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256", "--seq-len", "8192",
      "--precision", "fp8", "--recompute", "selective"),
+    ("--model", "llama-3.1-8b", "--cluster", "1x8xB200", "--global-batch", "256", "--seq-len", "8192",
+     "--precision", "fp8", "--fp8-recipe", "mxfp8"),
     ("--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--global-batch", "512", "--seq-len", "8192",
      "--layout", "tp=8,pp=4", "--schedule", "interleaved"),
     ("--model", "llama-3.1-405b", "--cluster", "128x8xH100", "--global-batch", "1024", "--seq-len", "8192",

@@ -158,6 +158,14 @@ def test_no_feasible_layout_exits_1():
     # FP8 through Transformer Engine: hybrid format, delayed scaling, 1024-step amax history (max)
     ("llama-3.1-8b_1x8xH100_fp8", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
                                    "--seq-len", "8192", "--precision", "fp8")),
+    # FP8 current scaling: --fp8-recipe tensorwise, no amax-history flags
+    ("llama-3.1-8b_1x8xH100_fp8_tensorwise", ("--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                              "--global-batch", "256", "--seq-len", "8192", "--precision", "fp8",
+                                              "--fp8-recipe", "tensorwise")),
+    # MXFP8 block scaling on Blackwell: --fp8-recipe mxfp8
+    ("llama-3.1-70b_4x8xB200_mxfp8", ("--model", "llama-3.1-70b", "--cluster", "4x8xB200",
+                                      "--global-batch", "256", "--seq-len", "8192", "--precision", "fp8",
+                                      "--fp8-recipe", "mxfp8")),
     # context parallelism for a long sequence: --context-parallel-size, --cp-comm-type p2p
     ("llama-3.1-70b_32x8xH100_cp", ("--model", "llama-3.1-70b", "--cluster", "32x8xH100", "--global-batch", "64",
                                     "--seq-len", "131072")),
