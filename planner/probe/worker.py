@@ -208,7 +208,7 @@ class Progress:
     def step(self, label: str) -> None:
         self.done_steps += 1
         if dist.get_rank() == 0:
-            print(f"{PROGRESS_PREFIX} {self.done_steps} {self.total_steps} {label}", flush=True)
+            emit_line(f"{PROGRESS_PREFIX} {self.done_steps} {self.total_steps} {label}")
 
 
 def run_phase(
@@ -238,7 +238,7 @@ def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, ar
     rows = []
     for group_index, group in mine:
         point = hang.Point(phase.op, phase.link, tuple(group.ranks), size_bytes)
-        print(hang.start_line(point, dist.get_rank(), socket.gethostname()), flush=True)
+        emit_line(hang.start_line(point, dist.get_rank(), socket.gethostname()))
         hang_if_asked(point)
         step, seconds_factor = measure.collective_step(
             phase.op, group.handle, group.ranks, size_bytes, device
@@ -261,8 +261,18 @@ def time_point(phase, phase_index, mine, everyone_in, world_sync, size_bytes, ar
             row["repeat_seconds"] = [s * seconds_factor for s in event_seconds]
             row["host_repeat_seconds"] = [s * seconds_factor for s in host_seconds]
         rows.append(row)
-        print(hang.end_line(dist.get_rank()), flush=True)
+        emit_line(hang.end_line(dist.get_rank()))
     return rows
+
+
+def emit_line(text: str) -> None:
+    """One line to the launcher in a single write(2) on stdout. The ranks of a node share
+    torchrun's pipe, and print(..., flush=True) was seen to let two ranks' lines interleave
+    ("...}@@plan-probe-point start ..." on one line, so neither marker parsed: about half the
+    runs of the synthetic-hang test). A write of at most PIPE_BUF (4,096) bytes to a pipe is
+    atomic (POSIX write(2)); these lines are a few hundred bytes."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (text + "\n").encode())
 
 
 def hang_if_asked(point: hang.Point) -> None:

@@ -369,12 +369,12 @@ def test_a_hung_collective_is_named_in_one_line(tmp_path, tiny_run_seconds):
     hang), so rank 0 waits in it: the deadline's one-line error names the op, the group, the
     size and both ranks, and no process of the run is left (found by its TMPDIR in their
     command lines). The first point, so that a loaded machine's slow sweep cannot be caught
-    by the deadline at an earlier point. The deadline is five tiny runs (at least 45 s): under a
-    full suite's load on 2 cores, start-up, rendezvous and group creation once took more than
-    20 s before the first point."""
+    by the deadline at an earlier point. (It failed in about half its runs while the ranks'
+    marker lines could interleave in the shared pipe; worker.emit_line writes each in one
+    write(2).)"""
     from .test_stop import marked_pids
 
-    timeout_s = max(45, math.ceil(5 * tiny_run_seconds))
+    timeout_s = max(20, math.ceil(3 * tiny_run_seconds))
     marker = str(tmp_path / "tmp")
     os.mkdir(marker)
     env = probe_env(_PLAN_PROBE_TEST_HANG="1:all_reduce:8", TMPDIR=marker)
@@ -395,3 +395,21 @@ def test_a_hung_collective_is_named_in_one_line(tmp_path, tiny_run_seconds):
     assert marked_pids(marker) == []
     assert not (tmp_path / "never.yaml").exists()
     print(line)
+
+
+def test_ranks_lines_never_interleave_in_a_shared_pipe():
+    """Two processes writing 2,000 marker-sized lines each into one pipe, as two ranks share
+    torchrun's stdout: with worker.emit_line every line arrives whole."""
+    code = ("import sys; from planner.probe.worker import emit_line\n"
+            "for i in range(2000): emit_line('@@plan-probe-point end ' + sys.argv[1] + ' ' + 'x' * 150)")
+    env = probe_env()
+    read_end, write_end = os.pipe()
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(rank)], stdout=write_end, env=env)
+                 for rank in (0, 1)]
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        lines = pipe.read().splitlines()
+    assert all(p.wait(timeout=WAIT_S) == 0 for p in processes)
+    assert len(lines) == 4000
+    assert all(line.startswith("@@plan-probe-point end ") and line.endswith("x" * 150)
+               and line.count("@@") == 1 for line in lines)
