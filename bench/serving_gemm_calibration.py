@@ -8,8 +8,8 @@ vLLM 0.24.0's bf16, per-tensor fp8 and NVFP4 linear kernels on H100, H200 and B2
 shapes of a Llama-3.1-8B and -70B layer, tp 1-8, M >= 2048 tokens). For each point the rate the
 kernel implies under the serving step's shape rule is
     R = 2 M N K / ((t - q) u(M) u(N) u(K)),  u(x) = x / (x + GEMM_HALF_RATE_DIMENSION),
-q the activation quantization the step prices apart (serving_time.activation_quant_bytes_per_token's
-per-GEMM share: (2 + written bytes) M K at the GPU's elementwise HBM rate). It is compared with
+q the activation quantization the step prices apart (serving_time.quantize_bytes_per_element
+x M K at the GPU's elementwise HBM rate). It is compared with
 the rate the serving step uses (serving_time.achievable_flops_per_s: the catalog's
 achievable_matmul_tflops, else 0.75 of the peak). Ratio below 1: the step prices these GEMMs
 faster than vLLM runs them. Nothing is fitted here: the step's rates are unchanged (see
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from planner.catalog import resolve_gpu  # noqa: E402
 from planner.cost import efficiency as eff  # noqa: E402
-from planner.cost.serving_time import QUANTIZED_ACTIVATION_BYTES  # noqa: E402
+from planner.cost.serving_time import quantize_bytes_per_element  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/serving_gemm_vllm.csv"
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
@@ -64,9 +64,8 @@ def implied_rates(path: Path = FIXTURE) -> dict[tuple[str, str, str, int], list[
             precision = PRECISION[row["gemm_dtype"]]
             m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
             seconds = float(row["latency_ms"]) * 1e-3
-            written = QUANTIZED_ACTIVATION_BYTES.get(precision)
-            elementwise = gpu.hbm_bytes_per_s * (gpu.elementwise_hbm_utilization or eff.ELEMENTWISE_HBM_UTILIZATION)
-            quant_seconds = 0.0 if written is None else (2 + written) * m * k / elementwise
+            elementwise = eff.elementwise_bytes_per_s(gpu.hbm_bytes_per_s, gpu.elementwise_hbm_utilization)
+            quant_seconds = quantize_bytes_per_element(precision) * m * k / elementwise
             shape = (m / (m + half)) * (n / (n + half)) * (k / (k + half))
             out[(GPUS[row["gpu"]], precision, *layer_tp(n, k))].append(2 * m * n * k / ((seconds - quant_seconds) * shape))
     return out

@@ -105,6 +105,12 @@ class TrainConfig:
     def layout(self) -> Layout:
         return Layout(self.tp, self.pp, self.dp, self.ep, self.cp)
 
+    @property
+    def priced_fp8_recipe(self) -> str:
+        """The recipe the cost model prices: fp8_recipe, or for a configuration built without one
+        (the estimate always fills it in) Megatron's default, delayed scaling."""
+        return self.fp8_recipe or "delayed"
+
     def with_(self, **changes: object) -> TrainConfig:
         """dataclasses.replace without its per-call field introspection (the training search
         copies configurations tens of thousands of times); the fields are plain values."""

@@ -136,11 +136,11 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
         fp8_peak, gpu.achievable_flops_per_s("fp8"))
     bf16_peak = gpu.peak_flops_per_s("bf16") or peak
     flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
-    elementwise = gpu.elementwise_hbm_utilization or efficiency.ELEMENTWISE_HBM_UTILIZATION
     return TrainRates(
         peak_flops_per_s=peak,
         matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),
-        elementwise_bytes_per_s=gpu.hbm_bytes_per_s * elementwise,
+        elementwise_bytes_per_s=efficiency.elementwise_bytes_per_s(gpu.hbm_bytes_per_s,
+                                                                    gpu.elementwise_hbm_utilization),
         fp8_matmul_flops_per_s=fp8,
         gemm_half_rate_dimension=gpu.gemm_half_rate_dimension or efficiency.GEMM_HALF_RATE_DIMENSION,
         flash_forward_flops_per_s=bf16_peak * flash_forward,
@@ -432,7 +432,7 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
                                               expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
                                               grad_bytes)
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
-                                        c.fp8_recipe or "delayed") if c.precision == "fp8" else 0.0)
+                                        c.priced_fp8_recipe) if c.precision == "fp8" else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
 

@@ -127,6 +127,14 @@ softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach ab
 80-90% on A100/H100 (an estimate; docs/cost-model.md#efficiency-constants). A GPU's catalog
 elementwise_hbm_utilization wins (H100 0.90, B200 0.55: AIConfigurator's fp8 cast kernel)."""
 
+
+
+def elementwise_bytes_per_s(hbm_bytes_per_s: float, measured_utilization: float | None) -> float:
+    """The HBM rate of memory-bound elementwise kernels: the GPU's measured share where the
+    catalog has one, else ELEMENTWISE_HBM_UTILIZATION (serving and training alike)."""
+    return hbm_bytes_per_s * (measured_utilization or ELEMENTWISE_HBM_UTILIZATION)
+
+
 ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
 write the outgoing gradient: about twice the forward traffic."""
@@ -184,8 +192,8 @@ csrc/extensions/normalization.cpp Impl::FULLY_FUSED, v2.18): read 1 byte, write 
 TRAIN_FP8_AMAX_BYTES_PER_ELEMENT = 2
 """Current (tensor-wise) scaling's extra pass: the amax of a 16-bit tensor must be known before
 its cast (Float8CurrentScalingQuantizer: one read, 2 bytes; the layernorm kernel writes its
-16-bit output and amax, Impl::FUSED_NORM_AMAX_FP8, and a separate cast follows). Not the
-recipe the planner emits (delayed); priced by fp8_cast_bytes_per_layer(recipe="tensorwise")."""
+16-bit output and amax, Impl::FUSED_NORM_AMAX_FP8, and a separate cast follows). Priced by
+fp8_cast_bytes_per_layer(recipe="tensorwise") for --fp8-recipe tensorwise."""
 TRAIN_MXFP8_BLOCK_ELEMENTS = 32
 """MXFP8BlockScaling (--fp8-recipe mxfp8): one E8M0 scale (1 byte) per 1x32 block of
 consecutive values, along the rows for the row-wise copy and along the columns for the

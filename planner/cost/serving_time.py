@@ -58,20 +58,24 @@ def matmul_precision(model: ModelSpec, cluster: ClusterSpec) -> str:
     return matmul_precision_of_dtype(model)
 
 
-QUANTIZED_ACTIVATION_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16}
+QUANTIZED_ACTIVATION_BYTES_PER_ELEMENT = {"fp8": 1.0, "fp4": 0.5 + 1 / 16}
 """Bytes per element a quantized GEMM input is written in: fp8 one byte; NVFP4 half a byte plus
 one fp8 scale per 16 elements (NVIDIA's NVFP4 format)."""
 
 
+def quantize_bytes_per_element(precision: str, activation_bytes: float = 2) -> float:
+    """HBM traffic of quantizing one GEMM input element for `precision` GEMMs: read the 16-bit
+    activation, write the quantized one (2 + 1 = 3 B for fp8); 0 for 16-bit GEMMs."""
+    written = QUANTIZED_ACTIVATION_BYTES_PER_ELEMENT.get(precision)
+    return 0.0 if written is None else activation_bytes + written
+
+
 def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) -> float:
-    """HBM traffic of quantizing each linear GEMM's input on one GPU per token and layer (read the
-    16-bit activation, write the quantized one): QKV and MLP-up inputs (h each, replicated), the
+    """HBM traffic of quantizing each linear GEMM's input on one GPU per token and layer
+    (quantize_bytes_per_element each): QKV and MLP-up inputs (h each, replicated), the
     output projection's (a*d/t) and MLP-down's (MLP width/t). 0 for 16-bit GEMMs."""
-    written = QUANTIZED_ACTIVATION_BYTES.get(precision)
-    if written is None:
-        return 0.0
     elements = 2 * model.hidden_size + (model.num_attention_heads * model.head_dim + mlp_width_per_token(model)) / tp
-    return (activation_bytes_per_element(model) + written) * elements
+    return quantize_bytes_per_element(precision, activation_bytes_per_element(model)) * elements
 
 
 def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -364,8 +368,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     full_dims, window_dims = multiply_adds_per_attention_pair(model)
     pair_dims = full_pairs * full_dims + window_pairs * window_dims
     attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster, stage.kv_cache_dtype)
-    elementwise_hbm = cluster.gpu.hbm_bytes_per_s * (cluster.gpu.elementwise_hbm_utilization
-                                                     or eff.ELEMENTWISE_HBM_UTILIZATION)
+    elementwise_hbm = eff.elementwise_bytes_per_s(cluster.gpu.hbm_bytes_per_s, cluster.gpu.elementwise_hbm_utilization)
     per_token = (elementwise_bytes_per_token(model, t)
                  + activation_quant_bytes_per_token(model, t, matmul_precision(model, cluster)))
     elementwise = stage.num_layers * sublayers_per_layer(model) * tokens * per_token / elementwise_hbm

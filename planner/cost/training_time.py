@@ -667,7 +667,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     return LayerTerms(
         layer=layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.fp8_recipe or "delayed"),
+                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe),
         tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
         ep=ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance),

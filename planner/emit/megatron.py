@@ -47,6 +47,7 @@ from planner.emit.command import (
     env_prefix,
 )
 from planner.emit.torchrun import torchrun_flags
+from planner.requests import FP8_RECIPE_DEFAULTS
 
 if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (yaml, the schemas)
     from planner.engines import MegatronRelease
@@ -207,7 +208,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     # kernel, which materializes the scores as the 2021-22 code did.
     args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
     if c.precision == "fp8":
-        args += fp8_args(c.fp8_recipe or "delayed")
+        args += fp8_args(c.fp8_recipe or FP8_RECIPE_DEFAULTS["megatron"])
     if c.tp_comm_overlap:
         args.append("--tp-comm-overlap")  # needs --sequence-parallel (arguments.py)
     if c.grad_reduce == "bf16":

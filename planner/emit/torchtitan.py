@@ -38,6 +38,7 @@ from planner.emit.command import (
     NodeSet,
 )
 from planner.emit.torchrun import torchrun_flags
+from planner.requests import FP8_RECIPE_DEFAULTS
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
     TORCHTITAN_RELEASE,
@@ -95,7 +96,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     known = TORCHTITAN_MODELS.get(model.name)
     model_keys: dict[str, object] = {} if known is None else {"name": known[0], "flavor": known[1]}
     if c.precision == "fp8":
-        model_keys["converters"] = [FP8_CONVERTERS[c.fp8_recipe or "tensorwise"][0]]
+        model_keys["converters"] = [FP8_CONVERTERS[c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]][0]]
     m = global_batch // (c.micro_batch_size * c.dp)
     local = c.micro_batch_size * m if c.pp > 1 else c.micro_batch_size
     sections: dict[str, dict[str, object]] = {
@@ -107,7 +108,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if c.precision == "fp8":
-        converter, keys = FP8_CONVERTERS[c.fp8_recipe or "tensorwise"]
+        converter, keys = FP8_CONVERTERS[c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]]
         sections[converter] = dict(keys)
     return sections
 
