@@ -139,8 +139,13 @@ def row_layout(row: MoeRow) -> tuple[Layout, float]:
 
 
 def predict_moe_seconds(row: MoeRow, imbalance: float = 1.0) -> float:
+    """The planner's op time under the collector's routing: a balanced row touches min(E, N e)
+    of the E experts (bench/moe_kernel_calibration.py), a power-law row the uniform expectation."""
     layout, tokens = row_layout(row)
-    return moe_layer_gemm_seconds(model_of(row.spec, row.moe_dtype), cluster(), layout, tokens, imbalance)
+    model = model_of(row.spec, row.moe_dtype)
+    touched = (min(model.num_local_experts, row.num_tokens * model.num_experts_per_tok)
+               if row.distribution == "balanced" else None)
+    return moe_layer_gemm_seconds(model, cluster(), layout, tokens, imbalance, touched)
 
 
 def summary(errors: list[float]) -> dict:

@@ -422,11 +422,40 @@ class InterNodeLink(_Spec):
 
 MAX_GEMM_HALF_RATE_DIMENSION = 4096
 """Bound on a catalog GEMM half-rate dimension (fitted values are 128-384)."""
+MAX_KERNEL_FLOOR_US = 10_000.0
+"""Bound on a catalog kernel's fixed time (fitted MoE floors are 10-50 us)."""
 
 CUDA_RESERVED_GIB_TYPICAL = 0.61
 """nvidia-smi total minus the CUDA-visible total, the median over the GPUs whose visible total
 planner/data/gpus.yaml cites (A100-40GB 0.61, A100-80GB 0.85, H100 0.54, H200 0.60, B200 0.71
 GiB): the memory the driver keeps for itself, used for GPUs with no cited visible total."""
+
+
+class MoeKernel(_Spec):
+    """The serving engine's fused-MoE op for one expert weight format on one GPU, fitted to
+    measurements: floor_us + max(touched experts' weight bytes / (hbm_bandwidth *
+    hbm_utilization), FLOPs / (tflops * u(rows) u(N) u(K))), u(rows) = rows / (rows +
+    half_rows) at the rows each touched expert gets (cost/serving_time.moe_kernel_seconds;
+    docs/cost-model.md, Serving: the MoE kernels)."""
+
+    floor_us: Quantity(MAX_KERNEL_FLOOR_US)
+    """The op's time at negligible work: its kernels' launch and fixed cost."""
+    hbm_utilization: Quantity(1.0)
+    """Share of hbm_bandwidth the op streams touched experts' weights at."""
+    tflops: Quantity(MAX_TFLOPS)
+    """Its asymptotic matmul rate, TFLOP/s."""
+    half_rows: Quantity(MAX_GEMM_HALF_RATE_DIMENSION)
+    """Rows per expert at which it runs at half that rate (tile and wave quantization)."""
+
+
+class ServingMoeKernels(_Spec):
+    """Measured fused-MoE kernels by the routed experts' weight format; None = not measured
+    (the step then prices experts like dense GEMMs)."""
+
+    bf16: MoeKernel | None = None
+    fp8: MoeKernel | None = None
+    mxfp4: MoeKernel | None = None
+    nvfp4: MoeKernel | None = None
 
 
 class GPU(_Spec):
@@ -448,6 +477,8 @@ class GPU(_Spec):
     """The serving engine's own linear kernels (vLLM), measured at prefill shapes: the rate the
     serving step's GEMMs run at where given, else achievable_matmul_tflops (training's
     best-kernel figure). docs/cost-model.md (Serving: one engine step)."""
+    serving_moe_kernels: ServingMoeKernels = Field(default_factory=ServingMoeKernels)
+    """The serving engine's (vLLM) fused-MoE kernels by expert weight format, where measured."""
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner import units
 from planner.cost import efficiency as eff
 from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
@@ -117,12 +118,28 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
         read -= embedding_bytes_per_gpu(model, tp)
     if not model.is_moe:
         return read
-    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
-    local = experts_per_gpu(model, layout.ep)
-    expert_bytes *= routed_expert_share_per_gpu(model, tp, layout.ep) * model.num_local_experts / local  # 1/t or 1
-    untouched_share = 1 - expected_experts_touched(model, expert_group_tokens(layout, num_tokens)) / model.num_local_experts
-    untouched = local * untouched_share
+    local, expert_bytes = local_expert_bytes(model, layout)
+    untouched = local - routed_expert_bytes_read(model, layout, num_tokens) / expert_bytes
     return read - moe_layers_of(model, stage.num_layers) * untouched * expert_bytes
+
+
+def local_expert_bytes(model: ModelSpec, layout: Layout) -> tuple[int, float]:
+    """(E_g, bytes of one of them on the GPU): the GPU's routed experts, each split t ways
+    without EP and whole with it."""
+    local = experts_per_gpu(model, layout.ep)
+    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
+    return local, expert_bytes * routed_expert_share_per_gpu(model, layout.tp, layout.ep) * model.num_local_experts / local
+
+
+def routed_expert_bytes_read(model: ModelSpec, layout: Layout, num_tokens: float,
+                             touched_experts: float | None = None) -> float:
+    """One MoE layer's routed-expert weight bytes a step reads on one GPU: its E_g experts
+    times the share of all E some token chose (expected_experts_touched of the tokens its
+    experts see, or `touched_experts` of E when the routing is known)."""
+    local, expert_bytes = local_expert_bytes(model, layout)
+    if touched_experts is None:
+        touched_experts = expected_experts_touched(model, expert_group_tokens(layout, num_tokens))
+    return local * touched_experts / model.num_local_experts * expert_bytes
 
 
 def active_params_per_layer(model: ModelSpec) -> float:
@@ -240,6 +257,17 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
     return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
 
 
+def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+    """gemm_shape_utilization of the GEMMs outside the fused-MoE op: for MoE the mixer's
+    (QKV, output, a hybrid's projections), which also stands for the shared experts and any
+    dense-FFN layers; the whole layer's for a dense model."""
+    if not model.is_moe:
+        return gemm_shape_utilization(model, layout, num_tokens)
+    mixer = linear_gemms(layer_gemms_forward(model, 1, max(1, round(num_tokens)), layout.tp))
+    gemms = [*mixer[:2], *mixer[4:]]
+    return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
+
+
 def gemm_utilization(gemm: Gemm) -> float:
     """u(M) u(N) u(K), u(x) = x/(x + GEMM_HALF_RATE_DIMENSION): one GEMM's share of the
     achievable matmul rate at its shape. The 128 holds for serving on every GPU: B200's
@@ -250,15 +278,17 @@ def gemm_utilization(gemm: Gemm) -> float:
     return (gemm.m / (gemm.m + half)) * (gemm.n / (gemm.n + half)) * (gemm.k / (gemm.k + half))
 
 
-def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int) -> list[Gemm]:
+def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int,
+              touched_experts: float | None = None) -> list[Gemm]:
     """The MLP's up and down GEMMs on one GPU at num_tokens rows: the dense FFN split t
     ways; for MoE the touched experts on the GPU, each with N e / E_touched(N) rows, N the
     tokens its experts see (expert_group_tokens), an expert's FFN split t ways without EP
-    and whole with it (gemm_shape_utilization)."""
+    and whole with it (gemm_shape_utilization); E_touched = `touched_experts` of E when the
+    routing is known, else expected_experts_touched."""
     f, rows, count, split = model.intermediate_size, num_tokens, 1, layout.tp
     if model.is_moe:
         seen = expert_group_tokens(layout, num_tokens)
-        touched = max(1.0, expected_experts_touched(model, seen))
+        touched = max(1.0, expected_experts_touched(model, seen) if touched_experts is None else touched_experts)
         f = model.expert_intermediate_size
         rows = max(1, round(seen * model.num_experts_per_tok / touched))
         count = max(1, round(touched * experts_per_gpu(model, layout.ep) / model.num_local_experts))
@@ -267,24 +297,76 @@ def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int) -> list[Gemm]:
     return [Gemm(rows, max(1, up), model.hidden_size, count), Gemm(rows, model.hidden_size, max(1, f // split), count)]
 
 
+@dataclass(frozen=True)
+class MoeKernelRates:
+    """What the fused-MoE op's time is priced from (catalog MoeKernel, or the dense fallback)."""
+
+    floor_seconds: float
+    hbm_bytes_per_s: float
+    """The rate it streams the touched experts' weights at."""
+    flops_per_s: float
+    """Its asymptotic matmul rate."""
+    half_rows: float
+    """Rows per expert at half that rate."""
+    source: str
+    """"measured" (the catalog's kernel) or "model" (the dense GEMMs' rates)."""
+
+
+def expert_weight_format(model: ModelSpec) -> str | None:
+    """The routed experts' format as the catalog keys MoE kernels: bf16 (a 16-bit model
+    unquantized), fp8, mxfp4 or nvfp4 (`quantization` covers the experts in every
+    quantization_scope); None for the others (integer weight-only formats)."""
+    if model.quantization is None:
+        return "bf16" if model.dtype in ("bfloat16", "float16") else None
+    return model.quantization if model.quantization in ("fp8", "mxfp4", "nvfp4") else None
+
+
+def moe_kernel(model: ModelSpec, cluster: ClusterSpec) -> MoeKernelRates:
+    """The GPU's measured fused-MoE kernel for the experts' format (catalog
+    serving_moe_kernels), else the dense step's rates: no floor, DECODE_HBM_UTILIZATION,
+    the linear GEMMs' rate and GEMM_HALF_RATE_DIMENSION."""
+    weight_format = expert_weight_format(model)
+    measured = getattr(cluster.gpu.serving_moe_kernels, weight_format) if weight_format else None
+    hbm = cluster.gpu.hbm_bytes_per_s
+    if measured is None:
+        return MoeKernelRates(0.0, hbm * eff.DECODE_HBM_UTILIZATION, achievable_flops_per_s(model, cluster),
+                              eff.GEMM_HALF_RATE_DIMENSION, "model")
+    return MoeKernelRates(units.us_to_seconds(measured.floor_us), hbm * measured.hbm_utilization,
+                          units.tflops_to_flops_per_s(measured.tflops), measured.half_rows, "measured")
+
+
+def moe_kernel_seconds(kernel: MoeKernelRates, weight_bytes: float, gemms: list[Gemm],
+                       load_factor: float = 1.0) -> tuple[float, bool]:
+    """One fused-MoE op on one GPU and whether its weight read bounds it:
+    floor + max(W / B_k, x * sum(F_g / (R_k u_k(M) u(N) u(K)))), W the touched experts' bytes,
+    F_g the FLOPs of each expert GEMM at M rows per expert, u_k(M) = M / (M + half_rows),
+    u(x) = x / (x + GEMM_HALF_RATE_DIMENSION), x the busiest GPU's share of the routed work
+    (expert_load_factor). docs/cost-model.md (Serving: the MoE kernels)."""
+    half = eff.GEMM_HALF_RATE_DIMENSION
+    weight_seconds = weight_bytes / kernel.hbm_bytes_per_s
+    compute_seconds = load_factor * sum(
+        g.flops / (kernel.flops_per_s * (g.m / (g.m + kernel.half_rows)) * (g.n / (g.n + half)) * (g.k / (g.k + half)))
+        for g in gemms)
+    return kernel.floor_seconds + max(weight_seconds, compute_seconds), weight_seconds >= compute_seconds
+
+
 def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
-                           imbalance: float = 1.0) -> float:
-    """One MoE layer's routed-expert GEMMs on the busiest GPU (the fused MoE op, router and
-    all-to-all excluded): max(W / (B_HBM * DECODE_HBM_UTILIZATION), F * x / (R * u)), W the
-    touched experts' weight bytes on the GPU, F and u the FLOPs and shape utilization of
-    mlp_gemms, x expert_load_factor, R the achievable matmul rate; num_tokens the replica's
-    (as in stage_step_time). The same pieces stage_step_time prices the experts with;
-    scored against AIConfigurator's measured MoE kernels by bench/moe_calibration.py."""
+                           imbalance: float = 1.0, touched_experts: float | None = None) -> float:
+    """One MoE layer's routed-expert op on the busiest GPU (router and all-to-all excluded):
+    moe_kernel_seconds at the GPU's kernel (moe_kernel), the touched experts' bytes
+    (routed_expert_bytes_read) and the expert GEMMs (mlp_gemms); num_tokens the replica's
+    (as in stage_step_time), `touched_experts` of E when the routing is known. Scored
+    against AIConfigurator's measured MoE kernels by bench/moe_calibration.py."""
+    return moe_layer_kernel_time(model, cluster, layout, num_tokens, imbalance, touched_experts)[0]
+
+
+def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
+                          imbalance: float = 1.0, touched_experts: float | None = None) -> tuple[float, bool]:
+    """moe_layer_gemm_seconds and whether the weight read bounds it."""
     m = max(1, round(num_tokens))
-    gemms = mlp_gemms(model, layout, m)
-    expert_bytes = expert_params(model) * linear_bytes_per_weight(model)
-    local = experts_per_gpu(model, layout.ep)
-    touched_share = expected_experts_touched(model, expert_group_tokens(layout, m)) / model.num_local_experts
-    split = layout.tp if layout.ep == 1 else 1
-    weight_bytes = local * touched_share * expert_bytes / split
-    weight_seconds = weight_bytes / (cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION)
-    flops_at_rate = sum(g.flops / gemm_utilization(g) for g in gemms) * expert_load_factor(layout, imbalance)
-    return max(weight_seconds, flops_at_rate / achievable_flops_per_s(model, cluster))
+    return moe_kernel_seconds(moe_kernel(model, cluster),
+                              routed_expert_bytes_read(model, layout, m, touched_experts),
+                              mlp_gemms(model, layout, m, touched_experts), expert_load_factor(layout, imbalance))
 
 
 def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
@@ -341,7 +423,9 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                     stage: StageMemory, load: StepLoad,
                     imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> StepTime:
     """One stage, one step of `load`:
-    linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate)
+    linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate);
+                   for MoE the routed experts apart, one fused-MoE op per MoE layer at the
+                   GPU's measured kernel (moe_layer_kernel_time), the rest as above
     attention      (KV read of the decoding sequences + KV written) / HBM
                    + 2 * pairs * a * (d + d_v) * L_s / t at flash attention's rate
                    (a sliding-window layer reads and pairs each query with at most W keys:
@@ -355,14 +439,18 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
-    weight_seconds = decode_weight_bytes_read(model, stage, layout, tokens) / hbm
-    layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens
-    layer_flops += routed_expert_flops(model, stage.num_layers, tokens) * (expert_load_factor(layout, imbalance) - 1)
+    moe_layers = moe_layers_of(model, stage.num_layers)
+    moe_seconds, moe_weight_bound = moe_layer_kernel_time(model, cluster, layout, tokens, imbalance) if moe_layers else (0.0, False)
+    dense_bytes = decode_weight_bytes_read(model, stage, layout, tokens)
+    dense_bytes -= moe_layers * routed_expert_bytes_read(model, layout, tokens) if moe_layers else 0.0
+    weight_seconds = dense_bytes / hbm
+    layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens - routed_expert_flops(
+        model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
     rate = achievable_flops_per_s(model, cluster)
-    compute_seconds = (layer_flops / gemm_shape_utilization(model, layout, tokens)
+    compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens)
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
-    gemm = max(weight_seconds, compute_seconds)
+    gemm = max(weight_seconds, compute_seconds) + moe_layers * moe_seconds
     kv_bytes = stage_kv_bytes_read(stage, load)
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
     full_dims, window_dims = multiply_adds_per_attention_pair(model)
@@ -381,7 +469,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
     alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
     overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
-    bound = "memory" if weight_seconds >= compute_seconds else "compute"
+    dense_weight_bound = weight_seconds >= compute_seconds
+    if moe_layers * moe_seconds > max(weight_seconds, compute_seconds):
+        bound = "memory" if moe_weight_bound else "compute"
+    else:
+        bound = "memory" if dense_weight_bound else "compute"
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + alltoalls + overhead, gemm,
                     attention, allreduce, bound, overhead, alltoall, elementwise)
 

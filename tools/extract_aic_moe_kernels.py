@@ -1,0 +1,64 @@
+"""Extract the AIConfigurator vLLM fused-MoE measurements the serving MoE kernels are fitted to.
+
+    python tools/extract_aic_moe_kernels.py /path/to/aiconfigurator_core/systems/data OUT.csv
+
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm and b200_sxm,
+vLLM 0.24.0's fused MoE op (moe/vllm/0.24.0/moe_perf.parquet) for each expert weight format
+the planner prices with a measured kernel, using the kernel AIConfigurator collected for that
+format on that GPU (KERNELS): balanced routing (AIConfigurator's collector sends token i to
+experts (i + j*ceil(E/k)) mod E, so min(E, N*k) experts are touched), no expert parallelism
+(moe_ep_size 1), tp <= 8 with at least 128 expert columns per GPU (inter_size / tp: what a
+deployment shards an expert to), num_tokens in TOKENS; the fastest of repeated points.
+
+Per-tensor fp8 (ModelOpt's FlashInfer CUTLASS kernel on Hopper) is left out: it runs slower
+than bf16 up to 1,024 tokens in these data (3.9 ms against 1.1 ms for Qwen3-235B's layer at 16
+tokens on H200), and the block-fp8 checkpoints (DeepSeek, Qwen3 FP8) run the Triton kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+VERSION = "0.24.0"
+KERNELS = {
+    ("h100_sxm", "bf16"): "vllm_unquantizedfusedmoe_triton_tritonexperts",
+    ("h200_sxm", "bf16"): "vllm_unquantizedfusedmoe_triton_tritonexperts",
+    ("b200_sxm", "bf16"): "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts",
+    ("h100_sxm", "fp8"): "vllm_fp8moe_triton_tritonexperts",
+    ("h200_sxm", "fp8"): "vllm_fp8moe_triton_tritonexperts",
+    ("b200_sxm", "fp8"): "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+    ("h100_sxm", "mxfp4"): "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+    ("h200_sxm", "mxfp4"): "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+    ("b200_sxm", "mxfp4"): "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    ("b200_sxm", "nvfp4"): "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic",
+}
+"""(GPU, the planner's expert weight format) -> AIConfigurator's kernel_source. fp8 is block fp8
+(moe_dtype fp8_block): Triton's w8a8 block kernel on Hopper, TRT-LLM's on Blackwell."""
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+MAX_TP = 8
+MIN_COLUMNS_PER_GPU = 128
+
+
+def main(root: Path, out: Path) -> None:
+    rows = []
+    for (gpu, weight_format), kernel in KERNELS.items():
+        moe = pd.read_parquet(root / gpu / f"moe/vllm/{VERSION}/moe_perf.parquet")
+        moe = moe[(moe.kernel_source == kernel) & (moe.distribution == "balanced") & (moe.moe_ep_size == 1)
+                  & (moe.moe_tp_size <= MAX_TP) & (moe.inter_size / moe.moe_tp_size >= MIN_COLUMNS_PER_GPU)
+                  & moe.num_tokens.isin(TOKENS)]
+        keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "num_tokens"]
+        best = moe.groupby(keys, as_index=False).latency.min()
+        best.insert(0, "weight_format", weight_format)
+        best.insert(0, "gpu", gpu)
+        rows.append(best.rename(columns={"latency": "latency_ms", "moe_tp_size": "tp"}))
+    table = pd.concat(rows).sort_values(["gpu", "weight_format", "hidden_size", "inter_size", "num_experts", "tp",
+                                         "num_tokens"])
+    table["latency_ms"] = table.latency_ms.map(lambda v: f"{v:.5g}")
+    table.to_csv(out, index=False)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
