@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
+from planner.cost.continuous_batching import kv_limited_sequences
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
@@ -235,10 +236,11 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
 
 
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
-    """Largest C_d <= cap (KV cache holds C_d in+out sequences, vLLM's max_num_seqs) with
-    T_d <= --max-tpot-ms, by bisection (T_d grows with C_d); 0 when one sequence misses."""
+    """Largest C_d <= cap (the sequences the KV cache runs at their mean footprint,
+    kv_limited_sequences; vLLM's max_num_seqs) with T_d <= --max-tpot-ms, by bisection (T_d
+    grows with C_d); 0 when one sequence misses."""
     context = request.input_len + request.output_len / 2
-    cap = min(shape.kv_cache_tokens // (request.input_len + request.output_len),
+    cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len),
               default_max_num_seqs(cluster, request.engine_versions.vllm_release))
     limit = request.max_tpot_seconds
     if cap < 1:

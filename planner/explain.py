@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from planner import sensitivity
 from planner.cost import efficiency as eff
 from planner.cost.comm import alltoall_seconds
+from planner.cost.continuous_batching import kv_tokens_per_running_sequence
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import overhead_bytes
 from planner.cost.serving_time import (
@@ -262,7 +263,8 @@ def grouped_bars(bars: list[tuple[int, tuple, MemoryBar]], pp: int) -> tuple[Mem
 
 
 def serve_memory(cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> tuple[MemoryBar, ...]:
-    kv_tokens_used = result.batch * (request.input_len + request.output_len)
+    footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
+    kv_tokens_used = result.batch * footprint
     bars = []
     for s in result.stages:
         segments = (
@@ -272,7 +274,7 @@ def serve_memory(cluster: ClusterSpec, result: ServeEstimate, request: ServeRequ
             MemorySegment("KV cache", s.kv_cache_bytes),
         )
         note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
-                f"{request.input_len + request.output_len:,} tokens uses "
+                f"{footprint:,.0f} tokens (mean: prompt + half the output) uses "
                 f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
         key = (s.num_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,

@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import SteadyState, steady_state
+from planner.cost.continuous_batching import (
+    SteadyState,
+    kv_limited_sequences,
+    kv_tokens_per_running_sequence,
+    steady_state,
+    with_waiting_clients,
+)
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
@@ -157,15 +163,16 @@ def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
 
 
 def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:
-    """Concurrent sequences per replica: the wanted batch capped by how many in+out
-    sequences the KV cache holds."""
-    seq_tokens = request.input_len + request.output_len
-    fit = kv_cache_tokens // seq_tokens
+    """Concurrent sequences per replica: the wanted batch capped by how many running
+    sequences the KV cache holds at their mean footprint (kv_limited_sequences)."""
+    fit = kv_limited_sequences(kv_cache_tokens, request.input_len, request.output_len)
     notes = []
     if fit < wanted:
+        footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
         notes.append(
-            f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} sequences of "
-            f"{seq_tokens:,} tokens, so concurrency is {fit} (wanted {wanted})"
+            f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} running sequences of "
+            f"{footprint:,.0f} tokens on average (prompt + half the output), so concurrency is {fit} "
+            f"(wanted {wanted})"
         )
     return max(1, min(wanted, fit)), notes
 
@@ -204,7 +211,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     max_model_len = request.max_model_len or model.max_position_embeddings
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)
-    fit = min(s.kv_cache_tokens for s in stages) // (request.input_len + request.output_len)
+    fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len)
     if request.batch is None and fit < wanted:
         # The emitted --max-num-seqs is the batch that fits, and vLLM's profile run (whose
         # sampler pass scales with max_num_seqs) is sized by it: recompute memory with it.
@@ -251,6 +258,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     else:
         batch = cap
     steady = steady_at(batch)
+    if request.batch is not None and request.batch > batch:
+        steady = with_waiting_clients(steady, request.batch)
+        notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
+                     f"for a running request to finish (in TTFT and E2E latency)")
     ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
     if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
         return Rejected(layout, (sla_reason(request, steady),))

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from planner.cost import efficiency as eff
 from planner.cost.serving_time import StepLoad, causal_pairs
 
 ROUND_ALIGNMENT_ROUNDS = 1.0
@@ -30,6 +31,23 @@ round, scaled by (C - 1) / C, the share of the others (alone, it finds the engin
 SOLVER_ITERATIONS = 4
 """Fixed-point passes between the decode count and the prompt's chunking (the chunk a step
 has room for depends on how many sequences decode); converged after 2-3 in practice."""
+
+
+def kv_tokens_per_running_sequence(input_len: float, output_len: float) -> float:
+    """A running sequence's mean KV footprint in the steady state: I + O/2 + half a block.
+    vLLM V1 allocates KV blocks as a request's tokens are scheduled (KVCacheManager.
+    allocate_slots) and, when a running request needs a block and none is free, preempts the
+    most recently admitted one (Scheduler.schedule): the cache is shared by sequences at every
+    point of their decode, not reserved for each one's full I + O. Its last block is on average
+    half full."""
+    return input_len + output_len / 2 + eff.KV_BLOCK_SIZE_TOKENS / 2
+
+
+def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float) -> int:
+    """How many sequences the KV cache runs at once in the steady state: the cache over each
+    one's mean footprint (kv_tokens_per_running_sequence), rounded down. Near this count the
+    footprints' spread preempts now and then; the recomputation is not priced."""
+    return int(kv_cache_tokens // kv_tokens_per_running_sequence(input_len, output_len))
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,11 @@ class SteadyState:
     e2e_seconds: float
     throughput_tokens_per_second: float
     """Output tokens per second of the replica (Little's law: C * O / E2E)."""
+    waiting_clients: float = 0.0
+    """Clients beyond the C the engine runs (KV-limited), each waiting for a running request
+    to finish before its own is admitted."""
+    slot_wait_seconds: float = 0.0
+    """The wait for a slot those clients add to every request's TTFT and E2E."""
 
     @property
     def tpot_seconds(self) -> float:
@@ -64,7 +87,21 @@ class SteadyState:
 
     @property
     def requests_per_second(self) -> float:
-        return self.concurrency / self.e2e_seconds
+        return (self.concurrency + self.waiting_clients) / self.e2e_seconds
+
+
+def with_waiting_clients(steady: SteadyState, clients: float) -> SteadyState:
+    """The steady state of `clients` closed-loop clients when the engine runs only
+    steady.concurrency = C of them: the others queue FIFO for a slot. The engine finishes
+    lambda = C / E2E requests per second (Little's law on the running ones), so by Little's
+    law on the whole loop each request waits (clients - C) / lambda before admission, in its
+    TTFT and E2E; throughput is unchanged. None waiting: the same state."""
+    waiting = clients - steady.concurrency
+    if waiting <= 0:
+        return steady
+    wait = waiting * steady.e2e_seconds / steady.concurrency
+    return replace(steady, waiting_clients=waiting, slot_wait_seconds=wait,
+                   ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
 
 
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +25,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.cost.continuous_batching import steady_state
+from planner.cost.continuous_batching import (
+    kv_limited_sequences,
+    kv_tokens_per_running_sequence,
+    steady_state,
+    with_waiting_clients,
+)
 from planner.cost.serving_time import StepLoad
 from planner.layout import Rejected
 from planner.requests import ServeRequest
@@ -251,3 +256,48 @@ def test_an_sla_plan_past_the_knee_says_it_is_saturated():
     best = json.loads(result.stdout)["recommended"]
     assert best["sla"]["binding"] == "saturation"
     assert any(note.startswith("Saturated:") for note in best["notes"])
+
+
+# ------------------------------------------------- KV-limited running sequences, waiting clients
+
+
+def test_kv_limited_sequences_by_hand():
+    """A running sequence holds its prompt, half its output and half a 16-token block:
+    1024 + 256/2 + 8 = 1,160 tokens; 21,104 // 1,160 = 18 (reserving 1,280 each: 16).
+    One token short of 18 footprints: 17."""
+    assert kv_tokens_per_running_sequence(1024, 256) == 1160
+    assert kv_limited_sequences(21_104, 1024, 256) == 18
+    assert kv_limited_sequences(18 * 1160 - 1, 1024, 256) == 17
+
+
+def test_waiting_clients_little_law():
+    """C = 50 running, E2E 10 s (synthetic: built from the unsaturated case scaled), N = 80
+    clients: lambda = 50 / 10 = 5 requests/s, each waits (80 - 50) / 5 = 6 s before admission.
+    With the hand case of test_steady_state_unsaturated_by_hand (C 25, E2E 5.14959 s) and 40
+    clients: 15 * 5.14959 / 25 = 3.089754 s on TTFT and E2E; TPOT and throughput unchanged;
+    requests per second (25 + 15) / (5.14959 + 3.089754) = 25 / 5.14959."""
+    s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
+    w = with_waiting_clients(s, 40)
+    assert w.slot_wait_seconds == pytest.approx(15 * 5.14959 / 25, rel=1e-9)
+    assert w.ttft_seconds == pytest.approx(0.03484 + 3.089754, rel=1e-6)
+    assert w.e2e_seconds == pytest.approx(5.14959 + 3.089754, rel=1e-6)
+    assert (w.tpot_seconds, w.throughput_tokens_per_second) == (s.tpot_seconds, s.throughput_tokens_per_second)
+    assert w.requests_per_second == pytest.approx(s.requests_per_second, rel=1e-12)
+    assert w.waiting_clients == 15 and w.concurrency == 25
+    assert with_waiting_clients(s, 25) is s and with_waiting_clients(s, 10) is s
+    fifty = replace(s, concurrency=50, e2e_seconds=10.0)
+    assert with_waiting_clients(fifty, 80).slot_wait_seconds == pytest.approx(6.0)
+
+
+def test_kv_starved_batch_waits_for_a_slot(serve_one):
+    """Llama-3.1-70B at tp 2 on two A100-80GB holds 18 running sequences of 1024 + 256
+    (test_70b_on_two_a100_tp2_is_kv_starved); 64 clients: the other 46 wait
+    46 * E2E(18) / 18 in TTFT, said in a note."""
+    starved = serve_one("llama-3.1-70b", "1x2xA100", (2, 1, 1), batch=64, max_model_len=8192)
+    running = serve_one("llama-3.1-70b", "1x2xA100", (2, 1, 1), batch=18, max_model_len=8192)
+    assert starved.batch == running.batch == 18
+    wait = 46 * running.steady.e2e_seconds / 18
+    assert starved.ttft_seconds == pytest.approx(running.ttft_seconds + wait, rel=1e-9)
+    assert starved.tpot_seconds == pytest.approx(running.tpot_seconds, rel=1e-12)
+    assert starved.throughput_tokens_per_second == pytest.approx(running.throughput_tokens_per_second, rel=1e-12)
+    assert any("other 46 clients wait" in note for note in starved.notes)
