@@ -2,7 +2,7 @@
 
     python tools/extract_aic_moe_kernels.py /path/to/aiconfigurator_core/systems/data OUT.csv
 
-Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm and b200_sxm,
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm, gb200 and l40s,
 vLLM 0.24.0's fused MoE op (moe/vllm/0.24.0/moe_perf.parquet) for each expert weight format
 the planner prices with a measured kernel, using the kernel AIConfigurator collected for that
 format on that GPU (KERNELS): balanced routing (AIConfigurator's collector sends token i to
@@ -34,9 +34,17 @@ KERNELS = {
     ("h200_sxm", "mxfp4"): "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
     ("b200_sxm", "mxfp4"): "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
     ("b200_sxm", "nvfp4"): "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic",
+    ("gb200", "bf16"): "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts",
+    ("gb200", "fp8"): "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+    ("gb200", "mxfp4"): "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    ("gb200", "nvfp4"): "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic",
+    ("l40s", "bf16"): "vllm_unquantizedfusedmoe_triton_tritonexperts",
+    ("l40s", "fp8"): "vllm_fp8moe_triton_tritonexperts",
+    ("l40s", "mxfp4"): "vllm_gptossmxfp4moe_marlin_marlinexperts",
 }
 """(GPU, the planner's expert weight format) -> AIConfigurator's kernel_source. fp8 is block fp8
-(moe_dtype fp8_block): Triton's w8a8 block kernel on Hopper, TRT-LLM's on Blackwell."""
+(moe_dtype fp8_block): Triton's w8a8 block kernel on Hopper and Ada, TRT-LLM's on Blackwell; gpt-oss
+MXFP4 runs Marlin on Ada (L40S). A100 is left out: its data (vLLM 0.14.0) has no balanced rows."""
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MAX_TP = 8
 MIN_COLUMNS_PER_GPU = 128
