@@ -544,6 +544,18 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_key_value_heads // tp)
 
 
+def rotary_elements_per_token(model: ModelSpec, tp: int) -> float:
+    """Elements one token's rotary embedding rewrites on one GPU: the query and key heads'
+    (a/t + k_gpu) * d; MLA's decoupled rope parts only, a/t query heads and the one shared key
+    of qk_rope_head_dim each (DeepSeek-V2, arXiv:2405.04434, sec. 2.1.3); 0 with learned
+    positions (position_embedding: learned)."""
+    if model.position_embedding != "rope":
+        return 0.0
+    if model.is_mla:
+        return (model.num_attention_heads / tp + 1) * model.qk_rope_head_dim
+    return (model.num_attention_heads / tp + kv_heads_per_gpu(model, tp)) * model.head_dim
+
+
 def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     """Why attention cannot split over t ranks: every rank needs whole query heads, and KV
     heads must either split evenly (k divisible by t) or replicate evenly (t divisible by

@@ -27,11 +27,11 @@ from planner.cost.params import (
     activation_bytes_per_element,
     expert_params,
     experts_per_gpu,
-    kv_heads_per_gpu,
     linear_bytes_per_weight,
     matmul_precision_of_dtype,
     multiply_adds_per_attention_pair,
     param_counts,
+    rotary_elements_per_token,
     routed_expert_share_per_gpu,
     shared_expert_size,
     sublayers_per_layer,
@@ -398,14 +398,14 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> float:
     SiluAndMul, rotary_embedding.py), e the activation bytes: two fused residual-add + RMSNorms
     on the whole hidden state, replicated on every TP rank (read input and residual, write
     both: 2 x 4e*h); rotary embedding in place on the GPU's query and key heads (read + write:
-    2e*(a/t + k_gpu)*d); the gated activation (read 2f/t, write f/t: 3e*f/t; 2e*f/t ungated).
+    2e*(a/t + k_gpu)*d, params.rotary_elements_per_token: MLA's rope parts, none with learned
+    positions); the gated activation (read 2f/t, write f/t: 3e*f/t; 2e*f/t ungated).
     The KV-cache write is counted with the attention's KV bytes. Llama-3.1-70B at t = 8:
     16*8192 + 4*(8 + 1)*128 + 6*28672/8 = 131,072 + 4,608 + 21,504 = 157,184 B per token per layer.
     docs/cost-model.md (Serving: one engine step)."""
     e = activation_bytes_per_element(model)
-    h, d = model.hidden_size, model.head_dim
-    replicated = 2 * 4 * e * h
-    rotary = 2 * e * (model.num_attention_heads / tp + kv_heads_per_gpu(model, tp)) * d
+    replicated = 2 * 4 * e * model.hidden_size
+    rotary = 2 * e * rotary_elements_per_token(model, tp)
     return replicated + rotary + (3 if model.gated_mlp else 2) * e * mlp_width_per_token(model) / tp
 
 

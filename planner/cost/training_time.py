@@ -42,7 +42,7 @@ from planner.cost.moe import (
     moe_layers_of,
     routed_expert_flops,
 )
-from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu
+from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu, rotary_elements_per_token
 from planner.cost.stage_split import StageSeconds
 from planner.cost.training_memory import (
     StageParams,
@@ -167,7 +167,9 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     Counted kernel by kernel for Megatron's GPT block, e = 2 bytes, masks 1 byte, per token:
     two layernorms (read + write, 4e*h), two fused bias-dropout-adds (read 2, write 1,
     mask: 6e*h + 2h), all /t with sequence parallelism; Q/K/V split and context
-    transposes (read + write: 2e*(2*a*d/t + 2*k_gpu*d)), the fused bias-GeLU or SwiGLU
+    transposes (read + write: 2e*(2*a*d/t + 2*k_gpu*d)), with RoPE the fused rotary kernel on
+    the query and key heads (read + write: 2e*(a/t + k_gpu)*d, params.rotary_elements_per_token;
+    Megatron's apply_rope_fusion), the fused bias-GeLU or SwiGLU
     (2e*f/t or 3e*f/t); per attention score: written by the QK^T GEMM, read + written by the
     fused scale-mask-softmax, read + written by dropout with a 1-byte mask, read by the
     context GEMM ((6e + 1) bytes, a*s/t scores per token). GPT at t = 8: 52*h bytes per token.
@@ -179,7 +181,7 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     replicated = (10 * e + 2) * h * tokens / (tp if sequence_parallel else 1)
     heads = 2 * (a // tp) + 2 * kv_heads_per_gpu(model, tp)
     activation = (3 if model.gated_mlp else 2) * e * f / tp
-    split = (2 * e * heads * d + activation) * tokens
+    split = (2 * e * heads * d + 2 * e * rotary_elements_per_token(model, tp) + activation) * tokens
     scores = 0.0 if attention == "flash" else (6 * e + 1) * a * s * tokens / tp
     return replicated + split + scores, scores
 
