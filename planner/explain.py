@@ -24,6 +24,7 @@ from planner.cost.serving_memory import overhead_bytes
 from planner.cost.serving_time import (
     achievable_flops_per_s,
     matmul_precision,
+    moe_kernel,
     moe_layers_of,
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
@@ -327,9 +328,10 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
         for c in result.collectives)
 
 
-def serve_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown:
+def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate) -> TimeBreakdown:
     """The mean step under load (= TPOT) on the slowest stage: a decode-only round's k
-    micro-batches of work (the memory- or compute-bound part), the fixed per-layer cost and
+    micro-batches of work (the memory- or compute-bound part; for MoE the routed experts' fused
+    op apart, at the GPU's measured kernel or the dense rates), the fixed per-layer cost and
     L_s TP all-reduces, the EP all-to-alls of its MoE layers, the engine's per-step cost; then what prompt chunks add to the mean
     step; the rest of the decode round is waiting, first for the p pipeline sends (exposed),
     then for other stages (bubble)."""
@@ -338,12 +340,13 @@ def serve_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown:
     num_layers = result.stages[result.slowest_stage].num_layers
     decode_round = result.decode_round.seconds if result.decode_round is not None else result.tpot_seconds
     engine = result.decode_round.engine_seconds if result.decode_round is not None else 0.0
-    work = k * step.compute_or_memory_seconds
+    experts = k * step.moe_seconds
+    work = k * step.compute_or_memory_seconds - experts
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
     ep = k * moe_layers_of(model, num_layers) * step.alltoall_seconds_per_moe_layer
-    engine = min(engine, max(0.0, decode_round - work - fixed - tp - ep))
-    idle = max(0.0, decode_round - work - fixed - tp - ep - engine)
+    engine = min(engine, max(0.0, decode_round - work - experts - fixed - tp - ep))
+    idle = max(0.0, decode_round - work - experts - fixed - tp - ep - engine)
     pp = min(idle, p * result.pp_hop_seconds)
     prompts = max(0.0, result.tpot_seconds - decode_round)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
@@ -351,6 +354,7 @@ def serve_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown:
     segments = (
         BreakdownSegment(bound, work),
         BreakdownSegment(other, 0.0),
+        BreakdownSegment(f"routed experts (fused MoE op, {moe_kernel(model, cluster).source} kernel)", experts),
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
         BreakdownSegment("EP all-to-all", ep),
@@ -435,7 +439,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         collectives=serve_collectives(model, cluster, result),
         timeline=timeline,
         timeline_caption=caption,
-        breakdown=serve_breakdown(model, result),
+        breakdown=serve_breakdown(model, cluster, result),
         sensitivity=report,
     )
 

@@ -226,6 +226,8 @@ class StepTime:
     """EP: dispatch + combine of one MoE layer at the step's size (0 without EP)."""
     elementwise_seconds: float = 0.0
     """Norms, rotary embedding and the gated activation over the stage's layers (HBM-bound)."""
+    moe_seconds: float = 0.0
+    """The routed experts' fused-MoE ops over the stage's MoE layers (part of gemm_seconds)."""
 
     @property
     def compute_or_memory_seconds(self) -> float:
@@ -475,7 +477,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     else:
         bound = "memory" if dense_weight_bound else "compute"
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + alltoalls + overhead, gemm,
-                    attention, allreduce, bound, overhead, alltoall, elementwise)
+                    attention, allreduce, bound, overhead, alltoall, elementwise, moe_layers * moe_seconds)
 
 
 def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,

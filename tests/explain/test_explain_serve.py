@@ -116,3 +116,24 @@ def test_measured_curve_sits_beside_the_model() -> None:
     assert all(r.measured_seconds is not None for r in rows)
     assert all(r.total_seconds == r.measured_seconds for r in rows)
     assert rows[0].latency_seconds + rows[0].bandwidth_seconds != pytest.approx(rows[0].measured_seconds)
+
+
+@pytest.mark.parametrize(("cluster_name", "source"), [("1x8xH200", "measured"), ("1x8xA100", "model")])
+def test_moe_breakdown_shows_the_routed_experts_apart(cluster_name: str, source: str) -> None:
+    """Qwen3-235B-A22B fp8 at tp 4: the fused-MoE ops of its 94 MoE layers are their own
+    segment, named by where their rate comes from (H200: the catalog's measured kernel; A100:
+    the dense rates), equal to the decode step's moe_seconds; the segments still sum to TPOT
+    and the render draws every one (up to nine segments besides the bubble)."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster(cluster_name)
+    e = explain_serving(model, cluster, ServeRequest(layout=LayoutFilter(tp=4, pp=1), mode="aggregated"))
+    name = f"routed experts (fused MoE op, {source} kernel)"
+    experts = next(s.seconds for s in e.breakdown.segments if s.name == name)
+    assert experts > 0
+    plan = plan_serving(model, cluster, ServeRequest(layout=LayoutFilter(tp=4, pp=1), mode="aggregated"))
+    best = plan.recommended
+    assert experts == pytest.approx(best.batches_in_flight * best.decode_steps[best.slowest_stage].moe_seconds)
+    assert sum(s.seconds for s in e.breakdown.segments) == pytest.approx(e.breakdown.total_seconds)
+    result = CliRunner().invoke(app, ["explain", "--model", "qwen3-235b-a22b-fp8", "--cluster", cluster_name,
+                                      "--layout", "tp=4,pp=1", "--mode", "aggregated"])
+    assert result.exit_code == 0, result.output
+    assert "routed experts" in result.output
