@@ -48,7 +48,11 @@ from planner import units  # noqa: E402
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.cost import efficiency as eff  # noqa: E402
 from planner.cost.comm import effective_group, group_alltoall_seconds  # noqa: E402
-from planner.cost.serving_time import moe_layer_gemm_seconds  # noqa: E402
+from planner.cost.serving_time import (  # noqa: E402
+    ep_foreign_pair_bytes,
+    ep_foreign_pair_seconds,
+    moe_layer_gemm_seconds,
+)
 from planner.layout import GroupTopology, Layout, intra_node_link  # noqa: E402
 from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
 
@@ -217,6 +221,28 @@ def score_a2a(rows: list[A2aRow], fixed_seconds: float = 0.0) -> dict[str, dict]
     return {key: summary(errors) for key, errors in sorted(groups.items())}
 
 
+EP_FIT_MIN_TOKENS = 1024
+"""EP rows from this size fit the foreign-pair traffic share (below it the op's floor and the
+weight read hide it)."""
+
+
+def fit_ep_foreign_pair_utilization(rows: list[MoeRow]) -> float:
+    """EP_FOREIGN_PAIR_HBM_UTILIZATION: the median over the bf16 balanced EP rows of at least
+    EP_FIT_MIN_TOKENS tokens of ep_foreign_pair_bytes / (HBM bandwidth * (measured - the op
+    without that traffic))."""
+    implied = []
+    for row in rows:
+        if row.distribution != "balanced" or row.moe_ep <= 1 or row.moe_dtype != "bfloat16" \
+                or row.num_tokens < EP_FIT_MIN_TOKENS:
+            continue
+        layout, tokens = row_layout(row)
+        model, m = model_of(row.spec, row.moe_dtype), max(1, round(tokens))
+        without = predict_moe_seconds(row) - ep_foreign_pair_seconds(model, cluster(), layout, m)
+        implied.append(ep_foreign_pair_bytes(model, layout, m)
+                       / (cluster().gpu.hbm_bytes_per_s * (row.measured_seconds - without)))
+    return statistics.median(implied)
+
+
 def fit_alltoall_fixed_seconds(rows: list[A2aRow]) -> float:
     """The fixed cost the alpha-beta model misses: the median over DeepEP's low-latency rows of
     at most A2A_FLOOR_MAX_TOKENS tokens (where the bytes are negligible) of measured minus
@@ -278,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {spec:18} {dtype:10} ep {ep}  {dist:15} {ratio:5.2f}")
     print(f"  fitted ({IMBALANCE_DISTRIBUTION}, bf16, {', '.join(IMBALANCE_SPECS)}): "
           f"{fit_expert_load_imbalance(rows):.3f}; EXPERT_LOAD_IMBALANCE = {eff.EXPERT_LOAD_IMBALANCE}\n")
+    print(f"EP foreign-pair traffic: fitted share of HBM (bf16 EP rows >= {EP_FIT_MIN_TOKENS} tokens) "
+          f"{fit_ep_foreign_pair_utilization(rows):.3f}; EP_FOREIGN_PAIR_HBM_UTILIZATION = "
+          f"{eff.EP_FOREIGN_PAIR_HBM_UTILIZATION}\n")
     print(f"DeepEP floor (median <= {A2A_FLOOR_MAX_TOKENS} tokens) and bytes to peers per second at the largest message")
     for backend, phase in sorted({(r.backend, r.phase) for r in a2a}):
         bandwidths = "  ".join(f"h {h}: {a2a_bandwidth_bytes_per_s(a2a, backend, phase, h) / 1e9:4.0f} GB/s"

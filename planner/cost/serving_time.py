@@ -364,11 +364,38 @@ def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layou
 
 def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
                           imbalance: float = 1.0, touched_experts: float | None = None) -> tuple[float, bool]:
-    """moe_layer_gemm_seconds and whether the weight read bounds it."""
+    """moe_layer_gemm_seconds and whether the weight read bounds it (with EP, plus
+    ep_foreign_pair_seconds)."""
     m = max(1, round(num_tokens))
-    return moe_kernel_seconds(moe_kernel(model, cluster),
-                              routed_expert_bytes_read(model, layout, m, touched_experts),
-                              mlp_gemms(model, layout, m, touched_experts), expert_load_factor(layout, imbalance))
+    seconds, weight_bound = moe_kernel_seconds(moe_kernel(model, cluster),
+                                               routed_expert_bytes_read(model, layout, m, touched_experts),
+                                               mlp_gemms(model, layout, m, touched_experts),
+                                               expert_load_factor(layout, imbalance))
+    return seconds + ep_foreign_pair_seconds(model, cluster, layout, m), weight_bound
+
+
+def ep_foreign_pair_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+    """HBM traffic one GPU's fused-MoE op spends on routed pairs whose expert another GPU holds,
+    under vLLM's default EP path (all2all_backend allgather_reducescatter, vllm/config/parallel.py
+    at 0.33.0): every rank all-gathers the EP group's tokens and runs the fused op on all of
+    them with an expert map, and the op's per-pair buffers (vllm/model_executor/layers/fused_moe/
+    fused_moe.py: the up output [N e, 2F] and the activation [N e, F], written and read; the
+    down output [N e, h], written and summed) cover every pair, its own or not:
+    N_g e (1 - E_g/E) pairs x b (6F + 2h) bytes, N_g the EP group's tokens
+    (expert_group_tokens), b the activation bytes, h the experts' input width. 0 without EP."""
+    if layout.ep <= 1 or not model.is_moe:
+        return 0.0
+    foreign_share = 1 - experts_per_gpu(model, layout.ep) / model.num_local_experts
+    pairs = expert_group_tokens(layout, num_tokens) * model.num_experts_per_tok * foreign_share
+    width = model.moe_latent_size or model.hidden_size
+    return pairs * activation_bytes_per_element(model) * (6 * model.expert_intermediate_size + 2 * width)
+
+
+def ep_foreign_pair_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float) -> float:
+    """ep_foreign_pair_bytes at EP_FOREIGN_PAIR_HBM_UTILIZATION of the GPU's HBM bandwidth
+    (docs/cost-model.md, Serving: the MoE kernels)."""
+    return ep_foreign_pair_bytes(model, layout, num_tokens) / (
+        cluster.gpu.hbm_bytes_per_s * eff.EP_FOREIGN_PAIR_HBM_UTILIZATION)
 
 
 def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:

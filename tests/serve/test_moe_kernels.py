@@ -27,10 +27,14 @@ from planner.catalog import resolve_cluster, resolve_gpu, resolve_model
 from planner.cost.flops import Gemm
 from planner.cost.serving_time import (
     MoeKernelRates,
+    ep_foreign_pair_bytes,
+    ep_foreign_pair_seconds,
     expert_weight_format,
+    mlp_gemms,
     moe_kernel,
     moe_kernel_seconds,
     moe_layer_gemm_seconds,
+    routed_expert_bytes_read,
 )
 from planner.layout import Layout
 
@@ -154,3 +158,20 @@ def test_more_tokens_never_run_faster(spec, cluster_name, tp, a, b):
     floor = moe_kernel(model, cluster).floor_seconds
     assert floor < moe_layer_gemm_seconds(model, cluster, layout, low) <= moe_layer_gemm_seconds(
         model, cluster, layout, high) * (1 + 1e-12)
+
+
+def test_ep_foreign_pair_traffic_hand_worked():
+    """Qwen3-30B-A3B (h 2048, F 768, E 128, e 8) at tp 1, dp 8, ep 8, 1,024 tokens per replica:
+    the EP group's 8,192 tokens route 65,536 pairs, 7/8 of them (112 of 128 experts) to other
+    GPUs: 57,344 pairs x 2 B x (6*768 + 2*2048) = 57,344 x 17,408 = 998,244,352 B, at 0.62 of
+    H200's 4.8 TB/s: 335.4 us on top of the op; none without EP."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xH200")
+    ep = Layout(tp=1, pp=1, dp=8, ep=8)
+    assert ep_foreign_pair_bytes(model, ep, 1024) == 998_244_352
+    assert ep_foreign_pair_seconds(model, cluster, ep, 1024) == pytest.approx(998_244_352 / (0.62 * 4.8e12))
+    assert ep_foreign_pair_seconds(model, cluster, ep, 1024) == pytest.approx(335.4e-6, rel=1e-3)
+    assert ep_foreign_pair_bytes(model, Layout(tp=8, pp=1, dp=1), 1024) == 0
+    with_ep = moe_layer_gemm_seconds(model, cluster, ep, 1024)
+    assert with_ep == pytest.approx(moe_kernel_seconds(
+        moe_kernel(model, cluster), routed_expert_bytes_read(model, ep, 1024), mlp_gemms(model, ep, 1024),
+        1.0)[0] + 335.4e-6, rel=1e-3)
