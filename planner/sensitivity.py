@@ -186,6 +186,15 @@ def _scaled_tflops(model, factor: float):
     })
 
 
+def _scaled_moe_kernels(kernels, factor: float):
+    """The measured fused-MoE kernels with their matmul rates scaled (their weight streams
+    follow the HBM bandwidth already)."""
+    return kernels.model_copy(update={
+        name: kernel.model_copy(update={"tflops": kernel.tflops * factor})
+        for name in type(kernels).model_fields if (kernel := getattr(kernels, name)) is not None
+    })
+
+
 def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSpec:
     """The cluster as the model would see it with these inputs (see the module docstring)."""
     update: dict = {}
@@ -212,6 +221,7 @@ def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSp
         "peak_tflops": _scaled_tflops(gpu.peak_tflops, knobs.matmul_efficiency),
         "achievable_matmul_tflops": _scaled_tflops(gpu.achievable_matmul_tflops, knobs.matmul_efficiency),
         "serving_matmul_tflops": _scaled_tflops(gpu.serving_matmul_tflops, knobs.matmul_efficiency),
+        "serving_moe_kernels": _scaled_moe_kernels(gpu.serving_moe_kernels, knobs.matmul_efficiency),
         **memory,
     })
     return cluster.model_copy(update=update)

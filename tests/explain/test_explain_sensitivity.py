@@ -109,6 +109,10 @@ def test_knobs_scale_exactly_what_they_name() -> None:
     assert moved.inter_node.latency_us == 3 * cluster.inter_node.latency_us
     assert moved.gpu.hbm_bandwidth_gb_per_s == pytest.approx(0.8 * cluster.gpu.hbm_bandwidth_gb_per_s)
     assert moved.gpu.peak_tflops.bf16 == pytest.approx(1.2 * cluster.gpu.peak_tflops.bf16)
+    kernel, before = moved.gpu.serving_moe_kernels.fp8, cluster.gpu.serving_moe_kernels.fp8
+    assert kernel.tflops == pytest.approx(1.2 * before.tflops)
+    assert (kernel.floor_us, kernel.hbm_utilization, kernel.half_rows) == (
+        before.floor_us, before.hbm_utilization, before.half_rows)
     assert moved.gpu.memory_gib == cluster.gpu.memory_gib
     assert apply_knobs(cluster, Knobs(), BASE) == cluster
 
