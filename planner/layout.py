@@ -79,7 +79,7 @@ class TrainConfig:
     """bf16 | fp8 [--fp8-format hybrid, Transformer Engine]: not searched, the request's
     choice; the training estimate fills it in from the request (docs/cost-model.md#training-fp8)."""
     fp8_recipe: str | None = None
-    """delayed | tensorwise | mxfp8 [--fp8-recipe] with fp8, None with bf16: the request's
+    """delayed | tensorwise | mxfp8 | blockwise [--fp8-recipe] with fp8, None with bf16: the request's
     (TrainRequest.resolved_fp8_recipe), filled in by the training estimate."""
 
     ep: int = 1

@@ -132,8 +132,8 @@ class ServeRequest:
                 check_positive(flag, units.seconds_to_ms(limit))
 
 
-Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
-FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8", "blockwise")
 FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan": "tensorwise"}
 """Each engine's own default scaling: Megatron-LM's --fp8-recipe defaults to delayed
 (arguments.py at core_v0.14.0; TransformerConfig.fp8_recipe at core_v0.19.0); torchtitan's
@@ -166,7 +166,8 @@ class TrainRequest:
     needs a GPU with fp8 tensor cores)."""
     fp8_recipe: Fp8Recipe | None = None
     """`--fp8-recipe`, only with --precision fp8: delayed (Transformer Engine DelayedScaling),
-    tensorwise (Float8CurrentScaling) or mxfp8 (MXFP8BlockScaling, Blackwell); None = the
+    tensorwise (Float8CurrentScaling), mxfp8 (MXFP8BlockScaling, Blackwell) or blockwise
+    (Float8BlockScaling, Hopper and later; Megatron only); None = the
     engine's default, FP8_RECIPE_DEFAULTS (resolved by `resolved_fp8_recipe`)."""
     grad_reduce: Literal["fp32", "bf16"] = "fp32"
     """`--grad-reduce`: the main gradients' dtype, fp32 (Megatron's default) or bf16

@@ -423,7 +423,9 @@ class InterNodeLink(_Spec):
 MAX_GEMM_HALF_RATE_DIMENSION = 4096
 """Bound on a catalog GEMM half-rate dimension (fitted values are 128-384)."""
 MAX_KERNEL_FLOOR_US = 10_000.0
-"""Bound on a catalog kernel's fixed time (fitted MoE floors are 10-50 us)."""
+"""Bound on a catalog kernel's fixed time (fitted MoE floors are 1-40 us)."""
+MAX_COMPUTE_CAPABILITY = 20.0
+"""Bound on a catalog compute capability (10.0 is Blackwell)."""
 
 CUDA_RESERVED_GIB_TYPICAL = 0.61
 """nvidia-smi total minus the CUDA-visible total, the median over the GPUs whose visible total
@@ -477,6 +479,10 @@ class GPU(_Spec):
     """The serving engine's own linear kernels (vLLM), measured at prefill shapes: the rate the
     serving step's GEMMs run at where given, else achievable_matmul_tflops (training's
     best-kernel figure). docs/cost-model.md (Serving: one engine step)."""
+    compute_capability: Quantity(MAX_COMPUTE_CAPABILITY) | None = None
+    """NVIDIA's compute capability (major.minor: 8.0 Ampere, 8.9 Ada, 9.0 Hopper, 10.0
+    Blackwell); None when not NVIDIA or not given. Gates what needs an architecture, e.g.
+    Transformer Engine's block-scaled fp8 (>= 9.0)."""
     serving_moe_kernels: ServingMoeKernels = Field(default_factory=ServingMoeKernels)
     """The serving engine's (vLLM) fused-MoE kernels by expert weight format, where measured."""
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None

@@ -154,7 +154,8 @@ def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None
     capability; MX GEMMs came with Blackwell (SM100) together with fp4, so the rule is "the
     GPU's catalog entry has an fp4 peak" (B200, GB200). TE refuses MXFP8 below SM100
     (check_mxfp8_support, pytorch/quantization.py at v2.18) and torchtitan's MX converter
-    asserts SM100 (components/quantization/mx.py at v0.2.2)."""
+    asserts SM100 (components/quantization/mx.py at v0.2.2). --fp8-recipe blockwise needs
+    compute capability 9.0 (GPU.compute_capability; a profile without one is not refused)."""
     gpu = cluster.gpu
     if precision == "fp8" and gpu.peak_flops_per_s("fp8") is None:
         raise SpecError(f"--precision fp8: {gpu.name} has no fp8 tensor cores "
@@ -162,6 +163,16 @@ def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None
     if fp8_recipe == "mxfp8" and gpu.peak_flops_per_s("fp4") is None:
         raise SpecError(f"--fp8-recipe mxfp8: {gpu.name} has no MX block-scaled tensor cores "
                         f"(Blackwell: B200, GB200); use --fp8-recipe tensorwise or delayed")
+    if (fp8_recipe == "blockwise" and gpu.compute_capability is not None
+            and gpu.compute_capability < BLOCKWISE_MIN_COMPUTE_CAPABILITY):
+        raise SpecError(f"--fp8-recipe blockwise: {gpu.name} (compute capability {gpu.compute_capability:g}) "
+                        f"has no block-scaled fp8 GEMMs (Transformer Engine needs 9.0, Hopper, or later); "
+                        f"use --fp8-recipe tensorwise or delayed")
+
+
+BLOCKWISE_MIN_COMPUTE_CAPABILITY = 9.0
+"""Transformer Engine v2.18's _compute_fp8_block_scaling_support: compute capability >= 9.0 and
+CUDA >= 12.9 (pytorch/quantization.py)."""
 
 
 def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch: int,

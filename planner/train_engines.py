@@ -81,6 +81,10 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     if request.grad_reduce != "fp32":
         raise SpecError(f"--grad-reduce {request.grad_reduce}: torchtitan {TORCHTITAN_RELEASE} reduces gradients "
                         "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")
+    if request.resolved_fp8_recipe == "blockwise":
+        raise SpecError(f"--fp8-recipe blockwise: torchtitan {TORCHTITAN_RELEASE} has no block-scaled fp8 "
+                        "(float8 recipes tensorwise and rowwise, MX mxfp8); use --engine megatron or "
+                        "--fp8-recipe tensorwise")
     if request.resolved_fp8_recipe == "delayed":
         raise SpecError(f"--fp8-recipe delayed: torchtitan {TORCHTITAN_RELEASE}'s float8 (torchao) has no delayed "
                         "scaling, only dynamic scaling; use --fp8-recipe tensorwise or mxfp8")

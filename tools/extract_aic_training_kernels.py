@@ -3,7 +3,8 @@
     python tools/extract_aic_training_kernels.py /path/to/aiconfigurator_core/systems/data OUT_DIR
 
 Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm and b200_sxm:
-gemm (TRT-LLM 1.3.0rc20, torch_flow, bf16 and per-tensor fp8) at the fprop and dgrad shapes of
+gemm (TRT-LLM 1.3.0rc20, torch_flow, bf16, per-tensor fp8 and block-scaled fp8 (fp8_block, its
+quantization not separated: quantize_ms 0)) at the fprop and dgrad shapes of
 a Llama-3.1-8B and -70B layer (M 4096/8192/16384 tokens, tp 1-8; grid points only), with the fp8
 rows' activation quantization (compute_scale + scale_matrix at the same m, k) beside them;
 the fp8 cast (scale_matrix) at m, k in 4096-16384; and bf16 context attention at 8K, head dim
@@ -38,7 +39,7 @@ def main(root: Path, out: Path) -> None:
     for gpu in GPUS:
         base = root / gpu
         gemm = pd.read_parquet(base / "gemm/trtllm/1.3.0rc20/gemm_perf.parquet")
-        gemm = gemm[(gemm.kernel_source == "torch_flow") & gemm.gemm_dtype.isin(["bfloat16", "fp8"])]
+        gemm = gemm[(gemm.kernel_source == "torch_flow") & gemm.gemm_dtype.isin(["bfloat16", "fp8", "fp8_block"])]
         shapes = layer_shapes()
         gemm = gemm[[s in shapes for s in zip(gemm.m, gemm.n, gemm.k, strict=True)]]
         scale = pd.read_parquet(base / "quantize/trtllm/1.3.0rc20/computescale_perf.parquet")

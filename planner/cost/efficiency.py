@@ -225,6 +225,26 @@ TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2 * TRAIN_MXFP8_COPY_BYTES_PER_ELEMEN
 """Per linear-layer weight with --fp8-recipe mxfp8: the row-wise (fprop) and column-wise
 (dgrad) MXFP8 copies with their scales, 2.0625 bytes. Unlike tensor-wise fp8 on Blackwell the
 two are not one tensor read two ways: the blocks run along different dimensions."""
+TRAIN_FP8_BLOCKWISE_COPY_BYTES_PER_ELEMENT = 1 + 4 / 128
+"""Float8BlockScaling (--fp8-recipe blockwise): one fp32 scale (4 bytes) per 1x128 block of an
+activation or gradient, along the rows for the row-wise copy and along the columns for the
+column-wise one (TransformerEngine v2.18: common/recipe/__init__.py Float8BlockScaling,
+x_block_scaling_dim = grad_block_scaling_dim = 1, w_block_scaling_dim = 2; block length 128):
+1 + 4/128 = 1.03125 bytes per element per copy."""
+TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT = 2 + 2 * TRAIN_FP8_BLOCKWISE_COPY_BYTES_PER_ELEMENT
+"""TE's block-wise quantize of a 16-bit tensor both GEMM directions use: read 2 bytes, write
+both copies computed from the 16-bit input (the recipe's docstring: "both versions are
+computed from the high precision input to avoid double quantization errors"), the block amax
+inside the kernel: 2 + 2 * 1.03125 = 4.0625 B/element, no amax pass, no history."""
+TRAIN_FP8_BLOCKWISE_WEIGHT_CACHE_BYTES_PER_PARAM = 2 * (1 + 4 / (128 * 128))
+"""Per linear-layer weight with --fp8-recipe blockwise: the row-wise and column-wise fp8
+copies, one fp32 scale per 128x128 block each: 2.0005 bytes."""
+TRAIN_FP8_BLOCKWISE_GEMM_RATE_RATIO = 0.97
+"""Block-scaled fp8 GEMMs (per-block scales, split accumulation in all three GEMMs) over the
+per-tensor fp8 rate: AIConfigurator's TRT-LLM 1.3.0rc20 fp8_block against fp8 latencies at the
+Llama-3.1-8B/70B fprop and dgrad shapes, M 4096-16384, tp 1-8 on H100 (102 points of
+tests/fixtures/aiconfigurator_silicon/training_gemm.csv; aiconfigurator-core 0.12.0): median
+0.973. Used on every GPU (the fixture has no Blackwell block-scaled point)."""
 TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT = 1
 """TE saves a linear layer's input for its wgrad GEMM as the quantized fp8 tensor, not the
 16-bit one (linear.py `saved_inputmat = inputmat`, row-wise data discarded when only the

@@ -181,16 +181,17 @@ def fp8_weight_cache_bytes(model: ModelSpec, tp: int, num_layers: float, dp: int
     each: delayed and tensorwise 2, the fp8 copy TE keeps across micro-batches and its
     transpose for the dgrad GEMM (efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM); mxfp8
     2.0625, the row-wise and column-wise MXFP8 copies with their 1/32 scales
-    (TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM). S_gemm: delayed scaling's amax histories and
+    (TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM); blockwise 2.0005, both fp8 copies with one fp32
+    scale per 128x128 block (TRAIN_FP8_BLOCKWISE_WEIGHT_CACHE_BYTES_PER_PARAM). S_gemm: delayed scaling's amax histories and
     scales (TRAIN_FP8_SCALING_BYTES_PER_GEMM), 0 for the other recipes. The 16-bit
     weights stay (Megatron keeps bf16 params unless --fp8-param-gather, not emitted). The
     embedding and the LM head stay 16-bit: Megatron's output layer is a plain
     ColumnParallelLinear unless the MXFP8 recipe and --fp8-output-proj are set
     (megatron/core/models/gpt/gpt_model.py, core_v0.19.0; --fp8-output-proj not emitted).
     Assumption: ZeRO-3 (Megatron FSDP) keeps only its shard's copies between uses."""
-    mxfp8 = recipe == "mxfp8"
-    per_param = (efficiency.TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM if mxfp8
-                 else efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM)
+    per_param = {"mxfp8": efficiency.TRAIN_MXFP8_WEIGHT_CACHE_BYTES_PER_PARAM,
+                 "blockwise": efficiency.TRAIN_FP8_BLOCKWISE_WEIGHT_CACHE_BYTES_PER_PARAM}.get(
+        recipe, efficiency.TRAIN_FP8_WEIGHT_CACHE_BYTES_PER_PARAM)
     scaling = efficiency.TRAIN_FP8_SCALING_BYTES_PER_GEMM if recipe == "delayed" else 0
     per_layer = layer_linear_weights_per_gpu(model, tp, ep) * per_param + fp8_gemms_per_layer(model) * scaling
     return num_layers * per_layer / (dp if zero_stage >= 3 else 1)

@@ -82,16 +82,18 @@ class TrainRates:
     """Flash-attention backward rate (None: FLASH_ATTENTION_BACKWARD_FRACTION_OF_PEAK of the peak)."""
 
 
-def linear_rates(rates: TrainRates, precision: str) -> TrainRates:
+def linear_rates(rates: TrainRates, precision: str, fp8_recipe: str = "delayed") -> TrainRates:
     """The rates a block's linear GEMMs (QKV, output projection, MLP; forward, dgrad, wgrad)
     run at: with --precision fp8 the fp8 matmul rate, Transformer Engine running all three
     GEMMs of each layer in fp8 (hybrid: e4m3 forward, e5m2 gradients; Megatron's
-    fp8_wgrad defaults True, transformer_config.py core_v0.19.0). Attention, the LM head,
-    norms and elementwise work keep `rates`."""
+    fp8_wgrad defaults True, transformer_config.py core_v0.19.0), block-scaled ones
+    (fp8_recipe blockwise) at TRAIN_FP8_BLOCKWISE_GEMM_RATE_RATIO of it. Attention, the LM
+    head, norms and elementwise work keep `rates`."""
     if precision != "fp8":
         return rates
     assert rates.fp8_matmul_flops_per_s is not None, "train.check_precision refuses GPUs without fp8"
-    return replace(rates, matmul_flops_per_s=rates.fp8_matmul_flops_per_s)
+    ratio = efficiency.TRAIN_FP8_BLOCKWISE_GEMM_RATE_RATIO if fp8_recipe == "blockwise" else 1.0
+    return replace(rates, matmul_flops_per_s=rates.fp8_matmul_flops_per_s * ratio)
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,9 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     (+2 write, +2 read less the fused write). recipe "mxfp8" (MXFP8BlockScaling): every one of
     these tensors, the layernorm outputs included (the norm runs unfused and writes 16-bit),
     is quantized once into both MXFP8 copies, 4.0625 B/element
-    (efficiency.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT); no amax pass. Weights: cached per step,
+    (efficiency.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT); no amax pass. recipe "blockwise"
+    (Float8BlockScaling): the same tensors into both 1x128-block copies with fp32 scales, also
+    4.0625 B/element (TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT). Weights: cached per step,
     not counted here. Llama-3.1-8B at t = 1, per token: delayed forward 90,112 B, backward
     172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B."""
     e = efficiency
@@ -228,9 +232,11 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     up_out = (2 if model.gated_mlp else 1) * f / tp
     cast_forward, norm_outputs = context + activation, 2 * h
     cast_backward = qkv_out + h + up_out + h
-    if recipe == "mxfp8":
-        forward = e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT * (cast_forward + norm_outputs)
-        backward = e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT * cast_backward
+    if recipe in ("mxfp8", "blockwise"):
+        per_element = (e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT if recipe == "mxfp8"
+                       else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
+        forward = per_element * (cast_forward + norm_outputs)
+        backward = per_element * cast_backward
         return forward * s * b, backward * s * b
     forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
                + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
@@ -272,7 +278,7 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
     Transformer Engine's unfused fp8 casts and transposes (fp8_cast_bytes_per_layer) at the
-    HBM rate (fp8_recipe: delayed, tensorwise or mxfp8); full recompute repeats the forward's.
+    HBM rate (fp8_recipe: delayed, tensorwise, mxfp8 or blockwise); full recompute repeats the forward's.
     MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout).
     CP: s is the rank's chunk s/cp; its flash attention does cp times the chunk's own causal
     pairs, (s/cp)^2/2 per ring step over cp steps = 1/cp of the sequence's s^2/2 (the
@@ -280,7 +286,7 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     gemms = layer_gemms_forward(model, b, s, tp)
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
-    linear = linear_rates(rates, precision)
+    linear = linear_rates(rates, precision, fp8_recipe)
     casts_forward, casts_backward = (fp8_cast_bytes_per_layer(model, s, b, tp, fp8_recipe)
                                      if precision == "fp8" else (0.0, 0.0))
     if attention == "flash":
@@ -348,7 +354,7 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     allreduce = comm.allreduce_seconds(message_bytes, placement.tp_group, curve, hierarchical=True)
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
-    linear = linear_rates(rates, config.precision)
+    linear = linear_rates(rates, config.precision, config.priced_fp8_recipe)
     column_parallel = [gemm_seconds(g, linear) for g in (gemms[0], gemms[2])]
     measured = curve is not None
     if config.sequence_parallel:
@@ -432,7 +438,8 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     share = moe_layers_of(model, 1)
     routed_flops = routed_expert_flops(model, 1, b * s / config.tp) / share
     load = expert_load_factor(layout, imbalance)
-    imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(rates, config.precision).matmul_flops_per_s
+    imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(
+        rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
     link = group.inter or group.intra
     curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
     return EpSeconds(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 6 if full else 4,

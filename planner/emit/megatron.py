@@ -257,8 +257,8 @@ def fp8_args(recipe: str = "delayed") -> list[str]:
     """Transformer Engine fp8 for the blocks' linear layers (TransformerConfig fields fp8,
     fp8_recipe, fp8_amax_history_len, fp8_amax_compute_algo; transformer_config.py and
     fp8_utils.get_fp8_recipe, core_v0.19.0): the hybrid format (e4m3 forward, e5m2
-    gradients; MXFP8BlockScaling and Float8CurrentScaling take it too) and --fp8-recipe, one
-    of delayed, tensorwise, mxfp8 (choices at core_v0.14.0: tensorwise, delayed, mxfp8,
+    gradients; MXFP8BlockScaling, Float8BlockScaling and Float8CurrentScaling take it too) and
+    --fp8-recipe, one of delayed, tensorwise, mxfp8, blockwise (choices at core_v0.14.0: tensorwise, delayed, mxfp8,
     blockwise; core_v0.19.0 adds custom; default delayed in both). Delayed scaling alone reads
     an amax history: a 1024-step window taking its max, the setting NeMo's GPT configs ship;
     the other recipes ignore the history flags, so they are left out. --bf16 stays (fp8 runs

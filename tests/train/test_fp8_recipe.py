@@ -1,6 +1,6 @@
-"""--fp8-recipe delayed | tensorwise | mxfp8 (docs/cost-model.md#training-fp8-recipes): the
+"""--fp8-recipe delayed | tensorwise | mxfp8 | blockwise (docs/cost-model.md#training-fp8-recipes): the
 casts and weight copies of each recipe by hand on Llama-3.1-8B, the request and CLI errors,
-the Blackwell rule for MXFP8, and each engine's launch flags."""
+the Blackwell rule for MXFP8, the Hopper rule for block scaling, and each engine's launch flags."""
 
 from __future__ import annotations
 
@@ -61,6 +61,32 @@ def test_mxfp8_casts_8b_by_hand():
     assert fp8_cast_bytes_per_layer(LLAMA8B, TOKENS, 1, 1, "mxfp8") == (108_160 * TOKENS, 174_720 * TOKENS)
 
 
+def test_blockwise_casts_8b_by_hand():
+    """Block scaling (Float8BlockScaling): every tensor read once (2 B) and written as both
+    copies with one fp32 scale per 1x128 block: 2 + 2 * (1 + 4/128) = 4.0625 B/element, as
+    MXFP8 (its 1-byte scales per 32 weigh the same): forward 108,160 B, backward 174,720 B."""
+    assert efficiency.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT == 4.0625
+    assert fp8_cast_bytes_per_layer(LLAMA8B, TOKENS, 1, 1, "blockwise") == (108_160 * TOKENS, 174_720 * TOKENS)
+
+
+def test_blockwise_gemm_rate_ratio_is_the_fixtures_median():
+    """TRT-LLM's fp8_block over its fp8 latency on H100 at the 8B/70B layer shapes of
+    tests/fixtures/aiconfigurator_silicon/training_gemm.csv (102 points): median 0.973,
+    TRAIN_FP8_BLOCKWISE_GEMM_RATE_RATIO 0.97."""
+    import csv
+    import statistics
+    from pathlib import Path
+    rows = list(csv.DictReader((Path(__file__).resolve().parents[1]
+                                / "fixtures/aiconfigurator_silicon/training_gemm.csv").open()))
+    by_dtype = {d: {(r["m"], r["n"], r["k"]): float(r["latency_ms"]) for r in rows
+                    if r["gpu"] == "h100_sxm" and r["gemm_dtype"] == d} for d in ("fp8", "fp8_block")}
+    shapes = [s for s in by_dtype["fp8_block"] if s in by_dtype["fp8"]]
+    assert len(shapes) == 102
+    ratio = statistics.median(by_dtype["fp8"][s] / by_dtype["fp8_block"][s] for s in shapes)
+    assert ratio == pytest.approx(0.973, abs=0.001)
+    assert efficiency.TRAIN_FP8_BLOCKWISE_GEMM_RATE_RATIO == pytest.approx(ratio, abs=0.005)
+
+
 def test_weight_copies_by_recipe_8b():
     """Per block at t = 1: linear weights 4096 * (4096 + 2 * 1024) QKV + 4096^2 projection
     + 3 * 4096 * 14336 MLP = 25,165,824 + 16,777,216 + 176,160,768 = 218,103,808.
@@ -71,6 +97,8 @@ def test_weight_copies_by_recipe_8b():
     assert fp8_weight_cache_bytes(LLAMA8B, 1, 1, 1, 0, recipe="delayed") == 2 * weights + 82_080
     assert fp8_weight_cache_bytes(LLAMA8B, 1, 1, 1, 0, recipe="tensorwise") == 436_207_616
     assert fp8_weight_cache_bytes(LLAMA8B, 1, 1, 1, 0, recipe="mxfp8") == 2.0625 * weights == 449_839_104
+    # blockwise: 2 * (1 + 4/16384) = 2.00048828125 B each = 436,314,112
+    assert fp8_weight_cache_bytes(LLAMA8B, 1, 1, 1, 0, recipe="blockwise") == pytest.approx(436_314_112)
 
 
 def test_estimate_prices_the_requested_recipe():
@@ -85,6 +113,30 @@ def test_estimate_prices_the_requested_recipe():
     assert runs["tensorwise"].step_time_seconds > runs["delayed"].step_time_seconds
     assert runs["mxfp8"].memory.weights_bytes - runs["delayed"].memory.weights_bytes == pytest.approx(
         32 * (0.0625 * 218_103_808 - 4 * 20_520), rel=1e-12)
+
+
+def test_blockwise_runs_its_gemms_at_the_block_rate():
+    """Same configuration on H100: blockwise's step is slower than delayed's (its GEMMs at 0.97 of
+    the fp8 rate, more cast traffic); the estimate carries the recipe."""
+    config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "full", False, 3)
+    cluster = resolve_cluster("1x8xH100")
+    runs = {r: estimate(LLAMA8B, cluster, config, TrainRequest(global_batch=64, seq_len=8192,
+                                                               precision="fp8", fp8_recipe=r))
+            for r in ("delayed", "blockwise")}
+    assert runs["blockwise"].config.fp8_recipe == "blockwise", runs["blockwise"]
+    assert runs["blockwise"].step_time_seconds > runs["delayed"].step_time_seconds
+
+
+def test_blockwise_needs_hopper():
+    """Transformer Engine's block-scaled GEMMs need compute capability 9.0: refused on L40S
+    (8.9), allowed on H100 and B200; a profile without a compute capability is not refused."""
+    with pytest.raises(SpecError, match=r"^--fp8-recipe blockwise: L40S \(compute capability 8.9\)"):
+        check_precision(resolve_cluster("1x8xL40S"), "fp8", "blockwise")
+    check_precision(resolve_cluster("1x8xH100"), "fp8", "blockwise")
+    check_precision(resolve_cluster("1x8xB200"), "fp8", "blockwise")
+    unknown = resolve_cluster("1x8xL40S")
+    unknown = unknown.model_copy(update={"gpu": unknown.gpu.model_copy(update={"compute_capability": None})})
+    check_precision(unknown, "fp8", "blockwise")
 
 
 def test_recipe_defaults_per_engine():
@@ -120,6 +172,9 @@ def _train(*args: str):
     (("--cluster", "1x8xH100", "--precision", "fp8", "--fp8-recipe", "mxfp8"), "--fp8-recipe mxfp8: H100"),
     (("--cluster", "1x8xB200", "--precision", "fp8", "--fp8-recipe", "delayed", "--engine", "torchtitan"),
      "--fp8-recipe delayed: torchtitan"),
+    (("--cluster", "1x8xH100", "--precision", "fp8", "--fp8-recipe", "blockwise", "--engine", "torchtitan"),
+     "--fp8-recipe blockwise: torchtitan"),
+    (("--cluster", "1x8xL40S", "--precision", "fp8", "--fp8-recipe", "blockwise"), "--fp8-recipe blockwise: L40S"),
 ])
 def test_cli_errors_exit_2_one_line(args, message):
     result = _train(*args)
@@ -142,6 +197,7 @@ def test_megatron_flags_by_recipe():
                                    "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
     assert fp8_args("tensorwise") == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
     assert fp8_args("mxfp8") == ["--fp8-format", "hybrid", "--fp8-recipe", "mxfp8"]
+    assert fp8_args("blockwise") == ["--fp8-format", "hybrid", "--fp8-recipe", "blockwise"]
 
 
 @pytest.mark.parametrize("recipe, converter, keys", [
@@ -157,7 +213,7 @@ def test_torchtitan_converter_by_recipe(recipe, converter, keys):
 
 @pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
 @pytest.mark.parametrize("recipe, cluster_name", [("delayed", "1x8xH100"), ("tensorwise", "1x8xH100"),
-                                                  ("mxfp8", "1x8xB200")])
+                                                  ("mxfp8", "1x8xB200"), ("blockwise", "1x8xH100")])
 def test_megatron_fp8_commands_parse_on_every_release(recipe, cluster_name, megatron, engine_check):
     """--fp8-recipe's choices: tensorwise, delayed, mxfp8, blockwise at core_v0.14.0 (+ custom
     at core_v0.19.0), tests/engine_flags/megatron-*.json."""
