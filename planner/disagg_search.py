@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import kv_limited_sequences
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
@@ -31,6 +30,7 @@ from planner.cost.params import kv_bytes_per_token
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
+    kv_limited_sequences,
     max_num_batched_tokens,
     memory_reasons,
     stage_memory,

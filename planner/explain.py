@@ -18,9 +18,8 @@ from dataclasses import dataclass, replace
 from planner import sensitivity
 from planner.cost import efficiency as eff
 from planner.cost.comm import alltoall_seconds
-from planner.cost.continuous_batching import kv_tokens_per_running_sequence
 from planner.cost.params import activation_bytes_per_element
-from planner.cost.serving_memory import overhead_bytes
+from planner.cost.serving_memory import kv_tokens_per_running_sequence, overhead_bytes
 from planner.cost.serving_time import (
     achievable_flops_per_s,
     matmul_precision,

@@ -16,17 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import (
-    SteadyState,
-    kv_limited_sequences,
-    kv_tokens_per_running_sequence,
-    steady_state,
-    with_waiting_clients,
-)
+from planner.cost.continuous_batching import SteadyState, steady_state, with_waiting_clients
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
+    kv_limited_sequences,
+    kv_tokens_per_running_sequence,
     max_num_batched_tokens,
     memory_overshoot_bytes,
     memory_reasons,

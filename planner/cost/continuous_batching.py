@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from planner.cost import efficiency as eff
 from planner.cost.serving_time import StepLoad, causal_pairs
 
 ROUND_ALIGNMENT_ROUNDS = 1.0
@@ -31,23 +30,6 @@ round, scaled by (C - 1) / C, the share of the others (alone, it finds the engin
 SOLVER_ITERATIONS = 4
 """Fixed-point passes between the decode count and the prompt's chunking (the chunk a step
 has room for depends on how many sequences decode); converged after 2-3 in practice."""
-
-
-def kv_tokens_per_running_sequence(input_len: float, output_len: float) -> float:
-    """A running sequence's mean KV footprint in the steady state: I + O/2 + half a block.
-    vLLM V1 allocates KV blocks as a request's tokens are scheduled (KVCacheManager.
-    allocate_slots) and, when a running request needs a block and none is free, preempts the
-    most recently admitted one (Scheduler.schedule): the cache is shared by sequences at every
-    point of their decode, not reserved for each one's full I + O. Its last block is on average
-    half full."""
-    return input_len + output_len / 2 + eff.KV_BLOCK_SIZE_TOKENS / 2
-
-
-def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float) -> int:
-    """How many sequences the KV cache runs at once in the steady state: the cache over each
-    one's mean footprint (kv_tokens_per_running_sequence), rounded down. Near this count the
-    footprints' spread preempts now and then; the recomputation is not priced."""
-    return int(kv_cache_tokens // kv_tokens_per_running_sequence(input_len, output_len))
 
 
 @dataclass(frozen=True)

@@ -142,12 +142,29 @@ def stage_share_of_layers(num_of_kind: int, num_layers: int, layer_counts: list[
     return out
 
 
+def kv_tokens_per_running_sequence(input_len: float, output_len: float) -> float:
+    """A running sequence's mean KV footprint in the steady state: I + O/2 + half a block.
+    vLLM V1 allocates KV blocks as a request's tokens are scheduled (KVCacheManager.
+    allocate_slots) and, when a running request needs a block and none is free, preempts the
+    most recently admitted one (Scheduler.schedule): the cache is shared by sequences at every
+    point of their decode, not reserved for each one's full I + O. Its last block is on average
+    half full."""
+    return input_len + output_len / 2 + eff.KV_BLOCK_SIZE_TOKENS / 2
+
+
+def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float) -> int:
+    """How many sequences the KV cache runs at once in the steady state: the cache over each
+    one's mean footprint (kv_tokens_per_running_sequence), rounded down. Near this count the
+    footprints' spread preempts now and then; the recomputation is not priced."""
+    return int(kv_cache_tokens // kv_tokens_per_running_sequence(input_len, output_len))
+
+
 def kv_tokens_with_state(kv_bytes: float, kv_bytes_per_token: int, state_bytes_per_sequence: int,
-                         sequence_tokens: int) -> int:
+                         sequence_tokens: float) -> int:
     """KV cache tokens of a stage whose sequences each also hold a recurrent state, for
-    sequences of S = input + output tokens: n = kv_bytes / (S * kv + state) sequences fit, and
-    the cache's tokens are floor(n * S / B) * B, so tokens // S is the concurrency with every
-    sequence's state reserved. vLLM draws Mamba / linear-attention state pages from the same
+    sequences of S tokens each on average (kv_tokens_per_running_sequence): n = kv_bytes /
+    (S * kv + state) sequences fit, and the cache's tokens are floor(n * S / B) * B, so
+    kv_limited_sequences of them is the concurrency with every sequence's state reserved. vLLM draws Mamba / linear-attention state pages from the same
     pool as attention blocks (vllm/v1/kv_cache_interface.py MambaSpec, one state per request;
     v0.33.0); the page-size alignment of the two kinds is not modelled."""
     sequences = kv_bytes / (sequence_tokens * kv_bytes_per_token + state_bytes_per_sequence)
@@ -309,7 +326,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     window_counts = stage_window_layer_counts(model, layer_counts)
     attention_counts = stage_share_of_layers(num_attention_layers(model), model.num_hidden_layers, layer_counts)
     recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
-    sequence_tokens = request.input_len + request.output_len
+    sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len)
     max_model_len = request.max_model_len or model.max_position_embeddings
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1

@@ -25,12 +25,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.cost.continuous_batching import (
-    kv_limited_sequences,
-    kv_tokens_per_running_sequence,
-    steady_state,
-    with_waiting_clients,
-)
+from planner.cost.continuous_batching import steady_state, with_waiting_clients
+from planner.cost.serving_memory import kv_limited_sequences, kv_tokens_per_running_sequence
 from planner.cost.serving_time import StepLoad
 from planner.layout import Rejected
 from planner.requests import ServeRequest

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from planner.cost.params import sublayers_per_layer
-from planner.cost.serving_memory import StageMemory, kv_tokens_with_state, stage_memory
+from planner.cost.serving_memory import (
+    StageMemory,
+    kv_limited_sequences,
+    kv_tokens_with_state,
+    stage_memory,
+)
 from planner.cost.serving_time import (
     StepLoad,
     stage_attention_pairs,
@@ -39,15 +44,18 @@ def test_kv_tokens_with_state_by_hand() -> None:
 
 def test_hybrid_concurrency_is_bounded_by_state_and_kv(model, cluster) -> None:
     """Nemotron-H-56B, tp = 8 on 8 H100s: the stage's state is its 54 Mamba2 layers' and its KV
-    the 10 attention layers'; the sequences that fit are kv_bytes / (S * kv + state), the
-    cache's tokens // S, far fewer than kv_bytes / (S * kv)."""
+    the 10 attention layers'; a running sequence holds S = 1024 + 256/2 + 8 = 1,160 KV tokens on
+    average (kv_tokens_per_running_sequence), so the sequences that run are kv_bytes / (S * kv +
+    state), the cache's tokens // S, far fewer than kv_bytes / (S * kv). sequences_that_fit
+    stays the full-length count vLLM reports for a 1,280-token request."""
     nemotron = model(NEMOTRON_H)
     request = ServeRequest(input_len=1024, output_len=256)
     stage = stage_memory(nemotron, cluster("1x8xH100"), Layout(8, 1, 1), request, 256)[0]
     assert (stage.kv_bytes_per_token, stage.state_bytes_per_sequence) == (5_120, 114_075_648)
     assert stage.num_attention_layers == 10
+    running = stage.kv_cache_bytes / (1_160 * 5_120 + 114_075_648)
+    assert kv_limited_sequences(stage.kv_cache_tokens, 1024, 256) == math.floor(running)
     fit = stage.kv_cache_bytes / (1_280 * 5_120 + 114_075_648)
-    assert stage.kv_cache_tokens // 1_280 == math.floor(fit)
     assert stage.sequences_that_fit(1_280) == fit
     assert fit < stage.kv_cache_bytes / (1_280 * 5_120) / 15
     assert stage.max_sequence_tokens == (stage.kv_cache_bytes - 114_075_648) // (5_120 * 16) * 16
