@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.cost.serving_sim import Distribution, ServeMetrics
+from planner.cost.serving_time import moe_kernel
 from planner.emit.command import LaunchStep
 from planner.layout import Rejected
 from planner.model_summary import model_summary
@@ -274,6 +275,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "alltoall_seconds_per_layer": r.alltoall_seconds_per_moe_layer,
         "alltoall_link": None if r.placement.ep_link is None else r.placement.ep_link.kind,
         "alltoall_source": r.alltoall_source,
+        "moe_kernel_source": moe_kernel(plan.model, plan.cluster).source if plan.model.is_moe else None,
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,
         "bubble_fraction": r.bubble_fraction, "decode_bound": r.decode_bound,

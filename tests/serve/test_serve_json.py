@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 TOP_LEVEL = {"workload", "model", "model_summary", "cluster", "recommended", "layouts", "rejected"}
@@ -93,3 +95,23 @@ def test_infeasible_json_has_null_recommendation_and_exit_1(plan_json):
     assert (rejected["tp"], rejected["pp"], rejected["dp"]) == (1, 1, 1)
     assert "weights exceed memory" in rejected["reasons"][0]
     assert any("int4" in s for s in out["suggestions"])
+
+
+def test_moe_layouts_say_where_the_expert_rate_comes_from():
+    """`moe_kernel_source`: "measured" where the catalog has the GPU's fused-MoE kernel for the
+    experts' format (Qwen3-30B-A3B bf16 on H100), "model" where the dense rates stand in (A100),
+    null for a dense model; each decode step carries its `moe_seconds`."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    def first(model: str, cluster: str) -> dict:
+        result = CliRunner().invoke(app, ["--model", model, "--cluster", cluster, "--json", "--top", "1"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["layouts"][0]
+
+    measured = first("qwen3-30b-a3b", "1x8xH100")
+    assert measured["moe_kernel_source"] == "measured" and measured["decode_steps"][0]["moe_seconds"] > 0
+    assert first("qwen3-30b-a3b", "1x8xA100")["moe_kernel_source"] == "model"
+    dense = first("llama-3.1-8b", "1x8xH100")
+    assert dense["moe_kernel_source"] is None and dense["decode_steps"][0]["moe_seconds"] == 0
