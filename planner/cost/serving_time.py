@@ -38,7 +38,7 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import ClusterSpec, ModelSpec, ServingMoeKernels
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
@@ -111,16 +111,24 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
     matrix is the LM head on this stage: tied and p = 1). Each of a GPU's E_g experts is
     untouched with probability (1 - e/E)^N, N the tokens its experts see: E_g = E experts
     split t ways without EP; ceil(E/ep) whole experts seeing the EP group's tokens with it."""
-    tp = layout.tp
+    read = non_expert_weight_bytes_read(model, stage, layout)
+    if not model.is_moe:
+        return read
+    return read + moe_layers_of(model, stage.num_layers) * routed_expert_bytes_read(model, layout, num_tokens)
+
+
+def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout) -> float:
+    """decode_weight_bytes_read without the routed experts: the stage's weights on one GPU less
+    the embedding table (unless it is this stage's LM head) and every routed expert (priced
+    apart, per MoE layer, by moe_layer_kernel_time)."""
     read = stage.weights_bytes
     head_reads_embedding = model.tie_word_embeddings and layout.pp == 1
     if stage.stage == 0 and not head_reads_embedding:
-        read -= embedding_bytes_per_gpu(model, tp)
+        read -= embedding_bytes_per_gpu(model, layout.tp)
     if not model.is_moe:
         return read
     local, expert_bytes = local_expert_bytes(model, layout)
-    untouched = local - routed_expert_bytes_read(model, layout, num_tokens) / expert_bytes
-    return read - moe_layers_of(model, stage.num_layers) * untouched * expert_bytes
+    return read - moe_layers_of(model, stage.num_layers) * local * expert_bytes
 
 
 def local_expert_bytes(model: ModelSpec, layout: Layout) -> tuple[int, float]:
@@ -252,11 +260,8 @@ def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) 
     MoE the experts' GEMMs see the tokens routed to each touched expert: N e / E_touched(N)
     rows, N the tokens the GPU's experts see (expert_group_tokens), an expert's FFN split t
     ways without EP and whole with it."""
-    tp = layout.tp
     m = max(1, round(num_tokens))
-    mixer = linear_gemms(layer_gemms_forward(model, 1, m, tp))
-    gemms = [*mixer[:2], *mixer[4:], *mlp_gemms(model, layout, m)]  # QKV, output, a hybrid's recurrent projections, the MLP
-    return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
+    return flop_weighted_utilization([*mixer_gemms(model, layout.tp, m), *mlp_gemms(model, layout, m)])
 
 
 def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
@@ -265,19 +270,30 @@ def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: f
     dense-FFN layers; the whole layer's for a dense model."""
     if not model.is_moe:
         return gemm_shape_utilization(model, layout, num_tokens)
-    mixer = linear_gemms(layer_gemms_forward(model, 1, max(1, round(num_tokens)), layout.tp))
-    gemms = [*mixer[:2], *mixer[4:]]
+    return flop_weighted_utilization(mixer_gemms(model, layout.tp, max(1, round(num_tokens))))
+
+
+def mixer_gemms(model: ModelSpec, tp: int, num_tokens: int) -> list[Gemm]:
+    """One layer's linear GEMMs before the MLP on one GPU at num_tokens rows: QKV, output and
+    a hybrid's recurrent projections (not the attention core)."""
+    mixer = linear_gemms(layer_gemms_forward(model, 1, num_tokens, tp))
+    return [*mixer[:2], *mixer[4:]]
+
+
+def flop_weighted_utilization(gemms: list[Gemm]) -> float:
+    """sum F_g / sum (F_g / u_g): the share of the matmul rate the GEMMs reach together."""
     return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
 
 
-def gemm_utilization(gemm: Gemm) -> float:
+def gemm_utilization(gemm: Gemm, m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
     """u(M) u(N) u(K), u(x) = x/(x + GEMM_HALF_RATE_DIMENSION): one GEMM's share of the
-    achievable matmul rate at its shape. The 128 holds for serving on every GPU: B200's
+    achievable matmul rate at its shape (u(M) at `m_half` rows instead where a kernel has its
+    own, the fused-MoE op's half_rows). The 128 holds for serving on every GPU: B200's
     fitted training value (gpus.yaml gemm_half_rate_dimension 384, from M >= 4096) would make
     its small-M decode GEMMs compute-bound, and its TPOT then misses by +25% (llama fp8)
     to +212% (gpt-oss) on the calibration set."""
     half = eff.GEMM_HALF_RATE_DIMENSION
-    return (gemm.m / (gemm.m + half)) * (gemm.n / (gemm.n + half)) * (gemm.k / (gemm.k + half))
+    return (gemm.m / (gemm.m + m_half)) * (gemm.n / (gemm.n + half)) * (gemm.k / (gemm.k + half))
 
 
 def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int,
@@ -316,11 +332,12 @@ class MoeKernelRates:
 
 def expert_weight_format(model: ModelSpec) -> str | None:
     """The routed experts' format as the catalog keys MoE kernels: bf16 (a 16-bit model
-    unquantized), fp8, mxfp4 or nvfp4 (`quantization` covers the experts in every
-    quantization_scope); None for the others (integer weight-only formats)."""
+    unquantized) or a quantization the catalog has kernels for (ServingMoeKernels' fields: fp8,
+    mxfp4, nvfp4; `quantization` covers the experts in every quantization_scope); None for the
+    others (integer weight-only formats)."""
     if model.quantization is None:
         return "bf16" if model.dtype in ("bfloat16", "float16") else None
-    return model.quantization if model.quantization in ("fp8", "mxfp4", "nvfp4") else None
+    return model.quantization if model.quantization in ServingMoeKernels.model_fields else None
 
 
 def moe_kernel(model: ModelSpec, cluster: ClusterSpec) -> MoeKernelRates:
@@ -344,11 +361,9 @@ def moe_kernel_seconds(kernel: MoeKernelRates, weight_bytes: float, gemms: list[
     F_g the FLOPs of each expert GEMM at M rows per expert, u_k(M) = M / (M + half_rows),
     u(x) = x / (x + GEMM_HALF_RATE_DIMENSION), x the busiest GPU's share of the routed work
     (expert_load_factor). docs/cost-model.md (Serving: the MoE kernels)."""
-    half = eff.GEMM_HALF_RATE_DIMENSION
     weight_seconds = weight_bytes / kernel.hbm_bytes_per_s
-    compute_seconds = load_factor * sum(
-        g.flops / (kernel.flops_per_s * (g.m / (g.m + kernel.half_rows)) * (g.n / (g.n + half)) * (g.k / (g.k + half)))
-        for g in gemms)
+    compute_seconds = load_factor * sum(g.flops / (kernel.flops_per_s * gemm_utilization(g, kernel.half_rows))
+                                        for g in gemms)
     return kernel.floor_seconds + max(weight_seconds, compute_seconds), weight_seconds >= compute_seconds
 
 
@@ -470,9 +485,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
     moe_layers = moe_layers_of(model, stage.num_layers)
     moe_seconds, moe_weight_bound = moe_layer_kernel_time(model, cluster, layout, tokens, imbalance) if moe_layers else (0.0, False)
-    dense_bytes = decode_weight_bytes_read(model, stage, layout, tokens)
-    dense_bytes -= moe_layers * routed_expert_bytes_read(model, layout, tokens) if moe_layers else 0.0
-    weight_seconds = dense_bytes / hbm
+    weight_seconds = non_expert_weight_bytes_read(model, stage, layout) / hbm
     layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens - routed_expert_flops(
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
@@ -498,11 +511,9 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
     alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
     overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
-    dense_weight_bound = weight_seconds >= compute_seconds
-    if moe_layers * moe_seconds > max(weight_seconds, compute_seconds):
-        bound = "memory" if moe_weight_bound else "compute"
-    else:
-        bound = "memory" if dense_weight_bound else "compute"
+    experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
+    weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
+    bound = "memory" if weight_bound else "compute"
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + alltoalls + overhead, gemm,
                     attention, allreduce, bound, overhead, alltoall, elementwise, moe_layers * moe_seconds)
 
