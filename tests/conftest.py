@@ -5,6 +5,7 @@ through fixtures here, not through imports."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,12 +13,29 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLI_ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
 """Wide output so rich never wraps a name the tests look for."""
+
+
+@functools.cache
+def _bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # the scripts' dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench_module() -> Callable[[str], ModuleType]:
+    """bench_module("serving_calibration") -> bench/serving_calibration.py, loaded once per
+    session (the calibration scripts are not a package)."""
+    return _bench_module
 
 
 @pytest.fixture(scope="session")

@@ -14,16 +14,9 @@ What the model misses, on purpose pinned as it is:
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from planner.cost import efficiency as eff
-
-REPO = Path(__file__).resolve().parents[2]
 
 GEMM_MEDIAN_ABS_BOUND = {
     "bfloat16 tp1 decode": 0.05,   # now 0.023 (15 rows; 0.148 with the dense rates)
@@ -44,66 +37,62 @@ ALLTOALL_MEDIAN_ABS_BOUND = {
 """Median |error| of group_alltoall_seconds + ALLTOALL_FIXED_SECONDS on DeepEP's rows."""
 
 
-@functools.cache
-def bench():
-    spec = importlib.util.spec_from_file_location("moe_calibration", REPO / "bench/moe_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["moe_calibration"] = module
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(bench_module):
+    return bench_module("moe_calibration")
 
 
-@functools.cache
-def gemm_scores() -> dict:
-    return bench().score_gemms(bench().load_moe_rows())
+@pytest.fixture(scope="module")
+def gemm_scores(bench) -> dict:
+    return bench.score_gemms(bench.load_moe_rows())
 
 
-def test_fixtures_have_the_rows_the_bench_documents():
-    moe, a2a = bench().load_moe_rows(), bench().load_a2a_rows()
+def test_fixtures_have_the_rows_the_bench_documents(bench):
+    moe, a2a = bench.load_moe_rows(), bench.load_a2a_rows()
     assert len(moe) == 297 and len(a2a) == 108
     assert {r.distribution for r in moe} == {"balanced", "power_law_1.01", "power_law_1.2"}
 
 
 @pytest.mark.parametrize("group", sorted(GEMM_MEDIAN_ABS_BOUND))
-def test_expert_gemm_median_error(group):
-    assert gemm_scores()[group]["median_abs"] <= GEMM_MEDIAN_ABS_BOUND[group]
+def test_expert_gemm_median_error(group, gemm_scores):
+    assert gemm_scores[group]["median_abs"] <= GEMM_MEDIAN_ABS_BOUND[group]
 
 
 @pytest.mark.parametrize("regime", ["decode", "prefill"])
-def test_one_gpu_bf16_is_unbiased(regime):
-    assert abs(gemm_scores()[f"bfloat16 tp1 {regime}"]["median_signed"]) <= TP1_SIGNED_BOUND
+def test_one_gpu_bf16_is_unbiased(regime, gemm_scores):
+    assert abs(gemm_scores[f"bfloat16 tp1 {regime}"]["median_signed"]) <= TP1_SIGNED_BOUND
 
 
-def test_expert_load_imbalance_is_derived_from_the_fixture():
+def test_expert_load_imbalance_is_derived_from_the_fixture(bench):
     """Median of the bf16 power_law_1.2 / balanced ratios at EP 8 (>= 4096 tokens) of the two
     fine-grained shapes: 1.44 (qwen3-235b-a22b) and 1.26 (qwen3-30b-a3b), 1.35."""
-    ratios = bench().imbalance_ratios(bench().load_moe_rows())
+    ratios = bench.imbalance_ratios(bench.load_moe_rows())
     assert ratios[("qwen3-235b-a22b", "bfloat16", 8, "power_law_1.2")] == pytest.approx(1.44, abs=0.01)
     assert ratios[("qwen3-30b-a3b", "bfloat16", 8, "power_law_1.2")] == pytest.approx(1.26, abs=0.01)
-    assert bench().fit_expert_load_imbalance(bench().load_moe_rows()) == pytest.approx(
+    assert bench.fit_expert_load_imbalance(bench.load_moe_rows()) == pytest.approx(
         eff.EXPERT_LOAD_IMBALANCE, abs=0.005)
 
 
-def test_imbalance_grows_with_fewer_experts_per_gpu():
+def test_imbalance_grows_with_fewer_experts_per_gpu(bench):
     """One expert per GPU (mixtral-8x7b at EP 8) is far more skewed than 16 per GPU."""
-    ratios = bench().imbalance_ratios(bench().load_moe_rows())
+    ratios = bench.imbalance_ratios(bench.load_moe_rows())
     assert ratios[("mixtral-8x7b", "bfloat16", 8, "power_law_1.2")] > 2 * (eff.EXPERT_LOAD_IMBALANCE - 1) + 1
 
 
-def test_alltoall_fixed_cost_is_derived_from_the_fixture():
-    fitted = bench().fit_alltoall_fixed_seconds(bench().load_a2a_rows())
+def test_alltoall_fixed_cost_is_derived_from_the_fixture(bench):
+    fitted = bench.fit_alltoall_fixed_seconds(bench.load_a2a_rows())
     assert fitted == pytest.approx(eff.ALLTOALL_FIXED_SECONDS, abs=1e-6)
 
 
 @pytest.mark.parametrize("group", sorted(ALLTOALL_MEDIAN_ABS_BOUND))
-def test_alltoall_median_error(group):
-    rows = bench().load_a2a_rows()
-    after = bench().score_a2a(rows, eff.ALLTOALL_FIXED_SECONDS)[group]["median_abs"]
+def test_alltoall_median_error(group, bench):
+    rows = bench.load_a2a_rows()
+    after = bench.score_a2a(rows, eff.ALLTOALL_FIXED_SECONDS)[group]["median_abs"]
     assert after <= ALLTOALL_MEDIAN_ABS_BOUND[group]
-    assert after <= bench().score_a2a(rows)[group]["median_abs"] + 0.01
+    assert after <= bench.score_a2a(rows)[group]["median_abs"] + 0.01
 
 
-def test_ep_foreign_pair_utilization_is_the_fit():
+def test_ep_foreign_pair_utilization_is_the_fit(bench):
     """EP_FOREIGN_PAIR_HBM_UTILIZATION is the fixture's median implied share, rounded (0.619)."""
-    assert bench().fit_ep_foreign_pair_utilization(bench().load_moe_rows()) == pytest.approx(
+    assert bench.fit_ep_foreign_pair_utilization(bench.load_moe_rows()) == pytest.approx(
         eff.EP_FOREIGN_PAIR_HBM_UTILIZATION, abs=0.005)

@@ -13,11 +13,6 @@ within 1.4% signed.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,8 +33,6 @@ from planner.cost.serving_time import (
 )
 from planner.layout import Layout
 
-REPO = Path(__file__).resolve().parents[2]
-
 MEDIAN_ABS_BOUND = 0.10
 """Every (GPU, format) family's median |error| (now 4-8%)."""
 DECODE_SIGNED_BOUND = 0.03
@@ -52,18 +45,14 @@ FIT_TOLERANCE = 0.03
 """The catalog's constants are the fit's, rounded (relative)."""
 
 
-@functools.cache
-def bench():
-    spec = importlib.util.spec_from_file_location("moe_kernel_calibration", REPO / "bench/moe_kernel_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(bench_module):
+    return bench_module("moe_kernel_calibration")
 
 
-@functools.cache
-def families():
-    return bench().families(bench().load_rows())
+@pytest.fixture(scope="module")
+def families(bench):
+    return bench.families(bench.load_rows())
 
 
 FAMILIES = ["h100_sxm bf16", "h100_sxm fp8", "h100_sxm mxfp4", "h200_sxm bf16", "h200_sxm fp8", "h200_sxm mxfp4",
@@ -71,9 +60,9 @@ FAMILIES = ["h100_sxm bf16", "h100_sxm fp8", "h100_sxm mxfp4", "h200_sxm bf16", 
             "gb200 bf16", "gb200 fp8", "gb200 mxfp4", "gb200 nvfp4", "l40s bf16", "l40s fp8", "l40s mxfp4"]
 
 
-def test_the_fixture_has_every_family():
-    assert sorted(" ".join(key) for key in families()) == sorted(FAMILIES)
-    assert sum(len(rows) for rows in families().values()) == 10845
+def test_the_fixture_has_every_family(families):
+    assert sorted(" ".join(key) for key in families) == sorted(FAMILIES)
+    assert sum(len(rows) for rows in families.values()) == 10845
 
 
 def test_kernel_time_hand_worked():
@@ -126,23 +115,23 @@ def test_one_token_decode_of_qwen3_235b_on_h200():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_error_bounds(family):
+def test_family_error_bounds(family, bench, families):
     gpu, weight_format = family.split()
-    rows = families()[(gpu, weight_format)]
-    score = bench().score(bench().catalog_kernel(gpu, weight_format, rows), rows)
+    rows = families[(gpu, weight_format)]
+    score = bench.score(bench.catalog_kernel(gpu, weight_format, rows), rows)
     assert score["median_abs"] <= MEDIAN_ABS_BOUND
     assert abs(score["decode_median_signed"]) <= DECODE_SIGNED_BOUND
     assert score["prefill_median_abs"] <= PREFILL_MEDIAN_ABS_BOUND.get(family, PREFILL_DEFAULT_BOUND)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_catalog_constants_are_the_fit(family):
+def test_catalog_constants_are_the_fit(family, bench, families):
     gpu, weight_format = family.split()
-    rows = families()[(gpu, weight_format)]
-    all_rows = bench().load_rows()
-    fitted = bench().catalog_entry(bench().fit(rows, bench().dense_fallback_kernel(gpu, weight_format, all_rows),
-                                               bench().cluster(gpu).gpu.hbm_bytes_per_s), gpu)
-    catalog = getattr(bench().cluster(gpu).gpu.serving_moe_kernels, weight_format)
+    rows = families[(gpu, weight_format)]
+    all_rows = bench.load_rows()
+    fitted = bench.catalog_entry(bench.fit(rows, bench.dense_fallback_kernel(gpu, weight_format, all_rows),
+                                               bench.cluster(gpu).gpu.hbm_bytes_per_s), gpu)
+    catalog = getattr(bench.cluster(gpu).gpu.serving_moe_kernels, weight_format)
     for name, value in fitted.items():
         assert getattr(catalog, name) == pytest.approx(value, rel=FIT_TOLERANCE), name
 

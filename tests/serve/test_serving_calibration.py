@@ -45,9 +45,6 @@ What is left (docs/cost-model.md, Serving: calibration):
 from __future__ import annotations
 
 import csv
-import functools
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -80,18 +77,13 @@ EXPECTED_REJECTED: set[str] = set()
 """Fixture ids the planner rejects (none now); each one must be named here."""
 
 
-@functools.cache
-def load_calibration():
-    spec = importlib.util.spec_from_file_location("serving_calibration", REPO / "bench/serving_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def calibration(bench_module):
+    return bench_module("serving_calibration")
 
 
 @pytest.fixture(scope="module")
-def summary() -> dict:
-    calibration = load_calibration()
+def summary(calibration) -> dict:
     return calibration.score(calibration.load_rows(FIXTURE))
 
 
@@ -119,8 +111,7 @@ def test_every_group_median_stays_within_its_bound(summary, quantity) -> None:
     assert max(worst.values()) < GROUP_MEDIAN_ABS_BOUND[quantity], worst
 
 
-def test_a_malformed_row_raises_instead_of_being_skipped(tmp_path) -> None:
-    calibration = load_calibration()
+def test_a_malformed_row_raises_instead_of_being_skipped(tmp_path, calibration) -> None:
     lines = FIXTURE.read_text(encoding="utf-8").splitlines()
     short = tmp_path / "short.csv"
     short.write_text(f"{lines[0]}\n{lines[1].rsplit(',', 2)[0]}\n", encoding="utf-8")
@@ -144,12 +135,11 @@ def anchor_runs(calibration) -> list:
             and r.tp == 8 and r.output_len == 1024]
 
 
-def test_inferencex_70b_on_8xh100_as_benchmarked_within_bounds() -> None:
+def test_inferencex_70b_on_8xh100_as_benchmarked_within_bounds(calibration) -> None:
     """The benchmark's own protocol (10 x C requests, C in flight, the first C at once, lengths
     in [0.8 L, L], means) simulated step by step: every run within the bounds; the steady
     state, blind to the first wave's queue, misses TTFT by a median of over 25% on the same
     runs (-66% at C = 64, 8,192 input tokens)."""
-    calibration = load_calibration()
     runs = anchor_runs(calibration)
     assert len(runs) == 10 and {r.concurrency for r in runs} == {4, 8, 16, 32, 64}
     simulated = calibration.score(runs, as_benchmarked=True)
@@ -162,9 +152,8 @@ def test_inferencex_70b_on_8xh100_as_benchmarked_within_bounds() -> None:
     assert steady["overall"]["ttft"]["median_abs"] > simulated["overall"]["ttft"]["median_abs"] + 0.1
 
 
-def test_benchmark_lengths_follow_the_random_dataset() -> None:
+def test_benchmark_lengths_follow_the_random_dataset(calibration) -> None:
     """--random-range-ratio 0.8: each length uniform in [int(0.8 L), L]; 10 per client."""
-    calibration = load_calibration()
     run = anchor_runs(calibration)[0]
     lengths = calibration.benchmark_lengths(run)
     assert len(lengths) == 10 * run.concurrency
@@ -173,19 +162,17 @@ def test_benchmark_lengths_follow_the_random_dataset() -> None:
     assert lengths == calibration.benchmark_lengths(run)  # seeded: the same draw every time
 
 
-def test_only_dated_dumps_are_inferencex() -> None:
-    calibration = load_calibration()
+def test_only_dated_dumps_are_inferencex(calibration) -> None:
     assert calibration.benchmark_of("source_file=2026-04-06.csv; model=Llama-3.1-70B") == "inferencex"
     assert calibration.benchmark_of("source_file=/Users/x/aic-auto-gap-analysis/a.csv") == "unknown"
 
 
-def test_kv_cache_shared_at_the_mean_footprint_as_benchmarked() -> None:
+def test_kv_cache_shared_at_the_mean_footprint_as_benchmarked(calibration) -> None:
     """Llama-3.1-70B fp8 on one H200, 1,024 + 8,192 tokens, 64 clients (InferenceX): vLLM ran
     all 64 (measured TPOT 46.3 ms, TTFT 5.3 s, preempting as contexts grew). Reserving each
     sequence's full length gave 38 and missed TPOT by -25% and TTFT by +3,035% as benchmarked;
     at the mean footprint (prompt + half the output) the planner runs 64 and the burst's
     preemptions are simulated: now +0.5% and -6.4%."""
-    calibration = load_calibration()
     run = next(r for r in calibration.load_rows(FIXTURE)
                if r.id.startswith("2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c64_tp1"))
     predicted = calibration.predict(run, as_benchmarked=True)

@@ -14,24 +14,14 @@ written by tools/extract_aic_serving_gemm.py).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from planner.catalog import resolve_gpu
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def calibration():
-    spec = importlib.util.spec_from_file_location("serving_gemm_calibration", REPO / "bench/serving_gemm_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def calibration(bench_module):
+    return bench_module("serving_gemm_calibration")
 
 
 @pytest.fixture(scope="module")

@@ -31,9 +31,6 @@ the nine 405B rows were rejected.
 from __future__ import annotations
 
 import csv
-import functools
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -84,56 +81,48 @@ EXCLUDED_FRAGMENTS = ("gpt3", "gpt-3", "175b", "megatron-lm", "mosaicml", "llm-f
 (held out to check the planner, never to fit it)."""
 
 
-@functools.cache
-def calibration():
-    spec = importlib.util.spec_from_file_location("training_calibration", REPO / "bench/training_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
-def summary() -> dict:
-    module = calibration()
+@pytest.fixture(scope="module")
+def summary(bench_module) -> dict:
+    module = bench_module("training_calibration")
     return module.score(module.load_rows(FIXTURE))
 
 
-def scored() -> dict[str, dict]:
-    return {row["id"]: row for row in summary()["rows"]}
+@pytest.fixture(scope="module")
+def scored(summary) -> dict[str, dict]:
+    return {row["id"]: row for row in summary["rows"]}
 
 
 @pytest.mark.parametrize("key", sorted(TODAY_ERROR))
-def test_row_error_within_todays_plus_margin(key):
+def test_row_error_within_todays_plus_margin(key, scored):
     """The row's tokens/s per GPU against the published figure (source and container in the
     id; URLs in the fixture). Bound: today's |error| + 5 points."""
-    row = scored()[key]
+    row = scored[key]
     assert abs(row["error"]) <= abs(TODAY_ERROR[key]) + MARGIN, (key, row["error"])
 
 
-def test_every_row_is_scored_or_named():
+def test_every_row_is_scored_or_named(scored, summary):
     """All 24 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
     included: Megatron-Bridge's 405B recipe counts the embedding and the loss as pipeline
     layers (account_for_embedding/loss_in_pipeline_split), 128 units in 64 chunks, 15 | 16 x6 | 15."""
-    assert set(scored()) == set(TODAY_ERROR)
-    assert summary()["rejected"] == []
+    assert set(scored) == set(TODAY_ERROR)
+    assert summary["rejected"] == []
 
 
-def test_recompute_the_planner_needs():
+def test_recompute_the_planner_needs(scored):
     """Megatron-Bridge's H100 FP8 70B recipe (TP 4, PP 8, VP 5, MBS 1, 8K) recomputes nothing
     and reduces gradients in bf16 (its Llama 3 perf scripts set grad_reduce_in_fp32 = False):
     with 2-byte main gradients the planner fits it without recompute too (with fp32 ones it was
     1.7 GiB out of memory and fell back to full recompute, -22%). Only the 24.07 8B row (CP 2,
     recipe unpublished) needs full recompute."""
-    for key, row in scored().items():
+    for key, row in scored.items():
         assert row["recompute"] == ("full" if key in FULL_RECOMPUTE_ROWS else "none"), key
 
 
-def test_each_row_runs_its_published_recipe():
+def test_each_row_runs_its_published_recipe(scored):
     """Current scaling rows are priced as --fp8-recipe tensorwise, MXFP8 rows as mxfp8 and the
     rows that do not state one as delayed (Megatron-LM's default)."""
     expected = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (recipe not stated)": "delayed"}
-    for key, row in scored().items():
+    for key, row in scored.items():
         assert row["fp8_recipe"] == expected[row["precision"]], key
 
 
