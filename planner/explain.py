@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from planner import sensitivity
 from planner.cost import efficiency as eff
-from planner.cost.comm import alltoall_seconds
+from planner.cost.comm import effective_group, group_allgather_seconds
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import kv_tokens_per_running_sequence, overhead_bytes
 from planner.cost.serving_time import (
@@ -87,7 +87,11 @@ class PlacementMap:
     num_boundaries: int = 0
     num_boundaries_crossing_nodes: int = 0
     ep_link: str | None = None
-    """The slowest link an EP group's all-to-alls cross (None without EP)."""
+    """The slowest link an EP group's exchanges cross (None without EP)."""
+    ep_exchange: str | None = None
+    """How an MoE layer's tokens reach the experts: Megatron's dispatch and combine
+    all-to-alls (training), vLLM's dispatch all-gather and combine reduce-scatter (serving, EP
+    over several DP ranks), None when no exchange is needed (serving, EP inside one TP group)."""
     ep_ranks_per_node: int = 0
     ep_num_nodes: int = 0
     """Nodes one EP group spans, with ep_ranks_per_node of its GPUs on each."""
@@ -216,8 +220,13 @@ def placement_map(cluster: ClusterSpec, layout: Layout, ep_pp_outermost: bool = 
     tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
     ep = ep_group_topology(cluster, layout, ep_pp_outermost)
     ep_link = None if ep is None else kinds["inter" if ep.inter is not None else "intra"]
+    if ep is None or not (ep_pp_outermost or layout.dp_per_ep_group > 1):
+        exchange = None
+    else:
+        exchange = ("dispatch and combine all-to-alls" if ep_pp_outermost
+                    else "dispatch all-gather and combine reduce-scatter")
     return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries),
-                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn), ep_link,
+                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn), ep_link, exchange,
                         0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes)
 
 
@@ -315,14 +324,18 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     def one_send(message_bytes: float) -> float:
         return pipeline_hop_seconds(model, placement, message_bytes / width)
 
-    def one_alltoall(message_bytes: float) -> float:
-        return alltoall_seconds(message_bytes, placement.ep_group, None)
+    def one_ep_gather(message_bytes: float) -> float:
+        return group_allgather_seconds(message_bytes, effective_group(placement.ep_group))
 
-    timed = {"send": one_send, "all-to-all": one_alltoall}
+    def one_tp_gather(message_bytes: float) -> float:
+        return group_allgather_seconds(message_bytes, effective_group(placement.tp_group))
+
+    timed = {"to next stage": one_send, "MoE dispatch": one_ep_gather, "MoE combine": one_ep_gather,
+             "MoE output": one_tp_gather}
     step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
-                       timed.get(c.kind, one_allreduce), c.seconds, c.source == "measured",
+                       timed.get(c.name, one_allreduce), c.seconds, c.source == "measured",
                        c.count_per_step, step[c.phase])
         for c in result.collectives)
 
@@ -331,7 +344,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     """The mean step under load (= TPOT) on the slowest stage: a decode-only round's k
     micro-batches of work (the memory- or compute-bound part; for MoE the routed experts' fused
     op apart, at the GPU's measured kernel or the dense rates), the fixed per-layer cost and
-    L_s TP all-reduces, the EP all-to-alls of its MoE layers, the engine's per-step cost; then what prompt chunks add to the mean
+    L_s TP all-reduces, the EP dispatch and combine of its MoE layers, the engine's per-step cost; then what prompt chunks add to the mean
     step; the rest of the decode round is waiting, first for the p pipeline sends (exposed),
     then for other stages (bubble)."""
     k, p = result.batches_in_flight, result.layout.pp
@@ -343,7 +356,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     work = k * step.compute_or_memory_seconds - experts
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
-    ep = k * moe_layers_of(model, num_layers) * step.alltoall_seconds_per_moe_layer
+    ep = k * moe_layers_of(model, num_layers) * step.ep_exchange_seconds_per_moe_layer
     engine = min(engine, max(0.0, decode_round - work - experts - fixed - tp - ep))
     idle = max(0.0, decode_round - work - experts - fixed - tp - ep - engine)
     pp = min(idle, p * result.pp_hop_seconds)
@@ -356,7 +369,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
         BreakdownSegment(f"routed experts (fused MoE op, {moe_kernel(model, cluster).source} kernel)", experts),
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
-        BreakdownSegment("EP all-to-all", ep),
+        BreakdownSegment("EP gather/scatter", ep),
         BreakdownSegment("engine step (scheduler, sampler)", engine),
         BreakdownSegment("prompt chunks in the step", prompts),
         BreakdownSegment("PP comm", pp),

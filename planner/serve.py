@@ -42,7 +42,7 @@ from planner.cost.serving_time import (
     StepLoad,
     StepTime,
     causal_pairs,
-    ep_alltoall_seconds_per_moe_layer,
+    ep_exchange_seconds_per_moe_layer,
     round_time,
     serving_bubble_fraction,
     serving_collectives,
@@ -88,10 +88,9 @@ class ServeEstimate:
     allreduce_message_bytes: float
     allreduce_source: str
     """"model" (alpha-beta ring) or "measured" (probe curve at this size)."""
-    alltoall_seconds_per_moe_layer: float
-    """EP: dispatch + combine of one MoE layer at one decode micro-batch's size (0 without EP)."""
-    alltoall_source: str
-    """"model" or "measured", as for the all-reduce."""
+    ep_exchange_seconds_per_moe_layer: float
+    """EP: vLLM's dispatch all-gather + combine reduce-scatter of one MoE layer at one decode
+    micro-batch's size (0 without EP and when the EP group is one replica's TP group)."""
     pp_hop_seconds: float
     bubble_fraction: float
     decode_bound: str
@@ -277,7 +276,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     seqs_per_batch = max(1, math.ceil(steady.decode_seqs / in_flight))
     message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    alltoall, alltoall_source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch)
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch)
     collectives = serving_collectives(model, cluster, layout, placement, seqs_per_batch, in_flight,
                                       stages[slowest].num_layers, request.input_len)
     if placement.tp_crosses_node:
@@ -305,8 +304,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tp_allreduce_seconds_per_layer=allreduce,
         allreduce_message_bytes=message_bytes,
         allreduce_source=source,
-        alltoall_seconds_per_moe_layer=alltoall,
-        alltoall_source=alltoall_source,
+        ep_exchange_seconds_per_moe_layer=exchange,
         pp_hop_seconds=decode_round.hop_seconds,
         bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, decode_round.seconds),
         decode_bound=steps[slowest].bound,

@@ -284,5 +284,5 @@ minus comm.group_alltoall_seconds over DeepEP's low-latency rows of 1-32 tokens 
 systems/data/h200_sxm/comm/vllm/0.24.0/moe_a2a_perf.parquet; rows in
 tests/fixtures/aiconfigurator_silicon/vllm_deepep_a2a_h200.csv): 42.8 us; the measured floor
 is 51-54 us. It takes the low-latency rows of up to 256 tokens from -78% to +2% median error
-(bench/moe_calibration.py). Not yet added by comm.alltoall_seconds (a proposal:
-docs/cost-model.md, Expert parallelism: calibration)."""
+(bench/moe_calibration.py). comm.alltoall_seconds adds it to every modelled all-to-all
+(training's Megatron dispatcher; serving prices vLLM's all-gather and reduce-scatter)."""

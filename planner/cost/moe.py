@@ -39,3 +39,32 @@ def ep_alltoall_message_bytes(model: ModelSpec, layout: Layout, num_tokens: floa
     step's tokens (1/t of its replica's), each to e experts, h values each in the activation
     dtype: tokens / t * e * h * bytes."""
     return num_tokens / layout.tp * model.num_experts_per_tok * model.hidden_size * activation_bytes_per_element(model)
+
+
+def sequence_parallel_moe(layout: Layout) -> bool:
+    """vLLM's use_sequence_parallel_moe (vllm/config/parallel.py at 0.33.0, default
+    all2all_backend): EP over the TP ranks of several DP ranks (t > 1 and d > 1). Each TP
+    rank then takes 1/t of its replica's tokens into the MoE layer (sequence_parallel_chunk)
+    and the layer's output is all-gathered over TP instead of all-reduced."""
+    return layout.ep > 1 and layout.tp > 1 and layout.dp_per_ep_group > 1
+
+
+def ep_dispatch_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+    """S of vLLM's dispatch (AgRsAll2AllManager.dispatch_router_logits,
+    vllm/distributed/device_communicators/all2all.py at 0.33.0): the all-gathered buffer over
+    the EP group, ep ranks x N/t tokens each (t = 1: a rank's own N), every token's hidden
+    state and its E router logits in the activation dtype: ep * N/t * (h + E) * bytes.
+    0 when the EP group is one replica's TP group (d = 1): its tokens are already on every rank."""
+    if layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
+        return 0.0
+    values = model.hidden_size + model.num_local_experts
+    return layout.ep * num_tokens / layout.tp * values * activation_bytes_per_element(model)
+
+
+def ep_combine_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+    """S of vLLM's combine (AgRsAll2AllManager.combine): the reduce-scattered buffer, the
+    partial outputs of the EP group's ep * N/t tokens, h values each: ep * N/t * h * bytes.
+    0 when d = 1 (the MLP's TP all-reduce sums the experts' outputs)."""
+    if layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
+        return 0.0
+    return layout.ep * num_tokens / layout.tp * model.hidden_size * activation_bytes_per_element(model)

@@ -15,13 +15,20 @@ from dataclasses import dataclass
 
 from planner import units
 from planner.cost import efficiency as eff
-from planner.cost.comm import allreduce_seconds, alltoall_seconds, p2p_seconds
+from planner.cost.comm import (
+    allreduce_seconds,
+    effective_group,
+    group_allgather_seconds,
+    p2p_seconds,
+)
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.moe import (
-    ep_alltoall_message_bytes,
+    ep_combine_bytes,
+    ep_dispatch_bytes,
     expert_load_factor,
     moe_layers_of,
     routed_expert_flops,
+    sequence_parallel_moe,
 )
 from planner.cost.params import (
     activation_bytes_per_element,
@@ -230,8 +237,9 @@ class StepTime:
     """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
     """The fixed per-layer step cost over the stage's layers."""
-    alltoall_seconds_per_moe_layer: float = 0.0
-    """EP: dispatch + combine of one MoE layer at the step's size (0 without EP)."""
+    ep_exchange_seconds_per_moe_layer: float = 0.0
+    """EP: dispatch + combine of one MoE layer at the step's size
+    (ep_exchange_seconds_per_moe_layer; 0 without EP or when EP stays in one replica)."""
     elementwise_seconds: float = 0.0
     """Norms, rotary embedding and the gated activation over the stage's layers (HBM-bound)."""
     moe_seconds: float = 0.0
@@ -476,8 +484,9 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    window_capped_tokens on the mean context and the mean pairs per query)
     per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes (times the
                    mean block's share of two sublayers: 1/2 for Nemotron-H's one-mixer blocks);
-                   with EP, per MoE layer 2 all-to-alls (dispatch, combine) and the busiest
-                   GPU's extra routed work (expert_load_factor).
+                   with EP across DP ranks, per MoE layer vLLM's dispatch all-gather and
+                   combine reduce-scatter (ep_exchange_seconds_per_moe_layer), and the
+                   busiest GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
     positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
     t = layout.tp
@@ -508,28 +517,42 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     allreduce *= sublayers
-    alltoall, _ = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
-    alltoalls = moe_layers_of(model, stage.num_layers) * alltoall
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
+    exchanges = moe_layers * exchange
     overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"
-    return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + alltoalls + overhead, gemm,
-                    attention, allreduce, bound, overhead, alltoall, elementwise, moe_layers * moe_seconds)
+    return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead, gemm,
+                    attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
 
 
-def ep_alltoall_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
-                                      placement: Placement, num_tokens: float) -> tuple[float, str]:
-    """Dispatch and combine of one MoE layer, forward only: 2 all-to-alls of S bytes over the
-    EP group (comm.alltoall_seconds); the probe's curve where it measured this link and size.
-    0 without EP."""
-    group = placement.ep_group
-    if group is None or not model.is_moe:
-        return 0.0, "model"
-    link = placement.ep_link
-    curve = cluster.alltoall_curve(link.scope, layout.ep)
-    source = "measured" if curve is not None else "model"
-    return 2 * alltoall_seconds(ep_alltoall_message_bytes(model, layout, num_tokens), group, curve), source
+def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                                      placement: Placement, num_tokens: float) -> float:
+    """One MoE layer's expert-parallel exchange, forward only, as vLLM's default EP path runs
+    it (all2all_backend allgather_reducescatter: AgRsAll2AllManager in
+    vllm/distributed/device_communicators/all2all.py, FusedMoE's naive dispatch/combine in
+    fused_moe/runner/moe_runner.py, at 0.33.0):
+    dispatch  an all-gather over the EP group of ep_dispatch_bytes (hidden states and router
+              logits of the group's ep * N/t tokens),
+    combine   a reduce-scatter of ep_combine_bytes (their partial outputs),
+    each comm.group_allgather_seconds on the group's links at NCCL's bus bandwidth (NVLink
+    inside a node, the NICs once per node across). Under sequence-parallel MoE
+    (moe.sequence_parallel_moe) the layer's output is all-gathered over TP instead of
+    all-reduced: that all-gather less the all-reduce stage_step_time's per-layer all-reduces
+    count for it is added here, so the two terms sum to what the step pays. 0 without EP and
+    when the EP group is one replica's TP group (d = 1: every TP rank already holds the
+    step's tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them)."""
+    group = effective_group(placement.ep_group)
+    if group is None or layout.dp_per_ep_group <= 1 or not model.is_moe:
+        return 0.0
+    seconds = (group_allgather_seconds(ep_dispatch_bytes(model, layout, num_tokens), group)
+               + group_allgather_seconds(ep_combine_bytes(model, layout, num_tokens), group))
+    if sequence_parallel_moe(layout):
+        output_bytes = num_tokens * model.hidden_size * activation_bytes_per_element(model)
+        one_allreduce = tp_allreduce_seconds_per_layer(cluster, layout, placement, output_bytes)[0] / 2
+        seconds += group_allgather_seconds(output_bytes, effective_group(placement.tp_group)) - one_allreduce
+    return seconds
 
 
 def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
@@ -667,9 +690,9 @@ class Collective:
     phase: str
     """decode (one round, = TPOT) | prefill (one prompt, in TTFT)."""
     name: str
-    """after attention | after MLP | to next stage."""
+    """after attention | after MLP | MoE dispatch | MoE combine | MoE output | to next stage."""
     kind: str
-    """all-reduce | send."""
+    """all-reduce | all-gather | reduce-scatter | send."""
     num_ranks: int
     link_kind: str
     message_bytes: float
@@ -687,24 +710,34 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
-    with EP a dispatch and a combine per MoE layer, counted the same way."""
+    with EP across DP ranks vLLM's dispatch all-gather and combine reduce-scatter per MoE layer
+    (ep_exchange_seconds_per_moe_layer), counted the same way; under sequence-parallel MoE
+    each MoE layer's output is all-gathered over TP in place of its after-MLP all-reduce."""
     width = model.hidden_size * activation_bytes_per_element(model)
     out = []
     phases = (("decode", decode_tokens, batches_in_flight * slowest_stage_layers, layout.pp),
               ("prefill", prompt_tokens, model.num_hidden_layers, layout.pp - 1))
+    exchanges = placement.ep_group is not None and layout.dp_per_ep_group > 1 and model.is_moe
     for phase, tokens, allreduces, sends in phases:
+        moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
+                     if phase == "decode" else model.num_moe_layers)
+        sp_moe_count = moe_count if exchanges and sequence_parallel_moe(layout) else 0
         if placement.tp_link is not None:
             both, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, tokens * width)
             out += [Collective(phase, f"after {where}", "all-reduce", layout.tp, placement.tp_link.kind,
-                               tokens * width, both / 2, source, allreduces)
-                    for where in ("attention", "MLP")]
-        if placement.ep_group is not None and model.is_moe:
-            both, source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
-            count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
-                     if phase == "decode" else model.num_moe_layers)
-            out += [Collective(phase, f"MoE {what}", "all-to-all", layout.ep, placement.ep_link.kind,
-                               ep_alltoall_message_bytes(model, layout, tokens), both / 2, source, count)
-                    for what in ("dispatch", "combine")]
+                               tokens * width, both / 2, source, count)
+                    for where, count in (("attention", allreduces), ("MLP", allreduces - sp_moe_count))]
+        if exchanges:
+            group = effective_group(placement.ep_group)
+            out += [Collective(phase, f"MoE {what}", kind, layout.ep, placement.ep_link.kind, size,
+                               group_allgather_seconds(size, group), "model", moe_count)
+                    for what, kind, size in (("dispatch", "all-gather", ep_dispatch_bytes(model, layout, tokens)),
+                                             ("combine", "reduce-scatter", ep_combine_bytes(model, layout, tokens)))]
+        if sp_moe_count:
+            out.append(Collective(phase, "MoE output", "all-gather", layout.tp, placement.tp_link.kind,
+                                  tokens * width,
+                                  group_allgather_seconds(tokens * width, effective_group(placement.tp_group)),
+                                  "model", sp_moe_count))
         if placement.pp_link is not None:
             out.append(Collective(phase, "to next stage", "send", 2, placement.pp_link.kind, tokens * width,
                                   pipeline_hop_seconds(model, placement, tokens), "model", sends))

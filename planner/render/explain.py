@@ -125,8 +125,10 @@ def placement_summary(pm: PlacementMap) -> list[str]:
                  else "inside one node")
         attention = ("; each DP rank attends its own sequences (data-parallel attention)" if d > 1 else "")
         groups = lay.num_ep_groups * lay.pp
+        exchange = (f"every MoE layer's {pm.ep_exchange} over {pm.ep_link}" if pm.ep_exchange is not None
+                    else "no exchange: every rank holds the TP group's tokens and the MLP's all-reduce sums the experts' outputs")
         lines.append(f"EP groups of {lay.ep} GPUs ({ranks}; {groups:,} group{'s' if groups > 1 else ''} over the stages), "
-                     f"{where}: every MoE layer's dispatch and combine all-to-alls over {pm.ep_link}{attention}.")
+                     f"{where}: {exchange}{attention}.")
     if not pm.boundaries:
         lines.append("No pipeline boundaries (pp=1).")
         return lines

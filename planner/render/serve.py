@@ -48,11 +48,17 @@ def _link(r: ServeEstimate) -> str:
     return f"{us(r.tp_allreduce_seconds_per_layer)} {link.kind}" + (" (measured)" if r.allreduce_source == "measured" else "")
 
 
-def _alltoall(r: ServeEstimate) -> str:
-    link = r.placement.ep_link
-    if link is None:
-        return "-"
-    return f"{us(r.alltoall_seconds_per_moe_layer)} {link.kind}" + (" (measured)" if r.alltoall_source == "measured" else "")
+def _ep_exchange(r: ServeEstimate) -> str:
+    link = ep_exchange_link(r)
+    return "-" if link is None else f"{us(r.ep_exchange_seconds_per_moe_layer)} {link}"
+
+
+def ep_exchange_link(r: ServeEstimate) -> str | None:
+    """The slowest link of the EP group's dispatch and combine (None when there are none:
+    no EP, or EP inside one replica's TP group)."""
+    if r.placement.ep_link is None or r.layout.dp_per_ep_group <= 1:
+        return None
+    return r.placement.ep_link.kind
 
 
 def _memory(r: ServeEstimate) -> str:
@@ -88,7 +94,7 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
     return ", ".join(marks)
 
 
-MOE_COLUMNS = ("ep", "all-to-all")
+MOE_COLUMNS = ("ep", "EP comm")
 """Shown for MoE models only."""
 
 COLUMNS = (
@@ -105,7 +111,7 @@ COLUMNS = (
     Column("TPOT", lambda r, i, p: ms(r.tpot_seconds)),
     Column("tok/s", lambda r, i, p: count(r.throughput_tokens_per_second)),
     Column("all-reduce/layer", lambda r, i, p: _link(r)),
-    Column("all-to-all", lambda r, i, p: _alltoall(r)),
+    Column("EP comm", lambda r, i, p: _ep_exchange(r)),
     Column("bubble", lambda r, i, p: f"{r.bubble_fraction:.0%}"),
     Column("notes", lambda r, i, p: _notes(r, p), "left"),
 )
@@ -272,9 +278,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "tp_allreduce_source": r.allreduce_source,
         "tp_link": None if r.placement.tp_link is None else r.placement.tp_link.kind,
         "tp_crosses_node": r.placement.tp_crosses_node,
-        "alltoall_seconds_per_layer": r.alltoall_seconds_per_moe_layer,
-        "alltoall_link": None if r.placement.ep_link is None else r.placement.ep_link.kind,
-        "alltoall_source": r.alltoall_source,
+        "ep_exchange_seconds_per_moe_layer": r.ep_exchange_seconds_per_moe_layer,
+        "ep_exchange_link": ep_exchange_link(r),
         "moe_kernel_source": moe_kernel(plan.model, plan.cluster).source if plan.model.is_moe else None,
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import efficiency as eff
 from planner.cost.comm import alltoall_seconds, group_alltoall_seconds
+from planner.cost.moe import ep_combine_bytes, ep_dispatch_bytes, sequence_parallel_moe
 from planner.cost.params import (
     experts_per_gpu,
     layer_weight_bytes_per_gpu,
@@ -23,8 +24,9 @@ from planner.cost.params import (
 from planner.cost.serving_memory import stage_memory
 from planner.cost.serving_time import (
     StepLoad,
-    ep_alltoall_message_bytes,
+    ep_exchange_seconds_per_moe_layer,
     expert_load_factor,
+    serving_collectives,
     stage_step_time,
 )
 from planner.layout import GroupTopology, Layout, Link, ep_group_ranks, ep_group_topology, place
@@ -134,46 +136,90 @@ def test_mla_kv_under_tp_vs_data_parallel_attention():
     assert cluster_tokens_dpa > 5 * cluster_tokens_tp8
 
 
-def test_ep_puts_alltoalls_and_imbalance_into_the_step():
-    """qwen3-30b-a3b (48 MoE layers, h 2048, top-8) at tp=1 dp=8 ep=8 on one H100 node,
-    64 decoding sequences per DP rank: each GPU dispatches S = 64 * 8 * 2048 * 2 B =
-    2,097,152 B per MoE layer, twice (dispatch, combine) per layer; without EP there is no
-    all-to-all. The busiest GPU's routed work is EXPERT_LOAD_IMBALANCE times the mean under
-    EP and exactly the mean without it."""
+def test_ep_puts_vllms_gather_and_scatter_and_imbalance_into_the_step():
+    """qwen3-30b-a3b (48 MoE layers, h 2048, E 128, top-8) at tp=1 dp=8 ep=8 on one H100
+    node, 64 decoding sequences per DP rank. vLLM's default EP path (allgather_reducescatter)
+    all-gathers the 8 ranks' hidden states and router logits, S = 8 * 64 * (2048 + 128) * 2 B
+    = 2,228,224 B, and reduce-scatters the outputs, S = 8 * 64 * 2048 * 2 B = 2,097,152 B.
+    NVLink at NCCL's bus bandwidth, 450e9 * 0.77 = 346.5e9 B/s, 1 us per step of the ring:
+    dispatch 7 us + 7/8 * 2,228,224 / 346.5e9 = 7 + 5.6268 us = 12.6268 us,
+    combine  7 us + 7/8 * 2,097,152 / 346.5e9 = 7 + 5.2958 us = 12.2958 us; 24.9226 us.
+    Without EP there is none. The busiest GPU's routed work is EXPERT_LOAD_IMBALANCE times
+    the mean under EP and exactly the mean without it."""
     model = resolve_model("qwen3-30b-a3b")
     cluster = resolve_cluster("1x8xH100")
     request = ServeRequest(max_model_len=4096)
     load = StepLoad(64, 64 * 1024)
     ep = Layout(1, 1, 8, 8)
-    assert ep_alltoall_message_bytes(model, ep, 64) == 64 * 8 * 2048 * 2 == 2_097_152
+    assert ep_dispatch_bytes(model, ep, 64) == 8 * 64 * (2048 + 128) * 2 == 2_228_224
+    assert ep_combine_bytes(model, ep, 64) == 8 * 64 * 2048 * 2 == 2_097_152
     (stage,) = stage_memory(model, cluster, ep, request, 64)
     with_ep = stage_step_time(model, cluster, ep, place(cluster, ep), stage, load)
-    one = alltoall_seconds(2_097_152, place(cluster, ep).ep_group, None)
-    assert with_ep.alltoall_seconds_per_moe_layer == pytest.approx(2 * one, rel=1e-12)
+    bus = 450e9 * 0.77
+    expected = 7e-6 + 7 / 8 * 2_228_224 / bus + 7e-6 + 7 / 8 * 2_097_152 / bus
+    assert with_ep.ep_exchange_seconds_per_moe_layer == pytest.approx(expected, rel=1e-12)
+    assert with_ep.ep_exchange_seconds_per_moe_layer == pytest.approx(24.9226e-6, rel=1e-4)
     plain = Layout(1, 1, 8)
     (stage1,) = stage_memory(model, cluster, plain, request, 64)
-    assert stage_step_time(model, cluster, plain, place(cluster, plain), stage1, load).alltoall_seconds_per_moe_layer == 0
+    assert stage_step_time(model, cluster, plain, place(cluster, plain), stage1, load).ep_exchange_seconds_per_moe_layer == 0
     assert expert_load_factor(ep, 1.3) == 1.3
     assert expert_load_factor(plain, 1.3) == 1.0
 
 
-def test_a_measured_alltoall_curve_replaces_the_model(tmp_path):
-    """A profile whose probe measured the 8-GPU intra-node all-to-all: the step's dispatch
-    and combine read the curve at S (log-log between 1 MiB -> 30 us and 4 MiB -> 60 us; at
-    S = 2 MiB, 30 * 2**0.5 = 42.43 us each), and say "measured"."""
-    from planner.catalog import load_cluster
-    from planner.cost.serving_time import ep_alltoall_seconds_per_moe_layer
+def test_ep_inside_one_tp_group_exchanges_nothing():
+    """tp=8 ep=8 (one replica, vLLM data_parallel_size 1): every TP rank already holds the
+    step's tokens, runs its 16 experts on them, and the MLP's TP all-reduce sums the outputs
+    (FusedMoE dispatches only when dp_size > 1): no dispatch or combine is priced, none is
+    listed, and the step costs no more than the same layout's TP all-reduces and experts."""
+    model = resolve_model("qwen3-30b-a3b")
+    cluster = resolve_cluster("1x8xH100")
+    layout = Layout(8, 1, 1, 8)
+    assert ep_dispatch_bytes(model, layout, 64) == ep_combine_bytes(model, layout, 64) == 0
+    assert ep_exchange_seconds_per_moe_layer(model, cluster, layout, place(cluster, layout), 64) == 0
+    listed = serving_collectives(model, cluster, layout, place(cluster, layout), 64, 1, 48, 1024)
+    assert {c.kind for c in listed} == {"all-reduce"}
 
-    path = tmp_path / "measured.yaml"
-    path.write_text(
-        "name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
-        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
-        "measured:\n"
-        "  alltoall_curves:\n"
-        "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [3.0e-5, 6.0e-5]}\n")
-    cluster = load_cluster(path)
+
+def test_sequence_parallel_moe_by_hand():
+    """qwen3-30b-a3b at tp=2 dp=4 ep=8 (vLLM use_sequence_parallel_moe: t > 1, d > 1), 64
+    tokens per replica: each TP rank takes 32 into the MoE layer; the EP group of 8 gathers
+    8 * 32 * (2048 + 128) * 2 = 1,114,112 B and scatters 8 * 32 * 2048 * 2 = 1,048,576 B;
+    the output, 64 * 2048 * 2 = 262,144 B, is all-gathered over the 2 TP ranks instead of
+    all-reduced. At 346.5e9 B/s and 1 us per step:
+    dispatch 7 + 7/8 * 1,114,112 / 346.5e9 = 7 + 2.81342 us, combine 7 + 2.64791 us,
+    TP all-gather 1 + 1/2 * 262,144 / 346.5e9 = 1 + 0.37828 us, all-reduce 2 + 0.75656 us:
+    9.81342 + 9.64791 + 1.37828 - 2.75656 = 18.08305 us. The listing moves the MoE layers'
+    after-MLP all-reduces to the TP all-gather (48 of them per prefill)."""
+    model = resolve_model("qwen3-30b-a3b")
+    cluster = resolve_cluster("1x8xH100")
+    layout = Layout(2, 1, 4, 8)
+    assert sequence_parallel_moe(layout) and not sequence_parallel_moe(Layout(1, 1, 8, 8))
+    assert not sequence_parallel_moe(Layout(8, 1, 1, 8))
+    placement = place(cluster, layout)
+    assert ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, 64) == pytest.approx(18.08305e-6, rel=1e-5)
+    listed = {(c.phase, c.name): c for c in serving_collectives(model, cluster, layout, placement, 64, 1, 48, 1024)}
+    assert listed["prefill", "after MLP"].count_per_step == 0
+    assert listed["prefill", "after attention"].count_per_step == 48
+    assert listed["prefill", "MoE output"].count_per_step == 48
+    assert listed["prefill", "MoE output"].kind == "all-gather"
+    assert listed["decode", "MoE dispatch"].message_bytes == 1_114_112
+
+
+def test_a_measured_alltoall_curve_leaves_vllms_exchange_alone(tmp_path):
+    """A profile whose probe measured the 8-GPU intra-node all-to-all: vLLM's default EP path
+    runs an all-gather and a reduce-scatter, not an all-to-all, so the serving exchange is
+    the same with and without the curve (training's Megatron all-to-all reads it)."""
+    from planner.catalog import load_cluster
+
+    base = ("name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+            "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+            "measured:\n  alltoall_curves:")
+    (tmp_path / "curve.yaml").write_text(
+        base + "\n  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [3.0e-5, 6.0e-5]}\n")
+    (tmp_path / "none.yaml").write_text(base + " []\n")
+    measured, plain = load_cluster(tmp_path / "curve.yaml"), load_cluster(tmp_path / "none.yaml")
+    assert measured.alltoall_curve("intra_node", 8) is not None
     model = resolve_model("qwen3-30b-a3b")
     layout = Layout(1, 1, 8, 8)
-    seconds, source = ep_alltoall_seconds_per_moe_layer(model, cluster, layout, place(cluster, layout), 64)
-    assert source == "measured"
-    assert seconds == pytest.approx(2 * 30e-6 * 2**0.5, rel=1e-9)
+    assert ep_exchange_seconds_per_moe_layer(model, measured, layout, place(measured, layout), 64) == pytest.approx(
+        ep_exchange_seconds_per_moe_layer(model, plain, layout, place(plain, layout), 64), rel=1e-12)
