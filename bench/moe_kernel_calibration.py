@@ -48,6 +48,7 @@ from planner.cost.serving_time import (  # noqa: E402
     moe_kernel,
     moe_kernel_seconds,
     routed_expert_bytes_read,
+    with_moe_backend,
 )
 from planner.layout import Layout  # noqa: E402
 from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
@@ -57,7 +58,9 @@ CLUSTERS = {"h100_sxm": "1x8xH100-SXM5-80GB", "h200_sxm": "1x8xH200-SXM-141GB", 
             "gb200": "1x4xGB200", "l40s": "1x8xL40S"}
 BASE_SPEC = "qwen3-30b-a3b"
 """A MoE spec the rows' shapes are written into (only the expert shapes and format matter)."""
-QUANTIZATION = {"bf16": None, "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+QUANTIZATION = {"bf16": None, "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4", "marlin_mxfp4": "mxfp4"}
+"""The fixture's kernel key (a weight format, or backend_format for a non-default MoE backend) ->
+the spec's quantization."""
 DECODE_MAX_TOKENS = 256
 PREFILL_MIN_TOKENS = 4096
 FIT_STEPS = (0.5, 0.2, 0.05, 0.01, 0.002)
@@ -122,9 +125,14 @@ def priced(row: KernelRow) -> Priced:
                   tuple(mlp_gemms(model, layout, row.num_tokens, touched)), row.measured_seconds)
 
 
+def backend_of(weight_format: str) -> str:
+    """The MoE backend a fixture key names: marlin_mxfp4 -> marlin, a plain format -> auto."""
+    return weight_format.split("_")[0] if "_" in weight_format else "auto"
+
+
 def catalog_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
     row = next(r for r in rows if r.gpu == gpu and r.weight_format == weight_format)
-    return moe_kernel(model_of(row), cluster(gpu))
+    return moe_kernel(model_of(row), with_moe_backend(cluster(gpu), backend_of(weight_format)))
 
 
 def dense_fallback_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
@@ -165,15 +173,18 @@ def log_loss(kernel: MoeKernelRates, rows: list[Priced]) -> float:
     return sum(abs(math.log(predict(kernel, p) / p.measured_seconds)) for p in rows) / len(rows)
 
 
-def fit(rows: list[KernelRow], start: MoeKernelRates, hbm_bytes_per_s: float) -> MoeKernelRates:
+def fit(rows: list[KernelRow], start: MoeKernelRates, hbm_bytes_per_s: float,
+        floor_seconds: float | None = None) -> MoeKernelRates:
     """The four constants minimizing log_loss: coordinate descent on their logs, each step of
     FIT_STEPS tried up and down on each constant until none improves. The weight stream starts
     at the datasheet bandwidth and may only go below it: where the padded expert GEMMs bound
     every row (u(M) at a few rows per expert prices each touched expert like a weight read)
-    it stays at 1. The floor stays at or above FIT_MIN_FLOOR_SECONDS."""
+    it stays at 1. The floor stays at or above FIT_MIN_FLOOR_SECONDS; `floor_seconds` given,
+    it is held there and the other three are fitted."""
     data = [priced(r) for r in rows]
-    names = ("floor_seconds", "hbm_bytes_per_s", "flops_per_s", "half_rows")
-    best = replace(start, floor_seconds=FIT_START_FLOOR_SECONDS, hbm_bytes_per_s=hbm_bytes_per_s, source="measured")
+    names = ("floor_seconds", "hbm_bytes_per_s", "flops_per_s", "half_rows")[0 if floor_seconds is None else 1:]
+    best = replace(start, floor_seconds=floor_seconds or FIT_START_FLOOR_SECONDS, hbm_bytes_per_s=hbm_bytes_per_s,
+                   source="measured")
     best_loss = log_loss(best, data)
     for step in FIT_STEPS:
         improved = True
@@ -188,6 +199,24 @@ def fit(rows: list[KernelRow], start: MoeKernelRates, hbm_bytes_per_s: float) ->
                     if loss < best_loss:
                         best, best_loss, improved = trial, loss, True
     return best
+
+
+def fit_family(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
+    """The fitted kernel of one (GPU, kernel key) family. A non-default backend's family
+    (marlin_mxfp4) is measured at one shape only, where the op's fixed cost cannot be told
+    from its per-expert work (a free fit puts 62-66 us into the floor, which then prices every
+    gpt-oss decode step's 36 MoE layers 1.1 ms high): its floor is held at the default
+    kernel's for the same format and GPU (the routing, alignment and launch kernels around the
+    expert GEMMs are vLLM's own, whichever backend runs the GEMMs) and the other three fitted."""
+    group = [r for r in rows if r.gpu == gpu and r.weight_format == weight_format]
+    backend = backend_of(weight_format)
+    floor = None
+    if backend != "auto":
+        default_format = weight_format.split("_", 1)[1]
+        default = moe_kernel(model_of(group[0]), cluster(gpu))
+        if getattr(cluster(gpu).gpu.serving_moe_kernels, default_format) is not None:
+            floor = default.floor_seconds
+    return fit(group, dense_fallback_kernel(gpu, weight_format, rows), cluster(gpu).gpu.hbm_bytes_per_s, floor)
 
 
 def catalog_entry(kernel: MoeKernelRates, gpu: str) -> dict:
@@ -208,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = {"before": score(dense_fallback_kernel(gpu, weight_format, rows), group),
                  "after": score(catalog_kernel(gpu, weight_format, rows), group)}
         if args.fit:
-            fitted = fit(group, dense_fallback_kernel(gpu, weight_format, rows), cluster(gpu).gpu.hbm_bytes_per_s)
+            fitted = fit_family(gpu, weight_format, rows)
             entry["fitted"] = catalog_entry(fitted, gpu)
             entry["fitted_score"] = score(fitted, group)
         report[f"{gpu} {weight_format}"] = entry

@@ -85,14 +85,17 @@ class Run:
         for the other rows): Llama-3.1-70B (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh,
         70b_fp4_b200_docker.sh) --kv-cache-dtype fp8 and --max-model-len ISL + OSL + 20
         (1024/1024) or + 200 (an 8192 side); gpt-oss-120b (gptoss_fp4_h100.sh)
-        --max-model-len 10240. All use --max-num-batched-tokens 8192, the planner's H100-class
-        default, and no prefix caching."""
+        --max-model-len 10240, and on Hopper (gptoss_fp4_h100.sh, gptoss_fp4_h200.sh)
+        VLLM_MXFP4_USE_MARLIN=1, the Marlin MoE kernel (--moe-backend marlin in current vLLM).
+        All use --max-num-batched-tokens 8192, the planner's H100-class default, and no prefix
+        caching."""
         if self.benchmark != "inferencex":
             return {}
         if self.spec.startswith("llama-3.1-70b"):
             extra = 20 if (self.input_len, self.output_len) == (1024, 1024) else 200
             return {"kv_cache_dtype": "fp8", "max_model_len": self.input_len + self.output_len + extra}
-        return {"max_model_len": 10240}
+        marlin = {"moe_backend": "marlin"} if self.spec == "gpt-oss-120b" and self.gpu.startswith("H") else {}
+        return {"max_model_len": 10240, **marlin}
 
     @property
     def group(self) -> str:

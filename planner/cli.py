@@ -74,6 +74,11 @@ class KvCacheDtype(str, Enum):
     fp8 = "fp8"
 
 
+class MoeBackend(str, Enum):
+    auto = "auto"
+    marlin = "marlin"
+
+
 class QuantChoice(str, Enum):
     none = "none"
     fp8 = "fp8"
@@ -139,6 +144,7 @@ BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences 
 MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
+MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed experts' kernel (vLLM's moe_backend): auto = the engine's pick; marlin = the weight-only Marlin kernel, priced at its measured rates.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]
@@ -168,6 +174,7 @@ EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan an
 DEFAULT_OBJECTIVE = ObjectiveChoice(ServeRequest.objective)
 DEFAULT_MODE = Mode(ServeRequest.mode)
 DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
+DEFAULT_MOE_BACKEND = MoeBackend(ServeRequest.moe_backend)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
 DEFAULT_PRECISION = Precision(TrainRequest.precision)
 DEFAULT_ENGINE = Engine(TrainRequest.engine)
@@ -194,6 +201,7 @@ class PlanOptions:
     max_model_len: int | None
     gpu_memory_utilization: float
     kv_cache_dtype: KvCacheDtype
+    moe_backend: MoeBackend
     quantization: QuantChoice | None
     max_num_batched_tokens: int | None
     request_rate: float | None
@@ -267,6 +275,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         max_model_len=opts.max_model_len,
         gpu_memory_utilization=opts.gpu_memory_utilization,
         kv_cache_dtype=opts.kv_cache_dtype.value,
+        moe_backend=opts.moe_backend.value,
         quantization_override=quantization_override,
         max_num_batched_tokens=opts.max_num_batched_tokens,
         num_gpus=opts.gpus,
@@ -375,7 +384,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
-              "gpu_memory_utilization", "kv_cache_dtype", "quantization", "max_num_batched_tokens",
+              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
@@ -453,6 +462,7 @@ def plan(
     max_model_len: MaxModelLenOpt = None,
     gpu_memory_utilization: GpuMemoryUtilizationOpt = ServeRequest.gpu_memory_utilization,
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
+    moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -487,7 +497,7 @@ def plan(
         objective=objective, max_tpot_ms=max_tpot_ms, max_ttft_ms=max_ttft_ms, max_e2e_ms=max_e2e_ms,
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio,
@@ -563,6 +573,7 @@ def explain(
     max_model_len: MaxModelLenOpt = None,
     gpu_memory_utilization: GpuMemoryUtilizationOpt = ServeRequest.gpu_memory_utilization,
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
+    moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -609,7 +620,7 @@ def explain(
         objective=objective, max_tpot_ms=max_tpot_ms, max_ttft_ms=max_ttft_ms, max_e2e_ms=max_e2e_ms,
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio,

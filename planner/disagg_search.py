@@ -36,10 +36,11 @@ from planner.cost.serving_memory import (
     stage_memory,
     structural_reasons,
 )
-from planner.cost.serving_time import StepLoad, causal_pairs, round_time
+from planner.cost.serving_time import StepLoad, causal_pairs, round_time, with_moe_backend
 from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
 from planner.requests import ServeRequest
+from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
@@ -316,6 +317,8 @@ class _Memo:
 
 
 def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> DisaggPlan:
+    check_moe_backend(model, cluster, request.moe_backend)
+    cluster = with_moe_backend(cluster, request.moe_backend)
     num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
     max_model_len = request.max_model_len or model.max_position_embeddings
     budget = max_num_batched_tokens(cluster, request)

@@ -64,6 +64,10 @@ class SglangRelease:
     """DP attention as `--attn-dp-size d` (0.5.2x: sglang/srt/arg_groups/fields/parallel.py; the
     old `--dp-size d --enable-dp-attention` is deprecated there, resolved to attn_dp_size = d,
     dp_size = 1), or as `--dp-size d --enable-dp-attention` (False)."""
+    moe_runner_marlin: bool = False
+    """`--moe-runner-backend marlin` is one of the choices (0.5.23:
+    sglang/srt/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES; not in 0.5.10.post1's
+    server_args.py)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ SGLANG_RELEASES = {
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
         router_launcher=("python", "-m", "sglang_router.launch_router"),
         router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
-        attn_dp_size_flag=True),
+        attn_dp_size_flag=True, moe_runner_marlin=True),
     "0.5.10.post1": SglangRelease(
         "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,

@@ -47,6 +47,7 @@ from planner.cost.serving_time import (
     serving_bubble_fraction,
     serving_collectives,
     tp_allreduce_seconds_per_layer,
+    with_moe_backend,
 )
 from planner.layout import Layout, Placement, Rejected, place
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
@@ -202,6 +203,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     reasons = structural_reasons(model, layout)
     if reasons:
         return Rejected(layout, tuple(reasons))
+    cluster = with_moe_backend(cluster, request.moe_backend)
     placement = place(cluster, layout)
     max_model_len = request.max_model_len or model.max_position_embeddings
     wanted = wanted_batch(request, cluster)
@@ -372,6 +374,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     most --max-concurrency in flight) simulated step by step on every replica (cost/serving_sim.py), each step priced like the
     steady state's (cost/serving_time.round_time)."""
     layout, placement, stages = result.layout, result.placement, result.stages
+    cluster = with_moe_backend(cluster, request.moe_backend)
     num_prompts = request.num_prompts or DEFAULT_NUM_PROMPTS
     lengths = request.dataset_lengths or ((request.input_len, request.output_len),)
     if request.random_range_ratio is not None:

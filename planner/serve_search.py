@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 from planner.catalog import cluster_from_shorthand
+from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.requests import ServeRequest
@@ -83,6 +84,23 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
             f"--input-len + --output-len: {request.input_len + request.output_len:,} tokens exceed "
             f"the max model length {max_len:,}"
         )
+    check_moe_backend(model, cluster, request.moe_backend)
+
+
+def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> None:
+    """A non-default --moe-backend needs routed experts and the GPU's measured kernel for their
+    format under it (ServingMoeKernels.kernel): without one the planner cannot price it."""
+    if backend == "auto":
+        return
+    if not model.is_moe:
+        raise SpecError(f"--moe-backend {backend}: {model.name} has no routed experts")
+    weight_format = expert_weight_format(model)
+    kernels = cluster.gpu.serving_moe_kernels
+    if weight_format is None or kernels.kernel(weight_format, backend) is None:
+        measured = [name for name in MOE_WEIGHT_FORMATS if kernels.kernel(name, backend) is not None]
+        raise SpecError(f"--moe-backend {backend}: no measured {backend} MoE kernel for "
+                        f"{weight_format or model.quantization} experts on {cluster.gpu.name} "
+                        f"(measured there: {', '.join(measured) or 'none'})")
 
 
 def check_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> None:

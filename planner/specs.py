@@ -458,6 +458,14 @@ class ServingMoeKernels(_Spec):
     fp8: MoeKernel | None = None
     mxfp4: MoeKernel | None = None
     nvfp4: MoeKernel | None = None
+    marlin_mxfp4: MoeKernel | None = None
+    """MXFP4 experts under vLLM's `--moe-backend marlin` (the weight-only Marlin MoE kernel,
+    16-bit activations), which a deployment may choose over the default (mxfp4)."""
+
+    def kernel(self, weight_format: str, backend: str = "auto") -> MoeKernel | None:
+        """The kernel of this weight format under this MoE backend (auto: the engine's default)."""
+        name = weight_format if backend == "auto" else f"{backend}_{weight_format}"
+        return getattr(self, name, None)
 
 
 class GPU(_Spec):

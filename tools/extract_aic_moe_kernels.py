@@ -41,10 +41,17 @@ KERNELS = {
     ("l40s", "bf16"): "vllm_unquantizedfusedmoe_triton_tritonexperts",
     ("l40s", "fp8"): "vllm_fp8moe_triton_tritonexperts",
     ("l40s", "mxfp4"): "vllm_gptossmxfp4moe_marlin_marlinexperts",
+    ("h100_sxm", "marlin_mxfp4"): "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
+    ("h200_sxm", "marlin_mxfp4"): "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
+    ("b200_sxm", "marlin_mxfp4"): "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts",
+    ("l40s", "marlin_mxfp4"): "vllm_gptossmxfp4moe_marlin_marlinexperts",
 }
 """(GPU, the planner's expert weight format) -> AIConfigurator's kernel_source. fp8 is block fp8
 (moe_dtype fp8_block): Triton's w8a8 block kernel on Hopper and Ada, TRT-LLM's on Blackwell; gpt-oss
-MXFP4 runs Marlin on Ada (L40S). A100 is left out: its data (vLLM 0.14.0) has no balanced rows."""
+MXFP4 runs Marlin on Ada (L40S). marlin_mxfp4 is MXFP4 experts under `--moe-backend marlin`
+(vLLM's weight-only Marlin MoE, 16-bit activations; VLLM_MXFP4_USE_MARLIN=1 in older releases):
+on Hopper and Blackwell measured at one shape only (h 3584, FFN 3072, E 896, top-16), on L40S it is
+the default kernel's data again. A100 is left out: its data (vLLM 0.14.0) has no balanced rows."""
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MAX_TP = 8
 MIN_COLUMNS_PER_GPU = 128

@@ -45,7 +45,7 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
-from planner.specs import ClusterSpec, ModelSpec, ServingMoeKernels
+from planner.specs import ClusterSpec, ModelSpec
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
@@ -338,6 +338,10 @@ class MoeKernelRates:
     """"measured" (the catalog's kernel) or "model" (the dense GEMMs' rates)."""
 
 
+MOE_WEIGHT_FORMATS = ("bf16", "fp8", "mxfp4", "nvfp4")
+"""The routed experts' weight formats ServingMoeKernels keys its default kernels by."""
+
+
 def expert_weight_format(model: ModelSpec) -> str | None:
     """The routed experts' format as the catalog keys MoE kernels: bf16 (a 16-bit model
     unquantized) or a quantization the catalog has kernels for (ServingMoeKernels' fields: fp8,
@@ -345,7 +349,7 @@ def expert_weight_format(model: ModelSpec) -> str | None:
     others (integer weight-only formats)."""
     if model.quantization is None:
         return "bf16" if model.dtype in ("bfloat16", "float16") else None
-    return model.quantization if model.quantization in ServingMoeKernels.model_fields else None
+    return model.quantization if model.quantization in MOE_WEIGHT_FORMATS else None
 
 
 def moe_kernel(model: ModelSpec, cluster: ClusterSpec) -> MoeKernelRates:
@@ -360,6 +364,18 @@ def moe_kernel(model: ModelSpec, cluster: ClusterSpec) -> MoeKernelRates:
                               eff.GEMM_HALF_RATE_DIMENSION, "model")
     return MoeKernelRates(units.us_to_seconds(measured.floor_us), hbm * measured.hbm_utilization,
                           units.tflops_to_flops_per_s(measured.tflops), measured.half_rows, "measured")
+
+
+def with_moe_backend(cluster: ClusterSpec, backend: str) -> ClusterSpec:
+    """The cluster as a deployment launched with vLLM's `--moe-backend backend` prices it: every
+    expert format's kernel is that backend's measured one (ServingMoeKernels.kernel), None (the
+    dense fallback) where it has none; the cluster itself for auto (the engine's default pick,
+    the catalog's plain fields). check_request refuses a backend the model's format lacks."""
+    if backend == "auto":
+        return cluster
+    kernels = cluster.gpu.serving_moe_kernels
+    chosen = kernels.model_copy(update={name: kernels.kernel(name, backend) for name in MOE_WEIGHT_FORMATS})
+    return cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"serving_moe_kernels": chosen})})
 
 
 def moe_kernel_seconds(kernel: MoeKernelRates, weight_bytes: float, gemms: list[Gemm],

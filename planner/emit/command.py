@@ -182,6 +182,8 @@ class ServeArgs:
     """The plan's weights + KV cache on its fullest GPU (what SGLang's --mem-fraction-static covers)."""
     ep: int = 1
     """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
+    moe_backend: str = "auto"
+    """The routed experts' kernel backend (ServeRequest.moe_backend); auto = the engine's pick."""
 
     @property
     def layout(self) -> Layout:

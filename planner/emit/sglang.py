@@ -42,6 +42,7 @@ from planner.emit.command import (
     ServeArgs,
     node_rank_value,
 )
+from planner.errors import SpecError
 from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
 
 DIST_INIT_PORT = 5000
@@ -111,6 +112,12 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:
         flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
+    if a.moe_backend != "auto":
+        release = a.engine_versions.sglang_release
+        if not release.moe_runner_marlin:
+            raise SpecError(f"--moe-backend {a.moe_backend}: SGLang {release.version} has no "
+                            f"--moe-runner-backend {a.moe_backend} (0.5.23 has)")
+        flags += ["--moe-runner-backend", a.moe_backend]
     return flags
 
 

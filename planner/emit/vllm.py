@@ -86,6 +86,10 @@ def engine_flags(a: ServeArgs) -> list[str]:
         flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":
         flags += ["--kv-cache-dtype", "fp8"]
+    if a.moe_backend != "auto":
+        # KernelConfig.moe_backend (vllm/config/kernel.py MoEBackend, "marlin"), bound from
+        # --moe-backend in vllm/engine/arg_utils.py at 0.22.0 and 0.33.0.
+        flags += ["--moe-backend", a.moe_backend]
     return flags
 
 

@@ -34,7 +34,12 @@ from planner.cost.serving_time import (
 from planner.layout import Layout
 
 MEDIAN_ABS_BOUND = 0.10
-"""Every (GPU, format) family's median |error| (now 4-8%)."""
+"""Every (GPU, format) family's median |error| (now 4-8%), except MEDIAN_ABS_BOUND_HELD_FLOOR."""
+MEDIAN_ABS_BOUND_HELD_FLOOR = {"h100_sxm marlin_mxfp4": 0.15, "h200_sxm marlin_mxfp4": 0.15,
+                               "b200_sxm marlin_mxfp4": 0.17}
+"""The Marlin families, their floor held at the default MXFP4 kernel's (bench fit_family):
+13%, 13%, 15% (6-7% with a free floor, which does not carry to gpt-oss); their decode points'
+median signed error within 5% (B200 -3.4%)."""
 DECODE_SIGNED_BOUND = 0.03
 """|median signed error| of every family's points of <= 256 tokens (now at most 1.4%)."""
 PREFILL_MEDIAN_ABS_BOUND = {"b200_sxm nvfp4": 0.22, "gb200 nvfp4": 0.26}
@@ -57,12 +62,15 @@ def families(bench):
 
 FAMILIES = ["h100_sxm bf16", "h100_sxm fp8", "h100_sxm mxfp4", "h200_sxm bf16", "h200_sxm fp8", "h200_sxm mxfp4",
             "b200_sxm bf16", "b200_sxm fp8", "b200_sxm mxfp4", "b200_sxm nvfp4",
-            "gb200 bf16", "gb200 fp8", "gb200 mxfp4", "gb200 nvfp4", "l40s bf16", "l40s fp8", "l40s mxfp4"]
+            "gb200 bf16", "gb200 fp8", "gb200 mxfp4", "gb200 nvfp4", "l40s bf16", "l40s fp8", "l40s mxfp4",
+            "h100_sxm marlin_mxfp4", "h200_sxm marlin_mxfp4", "b200_sxm marlin_mxfp4", "l40s marlin_mxfp4"]
+"""(GPU, kernel key): a weight format under the engine's default MoE backend, or
+backend_format (marlin_mxfp4: --moe-backend marlin)."""
 
 
 def test_the_fixture_has_every_family(families):
     assert sorted(" ".join(key) for key in families) == sorted(FAMILIES)
-    assert sum(len(rows) for rows in families.values()) == 10845
+    assert sum(len(rows) for rows in families.values()) == 10845 + 300
 
 
 def test_kernel_time_hand_worked():
@@ -119,19 +127,19 @@ def test_family_error_bounds(family, bench, families):
     gpu, weight_format = family.split()
     rows = families[(gpu, weight_format)]
     score = bench.score(bench.catalog_kernel(gpu, weight_format, rows), rows)
-    assert score["median_abs"] <= MEDIAN_ABS_BOUND
-    assert abs(score["decode_median_signed"]) <= DECODE_SIGNED_BOUND
+    assert score["median_abs"] <= MEDIAN_ABS_BOUND_HELD_FLOOR.get(family, MEDIAN_ABS_BOUND)
+    assert abs(score["decode_median_signed"]) <= (0.05 if family in MEDIAN_ABS_BOUND_HELD_FLOOR else DECODE_SIGNED_BOUND)
     assert score["prefill_median_abs"] <= PREFILL_MEDIAN_ABS_BOUND.get(family, PREFILL_DEFAULT_BOUND)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_catalog_constants_are_the_fit(family, bench, families):
     gpu, weight_format = family.split()
-    rows = families[(gpu, weight_format)]
+    assert families[(gpu, weight_format)]
     all_rows = bench.load_rows()
-    fitted = bench.catalog_entry(bench.fit(rows, bench.dense_fallback_kernel(gpu, weight_format, all_rows),
-                                               bench.cluster(gpu).gpu.hbm_bytes_per_s), gpu)
+    fitted = bench.catalog_entry(bench.fit_family(gpu, weight_format, all_rows), gpu)
     catalog = getattr(bench.cluster(gpu).gpu.serving_moe_kernels, weight_format)
+    assert catalog is not None, family
     for name, value in fitted.items():
         assert getattr(catalog, name) == pytest.approx(value, rel=FIT_TOLERANCE), name
 

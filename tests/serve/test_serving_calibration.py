@@ -13,8 +13,8 @@ KV-starved):
 
     group                               runs  TPOT |err| med  max   signed  TTFT |err| med  max   signed
     gpt-oss-120b B200-SXM-180GB           84          38%   105%   +38%            31%       78%   -31%
-    gpt-oss-120b H100-SXM5-80GB           69          20%  1014%   +19%            56%      100%   -56%
-    gpt-oss-120b H200-SXM-141GB           75          12%    35%   +12%            56%       84%   -56%
+    gpt-oss-120b H100-SXM5-80GB           69          21%  1300%   +21%            44%      100%   -44%
+    gpt-oss-120b H200-SXM-141GB           75          19%    39%   +19%            41%       77%   -41%
     llama-3.1-70b-fp8 B200-SXM-180GB      60           5%    20%    +4%            53%       89%   -53%
     llama-3.1-70b-fp8 H100-SXM5-80GB      45           4%    34%    -0%            30%       99%   -30%
     llama-3.1-70b-fp8 H200-SXM-141GB      60           4%    18%    +1%            37%       95%   -37%
@@ -22,23 +22,28 @@ KV-starved):
     llama-3.1-8b-fp8 H200-SXM-141GB       21         128%   232%  +128%            39%       60%   -39%
     qwen3-235b-a22b-fp8 H200-SXM-141GB    26          36%    52%   -36%            54%       62%   -54%
     qwen3-32b H100-SXM5-80GB              90           4%    22%    +0%            69%       93%   -69%
-    overall                              590          11%  1014%    +5%            53%      100%   -53%
+    overall                              590          13%  1300%    +7%            50%      100%   -50%
+
+The gpt-oss rows on Hopper are priced with the MoE kernel their scripts chose
+(VLLM_MXFP4_USE_MARLIN=1: --moe-backend marlin), which moved their TTFT from -56% to -41..-44%
+(steady) and their TPOT from +12..19% to +19..21%.
 
 Most of the TTFT gap is the benchmark, not the engine: the 453 InferenceX rows ran 10 x C
 requests with at most C in flight, all C first ones sent at once, lengths drawn from
 [0.8 L, L], and report means (bench/serving_calibration.py, --as-benchmarked). Simulating
 exactly that (planner.serve.burst_metrics) on the InferenceX rows at concurrency <= 16 and
-<= 1,024 output tokens (174 runs): TPOT 8% median |error| (+4%), TTFT 22% (-18%);
+<= 1,024 output tokens (174 runs): TPOT 10% median |error| (+7%), TTFT 18% (-16%);
 llama-3.1-70b-fp8 on H100 / H200 / B200: TTFT 10% / 5% / 13%. All 590 as benchmarked: TPOT
-11%, TTFT 38%, worst TTFT 100% (3,035% when the KV cache reserved every sequence's full
-length). On 8xH100 (the anchor below) every TTFT lands within 19% as benchmarked (+12%
+12%, TTFT 26% (38% before the Marlin kernel: gpt-oss Hopper TTFT -48..-50% -> -26..-27%,
+TPOT +11..18% -> +16..19%), worst TTFT 100% (3,035% when the KV cache reserved every
+sequence's full length). On 8xH100 (the anchor below) every TTFT lands within 19% as benchmarked (+12%
 median), where the steady state misses by up to 66% at C = 64.
 What is left (docs/cost-model.md, Serving: calibration):
-- gpt-oss-120b TTFT stays underestimated on Hopper (-45% to -56%) and NVFP4's (-27%); no
-  constant is fitted to close either.
+- gpt-oss-120b TTFT stays underestimated on Hopper (-26% as benchmarked, with the Marlin kernel
+  fitted at one shape) and NVFP4's (-27%); no constant is fitted to close either.
 - llama-3.1-8b-fp8 (AIConfigurator's own harness, client settings unpublished) TPOT +128%;
   qwen3-235b (same harness) -36%; gpt-oss-120b B200 +38% (its runs use MXFP8 activations, the
-  catalog prices vLLM 0.33's 16-bit default). The +1014% outlier is gpt-oss-120b on H100 at
+  catalog prices vLLM 0.33's 16-bit default). The +1300% outlier is gpt-oss-120b on H100 at
   concurrency 512 (measured 5.5 ms per token at 8192 input tokens).
 """
 
@@ -53,9 +58,10 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_agg.csv"
 
 MEDIAN_ABS_BOUND = {"tpot": 0.14, "ttft": 0.60}
-"""Overall median |error|, now 0.11 (TPOT) and 0.53 (TTFT)."""
-MAX_ABS_BOUND = {"tpot": 11.0, "ttft": 1.0}
-"""Overall max |error|, now 10.14 and 0.9997 (an underestimate's |error| is below 1)."""
+"""Overall median |error|, now 0.13 (TPOT) and 0.50 (TTFT)."""
+MAX_ABS_BOUND = {"tpot": 14.0, "ttft": 1.0}
+"""Overall max |error|, now 13.00 (gpt-oss-120b on H100 at C 512, 8,192 input tokens: its
+prompt chunks under the Marlin kernel) and 0.9997 (an underestimate's |error| is below 1)."""
 GROUP_MEDIAN_ABS_BOUND = {"tpot": 1.35, "ttft": 0.75}
 """Every group's median |error|, now at most 1.28 (llama-3.1-8b-fp8) and 0.70 (qwen3-32b)."""
 DENSE_TPOT_GROUPS = ("llama-3.1-70b-fp8 B200-SXM-180GB", "llama-3.1-70b-fp8 H100-SXM5-80GB",
@@ -65,7 +71,7 @@ DENSE_TPOT_MEDIAN_ABS_BOUND = 0.08
 GPT_OSS_TPOT_GROUPS = ("gpt-oss-120b B200-SXM-180GB", "gpt-oss-120b H100-SXM5-80GB",
                        "gpt-oss-120b H200-SXM-141GB")
 GPT_OSS_TPOT_MEDIAN_ABS_BOUND = 0.39
-"""gpt-oss-120b's TPOT, each GPU within 39% at the median (now H200 12%, H100 20%, B200 38%:
+"""gpt-oss-120b's TPOT, each GPU within 39% at the median (now H200 19%, H100 21%, B200 38%:
 its runs use MXFP8 activations, the catalog prices the 16-bit default; 25-38% before the MoE
 kernels were measured)."""
 AS_BENCHMARKED_ANCHOR_BOUND = {"ttft": 0.20, "tpot": 0.10}
