@@ -8,8 +8,9 @@ H100, H200, B200, GB200 and L40S: the fit of the catalog's serving_moe_kernels a
 Data: tests/fixtures/aiconfigurator_silicon/vllm_moe_kernels.csv (tools/extract_aic_moe_kernels.py;
 aiconfigurator-core 0.12.0, systems/data/<gpu>/moe/vllm/0.24.0/moe_perf.parquet): the fused MoE
 op's latency on one GPU, balanced routing, no EP, tp <= 8 with >= 128 expert columns per GPU,
-1-16,384 tokens, the kernel AIConfigurator collected for each (GPU, weight format); shapes of
-Qwen3-30B/235B, Mixtral, DeepSeek-V3, gpt-oss and others.
+1-16,384 tokens, the kernel AIConfigurator collected for each (GPU, kernel key: a weight format,
+marlin_mxfp4 for --moe-backend marlin, fp8_ep for block fp8 under EP, whose rows are at ep 2-256
+and tp 1); shapes of Qwen3-30B/235B, Mixtral, DeepSeek-V3, gpt-oss and others.
 
 Each row is priced by the planner's own serving_time.moe_layer_gemm_seconds with the routing the
 collector used: token i goes to experts (i + j ceil(E/k)) mod E, so min(E, N k) experts are
@@ -44,11 +45,10 @@ from planner.cost.flops import Gemm  # noqa: E402
 from planner.cost.serving_time import (  # noqa: E402
     MoeKernelRates,
     achievable_flops_per_s,
+    measured_moe_kernel_rates,
     mlp_gemms,
-    moe_kernel,
     moe_kernel_seconds,
     routed_expert_bytes_read,
-    with_moe_backend,
 )
 from planner.layout import Layout  # noqa: E402
 from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
@@ -58,9 +58,12 @@ CLUSTERS = {"h100_sxm": "1x8xH100-SXM5-80GB", "h200_sxm": "1x8xH200-SXM-141GB", 
             "gb200": "1x4xGB200", "l40s": "1x8xL40S"}
 BASE_SPEC = "qwen3-30b-a3b"
 """A MoE spec the rows' shapes are written into (only the expert shapes and format matter)."""
-QUANTIZATION = {"bf16": None, "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4", "marlin_mxfp4": "mxfp4"}
-"""The fixture's kernel key (a weight format, or backend_format for a non-default MoE backend) ->
-the spec's quantization."""
+QUANTIZATION = {"bf16": None, "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4", "marlin_mxfp4": "mxfp4",
+                "fp8_ep": "fp8"}
+"""The fixture's kernel key (a ServingMoeKernels field: a weight format, backend_format for a
+non-default MoE backend, format_ep for the engine's kernel under EP) -> the spec's quantization."""
+HELD_FLOOR = {"marlin_mxfp4": "mxfp4"}
+"""Kernel keys measured at one shape only, whose floor is held at another key's (fit_family)."""
 DECODE_MAX_TOKENS = 256
 PREFILL_MIN_TOKENS = 4096
 FIT_STEPS = (0.5, 0.2, 0.05, 0.01, 0.002)
@@ -82,6 +85,9 @@ class KernelRow:
     tp: int
     num_tokens: int
     measured_seconds: float
+    ep: int = 1
+    """The EP degree (rows of an EP kernel key): the rank holds E/ep experts and num_tokens are
+    the EP group's, routed over all E."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ def load_rows(path: Path = FIXTURE) -> list[KernelRow]:
     with path.open() as f:
         return [KernelRow(r["gpu"], r["weight_format"], int(r["hidden_size"]), int(r["inter_size"]), int(r["topk"]),
                           int(r["num_experts"]), int(r["tp"]), int(r["num_tokens"]),
-                          units.ms_to_seconds(float(r["latency_ms"]))) for r in csv.DictReader(f)]
+                          units.ms_to_seconds(float(r["latency_ms"])), int(r["ep"])) for r in csv.DictReader(f)]
 
 
 @functools.cache
@@ -117,22 +123,30 @@ def model_of(row: KernelRow) -> ModelSpec:
     return row_model(row.weight_format, row.hidden_size, row.inter_size, row.topk, row.num_experts)
 
 
+def row_layout(row: KernelRow) -> tuple[Layout, float]:
+    """The planner's layout for a row and its replica's tokens: one replica of tp GPUs, or under
+    EP the replica of Layout(tp=1, dp=ep, ep=ep) carrying num_tokens / ep (the collector's
+    num_tokens are the EP group's)."""
+    if row.ep > 1:
+        return Layout(tp=1, pp=1, dp=row.ep, ep=row.ep), row.num_tokens / row.ep
+    return Layout(tp=row.tp, pp=1, dp=1), float(row.num_tokens)
+
+
 def priced(row: KernelRow) -> Priced:
     """The planner's bytes and GEMMs for the row under the collector's balanced routing."""
-    model, layout = model_of(row), Layout(tp=row.tp, pp=1, dp=1)
+    model = model_of(row)
+    layout, tokens = row_layout(row)
     touched = min(row.num_experts, row.num_tokens * row.topk)
-    return Priced(routed_expert_bytes_read(model, layout, row.num_tokens, touched),
-                  tuple(mlp_gemms(model, layout, row.num_tokens, touched)), row.measured_seconds)
-
-
-def backend_of(weight_format: str) -> str:
-    """The MoE backend a fixture key names: marlin_mxfp4 -> marlin, a plain format -> auto."""
-    return weight_format.split("_")[0] if "_" in weight_format else "auto"
+    return Priced(routed_expert_bytes_read(model, layout, tokens, touched),
+                  tuple(mlp_gemms(model, layout, tokens, touched)), row.measured_seconds)
 
 
 def catalog_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
-    row = next(r for r in rows if r.gpu == gpu and r.weight_format == weight_format)
-    return moe_kernel(model_of(row), with_moe_backend(cluster(gpu), backend_of(weight_format)))
+    """The catalog's kernel of this key on this GPU (the dense fallback where it has none)."""
+    measured = getattr(cluster(gpu).gpu.serving_moe_kernels, weight_format)
+    if measured is None:
+        return dense_fallback_kernel(gpu, weight_format, rows)
+    return measured_moe_kernel_rates(measured, cluster(gpu))
 
 
 def dense_fallback_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
@@ -209,13 +223,9 @@ def fit_family(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernel
     kernel's for the same format and GPU (the routing, alignment and launch kernels around the
     expert GEMMs are vLLM's own, whichever backend runs the GEMMs) and the other three fitted."""
     group = [r for r in rows if r.gpu == gpu and r.weight_format == weight_format]
-    backend = backend_of(weight_format)
     floor = None
-    if backend != "auto":
-        default_format = weight_format.split("_", 1)[1]
-        default = moe_kernel(model_of(group[0]), cluster(gpu))
-        if getattr(cluster(gpu).gpu.serving_moe_kernels, default_format) is not None:
-            floor = default.floor_seconds
+    if weight_format in HELD_FLOOR and getattr(cluster(gpu).gpu.serving_moe_kernels, HELD_FLOOR[weight_format]):
+        floor = catalog_kernel(gpu, HELD_FLOOR[weight_format], rows).floor_seconds
     return fit(group, dense_fallback_kernel(gpu, weight_format, rows), cluster(gpu).gpu.hbm_bytes_per_s, floor)
 
 

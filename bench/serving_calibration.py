@@ -82,20 +82,34 @@ class Run:
     @property
     def server_settings(self) -> dict:
         """The vllm serve settings InferenceX's scripts set that change the estimate (none known
-        for the other rows): Llama-3.1-70B (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh,
-        70b_fp4_b200_docker.sh) --kv-cache-dtype fp8 and --max-model-len ISL + OSL + 20
-        (1024/1024) or + 200 (an 8192 side); gpt-oss-120b (gptoss_fp4_h100.sh)
-        --max-model-len 10240, and on Hopper (gptoss_fp4_h100.sh, gptoss_fp4_h200.sh)
-        VLLM_MXFP4_USE_MARLIN=1, the Marlin MoE kernel (--moe-backend marlin in current vLLM).
-        All use --max-num-batched-tokens 8192, the planner's H100-class default, and no prefix
-        caching."""
+        for the other rows; SemiAnalysisAI/InferenceX benchmarks/, read at commits 1fc5d73 and
+        ffdb196, which agree on these): --max-model-len ISL + OSL + 20 (1024/1024) or + 200 (an
+        8192 side), else 10240 (script_max_model_len), except gptoss_fp4_h100.sh's fixed 10240;
+        --kv-cache-dtype fp8 for Llama-3.1-70B (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh,
+        70b_fp4_b200_docker.sh) and gpt-oss on B200 (gptoss_fp4_b200.sh); the Marlin MoE kernel
+        for gpt-oss on Hopper (gptoss_fp4_h100.sh, gptoss_fp4_h200.sh: VLLM_MXFP4_USE_MARLIN=1,
+        --moe-backend marlin in current vLLM). gptoss_fp4_b200.sh's MXFP8 activations
+        (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) are not priced: the catalog's B200 MXFP4 kernel
+        is vLLM's 16-bit-activation default. All use --max-num-batched-tokens 8192, the
+        planner's H100-class default, and no prefix caching."""
         if self.benchmark != "inferencex":
             return {}
         if self.spec.startswith("llama-3.1-70b"):
-            extra = 20 if (self.input_len, self.output_len) == (1024, 1024) else 200
-            return {"kv_cache_dtype": "fp8", "max_model_len": self.input_len + self.output_len + extra}
-        marlin = {"moe_backend": "marlin"} if self.spec == "gpt-oss-120b" and self.gpu.startswith("H") else {}
-        return {"max_model_len": 10240, **marlin}
+            return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len}
+        if self.gpu.startswith("H100"):
+            return {"max_model_len": 10240, "moe_backend": "marlin"}
+        if self.gpu.startswith("H200"):
+            return {"max_model_len": self.script_max_model_len, "moe_backend": "marlin"}
+        return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8"}
+
+    @property
+    def script_max_model_len(self) -> int:
+        """InferenceX's CALCULATED_MAX_MODEL_LEN for this row's lengths."""
+        if (self.input_len, self.output_len) == (1024, 1024):
+            return self.input_len + self.output_len + 20
+        if 8192 in (self.input_len, self.output_len):
+            return self.input_len + self.output_len + 200
+        return 10240
 
     @property
     def group(self) -> str:

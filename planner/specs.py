@@ -461,11 +461,20 @@ class ServingMoeKernels(_Spec):
     marlin_mxfp4: MoeKernel | None = None
     """MXFP4 experts under vLLM's `--moe-backend marlin` (the weight-only Marlin MoE kernel,
     16-bit activations), which a deployment may choose over the default (mxfp4)."""
+    fp8_ep: MoeKernel | None = None
+    """Block-fp8 experts under expert parallelism, where the engine picks another kernel than
+    without it (vLLM on Hopper: FlashInfer's CUTLASS MoE instead of Triton); None = fp8's."""
 
     def kernel(self, weight_format: str, backend: str = "auto") -> MoeKernel | None:
         """The kernel of this weight format under this MoE backend (auto: the engine's default)."""
         name = weight_format if backend == "auto" else f"{backend}_{weight_format}"
         return getattr(self, name, None)
+
+    def for_ep(self, weight_format: str, ep: int) -> MoeKernel | None:
+        """The engine's kernel for this format at this EP degree: <format>_ep where the catalog
+        has one and ep > 1, else <format>'s."""
+        under_ep = getattr(self, f"{weight_format}_ep", None) if ep > 1 else None
+        return under_ep or getattr(self, weight_format, None)
 
 
 class GPU(_Spec):

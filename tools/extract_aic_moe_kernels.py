@@ -2,7 +2,8 @@
 
     python tools/extract_aic_moe_kernels.py /path/to/aiconfigurator_core/systems/data OUT.csv
 
-Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm, gb200 and l40s,
+Needs pandas + pyarrow (not a planner dependency). Writes (column ep: 1, or the EP degree of an
+EP_KEYS kernel's rows), for h100_sxm, h200_sxm, b200_sxm, gb200 and l40s,
 vLLM 0.24.0's fused MoE op (moe/vllm/0.24.0/moe_perf.parquet) for each expert weight format
 the planner prices with a measured kernel, using the kernel AIConfigurator collected for that
 format on that GPU (KERNELS): balanced routing (AIConfigurator's collector sends token i to
@@ -45,13 +46,21 @@ KERNELS = {
     ("h200_sxm", "marlin_mxfp4"): "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
     ("b200_sxm", "marlin_mxfp4"): "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts",
     ("l40s", "marlin_mxfp4"): "vllm_gptossmxfp4moe_marlin_marlinexperts",
+    ("h100_sxm", "fp8_ep"): "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+    ("h200_sxm", "fp8_ep"): "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
 }
 """(GPU, the planner's expert weight format) -> AIConfigurator's kernel_source. fp8 is block fp8
 (moe_dtype fp8_block): Triton's w8a8 block kernel on Hopper and Ada, TRT-LLM's on Blackwell; gpt-oss
 MXFP4 runs Marlin on Ada (L40S). marlin_mxfp4 is MXFP4 experts under `--moe-backend marlin`
 (vLLM's weight-only Marlin MoE, 16-bit activations; VLLM_MXFP4_USE_MARLIN=1 in older releases):
 on Hopper and Blackwell measured at one shape only (h 3584, FFN 3072, E 896, top-16), on L40S it is
-the default kernel's data again. A100 is left out: its data (vLLM 0.14.0) has no balanced rows."""
+the default kernel's data again. fp8_ep is block fp8 under expert parallelism on Hopper, where vLLM
+picks FlashInfer's CUTLASS kernel instead of Triton (EP_KEYS: its rows are the EP ones). A100 is
+left out: its data (vLLM 0.14.0) has no balanced rows."""
+EP_KEYS = {"fp8_ep"}
+"""Kernel keys measured under expert parallelism: rows with moe_ep_size > 1 and moe_tp_size 1
+(AIConfigurator's collector times one rank holding E/ep experts for num_tokens routed over all E),
+instead of moe_ep_size 1."""
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 MAX_TP = 8
 MIN_COLUMNS_PER_GPU = 128
@@ -61,16 +70,18 @@ def main(root: Path, out: Path) -> None:
     rows = []
     for (gpu, weight_format), kernel in KERNELS.items():
         moe = pd.read_parquet(root / gpu / f"moe/vllm/{VERSION}/moe_perf.parquet")
-        moe = moe[(moe.kernel_source == kernel) & (moe.distribution == "balanced") & (moe.moe_ep_size == 1)
-                  & (moe.moe_tp_size <= MAX_TP) & (moe.inter_size / moe.moe_tp_size >= MIN_COLUMNS_PER_GPU)
+        parallel = ((moe.moe_ep_size > 1) & (moe.moe_tp_size == 1) if weight_format in EP_KEYS
+                    else (moe.moe_ep_size == 1) & (moe.moe_tp_size <= MAX_TP)
+                    & (moe.inter_size / moe.moe_tp_size >= MIN_COLUMNS_PER_GPU))
+        moe = moe[(moe.kernel_source == kernel) & (moe.distribution == "balanced") & parallel
                   & moe.num_tokens.isin(TOKENS)]
-        keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "num_tokens"]
+        keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "num_tokens"]
         best = moe.groupby(keys, as_index=False).latency.min()
         best.insert(0, "weight_format", weight_format)
         best.insert(0, "gpu", gpu)
-        rows.append(best.rename(columns={"latency": "latency_ms", "moe_tp_size": "tp"}))
+        rows.append(best.rename(columns={"latency": "latency_ms", "moe_tp_size": "tp", "moe_ep_size": "ep"}))
     table = pd.concat(rows).sort_values(["gpu", "weight_format", "hidden_size", "inter_size", "num_experts", "tp",
-                                         "num_tokens"])
+                                         "ep", "num_tokens"])
     table["latency_ms"] = table.latency_ms.map(lambda v: f"{v:.5g}")
     table.to_csv(out, index=False)
 

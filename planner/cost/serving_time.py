@@ -45,7 +45,7 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import ClusterSpec, ModelSpec, MoeKernel
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
@@ -352,17 +352,21 @@ def expert_weight_format(model: ModelSpec) -> str | None:
     return model.quantization if model.quantization in MOE_WEIGHT_FORMATS else None
 
 
-def moe_kernel(model: ModelSpec, cluster: ClusterSpec) -> MoeKernelRates:
-    """The GPU's measured fused-MoE kernel for the experts' format (catalog
-    serving_moe_kernels), else the dense step's rates: no floor, DECODE_HBM_UTILIZATION,
-    the linear GEMMs' rate and GEMM_HALF_RATE_DIMENSION."""
+def moe_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int = 1) -> MoeKernelRates:
+    """The GPU's measured fused-MoE kernel for the experts' format at this EP degree (catalog
+    serving_moe_kernels, ServingMoeKernels.for_ep), else the dense step's rates: no floor,
+    DECODE_HBM_UTILIZATION, the linear GEMMs' rate and GEMM_HALF_RATE_DIMENSION."""
     weight_format = expert_weight_format(model)
-    measured = getattr(cluster.gpu.serving_moe_kernels, weight_format) if weight_format else None
-    hbm = cluster.gpu.hbm_bytes_per_s
+    measured = cluster.gpu.serving_moe_kernels.for_ep(weight_format, ep) if weight_format else None
     if measured is None:
-        return MoeKernelRates(0.0, hbm * eff.DECODE_HBM_UTILIZATION, achievable_flops_per_s(model, cluster),
-                              eff.GEMM_HALF_RATE_DIMENSION, "model")
-    return MoeKernelRates(units.us_to_seconds(measured.floor_us), hbm * measured.hbm_utilization,
+        return MoeKernelRates(0.0, cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION,
+                              achievable_flops_per_s(model, cluster), eff.GEMM_HALF_RATE_DIMENSION, "model")
+    return measured_moe_kernel_rates(measured, cluster)
+
+
+def measured_moe_kernel_rates(measured: MoeKernel, cluster: ClusterSpec) -> MoeKernelRates:
+    """A catalog MoE kernel's constants in SI units on this cluster's GPU."""
+    return MoeKernelRates(units.us_to_seconds(measured.floor_us), cluster.gpu.hbm_bytes_per_s * measured.hbm_utilization,
                           units.tflops_to_flops_per_s(measured.tflops), measured.half_rows, "measured")
 
 
@@ -374,7 +378,9 @@ def with_moe_backend(cluster: ClusterSpec, backend: str) -> ClusterSpec:
     if backend == "auto":
         return cluster
     kernels = cluster.gpu.serving_moe_kernels
-    chosen = kernels.model_copy(update={name: kernels.kernel(name, backend) for name in MOE_WEIGHT_FORMATS})
+    chosen = kernels.model_copy(update={
+        **{name: kernels.kernel(name, backend) for name in MOE_WEIGHT_FORMATS},
+        **{f"{name}_ep": None for name in MOE_WEIGHT_FORMATS if f"{name}_ep" in type(kernels).model_fields}})
     return cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"serving_moe_kernels": chosen})})
 
 
@@ -406,11 +412,22 @@ def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout
     """moe_layer_gemm_seconds and whether the weight read bounds it (with EP, plus
     ep_foreign_pair_seconds)."""
     m = max(1, round(num_tokens))
-    seconds, weight_bound = moe_kernel_seconds(moe_kernel(model, cluster),
+    seconds, weight_bound = moe_kernel_seconds(moe_kernel(model, cluster, layout.ep),
                                                routed_expert_bytes_read(model, layout, m, touched_experts),
                                                mlp_gemms(model, layout, m, touched_experts),
                                                expert_load_factor(layout, imbalance))
-    return seconds + ep_foreign_pair_seconds(model, cluster, layout, m), weight_bound
+    foreign = 0.0 if has_ep_kernel(model, cluster, layout.ep) else ep_foreign_pair_seconds(model, cluster, layout, m)
+    return seconds + foreign, weight_bound
+
+
+def has_ep_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int) -> bool:
+    """Whether the engine runs its own EP kernel for these experts at this EP degree (catalog
+    <format>_ep: vLLM's FlashInfer CUTLASS block-fp8 MoE on Hopper), which permutes the GPU's
+    own pairs only: no foreign-pair traffic (bench/moe_kernel_calibration.py: with the term
+    its fit scores 13% median |error| against 10% without)."""
+    weight_format = expert_weight_format(model)
+    kernels = cluster.gpu.serving_moe_kernels
+    return ep > 1 and weight_format is not None and getattr(kernels, f"{weight_format}_ep", None) is not None
 
 
 def ep_foreign_pair_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:

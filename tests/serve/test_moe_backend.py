@@ -30,6 +30,8 @@ def test_marlin_is_emitted_for_vllm_and_sglang(plan_json):
     argv = _argv(plan_json, "--moe-backend", "marlin", "--emit", "sglang")
     assert argv[argv.index("--moe-runner-backend") + 1] == "marlin"
     assert "--moe-backend" not in _argv(plan_json)
+    code, out = plan_json("--model", "gpt-oss-120b", "--cluster", "1x8xH200", "--moe-backend", "marlin")
+    assert code == 0 and out["moe_backend"] == "marlin"
 
 
 @pytest.mark.parametrize(("args", "message"), [

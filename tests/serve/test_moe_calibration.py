@@ -7,7 +7,9 @@ the sets were added (numbers in each bound's docstring), so a change that loses 
 What the model misses, on purpose pinned as it is:
 - bf16 under TP 8: the measured op is slower than its share of the TP-1 op at prefill (-10%).
   Under EP 8 the same gap (-47%) was the traffic of the pairs routed to other GPUs, now priced
-  (serving_time.ep_foreign_pair_seconds; the block-fp8 CUTLASS rows stay -55%).
+  (serving_time.ep_foreign_pair_seconds). The block-fp8 CUTLASS rows (DeepSeek-V3's shape,
+  priced with the fp8_ep kernel fitted on 17 shapes) are -68% at prefill: that shape measures
+  far slower than its neighbours (docs/cost-model.md, Block fp8 under EP).
 - the per-tensor fp8 kernel (flashinfer CUTLASS) measures slower than the bf16 Triton one on the
   same shapes; it is scored, not bounded.
 """

@@ -34,7 +34,11 @@ from planner.cost.serving_time import (
 from planner.layout import Layout
 
 MEDIAN_ABS_BOUND = 0.10
-"""Every (GPU, format) family's median |error| (now 4-8%), except MEDIAN_ABS_BOUND_HELD_FLOOR."""
+"""Every (GPU, format) family's median |error| (now 4-8%), except MEDIAN_ABS_BOUND_HELD_FLOOR and
+the EP kernels (MEDIAN_ABS_BOUND_EP)."""
+MEDIAN_ABS_BOUND_EP = {"h100_sxm fp8_ep": 0.12, "h200_sxm fp8_ep": 0.13}
+"""FlashInfer CUTLASS block fp8 under EP, 17 shapes at ep 2-256: 10% and 11% (prefill 32%: the
+error runs from +22% at ep 2 to -65% at ep 256, and DeepSeek-V3's own shape is -87%)."""
 MEDIAN_ABS_BOUND_HELD_FLOOR = {"h100_sxm marlin_mxfp4": 0.15, "h200_sxm marlin_mxfp4": 0.15,
                                "b200_sxm marlin_mxfp4": 0.17}
 """The Marlin families, their floor held at the default MXFP4 kernel's (bench fit_family):
@@ -42,7 +46,8 @@ MEDIAN_ABS_BOUND_HELD_FLOOR = {"h100_sxm marlin_mxfp4": 0.15, "h200_sxm marlin_m
 median signed error within 5% (B200 -3.4%)."""
 DECODE_SIGNED_BOUND = 0.03
 """|median signed error| of every family's points of <= 256 tokens (now at most 1.4%)."""
-PREFILL_MEDIAN_ABS_BOUND = {"b200_sxm nvfp4": 0.22, "gb200 nvfp4": 0.26}
+PREFILL_MEDIAN_ABS_BOUND = {"b200_sxm nvfp4": 0.22, "gb200 nvfp4": 0.26, "h100_sxm fp8_ep": 0.35,
+                            "h200_sxm fp8_ep": 0.35}
 """Median |error| of the points of >= 4,096 tokens (now B200 NVFP4 20%, GB200 NVFP4 23%; the
 others at most 13%, bounded by PREFILL_DEFAULT_BOUND)."""
 PREFILL_DEFAULT_BOUND = 0.15
@@ -63,14 +68,16 @@ def families(bench):
 FAMILIES = ["h100_sxm bf16", "h100_sxm fp8", "h100_sxm mxfp4", "h200_sxm bf16", "h200_sxm fp8", "h200_sxm mxfp4",
             "b200_sxm bf16", "b200_sxm fp8", "b200_sxm mxfp4", "b200_sxm nvfp4",
             "gb200 bf16", "gb200 fp8", "gb200 mxfp4", "gb200 nvfp4", "l40s bf16", "l40s fp8", "l40s mxfp4",
-            "h100_sxm marlin_mxfp4", "h200_sxm marlin_mxfp4", "b200_sxm marlin_mxfp4", "l40s marlin_mxfp4"]
-"""(GPU, kernel key): a weight format under the engine's default MoE backend, or
-backend_format (marlin_mxfp4: --moe-backend marlin)."""
+            "h100_sxm marlin_mxfp4", "h200_sxm marlin_mxfp4", "b200_sxm marlin_mxfp4", "l40s marlin_mxfp4",
+            "h100_sxm fp8_ep", "h200_sxm fp8_ep"]
+"""(GPU, kernel key): a weight format under the engine's default MoE backend, backend_format
+(marlin_mxfp4: --moe-backend marlin), or format_ep (the engine's kernel under EP: block fp8 on
+Hopper runs FlashInfer's CUTLASS MoE; rows at ep 2-256)."""
 
 
 def test_the_fixture_has_every_family(families):
     assert sorted(" ".join(key) for key in families) == sorted(FAMILIES)
-    assert sum(len(rows) for rows in families.values()) == 10845 + 300
+    assert sum(len(rows) for rows in families.values()) == 10845 + 300 + 3420
 
 
 def test_kernel_time_hand_worked():
@@ -127,7 +134,7 @@ def test_family_error_bounds(family, bench, families):
     gpu, weight_format = family.split()
     rows = families[(gpu, weight_format)]
     score = bench.score(bench.catalog_kernel(gpu, weight_format, rows), rows)
-    assert score["median_abs"] <= MEDIAN_ABS_BOUND_HELD_FLOOR.get(family, MEDIAN_ABS_BOUND)
+    assert score["median_abs"] <= {**MEDIAN_ABS_BOUND_HELD_FLOOR, **MEDIAN_ABS_BOUND_EP}.get(family, MEDIAN_ABS_BOUND)
     assert abs(score["decode_median_signed"]) <= (0.05 if family in MEDIAN_ABS_BOUND_HELD_FLOOR else DECODE_SIGNED_BOUND)
     assert score["prefill_median_abs"] <= PREFILL_MEDIAN_ABS_BOUND.get(family, PREFILL_DEFAULT_BOUND)
 
