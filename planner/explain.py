@@ -366,7 +366,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     segments = (
         BreakdownSegment(bound, work),
         BreakdownSegment(other, 0.0),
-        BreakdownSegment(f"routed experts (fused MoE op, {moe_kernel(model, cluster).source} kernel)", experts),
+        BreakdownSegment(f"routed experts (fused MoE op, {moe_kernel(model, cluster, result.layout.ep).source} kernel)", experts),
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
         BreakdownSegment("EP gather/scatter", ep),

@@ -280,7 +280,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "tp_crosses_node": r.placement.tp_crosses_node,
         "ep_exchange_seconds_per_moe_layer": r.ep_exchange_seconds_per_moe_layer,
         "ep_exchange_link": ep_exchange_link(r),
-        "moe_kernel_source": moe_kernel(plan.model, plan.cluster).source if plan.model.is_moe else None,
+        "moe_kernel_source": moe_kernel(plan.model, plan.cluster, r.layout.ep).source if plan.model.is_moe else None,
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,
         "bubble_fraction": r.bubble_fraction, "decode_bound": r.decode_bound,
