@@ -571,6 +571,10 @@ class Measured(_Spec, extra="allow"):
     flags: list[str] = Field(default_factory=list)
     allreduce_curves: list[CollectiveCurve] = Field(default_factory=list)
     alltoall_curves: list[CollectiveCurve] = Field(default_factory=list)
+    allgather_curves: list[CollectiveCurve] = Field(default_factory=list)
+    """sizes_bytes is the gathered buffer (what every rank ends with), as nccl-tests sizes it."""
+    reduce_scatter_curves: list[CollectiveCurve] = Field(default_factory=list)
+    """sizes_bytes is the buffer every rank reduces (its input), as nccl-tests sizes it."""
 
 
 AllreduceCurve = CollectiveCurve  # the name the cost model and older code import
@@ -628,6 +632,12 @@ class ClusterSpec(_Spec):
 
     def alltoall_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
         return _find_curve(self.measured.alltoall_curves if self.measured else [], link, num_ranks)
+
+    def allgather_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
+        return _find_curve(self.measured.allgather_curves if self.measured else [], link, num_ranks)
+
+    def reduce_scatter_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
+        return _find_curve(self.measured.reduce_scatter_curves if self.measured else [], link, num_ranks)
 
 
 def _find_curve(curves: list[CollectiveCurve], link: str, num_ranks: int) -> CollectiveCurve | None:

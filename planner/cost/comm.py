@@ -153,6 +153,19 @@ def allreduce_seconds(message_bytes: float, group: GroupTopology | None,
     return group_allreduce_seconds(message_bytes, effective_group(group), hierarchical)
 
 
+def allgather_seconds(message_bytes: float, group: GroupTopology | None,
+                      curve: AllreduceCurve | None) -> float:
+    """One all-gather (or reduce-scatter) of an S-byte buffer over a placed group: the probe's
+    measured curve at this size when it measured this collective on this link at this group
+    size, else group_allgather_seconds on the group's links at NCCL's achieved bus bandwidth.
+    0 for one rank."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    if curve is not None:
+        return curve_seconds(curve, message_bytes)
+    return group_allgather_seconds(message_bytes, effective_group(group))
+
+
 def group_alltoall_seconds(message_bytes: float, group: GroupTopology | None) -> float:
     """All-to-all where each of n ranks sends S bytes in total (S/n to every rank, itself
     included), over a group of g ranks per node on N nodes:

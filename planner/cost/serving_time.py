@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from planner import units
 from planner.cost import efficiency as eff
 from planner.cost.comm import (
+    allgather_seconds,
     allreduce_seconds,
-    effective_group,
-    group_allgather_seconds,
     p2p_seconds,
 )
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
@@ -560,8 +559,25 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                     attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
 
 
-def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
-                                      placement: Placement, num_tokens: float) -> float:
+@dataclass(frozen=True)
+class ExchangeOp:
+    """One collective of an MoE layer's EP exchange, as priced."""
+
+    name: str
+    """MoE dispatch | MoE combine | MoE output."""
+    kind: str
+    """all-gather | reduce-scatter."""
+    num_ranks: int
+    link_kind: str
+    message_bytes: float
+    """The gathered (or reduced) buffer, what nccl-tests calls the size."""
+    seconds: float
+    source: str
+    """measured (the probe's curve at this size) | model."""
+
+
+def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                    num_tokens: float) -> tuple[ExchangeOp, ...]:
     """One MoE layer's expert-parallel exchange, forward only, as vLLM's default EP path runs
     it (all2all_backend allgather_reducescatter: AgRsAll2AllManager in
     vllm/distributed/device_communicators/all2all.py, FusedMoE's naive dispatch/combine in
@@ -569,22 +585,44 @@ def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
     dispatch  an all-gather over the EP group of ep_dispatch_bytes (hidden states and router
               logits of the group's ep * N/t tokens),
     combine   a reduce-scatter of ep_combine_bytes (their partial outputs),
-    each comm.group_allgather_seconds on the group's links at NCCL's bus bandwidth (NVLink
-    inside a node, the NICs once per node across). Under sequence-parallel MoE
-    (moe.sequence_parallel_moe) the layer's output is all-gathered over TP instead of
-    all-reduced: that all-gather less the all-reduce stage_step_time's per-layer all-reduces
-    count for it is added here, so the two terms sum to what the step pays. 0 without EP and
-    when the EP group is one replica's TP group (d = 1: every TP rank already holds the
-    step's tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them)."""
-    group = effective_group(placement.ep_group)
-    if group is None or layout.dp_per_ep_group <= 1 or not model.is_moe:
-        return 0.0
-    seconds = (group_allgather_seconds(ep_dispatch_bytes(model, layout, num_tokens), group)
-               + group_allgather_seconds(ep_combine_bytes(model, layout, num_tokens), group))
-    if sequence_parallel_moe(layout):
+    output    under sequence-parallel MoE (moe.sequence_parallel_moe) the layer's output,
+              N * h * bytes, all-gathered over TP in place of its all-reduce,
+    each comm.allgather_seconds: the probe's all-gather / reduce-scatter curve for that link
+    and group size where the profile has one, else the ring on the group's links at NCCL's
+    bus bandwidth (NVLink inside a node, the NICs once per node across). None without EP and
+    when the EP group is one replica's TP group (d = 1: every TP rank already holds the step's
+    tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them)."""
+    group, link = placement.ep_group, placement.ep_link
+    if group is None or link is None or layout.dp_per_ep_group <= 1 or not model.is_moe:
+        return ()
+    ops = []
+    for name, kind, size, curve in (
+            ("MoE dispatch", "all-gather", ep_dispatch_bytes(model, layout, num_tokens),
+             cluster.allgather_curve(link.scope, layout.ep)),
+            ("MoE combine", "reduce-scatter", ep_combine_bytes(model, layout, num_tokens),
+             cluster.reduce_scatter_curve(link.scope, layout.ep))):
+        ops.append(ExchangeOp(name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
+                              "measured" if curve is not None else "model"))
+    if sequence_parallel_moe(layout) and placement.tp_link is not None:
+        size = num_tokens * model.hidden_size * activation_bytes_per_element(model)
+        curve = cluster.allgather_curve(placement.tp_link.scope, layout.tp)
+        ops.append(ExchangeOp("MoE output", "all-gather", layout.tp, placement.tp_link.kind, size,
+                              allgather_seconds(size, placement.tp_group, curve),
+                              "measured" if curve is not None else "model"))
+    return tuple(ops)
+
+
+def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                                      placement: Placement, num_tokens: float) -> float:
+    """The ep_exchange_ops of one MoE layer, less, under sequence-parallel MoE, the TP
+    all-reduce of its output that the output all-gather replaces (stage_step_time's per-layer
+    all-reduces count it), so that the two terms sum to what the step pays. 0 without an
+    exchange."""
+    ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens)
+    seconds = sum(op.seconds for op in ops)
+    if any(op.name == "MoE output" for op in ops):
         output_bytes = num_tokens * model.hidden_size * activation_bytes_per_element(model)
-        one_allreduce = tp_allreduce_seconds_per_layer(cluster, layout, placement, output_bytes)[0] / 2
-        seconds += group_allgather_seconds(output_bytes, effective_group(placement.tp_group)) - one_allreduce
+        seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, output_bytes)[0] / 2
     return seconds
 
 
@@ -750,27 +788,18 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     out = []
     phases = (("decode", decode_tokens, batches_in_flight * slowest_stage_layers, layout.pp),
               ("prefill", prompt_tokens, model.num_hidden_layers, layout.pp - 1))
-    exchanges = placement.ep_group is not None and layout.dp_per_ep_group > 1 and model.is_moe
     for phase, tokens, allreduces, sends in phases:
         moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
                      if phase == "decode" else model.num_moe_layers)
-        sp_moe_count = moe_count if exchanges and sequence_parallel_moe(layout) else 0
+        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens)
+        sp_moe_count = moe_count if any(op.name == "MoE output" for op in exchange) else 0
         if placement.tp_link is not None:
             both, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, tokens * width)
             out += [Collective(phase, f"after {where}", "all-reduce", layout.tp, placement.tp_link.kind,
                                tokens * width, both / 2, source, count)
                     for where, count in (("attention", allreduces), ("MLP", allreduces - sp_moe_count))]
-        if exchanges:
-            group = effective_group(placement.ep_group)
-            out += [Collective(phase, f"MoE {what}", kind, layout.ep, placement.ep_link.kind, size,
-                               group_allgather_seconds(size, group), "model", moe_count)
-                    for what, kind, size in (("dispatch", "all-gather", ep_dispatch_bytes(model, layout, tokens)),
-                                             ("combine", "reduce-scatter", ep_combine_bytes(model, layout, tokens)))]
-        if sp_moe_count:
-            out.append(Collective(phase, "MoE output", "all-gather", layout.tp, placement.tp_link.kind,
-                                  tokens * width,
-                                  group_allgather_seconds(tokens * width, effective_group(placement.tp_group)),
-                                  "model", sp_moe_count))
+        out += [Collective(phase, op.name, op.kind, op.num_ranks, op.link_kind, op.message_bytes, op.seconds,
+                           op.source, moe_count) for op in exchange]
         if placement.pp_link is not None:
             out.append(Collective(phase, "to next stage", "send", 2, placement.pp_link.kind, tokens * width,
                                   pipeline_hop_seconds(model, placement, tokens), "model", sends))

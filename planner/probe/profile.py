@@ -397,6 +397,8 @@ def measured_section(
         "collectives": raw.get("collectives", list(OPS)),
         "allreduce_curves": curves_section(rows, raw["nodes"], ALL_REDUCE),
         "alltoall_curves": curves_section(rows, raw["nodes"], ALL_TO_ALL),
+        "allgather_curves": curves_section(rows, raw["nodes"], ALL_GATHER),
+        "reduce_scatter_curves": curves_section(rows, raw["nodes"], REDUCE_SCATTER),
         "fits": fits_section(fits),
         "bandwidth_gb_per_s_by_op": bandwidths_section(fits, raw["backend"] == "nccl"),
     }
@@ -453,7 +455,8 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
     return merged, warnings
 
 
-CURVES_BY_OP = {ALL_REDUCE: "allreduce_curves", ALL_TO_ALL: "alltoall_curves"}
+CURVES_BY_OP = {ALL_REDUCE: "allreduce_curves", ALL_TO_ALL: "alltoall_curves", ALL_GATHER: "allgather_curves",
+                REDUCE_SCATTER: "reduce_scatter_curves"}
 
 
 def keep_unmeasured_curves(existing_measured: dict, new_measured: dict) -> list[str]:

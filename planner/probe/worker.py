@@ -47,6 +47,9 @@ from planner.probe.sweep import (  # noqa: E402
 PROGRESS_PREFIX = "@@plan-probe-progress"
 INTRA_NODE, INTER_NODE, WORLD = "intra_node", "inter_node", "world"
 ALL_RANKS, ONE_RANK_PER_NODE, TP_GROUPS = "all_local_ranks", "one_rank_per_node", "tp_groups"
+GROUP_CURVE_OPS = (ALL_REDUCE, ALL_TO_ALL, ALL_GATHER, REDUCE_SCATTER)
+"""What the TP-, EP-shaped groups (consecutive ranks) are timed with: the curves the planner reads
+for TP all-reduces, Megatron's EP all-to-alls and vLLM's EP all-gather and reduce-scatter."""
 TEST_HANG_ENV = "_PLAN_PROBE_TEST_HANG"
 """Tests only: "RANK:OP:SIZE_BYTES" makes that rank sleep TEST_HANG_SECONDS before that point
 (every group it is in), a synthetic hang the launcher must name."""
@@ -175,7 +178,7 @@ def build_phases(nodes: list[list[int]], collectives: tuple[str, ...] = OPS) -> 
         pairs = [node[k : k + 2] for node in nodes for k in range(0, local_size - 1, 2)]
         add((SEND_RECV,), INTRA_NODE, ALL_RANKS, pairs)
         for size in divisors_from_2(local_size)[:-1]:
-            add((ALL_REDUCE, ALL_TO_ALL), INTRA_NODE, TP_GROUPS, tp_groups(nodes, size))
+            add(GROUP_CURVE_OPS, INTRA_NODE, TP_GROUPS, tp_groups(nodes, size))
     if num_nodes >= 2:
         mode = ALL_RANKS if local_size > 1 else ONE_RANK_PER_NODE
         inter = [[node[j] for node in nodes] for j in range(local_size)]
@@ -194,10 +197,10 @@ def build_phases(nodes: list[list[int]], collectives: tuple[str, ...] = OPS) -> 
             add((SEND_RECV,), INTER_NODE, ALL_RANKS, rails)
         for num_nodes_per_group in divisors_from_2(num_nodes)[:-1]:
             groups = tp_groups(nodes, num_nodes_per_group * local_size)
-            add((ALL_REDUCE, ALL_TO_ALL), INTER_NODE, TP_GROUPS, groups)
+            add(GROUP_CURVE_OPS, INTER_NODE, TP_GROUPS, groups)
     if num_nodes >= 2 and local_size >= 2:
         world = [Group(list(range(dist.get_world_size())), None)]
-        add((ALL_REDUCE, ALL_TO_ALL), WORLD, ALL_RANKS, world)
+        add(GROUP_CURVE_OPS, WORLD, ALL_RANKS, world)
     return phases
 
 

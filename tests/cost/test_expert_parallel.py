@@ -223,3 +223,31 @@ def test_a_measured_alltoall_curve_leaves_vllms_exchange_alone(tmp_path):
     layout = Layout(1, 1, 8, 8)
     assert ep_exchange_seconds_per_moe_layer(model, measured, layout, place(measured, layout), 64) == pytest.approx(
         ep_exchange_seconds_per_moe_layer(model, plain, layout, place(plain, layout), 64), rel=1e-12)
+
+
+def test_measured_allgather_and_reduce_scatter_curves_price_vllms_exchange(tmp_path):
+    """A profile whose probe measured the 8-GPU intra-node all-gather (1 MiB -> 20 us, 4 MiB ->
+    40 us) and reduce-scatter (1 MiB -> 10 us, 4 MiB -> 40 us): Qwen3-30B-A3B at tp=1 dp=8 ep=8
+    with 64 tokens per rank gathers S = 2,228,224 B and scatters S = 2,097,152 B (2 MiB), read
+    log-log off the curves: 20 * (2,228,224 / 1 MiB)**(log 2 / log 4) = 20 * 2.125**0.5 =
+    29.155 us, and 10 * 2**(log 4 / log 4) = 20 us; 49.155 us, both listed as measured."""
+    from planner.catalog import load_cluster
+
+    path = tmp_path / "measured.yaml"
+    path.write_text(
+        "name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+        "measured:\n"
+        "  allgather_curves:\n"
+        "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [2.0e-5, 4.0e-5]}\n"
+        "  reduce_scatter_curves:\n"
+        "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [1.0e-5, 4.0e-5]}\n")
+    cluster = load_cluster(path)
+    model = resolve_model("qwen3-30b-a3b")
+    layout = Layout(1, 1, 8, 8)
+    placement = place(cluster, layout)
+    expected = 20e-6 * (2_228_224 / MIB) ** 0.5 + 20e-6
+    assert ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, 64) == pytest.approx(expected, rel=1e-9)
+    assert expected == pytest.approx(49.155e-6, rel=1e-4)
+    listed = [c for c in serving_collectives(model, cluster, layout, placement, 64, 1, 48, 1024) if c.phase == "decode"]
+    assert {(c.name, c.source) for c in listed} == {("MoE dispatch", "measured"), ("MoE combine", "measured")}

@@ -49,7 +49,8 @@ def assert_profile_shape(document, num_nodes, gpus_per_node):
     assert measured["nccl_version"] is None
     assert any("CPU run" in flag for flag in measured["flags"])
     assert any("loopback/CPU" in flag for flag in measured["flags"])
-    for curve in measured["allreduce_curves"] + measured["alltoall_curves"]:
+    for curve in (measured["allreduce_curves"] + measured["alltoall_curves"] + measured["allgather_curves"]
+                  + measured["reduce_scatter_curves"]):
         assert len(curve["sizes_bytes"]) == len(curve["median_seconds"]) >= 2
         assert curve["sizes_bytes"] == sorted(curve["sizes_bytes"])
         assert all(t > 0 for t in curve["median_seconds"])
@@ -102,6 +103,11 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
     )
     cluster = load_through_core(out)
     assert cluster.alltoall_curve("intra_node", 2).median_seconds == alltoall[0]["median_seconds"]
+    for key, read in (("allgather_curves", cluster.allgather_curve),
+                      ("reduce_scatter_curves", cluster.reduce_scatter_curve)):
+        (curve,) = document["measured"][key]
+        assert (curve["link"], curve["num_ranks"]) == ("intra_node", 2)
+        assert read("intra_node", 2).median_seconds == curve["median_seconds"]
 
     merged = yaml.safe_load(existing.read_text())
     assert (merged["name"], merged["source"], merged["gpu"]) == (
