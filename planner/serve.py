@@ -232,7 +232,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
-                            eff.FIRST_TOKEN_SECONDS)
+                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout))
 
     has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
                                                     request.max_e2e_seconds))
@@ -361,6 +361,12 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
         else:
             hi = hi - third
     return max(range(lo, hi + 1), key=lambda c: (rate(c), -c))
+
+
+def lockstep_ranks(model: ModelSpec, layout: Layout) -> int:
+    """DP ranks that step together: an EP group's d (vLLM syncs its DP ranks every step and
+    each MoE layer gathers all their tokens); 1 without EP across DP ranks."""
+    return layout.dp_per_ep_group if model.is_moe and layout.ep > 1 else 1
 
 
 def expert_imbalance(request: ServeRequest) -> float:

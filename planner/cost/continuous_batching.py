@@ -61,6 +61,11 @@ class SteadyState:
     to finish before its own is admitted."""
     slot_wait_seconds: float = 0.0
     """The wait for a slot those clients add to every request's TTFT and E2E."""
+    lockstep_ranks: int = 1
+    """DP ranks stepping together (an EP group's d): each step lasts as long as the busiest."""
+    busiest_rank_chunks_per_round: float = 0.0
+    """Prompt chunks the busiest of those ranks carries per round on average (the mean
+    rank's: prefill_tokens_per_step over the chunk size)."""
 
     @property
     def tpot_seconds(self) -> float:
@@ -86,9 +91,32 @@ def with_waiting_clients(steady: SteadyState, clients: float) -> SteadyState:
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
 
 
+NEGLIGIBLE_TAIL_PROBABILITY = 1e-10
+"""expected_max_poisson stops summing past the mean once a term is below this."""
+
+
+def expected_max_poisson(mean: float, count: int) -> float:
+    """E[max of `count` independent Poisson(mean) draws] = sum over k >= 0 of
+    1 - P(X <= k)^count; `mean` itself for one draw. The probabilities are summed in log
+    space from k0 = mean - 12 sqrt(mean) - 10 (below it P(X <= k) is negligible, each term
+    1), until the tail's terms vanish past the mean."""
+    if count <= 1 or mean <= 0:
+        return max(mean, 0.0)
+    first = max(0, math.floor(mean - 12 * math.sqrt(mean) - 10))
+    total, cdf, k = float(first), 0.0, first
+    log_mean = math.log(mean)
+    while True:
+        cdf += math.exp(-mean + k * log_mean - math.lgamma(k + 1))
+        tail = 1.0 - min(cdf, 1.0) ** count
+        total += tail
+        k += 1
+        if (k > mean and tail < NEGLIGIBLE_TAIL_PROBABILITY) or k > mean + 40 * math.sqrt(mean) + 100:
+            return total
+
+
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
-                 first_token_seconds: float) -> SteadyState:
+                 first_token_seconds: float, lockstep_ranks: int = 1) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so S_p = ceil(I / (B - n_d / k)). When lambda * (I + D) would
@@ -97,6 +125,15 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     means a fraction q of rounds carry one chunk of I / S_p tokens in one micro-batch (the rest
     decode only); q > 1 means every round carries the mean lambda * I prompt tokens: one chunk
     in one micro-batch, the other q - 1 spread (continuous at q = 1).
+    `lockstep_ranks` d > 1 (the DP ranks of an EP group, which step together: vLLM syncs them
+    every step, vllm/v1/worker/dp_utils.py coordinate_batch_across_dp, and every MoE layer's
+    all-gather waits for all of them): each rank's prompts arrive apart, so a round lasts as
+    long as its busiest rank's attention and dense layers while the experts see the ranks'
+    mean (StepLoad.expert_tokens). q <= 1: a round carries a chunk on some rank with
+    probability 1 - (1 - q)^d, and then the experts see q / (1 - (1 - q)^d) chunks per rank;
+    a prompt's own rounds (in TTFT) carry its chunk and the others' expected q each, (1 + (d -
+    1) q) / d per rank for the experts; q > 1: the busiest rank carries m = E[max of d
+    Poisson(q)] chunks (expected_max_poisson) and the experts the mean q.
     TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds;
     TPOT = the mean round; E2E = TTFT + D * TPOT; throughput = C * O / E2E."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0)
@@ -117,13 +154,24 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
     one_chunk = StepLoad(0, 0, i / prefill_rounds, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
+    chunk_tokens = one_chunk.prefill_tokens
     if chunks_per_round <= 1:
+        carrying = 1 - (1 - chunks_per_round) ** lockstep_ranks
+        busiest = carrying
         prompt_round = round_seconds(decode, one_chunk)
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
+        if lockstep_ranks > 1 and carrying > 0:
+            some = replace(one_chunk, expert_tokens=chunk_tokens * chunks_per_round / carrying)
+            mean_round = (1 - carrying) * decode_round + carrying * round_seconds(decode, some)
+            mine = replace(one_chunk, expert_tokens=chunk_tokens * (1 + (lockstep_ranks - 1) * chunks_per_round)
+                           / lockstep_ranks)
+            prompt_round = round_seconds(decode, mine)
     else:
-        others = chunks_per_round - 1
-        spread = StepLoad(decode_seqs, decode_seqs * context, others * one_chunk.prefill_tokens,
-                          others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing)
+        busiest = expected_max_poisson(chunks_per_round, lockstep_ranks)
+        others = busiest - 1
+        spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
+                          others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
+                          decode_seqs + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
@@ -141,4 +189,6 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         ttft_seconds=ttft,
         e2e_seconds=e2e,
         throughput_tokens_per_second=c * output_len / e2e,
+        lockstep_ranks=lockstep_ranks,
+        busiest_rank_chunks_per_round=busiest,
     )

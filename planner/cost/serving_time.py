@@ -186,10 +186,20 @@ class StepLoad:
     c*o + c*(c+1)/2."""
     prompts_completing: float = 0.0
     """Prompts whose last chunk is in the step: each is sampled once (its first token)."""
+    expert_tokens: float | None = None
+    """Tokens per rank the routed experts (and the EP exchange) see, when they differ from
+    this rank's: in an EP group of DP ranks stepping in lockstep the step is this (busiest)
+    rank's for attention and the dense layers, the group's mean for the experts, which run
+    on every rank's tokens at once. None: num_tokens."""
 
     @property
     def num_tokens(self) -> float:
         return self.decode_seqs + self.prefill_tokens
+
+    @property
+    def moe_tokens(self) -> float:
+        """expert_tokens, or num_tokens when not given."""
+        return self.num_tokens if self.expert_tokens is None else self.expert_tokens
 
     @property
     def sampled_rows(self) -> float:
@@ -201,7 +211,17 @@ class StepLoad:
         """The same mix, a fraction of it (one of k micro-batches)."""
         return StepLoad(self.decode_seqs * fraction, self.decode_context_tokens * fraction,
                         self.prefill_tokens * fraction, self.prefill_attention_pairs * fraction,
-                        self.prompts_completing * fraction)
+                        self.prompts_completing * fraction,
+                        None if self.expert_tokens is None else self.expert_tokens * fraction)
+
+    def plus(self, other: StepLoad) -> StepLoad:
+        """Both loads in one step."""
+        experts = (None if self.expert_tokens is None and other.expert_tokens is None
+                   else self.moe_tokens + other.moe_tokens)
+        return StepLoad(self.decode_seqs + other.decode_seqs, self.decode_context_tokens + other.decode_context_tokens,
+                        self.prefill_tokens + other.prefill_tokens,
+                        self.prefill_attention_pairs + other.prefill_attention_pairs,
+                        self.prompts_completing + other.prompts_completing, experts)
 
 
 def window_capped_tokens(total_tokens: float, count: float, window: int | None) -> float:
@@ -523,9 +543,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
+    expert_tokens = max(load.moe_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
     moe_layers = moe_layers_of(model, stage.num_layers)
-    moe_seconds, moe_weight_bound = moe_layer_kernel_time(model, cluster, layout, tokens, imbalance) if moe_layers else (0.0, False)
+    moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance)
+                                     if moe_layers else (0.0, False))
     weight_seconds = non_expert_weight_bytes_read(model, stage, layout) / hbm
     layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens - routed_expert_flops(
         model, stage.num_layers, tokens)
@@ -549,7 +571,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     allreduce *= sublayers
-    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, tokens)
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, expert_tokens)
     exchanges = moe_layers * exchange
     overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
@@ -726,11 +748,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     busiest = in_flight * steps[slowest].seconds
     engines = in_flight * engine
     if chunk is not None:
-        carrier = StepLoad(per_batch.decode_seqs + chunk.decode_seqs,
-                           per_batch.decode_context_tokens + chunk.decode_context_tokens,
-                           per_batch.prefill_tokens + chunk.prefill_tokens,
-                           per_batch.prefill_attention_pairs + chunk.prefill_attention_pairs,
-                           per_batch.prompts_completing + chunk.prompts_completing)
+        carrier = per_batch.plus(chunk)
         big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))

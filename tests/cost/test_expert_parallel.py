@@ -251,3 +251,17 @@ def test_measured_allgather_and_reduce_scatter_curves_price_vllms_exchange(tmp_p
     assert expected == pytest.approx(49.155e-6, rel=1e-4)
     listed = [c for c in serving_collectives(model, cluster, layout, placement, 64, 1, 48, 1024) if c.phase == "decode"]
     assert {(c.name, c.source) for c in listed} == {("MoE dispatch", "measured"), ("MoE combine", "measured")}
+
+
+def test_dp_ranks_of_an_ep_group_step_in_lockstep():
+    """An EP group of d DP ranks steps together (vLLM's per-step DP sync and every MoE layer's
+    all-gather): d = ep / tp; 1 when EP stays in one TP group, without EP, for dense models
+    (continuous_batching.steady_state prices the busiest rank: test_continuous_batching)."""
+    from planner.serve import lockstep_ranks
+
+    moe, dense = resolve_model("qwen3-30b-a3b"), resolve_model("llama-3.1-8b")
+    assert lockstep_ranks(moe, Layout(1, 1, 8, 8)) == 8
+    assert lockstep_ranks(moe, Layout(2, 1, 4, 8)) == 4
+    assert lockstep_ranks(moe, Layout(8, 1, 1, 8)) == 1
+    assert lockstep_ranks(moe, Layout(1, 1, 8)) == 1
+    assert lockstep_ranks(dense, Layout(1, 1, 8)) == 1

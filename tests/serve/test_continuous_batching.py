@@ -297,3 +297,81 @@ def test_kv_starved_batch_waits_for_a_slot(serve_one):
     assert starved.tpot_seconds == pytest.approx(running.tpot_seconds, rel=1e-12)
     assert starved.throughput_tokens_per_second == pytest.approx(running.throughput_tokens_per_second, rel=1e-12)
     assert any("other 46 clients wait" in note for note in starved.notes)
+
+
+# ---------------------------------------------------------------- DP ranks in lockstep
+
+EXPERT_SECONDS_PER_PROMPT_TOKEN = 0.5e-6
+
+
+def lockstep_round(load: StepLoad, chunk: StepLoad | None) -> float:
+    """10 ms + 1 us per prompt token this rank carries (attention, dense layers) + 0.5 us per
+    prompt token the experts see (StepLoad.moe_tokens less the decodes)."""
+    loads = [load] + ([chunk] if chunk else [])
+    dense = sum(x.prefill_tokens for x in loads)
+    experts = sum(x.moe_tokens - x.decode_seqs for x in loads)
+    return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * dense + EXPERT_SECONDS_PER_PROMPT_TOKEN * experts
+
+
+def test_expected_max_poisson_by_hand():
+    """One draw: its mean. Two Poisson(1): sum over k of 1 - F(k)^2 with F = 0.367879,
+    0.735759, 0.919699, 0.981012, 0.996340, 0.999406, 0.999917, ...: 0.864665 + 0.458659 +
+    0.154154 + 0.037616 + 0.007307 + 0.001188 + 0.000166 + 0.00002 = 1.52378."""
+    from planner.cost.continuous_batching import expected_max_poisson
+
+    assert expected_max_poisson(1.7, 1) == 1.7
+    assert expected_max_poisson(1.0, 2) == pytest.approx(1.52378, rel=1e-4)
+    assert expected_max_poisson(0.0, 8) == 0.0
+
+
+@given(st.floats(0.01, 50), st.integers(1, 64))
+def test_the_busiest_of_more_ranks_carries_more(mean, count):
+    from planner.cost.continuous_batching import expected_max_poisson
+
+    assert mean <= expected_max_poisson(mean, count) + 1e-9 <= expected_max_poisson(mean, count + 1) + 2e-9
+
+
+def test_lockstep_ranks_with_rare_prompts_by_hand():
+    """C=25, I=5000, O=500 as in the unsaturated case: q = 0.05 chunks of 5000 tokens per
+    round per rank. Alone (d = 1): 5% of rounds carry the chunk, 10 + 5 + 2.5 = 17.5 ms,
+    mean 0.95 * 10 + 0.05 * 17.5 = 10.375 ms. Four ranks in lockstep: a round carries a chunk
+    on some rank with probability 1 - 0.95^4 = 0.18549375, and the experts then see
+    5000 * 0.05 / 0.18549375 = 1347.75 prompt tokens per rank: mean round 10 +
+    0.18549375 * 5 + 0.05 * 2.5 = 11.05246875 ms (the experts' share unchanged, the dense
+    share 3.7x). A prompt's own round carries its chunk and the other three ranks' expected
+    0.05 each: the experts see 5000 * (1 + 3 * 0.05) / 4 = 1437.5 tokens per rank, 10 + 5 +
+    0.71875 = 15.71875 ms, in TTFT."""
+    alone = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010)
+    assert alone.tpot_seconds == pytest.approx(0.010375, rel=1e-12)
+    group = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010, lockstep_ranks=4)
+    carrying = 1 - 0.95 ** 4
+    assert carrying == pytest.approx(0.18549375, rel=1e-12)
+    assert group.busiest_rank_chunks_per_round == pytest.approx(carrying, rel=1e-12)
+    assert group.prompt_round_seconds == pytest.approx(0.01571875, rel=1e-12)
+    assert group.tpot_seconds == pytest.approx(0.01105246875, rel=1e-12)
+    assert group.prefill_tokens_per_step == alone.prefill_tokens_per_step
+
+
+def test_lockstep_ranks_with_every_round_prompted_by_hand():
+    """The budget-bound case (C=100, I=1000, O=10, B=512): q = 1024/1009 chunks of 500
+    tokens per round. Two ranks in lockstep: the busiest carries m = E[max of 2 Poisson(q)]
+    chunks through attention and the dense layers, the experts see the mean q:
+    round = 10 ms + m * 500 us + q * 500 * 0.5 us."""
+    from planner.cost.continuous_batching import expected_max_poisson
+
+    q = 1024 / 1009
+    m = expected_max_poisson(q, 2)
+    group = steady_state(100, 1000, 10, 512, 1, lockstep_round, 0.010, lockstep_ranks=2)
+    assert group.busiest_rank_chunks_per_round == pytest.approx(m, rel=1e-12)
+    assert group.tpot_seconds == pytest.approx(0.010 + m * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
+    alone = steady_state(100, 1000, 10, 512, 1, lockstep_round, 0.010)
+    assert alone.tpot_seconds == pytest.approx(0.010 + q * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
+    assert group.tpot_seconds > alone.tpot_seconds
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 512), st.integers(16, 8192), st.integers(2, 2048), st.integers(1, 16))
+def test_lockstep_never_beats_a_lone_rank(concurrency, input_len, output_len, ranks):
+    alone = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010)
+    group = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010, lockstep_ranks=ranks)
+    assert group.tpot_seconds >= alone.tpot_seconds * (1 - 1e-12)
