@@ -291,6 +291,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             f"prompt-bound: prompts and decodes need more than {budget:,} tokens per step "
             f"(--max-num-batched-tokens), so requests queue {steady.queue_rounds:.1f} steps for their prefill"
         )
+    if steady.lockstep_ranks > 1:
+        mean_chunks = steady.prefill_tokens_per_step * steady.prefill_rounds / max(request.input_len, 1)
+        notes.append(
+            f"{steady.lockstep_ranks} DP ranks step in lockstep (EP across them): a step lasts as long as "
+            f"its busiest rank, which carries {steady.busiest_rank_chunks_per_round:.2f} prompt chunks per "
+            f"step against {mean_chunks:.2f} on average"
+        )
     worst = max(range(len(stages)), key=lambda i: stages[i].weights_bytes + stages[i].activation_bytes)
     return ServeEstimate(
         layout=layout,
