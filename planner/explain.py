@@ -36,7 +36,7 @@ from planner.cost.timeline import (
 )
 from planner.layout import Layout, ep_group_topology, place
 from planner.requests import LayoutFilter, ServeRequest
-from planner.serve import ServeEstimate
+from planner.serve import ServeEstimate, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
@@ -371,7 +371,8 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
         BreakdownSegment("TP comm", tp),
         BreakdownSegment("EP gather/scatter", ep),
         BreakdownSegment("engine step (scheduler, sampler)", engine),
-        BreakdownSegment("prompt chunks in the step", prompts),
+        BreakdownSegment("prompt chunks in the step" if lockstep_ranks(model, result.layout) == 1
+                         else "prompt chunks in the step (its busiest DP rank's)", prompts),
         BreakdownSegment("PP comm", pp),
         BreakdownSegment("DP comm exposed", 0.0),
         BreakdownSegment("bubble", idle - pp),
