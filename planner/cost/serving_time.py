@@ -581,25 +581,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                     attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
 
 
-@dataclass(frozen=True)
-class ExchangeOp:
-    """One collective of an MoE layer's EP exchange, as priced."""
-
-    name: str
-    """MoE dispatch | MoE combine | MoE output."""
-    kind: str
-    """all-gather | reduce-scatter."""
-    num_ranks: int
-    link_kind: str
-    message_bytes: float
-    """The gathered (or reduced) buffer, what nccl-tests calls the size."""
-    seconds: float
-    source: str
-    """measured (the probe's curve at this size) | model."""
-
-
 def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                    num_tokens: float) -> tuple[ExchangeOp, ...]:
+                    num_tokens: float, phase: str = "decode", count_per_step: int = 1) -> tuple[Collective, ...]:
     """One MoE layer's expert-parallel exchange, forward only, as vLLM's default EP path runs
     it (all2all_backend allgather_reducescatter: AgRsAll2AllManager in
     vllm/distributed/device_communicators/all2all.py, FusedMoE's naive dispatch/combine in
@@ -613,7 +596,9 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     and group size where the profile has one, else the ring on the group's links at NCCL's
     bus bandwidth (NVLink inside a node, the NICs once per node across). None without EP and
     when the EP group is one replica's TP group (d = 1: every TP rank already holds the step's
-    tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them)."""
+    tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them). Each is a
+    Collective of `phase`, `count_per_step` times per step; message_bytes is the gathered (or
+    reduced) buffer, what nccl-tests calls the size."""
     group, link = placement.ep_group, placement.ep_link
     if group is None or link is None or layout.dp_per_ep_group <= 1 or not model.is_moe:
         return ()
@@ -623,14 +608,14 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
              cluster.allgather_curve(link.scope, layout.ep)),
             ("MoE combine", "reduce-scatter", ep_combine_bytes(model, layout, num_tokens),
              cluster.reduce_scatter_curve(link.scope, layout.ep))):
-        ops.append(ExchangeOp(name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
-                              "measured" if curve is not None else "model"))
+        ops.append(Collective(phase, name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
+                              "measured" if curve is not None else "model", count_per_step))
     if sequence_parallel_moe(layout) and placement.tp_link is not None:
         size = num_tokens * model.hidden_size * activation_bytes_per_element(model)
         curve = cluster.allgather_curve(placement.tp_link.scope, layout.tp)
-        ops.append(ExchangeOp("MoE output", "all-gather", layout.tp, placement.tp_link.kind, size,
+        ops.append(Collective(phase, "MoE output", "all-gather", layout.tp, placement.tp_link.kind, size,
                               allgather_seconds(size, placement.tp_group, curve),
-                              "measured" if curve is not None else "model"))
+                              "measured" if curve is not None else "model", count_per_step))
     return tuple(ops)
 
 
@@ -809,15 +794,14 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     for phase, tokens, allreduces, sends in phases:
         moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
                      if phase == "decode" else model.num_moe_layers)
-        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens)
+        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens, phase, moe_count)
         sp_moe_count = moe_count if any(op.name == "MoE output" for op in exchange) else 0
         if placement.tp_link is not None:
             both, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, tokens * width)
             out += [Collective(phase, f"after {where}", "all-reduce", layout.tp, placement.tp_link.kind,
                                tokens * width, both / 2, source, count)
                     for where, count in (("attention", allreduces), ("MLP", allreduces - sp_moe_count))]
-        out += [Collective(phase, op.name, op.kind, op.num_ranks, op.link_kind, op.message_bytes, op.seconds,
-                           op.source, moe_count) for op in exchange]
+        out += exchange
         if placement.pp_link is not None:
             out.append(Collective(phase, "to next stage", "send", 2, placement.pp_link.kind, tokens * width,
                                   pipeline_hop_seconds(model, placement, tokens), "model", sends))
