@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import SteadyState, steady_state, with_waiting_clients
@@ -385,7 +385,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     """What `vllm bench serve` would report for this layout: the burst (--num-prompts requests
     of the dataset's or the mean lengths, arriving at --request-rate, all at once for inf, at
     most --max-concurrency in flight) simulated step by step on every replica (cost/serving_sim.py), each step priced like the
-    steady state's (cost/serving_time.round_time)."""
+    steady state's (cost/serving_time.round_time); the DP ranks of an EP group step together
+    (lockstep_ranks), each step as long as the slowest busy rank's."""
     layout, placement, stages = result.layout, result.placement, result.stages
     cluster = with_moe_backend(cluster, request.moe_backend)
     num_prompts = request.num_prompts or DEFAULT_NUM_PROMPTS
@@ -401,17 +402,27 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     def step_seconds(load: StepLoad) -> float:
         context = context_bucket_tokens(load.decode_context_tokens)
-        key = (load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing)
+        experts = None if load.expert_tokens is None else context_bucket_tokens(load.expert_tokens)
+        key = (load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing,
+               experts)
         if key not in priced:
             in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
-                                load.prompts_completing)
+                                load.prompts_completing, experts)
             priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
                                      imbalance=expert_imbalance(request)).seconds
         return priced[key]
 
+    ranks = lockstep_ranks(model, layout)
+
+    def group_step_seconds(loads: list[StepLoad]) -> float:
+        """The ranks step together: the slowest busy rank's step, the experts at the group's
+        mean tokens per rank (idle ranks add none)."""
+        mean = sum(load.num_tokens for load in loads) / ranks
+        return max(step_seconds(replace(load, expert_tokens=mean)) for load in loads)
+
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
-                                           request.max_concurrency))
+                                           request.max_concurrency, ranks, group_step_seconds))
 
 
 CONTEXT_BUCKET_BITS = 7

@@ -347,41 +347,77 @@ class _Sim:
         return chunks, pairs
 
     # ------------------------------------------------------------------ the loop
+    def begin(self, extra_seconds: float, max_concurrency: int | None) -> None:
+        """Arrivals in order, each sent `extra_seconds` before it reaches the engine; the
+        client's free slots, as the engine-side time a request sent on each arrives."""
+        self.arrivals = sorted(self.reqs, key=lambda r: (r.arrival, r.i))
+        self.next_arrival = 0
+        self.first_arrival = self.arrivals[0].arrival if self.arrivals else 0.0
+        self.extra = extra_seconds
+        self.ends: list[float] = []
+        self.durations: list[float] = []
+        self.loads: list[StepLoad] = []
+        for r in self.arrivals:
+            r.sent = r.arrival - extra_seconds
+        n = len(self.arrivals)
+        self.slots: deque[float] = deque([-math.inf] * (n if max_concurrency is None else max_concurrency))
+
+    @property
+    def finished(self) -> bool:
+        return self.num_done >= len(self.reqs)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting: the engine waits for the next arrival."""
+        return self.num_running == 0 and not self.waiting
+
+    def intake(self, now: float) -> None:
+        """Requests that have arrived by `now` and found a free client slot join the queue."""
+        arrivals, slots = self.arrivals, self.slots
+        while (self.next_arrival < len(arrivals) and slots
+               and max(arrivals[self.next_arrival].arrival, slots[0]) <= now):
+            r, freed = arrivals[self.next_arrival], slots.popleft()
+            if r.arrival < freed:  # it waited for a slot: sent when that request completed
+                r.sent = freed - self.extra
+                r.arrival = freed
+            self.waiting.append(r)
+            self.next_arrival += 1
+
+    def next_event(self) -> float:
+        """When the next request can reach the engine (inf: none left to send)."""
+        a = self.next_arrival
+        if a < len(self.arrivals) and self.slots:
+            return max(self.arrivals[a].arrival, self.slots[0])
+        return math.inf
+
+    def record(self, end: float, seconds: float, load: StepLoad) -> None:
+        """The step just scheduled ran `seconds` and ended at `end`; the requests it completed
+        free their client slots."""
+        self.ends.append(end)
+        self.durations.append(seconds)
+        self.loads.append(load)
+        self.k += 1
+        self.slots.extend([end + self.extra] * self.last_finished)
+
+    def result(self) -> SimResult:
+        return self._result(self.first_arrival, self.ends, self.durations, self.loads, self.extra)
+
     def run(self, step_seconds: Callable[[StepLoad], float], extra_seconds: float,
             max_concurrency: int | None = None) -> SimResult:
-        arrivals = sorted(self.reqs, key=lambda r: (r.arrival, r.i))
-        n, a = len(arrivals), 0
-        first_arrival = arrivals[0].arrival if arrivals else 0.0
-        now = first_arrival
-        ends: list[float] = []
-        durations: list[float] = []
-        loads: list[StepLoad] = []
-        for r in arrivals:
-            r.sent = r.arrival - extra_seconds
-        # the client's free slots, as the engine-side time a request sent on each arrives
-        slots: deque[float] = deque([-math.inf] * (n if max_concurrency is None else max_concurrency))
-        while self.num_done < n:
-            while a < n and slots and max(arrivals[a].arrival, slots[0]) <= now:
-                r, freed = arrivals[a], slots.popleft()
-                if r.arrival < freed:  # it waited for a slot: sent when that request completed
-                    r.sent = freed - extra_seconds
-                    r.arrival = freed
-                self.waiting.append(r)
-                a += 1
-            if self.num_running == 0 and not self.waiting:
-                now = max(arrivals[a].arrival, slots[0])
+        self.begin(extra_seconds, max_concurrency)
+        now = self.first_arrival
+        while not self.finished:
+            self.intake(now)
+            if self.idle:
+                now = self.next_event()
                 continue
-            load = self._schedule()
-            dur = step_seconds(load)
-            now += dur
-            ends.append(now)
-            durations.append(dur)
-            loads.append(load)
-            self.k += 1
-            slots.extend([now + extra_seconds] * self.last_finished)
-        return self._result(first_arrival, ends, durations, loads, extra_seconds)
+            load = self.schedule()
+            seconds = step_seconds(load)
+            now += seconds
+            self.record(now, seconds, load)
+        return self.result()
 
-    def _schedule(self) -> StepLoad:
+    def schedule(self) -> StepLoad:
         budget = self.max_tokens
         self.regular.append(0)
         fast = self._fast_running(budget)
@@ -435,29 +471,78 @@ def simulate_replicas(
     step_seconds: Callable[[StepLoad], float],
     first_token_extra_seconds: float = 0.0,
     max_concurrency: int | None = None,
+    lockstep_ranks: int = 1,
+    group_step_seconds: Callable[[list[StepLoad]], float] | None = None,
 ) -> SimResult:
     """dp engines: request i (in arrival order) goes to replica i mod num_replicas; a client
     concurrency limit is split evenly between them (the first C mod dp get one more).
 
     Round-robin is the choice of a plain router in front of dp independent engines; vLLM's
     internal DP load balancer picks the least loaded engine instead, which round-robin
-    matches for a homogeneous burst. Each replica is simulated alone and the results are
-    merged: per-request latencies in the caller's order, steps concatenated replica by replica.
+    matches for a homogeneous burst. Each replica is simulated alone, or with `lockstep_ranks`
+    d > 1 each run of d consecutive replicas (an EP group's DP ranks) together
+    (simulate_lockstep, every step priced by `group_step_seconds` from the busy ranks'
+    loads); the results are merged: per-request latencies in the caller's order, steps
+    concatenated replica by replica.
     """
-    assert num_replicas >= 1
+    assert num_replicas >= 1 and lockstep_ranks >= 1
+    assert lockstep_ranks == 1 or group_step_seconds is not None
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
     parts = [order[j::num_replicas] for j in range(num_replicas)]
+
     def share(j: int) -> int | None:
         if max_concurrency is None:
             return None
         return max(1, max_concurrency // num_replicas + (j < max_concurrency % num_replicas))
 
-    results = [
-        simulate([requests[i] for i in part], limits, step_seconds, first_token_extra_seconds, share(j))
-        for j, part in enumerate(parts)
-        if part
-    ]
-    return _merge(len(requests), [p for p in parts if p], results)
+    if lockstep_ranks == 1:
+        results = [
+            simulate([requests[i] for i in part], limits, step_seconds, first_token_extra_seconds, share(j))
+            for j, part in enumerate(parts)
+            if part
+        ]
+        return _merge(len(requests), [p for p in parts if p], results)
+    kept, results = [], []
+    for first in range(0, num_replicas, lockstep_ranks):
+        group = [j for j in range(first, min(first + lockstep_ranks, num_replicas)) if parts[j]]
+        if not group:
+            continue
+        kept += [parts[j] for j in group]
+        results += simulate_lockstep([[requests[i] for i in parts[j]] for j in group], limits, group_step_seconds,
+                                     first_token_extra_seconds, [share(j) for j in group])
+    return _merge(len(requests), kept, results)
+
+
+def simulate_lockstep(
+    requests_per_rank: Sequence[Sequence[SimRequest]],
+    limits: EngineLimits,
+    group_step_seconds: Callable[[list[StepLoad]], float],
+    first_token_extra_seconds: float = 0.0,
+    max_concurrency_per_rank: Sequence[int | None] | None = None,
+) -> list[SimResult]:
+    """Engines that step together (the DP ranks of an EP group: vLLM syncs them every step and
+    each MoE layer gathers all their tokens): each has its own requests, client slots and
+    scheduler, but one clock; every step, each rank with work schedules its own load and the
+    step lasts `group_step_seconds(loads)` for all of them (idle ranks wait for their next
+    arrival on the shared clock). One SimResult per rank, in order."""
+    caps = max_concurrency_per_rank or [None] * len(requests_per_rank)
+    sims = [_Sim(reqs, limits, _check_fits(reqs, limits)) for reqs in requests_per_rank]
+    for sim, cap in zip(sims, caps, strict=True):
+        sim.begin(first_token_extra_seconds, cap)
+    now = min((sim.first_arrival for sim in sims if sim.reqs), default=0.0)
+    while not all(sim.finished for sim in sims):
+        for sim in sims:
+            sim.intake(now)
+        busy = [sim for sim in sims if not sim.finished and not sim.idle]
+        if not busy:
+            now = min(sim.next_event() for sim in sims if not sim.finished)
+            continue
+        loads = [sim.schedule() for sim in busy]
+        seconds = group_step_seconds(loads)
+        now += seconds
+        for sim, load in zip(busy, loads, strict=True):
+            sim.record(now, seconds, load)
+    return [sim.result() for sim in sims]
 
 
 def _merge(num_requests: int, parts: list[list[int]], results: list[SimResult]) -> SimResult:

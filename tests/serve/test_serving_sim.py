@@ -14,6 +14,7 @@ from planner.cost.serving_sim import (
     StepLoad,
     bench_metrics,
     simulate,
+    simulate_lockstep,
     simulate_replicas,
     weighted_percentile,
 )
@@ -239,3 +240,42 @@ def test_burst_steps_are_priced_at_a_bucketed_context():
     assert context_bucket_tokens(257) == 256
     assert context_bucket_tokens(1000) == 1000  # [512, 1024): multiples of 4
     assert context_bucket_tokens(100_003) == 99_840
+
+
+# ---------------------------------------------------------------- DP ranks in lockstep
+
+
+def _prompt_priced(load: StepLoad) -> float:
+    """1 s per step + 10 ms per prompt token."""
+    return 1.0 + 0.01 * load.prefill_tokens
+
+
+def test_lockstep_ranks_wait_for_the_busiest_by_hand():
+    """Two ranks, one request each at t = 0: rank 0 a 100-token prompt, rank 1 a 1000-token
+    one, two output tokens each, a budget that takes either prompt in one step. Alone, rank 0
+    steps 1 + 1 = 2 s (prefill, first token) then 1 s (second token): TTFT 2 s, E2E 3 s; rank 1
+    11 s then 1 s: 11 s and 12 s. In lockstep every step lasts its slower rank's: 11 s, then
+    1 s, so both requests see TTFT 11 s and E2E 12 s."""
+    limits = EngineLimits(BIG_KV, 8, 2048)
+    ranks = [[SimRequest(0.0, 100, 2)], [SimRequest(0.0, 1000, 2)]]
+    alone = [simulate(reqs, limits, _prompt_priced) for reqs in ranks]
+    assert [(r.ttft_seconds[0], r.e2e_seconds[0]) for r in alone] == [(2.0, 3.0), (11.0, 12.0)]
+    group = simulate_lockstep(ranks, limits, lambda loads: max(_prompt_priced(x) for x in loads))
+    assert [(r.ttft_seconds[0], r.e2e_seconds[0]) for r in group] == [(11.0, 12.0), (11.0, 12.0)]
+    merged = simulate_replicas([SimRequest(0.0, 100, 2), SimRequest(0.0, 1000, 2)], 2, limits, _prompt_priced,
+                               lockstep_ranks=2, group_step_seconds=lambda loads: max(_prompt_priced(x) for x in loads))
+    assert merged.e2e_seconds == (12.0, 12.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 600), st.integers(1, 20)), min_size=1, max_size=24), st.integers(2, 4))
+def test_lockstep_never_finishes_a_request_sooner(shapes, ranks):
+    """All requests at t = 0, no client limit: each rank schedules the same steps in lockstep
+    as alone (its step count does not depend on time), and every step lasts at least its own,
+    so no request finishes sooner."""
+    requests = [SimRequest(0.0, i, o) for i, o in shapes]
+    limits = EngineLimits(BIG_KV, 8, 512)
+    alone = simulate_replicas(requests, ranks, limits, _prompt_priced)
+    group = simulate_replicas(requests, ranks, limits, _prompt_priced, lockstep_ranks=ranks,
+                              group_step_seconds=lambda loads: max(_prompt_priced(x) for x in loads))
+    assert all(g >= a - 1e-9 for g, a in zip(group.e2e_seconds, alone.e2e_seconds, strict=True))
