@@ -50,7 +50,18 @@ def _link(r: ServeEstimate) -> str:
 
 def _ep_exchange(r: ServeEstimate) -> str:
     link = ep_exchange_link(r)
-    return "-" if link is None else f"{us(r.ep_exchange_seconds_per_moe_layer)} {link}"
+    if link is None:
+        return "-"
+    return f"{us(r.ep_exchange_seconds_per_moe_layer)} {link}" + (" (measured)" if ep_exchange_source(r) == "measured" else "")
+
+
+def ep_exchange_source(r: ServeEstimate) -> str | None:
+    """measured when the probe's curves priced the decode step's dispatch and combine, else
+    model; None without an exchange."""
+    ops = [c for c in r.collectives if c.phase == "decode" and c.name in ("MoE dispatch", "MoE combine")]
+    if not ops:
+        return None
+    return "measured" if all(c.source == "measured" for c in ops) else "model"
 
 
 def ep_exchange_link(r: ServeEstimate) -> str | None:
@@ -280,6 +291,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "tp_crosses_node": r.placement.tp_crosses_node,
         "ep_exchange_seconds_per_moe_layer": r.ep_exchange_seconds_per_moe_layer,
         "ep_exchange_link": ep_exchange_link(r),
+        "ep_exchange_source": ep_exchange_source(r),
         "moe_kernel_source": moe_kernel(plan.model, plan.cluster, r.layout.ep).source if plan.model.is_moe else None,
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,

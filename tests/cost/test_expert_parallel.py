@@ -251,6 +251,14 @@ def test_measured_allgather_and_reduce_scatter_curves_price_vllms_exchange(tmp_p
     assert expected == pytest.approx(49.155e-6, rel=1e-4)
     listed = [c for c in serving_collectives(model, cluster, layout, placement, 64, 1, 48, 1024) if c.phase == "decode"]
     assert {(c.name, c.source) for c in listed} == {("MoE dispatch", "measured"), ("MoE combine", "measured")}
+    from planner.render.serve import ep_exchange_source
+    from planner.serve import estimate
+
+    result = estimate(model, cluster, layout, ServeRequest(max_model_len=4096, batch=64))
+    assert ep_exchange_source(result) == "measured"
+    plain = resolve_cluster("1x8xH100")
+    assert ep_exchange_source(estimate(model, plain, layout, ServeRequest(max_model_len=4096, batch=64))) == "model"
+    assert ep_exchange_source(estimate(model, plain, Layout(8, 1, 1, 8), ServeRequest(max_model_len=4096))) is None
 
 
 def test_dp_ranks_of_an_ep_group_step_in_lockstep():
