@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from planner import sensitivity
 from planner.cost import efficiency as eff
-from planner.cost.comm import effective_group, group_allgather_seconds
+from planner.cost.comm import allgather_seconds
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import kv_tokens_per_running_sequence, overhead_bytes
 from planner.cost.serving_time import (
@@ -325,10 +325,10 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
         return pipeline_hop_seconds(model, placement, message_bytes / width)
 
     def one_ep_gather(message_bytes: float) -> float:
-        return group_allgather_seconds(message_bytes, effective_group(placement.ep_group))
+        return allgather_seconds(message_bytes, placement.ep_group, None)
 
     def one_tp_gather(message_bytes: float) -> float:
-        return group_allgather_seconds(message_bytes, effective_group(placement.tp_group))
+        return allgather_seconds(message_bytes, placement.tp_group, None)
 
     timed = {"to next stage": one_send, "MoE dispatch": one_ep_gather, "MoE combine": one_ep_gather,
              "MoE output": one_tp_gather}

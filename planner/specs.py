@@ -470,11 +470,14 @@ class ServingMoeKernels(_Spec):
         name = weight_format if backend == "auto" else f"{backend}_{weight_format}"
         return getattr(self, name, None)
 
+    def ep_kernel(self, weight_format: str, ep: int) -> MoeKernel | None:
+        """<format>_ep: the engine's own kernel for this format under EP (ep > 1), None where
+        the catalog has none (the format's default kernel runs under EP too)."""
+        return getattr(self, f"{weight_format}_ep", None) if ep > 1 else None
+
     def for_ep(self, weight_format: str, ep: int) -> MoeKernel | None:
-        """The engine's kernel for this format at this EP degree: <format>_ep where the catalog
-        has one and ep > 1, else <format>'s."""
-        under_ep = getattr(self, f"{weight_format}_ep", None) if ep > 1 else None
-        return under_ep or getattr(self, weight_format, None)
+        """The engine's kernel for this format at this EP degree: ep_kernel, else <format>'s."""
+        return self.ep_kernel(weight_format, ep) or getattr(self, weight_format, None)
 
 
 class GPU(_Spec):

@@ -52,19 +52,22 @@ def sequence_parallel_moe(layout: Layout) -> bool:
 def ep_dispatch_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
     """S of vLLM's dispatch (AgRsAll2AllManager.dispatch_router_logits,
     vllm/distributed/device_communicators/all2all.py at 0.33.0): the all-gathered buffer over
-    the EP group, ep ranks x N/t tokens each (t = 1: a rank's own N), every token's hidden
-    state and its E router logits in the activation dtype: ep * N/t * (h + E) * bytes.
-    0 when the EP group is one replica's TP group (d = 1): its tokens are already on every rank."""
-    if layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
-        return 0.0
-    values = model.hidden_size + model.num_local_experts
-    return layout.ep * num_tokens / layout.tp * values * activation_bytes_per_element(model)
+    the EP group, every token's hidden state and its E router logits:
+    ep * N/t * (h + E) * bytes (_ep_group_buffer_bytes)."""
+    return _ep_group_buffer_bytes(model, layout, num_tokens, model.hidden_size + model.num_local_experts)
 
 
 def ep_combine_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
     """S of vLLM's combine (AgRsAll2AllManager.combine): the reduce-scattered buffer, the
-    partial outputs of the EP group's ep * N/t tokens, h values each: ep * N/t * h * bytes.
-    0 when d = 1 (the MLP's TP all-reduce sums the experts' outputs)."""
+    partial outputs, h values per token: ep * N/t * h * bytes (_ep_group_buffer_bytes)."""
+    return _ep_group_buffer_bytes(model, layout, num_tokens, model.hidden_size)
+
+
+def _ep_group_buffer_bytes(model: ModelSpec, layout: Layout, num_tokens: float, values_per_token: int) -> float:
+    """A buffer of `values_per_token` activation-dtype values for each of the EP group's
+    ep * N/t tokens (ep ranks, N/t each; t = 1: a rank's own N). 0 when the EP group is one
+    replica's TP group (d = 1): its tokens are already on every rank, and the MLP's TP
+    all-reduce sums the experts' outputs."""
     if layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
         return 0.0
-    return layout.ep * num_tokens / layout.tp * model.hidden_size * activation_bytes_per_element(model)
+    return layout.ep * num_tokens / layout.tp * values_per_token * activation_bytes_per_element(model)

@@ -140,13 +140,13 @@ def simulate(
     back and the new request's way in); its TTFT and E2E count from the send."""
     assert limits.max_num_seqs >= 1 and limits.max_num_batched_tokens >= 1
     assert max_concurrency is None or max_concurrency >= 1
-    num_blocks = _check_fits(requests, limits)
-    sim = _Sim(requests, limits, num_blocks)
-    return sim.run(step_seconds, first_token_extra_seconds, max_concurrency)
+    (one_rank,) = simulate_lockstep([requests], limits, lambda loads: step_seconds(loads[0]),
+                                    first_token_extra_seconds, [max_concurrency])
+    return one_rank
 
 
 class _Sim:
-    """Mutable state of one simulation, private to `simulate` (which stays pure).
+    """Mutable state of one simulation, private to `simulate_lockstep` (which, like `simulate`, stays pure).
 
     Times are step indices while scheduling; they become seconds in `_result`.
     """
@@ -401,21 +401,6 @@ class _Sim:
 
     def result(self) -> SimResult:
         return self._result(self.first_arrival, self.ends, self.durations, self.loads, self.extra)
-
-    def run(self, step_seconds: Callable[[StepLoad], float], extra_seconds: float,
-            max_concurrency: int | None = None) -> SimResult:
-        self.begin(extra_seconds, max_concurrency)
-        now = self.first_arrival
-        while not self.finished:
-            self.intake(now)
-            if self.idle:
-                now = self.next_event()
-                continue
-            load = self.schedule()
-            seconds = step_seconds(load)
-            now += seconds
-            self.record(now, seconds, load)
-        return self.result()
 
     def schedule(self) -> StepLoad:
         budget = self.max_tokens

@@ -445,8 +445,7 @@ def has_ep_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int) -> bool:
     own pairs only: no foreign-pair traffic (bench/moe_kernel_calibration.py: with the term
     its fit scores 13% median |error| against 10% without)."""
     weight_format = expert_weight_format(model)
-    kernels = cluster.gpu.serving_moe_kernels
-    return ep > 1 and weight_format is not None and getattr(kernels, f"{weight_format}_ep", None) is not None
+    return weight_format is not None and cluster.gpu.serving_moe_kernels.ep_kernel(weight_format, ep) is not None
 
 
 def ep_foreign_pair_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
@@ -627,9 +626,9 @@ def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
     exchange."""
     ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens)
     seconds = sum(op.seconds for op in ops)
-    if any(op.name == "MoE output" for op in ops):
-        output_bytes = num_tokens * model.hidden_size * activation_bytes_per_element(model)
-        seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, output_bytes)[0] / 2
+    for op in ops:
+        if op.name == "MoE output":
+            seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, op.message_bytes)[0] / 2
     return seconds
 
 
