@@ -59,7 +59,7 @@ CLUSTERS = {"h100_sxm": "1x8xH100-SXM5-80GB", "h200_sxm": "1x8xH200-SXM-141GB", 
 BASE_SPEC = "qwen3-30b-a3b"
 """A MoE spec the rows' shapes are written into (only the expert shapes and format matter)."""
 QUANTIZATION = {"bf16": None, "fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4", "marlin_mxfp4": "mxfp4",
-                "fp8_ep": "fp8"}
+                "flashinfer_mxfp8_mxfp4": "mxfp4", "fp8_ep": "fp8"}
 """The fixture's kernel key (a ServingMoeKernels field: a weight format, backend_format for a
 non-default MoE backend, format_ep for the engine's kernel under EP) -> the spec's quantization."""
 HELD_FLOOR = {"marlin_mxfp4": "mxfp4"}

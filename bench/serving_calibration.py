@@ -88,9 +88,9 @@ class Run:
         --kv-cache-dtype fp8 for Llama-3.1-70B (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh,
         70b_fp4_b200_docker.sh) and gpt-oss on B200 (gptoss_fp4_b200.sh); the Marlin MoE kernel
         for gpt-oss on Hopper (gptoss_fp4_h100.sh, gptoss_fp4_h200.sh: VLLM_MXFP4_USE_MARLIN=1,
-        --moe-backend marlin in current vLLM). gptoss_fp4_b200.sh's MXFP8 activations
-        (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) are not priced: the catalog's B200 MXFP4 kernel
-        is vLLM's 16-bit-activation default. All use --max-num-batched-tokens 8192, the
+        --moe-backend marlin in current vLLM); FlashInfer's MXFP4 kernel with MXFP8 activations
+        for gpt-oss on B200 (gptoss_fp4_b200.sh: VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, the
+        planner's --moe-backend flashinfer_mxfp8). All use --max-num-batched-tokens 8192, the
         planner's H100-class default, and no prefix caching."""
         if self.benchmark != "inferencex":
             return {}
@@ -100,7 +100,7 @@ class Run:
             return {"max_model_len": 10240, "moe_backend": "marlin"}
         if self.gpu.startswith("H200"):
             return {"max_model_len": self.script_max_model_len, "moe_backend": "marlin"}
-        return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8"}
+        return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8", "moe_backend": "flashinfer_mxfp8"}
 
     @property
     def script_max_model_len(self) -> int:

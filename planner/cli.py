@@ -77,6 +77,7 @@ class KvCacheDtype(str, Enum):
 class MoeBackend(str, Enum):
     auto = "auto"
     marlin = "marlin"
+    flashinfer_mxfp8 = "flashinfer_mxfp8"
 
 
 class QuantChoice(str, Enum):
@@ -144,7 +145,7 @@ BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences 
 MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
-MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed experts' kernel (vLLM's moe_backend): auto = the engine's pick; marlin = the weight-only Marlin kernel, priced at its measured rates.")]
+MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed experts' kernel (vLLM's moe_backend): auto = the engine's pick; marlin = the weight-only Marlin kernel; flashinfer_mxfp8 = FlashInfer's TRT-LLM kernel with MXFP8 activations (MXFP4 experts, Blackwell); each priced at its measured rates.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]

@@ -62,10 +62,11 @@ class ServeRequest:
     """None = the model's max_position_embeddings (vLLM's default)."""
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
-    moe_backend: Literal["auto", "marlin"] = "auto"
+    moe_backend: Literal["auto", "marlin", "flashinfer_mxfp8"] = "auto"
     """`--moe-backend`: the routed experts' kernel (vLLM's --moe-backend): auto = the engine's
-    pick for the format and GPU; marlin = the weight-only Marlin MoE kernel, priced at its
-    measured rates (catalog serving_moe_kernels, marlin_<format>)."""
+    pick for the format and GPU; marlin = the weight-only Marlin MoE kernel; flashinfer_mxfp8 =
+    FlashInfer's TRT-LLM MoE with MXFP8 activations (MXFP4 experts on Blackwell); each priced at
+    its measured rates (catalog serving_moe_kernels, <backend>_<format>)."""
     quantization_override: Literal["fp8", "int8", "int4"] | None = None
     """Set when `--quantization` changed the spec's weights: the engine must quantize a
     16-bit checkpoint itself (vLLM and SGLang can for fp8 only). A spec that is already

@@ -461,6 +461,10 @@ class ServingMoeKernels(_Spec):
     marlin_mxfp4: MoeKernel | None = None
     """MXFP4 experts under vLLM's `--moe-backend marlin` (the weight-only Marlin MoE kernel,
     16-bit activations), which a deployment may choose over the default (mxfp4)."""
+    flashinfer_mxfp8_mxfp4: MoeKernel | None = None
+    """MXFP4 experts under `--moe-backend flashinfer_mxfp8`: FlashInfer's TRT-LLM MoE with the
+    activations quantized to MXFP8 (vLLM's FLASHINFER_TRTLLM_MXFP4_MXFP8; Blackwell), which a
+    deployment may choose over the default 16-bit-activation kernel (mxfp4)."""
     fp8_ep: MoeKernel | None = None
     """Block-fp8 experts under expert parallelism, where the engine picks another kernel than
     without it (vLLM on Hopper: FlashInfer's CUTLASS MoE instead of Triton); None = fp8's."""

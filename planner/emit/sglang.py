@@ -112,13 +112,24 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:
         flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
-    if a.moe_backend != "auto":
-        release = a.engine_versions.sglang_release
-        if not release.moe_runner_marlin:
-            raise SpecError(f"--moe-backend {a.moe_backend}: SGLang {release.version} has no "
-                            f"--moe-runner-backend {a.moe_backend} (0.5.23 has)")
-        flags += ["--moe-runner-backend", a.moe_backend]
-    return flags
+    return flags + moe_runner_flags(a)
+
+
+def moe_runner_flags(a: ServeArgs) -> list[str]:
+    """The planner's --moe-backend as SGLang flags. marlin: `--moe-runner-backend marlin` where
+    the release has that choice. flashinfer_mxfp8: `--moe-runner-backend flashinfer_mxfp4
+    --flashinfer-mxfp4-moe-precision default`, whose default precision quantizes the MoE input to
+    MXFP8 before FlashInfer's TRT-LLM kernel (sglang/srt/layers/quantization/mxfp4.py at
+    0.5.10.post1; mxfp4_flashinfer_trtllm_moe.py at 0.5.23; bf16 is the 16-bit alternative)."""
+    if a.moe_backend == "auto":
+        return []
+    if a.moe_backend == "flashinfer_mxfp8":
+        return ["--moe-runner-backend", "flashinfer_mxfp4", "--flashinfer-mxfp4-moe-precision", "default"]
+    release = a.engine_versions.sglang_release
+    if not release.moe_runner_marlin:
+        raise SpecError(f"--moe-backend {a.moe_backend}: SGLang {release.version} has no "
+                        f"--moe-runner-backend {a.moe_backend} (0.5.23 has)")
+    return ["--moe-runner-backend", a.moe_backend]
 
 
 def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:

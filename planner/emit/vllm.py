@@ -86,11 +86,27 @@ def engine_flags(a: ServeArgs) -> list[str]:
         flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":
         flags += ["--kv-cache-dtype", "fp8"]
-    if a.moe_backend != "auto":
-        # KernelConfig.moe_backend (vllm/config/kernel.py MoEBackend, "marlin"), bound from
-        # --moe-backend in vllm/engine/arg_utils.py at 0.22.0 and 0.33.0.
-        flags += ["--moe-backend", a.moe_backend]
+    flags += moe_backend_flags(a.moe_backend)
     return flags
+
+
+MXFP8_MOE_ACTIVATIONS = '{"moe": {"activation": "mxfp8"}}'
+"""--quantization-config: QuantizationConfigArgs.moe = QuantSpec(activation="mxfp8")
+(vllm/config/quantization.py QUANT_KEY_NAMES at 0.22.0 and 0.33.0), the override the MXFP4 MoE
+oracle reads (fused_moe/oracle/mxfp4.py _user_moe_activation_override)."""
+
+
+def moe_backend_flags(backend: str) -> list[str]:
+    """The flags of the planner's --moe-backend. KernelConfig.moe_backend (vllm/config/kernel.py
+    MoEBackend) is bound from --moe-backend in vllm/engine/arg_utils.py at 0.22.0 and 0.33.0.
+    marlin: that choice. flashinfer_mxfp8: `--moe-backend flashinfer_trtllm` with MXFP8 MoE
+    activations, which select_mxfp4_moe_backend resolves to FLASHINFER_TRTLLM_MXFP4_MXFP8 (what
+    0.22.0's deprecated VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 says to use instead)."""
+    if backend == "auto":
+        return []
+    if backend == "flashinfer_mxfp8":
+        return ["--moe-backend", "flashinfer_trtllm", "--quantization-config", MXFP8_MOE_ACTIVATIONS]
+    return ["--moe-backend", backend]
 
 
 def vllm_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:

@@ -5,6 +5,8 @@ marlin_mxfp4, fitted to AIConfigurator's vLLM 0.24.0 kernel data); auto keeps th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from planner.catalog import resolve_cluster, resolve_model
@@ -85,3 +87,80 @@ def test_marlin_slows_the_prompt_and_barely_the_decode():
     assert 0.95 < d_slow.seconds / d_fast.seconds < 1.1
     assert marlin.ttft_seconds > 1.3 * auto.ttft_seconds
     assert marlin.tpot_seconds >= auto.tpot_seconds
+
+
+def _b200_argv(plan_json, *args):
+    code, out = plan_json("--model", "gpt-oss-120b", "--cluster", "1x8xB200", "--max-model-len", "16384",
+                          "--moe-backend", "flashinfer_mxfp8", *args)
+    assert code == 0 and out["moe_backend"] == "flashinfer_mxfp8"
+    return out["recommended"]["command"][-1]["argv"]
+
+
+@pytest.mark.parametrize("versions", [(), ("--engine-version", "vllm=0.22.0")])
+def test_mxfp8_activations_are_emitted_for_vllm(plan_json, engine_check, versions):
+    """vLLM 0.22.0 and 0.33.0: `--moe-backend flashinfer_trtllm` (a KernelConfig.moe_backend
+    choice, vllm/config/kernel.py) and `--quantization-config` asking for MXFP8 MoE activations,
+    which the MXFP4 oracle resolves to FLASHINFER_TRTLLM_MXFP4_MXFP8; both flags in the release's
+    parser."""
+    from planner.engines import EngineVersions
+
+    argv = _b200_argv(plan_json, *versions)
+    assert argv[argv.index("--moe-backend") + 1] == "flashinfer_trtllm"
+    assert json.loads(argv[argv.index("--quantization-config") + 1]) == {"moe": {"activation": "mxfp8"}}
+    release = versions[1].split("=")[1] if versions else EngineVersions().vllm
+    assert engine_check(argv, EngineVersions(vllm=release)) == []
+
+
+@pytest.mark.parametrize("sglang", ["0.5.23", "0.5.10.post1"])
+def test_mxfp8_activations_are_emitted_for_sglang(plan_json, engine_check, sglang):
+    """Both SGLang releases: the flashinfer_mxfp4 runner at its default precision, which quantizes
+    the MoE input to MXFP8 (bf16 is the 16-bit alternative)."""
+    from planner.engines import EngineVersions
+
+    argv = _b200_argv(plan_json, "--emit", "sglang", "--engine-version", f"sglang={sglang}")
+    assert argv[argv.index("--moe-runner-backend") + 1] == "flashinfer_mxfp4"
+    assert argv[argv.index("--flashinfer-mxfp4-moe-precision") + 1] == "default"
+    assert engine_check(argv, EngineVersions(sglang=sglang)) == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--model", "gpt-oss-120b", "--cluster", "1x8xH200"),
+     "--moe-backend flashinfer_mxfp8: no measured flashinfer_mxfp8 MoE kernel for mxfp4 experts on H200"),
+    (("--model", "qwen3-30b-a3b", "--cluster", "1x8xB200"),
+     "no measured flashinfer_mxfp8 MoE kernel for bf16 experts on B200-SXM-180GB (measured there: mxfp4)"),
+])
+def test_mxfp8_activations_are_refused_where_unmeasured(run_plan, args, message):
+    result = run_plan(*args, "--moe-backend", "flashinfer_mxfp8")
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_mxfp8_activations_speed_up_gpt_oss_on_b200():
+    """B200's flashinfer_mxfp8_mxfp4 entry (floor 21.6 us, HBM share 1.0, 2,077 TFLOP/s, 79 rows
+    at half rate) replaces the 16-bit-activation default (19.5 us, 1.0, 608 TFLOP/s, 33).
+    An 8,192-token prompt on one GPU: 8192*4/128 = 256 rows per expert, compute-bound, so the
+    36 layers' expert time less their floors shrinks by the rate ratio 2077/608 = 3.42 times
+    the half-rate terms (256/335)/(256/289) = 0.862: 2.95x. A 16-sequence decode step: 64 of
+    the 128 experts get one row each, where a padded GEMM runs at about rate/half_rows, so the
+    MoE time falls to 0.74 of the default's; SGLang 0.5.14's measurements of the two kernels at
+    this shape and 16 tokens (the fixture's flashinfer_mxfp8_mxfp4 rows, aiconfigurator-core
+    0.12.0): 0.155 / 0.202 ms = 0.77."""
+    model, cluster = resolve_model("gpt-oss-120b"), resolve_cluster("1x1xB200")
+    fast_cluster = with_moe_backend(cluster, "flashinfer_mxfp8")
+    default, mxfp8 = moe_kernel(model, cluster), moe_kernel(model, fast_cluster)
+    assert (default.floor_seconds, default.flops_per_s, default.half_rows) == pytest.approx((19.5e-6, 608e12, 33))
+    assert (mxfp8.floor_seconds, mxfp8.flops_per_s, mxfp8.half_rows) == pytest.approx((21.6e-6, 2077e12, 79))
+    layout = Layout(1, 1, 1)
+    placement = place(cluster, layout)
+    stage = estimate(model, cluster, layout, ServeRequest(input_len=8192, output_len=1024, batch=4,
+                                                          max_model_len=10240)).stages[0]
+    prompt, decode = StepLoad(0, 0, 8192, 8192 ** 2 / 2), StepLoad(16, 16 * 8192)
+    slow = stage_step_time(model, cluster, layout, placement, stage, prompt)
+    fast = stage_step_time(model, fast_cluster, layout, placement, stage, prompt)
+    layers = model.num_hidden_layers
+    ratio = (slow.moe_seconds - layers * default.floor_seconds) / (fast.moe_seconds - layers * mxfp8.floor_seconds)
+    assert ratio == pytest.approx(2077 / 608 * (256 / 335) / (256 / 289), rel=0.01)
+    assert slow.seconds - fast.seconds == pytest.approx(slow.moe_seconds - fast.moe_seconds, rel=1e-9)
+    d_slow = stage_step_time(model, cluster, layout, placement, stage, decode)
+    d_fast = stage_step_time(model, fast_cluster, layout, placement, stage, decode)
+    assert d_fast.moe_seconds / d_slow.moe_seconds == pytest.approx(0.155 / 0.202, abs=0.05)
