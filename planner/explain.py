@@ -319,7 +319,7 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     width = model.hidden_size * activation_bytes_per_element(model)
 
     def one_allreduce(message_bytes: float) -> float:
-        return tp_allreduce_seconds_per_layer(modelled, layout, placement, message_bytes)[0] / 2
+        return tp_allreduce_seconds_per_layer(modelled, layout, placement, message_bytes, engine_kernel=False)[0] / 2
 
     def one_send(message_bytes: float) -> float:
         return pipeline_hop_seconds(model, placement, message_bytes / width)
@@ -335,7 +335,7 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
-                       timed.get(c.name, one_allreduce), c.seconds, c.source == "measured",
+                       timed.get(c.name, one_allreduce), c.seconds, c.source in ("measured", "fused"),
                        c.count_per_step, step[c.phase])
         for c in result.collectives)
 

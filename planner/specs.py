@@ -484,6 +484,49 @@ class ServingMoeKernels(_Spec):
         return self.ep_kernel(weight_format, ep) or getattr(self, weight_format, None)
 
 
+class CollectiveCurve(_Spec, extra="allow"):
+    """Measured medians of one collective for one link class and group size (from `plan probe`):
+    sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
+
+    link: Literal["intra_node", "inter_node", "world"]
+    num_ranks: Count(MAX_NUM_GPUS)
+    sizes_bytes: list[Count(2**48)]
+    median_seconds: list[Quantity(3600.0, lower=0)]
+
+    @model_validator(mode="after")
+    def _same_length(self) -> CollectiveCurve:
+        if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
+            raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
+        if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
+            raise ValueError("sizes_bytes must be strictly increasing")
+        return self
+
+
+class FusedAllreduceCurve(_Spec):
+    """vLLM's fused all-reduce + RMSNorm (AllReduceFusionPass, on by default on Hopper and
+    Blackwell with TP > 1: FlashInfer's trtllm_allreduce_fusion, one-shot / two-shot kernels
+    over NVLink peer memory) for a TP group of num_ranks inside one node: its measured time by
+    message size, and the largest message vLLM fuses (larger ones go to NCCL).
+    docs/cost-model.md (Serving: the TP all-reduce)."""
+
+    num_ranks: Count(MAX_NUM_GPUS)
+    max_mib: Quantity(MAX_MEMORY_GIB * 1024)
+    """The largest message (MiB) vLLM fuses at this group size (FI_ALLREDUCE_FUSION_MAX_SIZE_MB)."""
+    sizes_bytes: list[Count(2**48)]
+    median_seconds: list[Quantity(3600.0, lower=0)]
+
+    @model_validator(mode="after")
+    def _same_length(self) -> FusedAllreduceCurve:
+        if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
+            raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
+        if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
+            raise ValueError("sizes_bytes must be strictly increasing")
+        return self
+
+    def fuses(self, message_bytes: float) -> bool:
+        return message_bytes <= self.max_mib * units.BYTES_PER_MIB
+
+
 class GPU(_Spec):
     """One accelerator model: memory, HBM bandwidth, peaks, typical fabric."""
 
@@ -509,6 +552,16 @@ class GPU(_Spec):
     Transformer Engine's block-scaled fp8 (>= 9.0)."""
     serving_moe_kernels: ServingMoeKernels = Field(default_factory=ServingMoeKernels)
     """The serving engine's (vLLM) fused-MoE kernels by expert weight format, where measured."""
+    serving_allreduce: list[FusedAllreduceCurve] = Field(default_factory=list)
+    """The serving engine's (vLLM) fused all-reduce + RMSNorm for TP inside one NVLink node, by
+    group size, where measured; none = the TP all-reduces are NCCL's (the probe's curves or the
+    ring model)."""
+
+    def fused_allreduce(self, num_ranks: int, message_bytes: float) -> FusedAllreduceCurve | None:
+        """The measured curve that prices this message, None where vLLM would not fuse it (a
+        larger message, a group size it does not fuse) or nothing was measured."""
+        curve = next((c for c in self.serving_allreduce if c.num_ranks == num_ranks), None)
+        return curve if curve is not None and curve.fuses(message_bytes) else None
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""
@@ -550,24 +603,6 @@ class GPU(_Spec):
         """The serving engine's measured GEMM rate, else the achievable one (None: neither)."""
         tflops = getattr(self.serving_matmul_tflops, precision, None)
         return self.achievable_flops_per_s(precision) if tflops is None else units.tflops_to_flops_per_s(tflops)
-
-
-class CollectiveCurve(_Spec, extra="allow"):
-    """Measured medians of one collective for one link class and group size (from `plan probe`):
-    sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
-
-    link: Literal["intra_node", "inter_node", "world"]
-    num_ranks: Count(MAX_NUM_GPUS)
-    sizes_bytes: list[Count(2**48)]
-    median_seconds: list[Quantity(3600.0, lower=0)]
-
-    @model_validator(mode="after")
-    def _same_length(self) -> CollectiveCurve:
-        if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
-            raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
-        if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
-            raise ValueError("sizes_bytes must be strictly increasing")
-        return self
 
 
 class Measured(_Spec, extra="allow"):

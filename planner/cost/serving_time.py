@@ -18,6 +18,7 @@ from planner.cost import efficiency as eff
 from planner.cost.comm import (
     allgather_seconds,
     allreduce_seconds,
+    curve_seconds,
     p2p_seconds,
 )
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
@@ -44,7 +45,7 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
-from planner.specs import ClusterSpec, ModelSpec, MoeKernel
+from planner.specs import ClusterSpec, FusedAllreduceCurve, ModelSpec, MoeKernel
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
@@ -272,12 +273,35 @@ class StepTime:
 
 
 def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placement: Placement,
-                                   message_bytes: float) -> tuple[float, str]:
-    """Two all-reduces per layer (after attention and after the MLP), forward only."""
+                                   message_bytes: float, engine_kernel: bool = True) -> tuple[float, str]:
+    """Two all-reduces per layer (after attention and after the MLP), forward only, and what
+    priced them: "fused" (vLLM's fused all-reduce + RMSNorm kernel, fused_allreduce_curve),
+    "measured" (the probe's curve), "model" (the ring model). engine_kernel False: NCCL's
+    (the alpha-beta split explain shows beside the time used)."""
+    fused = fused_allreduce_curve(cluster, layout, placement, message_bytes) if engine_kernel else None
+    if fused is not None:
+        return 2 * curve_seconds(fused, message_bytes), "fused"
     link = placement.tp_link
     curve = None if link is None else cluster.allreduce_curve(link.scope, layout.tp)
     source = "measured" if curve is not None else "model"
     return 2 * allreduce_seconds(message_bytes, placement.tp_group, curve), source
+
+
+def fused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Placement,
+                          message_bytes: float) -> FusedAllreduceCurve | None:
+    """The curve vLLM's fused all-reduce + RMSNorm is priced at for this message, or None
+    where vLLM sends it to NCCL instead. vLLM (0.22.0, 0.33.0: default optimization level
+    O2, vllm/config/vllm.py enable_allreduce_rms_fusion) fuses each TP all-reduce with the
+    next RMSNorm on Hopper and Blackwell when TP > 1 (FlashInfer's trtllm_allreduce_fusion,
+    which reaches its peers' memory over NVLink, so the group must sit in one NVLink node),
+    for messages up to a size per TP (FI_ALLREDUCE_FUSION_MAX_SIZE_MB,
+    vllm/compilation/passes/fusion/allreduce_rms_fusion.py at 0.33.0): the catalog's
+    serving_allreduce (GPU.fused_allreduce). The probe's NCCL curves do not time this
+    kernel, so it is used even where they exist."""
+    link = placement.tp_link
+    if link is None or placement.tp_crosses_node or link.kind != "nvlink":
+        return None
+    return cluster.gpu.fused_allreduce(layout.tp, message_bytes)
 
 
 def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:

@@ -41,11 +41,18 @@ class Column:
     justify: str = "right"
 
 
+ALLREDUCE_SOURCE_WORDS = {"measured": "measured", "model": "model",
+                          "fused": "vLLM's fused all-reduce + RMSNorm, measured"}
+ALLREDUCE_SOURCE_NOTE = {"measured": " (measured)", "fused": " (fused)"}
+"""How the table marks a TP all-reduce time: the probe's curve, or vLLM's fused all-reduce +
+RMSNorm kernel at its measured curve (serving_time.fused_allreduce_curve); the ring model unmarked."""
+
+
 def _link(r: ServeEstimate) -> str:
     link = r.placement.tp_link
     if link is None:
         return "-"
-    return f"{us(r.tp_allreduce_seconds_per_layer)} {link.kind}" + (" (measured)" if r.allreduce_source == "measured" else "")
+    return f"{us(r.tp_allreduce_seconds_per_layer)} {link.kind}" + ALLREDUCE_SOURCE_NOTE.get(r.allreduce_source, "")
 
 
 def _ep_exchange(r: ServeEstimate) -> str:
@@ -182,7 +189,7 @@ def _placement_line(r: ServeEstimate) -> str:
     p = r.placement
     tp = "no TP" if p.tp_link is None else (
         f"TP all-reduces over {p.tp_link.kind} ({us(r.tp_allreduce_seconds_per_layer)} per layer at "
-        f"{count(r.allreduce_message_bytes)} B, {r.allreduce_source})")
+        f"{count(r.allreduce_message_bytes)} B, {ALLREDUCE_SOURCE_WORDS[r.allreduce_source]})")
     pp = "no PP" if p.pp_link is None else (
         f"{r.layout.pp - 1} PP boundaries ({p.num_pp_boundaries_crossing_nodes} across nodes over "
         f"{p.pp_link.kind}), bubble {r.bubble_fraction:.0%} with {r.batches_in_flight} batches in flight")

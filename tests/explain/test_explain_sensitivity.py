@@ -29,13 +29,13 @@ def with_nic(cluster, gbit_per_s: float):
 
 
 def synthetic_flip_case():
-    """llama-3.1-70b, latency objective at 64 concurrent sequences, 2 nodes of 8 H100 with
-    ONE NIC per node. With a fast NIC, tp=8 pp=2 (its pipeline sends of 32 rows x 16 KiB
+    """llama-3.1-70b, latency objective at 16 concurrent sequences, 2 nodes of 8 H100 with
+    ONE NIC per node. With a fast NIC, tp=8 pp=2 (its pipeline sends of 8 rows x 16 KiB
     cross the network) is the fastest per token; with a slow one two tp=8 replicas (no
     network at all) win. Rather than pin a rate to a cost model still being refined, the
     test finds the NIC rate where the choice changes, by bisection, and puts the cluster's
     NIC at that rate / FLIP_FACTOR: halving it then crosses the flip, 20% does not."""
-    model, request = resolve_model("llama-3.1-70b"), ServeRequest(objective="latency", batch=64)
+    model, request = resolve_model("llama-3.1-70b"), ServeRequest(objective="latency", batch=16)
     base = resolve_cluster("2x8xH100")
 
     def best(rate: float) -> Layout:

@@ -60,7 +60,14 @@ def test_all_reduce_rows_add_up_to_the_breakdowns_tp_comm() -> None:
     tp = next(s.seconds for s in e.breakdown.segments if s.name == "TP comm")
     assert sum(r.count_per_step * r.total_seconds for r in decode) == pytest.approx(tp)
     for r in e.collectives:
-        assert r.latency_seconds + r.bandwidth_seconds == pytest.approx(r.total_seconds)
+        # the alpha-beta (NCCL) terms add up to the time used, unless a measured curve priced
+        # it: here vLLM's fused all-reduce + RMSNorm on the decode rows (H100, 8 ranks, a few
+        # KiB: the catalog's serving_allreduce), shown beside NCCL's model
+        if r.measured_seconds is None:
+            assert r.latency_seconds + r.bandwidth_seconds == pytest.approx(r.total_seconds)
+        else:
+            assert r.total_seconds == r.measured_seconds
+    assert all(r.measured_seconds is not None and r.total_seconds < r.latency_seconds for r in decode)
 
 
 def test_breakdown_sums_to_tpot_and_timeline_is_decode() -> None:

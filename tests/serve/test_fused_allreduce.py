@@ -1,0 +1,103 @@
+"""The serving step's TP all-reduce as vLLM runs it on Hopper and Blackwell: fused with the next
+RMSNorm (AllReduceFusionPass, FlashInfer's trtllm_allreduce_fusion) up to a message size per TP
+size, priced at the measured kernel (catalog serving_allreduce: AIConfigurator's TRT-LLM custom
+all-reduce, tests/fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv); larger messages,
+groups across nodes and GPUs without the entry at NCCL's (the probe's curve or the ring model).
+docs/cost-model.md (Serving: the TP all-reduce)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from planner.catalog import resolve_cluster, resolve_gpu
+from planner.cost.comm import allreduce_seconds
+from planner.cost.serving_time import fused_allreduce_curve, tp_allreduce_seconds_per_layer
+from planner.layout import Layout, place
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv"
+CATALOG_GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
+VLLM_0_33_MAX_MIB = {"H100-SXM5-80GB": {2: 64, 4: 2, 8: 0.5}, "H200-SXM-141GB": {2: 64, 4: 2, 8: 0.5},
+                     "B200-SXM-180GB": {2: 64, 4: 32, 8: 1}}
+"""FI_ALLREDUCE_FUSION_MAX_SIZE_MB, vllm/compilation/passes/fusion/allreduce_rms_fusion.py at
+0.33.0: capability 90 {2: 64, 4: 2, 8: 0.5}, 100 {2: 64, 4: 32, 8: 1}."""
+
+
+def test_the_catalog_curves_are_the_measurements():
+    """Every other measured size (x4 steps, 128 B to 128 MiB) at 3 significant digits, and
+    vLLM 0.33.0's fusion limits."""
+    with FIXTURE.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for key, name in CATALOG_GPUS.items():
+        curves = resolve_gpu(name).serving_allreduce
+        assert sorted(c.num_ranks for c in curves) == [2, 4, 8]
+        for curve in curves:
+            measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
+                        if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
+            assert curve.sizes_bytes == [128 * 4 ** i for i in range(11)]
+            assert curve.median_seconds == pytest.approx([measured[s] for s in curve.sizes_bytes], rel=0.006)
+            assert curve.max_mib == VLLM_0_33_MAX_MIB[name][curve.num_ranks]
+
+
+def test_a_decode_all_reduce_hand_worked():
+    """Llama-3.1-70B at tp 8 on one H100 node, 16 decoding sequences: the message is
+    16 * 8192 * 2 B = 262,144 B <= 0.5 MiB, fused. Between the measured 131,072 B (10.2 us)
+    and 524,288 B (26.0 us) points, log-log: 262,144 is halfway in log size, so the time is
+    sqrt(10.2 * 26.0) = 16.28 us; two per layer, 32.57 us. NCCL's ring model would take
+    2*7*1 us + 2*(7/8)*262,144 B / (450 GB/s * 0.77) = 14 + 1.32 = 15.32 us each."""
+    cluster = resolve_cluster("1x8xH100")
+    layout = Layout(8, 1, 1)
+    placement = place(cluster, layout)
+    seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)
+    assert source == "fused"
+    assert seconds == pytest.approx(2 * math.sqrt(10.2e-6 * 26.0e-6), rel=0.005)
+    nccl, nccl_source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144, engine_kernel=False)
+    assert nccl_source == "model"
+    assert nccl == pytest.approx(2 * (14e-6 + 2 * 7 / 8 * 262_144 / (450e9 * 0.77)), rel=0.001)
+
+
+def test_above_the_limit_nccl_takes_over():
+    """64 sequences at tp 8 on H100: 1 MiB > 0.5 MiB, so NCCL's (the ring model here); on
+    B200, whose limit at tp 8 is 1 MiB, the same message is still fused."""
+    message = 64 * 8192 * 2
+    h100 = resolve_cluster("1x8xH100")
+    placement = place(h100, Layout(8, 1, 1))
+    seconds, source = tp_allreduce_seconds_per_layer(h100, Layout(8, 1, 1), placement, message)
+    assert source == "model"
+    assert seconds == pytest.approx(2 * allreduce_seconds(message, placement.tp_group, None))
+    b200 = resolve_cluster("1x8xB200")
+    assert fused_allreduce_curve(b200, Layout(8, 1, 1), place(b200, Layout(8, 1, 1)), message) is not None
+    assert fused_allreduce_curve(b200, Layout(8, 1, 1), place(b200, Layout(8, 1, 1)), message + 1) is None
+
+
+@pytest.mark.parametrize(("cluster_name", "layout"), [
+    ("2x4xH100", Layout(8, 1, 1)),            # the TP group spans two nodes: no peer memory
+    ("1x8xA100-SXM4-80GB", Layout(8, 1, 1)),  # Ampere: vLLM does not fuse; no measured curve
+    ("1x8xH100", Layout(1, 8, 1)),            # no TP
+])
+def test_where_vllm_does_not_fuse_nothing_is_fused(cluster_name, layout):
+    cluster = resolve_cluster(cluster_name)
+    placement = place(cluster, layout)
+    assert fused_allreduce_curve(cluster, layout, placement, 4096) is None
+    if layout.tp > 1:
+        assert tp_allreduce_seconds_per_layer(cluster, layout, placement, 4096)[1] == "model"
+
+
+def test_small_messages_are_cheaper_fused_than_in_the_ring_model():
+    """At a few sequences (Llama-3.1-70B: 1-2 rows, 16-32 KiB) the one-shot kernel takes 3-6 us
+    where the ring model's 2(n-1) latency hops alone are 6 us (tp 4) and 14 us (tp 8). At
+    hundreds of KiB the measured kernel is slower than the ring model (16 us against 15 us at
+    256 KiB, tp 8, H100), whose bandwidth term is NCCL's large-message rate."""
+    for name in CATALOG_GPUS.values():
+        cluster = resolve_cluster(f"1x8x{name}")
+        for tp in (4, 8):
+            layout = Layout(tp, 1, 1)
+            placement = place(cluster, layout)
+            for sequences in (1, 2):
+                message = sequences * 8192 * 2
+                fused = tp_allreduce_seconds_per_layer(cluster, layout, placement, message)
+                nccl = tp_allreduce_seconds_per_layer(cluster, layout, placement, message, engine_kernel=False)
+                assert fused[1] == "fused" and fused[0] < nccl[0], (name, tp, sequences)

@@ -1,0 +1,39 @@
+"""Extract the all-reduce times the serving step prices vLLM's fused all-reduce + RMSNorm with.
+
+    python tools/extract_aic_fused_allreduce.py /path/to/aiconfigurator_core/systems/data OUT.csv
+
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm and b200_sxm,
+AIConfigurator's measured TRT-LLM custom all-reduce (comm/trtllm/1.3.0rc20/
+custom_allreduce_perf.parquet: bf16, 2, 4 and 8 GPUs of one node, 128 B to 512 MB, CUDA-graph
+timed): the one-shot / two-shot Lamport kernels that FlashInfer's trtllm_allreduce_fusion (the
+kernel vLLM's AllReduceFusionPass calls) was ported from. The fastest of repeated points.
+The catalog's serving_allreduce curves (planner/data/gpus.yaml) keep every other size (x4 steps)
+from 128 B to 128 MB (tests/serve/test_fused_allreduce.py checks they are these numbers).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+VERSION = "1.3.0rc20"
+GPUS = ("h100_sxm", "h200_sxm", "b200_sxm")
+
+
+def main(root: Path, out: Path) -> None:
+    rows = []
+    for gpu in GPUS:
+        data = pd.read_parquet(root / gpu / f"comm/trtllm/{VERSION}/custom_allreduce_perf.parquet")
+        data = data[data.allreduce_dtype == "bfloat16"]
+        best = data.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
+        best.insert(0, "gpu", gpu)
+        rows.append(best.rename(columns={"latency": "latency_ms", "message_size": "message_bytes"}))
+    table = pd.concat(rows).sort_values(["gpu", "num_gpus", "message_bytes"])
+    table["latency_ms"] = table.latency_ms.map(lambda v: f"{v:.5g}")
+    table.to_csv(out, index=False)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
