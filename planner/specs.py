@@ -510,7 +510,7 @@ class FusedAllreduceCurve(_Spec):
     docs/cost-model.md (Serving: the TP all-reduce)."""
 
     num_ranks: Count(MAX_NUM_GPUS)
-    max_mib: Quantity(MAX_MEMORY_GIB * 1024)
+    max_mib: Quantity(MAX_MEMORY_GIB * units.BYTES_PER_GIB / units.BYTES_PER_MIB)
     """The largest message (MiB) vLLM fuses at this group size (FI_ALLREDUCE_FUSION_MAX_SIZE_MB)."""
     sizes_bytes: list[Count(2**48)]
     median_seconds: list[Quantity(3600.0, lower=0)]
