@@ -2,7 +2,7 @@
 
     python tools/extract_aic_fused_allreduce.py /path/to/aiconfigurator_core/systems/data OUT.csv
 
-Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm and b200_sxm,
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm and gb200 (2 and 4 GPUs: one tray),
 AIConfigurator's measured TRT-LLM custom all-reduce (comm/trtllm/1.3.0rc20/
 custom_allreduce_perf.parquet: bf16, 2, 4 and 8 GPUs of one node, 128 B to 512 MB, CUDA-graph
 timed): the one-shot / two-shot Lamport kernels that FlashInfer's trtllm_allreduce_fusion (the
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 VERSION = "1.3.0rc20"
-GPUS = ("h100_sxm", "h200_sxm", "b200_sxm")
+GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 
 
 def main(root: Path, out: Path) -> None:

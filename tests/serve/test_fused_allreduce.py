@@ -19,11 +19,13 @@ from planner.cost.serving_time import fused_allreduce_curve, tp_allreduce_second
 from planner.layout import Layout, place
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv"
-CATALOG_GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
+CATALOG_GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
+                "gb200": "GB200"}
 VLLM_0_33_MAX_MIB = {"H100-SXM5-80GB": {2: 64, 4: 2, 8: 0.5}, "H200-SXM-141GB": {2: 64, 4: 2, 8: 0.5},
-                     "B200-SXM-180GB": {2: 64, 4: 32, 8: 1}}
+                     "B200-SXM-180GB": {2: 64, 4: 32, 8: 1}, "GB200": {2: 64, 4: 32}}
 """FI_ALLREDUCE_FUSION_MAX_SIZE_MB, vllm/compilation/passes/fusion/allreduce_rms_fusion.py at
-0.33.0: capability 90 {2: 64, 4: 2, 8: 0.5}, 100 {2: 64, 4: 32, 8: 1}."""
+0.33.0: capability 90 {2: 64, 4: 2, 8: 0.5}, 100 {2: 64, 4: 32, 8: 1}; GB200 measured on one
+tray's 2 and 4 GPUs only."""
 
 
 def test_the_catalog_curves_are_the_measurements():
@@ -33,7 +35,7 @@ def test_the_catalog_curves_are_the_measurements():
         rows = list(csv.DictReader(handle))
     for key, name in CATALOG_GPUS.items():
         curves = resolve_gpu(name).serving_allreduce
-        assert sorted(c.num_ranks for c in curves) == [2, 4, 8]
+        assert sorted(c.num_ranks for c in curves) == sorted(VLLM_0_33_MAX_MIB[name])
         for curve in curves:
             measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
                         if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
@@ -91,7 +93,7 @@ def test_small_messages_are_cheaper_fused_than_in_the_ring_model():
     where the ring model's 2(n-1) latency hops alone are 6 us (tp 4) and 14 us (tp 8). At
     hundreds of KiB the measured kernel is slower than the ring model (16 us against 15 us at
     256 KiB, tp 8, H100), whose bandwidth term is NCCL's large-message rate."""
-    for name in CATALOG_GPUS.values():
+    for name in ("H100-SXM5-80GB", "H200-SXM-141GB", "B200-SXM-180GB"):
         cluster = resolve_cluster(f"1x8x{name}")
         for tp in (4, 8):
             layout = Layout(tp, 1, 1)
