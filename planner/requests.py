@@ -52,6 +52,14 @@ class LayoutFilter:
         )
 
 
+MOE_BACKENDS = {
+    "auto": "the engine's default kernel",
+    "marlin": "the weight-only Marlin kernel",
+    "flashinfer_mxfp8": "FlashInfer's MXFP4 kernel on MXFP8-quantized activations",
+}
+"""ServeRequest.moe_backend's choices and what each runs."""
+
+
 @dataclass(frozen=True)
 class ServeRequest:
     input_len: int = 1024

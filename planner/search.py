@@ -39,6 +39,9 @@ class Plan(Generic[E, R]):
     """Serving: layouts no other beats on both TPOT and throughput."""
     suggestions: tuple[str, ...] = field(default=())
     """When nothing fits: changes that were checked to make a layout feasible."""
+    moe_backend_options: tuple[Any, ...] = field(default=())
+    """Serving, MoE: the recommended layout under each other --moe-backend the GPU has a
+    measured kernel for (serve_search.MoeBackendOption)."""
     shortfall: Any = None
     """Training: when the recommendation's TP group leaves the node, the in-node configuration
     that came closest to fitting and what it misses by (train_shortfall.InNodeShortfall)."""

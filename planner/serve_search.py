@@ -9,13 +9,13 @@ layout feasible.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from planner.catalog import cluster_from_shorthand
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
-from planner.requests import ServeRequest
+from planner.requests import MOE_BACKENDS, ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
@@ -141,8 +141,38 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> S
 def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
     plan = evaluate(model, cluster, request)
     if plan.layouts:
-        return plan
+        return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, plan.layouts[0]))
     return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
+
+
+@dataclass(frozen=True)
+class MoeBackendOption:
+    """The recommended layout re-estimated under another --moe-backend."""
+
+    moe_backend: str
+    estimate: ServeEstimate
+
+
+def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                        best: ServeEstimate) -> tuple[MoeBackendOption, ...]:
+    """For a mixture of experts: the recommended layout under every other --moe-backend whose
+    kernel the GPU has measured for the experts' format (check_moe_backend), so that the plan
+    can say what choosing it would change (the choice stays the user's: marlin trades prompt
+    speed for nothing at decode, flashinfer_mxfp8 quantizes the experts' inputs)."""
+    if not model.is_moe:
+        return ()
+    options = []
+    for backend in MOE_BACKENDS:
+        if backend == request.moe_backend:
+            continue
+        try:
+            check_moe_backend(model, cluster, backend)
+        except SpecError:
+            continue
+        result = estimate(model, cluster, best.layout, replace(request, moe_backend=backend))
+        if isinstance(result, ServeEstimate):
+            options.append(MoeBackendOption(backend, result))
+    return tuple(options)
 
 
 def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:

@@ -25,7 +25,7 @@ from planner.render.common import (
     to_jsonable,
     us,
 )
-from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
+from planner.requests import DEFAULT_NUM_PROMPTS, MOE_BACKENDS, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
@@ -162,8 +162,25 @@ def summary_lines(plan: ServePlan) -> list[str]:
         _placement_line(best),
     ]
     lines += [f"Note: {note}" for note in best.notes]
+    lines += moe_backend_lines(plan)
     if plan.rejected:
         lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
+    return lines
+
+
+def moe_backend_lines(plan: ServePlan) -> list[str]:
+    """The recommended layout under each other measured --moe-backend, against this plan's."""
+    best = plan.recommended
+    lines = []
+    for option in plan.moe_backend_options:
+        other = option.estimate
+        changes = ", ".join(
+            f"{name} {fmt(getattr(best, field))} -> {fmt(getattr(other, field))} "
+            f"({getattr(other, field) / getattr(best, field) - 1:+.0%})"
+            for name, field, fmt in (("TTFT", "ttft_seconds", ms), ("TPOT", "tpot_seconds", ms),
+                                     ("tok/s", "throughput_tokens_per_second", count)))
+        lines.append(f"MoE kernel: --moe-backend {option.moe_backend} ({MOE_BACKENDS[option.moe_backend]}) "
+                     f"on {best.layout}: {changes}.")
     return lines
 
 
@@ -376,6 +393,11 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "num_gpus": plan.num_gpus,
         "objective": plan.request.objective,
         "moe_backend": plan.request.moe_backend,
+        "moe_backend_options": [
+            {"moe_backend": o.moe_backend, "ttft_seconds": o.estimate.ttft_seconds,
+             "tpot_seconds": o.estimate.tpot_seconds,
+             "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second}
+            for o in plan.moe_backend_options],
         "measured_links": plan.cluster.measured is not None,
         "engine_versions": vars_of(plan.request.engine_versions),
         "command_engine": engine,

@@ -164,3 +164,51 @@ def test_mxfp8_activations_speed_up_gpt_oss_on_b200():
     d_slow = stage_step_time(model, cluster, layout, placement, stage, decode)
     d_fast = stage_step_time(model, fast_cluster, layout, placement, stage, decode)
     assert d_fast.moe_seconds / d_slow.moe_seconds == pytest.approx(0.155 / 0.202, abs=0.05)
+
+
+def test_the_plan_prices_the_other_measured_backends():
+    """gpt-oss-120b on 8 B200: the recommended layout re-estimated under marlin and
+    flashinfer_mxfp8 (both measured there for MXFP4 experts), each exactly what estimating that
+    layout under that backend gives; on H200 only marlin; under --moe-backend marlin the
+    default (auto) is the option; a dense model has none."""
+    from dataclasses import replace
+
+    from planner.serve_search import plan_serving
+
+    model = resolve_model("gpt-oss-120b")
+    request = ServeRequest(input_len=1024, output_len=1024)
+    plan = plan_serving(model, resolve_cluster("1x8xB200"), request)
+    assert [o.moe_backend for o in plan.moe_backend_options] == ["marlin", "flashinfer_mxfp8"]
+    for option in plan.moe_backend_options:
+        again = estimate(model, resolve_cluster("1x8xB200"), plan.recommended.layout,
+                         replace(request, moe_backend=option.moe_backend))
+        assert (option.estimate.layout, option.estimate.tpot_seconds, option.estimate.ttft_seconds) == (
+            plan.recommended.layout, again.tpot_seconds, again.ttft_seconds)
+    fast = plan.moe_backend_options[1].estimate
+    assert fast.ttft_seconds < plan.recommended.ttft_seconds
+    assert [o.moe_backend for o in plan_serving(model, resolve_cluster("1x8xH200"), request).moe_backend_options] == [
+        "marlin"]
+    marlin = plan_serving(model, resolve_cluster("1x8xH200"), replace(request, moe_backend="marlin"))
+    assert [o.moe_backend for o in marlin.moe_backend_options] == ["auto"]
+    assert plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xB200"), request).moe_backend_options == ()
+
+
+def test_the_options_are_printed_and_in_the_json(plan_json, run_plan):
+    code, out = plan_json("--model", "gpt-oss-120b", "--cluster", "1x8xB200", "--input-len", "1024")
+    assert code == 0
+    assert [o["moe_backend"] for o in out["moe_backend_options"]] == ["marlin", "flashinfer_mxfp8"]
+    assert all(o["ttft_seconds"] > 0 and o["tpot_seconds"] > 0 for o in out["moe_backend_options"])
+    text = run_plan("--model", "gpt-oss-120b", "--cluster", "1x8xB200", "--input-len", "1024").stdout
+    assert "MoE kernel: --moe-backend flashinfer_mxfp8 (FlashInfer's MXFP4 kernel on MXFP8-quantized" in text
+    code, out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x1xH100")
+    assert code == 0 and out["moe_backend_options"] == []
+
+
+def test_the_backend_lists_agree():
+    from typing import get_args, get_type_hints
+
+    from planner.cli import MoeBackend
+    from planner.requests import MOE_BACKENDS
+
+    literal = set(get_args(get_type_hints(ServeRequest)["moe_backend"]))
+    assert set(MOE_BACKENDS) == literal == {m.value for m in MoeBackend}
