@@ -484,17 +484,14 @@ class ServingMoeKernels(_Spec):
         return self.ep_kernel(weight_format, ep) or getattr(self, weight_format, None)
 
 
-class CollectiveCurve(_Spec, extra="allow"):
-    """Measured medians of one collective for one link class and group size (from `plan probe`):
-    sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
+class _Curve(_Spec):
+    """Measured times by message size: sizes strictly increasing, one time each."""
 
-    link: Literal["intra_node", "inter_node", "world"]
-    num_ranks: Count(MAX_NUM_GPUS)
     sizes_bytes: list[Count(2**48)]
     median_seconds: list[Quantity(3600.0, lower=0)]
 
     @model_validator(mode="after")
-    def _same_length(self) -> CollectiveCurve:
+    def _same_length(self) -> _Curve:
         if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
             raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
         if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
@@ -502,7 +499,15 @@ class CollectiveCurve(_Spec, extra="allow"):
         return self
 
 
-class FusedAllreduceCurve(_Spec):
+class CollectiveCurve(_Curve, extra="allow"):
+    """Measured medians of one collective for one link class and group size (from `plan probe`):
+    sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
+
+    link: Literal["intra_node", "inter_node", "world"]
+    num_ranks: Count(MAX_NUM_GPUS)
+
+
+class FusedAllreduceCurve(_Curve):
     """vLLM's fused all-reduce + RMSNorm (AllReduceFusionPass, on by default on Hopper and
     Blackwell with TP > 1: FlashInfer's trtllm_allreduce_fusion, one-shot / two-shot kernels
     over NVLink peer memory) for a TP group of num_ranks inside one node: its measured time by
@@ -512,16 +517,6 @@ class FusedAllreduceCurve(_Spec):
     num_ranks: Count(MAX_NUM_GPUS)
     max_mib: Quantity(MAX_MEMORY_GIB * units.BYTES_PER_GIB / units.BYTES_PER_MIB)
     """The largest message (MiB) vLLM fuses at this group size (FI_ALLREDUCE_FUSION_MAX_SIZE_MB)."""
-    sizes_bytes: list[Count(2**48)]
-    median_seconds: list[Quantity(3600.0, lower=0)]
-
-    @model_validator(mode="after")
-    def _same_length(self) -> FusedAllreduceCurve:
-        if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
-            raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
-        if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
-            raise ValueError("sizes_bytes must be strictly increasing")
-        return self
 
     def fuses(self, message_bytes: float) -> bool:
         return message_bytes <= self.max_mib * units.BYTES_PER_MIB
