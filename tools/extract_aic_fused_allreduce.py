@@ -4,11 +4,11 @@
 
 Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm and gb200 (2 and 4 GPUs: one tray),
 AIConfigurator's measured TRT-LLM custom all-reduce (comm/trtllm/1.3.0rc20/
-custom_allreduce_perf.parquet: bf16, 2, 4 and 8 GPUs of one node, 128 B to 512 MB, CUDA-graph
-timed): the one-shot / two-shot Lamport kernels that FlashInfer's trtllm_allreduce_fusion (the
+custom_allreduce_perf.parquet: bf16, 2, 4 and 8 GPUs of one node, 128 to 512 Mi elements, written
+as bytes, 256 B to 1 GiB; CUDA-graph timed): the one-shot / two-shot Lamport kernels that FlashInfer's trtllm_allreduce_fusion (the
 kernel vLLM's AllReduceFusionPass calls) was ported from. The fastest of repeated points.
 The catalog's serving_allreduce curves (planner/data/gpus.yaml) keep every other size (x4 steps)
-from 128 B to 128 MB (tests/serve/test_fused_allreduce.py checks they are these numbers).
+from 256 B to 256 MiB (tests/serve/test_fused_allreduce.py checks they are these numbers).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 VERSION = "1.3.0rc20"
+BF16_BYTES = 2
+"""message_size counts bf16 elements, not bytes: AIConfigurator's collector (collector/
+collect_all_reduce.py, get_input_shape_and_comm_size) all-reduces a tensor of message_size
+elements, [message_size // 4096, 4096] above 4096."""
 GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 
 
@@ -29,6 +33,7 @@ def main(root: Path, out: Path) -> None:
         data = data[data.allreduce_dtype == "bfloat16"]
         best = data.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
         best.insert(0, "gpu", gpu)
+        best["message_size"] *= BF16_BYTES
         rows.append(best.rename(columns={"latency": "latency_ms", "message_size": "message_bytes"}))
     table = pd.concat(rows).sort_values(["gpu", "num_gpus", "message_bytes"])
     table["latency_ms"] = table.latency_ms.map(lambda v: f"{v:.5g}")

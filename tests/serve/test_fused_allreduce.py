@@ -29,8 +29,8 @@ tray's 2 and 4 GPUs only."""
 
 
 def test_the_catalog_curves_are_the_measurements():
-    """Every other measured size (x4 steps, 128 B to 128 MiB) at 3 significant digits, and
-    vLLM 0.33.0's fusion limits."""
+    """Every other measured size (x4 steps, 256 B to 256 MiB: AIConfigurator's 128 to 128 Mi
+    bf16 elements) at 3 significant digits, and vLLM 0.33.0's fusion limits."""
     with FIXTURE.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     for key, name in CATALOG_GPUS.items():
@@ -39,23 +39,25 @@ def test_the_catalog_curves_are_the_measurements():
         for curve in curves:
             measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
                         if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
-            assert curve.sizes_bytes == [128 * 4 ** i for i in range(11)]
+            assert curve.sizes_bytes == [256 * 4 ** i for i in range(11)]
             assert curve.median_seconds == pytest.approx([measured[s] for s in curve.sizes_bytes], rel=0.006)
             assert curve.max_mib == VLLM_0_33_MAX_MIB[name][curve.num_ranks]
 
 
 def test_a_decode_all_reduce_hand_worked():
     """Llama-3.1-70B at tp 8 on one H100 node, 16 decoding sequences: the message is
-    16 * 8192 * 2 B = 262,144 B <= 0.5 MiB, fused. Between the measured 131,072 B (10.2 us)
-    and 524,288 B (26.0 us) points, log-log: 262,144 is halfway in log size, so the time is
-    sqrt(10.2 * 26.0) = 16.28 us; two per layer, 32.57 us. NCCL's ring model would take
-    2*7*1 us + 2*(7/8)*262,144 B / (450 GB/s * 0.77) = 14 + 1.32 = 15.32 us each."""
+    16 * 8192 * 2 B = 262,144 B <= 0.5 MiB, fused. That is 131,072 bf16 elements, a measured
+    point of the curve (10.2 us); two per layer, 20.4 us. Halfway in log size to the next
+    point, 1,048,576 B (26.0 us), the time is sqrt(10.2 * 26.0) = 16.28 us. NCCL's ring model
+    would take 2*7*1 us + 2*(7/8)*262,144 B / (450 GB/s * 0.77) = 14 + 1.32 = 15.32 us each."""
     cluster = resolve_cluster("1x8xH100")
     layout = Layout(8, 1, 1)
     placement = place(cluster, layout)
     seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)
     assert source == "fused"
-    assert seconds == pytest.approx(2 * math.sqrt(10.2e-6 * 26.0e-6), rel=0.005)
+    assert seconds == pytest.approx(2 * 10.2e-6, rel=0.005)
+    midway, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, 524_288)
+    assert midway == pytest.approx(2 * math.sqrt(10.2e-6 * 26.0e-6), rel=0.005)
     nccl, nccl_source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144, engine_kernel=False)
     assert nccl_source == "model"
     assert nccl == pytest.approx(2 * (14e-6 + 2 * 7 / 8 * 262_144 / (450e9 * 0.77)), rel=0.001)
