@@ -507,14 +507,22 @@ class CollectiveCurve(_Curve, extra="allow"):
     num_ranks: Count(MAX_NUM_GPUS)
 
 
-class FusedAllreduceCurve(_Curve):
+class EngineAllreduceCurve(_Curve):
+    """The serving engine's (vLLM's) TP all-reduce as its communicator dispatches it (custom
+    one-shot / two-shot kernels, symmetric memory, NCCL for the largest messages), measured for
+    a TP group of num_ranks inside one NVLink node. docs/cost-model.md (Serving: the TP
+    all-reduce)."""
+
+    num_ranks: Count(MAX_NUM_GPUS)
+
+
+class FusedAllreduceCurve(EngineAllreduceCurve):
     """vLLM's fused all-reduce + RMSNorm (AllReduceFusionPass, on by default on Hopper and
     Blackwell with TP > 1: FlashInfer's trtllm_allreduce_fusion, one-shot / two-shot kernels
     over NVLink peer memory) for a TP group of num_ranks inside one node: its measured time by
-    message size, and the largest message vLLM fuses (larger ones go to NCCL).
+    message size, and the largest message vLLM fuses (larger ones go to its unfused all-reduce).
     docs/cost-model.md (Serving: the TP all-reduce)."""
 
-    num_ranks: Count(MAX_NUM_GPUS)
     max_mib: Quantity(MAX_MEMORY_GIB * units.BYTES_PER_GIB / units.BYTES_PER_MIB)
     """The largest message (MiB) vLLM fuses at this group size (FI_ALLREDUCE_FUSION_MAX_SIZE_MB)."""
 
@@ -552,11 +560,19 @@ class GPU(_Spec):
     group size, where measured; none = the TP all-reduces are NCCL's (the probe's curves or the
     ring model)."""
 
+    serving_allreduce_unfused: list[EngineAllreduceCurve] = Field(default_factory=list)
+    """The serving engine's (vLLM) TP all-reduce where it does not fuse it, inside one NVLink
+    node, by group size, where measured; none = NCCL's (the probe's curves or the ring model)."""
+
     def fused_allreduce(self, num_ranks: int, message_bytes: float) -> FusedAllreduceCurve | None:
         """The measured curve that prices this message, None where vLLM would not fuse it (a
         larger message, a group size it does not fuse) or nothing was measured."""
         curve = next((c for c in self.serving_allreduce if c.num_ranks == num_ranks), None)
         return curve if curve is not None and curve.fuses(message_bytes) else None
+
+    def unfused_allreduce(self, num_ranks: int) -> EngineAllreduceCurve | None:
+        """The measured curve of vLLM's unfused all-reduce for this group size, or None."""
+        return next((c for c in self.serving_allreduce_unfused if c.num_ranks == num_ranks), None)
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""

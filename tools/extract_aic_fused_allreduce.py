@@ -26,18 +26,27 @@ elements, [message_size // 4096, 4096] above 4096."""
 GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 
 
-def main(root: Path, out: Path) -> None:
+def allreduce_points(root: Path, table: str, backend: str | None = None) -> pd.DataFrame:
+    """The fastest bf16 point per (GPU, group size, size) of one AIConfigurator all-reduce
+    table (comm/<framework>/<version>/custom_allreduce_perf.parquet under each GPU of GPUS),
+    sizes as bytes (BF16_BYTES per counted element); `backend` keeps one of its backends."""
     rows = []
     for gpu in GPUS:
-        data = pd.read_parquet(root / gpu / f"comm/trtllm/{VERSION}/custom_allreduce_perf.parquet")
+        data = pd.read_parquet(root / gpu / table)
         data = data[data.allreduce_dtype == "bfloat16"]
+        if backend is not None:
+            data = data[data.backend == backend]
         best = data.groupby(["num_gpus", "message_size"], as_index=False).latency.min()
         best.insert(0, "gpu", gpu)
         best["message_size"] *= BF16_BYTES
         rows.append(best.rename(columns={"latency": "latency_ms", "message_size": "message_bytes"}))
-    table = pd.concat(rows).sort_values(["gpu", "num_gpus", "message_bytes"])
-    table["latency_ms"] = table.latency_ms.map(lambda v: f"{v:.5g}")
-    table.to_csv(out, index=False)
+    points = pd.concat(rows).sort_values(["gpu", "num_gpus", "message_bytes"])
+    points["latency_ms"] = points.latency_ms.map(lambda v: f"{v:.5g}")
+    return points
+
+
+def main(root: Path, out: Path) -> None:
+    allreduce_points(root, f"comm/trtllm/{VERSION}/custom_allreduce_perf.parquet").to_csv(out, index=False)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,13 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
 from planner.layout import Layout, Placement
-from planner.specs import ClusterSpec, FusedAllreduceCurve, ModelSpec, MoeKernel
+from planner.specs import (
+    ClusterSpec,
+    EngineAllreduceCurve,
+    FusedAllreduceCurve,
+    ModelSpec,
+    MoeKernel,
+)
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
@@ -275,14 +281,20 @@ class StepTime:
 def tp_allreduce_seconds_per_layer(cluster: ClusterSpec, layout: Layout, placement: Placement,
                                    message_bytes: float, engine_kernel: bool = True) -> tuple[float, str]:
     """Two all-reduces per layer (after attention and after the MLP), forward only, and what
-    priced them: "fused" (vLLM's fused all-reduce + RMSNorm kernel, fused_allreduce_curve),
-    "measured" (the probe's curve), "model" (the ring model). engine_kernel False: NCCL's
-    (the alpha-beta split explain shows beside the time used)."""
+    priced them, first that applies: "fused" (vLLM's fused all-reduce + RMSNorm kernel,
+    fused_allreduce_curve), "measured" (the probe's curve: this cluster's own links),
+    "engine" (vLLM's unfused all-reduce measured on this GPU, unfused_allreduce_curve), "model"
+    (the ring model). engine_kernel False: NCCL's (the alpha-beta split explain shows beside
+    the time used)."""
     fused = fused_allreduce_curve(cluster, layout, placement, message_bytes) if engine_kernel else None
     if fused is not None:
         return 2 * curve_seconds(fused, message_bytes), "fused"
     link = placement.tp_link
     curve = None if link is None else cluster.allreduce_curve(link.scope, layout.tp)
+    if curve is None and engine_kernel:
+        unfused = unfused_allreduce_curve(cluster, layout, placement)
+        if unfused is not None:
+            return 2 * curve_seconds(unfused, message_bytes), "engine"
     source = "measured" if curve is not None else "model"
     return 2 * allreduce_seconds(message_bytes, placement.tp_group, curve), source
 
@@ -302,6 +314,19 @@ def fused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Place
     if link is None or placement.tp_crosses_node or link.kind != "nvlink":
         return None
     return cluster.gpu.fused_allreduce(layout.tp, message_bytes)
+
+
+def unfused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Placement) -> EngineAllreduceCurve | None:
+    """The curve vLLM's TP all-reduce is priced at where it does not fuse it: vLLM's
+    communicator (vllm/distributed/device_communicators/cuda_communicator.py) sends a TP
+    all-reduce inside one NVLink node to its custom one-shot / two-shot kernels, symmetric
+    memory or NCCL by size; the catalog's serving_allreduce_unfused (GPU.unfused_allreduce) is
+    that dispatch measured under vLLM 0.24.0 (AIConfigurator, CUDA-graph timed). None across
+    nodes, off NVLink, or where not measured."""
+    link = placement.tp_link
+    if link is None or placement.tp_crosses_node or link.kind != "nvlink":
+        return None
+    return cluster.gpu.unfused_allreduce(layout.tp)
 
 
 def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:

@@ -42,10 +42,12 @@ class Column:
 
 
 ALLREDUCE_SOURCE_WORDS = {"measured": "measured", "model": "model",
-                          "fused": "vLLM's fused all-reduce + RMSNorm, measured"}
-ALLREDUCE_SOURCE_NOTE = {"measured": " (measured)", "fused": " (fused)"}
-"""How the table marks a TP all-reduce time: the probe's curve, or vLLM's fused all-reduce +
-RMSNorm kernel at its measured curve (serving_time.fused_allreduce_curve); the ring model unmarked."""
+                          "fused": "vLLM's fused all-reduce + RMSNorm, measured",
+                          "engine": "vLLM's all-reduce, measured"}
+ALLREDUCE_SOURCE_NOTE = {"measured": " (measured)", "fused": " (fused)", "engine": " (vllm)"}
+"""How the table marks a TP all-reduce time: the probe's curve, vLLM's fused all-reduce +
+RMSNorm kernel at its measured curve (serving_time.fused_allreduce_curve), or vLLM's unfused
+all-reduce at its measured curve (serving_time.unfused_allreduce_curve); the ring model unmarked."""
 
 
 def _link(r: ServeEstimate) -> str:

@@ -1,8 +1,10 @@
 """The serving step's TP all-reduce as vLLM runs it on Hopper and Blackwell: fused with the next
 RMSNorm (AllReduceFusionPass, FlashInfer's trtllm_allreduce_fusion) up to a message size per TP
 size, priced at the measured kernel (catalog serving_allreduce: AIConfigurator's TRT-LLM custom
-all-reduce, tests/fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv); larger messages,
-groups across nodes and GPUs without the entry at NCCL's (the probe's curve or the ring model).
+all-reduce, tests/fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv); larger messages
+at the probe's curve where the cluster was measured, else at vLLM's own unfused all-reduce as
+measured (catalog serving_allreduce_unfused, vllm_allreduce.csv); groups across nodes and GPUs
+without the entries at NCCL's (the probe's curve or the ring model).
 docs/cost-model.md (Serving: the TP all-reduce)."""
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ import pytest
 
 from planner.catalog import resolve_cluster, resolve_gpu
 from planner.cost.comm import allreduce_seconds
-from planner.cost.serving_time import fused_allreduce_curve, tp_allreduce_seconds_per_layer
+from planner.cost.serving_time import (
+    fused_allreduce_curve,
+    tp_allreduce_seconds_per_layer,
+    unfused_allreduce_curve,
+)
 from planner.layout import Layout, place
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv"
+UNFUSED_FIXTURE = FIXTURE.with_name("vllm_allreduce.csv")
 CATALOG_GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
                 "gb200": "GB200"}
 VLLM_0_33_MAX_MIB = {"H100-SXM5-80GB": {2: 64, 4: 2, 8: 0.5}, "H200-SXM-141GB": {2: 64, 4: 2, 8: 0.5},
@@ -63,15 +70,20 @@ def test_a_decode_all_reduce_hand_worked():
     assert nccl == pytest.approx(2 * (14e-6 + 2 * 7 / 8 * 262_144 / (450e9 * 0.77)), rel=0.001)
 
 
-def test_above_the_limit_nccl_takes_over():
-    """64 sequences at tp 8 on H100: 1 MiB > 0.5 MiB, so NCCL's (the ring model here); on
-    B200, whose limit at tp 8 is 1 MiB, the same message is still fused."""
+def test_above_the_limit_vllms_unfused_all_reduce_takes_over():
+    """64 sequences at tp 8 on H100: 1 MiB > 0.5 MiB, so vLLM's unfused all-reduce, at its
+    measured curve (catalog serving_allreduce_unfused: 1,048,576 B, 15.0 us; 30.0 us per
+    layer; the ring model would take 2*7*1 us + 2*(7/8)*1 MiB / (450 GB/s * 0.77) = 14 + 5.30
+    = 19.30 us each); on B200, whose limit at tp 8 is 1 MiB, the same message is still fused."""
     message = 64 * 8192 * 2
     h100 = resolve_cluster("1x8xH100")
     placement = place(h100, Layout(8, 1, 1))
     seconds, source = tp_allreduce_seconds_per_layer(h100, Layout(8, 1, 1), placement, message)
-    assert source == "model"
-    assert seconds == pytest.approx(2 * allreduce_seconds(message, placement.tp_group, None))
+    assert source == "engine"
+    assert seconds == pytest.approx(2 * 15.0e-6, rel=0.005)
+    nccl, _ = tp_allreduce_seconds_per_layer(h100, Layout(8, 1, 1), placement, message, engine_kernel=False)
+    assert nccl == pytest.approx(2 * allreduce_seconds(message, placement.tp_group, None))
+    assert nccl == pytest.approx(2 * (14e-6 + 2 * 7 / 8 * message / (450e9 * 0.77)), rel=0.001)
     b200 = resolve_cluster("1x8xB200")
     assert fused_allreduce_curve(b200, Layout(8, 1, 1), place(b200, Layout(8, 1, 1)), message) is not None
     assert fused_allreduce_curve(b200, Layout(8, 1, 1), place(b200, Layout(8, 1, 1)), message + 1) is None
@@ -86,15 +98,48 @@ def test_where_vllm_does_not_fuse_nothing_is_fused(cluster_name, layout):
     cluster = resolve_cluster(cluster_name)
     placement = place(cluster, layout)
     assert fused_allreduce_curve(cluster, layout, placement, 4096) is None
+    assert unfused_allreduce_curve(cluster, layout, placement) is None
     if layout.tp > 1:
         assert tp_allreduce_seconds_per_layer(cluster, layout, placement, 4096)[1] == "model"
 
 
+def test_the_unfused_catalog_curves_are_the_measurements():
+    """vLLM 0.24.0's all-reduce (vllm_graph), every other measured size (256 B to 256 MiB) at 3
+    significant digits, for the GPUs and group sizes that have fused curves."""
+    with UNFUSED_FIXTURE.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for key, name in CATALOG_GPUS.items():
+        gpu = resolve_gpu(name)
+        assert sorted(c.num_ranks for c in gpu.serving_allreduce_unfused) == sorted(VLLM_0_33_MAX_MIB[name])
+        for curve in gpu.serving_allreduce_unfused:
+            measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
+                        if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
+            assert curve.sizes_bytes == [256 * 4 ** i for i in range(11)]
+            assert curve.median_seconds == pytest.approx([measured[s] for s in curve.sizes_bytes], rel=0.006)
+
+
+def test_a_probe_curve_prices_what_vllm_does_not_fuse(tmp_path):
+    """The probe measured this cluster's links: above the fusion limit its curve wins over the
+    catalog's vLLM measurement (fused messages stay at the fused kernel). A 2 MiB all-reduce
+    at tp 8 on a profile whose 8-rank intra-node curve says 40 us: 80 us per layer."""
+    from planner.catalog import load_cluster
+
+    (tmp_path / "p.yaml").write_text(
+        "name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+        "measured:\n  allreduce_curves:\n"
+        "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [4.0e-5, 4.0e-5]}\n")
+    cluster = load_cluster(tmp_path / "p.yaml")
+    layout = Layout(8, 1, 1)
+    placement = place(cluster, layout)
+    seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 2 * 1048576)
+    assert source == "measured" and seconds == pytest.approx(80e-6)
+    assert tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)[1] == "fused"
+
+
 def test_small_messages_are_cheaper_fused_than_in_the_ring_model():
     """At a few sequences (Llama-3.1-70B: 1-2 rows, 16-32 KiB) the one-shot kernel takes 3-6 us
-    where the ring model's 2(n-1) latency hops alone are 6 us (tp 4) and 14 us (tp 8). At
-    hundreds of KiB the measured kernel is slower than the ring model (16 us against 15 us at
-    256 KiB, tp 8, H100), whose bandwidth term is NCCL's large-message rate."""
+    where the ring model's 2(n-1) latency hops alone are 6 us (tp 4) and 14 us (tp 8)."""
     for name in ("H100-SXM5-80GB", "H200-SXM-141GB", "B200-SXM-180GB"):
         cluster = resolve_cluster(f"1x8x{name}")
         for tp in (4, 8):
