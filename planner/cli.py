@@ -20,7 +20,13 @@ from planner import __version__, units
 from planner.emit.command import MODEL_PLACEHOLDER
 from planner.engines import RELEASES, parse_engine_versions
 from planner.errors import SpecError
-from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, TrainRequest
+from planner.requests import (
+    DEFAULT_TOP_ROWS,
+    MOE_BACKENDS,
+    LayoutFilter,
+    ServeRequest,
+    TrainRequest,
+)
 
 EXAMPLES = """Examples:
 
@@ -74,10 +80,8 @@ class KvCacheDtype(str, Enum):
     fp8 = "fp8"
 
 
-class MoeBackend(str, Enum):
-    auto = "auto"
-    marlin = "marlin"
-    flashinfer_mxfp8 = "flashinfer_mxfp8"
+MoeBackend = Enum("MoeBackend", {name: name for name in MOE_BACKENDS}, type=str)
+"""--moe-backend's choices: requests.MOE_BACKENDS."""
 
 
 class QuantChoice(str, Enum):

@@ -335,7 +335,7 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
-                       timed.get(c.name, one_allreduce), c.seconds, c.source in ("measured", "fused", "engine"),
+                       timed.get(c.name, one_allreduce), c.seconds, c.source != "model",
                        c.count_per_step, step[c.phase])
         for c in result.collectives)
 

@@ -564,15 +564,6 @@ class GPU(_Spec):
     """The serving engine's (vLLM) TP all-reduce where it does not fuse it, inside one NVLink
     node, by group size, where measured; none = NCCL's (the probe's curves or the ring model)."""
 
-    def fused_allreduce(self, num_ranks: int, message_bytes: float) -> FusedAllreduceCurve | None:
-        """The measured curve that prices this message, None where vLLM would not fuse it (a
-        larger message, a group size it does not fuse) or nothing was measured."""
-        curve = next((c for c in self.serving_allreduce if c.num_ranks == num_ranks), None)
-        return curve if curve is not None and curve.fuses(message_bytes) else None
-
-    def unfused_allreduce(self, num_ranks: int) -> EngineAllreduceCurve | None:
-        """The measured curve of vLLM's unfused all-reduce for this group size, or None."""
-        return next((c for c in self.serving_allreduce_unfused if c.num_ranks == num_ranks), None)
     gemm_half_rate_dimension: Quantity(MAX_GEMM_HALF_RATE_DIMENSION) | None = None
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""
@@ -614,6 +605,21 @@ class GPU(_Spec):
         """The serving engine's measured GEMM rate, else the achievable one (None: neither)."""
         tflops = getattr(self.serving_matmul_tflops, precision, None)
         return self.achievable_flops_per_s(precision) if tflops is None else units.tflops_to_flops_per_s(tflops)
+
+    def fused_allreduce(self, num_ranks: int, message_bytes: float) -> FusedAllreduceCurve | None:
+        """The measured curve that prices this message, None where vLLM would not fuse it (a
+        larger message, a group size it does not fuse) or nothing was measured."""
+        curve = _curve_for_ranks(self.serving_allreduce, num_ranks)
+        return curve if curve is not None and curve.fuses(message_bytes) else None
+
+    def unfused_allreduce(self, num_ranks: int) -> EngineAllreduceCurve | None:
+        """The measured curve of vLLM's unfused all-reduce for this group size, or None."""
+        return _curve_for_ranks(self.serving_allreduce_unfused, num_ranks)
+
+
+def _curve_for_ranks(curves: list[EngineAllreduceCurve], num_ranks: int) -> EngineAllreduceCurve | None:
+    """The curve measured for a group of num_ranks, or None."""
+    return next((c for c in curves if c.num_ranks == num_ranks), None)
 
 
 class Measured(_Spec, extra="allow"):

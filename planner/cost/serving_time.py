@@ -310,10 +310,7 @@ def fused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Place
     vllm/compilation/passes/fusion/allreduce_rms_fusion.py at 0.33.0): the catalog's
     serving_allreduce (GPU.fused_allreduce). The probe's NCCL curves do not time this
     kernel, so it is used even where they exist."""
-    link = placement.tp_link
-    if link is None or placement.tp_crosses_node or link.kind != "nvlink":
-        return None
-    return cluster.gpu.fused_allreduce(layout.tp, message_bytes)
+    return cluster.gpu.fused_allreduce(layout.tp, message_bytes) if tp_in_one_nvlink_node(placement) else None
 
 
 def unfused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Placement) -> EngineAllreduceCurve | None:
@@ -323,10 +320,14 @@ def unfused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Pla
     memory or NCCL by size; the catalog's serving_allreduce_unfused (GPU.unfused_allreduce) is
     that dispatch measured under vLLM 0.24.0 (AIConfigurator, CUDA-graph timed). None across
     nodes, off NVLink, or where not measured."""
+    return cluster.gpu.unfused_allreduce(layout.tp) if tp_in_one_nvlink_node(placement) else None
+
+
+def tp_in_one_nvlink_node(placement: Placement) -> bool:
+    """Whether the TP group sits inside one node on NVLink, where vLLM's custom and fused
+    all-reduce kernels reach the peers' memory (and where their curves were measured)."""
     link = placement.tp_link
-    if link is None or placement.tp_crosses_node or link.kind != "nvlink":
-        return None
-    return cluster.gpu.unfused_allreduce(layout.tp)
+    return link is not None and not placement.tp_crosses_node and link.kind == "nvlink"
 
 
 def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
