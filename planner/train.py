@@ -125,9 +125,14 @@ class TrainEstimate:
 def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU."""
     gpu, precision = cluster.gpu, matmul_precision_of_dtype(model)
-    peak = gpu.peak_flops_per_s(precision)
+    peak = efficiency.dense_peak_flops_per_s(gpu, precision)
+    if peak is None and precision == "fp16":  # same tensor-core rate as bf16
+        peak = efficiency.dense_peak_flops_per_s(gpu, "bf16")
     if peak is None:
-        raise SpecError(f"{gpu.name}: no dense {precision} peak in the GPU catalog; cannot plan training")
+        raise SpecError(
+            f"{gpu.name}: no dense {precision} peak (peak_tflops.{precision}) or measured matmul rate in the GPU "
+            "catalog; cannot plan training: measure it with `plan probe` or give peak_tflops in a hardware profile"
+        )
     measured = gpu.achievable_flops_per_s(precision)
     if measured is None and precision == "fp16":  # same tensor-core rate as bf16
         measured = gpu.achievable_flops_per_s("bf16")

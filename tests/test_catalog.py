@@ -103,6 +103,8 @@ def test_unknown_gpu_fails(name: str) -> None:
         ("H800", "fp8", 1979),
         ("A800", "tf32", 156),  # A100's GA100, NVLink cut
         ("A800", "fp8", None),
+        ("GH200", "bf16", 989),  # its GPU is an H100 (132 SMs, 1980 MHz)
+        ("GH200", "fp8", 1979),
     ],
 )
 def test_catalog_peaks_follow_the_reference(

@@ -270,6 +270,16 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", "2x8xA999"],
         ("--cluster", "A999"),
     ),
+    # A GPU whose tensor peaks are not confirmed and nothing measured: serving and training
+    # refuse to price compute (never as free), naming the GPU and the field to give.
+    "serve-gpu-without-tensor-rate": (
+        ["--model", "llama-3.1-8b", "--cluster", "1x1xA10G"],
+        ("A10G", "peak_tflops.bf16", "plan probe"),
+    ),
+    "train-gpu-without-tensor-rate": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xA10G", "--global-batch", "64", "--seq-len", "2048"],
+        ("A10G", "peak_tflops.bf16", "plan probe"),
+    ),
     "zero-nodes-shorthand": (
         ["--model", GOOD_MODEL, "--cluster", "0x8xA100"],
         ("--cluster", "0x8xA100"),

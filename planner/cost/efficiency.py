@@ -6,7 +6,12 @@ probe measurement gives a figure, that figure wins over these defaults.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planner import units
+
+if TYPE_CHECKING:
+    from planner.specs import GpuSpec
 
 # ---------------------------------------------------------------- shared (serve and train)
 
@@ -22,6 +27,18 @@ def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s:
     if measured_flops_per_s is not None:
         return measured_flops_per_s
     return DEFAULT_MATMUL_FRACTION_OF_PEAK * peak_flops_per_s
+
+
+def dense_peak_flops_per_s(gpu: GpuSpec, precision: str) -> float | None:
+    """The datasheet dense peak; where the catalog has none but a measured matmul rate exists
+    (a `plan probe` profile of a GPU whose tensor peaks are not confirmed), that rate over
+    DEFAULT_MATMUL_FRACTION_OF_PEAK: the default relation read backwards, so a measured rate
+    is never thrown away for want of a datasheet. None: neither is known."""
+    peak = gpu.peak_flops_per_s(precision)
+    if peak is not None:
+        return peak
+    measured = gpu.achievable_flops_per_s(precision)
+    return None if measured is None else measured / DEFAULT_MATMUL_FRACTION_OF_PEAK
 
 
 NCCL_BUSBW_FRACTION_OF_LINK = 0.77

@@ -10,7 +10,6 @@ sources: docs/cost-model.md (Serving: one engine step; Serving: pipeline).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from planner import units
@@ -44,6 +43,7 @@ from planner.cost.params import (
     sublayers_per_layer,
 )
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
+from planner.errors import SpecError
 from planner.layout import Layout, Placement
 from planner.specs import (
     ClusterSpec,
@@ -95,13 +95,27 @@ def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) 
 def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
     """The linear GEMMs' rate in their precision: the serving engine's measured kernels
     (catalog serving_matmul_tflops), else the GPU's achievable rate, else 0.75 of the peak."""
-    precision = matmul_precision(model, cluster)
-    peak = cluster.gpu.peak_flops_per_s(precision) or cluster.gpu.peak_flops_per_s("bf16")
-    if peak is None:
-        # no confirmed compute figure at all (e.g. A10G): fall back to fp16 via fp32 x 4 is a guess,
-        # so we refuse to guess and treat compute as free; memory-bound decode still applies.
-        return math.inf
-    return eff.achievable_matmul_flops_per_s(peak, cluster.gpu.serving_flops_per_s(precision))
+    gpu, precision = cluster.gpu, matmul_precision(model, cluster)
+    measured = gpu.serving_flops_per_s(precision)
+    if measured is not None:
+        return measured
+    peak = gpu.peak_flops_per_s(precision) or gpu.peak_flops_per_s("bf16")
+    if peak is not None:
+        return eff.achievable_matmul_flops_per_s(peak, None)
+    measured_16bit = gpu.serving_flops_per_s("bf16") or gpu.serving_flops_per_s("fp16")
+    if measured_16bit is not None:
+        return measured_16bit
+    raise no_tensor_rate_error(gpu.name)
+
+
+def no_tensor_rate_error(gpu_name: str) -> SpecError:
+    """A GPU with neither a confirmed tensor peak nor a measured matmul rate: prompts and
+    batched decode cannot be priced (treating compute as free would be a silent wrong answer)."""
+    return SpecError(
+        f"{gpu_name}: no tensor-core rate (peak_tflops.bf16 or achievable_matmul_tflops.bf16) in the GPU "
+        "catalog; cannot price prompt and batched decode compute: measure it with `plan probe` "
+        "or give peak_tflops in a hardware profile"
+    )
 
 
 def expected_experts_touched(model: ModelSpec, num_tokens: int) -> float:
@@ -537,10 +551,11 @@ def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") ->
     share of the fp8 peak: vLLM's FlashAttention-3 path quantizes the queries and passes
     q/k/v descales (vllm/v1/attention/backends/flash_attn.py, FlashAttentionImpl.forward;
     FlashAttention-3, Shah et al. 2024, sec. 4: FP8 forward near 1.2 PFLOP/s on H100)."""
-    precision = "fp8" if kv_cache_dtype == "fp8" and cluster.gpu.peak_flops_per_s("fp8") is not None else "bf16"
-    peak = cluster.gpu.peak_flops_per_s(precision) or cluster.gpu.peak_flops_per_s("fp16")
+    gpu = cluster.gpu
+    precision = "fp8" if kv_cache_dtype == "fp8" and gpu.peak_flops_per_s("fp8") is not None else "bf16"
+    peak = eff.dense_peak_flops_per_s(gpu, precision) or eff.dense_peak_flops_per_s(gpu, "fp16")
     if peak is None:
-        return math.inf
+        raise no_tensor_rate_error(gpu.name)
     forward_share, _ = eff.flash_attention_fractions(cluster.gpu.flash_attention_forward_fraction)
     return peak * forward_share
 
