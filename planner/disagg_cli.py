@@ -22,13 +22,15 @@ class Verdict:
     reason: str
 
 
-def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None) -> Verdict:
+def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None,
+            why_no_disaggregated: str = "none meets the SLA") -> Verdict:
     """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
     of server, no KV transfer, no proxy)."""
     if aggregated is None and disaggregated is None:
-        return Verdict(None, "neither an aggregated nor a disaggregated deployment meets the SLA")
+        return Verdict(None, f"no aggregated layout fits (within the SLA, if one is set); no disaggregated deployment: "
+                             f"{why_no_disaggregated}")
     if disaggregated is None:
-        return Verdict("aggregated", "no disaggregated deployment meets the SLA")
+        return Verdict("aggregated", f"no disaggregated deployment: {why_no_disaggregated}")
     if aggregated is None:
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
                                         f"{disaggregated.goodput_per_gpu:,.0f} output tok/s per GPU within it")
@@ -85,4 +87,4 @@ def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
               aggregated: ServeEstimate | None) -> tuple[DisaggPlan, Verdict]:
     plan = plan_disaggregated(model, cluster, request)
-    return plan, compare(aggregated, plan.recommended)
+    return plan, compare(aggregated, plan.recommended, plan.why_none)

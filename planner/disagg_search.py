@@ -181,6 +181,8 @@ class DisaggPlan:
     """Best first."""
     rejected: tuple[tuple[str, int], ...]
     """(reason, combinations) tallied."""
+    why_none: str = ""
+    """Why there is no candidate, one clause (empty when there is one)."""
 
     @property
     def recommended(self) -> DisaggEstimate | None:
@@ -365,7 +367,23 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if len(out) >= SHOWN_CANDIDATES:
             break
     out.sort(key=rank_key)
-    return DisaggPlan(tuple(out), tuple(sorted(rejected.items())))
+    return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
+                      "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
+
+
+def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: bool, any_rejected: bool) -> str:
+    """The clause that says why nothing came out: too few GPUs, no worker that fits, the SLA, or
+    no prefill + decode pairing that tiles the GPUs."""
+    if num_gpus < 2:
+        return f"it needs at least 2 GPUs (a prefill and a decode worker); this plan has {num_gpus}"
+    if not any_worker_fits:
+        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs"
+    sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)
+    if any_rejected and any(limit is not None for limit in sla):
+        return "none meets the SLA"
+    if any_rejected:
+        return "every prefill + decode pairing was rejected"
+    return f"no prefill and decode workers fit the {num_gpus} GPUs together"
 
 
 def rank_key(e: DisaggEstimate) -> tuple:

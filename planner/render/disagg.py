@@ -40,7 +40,7 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     if plan.candidates:
         out.print(table)
     else:
-        out.print("No disaggregated deployment meets the SLA.")
+        out.print(f"No disaggregated deployment: {plan.why_none}.", markup=False)
     for reason, num in plan.rejected:
         out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)
     best = plan.recommended

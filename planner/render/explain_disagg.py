@@ -113,12 +113,12 @@ def show_disagg(e: DisaggExplanation, *, json_output: bool, svg: str | None, htm
 
 
 def show_disagg_infeasible(plan: DisaggPlan, json_output: bool) -> None:
-    """No deployment meets the SLA: the rejections, as `plan --mode disaggregated` tallies them."""
+    """No deployment: why, and the rejections as `plan --mode disaggregated` tallies them."""
     if json_output:
-        print_json({"disaggregated": None, "disaggregated_rejected": [{"reason": r, "count": n}
-                                                                      for r, n in plan.rejected]})
+        print_json({"disaggregated": None, "why_none": plan.why_none,
+                    "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected]})
         return
     out = console()
-    out.print("No disaggregated deployment meets the SLA.")
+    out.print(f"No disaggregated deployment: {plan.why_none}.", markup=False)
     for reason, num in plan.rejected:
         out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)

@@ -130,3 +130,24 @@ def test_explain_draws_disaggregated_mode_and_refuses_it_for_training(run_plan):
     train = run_plan("explain", "--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
                      "--mode", "disaggregated")
     assert train.returncode == 2 and len(train.stderr.strip().splitlines()) == 1
+
+
+def test_no_deployment_says_why_not_the_sla_when_none_is_set():
+    """One GPU: no prefill + decode pair exists; no SLA is set, so the reason is the GPU count,
+    not "meets the SLA"."""
+    model, request = resolve_model("llama-3.1-8b"), ServeRequest(input_len=1024, output_len=256)
+    plan, verdict = plan_both(model, resolve_cluster("1x1xH100"), request,
+                              plan_serving(model, resolve_cluster("1x1xH100"), request).recommended)
+    assert plan.candidates == () and "at least 2 GPUs" in plan.why_none and "this plan has 1" in plan.why_none
+    assert verdict.winner == "aggregated" and "SLA" not in verdict.reason
+
+
+def test_no_deployment_within_an_impossible_sla_names_the_sla():
+    model, cluster = resolve_model(MODEL), resolve_cluster("1x8xH100")
+    plan = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_tpot_seconds=1e-5))
+    assert plan.candidates == () and plan.why_none == "none meets the SLA" and plan.rejected
+
+
+def test_a_plan_with_candidates_has_no_reason_for_none():
+    model, cluster = resolve_model(MODEL), resolve_cluster("1x8xH100")
+    assert plan_disaggregated(model, cluster, ISSUE).why_none == ""

@@ -141,4 +141,4 @@ def test_nothing_meets_the_sla_exits_1_with_the_rejections() -> None:
     result = CliRunner().invoke(app, ["explain", "--model", "llama-3.1-70b-fp8", "--cluster", "1x8xH100",
                                       "--max-tpot-ms", "0.01", "--mode", "disaggregated"])
     assert result.exit_code == 1
-    assert "No disaggregated deployment meets the SLA" in result.stdout and "rejected" in result.stdout
+    assert "No disaggregated deployment: none meets the SLA" in result.stdout and "rejected" in result.stdout
