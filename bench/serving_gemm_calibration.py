@@ -34,7 +34,8 @@ from planner.cost import efficiency as eff  # noqa: E402
 from planner.cost.serving_time import quantize_bytes_per_element  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/serving_gemm_vllm.csv"
-GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
+GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB", "l40s": "L40S",
+        "a100_sxm": "A100-SXM4-80GB"}
 PRECISION = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
 HIDDEN_OF_MODEL = {4096: "8B", 8192: "70B"}
 

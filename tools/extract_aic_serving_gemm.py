@@ -2,10 +2,11 @@
 
     python tools/extract_aic_serving_gemm.py /path/to/aiconfigurator_core/systems/data OUT.csv
 
-Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm and
-b200_sxm, vLLM 0.24.0's linear kernels (gemm/vllm/0.24.0/gemm_perf.parquet: bf16
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm
+and l40s, vLLM 0.24.0's linear kernels (gemm/vllm/0.24.0/gemm_perf.parquet: bf16
 torch.nn.functional.linear, per-tensor fp8 CutlassFP8ScaledMMLinearKernel, NVFP4
-FlashInferCuteDslNvFp4LinearKernel) at the forward shapes of a Llama-3.1-8B and -70B layer
+FlashInferCuteDslNvFp4LinearKernel), and for a100_sxm vLLM 0.14.0's (bf16 only, the newest
+vLLM AIConfigurator measured on A100), at the forward shapes of a Llama-3.1-8B and -70B layer
 (QKV, output projection, gated MLP up, MLP down; tp 1, 2, 4, 8) and M >= 2048 tokens (the
 prefill rows where the rate, not the weight read, decides), the fastest of repeated points.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-GPUS = ("h100_sxm", "h200_sxm", "b200_sxm")
+GPUS = {"h100_sxm": "0.24.0", "h200_sxm": "0.24.0", "b200_sxm": "0.24.0", "l40s": "0.24.0", "a100_sxm": "0.14.0"}
 DTYPES = ("bfloat16", "fp8", "nvfp4")
 MIN_TOKENS = 2048
 
@@ -34,8 +35,8 @@ def layer_shapes() -> set[tuple[int, int]]:
 def main(root: Path, out: Path) -> None:
     rows = []
     shapes = layer_shapes()
-    for gpu in GPUS:
-        gemm = pd.read_parquet(root / gpu / "gemm/vllm/0.24.0/gemm_perf.parquet")
+    for gpu, version in GPUS.items():
+        gemm = pd.read_parquet(root / gpu / f"gemm/vllm/{version}/gemm_perf.parquet")
         gemm = gemm[gemm.gemm_dtype.isin(DTYPES) & (gemm.m >= MIN_TOKENS)]
         gemm = gemm[[(n, k) in shapes for n, k in zip(gemm.n, gemm.k, strict=True)]]
         best = gemm.groupby(["gemm_dtype", "m", "n", "k"], as_index=False).latency.min()
