@@ -2,7 +2,8 @@
 
     python tools/extract_aic_training_kernels.py /path/to/aiconfigurator_core/systems/data OUT_DIR
 
-Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm and b200_sxm:
+Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm and b200_sxm (and the
+context attention alone for a100_sxm and l40s, at the framework versions AIC measured there):
 gemm (TRT-LLM 1.3.0rc20, torch_flow, bf16, per-tensor fp8 and block-scaled fp8 (fp8_block, its
 quantization not separated: quantize_ms 0)) at the fprop and dgrad shapes of
 a Llama-3.1-8B and -70B layer (M 4096/8192/16384 tokens, tp 1-8; grid points only), with the fp8
@@ -19,6 +20,12 @@ from pathlib import Path
 import pandas as pd
 
 GPUS = ("h100_sxm", "b200_sxm")
+ATTENTION_FRAMEWORKS = {
+    "h100_sxm": ("trtllm/1.3.0rc20", "vllm/0.24.0", "sglang/0.5.14"),
+    "b200_sxm": ("trtllm/1.3.0rc20", "vllm/0.24.0", "sglang/0.5.14"),
+    "l40s": ("trtllm/1.3.0rc20", "vllm/0.24.0", "sglang/0.5.14"),
+    "a100_sxm": ("trtllm/1.0.0", "vllm/0.14.0", "sglang/0.5.10"),
+}
 GRID = {512, 768, 1024, 1536, 2048, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384}
 TOKENS = (4096, 8192, 16384)
 
@@ -53,10 +60,12 @@ def main(root: Path, out: Path) -> None:
         sized = cast[cast.m.isin(TOKENS) & cast.k.isin([4096, 8192, 16384])].copy()
         sized["gpu"] = gpu
         casts.append(sized[["gpu", "m", "k", "latency"]])
-        for framework in ("trtllm/1.3.0rc20", "vllm/0.24.0", "sglang/0.5.14"):
-            att = pd.read_parquet(base / "attention" / framework / "context_attention_perf.parquet")
+    for gpu, frameworks in ATTENTION_FRAMEWORKS.items():
+        for framework in frameworks:
+            att = pd.read_parquet(root / gpu / "attention" / framework / "context_attention_perf.parquet")
+            window = att.window_size if "window_size" in att else 0  # older tables: full attention only
             att = att[(att.isl == 8192) & (att.head_dim == 128) & (att.attn_dtype == "bfloat16")
-                      & (att.kv_cache_dtype == "bfloat16") & (att.window_size == 0) & (att.batch_size <= 2)
+                      & (att.kv_cache_dtype == "bfloat16") & (window == 0) & (att.batch_size <= 2)
                       & (att.num_heads == 4 * att.num_key_value_heads) & att.num_heads.isin([8, 16, 32, 64])]
             att = att.groupby(["batch_size", "isl", "num_heads", "num_key_value_heads"]).latency.min().reset_index()
             att["gpu"] = gpu

@@ -114,12 +114,15 @@ def test_flash_attention_fractions_by_hand():
     assert backward == pytest.approx(0.526438, abs=1e-6)
 
 
-@pytest.mark.parametrize("gpu", sorted(GPU_OF))
+ATTENTION_GPU_OF = {**GPU_OF, "a100_sxm": "A100-SXM4-80GB", "l40s": "L40S"}
+
+
+@pytest.mark.parametrize("gpu", sorted(ATTENTION_GPU_OF))
 def test_flash_forward_fraction_reproduces_aic(gpu: str):
     """The catalog's flash_attention_forward_fraction against AIC's fastest bf16 context-attention
     kernel at 8K (head dim 128, GQA 4:1, b 1-2, 8-64 heads): share = 4*b*a*s^2*d/2 / t / bf16
     peak; the median within 0.03 of the catalog value, every point within 0.15."""
-    spec = resolve_gpu(GPU_OF[gpu])
+    spec = resolve_gpu(ATTENTION_GPU_OF[gpu])
     peak = spec.peak_flops_per_s("bf16")
     shares = []
     for r in _rows("training_context_attention.csv"):
