@@ -568,8 +568,12 @@ class GPU(_Spec):
     """Measured GEMM dimension at half the asymptotic matmul rate, u(x) = x/(x + this)
     (cost/efficiency.py GEMM_HALF_RATE_DIMENSION when not given)."""
     flash_attention_forward_fraction: Quantity(1.0) | None = None
-    """Measured flash-attention forward rate as a share of the dense 16-bit peak
+    """Measured flash-attention forward rate as a share of the dense 16-bit peak at head dim 128
     (cost/efficiency.py FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK when not given)."""
+    flash_attention_head_dim_half: Quantity(4096.0) | None = None
+    """Head dim at which the flash kernel's per-score softmax work costs as much as its matmuls:
+    smaller head dims run at (d/(d + this)) / (128/(128 + this)) of the head-dim-128 share
+    (cost/efficiency.py FLASH_ATTENTION_HEAD_DIM_HALF when not given)."""
     elementwise_hbm_utilization: Quantity(1.0) | None = None
     """Measured share of hbm_bandwidth a memory-bound elementwise kernel sustains at a layer's
     tensor sizes (cost/efficiency.py ELEMENTWISE_HBM_UTILIZATION when not given)."""

@@ -26,7 +26,12 @@ from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
-from planner.cost.params import layer_params_per_gpu, matmul_precision_of_dtype, tp_head_reasons
+from planner.cost.params import (
+    layer_params_per_gpu,
+    matmul_precision_of_dtype,
+    multiply_adds_per_attention_pair,
+    tp_head_reasons,
+)
 from planner.cost.training_memory import (
     StageParams,
     expert_data_parallel_size,
@@ -141,6 +146,10 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
         fp8_peak, gpu.achievable_flops_per_s("fp8"))
     bf16_peak = gpu.peak_flops_per_s("bf16") or peak
     flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
+    # the head-dim factor of the full-attention layers (training prices one attention shape)
+    head_dim = multiply_adds_per_attention_pair(model)[0] / (2 * model.num_attention_heads)
+    head_dim_factor = efficiency.flash_head_dim_factor(head_dim, gpu.flash_attention_head_dim_half)
+    flash_forward, flash_backward = flash_forward * head_dim_factor, flash_backward * head_dim_factor
     return TrainRates(
         peak_flops_per_s=peak,
         matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),

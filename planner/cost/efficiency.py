@@ -123,6 +123,28 @@ def flash_attention_fractions(measured_forward_fraction: float | None) -> tuple[
     return measured_forward_fraction, measured_forward_fraction * ratio
 
 
+FLASH_ATTENTION_MEASURED_HEAD_DIM = 128
+"""The head dim every flash share above (and the catalog's) is measured at."""
+FLASH_ATTENTION_HEAD_DIM_HALF = 55.0
+"""d0 of flash_head_dim_factor where the catalog has none: H100's and H200's fit (both 55)."""
+
+
+def flash_head_dim_factor(head_dim: float, half: float | None) -> float:
+    """Flash attention's rate at head dim d over its rate at d = 128. Per score element the
+    kernel runs 4d matmul FLOPs (q.k and p.v) and a fixed amount of softmax work (exp, running
+    max, rescale) on the special-function units, which does not grow with d; so the share of the
+    matmul peak goes as d / (d + d0), d0 the head dim at which the two cost the same (FlashAttention-3,
+    Shah et al. 2024, sec. 3: the exponential's throughput is far below the matmuls').
+    d0 fitted to AIConfigurator's fastest context-attention kernels at 8K, GQA 8:1, b 1-2, from
+    the median d 64 / d 128 rate ratio (context_attention_head_dim.csv): H100 and H200 55 (ratio
+    0.77), B200 319 (0.58: Blackwell doubled the tensor cores, not the exp units), L40S 32
+    (0.83). Not above 1: head dims over 128 gain 0-16% on Hopper and Blackwell and lose on L40S
+    (smaller shared memory), so none is assumed. d = 64, d0 = 55: (64/119) / (128/183) = 0.7689."""
+    d0 = FLASH_ATTENTION_HEAD_DIM_HALF if half is None else half
+    d_ref = FLASH_ATTENTION_MEASURED_HEAD_DIM
+    return min(1.0, (head_dim / (head_dim + d0)) / (d_ref / (d_ref + d0)))
+
+
 FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS = 2.5
 """The backward runs 5 matmuls of the forward's size (S = QK^T again, dV, dP, dQ, dK)
 against the forward's 2 (Dao 2023, sec. 4.1 FLOP count)."""

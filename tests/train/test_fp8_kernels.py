@@ -114,7 +114,8 @@ def test_flash_attention_fractions_by_hand():
     assert backward == pytest.approx(0.526438, abs=1e-6)
 
 
-ATTENTION_GPU_OF = {**GPU_OF, "a100_sxm": "A100-SXM4-80GB", "l40s": "L40S"}
+ATTENTION_GPU_OF = {**GPU_OF, "h200_sxm": "H200-SXM-141GB", "gb200": "GB200", "a100_sxm": "A100-SXM4-80GB",
+                    "l40s": "L40S"}
 
 
 @pytest.mark.parametrize("gpu", sorted(ATTENTION_GPU_OF))
@@ -133,3 +134,32 @@ def test_flash_forward_fraction_reproduces_aic(gpu: str):
     assert len(shares) == 6
     assert abs(statistics.median(shares) - spec.flash_attention_forward_fraction) < 0.03
     assert max(abs(x - spec.flash_attention_forward_fraction) for x in shares) < 0.15
+
+
+def test_flash_head_dim_factor_by_hand():
+    """d/(d + d0) over 128/(128 + d0): d 64, d0 55: (64/119) / (128/183) = 0.768908; d0 319 (B200):
+    (64/383) / (128/447) = 0.583551; never above 1 (d 256 -> 1.0); d 128 -> 1.0."""
+    assert efficiency.flash_head_dim_factor(64, 55) == pytest.approx(0.768908, abs=1e-6)
+    assert efficiency.flash_head_dim_factor(64, 319) == pytest.approx(0.583551, abs=1e-6)
+    assert efficiency.flash_head_dim_factor(256, 55) == 1.0
+    assert efficiency.flash_head_dim_factor(128, 470) == pytest.approx(1.0)
+    assert efficiency.flash_head_dim_factor(64, None) == efficiency.flash_head_dim_factor(64, 55)
+
+
+HEAD_DIM_GPU_OF = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
+                   "gb200": "GB200", "l40s": "L40S"}
+
+
+@pytest.mark.parametrize("gpu", sorted(HEAD_DIM_GPU_OF))
+def test_flash_head_dim_half_reproduces_aic(gpu: str):
+    """The catalog's flash_attention_head_dim_half against AIC's fastest bf16 context attention at
+    8K, GQA 8:1, b 1-2, 8-64 heads (context_attention_head_dim.csv): the rate at d 64 over the rate
+    at d 128, (64/128) * t_128 / t_64 per (b, heads); its median within 0.01 of the factor, every
+    point within 0.12."""
+    rows = [r for r in _rows("context_attention_head_dim.csv") if r["gpu"] == gpu]
+    latency = {(r["batch_size"], r["num_heads"], int(r["head_dim"])): float(r["latency_ms"]) for r in rows}
+    ratios = [0.5 * latency[(b, h, 128)] / t for (b, h, d), t in latency.items() if d == 64]
+    factor = efficiency.flash_head_dim_factor(64, resolve_gpu(HEAD_DIM_GPU_OF[gpu]).flash_attention_head_dim_half)
+    assert len(ratios) == 8
+    assert abs(statistics.median(ratios) - factor) < 0.01
+    assert max(abs(x - factor) for x in ratios) < 0.12
