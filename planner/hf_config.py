@@ -182,10 +182,20 @@ def check_modelled(text: dict[str, Any], origin: str) -> None:
                         f"modelled; the planner models attention + MLP/MoE decoder blocks")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object_pairs_hook: a key given twice is an error (json keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     text = read_spec_text(path)
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
     except RecursionError:

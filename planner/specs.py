@@ -795,11 +795,32 @@ def check_size(data: Any, origin: str) -> None:
             stack.extend((item, depth + 1) for item in value)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: `hidden_size` written twice would plan a different model than the user reads)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the schema rejects it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Safe-load a YAML file whose top level must be a mapping."""
+    """Safe-load a YAML file whose top level must be a mapping (no key given twice)."""
     text = read_spec_text(path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}" if mark is not None else "(parse)"

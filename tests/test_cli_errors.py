@@ -37,6 +37,18 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--model",
         ("malformed YAML",),
     ),
+    "model-duplicate-key": (
+        "m.yaml",
+        _model_yaml() + "hidden_size: 4096\n",
+        "--model",
+        ("duplicate key", "hidden_size", "line"),
+    ),
+    "profile-duplicate-key": (
+        "c.yaml",
+        _profile_yaml() + "num_nodes: 4\n",
+        "--cluster",
+        ("duplicate key", "num_nodes"),
+    ),
     "model-unknown-field": (
         "m.yaml",
         _model_yaml(bogus_field=1),
@@ -94,6 +106,12 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         '{"hidden_size": 8192,',
         "--model",
         ("malformed JSON",),
+    ),
+    "config-json-duplicate-key": (
+        "config.json",
+        '{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "hidden_size": 8192}',
+        "--model",
+        ("duplicate key", "hidden_size"),
     ),
     "config-json-not-utf8": ("config.json", b"\xff\xfe{", "--model", ("cannot read",)),
     "config-json-unsupported-quantization": (
