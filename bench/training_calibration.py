@@ -149,7 +149,8 @@ def cluster_for(row: Row, memory_gib: float | None = None) -> ClusterSpec:
     cluster = resolve_cluster(f"{row.num_gpus // GPUS_PER_NODE}x{GPUS_PER_NODE}x{SYSTEM_GPU[row.system]}")
     if memory_gib is None:
         return cluster
-    return cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory_gib": memory_gib})})
+    gpu = cluster.gpu.model_copy(update={"memory_gib": memory_gib, "cuda_visible_memory_gib": memory_gib})
+    return cluster.model_copy(update={"gpu": gpu})
 
 
 def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,

@@ -535,7 +535,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     layers = stage_layers(model, config)
     memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance, layers=layers)
     memory = worst_stage_memory(memories)
-    capacity = memo.get(("capacity",), lambda: cluster.gpu.memory_bytes)
+    capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)

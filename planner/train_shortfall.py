@@ -75,7 +75,7 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
     if best is None:
         return None
     memory, config = best
-    capacity = cluster.gpu.memory_bytes
+    capacity = cluster.gpu.cuda_visible_memory_bytes
     over = memory.total_bytes - capacity
     if over <= 0:
         return None  # it fits: the search rejected it for another reason

@@ -75,23 +75,23 @@ def test_128_h100_best_in_node_memory_by_hand():
 def test_96_h100_cross_nodes_and_say_why():
     """12 nodes: every in-node layout is out of memory; the closest, tp=8 pp=12 dp=1 (b=1,
     full recompute, SP, ZeRO-0: dp = 1 leaves the distributed optimizer nothing to shard),
-    needs 81.0 GiB of 79.7 on its heaviest middle stage (11 layers). The plan recommends TP
+    needs 81.0 GiB of the 79.1 CUDA-visible on its heaviest middle stage (11 layers). The plan recommends TP
     across two nodes and names that cost."""
     out = plan_json("--cluster", "12x8xH100")
     assert out["recommended"]["tp"] > 8 and out["recommended"]["tp_link"] == "infiniband"
     short = out["in_node_shortfall"]
     assert (short["config"]["tp"], short["config"]["pp"], short["config"]["dp"]) == (8, 12, 1)
     assert short["config"]["recompute"] == "full"
-    assert short["over_bytes"] / BYTES_PER_GIB == pytest.approx(1.3, abs=0.1)
+    assert short["over_bytes"] / BYTES_PER_GIB == pytest.approx(1.9, abs=0.1)
     assert short["memory"]["optimizer_bytes"] > short["memory"]["activation_bytes"]
     code, text = run("--cluster", "12x8xH100")
     assert code == 0
     flat = " ".join(text.split())
     assert "TP crosses nodes: every TP all-reduce runs over the NICs" in flat
-    assert "Closest: tp=8 pp=12 dp=1" in flat and "over by 1.3 GiB" in flat
+    assert "Closest: tp=8 pp=12 dp=1" in flat and "over by 1.9 GiB" in flat
     assert "nothing to shard at dp=1" in flat and "context parallelism" in flat
     code, text = run("--cluster", "12x8xH100", "--show-rejected")
-    assert "out of memory on stage 1 by 1.3 GiB (81.0 of 79.7 GiB)" in " ".join(text.split())
+    assert "out of memory on stage 1 by 1.9 GiB (81.0 of 79.1 GiB)" in " ".join(text.split())
 
 
 def test_hierarchical_allreduce():
