@@ -240,11 +240,14 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
 
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
     """Largest C_d <= cap (the sequences the KV cache runs at their mean footprint,
-    kv_limited_sequences; vLLM's max_num_seqs) with T_d <= --max-tpot-ms, by bisection (T_d
+    kv_limited_sequences; vLLM's max_num_seqs; --batch, the concurrency per replica the user
+    asked for, as the aggregated plan takes it) with T_d <= --max-tpot-ms, by bisection (T_d
     grows with C_d); 0 when one sequence misses."""
     context = request.input_len + request.output_len / 2
     cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len),
               default_max_num_seqs(cluster, request.engine_versions.vllm_release))
+    if request.batch is not None:
+        cap = min(cap, request.batch)
     limit = request.max_tpot_seconds
     if cap < 1:
         return 0

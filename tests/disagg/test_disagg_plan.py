@@ -151,3 +151,13 @@ def test_no_deployment_within_an_impossible_sla_names_the_sla():
 def test_a_plan_with_candidates_has_no_reason_for_none():
     model, cluster = resolve_model(MODEL), resolve_cluster("1x8xH100")
     assert plan_disaggregated(model, cluster, ISSUE).why_none == ""
+
+
+def test_batch_caps_the_decode_workers_concurrency_as_it_caps_a_replica():
+    """--batch 8 is the concurrency per replica the user runs; a decode worker is a replica too,
+    so no decode worker runs more than 8 sequences (it ran 272 before)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    plan = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, batch=8))
+    assert plan.candidates and all(e.decode.concurrency <= 8 for e in plan.candidates)
+    unbounded = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256))
+    assert max(e.decode.concurrency for e in unbounded.candidates) > 8
