@@ -132,6 +132,10 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     from planner.render.serve import plan_json
 
     model, cluster, request = plan.model, plan.cluster, plan.request
+    gpus = request.num_gpus or cluster.num_gpus
+    if request.mode == "disaggregated" and gpus < 2:
+        raise SpecError(f"--mode disaggregated: needs at least 2 GPUs (a prefill and a decode worker); "
+                        f"the plan has {gpus}")
     disagg, verdict = plan_both(model, cluster, request, plan.recommended)
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)

@@ -298,6 +298,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xA10G", "--global-batch", "64", "--seq-len", "2048"],
         ("A10G", "peak_tflops.bf16", "plan probe"),
     ),
+    "disaggregated-on-one-gpu": (
+        ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated", "--gpus", "1"],
+        ("--mode disaggregated", "at least 2 GPUs"),
+    ),
     "zero-nodes-shorthand": (
         ["--model", GOOD_MODEL, "--cluster", "0x8xA100"],
         ("--cluster", "0x8xA100"),

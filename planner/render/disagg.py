@@ -47,15 +47,18 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     if best is not None:
         for note in best.notes:
             out.print(f"Note: {note}", markup=False)
-    if not compared:
-        out.print(f"Recommended: {verdict.winner or 'none'}: {verdict.reason}", markup=False)
+    if not compared and best is not None:  # --mode disaggregated: the user asked for this kind
+        out.print(f"Recommended (--mode disaggregated): {best.label}; against the best aggregated layout: "
+                  f"{verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
+    elif not compared:
+        out.print(f"Recommended: none: {verdict.reason}", markup=False)
     else:
         out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:
         why = ("a worker wider than a node" if best.decode.dp == 1 else
                "a worker wider than a node, or expert-parallel decode workers sharing a node (each its own server)")
         out.print(f"Launch: not emitted ({why}).")
-    elif best is not None and steps and verdict.winner == "disaggregated":
+    elif best is not None and steps and (verdict.winner == "disaggregated" or not compared):
         out.print(f"\nLaunch disaggregated ({engine}):")
         for step in steps:
             out.print(f"  # {step.where}", markup=False)

@@ -112,7 +112,7 @@ def test_cli_table_and_mode_errors(run_plan):
     out = run_plan("--model", MODEL, "--cluster", "1x8xH100", "--max-ttft-ms", "2000", "--max-tpot-ms", "30",
                    "--mode", "disaggregated")
     assert out.returncode == 0, out.stderr
-    assert "Disaggregated prefill/decode" in out.stdout and "Recommended:" in out.stdout
+    assert "Disaggregated prefill/decode" in out.stdout and "Recommended (--mode disaggregated):" in out.stdout
     bad = run_plan("--model", MODEL, "--cluster", "1x8xH100", "--mode", "split")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     train = run_plan("--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
@@ -161,3 +161,18 @@ def test_batch_caps_the_decode_workers_concurrency_as_it_caps_a_replica():
     assert plan.candidates and all(e.decode.concurrency <= 8 for e in plan.candidates)
     unbounded = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256))
     assert max(e.decode.concurrency for e in unbounded.candidates) > 8
+
+
+def test_mode_disaggregated_launches_the_disaggregated_plan_even_when_aggregated_would_win():
+    """--mode disaggregated is the user's choice: the plan it asked for is recommended and
+    launched; the comparison with aggregated is said, not acted on (70B bf16 on 1x8xH100:
+    aggregated serves more per GPU)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "disaggregated"])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    assert "Recommended (--mode disaggregated):" in flat and "aggregated wins" in flat
+    assert "Launch disaggregated (vllm):" in flat and "kv_connector" in flat
