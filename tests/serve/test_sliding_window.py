@@ -94,10 +94,13 @@ def test_gpt_oss_120b_prompt_pairs_within_the_window(model, cluster):
     """A 2,048-token prompt alone: full layers pair 2,048 * 2,049 / 2 = 2,098,176, window
     layers at most 2,048 * 128 = 262,144 (the mean 1,024.5 keys per query capped at 128).
     Attention = 2,048 * 73,728 B written / HBM + 4 * (2,098,176 + 262,144) * 18 * 64 * 64
-    FLOP / (989 TFLOP/s * 0.61, the H100's measured flash share) = 0.0593 + 1.1517 ms."""
+    FLOP / (989 TFLOP/s * 0.61, the H100's measured flash share at head dim 128, * 0.768908,
+    its head-dim-64 factor (64/119) / (128/183)) = 0.0593 + 1.1517 / 0.768908 = 0.0593 + 1.4978 ms."""
     m, c, layout, stage = _stage(model("gpt-oss-120b"), cluster)
     step = stage_step_time(m, c, layout, place(c, layout), stage, StepLoad(0, 0, 2048, causal_pairs(2048), 1))
-    expected = 2048 * 73_728 / H100_HBM_DECODE + 4 * (2_098_176 + 262_144) * 18 * 64 * 64 / H100_FLASH
+    head_dim_64 = (64 / 119) / (128 / 183)
+    expected = (2048 * 73_728 / H100_HBM_DECODE
+                + 4 * (2_098_176 + 262_144) * 18 * 64 * 64 / (H100_FLASH * head_dim_64))
     assert step.attention_seconds == pytest.approx(expected, rel=1e-9)
 
 
