@@ -427,6 +427,11 @@ def check_flags_used(ctx: typer.Context, workload: Workload, emit: Emit | None =
         for name in TIMELINE_ONLY:
             if name in given:
                 raise SpecError(f"{given[name]}: only with --timeline-only")
+    if "dataset" in given:
+        for name in ("input_len", "output_len"):
+            if name in given:
+                raise SpecError(f"{given[name]}: the lengths come from --dataset (its means are planned "
+                                f"for); give one or the other")
     other, unused = ("serve", SERVE_ONLY) if workload is Workload.train else ("train", TRAIN_ONLY)
     for name in unused:
         if name in given:

@@ -79,6 +79,12 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
             f"max_position_embeddings {model.max_position_embeddings:,}"
         )
+    for number, (input_len, output_len) in enumerate(request.dataset_lengths, start=1):
+        if input_len + output_len > max_len:  # vLLM refuses such a request (HTTP 400)
+            raise SpecError(
+                f"{request.dataset}: request {number} (non-blank line {number}): input {input_len:,} + "
+                f"output {output_len:,} tokens exceed the max model length {max_len:,}"
+            )
     if request.input_len + request.output_len > max_len:
         raise SpecError(
             f"--input-len + --output-len: {request.input_len + request.output_len:,} tokens exceed "

@@ -113,6 +113,12 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--model",
         ("duplicate key", "hidden_size"),
     ),
+    "dataset-request-longer-than-the-model": (
+        "requests.jsonl",
+        '{"input_len": 100, "output_len": 50}\n\n{"input_len": 140000, "output_len": 50}\n',
+        "--dataset",
+        ("requests.jsonl", "request 2", "140,000", "max model length"),
+    ),
     "config-json-not-utf8": ("config.json", b"\xff\xfe{", "--model", ("cannot read",)),
     "config-json-unsupported-quantization": (
         "config.json",
@@ -301,6 +307,11 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "disaggregated-on-one-gpu": (
         ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated", "--gpus", "1"],
         ("--mode disaggregated", "at least 2 GPUs"),
+    ),
+    "dataset-with-input-len": (
+        ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--dataset", "no-need-to-read.jsonl",
+         "--input-len", "500"],
+        ("--input-len", "--dataset"),
     ),
     "zero-nodes-shorthand": (
         ["--model", GOOD_MODEL, "--cluster", "0x8xA100"],
@@ -496,7 +507,8 @@ def results(tmp_path_factory, run_plan_many) -> dict[str, subprocess.CompletedPr
             path.write_bytes(text)
         else:
             path.write_text(text)
-        other = ["--cluster", GOOD_CLUSTER] if flag == "--model" else ["--model", GOOD_MODEL]
+        other = {"--model": ["--cluster", GOOD_CLUSTER], "--cluster": ["--model", GOOD_MODEL]}.get(
+            flag, ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER])
         cases[case] = [flag, str(path), *other]
     for case, (argv, _) in FLAG_CASES.items():
         cases[case] = argv
