@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -443,6 +444,16 @@ def check_flags_used(ctx: typer.Context, workload: Workload, emit: Emit | None =
         raise SpecError(f"--emit {emit.value}: a serving engine; training emits megatron or torchtitan")
 
 
+def check_saved_outputs(json_output: bool, svg: str | None, html: str | None) -> None:
+    """--svg/--html save the printed report: refused with --json (nothing is drawn, so no file
+    would be written) and when both name one file (the second would overwrite the first)."""
+    saved = [flag for flag, path in (("--svg", svg), ("--html", html)) if path is not None]
+    if json_output and saved:
+        raise SpecError(f"{saved[0]}: saves the printed report, and --json prints none (redirect the JSON instead)")
+    if svg is not None and html is not None and Path(svg).resolve() == Path(html).resolve():
+        raise SpecError(f"--html: {html} is also the --svg file; give each its own path")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan (parallel-planner) {__version__}")
@@ -621,6 +632,7 @@ def explain(
     if timeline_only:
         def timeline() -> int:
             check_flags_used(ctx, workload, timeline_only=True)
+            check_saved_outputs(json_output, svg, html)
             return run_timeline(_value(schedule), stages, micro_batches, virtual_stages, forward_only,
                                 json_output, svg, html)
 
@@ -642,6 +654,7 @@ def explain(
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
+        check_saved_outputs(json_output, svg, html)
         if mode is Mode.disaggregated:  # check_flags_used refused it for --workload train
             return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html)
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,

@@ -313,6 +313,14 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
          "--input-len", "500"],
         ("--input-len", "--dataset"),
     ),
+    "explain-svg-with-json": (
+        ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--json", "--svg", "never-written.svg"],
+        ("--svg", "--json"),
+    ),
+    "explain-svg-and-html-one-file": (
+        ["explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--svg", "one.out", "--html", "one.out"],
+        ("--html", "one.out", "--svg"),
+    ),
     "zero-nodes-shorthand": (
         ["--model", GOOD_MODEL, "--cluster", "0x8xA100"],
         ("--cluster", "0x8xA100"),
