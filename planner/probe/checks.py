@@ -29,6 +29,7 @@ PSEUDO_FILESYSTEM_ROOTS = (Path("/proc"), Path("/sys"))
 # (planner.probe.measure).
 PEAK_BUFFERS_PER_RANK = 3
 MAX_TIMEOUT_S = datetime.timedelta.max.total_seconds()  # what init_process_group accepts
+MAX_TCP_PORT = 65535
 
 
 def validate(options: ProbeOptions) -> None:
@@ -56,6 +57,19 @@ def _check_topology(options: ProbeOptions) -> None:
         raise ProbeError("give either --rdzv-endpoint or --master-addr, not both")
     if options.master_addr and options.run and options.node_rank is None:
         raise ProbeError("a static rendezvous (--master-addr) needs --node-rank on every node")
+    if options.node_rank is not None and not 0 <= options.node_rank < options.nnodes:
+        raise ProbeError(f"--node-rank must be in 0..{options.nnodes - 1} (--nnodes {options.nnodes}), "
+                         f"got {options.node_rank}")
+    if not 1 <= options.master_port <= MAX_TCP_PORT:
+        raise ProbeError(f"--master-port must be a TCP port, 1..{MAX_TCP_PORT}, got {options.master_port}")
+    if options.rdzv_endpoint:  # HOST or HOST:PORT (torchrun's default port without one); [v6]:PORT
+        endpoint = options.rdzv_endpoint
+        host, colon, port = endpoint.rpartition(":")
+        if not colon or endpoint.endswith("]"):
+            host, port = endpoint, None
+        if not host or (port is not None and not (port.isdigit() and 1 <= int(port) <= MAX_TCP_PORT)):
+            raise ProbeError(f"--rdzv-endpoint must be HOST or HOST:PORT with a port in 1..{MAX_TCP_PORT}, "
+                             f"got {endpoint!r}")
 
 
 def _check_sweep_flags(options: ProbeOptions) -> None:

@@ -40,10 +40,19 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         ["--repeats", "0"],
         ["--merge-into", str(tmp_path / "missing.yaml")],
         ["--nnodes", "2", "--rdzv-endpoint", "h:1", "--master-addr", "h"],
+        ["--nnodes", "2", "--master-addr", "h", "--node-rank", "5"],
+        ["--nnodes", "2", "--rdzv-endpoint", "h:99999"],
+        ["--nnodes", "2", "--rdzv-endpoint", ":29500"],
+        ["--master-port", "0"],
+        ["--master-port", "70000"],
     ):
         result = invoke(*args)
         assert result.exit_code == 2, args
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_an_endpoint_without_a_port_takes_torchruns_default():
+    assert invoke("--nnodes", "2", "--rdzv-endpoint", "head-node").exit_code == 0
 
 
 def test_unknown_collective_is_a_one_line_error_naming_flag_and_value():
