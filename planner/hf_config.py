@@ -140,6 +140,24 @@ NOT_DECODER_MODEL_TYPES = {
 """model_type -> what it is, for the families the planner refuses: it plans decoder-only
 LLMs (a vLLM/SGLang generate server, Megatron-LM GPT training), and would plan these as one,
 printing a `vllm serve` command for a BERT."""
+UNMODELLED_DECODER_MODEL_TYPES = {
+    "jamba": "Mamba and attention layers interleaved (attn_layer_period) with experts every "
+             "expert_layer_period layers",
+    "zamba": "Mamba layers with a shared attention block",
+    "zamba2": "Mamba2 layers with shared attention blocks",
+    "bamba": "Mamba2 and attention layers interleaved (attn_layer_indices)",
+    "falcon_h1": "attention and Mamba2 heads in parallel in every layer",
+    "mamba": "a state-space model without attention",
+    "mamba2": "a state-space model without attention",
+    "falcon_mamba": "a state-space model without attention",
+    "rwkv": "a recurrent (RWKV) model without attention",
+    "recurrent_gemma": "recurrent (RG-LRU) blocks interleaved with local attention",
+}
+"""Decoders whose layer structure the planner does not model: their configs carry the
+attention keys, so without this they would be planned as plain transformers (a Jamba 52B as
+92B of attention + MoE layers). Hybrids it does model: Nemotron-H (hybrid_override_pattern),
+Qwen3-Next / Qwen3.5 (layer_types with linear_attention)."""
+
 NOT_DECODER_ARCHITECTURE_SUFFIXES = {
     "ForMaskedLM": "an encoder-only model", "ForPreTraining": "an encoder-only model",
     "ForSeq2SeqLM": "an encoder-decoder model", "ForSpeechSeq2Seq": "an encoder-decoder model",
@@ -235,6 +253,9 @@ def check_decoder(raw: dict[str, Any], path: Path) -> None:
     if what is not None:
         raise SpecError(f"{path}: {field} is {what}; the planner plans decoder-only language "
                         f"models (vLLM/SGLang serving, Megatron-LM training)")
+    if model_type in UNMODELLED_DECODER_MODEL_TYPES:
+        raise SpecError(f"{path}: model_type: {model_type!r}: {UNMODELLED_DECODER_MODEL_TYPES[model_type]}, "
+                        f"which the planner does not model (it would plan a plain transformer)")
 
 
 def text_model(raw: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:

@@ -119,6 +119,14 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--dataset",
         ("requests.jsonl", "request 2", "140,000", "max model length"),
     ),
+    "config-json-unmodelled-hybrid": (
+        "config.json",
+        '{"architectures": ["JambaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096, '
+        '"num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 65536, '
+        '"num_experts": 16, "attn_layer_period": 8, "expert_layer_period": 2}',
+        "--model",
+        ("config.json", "jamba", "does not model"),
+    ),
     "config-json-not-utf8": ("config.json", b"\xff\xfe{", "--model", ("cannot read",)),
     "config-json-unsupported-quantization": (
         "config.json",
