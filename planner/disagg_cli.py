@@ -23,7 +23,7 @@ class Verdict:
 
 
 def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None,
-            why_no_disaggregated: str = "none meets the SLA") -> Verdict:
+            why_no_disaggregated: str) -> Verdict:
     """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
     of server, no KV transfer, no proxy)."""
     if aggregated is None and disaggregated is None:

@@ -50,6 +50,8 @@ ranked, and a larger cluster runs copies of the best unit (the search stays inst
 thousands of nodes)."""
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
+MIN_DISAGGREGATED_GPUS = 2
+"""A prefill worker and a decode worker, one GPU each at least."""
 
 
 def worker_ep(tp: int, dp: int) -> int:
@@ -377,8 +379,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: bool, any_rejected: bool) -> str:
     """The clause that says why nothing came out: too few GPUs, no worker that fits, the SLA, or
     no prefill + decode pairing that tiles the GPUs."""
-    if num_gpus < 2:
-        return f"it needs at least 2 GPUs (a prefill and a decode worker); this plan has {num_gpus}"
+    if num_gpus < MIN_DISAGGREGATED_GPUS:
+        return (f"it needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a decode worker); "
+                f"this plan has {num_gpus}")
     if not any_worker_fits:
         return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs"
     sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)

@@ -126,6 +126,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     """--mode auto: the aggregated plan as always, then the disaggregated one and the verdict;
     --mode disaggregated: the disaggregated one only."""
     from planner.disagg_cli import disagg_steps, plan_both
+    from planner.disagg_search import MIN_DISAGGREGATED_GPUS
     from planner.render.catalog import describe_cluster, describe_model
     from planner.render.common import console, print_json_rows
     from planner.render.disagg import disagg_json, render_disagg
@@ -133,9 +134,9 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
 
     model, cluster, request = plan.model, plan.cluster, plan.request
     gpus = request.num_gpus or cluster.num_gpus
-    if request.mode == "disaggregated" and gpus < 2:
-        raise SpecError(f"--mode disaggregated: needs at least 2 GPUs (a prefill and a decode worker); "
-                        f"the plan has {gpus}")
+    if request.mode == "disaggregated" and gpus < MIN_DISAGGREGATED_GPUS:
+        raise SpecError(f"--mode disaggregated: needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a "
+                        f"decode worker); the plan has {gpus}")
     disagg, verdict = plan_both(model, cluster, request, plan.recommended)
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)

@@ -146,9 +146,8 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
         fp8_peak, gpu.achievable_flops_per_s("fp8"))
     bf16_peak = gpu.peak_flops_per_s("bf16") or peak
     flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
-    # the head-dim factor of the full-attention layers (training prices one attention shape)
-    head_dim = multiply_adds_per_attention_pair(model)[0] / (2 * model.num_attention_heads)
-    head_dim_factor = efficiency.flash_head_dim_factor(head_dim, gpu.flash_attention_head_dim_half)
+    # at the full-attention layers' head dim (training prices one attention shape)
+    head_dim_factor = efficiency.attention_head_dim_factor(model, gpu, multiply_adds_per_attention_pair(model)[0])
     flash_forward, flash_backward = flash_forward * head_dim_factor, flash_backward * head_dim_factor
     return TrainRates(
         peak_flops_per_s=peak,

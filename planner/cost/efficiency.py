@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from planner import units
 
 if TYPE_CHECKING:
-    from planner.specs import GpuSpec
+    from planner.specs import GPU, ModelSpec
 
 # ---------------------------------------------------------------- shared (serve and train)
 
@@ -29,7 +29,7 @@ def achievable_matmul_flops_per_s(peak_flops_per_s: float, measured_flops_per_s:
     return DEFAULT_MATMUL_FRACTION_OF_PEAK * peak_flops_per_s
 
 
-def dense_peak_flops_per_s(gpu: GpuSpec, precision: str) -> float | None:
+def dense_peak_flops_per_s(gpu: GPU, precision: str) -> float | None:
     """The datasheet dense peak; where the catalog has none but a measured matmul rate exists
     (a `plan probe` profile of a GPU whose tensor peaks are not confirmed), that rate over
     DEFAULT_MATMUL_FRACTION_OF_PEAK: the default relation read backwards, so a measured rate
@@ -143,6 +143,14 @@ def flash_head_dim_factor(head_dim: float, half: float | None) -> float:
     d0 = FLASH_ATTENTION_HEAD_DIM_HALF if half is None else half
     d_ref = FLASH_ATTENTION_MEASURED_HEAD_DIM
     return min(1.0, (head_dim / (head_dim + d0)) / (d_ref / (d_ref + d0)))
+
+
+def attention_head_dim_factor(model: ModelSpec, gpu: GPU, multiply_adds_per_pair: float) -> float:
+    """flash_head_dim_factor at one attention kind's head dim, the mean of its key and value
+    widths (params.multiply_adds_per_attention_pair / 2a), with the GPU's d0; serving prices
+    each kind with it, training its full-attention layers. gpt-oss (d 64) on H100: 0.7689."""
+    head_dim = multiply_adds_per_pair / (2 * model.num_attention_heads)
+    return flash_head_dim_factor(head_dim, gpu.flash_attention_head_dim_half)
 
 
 FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS = 2.5

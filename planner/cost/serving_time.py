@@ -543,14 +543,6 @@ def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
     return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
 
 
-def attention_head_dim_factor(model: ModelSpec, cluster: ClusterSpec, multiply_adds_per_pair: float) -> float:
-    """The flash kernel's rate at this attention kind's head dim (the mean of its key and value
-    widths: multiply-adds per pair / 2a) over its rate at 128 (efficiency.flash_head_dim_factor);
-    gpt-oss (d 64) on H100: 0.7689."""
-    head_dim = multiply_adds_per_pair / (2 * model.num_attention_heads)
-    return eff.flash_head_dim_factor(head_dim, cluster.gpu.flash_attention_head_dim_half)
-
-
 def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") -> float:
     """Flash attention runs in 16 bits (an fp8 checkpoint's attention is not fp8 unless the
     KV cache is): the forward kernel's share of the dense 16-bit peak, the GPU's measured
@@ -564,7 +556,7 @@ def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") ->
     peak = eff.dense_peak_flops_per_s(gpu, precision) or eff.dense_peak_flops_per_s(gpu, "fp16")
     if peak is None:
         raise no_tensor_rate_error(gpu.name)
-    forward_share, _ = eff.flash_attention_fractions(cluster.gpu.flash_attention_forward_fraction)
+    forward_share, _ = eff.flash_attention_fractions(gpu.flash_attention_forward_fraction)
     return peak * forward_share
 
 
@@ -631,8 +623,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     kv_bytes = stage_kv_bytes_read(stage, load)
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
     full_dims, window_dims = multiply_adds_per_attention_pair(model)
-    pair_dims = (full_pairs * full_dims / attention_head_dim_factor(model, cluster, full_dims)
-                 + window_pairs * window_dims / attention_head_dim_factor(model, cluster, window_dims))
+    pair_dims = (full_pairs * full_dims / eff.attention_head_dim_factor(model, cluster.gpu, full_dims)
+                 + window_pairs * window_dims / eff.attention_head_dim_factor(model, cluster.gpu, window_dims))
     attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster, stage.kv_cache_dtype)
     elementwise_hbm = eff.elementwise_bytes_per_s(cluster.gpu.hbm_bytes_per_s, cluster.gpu.elementwise_hbm_utilization)
     per_token = (elementwise_bytes_per_token(model, t)
