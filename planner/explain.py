@@ -53,6 +53,8 @@ class GpuSlot:
     stage: int | None = None
     tp_rank: int | None = None
     dp_replica: int | None = None
+    cp_rank: int = 0
+    """The context-parallel rank (training with cp > 1; 0 otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Boundary:
     from_node: int
     to_node: int
     link: str
+    cp_rank: int = 0
 
 
 MAX_NODES_MAPPED = 8
@@ -95,6 +98,8 @@ class PlacementMap:
     ep_ranks_per_node: int = 0
     ep_num_nodes: int = 0
     """Nodes one EP group spans, with ep_ranks_per_node of its GPUs on each."""
+    pp_outermost: bool = False
+    """Megatron's / torchtitan's rank order (stage outermost), else vLLM's (layout.py)."""
 
 
 @dataclass(frozen=True)
@@ -190,10 +195,12 @@ class Explanation:
     sensitivity: sensitivity.SensitivityReport | None
 
 
-def placement_map(cluster: ClusterSpec, layout: Layout, ep_pp_outermost: bool = False) -> PlacementMap:
-    """Rank r = (dp * pp + stage) * tp + tp_rank on node r // gpus_per_node (layout.py).
-    `ep_pp_outermost`: place the EP group in Megatron's order (ep consecutive ranks,
-    layout.ep_group_ranks), as the training estimate prices it."""
+def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> PlacementMap:
+    """Every GPU's (stage, CP rank, TP rank, DP replica) in the engine's rank order
+    (layout.py): vLLM's r = (dp * pp + stage) * tp + tp_rank, or with `pp_outermost`
+    Megatron's and torchtitan's r = ((stage * dp + dp) * cp + cp_rank) * tp + tp_rank, which
+    also places the EP group as Megatron does (ep consecutive ranks, layout.ep_group_ranks),
+    as the training estimate prices it; node = r // gpus_per_node."""
     gpn = cluster.gpus_per_node
     slots = []
     for index in range(min(cluster.num_nodes, MAX_NODES_MAPPED) * gpn):
@@ -202,40 +209,73 @@ def placement_map(cluster: ClusterSpec, layout: Layout, ep_pp_outermost: bool = 
             slots.append(GpuSlot(node, local, None))
             continue
         group, tp_rank = divmod(index, layout.tp)
-        dp_replica, stage = divmod(group, layout.pp)
-        slots.append(GpuSlot(node, local, index, stage, tp_rank, dp_replica))
+        if pp_outermost:
+            rest, cp_rank = divmod(group, layout.cp)
+            stage, dp_replica = divmod(rest, layout.dp)
+        else:
+            dp_replica, stage = divmod(group, layout.pp)
+            cp_rank = 0
+        slots.append(GpuSlot(node, local, index, stage, tp_rank, dp_replica, cp_rank))
     kinds = _link_kinds(cluster)
-    boundaries = []
-    for k in range(1, min(layout.dp * layout.pp, MAX_BOUNDARIES_LISTED * 2)):
-        replica, stage = divmod(k - 1, layout.pp)
-        if stage == layout.pp - 1 or len(boundaries) == MAX_BOUNDARIES_LISTED:
-            continue
-        last = k * layout.tp - 1
-        a, b = last // gpn, (last + 1) // gpn
-        boundaries.append(Boundary(replica, stage, a, b, kinds["inter" if a != b else "intra"]))
+    boundaries = tuple(_listed_boundaries(layout, gpn, kinds, pp_outermost))
     num_groups = layout.dp * layout.pp
     period = math.lcm(layout.tp, gpn) // layout.tp
     crosses = any((g * layout.tp) // gpn != (g * layout.tp + layout.tp - 1) // gpn
                   for g in range(min(num_groups, period)))
     tp_link = None if layout.tp == 1 else kinds["inter" if crosses else "intra"]
-    ep = ep_group_topology(cluster, layout, ep_pp_outermost)
+    ep = ep_group_topology(cluster, layout, pp_outermost)
     ep_link = None if ep is None else kinds["inter" if ep.inter is not None else "intra"]
-    if ep is None or not (ep_pp_outermost or layout.dp_per_ep_group > 1):
+    if ep is None or not (pp_outermost or layout.dp_per_ep_group > 1):
         exchange = None
     else:
-        exchange = ("dispatch and combine all-to-alls" if ep_pp_outermost
+        exchange = ("dispatch and combine all-to-alls" if pp_outermost
                     else "dispatch all-gather and combine reduce-scatter")
-    return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, tuple(boundaries),
-                        layout.dp * (layout.pp - 1), boundaries_crossing_nodes(layout, gpn), ep_link, exchange,
-                        0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes)
+    return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, boundaries,
+                        layout.dp * layout.cp * (layout.pp - 1),
+                        boundaries_crossing_nodes(layout, gpn, pp_outermost), ep_link, exchange,
+                        0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes, pp_outermost)
 
 
-def boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
-    """Pipeline boundaries of every replica whose send leaves the node. The k-th stage group
-    (k = replica * pp + stage) starts at rank k * tp, so the boundary before it crosses when
-    k * tp is a multiple of the node size, i.e. k a multiple of q = gpn / gcd(tp, gpn); the
-    boundaries are the k in [1, dp*pp - 1] that are not multiples of pp (those start a
-    replica). Counted, not enumerated."""
+def _send_ranks(layout: Layout, replica: int, cp_rank: int, stage: int, pp_outermost: bool) -> tuple[int, int]:
+    """(first rank of the sending TP group, first rank of the receiving one) for the send
+    from `stage` to `stage + 1` of one replica's CP rank, in the engine's rank order."""
+    if pp_outermost:
+        block = layout.tp * layout.cp * layout.dp
+        first = (replica * layout.cp + cp_rank) * layout.tp + stage * block
+        return first, first + block
+    first = (replica * layout.pp + stage) * layout.tp
+    return first, first + layout.tp
+
+
+def _listed_boundaries(layout: Layout, gpn: int, kinds: dict[str, str], pp_outermost: bool):
+    """The first MAX_BOUNDARIES_LISTED pipeline sends, replica by replica (and CP rank by CP
+    rank), each from the sending TP group's first rank to the receiving one's."""
+    listed = 0
+    for replica in range(layout.dp):
+        for cp_rank in range(layout.cp):
+            for stage in range(layout.pp - 1):
+                if listed == MAX_BOUNDARIES_LISTED:
+                    return
+                a, b = (r // gpn for r in _send_ranks(layout, replica, cp_rank, stage, pp_outermost))
+                yield Boundary(replica, stage, a, b, kinds["inter" if a != b else "intra"], cp_rank)
+                listed += 1
+
+
+def boundaries_crossing_nodes(layout: Layout, gpus_per_node: int, pp_outermost: bool = False) -> int:
+    """Pipeline sends of every replica (and CP rank) that leave the node, counted, not
+    enumerated. vLLM's order: the k-th stage group (k = replica * pp + stage) starts at rank
+    k * tp, so the boundary before it crosses when k * tp is a multiple of the node size, i.e.
+    k a multiple of q = gpn / gcd(tp, gpn); the boundaries are the k in [1, dp*pp - 1] that
+    are not multiples of pp (those start a replica). With `pp_outermost` a send jumps one
+    stage block B = tp*cp*dp: every one leaves the node once B >= gpn, and below that the
+    cp*dp < gpn / tp senders per stage are few enough to check one by one."""
+    if pp_outermost:
+        block = layout.tp * layout.cp * layout.dp
+        senders = layout.cp * layout.dp
+        if block >= gpus_per_node:
+            return senders * (layout.pp - 1)
+        return sum((j * layout.tp + s * block) // gpus_per_node != (j * layout.tp + (s + 1) * block) // gpus_per_node
+                   for j in range(senders) for s in range(layout.pp - 1))
     last = layout.dp * layout.pp - 1
     q = gpus_per_node // math.gcd(layout.tp, gpus_per_node)
     return last // q - last // math.lcm(q, layout.pp)

@@ -163,7 +163,7 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     """The estimate's pipeline sends and data-parallel collectives (one call each)."""
     c, m, step = e.config, e.num_micro_batches, e.step_time_seconds
     rows = []
-    placement = place(cluster, c.layout)
+    placement = place(cluster, c.layout, pp_outermost=True)
     if c.pp > 1:
         rows.append(collective_row("step", "activations / gradients", "send", 2,
                                    placement.pp_link.kind, e.pp_send_bytes,
@@ -314,7 +314,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         is_recommended=is_recommended,
         metrics=train_metrics(e),
         notes=train_notes(e),
-        placement=placement_map(cluster, c.layout, ep_pp_outermost=True),
+        placement=placement_map(cluster, c.layout, pp_outermost=True),
         memory=train_memory_bars(e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)
                           + pp_dp_rows(cluster, e)),

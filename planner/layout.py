@@ -1,11 +1,13 @@
 """Layouts and where they land on the cluster.
 
-Rank order is DP x PP x TP with TP innermost (vLLM and Megatron both): global rank
-r = (dp_index * pp + stage) * tp + tp_rank, node = r // gpus_per_node. A TP group
-is tp consecutive ranks; a pipeline boundary joins rank r to rank r + tp.
-Context parallelism (training only) sits between TP and the rest, as Megatron-Core orders
-its groups tp-cp-ep-dp-pp (parallel_state.py, core_v0.19.0): a CP group is cp ranks at
-stride tp, and the tp*cp block is what a pipeline boundary steps over.
+TP is innermost in every engine: a TP group is tp consecutive ranks, node = r // gpus_per_node.
+vLLM (serving) orders the rest DP x PP x TP: global rank r = (dp_index * pp + stage) * tp +
+tp_rank, and a pipeline boundary joins rank r to rank r + tp. Megatron-Core orders its groups
+tp-cp-ep-dp-pp (RankGenerator, parallel_state.py, core_v0.19.0) and torchtitan its device mesh
+pp, dp_replicate, dp_shard, cp, tp, outermost first (distributed/parallel_dims.py), so in training r = ((stage * dp + dp_index) * cp + cp_rank)
+* tp + tp_rank: a CP group is cp ranks at stride tp, a DP group dp*cp ranks at stride tp inside
+a stage's tp*cp*dp block, and a pipeline boundary steps over that whole block
+(`pp_outermost`).
 """
 
 from __future__ import annotations
@@ -228,10 +230,12 @@ def groups_cross_nodes(group_size: int, gpus_per_node: int) -> bool:
     )
 
 
-def num_boundaries_crossing_nodes(layout: Layout, gpus_per_node: int) -> int:
-    """Pipeline boundaries (of the first replica) whose send goes to another node (a stage
-    is one tp*cp block of ranks)."""
-    block = layout.tp * layout.cp
+def num_boundaries_crossing_nodes(layout: Layout, gpus_per_node: int, pp_outermost: bool = False) -> int:
+    """Pipeline boundaries (of the first replica) whose send goes to another node. vLLM's
+    order: a stage is one tp*cp block of ranks. Megatron's and torchtitan's
+    (`pp_outermost`, tp-cp-dp-pp): stage s holds ranks [s*B, (s+1)*B), B = tp*cp*dp, and the
+    first replica's send leaves rank s*B for rank (s+1)*B."""
+    block = layout.tp * layout.cp * (layout.dp if pp_outermost else 1)
     return sum(
         (stage * block) // gpus_per_node != ((stage + 1) * block) // gpus_per_node
         for stage in range(layout.pp - 1)
@@ -250,12 +254,15 @@ def group_topology(cluster: ClusterSpec, group_size: int) -> GroupTopology:
     return GroupTopology(group_size, per_node, group_size // per_node, intra, inter_node_link(cluster))
 
 
-def place(cluster: ClusterSpec, layout: Layout) -> Placement:
-    """Where the layout's TP group and pipeline boundaries land (dp never changes it)."""
+def place(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> Placement:
+    """Where the layout's TP group and pipeline boundaries land. vLLM's order (dp never
+    changes it), or with `pp_outermost` Megatron's and torchtitan's, where a stage is the
+    tp*cp*dp block and its sends cross nodes once that block fills one
+    (num_boundaries_crossing_nodes)."""
     gpn = cluster.gpus_per_node
     single_node = cluster.num_nodes == 1
     tp_crosses = not single_node and groups_cross_nodes(layout.tp, gpn)
-    crossing = 0 if single_node else num_boundaries_crossing_nodes(layout, gpn)
+    crossing = 0 if single_node else num_boundaries_crossing_nodes(layout, gpn, pp_outermost)
     tp_link = None
     if layout.tp > 1:
         tp_link = inter_node_link(cluster) if tp_crosses else intra_node_link(cluster)
@@ -263,7 +270,7 @@ def place(cluster: ClusterSpec, layout: Layout) -> Placement:
     if layout.pp > 1:
         pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
     tp_group = group_topology(cluster, layout.tp) if layout.tp > 1 else None
-    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout),
+    return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout, pp_outermost),
                      cp_group_topology(cluster, layout))
 
 

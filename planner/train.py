@@ -496,7 +496,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
     c = config
-    placement = memo.get(("place", c.tp, c.pp, c.cp), place, cluster, c.layout)
+    placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
                       c.cp, c.tp_comm_overlap),

@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from planner import explain
 from planner.catalog import resolve_cluster
 from planner.layout import (
     Layout,
     divisors,
+    dp_group_topology,
     factorizations,
     groups_cross_nodes,
     num_boundaries_crossing_nodes,
@@ -112,3 +114,65 @@ def test_place_single_gpu_and_single_node() -> None:
 
 def test_layout_str() -> None:
     assert str(Layout(8, 2, 1)) == "tp=8 pp=2 dp=1"
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected", "first_replica"),
+    [
+        # Megatron order, B = tp*cp*dp = 2*1*2 = 4: stages start at ranks 0, 4, 8, 12 on 8-GPU
+        # nodes; replica 0 sends 0 -> 4 -> 8 -> 12, replica 1 2 -> 6 -> 10 -> 14: only the
+        # middle send of each changes node, 2 in all (vLLM's order keeps a replica in one node)
+        (Layout(tp=2, pp=4, dp=2), 2, 1),
+        # B = 4*1*4 = 16 >= 8: every send leaves the node: 1 stage boundary x 4 replicas
+        (Layout(tp=4, pp=2, dp=4), 4, 1),
+        # B = 2*2*1 = 4, senders c = 0, 1 start at ranks 0 and 2: 0 -> 4 and 2 -> 6 stay on node 0
+        (Layout(tp=2, pp=2, dp=1, cp=2), 0, 0),
+        # B = 1*2*2 = 4, pp = 3: senders at ranks 0-3 send 0-3 -> 4-7 (node 0) and 4-7 -> 8-11
+        # (node 1): 4 in all; the first replica's (rank 0 -> 4 -> 8) crosses once
+        (Layout(tp=1, pp=3, dp=2, cp=2), 4, 1),
+    ],
+)
+def test_boundaries_crossing_nodes_megatron_order(layout: Layout, expected: int, first_replica: int) -> None:
+    """Megatron's tp-cp-ep-dp-pp order puts the stage outermost: a send jumps tp*cp*dp ranks.
+    `expected` counts every replica's and CP rank's sends (the explain map), `first_replica`
+    the first one's (what place() prices the link by)."""
+    assert explain.boundaries_crossing_nodes(layout, 8, pp_outermost=True) == expected
+    assert num_boundaries_crossing_nodes(layout, 8, pp_outermost=True) == first_replica
+
+
+@given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2, 4]), pp=st.integers(1, 6),
+       dp=st.integers(1, 6), gpn=st.sampled_from([4, 8]), pp_outermost=st.booleans())
+def test_boundaries_crossing_nodes_counts_what_the_map_enumerates(tp, cp, pp, dp, gpn, pp_outermost) -> None:
+    """The closed-form count equals walking every sender's send in the rank order."""
+    layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp if pp_outermost else 1)
+    walked = 0
+    for replica in range(layout.dp):
+        for cp_rank in range(layout.cp):
+            for stage in range(layout.pp - 1):
+                a, b = explain._send_ranks(layout, replica, cp_rank, stage, pp_outermost)
+                walked += a // gpn != b // gpn
+    assert explain.boundaries_crossing_nodes(layout, gpn, pp_outermost) == walked
+
+
+def test_placement_map_megatron_order_with_cp() -> None:
+    """tp=2 cp=2 pp=2 dp=1 on one 8-GPU node, r = ((stage*dp + d)*cp + c)*tp + t: ranks 0-1 are
+    s0 c0, 2-3 s0 c1, 4-5 s1 c0, 6-7 s1 c1; the sends are 0 -> 4 and 2 -> 6, both inside node 0."""
+    cluster = resolve_cluster("1x8xH100")
+    pm = explain.placement_map(cluster, Layout(tp=2, pp=2, dp=1, cp=2), pp_outermost=True)
+    got = [(s.stage, s.cp_rank, s.tp_rank, s.dp_replica) for s in pm.slots]
+    assert got == [(0, 0, 0, 0), (0, 0, 1, 0), (0, 1, 0, 0), (0, 1, 1, 0),
+                   (1, 0, 0, 0), (1, 0, 1, 0), (1, 1, 0, 0), (1, 1, 1, 0)]
+    assert [(b.cp_rank, b.from_stage, b.from_node, b.to_node) for b in pm.boundaries] == [(0, 0, 0, 0), (1, 0, 0, 0)]
+    assert pm.num_boundaries == 2 and pm.num_boundaries_crossing_nodes == 0
+
+
+def test_training_pipeline_link_in_megatron_order() -> None:
+    """tp=2 pp=4 dp=4 on 4x8: vLLM's order would keep each replica's four stages in one node
+    (ranks 0-7), Megatron's puts stage s on ranks [8s, 8s+8), one node each: the sends go over
+    the NICs, and the DP group (ranks 0, 2, 4, 6) stays on NVLink."""
+    cluster = resolve_cluster("4x8xH100")
+    layout = Layout(tp=2, pp=4, dp=4)
+    assert place(cluster, layout).pp_link.kind == "nvlink"
+    assert place(cluster, layout, pp_outermost=True).pp_link.kind == "infiniband"
+    group = dp_group_topology(cluster, layout)
+    assert (group.ranks_per_node, group.num_nodes, group.intra.kind) == (4, 1, "nvlink")

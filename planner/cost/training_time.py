@@ -58,8 +58,6 @@ from planner.layout import (
     dp_group_topology,
     ep_group_topology,
     expert_dp_group_topology,
-    inter_node_link,
-    intra_node_link,
 )
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -505,12 +503,13 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
 
 
 def dp_link(cluster: ClusterSpec, config: TrainConfig) -> Link | None:
-    """DP peers (with CP: the dp*cp ranks holding the same weights) sit outside the TP
-    group: the group leaves the node once the layout does."""
+    """The slowest hop of the data-parallel ring (with CP: the dp*cp ranks holding the same
+    weights), placed as dp_collectives prices it (dp_group_topology): the NICs once the group
+    leaves the node, else the node's links; None without data parallelism."""
     if config.dp_cp == 1:
         return None
-    spans_nodes = cluster.num_nodes > 1 and config.layout.num_gpus > cluster.gpus_per_node
-    return inter_node_link(cluster) if spans_nodes else intra_node_link(cluster)
+    group = dp_group_topology(cluster, config.layout)
+    return group.inter or group.intra
 
 
 @dataclass(frozen=True)

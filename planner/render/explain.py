@@ -60,20 +60,22 @@ def heading(out: Console, title: str) -> None:
 
 # ---------------------------------------------------------------- placement map
 
-def _slot_label(stage: int | None, tp_rank: int | None, replica: int | None, compact: bool) -> str:
-    if stage is None:
+def _slot_label(slot, with_cp: bool, compact: bool) -> str:
+    if slot.stage is None:
         return "unused"
     sep = "" if compact else " "
-    return f"s{stage}{sep}t{tp_rank}{sep}d{replica}"
+    cp = f"c{slot.cp_rank}{sep}" if with_cp else ""
+    return f"s{slot.stage}{sep}{cp}t{slot.tp_rank}{sep}d{slot.dp_replica}"
 
 
 def placement_lines(pm: PlacementMap, width: int) -> list[Text]:
     """One line of GPU cells per node, then a line of brackets under each TP group."""
-    labels = [_slot_label(s.stage, s.tp_rank, s.dp_replica, False) for s in pm.slots]
+    with_cp = pm.layout.cp > 1
+    labels = [_slot_label(s, with_cp, False) for s in pm.slots]
     cell = max(len(label) for label in labels) + 2
     compact = 8 + pm.gpus_per_node * cell > width
     if compact:
-        labels = [_slot_label(s.stage, s.tp_rank, s.dp_replica, True) for s in pm.slots]
+        labels = [_slot_label(s, with_cp, True) for s in pm.slots]
         cell = max(len(label) for label in labels) + 1
     lines = []
     for node in range(min(pm.num_nodes, MAX_NODES_DRAWN)):
@@ -96,8 +98,8 @@ def _brackets(pm: PlacementMap, slots, cell: int) -> str:
     out, i = "", 0
     while i < len(slots):
         j = i
-        key = (slots[i].dp_replica, slots[i].stage)
-        while j + 1 < len(slots) and (slots[j + 1].dp_replica, slots[j + 1].stage) == key:
+        key = (slots[i].dp_replica, slots[i].stage, slots[i].cp_rank)
+        while j + 1 < len(slots) and (slots[j + 1].dp_replica, slots[j + 1].stage, slots[j + 1].cp_rank) == key:
             j += 1
         span = (j - i + 1) * cell - 1
         if slots[i].stage is None or pm.layout.tp == 1:
@@ -117,7 +119,12 @@ def placement_summary(pm: PlacementMap) -> list[str]:
     tp = "no tensor parallelism (tp=1)" if lay.tp == 1 else (
         f"TP groups of {lay.tp} {'span nodes' if pm.tp_crosses_node else 'inside each node'}, "
         f"all-reduces over {pm.tp_link}")
-    lines = [f"Cells are s<stage> t<tp rank> d<dp replica>; colour = pipeline stage. {tp}."]
+    cells = "s<stage> c<cp rank> t<tp rank> d<dp replica>" if lay.cp > 1 else "s<stage> t<tp rank> d<dp replica>"
+    order = ("Megatron's rank order (TP, then CP, then DP, stage outermost)" if pm.pp_outermost
+             else "vLLM's rank order (TP, then stage, DP outermost)")
+    lines = [f"Cells are {cells}; colour = pipeline stage; {order}. {tp}."]
+    if lay.cp > 1:
+        lines.append(f"CP rings of {lay.cp} ranks at stride {lay.tp} (each holds 1/{lay.cp} of every sequence).")
     if pm.ep_link is not None:
         d = lay.dp_per_ep_group
         ranks = f"the TP groups of {d} DP ranks" if lay.tp > 1 else f"{d} DP ranks"
@@ -134,10 +141,12 @@ def placement_summary(pm: PlacementMap) -> list[str]:
         return lines
     total = pm.num_boundaries
     lines.append(f"{total:,} pipeline boundar{'y' if total == 1 else 'ies'} "
-                 f"({lay.pp - 1} per replica x {lay.dp:,}), {pm.num_boundaries_crossing_nodes:,} across nodes:")
+                 f"({lay.pp - 1} per replica x {lay.dp:,}{f' x {lay.cp} CP ranks' if lay.cp > 1 else ''}), "
+                 f"{pm.num_boundaries_crossing_nodes:,} across nodes:")
     for b in pm.boundaries[:6]:
         where = f"node {b.from_node} -> node {b.to_node}" if b.from_node != b.to_node else f"inside node {b.from_node}"
-        lines.append(f"  replica {b.dp_replica}: stage {b.from_stage} -> {b.from_stage + 1}, {where}, over {b.link}")
+        who = f"replica {b.dp_replica}" + (f" cp rank {b.cp_rank}" if lay.cp > 1 else "")
+        lines.append(f"  {who}: stage {b.from_stage} -> {b.from_stage + 1}, {where}, over {b.link}")
     if total > 6:
         lines.append(f"  ... {total - 6:,} more")
     return lines
