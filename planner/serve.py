@@ -127,7 +127,9 @@ class ServeEstimate:
 
     @property
     def step_seconds(self) -> float:
-        return self.tpot_seconds
+        """The engine's mean step under load (every prompt chunk counted; TPOT leaves out a
+        request's own prompt, continuous_batching.steady_state)."""
+        return self.tpot_seconds if self.steady is None else self.steady.step_seconds
 
     @property
     def prefill_tokens_per_step(self) -> float:

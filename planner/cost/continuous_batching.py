@@ -51,7 +51,7 @@ class SteadyState:
     """A round that carries one prompt's chunk (or the mean prompt load when several
     prompts share every round)."""
     step_seconds: float
-    """Mean round = mean inter-token latency = TPOT under load."""
+    """Mean round: what the engine's steps take on average (every prompt chunk counted)."""
     ttft_seconds: float
     e2e_seconds: float
     throughput_tokens_per_second: float
@@ -66,11 +66,15 @@ class SteadyState:
     busiest_rank_chunks_per_round: float = 0.0
     """Prompt chunks the busiest of those ranks carries per round on average (the mean
     rank's: prefill_tokens_per_step over the chunk size)."""
+    decoding_round_seconds: float = 0.0
+    """The mean round a decoding request sees: step_seconds less its own prompt's share
+    (its chunks run before its first token, in TTFT), (step - decode round) / C."""
 
     @property
     def tpot_seconds(self) -> float:
-        """TPOT under load (what vllm bench serve reports): the mean round."""
-        return self.step_seconds
+        """TPOT under load (what vllm bench serve reports, = its mean ITL): the mean round a
+        decoding request sees."""
+        return self.decoding_round_seconds
 
     @property
     def requests_per_second(self) -> float:
@@ -135,7 +139,10 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     1) q) / d per rank for the experts; q > 1: the busiest rank carries m = E[max of d
     Poisson(q)] chunks (expected_max_poisson) and the experts the mean q.
     TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds;
-    TPOT = the mean round; E2E = TTFT + D * TPOT; throughput = C * O / E2E."""
+    TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
+    share q / C runs before its first token, so its rounds carry the others' q (C - 1) / C,
+    TPOT = mean - (mean - decode round) / C (at C = 1 the pure decode round, as a lone
+    client measures it); E2E = TTFT + D * TPOT; throughput = C * O / E2E."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0)
     context = i + output_len / 2
     round_budget = in_flight * step_budget_tokens
@@ -175,7 +182,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
-    e2e = ttft + d * mean_round
+    decoding_round = mean_round - (mean_round - decode_round) / c
+    e2e = ttft + d * decoding_round
     return SteadyState(
         concurrency=c,
         decode_seqs=decode_seqs,
@@ -191,4 +199,5 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         throughput_tokens_per_second=c * output_len / e2e,
         lockstep_ranks=lockstep_ranks,
         busiest_rank_chunks_per_round=busiest,
+        decoding_round_seconds=decoding_round,
     )

@@ -55,11 +55,13 @@ def test_steady_state_unsaturated_by_hand():
     Prompt tokens per round: lambda * I = 0.05 * 5000 = 250 (= C * I / O: 25*5000/500).
     q = lambda * S_p = 0.05 <= 1: 5% of rounds carry one 5000-token chunk.
     Decode round 10 ms; prompt round 10 + 5000 * 1 us = 15 ms.
-    Mean round = 0.95 * 10 + 0.05 * 15 = 9.5 + 0.75 = 10.25 ms = TPOT.
+    Mean round = 0.95 * 10 + 0.05 * 15 = 9.5 + 0.75 = 10.25 ms (the engine's mean step).
+    A decoding request's rounds carry only the others' chunks, 0.05 * 24/25 = 0.048:
+    TPOT = 10.25 - (10.25 - 10) / 25 = 10.25 - 0.01 = 10.24 ms (= 0.952 * 10 + 0.048 * 15).
     Alignment (1 - 1/25) = 0.96 rounds.
     TTFT = 10 + 0.96 * 10.25 + 1 * 15 = 10 + 9.84 + 15 = 34.84 ms.
-    E2E = 34.84 + 499 * 10.25 = 34.84 + 5114.75 = 5149.59 ms.
-    Throughput = 25 * 500 / 5.14959 s = 2427.38 tokens/s.
+    E2E = 34.84 + 499 * 10.24 = 34.84 + 5109.76 = 5144.60 ms.
+    Throughput = 25 * 500 / 5.14460 s = 2429.73 tokens/s.
     """
     s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
     approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
@@ -73,12 +75,13 @@ def test_steady_state_unsaturated_by_hand():
     assert s.decode_round_seconds == approx(0.010)
     assert s.prompt_round_seconds == approx(0.015)
     assert s.step_seconds == approx(0.01025)
-    assert s.tpot_seconds == approx(0.01025)
+    assert s.tpot_seconds == approx(0.01024)
+    assert s.tpot_seconds == approx(0.952 * 0.010 + 0.048 * 0.015)
     assert s.ttft_seconds == approx(0.03484)
-    assert s.e2e_seconds == approx(5.14959)
-    assert s.throughput_tokens_per_second == approx(12500 / 5.14959)
-    assert s.throughput_tokens_per_second == pytest.approx(2427.3777, rel=1e-7)
-    assert s.requests_per_second == approx(25 / 5.14959)
+    assert s.e2e_seconds == approx(5.14460)
+    assert s.throughput_tokens_per_second == approx(12500 / 5.14460)
+    assert s.throughput_tokens_per_second == pytest.approx(2429.7322, rel=1e-7)
+    assert s.requests_per_second == approx(25 / 5.14460)
 
 
 def test_steady_state_budget_bound_by_hand():
@@ -94,9 +97,11 @@ def test_steady_state_budget_bound_by_hand():
     Per round: decodes n_d = 9 * 512/1009 = 4.5669, prompt tokens 1000 * 512/1009 = 507.4331,
     together (9 + 1000) * 512/1009 = 512 = B exactly.
     q = lambda * S_p = 1024/1009 > 1: every round carries the mean prompt load, so
-    prompt round = mean round = 10 ms + 507.4331 us = 10.5074331 ms = TPOT.
+    prompt round = mean round = 10 ms + 507.4331 us = 10.5074331 ms.
+    TPOT leaves out a request's own 1/C of the prompt load:
+    10.5074331 - (10.5074331 - 10) / 100 = 10.5074331 - 0.0050743 = 10.5023588 ms.
     TTFT = 10 ms + (0.99 + 186.0703125 + 2) * 10.5074331 ms = 1996.5386 ms.
-    E2E = TTFT + 9 * 10.5074331 ms = 2091.1055 ms; throughput = 100 * 10 / 2.0911055 s = 478.22.
+    E2E = TTFT + 9 * 10.5023588 ms = 2091.0599 ms; throughput = 100 * 10 / 2.0910599 s = 478.23.
     """
     s = steady_state(100, 1000, 10, 512, 1, synthetic_round, 0.010)
     approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
@@ -111,14 +116,18 @@ def test_steady_state_budget_bound_by_hand():
     assert s.decode_seqs + s.prefill_tokens_per_step == approx(512)
     assert s.decode_round_seconds == approx(0.010)
     assert s.prompt_round_seconds == approx(mean_round)
-    assert s.tpot_seconds == s.step_seconds == approx(mean_round)
-    assert s.tpot_seconds == pytest.approx(0.0105074331, rel=1e-9)
+    assert s.step_seconds == approx(mean_round)
+    assert s.step_seconds == pytest.approx(0.0105074331, rel=1e-9)
+    tpot = mean_round - (mean_round - 0.010) / 100
+    assert s.tpot_seconds == approx(tpot)
+    assert s.tpot_seconds == pytest.approx(0.0105023588, rel=1e-8)
     ttft = 0.010 + (0.99 + 186.0703125 + 2) * mean_round
     assert s.ttft_seconds == approx(ttft)
     assert s.ttft_seconds == pytest.approx(1.9965386, rel=1e-7)
-    assert s.e2e_seconds == approx(ttft + 9 * mean_round)
-    assert s.throughput_tokens_per_second == approx(100 * 10 / (ttft + 9 * mean_round))
-    assert s.throughput_tokens_per_second == pytest.approx(478.216, rel=1e-6)
+    assert s.e2e_seconds == approx(ttft + 9 * tpot)
+    assert s.e2e_seconds == pytest.approx(2.0910599, rel=1e-7)
+    assert s.throughput_tokens_per_second == approx(100 * 10 / (ttft + 9 * tpot))
+    assert s.throughput_tokens_per_second == pytest.approx(478.2267, rel=1e-6)
 
 
 # ---------------------------------------------------------------- largest_meeting_sla
@@ -269,14 +278,14 @@ def test_kv_limited_sequences_by_hand():
 def test_waiting_clients_little_law():
     """C = 50 running, E2E 10 s (synthetic: built from the unsaturated case scaled), N = 80
     clients: lambda = 50 / 10 = 5 requests/s, each waits (80 - 50) / 5 = 6 s before admission.
-    With the hand case of test_steady_state_unsaturated_by_hand (C 25, E2E 5.14959 s) and 40
-    clients: 15 * 5.14959 / 25 = 3.089754 s on TTFT and E2E; TPOT and throughput unchanged;
-    requests per second (25 + 15) / (5.14959 + 3.089754) = 25 / 5.14959."""
+    With the hand case of test_steady_state_unsaturated_by_hand (C 25, E2E 5.14460 s) and 40
+    clients: 15 * 5.14460 / 25 = 3.08676 s on TTFT and E2E; TPOT and throughput unchanged;
+    requests per second (25 + 15) / (5.14460 + 3.08676) = 25 / 5.14460."""
     s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
     w = with_waiting_clients(s, 40)
-    assert w.slot_wait_seconds == pytest.approx(15 * 5.14959 / 25, rel=1e-9)
-    assert w.ttft_seconds == pytest.approx(0.03484 + 3.089754, rel=1e-6)
-    assert w.e2e_seconds == pytest.approx(5.14959 + 3.089754, rel=1e-6)
+    assert w.slot_wait_seconds == pytest.approx(15 * 5.14460 / 25, rel=1e-9)
+    assert w.ttft_seconds == pytest.approx(0.03484 + 3.08676, rel=1e-6)
+    assert w.e2e_seconds == pytest.approx(5.14460 + 3.08676, rel=1e-6)
     assert (w.tpot_seconds, w.throughput_tokens_per_second) == (s.tpot_seconds, s.throughput_tokens_per_second)
     assert w.requests_per_second == pytest.approx(s.requests_per_second, rel=1e-12)
     assert w.waiting_clients == 15 and w.concurrency == 25
@@ -340,15 +349,17 @@ def test_lockstep_ranks_with_rare_prompts_by_hand():
     0.18549375 * 5 + 0.05 * 2.5 = 11.05246875 ms (the experts' share unchanged, the dense
     share 3.7x). A prompt's own round carries its chunk and the other three ranks' expected
     0.05 each: the experts see 5000 * (1 + 3 * 0.05) / 4 = 1437.5 tokens per rank, 10 + 5 +
-    0.71875 = 15.71875 ms, in TTFT."""
+    0.71875 = 15.71875 ms, in TTFT. (These are the engine's mean rounds; TPOT leaves out a
+    request's own 1/25 of the prompt load, 11.05246875 - 1.05246875 / 25 = 11.0103700 ms.)"""
     alone = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010)
-    assert alone.tpot_seconds == pytest.approx(0.010375, rel=1e-12)
+    assert alone.step_seconds == pytest.approx(0.010375, rel=1e-12)
     group = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010, lockstep_ranks=4)
     carrying = 1 - 0.95 ** 4
     assert carrying == pytest.approx(0.18549375, rel=1e-12)
     assert group.busiest_rank_chunks_per_round == pytest.approx(carrying, rel=1e-12)
     assert group.prompt_round_seconds == pytest.approx(0.01571875, rel=1e-12)
-    assert group.tpot_seconds == pytest.approx(0.01105246875, rel=1e-12)
+    assert group.step_seconds == pytest.approx(0.01105246875, rel=1e-12)
+    assert group.tpot_seconds == pytest.approx(0.01105246875 - 0.00105246875 / 25, rel=1e-12)
     assert group.prefill_tokens_per_step == alone.prefill_tokens_per_step
 
 
@@ -363,9 +374,9 @@ def test_lockstep_ranks_with_every_round_prompted_by_hand():
     m = expected_max_poisson(q, 2)
     group = steady_state(100, 1000, 10, 512, 1, lockstep_round, 0.010, lockstep_ranks=2)
     assert group.busiest_rank_chunks_per_round == pytest.approx(m, rel=1e-12)
-    assert group.tpot_seconds == pytest.approx(0.010 + m * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
+    assert group.step_seconds == pytest.approx(0.010 + m * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
     alone = steady_state(100, 1000, 10, 512, 1, lockstep_round, 0.010)
-    assert alone.tpot_seconds == pytest.approx(0.010 + q * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
+    assert alone.step_seconds == pytest.approx(0.010 + q * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)
     assert group.tpot_seconds > alone.tpot_seconds
 
 
@@ -375,3 +386,22 @@ def test_lockstep_never_beats_a_lone_rank(concurrency, input_len, output_len, ra
     alone = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010)
     group = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010, lockstep_ranks=ranks)
     assert group.tpot_seconds >= alone.tpot_seconds * (1 - 1e-12)
+
+
+@PROPERTIES
+@given(input_len=st.integers(1, 4096), output_len=st.integers(2, 512))
+def test_a_lone_request_burst_is_the_batch1_tpot(serve_one, input_len, output_len):
+    """One request sent alone (vllm bench serve --request-rate inf --num-prompts 1) decodes
+    with nothing beside it: its simulated TPOT is the steady state's batch-1 TPOT, never below
+    (the steady state at C = 1 leaves the request's own prompt out of its decode rounds; it
+    decodes 1 - 1/(D + 1) sequences on average where the burst decodes exactly one)."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.serve import burst_metrics
+
+    result = serve_one(MODEL, CLUSTER, DEGREES, batch=1, input_len=input_len, output_len=output_len,
+                       max_model_len=8192)
+    request = ServeRequest(input_len=input_len, output_len=output_len, max_model_len=8192,
+                           request_rate_per_s=float("inf"), num_prompts=1)
+    metrics = burst_metrics(resolve_model(MODEL), resolve_cluster(CLUSTER), result, request)
+    assert metrics.tpot_seconds.mean >= result.tpot_batch1_seconds * (1 - 1e-12)
+    assert metrics.tpot_seconds.mean == pytest.approx(result.tpot_batch1_seconds, rel=0.01)
