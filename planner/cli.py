@@ -537,6 +537,7 @@ def plan(
 
 def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
              served_model: str) -> int:
+    check_served_model(served_model)
     model_spec, cluster_spec, request = request_for(opts)
     if isinstance(request, TrainRequest):
         from planner.train_cli import run_train
@@ -548,6 +549,15 @@ def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: E
     return run_serve(model_spec, cluster_spec, request, json_output=opts.json_output, top=top,
                      show_rejected=show_rejected, emit=(emit or Emit.vllm).value,
                      served_model=served_model)
+
+
+def check_served_model(served_model: str) -> None:
+    """--served-model goes into the launch command as one argument: an empty or blank name, or
+    one with a control character (a newline would split the printed command), launches nothing."""
+    if not served_model.strip():
+        raise SpecError("--served-model: empty; give the model path or Hugging Face id the command should load")
+    if any(not ch.isprintable() for ch in served_model):
+        raise SpecError(f"--served-model: {served_model!r} contains a control character")
 
 
 @app.command()

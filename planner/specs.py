@@ -265,6 +265,15 @@ class ModelSpec(_Spec):
             raise ValueError(
                 "num_experts_per_tok: MoE needs both num_local_experts and num_experts_per_tok"
             )
+        moe_only = {"moe_intermediate_size": self.moe_intermediate_size,
+                    "num_shared_experts": self.num_shared_experts or None,
+                    "shared_expert_intermediate_size": self.shared_expert_intermediate_size}
+        given = [name for name, value in moe_only.items() if value is not None]
+        if given and not self.is_moe:
+            raise ValueError(
+                f"{given[0]}: describes routed experts, but the model has none (set "
+                "num_local_experts and num_experts_per_tok for MoE, or drop it)"
+            )
         if self.is_moe and self.num_experts_per_tok > self.num_local_experts:
             raise ValueError(
                 f"num_experts_per_tok: {self.num_experts_per_tok} exceeds "

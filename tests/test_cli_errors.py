@@ -93,6 +93,12 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         ("num_key_value_heads",),
     ),
     "model-bad-dtype": ("m.yaml", _model_yaml(dtype="float64"), "--model", ("dtype",)),
+    "model-expert-size-on-dense": (
+        "m.yaml", _model_yaml(moe_intermediate_size=2048), "--model", ("moe_intermediate_size", "routed experts"),
+    ),
+    "model-shared-experts-on-dense": (
+        "m.yaml", _model_yaml(num_shared_experts=1), "--model", ("num_shared_experts", "routed experts"),
+    ),
     "model-top-level-list": ("m.yaml", "- a\n- b\n", "--model", ("(top level)",)),
     "model-empty-file": ("m.yaml", "", "--model", ("(top level)",)),
     "model-unsafe-yaml-tag": (
@@ -290,6 +296,14 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "served-model-empty": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", " "],
+        ("--served-model", "empty"),
+    ),
+    "served-model-newline": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", "meta/x\nrm -rf"],
+        ("--served-model", "control character"),
+    ),
     "unknown-shipped-model": (
         ["--model", "llama-9-1t", "--cluster", GOOD_CLUSTER],
         ("--model", "llama-9-1t"),
