@@ -547,7 +547,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                    c.account_for_embedding_and_loss),
                   _dp_collectives, params, c, cluster)
     num_gpus = c.tp * c.cp * c.pp * c.dp
-    link = memo.get(("dp_link", c.dp_cp == 1, num_gpus), dp_link, cluster, c)  # all dp_link reads
+    link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link)
     step = times.breakdown.total
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step

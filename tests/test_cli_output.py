@@ -119,9 +119,26 @@ def test_nothing_fits_lists_the_closest_misses_and_counts_the_rest(run_plan, tmp
     model.write_text(HUGE_MODEL)
     done = run_plan("--model", str(model), "--cluster", "9009x8xH100")
     assert done.returncode == 1
-    assert "the 12 closest of 1,620" in done.stderr and "1,608 more rejected" in done.stderr
-    overshoots = [float(line.split(" by ")[1].split(" GiB")[0]) for line in done.stderr.splitlines()
+    assert "the 12 closest of 1,620" in done.stdout and "1,608 more rejected" in done.stdout
+    overshoots = [float(line.split(" by ")[1].split(" GiB")[0]) for line in done.stdout.splitlines()
                   if "exceed memory" in line]
     assert len(overshoots) == 12 and overshoots == sorted(overshoots)
     every = run_plan("--model", str(model), "--cluster", "9009x8xH100", "--show-rejected")
-    assert every.returncode == 1 and every.stderr.count("\n") > 1620
+    assert every.returncode == 1 and every.stdout.count("\n") > 1620
+
+
+@pytest.mark.parametrize("args", [
+    ("--model", "llama-3.1-405b", "--cluster", "1x1xL40S"),
+    ("--workload", "train", "--model", "llama-3.1-405b", "--cluster", "1x1xL40S", "--global-batch", "8",
+     "--seq-len", "2048"),
+])
+def test_no_feasible_layout_is_an_answer_on_stdout(repo_root: Path, args: tuple[str, ...]) -> None:
+    """Nothing fits: serving and training both print why on stdout and exit 1; stderr stays
+    for bad input (exit 2). One GPU is "1 GPU"."""
+    done = subprocess.run([sys.executable, "-m", "planner", *args], cwd=repo_root, capture_output=True,
+                          text=True, timeout=120, env=ENV)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""
+    assert "= 1 GPU," in done.stdout
+    assert ("No feasible layout" in done.stdout) or ("No configuration fits" in done.stdout)
+    assert "why not" in done.stdout

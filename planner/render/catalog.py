@@ -52,7 +52,7 @@ def _experts(model: ModelSpec, s: ModelSummary) -> str:
 def describe_cluster(cluster: ClusterSpec) -> str:
     parts = [
         f"{cluster.name}: {cluster.num_nodes} x {cluster.gpus_per_node} x {cluster.gpu.name} "
-        f"= {cluster.num_gpus} GPUs, {gib(cluster.gpu.memory_bytes)} each "
+        f"= {cluster.num_gpus} GPU{'s' if cluster.num_gpus != 1 else ''}, {gib(cluster.gpu.memory_bytes)} each "
         f"({gib(cluster.gpu.memory_bytes * cluster.num_gpus)} in all)"
     ]
     if cluster.intra_node is not None:

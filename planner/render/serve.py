@@ -236,7 +236,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     out.print(describe_model(plan.model, plan.request.kv_cache_dtype))
     out.print(describe_cluster(plan.cluster))
     if plan.recommended is None:
-        render_infeasible(plan, show_rejected)
+        render_infeasible(plan, out, show_rejected)
         return
     out.print(render_table(plan, top))
     for line in summary_lines(plan):
@@ -277,21 +277,21 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     return lines
 
 
-def render_infeasible(plan: ServePlan, show_rejected: bool = False) -> None:
+def render_infeasible(plan: ServePlan, out, show_rejected: bool = False) -> None:
     """Why nothing fits (every rejection with --show-rejected, else the closest misses) and
-    what would fit, on stderr."""
-    err = console(stderr=True)
-    err.print(f"No feasible layout for {plan.model.name} on {plan.num_gpus} GPUs of {plan.cluster.name}.")
+    what would fit: the plan's answer, on stdout with the rest of it as training prints its
+    own (exit 1 says no layout; stderr is for bad input)."""
+    out.print(f"No feasible layout for {plan.model.name} on {plan.num_gpus} GPU{'s' if plan.num_gpus != 1 else ''} of {plan.cluster.name}.")
     if show_rejected:
-        err.print(render_rejected(plan.rejected))
+        out.print(render_rejected(plan.rejected))
     else:
         shown, more = closest_misses(plan.rejected, MAX_REJECTED_SHOWN)
         title = "Rejected layouts" if not more else f"Rejected layouts: the {len(shown)} closest of {len(plan.rejected):,}"
-        err.print(render_rejected(shown, title))
+        out.print(render_rejected(shown, title))
         if more:
-            err.print(f"{more:,} more rejected (--show-rejected lists every one).")
+            out.print(f"{more:,} more rejected (--show-rejected lists every one).")
     for suggestion in plan.suggestions:
-        err.print(f"What would fit: {suggestion}")
+        out.print(f"What would fit: {suggestion}")
 
 
 def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[LaunchStep, ...],
