@@ -177,6 +177,23 @@ NVIDIA "Matrix Multiplication Background" guide). Modelled per dimension as x/(x
 saturating toward the measured maximum achievable rate for large matrices. A GPU's catalog
 gemm_half_rate_dimension wins (B200: 384, fitted to AIConfigurator's GEMMs; gpus.yaml)."""
 
+def gemm_row_half(rate_flops_per_s: float, weight_bytes_per_element: float, weight_read_bytes_per_s: float) -> float:
+    """The rows at which a serving GEMM runs at half its rate (u(M) = M / (M + this)):
+    GEMM_HALF_RATE_DIMENSION, capped at the GPU's ridge in rows, M* = R b / (2 B) (R the
+    matmul rate, b bytes per weight, B the weight-read rate): the M at which a GEMM's 2 M N K
+    FLOPs at R take as long as reading its N K b bytes of weights. Below M* a kernel whose
+    tile is shorter than 128 rows (split-K, swap-AB and GEMV kernels that libraries pick for
+    skinny GEMMs) hides its padded rows behind the weight read, so the padding cannot cost
+    more than one weight read. Binds only where compute per weight byte is low: H20 (148
+    TFLOP/s over 4 TB/s, M* = 37) and 4-bit weights on 16-bit GEMMs (W4A16 Marlin: M* = 81
+    on H100); every other catalog GPU has M* >= 148 at its GEMM precision, where the cap
+    changes nothing. An estimate (no measurement of these GPUs' skinny GEMMs is at hand):
+    without it H20's batch-1 decode came out compute-bound at 4x its weight-read time
+    (docs/cost-model.md#serving-one-engine-step)."""
+    ridge_rows = rate_flops_per_s * weight_bytes_per_element / (2 * weight_read_bytes_per_s)
+    return min(float(GEMM_HALF_RATE_DIMENSION), ridge_rows)
+
+
 ELEMENTWISE_HBM_UTILIZATION = 0.80
 """Share of datasheet HBM bandwidth that memory-bound elementwise kernels (layernorm,
 softmax, dropout, GeLU, bias-add, residual) sustain: STREAM-like copies reach about

@@ -34,6 +34,7 @@ from planner.cost.params import (
     expert_params,
     experts_per_gpu,
     linear_bytes_per_weight,
+    lm_head_bytes_per_weight,
     matmul_precision_of_dtype,
     multiply_adds_per_attention_pair,
     param_counts,
@@ -344,24 +345,26 @@ def tp_in_one_nvlink_node(placement: Placement) -> bool:
     return link is not None and not placement.tp_crosses_node and link.kind == "nvlink"
 
 
-def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float,
+                           m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
     """Share of the achievable matmul rate one layer's linear GEMMs reach at M = tokens rows:
     u(M)*u(N)*u(K) per GEMM, u(x) = x/(x + GEMM_HALF_RATE_DIMENSION) as for training
     (cost/training_time.gemm_seconds), FLOP-weighted over QKV, output, MLP up and down. For
     MoE the experts' GEMMs see the tokens routed to each touched expert: N e / E_touched(N)
     rows, N the tokens the GPU's experts see (expert_group_tokens), an expert's FFN split t
-    ways without EP and whole with it."""
+    ways without EP and whole with it. u(M) at `m_half` rows (efficiency.gemm_row_half)."""
     m = max(1, round(num_tokens))
-    return flop_weighted_utilization([*mixer_gemms(model, layout.tp, m), *mlp_gemms(model, layout, m)])
+    return flop_weighted_utilization([*mixer_gemms(model, layout.tp, m), *mlp_gemms(model, layout, m)], m_half)
 
 
-def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float) -> float:
+def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float,
+                                 m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
     """gemm_shape_utilization of the GEMMs outside the fused-MoE op: for MoE the mixer's
     (QKV, output, a hybrid's projections), which also stands for the shared experts and any
     dense-FFN layers; the whole layer's for a dense model."""
     if not model.is_moe:
-        return gemm_shape_utilization(model, layout, num_tokens)
-    return flop_weighted_utilization(mixer_gemms(model, layout.tp, max(1, round(num_tokens))))
+        return gemm_shape_utilization(model, layout, num_tokens, m_half)
+    return flop_weighted_utilization(mixer_gemms(model, layout.tp, max(1, round(num_tokens))), m_half)
 
 
 def mixer_gemms(model: ModelSpec, tp: int, num_tokens: int) -> list[Gemm]:
@@ -371,9 +374,9 @@ def mixer_gemms(model: ModelSpec, tp: int, num_tokens: int) -> list[Gemm]:
     return [*mixer[:2], *mixer[4:]]
 
 
-def flop_weighted_utilization(gemms: list[Gemm]) -> float:
+def flop_weighted_utilization(gemms: list[Gemm], m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
     """sum F_g / sum (F_g / u_g): the share of the matmul rate the GEMMs reach together."""
-    return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g) for g in gemms)
+    return sum(g.flops for g in gemms) / sum(g.flops / gemm_utilization(g, m_half) for g in gemms)
 
 
 def gemm_utilization(gemm: Gemm, m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
@@ -536,11 +539,12 @@ def ep_foreign_pair_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layo
         cluster.gpu.hbm_bytes_per_s * eff.EP_FOREIGN_PAIR_HBM_UTILIZATION)
 
 
-def head_shape_utilization(model: ModelSpec, tp: int, rows: float) -> float:
-    """The LM head's GEMM [rows, h] x [h, V/t] at u(rows) u(V/t) u(h)."""
+def head_shape_utilization(model: ModelSpec, tp: int, rows: float,
+                           m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
+    """The LM head's GEMM [rows, h] x [h, V/t] at u(rows) u(V/t) u(h), u(rows) at `m_half`."""
     half = eff.GEMM_HALF_RATE_DIMENSION
     m, n, k = max(1.0, rows), model.vocab_size / tp, model.hidden_size
-    return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
+    return (m / (m + m_half)) * (n / (n + half)) * (k / (k + half))
 
 
 def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") -> float:
@@ -617,8 +621,10 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
     rate = achievable_flops_per_s(model, cluster)
-    compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens)
-                       + head_flops / head_shape_utilization(model, t, load.sampled_rows)) / t / rate
+    m_half = eff.gemm_row_half(rate, linear_bytes_per_weight(model), hbm)
+    head_m_half = eff.gemm_row_half(rate, lm_head_bytes_per_weight(model), hbm)
+    compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens, m_half)
+                       + head_flops / head_shape_utilization(model, t, load.sampled_rows, head_m_half)) / t / rate
     gemm = max(weight_seconds, compute_seconds) + moe_layers * moe_seconds
     kv_bytes = stage_kv_bytes_read(stage, load)
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
