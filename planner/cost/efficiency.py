@@ -65,6 +65,28 @@ within 10% (tests/serve/test_serve_anchor_gpt_fast.py). Those GPUs were power-li
 330 W; Databricks' 55-60% MBU for 70B on 2-4 GPUs is what this gives once the fixed
 costs are counted (about 64% on 4 A100)."""
 
+DECODE_LAYER_KERNELS = 10
+"""Kernels in one decode step of a dense layer of gpt-fast's model.py (pytorch-labs/gpt-fast,
+TransformerBlock under torch.compile, whose batch-1 decode DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+was fitted to): the attention norm, wqkv, rotary + KV-cache update, attention, wo, the
+residual add + FFN norm, w1, w3, silu * mul, w2 (the residual add fuses into the next norm)."""
+DENSE_MLP_KERNELS = 4
+"""Of those, the dense MLP's: w1, w3, silu * mul and w2 (FeedForward.forward)."""
+ROUTER_KERNELS = 1
+"""An MoE layer's router GEMM (hidden -> experts logits), outside the fused-MoE op."""
+
+
+def moe_layer_overhead_factor(replaces_dense_mlp: bool) -> float:
+    """An MoE layer's fixed per-layer cost over a dense layer's. Where the fused-MoE op carries
+    its own measured floor (priced with the op) and no shared expert runs beside it, the op
+    replaces the dense MLP's kernels and the router GEMM is added: (10 - 4 + 1) / 10 = 0.7.
+    Where shared experts run as a dense MLP beside the op (DeepSeek, Qwen2-MoE), or the op
+    has no measured floor (the GPU's kernel is not in the catalog: the MLP's share stands for
+    the op's), those kernels stay: (10 + 1) / 10 = 1.1."""
+    replaced = DENSE_MLP_KERNELS if replaces_dense_mlp else 0
+    return (DECODE_LAYER_KERNELS - replaced + ROUTER_KERNELS) / DECODE_LAYER_KERNELS
+
+
 ENGINE_STEP_SECONDS = units.us_to_seconds(500)
 """vLLM's fixed cost per scheduled step outside the model's kernels (scheduler, input
 preparation, sampler launch, output processing); gpt-fast, which the per-layer cost above

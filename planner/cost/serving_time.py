@@ -644,7 +644,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     allreduce *= sublayers
     exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, expert_tokens)
     exchanges = moe_layers * exchange
-    overhead = stage.num_layers * sublayers * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+    # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
+    # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
+    moe_factor = eff.moe_layer_overhead_factor(
+        bool(moe_layers) and model.num_shared_experts == 0 and moe_kernel(model, cluster, layout.ep).floor_seconds > 0)
+    overhead = (stage.num_layers * sublayers + moe_layers * (moe_factor - 1)) * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"

@@ -60,3 +60,4 @@ def serve_model():
     from planner.catalog import resolve_model
 
     return resolve_model("llama-3.1-8b")
+
