@@ -12,7 +12,7 @@ split of a collective into its latency and bandwidth terms, shown beside what wa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from planner import sensitivity
@@ -247,7 +247,7 @@ def _send_ranks(layout: Layout, replica: int, cp_rank: int, stage: int, pp_outer
     return first, first + layout.tp
 
 
-def _listed_boundaries(layout: Layout, gpn: int, kinds: dict[str, str], pp_outermost: bool):
+def _listed_boundaries(layout: Layout, gpn: int, kinds: dict[str, str], pp_outermost: bool) -> Iterator[Boundary]:
     """The first MAX_BOUNDARIES_LISTED pipeline sends, replica by replica (and CP rank by CP
     rank), each from the sending TP group's first rank to the receiving one's."""
     listed = 0

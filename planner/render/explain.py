@@ -20,6 +20,7 @@ from planner.explain import (
     MAX_NODES_MAPPED,
     CollectiveRow,
     Explanation,
+    GpuSlot,
     MemoryBar,
     PlacementMap,
     TimeBreakdown,
@@ -60,7 +61,7 @@ def heading(out: Console, title: str) -> None:
 
 # ---------------------------------------------------------------- placement map
 
-def _slot_label(slot, with_cp: bool, compact: bool) -> str:
+def _slot_label(slot: GpuSlot, with_cp: bool, compact: bool) -> str:
     if slot.stage is None:
         return "unused"
     sep = "" if compact else " "

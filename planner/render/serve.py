@@ -31,6 +31,7 @@ from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
+    from rich.console import Console
     from rich.table import Table
 
 
@@ -277,7 +278,7 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     return lines
 
 
-def render_infeasible(plan: ServePlan, out, show_rejected: bool = False) -> None:
+def render_infeasible(plan: ServePlan, out: Console, show_rejected: bool = False) -> None:
     """Why nothing fits (every rejection with --show-rejected, else the closest misses) and
     what would fit: the plan's answer, on stdout with the rest of it as training prints its
     own (exit 1 says no layout; stderr is for bad input)."""
