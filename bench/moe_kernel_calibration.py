@@ -49,9 +49,10 @@ from planner.cost.serving_time import (  # noqa: E402
     mlp_gemms,
     moe_kernel_seconds,
     routed_expert_bytes_read,
+    routed_pair_pass_bytes,
 )
 from planner.layout import Layout  # noqa: E402
-from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
+from planner.specs import MAX_PAIR_PASSES, ClusterSpec, ModelSpec  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_moe_kernels.csv"
 CLUSTERS = {"h100_sxm": "1x8xH100-SXM5-80GB", "h200_sxm": "1x8xH200-SXM-141GB", "b200_sxm": "1x8xB200-SXM-180GB",
@@ -72,6 +73,10 @@ FIT_START_FLOOR_SECONDS = units.us_to_seconds(20)
 FIT_MIN_FLOOR_SECONDS = units.us_to_seconds(1)
 """No fused op of several kernels takes less (on L40S the weight read covers the floor: the fit
 goes to it)."""
+FIT_START_PAIR_PASSES = 1.0
+FIT_MIN_PAIR_PASSES = 0.01
+"""The pair passes' search range starts at one pass and ends at MAX_PAIR_PASSES above and at
+0.01 below (none: at 0.01 passes the term is under 0.1% of any row)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class Priced:
     weight_bytes: float
     gemms: tuple[Gemm, ...]
     measured_seconds: float
+    pair_pass_bytes: float
 
 
 def load_rows(path: Path = FIXTURE) -> list[KernelRow]:
@@ -137,8 +143,9 @@ def priced(row: KernelRow) -> Priced:
     model = model_of(row)
     layout, tokens = row_layout(row)
     touched = min(row.num_experts, row.num_tokens * row.topk)
-    return Priced(routed_expert_bytes_read(model, layout, tokens, touched),
-                  tuple(mlp_gemms(model, layout, tokens, touched)), row.measured_seconds)
+    gemms = mlp_gemms(model, layout, tokens, touched)
+    return Priced(routed_expert_bytes_read(model, layout, tokens, touched), tuple(gemms), row.measured_seconds,
+                  routed_pair_pass_bytes(model, gemms))
 
 
 def catalog_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
@@ -158,7 +165,7 @@ def dense_fallback_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -
 
 
 def predict(kernel: MoeKernelRates, p: Priced) -> float:
-    return moe_kernel_seconds(kernel, p.weight_bytes, list(p.gemms))[0]
+    return moe_kernel_seconds(kernel, p.weight_bytes, list(p.gemms), pair_pass_bytes=p.pair_pass_bytes)[0]
 
 
 def families(rows: list[KernelRow]) -> dict[tuple[str, str], list[KernelRow]]:
@@ -170,15 +177,21 @@ def families(rows: list[KernelRow]) -> dict[tuple[str, str], list[KernelRow]]:
 
 def score(kernel: MoeKernelRates, rows: list[KernelRow]) -> dict:
     """median and max |error| over the rows, and the median |error| and signed error of the
-    decode-sized (<= 256 tokens) and prefill-sized (>= 4096) ones."""
+    decode-sized (<= 256 tokens) and prefill-sized (>= 4096) ones, and the prefill-sized ones'
+    median signed error at each TP degree (the rows without EP)."""
     errors = [(r.num_tokens, predict(kernel, priced(r)) / r.measured_seconds - 1) for r in rows]
     decode = [e for n, e in errors if n <= DECODE_MAX_TOKENS]
     prefill = [e for n, e in errors if n >= PREFILL_MIN_TOKENS]
+    by_tp: dict[int, list[float]] = {}
+    for r, (n, e) in zip(rows, errors, strict=True):
+        if n >= PREFILL_MIN_TOKENS and r.ep == 1:
+            by_tp.setdefault(r.tp, []).append(e)
     return {"rows": len(errors), "median_abs": statistics.median(abs(e) for _, e in errors),
             "max_abs": max(abs(e) for _, e in errors),
             "decode_median_abs": statistics.median(abs(e) for e in decode), "decode_median_signed": statistics.median(decode),
             "prefill_median_abs": statistics.median(abs(e) for e in prefill),
-            "prefill_median_signed": statistics.median(prefill)}
+            "prefill_median_signed": statistics.median(prefill),
+            "prefill_median_signed_by_tp": {tp: statistics.median(v) for tp, v in sorted(by_tp.items())}}
 
 
 def log_loss(kernel: MoeKernelRates, rows: list[Priced]) -> float:
@@ -189,16 +202,17 @@ def log_loss(kernel: MoeKernelRates, rows: list[Priced]) -> float:
 
 def fit(rows: list[KernelRow], start: MoeKernelRates, hbm_bytes_per_s: float,
         floor_seconds: float | None = None) -> MoeKernelRates:
-    """The four constants minimizing log_loss: coordinate descent on their logs, each step of
+    """The five constants minimizing log_loss: coordinate descent on their logs, each step of
     FIT_STEPS tried up and down on each constant until none improves. The weight stream starts
     at the datasheet bandwidth and may only go below it: where the padded expert GEMMs bound
     every row (u(M) at a few rows per expert prices each touched expert like a weight read)
-    it stays at 1. The floor stays at or above FIT_MIN_FLOOR_SECONDS; `floor_seconds` given,
-    it is held there and the other three are fitted."""
+    it stays at 1. The floor stays at or above FIT_MIN_FLOOR_SECONDS and the pair passes in
+    [FIT_MIN_PAIR_PASSES, MAX_PAIR_PASSES]; `floor_seconds` given, the floor is held there and
+    the other four are fitted."""
     data = [priced(r) for r in rows]
-    names = ("floor_seconds", "hbm_bytes_per_s", "flops_per_s", "half_rows")[0 if floor_seconds is None else 1:]
+    names = ("floor_seconds", "hbm_bytes_per_s", "flops_per_s", "half_rows", "pair_passes")[0 if floor_seconds is None else 1:]
     best = replace(start, floor_seconds=floor_seconds or FIT_START_FLOOR_SECONDS, hbm_bytes_per_s=hbm_bytes_per_s,
-                   source="measured")
+                   pair_passes=FIT_START_PAIR_PASSES, source="measured")
     best_loss = log_loss(best, data)
     for step in FIT_STEPS:
         improved = True
@@ -207,7 +221,8 @@ def fit(rows: list[KernelRow], start: MoeKernelRates, hbm_bytes_per_s: float,
             for name in names:
                 for factor in (math.exp(step), math.exp(-step)):
                     trial = replace(best, **{name: getattr(best, name) * factor})
-                    if trial.hbm_bytes_per_s > hbm_bytes_per_s or trial.floor_seconds < FIT_MIN_FLOOR_SECONDS:
+                    if (trial.hbm_bytes_per_s > hbm_bytes_per_s or trial.floor_seconds < FIT_MIN_FLOOR_SECONDS
+                            or not FIT_MIN_PAIR_PASSES <= trial.pair_passes <= MAX_PAIR_PASSES):
                         continue
                     loss = log_loss(trial, data)
                     if loss < best_loss:
@@ -221,19 +236,24 @@ def fit_family(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernel
     from its per-expert work (a free fit puts 62-66 us into the floor, which then prices every
     gpt-oss decode step's 36 MoE layers 1.1 ms high): its floor is held at the default
     kernel's for the same format and GPU (the routing, alignment and launch kernels around the
-    expert GEMMs are vLLM's own, whichever backend runs the GEMMs) and the other three fitted."""
+    expert GEMMs are vLLM's own, whichever backend runs the GEMMs) and the other four fitted.
+    The pair passes run at the GPU's elementwise HBM rate (serving_time.measured_moe_kernel_rates)."""
     group = [r for r in rows if r.gpu == gpu and r.weight_format == weight_format]
     floor = None
     if weight_format in HELD_FLOOR and getattr(cluster(gpu).gpu.serving_moe_kernels, HELD_FLOOR[weight_format]):
         floor = catalog_kernel(gpu, HELD_FLOOR[weight_format], rows).floor_seconds
-    return fit(group, dense_fallback_kernel(gpu, weight_format, rows), cluster(gpu).gpu.hbm_bytes_per_s, floor)
+    gpu_spec = cluster(gpu).gpu
+    start = replace(dense_fallback_kernel(gpu, weight_format, rows), pair_bytes_per_s=eff.elementwise_bytes_per_s(
+        gpu_spec.hbm_bytes_per_s, gpu_spec.elementwise_hbm_utilization))
+    return fit(group, start, gpu_spec.hbm_bytes_per_s, floor)
 
 
 def catalog_entry(kernel: MoeKernelRates, gpu: str) -> dict:
     """The fitted kernel as gpus.yaml's serving_moe_kernels entry."""
     return {"floor_us": round(units.seconds_to_us(kernel.floor_seconds), 1),
             "hbm_utilization": round(kernel.hbm_bytes_per_s / cluster(gpu).gpu.hbm_bytes_per_s, 3),
-            "tflops": round(kernel.flops_per_s / 1e12), "half_rows": round(kernel.half_rows)}
+            "tflops": round(kernel.flops_per_s / 1e12), "half_rows": round(kernel.half_rows),
+            "pair_passes": round(kernel.pair_passes, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,14 +276,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("Fused MoE op, error = predicted / measured - 1 (balanced routing, no EP)")
     print(f"{'gpu, format':18} {'rows':>5} {'':6} {'|err| med':>9} {'max':>6} {'decode med':>10} {'signed':>7} "
-          f"{'prefill med':>11} {'signed':>7}")
+          f"{'prefill med':>11} {'signed':>7}  prefill signed by tp")
     for key, entry in report.items():
         for label in ("before", "after", "fitted_score"):
             if label in entry:
                 v = entry[label]
                 print(f"{key:18} {v['rows']:5d} {label[:6]:6} {v['median_abs']:9.0%} {v['max_abs']:6.0%} "
                       f"{v['decode_median_abs']:10.0%} {v['decode_median_signed']:+7.0%} "
-                      f"{v['prefill_median_abs']:11.0%} {v['prefill_median_signed']:+7.0%}")
+                      f"{v['prefill_median_abs']:11.0%} {v['prefill_median_signed']:+7.0%}  "
+                      + " ".join(f"{tp}:{e:+.0%}" for tp, e in v["prefill_median_signed_by_tp"].items()))
         if "fitted" in entry:
             print(f"{'':18} fitted: {entry['fitted']}")
     return 0

@@ -431,6 +431,9 @@ class InterNodeLink(_Spec):
 
 MAX_GEMM_HALF_RATE_DIMENSION = 4096
 """Bound on a catalog GEMM half-rate dimension (fitted values are 128-384)."""
+MAX_PAIR_PASSES = 4.0
+"""Bound on a fused-MoE op's hidden-width passes per routed pair: the most any engine's path
+makes is 4 (permute read and write, the per-pair down output's write, the top-k sum's read)."""
 MAX_KERNEL_FLOOR_US = 10_000.0
 """Bound on a catalog kernel's fixed time (fitted MoE floors are 1-40 us)."""
 MAX_COMPUTE_CAPABILITY = 20.0
@@ -457,6 +460,10 @@ class MoeKernel(_Spec):
     """Its asymptotic matmul rate, TFLOP/s."""
     half_rows: Quantity(MAX_GEMM_HALF_RATE_DIMENSION)
     """Rows per expert at which it runs at half that rate (tile and wave quantization)."""
+    pair_passes: StrictFloat(ge=0.0, le=MAX_PAIR_PASSES) = 0.0
+    """Hidden-width passes over every routed (token, expert) pair's row outside the expert GEMMs'
+    FLOPs (gather or permute, the per-pair output's write, the top-k sum's read), at the GPU's
+    elementwise HBM rate: work that does not split with TP."""
 
 
 class ServingMoeKernels(_Spec):

@@ -422,6 +422,10 @@ class MoeKernelRates:
     """Rows per expert at half that rate."""
     source: str
     """"measured" (the catalog's kernel) or "model" (the dense GEMMs' rates)."""
+    pair_passes: float = 0.0
+    """Hidden-width passes over each routed pair's row outside the GEMMs (MoeKernel.pair_passes)."""
+    pair_bytes_per_s: float = 1.0
+    """The rate of those passes: the GPU's elementwise HBM rate."""
 
 
 MOE_WEIGHT_FORMATS = ("bf16", "fp8", "mxfp4", "nvfp4")
@@ -452,8 +456,10 @@ def moe_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int = 1) -> MoeKernel
 
 def measured_moe_kernel_rates(measured: MoeKernel, cluster: ClusterSpec) -> MoeKernelRates:
     """A catalog MoE kernel's constants in SI units on this cluster's GPU."""
-    return MoeKernelRates(units.us_to_seconds(measured.floor_us), cluster.gpu.hbm_bytes_per_s * measured.hbm_utilization,
-                          units.tflops_to_flops_per_s(measured.tflops), measured.half_rows, "measured")
+    gpu = cluster.gpu
+    return MoeKernelRates(units.us_to_seconds(measured.floor_us), gpu.hbm_bytes_per_s * measured.hbm_utilization,
+                          units.tflops_to_flops_per_s(measured.tflops), measured.half_rows, "measured",
+                          measured.pair_passes, eff.elementwise_bytes_per_s(gpu.hbm_bytes_per_s, gpu.elementwise_hbm_utilization))
 
 
 def with_moe_backend(cluster: ClusterSpec, backend: str) -> ClusterSpec:
@@ -471,16 +477,28 @@ def with_moe_backend(cluster: ClusterSpec, backend: str) -> ClusterSpec:
 
 
 def moe_kernel_seconds(kernel: MoeKernelRates, weight_bytes: float, gemms: list[Gemm],
-                       load_factor: float = 1.0) -> tuple[float, bool]:
+                       load_factor: float = 1.0, pair_pass_bytes: float = 0.0) -> tuple[float, bool]:
     """One fused-MoE op on one GPU and whether its weight read bounds it:
-    floor + max(W / B_k, x * sum(F_g / (R_k u_k(M) u(N) u(K)))), W the touched experts' bytes,
-    F_g the FLOPs of each expert GEMM at M rows per expert, u_k(M) = M / (M + half_rows),
-    u(x) = x / (x + GEMM_HALF_RATE_DIMENSION), x the busiest GPU's share of the routed work
-    (expert_load_factor). docs/cost-model.md (Serving: the MoE kernels)."""
+    floor + max(W / B_k, x * sum(F_g / (R_k u_k(M) u(N) u(K)))) + x * passes * P / B_e, W the
+    touched experts' bytes, F_g the FLOPs of each expert GEMM at M rows per expert,
+    u_k(M) = M / (M + half_rows), u(x) = x / (x + GEMM_HALF_RATE_DIMENSION), x the busiest
+    GPU's share of the routed work (expert_load_factor), P one hidden-width pass over the GPU's
+    routed pairs (routed_pair_pass_bytes) and B_e the elementwise HBM rate: the gather, per-pair
+    output and top-k sum traffic, which TP does not split. docs/cost-model.md (Serving: the MoE
+    kernels)."""
     weight_seconds = weight_bytes / kernel.hbm_bytes_per_s
     compute_seconds = load_factor * sum(g.flops / (kernel.flops_per_s * gemm_utilization(g, kernel.half_rows))
                                         for g in gemms)
-    return kernel.floor_seconds + max(weight_seconds, compute_seconds), weight_seconds >= compute_seconds
+    pair_seconds = load_factor * kernel.pair_passes * pair_pass_bytes / kernel.pair_bytes_per_s
+    return kernel.floor_seconds + max(weight_seconds, compute_seconds) + pair_seconds, weight_seconds >= compute_seconds
+
+
+def routed_pair_pass_bytes(model: ModelSpec, gemms: list[Gemm]) -> float:
+    """One pass over the hidden-width rows of every routed (token, expert) pair on the GPU:
+    the up GEMM's rows per expert x touched experts (mlp_gemms) pairs of h activations of b
+    bytes (the experts' input width h and the activations' dtype; not split by TP)."""
+    up = gemms[0]
+    return up.m * up.count * up.k * activation_bytes_per_element(model)
 
 
 def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
@@ -498,10 +516,11 @@ def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout
     """moe_layer_gemm_seconds and whether the weight read bounds it (with EP, plus
     ep_foreign_pair_seconds)."""
     m = max(1, round(num_tokens))
+    gemms = mlp_gemms(model, layout, m, touched_experts)
     seconds, weight_bound = moe_kernel_seconds(moe_kernel(model, cluster, layout.ep),
                                                routed_expert_bytes_read(model, layout, m, touched_experts),
-                                               mlp_gemms(model, layout, m, touched_experts),
-                                               expert_load_factor(layout, imbalance))
+                                               gemms, expert_load_factor(layout, imbalance),
+                                               routed_pair_pass_bytes(model, gemms))
     foreign = 0.0 if has_ep_kernel(model, cluster, layout.ep) else ep_foreign_pair_seconds(model, cluster, layout, m)
     return seconds + foreign, weight_bound
 

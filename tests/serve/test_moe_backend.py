@@ -50,14 +50,16 @@ def test_a_backend_the_planner_cannot_price_or_emit_is_refused(run_plan, args, m
 
 
 def test_the_backend_selects_its_measured_kernel():
-    """H200's marlin_mxfp4 entry (floor 34.0 us held at the default's, HBM share 1.0, 264
-    TFLOP/s, 22 rows at half rate) replaces the default MXFP4 kernel (34.0 us, 1.0, 677 TFLOP/s,
-    54); auto leaves the cluster as it is."""
+    """H200's marlin_mxfp4 entry (floor 33.5 us held at the default's, HBM share 1.0, 283
+    TFLOP/s, 24 rows at half rate, 3.93 pair passes) replaces the default MXFP4 kernel (33.5 us,
+    1.0, 858 TFLOP/s, 70, 3.74); auto leaves the cluster as it is."""
     model, cluster = resolve_model("gpt-oss-120b"), resolve_cluster("1x8xH200")
     assert with_moe_backend(cluster, "auto") is cluster
     default, marlin = moe_kernel(model, cluster), moe_kernel(model, with_moe_backend(cluster, "marlin"))
-    assert (default.floor_seconds, default.flops_per_s, default.half_rows) == pytest.approx((34.0e-6, 677e12, 54))
-    assert (marlin.floor_seconds, marlin.flops_per_s, marlin.half_rows) == pytest.approx((34.0e-6, 264e12, 22))
+    assert (default.floor_seconds, default.flops_per_s, default.half_rows, default.pair_passes) == pytest.approx(
+        (33.5e-6, 858e12, 70, 3.74))
+    assert (marlin.floor_seconds, marlin.flops_per_s, marlin.half_rows, marlin.pair_passes) == pytest.approx(
+        (33.5e-6, 283e12, 24, 3.93))
     assert marlin.hbm_bytes_per_s == pytest.approx(cluster.gpu.hbm_bytes_per_s)
     check_moe_backend(model, cluster, "marlin")
     with pytest.raises(SpecError):
@@ -136,20 +138,26 @@ def test_mxfp8_activations_are_refused_where_unmeasured(run_plan, args, message)
 
 
 def test_mxfp8_activations_speed_up_gpt_oss_on_b200():
-    """B200's flashinfer_mxfp8_mxfp4 entry (floor 21.6 us, HBM share 1.0, 2,077 TFLOP/s, 79 rows
-    at half rate) replaces the 16-bit-activation default (19.5 us, 1.0, 608 TFLOP/s, 33).
-    An 8,192-token prompt on one GPU: 8192*4/128 = 256 rows per expert, compute-bound, so the
-    36 layers' expert time less their floors shrinks by the rate ratio 2077/608 = 3.42 times
-    the half-rate terms (256/335)/(256/289) = 0.862: 2.95x. A 16-sequence decode step: 64 of
-    the 128 experts get one row each, where a padded GEMM runs at about rate/half_rows, so the
-    MoE time falls to 0.74 of the default's; SGLang 0.5.14's measurements of the two kernels at
-    this shape and 16 tokens (the fixture's flashinfer_mxfp8_mxfp4 rows, aiconfigurator-core
-    0.12.0): 0.155 / 0.202 ms = 0.77."""
+    """B200's flashinfer_mxfp8_mxfp4 entry (floor 21.3 us, HBM share 1.0, 3,323 TFLOP/s, 125
+    rows at half rate, 2.8 pair passes) replaces the 16-bit-activation default (19.6 us, 1.0,
+    709 TFLOP/s, 38, 4.0). An 8,192-token prompt on one GPU: 8192*4/128 = 256 rows per expert,
+    compute-bound; each layer's pair passes are 8192*4 pairs x 2880 x 2 B = 188.74 MB at 0.55 x
+    8 TB/s = 4.4 TB/s, 42.90 us a pass (4.0 and 2.8 of them). The 36 layers' expert time less
+    their floors and pair passes shrinks by the rate ratio 3323/709 = 4.69 times the half-rate
+    terms (256/381)/(256/294) = 0.772: 3.62x. A 16-sequence decode step: 64 of the 128 experts
+    get one row each, where a padded GEMM runs at about rate/half_rows, so the MoE time falls to
+    about 0.77 of the default's; SGLang 0.5.14's measurements of the two kernels at this shape and
+    16 tokens (the fixture's flashinfer_mxfp8_mxfp4 rows, aiconfigurator-core 0.12.0): 0.155 /
+    0.202 ms = 0.77."""
     model, cluster = resolve_model("gpt-oss-120b"), resolve_cluster("1x1xB200")
     fast_cluster = with_moe_backend(cluster, "flashinfer_mxfp8")
     default, mxfp8 = moe_kernel(model, cluster), moe_kernel(model, fast_cluster)
-    assert (default.floor_seconds, default.flops_per_s, default.half_rows) == pytest.approx((19.5e-6, 608e12, 33))
-    assert (mxfp8.floor_seconds, mxfp8.flops_per_s, mxfp8.half_rows) == pytest.approx((21.6e-6, 2077e12, 79))
+    assert (default.floor_seconds, default.flops_per_s, default.half_rows, default.pair_passes) == pytest.approx(
+        (19.6e-6, 709e12, 38, 4.0))
+    assert (mxfp8.floor_seconds, mxfp8.flops_per_s, mxfp8.half_rows, mxfp8.pair_passes) == pytest.approx(
+        (21.3e-6, 3323e12, 125, 2.8))
+    pass_seconds = 8192 * 4 * 2880 * 2 / (0.55 * 8e12)
+    assert pass_seconds == pytest.approx(42.90e-6, rel=1e-3)
     layout = Layout(1, 1, 1)
     placement = place(cluster, layout)
     stage = estimate(model, cluster, layout, ServeRequest(input_len=8192, output_len=1024, batch=4,
@@ -158,8 +166,9 @@ def test_mxfp8_activations_speed_up_gpt_oss_on_b200():
     slow = stage_step_time(model, cluster, layout, placement, stage, prompt)
     fast = stage_step_time(model, fast_cluster, layout, placement, stage, prompt)
     layers = model.num_hidden_layers
-    ratio = (slow.moe_seconds - layers * default.floor_seconds) / (fast.moe_seconds - layers * mxfp8.floor_seconds)
-    assert ratio == pytest.approx(2077 / 608 * (256 / 335) / (256 / 289), rel=0.01)
+    ratio = ((slow.moe_seconds - layers * (default.floor_seconds + 4.0 * pass_seconds))
+             / (fast.moe_seconds - layers * (mxfp8.floor_seconds + 2.8 * pass_seconds)))
+    assert ratio == pytest.approx(3323 / 709 * (256 / 381) / (256 / 294), rel=0.01)
     assert slow.seconds - fast.seconds == pytest.approx(slow.moe_seconds - fast.moe_seconds, rel=1e-9)
     d_slow = stage_step_time(model, cluster, layout, placement, stage, decode)
     d_fast = stage_step_time(model, fast_cluster, layout, placement, stage, decode)
