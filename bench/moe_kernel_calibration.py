@@ -2,7 +2,7 @@
 H100, H200, B200, GB200 and L40S: the fit of the catalog's serving_moe_kernels and its error.
 
     python bench/moe_kernel_calibration.py          # error per GPU and expert format, before/after
-    python bench/moe_kernel_calibration.py --fit    # also refit the four constants of each kernel
+    python bench/moe_kernel_calibration.py --fit    # also refit the five constants of each kernel
     python bench/moe_kernel_calibration.py --json
 
 Data: tests/fixtures/aiconfigurator_silicon/vllm_moe_kernels.csv (tools/extract_aic_moe_kernels.py;
@@ -17,7 +17,7 @@ collector used: token i goes to experts (i + j ceil(E/k)) mod E, so min(E, N k) 
 touched (aiconfigurator collector/helper.py balanced_logits). "before" is the dense fallback
 (no floor, DECODE_HBM_UTILIZATION, the dense GEMM rate and half-rate dimension), "after" the
 catalog's kernel. The fit minimizes the mean squared log error over a family's rows by
-coordinate descent on the logs of the four constants (floor, HBM share, rate, half-rate rows),
+coordinate descent on the logs of the five constants (floor, HBM share, rate, half-rate rows, pair passes),
 minimizing the mean |log error|.
 Errors are predicted / measured - 1. Importable; no I/O in the scoring functions. Not part of
 the planner.
@@ -258,7 +258,7 @@ def catalog_entry(kernel: MoeKernelRates, gpu: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true", help="refit each kernel's constants (about a minute)")
+    parser.add_argument("--fit", action="store_true", help="refit each kernel's five constants (about 20 s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows = load_rows()
