@@ -19,6 +19,7 @@ from planner.requests import MOE_BACKENDS, ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
+from planner.units import seconds_to_ms
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
 
@@ -191,7 +192,7 @@ def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
 def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
     """What would make a layout feasible, each checked by re-planning: lighter weights,
     an fp8 KV cache, a shorter context (with the longest --max-model-len that then fits),
-    more GPUs."""
+    more GPUs, a looser SLA (sla_reach)."""
     order = {None: 0, "int8": 1, "fp8": 1, "int4": 2, "nvfp4": 2, "mxfp4": 2}
     options = [
         (f"{quant} weights (--quantization {quant})", model.model_copy(update={"quantization": quant}), request)
@@ -218,8 +219,43 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
     more = more_gpus_needed(model, cluster, request)
     if more is not None:
         out.append(more)
+    out.extend(sla_reach(model, cluster, request))
     if not out:
         out.append("nothing tried fits: use more or larger GPUs")
+    return out
+
+
+SLA_LIMITS = (("--max-ttft-ms", "max_ttft_seconds", "ttft_seconds", "TTFT"),
+              ("--max-tpot-ms", "max_tpot_seconds", "tpot_seconds", "TPOT"),
+              ("--max-e2e-ms", "max_e2e_seconds", "request_latency_seconds", "E2E latency"))
+"""Each serving SLA: its flag, the ServeRequest field, the ServeEstimate field it bounds, its name."""
+
+
+def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
+    """For each SLA limit no layout can meet even alone: the least it can be on these GPUs,
+    the best layout's value at concurrency 1 (every layout re-planned without the limits at
+    --batch 1), rounded up to 0.1 ms, and that layout. Empty without limits, where no layout
+    fits memory anyway, or where each limit alone is reachable (then only their combination
+    is not)."""
+    set_limits = [(flag, getattr(request, limit), value, name) for flag, limit, value, name in SLA_LIMITS
+                  if getattr(request, limit) is not None]
+    if not set_limits:
+        return []
+    free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None, batch=1)
+    try:
+        layouts = evaluate(model, cluster, free).layouts
+    except SpecError:
+        return []
+    out = []
+    for flag, limit, field, name in set_limits:
+        if not layouts:
+            break
+        best = min(layouts, key=lambda found: getattr(found, field))
+        reach = getattr(best, field)
+        if reach > limit:
+            least_ms = math.ceil(round(seconds_to_ms(reach) * 10, 6)) / 10
+            out.append(f"{flag} {least_ms:g} or more: the lowest {name} any layout reaches here, "
+                       f"{best.layout} at concurrency 1")
     return out
 
 

@@ -54,6 +54,31 @@ def test_70b_bf16_on_one_gpu_suggestions_are_verified(serve_plan):
     assert serve_plan("llama-3.1-70b", "1x1xH100", quantization="fp8", max_model_len=2048).recommended is None
 
 
+@pytest.mark.parametrize("limit", ["max_ttft_seconds", "max_tpot_seconds", "max_e2e_seconds"])
+def test_an_sla_no_layout_meets_names_the_least_it_can_be_and_that_is_verified(serve_plan, limit):
+    """A limit of 1 us fails everywhere; the plan names the least value the limit can take on
+    these GPUs (the fastest layout at concurrency 1, rounded up to 0.1 ms), and re-planning
+    with exactly that limit finds that layout feasible, while 0.2 ms less finds none."""
+    flag = {"max_ttft_seconds": "--max-ttft-ms", "max_tpot_seconds": "--max-tpot-ms",
+            "max_e2e_seconds": "--max-e2e-ms"}[limit]
+    plan = serve_plan("llama-3.1-70b", "1x8xH100", **{limit: 1e-6})
+    assert plan.recommended is None
+    line = next(s for s in plan.suggestions if s.startswith(flag))
+    least_ms = float(line.split()[1])
+    assert "any layout reaches here, tp=8 pp=1 dp=1 at concurrency 1" in line
+    assert "nothing tried fits" not in " | ".join(plan.suggestions)
+    met = serve_plan("llama-3.1-70b", "1x8xH100", **{limit: least_ms / 1e3}).recommended
+    assert met is not None and met.layout.tp == 8
+    assert serve_plan("llama-3.1-70b", "1x8xH100", **{limit: (least_ms - 0.2) / 1e3}).recommended is None
+
+
+def test_no_sla_line_without_limits(serve_plan):
+    """Without limits there is nothing to loosen: a 70B bf16 model on one GPU gets memory
+    suggestions only."""
+    plan = serve_plan("llama-3.1-70b", "1x1xH100")
+    assert not any(s.startswith("--max-") for s in plan.suggestions)
+
+
 # ---------------------------------------------------------------- 70B bf16 on 2 x A100-80GB
 
 
