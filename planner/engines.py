@@ -146,7 +146,7 @@ class EngineVersions:
 
 def parse_engine_versions(text: str | None) -> EngineVersions:
     """`vllm=0.33.0,megatron=core_v0.14.0` -> EngineVersions (engines not named keep their
-    default); a SpecError names the known engines and releases."""
+    default); a SpecError names the known engines and releases, or an engine named twice."""
     chosen: dict[str, str] = {}
     for part in (text or "").split(","):
         if not part.strip():
@@ -158,6 +158,8 @@ def parse_engine_versions(text: str | None) -> EngineVersions:
         if version not in RELEASES[engine]:
             raise SpecError(f"--engine-version: {engine} {version} is not known (known: "
                             f"{', '.join(RELEASES[engine])})")
+        if engine in chosen:
+            raise SpecError(f"--engine-version: {engine} given twice ({chosen[engine]} and {version})")
         chosen[engine] = version
     return EngineVersions(**chosen)
 

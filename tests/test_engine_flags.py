@@ -152,6 +152,13 @@ def test_unknown_engine_version_is_one_line_and_exit_2(run_plan):
     assert "known: 0.33.0" in result.stderr
 
 
+def test_an_engine_named_twice_is_refused(run_plan):
+    """Two versions of one engine are a contradiction, not a silent last-one-wins."""
+    result = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--engine-version", "vllm=0.22.0,vllm=0.33.0")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--engine-version: vllm given twice (0.22.0 and 0.33.0)" in result.stderr
+
+
 OLD_COMMANDS = {
     "sglang: --dp-size > 1 with --nnodes > 1":
         "python -m sglang.launch_server --model-path M --tp-size 8 --pp-size 4 --dp-size 512 --nnodes 2048 "
