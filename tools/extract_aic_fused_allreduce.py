@@ -26,12 +26,13 @@ elements, [message_size // 4096, 4096] above 4096."""
 GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 
 
-def allreduce_points(root: Path, table: str, backend: str | None = None) -> pd.DataFrame:
-    """The fastest bf16 point per (GPU, group size, size) of one AIConfigurator all-reduce
-    table (comm/<framework>/<version>/custom_allreduce_perf.parquet under each GPU of GPUS),
-    sizes as bytes (BF16_BYTES per counted element); `backend` keeps one of its backends."""
+def allreduce_points(root: Path, tables: dict[str, str], backend: str | None = None) -> pd.DataFrame:
+    """The fastest bf16 point per (GPU, group size, size) of AIConfigurator's all-reduce
+    tables, `tables` mapping each GPU to its table (comm/<framework>/<version>/
+    custom_allreduce_perf.parquet under the GPU), sizes as bytes (BF16_BYTES per counted
+    element); `backend` keeps one of its backends."""
     rows = []
-    for gpu in GPUS:
+    for gpu, table in tables.items():
         data = pd.read_parquet(root / gpu / table)
         data = data[data.allreduce_dtype == "bfloat16"]
         if backend is not None:
@@ -46,7 +47,8 @@ def allreduce_points(root: Path, table: str, backend: str | None = None) -> pd.D
 
 
 def main(root: Path, out: Path) -> None:
-    allreduce_points(root, f"comm/trtllm/{VERSION}/custom_allreduce_perf.parquet").to_csv(out, index=False)
+    table = f"comm/trtllm/{VERSION}/custom_allreduce_perf.parquet"
+    allreduce_points(root, dict.fromkeys(GPUS, table)).to_csv(out, index=False)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 
 Needs pandas + pyarrow (not a planner dependency). Writes, for h100_sxm, h200_sxm, b200_sxm and
 gb200 (2 and 4 GPUs: one tray), AIConfigurator's measured vLLM 0.24.0 TP all-reduce
-(comm/vllm/0.24.0/custom_allreduce_perf.parquet, backend vllm_graph): the collector calls
+(comm/vllm/0.24.0/custom_allreduce_perf.parquet, backend vllm_graph), and for a100_sxm the only
+vLLM release measured there, 0.14.0 (A100 has no fused all-reduce + RMSNorm: vLLM fuses on
+Hopper and later, so this is the all-reduce it runs at every size): the collector calls
 vllm.distributed.tensor_model_parallel_all_reduce inside a CUDA graph, so each point is what
 vLLM's communicator dispatches at that size (its custom one-shot / two-shot kernels, symmetric
 memory or NCCL), bf16, 2, 4 and 8 GPUs of one node. message_size counts bf16 elements
@@ -21,12 +23,13 @@ from pathlib import Path
 
 from extract_aic_fused_allreduce import allreduce_points
 
-VERSION = "0.24.0"
+VERSIONS = {"h100_sxm": "0.24.0", "h200_sxm": "0.24.0", "b200_sxm": "0.24.0", "gb200": "0.24.0", "a100_sxm": "0.14.0"}
 BACKEND = "vllm_graph"
 
 
 def main(root: Path, out: Path) -> None:
-    allreduce_points(root, f"comm/vllm/{VERSION}/custom_allreduce_perf.parquet", BACKEND).to_csv(out, index=False)
+    tables = {gpu: f"comm/vllm/{version}/custom_allreduce_perf.parquet" for gpu, version in VERSIONS.items()}
+    allreduce_points(root, tables, BACKEND).to_csv(out, index=False)
 
 
 if __name__ == "__main__":

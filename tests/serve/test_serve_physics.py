@@ -147,12 +147,13 @@ def test_allreduce_one_rank_is_zero(cluster):
 
 
 def test_allreduce_inside_a_node_by_hand(cluster):
-    """2x8xA100, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us), decode batch 256 of
+    """2x8xA100-40GB, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us; no measured vLLM
+    all-reduce, so NCCL's ring model), decode batch 256 of
     llama-3.1-70b: S = 256 * 8192 * 2 B = 4,194,304 B. The datasheet link runs at NCCL's
     measured busbw fraction 0.77: beta = 231 GB/s. One ring all-reduce:
     2(n-1)*alpha + 2(n-1)/n * S/beta = 14 us + 1.75 * 4,194,304 / 231e9 = 14 + 31.78 us
     = 45.78 us; two per layer (after attention and after the MLP) = 91.55 us."""
-    seconds, link = _allreduce(cluster("2x8xA100"), 8, 1, 256 * 8192 * 2)
+    seconds, link = _allreduce(cluster("2x8xA100-40GB"), 8, 1, 256 * 8192 * 2)
     assert link == "nvlink"
     assert seconds == pytest.approx(2 * (14e-6 + 1.75 * 4_194_304 / 231e9), rel=1e-12)
     assert seconds == pytest.approx(91.55e-6, rel=1e-3)
@@ -173,8 +174,9 @@ def test_allreduce_crossing_nodes_is_slower_by_hand(cluster):
 
 def test_decode_allreduce_message_is_batch_times_hidden_times_two(serve_one):
     """The planner's decode message: one in-flight batch * h * 2 B. llama-3.1-70b on
-    2x8xA100, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B; NVLink at 0.77 busbw."""
-    result = serve_one("llama-3.1-70b", "2x8xA100", (8, 1, 2), batch=64, max_model_len=8192)
+    2x8xA100-40GB, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B; NVLink at 0.77
+    busbw (the ring model: no measured vLLM all-reduce on the 40 GB part)."""
+    result = serve_one("llama-3.1-70b", "2x8xA100-40GB", (8, 1, 2), batch=64, max_model_len=8192)
     assert isinstance(result, ServeEstimate)
     assert result.allreduce_message_bytes == 1_048_576
     assert result.tp_allreduce_seconds_per_layer == pytest.approx(
