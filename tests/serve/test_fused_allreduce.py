@@ -38,17 +38,30 @@ tray's 2 and 4 GPUs only."""
 def test_the_catalog_curves_are_the_measurements():
     """Every other measured size (x4 steps, 256 B to 256 MiB: AIConfigurator's 128 to 128 Mi
     bf16 elements) at 3 significant digits, and vLLM 0.33.0's fusion limits."""
-    with FIXTURE.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
     for key, name in CATALOG_GPUS.items():
         curves = resolve_gpu(name).serving_allreduce
         assert sorted(c.num_ranks for c in curves) == sorted(VLLM_0_33_MAX_MIB[name])
+        assert_curves_are_the_fixture(curves, FIXTURE, key)
         for curve in curves:
-            measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
-                        if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
-            assert curve.sizes_bytes == [256 * 4 ** i for i in range(11)]
-            assert curve.median_seconds == pytest.approx([measured[s] for s in curve.sizes_bytes], rel=0.006)
             assert curve.max_mib == VLLM_0_33_MAX_MIB[name][curve.num_ranks]
+
+
+def assert_curves_are_the_fixture(curves, fixture: Path, key: str) -> None:
+    """Each curve keeps the fixture's GPU `key` points at 256 * 4^i B (i 0-10) within 0.6%
+    (3 significant digits); a lone spike (a point over 1.5x both neighbours, x2 either side in
+    size) is kept as the median of the three."""
+    with fixture.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for curve in curves:
+        measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
+                    if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
+        assert curve.sizes_bytes == [256 * 4 ** i for i in range(11)]
+
+        def expected(size: int, measured: dict[int, float] = measured) -> float:
+            around = [measured.get(size // 2, measured[size]), measured[size], measured.get(size * 2, measured[size])]
+            return sorted(around)[1] if measured[size] > 1.5 * max(around[0], around[2]) else measured[size]
+
+        assert curve.median_seconds == pytest.approx([expected(s) for s in curve.sizes_bytes], rel=0.006)
 
 
 def test_a_decode_all_reduce_hand_worked():
@@ -112,24 +125,12 @@ UNFUSED_GPUS = {**{key: (name, sorted(VLLM_0_33_MAX_MIB[name])) for key, name in
 
 def test_the_unfused_catalog_curves_are_the_measurements():
     """vLLM's all-reduce (vllm_graph), every other measured size (256 B to 256 MiB) at 3
-    significant digits; a lone spike (a point over 1.5x both neighbours, x2 either side in
-    size) is the median of the three (A100's 8-GPU 4,096 B point, 14.8 us between 5.6 and
-    6.3 us)."""
-    with UNFUSED_FIXTURE.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    significant digits; A100's 8-GPU 4,096 B point, 14.8 us between 5.6 and 6.3 us, is the
+    median of the three."""
     for key, (name, ranks) in UNFUSED_GPUS.items():
         gpu = resolve_gpu(name)
         assert sorted(c.num_ranks for c in gpu.serving_allreduce_unfused) == ranks
-        for curve in gpu.serving_allreduce_unfused:
-            measured = {int(r["message_bytes"]): float(r["latency_ms"]) / 1000 for r in rows
-                        if r["gpu"] == key and int(r["num_gpus"]) == curve.num_ranks}
-            assert curve.sizes_bytes == [256 * 4 ** i for i in range(11)]
-
-            def expected(size: int, measured: dict[int, float] = measured) -> float:
-                around = [measured.get(size // 2, measured[size]), measured[size], measured.get(size * 2, measured[size])]
-                return sorted(around)[1] if measured[size] > 1.5 * max(around[0], around[2]) else measured[size]
-
-            assert curve.median_seconds == pytest.approx([expected(s) for s in curve.sizes_bytes], rel=0.006)
+        assert_curves_are_the_fixture(gpu.serving_allreduce_unfused, UNFUSED_FIXTURE, key)
 
 
 def test_a100_decode_all_reduce_is_vllms_measured_one():
