@@ -91,7 +91,9 @@ class Run:
         --moe-backend marlin in current vLLM); FlashInfer's MXFP4 kernel with MXFP8 activations
         for gpt-oss on B200 (gptoss_fp4_b200.sh: VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, the
         planner's --moe-backend flashinfer_mxfp8). All use --max-num-batched-tokens 8192, the
-        planner's H100-class default, and no prefix caching."""
+        planner's H100-class default, and no prefix caching. Not carried: the B200 Llama scripts'
+        cudagraph_mode FULL_DECODE_ONLY (prompt steps uncaptured; docs/cost-model.md, Serving:
+        calibration) and their VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB {"2":32,"4":32,"8":8}."""
         if self.benchmark != "inferencex":
             return {}
         if self.spec.startswith("llama-3.1-70b"):
