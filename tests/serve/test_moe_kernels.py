@@ -199,6 +199,21 @@ def test_more_tokens_never_run_faster(spec, cluster_name, tp, a, b):
         model, cluster, layout, high) * (1 + 1e-12)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["qwen3-235b-a22b-fp8", "gpt-oss-120b", "qwen3-30b-a3b", "mixtral-8x7b"]),
+       st.sampled_from(["1x8xH100", "1x8xH200", "1x8xB200", "1x8xL40S"]),
+       st.sampled_from([1, 2, 4]), st.integers(1, 16384))
+def test_more_tp_never_makes_a_gpus_experts_slower_nor_shrinks_their_pair_passes(spec, cluster_name, tp, tokens):
+    """Doubling TP halves each GPU's expert FFN columns: the GEMMs shrink (u(N) makes them
+    shrink by less), the weight read shrinks, the pair passes over the full-width rows stay."""
+    model, cluster = resolve_model(spec), resolve_cluster(cluster_name)
+    narrow, wide = Layout(tp=tp, pp=1, dp=1), Layout(tp=2 * tp, pp=1, dp=1)
+    assert moe_layer_gemm_seconds(model, cluster, wide, tokens) <= moe_layer_gemm_seconds(
+        model, cluster, narrow, tokens) * (1 + 1e-12)
+    assert routed_pair_pass_bytes(model, mlp_gemms(model, wide, tokens)) == routed_pair_pass_bytes(
+        model, mlp_gemms(model, narrow, tokens))
+
+
 def test_ep_foreign_pair_traffic_hand_worked():
     """Qwen3-30B-A3B (h 2048, F 768, E 128, e 8) at tp 1, dp 8, ep 8, 1,024 tokens per replica:
     the EP group's 8,192 tokens route 65,536 pairs, 7/8 of them (112 of 128 experts) to other
