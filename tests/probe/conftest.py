@@ -62,6 +62,15 @@ def run_probe_cli(*args: str, timeout: float = WAIT_S) -> subprocess.CompletedPr
     )
 
 
+def default_stop_signals() -> None:
+    """In the child, before exec: SIGINT, SIGTERM and SIGHUP at their default disposition.
+    `plan probe` leaves a stop signal its parent ignored ignored (nohup, a background job),
+    so a test suite run under nohup would otherwise hand it an ignored SIGHUP and the stop
+    tests would test nohup, not the probe."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def probe_process(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         probe_argv(*args),
@@ -69,6 +78,7 @@ def probe_process(*args: str, env: dict | None = None) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_stop_signals,  # noqa: PLW1509 - only resets signal dispositions
     )
 
 
