@@ -105,7 +105,7 @@ def test_above_the_limit_vllms_unfused_all_reduce_takes_over():
 @pytest.mark.parametrize(("cluster_name", "layout", "source"), [
     ("2x4xH100", Layout(8, 1, 1), "model"),             # the TP group spans two nodes: no peer memory
     ("1x8xA100-SXM4-80GB", Layout(8, 1, 1), "engine"),  # Ampere: vLLM does not fuse; its own all-reduce, measured
-    ("1x8xA100-SXM4-40GB", Layout(8, 1, 1), "model"),   # not measured
+    ("1x8xA100-SXM4-40GB", Layout(8, 1, 1), "engine"),  # the 80 GB part's curves: same fabric
     ("1x8xH100", Layout(1, 8, 1), None),                # no TP
 ])
 def test_where_vllm_does_not_fuse_nothing_is_fused(cluster_name, layout, source):
@@ -120,7 +120,8 @@ def test_where_vllm_does_not_fuse_nothing_is_fused(cluster_name, layout, source)
 UNFUSED_GPUS = {**{key: (name, sorted(VLLM_0_33_MAX_MIB[name])) for key, name in CATALOG_GPUS.items()},
                 "a100_sxm": ("A100-SXM4-80GB", [2, 4, 8])}
 """The GPUs with a measured unfused curve and its group sizes: those with fused curves (vLLM
-0.24.0) and A100 (vLLM 0.14.0, which it runs at every size: no fusion before Hopper)."""
+0.24.0) and A100 (vLLM 0.14.0, which it runs at every size: no fusion before Hopper; the 40 GB
+part shares these curves, test_a100_40gb_shares_the_80gb_curves)."""
 
 
 def test_the_unfused_catalog_curves_are_the_measurements():
@@ -131,6 +132,12 @@ def test_the_unfused_catalog_curves_are_the_measurements():
         gpu = resolve_gpu(name)
         assert sorted(c.num_ranks for c in gpu.serving_allreduce_unfused) == ranks
         assert_curves_are_the_fixture(gpu.serving_allreduce_unfused, UNFUSED_FIXTURE, key)
+
+
+def test_a100_40gb_shares_the_80gb_curves():
+    """Same NVLink 3 / NVSwitch fabric and vLLM kernels: the 40 GB part's curves are the
+    measured 80 GB part's."""
+    assert resolve_gpu("A100-40GB").serving_allreduce_unfused == resolve_gpu("A100-80GB").serving_allreduce_unfused
 
 
 def test_a100_decode_all_reduce_is_vllms_measured_one():

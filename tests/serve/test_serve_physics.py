@@ -25,7 +25,7 @@ from planner.cost.serving_time import (
 )
 from planner.layout import Layout, place
 from planner.requests import ServeRequest
-from planner.serve import ServeEstimate
+from planner.serve import ServeEstimate, estimate
 
 # ---------------------------------------------------------------- stage split (vLLM get_pp_indices)
 
@@ -134,6 +134,13 @@ def test_kv_cache_tokens_are_whole_16_token_blocks(model, cluster):
 # ---------------------------------------------------------------- TP all-reduce at decode
 
 
+def ring_only(cluster_spec):
+    """The cluster without vLLM's measured all-reduce curves (A100 has them): NCCL's ring
+    model prices every TP all-reduce, the subject of these tests."""
+    gpu = cluster_spec.gpu.model_copy(update={"serving_allreduce": [], "serving_allreduce_unfused": []})
+    return cluster_spec.model_copy(update={"gpu": gpu})
+
+
 def _allreduce(cluster_spec, tp: int, pp: int, message_bytes: float) -> tuple[float, str | None]:
     layout = Layout(tp, pp, cluster_spec.num_gpus // (tp * pp))
     placement = place(cluster_spec, layout)
@@ -147,13 +154,13 @@ def test_allreduce_one_rank_is_zero(cluster):
 
 
 def test_allreduce_inside_a_node_by_hand(cluster):
-    """2x8xA100-40GB, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us; no measured vLLM
-    all-reduce, so NCCL's ring model), decode batch 256 of
+    """2x8xA100, tp=8 (one node, NVLink 300 GB/s per GPU, alpha 1 us; NCCL's ring model,
+    ring_only), decode batch 256 of
     llama-3.1-70b: S = 256 * 8192 * 2 B = 4,194,304 B. The datasheet link runs at NCCL's
     measured busbw fraction 0.77: beta = 231 GB/s. One ring all-reduce:
     2(n-1)*alpha + 2(n-1)/n * S/beta = 14 us + 1.75 * 4,194,304 / 231e9 = 14 + 31.78 us
     = 45.78 us; two per layer (after attention and after the MLP) = 91.55 us."""
-    seconds, link = _allreduce(cluster("2x8xA100-40GB"), 8, 1, 256 * 8192 * 2)
+    seconds, link = _allreduce(ring_only(cluster("2x8xA100")), 8, 1, 256 * 8192 * 2)
     assert link == "nvlink"
     assert seconds == pytest.approx(2 * (14e-6 + 1.75 * 4_194_304 / 231e9), rel=1e-12)
     assert seconds == pytest.approx(91.55e-6, rel=1e-3)
@@ -172,11 +179,12 @@ def test_allreduce_crossing_nodes_is_slower_by_hand(cluster):
     assert across > 10 * inside
 
 
-def test_decode_allreduce_message_is_batch_times_hidden_times_two(serve_one):
+def test_decode_allreduce_message_is_batch_times_hidden_times_two(model, cluster):
     """The planner's decode message: one in-flight batch * h * 2 B. llama-3.1-70b on
-    2x8xA100-40GB, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B; NVLink at 0.77
-    busbw (the ring model: no measured vLLM all-reduce on the 40 GB part)."""
-    result = serve_one("llama-3.1-70b", "2x8xA100-40GB", (8, 1, 2), batch=64, max_model_len=8192)
+    2x8xA100, tp=8 pp=1 dp=2, --batch 64: 64 * 8192 * 2 = 1,048,576 B; NVLink at 0.77 busbw
+    (NCCL's ring model, ring_only)."""
+    result = estimate(model("llama-3.1-70b"), ring_only(cluster("2x8xA100")), Layout(8, 1, 2),
+                      ServeRequest(batch=64, max_model_len=8192))
     assert isinstance(result, ServeEstimate)
     assert result.allreduce_message_bytes == 1_048_576
     assert result.tp_allreduce_seconds_per_layer == pytest.approx(
