@@ -10,6 +10,7 @@ sources: docs/cost-model.md (Serving: one engine step; Serving: pipeline).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner import units
@@ -424,8 +425,8 @@ class MoeKernelRates:
     """"measured" (the catalog's kernel) or "model" (the dense GEMMs' rates)."""
     pair_passes: float = 0.0
     """Hidden-width passes over each routed pair's row outside the GEMMs (MoeKernel.pair_passes)."""
-    pair_bytes_per_s: float = 1.0
-    """The rate of those passes: the GPU's elementwise HBM rate."""
+    pair_bytes_per_s: float = math.inf
+    """The rate of those passes: the GPU's elementwise HBM rate (inf: no passes priced)."""
 
 
 MOE_WEIGHT_FORMATS = ("bf16", "fp8", "mxfp4", "nvfp4")
