@@ -3,12 +3,13 @@ serving_moe_kernels) against vLLM 0.24.0's measured MoE ops (bench/moe_kernel_ca
 data tests/fixtures/aiconfigurator_silicon/vllm_moe_kernels.csv, written by
 tools/extract_aic_moe_kernels.py from aiconfigurator-core 0.12.0).
 
-Per GPU and expert weight format the catalog holds four fitted constants: the op's floor, the
-share of HBM bandwidth it streams touched experts at, its asymptotic matmul rate and the rows
-per expert at half that rate. Before (the dense GEMMs' rates: no floor, 0.76 of HBM, the dense
-rate and half-rate 128) the median |error| per family was 8-64% (H100, H200, B200, GB200,
-L40S), prefill-sized points -68% to +80%; fitted, 4-8% median, every family's decode points
-within 1.4% signed.
+Per GPU and expert weight format the catalog holds five fitted constants: the op's floor, the
+share of HBM bandwidth it streams touched experts at, its asymptotic matmul rate, the rows per
+expert at half that rate and its hidden-width passes per routed pair (which TP does not split).
+Before (the dense GEMMs' rates: no floor, 0.76 of HBM, the dense rate and half-rate 128) the
+median |error| per family was 7-64% (H100, H200, B200, GB200, L40S), prefill-sized points -68%
+to +80%; fitted, 4-8% median (Marlin and the EP kernels 10-14%), every family's decode points
+within 2.4% signed (Marlin on H100 3.8%), the prefill points within 10% signed at tp 8.
 """
 
 from __future__ import annotations
