@@ -234,9 +234,9 @@ SLA_LIMITS = (("--max-ttft-ms", "max_ttft_seconds", "ttft_seconds", "TTFT"),
 def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
     """For each SLA limit no layout can meet even alone: the least it can be on these GPUs,
     the best layout's value at concurrency 1 (every layout re-planned without the limits at
-    --batch 1), rounded up to 0.1 ms, and that layout. Empty without limits, where no layout
-    fits memory anyway, or where each limit alone is reachable (then only their combination
-    is not)."""
+    --batch 1), rounded up to 0.1 ms, and that layout. Where each limit alone is reachable
+    but not all at once: the layout closest to meeting them all (the least worst ratio of value
+    to limit) and its values. Empty without limits or where no layout fits memory anyway."""
     set_limits = [(flag, getattr(request, limit), value, name) for flag, limit, value, name in SLA_LIMITS
                   if getattr(request, limit) is not None]
     if not set_limits:
@@ -256,6 +256,15 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
             least_ms = math.ceil(round(seconds_to_ms(reach) * 10, 6)) / 10
             out.append(f"{flag} {least_ms:g} or more: the lowest {name} any layout reaches here, "
                        f"{best.layout} at concurrency 1")
+    if not out and len(set_limits) > 1 and layouts:
+        closest = min(layouts, key=lambda found: max(getattr(found, field) / limit
+                                                     for _, limit, field, _ in set_limits))
+        if max(getattr(closest, field) / limit for _, limit, field, _ in set_limits) > 1:
+            flags = " and ".join(flag for flag, _, _, _ in set_limits)
+            values = ", ".join(f"{name} {seconds_to_ms(getattr(closest, field)):.1f} ms"
+                               for _, _, field, name in set_limits)
+            out.append(f"{flags} together: each alone is reachable, not all at once; the closest, "
+                       f"{closest.layout}, reaches {values} at concurrency 1")
     return out
 
 

@@ -72,6 +72,26 @@ def test_an_sla_no_layout_meets_names_the_least_it_can_be_and_that_is_verified(s
     assert serve_plan("llama-3.1-70b", "1x8xH100", **{limit: (least_ms - 0.2) / 1e3}).recommended is None
 
 
+def test_limits_reachable_alone_but_not_together_name_the_closest_layout(monkeypatch):
+    """Two layouts at concurrency 1: A has TTFT 50 ms, TPOT 20 ms; B 150 ms, 8 ms. Limits
+    TTFT 100 ms, TPOT 10 ms: each is met by one layout, neither meets both. Worst ratios:
+    A max(0.5, 2.0) = 2.0, B max(1.5, 0.8) = 1.5, so B is the closest."""
+    from types import SimpleNamespace
+
+    from planner import serve_search
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import Layout
+    from planner.requests import ServeRequest
+
+    a = SimpleNamespace(layout=Layout(8, 1, 1), ttft_seconds=0.050, tpot_seconds=0.020, request_latency_seconds=1.0)
+    b = SimpleNamespace(layout=Layout(4, 2, 1), ttft_seconds=0.150, tpot_seconds=0.008, request_latency_seconds=1.0)
+    monkeypatch.setattr(serve_search, "evaluate", lambda *args: SimpleNamespace(layouts=(a, b)))
+    request = ServeRequest(max_ttft_seconds=0.100, max_tpot_seconds=0.010)
+    lines = serve_search.sla_reach(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"), request)
+    assert lines == ["--max-ttft-ms and --max-tpot-ms together: each alone is reachable, not all at once; "
+                     "the closest, tp=4 pp=2 dp=1, reaches TTFT 150.0 ms, TPOT 8.0 ms at concurrency 1"]
+
+
 def test_no_sla_line_without_limits(serve_plan):
     """Without limits there is nothing to loosen: a 70B bf16 model on one GPU gets memory
     suggestions only."""
