@@ -46,6 +46,7 @@ from planner.cost.serving_time import (
     round_time,
     serving_bubble_fraction,
     serving_collectives,
+    step_constants,
     tp_allreduce_seconds_per_layer,
     with_moe_backend,
 )
@@ -224,11 +225,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request)
+    constants = step_constants(model, cluster, layout)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
         return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk,
-                                                   expert_imbalance(request))
+                                                   expert_imbalance(request), constants)
 
     def steady_at(concurrency: int) -> SteadyState:
         timed = rounds(concurrency)
@@ -401,6 +403,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
 
     priced: dict[tuple[float, ...], float] = {}
+    constants = step_constants(model, cluster, layout)
 
     def step_seconds(load: StepLoad) -> float:
         context = context_bucket_tokens(load.decode_context_tokens)
@@ -412,7 +415,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
                                 load.prompts_completing, experts)
             priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
-                                     imbalance=expert_imbalance(request)).seconds
+                                     imbalance=expert_imbalance(request), constants=constants).seconds
         return priced[key]
 
     ranks = lockstep_ranks(model, layout)

@@ -513,12 +513,13 @@ def moe_layer_gemm_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layou
 
 
 def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, num_tokens: float,
-                          imbalance: float = 1.0, touched_experts: float | None = None) -> tuple[float, bool]:
+                          imbalance: float = 1.0, touched_experts: float | None = None,
+                          kernel: MoeKernelRates | None = None) -> tuple[float, bool]:
     """moe_layer_gemm_seconds and whether the weight read bounds it (with EP, plus
-    ep_foreign_pair_seconds)."""
+    ep_foreign_pair_seconds); `kernel` the moe_kernel already looked up, if any."""
     m = max(1, round(num_tokens))
     gemms = mlp_gemms(model, layout, m, touched_experts)
-    seconds, weight_bound = moe_kernel_seconds(moe_kernel(model, cluster, layout.ep),
+    seconds, weight_bound = moe_kernel_seconds(kernel or moe_kernel(model, cluster, layout.ep),
                                                routed_expert_bytes_read(model, layout, m, touched_experts),
                                                gemms, expert_load_factor(layout, imbalance),
                                                routed_pair_pass_bytes(model, gemms))
@@ -611,9 +612,28 @@ def mlp_width_per_token(model: ModelSpec) -> float:
             + model.num_shared_experts * shared_expert_size(model))
 
 
+@dataclass(frozen=True)
+class StepConstants:
+    """What stage_step_time reads that depends on the model, the cluster and the layout only:
+    looked up once per estimate (step_constants) rather than on every step it prices."""
+
+    active_params_per_layer: float
+    matmul_flops_per_s: float
+    """achievable_flops_per_s"""
+    moe_kernel: MoeKernelRates | None
+    """moe_kernel at the layout's EP degree; None for a dense model."""
+
+
+def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> StepConstants:
+    """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
+    return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
+                         moe_kernel(model, cluster, layout.ep) if model.is_moe else None)
+
+
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                     stage: StageMemory, load: StepLoad,
-                    imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> StepTime:
+                    imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
+                    constants: StepConstants | None = None) -> StepTime:
     """One stage, one step of `load`:
     linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate);
                    for MoE the routed experts apart, one fused-MoE op per MoE layer at the
@@ -628,19 +648,22 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    combine reduce-scatter (ep_exchange_seconds_per_moe_layer), and the
                    busiest GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
-    positions that emit a token). docs/cost-model.md (Serving: one engine step)."""
+    positions that emit a token). `constants`: step_constants, when the caller has them.
+    docs/cost-model.md (Serving: one engine step)."""
+    constants = constants or step_constants(model, cluster, layout)
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
     expert_tokens = max(load.moe_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
     moe_layers = moe_layers_of(model, stage.num_layers)
-    moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance)
+    moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance,
+                                                           kernel=constants.moe_kernel)
                                      if moe_layers else (0.0, False))
     weight_seconds = non_expert_weight_bytes_read(model, stage, layout) / hbm
-    layer_flops = 2 * stage.num_layers * active_params_per_layer(model) * tokens - routed_expert_flops(
+    layer_flops = 2 * stage.num_layers * constants.active_params_per_layer * tokens - routed_expert_flops(
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
-    rate = achievable_flops_per_s(model, cluster)
+    rate = constants.matmul_flops_per_s
     m_half = eff.gemm_row_half(rate, linear_bytes_per_weight(model), hbm)
     head_m_half = eff.gemm_row_half(rate, lm_head_bytes_per_weight(model), hbm)
     compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens, m_half)
@@ -667,7 +690,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
     # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
     moe_factor = eff.moe_layer_overhead_factor(
-        bool(moe_layers) and model.num_shared_experts == 0 and moe_kernel(model, cluster, layout.ep).floor_seconds > 0)
+        bool(moe_layers) and model.num_shared_experts == 0 and constants.moe_kernel is not None
+        and constants.moe_kernel.floor_seconds > 0)
     overhead = (stage.num_layers * sublayers + moe_layers * (moe_factor - 1)) * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
@@ -793,23 +817,26 @@ class RoundTime:
 
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                      stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad,
-                     imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> tuple[StepTime, ...]:
+                     imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
+                     constants: StepConstants | None = None) -> tuple[StepTime, ...]:
     """stage_step_time of every stage; stages alike (same memory and layers, neither first
     nor last) are priced once: with p stages most of them are the same middle stage."""
     last = layout.pp - 1
+    constants = constants or step_constants(model, cluster, layout)
     alike: dict[tuple, StepTime] = {}
     out = []
     for s in stages:
         key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last)
         if key not in alike:
-            alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance)
+            alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance, constants)
         out.append(alike[key])
     return tuple(out)
 
 
 def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
-               chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE) -> RoundTime:
+               chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
+               constants: StepConstants | None = None) -> RoundTime:
     """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
     step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
     (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.
@@ -818,9 +845,11 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
       to the scheduler before its next step), the chunk-carrying one's path when there is one,
     - the busiest stage working all k micro-batches,
     - the engine scheduling k steps (one scheduler, serial).
-    With p = 1 that is engine step + the stage. docs/cost-model.md (Serving: pipeline)."""
+    With p = 1 that is engine step + the stage. `constants`: step_constants, when the caller
+    has them. docs/cost-model.md (Serving: pipeline)."""
+    constants = constants or step_constants(model, cluster, layout)
     per_batch = load.scaled(1 / in_flight)
-    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance)
+    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance, constants)
     slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
     hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
     engine = engine_step_seconds(per_batch)
@@ -829,7 +858,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     engines = in_flight * engine
     if chunk is not None:
         carrier = per_batch.plus(chunk)
-        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance)
+        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance, constants)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
