@@ -237,8 +237,8 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     --batch 1), rounded up to 0.1 ms, and that layout. Where each limit alone is reachable
     but not all at once: the layout closest to meeting them all (the least worst ratio of value
     to limit) and its values. Empty without limits or where no layout fits memory anyway."""
-    set_limits = [(flag, getattr(request, limit), value, name) for flag, limit, value, name in SLA_LIMITS
-                  if getattr(request, limit) is not None]
+    set_limits = [(flag, getattr(request, request_field), estimate_field, name)
+                  for flag, request_field, estimate_field, name in SLA_LIMITS if getattr(request, request_field) is not None]
     if not set_limits:
         return []
     free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None, batch=1)
@@ -246,26 +246,29 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
         layouts = evaluate(model, cluster, free).layouts
     except SpecError:
         return []
+    if not layouts:
+        return []
     out = []
-    for flag, limit, field, name in set_limits:
-        if not layouts:
-            break
+    for flag, limit_seconds, field, name in set_limits:
         best = min(layouts, key=lambda found: getattr(found, field))
-        reach = getattr(best, field)
-        if reach > limit:
-            least_ms = math.ceil(round(seconds_to_ms(reach) * 10, 6)) / 10
+        reach_seconds = getattr(best, field)
+        if reach_seconds > limit_seconds:
+            least_ms = math.ceil(round(seconds_to_ms(reach_seconds) * 10, 6)) / 10
             out.append(f"{flag} {least_ms:g} or more: the lowest {name} any layout reaches here, "
                        f"{best.layout} at concurrency 1")
-    if not out and len(set_limits) > 1 and layouts:
-        closest = min(layouts, key=lambda found: max(getattr(found, field) / limit
-                                                     for _, limit, field, _ in set_limits))
-        if max(getattr(closest, field) / limit for _, limit, field, _ in set_limits) > 1:
-            flags = " and ".join(flag for flag, _, _, _ in set_limits)
-            values = ", ".join(f"{name} {seconds_to_ms(getattr(closest, field)):.1f} ms"
-                               for _, _, field, name in set_limits)
-            out.append(f"{flags} together: each alone is reachable, not all at once; the closest, "
-                       f"{closest.layout}, reaches {values} at concurrency 1")
-    return out
+    if out or len(set_limits) == 1:
+        return out
+
+    def worst_ratio(found: ServeEstimate) -> float:
+        return max(getattr(found, field) / limit_seconds for _, limit_seconds, field, _ in set_limits)
+
+    closest = min(layouts, key=worst_ratio)
+    if worst_ratio(closest) <= 1:
+        return []
+    flags = " and ".join(flag for flag, _, _, _ in set_limits)
+    values = ", ".join(f"{name} {seconds_to_ms(getattr(closest, field)):.1f} ms" for _, _, field, name in set_limits)
+    return [f"{flags} together: each alone is reachable, not all at once; the closest, "
+            f"{closest.layout}, reaches {values} at concurrency 1"]
 
 
 def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[int, Layout] | None:

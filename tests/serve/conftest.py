@@ -15,6 +15,13 @@ from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
 
+def ring_only(cluster_spec: ClusterSpec) -> ClusterSpec:
+    """The cluster without vLLM's measured all-reduce curves (fused and unfused): NCCL's ring
+    model prices every TP all-reduce (the physics tests' subject; gpt-fast's own stack)."""
+    gpu = cluster_spec.gpu.model_copy(update={"serving_allreduce": [], "serving_allreduce_unfused": []})
+    return cluster_spec.model_copy(update={"gpu": gpu})
+
+
 @pytest.fixture(scope="session")
 def model() -> Callable[..., ModelSpec]:
     """model("llama-3.1-70b", quantization="fp8") -> the shipped spec, optionally changed."""

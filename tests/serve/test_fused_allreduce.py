@@ -35,6 +35,12 @@ VLLM_0_33_MAX_MIB = {"H100-SXM5-80GB": {2: 64, 4: 2, 8: 0.5}, "H200-SXM-141GB": 
 tray's 2 and 4 GPUs only."""
 
 
+def tp8_in_one_node(cluster):
+    """tp 8 over the cluster's first 8 GPUs (one node) and its placement."""
+    layout = Layout(8, 1, 1)
+    return layout, place(cluster, layout)
+
+
 def test_the_catalog_curves_are_the_measurements():
     """Every other measured size (x4 steps, 256 B to 256 MiB: AIConfigurator's 128 to 128 Mi
     bf16 elements) at 3 significant digits, and vLLM 0.33.0's fusion limits."""
@@ -71,8 +77,7 @@ def test_a_decode_all_reduce_hand_worked():
     point, 1,048,576 B (26.0 us), the time is sqrt(10.2 * 26.0) = 16.28 us. NCCL's ring model
     would take 2*7*1 us + 2*(7/8)*262,144 B / (450 GB/s * 0.77) = 14 + 1.32 = 15.32 us each."""
     cluster = resolve_cluster("1x8xH100")
-    layout = Layout(8, 1, 1)
-    placement = place(cluster, layout)
+    layout, placement = tp8_in_one_node(cluster)
     seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)
     assert source == "fused"
     assert seconds == pytest.approx(2 * 10.2e-6, rel=0.005)
@@ -147,8 +152,7 @@ def test_a100_decode_all_reduce_is_vllms_measured_one():
     15.99 us. At one sequence (16,384 B) 6.54 us against the ring's 14.1 us: vLLM's one-shot
     kernel, not 14 ring steps. No fused curve on A100."""
     cluster = resolve_cluster("1x8xA100")
-    layout = Layout(8, 1, 1)
-    placement = place(cluster, layout)
+    layout, placement = tp8_in_one_node(cluster)
     seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)
     assert source == "engine"
     assert seconds == pytest.approx(2 * 17.1e-6, rel=0.005)
@@ -171,8 +175,7 @@ def test_a_probe_curve_prices_what_vllm_does_not_fuse(tmp_path):
         "measured:\n  allreduce_curves:\n"
         "  - {link: intra_node, num_ranks: 8, sizes_bytes: [1048576, 4194304], median_seconds: [4.0e-5, 4.0e-5]}\n")
     cluster = load_cluster(tmp_path / "p.yaml")
-    layout = Layout(8, 1, 1)
-    placement = place(cluster, layout)
+    layout, placement = tp8_in_one_node(cluster)
     seconds, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, 2 * 1048576)
     assert source == "measured" and seconds == pytest.approx(80e-6)
     assert tp_allreduce_seconds_per_layer(cluster, layout, placement, 262_144)[1] == "fused"

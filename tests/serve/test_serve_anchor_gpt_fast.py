@@ -25,6 +25,8 @@ from planner.requests import ServeRequest
 from planner.serve import ServeEstimate, estimate
 from planner.specs import ModelSpec
 
+from .conftest import ring_only
+
 LLAMA_2_7B = ModelSpec(  # meta-llama/Llama-2-7b-hf config.json
     name="llama-2-7b", num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
     intermediate_size=11008, vocab_size=32000, max_position_embeddings=4096, dtype="float16",
@@ -40,8 +42,7 @@ ROWS = [
 def test_batch1_decode_rate_within_10_percent(name, tp, measured_tokens_per_s):
     model = LLAMA_2_7B if name == "llama-2-7b" else resolve_model(name)
     request = ServeRequest(input_len=5, output_len=200, batch=1, max_model_len=4096)
-    a100 = resolve_cluster(f"1x{tp}xA100")
-    cluster = a100.model_copy(update={"gpu": a100.gpu.model_copy(update={"serving_allreduce_unfused": []})})
+    cluster = ring_only(resolve_cluster(f"1x{tp}xA100"))
     result = estimate(model, cluster, Layout(tp, 1, 1), request)
     assert isinstance(result, ServeEstimate)
     # one sequence at the mean context 5 + 200/2 = 105 tokens

@@ -27,6 +27,8 @@ from planner.layout import Layout, place
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate, estimate
 
+from .conftest import ring_only
+
 # ---------------------------------------------------------------- stage split (vLLM get_pp_indices)
 
 
@@ -132,13 +134,6 @@ def test_kv_cache_tokens_are_whole_16_token_blocks(model, cluster):
 
 
 # ---------------------------------------------------------------- TP all-reduce at decode
-
-
-def ring_only(cluster_spec):
-    """The cluster without vLLM's measured all-reduce curves (A100 has them): NCCL's ring
-    model prices every TP all-reduce, the subject of these tests."""
-    gpu = cluster_spec.gpu.model_copy(update={"serving_allreduce": [], "serving_allreduce_unfused": []})
-    return cluster_spec.model_copy(update={"gpu": gpu})
 
 
 def _allreduce(cluster_spec, tp: int, pp: int, message_bytes: float) -> tuple[float, str | None]:
