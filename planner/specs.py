@@ -394,6 +394,17 @@ class AchievableTflops(_Spec):
     fp4: Quantity(MAX_TFLOPS) | None = None
 
 
+class DecodeHbmUtilization(_Spec):
+    """Share of datasheet HBM bandwidth the serving engine's linear kernels stream their weights
+    at in a decode step, by matmul precision (the kernels differ by weight format). None = not
+    measured (cost/efficiency.py DECODE_HBM_UTILIZATION)."""
+
+    bf16: Quantity(1.0) | None = None
+    fp16: Quantity(1.0) | None = None
+    fp8: Quantity(1.0) | None = None
+    fp4: Quantity(1.0) | None = None
+
+
 class IntraNodeLink(_Spec):
     """GPU-to-GPU fabric inside a node, per GPU, one direction."""
 
@@ -565,6 +576,10 @@ class GPU(_Spec):
     """The serving engine's own linear kernels (vLLM), measured at prefill shapes: the rate the
     serving step's GEMMs run at where given, else achievable_matmul_tflops (training's
     best-kernel figure). docs/cost-model.md (Serving: one engine step)."""
+    serving_decode_hbm_utilization: DecodeHbmUtilization = Field(default_factory=DecodeHbmUtilization)
+    """The serving engine's (vLLM) decode weight stream by matmul precision, where measured:
+    fitted from how TPOT falls with TP (bench/decode_bandwidth_calibration.py). docs/cost-model.md
+    (Serving: one engine step)."""
     compute_capability: Quantity(MAX_COMPUTE_CAPABILITY) | None = None
     """NVIDIA's compute capability (major.minor: 8.0 Ampere, 8.9 Ada, 9.0 Hopper, 10.0
     Blackwell); None when not NVIDIA or not given. Gates what needs an architecture, e.g.
@@ -625,6 +640,10 @@ class GPU(_Spec):
         """The serving engine's measured GEMM rate, else the achievable one (None: neither)."""
         tflops = getattr(self.serving_matmul_tflops, precision, None)
         return self.achievable_flops_per_s(precision) if tflops is None else units.tflops_to_flops_per_s(tflops)
+
+    def decode_hbm_utilization(self, precision: str) -> float | None:
+        """The measured decode weight-stream share for this matmul precision, or None."""
+        return getattr(self.serving_decode_hbm_utilization, precision, None)
 
     def fused_allreduce(self, num_ranks: int, message_bytes: float) -> FusedAllreduceCurve | None:
         """The measured curve that prices this message, None where vLLM would not fuse it (a

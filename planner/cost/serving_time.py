@@ -44,7 +44,7 @@ from planner.cost.params import (
     shared_expert_size,
     sublayers_per_layer,
 )
-from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu
+from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu, lm_head_bytes_per_gpu
 from planner.errors import SpecError
 from planner.layout import Layout, Placement
 from planner.specs import (
@@ -158,6 +158,28 @@ def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: L
         return read
     local, expert_bytes = local_expert_bytes(model, layout)
     return read - moe_layers_of(model, stage.num_layers) * local * expert_bytes
+
+
+def head_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout) -> float:
+    """Of non_expert_weight_bytes_read, the LM head's (the last stage's; the embedding table
+    when it is the head: tied and p = 1), which vLLM runs as its own 16-bit GEMM whatever the
+    layers' weight format."""
+    if stage.stage != layout.pp - 1:
+        return 0.0
+    tied_head = embedding_bytes_per_gpu(model, layout.tp) if model.tie_word_embeddings and layout.pp == 1 else 0.0
+    return lm_head_bytes_per_gpu(model, layout.tp, layout.pp) + tied_head
+
+
+def weight_read_seconds(model: ModelSpec, cluster: ClusterSpec, stage: StageMemory, layout: Layout,
+                        linear_hbm_utilization: float) -> float:
+    """The step's read of the stage's non-expert weights: the LM head at
+    DECODE_HBM_UTILIZATION of the GPU's HBM bandwidth, the layers' linear weights at the share
+    their format's kernels stream at (linear_hbm_utilization: the catalog's
+    serving_decode_hbm_utilization where measured, else the same constant)."""
+    hbm = cluster.gpu.hbm_bytes_per_s
+    head = head_weight_bytes_read(model, stage, layout)
+    layers = non_expert_weight_bytes_read(model, stage, layout) - head
+    return head / (hbm * eff.DECODE_HBM_UTILIZATION) + layers / (hbm * linear_hbm_utilization)
 
 
 def local_expert_bytes(model: ModelSpec, layout: Layout) -> tuple[int, float]:
@@ -622,12 +644,23 @@ class StepConstants:
     """achievable_flops_per_s"""
     moe_kernel: MoeKernelRates | None
     """moe_kernel at the layout's EP degree; None for a dense model."""
+    linear_hbm_utilization: float = eff.DECODE_HBM_UTILIZATION
+    """linear_hbm_utilization"""
+
+
+def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
+    """The share of HBM bandwidth the layers' linear kernels stream their weights at: the GPU's
+    measured value for the step's matmul precision (serving_decode_hbm_utilization), else
+    DECODE_HBM_UTILIZATION."""
+    measured = cluster.gpu.decode_hbm_utilization(matmul_precision(model, cluster))
+    return eff.DECODE_HBM_UTILIZATION if measured is None else measured
 
 
 def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> StepConstants:
     """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
-                         moe_kernel(model, cluster, layout.ep) if model.is_moe else None)
+                         moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
+                         linear_hbm_utilization(model, cluster))
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -659,7 +692,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance,
                                                            kernel=constants.moe_kernel)
                                      if moe_layers else (0.0, False))
-    weight_seconds = non_expert_weight_bytes_read(model, stage, layout) / hbm
+    weight_seconds = weight_read_seconds(model, cluster, stage, layout, constants.linear_hbm_utilization)
     layer_flops = 2 * stage.num_layers * constants.active_params_per_layer * tokens - routed_expert_flops(
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
