@@ -105,6 +105,19 @@ class Run:
         return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8", "moe_backend": "flashinfer_mxfp8"}
 
     @property
+    def engine_fuses_allreduce(self) -> bool:
+        """Whether the server fused the TP all-reduce with the next RMSNorm, as current vLLM does
+        by default on Hopper and Blackwell (the catalog's serving_allreduce). InferenceX ran its
+        Llama-3.1-70B rows under vLLM 0.10.2 (.github/workflows/70b-tmpl.yml at commit 24ea7def4,
+        image vllm/vllm-openai:v0.10.2), whose PassConfig.enable_fi_allreduce_fusion defaults to
+        False (vllm/config/compilation.py); the B200 scripts turn it on (70b_fp8_b200_docker.sh,
+        70b_fp4_b200_docker.sh: "enable_fi_allreduce_fusion": true), the Hopper ones do not
+        (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh). Those Hopper rows run vLLM's unfused
+        all-reduce (serving_allreduce_unfused)."""
+        return not (self.benchmark == "inferencex" and self.spec.startswith("llama-3.1-70b")
+                    and self.gpu.startswith("H"))
+
+    @property
     def script_max_model_len(self) -> int:
         """InferenceX's CALCULATED_MAX_MODEL_LEN for this row's lengths."""
         if (self.input_len, self.output_len) == (1024, 1024):
@@ -158,6 +171,8 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
     model = resolve_model(run.spec)
     num_gpus = run.tp * run.pp
     cluster = cluster_from_shorthand(1, num_gpus, run.gpu, f"1x{num_gpus}x{run.gpu}")
+    if not run.engine_fuses_allreduce:
+        cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"serving_allreduce": []})})
     simulate = as_benchmarked and run.benchmark == "inferencex"
     burst = {}
     if simulate:

@@ -50,12 +50,14 @@ the probe has not measured the link (serving and training alike)."""
 # ---------------------------------------------------------------- serving (vLLM)
 
 DECODE_HBM_UTILIZATION = 0.76
-"""Share of datasheet HBM bandwidth a decode step's weight and KV reads achieve."""
-DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER = units.us_to_seconds(38)
-"""Fixed cost per layer per decode step (kernel launches, synchronisation, small kernels),
-independent of the bytes read: it is why per-GPU bandwidth utilisation falls as TP grows
-(gpt-fast README, "Tensor Parallelism": per-GPU bandwidth falls from 1397 to 704 GB/s
-from TP 1 to 8).
+"""Share of datasheet HBM bandwidth a decode step's weight and KV reads achieve (the linear
+layers' weights at the GPU's measured serving_decode_hbm_utilization where the catalog has it)."""
+GPT_FAST_SECONDS_PER_LAYER = units.us_to_seconds(38)
+"""gpt-fast's fixed cost per layer per decode step (kernel launches, synchronisation, small
+kernels), independent of the bytes read: it is why per-GPU bandwidth utilisation falls as TP
+grows (gpt-fast README, "Tensor Parallelism": per-GPU bandwidth falls from 1397 to 704 GB/s
+from TP 1 to 8). The serving step prices vLLM's (ENGINE_STEP_SECONDS_PER_LAYER); this one
+prices gpt-fast's own stack in its anchor (tests/serve/test_serve_anchor_gpt_fast.py).
 
 Both constants come from one published series, not one row: gpt-fast's batch-1 decode on
 8x A100-80GB (README, Benchmarks / Tensor Parallelism: Llama-2-7B at TP 1/2/4/8 = 104.9,
@@ -67,8 +69,9 @@ costs are counted (about 64% on 4 A100)."""
 
 DECODE_LAYER_KERNELS = 10
 """Kernels in one decode step of a dense layer of gpt-fast's model.py (pytorch-labs/gpt-fast,
-TransformerBlock under torch.compile, whose batch-1 decode DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
-was fitted to): the attention norm, wqkv, rotary + KV-cache update, attention, wo, the
+TransformerBlock under torch.compile, whose batch-1 decode GPT_FAST_SECONDS_PER_LAYER
+was fitted to; an MoE layer's share of vLLM's ENGINE_STEP_SECONDS_PER_LAYER is counted in the
+same kernels): the attention norm, wqkv, rotary + KV-cache update, attention, wo, the
 residual add + FFN norm, w1, w3, silu * mul, w2 (the residual add fuses into the next norm)."""
 DENSE_MLP_KERNELS = 4
 """Of those, the dense MLP's: w1, w3, silu * mul and w2 (FeedForward.forward)."""
@@ -87,20 +90,32 @@ def moe_layer_overhead_factor(replaces_dense_mlp: bool) -> float:
     return (DECODE_LAYER_KERNELS - replaced + ROUTER_KERNELS) / DECODE_LAYER_KERNELS
 
 
-ENGINE_STEP_SECONDS = units.us_to_seconds(500)
-"""vLLM's fixed cost per scheduled step outside the model's kernels (scheduler, input
-preparation, sampler launch, output processing); gpt-fast, which the per-layer cost above
-comes from, has none of it.
-ENGINE_STEP_SECONDS and ENGINE_STEP_SECONDS_PER_SEQUENCE are fitted together, by grid over
-{0, 0.5, 1, 2} ms x {0, 5, 10, 20} us, on the TPOT of AIConfigurator's measured vLLM runs
-(aiconfigurator-core 0.12.0, systems/silicon_sample.csv; tests/fixtures/aiconfigurator_silicon/)
-of the dense models with output >= 512 tokens (Llama-3.1-70B fp8/nvfp4 on H100, H200, B200;
-Qwen3-32B bf16 on H100; 255 runs, concurrency 4-128): median |TPOT error| 5.8%. The fit is
-flat along fixed-vs-per-layer trades (1 ms with 30 us per layer scores 5.4%), so the per-layer
-cost keeps its gpt-fast value. bench/serving_calibration.py reproduces the scores."""
-ENGINE_STEP_SECONDS_PER_SEQUENCE = units.us_to_seconds(20)
-"""vLLM's cost per sequence in a step: per-request Python work in the scheduler, input
-preparation, the sampler and detokenization (the same fit as ENGINE_STEP_SECONDS)."""
+ENGINE_STEP_SECONDS_PER_LAYER = units.us_to_seconds(56)
+"""vLLM's fixed cost per layer per step (kernel floors and launch gaps of a full-CUDA-graph
+decode: the decode attention kernel's floor, rotary and the KV-cache write, the activation
+quantization, the GEMMs' own floors), independent of the bytes read. It is 18 us above
+gpt-fast's (GPT_FAST_SECONDS_PER_LAYER): AIConfigurator's vLLM 0.24.0 decode attention alone
+takes 9-12 us per call at any small batch (FA3 on H100/H200, FlashInfer's TRT-LLM kernel on
+B200), and every vLLM linear layer 4-6 us over its weight read.
+Fitted with ENGINE_STEP_SECONDS and ENGINE_STEP_SECONDS_PER_SEQUENCE, by a grid of 30 points
+over 38-59 us per layer x 0-1 ms per step x 5-20 us per sequence, on the TPOT of
+AIConfigurator's measured vLLM runs (aiconfigurator-core 0.12.0, systems/silicon_sample.csv;
+tests/fixtures/aiconfigurator_silicon/vllm_agg.csv) as benchmarked (bench/serving_calibration.py
+--as-benchmarked), after the linear layers' weight stream was measured per GPU
+(serving_decode_hbm_utilization): the 438 runs whose engine captured decode in full CUDA graphs
+(vLLM >= 0.11's default, and the B200 Llama scripts' FULL_DECODE_ONLY: gpt-oss-120b on H100,
+H200, B200; Llama-3.1-70B fp8 and NVFP4 on B200; Qwen3-32B on H100), median |TPOT error|
+5.2% (59 us: 5.5%, 53 us: 5.5%, 50 us: 6.2%). The Llama-3.1-70B runs on H100 and H200 ran
+vLLM 0.10.2's piecewise graphs (attention outside the graph) and are not in the fit; they land
+at -6% and +0% (docs/cost-model.md, Serving: calibration)."""
+ENGINE_STEP_SECONDS = 0.0
+"""vLLM's fixed cost per scheduled step on the GPU's timeline outside the model's kernels:
+fitted to zero (the same fit; 0.25 ms scores 6.5% at 56 us). Every run of the set used async
+scheduling (on by default in current vLLM), which overlaps the scheduler's and output
+processing's CPU work with the GPU's step."""
+ENGINE_STEP_SECONDS_PER_SEQUENCE = units.us_to_seconds(10)
+"""vLLM's cost per sequence in a step that async scheduling does not hide: per-request input
+preparation, the sampler and logits processing (the same fit; 5 us scores 5.3%, 20 us 5.7%)."""
 FIRST_TOKEN_SECONDS = units.ms_to_seconds(10)
 """Fixed client-visible cost of a request's first token outside the engine's steps:
 HTTP, tokenization, the API server to engine hand-off, detokenizing and streaming it."""

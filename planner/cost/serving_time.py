@@ -646,6 +646,8 @@ class StepConstants:
     """moe_kernel at the layout's EP degree; None for a dense model."""
     linear_hbm_utilization: float = eff.DECODE_HBM_UTILIZATION
     """linear_hbm_utilization"""
+    layer_seconds: float = eff.ENGINE_STEP_SECONDS_PER_LAYER
+    """The fixed cost per layer per step: vLLM's (another stack's in its anchor test)."""
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -660,7 +662,7 @@ def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> St
     """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
                          moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
-                         linear_hbm_utilization(model, cluster))
+                         linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER)
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -725,7 +727,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     moe_factor = eff.moe_layer_overhead_factor(
         bool(moe_layers) and model.num_shared_experts == 0 and constants.moe_kernel is not None
         and constants.moe_kernel.floor_seconds > 0)
-    overhead = (stage.num_layers * sublayers + moe_layers * (moe_factor - 1)) * eff.DECODE_STEP_OVERHEAD_SECONDS_PER_LAYER
+    overhead = (stage.num_layers * sublayers + moe_layers * (moe_factor - 1)) * constants.layer_seconds
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"
