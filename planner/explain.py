@@ -22,6 +22,7 @@ from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import kv_tokens_per_running_sequence, overhead_bytes
 from planner.cost.serving_time import (
     achievable_flops_per_s,
+    linear_hbm_utilization,
     matmul_precision,
     moe_kernel,
     moe_layers_of,
@@ -424,7 +425,9 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                     request: ServeRequest) -> sensitivity.KnobBase:
     peak = cluster.gpu.peak_flops_per_s(matmul_precision(model, cluster)) or cluster.gpu.peak_flops_per_s("bf16")
     fraction = eff.DEFAULT_MATMUL_FRACTION_OF_PEAK if peak is None else achievable_flops_per_s(model, cluster) / peak
-    return sensitivity.KnobBase(eff.DECODE_HBM_UTILIZATION, fraction,
+    # the share the layers' weights stream at (the step's largest read; the KV cache and the LM
+    # head read at DECODE_HBM_UTILIZATION): the knob scales the bandwidth under every read alike
+    return sensitivity.KnobBase(linear_hbm_utilization(model, cluster), fraction,
                                 overhead_bytes(layout), request.gpu_memory_utilization)
 
 
