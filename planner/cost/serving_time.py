@@ -160,24 +160,32 @@ def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: L
     return read - moe_layers_of(model, stage.num_layers) * local * expert_bytes
 
 
-def head_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout) -> float:
-    """Of non_expert_weight_bytes_read, the LM head's (the last stage's; the embedding table
-    when it is the head: tied and p = 1), which vLLM runs as its own 16-bit GEMM whatever the
-    layers' weight format."""
-    if stage.stage != layout.pp - 1:
-        return 0.0
+def lm_head_read_bytes(model: ModelSpec, layout: Layout) -> float:
+    """The LM head a last stage's step reads on one GPU (the embedding table when it is the
+    head: tied and p = 1), which vLLM runs as its own 16-bit GEMM whatever the layers' weight
+    format."""
     tied_head = embedding_bytes_per_gpu(model, layout.tp) if model.tie_word_embeddings and layout.pp == 1 else 0.0
     return lm_head_bytes_per_gpu(model, layout.tp, layout.pp) + tied_head
 
 
+def head_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout,
+                           head_bytes: float | None = None) -> float:
+    """Of non_expert_weight_bytes_read, the LM head's: lm_head_read_bytes on the last stage
+    (`head_bytes` when the caller has it), none on the others."""
+    if stage.stage != layout.pp - 1:
+        return 0.0
+    return lm_head_read_bytes(model, layout) if head_bytes is None else head_bytes
+
+
 def weight_read_seconds(model: ModelSpec, cluster: ClusterSpec, stage: StageMemory, layout: Layout,
-                        linear_hbm_utilization: float) -> float:
+                        linear_hbm_utilization: float, head_bytes: float | None = None) -> float:
     """The step's read of the stage's non-expert weights: the LM head at
     DECODE_HBM_UTILIZATION of the GPU's HBM bandwidth, the layers' linear weights at the share
     their format's kernels stream at (linear_hbm_utilization: the catalog's
-    serving_decode_hbm_utilization where measured, else the same constant)."""
+    serving_decode_hbm_utilization where measured, else the same constant). `head_bytes`:
+    lm_head_read_bytes, when the caller has it."""
     hbm = cluster.gpu.hbm_bytes_per_s
-    head = head_weight_bytes_read(model, stage, layout)
+    head = head_weight_bytes_read(model, stage, layout, head_bytes)
     layers = non_expert_weight_bytes_read(model, stage, layout) - head
     return head / (hbm * eff.DECODE_HBM_UTILIZATION) + layers / (hbm * linear_hbm_utilization)
 
@@ -648,6 +656,8 @@ class StepConstants:
     """linear_hbm_utilization"""
     layer_seconds: float = eff.ENGINE_STEP_SECONDS_PER_LAYER
     """The fixed cost per layer per step: vLLM's (another stack's in its anchor test)."""
+    head_bytes: float | None = None
+    """lm_head_read_bytes (None: looked up per step)."""
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -662,7 +672,8 @@ def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> St
     """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
                          moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
-                         linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER)
+                         linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER,
+                         lm_head_read_bytes(model, layout))
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -694,7 +705,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance,
                                                            kernel=constants.moe_kernel)
                                      if moe_layers else (0.0, False))
-    weight_seconds = weight_read_seconds(model, cluster, stage, layout, constants.linear_hbm_utilization)
+    weight_seconds = weight_read_seconds(model, cluster, stage, layout, constants.linear_hbm_utilization,
+                                         constants.head_bytes)
     layer_flops = 2 * stage.num_layers * constants.active_params_per_layer * tokens - routed_expert_flops(
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
