@@ -711,7 +711,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
         model, stage.num_layers, tokens)
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
     rate = constants.matmul_flops_per_s
-    m_half = eff.gemm_row_half(rate, linear_bytes_per_weight(model), hbm)
+    m_half = eff.gemm_row_half(rate, linear_bytes_per_weight(model),
+                               cluster.gpu.hbm_bytes_per_s * constants.linear_hbm_utilization)
     head_m_half = eff.gemm_row_half(rate, lm_head_bytes_per_weight(model), hbm)
     compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens, m_half)
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows, head_m_half)) / t / rate
