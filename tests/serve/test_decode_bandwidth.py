@@ -73,12 +73,12 @@ def test_a_tied_head_is_the_embedding_table():
 
 
 @pytest.mark.parametrize("spec,cluster_name,expected", [
-    # measured: Hopper's 16-bit and fp8 kernels (NVFP4 dequantizes to 16-bit GEMMs there)
+    # measured: Hopper's 16-bit and fp8 kernels (NVFP4 dequantizes to 16-bit GEMMs there), B200's fp8
     ("llama-3.1-70b-fp8", "1x8xH100", 0.90), ("llama-3.1-70b", "1x8xH200", 0.90),
     ("llama-3.1-70b-nvfp4", "1x8xH100", 0.90), ("llama-3.1-70b-fp8", "1x8xH800", 0.90),
-    # not in the catalog: B200 fp8 (measured 0.78 in the same runs as NVFP4, within the default),
-    # A100 (gpt-fast's own fit is the default), L40S
-    ("llama-3.1-70b-fp8", "1x8xB200", eff.DECODE_HBM_UTILIZATION), ("llama-3.1-70b", "1x8xA100", eff.DECODE_HBM_UTILIZATION),
+    ("llama-3.1-70b-fp8", "1x8xB200", 0.78),
+    # not in the catalog: B200's 16-bit kernels, A100 (gpt-fast's own fit is the default), L40S
+    ("llama-3.1-70b", "1x8xB200", eff.DECODE_HBM_UTILIZATION), ("llama-3.1-70b", "1x8xA100", eff.DECODE_HBM_UTILIZATION),
     ("llama-3.1-8b", "1x1xL40S", eff.DECODE_HBM_UTILIZATION),
 ])
 def test_measured_shares_and_the_default(spec, cluster_name, expected):
@@ -120,17 +120,13 @@ def bench(bench_module):
 
 def test_the_catalog_value_is_the_fit(bench):
     summary = {(row["gpu"], row["precision"]): row for row in bench.summarize(bench.series_fits(bench.load_rows()))}
-    nvfp4 = summary[("B200-SXM-180GB", "fp4")]
-    assert nvfp4["series"] == 4
-    assert nvfp4["catalog_utilization"] == pytest.approx(nvfp4["median_utilization"], abs=FIT_TOLERANCE)
-    # Hopper: every series between 0.8 and 1, the catalog's 0.90 within the fit's tolerance of
-    # each GPU's median
-    for gpu, precision in (("H100-SXM5-80GB", "fp8"), ("H100-SXM5-80GB", "bf16"), ("H200-SXM-141GB", "fp8")):
-        row = summary[(gpu, precision)]
-        assert 0.8 < row["min_utilization"] and row["max_utilization"] < 1.0
+    assert sorted(summary) == [("B200-SXM-180GB", "fp4"), ("B200-SXM-180GB", "fp8"), ("H100-SXM5-80GB", "bf16"),
+                               ("H100-SXM5-80GB", "fp8"), ("H200-SXM-141GB", "fp8")]
+    assert summary[("B200-SXM-180GB", "fp4")]["series"] == 4
+    for row in summary.values():
+        # every measured GPU and precision: the catalog holds the fit's median, rounded
         assert row["catalog_utilization"] == pytest.approx(row["median_utilization"], abs=FIT_TOLERANCE)
-    # the fp8 series of the same runs (same GPU, engine, flags and model) land on the default
-    fp8 = summary[("B200-SXM-180GB", "fp8")]
-    assert fp8["median_utilization"] == pytest.approx(eff.DECODE_HBM_UTILIZATION, abs=0.03)
-    # NVFP4's kernels stream 15% slower than fp8's on the same GPU
-    assert nvfp4["median_utilization"] < 0.9 * fp8["median_utilization"]
+        assert 0.6 < row["min_utilization"] and row["max_utilization"] < 1.0
+    # NVFP4's kernels stream 15% slower than fp8's on the same GPU, in the same runs
+    assert summary[("B200-SXM-180GB", "fp4")]["median_utilization"] < 0.9 * summary[("B200-SXM-180GB", "fp8")][
+        "median_utilization"]
