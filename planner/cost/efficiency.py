@@ -105,17 +105,17 @@ tests/fixtures/aiconfigurator_silicon/vllm_agg.csv) as benchmarked (bench/servin
 (serving_decode_hbm_utilization): the 438 runs whose engine captured decode in full CUDA graphs
 (vLLM >= 0.11's default, and the B200 Llama scripts' FULL_DECODE_ONLY: gpt-oss-120b on H100,
 H200, B200; Llama-3.1-70B fp8 and NVFP4 on B200; Qwen3-32B on H100), median |TPOT error|
-5.2% (59 us: 5.5%, 53 us: 5.5%, 50 us: 6.2%). The Llama-3.1-70B runs on H100 and H200 ran
+5.2% (59 us: 5.4%, 53 us: 5.3%, 50 us: 6.2%, 44 us: 8.0%). The Llama-3.1-70B runs on H100 and H200 ran
 vLLM 0.10.2's piecewise graphs (attention outside the graph) and are not in the fit; they land
 at -6% and +0% (docs/cost-model.md, Serving: calibration)."""
 ENGINE_STEP_SECONDS = 0.0
 """vLLM's fixed cost per scheduled step on the GPU's timeline outside the model's kernels:
-fitted to zero (the same fit; 0.25 ms scores 6.5% at 56 us). Every run of the set used async
+fitted to zero (the same fit; 0.25 ms scores 6.4% at 56 us). Every run of the set used async
 scheduling (on by default in current vLLM), which overlaps the scheduler's and output
 processing's CPU work with the GPU's step."""
 ENGINE_STEP_SECONDS_PER_SEQUENCE = units.us_to_seconds(10)
 """vLLM's cost per sequence in a step that async scheduling does not hide: per-request input
-preparation, the sampler and logits processing (the same fit; 5 us scores 5.3%, 20 us 5.7%)."""
+preparation, the sampler and logits processing (the same fit; 5 us scores 5.2% too, 20 us 5.6%)."""
 FIRST_TOKEN_SECONDS = units.ms_to_seconds(10)
 """Fixed client-visible cost of a request's first token outside the engine's steps:
 HTTP, tokenization, the API server to engine hand-off, detokenizing and streaming it."""
