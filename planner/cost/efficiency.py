@@ -107,7 +107,8 @@ tests/fixtures/aiconfigurator_silicon/vllm_agg.csv) as benchmarked (bench/servin
 H200, B200; Llama-3.1-70B fp8 and NVFP4 on B200; Qwen3-32B on H100), median |TPOT error|
 5.2% (59 us: 5.4%, 53 us: 5.3%, 50 us: 6.2%, 44 us: 8.0%). The Llama-3.1-70B runs on H100 and H200 ran
 vLLM 0.10.2's piecewise graphs (attention outside the graph) and are not in the fit; they land
-at -6% and +0% (docs/cost-model.md, Serving: calibration)."""
+at -6% and +0% (docs/cost-model.md, Serving: calibration). bench/engine_step_fit.py reproduces
+any point of the grid."""
 ENGINE_STEP_SECONDS = 0.0
 """vLLM's fixed cost per scheduled step on the GPU's timeline outside the model's kernels:
 fitted to zero (the same fit; 0.25 ms scores 6.4% at 56 us). Every run of the set used async

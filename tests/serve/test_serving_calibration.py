@@ -196,3 +196,18 @@ def test_kv_cache_shared_at_the_mean_footprint_as_benchmarked(calibration) -> No
     predicted = calibration.predict(run, as_benchmarked=True)
     assert predicted["batch"] == 64
     assert abs(predicted["tpot_error"]) < 0.05 and abs(predicted["ttft_error"]) < 0.12
+
+
+def test_the_engine_fit_set_is_the_full_graph_runs(bench_module) -> None:
+    """bench/engine_step_fit.py's fit set (efficiency.ENGINE_STEP_SECONDS_PER_LAYER's docstring):
+    590 runs less the 105 InferenceX Llama-3.1-70B runs on Hopper (vLLM 0.10.2's piecewise graphs)
+    and the 21 + 26 runs of AIConfigurator's harness outliers = 438."""
+    fit = bench_module("engine_step_fit")
+    rows = fit.load_rows()
+    kept = fit.fit_rows(rows)
+    assert len(rows) == 590 and len(kept) == 438
+    assert not any(r.gpu.startswith("H") and r.spec.startswith("llama-3.1-70b") and r.benchmark == "inferencex"
+                   for r in kept)
+    assert {r.group for r in rows} - {r.group for r in kept} == {
+        "llama-3.1-8b-fp8 H200-SXM-141GB", "qwen3-235b-a22b-fp8 H200-SXM-141GB",
+        "llama-3.1-70b-fp8 H100-SXM5-80GB", "llama-3.1-70b-fp8 H200-SXM-141GB"}
