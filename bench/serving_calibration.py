@@ -3,6 +3,7 @@
     python bench/serving_calibration.py              # per group and overall, on stdout
     python bench/serving_calibration.py --verbose    # also one line per run
     python bench/serving_calibration.py --json       # the summary as JSON
+    python bench/serving_calibration.py --by-tp      # also each group's signed error per TP degree
     python bench/serving_calibration.py --csv PATH   # another set with the same columns
 
     python bench/serving_calibration.py --as-benchmarked            # the benchmark's own protocol
@@ -229,6 +230,8 @@ def score(rows: list[Run], as_benchmarked: bool = False) -> dict:
         "num_kv_starved": sum(r["batch"] < r["concurrency"] for r in scored),
         "overall": summarize(scored),
         "groups": {g: summarize([r for r in scored if r["group"] == g]) for g in groups},
+        "groups_by_tp": {g: {tp: summarize([r for r in scored if r["group"] == g and r["tp"] == tp])
+                             for tp in sorted({r["tp"] for r in scored if r["group"] == g})} for g in groups},
         "runs": scored,
     }
 
@@ -240,6 +243,16 @@ def percent(fraction: float, sign: str = "+") -> str:
 def stats_cells(stats: dict) -> str:
     return "  ".join(f"{percent(stats[q]['median_abs'], ''):>6} {percent(stats[q]['max_abs'], ''):>7} "
                      f"{percent(stats[q]['median_signed']):>6}" for q in QUANTITIES)
+
+
+def print_by_tp(summary: dict) -> None:
+    """Each group's signed median TPOT and TTFT error per TP degree: how the error moves with TP."""
+    print(f"{'group':<38} signed median TPOT / TTFT error by tp")
+    for group, by_tp in summary["groups_by_tp"].items():
+        cells = "  ".join(f"tp{tp}: {percent(stats['tpot']['median_signed'])} / {percent(stats['ttft']['median_signed'])}"
+                          for tp, stats in by_tp.items())
+        print(f"{group:<38} {cells}")
+    print()
 
 
 def print_report(summary: dict, verbose: bool) -> None:
@@ -273,6 +286,7 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="one line per run")
     parser.add_argument("--as-benchmarked", action="store_true",
                         help="simulate the InferenceX rows as their benchmark ran them (slow: ~15 min for all)")
+    parser.add_argument("--by-tp", action="store_true", help="also each group's signed median error per TP degree")
     parser.add_argument("--quick", action="store_true",
                         help=f"only the InferenceX rows at concurrency <= {QUICK_MAX_CONCURRENCY}, output <= 1,024")
     args = parser.parse_args()
@@ -283,6 +297,8 @@ def main() -> None:
             summary = {k: v for k, v in summary.items() if k != "runs"}
         print(json.dumps(summary, indent=2))
     else:
+        if args.by_tp:
+            print_by_tp(summary)
         print_report(summary, args.verbose)
 
 

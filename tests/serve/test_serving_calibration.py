@@ -198,6 +198,23 @@ def test_kv_cache_shared_at_the_mean_footprint_as_benchmarked(calibration) -> No
     assert abs(predicted["tpot_error"]) < 0.05 and abs(predicted["ttft_error"]) < 0.12
 
 
+DENSE_TPOT_BY_TP_BOUND = 0.10
+"""Every dense group's signed median TPOT error at every TP degree (steady state): now -7% to
++10% (B200 fp8 tp 2 +9.5%, Qwen3-32B tp 8 -7%)."""
+DENSE_TPOT_TP_SPREAD_BOUND = 0.06
+"""Within a dense group, the largest minus the smallest of those per-TP medians: now at most 4.1%
+(Qwen3-32B on H100; Llama-3.1-70B fp8 on H100 4.0%). It was 11% on H100 when every GPU's weight
+stream was priced at 0.76 of HBM (the step's weight read shrank too fast with TP)."""
+
+
+def test_dense_groups_tpot_has_no_tp_trend(summary) -> None:
+    for group in DENSE_TPOT_GROUPS:
+        by_tp = {tp: stats["tpot"]["median_signed"] for tp, stats in summary["groups_by_tp"][group].items()}
+        assert len(by_tp) >= 3, group
+        assert all(abs(error) < DENSE_TPOT_BY_TP_BOUND for error in by_tp.values()), (group, by_tp)
+        assert max(by_tp.values()) - min(by_tp.values()) < DENSE_TPOT_TP_SPREAD_BOUND, (group, by_tp)
+
+
 def test_the_engine_fit_set_is_the_full_graph_runs(bench_module) -> None:
     """bench/engine_step_fit.py's fit set (efficiency.ENGINE_STEP_SECONDS_PER_LAYER's docstring):
     590 runs less the 105 InferenceX Llama-3.1-70B runs on Hopper (vLLM 0.10.2's piecewise graphs)
