@@ -65,7 +65,7 @@ def decode_series(rows: list[Run]) -> dict[tuple[str, str, int, int, int], dict[
     return {key: runs for key, runs in series.items() if len(runs) >= MIN_TP_DEGREES}
 
 
-def read_seconds_per_unit(spec: str, gpu: str, tp: int) -> tuple[float, float, str, float]:
+def weight_read_terms(spec: str, gpu: str, tp: int) -> tuple[float, float, str, float]:
     """(B_t / HBM, H_t / (DECODE_HBM_UTILIZATION * HBM), matmul precision, the catalog's u) for
     one replica of `spec` on tp GPUs of `gpu`."""
     model = resolve_model(spec)
@@ -88,7 +88,7 @@ def series_fits(rows: list[Run]) -> list[dict]:
         xs, ys = [], []
         precision, catalog = "", 0.0
         for tp, run in sorted(runs.items()):
-            linear_s, head_s, precision, catalog = read_seconds_per_unit(spec, gpu, tp)
+            linear_s, head_s, precision, catalog = weight_read_terms(spec, gpu, tp)
             xs.append(linear_s)
             ys.append(run.measured_tpot_seconds - head_s)
         fits.append({"spec": spec, "gpu": gpu, "precision": precision, "input_len": input_len,

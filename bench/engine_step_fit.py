@@ -38,18 +38,11 @@ OUTSIDE_THE_FIT = ("llama-3.1-8b", "qwen3-235b")
 (docs/cost-model.md, Serving: calibration, "What is left")."""
 
 
-def ran_piecewise_decode(run: Run) -> bool:
-    """InferenceX's Llama-3.1-70B rows on Hopper ran vLLM 0.10.2 (.github/workflows/70b-tmpl.yml
-    at InferenceX 24ea7def4) with its default piecewise CUDA graphs, attention outside the graph
-    (vLLM PR #25444 made FULL_AND_PIECEWISE the default in 0.11); the B200 Llama scripts set
-    FULL_DECODE_ONLY, the other runs used vLLM >= 0.11."""
-    return run.benchmark == "inferencex" and run.spec.startswith("llama-3.1-70b") and run.gpu.startswith("H")
-
-
 def fit_rows(rows: list[Run]) -> list[Run]:
-    """The runs whose engine captured decode steps in full CUDA graphs, less the OUTSIDE_THE_FIT
-    groups."""
-    return [r for r in rows if not ran_piecewise_decode(r) and not r.spec.startswith(OUTSIDE_THE_FIT)]
+    """The runs whose engine captured decode steps in full CUDA graphs (vLLM >= 0.11's default,
+    the B200 Llama scripts' FULL_DECODE_ONLY: every run but Run.ran_vllm_0_10_2's piecewise ones),
+    less the OUTSIDE_THE_FIT groups."""
+    return [r for r in rows if not r.ran_vllm_0_10_2 and not r.spec.startswith(OUTSIDE_THE_FIT)]
 
 
 def score_point(point: tuple[float, float, float]) -> dict:

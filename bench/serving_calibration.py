@@ -106,17 +106,23 @@ class Run:
         return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8", "moe_backend": "flashinfer_mxfp8"}
 
     @property
+    def ran_vllm_0_10_2(self) -> bool:
+        """InferenceX ran its Llama-3.1-70B rows under vLLM 0.10.2 (.github/workflows/70b-tmpl.yml
+        at commit 24ea7def4, image vllm/vllm-openai:v0.10.2). Two of that release's defaults differ
+        from current vLLM: piecewise CUDA graphs, attention outside the graph (vLLM PR #25444 made
+        FULL_AND_PIECEWISE the default in 0.11), and no fused all-reduce + RMSNorm
+        (PassConfig.enable_fi_allreduce_fusion False, vllm/config/compilation.py). The B200 scripts
+        override both (70b_fp8_b200_docker.sh, 70b_fp4_b200_docker.sh: cudagraph_mode
+        FULL_DECODE_ONLY, "enable_fi_allreduce_fusion": true); the Hopper ones override neither
+        (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh). True for those Hopper rows."""
+        return self.benchmark == "inferencex" and self.spec.startswith("llama-3.1-70b") and self.gpu.startswith("H")
+
+    @property
     def engine_fuses_allreduce(self) -> bool:
         """Whether the server fused the TP all-reduce with the next RMSNorm, as current vLLM does
-        by default on Hopper and Blackwell (the catalog's serving_allreduce). InferenceX ran its
-        Llama-3.1-70B rows under vLLM 0.10.2 (.github/workflows/70b-tmpl.yml at commit 24ea7def4,
-        image vllm/vllm-openai:v0.10.2), whose PassConfig.enable_fi_allreduce_fusion defaults to
-        False (vllm/config/compilation.py); the B200 scripts turn it on (70b_fp8_b200_docker.sh,
-        70b_fp4_b200_docker.sh: "enable_fi_allreduce_fusion": true), the Hopper ones do not
-        (70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh). Those Hopper rows run vLLM's unfused
-        all-reduce (serving_allreduce_unfused)."""
-        return not (self.benchmark == "inferencex" and self.spec.startswith("llama-3.1-70b")
-                    and self.gpu.startswith("H"))
+        by default on Hopper and Blackwell (the catalog's serving_allreduce); not under
+        ran_vllm_0_10_2 defaults, which run vLLM's unfused all-reduce (serving_allreduce_unfused)."""
+        return not self.ran_vllm_0_10_2
 
     @property
     def script_max_model_len(self) -> int:

@@ -652,12 +652,13 @@ class StepConstants:
     """achievable_flops_per_s"""
     moe_kernel: MoeKernelRates | None
     """moe_kernel at the layout's EP degree; None for a dense model."""
-    linear_hbm_utilization: float = eff.DECODE_HBM_UTILIZATION
+    linear_hbm_utilization: float
     """linear_hbm_utilization"""
-    layer_seconds: float = eff.ENGINE_STEP_SECONDS_PER_LAYER
-    """The fixed cost per layer per step: vLLM's (another stack's in its anchor test)."""
-    head_bytes: float | None = None
-    """lm_head_read_bytes (None: looked up per step)."""
+    layer_seconds: float
+    """The fixed cost per layer per step: vLLM's ENGINE_STEP_SECONDS_PER_LAYER (another stack's
+    in its anchor test)."""
+    head_bytes: float
+    """lm_head_read_bytes"""
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:

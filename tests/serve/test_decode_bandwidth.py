@@ -5,6 +5,8 @@ vLLM runs), the LM head at DECODE_HBM_UTILIZATION."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,8 +101,7 @@ def test_nvfp4_decode_is_slower_than_at_the_default_share_by_the_layers_read_alo
     placement = place(cluster, layout)
     load = StepLoad(sequences, sequences * context)
     measured = step_constants(model, cluster, layout)
-    default = measured.__class__(measured.active_params_per_layer, measured.matmul_flops_per_s, measured.moe_kernel,
-                                 eff.DECODE_HBM_UTILIZATION)
+    default = replace(measured, linear_hbm_utilization=eff.DECODE_HBM_UTILIZATION)
     slow = stage_step_time(model, cluster, layout, placement, stage, load, constants=measured)
     fast = stage_step_time(model, cluster, layout, placement, stage, load, constants=default)
     layers = non_expert_weight_bytes_read(model, stage, layout) - head_weight_bytes_read(model, stage, layout)
