@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from planner.disagg_search import DisaggEstimate, DisaggPlan, plan_disaggregated, same_node_groups
 from planner.emit.command import LaunchStep, ServeArgs
-from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment
+from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION
@@ -71,17 +71,27 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu)
 
 
-def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
-                 engine: str, model_arg: str) -> tuple[LaunchStep, ...] | None:
-    """Per role; None when a worker is wider than a node (not emitted)."""
-    if engine not in DISAGG_EMITTERS:
-        return ()
+def deployment_of(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+                  model_arg: str) -> DisaggDeployment:
     p, d = est.prefill, est.decode
     groups = same_node_groups(p.workers, p.gpus_per_worker, d.workers, d.gpus_per_worker, cluster) if est.same_node else 0
-    deployment = DisaggDeployment(role_args(model, cluster, request, est, "prefill", model_arg),
-                                  role_args(model, cluster, request, est, "decode", model_arg),
-                                  p.workers, d.workers, groups)
-    return DISAGG_EMITTERS[engine](deployment)
+    return DisaggDeployment(role_args(model, cluster, request, est, "prefill", model_arg),
+                            role_args(model, cluster, request, est, "decode", model_arg),
+                            p.workers, d.workers, groups)
+
+
+def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+                 engine: str, model_arg: str) -> tuple[LaunchStep, ...] | None:
+    """Per role; None when the deployment cannot be emitted (why_not_emitted says why)."""
+    if engine not in DISAGG_EMITTERS:
+        return ()
+    return DISAGG_EMITTERS[engine](deployment_of(model, cluster, request, est, model_arg))
+
+
+def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+                    engine: str) -> str:
+    """The clause the CLI prints where disagg_steps is None."""
+    return not_emitted_reason(deployment_of(model, cluster, request, est, "MODEL"), engine)
 
 
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,

@@ -125,7 +125,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                            show_rejected: bool, served_model: str) -> int:
     """--mode auto: the aggregated plan as always, then the disaggregated one and the verdict;
     --mode disaggregated: the disaggregated one only."""
-    from planner.disagg_cli import disagg_steps, plan_both
+    from planner.disagg_cli import disagg_steps, plan_both, why_not_emitted
     from planner.disagg_search import MIN_DISAGGREGATED_GPUS
     from planner.render.catalog import describe_cluster, describe_model
     from planner.render.common import console, print_json_rows
@@ -140,6 +140,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     disagg, verdict = plan_both(model, cluster, request, plan.recommended)
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
+    why = None if steps is not None or best is None else why_not_emitted(model, cluster, request, best, engine)
     auto = request.mode == "auto"
     metrics = recommended_metrics(plan) if auto else None
     if json_output:
@@ -147,7 +148,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                             lambda r: launch_steps(plan, r, "vllm-ray", served_model),
                             engine_version(plan, engine) if engine != "none" else None, top, metrics)
         payload["mode"] = request.mode
-        payload.update(disagg_json(disagg, verdict, steps, top))
+        payload.update(disagg_json(disagg, verdict, steps, top, why))
         print_json_rows(payload)
     else:
         if auto:
@@ -155,6 +156,6 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         else:
             console().print(describe_model(model, request.kv_cache_dtype))
             console().print(describe_cluster(cluster))
-        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto)
+        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why)
     found = best is not None or (auto and plan.recommended is not None)
     return 0 if found else 1

@@ -23,6 +23,8 @@ Placeholders, two kinds:
     (with expert parallelism, a replica is one EP group of k nodes: its own deployment).
   - `$SERVER_URLS`: on the router's node only, `http://ADDRESS:PORT` of every server
     (space-separated), where one router fronts several servers (SGLang).
+  - `$NODE_IP`: this node's own address, reachable from the other nodes (a disaggregated
+    server's KV side channel, which it both listens on and hands to its peers).
 
   Such an argv element is a `PerNode` (a str subclass, written to JSON as the plain
   string): `shell()` leaves it unquoted so the shell expands it, and quotes every other
@@ -51,10 +53,12 @@ HEAD_ADDRESS_PLACEHOLDER = "HEAD_IP"
 NODE_RANK = "NODE_RANK"
 REPLICA_HEAD_ADDRESS = "REPLICA_HEAD_IP"
 SERVER_URLS = "SERVER_URLS"
+NODE_ADDRESS = "NODE_IP"
 PER_NODE_VARIABLES = {
     NODE_RANK: "this node's index in the plan, 0 to N-1 as in the node lists above",
     REPLICA_HEAD_ADDRESS: "the address of the first node of this node's replica (or EP group)",
     SERVER_URLS: "on the router's node: http://ADDRESS:PORT of each server's first node, space-separated",
+    NODE_ADDRESS: "this node's own address, reachable from the other nodes",
 }
 """Every shell variable a PerNode element may name, with what to set it to on each node."""
 
@@ -198,8 +202,12 @@ class ServeArgs:
 
 
 def env_prefix(**variables: str) -> tuple[str, ...]:
-    """`env NAME=VALUE ...` before a command: the variables its process must start with."""
-    return ("env", *(f"{name}={value}" for name, value in variables.items())) if variables else ()
+    """`env NAME=VALUE ...` before a command: the variables its process must start with (a
+    PerNode value keeps NAME=VALUE a PerNode, so each node's shell expands it)."""
+    if not variables:
+        return ()
+    return ("env", *(PerNode(f"{name}={value}") if isinstance(value, PerNode) else f"{name}={value}"
+                     for name, value in variables.items()))
 
 
 def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1) -> list[str]:

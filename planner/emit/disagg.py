@@ -18,8 +18,21 @@ of its own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp
 --attn-dp-size d --ep-size tp*d` at 0.5.23 (`--dp-size d --enable-dp-attention` at
 0.5.10.post1; emit/sglang.ep_server); emitted when each
 node holds one such worker.
-A worker wider than a node, or several EP workers on one node, is not emitted (None): say so
-instead.
+
+Servers on different nodes (vLLM): each node's servers set VLLM_NIXL_SIDE_CHANNEL_HOST to the
+node's own address. The NIXL scheduler listens for the KV handshake on that host (default
+localhost) at VLLM_NIXL_SIDE_CHANNEL_PORT + its DP index, and hands the same host to the peer
+that pulls the KV (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py and
+pull_scheduler.py, vllm/envs.py, 0.33.0): left at localhost, a decode server on another node
+would look for the prompt's KV on its own node.
+
+Workers wider than a node (vLLM): each is a deployment of its own on whole nodes, launched as an
+aggregated one of that shape is (emit/vllm.py: `--nnodes/--node-rank/--master-addr` for a
+replica wider than a node, `--data-parallel-size-local ... --headless` for an EP group's DP
+ranks over several nodes), every node with the role's connector flags; the role with the
+widest workers takes the first nodes, so every deployment starts at a multiple of its width.
+Not emitted (None; the CLI says so): a worker that does not split evenly over whole nodes, widths
+that do not align, several EP workers on one node, SGLang workers wider than a node.
 """
 
 from __future__ import annotations
@@ -27,9 +40,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from planner.emit.command import LaunchStep, NodeSet, ServeArgs, env_prefix
+from planner.emit.command import NODE_ADDRESS, LaunchStep, NodeSet, PerNode, ServeArgs, env_prefix
 from planner.emit.sglang import ep_server, server_flags
-from planner.emit.vllm import engine_flags
+from planner.emit.vllm import Extras, deployment_steps_from, engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
 NIXL_SIDE_CHANNEL_PORTS = {"prefill": 5600, "decode": 5800}
@@ -78,31 +91,81 @@ def worker_gpus(args: ServeArgs) -> int:
     return args.tp * args.pp * args.layout.dp_per_ep_group
 
 
-def placements(d: DisaggDeployment) -> dict[str, list[RoleServers]] | None:
+@dataclass(frozen=True)
+class WideRole:
+    """A role whose workers are wider than a node: worker w is a deployment of its own on
+    nodes first_node + w * nodes_per_worker onwards."""
+
+    first_node: int
+    workers: int
+    nodes_per_worker: int
+
+    @property
+    def heads(self) -> list[int]:
+        """Each worker's first node, where its API server runs."""
+        return [self.first_node + w * self.nodes_per_worker for w in range(self.workers)]
+
+
+Where = dict[str, "list[RoleServers] | WideRole"]
+
+
+def placements(d: DisaggDeployment) -> Where | None:
+    """Each role's servers; None when they cannot be laid out on whole nodes (the module's doc)."""
     gpn = d.prefill.gpus_per_node
     p_gpus, d_gpus = worker_gpus(d.prefill), worker_gpus(d.decode)
-    if max(p_gpus, d_gpus) > gpn:
-        return None
     m = d.same_node_groups
     if m:
         p_local = d.num_prefill // m
         return {"prefill": [RoleServers(NodeSet(0, m), p_local, tuple(range(p_local * p_gpus)))],
                 "decode": [RoleServers(NodeSet(0, m), d.num_decode // m,
                                        tuple(range(p_local * p_gpus, p_local * p_gpus + d.num_decode // m * d_gpus)))]}
-    prefill = _role_servers(0, d.num_prefill, p_gpus, gpn)
-    first_decode = max(s.nodes.first + s.nodes.length for s in prefill)
-    return {"prefill": prefill, "decode": _role_servers(first_decode, d.num_decode, d_gpus, gpn)}
+    sizes = {"prefill": (d.num_prefill, p_gpus), "decode": (d.num_decode, d_gpus)}
+    if any(gpus > gpn and gpus % gpn for _, gpus in sizes.values()):
+        return None
+    width = {role: -(-gpus // gpn) for role, (_, gpus) in sizes.items()}
+    where: Where = {}
+    first = 0
+    for role in sorted(sizes, key=lambda r: -width[r]):  # stable: prefill first at equal widths
+        workers, gpus = sizes[role]
+        if gpus > gpn:
+            if first % width[role]:
+                return None
+            where[role] = WideRole(first, workers, width[role])
+            first += workers * width[role]
+        else:
+            servers = _role_servers(first, workers, gpus, gpn)
+            where[role] = servers
+            first = max(s.nodes.first + s.nodes.length for s in servers)
+    return where
 
 
-def _one_ep_worker_per_node(d: DisaggDeployment, where: dict[str, list[RoleServers]]) -> bool:
+def _one_ep_worker_per_node(d: DisaggDeployment, where: Where) -> bool:
     """EP workers are separate deployments: one per node is what the role's server can be."""
-    return d.decode.ep == 1 or all(s.workers_per_node == 1 for s in where["decode"])
+    decode = where["decode"]
+    return d.decode.ep == 1 or isinstance(decode, WideRole) or all(s.workers_per_node == 1 for s in decode)
 
 
-def _node_hosts(servers: list[RoleServers], single_node: bool) -> list[str]:
+def _single_node(where: Where) -> bool:
+    """Every server on node 0: the side channels and the proxy stay on localhost."""
+    return all(not isinstance(ss, WideRole) and all(s.nodes.count == 1 and s.nodes.first == 0 for s in ss)
+               for ss in where.values())
+
+
+def _role_hosts(servers: list[RoleServers] | WideRole, single_node: bool) -> list[str]:
+    """The address of each of the role's API servers, as the proxy names them."""
+    if isinstance(servers, WideRole):
+        return [f"NODE{n}_IP" for n in servers.heads]
     if single_node:
         return ["localhost"]
     return [f"NODE{n}_IP" for s in servers for n in s.nodes]
+
+
+def _side_channel_host(nodes: NodeSet | None) -> str:
+    """VLLM_NIXL_SIDE_CHANNEL_HOST for a step's nodes: the one node's placeholder, else each
+    node's own address (None: several nodes' steps)."""
+    if nodes is not None and nodes.count == 1:
+        return f"NODE{nodes.first}_IP"
+    return PerNode(f"${NODE_ADDRESS}")
 
 
 def _visible(gpus: tuple[int, ...]) -> str:
@@ -113,19 +176,29 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
     if where is None or not _one_ep_worker_per_node(d, where):
         return None
+    single = _single_node(where)
     steps = []
     ports = {"prefill": VLLM_PREFILL_PORT, "decode": VLLM_DECODE_PORT}
-    for role, args in (("prefill", d.prefill), ("decode", d.decode)):
+    for role in where:  # the order of the nodes: the widest workers first
+        args = d.prefill if role == "prefill" else d.decode
         config = json.dumps({"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role]}, separators=(",", ":"))
-        for s in where[role]:
+        flags = ("--port", str(ports[role]), "--kv-transfer-config", config)
+        servers = where[role]
+        if isinstance(servers, WideRole):
+            env = env_prefix(VLLM_NIXL_SIDE_CHANNEL_HOST=_side_channel_host(None),
+                             VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
+            for step in deployment_steps_from(args, servers.workers, servers.first_node, Extras(env, flags)):
+                steps.append(LaunchStep(f"{role} {step.role}", step.nodes, step.argv))
+            continue
+        for s in servers:
             ranks = args.dp if args.ep > 1 else s.workers_per_node
             dp = ("--data-parallel-size", str(ranks)) if ranks > 1 else ()
-            env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus),
+            host = {} if single else {"VLLM_NIXL_SIDE_CHANNEL_HOST": _side_channel_host(s.nodes)}
+            env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus), **host,
                              VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
             steps.append(LaunchStep(role, s.nodes, (*env, "vllm", "serve", args.model, *engine_flags(args), *dp,
-                                                     "--port", str(ports[role]), "--kv-transfer-config", config)))
-    single = all(s.nodes.count == 1 and s.nodes.first == 0 for ss in where.values() for s in ss)
-    p_hosts, d_hosts = _node_hosts(where["prefill"], single), _node_hosts(where["decode"], single)
+                                                     *flags)))
+    p_hosts, d_hosts = _role_hosts(where["prefill"], single), _role_hosts(where["decode"], single)
     steps.append(LaunchStep("proxy", NodeSet(0), (*VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PROXY_PORT),
                                                   "--prefiller-hosts", *p_hosts,
                                                   "--prefiller-ports", *[str(VLLM_PREFILL_PORT)] * len(p_hosts),
@@ -136,7 +209,8 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
 
 def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None or not _one_ep_worker_per_node(d, where):
+    if where is None or not _one_ep_worker_per_node(d, where) or any(
+            isinstance(servers, WideRole) for servers in where.values()):
         return None
     launcher = d.prefill.engine_versions.sglang_release.launcher
     steps = []
@@ -149,14 +223,30 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
                 *server_flags(server, 1 if args.ep > 1 else s.workers_per_node, ep_flags),
                 "--disaggregation-mode", role,
                 "--disaggregation-transfer-backend", "nixl", *extra, "--host", "0.0.0.0", "--port", str(port))))
-    single = all(s.nodes.count == 1 and s.nodes.first == 0 for ss in where.values() for s in ss)
+    single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
-    for host in _node_hosts(where["prefill"], single):
+    for host in _role_hosts(where["prefill"], single):
         router += ["--prefill", f"http://{host}:{SGLANG_PREFILL_PORT}", str(SGLANG_BOOTSTRAP_PORT)]
-    for host in _node_hosts(where["decode"], single):
+    for host in _role_hosts(where["decode"], single):
         router += ["--decode", f"http://{host}:{SGLANG_DECODE_PORT}"]
     steps.append(LaunchStep("router", NodeSet(0), (*router, "--host", "0.0.0.0", "--port", str(PROXY_PORT))))
     return tuple(steps)
+
+
+def not_emitted_reason(d: DisaggDeployment, engine: str) -> str:
+    """Why DISAGG_EMITTERS[engine](d) is None, as a clause."""
+    gpn = d.prefill.gpus_per_node
+    for role, args in (("prefill", d.prefill), ("decode", d.decode)):
+        gpus = worker_gpus(args)
+        if gpus > gpn and gpus % gpn:
+            return f"a {role} worker of {gpus} GPUs does not fill whole nodes of {gpn} GPUs"
+    where = placements(d)
+    if where is None:
+        return "the prefill and decode workers' widths in nodes do not align (each deployment starts at a multiple " \
+               "of its width)"
+    if not _one_ep_worker_per_node(d, where):
+        return "several expert-parallel decode workers would share a node, each a server of its own"
+    return "SGLang workers wider than a node"
 
 
 DISAGG_EMITTERS = {"vllm": vllm_disagg_steps, "vllm-ray": vllm_disagg_steps, "sglang": sglang_disagg_steps}

@@ -121,25 +121,47 @@ def vllm_ray_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
 
 @dataclass(frozen=True)
 class Blocks:
-    """`copies` identical deployments, deployment c on nodes c*span to c*span+span-1 (one
-    deployment: copies = 1). Each copy's first node is its head, reached at $REPLICA_HEAD_IP."""
+    """`copies` identical deployments, deployment c on nodes offset + c*span to offset + c*span
+    + span-1 (one deployment: copies = 1). Each copy's first node is its head, reached at
+    $REPLICA_HEAD_IP; a lone deployment is the plan's head, HEAD_IP, or with named_heads (a
+    disaggregated role, whose proxy names every server's node) NODE<offset>_IP. offset is a
+    multiple of span, so $((NODE_RANK % span)) is a node's rank inside its deployment."""
 
     span: int
     copies: int = 1
+    offset: int = 0
+    named_heads: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.offset % self.span == 0, "a deployment's nodes start at a multiple of its span"
 
     def nodes(self, first: int, length: int = 1) -> NodeSet:
-        return NodeSet(first, length) if self.copies == 1 else NodeSet(first, length, self.span, self.copies)
+        start = self.offset + first
+        return NodeSet(start, length) if self.copies == 1 else NodeSet(start, length, self.span, self.copies)
 
     def rank(self, nodes: NodeSet, times: int = 1) -> str:
         """The node's rank (times `times`) inside its own deployment."""
-        return node_rank_value(nodes, times, modulo=None if self.copies == 1 else self.span)
+        whole_plan = self.copies == 1 and self.offset == 0
+        return node_rank_value(nodes, times, modulo=None if whole_plan else self.span)
 
     @property
     def address(self) -> str:
-        return HEAD_ADDRESS_PLACEHOLDER if self.copies == 1 else PerNode(f"${REPLICA_HEAD_ADDRESS}")
+        if self.copies > 1:
+            return PerNode(f"${REPLICA_HEAD_ADDRESS}")
+        return f"NODE{self.offset}_IP" if self.named_heads else HEAD_ADDRESS_PLACEHOLDER
 
     def role(self, role: str) -> str:
         return role if self.copies == 1 else f"replica {role}"
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a disaggregated role adds to every node's command of its deployments: environment
+    variables before `vllm serve` (env_prefix; PerNode values expand on each node) and flags
+    after the engine's own."""
+
+    env: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
 
 
 def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
@@ -156,13 +178,24 @@ def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
     return _deployment_steps(group, ray, copies)
 
 
-def _deployment_steps(a: ServeArgs, ray: bool, copies: int) -> tuple[LaunchStep, ...]:
-    base = ("vllm", "serve", a.model, *engine_flags(a))
-    nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
-    if nodes_per_replica == 1:
-        return _dp_steps(a, base, copies)
-    blocks = Blocks(nodes_per_replica * a.dp, copies)
+def _deployment_steps(a: ServeArgs, ray: bool, copies: int, offset: int = 0, extras: Extras = Extras(),
+                      named_heads: bool = False) -> tuple[LaunchStep, ...]:
+    """`copies` deployments of `a` on whole nodes from node `offset` on (Blocks)."""
+    base = (*extras.env, "vllm", "serve", a.model, *engine_flags(a), *extras.flags)
+    size = a.tp * a.pp
+    if size <= a.gpus_per_node:
+        ranks_per_node = a.gpus_per_node // size
+        return _dp_steps(a, base, Blocks(math.ceil(a.dp / ranks_per_node), copies, offset, named_heads))
+    blocks = Blocks(math.ceil(size / a.gpus_per_node) * a.dp, copies, offset, named_heads)
     return (_ray_steps if ray else _mp_steps)(a, base, blocks)
+
+
+def deployment_steps_from(a: ServeArgs, copies: int, offset: int, extras: Extras) -> tuple[LaunchStep, ...]:
+    """`copies` deployments of `a` (one EP group each when a.ep > 1), each on its own whole
+    nodes, from node `offset` on, with the multiprocessing backend, heads named NODE<n>_IP: a
+    disaggregated role's workers wider than a node (planner/emit/disagg.py)."""
+    group = a if a.ep == 1 else replace(a, dp=a.layout.dp_per_ep_group)
+    return _deployment_steps(group, False, copies, offset, extras, named_heads=True)
 
 
 def _mp_steps(a: ServeArgs, base: tuple[str, ...], blocks: Blocks) -> tuple[LaunchStep, ...]:
@@ -193,12 +226,11 @@ def _ray_steps(a: ServeArgs, base: tuple[str, ...], blocks: Blocks) -> tuple[Lau
             LaunchStep(blocks.role("head"), heads, serve))
 
 
-def _dp_steps(a: ServeArgs, base: tuple[str, ...], copies: int) -> tuple[LaunchStep, ...]:
-    """Replicas within a node: per_node DP ranks on each node; the last node may hold fewer
-    (never with copies > 1: an EP group then fills whole nodes)."""
+def _dp_steps(a: ServeArgs, base: tuple[str, ...], blocks: Blocks) -> tuple[LaunchStep, ...]:
+    """Replicas within a node: per_node DP ranks on each of blocks.span nodes; the last node
+    may hold fewer (never with copies > 1: an EP group then fills whole nodes)."""
     per_node = a.gpus_per_node // (a.tp * a.pp)
-    num_nodes = math.ceil(a.dp / per_node)
-    blocks = Blocks(num_nodes, copies)
+    num_nodes, copies = blocks.span, blocks.copies
     if num_nodes == 1:
         dp = ("--data-parallel-size", str(a.dp)) if a.dp > 1 else ()
         return (LaunchStep(ALL_NODES if copies == 1 else "server", blocks.nodes(0), (*base, *dp)),)
@@ -216,9 +248,9 @@ def _dp_steps(a: ServeArgs, base: tuple[str, ...], copies: int) -> tuple[LaunchS
                                                               "--data-parallel-start-rank",
                                                               blocks.rank(full, times=per_node))))
     if last_local < per_node:
-        last = NodeSet(num_nodes - 1)
+        last = blocks.nodes(num_nodes - 1)
         steps.append(LaunchStep("worker", last, (*argv(last_local), "--headless", "--data-parallel-start-rank",
-                                                 node_rank_value(last, times=per_node))))
+                                                 blocks.rank(last, times=per_node))))
     return tuple(steps)
 
 

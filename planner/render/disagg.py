@@ -7,7 +7,7 @@ from typing import Any
 from planner.disagg_cli import Verdict
 from planner.disagg_search import DisaggEstimate, DisaggPlan
 from planner.emit.command import LaunchStep
-from planner.render.common import console, ms, step_json
+from planner.render.common import console, ms, per_node_lines, step_json
 from planner.units import BYTES_PER_MIB
 
 COLUMNS = (
@@ -27,8 +27,9 @@ COLUMNS = (
 
 
 def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
-                  top: int, compared: bool = True) -> None:
-    """`compared`: the aggregated plan was shown too (--mode auto), so the verdict weighs both."""
+                  top: int, compared: bool = True, why_not_emitted: str | None = None) -> None:
+    """`compared`: the aggregated plan was shown too (--mode auto), so the verdict weighs both.
+    why_not_emitted: where steps is None, why (disagg_cli.why_not_emitted)."""
     from rich.table import Table
 
     out = console()
@@ -55,21 +56,22 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     else:
         out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:
-        why = ("a worker wider than a node" if best.decode.dp == 1 else
-               "a worker wider than a node, or expert-parallel decode workers sharing a node (each its own server)")
-        out.print(f"Launch: not emitted ({why}).")
+        out.print(f"Launch: not emitted ({why_not_emitted or 'the engine cannot run this placement'}).", markup=False)
     elif best is not None and steps and (verdict.winner == "disaggregated" or not compared):
         out.print(f"\nLaunch disaggregated ({engine}):")
         for step in steps:
             out.print(f"  # {step.where}", markup=False)
             out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
+        for line in per_node_lines(steps):
+            out.print(line, markup=False)
         if engine.startswith("vllm"):
             out.print("Note: the proxy is vLLM's example tests/v1/kv_connector/nixl_integration/toy_proxy_server.py; "
                       "it is not installed with the wheel: run it from a checkout of the release's tag "
                       "(or put NVIDIA Dynamo / llm-d's router in front instead)", markup=False)
 
 
-def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> dict[str, Any]:
+def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
+                  why_not_emitted: str | None = None) -> dict[str, Any]:
     def worker(w) -> dict[str, Any]:
         return {"tp": w.tp, "pp": w.pp, "dp": w.dp, "ep": w.ep, "workers": w.workers, "gpus": w.gpus,
                 "concurrency": w.concurrency,
@@ -108,14 +110,16 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None) -> di
         "binding": e.binding,
         "notes": list(e.notes),
         "launch": None if steps is None else [step_json(s) for s in steps],
+        **({"launch_not_emitted": why_not_emitted} if steps is None and why_not_emitted else {}),
     }
 
 
 def disagg_json(plan: DisaggPlan, verdict: Verdict, best_steps: tuple[LaunchStep, ...] | None,
-                top: int | None) -> dict[str, Any]:
+                top: int | None, why_not_emitted: str | None = None) -> dict[str, Any]:
     shown = plan.candidates[:top]
     return {
-        "disaggregated": [estimate_json(e, best_steps if i == 0 else ()) for i, e in enumerate(shown)],
+        "disaggregated": [estimate_json(e, best_steps if i == 0 else (), why_not_emitted if i == 0 else None)
+                          for i, e in enumerate(shown)],
         "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],
         "comparison": {"winner": verdict.winner, "reason": verdict.reason},
     }

@@ -21,17 +21,24 @@ GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 ONE_NODE = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=2.0, max_tpot_seconds=0.030)
 LONG = ServeRequest(input_len=8192, output_len=256, max_ttft_seconds=0.5, max_tpot_seconds=0.020)
+MOE = ServeRequest(input_len=4096, output_len=1024, max_ttft_seconds=2.0, max_tpot_seconds=0.050)
+LLAMA = ("llama-3.1-70b-fp8", "meta-llama/Llama-3.1-70B-Instruct")
+DEEPSEEK = ("deepseek-v3", "deepseek-ai/DeepSeek-V3")
 CASES = [
     ("disagg_70b_fp8_1x8xH100_1024_256", "1x8xH100", ONE_NODE),
     ("disagg_across_nodes_70b_fp8_2x8xH100_8192_256", "2x8xH100", LONG),
 ]
+WIDE_CASES = [
+    # decode: one EP worker of 16 DP ranks over nodes 0-1; prefill: two pp=8 workers on nodes 2-3
+    ("disagg_wide_deepseek_v3_4x8xH200_4096_1024", DEEPSEEK, "4x8xH200", MOE),
+]
 
 
-def steps_for(engine: str, cluster: str, request: ServeRequest):
-    model, spec = resolve_model("llama-3.1-70b-fp8"), resolve_cluster(cluster)
+def steps_for(engine: str, cluster: str, request: ServeRequest, model_names: tuple[str, str] = LLAMA):
+    model, spec = resolve_model(model_names[0]), resolve_cluster(cluster)
     best = plan_disaggregated(model, spec, request).recommended
     assert best is not None
-    return best, disagg_steps(model, spec, request, best, engine, "meta-llama/Llama-3.1-70B-Instruct")
+    return best, disagg_steps(model, spec, request, best, engine, model_names[1])
 
 
 def path(engine: str, name: str) -> Path:
@@ -51,6 +58,21 @@ def test_disagg_golden(engine, name, cluster, request_, engine_check):
     assert text == target.read_text(encoding="utf-8")
     for step in steps:
         assert engine_check(step.argv, EngineVersions()) == [], step.shell()
+
+
+@pytest.mark.parametrize("name, model_names, cluster, request_", WIDE_CASES)
+def test_disagg_golden_wider_than_a_node(name, model_names, cluster, request_, engine_check):
+    """vLLM only: SGLang's multi-node workers are not emitted (the CLI says why)."""
+    _, steps = steps_for("vllm", cluster, request_, model_names)
+    assert steps is not None
+    text = "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
+    target = path("vllm", name)
+    if UPDATE:
+        target.write_text(text, encoding="utf-8")
+    assert text == target.read_text(encoding="utf-8")
+    for step in steps:
+        assert engine_check(step.argv, EngineVersions()) == [], step.shell()
+    assert steps_for("sglang", cluster, request_, model_names)[1] is None
 
 
 def test_roles_and_pairing():
