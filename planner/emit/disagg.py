@@ -13,11 +13,13 @@ sends each request to a prefill server, then to a decode server that pulls the p
 - SGLang 0.5.10.post1: `--disaggregation-mode prefill|decode`, `--disaggregation-transfer-backend
   nixl`, the prefill's `--disaggregation-bootstrap-port` (server_args.py); the router
   (sglang_router.launch_router) with `--pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`.
-An expert-parallel decode worker (tp * d GPUs, d DP ranks sharing the experts) is one server
-of its own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp-size tp*d
+An expert-parallel worker (tp * d GPUs, d DP ranks sharing the experts) is one server of its
+own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp-size tp*d
 --attn-dp-size d --ep-size tp*d` at 0.5.23 (`--dp-size d --enable-dp-attention` at
-0.5.10.post1; emit/sglang.ep_server); emitted when each
-node holds one such worker.
+0.5.10.post1; emit/sglang.ep_server). Several on one node run side by side: server s on its
+own GPUs (CUDA_VISIBLE_DEVICES), at the role's port + s (vLLM; SGLang + 2 s, its prefill and
+decode ports interleaved) with its own NIXL side-channel range (vLLM: base + s * d) or
+bootstrap port (SGLang prefill: 8998 + s); the proxy or router names each server.
 
 Servers on different nodes (vLLM): each node's servers set VLLM_NIXL_SIDE_CHANNEL_HOST to the
 node's own address. The NIXL scheduler listens for the KV handshake on that host (default
@@ -32,7 +34,7 @@ replica wider than a node, `--data-parallel-size-local ... --headless` for an EP
 ranks over several nodes), every node with the role's connector flags; the role with the
 widest workers takes the first nodes, so every deployment starts at a multiple of its width.
 Not emitted (None; the CLI says so): a worker that does not split evenly over whole nodes, widths
-that do not align, several EP workers on one node, SGLang workers wider than a node.
+that do not align, SGLang workers wider than a node.
 """
 
 from __future__ import annotations
@@ -139,10 +141,27 @@ def placements(d: DisaggDeployment) -> Where | None:
     return where
 
 
-def _one_ep_worker_per_node(d: DisaggDeployment, where: Where) -> bool:
-    """EP workers are separate deployments: one per node is what the role's server can be."""
-    decode = where["decode"]
-    return d.decode.ep == 1 or isinstance(decode, WideRole) or all(s.workers_per_node == 1 for s in decode)
+@dataclass(frozen=True)
+class Server:
+    """One API server of a role that fits a node, run alike on every node of `nodes`."""
+
+    nodes: NodeSet
+    gpus: tuple[int, ...]
+    slot: int
+    """Its place on the node among the role's servers there: its ports are the role's + slot."""
+    ranks: int
+    """Its DP ranks: the node's workers of the role, or an EP worker's own DP ranks."""
+
+
+def _servers(args: ServeArgs, role_servers: list[RoleServers]) -> list[Server]:
+    """One server per node for workers without EP (its workers as DP ranks behind one address);
+    an EP worker is a server of its own, several to a node side by side (CUDA_VISIBLE_DEVICES,
+    ports)."""
+    if args.ep == 1:
+        return [Server(s.nodes, s.gpus, 0, s.workers_per_node) for s in role_servers]
+    size = worker_gpus(args)
+    return [Server(s.nodes, s.gpus[k * size:(k + 1) * size], k, args.dp)
+            for s in role_servers for k in range(s.workers_per_node)]
 
 
 def _single_node(where: Where) -> bool:
@@ -151,13 +170,12 @@ def _single_node(where: Where) -> bool:
                for ss in where.values())
 
 
-def _role_hosts(servers: list[RoleServers] | WideRole, single_node: bool) -> list[str]:
-    """The address of each of the role's API servers, as the proxy names them."""
+def _endpoints(args: ServeArgs, servers: list[RoleServers] | WideRole, single_node: bool) -> list[tuple[str, int]]:
+    """(address, slot) of each of the role's API servers, as the proxy or router names them."""
     if isinstance(servers, WideRole):
-        return [f"NODE{n}_IP" for n in servers.heads]
-    if single_node:
-        return ["localhost"]
-    return [f"NODE{n}_IP" for s in servers for n in s.nodes]
+        return [(f"NODE{n}_IP", 0) for n in servers.heads]
+    return [("localhost" if single_node else f"NODE{n}_IP", server.slot)
+            for server in _servers(args, servers) for n in server.nodes]
 
 
 def _side_channel_host(nodes: NodeSet | None) -> str:
@@ -174,7 +192,7 @@ def _visible(gpus: tuple[int, ...]) -> str:
 
 def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None or not _one_ep_worker_per_node(d, where):
+    if where is None:
         return None
     single = _single_node(where)
     steps = []
@@ -182,53 +200,66 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     for role in where:  # the order of the nodes: the widest workers first
         args = d.prefill if role == "prefill" else d.decode
         config = json.dumps({"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role]}, separators=(",", ":"))
-        flags = ("--port", str(ports[role]), "--kv-transfer-config", config)
         servers = where[role]
         if isinstance(servers, WideRole):
             env = env_prefix(VLLM_NIXL_SIDE_CHANNEL_HOST=_side_channel_host(None),
                              VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
+            flags = ("--port", str(ports[role]), "--kv-transfer-config", config)
             for step in deployment_steps_from(args, servers.workers, servers.first_node, Extras(env, flags)):
                 steps.append(LaunchStep(f"{role} {step.role}", step.nodes, step.argv))
             continue
-        for s in servers:
-            ranks = args.dp if args.ep > 1 else s.workers_per_node
-            dp = ("--data-parallel-size", str(ranks)) if ranks > 1 else ()
-            host = {} if single else {"VLLM_NIXL_SIDE_CHANNEL_HOST": _side_channel_host(s.nodes)}
-            env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus), **host,
-                             VLLM_NIXL_SIDE_CHANNEL_PORT=str(NIXL_SIDE_CHANNEL_PORTS[role]))
-            steps.append(LaunchStep(role, s.nodes, (*env, "vllm", "serve", args.model, *engine_flags(args), *dp,
-                                                     *flags)))
-    p_hosts, d_hosts = _role_hosts(where["prefill"], single), _role_hosts(where["decode"], single)
-    steps.append(LaunchStep("proxy", NodeSet(0), (*VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PROXY_PORT),
-                                                  "--prefiller-hosts", *p_hosts,
-                                                  "--prefiller-ports", *[str(VLLM_PREFILL_PORT)] * len(p_hosts),
-                                                  "--decoder-hosts", *d_hosts,
-                                                  "--decoder-ports", *[str(VLLM_DECODE_PORT)] * len(d_hosts))))
+        for server in _servers(args, servers):
+            dp = ("--data-parallel-size", str(server.ranks)) if server.ranks > 1 else ()
+            host = {} if single else {"VLLM_NIXL_SIDE_CHANNEL_HOST": _side_channel_host(server.nodes)}
+            # each DP rank listens on the base + its DP index: side-by-side servers take
+            # consecutive ranges
+            side_port = NIXL_SIDE_CHANNEL_PORTS[role] + server.slot * server.ranks
+            env = env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus), **host,
+                             VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_port))
+            steps.append(LaunchStep(role, server.nodes, (
+                *env, "vllm", "serve", args.model, *engine_flags(args), *dp,
+                "--port", str(ports[role] + server.slot), "--kv-transfer-config", config)))
+    prefill = _endpoints(d.prefill, where["prefill"], single)
+    decode = _endpoints(d.decode, where["decode"], single)
+    steps.append(LaunchStep("proxy", NodeSet(0), (
+        *VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PROXY_PORT),
+        "--prefiller-hosts", *[h for h, _ in prefill],
+        "--prefiller-ports", *[str(VLLM_PREFILL_PORT + slot) for _, slot in prefill],
+        "--decoder-hosts", *[h for h, _ in decode],
+        "--decoder-ports", *[str(VLLM_DECODE_PORT + slot) for _, slot in decode])))
     return tuple(steps)
+
+
+def sglang_port(role_port: int, slot: int) -> int:
+    """The server's --port: the role's, then every other port (the prefill's and the decode's
+    side by side on one node never meet)."""
+    return role_port + 2 * slot
 
 
 def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None or not _one_ep_worker_per_node(d, where) or any(
-            isinstance(servers, WideRole) for servers in where.values()):
+    if where is None or any(isinstance(servers, WideRole) for servers in where.values()):
         return None
     launcher = d.prefill.engine_versions.sglang_release.launcher
     steps = []
-    for role, args, port in (("prefill", d.prefill, SGLANG_PREFILL_PORT), ("decode", d.decode, SGLANG_DECODE_PORT)):
-        for s in where[role]:
-            extra = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)) if role == "prefill" else ()
-            server, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
-            steps.append(LaunchStep(role, s.nodes, (
-                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(s.gpus)), *launcher,
-                *server_flags(server, 1 if args.ep > 1 else s.workers_per_node, ep_flags),
-                "--disaggregation-mode", role,
-                "--disaggregation-transfer-backend", "nixl", *extra, "--host", "0.0.0.0", "--port", str(port))))
+    ports = {"prefill": SGLANG_PREFILL_PORT, "decode": SGLANG_DECODE_PORT}
+    for role, args in (("prefill", d.prefill), ("decode", d.decode)):
+        for server in _servers(args, where[role]):
+            extra = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + server.slot)) \
+                if role == "prefill" else ()
+            engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
+            steps.append(LaunchStep(role, server.nodes, (
+                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus)), *launcher,
+                *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags),
+                "--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl", *extra,
+                "--host", "0.0.0.0", "--port", str(sglang_port(ports[role], server.slot)))))
     single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
-    for host in _role_hosts(where["prefill"], single):
-        router += ["--prefill", f"http://{host}:{SGLANG_PREFILL_PORT}", str(SGLANG_BOOTSTRAP_PORT)]
-    for host in _role_hosts(where["decode"], single):
-        router += ["--decode", f"http://{host}:{SGLANG_DECODE_PORT}"]
+    for host, slot in _endpoints(d.prefill, where["prefill"], single):
+        router += ["--prefill", f"http://{host}:{sglang_port(SGLANG_PREFILL_PORT, slot)}",
+                   str(SGLANG_BOOTSTRAP_PORT + slot)]
+    for host, slot in _endpoints(d.decode, where["decode"], single):
+        router += ["--decode", f"http://{host}:{sglang_port(SGLANG_DECODE_PORT, slot)}"]
     steps.append(LaunchStep("router", NodeSet(0), (*router, "--host", "0.0.0.0", "--port", str(PROXY_PORT))))
     return tuple(steps)
 
@@ -244,8 +275,6 @@ def not_emitted_reason(d: DisaggDeployment, engine: str) -> str:
     if where is None:
         return "the prefill and decode workers' widths in nodes do not align (each deployment starts at a multiple " \
                "of its width)"
-    if not _one_ep_worker_per_node(d, where):
-        return "several expert-parallel decode workers would share a node, each a server of its own"
     return "SGLang workers wider than a node"
 
 

@@ -133,6 +133,30 @@ def test_prefill_replicas_wider_than_a_node_each_get_their_own_head():
     assert flag(proxy, "--decoder-hosts") == "NODE4_IP"
 
 
+def test_ep_decode_workers_sharing_a_node_run_side_by_side():
+    """Two EP decode workers of 4 GPUs (4 DP ranks each) on node 1: each its own server on its
+    own GPUs, port and NIXL side-channel range; the proxy names both."""
+    d = DisaggDeployment(BASE, replace(BASE, tp=1, dp=4, ep=4), 1, 2, same_node_groups=0)
+    steps = vllm_disagg_steps(d)
+    decode = [s for s in steps if s.role == "decode"]
+    assert len(decode) == 2 and all(list(s.nodes) == [1] for s in decode)
+    argvs = [expand(s, 1)[1] for s in decode]
+    assert [env(a, "CUDA_VISIBLE_DEVICES") for a in argvs] == ["0,1,2,3", "4,5,6,7"]
+    assert [flag(a, "--port") for a in argvs] == ["8200", "8201"]
+    # ranks 0-3 of each listen on base + DP index: 5800-5803 and 5804-5807
+    assert [env(a, "VLLM_NIXL_SIDE_CHANNEL_PORT") for a in argvs] == ["5800", "5804"]
+    assert all(flag(a, "--data-parallel-size") == "4" and "--enable-expert-parallel" in a for a in argvs)
+    proxy = list(steps[-1].argv)
+    assert proxy[proxy.index("--decoder-hosts") + 1:proxy.index("--decoder-ports")] == ["NODE1_IP", "NODE1_IP"]
+    assert proxy[proxy.index("--decoder-ports") + 1:] == ["8200", "8201"]
+    sglang = sglang_disagg_steps(d)
+    ports = [flag(list(s.argv), "--port") for s in sglang if s.role == "decode"]
+    assert ports == ["30001", "30003"]
+    router = list(sglang[-1].argv)
+    assert [router[i + 1] for i, a in enumerate(router) if a == "--decode"] == [
+        "http://NODE1_IP:30001", "http://NODE1_IP:30003"]
+
+
 @pytest.mark.parametrize("prefill, decode, why", [
     (replace(BASE, tp=12), BASE, "a prefill worker of 12 GPUs does not fill whole nodes of 8 GPUs"),
     (replace(BASE, tp=16), replace(BASE, tp=24), "widths in nodes do not align"),
