@@ -33,8 +33,10 @@ aggregated one of that shape is (emit/vllm.py: `--nnodes/--node-rank/--master-ad
 replica wider than a node, `--data-parallel-size-local ... --headless` for an EP group's DP
 ranks over several nodes), every node with the role's connector flags; the role with the
 widest workers takes the first nodes, so every deployment starts at a multiple of its width.
-Not emitted (None; the CLI says so): a worker that does not split evenly over whole nodes, widths
-that do not align, SGLang workers wider than a node.
+SGLang likewise: a worker wider than a node is one server over k nodes (`--nnodes k --node-rank
+r --dist-init-addr` its first node, emit/sglang.wide_server_steps), with the role's flags.
+Not emitted (None; the CLI says so): a worker that does not split evenly over whole nodes, or
+widths that do not align.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import json
 from dataclasses import dataclass
 
 from planner.emit.command import NODE_ADDRESS, LaunchStep, NodeSet, PerNode, ServeArgs, env_prefix
-from planner.emit.sglang import ep_server, server_flags
+from planner.emit.sglang import ep_server, server_flags, wide_server_steps
 from planner.emit.vllm import Extras, deployment_steps_from, engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
@@ -238,21 +240,29 @@ def sglang_port(role_port: int, slot: int) -> int:
 
 def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None or any(isinstance(servers, WideRole) for servers in where.values()):
+    if where is None:
         return None
     launcher = d.prefill.engine_versions.sglang_release.launcher
     steps = []
     ports = {"prefill": SGLANG_PREFILL_PORT, "decode": SGLANG_DECODE_PORT}
-    for role, args in (("prefill", d.prefill), ("decode", d.decode)):
-        for server in _servers(args, where[role]):
-            extra = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + server.slot)) \
+    for role in where:  # the order of the nodes: the widest workers first
+        args = d.prefill if role == "prefill" else d.decode
+
+        def role_flags(slot: int, role: str = role) -> tuple[str, ...]:
+            bootstrap = ("--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + slot)) \
                 if role == "prefill" else ()
+            return ("--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl", *bootstrap,
+                    "--host", "0.0.0.0", "--port", str(sglang_port(ports[role], slot)))
+
+        servers = where[role]
+        if isinstance(servers, WideRole):
+            steps += wide_server_steps(args, servers.workers, servers.first_node, role_flags(0), role)
+            continue
+        for server in _servers(args, servers):
             engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
             steps.append(LaunchStep(role, server.nodes, (
                 *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus)), *launcher,
-                *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags),
-                "--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl", *extra,
-                "--host", "0.0.0.0", "--port", str(sglang_port(ports[role], server.slot)))))
+                *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags), *role_flags(server.slot))))
     single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
     for host, slot in _endpoints(d.prefill, where["prefill"], single):
@@ -271,11 +281,9 @@ def not_emitted_reason(d: DisaggDeployment, engine: str) -> str:
         gpus = worker_gpus(args)
         if gpus > gpn and gpus % gpn:
             return f"a {role} worker of {gpus} GPUs does not fill whole nodes of {gpn} GPUs"
-    where = placements(d)
-    if where is None:
-        return "the prefill and decode workers' widths in nodes do not align (each deployment starts at a multiple " \
-               "of its width)"
-    return "SGLang workers wider than a node"
+    assert placements(d) is None, f"{engine} emits this deployment"
+    return "the prefill and decode workers' widths in nodes do not align (each deployment starts at a multiple " \
+           "of its width)"
 
 
 DISAGG_EMITTERS = {"vllm": vllm_disagg_steps, "vllm-ray": vllm_disagg_steps, "sglang": sglang_disagg_steps}

@@ -214,6 +214,32 @@ def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int,
     return steps if a.dp == 1 else (*steps, router_step(a))
 
 
+def wide_server_steps(a: ServeArgs, copies: int, offset: int, extra: tuple[str, ...],
+                      role: str) -> tuple[LaunchStep, ...]:
+    """`copies` servers of one worker `a` wider than a node (a replica of tp * pp GPUs, or an EP
+    group's DP-attention server of tp * d), server c on the k nodes from offset + c * k, each
+    with `--nnodes k --node-rank r --dist-init-addr` its first node (NODE<offset>_IP for one,
+    else $REPLICA_HEAD_IP; offset is a multiple of k, so $((NODE_RANK % k)) is r), and a
+    disaggregated role's `extra` flags: planner/emit/disagg.py."""
+    launcher = a.engine_versions.sglang_release.launcher
+    server, ep_flags = ep_server(a)
+    k = math.ceil(server.tp * server.pp / a.gpus_per_node)
+    assert k > 1 and offset % k == 0, "a multi-node server starts at a multiple of its width"
+    if copies == 1:
+        heads, workers = NodeSet(offset), NodeSet(offset + 1, k - 1)
+        dist = f"NODE{offset}_IP:{DIST_INIT_PORT}"
+    else:
+        heads, workers = NodeSet(offset, 1, k, copies), NodeSet(offset + 1, k - 1, k, copies)
+        dist = PerNode(f"${REPLICA_HEAD_ADDRESS}:{DIST_INIT_PORT}")
+
+    def argv(node_rank: str) -> tuple[str, ...]:
+        return (*launcher, *server_flags(server, 1, ep_flags), *extra, "--nnodes", str(k), "--node-rank", node_rank,
+                "--dist-init-addr", dist)
+
+    return (LaunchStep(f"{role} head", heads, argv("0")),
+            LaunchStep(f"{role} worker", workers, argv(node_rank_value(workers, modulo=k))))
+
+
 def router_step(a: ServeArgs) -> LaunchStep:
     """sglang_router on node 0, after the servers: one address for the whole deployment."""
     release = a.engine_versions.sglang_release

@@ -60,19 +60,18 @@ def test_disagg_golden(engine, name, cluster, request_, engine_check):
         assert engine_check(step.argv, EngineVersions()) == [], step.shell()
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("name, model_names, cluster, request_", WIDE_CASES)
-def test_disagg_golden_wider_than_a_node(name, model_names, cluster, request_, engine_check):
-    """vLLM only: SGLang's multi-node workers are not emitted (the CLI says why)."""
-    _, steps = steps_for("vllm", cluster, request_, model_names)
+def test_disagg_golden_wider_than_a_node(engine, name, model_names, cluster, request_, engine_check):
+    _, steps = steps_for(engine, cluster, request_, model_names)
     assert steps is not None
     text = "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
-    target = path("vllm", name)
+    target = path(engine, name)
     if UPDATE:
         target.write_text(text, encoding="utf-8")
     assert text == target.read_text(encoding="utf-8")
     for step in steps:
         assert engine_check(step.argv, EngineVersions()) == [], step.shell()
-    assert steps_for("sglang", cluster, request_, model_names)[1] is None
 
 
 def test_roles_and_pairing():

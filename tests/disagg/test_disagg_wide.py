@@ -165,11 +165,30 @@ def test_what_cannot_be_laid_on_whole_nodes_is_not_emitted(prefill, decode, why)
     """12 GPUs would split a node; a 3-node decode worker first leaves the 2-node prefill
     worker starting at node 3, where $((NODE_RANK % 2)) is not its rank."""
     d = DisaggDeployment(prefill, decode, 1, 1, same_node_groups=0)
-    assert vllm_disagg_steps(d) is None
+    assert vllm_disagg_steps(d) is None and sglang_disagg_steps(d) is None
     assert why in not_emitted_reason(d, "vllm")
 
 
-def test_sglang_workers_wider_than_a_node_are_not_emitted():
-    d = DisaggDeployment(replace(BASE, tp=16), BASE, 1, 1, same_node_groups=0)
-    assert sglang_disagg_steps(d) is None
-    assert not_emitted_reason(d, "sglang") == "SGLang workers wider than a node"
+def test_sglang_ep_decode_over_two_nodes_is_one_server():
+    """The same DeepSeek-style deployment under SGLang: the decode worker is one DP-attention
+    server of --tp-size 16 over nodes 0-1 (--nnodes 2, its head at NODE0_IP), the router names
+    its head once and each prefill server with its bootstrap port."""
+    d = DisaggDeployment(replace(BASE, tp=1, pp=8), replace(BASE, tp=1, dp=16, ep=16), 2, 1, same_node_groups=0)
+    steps = sglang_disagg_steps(d)
+    by_node: dict[int, list[str]] = {}
+    for step in steps[:-1]:
+        for n, argv in expand(step, 2).items():
+            assert n not in by_node
+            by_node[n] = argv
+    assert sorted(by_node) == [0, 1, 2, 3]
+    for n in (0, 1):
+        argv = by_node[n]
+        assert flag(argv, "--tp-size") == "16" and flag(argv, "--ep-size") == "16"
+        assert flag(argv, "--nnodes") == "2" and flag(argv, "--node-rank") == str(n)
+        assert flag(argv, "--dist-init-addr") == f"{node_ip(0)}:5000"
+        assert flag(argv, "--disaggregation-mode") == "decode"
+    assert all(flag(by_node[n], "--disaggregation-mode") == "prefill" for n in (2, 3))
+    router = list(steps[-1].argv)
+    assert [router[i + 1] for i, a in enumerate(router) if a == "--decode"] == ["http://NODE0_IP:30001"]
+    assert [router[i + 1:i + 3] for i, a in enumerate(router) if a == "--prefill"] == [
+        ["http://NODE2_IP:30000", "8998"], ["http://NODE3_IP:30000", "8998"]]
