@@ -36,10 +36,16 @@ from planner.cost.serving_memory import (
     stage_memory,
     structural_reasons,
 )
-from planner.cost.serving_time import StepLoad, causal_pairs, round_time, with_moe_backend
+from planner.cost.serving_time import (
+    StepLoad,
+    causal_pairs,
+    round_time,
+    step_constants,
+    with_moe_backend,
+)
 from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
@@ -233,11 +239,13 @@ def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, t
 
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
-                         context_tokens: float) -> float:
+                         context_tokens: float, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> float:
     """T_d: a round of C_d decodes at mean context, no prompt chunk."""
     load = StepLoad(concurrency, concurrency * context_tokens)
     in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
-    return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight).seconds
+    constants = step_constants(model, cluster, shape.layout, all2all_backend)
+    return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight,
+                      constants=constants).seconds
 
 
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
@@ -255,7 +263,8 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return 0
 
     def ok(c: int) -> bool:
-        return limit is None or decode_round_seconds(model, cluster, shape, c, context) <= limit
+        return limit is None or decode_round_seconds(model, cluster, shape, c, context,
+                                                     request.all2all_backend) <= limit
 
     if ok(cap):
         return cap
@@ -435,7 +444,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request))
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:
@@ -458,9 +467,10 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     shape_p, shape_d = memo.shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request))
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend)
     c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
-    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request))
+    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request),
+                               request.all2all_backend)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d

@@ -17,9 +17,13 @@ from dataclasses import dataclass, replace
 
 from planner import sensitivity
 from planner.cost import efficiency as eff
-from planner.cost.comm import allgather_seconds
+from planner.cost.comm import allgather_seconds, alltoall_seconds
 from planner.cost.params import activation_bytes_per_element
-from planner.cost.serving_memory import kv_tokens_per_running_sequence, overhead_bytes
+from planner.cost.serving_memory import (
+    deepep_buffer_bytes,
+    kv_tokens_per_running_sequence,
+    overhead_bytes,
+)
 from planner.cost.serving_time import (
     achievable_flops_per_s,
     linear_hbm_utilization,
@@ -36,7 +40,7 @@ from planner.cost.timeline import (
     decode_timeline,
 )
 from planner.layout import Layout, ep_group_topology, place
-from planner.requests import LayoutFilter, ServeRequest
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
@@ -196,7 +200,8 @@ class Explanation:
     sensitivity: sensitivity.SensitivityReport | None
 
 
-def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> PlacementMap:
+def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False,
+                  all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> PlacementMap:
     """Every GPU's (stage, CP rank, TP rank, DP replica) in the engine's rank order
     (layout.py): vLLM's r = (dp * pp + stage) * tp + tp_rank, or with `pp_outermost`
     Megatron's and torchtitan's r = ((stage * dp + dp) * cp + cp_rank) * tp + tp_rank, which
@@ -230,7 +235,8 @@ def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = Fal
         exchange = None
     else:
         exchange = ("dispatch and combine all-to-alls" if pp_outermost
-                    else "dispatch all-gather and combine reduce-scatter")
+                    else "dispatch all-gather and combine reduce-scatter" if all2all_backend == DEFAULT_ALL2ALL_BACKEND
+                    else f"DeepEP dispatch and combine all-to-alls ({all2all_backend})")
     return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, boundaries,
                         layout.dp * layout.cp * (layout.pp - 1),
                         boundaries_crossing_nodes(layout, gpn, pp_outermost), ep_link, exchange,
@@ -368,6 +374,9 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     def one_ep_gather(message_bytes: float) -> float:
         return allgather_seconds(message_bytes, placement.ep_group, None)
 
+    def one_ep_alltoall(message_bytes: float) -> float:
+        return alltoall_seconds(message_bytes, placement.ep_group, None)
+
     def one_tp_gather(message_bytes: float) -> float:
         return allgather_seconds(message_bytes, placement.tp_group, None)
 
@@ -376,7 +385,8 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
     step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
-                       timed.get(c.name, one_allreduce), c.seconds, c.source != "model",
+                       one_ep_alltoall if c.kind == "all-to-all" else timed.get(c.name, one_allreduce),
+                       c.seconds, c.source != "model",
                        c.count_per_step, step[c.phase])
         for c in result.collectives)
 
@@ -428,7 +438,9 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     # the share the layers' weights stream at (the step's largest read; the KV cache and the LM
     # head read at DECODE_HBM_UTILIZATION): the knob scales the bandwidth under every read alike
     return sensitivity.KnobBase(linear_hbm_utilization(model, cluster), fraction,
-                                overhead_bytes(layout), request.gpu_memory_utilization)
+                                overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
+                                                                           cluster.gpus_per_node)),
+                                request.gpu_memory_utilization)
 
 
 def serve_replan(model: ModelSpec, request: ServeRequest, explained: Layout) -> sensitivity.Replan:
@@ -490,7 +502,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         is_recommended=is_recommended,
         metrics=serve_metrics(result),
         notes=(f"decode is {result.decode_bound}-bound", *result.notes),
-        placement=placement_map(cluster, layout),
+        placement=placement_map(cluster, layout, all2all_backend=request.all2all_backend),
         memory=serve_memory(cluster, result, request),
         collectives=serve_collectives(model, cluster, result),
         timeline=timeline,

@@ -58,6 +58,12 @@ MOE_BACKENDS = {
     "flashinfer_mxfp8": "FlashInfer's MXFP4 kernel on MXFP8-quantized activations",
 }
 """ServeRequest.moe_backend's choices and what each runs."""
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
+"""ServeRequest.all2all_backend's choices (priced by planner/cost/moe.py and
+serving_time.ep_exchange_ops)."""
+DEFAULT_ALL2ALL_BACKEND = ALL2ALL_BACKENDS[0]
+"""vLLM's default all2all_backend (ParallelConfig.all2all_backend, vllm/config/parallel.py at
+0.33.0); the others are DeepEP's two modes."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,12 @@ class ServeRequest:
     pick for the format and GPU; marlin = the weight-only Marlin MoE kernel; flashinfer_mxfp8 =
     FlashInfer's TRT-LLM MoE with MXFP8 activations (MXFP4 experts on Blackwell); each priced at
     its measured rates (catalog serving_moe_kernels, <backend>_<format>)."""
+    all2all_backend: Literal["allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput"] = \
+        "allgather_reducescatter"
+    """`--all2all-backend`: how an EP group spanning DP ranks exchanges tokens (vLLM's
+    --all2all-backend; SGLang's --moe-a2a-backend deepep with --deepep-mode low_latency or
+    normal): vLLM's default all-gather + reduce-scatter, or DeepEP's kernels sending each token
+    only to its experts' ranks (planner/cost/moe.py, serving_time.ep_exchange_ops)."""
     quantization_override: Literal["fp8", "int8", "int4"] | None = None
     """Set when `--quantization` changed the spec's weights: the engine must quantize a
     16-bit checkpoint itself (vLLM and SGLang can for fp8 only). A spec that is already

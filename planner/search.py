@@ -41,7 +41,10 @@ class Plan(Generic[E, R]):
     """When nothing fits: changes that were checked to make a layout feasible."""
     moe_backend_options: tuple[Any, ...] = field(default=())
     """Serving, MoE: the recommended layout under each other --moe-backend the GPU has a
-    measured kernel for (serve_search.MoeBackendOption)."""
+    measured kernel for (serve_search.BackendOption)."""
+    all2all_backend_options: tuple[Any, ...] = field(default=())
+    """Serving, MoE with an EP group spanning DP ranks: the recommended layout under each other
+    --all2all-backend (serve_search.BackendOption)."""
     shortfall: Any = None
     """Training: when the recommendation's TP group leaves the node, the in-node configuration
     that came closest to fitting and what it misses by (train_shortfall.InNodeShortfall)."""

@@ -225,7 +225,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request)
-    constants = step_constants(model, cluster, layout)
+    constants = step_constants(model, cluster, layout, request.all2all_backend)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
@@ -282,9 +282,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     seqs_per_batch = max(1, math.ceil(steady.decode_seqs / in_flight))
     message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch)
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch,
+                                                 request.all2all_backend)
     collectives = serving_collectives(model, cluster, layout, placement, seqs_per_batch, in_flight,
-                                      stages[slowest].num_layers, request.input_len)
+                                      stages[slowest].num_layers, request.input_len, request.all2all_backend)
     if placement.tp_crosses_node:
         notes.append(
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
@@ -403,7 +404,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
 
     priced: dict[tuple[float, ...], float] = {}
-    constants = step_constants(model, cluster, layout)
+    constants = step_constants(model, cluster, layout, request.all2all_backend)
 
     def step_seconds(load: StepLoad) -> float:
         context = context_bucket_tokens(load.decode_context_tokens)

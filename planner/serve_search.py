@@ -15,7 +15,7 @@ from planner.catalog import cluster_from_shorthand
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
-from planner.requests import MOE_BACKENDS, ServeRequest
+from planner.requests import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND, MOE_BACKENDS, ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
@@ -92,6 +92,9 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
             f"the max model length {max_len:,}"
         )
     check_moe_backend(model, cluster, request.moe_backend)
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and not model.is_moe:
+        raise SpecError(f"--all2all-backend {request.all2all_backend}: {model.name} has no routed experts "
+                        f"(the all-to-all carries tokens to experts)")
 
 
 def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> None:
@@ -148,20 +151,23 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> S
 def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
     plan = evaluate(model, cluster, request)
     if plan.layouts:
-        return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, plan.layouts[0]))
+        best = plan.layouts[0]
+        return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, best),
+                       all2all_backend_options=all2all_backend_options(model, cluster, request, best))
     return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
 
 
 @dataclass(frozen=True)
-class MoeBackendOption:
-    """The recommended layout re-estimated under another --moe-backend."""
+class BackendOption:
+    """The recommended layout re-estimated with one engine choice changed: `value` for the
+    request's --moe-backend (moe_backend_options) or --all2all-backend (all2all_backend_options)."""
 
-    moe_backend: str
+    value: str
     estimate: ServeEstimate
 
 
 def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-                        best: ServeEstimate) -> tuple[MoeBackendOption, ...]:
+                        best: ServeEstimate) -> tuple[BackendOption, ...]:
     """For a mixture of experts: the recommended layout under every other --moe-backend whose
     kernel the GPU has measured for the experts' format (check_moe_backend), so that the plan
     can say what choosing it would change (the choice stays the user's: marlin trades prompt
@@ -178,7 +184,25 @@ def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
             continue
         result = estimate(model, cluster, best.layout, replace(request, moe_backend=backend))
         if isinstance(result, ServeEstimate):
-            options.append(MoeBackendOption(backend, result))
+            options.append(BackendOption(backend, result))
+    return tuple(options)
+
+
+def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                            best: ServeEstimate) -> tuple[BackendOption, ...]:
+    """When the recommended layout's EP group spans DP ranks (it exchanges tokens): the layout
+    under each other --all2all-backend, so that the plan can say what DeepEP (or the default)
+    would change; the choice stays the user's (DeepEP is installed apart from the engine)."""
+    layout = best.layout
+    if not model.is_moe or layout.ep <= 1 or layout.dp_per_ep_group <= 1:
+        return ()
+    options = []
+    for backend in ALL2ALL_BACKENDS:
+        if backend == request.all2all_backend:
+            continue
+        result = estimate(model, cluster, layout, replace(request, all2all_backend=backend))
+        if isinstance(result, ServeEstimate):
+            options.append(BackendOption(backend, result))
     return tuple(options)
 
 

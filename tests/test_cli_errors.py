@@ -296,6 +296,14 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "all2all-backend-dense-model": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "deepep_low_latency"],
+        ("--all2all-backend", "no routed experts"),
+    ),
+    "all2all-backend-unknown": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "pplx"],
+        ("--all2all-backend", "pplx"),
+    ),
     "served-model-empty": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", " "],
         ("--served-model", "empty"),

@@ -11,7 +11,12 @@ from __future__ import annotations
 import bisect
 import math
 
-from planner.cost.efficiency import ALLTOALL_FIXED_SECONDS, NCCL_BUSBW_FRACTION_OF_LINK
+from planner.cost.efficiency import (
+    ALLTOALL_FIXED_SECONDS,
+    DEEPEP_NVLINK_UTILIZATION,
+    DEEPEP_RDMA_UTILIZATION,
+    NCCL_BUSBW_FRACTION_OF_LINK,
+)
 from planner.layout import GroupTopology, Link
 from planner.specs import AllreduceCurve
 
@@ -205,3 +210,20 @@ def alltoall_seconds(message_bytes: float, group: GroupTopology | None,
     if curve is not None:
         return curve_seconds(curve, message_bytes)
     return ALLTOALL_FIXED_SECONDS + group_alltoall_seconds(message_bytes, effective_group(group))
+
+
+def deepep_seconds(nvlink_bytes: float, rdma_bytes: float, group: GroupTopology | None,
+                   fixed_seconds: float) -> float:
+    """One DeepEP dispatch or combine: its fixed cost (efficiency.deepep_fixed_seconds) plus
+    the slower of its NVLink and RDMA traffic (moe.deepep_traffic), which run at once, each at
+    DeepEP's measured share of the link's datasheet bandwidth (DEEPEP_NVLINK_UTILIZATION,
+    DEEPEP_RDMA_UTILIZATION; the RDMA link is the GPU's share of its node's NICs). DeepEP's
+    kernels, not NCCL's: no bus-bandwidth derating, no per-peer latencies. 0 for one rank.
+    docs/cost-model.md (Expert parallelism: DeepEP)."""
+    if group is None or group.num_ranks <= 1:
+        return 0.0
+    nvlink = (nvlink_bytes / (group.intra.bandwidth_bytes_per_s * DEEPEP_NVLINK_UTILIZATION)
+              if group.intra is not None and nvlink_bytes > 0 else 0.0)
+    rdma = (rdma_bytes / (group.inter.bandwidth_bytes_per_s * DEEPEP_RDMA_UTILIZATION)
+            if group.inter is not None and rdma_bytes > 0 else 0.0)
+    return fixed_seconds + max(nvlink, rdma)

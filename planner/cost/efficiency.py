@@ -6,6 +6,7 @@ probe measurement gives a figure, that figure wins over these defaults.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from planner import units
@@ -377,6 +378,36 @@ sdk/models/moe.py alpha 1.2; DeepSeek models 1.01, which gives 1.32 and 1.25 her
 as fewer experts share a GPU: Mixtral-8x7B at EP 8 (one expert per GPU) measures 2.45
 (--expert-imbalance). bench/moe_calibration.py prints the table;
 tests/serve/test_moe_calibration.py re-derives the value."""
+
+DEEPEP_FIXED_SECONDS = {
+    "deepep_low_latency": (units.us_to_seconds(16.8), units.us_to_seconds(5.6)),
+    "deepep_high_throughput": (units.us_to_seconds(41.2), units.us_to_seconds(31.8)),
+}
+"""(a, b) of DeepEP's fixed cost per dispatch or combine over an EP group on N nodes,
+a + b log2(N), whatever the bytes: the low-latency kernels' launch and arrival flags; the
+high-throughput ones' notify phase too (a handshake of the per-rank token counts, which grows
+with the nodes). Fitted by bench/deepep_calibration.py on AIConfigurator's measured DeepEP
+(aiconfigurator-core 0.12.0, SGLang 0.5.6.post2 wideep collection on H200, 1-8 nodes; rows in
+tests/fixtures/aiconfigurator_silicon/sglang_deepep_multinode.csv): least squares of the median
+of the rows of at most 4 tokens per node count (low latency 14.7, 24.9, 29.2, 32.0 us at 1, 2, 4,
+8 nodes; high throughput 42.9, 71.1, 103.5, 138.1 us). SGLang's collector times the kernels as a
+CUDA graph replays them; vLLM's own collection (vllm_deepep_a2a_h200.csv, through its
+prepare/finalize wrappers, outside a graph) sits 30-40 us higher at one node."""
+DEEPEP_NVLINK_UTILIZATION = 0.65
+"""Share of the datasheet NVLink bandwidth DeepEP's traffic to the node's other GPUs moves at:
+the median over the one-node rows where the bytes dominate (same fit, same rows): 0.651 (low
+latency 0.50-0.59, high throughput 0.57-0.71 by phase and size)."""
+DEEPEP_RDMA_UTILIZATION = 0.93
+"""Share of one GPU's NIC line rate DeepEP's traffic leaving the node moves at: the median over
+the rows of 2, 4 and 8 nodes where the bytes dominate (same fit, same rows): 0.934, about 47
+GB/s of a 400 Gb/s NIC (high throughput across 8 nodes runs at half that in these rows)."""
+
+
+def deepep_fixed_seconds(backend: str, num_nodes: int) -> float:
+    """DEEPEP_FIXED_SECONDS of `backend` over `num_nodes` nodes: a + b log2(N)."""
+    a, b = DEEPEP_FIXED_SECONDS[backend]
+    return a + b * math.log2(max(1, num_nodes))
+
 
 ALLTOALL_FIXED_SECONDS = units.us_to_seconds(43)
 """Fixed cost of one DeepEP dispatch or combine inside a node beyond the alpha-beta model's

@@ -11,6 +11,7 @@ from __future__ import annotations
 from planner.cost.params import activation_bytes_per_element, expert_params
 from planner.layout import Layout
 from planner.specs import ModelSpec
+from planner.units import BYTES_PER_GIB
 
 
 def moe_layers_of(model: ModelSpec, num_layers: float) -> float:
@@ -71,3 +72,94 @@ def _ep_group_buffer_bytes(model: ModelSpec, layout: Layout, num_tokens: float, 
     if layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
         return 0.0
     return layout.ep * num_tokens / layout.tp * values_per_token * activation_bytes_per_element(model)
+
+
+DEEPEP_LL_MAX_TOKENS_PER_RANK = 256
+"""Tokens one DP rank dispatches per low-latency call: FusedMoEConfig.max_num_tokens, whose
+default is SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP (vllm/config/
+scheduler.py at 0.33.0), the size vLLM's DeepEPLLAll2AllManager sizes DeepEP's buffers for
+(all2all_utils.maybe_make_prepare_finalize); a larger batch is dispatched in such chunks."""
+DEEPEP_NVL_BUFFER_BYTES = BYTES_PER_GIB
+"""DeepEP's NVLink buffer per GPU in either mode: VLLM_DEEPEP_BUFFER_SIZE_MB, 1024 by default
+(vllm/envs.py; DeepEPHTAll2AllManager and DeepEPLLAll2AllManager._make_all2all_kwargs in
+vllm/distributed/device_communicators/all2all.py at 0.33.0; the high-throughput mode's RDMA
+buffer, across nodes, is as large)."""
+DEEPEP_MESSAGE_HEADER_BYTES = 16
+"""The int4 control word before every low-latency dispatch message (DeepEP
+csrc/legacy/config.hpp LowLatencyLayout, commit dd758ca)."""
+DEEPEP_SCALE_BLOCK = 128
+"""fp8 dispatch carries one fp32 scale per 128 channels (DeepEP LowLatencyLayout num_scales)."""
+
+
+def deepep_fp8_dispatch(model: ModelSpec) -> bool:
+    """vLLM dispatches fp8 through DeepEP when the experts are 128-block fp8
+    (all2all_utils.maybe_make_prepare_finalize: use_fp8_dispatch for DEEPEP_QUANT_BLOCK_SHAPE),
+    which is how fp8 MoE checkpoints come (DeepSeek-V3, Qwen3 FP8: 128 x 128 blocks); else the
+    activations go in their 16-bit dtype."""
+    return model.quantization == "fp8"
+
+
+def deepep_dispatch_message_bytes(model: ModelSpec) -> float:
+    """One token's dispatch message to one destination: fp8 values and their per-128 fp32
+    scales, or 16-bit values, plus the control word (DeepEP LowLatencyLayout's message)."""
+    h = model.hidden_size
+    values = h + 4 * h / DEEPEP_SCALE_BLOCK if deepep_fp8_dispatch(model) else h * activation_bytes_per_element(model)
+    return DEEPEP_MESSAGE_HEADER_BYTES + values
+
+
+def deepep_combine_message_bytes(model: ModelSpec) -> float:
+    """One token's combine message from one expert rank: its partial output in bf16."""
+    return model.hidden_size * activation_bytes_per_element(model)
+
+
+def expected_parts_hit(model: ModelSpec, parts: int) -> float:
+    """Of `parts` equal shares of the E experts (EP ranks, or nodes), how many a token's e
+    experts fall in, routed uniformly: parts * (1 - C(E - E/parts, e) / C(E, e)) (the chance a
+    share holds none of the e is the ratio of the binomials)."""
+    experts, k = model.num_local_experts, model.num_experts_per_tok
+    local = experts / parts
+    miss = 1.0
+    for i in range(k):  # C(E - L, k) / C(E, k) = prod_i (E - L - i) / (E - i)
+        miss *= max(0.0, experts - local - i) / (experts - i)
+    return parts * (1 - miss)
+
+
+def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, backend: str, phase: str,
+                   ranks_per_node: int, num_nodes: int) -> tuple[float, float]:
+    """(NVLink bytes, RDMA bytes) one GPU sends in one DeepEP dispatch or combine of its
+    tokens over an EP group of n = ep ranks, g per node on num_nodes nodes:
+    low latency   a message per (token, expert) pair, each to its expert's rank: of the N*e
+                  messages (g-1)/n go to the node's other GPUs, (n-g)/n leave the node;
+    high throughput  a message per (token, rank): the token leaves the node once for each other
+                  node holding one of its experts (DeepEP's internode kernels send it to one GPU
+                  there, which forwards it over NVLink), N * (nodes hit - P(own node hit));
+                  inside the node one per other rank hit, N * ranks hit * (g-1)/n.
+    Messages: deepep_dispatch_message_bytes / deepep_combine_message_bytes. Uniform routing
+    (expected_parts_hit); DeepEP csrc/legacy (internode_ll.cu, internode.cu), commit dd758ca."""
+    n, g = layout.ep, ranks_per_node
+    message = deepep_dispatch_message_bytes(model) if phase == "dispatch" else deepep_combine_message_bytes(model)
+    if backend == "deepep_low_latency":
+        sent = tokens_per_rank * model.num_experts_per_tok * message
+        return sent * (g - 1) / n, sent * (n - g) / n
+    ranks = expected_parts_hit(model, n)
+    nodes_hit = expected_parts_hit(model, num_nodes) if num_nodes > 1 else 1.0
+    own_node = nodes_hit / num_nodes  # the chance the token's own node holds one of its experts
+    return (tokens_per_rank * ranks * message * (g - 1) / n,
+            tokens_per_rank * (nodes_hit - own_node) * message)
+
+
+def deepep_ll_buffer_bytes(model: ModelSpec) -> int:
+    """DeepEP's low-latency RDMA buffer as vLLM sizes it (get_low_latency_rdma_size_hint with
+    DEEPEP_LL_MAX_TOKENS_PER_RANK): two send and two receive buffers of the larger message
+    for the dispatch (N messages sent, E * N received) and the combine (E * N each way),
+    and two signalling words per expert, rounded up to 128 B (DeepEP csrc/legacy/config.hpp
+    LowLatencyLayout, commit dd758ca)."""
+    h, experts, n = model.hidden_size, model.num_local_experts, DEEPEP_LL_MAX_TOKENS_PER_RANK
+    scales = h // DEEPEP_SCALE_BLOCK
+    dispatch_message = DEEPEP_MESSAGE_HEADER_BYTES + max(2 * h, h + 4 * scales)
+    combine_message = 4 * scales + 2 * h
+    send = max(n * dispatch_message, experts * n * combine_message)
+    receive = experts * n * max(dispatch_message, combine_message)
+    signalling = -(-experts * 4 // 128) * 128
+    total = 2 * send + 2 * receive + 2 * signalling
+    return (total + 128) // 128 * 128

@@ -20,6 +20,10 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
+from planner.cost.moe import (
+    DEEPEP_NVL_BUFFER_BYTES,
+    deepep_ll_buffer_bytes,
+)
 from planner.cost.params import (
     activation_bytes_per_element,
     attention_shape,
@@ -33,7 +37,7 @@ from planner.cost.params import (
 )
 from planner.engines import VllmRelease, vllm_batch_tier
 from planner.layout import Layout
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import BYTES_PER_GIB, bytes_to_gib
 
@@ -292,15 +296,32 @@ def nccl_buffer_bytes(group_size: int) -> int:
     return eff.NCCL_BUFFER_BYTES_TWO_GPUS if group_size == 2 else eff.NCCL_BUFFER_BYTES_LARGER
 
 
-def overhead_bytes(layout: Layout) -> float:
-    """CUDA context + NCCL buffers of the TP, PP and EP communicators + CUDA graph pool."""
+def overhead_bytes(layout: Layout, deepep_bytes: float = 0.0) -> float:
+    """CUDA context + NCCL buffers of the TP, PP and EP communicators + CUDA graph pool
+    (+ DeepEP's buffers, deepep_buffer_bytes, when the EP exchange runs on DeepEP)."""
     return (
         eff.CUDA_CONTEXT_BYTES
         + nccl_buffer_bytes(layout.tp)
         + nccl_buffer_bytes(layout.pp)
         + nccl_buffer_bytes(layout.ep)
         + eff.CUDA_GRAPH_BYTES
+        + deepep_bytes
     )
+
+
+def deepep_buffer_bytes(model: ModelSpec, layout: Layout, backend: str, gpus_per_node: int) -> float:
+    """DeepEP's buffers on every GPU of an EP group spanning DP ranks, as vLLM allocates them
+    (vllm/distributed/device_communicators/all2all.py at 0.33.0): an NVLink buffer of
+    VLLM_DEEPEP_BUFFER_SIZE_MB (1 GiB) for either mode; the high-throughput mode an RDMA buffer
+    of the same size when the group spans nodes (its ranks sit tp * pp GPUs apart, so it spans
+    tp * pp * d of them); the low-latency mode DeepEP's own size hint
+    (moe.deepep_ll_buffer_bytes). 0 for vLLM's default backend and without such a group."""
+    if backend == DEFAULT_ALL2ALL_BACKEND or layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
+        return 0.0
+    if backend == "deepep_low_latency":
+        return DEEPEP_NVL_BUFFER_BYTES + deepep_ll_buffer_bytes(model)
+    spans_nodes = layout.tp * layout.pp * layout.dp_per_ep_group > gpus_per_node
+    return DEEPEP_NVL_BUFFER_BYTES * (2 if spans_nodes else 1)
 
 
 def embedding_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
@@ -334,7 +355,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         weights += embedding_bytes_per_gpu(model, layout.tp) if stage == 0 else 0
         weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
         activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
-        overhead = overhead_bytes(layout)
+        overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
+                                                              cluster.gpus_per_node))
         full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
         kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
         state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)

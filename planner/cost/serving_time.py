@@ -19,10 +19,13 @@ from planner.cost.comm import (
     allgather_seconds,
     allreduce_seconds,
     curve_seconds,
+    deepep_seconds,
     p2p_seconds,
 )
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.moe import (
+    DEEPEP_LL_MAX_TOKENS_PER_RANK,
+    deepep_traffic,
     ep_combine_bytes,
     ep_dispatch_bytes,
     expert_load_factor,
@@ -47,6 +50,7 @@ from planner.cost.params import (
 from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu, lm_head_bytes_per_gpu
 from planner.errors import SpecError
 from planner.layout import Layout, Placement
+from planner.requests import DEFAULT_ALL2ALL_BACKEND
 from planner.specs import (
     ClusterSpec,
     EngineAllreduceCurve,
@@ -659,6 +663,8 @@ class StepConstants:
     in its anchor test)."""
     head_bytes: float
     """lm_head_read_bytes"""
+    all2all_backend: str
+    """vLLM's --all2all-backend (moe.ALL2ALL_BACKENDS): how an EP exchange is priced."""
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -669,12 +675,13 @@ def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
     return eff.DECODE_HBM_UTILIZATION if measured is None else measured
 
 
-def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> StepConstants:
+def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
+                   all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> StepConstants:
     """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
                          moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
                          linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER,
-                         lm_head_read_bytes(model, layout))
+                         lm_head_read_bytes(model, layout), all2all_backend)
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -734,7 +741,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     allreduce *= sublayers
-    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, expert_tokens)
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, expert_tokens,
+                                                 constants.all2all_backend)
     exchanges = moe_layers * exchange
     # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
     # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
@@ -750,34 +758,54 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
 
 
 def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
-                    num_tokens: float, phase: str = "decode", count_per_step: int = 1) -> tuple[Collective, ...]:
-    """One MoE layer's expert-parallel exchange, forward only, as vLLM's default EP path runs
-    it (all2all_backend allgather_reducescatter: AgRsAll2AllManager in
+                    num_tokens: float, phase: str = "decode", count_per_step: int = 1,
+                    backend: str = DEFAULT_ALL2ALL_BACKEND) -> tuple[Collective, ...]:
+    """One MoE layer's expert-parallel exchange, forward only, as vLLM runs it (at 0.33.0).
+    allgather_reducescatter (the default: AgRsAll2AllManager in
     vllm/distributed/device_communicators/all2all.py, FusedMoE's naive dispatch/combine in
-    fused_moe/runner/moe_runner.py, at 0.33.0):
+    fused_moe/runner/moe_runner.py):
     dispatch  an all-gather over the EP group of ep_dispatch_bytes (hidden states and router
               logits of the group's ep * N/t tokens),
     combine   a reduce-scatter of ep_combine_bytes (their partial outputs),
-    output    under sequence-parallel MoE (moe.sequence_parallel_moe) the layer's output,
-              N * h * bytes, all-gathered over TP in place of its all-reduce,
     each comm.allgather_seconds: the probe's all-gather / reduce-scatter curve for that link
     and group size where the profile has one, else the ring on the group's links at NCCL's
-    bus bandwidth (NVLink inside a node, the NICs once per node across). None without EP and
-    when the EP group is one replica's TP group (d = 1: every TP rank already holds the step's
-    tokens, runs its E/ep experts on them, and the MLP's TP all-reduce sums them). Each is a
-    Collective of `phase`, `count_per_step` times per step; message_bytes is the gathered (or
-    reduced) buffer, what nccl-tests calls the size."""
+    bus bandwidth (NVLink inside a node, the NICs once per node across).
+    deepep_low_latency / deepep_high_throughput (DeepEPLLAll2AllManager, DeepEPHTAll2AllManager):
+    dispatch and combine are DeepEP all-to-alls (moe.deepep_traffic), each token going only
+    where its experts are (low latency: one message per expert, in chunks of
+    moe.DEEPEP_LL_MAX_TOKENS_PER_RANK tokens; high throughput: once per rank inside the node,
+    once per node across), fp8 for 128-block fp8 experts; each comm.deepep_seconds on the
+    group's links with efficiency.deepep_fixed_seconds (DeepEP's kernels, not NCCL: no probe
+    curve); message_bytes is what one rank sends (NVLink + RDMA).
+    output    under sequence-parallel MoE (moe.sequence_parallel_moe, every backend here) the
+              layer's output, N * h * bytes, all-gathered over TP in place of its all-reduce.
+    None without EP and when the EP group is one replica's TP group (d = 1: every TP rank
+    already holds the step's tokens, runs its E/ep experts on them, and the MLP's TP
+    all-reduce sums them). Each is a Collective of `phase`, `count_per_step` times per step;
+    message_bytes is the gathered (or reduced) buffer, what nccl-tests calls the size, or the
+    bytes one rank sends in one all-to-all call."""
     group, link = placement.ep_group, placement.ep_link
     if group is None or link is None or layout.dp_per_ep_group <= 1 or not model.is_moe:
         return ()
     ops = []
-    for name, kind, size, curve in (
-            ("MoE dispatch", "all-gather", ep_dispatch_bytes(model, layout, num_tokens),
-             cluster.allgather_curve(link.scope, layout.ep)),
-            ("MoE combine", "reduce-scatter", ep_combine_bytes(model, layout, num_tokens),
-             cluster.reduce_scatter_curve(link.scope, layout.ep))):
-        ops.append(Collective(phase, name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
-                              "measured" if curve is not None else "model", count_per_step))
+    if backend == DEFAULT_ALL2ALL_BACKEND:
+        for name, kind, size, curve in (
+                ("MoE dispatch", "all-gather", ep_dispatch_bytes(model, layout, num_tokens),
+                 cluster.allgather_curve(link.scope, layout.ep)),
+                ("MoE combine", "reduce-scatter", ep_combine_bytes(model, layout, num_tokens),
+                 cluster.reduce_scatter_curve(link.scope, layout.ep))):
+            ops.append(Collective(phase, name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
+                                  "measured" if curve is not None else "model", count_per_step))
+    else:
+        tokens = num_tokens / layout.tp
+        chunks = (max(1, math.ceil(tokens / DEEPEP_LL_MAX_TOKENS_PER_RANK))
+                  if backend == "deepep_low_latency" else 1)
+        fixed = eff.deepep_fixed_seconds(backend, group.num_nodes)
+        for name, stage in (("MoE dispatch", "dispatch"), ("MoE combine", "combine")):
+            nvlink, rdma = deepep_traffic(model, layout, tokens / chunks, backend, stage,
+                                          group.ranks_per_node, group.num_nodes)
+            ops.append(Collective(phase, name, "all-to-all", layout.ep, link.kind, nvlink + rdma,
+                                  deepep_seconds(nvlink, rdma, group, fixed), "model", count_per_step * chunks))
     if sequence_parallel_moe(layout) and placement.tp_link is not None:
         size = num_tokens * model.hidden_size * activation_bytes_per_element(model)
         curve = cluster.allgather_curve(placement.tp_link.scope, layout.tp)
@@ -788,13 +816,14 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
 
 
 def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
-                                      placement: Placement, num_tokens: float) -> float:
-    """The ep_exchange_ops of one MoE layer, less, under sequence-parallel MoE, the TP
-    all-reduce of its output that the output all-gather replaces (stage_step_time's per-layer
-    all-reduces count it), so that the two terms sum to what the step pays. 0 without an
-    exchange."""
-    ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens)
-    seconds = sum(op.seconds for op in ops)
+                                      placement: Placement, num_tokens: float,
+                                      backend: str = DEFAULT_ALL2ALL_BACKEND) -> float:
+    """The ep_exchange_ops of one MoE layer (every call: a low-latency DeepEP exchange in
+    several chunks counts each), less, under sequence-parallel MoE, the TP all-reduce of its
+    output that the output all-gather replaces (stage_step_time's per-layer all-reduces count
+    it), so that the two terms sum to what the step pays. 0 without an exchange."""
+    ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens, backend=backend)
+    seconds = sum(op.seconds * op.count_per_step for op in ops)
     for op in ops:
         if op.name == "MoE output":
             seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, op.message_bytes)[0] / 2
@@ -953,7 +982,7 @@ class Collective:
 
 def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                         decode_tokens: int, batches_in_flight: int, slowest_stage_layers: int,
-                        prompt_tokens: int) -> tuple[Collective, ...]:
+                        prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> tuple[Collective, ...]:
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
@@ -967,7 +996,7 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     for phase, tokens, allreduces, sends in phases:
         moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
                      if phase == "decode" else model.num_moe_layers)
-        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens, phase, moe_count)
+        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens, phase, moe_count, all2all_backend)
         sp_moe_count = moe_count if any(op.name == "MoE output" for op in exchange) else 0
         if placement.tp_link is not None:
             both, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, tokens * width)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.engines import EngineVersions
+from planner.requests import DEFAULT_ALL2ALL_BACKEND
 
 if TYPE_CHECKING:
     from planner.layout import Layout
@@ -188,6 +189,8 @@ class ServeArgs:
     """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
     moe_backend: str = "auto"
     """The routed experts' kernel backend (ServeRequest.moe_backend); auto = the engine's pick."""
+    all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
+    """How an EP group spanning DP ranks exchanges tokens (ServeRequest.all2all_backend)."""
 
     @property
     def layout(self) -> Layout:

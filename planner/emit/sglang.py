@@ -132,6 +132,17 @@ def moe_runner_flags(a: ServeArgs) -> list[str]:
     return ["--moe-runner-backend", a.moe_backend]
 
 
+DEEPEP_FLAGS = {
+    "deepep_low_latency": ("--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency"),
+    "deepep_high_throughput": ("--moe-a2a-backend", "deepep", "--deepep-mode", "normal"),
+}
+"""The planner's --all2all-backend as SGLang flags, for an EP group of DP-attention ranks:
+moe_a2a_backend "deepep" and deepep_mode low_latency or normal (DeepEP's high-throughput
+kernels), both Literal choices in sglang/srt/arg_groups/fields/exec_.py at 0.5.23 (and flags of
+0.5.10.post1's server_args.py); vLLM's default all-gather + reduce-scatter is SGLang's own
+default (moe_a2a_backend none)."""
+
+
 def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     """SGLang's view of the layout and its EP flags. Without EP: the layout, no flags. EP inside
     each replica's TP group (dp_per_ep_group d = 1): `--ep-size tp`. An EP group of d > 1 DP
@@ -152,9 +163,10 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     budget = None if a.max_num_batched_tokens is None else a.max_num_batched_tokens * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
                      max_num_batched_tokens=budget)
+    a2a = DEEPEP_FLAGS.get(a.all2all_backend, ())
     if a.engine_versions.sglang_release.attn_dp_size_flag:
-        return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d))
-    return server, ("--dp-size", str(d), DP_ATTENTION, "--ep-size", str(a.tp * d))
+        return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d), *a2a)
+    return server, ("--dp-size", str(d), DP_ATTENTION, "--ep-size", str(a.tp * d), *a2a)
 
 
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:

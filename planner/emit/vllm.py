@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from planner.emit.command import (
     ALL_NODES,
+    DEFAULT_ALL2ALL_BACKEND,
     HEAD_ADDRESS_PLACEHOLDER,
     REPLICA_HEAD_ADDRESS,
     LaunchStep,
@@ -70,10 +71,11 @@ def engine_flags(a: ServeArgs) -> list[str]:
     if a.pp > 1:
         flags += ["--pipeline-parallel-size", str(a.pp)]
     if a.ep > 1:
-        # --all2all-backend keeps the engine's default (ParallelConfig.all2all_backend,
-        # allgather_reducescatter): the planner's all-to-all cost is an alpha-beta model of
-        # the bytes moved, with no kernel in it to prefer one backend over another.
         flags.append("--enable-expert-parallel")
+        if a.all2all_backend != DEFAULT_ALL2ALL_BACKEND and a.layout.dp_per_ep_group > 1:
+            # ParallelConfig.all2all_backend (vllm/config/parallel.py at 0.33.0); the default
+            # is left implicit. Without DP ranks in the EP group there is no exchange to run.
+            flags += ["--all2all-backend", a.all2all_backend]
     flags += [
         "--dtype", a.dtype,
         "--gpu-memory-utilization", f"{a.gpu_memory_utilization:g}",

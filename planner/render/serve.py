@@ -166,25 +166,48 @@ def summary_lines(plan: ServePlan) -> list[str]:
     ]
     lines += [f"Note: {note}" for note in best.notes]
     lines += moe_backend_lines(plan)
+    lines += all2all_backend_lines(plan)
     if plan.rejected:
         lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
     return lines
 
 
+def _changes(best: ServeEstimate, other: ServeEstimate) -> str:
+    """TTFT, TPOT and tok/s of `other` against `best`."""
+    return ", ".join(
+        f"{name} {fmt(getattr(best, field))} -> {fmt(getattr(other, field))} "
+        f"({getattr(other, field) / getattr(best, field) - 1:+.0%})"
+        for name, field, fmt in (("TTFT", "ttft_seconds", ms), ("TPOT", "tpot_seconds", ms),
+                                 ("tok/s", "throughput_tokens_per_second", count)))
+
+
 def moe_backend_lines(plan: ServePlan) -> list[str]:
     """The recommended layout under each other measured --moe-backend, against this plan's."""
     best = plan.recommended
-    lines = []
-    for option in plan.moe_backend_options:
-        other = option.estimate
-        changes = ", ".join(
-            f"{name} {fmt(getattr(best, field))} -> {fmt(getattr(other, field))} "
-            f"({getattr(other, field) / getattr(best, field) - 1:+.0%})"
-            for name, field, fmt in (("TTFT", "ttft_seconds", ms), ("TPOT", "tpot_seconds", ms),
-                                     ("tok/s", "throughput_tokens_per_second", count)))
-        lines.append(f"MoE kernel: --moe-backend {option.moe_backend} ({MOE_BACKENDS[option.moe_backend]}) "
-                     f"on {best.layout}: {changes}.")
-    return lines
+    return [f"MoE kernel: --moe-backend {option.value} ({MOE_BACKENDS[option.value]}) "
+            f"on {best.layout}: {_changes(best, option.estimate)}."
+            for option in plan.moe_backend_options]
+
+
+def options_json(key: str, options: tuple) -> list[dict[str, Any]]:
+    """serve_search.BackendOption rows: the choice under `key` and what it gives."""
+    return [{key: o.value, "ttft_seconds": o.estimate.ttft_seconds, "tpot_seconds": o.estimate.tpot_seconds,
+             "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second} for o in options]
+
+
+ALL2ALL_WORDS = {
+    "allgather_reducescatter": "vLLM's default all-gather + reduce-scatter",
+    "deepep_low_latency": "DeepEP's low-latency kernels",
+    "deepep_high_throughput": "DeepEP's high-throughput kernels",
+}
+
+
+def all2all_backend_lines(plan: ServePlan) -> list[str]:
+    """The recommended layout under each other --all2all-backend, against this plan's."""
+    best = plan.recommended
+    return [f"EP exchange: --all2all-backend {option.value} ({ALL2ALL_WORDS[option.value]}) "
+            f"on {best.layout}: {_changes(best, option.estimate)}."
+            for option in plan.all2all_backend_options]
 
 
 def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: ServeEstimate) -> str:
@@ -396,11 +419,9 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "num_gpus": plan.num_gpus,
         "objective": plan.request.objective,
         "moe_backend": plan.request.moe_backend,
-        "moe_backend_options": [
-            {"moe_backend": o.moe_backend, "ttft_seconds": o.estimate.ttft_seconds,
-             "tpot_seconds": o.estimate.tpot_seconds,
-             "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second}
-            for o in plan.moe_backend_options],
+        "moe_backend_options": options_json("moe_backend", plan.moe_backend_options),
+        "all2all_backend": plan.request.all2all_backend,
+        "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "measured_links": plan.cluster.measured is not None,
         "engine_versions": vars_of(plan.request.engine_versions),
         "command_engine": engine,

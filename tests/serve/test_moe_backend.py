@@ -187,18 +187,18 @@ def test_the_plan_prices_the_other_measured_backends():
     model = resolve_model("gpt-oss-120b")
     request = ServeRequest(input_len=1024, output_len=1024)
     plan = plan_serving(model, resolve_cluster("1x8xB200"), request)
-    assert [o.moe_backend for o in plan.moe_backend_options] == ["marlin", "flashinfer_mxfp8"]
+    assert [o.value for o in plan.moe_backend_options] == ["marlin", "flashinfer_mxfp8"]
     for option in plan.moe_backend_options:
         again = estimate(model, resolve_cluster("1x8xB200"), plan.recommended.layout,
-                         replace(request, moe_backend=option.moe_backend))
+                         replace(request, moe_backend=option.value))
         assert (option.estimate.layout, option.estimate.tpot_seconds, option.estimate.ttft_seconds) == (
             plan.recommended.layout, again.tpot_seconds, again.ttft_seconds)
     fast = plan.moe_backend_options[1].estimate
     assert fast.ttft_seconds < plan.recommended.ttft_seconds
-    assert [o.moe_backend for o in plan_serving(model, resolve_cluster("1x8xH200"), request).moe_backend_options] == [
+    assert [o.value for o in plan_serving(model, resolve_cluster("1x8xH200"), request).moe_backend_options] == [
         "marlin"]
     marlin = plan_serving(model, resolve_cluster("1x8xH200"), replace(request, moe_backend="marlin"))
-    assert [o.moe_backend for o in marlin.moe_backend_options] == ["auto"]
+    assert [o.value for o in marlin.moe_backend_options] == ["auto"]
     assert plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xB200"), request).moe_backend_options == ()
 
 

@@ -1,0 +1,233 @@
+"""DeepEP as the serving EP exchange (--all2all-backend deepep_low_latency |
+deepep_high_throughput): the bytes it moves, its time on the links, its buffers, the constants
+fitted on AIConfigurator's measured kernels, and the flags the engines get. Hand-worked numbers
+carry their arithmetic; docs/cost-model.md (Expert parallelism: DeepEP)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import cluster_from_shorthand, resolve_cluster, resolve_model
+from planner.cost.moe import deepep_ll_buffer_bytes, deepep_traffic, expected_parts_hit
+from planner.cost.serving_time import ep_exchange_ops, ep_exchange_seconds_per_moe_layer
+from planner.layout import Layout, place
+from planner.requests import LayoutFilter, ServeRequest
+from planner.serve import estimate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import deepep_calibration  # noqa: E402
+
+DEEPSEEK = resolve_model("deepseek-v3")
+EP16 = Layout(1, 1, 16, 16)
+
+
+def two_h200_nodes():
+    cluster = cluster_from_shorthand(2, 8, "H200-SXM-141GB", "2x8xH200")
+    return cluster, place(cluster, EP16)
+
+
+def test_low_latency_dispatch_over_two_nodes_by_hand():
+    """DeepSeek-V3 (fp8 experts: fp8 dispatch), 128 tokens per rank, EP 16 on 2 x 8 H200.
+    Message: 16 B header + 7,168 fp8 values + 7,168 / 128 = 56 fp32 scales = 7,408 B.
+    1,024 (token, expert) pairs: 7,585,792 B, 7/16 to the node's other GPUs (3,318,784 B),
+    8/16 off the node (3,792,896 B). NVLink 3,318,784 / (450e9 x 0.65) = 11.35 us; RDMA
+    3,792,896 / (50e9 x 0.93) = 81.57 us; fixed 16.8 + 5.6 log2(2) = 22.4 us: 103.97 us
+    (AIConfigurator measured 102.1 us)."""
+    nvlink, rdma = deepep_traffic(DEEPSEEK, EP16, 128, "deepep_low_latency", "dispatch", 8, 2)
+    assert (nvlink, rdma) == (3_318_784, 3_792_896)
+    cluster, placement = two_h200_nodes()
+    dispatch = ep_exchange_ops(DEEPSEEK, cluster, EP16, placement, 128, backend="deepep_low_latency")[0]
+    assert dispatch.kind == "all-to-all" and dispatch.count_per_step == 1
+    assert dispatch.seconds == pytest.approx(22.4e-6 + 81.57e-6, rel=1e-3)
+
+
+def test_high_throughput_sends_a_token_once_per_rank_and_once_per_remote_node():
+    """E 256, e 8 over 16 ranks of 16 experts: ranks hit = 16 (1 - C(240, 8) / C(256, 8)) =
+    6.523; over 2 nodes of 128 experts: nodes hit = 2 (1 - C(128, 8) / C(256, 8)) = 1.993, less
+    the own node's chance 1.993 / 2: 0.9965 remote nodes per token. 128 tokens, 7,408 B each:
+    NVLink 128 x 6.523 x 7,408 x 7/16 = 2,706,169 B, RDMA 128 x 0.9965 x 7,408 = 944,915 B."""
+    ranks = 16 * (1 - math.comb(240, 8) / math.comb(256, 8))
+    nodes = 2 * (1 - math.comb(128, 8) / math.comb(256, 8))
+    assert expected_parts_hit(DEEPSEEK, 16) == pytest.approx(ranks) == pytest.approx(6.5233, abs=1e-4)
+    assert expected_parts_hit(DEEPSEEK, 2) == pytest.approx(nodes) == pytest.approx(1.99302, abs=1e-5)
+    nvlink, rdma = deepep_traffic(DEEPSEEK, EP16, 128, "deepep_high_throughput", "dispatch", 8, 2)
+    assert nvlink == pytest.approx(128 * ranks * 7408 * 7 / 16)
+    assert rdma == pytest.approx(128 * (nodes - nodes / 2) * 7408) == pytest.approx(944_915, abs=1)
+
+
+def test_combine_messages_are_16_bit():
+    """Combine returns bf16 partial outputs: 2 x 7,168 = 14,336 B per message, no header."""
+    nvlink, rdma = deepep_traffic(DEEPSEEK, EP16, 128, "deepep_low_latency", "combine", 8, 2)
+    assert nvlink + rdma == 128 * 8 * 14_336 * 15 / 16
+
+
+def test_a_16_bit_model_dispatches_16_bit():
+    """bf16 experts: 16 + 2 x 7,168 = 14,352 B per dispatch message."""
+    bf16 = DEEPSEEK.model_copy(update={"quantization": None})
+    nvlink, rdma = deepep_traffic(bf16, EP16, 1, "deepep_low_latency", "dispatch", 8, 2)
+    assert nvlink + rdma == 8 * 14_352 * 15 / 16
+
+
+def test_low_latency_runs_in_chunks_of_256_tokens():
+    """600 tokens per rank: 3 calls of 200 (vLLM's FusedMoEConfig.max_num_tokens = 256)."""
+    cluster, placement = two_h200_nodes()
+    ops = ep_exchange_ops(DEEPSEEK, cluster, EP16, placement, 600, backend="deepep_low_latency")
+    one = ep_exchange_ops(DEEPSEEK, cluster, EP16, placement, 200, backend="deepep_low_latency")
+    assert [op.count_per_step for op in ops] == [3, 3]
+    assert [op.seconds for op in ops] == [op.seconds for op in one]
+    total = ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, EP16, placement, 600, "deepep_low_latency")
+    assert total == pytest.approx(3 * sum(op.seconds for op in one))
+
+
+def test_low_latency_buffer_by_hand():
+    """vLLM sizes DeepEP's low-latency RDMA buffer for 256 tokens per rank. DeepSeek-V3:
+    dispatch message 16 + max(2 x 7,168, 7,168 + 4 x 56) = 14,352 B, combine 4 x 56 + 14,336 =
+    14,560 B; send max(256 x 14,352, 256 x 256 x 14,560) = 954,204,160 B, receive 256 x 256 x
+    14,560 = 954,204,160 B, signalling 256 x 4 = 1,024 B: 2 x (954,204,160 + 954,204,160 +
+    1,024) = 3,816,818,688 B, + 128 B of DeepEP's alignment = 3,816,818,816 B (3.55 GiB)."""
+    assert deepep_ll_buffer_bytes(DEEPSEEK) == 3_816_818_816
+
+
+def test_deepep_buffers_come_out_of_the_kv_cache():
+    """DP + EP on 2 x 8 H200: low latency takes 1 GiB (NVLink) + the RDMA buffer off every GPU's
+    KV cache; high throughput 1 GiB + 1 GiB (the group spans nodes); the default none."""
+    cluster = resolve_cluster("2x8xH200")
+    caches = {}
+    for backend in ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput"):
+        request = ServeRequest(input_len=2048, output_len=512, batch=16, all2all_backend=backend,
+                               layout=LayoutFilter(tp=1, pp=1, dp=16, ep=16))
+        result = estimate(DEEPSEEK, cluster, EP16, request)
+        caches[backend] = result.stages[0].kv_cache_bytes
+    assert caches["allgather_reducescatter"] - caches["deepep_low_latency"] == pytest.approx(2**30 + 3_816_818_816)
+    assert caches["allgather_reducescatter"] - caches["deepep_high_throughput"] == pytest.approx(2 * 2**30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([4, 8]), st.integers(min_value=32, max_value=256))
+def test_deepep_moves_less_than_the_all_gather_across_many_nodes(nodes, tokens):
+    """The default all-gathers every rank's tokens to every rank (ep x N tokens: its NVLink
+    phase grows with ep); DeepEP sends each only where its experts are, so over 4 and 8 nodes
+    it takes less time once the bytes count: low latency from 32 tokens per rank, high
+    throughput (whose notify phase costs 105-137 us there) from 128. (Over one or two nodes
+    the all-gather can cost less: a node's GPUs share the gathered bytes across its NICs, and
+    DeepEP's fixed cost is larger; vLLM's guide names DeepEP for multi-node deployments.)"""
+    cluster = cluster_from_shorthand(nodes, 8, "H200-SXM-141GB", f"{nodes}x8xH200")
+    layout = Layout(1, 1, 8 * nodes, 8 * nodes)
+    placement = place(cluster, layout)
+    default = ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, layout, placement, tokens)
+    assert ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, layout, placement, tokens,
+                                             "deepep_low_latency") < default
+    if tokens >= 128:
+        assert ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, layout, placement, tokens,
+                                                 "deepep_high_throughput") < default
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["deepep_low_latency", "deepep_high_throughput"]), st.sampled_from([1, 2, 4, 8]),
+       st.integers(min_value=1, max_value=255))
+def test_more_tokens_never_take_less_time(backend, nodes, tokens):
+    cluster = cluster_from_shorthand(nodes, 8, "H200-SXM-141GB", f"{nodes}x8xH200")
+    layout = Layout(1, 1, 8 * nodes, 8 * nodes)
+    placement = place(cluster, layout)
+    assert (ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, layout, placement, tokens, backend)
+            <= ep_exchange_seconds_per_moe_layer(DEEPSEEK, cluster, layout, placement, tokens + 1, backend))
+
+
+def test_no_exchange_inside_one_tp_group():
+    """EP within one replica's TP group (d = 1): no exchange whatever the backend."""
+    cluster = resolve_cluster("1x8xH200")
+    layout = Layout(8, 1, 1, 8)
+    placement = place(cluster, layout)
+    assert ep_exchange_ops(DEEPSEEK, cluster, layout, placement, 64, backend="deepep_low_latency") == ()
+
+
+def test_constants_are_the_fit():
+    """efficiency.py's DeepEP constants are bench/deepep_calibration.py's fit, rounded."""
+    rows = deepep_calibration.load_rows()
+    fitted, used = deepep_calibration.fit(rows), deepep_calibration.catalog()
+    for key, value in fitted.items():
+        tolerance = 0.06e-6 if "seconds" in key else 0.005
+        assert used[key] == pytest.approx(value, abs=tolerance), key
+
+
+def test_calibration_error():
+    """AIConfigurator's DeepEP rows (H200, 1-8 nodes, <= 256 tokens for low latency): low
+    latency 6% median |error| (max 41%), high throughput 16% (its 8-node rows run at half the
+    NIC rate of 2 and 4 nodes: -42% on the combine); the bounds hold it there."""
+    scores = deepep_calibration.score(deepep_calibration.load_rows())
+    assert scores["low_latency"]["median_abs"] <= 0.08 and scores["low_latency"]["max_abs"] <= 0.45
+    assert scores["normal"]["median_abs"] <= 0.18 and scores["normal"]["max_abs"] <= 0.60
+    assert scores["all"]["median_abs"] <= 0.10
+    assert scores["all"]["rows"] == 368
+
+
+def _args(**changes):
+    from dataclasses import replace
+
+    from planner.emit.command import ServeArgs
+    from planner.engines import EngineVersions
+
+    base = ServeArgs(model="M", tp=1, pp=1, dp=16, ep=16, gpus_per_node=8, gpu_memory_utilization=0.9,
+                     max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto",
+                     dtype="bfloat16", engine_versions=EngineVersions(), max_num_batched_tokens=None,
+                     gpu_memory_bytes=141 * 2**30, weights_and_kv_bytes_per_gpu=100 * 2**30)
+    return replace(base, **changes)
+
+
+@pytest.mark.parametrize("backend, sglang_mode", [("deepep_low_latency", "low_latency"),
+                                                  ("deepep_high_throughput", "normal")])
+def test_engines_get_the_backend(backend, sglang_mode, engine_check):
+    """vLLM: --all2all-backend <backend> beside --enable-expert-parallel; SGLang: --moe-a2a-backend
+    deepep --deepep-mode <low_latency | normal> on the DP-attention server; each argv accepted
+    by the release's own flags."""
+    from planner.emit.sglang import sglang_steps
+    from planner.emit.vllm import vllm_steps
+    from planner.engines import EngineVersions
+
+    args = _args(all2all_backend=backend)
+    for step in vllm_steps(args):
+        argv = list(step.argv)
+        assert argv[argv.index("--all2all-backend") + 1] == backend
+        assert engine_check(step.argv, EngineVersions()) == []
+    for step in sglang_steps(args):
+        if "serve" not in " ".join(step.argv):
+            continue
+        argv = list(step.argv)
+        assert argv[argv.index("--moe-a2a-backend") + 1] == "deepep"
+        assert argv[argv.index("--deepep-mode") + 1] == sglang_mode
+        assert engine_check(step.argv, EngineVersions()) == []
+
+
+def test_no_backend_flag_without_an_exchange_or_by_default():
+    """The default stays implicit; EP inside one TP group (d = 1) has no exchange to run."""
+    from planner.emit.vllm import engine_flags
+
+    assert "--all2all-backend" not in engine_flags(_args())
+    assert "--all2all-backend" not in engine_flags(_args(tp=8, dp=1, ep=8, all2all_backend="deepep_low_latency"))
+
+
+def test_the_plan_says_what_each_other_backend_changes():
+    """The recommended layout exchanges over 8 nodes: the plan re-prices it under both DeepEP
+    modes (the user's choice stays the default); a layout without an exchange gets none."""
+    from planner.render.serve import all2all_backend_lines
+    from planner.serve_search import plan_serving
+
+    request = ServeRequest(input_len=2048, output_len=1024, batch=64, layout=LayoutFilter(tp=1, pp=1, dp=64, ep=64))
+    plan = plan_serving(DEEPSEEK, resolve_cluster("8x8xH200"), request)
+    options = {o.value: o.estimate for o in plan.all2all_backend_options}
+    assert list(options) == ["deepep_low_latency", "deepep_high_throughput"]
+    best = plan.recommended
+    for other in options.values():
+        assert other.layout == best.layout
+        assert other.ep_exchange_seconds_per_moe_layer < best.ep_exchange_seconds_per_moe_layer
+    lines = all2all_backend_lines(plan)
+    assert len(lines) == 2 and lines[0].startswith("EP exchange: --all2all-backend deepep_low_latency")
+    inside = plan_serving(DEEPSEEK, resolve_cluster("1x8xH200"),
+                          ServeRequest(input_len=2048, output_len=256, layout=LayoutFilter(tp=8, pp=1, dp=1, ep=8)))
+    assert inside.all2all_backend_options == ()
