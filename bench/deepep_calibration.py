@@ -18,12 +18,12 @@ The pricing (planner/cost/comm.deepep_seconds on moe.deepep_traffic) is
 and its six constants are fitted here, in this order, each on the rows where it shows:
 - a, b per mode: least squares of the per-node-count floor, the median of the rows of at most
   FLOOR_MAX_TOKENS tokens (where the bytes take under a microsecond);
-- u_nvl: the median over the one-node rows where the bytes dominate (low latency 64-256 tokens,
+- u_nvl: the median over the one-node rows where the bytes dominate (low latency >= 64 tokens,
   normal >= BANDWIDTH_MIN_TOKENS_NORMAL) of NVLink bytes / (B_nvl (T - F));
 - u_rdma: the same over the rows of 2, 4 and 8 nodes with RDMA bytes and B_nic.
-B_nvl, B_nic: the 1x8xH200 / Nx8xH200 profile's NVLink and per-GPU NIC bandwidth. Low-latency
-rows above vLLM's DEEPEP_LL_MAX_TOKENS_PER_RANK are not priced (vLLM splits them into chunks,
-SGLang's collector timed one call). Importable; no I/O in the scoring functions. Not part of the planner.
+B_nvl, B_nic: the 1x8xH200 / Nx8xH200 profile's NVLink and per-GPU NIC bandwidth. Every row is
+one call, as a vLLM step is (its budget, 256 tokens by default under the low-latency backend,
+sizes DeepEP's buffers). Importable; no I/O in the scoring functions. Not part of the planner.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from planner import units  # noqa: E402
 from planner.catalog import cluster_from_shorthand, resolve_model  # noqa: E402
 from planner.cost import efficiency as eff  # noqa: E402
-from planner.cost.moe import DEEPEP_LL_MAX_TOKENS_PER_RANK, deepep_traffic  # noqa: E402
+from planner.cost.moe import deepep_traffic  # noqa: E402
 from planner.cost.serving_time import ep_exchange_ops  # noqa: E402
 from planner.layout import Layout, place  # noqa: E402
 from planner.specs import ModelSpec  # noqa: E402
@@ -70,11 +70,6 @@ class Row:
     @property
     def backend(self) -> str:
         return BACKEND[self.mode]
-
-    @property
-    def priced(self) -> bool:
-        """vLLM's low-latency calls carry at most DEEPEP_LL_MAX_TOKENS_PER_RANK tokens."""
-        return self.mode == "normal" or self.num_tokens <= DEEPEP_LL_MAX_TOKENS_PER_RANK
 
 
 def load_rows(path: Path = FIXTURE) -> list[Row]:
@@ -118,7 +113,7 @@ def fit_floor(rows: list[Row], mode: str) -> tuple[float, float]:
 
 
 def bandwidth_rows(rows: list[Row], inter: bool) -> list[Row]:
-    return [r for r in rows if (r.nodes > 1) == inter and r.priced
+    return [r for r in rows if (r.nodes > 1) == inter
             and r.num_tokens >= (BANDWIDTH_MIN_TOKENS_LL if r.mode == "low_latency" else BANDWIDTH_MIN_TOKENS_NORMAL)]
 
 
@@ -162,11 +157,9 @@ def summary(errors: list[float]) -> dict:
 
 
 def score(rows: list[Row]) -> dict[str, dict]:
-    """Error = predicted / measured - 1 by (mode, phase, nodes), by mode and over all priced rows."""
+    """Error = predicted / measured - 1 by (mode, phase, nodes), by mode and over all rows."""
     groups: dict[str, list[float]] = {}
     for r in rows:
-        if not r.priced:
-            continue
         error = predict_seconds(r) / r.measured_seconds - 1
         for key in (f"{r.mode} {r.phase} {r.nodes} node(s)", f"{r.mode}", "all"):
             groups.setdefault(key, []).append(error)

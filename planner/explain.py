@@ -22,6 +22,7 @@ from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     deepep_buffer_bytes,
     kv_tokens_per_running_sequence,
+    max_num_batched_tokens,
     overhead_bytes,
 )
 from planner.cost.serving_time import (
@@ -438,8 +439,9 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     # the share the layers' weights stream at (the step's largest read; the KV cache and the LM
     # head read at DECODE_HBM_UTILIZATION): the knob scales the bandwidth under every read alike
     return sensitivity.KnobBase(linear_hbm_utilization(model, cluster), fraction,
-                                overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
-                                                                           cluster.gpus_per_node)),
+                                overhead_bytes(layout, deepep_buffer_bytes(
+                                    model, layout, request.all2all_backend, cluster.gpus_per_node,
+                                    max_num_batched_tokens(cluster, request, layout))),
                                 request.gpu_memory_utilization)
 
 

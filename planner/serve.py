@@ -224,7 +224,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return Rejected(layout, tuple(reasons), memory_overshoot_bytes(stages, max_model_len))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
-    budget = max_num_batched_tokens(cluster, request)
+    budget = max_num_batched_tokens(cluster, request, layout)
     constants = step_constants(model, cluster, layout, request.all2all_backend)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
@@ -401,7 +401,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                          num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
     requests = workload_requests(lengths, num_prompts, rate)
-    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request))
+    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout))
 
     priced: dict[tuple[float, ...], float] = {}
     constants = step_constants(model, cluster, layout, request.all2all_backend)

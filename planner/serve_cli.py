@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from planner.cost.serving_memory import default_max_num_batched_tokens
+from dataclasses import replace
+
+from planner.cost.serving_memory import max_num_batched_tokens
 from planner.cost.serving_sim import ServeMetrics
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
@@ -17,7 +19,8 @@ from planner.specs import ClusterSpec, ModelSpec
 def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> ServeArgs:
     request, cluster = plan.request, plan.cluster
     budget = request.max_num_batched_tokens
-    default_budget = default_max_num_batched_tokens(cluster, request.engine_versions.vllm_release)
+    # the engine's own default for this layout (256 under batched DP MoE), left implicit
+    default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout)
     return ServeArgs(
         model=model_arg,
         tp=result.layout.tp,

@@ -393,10 +393,10 @@ of the rows of at most 4 tokens per node count (low latency 14.7, 24.9, 29.2, 32
 8 nodes; high throughput 42.9, 71.1, 103.5, 138.1 us). SGLang's collector times the kernels as a
 CUDA graph replays them; vLLM's own collection (vllm_deepep_a2a_h200.csv, through its
 prepare/finalize wrappers, outside a graph) sits 30-40 us higher at one node."""
-DEEPEP_NVLINK_UTILIZATION = 0.65
+DEEPEP_NVLINK_UTILIZATION = 0.64
 """Share of the datasheet NVLink bandwidth DeepEP's traffic to the node's other GPUs moves at:
-the median over the one-node rows where the bytes dominate (same fit, same rows): 0.651 (low
-latency 0.50-0.59, high throughput 0.57-0.71 by phase and size)."""
+the median over the one-node rows where the bytes dominate (same fit, same rows): 0.641 (low
+latency 0.47-0.59, high throughput 0.57-0.71 by phase and size)."""
 DEEPEP_RDMA_UTILIZATION = 0.93
 """Share of one GPU's NIC line rate DeepEP's traffic leaving the node moves at: the median over
 the rows of 2, 4 and 8 nodes where the bytes dominate (same fit, same rows): 0.934, about 47

@@ -74,11 +74,13 @@ def _ep_group_buffer_bytes(model: ModelSpec, layout: Layout, num_tokens: float, 
     return layout.ep * num_tokens / layout.tp * values_per_token * activation_bytes_per_element(model)
 
 
-DEEPEP_LL_MAX_TOKENS_PER_RANK = 256
-"""Tokens one DP rank dispatches per low-latency call: FusedMoEConfig.max_num_tokens, whose
-default is SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP (vllm/config/
-scheduler.py at 0.33.0), the size vLLM's DeepEPLLAll2AllManager sizes DeepEP's buffers for
-(all2all_utils.maybe_make_prepare_finalize); a larger batch is dispatched in such chunks."""
+BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS = 256
+"""vLLM's default token budget per step under the low-latency DeepEP backend with EP over DP
+ranks: SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP (vllm/config/scheduler.py
+at 0.33.0, set by EngineArgs._set_default_max_num_seqs_and_batched_tokens_args when
+ParallelConfig.use_batched_dp_moe). FusedMoEConfig.max_num_tokens is the step's budget
+(fused_moe/layer.py), the most tokens one rank dispatches per call and what DeepEP's buffers
+are sized for (all2all_utils.maybe_make_prepare_finalize): a step is one call."""
 DEEPEP_NVL_BUFFER_BYTES = BYTES_PER_GIB
 """DeepEP's NVLink buffer per GPU in either mode: VLLM_DEEPEP_BUFFER_SIZE_MB, 1024 by default
 (vllm/envs.py; DeepEPHTAll2AllManager and DeepEPLLAll2AllManager._make_all2all_kwargs in
@@ -148,13 +150,13 @@ def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, bac
             tokens_per_rank * (nodes_hit - own_node) * message)
 
 
-def deepep_ll_buffer_bytes(model: ModelSpec) -> int:
+def deepep_ll_buffer_bytes(model: ModelSpec, max_tokens_per_rank: int = BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS) -> int:
     """DeepEP's low-latency RDMA buffer as vLLM sizes it (get_low_latency_rdma_size_hint with
-    DEEPEP_LL_MAX_TOKENS_PER_RANK): two send and two receive buffers of the larger message
+    the step's token budget N, BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS by default): two send and two receive buffers of the larger message
     for the dispatch (N messages sent, E * N received) and the combine (E * N each way),
     and two signalling words per expert, rounded up to 128 B (DeepEP csrc/legacy/config.hpp
     LowLatencyLayout, commit dd758ca)."""
-    h, experts, n = model.hidden_size, model.num_local_experts, DEEPEP_LL_MAX_TOKENS_PER_RANK
+    h, experts, n = model.hidden_size, model.num_local_experts, max_tokens_per_rank
     scales = h // DEEPEP_SCALE_BLOCK
     dispatch_message = DEEPEP_MESSAGE_HEADER_BYTES + max(2 * h, h + 4 * scales)
     combine_message = 4 * scales + 2 * h

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
 from planner.cost.moe import (
+    BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS,
     DEEPEP_NVL_BUFFER_BYTES,
     deepep_ll_buffer_bytes,
 )
@@ -250,10 +251,24 @@ def default_max_num_seqs(cluster: ClusterSpec, release: VllmRelease) -> int:
     return vllm_batch_defaults(cluster, release)[1]
 
 
-def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> int:
-    """The token budget per step the plan assumes: --max-num-batched-tokens, else vLLM's default."""
-    release = request.engine_versions.vllm_release
-    return request.max_num_batched_tokens or default_max_num_batched_tokens(cluster, release)
+def batched_dp_moe(layout: Layout, backend: str) -> bool:
+    """vLLM's ParallelConfig.use_batched_dp_moe (vllm/config/parallel.py at 0.33.0): the
+    low-latency DeepEP backend with expert parallelism over DP ranks (each EP group is a
+    deployment whose data_parallel_size is its d = ep / tp)."""
+    return backend == "deepep_low_latency" and layout.ep > 1 and layout.dp_per_ep_group > 1
+
+
+def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest, layout: Layout | None = None) -> int:
+    """The token budget per step the plan assumes: --max-num-batched-tokens, else vLLM's
+    default: the release's for the GPU, or under batched DP MoE (batched_dp_moe: DeepEP's
+    low-latency kernels dispatch at most this many tokens per rank and size their buffers for
+    it) SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP, 256
+    (EngineArgs._set_default_max_num_seqs_and_batched_tokens_args, vllm/engine/arg_utils.py)."""
+    if request.max_num_batched_tokens:
+        return request.max_num_batched_tokens
+    if layout is not None and batched_dp_moe(layout, request.all2all_backend):
+        return BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
+    return default_max_num_batched_tokens(cluster, request.engine_versions.vllm_release)
 
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
@@ -309,17 +324,19 @@ def overhead_bytes(layout: Layout, deepep_bytes: float = 0.0) -> float:
     )
 
 
-def deepep_buffer_bytes(model: ModelSpec, layout: Layout, backend: str, gpus_per_node: int) -> float:
+def deepep_buffer_bytes(model: ModelSpec, layout: Layout, backend: str, gpus_per_node: int,
+                        max_tokens_per_rank: int) -> float:
     """DeepEP's buffers on every GPU of an EP group spanning DP ranks, as vLLM allocates them
     (vllm/distributed/device_communicators/all2all.py at 0.33.0): an NVLink buffer of
     VLLM_DEEPEP_BUFFER_SIZE_MB (1 GiB) for either mode; the high-throughput mode an RDMA buffer
     of the same size when the group spans nodes (its ranks sit tp * pp GPUs apart, so it spans
-    tp * pp * d of them); the low-latency mode DeepEP's own size hint
-    (moe.deepep_ll_buffer_bytes). 0 for vLLM's default backend and without such a group."""
+    tp * pp * d of them); the low-latency mode DeepEP's own size hint for the step's token
+    budget (moe.deepep_ll_buffer_bytes; max_num_batched_tokens, 256 by default there). 0 for
+    vLLM's default backend and without such a group."""
     if backend == DEFAULT_ALL2ALL_BACKEND or layout.ep <= 1 or layout.dp_per_ep_group <= 1 or not model.is_moe:
         return 0.0
     if backend == "deepep_low_latency":
-        return DEEPEP_NVL_BUFFER_BYTES + deepep_ll_buffer_bytes(model)
+        return DEEPEP_NVL_BUFFER_BYTES + deepep_ll_buffer_bytes(model, max_tokens_per_rank)
     spans_nodes = layout.tp * layout.pp * layout.dp_per_ep_group > gpus_per_node
     return DEEPEP_NVL_BUFFER_BYTES * (2 if spans_nodes else 1)
 
@@ -340,7 +357,7 @@ def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
 def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
                  max_num_seqs: int) -> list[StageMemory]:
     budget = cluster.gpu.cuda_visible_memory_bytes * request.gpu_memory_utilization
-    tokens = max_num_batched_tokens(cluster, request)
+    tokens = max_num_batched_tokens(cluster, request, layout)
     per_layer = layer_weight_bytes_per_gpu(model, layout.tp, layout.ep)
     stages = []
     layer_counts = stage_layer_counts(model.num_hidden_layers, layout.pp)
@@ -356,7 +373,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
         activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
         overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
-                                                              cluster.gpus_per_node))
+                                                              cluster.gpus_per_node, tokens))
         full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
         kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
         state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)

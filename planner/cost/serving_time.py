@@ -24,7 +24,6 @@ from planner.cost.comm import (
 )
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.moe import (
-    DEEPEP_LL_MAX_TOKENS_PER_RANK,
     deepep_traffic,
     ep_combine_bytes,
     ep_dispatch_bytes,
@@ -771,9 +770,9 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     and group size where the profile has one, else the ring on the group's links at NCCL's
     bus bandwidth (NVLink inside a node, the NICs once per node across).
     deepep_low_latency / deepep_high_throughput (DeepEPLLAll2AllManager, DeepEPHTAll2AllManager):
-    dispatch and combine are DeepEP all-to-alls (moe.deepep_traffic), each token going only
-    where its experts are (low latency: one message per expert, in chunks of
-    moe.DEEPEP_LL_MAX_TOKENS_PER_RANK tokens; high throughput: once per rank inside the node,
+    dispatch and combine are DeepEP all-to-alls (moe.deepep_traffic), one call per step (vLLM
+    sizes DeepEP for the step's token budget), each token going only where its experts are
+    (low latency: one message per expert; high throughput: once per rank inside the node,
     once per node across), fp8 for 128-block fp8 experts; each comm.deepep_seconds on the
     group's links with efficiency.deepep_fixed_seconds (DeepEP's kernels, not NCCL: no probe
     curve); message_bytes is what one rank sends (NVLink + RDMA).
@@ -798,14 +797,12 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                                   "measured" if curve is not None else "model", count_per_step))
     else:
         tokens = num_tokens / layout.tp
-        chunks = (max(1, math.ceil(tokens / DEEPEP_LL_MAX_TOKENS_PER_RANK))
-                  if backend == "deepep_low_latency" else 1)
         fixed = eff.deepep_fixed_seconds(backend, group.num_nodes)
         for name, stage in (("MoE dispatch", "dispatch"), ("MoE combine", "combine")):
-            nvlink, rdma = deepep_traffic(model, layout, tokens / chunks, backend, stage,
-                                          group.ranks_per_node, group.num_nodes)
+            nvlink, rdma = deepep_traffic(model, layout, tokens, backend, stage, group.ranks_per_node,
+                                          group.num_nodes)
             ops.append(Collective(phase, name, "all-to-all", layout.ep, link.kind, nvlink + rdma,
-                                  deepep_seconds(nvlink, rdma, group, fixed), "model", count_per_step * chunks))
+                                  deepep_seconds(nvlink, rdma, group, fixed), "model", count_per_step))
     if sequence_parallel_moe(layout) and placement.tp_link is not None:
         size = num_tokens * model.hidden_size * activation_bytes_per_element(model)
         curve = cluster.allgather_curve(placement.tp_link.scope, layout.tp)
@@ -818,8 +815,7 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
 def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                                       placement: Placement, num_tokens: float,
                                       backend: str = DEFAULT_ALL2ALL_BACKEND) -> float:
-    """The ep_exchange_ops of one MoE layer (every call: a low-latency DeepEP exchange in
-    several chunks counts each), less, under sequence-parallel MoE, the TP all-reduce of its
+    """The ep_exchange_ops of one MoE layer, less, under sequence-parallel MoE, the TP all-reduce of its
     output that the output all-gather replaces (stage_step_time's per-layer all-reduces count
     it), so that the two terms sum to what the step pays. 0 without an exchange."""
     ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens, backend=backend)
