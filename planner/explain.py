@@ -319,15 +319,22 @@ def grouped_bars(bars: list[tuple[int, tuple, MemoryBar]], pp: int) -> tuple[Mem
     return tuple(replace(bar, stages=tuple(stages), label=group_label(stages, pp)) for stages, _, bar in out)
 
 
-def serve_memory(cluster: ClusterSpec, result: ServeEstimate, request: ServeRequest) -> tuple[MemoryBar, ...]:
+def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
+                 request: ServeRequest) -> tuple[MemoryBar, ...]:
+    """Each stage's GPU: weights, the profile run's activations, the overhead (DeepEP's buffers
+    apart when the exchange runs on DeepEP), the KV cache."""
     footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
     kv_tokens_used = result.batch * footprint
+    layout = result.layout
+    deepep = deepep_buffer_bytes(model, layout, request.all2all_backend, cluster.gpus_per_node,
+                                 max_num_batched_tokens(cluster, request, layout))
     bars = []
     for s in result.stages:
         segments = (
             MemorySegment("weights", s.weights_bytes),
             MemorySegment("activations", s.activation_bytes),
-            MemorySegment("overhead", s.overhead_bytes),
+            MemorySegment("overhead", s.overhead_bytes - deepep),
+            *((MemorySegment("DeepEP buffers", deepep),) if deepep else ()),
             MemorySegment("KV cache", s.kv_cache_bytes),
         )
         note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
@@ -505,7 +512,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         metrics=serve_metrics(result),
         notes=(f"decode is {result.decode_bound}-bound", *result.notes),
         placement=placement_map(cluster, layout, all2all_backend=request.all2all_backend),
-        memory=serve_memory(cluster, result, request),
+        memory=serve_memory(model, cluster, result, request),
         collectives=serve_collectives(model, cluster, result),
         timeline=timeline,
         timeline_caption=caption,
