@@ -153,6 +153,7 @@ BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences 
 MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
+EnableDboOpt = Annotated[bool, typer.Option("--enable-dbo", help="Serve, MoE with EP across DP ranks: dual-batch overlap (vLLM's enable_dbo; SGLang's two-batch overlap): a step of 32 decode tokens or 512 with prompts runs as two micro-batches, each one's EP exchange hidden behind the other's work, at the price of reading the weights twice.")]
 All2AllBackendOpt = Annotated[All2AllBackend, typer.Option(help="Serve, MoE with EP across DP ranks: how tokens reach their experts (vLLM's all2all_backend; SGLang's moe_a2a_backend deepep): allgather_reducescatter = vLLM's default, every rank gathers the group's tokens; deepep_low_latency / deepep_high_throughput = DeepEP's kernels, each token only to its experts' ranks (fp8 for block-fp8 experts), DeepEP's buffers taken from the KV cache. DeepEP must be installed with the engine.")]
 MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed experts' kernel (vLLM's moe_backend): auto = the engine's pick; marlin = the weight-only Marlin kernel; flashinfer_mxfp8 = FlashInfer's TRT-LLM kernel with MXFP8 activations (MXFP4 experts, Blackwell); each priced at its measured rates.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
@@ -214,6 +215,7 @@ class PlanOptions:
     kv_cache_dtype: KvCacheDtype
     moe_backend: MoeBackend
     all2all_backend: All2AllBackend
+    enable_dbo: bool
     quantization: QuantChoice | None
     max_num_batched_tokens: int | None
     request_rate: float | None
@@ -289,6 +291,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         kv_cache_dtype=opts.kv_cache_dtype.value,
         moe_backend=opts.moe_backend.value,
         all2all_backend=opts.all2all_backend.value,
+        enable_dbo=opts.enable_dbo,
         quantization_override=quantization_override,
         max_num_batched_tokens=opts.max_num_batched_tokens,
         num_gpus=opts.gpus,
@@ -397,7 +400,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
-              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "quantization", "max_num_batched_tokens",
+              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
               "served_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
@@ -492,6 +495,7 @@ def plan(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
+    enable_dbo: EnableDboOpt = False,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -527,7 +531,7 @@ def plan(
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
-        all2all_backend=all2all_backend, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
@@ -614,6 +618,7 @@ def explain(
     kv_cache_dtype: KvCacheDtypeOpt = DEFAULT_KV_CACHE_DTYPE,
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
+    enable_dbo: EnableDboOpt = False,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -662,7 +667,7 @@ def explain(
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
-        all2all_backend=all2all_backend, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,

@@ -239,11 +239,12 @@ def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, t
 
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
-                         context_tokens: float, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> float:
+                         context_tokens: float, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
+                         enable_dbo: bool = False) -> float:
     """T_d: a round of C_d decodes at mean context, no prompt chunk."""
     load = StepLoad(concurrency, concurrency * context_tokens)
     in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
-    constants = step_constants(model, cluster, shape.layout, all2all_backend)
+    constants = step_constants(model, cluster, shape.layout, all2all_backend, enable_dbo)
     return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight,
                       constants=constants).seconds
 
@@ -264,7 +265,7 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
     def ok(c: int) -> bool:
         return limit is None or decode_round_seconds(model, cluster, shape, c, context,
-                                                     request.all2all_backend) <= limit
+                                                     request.all2all_backend, request.enable_dbo) <= limit
 
     if ok(cap):
         return cap
@@ -444,7 +445,8 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend)
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend,
+                               request.enable_dbo)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:
@@ -467,10 +469,11 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     shape_p, shape_d = memo.shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend)
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend,
+                               request.enable_dbo)
     c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
     t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request),
-                               request.all2all_backend)
+                               request.all2all_backend, request.enable_dbo)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d

@@ -87,6 +87,11 @@ class ServeRequest:
     --all2all-backend; SGLang's --moe-a2a-backend deepep with --deepep-mode low_latency or
     normal): vLLM's default all-gather + reduce-scatter, or DeepEP's kernels sending each token
     only to its experts' ranks (planner/cost/moe.py, serving_time.ep_exchange_ops)."""
+    enable_dbo: bool = False
+    """`--enable-dbo`: dual-batch overlap (vLLM's --enable-dbo, SGLang's
+    --enable-two-batch-overlap): a step of an EP group that exchanges tokens runs as two
+    micro-batches, one's exchange hidden behind the other's work
+    (serving_time.dbo_step_time)."""
     quantization_override: Literal["fp8", "int8", "int4"] | None = None
     """Set when `--quantization` changed the spec's weights: the engine must quantize a
     16-bit checkpoint itself (vLLM and SGLang can for fp8 only). A spec that is already

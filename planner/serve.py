@@ -225,7 +225,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request, layout)
-    constants = step_constants(model, cluster, layout, request.all2all_backend)
+    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
@@ -404,7 +404,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout))
 
     priced: dict[tuple[float, ...], float] = {}
-    constants = step_constants(model, cluster, layout, request.all2all_backend)
+    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo)
 
     def step_seconds(load: StepLoad) -> float:
         context = context_bucket_tokens(load.decode_context_tokens)

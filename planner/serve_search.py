@@ -95,6 +95,9 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
     if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and not model.is_moe:
         raise SpecError(f"--all2all-backend {request.all2all_backend}: {model.name} has no routed experts "
                         f"(the all-to-all carries tokens to experts)")
+    if request.enable_dbo and not model.is_moe:
+        raise SpecError(f"--enable-dbo: {model.name} has no routed experts (dual-batch overlap hides the "
+                        f"expert-parallel exchange)")
 
 
 def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> None:
@@ -157,6 +160,10 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) 
     return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
 
 
+DBO_ON, DBO_OFF = "--enable-dbo", "without --enable-dbo"
+"""all2all_backend_options' values for the recommended layout with dual-batch overlap toggled."""
+
+
 @dataclass(frozen=True)
 class BackendOption:
     """The recommended layout re-estimated with one engine choice changed: `value` for the
@@ -191,8 +198,9 @@ def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
 def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                             best: ServeEstimate) -> tuple[BackendOption, ...]:
     """When the recommended layout's EP group spans DP ranks (it exchanges tokens): the layout
-    under each other --all2all-backend, so that the plan can say what DeepEP (or the default)
-    would change; the choice stays the user's (DeepEP is installed apart from the engine)."""
+    under each other --all2all-backend and with --enable-dbo toggled (value DBO_ON / DBO_OFF),
+    so that the plan can say what DeepEP, dual-batch overlap (or the defaults) would change;
+    the choice stays the user's (DeepEP is installed apart from the engine)."""
     layout = best.layout
     if not model.is_moe or layout.ep <= 1 or layout.dp_per_ep_group <= 1:
         return ()
@@ -203,6 +211,9 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
         result = estimate(model, cluster, layout, replace(request, all2all_backend=backend))
         if isinstance(result, ServeEstimate):
             options.append(BackendOption(backend, result))
+    toggled = estimate(model, cluster, layout, replace(request, enable_dbo=not request.enable_dbo))
+    if isinstance(toggled, ServeEstimate):
+        options.append(BackendOption(DBO_OFF if request.enable_dbo else DBO_ON, toggled))
     return tuple(options)
 
 

@@ -300,6 +300,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "deepep_low_latency"],
         ("--all2all-backend", "no routed experts"),
     ),
+    "enable-dbo-dense-model": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--enable-dbo"],
+        ("--enable-dbo", "no routed experts"),
+    ),
     "all2all-backend-unknown": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "pplx"],
         ("--all2all-backend", "pplx"),

@@ -36,10 +36,22 @@ def _params(command) -> dict:
 
 
 def _defaulted_fields():
-    """ServeRequest fields with a plain default that a flag of the same name sets."""
+    """ServeRequest fields with a plain default that a flag of the same name sets (switches,
+    whose default is their absence, apart: _switch_fields)."""
     return [f for f in dataclasses.fields(ServeRequest)
             if f.name in _params(CLI) and f.default is not None
-            and not dataclasses.is_dataclass(f.default)]
+            and not dataclasses.is_dataclass(f.default) and not isinstance(f.default, bool)]
+
+
+def _switch_fields():
+    return [f for f in dataclasses.fields(ServeRequest) if f.name in _params(CLI) and isinstance(f.default, bool)]
+
+
+@pytest.mark.parametrize("field", _switch_fields(), ids=lambda f: f.name)
+def test_switches_are_off_unless_given(field):
+    """A switch flag (--enable-dbo) is off by default, as the request field it sets."""
+    assert field.default is False
+    assert _params(CLI)[field.name].default is False
 
 
 def test_some_request_defaults_are_flags():

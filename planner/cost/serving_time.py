@@ -11,7 +11,7 @@ sources: docs/cost-model.md (Serving: one engine step; Serving: pipeline).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner import units
 from planner.cost import efficiency as eff
@@ -663,7 +663,9 @@ class StepConstants:
     head_bytes: float
     """lm_head_read_bytes"""
     all2all_backend: str
-    """vLLM's --all2all-backend (moe.ALL2ALL_BACKENDS): how an EP exchange is priced."""
+    """vLLM's --all2all-backend (requests.ALL2ALL_BACKENDS): how an EP exchange is priced."""
+    enable_dbo: bool = False
+    """vLLM's --enable-dbo: dual-batch overlap of the EP exchange (dbo_step_time)."""
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -675,12 +677,49 @@ def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
 
 
 def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
-                   all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> StepConstants:
+                   all2all_backend: str = DEFAULT_ALL2ALL_BACKEND, enable_dbo: bool = False) -> StepConstants:
     """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
                          moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
                          linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER,
-                         lm_head_read_bytes(model, layout), all2all_backend)
+                         lm_head_read_bytes(model, layout), all2all_backend, enable_dbo)
+
+
+DBO_DECODE_TOKEN_THRESHOLD = 32
+DBO_PREFILL_TOKEN_THRESHOLD = 512
+"""vLLM splits a step into two micro-batches under --enable-dbo when its tokens reach
+dbo_decode_token_threshold (a decode-only step) or dbo_prefill_token_threshold (a step with
+prompt chunks): ParallelConfig defaults, vllm/config/parallel.py at 0.33.0
+(v1/worker/ubatch_utils.check_ubatch_thresholds)."""
+
+
+def dbo_applies(constants: StepConstants, load: StepLoad, exchange_seconds: float) -> bool:
+    """Dual-batch overlap runs on this step: enabled, an EP exchange to hide, and the step's
+    tokens at the threshold for its kind."""
+    if not constants.enable_dbo or exchange_seconds <= 0:
+        return False
+    threshold = DBO_DECODE_TOKEN_THRESHOLD if load.prefill_tokens == 0 else DBO_PREFILL_TOKEN_THRESHOLD
+    return load.num_tokens >= threshold
+
+
+def dbo_step_time(half: StepTime, moe_layers: float, overlaps: bool) -> StepTime:
+    """A step split into two micro-batches of half the load each (vLLM's dual-batch overlap,
+    v1/worker/ubatching.py): while one runs its kernels the other's EP dispatch or combine is
+    in flight, so the step takes 2 max(C, X) for a half step's work C (its weights read again,
+    its fixed per-layer cost paid again) and exchange X; the exchange shows only where it
+    outlasts the other half's work. Perfect overlap: no SMs are set aside for the exchange
+    (vLLM reserves VLLM_DBO_COMM_SMS for DeepEP's high-throughput kernels) and the first and
+    last layer's exchange are not exposed. `overlaps` False (vLLM's all-gather path, which
+    does not hand over to the other micro-batch inside a CUDA graph: prepare_finalize/
+    naive_dp_ep.py at 0.33.0): the two halves run one after the other, 2 (C + X).
+    docs/cost-model.md (Expert parallelism: dual-batch overlap)."""
+    exchange = moe_layers * half.ep_exchange_seconds_per_moe_layer
+    work = half.seconds - exchange
+    exposed = max(0.0, exchange - work) if overlaps else exchange
+    return StepTime(2 * (work + exposed), 2 * half.gemm_seconds, 2 * half.attention_seconds,
+                    2 * half.allreduce_seconds_per_layer, half.bound, 2 * half.overhead_seconds,
+                    2 * exposed / moe_layers if moe_layers else 0.0, 2 * half.elementwise_seconds,
+                    2 * half.moe_seconds)
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -752,6 +791,10 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"
+    if dbo_applies(constants, load, exchanges):
+        half = stage_step_time(model, cluster, layout, placement, stage, load.scaled(0.5), imbalance,
+                               replace(constants, enable_dbo=False))
+        return dbo_step_time(half, moe_layers, constants.all2all_backend != DEFAULT_ALL2ALL_BACKEND)
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead, gemm,
                     attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
 

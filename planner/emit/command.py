@@ -191,6 +191,8 @@ class ServeArgs:
     """The routed experts' kernel backend (ServeRequest.moe_backend); auto = the engine's pick."""
     all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
     """How an EP group spanning DP ranks exchanges tokens (ServeRequest.all2all_backend)."""
+    enable_dbo: bool = False
+    """Dual-batch overlap of that exchange (ServeRequest.enable_dbo)."""
 
     @property
     def layout(self) -> Layout:

@@ -163,7 +163,7 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     budget = None if a.max_num_batched_tokens is None else a.max_num_batched_tokens * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
                      max_num_batched_tokens=budget)
-    a2a = DEEPEP_FLAGS.get(a.all2all_backend, ())
+    a2a = (*DEEPEP_FLAGS.get(a.all2all_backend, ()), *(("--enable-two-batch-overlap",) if a.enable_dbo else ()))
     if a.engine_versions.sglang_release.attn_dp_size_flag:
         return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d), *a2a)
     return server, ("--dp-size", str(d), DP_ATTENTION, "--ep-size", str(a.tp * d), *a2a)

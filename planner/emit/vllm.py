@@ -76,6 +76,8 @@ def engine_flags(a: ServeArgs) -> list[str]:
             # ParallelConfig.all2all_backend (vllm/config/parallel.py at 0.33.0); the default
             # is left implicit. Without DP ranks in the EP group there is no exchange to run.
             flags += ["--all2all-backend", a.all2all_backend]
+        if a.enable_dbo and a.layout.dp_per_ep_group > 1:
+            flags.append("--enable-dbo")  # ParallelConfig.enable_dbo
     flags += [
         "--dtype", a.dtype,
         "--gpu-memory-utilization", f"{a.gpu_memory_utilization:g}",

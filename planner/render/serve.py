@@ -196,17 +196,18 @@ def options_json(key: str, options: tuple) -> list[dict[str, Any]]:
 
 
 ALL2ALL_WORDS = {
-    "allgather_reducescatter": "vLLM's default all-gather + reduce-scatter",
-    "deepep_low_latency": "DeepEP's low-latency kernels",
-    "deepep_high_throughput": "DeepEP's high-throughput kernels",
+    "allgather_reducescatter": "--all2all-backend allgather_reducescatter (vLLM's default all-gather + reduce-scatter)",
+    "deepep_low_latency": "--all2all-backend deepep_low_latency (DeepEP's low-latency kernels)",
+    "deepep_high_throughput": "--all2all-backend deepep_high_throughput (DeepEP's high-throughput kernels)",
+    "--enable-dbo": "--enable-dbo (dual-batch overlap)",
+    "without --enable-dbo": "without --enable-dbo (one batch per step)",
 }
 
 
 def all2all_backend_lines(plan: ServePlan) -> list[str]:
     """The recommended layout under each other --all2all-backend, against this plan's."""
     best = plan.recommended
-    return [f"EP exchange: --all2all-backend {option.value} ({ALL2ALL_WORDS[option.value]}) "
-            f"on {best.layout}: {_changes(best, option.estimate)}."
+    return [f"EP exchange: {ALL2ALL_WORDS[option.value]} on {best.layout}: {_changes(best, option.estimate)}."
             for option in plan.all2all_backend_options]
 
 
@@ -421,6 +422,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "moe_backend": plan.request.moe_backend,
         "moe_backend_options": options_json("moe_backend", plan.moe_backend_options),
         "all2all_backend": plan.request.all2all_backend,
+        "enable_dbo": plan.request.enable_dbo,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "measured_links": plan.cluster.measured is not None,
         "engine_versions": vars_of(plan.request.engine_versions),

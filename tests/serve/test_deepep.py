@@ -230,20 +230,98 @@ def test_no_backend_flag_without_an_exchange_or_by_default():
 
 def test_the_plan_says_what_each_other_backend_changes():
     """The recommended layout exchanges over 8 nodes: the plan re-prices it under both DeepEP
-    modes (the user's choice stays the default); a layout without an exchange gets none."""
+    modes and with dual-batch overlap (the user's choices stay the defaults); a layout without
+    an exchange gets none."""
     from planner.render.serve import all2all_backend_lines
     from planner.serve_search import plan_serving
 
     request = ServeRequest(input_len=2048, output_len=1024, batch=64, layout=LayoutFilter(tp=1, pp=1, dp=64, ep=64))
     plan = plan_serving(DEEPSEEK, resolve_cluster("8x8xH200"), request)
     options = {o.value: o.estimate for o in plan.all2all_backend_options}
-    assert list(options) == ["deepep_low_latency", "deepep_high_throughput"]
+    assert list(options) == ["deepep_low_latency", "deepep_high_throughput", "--enable-dbo"]
     best = plan.recommended
-    for other in options.values():
+    for value, other in options.items():
         assert other.layout == best.layout
-        assert other.ep_exchange_seconds_per_moe_layer < best.ep_exchange_seconds_per_moe_layer
+        if value.startswith("deepep"):
+            assert other.ep_exchange_seconds_per_moe_layer < best.ep_exchange_seconds_per_moe_layer
     lines = all2all_backend_lines(plan)
-    assert len(lines) == 2 and lines[0].startswith("EP exchange: --all2all-backend deepep_low_latency")
+    assert len(lines) == 3 and lines[0].startswith("EP exchange: --all2all-backend deepep_low_latency")
+    assert lines[2].startswith("EP exchange: --enable-dbo (dual-batch overlap)")
     inside = plan_serving(DEEPSEEK, resolve_cluster("1x8xH200"),
                           ServeRequest(input_len=2048, output_len=256, layout=LayoutFilter(tp=8, pp=1, dp=1, ep=8)))
     assert inside.all2all_backend_options == ()
+
+
+# Dual-batch overlap (--enable-dbo)
+
+def test_dual_batch_overlap_by_hand():
+    """A half step of 10 ms of which 4 ms is the exchange over 2 MoE layers: work C = 6 ms,
+    X = 4 ms, hidden behind the other half: 2 max(6, 4) = 12 ms. With an 8 ms exchange
+    (C = 2 ms) 2 max(2, 8) = 16 ms, 12 ms of it exposed exchange. Without overlap (vLLM's
+    all-gather path in a CUDA graph) the halves run in turn: 2 x 10 = 20 ms."""
+    from planner.cost.serving_time import StepTime, dbo_step_time
+
+    half = StepTime(0.010, 0.004, 0.001, 0.0001, "memory", 0.0008, 0.002, 0.0, 0.003)
+    full = dbo_step_time(half, 2, overlaps=True)
+    assert full.seconds == pytest.approx(0.012)
+    assert full.ep_exchange_seconds_per_moe_layer == 0.0
+    assert (full.gemm_seconds, full.overhead_seconds) == (0.008, 0.0016)
+    busy = StepTime(0.010, 0.001, 0.0005, 0.0, "memory", 0.0005, 0.004, 0.0, 0.0)
+    assert dbo_step_time(busy, 2, overlaps=True).seconds == pytest.approx(0.016)
+    assert 2 * dbo_step_time(busy, 2, overlaps=True).ep_exchange_seconds_per_moe_layer == pytest.approx(0.012)
+    assert dbo_step_time(half, 2, overlaps=False).seconds == pytest.approx(0.020)
+
+
+def _step(load, backend="deepep_low_latency", dbo=True, nodes=8):
+    from planner.cost.serving_memory import stage_memory
+    from planner.cost.serving_time import stage_step_time, step_constants
+
+    cluster = cluster_from_shorthand(nodes, 8, "H200-SXM-141GB", f"{nodes}x8xH200")
+    layout = Layout(1, 1, 8 * nodes, 8 * nodes)
+    request = ServeRequest(all2all_backend=backend, enable_dbo=dbo)
+    stage = stage_memory(DEEPSEEK, cluster, layout, request, 64)[0]
+    constants = step_constants(DEEPSEEK, cluster, layout, backend, dbo)
+    return stage_step_time(DEEPSEEK, cluster, layout, place(cluster, layout), stage, load, constants=constants)
+
+
+def test_dual_batch_overlap_starts_at_vllms_thresholds():
+    """vLLM micro-batches a decode-only step from 32 tokens, a step with prompt chunks from 512."""
+    from planner.cost.serving_time import StepLoad
+
+    for tokens, split in ((31, False), (32, True)):
+        load = StepLoad(tokens, tokens * 3000)
+        assert (_step(load).seconds != _step(load, dbo=False).seconds) == split
+    for prompt, split in ((400, False), (480, True)):
+        load = StepLoad(32, 32 * 3000, prompt, prompt * prompt / 2, 1)
+        assert (_step(load).seconds != _step(load, dbo=False).seconds) == split
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput"]),
+       st.integers(min_value=32, max_value=512))
+def test_overlap_hides_at_most_the_exchange(backend, tokens):
+    """Two half steps cost at least one full step's work (weights read twice, fixed costs
+    paid twice), so dual-batch overlap can at most hide the exchange, never more."""
+    from planner.cost.moe import moe_layers_of
+    from planner.cost.serving_time import StepLoad
+
+    load = StepLoad(tokens, tokens * 3000)
+    single = _step(load, backend, dbo=False)
+    exchange = moe_layers_of(DEEPSEEK, DEEPSEEK.num_hidden_layers) * single.ep_exchange_seconds_per_moe_layer
+    assert _step(load, backend).seconds >= single.seconds - exchange - 1e-12
+
+
+def test_dbo_flags_for_both_engines(engine_check):
+    """vLLM --enable-dbo (ParallelConfig.enable_dbo), SGLang --enable-two-batch-overlap, on an EP
+    group that exchanges; not without one."""
+    from planner.emit.sglang import sglang_steps
+    from planner.emit.vllm import engine_flags, vllm_steps
+    from planner.engines import EngineVersions
+
+    args = _args(all2all_backend="deepep_low_latency", enable_dbo=True)
+    for step in vllm_steps(args):
+        assert "--enable-dbo" in step.argv and engine_check(step.argv, EngineVersions()) == []
+    for step in sglang_steps(args):
+        if "serve" in " ".join(step.argv):
+            assert "--enable-two-batch-overlap" in step.argv and engine_check(step.argv, EngineVersions()) == []
+    assert "--enable-dbo" not in engine_flags(_args(tp=8, dp=1, ep=8, enable_dbo=True))
