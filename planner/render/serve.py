@@ -27,7 +27,7 @@ from planner.render.common import (
 )
 from planner.requests import DEFAULT_NUM_PROMPTS, MOE_BACKENDS, ServeRequest
 from planner.serve import ServeEstimate
-from planner.serve_search import NEAR_TIE_FRACTION, ServePlan
+from planner.serve_search import DBO_OFF, DBO_ON, NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -190,8 +190,12 @@ def moe_backend_lines(plan: ServePlan) -> list[str]:
 
 
 def options_json(key: str, options: tuple) -> list[dict[str, Any]]:
-    """serve_search.BackendOption rows: the choice under `key` and what it gives."""
-    return [{key: o.value, "ttft_seconds": o.estimate.ttft_seconds, "tpot_seconds": o.estimate.tpot_seconds,
+    """serve_search.BackendOption rows: the choice under `key` (or, for the dual-batch overlap
+    switch, under enable_dbo) and what it gives."""
+    def choice(value: str) -> dict[str, Any]:
+        return {"enable_dbo": value == DBO_ON} if value in (DBO_ON, DBO_OFF) else {key: value}
+
+    return [{**choice(o.value), "ttft_seconds": o.estimate.ttft_seconds, "tpot_seconds": o.estimate.tpot_seconds,
              "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second} for o in options]
 
 

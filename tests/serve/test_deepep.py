@@ -247,6 +247,11 @@ def test_the_plan_says_what_each_other_backend_changes():
     lines = all2all_backend_lines(plan)
     assert len(lines) == 3 and lines[0].startswith("EP exchange: --all2all-backend deepep_low_latency")
     assert lines[2].startswith("EP exchange: --enable-dbo (dual-batch overlap)")
+    from planner.render.serve import options_json
+
+    rows = options_json("all2all_backend", plan.all2all_backend_options)
+    assert [{k: v for k, v in row.items() if k in ("all2all_backend", "enable_dbo")} for row in rows] == [
+        {"all2all_backend": "deepep_low_latency"}, {"all2all_backend": "deepep_high_throughput"}, {"enable_dbo": True}]
     inside = plan_serving(DEEPSEEK, resolve_cluster("1x8xH200"),
                           ServeRequest(input_len=2048, output_len=256, layout=LayoutFilter(tp=8, pp=1, dp=1, ep=8)))
     assert inside.all2all_backend_options == ()
