@@ -26,6 +26,14 @@ from dataclasses import dataclass, fields
 
 from planner.errors import SpecError
 
+BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS = 256
+"""vLLM's default token budget per step under the low-latency DeepEP backend with EP over DP
+ranks: SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP (vllm/config/scheduler.py
+at 0.33.0, set by EngineArgs._set_default_max_num_seqs_and_batched_tokens_args when
+ParallelConfig.use_batched_dp_moe). FusedMoEConfig.max_num_tokens is the step's budget
+(fused_moe/layer.py), the most tokens one rank dispatches per call and what DeepEP's buffers
+are sized for (all2all_utils.maybe_make_prepare_finalize): a step is one call."""
+
 
 @dataclass(frozen=True)
 class BatchTier:

@@ -9,6 +9,7 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 from __future__ import annotations
 
 from planner.cost.params import activation_bytes_per_element, expert_params
+from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.layout import Layout
 from planner.specs import ModelSpec
 from planner.units import BYTES_PER_GIB
@@ -74,13 +75,6 @@ def _ep_group_buffer_bytes(model: ModelSpec, layout: Layout, num_tokens: float, 
     return layout.ep * num_tokens / layout.tp * values_per_token * activation_bytes_per_element(model)
 
 
-BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS = 256
-"""vLLM's default token budget per step under the low-latency DeepEP backend with EP over DP
-ranks: SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP (vllm/config/scheduler.py
-at 0.33.0, set by EngineArgs._set_default_max_num_seqs_and_batched_tokens_args when
-ParallelConfig.use_batched_dp_moe). FusedMoEConfig.max_num_tokens is the step's budget
-(fused_moe/layer.py), the most tokens one rank dispatches per call and what DeepEP's buffers
-are sized for (all2all_utils.maybe_make_prepare_finalize): a step is one call."""
 DEEPEP_NVL_BUFFER_BYTES = BYTES_PER_GIB
 """DeepEP's NVLink buffer per GPU in either mode: VLLM_DEEPEP_BUFFER_SIZE_MB, 1024 by default
 (vllm/envs.py; DeepEPHTAll2AllManager and DeepEPLLAll2AllManager._make_all2all_kwargs in

@@ -20,11 +20,7 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
-from planner.cost.moe import (
-    BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS,
-    DEEPEP_NVL_BUFFER_BYTES,
-    deepep_ll_buffer_bytes,
-)
+from planner.cost.moe import DEEPEP_NVL_BUFFER_BYTES, deepep_ll_buffer_bytes
 from planner.cost.params import (
     activation_bytes_per_element,
     attention_shape,
@@ -36,7 +32,7 @@ from planner.cost.params import (
     recurrent_state_bytes_per_sequence,
     tp_head_reasons,
 )
-from planner.engines import VllmRelease, vllm_batch_tier
+from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS, VllmRelease, vllm_batch_tier
 from planner.layout import Layout
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec

@@ -45,7 +45,7 @@ import json
 from dataclasses import dataclass
 
 from planner.emit.command import NODE_ADDRESS, LaunchStep, NodeSet, PerNode, ServeArgs, env_prefix
-from planner.emit.sglang import ep_server, server_flags, wide_server_steps
+from planner.emit.sglang import deepep_env, ep_server, server_flags, wide_server_steps
 from planner.emit.vllm import Extras, deployment_steps_from, engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
@@ -261,7 +261,7 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
         for server in _servers(args, servers):
             engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
             steps.append(LaunchStep(role, server.nodes, (
-                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus)), *launcher,
+                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus), **deepep_env(args)), *launcher,
                 *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags), *role_flags(server.slot))))
     single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]

@@ -40,8 +40,10 @@ from planner.emit.command import (
     NodeSet,
     PerNode,
     ServeArgs,
+    env_prefix,
     node_rank_value,
 )
+from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.errors import SpecError
 from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
 
@@ -143,6 +145,25 @@ kernels), both Literal choices in sglang/srt/arg_groups/fields/exec_.py at 0.5.2
 default (moe_a2a_backend none)."""
 
 
+def low_latency_tokens_per_rank(a: ServeArgs) -> int | None:
+    """Under the low-latency DeepEP backend with EP over DP ranks, the plan's token budget per
+    rank (vLLM's BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS unless --max-num-batched-tokens): SGLang
+    must dispatch that many per rank per call and chunk prompts to it; None otherwise."""
+    if a.all2all_backend != "deepep_low_latency" or a.ep <= 1 or a.layout.dp_per_ep_group <= 1:
+        return None
+    return a.max_num_batched_tokens or BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
+
+
+def deepep_env(a: ServeArgs) -> dict[str, str]:
+    """SGLang's low-latency DeepEP takes at most SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK
+    tokens per rank per call, 128 by default (sglang/srt/environ.py at 0.5.23; DeepEPDispatcher
+    asserts it is at most 1,024): raised to the plan's budget per rank, which ep_server also
+    passes as --chunked-prefill-size (times d: SGLang divides it over the DP-attention ranks).
+    Empty unless low_latency_tokens_per_rank applies."""
+    tokens = low_latency_tokens_per_rank(a)
+    return {} if tokens is None else {"SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": str(tokens)}
+
+
 def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     """SGLang's view of the layout and its EP flags. Without EP: the layout, no flags. EP inside
     each replica's TP group (dp_per_ep_group d = 1): `--ep-size tp`. An EP group of d > 1 DP
@@ -160,7 +181,8 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     d = a.layout.dp_per_ep_group
     if d == 1:
         return a, ("--ep-size", str(a.tp))
-    budget = None if a.max_num_batched_tokens is None else a.max_num_batched_tokens * d
+    per_rank = low_latency_tokens_per_rank(a) or a.max_num_batched_tokens
+    budget = None if per_rank is None else per_rank * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
                      max_num_batched_tokens=budget)
     a2a = (*DEEPEP_FLAGS.get(a.all2all_backend, ()), *(("--enable-two-batch-overlap",) if a.enable_dbo else ()))
@@ -170,7 +192,7 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
 
 
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
-    launcher = a.engine_versions.sglang_release.launcher
+    launcher = (*env_prefix(**deepep_env(a)), *a.engine_versions.sglang_release.launcher)
     a, ep_flags = ep_server(a)
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica > 1:
@@ -233,7 +255,7 @@ def wide_server_steps(a: ServeArgs, copies: int, offset: int, extra: tuple[str, 
     with `--nnodes k --node-rank r --dist-init-addr` its first node (NODE<offset>_IP for one,
     else $REPLICA_HEAD_IP; offset is a multiple of k, so $((NODE_RANK % k)) is r), and a
     disaggregated role's `extra` flags: planner/emit/disagg.py."""
-    launcher = a.engine_versions.sglang_release.launcher
+    launcher = (*env_prefix(**deepep_env(a)), *a.engine_versions.sglang_release.launcher)
     server, ep_flags = ep_server(a)
     k = math.ceil(server.tp * server.pp / a.gpus_per_node)
     assert k > 1 and offset % k == 0, "a multi-node server starts at a multiple of its width"

@@ -218,6 +218,13 @@ def test_engines_get_the_backend(backend, sglang_mode, engine_check):
         assert argv[argv.index("--moe-a2a-backend") + 1] == "deepep"
         assert argv[argv.index("--deepep-mode") + 1] == sglang_mode
         assert engine_check(step.argv, EngineVersions()) == []
+        # low latency: SGLang dispatches at most 128 tokens per rank per call unless told; the
+        # plan's 256 per rank (vLLM's budget there), prompts chunked to 256 x 16 ranks
+        low_latency = backend == "deepep_low_latency"
+        assert ("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=256" in argv) == low_latency
+        assert ("--chunked-prefill-size" in argv) == low_latency
+        if low_latency:
+            assert argv[argv.index("--chunked-prefill-size") + 1] == str(256 * 16)
 
 
 def test_no_backend_flag_without_an_exchange_or_by_default():
