@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.disagg_search import DisaggEstimate, DisaggPlan, plan_disaggregated, same_node_groups
+from planner.disagg_search import (
+    DisaggEstimate,
+    DisaggPlan,
+    plan_disaggregated,
+    role_request,
+    same_node_groups,
+)
 from planner.emit.command import LaunchStep, ServeArgs
 from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
 from planner.requests import ServeRequest
@@ -66,7 +72,8 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         gpu_memory_utilization=request.gpu_memory_utilization, max_model_len=est.max_model_len,
         max_num_seqs=max(1, worker.max_num_seqs), quantization=request.quantization_override,
         kv_cache_dtype=request.kv_cache_dtype, moe_backend=request.moe_backend,
-        all2all_backend=request.all2all_backend, enable_dbo=request.enable_dbo, dtype=model.dtype,
+        all2all_backend=role_request(request, role).all2all_backend, enable_dbo=request.enable_dbo,
+        dtype=model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu)

@@ -13,7 +13,7 @@ Derivation: docs/cost-model.md (Serving: disaggregated).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
@@ -214,11 +214,24 @@ def powers_of_two_below(limit: int) -> list[int]:
     return [2**k for k in range(max(0, limit - 1).bit_length()) if 2**k < limit]
 
 
+def role_request(request: ServeRequest, role: str) -> ServeRequest:
+    """The request as one role's servers run it. With a DeepEP --all2all-backend the plan pairs
+    the modes as vLLM's guide does (serving/expert_parallel_deployment, "Backend Selection
+    Guide": high throughput for prefill, low latency for decode); the default backend and
+    --enable-dbo stay as given for both roles."""
+    if request.all2all_backend == DEFAULT_ALL2ALL_BACKEND:
+        return request
+    mode = "deepep_high_throughput" if role == "prefill" else "deepep_low_latency"
+    return replace(request, all2all_backend=mode)
+
+
 def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> list[tuple[int, int, int]]:
-    """(tp, 1, d) expert-parallel decode workers of an MoE model: tp * d GPUs (d >= 2 DP
-    ranks with data-parallel attention, ep = tp * d) filling one node or whole nodes, at most
-    num_gpus - 1 (the prefill needs a GPU). Decode is where EP pays: more tokens per expert
-    read (docs/cost-model.md, Expert parallelism)."""
+    """(tp, 1, d) expert-parallel workers of an MoE model: tp * d GPUs (d >= 2 DP ranks with
+    data-parallel attention, ep = tp * d) filling one node or whole nodes, at most num_gpus - 1
+    (the other role needs a GPU). Searched for both roles: decode is where EP pays most (more
+    tokens per expert read, docs/cost-model.md, Expert parallelism); a prefill worker spreads
+    the experts too, at the price of its exchange (DeepEP's high-throughput kernels and dual-
+    batch overlap make it cheaper)."""
     if not model.is_moe:
         return []
     gpn = cluster.gpus_per_node
@@ -280,15 +293,21 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
 def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape,
                    budget: int):
-    """(PrefillWorker, round_seconds(b)) with T(b) interpolated between whole prompt counts."""
+    """(PrefillWorker, round_seconds(b)) with T(b) interpolated between whole prompt counts.
+    A worker of k = pp stages runs k micro-batches of b prompts per round; an expert-parallel
+    worker of d DP ranks (they step in lockstep, each on its own prompts, the experts on all of
+    them) runs b prompts on each rank per step: its lanes are d, each step priced at one rank's
+    load."""
     i = request.input_len
     k = shape.pp
     steps = math.ceil(i / budget)
     chunk = i / steps
+    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo)
 
     def exact(b: float) -> float:
         load = StepLoad(0, 0, k * b * chunk, k * b * causal_pairs(i) / steps, k * b / steps)
-        return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, k).seconds
+        return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, k,
+                          constants=constants).seconds
 
     most = max(1, budget // i) if steps == 1 else 1
     table = [exact(float(b)) for b in range(1, most + 1)]
@@ -299,7 +318,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
             return table[-1]
         return table[low] + (b - low - 1) * (table[low + 1] - table[low])
 
-    return prefill_worker(i, budget, k, seconds), seconds
+    return prefill_worker(i, budget, k * shape.dp, seconds), seconds
 
 
 def same_node_groups(num_prefill: int, prefill_gpus: int, num_decode: int, decode_gpus: int,
@@ -328,6 +347,9 @@ class _Memo:
     """Per search: what each shape and (P, D, link) pairing costs."""
 
     shapes: dict = field(default_factory=dict)
+    """The decode role's shapes (memory as its servers run)."""
+    prefill_shapes: dict = field(default_factory=dict)
+    """The prefill role's (the same unless role_request differs, e.g. DeepEP's two modes)."""
     decode: dict = field(default_factory=dict)
     prefill: dict = field(default_factory=dict)
     pairing: dict = field(default_factory=dict)
@@ -338,18 +360,23 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     cluster = with_moe_backend(cluster, request.moe_backend)
     num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
     max_model_len = request.max_model_len or model.max_position_embeddings
-    budget = max_num_batched_tokens(cluster, request)
     memo = _Memo()
     sizes = [(tp, pp, 1) for tp, pp in worker_sizes(cluster, num_gpus)] + ep_decode_sizes(model, cluster, num_gpus)
+    prefill_request, decode_request = role_request(request, "prefill"), role_request(request, "decode")
     for tp, pp, dp in sizes:
-        shape = price_shape(model, cluster, request, tp, pp, max_model_len, dp)
+        shape = price_shape(model, cluster, decode_request, tp, pp, max_model_len, dp)
         if shape is None:
             continue
         memo.shapes[shape.key] = shape
-        memo.decode[shape.key] = decode_concurrency(model, cluster, request, shape)
-        if dp == 1:
-            memo.prefill[shape.key] = prefill_rounds(model, cluster, request, shape,
-                                                     min(budget, shape.kv_cache_tokens // pp))
+        memo.decode[shape.key] = decode_concurrency(model, cluster, decode_request, shape)
+        shape_p = (shape if prefill_request == decode_request else
+                   price_shape(model, cluster, prefill_request, tp, pp, max_model_len, dp))
+        if shape_p is None:
+            continue
+        memo.prefill_shapes[shape.key] = shape_p
+        shape_budget = max_num_batched_tokens(cluster, prefill_request, shape_p.layout)
+        memo.prefill[shape.key] = prefill_rounds(model, cluster, prefill_request, shape_p,
+                                                 min(shape_budget, shape_p.kv_cache_tokens // pp))
     rejected: dict[str, int] = {}
     bounds = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
@@ -361,7 +388,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                  if possible]
         rates = [_pairing(model, cluster, request, memo, p_key, d_key, same) for same in links]
         balances = [r[0] / r[1] for r in rates if not isinstance(r, str)] or [1.0]
-        counts = {c for b in balances for c in _counts(cluster, num_gpus, memo.shapes[p_key], memo.shapes[d_key], b)}
+        counts = {c for b in balances for c in _counts(cluster, num_gpus, memo.prefill_shapes[p_key], memo.shapes[d_key], b)}
         for n_p, n_d, same in sorted(counts):
             rate = _pairing(model, cluster, request, memo, p_key, d_key, same)
             if isinstance(rate, str):
@@ -369,7 +396,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                 continue
             r_p, r_d = rate
             match = rate_match(r_p, n_p, r_d, n_d)
-            gpus = n_p * memo.shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
+            gpus = n_p * memo.prefill_shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
             bounds.append((-round(match.requests_per_second * request.output_len / gpus), -match.requests_per_second, p_key, n_p, d_key, n_d, same))
     bounds.sort()
     out = []
@@ -445,8 +472,8 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend,
-                               request.enable_dbo)
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request),
+                                   role_request(request, "decode").all2all_backend, request.enable_dbo)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:
@@ -466,14 +493,15 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     """The combination at its rate-matched load: prefill at R / N_p, decode at C_d' = R / N_d * O * T_d."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
-    shape_p, shape_d = memo.shapes[p_key], memo.shapes[d_key]
+    shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), request.all2all_backend,
-                               request.enable_dbo)
+    decode_backend = role_request(request, "decode").all2all_backend
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), decode_backend,
+                                  request.enable_dbo)
     c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
     t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request),
-                               request.all2all_backend, request.enable_dbo)
+                               decode_backend, request.enable_dbo)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d

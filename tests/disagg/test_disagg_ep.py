@@ -36,11 +36,11 @@ def test_deepseek_decode_workers_use_expert_parallelism(deepseek_plan):
 
 
 def test_ep_decode_gpus_counted_once_and_rate_is_d_ranks(deepseek_plan):
-    """GPUs: N_p * tp_p * pp_p + N_d * tp_d * pp_d * d_d, never above the cluster's 16.
+    """GPUs: N_p * tp_p * pp_p * d_p + N_d * tp_d * pp_d * d_d, never above the cluster's 16.
     Rate: R <= N_d * d * C_d / (O * T_d), each DP rank finishing C_d sequences every O rounds."""
     for e in deepseek_plan.candidates:
         p, d = e.prefill, e.decode
-        assert e.gpus_used == p.workers * p.tp * p.pp + d.workers * d.tp * d.pp * d.dp <= 16
+        assert e.gpus_used == p.workers * p.tp * p.pp * p.dp + d.workers * d.tp * d.pp * d.dp <= 16
         decode_rate = d.workers * d.dp * d.max_num_seqs / (REQUEST.output_len * d.round_seconds)
         assert e.requests_per_second <= decode_rate * (1 + 1e-9) or d.concurrency < d.max_num_seqs
         assert e.goodput_per_gpu == pytest.approx(e.requests_per_second * REQUEST.output_len / e.gpus_used)
@@ -63,3 +63,33 @@ def test_ep_decode_worker_launch(run_plan):
         (decode,) = [step for step in best["launch"] if step["role"] == "decode"]
         text = " ".join(decode["argv"])
         assert " ".join(wanted) in text or all(flag in decode["argv"] for flag in wanted), text
+
+
+def test_prefill_workers_may_be_expert_parallel():
+    """An EP prefill worker of d DP ranks is priced as d lanes in lockstep, each step at one
+    rank's load: its capacity is d prompts per step-time of one rank (prefill_rounds)."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.disagg_search import prefill_rounds, price_shape
+    from planner.requests import ServeRequest
+
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("4x8xH200")
+    request = ServeRequest(input_len=4096, output_len=1024)
+    shape = price_shape(model, cluster, request, 1, 1, 163_840, 16)
+    worker, seconds = prefill_rounds(model, cluster, request, shape, 8192)
+    assert worker.in_flight == 16 and worker.prompts_per_step_max == 2
+    assert worker.capacity_requests_per_second == pytest.approx(16 * 2 / seconds(2.0))
+
+
+def test_deepep_pairs_the_modes_by_role():
+    """With a DeepEP backend the disaggregated plan runs vLLM's pairing: high throughput on
+    prefill workers, low latency on decode workers; the default and --enable-dbo as given."""
+    from planner.disagg_search import role_request
+    from planner.requests import ServeRequest
+
+    for backend in ("deepep_low_latency", "deepep_high_throughput"):
+        request = ServeRequest(all2all_backend=backend, enable_dbo=True)
+        assert role_request(request, "prefill").all2all_backend == "deepep_high_throughput"
+        assert role_request(request, "decode").all2all_backend == "deepep_low_latency"
+        assert role_request(request, "decode").enable_dbo
+    plain = ServeRequest()
+    assert role_request(plain, "prefill") is plain and role_request(plain, "decode") is plain
