@@ -291,6 +291,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
             f"{placement.tp_link.kind} (allowed, but slow)"
         )
+    if request.all2all_backend == "deepep_high_throughput" and layout.ep > 1 and layout.dp_per_ep_group > 1:
+        notes.append("vLLM turns CUDA graphs off under deepep_high_throughput with data parallelism "
+                     "(vllm/config/compilation.py at 0.33.0): decode steps launch eagerly, a host cost the plan "
+                     "does not price (deepep_low_latency keeps the graphs)")
     if steady.budget_bound:
         notes.append(
             f"prompt-bound: prompts and decodes need more than {budget:,} tokens per step "

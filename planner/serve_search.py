@@ -98,6 +98,10 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
     if request.enable_dbo and not model.is_moe:
         raise SpecError(f"--enable-dbo: {model.name} has no routed experts (dual-batch overlap hides the "
                         f"expert-parallel exchange)")
+    if request.enable_dbo and request.all2all_backend == DEFAULT_ALL2ALL_BACKEND:
+        raise SpecError("--enable-dbo: vLLM micro-batches only over DeepEP (or NIXL EP) on CUDA and refuses "
+                        "allgather_reducescatter (vllm/config/vllm.py at 0.33.0); add --all2all-backend "
+                        "deepep_low_latency or deepep_high_throughput")
 
 
 def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> None:
@@ -198,7 +202,7 @@ def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
 def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                             best: ServeEstimate) -> tuple[BackendOption, ...]:
     """When the recommended layout's EP group spans DP ranks (it exchanges tokens): the layout
-    under each other --all2all-backend and with --enable-dbo toggled (value DBO_ON / DBO_OFF),
+    under each other --all2all-backend and, on DeepEP, with --enable-dbo toggled (DBO_ON / DBO_OFF),
     so that the plan can say what DeepEP, dual-batch overlap (or the defaults) would change;
     the choice stays the user's (DeepEP is installed apart from the engine)."""
     layout = best.layout
@@ -211,9 +215,10 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
         result = estimate(model, cluster, layout, replace(request, all2all_backend=backend))
         if isinstance(result, ServeEstimate):
             options.append(BackendOption(backend, result))
-    toggled = estimate(model, cluster, layout, replace(request, enable_dbo=not request.enable_dbo))
-    if isinstance(toggled, ServeEstimate):
-        options.append(BackendOption(DBO_OFF if request.enable_dbo else DBO_ON, toggled))
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND:  # vLLM micro-batches over DeepEP only
+        toggled = estimate(model, cluster, layout, replace(request, enable_dbo=not request.enable_dbo))
+        if isinstance(toggled, ServeEstimate):
+            options.append(BackendOption(DBO_OFF if request.enable_dbo else DBO_ON, toggled))
     return tuple(options)
 
 

@@ -304,6 +304,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--enable-dbo"],
         ("--enable-dbo", "no routed experts"),
     ),
+    "enable-dbo-default-backend": (
+        ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--enable-dbo"],
+        ("--enable-dbo", "allgather_reducescatter"),
+    ),
     "all2all-backend-unknown": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "pplx"],
         ("--all2all-backend", "pplx"),

@@ -694,28 +694,27 @@ prompt chunks): ParallelConfig defaults, vllm/config/parallel.py at 0.33.0
 
 
 def dbo_applies(constants: StepConstants, load: StepLoad, exchange_seconds: float) -> bool:
-    """Dual-batch overlap runs on this step: enabled, an EP exchange to hide, and the step's
-    tokens at the threshold for its kind."""
-    if not constants.enable_dbo or exchange_seconds <= 0:
+    """Dual-batch overlap runs on this step: enabled over DeepEP (vLLM micro-batches over
+    DeepEP or NIXL EP only on CUDA, vllm/config/vllm.py at 0.33.0; the request check refuses the
+    rest), an EP exchange to hide, and the step's tokens at the threshold for its kind."""
+    if not constants.enable_dbo or constants.all2all_backend == DEFAULT_ALL2ALL_BACKEND or exchange_seconds <= 0:
         return False
     threshold = DBO_DECODE_TOKEN_THRESHOLD if load.prefill_tokens == 0 else DBO_PREFILL_TOKEN_THRESHOLD
     return load.num_tokens >= threshold
 
 
-def dbo_step_time(half: StepTime, moe_layers: float, overlaps: bool) -> StepTime:
+def dbo_step_time(half: StepTime, moe_layers: float) -> StepTime:
     """A step split into two micro-batches of half the load each (vLLM's dual-batch overlap,
     v1/worker/ubatching.py): while one runs its kernels the other's EP dispatch or combine is
     in flight, so the step takes 2 max(C, X) for a half step's work C (its weights read again,
     its fixed per-layer cost paid again) and exchange X; the exchange shows only where it
     outlasts the other half's work. Perfect overlap: no SMs are set aside for the exchange
     (vLLM reserves VLLM_DBO_COMM_SMS for DeepEP's high-throughput kernels) and the first and
-    last layer's exchange are not exposed. `overlaps` False (vLLM's all-gather path, which
-    does not hand over to the other micro-batch inside a CUDA graph: prepare_finalize/
-    naive_dp_ep.py at 0.33.0): the two halves run one after the other, 2 (C + X).
-    docs/cost-model.md (Expert parallelism: dual-batch overlap)."""
+    last layer's exchange are not exposed. docs/cost-model.md (Expert parallelism: dual-batch
+    overlap)."""
     exchange = moe_layers * half.ep_exchange_seconds_per_moe_layer
     work = half.seconds - exchange
-    exposed = max(0.0, exchange - work) if overlaps else exchange
+    exposed = max(0.0, exchange - work)
     return StepTime(2 * (work + exposed), 2 * half.gemm_seconds, 2 * half.attention_seconds,
                     2 * half.allreduce_seconds_per_layer, half.bound, 2 * half.overhead_seconds,
                     2 * exposed / moe_layers if moe_layers else 0.0, 2 * half.elementwise_seconds,
@@ -794,7 +793,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     if dbo_applies(constants, load, exchanges):
         half = stage_step_time(model, cluster, layout, placement, stage, load.scaled(0.5), imbalance,
                                replace(constants, enable_dbo=False))
-        return dbo_step_time(half, moe_layers, constants.all2all_backend != DEFAULT_ALL2ALL_BACKEND)
+        return dbo_step_time(half, moe_layers)
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead, gemm,
                     attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
 
