@@ -93,3 +93,33 @@ def test_deepep_pairs_the_modes_by_role():
         assert role_request(request, "decode").enable_dbo
     plain = ServeRequest()
     assert role_request(plain, "prefill") is plain and role_request(plain, "decode") is plain
+
+
+def test_deepep_roles_reach_the_commands(engine_check):
+    """An EP prefill worker gets DeepEP's high-throughput kernels, the EP decode worker the
+    low-latency ones, both --enable-dbo (vLLM); SGLang's decode also carries its low-latency
+    dispatch capacity. Every argv passes the releases' own flags."""
+    from planner.disagg_cli import disagg_steps
+    from planner.engines import EngineVersions
+
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("4x8xH100")
+    request = ServeRequest(input_len=8192, output_len=512, max_ttft_seconds=5.0, max_tpot_seconds=0.08,
+                           all2all_backend="deepep_low_latency", enable_dbo=True)
+    both_ep = next(e for e in plan_disaggregated(model, cluster, request).candidates
+                   if e.prefill.dp > 1 and e.decode.dp > 1)
+    vllm = disagg_steps(model, cluster, request, both_ep, "vllm", "M")
+    for step in vllm:
+        argv = list(step.argv)
+        if step.role == "proxy":
+            continue
+        expected = "deepep_high_throughput" if step.role.startswith("prefill") else "deepep_low_latency"
+        assert argv[argv.index("--all2all-backend") + 1] == expected and "--enable-dbo" in argv
+        assert engine_check(step.argv, EngineVersions()) == []
+    for step in disagg_steps(model, cluster, request, both_ep, "sglang", "M"):
+        if step.role == "router":
+            continue
+        argv = list(step.argv)
+        mode = "normal" if step.role.startswith("prefill") else "low_latency"
+        assert argv[argv.index("--deepep-mode") + 1] == mode
+        assert ("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=256" in argv) == (mode == "low_latency")
+        assert engine_check(step.argv, EngineVersions()) == []
