@@ -861,7 +861,7 @@ def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, la
     output that the output all-gather replaces (stage_step_time's per-layer all-reduces count
     it), so that the two terms sum to what the step pays. 0 without an exchange."""
     ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens, backend=backend)
-    seconds = sum(op.seconds * op.count_per_step for op in ops)
+    seconds = sum(op.seconds for op in ops)
     for op in ops:
         if op.name == "MoE output":
             seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, op.message_bytes)[0] / 2

@@ -203,8 +203,8 @@ ALL2ALL_WORDS = {
     "allgather_reducescatter": "--all2all-backend allgather_reducescatter (vLLM's default all-gather + reduce-scatter)",
     "deepep_low_latency": "--all2all-backend deepep_low_latency (DeepEP's low-latency kernels)",
     "deepep_high_throughput": "--all2all-backend deepep_high_throughput (DeepEP's high-throughput kernels)",
-    "--enable-dbo": "--enable-dbo (dual-batch overlap)",
-    "without --enable-dbo": "without --enable-dbo (one batch per step)",
+    DBO_ON: f"{DBO_ON} (dual-batch overlap)",
+    DBO_OFF: f"{DBO_OFF} (one batch per step)",
 }
 
 

@@ -47,10 +47,9 @@ def path(engine: str, name: str) -> Path:
     return GOLDEN_DIR / folder / f"{name}.txt"
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-@pytest.mark.parametrize("name, cluster, request_", CASES)
-def test_disagg_golden(engine, name, cluster, request_, engine_check):
-    _, steps = steps_for(engine, cluster, request_)
+def check_golden(engine: str, name: str, steps, engine_check) -> None:
+    """The steps as text equal the golden (rewritten with UPDATE_GOLDEN=1), each argv within
+    the release's flags."""
     text = "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
     target = path(engine, name)
     if UPDATE:
@@ -58,6 +57,13 @@ def test_disagg_golden(engine, name, cluster, request_, engine_check):
     assert text == target.read_text(encoding="utf-8")
     for step in steps:
         assert engine_check(step.argv, EngineVersions()) == [], step.shell()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("name, cluster, request_", CASES)
+def test_disagg_golden(engine, name, cluster, request_, engine_check):
+    _, steps = steps_for(engine, cluster, request_)
+    check_golden(engine, name, steps, engine_check)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -65,13 +71,7 @@ def test_disagg_golden(engine, name, cluster, request_, engine_check):
 def test_disagg_golden_wider_than_a_node(engine, name, model_names, cluster, request_, engine_check):
     _, steps = steps_for(engine, cluster, request_, model_names)
     assert steps is not None
-    text = "".join(f"# {step.where}\n{step.shell()}\n" for step in steps)
-    target = path(engine, name)
-    if UPDATE:
-        target.write_text(text, encoding="utf-8")
-    assert text == target.read_text(encoding="utf-8")
-    for step in steps:
-        assert engine_check(step.argv, EngineVersions()) == [], step.shell()
+    check_golden(engine, name, steps, engine_check)
 
 
 def test_roles_and_pairing():
