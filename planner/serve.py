@@ -226,11 +226,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request, layout)
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo)
+    priced: dict[tuple, StepTime] = {}
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
         return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk,
-                                                   expert_imbalance(request), constants)
+                                                   expert_imbalance(request), constants, priced)
 
     def steady_at(concurrency: int) -> SteadyState:
         timed = rounds(concurrency)

@@ -934,15 +934,19 @@ class RoundTime:
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                      stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad,
                      imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
-                     constants: StepConstants | None = None) -> tuple[StepTime, ...]:
+                     constants: StepConstants | None = None,
+                     priced: dict[tuple, StepTime] | None = None) -> tuple[StepTime, ...]:
     """stage_step_time of every stage; stages alike (same memory and layers, neither first
-    nor last) are priced once: with p stages most of them are the same middle stage."""
+    nor last) are priced once: with p stages most of them are the same middle stage.
+    `priced`: the caller's memo of stage steps already priced for this layout, imbalance and
+    constants (an estimate prices the same load many times over: the steady state's search
+    over concurrency, a chunk's carrier beside its plain micro-batch); None: none kept."""
     last = layout.pp - 1
     constants = constants or step_constants(model, cluster, layout)
-    alike: dict[tuple, StepTime] = {}
+    alike: dict[tuple, StepTime] = {} if priced is None else priced
     out = []
     for s in stages:
-        key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last)
+        key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last, load)
         if key not in alike:
             alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance, constants)
         out.append(alike[key])
@@ -952,7 +956,8 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
 def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
                chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
-               constants: StepConstants | None = None) -> RoundTime:
+               constants: StepConstants | None = None,
+               priced: dict[tuple, StepTime] | None = None) -> RoundTime:
     """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
     step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
     (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.
@@ -962,10 +967,11 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     - the busiest stage working all k micro-batches,
     - the engine scheduling k steps (one scheduler, serial).
     With p = 1 that is engine step + the stage. `constants`: step_constants, when the caller
-    has them. docs/cost-model.md (Serving: pipeline)."""
+    has them; `priced`: stage_step_times' memo, when the caller keeps one.
+    docs/cost-model.md (Serving: pipeline)."""
     constants = constants or step_constants(model, cluster, layout)
     per_batch = load.scaled(1 / in_flight)
-    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance, constants)
+    steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance, constants, priced)
     slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
     hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
     engine = engine_step_seconds(per_batch)
@@ -974,7 +980,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     engines = in_flight * engine
     if chunk is not None:
         carrier = per_batch.plus(chunk)
-        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance, constants)
+        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance, constants, priced)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
