@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -24,11 +24,16 @@ from planner.errors import SpecError
 from planner.requests import (
     ALL2ALL_BACKENDS,
     DEFAULT_TOP_ROWS,
+    DRAFT_MODEL_PLACEHOLDER,
     MOE_BACKENDS,
     LayoutFilter,
     ServeRequest,
+    Speculation,
     TrainRequest,
 )
+
+if TYPE_CHECKING:
+    from planner.specs import ModelSpec
 
 EXAMPLES = """Examples:
 
@@ -124,6 +129,13 @@ class Fp8RecipeChoice(str, Enum):
     blockwise = "blockwise"
 
 
+class SpeculativeMethod(str, Enum):
+    mtp = "mtp"
+    eagle = "eagle"
+    eagle3 = "eagle3"
+    ngram = "ngram"
+
+
 class GradReduce(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -155,6 +167,11 @@ GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's frac
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
 EnableDboOpt = Annotated[bool, typer.Option("--enable-dbo", help="Serve, MoE with EP across DP ranks over DeepEP: dual-batch overlap (vLLM's enable_dbo; SGLang's two-batch overlap): a step of 32 decode tokens or 512 with prompts runs as two micro-batches, each one's EP exchange hidden behind the other's work, at the price of reading the weights twice.")]
 All2AllBackendOpt = Annotated[All2AllBackend, typer.Option(help="Serve, MoE with EP across DP ranks: how tokens reach their experts (vLLM's all2all_backend; SGLang's moe_a2a_backend deepep): allgather_reducescatter = vLLM's default, every rank gathers the group's tokens; deepep_low_latency / deepep_high_throughput = DeepEP's kernels, each token only to its experts' ranks (fp8 for block-fp8 experts), DeepEP's buffers taken from the KV cache. DeepEP must be installed with the engine.")]
+SpeculativeMethodOpt = Annotated[SpeculativeMethod | None, typer.Option(help="Serve: speculative decoding (vLLM's speculative_config method): mtp = the model's own multi-token-prediction layers; eagle / eagle3 = a draft head (--draft-model); ngram = prompt lookup on the host. Needs --draft-acceptance.")]
+NumSpeculativeTokensOpt = Annotated[int | None, typer.Option(help="Serve, with --speculative-method: tokens drafted per sequence and step (default for mtp: the model's MTP layers).")]
+DraftAcceptanceOpt = Annotated[str | None, typer.Option(help="Serve, with --speculative-method: the acceptance rate of each drafted position given the ones before it, e.g. 0.8,0.6,0.4 (one value: every position), as vLLM's spec-decode metrics report it on your traffic.")]
+DraftModelOpt = Annotated[str | None, typer.Option(help="Serve, --speculative-method eagle/eagle3: the draft head's spec (shipped name, YAML, or HF config.json).")]
+ServedDraftModelOpt = Annotated[str, typer.Option(help="Serve: the draft checkpoint argument written into launch commands (path or HF id).")]
 MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed experts' kernel (vLLM's moe_backend): auto = the engine's pick; marlin = the weight-only Marlin kernel; flashinfer_mxfp8 = FlashInfer's TRT-LLM kernel with MXFP8 activations (MXFP4 experts, Blackwell); each priced at its measured rates.")]
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
@@ -240,6 +257,11 @@ class PlanOptions:
     expert_imbalance: float | None = None
     engine: Engine = DEFAULT_ENGINE
     random_range_ratio: float | None = None
+    speculative_method: SpeculativeMethod | None = None
+    num_speculative_tokens: int | None = None
+    draft_acceptance: str | None = None
+    draft_model: str | None = None
+    served_draft_model: str = DRAFT_MODEL_PLACEHOLDER
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -266,9 +288,53 @@ def parse_layout(text: str | None, training: bool = False) -> LayoutFilter:
     return LayoutFilter(**degrees)
 
 
-def serve_request(opts: PlanOptions, quantization_override: str | None = None) -> ServeRequest:
+def parse_acceptance(text: str) -> tuple[float, ...]:
+    """`--draft-acceptance 0.8,0.6,0.4` (the range is Speculation's to check)."""
+    rates = []
+    for part in text.split(","):
+        try:
+            rates.append(float(part))
+        except ValueError:
+            raise SpecError(f"--draft-acceptance: {part.strip()!r} is not a number (expected e.g. 0.8,0.6,0.4)") from None
+    return tuple(rates)
+
+
+def speculation(opts: PlanOptions, model: ModelSpec) -> Speculation | None:
+    """--speculative-method and its companions as a Speculation; None when it is not given (and
+    then none of them may be)."""
+    if opts.speculative_method is None:
+        for flag, value in (("--num-speculative-tokens", opts.num_speculative_tokens),
+                            ("--draft-acceptance", opts.draft_acceptance), ("--draft-model", opts.draft_model)):
+            if value is not None:
+                raise SpecError(f"{flag}: only with --speculative-method")
+        return None
+    method = opts.speculative_method.value
+    num_tokens = opts.num_speculative_tokens
+    if method == "mtp" and not model.num_mtp_layers:
+        raise SpecError(f"--speculative-method mtp: {model.name} has no multi-token-prediction layers "
+                        f"(num_mtp_layers / num_nextn_predict_layers is 0)")
+    if num_tokens is None:
+        if method != "mtp":
+            raise SpecError(f"--num-speculative-tokens: needed with --speculative-method {method} "
+                            f"(tokens drafted per sequence and step)")
+        num_tokens = model.num_mtp_layers  # vLLM's default for MTP (SpeculativeConfig.__post_init__)
+    if opts.draft_acceptance is None:
+        raise SpecError("--draft-acceptance: needed with --speculative-method (the share of drafted tokens the "
+                        "model accepts at each position, e.g. 0.8,0.6,0.4, as vLLM's spec-decode metrics report "
+                        "it on your traffic)")
+    draft = None
+    if opts.draft_model is not None:
+        from planner.catalog import resolve_model
+
+        draft = resolve_model(opts.draft_model)
+    check_served_model(opts.served_draft_model, "--served-draft-model")
+    return Speculation(method, num_tokens, parse_acceptance(opts.draft_acceptance), draft, opts.served_draft_model)
+
+
+def serve_request(opts: PlanOptions, quantization_override: str | None = None,
+                  model: ModelSpec | None = None) -> ServeRequest:
     """`quantization_override`: the third value load_specs() returns. With --dataset the
-    planned lengths are the dataset's means."""
+    planned lengths are the dataset's means. `model`: the spec --speculative-method refers to."""
     from planner.workload import load_dataset  # the cost model and specs: not for --help
 
     lengths = () if opts.dataset is None else load_dataset(opts.dataset)
@@ -303,6 +369,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None) -
         engine_versions=parse_engine_versions(opts.engine_version),
         mode=opts.mode.value,
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
+        speculation=None if model is None else speculation(opts, model),
     )
 
 
@@ -367,7 +434,7 @@ def request_for(opts: PlanOptions):
     model_spec, cluster_spec, override = load_specs(opts)
     if opts.workload is Workload.train:
         return model_spec, cluster_spec, train_request(opts)
-    return model_spec, cluster_spec, serve_request(opts, override)
+    return model_spec, cluster_spec, serve_request(opts, override, model_spec)
 
 
 def exit_with(run: Callable[[], int]) -> NoReturn:
@@ -401,7 +468,8 @@ def _write_failed(problem: str) -> NoReturn:
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
-              "served_model")
+              "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
+              "served_draft_model")
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
               "grad_reduce")
@@ -496,6 +564,11 @@ def plan(
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
+    speculative_method: SpeculativeMethodOpt = None,
+    num_speculative_tokens: NumSpeculativeTokensOpt = None,
+    draft_acceptance: DraftAcceptanceOpt = None,
+    draft_model: DraftModelOpt = None,
+    served_draft_model: ServedDraftModelOpt = DRAFT_MODEL_PLACEHOLDER,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -539,6 +612,8 @@ def plan(
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
+        speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+        draft_acceptance=draft_acceptance, draft_model=draft_model, served_draft_model=served_draft_model,
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
@@ -563,13 +638,13 @@ def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: E
                      served_model=served_model)
 
 
-def check_served_model(served_model: str) -> None:
+def check_served_model(served_model: str, flag: str = "--served-model") -> None:
     """--served-model goes into the launch command as one argument: an empty or blank name, or
     one with a control character (a newline would split the printed command), launches nothing."""
     if not served_model.strip():
-        raise SpecError("--served-model: empty; give the model path or Hugging Face id the command should load")
+        raise SpecError(f"{flag}: empty; give the model path or Hugging Face id the command should load")
     if any(not ch.isprintable() for ch in served_model):
-        raise SpecError(f"--served-model: {served_model!r} contains a control character")
+        raise SpecError(f"{flag}: {served_model!r} contains a control character")
 
 
 @app.command()
@@ -619,6 +694,11 @@ def explain(
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
+    speculative_method: SpeculativeMethodOpt = None,
+    num_speculative_tokens: NumSpeculativeTokensOpt = None,
+    draft_acceptance: DraftAcceptanceOpt = None,
+    draft_model: DraftModelOpt = None,
+    served_draft_model: ServedDraftModelOpt = DRAFT_MODEL_PLACEHOLDER,
     quantization: QuantizationOpt = None,
     max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
     expert_imbalance: ExpertImbalanceOpt = None,
@@ -675,6 +755,8 @@ def explain(
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
+        speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+        draft_acceptance=draft_acceptance, draft_model=draft_model, served_draft_model=served_draft_model,
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)

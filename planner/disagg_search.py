@@ -43,6 +43,7 @@ from planner.cost.serving_time import (
     step_constants,
     with_moe_backend,
 )
+from planner.cost.speculative import speculation_shape
 from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
@@ -242,8 +243,8 @@ def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> li
 def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
                 max_model_len: int, dp: int = 1) -> WorkerShape | None:
     layout = Layout(tp, pp, dp, worker_ep(tp, dp))
-    if structural_reasons(model, layout):
-        return None
+    if structural_reasons(model, layout) or (request.speculation is not None and pp > 1):
+        return None  # speculative decoding is planned at pp = 1 only, as serve.estimate
     wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
     stages = stage_memory(model, cluster, layout, request, wanted)
     if memory_reasons(stages, max_model_len):
@@ -252,14 +253,17 @@ def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, t
 
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
-                         context_tokens: float, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
-                         enable_dbo: bool = False) -> float:
-    """T_d: a round of C_d decodes at mean context, no prompt chunk."""
-    load = StepLoad(concurrency, concurrency * context_tokens)
+                         context_tokens: float, request: ServeRequest) -> float:
+    """T_d, the decode worker's time per output token: a round of C_d decodes at mean context, no
+    prompt chunk, as the decode role's `request` runs it (role_request); under speculative
+    decoding each sequence also verifies its k drafts, the drafter runs, and the round emits
+    e tokens per sequence (speculative.speculation_shape): T_d = round / e."""
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+    load = StepLoad(concurrency, concurrency * context_tokens, spec_tokens=concurrency * spec_tokens)
     in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
-    constants = step_constants(model, cluster, shape.layout, all2all_backend, enable_dbo)
+    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
     return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight,
-                      constants=constants).seconds
+                      constants=constants).seconds / tokens_per_round
 
 
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
@@ -277,8 +281,7 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return 0
 
     def ok(c: int) -> bool:
-        return limit is None or decode_round_seconds(model, cluster, shape, c, context,
-                                                     request.all2all_backend, request.enable_dbo) <= limit
+        return limit is None or decode_round_seconds(model, cluster, shape, c, context, request) <= limit
 
     if ok(cap):
         return cap
@@ -302,7 +305,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     k = shape.pp
     steps = math.ceil(i / budget)
     chunk = i / steps
-    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo)
+    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
 
     def exact(b: float) -> float:
         load = StepLoad(0, 0, k * b * chunk, k * b * causal_pairs(i) / steps, k * b / steps)
@@ -472,8 +475,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request),
-                                   role_request(request, "decode").all2all_backend, request.enable_dbo)
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), role_request(request, "decode"))
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:
@@ -496,12 +498,10 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    decode_backend = role_request(request, "decode").all2all_backend
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), decode_backend,
-                                  request.enable_dbo)
+    decoding = role_request(request, "decode")
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), decoding)
     c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
-    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request),
-                               decode_backend, request.enable_dbo)
+    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request), decoding)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d

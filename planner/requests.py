@@ -66,6 +66,64 @@ DEFAULT_ALL2ALL_BACKEND = ALL2ALL_BACKENDS[0]
 0.33.0); the others are DeepEP's two modes."""
 
 
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "ngram")
+"""Speculation.method's choices: vLLM's speculative_config methods the planner prices (vLLM's
+SpeculativeMethod, vllm/config/speculative.py at 0.33.0): mtp = the model's own
+multi-token-prediction layers; eagle / eagle3 = a separate draft head (--draft-model);
+ngram = prompt lookup on the host (no draft model)."""
+DRAFT_MODEL_METHODS = ("eagle", "eagle3")
+"""The methods whose draft is a model of its own (--draft-model)."""
+MAX_SPECULATIVE_TOKENS = 16
+"""Plausibility bound of --num-speculative-tokens (published setups run 1-7)."""
+DRAFT_MODEL_PLACEHOLDER = "DRAFT_MODEL"
+"""Replace with the draft checkpoint's path or Hugging Face id (`--served-draft-model` sets it)."""
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """`--speculative-method`: speculative decoding, as vLLM's speculative_config runs it: each
+    decode step verifies `num_tokens` drafted tokens per sequence alongside its own, and the
+    drafter proposes the next ones (planner/cost/speculative.py)."""
+
+    method: str
+    num_tokens: int
+    """k, vLLM's num_speculative_tokens: tokens drafted per sequence and step."""
+    acceptance: tuple[float, ...]
+    """`--draft-acceptance`: a_i, the probability the i-th drafted token is accepted given that
+    the ones before it were (i = 1..k; one value given is every position's). Measured on the
+    user's traffic (vLLM's spec-decode metrics report the per-position acceptance); the planner
+    has no default, since it depends on the data as much as on the drafter."""
+    draft: object | None = None
+    """The draft model's ModelSpec (eagle, eagle3: --draft-model); None for mtp (the model's
+    own MTP layers) and ngram (no model)."""
+    served_draft: str = DRAFT_MODEL_PLACEHOLDER
+    """What the launch commands name the draft checkpoint (--served-draft-model)."""
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATIVE_METHODS:
+            raise SpecError(f"--speculative-method: must be one of {', '.join(SPECULATIVE_METHODS)} "
+                            f"(got {self.method})")
+        check_positive("--num-speculative-tokens", self.num_tokens, MAX_SPECULATIVE_TOKENS)
+        if not self.acceptance:
+            raise SpecError("--draft-acceptance: needed with --speculative-method (the share of drafted tokens "
+                            "the model accepts at each position, e.g. 0.8,0.6,0.4, as vLLM's spec-decode metrics "
+                            "report it on your traffic)")
+        if len(self.acceptance) not in (1, self.num_tokens):
+            raise SpecError(f"--draft-acceptance: give one rate or one per drafted token "
+                            f"({self.num_tokens}); got {len(self.acceptance)}")
+        for rate in self.acceptance:
+            if not 0 <= rate <= 1:  # also false for nan
+                raise SpecError(f"--draft-acceptance: each rate must be in [0, 1] (got {rate})")
+        if len(self.acceptance) == 1 and self.num_tokens > 1:
+            object.__setattr__(self, "acceptance", self.acceptance * self.num_tokens)
+        if self.method in DRAFT_MODEL_METHODS and self.draft is None:
+            raise SpecError(f"--draft-model: --speculative-method {self.method} runs a draft model of its own; "
+                            f"name its spec (YAML or config.json)")
+        if self.method not in DRAFT_MODEL_METHODS and self.draft is not None:
+            raise SpecError(f"--draft-model: only with --speculative-method {' or '.join(DRAFT_MODEL_METHODS)} "
+                            f"(got {self.method})")
+
+
 @dataclass(frozen=True)
 class ServeRequest:
     input_len: int = 1024
@@ -133,6 +191,8 @@ class ServeRequest:
     mode: ServeMode = "auto"
     """`--mode`: aggregated (every replica does prefill and decode), disaggregated (prefill and
     decode workers apart, the KV moved between them), auto (both, and which wins)."""
+    speculation: Speculation | None = None
+    """`--speculative-method` and its companions: speculative decoding; None = off."""
 
     @property
     def simulates_burst(self) -> bool:

@@ -45,6 +45,9 @@ class Plan(Generic[E, R]):
     all2all_backend_options: tuple[Any, ...] = field(default=())
     """Serving, MoE with an EP group spanning DP ranks: the recommended layout under each other
     --all2all-backend (serve_search.BackendOption)."""
+    speculation_options: tuple[Any, ...] = field(default=())
+    """Serving with speculative decoding: the recommended layout without it
+    (serve_search.BackendOption, value SPECULATION_OFF)."""
     shortfall: Any = None
     """Training: when the recommendation's TP group leaves the node, the in-node configuration
     that came closest to fitting and what it misses by (train_shortfall.InNodeShortfall)."""

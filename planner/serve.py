@@ -50,6 +50,7 @@ from planner.cost.serving_time import (
     tp_allreduce_seconds_per_layer,
     with_moe_backend,
 )
+from planner.cost.speculative import speculation_shape
 from planner.layout import Layout, Placement, Rejected, place
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
@@ -204,6 +205,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
     every SLA up to what the KV cache and max_num_seqs allow."""
     reasons = structural_reasons(model, layout)
+    if request.speculation is not None and layout.pp > 1:
+        # vLLM shares the target's embedding with the drafter only at pp = 1
+        # (llm_base_proposer._maybe_share_embeddings at 0.33.0); the drafter on the last
+        # stage of a pipeline is not modelled.
+        reasons.append(f"pp={layout.pp}: speculative decoding is planned without pipeline parallelism only")
     if reasons:
         return Rejected(layout, tuple(reasons))
     cluster = with_moe_backend(cluster, request.moe_backend)
@@ -225,8 +231,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request, layout)
-    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo)
+    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     priced: dict[tuple, StepTime] = {}
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
@@ -237,7 +244,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
-                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout))
+                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens)
 
     has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
                                                     request.max_e2e_seconds))
@@ -270,7 +277,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if has_sla and request.batch is not None:
         binding = "batch"
     in_flight = min(layout.pp, batch)
-    decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * (request.input_len + request.output_len / 2))
+    decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * (request.input_len + request.output_len / 2),
+                           spec_tokens=steady.decode_seqs * spec_tokens)
     decode_round = rounds(batch)(decode_load)
     steps = decode_round.stage_steps
     slowest = decode_round.slowest_stage

@@ -36,6 +36,7 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         moe_backend=plan.request.moe_backend,
         all2all_backend=plan.request.all2all_backend,
         enable_dbo=plan.request.enable_dbo,
+        speculation=plan.request.speculation,
         dtype=plan.model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,

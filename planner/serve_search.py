@@ -160,7 +160,8 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) 
     if plan.layouts:
         best = plan.layouts[0]
         return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, best),
-                       all2all_backend_options=all2all_backend_options(model, cluster, request, best))
+                       all2all_backend_options=all2all_backend_options(model, cluster, request, best),
+                       speculation_options=speculation_options(model, cluster, request, best))
     return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
 
 
@@ -220,6 +221,21 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
         if isinstance(toggled, ServeEstimate):
             options.append(BackendOption(DBO_OFF if request.enable_dbo else DBO_ON, toggled))
     return tuple(options)
+
+
+SPECULATION_OFF = "without speculative decoding"
+"""speculation_options' value: the recommended layout re-estimated with it off."""
+
+
+def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                        best: ServeEstimate) -> tuple[BackendOption, ...]:
+    """With speculative decoding asked for: the recommended layout without it (its own
+    concurrency, as the SLA or the KV cache then allow), so that the plan can say what the
+    drafts buy or cost at this load."""
+    if request.speculation is None:
+        return ()
+    result = estimate(model, cluster, best.layout, replace(request, speculation=None))
+    return (BackendOption(SPECULATION_OFF, result),) if isinstance(result, ServeEstimate) else ()
 
 
 def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:

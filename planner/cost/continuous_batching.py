@@ -69,12 +69,16 @@ class SteadyState:
     decoding_round_seconds: float = 0.0
     """The mean round a decoding request sees: step_seconds less its own prompt's share
     (its chunks run before its first token, in TTFT), (step - decode round) / C."""
+    tokens_per_round: float = 1.0
+    """Tokens a decoding sequence emits per round: 1, or under speculative decoding the
+    expected accepted drafts plus one (speculative.expected_tokens_per_step)."""
 
     @property
     def tpot_seconds(self) -> float:
-        """TPOT under load (what vllm bench serve reports, = its mean ITL): the mean round a
-        decoding request sees."""
-        return self.decoding_round_seconds
+        """TPOT under load (what vllm bench serve reports): the mean round a decoding request
+        sees, over the tokens it emits per round (= the mean ITL without speculative decoding;
+        with it vllm bench serve's ITL is the round, each chunk holding several tokens)."""
+        return self.decoding_round_seconds / self.tokens_per_round
 
     @property
     def requests_per_second(self) -> float:
@@ -120,7 +124,8 @@ def expected_max_poisson(mean: float, count: int) -> float:
 
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
-                 first_token_seconds: float, lockstep_ranks: int = 1) -> SteadyState:
+                 first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
+                 spec_tokens: int = 0) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so S_p = ceil(I / (B - n_d / k)). When lambda * (I + D) would
@@ -142,22 +147,26 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
     share q / C runs before its first token, so its rounds carry the others' q (C - 1) / C,
     TPOT = mean - (mean - decode round) / C (at C = 1 the pure decode round, as a lone
-    client measures it); E2E = TTFT + D * TPOT; throughput = C * O / E2E."""
-    c, i, d = concurrency, input_len, max(output_len - 1, 0)
+    client measures it); E2E = TTFT + D * TPOT; throughput = C * O / E2E.
+    Speculative decoding (`spec_tokens` k drafted per sequence, `tokens_per_round` e emitted
+    per round on average): a request decodes for D / e rounds, each of its decode steps takes
+    1 + k tokens of the budget (and of the step's rows), TPOT = round / e."""
+    c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
+    width = 1 + spec_tokens
     context = i + output_len / 2
     round_budget = in_flight * step_budget_tokens
     rate = c / (d + 1)
     prefill_rounds, queue_rounds, bound = 1.0, 0.0, False
     for _ in range(SOLVER_ITERATIONS):
-        room = max(step_budget_tokens - rate * d / in_flight, 1.0)
+        room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
         prefill_rounds = float(math.ceil(i / room))
         rate = c / (d + prefill_rounds)
-        bound = rate * (i + d) > round_budget
+        bound = rate * (i + d * width) > round_budget
         if bound:
-            rate = round_budget / (i + d)
+            rate = round_budget / (i + d * width)
     queue_rounds = max(0.0, c / rate - d - prefill_rounds) if bound else 0.0
     decode_seqs = rate * d
-    decode = StepLoad(decode_seqs, decode_seqs * context)
+    decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
     one_chunk = StepLoad(0, 0, i / prefill_rounds, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
@@ -178,7 +187,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         others = busiest - 1
         spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
-                          decode_seqs + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None)
+                          decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
+                          decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
@@ -200,4 +210,5 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         lockstep_ranks=lockstep_ranks,
         busiest_rank_chunks_per_round=busiest,
         decoding_round_seconds=decoding_round,
+        tokens_per_round=tokens_per_round,
     )

@@ -32,6 +32,7 @@ from planner.cost.params import (
     recurrent_state_bytes_per_sequence,
     tp_head_reasons,
 )
+from planner.cost.speculative import DraftMemory, draft_memory
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS, VllmRelease, vllm_batch_tier
 from planner.layout import Layout
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
@@ -80,6 +81,12 @@ class StageMemory:
     kv_cache_dtype: str = "auto"
     """--kv-cache-dtype: "fp8" stores (and, where the GPU has fp8 tensor cores, computes) the
     attention in fp8."""
+    draft_weights_bytes: float = 0.0
+    """Speculative decoding, last stage: the drafter's weights, within weights_bytes
+    (speculative.draft_memory)."""
+    draft_kv_bytes_per_token: int = 0
+    """The drafter's KV of one token, beside kv_bytes_per_token in the same pool: kv_cache_tokens
+    counts tokens that hold both."""
 
     @property
     def num_attention_layers(self) -> int:
@@ -99,7 +106,8 @@ class StageMemory:
         with a recurrent state kv_cache_bytes / (tokens * kv + state) (each holds its state)."""
         if not self.state_bytes_per_sequence:
             return self.kv_cache_tokens / sequence_tokens
-        return self.kv_cache_bytes / (sequence_tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence)
+        return self.kv_cache_bytes / (sequence_tokens * (self.kv_bytes_per_token + self.draft_kv_bytes_per_token)
+                                      + self.state_bytes_per_sequence)
 
     @property
     def max_sequence_tokens(self) -> int:
@@ -110,7 +118,8 @@ class StageMemory:
         if not self.kv_bytes_per_token:
             return 2**62 if self.kv_cache_bytes >= self.state_bytes_per_sequence else 0
         free = max(self.kv_cache_bytes - self.state_bytes_per_sequence, 0.0)
-        return int(free // (self.kv_bytes_per_token * eff.KV_BLOCK_SIZE_TOKENS)) * eff.KV_BLOCK_SIZE_TOKENS
+        per_token = self.kv_bytes_per_token + self.draft_kv_bytes_per_token
+        return int(free // (per_token * eff.KV_BLOCK_SIZE_TOKENS)) * eff.KV_BLOCK_SIZE_TOKENS
 
     @property
     def used_bytes(self) -> float:
@@ -362,6 +371,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
     sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len)
     max_model_len = request.max_model_len or model.max_position_embeddings
+    draft = (DraftMemory(0.0, 0) if request.speculation is None
+             else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype))
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
         weights = num_layers * per_layer
@@ -373,22 +384,28 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
         kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
         state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)
+        drafter = draft if last else DraftMemory(0.0, 0)
+        weights += drafter.weights_bytes
         kv_bytes = budget - weights - activation - overhead
+        # every token holds the drafter's KV beside the target's: the target's share of the pool
+        target_kv_bytes = kv_bytes * kv_per_token / (kv_per_token + drafter.kv_bytes_per_token) if kv_per_token else 0
         kv_tokens = 0
         if kv_bytes > 0 and state > 0:
-            kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token, state, sequence_tokens)
+            kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token + drafter.kv_bytes_per_token, state,
+                                             sequence_tokens)
         elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
-            kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], kv_bytes,
+            kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], target_kv_bytes,
                                           window_kv, max_model_len, max_in_flight_tokens(layout, tokens),
                                           full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
-            blocks = int(kv_bytes // (kv_per_token * eff.KV_BLOCK_SIZE_TOKENS))
+            blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
                                   max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
                                   window_counts[stage], model.sliding_window,
                                   num_layers - attention_counts[stage], state,
-                                  window_kv if full_kv != window_kv else None, request.kv_cache_dtype))
+                                  window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
+                                  drafter.weights_bytes, drafter.kv_bytes_per_token))
     return stages
 
 

@@ -46,10 +46,16 @@ from planner.cost.params import (
     shared_expert_size,
     sublayers_per_layer,
 )
-from planner.cost.serving_memory import StageMemory, embedding_bytes_per_gpu, lm_head_bytes_per_gpu
+from planner.cost.serving_memory import (
+    StageMemory,
+    embedding_bytes_per_gpu,
+    lm_head_bytes_per_gpu,
+    stage_memory,
+)
+from planner.cost.speculative import draft_model_of
 from planner.errors import SpecError
 from planner.layout import Layout, Placement
-from planner.requests import DEFAULT_ALL2ALL_BACKEND
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.specs import (
     ClusterSpec,
     EngineAllreduceCurve,
@@ -151,9 +157,10 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
 
 def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout) -> float:
     """decode_weight_bytes_read without the routed experts: the stage's weights on one GPU less
-    the embedding table (unless it is this stage's LM head) and every routed expert (priced
-    apart, per MoE layer, by moe_layer_kernel_time)."""
-    read = stage.weights_bytes
+    the embedding table (unless it is this stage's LM head), every routed expert (priced
+    apart, per MoE layer, by moe_layer_kernel_time) and the drafter's (its own passes read
+    them: draft_seconds)."""
+    read = stage.weights_bytes - stage.draft_weights_bytes
     head_reads_embedding = model.tie_word_embeddings and layout.pp == 1
     if stage.stage == 0 and not head_reads_embedding:
         read -= embedding_bytes_per_gpu(model, layout.tp)
@@ -247,10 +254,14 @@ class StepLoad:
     this rank's: in an EP group of DP ranks stepping in lockstep the step is this (busiest)
     rank's for attention and the dense layers, the group's mean for the experts, which run
     on every rank's tokens at once. None: num_tokens."""
+    spec_tokens: float = 0.0
+    """Speculative decoding: drafted tokens verified beside the decodes (k per decoding
+    sequence). Each is a row of every linear layer and of the LM head and writes its KV; they
+    read their sequence's context with its own token (one KV read per sequence)."""
 
     @property
     def num_tokens(self) -> float:
-        return self.decode_seqs + self.prefill_tokens
+        return self.decode_seqs + self.spec_tokens + self.prefill_tokens
 
     @property
     def moe_tokens(self) -> float:
@@ -260,15 +271,17 @@ class StepLoad:
     @property
     def sampled_rows(self) -> float:
         """Rows the LM head and sampler see: vLLM computes logits only for positions that
-        emit a token (vllm/v1/worker/gpu_model_runner.py, logits_indices)."""
-        return self.decode_seqs + self.prompts_completing
+        emit a token (vllm/v1/worker/gpu_model_runner.py, logits_indices), and for every
+        drafted token it verifies."""
+        return self.decode_seqs + self.spec_tokens + self.prompts_completing
 
     def scaled(self, fraction: float) -> StepLoad:
         """The same mix, a fraction of it (one of k micro-batches)."""
         return StepLoad(self.decode_seqs * fraction, self.decode_context_tokens * fraction,
                         self.prefill_tokens * fraction, self.prefill_attention_pairs * fraction,
                         self.prompts_completing * fraction,
-                        None if self.expert_tokens is None else self.expert_tokens * fraction)
+                        None if self.expert_tokens is None else self.expert_tokens * fraction,
+                        self.spec_tokens * fraction)
 
     def plus(self, other: StepLoad) -> StepLoad:
         """Both loads in one step."""
@@ -277,7 +290,8 @@ class StepLoad:
         return StepLoad(self.decode_seqs + other.decode_seqs, self.decode_context_tokens + other.decode_context_tokens,
                         self.prefill_tokens + other.prefill_tokens,
                         self.prefill_attention_pairs + other.prefill_attention_pairs,
-                        self.prompts_completing + other.prompts_completing, experts)
+                        self.prompts_completing + other.prompts_completing, experts,
+                        self.spec_tokens + other.spec_tokens)
 
 
 def window_capped_tokens(total_tokens: float, count: float, window: int | None) -> float:
@@ -319,6 +333,8 @@ class StepTime:
     """Norms, rotary embedding and the gated activation over the stage's layers (HBM-bound)."""
     moe_seconds: float = 0.0
     """The routed experts' fused-MoE ops over the stage's MoE layers (part of gemm_seconds)."""
+    draft_seconds: float = 0.0
+    """Speculative decoding, last stage: the drafter's passes (draft_seconds; in seconds)."""
 
     @property
     def compute_or_memory_seconds(self) -> float:
@@ -666,6 +682,41 @@ class StepConstants:
     """vLLM's --all2all-backend (requests.ALL2ALL_BACKENDS): how an EP exchange is priced."""
     enable_dbo: bool = False
     """vLLM's --enable-dbo: dual-batch overlap of the EP exchange (dbo_step_time)."""
+    draft: DraftStep | None = None
+    """Speculative decoding with a drafter on the GPU (draft_step); None = none."""
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """What a step's drafter passes are priced from: the draft model, its weights and KV on one
+    GPU as a one-stage StageMemory, its StepConstants, and k (planner/cost/speculative.py)."""
+
+    model: ModelSpec
+    layout: Layout
+    """The target's TP, DP and EP, one pipeline stage."""
+    stage: StageMemory
+    constants: StepConstants
+    num_tokens: int
+
+
+def draft_seconds(draft: DraftStep, cluster: ClusterSpec, placement: Placement, load: StepLoad,
+                  imbalance: float) -> float:
+    """The drafter after the step's verification (vLLM's propose, v1/spec_decode/
+    llm_base_proposer.py at 0.33.0): a first pass over every token of the step, then k - 1
+    passes over one token per request, each with the draft's LM head on one row per request;
+    each pass priced as a step of the draft model (stage_step_time: its weights read, its KV,
+    its TP collectives, its per-layer fixed cost)."""
+    requests = load.decode_seqs + load.prompts_completing
+    if requests <= 0:
+        return 0.0
+    first = replace(load, prefill_tokens=load.prefill_tokens + load.spec_tokens, spec_tokens=0.0)
+    seconds = stage_step_time(draft.model, cluster, draft.layout, placement, draft.stage, first, imbalance,
+                              draft.constants).seconds
+    if draft.num_tokens > 1:
+        more = StepLoad(requests, load.decode_context_tokens + load.prefill_tokens)
+        seconds += (draft.num_tokens - 1) * stage_step_time(draft.model, cluster, draft.layout, placement,
+                                                            draft.stage, more, imbalance, draft.constants).seconds
+    return seconds
 
 
 def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
@@ -677,12 +728,31 @@ def linear_hbm_utilization(model: ModelSpec, cluster: ClusterSpec) -> float:
 
 
 def step_constants(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
-                   all2all_backend: str = DEFAULT_ALL2ALL_BACKEND, enable_dbo: bool = False) -> StepConstants:
-    """The StepConstants of this model on this cluster (after with_moe_backend) and layout."""
+                   all2all_backend: str = DEFAULT_ALL2ALL_BACKEND, enable_dbo: bool = False,
+                   request: ServeRequest | None = None) -> StepConstants:
+    """The StepConstants of this model on this cluster (after with_moe_backend) and layout;
+    with `request`, its drafter when it asks for speculative decoding (draft_step)."""
     return StepConstants(active_params_per_layer(model), achievable_flops_per_s(model, cluster),
                          moe_kernel(model, cluster, layout.ep) if model.is_moe else None,
                          linear_hbm_utilization(model, cluster), eff.ENGINE_STEP_SECONDS_PER_LAYER,
-                         lm_head_read_bytes(model, layout), all2all_backend, enable_dbo)
+                         lm_head_read_bytes(model, layout), all2all_backend, enable_dbo,
+                         None if request is None else draft_step(model, cluster, layout, request))
+
+
+def draft_step(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> DraftStep | None:
+    """The request's drafter as a DraftStep: its model (speculative.draft_model_of) on one GPU of
+    the layout's TP (and EP) group, its weights as a one-stage model's (the embedding is
+    gathered, not read; the head read on every pass); None without speculative decoding or
+    with a host-side drafter (ngram)."""
+    speculation = request.speculation
+    draft = None if speculation is None else draft_model_of(model, speculation)
+    if draft is None:
+        return None
+    plain = replace(request, speculation=None)
+    one_stage = Layout(layout.tp, 1, layout.dp, layout.ep)
+    (stage,) = stage_memory(draft, cluster, one_stage, plain, 1)
+    constants = step_constants(draft, cluster, one_stage, request.all2all_backend)
+    return DraftStep(draft, one_stage, stage, constants, speculation.num_tokens)
 
 
 DBO_DECODE_TOKEN_THRESHOLD = 32
@@ -718,7 +788,7 @@ def dbo_step_time(half: StepTime, moe_layers: float) -> StepTime:
     return StepTime(2 * (work + exposed), 2 * half.gemm_seconds, 2 * half.attention_seconds,
                     2 * half.allreduce_seconds_per_layer, half.bound, 2 * half.overhead_seconds,
                     2 * exposed / moe_layers if moe_layers else 0.0, 2 * half.elementwise_seconds,
-                    2 * half.moe_seconds)
+                    2 * half.moe_seconds, 2 * half.draft_seconds)
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -794,8 +864,12 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
         half = stage_step_time(model, cluster, layout, placement, stage, load.scaled(0.5), imbalance,
                                replace(constants, enable_dbo=False))
         return dbo_step_time(half, moe_layers)
-    return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead, gemm,
-                    attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds)
+    drafting = 0.0
+    if constants.draft is not None and stage.stage == layout.pp - 1:
+        drafting = draft_seconds(constants.draft, cluster, placement, load, imbalance)
+    return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead + drafting,
+                    gemm, attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds,
+                    drafting)
 
 
 def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,

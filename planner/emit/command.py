@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.engines import EngineVersions
-from planner.requests import DEFAULT_ALL2ALL_BACKEND
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, Speculation
 
 if TYPE_CHECKING:
     from planner.layout import Layout
@@ -193,6 +193,8 @@ class ServeArgs:
     """How an EP group spanning DP ranks exchanges tokens (ServeRequest.all2all_backend)."""
     enable_dbo: bool = False
     """Dual-batch overlap of that exchange (ServeRequest.enable_dbo)."""
+    speculation: Speculation | None = None
+    """Speculative decoding (ServeRequest.speculation); None = off."""
 
     @property
     def layout(self) -> Layout:

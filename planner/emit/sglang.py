@@ -114,7 +114,28 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:
         flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
-    return flags + moe_runner_flags(a)
+    return flags + moe_runner_flags(a) + speculative_flags(a)
+
+
+SPECULATIVE_ALGORITHMS = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "ngram": "NGRAM"}
+"""The planner's --speculative-method -> SGLang's --speculative-algorithm (Spec.speculative_algorithm,
+sglang/srt/arg_groups/fields/spec.py at 0.5.23; NEXTN is its alias of EAGLE for a model's own
+MTP layers, speculative_hook._resolve_speculative_algorithm_alias)."""
+
+
+def speculative_flags(a: ServeArgs) -> list[str]:
+    """A chain of k drafts, as the plan prices it: k draft steps, top-1 each, k + 1 tokens
+    verified (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens);
+    the draft head's checkpoint for EAGLE/EAGLE3; NGRAM takes the verified count only."""
+    spec = a.speculation
+    if spec is None:
+        return []
+    flags = ["--speculative-algorithm", SPECULATIVE_ALGORITHMS[spec.method]]
+    if spec.draft is not None:
+        flags += ["--speculative-draft-model-path", spec.served_draft]
+    if spec.method != "ngram":
+        flags += ["--speculative-num-steps", str(spec.num_tokens), "--speculative-eagle-topk", "1"]
+    return flags + ["--speculative-num-draft-tokens", str(spec.num_tokens + 1)]
 
 
 def moe_runner_flags(a: ServeArgs) -> list[str]:

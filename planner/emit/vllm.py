@@ -30,6 +30,7 @@ multi-node DP flags); several EP groups are independent deployments, each on its
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -91,7 +92,21 @@ def engine_flags(a: ServeArgs) -> list[str]:
     if a.kv_cache_dtype == "fp8":
         flags += ["--kv-cache-dtype", "fp8"]
     flags += moe_backend_flags(a.moe_backend)
-    return flags
+    return flags + speculative_flags(a)
+
+
+def speculative_flags(a: ServeArgs) -> list[str]:
+    """`--speculative-config` (EngineArgs.speculative_config, a JSON object of SpeculativeConfig's
+    fields, vllm/config/speculative.py at 0.22.0 and 0.33.0): the method, num_speculative_tokens
+    and, for a draft head, its checkpoint ("model"); ngram keeps vLLM's prompt_lookup defaults."""
+    spec = a.speculation
+    if spec is None:
+        return []
+    config: dict[str, object] = {"method": spec.method}
+    if spec.draft is not None:
+        config["model"] = spec.served_draft
+    config["num_speculative_tokens"] = spec.num_tokens
+    return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
 
 
 MXFP8_MOE_ACTIVATIONS = '{"moe": {"activation": "mxfp8"}}'

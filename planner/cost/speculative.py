@@ -1,0 +1,101 @@
+"""Speculative decoding as vLLM runs it (pure; SI units). docs/cost-model.md (Serving:
+speculative decoding).
+
+Each decode step of a sequence schedules its own token plus the k tokens the drafter proposed
+last step (vllm/v1/core/sched/scheduler.py: num_new_tokens = 1 + len(spec_token_ids), within
+the token budget), the target model verifies all k + 1 in one pass (logits for each, the
+rejection sampler keeps the longest accepted prefix and one more token), and the drafter then
+proposes k new ones (vllm/v1/spec_decode/llm_base_proposer.py, `propose`, at 0.33.0):
+- a first pass of the draft over every token of the step (its inputs are the target's hidden
+  states), sampling one draft token per request;
+- k - 1 more passes over one token per request.
+Each pass runs the draft's layers and its LM head on one row per request. ngram proposes on
+the host from the prompt: no draft passes on the GPU.
+
+With per-position acceptance a_i (the i-th draft accepted given the ones before were), a
+step emits on average 1 + sum_{i=1..k} prod_{j<=i} a_j tokens per sequence (Leviathan et
+al. 2023, "Fast Inference from Transformers via Speculative Decoding", sec. 3.1, for i.i.d.
+acceptance: (1 - a^(k+1)) / (1 - a)).
+
+Memory: the draft's weights (its layers; MTP and EAGLE share the target's embedding, MTP its
+LM head too: vllm/model_executor/models/deepseek_mtp.py, llm_base_proposer._maybe_share_*)
+and its layers' KV, drawn from the same pool as the target's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.params import (
+    activation_bytes_per_element,
+    kv_bytes_per_token_per_layer_by_kind,
+    layer_weight_bytes_per_gpu,
+    lm_head_bytes_per_weight,
+    num_attention_layers,
+)
+from planner.requests import Speculation
+from planner.specs import ModelSpec
+
+
+def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:
+    """1 + sum over i of prod_{j <= i} a_j: the tokens one verification step emits per
+    sequence on average (k = len(acceptance) drafted)."""
+    total, reach = 1.0, 1.0
+    for rate in acceptance:
+        reach *= rate
+        total += reach
+    return total
+
+
+def speculation_shape(speculation: Speculation | None) -> tuple[float, int]:
+    """(e, k): tokens a decoding sequence emits per step (expected_tokens_per_step) and tokens
+    drafted per sequence and step; (1, 0) without speculative decoding."""
+    if speculation is None:
+        return 1.0, 0
+    return expected_tokens_per_step(speculation.acceptance), speculation.num_tokens
+
+
+def mtp_draft_model(model: ModelSpec) -> ModelSpec:
+    """The model the MTP drafter runs: the target's block shape, num_mtp_layers deep, every
+    block with the target's MLP kind (DeepSeek-V3's MTP block is an MoE block, sec. 2.2 of its
+    report), full attention, no recurrent or MLP-only blocks; vocabulary and head the target's
+    (shared)."""
+    return model.model_copy(update={
+        "name": f"{model.name} MTP", "num_hidden_layers": model.num_mtp_layers, "num_mtp_layers": 0,
+        "num_dense_layers": 0, "sliding_window": None, "num_sliding_window_layers": None,
+        "num_recurrent_layers": 0, "recurrent_kind": None, "num_mlp_only_layers": 0,
+        "num_mixer_only_layers": 0})
+
+
+def draft_model_of(model: ModelSpec, speculation: Speculation) -> ModelSpec | None:
+    """The model the drafter runs on the GPU: the MTP layers, the --draft-model, or None (ngram)."""
+    if speculation.method == "mtp":
+        return mtp_draft_model(model)
+    return speculation.draft  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DraftMemory:
+    """One GPU's share of the drafter (the last pipeline stage holds it)."""
+
+    weights_bytes: float
+    """Its layers (MTP: plus the h x 2h projection that joins embedding and hidden state) and
+    its own LM head (EAGLE); the embedding, and MTP's head, are the target's."""
+    kv_bytes_per_token: int
+    """Its attention layers' KV of one token."""
+
+
+def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, kv_cache_dtype: str) -> DraftMemory:
+    """DraftMemory of `speculation` on one GPU of a TP group of t (the draft runs at the
+    target's TP, vllm/config/speculative.py create_draft_parallel_config; EP kept for an MoE
+    draft)."""
+    draft = draft_model_of(model, speculation)
+    if draft is None:
+        return DraftMemory(0.0, 0)
+    weights = draft.num_hidden_layers * layer_weight_bytes_per_gpu(draft, tp, ep)
+    if speculation.method == "mtp":
+        weights += 2 * draft.hidden_size * draft.hidden_size * activation_bytes_per_element(draft) / tp
+    else:
+        weights += draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
+    full_kv, _ = kv_bytes_per_token_per_layer_by_kind(draft, tp, kv_cache_dtype)
+    return DraftMemory(weights, num_attention_layers(draft) * full_kv)
