@@ -390,7 +390,8 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
 
     timed = {"to next stage": one_send, "MoE dispatch": one_ep_gather, "MoE combine": one_ep_gather,
              "MoE output": one_tp_gather}
-    step = {"decode": result.tpot_seconds, "prefill": result.ttft_seconds}
+    decode_step = result.tpot_seconds if result.steady is None else result.steady.decoding_round_seconds
+    step = {"decode": decode_step, "prefill": result.ttft_seconds}
     return tuple(
         collective_row(c.phase, c.name, c.kind, c.num_ranks, c.link_kind, c.message_bytes,
                        one_ep_alltoall if c.kind == "all-to-all" else timed.get(c.name, one_allreduce),
@@ -416,10 +417,14 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
     ep = k * moe_layers_of(model, num_layers) * step.ep_exchange_seconds_per_moe_layer
-    engine = min(engine, max(0.0, decode_round - work - experts - fixed - tp - ep))
-    idle = max(0.0, decode_round - work - experts - fixed - tp - ep - engine)
+    drafter = k * step.draft_seconds
+    engine = min(engine, max(0.0, decode_round - work - experts - fixed - tp - ep - drafter))
+    idle = max(0.0, decode_round - work - experts - fixed - tp - ep - drafter - engine)
     pp = min(idle, p * result.pp_hop_seconds)
-    prompts = max(0.0, result.tpot_seconds - decode_round)
+    # under speculative decoding a round emits e tokens per sequence: the step is TPOT x e
+    tokens_per_round = 1.0 if result.steady is None else result.steady.tokens_per_round
+    mean_step = result.tpot_seconds * tokens_per_round
+    prompts = max(0.0, mean_step - decode_round)
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
     other = "compute" if bound == "memory-bound work" else "memory-bound work"
     segments = (
@@ -429,6 +434,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
         BreakdownSegment("per-layer launch overhead", fixed),
         BreakdownSegment("TP comm", tp),
         BreakdownSegment("EP gather/scatter", ep),
+        BreakdownSegment("drafter (speculative decoding)", drafter),
         BreakdownSegment("engine step (scheduler, sampler)", engine),
         BreakdownSegment("prompt chunks in the step" if lockstep_ranks(model, result.layout) == 1
                          else "prompt chunks in the step (its busiest DP rank's)", prompts),
@@ -436,7 +442,10 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
         BreakdownSegment("DP comm exposed", 0.0),
         BreakdownSegment("bubble", idle - pp),
     )
-    return TimeBreakdown("the mean step under load (TPOT) on the slowest stage", result.tpot_seconds, segments)
+    if tokens_per_round == 1.0:
+        return TimeBreakdown("the mean step under load (TPOT) on the slowest stage", result.tpot_seconds, segments)
+    return TimeBreakdown(f"the mean step under load on the slowest stage (TPOT x {tokens_per_round:.2f} tokens "
+                         f"per step, speculative decoding)", mean_step, segments)
 
 
 def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,

@@ -296,6 +296,10 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         fields.update(block_config_fields(text, path))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
+    if isinstance(text.get("draft_vocab_size"), int) and text["draft_vocab_size"] > 0:
+        # an EAGLE-3 draft head: its LM head covers the draft vocabulary, its embedding is the
+        # target's (vLLM shares it: llm_base_proposer._maybe_share_embeddings at 0.33.0)
+        fields["vocab_size"] = text["draft_vocab_size"]
     fields["dtype"] = _dtype(text, raw, path)
     quantization = raw.get("quantization_config", text.get("quantization_config"))
     if quantization is not None:

@@ -288,12 +288,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                             1 / steady.prefill_rounds)
     prompt_round = rounds(batch)(decode_load, prompt_chunk)
     lone = steady_at(1)
-    seqs_per_batch = max(1, math.ceil(steady.decode_seqs / in_flight))
-    message_bytes = seqs_per_batch * model.hidden_size * activation_bytes_per_element(model)
+    # a decoding sequence's rows: its token and its drafts
+    tokens_per_batch = max(1, math.ceil(steady.decode_seqs * (1 + spec_tokens) / in_flight))
+    message_bytes = tokens_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, seqs_per_batch,
+    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, tokens_per_batch,
                                                  request.all2all_backend)
-    collectives = serving_collectives(model, cluster, layout, placement, seqs_per_batch, in_flight,
+    collectives = serving_collectives(model, cluster, layout, placement, tokens_per_batch, in_flight,
                                       stages[slowest].num_layers, request.input_len, request.all2all_backend)
     if placement.tp_crosses_node:
         notes.append(
@@ -414,20 +415,21 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                          num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
     requests = workload_requests(lengths, num_prompts, rate)
-    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout))
+    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout),
+                          draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
 
     priced: dict[tuple[float, ...], float] = {}
-    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo)
+    constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
 
     def step_seconds(load: StepLoad) -> float:
         context = context_bucket_tokens(load.decode_context_tokens)
         experts = None if load.expert_tokens is None else context_bucket_tokens(load.expert_tokens)
         key = (load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing,
-               experts)
+               experts, load.spec_tokens)
         if key not in priced:
             in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
-                                load.prompts_completing, experts)
+                                load.prompts_completing, experts, load.spec_tokens)
             priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
                                      imbalance=expert_imbalance(request), constants=constants).seconds
         return priced[key]
@@ -469,5 +471,6 @@ def steady_metrics(result: ServeEstimate) -> ServeMetrics:
         return Distribution(seconds, seconds, seconds)
 
     requests_per_s = result.layout.dp * steady.requests_per_second
-    return ServeMetrics(alike(steady.ttft_seconds), alike(steady.tpot_seconds), alike(steady.tpot_seconds),
+    # ITL: one streamed chunk per step, several tokens each under speculative decoding
+    return ServeMetrics(alike(steady.ttft_seconds), alike(steady.tpot_seconds), alike(steady.decoding_round_seconds),
                         alike(steady.e2e_seconds), math.inf, requests_per_s, result.throughput_tokens_per_second)

@@ -296,6 +296,57 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "draft-acceptance-without-method": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--draft-acceptance", "0.8"],
+        ("--draft-acceptance", "only with --speculative-method"),
+    ),
+    "speculative-method-without-acceptance": (
+        ["--model", "deepseek-v3", "--cluster", "1x8xH200", "--speculative-method", "mtp"],
+        ("--draft-acceptance", "needed"),
+    ),
+    "speculative-mtp-without-mtp-layers": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "mtp", "--draft-acceptance", "0.8"],
+        ("--speculative-method mtp", "no multi-token-prediction layers"),
+    ),
+    "speculative-eagle3-without-draft": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "eagle3",
+         "--num-speculative-tokens", "3", "--draft-acceptance", "0.8"],
+        ("--draft-model", "eagle3"),
+    ),
+    "speculative-ngram-without-count": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram", "--draft-acceptance", "0.5"],
+        ("--num-speculative-tokens", "needed"),
+    ),
+    "draft-acceptance-above-one": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram",
+         "--num-speculative-tokens", "2", "--draft-acceptance", "0.8,1.2"],
+        ("--draft-acceptance", "[0, 1]", "1.2"),
+    ),
+    "draft-acceptance-count": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram",
+         "--num-speculative-tokens", "3", "--draft-acceptance", "0.8,0.6"],
+        ("--draft-acceptance", "one per drafted token", "3"),
+    ),
+    "draft-acceptance-not-a-number": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram",
+         "--num-speculative-tokens", "1", "--draft-acceptance", "high"],
+        ("--draft-acceptance", "'high'", "not a number"),
+    ),
+    "draft-model-with-ngram": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram",
+         "--num-speculative-tokens", "1", "--draft-acceptance", "0.5", "--draft-model", "llama-3.1-8b"],
+        ("--draft-model", "only with --speculative-method eagle or eagle3"),
+    ),
+    "speculative-tokens-too-many": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "ngram",
+         "--num-speculative-tokens", "64", "--draft-acceptance", "0.5"],
+        ("--num-speculative-tokens", "64"),
+    ),
+    "speculative-method-for-training": (
+        ["--workload", "train", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--global-batch", "64",
+         "--seq-len", "2048", "--speculative-method", "ngram"],
+        ("--speculative-method", "--workload serve"),
+    ),
     "all2all-backend-dense-model": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--all2all-backend", "deepep_low_latency"],
         ("--all2all-backend", "no routed experts"),

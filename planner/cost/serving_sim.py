@@ -51,6 +51,8 @@ class EngineLimits:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size_tokens: int = 16
+    draft_acceptance: tuple[float, ...] = ()
+    """Speculative decoding: a_i per drafted position (k = len); () = off. See _Sim._verify."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class SimResult:
 
 
 class _Req:
-    __slots__ = ("i", "arrival", "sent", "p", "o", "g", "c", "base", "stall_from", "first", "done_at")
+    __slots__ = ("i", "arrival", "sent", "p", "o", "g", "c", "base", "stall_from", "first", "done_at", "blocks",
+                 "credit")
 
     def __init__(self, i: int, r: SimRequest):
         self.i, self.arrival, self.p, self.o = i, r.arrival_seconds, r.input_len, r.output_len
@@ -98,6 +101,8 @@ class _Req:
         self.stall_from = -1  # step of the last emission while it misses steps, else -1
         self.first = -1  # step whose end emitted the first token
         self.done_at = -1  # step whose end emitted the last token
+        self.blocks = 0  # KV blocks held (speculative decoding only: they outrun c)
+        self.credit = 0.0  # speculative decoding: expected accepted drafts not yet emitted
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -153,6 +158,8 @@ class _Sim:
 
     def __init__(self, requests: Sequence[SimRequest], limits: EngineLimits, num_blocks: int):
         self.reqs = [_Req(i, r) for i, r in enumerate(requests)]
+        self.acceptance = limits.draft_acceptance
+        self.spec = len(limits.draft_acceptance)  # k drafts per decode step; 0 = off
         self.B, self.num_blocks = limits.block_size_tokens, num_blocks
         self.max_seqs, self.max_tokens = limits.max_num_seqs, limits.max_num_batched_tokens
         self.used = 0
@@ -183,9 +190,10 @@ class _Sim:
         self.block_at.setdefault(t + (-r.c) % self.B, []).append(r)
         self.finish_at.setdefault(r.p + r.o - 2 - r.base, []).append(r)
 
-    def _emit(self, r: _Req) -> None:
-        """r's computed tokens reached its token count: one token at the end of this step."""
-        r.g += 1
+    def _emit(self, r: _Req, num_tokens: int = 1) -> None:
+        """r's computed tokens reached its token count: `num_tokens` at the end of this step (one
+        streamed chunk: more than one only under speculative decoding)."""
+        r.g += min(num_tokens, r.o - r.g)
         if r.g == 1:
             r.first = self.k
         elif r.stall_from >= 0:
@@ -200,9 +208,31 @@ class _Sim:
         # vLLM frees a finished request's slot and blocks after the step (update_from_output),
         # so they still count against this step's admissions.
         r.done_at = self.k
-        self.finished_blocks += _ceil_div(r.c, self.B)
+        self.finished_blocks += self._held(r)
         self.num_finished += 1
         r.g = -1
+
+    def _held(self, r: _Req) -> int:
+        """KV blocks r holds: those of its computed tokens, or under speculative decoding the
+        ones allocated for its last step's drafts too (rejected drafts leave their slots)."""
+        return max(r.blocks, _ceil_div(r.c, self.B)) if self.spec else _ceil_div(r.c, self.B)
+
+    def _blocks_for(self, r: _Req, new: int) -> int:
+        """Blocks r must add to schedule `new` more tokens."""
+        return max(0, _ceil_div(r.c + new, self.B) - self._held(r))
+
+    def _verify(self, r: _Req, drafts: int) -> int:
+        """Speculative decoding: tokens r emits after verifying `drafts` drafted tokens: its own
+        plus the accepted ones, the expectation 1 + sum_{i<=j} prod a (cost/speculative.py)
+        carried as a running credit so that the integer counts average to it."""
+        expected, reach = 0.0, 1.0
+        for rate in self.acceptance[:drafts]:
+            reach *= rate
+            expected += reach
+        r.credit += expected
+        accepted = int(r.credit)
+        r.credit -= accepted
+        return 1 + accepted
 
     # ------------------------------------------------------------------ the running pass
     def _fast_running(self, budget: int) -> tuple[int, int, int, float] | None:
@@ -262,14 +292,17 @@ class _Sim:
         """vLLM's request-by-request pass over the running queue."""
         self._materialize()
         B, running = self.B, self.running
-        nd, ctx, chunks, pairs = 0, 0, 0, 0.0
-        scheduled: list[_Req] = []
+        nd, ctx, chunks, pairs, drafted = 0, 0, 0, 0.0, 0
+        scheduled: list[tuple[_Req, int]] = []
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            new = min(r.p + r.g - r.c, budget)
-            blocks = _ceil_div(r.c + new, B) - _ceil_div(r.c, B)
+            decoding = r.g >= 1 and r.c == r.p + r.g - 1
+            # a decoder's own token and its drafts (as many as the budget leaves: vLLM trims them)
+            want = 1 + min(self.spec, r.o - r.g - 1) if decoding else r.p + r.g - r.c
+            new = min(want, budget)
+            blocks = self._blocks_for(r, new)
             self_preempted = False
             while blocks > self.num_blocks - self.used:
                 victim = running.pop()
@@ -281,22 +314,30 @@ class _Sim:
             if self_preempted:
                 break
             self.used += blocks
+            if self.spec:
+                r.blocks = max(r.blocks, _ceil_div(r.c + new, B))
             budget -= new
-            if r.g >= 1 and r.c == r.p + r.g - 1:
+            drafts = 0
+            if decoding:
                 nd += 1
                 ctx += r.c + 1
+                drafts = new - 1
+                drafted += drafts
+                r.c += 1
             else:
                 chunks += new
                 pairs += _chunk_pairs(r.c, new)
-            r.c += new
-            scheduled.append(r)
+                r.c += new
+            scheduled.append((r, drafts))
             i += 1
         for r in running[i:]:
             if r.g >= 1 and r.stall_from < 0:
                 r.stall_from = self.k - 1
-        for r in scheduled:
+        for r, drafts in scheduled:
             if r.c == r.p + r.g:
-                self._emit(r)
+                emitted = self._verify(r, drafts) if drafts else 1
+                r.c += emitted - 1  # the accepted drafts' KV is kept, the rejected ones' dropped
+                self._emit(r, emitted)
         self.tick += 1
         self.stalled = []
         self.partial = None
@@ -309,12 +350,14 @@ class _Sim:
             if r.stall_from >= 0:
                 self.stalled.append(r)
             self._add_decoder(r)
+        self.drafted = drafted
         return nd, ctx, chunks, pairs, budget, preempted
 
     def _preempt(self, r: _Req) -> None:
         """Free r's blocks and put it at the front of the waiting queue, to recompute."""
-        self.used -= _ceil_div(r.c, self.B)
+        self.used -= self._held(r)
         r.c = 0
+        r.blocks = 0
         self.num_running -= 1
         self.num_preemptions += 1
         if r.g >= 1 and r.stall_from < 0:
@@ -338,6 +381,7 @@ class _Sim:
             chunks += new
             pairs += _chunk_pairs(0, new)
             r.c = new
+            r.blocks = blocks
             if new == r.p + r.g:
                 self._emit(r)
                 if r.g > 0:
@@ -405,7 +449,9 @@ class _Sim:
     def schedule(self) -> StepLoad:
         budget = self.max_tokens
         self.regular.append(0)
-        fast = self._fast_running(budget)
+        self.drafted = 0
+        # speculative decoding: decoders advance by different counts, request by request
+        fast = None if self.spec else self._fast_running(budget)
         if fast is not None:
             nd, ctx, chunks, pairs = fast
             budget -= nd + chunks
@@ -421,7 +467,7 @@ class _Sim:
         self.num_done += self.num_finished
         self.last_finished = self.num_finished
         self.finished_blocks = self.num_finished = 0
-        return StepLoad(nd, float(ctx), chunks, pairs)
+        return StepLoad(nd, float(ctx), chunks, pairs, spec_tokens=self.drafted)
 
     def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
         reqs = self.reqs

@@ -232,7 +232,9 @@ def speculation_lines(plan: ServePlan) -> list[str]:
     if speculation is None or best is None:
         return []
     drafting = max((step.draft_seconds for step in best.decode_steps), default=0.0)
-    line = f"Speculative decoding: {speculation_words(speculation)}; the drafter takes {ms(drafting)} of each decode step"
+    cost = (f"the drafter takes {ms(drafting)} of each decode step" if speculation.method != "ngram"
+            else "the drafts come from the host (their CPU time is not priced)")
+    line = f"Speculative decoding: {speculation_words(speculation)}; {cost}"
     return [line + "."] + [f"  {option.value} on {best.layout} ({option.estimate.batch} concurrent sequence(s) per "
                            f"replica): {_changes(best, option.estimate)}."
                            for option in plan.speculation_options]

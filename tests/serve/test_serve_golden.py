@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from planner.catalog import resolve_model
 from planner.engines import EngineVersions
+from planner.requests import Speculation
 from planner.serve_cli import launch_steps
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
@@ -53,6 +55,18 @@ EP_CASES = [  # (name, model, cluster, layout, request, model argument), for vLL
     ("ep_across_nodes_deepseek-v3_2x8xH100_tp1_dp16_ep16", "deepseek-v3", "2x8xH100", {"tp": 1, "dp": 16, "ep": 16}, {"batch": 64, "max_model_len": 16384}, "deepseek-ai/DeepSeek-V3"),
     ("ep_two_groups_qwen3-30b-a3b_2x8xH100_tp1_dp16_ep8", "qwen3-30b-a3b", "2x8xH100", {"tp": 1, "dp": 16, "ep": 8}, {"batch": 64, "max_model_len": 16384}, "Qwen/Qwen3-30B-A3B"),
     ("ep_groups_share_a_node_qwen3-30b-a3b_1x8xH100_tp1_dp8_ep4", "qwen3-30b-a3b", "1x8xH100", {"tp": 1, "dp": 8, "ep": 4}, {"batch": 64, "max_model_len": 16384}, "Qwen/Qwen3-30B-A3B"),
+]
+
+EAGLE3_HEAD = resolve_model("llama-3.1-8b").model_copy(update={"name": "EAGLE3-LLaMA3.1-Instruct-8B",
+                                                               "num_hidden_layers": 1, "vocab_size": 32000})
+"""An EAGLE-3 head for Llama-3.1-8B (one Llama block, a 32,000-token draft vocabulary)."""
+SPECULATIVE_CASES = [  # speculative decoding: the model's MTP layers; an EAGLE-3 head
+    ("speculative_mtp_deepseek-v3_1x8xH200_tp8", "deepseek-v3", "1x8xH200", {"tp": 8, "ep": 1},
+     {"batch": 64, "max_model_len": 16384, "speculation": Speculation("mtp", 2, (0.8, 0.5))}, "deepseek-ai/DeepSeek-V3"),
+    ("speculative_eagle3_8b_1x8xH100_tp1_dp8", "llama-3.1-8b", "1x8xH100", {"tp": 1, "dp": 8},
+     {"batch": 32, "max_model_len": 8192,
+      "speculation": Speculation("eagle3", 3, (0.75, 0.55, 0.4), EAGLE3_HEAD, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")},
+     "meta-llama/Llama-3.1-8B-Instruct"),
 ]
 
 
@@ -256,6 +270,9 @@ CASES = [
     *[Case(name, engine, model, cluster, degrees, request, model_arg=model_arg)
       for engine in ("vllm", "sglang")
       for name, model, cluster, degrees, request, model_arg in EP_CASES],
+    *[Case(name, engine, model, cluster, degrees, request, model_arg=model_arg)
+      for engine in ("vllm", "sglang")
+      for name, model, cluster, degrees, request, model_arg in SPECULATIVE_CASES],
 ]
 
 

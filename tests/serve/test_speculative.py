@@ -1,0 +1,238 @@
+"""Speculative decoding (planner/cost/speculative.py and its uses): the expected tokens per
+step, the steady state with drafts, the drafter's memory and step cost, the burst simulation,
+the plan's comparison and the emitted flags. Every number below is worked by hand in its
+docstring; docs/cost-model.md (Serving: speculative decoding) has the derivation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.continuous_batching import steady_state
+from planner.cost.params import kv_bytes_per_token_per_layer_by_kind
+from planner.cost.serving_sim import EngineLimits, SimRequest, bench_metrics, simulate
+from planner.cost.serving_time import StepLoad
+from planner.cost.speculative import draft_memory, expected_tokens_per_step, mtp_draft_model
+from planner.emit.command import ServeArgs
+from planner.emit.sglang import speculative_flags as sglang_flags
+from planner.emit.vllm import speculative_flags as vllm_flags
+from planner.engines import EngineVersions
+from planner.errors import SpecError
+from planner.layout import Layout, Rejected
+from planner.requests import ServeRequest, Speculation
+from planner.serve import ServeEstimate, estimate
+
+# ---------------------------------------------------------------- tokens per step
+
+
+def test_expected_tokens_per_step_by_hand():
+    """a = (0.8, 0.6, 0.4): 1 + 0.8 + 0.8*0.6 + 0.8*0.6*0.4 = 1 + 0.8 + 0.48 + 0.192 = 2.472.
+    i.i.d. a = 0.7, k = 3: (1 - 0.7^4) / (1 - 0.7) = (1 - 0.2401) / 0.3 = 2.533 (Leviathan et
+    al. 2023, sec. 3.1)."""
+    assert expected_tokens_per_step((0.8, 0.6, 0.4)) == pytest.approx(2.472)
+    assert expected_tokens_per_step((0.7,) * 3) == pytest.approx(0.7599 / 0.3)
+    assert expected_tokens_per_step(()) == 1.0
+
+
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=8), st.integers(0, 7), st.floats(0, 1))
+def test_tokens_per_step_bounds_and_monotone(rates, position, bump):
+    """1 <= e <= k + 1, and raising any position's acceptance never lowers e."""
+    e = expected_tokens_per_step(tuple(rates))
+    assert 1.0 <= e <= len(rates) + 1 + 1e-12
+    i = position % len(rates)
+    higher = list(rates)
+    higher[i] = max(rates[i], bump)
+    assert expected_tokens_per_step(tuple(higher)) >= e - 1e-12
+
+
+def test_speculation_expands_one_rate_and_checks_its_inputs():
+    assert Speculation("ngram", 3, (0.5,)).acceptance == (0.5, 0.5, 0.5)
+    for args, words in (((("ngram", 2, (0.5, 0.5, 0.5)),), "one per drafted token"),
+                        ((("ngram", 2, ()),), "needed"),
+                        ((("eagle3", 2, (0.5,)),), "--draft-model"),
+                        ((("medusa", 2, (0.5,)),), "--speculative-method")):
+        with pytest.raises(SpecError, match=words.replace("-", r"\-")):
+            Speculation(*args[0])
+
+
+# ---------------------------------------------------------------- steady state
+
+
+def test_steady_state_with_drafts_by_hand():
+    """One client, I = 100, O = 101, B = 2048, k = 1 draft accepted with a = 0.8: e = 1.8.
+    The synthetic round costs 10 ms + 1 ms per token it carries (decodes, drafts and prompt).
+    D = 100 tokens after the first take D / e = 100 / 1.8 = 55.56 rounds; S_p = 1.
+    lambda = 1 / (55.56 + 1) = 0.017682 requests per round; n_d = lambda * 55.56 = 0.98232.
+    Decode round: 10 + (0.98232 + 0.98232 drafts) * 1 = 11.96464 ms.
+    TPOT at C = 1 is the decode round over e: 11.96464 / 1.8 = 6.64702 ms.
+    E2E = TTFT + 55.56 rounds * 11.96464 ms = TTFT + 664.70 ms (TPOT * D: 6.64702 * 100)."""
+    def rounds(load: StepLoad, chunk: StepLoad | None) -> float:
+        tokens = load.num_tokens + (chunk.num_tokens if chunk else 0.0)
+        return 0.010 + 0.001 * tokens
+
+    steady = steady_state(1, 100, 101, 2048, 1, rounds, 0.0, tokens_per_round=1.8, spec_tokens=1)
+    d_rounds = 100 / 1.8
+    rate = 1 / (d_rounds + 1)
+    assert steady.decode_seqs == pytest.approx(rate * d_rounds)
+    assert steady.decode_round_seconds == pytest.approx(0.010 + 0.001 * 2 * rate * d_rounds)
+    assert steady.tpot_seconds == pytest.approx(steady.decode_round_seconds / 1.8)
+    assert steady.tpot_seconds == pytest.approx(0.00664702, rel=1e-5)
+    assert steady.e2e_seconds - steady.ttft_seconds == pytest.approx(100 * steady.tpot_seconds)
+
+
+def test_drafts_take_budget_from_prompts():
+    """k = 3 drafts per decode: 4 budget tokens per decoding sequence. C = 16, I = 2000, O = 201,
+    B = 1024, k rounds 1, flat 10 ms rounds.
+    Without drafts: D = 200, lambda = 16/201, n_d = 15.92, room 1024 - 15.92 = 1008.1, S_p =
+    ceil(2000/1008.1) = 2; lambda = 16/202, n_d = 15.84, room 1008.2: S_p = 2. Not bound:
+    lambda (I + D) = 0.0792 * 2200 = 174 <= 1024.
+    With e = 2: D / e = 100 rounds, lambda = 16/101, n_d = 15.84 taking 4 * 15.84 = 63.4 tokens,
+    room 960.6, S_p = ceil(2000/960.6) = 3; lambda = 16/103, n_d = 15.53 (62.1 tokens), room
+    961.9: S_p = 3. Not bound: 0.1553 * (2000 + 4 * 100) = 373 <= 1024."""
+    flat = lambda load, chunk: 0.01  # noqa: E731
+    plain = steady_state(16, 2000, 201, 1024, 1, flat, 0.0)
+    drafted = steady_state(16, 2000, 201, 1024, 1, flat, 0.0, tokens_per_round=2.0, spec_tokens=3)
+    assert (plain.prefill_rounds, plain.budget_bound) == (2, False)
+    assert (drafted.prefill_rounds, drafted.budget_bound) == (3, False)
+    assert drafted.decode_seqs == pytest.approx(16 / 103 * 100)
+
+
+# ---------------------------------------------------------------- the drafter's memory and time
+
+
+def test_mtp_draft_memory_by_hand(model):
+    """Llama-3.1-8B shapes with one MTP layer, t = 1, bf16: the drafter holds one block and the
+    h x 2h projection, and one layer of KV.
+    Block: q 4096*4096 = 16,777,216; k, v 2*4096*1024 = 8,388,608; o 16,777,216 -> attention
+    41,943,040; MLP 3*4096*14336 = 176,160,768; two norms 8,192 -> 218,112,000 params * 2 B
+    = 436,224,000 B. Projection 2*4096*4096*2 B = 67,108,864 B. Total 503,332,864 B.
+    KV: 2 (K, V) * 8 heads * 128 dims * 2 B = 4,096 B per token."""
+    spec = model("llama-3.1-8b", num_mtp_layers=1)
+    drafter = draft_memory(spec, Speculation("mtp", 1, (0.8,)), 1, 1, "auto")
+    assert drafter.weights_bytes == 503_332_864
+    assert drafter.kv_bytes_per_token == 4096 == kv_bytes_per_token_per_layer_by_kind(spec, 1, "auto")[0]
+    draft = mtp_draft_model(model("deepseek-v3"))
+    assert (draft.num_hidden_layers, draft.num_dense_layers, draft.is_moe) == (1, 0, True)
+
+
+def test_the_drafter_shares_the_kv_pool(model, cluster):
+    """The pool holds target + draft KV per token: DeepSeek-V3 (61 MLA layers of 1,152 B at
+    bf16: 70,272 B) with one MTP layer (1,152 B) keeps tokens = pool / 71,424 B, and the
+    drafter's 1.38 GiB of weights (t = 8) come out of the pool first."""
+    m, c = model("deepseek-v3"), cluster("1x8xH200")
+    plain = estimate(m, c, Layout(8, 1, 1), ServeRequest(batch=8))
+    mtp = estimate(m, c, Layout(8, 1, 1), ServeRequest(batch=8, speculation=Speculation("mtp", 1, (0.8,))))
+    s0, s1 = plain.stages[0], mtp.stages[0]
+    assert s1.draft_kv_bytes_per_token == 1152 and s1.kv_bytes_per_token == s0.kv_bytes_per_token == 70272
+    assert s1.weights_bytes - s0.weights_bytes == pytest.approx(s1.draft_weights_bytes)
+    assert s1.draft_weights_bytes / 2**30 == pytest.approx(1.38, abs=0.01)
+    blocks = int(s1.kv_cache_bytes // ((70272 + 1152) * 16))
+    assert s1.kv_cache_tokens == blocks * 16
+
+
+def test_drafts_cost_steps_and_pay_back_in_tokens(model, cluster):
+    """Llama-3.1-8B on one H100 at batch 1 with an EAGLE-3 head: the step grows by the
+    drafter's passes (k = 3 passes of one block + a 32,000-token head) and by 3 verified rows,
+    and emits 1 + 0.75 + 0.41 + 0.16 = 2.33 tokens; memory-bound decoding, so TPOT falls.
+    With acceptance 0 the drafts are pure cost: TPOT rises."""
+    target, c = model("llama-3.1-8b"), cluster("1x1xH100")
+    head = model("llama-3.1-8b", num_hidden_layers=1, vocab_size=32000)
+    plain = estimate(target, c, Layout(1, 1, 1), ServeRequest(batch=1))
+    good = estimate(target, c, Layout(1, 1, 1),
+                    ServeRequest(batch=1, speculation=Speculation("eagle3", 3, (0.75, 0.55, 0.4), head)))
+    useless = estimate(target, c, Layout(1, 1, 1),
+                       ServeRequest(batch=1, speculation=Speculation("eagle3", 3, (0.0,), head)))
+    assert isinstance(good, ServeEstimate) and isinstance(useless, ServeEstimate)
+    draft = good.decode_steps[0].draft_seconds
+    assert draft > 0 and good.decode_round.seconds > plain.decode_round.seconds + draft * 0.99
+    assert good.tpot_seconds < plain.tpot_seconds / 1.5
+    assert useless.tpot_seconds > plain.tpot_seconds
+    assert good.tpot_batch1_seconds == pytest.approx(good.tpot_seconds, rel=0.02)
+
+
+def test_pipeline_layouts_are_refused_with_speculation(model, cluster):
+    result = estimate(model("llama-3.1-70b"), cluster("1x8xH100"), Layout(4, 2, 1),
+                      ServeRequest(speculation=Speculation("ngram", 2, (0.5,))))
+    assert isinstance(result, Rejected) and "pipeline parallelism" in result.reasons[0]
+
+
+# ---------------------------------------------------------------- burst simulation
+
+
+def test_burst_with_drafts_by_hand():
+    """Four requests of 100 + 101 tokens at once, budget 2,048, step = 10 ms + 1 ms per token.
+    Step 1 prefills 400 tokens (410 ms) and emits every first token. Accepting every draft
+    (k = 1, a = 1) each decode step emits 2 tokens: 100 more tokens take 50 steps of 4 + 4
+    tokens, 18 ms each, so TPOT = 18 / 2 = 9 ms, ITL (one chunk per step) 18 ms, E2E = 410 +
+    900 = 1,310 ms. With a = 0.5 (e = 1.5) the credit alternates 1 and 2 tokens: 100 / 1.5 =
+    66.7 -> 67 steps."""
+    requests = [SimRequest(0.0, 100, 101)] * 4
+
+    def step(load: StepLoad) -> float:
+        return 0.010 + 0.001 * load.num_tokens
+
+    for acceptance, steps, tpot in (((1.0,), 51, 0.009), ((0.5,), 68, None)):
+        result = simulate(requests, EngineLimits(100_000, 8, 2048, draft_acceptance=acceptance), step)
+        metrics = bench_metrics(result)
+        assert len(result.step_seconds) == steps
+        assert result.step_loads[1].spec_tokens == 4
+        if tpot is not None:
+            assert metrics.tpot_seconds.mean == pytest.approx(tpot)
+            assert metrics.itl_seconds.mean == pytest.approx(0.018)
+            assert metrics.e2e_seconds.mean == pytest.approx(1.310)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(1, 300)), min_size=1, max_size=30),
+       st.lists(st.floats(0, 1), min_size=1, max_size=4), st.integers(600, 4000))
+def test_burst_with_drafts_finishes_every_request(lengths, acceptance, kv_tokens):
+    """Whatever the acceptance and however tight the KV cache (preemptions included), every
+    request gets exactly its output, and drafts never make a step carry more than the budget."""
+    requests = [SimRequest(0.001 * i, p, o) for i, (p, o) in enumerate(lengths)]
+    limits = EngineLimits(kv_tokens, 16, 512, draft_acceptance=tuple(acceptance))
+    result = simulate(requests, limits, lambda load: 0.01 + 1e-5 * load.num_tokens)
+    assert result.output_lens == tuple(o for _, o in lengths)
+    assert all(math.isfinite(t) and t > 0 for t in result.e2e_seconds)
+    assert all(load.num_tokens <= 512 for load in result.step_loads)
+
+
+# ---------------------------------------------------------------- the plan and the commands
+
+
+def test_plan_says_what_the_drafts_buy(serve_plan):
+    plan = serve_plan("deepseek-v3", "1x8xH200", layout={"tp": 8, "ep": 1}, batch=16,
+                      speculation=Speculation("mtp", 1, (0.8,)), mode="aggregated")
+    (option,) = plan.speculation_options
+    assert option.estimate.tpot_seconds > plan.recommended.tpot_seconds
+
+
+def _args(speculation: Speculation) -> ServeArgs:
+    return ServeArgs(model="MODEL", tp=8, pp=1, dp=1, gpus_per_node=8, gpu_memory_utilization=0.9,
+                     max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto", dtype="bfloat16",
+                     engine_versions=EngineVersions(), max_num_batched_tokens=None, gpu_memory_bytes=80 * 2**30,
+                     weights_and_kv_bytes_per_gpu=60 * 2**30, speculation=speculation)
+
+
+def test_speculative_flags_for_both_engines(model, engine_check):
+    head = model("llama-3.1-8b", num_hidden_layers=1, vocab_size=32000)
+    eagle = _args(Speculation("eagle3", 3, (0.7,), head, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"))
+    flag, value = vllm_flags(eagle)
+    assert flag == "--speculative-config"
+    assert json.loads(value) == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                 "num_speculative_tokens": 3}
+    assert sglang_flags(eagle) == ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                                   "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--speculative-num-steps", "3",
+                                   "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    mtp = _args(Speculation("mtp", 2, (0.8, 0.5)))
+    assert json.loads(vllm_flags(mtp)[1]) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert sglang_flags(mtp)[:2] == ["--speculative-algorithm", "NEXTN"]
+    assert sglang_flags(_args(Speculation("ngram", 3, (0.5,)))) == [
+        "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"]
+    for argv in (["vllm", "serve", "MODEL", *vllm_flags(eagle)],
+                 ["python", "-m", "sglang.launch_server", "--model-path", "MODEL", *sglang_flags(eagle)]):
+        assert engine_check(argv, EngineVersions()) == [], argv
