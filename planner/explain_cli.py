@@ -66,7 +66,7 @@ def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: S
     if plan.recommended is None:
         show_disagg_infeasible(plan, json_output)
         return 1
-    show_disagg(explain_disaggregated(model, cluster, plan.recommended), json_output=json_output, svg=svg, html=html)
+    show_disagg(explain_disaggregated(model, cluster, plan.recommended, request.speculation), json_output=json_output, svg=svg, html=html)
     return 0
 
 

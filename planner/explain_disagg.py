@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.cost.speculative import expected_tokens_per_step
 from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
+from planner.requests import Speculation
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import BYTES_PER_MIB, seconds_to_ms
 
@@ -124,9 +126,10 @@ def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
     return PdPlacement(cluster.num_nodes, gpn, slots, e.same_node)
 
 
-def request_path(e: DisaggEstimate) -> RequestPath:
+def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> RequestPath:
     """TTFT = first-token cost + queue + S_p prefill steps + exposed KV transfer + the first
-    decode round (disagg_search._detail); E2E = TTFT + (O - 1) * TPOT."""
+    decode round (disagg_search._detail); E2E = TTFT + (O - 1) * TPOT (under speculative
+    decoding TPOT is a round over the tokens it emits)."""
     load, kv, p = e.prefill_load, e.kv, e.prefill
     steps = e.steps_per_prompt
     first = (
@@ -145,8 +148,10 @@ def request_path(e: DisaggEstimate) -> RequestPath:
                 f"on a decode worker {e.decode.shape_label} with "
                 f"{e.decode.concurrency:.0f} sequences"),
     )
-    rest = (PathLeg(f"TPOT x {e.output_len - 1}", (e.output_len - 1) * e.tpot_seconds,
-                    f"{e.output_len - 1} more decode rounds"),)
+    rounds = (f"{e.output_len - 1} more decode rounds" if speculation is None else
+              f"{e.output_len - 1} more tokens, {expected_tokens_per_step(speculation.acceptance):.2f} "
+              f"per decode round (speculative decoding)")
+    rest = (PathLeg(f"TPOT x {e.output_len - 1}", (e.output_len - 1) * e.tpot_seconds, rounds),)
     return RequestPath(first, e.ttft_seconds, rest, e.e2e_seconds)
 
 
@@ -162,10 +167,11 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
     return tuple(bars)
 
 
-def explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, e: DisaggEstimate) -> DisaggExplanation:
+def explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, e: DisaggEstimate,
+                          speculation: Speculation | None = None) -> DisaggExplanation:
     rate = RateMatching(e.rate.prefill_requests_per_second, e.rate.decode_requests_per_second,
                         e.requests_per_second, e.binding, e.prefill_load.utilization)
     return DisaggExplanation(
         "serve (disaggregated)", model.name, cluster.name, e.label, e.gpus_used, e.ttft_seconds, e.tpot_seconds,
-        e.e2e_seconds, e.goodput_per_gpu, e.notes, pd_placement(cluster, e), request_path(e),
+        e.e2e_seconds, e.goodput_per_gpu, e.notes, pd_placement(cluster, e), request_path(e, speculation),
         worker_memory(cluster, "prefill", e.prefill) + worker_memory(cluster, "decode", e.decode), rate)

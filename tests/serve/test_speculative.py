@@ -236,3 +236,26 @@ def test_speculative_flags_for_both_engines(model, engine_check):
     for argv in (["vllm", "serve", "MODEL", *vllm_flags(eagle)],
                  ["python", "-m", "sglang.launch_server", "--model-path", "MODEL", *sglang_flags(eagle)]):
         assert engine_check(argv, EngineVersions()) == [], argv
+
+
+def test_json_records_the_speculation_and_the_comparison():
+    """--json: `speculation` (method, k, acceptance, e = 1 + 0.8 = 1.8), the layout without it in
+    `speculation_options`, and the command's --speculative-config."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "deepseek-v3", "--cluster", "1x8xH200", "--layout", "tp=8,ep=1",
+                                      "--batch", "16", "--mode", "aggregated", "--speculative-method", "mtp",
+                                      "--draft-acceptance", "0.8", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["speculation"] == {"method": "mtp", "num_speculative_tokens": 1, "acceptance": [0.8],
+                                   "tokens_per_step": pytest.approx(1.8), "draft_model": None,
+                                   "served_draft_model": None}
+    (off,) = data["speculation_options"]
+    best = data["recommended"]
+    assert off["speculation"] is None and off["tpot_seconds"] > best["tpot_seconds"]
+    assert best["decode_steps"][0]["draft_seconds"] > 0
+    argv = best["command"][0]["argv"]
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 1}
