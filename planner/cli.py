@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -617,9 +617,25 @@ def plan(
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
-        return run_plan(opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
+        engine_opts = launcher_engine(opts, emit, "engine" in given_flags(ctx))
+        return run_plan(engine_opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
 
     exit_with(run)
+
+
+def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) -> PlanOptions:
+    """A training launcher prints the engine the plan was priced for: `--emit torchtitan` alone
+    plans under torchtitan's rules (as `--engine torchtitan`); an --emit that names the other
+    engine than --engine is refused (its config would not be the plan's)."""
+    if opts.workload is not Workload.train or emit not in TRAIN_LAUNCHERS:
+        return opts
+    wanted = Engine(emit.value)
+    if not engine_given:
+        return replace(opts, engine=wanted)
+    if opts.engine is not wanted:
+        raise SpecError(f"--emit {emit.value}: the plan is priced under --engine {opts.engine.value}'s rules; "
+                        f"emit {opts.engine.value}, or plan with --engine {emit.value}")
+    return opts
 
 
 def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,

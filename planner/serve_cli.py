@@ -10,7 +10,7 @@ from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
 from planner.errors import SpecError
-from planner.requests import DEFAULT_TOP_ROWS, ServeRequest
+from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate, burst_metrics, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
@@ -97,11 +97,15 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON layouts (None: all)."""
     from planner.render.serve import print_plan_json
 
+    filtered = request.layout != LayoutFilter()
+    if filtered and request.mode == "disaggregated":
+        raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
+                        "workers of its own (drop --layout, or use --mode aggregated)")
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
     if engine != "none":
         plan = launchable(plan)
-    if request.mode != "aggregated":
+    if request.mode != "aggregated" and not filtered:
         return run_with_disaggregated(plan, engine, json_output=json_output, top=top,
                                       show_rejected=show_rejected, served_model=served_model)
     metrics = recommended_metrics(plan)
@@ -111,6 +115,11 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
                         engine_version(plan, engine) if engine != "none" else None, top, metrics)
     else:
         render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
+        if filtered and request.mode == "auto":
+            from planner.render.common import console
+
+            console().print("Disaggregated prefill/decode not compared: --layout fixes an aggregated layout "
+                            "(plan without it, or with --mode disaggregated, to see workers).")
     return 0 if plan.recommended is not None else 1
 
 

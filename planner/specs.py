@@ -512,15 +512,18 @@ class ServingMoeKernels(_Spec):
 
 
 class _Curve(_Spec):
-    """Measured times by message size: sizes strictly increasing, one time each."""
+    """Measured times by message size: at least two sizes (one point cannot tell latency from
+    bandwidth), strictly increasing, one time each. Times are taken as measured, dips included
+    (NCCL switching protocols; a CPU probe's first sizes can take longer than its last)."""
 
     sizes_bytes: list[Count(2**48)]
     median_seconds: list[Quantity(3600.0, lower=0)]
 
     @model_validator(mode="after")
     def _same_length(self) -> _Curve:
-        if len(self.sizes_bytes) != len(self.median_seconds) or not self.sizes_bytes:
-            raise ValueError("sizes_bytes and median_seconds must be non-empty and equally long")
+        if len(self.sizes_bytes) != len(self.median_seconds) or len(self.sizes_bytes) < 2:
+            raise ValueError("sizes_bytes and median_seconds must be equally long, with at least two sizes "
+                             "(one point cannot separate latency from bandwidth)")
         if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
             raise ValueError("sizes_bytes must be strictly increasing")
         return self
@@ -614,6 +617,17 @@ class GPU(_Spec):
     """Typical networking of such a node."""
     typical_gpus_per_node: Count(MAX_GPUS_PER_NODE) = 8
     """The node size the typical inter_node figures describe."""
+
+    @model_validator(mode="after")
+    def _visible_within_total(self) -> GPU:
+        visible = self.cuda_visible_memory_gib
+        if visible is not None and visible > self.memory_gib:
+            raise ValueError(f"cuda_visible_memory_gib: {visible:g} GiB is more than memory_gib "
+                             f"{self.memory_gib:g} GiB (CUDA sees at most the device's memory)")
+        if visible is None and self.memory_gib <= CUDA_RESERVED_GIB_TYPICAL:
+            raise ValueError(f"memory_gib: {self.memory_gib:g} GiB leaves nothing after the "
+                             f"{CUDA_RESERVED_GIB_TYPICAL:g} GiB the driver reserves (give cuda_visible_memory_gib)")
+        return self
 
     @property
     def memory_bytes(self) -> int:

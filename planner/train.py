@@ -252,12 +252,27 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
     return reasons
 
 
+def sequence_parallel_reasons(config: TrainConfig, seq_len: int) -> list[str]:
+    """Megatron's sequence parallelism splits each CP rank's s/cp tokens over the t ranks of its
+    TP group: reduce_scatter_to_sequence_parallel_region asserts that the first dimension is
+    divisible by the TP size (core/tensor_parallel/mappings.py, core_v0.19.0)."""
+    c = config
+    if not c.sequence_parallel or c.tp <= 1:
+        return []
+    tokens = seq_len // c.cp if seq_len % c.cp == 0 else seq_len
+    if tokens % c.tp:
+        where = f"seq-len {seq_len}" if c.cp == 1 else f"seq-len / cp = {seq_len} / {c.cp} = {seq_len / c.cp:g}"
+        return [f"sequence parallelism: {where} not divisible by tp={c.tp} (Megatron splits each sequence over "
+                f"the TP group)"]
+    return []
+
+
 def engine_reasons(model: ModelSpec, config: TrainConfig, request: TrainRequest) -> list[str]:
-    """The engine's own rules: Megatron's context-parallel ones, or torchtitan's
-    (planner/train_engines.py)."""
+    """The engine's own rules: Megatron's context-parallel and sequence-parallel ones, or
+    torchtitan's (planner/train_engines.py)."""
     if request.engine == "torchtitan":
         return torchtitan_reasons(model, config, request.seq_len)
-    return cp_reasons(config, request.seq_len)
+    return cp_reasons(config, request.seq_len) + sequence_parallel_reasons(config, request.seq_len)
 
 
 def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,

@@ -31,6 +31,21 @@ def _profile_yaml(**change: object) -> str:
 
 # case id -> (file name or None, file text, flag it goes to, words the message must hold)
 FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
+    "profile-visible-memory-above-total": (
+        "p.yaml",
+        "name: custom\nnum_nodes: 1\ngpus_per_node: 8\n"
+        "gpu: {name: X1, memory_gib: 48, cuda_visible_memory_gib: 96, hbm_bandwidth_gb_per_s: 1000, "
+        "peak_tflops: {bf16: 200}}\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 300, latency_us: 1}\n",
+        "--cluster",
+        ("cuda_visible_memory_gib", "more than memory_gib"),
+    ),
+    "profile-one-point-curve": (
+        "p.yaml",
+        _profile_yaml(measured={"allreduce_curves": [
+            {"link": "intra_node", "num_ranks": 8, "sizes_bytes": [1024], "median_seconds": [1.0e-5]}]}),
+        "--cluster",
+        ("sizes_bytes", "at least two sizes"),
+    ),
     "model-malformed-yaml": (
         "m.yaml",
         "name: x\nnum_hidden_layers: [1\n",

@@ -64,14 +64,12 @@ def p2p_seconds(message_bytes: float, link: Link | None) -> float:
 
 def curve_seconds(curve: AllreduceCurve, message_bytes: float) -> float:
     """A measured all-reduce time at this exact size: log-log interpolation between the
-    probe's medians; below the sweep the smallest time (latency floor), above it the last
-    segment's bandwidth continues linearly."""
+    probe's medians (at least two: specs._Curve); below the sweep the smallest time (latency
+    floor), above it the last segment's bandwidth continues linearly."""
     sizes, times = curve.sizes_bytes, curve.median_seconds
     if message_bytes <= sizes[0]:
         return times[0]
     if message_bytes >= sizes[-1]:
-        if len(sizes) == 1:
-            return times[-1] * message_bytes / sizes[-1]
         slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
         return times[-1] + max(slope, 0.0) * (message_bytes - sizes[-1])
     i = bisect.bisect_right(sizes, message_bytes)

@@ -21,6 +21,7 @@ from planner.cost.comm import (
     ring_allreduce_seconds,
 )
 from planner.layout import GroupTopology, Layout, Link, place
+from planner.schema import ValidationError
 from planner.specs import AllreduceCurve
 
 NVLINK = Link("nvlink", "intra_node", bandwidth_bytes_per_s=300e9, latency_seconds=1e-6)
@@ -115,10 +116,13 @@ def test_curve_linear_above_the_sweep() -> None:
     assert curve_seconds(CURVE, 2**31) == pytest.approx(1e-2 + 9.9e-3 * 1024 / 1023)
 
 
-def test_single_point_curve_scales_linearly_above() -> None:
-    curve = AllreduceCurve(link="world", num_ranks=2, sizes_bytes=[1000], median_seconds=[2e-3])
-    assert curve_seconds(curve, 500) == pytest.approx(2e-3)
-    assert curve_seconds(curve, 3000) == pytest.approx(6e-3)
+def test_a_curve_needs_two_points() -> None:
+    """One point cannot separate latency from bandwidth (1 KiB in 10 us scaled to 8 MB would
+    be 80 ms). A dip between sizes (NCCL switching protocols, a noisy CPU probe) is kept."""
+    with pytest.raises(ValidationError, match="at least two sizes"):
+        AllreduceCurve(link="world", num_ranks=2, sizes_bytes=[1000], median_seconds=[2e-3])
+    dip = AllreduceCurve(link="world", num_ranks=2, sizes_bytes=[1024, 4096, 2**20], median_seconds=[2e-5, 1.6e-5, 9e-5])
+    assert curve_seconds(dip, 4096) == pytest.approx(1.6e-5)
 
 
 def test_allreduce_prefers_the_measured_curve() -> None:
