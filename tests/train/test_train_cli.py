@@ -4,6 +4,7 @@ and the published anchors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import shlex
 import subprocess
@@ -186,3 +187,33 @@ def test_megatron_golden(name, args):
         GOLDEN.mkdir(parents=True, exist_ok=True)
         (GOLDEN / f"{name}.txt").write_text(step["shell"] + "\n")
     assert step["shell"] + "\n" == (GOLDEN / f"{name}.txt").read_text()
+
+
+def test_sequence_parallelism_needs_the_sequence_divisible_by_tp():
+    """Megatron splits each CP rank's s/cp tokens over the TP group (its reduce-scatter asserts
+    divisibility): 4,097 tokens at tp=8 cannot (4097 = 8 * 512 + 1), 4,096 can; with cp=2,
+    8,200 / 2 = 4,100 = 8 * 512 + 4 cannot."""
+    from planner.layout import TrainConfig
+    from planner.train import sequence_parallel_reasons
+
+    config = TrainConfig(tp=8, pp=2, dp=1, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
+                         recompute="full", sequence_parallel=True, zero_stage=1)
+    assert "seq-len 4097 not divisible by tp=8" in sequence_parallel_reasons(config, 4097)[0]
+    assert sequence_parallel_reasons(config, 4096) == []
+    assert sequence_parallel_reasons(replace(config, sequence_parallel=False), 4097) == []
+    assert "4100 not divisible by tp=8" in sequence_parallel_reasons(replace(config, cp=2), 8200)[0]
+    data = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64", "--seq-len", "4097",
+                     "--layout", "tp=8")
+    assert data["recommended"] is not None and not data["recommended"]["sequence_parallel"]
+
+
+def test_a_training_launcher_plans_under_its_engine():
+    """`--emit torchtitan` alone plans as `--engine torchtitan` (its config is the plan's); naming
+    the other engine with --engine is refused."""
+    data = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64", "--seq-len", "4096",
+                     "--emit", "torchtitan")
+    assert data["engine"] == "torchtitan"
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "64", "--seq-len", "4096", "--engine", "megatron",
+                                      "--emit", "torchtitan"])
+    assert result.exit_code == 2 and "--emit torchtitan" in result.output
