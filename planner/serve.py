@@ -218,9 +218,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)
     fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len)
-    if request.batch is None and fit < wanted:
-        # The emitted --max-num-seqs is the batch that fits, and vLLM's profile run (whose
-        # sampler pass scales with max_num_seqs) is sized by it: recompute memory with it.
+    if fit < wanted:
+        # The emitted --max-num-seqs is the batch that fits (also when --batch asks for more),
+        # and vLLM's profile run (whose sampler pass scales with max_num_seqs) is sized by it:
+        # recompute memory with it.
         stages = stage_memory(model, cluster, layout, request, max(1, fit))
     reasons = memory_reasons(stages, max_model_len)
     if reasons and placement.tp_crosses_node:
@@ -301,6 +302,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
             f"{placement.tp_link.kind} (allowed, but slow)"
         )
+    if not model.is_mla and layout.tp > model.num_key_value_heads:
+        copies = layout.tp // model.num_key_value_heads
+        notes.append(f"tp={layout.tp} is more than the {model.num_key_value_heads} KV heads: vLLM gives every GPU "
+                     f"one KV head, each held by {copies} GPUs, so the KV cache per token stops shrinking "
+                     f"beyond tp={model.num_key_value_heads}")
     if request.all2all_backend == "deepep_high_throughput" and layout.ep > 1 and layout.dp_per_ep_group > 1:
         notes.append("vLLM turns CUDA graphs off under deepep_high_throughput with data parallelism "
                      "(vllm/config/compilation.py at 0.33.0): decode steps launch eagerly, a host cost the plan "

@@ -51,6 +51,9 @@ def launch_notes(plan: ServePlan) -> list[str]:
     if override in ("int8", "int4"):
         return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "
                 f"{override} AWQ/GPTQ checkpoint (its quantization_config is read automatically)"]
+    if override == "fp8":
+        return ["MODEL must be a 16-bit checkpoint: the engine quantizes it to fp8 as it loads (--quantization); "
+                "it refuses the flag on a checkpoint already quantized by another method (AWQ, GPTQ, NVFP4)"]
     if quant is not None and override is None:
         return [f"MODEL must be the {quant} checkpoint: the engine reads its format from its "
                 f"quantization_config (ModelOpt: hf_quant_config.json); no flag is needed"]

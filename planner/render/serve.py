@@ -26,7 +26,13 @@ from planner.render.common import (
     to_jsonable,
     us,
 )
-from planner.requests import DEFAULT_NUM_PROMPTS, MOE_BACKENDS, ServeRequest, Speculation
+from planner.requests import (
+    DEFAULT_ALL2ALL_BACKEND,
+    DEFAULT_NUM_PROMPTS,
+    MOE_BACKENDS,
+    ServeRequest,
+    Speculation,
+)
 from planner.serve import ServeEstimate
 from planner.serve_search import DBO_OFF, DBO_ON, NEAR_TIE_FRACTION, ServePlan
 from planner.units import BYTES_PER_GIB
@@ -211,8 +217,17 @@ ALL2ALL_WORDS = {
 
 
 def all2all_backend_lines(plan: ServePlan) -> list[str]:
-    """The recommended layout under each other --all2all-backend, against this plan's."""
-    best = plan.recommended
+    """The recommended layout under each other --all2all-backend, against this plan's; or, when
+    it exchanges no tokens, that the asked backend (and --enable-dbo) do not apply to it."""
+    best, request = plan.recommended, plan.request
+    layout = best.layout
+    if layout.ep <= 1 or layout.dp_per_ep_group <= 1:
+        asked = [flag for flag, on in ((f"--all2all-backend {request.all2all_backend}",
+                                        request.all2all_backend != DEFAULT_ALL2ALL_BACKEND),
+                                       ("--enable-dbo", request.enable_dbo)) if on]
+        if asked:
+            return [f"EP exchange: {' and '.join(asked)} not used: the recommended {layout} has no expert-parallel "
+                    f"group across DP ranks, so no tokens are exchanged (fix one with --layout ep=..., dp=...)."]
     return [f"EP exchange: {ALL2ALL_WORDS[option.value]} on {best.layout}: {_changes(best, option.estimate)}."
             for option in plan.all2all_backend_options]
 

@@ -186,10 +186,10 @@ def render_rejected(plan: TrainPlan, show_all: bool = True) -> Table:
     title = f"Rejected layouts ({len(plan.rejected):,})" + (
         f": the {len(rows)} closest; {more:,} more with --show-rejected" if more else "")
     table = Table(title=title)
-    for header in ("tp", "pp", "dp", "ep", "configs", "why not"):
+    for header in ("tp", "cp", "pp", "dp", "ep", "configs", "why not"):
         table.add_column(header, justify="left" if header == "why not" else "right")
     for r in rows:
-        table.add_row(str(r.layout.tp), str(r.layout.pp), str(r.layout.dp), str(r.layout.ep),
+        table.add_row(str(r.layout.tp), str(r.layout.cp), str(r.layout.pp), str(r.layout.dp), str(r.layout.ep),
                       str(r.num_configs_rejected), "; ".join(r.reasons))
     return table
 

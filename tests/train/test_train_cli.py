@@ -4,11 +4,11 @@ and the published anchors."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -1,0 +1,59 @@
+"""What the serving plan says beside the numbers when a request meets a layout it does not
+fit: KV heads replicated past tp = k, an fp8 override of a pre-quantized checkpoint, an EP
+backend the recommended layout never uses, --layout with the disaggregated comparison, and
+--batch above what the KV cache runs (the emitted --max-num-seqs is what memory was sized for)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+
+def plan(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_tp_beyond_the_kv_heads_is_explained():
+    """Llama-3.1-70B has 8 KV heads: at tp=16 every GPU holds one, each on 2 GPUs."""
+    text = plan("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--layout", "tp=16", "--mode", "aggregated")
+    assert "tp=16 is more than the 8 KV heads" in text and "each held by 2 GPUs" in text
+
+
+def test_fp8_override_names_the_checkpoint_it_needs():
+    text = plan("--model", "llama-3.1-70b-awq", "--cluster", "1x8xH100", "--quantization", "fp8", "--mode", "aggregated")
+    assert "MODEL must be a 16-bit checkpoint" in text
+
+
+def test_an_unused_ep_backend_is_said_not_dropped():
+    text = plan("--model", "deepseek-v3", "--cluster", "1x8xH200", "--layout", "tp=8,ep=1",
+                "--all2all-backend", "deepep_low_latency", "--enable-dbo", "--mode", "aggregated")
+    assert "--all2all-backend deepep_low_latency and --enable-dbo not used" in text
+    assert "--enable-dbo" not in text.split("Launch")[1]
+
+
+def test_layout_skips_the_disaggregated_comparison():
+    text = plan("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--layout", "tp=8,dp=2")
+    assert "Disaggregated prefill/decode not compared: --layout fixes an aggregated layout" in text
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--layout", "tp=8",
+                                      "--mode", "disaggregated"])
+    assert result.exit_code == 2 and "--layout" in result.output
+
+
+def test_batch_above_the_kv_cache_sizes_memory_for_the_emitted_max_num_seqs():
+    """--batch 5000 on one H100 with Llama-3.1-8B: the cache runs fewer; memory (the profile
+    run's sampler pass) is sized with the --max-num-seqs emitted, the same as --batch 1024's."""
+    results = []
+    for batch in ("1024", "5000"):
+        data = json.loads(CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--batch", batch,
+                                                   "--mode", "aggregated", "--json"]).output)
+        best = data["recommended"]
+        argv = best["command"][0]["argv"]
+        results.append((best["memory"]["activation_bytes"], best["kv_cache_tokens"], best["batch"],
+                        int(argv[argv.index("--max-num-seqs") + 1])))
+    assert results[0] == results[1]
+    assert results[0][2] == results[0][3] < 1024
