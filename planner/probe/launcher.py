@@ -104,15 +104,18 @@ class ProbeOptions:
 
 def require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise ProbeError(f"plan probe needs torch, which is not installed: {INSTALL_HINT}")
+        raise ProbeError(f"needs torch, which is not installed: {INSTALL_HINT}")
 
 
 def visible_gpu_count() -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch  # deferred: only when the user asked to run and gave no --nproc-per-node
-
+    try:
+        import torch  # deferred: only when the user asked to run and gave no --nproc-per-node
+    except Exception as error:  # noqa: BLE001 - a broken install fails in many ways; one line says which
+        raise ProbeError(f"torch is installed but does not import ({type(error).__name__}: "
+                         f"{error}); reinstall it: {INSTALL_HINT}") from None
     return torch.cuda.device_count()
 
 

@@ -136,7 +136,7 @@ COLUMNS = (
     Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
     Column("batch", lambda r, i, p: str(r.batch)),
     Column("TTFT", lambda r, i, p: ms(r.ttft_seconds)),
-    Column("TPOT", lambda r, i, p: ms(r.tpot_seconds)),
+    Column("TPOT", lambda r, i, p: ms(r.tpot_seconds) if p.request.output_len > 1 else "-"),
     Column("tok/s", lambda r, i, p: count(r.throughput_tokens_per_second)),
     Column("all-reduce/layer", lambda r, i, p: _link(r)),
     Column("EP comm", lambda r, i, p: _ep_exchange(r)),
@@ -166,7 +166,8 @@ def summary_lines(plan: ServePlan) -> list[str]:
     why = _why(plan, best, fastest, most)
     lines = [
         f"Recommended: {best.layout} ({why}; decode is {best.decode_bound}-bound; "
-        f"TTFT {ms(best.ttft_seconds)}, TPOT {ms(best.tpot_seconds)}).",
+        f"TTFT {ms(best.ttft_seconds)}"
+        + (f", TPOT {ms(best.tpot_seconds)})." if plan.request.output_len > 1 else "; one output token: no TPOT)."),
         f"Fastest per token: {fastest.layout} ({ms(fastest.tpot_seconds)} TPOT). "
         f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s).",
         _placement_line(best),

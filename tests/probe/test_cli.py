@@ -122,8 +122,26 @@ def test_missing_torch_is_one_line_naming_the_extra():
     result = run_python(code)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        "plan probe: plan probe needs torch, which is not installed: pip install 'parallel-planner[probe]'"
+        "plan probe: needs torch, which is not installed: pip install 'parallel-planner[probe]'"
     )
+    assert not (REPO_ROOT / "never.yaml").exists()
+
+
+def test_a_torch_that_does_not_import_is_one_line(tmp_path):
+    """A broken install (found by find_spec, failing on import) is reported, not a traceback."""
+    shadow = tmp_path / "torch"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('libtorch_cuda.so: cannot open shared object file')\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from planner.probe.__main__ import app\n"
+        "sys.argv = ['plan', 'probe', '--out', 'never.yaml']\n"
+        "app()"
+    )
+    result = run_python(code)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("plan probe: torch is installed but does not import (ImportError")
     assert not (REPO_ROOT / "never.yaml").exists()
 
 
