@@ -783,6 +783,10 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
             "msg"].removeprefix("Value error, ")
         if "input" in first and not isinstance(first["input"], dict | list):
             problem += f" (got {_short_repr(first['input'])})"
+            if kind == "float_type" and isinstance(first["input"], str) and "e" in first["input"].lower() \
+                    and _is_number(first["input"]):
+                # YAML 1.1 (PyYAML) reads 1e-5 as text: an exponent needs a dot and a sign
+                problem += "; YAML reads exponents without a dot as text: write it as 1.0e-5"
     if kind == "value_error" and ":" in problem and loc == "(top level)":
         return f"{origin}: {problem}"
     more = len(error.errors()) - 1
@@ -790,7 +794,17 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     return f"{origin}: {loc}: {problem}{suffix}"
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _bound_problem(kind: str, ctx: dict[str, Any]) -> str | None:
+    if kind == "literal_error" and "expected" in ctx:
+        return f"must be {ctx['expected']}"
     if kind == "less_than_equal":
         return f"must be at most {ctx['le']:,} (a plausibility bound)"
     if kind == "greater_than_equal":

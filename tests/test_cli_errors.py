@@ -39,6 +39,19 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--cluster",
         ("cuda_visible_memory_gib", "more than memory_gib"),
     ),
+    "profile-exponent-read-as-text": (
+        "p.yaml",
+        "name: c\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 300, latency_us: 1e-5}\n",
+        "--cluster",
+        ("intra_node.latency_us", "must be a number", "'1e-5'", "1.0e-5"),
+    ),
+    "model-dtype-not-a-choice": (
+        "m.yaml",
+        _model_yaml(dtype="float8"),
+        "--model",
+        ("dtype", "must be 'float32', 'float16' or 'bfloat16'", "float8"),
+    ),
     "profile-one-point-curve": (
         "p.yaml",
         _profile_yaml(measured={"allreduce_curves": [
