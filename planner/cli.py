@@ -190,7 +190,7 @@ RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation 
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
-PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (Hopper or later).")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (GPUs with fp8 tensor cores: Ada, Hopper or later).")]
 Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise (1x128 / 128x128 blocks, Hopper and later; Megatron only); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]

@@ -632,6 +632,9 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
     if any(w.get("type") == "float" and w.get("num_bits") == 4 and w.get("group_size") == 16
            for w in weights):  # NVFP4 in compressed-tensors form
         return {"quantization": "nvfp4", "quantization_scope": _scope(config.get("ignore"))}
+    if method in {"awq", "gptq", "compressed-tensors"} and bits is not None:
+        raise SpecError(f"{path}: quantization_config.bits: {bits!r}-bit {method} weights are not planned "
+                        f"(4- or 8-bit integer weights are)")
     raise SpecError(
         f"{path}: quantization_config: unsupported quant_method {method!r} "
         f"(supported: fp8, awq/gptq 4- or 8-bit, compressed-tensors, modelopt, mxfp4)"

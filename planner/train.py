@@ -172,7 +172,7 @@ def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None
     gpu = cluster.gpu
     if precision == "fp8" and gpu.peak_flops_per_s("fp8") is None:
         raise SpecError(f"--precision fp8: {gpu.name} has no fp8 tensor cores "
-                        f"(Hopper or later); use --precision bf16")
+                        f"(Ada, Hopper or later); use --precision bf16")
     if fp8_recipe == "mxfp8" and gpu.peak_flops_per_s("fp4") is None:
         raise SpecError(f"--fp8-recipe mxfp8: {gpu.name} has no MX block-scaled tensor cores "
                         f"(Blackwell: B200, GB200); use --fp8-recipe tensorwise or delayed")
