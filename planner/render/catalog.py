@@ -66,6 +66,10 @@ def describe_cluster(cluster: ClusterSpec) -> str:
         )
     if cluster.measured is not None:
         parts.append(f"links measured by plan probe ({cluster.measured.date or 'undated'})")
+    typical = cluster.gpu.typical_gpus_per_node
+    if cluster.gpus_per_node > typical and (cluster.source or "").startswith("built from the GPU catalog"):
+        parts.append(f"note: {cluster.gpus_per_node} GPUs per node on one {cluster.intra_node.kind} fabric, where a "
+                     f"typical {cluster.gpu.name} node holds {typical}; describe any other node in a hardware profile")
     return "; ".join(parts)
 
 
