@@ -432,6 +432,8 @@ def load_specs(opts: PlanOptions):
 def request_for(opts: PlanOptions):
     """Specs and the request of the chosen workload (checks in the order a user reads them)."""
     model_spec, cluster_spec, override = load_specs(opts)
+    if opts.expert_imbalance is not None and not model_spec.is_moe:
+        raise SpecError(f"--expert-imbalance: {model_spec.name} has no routed experts")
     if opts.workload is Workload.train:
         return model_spec, cluster_spec, train_request(opts)
     return model_spec, cluster_spec, serve_request(opts, override, model_spec)

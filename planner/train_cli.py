@@ -60,6 +60,11 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         best = plan.layouts[0] if plan.layouts else None
         render_plan(model, cluster, plan, () if best is None else steps_for(best), top or DEFAULT_TOP_ROWS,
                     show_rejected, launcher_title(emit, request))
+        if model.quantization is not None:
+            from planner.render.common import console
+
+            console().print(f"Note: training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
+                            f"{model.quantization} weights describe a serving checkpoint and are not planned here.")
     return 0 if plan.layouts else 1
 
 

@@ -472,6 +472,11 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--layout", "tp=2,ep=3"],
         ("--layout", "ep must be tp times a divisor of dp"),
     ),
+    "expert-imbalance-dense-model": (
+        ["--workload", "train", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--global-batch", "64",
+         "--seq-len", "2048", "--expert-imbalance", "2"],
+        ("--expert-imbalance", "no routed experts"),
+    ),
     "expert-imbalance-below-one": (
         ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--expert-imbalance", "0.9"],
         ("--expert-imbalance", "0.9"),
