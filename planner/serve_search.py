@@ -229,13 +229,22 @@ SPECULATION_OFF = "without speculative decoding"
 
 def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                         best: ServeEstimate) -> tuple[BackendOption, ...]:
-    """With speculative decoding asked for: the recommended layout without it (its own
-    concurrency, as the SLA or the KV cache then allow), so that the plan can say what the
-    drafts buy or cost at this load."""
-    if request.speculation is None:
+    """With speculative decoding asked for: the recommended layout without it and with each
+    shorter draft (k' < k tokens at the first k' acceptance rates; value "k'"), each at its own
+    concurrency, as the SLA or the KV cache then allow, so that the plan can say what the drafts
+    buy or cost at this load and whether fewer would do better."""
+    speculation = request.speculation
+    if speculation is None:
         return ()
-    result = estimate(model, cluster, best.layout, replace(request, speculation=None))
-    return (BackendOption(SPECULATION_OFF, result),) if isinstance(result, ServeEstimate) else ()
+    variants = [(SPECULATION_OFF, None)] + [
+        (str(k), replace(speculation, num_tokens=k, acceptance=speculation.acceptance[:k]))
+        for k in range(1, speculation.num_tokens)]
+    options = []
+    for value, variant in variants:
+        result = estimate(model, cluster, best.layout, replace(request, speculation=variant))
+        if isinstance(result, ServeEstimate):
+            options.append(BackendOption(value, result))
+    return tuple(options)
 
 
 def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:

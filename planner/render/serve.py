@@ -34,7 +34,7 @@ from planner.requests import (
     Speculation,
 )
 from planner.serve import ServeEstimate
-from planner.serve_search import DBO_OFF, DBO_ON, NEAR_TIE_FRACTION, ServePlan
+from planner.serve_search import DBO_OFF, DBO_ON, NEAR_TIE_FRACTION, SPECULATION_OFF, ServePlan
 from planner.units import BYTES_PER_GIB
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -251,8 +251,12 @@ def speculation_lines(plan: ServePlan) -> list[str]:
     cost = (f"the drafter takes {ms(drafting)} of each decode step" if speculation.method != "ngram"
             else "the drafts come from the host (their CPU time is not priced)")
     line = f"Speculative decoding: {speculation_words(speculation)}; {cost}"
-    return [line + "."] + [f"  {option.value} on {best.layout} ({option.estimate.batch} concurrent sequence(s) per "
-                           f"replica): {_changes(best, option.estimate)}."
+
+    def name(value: str) -> str:
+        return value if value == SPECULATION_OFF else f"with --num-speculative-tokens {value}"
+
+    return [line + "."] + [f"  {name(option.value)} on {best.layout} ({option.estimate.batch} concurrent sequence(s) "
+                           f"per replica): {_changes(best, option.estimate)}."
                            for option in plan.speculation_options]
 
 
@@ -480,7 +484,8 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "enable_dbo": plan.request.enable_dbo,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "speculation": speculation_json(plan.request.speculation),
-        "speculation_options": [{"speculation": None, "batch": o.estimate.batch, "ttft_seconds": o.estimate.ttft_seconds,
+        "speculation_options": [{"num_speculative_tokens": 0 if o.value == SPECULATION_OFF else int(o.value),
+                                 "batch": o.estimate.batch, "ttft_seconds": o.estimate.ttft_seconds,
                                  "tpot_seconds": o.estimate.tpot_seconds,
                                  "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second}
                                 for o in plan.speculation_options],

@@ -211,6 +211,17 @@ def test_plan_says_what_the_drafts_buy(serve_plan):
     assert option.estimate.tpot_seconds > plan.recommended.tpot_seconds
 
 
+def test_plan_prices_every_shorter_draft(serve_plan):
+    """k = 3 at (0.8, 0.3, 0.1): the plan also prices k' = 1 (e = 1.8) and k' = 2 (e = 2.04)
+    on the same layout; the third draft adds little (e = 2.064) and costs a row per sequence."""
+    plan = serve_plan("llama-3.1-8b", "1x1xH100", batch=64, mode="aggregated",
+                      speculation=Speculation("ngram", 3, (0.8, 0.3, 0.1)))
+    assert [o.value for o in plan.speculation_options] == ["without speculative decoding", "1", "2"]
+    one = plan.speculation_options[1].estimate
+    assert one.steady.tokens_per_round == pytest.approx(1.8)
+    assert plan.speculation_options[2].estimate.steady.tokens_per_round == pytest.approx(1 + 0.8 + 0.24)
+
+
 def _args(speculation: Speculation) -> ServeArgs:
     return ServeArgs(model="MODEL", tp=8, pp=1, dp=1, gpus_per_node=8, gpu_memory_utilization=0.9,
                      max_model_len=8192, max_num_seqs=64, quantization=None, kv_cache_dtype="auto", dtype="bfloat16",
@@ -255,7 +266,7 @@ def test_json_records_the_speculation_and_the_comparison():
                                    "served_draft_model": None}
     (off,) = data["speculation_options"]
     best = data["recommended"]
-    assert off["speculation"] is None and off["tpot_seconds"] > best["tpot_seconds"]
+    assert off["num_speculative_tokens"] == 0 and off["tpot_seconds"] > best["tpot_seconds"]
     assert best["decode_steps"][0]["draft_seconds"] > 0
     argv = best["command"][0]["argv"]
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 1}
