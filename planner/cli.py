@@ -24,6 +24,7 @@ from planner.errors import SpecError
 from planner.requests import (
     ALL2ALL_BACKENDS,
     DEFAULT_TOP_ROWS,
+    DRAFT_MODEL_METHODS,
     DRAFT_MODEL_PLACEHOLDER,
     MOE_BACKENDS,
     LayoutFilter,
@@ -302,12 +303,16 @@ def parse_acceptance(text: str) -> tuple[float, ...]:
 def speculation(opts: PlanOptions, model: ModelSpec) -> Speculation | None:
     """--speculative-method and its companions as a Speculation; None when it is not given (and
     then none of them may be)."""
+    served_draft = None if opts.served_draft_model == DRAFT_MODEL_PLACEHOLDER else opts.served_draft_model
     if opts.speculative_method is None:
         for flag, value in (("--num-speculative-tokens", opts.num_speculative_tokens),
-                            ("--draft-acceptance", opts.draft_acceptance), ("--draft-model", opts.draft_model)):
+                            ("--draft-acceptance", opts.draft_acceptance), ("--draft-model", opts.draft_model),
+                            ("--served-draft-model", served_draft)):
             if value is not None:
                 raise SpecError(f"{flag}: only with --speculative-method")
         return None
+    if served_draft is not None and opts.draft_model is None:
+        raise SpecError("--served-draft-model: names the --draft-model's checkpoint; give --draft-model too")
     method = opts.speculative_method.value
     num_tokens = opts.num_speculative_tokens
     if method == "mtp" and not model.num_mtp_layers:
@@ -318,17 +323,32 @@ def speculation(opts: PlanOptions, model: ModelSpec) -> Speculation | None:
             raise SpecError(f"--num-speculative-tokens: needed with --speculative-method {method} "
                             f"(tokens drafted per sequence and step)")
         num_tokens = model.num_mtp_layers  # vLLM's default for MTP (SpeculativeConfig.__post_init__)
+    rates = None if opts.draft_acceptance is None else parse_acceptance(opts.draft_acceptance)
+    if method == "mtp" and opts.num_speculative_tokens is None and rates is not None and len(rates) not in (1, num_tokens):
+        raise SpecError(f"--draft-acceptance: {len(rates)} rates, but mtp drafts {num_tokens} token(s) per step by "
+                        f"default ({model.name}'s MTP layers); give --num-speculative-tokens {len(rates)}")
     if opts.draft_acceptance is None:
         raise SpecError("--draft-acceptance: needed with --speculative-method (the share of drafted tokens the "
                         "model accepts at each position, e.g. 0.8,0.6,0.4, as vLLM's spec-decode metrics report "
                         "it on your traffic)")
     draft = None
+    if opts.draft_model is not None and method not in DRAFT_MODEL_METHODS:
+        raise SpecError(f"--draft-model: only with --speculative-method {' or '.join(DRAFT_MODEL_METHODS)} "
+                        f"(got {method})")
     if opts.draft_model is not None:
         from planner.catalog import resolve_model
+        from planner.cost.speculative import as_draft_head, draft_reasons
 
-        draft = resolve_model(opts.draft_model)
+        try:
+            draft = resolve_model(opts.draft_model)
+        except SpecError as error:
+            raise SpecError(str(error).replace("--model:", "--draft-model:", 1)) from None
+        reasons = draft_reasons(model, draft)
+        if reasons:
+            raise SpecError(f"--draft-model: {'; '.join(reasons)}")
+        draft = as_draft_head(model, draft, method)
     check_served_model(opts.served_draft_model, "--served-draft-model")
-    return Speculation(method, num_tokens, parse_acceptance(opts.draft_acceptance), draft, opts.served_draft_model)
+    return Speculation(method, num_tokens, rates, draft, opts.served_draft_model)
 
 
 def serve_request(opts: PlanOptions, quantization_override: str | None = None,

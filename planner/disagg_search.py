@@ -423,7 +423,9 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
         return (f"it needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a decode worker); "
                 f"this plan has {num_gpus}")
     if not any_worker_fits:
-        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs"
+        pp_note = (" with one pipeline stage (speculative decoding is planned without pipeline parallelism)"
+                   if request.speculation is not None else "")
+        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs{pp_note}"
     sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)
     if any_rejected and any(limit is not None for limit in sla):
         return "none meets the SLA"
@@ -478,8 +480,8 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
         t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), role_request(request, "decode"))
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
-        if limit is not None:
-            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d
+        if limit is not None:  # the first token waits for a whole decode round (e tokens of T_d each)
+            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0]
         worker, seconds = memo.prefill[p_key]
         if limit is not None and limit <= 0:
             memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
@@ -504,7 +506,9 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request), decoding)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-    ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d
+    # the first token waits for a whole decode round: e tokens of T_d each under speculative decoding
+    ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d * speculation_shape(
+        request.speculation)[0]
     e2e = ttft + (request.output_len - 1) * t_d
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return "E2E latency exceeds --max-e2e-ms"

@@ -144,7 +144,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 f"{kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB over {kv.link_kind} ({kv.link_scope}), "
                 f"{kv.num_streams} stream(s), {seconds_to_ms(kv.transfer_seconds):.1f} ms in all, overlapped "
                 f"with the prefill's layers ({kv.source})"),
-        PathLeg("first decode round", e.tpot_seconds,
+        PathLeg("first decode round", e.tpot_seconds * (1.0 if speculation is None
+                                                         else expected_tokens_per_step(speculation.acceptance)),
                 f"on a decode worker {e.decode.shape_label} with "
                 f"{e.decode.concurrency:.0f} sequences"),
     )

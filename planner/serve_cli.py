@@ -174,6 +174,10 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         else:
             console().print(describe_model(model, request.kv_cache_dtype))
             console().print(describe_cluster(cluster))
+            if request.speculation is not None:
+                from planner.render.serve import speculation_words
+
+                console().print(f"Speculative decoding on every worker: {speculation_words(request.speculation)}.")
         render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why)
     found = best is not None or (auto and plan.recommended is not None)
     return 0 if found else 1

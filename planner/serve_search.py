@@ -75,6 +75,9 @@ def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
 def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:
     max_len = request.max_model_len or model.max_position_embeddings
     check_batched_tokens(cluster, request)
+    if request.speculation is not None and (request.layout.pp or 1) > 1:
+        raise SpecError(f"--layout pp={request.layout.pp}: speculative decoding is planned without pipeline "
+                        f"parallelism (drop pp, or --speculative-method)")
     if request.max_model_len and request.max_model_len > model.max_position_embeddings:
         raise SpecError(
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
@@ -175,7 +178,8 @@ class BackendOption:
     request's --moe-backend (moe_backend_options) or --all2all-backend (all2all_backend_options)."""
 
     value: str
-    estimate: ServeEstimate
+    estimate: ServeEstimate | Rejected
+    """Rejected only among speculation_options (the layout misses the SLA without the drafts)."""
 
 
 def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
@@ -225,6 +229,8 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
 
 SPECULATION_OFF = "without speculative decoding"
 """speculation_options' value: the recommended layout re-estimated with it off."""
+SPECULATION_OFF_BEST = "without speculative decoding, the best layout"
+"""speculation_options' value: the plan's recommendation without it, where that is another layout."""
 
 
 def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
@@ -239,11 +245,12 @@ def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     variants = [(SPECULATION_OFF, None)] + [
         (str(k), replace(speculation, num_tokens=k, acceptance=speculation.acceptance[:k]))
         for k in range(1, speculation.num_tokens)]
-    options = []
-    for value, variant in variants:
-        result = estimate(model, cluster, best.layout, replace(request, speculation=variant))
-        if isinstance(result, ServeEstimate):
-            options.append(BackendOption(value, result))
+    options = [BackendOption(value, estimate(model, cluster, best.layout, replace(request, speculation=variant)))
+               for value, variant in variants]
+    # without speculation, pipeline parallelism is open again: the best layout may be another
+    plain = evaluate(model, cluster, replace(request, speculation=None)).recommended
+    if plain is not None and plain.layout != best.layout:
+        options.insert(1, BackendOption(SPECULATION_OFF_BEST, plain))
     return tuple(options)
 
 

@@ -324,6 +324,35 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "draft-model-wider-than-target": (
+        ["--model", "llama-3.1-8b", "--cluster", GOOD_CLUSTER, "--speculative-method", "eagle3",
+         "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--draft-model", "llama-3.1-70b"],
+        ("--draft-model", "hidden_size 8192 differs", "at most 1/4"),
+    ),
+    "draft-model-with-experts": (
+        ["--model", "mixtral-8x22b", "--cluster", "2x8xH100", "--speculative-method", "eagle",
+         "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--draft-model", "mixtral-8x7b"],
+        ("--draft-model", "routed experts"),
+    ),
+    "draft-model-not-found": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--speculative-method", "eagle",
+         "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--draft-model", "no-such-head"],
+        ("--draft-model:", "no-such-head"),
+    ),
+    "served-draft-model-without-method": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-draft-model", "org/head"],
+        ("--served-draft-model", "only with --speculative-method"),
+    ),
+    "mtp-acceptance-rates-beyond-its-layers": (
+        ["--model", "deepseek-v3", "--cluster", "1x8xH200", "--speculative-method", "mtp",
+         "--draft-acceptance", "0.8,0.6"],
+        ("--draft-acceptance", "mtp drafts 1 token(s) per step by default", "--num-speculative-tokens 2"),
+    ),
+    "speculation-with-pipeline-layout": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=4,pp=2", "--speculative-method", "ngram",
+         "--num-speculative-tokens", "2", "--draft-acceptance", "0.5"],
+        ("--layout pp=2", "without pipeline parallelism"),
+    ),
     "draft-acceptance-without-method": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--draft-acceptance", "0.8"],
         ("--draft-acceptance", "only with --speculative-method"),

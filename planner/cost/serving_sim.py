@@ -193,6 +193,8 @@ class _Sim:
     def _emit(self, r: _Req, num_tokens: int = 1) -> None:
         """r's computed tokens reached its token count: `num_tokens` at the end of this step (one
         streamed chunk: more than one only under speculative decoding)."""
+        if r.g == 0:
+            self.completing += 1  # its prompt's last chunk is in this step: sampled once
         r.g += min(num_tokens, r.o - r.g)
         if r.g == 1:
             r.first = self.k
@@ -450,6 +452,7 @@ class _Sim:
         budget = self.max_tokens
         self.regular.append(0)
         self.drafted = 0
+        self.completing = 0
         # speculative decoding: decoders advance by different counts, request by request
         fast = None if self.spec else self._fast_running(budget)
         if fast is not None:
@@ -467,7 +470,7 @@ class _Sim:
         self.num_done += self.num_finished
         self.last_finished = self.num_finished
         self.finished_blocks = self.num_finished = 0
-        return StepLoad(nd, float(ctx), chunks, pairs, spec_tokens=self.drafted)
+        return StepLoad(nd, float(ctx), chunks, pairs, self.completing, spec_tokens=self.drafted)
 
     def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
         reqs = self.reqs

@@ -860,13 +860,15 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"
-    if dbo_applies(constants, load, exchanges):
-        half = stage_step_time(model, cluster, layout, placement, stage, load.scaled(0.5), imbalance,
-                               replace(constants, enable_dbo=False))
-        return dbo_step_time(half, moe_layers)
     drafting = 0.0
     if constants.draft is not None and stage.stage == layout.pp - 1:
         drafting = draft_seconds(constants.draft, cluster, placement, load, imbalance)
+    if dbo_applies(constants, load, exchanges):
+        # the two micro-batches are the model's forward; the drafter runs once, after it
+        half = stage_step_time(model, cluster, layout, placement, stage, load.scaled(0.5), imbalance,
+                               replace(constants, enable_dbo=False, draft=None))
+        both = dbo_step_time(half, moe_layers)
+        return replace(both, seconds=both.seconds + drafting, draft_seconds=drafting)
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead + drafting,
                     gemm, attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds,
                     drafting)

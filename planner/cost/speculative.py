@@ -67,6 +67,39 @@ def mtp_draft_model(model: ModelSpec) -> ModelSpec:
         "num_mixer_only_layers": 0})
 
 
+MAX_DRAFT_LAYER_SHARE = 4
+"""A draft head has at most 1/4 of the target's layers (EAGLE heads are one to a few blocks);
+more is a model of its own (vLLM's draft_model method), which the planner does not price."""
+
+
+def draft_reasons(target: ModelSpec, draft: ModelSpec) -> list[str]:
+    """Why `draft` cannot be the EAGLE head of `target`: it reads the target's hidden states
+    (same width), is a few dense blocks, and predicts within the target's vocabulary."""
+    reasons = []
+    if draft.hidden_size != target.hidden_size:
+        reasons.append(f"hidden_size {draft.hidden_size} differs from {target.name}'s {target.hidden_size} "
+                       f"(an EAGLE head reads the target's hidden states)")
+    if draft.is_moe:
+        reasons.append(f"{draft.name} has routed experts; EAGLE heads are dense blocks")
+    if draft.num_hidden_layers * MAX_DRAFT_LAYER_SHARE > target.num_hidden_layers:
+        reasons.append(f"{draft.num_hidden_layers} layers against the target's {target.num_hidden_layers}: a draft "
+                       f"head has at most 1/{MAX_DRAFT_LAYER_SHARE} of them (a separate draft model is not planned)")
+    if draft.vocab_size > target.vocab_size:
+        reasons.append(f"vocabulary {draft.vocab_size:,} is larger than the target's {target.vocab_size:,}")
+    return reasons
+
+
+def as_draft_head(target: ModelSpec, draft: ModelSpec, method: str) -> ModelSpec:
+    """The draft as vLLM runs it: in the target's dtype (the draft's ModelConfig takes the
+    target's, vllm/config/speculative.py at 0.33.0); an EAGLE-1 head predicts through the
+    target's LM head (shared), so its vocabulary is the target's; an EAGLE-3 head keeps its own
+    (draft_vocab_size)."""
+    update: dict[str, object] = {"dtype": target.dtype}
+    if method == "eagle":
+        update["vocab_size"] = target.vocab_size
+    return draft.model_copy(update=update)
+
+
 def draft_model_of(model: ModelSpec, speculation: Speculation) -> ModelSpec | None:
     """The model the drafter runs on the GPU: the MTP layers, the --draft-model, or None (ngram)."""
     if speculation.method == "mtp":
@@ -95,7 +128,7 @@ def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, k
     weights = draft.num_hidden_layers * layer_weight_bytes_per_gpu(draft, tp, ep)
     if speculation.method == "mtp":
         weights += 2 * draft.hidden_size * draft.hidden_size * activation_bytes_per_element(draft) / tp
-    else:
+    elif speculation.method == "eagle3":  # its own head over the draft vocabulary; EAGLE-1 shares the target's
         weights += draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
     full_kv, _ = kv_bytes_per_token_per_layer_by_kind(draft, tp, kv_cache_dtype)
     return DraftMemory(weights, num_attention_layers(draft) * full_kv)

@@ -126,14 +126,17 @@ MTP layers, speculative_hook._resolve_speculative_algorithm_alias)."""
 def speculative_flags(a: ServeArgs) -> list[str]:
     """A chain of k drafts, as the plan prices it: k draft steps, top-1 each, k + 1 tokens
     verified (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens);
-    the draft head's checkpoint for EAGLE/EAGLE3; NGRAM takes the verified count only."""
+    the draft head's checkpoint for EAGLE/EAGLE3; NGRAM the verified count and a breadth of 1
+    (its default searches up to 10 branches: a tree, not the chain priced)."""
     spec = a.speculation
     if spec is None:
         return []
     flags = ["--speculative-algorithm", SPECULATIVE_ALGORITHMS[spec.method]]
     if spec.draft is not None:
         flags += ["--speculative-draft-model-path", spec.served_draft]
-    if spec.method != "ngram":
+    if spec.method == "ngram":
+        flags += ["--speculative-ngram-max-bfs-breadth", "1"]
+    else:
         flags += ["--speculative-num-steps", str(spec.num_tokens), "--speculative-eagle-topk", "1"]
     return flags + ["--speculative-num-draft-tokens", str(spec.num_tokens + 1)]
 

@@ -34,7 +34,14 @@ from planner.requests import (
     Speculation,
 )
 from planner.serve import ServeEstimate
-from planner.serve_search import DBO_OFF, DBO_ON, NEAR_TIE_FRACTION, SPECULATION_OFF, ServePlan
+from planner.serve_search import (
+    DBO_OFF,
+    DBO_ON,
+    NEAR_TIE_FRACTION,
+    SPECULATION_OFF,
+    SPECULATION_OFF_BEST,
+    ServePlan,
+)
 from planner.units import BYTES_PER_GIB
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -252,12 +259,33 @@ def speculation_lines(plan: ServePlan) -> list[str]:
             else "the drafts come from the host (their CPU time is not priced)")
     line = f"Speculative decoding: {speculation_words(speculation)}; {cost}"
 
-    def name(value: str) -> str:
-        return value if value == SPECULATION_OFF else f"with --num-speculative-tokens {value}"
+    def describe(option) -> str:
+        other = option.estimate
+        if option.value == SPECULATION_OFF_BEST:
+            head = f"{SPECULATION_OFF_BEST} is {other.layout}"
+        elif option.value == SPECULATION_OFF:
+            head = f"{SPECULATION_OFF} on {best.layout}"
+        else:
+            head = f"with --num-speculative-tokens {option.value} on {best.layout}"
+        if isinstance(other, Rejected):
+            return f"  {head}: {'; '.join(other.reasons)}."
+        return f"  {head} ({other.batch} concurrent sequence(s) per replica): {_changes(best, other)}."
 
-    return [line + "."] + [f"  {name(option.value)} on {best.layout} ({option.estimate.batch} concurrent sequence(s) "
-                           f"per replica): {_changes(best, option.estimate)}."
-                           for option in plan.speculation_options]
+    return ([line + "; the plan's figures -> each alternative's:"]
+            + [describe(option) for option in plan.speculation_options])
+
+
+def speculation_option_json(option: Any) -> dict[str, Any]:
+    """One serve_search.speculation_options row: its draft length (0 = off), the layout, and
+    its figures, or why it is rejected (it misses the SLA without the drafts)."""
+    other = option.estimate
+    row: dict[str, Any] = {
+        "num_speculative_tokens": 0 if option.value in (SPECULATION_OFF, SPECULATION_OFF_BEST) else int(option.value),
+        "tp": other.layout.tp, "pp": other.layout.pp, "dp": other.layout.dp, "ep": other.layout.ep}
+    if isinstance(other, Rejected):
+        return {**row, "rejected": list(other.reasons)}
+    return {**row, "batch": other.batch, "ttft_seconds": other.ttft_seconds, "tpot_seconds": other.tpot_seconds,
+            "throughput_tokens_per_second": other.throughput_tokens_per_second}
 
 
 def speculation_json(speculation: Speculation | None) -> dict[str, Any] | None:
@@ -484,11 +512,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "enable_dbo": plan.request.enable_dbo,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "speculation": speculation_json(plan.request.speculation),
-        "speculation_options": [{"num_speculative_tokens": 0 if o.value == SPECULATION_OFF else int(o.value),
-                                 "batch": o.estimate.batch, "ttft_seconds": o.estimate.ttft_seconds,
-                                 "tpot_seconds": o.estimate.tpot_seconds,
-                                 "throughput_tokens_per_second": o.estimate.throughput_tokens_per_second}
-                                for o in plan.speculation_options],
+        "speculation_options": [speculation_option_json(o) for o in plan.speculation_options],
         "measured_links": plan.cluster.measured is not None,
         "engine_versions": vars_of(plan.request.engine_versions),
         "command_engine": engine,

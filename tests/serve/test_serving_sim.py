@@ -32,7 +32,7 @@ def test_chunked_prefill_two_requests():
 
     step 1: A's first chunk of 100 (pairs 100*101/2 = 5050).
     step 2: A's last 50 at offset 100 (50*100 + 50*51/2 = 6275) + B's 50 (1275) = 7550 pairs;
-            both prompts finish: first tokens at 20 ms.
+            both prompts finish: first tokens at 20 ms (2 prompts completing: sampled once each).
     steps 3, 4: both decode (contexts 151+51 = 202, then 204); 3rd token at 40 ms.
     TTFT = 20 ms, E2E = 40 ms, TPOT = (40-20)/2 = 10 ms for both.
     """
@@ -44,7 +44,7 @@ def test_chunked_prefill_two_requests():
     assert res.tpot_seconds == pytest.approx((0.01, 0.01))
     assert res.step_loads == (
         StepLoad(0, 0.0, 100, 5050.0),
-        StepLoad(0, 0.0, 100, 7550.0),
+        StepLoad(0, 0.0, 100, 7550.0, 2),
         StepLoad(2, 202.0, 0, 0.0),
         StepLoad(2, 204.0, 0, 0.0),
     )

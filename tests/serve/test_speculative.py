@@ -243,7 +243,8 @@ def test_speculative_flags_for_both_engines(model, engine_check):
     assert json.loads(vllm_flags(mtp)[1]) == {"method": "mtp", "num_speculative_tokens": 2}
     assert sglang_flags(mtp)[:2] == ["--speculative-algorithm", "NEXTN"]
     assert sglang_flags(_args(Speculation("ngram", 3, (0.5,)))) == [
-        "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"]
+        "--speculative-algorithm", "NGRAM", "--speculative-ngram-max-bfs-breadth", "1",
+        "--speculative-num-draft-tokens", "4"]
     for argv in (["vllm", "serve", "MODEL", *vllm_flags(eagle)],
                  ["python", "-m", "sglang.launch_server", "--model-path", "MODEL", *sglang_flags(eagle)]):
         assert engine_check(argv, EngineVersions()) == [], argv
@@ -270,3 +271,44 @@ def test_json_records_the_speculation_and_the_comparison():
     assert best["decode_steps"][0]["draft_seconds"] > 0
     argv = best["command"][0]["argv"]
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 1}
+
+
+def test_the_drafter_runs_once_under_dual_batch_overlap(model, cluster):
+    """vLLM micro-batches the model's forward under --enable-dbo; the proposer runs after it, on
+    the whole step: the drafter's share of the step is the same with and without DBO."""
+    m, c = model("deepseek-v3"), cluster("1x8xH200")
+    steps = []
+    for dbo in (False, True):
+        request = ServeRequest(batch=64, all2all_backend="deepep_low_latency", enable_dbo=dbo,
+                               speculation=Speculation("mtp", 3, (0.8,)))
+        steps.append(estimate(m, c, Layout(1, 1, 8, 8), request).decode_steps[0].draft_seconds)
+    assert steps[0] > 0 and steps[1] == pytest.approx(steps[0])
+
+
+def test_disaggregated_ttft_waits_for_a_whole_decode_round(model, cluster):
+    """The decode worker samples the first token after one round, which under speculative
+    decoding lasts e = 2.47 tokens' TPOT: TTFT = first-token cost + prefill + exposed KV +
+    TPOT * e."""
+    from planner.cost import efficiency as eff
+    from planner.disagg_search import plan_disaggregated
+
+    request = ServeRequest(speculation=Speculation("ngram", 3, (0.8, 0.6, 0.4)))
+    best = plan_disaggregated(model("llama-3.1-70b-fp8"), cluster("1x8xH100"), request).recommended
+    round_seconds = best.tpot_seconds * 2.472
+    assert best.ttft_seconds == pytest.approx(eff.FIRST_TOKEN_SECONDS + best.prefill_load.prefill_seconds
+                                              + best.kv.exposed_seconds + round_seconds)
+
+
+def test_the_plan_shows_the_best_layout_without_drafts_and_what_misses_the_sla(serve_plan):
+    """Llama-3.1-405B on 2x8xH100: drafts force pp = 1 (tp=16 over InfiniBand); without them the
+    plan would run tp=8 pp=2, and says so. A TPOT limit only the drafts meet: the layout without
+    them is listed with why it misses."""
+    plan = serve_plan("llama-3.1-405b", "2x8xH100", mode="aggregated",
+                      speculation=Speculation("ngram", 2, (0.7,)))
+    best = {o.value: o.estimate for o in plan.speculation_options}
+    assert plan.recommended.layout.pp == 1
+    assert best["without speculative decoding, the best layout"].layout.pp == 2
+    tight = serve_plan("llama-3.1-8b", "1x1xH100", batch=1, max_tpot_seconds=0.004,
+                       speculation=Speculation("ngram", 3, (0.6,)))
+    off = tight.speculation_options[0].estimate
+    assert isinstance(off, Rejected) and "--max-tpot-ms" in off.reasons[0]
