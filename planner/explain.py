@@ -458,15 +458,20 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                                 overhead_bytes(layout, deepep_buffer_bytes(
                                     model, layout, request.all2all_backend, cluster.gpus_per_node,
                                     max_num_batched_tokens(cluster, request, layout))),
-                                request.gpu_memory_utilization)
+                                request.gpu_memory_utilization,
+                                None if request.speculation is None else max(request.speculation.acceptance))
 
 
 def serve_replan(model: ModelSpec, request: ServeRequest, explained: Layout) -> sensitivity.Replan:
     """Re-rank every layout (no --layout filter) on a perturbed cluster."""
     unfiltered = replace(request, layout=LayoutFilter())
 
-    def replan(cluster: ClusterSpec) -> sensitivity.Outcome:
-        plan = evaluate(model, cluster, unfiltered)
+    def replan(cluster: ClusterSpec, knobs: sensitivity.Knobs) -> sensitivity.Outcome:
+        moved = unfiltered
+        if unfiltered.speculation is not None and knobs.draft_acceptance != 1.0:
+            rates = tuple(min(1.0, rate * knobs.draft_acceptance) for rate in unfiltered.speculation.acceptance)
+            moved = replace(unfiltered, speculation=replace(unfiltered.speculation, acceptance=rates))
+        plan = evaluate(model, cluster, moved)
         mine = next((r for r in plan.layouts if r.layout == explained), None)
         metrics = None if mine is None else (
             ("tpot_seconds", mine.tpot_seconds), ("ttft_seconds", mine.ttft_seconds),

@@ -284,7 +284,7 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
     re-estimated for the metric ranges."""
     unfiltered = replace(request, layout=LayoutFilter())
 
-    def replan(cluster: ClusterSpec) -> sensitivity.Outcome:
+    def replan(cluster: ClusterSpec, knobs: sensitivity.Knobs) -> sensitivity.Outcome:
         plan = search(model, cluster, unfiltered)
         mine = estimate(model, cluster, explained.config, request)
         metrics = None if not isinstance(mine, TrainEstimate) else (

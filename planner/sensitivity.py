@@ -10,6 +10,8 @@ is perturbed by building a modified ClusterSpec, never by touching module consta
                        a utilisation, so this is the same product
   matmul efficiency    every peak and measured matmul rate of the GPU times f; the
                        achievable rate is a fraction of these, so it scales by f
+  draft acceptance     (serving with speculative decoding) every --draft-acceptance rate
+                       times f, at most 1: a request input, applied by the replan
   overhead memory      capacity lowered by (f - 1) * overhead / usable fraction: memory
                        left for the KV cache (or activations) shrinks by exactly the
                        extra overhead. The overhead of the explained layout is used for
@@ -38,6 +40,7 @@ KNOB_LABELS = {
     "hbm_utilization": "HBM utilisation",
     "matmul_efficiency": "matmul efficiency",
     "overhead_memory": "overhead memory",
+    "draft_acceptance": "draft acceptance",
 }
 
 
@@ -52,6 +55,9 @@ class Knobs:
     hbm_utilization: float = 1.0
     matmul_efficiency: float = 1.0
     overhead_memory: float = 1.0
+    draft_acceptance: float = 1.0
+    """Speculative decoding: every --draft-acceptance rate times f (at most 1), a request input
+    the replan applies (apply_knobs leaves the cluster as it is for it)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,9 @@ class Outcome:
     """(name, value) of the explained layout; None when it is infeasible there."""
 
 
-Replan = Callable[[ClusterSpec], Outcome]
+Replan = Callable[[ClusterSpec, Knobs], Outcome]
+"""Re-plan on this cluster (apply_knobs applied) with these knobs (those that move a request
+input, draft_acceptance, the replan applies itself)."""
 
 
 @dataclass(frozen=True)
@@ -148,9 +156,11 @@ class KnobBase:
     overhead_bytes: float
     usable_fraction: float
     """The share of capacity the workload budgets (vLLM's gpu_memory_utilization; 1 for training)."""
+    draft_acceptance: float | None = None
+    """Speculative decoding: the highest --draft-acceptance rate (None: no drafts, no knob)."""
 
 
-FRACTION_KNOBS = ("hbm_utilization", "matmul_efficiency")
+FRACTION_KNOBS = ("hbm_utilization", "matmul_efficiency", "draft_acceptance")
 """Fractions of a peak: never scanned above 1 (a utilisation over 100% is no answer)."""
 
 
@@ -166,6 +176,8 @@ def knob_values(cluster: ClusterSpec, base: KnobBase) -> dict[str, tuple[float, 
     values["hbm_utilization"] = (base.hbm_utilization, "of HBM peak")
     values["matmul_efficiency"] = (base.matmul_fraction_of_peak, "of matmul peak")
     values["overhead_memory"] = (units.bytes_to_gib(base.overhead_bytes), "GiB")
+    if base.draft_acceptance:
+        values["draft_acceptance"] = (base.draft_acceptance, "(the highest rate)")
     return {key: values[key] for key in KNOB_LABELS if key in values}
 
 
@@ -237,7 +249,7 @@ class _Prober:
     def at(self, factor: float) -> Outcome:
         if factor not in self.seen:
             knobs = Knobs(**{self.knob: factor})
-            self.seen[factor] = self.replan(apply_knobs(self.cluster, knobs, self.base))
+            self.seen[factor] = self.replan(apply_knobs(self.cluster, knobs, self.base), knobs)
         return self.seen[factor]
 
     def flip(self, scan: tuple[float, ...], recommended: Layout, num_bisections: int) -> tuple[float, Layout | None] | None:
@@ -262,7 +274,7 @@ def analyze(cluster: ClusterSpec, explained: Layout, base: KnobBase, replan: Rep
             settings: Settings = Settings()) -> SensitivityReport:
     """Every knob at 1 - step and 1 + step, its nearest flips, and the explained layout's
     metric ranges over those runs."""
-    baseline = replan(cluster)
+    baseline = replan(cluster, Knobs())
     assert baseline.recommended is not None, "sensitivity of a plan with no feasible layout"
     recommended = baseline.recommended
     low = 1 - settings.step

@@ -140,3 +140,24 @@ def test_no_network_knobs_on_one_node_and_fractions_capped_at_one() -> None:
             assert k.flip_up is None or k.flip_up.value <= 1 + 1e-9
     for m in report.metrics:
         assert m.low <= m.base <= m.high
+
+
+def test_draft_acceptance_is_a_knob_only_with_speculative_decoding() -> None:
+    """--draft-acceptance is the least certain input of speculative decoding: the knob scales
+    every rate (at most 1; its base is the highest rate, 0.6, so it scans up to 1/0.6), and
+    fewer accepted drafts mean a slower TPOT at -20%."""
+    from planner.requests import Speculation
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = ServeRequest(batch=64, speculation=Speculation("ngram", 3, (0.6, 0.45, 0.3)))
+    e = explain_serving(model, cluster, request, None)
+    base = serve_knob_base(model, cluster, e.layout, request)
+    replan = serve_replan(model, request, e.layout)
+    report = analyze(cluster, e.layout, base, replan, Settings())
+    (knob,) = [k for k in report.knobs if k.knob == "draft_acceptance"]
+    assert knob.base_value == 0.6 and knob.base_value * knob.high_factor <= 1 + 1e-9
+    tpot = dict(replan(cluster, Knobs(draft_acceptance=0.8)).metrics)["tpot_seconds"]
+    assert tpot > dict(replan(cluster, Knobs()).metrics)["tpot_seconds"]
+    plain = analyze(cluster, e.layout, serve_knob_base(model, cluster, e.layout, ServeRequest(batch=64)),
+                    serve_replan(model, ServeRequest(batch=64), e.layout), Settings())
+    assert "draft_acceptance" not in [k.knob for k in plain.knobs]
