@@ -174,5 +174,7 @@ def test_a_window_never_adds_kv_bytes_or_step_time(model, cluster, window, windo
     assert windowed.window_kv_bytes_per_token <= windowed.kv_bytes_per_token
     assert stage_kv_bytes_read(windowed, load) <= stage_kv_bytes_read(full, load)
     placement = place(c, layout)
+    # to the last bits of a double: a window equal to the pairs' span prices the same terms summed
+    # in another order
     assert (stage_step_time(m, c, layout, placement, windowed, load).seconds
-            <= stage_step_time(m, c, layout, placement, full, load).seconds)
+            <= stage_step_time(m, c, layout, placement, full, load).seconds * (1 + 1e-12))
