@@ -455,6 +455,10 @@ def request_for(opts: PlanOptions):
     if opts.expert_imbalance is not None and not model_spec.is_moe:
         raise SpecError(f"--expert-imbalance: {model_spec.name} has no routed experts")
     if opts.workload is Workload.train:
+        gpn = cluster_spec.gpus_per_node
+        if opts.gpus is not None and opts.gpus > gpn and opts.gpus % gpn:
+            raise SpecError(f"--gpus: {opts.gpus} does not fill whole nodes of {gpn}: a training launch starts "
+                            f"the same --nproc-per-node on every node; give a multiple of {gpn} (or {gpn} or fewer)")
         return model_spec, cluster_spec, train_request(opts)
     return model_spec, cluster_spec, serve_request(opts, override, model_spec)
 

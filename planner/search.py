@@ -78,6 +78,8 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
     layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep, lay.cp)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
+        if wanted.ep not in (None, 1) and wanted.cp not in (None, 1):
+            raise SpecError(f"--layout: {degrees}: context parallelism with expert parallelism is not planned")
         if wanted.ep not in (None, 1):
             raise SpecError(f"--layout: {degrees}: ep must be tp times a divisor of dp (whole TP groups of "
                             f"data-parallel ranks) on the {num_gpus} GPUs planned for")

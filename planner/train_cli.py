@@ -46,8 +46,15 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
     # A serving --emit still prints the training engine's launch.
     emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
     emitter = None if emit == "none" else TRAIN_EMITTERS[emit]
+    not_emitted = None
     if emit == "megatron":
-        plan = launchable(model, plan)
+        from planner.emit.megatron import model_refusals
+
+        wrong_model = model_refusals(model, request.engine_versions.megatron_release)
+        if wrong_model:  # the plan stands; no command would build this model
+            emitter, not_emitted = None, "; ".join(wrong_model)
+        else:
+            plan = launchable(model, plan)
 
     def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
         if emitter is None:
@@ -55,11 +62,20 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         return emitter(model, cluster, estimate.config, request.global_batch, request.seq_len)
 
     if json_output:
-        print_plan_json(model, cluster, plan, request, steps_for, top)
+        print_plan_json(model, cluster, plan, request, steps_for, top, not_emitted)
     else:
         best = plan.layouts[0] if plan.layouts else None
         render_plan(model, cluster, plan, () if best is None else steps_for(best), top or DEFAULT_TOP_ROWS,
                     show_rejected, launcher_title(emit, request))
+        if not_emitted is not None and best is not None:
+            from planner.render.common import console
+
+            console().print(f"Launch: not emitted ({not_emitted}).")
+        if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
+            from planner.render.common import console
+
+            console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
+                            "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
         if model.quantization is not None:
             from planner.render.common import console
 

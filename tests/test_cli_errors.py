@@ -501,6 +501,11 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--layout", "tp=2,ep=3"],
         ("--layout", "ep must be tp times a divisor of dp"),
     ),
+    "train-gpus-not-whole-nodes": (
+        ["--workload", "train", "--model", GOOD_MODEL, "--cluster", "8x8xH100", "--gpus", "36", "--global-batch", "512",
+         "--seq-len", "4096"],
+        ("--gpus", "36", "whole nodes of 8"),
+    ),
     "expert-imbalance-dense-model": (
         ["--workload", "train", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--global-batch", "64",
          "--seq-len", "2048", "--expert-imbalance", "2"],

@@ -151,30 +151,45 @@ def launch_env(config: TrainConfig) -> tuple[str, ...]:
 
 def refusals(model: ModelSpec, config: TrainConfig, release: MegatronRelease) -> list[str]:
     """Why this release refuses the configuration at startup (TransformerConfig.__post_init__),
-    or why the emitted command would build another model than the one planned."""
-    if model.index_n_heads:
-        return [f"Megatron-LM {release.version}: the command cannot express the DSA lightning indexer "
-                "(DeepSeek-V3.2, GLM-5) yet, so it would train another model; plan with --emit none"]
-    if model.global_head_dim or model.num_global_key_value_heads or model.attention_k_eq_v:
-        return [f"Megatron-LM {release.version}: the command cannot give global-attention layers their own "
-                "head dim, KV heads or shared K/V projection (Gemma 4, MiMo-V2), so it would train another "
-                "model; plan with --emit none"]
-    if model.v_head_dim not in (None, model.head_dim) and not model.is_mla:
-        return [f"Megatron-LM {release.version}: --kv-channels gives queries, keys and values one head dim; "
-                f"this model's values have {model.v_head_dim} beside {model.head_dim}, so the command would "
-                "train another model; plan with --emit none"]
-    if model.num_recurrent_layers:
-        return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
-                f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
-                "which the planner does not emit yet, so it would train another model; plan with --emit none"]
-    if model.num_mlp_only_layers or model.num_mixer_only_layers:
-        return [f"Megatron-LM {release.version}: pretrain_gpt.py gives every layer attention and an MLP of one "
-                "width; this model's blocks differ per layer (MLP-only or mixer-only blocks, Nemotron-NAS / "
-                "hybrid patterns), so it would train another model; plan with --emit none"]
+    or why the emitted command would build another model than the one planned
+    (model_refusals)."""
+    wrong_model = model_refusals(model, release)
+    if wrong_model:
+        return wrong_model
     groups = model.num_key_value_heads
     if groups % config.tp and not release.tp_may_exceed_query_groups:
         return [f"Megatron-LM {release.version} needs num_query_groups {groups} divisible by tp={config.tp} "
                 "(a divisor of tp is accepted from core_v0.16.0)"]
+    return []
+
+
+def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
+    """Why no command of this release builds the planned model, whatever the configuration: the
+    plan stands, its launch is not emitted."""
+    if model.index_n_heads:
+        return [f"Megatron-LM {release.version}: the command cannot express the DSA lightning indexer "
+                "(DeepSeek-V3.2, GLM-5) yet, so it would train another model"]
+    if model.global_head_dim or model.num_global_key_value_heads or model.attention_k_eq_v:
+        return [f"Megatron-LM {release.version}: the command cannot give global-attention layers their own "
+                "head dim, KV heads or shared K/V projection (Gemma 4, MiMo-V2), so it would train another "
+                "model"]
+    if model.v_head_dim not in (None, model.head_dim) and not model.is_mla:
+        return [f"Megatron-LM {release.version}: --kv-channels gives queries, keys and values one head dim; "
+                f"this model's values have {model.v_head_dim} beside {model.head_dim}, so the command would "
+                "train another model"]
+    if model.sliding_window is not None:
+        return [f"Megatron-LM {release.version}: the command gives every layer full attention; this model's "
+                f"{model.num_sliding_window_layers or model.num_hidden_layers} sliding-window layers "
+                f"({model.sliding_window} tokens) are not emitted (nor priced in training), so it would train "
+                "another model"]
+    if model.num_recurrent_layers:
+        return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
+                f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
+                "which the planner does not emit yet, so it would train another model"]
+    if model.num_mlp_only_layers or model.num_mixer_only_layers:
+        return [f"Megatron-LM {release.version}: pretrain_gpt.py gives every layer attention and an MLP of one "
+                "width; this model's blocks differ per layer (MLP-only or mixer-only blocks, Nemotron-NAS / "
+                "hybrid patterns), so it would train another model"]
     return []
 
 

@@ -274,8 +274,9 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
 
 
 def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor,
-                    top: int | None = None) -> None:
-    """`top`: the best configurations to list (None: every feasible one)."""
+                    top: int | None = None, launch_not_emitted: str | None = None) -> None:
+    """`top`: the best configurations to list (None: every feasible one); `launch_not_emitted`:
+    why no configuration has a command (the engine cannot build this model)."""
     converted: dict[Any, Any] = {}  # equal sub-results (frozen dataclasses) convert alike
 
     def shared_jsonable(value: Any) -> Any:
@@ -296,6 +297,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "seq_len": request.seq_len,
         "engine": request.engine,
         "engine_versions": to_jsonable(request.engine_versions),
+        "launch_not_emitted": launch_not_emitted,
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
         "rejected": [{"tp": r.layout.tp, "cp": r.layout.cp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,

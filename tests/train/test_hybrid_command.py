@@ -19,7 +19,7 @@ def test_hybrid_gets_no_megatron_command():
     release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
     config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
     (why,) = refusals(model, config, release)
-    assert "mamba2" in why and "--emit none" in why
+    assert "mamba2" in why and "another model" in why
     assert refusals(resolve_model("llama-3.1-8b"), config, release) == []
     assert resolve_cluster("1x8xH100")  # the shorthand the CLI test below plans on
 
@@ -38,7 +38,7 @@ def test_gemma4_gets_no_megatron_command():
     release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
     config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 1)
     (why,) = refusals(model, config, release)
-    assert "Gemma 4" in why and "--emit none" in why
+    assert "Gemma 4" in why and "another model" in why
 
 
 def test_nas_blocks_get_no_megatron_command():
@@ -49,7 +49,7 @@ def test_nas_blocks_get_no_megatron_command():
     release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
     config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
     (why,) = refusals(model, config, release)
-    assert "per layer" in why and "--emit none" in why
+    assert "per layer" in why and "another model" in why
 
 
 def test_value_heads_narrower_than_keys_get_no_megatron_command():
@@ -60,5 +60,24 @@ def test_value_heads_narrower_than_keys_get_no_megatron_command():
     release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
     config = TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 1)
     (why,) = refusals(narrow, config, release)
-    assert "128 beside 192" in why and "--emit none" in why
+    assert "128 beside 192" in why and "another model" in why
     assert refusals(base.model_copy(update={"v_head_dim": base.head_dim}), config, release) == []
+
+
+def test_a_model_megatron_cannot_build_is_planned_without_a_command(run_plan):
+    """The plan stands (its sizes and times hold); only the launch is not emitted, and JSON says
+    why: a hybrid, and gpt-oss's sliding-window layers (full attention in every layer would be
+    another model)."""
+    import json
+
+    for model in (str(NEMOTRON_H), "gpt-oss-120b"):
+        result = run_plan("--workload", "train", "--model", model, "--cluster", "4x8xH100",
+                          "--global-batch", "256", "--seq-len", "4096", "--json")
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert data["recommended"] is not None and data["recommended"]["command"] == []
+        assert "another model" in data["launch_not_emitted"]
+    sliding = resolve_model("gpt-oss-120b")
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    (why,) = refusals(sliding, TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1), release)
+    assert "18 sliding-window layers (128 tokens)" in why
