@@ -101,6 +101,9 @@ def run_timeline(schedule: str | None, num_stages: int, num_micro_batches: int, 
     v = timeline_chunks(name, virtual_stages)
     if forward_only and name != "gpipe":
         raise SpecError(f"--forward-only: only with --schedule gpipe ({name} interleaves backwards)")
+    if name == "interleaved" and num_stages < 2:
+        raise SpecError(f"--stages: interleaving needs at least 2 stages (got {num_stages}; the planner "
+                        f"refuses it with pp=1 too)")
     check_timeline_size(num_stages, num_micro_batches, v, not forward_only)
     try:
         timeline = training_timeline(name, num_stages, num_micro_batches, v, backward_units=0 if forward_only else 2)

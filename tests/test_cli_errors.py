@@ -501,6 +501,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", "qwen3-30b-a3b", "--cluster", GOOD_CLUSTER, "--layout", "tp=2,ep=3"],
         ("--layout", "ep must be tp times a divisor of dp"),
     ),
+    "timeline-interleaved-one-stage": (
+        ["explain", "--timeline-only", "--schedule", "interleaved", "--stages", "1", "--virtual-stages", "2"],
+        ("--stages", "at least 2 stages"),
+    ),
     "train-gpus-not-whole-nodes": (
         ["--workload", "train", "--model", GOOD_MODEL, "--cluster", "8x8xH100", "--gpus", "36", "--global-batch", "512",
          "--seq-len", "4096"],
