@@ -90,6 +90,9 @@ TIED_BY_DEFAULT_MODEL_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_te
 Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the Llama,
 Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
+QK_NORM_MODEL_TYPES = {"qwen3", "qwen3_moe"}
+"""Families with an RMSNorm on each head's query and key (transformers' Qwen3Attention q_norm /
+k_norm over head_dim); other families say it with use_qk_norm and qk_norm_type "per_head"."""
 UNMODELLED_KEYS = {
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
@@ -296,6 +299,11 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         fields.update(block_config_fields(text, path))
     if text.get("num_nextn_predict_layers"):
         fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
+    scaling = text.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        fields["llama3_rope_scaling_factor"] = scaling.get("factor")
+    if kind in QK_NORM_MODEL_TYPES or (text.get("use_qk_norm") is True and text.get("qk_norm_type") == "per_head"):
+        fields["qk_norm"] = True
     if isinstance(text.get("draft_vocab_size"), int) and text["draft_vocab_size"] > 0:
         # an EAGLE-3 draft head: its LM head covers the draft vocabulary, its embedding is the
         # target's (vLLM shares it: llm_base_proposer._maybe_share_embeddings at 0.33.0)

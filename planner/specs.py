@@ -132,6 +132,13 @@ class ModelSpec(_Spec):
     position_embedding: Literal["rope", "learned"] = "rope"
     rope_theta: Quantity(MAX_ROPE_THETA) = 10000.0
     """RoPE base frequency (config.json rope_theta); 10000 is the RoPE paper's and Megatron's default."""
+    llama3_rope_scaling_factor: Quantity(1024.0) | None = None
+    """Llama 3.1's frequency-dependent RoPE scaling (config.json rope_scaling.rope_type "llama3",
+    its factor: 8 for Llama 3.1, 32 for Llama 3.2); None = plain RoPE. Megatron-LM's
+    --use-rope-scaling --rope-scaling-factor (its low/high frequency factors 1 and 4 and original
+    length 8,192 are Llama 3.1's)."""
+    qk_norm: Flag = False
+    """An RMSNorm over each head's query and key before RoPE (Qwen3; Megatron-LM's --qk-layernorm)."""
     num_local_experts: Count(MAX_NUM_EXPERTS) | None = None
     num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
     moe_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None

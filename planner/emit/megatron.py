@@ -89,6 +89,10 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
         args += ["--normalization", "RMSNorm"]
     if model.position_embedding == "rope":
         args += ["--position-embedding-type", "rope", "--rotary-base", f"{model.rope_theta:.0f}"]
+        if model.llama3_rope_scaling_factor is not None:  # Llama 3.1's scaling (arguments.py at core_v0.14/19)
+            args += ["--use-rope-scaling", "--rope-scaling-factor", f"{model.llama3_rope_scaling_factor:g}"]
+    if model.qk_norm:
+        args.append("--qk-layernorm")  # --normalization RMSNorm makes it an RMSNorm per head
     if not (model.attention_bias or model.mlp_bias):
         args.append("--disable-bias-linear")
     if model.qkv_bias and not model.attention_bias:

@@ -147,3 +147,23 @@ def test_a_model_the_command_cannot_build_gets_no_command():
     planned = CliRunner().invoke(app, [*base, "--emit", "none"])
     data = json.loads(planned.output)
     assert planned.exit_code == 0 and data["recommended"]["command"] == [] and data["launch_not_emitted"] is None
+
+
+def test_llama3_rope_scaling_and_qk_norm_reach_the_command():
+    """Llama 3.1's config.json rope_scaling (rope_type llama3, factor 8) is Megatron's
+    --use-rope-scaling --rope-scaling-factor 8 (its low/high frequency factors 1 and 4 and original
+    length 8,192 are Llama 3.1's); Qwen3's per-head q_norm/k_norm is --qk-layernorm (an RMSNorm
+    under --normalization RMSNorm). Without them the command would train another model."""
+    from planner.catalog import resolve_model
+    from planner.emit.megatron import model_args
+
+    hf = Path(__file__).parents[1] / "fixtures" / "hf_configs"
+    llama = resolve_model(str(hf / "meta-llama--Meta-Llama-3.1-70B"))
+    qwen = resolve_model(str(hf / "Qwen--Qwen3-8B"))
+    assert (llama.llama3_rope_scaling_factor, llama.qk_norm) == (8.0, False)
+    assert (qwen.llama3_rope_scaling_factor, qwen.qk_norm) == (None, True)
+    assert resolve_model("llama-3.1-70b").llama3_rope_scaling_factor == 8 and resolve_model("qwen3-32b").qk_norm
+    args = model_args(llama, 8192, 8)
+    i = args.index("--use-rope-scaling")
+    assert args[i + 1:i + 3] == ["--rope-scaling-factor", "8"] and "--qk-layernorm" not in args
+    assert "--qk-layernorm" in model_args(qwen, 4096, 8) and "--use-rope-scaling" not in model_args(qwen, 4096, 8)
