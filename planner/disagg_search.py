@@ -243,8 +243,8 @@ def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> li
 def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
                 max_model_len: int, dp: int = 1) -> WorkerShape | None:
     layout = Layout(tp, pp, dp, worker_ep(tp, dp))
-    if structural_reasons(model, layout) or (request.speculation is not None and pp > 1):
-        return None  # speculative decoding is planned at pp = 1 only, as serve.estimate
+    if structural_reasons(model, layout):
+        return None
     wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
     stages = stage_memory(model, cluster, layout, request, wanted)
     if memory_reasons(stages, max_model_len):
@@ -423,9 +423,7 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
         return (f"it needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a decode worker); "
                 f"this plan has {num_gpus}")
     if not any_worker_fits:
-        pp_note = (" with one pipeline stage (speculative decoding is planned without pipeline parallelism)"
-                   if request.speculation is not None else "")
-        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs{pp_note}"
+        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs"
     sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)
     if any_rejected and any(limit is not None for limit in sla):
         return "none meets the SLA"

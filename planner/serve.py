@@ -205,11 +205,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
     every SLA up to what the KV cache and max_num_seqs allow."""
     reasons = structural_reasons(model, layout)
-    if request.speculation is not None and layout.pp > 1:
-        # vLLM shares the target's embedding with the drafter only at pp = 1
-        # (llm_base_proposer._maybe_share_embeddings at 0.33.0); the drafter on the last
-        # stage of a pipeline is not modelled.
-        reasons.append(f"pp={layout.pp}: speculative decoding is planned without pipeline parallelism only")
     if reasons:
         return Rejected(layout, tuple(reasons))
     cluster = with_moe_backend(cluster, request.moe_backend)

@@ -75,9 +75,6 @@ def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
 def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:
     max_len = request.max_model_len or model.max_position_embeddings
     check_batched_tokens(cluster, request)
-    if request.speculation is not None and (request.layout.pp or 1) > 1:
-        raise SpecError(f"--layout pp={request.layout.pp}: speculative decoding is planned without pipeline "
-                        f"parallelism (drop pp, or --speculative-method)")
     if request.max_model_len and request.max_model_len > model.max_position_embeddings:
         raise SpecError(
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
@@ -247,7 +244,7 @@ def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
         for k in range(1, speculation.num_tokens)]
     options = [BackendOption(value, estimate(model, cluster, best.layout, replace(request, speculation=variant)))
                for value, variant in variants]
-    # without speculation, pipeline parallelism is open again: the best layout may be another
+    # without the drafter's memory and rows the best layout may be another
     plain = evaluate(model, cluster, replace(request, speculation=None)).recommended
     if plain is not None and plain.layout != best.layout:
         options.insert(1, BackendOption(SPECULATION_OFF_BEST, plain))

@@ -348,11 +348,6 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
          "--draft-acceptance", "0.8,0.6"],
         ("--draft-acceptance", "mtp drafts 1 token(s) per step by default", "--num-speculative-tokens 2"),
     ),
-    "speculation-with-pipeline-layout": (
-        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=4,pp=2", "--speculative-method", "ngram",
-         "--num-speculative-tokens", "2", "--draft-acceptance", "0.5"],
-        ("--layout pp=2", "without pipeline parallelism"),
-    ),
     "draft-acceptance-without-method": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--draft-acceptance", "0.8"],
         ("--draft-acceptance", "only with --speculative-method"),

@@ -372,7 +372,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len)
     max_model_len = request.max_model_len or model.max_position_embeddings
     draft = (DraftMemory(0.0, 0) if request.speculation is None
-             else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype))
+             else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype, layout.pp))
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
         weights = num_layers * per_layer

@@ -17,9 +17,10 @@ step emits on average 1 + sum_{i=1..k} prod_{j<=i} a_j tokens per sequence (Levi
 al. 2023, "Fast Inference from Transformers via Speculative Decoding", sec. 3.1, for i.i.d.
 acceptance: (1 - a^(k+1)) / (1 - a)).
 
-Memory: the draft's weights (its layers; MTP and EAGLE share the target's embedding, MTP its
-LM head too: vllm/model_executor/models/deepseek_mtp.py, llm_base_proposer._maybe_share_*)
-and its layers' KV, drawn from the same pool as the target's.
+Memory: the draft's weights (its layers; MTP and EAGLE share the target's embedding at pp = 1,
+MTP its LM head too: vllm/model_executor/models/deepseek_mtp.py, llm_base_proposer._maybe_share_*)
+and its layers' KV, drawn from the same pool as the target's, on the last pipeline stage
+(gpu_model_runner.py: "we put the entire draft model on the last PP rank").
 """
 
 from __future__ import annotations
@@ -118,10 +119,13 @@ class DraftMemory:
     """Its attention layers' KV of one token."""
 
 
-def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, kv_cache_dtype: str) -> DraftMemory:
+def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, kv_cache_dtype: str,
+                 pp: int = 1) -> DraftMemory:
     """DraftMemory of `speculation` on one GPU of a TP group of t (the draft runs at the
     target's TP, vllm/config/speculative.py create_draft_parallel_config; EP kept for an MoE
-    draft)."""
+    draft). With pipeline parallelism the drafter sits on the last stage, away from the
+    target's embedding, and loads its own copy (llm_base_proposer._maybe_share_embeddings at
+    0.33.0 shares it only at pp = 1)."""
     draft = draft_model_of(model, speculation)
     if draft is None:
         return DraftMemory(0.0, 0)
@@ -130,5 +134,7 @@ def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, k
         weights += 2 * draft.hidden_size * draft.hidden_size * activation_bytes_per_element(draft) / tp
     elif speculation.method == "eagle3":  # its own head over the draft vocabulary; EAGLE-1 shares the target's
         weights += draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
+    if pp > 1:
+        weights += model.vocab_size * draft.hidden_size * activation_bytes_per_element(model) / tp
     full_kv, _ = kv_bytes_per_token_per_layer_by_kind(draft, tp, kv_cache_dtype)
     return DraftMemory(weights, num_attention_layers(draft) * full_kv)
