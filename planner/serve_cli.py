@@ -87,12 +87,20 @@ def engine_version(plan: ServePlan, engine: str) -> str:
     return f"{engine} {versions.sglang if engine == 'sglang' else versions.vllm}"
 
 
-def launchable(plan: ServePlan) -> ServePlan:
-    """The plan less the layouts no serving engine starts as planned (planner/emit/command.py)."""
+def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
+    """The plan less the layouts no serving engine starts as planned (planner/emit/command.py),
+    and those the chosen engine refuses (SGLang: emit/sglang.refusal)."""
+    from planner.emit.sglang import refusal
+
     gpus_per_node = plan.cluster.gpus_per_node
-    return without_refused(plan, lambda r: r.layout,
-                           lambda r: placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node,
-                                                             r.layout.ep))
+    speculation = plan.request.speculation
+
+    def reasons(r: ServeEstimate) -> list[str]:
+        found = placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node, r.layout.ep)
+        refused = refusal(r.layout, speculation) if engine == "sglang" else None
+        return found + ([refused] if refused else [])
+
+    return without_refused(plan, lambda r: r.layout, reasons)
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
@@ -107,7 +115,7 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
     if engine != "none":
-        plan = launchable(plan)
+        plan = launchable(plan, engine)
     if request.mode != "aggregated" and not filtered:
         return run_with_disaggregated(plan, engine, json_output=json_output, top=top,
                                       show_rejected=show_rejected, served_model=served_model)

@@ -45,7 +45,7 @@ import json
 from dataclasses import dataclass
 
 from planner.emit.command import NODE_ADDRESS, LaunchStep, NodeSet, PerNode, ServeArgs, env_prefix
-from planner.emit.sglang import deepep_env, ep_server, server_flags, wide_server_steps
+from planner.emit.sglang import ep_server, server_env, server_flags, wide_server_steps
 from planner.emit.vllm import Extras, deployment_steps_from, engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
@@ -238,9 +238,17 @@ def sglang_port(role_port: int, slot: int) -> int:
     return role_port + 2 * slot
 
 
+def sglang_pp_speculation(d: DisaggDeployment) -> bool:
+    """A worker over pipeline stages with speculative decoding: SGLang 0.5.23 runs that on
+    prefill nodes only without SGLANG_ENABLE_PP_SPEC, and with it only without disaggregation
+    (validation_hook.check_pipeline_parallel_compat), so a decode worker cannot have it and the
+    env would break the prefill one: not emitted."""
+    return d.prefill.speculation is not None and (d.prefill.pp > 1 or d.decode.pp > 1)
+
+
 def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
-    if where is None:
+    if where is None or sglang_pp_speculation(d):
         return None
     launcher = d.prefill.engine_versions.sglang_release.launcher
     steps = []
@@ -261,7 +269,7 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
         for server in _servers(args, servers):
             engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
             steps.append(LaunchStep(role, server.nodes, (
-                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus), **deepep_env(args)), *launcher,
+                *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus), **server_env(args)), *launcher,
                 *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags), *role_flags(server.slot))))
     single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
@@ -276,6 +284,9 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
 
 def not_emitted_reason(d: DisaggDeployment, engine: str) -> str:
     """Why DISAGG_EMITTERS[engine](d) is None, as a clause."""
+    if engine == "sglang" and sglang_pp_speculation(d):
+        return ("SGLang 0.5.23 runs speculative decoding over pipeline stages only on prefill nodes or without "
+                "disaggregation, and this deployment has a worker over pipeline stages")
     gpn = d.prefill.gpus_per_node
     for role, args in (("prefill", d.prefill), ("decode", d.decode)):
         gpus = worker_gpus(args)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from planner.emit.command import (
     ALL_NODES,
@@ -45,7 +46,11 @@ from planner.emit.command import (
 )
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.errors import SpecError
+from planner.requests import Speculation
 from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
 
 DIST_INIT_PORT = 5000
 SERVER_PORT = 30000
@@ -178,14 +183,40 @@ def low_latency_tokens_per_rank(a: ServeArgs) -> int | None:
     return a.max_num_batched_tokens or BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 
 
-def deepep_env(a: ServeArgs) -> dict[str, str]:
-    """SGLang's low-latency DeepEP takes at most SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK
-    tokens per rank per call, 128 by default (sglang/srt/environ.py at 0.5.23; DeepEPDispatcher
-    asserts it is at most 1,024): raised to the plan's budget per rank, which ep_server also
-    passes as --chunked-prefill-size (times d: SGLang divides it over the DP-attention ranks).
-    Empty unless low_latency_tokens_per_rank applies."""
+def server_env(a: ServeArgs) -> dict[str, str]:
+    """The environment a server starts with:
+    - SGLang's low-latency DeepEP takes at most SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK
+      tokens per rank per call, 128 by default (sglang/srt/environ.py at 0.5.23; DeepEPDispatcher
+      asserts it is at most 1,024): raised to the plan's budget per rank, which ep_server also
+      passes as --chunked-prefill-size (times d: SGLang divides it over the DP-attention ranks),
+      when low_latency_tokens_per_rank applies;
+    - speculative decoding over pipeline stages (EAGLE / NEXTN only) needs SGLANG_ENABLE_PP_SPEC=1
+      (environ.py, "Experimental: allow pipeline parallelism x speculative decoding";
+      validation_hook.check_pipeline_parallel_compat at 0.5.23)."""
+    env = {}
     tokens = low_latency_tokens_per_rank(a)
-    return {} if tokens is None else {"SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": str(tokens)}
+    if tokens is not None:
+        env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] = str(tokens)
+    if a.pp > 1 and a.speculation is not None:
+        env["SGLANG_ENABLE_PP_SPEC"] = "1"
+    return env
+
+
+PP_SPECULATIVE_METHODS = ("mtp", "eagle")
+"""The --speculative-method values SGLang 0.5.23 runs over pipeline stages (EAGLE, NEXTN its
+alias; not EAGLE3, not NGRAM), and only without attention DP."""
+
+
+def refusal(layout: Layout, speculation: Speculation | None) -> str | None:
+    """Why SGLang would not start this layout as planned, or None."""
+    if speculation is None or layout.pp <= 1:
+        return None
+    if speculation.method not in PP_SPECULATIVE_METHODS:
+        return (f"SGLang runs speculative decoding over pipeline stages for EAGLE / NEXTN only, not "
+                f"{speculation.method} (validation_hook.check_pipeline_parallel_compat at 0.5.23)")
+    if layout.dp_per_ep_group > 1:
+        return "SGLang's pipeline-parallel speculative decoding refuses attention DP"
+    return None
 
 
 def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
@@ -216,7 +247,7 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
 
 
 def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
-    launcher = (*env_prefix(**deepep_env(a)), *a.engine_versions.sglang_release.launcher)
+    launcher = (*env_prefix(**server_env(a)), *a.engine_versions.sglang_release.launcher)
     a, ep_flags = ep_server(a)
     nodes_per_replica = math.ceil(a.tp * a.pp / a.gpus_per_node)
     if nodes_per_replica > 1:
@@ -279,7 +310,7 @@ def wide_server_steps(a: ServeArgs, copies: int, offset: int, extra: tuple[str, 
     with `--nnodes k --node-rank r --dist-init-addr` its first node (NODE<offset>_IP for one,
     else $REPLICA_HEAD_IP; offset is a multiple of k, so $((NODE_RANK % k)) is r), and a
     disaggregated role's `extra` flags: planner/emit/disagg.py."""
-    launcher = (*env_prefix(**deepep_env(a)), *a.engine_versions.sglang_release.launcher)
+    launcher = (*env_prefix(**server_env(a)), *a.engine_versions.sglang_release.launcher)
     server, ep_flags = ep_server(a)
     k = math.ceil(server.tp * server.pp / a.gpus_per_node)
     assert k > 1 and offset % k == 0, "a multi-node server starts at a multiple of its width"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -328,3 +329,17 @@ def test_the_plan_shows_the_best_layout_without_drafts_and_what_misses_the_sla(s
                        speculation=Speculation("ngram", 3, (0.6,)))
     off = tight.speculation_options[0].estimate
     assert isinstance(off, Rejected) and "--max-tpot-ms" in off.reasons[0]
+
+
+def test_sglang_runs_drafts_over_pipeline_stages_for_eagle_only(model):
+    """SGLang 0.5.23 (validation_hook.check_pipeline_parallel_compat): EAGLE / NEXTN over pipeline
+    stages with SGLANG_ENABLE_PP_SPEC=1, no attention DP; NGRAM and EAGLE3 not at all."""
+    from planner.emit.sglang import refusal, server_env
+
+    assert refusal(Layout(8, 2, 1), Speculation("mtp", 1, (0.8,))) is None
+    assert "EAGLE / NEXTN only" in refusal(Layout(8, 2, 1), Speculation("ngram", 2, (0.5,)))
+    assert refusal(Layout(8, 1, 2), Speculation("ngram", 2, (0.5,))) is None
+    assert "attention DP" in refusal(Layout(1, 2, 8, 8), Speculation("mtp", 1, (0.8,)))
+    piped = replace(_args(Speculation("mtp", 1, (0.8,))), pp=2)
+    assert server_env(piped) == {"SGLANG_ENABLE_PP_SPEC": "1"}
+    assert server_env(_args(Speculation("mtp", 1, (0.8,)))) == {}
