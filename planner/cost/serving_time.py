@@ -334,7 +334,7 @@ class StepTime:
     moe_seconds: float = 0.0
     """The routed experts' fused-MoE ops over the stage's MoE layers (part of gemm_seconds)."""
     draft_seconds: float = 0.0
-    """Speculative decoding, last stage: the drafter's passes (draft_seconds; in seconds)."""
+    """Speculative decoding, last stage: the drafter's passes (draft_seconds)."""
 
     @property
     def compute_or_memory_seconds(self) -> float:
