@@ -321,8 +321,9 @@ def grouped_bars(bars: list[tuple[int, tuple, MemoryBar]], pp: int) -> tuple[Mem
 
 def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                  request: ServeRequest) -> tuple[MemoryBar, ...]:
-    """Each stage's GPU: weights, the profile run's activations, the overhead (DeepEP's buffers
-    apart when the exchange runs on DeepEP), the KV cache."""
+    """Each stage's GPU: weights (the drafter's apart under speculative decoding), the profile
+    run's activations, the overhead (DeepEP's buffers apart when the exchange runs on DeepEP),
+    the KV cache (the drafter's KV in it)."""
     footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
     kv_tokens_used = result.batch * footprint
     layout = result.layout
@@ -331,7 +332,8 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     bars = []
     for s in result.stages:
         segments = (
-            MemorySegment("weights", s.weights_bytes),
+            MemorySegment("weights", s.weights_bytes - s.draft_weights_bytes),
+            *((MemorySegment("drafter weights", s.draft_weights_bytes),) if s.draft_weights_bytes else ()),
             MemorySegment("activations", s.activation_bytes),
             MemorySegment("overhead", s.overhead_bytes - deepep),
             *((MemorySegment("DeepEP buffers", deepep),) if deepep else ()),

@@ -32,9 +32,10 @@ STAGE_STYLES = ("on dark_blue", "on dark_green", "on dark_red", "on purple4", "o
                 "on deep_sky_blue4", "on dark_olive_green3", "on grey35")
 """Background of a GPU cell by pipeline stage (cycled)."""
 SEGMENT_CHARS = {"weights": "#", "gradients": "g", "optimizer": "o", "activations": "a",
-                 "overhead": "x", "DeepEP buffers": "e", "KV cache": "k", "headroom": "-"}
+                 "overhead": "x", "DeepEP buffers": "e", "drafter weights": "d", "KV cache": "k", "headroom": "-"}
 SEGMENT_STYLES = {"weights": "bold white on blue", "gradients": "black on yellow", "optimizer": "white on magenta",
-                  "activations": "black on cyan", "overhead": "white on grey39", "DeepEP buffers": "black on bright_white", "KV cache": "black on green",
+                  "activations": "black on cyan", "overhead": "white on grey39", "DeepEP buffers": "black on bright_white",
+                  "drafter weights": "black on bright_yellow", "KV cache": "black on green",
                   "headroom": "grey50"}
 BREAKDOWN_STYLES = {"compute": "black on cyan", "memory-bound work": "white on blue", "TP comm": "black on yellow",
                     "PP comm": "white on magenta", "DP comm exposed": "white on red", "bubble": "grey50",

@@ -343,3 +343,19 @@ def test_sglang_runs_drafts_over_pipeline_stages_for_eagle_only(model):
     piped = replace(_args(Speculation("mtp", 1, (0.8,))), pp=2)
     assert server_env(piped) == {"SGLANG_ENABLE_PP_SPEC": "1"}
     assert server_env(_args(Speculation("mtp", 1, (0.8,)))) == {}
+
+
+def test_explain_draws_the_drafter_apart(model, cluster):
+    """plan explain's memory bar: the drafter's weights (1.38 GiB of DeepSeek-V3's MTP layer at
+    t = 8) a segment of their own, the target's weights less them; the bar's parts still sum
+    to the stage's memory."""
+    from planner.explain import serve_memory
+
+    request = ServeRequest(batch=8, speculation=Speculation("mtp", 1, (0.8,)))
+    result = estimate(model("deepseek-v3"), cluster("1x8xH200"), Layout(8, 1, 1), request)
+    (bar,) = serve_memory(model("deepseek-v3"), cluster("1x8xH200"), result, request)
+    parts = {segment.name: segment.bytes for segment in bar.segments}
+    stage = result.stages[0]
+    assert parts["drafter weights"] == stage.draft_weights_bytes
+    assert parts["weights"] + parts["drafter weights"] == stage.weights_bytes
+    assert sum(parts.values()) == pytest.approx(stage.used_bytes)
