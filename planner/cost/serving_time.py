@@ -52,7 +52,12 @@ from planner.cost.serving_memory import (
     lm_head_bytes_per_gpu,
     stage_memory,
 )
-from planner.cost.speculative import draft_model_of
+from planner.cost.speculative import (
+    draft_model_of,
+    eagle3_fc_params,
+    eagle3_qkv_extra_params,
+    mtp_projection_params,
+)
 from planner.errors import SpecError
 from planner.layout import Layout, Placement
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
@@ -697,6 +702,8 @@ class DraftStep:
     stage: StageMemory
     constants: StepConstants
     num_tokens: int
+    fc_bytes: float = 0.0
+    """EAGLE-3's fc on one GPU (replicated): read, and run on every token, in the first pass only."""
 
 
 def draft_seconds(draft: DraftStep, cluster: ClusterSpec, placement: Placement, load: StepLoad,
@@ -712,6 +719,10 @@ def draft_seconds(draft: DraftStep, cluster: ClusterSpec, placement: Placement, 
     first = replace(load, prefill_tokens=load.prefill_tokens + load.spec_tokens, spec_tokens=0.0)
     seconds = stage_step_time(draft.model, cluster, draft.layout, placement, draft.stage, first, imbalance,
                               draft.constants).seconds
+    if draft.fc_bytes:  # EAGLE-3's fc over the step's tokens: its weight read or its FLOPs
+        fc_flops = 2 * first.num_tokens * draft.fc_bytes / activation_bytes_per_element(draft.model)
+        seconds += max(draft.fc_bytes / (cluster.gpu.hbm_bytes_per_s * draft.constants.linear_hbm_utilization),
+                       fc_flops / draft.constants.matmul_flops_per_s)
     if draft.num_tokens > 1:
         more = StepLoad(requests, load.decode_context_tokens + load.prefill_tokens)
         seconds += (draft.num_tokens - 1) * stage_step_time(draft.model, cluster, draft.layout, placement,
@@ -751,8 +762,16 @@ def draft_step(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: 
     plain = replace(request, speculation=None)
     one_stage = Layout(layout.tp, 1, layout.dp, layout.ep)
     (stage,) = stage_memory(draft, cluster, one_stage, plain, 1)
+    fc_bytes = 0.0
+    if speculation.method == "mtp":  # eh_proj, replicated, read on every pass
+        projection = mtp_projection_params(draft) * activation_bytes_per_element(draft)
+        stage = replace(stage, weights_bytes=stage.weights_bytes + projection)
+    if speculation.method == "eagle3":  # its first layer's wider qkv is read on every pass
+        element = activation_bytes_per_element(draft)
+        stage = replace(stage, weights_bytes=stage.weights_bytes + eagle3_qkv_extra_params(draft) * element / layout.tp)
+        fc_bytes = eagle3_fc_params(draft) * element
     constants = step_constants(draft, cluster, one_stage, request.all2all_backend)
-    return DraftStep(draft, one_stage, stage, constants, speculation.num_tokens)
+    return DraftStep(draft, one_stage, stage, constants, speculation.num_tokens, fc_bytes)
 
 
 DBO_DECODE_TOKEN_THRESHOLD = 32

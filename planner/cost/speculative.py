@@ -108,6 +108,29 @@ def draft_model_of(model: ModelSpec, speculation: Speculation) -> ModelSpec | No
     return speculation.draft  # type: ignore[return-value]
 
 
+EAGLE3_AUX_HIDDEN_STATES = 3
+"""EAGLE-3 feeds its head three of the target's hidden states (low, middle, high layers)."""
+
+
+def mtp_projection_params(draft: ModelSpec) -> int:
+    """An MTP module's eh_proj joining the embedding and the hidden state, 2h -> h per MTP layer,
+    replicated on every GPU (a plain nn.Linear, vllm/model_executor/models/deepseek_mtp.py at
+    0.33.0), run on every pass."""
+    return draft.num_hidden_layers * 2 * draft.hidden_size * draft.hidden_size
+
+
+def eagle3_fc_params(draft: ModelSpec) -> int:
+    """EAGLE-3's fc joining the target's aux hidden states, 3h -> h, replicated on every GPU
+    (ReplicatedLinear, vllm/model_executor/models/llama_eagle3.py at 0.33.0)."""
+    return EAGLE3_AUX_HIDDEN_STATES * draft.hidden_size * draft.hidden_size
+
+
+def eagle3_qkv_extra_params(draft: ModelSpec) -> int:
+    """Its first layer's qkv projection reads 2h (the embedding beside the fc's output), h more
+    than the block shape says: h * (a + 2k) * d, split over TP like the rest of the qkv."""
+    return draft.hidden_size * (draft.num_attention_heads + 2 * draft.num_key_value_heads) * draft.head_dim
+
+
 @dataclass(frozen=True)
 class DraftMemory:
     """One GPU's share of the drafter (the last pipeline stage holds it)."""
@@ -131,9 +154,11 @@ def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, k
         return DraftMemory(0.0, 0)
     weights = draft.num_hidden_layers * layer_weight_bytes_per_gpu(draft, tp, ep)
     if speculation.method == "mtp":
-        weights += 2 * draft.hidden_size * draft.hidden_size * activation_bytes_per_element(draft) / tp
+        weights += mtp_projection_params(draft) * activation_bytes_per_element(draft)
     elif speculation.method == "eagle3":  # its own head over the draft vocabulary; EAGLE-1 shares the target's
-        weights += draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
+        element = activation_bytes_per_element(draft)
+        weights += (draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
+                    + eagle3_fc_params(draft) * element + eagle3_qkv_extra_params(draft) * element / tp)
     if pp > 1:
         weights += model.vocab_size * draft.hidden_size * activation_bytes_per_element(model) / tp
     full_kv, _ = kv_bytes_per_token_per_layer_by_kind(draft, tp, kv_cache_dtype)

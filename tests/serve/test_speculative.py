@@ -124,14 +124,15 @@ def test_mtp_draft_memory_by_hand(model):
 def test_the_drafter_shares_the_kv_pool(model, cluster):
     """The pool holds target + draft KV per token: DeepSeek-V3 (61 MLA layers of 1,152 B at
     bf16: 70,272 B) with one MTP layer (1,152 B) keeps tokens = pool / 71,424 B, and the
-    drafter's 1.38 GiB of weights (t = 8) come out of the pool first."""
+    drafter's 1.55 GiB of weights come out of the pool first (its block split over t = 8, 1.36
+    GiB, and its eh_proj replicated on every GPU: 2 * 7,168^2 * 2 B = 205,520,896 B)."""
     m, c = model("deepseek-v3"), cluster("1x8xH200")
     plain = estimate(m, c, Layout(8, 1, 1), ServeRequest(batch=8))
     mtp = estimate(m, c, Layout(8, 1, 1), ServeRequest(batch=8, speculation=Speculation("mtp", 1, (0.8,))))
     s0, s1 = plain.stages[0], mtp.stages[0]
     assert s1.draft_kv_bytes_per_token == 1152 and s1.kv_bytes_per_token == s0.kv_bytes_per_token == 70272
     assert s1.weights_bytes - s0.weights_bytes == pytest.approx(s1.draft_weights_bytes)
-    assert s1.draft_weights_bytes / 2**30 == pytest.approx(1.38, abs=0.01)
+    assert s1.draft_weights_bytes / 2**30 == pytest.approx(1.55, abs=0.01)
     blocks = int(s1.kv_cache_bytes // ((70272 + 1152) * 16))
     assert s1.kv_cache_tokens == blocks * 16
 
@@ -346,7 +347,7 @@ def test_sglang_runs_drafts_over_pipeline_stages_for_eagle_only(model):
 
 
 def test_explain_draws_the_drafter_apart(model, cluster):
-    """plan explain's memory bar: the drafter's weights (1.38 GiB of DeepSeek-V3's MTP layer at
+    """plan explain's memory bar: the drafter's weights (1.55 GiB of DeepSeek-V3's MTP layer at
     t = 8) a segment of their own, the target's weights less them; the bar's parts still sum
     to the stage's memory."""
     from planner.explain import serve_memory
@@ -359,3 +360,17 @@ def test_explain_draws_the_drafter_apart(model, cluster):
     assert parts["drafter weights"] == stage.draft_weights_bytes
     assert parts["weights"] + parts["drafter weights"] == stage.weights_bytes
     assert sum(parts.values()) == pytest.approx(stage.used_bytes)
+
+
+def test_eagle3_head_memory_by_hand(model):
+    """An EAGLE-3 head for Llama-3.1-8B at t = 1, bf16 (vLLM's llama_eagle3.py at 0.33.0):
+    block 436,224,000 B (as the MTP test's); head 32,000 * 4,096 * 2 B = 262,144,000 B; fc
+    3 * 4,096^2 * 2 B = 100,663,296 B (replicated); the first layer's qkv reads 2h, h more:
+    4,096 * (32 + 2*8) * 128 * 2 B = 50,331,648 B. Total 849,362,944 B. At t = 2 the block's
+    matmuls, the head and the extra qkv halve; the fc and the two norms (16,384 B) do not:
+    (849,362,944 - 100,663,296 - 16,384) / 2 + 100,663,296 + 16,384 = 475,021,312 B."""
+    head = model("llama-3.1-8b", num_hidden_layers=1, vocab_size=32000)
+    speculation = Speculation("eagle3", 3, (0.7,), head)
+    target = model("llama-3.1-8b")
+    assert draft_memory(target, speculation, 1, 1, "auto").weights_bytes == 849_362_944
+    assert draft_memory(target, speculation, 2, 1, "auto").weights_bytes == 475_021_312
