@@ -46,6 +46,9 @@ class Plan(Generic[E, R]):
     """Serving, MoE with an EP group spanning DP ranks: the recommended layout under each other
     --all2all-backend (serve_search.BackendOption)."""
     speculation_options: tuple[Any, ...] = field(default=())
+    speculation_break_even: float | None = None
+    """Serving with speculative decoding: the factor on every acceptance rate below which the
+    recommended layout does better without drafts (serve_search.speculation_break_even)."""
     """Serving with speculative decoding: the recommended layout without it
     (serve_search.BackendOption, value SPECULATION_OFF)."""
     shortfall: Any = None

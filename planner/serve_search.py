@@ -161,7 +161,8 @@ def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) 
         best = plan.layouts[0]
         return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, best),
                        all2all_backend_options=all2all_backend_options(model, cluster, request, best),
-                       speculation_options=speculation_options(model, cluster, request, best))
+                       speculation_options=speculation_options(model, cluster, request, best),
+                       speculation_break_even=speculation_break_even(model, cluster, request, best))
     return replace(plan, suggestions=tuple(suggest(model, cluster, request)))
 
 
@@ -249,6 +250,46 @@ def speculation_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     if plain is not None and plain.layout != best.layout:
         options.insert(1, BackendOption(SPECULATION_OFF_BEST, plain))
     return tuple(options)
+
+
+BREAK_EVEN_BISECTIONS = 8
+"""Halvings of the acceptance factor's bracket (to 1/256 of it)."""
+
+
+def speculation_break_even(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                           best: ServeEstimate) -> float | None:
+    """The factor f on every --draft-acceptance rate (each capped at 1) at which the drafts stop
+    paying on the recommended layout: below it the layout without them does better on the plan's
+    objective (goodput for throughput, TPOT for latency). None without speculation, or when the
+    drafts lose even at full acceptance (f = 1 / the highest rate); 0 when they win even if never
+    accepted (they cannot: a rejected draft costs its row)."""
+    speculation = request.speculation
+    if speculation is None:
+        return None
+    plain = estimate(model, cluster, best.layout, replace(request, speculation=None))
+
+    def score(result: ServeEstimate | Rejected) -> float:
+        if isinstance(result, Rejected):
+            return -math.inf
+        return -result.tpot_seconds if request.objective == "latency" else result.goodput_tokens_per_second
+
+    baseline = score(plain)
+
+    def wins(factor: float) -> bool:
+        rates = tuple(min(1.0, rate * factor) for rate in speculation.acceptance)
+        moved = replace(request, speculation=replace(speculation, acceptance=rates))
+        return score(estimate(model, cluster, best.layout, moved)) > baseline
+
+    high = 1 / max(max(speculation.acceptance), 1e-9)
+    if not wins(high):
+        return None
+    low = 0.0
+    if wins(low):
+        return 0.0
+    for _ in range(BREAK_EVEN_BISECTIONS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if wins(middle) else (middle, high)
+    return high
 
 
 def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:

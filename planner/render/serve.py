@@ -272,7 +272,21 @@ def speculation_lines(plan: ServePlan) -> list[str]:
         return f"  {head} ({other.batch} concurrent sequence(s) per replica): {_changes(best, other)}."
 
     return ([line + "; the plan's figures -> each alternative's:"]
-            + [describe(option) for option in plan.speculation_options])
+            + [describe(option) for option in plan.speculation_options] + [break_even_line(plan)])
+
+
+def break_even_line(plan: ServePlan) -> str:
+    """Where the drafts stop paying on the recommended layout (serve_search.speculation_break_even)."""
+    factor, speculation = plan.speculation_break_even, plan.request.speculation
+    what = "TPOT" if plan.request.objective == "latency" else "goodput"
+    if factor is None:
+        return f"  break-even: the drafts lose on {what} here even if every one were accepted."
+    rates = "/".join(f"{min(1.0, rate * factor):.2f}" for rate in speculation.acceptance)
+    if factor > 1:
+        return (f"  break-even: the drafts lose on {what} at these rates; they would pay above {factor:.0%} of them "
+                f"({rates}).")
+    return (f"  break-even: the drafts pay on {what} while the acceptance stays above {factor:.0%} of the given "
+            f"rates ({rates}).")
 
 
 def speculation_option_json(option: Any) -> dict[str, Any]:
@@ -513,6 +527,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "speculation": speculation_json(plan.request.speculation),
         "speculation_options": [speculation_option_json(o) for o in plan.speculation_options],
+        "speculation_break_even_factor": plan.speculation_break_even,
         "measured_links": plan.cluster.measured is not None,
         "engine_versions": vars_of(plan.request.engine_versions),
         "command_engine": engine,

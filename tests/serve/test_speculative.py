@@ -374,3 +374,26 @@ def test_eagle3_head_memory_by_hand(model):
     target = model("llama-3.1-8b")
     assert draft_memory(target, speculation, 1, 1, "auto").weights_bytes == 849_362_944
     assert draft_memory(target, speculation, 2, 1, "auto").weights_bytes == 475_021_312
+
+
+def test_break_even_acceptance(serve_plan, model, cluster):
+    """The factor f on every rate at which the drafts stop paying on the recommended layout: at
+    f the goodput with drafts equals the layout's without them (to the bisection's 1/256 of
+    the bracket), above it the drafts win, below it they lose."""
+    from planner.serve_search import speculation_break_even
+
+    request = ServeRequest(batch=64, mode="aggregated", speculation=Speculation("ngram", 3, (0.75, 0.55, 0.4)))
+    m, c = model("llama-3.1-8b"), cluster("1x1xH100")
+    plan = serve_plan("llama-3.1-8b", "1x1xH100", batch=64, mode="aggregated",
+                      speculation=Speculation("ngram", 3, (0.75, 0.55, 0.4)))
+    factor = plan.speculation_break_even
+    assert factor is not None and 0 < factor < 1
+    assert factor == speculation_break_even(m, c, request, plan.recommended)
+    plain = estimate(m, c, plan.recommended.layout, replace(request, speculation=None)).goodput_tokens_per_second
+
+    def goodput(f: float) -> float:
+        rates = tuple(min(1.0, a * f) for a in (0.75, 0.55, 0.4))
+        moved = replace(request, speculation=Speculation("ngram", 3, rates))
+        return estimate(m, c, plan.recommended.layout, moved).goodput_tokens_per_second
+
+    assert goodput(factor * 1.05) > plain > goodput(factor * 0.9)
