@@ -280,7 +280,10 @@ def speculation_break_even(model: ModelSpec, cluster: ClusterSpec, request: Serv
         moved = replace(request, speculation=replace(speculation, acceptance=rates))
         return score(estimate(model, cluster, best.layout, moved)) > baseline
 
-    high = 1 / max(max(speculation.acceptance), 1e-9)
+    highest = max(speculation.acceptance)
+    if highest <= 0:  # no draft is ever accepted: they cannot pay
+        return None
+    high = 1 / highest
     if not wins(high):
         return None
     low = 0.0

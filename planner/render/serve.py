@@ -279,6 +279,8 @@ def break_even_line(plan: ServePlan) -> str:
     """Where the drafts stop paying on the recommended layout (serve_search.speculation_break_even)."""
     factor, speculation = plan.speculation_break_even, plan.request.speculation
     what = "TPOT" if plan.request.objective == "latency" else "goodput"
+    if factor is None and max(speculation.acceptance) == 0:
+        return "  break-even: none: at acceptance 0 the drafts only cost."
     if factor is None:
         return f"  break-even: the drafts lose on {what} here even if every one were accepted."
     rates = "/".join(f"{min(1.0, rate * factor):.2f}" for rate in speculation.acceptance)
