@@ -37,6 +37,7 @@ from planner.cost.serving_memory import (
     structural_reasons,
 )
 from planner.cost.serving_time import (
+    StepConstants,
     StepLoad,
     causal_pairs,
     round_time,
@@ -253,7 +254,8 @@ def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, t
 
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
-                         context_tokens: float, request: ServeRequest) -> float:
+                         context_tokens: float, request: ServeRequest,
+                         constants: StepConstants | None = None) -> float:
     """T_d, the decode worker's time per output token: a round of C_d decodes at mean context, no
     prompt chunk, as the decode role's `request` runs it (role_request); under speculative
     decoding each sequence also verifies its k drafts, the drafter runs, and the round emits
@@ -261,7 +263,8 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
     load = StepLoad(concurrency, concurrency * context_tokens, spec_tokens=concurrency * spec_tokens)
     in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
-    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
+    constants = constants or step_constants(model, cluster, shape.layout, request.all2all_backend,
+                                            request.enable_dbo, request)
     return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight,
                       constants=constants).seconds / tokens_per_round
 
@@ -280,8 +283,10 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     if cap < 1:
         return 0
 
+    constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
+
     def ok(c: int) -> bool:
-        return limit is None or decode_round_seconds(model, cluster, shape, c, context, request) <= limit
+        return limit is None or decode_round_seconds(model, cluster, shape, c, context, request, constants) <= limit
 
     if ok(cap):
         return cap

@@ -67,18 +67,14 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         best = plan.layouts[0] if plan.layouts else None
         render_plan(model, cluster, plan, () if best is None else steps_for(best), top or DEFAULT_TOP_ROWS,
                     show_rejected, launcher_title(emit, request))
-        if not_emitted is not None and best is not None:
-            from planner.render.common import console
+        from planner.render.common import console
 
+        if not_emitted is not None and best is not None:
             console().print(f"Launch: not emitted ({not_emitted}).")
         if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
-            from planner.render.common import console
-
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
         if model.quantization is not None:
-            from planner.render.common import console
-
             console().print(f"Note: training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                             f"{model.quantization} weights describe a serving checkpoint and are not planned here.")
     return 0 if plan.layouts else 1

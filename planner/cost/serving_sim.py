@@ -179,6 +179,7 @@ class _Sim:
         self.num_done = 0
         self.finished_blocks, self.num_finished = 0, 0  # released at the end of the step
         self.last_finished = 0  # requests the last step completed
+        self.completing = 0  # prompts whose last chunk is in the step being scheduled
 
     # ------------------------------------------------------------------ decoder bookkeeping
     def _add_decoder(self, r: _Req) -> None:
@@ -290,7 +291,7 @@ class _Sim:
         self.finish_at.clear()
         self.num_dec, self.ctx_sum = 0, 0
 
-    def _slow_running(self, budget: int) -> tuple[int, int, int, float, int, bool]:
+    def _slow_running(self, budget: int) -> tuple[int, int, int, float, int, bool, int]:
         """vLLM's request-by-request pass over the running queue."""
         self._materialize()
         B, running = self.B, self.running
@@ -352,8 +353,7 @@ class _Sim:
             if r.stall_from >= 0:
                 self.stalled.append(r)
             self._add_decoder(r)
-        self.drafted = drafted
-        return nd, ctx, chunks, pairs, budget, preempted
+        return nd, ctx, chunks, pairs, budget, preempted, drafted
 
     def _preempt(self, r: _Req) -> None:
         """Free r's blocks and put it at the front of the waiting queue, to recompute."""
@@ -451,16 +451,15 @@ class _Sim:
     def schedule(self) -> StepLoad:
         budget = self.max_tokens
         self.regular.append(0)
-        self.drafted = 0
         self.completing = 0
         # speculative decoding: decoders advance by different counts, request by request
         fast = None if self.spec else self._fast_running(budget)
         if fast is not None:
             nd, ctx, chunks, pairs = fast
             budget -= nd + chunks
-            preempted = False
+            preempted, drafted = False, 0
         else:
-            nd, ctx, chunks, pairs, budget, preempted = self._slow_running(budget)
+            nd, ctx, chunks, pairs, budget, preempted, drafted = self._slow_running(budget)
         if not preempted:
             c2, p2 = self._admit(budget)
             chunks += c2
@@ -470,7 +469,7 @@ class _Sim:
         self.num_done += self.num_finished
         self.last_finished = self.num_finished
         self.finished_blocks = self.num_finished = 0
-        return StepLoad(nd, float(ctx), chunks, pairs, self.completing, spec_tokens=self.drafted)
+        return StepLoad(nd, float(ctx), chunks, pairs, self.completing, spec_tokens=drafted)
 
     def _result(self, first_arrival, ends, durations, loads, extra) -> SimResult:
         reqs = self.reqs

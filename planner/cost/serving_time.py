@@ -52,12 +52,7 @@ from planner.cost.serving_memory import (
     lm_head_bytes_per_gpu,
     stage_memory,
 )
-from planner.cost.speculative import (
-    draft_model_of,
-    eagle3_fc_params,
-    eagle3_qkv_extra_params,
-    mtp_projection_params,
-)
+from planner.cost.speculative import draft_extras, draft_model_of
 from planner.errors import SpecError
 from planner.layout import Layout, Placement
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
@@ -762,16 +757,10 @@ def draft_step(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: 
     plain = replace(request, speculation=None)
     one_stage = Layout(layout.tp, 1, layout.dp, layout.ep)
     (stage,) = stage_memory(draft, cluster, one_stage, plain, 1)
-    fc_bytes = 0.0
-    if speculation.method == "mtp":  # eh_proj, replicated, read on every pass
-        projection = mtp_projection_params(draft) * activation_bytes_per_element(draft)
-        stage = replace(stage, weights_bytes=stage.weights_bytes + projection)
-    if speculation.method == "eagle3":  # its first layer's wider qkv is read on every pass
-        element = activation_bytes_per_element(draft)
-        stage = replace(stage, weights_bytes=stage.weights_bytes + eagle3_qkv_extra_params(draft) * element / layout.tp)
-        fc_bytes = eagle3_fc_params(draft) * element
+    extras = draft_extras(draft, speculation.method, layout.tp)
+    stage = replace(stage, weights_bytes=stage.weights_bytes + extras.every_pass_bytes)
     constants = step_constants(draft, cluster, one_stage, request.all2all_backend)
-    return DraftStep(draft, one_stage, stage, constants, speculation.num_tokens, fc_bytes)
+    return DraftStep(draft, one_stage, stage, constants, speculation.num_tokens, extras.first_pass_bytes)
 
 
 DBO_DECODE_TOKEN_THRESHOLD = 32

@@ -132,6 +132,27 @@ def eagle3_qkv_extra_params(draft: ModelSpec) -> int:
 
 
 @dataclass(frozen=True)
+class DraftExtras:
+    """The drafter's weights beside its blocks and head, on one GPU, by when a step reads them."""
+
+    every_pass_bytes: float
+    """Read on every pass: an MTP layer's eh_proj; an EAGLE-3 head's wider first qkv."""
+    first_pass_bytes: float
+    """Read (and run on every token of the step) in the first pass only: EAGLE-3's fc."""
+
+
+def draft_extras(draft: ModelSpec, method: str, tp: int) -> DraftExtras:
+    """DraftExtras of a drafter of `method` at TP t: replicated projections whole on every GPU,
+    the extra qkv split over t like the rest of the qkv."""
+    element = activation_bytes_per_element(draft)
+    if method == "mtp":
+        return DraftExtras(mtp_projection_params(draft) * element, 0.0)
+    if method == "eagle3":
+        return DraftExtras(eagle3_qkv_extra_params(draft) * element / tp, eagle3_fc_params(draft) * element)
+    return DraftExtras(0.0, 0.0)
+
+
+@dataclass(frozen=True)
 class DraftMemory:
     """One GPU's share of the drafter (the last pipeline stage holds it)."""
 
@@ -152,13 +173,11 @@ def draft_memory(model: ModelSpec, speculation: Speculation, tp: int, ep: int, k
     draft = draft_model_of(model, speculation)
     if draft is None:
         return DraftMemory(0.0, 0)
-    weights = draft.num_hidden_layers * layer_weight_bytes_per_gpu(draft, tp, ep)
-    if speculation.method == "mtp":
-        weights += mtp_projection_params(draft) * activation_bytes_per_element(draft)
-    elif speculation.method == "eagle3":  # its own head over the draft vocabulary; EAGLE-1 shares the target's
-        element = activation_bytes_per_element(draft)
-        weights += (draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
-                    + eagle3_fc_params(draft) * element + eagle3_qkv_extra_params(draft) * element / tp)
+    extras = draft_extras(draft, speculation.method, tp)
+    weights = (draft.num_hidden_layers * layer_weight_bytes_per_gpu(draft, tp, ep)
+               + extras.every_pass_bytes + extras.first_pass_bytes)
+    if speculation.method == "eagle3":  # its own head over the draft vocabulary; EAGLE-1 shares the target's
+        weights += draft.vocab_size * draft.hidden_size * lm_head_bytes_per_weight(draft) / tp
     if pp > 1:
         weights += model.vocab_size * draft.hidden_size * activation_bytes_per_element(model) / tp
     full_kv, _ = kv_bytes_per_token_per_layer_by_kind(draft, tp, kv_cache_dtype)
