@@ -87,7 +87,7 @@ def engine_version(plan: ServePlan, engine: str) -> str:
     return f"{engine} {versions.sglang if engine == 'sglang' else versions.vllm}"
 
 
-def launchable(plan: ServePlan, engine: str) -> ServePlan:
+def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
     """The plan less the layouts no serving engine starts as planned (planner/emit/command.py),
     and those the chosen engine refuses (SGLang: emit/sglang.refusal)."""
     from planner.emit.sglang import refusal
