@@ -495,7 +495,10 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
-              "served_draft_model")
+              "served_draft_model", "frontier")
+FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served_draft_model")
+"""Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
+or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
               "grad_reduce")
@@ -619,6 +622,8 @@ def plan(
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
+    frontier: Annotated[bool, typer.Option("--frontier", help="Serve: trace output tok/s per GPU against tok/s per user "
+                                           "over a sweep of TPOT limits, aggregated and disaggregated (the Pareto frontier).")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
     """Plan a model on a cluster (the main job)."""
@@ -643,10 +648,25 @@ def plan(
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
+        if frontier:
+            return run_frontier(opts, emit, given_flags(ctx))
         engine_opts = launcher_engine(opts, emit, "engine" in given_flags(ctx))
         return run_plan(engine_opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
 
     exit_with(run)
+
+
+def run_frontier(opts: PlanOptions, emit: Emit | None, given: dict[str, str]) -> int:
+    """--frontier: the sweep, or (nothing fits at all) the plain plan, which says why."""
+    for name in FRONTIER_IGNORES:
+        if name in given:
+            raise SpecError(f"{given[name]}: not used by --frontier (it sweeps the TPOT limit and prints no "
+                            f"layouts table or command)")
+    model_spec, cluster_spec, request = request_for(opts)
+    from planner.serve_cli import run_frontier_serve
+
+    return run_frontier_serve(model_spec, cluster_spec, request, json_output=opts.json_output,
+                              engine=(emit or Emit.vllm).value)
 
 
 def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) -> PlanOptions:

@@ -134,6 +134,24 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     return 0 if plan.recommended is not None else 1
 
 
+def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
+                       engine: str) -> int:
+    """`plan --frontier`: output tok/s per GPU against tok/s per user (planner/frontier.py). When
+    no layout fits at all, the plain plan's answer (why, and what would fit), exit 1."""
+    from planner.frontier import trace_frontier
+    from planner.render.frontier import print_frontier_json, render_frontier
+
+    frontier = trace_frontier(model, cluster, request, lambda plan: launchable(plan, engine))
+    if frontier is None:
+        return run_serve(model, cluster, request, json_output=json_output, top=None, show_rejected=False,
+                         emit=engine)
+    if json_output:
+        print_frontier_json(model, cluster, request, frontier)
+    else:
+        render_frontier(model, cluster, request, frontier)
+    return 0
+
+
 def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_rejected: bool, served_model: str,
                       metrics: ServeMetrics | None) -> None:
     from planner.render.serve import render_plan

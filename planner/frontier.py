@@ -1,0 +1,166 @@
+"""The throughput-latency frontier: output tokens/s per GPU against tokens/s per user.
+
+A serving deployment trades speed per user (1 / TPOT) for tokens per GPU: more concurrent
+sequences per replica fill each step's weight read with more rows, and each of them waits
+longer for its next token. `plan --frontier` answers the question AIConfigurator's Pareto
+chart answers: for a sweep of TPOT limits, the deployment that serves the most output tokens
+per GPU within each (and within every other SLA the user set), aggregated and disaggregated.
+
+Every point is the planner's own SLA search (serve_search.plan_serving and
+disagg_search.plan_disaggregated with --max-tpot-ms set to the target); nothing is priced here.
+docs/cost-model.md (Serving: the throughput-latency frontier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from planner.disagg_search import MIN_DISAGGREGATED_GPUS, DisaggEstimate, plan_disaggregated
+from planner.errors import SpecError
+from planner.requests import LayoutFilter, ServeRequest
+from planner.serve import ServeEstimate
+from planner.serve_search import ServePlan, plan_serving
+from planner.specs import ClusterSpec, ModelSpec
+
+FRONTIER_TARGETS = 10
+"""TPOT limits swept, geometrically spaced from the fastest lone request to the TPOT of the
+peak-throughput layout: enough to draw the curve's knee, few enough that a sweep over a
+large MoE cluster stays within seconds (each target is a full SLA search)."""
+
+FASTEST_TARGET_MARGIN = 1.02
+"""The first target sits 2% above the fastest lone request's TPOT, so that layout meets it
+(the fastest TPOT itself is met only by that layout at one sequence, a degenerate point)."""
+
+
+@dataclass(frozen=True)
+class FrontierCandidate:
+    """One deployment's answer to a TPOT target."""
+
+    mode: str
+    """aggregated | disaggregated"""
+    label: str
+    """The layout (aggregated) or the workers (disaggregated)."""
+    tpot_seconds: float
+    ttft_seconds: float
+    goodput_per_gpu: float
+    """Output tokens/s per GPU within every SLA."""
+    concurrency: float
+    """Sequences decoding at once per replica (aggregated) or per decode worker."""
+    gpus: int
+
+    @property
+    def tokens_per_second_per_user(self) -> float:
+        return 1.0 / self.tpot_seconds
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    tpot_limit_seconds: float
+    aggregated: FrontierCandidate | None
+    disaggregated: FrontierCandidate | None
+
+    @property
+    def best(self) -> FrontierCandidate | None:
+        """The higher goodput per GPU (aggregated on a tie: the simpler deployment)."""
+        found = [c for c in (self.aggregated, self.disaggregated) if c is not None]
+        return max(found, key=lambda c: (c.goodput_per_gpu, c.mode == "aggregated"), default=None)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    points: tuple[FrontierPoint, ...]
+    fastest_tpot_seconds: float
+    """The lowest TPOT any layout reaches (one sequence per replica)."""
+    peak_tpot_seconds: float
+    """The TPOT of the aggregated layout with the most output tokens/s (no TPOT limit)."""
+    disaggregated_compared: bool
+    why_not_disaggregated: str = ""
+
+    @property
+    def pareto(self) -> tuple[FrontierCandidate, ...]:
+        """Every candidate no other one beats on both axes, fastest per user first."""
+        found = [c for p in self.points for c in (p.aggregated, p.disaggregated) if c is not None]
+        return tuple(sorted(pareto_front(found), key=lambda c: -c.tokens_per_second_per_user))
+
+
+def tpot_targets(fastest_seconds: float, peak_seconds: float, count: int = FRONTIER_TARGETS) -> tuple[float, ...]:
+    """`count` limits from FASTEST_TARGET_MARGIN x fastest to peak, evenly spaced in log (a
+    geometric series): the curve's interesting part, where tokens per GPU climb steeply, is
+    near the fast end. One target when the two are that close."""
+    low = fastest_seconds * FASTEST_TARGET_MARGIN
+    if peak_seconds <= low or count < 2:
+        return (max(low, peak_seconds),)
+    ratio = (peak_seconds / low) ** (1 / (count - 1))
+    return tuple(low * ratio ** i for i in range(count - 1)) + (peak_seconds,)
+
+
+def pareto_front(candidates: list[FrontierCandidate]) -> list[FrontierCandidate]:
+    """Non-dominated in (higher tokens/s per user, higher tokens/s per GPU); of equal points
+    the first is kept."""
+    front: list[FrontierCandidate] = []
+    for i, a in enumerate(candidates):
+        beaten = any(
+            (b.tokens_per_second_per_user >= a.tokens_per_second_per_user and b.goodput_per_gpu >= a.goodput_per_gpu
+             and (b.tokens_per_second_per_user > a.tokens_per_second_per_user or b.goodput_per_gpu > a.goodput_per_gpu
+                  or j < i))
+            for j, b in enumerate(candidates) if j != i
+        )
+        if not beaten:
+            front.append(a)
+    return front
+
+
+def check_frontier_request(request: ServeRequest) -> None:
+    """The sweep sets concurrency and the TPOT limit itself, in the steady state."""
+    if request.batch is not None:
+        raise SpecError("--batch: --frontier sweeps the concurrency itself (drop --batch)")
+    if request.simulates_burst:
+        raise SpecError("--frontier: traces the steady state; drop --request-rate/--num-prompts/--dataset "
+                        "(or plan the burst without --frontier)")
+
+
+def aggregated_candidate(result: ServeEstimate) -> FrontierCandidate:
+    return FrontierCandidate("aggregated", str(result.layout), result.tpot_seconds, result.ttft_seconds,
+                             result.goodput_per_gpu, result.batch, result.layout.num_gpus)
+
+
+def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:
+    return FrontierCandidate("disaggregated", result.label, result.tpot_seconds, result.ttft_seconds,
+                             result.goodput_per_gpu, result.decode.concurrency, result.gpus_used)
+
+
+def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                   launchable: Callable[[ServePlan], ServePlan] = lambda plan: plan,
+                   count: int = FRONTIER_TARGETS) -> Frontier | None:
+    """The frontier, or None when no aggregated layout fits at all (the plain plan says why).
+    `launchable`: the plan less the layouts the chosen engine would not launch as planned
+    (serve_cli.launchable), so that every point can be emitted."""
+    check_frontier_request(request)
+    gpus = request.num_gpus or cluster.num_gpus
+    unlimited = replace(request, max_tpot_seconds=None, objective="throughput")
+    peak = launchable(plan_serving(model, cluster, unlimited)).recommended
+    lone = launchable(plan_serving(model, cluster, replace(unlimited, batch=1, objective="latency"))).recommended
+    if peak is None or lone is None:
+        return None
+    ceiling = peak.tpot_seconds if request.max_tpot_seconds is None else min(peak.tpot_seconds,
+                                                                              request.max_tpot_seconds)
+    compared = request.mode != "aggregated" and request.layout == LayoutFilter() and gpus >= MIN_DISAGGREGATED_GPUS
+    why = ("" if compared else
+           "--mode aggregated" if request.mode == "aggregated" else
+           "--layout fixes an aggregated layout" if request.layout != LayoutFilter() else
+           f"fewer than {MIN_DISAGGREGATED_GPUS} GPUs")
+    points = []
+    for limit in tpot_targets(lone.tpot_seconds, ceiling, count):
+        target = replace(request, max_tpot_seconds=limit)
+        aggregated = None
+        if request.mode != "disaggregated":
+            best = launchable(plan_serving(model, cluster, target)).recommended
+            aggregated = None if best is None else aggregated_candidate(best)
+        disaggregated = None
+        if compared:
+            best_d = plan_disaggregated(model, cluster, target).recommended
+            disaggregated = None if best_d is None else disaggregated_candidate(best_d)
+        points.append(FrontierPoint(limit, aggregated, disaggregated))
+    return Frontier(tuple(points), lone.tpot_seconds, peak.tpot_seconds, compared, why)
+

@@ -1,0 +1,152 @@
+"""`plan --frontier`: output tok/s per GPU against tok/s per user over a sweep of TPOT limits
+(planner/frontier.py, planner/render/frontier.py): the sweep's targets and the Pareto front by
+hand, their invariants, the sweep against the planner's own SLA search, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.frontier import FrontierCandidate, pareto_front, tpot_targets, trace_frontier
+from planner.requests import ServeRequest
+from planner.serve_search import plan_serving
+
+
+def candidate(user: float, gpu: float, label: str = "x") -> FrontierCandidate:
+    """A point at `user` tok/s per user (TPOT = 1 / user) and `gpu` tok/s per GPU."""
+    return FrontierCandidate("aggregated", label, 1 / user, 0.1, gpu, 1, 8)
+
+
+def test_targets_by_hand():
+    """fastest 10 ms, peak 160 ms, 5 targets: the first is 10 x 1.02 = 10.2 ms; ratio
+    (160 / 10.2)^(1/4) = 15.6863^0.25 = 1.990123; so 10.2, 10.2 x 1.990123 = 20.299,
+    40.398, 80.397 and 160 ms."""
+    targets = tpot_targets(0.010, 0.160, 5)
+    assert [round(t * 1e3, 3) for t in targets] == [10.2, 20.299, 40.398, 80.397, 160.0]
+
+
+def test_one_target_when_the_ends_meet():
+    """peak 10.1 ms is below 1.02 x 10 ms = 10.2 ms: one target, 10.2 ms."""
+    assert tpot_targets(0.010, 0.0101, 5) == pytest.approx((0.0102,))
+
+
+def test_pareto_front_by_hand():
+    """(tok/s/user, tok/s/GPU): A (100, 10), B (50, 300), C (50, 200) loses to B on GPU,
+    D (40, 300) loses to B on user, E (10, 600), F = B again (the first of equals is kept)."""
+    a, b, c, d, e = (candidate(100, 10, "A"), candidate(50, 300, "B"), candidate(50, 200, "C"),
+                     candidate(40, 300, "D"), candidate(10, 600, "E"))
+    f = candidate(50, 300, "F")
+    assert [p.label for p in pareto_front([a, b, c, d, e, f])] == ["A", "B", "E"]
+
+
+points = st.lists(st.tuples(st.floats(1, 1000), st.floats(0, 1e5)), min_size=1, max_size=12)
+
+
+@given(points)
+def test_the_front_is_exactly_the_unbeaten(pairs):
+    """No member is beaten on both axes by any candidate; every candidate left out is matched
+    or beaten on both by a member."""
+    cands = [candidate(u, g, str(i)) for i, (u, g) in enumerate(pairs)]
+    front = pareto_front(cands)
+    assert front
+    for m in front:
+        assert not any(c.tokens_per_second_per_user > m.tokens_per_second_per_user
+                       and c.goodput_per_gpu > m.goodput_per_gpu for c in cands)
+    for c in cands:
+        if c not in front:
+            assert any(m.tokens_per_second_per_user >= c.tokens_per_second_per_user
+                       and m.goodput_per_gpu >= c.goodput_per_gpu for m in front)
+
+
+@pytest.fixture(scope="module")
+def frontier_8b(model, cluster):
+    return trace_frontier(model("llama-3.1-8b"), cluster("1x8xH100"), ServeRequest(input_len=1024, output_len=256))
+
+
+def test_a_looser_limit_never_serves_fewer_tokens_per_gpu(frontier_8b):
+    best = [p.best.goodput_per_gpu for p in frontier_8b.points]
+    assert all(later >= earlier * (1 - 1e-9) for earlier, later in zip(best, best[1:], strict=False)), best
+    assert best[-1] > 10 * best[0]  # from one lone request to the peak: the curve spans its range
+
+
+def test_every_point_meets_its_limit(frontier_8b):
+    for p in frontier_8b.points:
+        for c in (p.aggregated, p.disaggregated):
+            if c is not None:
+                assert c.tpot_seconds <= p.tpot_limit_seconds * (1 + 1e-9)
+
+
+def test_the_ends_are_the_plain_plans(frontier_8b, model, cluster):
+    """The sweep runs from the fastest lone request (the latency plan at --batch 1) to the
+    throughput plan's TPOT, and each aggregated point is what --max-tpot-ms at its limit plans."""
+    m, c = model("llama-3.1-8b"), cluster("1x8xH100")
+    request = ServeRequest(input_len=1024, output_len=256)
+    peak = plan_serving(m, c, request).recommended
+    assert frontier_8b.peak_tpot_seconds == peak.tpot_seconds
+    assert frontier_8b.points[-1].tpot_limit_seconds == peak.tpot_seconds
+    assert frontier_8b.fastest_tpot_seconds == pytest.approx(
+        plan_serving(m, c, replace(request, batch=1, objective="latency")).recommended.tpot_seconds)
+    middle = frontier_8b.points[4]
+    sla = plan_serving(m, c, replace(request, max_tpot_seconds=middle.tpot_limit_seconds)).recommended
+    assert middle.aggregated.label == str(sla.layout)
+    assert middle.aggregated.goodput_per_gpu == sla.goodput_per_gpu
+
+
+def test_disaggregated_is_traced_beside(frontier_8b):
+    assert frontier_8b.disaggregated_compared
+    assert any(p.disaggregated is not None for p in frontier_8b.points)
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--frontier", *args])
+
+
+def test_cli_table():
+    result = cli()
+    assert result.exit_code == 0, result.output
+    assert "Throughput against speed" in result.output
+    assert "Pareto frontier" in result.output
+    assert "No --max-ttft-ms" in result.output
+
+
+def test_cli_json_keeps_every_sla():
+    result = cli("--json", "--max-ttft-ms", "500", "--mode", "aggregated")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["workload"]["max_ttft_seconds"] == 0.5
+    assert payload["disaggregated_compared"] is False
+    assert payload["why_not_disaggregated"] == "--mode aggregated"
+    assert len(payload["points"]) == 10
+    for point in payload["points"]:
+        assert point["disaggregated"] is None
+        agg = point["aggregated"]
+        assert agg["ttft_seconds"] <= 0.5 and agg["tpot_seconds"] <= point["tpot_limit_seconds"] * (1 + 1e-9)
+        assert math.isclose(agg["tokens_per_second_per_user"], 1 / agg["tpot_seconds"])
+    assert payload["pareto"]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--batch", "8"], "--batch: --frontier sweeps the concurrency itself"),
+    (["--request-rate", "4"], "--frontier: traces the steady state"),
+    (["--top", "3"], "--top: not used by --frontier"),
+    (["--objective", "latency"], "--objective: not used by --frontier"),
+    (["--workload", "train"], "--frontier: a --workload serve option"),
+])
+def test_cli_mistakes_are_one_line(args, words):
+    result = cli(*args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], result.output
+
+
+def test_nothing_fits_answers_as_the_plan_does():
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "1x1xH100", "--frontier"])
+    assert result.exit_code == 1
+    assert "Throughput against speed" not in result.output
