@@ -15,14 +15,16 @@ def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
     s = model_summary(model, kv_cache_dtype)
     active = f", {billions(s.active_params)} active" if s.num_experts else ""
     mtp = f" (+{billions(s.mtp_params)} MTP)" if s.mtp_params else ""
-    quant = f" {model.quantization}" if model.quantization else ""
-    if s.secondary_weight_dtype:
-        quant += f" {model.quantization_scope}, {s.secondary_weight_dtype} other matmuls"
-    if s.lm_head_weight_dtype:
-        quant += f", {s.lm_head_weight_dtype} LM head"
+    weights = f"{model.dtype} weights"
+    if model.quantization:
+        weights = f"{model.quantization} weights"
+        if model.quantization_scope != "all":
+            weights = f"{model.quantization} {model.quantization_scope} + {s.secondary_weight_dtype or model.dtype} other weights"
+        if s.lm_head_weight_dtype:
+            weights += f" ({s.lm_head_weight_dtype} LM head)"
     return (
         f"{model.name}: {billions(s.total_params)} params{mtp}{active}, {gib(weight_bytes(model))} of "
-        f"{model.dtype}{quant} weights, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
+        f"{weights}, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
         f"({s.kv_cache_dtype}), {model.num_hidden_layers} layers, {_attention(model, s)}{_experts(model, s)}"
         f"{_recurrent(s)}"
     )
