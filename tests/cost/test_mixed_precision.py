@@ -155,4 +155,4 @@ def test_the_summary_names_every_weight_format(qwen36_35b: ModelSpec) -> None:
     summary = model_summary(qwen36_35b)
     assert (summary.weight_dtype, summary.secondary_weight_dtype, summary.lm_head_weight_dtype) == (
         "nvfp4", "fp8", "nvfp4")
-    assert "nvfp4 mlp, fp8 other matmuls, nvfp4 LM head weights" in describe_model(qwen36_35b)
+    assert "nvfp4 mlp + fp8 other weights (nvfp4 LM head)" in describe_model(qwen36_35b)
