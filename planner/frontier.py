@@ -6,7 +6,7 @@ longer for its next token. `plan --frontier` answers the question AIConfigurator
 chart answers: for a sweep of TPOT limits, the deployment that serves the most output tokens
 per GPU within each (and within every other SLA the user set), aggregated and disaggregated.
 
-Every point is the planner's own SLA search (serve_search.plan_serving and
+Every point is the planner's own SLA search (serve_search.evaluate, plan_serving's ranking, and
 disagg_search.plan_disaggregated with --max-tpot-ms set to the target); nothing is priced here.
 docs/cost-model.md (Serving: the throughput-latency frontier).
 """
@@ -18,9 +18,10 @@ from dataclasses import dataclass, replace
 
 from planner.disagg_search import MIN_DISAGGREGATED_GPUS, DisaggEstimate, plan_disaggregated
 from planner.errors import SpecError
+from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate
-from planner.serve_search import ServePlan, plan_serving
+from planner.serve_search import ServePlan, evaluate
 from planner.specs import ClusterSpec, ModelSpec
 
 FRONTIER_TARGETS = 10
@@ -139,8 +140,9 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     check_frontier_request(request)
     gpus = request.num_gpus or cluster.num_gpus
     unlimited = replace(request, max_tpot_seconds=None, objective="throughput")
-    peak = launchable(plan_serving(model, cluster, unlimited)).recommended
-    lone = launchable(plan_serving(model, cluster, replace(unlimited, batch=1, objective="latency"))).recommended
+    memo = Memo()  # the sweep's searches differ only in the TPOT limit: they share steady states
+    peak = launchable(evaluate(model, cluster, unlimited, memo)).recommended
+    lone = launchable(evaluate(model, cluster, replace(unlimited, batch=1, objective="latency"))).recommended
     if peak is None or lone is None:
         return None
     ceiling = peak.tpot_seconds if request.max_tpot_seconds is None else min(peak.tpot_seconds,
@@ -155,7 +157,7 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
         target = replace(request, max_tpot_seconds=limit)
         aggregated = None
         if request.mode != "disaggregated":
-            best = launchable(plan_serving(model, cluster, target)).recommended
+            best = launchable(evaluate(model, cluster, target, memo)).recommended
             aggregated = None if best is None else aggregated_candidate(best)
         disaggregated = None
         if compared:

@@ -52,6 +52,7 @@ from planner.cost.serving_time import (
 )
 from planner.cost.speculative import speculation_shape
 from planner.layout import Layout, Placement, Rejected, place
+from planner.memo import Memo
 from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
@@ -200,10 +201,14 @@ def sla_reason(request: ServeRequest, steady: SteadyState) -> str:
     return f"{'; '.join(missed)} ({where})"
 
 
-def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> ServeEstimate | Rejected:
+def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+             memo: Memo | None = None) -> ServeEstimate | Rejected:
     """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it (or why it
     cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
-    every SLA up to what the KV cache and max_num_seqs allow."""
+    every SLA up to what the KV cache and max_num_seqs allow.
+    `memo`: the steady states and stage steps already priced for this layout, shared by
+    estimates whose model, cluster and request differ at most in the SLA limits (a sweep of
+    them: planner/frontier.py); None: this estimate's own."""
     reasons = structural_reasons(model, layout)
     if reasons:
         return Rejected(layout, tuple(reasons))
@@ -228,7 +233,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request, layout)
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
-    priced: dict[tuple, StepTime] = {}
+    memo = memo if memo is not None else Memo()
+    priced: dict[tuple, StepTime] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
@@ -236,11 +242,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk,
                                                    expert_imbalance(request), constants, priced)
 
-    def steady_at(concurrency: int) -> SteadyState:
+    def price_steady(concurrency: int) -> SteadyState:
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens)
+
+    def steady_at(concurrency: int) -> SteadyState:
+        return memo.get(("steady", layout, concurrency), price_steady, concurrency)
 
     has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
                                                     request.max_e2e_seconds))

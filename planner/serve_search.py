@@ -15,6 +15,7 @@ from planner.catalog import cluster_from_shorthand
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
+from planner.memo import Memo
 from planner.requests import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND, MOE_BACKENDS, ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
 from planner.serve import ServeEstimate, estimate, wanted_batch
@@ -139,12 +140,13 @@ def check_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> None:
                         f"requires max_num_batched_tokens >= max_num_seqs{hint}")
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
-    """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked."""
+def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:
+    """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked.
+    `memo`: shared with other searches that differ only in the SLA limits (serve.estimate)."""
     check_request(model, cluster, request)
 
     def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
-        result = estimate(model, cluster, layout, request)
+        result = estimate(model, cluster, layout, request, memo)
         if isinstance(result, Rejected):
             return [], result, 1
         return [result], None, 1
@@ -155,8 +157,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> S
     return replace(plan, pareto=pareto_front(list(plan.layouts)))
 
 
-def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServePlan:
-    plan = evaluate(model, cluster, request)
+def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:
+    plan = evaluate(model, cluster, request, memo)
     if plan.layouts:
         best = plan.layouts[0]
         return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, best),
