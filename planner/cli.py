@@ -271,8 +271,10 @@ def _value(choice: Enum | None) -> str | None:
 
 def parse_layout(text: str | None, training: bool = False) -> LayoutFilter:
     """`--layout tp=8,pp=2`; cp=N (context parallelism) only for training."""
-    if not text:
+    if text is None:
         return LayoutFilter()
+    if not text.strip():
+        raise SpecError("--layout: empty; give degrees such as tp=8,pp=2 (or drop --layout to search every layout)")
     degrees: dict[str, int] = {}
     keys = ("tp", "cp", "pp", "dp", "ep") if training else ("tp", "pp", "dp", "ep")
     for part in text.split(","):
@@ -342,7 +344,9 @@ def speculation(opts: PlanOptions, model: ModelSpec) -> Speculation | None:
         try:
             draft = resolve_model(opts.draft_model)
         except SpecError as error:
-            raise SpecError(str(error).replace("--model:", "--draft-model:", 1)) from None
+            message = str(error)
+            named = message.replace("--model:", "--draft-model:", 1)
+            raise SpecError(named if named != message else f"--draft-model: {message}") from None
         reasons = draft_reasons(model, draft)
         if reasons:
             raise SpecError(f"--draft-model: {'; '.join(reasons)}")
@@ -357,7 +361,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
     planned lengths are the dataset's means. `model`: the spec --speculative-method refers to."""
     from planner.workload import load_dataset  # the cost model and specs: not for --help
 
-    lengths = () if opts.dataset is None else load_dataset(opts.dataset)
+    lengths, line_numbers = ((), ()) if opts.dataset is None else load_dataset(opts.dataset)
     input_len, output_len = opts.input_len, opts.output_len
     if lengths:
         input_len = max(1, round(sum(i for i, _ in lengths) / len(lengths)))
@@ -370,6 +374,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         max_concurrency=opts.max_concurrency,
         dataset=opts.dataset,
         dataset_lengths=lengths,
+        dataset_line_numbers=line_numbers,
         random_range_ratio=opts.random_range_ratio,
         batch=opts.batch,
         max_model_len=opts.max_model_len,
@@ -496,6 +501,8 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
+BURST_ONLY = ("request_rate", "num_prompts", "max_concurrency", "random_range_ratio")
+"""What only the simulated burst reads (--dataset also sets the planned mean lengths)."""
 FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served_draft_model")
 """Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
 or command."""
@@ -628,6 +635,10 @@ def plan(
 ) -> None:
     """Plan a model on a cluster (the main job)."""
     if ctx.invoked_subcommand is not None:
+        early = [flag for name, flag in given_flags(ctx).items() if name != "version"]
+        if early:  # `plan --json explain ...` would otherwise drop --json without a word
+            raise SpecError(f"{early[0]}: given before the subcommand `{ctx.invoked_subcommand}`, which does not "
+                            f"read it; put options after the subcommand's name (plan {ctx.invoked_subcommand} ...)")
         return
     opts = PlanOptions(
         model=model, cluster=cluster, workload=workload, gpus=gpus, layout=layout,
@@ -822,6 +833,11 @@ def explain(
     )
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
+        given = given_flags(ctx)
+        for name in BURST_ONLY:
+            if name in given:
+                raise SpecError(f"{given[name]}: plan explain takes one layout apart in the steady state; the "
+                                f"burst's metrics (what vllm bench serve reports) come from `plan` itself")
         check_saved_outputs(json_output, svg, html)
         if mode is Mode.disaggregated:  # check_flags_used refused it for --workload train
             return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html)

@@ -25,7 +25,7 @@ from planner.cost.disaggregated import (
     prefill_worker,
     rate_match,
 )
-from planner.cost.kv_transfer import KvTransfer, kv_transfer
+from planner.cost.kv_transfer import KvTransfer, kv_link_requests_per_second, kv_transfer
 from planner.cost.params import kv_bytes_per_token
 from planner.cost.serving_memory import (
     StageMemory,
@@ -50,7 +50,7 @@ from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import seconds_to_ms
+from planner.units import BYTES_PER_MIB, seconds_to_ms
 
 MAX_UNIT_NODES = 8
 """The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
@@ -491,8 +491,11 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
                                  f"first decode step leave no TTFT budget")
         else:
             r_p = max_prefill_rate(worker, limit, seconds)
-            memo.pairing[key] = ("a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else
-                                 (r_p, shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)))
+            r_d = shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)
+            # neither side moves more KV than its links carry
+            r_p = min(r_p, kv_link_requests_per_second(kv, memo.prefill_shapes[p_key].num_gpus))
+            r_d = min(r_d, kv_link_requests_per_second(kv, shape_d.num_gpus))
+            memo.pairing[key] = "a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else (r_p, r_d)
     return memo.pairing[key]
 
 
@@ -519,6 +522,12 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     nodes = (same_node_groups(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, cluster) if same else
              nodes_apart(n_p, shape_p.num_gpus, gpn) + nodes_apart(n_d, shape_d.num_gpus, gpn))
     notes = []
+    caps = {"prefill": kv_link_requests_per_second(kv, shape_p.num_gpus),
+            "decode": kv_link_requests_per_second(kv, shape_d.num_gpus)}
+    if (r_p, r_d)[match.binding == "decode"] == caps[match.binding]:
+        notes.append(f"the KV link binds: a {match.binding} worker's links move at most {caps[match.binding]:.2f} "
+                     f"prompts/s ({kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB of KV each over "
+                     f"{kv.link_kind}), below what its GPUs compute")
     if not same:
         notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "
                      f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "

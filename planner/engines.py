@@ -156,6 +156,8 @@ def parse_engine_versions(text: str | None) -> EngineVersions:
     """`vllm=0.33.0,megatron=core_v0.14.0` -> EngineVersions (engines not named keep their
     default); a SpecError names the known engines and releases, or an engine named twice."""
     chosen: dict[str, str] = {}
+    if text is not None and not text.strip():
+        raise SpecError(f"--engine-version: empty; give ENGINE=VERSION with ENGINE one of {', '.join(RELEASES)}")
     for part in (text or "").split(","):
         if not part.strip():
             continue

@@ -194,16 +194,20 @@ def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology
     if group is None or group.num_ranks <= 1:
         return []
     n = group.num_ranks
+    gradients = f"gradients ({c.grad_reduce}){which}"
     if c.zero_stage == 0:
-        return [collective_row("step", f"gradients (fp32){which}", "all-reduce", n, link.kind,
+        return [collective_row("step", gradients, "all-reduce", n, link.kind,
                                dp.gradient_bytes, lambda size: comm.group_allreduce_seconds(size, group),
                                dp.gradient_seconds, False, 1, step)]
-    return [collective_row("step", f"gradients (fp32){which}", "reduce-scatter", n, link.kind,
+    # ZeRO-3 gathers the weights before each micro-batch's forward and again before its backward
+    # (and its recompute): training_time.dp_exposed_seconds; ZeRO-1/2 once per step
+    gathers = per * (3 if c.recompute == "full" else 2) if c.zero_stage == 3 else 1
+    return [collective_row("step", gradients, "reduce-scatter", n, link.kind,
                            dp.gradient_bytes, lambda size: comm.group_allgather_seconds(size, group),
                            dp.gradient_seconds, False, per, step),
             collective_row("step", f"16-bit weights{which}", "all-gather", n, link.kind, dp.weight_bytes,
                            lambda size: comm.group_allgather_seconds(size, group),
-                           dp.gather_seconds, False, 1, step)]
+                           dp.gather_seconds, False, gathers, step)]
 
 
 def train_timeline_seconds(e: TrainEstimate, num_micro_batches: int | None = None) -> Timeline:

@@ -30,6 +30,13 @@ MAX_BURST_PROMPTS = 100_000
 """Plausibility bound of --num-prompts: the burst is simulated step by step."""
 DEFAULT_NUM_PROMPTS = 1000
 """vllm bench serve's default --num-prompts (vllm/benchmarks/serve.py)."""
+MAX_BURST_ARRIVAL_SECONDS = 30 * 24 * 3600
+"""Plausibility bound of --num-prompts / --request-rate: a month of arrivals is a traffic
+forecast, not a benchmark run (and clock times far beyond it lose the milliseconds the
+simulation adds up)."""
+MAX_SIMULATED_STEPS = 2_000_000
+"""The burst simulation's budget of engine steps (about 20 s on one core); a burst that needs
+more is refused with what to change, rather than run for hours."""
 MAX_VIRTUAL_STAGES = 1024
 """Model chunks per device: at most one layer each, and layers are bounded (MAX_NUM_LAYERS)."""
 
@@ -184,6 +191,8 @@ class ServeRequest:
     """`--dataset`: the JSONL file the lengths came from (recorded in the output)."""
     dataset_lengths: tuple[tuple[int, int], ...] = ()
     """(input_len, output_len) per dataset line; input_len/output_len are then their means."""
+    dataset_line_numbers: tuple[int, ...] = ()
+    """Each of dataset_lengths' line in the --dataset file (empty without one)."""
     random_range_ratio: float | None = None
     """`--random-range-ratio`: the burst's lengths drawn as vllm bench serve's random dataset
     draws them, each uniform in [L (1 - r), L (1 + r)] around --input-len / --output-len;
@@ -210,6 +219,12 @@ class ServeRequest:
         check_positive("--max-concurrency", self.max_concurrency, MAX_SEQUENCES)
         if self.request_rate_per_s is not None and not (self.request_rate_per_s > 0):  # also nan
             raise SpecError(f"--request-rate: must be positive or inf (got {self.request_rate_per_s})")
+        if self.request_rate_per_s is not None:
+            span = (self.num_prompts or DEFAULT_NUM_PROMPTS) / self.request_rate_per_s
+            if span > MAX_BURST_ARRIVAL_SECONDS:
+                raise SpecError(f"--request-rate {self.request_rate_per_s:g}: {self.num_prompts or DEFAULT_NUM_PROMPTS:,} "
+                                f"prompts would arrive over {span:,.0f} s, more than a month (the burst is a benchmark "
+                                f"run; give a higher rate)")
         ratio = self.random_range_ratio
         if ratio is not None and not (0 <= ratio < 1):  # also nan
             raise SpecError(f"--random-range-ratio: must be in [0, 1), as vllm bench serve requires (got {ratio})")

@@ -51,9 +51,10 @@ from planner.cost.serving_time import (
     with_moe_backend,
 )
 from planner.cost.speculative import speculation_shape
+from planner.errors import SpecError
 from planner.layout import Layout, Placement, Rejected, place
 from planner.memo import Memo
-from planner.requests import DEFAULT_NUM_PROMPTS, ServeRequest
+from planner.requests import DEFAULT_NUM_PROMPTS, MAX_SIMULATED_STEPS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 from planner.workload import random_dataset_lengths, workload_requests
@@ -291,6 +292,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     chunk = request.input_len / steady.prefill_rounds
     prompt_chunk = StepLoad(0, 0, chunk, causal_pairs(request.input_len) / steady.prefill_rounds,
                             1 / steady.prefill_rounds)
+    ranks = lockstep_ranks(model, layout)
+    if ranks > 1:  # the experts and their exchange see the group's mean, as the steady state prices TTFT
+        q = steady.prefill_tokens_per_step * steady.prefill_rounds / request.input_len
+        prompt_chunk = replace(prompt_chunk, expert_tokens=chunk * ((1 + (ranks - 1) * q) / ranks if q <= 1 else q))
     prompt_round = rounds(batch)(decode_load, prompt_chunk)
     lone = steady_at(1)
     # a decoding sequence's rows: its token and its drafts
@@ -300,7 +305,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, tokens_per_batch,
                                                  request.all2all_backend)
     collectives = serving_collectives(model, cluster, layout, placement, tokens_per_batch, in_flight,
-                                      stages[slowest].num_layers, request.input_len, request.all2all_backend)
+                                      stages[slowest].num_layers, request.input_len, request.all2all_backend,
+                                      None if ranks == 1 else prompt_chunk.moe_tokens * steady.prefill_rounds)
     if placement.tp_crosses_node:
         notes.append(
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
@@ -353,7 +359,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         notes=tuple(notes),
         decode_steps=steps,
         slowest_stage=slowest,
-        prefill_stage_seconds=tuple(step.seconds for step in prompt_round.stage_steps),
+        prefill_stage_seconds=tuple(step.seconds for step in prompt_round.chunk_steps or prompt_round.stage_steps),
         collectives=collectives,
         steady=steady,
         tpot_batch1_seconds=lone.tpot_seconds,
@@ -425,6 +431,13 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                          num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
     requests = workload_requests(lengths, num_prompts, rate)
+    # every output token is one step of some replica, which runs at most this many sequences at once
+    lanes = layout.dp * min(result.batch, request.max_concurrency or result.batch)
+    steps = sum(r.output_len for r in requests) / lanes
+    if steps > MAX_SIMULATED_STEPS:
+        raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
+                        f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
+                        f"give fewer prompts, shorter outputs or more --max-concurrency")
     limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout),
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
 

@@ -71,6 +71,8 @@ def recommended_metrics(plan: ServePlan) -> ServeMetrics | None:
         return steady_metrics(best)
     try:
         return burst_metrics(plan.model, plan.cluster, best, plan.request)
+    except SpecError:
+        raise
     except ValueError as error:  # a request longer than the KV cache holds
         raise SpecError(f"--dataset/--input-len: {error}") from error
 
@@ -178,6 +180,12 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
 
     model, cluster, request = plan.model, plan.cluster, plan.request
     gpus = request.num_gpus or cluster.num_gpus
+    burst = [flag for flag, value in (("--request-rate", request.request_rate_per_s), ("--num-prompts", request.num_prompts),
+                                      ("--max-concurrency", request.max_concurrency),
+                                      ("--random-range-ratio", request.random_range_ratio)) if value is not None]
+    if request.mode == "disaggregated" and burst:
+        raise SpecError(f"{burst[0]}: the burst is simulated for aggregated replicas only; --mode disaggregated plans "
+                        f"the steady state (use --mode auto or aggregated for the burst's metrics)")
     if request.mode == "disaggregated" and gpus < MIN_DISAGGREGATED_GPUS:
         raise SpecError(f"--mode disaggregated: needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a "
                         f"decode worker); the plan has {gpus}")
@@ -193,6 +201,8 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                             engine_version(plan, engine) if engine != "none" else None, top, metrics)
         payload["mode"] = request.mode
         payload.update(disagg_json(disagg, verdict, steps, top, why))
+        if not auto:  # the deployment the text recommends; the aggregated layouts stay for comparison
+            payload["recommended"] = payload["disaggregated"][0] if payload["disaggregated"] else None
         print_json_rows(payload)
     else:
         if auto:

@@ -81,11 +81,21 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
             f"max_position_embeddings {model.max_position_embeddings:,}"
         )
-    for number, (input_len, output_len) in enumerate(request.dataset_lengths, start=1):
+    lines = request.dataset_line_numbers or range(1, len(request.dataset_lengths) + 1)
+    for line, (input_len, output_len) in zip(lines, request.dataset_lengths, strict=True):
         if input_len + output_len > max_len:  # vLLM refuses such a request (HTTP 400)
             raise SpecError(
-                f"{request.dataset}: request {number} (non-blank line {number}): input {input_len:,} + "
-                f"output {output_len:,} tokens exceed the max model length {max_len:,}"
+                f"{request.dataset}: line {line}: input {input_len:,} + output {output_len:,} tokens exceed the "
+                f"max model length {max_len:,}"
+            )
+    if request.random_range_ratio is not None:
+        longest = sum(math.ceil(length * (1 + request.random_range_ratio))
+                      for length in (request.input_len, request.output_len))
+        if longest > max_len:  # vllm bench serve would draw requests vLLM refuses
+            raise SpecError(
+                f"--random-range-ratio {request.random_range_ratio:g}: draws requests of up to {longest:,} tokens "
+                f"(input and output up to {1 + request.random_range_ratio:g} x their means), above the max model "
+                f"length {max_len:,}"
             )
     if request.input_len + request.output_len > max_len:
         raise SpecError(

@@ -536,12 +536,14 @@ class _Curve(_Spec):
         return self
 
 
-class CollectiveCurve(_Curve, extra="allow"):
+class CollectiveCurve(_Curve):
     """Measured medians of one collective for one link class and group size (from `plan probe`):
     sizes_bytes is the all-reduce buffer, or for all-to-all the bytes each rank sends in total."""
 
     link: Literal["intra_node", "inter_node", "world"]
     num_ranks: Count(MAX_NUM_GPUS)
+    mode: str | None = None
+    """How the probe laid the group over the ranks (its own label; not read by the planner)."""
 
 
 class EngineAllreduceCurve(_Curve):
@@ -695,6 +697,23 @@ class Measured(_Spec, extra="allow"):
     reduce_scatter_curves: list[CollectiveCurve] = Field(default_factory=list)
     """sizes_bytes is the buffer every rank reduces (its input), as nccl-tests sizes it."""
 
+    CURVE_LISTS = ("allreduce_curves", "alltoall_curves", "allgather_curves", "reduce_scatter_curves")
+
+    @model_validator(mode="after")
+    def _known_curve_lists(self) -> Measured:
+        """The rest is free-form, but a curve list under another name (allreduce_curve) would be
+        ignored while the profile still says its links were measured."""
+        for key in object.__getattribute__(self, "_extra") or {}:
+            if key.endswith(("_curve", "_curves")):
+                raise ValueError(f"{key}: not a curve list the planner reads ({', '.join(self.CURVE_LISTS)})")
+        for key in self.CURVE_LISTS:
+            seen = set()
+            for curve in getattr(self, key):
+                if (curve.link, curve.num_ranks) in seen:
+                    raise ValueError(f"{key}: two curves for {curve.link} at {curve.num_ranks} ranks (one each)")
+                seen.add((curve.link, curve.num_ranks))
+        return self
+
 
 AllreduceCurve = CollectiveCurve  # the name the cost model and older code import
 
@@ -734,6 +753,14 @@ class ClusterSpec(_Spec):
             raise ValueError("intra_node: required when gpus_per_node > 1")
         if self.num_nodes > 1 and self.inter_node is None:
             raise ValueError("inter_node: required when num_nodes > 1")
+        for key in Measured.CURVE_LISTS if self.measured is not None else ():
+            for curve in getattr(self.measured, key):
+                most = {"intra_node": self.gpus_per_node, "inter_node": self.num_gpus, "world": self.num_gpus}[curve.link]
+                if curve.link == "inter_node" and self.num_nodes == 1:
+                    raise ValueError(f"measured.{key}: an inter_node curve, but the cluster has one node")
+                if curve.num_ranks > most:
+                    raise ValueError(f"measured.{key}: {curve.num_ranks} ranks on one {curve.link} curve, more than "
+                                     f"the {most} GPUs such a group can span here")
         return self
 
     @property

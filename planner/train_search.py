@@ -236,7 +236,9 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     num_configs = len(found) + tally.total
     if found:
         return found, None, num_configs
-    return [], Rejected(layout, tally.reasons() or ("no configuration to try",), 0.0, tally.total), num_configs
+    # the smallest overshoot of its configurations: how close the layout comes (closest_misses)
+    over = tally.best_oom[0] if tally.best_oom is not None else 0.0
+    return [], Rejected(layout, tally.reasons() or ("no configuration to try",), over, tally.total), num_configs
 
 
 def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, recomputes: list[str],

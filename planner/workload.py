@@ -11,14 +11,29 @@ from pathlib import Path
 
 from planner.cost.serving_sim import SimRequest
 from planner.errors import SpecError
+from planner.requests import MAX_TOKENS
+from planner.units import BYTES_PER_MIB
 
 _FIELDS = ("input_len", "output_len")
+MAX_DATASET_BYTES = 64 * BYTES_PER_MIB
+"""A --dataset file larger than this is refused, not read: 64 MiB holds over a million
+request lines, ten times --num-prompts' ceiling (a device file such as /dev/zero never ends)."""
+
+
+def _no_duplicate_keys(where: str):
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [key for key, _ in pairs]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise SpecError(f"{where}: {key}: given twice")
+        return dict(pairs)
+    return hook
 
 
 def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
     where = f"{path}:{line_number}"
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):
@@ -35,26 +50,30 @@ def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
             raise SpecError(f"{where}: {field}: {value!r} is not an integer")
         if value < 1:
             raise SpecError(f"{where}: {field}: {value} is not positive")
+        if value > MAX_TOKENS:
+            raise SpecError(f"{where}: {field}: {value:,} is above {MAX_TOKENS:,} tokens")
         lengths.append(value)
     return lengths[0], lengths[1]
 
 
-def load_dataset(path: str | Path) -> tuple[tuple[int, int], ...]:
-    """(input_len, output_len) per non-blank JSONL line `{"input_len": int, "output_len": int}`."""
+def load_dataset(path: str | Path) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """(input_len, output_len) per non-blank JSONL line `{"input_len": int, "output_len": int}`,
+    and each one's line number in the file (for the messages that name a request)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_DATASET_BYTES + 1)
+        if len(raw) > MAX_DATASET_BYTES:
+            raise SpecError(f"{path}: larger than {MAX_DATASET_BYTES // BYTES_PER_MIB} MiB (a JSONL of request lengths "
+                            f"is far smaller; is it the right file?)")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise SpecError(f"{path}: cannot read ({reason})") from None
-    rows = tuple(
-        _parse_line(path, n, line)
-        for n, line in enumerate(text.splitlines(), start=1)
-        if line.strip()
-    )
-    if not rows:
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not numbered:
         raise SpecError(f"{path}: no requests (expected JSONL lines with input_len, output_len)")
-    return rows
+    return tuple(_parse_line(path, n, line) for n, line in numbered), tuple(n for n, _ in numbered)
 
 
 def arrival_times_seconds(

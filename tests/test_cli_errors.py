@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -31,6 +32,36 @@ def _profile_yaml(**change: object) -> str:
 
 # case id -> (file name or None, file text, flag it goes to, words the message must hold)
 FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
+    "measured-curve-list-typo": (
+        "p.yaml",
+        "name: t\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100-SXM5-80GB\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\nmeasured:\n  allreduce_curve: [{link: intra_node, num_ranks: 8, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5]}]\n",
+        "--cluster",
+        ('allreduce_curve', 'not a curve list'),
+    ),
+    "measured-curve-too-many-ranks": (
+        "p.yaml",
+        "name: t\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100-SXM5-80GB\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\nmeasured:\n  allreduce_curves: [{link: intra_node, num_ranks: 99, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5]}]\n",
+        "--cluster",
+        ('allreduce_curves', '99 ranks'),
+    ),
+    "measured-curve-unknown-key": (
+        "p.yaml",
+        "name: t\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100-SXM5-80GB\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\nmeasured:\n  allreduce_curves: [{link: intra_node, num_ranks: 8, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5], bogus: 1}]\n",
+        "--cluster",
+        ('bogus', 'unknown field'),
+    ),
+    "measured-inter-node-curve-one-node": (
+        "p.yaml",
+        "name: t\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100-SXM5-80GB\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\nmeasured:\n  allreduce_curves: [{link: inter_node, num_ranks: 2, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5]}]\n",
+        "--cluster",
+        ('inter_node curve', 'one node'),
+    ),
+    "measured-duplicate-curves": (
+        "p.yaml",
+        "name: t\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100-SXM5-80GB\nintra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\nmeasured:\n  allreduce_curves: [{link: intra_node, num_ranks: 8, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5]}, {link: intra_node, num_ranks: 8, sizes_bytes: [8, 16], median_seconds: [1.0e-5, 2.0e-5]}]\n",
+        "--cluster",
+        ('two curves', '8 ranks'),
+    ),
     "profile-visible-memory-above-total": (
         "p.yaml",
         "name: custom\nnum_nodes: 1\ngpus_per_node: 8\n"
@@ -151,7 +182,7 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "requests.jsonl",
         '{"input_len": 100, "output_len": 50}\n\n{"input_len": 140000, "output_len": 50}\n',
         "--dataset",
-        ("requests.jsonl", "request 2", "140,000", "max model length"),
+        ("requests.jsonl", "line 3", "140,000", "max model length"),  # the blank line 2 counts
     ),
     "config-json-unmodelled-hybrid": (
         "config.json",
@@ -703,3 +734,15 @@ def test_bad_flag_exits_2_with_one_line_naming_it(results, case: str) -> None:
     line = _assert_one_line_exit_2(results[case])
     for word in words:
         assert word in line, line
+
+
+@pytest.mark.parametrize("argv", [["--json", "explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100"],
+                                  ["--workload", "train", "models"],
+                                  ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "explain"]])
+def test_options_before_a_subcommand_are_refused(argv):
+    """`plan --json explain ...` ran explain without --json (typer hands the group's options to the
+    group's callback, which returned); now one line, exit 2, naming the option."""
+    done = subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and argv[0] in lines[0] and "before the subcommand" in lines[0], done.stderr

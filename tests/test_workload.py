@@ -9,8 +9,9 @@ from planner.workload import arrival_times_seconds, load_dataset, workload_reque
 def test_loads_and_cycles(tmp_path):
     f = tmp_path / "d.jsonl"
     f.write_text('{"input_len": 10, "output_len": 5}\n\n{"input_len": 3, "output_len": 1}\n')
-    rows = load_dataset(f)
+    rows, lines = load_dataset(f)
     assert rows == ((10, 5), (3, 1))
+    assert lines == (1, 3)  # the blank line 2 is skipped, the file's numbering kept
     reqs = workload_requests(rows, 3, float("inf"))
     assert [(r.input_len, r.output_len, r.arrival_seconds) for r in reqs] == [
         (10, 5, 0.0),
@@ -29,6 +30,9 @@ def test_loads_and_cycles(tmp_path):
         ('{"input_len": 1.5, "output_len": 1}\n', ":1: input_len: 1.5 is not an integer"),
         ('{"input_len": true, "output_len": 1}\n', ":1: input_len: True is not an integer"),
         ("\n\n", ": no requests"),
+        ('{"input_len": 100, "input_len": 5000, "output_len": 1}\n', ":1: input_len: given twice"),
+        ('\n{"input_len": 100000000000000000000, "output_len": 10}\n', ":2: input_len: 100,000,000,000,000,000,000 "
+                                                                      "is above 134,217,728 tokens"),
     ],
 )
 def test_each_mistake_is_one_line_naming_file_line_and_field(tmp_path, text, where):
@@ -38,6 +42,17 @@ def test_each_mistake_is_one_line_naming_file_line_and_field(tmp_path, text, whe
         load_dataset(f)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(str(f)) and where in msg
+
+
+def test_a_file_too_large_is_not_read(tmp_path, monkeypatch):
+    """/dev/zero never ends: the reader stops one byte past the cap and refuses."""
+    import planner.workload as workload
+
+    monkeypatch.setattr(workload, "MAX_DATASET_BYTES", 64)
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"input_len": 10, "output_len": 5}\n' * 3)
+    with pytest.raises(SpecError, match="larger than"):
+        load_dataset(f)
 
 
 def test_unreadable_file(tmp_path):

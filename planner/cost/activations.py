@@ -34,7 +34,7 @@ import math
 
 from planner.cost import efficiency
 from planner.cost.moe import moe_layers_of
-from planner.cost.params import kv_heads_per_gpu
+from planner.cost.params import kv_heads_per_gpu, mlp_width_per_token
 from planner.specs import ModelSpec
 
 SOFTMAX_STATS_BYTES_PER_ROW = 4
@@ -60,10 +60,13 @@ def replicated_bytes_per_token(model: ModelSpec, act_bytes: int) -> float:
 
 def split_bytes_per_token(model: ModelSpec, act_bytes: int, tp: int) -> float:
     """Per token per GPU, what TP splits: Q, K, V, the output-projection input and the MLP
-    activations (GeLU input and output; gated: gate, up and product): 24h/t for GPT."""
-    a, d, f = model.num_attention_heads, model.head_dim, model.intermediate_size
+    activations (GeLU input and output; gated: gate, up and product): 24h/t for GPT. MoE:
+    the MLP width is every expert a token visits (params.mlp_width_per_token: top-k x the
+    expert's, plus the shared experts), split over the TP group or held whole by each token's
+    EP ranks: s*b*k*f_x/t per GPU on the mean either way."""
+    a, d, f = model.num_attention_heads, model.head_dim, mlp_width_per_token(model)
     attention = (2 * a // tp + 2 * kv_heads_per_gpu(model, tp)) * d
-    mlp = (3 if model.gated_mlp else 2) * f // tp
+    mlp = (3 if model.gated_mlp else 2) * f / tp
     return act_bytes * (attention + mlp)
 
 
@@ -79,9 +82,9 @@ def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
     16-bit: layernorm inputs, Q, K, V and the context kept by the attention kernel, the
     MLP-up output the activation's backward reads, masks."""
     fp8 = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT
-    h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
+    h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, mlp_width_per_token(model)
     replicated = 2 * h / (tp if sequence_parallel else 1)
-    return (act_bytes - fp8) * (replicated + (a // tp) * d + f // tp)
+    return (act_bytes - fp8) * (replicated + (a // tp) * d + f / tp)
 
 
 def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:
@@ -134,8 +137,8 @@ def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: 
     permuted input the grouped GEMM keeps for its weight gradient (Megatron-Core's token
     dispatchers, megatron/core/transformer/moe/token_dispatcher.py core_v0.19.0); the expert
     FFN's own intermediates, n*c*f_x/t_x*e on the mean (t_x = t without EP, 1 with), equal
-    s*b*k*c*f_x/t either way and are the routed share split_bytes_per_token counts, so only
-    the busiest GPU's excess (u - 1) is added. Full recompute keeps the layer input only: 0."""
+    s*b*k*c*f_x/t either way and are the routed share split_bytes_per_token counts
+    (params.mlp_width_per_token), so only the busiest GPU's excess (u - 1) is added. Full recompute keeps the layer input only: 0."""
     if not model.is_moe or recompute == "full":
         return 0.0
     u = imbalance if ep > 1 else 1.0

@@ -99,27 +99,19 @@ def with_waiting_clients(steady: SteadyState, clients: float) -> SteadyState:
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
 
 
-NEGLIGIBLE_TAIL_PROBABILITY = 1e-10
-"""expected_max_poisson stops summing past the mean once a term is below this."""
-
-
-def expected_max_poisson(mean: float, count: int) -> float:
-    """E[max of `count` independent Poisson(mean) draws] = sum over k >= 0 of
-    1 - P(X <= k)^count; `mean` itself for one draw. The probabilities are summed in log
-    space from k0 = mean - 12 sqrt(mean) - 10 (below it P(X <= k) is negligible, each term
-    1), until the tail's terms vanish past the mean."""
-    if count <= 1 or mean <= 0:
+def busiest_rank_chunks(mean: float, ranks: int) -> float:
+    """E[chunks on the busiest of `ranks` ranks] in a round, each rank carrying `mean` on
+    average. vLLM's DP front end routes every new request to the least loaded engine
+    (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request at 0.33.0:
+    the fewest waiting + running), so in a closed loop a request arrives where one has just
+    finished: each rank's prompts come at its own steady pace, floor(q) or floor(q) + 1 chunks
+    a round, the ranks' phases independent. The busiest carries floor(q) + 1 unless every rank
+    is at its floor that round: floor(q) + 1 - (1 - frac(q))^d; for q <= 1, 1 - (1 - q)^d, the
+    chance some rank carries one. Continuous in q; the mean itself for one rank."""
+    if ranks <= 1 or mean <= 0:
         return max(mean, 0.0)
-    first = max(0, math.floor(mean - 12 * math.sqrt(mean) - 10))
-    total, cdf, k = float(first), 0.0, first
-    log_mean = math.log(mean)
-    while True:
-        cdf += math.exp(-mean + k * log_mean - math.lgamma(k + 1))
-        tail = 1.0 - min(cdf, 1.0) ** count
-        total += tail
-        k += 1
-        if (k > mean and tail < NEGLIGIBLE_TAIL_PROBABILITY) or k > mean + 40 * math.sqrt(mean) + 100:
-            return total
+    whole = math.floor(mean)
+    return whole + 1 - (1 - (mean - whole)) ** ranks
 
 
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
@@ -141,8 +133,9 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     mean (StepLoad.expert_tokens). q <= 1: a round carries a chunk on some rank with
     probability 1 - (1 - q)^d, and then the experts see q / (1 - (1 - q)^d) chunks per rank;
     a prompt's own rounds (in TTFT) carry its chunk and the others' expected q each, (1 + (d -
-    1) q) / d per rank for the experts; q > 1: the busiest rank carries m = E[max of d
-    Poisson(q)] chunks (expected_max_poisson) and the experts the mean q.
+    1) q) / d per rank for the experts; q > 1: the busiest rank carries
+    m = busiest_rank_chunks(q, d) = floor(q) + 1 - (1 - frac(q))^d chunks (vLLM routes each
+    request to the least loaded rank) and the experts the mean q.
     TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds;
     TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
     share q / C runs before its first token, so its rounds carry the others' q (C - 1) / C,
@@ -172,7 +165,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     one_chunk = StepLoad(0, 0, i / prefill_rounds, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
     chunk_tokens = one_chunk.prefill_tokens
     if chunks_per_round <= 1:
-        carrying = 1 - (1 - chunks_per_round) ** lockstep_ranks
+        carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
         busiest = carrying
         prompt_round = round_seconds(decode, one_chunk)
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
@@ -183,7 +176,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                            / lockstep_ranks)
             prompt_round = round_seconds(decode, mine)
     else:
-        busiest = expected_max_poisson(chunks_per_round, lockstep_ranks)
+        busiest = busiest_rank_chunks(chunks_per_round, lockstep_ranks)
         others = busiest - 1
         spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,

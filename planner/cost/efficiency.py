@@ -225,11 +225,15 @@ def gemm_row_half(rate_flops_per_s: float, weight_bytes_per_element: float, weig
     tile is shorter than 128 rows (split-K, swap-AB and GEMV kernels that libraries pick for
     skinny GEMMs) hides its padded rows behind the weight read, so the padding cannot cost
     more than one weight read. Binds only where compute per weight byte is low: H20 (148
-    TFLOP/s over 4 TB/s, M* = 37) and 4-bit weights on 16-bit GEMMs (W4A16 Marlin: M* = 81
-    on H100); every other catalog GPU has M* >= 148 at its GEMM precision, where the cap
-    changes nothing. An estimate (no measurement of these GPUs' skinny GEMMs is at hand):
-    without it H20's batch-1 decode came out compute-bound at 4x its weight-read time
-    (docs/cost-model.md#serving-one-engine-step)."""
+    TFLOP/s over 4 TB/s, M* = 37), 8- and 4-bit weights on 16-bit GEMMs (W8A16 on A100:
+    M* = 87; W4A16 Marlin: 81 on H100), and barely H200 at fp8 (1,080 TFLOP/s over 4.32 TB/s
+    of weight stream: M* = 125); the other catalog GPUs have M* >= 152 at their serving GEMM
+    precision. With the half-rate rows near M*, a decode step's GEMMs price 1 + M/M* weight
+    reads (2NK(M + M*)/R), above the bare roofline max(read, compute) by up to 2x at M = M*:
+    the decode calibration (H200 fp8 Llama-3.1-70B as benchmarked, TPOT +1% signed at
+    4-64 clients) carries that shape, so it is kept. An estimate (no measurement of these
+    GPUs' skinny GEMMs is at hand): without the cap H20's batch-1 decode came out
+    compute-bound at 4x its weight-read time (docs/cost-model.md#serving-one-engine-step)."""
     ridge_rows = rate_flops_per_s * weight_bytes_per_element / (2 * weight_read_bytes_per_s)
     return min(float(GEMM_HALF_RATE_DIMENSION), ridge_rows)
 

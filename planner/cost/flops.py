@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from planner.cost.params import (
     attention_shape,
+    expert_params,
     experts_per_gpu,
     kv_heads_per_gpu,
+    latent_projection_params,
     num_attention_layers,
     recurrent_projection_widths,
     shared_expert_size,
@@ -169,7 +171,19 @@ def megatron_flops_per_sequence(model: ModelSpec, s: int, causal: bool = False) 
 
 
 def _layer_flops(model: ModelSpec, s: int, causal: bool) -> float:
-    """One layer's forward FLOPs for one sequence; the attention core halved when causal."""
+    """One layer's forward FLOPs for one sequence (the mean layer); the attention core halved
+    when causal. MoE: the MoE layers' MLP is the experts a token visits, 2*s*k*P_expert, plus
+    the shared experts, in place of the dense FFN (which the dense layers keep): Mixtral's two
+    experts per token, not one; Megatron-LM core_v0.19.0 training.py
+    num_floating_point_operations counts the same (moe_ffn_hidden_size x num_experts_routed_to,
+    plus the shared experts)."""
     gemms = layer_gemms_forward(model, 1, s, 1)
     core = sum(g.flops for g in attention_core_gemms(gemms))
-    return sum(g.flops for g in gemms) - (core / 2 if causal else 0.0)
+    total = sum(g.flops for g in gemms) - (core / 2 if causal else 0.0)
+    if not model.is_moe:
+        return total
+    dense_mlp = gemms[2].flops + gemms[3].flops
+    shared = sum(g.flops for g in moe_mlp_gemms_forward(model, 1, s, 1)[:-2]) if model.num_shared_experts else 0.0
+    routed = model.num_experts_per_tok * expert_params(model) + latent_projection_params(model)
+    moe_mlp = shared + 2.0 * s * routed
+    return total + model.num_moe_layers / model.num_hidden_layers * (moe_mlp - dense_mlp)

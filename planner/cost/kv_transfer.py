@@ -68,3 +68,13 @@ def kv_transfer(kv_bytes_per_token: float, input_len: int, num_layers: int, pref
     return KvTransfer(total, link.kind, link.scope, streams, transfer,
                       exposed_transfer_seconds(transfer, num_layers, prefill_seconds),
                       "measured" if curve is not None else "model")
+
+
+def kv_link_requests_per_second(transfer: KvTransfer, worker_gpus: int) -> float:
+    """The prompts per second one worker's links can move: each of its GPUs carries S/n of a
+    prompt's KV in T_x (n streams in parallel), so its g GPUs move (g / n) / T_x prompts per
+    second however many workers send or receive. A prefill worker cannot hand over more, nor a
+    decode worker take in more, whatever their compute allows (docs/cost-model.md, Serving:
+    disaggregated)."""
+    return worker_gpus / transfer.num_streams / transfer.transfer_seconds
+

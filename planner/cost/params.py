@@ -262,6 +262,18 @@ def shared_expert_size(model: ModelSpec) -> int:
     return model.shared_expert_intermediate_size or model.expert_intermediate_size
 
 
+def mlp_width_per_token(model: ModelSpec) -> float:
+    """The MLP intermediates one token produces in a layer, over the mean layer: the FFN width,
+    or for MoE the routed experts' (top-k x expert width) plus the shared experts' on the MoE
+    layers and intermediate_size on the dense ones (DeepSeek-V3: 3 of 61 layers). What the
+    activation function reads and writes, and what training keeps of it; Mixtral's 2 x 14,336
+    per token, not the one expert's intermediate_size."""
+    if not model.is_moe:
+        return model.intermediate_size
+    moe = model.num_experts_per_tok * model.expert_intermediate_size + model.num_shared_experts * shared_expert_size(model)
+    return (model.num_moe_layers * moe + model.num_dense_layers * model.intermediate_size) / model.num_hidden_layers
+
+
 def expert_params(model: ModelSpec) -> int:
     """One routed expert: mlp_params at f_e, in the latent width when moe_latent_size is set."""
     return mlp_params(model, model.expert_intermediate_size, model.moe_latent_size)

@@ -39,11 +39,11 @@ from planner.cost.params import (
     linear_bytes_per_weight,
     lm_head_bytes_per_weight,
     matmul_precision_of_dtype,
+    mlp_width_per_token,
     multiply_adds_per_attention_pair,
     param_counts,
     rotary_elements_per_token,
     routed_expert_share_per_gpu,
-    shared_expert_size,
     sublayers_per_layer,
 )
 from planner.cost.serving_memory import (
@@ -123,9 +123,9 @@ def no_tensor_rate_error(gpu_name: str) -> SpecError:
     """A GPU with neither a confirmed tensor peak nor a measured matmul rate: prompts and
     batched decode cannot be priced (treating compute as free would be a silent wrong answer)."""
     return SpecError(
-        f"{gpu_name}: no tensor-core rate (peak_tflops.bf16 or achievable_matmul_tflops.bf16) in the GPU "
-        "catalog; cannot price prompt and batched decode compute: measure it with `plan probe` "
-        "or give peak_tflops in a hardware profile"
+        f"--cluster: GPU {gpu_name}: no bf16 tensor-core rate (peak_tflops.bf16 or achievable_matmul_tflops.bf16) "
+        "in its hardware profile or the GPU catalog; cannot price prompt and batched decode compute: measure it "
+        "with `plan probe` or give peak_tflops.bf16 in the hardware profile"
     )
 
 
@@ -651,16 +651,6 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> float:
     return replicated + rotary + (3 if model.gated_mlp else 2) * e * mlp_width_per_token(model) / tp
 
 
-def mlp_width_per_token(model: ModelSpec) -> float:
-    """The MLP activations one token produces in a layer: the FFN width, or for MoE the routed
-    experts' (top-k x expert width) plus the shared experts' (spread over the GPUs of the
-    layer like the dense FFN under TP, or the experts under EP)."""
-    if not model.is_moe:
-        return model.intermediate_size
-    return (model.num_experts_per_tok * model.expert_intermediate_size
-            + model.num_shared_experts * shared_expert_size(model))
-
-
 @dataclass(frozen=True)
 class StepConstants:
     """What stage_step_time reads that depends on the model, the cluster and the layout only:
@@ -1013,6 +1003,9 @@ class RoundTime:
     engine_seconds: float
     """The engine's per-step cost of one micro-batch's step."""
     in_flight: int
+    chunk_steps: tuple[StepTime, ...] | None = None
+    """Each stage's time for the micro-batch that carries the prompt chunk (None: no chunk);
+    with p = 1 stage_steps already are."""
 
 
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -1062,9 +1055,11 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     path = engine + sum(step.seconds for step in steps) + layout.pp * hop
     busiest = in_flight * steps[slowest].seconds
     engines = in_flight * engine
+    chunk_steps = None
     if chunk is not None:
         carrier = per_batch.plus(chunk)
-        big = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance, constants, priced)
+        big = chunk_steps = stage_step_times(model, cluster, layout, placement, stages, carrier, imbalance, constants,
+                                             priced)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
@@ -1075,7 +1070,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
             engine = big_engine
             path = engine + big[0].seconds
     seconds = max(path, busiest, engines)
-    return RoundTime(seconds, steps, slowest, hop, engine, in_flight)
+    return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps)
 
 
 def serving_bubble_fraction(in_flight: int, pp: int, stage_seconds: float, round_seconds: float) -> float:
@@ -1110,13 +1105,16 @@ class Collective:
 
 def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                         decode_tokens: int, batches_in_flight: int, slowest_stage_layers: int,
-                        prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> tuple[Collective, ...]:
+                        prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
+                        prompt_expert_tokens: float | None = None) -> tuple[Collective, ...]:
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
     with EP across DP ranks vLLM's dispatch all-gather and combine reduce-scatter per MoE layer
     (ep_exchange_seconds_per_moe_layer), counted the same way; under sequence-parallel MoE
-    each MoE layer's output is all-gathered over TP in place of its after-MLP all-reduce."""
+    each MoE layer's output is all-gathered over TP in place of its after-MLP all-reduce.
+    `prompt_expert_tokens`: the prompt tokens per rank the EP exchange carries when they differ
+    from this rank's (DP ranks in lockstep: StepLoad.expert_tokens); None: prompt_tokens."""
     width = model.hidden_size * activation_bytes_per_element(model)
     out = []
     phases = (("decode", decode_tokens, batches_in_flight * slowest_stage_layers, layout.pp),
@@ -1124,7 +1122,8 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     for phase, tokens, allreduces, sends in phases:
         moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
                      if phase == "decode" else model.num_moe_layers)
-        exchange = ep_exchange_ops(model, cluster, layout, placement, tokens, phase, moe_count, all2all_backend)
+        routed = prompt_expert_tokens if phase == "prefill" and prompt_expert_tokens is not None else tokens
+        exchange = ep_exchange_ops(model, cluster, layout, placement, routed, phase, moe_count, all2all_backend)
         sp_moe_count = moe_count if any(op.name == "MoE output" for op in exchange) else 0
         if placement.tp_link is not None:
             both, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, tokens * width)

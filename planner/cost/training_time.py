@@ -42,7 +42,12 @@ from planner.cost.moe import (
     moe_layers_of,
     routed_expert_flops,
 )
-from planner.cost.params import kv_heads_per_gpu, layer_params_per_gpu, rotary_elements_per_token
+from planner.cost.params import (
+    kv_heads_per_gpu,
+    layer_params_per_gpu,
+    mlp_width_per_token,
+    rotary_elements_per_token,
+)
 from planner.cost.stage_split import StageSeconds
 from planner.cost.training_memory import (
     StageParams,
@@ -176,7 +181,7 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     Flash attention keeps the scores on chip: no score traffic.
     """
     e, h, d = 2, model.hidden_size, model.head_dim
-    a, f = model.num_attention_heads, model.intermediate_size
+    a, f = model.num_attention_heads, mlp_width_per_token(model)
     tokens = s * b
     replicated = (10 * e + 2) * h * tokens / (tp if sequence_parallel else 1)
     heads = 2 * (a // tp) + 2 * kv_heads_per_gpu(model, tp)
@@ -224,7 +229,7 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     not counted here. Llama-3.1-8B at t = 1, per token: delayed forward 90,112 B, backward
     172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B."""
     e = efficiency
-    h, d, f = model.hidden_size, model.head_dim, model.intermediate_size
+    h, d, f = model.hidden_size, model.head_dim, mlp_width_per_token(model)
     context, activation = model.num_attention_heads * d / tp, f / tp
     qkv_out = (model.num_attention_heads / tp + 2 * kv_heads_per_gpu(model, tp)) * d
     up_out = (2 if model.gated_mlp else 1) * f / tp

@@ -312,6 +312,20 @@ def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest, on_gpu: 
         run_with_progress(watched_argv(argv), env, options.timeout_s, on_progress, echo, stop)
 
 
+def check_loads(target: Path, document: dict) -> None:
+    """The profile as `plan --cluster` would load it; a measurement outside the schema's ranges
+    (a gloo sweep of tiny messages on a CPU measures well under 0.01 GB/s) stops the probe
+    before anything is written."""
+    from planner.catalog import resolve_gpu
+    from planner.specs import ClusterSpec, SpecError, validate
+
+    try:
+        validate(ClusterSpec, document, str(target), {"resolve_gpu": resolve_gpu})
+    except SpecError as error:
+        raise ProbeError(f"{error} (not written: the planner could not load it; measure larger messages "
+                         f"with --max-bytes, or on the GPUs with --backend nccl)") from None
+
+
 def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
     from planner.probe import profile, report, results
 
@@ -321,13 +335,24 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
         options.name, options.gpu, options.intra_kind, options.inter_kind
     )
     document = profile.build_profile(raw, rows, fits, choices, declared)
-    if options.out is not None:
-        profile.atomic_write_text(options.out, profile.dump_yaml(document))
+    merged = None
     if options.merge_into is not None:
         merged, _ = profile.merge_profile(declared or {}, document)
         merged["measured"]["flags"].append(
             "merged by plan probe: YAML comments of the original are not kept"
         )
+        if raw["backend"] == "gloo":
+            merged["measured"]["flags"].append(
+                "measured with gloo on the hosts' CPUs: the merged link numbers are the host path's, "
+                "not the GPUs' fabric"
+            )
+    # write nothing the planner would refuse to read back
+    for target, content in ((options.out, document), (options.merge_into, merged)):
+        if target is not None:
+            check_loads(target, content)
+    if options.out is not None:
+        profile.atomic_write_text(options.out, profile.dump_yaml(document))
+    if options.merge_into is not None:
         profile.atomic_write_text(options.merge_into, profile.dump_yaml(merged))
     if options.json_output:
         print(

@@ -116,7 +116,9 @@ def billions(count: float) -> str:
 
 
 def gb_per_s(bytes_per_s: float) -> str:
-    return f"{units.bytes_per_s_to_gb_per_s(bytes_per_s):.0f} GB/s"
+    """Whole GB/s, or two significant digits below 10 (a measured host path: 0.055 GB/s, not 0)."""
+    value = units.bytes_per_s_to_gb_per_s(bytes_per_s)
+    return f"{value:.0f} GB/s" if value >= 10 else f"{value:.2g} GB/s"
 
 
 def count(value: float) -> str:

@@ -42,7 +42,7 @@ from planner.serve_search import (
     SPECULATION_OFF_BEST,
     ServePlan,
 )
-from planner.units import BYTES_PER_GIB
+from planner.units import BYTES_PER_GIB, seconds_to_ms
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.console import Console
@@ -402,7 +402,21 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
         lines.append(f"  {name:<4} mean {ms(d.mean)}, median {ms(d.median)}, p99 {ms(d.p99)}")
+    missed = burst_sla_misses(request, metrics)
+    if missed:
+        lines.append(f"Note: the burst misses {'; '.join(missed)}: the SLA search sizes the steady state, and this "
+                     f"burst queues its prompts beyond it (fewer prompts at once, a lower --request-rate or "
+                     f"--max-concurrency would meet it)")
     return lines
+
+
+def burst_sla_misses(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
+    """Each SLA the simulated burst's mean misses, as `--max-ttft-ms 200 (mean 19,950 ms)`."""
+    checks = (("--max-ttft-ms", request.max_ttft_seconds, metrics.ttft_seconds.mean),
+              ("--max-tpot-ms", request.max_tpot_seconds, metrics.tpot_seconds.mean),
+              ("--max-e2e-ms", request.max_e2e_seconds, metrics.e2e_seconds.mean))
+    return [f"{flag} {seconds_to_ms(limit):g} (mean {ms(mean)})" for flag, limit, mean in checks
+            if limit is not None and mean > limit]
 
 
 def render_infeasible(plan: ServePlan, out: Console, show_rejected: bool = False) -> None:
@@ -514,6 +528,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
     if layouts and metrics is not None:
         layouts[0]["metrics"] = metrics_json(metrics)
         layouts[0]["metrics_source"] = "simulated burst" if plan.request.simulates_burst else "steady state"
+        layouts[0]["metrics_sla_misses"] = burst_sla_misses(plan.request, metrics)
     return {
         "workload": "serve",
         "serve_workload": serve_workload_json(plan.request),

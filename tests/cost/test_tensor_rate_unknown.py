@@ -45,9 +45,9 @@ def test_measured_rate_stands_in_for_the_missing_peak() -> None:
 def test_neither_peak_nor_measurement_refuses() -> None:
     cluster = _a10g_cluster(None)
     model = resolve_model("llama-3.1-8b")
-    with pytest.raises(SpecError, match="A10G: no tensor-core rate"):
+    with pytest.raises(SpecError, match="GPU A10G: no bf16 tensor-core rate"):
         achievable_flops_per_s(model, cluster)
-    with pytest.raises(SpecError, match="A10G: no tensor-core rate"):
+    with pytest.raises(SpecError, match="GPU A10G: no bf16 tensor-core rate"):
         attention_flops_per_s(cluster)
     with pytest.raises(SpecError, match="A10G: no dense bf16 peak"):
         train_rates(model, cluster)

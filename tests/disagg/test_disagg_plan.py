@@ -176,3 +176,49 @@ def test_mode_disaggregated_launches_the_disaggregated_plan_even_when_aggregated
     flat = " ".join(result.stdout.split())
     assert "Recommended (--mode disaggregated):" in flat and "aggregated wins" in flat
     assert "Launch disaggregated (vllm):" in flat and "kv_connector" in flat
+
+
+def test_a_worker_moves_no_more_kv_than_its_links_carry():
+    """Each GPU carries S/n of a prompt's KV in T_x, so a worker of g GPUs moves (g / n) / T_x
+    prompts per second: n = 1 stream, T_x = 0.1 s, g = 4: 40 prompts/s."""
+    from planner.cost.kv_transfer import KvTransfer, kv_link_requests_per_second
+
+    transfer = KvTransfer(1e8, "ethernet", "inter_node", 1, 0.1, 0.01, "model")
+    assert kv_link_requests_per_second(transfer, 4) == 40.0
+
+
+def test_a_slow_kv_link_caps_the_disaggregated_rate(tmp_path):
+    """Two one-GPU nodes joined by one 10 Gbit/s NIC each (1.25 GB/s): Llama-3.1-8B's 1,024-token
+    prompt holds 128 KiB/token x 1,024 = 128 MiB of KV, so the link moves at most
+    1.25e9 / 134,217,728 = 9.3 prompts/s (less its 20 us per layer): the rate cannot exceed
+    that, whatever the GPUs compute (an H100 prefills some 30 such prompts a second), and the
+    plan says the link binds."""
+    from planner.catalog import load_cluster
+
+    profile = tmp_path / "eth2x1.yaml"
+    profile.write_text("name: eth2x1\nnum_nodes: 2\ngpus_per_node: 1\ngpu: H100-SXM5-80GB\n"
+                       "inter_node: {kind: ethernet, num_nics_per_node: 1, nic_bandwidth_gbit_per_s: 10, latency_us: 20}\n")
+    cluster = load_cluster(profile)
+    best = plan_disaggregated(resolve_model("llama-3.1-8b"), cluster, ServeRequest(input_len=1024, output_len=256)).recommended
+    assert best is not None
+    assert best.kv.bytes_per_request == 128 * 1024 * 1024
+    assert best.requests_per_second <= 1.25e9 / (128 * 1024 * 1024)
+    assert best.requests_per_second > 0.9 * 1.25e9 / (128 * 1024 * 1024)
+    assert any("the KV link binds" in note for note in best.notes)
+
+
+def test_disaggregated_mode_json_recommends_what_the_text_does():
+    """--mode disaggregated: JSON `recommended` is the disaggregated deployment the text
+    recommends (null when none meets the SLA, exit 1), not the aggregated layout kept for the
+    comparison."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    base = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "disaggregated", "--json"]
+    done = CliRunner().invoke(app, base)
+    payload = json.loads(done.output)
+    assert done.exit_code == 0 and payload["recommended"] == payload["disaggregated"][0]
+    assert payload["recommended"]["mode"] == "disaggregated"
+    none = CliRunner().invoke(app, [*base, "--max-ttft-ms", "100"])
+    assert none.exit_code == 1 and json.loads(none.output)["recommended"] is None

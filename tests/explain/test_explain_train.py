@@ -71,3 +71,21 @@ def test_every_section_renders_for_training(model_name: str, cluster_name: str) 
     text = out.export_text(clear=False)
     assert "Pipeline timeline" in text and "How sure we are" in text
     ET.fromstring(out.export_svg())
+
+
+@pytest.mark.parametrize(("recompute", "gathers"), [("none", 2), ("full", 3)])
+def test_zero3_rows_count_what_the_step_prices(recompute: str, gathers: int) -> None:
+    """ZeRO-3 over 8 GPUs, 16 micro-batches: the gradients are reduce-scattered once per
+    micro-batch (16) and the 16-bit weights gathered before each forward and each backward
+    (2 x 16 = 32; 3 x 16 = 48 when the backward recomputes the forward first), as
+    training_time.dp_exposed_seconds prices them; --grad-reduce bf16 names the gradients so."""
+    result = CliRunner().invoke(app, [
+        "explain", "--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "128",
+        "--seq-len", "8192", "--layout", "tp=1,pp=1", "--zero", "3", "--recompute", recompute, "--micro-batch", "1",
+        "--grad-reduce", "bf16", "--no-sensitivity", "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    rows = {r["name"]: r for r in json.loads(result.output)["collectives"]}
+    assert rows["gradients (bf16)"]["count_per_step"] == 16
+    assert rows["16-bit weights"]["count_per_step"] == 16 * gathers

@@ -77,6 +77,10 @@ def test_length_spread_changes_the_burst():
 @pytest.mark.parametrize(("args", "message"), [
     (["--random-range-ratio", "1"], "--random-range-ratio: must be in [0, 1)"),
     (["--workload", "train", "--random-range-ratio", "0.5"], "random-range-ratio"),
+    (["--mode", "disaggregated", "--request-rate", "5"], "--request-rate: the burst is simulated for aggregated"),
+    # 3,000 x 1.5 = 4,500 and 128 x 1.5 = 192: requests of up to 4,692 tokens, above --max-model-len 4096
+    (["--input-len", "3000", "--random-range-ratio", "0.5"], "draws requests of up to 4,692 tokens"),
+    (["--mode", "disaggregated", "--num-prompts", "50"], "--num-prompts: the burst is simulated for aggregated"),
 ])
 def test_mistakes_are_one_line_with_exit_code_2(args, message):
     result = run(*args)
@@ -84,3 +88,36 @@ def test_mistakes_are_one_line_with_exit_code_2(args, message):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.output
     assert "Traceback" not in result.output
+
+
+def test_explain_refuses_what_only_the_burst_reads():
+    result = CliRunner().invoke(app, ["explain", *BASE, "--num-prompts", "50"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("--num-prompts: plan explain"), result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    # 100,000 prompts x 128 output tokens, one at a time: 12,800,000 steps, above 2,000,000
+    (["--num-prompts", "100000", "--max-concurrency", "1"], "--num-prompts 100,000: the burst needs some 12,800,000"),
+    # 10 prompts at 1e-15 req/s arrive over 1e16 s
+    (["--request-rate", "1e-15", "--num-prompts", "10"], "more than a month"),
+])
+def test_bursts_beyond_the_simulation_are_refused(args, message):
+    result = run(*args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_a_burst_that_misses_the_sla_says_so():
+    """1,000 prompts at once on one H100 queue for tens of seconds: the steady state the SLA
+    search sized meets --max-ttft-ms 200, the burst's mean does not, and the plan says which."""
+    text = run("--max-ttft-ms", "200", "--request-rate", "inf", "--num-prompts", "1000")
+    assert text.exit_code == 0, text.output
+    assert "Note: the burst misses --max-ttft-ms 200 (mean" in text.output
+    payload = json.loads(run("--max-ttft-ms", "200", "--request-rate", "inf", "--num-prompts", "1000", "--json").output)
+    (miss,) = payload["layouts"][0]["metrics_sla_misses"]
+    assert miss.startswith("--max-ttft-ms 200 (mean")
+    calm = json.loads(run("--max-ttft-ms", "2000", "--request-rate", "1", "--num-prompts", "20", "--json").output)
+    assert calm["layouts"][0]["metrics_sla_misses"] == []

@@ -322,22 +322,35 @@ def lockstep_round(load: StepLoad, chunk: StepLoad | None) -> float:
     return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * dense + EXPERT_SECONDS_PER_PROMPT_TOKEN * experts
 
 
-def test_expected_max_poisson_by_hand():
-    """One draw: its mean. Two Poisson(1): sum over k of 1 - F(k)^2 with F = 0.367879,
-    0.735759, 0.919699, 0.981012, 0.996340, 0.999406, 0.999917, ...: 0.864665 + 0.458659 +
-    0.154154 + 0.037616 + 0.007307 + 0.001188 + 0.000166 + 0.00002 = 1.52378."""
-    from planner.cost.continuous_batching import expected_max_poisson
+def test_busiest_rank_chunks_by_hand():
+    """One rank: its mean. Eight ranks at q = 0.5: some rank carries a chunk with probability
+    1 - 0.5^8 = 0.99609375. q = 1.44 over 16 ranks: every rank carries 1 or 2 chunks a round,
+    2 on some rank unless all 16 are at 1: 1 + 1 - 0.56^16 = 1.99991... q = 2 exactly: 2."""
+    from planner.cost.continuous_batching import busiest_rank_chunks
 
-    assert expected_max_poisson(1.7, 1) == 1.7
-    assert expected_max_poisson(1.0, 2) == pytest.approx(1.52378, rel=1e-4)
-    assert expected_max_poisson(0.0, 8) == 0.0
+    assert busiest_rank_chunks(1.7, 1) == 1.7
+    assert busiest_rank_chunks(0.5, 8) == pytest.approx(0.99609375, rel=1e-12)
+    assert busiest_rank_chunks(1.44, 16) == pytest.approx(2 - 0.56 ** 16, rel=1e-12)
+    assert busiest_rank_chunks(2.0, 8) == 2.0
+    assert busiest_rank_chunks(0.0, 8) == 0.0
 
 
 @given(st.floats(0.01, 50), st.integers(1, 64))
 def test_the_busiest_of_more_ranks_carries_more(mean, count):
-    from planner.cost.continuous_batching import expected_max_poisson
+    from planner.cost.continuous_batching import busiest_rank_chunks
 
-    assert mean <= expected_max_poisson(mean, count) + 1e-9 <= expected_max_poisson(mean, count + 1) + 2e-9
+    assert mean <= busiest_rank_chunks(mean, count) + 1e-9 <= busiest_rank_chunks(mean, count + 1) + 2e-9
+    assert busiest_rank_chunks(mean, count) <= math.floor(mean) + 1
+
+
+@given(st.integers(1, 20), st.integers(2, 64))
+def test_the_busiest_rank_is_continuous_across_whole_chunks(whole, ranks):
+    """No jump where q crosses an integer (the Poisson maximum once jumped from 1 to 2.6
+    chunks at q = 1 over 8 ranks)."""
+    from planner.cost.continuous_batching import busiest_rank_chunks
+
+    below, above = busiest_rank_chunks(whole - 1e-9, ranks), busiest_rank_chunks(whole + 1e-9, ranks)
+    assert abs(above - below) < 1e-6
 
 
 def test_lockstep_ranks_with_rare_prompts_by_hand():
@@ -364,14 +377,13 @@ def test_lockstep_ranks_with_rare_prompts_by_hand():
 
 
 def test_lockstep_ranks_with_every_round_prompted_by_hand():
-    """The budget-bound case (C=100, I=1000, O=10, B=512): q = 1024/1009 chunks of 500
-    tokens per round. Two ranks in lockstep: the busiest carries m = E[max of 2 Poisson(q)]
-    chunks through attention and the dense layers, the experts see the mean q:
-    round = 10 ms + m * 500 us + q * 500 * 0.5 us."""
-    from planner.cost.continuous_batching import expected_max_poisson
-
+    """The budget-bound case (C=100, I=1000, O=10, B=512): q = 1024/1009 = 1.014866 chunks of
+    500 tokens per round. Two ranks in lockstep: the busiest carries m = 1 + 1 - (1 -
+    0.014866)^2 = 1.029511 chunks through attention and the dense layers, the experts see
+    the mean q: round = 10 ms + m * 500 us + q * 500 * 0.5 us."""
     q = 1024 / 1009
-    m = expected_max_poisson(q, 2)
+    m = 2 - (1 - (q - 1)) ** 2
+    assert m == pytest.approx(1.029511, rel=1e-6)
     group = steady_state(100, 1000, 10, 512, 1, lockstep_round, 0.010, lockstep_ranks=2)
     assert group.busiest_rank_chunks_per_round == pytest.approx(m, rel=1e-12)
     assert group.step_seconds == pytest.approx(0.010 + m * 500e-6 + q * 500 * 0.5e-6, rel=1e-12)

@@ -278,3 +278,36 @@ def test_explain_shows_the_training_estimates_ep_numbers():
         e.dp_collectives.gradient_seconds)
     assert explanation.placement.ep_link == e.alltoall_link
     assert "EP all-to-all" in [s.name for s in explanation.breakdown.segments]
+
+
+MIXTRAL = resolve_model("mixtral-8x7b")
+
+
+def test_moe_mlp_width_is_every_expert_a_token_visits():
+    """Mixtral-8x7B: k = 2 experts of f_x = 14,336 per token (gated): the MLP width is
+    2 x 14,336 = 28,672, and at t = 4 a token keeps gate, up and product,
+    3 * 28,672 / 4 * 2 B = 43,008 B of MLP intermediates per layer; with Q, K, V and the
+    context (a = 32 heads / 4 = 8, k = 8 KV heads / 4 = 2, d = 128):
+    (2 * 8 + 2 * 2) * 128 * 2 B = 5,120 B; together 48,128 B per token per layer.
+    DeepSeek-V3: 8 x 2,048 routed + 1 x 2,048 shared = 18,432 on its 58 MoE layers and its
+    dense FFN of 18,432 on the other 3: 18,432."""
+    from planner.cost.params import mlp_width_per_token
+
+    assert mlp_width_per_token(MIXTRAL) == 28_672
+    assert act.split_bytes_per_token(MIXTRAL, 2, 4) == 48_128
+    assert mlp_width_per_token(DSV3) == 18_432
+
+
+def test_moe_model_flops_count_every_expert_a_token_visits():
+    """Model FLOPs of Mixtral equal those of the same block with a dense FFN of k * f_x =
+    28,672 (the router's [h, E] GEMM is not counted, as in Megatron's count): per token at
+    s = 1, 3 * (32 * 2 * (25,165,824 + 16,777,216 + 3 * 4,096 * 28,672) + 2 * 4,096 * 32,000)
+    + the attention core (4 * 1 * 32 * 128 * 32 layers * 3 = 1,572,864)
+    = 3 * (25,232,932,864 + 262,144,000) + 1,572,864 = 76,485,230,592 + 1,572,864
+    = 76,486,803,456 FLOP."""
+    from planner.cost.flops import model_flops_per_sequence
+
+    dense_twin = MIXTRAL.model_copy(update={"intermediate_size": 28_672, "num_local_experts": None,
+                                            "num_experts_per_tok": None})
+    assert model_flops_per_sequence(MIXTRAL, 1) == pytest.approx(model_flops_per_sequence(dense_twin, 1))
+    assert model_flops_per_sequence(MIXTRAL, 1) == pytest.approx(76_486_803_456)

@@ -217,3 +217,24 @@ def test_a_training_launcher_plans_under_its_engine():
                                       "--global-batch", "64", "--seq-len", "4096", "--engine", "megatron",
                                       "--emit", "torchtitan"])
     assert result.exit_code == 2 and "--emit torchtitan" in result.output
+
+
+def test_the_closest_rejected_layouts_are_the_smallest_overshoot():
+    """Llama-3.1-405B on 64 H100 at 8K fits nowhere. A layout whose every configuration runs
+    out of memory carries its smallest overshoot, so the table's "closest" are the layouts
+    that come nearest (tp=8 pp=8 misses by about 35 GiB; tp=1 layouts by 86 GiB and more),
+    not the first in tp order."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.render.common import closest_misses
+    from planner.requests import TrainRequest
+    from planner.train_search import search
+
+    plan = search(resolve_model("llama-3.1-405b"), resolve_cluster("8x8xH100"),
+                  TrainRequest(global_batch=256, seq_len=8192))
+    assert plan.recommended is None
+    shown, _ = closest_misses(plan.rejected, 12)
+    overshoots = [r.over_bytes for r in shown]
+    assert all(o > 0 for o in overshoots) and overshoots == sorted(overshoots)
+    tp8_pp8 = next(r for r in plan.rejected if (r.layout.tp, r.layout.pp, r.layout.cp) == (8, 8, 1))
+    assert tp8_pp8 in shown
+    assert all(r.layout.tp > 1 for r in shown[:3])
