@@ -34,7 +34,7 @@ import math
 
 from planner.cost import efficiency
 from planner.cost.moe import moe_layers_of
-from planner.cost.params import kv_heads_per_gpu, mlp_width_per_token
+from planner.cost.params import mlp_width_per_token, training_attention_widths
 from planner.specs import ModelSpec
 
 SOFTMAX_STATS_BYTES_PER_ROW = 4
@@ -64,9 +64,10 @@ def split_bytes_per_token(model: ModelSpec, act_bytes: int, tp: int) -> float:
     the MLP width is every expert a token visits (params.mlp_width_per_token: top-k x the
     expert's, plus the shared experts), split over the TP group or held whole by each token's
     EP ranks: s*b*k*f_x/t per GPU on the mean either way."""
-    a, d, f = model.num_attention_heads, model.head_dim, mlp_width_per_token(model)
-    attention = (2 * a // tp + 2 * kv_heads_per_gpu(model, tp)) * d
-    mlp = (3 if model.gated_mlp else 2) * f / tp
+    attention = training_attention_widths(model, tp).total  # (2a/t + 2k_gpu)d for GQA
+    if model.is_mla:  # the latents the up-projections' weight gradients read, whole on every rank
+        attention += (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim
+    mlp = (3 if model.gated_mlp else 2) * mlp_width_per_token(model) / tp
     return act_bytes * (attention + mlp)
 
 
@@ -82,9 +83,9 @@ def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
     16-bit: layernorm inputs, Q, K, V and the context kept by the attention kernel, the
     MLP-up output the activation's backward reads, masks."""
     fp8 = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT
-    h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, mlp_width_per_token(model)
+    h, f = model.hidden_size, mlp_width_per_token(model)
     replicated = 2 * h / (tp if sequence_parallel else 1)
-    return (act_bytes - fp8) * (replicated + (a // tp) * d + f / tp)
+    return (act_bytes - fp8) * (replicated + training_attention_widths(model, tp).context + f / tp)
 
 
 def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:

@@ -80,6 +80,8 @@ def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> 
     [W_out/t, h] (recurrent_projection_widths) count R/L: 2 FLOP per parameter per token; the
     scan itself (linear in s) is not counted.
     """
+    if model.is_mla:
+        return _mla_layer_gemms_forward(model, micro_batch, s, tp)
     h, a, d, f = model.hidden_size, model.num_attention_heads, model.head_dim, model.intermediate_size
     d_v = attention_shape(model, False).value_dim  # v_head_dim where values are narrower (MiMo-V2)
     tokens = micro_batch * s
@@ -102,6 +104,37 @@ def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> 
     width_in, width_out = recurrent_projection_widths(model)
     recurrent = model.num_recurrent_layers / layers
     return gemms + (Gemm(tokens, width_in // tp, h, recurrent), Gemm(tokens, h, width_out // tp, recurrent))
+
+
+def _mla_layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
+    """layer_gemms_forward for MLA as Megatron-Core trains it (multi_latent_attention.py,
+    core_v0.19.0): the down-projections duplicated on every TP rank, [bs, h] x [h, r_q] and
+    [bs, h] x [h, r_kv + d_rope]; the up-projections column-parallel, queries [bs, r_q] x
+    [r_q, a/t*(d_nope + d_rope)] (or [h, ...] without q_lora_rank) and keys and values
+    [bs, r_kv] x [r_kv, a/t*(d_nope + d_v)]; the output row-parallel [bs, a/t*d_v] x
+    [a/t*d_v, h]; the core per head scores [s, d_nope + d_rope] x [.., s] and context
+    [s, s] x [s, d_v]. Positions as layer_gemms_forward's: 0 the query up-projection, 1 the
+    output, 2-3 the MLP, 4-5 the core, then the KV up-projection and the down-projections.
+    DeepSeek-V3's attention then costs its 187.1M weights' 2 FLOP per token plus
+    4 * s * 128 * 160 per token for the core, where the GQA formula at head dim
+    7,168 / 128 = 56 counted 4 * s * 128 * 56."""
+    h, a, f = model.hidden_size, model.num_attention_heads, model.intermediate_size
+    r_q, r_kv, d_rope = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+    d_qk, d_v = model.qk_nope_head_dim + d_rope, model.v_head_dim
+    tokens = micro_batch * s
+    heads = a // tp
+    num_up = 2 if model.gated_mlp else 1
+    gemms = (
+        Gemm(tokens, heads * d_qk, r_q or h),
+        Gemm(tokens, h, heads * d_v),
+        Gemm(tokens, num_up * f // tp, h),
+        Gemm(tokens, h, f // tp),
+        Gemm(s, s, d_qk, count=micro_batch * heads),
+        Gemm(s, d_v, s, count=micro_batch * heads),
+        Gemm(tokens, heads * (model.qk_nope_head_dim + d_v), r_kv),
+        Gemm(tokens, r_kv + d_rope, h),
+    )
+    return gemms + ((Gemm(tokens, r_q, h),) if r_q else ())
 
 
 def moe_mlp_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int, ep: int = 1,

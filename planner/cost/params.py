@@ -556,6 +556,35 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_key_value_heads // tp)
 
 
+class AttentionWidths(NamedTuple):
+    """Per token on one GPU of a TP group, the widths of the tensors attention makes and keeps
+    in training (Megatron): queries, keys, values and the context (attention output)."""
+
+    query: float
+    key: float
+    value: float
+    context: float
+
+    @property
+    def total(self) -> float:
+        return self.query + self.key + self.value + self.context
+
+
+def training_attention_widths(model: ModelSpec, tp: int) -> AttentionWidths:
+    """GQA: a/t query heads of d, k_gpu key and value heads (kv_heads_per_gpu; d_v = v_head_dim
+    where narrower), a/t context heads. MLA as Megatron-Core trains it (multi_latent_attention.py,
+    no weight absorption: the latents are up-projected into a/t heads of keys and values):
+    queries and keys of d_nope + d_rope, values and context of d_v, every head its own;
+    DeepSeek-V3 at t = 1: 128 * (192 + 192 + 128 + 128) = 81,920 elements."""
+    a = model.num_attention_heads / tp
+    if model.is_mla:
+        d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        return AttentionWidths(a * d_qk, a * d_qk, a * model.v_head_dim, a * model.v_head_dim)
+    d_v = attention_shape(model, False).value_dim
+    kv = kv_heads_per_gpu(model, tp)
+    return AttentionWidths(a * model.head_dim, kv * model.head_dim, kv * d_v, a * d_v)
+
+
 def rotary_elements_per_token(model: ModelSpec, tp: int) -> float:
     """Elements one token's rotary embedding rewrites on one GPU: the query and key heads'
     (a/t + k_gpu) * d; MLA's decoupled rope parts only, a/t query heads and the one shared key

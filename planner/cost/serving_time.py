@@ -210,13 +210,37 @@ def local_expert_bytes(model: ModelSpec, layout: Layout) -> tuple[int, float]:
 
 def routed_expert_bytes_read(model: ModelSpec, layout: Layout, num_tokens: float,
                              touched_experts: float | None = None) -> float:
-    """One MoE layer's routed-expert weight bytes a step reads on one GPU: its E_g experts
-    times the share of all E some token chose (expected_experts_touched of the tokens its
-    experts see, or `touched_experts` of E when the routing is known)."""
+    """One MoE layer's routed-expert weight bytes a step reads on the busiest GPU: without EP
+    its E_g = E experts' shards times the share of all E some token chose
+    (expected_experts_touched of the tokens its experts see); with EP the most experts any
+    of the ep GPUs must read (busiest_gpu_experts_touched: the step waits for it). With
+    `touched_experts` of E given (the routing known, as the calibration's collectors route),
+    every GPU reads its share of them."""
     local, expert_bytes = local_expert_bytes(model, layout)
-    if touched_experts is None:
-        touched_experts = expected_experts_touched(model, expert_group_tokens(layout, num_tokens))
-    return local * touched_experts / model.num_local_experts * expert_bytes
+    if touched_experts is not None:
+        return local * touched_experts / model.num_local_experts * expert_bytes
+    seen = expert_group_tokens(layout, num_tokens)
+    if layout.ep > 1 and local < model.num_local_experts:
+        return busiest_gpu_experts_touched(model, local, layout.ep, seen) * expert_bytes
+    return local * expected_experts_touched(model, seen) / model.num_local_experts * expert_bytes
+
+
+def busiest_gpu_experts_touched(model: ModelSpec, local: int, num_gpus: int, num_tokens: float) -> float:
+    """E[the most experts some token chose on any of `num_gpus` GPUs holding `local` experts
+    each]: each expert is chosen with p = 1 - (1 - e/E)^N (uniform routing), so a GPU's count
+    is about Binomial(local, p) (the experts taken as independent), and the maximum of
+    num_gpus of them has E = sum over x < local of 1 - F(x)^num_gpus. Mixtral-8x7B at ep 4
+    (2 experts each), one token: p = 2/8; F(0) = 0.5625, F(1) = 0.9375; E = 0.8999 + 0.2275
+    = 1.127 experts on the busiest GPU against 0.5 on the mean one. Large N: every GPU reads
+    all of its experts (E -> local)."""
+    p = 1 - (1 - model.num_experts_per_tok / model.num_local_experts) ** num_tokens
+    if p >= 1.0:
+        return float(local)
+    total, cdf = 0.0, 0.0
+    for x in range(local):
+        cdf += math.comb(local, x) * p ** x * (1 - p) ** (local - x)
+        total += 1 - min(cdf, 1.0) ** num_gpus
+    return total
 
 
 def active_params_per_layer(model: ModelSpec) -> float:

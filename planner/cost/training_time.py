@@ -43,10 +43,10 @@ from planner.cost.moe import (
     routed_expert_flops,
 )
 from planner.cost.params import (
-    kv_heads_per_gpu,
     layer_params_per_gpu,
     mlp_width_per_token,
     rotary_elements_per_token,
+    training_attention_widths,
 )
 from planner.cost.stage_split import StageSeconds
 from planner.cost.training_memory import (
@@ -180,13 +180,13 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     context GEMM ((6e + 1) bytes, a*s/t scores per token). GPT at t = 8: 52*h bytes per token.
     Flash attention keeps the scores on chip: no score traffic.
     """
-    e, h, d = 2, model.hidden_size, model.head_dim
+    e, h = 2, model.hidden_size
     a, f = model.num_attention_heads, mlp_width_per_token(model)
     tokens = s * b
     replicated = (10 * e + 2) * h * tokens / (tp if sequence_parallel else 1)
-    heads = 2 * (a // tp) + 2 * kv_heads_per_gpu(model, tp)
+    heads = training_attention_widths(model, tp).total  # (2a/t + 2k_gpu)d for GQA
     activation = (3 if model.gated_mlp else 2) * e * f / tp
-    split = (2 * e * heads * d + 2 * e * rotary_elements_per_token(model, tp) + activation) * tokens
+    split = (2 * e * heads + 2 * e * rotary_elements_per_token(model, tp) + activation) * tokens
     scores = 0.0 if attention == "flash" else (6 * e + 1) * a * s * tokens / tp
     return replicated + split + scores, scores
 
@@ -229,9 +229,10 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     not counted here. Llama-3.1-8B at t = 1, per token: delayed forward 90,112 B, backward
     172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B."""
     e = efficiency
-    h, d, f = model.hidden_size, model.head_dim, mlp_width_per_token(model)
-    context, activation = model.num_attention_heads * d / tp, f / tp
-    qkv_out = (model.num_attention_heads / tp + 2 * kv_heads_per_gpu(model, tp)) * d
+    h, f = model.hidden_size, mlp_width_per_token(model)
+    widths = training_attention_widths(model, tp)
+    context, activation = widths.context, f / tp
+    qkv_out = widths.query + widths.key + widths.value
     up_out = (2 if model.gated_mlp else 1) * f / tp
     cast_forward, norm_outputs = context + activation, 2 * h
     cast_backward = qkv_out + h + up_out + h
@@ -472,7 +473,8 @@ class CpSeconds:
 def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: int, placement: Placement,
                          rates: TrainRates) -> CpSeconds:
     """Ring attention's KV exchange of one layer: cp - 1 steps forward, each sending one KV
-    chunk S = 2*b*(s/cp)*k_gpu*d*e bytes (k_gpu = kv_heads_per_gpu: GQA shrinks it) to the
+    chunk S = 2*b*(s/cp)*k_gpu*d*e bytes (k_gpu = kv_heads_per_gpu: GQA shrinks it; MLA sends
+    a/t heads of keys and values, d_nope + d_rope and d_v: training_attention_widths) to the
     next rank while the current chunk's attention runs; backward the same cp - 1 steps, each
     sending KV and dKV (2S). Exposed per step: max(0, alpha + S/beta - step compute).
 
@@ -494,7 +496,8 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
     if cp <= 1 or link is None:
         return CpSeconds()
     e = 2  # 16-bit K and V
-    kv_bytes = 2 * b * chunk_tokens * kv_heads_per_gpu(model, config.tp) * model.head_dim * e
+    widths = training_attention_widths(model, config.tp)
+    kv_bytes = b * chunk_tokens * (widths.key + widths.value) * e
     step_forward, step_backward = flash_attention_seconds(layer_gemms_forward(model, b, chunk_tokens, config.tp),
                                                           rates)
     send_forward = comm.p2p_seconds(kv_bytes, link)

@@ -276,3 +276,37 @@ def test_dp_ranks_of_an_ep_group_step_in_lockstep():
     assert lockstep_ranks(moe, Layout(8, 1, 1, 8)) == 1
     assert lockstep_ranks(moe, Layout(1, 1, 8)) == 1
     assert lockstep_ranks(dense, Layout(1, 1, 8)) == 1
+
+
+def test_busiest_gpu_reads_more_experts_than_the_mean_one_by_hand():
+    """Mixtral-8x7B over 4 GPUs (2 experts each), one token choosing 2 of 8: each expert is
+    chosen with p = 1/4; a GPU's count is Binomial(2, 1/4): F(0) = 0.5625, F(1) = 0.9375; the
+    busiest of 4: (1 - 0.5625^4) + (1 - 0.9375^4) = 0.89988 + 0.22752 = 1.12741 experts,
+    against 2 x 1/4 = 0.5 on the mean GPU. So the step's expert read is 1.127 experts' bytes."""
+    from planner.catalog import resolve_model as model_named
+    from planner.cost.serving_time import (
+        busiest_gpu_experts_touched,
+        local_expert_bytes,
+        routed_expert_bytes_read,
+    )
+    from planner.layout import Layout as L
+
+    mixtral = model_named("mixtral-8x7b")
+    assert busiest_gpu_experts_touched(mixtral, 2, 4, 1) == pytest.approx(1.1274109, rel=1e-6)
+    layout = L(tp=1, pp=1, dp=4, ep=4)
+    _, expert_bytes = local_expert_bytes(mixtral, layout)
+    assert routed_expert_bytes_read(mixtral, layout, 0.25) == pytest.approx(1.1274109 * expert_bytes, rel=1e-6)
+    # the routing known (the calibration's collectors): every GPU its share of the touched ones
+    assert routed_expert_bytes_read(mixtral, layout, 0.25, touched_experts=2) == pytest.approx(0.5 * expert_bytes)
+
+
+@given(st.integers(1, 64), st.integers(2, 64), st.floats(0.01, 5000))
+def test_the_busiest_gpu_reads_between_the_mean_and_all(local, gpus, tokens):
+    from planner.catalog import resolve_model as model_named
+    from planner.cost.serving_time import busiest_gpu_experts_touched
+
+    deepseek = model_named("deepseek-v3")
+    p = 1 - (1 - 8 / 256) ** tokens
+    busiest = busiest_gpu_experts_touched(deepseek, local, gpus, tokens)
+    assert local * p * (1 - 1e-9) <= busiest <= local * (1 + 1e-9)
+    assert busiest <= busiest_gpu_experts_touched(deepseek, local, gpus + 1, tokens) + 1e-9

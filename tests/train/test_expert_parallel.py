@@ -311,3 +311,25 @@ def test_moe_model_flops_count_every_expert_a_token_visits():
                                             "num_experts_per_tok": None})
     assert model_flops_per_sequence(MIXTRAL, 1) == pytest.approx(model_flops_per_sequence(dense_twin, 1))
     assert model_flops_per_sequence(MIXTRAL, 1) == pytest.approx(76_486_803_456)
+
+
+def test_mla_trains_as_megatron_builds_it():
+    """DeepSeek-V3's attention as Megatron-Core trains it (no weight absorption):
+    - per GPU at t = 1 the queries and keys are 128 heads of 128 + 64 = 192, values and context
+      128 of 128: 128 * (192 + 192 + 128 + 128) = 81,920 elements per token; Llama-3.1-70B at
+      t = 8 (GQA, one KV head per GPU): 8 * 128 + 128 + 128 + 8 * 128 = 2,304;
+    - the linear GEMMs hold the layer's 187,105,280 MLA weights (q_a 7,168 x 1,536, q_b
+      1,536 x 128 * 192, kv_a 7,168 x 576, kv_b 512 x 128 * 256, o 16,384 x 7,168);
+    - the core per head is [s, 192] x [192, s] and [s, s] x [s, 128]: 2 * 128 * (192 + 128)
+      = 81,920 FLOP per (query, key) pair, not the GQA formula's 4 * 128 * 56 = 28,672."""
+    from planner.cost.flops import attention_core_gemms, layer_gemms_forward, linear_gemms
+    from planner.cost.params import mla_attention_weights, training_attention_widths
+
+    assert training_attention_widths(DSV3, 1).total == 81_920
+    assert training_attention_widths(resolve_model("llama-3.1-70b"), 8).total == 2_304
+    gemms = layer_gemms_forward(DSV3, 1, 1, 1)
+    mla = [g for i, g in enumerate(linear_gemms(gemms)) if i not in (2, 3)]  # less the MLP's two
+    assert sum(g.m * g.n * g.k for g in mla) == sum(mla_attention_weights(DSV3)) == 187_105_280
+    s = 4096
+    core = sum(g.flops for g in attention_core_gemms(layer_gemms_forward(DSV3, 1, s, 1)))
+    assert core == 81_920 * s * s
