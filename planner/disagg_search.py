@@ -47,6 +47,7 @@ from planner.cost.serving_time import (
 from planner.cost.speculative import speculation_shape
 from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
+from planner.memo import Memo
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec
@@ -269,7 +270,8 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
                       constants=constants).seconds / tokens_per_round
 
 
-def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape) -> int:
+def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape,
+                       memo: Memo | None = None) -> int:
     """Largest C_d <= cap (the sequences the KV cache runs at their mean footprint,
     kv_limited_sequences; vLLM's max_num_seqs; --batch, the concurrency per replica the user
     asked for, as the aggregated plan takes it) with T_d <= --max-tpot-ms, by bisection (T_d
@@ -284,9 +286,11 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return 0
 
     constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
+    memo = memo if memo is not None else Memo()
 
     def ok(c: int) -> bool:
-        return limit is None or decode_round_seconds(model, cluster, shape, c, context, request, constants) <= limit
+        return limit is None or memo.get(("t_d", shape.key, c), decode_round_seconds, model, cluster, shape, c,
+                                         context, request, constants) <= limit
 
     if ok(cap):
         return cap
@@ -363,8 +367,13 @@ class _Memo:
     pairing: dict = field(default_factory=dict)
 
 
-def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> DisaggPlan:
+def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                       shared: Memo | None = None) -> DisaggPlan:
+    """`shared`: the workers' memory, prefill tables and decode rounds already priced, kept
+    across searches that differ only in the SLA limits (planner/frontier.py); None: this
+    search's own."""
     check_moe_backend(model, cluster, request.moe_backend)
+    shared = shared if shared is not None else Memo()
     cluster = with_moe_backend(cluster, request.moe_backend)
     num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
     max_model_len = request.max_model_len or model.max_position_embeddings
@@ -372,19 +381,21 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     sizes = [(tp, pp, 1) for tp, pp in worker_sizes(cluster, num_gpus)] + ep_decode_sizes(model, cluster, num_gpus)
     prefill_request, decode_request = role_request(request, "prefill"), role_request(request, "decode")
     for tp, pp, dp in sizes:
-        shape = price_shape(model, cluster, decode_request, tp, pp, max_model_len, dp)
+        shape = shared.get(("decode shape", tp, pp, dp), price_shape, model, cluster, decode_request, tp, pp,
+                           max_model_len, dp)
         if shape is None:
             continue
         memo.shapes[shape.key] = shape
-        memo.decode[shape.key] = decode_concurrency(model, cluster, decode_request, shape)
+        memo.decode[shape.key] = decode_concurrency(model, cluster, decode_request, shape, shared)
         shape_p = (shape if prefill_request == decode_request else
-                   price_shape(model, cluster, prefill_request, tp, pp, max_model_len, dp))
+                   shared.get(("prefill shape", tp, pp, dp), price_shape, model, cluster, prefill_request, tp, pp,
+                              max_model_len, dp))
         if shape_p is None:
             continue
         memo.prefill_shapes[shape.key] = shape_p
         shape_budget = max_num_batched_tokens(cluster, prefill_request, shape_p.layout)
-        memo.prefill[shape.key] = prefill_rounds(model, cluster, prefill_request, shape_p,
-                                                 min(shape_budget, shape_p.kv_cache_tokens // pp))
+        memo.prefill[shape.key] = shared.get(("prefill rounds", shape.key), prefill_rounds, model, cluster,
+                                             prefill_request, shape_p, min(shape_budget, shape_p.kv_cache_tokens // pp))
     rejected: dict[str, int] = {}
     bounds = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):

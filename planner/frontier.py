@@ -161,7 +161,7 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
             aggregated = None if best is None else aggregated_candidate(best)
         disaggregated = None
         if compared:
-            best_d = plan_disaggregated(model, cluster, target).recommended
+            best_d = plan_disaggregated(model, cluster, target, memo).recommended
             disaggregated = None if best_d is None else disaggregated_candidate(best_d)
         points.append(FrontierPoint(limit, aggregated, disaggregated))
     return Frontier(tuple(points), lone.tpot_seconds, peak.tpot_seconds, compared, why)
