@@ -236,10 +236,12 @@ def busiest_gpu_experts_touched(model: ModelSpec, local: int, num_gpus: int, num
     p = 1 - (1 - model.num_experts_per_tok / model.num_local_experts) ** num_tokens
     if p >= 1.0:
         return float(local)
-    total, cdf = 0.0, 0.0
+    total, pmf = 0.0, (1 - p) ** local
+    cdf, odds = pmf, p / (1 - p)
     for x in range(local):
-        cdf += math.comb(local, x) * p ** x * (1 - p) ** (local - x)
         total += 1 - min(cdf, 1.0) ** num_gpus
+        pmf *= (local - x) / (x + 1) * odds  # P(X = x + 1) from P(X = x)
+        cdf += pmf
     return total
 
 
