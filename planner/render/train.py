@@ -110,7 +110,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
-        f"MFU {best.mfu:.1%}.",
+        f"MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
@@ -119,6 +119,9 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
     return lines
+
+
+FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
 
 
 def _cp(config) -> str:
