@@ -297,8 +297,9 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     fields.update(recurrent_fields(text, path))
     if text.get("block_configs") is not None:
         fields.update(block_config_fields(text, path))
-    if text.get("num_nextn_predict_layers"):
-        fields["num_mtp_layers"] = text["num_nextn_predict_layers"]
+    mtp = text.get("num_nextn_predict_layers") or text.get("mtp_num_hidden_layers")  # DeepSeek's; Qwen3.5's
+    if mtp:
+        fields["num_mtp_layers"] = mtp
     scaling = text.get("rope_scaling")
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "llama3":
         fields["llama3_rope_scaling_factor"] = scaling.get("factor")
@@ -625,7 +626,8 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
     bits = config.get("bits") or config.get("w_bit") or next(
         (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
     if method in {"awq", "gptq", "compressed-tensors"} and type(bits) is int and bits in (4, 8):
-        group = config.get("group_size") or config.get("q_group_size") or 128
+        scheme = next((w for w in weights if w.get("type") == "int"), {})
+        group = config.get("group_size") or config.get("q_group_size") or scheme.get("group_size") or 128
         if isinstance(group, bool) or not isinstance(group, int):
             raise SpecError(
                 f"{path}: quantization_config.group_size: expected an integer (got {group!r})"
@@ -633,7 +635,11 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         if group < 1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
             group = hidden_size
         kind = "int4" if bits == 4 else "int8"
-        return {"quantization": kind, "quantization_group_size": group,
+        # zero points: AWQ's zero_point (default on), GPTQ's qzeros (always stored), none for a
+        # symmetric compressed-tensors scheme (its default), which keeps a scale per group only
+        zero_point = (not scheme.get("symmetric", True) if method == "compressed-tensors"
+                      else bool(config.get("zero_point", True)))
+        return {"quantization": kind, "quantization_group_size": group, "quantization_zero_point": zero_point,
                 "quantization_scope": _scope(config.get("ignore", config.get("modules_to_not_convert")))}
     if any(w.get("type") == "float" and w.get("num_bits") == 8 for w in weights):
         return {"quantization": "fp8"}

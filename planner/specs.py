@@ -123,6 +123,9 @@ class ModelSpec(_Spec):
     """Weight-only quantization of the transformer-block linear layers."""
     quantization_group_size: Count(MAX_HIDDEN_SIZE) = 128
     """int4 (AWQ/GPTQ) weights per scale group."""
+    quantization_zero_point: Flag = True
+    """int4: a 4-bit zero point per group beside its 16-bit scale (AWQ, GPTQ); off for a
+    symmetric compressed-tensors checkpoint, which stores the scale only."""
     attention_bias: Flag = False
     """Biases on q, k, v and o projections (GPT-style)."""
     qkv_bias: Flag = False

@@ -564,3 +564,24 @@ def test_unknown_hybrid_layers_are_refused_in_one_line(tmp_path: Path, change: d
     with pytest.raises(SpecError, match=feature) as info:
         resolve_model(str(path))
     assert "\n" not in str(info.value)
+
+
+def test_compressed_tensors_int4_group_and_symmetry_from_the_scheme():
+    """Kimi-K2.5 (compressed-tensors pack-quantized, config_groups.group_0.weights: 4-bit int,
+    group_size 32, symmetric): the experts hold 0.5 + 2/32 = 0.5625 bytes per weight (a bf16
+    scale per 32, no zero point), not the AWQ default of 0.5 + 2.5/128; its weights come to
+    594 GB (553.4 GiB), the size of Moonshot's int4 checkpoints."""
+    from planner.catalog import resolve_model
+    from planner.cost.params import bytes_per_weight, weight_bytes
+
+    kimi = resolve_model(str(CORPUS / "moonshotai--Kimi-K2.5"))
+    assert (kimi.quantization, kimi.quantization_group_size, kimi.quantization_zero_point) == ("int4", 32, False)
+    assert bytes_per_weight(kimi, "int4") == 0.5625
+    assert round(weight_bytes(kimi) / 1e9) == 594
+
+
+def test_qwen35_mtp_layer_is_read():
+    """Qwen3.5 configs name their multi-token-prediction layers mtp_num_hidden_layers (1)."""
+    from planner.catalog import resolve_model
+
+    assert resolve_model(str(CORPUS / "Qwen--Qwen3.5-27B")).num_mtp_layers == 1

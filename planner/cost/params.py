@@ -24,8 +24,10 @@ BYTES_PER_ELEMENT = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8"
 MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
 """The tensor-core precision a checkpoint dtype's matmuls run in (fp32 weights use TF32)."""
 INT4_BYTES_PER_WEIGHT = 0.5
-INT4_SCALE_BYTES_PER_GROUP = 2.0 + 0.5
-"""AWQ/GPTQ: an fp16 scale and a packed 4-bit zero point per group of weights."""
+INT4_SCALE_BYTES_PER_GROUP = 2.0
+"""int4: a 16-bit scale per group of weights (compressed-tensors' symmetric pack-quantized)."""
+INT4_ZERO_POINT_BYTES_PER_GROUP = 0.5
+"""AWQ/GPTQ: a packed 4-bit zero point per group beside the scale (quantization_zero_point)."""
 BLOCK_SCALED_BYTES = {"nvfp4": (0.5, 16, 1), "mxfp4": (0.5, 32, 1), "mxfp8": (1, 32, 1)}
 """Bytes per value, weights per block and scale bytes per block: NVFP4 an FP8 E4M3 scale per
 16 FP4 values, MXFP4 and MXFP8 an E8M0 scale per 32 (sources in bytes_per_weight)."""
@@ -335,7 +337,9 @@ def linear_bytes_per_weight(model: ModelSpec) -> float:
 def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     """Bytes per stored matmul weight of a format, quantization scales included.
 
-    int4 (AWQ/GPTQ): 0.5 + 2.5/group (fp16 scale + 4-bit zero per group of 128: +3.9%).
+    int4 (AWQ/GPTQ): 0.5 + 2.5/group (fp16 scale + 4-bit zero per group of 128: +3.9%);
+    without zero points (symmetric compressed-tensors) 0.5 + 2/group: Kimi-K2.5's experts at
+    group 32, 0.5625.
     fp8/int8: 1 + 4/h (an fp32 scale per output channel of ~h inputs: <0.1%; DeepSeek's
     fp8 with one fp32 scale per 128x128 block is 1 + 4/16384, 0.04% less).
     nvfp4: 0.5 + 1/16 (FP4 E2M1 values, one FP8 E4M3 scale per block of 16; NVIDIA,
@@ -348,7 +352,8 @@ def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     if weight_format is None:
         return float(BYTES_PER_ELEMENT[model.dtype])
     if weight_format == "int4":
-        return INT4_BYTES_PER_WEIGHT + INT4_SCALE_BYTES_PER_GROUP / model.quantization_group_size
+        per_group = INT4_SCALE_BYTES_PER_GROUP + (INT4_ZERO_POINT_BYTES_PER_GROUP if model.quantization_zero_point else 0)
+        return INT4_BYTES_PER_WEIGHT + per_group / model.quantization_group_size
     if weight_format in BLOCK_SCALED_BYTES:
         value_bytes, block, scale_bytes = BLOCK_SCALED_BYTES[weight_format]
         return value_bytes + scale_bytes / block
