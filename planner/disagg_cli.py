@@ -76,7 +76,7 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         speculation=request.speculation, dtype=model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
-        weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu)
+        weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe)
 
 
 def deployment_of(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,

@@ -278,7 +278,8 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     grows with C_d); 0 when one sequence misses."""
     context = request.input_len + request.output_len / 2
     cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len),
-              default_max_num_seqs(cluster, request.engine_versions.vllm_release))
+              default_max_num_seqs(cluster, request.engine_versions.vllm_release),
+              max_num_batched_tokens(cluster, request, shape.layout))  # vLLM: max_num_seqs <= the budget
     if request.batch is not None:
         cap = min(cap, request.batch)
     limit = request.max_tpot_seconds

@@ -233,6 +233,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
     budget = max_num_batched_tokens(cluster, request, layout)
+    if cap > budget:  # vLLM refuses max_num_seqs above the step's token budget (config/scheduler.py, 0.33.0)
+        notes.append(f"Token-budget-bound: a step holds at most {budget:,} tokens (--max-num-batched-tokens), one per "
+                     f"decoding sequence, so concurrency per replica is {budget:,} (wanted {cap:,}; vLLM refuses "
+                     f"--max-num-seqs above the budget)")
+        cap = budget
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     memo = memo if memo is not None else Memo()
     priced: dict[tuple, StepTime] = memo.get(("priced", layout), dict)

@@ -42,6 +42,7 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
         gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=max(s.weights_bytes + s.kv_cache_bytes for s in result.stages),
+        is_moe=plan.model.is_moe,
     )
 
 
@@ -163,8 +164,22 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
     ray: tuple[LaunchStep, ...] = ()
     if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > plan.cluster.gpus_per_node:
         ray = launch_steps(plan, best, "vllm-ray", served_model)
+    notes = launch_notes(plan)
+    if best is not None and engine in ("vllm", "vllm-ray"):
+        notes += apart_notes(plan.model.is_moe, best.layout)
     render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
-                notes=launch_notes(plan), metrics=metrics)
+                notes=notes, metrics=metrics)
+
+
+def apart_notes(is_moe: bool, layout) -> list[str]:
+    """vLLM deployments launched apart (each EP group, or an MoE model's replicas without EP):
+    each serves its own address."""
+    deployments = layout.num_ep_groups if layout.ep > 1 else (layout.dp if is_moe else 1)
+    if deployments <= 1:
+        return []
+    what = "EP group" if layout.ep > 1 else "replica (one vLLM deployment would split the experts over all its DP ranks)"
+    return [f"{deployments} independent vLLM servers, one per {what}: each serves its own address (the ports "
+            f"above); put a load balancer in front of them"]
 
 
 def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, top: int | None,

@@ -195,6 +195,9 @@ class ServeArgs:
     """Dual-batch overlap of that exchange (ServeRequest.enable_dbo)."""
     speculation: Speculation | None = None
     """Speculative decoding (ServeRequest.speculation); None = off."""
+    is_moe: bool = False
+    """The model has routed experts: vLLM shards a deployment's MoE layers over all of its
+    TP x DP ranks, so replicas planned apart (ep = 1) must be deployments apart."""
 
     @property
     def layout(self) -> Layout:

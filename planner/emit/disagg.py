@@ -155,11 +155,12 @@ class Server:
     """Its DP ranks: the node's workers of the role, or an EP worker's own DP ranks."""
 
 
-def _servers(args: ServeArgs, role_servers: list[RoleServers]) -> list[Server]:
+def _servers(args: ServeArgs, role_servers: list[RoleServers], moe_apart: bool = False) -> list[Server]:
     """One server per node for workers without EP (its workers as DP ranks behind one address);
     an EP worker is a server of its own, several to a node side by side (CUDA_VISIBLE_DEVICES,
-    ports)."""
-    if args.ep == 1:
+    ports); `moe_apart` (vLLM): an MoE model's workers without EP too, since one vLLM server's
+    DP ranks would split its experts between them."""
+    if args.ep == 1 and not (moe_apart and args.is_moe):
         return [Server(s.nodes, s.gpus, 0, s.workers_per_node) for s in role_servers]
     size = worker_gpus(args)
     return [Server(s.nodes, s.gpus[k * size:(k + 1) * size], k, args.dp)
@@ -172,12 +173,13 @@ def _single_node(where: Where) -> bool:
                for ss in where.values())
 
 
-def _endpoints(args: ServeArgs, servers: list[RoleServers] | WideRole, single_node: bool) -> list[tuple[str, int]]:
+def _endpoints(args: ServeArgs, servers: list[RoleServers] | WideRole, single_node: bool,
+               moe_apart: bool = False) -> list[tuple[str, int]]:
     """(address, slot) of each of the role's API servers, as the proxy or router names them."""
     if isinstance(servers, WideRole):
         return [(f"NODE{n}_IP", 0) for n in servers.heads]
     return [("localhost" if single_node else f"NODE{n}_IP", server.slot)
-            for server in _servers(args, servers) for n in server.nodes]
+            for server in _servers(args, servers, moe_apart) for n in server.nodes]
 
 
 def _side_channel_host(nodes: NodeSet | None) -> str:
@@ -210,7 +212,7 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
             for step in deployment_steps_from(args, servers.workers, servers.first_node, Extras(env, flags)):
                 steps.append(LaunchStep(f"{role} {step.role}", step.nodes, step.argv))
             continue
-        for server in _servers(args, servers):
+        for server in _servers(args, servers, moe_apart=True):
             dp = ("--data-parallel-size", str(server.ranks)) if server.ranks > 1 else ()
             host = {} if single else {"VLLM_NIXL_SIDE_CHANNEL_HOST": _side_channel_host(server.nodes)}
             # each DP rank listens on the base + its DP index: side-by-side servers take
@@ -221,8 +223,8 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
             steps.append(LaunchStep(role, server.nodes, (
                 *env, "vllm", "serve", args.model, *engine_flags(args), *dp,
                 "--port", str(ports[role] + server.slot), "--kv-transfer-config", config)))
-    prefill = _endpoints(d.prefill, where["prefill"], single)
-    decode = _endpoints(d.decode, where["decode"], single)
+    prefill = _endpoints(d.prefill, where["prefill"], single, moe_apart=True)
+    decode = _endpoints(d.decode, where["decode"], single, moe_apart=True)
     steps.append(LaunchStep("proxy", NodeSet(0), (
         *VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PROXY_PORT),
         "--prefiller-hosts", *[h for h, _ in prefill],

@@ -26,6 +26,8 @@ deployment, `--data-parallel-size ep // tp`, launched as above (over several nod
 multi-node DP flags); several EP groups are independent deployments, each on its own nodes
 (`$REPLICA_HEAD_IP` is its first node) or, when smaller than a node, side by side on one node
 (CUDA_VISIBLE_DEVICES, `--port`); each serves its own address, so a load balancer fronts them.
+An MoE model's replicas without EP are such independent deployments too: one deployment's
+data-parallel ranks would share (and split) its experts.
 """
 
 from __future__ import annotations
@@ -188,10 +190,13 @@ def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
     of its dp_per_ep_group DP ranks (vLLM shards the experts over all of a deployment's
     TP x DP ranks, ParallelConfig.data_parallel_size), and several groups are independent
     deployments: whole nodes each, or several to a node (placement_reasons refuses the rest)."""
-    if a.ep == 1:
+    if a.ep == 1 and not (a.is_moe and a.dp > 1):
         return _deployment_steps(a, ray, copies=1)
-    group = replace(a, dp=a.layout.dp_per_ep_group)
-    copies = a.layout.num_ep_groups
+    # an MoE model's replicas without EP: one deployment each (in one deployment vLLM would
+    # split the experts over every TP x DP rank and step the ranks together,
+    # vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make at 0.33.0)
+    group = replace(a, dp=a.layout.dp_per_ep_group if a.ep > 1 else 1)
+    copies = a.layout.num_ep_groups if a.ep > 1 else a.dp
     if copies > 1 and a.gpus_per_ep_group < a.gpus_per_node:
         return _shared_node_steps(group, copies)
     return _deployment_steps(group, ray, copies)

@@ -118,3 +118,20 @@ def test_ep_groups_of_several_nodes_expand_per_node():
         assert ("--headless" in argv) == bool(node % 2)
         assert _value(tuple(argv), "--data-parallel-start-rank", 0) == node % 2 * 8
     assert vllm_steps(replace(args, ep=32))[0].argv.count("$REPLICA_HEAD_IP") == 0
+
+
+def test_moe_replicas_without_ep_are_deployments_apart(serve_plan):
+    """Mixtral tp=2 dp=4 (no EP) on one H100 node: one vLLM deployment with
+    --data-parallel-size 4 would split the experts over all 8 GPUs (FusedMoEParallelConfig at
+    0.33.0) and step the ranks together, not the four 2-GPU replicas priced; so four servers,
+    GPUs 0-1, 2-3, 4-5, 6-7 on ports 8000-8003, none with DP flags. A dense model keeps one
+    deployment of four DP ranks behind one address."""
+    plan = launchable(serve_plan("mixtral-8x7b", "1x8xH100", layout={"tp": 2, "dp": 4, "ep": 1}))
+    steps = launch_steps(plan, plan.recommended, "vllm", "MODEL")
+    assert len(steps) == 4
+    for slot, step in enumerate(steps):
+        assert f"CUDA_VISIBLE_DEVICES={2 * slot},{2 * slot + 1}" in step.shell()
+        assert "--data-parallel-size" not in step.argv and _value(step.argv, "--port") == 8000 + slot
+    dense = launchable(serve_plan("llama-3.1-8b", "1x8xH100", layout={"tp": 2, "dp": 4}))
+    (one,) = launch_steps(dense, dense.recommended, "vllm", "MODEL")
+    assert _value(one.argv, "--data-parallel-size") == 4

@@ -57,3 +57,16 @@ def test_batch_above_the_kv_cache_sizes_memory_for_the_emitted_max_num_seqs():
                         int(argv[argv.index("--max-num-seqs") + 1])))
     assert results[0] == results[1]
     assert results[0][2] == results[0][3] < 1024
+
+
+def test_concurrency_never_exceeds_the_token_budget():
+    """vLLM refuses --max-num-seqs above --max-num-batched-tokens (SchedulerConfig, 0.33.0): on
+    A100 the default budget is 2,048, so --batch 4096 runs 2,048 per replica (the rest wait),
+    the command says --max-num-seqs 2048, and a note says why; likewise a decode worker."""
+    payload = json.loads(CliRunner().invoke(app, [
+        "--model", "llama-3.1-8b", "--cluster", "1x8xA100", "--mode", "aggregated", "--layout", "tp=8",
+        "--batch", "4096", "--max-model-len", "2048", "--json"]).output)
+    best = payload["recommended"]
+    assert best["batch"] == 2048
+    assert "--max-num-seqs 2048" in best["command"][0]["shell"]
+    assert any("Token-budget-bound" in note for note in best["notes"])
