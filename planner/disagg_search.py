@@ -355,6 +355,11 @@ def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
     return intra_node_link(cluster) if same_node else inter_node_link(cluster)
 
 
+PIPELINED_DECODE = ("a decode worker with pipeline stages cannot take in the KV (vLLM's NixlConnector refuses a "
+                    "kv_consumer with pipeline_parallel_size > 1, nixl/base_worker.py at 0.33.0)")
+"""Why decode workers keep pp = 1 (prefill workers may pipeline: they push to a pp = 1 decode)."""
+
+
 @dataclass
 class _Memo:
     """Per search: what each shape and (P, D, link) pairing costs."""
@@ -387,7 +392,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if shape is None:
             continue
         memo.shapes[shape.key] = shape
-        memo.decode[shape.key] = decode_concurrency(model, cluster, decode_request, shape, shared)
+        memo.decode[shape.key] = 0 if pp > 1 else decode_concurrency(model, cluster, decode_request, shape, shared)
         shape_p = (shape if prefill_request == decode_request else
                    shared.get(("prefill shape", tp, pp, dp), price_shape, model, cluster, prefill_request, tp, pp,
                               max_model_len, dp))
@@ -400,6 +405,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     rejected: dict[str, int] = {}
     bounds = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
+        if memo.shapes[d_key].pp > 1:
+            rejected[PIPELINED_DECODE] = rejected.get(PIPELINED_DECODE, 0) + 1
+            continue
         if memo.decode[d_key] == 0:
             rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
                 "no decode concurrency meets --max-tpot-ms", 0) + 1

@@ -222,3 +222,15 @@ def test_disaggregated_mode_json_recommends_what_the_text_does():
     assert payload["recommended"]["mode"] == "disaggregated"
     none = CliRunner().invoke(app, [*base, "--max-ttft-ms", "100"])
     assert none.exit_code == 1 and json.loads(none.output)["recommended"] is None
+
+
+def test_decode_workers_are_never_pipelined():
+    """vLLM 0.33.0's NixlConnector refuses a kv_consumer with pipeline_parallel_size > 1
+    (nixl/base_worker.py): no deployment pairs a pipelined decode worker, and the rejections
+    say why; prefill workers may pipeline."""
+    from planner.disagg_search import PIPELINED_DECODE
+
+    plan = plan_disaggregated(resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100"),
+                              ServeRequest(input_len=1024, output_len=256))
+    assert plan.candidates and all(c.decode.pp == 1 for c in plan.candidates)
+    assert dict(plan.rejected)[PIPELINED_DECODE] > 0
