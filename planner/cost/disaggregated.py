@@ -21,6 +21,10 @@ MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
 grows without bound as rho -> 1, and no deployment runs its prefill fleet saturated."""
 RATE_BISECTION_STEPS = 40
+BATCH_FIXED_POINT_ITERATIONS = 64
+"""prefill_at_rate's iterations toward the prompts per step (monotone from 1: a few dozen at most)."""
+BATCH_FIXED_POINT_TOLERANCE = 1e-6
+"""Prompts per step: closer than this is the fixed point."""
 LOWEST_RATE_FRACTION = 2.0**-30
 """The bisection's lower end, as a share of the capacity: a lone prompt (no queueing)."""
 
@@ -65,12 +69,20 @@ def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
 
 
 def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
-    """b = clamp(r * T(n_max) / k, 1, n_max) prompts per step (what arrives during a full
-    round, conservative); a prompt's own service S = S_p * T(b); rho = r / capacity (the
-    worker's share of time busy at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean
-    wait, Kleinrock, Queueing Systems vol. 1, eq. 5.76 with deterministic service)."""
+    """b = the prompts a step carries: what arrives while the step before it runs,
+    b = clamp(r * T(b) / k, 1, n_max), the least fixed point (from b = 1 up; T grows with b);
+    a prompt's own service S = S_p * T(b); rho = r / capacity (the worker's share of time busy
+    at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean wait, Kleinrock, Queueing
+    Systems vol. 1, eq. 5.76 with deterministic service). (b once took the full round,
+    r * T(n_max) / k: a step as long as a full one for every prompt, 2-4 times the waits a
+    simulation of the same worker gives when T grows with b.)"""
     k, steps = worker.in_flight, worker.steps_per_prompt
-    b = min(worker.prompts_per_step_max, max(1.0, rate * worker.full_round_seconds / k))
+    b = 1.0
+    for _ in range(BATCH_FIXED_POINT_ITERATIONS):
+        following = min(worker.prompts_per_step_max, max(1.0, rate * round_seconds(b) / k))
+        if abs(following - b) < BATCH_FIXED_POINT_TOLERANCE:
+            break
+        b = following
     seconds = round_seconds(b)
     service = steps * seconds
     rho = rate / worker.capacity_requests_per_second

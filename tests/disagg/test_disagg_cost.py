@@ -89,3 +89,28 @@ def test_rate_matching_by_hand():
     assert (match.requests_per_second, match.binding) == (15.0, "decode")
     assert (match.prefill_requests_per_second, match.decode_requests_per_second) == (16.0, 15.0)
     assert rate_match(8.0, 1, 5.0, 3).binding == "prefill"
+
+
+def test_prompts_per_step_follow_what_arrives_during_a_step():
+    """T(b) = 0.1 + 0.09 (b - 1) s, n_max = 8, k = 1, r = 7 req/s: a step of b prompts lets
+    7 T(b) arrive: b = 7 (0.1 + 0.09 (b - 1)) = 0.07 + 0.63 b gives b = 0.19, so one prompt a
+    step, S = T(1) = 0.1 s; capacity 8 / T(8) = 8 / 0.73 = 10.959 req/s, rho = 7 / 10.959 =
+    0.63875; wait = 0.63875 * 0.1 / (2 * 0.36125) = 0.088408 s; prefill 0.188408 s. (Taking
+    the full round's arrivals, b = 7 * 0.73 = 5.11 and S = 0.4699 s, gave 0.885 s; a simulation
+    of this worker gives about 0.25 s.)"""
+    def linear(b: float) -> float:
+        return 0.1 + 0.09 * (b - 1)
+
+    worker = prefill_worker(1024, 8192, 1, linear)
+    load = prefill_at_rate(worker, 7.0, linear)
+    assert load.prompts_per_step == 1.0
+    assert load.utilization == pytest.approx(7 / (8 / 0.73))
+    assert load.prefill_seconds == pytest.approx(0.1 + 0.63875 * 0.1 / (2 * 0.36125), rel=1e-4)
+    # batching that pays: T(b) = 0.2 + 0.02 (b - 1), r = 20: b = 20 (0.18 + 0.02 b) = 3.6 + 0.4 b,
+    # b = 6 prompts a step, S = T(6) = 0.3 s
+    def flat(b: float) -> float:
+        return 0.2 + 0.02 * (b - 1)
+
+    busy = prefill_at_rate(prefill_worker(1024, 8192, 1, flat), 20.0, flat)
+    assert busy.prompts_per_step == pytest.approx(6.0, rel=1e-5)
+    assert busy.round_seconds == pytest.approx(0.3, rel=1e-5)
