@@ -486,12 +486,10 @@ def _context(request: ServeRequest) -> float:
 
 
 def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
-    worker, seconds = memo.prefill[p_key]
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
-    own = worker.steps_per_prompt * seconds(1.0)
     return kv_transfer(kv_bytes_per_token(model, request.kv_cache_dtype), request.input_len,
-                       model.num_hidden_layers, p_key[0], d_key[0], link, curve, own)
+                       model.num_hidden_layers, p_key[0], d_key[0], link, curve, model.is_mla)
 
 
 def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float] | str:

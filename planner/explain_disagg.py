@@ -142,8 +142,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"),
         PathLeg("KV transfer (exposed)", kv.exposed_seconds,
                 f"{kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB over {kv.link_kind} ({kv.link_scope}), "
-                f"{kv.num_streams} stream(s), {seconds_to_ms(kv.transfer_seconds):.1f} ms in all, overlapped "
-                f"with the prefill's layers ({kv.source})"),
+                f"{kv.num_streams} stream(s){f' to each of {kv.copies} decode ranks' if kv.copies > 1 else ''}, "
+                f"read after the prefill ends ({kv.source})"),
         PathLeg("first decode round", e.tpot_seconds * (1.0 if speculation is None
                                                          else expected_tokens_per_step(speculation.acceptance)),
                 f"on a decode worker {e.decode.shape_label} with "

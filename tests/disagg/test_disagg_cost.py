@@ -11,7 +11,7 @@ from planner.cost.disaggregated import (
     prefill_worker,
     rate_match,
 )
-from planner.cost.kv_transfer import exposed_transfer_seconds, kv_transfer
+from planner.cost.kv_transfer import kv_transfer
 from planner.layout import Link
 
 KV_BYTES_PER_TOKEN_70B = 327_680
@@ -20,37 +20,42 @@ NVLINK = Link("nvlink", "intra_node", 450e9, 2e-6)
 IB = Link("infiniband", "inter_node", 50e9, 5e-6)
 
 
-def test_kv_transfer_inside_a_node_hides_behind_the_prefill():
+def test_kv_transfer_inside_a_node():
     """S = 327,680 * 1,024 = 335,544,320 B over min(2, 4) = 2 streams, 80 layers:
     message = S / (80 * 2) = 2,097,152 B; NVLink t = 2e-6 + 2,097,152 / 450e9 = 6.66034e-6 s;
-    T_x = 80 * t = 5.32827e-4 s. Prefill 0.1 s: T_x - 0.1 * 79/80 < 0, so only the last
-    layer's share T_x / 80 = 6.66034e-6 s is exposed."""
-    kv = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None, 0.1)
+    T_x = 80 * t = 5.32827e-4 s, all of it in TTFT: vLLM's NixlConnector reads the blocks
+    after the prefill ends (no layer-by-layer saving)."""
+    kv = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None)
     assert kv.bytes_per_request == 335_544_320
-    assert kv.num_streams == 2
+    assert (kv.num_streams, kv.copies) == (2, 1)
     assert kv.transfer_seconds == pytest.approx(5.32827e-4, rel=1e-5)
-    assert kv.exposed_seconds == pytest.approx(6.66034e-6, rel=1e-5)
+    assert kv.exposed_seconds == kv.transfer_seconds
     assert (kv.link_kind, kv.link_scope, kv.source) == ("nvlink", "intra_node", "model")
 
 
-def test_kv_transfer_across_nodes_is_exposed_when_the_nic_is_slower_than_the_prefill():
+def test_kv_transfer_across_nodes():
     """Same request over a 400 Gb/s NIC (50e9 B/s per GPU, 5 us): t = 5e-6 + 2,097,152 / 50e9
-    = 4.694304e-5 s; T_x = 80 * t = 3.7554432e-3 s. With a 0.1 s prefill the last layer's
-    share 4.694304e-5 s is exposed; with a 2 ms prefill the backlog is:
-    3.7554432e-3 - 2e-3 * 79/80 = 1.7804432e-3 s."""
-    slow = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None, 0.1)
+    = 4.694304e-5 s; T_x = 80 * t = 3.7554432e-3 s, exposed whole."""
+    slow = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None)
     assert slow.transfer_seconds == pytest.approx(3.7554432e-3, rel=1e-7)
-    assert slow.exposed_seconds == pytest.approx(4.694304e-5, rel=1e-7)
-    fast_prefill = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None, 0.002)
-    assert fast_prefill.exposed_seconds == pytest.approx(1.7804432e-3, rel=1e-7)
-    nvlink = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None, 0.1)
+    assert slow.exposed_seconds == slow.transfer_seconds
+    nvlink = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None)
     assert slow.transfer_seconds > 7 * nvlink.transfer_seconds
 
 
-def test_exposed_share_is_at_least_the_last_layer():
-    """max(T_x / L, T_x - T_pre (L-1)/L): 8 s over 4 layers with a 100 s prefill -> 2 s."""
-    assert exposed_transfer_seconds(8.0, 4, 100.0) == 2.0
-    assert exposed_transfer_seconds(8.0, 4, 4.0) == 5.0
+def test_mla_latent_goes_whole_to_every_decode_rank():
+    """DeepSeek-V3, 70,272 B of latent per token (61 layers x 576 x 2 B), I = 8,192:
+    S = 575,668,224 B. The latent is not split by heads, so each of the t_D = 2 decode ranks
+    reads all of it: one stream of S / 61 = 9,437,184 B per layer, t = 5e-6 + 9,437,184 / 50e9
+    = 1.9374368e-4 s, T_x = 61 t = 1.18183645e-2 s (S / n with n = 2 streams, as for GQA,
+    would be half). A decode worker of 2 GPUs takes in 2 / (1 * 2) / T_x = 84.6 prompts/s."""
+    from planner.cost.kv_transfer import kv_link_requests_per_second
+
+    kv = kv_transfer(70_272, 8192, 61, 2, 2, IB, None, mla=True)
+    assert kv.bytes_per_request == 575_668_224
+    assert (kv.num_streams, kv.copies) == (1, 2)
+    assert kv.transfer_seconds == pytest.approx(1.18183645e-2, rel=1e-7)
+    assert kv_link_requests_per_second(kv, 2) == pytest.approx(1 / 1.18183645e-2, rel=1e-7)
 
 
 def constant(seconds: float):
