@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.serving_memory import max_num_batched_tokens
 from planner.disagg_search import (
     DisaggEstimate,
     DisaggPlan,
@@ -14,6 +15,7 @@ from planner.disagg_search import (
 )
 from planner.emit.command import LaunchStep, ServeArgs
 from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
+from planner.layout import Layout
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION
@@ -76,7 +78,9 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         speculation=request.speculation, dtype=model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
-        weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe)
+        weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe,
+        priced_batched_tokens=max_num_batched_tokens(cluster, role_request(request, role),
+                                                     Layout(worker.tp, worker.pp, worker.dp, worker.ep)))
 
 
 def deployment_of(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,

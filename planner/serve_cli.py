@@ -43,6 +43,7 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=max(s.weights_bytes + s.kv_cache_bytes for s in result.stages),
         is_moe=plan.model.is_moe,
+        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout),
     )
 
 

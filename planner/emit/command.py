@@ -195,6 +195,9 @@ class ServeArgs:
     """Dual-batch overlap of that exchange (ServeRequest.enable_dbo)."""
     speculation: Speculation | None = None
     """Speculative decoding (ServeRequest.speculation); None = off."""
+    priced_batched_tokens: int | None = None
+    """The token budget per step the plan priced (--max-num-batched-tokens or the release's
+    default for the layout): what an engine with another default must be told to run."""
     is_moe: bool = False
     """The model has routed experts: vLLM shards a deployment's MoE layers over all of its
     TP x DP ranks, so replicas planned apart (ep = 1) must be deployments apart."""

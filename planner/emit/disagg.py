@@ -17,7 +17,7 @@ An expert-parallel worker (tp * d GPUs, d DP ranks sharing the experts) is one s
 own: vLLM `--data-parallel-size d --enable-expert-parallel`, SGLang `--tp-size tp*d
 --attn-dp-size d --ep-size tp*d` at 0.5.23 (`--dp-size d --enable-dp-attention` at
 0.5.10.post1; emit/sglang.ep_server). Several on one node run side by side: server s on its
-own GPUs (CUDA_VISIBLE_DEVICES), at the role's port + s (vLLM; SGLang + 2 s, its prefill and
+own GPUs (CUDA_VISIBLE_DEVICES), at the role's port + s (vLLM; SGLang + 20 s, its prefill and
 decode ports interleaved) with its own NIXL side-channel range (vLLM: base + s * d) or
 bootstrap port (SGLang prefill: 8998 + s); the proxy or router names each server.
 
@@ -45,12 +45,12 @@ import json
 from dataclasses import dataclass
 
 from planner.emit.command import NODE_ADDRESS, LaunchStep, NodeSet, PerNode, ServeArgs, env_prefix
-from planner.emit.sglang import ep_server, server_env, server_flags, wide_server_steps
+from planner.emit.sglang import PORT_STRIDE, ep_server, server_env, server_flags, wide_server_steps
 from planner.emit.vllm import Extras, deployment_steps_from, engine_flags
 
 VLLM_PREFILL_PORT, VLLM_DECODE_PORT, PROXY_PORT = 8100, 8200, 8000
 NIXL_SIDE_CHANNEL_PORTS = {"prefill": 5600, "decode": 5800}
-SGLANG_PREFILL_PORT, SGLANG_DECODE_PORT, SGLANG_BOOTSTRAP_PORT = 30000, 30001, 8998
+SGLANG_PREFILL_PORT, SGLANG_DECODE_PORT, SGLANG_BOOTSTRAP_PORT = 30000, 30000 + PORT_STRIDE, 8998
 VLLM_PROXY = ("python3", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py")
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
@@ -235,9 +235,10 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
 
 
 def sglang_port(role_port: int, slot: int) -> int:
-    """The server's --port: the role's, then every other port (the prefill's and the decode's
-    side by side on one node never meet)."""
-    return role_port + 2 * slot
+    """The server's --port: the role's (prefill 30000, decode 30010), then every
+    2 * PORT_STRIDE: prefill and decode servers side by side on one node, their ZMQ blocks
+    (--port + 233 to + 239 with attention DP, emit/sglang.PORT_STRIDE) included, never meet."""
+    return role_port + 2 * PORT_STRIDE * slot
 
 
 def sglang_pp_speculation(d: DisaggDeployment) -> bool:

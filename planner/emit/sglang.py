@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 
 DIST_INIT_PORT = 5000
 SERVER_PORT = 30000
+PORT_STRIDE = 10
+"""--port apart of SGLang servers side by side on one node. With attention DP a server also
+binds its ZMQ ports at --port + 233 (dist init) through + 239 (the six derived from it:
+srt/server_args.py PortArgs.init_new, ZMQ_TCP_PORT_DELTA 233, NUM_DERIVED_PORTS 6, at
+0.5.23), so servers one port apart collide; 10 apart never meet (nor their HTTP ports)."""
 DP_ATTENTION = "--enable-dp-attention"
 ATTN_DP_SIZE = "--attn-dp-size"
 """DP attention before 0.5.2x (`--dp-size d --enable-dp-attention`) and from then on."""
@@ -236,7 +241,8 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     d = a.layout.dp_per_ep_group
     if d == 1:
         return a, ("--ep-size", str(a.tp))
-    per_rank = low_latency_tokens_per_rank(a) or a.max_num_batched_tokens
+    # SGLang divides its chunked-prefill size by the DP ranks: give it d times the priced budget
+    per_rank = low_latency_tokens_per_rank(a) or a.max_num_batched_tokens or a.priced_batched_tokens
     budget = None if per_rank is None else per_rank * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
                      max_num_batched_tokens=budget)
@@ -270,15 +276,15 @@ def sglang_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
 
 def _shared_node_steps(a: ServeArgs, launcher: tuple[str, ...], ep_flags: tuple[str, ...]) -> tuple[LaunchStep, ...]:
     """Several DP-attention servers (EP groups of `a.tp * a.pp` GPUs) to a node: server s of a
-    node on GPUs from s * size (--base-gpu-id), port SERVER_PORT + s (a one-node server takes
-    its other ports from --port); one step per place on the node, then the router. SGLang's
+    node on GPUs from s * size (--base-gpu-id), port SERVER_PORT + PORT_STRIDE * s (a one-node
+    server takes its other ports from --port); one step per place on the node, then the router. SGLang's
     --dp-size cannot hold them: with DP attention it is the group's own DP degree."""
     size = a.tp * a.pp
     per_node = a.gpus_per_node // size
     steps = []
     for slot in range(min(per_node, a.dp)):
         argv = (*launcher, *server_flags(a, 1, ep_flags), "--base-gpu-id", str(slot * size),
-                "--host", "0.0.0.0", "--port", str(SERVER_PORT + slot))
+                "--host", "0.0.0.0", "--port", str(SERVER_PORT + PORT_STRIDE * slot))
         steps.append(LaunchStep("server", NodeSet(0, math.ceil((a.dp - slot) / per_node)), argv))
     return (*steps, router_step(a))
 

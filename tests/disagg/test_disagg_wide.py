@@ -151,10 +151,10 @@ def test_ep_decode_workers_sharing_a_node_run_side_by_side():
     assert proxy[proxy.index("--decoder-ports") + 1:] == ["8200", "8201"]
     sglang = sglang_disagg_steps(d)
     ports = [flag(list(s.argv), "--port") for s in sglang if s.role == "decode"]
-    assert ports == ["30001", "30003"]
+    assert ports == ["30010", "30030"]  # 20 apart: each server's ZMQ block at --port + 233..239 (emit/sglang.PORT_STRIDE)
     router = list(sglang[-1].argv)
     assert [router[i + 1] for i, a in enumerate(router) if a == "--decode"] == [
-        "http://NODE1_IP:30001", "http://NODE1_IP:30003"]
+        "http://NODE1_IP:30010", "http://NODE1_IP:30030"]
 
 
 @pytest.mark.parametrize("prefill, decode, why", [
@@ -189,6 +189,6 @@ def test_sglang_ep_decode_over_two_nodes_is_one_server():
         assert flag(argv, "--disaggregation-mode") == "decode"
     assert all(flag(by_node[n], "--disaggregation-mode") == "prefill" for n in (2, 3))
     router = list(steps[-1].argv)
-    assert [router[i + 1] for i, a in enumerate(router) if a == "--decode"] == ["http://NODE0_IP:30001"]
+    assert [router[i + 1] for i, a in enumerate(router) if a == "--decode"] == ["http://NODE0_IP:30010"]
     assert [router[i + 1:i + 3] for i, a in enumerate(router) if a == "--prefill"] == [
         ["http://NODE2_IP:30000", "8998"], ["http://NODE3_IP:30000", "8998"]]

@@ -135,3 +135,18 @@ def test_moe_replicas_without_ep_are_deployments_apart(serve_plan):
     dense = launchable(serve_plan("llama-3.1-8b", "1x8xH100", layout={"tp": 2, "dp": 4}))
     (one,) = launch_steps(dense, dense.recommended, "vllm", "MODEL")
     assert _value(one.argv, "--data-parallel-size") == 4
+
+
+def test_sglang_servers_side_by_side_keep_their_zmq_ports_apart(serve_plan):
+    """Qwen3-30B-A3B tp=1 dp=8 ep=2 on one H100 node: four attention-DP servers. Each binds
+    --port + 233 .. + 239 besides --port (SGLang 0.5.23 PortArgs.init_new), so their --port
+    values are 10 apart (30000, 30010, 30020, 30030): no server's block or HTTP port meets
+    another's. Each runs the priced budget on each of its 2 DP ranks: --chunked-prefill-size
+    2 x 8,192 (SGLang divides it by the DP ranks)."""
+    plan = launchable(serve_plan("qwen3-30b-a3b", "1x8xH100", layout={"tp": 1, "dp": 8, "ep": 2}), "sglang")
+    steps = [s for s in launch_steps(plan, plan.recommended, "sglang", "MODEL") if s.role == "server"]
+    ports = [_value(s.argv, "--port") for s in steps]
+    assert ports == [30000, 30010, 30020, 30030]
+    used = [set(range(p + 233, p + 240)) | {p} for p in ports]
+    assert all(not (used[i] & used[j]) for i in range(4) for j in range(i + 1, 4))
+    assert all(_value(s.argv, "--chunked-prefill-size") == 2 * 8192 for s in steps)
