@@ -219,6 +219,13 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload.update(disagg_json(disagg, verdict, steps, top, why))
         if not auto:  # the deployment the text recommends; the aggregated layouts stay for comparison
             payload["recommended"] = payload["disaggregated"][0] if payload["disaggregated"] else None
+            # the aggregated plan's alternatives (drafts off, other backends) price its best layout,
+            # not this deployment: left out rather than read as this one's
+            for key in ("speculation_options", "moe_backend_options", "all2all_backend_options"):
+                if key in payload:
+                    payload[key] = []
+            if "speculation_break_even_factor" in payload:
+                payload["speculation_break_even_factor"] = None
         print_json_rows(payload)
     else:
         if auto:

@@ -98,8 +98,12 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         "prefill_seconds": load.prefill_seconds,
         "prefill_utilization": load.utilization,
         "prefill_steps_per_prompt": e.steps_per_prompt,
-        "prefill_capacity_requests_per_second": rate.prefill_requests_per_second,
-        "decode_capacity_requests_per_second": rate.decode_requests_per_second,
+        # what the workers take within the TTFT / TPOT limits and their KV links (rate matching)
+        "prefill_max_requests_per_second": rate.prefill_requests_per_second,
+        "decode_max_requests_per_second": rate.decode_requests_per_second,
+        # the prefill workers at full steps, no limit: N_p * k * n_max / (S_p * T(n_max))
+        "prefill_capacity_requests_per_second": (e.prefill.workers * load.rate_per_second / load.utilization
+                                                 if load.utilization > 0 else None),
         "ttft_seconds": e.ttft_seconds,
         "tpot_seconds": e.tpot_seconds,
         "e2e_seconds": e.e2e_seconds,

@@ -234,3 +234,17 @@ def test_decode_workers_are_never_pipelined():
                               ServeRequest(input_len=1024, output_len=256))
     assert plan.candidates and all(c.decode.pp == 1 for c in plan.candidates)
     assert dict(plan.rejected)[PIPELINED_DECODE] > 0
+
+
+def test_disaggregated_mode_json_drops_the_aggregated_alternatives():
+    """--mode disaggregated recommends workers; the aggregated plan's alternatives (the layout
+    without drafts, other MoE backends) price its own best layout, so they are left out."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    payload = json.loads(CliRunner().invoke(app, [
+        "--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "disaggregated", "--speculative-method",
+        "ngram", "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--json"]).output)
+    assert payload["recommended"]["mode"] == "disaggregated"
+    assert payload["speculation_options"] == [] and payload["speculation_break_even_factor"] is None
