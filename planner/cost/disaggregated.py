@@ -23,7 +23,7 @@ grows without bound as rho -> 1, and no deployment runs its prefill fleet satura
 RATE_BISECTION_STEPS = 40
 BATCH_FIXED_POINT_ITERATIONS = 64
 """prefill_at_rate's iterations toward the prompts per step (monotone from 1: a few dozen at most)."""
-BATCH_FIXED_POINT_TOLERANCE = 1e-6
+BATCH_FIXED_POINT_TOLERANCE = 2.0**-20
 """Prompts per step: closer than this is the fixed point."""
 LOWEST_RATE_FRACTION = 2.0**-30
 """The bisection's lower end, as a share of the capacity: a lone prompt (no queueing)."""
