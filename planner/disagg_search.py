@@ -373,6 +373,23 @@ class _Memo:
     pairing: dict = field(default_factory=dict)
 
 
+DECODE_CAP_HALVINGS = 3
+"""With a TTFT limit, decode workers are also tried at 1/2, 1/4 and 1/8 of the most sequences the
+TPOT limit allows: the first token waits for a decode round, so a fuller decode worker leaves
+the prefill less of the TTFT budget, and a looser TPOT limit must not lose a deployment that a
+tighter one found."""
+
+
+def decode_caps(cap: int, ttft_limited: bool) -> list[int]:
+    """The decode concurrencies tried: the TPOT-limited cap, and with a TTFT limit halvings of it."""
+    caps = [cap]
+    for _ in range(DECODE_CAP_HALVINGS if ttft_limited else 0):
+        if caps[-1] // 2 < 1:
+            break
+        caps.append(caps[-1] // 2)
+    return caps
+
+
 def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                        shared: Memo | None = None) -> DisaggPlan:
     """`shared`: the workers' memory, prefill tables and decode rounds already priced, kept
@@ -391,8 +408,10 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                            max_model_len, dp)
         if shape is None:
             continue
-        memo.shapes[shape.key] = shape
-        memo.decode[shape.key] = 0 if pp > 1 else decode_concurrency(model, cluster, decode_request, shape, shared)
+        cap = 0 if pp > 1 else decode_concurrency(model, cluster, decode_request, shape, shared)
+        for c in decode_caps(cap, request.max_ttft_seconds is not None):
+            memo.shapes[(*shape.key, c)] = shape
+            memo.decode[(*shape.key, c)] = c
         shape_p = (shape if prefill_request == decode_request else
                    shared.get(("prefill shape", tp, pp, dp), price_shape, model, cluster, prefill_request, tp, pp,
                               max_model_len, dp))
@@ -427,12 +446,15 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             gpus = n_p * memo.prefill_shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
             bounds.append((-round(match.requests_per_second * request.output_len / gpus), -match.requests_per_second, p_key, n_p, d_key, n_d, same))
     bounds.sort()
-    out = []
+    out, seen = [], set()
     for _, _, p_key, n_p, d_key, n_d, same in bounds:
+        if (p_key, n_p, d_key[:3], n_d, same) in seen:  # the same deployment at a lower decode cap
+            continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
+        seen.add((p_key, n_p, d_key[:3], n_d, same))
         out.append(found)
         if len(out) >= SHOWN_CANDIDATES:
             break

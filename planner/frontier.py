@@ -131,6 +131,16 @@ def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:
                              result.goodput_per_gpu, result.decode.concurrency, result.gpus_used)
 
 
+def better(kept: FrontierCandidate | None, found: FrontierCandidate | None) -> FrontierCandidate | None:
+    """The one with more goodput per GPU (the one found on a tie). The disaggregated search
+    prices a decode worker's first round at the most sequences the TPOT limit allows, so a
+    looser limit can price the same deployment lower (disagg_search.DECODE_CAP_HALVINGS
+    narrows that, but not to zero)."""
+    if kept is None or (found is not None and found.goodput_per_gpu >= kept.goodput_per_gpu):
+        return found if found is not None else kept
+    return kept
+
+
 def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                    launchable: Callable[[ServePlan], ServePlan] = lambda plan: plan,
                    count: int = FRONTIER_TARGETS) -> Frontier | None:
@@ -153,16 +163,16 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
            "--layout fixes an aggregated layout" if request.layout != LayoutFilter() else
            f"fewer than {MIN_DISAGGREGATED_GPUS} GPUs")
     points = []
+    aggregated = disaggregated = None
     for limit in tpot_targets(lone.tpot_seconds, ceiling, count):
         target = replace(request, max_tpot_seconds=limit)
-        aggregated = None
+        # a looser limit admits every deployment a tighter one found: keep the better
         if request.mode != "disaggregated":
             best = launchable(evaluate(model, cluster, target, memo)).recommended
-            aggregated = None if best is None else aggregated_candidate(best)
-        disaggregated = None
+            aggregated = better(aggregated, None if best is None else aggregated_candidate(best))
         if compared:
             best_d = plan_disaggregated(model, cluster, target, memo).recommended
-            disaggregated = None if best_d is None else disaggregated_candidate(best_d)
+            disaggregated = better(disaggregated, None if best_d is None else disaggregated_candidate(best_d))
         points.append(FrontierPoint(limit, aggregated, disaggregated))
     return Frontier(tuple(points), lone.tpot_seconds, peak.tpot_seconds, compared, why)
 

@@ -21,10 +21,6 @@ MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
 grows without bound as rho -> 1, and no deployment runs its prefill fleet saturated."""
 RATE_BISECTION_STEPS = 40
-BATCH_FIXED_POINT_ITERATIONS = 64
-"""prefill_at_rate's iterations toward the prompts per step (monotone from 1: a few dozen at most)."""
-BATCH_FIXED_POINT_TOLERANCE = 2.0**-20
-"""Prompts per step: closer than this is the fixed point."""
 LOWEST_RATE_FRACTION = 2.0**-30
 """The bisection's lower end, as a share of the capacity: a lone prompt (no queueing)."""
 
@@ -39,6 +35,9 @@ class PrefillWorker:
     """k steps per round (pipeline micro-batches)."""
     full_round_seconds: float
     """T(n_max): a round of k full steps."""
+    round_table: tuple[float, ...] = ()
+    """T(1), T(2), ..., T(n_max): a round at each whole number of prompts per step (T between
+    them is linear); empty: T(1) = T(n_max), the only size."""
 
     @property
     def capacity_requests_per_second(self) -> float:
@@ -65,24 +64,36 @@ def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
     """`round_seconds(b)`: a round of k steps, each carrying b prompts of I / S_p tokens."""
     steps = math.ceil(input_len / budget_tokens)
     most = max(1, budget_tokens // input_len) if steps == 1 else 1
-    return PrefillWorker(float(most), steps, in_flight, round_seconds(float(most)))
+    table = tuple(round_seconds(float(b)) for b in range(1, most + 1))
+    return PrefillWorker(float(most), steps, in_flight, table[-1], table)
+
+
+def operating_prompts_per_step(worker: PrefillWorker, rate: float) -> float:
+    """The least b in [1, n_max] with b >= r T(b) / k: a step carries what arrived while the
+    step before it ran. T is linear between whole prompt counts, so on the first segment
+    [j, j + 1] whose end satisfies it, b = a (T_j - j dT) / (1 - a dT) with a = r / k."""
+    a = rate / worker.in_flight
+    table = worker.round_table or (worker.full_round_seconds,)
+    if a * table[0] <= 1:
+        return 1.0
+    for j in range(1, len(table)):
+        start, end = table[j - 1], table[j]
+        if a * end <= j + 1:
+            slope = end - start
+            return min(float(j + 1), max(float(j), a * (start - j * slope) / (1 - a * slope)))
+    return worker.prompts_per_step_max
 
 
 def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
     """b = the prompts a step carries: what arrives while the step before it runs,
-    b = clamp(r * T(b) / k, 1, n_max), the least fixed point (from b = 1 up; T grows with b);
+    b = clamp(r * T(b) / k, 1, n_max), the least fixed point (operating_prompts_per_step);
     a prompt's own service S = S_p * T(b); rho = r / capacity (the worker's share of time busy
     at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean wait, Kleinrock, Queueing
     Systems vol. 1, eq. 5.76 with deterministic service). (b once took the full round,
     r * T(n_max) / k: a step as long as a full one for every prompt, 2-4 times the waits a
     simulation of the same worker gives when T grows with b.)"""
-    k, steps = worker.in_flight, worker.steps_per_prompt
-    b = 1.0
-    for _ in range(BATCH_FIXED_POINT_ITERATIONS):
-        following = min(worker.prompts_per_step_max, max(1.0, rate * round_seconds(b) / k))
-        if abs(following - b) < BATCH_FIXED_POINT_TOLERANCE:
-            break
-        b = following
+    steps = worker.steps_per_prompt
+    b = operating_prompts_per_step(worker, rate)
     seconds = round_seconds(b)
     service = steps * seconds
     rho = rate / worker.capacity_requests_per_second

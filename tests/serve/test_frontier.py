@@ -150,3 +150,13 @@ def test_nothing_fits_answers_as_the_plan_does():
     result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "1x1xH100", "--frontier"])
     assert result.exit_code == 1
     assert "Throughput against speed" not in result.output
+
+
+def test_each_column_never_falls_as_the_limit_loosens(model, cluster):
+    """With a TTFT limit the disaggregated search can price a deployment lower at a looser TPOT
+    limit (a fuller decode worker's first round eats the prefill's TTFT budget); the frontier
+    keeps what a tighter limit found, since the looser one admits it."""
+    frontier = trace_frontier(model("llama-3.1-8b"), cluster("1x4xL40S"), ServeRequest(max_ttft_seconds=0.1))
+    for column in ("aggregated", "disaggregated"):
+        values = [getattr(p, column).goodput_per_gpu for p in frontier.points if getattr(p, column) is not None]
+        assert values == sorted(values), (column, values)
