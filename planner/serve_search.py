@@ -18,7 +18,7 @@ from planner.layout import Layout, Rejected
 from planner.memo import Memo
 from planner.requests import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND, MOE_BACKENDS, ServeRequest
 from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
-from planner.serve import ServeEstimate, estimate, wanted_batch
+from planner.serve import ServeEstimate, estimate
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
@@ -75,7 +75,6 @@ def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:
     max_len = request.max_model_len or model.max_position_embeddings
-    check_batched_tokens(cluster, request)
     if request.max_model_len and request.max_model_len > model.max_position_embeddings:
         raise SpecError(
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
@@ -129,25 +128,6 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
         raise SpecError(f"--moe-backend {backend}: no measured {backend} MoE kernel for "
                         f"{weight_format or model.quantization} experts on {cluster.gpu.name} "
                         f"(measured there: {', '.join(measured) or 'none'})")
-
-
-def check_batched_tokens(cluster: ClusterSpec, request: ServeRequest) -> None:
-    """vLLM refuses max_num_batched_tokens below max_num_seqs (SchedulerConfig.
-    verify_max_model_len, vllm/config/scheduler.py, v0.11.2; docs.vllm.ai/en/v0.11.2/api/
-    vllm/config/scheduler/). Its other rule, not below max_model_len, holds only without
-    chunked prefill, which the V1 engine enables for every decoder-only model (it is off
-    only for encoder-decoders, which the planner refuses), so it does not apply here. The
-    sequences compared: --batch, else vLLM's default --max-num-seqs for this GPU (1 with
-    --objective latency), the most the emitted --max-num-seqs can be."""
-    tokens = request.max_num_batched_tokens
-    if tokens is None:
-        return
-    seqs = wanted_batch(request, cluster)
-    if tokens < seqs:
-        what = "--batch" if request.batch else f"vLLM's default --max-num-seqs on {cluster.gpu.name}"
-        hint = "" if request.batch else f"; give --batch {tokens} or less"
-        raise SpecError(f"--max-num-batched-tokens: {tokens:,} is below {what} ({seqs:,}): vLLM "
-                        f"requires max_num_batched_tokens >= max_num_seqs{hint}")
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:

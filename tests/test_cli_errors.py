@@ -638,14 +638,6 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ("--gpu-memory-utilization",),
     ),
     "batch-implausible": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "10" + "0" * 20], ("--batch",)),
-    "max-num-batched-tokens-below-default-seqs": (
-        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--max-num-batched-tokens", "1"],
-        ("--max-num-batched-tokens", "max_num_seqs"),
-    ),
-    "max-num-batched-tokens-below-batch": (
-        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--batch", "128", "--max-num-batched-tokens", "64"],
-        ("--max-num-batched-tokens", "--batch"),
-    ),
     "train-virtual-stages-zero": (
         ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
          "--seq-len", "4096", "--virtual-stages", "0"], ("--virtual-stages",),

@@ -70,3 +70,14 @@ def test_concurrency_never_exceeds_the_token_budget():
     assert best["batch"] == 2048
     assert "--max-num-seqs 2048" in best["command"][0]["shell"]
     assert any("Token-budget-bound" in note for note in best["notes"])
+
+
+def test_a_budget_below_the_wanted_sequences_caps_them():
+    """--max-num-batched-tokens 512 on H100 (default max_num_seqs 1024): the plan runs 512
+    sequences per replica and says so, instead of refusing the budget."""
+    payload = json.loads(CliRunner().invoke(app, [
+        "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "aggregated", "--max-num-batched-tokens", "512",
+        "--json"]).output)
+    best = payload["recommended"]
+    assert best["batch"] <= 512
+    assert "--max-num-batched-tokens 512" in best["command"][0]["shell"]
