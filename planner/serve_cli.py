@@ -179,8 +179,8 @@ def apart_notes(is_moe: bool, layout) -> list[str]:
     if deployments <= 1:
         return []
     what = "EP group" if layout.ep > 1 else "replica (one vLLM deployment would split the experts over all its DP ranks)"
-    return [f"{deployments} independent vLLM servers, one per {what}: each serves its own address (the ports "
-            f"above); put a load balancer in front of them"]
+    return [f"{deployments} independent vLLM servers, one per {what}: each serves its own address; put a load "
+            f"balancer in front of them"]
 
 
 def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, top: int | None,

@@ -36,6 +36,9 @@ def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: not valid JSON ({e.msg})") from None
+    except (RecursionError, ValueError) as e:  # nesting past Python's limit; an integer of > 4,300 digits
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
+        raise SpecError(f"{where}: not a request line ({reason})") from None
     if not isinstance(obj, dict):
         raise SpecError(f"{where}: expected an object with input_len and output_len")
     for key in obj:
@@ -60,6 +63,8 @@ def load_dataset(path: str | Path) -> tuple[tuple[tuple[int, int], ...], tuple[i
     """(input_len, output_len) per non-blank JSONL line `{"input_len": int, "output_len": int}`,
     and each one's line number in the file (for the messages that name a request)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a pipe or a device would block or never end
+        raise SpecError(f"{path}: not a regular file (give a JSONL file of request lengths)")
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_DATASET_BYTES + 1)

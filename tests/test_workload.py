@@ -33,6 +33,8 @@ def test_loads_and_cycles(tmp_path):
         ('{"input_len": 100, "input_len": 5000, "output_len": 1}\n', ":1: input_len: given twice"),
         ('\n{"input_len": 100000000000000000000, "output_len": 10}\n', ":2: input_len: 100,000,000,000,000,000,000 "
                                                                       "is above 134,217,728 tokens"),
+        ('{"input_len": ' + "1" * 5001 + ', "output_len": 1}\n', ":1: not a request line (Exceeds the limit"),
+        ("[" * 5000 + "]" * 5000 + "\n", ":1: not a request line (nested too deeply)"),
     ],
 )
 def test_each_mistake_is_one_line_naming_file_line_and_field(tmp_path, text, where):
@@ -53,6 +55,16 @@ def test_a_file_too_large_is_not_read(tmp_path, monkeypatch):
     f.write_text('{"input_len": 10, "output_len": 5}\n' * 3)
     with pytest.raises(SpecError, match="larger than"):
         load_dataset(f)
+
+
+def test_a_pipe_is_not_read(tmp_path):
+    """A FIFO (or /dev/zero) would block or never end: refused before it is opened."""
+    import os
+
+    fifo = tmp_path / "d.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load_dataset(fifo)
 
 
 def test_unreadable_file(tmp_path):

@@ -871,9 +871,10 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
     sublayers = sublayers_per_layer(model)
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    allreduce *= sublayers
-    exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, expert_tokens,
-                                                 constants.all2all_backend)
+    exchange, replaced = ep_exchange_parts(model, cluster, layout, placement, expert_tokens, constants.all2all_backend)
+    # the mean layer's all-reduces: every sublayer's, less the MoE layers' output all-reduce
+    # that sequence-parallel MoE replaces by an all-gather (in the exchange)
+    allreduce = allreduce * sublayers - replaced * moe_layers / stage.num_layers
     exchanges = moe_layers * exchange
     # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
     # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
@@ -954,18 +955,23 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     return tuple(ops)
 
 
+def ep_exchange_parts(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                      num_tokens: float, backend: str = DEFAULT_ALL2ALL_BACKEND) -> tuple[float, float]:
+    """(the ep_exchange_ops of one MoE layer, the TP all-reduce of its output that the output
+    all-gather replaces under sequence-parallel MoE): stage_step_time counts an all-reduce
+    after every layer's MLP and takes the second off per MoE layer. (0, 0) without an exchange."""
+    ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens, backend=backend)
+    replaced = sum(tp_allreduce_seconds_per_layer(cluster, layout, placement, op.message_bytes)[0] / 2
+                   for op in ops if op.name == "MoE output")
+    return sum(op.seconds for op in ops), replaced
+
+
 def ep_exchange_seconds_per_moe_layer(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                                       placement: Placement, num_tokens: float,
                                       backend: str = DEFAULT_ALL2ALL_BACKEND) -> float:
-    """The ep_exchange_ops of one MoE layer, less, under sequence-parallel MoE, the TP all-reduce of its
-    output that the output all-gather replaces (stage_step_time's per-layer all-reduces count
-    it), so that the two terms sum to what the step pays. 0 without an exchange."""
-    ops = ep_exchange_ops(model, cluster, layout, placement, num_tokens, backend=backend)
-    seconds = sum(op.seconds for op in ops)
-    for op in ops:
-        if op.name == "MoE output":
-            seconds -= tp_allreduce_seconds_per_layer(cluster, layout, placement, op.message_bytes)[0] / 2
-    return seconds
+    """The ep_exchange_ops of one MoE layer (dispatch, combine, the output all-gather under
+    sequence-parallel MoE); 0 without an exchange."""
+    return ep_exchange_parts(model, cluster, layout, placement, num_tokens, backend)[0]
 
 
 def stage_kv_bytes_read(stage: StageMemory, load: StepLoad) -> float:
