@@ -277,6 +277,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
     else:
         batch = cap
+        if request.batch is None and steady_at(cap).budget_bound:
+            # past the token budget more sequences add no tokens/s, only prompt queueing
+            batch = peak_throughput_concurrency(steady_at, cap)
+            if batch < cap:
+                notes.append(f"Prompt-bound: {batch} concurrent sequences per replica give the most output "
+                             f"tokens/s; more (up to {cap}) would only queue for the {budget:,}-token step budget")
     steady = steady_at(batch)
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)

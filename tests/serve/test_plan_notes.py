@@ -81,3 +81,15 @@ def test_a_budget_below_the_wanted_sequences_caps_them():
     best = payload["recommended"]
     assert best["batch"] <= 512
     assert "--max-num-batched-tokens 512" in best["command"][0]["shell"]
+
+
+def test_a_prompt_bound_default_runs_at_its_peak_throughput():
+    """DeepEP low latency steps hold 256 tokens: 256 decoding sequences per rank would leave
+    no room for prompts (TTFT over a minute). Without --batch or an SLA the plan runs the
+    concurrency with the most output tok/s, fewer than 256, and says why."""
+    payload = json.loads(CliRunner().invoke(app, [
+        "--model", "deepseek-v3", "--cluster", "2x8xH200", "--layout", "tp=1,pp=1,dp=16,ep=16",
+        "--all2all-backend", "deepep_low_latency", "--json"]).output)
+    best = payload["recommended"]
+    assert best["batch"] < 256 and best["ttft_seconds"] < 5
+    assert any(note.startswith("Prompt-bound") for note in best["notes"])
