@@ -57,6 +57,9 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
 
 def binding_reason(e: DisaggEstimate) -> str:
     """Which side limits the disaggregated rate, in its own numbers."""
+    link = next((note for note in e.notes if note.startswith("the KV link binds")), None)
+    if link is not None:
+        return link
     if e.binding == "prefill":
         return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
                 f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "

@@ -573,7 +573,9 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
                      f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "
                      + (f"(TTFT {seconds_to_ms(ttft):.0f} ms within --max-ttft-ms {seconds_to_ms(request.max_ttft_seconds):g})"
                         if request.max_ttft_seconds is not None else "(no TTFT limit)"))
-    seqs = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
+    # vLLM refuses max_num_seqs above the step's token budget
+    seqs = min(default_max_num_seqs(cluster, request.engine_versions.vllm_release),
+               max_num_batched_tokens(cluster, role_request(request, "prefill"), shape_p.layout))
 
     def plan(shape: WorkerShape, workers: int, concurrency: float, round_s: float, max_seqs: int) -> WorkerPlan:
         mem = max(s.weights_bytes + s.kv_cache_bytes for s in shape.stages)
