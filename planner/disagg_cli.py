@@ -31,7 +31,7 @@ class Verdict:
 
 
 def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None,
-            why_no_disaggregated: str) -> Verdict:
+            why_no_disaggregated: str, has_sla: bool = True) -> Verdict:
     """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
     of server, no KV transfer, no proxy)."""
     if aggregated is None and disaggregated is None:
@@ -44,7 +44,7 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
                                         f"{disaggregated.goodput_per_gpu:,.0f} output tok/s per GPU within it")
     a, d = aggregated.goodput_per_gpu, disaggregated.goodput_per_gpu
     numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
-               f"output tok/s per GPU within the SLA")
+               f"output tok/s per GPU{' within the SLA' if has_sla else ''}")
     side = f"; {binding_reason(disaggregated)}"
     if d > a * (1 + NEAR_TIE_FRACTION):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
@@ -112,4 +112,6 @@ def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
               aggregated: ServeEstimate | None) -> tuple[DisaggPlan, Verdict]:
     plan = plan_disaggregated(model, cluster, request)
-    return plan, compare(aggregated, plan.recommended, plan.why_none)
+    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
+                                                    request.max_e2e_seconds))
+    return plan, compare(aggregated, plan.recommended, plan.why_none, has_sla)

@@ -293,6 +293,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         steady = with_waiting_clients(steady, request.batch)
         notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
                      f"for a running request to finish (in TTFT and E2E latency)")
+    decode_only = steady.decode_round_seconds / steady.tokens_per_round
+    if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE:
+        notes.append(f"Prompts share the steps: TPOT {seconds_to_ms(steady.tpot_seconds):,.1f} ms under load, of which "
+                     f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; the rest is the other requests' prompt "
+                     f"chunks riding in the same steps ({steady.prefill_tokens_per_step:,.0f} prompt tokens per step on "
+                     f"average): fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it")
+    if request.batch is None and request.objective == "throughput" and not has_sla and batch == wanted < fit:
+        notes.append(f"Concurrency {wanted:,} per replica is vLLM's default --max-num-seqs on {cluster.gpu.name}; the "
+                     f"KV cache would run {fit:,} at once (--batch raises it)")
     ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
     if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
         return Rejected(layout, (sla_reason(request, steady),))
@@ -403,6 +412,9 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
     return good, first_failing(request, steady_at(bad))
 
 
+PROMPT_SHARE_NOTE = 0.5
+"""The plan says that prompts set TPOT when other requests' prompt chunks take half of it or
+more (presentation only: no number depends on it)."""
 PROMPT_BOUND_TIE_FRACTION = 0.03
 """A budget-bound layout without --batch or an SLA runs the fewest sequences within 3% of its
 most output tokens/s: past the budget's knee tokens/s creep up by a few parts per thousand while

@@ -57,8 +57,9 @@ def launch_notes(plan: ServePlan) -> list[str]:
         return ["MODEL must be a 16-bit checkpoint: the engine quantizes it to fp8 as it loads (--quantization); "
                 "it refuses the flag on a checkpoint already quantized by another method (AWQ, GPTQ, NVFP4)"]
     if quant is not None and override is None:
+        modelopt = " (ModelOpt: hf_quant_config.json)" if quant in ("fp8", "nvfp4") else ""
         return [f"MODEL must be the {quant} checkpoint: the engine reads its format from its "
-                f"quantization_config (ModelOpt: hf_quant_config.json); no flag is needed"]
+                f"quantization_config{modelopt}; no flag is needed"]
     return []
 
 
@@ -127,7 +128,8 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     if json_output:
         print_plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
                         lambda r: launch_steps(plan, r, "vllm-ray", served_model),
-                        engine_version(plan, engine) if engine != "none" else None, top, metrics)
+                        engine_version(plan, engine) if engine != "none" else None, top, metrics,
+                        all_launch_notes(plan, engine))
     else:
         render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
         if filtered and request.mode == "auto":
@@ -165,11 +167,17 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
     ray: tuple[LaunchStep, ...] = ()
     if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > plan.cluster.gpus_per_node:
         ray = launch_steps(plan, best, "vllm-ray", served_model)
-    notes = launch_notes(plan)
-    if best is not None and engine in ("vllm", "vllm-ray"):
-        notes += apart_notes(plan.model.is_moe, best.layout)
+    notes = all_launch_notes(plan, engine)
     render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
                 notes=notes, metrics=metrics)
+
+
+def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
+    """What the printed commands need besides themselves (text "Note:" lines, JSON launch_notes)."""
+    notes = launch_notes(plan)
+    if plan.recommended is not None and engine in ("vllm", "vllm-ray"):
+        notes += apart_notes(plan.model.is_moe, plan.recommended.layout)
+    return notes
 
 
 def apart_notes(is_moe: bool, layout) -> list[str]:
@@ -215,6 +223,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload = plan_json(plan, lambda r: launch_steps(plan, r, engine, served_model),
                             lambda r: launch_steps(plan, r, "vllm-ray", served_model),
                             engine_version(plan, engine) if engine != "none" else None, top, metrics)
+        payload["launch_notes"] = all_launch_notes(plan, engine)
         payload["mode"] = request.mode
         payload.update(disagg_json(disagg, verdict, steps, top, why))
         if not auto:  # the deployment the text recommends; the aggregated layouts stay for comparison

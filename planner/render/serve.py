@@ -169,13 +169,14 @@ def summary_lines(plan: ServePlan) -> list[str]:
     best = plan.recommended
     assert best is not None
     fastest = min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp))
+    lone = min(plan.layouts, key=lambda r: (r.tpot_batch1_seconds, r.layout.tp, r.layout.pp))
     most = max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp))
     why = _why(plan, best, fastest, most)
     lines = [
         f"Recommended: {best.layout} ({why}; decode is {best.decode_bound}-bound; "
         f"TTFT {ms(best.ttft_seconds)}"
         + (f", TPOT {ms(best.tpot_seconds)})." if plan.request.output_len > 1 else "; one output token: no TPOT)."),
-        f"Fastest per token: {fastest.layout} ({ms(fastest.tpot_seconds)} TPOT). "
+        f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). "
         f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s).",
         _placement_line(best),
     ]
@@ -559,5 +560,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
 
 def print_plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
                     engine: str | None = None, top: int | None = None,
-                    metrics: ServeMetrics | None = None) -> None:
-    print_json_rows(plan_json(plan, steps_for, ray_steps_for, engine, top, metrics))
+                    metrics: ServeMetrics | None = None, launch_notes: list[str] | None = None) -> None:
+    payload = plan_json(plan, steps_for, ray_steps_for, engine, top, metrics)
+    payload["launch_notes"] = list(launch_notes or [])
+    print_json_rows(payload)

@@ -119,3 +119,16 @@ def test_peak_concurrency_search_by_hand():
     assert peak_throughput_concurrency(steady, 300) == 100
     assert peak_throughput_concurrency(steady, 300, 0.03) == 97
     assert peak_throughput_concurrency(steady, 1, 0.03) == 1
+
+
+def test_notes_say_what_sets_tpot_and_the_default_concurrency():
+    """Llama-3.1-70B NVFP4 on 4 L40S at 1,024 / 256: the steps carry about four prompt tokens
+    per output token, so prompts take most of the TPOT, and the plan says so; its 256
+    sequences are vLLM's default --max-num-seqs there, fewer than the KV cache runs, and the
+    plan says that too. The checkpoint note is in the JSON's launch_notes."""
+    payload = json.loads(CliRunner().invoke(app, [
+        "--model", "llama-3.1-70b-nvfp4", "--cluster", "1x4xL40S", "--json"]).output)
+    notes = payload["recommended"]["notes"]
+    assert any(note.startswith("Prompts share the steps") for note in notes)
+    assert any("vLLM's default --max-num-seqs on L40S" in note for note in notes)
+    assert any("MODEL must be the nvfp4 checkpoint" in note for note in payload["launch_notes"])
