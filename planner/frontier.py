@@ -20,6 +20,7 @@ from planner.disagg_search import MIN_DISAGGREGATED_GPUS, DisaggEstimate, plan_d
 from planner.errors import SpecError
 from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
+from planner.search import non_dominated
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, evaluate
 from planner.specs import ClusterSpec, ModelSpec
@@ -99,17 +100,7 @@ def tpot_targets(fastest_seconds: float, peak_seconds: float, count: int = FRONT
 def pareto_front(candidates: list[FrontierCandidate]) -> list[FrontierCandidate]:
     """Non-dominated in (higher tokens/s per user, higher tokens/s per GPU); of equal points
     the first is kept."""
-    front: list[FrontierCandidate] = []
-    for i, a in enumerate(candidates):
-        beaten = any(
-            (b.tokens_per_second_per_user >= a.tokens_per_second_per_user and b.goodput_per_gpu >= a.goodput_per_gpu
-             and (b.tokens_per_second_per_user > a.tokens_per_second_per_user or b.goodput_per_gpu > a.goodput_per_gpu
-                  or j < i))
-            for j, b in enumerate(candidates) if j != i
-        )
-        if not beaten:
-            front.append(a)
-    return front
+    return non_dominated(candidates, lambda c: (c.tokens_per_second_per_user, c.goodput_per_gpu), drop_equal=True)
 
 
 def check_frontier_request(request: ServeRequest) -> None:

@@ -65,6 +65,22 @@ LayoutResult = tuple[list[E], Rejected | None, int]
 there are none, and how many configurations were estimated."""
 
 
+T = TypeVar("T")
+
+
+def non_dominated(items: list[T], scores: Callable[[T], tuple[float, ...]], drop_equal: bool = False) -> list[T]:
+    """The items no other one beats: at least as good on every score (higher is better) and
+    better on one. `drop_equal`: of items with equal scores only the first is kept."""
+    scored = [scores(item) for item in items]
+    kept = []
+    for i, a in enumerate(scored):
+        beaten = any(all(x >= y for x, y in zip(b, a, strict=True)) and (b != a or (drop_equal and j < i))
+                     for j, b in enumerate(scored) if j != i)
+        if not beaten:
+            kept.append(items[i])
+    return kept
+
+
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
                       max_ep: int | None = None,
                       cp_degrees: Callable[[int], list[int]] | None = None) -> list[Layout]:

@@ -294,7 +294,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
                      f"for a running request to finish (in TTFT and E2E latency)")
     decode_only = steady.decode_round_seconds / steady.tokens_per_round
-    if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE:
+    if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE_FRACTION:
         notes.append(f"Prompts share the steps: TPOT {seconds_to_ms(steady.tpot_seconds):,.1f} ms under load, of which "
                      f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; the rest is the other requests' prompt "
                      f"chunks riding in the same steps ({steady.prefill_tokens_per_step:,.0f} prompt tokens per step on "
@@ -412,7 +412,7 @@ def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], Steady
     return good, first_failing(request, steady_at(bad))
 
 
-PROMPT_SHARE_NOTE = 0.5
+PROMPT_SHARE_NOTE_FRACTION = 0.5
 """The plan says that prompts set TPOT when other requests' prompt chunks take half of it or
 more (presentation only: no number depends on it)."""
 PROMPT_BOUND_TIE_FRACTION = 0.03

@@ -10,6 +10,7 @@ from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
 from planner.errors import SpecError
+from planner.layout import Layout
 from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate, burst_metrics, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
@@ -180,7 +181,7 @@ def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     return notes
 
 
-def apart_notes(is_moe: bool, layout) -> list[str]:
+def apart_notes(is_moe: bool, layout: Layout) -> list[str]:
     """vLLM deployments launched apart (each EP group, or an MoE model's replicas without EP):
     each serves its own address."""
     deployments = layout.num_ep_groups if layout.ep > 1 else (layout.dp if is_moe else 1)

@@ -17,7 +17,14 @@ from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
 from planner.requests import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND, MOE_BACKENDS, ServeRequest
-from planner.search import LayoutResult, Plan, candidate_layouts, expert_search, run_search
+from planner.search import (
+    LayoutResult,
+    Plan,
+    candidate_layouts,
+    expert_search,
+    non_dominated,
+    run_search,
+)
 from planner.serve import ServeEstimate, estimate
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
@@ -60,17 +67,8 @@ def rank(results: list[ServeEstimate], objective: str) -> list[ServeEstimate]:
 
 def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
     """Non-dominated in (lower TPOT, higher throughput)."""
-    front = set()
-    for a in results:
-        dominated = any(
-            b.tpot_seconds <= a.tpot_seconds
-            and b.throughput_tokens_per_second >= a.throughput_tokens_per_second
-            and (b.tpot_seconds < a.tpot_seconds or b.throughput_tokens_per_second > a.throughput_tokens_per_second)
-            for b in results
-        )
-        if not dominated:
-            front.add(a.layout)
-    return frozenset(front)
+    return frozenset(r.layout for r in non_dominated(results, lambda r: (-r.tpot_seconds,
+                                                                         r.throughput_tokens_per_second)))
 
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:

@@ -37,13 +37,16 @@ class KvTransfer:
     """n: parallel streams, each S / n (MLA: 1 stream of S, read by every decode TP rank)."""
     transfer_seconds: float
     """T_x = L * (alpha + S / (L n) / beta): one stream's L layer messages back to back."""
-    exposed_seconds: float
-    """What adds to TTFT: all of T_x (the blocks are read after the prefill ends)."""
     source: str
     """model (alpha-beta) | measured (the probe's 2-rank curve on this link)."""
     copies: int = 1
     """Times S crosses the links per request: 1, or t_D for MLA (every decode TP rank reads the
     whole latent)."""
+
+    @property
+    def exposed_seconds(self) -> float:
+        """What adds to TTFT: all of T_x (the blocks are read after the prefill ends)."""
+        return self.transfer_seconds
 
 
 def layer_message_seconds(message_bytes: float, link: Link, curve: AllreduceCurve | None) -> float:
@@ -63,8 +66,8 @@ def kv_transfer(kv_bytes_per_token: float, input_len: int, num_layers: int, pref
     streams, copies = (1, decode_tp) if mla else (min(prefill_tp, decode_tp), 1)
     message = total / (num_layers * streams)
     transfer = num_layers * layer_message_seconds(message, link, curve)
-    return KvTransfer(total, link.kind, link.scope, streams, transfer, transfer,
-                      "measured" if curve is not None else "model", copies)
+    return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if curve is not None else "model",
+                      copies)
 
 
 def kv_link_requests_per_second(transfer: KvTransfer, worker_gpus: int) -> float:

@@ -183,7 +183,7 @@ def test_a_worker_moves_no_more_kv_than_its_links_carry():
     prompts per second: n = 1 stream, T_x = 0.1 s, g = 4: 40 prompts/s."""
     from planner.cost.kv_transfer import KvTransfer, kv_link_requests_per_second
 
-    transfer = KvTransfer(1e8, "ethernet", "inter_node", 1, 0.1, 0.1, "model")
+    transfer = KvTransfer(1e8, "ethernet", "inter_node", 1, 0.1, "model")
     assert kv_link_requests_per_second(transfer, 4) == 40.0
 
 

@@ -93,3 +93,17 @@ def plan_json(run_plan) -> Callable[..., tuple[int, dict]]:
         return done.returncode, json.loads(done.stdout)
 
     return run
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def one_line_error() -> Callable[..., str]:
+    """one_line_error(result): a CLI run that exited 2 with exactly one non-blank line of
+    output; that line."""
+    return _one_line_error

@@ -82,19 +82,15 @@ def test_length_spread_changes_the_burst():
     (["--input-len", "3000", "--random-range-ratio", "0.5"], "draws requests of up to 4,692 tokens"),
     (["--mode", "disaggregated", "--num-prompts", "50"], "--num-prompts: the burst is simulated for aggregated"),
 ])
-def test_mistakes_are_one_line_with_exit_code_2(args, message):
+def test_mistakes_are_one_line_with_exit_code_2(args, message, one_line_error):
     result = run(*args)
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in one_line_error(result), result.output
     assert "Traceback" not in result.output
 
 
-def test_explain_refuses_what_only_the_burst_reads():
+def test_explain_refuses_what_only_the_burst_reads(one_line_error):
     result = CliRunner().invoke(app, ["explain", *BASE, "--num-prompts", "50"])
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("--num-prompts: plan explain"), result.output
+    assert one_line_error(result).startswith("--num-prompts: plan explain"), result.output
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -103,11 +99,9 @@ def test_explain_refuses_what_only_the_burst_reads():
     # 10 prompts at 1e-15 req/s arrive over 1e16 s
     (["--request-rate", "1e-15", "--num-prompts", "10"], "more than a month"),
 ])
-def test_bursts_beyond_the_simulation_are_refused(args, message):
+def test_bursts_beyond_the_simulation_are_refused(args, message, one_line_error):
     result = run(*args)
-    assert result.exit_code == 2
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in one_line_error(result), result.output
 
 
 def test_a_burst_that_misses_the_sla_says_so():
