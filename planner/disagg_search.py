@@ -25,8 +25,12 @@ from planner.cost.disaggregated import (
     prefill_worker,
     rate_match,
 )
-from planner.cost.kv_transfer import KvTransfer, kv_link_requests_per_second, kv_transfer
-from planner.cost.params import kv_bytes_per_token
+from planner.cost.kv_transfer import (
+    KvTransfer,
+    kv_link_requests_per_second,
+    kv_transfer,
+    prompt_kv_layers,
+)
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
@@ -510,8 +514,8 @@ def _context(request: ServeRequest) -> float:
 def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
-    return kv_transfer(kv_bytes_per_token(model, request.kv_cache_dtype), request.input_len,
-                       model.num_hidden_layers, p_key[0], d_key[0], link, curve, model.is_mla)
+    return kv_transfer(prompt_kv_layers(model, request.kv_cache_dtype, request.input_len),
+                       p_key[0], d_key[0], link, curve, model.is_mla)
 
 
 def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float] | str:

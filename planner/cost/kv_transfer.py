@@ -8,7 +8,12 @@ distributed/kv_transfer/kv_connector/v1/nixl/connector.py). So the whole transfe
 Each decode TP rank reads the heads it holds from the matching prefill rank: n = min(t_P, t_D)
 parallel streams of S / n. MLA's latent is not split by heads: every decode TP rank reads the
 whole S (vLLM's NIXL worker keeps MLA caches replicated, nixl/base_worker.py), one stream of S
-per rank, t_D copies of it per request.
+per rank, t_D copies of it per request. A sliding-window layer sends only the blocks still in its
+window: NixlConnector clips each sliding-window group's block list to its last
+ceil(W / B) + 1 blocks (get_exchange_clipped_blocks, nixl/base_scheduler.py), so a window layer
+moves at most that many blocks of a prompt however long it is (gpt-oss: 128-token windows in
+half its layers); a recurrent layer (Mamba2, Gated DeltaNet) sends its one state slot
+(clip_ssm_state_blocks there).
 Legend: S prompt KV bytes (whole model, every layer), I prompt tokens, L layers, n streams,
 alpha link latency (s), beta one GPU's link bandwidth (bytes/s). Derivation:
 docs/cost-model.md (Serving: disaggregated).
@@ -16,11 +21,27 @@ docs/cost-model.md (Serving: disaggregated).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from planner.cost import efficiency as eff
 from planner.cost.comm import curve_seconds, p2p_seconds
+from planner.cost.params import (
+    kv_bytes_per_token_per_layer_by_kind,
+    num_attention_layers,
+    recurrent_state_bytes_per_sequence,
+)
 from planner.layout import Link
-from planner.specs import AllreduceCurve
+from planner.specs import AllreduceCurve, ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerKv:
+    """One kind of attention layer's share of a prompt's KV: how many layers, and the bytes
+    each of them sends per request."""
+
+    num_layers: int
+    bytes_per_layer: float
 
 
 @dataclass(frozen=True)
@@ -28,7 +49,7 @@ class KvTransfer:
     """One request's prompt KV, prefill worker -> decode worker."""
 
     bytes_per_request: float
-    """S = KV bytes per token (whole model, every layer) * I."""
+    """S: every attention layer's blocks of the prompt (a window layer's last ones only)."""
     link_kind: str
     """nvlink | infiniband | roce | ... (the link the bytes cross)."""
     link_scope: str
@@ -36,7 +57,7 @@ class KvTransfer:
     num_streams: int
     """n: parallel streams, each S / n (MLA: 1 stream of S, read by every decode TP rank)."""
     transfer_seconds: float
-    """T_x = L * (alpha + S / (L n) / beta): one stream's L layer messages back to back."""
+    """T_x = sum over layers of alpha + S_l / n / beta: one stream's layer messages back to back."""
     source: str
     """model (alpha-beta) | measured (the probe's 2-rank curve on this link)."""
     copies: int = 1
@@ -58,14 +79,43 @@ def layer_message_seconds(message_bytes: float, link: Link, curve: AllreduceCurv
     return p2p_seconds(message_bytes, link)
 
 
-def kv_transfer(kv_bytes_per_token: float, input_len: int, num_layers: int, prefill_tp: int,
-                decode_tp: int, link: Link, curve: AllreduceCurve | None, mla: bool = False) -> KvTransfer:
-    """S = kv_bytes_per_token * I over n = min(t_P, t_D) streams (MLA: one of S, t_D copies),
-    L messages each of S/(L*n): T_x = L * t_msg(S/(L*n)), all of it exposed."""
-    total = kv_bytes_per_token * input_len
+def window_tail_tokens(input_len: int, window_tokens: int, block_tokens: int) -> int:
+    """Prompt tokens a sliding-window layer sends: the last ceil(W / B) + 1 blocks of its
+    ceil(I / B) (NixlConnector's blocks_per_sw), the last of them possibly part full:
+    I when the prompt has no more blocks than that, else I - (ceil(I / B) - n) * B."""
+    kept = math.ceil(window_tokens / block_tokens) + 1
+    dropped = max(0, math.ceil(input_len / block_tokens) - kept)
+    return input_len - dropped * block_tokens
+
+
+def prompt_kv_layers(model: ModelSpec, kv_cache_dtype: str, input_len: int) -> tuple[LayerKv, ...]:
+    """The prompt's KV by layer kind: full-attention layers send I tokens each, sliding-window
+    layers their window's tail (window_tail_tokens) in blocks of B_w = B * max(full, window)
+    / window bytes per token (vLLM pads the smaller page to the larger one's bytes:
+    serving_memory.kv_cache_capacity), recurrent layers one sequence's state each. Bytes as
+    the cache keeps them (params.kv_bytes_per_token_per_layer_by_kind and
+    recurrent_state_bytes_per_sequence, the whole layer: t = 1)."""
+    layers = num_attention_layers(model)
+    window_layers = min(model.num_window_layers, layers)
+    full, window = kv_bytes_per_token_per_layer_by_kind(model, 1, kv_cache_dtype)
+    kinds = [LayerKv(layers - window_layers, full * input_len)]
+    if window_layers:
+        block = eff.KV_BLOCK_SIZE_TOKENS * max(full, window) // window
+        tail = window_tail_tokens(input_len, model.sliding_window, block)
+        kinds.append(LayerKv(window_layers, window * tail))
+    kinds.append(LayerKv(model.num_recurrent_layers, recurrent_state_bytes_per_sequence(model)))
+    return tuple(kind for kind in kinds if kind.num_layers)
+
+
+def kv_transfer(layers: tuple[LayerKv, ...], prefill_tp: int, decode_tp: int, link: Link,
+                curve: AllreduceCurve | None, mla: bool = False) -> KvTransfer:
+    """S = the layers' bytes over n = min(t_P, t_D) streams (MLA: one of S, t_D copies), one
+    message per layer and stream of S_l / n: T_x = sum over layers of t_msg(S_l / n), all of
+    it exposed."""
     streams, copies = (1, decode_tp) if mla else (min(prefill_tp, decode_tp), 1)
-    message = total / (num_layers * streams)
-    transfer = num_layers * layer_message_seconds(message, link, curve)
+    total = sum(kind.num_layers * kind.bytes_per_layer for kind in layers)
+    transfer = sum(kind.num_layers * layer_message_seconds(kind.bytes_per_layer / streams, link, curve)
+                   for kind in layers)
     return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if curve is not None else "model",
                       copies)
 

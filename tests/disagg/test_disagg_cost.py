@@ -11,11 +11,13 @@ from planner.cost.disaggregated import (
     prefill_worker,
     rate_match,
 )
-from planner.cost.kv_transfer import kv_transfer
+from planner.cost.kv_transfer import LayerKv, kv_transfer, prompt_kv_layers, window_tail_tokens
 from planner.layout import Link
 
 KV_BYTES_PER_TOKEN_70B = 327_680
 """Llama-3.1-70B, 16-bit KV: 2 (K, V) * 80 layers * 8 KV heads * 128 dims * 2 bytes."""
+LAYERS_70B_1024 = (LayerKv(80, KV_BYTES_PER_TOKEN_70B // 80 * 1024),)
+"""I = 1,024 prompt tokens: 80 full-attention layers of 4,096 B per token each."""
 NVLINK = Link("nvlink", "intra_node", 450e9, 2e-6)
 IB = Link("infiniband", "inter_node", 50e9, 5e-6)
 
@@ -25,7 +27,7 @@ def test_kv_transfer_inside_a_node():
     message = S / (80 * 2) = 2,097,152 B; NVLink t = 2e-6 + 2,097,152 / 450e9 = 6.66034e-6 s;
     T_x = 80 * t = 5.32827e-4 s, all of it in TTFT: vLLM's NixlConnector reads the blocks
     after the prefill ends (no layer-by-layer saving)."""
-    kv = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None)
+    kv = kv_transfer(LAYERS_70B_1024, 2, 4, NVLINK, None)
     assert kv.bytes_per_request == 335_544_320
     assert (kv.num_streams, kv.copies) == (2, 1)
     assert kv.transfer_seconds == pytest.approx(5.32827e-4, rel=1e-5)
@@ -36,10 +38,10 @@ def test_kv_transfer_inside_a_node():
 def test_kv_transfer_across_nodes():
     """Same request over a 400 Gb/s NIC (50e9 B/s per GPU, 5 us): t = 5e-6 + 2,097,152 / 50e9
     = 4.694304e-5 s; T_x = 80 * t = 3.7554432e-3 s, exposed whole."""
-    slow = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, IB, None)
+    slow = kv_transfer(LAYERS_70B_1024, 2, 4, IB, None)
     assert slow.transfer_seconds == pytest.approx(3.7554432e-3, rel=1e-7)
     assert slow.exposed_seconds == slow.transfer_seconds
-    nvlink = kv_transfer(KV_BYTES_PER_TOKEN_70B, 1024, 80, 2, 4, NVLINK, None)
+    nvlink = kv_transfer(LAYERS_70B_1024, 2, 4, NVLINK, None)
     assert slow.transfer_seconds > 7 * nvlink.transfer_seconds
 
 
@@ -51,11 +53,53 @@ def test_mla_latent_goes_whole_to_every_decode_rank():
     would be half). A decode worker of 2 GPUs takes in 2 / (1 * 2) / T_x = 84.6 prompts/s."""
     from planner.cost.kv_transfer import kv_link_requests_per_second
 
-    kv = kv_transfer(70_272, 8192, 61, 2, 2, IB, None, mla=True)
+    kv = kv_transfer((LayerKv(61, 1152 * 8192),), 2, 2, IB, None, mla=True)
     assert kv.bytes_per_request == 575_668_224
     assert (kv.num_streams, kv.copies) == (1, 2)
     assert kv.transfer_seconds == pytest.approx(1.18183645e-2, rel=1e-7)
     assert kv_link_requests_per_second(kv, 2) == pytest.approx(1 / 1.18183645e-2, rel=1e-7)
+
+
+def test_a_window_layer_sends_only_its_windows_tail():
+    """NixlConnector keeps ceil(W / B) + 1 blocks of a sliding-window layer (blocks_per_sw):
+    W = 128, B = 16: 9 blocks. I = 1,024 is 64 blocks, 55 dropped: 1,024 - 880 = 144 tokens;
+    I = 1,000 is 63 blocks (the last holds 8), 54 dropped: 1,000 - 864 = 136; I = 100 is 7
+    blocks, all kept: 100."""
+    assert window_tail_tokens(1024, 128, 16) == 144
+    assert window_tail_tokens(1000, 128, 16) == 136
+    assert window_tail_tokens(100, 128, 16) == 100
+    assert window_tail_tokens(144, 128, 16) == 144
+
+
+def test_gpt_oss_prompt_kv_counts_the_window_layers_tail():
+    """gpt-oss-120b, 16-bit KV: every layer 8 KV heads * 64 * 2 (K, V) * 2 B = 2,048 B per
+    token; 18 full layers send I = 1,024 tokens, 18 window layers (W = 128) 144:
+    18 * 2,048 * 1,024 = 37,748,736 + 18 * 2,048 * 144 = 5,308,416 -> 43,057,152 B, 57% of
+    the 75,497,472 B that all 36 layers' whole prompt would be."""
+    from planner.catalog import resolve_model
+
+    layers = prompt_kv_layers(resolve_model("gpt-oss-120b"), "auto", 1024)
+    assert layers == (LayerKv(18, 2048 * 1024), LayerKv(18, 2048 * 144))
+    kv = kv_transfer(layers, 2, 2, NVLINK, None)
+    assert kv.bytes_per_request == 43_057_152
+    # Two streams: 18 messages of 1,048,576 B and 18 of 147,456 B, t = 2e-6 + m / 450e9:
+    # 18 * 4.33017e-6 + 18 * 2.32768e-6 = 1.19841e-4 s.
+    assert kv.transfer_seconds == pytest.approx(18 * (2e-6 + 1_048_576 / 450e9) + 18 * (2e-6 + 147_456 / 450e9))
+
+
+def test_a_recurrent_layer_sends_one_state():
+    """Nemotron-H-56B (tests/fixtures/hf_configs): 10 attention layers of 8 * 128 * 2 * 2 =
+    4,096 B per token, I = 1,000: 4,096,000 B each; 54 Mamba2 layers each send one sequence's
+    state, 16,900,096 B (conv 122,880 + SSM 16,777,216; test_hybrid_params), whatever I is:
+    10 * 4,096,000 + 54 * 16,900,096 = 953,565,184 B."""
+    from pathlib import Path
+
+    from planner.catalog import resolve_model
+
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "nvidia--Nemotron-H-56B-Base-8K"
+    layers = prompt_kv_layers(resolve_model(str(config / "config.json")), "auto", 1000)
+    assert layers == (LayerKv(10, 4_096_000), LayerKv(54, 16_900_096))
+    assert kv_transfer(layers, 1, 1, NVLINK, None).bytes_per_request == 953_565_184
 
 
 def constant(seconds: float):
