@@ -48,11 +48,23 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
     side = f"; {binding_reason(disaggregated)}"
     if d > a * (1 + NEAR_TIE_FRACTION):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
-                                        f"decode rounds, each phase gets its own parallelism{side}")
+                                        f"decode rounds, each phase gets its own parallelism{side}"
+                                        f"{fewer_gpus_clause(aggregated, disaggregated)}")
     if d >= a * (1 - NEAR_TIE_FRACTION):
         return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
+
+
+def fewer_gpus_clause(aggregated: ServeEstimate, disaggregated: DisaggEstimate) -> str:
+    """Per GPU ranks the two; when the winner leaves GPUs the aggregated layout uses idle, say
+    what each serves in all, so a fixed cluster's owner can weigh them (the idle GPUs could
+    run more of either)."""
+    used, whole = disaggregated.gpus_used, aggregated.layout.num_gpus
+    if used >= whole:
+        return ""
+    return (f"; it uses {used} of the {whole} GPUs: {disaggregated.goodput_tokens_per_second:,.0f} output tok/s in "
+            f"all against {aggregated.goodput_tokens_per_second:,.0f} (the other {whole - used} GPUs can serve more)")
 
 
 def binding_reason(e: DisaggEstimate) -> str:

@@ -160,7 +160,7 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
 
 def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_rejected: bool, served_model: str,
-                      metrics: ServeMetrics | None) -> None:
+                      metrics: ServeMetrics | None, superseded: bool = False) -> None:
     from planner.render.serve import render_plan
 
     best = plan.recommended
@@ -170,7 +170,7 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
         ray = launch_steps(plan, best, "vllm-ray", served_model)
     notes = all_launch_notes(plan, engine)
     render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
-                notes=notes, metrics=metrics)
+                notes=notes, metrics=metrics, superseded=superseded)
 
 
 def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
@@ -239,7 +239,8 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         print_json_rows(payload)
     else:
         if auto:
-            render_aggregated(plan, engine, top, show_rejected, served_model, metrics)
+            render_aggregated(plan, engine, top, show_rejected, served_model, metrics,
+                              superseded=verdict.winner == "disaggregated")
         else:
             console().print(describe_model(model, request.kv_cache_dtype))
             console().print(describe_cluster(cluster))

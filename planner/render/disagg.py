@@ -53,6 +53,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
                   f"{verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     elif not compared:
         out.print(f"Recommended: none: {verdict.reason}", markup=False)
+    elif verdict.winner == "disaggregated" and best is not None:
+        out.print(f"Recommended: {verdict.reason}", markup=False)  # "disaggregated <label>: its goodput vs ..."
     else:
         out.print(f"Aggregated or disaggregated: {verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     if best is not None and steps is None:

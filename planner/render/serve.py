@@ -165,7 +165,9 @@ def render_table(plan: ServePlan, top: int) -> Table:
     return table
 
 
-def summary_lines(plan: ServePlan) -> list[str]:
+def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
+    """superseded: a disaggregated deployment wins (--mode auto), so the aggregated best is
+    headed as the alternative, not the recommendation."""
     best = plan.recommended
     assert best is not None
     fastest = min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp))
@@ -173,7 +175,8 @@ def summary_lines(plan: ServePlan) -> list[str]:
     most = max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp))
     why = _why(plan, best, fastest, most)
     lines = [
-        f"Recommended: {best.layout} ({why}; decode is {best.decode_bound}-bound; "
+        f"{'Best aggregated (disaggregated wins, below)' if superseded else 'Recommended'}: "
+        f"{best.layout} ({why}; decode is {best.decode_bound}-bound; "
         f"TTFT {ms(best.ttft_seconds)}"
         + (f", TPOT {ms(best.tpot_seconds)})." if plan.request.output_len > 1 else "; one output token: no TPOT)."),
         f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). "
@@ -360,7 +363,8 @@ def render_rejected(rejected: tuple[Rejected, ...] | list[Rejected], title: str 
 
 def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top: int, show_rejected: bool,
                 ray_steps: tuple[LaunchStep, ...] = (), notes: list[str] | None = None,
-                metrics: ServeMetrics | None = None) -> None:
+                metrics: ServeMetrics | None = None, superseded: bool = False) -> None:
+    """superseded: summary_lines'; the launch is then the aggregated alternative's."""
     out = console()
     out.print(describe_model(plan.model, plan.request.kv_cache_dtype))
     out.print(describe_cluster(plan.cluster))
@@ -368,7 +372,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         render_infeasible(plan, out, show_rejected)
         return
     out.print(render_table(plan, top))
-    for line in summary_lines(plan):
+    for line in summary_lines(plan, superseded):
         out.print(line)
     if metrics is not None and plan.request.simulates_burst:
         for line in burst_lines(plan.request, metrics):
@@ -376,7 +380,8 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
     ray_title = f"Or with Ray ({engine.replace('vllm', 'vllm-ray', 1)})"
-    for title, group in ((f"Launch ({engine})", steps), (ray_title, ray_steps)):
+    launch_title = f"Launch the best aggregated layout instead ({engine})" if superseded else f"Launch ({engine})"
+    for title, group in ((launch_title, steps), (ray_title, ray_steps)):
         if group:
             out.print(f"\n{title}:")
             for step in group:

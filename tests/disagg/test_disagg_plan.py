@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from hypothesis import given, settings
@@ -248,3 +249,27 @@ def test_disaggregated_mode_json_drops_the_aggregated_alternatives():
         "ngram", "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--json"]).output)
     assert payload["recommended"]["mode"] == "disaggregated"
     assert payload["speculation_options"] == [] and payload["speculation_break_even_factor"] is None
+
+
+def test_auto_mode_recommends_the_disaggregated_deployment_when_it_wins():
+    """--mode auto prints the aggregated plan first; when the disaggregated deployment wins the
+    comparison, the aggregated best is headed as the alternative ("Best aggregated ...", its
+    launch "instead") and the one "Recommended:" line names the disaggregated deployment
+    (gpt-oss-120b on 2x8xH100, 8,192/1,024 tokens, TTFT <= 2 s, TPOT <= 30 ms: disaggregated
+    serves about 1.5x the output tokens per GPU)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "gpt-oss-120b", "--cluster", "2x8xH100", "--input-len", "8192",
+                                      "--output-len", "1024", "--max-ttft-ms", "2000", "--max-tpot-ms", "30"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    headlines = [line for line in lines if line.startswith("Recommended:")]
+    assert len(headlines) == 1 and headlines[0].startswith("Recommended: disaggregated P ")
+    assert any(line.startswith("Best aggregated (disaggregated wins, below): tp=") for line in lines)
+    assert lines.index(headlines[0]) > next(i for i, line in enumerate(lines) if line.startswith("Best aggregated"))
+    flat = " ".join(result.stdout.split())
+    assert "Launch the best aggregated layout instead (vllm" in flat and "Launch disaggregated (vllm):" in flat
+    # P 6 x 1 GPU + D 1 x 8 GPUs = 14 of the 16 the aggregated tp=2 dp=8 uses: both totals said
+    assert re.search(r"it uses 14 of the 16 GPUs: [\d,]+ output tok/s in all against [\d,]+", flat)

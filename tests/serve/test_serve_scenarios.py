@@ -361,7 +361,8 @@ def test_headline_70b_on_2x8xa100(run_plan):
     assert "Serving layouts" in out and "ranked by throughput" in out
     for header in ("TTFT", "TPOT", "tok/s", "KV tokens", "bubble"):
         assert header in out
-    recommended = next(line for line in out.splitlines() if line.startswith("Recommended:"))
+    # the aggregated best ("Best aggregated ..." when a disaggregated deployment wins after it)
+    recommended = next(line for line in out.splitlines() if line.startswith(("Recommended:", "Best aggregated")))
     assert "highest throughput" in recommended
     assert "Fastest per token: tp=" in out and "Most tokens/s: tp=" in out
     assert "vllm serve MODEL --tensor-parallel-size" in out
