@@ -31,9 +31,19 @@ class Verdict:
 
 
 def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | None,
-            why_no_disaggregated: str, has_sla: bool = True) -> Verdict:
+            why_no_disaggregated: str, has_sla: bool = True, objective: str = "throughput") -> Verdict:
     """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
-    of server, no KV transfer, no proxy)."""
+    of server, no KV transfer, no proxy). With --objective latency the aggregated layout wins
+    whenever one fits: the disaggregated deployments are priced at their rate-matched load,
+    and splitting the phases cannot speed a lone request (its KV transfer adds to TTFT)."""
+    if aggregated is not None and objective == "latency":
+        lone = "" if disaggregated is None else (
+            f"; the best disaggregated deployment, {disaggregated.label}, runs TPOT "
+            f"{seconds_to_ms(disaggregated.tpot_seconds):.1f} ms at its load")
+        return Verdict("aggregated", f"--objective latency: {aggregated.layout} serves a request at TPOT "
+                                     f"{seconds_to_ms(aggregated.tpot_seconds):.1f} ms, TTFT "
+                                     f"{seconds_to_ms(aggregated.ttft_seconds):.1f} ms; disaggregation adds the KV "
+                                     f"transfer and pays off only in goodput under load{lone}")
     if aggregated is None and disaggregated is None:
         return Verdict(None, f"no aggregated layout fits (within the SLA, if one is set); no disaggregated deployment: "
                              f"{why_no_disaggregated}")
@@ -41,30 +51,34 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("aggregated", f"no disaggregated deployment: {why_no_disaggregated}")
     if aggregated is None:
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
-                                        f"{disaggregated.goodput_per_gpu:,.0f} output tok/s per GPU within it")
-    a, d = aggregated.goodput_per_gpu, disaggregated.goodput_per_gpu
+                                        f"{disaggregated.plan_goodput_per_gpu:,.0f} output tok/s per GPU within it"
+                                        f"{footprint_clause(disaggregated)}")
+    # per planned GPU: the aggregated layouts use every one (tp * pp * dp = GPUs), a
+    # disaggregated deployment as many copies as fit, the rest idle
+    a, d = aggregated.goodput_per_gpu, disaggregated.plan_goodput_per_gpu
     numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
                f"output tok/s per GPU{' within the SLA' if has_sla else ''}")
     side = f"; {binding_reason(disaggregated)}"
     if d > a * (1 + NEAR_TIE_FRACTION):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
                                         f"decode rounds, each phase gets its own parallelism{side}"
-                                        f"{fewer_gpus_clause(aggregated, disaggregated)}")
+                                        f"{footprint_clause(disaggregated)}")
     if d >= a * (1 - NEAR_TIE_FRACTION):
         return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
 
 
-def fewer_gpus_clause(aggregated: ServeEstimate, disaggregated: DisaggEstimate) -> str:
-    """Per GPU ranks the two; when the winner leaves GPUs the aggregated layout uses idle, say
-    what each serves in all, so a fixed cluster's owner can weigh them (the idle GPUs could
-    run more of either)."""
-    used, whole = disaggregated.gpus_used, aggregated.layout.num_gpus
-    if used >= whole:
+def footprint_clause(e: DisaggEstimate) -> str:
+    """How the deployment covers the planned GPUs, when it is not exactly once: its copies and
+    the GPUs none of them fits (they count in the per-GPU figures, idle)."""
+    plan = max(e.plan_gpus, e.gpus_used)
+    idle = plan - e.copies * e.gpus_used
+    if e.copies == 1 and idle == 0:
         return ""
-    return (f"; it uses {used} of the {whole} GPUs: {disaggregated.goodput_tokens_per_second:,.0f} output tok/s in "
-            f"all against {aggregated.goodput_tokens_per_second:,.0f} (the other {whole - used} GPUs can serve more)")
+    copies = "one copy" if e.copies == 1 else f"{e.copies} copies"
+    return (f"; {copies} of its {e.gpus_used} GPUs on the {plan}" + (f", {idle} idle" if idle else "")
+            + f": {e.plan_goodput_tokens_per_second:,.0f} output tok/s in all")
 
 
 def binding_reason(e: DisaggEstimate) -> str:
@@ -77,7 +91,8 @@ def binding_reason(e: DisaggEstimate) -> str:
                 f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
                 f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
                 f"{e.requests_per_second:.2f} req/s")
-    return (f"the decode workers bind: {e.decode.workers} x {e.decode.concurrency:.0f} sequences at TPOT "
+    ranks = f" x {e.decode.dp} ranks" if e.decode.dp > 1 else ""
+    return (f"the decode workers bind: {e.decode.workers}{ranks} x {e.decode.concurrency:.0f} sequences at TPOT "
             f"{seconds_to_ms(e.tpot_seconds):.1f} ms finish {e.requests_per_second:.2f} req/s")
 
 
@@ -126,4 +141,4 @@ def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
     plan = plan_disaggregated(model, cluster, request)
     has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
                                                     request.max_e2e_seconds))
-    return plan, compare(aggregated, plan.recommended, plan.why_none, has_sla)
+    return plan, compare(aggregated, plan.recommended, plan.why_none, has_sla, request.objective)

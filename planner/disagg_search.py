@@ -67,6 +67,12 @@ MIN_DISAGGREGATED_GPUS = 2
 """A prefill worker and a decode worker, one GPU each at least."""
 
 
+def plan_copies(plan_gpus: int, unit_gpus: int) -> int:
+    """Copies of a deployment of unit_gpus that plan_gpus hold: floor(plan / unit), at least
+    1 (a deployment is searched within MAX_UNIT_NODES nodes; a larger cluster runs copies)."""
+    return max(1, plan_gpus // unit_gpus)
+
+
 def worker_ep(tp: int, dp: int) -> int:
     """A worker's EP degree: its dp > 1 DP ranks share the experts (ep = tp * dp); 1 without."""
     return tp * dp if dp > 1 else 1
@@ -165,10 +171,29 @@ class DisaggEstimate:
     rate: RateMatch
     """What the N_p prefill and the N_d decode workers can each take (req/s) and which binds."""
     notes: tuple[str, ...] = field(default=())
+    plan_gpus: int = 0
+    """The GPUs planned (--gpus or the cluster's): the deployment runs as many copies as fit
+    them (copies); 0: this deployment's own."""
 
     @property
     def gpus_used(self) -> int:
         return self.prefill.gpus + self.decode.gpus
+
+    @property
+    def copies(self) -> int:
+        """Copies of the deployment the planned GPUs hold (plan_copies)."""
+        return plan_copies(self.plan_gpus, self.gpus_used)
+
+    @property
+    def plan_goodput_tokens_per_second(self) -> float:
+        """copies * goodput: what the planned GPUs serve, the ones no copy fits idle."""
+        return self.copies * self.goodput_tokens_per_second
+
+    @property
+    def plan_goodput_per_gpu(self) -> float:
+        """plan_goodput over every planned GPU, idle ones included: what ranks deployments on
+        a given cluster (a deployment that leaves GPUs idle serves less per GPU of it)."""
+        return self.plan_goodput_tokens_per_second / max(self.plan_gpus, self.gpus_used)
 
     @property
     def throughput_tokens_per_second(self) -> float:
@@ -335,7 +360,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
             return table[-1]
         return table[low] + (b - low - 1) * (table[low + 1] - table[low])
 
-    return prefill_worker(i, budget, k * shape.dp, seconds), seconds
+    return prefill_worker(i, budget, k * shape.dp, seconds, k), seconds
 
 
 def same_node_groups(num_prefill: int, prefill_gpus: int, num_decode: int, decode_gpus: int,
@@ -402,7 +427,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     check_moe_backend(model, cluster, request.moe_backend)
     shared = shared if shared is not None else Memo()
     cluster = with_moe_backend(cluster, request.moe_backend)
-    num_gpus = min(request.num_gpus or cluster.num_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
+    plan_gpus = request.num_gpus or cluster.num_gpus
+    num_gpus = min(plan_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
     max_model_len = request.max_model_len or model.max_position_embeddings
     memo = _Memo()
     sizes = [(tp, pp, 1) for tp, pp in worker_sizes(cluster, num_gpus)] + ep_decode_sizes(model, cluster, num_gpus)
@@ -448,17 +474,24 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             r_p, r_d = rate
             match = rate_match(r_p, n_p, r_d, n_d)
             gpus = n_p * memo.prefill_shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
-            bounds.append((-round(match.requests_per_second * request.output_len / gpus), -match.requests_per_second, p_key, n_p, d_key, n_d, same))
+            served = plan_copies(plan_gpus, gpus) * match.requests_per_second * request.output_len
+            bounds.append((-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p, d_key, n_d,
+                           same))
     bounds.sort()
     out, seen = [], set()
     for _, _, p_key, n_p, d_key, n_d, same in bounds:
         if (p_key, n_p, d_key[:3], n_d, same) in seen:  # the same deployment at a lower decode cap
             continue
+        unit = math.gcd(n_p, n_d)
+        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:  # a multiple of one already kept
+            continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
+        found = replace(found, plan_gpus=plan_gpus)
         seen.add((p_key, n_p, d_key[:3], n_d, same))
+        seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
         if len(out) >= SHOWN_CANDIDATES:
             break
@@ -474,7 +507,9 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
         return (f"it needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a decode worker); "
                 f"this plan has {num_gpus}")
     if not any_worker_fits:
-        return f"no prefill or decode worker fits in memory on up to {num_gpus} GPUs"
+        largest = max(powers_of_two_below(num_gpus), default=1)
+        return (f"no prefill or decode worker fits in memory on up to {largest} GPUs (the {num_gpus} GPUs must "
+                f"hold one of each)")
     sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)
     if any_rejected and any(limit is not None for limit in sla):
         return "none meets the SLA"
@@ -484,11 +519,11 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
 
 
 def rank_key(e: DisaggEstimate) -> tuple:
+    """Goodput per planned GPU (to the token/s; idle GPUs count), then lower TTFT (to the ms)
+    and TPOT, then more per GPU it uses, then the shapes."""
     p, d = e.prefill, e.decode
-    """Goodput per GPU (to the token/s), then the larger deployment of the cluster (more total
-    goodput at the same efficiency), then lower TPOT, then the shapes."""
-    return (-round(e.goodput_per_gpu), -e.goodput_tokens_per_second, e.tpot_seconds, p.tp, p.pp, p.workers,
-            d.tp, d.pp, d.dp, d.workers)
+    return (-round(e.plan_goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)), e.tpot_seconds,
+            -e.goodput_per_gpu, p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
 
 
 def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):

@@ -22,7 +22,7 @@ from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
 from planner.search import non_dominated
 from planner.serve import ServeEstimate
-from planner.serve_search import ServePlan, evaluate
+from planner.serve_search import NEAR_TIE_FRACTION, ServePlan, evaluate
 from planner.specs import ClusterSpec, ModelSpec
 
 FRONTIER_TARGETS = 10
@@ -64,9 +64,12 @@ class FrontierPoint:
 
     @property
     def best(self) -> FrontierCandidate | None:
-        """The higher goodput per GPU (aggregated on a tie: the simpler deployment)."""
-        found = [c for c in (self.aggregated, self.disaggregated) if c is not None]
-        return max(found, key=lambda c: (c.goodput_per_gpu, c.mode == "aggregated"), default=None)
+        """The higher goodput per GPU, as `plan` chooses (disagg_cli.compare): disaggregated only
+        with more than NEAR_TIE_FRACTION more (aggregated is the simpler deployment)."""
+        a, d = self.aggregated, self.disaggregated
+        if a is None or d is None:
+            return a or d
+        return d if d.goodput_per_gpu > a.goodput_per_gpu * (1 + NEAR_TIE_FRACTION) else a
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def aggregated_candidate(result: ServeEstimate) -> FrontierCandidate:
 
 def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:
     return FrontierCandidate("disaggregated", result.label, result.tpot_seconds, result.ttft_seconds,
-                             result.goodput_per_gpu, result.decode.concurrency, result.gpus_used)
+                             result.plan_goodput_per_gpu, result.decode.concurrency, result.copies * result.gpus_used)
 
 
 def better(kept: FrontierCandidate | None, found: FrontierCandidate | None) -> FrontierCandidate | None:

@@ -227,6 +227,11 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload["launch_notes"] = all_launch_notes(plan, engine)
         payload["mode"] = request.mode
         payload.update(disagg_json(disagg, verdict, steps, top, why))
+        won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
+        payload["recommended_mode"] = "disaggregated" if not auto or won else "aggregated"
+        if auto and won:  # what the text recommends; the aggregated best stays beside it
+            payload["best_aggregated"] = payload["recommended"]
+            payload["recommended"] = payload["disaggregated"][0]
         if not auto:  # the deployment the text recommends; the aggregated layouts stay for comparison
             payload["recommended"] = payload["disaggregated"][0] if payload["disaggregated"] else None
             # the aggregated plan's alternatives (drafts off, other backends) price its best layout,

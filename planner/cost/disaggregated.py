@@ -38,6 +38,9 @@ class PrefillWorker:
     round_table: tuple[float, ...] = ()
     """T(1), T(2), ..., T(n_max): a round at each whole number of prompts per step (T between
     them is linear); empty: T(1) = T(n_max), the only size."""
+    pipeline_stages: int = 1
+    """p: a pipelined worker starts a step every T / p (its p micro-batches in flight follow
+    each other through the stages); a prompt still takes the whole round T through them."""
 
     @property
     def capacity_requests_per_second(self) -> float:
@@ -60,12 +63,13 @@ class PrefillLoad:
 
 
 def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
-                   round_seconds: Callable[[float], float]) -> PrefillWorker:
-    """`round_seconds(b)`: a round of k steps, each carrying b prompts of I / S_p tokens."""
+                   round_seconds: Callable[[float], float], pipeline_stages: int = 1) -> PrefillWorker:
+    """`round_seconds(b)`: a round of k steps, each carrying b prompts of I / S_p tokens;
+    `pipeline_stages` p of the k (the rest are lockstep expert-parallel lanes)."""
     steps = math.ceil(input_len / budget_tokens)
     most = max(1, budget_tokens // input_len) if steps == 1 else 1
     table = tuple(round_seconds(float(b)) for b in range(1, most + 1))
-    return PrefillWorker(float(most), steps, in_flight, table[-1], table)
+    return PrefillWorker(float(most), steps, in_flight, table[-1], table, pipeline_stages)
 
 
 def operating_prompts_per_step(worker: PrefillWorker, rate: float) -> float:
@@ -88,16 +92,20 @@ def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[
     """b = the prompts a step carries: what arrives while the step before it runs,
     b = clamp(r * T(b) / k, 1, n_max), the least fixed point (operating_prompts_per_step);
     a prompt's own service S = S_p * T(b); rho = r / capacity (the worker's share of time busy
-    at full steps); wait = rho * S / (2 (1 - rho)) (M/D/1 mean wait, Kleinrock, Queueing
-    Systems vol. 1, eq. 5.76 with deterministic service). (b once took the full round,
-    r * T(n_max) / k: a step as long as a full one for every prompt, 2-4 times the waits a
-    simulation of the same worker gives when T grows with b.)"""
+    at full steps); wait = rho * D / (2 (1 - rho)) (M/D/1 mean wait, Kleinrock, Queueing
+    Systems vol. 1, eq. 5.76 with deterministic service), D = S / p the interval at which the
+    worker takes the next prompts: a pipelined worker of p stages starts a micro-batch every
+    T / p, so a prompt waits for the next start, not for a whole round (vLLM's pipeline keeps
+    p batches in flight); lockstep expert-parallel lanes start together, every T. (b once
+    took the full round, r * T(n_max) / k: a step as long as a full one for every prompt, 2-4
+    times the waits a simulation of the same worker gives when T grows with b.)"""
     steps = worker.steps_per_prompt
     b = operating_prompts_per_step(worker, rate)
     seconds = round_seconds(b)
     service = steps * seconds
     rho = rate / worker.capacity_requests_per_second
-    wait = math.inf if rho >= 1 else rho * service / (2 * (1 - rho))
+    interval = service / worker.pipeline_stages
+    wait = math.inf if rho >= 1 else rho * interval / (2 * (1 - rho))
     return PrefillLoad(rate, b, seconds, rho, wait, wait + service)
 
 

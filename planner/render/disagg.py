@@ -14,16 +14,25 @@ COLUMNS = (
     ("#", lambda e, i: str(i)),
     ("prefill", lambda e, i: f"{e.prefill.workers} x tp={e.prefill.tp} pp={e.prefill.pp}"),
     ("decode", lambda e, i: f"{e.decode.workers} x {e.decode.shape_label}"),
-    ("GPUs", lambda e, i: str(e.gpus_used)),
+    ("GPUs", lambda e, i: gpus_cell(e)),
     ("KV/request", lambda e, i: f"{e.kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB"),
     ("KV link", lambda e, i: f"{e.kv.link_kind} (+{ms(e.kv.exposed_seconds)})"),
     ("C_d", lambda e, i: f"{e.decode.concurrency:.0f}"),
     ("TTFT", lambda e, i: ms(e.ttft_seconds)),
     ("TPOT", lambda e, i: ms(e.tpot_seconds)),
     ("req/s", lambda e, i: f"{e.requests_per_second:.2f}"),
-    ("goodput/GPU", lambda e, i: f"{e.goodput_per_gpu:,.0f}"),
+    ("goodput/GPU", lambda e, i: f"{e.plan_goodput_per_gpu:,.0f}"),
     ("bound by", lambda e, i: e.binding),
 )
+
+
+def gpus_cell(e: DisaggEstimate) -> str:
+    """The deployment's GPUs; 'copies x GPUs' when the planned GPUs run more than one copy,
+    '/ planned' when some are idle."""
+    plan = max(e.plan_gpus, e.gpus_used)
+    used = e.copies * e.gpus_used
+    cell = str(e.gpus_used) if e.copies == 1 else f"{e.copies}x{e.gpus_used}"
+    return cell if used == plan else f"{cell}/{plan}"
 
 
 def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
@@ -33,7 +42,7 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
     from rich.table import Table
 
     out = console()
-    table = Table(title="Disaggregated prefill/decode (output tok/s per GPU within the SLA)")
+    table = Table(title="Disaggregated prefill/decode (output tok/s per planned GPU within the SLA; idle ones count)")
     for header, _ in COLUMNS:
         table.add_column(header, justify="right")
     for i, e in enumerate(plan.candidates[:top], 1):
@@ -66,10 +75,19 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
             out.print(f"  {step.shell()}", markup=False, soft_wrap=True)
         for line in per_node_lines(steps):
             out.print(line, markup=False)
+        if best.copies > 1:
+            out.print(f"Note: {copies_note(best)}", markup=False)
         if engine.startswith("vllm"):
             out.print("Note: the proxy is vLLM's example tests/v1/kv_connector/nixl_integration/toy_proxy_server.py; "
                       "it is not installed with the wheel: run it from a checkout of the release's tag "
                       "(or put NVIDIA Dynamo / llm-d's router in front instead)", markup=False)
+
+
+def copies_note(e: DisaggEstimate) -> str:
+    """What the commands above are when the plan runs several copies of them."""
+    return (f"the commands above are one copy of the deployment ({e.gpus_used} GPUs); run {e.copies} copies on "
+            f"{e.copies * e.gpus_used} of the {max(e.plan_gpus, e.gpus_used)} GPUs, each with its own proxy, and "
+            f"balance the requests over the proxies")
 
 
 def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
@@ -89,6 +107,8 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         "prefill": worker(e.prefill),
         "decode": worker(e.decode),
         "gpus_used": e.gpus_used,
+        "copies": e.copies,
+        "plan_gpus": max(e.plan_gpus, e.gpus_used),
         "same_node": e.same_node,
         "kv_transfer_bytes": e.kv.bytes_per_request,
         "kv_transfer_seconds": e.kv.exposed_seconds,
@@ -113,6 +133,9 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         "throughput_tokens_per_second": e.throughput_tokens_per_second,
         "goodput_tokens_per_second": e.goodput_tokens_per_second,
         "goodput_per_gpu": e.goodput_per_gpu,
+        # the copies on the planned GPUs, idle ones included: what ranks deployments
+        "plan_goodput_tokens_per_second": e.plan_goodput_tokens_per_second,
+        "plan_goodput_per_gpu": e.plan_goodput_per_gpu,
         "binding": e.binding,
         "notes": list(e.notes),
         "launch": None if steps is None else [step_json(s) for s in steps],

@@ -129,6 +129,22 @@ def test_chunked_prompt_takes_several_steps():
     assert worker.capacity_requests_per_second == pytest.approx(10 / 3)
 
 
+def test_a_pipelined_worker_takes_prompts_every_stage_step():
+    """The same worker as pipelined over p = 4 stages, k = 4 micro-batches per round of
+    T = 0.5 s: capacity 4 * 8 / 0.5 = 64 req/s. At r = 32: rho = 0.5, b = clamp(32 * 0.5 / 4)
+    = 4; a micro-batch starts every T / p = 0.125 s, so wait = 0.5 * 0.125 / (2 * 0.5) =
+    0.0625 s (a whole round, 0.5 s, would give 0.25 s), prefill = 0.0625 + 0.5 = 0.5625 s.
+    Four lockstep lanes (k = 4, p = 1) start together every T: wait 0.25 s."""
+    piped = prefill_worker(1024, 8192, 4, constant(0.5), pipeline_stages=4)
+    assert piped.capacity_requests_per_second == 64.0
+    load = prefill_at_rate(piped, 32.0, constant(0.5))
+    assert (load.prompts_per_step, load.utilization) == (4.0, 0.5)
+    assert load.wait_seconds == pytest.approx(0.0625)
+    assert load.prefill_seconds == pytest.approx(0.5625)
+    lanes = prefill_worker(1024, 8192, 4, constant(0.5))
+    assert prefill_at_rate(lanes, 32.0, constant(0.5)).wait_seconds == pytest.approx(0.25)
+
+
 def test_rate_matching_by_hand():
     """Decode: C_d = 100 sequences, O = 256, T_d = 25 ms: r_d = 100 / (256 * 0.025) = 15.625
     req/s per worker. 2 prefill workers at 8 req/s = 16 req/s against 3 decode workers at

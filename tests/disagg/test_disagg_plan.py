@@ -6,6 +6,7 @@ import json
 import re
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,10 +89,13 @@ def test_disaggregated_goodput_never_counts_a_gpu_twice(cluster, input_len, outp
     plan = plan_disaggregated(resolve_model("llama-3.1-8b"), spec, request)
     for e in plan.candidates:
         assert e.gpus_used == e.prefill.tp * e.prefill.pp * e.prefill.workers + e.decode.tp * e.decode.pp * e.decode.workers
-        assert e.gpus_used <= spec.num_gpus
+        assert e.copies * e.gpus_used <= spec.num_gpus == e.plan_gpus
         assert e.goodput_per_gpu == e.goodput_tokens_per_second / e.gpus_used
+        # ranked per planned GPU: the copies' goodput over all of them, idle ones included
+        assert e.plan_goodput_per_gpu == pytest.approx(e.copies * e.goodput_tokens_per_second / spec.num_gpus)
+        assert e.plan_goodput_per_gpu <= e.goodput_per_gpu * (1 + 1e-12)
         assert e.prefill.tp <= spec.gpus_per_node and e.decode.tp <= spec.gpus_per_node
-    keys = [(-round(e.goodput_per_gpu), -e.goodput_tokens_per_second) for e in plan.candidates]
+    keys = [-round(e.plan_goodput_per_gpu) for e in plan.candidates]
     assert keys == sorted(keys)
 
 
@@ -100,7 +104,12 @@ def test_cli_json_adds_keys_only(run_plan):
     auto = json.loads(run_plan(*args).stdout)
     plain = json.loads(run_plan(*args, "--mode", "aggregated").stdout)
     assert set(plain) <= set(auto)
-    assert auto["recommended"] == plain["recommended"]
+    # the text's recommendation: the aggregated best unless the disaggregated deployment wins
+    won = auto["comparison"]["winner"] == "disaggregated"
+    assert auto["recommended_mode"] == ("disaggregated" if won else "aggregated")
+    assert auto["best_aggregated" if won else "recommended"] == plain["recommended"]
+    if won:
+        assert auto["recommended"] == auto["disaggregated"][0]
     best = auto["disaggregated"][0]
     assert best["mode"] == "disaggregated" and auto["mode"] == "auto"
     for role in ("prefill", "decode"):
@@ -271,5 +280,25 @@ def test_auto_mode_recommends_the_disaggregated_deployment_when_it_wins():
     assert lines.index(headlines[0]) > next(i for i, line in enumerate(lines) if line.startswith("Best aggregated"))
     flat = " ".join(result.stdout.split())
     assert "Launch the best aggregated layout instead (vllm" in flat and "Launch disaggregated (vllm):" in flat
-    # P 6 x 1 GPU + D 1 x 8 GPUs = 14 of the 16 the aggregated tp=2 dp=8 uses: both totals said
-    assert re.search(r"it uses 14 of the 16 GPUs: [\d,]+ output tok/s in all against [\d,]+", flat)
+
+
+def test_a_deployment_smaller_than_the_cluster_runs_copies_and_is_ranked_on_all_gpus():
+    """Llama-3.1-70B on 8x8xH100 (TTFT <= 1 s, TPOT <= 30 ms): the best disaggregated unit is
+    smaller than the cluster and runs as copies that fill it; ranked per planned GPU, idle GPUs
+    count (ranked per GPU it used, a 44-GPU deployment won at 621 tok/s per GPU: 27,329 tok/s
+    in all on the 64, 20 idle, against some 36,000-40,000 for copies that fill them)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--max-ttft-ms", "1000",
+                                      "--max-tpot-ms", "30"])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    assert "Recommended: disaggregated P " in flat
+    found = re.search(r"(\d+) copies of its (\d+) GPUs on the 64: ([\d,]+) output tok/s in all", flat)
+    assert found, flat
+    copies, gpus, total = int(found[1]), int(found[2]), int(found[3].replace(",", ""))
+    assert copies * gpus == 64 and total > 27_329
+    assert re.search(rf"│\s*{copies}x{gpus}\s*│", result.stdout)
+    assert f"run {copies} copies on 64 of the 64 GPUs, each with its own proxy" in flat
