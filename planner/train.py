@@ -56,7 +56,7 @@ from planner.layout import Placement, Rejected, TrainConfig, groups_cross_nodes,
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train_engines import torchtitan_reasons
+from planner.train_engines import CP_KV_ROTATION, torchtitan_reasons
 from planner.units import bytes_to_gib, flops_per_s_to_tflops
 
 
@@ -509,13 +509,15 @@ def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: Tra
 
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
-                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[Placement, LayerTerms]:
+                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                 engine: str = "megatron") -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
+    rotation = CP_KV_ROTATION[engine]
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
-                      c.cp, c.tp_comm_overlap),
-                     layer_terms, model, cluster, c, seq_len, placement, rates, imbalance)
+                      c.cp, c.tp_comm_overlap, rotation),
+                     layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation)
     return placement, terms
 
 
@@ -552,7 +554,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
     if memory.total_bytes > capacity:
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
-    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance)
+    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
                       stage_params_per_gpu, model, config.tp, config.pp, layers, config.ep)
     causal = config.attention == "flash"  # flash kernels skip the masked half; the 2021 count keeps it
@@ -640,7 +642,8 @@ def _chosen_split(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_le
                   key: tuple) -> tuple[tuple[int, int] | None, bool] | None:
     """with_stage_split's choice for one configuration (`key`: what its stage times depend on)."""
     L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
-    costs = memo.get(("stage_seconds", key), _stage_seconds, model, cluster, c, seq_len, rates, memo, imbalance)
+    costs = memo.get(("stage_seconds", key), _stage_seconds, model, cluster, c, seq_len, rates, memo, imbalance,
+                     engine)
     candidates = memo.get(("split_candidates", pp, v), _split_candidates, L, pp, v) if L % pp else ()
     return _faster_split(L, pp, v, costs, engine, candidates)
 
@@ -650,8 +653,8 @@ def _split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int,
 
 
 def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
-                   memo: Memo, imbalance: float) -> split.StageSeconds:
-    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance)
+                   memo: Memo, imbalance: float, engine: str = "megatron") -> split.StageSeconds:
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance, engine)
     layer_params = memo.get(("layer_params", c.tp, c.ep), layer_params_per_gpu, model, c.tp, c.ep)
     ends = memo.get(("stage_params", c.tp, c.pp, (0, 0, 0), c.ep), stage_params_per_gpu, model, c.tp, c.pp,
                     (0, 0, 0), c.ep)

@@ -60,6 +60,24 @@ if TYPE_CHECKING:
 TORCHTITAN_RELEASE = "v0.2.2"
 """The torchtitan git tag whose source the rules and the emitted TOML follow."""
 
+TORCHTITAN_MODELS = {
+    "llama-3.1-8b": ("llama3", "8B"),
+    "llama-3.1-70b": ("llama3", "70B"),
+    "llama-3.1-405b": ("llama3", "405B"),
+    "qwen3-32b": ("qwen3", "32B"),
+}
+"""Shipped model -> torchtitan (model.name, model.flavor), from models/llama3/__init__.py and
+models/qwen3/__init__.py@v0.2.2 (same layers, widths and heads)."""
+TORCHTITAN_IMPLEMENTED = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss")
+"""The language models under torchtitan/models/@v0.2.2."""
+TORCHTITAN_UNPIPELINED = ("qwen3",)
+"""Models whose TrainSpec has no pipelining_fn (models/qwen3/__init__.py@v0.2.2:
+pipelining_fn=None; train.py raises when pipeline parallelism is asked of them)."""
+CP_KV_ROTATION = {"megatron": "ring", "torchtitan": "allgather"}
+"""How each engine moves a layer's KV chunks between context-parallel ranks: Megatron's
+Transformer Engine passes them around a ring, one chunk per attention step (p2p); torchtitan
+all-gathers them once (torch's default rotate method, _AllGatherRotater in
+torch/distributed/tensor/experimental/_context_parallel/_attention.py; training_time.cp_seconds_per_layer)."""
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 """Our schedule -> torchtitan's pipeline_parallel_schedule (torch.distributed.pipelining names)."""
 
@@ -138,6 +156,14 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
                        "(torchtitan interleaving is planned with even stages)")
     if c.ep > 1:
         reasons.append("expert parallelism is not planned under torchtitan")
+    family = TORCHTITAN_MODELS.get(model.name, ("",))[0]
+    if c.pp > 1 and family in TORCHTITAN_UNPIPELINED:
+        reasons.append(f"torchtitan {TORCHTITAN_RELEASE} cannot pipeline {family} (its TrainSpec has no "
+                       f"pipelining_fn)")
+    kv_heads = model.num_key_value_heads
+    if not model.is_mla and kv_heads % c.tp:
+        reasons.append(f"tp={c.tp} does not divide the {kv_heads} KV heads: torchtitan shards wk/wv over tp "
+                       f"without replicating heads (models/llama3/infra/parallelize.py@{TORCHTITAN_RELEASE})")
     return reasons
 
 

@@ -471,7 +471,7 @@ class CpSeconds:
 
 
 def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: int, placement: Placement,
-                         rates: TrainRates) -> CpSeconds:
+                         rates: TrainRates, rotation: str = "ring") -> CpSeconds:
     """Ring attention's KV exchange of one layer: cp - 1 steps forward, each sending one KV
     chunk S = 2*b*(s/cp)*k_gpu*d*e bytes (k_gpu = kv_heads_per_gpu: GQA shrinks it; MLA sends
     a/t heads of keys and values, d_nope + d_rope and d_v: training_attention_widths) to the
@@ -490,7 +490,14 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
     Assumptions: the link is the ring's slowest hop (placement.cp_link: the NICs once the
     ring spans nodes, each GPU its share); full and selective recompute rerun the forward
     ring (selective recomputes the attention core); the first step's compute and the last
-    step's have no send to hide."""
+    step's have no send to hide.
+
+    rotation "allgather" (torchtitan: torch's _AllGatherRotater, the default rotate method,
+    torch/distributed/tensor/experimental/_context_parallel/_attention.py at torch 2.13): the
+    forward gathers every chunk at once, cp - 1 ring steps of S back to back, behind only the
+    first (local) step's attention; the backward gathers KV the same way behind its first
+    step, and passes dKV around the ring one chunk (S) per step (its dkv rotater is
+    all-to-all), each hidden under a step as above."""
     cp, b = config.cp, config.micro_batch_size
     link = placement.cp_link
     if cp <= 1 or link is None:
@@ -504,6 +511,12 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
     send_backward = comm.p2p_seconds(2 * kv_bytes, link)
     forward_passes = 1 if config.recompute == "none" else 2
     steps = cp - 1
+    if rotation == "allgather":
+        gather = steps * send_forward
+        total = forward_passes * gather + gather + steps * send_forward
+        exposed = (forward_passes * max(0.0, gather - step_forward) + max(0.0, gather - step_backward)
+                   + steps * max(0.0, send_forward - step_backward))
+        return CpSeconds(kv_bytes, send_forward, step_forward, step_backward, total, exposed, link.kind)
     total = steps * (forward_passes * send_forward + send_backward)
     exposed = steps * (forward_passes * max(0.0, send_forward - step_forward)
                        + max(0.0, send_backward - step_backward))
@@ -677,8 +690,9 @@ class LayerTerms:
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
                 placement: Placement, rates: TrainRates,
-                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> LayerTerms:
-    """`s` the sequence length; with CP every term runs on the rank's s/cp tokens."""
+                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE, cp_rotation: str = "ring") -> LayerTerms:
+    """`s` the sequence length; with CP every term runs on the rank's s/cp tokens;
+    `cp_rotation` the engine's KV exchange (cp_seconds_per_layer)."""
     c, b = config, config.micro_batch_size
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     return LayerTerms(
@@ -687,7 +701,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
         tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
         ep=ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance),
-        cp=cp_seconds_per_layer(model, c, chunk, placement, rates),
+        cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
     )
 
 

@@ -91,7 +91,7 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
         args += ["--position-embedding-type", "rope", "--rotary-base", f"{model.rope_theta:.0f}"]
         if model.llama3_rope_scaling_factor is not None:  # Llama 3.1's scaling (arguments.py at core_v0.14/19)
             args += ["--use-rope-scaling", "--rope-scaling-factor", f"{model.llama3_rope_scaling_factor:g}"]
-    if model.qk_norm:
+    if model.qk_norm and not model.is_mla:  # MLA: mla_args
         args.append("--qk-layernorm")  # --normalization RMSNorm makes it an RMSNorm per head
     if not (model.attention_bias or model.mlp_bias):
         args.append("--disable-bias-linear")
@@ -115,6 +115,10 @@ def mla_args(model: ModelSpec) -> list[str]:
             "--v-head-dim", str(model.v_head_dim)]
     if model.q_lora_rank:
         args += ["--q-lora-rank", str(model.q_lora_rank)]
+    # the RMSNorms on the query and KV latents (DeepSeek-V2/V3's q_a_layernorm, kv_a_layernorm):
+    # Megatron builds them only with --qk-layernorm (gpt_layer_specs.py, MLA's up-projections
+    # as layer-norm linears, core_v0.14.0 and core_v0.19.0)
+    args.append("--qk-layernorm")
     return args
 
 
@@ -132,6 +136,10 @@ def moe_args(model: ModelSpec) -> list[str]:
         args += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * shared)]
     if model.num_dense_layers:
         args += ["--moe-layer-freq", f"([0]*{model.num_dense_layers}+[1]*{model.num_moe_layers})"]
+    if model.num_experts_per_tok == 1:
+        # TransformerConfig.__post_init__ (core_v0.14.0 and core_v0.19.0) refuses a softmax
+        # router choosing one expert without it: softmax over one score has no gradient
+        args.append("--moe-router-pre-softmax")
     return args
 
 

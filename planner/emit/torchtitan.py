@@ -20,8 +20,8 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   converters = ["quantize.linear.mx"] with recipe_name = "mxfp8_cublas" (MXLinear's default,
   torchao's 1x32-block MXFP8 on cuBLAS; SM100 asserted) and filter_fqns = ["output"];
   delayed scaling has no torchtitan form (train_engines.check_request refuses it);
-- CP rotates KV shards with "alltoall" (a ring pass, the p2p ring the estimate prices) rather
-  than the default all-gather.
+- CP: nothing beyond the degree; training runs torch's default KV all-gather (the
+  rotate-method key reaches only the validator), and the estimate prices that.
 Data, tokenizer, optimizer and checkpoint settings are the user's to add.
 """
 
@@ -41,6 +41,8 @@ from planner.emit.torchrun import torchrun_flags
 from planner.requests import FP8_RECIPE_DEFAULTS
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
+    TORCHTITAN_IMPLEMENTED,
+    TORCHTITAN_MODELS,
     TORCHTITAN_RELEASE,
     TORCHTITAN_SCHEDULES,
     torchtitan_degrees,
@@ -66,16 +68,6 @@ FP8_CONVERTERS = {
 """--fp8-recipe -> (converter, its [quantize.linear.*] keys): Float8Linear.recipe_name is
 Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None, MXLinear.recipe_name a torchao
 MX recipe name defaulting to "mxfp8_cublas" (config/job_config.py@v0.2.2)."""
-TORCHTITAN_MODELS = {
-    "llama-3.1-8b": ("llama3", "8B"),
-    "llama-3.1-70b": ("llama3", "70B"),
-    "llama-3.1-405b": ("llama3", "405B"),
-    "qwen3-32b": ("qwen3", "32B"),
-}
-"""Shipped model -> torchtitan (model.name, model.flavor), from models/llama3/__init__.py and
-models/qwen3/__init__.py@v0.2.2 (same layers, widths and heads)."""
-
-
 def toml_value(value: object) -> str:
     """A TOML literal for the few value types the job config uses."""
     if isinstance(value, bool):
@@ -147,9 +139,10 @@ def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int]) -> list
 
 
 def context_keys(config: TrainConfig) -> dict[str, object]:
-    if config.cp == 1:
-        return {}
-    return {"context_parallel_rotate_method": "alltoall"}
+    """None: the training step shards with prepare_context_parallel_input and keeps torch's
+    default KV rotation, an all-gather (context_parallel_rotate_method is read only by the
+    validator, components/validate.py@v0.2.2); the estimate prices that all-gather."""
+    return {}
 
 
 def render_toml(model: ModelSpec, sections: dict[str, dict[str, object]], config: TrainConfig,
@@ -162,8 +155,9 @@ def render_toml(model: ModelSpec, sections: dict[str, dict[str, object]], config
     for section, keys in sections.items():
         lines += ["", f"[{section}]"]
         if section == "model" and "name" not in keys:
-            lines.append(f"# no torchtitan flavor for {model.name}: set name and flavor "
-                         f"(torchtitan/models/*/__init__.py@{TORCHTITAN_RELEASE})")
+            lines.append(f"# torchtitan {TORCHTITAN_RELEASE} has no model or flavor for {model.name} (it implements "
+                         f"{', '.join(TORCHTITAN_IMPLEMENTED)}): add one under torchtitan/models/ with these widths, "
+                         f"then set name and flavor")
         lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
     return "\n".join(lines) + "\n"
 

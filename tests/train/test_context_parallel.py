@@ -89,6 +89,31 @@ def test_ring_exchange_across_nodes_is_partly_exposed():
     assert again.exposed == pytest.approx(cross.exposed + forward, rel=1e-9)
 
 
+def test_torchtitan_gathers_kv_behind_one_step():
+    """torchtitan keeps torch's all-gather rotation: tp = 2, cp = 4 on one H100 node, s =
+    16,384 (the second case above): sends of S = 8,388,608 B take 19.641 us; the forward
+    gathers 3 of them back to back, 58.92 us, behind one step's attention (113.91 us); the
+    backward gathers KV again (58.92 us behind 329.97 us) and passes dKV in 3 ring steps of S:
+    58.92 + 58.92 + 58.92 = 176.77 us sent, nothing exposed. Across nodes (tp = 8, cp = 2,
+    2x8xH100, s = 8,192: one send of 46.943 us forward, steps 28.477 / 82.493 us): the gather
+    is one send, so it exposes 18.466 us forward as the ring does, and the backward's dKV send
+    of S (not 2S as TE's KV + dKV) hides: 18.466 us in all (the ring: 24.86)."""
+    cluster = resolve_cluster("1x8xH100")
+    c = config(2, 4, 1)
+    rates = train_rates(LLAMA_8B, cluster)
+    gathered = cp_seconds_per_layer(LLAMA_8B, c, 16384 // 4, place(cluster, c.layout), rates, "allgather")
+    assert gathered.total == pytest.approx(9 * gathered.send_seconds, rel=1e-12)
+    assert gathered.total == pytest.approx(176.77e-6, rel=1e-4)
+    assert gathered.exposed == 0.0
+    cross_cluster = resolve_cluster("2x8xH100")
+    c = config(8, 2, 1)
+    cross = cp_seconds_per_layer(LLAMA_8B, c, 4096, place(cross_cluster, c.layout),
+                                 train_rates(LLAMA_8B, cross_cluster), "allgather")
+    forward = 5e-6 + 2_097_152 / 50e9 - 17_179_869_184 / FLASH_FORWARD
+    assert cross.exposed == pytest.approx(forward, rel=1e-6)
+    assert cross.exposed == pytest.approx(18.466e-6, rel=1e-3)
+
+
 def test_no_cp_no_ring():
     assert ring("1x8xH100", config(8, 1, 1), 8192).total == 0.0
 

@@ -124,6 +124,22 @@ def test_reasons():
     # 32 layers over pp=4 in v=3 chunks: not even
     inter = config(pp=4, dp=2, schedule="interleaved", virtual_stages=3, zero_stage=1)
     assert any("pp*v = 12" in r for r in torchtitan_reasons(model, inter, 8192))
+    # wk/wv are sharded over tp without replication: 8 KV heads take tp = 8, not 16
+    wide = config(tp=16, dp=1, sequence_parallel=True)
+    assert any("does not divide the 8 KV heads" in r for r in torchtitan_reasons(model, wide, 8192))
+    # qwen3's TrainSpec has no pipelining_fn at v0.2.2
+    piped = config(pp=2, dp=4, zero_stage=1)
+    assert torchtitan_reasons(model, piped, 8192) == []
+    assert any("cannot pipeline qwen3" in r for r in torchtitan_reasons(resolve_model("qwen3-32b"), piped, 8192))
+
+
+def test_context_parallel_writes_only_its_degree():
+    """torchtitan's training step keeps torch's default KV all-gather: the rotate-method key
+    reaches only the validator (components/validate.py@v0.2.2), so none is written."""
+    model = resolve_model("llama-3.1-8b")
+    sections = job_sections(model, config(tp=2, cp=2, dp=2, sequence_parallel=True), 256, 8192)
+    assert sections["parallelism"]["context_parallel_degree"] == 2
+    assert not any("rotate" in key for keys in sections.values() for key in keys)
 
 
 def test_batch_and_stages_in_the_job_config():
