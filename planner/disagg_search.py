@@ -12,6 +12,7 @@ Derivation: docs/cost-model.md (Serving: disaggregated).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 
@@ -43,7 +44,6 @@ from planner.cost.serving_memory import (
 from planner.cost.serving_time import (
     StepConstants,
     StepLoad,
-    causal_pairs,
     round_time,
     step_constants,
     with_moe_backend,
@@ -63,6 +63,8 @@ ranked, and a larger cluster runs copies of the best unit (the search stays inst
 thousands of nodes)."""
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
+PREFILL_EXACT_PROMPTS = 16
+"""prefill_price_points: prompt counts per step up to this priced one by one."""
 MIN_DISAGGREGATED_GPUS = 2
 """A prefill worker and a decode worker, one GPU each at least."""
 
@@ -305,8 +307,8 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     kv_limited_sequences; vLLM's max_num_seqs; --batch, the concurrency per replica the user
     asked for, as the aggregated plan takes it) with T_d <= --max-tpot-ms, by bisection (T_d
     grows with C_d); 0 when one sequence misses."""
-    context = request.input_len + request.output_len / 2
-    cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len),
+    context = request.decode_context_tokens
+    cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len, context),
               default_max_num_seqs(cluster, request.engine_versions.vllm_release),
               max_num_batched_tokens(cluster, request, shape.layout))  # vLLM: max_num_seqs <= the budget
     if request.batch is not None:
@@ -347,20 +349,41 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     constants = step_constants(model, cluster, shape.layout, request.all2all_backend, request.enable_dbo, request)
 
     def exact(b: float) -> float:
-        load = StepLoad(0, 0, k * b * chunk, k * b * causal_pairs(i) / steps, k * b / steps)
+        load = StepLoad(0, 0, k * b * chunk, k * b * request.prompt_pairs / steps, k * b / steps)
         return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, k,
                           constants=constants).seconds
 
+    # a step runs at most max_num_seqs sequences (vLLM's scheduler), whatever the budget leaves
+    seqs = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
+    if steps == 1:
+        budget = min(budget, seqs * i)
     most = max(1, budget // i) if steps == 1 else 1
-    table = [exact(float(b)) for b in range(1, most + 1)]
+    points = prefill_price_points(most)
+    table = [exact(float(b)) for b in points]
 
     def seconds(b: float) -> float:
-        low = min(int(b), most) - 1
-        if low >= most - 1:
-            return table[-1]
-        return table[low] + (b - low - 1) * (table[low + 1] - table[low])
+        b = min(max(b, 1.0), float(most))
+        upper = min(bisect.bisect_left(points, b), len(points) - 1)
+        if points[upper] == b or upper == 0:
+            return table[upper]
+        low, high = points[upper - 1], points[upper]
+        return table[upper - 1] + (b - low) / (high - low) * (table[upper] - table[upper - 1])
 
     return prefill_worker(i, budget, k * shape.dp, seconds, k), seconds
+
+
+def prefill_price_points(most: int) -> list[int]:
+    """The prompt counts per step priced exactly: every count up to PREFILL_EXACT_PROMPTS, then
+    powers of sqrt(2), and `most`; T(b) in between is linear (past a few prompts a step is
+    compute-bound, linear in its tokens). A 1-token prompt under an 8K budget is 8,192 counts,
+    not 8,192 priced steps."""
+    points = set(range(1, min(most, PREFILL_EXACT_PROMPTS) + 1))
+    x = float(PREFILL_EXACT_PROMPTS)
+    while x < most:
+        points.add(int(round(x)))
+        x *= math.sqrt(2)
+    points.add(most)
+    return sorted(points)
 
 
 def same_node_groups(num_prefill: int, prefill_gpus: int, num_decode: int, decode_gpus: int,
@@ -543,7 +566,7 @@ def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape,
 
 
 def _context(request: ServeRequest) -> float:
-    return request.input_len + request.output_len / 2
+    return request.decode_context_tokens
 
 
 def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:

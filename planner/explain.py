@@ -324,7 +324,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     """Each stage's GPU: weights (the drafter's apart under speculative decoding), the profile
     run's activations, the overhead (DeepEP's buffers apart when the exchange runs on DeepEP),
     the KV cache (the drafter's KV in it)."""
-    footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
+    footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len, request.decode_context_tokens)
     kv_tokens_used = result.batch * footprint
     layout = result.layout
     deepep = deepep_buffer_bytes(model, layout, request.all2all_backend, cluster.gpus_per_node,

@@ -45,9 +45,33 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
         plan = plan_serving(model, cluster, request)
         if plan.recommended is None:
             return show_serve_infeasible(plan, json_output)
+        if request.mode == "auto" and request.layout == LayoutFilter() and explain_winning_disaggregated(
+                model, cluster, request, plan.recommended, json_output, svg, html):
+            return 0
         explanation = explain_serving(model, cluster, request, settings, plan)
     show(explanation, json_output=json_output, svg=svg, html=html)
     return 0
+
+
+def explain_winning_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, aggregated,
+                                  json_output: bool, svg: str | None, html: str | None) -> bool:
+    """--mode auto, as `plan` decides it: when the disaggregated deployment wins the
+    comparison, it is the one explained (the verdict first among its notes); False when the
+    aggregated layout stays."""
+    from dataclasses import replace
+
+    from planner.disagg_cli import plan_both
+    from planner.explain_disagg import explain_disaggregated
+    from planner.render.explain_disagg import show_disagg
+
+    disagg, verdict = plan_both(model, cluster, request, aggregated)
+    if verdict.winner != "disaggregated" or disagg.recommended is None:
+        return False
+    explanation = explain_disaggregated(model, cluster, disagg.recommended, request.speculation)
+    explanation = replace(explanation, notes=(f"--mode auto: {verdict.reason} (--mode aggregated explains the "
+                                              f"best aggregated layout)", *explanation.notes))
+    show_disagg(explanation, json_output=json_output, svg=svg, html=html)
+    return True
 
 
 def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *,

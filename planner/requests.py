@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from planner import units
@@ -202,6 +203,27 @@ class ServeRequest:
     decode workers apart, the KV moved between them), auto (both, and which wins)."""
     speculation: Speculation | None = None
     """`--speculative-method` and its companions: speculative decoding; None = off."""
+
+    @cached_property
+    def decode_context_tokens(self) -> float:
+        """A decoding sequence's mean KV context, weighted by how long each request decodes:
+        sum O_j (I_j + O_j / 2) / sum O_j over the --dataset rows (a request of O output tokens
+        is in O decode steps at its mean context I + O/2), I + O/2 without a dataset. Above the
+        means' I + O/2 when long prompts come with long outputs; what the decode steps read and
+        a running sequence holds (docs/cost-model.md, Serving: a length mix)."""
+        if not self.dataset_lengths:
+            return self.input_len + self.output_len / 2
+        total = sum(o for _, o in self.dataset_lengths)
+        return sum(o * (i + o / 2) for i, o in self.dataset_lengths) / total
+
+    @cached_property
+    def prompt_pairs(self) -> float:
+        """A prompt's mean causal (query, key) pairs, I (I + 1) / 2 averaged over the --dataset
+        rows (serving_time.causal_pairs of each): attention grows with E[I^2], so a few long
+        prompts outweigh the mean prompt's square (E[I^2] / E[I]^2 = 7.5 for 10% of prompts at
+        16-30K tokens among short ones)."""
+        rows = self.dataset_lengths or ((self.input_len, self.output_len),)
+        return sum(i * (i + 1) / 2 for i, _ in rows) / len(rows)
 
     @property
     def simulates_burst(self) -> bool:

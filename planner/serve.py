@@ -41,7 +41,6 @@ from planner.cost.serving_time import (
     RoundTime,
     StepLoad,
     StepTime,
-    causal_pairs,
     ep_exchange_seconds_per_moe_layer,
     round_time,
     serving_bubble_fraction,
@@ -57,7 +56,7 @@ from planner.memo import Memo
 from planner.requests import DEFAULT_NUM_PROMPTS, MAX_SIMULATED_STEPS, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
-from planner.workload import random_dataset_lengths, workload_requests
+from planner.workload import random_dataset_lengths, sampled_dataset_lengths, workload_requests
 
 
 @dataclass(frozen=True)
@@ -167,10 +166,11 @@ def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
 def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:
     """Concurrent sequences per replica: the wanted batch capped by how many running
     sequences the KV cache holds at their mean footprint (kv_limited_sequences)."""
-    fit = kv_limited_sequences(kv_cache_tokens, request.input_len, request.output_len)
+    fit = kv_limited_sequences(kv_cache_tokens, request.input_len, request.output_len, request.decode_context_tokens)
     notes = []
     if fit < wanted:
-        footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len)
+        footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len,
+                                                   request.decode_context_tokens)
         notes.append(
             f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} running sequences of "
             f"{footprint:,.0f} tokens on average (prompt + half the output), so concurrency is {fit} "
@@ -218,7 +218,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     max_model_len = request.max_model_len or model.max_position_embeddings
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)
-    fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len)
+    fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len,
+                               request.decode_context_tokens)
     if fit < wanted:
         # The emitted --max-num-seqs is the batch that fits (also when --batch asks for more),
         # and vLLM's profile run (whose sampler pass scales with max_num_seqs) is sized by it:
@@ -252,7 +253,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
-                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens)
+                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
+                            request.decode_context_tokens, request.prompt_pairs)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
@@ -308,14 +310,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if has_sla and request.batch is not None:
         binding = "batch"
     in_flight = min(layout.pp, batch)
-    decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * (request.input_len + request.output_len / 2),
+    decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * request.decode_context_tokens,
                            spec_tokens=steady.decode_seqs * spec_tokens)
     decode_round = rounds(batch)(decode_load)
     steps = decode_round.stage_steps
     slowest = decode_round.slowest_stage
     stage_seconds = steps[slowest].seconds
     chunk = request.input_len / steady.prefill_rounds
-    prompt_chunk = StepLoad(0, 0, chunk, causal_pairs(request.input_len) / steady.prefill_rounds,
+    prompt_chunk = StepLoad(0, 0, chunk, request.prompt_pairs / steady.prefill_rounds,
                             1 / steady.prefill_rounds)
     ranks = lockstep_ranks(model, layout)
     if ranks > 1:  # the experts and their exchange see the group's mean, as the steady state prices TTFT
@@ -486,6 +488,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     cluster = with_moe_backend(cluster, request.moe_backend)
     num_prompts = request.num_prompts or DEFAULT_NUM_PROMPTS
     lengths = request.dataset_lengths or ((request.input_len, request.output_len),)
+    if request.dataset_lengths:
+        lengths = sampled_dataset_lengths(request.dataset_lengths, num_prompts)
     if request.random_range_ratio is not None:
         lengths = random_dataset_lengths(request.input_len, request.output_len, request.random_range_ratio,
                                          num_prompts)

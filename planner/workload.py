@@ -112,15 +112,29 @@ def workload_requests(
     seed: int = 0,
     burstiness: float = 1.0,
 ) -> tuple[SimRequest, ...]:
-    """num_prompts requests: the dataset's rows in file order, cycled when it is shorter.
-
-    vllm bench serve samples rows and, when the dataset is short, oversamples with
-    random.choices; cycling in order is the deterministic stand-in (same length mix when
-    num_prompts is a multiple of the dataset size).
-    """
+    """num_prompts requests of `lengths` in order, cycled when it is shorter (a dataset's rows
+    come here already drawn as vllm bench serve draws them: sampled_dataset_lengths)."""
     assert lengths and num_prompts >= 1
     arrivals = arrival_times_seconds(num_prompts, request_rate_per_s, seed, burstiness)
     return tuple(SimRequest(arrivals[i], *lengths[i % len(lengths)]) for i in range(num_prompts))
+
+
+def sampled_dataset_lengths(rows: tuple[tuple[int, int], ...], num_prompts: int,
+                            seed: int = 0) -> tuple[tuple[int, int], ...]:
+    """num_prompts rows as `vllm bench serve` draws them from a custom dataset: the rows
+    shuffled (random.seed(seed); random.shuffle), the first num_prompts taken, and when the
+    file is shorter, the rest drawn with random.choice from them after reseeding
+    (benchmarks/datasets/datasets.py CustomDataset and maybe_oversample_requests, vLLM 0.33.0;
+    seed 0 is its default). In file order a burst's replicas (taking every d-th request) can
+    get all the long rows or none of them, by the file's pattern alone."""
+    assert rows and num_prompts >= 1
+    shuffled = list(rows)
+    random.Random(seed).shuffle(shuffled)
+    taken = shuffled[:num_prompts]
+    if len(taken) < num_prompts:
+        rng = random.Random(seed)
+        taken += [rng.choice(taken[:len(rows)]) for _ in range(num_prompts - len(taken))]
+    return tuple(taken)
 
 
 def random_dataset_lengths(input_len: int, output_len: int, range_ratio: float, num_prompts: int,

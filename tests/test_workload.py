@@ -80,3 +80,36 @@ def test_arrivals_reproducible_and_scaled_like_vllm():
     # vLLM rescales so the last request goes at num_prompts / rate.
     assert a[-1] == pytest.approx(25.0)
     assert arrival_times_seconds(3, float("inf")) == (0.0, 0.0, 0.0)
+
+
+def test_dataset_rows_are_shuffled_and_oversampled_as_vllm_bench_serve():
+    """vllm bench serve's custom dataset: random.seed(0); random.shuffle(rows); the first N;
+    when the file is shorter, random.seed(0) again and random.choice from those
+    (benchmarks/datasets/datasets.py, vLLM 0.33.0)."""
+    import random
+
+    from planner.workload import sampled_dataset_lengths
+
+    rows = tuple((100 * k, k) for k in range(1, 11))
+    expected = list(rows)
+    random.seed(0)
+    random.shuffle(expected)
+    assert sampled_dataset_lengths(rows, 4) == tuple(expected[:4])
+    longer = sampled_dataset_lengths(rows, 15)
+    random.seed(0)
+    assert longer == (*expected, *(random.choice(expected) for _ in range(5)))
+    assert sorted(sampled_dataset_lengths(rows, 10)) == sorted(rows)
+
+
+def test_a_length_mix_weights_context_by_decode_steps_and_squares_prompts():
+    """Rows (1,000 in, 100 out) and (100 in, 900 out): means I = 550, O = 500, I + O/2 = 800;
+    decode-weighted context (100 * 1,050 + 900 * 550) / 1,000 = 600 (the long output decodes at
+    the short prompt's context); pairs (1,000 * 1,001 / 2 + 100 * 101 / 2) / 2 = 252,775,
+    against 550 * 551 / 2 = 151,525 for the mean prompt."""
+    from planner.requests import ServeRequest
+
+    mix = ServeRequest(input_len=550, output_len=500, dataset_lengths=((1000, 100), (100, 900)))
+    assert mix.decode_context_tokens == 600
+    assert mix.prompt_pairs == 252_775
+    plain = ServeRequest(input_len=550, output_len=500)
+    assert plain.decode_context_tokens == 800 and plain.prompt_pairs == 151_525

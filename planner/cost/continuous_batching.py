@@ -117,7 +117,8 @@ def busiest_rank_chunks(mean: float, ranks: int) -> float:
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
-                 spec_tokens: int = 0) -> SteadyState:
+                 spec_tokens: int = 0, context_tokens: float | None = None,
+                 prompt_pairs: float | None = None) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so S_p = ceil(I / (B - n_d / k)). When lambda * (I + D) would
@@ -143,10 +144,14 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     client measures it); E2E = TTFT + D * TPOT; throughput = C * O / E2E.
     Speculative decoding (`spec_tokens` k drafted per sequence, `tokens_per_round` e emitted
     per round on average): a request decodes for D / e rounds, each of its decode steps takes
-    1 + k tokens of the budget (and of the step's rows), TPOT = round / e."""
+    1 + k tokens of the budget (and of the step's rows), TPOT = round / e.
+    A length mix (--dataset): I and O are the means, `context_tokens` a decoding sequence's
+    decode-time-weighted context and `prompt_pairs` a prompt's mean causal pairs
+    (ServeRequest.decode_context_tokens, prompt_pairs); None: I + O/2 and causal_pairs(I)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
-    context = i + output_len / 2
+    context = i + output_len / 2 if context_tokens is None else context_tokens
+    pairs = causal_pairs(i) if prompt_pairs is None else prompt_pairs
     round_budget = in_flight * step_budget_tokens
     rate = c / (d + 1)
     prefill_rounds, queue_rounds, bound = 1.0, 0.0, False
@@ -162,7 +167,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
-    one_chunk = StepLoad(0, 0, i / prefill_rounds, causal_pairs(i) / prefill_rounds, 1 / prefill_rounds)
+    one_chunk = StepLoad(0, 0, i / prefill_rounds, pairs / prefill_rounds, 1 / prefill_rounds)
     chunk_tokens = one_chunk.prefill_tokens
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d

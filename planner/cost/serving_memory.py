@@ -152,21 +152,25 @@ def stage_share_of_layers(num_of_kind: int, num_layers: int, layer_counts: list[
     return out
 
 
-def kv_tokens_per_running_sequence(input_len: float, output_len: float) -> float:
+def kv_tokens_per_running_sequence(input_len: float, output_len: float,
+                                   context_tokens: float | None = None) -> float:
     """A running sequence's mean KV footprint in the steady state: I + O/2 + half a block.
     vLLM V1 allocates KV blocks as a request's tokens are scheduled (KVCacheManager.
     allocate_slots) and, when a running request needs a block and none is free, preempts the
     most recently admitted one (Scheduler.schedule): the cache is shared by sequences at every
     point of their decode, not reserved for each one's full I + O. Its last block is on average
-    half full."""
-    return input_len + output_len / 2 + eff.KV_BLOCK_SIZE_TOKENS / 2
+    half full. `context_tokens`: the mean context when it is not I + O/2 (a length mix:
+    ServeRequest.decode_context_tokens)."""
+    context = input_len + output_len / 2 if context_tokens is None else context_tokens
+    return context + eff.KV_BLOCK_SIZE_TOKENS / 2
 
 
-def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float) -> int:
+def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float,
+                         context_tokens: float | None = None) -> int:
     """How many sequences the KV cache runs at once in the steady state: the cache over each
     one's mean footprint (kv_tokens_per_running_sequence), rounded down. Near this count the
     footprints' spread preempts now and then; the recomputation is not priced."""
-    return int(kv_cache_tokens // kv_tokens_per_running_sequence(input_len, output_len))
+    return int(kv_cache_tokens // kv_tokens_per_running_sequence(input_len, output_len, context_tokens))
 
 
 def kv_tokens_with_state(kv_bytes: float, kv_bytes_per_token: int, state_bytes_per_sequence: int,
@@ -369,7 +373,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     window_counts = stage_window_layer_counts(model, layer_counts)
     attention_counts = stage_share_of_layers(num_attention_layers(model), model.num_hidden_layers, layer_counts)
     recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
-    sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len)
+    sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len,
+                                                     request.decode_context_tokens)
     max_model_len = request.max_model_len or model.max_position_embeddings
     draft = (DraftMemory(0.0, 0) if request.speculation is None
              else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype, layout.pp))

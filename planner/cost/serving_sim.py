@@ -373,7 +373,12 @@ class _Sim:
             r = self.waiting[0]
             new = min(r.p + r.g, budget)
             blocks = _ceil_div(new, self.B)
-            if blocks > self.num_blocks - self.used:
+            # vLLM admits a request only when its whole sequence so far fits in the free blocks
+            # (scheduler_reserve_full_isl, default True: KVCacheManager.allocate_slots
+            # full_sequence_must_fit, v1/core/kv_cache_manager.py at 0.33.0), though it
+            # allocates only the chunk: a long prompt waits for room instead of being
+            # admitted on its first chunk and preempted on its second
+            if _ceil_div(r.p + r.g, self.B) > self.num_blocks - self.used:
                 break
             self.waiting.popleft()
             self.running.append(r)

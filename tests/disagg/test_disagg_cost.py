@@ -179,3 +179,30 @@ def test_prompts_per_step_follow_what_arrives_during_a_step():
     busy = prefill_at_rate(prefill_worker(1024, 8192, 1, flat), 20.0, flat)
     assert busy.prompts_per_step == pytest.approx(6.0, rel=1e-5)
     assert busy.round_seconds == pytest.approx(0.3, rel=1e-5)
+
+
+def test_prefill_steps_are_priced_at_a_few_prompt_counts():
+    """Every count to 16, then powers of sqrt(2) (16 * 1.414 = 22.6 -> 23, 32, 45.3 -> 45, 64,
+    90.5 -> 91) and the most, 100; 8,192 one-token prompts per step take 34 priced steps, not
+    8,192 (a search of 30 s became 0.9 s)."""
+    from planner.disagg_search import prefill_price_points
+
+    assert prefill_price_points(100) == [*range(1, 17), 23, 32, 45, 64, 91, 100]
+    assert len(prefill_price_points(8192)) == 34 and prefill_price_points(8192)[-1] == 8192
+    assert prefill_price_points(8) == [*range(1, 9)] and prefill_price_points(1) == [1]
+
+
+def test_a_prefill_step_runs_at_most_max_num_seqs_prompts():
+    """One-token prompts under an 8,192-token budget on H100: vLLM's scheduler runs at most
+    max_num_seqs = 1,024 sequences a step (vLLM 0.33.0's H100 default), so n_max = 1,024, not
+    8,192; T(b) between priced counts is linear."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.disagg_search import prefill_rounds, price_shape
+    from planner.requests import ServeRequest
+
+    cluster, model = resolve_cluster("1x8xH100"), resolve_model("llama-3.1-8b")
+    request = ServeRequest(input_len=1, output_len=16)
+    shape = price_shape(model, cluster, request, 1, 1, 8192, 1)
+    worker, seconds = prefill_rounds(model, cluster, request, shape, 8192)
+    assert worker.prompts_per_step_max == 1024 and len(worker.round_table) == 1024
+    assert seconds(24) == pytest.approx(seconds(23) + (seconds(32) - seconds(23)) / 9)

@@ -279,3 +279,16 @@ def test_lockstep_never_finishes_a_request_sooner(shapes, ranks):
     group = simulate_replicas(requests, ranks, limits, _prompt_priced, lockstep_ranks=ranks,
                               group_step_seconds=lambda loads: max(_prompt_priced(x) for x in loads))
     assert all(g >= a - 1e-9 for g, a in zip(group.e2e_seconds, alone.e2e_seconds, strict=True))
+
+
+def test_a_prompt_waits_until_its_whole_sequence_fits():
+    """vLLM admits a request only when its whole prompt's blocks are free
+    (scheduler_reserve_full_isl, on by default), though it allocates one chunk. KV of 8 blocks
+    of 4 tokens, budget 16: A (prompt 24, output 8) takes 4 blocks in step 1 and 6 in step 2,
+    leaving 2 free; B (prompt 24, 6 blocks) is not admitted on a first chunk of 8 that would
+    fit, so when A's decode needs its 7th block in step 3 there is no B to preempt: 0
+    preemptions, and B starts after A finishes (at 8 blocks A holds them all)."""
+    reqs = [SimRequest(0, 24, 8), SimRequest(0, 24, 1)]
+    res = simulate(reqs, EngineLimits(32, 8, 16, block_size_tokens=4), const)
+    assert res.num_preemptions == 0
+    assert res.ttft_seconds[1] > res.e2e_seconds[0]
