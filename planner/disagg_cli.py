@@ -53,9 +53,10 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
                                         f"{disaggregated.plan_goodput_per_gpu:,.0f} output tok/s per GPU within it"
                                         f"{footprint_clause(disaggregated)}")
-    # per planned GPU: the aggregated layouts use every one (tp * pp * dp = GPUs), a
-    # disaggregated deployment as many copies as fit, the rest idle
-    a, d = aggregated.goodput_per_gpu, disaggregated.plan_goodput_per_gpu
+    # per planned GPU, idle ones included: an aggregated layout's replicas may leave some idle
+    # (7 GPUs: 3 x tp=2), a disaggregated deployment runs as many copies as fit
+    plan_gpus = max(disaggregated.plan_gpus, aggregated.layout.num_gpus)
+    a, d = aggregated.goodput_tokens_per_second / plan_gpus, disaggregated.plan_goodput_per_gpu
     numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
                f"output tok/s per GPU{' within the SLA' if has_sla else ''}")
     side = f"; {binding_reason(disaggregated)}"

@@ -115,9 +115,11 @@ def check_frontier_request(request: ServeRequest) -> None:
                         "(or plan the burst without --frontier)")
 
 
-def aggregated_candidate(result: ServeEstimate) -> FrontierCandidate:
+def aggregated_candidate(result: ServeEstimate, plan_gpus: int) -> FrontierCandidate:
+    """Per planned GPU, as the disaggregated side (a layout may leave some idle)."""
+    gpus = max(plan_gpus, result.layout.num_gpus)
     return FrontierCandidate("aggregated", str(result.layout), result.tpot_seconds, result.ttft_seconds,
-                             result.goodput_per_gpu, result.batch, result.layout.num_gpus)
+                             result.goodput_tokens_per_second / gpus, result.batch, gpus)
 
 
 def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:
@@ -163,7 +165,7 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
         # a looser limit admits every deployment a tighter one found: keep the better
         if request.mode != "disaggregated":
             best = launchable(evaluate(model, cluster, target, memo)).recommended
-            aggregated = better(aggregated, None if best is None else aggregated_candidate(best))
+            aggregated = better(aggregated, None if best is None else aggregated_candidate(best, gpus))
         if compared:
             best_d = plan_disaggregated(model, cluster, target, memo).recommended
             disaggregated = better(disaggregated, None if best_d is None else disaggregated_candidate(best_d))

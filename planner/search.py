@@ -81,14 +81,27 @@ def non_dominated(items: list[T], scores: Callable[[T], tuple[float, ...]], drop
     return kept
 
 
+MAX_IDLE_REPLICA_GPUS = 64
+"""candidate_layouts(leave_idle): replicas of at most this many GPUs (8 nodes of 8) may leave
+GPUs idle; wider ones are planned only on divisors of the GPUs."""
+
+
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
                       max_ep: int | None = None,
-                      cp_degrees: Callable[[int], list[int]] | None = None) -> list[Layout]:
+                      cp_degrees: Callable[[int], list[int]] | None = None,
+                      leave_idle: bool = False) -> list[Layout]:
     """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
     (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees); with
     cp_degrees (training) also the context-parallel variants (tp, pp, dp/cp, cp) of each,
-    cp_degrees(dp) naming the degrees above 1 to try."""
+    cp_degrees(dp) naming the degrees above 1 to try. `leave_idle` (serving: replicas are
+    independent): also power-of-two tp and pp whose product does not divide the GPUs, with
+    as many replicas as fit (7 GPUs: tp=2 x 3 replicas, one GPU idle), where the divisors alone
+    would force tp=1 or tp=7."""
     layouts = factorizations(num_gpus)
+    if leave_idle:
+        powers = [2**k for k in range(num_gpus.bit_length()) if 2**k <= min(num_gpus, MAX_IDLE_REPLICA_GPUS)]
+        layouts += [Layout(tp, pp, num_gpus // (tp * pp)) for tp in powers for pp in powers
+                    if tp * pp <= min(num_gpus, MAX_IDLE_REPLICA_GPUS) and num_gpus % (tp * pp)]
     if cp_degrees is not None:
         layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay.dp)]
     if gpus_per_node is not None:
@@ -133,12 +146,13 @@ def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]],
-           cp_degrees: Callable[[int], list[int]] | None = None) -> Plan[E, R]:
+           cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:
-    training's context-parallel degrees, candidate_layouts)."""
+    training's context-parallel degrees, `leave_idle` serving's layouts that leave GPUs idle:
+    candidate_layouts)."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
-    candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees)
+    candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees, leave_idle)
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []

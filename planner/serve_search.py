@@ -141,7 +141,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
 
     num_gpus = request.num_gpus or cluster.num_gpus
     plan = run_search(model, cluster, request, num_gpus, request.layout, evaluate_layout,
-                  lambda found: rank(found, request.objective))
+                      lambda found: rank(found, request.objective), leave_idle=True)
     return replace(plan, pareto=pareto_front(list(plan.layouts)))
 
 
@@ -380,7 +380,7 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     num_gpus = request.num_gpus or cluster.num_gpus
     need = request.input_len + request.output_len
     best: tuple[int, Layout] | None = None
-    for layout in candidate_layouts(num_gpus, request.layout, *expert_search(model, cluster)):
+    for layout in candidate_layouts(num_gpus, request.layout, *expert_search(model, cluster), leave_idle=True):
         result = estimate(model, cluster, layout, replace(request, max_model_len=need))
         if isinstance(result, ServeEstimate):
             length = min(result.kv_cache_tokens, model.max_position_embeddings)

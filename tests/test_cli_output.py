@@ -113,13 +113,15 @@ max_position_embeddings: 4096
 
 
 def test_nothing_fits_lists_the_closest_misses_and_counts_the_rest(run_plan, tmp_path) -> None:
-    """72,072 GPUs have 1,620 layouts; with nothing feasible the table shows the 12 that
-    miss by least (smallest overshoot first) and counts the rest; --show-rejected lists all."""
+    """72,072 GPUs have 1,638 serving layouts (1,620 whose degrees divide them, 18 of
+    power-of-two replicas of 16-64 GPUs that leave some idle); with nothing feasible the table
+    shows the 12 that miss by least (smallest overshoot first) and counts the rest;
+    --show-rejected lists all."""
     model = tmp_path / "huge.yaml"
     model.write_text(HUGE_MODEL)
     done = run_plan("--model", str(model), "--cluster", "9009x8xH100")
     assert done.returncode == 1
-    assert "the 12 closest of 1,620" in done.stdout and "1,608 more rejected" in done.stdout
+    assert "the 12 closest of 1,638" in done.stdout and "1,626 more rejected" in done.stdout
     overshoots = [float(line.split(" by ")[1].split(" GiB")[0]) for line in done.stdout.splitlines()
                   if "exceed memory" in line]
     assert len(overshoots) == 12 and overshoots == sorted(overshoots)

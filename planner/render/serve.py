@@ -184,6 +184,10 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
         _placement_line(best),
     ]
     lines += [f"Note: {note}" for note in best.notes]
+    idle = plan.num_gpus - best.layout.num_gpus
+    if idle > 0:
+        lines.append(f"Note: {best.layout} uses {best.layout.num_gpus} of the {plan.num_gpus} GPUs ({idle} idle): "
+                     f"no replica of it fits the rest, and the layouts that use them all serve less")
     lines += moe_backend_lines(plan)
     lines += all2all_backend_lines(plan)
     lines += speculation_lines(plan)

@@ -118,8 +118,8 @@ def test_ranking_is_deterministic_and_order_free(name, cluster_name, objective, 
 
     original = search.candidate_layouts
 
-    def shuffled(num_gpus, req, gpus_per_node=None, max_ep=None, cp_degrees=None):
-        layouts = list(original(num_gpus, req, gpus_per_node, max_ep, cp_degrees))
+    def shuffled(num_gpus, req, gpus_per_node=None, max_ep=None, cp_degrees=None, leave_idle=False):
+        layouts = list(original(num_gpus, req, gpus_per_node, max_ep, cp_degrees, leave_idle))
         random.Random(seed).shuffle(layouts)
         return layouts
 
@@ -142,3 +142,23 @@ def test_every_factorization_is_planned_once():
     layouts = [r.layout for r in plan.layouts] + [r.layout for r in plan.rejected]
     assert all(lay.num_gpus == 16 for lay in layouts)
     assert len(set(layouts)) == len(layouts) == sum(len(divisors(16 // t)) for t in divisors(16))
+
+
+def test_serving_layouts_may_leave_gpus_idle_when_the_count_is_odd():
+    """7 GPUs: the divisors give tp or pp of 1 or 7 only; serving also tries power-of-two
+    tp and pp with as many replicas as fit: tp*pp = 2 -> 3 replicas, 4 -> 1 (one or three GPUs
+    idle). 8 GPUs add none (every power of two up to 8 divides 8). gpt-oss-120b at TPOT
+    <= 25 ms on 7 H100s: tp=2 x 3 replicas, 18,391 tok/s, where tp=1 x 7 (EP) gave 15,380."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import Layout
+    from planner.requests import LayoutFilter, ServeRequest
+    from planner.search import candidate_layouts
+    from planner.serve_search import plan_serving
+
+    seven = candidate_layouts(7, LayoutFilter(), leave_idle=True)
+    extra = set(seven) - set(candidate_layouts(7, LayoutFilter()))
+    assert extra == {Layout(2, 1, 3), Layout(1, 2, 3), Layout(4, 1, 1), Layout(2, 2, 1), Layout(1, 4, 1)}
+    assert candidate_layouts(8, LayoutFilter(), leave_idle=True) == candidate_layouts(8, LayoutFilter())
+    plan = plan_serving(resolve_model("gpt-oss-120b"), resolve_cluster("1x8xH100"),
+                        ServeRequest(num_gpus=7, max_tpot_seconds=0.025, mode="aggregated"))
+    assert (plan.recommended.layout.tp, plan.recommended.layout.dp) == (2, 3)
