@@ -55,7 +55,7 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
         out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)
     best = plan.recommended
     if best is not None:
-        for note in best.notes:
+        for note in (*best.notes, *launch_cap_notes(best)):
             out.print(f"Note: {note}", markup=False)
     if not compared and best is not None:  # --mode disaggregated: the user asked for this kind
         out.print(f"Recommended (--mode disaggregated): {best.label}; against the best aggregated layout: "
@@ -83,6 +83,18 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
                       "(or put NVIDIA Dynamo / llm-d's router in front instead)", markup=False)
 
 
+def launch_cap_notes(e: DisaggEstimate) -> list[str]:
+    """Why the decode workers' --max-num-seqs is not the table's C_d: C_d is what they run at
+    the matched rate, the flag the most their TPOT limit (or KV cache) allows."""
+    d = e.decode
+    if d.max_num_seqs <= round(d.concurrency):
+        return []
+    per = " per DP rank" if d.dp > 1 else ""
+    return [f"the decode workers run {d.concurrency:.0f} sequences{per} at the matched rate (C_d); their "
+            f"--max-num-seqs {d.max_num_seqs} is the most the TPOT limit and KV cache allow, the room a "
+            f"burst above the rate can use"]
+
+
 def copies_note(e: DisaggEstimate) -> str:
     """What the commands above are when the plan runs several copies of them."""
     return (f"the commands above are one copy of the deployment ({e.gpus_used} GPUs); run {e.copies} copies on "
@@ -94,7 +106,7 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
                   why_not_emitted: str | None = None) -> dict[str, Any]:
     def worker(w) -> dict[str, Any]:
         return {"tp": w.tp, "pp": w.pp, "dp": w.dp, "ep": w.ep, "workers": w.workers, "gpus": w.gpus,
-                "concurrency": w.concurrency,
+                "concurrency": w.concurrency, "max_num_seqs": w.max_num_seqs,
                 "round_seconds": w.round_seconds, "kv_cache_tokens": w.kv_cache_tokens,
                 "stages": [{"stage": s.stage, "weights_bytes": s.weights_bytes, "activation_bytes": s.activation_bytes,
                             "overhead_bytes": s.overhead_bytes, "kv_cache_bytes": s.kv_cache_bytes,

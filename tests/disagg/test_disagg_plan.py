@@ -302,3 +302,20 @@ def test_a_deployment_smaller_than_the_cluster_runs_copies_and_is_ranked_on_all_
     assert copies * gpus == 64 and total > 27_329
     assert re.search(rf"│\s*{copies}x{gpus}\s*│", result.stdout)
     assert f"run {copies} copies on 64 of the 64 GPUs, each with its own proxy" in flat
+
+
+def test_the_decode_launch_cap_above_c_d_is_explained():
+    """Llama-3.1-70B on 1x8xH100, TPOT <= 50 ms: the decode worker runs C_d sequences at the
+    matched rate and is launched with the larger --max-num-seqs the TPOT limit allows; the
+    plan says which is which, and JSON carries both."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    args = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--max-tpot-ms", "50"]
+    flat = " ".join(CliRunner().invoke(app, args).stdout.split())
+    found = re.search(r"the decode workers run (\d+) sequences at the matched rate \(C_d\); their "
+                      r"--max-num-seqs (\d+) is the most", flat)
+    assert found and int(found[2]) > int(found[1])
+    best = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["disaggregated"][0]["decode"]
+    assert best["max_num_seqs"] == int(found[2]) and round(best["concurrency"]) == int(found[1])
