@@ -542,11 +542,12 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
 
 
 def rank_key(e: DisaggEstimate) -> tuple:
-    """Goodput per planned GPU (to the token/s; idle GPUs count), then lower TTFT (to the ms)
-    and TPOT, then more per GPU it uses, then the shapes."""
+    """Goodput per planned GPU (to the token/s; idle GPUs count), then per GPU it uses (the
+    same service on fewer GPUs leaves more free), then lower TTFT (to the ms) and TPOT, then
+    the shapes."""
     p, d = e.prefill, e.decode
-    return (-round(e.plan_goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)), e.tpot_seconds,
-            -e.goodput_per_gpu, p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
+    return (-round(e.plan_goodput_per_gpu), -round(e.goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)),
+            e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
 
 
 def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):
