@@ -69,10 +69,24 @@ MIN_DISAGGREGATED_GPUS = 2
 """A prefill worker and a decode worker, one GPU each at least."""
 
 
-def plan_copies(plan_gpus: int, unit_gpus: int) -> int:
-    """Copies of a deployment of unit_gpus that plan_gpus hold: floor(plan / unit), at least
-    1 (a deployment is searched within MAX_UNIT_NODES nodes; a larger cluster runs copies)."""
-    return max(1, plan_gpus // unit_gpus)
+def plan_copies(plan_gpus: int, gpus_per_node: int, unit_gpus: int, unit_nodes: int, same_node: bool) -> int:
+    """Copies of a deployment of unit_gpus GPUs over unit_nodes nodes that the planned GPUs hold,
+    node by node (a copy never splits a node's share across a node boundary):
+    - same-node (P and D in identical groups, KV over NVLink), one node: floor(g / G) per full
+      node, and floor(r / G) on a partial one (r = its planned GPUs);
+    - same-node over m nodes, G/m GPUs on each: floor(F floor(g m / G) / m), F the full nodes;
+    - prefill and decode on nodes of their own (KV over the NICs): floor(nodes / n_u), nodes
+      the planned nodes (a partial last one counted) and n_u the nodes one copy takes.
+    At least 1 (the search built the deployment within the planned GPUs)."""
+    full, partial = divmod(plan_gpus, gpus_per_node)
+    if same_node and unit_nodes <= 1:
+        copies = full * (gpus_per_node // unit_gpus) + partial // unit_gpus
+    elif same_node:
+        per_node = unit_gpus // unit_nodes
+        copies = full * (gpus_per_node // per_node) // unit_nodes
+    else:
+        copies = math.ceil(plan_gpus / gpus_per_node) // unit_nodes
+    return max(1, copies)
 
 
 def worker_ep(tp: int, dp: int) -> int:
@@ -176,6 +190,8 @@ class DisaggEstimate:
     plan_gpus: int = 0
     """The GPUs planned (--gpus or the cluster's): the deployment runs as many copies as fit
     them (copies); 0: this deployment's own."""
+    gpus_per_node: int = 0
+    """The cluster's (copies are counted node by node); 0 with plan_gpus 0."""
 
     @property
     def gpus_used(self) -> int:
@@ -184,7 +200,10 @@ class DisaggEstimate:
     @property
     def copies(self) -> int:
         """Copies of the deployment the planned GPUs hold (plan_copies)."""
-        return plan_copies(self.plan_gpus, self.gpus_used)
+        if not self.plan_gpus:
+            return 1
+        return plan_copies(self.plan_gpus, self.gpus_per_node, self.gpus_used, self.num_nodes_used,
+                           self.same_node)
 
     @property
     def plan_goodput_tokens_per_second(self) -> float:
@@ -496,8 +515,12 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                 continue
             r_p, r_d = rate
             match = rate_match(r_p, n_p, r_d, n_d)
-            gpus = n_p * memo.prefill_shapes[p_key].num_gpus + n_d * memo.shapes[d_key].num_gpus
-            served = plan_copies(plan_gpus, gpus) * match.requests_per_second * request.output_len
+            g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
+            gpus = n_p * g_p + n_d * g_d
+            unit_nodes = (same_node_groups(n_p, g_p, n_d, g_d, cluster) if same else
+                          nodes_apart(n_p, g_p, cluster.gpus_per_node) + nodes_apart(n_d, g_d, cluster.gpus_per_node))
+            copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes, same)
+            served = copies * match.requests_per_second * request.output_len
             bounds.append((-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p, d_key, n_d,
                            same))
     bounds.sort()
@@ -512,7 +535,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
-        found = replace(found, plan_gpus=plan_gpus)
+        found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         seen.add((p_key, n_p, d_key[:3], n_d, same))
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
@@ -542,12 +565,11 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
 
 
 def rank_key(e: DisaggEstimate) -> tuple:
-    """Goodput per planned GPU (to the token/s; idle GPUs count), then per GPU it uses (the
-    same service on fewer GPUs leaves more free), then lower TTFT (to the ms) and TPOT, then
-    the shapes."""
+    """Goodput per planned GPU (to the token/s; idle GPUs count), then lower TTFT (to the ms)
+    and TPOT, then the same service on fewer GPUs (more per GPU used), then the shapes."""
     p, d = e.prefill, e.decode
-    return (-round(e.plan_goodput_per_gpu), -round(e.goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)),
-            e.tpot_seconds, p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
+    return (-round(e.plan_goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)), e.tpot_seconds,
+            -round(e.goodput_per_gpu), p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
 
 
 def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape, balance: float):

@@ -340,7 +340,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             MemorySegment("KV cache", s.kv_cache_bytes),
         )
         note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
-                f"{footprint:,.0f} tokens (mean: prompt + half the output) uses "
+                f"{footprint:,.0f} tokens (mean: prompt + half the output, weighted by decode steps over a --dataset) uses "
                 f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
         key = (s.num_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,

@@ -80,6 +80,7 @@ class DisaggExplanation:
     tpot_seconds: float
     e2e_seconds: float
     goodput_per_gpu: float
+    """Per planned GPU, as `plan` ranks it (its copies' goodput over every planned GPU)."""
     notes: tuple[str, ...]
     placement: PdPlacement
     path: RequestPath
@@ -168,11 +169,21 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
     return tuple(bars)
 
 
+def copies_notes(e: DisaggEstimate) -> tuple[str, ...]:
+    """The copies the planned GPUs run, when not exactly one (the drawing is one copy)."""
+    plan = max(e.plan_gpus, e.gpus_used)
+    if e.copies == 1 and e.gpus_used == plan:
+        return ()
+    return (f"one copy of {e.copies} drawn: the {plan} planned GPUs run {e.copies} x {e.gpus_used}, "
+            f"{plan - e.copies * e.gpus_used} idle; goodput per GPU counts all {plan}",)
+
+
 def explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, e: DisaggEstimate,
                           speculation: Speculation | None = None) -> DisaggExplanation:
     rate = RateMatching(e.rate.prefill_requests_per_second, e.rate.decode_requests_per_second,
                         e.requests_per_second, e.binding, e.prefill_load.utilization)
     return DisaggExplanation(
         "serve (disaggregated)", model.name, cluster.name, e.label, e.gpus_used, e.ttft_seconds, e.tpot_seconds,
-        e.e2e_seconds, e.goodput_per_gpu, e.notes, pd_placement(cluster, e), request_path(e, speculation),
+        e.e2e_seconds, e.plan_goodput_per_gpu, (*e.notes, *copies_notes(e)), pd_placement(cluster, e),
+        request_path(e, speculation),
         worker_memory(cluster, "prefill", e.prefill) + worker_memory(cluster, "decode", e.decode), rate)

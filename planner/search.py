@@ -115,7 +115,9 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
         if wanted.ep not in (None, 1):
             raise SpecError(f"--layout: {degrees}: ep must be tp times a divisor of dp (whole TP groups of "
                             f"data-parallel ranks) on the {num_gpus} GPUs planned for")
-        raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for")
+        idle = (f" (nor leave fewer idle than one replica: power-of-two tp and pp of up to "
+                f"{MAX_IDLE_REPLICA_GPUS} GPUs, as many replicas as fit)") if leave_idle else ""
+        raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for{idle}")
     return layouts
 
 

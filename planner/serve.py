@@ -173,7 +173,7 @@ def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tu
                                                    request.decode_context_tokens)
         notes.append(
             f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} running sequences of "
-            f"{footprint:,.0f} tokens on average (prompt + half the output), so concurrency is {fit} "
+            f"{footprint:,.0f} tokens on average (prompt + half the output; over a --dataset weighted by each request's decode steps), so concurrency is {fit} "
             f"(wanted {wanted})"
         )
     return max(1, min(wanted, fit)), notes

@@ -228,7 +228,8 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload["mode"] = request.mode
         payload.update(disagg_json(disagg, verdict, steps, top, why))
         won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
-        payload["recommended_mode"] = "disaggregated" if not auto or won else "aggregated"
+        payload["recommended_mode"] = ("disaggregated" if not auto or won else "aggregated") if (
+            payload["disaggregated"] or auto) else None
         if auto and won:  # what the text recommends; the aggregated best stays beside it
             payload["best_aggregated"] = payload["recommended"]
             payload["recommended"] = payload["disaggregated"][0]

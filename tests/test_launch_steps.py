@@ -201,8 +201,11 @@ def test_every_emit_choice_has_an_emitter():
     (2, 2, 4, None),       # replicas pack into a node
     (2, 3, 1, None),       # one replica of 6 GPUs on one node
     (2, 3, 4, "straddle"),  # 6-GPU replicas over 8-GPU nodes: one would cross a node boundary
-    (4, 3, 2, "share"),    # 12-GPU replicas: the second would start half-way through node 1
+    (2, 6, 2, "share"),    # 12-GPU replicas: the second would start half-way through node 1
     (4, 5, 1, "evenly"),   # 20 GPUs on 3 nodes: --nnodes 3 does not divide tp*pp
+    (4, 3, 1, "splits its TP groups"),  # 12 GPUs, --nnodes 2: 6 a node, a TP group of 4 crosses
+    (2, 6, 1, None),       # 12 GPUs, 6 a node: TP groups of 2 stay inside
+    (16, 1, 1, None),      # a TP group of 16 over two whole nodes (across them by design)
 ])
 def test_placements_the_engines_cannot_launch_are_refused(tp, pp, dp, reason):
     """planner/emit/command.py placement_reasons on 8-GPU nodes (both serving engines require

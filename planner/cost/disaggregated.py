@@ -112,8 +112,9 @@ def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[
 def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,
                      round_seconds: Callable[[float], float]) -> float:
     """The largest arrival rate per worker whose prefill_seconds meets `limit_seconds` (the
-    TTFT budget left for the prefill), by bisection (it grows with r); without a limit
-    MAX_PREFILL_UTILIZATION of the capacity; 0 when even a lone prompt misses."""
+    TTFT budget left for the prefill), by bisection (it grows with r), at most
+    MAX_PREFILL_UTILIZATION of the capacity (the rate without a limit, so no limit, the
+    loosest, never plans less than a limit does); 0 when even a lone prompt misses."""
     capacity = worker.capacity_requests_per_second
     if limit_seconds is None:
         return MAX_PREFILL_UTILIZATION * capacity
@@ -126,7 +127,7 @@ def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,
             good = middle
         else:
             bad = middle
-    return good
+    return min(good, MAX_PREFILL_UTILIZATION * capacity)
 
 
 def decode_requests_per_second(concurrency: float, output_len: int, round_seconds: float) -> float:

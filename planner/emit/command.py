@@ -240,6 +240,12 @@ def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1
     nodes_per_replica = -(-size // gpus_per_node)
     if nodes_per_replica > 1 and size % nodes_per_replica:
         return [f"a replica of {size} GPUs does not split evenly over {nodes_per_replica} nodes"]
+    per_node = size // nodes_per_replica if nodes_per_replica > 1 else size
+    if nodes_per_replica > 1 and per_node % tp and tp % per_node:
+        # the engines put tp*pp/nnodes ranks on each node, TP innermost: a TP group would cross
+        # a node boundary (TP is priced over NVLink)
+        return [f"a replica of {size} GPUs over {nodes_per_replica} nodes has {per_node} on each, "
+                f"which splits its TP groups of {tp}"]
     if nodes_per_replica > 1 and dp > 1 and size % gpus_per_node:
         return [f"replicas of {size} GPUs would share nodes of {gpus_per_node}"]
     if nodes_per_replica == 1 and size * dp > gpus_per_node and gpus_per_node % size:

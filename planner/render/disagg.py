@@ -96,10 +96,18 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
 
 
 def copies_note(e: DisaggEstimate) -> str:
-    """What the commands above are when the plan runs several copies of them."""
-    return (f"the commands above are one copy of the deployment ({e.gpus_used} GPUs); run {e.copies} copies on "
-            f"{e.copies * e.gpus_used} of the {max(e.plan_gpus, e.gpus_used)} GPUs, each with its own proxy, and "
-            f"balance the requests over the proxies")
+    """What the commands above are when the plan runs several copies of them, and where each
+    copy goes (plan_copies counts them node by node)."""
+    plan = max(e.plan_gpus, e.gpus_used)
+    head = (f"the commands above are one copy of the deployment ({e.gpus_used} GPUs); run {e.copies} copies on "
+            f"{e.copies * e.gpus_used} of the {plan} GPUs, each with its own proxy, and balance the requests over "
+            f"the proxies")
+    per_node = e.gpus_per_node // e.gpus_used if e.same_node and e.num_nodes_used <= 1 else 0
+    if per_node > 1:
+        return (f"{head}: up to {per_node} copies a node, copy k of a node on GPUs {e.gpus_used}k to "
+                f"{e.gpus_used}k+{e.gpus_used - 1} (shift CUDA_VISIBLE_DEVICES) with every port of its commands "
+                f"moved by 100k")
+    return f"{head}: each copy on {e.num_nodes_used} node(s) of its own"
 
 
 def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,

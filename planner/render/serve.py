@@ -187,7 +187,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
     idle = plan.num_gpus - best.layout.num_gpus
     if idle > 0:
         lines.append(f"Note: {best.layout} uses {best.layout.num_gpus} of the {plan.num_gpus} GPUs ({idle} idle): "
-                     f"no replica of it fits the rest, and the layouts that use them all serve less")
+                     f"no replica of it fits the rest")
     lines += moe_backend_lines(plan)
     lines += all2all_backend_lines(plan)
     lines += speculation_lines(plan)
@@ -481,7 +481,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "concurrency": r.concurrency, "step_seconds": r.step_seconds,
         "prefill_tokens_per_step": r.prefill_tokens_per_step,
         "goodput_tokens_per_second": r.goodput_tokens_per_second,
-        "goodput_tokens_per_second_per_gpu": r.goodput_per_gpu,
+        # per planned GPU: a layout that leaves some idle counts them, as the comparisons do
+        "goodput_tokens_per_second_per_gpu": r.goodput_tokens_per_second / max(plan.num_gpus, r.layout.num_gpus),
         "sla": {"ttft_ok": r.sla.ttft_ok, "tpot_ok": r.sla.tpot_ok, "e2e_ok": r.sla.e2e_ok,
                 "binding": r.sla.binding},
         "pareto": r.layout in plan.pareto, "notes": list(r.notes),

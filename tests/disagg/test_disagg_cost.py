@@ -206,3 +206,27 @@ def test_a_prefill_step_runs_at_most_max_num_seqs_prompts():
     worker, seconds = prefill_rounds(model, cluster, request, shape, 8192)
     assert worker.prompts_per_step_max == 1024 and len(worker.round_table) == 1024
     assert seconds(24) == pytest.approx(seconds(23) + (seconds(32) - seconds(23)) / 9)
+
+
+def test_copies_are_counted_node_by_node():
+    """plan_copies: a copy never splits a node's share. 36 planned GPUs of 8-GPU nodes are 4
+    full nodes and 4 GPUs on a fifth: a one-node 5-GPU deployment fits once a node, 4 copies
+    (floor(36 / 5) = 7 would split copies over nodes); a 4-GPU one twice a node and once on
+    the partial node, 9; a same-node deployment over 2 nodes of 3 GPUs each: 4 full nodes x 2
+    slots = 8 slots, 4 copies; prefill and decode on 3 nodes of their own: 5 nodes (the
+    partial one counted) // 3 = 1."""
+    from planner.disagg_search import plan_copies
+
+    assert plan_copies(36, 8, 5, 1, True) == 4
+    assert plan_copies(36, 8, 4, 1, True) == 9
+    assert plan_copies(36, 8, 6, 2, True) == 4
+    assert plan_copies(36, 8, 22, 3, False) == 1
+    assert plan_copies(2047, 8, 22, 4, False) == 64
+    assert plan_copies(7, 8, 4, 1, True) == 1 and plan_copies(8, 8, 4, 1, True) == 2
+
+
+def test_no_ttft_limit_never_plans_less_than_a_limit():
+    """Without a TTFT limit a prefill worker runs at 90% of its capacity; with one, at most
+    that too, so dropping the limit (the loosest) never lowers the rate."""
+    worker = prefill_worker(1024, 8192, 1, constant(0.5))
+    assert max_prefill_rate(worker, 1e6, constant(0.5)) == pytest.approx(max_prefill_rate(worker, None, constant(0.5)))
