@@ -143,3 +143,11 @@ def test_nothing_meets_the_sla_exits_1_with_the_rejections() -> None:
                                       "--max-tpot-ms", "0.01", "--mode", "disaggregated"])
     assert result.exit_code == 1
     assert "No disaggregated deployment: none meets the SLA" in result.stdout and "rejected" in result.stdout
+
+
+def test_explain_disaggregated_on_one_gpu_is_a_usage_error(run_plan):
+    """As `plan --mode disaggregated` answers it: one line on stderr, exit 2."""
+    done = run_plan("explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated",
+                    "--gpus", "1")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "needs at least 2 GPUs" in done.stderr
