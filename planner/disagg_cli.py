@@ -18,7 +18,7 @@ from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_r
 from planner.layout import Layout
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
-from planner.serve_search import NEAR_TIE_FRACTION
+from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
@@ -55,12 +55,11 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
                                         f"{footprint_clause(disaggregated)}")
     # per planned GPU, idle ones included: an aggregated layout's replicas may leave some idle
     # (7 GPUs: 3 x tp=2), a disaggregated deployment runs as many copies as fit
-    plan_gpus = max(disaggregated.plan_gpus, aggregated.layout.num_gpus)
-    a, d = aggregated.goodput_tokens_per_second / plan_gpus, disaggregated.plan_goodput_per_gpu
+    a, d = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus), disaggregated.plan_goodput_per_gpu
     numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
                f"output tok/s per GPU{' within the SLA' if has_sla else ''}")
     side = f"; {binding_reason(disaggregated)}"
-    if d > a * (1 + NEAR_TIE_FRACTION):
+    if beats_beyond_a_tie(d, a):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
                                         f"decode rounds, each phase gets its own parallelism{side}"
                                         f"{footprint_clause(disaggregated)}")
@@ -73,12 +72,11 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
 def footprint_clause(e: DisaggEstimate) -> str:
     """How the deployment covers the planned GPUs, when it is not exactly once: its copies and
     the GPUs none of them fits (they count in the per-GPU figures, idle)."""
-    plan = max(e.plan_gpus, e.gpus_used)
-    idle = plan - e.copies * e.gpus_used
-    if e.copies == 1 and idle == 0:
+    if e.copies == 1 and not e.idle_gpus:
         return ""
     copies = "one copy" if e.copies == 1 else f"{e.copies} copies"
-    return (f"; {copies} of its {e.gpus_used} GPUs on the {plan}" + (f", {idle} idle" if idle else "")
+    return (f"; {copies} of its {e.gpus_used} GPUs on the {e.planned_gpus}"
+            + (f", {e.idle_gpus} idle" if e.idle_gpus else "")
             + f": {e.plan_goodput_tokens_per_second:,.0f} output tok/s in all")
 
 

@@ -54,7 +54,7 @@ from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_
 from planner.memo import Memo
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.units import BYTES_PER_MIB, seconds_to_ms
 
 MAX_UNIT_NODES = 8
@@ -198,6 +198,16 @@ class DisaggEstimate:
         return self.prefill.gpus + self.decode.gpus
 
     @property
+    def planned_gpus(self) -> int:
+        """The GPUs the copies are counted on (this deployment's own when none were given)."""
+        return max(self.plan_gpus, self.gpus_used)
+
+    @property
+    def idle_gpus(self) -> int:
+        """Planned GPUs no copy runs on."""
+        return self.planned_gpus - self.copies * self.gpus_used
+
+    @property
     def copies(self) -> int:
         """Copies of the deployment the planned GPUs hold (plan_copies)."""
         if not self.plan_gpus:
@@ -214,7 +224,7 @@ class DisaggEstimate:
     def plan_goodput_per_gpu(self) -> float:
         """plan_goodput over every planned GPU, idle ones included: what ranks deployments on
         a given cluster (a deployment that leaves GPUs idle serves less per GPU of it)."""
-        return self.plan_goodput_tokens_per_second / max(self.plan_gpus, self.gpus_used)
+        return self.plan_goodput_tokens_per_second / self.planned_gpus
 
     @property
     def throughput_tokens_per_second(self) -> float:
@@ -422,6 +432,16 @@ def nodes_apart(workers: int, gpus: int, gpn: int) -> int:
     return math.ceil(workers * gpus / gpn)
 
 
+def unit_nodes(n_p: int, prefill_gpus: int, n_d: int, decode_gpus: int, same_node: bool,
+               cluster: ClusterSpec) -> int:
+    """The nodes one deployment takes: its identical groups (same_node_groups), or each role's
+    workers packed into nodes of their own."""
+    gpn = cluster.gpus_per_node
+    if same_node:
+        return same_node_groups(n_p, prefill_gpus, n_d, decode_gpus, cluster)
+    return nodes_apart(n_p, prefill_gpus, gpn) + nodes_apart(n_d, decode_gpus, gpn)
+
+
 def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
     return intra_node_link(cluster) if same_node else inter_node_link(cluster)
 
@@ -517,26 +537,23 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             match = rate_match(r_p, n_p, r_d, n_d)
             g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
             gpus = n_p * g_p + n_d * g_d
-            unit_nodes = (same_node_groups(n_p, g_p, n_d, g_d, cluster) if same else
-                          nodes_apart(n_p, g_p, cluster.gpus_per_node) + nodes_apart(n_d, g_d, cluster.gpus_per_node))
-            copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes, same)
+            copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
+                                 same)
             served = copies * match.requests_per_second * request.output_len
             bounds.append((-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p, d_key, n_d,
                            same))
     bounds.sort()
     out, seen = [], set()
     for _, _, p_key, n_p, d_key, n_d, same in bounds:
-        if (p_key, n_p, d_key[:3], n_d, same) in seen:  # the same deployment at a lower decode cap
-            continue
+        # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
-        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:  # a multiple of one already kept
+        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
             continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
-        seen.add((p_key, n_p, d_key[:3], n_d, same))
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
         if len(out) >= SHOWN_CANDIDATES:
@@ -544,6 +561,15 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     out.sort(key=rank_key)
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
+
+
+def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> None:
+    """--mode disaggregated on fewer GPUs than a prefill and a decode worker: a usage error
+    (`plan` and `plan explain` alike)."""
+    gpus = request.num_gpus or cluster.num_gpus
+    if gpus < MIN_DISAGGREGATED_GPUS:
+        raise SpecError(f"--mode disaggregated: needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a "
+                        f"decode worker); the plan has {gpus}")
 
 
 def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: bool, any_rejected: bool) -> str:
@@ -588,10 +614,6 @@ def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape,
                 yield n_p, n_d, False
 
 
-def _context(request: ServeRequest) -> float:
-    return request.decode_context_tokens
-
-
 def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
@@ -605,7 +627,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), role_request(request, "decode"))
+        t_d = decode_round_seconds(model, cluster, shape_d, c_d, request.decode_context_tokens, role_request(request, "decode"))
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:  # the first token waits for a whole decode round (e tokens of T_d each)
@@ -632,9 +654,9 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
     decoding = role_request(request, "decode")
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, _context(request), decoding)
+    t_full = decode_round_seconds(model, cluster, shape_d, c_d, request.decode_context_tokens, decoding)
     c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
-    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), _context(request), decoding)
+    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), request.decode_context_tokens, decoding)
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     # the first token waits for a whole decode round: e tokens of T_d each under speculative decoding
@@ -643,9 +665,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     e2e = ttft + (request.output_len - 1) * t_d
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return "E2E latency exceeds --max-e2e-ms"
-    gpn = cluster.gpus_per_node
-    nodes = (same_node_groups(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, cluster) if same else
-             nodes_apart(n_p, shape_p.num_gpus, gpn) + nodes_apart(n_d, shape_d.num_gpus, gpn))
+    nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)
     notes = []
     caps = {"prefill": kv_link_requests_per_second(kv, shape_p.num_gpus),
             "decode": kv_link_requests_per_second(kv, shape_d.num_gpus)}

@@ -85,12 +85,9 @@ def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: S
     if request.layout != LayoutFilter():
         raise SpecError("--layout: filters aggregated layouts; `plan explain --mode disaggregated` "
                         "draws the recommended prefill/decode deployment")
-    from planner.disagg_search import MIN_DISAGGREGATED_GPUS
+    from planner.disagg_search import check_disaggregated_gpus
 
-    gpus = request.num_gpus or cluster.num_gpus
-    if gpus < MIN_DISAGGREGATED_GPUS:  # as `plan --mode disaggregated` refuses it
-        raise SpecError(f"--mode disaggregated: needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a "
-                        f"decode worker); the plan has {gpus}")
+    check_disaggregated_gpus(request, cluster)  # as `plan --mode disaggregated` refuses it
     check_outputs(svg, html)
     plan = plan_disaggregated(model, cluster, request)
     if plan.recommended is None:

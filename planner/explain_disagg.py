@@ -171,11 +171,10 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
 
 def copies_notes(e: DisaggEstimate) -> tuple[str, ...]:
     """The copies the planned GPUs run, when not exactly one (the drawing is one copy)."""
-    plan = max(e.plan_gpus, e.gpus_used)
-    if e.copies == 1 and e.gpus_used == plan:
+    if e.copies == 1 and not e.idle_gpus:
         return ()
-    return (f"one copy of {e.copies} drawn: the {plan} planned GPUs run {e.copies} x {e.gpus_used}, "
-            f"{plan - e.copies * e.gpus_used} idle; goodput per GPU counts all {plan}",)
+    return (f"one copy of {e.copies} drawn: the {e.planned_gpus} planned GPUs run {e.copies} x {e.gpus_used}, "
+            f"{e.idle_gpus} idle; goodput per GPU counts all {e.planned_gpus}",)
 
 
 def explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, e: DisaggEstimate,

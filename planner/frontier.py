@@ -22,7 +22,7 @@ from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
 from planner.search import non_dominated
 from planner.serve import ServeEstimate
-from planner.serve_search import NEAR_TIE_FRACTION, ServePlan, evaluate
+from planner.serve_search import ServePlan, beats_beyond_a_tie, evaluate
 from planner.specs import ClusterSpec, ModelSpec
 
 FRONTIER_TARGETS = 10
@@ -69,7 +69,7 @@ class FrontierPoint:
         a, d = self.aggregated, self.disaggregated
         if a is None or d is None:
             return a or d
-        return d if d.goodput_per_gpu > a.goodput_per_gpu * (1 + NEAR_TIE_FRACTION) else a
+        return d if beats_beyond_a_tie(d.goodput_per_gpu, a.goodput_per_gpu) else a
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,9 @@ def check_frontier_request(request: ServeRequest) -> None:
 
 def aggregated_candidate(result: ServeEstimate, plan_gpus: int) -> FrontierCandidate:
     """Per planned GPU, as the disaggregated side (a layout may leave some idle)."""
-    gpus = max(plan_gpus, result.layout.num_gpus)
     return FrontierCandidate("aggregated", str(result.layout), result.tpot_seconds, result.ttft_seconds,
-                             result.goodput_tokens_per_second / gpus, result.batch, gpus)
+                             result.goodput_per_planned_gpu(plan_gpus), result.batch,
+                             max(plan_gpus, result.layout.num_gpus))
 
 
 def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:

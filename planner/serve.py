@@ -153,6 +153,11 @@ class ServeEstimate:
     def goodput_per_gpu(self) -> float:
         return self.goodput_tokens_per_second / self.layout.num_gpus
 
+    def goodput_per_planned_gpu(self, plan_gpus: int) -> float:
+        """Over every planned GPU, those the layout's replicas leave idle included (7 GPUs,
+        3 x tp=2: over 7), as disaggregated deployments are compared."""
+        return self.goodput_tokens_per_second / max(plan_gpus, self.layout.num_gpus)
+
 
 def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
     """--batch if given, else vLLM's max_num_seqs default (1 for the latency objective)."""

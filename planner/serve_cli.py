@@ -197,23 +197,21 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     """--mode auto: the aggregated plan as always, then the disaggregated one and the verdict;
     --mode disaggregated: the disaggregated one only."""
     from planner.disagg_cli import disagg_steps, plan_both, why_not_emitted
-    from planner.disagg_search import MIN_DISAGGREGATED_GPUS
+    from planner.disagg_search import check_disaggregated_gpus
     from planner.render.catalog import describe_cluster, describe_model
     from planner.render.common import console, print_json_rows
     from planner.render.disagg import disagg_json, render_disagg
     from planner.render.serve import plan_json
 
     model, cluster, request = plan.model, plan.cluster, plan.request
-    gpus = request.num_gpus or cluster.num_gpus
     burst = [flag for flag, value in (("--request-rate", request.request_rate_per_s), ("--num-prompts", request.num_prompts),
                                       ("--max-concurrency", request.max_concurrency),
                                       ("--random-range-ratio", request.random_range_ratio)) if value is not None]
     if request.mode == "disaggregated" and burst:
         raise SpecError(f"{burst[0]}: the burst is simulated for aggregated replicas only; --mode disaggregated plans "
                         f"the steady state (use --mode auto or aggregated for the burst's metrics)")
-    if request.mode == "disaggregated" and gpus < MIN_DISAGGREGATED_GPUS:
-        raise SpecError(f"--mode disaggregated: needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a "
-                        f"decode worker); the plan has {gpus}")
+    if request.mode == "disaggregated":
+        check_disaggregated_gpus(request, cluster)
     disagg, verdict = plan_both(model, cluster, request, plan.recommended)
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
@@ -228,8 +226,10 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload["mode"] = request.mode
         payload.update(disagg_json(disagg, verdict, steps, top, why))
         won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
-        payload["recommended_mode"] = ("disaggregated" if not auto or won else "aggregated") if (
-            payload["disaggregated"] or auto) else None
+        if auto:
+            payload["recommended_mode"] = "disaggregated" if won else "aggregated"
+        else:  # the kind asked for, if a deployment of it was found
+            payload["recommended_mode"] = "disaggregated" if payload["disaggregated"] else None
         if auto and won:  # what the text recommends; the aggregated best stays beside it
             payload["best_aggregated"] = payload["recommended"]
             payload["recommended"] = payload["disaggregated"][0]

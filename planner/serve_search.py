@@ -39,6 +39,12 @@ throughput for latency) is ranked first. A demanding user would not trade 30% wo
 latency for 0.3% more tokens/s."""
 
 
+def beats_beyond_a_tie(challenger: float, incumbent: float) -> bool:
+    """challenger > incumbent by more than NEAR_TIE_FRACTION: what a disaggregated deployment
+    must serve per GPU over the aggregated layout to be preferred (the simpler one keeps ties)."""
+    return challenger > incumbent * (1 + NEAR_TIE_FRACTION)
+
+
 def rank_key(result: ServeEstimate, objective: str) -> tuple:
     layout = result.layout
     tie = (layout.tp, layout.pp, layout.dp)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.cost import efficiency as eff
 from planner.cost.comm import curve_seconds, p2p_seconds
 from planner.cost.params import (
     kv_bytes_per_token_per_layer_by_kind,
     num_attention_layers,
     recurrent_state_bytes_per_sequence,
 )
+from planner.cost.serving_memory import kv_block_tokens
 from planner.layout import Link
 from planner.specs import AllreduceCurve, ModelSpec
 
@@ -90,9 +90,8 @@ def window_tail_tokens(input_len: int, window_tokens: int, block_tokens: int) ->
 
 def prompt_kv_layers(model: ModelSpec, kv_cache_dtype: str, input_len: int) -> tuple[LayerKv, ...]:
     """The prompt's KV by layer kind: full-attention layers send I tokens each, sliding-window
-    layers their window's tail (window_tail_tokens) in blocks of B_w = B * max(full, window)
-    / window bytes per token (vLLM pads the smaller page to the larger one's bytes:
-    serving_memory.kv_cache_capacity), recurrent layers one sequence's state each. Bytes as
+    layers their window's tail (window_tail_tokens) in blocks of B_w tokens
+    (serving_memory.kv_block_tokens), recurrent layers one sequence's state each. Bytes as
     the cache keeps them (params.kv_bytes_per_token_per_layer_by_kind and
     recurrent_state_bytes_per_sequence, the whole layer: t = 1)."""
     layers = num_attention_layers(model)
@@ -100,8 +99,7 @@ def prompt_kv_layers(model: ModelSpec, kv_cache_dtype: str, input_len: int) -> t
     full, window = kv_bytes_per_token_per_layer_by_kind(model, 1, kv_cache_dtype)
     kinds = [LayerKv(layers - window_layers, full * input_len)]
     if window_layers:
-        block = eff.KV_BLOCK_SIZE_TOKENS * max(full, window) // window
-        tail = window_tail_tokens(input_len, model.sliding_window, block)
+        tail = window_tail_tokens(input_len, model.sliding_window, kv_block_tokens(window, full, window))
         kinds.append(LayerKv(window_layers, window * tail))
     kinds.append(LayerKv(model.num_recurrent_layers, recurrent_state_bytes_per_sequence(model)))
     return tuple(kind for kind in kinds if kind.num_layers)

@@ -206,6 +206,18 @@ def kv_cache_groups(num_full_layers: int, num_window_layers: int) -> tuple[int, 
     return size, math.ceil(num_full_layers / size), math.ceil(num_window_layers / size)
 
 
+def kv_page_bytes(full_bytes_per_token: int, window_bytes_per_token: int) -> int:
+    """One layer's page of a block, B * max(full, window) bytes per token: vLLM 0.33.0 pads the
+    kind with the smaller page to the larger one's (unify_kv_cache_spec_page_size)."""
+    return eff.KV_BLOCK_SIZE_TOKENS * max(full_bytes_per_token, window_bytes_per_token)
+
+
+def kv_block_tokens(kind_bytes_per_token: int, full_bytes_per_token: int, window_bytes_per_token: int) -> int:
+    """B_kind: the tokens one page of that kind holds, page / its bytes per token (Gemma 4's
+    full layers, half a window layer's bytes per token, get 32-token blocks)."""
+    return kv_page_bytes(full_bytes_per_token, window_bytes_per_token) // kind_bytes_per_token
+
+
 def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
                       kv_bytes_per_token_per_layer: int, max_model_len: int, in_flight_tokens: int,
                       full_kv_bytes_per_token_per_layer: int | None = None) -> int:
@@ -224,14 +236,16 @@ def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int,
     window layer's blocks before the window, so a running sequence of n tokens holds only
     min(n, W - 1 + B) of them (more sequences than this may run). With p > 1 the stage's own
     layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
-    window, block = model.sliding_window, eff.KV_BLOCK_SIZE_TOKENS
+    window = model.sliding_window
     full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
-    page = block * max(full_kv, kv_bytes_per_token_per_layer)
+    page = kv_page_bytes(full_kv, kv_bytes_per_token_per_layer)
     size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
     blocks = int(kv_bytes // (size * page))
     window_tokens = min(window - 1 + in_flight_tokens, max_model_len)
-    per_request = (full_groups * math.ceil(max_model_len / (page // full_kv))
-                   + window_groups * (math.ceil(window_tokens / (page // kv_bytes_per_token_per_layer)) + 1))
+    full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
+    window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
+    per_request = (full_groups * math.ceil(max_model_len / full_block)
+                   + window_groups * (math.ceil(window_tokens / window_block) + 1))
     return int(blocks / per_request * max_model_len)
 
 

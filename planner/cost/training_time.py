@@ -512,8 +512,8 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
     forward_passes = 1 if config.recompute == "none" else 2
     steps = cp - 1
     if rotation == "allgather":
-        gather = steps * send_forward
-        total = forward_passes * gather + gather + steps * send_forward
+        gather = steps * send_forward  # cp - 1 chunks of S; the backward's dKV ring moves as many
+        total = (forward_passes + 2) * gather
         exposed = (forward_passes * max(0.0, gather - step_forward) + max(0.0, gather - step_backward)
                    + steps * max(0.0, send_forward - step_backward))
         return CpSeconds(kv_bytes, send_forward, step_forward, step_backward, total, exposed, link.kind)

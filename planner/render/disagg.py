@@ -29,10 +29,8 @@ COLUMNS = (
 def gpus_cell(e: DisaggEstimate) -> str:
     """The deployment's GPUs; 'copies x GPUs' when the planned GPUs run more than one copy,
     '/ planned' when some are idle."""
-    plan = max(e.plan_gpus, e.gpus_used)
-    used = e.copies * e.gpus_used
     cell = str(e.gpus_used) if e.copies == 1 else f"{e.copies}x{e.gpus_used}"
-    return cell if used == plan else f"{cell}/{plan}"
+    return f"{cell}/{e.planned_gpus}" if e.idle_gpus else cell
 
 
 def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
@@ -98,9 +96,8 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
 def copies_note(e: DisaggEstimate) -> str:
     """What the commands above are when the plan runs several copies of them, and where each
     copy goes (plan_copies counts them node by node)."""
-    plan = max(e.plan_gpus, e.gpus_used)
     head = (f"the commands above are one copy of the deployment ({e.gpus_used} GPUs); run {e.copies} copies on "
-            f"{e.copies * e.gpus_used} of the {plan} GPUs, each with its own proxy, and balance the requests over "
+            f"{e.copies * e.gpus_used} of the {e.planned_gpus} GPUs, each with its own proxy, and balance the requests over "
             f"the proxies")
     per_node = e.gpus_per_node // e.gpus_used if e.same_node and e.num_nodes_used <= 1 else 0
     if per_node > 1:
@@ -128,7 +125,7 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         "decode": worker(e.decode),
         "gpus_used": e.gpus_used,
         "copies": e.copies,
-        "plan_gpus": max(e.plan_gpus, e.gpus_used),
+        "plan_gpus": e.planned_gpus,
         "same_node": e.same_node,
         "kv_transfer_bytes": e.kv.bytes_per_request,
         "kv_transfer_seconds": e.kv.exposed_seconds,

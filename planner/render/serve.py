@@ -482,7 +482,7 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "prefill_tokens_per_step": r.prefill_tokens_per_step,
         "goodput_tokens_per_second": r.goodput_tokens_per_second,
         # per planned GPU: a layout that leaves some idle counts them, as the comparisons do
-        "goodput_tokens_per_second_per_gpu": r.goodput_tokens_per_second / max(plan.num_gpus, r.layout.num_gpus),
+        "goodput_tokens_per_second_per_gpu": r.goodput_per_planned_gpu(plan.num_gpus),
         "sla": {"ttft_ok": r.sla.ttft_ok, "tpot_ok": r.sla.tpot_ok, "e2e_ok": r.sla.e2e_ok,
                 "binding": r.sla.binding},
         "pareto": r.layout in plan.pareto, "notes": list(r.notes),
