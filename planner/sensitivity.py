@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from planner import units
 from planner.layout import Layout
+from planner.parallel import map_in_workers
 from planner.specs import ClusterSpec, Measured
 
 KNOB_LABELS = {
@@ -270,33 +271,63 @@ class _Prober:
         return changed, self.at(changed).recommended
 
 
+@dataclass(frozen=True)
+class _Direction:
+    """One knob moved one way: the nearest flip (None: none in the scan) and the outcome at
+    the +/-step factor."""
+
+    flip: Flip | None
+    at_step: Outcome
+
+
+def _directions(knob: str, value: float, settings: Settings) -> tuple[tuple[tuple[float, ...], float], ...]:
+    """(scan, step factor) below and above: 1 - step, and 1 + step capped where the knob is a
+    fraction that cannot pass 1 (its scan then stops there too)."""
+    up, high = settings.scan_up, 1 + settings.step
+    if knob in FRACTION_KNOBS:
+        high = min(high, max(1.0, 1 / value))
+        up = tuple(f for f in up if value * f <= 1) or ((high,) if high > 1 else ())
+    return (settings.scan_down, 1 - settings.step), (up, high)
+
+
+def _probe(prober: _Prober, value: float, scan: tuple[float, ...], factor: float, recommended: Layout,
+           num_bisections: int) -> _Direction:
+    found = prober.flip(scan, recommended, num_bisections)
+    return _Direction(None if found is None else Flip(found[0], value * found[0], found[1]), prober.at(factor))
+
+
 def analyze(cluster: ClusterSpec, explained: Layout, base: KnobBase, replan: Replan,
-            settings: Settings = Settings()) -> SensitivityReport:
+            settings: Settings = Settings(), num_workers: int | None = None) -> SensitivityReport:
     """Every knob at 1 - step and 1 + step, its nearest flips, and the explained layout's
-    metric ranges over those runs."""
+    metric ranges over those runs. Each knob moved down and moved up are independent re-plans,
+    spread over the usable cores (parallel.map_in_workers; `num_workers`: at most that many,
+    default every usable one), with the same result as one after another."""
     baseline = replan(cluster, Knobs())
     assert baseline.recommended is not None, "sensitivity of a plan with no feasible layout"
     recommended = baseline.recommended
-    low = 1 - settings.step
+
+    knobs = knob_values(cluster, base)
+    # each knob below and above its value: independent re-plans, so one work item each
+    items = [(knob, scan, factor) for knob, (value, _) in knobs.items()
+             for scan, factor in _directions(knob, value, settings)]
+
+    def probe(item: tuple[str, tuple[float, ...], float]) -> _Direction:
+        knob, scan, factor = item
+        return _probe(_Prober(cluster, base, replan, knob), knobs[knob][0], scan, factor, recommended,
+                      settings.num_bisections)
+
+    probed = dict(zip(items, map_in_workers(probe, items, num_workers), strict=True))
     results, runs, infeasible = [], [], []
-    for knob, (value, unit) in knob_values(cluster, base).items():
-        prober = _Prober(cluster, base, replan, knob)
-        flips = []
-        up, high = settings.scan_up, 1 + settings.step
-        if knob in FRACTION_KNOBS:
-            high = min(high, max(1.0, 1 / value))
-            up = tuple(f for f in up if value * f <= 1) or ((high,) if high > 1 else ())
-        for scan in (settings.scan_down, up):
-            found = prober.flip(scan, recommended, settings.num_bisections)
-            flips.append(None if found is None else Flip(found[0], value * found[0], found[1]))
-        for factor in (low, high):
-            outcome = prober.at(factor)
-            if outcome.metrics is None:
+    for knob, (value, unit) in knobs.items():
+        (down, low), (up, high) = _directions(knob, value, settings)
+        below, above = probed[(knob, down, low)], probed[(knob, up, high)]
+        for factor, direction in ((low, below), (high, above)):
+            if direction.at_step.metrics is None:
                 infeasible.append(f"{KNOB_LABELS[knob]} {factor - 1:+.0%}")
             else:
-                runs.append(outcome.metrics)
-        results.append(KnobResult(knob, KNOB_LABELS[knob], unit, value, prober.at(low).recommended,
-                                  prober.at(high).recommended, high, max(up, default=1.0), flips[0], flips[1]))
+                runs.append(direction.at_step.metrics)
+        results.append(KnobResult(knob, KNOB_LABELS[knob], unit, value, below.at_step.recommended,
+                                  above.at_step.recommended, high, max(up, default=1.0), below.flip, above.flip))
     return SensitivityReport(
         recommended=recommended,
         explained=explained,

@@ -161,3 +161,16 @@ def test_draft_acceptance_is_a_knob_only_with_speculative_decoding() -> None:
     plain = analyze(cluster, e.layout, serve_knob_base(model, cluster, e.layout, ServeRequest(batch=64)),
                     serve_replan(model, ServeRequest(batch=64), e.layout), Settings())
     assert "draft_acceptance" not in [k.knob for k in plain.knobs]
+
+
+def test_the_report_is_the_same_on_one_core_and_on_several() -> None:
+    """Each knob moved down and up is an independent re-plan (parallel.map_in_workers): one
+    worker and four give the same report, field for field, flips included (the synthetic
+    case flips when the inter-node bandwidth halves)."""
+    model, cluster, request, _, _ = synthetic_flip_case()
+    e = explain_serving(model, cluster, request, None)
+    base, replan = serve_knob_base(model, cluster, e.layout, request), serve_replan(model, request, e.layout)
+    alone = analyze(cluster, e.layout, base, replan, Settings(), num_workers=1)
+    spread = analyze(cluster, e.layout, base, replan, Settings(), num_workers=4)
+    assert alone == spread
+    assert any(k.flip_down is not None for k in alone.knobs)
