@@ -4,6 +4,7 @@
     python bench/training_calibration.py              # per row, per group and overall, on stdout
     python bench/training_calibration.py --json       # the summary as JSON (rows included)
     python bench/training_calibration.py --csv PATH   # another set with the same columns
+    python bench/training_calibration.py --moe        # the MoE rows (a check, not fitted to)
 
 Every row of the set (tests/fixtures/nemo_training_perf.csv, provenance in
 tests/fixtures/README.md) is one published pre-training run: `spec` on num_gpus GPUs of the
@@ -21,6 +22,13 @@ planner estimates exactly that configuration (planner.train.estimate):
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
   25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
   not fit without recompute is re-estimated with selective, then full; the row says which.
+
+The MoE rows (tests/fixtures/nemo_moe_training_perf.csv, --moe: DeepSeek-V3, GPT-OSS-120B,
+Qwen3-30B-A3B and Qwen3-235B-A22B from the same archive) add the row's ep (Megatron's
+--expert-model-parallel-size, experts unsplit: --expert-tensor-parallel-size 1) and routing
+balanced as published ("In MoE training benchmarks, we force-balance the token distribution
+among experts and all benchmarks are token-dropless": --expert-imbalance 1). No constant is
+fitted to them: they show how far the MoE training model is from NVIDIA's runs.
 
 Error = predicted / published - 1 (+0.10: the planner says 10% faster than measured).
 Importable: `load_rows(path)`, `predict(row)`, `score(rows)`; no I/O in them. Not part of the
@@ -48,6 +56,9 @@ from planner.specs import ClusterSpec  # noqa: E402
 from planner.train import TrainEstimate, estimate  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
+MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
+BALANCED_ROUTING = 1.0
+"""--expert-imbalance of the MoE rows: NeMo's MoE benchmarks force-balance the routing."""
 GPUS_PER_NODE = 8
 """DGX-H100 and DGX-B200: 8 GPUs per node."""
 SYSTEM_GPU = {"DGX-H100": "H100", "DGX-B200": "B200"}
@@ -56,7 +67,7 @@ FP8_RECIPES = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (
 RECOMPUTE_LEVELS = ("none", "selective", "full")
 UNLIMITED_GIB = 10_000.0
 """GPU memory for the what-if estimates: no configuration is out of memory."""
-BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm")
+BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm", "ep_comm")
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class Row:
     pp: int
     cp: int
     vp: int
+    ep: int
     fsdp: int
     precision: str
     """As published: "fp8 current scaling", "fp8 mxfp8", "fp8 (recipe not stated)", "bf16"."""
@@ -117,7 +129,7 @@ def parse_row(row: dict[str, str]) -> Row:
         id=key, container=row["container"], system=row["system"], model=row["model"], spec=row["spec"],
         num_gpus=int(row["num_gpus"]), global_batch=int(row["gbs"]), micro_batch=int(row["mbs"]),
         seq_len=int(row["seq_len"]), tp=degree(row["tp"]), pp=degree(row["pp"]), cp=degree(row["cp"]),
-        vp=degree(row["vp"]), fsdp=0 if row["fsdp"].strip() in ("", "n/a") else int(row["fsdp"]),
+        vp=degree(row["vp"]), ep=degree(row["ep"]), fsdp=0 if row["fsdp"].strip() in ("", "n/a") else int(row["fsdp"]),
         precision=row["precision"], tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         model_tflops_per_gpu=float(row["model_tflops_per_gpu"]), source_url=row["source_url"],
     )
@@ -139,7 +151,7 @@ def config_for(row: Row, recompute: str) -> TrainConfig:
         tp=row.tp, pp=row.pp, dp=row.dp, cp=row.cp, micro_batch_size=row.micro_batch,
         schedule="interleaved" if interleaved else "1f1b", virtual_stages=row.vp if interleaved else 1,
         recompute=recompute, sequence_parallel=row.tp > 1, zero_stage=zero_stage,
-        precision=row.planner_precision,
+        precision=row.planner_precision, ep=row.ep,
     )
 
 
@@ -161,7 +173,8 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
         config = replace(config, virtual_stages=virtual_stages,
                          schedule="interleaved" if virtual_stages > 1 else "1f1b")
     request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
-                           fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row))
+                           fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
+                           expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None)
     return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
 
 
@@ -306,9 +319,11 @@ def print_report(summary: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
+    parser.add_argument("--moe", action="store_true", help="score the MoE rows (tests/fixtures/"
+                        "nemo_moe_training_perf.csv) instead: a check, no constant is fitted to them")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
-    summary = score(load_rows(args.csv))
+    summary = score(load_rows(MOE_FIXTURE if args.moe else args.csv))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
