@@ -39,6 +39,33 @@ def bench_module() -> Callable[[str], ModuleType]:
 
 
 @pytest.fixture(scope="session")
+def training_calibration_summary() -> Callable[[Path], dict]:
+    """training_calibration_summary(fixture) -> bench/training_calibration.py's score of that
+    fixture's rows, computed once per fixture per session (the NeMo anchor tests)."""
+    summaries: dict[Path, dict] = {}
+
+    def summary(fixture: Path) -> dict:
+        if fixture not in summaries:
+            module = _bench_module("training_calibration")
+            summaries[fixture] = module.score(module.load_rows(fixture))
+        return summaries[fixture]
+
+    return summary
+
+
+@pytest.fixture(scope="session")
+def within_todays_error_plus() -> Callable[[float, str, dict, dict], None]:
+    """within_todays_error_plus(margin, key, scored, today): an anchor row's |error| is at most
+    today's plus `margin` (the NeMo anchor tests)."""
+
+    def check(margin: float, key: str, scored: dict[str, dict], today: dict[str, float]) -> None:
+        row = scored[key]
+        assert abs(row["error"]) <= abs(today[key]) + margin, (key, row["error"])
+
+    return check
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
 

@@ -82,9 +82,8 @@ EXCLUDED_FRAGMENTS = ("gpt3", "gpt-3", "175b", "megatron-lm", "mosaicml", "llm-f
 
 
 @pytest.fixture(scope="module")
-def summary(bench_module) -> dict:
-    module = bench_module("training_calibration")
-    return module.score(module.load_rows(FIXTURE))
+def summary(training_calibration_summary) -> dict:
+    return training_calibration_summary(FIXTURE)
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +92,10 @@ def scored(summary) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("key", sorted(TODAY_ERROR))
-def test_row_error_within_todays_plus_margin(key, scored):
+def test_row_error_within_todays_plus_margin(key, scored, within_todays_error_plus):
     """The row's tokens/s per GPU against the published figure (source and container in the
     id; URLs in the fixture). Bound: today's |error| + 5 points."""
-    row = scored[key]
-    assert abs(row["error"]) <= abs(TODAY_ERROR[key]) + MARGIN, (key, row["error"])
+    within_todays_error_plus(MARGIN, key, scored, TODAY_ERROR)
 
 
 def test_every_row_is_scored_or_named(scored, summary):

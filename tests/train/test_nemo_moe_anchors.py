@@ -78,9 +78,8 @@ ALLOWED_SOURCE = "https://docs.nvidia.com/nemo/megatron-bridge/"
 
 
 @pytest.fixture(scope="module")
-def summary(bench_module) -> dict:
-    module = bench_module("training_calibration")
-    return module.score(module.load_rows(FIXTURE))
+def summary(training_calibration_summary) -> dict:
+    return training_calibration_summary(FIXTURE)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +88,8 @@ def scored(summary) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("key", sorted(TODAY_ERROR))
-def test_row_error_within_todays_plus_margin(key, scored):
-    row = scored[key]
-    assert abs(row["error"]) <= abs(TODAY_ERROR[key]) + MARGIN, (key, row["error"])
+def test_row_error_within_todays_plus_margin(key, scored, within_todays_error_plus):
+    within_todays_error_plus(MARGIN, key, scored, TODAY_ERROR)
 
 
 def test_every_row_is_scored_or_named(scored, summary):
