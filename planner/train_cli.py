@@ -74,6 +74,10 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
+        if model.is_moe and best is not None:
+            console().print("Note: MoE training times are not calibrated: NVIDIA's published MoE runs "
+                            "(Megatron-Bridge) mostly take longer than planned, most where the experts' "
+                            "all-to-all stays in a node (docs/cost-model.md, Known limitations).")
         if model.quantization is not None:
             console().print(f"Note: training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                             f"{model.quantization} weights describe a serving checkpoint and are not planned here.")

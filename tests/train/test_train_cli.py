@@ -238,3 +238,15 @@ def test_the_closest_rejected_layouts_are_the_smallest_overshoot():
     tp8_pp8 = next(r for r in plan.rejected if (r.layout.tp, r.layout.pp, r.layout.cp) == (8, 8, 1))
     assert tp8_pp8 in shown
     assert all(r.layout.tp > 1 for r in shown[:3])
+
+
+def test_moe_training_says_its_times_are_not_calibrated():
+    """An MoE plan warns that its times are not calibrated (docs/cost-model.md, Known
+    limitations: NVIDIA's published MoE runs are mostly slower); a dense plan does not."""
+    moe = CliRunner().invoke(app, ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "2x8xH100",
+                                   "--global-batch", "512", "--seq-len", "4096"])
+    dense = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                     "--global-batch", "256", "--seq-len", "4096"])
+    assert moe.exit_code == 0 and dense.exit_code == 0, moe.output + dense.output
+    assert "MoE training times are not calibrated" in " ".join(moe.output.split())
+    assert "not calibrated" not in dense.output
