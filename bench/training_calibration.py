@@ -27,7 +27,10 @@ The MoE rows (tests/fixtures/nemo_moe_training_perf.csv, --moe: DeepSeek-V3, GPT
 Qwen3-30B-A3B and Qwen3-235B-A22B from the same archive) add the row's ep (Megatron's
 --expert-model-parallel-size, experts unsplit: --expert-tensor-parallel-size 1) and routing
 balanced as published ("In MoE training benchmarks, we force-balance the token distribution
-among experts and all benchmarks are token-dropless": --expert-imbalance 1). No constant is
+among experts and all benchmarks are token-dropless": --expert-imbalance 1), priced without
+Megatron's EP all-to-all overlap (--no-moe-comm-overlap): the rows do not say, and the
+recipes read (Megatron-Bridge perf_recipes at 067f987df, not the containers' own) run it only
+in some variants (Qwen3-235B on H100 in BF16, DeepSeek-V3 on B200 in MXFP8). No constant is
 fitted to them: they show how far the MoE training model is from NVIDIA's runs.
 
 Error = predicted / published - 1 (+0.10: the planner says 10% faster than measured).
@@ -174,7 +177,8 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
                          schedule="interleaved" if virtual_stages > 1 else "1f1b")
     request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
                            fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
-                           expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None)
+                           expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
+                           moe_comm_overlap=False)
     return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
 
 

@@ -195,6 +195,7 @@ PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linea
 Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise (1x128 / 128x128 blocks, Hopper and later; Megatron only); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
+MoeCommOverlapOpt = Annotated[bool, typer.Option("--moe-comm-overlap/--no-moe-comm-overlap", help="Train, MoE: Megatron's expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm: one micro-batch's forward beside another's backward) where it can run (EP, no full recompute, interleaving when pp > 1).")]
 EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
                                                "(engines not named keep the default). Known: " + "; ".join(
@@ -252,6 +253,7 @@ class PlanOptions:
     precision: Precision = DEFAULT_PRECISION
     fp8_recipe: Fp8RecipeChoice | None = None
     tp_comm_overlap: bool = True
+    moe_comm_overlap: bool = True
     grad_reduce: GradReduce = GradReduce.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
@@ -426,6 +428,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         precision=opts.precision.value,
         fp8_recipe=_value(opts.fp8_recipe),
         tp_comm_overlap=opts.tp_comm_overlap,
+        moe_comm_overlap=opts.moe_comm_overlap,
         grad_reduce=opts.grad_reduce.value,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
@@ -507,7 +510,7 @@ FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served
 """Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
 or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "engine",
+              "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
               "grad_reduce")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
@@ -625,6 +628,7 @@ def plan(
     precision: PrecisionOpt = DEFAULT_PRECISION,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    moe_comm_overlap: MoeCommOverlapOpt = True,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -651,7 +655,8 @@ def plan(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
+        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
+        grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
@@ -792,6 +797,7 @@ def explain(
     precision: PrecisionOpt = DEFAULT_PRECISION,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
+    moe_comm_overlap: MoeCommOverlapOpt = True,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -825,7 +831,8 @@ def explain(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, grad_reduce=grad_reduce,
+        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
+        grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,

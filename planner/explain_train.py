@@ -72,7 +72,8 @@ def train_memory_bars(e: TrainEstimate) -> tuple[MemoryBar, ...]:
     c, m = e.config, e.num_micro_batches
     bars = []
     for mem in e.stage_memories:
-        in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage)
+        in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
+                                                int(c.moe_comm_overlap))
         note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),

@@ -96,6 +96,12 @@ class TrainConfig:
     """[--tp-comm-overlap] Transformer Engine's userbuffers pipeline each sequence-parallel
     all-gather and reduce-scatter with its GEMM; the training estimate fills it in (on where
     Megatron can run it: SP, TP inside one node) unless the request turns it off."""
+    moe_comm_overlap: bool = False
+    """[--overlap-moe-expert-parallel-comm] Megatron's combined 1F1B: one micro-batch's forward
+    runs beside another's backward, layer by layer, so each one's expert-parallel all-to-alls
+    hide under the other's compute; one more forward is in flight. The training estimate fills
+    it in (on where Megatron can run it: EP, no full recompute, interleaving when pp > 1)
+    unless the request turns it off (docs/cost-model.md#training-expert-parallelism-moe)."""
     account_for_embedding_and_loss: bool = False
     """[--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split] The
     embedding and the loss count as one layer each: L + 2 units even over the p*v chunks,

@@ -302,6 +302,9 @@ class TrainRequest:
     tp_comm_overlap: bool = True
     """`--no-tp-comm-overlap` turns it off: Transformer Engine's TP communication/GEMM
     overlap where Megatron can run it (train.tp_comm_overlap_possible)."""
+    moe_comm_overlap: bool = True
+    """`--no-moe-comm-overlap` turns it off: Megatron's expert-parallel all-to-all overlap
+    (--overlap-moe-expert-parallel-comm) where it can run (train.moe_comm_overlap_possible)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
     engine: TrainEngine = "megatron"

@@ -406,8 +406,9 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
         ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
          c.grad_reduce, c.precision, c.fp8_recipe), _stage_states, model, c, layers, memo)
     stages = stages or candidate_worst_stages(c)
-    in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages),
-                         _stages_in_flight, c.schedule, pp, m, c.virtual_stages, stages)
+    extra_forwards = int(c.moe_comm_overlap)  # the combined 1F1B's one more forward
+    in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages, extra_forwards),
+                         _stages_in_flight, c.schedule, pp, m, c.virtual_stages, stages, extra_forwards)
     fragmentation = efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
     out = []
     for stage, kind, num_in_flight in in_flight:
@@ -422,11 +423,11 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     return tuple(out)
 
 
-def _stages_in_flight(schedule: str, pp: int, m: int, v: int,
-                      stages: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
+def _stages_in_flight(schedule: str, pp: int, m: int, v: int, stages: tuple[int, ...],
+                      extra_forwards: int = 0) -> tuple[tuple[int, int, float], ...]:
     """(stage, kind: 0 first, 1 middle, 2 last, micro-batches in flight) of each stage."""
     return tuple((stage, 0 if stage == 0 else 2 if stage == pp - 1 else 1,
-                  act.micro_batches_in_flight(schedule, pp, m, v, stage)) for stage in stages)
+                  act.micro_batches_in_flight(schedule, pp, m, v, stage, extra_forwards)) for stage in stages)
 
 
 def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int],
@@ -507,6 +508,22 @@ def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: Tra
             and not groups_cross_nodes(config.tp, cluster.gpus_per_node))
 
 
+def moe_comm_overlap_for(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> bool:
+    """Whether the plan runs --overlap-moe-expert-parallel-comm: Megatron, asked for (the
+    default), possible."""
+    return request.engine == "megatron" and request.moe_comm_overlap and moe_comm_overlap_possible(model, config)
+
+
+def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
+    """Where Megatron runs its combined 1F1B (TransformerConfig.__post_init__, core_v0.14.0 and
+    core_v0.19.0): expert parallelism, the alltoall dispatcher (the emitted one), no full
+    recompute (nor a recompute method), with pp > 1 an interleaved schedule, bf16 or fp16
+    parameters (--bf16, always emitted) and at most one MTP layer (none is emitted)."""
+    interleaved = config.schedule == "interleaved" and config.virtual_stages > 1
+    return (model.is_moe and config.ep > 1 and config.recompute != "full"
+            and (config.pp == 1 or interleaved))
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
@@ -516,7 +533,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     rotation = CP_KV_ROTATION[engine]
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
-                      c.cp, c.tp_comm_overlap, rotation),
+                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, rotation),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation)
     return placement, terms
 
@@ -545,6 +562,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                        tp_comm_overlap_for, model, cluster, request, config)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)
+    # moe_comm_overlap_possible reads only these fields of the configuration (none without EP)
+    moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", config.ep, config.recompute, config.pp,
+                                               config.schedule, config.virtual_stages),
+                                              moe_comm_overlap_for, model, request, config)
+    if config.moe_comm_overlap != moe_overlap:
+        config = config.with_(moe_comm_overlap=moe_overlap)
     imbalance = expert_imbalance(request)
     config = with_stage_split(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
@@ -629,7 +652,8 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
         return config
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
-           c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.grad_reduce)
+           c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.moe_comm_overlap,
+           c.grad_reduce)
     chosen = memo.get(("stage_split", v, engine, key), _chosen_split, model, cluster, c, seq_len, rates, memo,
                       imbalance, engine, key)
     assert chosen is not None, "config_reasons lets through only configurations with a split"

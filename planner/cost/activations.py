@@ -164,7 +164,8 @@ def recompute_working_bytes(
     return 0.0
 
 
-def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: int = 0) -> float:
+def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: int = 0,
+                            extra_forwards: int = 0) -> float:
     """Micro-batches whose activations stage `stage` (0 = first) holds at its peak.
 
     GPipe: all m on every stage (every forward before any backward). 1F1B: min(p - i, m)
@@ -172,12 +173,16 @@ def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: in
     warms stage i up with 2*(p-i-1) + (v-1)*p chunk forwards, plus the one in progress, so
     (2*(p-i-1) + (v-1)*p + 1)/v = p + (p-2i-1)/v stage-micro-batches; on the first stage
     p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3); at most m.
+    `extra_forwards`: chunk forwards added to the warm-up (one with
+    --overlap-moe-expert-parallel-comm, schedules.py core_v0.19.0: + 1/v of a micro-batch
+    interleaved; without pipelining its combined 1F1B runs a forward beside each backward, 2
+    micro-batches in flight).
     """
     if schedule == "gpipe":
         return float(m)
     if schedule == "1f1b":
-        return float(min(p - stage, m))
-    return min(p + (p - 2 * stage - 1) / v, float(m))
+        return float(min(p - stage + extra_forwards, m))
+    return min(p + (p - 2 * stage - 1 + extra_forwards) / v, float(m))
 
 
 def first_stage_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool) -> float:

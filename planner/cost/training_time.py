@@ -404,6 +404,9 @@ class EpSeconds:
     """The slowest link the all-to-all crosses (the NICs once the group spans nodes)."""
     measured: bool = False
     """True when alltoall_seconds is the probe's all-to-all curve at this link and size."""
+    exposed_seconds_per_moe_layer: float | None = None
+    """With --overlap-moe-expert-parallel-comm, what one MoE layer's all-to-alls leave exposed
+    (moe_overlap_exposed_seconds); None without it: all of them."""
 
     @property
     def alltoall_seconds_per_moe_layer(self) -> float:
@@ -411,8 +414,10 @@ class EpSeconds:
 
     @property
     def comm_seconds_per_layer(self) -> float:
-        """The mean block's all-to-all time: phi * n_a2a * T_a2a."""
-        return self.moe_layer_share * self.alltoall_seconds_per_moe_layer
+        """The mean block's exposed all-to-all time: phi * n_a2a * T_a2a, or phi times what the
+        overlap leaves."""
+        exposed = self.exposed_seconds_per_moe_layer
+        return self.moe_layer_share * (self.alltoall_seconds_per_moe_layer if exposed is None else exposed)
 
     @property
     def compute_seconds_per_layer(self) -> float:
@@ -430,8 +435,8 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     its s*b/t sequence-parallel tokens, each to k experts. Routed GEMMs: (u - 1) * n_pass *
     2*k*P_x*b*s/t / R on the busiest GPU, u = `imbalance` (--expert-imbalance), n_pass = 3 (4 with full
     recompute), R the linear GEMM rate. The probe's all-to-all curve replaces the model where
-    it measured this link at ep ranks. Assumption: not overlapped with compute (Megatron's
-    --overlap-moe-expert-parallel-comm is not emitted)."""
+    it measured this link at ep ranks. All exposed here; layer_terms prices Megatron's
+    combined 1F1B (--overlap-moe-expert-parallel-comm) where the configuration runs it."""
     layout, b = config.layout, config.micro_batch_size
     if config.ep <= 1 or not model.is_moe:
         return EpSeconds()
@@ -692,17 +697,37 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
                 placement: Placement, rates: TrainRates,
                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE, cp_rotation: str = "ring") -> LayerTerms:
     """`s` the sequence length; with CP every term runs on the rank's s/cp tokens;
-    `cp_rotation` the engine's KV exchange (cp_seconds_per_layer)."""
+    `cp_rotation` the engine's KV exchange (cp_seconds_per_layer); with
+    --overlap-moe-expert-parallel-comm the all-to-alls hide under the layer's compute
+    (moe_overlap_exposed_seconds)."""
     c, b = config, config.micro_batch_size
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
+    layer = layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
+                          c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe)
+    ep = ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance)
+    if c.moe_comm_overlap and ep.num_alltoalls:
+        ep = replace(ep, exposed_seconds_per_moe_layer=moe_overlap_exposed_seconds(
+            ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds))
     return LayerTerms(
-        layer=layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                            c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe),
+        layer=layer,
         tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
-        ep=ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance),
+        ep=ep,
         cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
     )
+
+
+def moe_overlap_exposed_seconds(alltoall_seconds: float, compute_seconds: float) -> float:
+    """What one MoE layer's all-to-alls (dispatch and combine, forward and backward) leave
+    exposed under Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm,
+    pipeline_parallel/combined_1f1b.py core_v0.19.0): micro-batch i+1's forward of the layer
+    runs beside micro-batch i's backward of it, each one's all-to-alls on a communication
+    stream under the other's attention and expert GEMMs, so per micro-batch
+    max(0, A - C), A the layer's all-to-all time, C its forward and backward compute.
+    Assumptions: the split is perfect (no sub-layer is left waiting for its own exchange) and
+    the warm-up forward and cool-down backward that run unpaired (one per chunk per step) are
+    not priced. A = 4 ms, C = 6 ms: 0; A = 10 ms, C = 6 ms: 4 ms."""
+    return max(0.0, alltoall_seconds - compute_seconds)
 
 
 def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,

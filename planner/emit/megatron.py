@@ -238,6 +238,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         args += fp8_args(c.fp8_recipe or FP8_RECIPE_DEFAULTS["megatron"])
     if c.tp_comm_overlap:
         args.append("--tp-comm-overlap")  # needs --sequence-parallel (arguments.py)
+    if c.moe_comm_overlap:  # combined 1F1B: EP, no full recompute, interleaved when pp > 1
+        args.append("--overlap-moe-expert-parallel-comm")
     if c.grad_reduce == "bf16":
         args.append("--grad-reduce-in-bf16")  # main grads in bf16 (also Megatron-FSDP's)
     if c.zero_stage >= 1:

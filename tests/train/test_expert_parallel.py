@@ -11,6 +11,7 @@ DeepSeek-V3: h = 7168, k = 8 of E = 256 experts, f_x = 2048, 58 MoE layers of 61
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -177,7 +178,9 @@ def test_moe_with_tp_needs_sequence_parallelism_and_experts_divisible():
 
 def test_search_plans_ep_for_mixtral_and_keeps_megatron_rules():
     """Every feasible Mixtral configuration: E = 8 divisible by ep, SP whenever tp > 1; the
-    all-to-all appears in the breakdown exactly when ep > 1; EP configurations are found."""
+    all-to-all appears in the breakdown only when ep > 1, and always unless Megatron's combined
+    1F1B hides it (--overlap-moe-expert-parallel-comm, exactly where Megatron allows it);
+    EP configurations are found."""
     model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("4x8xH100")
     plan = search(model, cluster, TrainRequest(global_batch=512, seq_len=S))
     assert any(e.config.ep > 1 for e in plan.layouts)
@@ -185,20 +188,35 @@ def test_search_plans_ep_for_mixtral_and_keeps_megatron_rules():
         c = e.config
         assert model.num_local_experts % c.ep == 0
         assert c.tp == 1 or c.sequence_parallel
-        assert (e.time_breakdown_seconds.ep_comm > 0) == (c.ep > 1)
+        assert c.moe_comm_overlap == (c.ep > 1 and c.recompute != "full"
+                                      and (c.pp == 1 or (c.schedule == "interleaved" and c.virtual_stages > 1)))
+        if c.ep == 1:
+            assert e.time_breakdown_seconds.ep_comm == 0
+        elif not c.moe_comm_overlap:
+            assert e.time_breakdown_seconds.ep_comm > 0
         assert (e.alltoall_link is not None) == (c.ep > 1)
+    assert any(e.config.moe_comm_overlap for e in plan.layouts)
 
 
 def test_ep_comm_in_the_step_is_the_pacing_stages_moe_layers():
-    """ep_comm = m * L_slowest * phi * n_a2a * T_a2a (the mean block's MoE share)."""
-    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH100")
-    request = TrainRequest(global_batch=64, seq_len=S, layout=LayoutFilter(tp=2, pp=2, dp=4, ep=8))
-    plan = search(model, cluster, request)
-    e = plan.layouts[0]
-    ep = e.layer_terms.ep
-    layers = e.num_layers_per_stage[e.slowest_stage]
-    assert e.time_breakdown_seconds.ep_comm == pytest.approx(
-        e.num_micro_batches * layers * ep.moe_layer_share * ep.num_alltoalls * ep.alltoall_seconds)
+    """ep_comm = m * L_slowest * phi * n_a2a * T_a2a (the mean block's MoE share) without the
+    overlap; with Megatron's combined 1F1B, m * L_slowest * phi * max(0, n_a2a * T_a2a - C),
+    C the layer's forward, backward and recompute plus the busiest GPU's extra expert work."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+    fixed = LayoutFilter(tp=1, pp=2, dp=16, ep=16)  # the EP group spans two nodes: not all hidden
+    for overlap in (False, True):
+        request = TrainRequest(global_batch=256, seq_len=S, layout=fixed, schedule="interleaved", virtual_stages=2,
+                               recompute="selective", moe_comm_overlap=overlap)
+        e = search(model, cluster, request).layouts[0]
+        assert e.config.moe_comm_overlap == overlap
+        ep, layer = e.layer_terms.ep, e.layer_terms.layer
+        exposed = ep.num_alltoalls * ep.alltoall_seconds
+        if overlap:
+            exposed = max(0.0, exposed - (layer.forward + layer.backward + layer.recompute + ep.imbalance_seconds))
+            assert 0 < exposed < ep.num_alltoalls * ep.alltoall_seconds
+        layers = e.num_layers_per_stage[e.slowest_stage]
+        assert e.time_breakdown_seconds.ep_comm == pytest.approx(
+            e.num_micro_batches * layers * ep.moe_layer_share * exposed)
 
 
 def test_the_deepseek_v3_question_plans_ep_with_pp():
@@ -333,3 +351,61 @@ def test_mla_trains_as_megatron_builds_it():
     s = 4096
     core = sum(g.flops for g in attention_core_gemms(layer_gemms_forward(DSV3, 1, s, 1)))
     assert core == 81_920 * s * s
+
+
+def test_combined_1f1b_exposure_by_hand():
+    """moe_overlap_exposed_seconds = max(0, A - C): all-to-alls of 4 ms under 6 ms of compute
+    hide entirely; 10 ms under 6 ms leave 4 ms."""
+    from planner.cost.training_time import moe_overlap_exposed_seconds
+
+    assert moe_overlap_exposed_seconds(0.004, 0.006) == 0.0
+    assert moe_overlap_exposed_seconds(0.010, 0.006) == pytest.approx(0.004)
+
+
+def test_combined_1f1b_only_where_megatron_runs_it():
+    """TransformerConfig (core_v0.19.0) asserts EP > 1, no full recompute and, with pp > 1, a
+    virtual pipeline: the overlap is planned exactly there, for MoE models, with Megatron."""
+    from planner.train import moe_comm_overlap_for, moe_comm_overlap_possible
+
+    moe, dense = resolve_model("qwen3-30b-a3b"), resolve_model("llama-3.1-8b")
+
+    def config(pp=1, schedule="1f1b", v=1, recompute="none", ep=8):
+        return TrainConfig(1, pp, 8, 1, schedule, v, recompute, False, 1, ep=ep)
+
+    assert moe_comm_overlap_possible(moe, config())
+    assert moe_comm_overlap_possible(moe, config(pp=4, schedule="interleaved", v=2, recompute="selective"))
+    assert not moe_comm_overlap_possible(moe, config(pp=4))  # 1F1B without a virtual pipeline
+    assert not moe_comm_overlap_possible(moe, config(recompute="full"))
+    assert not moe_comm_overlap_possible(moe, config(ep=1))
+    assert not moe_comm_overlap_possible(dense, config(ep=1))
+    request = TrainRequest(global_batch=256, seq_len=S)
+    assert moe_comm_overlap_for(moe, request, config())
+    assert not moe_comm_overlap_for(moe, replace(request, moe_comm_overlap=False), config())
+    assert not moe_comm_overlap_for(moe, replace(request, engine="torchtitan"), config())
+
+
+def test_combined_1f1b_holds_one_more_forward():
+    """Megatron schedules one more warm-up forward with the overlap (schedules.py
+    core_v0.19.0): interleaved, stage 0 of p = 4, v = 2 holds p + (p - 1 + 1)/v = 6 micro-batches
+    instead of 4 + 3/2 = 5.5; without pipelining two (a forward beside each backward)."""
+    from planner.cost.activations import micro_batches_in_flight
+
+    assert micro_batches_in_flight("interleaved", 4, 64, 2, 0) == 5.5
+    assert micro_batches_in_flight("interleaved", 4, 64, 2, 0, extra_forwards=1) == 6.0
+    assert micro_batches_in_flight("1f1b", 1, 64, 1, 0, extra_forwards=1) == 2.0
+    assert micro_batches_in_flight("1f1b", 1, 1, 1, 0, extra_forwards=1) == 1.0  # at most m
+
+
+def test_the_command_carries_the_overlap_where_it_is_planned():
+    """The plan that overlaps the all-to-alls launches with --overlap-moe-expert-parallel-comm;
+    --no-moe-comm-overlap leaves it out (and prices every all-to-all)."""
+    from planner.emit.megatron import megatron_steps
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+    fixed = LayoutFilter(tp=1, pp=2, dp=16, ep=16)
+    for overlap in (True, False):
+        request = TrainRequest(global_batch=256, seq_len=S, layout=fixed, schedule="interleaved", virtual_stages=2,
+                               recompute="selective", moe_comm_overlap=overlap)
+        e = search(model, cluster, request).layouts[0]
+        argv = [a for step in megatron_steps(model, cluster, e.config, 256, S) for a in step.argv]
+        assert ("--overlap-moe-expert-parallel-comm" in argv) == overlap
