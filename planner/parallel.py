@@ -20,6 +20,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 U = TypeVar("U")
 
+_spread = False
+"""True while this process takes part in a map over several workers (as a forked worker, or
+as the parent of some): a map nested in it runs one item after another (forking again would
+oversubscribe the cores the others already use)."""
+
 
 def usable_cpus() -> int:
     """The cores this process may run on (its affinity mask where the OS has one)."""
@@ -36,58 +41,89 @@ def forking_available() -> bool:
 
 def map_in_workers(fn: Callable[[T], U], items: Sequence[T], num_workers: int | None = None) -> list[U]:
     """[fn(item) for item in items], on up to `num_workers` cores (default: every usable one).
-    The first exception any item raises is raised here (a worker's is sent back pickled)."""
+    Each worker sends each result as soon as it has it, and this process, which takes items
+    too, reads them between its own, so no worker waits on a full pipe and little is left to
+    read at the end. The first exception any item raises is raised here (a worker's is sent
+    back pickled)."""
     items = list(items)
     workers = min(len(items), num_workers if num_workers is not None else usable_cpus())
-    if workers <= 1 or not forking_available():
+    if workers <= 1 or _spread or not forking_available():
         return [fn(item) for item in items]
+    return _spread_over(fn, items, workers)
+
+
+def _spread_over(fn: Callable[[T], U], items: list[T], workers: int) -> list[U]:
+    global _spread
     context = multiprocessing.get_context("fork")
     next_index = context.Value("i", 0)
     sys.stdout.flush()  # a child must not inherit (and flush again) what is buffered here
     sys.stderr.flush()
     children = []
     finished = False
+    _spread = True
     try:
         for _ in range(workers - 1):
             receive, send = context.Pipe(duplex=False)
             child = context.Process(target=_child, args=(fn, items, next_index, send), daemon=True)
             child.start()
             send.close()
-            children.append((receive, child))
-        results = dict(_claim_and_run(fn, items, next_index))
-        for receive, child in children:
-            try:
-                status, payload = receive.recv()
-            except EOFError:
-                raise RuntimeError(f"a worker process exited (code {child.exitcode}) before reporting") from None
-            if status == "error":
-                raise payload
-            results.update(payload)
+            children.append(_Child(receive, child))
+        results: dict[int, U] = {}
+        while (index := _claim(next_index, len(items))) is not None:
+            results[index] = fn(items[index])
+            for child in children:
+                child.read(results, block=False)
+        for child in children:
+            child.read(results, block=True)
         finished = True
     finally:
-        for receive, child in children:
+        _spread = False
+        for child in children:
             if not finished:  # an item failed: the others' work is not wanted
-                child.terminate()
-            child.join()
-            receive.close()
+                child.process.terminate()
+            child.process.join()
+            child.receive.close()
     return [results[index] for index in range(len(items))]
 
 
-def _claim_and_run(fn: Callable[[T], U], items: list[T], next_index: Any) -> list[tuple[int, U]]:
-    """Take the next unclaimed item until none is left: (index, result) of each taken."""
-    done = []
-    while True:
-        with next_index.get_lock():
-            index = next_index.value
-            next_index.value = index + 1
-        if index >= len(items):
-            return done
-        done.append((index, fn(items[index])))
+class _Child:
+    """A worker process and the pipe its results come back on."""
+
+    def __init__(self, receive: Any, process: Any) -> None:
+        self.receive, self.process, self.done = receive, process, False
+
+    def read(self, results: dict, block: bool) -> None:
+        """Take what the worker has sent (block: until it says it is done) into `results`;
+        raise what it reports."""
+        while not self.done and (block or self.receive.poll()):
+            try:
+                message = self.receive.recv()
+            except EOFError:
+                raise RuntimeError(f"a worker process exited (code {self.process.exitcode}) "
+                                   "before reporting") from None
+            if message[0] == "error":
+                raise message[1]
+            if message[0] == "done":
+                self.done = True
+            else:
+                results[message[1]] = message[2]
+
+
+def _claim(next_index: Any, num_items: int) -> int | None:
+    """The next unclaimed item's index, None when every item is taken."""
+    with next_index.get_lock():
+        index = next_index.value
+        next_index.value = index + 1
+    return index if index < num_items else None
 
 
 def _child(fn: Callable[[T], U], items: list[T], next_index: Any, send: Any) -> None:
+    global _spread
+    _spread = True
     try:
-        send.send(("ok", _claim_and_run(fn, items, next_index)))
+        while (index := _claim(next_index, len(items))) is not None:
+            send.send(("item", index, fn(items[index])))
+        send.send(("done",))
     except BaseException as error:  # reported to the parent, which raises it
         try:
             send.send(("error", error))

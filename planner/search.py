@@ -13,8 +13,14 @@ from typing import Any, Generic, TypeVar
 from planner.cost.params import tp_head_reasons
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, expert_parallel_degrees, factorizations
+from planner.parallel import map_in_workers
 from planner.requests import LayoutFilter
 from planner.specs import ClusterSpec, ModelSpec
+
+PARALLEL_MIN_LAYOUTS = 256
+"""A search of at least this many candidate layouts spreads them over the usable cores
+(`run_search(parallel=True)`, training): below it a worker's start and the results' transfer
+cost more than the layouts (the 16,384-GPU training plans have 300-520, a node or two 5-30)."""
 
 E = TypeVar("E")
 """An estimate type (ServeEstimate, TrainEstimate)."""
@@ -148,10 +154,14 @@ def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]],
-           cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False) -> Plan[E, R]:
+           cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False,
+           parallel: bool = False) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:
     training's context-parallel degrees, `leave_idle` serving's layouts that leave GPUs idle:
-    candidate_layouts)."""
+    candidate_layouts). `parallel`: with PARALLEL_MIN_LAYOUTS candidates or more, the layouts
+    are evaluated on every usable core (parallel.map_in_workers; each worker with its own
+    copy of what evaluate_layout remembers), their results taken in the candidates' order,
+    so the plan is the one a single core gives."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
     candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees, leave_idle)
@@ -159,8 +169,9 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
     feasible: list[E] = []
     rejected: list[Rejected] = []
     evaluated = 0
-    for layout in candidates:
-        found, rejection, num_configs = evaluate_layout(layout)
+    results = (map_in_workers(evaluate_layout, candidates) if parallel and len(candidates) >= PARALLEL_MIN_LAYOUTS
+               else map(evaluate_layout, candidates))
+    for found, rejection, num_configs in results:
         evaluated += num_configs
         feasible.extend(found)
         if rejection is not None:

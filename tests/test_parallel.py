@@ -91,3 +91,43 @@ def test_buffered_output_is_not_printed_twice() -> None:
             "print(map_in_workers(lambda x: x + 1, list(range(6)), 3))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["before", "[1, 2, 3, 4, 5, 6]"]
+
+
+@needs_fork
+def test_a_map_inside_a_worker_runs_there_one_item_after_another():
+    """Nested maps do not fork again: the inner items run in the process of the outer item."""
+
+    def outer(x: int) -> tuple[int, set[int]]:
+        return os.getpid(), {pid for _, pid in map_in_workers(square_with_pid, [1, 2, 3], 3)}
+
+    for pid, inner in map_in_workers(outer, [0, 1, 2, 3], 2):
+        assert inner == {pid}
+
+
+def test_the_training_search_is_the_same_spread_over_cores_or_not(monkeypatch):
+    """A 16,384-GPU training search (over PARALLEL_MIN_LAYOUTS candidates) gives the same plan,
+    estimate for estimate and rejection for rejection, when its layouts are spread over the
+    cores as when one process evaluates them all."""
+    from planner import search as search_module
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import TrainRequest
+    from planner.train_search import search
+
+    model, cluster = resolve_model("llama-3.1-405b"), resolve_cluster("2048x8xH100")
+    request = TrainRequest(global_batch=2048, seq_len=131072)  # CP searched: 515 candidates
+    spread_calls = []
+
+    def spreading(fn, items):
+        spread_calls.append(len(items))
+        return map_in_workers(fn, items)
+
+    monkeypatch.setattr(search_module, "map_in_workers", spreading)
+    spread = search(model, cluster, request)
+    assert spread_calls and spread_calls[0] >= search_module.PARALLEL_MIN_LAYOUTS
+    monkeypatch.setattr(search_module, "PARALLEL_MIN_LAYOUTS", 10**9)
+    alone = search(model, cluster, request)
+    assert len(spread_calls) == 1
+    assert len(alone.layouts) > 1000
+    assert spread.layouts == alone.layouts
+    assert spread.rejected == alone.rejected
+    assert spread.num_configs_evaluated == alone.num_configs_evaluated
