@@ -65,7 +65,12 @@ def _spread_over(fn: Callable[[T], U], items: list[T], workers: int) -> list[U]:
         for _ in range(workers - 1):
             receive, send = context.Pipe(duplex=False)
             child = context.Process(target=_child, args=(fn, items, next_index, send), daemon=True)
-            child.start()
+            try:
+                child.start()
+            except OSError:  # no process to be had (a limit): the ones started, or this one, do it all
+                receive.close()
+                send.close()
+                break
             send.close()
             children.append(_Child(receive, child))
         results: dict[int, U] = {}

@@ -131,3 +131,15 @@ def test_the_training_search_is_the_same_spread_over_cores_or_not(monkeypatch):
     assert spread.layouts == alone.layouts
     assert spread.rejected == alone.rejected
     assert spread.num_configs_evaluated == alone.num_configs_evaluated
+
+
+@needs_fork
+def test_when_no_worker_can_start_this_process_does_it_all(monkeypatch):
+    """A fork refused (a process limit) is not an error: the items run here."""
+    import multiprocessing.process
+
+    def refuse(self):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    assert {pid for _, pid in map_in_workers(square_with_pid, [1, 2, 3, 4], 4)} == {os.getpid()}
