@@ -204,12 +204,16 @@ def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch
     return reasons
 
 
-def no_split_reason(num_layers: int, pp: int, v: int) -> str:
+def no_split_reason(num_layers: int, pp: int, v: int, layout: bool = False) -> str:
+    """`layout`: Megatron's --pipeline-model-parallel-layout was tried too (v > 1)."""
     bound = split.max_units_per_stage(num_layers // v, pp) * v
     chunks = f", every stage a multiple of v={v}" if v > 1 else ""
+    laid_out = (f", nor a --pipeline-model-parallel-layout with at least one layer in each of the "
+                f"{pp * v} chunks and none above {split.max_units_per_stage(num_layers, pp)} per stage"
+                if layout and v > 1 else "")
     return (f"layers {num_layers} not divisible by pp={pp} and no uneven first/last split keeps "
             f"every stage within {bound} layers{chunks}, nor does pp*v={pp * v} divide layers + 2 "
-            f"(embedding and loss counted as layers)")
+            f"(embedding and loss counted as layers){laid_out}")
 
 
 def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
@@ -298,8 +302,8 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
             reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
         if open_split and L % c.pp == 0 and (L // c.pp) % v:
             reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
-        elif open_split and L % c.pp and not split.has_split(L, c.pp, v):
-            reasons.append(no_split_reason(L, c.pp, v))
+        elif open_split and L % c.pp and not split.has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
+            reasons.append(no_split_reason(L, c.pp, v, layout=engine == "megatron"))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
@@ -315,7 +319,7 @@ def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron
     or the embedding and loss counted as layers)."""
     c, L = config, model.num_hidden_layers
     if c.first_last_layers is not None:
-        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages)
+        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages, layout=engine == "megatron")
         if wrong:
             return [wrong]
     if not c.account_for_embedding_and_loss:
@@ -699,4 +703,17 @@ def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, e
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     if account is not None:
         options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))
+    if not options and engine == "megatron" and num_layers % pp and v > 1:
+        # neither flag splits these layers: Megatron's --pipeline-model-parallel-layout can
+        laid_out = split.fastest_split(costs, split.layout_splits(num_layers, pp, v))
+        if laid_out is not None:
+            options.append((laid_out[0], 2, (laid_out[1], False)))
     return min(options)[2] if options else None
+
+
+def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
+    """Whether Megatron's --pipeline-model-parallel-layout splits these layers where its flags
+    cannot (p not dividing L, v > 1: stage_split.layout_splits)."""
+    return (engine == "megatron" and v > 1 and num_layers % pp != 0
+            and next(split.layout_splits(num_layers, pp, v), None) is not None)
+

@@ -26,6 +26,14 @@ split evenly, u = (L+2)/(p*v) per chunk, and the first chunk of the first stage 
 u - 1 decoder layers, the last chunk of the last stage u - 1 (>= 0 asserted). Per stage:
 v*u - 1 | v*u x (p-2) | v*u - 1 layers. The first/last flags cannot be combined with it
 (TransformerConfig.__post_init__ raises).
+
+The layout string (layout_splits): Megatron's --pipeline-model-parallel-layout
+(core_v0.14.0 and core_v0.19.0, megatron/core/transformer/pipeline_parallel_layer_layout.py)
+names the layers of every one of the p*v chunks, so a stage's layers need not be a multiple
+of v: where the flags have no split for an interleaved schedule (DeepSeek-V3's 61 layers on 8
+stages of 4 chunks), any balanced (f, c, l) with at least one layer per chunk is offered, each
+stage's layers spread over its chunks as evenly as possible (chunk_layers) and written out
+(megatron_layout).
 """
 
 from __future__ import annotations
@@ -102,6 +110,41 @@ def fastest_split(costs: StageSeconds,
     return None if best_key is None else (best_key[0], best)
 
 
+def layout_splits(num_layers: int, pp: int, v: int) -> Iterator[tuple[int, int, int]]:
+    """Every balanced (f, c, l) in layers (no stage above ceil(L/p) + 1) with at least one
+    layer per chunk (f, l and, p > 2, c >= v), whatever their remainder by v: what Megatron's
+    --pipeline-model-parallel-layout expresses."""
+    for f, c, last in candidate_splits(num_layers, pp, 1):
+        if min(f, last) >= v and (pp == 2 or c >= v):
+            yield f, c, last
+
+
+def needs_layout(layers: tuple[int, ...], v: int) -> bool:
+    """Whether a split of these stage layers needs the layout string: some stage's layers are
+    not a multiple of its v chunks (the first/last flags need every one to be)."""
+    return v > 1 and any(n % v for n in layers)
+
+
+def chunk_layers(stage_layers: int, v: int) -> tuple[int, ...]:
+    """A stage's layers over its v chunks, as even as possible, the larger chunks first:
+    7 over 4 -> (2, 2, 2, 1)."""
+    base, extra = divmod(stage_layers, v)
+    return tuple(base + (i < extra) for i in range(v))
+
+
+def megatron_layout(layers: tuple[int, ...], v: int) -> str:
+    """--pipeline-model-parallel-layout for these stage layers: the p*v chunks in Megatron's
+    order (chunk j of stage i is entry j*p + i), "|" between chunks, E (embedding) opening the
+    first, t per decoder layer, L (loss) closing the last. 2 stages of 3 layers, v = 2:
+    "Ett|tt|t|tL"."""
+    pp = len(layers)
+    chunks = [chunk_layers(n, v) for n in layers]
+    entries = ["t" * chunks[stage][j] for j in range(v) for stage in range(pp)]
+    entries[0] = "E" + entries[0]
+    entries[-1] = entries[-1] + "L"
+    return "|".join(entries)
+
+
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
     """Does Megatron accept some balanced uneven split? (Stops at the first candidate.)"""
     return next(candidate_splits(num_layers, pp, v), None) is not None
@@ -136,8 +179,10 @@ def layers_per_stage(num_layers: int, pp: int, first_last: tuple[int, int] | Non
     return (first,) + (middle,) * (pp - 2) + (last,)
 
 
-def split_reason(num_layers: int, pp: int, first_last: tuple[int, int], v: int) -> str | None:
-    """Why Megatron would refuse this explicit split (None: it accepts it)."""
+def split_reason(num_layers: int, pp: int, first_last: tuple[int, int], v: int,
+                 layout: bool = False) -> str | None:
+    """Why Megatron would refuse this explicit split (None: it accepts it); `layout`: written
+    as --pipeline-model-parallel-layout (a stage needs only one layer per chunk)."""
     first, last = first_last
     rest = num_layers - first - last
     if pp < 2:
@@ -149,6 +194,8 @@ def split_reason(num_layers: int, pp: int, first_last: tuple[int, int], v: int) 
     if pp > 2 and (rest <= 0 or rest % (pp - 2)):
         return f"middle layers {rest} do not divide over {pp - 2} middle stages"
     layers = layers_per_stage(num_layers, pp, first_last)
-    if v > 1 and any(n % v for n in layers):
+    if layout and v > 1 and min(layers) < v:
+        return f"stage layers {first}/{layers[1]}/{last}: fewer than one per chunk (v={v})"
+    if not layout and v > 1 and any(n % v for n in layers):
         return f"stage layers {first}/{layers[1]}/{last} not all divisible by v={v}"
     return None

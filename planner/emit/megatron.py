@@ -39,6 +39,7 @@ import math
 from typing import TYPE_CHECKING
 
 from planner.cost import efficiency
+from planner.cost import stage_split as split
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
@@ -209,7 +210,12 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     c = config
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     args += context_parallel_args(c)
-    if c.first_last_layers is not None:
+    layers = (None if c.first_last_layers is None or c.schedule != "interleaved"
+              else split.layers_per_stage(model.num_hidden_layers, c.pp, c.first_last_layers))
+    if layers is not None and split.needs_layout(layers, c.virtual_stages):
+        # a stage's layers not a multiple of its chunks: every chunk named (stage_split.megatron_layout)
+        args += ["--pipeline-model-parallel-layout", split.megatron_layout(layers, c.virtual_stages)]
+    elif c.first_last_layers is not None:
         first, last = c.first_last_layers
         args += ["--decoder-first-pipeline-num-layers", str(first),
                  "--decoder-last-pipeline-num-layers", str(last)]

@@ -105,15 +105,24 @@ def test_an_explicit_split_megatron_refuses_is_rejected():
     assert isinstance(result, Rejected) and "do not divide over 14 middle stages" in result.reasons[0]
 
 
-def test_interleaving_needs_a_split_divisible_by_v():
+def test_interleaving_needs_a_split_divisible_by_v_or_a_layout_string():
     """126 layers, p = 16, v = 3: 42 units, c <= 4 (the bound) leaves at least 42 - 56 < 0 or,
-    at c = 2, 14 > 2*4 for first + last; and p*v = 48 does not divide 128. (v = 4 runs: 128
-    units over 64 chunks, the embedding and loss counted as layers.)"""
+    at c = 2, 14 > 2*4 for first + last; and p*v = 48 does not divide 128. So Megatron's flags
+    cannot split it, and its layout string does: 7 | 8 x 14 | 7 layers, chunks (3, 2, 2) and
+    (3, 3, 2). v = 9 is refused by all three: 16 stages of at least 9 layers need 144 > 126, 14
+units do not fill 16 stages, and 16 * 9 does not divide 128.
+    (v = 4 runs with the flags: 128 units over 64 chunks, the embedding and loss counted as
+    layers.)"""
+    request = TrainRequest(global_batch=1024, seq_len=4096)
     config = TrainConfig(8, 16, 8, 1, "interleaved", 3, "full", True, 1)
-    result = estimate(LLAMA_405B, H100_128, config, TrainRequest(global_batch=1024, seq_len=4096))
-    assert isinstance(result, Rejected) and "multiple of v=3" in result.reasons[0]
-    runs = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=4),
-                    TrainRequest(global_batch=1024, seq_len=4096))
+    laid_out = estimate(LLAMA_405B, H100_128, config, request)
+    assert not isinstance(laid_out, Rejected)
+    assert laid_out.config.first_last_layers == (7, 7) and not laid_out.config.account_for_embedding_and_loss
+    assert split.needs_layout(split.layers_per_stage(126, 16, (7, 7)), 3)
+    refused = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=9), request)
+    assert isinstance(refused, Rejected) and "multiple of v=9" in refused.reasons[0]
+    assert "--pipeline-model-parallel-layout" in refused.reasons[0]
+    runs = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=4), request)
     assert not isinstance(runs, Rejected) and runs.config.account_for_embedding_and_loss
 
 
@@ -212,3 +221,57 @@ def test_fastest_split_prices_its_split_as_slowest_does(pp: int, v: int, w: floa
     seconds, ends = found
     assert ends == split.best_split(126, pp, v, costs)
     assert seconds == costs.slowest(*split.stage_triple(126, pp, ends), pp)
+
+
+def test_layout_string_by_hand():
+    """Megatron's --pipeline-model-parallel-layout lists the p*v chunks with chunk j of stage i
+    at entry j*p + i (pipeline_parallel_layer_layout.py, core_v0.19.0). Two stages of 3 layers,
+    v = 2: stage 0's chunks (2, 1) at entries 0 and 2, stage 1's (2, 1) at 1 and 3, the
+    embedding first and the loss last: "Ett|tt|t|tL"."""
+    from planner.cost.stage_split import chunk_layers, megatron_layout
+
+    assert chunk_layers(7, 4) == (2, 2, 2, 1)
+    assert chunk_layers(8, 4) == (2, 2, 2, 2)
+    assert megatron_layout((3, 3), 2) == "Ett|tt|t|tL"
+
+
+def parse_megatron_layout(layout: str, pp: int) -> list[list[str]]:
+    """Megatron's reading of the string, per pipeline rank: its chunks' layer letters."""
+    entries = layout.replace(",", "").split("|")
+    assert len(entries) % pp == 0
+    v = len(entries) // pp
+    return [[entries[j * pp + i] for j in range(v)] for i in range(pp)]
+
+
+@given(st.integers(2, 130), st.integers(2, 16), st.sampled_from([2, 3, 4, 8]))
+@settings(max_examples=150, deadline=None)
+def test_every_layout_split_is_a_layout_megatron_accepts(num_layers, pp, v):
+    """Every split layout_splits offers writes a string Megatron validates: p*v chunks, the
+    embedding opening and the loss closing it, exactly L decoder layers, at least one per chunk,
+    each stage's own layer count, no stage above ceil(L/p) + 1 layers."""
+    from planner.cost.stage_split import layers_per_stage, layout_splits, megatron_layout
+
+    for first, _, last in layout_splits(num_layers, pp, v):
+        layers = layers_per_stage(num_layers, pp, (first, last))
+        ranks = parse_megatron_layout(megatron_layout(layers, v), pp)
+        flat = [chunk for j in range(v) for chunk in (rank[j] for rank in ranks)]
+        assert flat[0].startswith("E") and flat[-1].endswith("L")
+        assert "".join(flat).count("t") == num_layers
+        assert all(chunk.count("t") >= 1 for chunk in flat)
+        assert [sum(chunk.count("t") for chunk in rank) for rank in ranks] == list(layers)
+        assert max(layers) <= -(-num_layers // pp) + 1
+
+
+def test_deepseek_v3_interleaves_at_pp8_through_a_layout_string():
+    """61 layers on 8 stages: no first/last split of multiples of v exists for any v, and
+    61 + 2 is not a multiple of 8v, so Megatron's flags cannot interleave it; the layout string
+    can (v = 2 or 4, dividing ceil(61/8) = 8), and the search now offers it."""
+    from planner.requests import TrainRequest
+    from planner.train_search import schedule_options
+
+    model = resolve_model("deepseek-v3")
+    request = TrainRequest(global_batch=4096, seq_len=4096)
+    assert ("interleaved", 2) in schedule_options(model, request, 8)
+    assert ("interleaved", 4) in schedule_options(model, request, 8)
+    titan = TrainRequest(global_batch=4096, seq_len=4096, engine="torchtitan")
+    assert all(schedule != "interleaved" for schedule, _ in schedule_options(model, titan, 8))
