@@ -136,6 +136,9 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
     phases = [("forward", "dispatch, combine", 2), ("backward", "their gradients", 2)]
     if c.recompute == "full":
         phases.append(("recompute", "the forward's again", 2))
+    if c.moe_comm_overlap:  # the time breakdown's EP share is what the other micro-batch leaves exposed
+        phases = [(phase, f"{name} (beside another micro-batch: combined 1F1B)", count)
+                  for phase, name, count in phases]
     return [collective_row(phase, name, "all-to-all", c.ep, ep.link or "-", ep.message_bytes, one,
                            ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
             for phase, name, count in phases]

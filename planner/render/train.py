@@ -145,8 +145,13 @@ def _ep_link(e: TrainEstimate) -> str:
     """The EP group's all-to-all link and its time per MoE layer and micro-batch."""
     if e.config.ep <= 1:
         return ""
-    return (f"; expert parallel (ep={e.config.ep}) all-to-all on {e.alltoall_link}, "
+    text = (f"; expert parallel (ep={e.config.ep}) all-to-all on {e.alltoall_link}, "
             f"{ms(e.alltoall_seconds_per_layer)} per MoE layer and micro-batch")
+    ep = e.layer_terms.ep if e.layer_terms is not None else None
+    if e.config.moe_comm_overlap and ep is not None and ep.exposed_seconds_per_moe_layer is not None:
+        text += (f", {ms(ep.exposed_seconds_per_moe_layer)} of it exposed under the combined 1F1B "
+                 f"(--overlap-moe-expert-parallel-comm)")
+    return text
 
 
 def shown_shortfall(plan: TrainPlan):
