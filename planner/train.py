@@ -20,7 +20,7 @@ first, second and last stage, each with its own layers and micro-batches in flig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
@@ -545,10 +545,12 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
 def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,
              rates: TrainRates | None = None, memo: Memo | None = None) -> TrainEstimate | Rejected:
     """The estimate of one configuration, or the reasons it cannot run. `memo` is the
-    search's (values that repeat across its configurations); standalone calls get a new one."""
+    search's (values that repeat across its configurations); standalone calls get a new one.
+    Megatron's combined 1F1B (moe_comm_overlap_for) runs where its one more forward in flight
+    fits; where only that does not, the configuration runs without it."""
     memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
-    c = config
+    given = c = config
     reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep), structural_reasons, model, c.tp, c.pp, c.dp, B, c.ep)
     reasons = reasons or engine_reasons(model, c, request) or config_reasons(model, config, B, request.engine)
     if reasons:
@@ -567,8 +569,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)
     # moe_comm_overlap_possible reads only these fields of the configuration (none without EP)
-    moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", config.ep, config.recompute, config.pp,
-                                               config.schedule, config.virtual_stages),
+    moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", request.moe_comm_overlap, config.ep,
+                                               config.recompute, config.pp, config.schedule, config.virtual_stages),
                                               moe_comm_overlap_for, model, request, config)
     if config.moe_comm_overlap != moe_overlap:
         config = config.with_(moe_comm_overlap=moe_overlap)
@@ -580,6 +582,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     memory = worst_stage_memory(memories)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
     if memory.total_bytes > capacity:
+        if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
+            return estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo)
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
