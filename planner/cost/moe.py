@@ -8,7 +8,7 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 
 from __future__ import annotations
 
-from planner.cost.params import activation_bytes_per_element, expert_params
+from planner.cost.params import activation_bytes_per_element, expert_params, experts_per_gpu
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.layout import Layout
 from planner.specs import ModelSpec
@@ -27,6 +27,28 @@ def routed_expert_flops(model: ModelSpec, num_layers: float, num_tokens: float) 
         return 0.0
     per_token = 2 * model.num_experts_per_tok * expert_params(model)
     return moe_layers_of(model, num_layers) * per_token * num_tokens
+
+
+def training_permutation_bytes(model: ModelSpec, num_tokens: float, tp: int, ep: int) -> float:
+    """Forward HBM traffic of Megatron-Core's token permutation in one MoE layer, per GPU (the
+    backward's gradients pass the same copies in reverse: as much again).
+
+    The alltoall dispatcher (token_dispatcher.py core_v0.19.0): permutation 1 gathers each of
+    the GPU's N tokens into e copies ordered by expert (read N*h, write N*e*h); with EP and more
+    than one local expert, permutation 2 sorts the received copies by local expert
+    (sort_chunks_by_idxs: read and write N*e*h, the all-to-all delivering e*N copies on
+    average), and the combine sorts them back (as much again); the unpermutation reads the
+    e*N expert outputs and writes the N weighted sums. N = s*b/t with EP (the
+    sequence-parallel tokens), s*b without (the allgather dispatcher gathers the TP group's
+    tokens). Bytes: b_a*h*N*(2 + 2e + 4e [EP, > 1 local expert]), b_a the activation bytes.
+    Qwen3-235B-A22B (h 4,096, e 8), 4,096 tokens, ep 8 (16 experts each), bf16:
+    2 * 4,096 * 4,096 * (2 + 16 + 32) = 1,677,721,600 B."""
+    if not model.is_moe:
+        return 0.0
+    k, h = model.num_experts_per_tok, model.hidden_size
+    tokens = num_tokens / tp if ep > 1 else num_tokens
+    sorts = 4 * k if ep > 1 and experts_per_gpu(model, ep) > 1 else 0
+    return activation_bytes_per_element(model) * h * tokens * (2 + 2 * k + sorts)
 
 
 def expert_load_factor(layout: Layout, imbalance: float) -> float:

@@ -41,6 +41,7 @@ from planner.cost.moe import (
     expert_load_factor,
     moe_layers_of,
     routed_expert_flops,
+    training_permutation_bytes,
 )
 from planner.cost.params import (
     layer_params_per_gpu,
@@ -207,7 +208,7 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
 
 
 def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
-                             recipe: str = "delayed") -> tuple[float, float]:
+                             recipe: str = "delayed", ep: int = 1) -> tuple[float, float]:
     """(forward, backward) HBM traffic of Transformer Engine's unfused fp8 casts in one layer, per
     GPU (TransformerEngine v2.18, module/linear.py and layernorm_linear.py).
 
@@ -227,7 +228,9 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     (Float8BlockScaling): the same tensors into both 1x128-block copies with fp32 scales, also
     4.0625 B/element (TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT). Weights: cached per step,
     not counted here. Llama-3.1-8B at t = 1, per token: delayed forward 90,112 B, backward
-    172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B."""
+    172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B.
+    MoE (moe_routed_cast_bytes, `ep` the EP degree): the routed experts' grouped GEMMs take the
+    permuted 16-bit copies, e per token, and give e output gradients back."""
     e = efficiency
     h, f = model.hidden_size, mlp_width_per_token(model)
     widths = training_attention_widths(model, tp)
@@ -251,7 +254,40 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
         forward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_forward + unfused_norm * norm_outputs
         backward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_backward
     tokens = s * b
-    return forward * tokens, backward * tokens
+    routed_forward, routed_backward = moe_routed_cast_bytes(model, tp, ep, recipe)
+    return (forward + routed_forward) * tokens, (backward + routed_backward) * tokens
+
+
+def moe_routed_cast_bytes(model: ModelSpec, tp: int, ep: int, recipe: str) -> tuple[float, float]:
+    """(forward, backward) bytes per token of the mean layer that the routed experts add to
+    fp8_cast_bytes_per_layer: their MLP-up input is the e permuted 16-bit copies of each token
+    (e*h/t per token with EP over the sequence-parallel tokens, e*h without: the allgather
+    dispatcher's whole group), cast like any 16-bit GEMM input, and their MLP-down output
+    gradient is as wide; without shared experts the layernorm output's MLP cast (quantized
+    inside the norm with delayed scaling) and the dense MLP-down gradient (h each) are no
+    longer there. Per element: delayed 4 (cast-transpose; the norm output 2), tensorwise 6
+    (+ 2 for the amax; the norm output 7), mxfp8 and blockwise 4.0625 (both copies); times the
+    MoE layers' share. Qwen3-30B-A3B (h 2,048, e 8, 48 MoE layers of 48, no shared expert),
+    mxfp8, ep 8, t 1: (8 - 1) * 2,048 * 4.0625 = 58,240 B forward, as many backward."""
+    if not model.is_moe:
+        return 0.0, 0.0
+    e = efficiency
+    if recipe in ("mxfp8", "blockwise"):
+        per_element = (e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT if recipe == "mxfp8"
+                       else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
+        cast, norm, gradient = per_element, per_element, per_element
+    else:
+        cast = gradient = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+        norm = e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT
+        if recipe == "tensorwise":
+            amax = e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT
+            cast, gradient = cast + amax, gradient + amax
+            norm += 2 + 2 + e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT - 1 - e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT
+    h = model.hidden_size
+    routed = model.num_experts_per_tok * h / (tp if ep > 1 else 1)
+    replaced = 0 if model.num_shared_experts else h
+    share = moe_layers_of(model, 1)
+    return share * (cast * routed - norm * replaced), share * gradient * (routed - replaced)
 
 
 def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: int, tp: int, rates: TrainRates,
@@ -283,30 +319,35 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
     Transformer Engine's unfused fp8 casts and transposes (fp8_cast_bytes_per_layer) at the
     HBM rate (fp8_recipe: delayed, tensorwise, mxfp8 or blockwise); full recompute repeats the forward's.
-    MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout).
+    MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout), and the
+    dispatcher's token permutation at the HBM rate forward and again backward
+    (moe.training_permutation_bytes).
     CP: s is the rank's chunk s/cp; its flash attention does cp times the chunk's own causal
     pairs, (s/cp)^2/2 per ring step over cp steps = 1/cp of the sequence's s^2/2 (the
     load-balanced split, cp_seconds_per_layer); flash attention only."""
     gemms = layer_gemms_forward(model, b, s, tp)
     traffic, scores = elementwise_bytes_per_layer(model, s, b, tp, sequence_parallel, attention)
     hbm = rates.elementwise_bytes_per_s
+    # MoE: the dispatcher's token permutation, as much again backward (the mean block's share)
+    permute = moe_layers_of(model, 1) * training_permutation_bytes(model, s * b, tp, ep) / hbm
     linear = linear_rates(rates, precision, fp8_recipe)
-    casts_forward, casts_backward = (fp8_cast_bytes_per_layer(model, s, b, tp, fp8_recipe)
+    casts_forward, casts_backward = (fp8_cast_bytes_per_layer(model, s, b, tp, fp8_recipe, ep)
                                      if precision == "fp8" else (0.0, 0.0))
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
         step_forward, step_backward = flash_attention_seconds(gemms, rates)
         core_forward, core_backward = cp * step_forward, cp * step_backward
-        forward = dense + core_forward + (traffic + casts_forward) / hbm
+        forward = dense + core_forward + (traffic + casts_forward) / hbm + permute
         backward = (2 * dense + core_backward
-                    + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm)
+                    + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm + permute)
         core_again = core_forward
     else:
         assert cp == 1, "config_reasons refuses CP without flash attention"
         gemm_forward = (linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
                         + sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)))
-        forward = gemm_forward + (traffic + casts_forward) / hbm
-        backward = 2 * gemm_forward + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm
+        forward = gemm_forward + (traffic + casts_forward) / hbm + permute
+        backward = (2 * gemm_forward + (efficiency.ELEMENTWISE_BWD_OVER_FWD * traffic + casts_backward) / hbm
+                    + permute)
         core_again = sum(gemm_seconds(g, rates) for g in attention_core_gemms(gemms)) + scores / hbm
     if recompute == "full":
         extra = forward

@@ -427,3 +427,52 @@ def test_the_overlap_runs_where_its_extra_forward_fits():
     h100 = estimate(model, resolve_cluster("2x8xH100"), config, request)
     assert isinstance(h100, TrainEstimate) and not h100.config.moe_comm_overlap
     assert h100 == estimate(model, resolve_cluster("2x8xH100"), config, plain)
+
+
+def test_token_permutation_bytes_by_hand():
+    """Megatron's alltoall dispatcher, one MoE layer, forward: permutation 1 (read N*h, write
+    N*e*h), with EP and several local experts the sort by local expert and back (4 N*e*h), the
+    unpermutation (read N*e*h, write N*h). Qwen3-235B-A22B, h 4,096, e 8, 4,096 tokens, bf16:
+    ep 8 (16 experts a GPU): 2 * 4,096 * 4,096 * (2 + 16 + 32) = 1,677,721,600 B; without EP
+    no sort: * 18 = 603,979,776 B; with EP at t = 2 the GPU permutes its 2,048 sequence-parallel
+    tokens; a dense model none."""
+    from planner.cost.moe import training_permutation_bytes
+
+    qwen = resolve_model("qwen3-235b-a22b")
+    assert training_permutation_bytes(qwen, 4096, 1, 8) == 1_677_721_600
+    assert training_permutation_bytes(qwen, 4096, 1, 1) == 603_979_776
+    assert training_permutation_bytes(qwen, 4096, 2, 8) == 1_677_721_600 / 2
+    assert training_permutation_bytes(resolve_model("llama-3.1-8b"), 4096, 1, 1) == 0.0
+
+
+def test_the_permutation_is_in_the_layer_forward_and_backward(monkeypatch):
+    """layer_seconds adds the permutation at the HBM rate to the forward and again to the
+    backward (the mean block's MoE share, 1 for Qwen3-30B-A3B): the layer less the same layer
+    priced with no permutation is bytes / R_hbm each way."""
+    from planner.cost import training_time as tt
+    from planner.cost.moe import training_permutation_bytes
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xH100")
+    rates = train_rates(model, cluster)
+    with_it = tt.layer_seconds(model, S, 2, 1, False, "none", rates, "flash", "bf16", 8, 8)
+    expected = training_permutation_bytes(model, S * 2, 1, 8) / rates.elementwise_bytes_per_s
+    monkeypatch.setattr(tt, "training_permutation_bytes", lambda *args: 0.0)
+    without = tt.layer_seconds(model, S, 2, 1, False, "none", rates, "flash", "bf16", 8, 8)
+    assert with_it.forward - without.forward == pytest.approx(expected)
+    assert with_it.backward - without.backward == pytest.approx(expected)
+    assert with_it.recompute == without.recompute == 0.0
+
+
+def test_routed_fp8_casts_by_hand():
+    """The routed experts cast e permuted copies per token (and their e output gradients): over
+    the dense layer's MLP norm output (2 B/element transposed, delayed) and MLP-down gradient
+    (4 B). Qwen3-30B-A3B (h 2,048, e 8, no shared expert), every layer MoE: mxfp8, ep 8, t 1:
+    4.0625 * (8 - 1) * 2,048 = 58,240 B per token each way; delayed: 4 * 16,384 - 2 * 2,048 =
+    61,440 forward, 4 * 14,336 = 57,344 backward; with EP at t = 2 the routed copies halve."""
+    from planner.cost.training_time import moe_routed_cast_bytes
+
+    qwen = resolve_model("qwen3-30b-a3b")
+    assert moe_routed_cast_bytes(qwen, 1, 8, "mxfp8") == (58_240, 58_240)
+    assert moe_routed_cast_bytes(qwen, 1, 8, "delayed") == (61_440, 57_344)
+    assert moe_routed_cast_bytes(qwen, 2, 8, "delayed") == (4 * 8_192 - 2 * 2_048, 4 * (8_192 - 2_048))
+    assert moe_routed_cast_bytes(resolve_model("llama-3.1-8b"), 1, 1, "delayed") == (0.0, 0.0)
