@@ -85,6 +85,11 @@ class MegatronRelease:
     tp_may_exceed_query_groups: bool
     """TransformerConfig.__post_init__: num_query_groups must be a multiple of TP (False), or a
     multiple or a divisor of it (True, from core_v0.16.0)."""
+    moe_overlap_with_fsdp: bool = True
+    """--overlap-moe-expert-parallel-comm with Megatron-FSDP (ZeRO-2/3): core_v0.19.0 runs the
+    combined 1F1B's parameter gathers and gradient reduces through FSDP
+    (megatron/core/distributed/fsdp/mcore_fsdp_adapter.py); core_v0.14.0 accepts the pair at
+    startup but the overlap bypasses the hooks FSDP gathers and reduces with (False)."""
 
 
 VLLM_0_33_TIERS = (
@@ -123,7 +128,8 @@ MEGATRON_RELEASES = {
     "core_v0.19.0": MegatronRelease(
         "core_v0.19.0", "NVIDIA/Megatron-LM tag core_v0.19.0 (2026-08-19)", tp_may_exceed_query_groups=True),
     "core_v0.14.0": MegatronRelease(
-        "core_v0.14.0", "NVIDIA/Megatron-LM tag core_v0.14.0 (2025-10-08)", tp_may_exceed_query_groups=False),
+        "core_v0.14.0", "NVIDIA/Megatron-LM tag core_v0.14.0 (2025-10-08)", tp_may_exceed_query_groups=False,
+        moe_overlap_with_fsdp=False),
 }
 RELEASES = {"vllm": VLLM_RELEASES, "sglang": SGLANG_RELEASES, "megatron": MEGATRON_RELEASES}
 

@@ -514,18 +514,22 @@ def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: Tra
 
 def moe_comm_overlap_for(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> bool:
     """Whether the plan runs --overlap-moe-expert-parallel-comm: Megatron, asked for (the
-    default), possible."""
-    return request.engine == "megatron" and request.moe_comm_overlap and moe_comm_overlap_possible(model, config)
+    default), possible, and with Megatron-FSDP (ZeRO-2/3) only on a release that runs the
+    two together (MegatronRelease.moe_overlap_with_fsdp)."""
+    with_fsdp = config.zero_stage < 2 or request.engine_versions.megatron_release.moe_overlap_with_fsdp
+    return (request.engine == "megatron" and request.moe_comm_overlap and with_fsdp
+            and moe_comm_overlap_possible(model, config))
 
 
 def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
     """Where Megatron runs its combined 1F1B (TransformerConfig.__post_init__, core_v0.14.0 and
     core_v0.19.0): expert parallelism, the alltoall dispatcher (the emitted one), no full
     recompute (nor a recompute method), with pp > 1 an interleaved schedule, bf16 or fp16
-    parameters (--bf16, always emitted) and at most one MTP layer (none is emitted)."""
+    parameters (the spec's dtype: --bf16 or --fp16; fp32 is refused), at most one MTP layer
+    (none is emitted) and torch 2.6 or later (asserted; the launch's environment)."""
     interleaved = config.schedule == "interleaved" and config.virtual_stages > 1
     return (model.is_moe and config.ep > 1 and config.recompute != "full"
-            and (config.pp == 1 or interleaved))
+            and model.dtype in ("bfloat16", "float16") and (config.pp == 1 or interleaved))
 
 
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
@@ -570,7 +574,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = config.with_(tp_comm_overlap=overlap)
     # moe_comm_overlap_possible reads only these fields of the configuration (none without EP)
     moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", request.moe_comm_overlap, config.ep,
-                                               config.recompute, config.pp, config.schedule, config.virtual_stages),
+                                               config.recompute, config.pp, config.schedule, config.virtual_stages,
+                                               config.zero_stage, request.engine_versions.megatron),
                                               moe_comm_overlap_for, model, request, config)
     if config.moe_comm_overlap != moe_overlap:
         config = config.with_(moe_comm_overlap=moe_overlap)

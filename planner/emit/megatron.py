@@ -29,7 +29,14 @@ fields at core_v0.14.0 and core_v0.19.0, get_num_layers_to_build in
 megatron/core/transformer/transformer_block.py): L + 2 units even over p*v chunks, never with the
 first/last flags (__post_init__ raises); interleaving names v with
 --num-virtual-stages-per-pipeline-rank (validate_args then needs p*v to divide L + 2, the
-per-chunk count being implied). torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
+per-chunk count being implied). The fourth, where neither splits the layers for an interleaved
+schedule: --pipeline-model-parallel-layout naming every chunk's layers (E, t..., L; chunk j of
+rank i at entry j*p + i, megatron/core/transformer/pipeline_parallel_layer_layout.py), alone:
+validate_args refuses it with the virtual-stage flags, and it replaces the first/last ones.
+MoE with --overlap-moe-expert-parallel-comm: EP, the alltoall dispatcher, no full recompute,
+a virtual pipeline when pp > 1, bf16 or fp16 (TransformerConfig.__post_init__). Megatron's
+default precision is fp32: an fp32 spec gets neither --bf16 nor --fp16 (there is no --fp32).
+torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
 command on every node (node order follows arrival), so one step serves them all.
 """
 
@@ -103,7 +110,8 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
     args += moe_args(model)
     args += ["--make-vocab-size-divisible-by", str(vocab_divisor(model.vocab_size, tp)),
              "--attention-dropout", "0", "--hidden-dropout", "0"]
-    args.append("--bf16" if model.dtype == "bfloat16" else "--fp16" if model.dtype == "float16" else "--fp32")
+    if model.dtype in ("bfloat16", "float16"):  # fp32 is Megatron's default: it has no --fp32
+        args.append("--bf16" if model.dtype == "bfloat16" else "--fp16")
     return args
 
 

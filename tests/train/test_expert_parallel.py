@@ -476,3 +476,26 @@ def test_routed_fp8_casts_by_hand():
     assert moe_routed_cast_bytes(qwen, 1, 8, "delayed") == (61_440, 57_344)
     assert moe_routed_cast_bytes(qwen, 2, 8, "delayed") == (4 * 8_192 - 2 * 2_048, 4 * (8_192 - 2_048))
     assert moe_routed_cast_bytes(resolve_model("llama-3.1-8b"), 1, 1, "delayed") == (0.0, 0.0)
+
+
+def test_the_overlap_follows_the_release_with_fsdp_and_the_parameters_dtype():
+    """core_v0.14.0 accepts --overlap-moe-expert-parallel-comm with Megatron-FSDP at startup,
+    but its combined 1F1B bypasses the hooks FSDP gathers and reduces with; core_v0.19.0 runs
+    them together (mcore_fsdp_adapter.py). Megatron asserts bf16 or fp16 parameters for the
+    overlap: an fp32 spec trains without it (and without a --fp32 flag, which Megatron lacks)."""
+    from planner.emit.megatron import megatron_steps
+    from planner.engines import parse_engine_versions
+    from planner.train import moe_comm_overlap_for
+
+    model = resolve_model("qwen3-30b-a3b")
+    fsdp = TrainConfig(1, 1, 16, 1, "1f1b", 1, "none", False, 3, ep=16)
+    new = TrainRequest(global_batch=256, seq_len=S)
+    old = replace(new, engine_versions=parse_engine_versions("megatron=core_v0.14.0"))
+    assert moe_comm_overlap_for(model, new, fsdp)
+    assert not moe_comm_overlap_for(model, old, fsdp)
+    assert moe_comm_overlap_for(model, old, replace(fsdp, zero_stage=1))
+    fp32 = model.model_copy(update={"dtype": "float32"})
+    assert not moe_comm_overlap_for(fp32, new, replace(fsdp, zero_stage=1))
+    argv = [a for step in megatron_steps(fp32, resolve_cluster("2x8xH100"), replace(fsdp, zero_stage=1), 256, S)
+            for a in step.argv]
+    assert not {"--fp32", "--bf16", "--fp16"} & set(argv)
