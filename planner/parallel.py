@@ -11,8 +11,10 @@ values, in the items' order: each item's computation is a pure function of that 
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -64,7 +66,11 @@ def _spread_over(fn: Callable[[T], U], items: list[T], workers: int) -> list[U]:
     try:
         for _ in range(workers - 1):
             receive, send = context.Pipe(duplex=False)
-            child = context.Process(target=_child, args=(fn, items, next_index, send), daemon=True)
+            # the worker closes every read end it inherits (its own and the earlier workers'):
+            # a worker whose reader is gone then gets a broken pipe, never a write that blocks
+            inherited = [receive, *(c.receive for c in children)]
+            child = context.Process(target=_child, args=(fn, items, next_index, send, inherited, os.getpid()),
+                                    daemon=True)
             try:
                 child.start()
             except OSError:  # no process to be had (a limit): the ones started, or this one, do it all
@@ -122,9 +128,14 @@ def _claim(next_index: Any, num_items: int) -> int | None:
     return index if index < num_items else None
 
 
-def _child(fn: Callable[[T], U], items: list[T], next_index: Any, send: Any) -> None:
+def _child(fn: Callable[[T], U], items: list[T], next_index: Any, send: Any, inherited: list[Any],
+           parent_pid: int) -> None:
     global _spread
     _spread = True
+    for connection in inherited:
+        connection.close()
+    _die_with(parent_pid)
+    _detach_output()
     try:
         while (index := _claim(next_index, len(items))) is not None:
             send.send(("item", index, fn(items[index])))
@@ -136,3 +147,27 @@ def _child(fn: Callable[[T], U], items: list[T], next_index: Any, send: Any) -> 
             send.send(("error", RuntimeError(f"{type(error).__name__}: {error}")))
     finally:
         send.close()
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process gets when its parent exits (Linux)."""
+
+
+def _die_with(parent_pid: int) -> None:
+    """Be killed when the parent exits, however it exits (a SIGKILL, the OOM killer): a
+    worker's results have no other reader, and it would keep the parent's output open."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the broken pipe stops it at its next result
+        pass
+    if os.getppid() != parent_pid:  # the parent exited before the request took effect
+        os._exit(1)
+
+
+def _detach_output() -> None:
+    """Point the worker's stdout and stderr at /dev/null: it reports through its pipe only, and a
+    reader of the parent's output (`| tee`, a scheduler) must not wait on a worker's copy."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)

@@ -208,9 +208,12 @@ def no_split_reason(num_layers: int, pp: int, v: int, layout: bool = False) -> s
     """`layout`: Megatron's --pipeline-model-parallel-layout was tried too (v > 1)."""
     bound = split.max_units_per_stage(num_layers // v, pp) * v
     chunks = f", every stage a multiple of v={v}" if v > 1 else ""
-    laid_out = (f", nor a --pipeline-model-parallel-layout with at least one layer in each of the "
-                f"{pp * v} chunks and none above {split.max_units_per_stage(num_layers, pp)} per stage"
-                if layout and v > 1 else "")
+    typical = -(-num_layers // pp)
+    laid_out = ("" if not layout or v <= 1 else
+                f", nor is a --pipeline-model-parallel-layout planned (v must divide ceil(L/p) = {typical})"
+                if typical % v else
+                f", nor a --pipeline-model-parallel-layout with at least one layer in each of the "
+                f"{pp * v} chunks and none above {split.max_units_per_stage(num_layers, pp)} per stage")
     return (f"layers {num_layers} not divisible by pp={pp} and no uneven first/last split keeps "
             f"every stage within {bound} layers{chunks}, nor does pp*v={pp * v} divide layers + 2 "
             f"(embedding and loss counted as layers){laid_out}")
@@ -712,7 +715,7 @@ def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, e
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     if account is not None:
         options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))
-    if not options and engine == "megatron" and num_layers % pp and v > 1:
+    if not options and has_layout_split(num_layers, pp, v, engine):
         # neither flag splits these layers: Megatron's --pipeline-model-parallel-layout can
         laid_out = split.fastest_split(costs, split.layout_splits(num_layers, pp, v))
         if laid_out is not None:
@@ -721,8 +724,10 @@ def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, e
 
 
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
-    """Whether Megatron's --pipeline-model-parallel-layout splits these layers where its flags
-    cannot (p not dividing L, v > 1: stage_split.layout_splits)."""
-    return (engine == "megatron" and v > 1 and num_layers % pp != 0
-            and next(split.layout_splits(num_layers, pp, v), None) is not None)
+    """Whether Megatron's --pipeline-model-parallel-layout splits these layers (stage_split.
+    layout_splits), as the plan uses it: p not dividing L, v > 1 dividing ceil(L/p) (the
+    stages' typical size; the search's set, train_search.schedule_options)."""
+    if engine != "megatron" or v <= 1 or num_layers % pp == 0 or -(-num_layers // pp) % v:
+        return False
+    return next(split.layout_splits(num_layers, pp, v), None) is not None
 

@@ -93,8 +93,8 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
     """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage
     (uneven split: the first, middle and last stage's layers, Megatron's rule) or, with
     Megatron, the layer units per stage when the embedding and loss count as layers
-    ((L+2)/p: stage_split.account_split); where neither flag splits the layers for any v,
-    Megatron's layout string, v dividing ceil(L/p) (train.has_layout_split)."""
+    ((L+2)/p: stage_split.account_split); with p not dividing L, for the v dividing ceil(L/p)
+    that neither flag splits, Megatron's layout string (train.has_layout_split)."""
     L = model.num_hidden_layers
     if L % pp == 0:
         chunks = {v for v in divisors(L // pp) if v > 1}
@@ -102,10 +102,10 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
         chunks = {v for v in divisors(L) if v > 1 and has_split(L, pp, v)}
     if request.engine == "megatron" and (L + 2) % pp == 0:
         chunks |= {v for v in divisors((L + 2) // pp) if v > 1 and account_split(L, pp, v)}
-    if request.engine == "megatron" and L % pp and not chunks:
-        # neither flag splits the layers for any v: Megatron's layout string, v dividing the
-        # stages' typical size (DeepSeek-V3's 61 layers on 8 stages: v = 2 or 4)
-        chunks = {v for v in divisors(-(-L // pp)) if has_layout_split(L, pp, v, request.engine)}
+    if L % pp:
+        # where neither flag splits the layers for a v dividing the stages' typical size,
+        # Megatron's layout string (DeepSeek-V3's 61 layers on 8 stages: v = 2 or 4)
+        chunks |= {v for v in divisors(-(-L // pp)) if v not in chunks and has_layout_split(L, pp, v, request.engine)}
     chunk_options = sorted(chunks)
     if request.schedule:
         schedules = [request.schedule]

@@ -143,3 +143,39 @@ def test_when_no_worker_can_start_this_process_does_it_all(monkeypatch):
 
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
     assert {pid for _, pid in map_in_workers(square_with_pid, [1, 2, 3, 4], 4)} == {os.getpid()}
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for a parent that no longer reaps it."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except FileNotFoundError:
+        return True
+
+
+@needs_fork
+def test_workers_die_with_a_killed_parent_and_do_not_hold_its_output():
+    """A parent killed outright (SIGKILL: the OOM killer, a scheduler) takes its workers with it
+    (PR_SET_PDEATHSIG), and the workers never held its stdout: a reader of that output sees
+    end of file as soon as the parent is gone."""
+    import signal
+    import time
+
+    code = ("import multiprocessing, sys, time\n"
+            "from planner.parallel import map_in_workers\n"
+            "def work(x):\n"
+            "    if x == 0:\n"
+            "        print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"
+            "    time.sleep(60)\n"
+            "map_in_workers(work, list(range(8)), 3)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    worker_pids = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(worker_pids) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert parent.stdout.read() == ""  # end of file: no worker holds the pipe
+    deadline = time.monotonic() + 20
+    while not all(_dead(pid) for pid in worker_pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_dead(pid) for pid in worker_pids)

@@ -56,7 +56,9 @@ def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, atten
     # rule (cost/stage_split.py): not a search dimension.
     L = model.num_hidden_layers
     schedules = [("1f1b", 1), ("gpipe", 1)]
-    schedules += [("interleaved", v) for v in sorted(set(divisors(L)) | set(divisors(L + 2))) if v > 1]
+    # and, p not dividing L, every v dividing ceil(L/p) (Megatron's layout string)
+    chunk_counts = set(divisors(L)) | set(divisors(L + 2)) | set(divisors(-(-L // pp)))
+    schedules += [("interleaved", v) for v in sorted(chunk_counts) if v > 1]
     zeros = (0, 1, 2, 3) if dp * cp > 1 else (0,)  # sharding over one rank is no sharding
     for (schedule, v), b, recompute, sp, zero, ep in itertools.product(
             schedules, MICRO_BATCHES, RECOMPUTE_ORDER, (False, True), zeros, eps):

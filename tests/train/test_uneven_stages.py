@@ -107,20 +107,13 @@ def test_an_explicit_split_megatron_refuses_is_rejected():
 
 def test_interleaving_needs_a_split_divisible_by_v_or_a_layout_string():
     """126 layers, p = 16, v = 3: 42 units, c <= 4 (the bound) leaves at least 42 - 56 < 0 or,
-    at c = 2, 14 > 2*4 for first + last; and p*v = 48 does not divide 128. So Megatron's flags
-    cannot split it, and its layout string does: 7 | 8 x 14 | 7 layers, chunks (3, 2, 2) and
-    (3, 3, 2). v = 9 is refused by all three: 16 stages of at least 9 layers need 144 > 126, 14
-units do not fill 16 stages, and 16 * 9 does not divide 128.
-    (v = 4 runs with the flags: 128 units over 64 chunks, the embedding and loss counted as
-    layers.)"""
+    at c = 2, 14 > 2*4 for first + last; p*v = 48 does not divide 128; and 3 does not divide
+    ceil(126/16) = 8, so no layout string is planned either: refused, naming all three.
+    (v = 4 runs: 128 units over 64 chunks, the embedding and loss counted as layers.)"""
     request = TrainRequest(global_batch=1024, seq_len=4096)
     config = TrainConfig(8, 16, 8, 1, "interleaved", 3, "full", True, 1)
-    laid_out = estimate(LLAMA_405B, H100_128, config, request)
-    assert not isinstance(laid_out, Rejected)
-    assert laid_out.config.first_last_layers == (7, 7) and not laid_out.config.account_for_embedding_and_loss
-    assert split.needs_layout(split.layers_per_stage(126, 16, (7, 7)), 3)
-    refused = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=9), request)
-    assert isinstance(refused, Rejected) and "multiple of v=9" in refused.reasons[0]
+    refused = estimate(LLAMA_405B, H100_128, config, request)
+    assert isinstance(refused, Rejected) and "multiple of v=3" in refused.reasons[0]
     assert "--pipeline-model-parallel-layout" in refused.reasons[0]
     runs = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=4), request)
     assert not isinstance(runs, Rejected) and runs.config.account_for_embedding_and_loss
