@@ -89,3 +89,16 @@ def test_zero3_rows_count_what_the_step_prices(recompute: str, gathers: int) -> 
     rows = {r["name"]: r for r in json.loads(result.output)["collectives"]}
     assert rows["gradients (bf16)"]["count_per_step"] == 16
     assert rows["16-bit weights"]["count_per_step"] == 16 * gathers
+
+
+def test_the_mfu_range_moves_with_the_throughput_range():
+    """MFU is against the datasheet peak: at a fixed model and GPU count it scales with the
+    tokens/s, so its range over the +/-20% runs is the throughput's range times base MFU over
+    base throughput (the matmul-efficiency knob moves the achievable rates, not the peak)."""
+    e = explain_training(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"),
+                         TrainRequest(global_batch=256, seq_len=4096))
+    ranges = {m.name: m for m in e.sensitivity.metrics}
+    mfu, tokens = ranges["mfu"], ranges["tokens_per_second"]
+    assert mfu.low == pytest.approx(mfu.base * tokens.low / tokens.base)
+    assert mfu.high == pytest.approx(mfu.base * tokens.high / tokens.base)
+    assert mfu.high / mfu.low > 1.2  # not the 54-56% a moving peak gave
