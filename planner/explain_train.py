@@ -46,7 +46,7 @@ from planner.layout import (
 )
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import TrainEstimate, estimate, train_rates
+from planner.train import TrainEstimate, estimate, train_rates, training_caveats
 from planner.train_search import TrainPlan, search
 
 
@@ -323,7 +323,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=train_notes(e),
+        notes=(*train_notes(e), *training_caveats(model, request)),
         placement=placement_map(cluster, c.layout, pp_outermost=True),
         memory=train_memory_bars(e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)

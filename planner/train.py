@@ -731,3 +731,21 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
         return False
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 
+
+
+MOE_TRAINING_CAVEAT = ("MoE training times are not calibrated: NVIDIA's published MoE runs (Megatron-Bridge) "
+                       "mostly take longer than planned, most where the experts' all-to-all stays in a node "
+                       "(docs/cost-model.md, Known limitations).")
+
+
+def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
+    """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
+    plan explain's notes): MoE training times uncalibrated; a quantized spec's weights not
+    what training keeps."""
+    caveats: tuple[str, ...] = ()
+    if model.is_moe:
+        caveats += (MOE_TRAINING_CAVEAT,)
+    if model.quantization is not None:
+        caveats += (f"training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
+                    f"{model.quantization} weights describe a serving checkpoint and are not planned here.",)
+    return caveats

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from planner.emit.command import LaunchStep
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainEstimate, check_precision
+from planner.train import MOE_TRAINING_CAVEAT, TrainEstimate, check_precision, training_caveats
 from planner.train_search import TrainPlan, search
 
 
@@ -74,13 +74,9 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
-        if model.is_moe and best is not None:
-            console().print("Note: MoE training times are not calibrated: NVIDIA's published MoE runs "
-                            "(Megatron-Bridge) mostly take longer than planned, most where the experts' "
-                            "all-to-all stays in a node (docs/cost-model.md, Known limitations).")
-        if model.quantization is not None:
-            console().print(f"Note: training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
-                            f"{model.quantization} weights describe a serving checkpoint and are not planned here.")
+        for caveat in training_caveats(model, request):
+            if best is not None or caveat != MOE_TRAINING_CAVEAT:  # no times to caveat without a plan
+                console().print(f"Note: {caveat}")
     return 0 if plan.layouts else 1
 
 

@@ -21,7 +21,7 @@ from planner.render.common import (
     step_json,
     to_jsonable,
 )
-from planner.train import TrainEstimate
+from planner.train import TrainEstimate, training_caveats
 from planner.train_search import TrainPlan
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -314,4 +314,5 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
+        "notes": list(training_caveats(model, request)),
     })

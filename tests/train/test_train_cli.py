@@ -250,3 +250,16 @@ def test_moe_training_says_its_times_are_not_calibrated():
     assert moe.exit_code == 0 and dense.exit_code == 0, moe.output + dense.output
     assert "MoE training times are not calibrated" in " ".join(moe.output.split())
     assert "not calibrated" not in dense.output
+    # and with the numbers wherever they go: JSON `notes`, plan explain's notes
+    moe_json = plan_json("--model", "qwen3-30b-a3b", "--cluster", "2x8xH100", "--global-batch", "512",
+                         "--seq-len", "4096")
+    assert any("not calibrated" in note for note in moe_json["notes"])
+    assert plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
+                     "--seq-len", "4096")["notes"] == []
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.explain_train import explain_training
+    from planner.requests import TrainRequest
+
+    explained = explain_training(resolve_model("qwen3-30b-a3b"), resolve_cluster("2x8xH100"),
+                                 TrainRequest(global_batch=512, seq_len=4096), settings=None)
+    assert any("not calibrated" in note for note in explained.notes)
