@@ -162,10 +162,11 @@ def test_workers_die_with_a_killed_parent_and_do_not_hold_its_output():
     import signal
     import time
 
-    code = ("import multiprocessing, sys, time\n"
+    code = ("import multiprocessing, os, sys, time\n"
             "from planner.parallel import map_in_workers\n"
+            "MAIN = os.getpid()\n"
             "def work(x):\n"
-            "    if x == 0:\n"
+            "    if os.getpid() == MAIN:  # the parent's first item, whichever it is\n"
             "        print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"
             "    time.sleep(60)\n"
             "map_in_workers(work, list(range(8)), 3)\n")

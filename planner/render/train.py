@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner import units
 from planner.emit.command import ALL_NODES, LaunchStep
 from planner.model_summary import model_summary
 from planner.render.catalog import describe_cluster, describe_model
@@ -40,8 +41,23 @@ class Column:
 def _schedule(e: TrainEstimate) -> str:
     c = e.config
     if c.pp == 1:
-        return "-"
+        return "no PP"
     return f"interleaved/{c.virtual_stages}" if c.schedule == "interleaved" else c.schedule
+
+
+def _memory_cell(e: TrainEstimate) -> str:
+    """Worst stage's memory over the capacity, one unit: "66.9/79.1 GiB" (fits one line)."""
+    return (f"{units.bytes_to_gib(e.memory_per_gpu_bytes):.1f}/"
+            f"{units.bytes_to_gib(e.capacity_per_gpu_bytes):.1f} GiB")
+
+
+def _step_cell(seconds: float) -> str:
+    """A step in ms below 10 s, in s above (a 121.8 s step, not 121758.9 ms)."""
+    return f"{seconds:.2f} s" if seconds >= STEP_SECONDS_SHOWN_IN_S else ms(seconds)
+
+
+STEP_SECONDS_SHOWN_IN_S = 10.0
+"""From this step time on the table shows seconds."""
 
 
 COLUMNS = (
@@ -53,14 +69,14 @@ COLUMNS = (
     Column("ep", lambda e, i: str(e.config.ep)),
     Column("b", lambda e, i: str(e.config.micro_batch_size)),
     Column("m", lambda e, i: str(e.num_micro_batches)),
-    Column("schedule/v", lambda e, i: _schedule(e), "left"),
+    Column("schedule", lambda e, i: _schedule(e), "left"),
     Column("recompute", lambda e, i: e.config.recompute, "left"),
     Column("sp", lambda e, i: "on" if e.config.sequence_parallel else "off"),
     Column("zero", lambda e, i: str(e.config.zero_stage)),
-    Column("mem/GPU", lambda e, i: f"{gib(e.memory_per_gpu_bytes)} / {gib(e.capacity_per_gpu_bytes)}"),
-    Column("step", lambda e, i: ms(e.step_time_seconds)),
+    Column("mem/GPU", lambda e, i: _memory_cell(e)),
+    Column("step", lambda e, i: _step_cell(e.step_time_seconds)),
     Column("tokens/s", lambda e, i: count(e.tokens_per_second)),
-    Column("TFLOP/s/GPU", lambda e, i: f"{e.tflops_per_gpu:.1f}"),
+    Column("TFLOP/s", lambda e, i: f"{e.tflops_per_gpu:.1f}"),
     Column("MFU", lambda e, i: f"{e.mfu:.1%}"),
     Column("bubble", lambda e, i: f"{e.bubble_fraction:.1%}"),
     Column("TP link", lambda e, i: e.tp_link or "-", "left"),
@@ -117,8 +133,22 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         runner = plan.layouts[1]
         gap = 1 - runner.tokens_per_second / best.tokens_per_second
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
-                     f"b={runner.config.micro_batch_size} {_schedule(runner)}, {gap:.1%} slower.")
+                     f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
     return lines
+
+
+def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
+    """What else sets another configuration apart from the recommendation (the runner-up can
+    share its layout, micro-batch and schedule): ", recompute full, ZeRO-0"."""
+    a, b = other.config, best.config
+    settings = (("recompute", a.recompute, b.recompute),
+                ("sequence parallel", "on" if a.sequence_parallel else "off", "on" if b.sequence_parallel else "off"),
+                ("ZeRO-", a.zero_stage, b.zero_stage),
+                ("TP comm overlap", "on" if a.tp_comm_overlap else "off", "on" if b.tp_comm_overlap else "off"),
+                ("EP all-to-all overlap", "on" if a.moe_comm_overlap else "off", "on" if b.moe_comm_overlap else "off"))
+    shown = [f"{name}{mine}" if name.endswith("-") else f"{name} {mine}" for name, mine, theirs in settings
+             if mine != theirs]
+    return "".join(f", {item}" for item in shown)
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
