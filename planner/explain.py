@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from planner import sensitivity
+from planner import sensitivity, units
 from planner.cost import efficiency as eff
 from planner.cost.comm import allgather_seconds, alltoall_seconds
 from planner.cost.params import activation_bytes_per_element
@@ -42,7 +42,7 @@ from planner.cost.timeline import (
 )
 from planner.layout import Layout, ep_group_topology, place
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
-from planner.serve import ServeEstimate, lockstep_ranks
+from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
@@ -340,7 +340,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             MemorySegment("KV cache", s.kv_cache_bytes),
         )
         note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
-                f"{footprint:,.0f} tokens (mean: prompt + half the output, weighted by decode steps over a --dataset) uses "
+                f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
                 f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
         key = (s.num_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
@@ -498,6 +498,10 @@ def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
     return plan.recommended, best is not None and best.layout == plan.recommended.layout
 
 
+TIMELINE_TPOT_TOLERANCE = 1.01
+"""The decode timeline's caption names the TPOT when it exceeds the drawn rounds by more than this."""
+
+
 def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                     settings: sensitivity.Settings | None = sensitivity.Settings(),
                     plan: ServePlan | None = None) -> Explanation:
@@ -507,7 +511,11 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     k = result.batches_in_flight
     seqs = math.ceil(result.batch / k)
     caption = (f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
-               f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's step")
+               f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's decode step")
+    if result.tpot_seconds > TIMELINE_TPOT_TOLERANCE * result.stage_step_seconds * k:
+        caption += (f" ({units.seconds_to_ms(result.stage_step_seconds):.1f} ms; under load each step also "
+                    f"carries prompt chunks and the engine's own cost: TPOT "
+                    f"{units.seconds_to_ms(result.tpot_seconds):.1f} ms, see Time breakdown)")
     timeline = None
     if layout.pp <= MAX_TIMELINE_STAGES and layout.pp * k * DECODE_ROUNDS_DRAWN <= MAX_TIMELINE_BLOCKS:
         timeline = decode_timeline((result.stage_step_seconds,) * layout.pp, k,

@@ -168,6 +168,14 @@ def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
     return default_max_num_seqs(cluster, request.engine_versions.vllm_release)
 
 
+
+def footprint_basis(request: ServeRequest) -> str:
+    """How a running sequence's mean KV footprint is counted, as the notes say it: prompt +
+    half the output, over a --dataset weighted by each request's decode steps."""
+    if request.dataset_lengths:
+        return "prompt + half the output, weighted by each --dataset request's decode steps"
+    return "prompt + half the output"
+
 def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:
     """Concurrent sequences per replica: the wanted batch capped by how many running
     sequences the KV cache holds at their mean footprint (kv_limited_sequences)."""
@@ -178,7 +186,7 @@ def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tu
                                                    request.decode_context_tokens)
         notes.append(
             f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} running sequences of "
-            f"{footprint:,.0f} tokens on average (prompt + half the output; over a --dataset weighted by each request's decode steps), so concurrency is {fit} "
+            f"{footprint:,.0f} tokens on average ({footprint_basis(request)}), so concurrency is {fit} "
             f"(wanted {wanted})"
         )
     return max(1, min(wanted, fit)), notes

@@ -90,7 +90,7 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     if request.engine != "torchtitan":
         return
     if model.is_moe:
-        raise SpecError(f"--engine torchtitan: {model.name} is MoE; torchtitan {TORCHTITAN_RELEASE} shards "
+        raise SpecError(f"--engine torchtitan (or --emit torchtitan, which plans under it): {model.name} is MoE; torchtitan {TORCHTITAN_RELEASE} shards "
                         "experts with FSDP under expert parallelism, which the planner does not price "
                         "(use --engine megatron)")
     if request.attention != "flash":

@@ -169,7 +169,7 @@ def memory_lines(bars: tuple[MemoryBar, ...], width: int) -> list[Text]:
         if budget_col < bar_width:
             lines.append(Text(" " * budget_col + "^ usable budget " + gib(bar.budget_bytes), style="grey62"))
         legend = "  ".join(f"{SEGMENT_CHARS.get(s.name, '?')} {s.name} {gib(s.bytes)}" for s in bar.segments)
-        lines.append(Text(legend + (f"   ({bar.note})" if bar.note else "")))
+        lines.append(Text(legend + (f"   ({bar.note})" if bar.note else ""), no_wrap=False))  # wraps
     return lines
 
 
@@ -205,7 +205,8 @@ def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
                  _short(r.latency_seconds), _short(r.bandwidth_seconds), _short(model_total)]
         if measured:
             cells.append("-" if r.measured_seconds is None else _short(r.measured_seconds))
-        cells += [f"{r.count_per_step:g} x", f"{r.share_of_step:.1%}"]
+        count = f"{r.count_per_step:,.0f}" if r.count_per_step >= 100 else f"{r.count_per_step:.3g}"
+        cells += [f"{count} x", f"{r.share_of_step:.1%}"]
         table.add_row(*cells)
     return table
 
@@ -375,7 +376,7 @@ def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
     legend = "  ".join(f"{chars[s.name]} {s.name} {seconds(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
                        for s in shown)
-    return [Text(f"{b.what}: {seconds(b.total_seconds)}", style="bold"), bar, Text(legend)]
+    return [Text(f"{b.what}: {seconds(b.total_seconds)}", style="bold"), bar, Text(legend, no_wrap=False)]
 
 
 # ---------------------------------------------------------------- sensitivity
@@ -480,8 +481,11 @@ def render_explanation(e: Explanation, out: Console) -> None:
 
 
 def _print_all(out: Console, items: Iterable) -> None:
+    """Bars are cropped to the width (they are drawn to it); a Text made with no_wrap=False
+    (a legend) and anything else wraps."""
     for item in items:
-        out.print(item, no_wrap=isinstance(item, Text), overflow="crop" if isinstance(item, Text) else None)
+        crop = isinstance(item, Text) and item.no_wrap is not False
+        out.print(item, no_wrap=crop, overflow="crop" if crop else None)
 
 
 def show(e: Explanation | None, *, timeline: Timeline | None = None, caption: str = "",

@@ -196,7 +196,7 @@ def test_megatron_stays_the_default():
     (("--engine", "foo"), "--engine"),
     (("--workload", "serve", "--engine", "torchtitan"), "--engine: a --workload train option"),
     (("--workload", "train", "--engine", "torchtitan", "--model", "mixtral-8x7b", "--global-batch", "64",
-      "--seq-len", "4096"), "--engine torchtitan: mixtral-8x7b is MoE"),
+      "--seq-len", "4096"), "--engine torchtitan (or --emit torchtitan, which plans under it): mixtral-8x7b is MoE"),
     (("--workload", "train", "--engine", "torchtitan", "--attention", "materialized", "--global-batch", "64",
       "--seq-len", "4096"), "--attention materialized"),
     (("--workload", "serve", "--emit", "torchtitan"), "--emit torchtitan: a training launcher"),
