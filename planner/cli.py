@@ -666,8 +666,10 @@ def plan(
         check_flags_used(ctx, workload, emit)
         if frontier:
             return run_frontier(opts, emit, given_flags(ctx))
-        engine_opts = launcher_engine(opts, emit, "engine" in given_flags(ctx))
-        return run_plan(engine_opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model)
+        given = given_flags(ctx)
+        engine_opts = launcher_engine(opts, emit, "engine" in given)
+        return run_plan(engine_opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model,
+                        moe_overlap_asked=given.get("moe_comm_overlap") == "--moe-comm-overlap")
 
     exit_with(run)
 
@@ -683,6 +685,13 @@ def run_frontier(opts: PlanOptions, emit: Emit | None, given: dict[str, str]) ->
 
     return run_frontier_serve(model_spec, cluster_spec, request, json_output=opts.json_output,
                               engine=(emit or Emit.vllm).value)
+
+
+def check_moe_overlap_asked(model: ModelSpec, asked: bool) -> None:
+    """--moe-comm-overlap typed for a model without experts would be silently ignored: refused."""
+    if asked and not model.is_moe:
+        raise SpecError(f"--moe-comm-overlap: {model.name} has no experts (the expert-parallel all-to-all "
+                        f"overlap is for MoE models)")
 
 
 def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) -> PlanOptions:
@@ -701,9 +710,10 @@ def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) ->
 
 
 def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
-             served_model: str) -> int:
+             served_model: str, moe_overlap_asked: bool = False) -> int:
     check_served_model(served_model)
     model_spec, cluster_spec, request = request_for(opts)
+    check_moe_overlap_asked(model_spec, moe_overlap_asked)
     if isinstance(request, TrainRequest):
         from planner.train_cli import run_train
 

@@ -263,3 +263,14 @@ def test_moe_training_says_its_times_are_not_calibrated():
     explained = explain_training(resolve_model("qwen3-30b-a3b"), resolve_cluster("2x8xH100"),
                                  TrainRequest(global_batch=512, seq_len=4096), settings=None)
     assert any("not calibrated" in note for note in explained.notes)
+
+
+def test_moe_comm_overlap_typed_for_a_dense_model_is_refused():
+    """--moe-comm-overlap asks for an MoE-only mechanism: for a dense model it would be dropped
+    silently, so it is a one-line error (exit 2); the default and --no-moe-comm-overlap pass."""
+    args = ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
+            "--seq-len", "4096"]
+    refused = CliRunner().invoke(app, [*args, "--moe-comm-overlap"])
+    assert refused.exit_code == 2
+    assert "--moe-comm-overlap: llama-3.1-8b has no experts" in refused.output
+    assert CliRunner().invoke(app, [*args, "--no-moe-comm-overlap"]).exit_code == 0
