@@ -535,6 +535,20 @@ def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
             and model.dtype in ("bfloat16", "float16") and (config.pp == 1 or interleaved))
 
 
+def tp_comm_overlap_off_reason(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
+    """Why --tp-comm-overlap cannot run for this configuration (tp_comm_overlap_possible), in
+    words; None where it can (or tp = 1, where there is nothing to overlap)."""
+    if config.tp == 1 or tp_comm_overlap_possible(model, cluster, config):
+        return None
+    if not config.sequence_parallel:
+        return "it needs sequence parallelism"
+    if groups_cross_nodes(config.tp, cluster.gpus_per_node):
+        return "its userbuffers span one NVLink domain and the TP group leaves the node"
+    if config.attention != "flash":
+        return "it runs through Transformer Engine's layers, not the unfused attention"
+    return "its userbuffers pair with dense attention and MLP GEMMs, not MoE experts or recurrent mixers"
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,

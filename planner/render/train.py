@@ -22,7 +22,7 @@ from planner.render.common import (
     step_json,
     to_jsonable,
 )
-from planner.train import TrainEstimate, training_caveats
+from planner.train import TrainEstimate, tp_comm_overlap_off_reason, training_caveats
 from planner.train_search import TrainPlan
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -128,6 +128,9 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
         f"MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
+    off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
+    if off is not None:
+        lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]

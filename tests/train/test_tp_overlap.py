@@ -70,3 +70,21 @@ def test_no_overlap_flag_on_the_command_line(run_plan) -> None:
     assert "--tp-comm-overlap" not in result.stdout
     serving = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--no-tp-comm-overlap")
     assert serving.returncode == 2 and len(serving.stderr.strip().splitlines()) == 1
+
+
+def test_the_summary_says_why_tp_comm_overlap_is_off():
+    """Where TP > 1 and the overlap cannot run, the plan says why (here: an MoE model's experts,
+    which the userbuffers do not pair with); a dense plan that runs it says nothing."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import TrainConfig
+    from planner.train import tp_comm_overlap_off_reason
+
+    moe, dense, cluster = resolve_model("mixtral-8x7b"), resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    sp = TrainConfig(4, 1, 4, 1, "1f1b", 1, "none", True, 1)
+    assert "MoE experts" in tp_comm_overlap_off_reason(moe, cluster, sp)
+    assert tp_comm_overlap_off_reason(dense, cluster, sp) is None
+    no_sp = TrainConfig(4, 1, 4, 1, "1f1b", 1, "none", False, 1)
+    assert tp_comm_overlap_off_reason(dense, cluster, no_sp) == "it needs sequence parallelism"
+    across = TrainConfig(16, 1, 1, 1, "1f1b", 1, "none", True, 1)
+    assert "leaves the node" in tp_comm_overlap_off_reason(dense, cluster, across)
+    assert tp_comm_overlap_off_reason(dense, cluster, TrainConfig(1, 1, 16, 1, "1f1b", 1, "none", False, 1)) is None
