@@ -535,6 +535,26 @@ def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
             and model.dtype in ("bfloat16", "float16") and (config.pp == 1 or interleaved))
 
 
+def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> str | None:
+    """Why an EP configuration runs without --overlap-moe-expert-parallel-comm although the
+    request asks for it, in words (None: it runs, or there is no EP, or the request turned it
+    off). The last reason is memory: the estimate drops the overlap where only its extra
+    forward does not fit."""
+    if not (model.is_moe and config.ep > 1 and request.moe_comm_overlap) or config.moe_comm_overlap:
+        return None
+    if request.engine != "megatron":
+        return f"{request.engine} has no combined 1F1B"
+    if config.recompute == "full":
+        return "Megatron refuses it with full recompute"
+    if config.pp > 1 and not (config.schedule == "interleaved" and config.virtual_stages > 1):
+        return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
+    if model.dtype not in ("bfloat16", "float16"):
+        return "Megatron needs bf16 or fp16 parameters for it"
+    if not moe_comm_overlap_for(model, request, config):
+        return f"Megatron {request.engine_versions.megatron} does not run it with Megatron-FSDP"
+    return "its one more forward in flight does not fit in memory"
+
+
 def tp_comm_overlap_off_reason(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
     """Why --tp-comm-overlap cannot run for this configuration (tp_comm_overlap_possible), in
     words; None where it can (or tp = 1, where there is nothing to overlap)."""

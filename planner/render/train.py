@@ -22,7 +22,12 @@ from planner.render.common import (
     step_json,
     to_jsonable,
 )
-from planner.train import TrainEstimate, tp_comm_overlap_off_reason, training_caveats
+from planner.train import (
+    TrainEstimate,
+    moe_comm_overlap_off_reason,
+    tp_comm_overlap_off_reason,
+    training_caveats,
+)
 from planner.train_search import TrainPlan
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -131,6 +136,9 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
+    moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
+    if moe_off is not None:
+        lines.append(f"EP all-to-all overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]

@@ -499,3 +499,24 @@ def test_the_overlap_follows_the_release_with_fsdp_and_the_parameters_dtype():
     argv = [a for step in megatron_steps(fp32, resolve_cluster("2x8xH100"), replace(fsdp, zero_stage=1), 256, S)
             for a in step.argv]
     assert not {"--fp32", "--bf16", "--fp16"} & set(argv)
+
+
+def test_the_plan_says_why_the_all_to_all_overlap_is_off():
+    """Where an EP configuration runs without the combined 1F1B although it was asked for, the
+    reason: full recompute, 1F1B with pp > 1, an fp32 spec, Megatron-FSDP on core_v0.14.0, or
+    (the estimate's choice) its extra forward not fitting; nothing where it runs or was turned off."""
+    from planner.engines import parse_engine_versions
+    from planner.train import moe_comm_overlap_off_reason
+
+    model = resolve_model("qwen3-30b-a3b")
+    request = TrainRequest(global_batch=256, seq_len=S)
+    plain = TrainConfig(1, 1, 16, 1, "1f1b", 1, "none", False, 1, ep=16)
+    assert "full recompute" in moe_comm_overlap_off_reason(model, request, replace(plain, recompute="full"))
+    assert "interleaved" in moe_comm_overlap_off_reason(model, request, replace(plain, pp=2, dp=8))
+    fp32 = model.model_copy(update={"dtype": "float32"})
+    assert "bf16 or fp16" in moe_comm_overlap_off_reason(fp32, request, plain)
+    old = replace(request, engine_versions=parse_engine_versions("megatron=core_v0.14.0"))
+    assert "Megatron-FSDP" in moe_comm_overlap_off_reason(model, old, replace(plain, zero_stage=3))
+    assert "memory" in moe_comm_overlap_off_reason(model, request, plain)  # possible, yet not running
+    assert moe_comm_overlap_off_reason(model, request, replace(plain, moe_comm_overlap=True)) is None
+    assert moe_comm_overlap_off_reason(model, replace(request, moe_comm_overlap=False), plain) is None
