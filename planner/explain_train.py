@@ -305,12 +305,24 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
     return replan
 
 
+LIGHT_SENSITIVITY_ABOVE_CONFIGS = 5_000
+"""A search that evaluates more configurations than this (405B at 131K tokens on 16,384 GPUs:
+13,740) gets the light sensitivity analysis (sensitivity.LIGHT: the +/-20% runs, flips not
+searched beyond them): the full one re-runs it some 80 times (over a minute on 2 cores)."""
+
+
 def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                      settings: sensitivity.Settings | None = sensitivity.Settings(),
                      plan: TrainPlan | None = None) -> Explanation:
+    plan = plan if plan is not None else search(model, cluster, request)
     e, is_recommended = pick_training(model, cluster, request, plan)
     c = e.config
     report = None
+    light = ()
+    if settings == sensitivity.Settings() and plan.num_configs_evaluated > LIGHT_SENSITIVITY_ABOVE_CONFIGS:
+        settings = sensitivity.LIGHT
+        light = (f"sensitivity: the +/-20% runs only, flips not searched beyond them (each re-plan evaluates "
+                 f"{plan.num_configs_evaluated:,} configurations; --no-sensitivity skips them)",)
     if settings is not None:
         report = sensitivity.analyze(cluster, c.layout, train_knob_base(model, cluster, e),
                                      train_replan(model, request, e), settings)
@@ -323,7 +335,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=(*train_notes(e), *training_caveats(model, request)),
+        notes=(*train_notes(e), *training_caveats(model, request), *light),
         placement=placement_map(cluster, c.layout, pp_outermost=True),
         memory=train_memory_bars(e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)

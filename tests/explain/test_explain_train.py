@@ -102,3 +102,19 @@ def test_the_mfu_range_moves_with_the_throughput_range():
     assert mfu.low == pytest.approx(mfu.base * tokens.low / tokens.base)
     assert mfu.high == pytest.approx(mfu.base * tokens.high / tokens.base)
     assert mfu.high / mfu.low > 1.2  # not the 54-56% a moving peak gave
+
+
+def test_a_large_search_gets_the_light_sensitivity_analysis(monkeypatch):
+    """Above LIGHT_SENSITIVITY_ABOVE_CONFIGS configurations per search, explain re-plans only
+    at +/-20% (sensitivity.LIGHT) and says so; below it, the full scan (down to 0.25x)."""
+    from planner import explain_train
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = TrainRequest(global_batch=256, seq_len=4096)
+    full = explain_training(model, cluster, request)
+    assert full.sensitivity.scan_low == min(sensitivity.Settings().scan_down)
+    assert not any(note.startswith("sensitivity:") for note in full.notes)
+    monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 10)
+    light = explain_training(model, cluster, request)
+    assert light.sensitivity.scan_low == min(sensitivity.LIGHT.scan_down) == 0.8
+    assert any(note.startswith("sensitivity: the +/-20% runs only") for note in light.notes)
