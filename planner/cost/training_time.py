@@ -244,10 +244,10 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
                        else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
         forward = per_element * (cast_forward + norm_outputs)
         backward = per_element * cast_backward
-        return forward * s * b, backward * s * b
-    forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
-               + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
-    backward = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_backward
+    else:
+        forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
+                   + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
+        backward = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_backward
     if recipe == "tensorwise":
         unfused_norm = (2 + 2 + e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
                         - 1 - e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT)

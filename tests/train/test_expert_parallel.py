@@ -520,3 +520,21 @@ def test_the_plan_says_why_the_all_to_all_overlap_is_off():
     assert "memory" in moe_comm_overlap_off_reason(model, request, plain)  # possible, yet not running
     assert moe_comm_overlap_off_reason(model, request, replace(plain, moe_comm_overlap=True)) is None
     assert moe_comm_overlap_off_reason(model, replace(request, moe_comm_overlap=False), plain) is None
+
+
+def test_the_routed_casts_are_in_the_layer_casts_for_every_recipe(monkeypatch):
+    """fp8_cast_bytes_per_layer adds moe_routed_cast_bytes per token whatever the recipe (the
+    block-scaled recipes once returned before adding them): Qwen3-30B-A3B's layer casts less
+    the same with the routed term zeroed are tokens * moe_routed_cast_bytes, each way."""
+    from planner.cost import training_time as tt
+
+    qwen, tokens = resolve_model("qwen3-30b-a3b"), 4096
+    for recipe in ("delayed", "tensorwise", "mxfp8", "blockwise"):
+        routed = tt.moe_routed_cast_bytes(qwen, 1, 8, recipe)
+        with_routed = tt.fp8_cast_bytes_per_layer(qwen, tokens, 1, 1, recipe, 8)
+        with monkeypatch.context() as patched:
+            patched.setattr(tt, "moe_routed_cast_bytes", lambda *args: (0.0, 0.0))
+            without = tt.fp8_cast_bytes_per_layer(qwen, tokens, 1, 1, recipe, 8)
+        assert routed[0] > 0 and routed[1] > 0, recipe
+        assert with_routed[0] - without[0] == pytest.approx(routed[0] * tokens), recipe
+        assert with_routed[1] - without[1] == pytest.approx(routed[1] * tokens), recipe
