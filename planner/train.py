@@ -504,35 +504,73 @@ def tp_comm_overlap_for(model: ModelSpec, cluster: ClusterSpec, request: TrainRe
 
 
 def tp_comm_overlap_possible(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> bool:
-    """Where Megatron runs --tp-comm-overlap: sequence parallelism on (arguments.py
-    core_v0.19.0 asserts it), TP > 1 and the TP group inside one node (Transformer Engine's
-    userbuffers span one NVLink domain: initialize_ub builds them per TP domain), through
-    Transformer Engine's layers (flash attention here; the unfused path is the 2021 code).
-    Planned for dense attention + MLP blocks only: an MoE layer's experts and a hybrid's
-    recurrent mixers are not the QKV/proj/fc1/fc2 GEMMs the userbuffers pair with."""
-    return (config.sequence_parallel and config.tp > 1 and config.attention == "flash"
-            and not model.is_moe and not model.num_recurrent_layers
-            and not groups_cross_nodes(config.tp, cluster.gpus_per_node))
+    """Where Megatron runs --tp-comm-overlap: tp_comm_overlap_refusal says nothing."""
+    return tp_comm_overlap_refusal(model, cluster, config) is None
+
+
+def tp_comm_overlap_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
+    """Why Megatron cannot run --tp-comm-overlap for this configuration, in words (None: it
+    can): TP > 1, sequence parallelism on (arguments.py core_v0.19.0 asserts it), the TP group
+    inside one node (Transformer Engine's userbuffers span one NVLink domain: initialize_ub
+    builds them per TP domain), through Transformer Engine's layers (flash attention here; the
+    unfused path is the 2021 code). Planned for dense attention + MLP blocks only: an MoE
+    layer's experts and a hybrid's recurrent mixers are not the QKV/proj/fc1/fc2 GEMMs the
+    userbuffers pair with."""
+    if config.tp == 1:
+        return "there is no TP group"
+    if not config.sequence_parallel:
+        return "it needs sequence parallelism"
+    if groups_cross_nodes(config.tp, cluster.gpus_per_node):
+        return "its userbuffers span one NVLink domain and the TP group leaves the node"
+    if config.attention != "flash":
+        return "it runs through Transformer Engine's layers, not the unfused attention"
+    if model.is_moe or model.num_recurrent_layers:
+        return "its userbuffers pair with dense attention and MLP GEMMs, not MoE experts or recurrent mixers"
+    return None
+
+
+def tp_comm_overlap_off_reason(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
+    """Why --tp-comm-overlap is off for this configuration, where there is a TP group to
+    overlap (None with tp = 1, or where it runs)."""
+    return None if config.tp == 1 else tp_comm_overlap_refusal(model, cluster, config)
 
 
 def moe_comm_overlap_for(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> bool:
     """Whether the plan runs --overlap-moe-expert-parallel-comm: Megatron, asked for (the
-    default), possible, and with Megatron-FSDP (ZeRO-2/3) only on a release that runs the
-    two together (MegatronRelease.moe_overlap_with_fsdp)."""
-    with_fsdp = config.zero_stage < 2 or request.engine_versions.megatron_release.moe_overlap_with_fsdp
-    return (request.engine == "megatron" and request.moe_comm_overlap and with_fsdp
-            and moe_comm_overlap_possible(model, config))
+    default), and neither the configuration nor the release refuses it."""
+    return (request.engine == "megatron" and request.moe_comm_overlap
+            and moe_comm_overlap_refusal(model, config) is None and _moe_overlap_fsdp_refusal(request, config) is None)
 
 
 def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
-    """Where Megatron runs its combined 1F1B (TransformerConfig.__post_init__, core_v0.14.0 and
-    core_v0.19.0): expert parallelism, the alltoall dispatcher (the emitted one), no full
-    recompute (nor a recompute method), with pp > 1 an interleaved schedule, bf16 or fp16
-    parameters (the spec's dtype: --bf16 or --fp16; fp32 is refused), at most one MTP layer
-    (none is emitted) and torch 2.6 or later (asserted; the launch's environment)."""
-    interleaved = config.schedule == "interleaved" and config.virtual_stages > 1
-    return (model.is_moe and config.ep > 1 and config.recompute != "full"
-            and model.dtype in ("bfloat16", "float16") and (config.pp == 1 or interleaved))
+    """Where Megatron runs its combined 1F1B: moe_comm_overlap_refusal says nothing."""
+    return moe_comm_overlap_refusal(model, config) is None
+
+
+def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | None:
+    """Why Megatron cannot run its combined 1F1B for this configuration, in words (None: it
+    can; TransformerConfig.__post_init__, core_v0.14.0 and core_v0.19.0): expert parallelism,
+    the alltoall dispatcher (the emitted one), no full recompute (nor a recompute method), with
+    pp > 1 an interleaved schedule, bf16 or fp16 parameters (the spec's dtype: --bf16 or
+    --fp16; fp32 is refused), at most one MTP layer (none is emitted) and torch 2.6 or later
+    (asserted; the launch's environment)."""
+    if not model.is_moe or config.ep <= 1:
+        return "there is no expert parallelism"
+    if config.recompute == "full":
+        return "Megatron refuses it with full recompute"
+    if config.pp > 1 and not (config.schedule == "interleaved" and config.virtual_stages > 1):
+        return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
+    if model.dtype not in ("bfloat16", "float16"):
+        return "Megatron needs bf16 or fp16 parameters for it"
+    return None
+
+
+def _moe_overlap_fsdp_refusal(request: TrainRequest, config: TrainConfig) -> str | None:
+    """With Megatron-FSDP (ZeRO-2/3) only on a release that runs the two together
+    (MegatronRelease.moe_overlap_with_fsdp)."""
+    if config.zero_stage < 2 or request.engine_versions.megatron_release.moe_overlap_with_fsdp:
+        return None
+    return f"Megatron {request.engine_versions.megatron} does not run it with Megatron-FSDP"
 
 
 def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> str | None:
@@ -544,29 +582,8 @@ def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config:
         return None
     if request.engine != "megatron":
         return f"{request.engine} has no combined 1F1B"
-    if config.recompute == "full":
-        return "Megatron refuses it with full recompute"
-    if config.pp > 1 and not (config.schedule == "interleaved" and config.virtual_stages > 1):
-        return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
-    if model.dtype not in ("bfloat16", "float16"):
-        return "Megatron needs bf16 or fp16 parameters for it"
-    if not moe_comm_overlap_for(model, request, config):
-        return f"Megatron {request.engine_versions.megatron} does not run it with Megatron-FSDP"
-    return "its one more forward in flight does not fit in memory"
-
-
-def tp_comm_overlap_off_reason(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
-    """Why --tp-comm-overlap cannot run for this configuration (tp_comm_overlap_possible), in
-    words; None where it can (or tp = 1, where there is nothing to overlap)."""
-    if config.tp == 1 or tp_comm_overlap_possible(model, cluster, config):
-        return None
-    if not config.sequence_parallel:
-        return "it needs sequence parallelism"
-    if groups_cross_nodes(config.tp, cluster.gpus_per_node):
-        return "its userbuffers span one NVLink domain and the TP group leaves the node"
-    if config.attention != "flash":
-        return "it runs through Transformer Engine's layers, not the unfused attention"
-    return "its userbuffers pair with dense attention and MLP GEMMs, not MoE experts or recurrent mixers"
+    return (moe_comm_overlap_refusal(model, config) or _moe_overlap_fsdp_refusal(request, config)
+            or "its one more forward in flight does not fit in memory")
 
 
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
@@ -609,7 +626,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                        tp_comm_overlap_for, model, cluster, request, config)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)
-    # moe_comm_overlap_possible reads only these fields of the configuration (none without EP)
+    # moe_comm_overlap_for reads only these fields of the request and configuration (none without EP)
     moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", request.moe_comm_overlap, config.ep,
                                                config.recompute, config.pp, config.schedule, config.virtual_stages,
                                                config.zero_stage, request.engine_versions.megatron),

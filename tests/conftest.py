@@ -53,6 +53,18 @@ def training_calibration_summary() -> Callable[[Path], dict]:
     return summary
 
 
+@pytest.fixture(scope="module")
+def nemo_summary(request, training_calibration_summary) -> dict:
+    """The score of the calling test module's FIXTURE (the NeMo anchor tests)."""
+    return training_calibration_summary(request.module.FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def nemo_scored(nemo_summary) -> dict[str, dict]:
+    """nemo_summary's scored rows by id."""
+    return {row["id"]: row for row in nemo_summary["rows"]}
+
+
 @pytest.fixture(scope="session")
 def within_todays_error_plus() -> Callable[[float, str, dict, dict], None]:
     """within_todays_error_plus(margin, key, scored, today): an anchor row's |error| is at most

@@ -30,8 +30,9 @@ v*u - 1 | v*u x (p-2) | v*u - 1 layers. The first/last flags cannot be combined 
 The layout string (layout_splits): Megatron's --pipeline-model-parallel-layout
 (core_v0.14.0 and core_v0.19.0, megatron/core/transformer/pipeline_parallel_layer_layout.py)
 names the layers of every one of the p*v chunks, so a stage's layers need not be a multiple
-of v: where the flags have no split for an interleaved schedule (DeepSeek-V3's 61 layers on 8
-stages of 4 chunks), any balanced (f, c, l) with at least one layer per chunk is offered, each
+of v: where the flags have no split for an interleaved schedule with p not dividing L and v
+dividing ceil(L/p) (DeepSeek-V3's 61 layers on 8 stages of 4 chunks; train.has_layout_split),
+any balanced (f, c, l) with at least one layer per chunk is offered (layout_splits), each
 stage's layers spread over its chunks as evenly as possible (chunk_layers) and written out
 (megatron_layout).
 """

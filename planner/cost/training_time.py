@@ -231,7 +231,6 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B.
     MoE (moe_routed_cast_bytes, `ep` the EP degree): the routed experts' grouped GEMMs take the
     permuted 16-bit copies, e per token, and give e output gradients back."""
-    e = efficiency
     h, f = model.hidden_size, mlp_width_per_token(model)
     widths = training_attention_widths(model, tp)
     context, activation = widths.context, f / tp
@@ -239,23 +238,32 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     up_out = (2 if model.gated_mlp else 1) * f / tp
     cast_forward, norm_outputs = context + activation, 2 * h
     cast_backward = qkv_out + h + up_out + h
-    if recipe in ("mxfp8", "blockwise"):
-        per_element = (e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT if recipe == "mxfp8"
-                       else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
-        forward = per_element * (cast_forward + norm_outputs)
-        backward = per_element * cast_backward
-    else:
-        forward = (e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_forward
-                   + e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT * norm_outputs)
-        backward = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT * cast_backward
-    if recipe == "tensorwise":
-        unfused_norm = (2 + 2 + e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
-                        - 1 - e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT)
-        forward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_forward + unfused_norm * norm_outputs
-        backward += e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT * cast_backward
+    cast, norm, gradient = fp8_cast_bytes_per_element(recipe)
+    forward = cast * cast_forward + norm * norm_outputs
+    backward = gradient * cast_backward
     tokens = s * b
     routed_forward, routed_backward = moe_routed_cast_bytes(model, tp, ep, recipe)
     return (forward + routed_forward) * tokens, (backward + routed_backward) * tokens
+
+
+def fp8_cast_bytes_per_element(recipe: str) -> tuple[float, float, float]:
+    """HBM bytes per element of Transformer Engine's fp8 casts, (a 16-bit GEMM input cast,
+    a layernorm output, an output gradient), by recipe (fp8_cast_bytes_per_layer's docstring):
+    delayed (4, 2, 4): cast-transpose, the norm output only transposed; tensorwise (6, 7, 6):
+    + 2 for the amax, the norm output from an unfused 16-bit copy (+2 write, +2 read, less
+    the fused write); mxfp8 and blockwise 4.0625 each (both block-scaled copies)."""
+    e = efficiency
+    if recipe in ("mxfp8", "blockwise"):
+        per_element = (e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT if recipe == "mxfp8"
+                       else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
+        return per_element, per_element, per_element
+    cast = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+    norm = e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT
+    if recipe == "tensorwise":
+        unfused_norm = 2 + 2 + cast - 1 - norm
+        amax = e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT
+        return cast + amax, norm + unfused_norm, cast + amax
+    return cast, norm, cast
 
 
 def moe_routed_cast_bytes(model: ModelSpec, tp: int, ep: int, recipe: str) -> tuple[float, float]:
@@ -271,18 +279,7 @@ def moe_routed_cast_bytes(model: ModelSpec, tp: int, ep: int, recipe: str) -> tu
     mxfp8, ep 8, t 1: (8 - 1) * 2,048 * 4.0625 = 58,240 B forward, as many backward."""
     if not model.is_moe:
         return 0.0, 0.0
-    e = efficiency
-    if recipe in ("mxfp8", "blockwise"):
-        per_element = (e.TRAIN_MXFP8_CAST_BYTES_PER_ELEMENT if recipe == "mxfp8"
-                       else e.TRAIN_FP8_BLOCKWISE_CAST_BYTES_PER_ELEMENT)
-        cast, norm, gradient = per_element, per_element, per_element
-    else:
-        cast = gradient = e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
-        norm = e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT
-        if recipe == "tensorwise":
-            amax = e.TRAIN_FP8_AMAX_BYTES_PER_ELEMENT
-            cast, gradient = cast + amax, gradient + amax
-            norm += 2 + 2 + e.TRAIN_FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT - 1 - e.TRAIN_FP8_TRANSPOSE_BYTES_PER_ELEMENT
+    cast, norm, gradient = fp8_cast_bytes_per_element(recipe)
     h = model.hidden_size
     routed = model.num_experts_per_tok * h / (tp if ep > 1 else 1)
     replaced = 0 if model.num_shared_experts else h

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner import units
 from planner.emit.command import ALL_NODES, LaunchStep
+from planner.layout import TrainConfig
 from planner.model_summary import model_summary
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import (
@@ -151,15 +152,13 @@ def summary_lines(plan: TrainPlan) -> list[str]:
 def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     """What else sets another configuration apart from the recommendation (the runner-up can
     share its layout, micro-batch and schedule): ", recompute full, ZeRO-0"."""
-    a, b = other.config, best.config
-    settings = (("recompute", a.recompute, b.recompute),
-                ("sequence parallel", "on" if a.sequence_parallel else "off", "on" if b.sequence_parallel else "off"),
-                ("ZeRO-", a.zero_stage, b.zero_stage),
-                ("TP comm overlap", "on" if a.tp_comm_overlap else "off", "on" if b.tp_comm_overlap else "off"),
-                ("EP all-to-all overlap", "on" if a.moe_comm_overlap else "off", "on" if b.moe_comm_overlap else "off"))
-    shown = [f"{name}{mine}" if name.endswith("-") else f"{name} {mine}" for name, mine, theirs in settings
-             if mine != theirs]
-    return "".join(f", {item}" for item in shown)
+    def shown(c: TrainConfig) -> tuple[str, ...]:
+        on = {True: "on", False: "off"}
+        return (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
+                f"TP comm overlap {on[c.tp_comm_overlap]}", f"EP all-to-all overlap {on[c.moe_comm_overlap]}")
+
+    return "".join(f", {mine}" for mine, theirs in zip(shown(other.config), shown(best.config), strict=True)
+                   if mine != theirs)
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"

@@ -81,46 +81,36 @@ EXCLUDED_FRAGMENTS = ("gpt3", "gpt-3", "175b", "megatron-lm", "mosaicml", "llm-f
 (held out to check the planner, never to fit it)."""
 
 
-@pytest.fixture(scope="module")
-def summary(training_calibration_summary) -> dict:
-    return training_calibration_summary(FIXTURE)
-
-
-@pytest.fixture(scope="module")
-def scored(summary) -> dict[str, dict]:
-    return {row["id"]: row for row in summary["rows"]}
-
-
 @pytest.mark.parametrize("key", sorted(TODAY_ERROR))
-def test_row_error_within_todays_plus_margin(key, scored, within_todays_error_plus):
+def test_row_error_within_todays_plus_margin(key, nemo_scored, within_todays_error_plus):
     """The row's tokens/s per GPU against the published figure (source and container in the
     id; URLs in the fixture). Bound: today's |error| + 5 points."""
-    within_todays_error_plus(MARGIN, key, scored, TODAY_ERROR)
+    within_todays_error_plus(MARGIN, key, nemo_scored, TODAY_ERROR)
 
 
-def test_every_row_is_scored_or_named(scored, summary):
+def test_every_row_is_scored_or_named(nemo_scored, nemo_summary):
     """All 24 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
     included: Megatron-Bridge's 405B recipe counts the embedding and the loss as pipeline
     layers (account_for_embedding/loss_in_pipeline_split), 128 units in 64 chunks, 15 | 16 x6 | 15."""
-    assert set(scored) == set(TODAY_ERROR)
-    assert summary["rejected"] == []
+    assert set(nemo_scored) == set(TODAY_ERROR)
+    assert nemo_summary["rejected"] == []
 
 
-def test_recompute_the_planner_needs(scored):
+def test_recompute_the_planner_needs(nemo_scored):
     """Megatron-Bridge's H100 FP8 70B recipe (TP 4, PP 8, VP 5, MBS 1, 8K) recomputes nothing
     and reduces gradients in bf16 (its Llama 3 perf scripts set grad_reduce_in_fp32 = False):
     with 2-byte main gradients the planner fits it without recompute too (with fp32 ones it was
     1.7 GiB out of memory and fell back to full recompute, -22%). Only the 24.07 8B row (CP 2,
     recipe unpublished) needs full recompute."""
-    for key, row in scored.items():
+    for key, row in nemo_scored.items():
         assert row["recompute"] == ("full" if key in FULL_RECOMPUTE_ROWS else "none"), key
 
 
-def test_each_row_runs_its_published_recipe(scored):
+def test_each_row_runs_its_published_recipe(nemo_scored):
     """Current scaling rows are priced as --fp8-recipe tensorwise, MXFP8 rows as mxfp8 and the
     rows that do not state one as delayed (Megatron-LM's default)."""
     expected = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (recipe not stated)": "delayed"}
-    for key, row in scored.items():
+    for key, row in nemo_scored.items():
         assert row["fp8_recipe"] == expected[row["precision"]], key
 
 

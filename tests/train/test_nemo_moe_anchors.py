@@ -84,24 +84,14 @@ split, its chunks uneven)."""
 ALLOWED_SOURCE = "https://docs.nvidia.com/nemo/megatron-bridge/"
 
 
-@pytest.fixture(scope="module")
-def summary(training_calibration_summary) -> dict:
-    return training_calibration_summary(FIXTURE)
-
-
-@pytest.fixture(scope="module")
-def scored(summary) -> dict[str, dict]:
-    return {row["id"]: row for row in summary["rows"]}
-
-
 @pytest.mark.parametrize("key", sorted(TODAY_ERROR))
-def test_row_error_within_todays_plus_margin(key, scored, within_todays_error_plus):
-    within_todays_error_plus(MARGIN, key, scored, TODAY_ERROR)
+def test_row_error_within_todays_plus_margin(key, nemo_scored, within_todays_error_plus):
+    within_todays_error_plus(MARGIN, key, nemo_scored, TODAY_ERROR)
 
 
-def test_every_row_is_scored(scored, summary):
-    assert set(scored) == set(TODAY_ERROR)
-    assert summary["rejected"] == []
+def test_every_row_is_scored(nemo_scored, nemo_summary):
+    assert set(nemo_scored) == set(TODAY_ERROR)
+    assert nemo_summary["rejected"] == []
 
 
 def test_deepseek_v3_at_pp8_with_virtual_stages_runs_a_layout_string(bench_module):
