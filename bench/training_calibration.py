@@ -5,6 +5,7 @@
     python bench/training_calibration.py --json       # the summary as JSON (rows included)
     python bench/training_calibration.py --csv PATH   # another set with the same columns
     python bench/training_calibration.py --moe        # the MoE rows (a check, not fitted to)
+    python bench/training_calibration.py --moe --moe-dispatcher alltoall   # NCCL all-to-alls only
 
 Every row of the set (tests/fixtures/nemo_training_perf.csv, provenance in
 tests/fixtures/README.md) is one published pre-training run: `spec` on num_gpus GPUs of the
@@ -30,8 +31,13 @@ balanced as published ("In MoE training benchmarks, we force-balance the token d
 among experts and all benchmarks are token-dropless": --expert-imbalance 1), priced without
 Megatron's EP all-to-all overlap (--no-moe-comm-overlap): the rows do not say, and the
 recipes read (Megatron-Bridge perf_recipes at 067f987df, not the containers' own) run it only
-in some variants (Qwen3-235B on H100 in BF16, DeepSeek-V3 on B200 in MXFP8). No constant is
-fitted to them: they show how far the MoE training model is from NVIDIA's runs.
+in some variants (Qwen3-235B on H100 in BF16, DeepSeek-V3 on B200 in MXFP8). The token
+dispatcher is the planner's own choice (--moe-dispatcher auto: DeepEP where it can run and
+prices faster; `--moe-dispatcher alltoall` prices Megatron's NCCL all-to-alls instead): the
+same recipes run Megatron's flex dispatcher on DeepEP or HybridEP for Qwen3-30B, GPT-OSS and
+DeepSeek-V3 and the alltoall one for Qwen3-235B on B200, and the rows do not say which
+container ran which. No constant is fitted to them: they show how far the MoE training model
+is from NVIDIA's runs.
 
 Error = predicted / published - 1 (+0.10: the planner says 10% faster than measured).
 Importable: `load_rows(path)`, `predict(row)`, `score(rows)`; no I/O in them. Not part of the
@@ -60,6 +66,8 @@ from planner.train import TrainEstimate, estimate  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
 MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
+MOE_DISPATCHER = "auto"
+"""The MoE rows' token dispatcher (TrainRequest.moe_dispatcher): the planner's own choice."""
 BALANCED_ROUTING = 1.0
 """--expert-imbalance of the MoE rows: NeMo's MoE benchmarks force-balance the routing."""
 GPUS_PER_NODE = 8
@@ -169,8 +177,9 @@ def cluster_for(row: Row, memory_gib: float | None = None) -> ClusterSpec:
 
 
 def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
-                 memory_gib: float | None = None) -> TrainEstimate | Rejected:
-    """`virtual_stages` replaces the row's vp (the nearest expressible interleaving)."""
+                 memory_gib: float | None = None, moe_dispatcher: str = MOE_DISPATCHER) -> TrainEstimate | Rejected:
+    """`virtual_stages` replaces the row's vp (the nearest expressible interleaving);
+    `moe_dispatcher` the MoE rows' dispatcher."""
     config = config_for(row, recompute)
     if virtual_stages is not None:
         config = replace(config, virtual_stages=virtual_stages,
@@ -178,7 +187,7 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
     request = TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
                            fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
                            expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
-                           moe_comm_overlap=False)
+                           moe_comm_overlap=False, moe_dispatcher=moe_dispatcher)
     return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request)
 
 
@@ -197,16 +206,18 @@ def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:
     return result.tokens_per_second / row.num_gpus / row.tokens_per_s_per_gpu - 1
 
 
-def what_ifs(row: Row, recompute: str | None) -> dict:
+def what_ifs(row: Row, recompute: str | None, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
     """Diagnostics, never scored: the error at recompute none with the memory limit lifted
     (when the planner needed recompute or rejected the row), and at the largest v below the
     row's that the planner can split the layers for (when it cannot split them for vp)."""
     out = {}
     if recompute != "none":
-        out["error_no_recompute_if_memory_fit"] = error_of(row, estimate_row(row, "none", memory_gib=UNLIMITED_GIB))
+        out["error_no_recompute_if_memory_fit"] = error_of(row, estimate_row(row, "none", memory_gib=UNLIMITED_GIB,
+                                                                             moe_dispatcher=moe_dispatcher))
     if recompute is None:
         for v in range(row.vp - 1, 0, -1):
-            result = estimate_row(row, "none", virtual_stages=v, memory_gib=UNLIMITED_GIB)
+            result = estimate_row(row, "none", virtual_stages=v, memory_gib=UNLIMITED_GIB,
+                                  moe_dispatcher=moe_dispatcher)
             if not isinstance(result, Rejected):
                 out["nearest_virtual_stages"] = v
                 out["error_at_nearest_v_if_memory_fit"] = error_of(row, result)
@@ -220,12 +231,12 @@ def breakdown_shares(result: TrainEstimate) -> dict[str, float]:
     return {key: getattr(parts, key) / parts.total for key in BREAKDOWN_KEYS}
 
 
-def predict(row: Row) -> dict:
+def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
     """The estimate at the first recompute level that fits (none, selective, full): the
     predicted tokens/s per GPU and the error, or every level's rejection."""
     rejections = {}
     for recompute in RECOMPUTE_LEVELS:
-        result = estimate_row(row, recompute)
+        result = estimate_row(row, recompute, moe_dispatcher=moe_dispatcher)
         if isinstance(result, Rejected):
             rejections[recompute] = "; ".join(result.reasons)
             continue
@@ -238,10 +249,10 @@ def predict(row: Row) -> dict:
             "error": predicted / row.tokens_per_s_per_gpu - 1,
             "predicted_mfu": result.mfu, "step_seconds": result.step_time_seconds,
             "memory_gib": units.bytes_to_gib(result.memory_per_gpu_bytes),
-            "breakdown_share": breakdown_shares(result), **what_ifs(row, recompute),
+            "breakdown_share": breakdown_shares(result), **what_ifs(row, recompute, moe_dispatcher),
         }
     return {"id": row.id, "group": row.group, "precision": row.precision, "rejected": rejections,
-            **what_ifs(row, None)}
+            **what_ifs(row, None, moe_dispatcher)}
 
 
 def error_stats(errors: list[float]) -> dict[str, float]:
@@ -263,9 +274,10 @@ def summarize(scored: list[dict], key) -> dict:
     return {name: error_stats([r["error"] for r in scored if key(r) == name]) for name in names}
 
 
-def score(rows: list[Row]) -> dict:
-    """Every row predicted; statistics overall, by precision and by group (model x GPU)."""
-    results = [predict(row) for row in rows]
+def score(rows: list[Row], moe_dispatcher: str = MOE_DISPATCHER) -> dict:
+    """Every row predicted (`moe_dispatcher`: the MoE rows' token dispatcher); statistics
+    overall, by precision and by group (model x GPU)."""
+    results = [predict(row, moe_dispatcher) for row in rows]
     scored = [r for r in results if "rejected" not in r]
     return {
         "num_rows": len(rows),
@@ -325,9 +337,11 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
     parser.add_argument("--moe", action="store_true", help="score the MoE rows (tests/fixtures/"
                         "nemo_moe_training_perf.csv) instead: a check, no constant is fitted to them")
+    parser.add_argument("--moe-dispatcher", choices=("auto", "alltoall", "deepep"), default=MOE_DISPATCHER,
+                        help="the MoE rows' token dispatcher (default: the planner's choice)")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
-    summary = score(load_rows(MOE_FIXTURE if args.moe else args.csv))
+    summary = score(load_rows(MOE_FIXTURE if args.moe else args.csv), args.moe_dispatcher)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -137,6 +137,12 @@ class SpeculativeMethod(str, Enum):
     ngram = "ngram"
 
 
+class MoeDispatcherChoice(str, Enum):
+    auto = "auto"
+    alltoall = "alltoall"
+    deepep = "deepep"
+
+
 class GradReduce(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -196,6 +202,7 @@ Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with 
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 MoeCommOverlapOpt = Annotated[bool, typer.Option("--moe-comm-overlap/--no-moe-comm-overlap", help="Train, MoE: Megatron's expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm: one micro-batch's forward beside another's backward) where it can run (EP, no full recompute, interleaving when pp > 1).")]
+MoeDispatcherOpt = Annotated[MoeDispatcherChoice, typer.Option(help="Train, MoE with EP: Megatron's token dispatcher, alltoall (NCCL all-to-alls), deepep (the flex dispatcher on DeepEP: each token crosses to another node once per node its experts are on; needs the deep_ep package) or auto (DeepEP where it can run and prices faster).")]
 EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
 EngineVersionOpt = Annotated[str, typer.Option(help="Engine releases the plan and commands are for, ENGINE=VERSION,... "
                                                "(engines not named keep the default). Known: " + "; ".join(
@@ -254,6 +261,7 @@ class PlanOptions:
     fp8_recipe: Fp8RecipeChoice | None = None
     tp_comm_overlap: bool = True
     moe_comm_overlap: bool = True
+    moe_dispatcher: MoeDispatcherChoice = MoeDispatcherChoice.auto
     grad_reduce: GradReduce = GradReduce.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
@@ -429,6 +437,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         fp8_recipe=_value(opts.fp8_recipe),
         tp_comm_overlap=opts.tp_comm_overlap,
         moe_comm_overlap=opts.moe_comm_overlap,
+        moe_dispatcher=opts.moe_dispatcher.value,
         grad_reduce=opts.grad_reduce.value,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
@@ -511,7 +520,7 @@ FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served
 or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
-              "grad_reduce")
+              "grad_reduce", "moe_dispatcher")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -629,6 +638,7 @@ def plan(
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     moe_comm_overlap: MoeCommOverlapOpt = True,
+    moe_dispatcher: MoeDispatcherOpt = MoeDispatcherChoice.auto,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -656,7 +666,7 @@ def plan(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
-        grad_reduce=grad_reduce,
+        moe_dispatcher=moe_dispatcher, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
@@ -669,7 +679,7 @@ def plan(
         given = given_flags(ctx)
         engine_opts = launcher_engine(opts, emit, "engine" in given)
         return run_plan(engine_opts, top=top, show_rejected=show_rejected, emit=emit, served_model=served_model,
-                        moe_overlap_asked=given.get("moe_comm_overlap") == "--moe-comm-overlap")
+                        moe_flags_asked=moe_flags_asked(given))
 
     exit_with(run)
 
@@ -687,11 +697,18 @@ def run_frontier(opts: PlanOptions, emit: Emit | None, given: dict[str, str]) ->
                               engine=(emit or Emit.vllm).value)
 
 
-def check_moe_overlap_asked(model: ModelSpec, asked: bool) -> None:
-    """--moe-comm-overlap typed for a model without experts would be silently ignored: refused."""
+def moe_flags_asked(given: dict[str, str]) -> tuple[str, ...]:
+    """The MoE-only training flags typed: --moe-comm-overlap (its --no- form turns something
+    off, harmless without experts) and --moe-dispatcher."""
+    asked = ("--moe-comm-overlap",) if given.get("moe_comm_overlap") == "--moe-comm-overlap" else ()
+    return asked + (("--moe-dispatcher",) if "moe_dispatcher" in given else ())
+
+
+def check_moe_flags_asked(model: ModelSpec, asked: tuple[str, ...]) -> None:
+    """An MoE-only flag typed for a model without experts would be silently ignored: refused."""
     if asked and not model.is_moe:
-        raise SpecError(f"--moe-comm-overlap: {model.name} has no experts (the expert-parallel all-to-all "
-                        f"overlap is for MoE models)")
+        raise SpecError(f"{asked[0]}: {model.name} has no experts (the expert-parallel all-to-all "
+                        f"settings are for MoE models)")
 
 
 def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) -> PlanOptions:
@@ -710,10 +727,10 @@ def launcher_engine(opts: PlanOptions, emit: Emit | None, engine_given: bool) ->
 
 
 def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: Emit | None,
-             served_model: str, moe_overlap_asked: bool = False) -> int:
+             served_model: str, moe_flags_asked: tuple[str, ...] = ()) -> int:
     check_served_model(served_model)
     model_spec, cluster_spec, request = request_for(opts)
-    check_moe_overlap_asked(model_spec, moe_overlap_asked)
+    check_moe_flags_asked(model_spec, moe_flags_asked)
     if isinstance(request, TrainRequest):
         from planner.train_cli import run_train
 
@@ -808,6 +825,7 @@ def explain(
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     moe_comm_overlap: MoeCommOverlapOpt = True,
+    moe_dispatcher: MoeDispatcherOpt = MoeDispatcherChoice.auto,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -842,7 +860,7 @@ def explain(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
-        grad_reduce=grad_reduce,
+        moe_dispatcher=moe_dispatcher, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,

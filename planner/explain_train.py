@@ -131,6 +131,9 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
     per_step = e.num_micro_batches * moe_layers
 
     def one(num_bytes: float) -> float:
+        if ep.dispatcher == "deepep":  # its fixed cost, then linear in the bytes (comm.deepep_seconds)
+            fixed = eff.deepep_fixed_seconds("deepep_high_throughput", group.num_nodes)
+            return fixed + (ep.alltoall_seconds - fixed) * num_bytes / ep.message_bytes if ep.message_bytes else fixed
         return comm.alltoall_seconds(num_bytes, group, None)
 
     phases = [("forward", "dispatch, combine", 2), ("backward", "their gradients", 2)]
@@ -139,7 +142,8 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
     if c.moe_comm_overlap:  # the time breakdown's EP share is what the other micro-batch leaves exposed
         phases = [(phase, f"{name} (beside another micro-batch: combined 1F1B)", count)
                   for phase, name, count in phases]
-    return [collective_row(phase, name, "all-to-all", c.ep, ep.link or "-", ep.message_bytes, one,
+    kind = "DeepEP" if ep.dispatcher == "deepep" else "all-to-all"
+    return [collective_row(phase, name, kind, c.ep, ep.link or "-", ep.message_bytes, one,
                            ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
             for phase, name, count in phases]
 
@@ -249,7 +253,8 @@ def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
     segments = (BreakdownSegment("compute", b.compute), BreakdownSegment("TP comm", b.tp_comm),
                 BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed))
     if e.config.ep > 1:
-        segments += (BreakdownSegment("EP all-to-all", b.ep_comm),)
+        segments += (BreakdownSegment("EP DeepEP" if e.config.moe_dispatcher == "deepep" else "EP all-to-all",
+                                      b.ep_comm),)
     if e.config.cp > 1:
         segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
     segments += (BreakdownSegment("bubble", b.bubble),)

@@ -108,6 +108,10 @@ class TrainConfig:
     v*u - 1 | v*u x (p-2) | v*u - 1 layers per stage with u = (L+2)/(p*v); first_last_layers
     stays None (Megatron refuses both together). The training estimate picks it where p does
     not divide L or v does not divide L/p (docs/cost-model.md#uneven-pipeline-stages)."""
+    moe_dispatcher: str = "alltoall"
+    """alltoall | deepep [--moe-token-dispatcher-type alltoall | flex on DeepEP] with EP: the
+    training estimate fills it in from the request (train.moe_dispatcher_for; auto takes DeepEP
+    where it can run and its transfers price lower) (docs/cost-model.md#deepep-in-training)."""
 
     @property
     def layout(self) -> Layout:

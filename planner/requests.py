@@ -262,6 +262,8 @@ class ServeRequest:
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8", "blockwise")
 FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan": "tensorwise"}
+MoeDispatcher = Literal["auto", "alltoall", "deepep"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
 """Each engine's own default scaling: Megatron-LM's --fp8-recipe defaults to delayed
 (arguments.py at core_v0.14.0; TransformerConfig.fp8_recipe at core_v0.19.0); torchtitan's
 [quantize.linear.float8] recipe_name None is torchao's tensorwise dynamic scaling
@@ -305,6 +307,10 @@ class TrainRequest:
     moe_comm_overlap: bool = True
     """`--no-moe-comm-overlap` turns it off: Megatron's expert-parallel all-to-all overlap
     (--overlap-moe-expert-parallel-comm) where it can run (train.moe_comm_overlap_possible)."""
+    moe_dispatcher: MoeDispatcher = "auto"
+    """`--moe-dispatcher`, MoE with EP: auto (DeepEP where it can run and prices faster, else
+    alltoall), alltoall (Megatron's NCCL all-to-all dispatcher) or deepep (Megatron's flex
+    dispatcher on DeepEP; train.moe_dispatcher_for)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
     engine: TrainEngine = "megatron"
@@ -319,6 +325,11 @@ class TrainRequest:
                                    ("--micro-batch", self.micro_batch, MAX_SEQUENCES),
                                    ("--virtual-stages", self.virtual_stages, MAX_VIRTUAL_STAGES)):
             check_positive(flag, value, upper)
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise SpecError(f"--moe-dispatcher: must be one of {', '.join(MOE_DISPATCHERS)} (got {self.moe_dispatcher})")
+        if self.moe_dispatcher == "deepep" and self.engine != "megatron":
+            raise SpecError(f"--moe-dispatcher deepep: only with --engine megatron (its flex token dispatcher); "
+                            f"the {self.engine} plan prices NCCL all-to-alls")
         if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
             raise SpecError(f"--fp8-recipe: must be one of {', '.join(FP8_RECIPES)} (got {self.fp8_recipe})")
         if self.fp8_recipe is not None and self.precision != "fp8":

@@ -26,6 +26,7 @@ from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
+from planner.cost.moe import deepep_training_buffer_bytes, deepep_training_refusal
 from planner.cost.params import (
     layer_params_per_gpu,
     matmul_precision_of_dtype,
@@ -48,11 +49,19 @@ from planner.cost.training_time import (
     TrainRates,
     dp_collectives,
     dp_link,
+    ep_seconds_per_layer,
     layer_terms,
     stage_seconds,
     step_times,
 )
-from planner.layout import Placement, Rejected, TrainConfig, groups_cross_nodes, place
+from planner.layout import (
+    Placement,
+    Rejected,
+    TrainConfig,
+    ep_group_topology,
+    groups_cross_nodes,
+    place,
+)
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
@@ -411,7 +420,7 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
         ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
-         c.grad_reduce, c.precision, c.fp8_recipe), _stage_states, model, c, layers, memo)
+         c.grad_reduce, c.precision, c.fp8_recipe, c.moe_dispatcher), _stage_states, model, c, layers, memo)
     stages = stages or candidate_worst_stages(c)
     extra_forwards = int(c.moe_comm_overlap)  # the combined 1F1B's one more forward
     in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages, extra_forwards),
@@ -442,7 +451,9 @@ def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int]
     """(fixed overhead, then _stage_state_bytes of the first, a middle and the last stage):
     what a stage's memory holds besides activations. The overhead is the CUDA context, the
     workspace and one NCCL communicator for each parallel group the layout uses (EP and CP
-    included); the allocator's fragmentation of the activations comes on top."""
+    included), and DeepEP's buffers when the experts' tokens move on it
+    (moe.deepep_training_buffer_bytes); the allocator's fragmentation of the activations comes
+    on top."""
     params = memo.get(("stage_params", c.tp, c.pp, layers, c.ep), stage_params_per_gpu, model, c.tp, c.pp, layers,
                       c.ep)
     experts = params.routed_experts
@@ -451,6 +462,8 @@ def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int]
     num_groups = (c.tp > 1) + (c.pp > 1) + (c.dp_cp > 1) + (c.ep > 1) + (c.cp > 1)
     fixed_overhead = (efficiency.CUDA_CONTEXT_BYTES + efficiency.TRAIN_WORKSPACE_BYTES
                       + num_groups * efficiency.NCCL_BUFFER_BYTES_LARGER)
+    if c.moe_dispatcher == "deepep":
+        fixed_overhead += deepep_training_buffer_bytes(model, c.ep)
     return (fixed_overhead, *(
         _stage_state_bytes(model, stage_params, c, num_layers, stage_experts)
         for stage_params, num_layers, stage_experts in zip(
@@ -586,6 +599,69 @@ def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config:
             or "its one more forward in flight does not fit in memory")
 
 
+DEEPEP_BLACKWELL_GPUS = ("B200", "B300")
+"""Blackwell parts DeepEP runs on (Megatron-Bridge's apply_flex_dispatcher_backend,
+src/megatron/bridge/training/flex_dispatcher_backend.py: compute capability 8.x or 9.x, or a
+device named NVIDIA B200 / B300; GB200 and GB300 racks run HybridEP instead)."""
+
+
+def deepep_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) -> str | None:
+    """Why Megatron's flex dispatcher cannot run on DeepEP for this configuration, in words (None:
+    it can): expert parallelism; an NVIDIA Ampere or Hopper GPU, or a B200 / B300 (DEEPEP_BLACKWELL_GPUS);
+    NVLink inside the node (DeepEP's intranode kernels); an RDMA network (InfiniBand or RoCE)
+    when the EP group spans nodes; an EP group size DeepEP has a configuration for, whole 8-GPU
+    nodes beyond 8 ranks (moe.deepep_training_refusal). Megatron's flex dispatcher needs TP x EP
+    > 1 (token_dispatcher.py core_v0.19.0), which EP > 1 gives."""
+    if not model.is_moe or config.ep <= 1:
+        return "there is no expert parallelism"
+    gpu = cluster.gpu
+    major = None if gpu.compute_capability is None else int(gpu.compute_capability)
+    if not (major in (8, 9) or (major == 10 and gpu.name.startswith(DEEPEP_BLACKWELL_GPUS))):
+        return f"DeepEP runs on NVIDIA Ampere, Hopper, B200 and B300 GPUs, not {gpu.name}"
+    if cluster.intra_node is None or cluster.intra_node.kind != "nvlink":
+        kind = "no GPU-to-GPU link" if cluster.intra_node is None else cluster.intra_node.kind
+        return f"DeepEP moves tokens inside a node over NVLink (this node has {kind})"
+    group = ep_group_topology(cluster, config.layout, pp_outermost=True)
+    assert group is not None, "ep > 1 has a group"
+    if group.num_nodes > 1 and (cluster.inter_node is None or cluster.inter_node.kind == "ethernet"):
+        return "DeepEP crosses nodes over RDMA (InfiniBand or RoCE), which this cluster's network is not"
+    return deepep_training_refusal(config.ep, group.ranks_per_node)
+
+
+def moe_dispatcher_for(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig,
+                       rates: TrainRates) -> str:
+    """The token dispatcher the plan runs: alltoall without EP, on another engine or when asked;
+    deepep when asked (the estimate rejects configurations DeepEP cannot run: deepep_refusal);
+    auto: deepep where it can run and one of its transfers prices below one NCCL all-to-all at
+    this layout and micro-batch (ep_seconds_per_layer both ways), else alltoall."""
+    if not model.is_moe or config.ep <= 1 or request.engine != "megatron" or request.moe_dispatcher == "alltoall":
+        return "alltoall"
+    if request.moe_dispatcher == "deepep":
+        return "deepep"
+    if deepep_refusal(model, cluster, config) is not None:
+        return "alltoall"
+    chunk = act.context_parallel_chunk_tokens(request.seq_len, config.cp)
+    nccl = ep_seconds_per_layer(model, cluster, config.with_(moe_dispatcher="alltoall"), chunk, rates)
+    deepep = ep_seconds_per_layer(model, cluster, config.with_(moe_dispatcher="deepep"), chunk, rates)
+    return "deepep" if deepep.alltoall_seconds < nccl.alltoall_seconds else "alltoall"
+
+
+def moe_dispatcher_off_reason(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                              config: TrainConfig) -> str | None:
+    """Why an EP configuration runs Megatron's NCCL all-to-all dispatcher rather than DeepEP, in
+    words (None: it runs DeepEP, there is no EP, or the request asked for alltoall)."""
+    if not (model.is_moe and config.ep > 1) or config.moe_dispatcher == "deepep" or request.moe_dispatcher == "alltoall":
+        return None
+    if request.engine != "megatron":
+        return f"the {request.engine} plan prices NCCL all-to-alls"
+    refusal = deepep_refusal(model, cluster, config)
+    if refusal is not None:
+        return refusal
+    if moe_dispatcher_for(model, cluster, request, config, train_rates(model, cluster)) == "deepep":
+        return "DeepEP's buffers do not fit in memory"
+    return "its transfers price no faster here"
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
@@ -595,7 +671,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     rotation = CP_KV_ROTATION[engine]
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
-                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, rotation),
+                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation)
     return placement, terms
 
@@ -605,7 +681,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     """The estimate of one configuration, or the reasons it cannot run. `memo` is the
     search's (values that repeat across its configurations); standalone calls get a new one.
     Megatron's combined 1F1B (moe_comm_overlap_for) runs where its one more forward in flight
-    fits; where only that does not, the configuration runs without it."""
+    fits; where only that does not, the configuration runs without it. Likewise DeepEP
+    (moe_dispatcher_for, auto) where only its buffers do not fit: NCCL all-to-alls instead."""
     memo = memo or Memo()
     B, s = request.global_batch, request.seq_len
     given = c = config
@@ -633,6 +710,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                                               moe_comm_overlap_for, model, request, config)
     if config.moe_comm_overlap != moe_overlap:
         config = config.with_(moe_comm_overlap=moe_overlap)
+    if config.ep > 1:
+        if request.moe_dispatcher == "deepep" and request.engine == "megatron":
+            refusal = memo.get(("deepep_refusal", config.tp, config.pp, config.dp, config.cp, config.ep),
+                               deepep_refusal, model, cluster, config)
+            if refusal is not None:
+                return Rejected(config.layout, (f"--moe-dispatcher deepep: {refusal}",))
+        # moe_dispatcher_for reads only these fields of the request and configuration
+        dispatcher = memo.get(("moe_dispatcher", request.moe_dispatcher, config.tp, config.pp, config.dp, config.cp,
+                               config.ep, config.micro_batch_size),
+                              moe_dispatcher_for, model, cluster, request, config, rates)
+        if config.moe_dispatcher != dispatcher:
+            config = config.with_(moe_dispatcher=dispatcher)
     imbalance = expert_imbalance(request)
     config = with_stage_split(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
@@ -643,6 +732,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
             return estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo)
+        if config.moe_dispatcher == "deepep" and request.moe_dispatcher == "auto":  # DeepEP's buffers: without
+            return estimate(model, cluster, given, replace(request, moe_dispatcher="alltoall"), rates, memo)
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
@@ -720,7 +811,7 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.moe_comm_overlap,
-           c.grad_reduce)
+           c.moe_dispatcher, c.grad_reduce)
     chosen = memo.get(("stage_split", v, engine, key), _chosen_split, model, cluster, c, seq_len, rates, memo,
                       imbalance, engine, key)
     assert chosen is not None, "config_reasons lets through only configurations with a split"
@@ -785,7 +876,8 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
 
 
 MOE_TRAINING_CAVEAT = ("MoE training times are not calibrated: NVIDIA's published MoE runs (Megatron-Bridge) "
-                       "mostly take longer than planned, most where the experts' all-to-all stays in a node "
+                       "take longer than planned (a median 36%; 1-7 ms per MoE layer and micro-batch of host-bound "
+                       "work is not priced), so compare MoE layouts with each other, not with a deadline "
                        "(docs/cost-model.md, Known limitations).")
 
 

@@ -112,6 +112,30 @@ def test_training_commands_start_with_every_option(model_name, cluster_name, meg
 
 
 @pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
+def test_deepep_commands_start(megatron, engine_check):
+    """--moe-dispatcher deepep: every feasible configuration's command (EP 2-16 of Qwen3-30B-A3B
+    on two H100 nodes, the flex dispatcher with --moe-enable-deepep) starts at each release,
+    and --moe-dispatcher alltoall keeps the alltoall dispatcher and no DeepEP flag."""
+    from planner.emit.megatron import megatron_steps
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("2x8xH100")
+    versions = EngineVersions(megatron=megatron)
+    for dispatcher in ("deepep", "alltoall"):
+        request = TrainRequest(global_batch=256, seq_len=4096, engine_versions=versions, moe_dispatcher=dispatcher)
+        plan = train_launchable(model, search(model, cluster, request))
+        problems, degrees = [], set()
+        for estimate in plan.layouts:
+            (step,) = megatron_steps(model, cluster, estimate.config, 256, 4096)
+            problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
+            if estimate.config.ep > 1:
+                degrees.add(estimate.config.ep)
+                expected = "flex" if dispatcher == "deepep" else "alltoall"
+                assert step.argv[step.argv.index("--moe-token-dispatcher-type") + 1] == expected
+                assert ("--moe-enable-deepep" in step.argv) == (dispatcher == "deepep")
+        assert problems == [] and {2, 4, 8, 16} <= degrees
+
+
+@pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
 def test_context_parallel_commands_start(megatron, engine_check):
     """Long sequences: every feasible configuration's command, cp 1 to 4 (--context-parallel-size,
     --cp-comm-type p2p; arguments.py at each release), and CUDA_DEVICE_MAX_CONNECTIONS=1 with

@@ -143,7 +143,7 @@ def expected_parts_hit(model: ModelSpec, parts: int) -> float:
 
 
 def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, backend: str, phase: str,
-                   ranks_per_node: int, num_nodes: int) -> tuple[float, float]:
+                   ranks_per_node: int, num_nodes: int, message_bytes: float | None = None) -> tuple[float, float]:
     """(NVLink bytes, RDMA bytes) one GPU sends in one DeepEP dispatch or combine of its
     tokens over an EP group of n = ep ranks, g per node on num_nodes nodes:
     low latency   a message per (token, expert) pair, each to its expert's rank: of the N*e
@@ -152,10 +152,12 @@ def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, bac
                   node holding one of its experts (DeepEP's internode kernels send it to one GPU
                   there, which forwards it over NVLink), N * (nodes hit - P(own node hit));
                   inside the node one per other rank hit, N * ranks hit * (g-1)/n.
-    Messages: deepep_dispatch_message_bytes / deepep_combine_message_bytes. Uniform routing
-    (expected_parts_hit); DeepEP csrc/legacy (internode_ll.cu, internode.cu), commit dd758ca."""
+    Messages: `message_bytes`, else vLLM's deepep_dispatch_message_bytes /
+    deepep_combine_message_bytes. Uniform routing (expected_parts_hit); DeepEP csrc/legacy
+    (internode_ll.cu, internode.cu), commit dd758ca."""
     n, g = layout.ep, ranks_per_node
-    message = deepep_dispatch_message_bytes(model) if phase == "dispatch" else deepep_combine_message_bytes(model)
+    message = message_bytes if message_bytes is not None else (
+        deepep_dispatch_message_bytes(model) if phase == "dispatch" else deepep_combine_message_bytes(model))
     if backend == "deepep_low_latency":
         sent = tokens_per_rank * model.num_experts_per_tok * message
         return sent * (g - 1) / n, sent * (n - g) / n
@@ -181,3 +183,77 @@ def deepep_ll_buffer_bytes(model: ModelSpec, max_tokens_per_rank: int = BATCHED_
     signalling = -(-experts * 4 // 128) * 128
     total = 2 * send + 2 * receive + 2 * signalling
     return (total + 128) // 128 * 128
+
+
+# Megatron-Core's flex token dispatcher on DeepEP (training): megatron/core/transformer/moe/
+# token_dispatcher.py (MoEFlexTokenDispatcher, _DeepepManager) and fused_a2a.py (get_buffer),
+# core_v0.14.0 and core_v0.19.0; DeepEP's normal (high-throughput) kernels, commit dd758ca.
+
+DEEPEP_NUM_SMS = 20
+"""SMs DeepEP's normal kernels run on in Megatron: --moe-deepep-num-sms' default (core_v0.14.0;
+core_v0.19.0 leaves moe_flex_dispatcher_num_sms None and DeepEP's Buffer.num_sms, 20, stands).
+Two SMs per channel: 10 channels."""
+DEEPEP_NVL_PEERS = 8
+"""LEGACY_NUM_MAX_NVL_PEERS: DeepEP's internode kernels pair each GPU with exactly 8 NVLink
+peers (csrc/kernels/legacy/compiled.cuh); a group of more than 8 ranks must be whole 8-GPU nodes."""
+DEEPEP_RECV_TOKENS = {2: (256, 0), 4: (256, 0), 8: (256, 0), 16: (288, 140), 24: (288, 128), 32: (288, 128),
+                      48: (288, 128), 64: (288, 128), 96: (480, 132), 128: (560, 132), 144: (720, 132),
+                      160: (720, 132)}
+"""EP group sizes DeepEP has configurations for (Buffer.get_dispatch_config / get_combine_config
+in deep_ep/buffers/legacy.py; any other size asserts "Unsupported number of EP ranks"), each
+with the larger of the two configurations' NVLink receive chunk (tokens) and RDMA receive chunk
+(rounded up to a multiple of its send chunk by Config's constructor, csrc/legacy/config.hpp):
+what sizes the buffers Megatron's get_buffer allocates."""
+DEEPEP_MAX_TOPK = 128
+"""kNumMaxTopK and kNumMaxScales of DeepEP's buffer size hints: every buffered token reserves
+128 top-k indices (int64), 128 weights and 128 scales (fp32) whatever the model's top-k."""
+DEEPEP_SOURCE_META_BYTES = 8
+"""sizeof(internode::SourceMeta): two ints per buffered token (csrc/kernels/legacy/internode.cu)."""
+
+
+def deepep_training_message_bytes(model: ModelSpec, phase: str) -> float:
+    """One token's message in one of DeepEP's normal-mode transfers as Megatron sends it: the
+    16-bit hidden state (fused_a2a.get_hidden_bytes: h * max(element size, 2); Megatron does not
+    dispatch in fp8), plus on the dispatch the source metadata and the top-k indices and weights
+    (int32 and fp32 each), rounded up to 16 bytes (internode.cu get_num_bytes_per_token).
+    DeepSeek-V3 (h 7,168, e 8): dispatch 14,336 + 8 + 64 = 14,408 -> 14,416 B; combine 14,336 B."""
+    hidden = 2 * model.hidden_size
+    if phase != "dispatch":
+        return float(hidden)
+    raw = hidden + DEEPEP_SOURCE_META_BYTES + 8 * model.num_experts_per_tok
+    return float(-(-raw // 16) * 16)
+
+
+def deepep_training_refusal(ep: int, ranks_per_node: int) -> str | None:
+    """Why DeepEP cannot run an EP group of `ep` ranks, `ranks_per_node` of them on each node, in
+    words (None: it can): DeepEP has configurations for DEEPEP_RECV_TOKENS' sizes only, and a
+    group of more than 8 ranks must hold 8 GPUs of each node (DEEPEP_NVL_PEERS)."""
+    if ep not in DEEPEP_RECV_TOKENS:
+        return f"DeepEP has no configuration for {ep} EP ranks ({', '.join(map(str, DEEPEP_RECV_TOKENS))})"
+    if ep > DEEPEP_NVL_PEERS and ranks_per_node != DEEPEP_NVL_PEERS:
+        return f"DeepEP spans nodes only with 8 EP ranks on each node (this group has {ranks_per_node})"
+    return None
+
+
+def deepep_training_buffer_bytes(model: ModelSpec, ep: int) -> float:
+    """DeepEP's NVLink and RDMA buffers on every GPU of the EP group, as Megatron's get_buffer sizes
+    them (the larger of Config.get_nvl_buffer_size_hint and get_rdma_buffer_size_hint over the
+    dispatch and combine configurations, csrc/legacy/config.hpp), C = DEEPEP_NUM_SMS / 2 channels,
+    R_n = min(ep, 8) NVLink ranks, R_r = ep / 8 RDMA ranks (0 within a node), T_n and T_r the
+    receive chunks (DEEPEP_RECV_TOKENS), H = 2h:
+    NVLink  C R_n (2 max(R_r, 1) + 3) 4 + C R_n T_n (H + 8 + 128*8 + 128*4 + 128*4)
+    RDMA    C R_r (8*2 + 2) 2*4 + C R_r T_r 2 (H + 8 + 128*8 + 128*4 + 128*4 + 16)
+    each rounded up to 128 B. DeepSeek-V3 (h 7,168) at ep 32: NVLink 10*8*11*4 + 10*8*288*16,392
+    = 377,675,200 -> 377,675,264 B, RDMA 10*4*18*8 + 10*4*128*2*16,408 = 168,023,680 B: 545,698,944 B."""
+    if ep <= 1 or ep not in DEEPEP_RECV_TOKENS:
+        return 0.0
+    channels = DEEPEP_NUM_SMS // 2
+    hidden = 2 * model.hidden_size
+    nvl_ranks, rdma_ranks = min(ep, DEEPEP_NVL_PEERS), (ep // DEEPEP_NVL_PEERS if ep > DEEPEP_NVL_PEERS else 0)
+    nvl_tokens, rdma_tokens = DEEPEP_RECV_TOKENS[ep]
+    per_token = hidden + DEEPEP_SOURCE_META_BYTES + DEEPEP_MAX_TOPK * (8 + 4 + 4)
+    nvl = (channels * nvl_ranks * (2 * max(rdma_ranks, 1) + 3) * 4
+           + channels * nvl_ranks * nvl_tokens * per_token)
+    rdma = (channels * rdma_ranks * (2 * DEEPEP_NVL_PEERS + 2) * 2 * 4
+            + channels * rdma_ranks * rdma_tokens * 2 * (per_token + 16)) if rdma_ranks else 0
+    return float(-(-nvl // 128) * 128 + -(-rdma // 128) * 128)

@@ -37,6 +37,8 @@ from planner.cost.flops import (
     moe_mlp_gemms_forward,
 )
 from planner.cost.moe import (
+    deepep_traffic,
+    deepep_training_message_bytes,
     ep_alltoall_message_bytes,
     expert_load_factor,
     moe_layers_of,
@@ -58,6 +60,7 @@ from planner.cost.training_memory import (
 )
 from planner.layout import (
     GroupTopology,
+    Layout,
     Link,
     Placement,
     TrainConfig,
@@ -429,9 +432,11 @@ class EpSeconds:
     """Expert parallelism of one MoE layer, one micro-batch, one GPU (all 0 without EP)."""
 
     alltoall_seconds: float = 0.0
-    """One dispatch or combine all-to-all of message_bytes over the EP group."""
+    """One dispatch or combine all-to-all of message_bytes over the EP group (DeepEP: the mean
+    of its dispatch and its combine)."""
     message_bytes: float = 0.0
-    """S = b*s/t * k * h * e: what one GPU sends in one all-to-all."""
+    """S = b*s/t * k * h * e: what one GPU sends in one all-to-all (DeepEP: its NVLink and RDMA
+    bytes, the mean of dispatch and combine)."""
     num_alltoalls: int = 0
     """Per MoE layer: dispatch + combine forward and backward (4), 6 with full recompute."""
     imbalance_seconds: float = 0.0
@@ -445,6 +450,9 @@ class EpSeconds:
     exposed_seconds_per_moe_layer: float | None = None
     """With --overlap-moe-expert-parallel-comm, what one MoE layer's all-to-alls leave exposed
     (moe_overlap_exposed_seconds); None without it: all of them."""
+    dispatcher: str = "alltoall"
+    """The token dispatcher priced: alltoall (NCCL all-to-alls) or deepep (Megatron's flex
+    dispatcher on DeepEP's normal kernels)."""
 
     @property
     def alltoall_seconds_per_moe_layer(self) -> float:
@@ -474,7 +482,9 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     2*k*P_x*b*s/t / R on the busiest GPU, u = `imbalance` (--expert-imbalance), n_pass = 3 (4 with full
     recompute), R the linear GEMM rate. The probe's all-to-all curve replaces the model where
     it measured this link at ep ranks. All exposed here; layer_terms prices Megatron's
-    combined 1F1B (--overlap-moe-expert-parallel-comm) where the configuration runs it."""
+    combined 1F1B (--overlap-moe-expert-parallel-comm) where the configuration runs it.
+    config.moe_dispatcher deepep: the same count of transfers on DeepEP instead
+    (deepep_alltoall_seconds)."""
     layout, b = config.layout, config.micro_batch_size
     if config.ep <= 1 or not model.is_moe:
         return EpSeconds()
@@ -488,9 +498,36 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(
         rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
     link = group.inter or group.intra
+    if config.moe_dispatcher == "deepep":
+        seconds, sent = deepep_alltoall_seconds(model, layout, group, b * s / config.tp)
+        return EpSeconds(seconds, sent, 6 if full else 4, imbalance, share, None if link is None else link.kind,
+                         dispatcher="deepep")
     curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
     return EpSeconds(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 6 if full else 4,
                      imbalance, share, None if link is None else link.kind, curve is not None)
+
+
+def deepep_alltoall_seconds(model: ModelSpec, layout: Layout, group: GroupTopology,
+                            tokens_per_rank: float) -> tuple[float, float]:
+    """(seconds, bytes sent) of one DeepEP transfer in Megatron's flex dispatcher, the mean of the
+    dispatch and the combine (the backward runs each one's mirror: the combine's gradient is a
+    dispatch, the dispatch's a combine). Each is DeepEP's normal (high-throughput) kernel
+    (moe.deepep_traffic: a token crosses to another node once per node holding one of its
+    experts, and to another GPU of its node once per GPU hit) with Megatron's messages
+    (moe.deepep_training_message_bytes: 16-bit hidden states), priced by comm.deepep_seconds
+    with DeepEP's measured fixed cost over the group's nodes
+    (efficiency.deepep_fixed_seconds("deepep_high_throughput", nodes)). tokens_per_rank: the
+    GPU's b*s/t sequence-parallel tokens. Megatron's token_dispatcher.py (MoEFlexTokenDispatcher)
+    and fused_a2a.py, core_v0.19.0; docs/cost-model.md (Expert parallelism: DeepEP in training)."""
+    backend = "deepep_high_throughput"
+    fixed = efficiency.deepep_fixed_seconds(backend, group.num_nodes)
+    seconds = sent = 0.0
+    for phase in ("dispatch", "combine"):
+        nvlink, rdma = deepep_traffic(model, layout, tokens_per_rank, backend, phase, group.ranks_per_node,
+                                      group.num_nodes, deepep_training_message_bytes(model, phase))
+        seconds += comm.deepep_seconds(nvlink, rdma, group, fixed) / 2
+        sent += (nvlink + rdma) / 2
+    return seconds, sent
 
 
 @dataclass(frozen=True)

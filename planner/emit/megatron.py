@@ -283,16 +283,22 @@ def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
     """MoE execution (megatron/training/arguments.py core_v0.19.0): the experts' GEMMs grouped
     (--moe-grouped-gemm; the training estimate prices them as grouped GEMMs,
     flops.moe_mlp_gemms_forward). EP: --expert-model-parallel-size ep with whole experts per
-    GPU (--expert-tensor-parallel-size 1; its default is tp) and the alltoall token
-    dispatcher (the all-to-alls the estimate prices); without EP Megatron's default allgather
-    dispatcher, whose TP all-gather and reduce-scatter are the sequence-parallel pair the
-    dense MLP would have."""
+    GPU (--expert-tensor-parallel-size 1; its default is tp) and the token dispatcher the
+    estimate priced: alltoall (NCCL all-to-alls), or the flex dispatcher on DeepEP
+    (--moe-token-dispatcher-type flex --moe-enable-deepep: core_v0.14.0 needs the second flag,
+    core_v0.19.0 accepts it and maps it to its default --moe-flex-dispatcher-backend deepep,
+    transformer_config.py __post_init__; the launch needs the deep_ep package); without EP
+    Megatron's default allgather dispatcher, whose TP all-gather and reduce-scatter are the
+    sequence-parallel pair the dense MLP would have."""
     if not model.is_moe:
         return []
     args = ["--moe-grouped-gemm"]
     if config.ep > 1:
-        args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", "1",
-                 "--moe-token-dispatcher-type", "alltoall"]
+        args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", "1"]
+        if config.moe_dispatcher == "deepep":
+            args += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
+        else:
+            args += ["--moe-token-dispatcher-type", "alltoall"]
     return args
 
 

@@ -26,6 +26,7 @@ from planner.render.common import (
 from planner.train import (
     TrainEstimate,
     moe_comm_overlap_off_reason,
+    moe_dispatcher_off_reason,
     tp_comm_overlap_off_reason,
     training_caveats,
 )
@@ -120,7 +121,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     parts = {"compute": t.compute, "bubble": t.bubble, "TP comm": t.tp_comm,
              "PP comm": t.pp_comm, "DP comm (exposed)": t.dp_comm_exposed}
     if c.ep > 1:
-        parts["EP all-to-all"] = t.ep_comm
+        parts["EP DeepEP" if c.moe_dispatcher == "deepep" else "EP all-to-all"] = t.ep_comm
     if c.cp > 1:
         parts["CP ring (exposed)"] = t.cp_comm
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
@@ -140,6 +141,9 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
     if moe_off is not None:
         lines.append(f"EP all-to-all overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
+    no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
+    if no_deepep is not None:
+        lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
@@ -155,7 +159,8 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     def shown(c: TrainConfig) -> tuple[str, ...]:
         on = {True: "on", False: "off"}
         return (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
-                f"TP comm overlap {on[c.tp_comm_overlap]}", f"EP all-to-all overlap {on[c.moe_comm_overlap]}")
+                f"TP comm overlap {on[c.tp_comm_overlap]}", f"EP all-to-all overlap {on[c.moe_comm_overlap]}",
+                f"{'DeepEP' if c.moe_dispatcher == 'deepep' else 'NCCL all-to-all'} dispatcher")
 
     return "".join(f", {mine}" for mine, theirs in zip(shown(other.config), shown(best.config), strict=True)
                    if mine != theirs)
@@ -185,7 +190,9 @@ def _ep_link(e: TrainEstimate) -> str:
     """The EP group's all-to-all link and its time per MoE layer and micro-batch."""
     if e.config.ep <= 1:
         return ""
-    text = (f"; expert parallel (ep={e.config.ep}) all-to-all on {e.alltoall_link}, "
+    exchange = ("DeepEP dispatch and combine (Megatron's flex dispatcher; needs the deep_ep package)"
+                if e.config.moe_dispatcher == "deepep" else "all-to-all")
+    text = (f"; expert parallel (ep={e.config.ep}) {exchange} on {e.alltoall_link}, "
             f"{ms(e.alltoall_seconds_per_layer)} per MoE layer and micro-batch")
     ep = e.layer_terms.ep if e.layer_terms is not None else None
     if e.config.moe_comm_overlap and ep is not None and ep.exposed_seconds_per_moe_layer is not None:
@@ -297,6 +304,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,
         "precision": c.precision, "fp8_recipe": c.fp8_recipe,
         "tp_comm_overlap": c.tp_comm_overlap, "moe_comm_overlap": c.moe_comm_overlap,
+        "moe_dispatcher": c.moe_dispatcher if c.ep > 1 else None,
         "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,
         "memory": {"weights_bytes": mem.weights_bytes, "gradient_bytes": mem.gradient_bytes,
                    "optimizer_bytes": mem.optimizer_bytes, "activation_bytes": mem.activation_bytes,
