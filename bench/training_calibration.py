@@ -22,7 +22,9 @@ planner estimates exactly that configuration (planner.train.estimate):
   current scaling); bf16 main gradients for the Megatron-Bridge containers (grad_reduce_for);
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
   25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
-  not fit without recompute is re-estimated with selective, then full; the row says which.
+  not fit without recompute is re-estimated with outputs (MoE and MLA models: Megatron's
+  output-discarding checkpoints, which the GPT-OSS and DeepSeek-V3 recipes run), selective,
+  then full; the row says which.
 
 The MoE rows (tests/fixtures/nemo_moe_training_perf.csv, --moe: DeepSeek-V3, GPT-OSS-120B,
 Qwen3-30B-A3B and Qwen3-235B-A22B from the same archive) add the row's ep (Megatron's
@@ -75,7 +77,7 @@ GPUS_PER_NODE = 8
 SYSTEM_GPU = {"DGX-H100": "H100", "DGX-B200": "B200"}
 FP8_RECIPES = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (recipe not stated)": "delayed"}
 """Published fp8 precision -> --fp8-recipe; an fp8 label not here raises (KeyError)."""
-RECOMPUTE_LEVELS = ("none", "selective", "full")
+RECOMPUTE_LEVELS = ("none", "outputs", "selective", "full")
 UNLIMITED_GIB = 10_000.0
 """GPU memory for the what-if estimates: no configuration is out of memory."""
 BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm", "ep_comm")

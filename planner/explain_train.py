@@ -159,12 +159,18 @@ def cp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage] * (c.cp - 1)
     phases = [("forward", "ring: next KV chunk", cp.kv_chunk_bytes, cp.send_seconds),
               ("backward", "ring: KV and dKV", 2 * cp.kv_chunk_bytes, cp.total / (c.cp - 1)
-               - (1 if c.recompute == "none" else 2) * cp.send_seconds)]
-    if c.recompute != "none":
+               - (2 if reruns_attention(c) else 1) * cp.send_seconds)]
+    if reruns_attention(c):
         phases.append(("recompute", "the forward's again", cp.kv_chunk_bytes, cp.send_seconds))
     return [collective_row(phase, name, "send", c.cp, cp.link or "-", num_bytes,
                            lambda n: comm.p2p_seconds(n, link), seconds, False, per_step, e.step_time_seconds)
             for phase, name, num_bytes, seconds in phases]
+
+
+def reruns_attention(config) -> bool:
+    """Selective and full recompute run the attention forward (and CP's ring) again; "outputs"
+    does not (training_time.cp_seconds_per_layer)."""
+    return config.recompute in ("selective", "full")
 
 
 def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:

@@ -599,6 +599,23 @@ def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config:
             or "its one more forward in flight does not fit in memory")
 
 
+def outputs_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | None:
+    """Why recompute "outputs" (Megatron's --recompute-modules moe_act layernorm mla_up_proj,
+    activations.outputs_recompute_modules) is not a level for this model and request, in words
+    (None: it is): Megatron only; a model with MoE or MLA layers (a dense GQA model's norms are
+    fused into TE's LayerNormLinear / LayerNormMLP, which keep their own outputs); not with fp8
+    delayed scaling (TransformerConfig.__post_init__ core_v0.14.0 and core_v0.19.0: "Delayed
+    scaling does not support moe_act and layernorm recompute for fp8")."""
+    if request.engine != "megatron":
+        return f"{request.engine} has no output-discarding recompute (Megatron's --recompute-modules)"
+    if not act.outputs_recompute_modules(model):
+        return (f"{model.name} has neither MoE nor MLA layers, whose norm, activation and up-projection "
+                f"outputs it discards (Transformer Engine keeps a dense layer's inside its fused modules)")
+    if request.precision == "fp8" and request.resolved_fp8_recipe == "delayed":
+        return "Megatron refuses moe_act and layernorm recompute with fp8 delayed scaling (--fp8-recipe delayed)"
+    return None
+
+
 DEEPEP_BLACKWELL_GPUS = ("B200", "B300")
 """Blackwell parts DeepEP runs on (Megatron-Bridge's apply_flex_dispatcher_backend,
 src/megatron/bridge/training/flex_dispatcher_backend.py: compute capability 8.x or 9.x, or a
@@ -688,6 +705,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     given = c = config
     reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep), structural_reasons, model, c.tp, c.pp, c.dp, B, c.ep)
     reasons = reasons or engine_reasons(model, c, request) or config_reasons(model, config, B, request.engine)
+    if not reasons and c.recompute == "outputs":
+        refusal = outputs_recompute_refusal(model, request)
+        reasons = [f"recompute outputs: {refusal}"] if refusal else []
     if reasons:
         return Rejected(config.layout, tuple(reasons))
     check_precision(cluster, request.precision, request.resolved_fp8_recipe)
@@ -876,8 +896,9 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
 
 
 MOE_TRAINING_CAVEAT = ("MoE training times are not calibrated: NVIDIA's published MoE runs (Megatron-Bridge) "
-                       "take longer than planned (a median 36%; 1-7 ms per MoE layer and micro-batch of host-bound "
-                       "work is not priced), so compare MoE layouts with each other, not with a deadline "
+                       "take longer than planned (a median 40%: 1-10 ms per MoE layer and micro-batch of host-bound "
+                       "and model-specific work is not priced), so compare MoE layouts with each other, not with "
+                       "a deadline "
                        "(docs/cost-model.md, Known limitations).")
 
 

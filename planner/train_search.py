@@ -5,12 +5,12 @@ Space: every (tp, pp, dp) with tp*pp*dp = GPUs, and context parallelism splittin
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
 layers per stage, or (L+2)/p with the embedding and loss counted as layers) | gpipe; when
 pp does not divide the layers (or v the layers per stage), the split estimate() picks for
-each configuration (cost/stage_split.py, not a search dimension); recompute none | selective | full; sequence parallelism;
+each configuration (cost/stage_split.py, not a search dimension); recompute none | outputs (MoE, MLA) | selective | full; sequence parallelism;
 ZeRO 0/1 (0-3 without pipeline parallelism). A flag fixes any of them.
 
 Pruning, each justified by the cost model (planner/cost/training_time.py):
 - recompute: with everything else equal more recomputation only adds time, so the first
-  of none, selective, full that fits is kept;
+  of none, outputs, selective, full that fits is kept;
 - GPipe: the bubble of 1F1B with m instead of p micro-batches in flight, so only when asked;
 - micro-batch: memory grows with b, so once full recomputation does not fit, larger b stop,
   and a larger b starts at the least recomputation that fitted the smaller one (the levels
@@ -36,6 +36,7 @@ from planner.train import (
     TrainEstimate,
     estimate,
     has_layout_split,
+    outputs_recompute_refusal,
     structural_reasons,
     tp_comm_overlap_for,
     train_rates,
@@ -53,7 +54,10 @@ rank's GEMMs run b*s/cp rows; and it keeps the search at 16,384 GPUs within its 
 (bench/bench_plan.py)."""
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
-RECOMPUTE_ORDER = ("none", "selective", "full")
+RECOMPUTE_ORDER = ("none", "outputs", "selective", "full")
+"""Recompute levels from the least added time: "outputs" (Megatron's output-discarding
+checkpoints, MoE and MLA models: train.outputs_recompute_refusal) reruns elementwise kernels
+and MLA's up-projections; selective the attention core; full the whole forward."""
 MAX_REASONS_PER_LAYOUT = 4
 
 
@@ -192,7 +196,7 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
         return [], Rejected(layout, tuple(reasons)), 1
     found: list[TrainEstimate] = []
     tally = _Tally()
-    recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_ORDER)
+    recomputes = [request.recompute] if request.recompute else recompute_levels(model, request)
     micro_batches = micro_batch_options(request, dp)
     zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
     sps = engine_sp_options(model, request, tp)
@@ -247,13 +251,21 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     return [], Rejected(layout, tally.reasons() or ("no configuration to try",), over, tally.total), num_configs
 
 
+def recompute_levels(model: ModelSpec, request: TrainRequest) -> list[str]:
+    """RECOMPUTE_ORDER less "outputs" where it is not a level (outputs_recompute_refusal)."""
+    if outputs_recompute_refusal(model, request) is None:
+        return list(RECOMPUTE_ORDER)
+    return [level for level in RECOMPUTE_ORDER if level != "outputs"]
+
+
 def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, recomputes: list[str],
                    rates: TrainRates, base: TrainConfig, first: int,
                    memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
     With flash attention selective recompute drops nothing (activations.py: no scores are
-    kept), so after no recompute ran out of memory it is skipped: it would too, by as much.
+    kept), so after a lesser level ran out of memory it is skipped: it keeps no recompute's
+    bytes, at least as many as "outputs" keeps.
     Also the index (counted from `first`) of the recompute level it stopped at: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
@@ -307,6 +319,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan."""
     engines.check_request(model, request)
+    if request.recompute == "outputs":
+        refusal = outputs_recompute_refusal(model, request)
+        if refusal is not None:
+            raise SpecError(f"--recompute outputs: {refusal}")
     given = request.layout
     request = resolve_fixed_dp(request, cluster)
     check_fixed_batch(request, given)

@@ -289,6 +289,8 @@ def _pipeline_split_problems(args: list[str]) -> list[str]:
     if "--num-layers" not in args:
         return []
     layers, pp = int(_value(args, "--num-layers")), int(_value(args, "--pipeline-model-parallel-size", 1))
+    if "--pipeline-model-parallel-layout" in args:
+        return _layout_string_problems(str(_value(args, "--pipeline-model-parallel-layout")), layers, pp, args)
     v = int(_value(args, "--num-virtual-stages-per-pipeline-rank", 1))
     embedding = "--account-for-embedding-in-pipeline-split" in args
     loss = "--account-for-loss-in-pipeline-split" in args
@@ -299,6 +301,27 @@ def _pipeline_split_problems(args: list[str]) -> list[str]:
     if units % pp or (units // pp) % v:
         return [f"megatron: {units} layer units do not divide over pp={pp} x v={v}"]
     return []
+
+
+def _layout_string_problems(layout: str, layers: int, pp: int, args: list[str]) -> list[str]:
+    """--pipeline-model-parallel-layout (PipelineParallelLayerLayout, core_v0.14.0 and
+    core_v0.19.0): '|'-separated chunks, a multiple of pp of them (v per rank), 't' a decoder
+    layer, 'E' the embedding in the first chunk, 'L' the loss in the last; the decoder layers
+    add up to --num-layers; not with the first/last-stage or per-virtual-stage flags."""
+    chunks = layout.split("|")
+    problems = []
+    if len(chunks) % pp:
+        problems.append(f"megatron: layout of {len(chunks)} chunks over pp={pp}")
+    if sum(chunk.count("t") for chunk in chunks) != layers:
+        problems.append(f"megatron: layout places {layout.count('t')} layers, --num-layers {layers}")
+    if layout.count("E") != 1 or "E" not in chunks[0] or layout.count("L") != 1 or "L" not in chunks[-1]:
+        problems.append("megatron: layout without E first and L last")
+    if set(layout) - set("tEL|"):
+        problems.append(f"megatron: layout has other modules {set(layout) - set('tEL|')}")
+    clash = [flag for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                               "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                               "--account-for-embedding-in-pipeline-split") if flag in args]
+    return problems + [f"megatron: {flag} with a layout string" for flag in clash]
 
 
 @pytest.fixture(scope="session")

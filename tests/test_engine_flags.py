@@ -136,6 +136,26 @@ def test_deepep_commands_start(megatron, engine_check):
 
 
 @pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
+def test_outputs_recompute_commands_start(megatron, engine_check):
+    """--recompute outputs: --recompute-granularity selective --recompute-modules with the
+    modules the model frees (DeepSeek-V3: moe_act layernorm mla_up_proj; TransformerConfig
+    allows them with --moe-grouped-gemm and MLA), every feasible configuration, each release."""
+    from planner.emit.megatron import megatron_steps
+
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("32x8xH100")
+    versions = EngineVersions(megatron=megatron)
+    request = TrainRequest(global_batch=1024, seq_len=4096, recompute="outputs", engine_versions=versions)
+    plan = train_launchable(model, search(model, cluster, request))
+    problems = []
+    for estimate in plan.layouts:
+        (step,) = megatron_steps(model, cluster, estimate.config, 1024, 4096)
+        problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
+        i = step.argv.index("--recompute-modules")
+        assert step.argv[i + 1:i + 4] == ("moe_act", "layernorm", "mla_up_proj") and "--moe-grouped-gemm" in step.argv
+    assert plan.layouts and problems == []
+
+
+@pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
 def test_context_parallel_commands_start(megatron, engine_check):
     """Long sequences: every feasible configuration's command, cp 1 to 4 (--context-parallel-size,
     --cp-comm-type p2p; arguments.py at each release), and CUDA_DEVICE_MAX_CONNECTIONS=1 with

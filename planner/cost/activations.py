@@ -26,6 +26,9 @@ only through TE's attention).
 MoE: each MoE layer also keeps the tokens dispatched to the GPU's experts
 (moe_dispatch_bytes_per_layer): k copies of each token of the TP group without EP, of its
 1/t share with it.
+Recompute "outputs" (MoE and MLA models): Megatron's output-discarding checkpoints
+(--recompute-modules moe_act layernorm mla_up_proj, outputs_recompute_modules) drop what
+discarded_output_bytes_per_token gives and recompute it for the backward.
 """
 
 from __future__ import annotations
@@ -88,6 +91,48 @@ def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
     return (act_bytes - fp8) * (replicated + training_attention_widths(model, tp).context + f / tp)
 
 
+def outputs_recompute_modules(model: ModelSpec) -> tuple[str, ...]:
+    """Megatron's output-discarding checkpoints (TransformerConfig.recompute_modules,
+    core_v0.14.0 and core_v0.19.0) that free something in this model: moe_act (the routed
+    experts' activation output) and layernorm (the pre-MLP norm of MoE layers, which no fused
+    LayerNormMLP owns; MLA's input norm) for MoE models, layernorm and mla_up_proj (the
+    queries, keys and values the up-projections and RoPE make) for MLA models. Empty for a
+    dense GQA model, whose norms TE fuses into the following linear layer."""
+    modules = []
+    if model.is_moe:
+        modules.append("moe_act")
+    if model.is_moe or model.is_mla:
+        modules.append("layernorm")
+    if model.is_mla:
+        modules.append("mla_up_proj")
+    return tuple(modules)
+
+
+def discarded_output_bytes_per_token(model: ModelSpec, tp: int, sequence_parallel: bool,
+                                     precision: str = "bf16") -> float:
+    """Bytes per token per GPU of the mean layer that recompute "outputs" frees
+    (outputs_recompute_modules), each where the no-recompute count keeps it:
+    moe_act    phi * k * f_x / t elements: the routed experts' MLP-down input (gated: the
+               product), e_s bytes each;
+    layernorm  phi * h (/t with SP) of the pre-MLP norm output, plus h (/t) of MLA's input
+               norm output, e_s bytes each;
+    mla_up_proj  the a/t query, key and value heads, 2 bytes each (the attention kernel's
+               16-bit inputs).
+    phi the MoE layers' share (moe_layers_of), e_s the bytes a saved GEMM input takes (2, or 1
+    with fp8: fp8_saved_input_savings_per_token). Qwen3-30B-A3B (h 2,048, k 8, f_x 768, all 48
+    layers MoE), t = 1, bf16: 2 * (8 * 768 + 2,048) = 16,384 B per token."""
+    stored = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT if precision == "fp8" else 2
+    h = model.hidden_size / (tp if sequence_parallel else 1)
+    share = moe_layers_of(model, 1)
+    freed = 0.0
+    if model.is_moe:
+        freed += share * stored * (model.num_experts_per_tok * model.expert_intermediate_size / tp + h)
+    if model.is_mla:
+        widths = training_attention_widths(model, tp)
+        freed += stored * h + 2 * (widths.query + widths.key + widths.value)
+    return freed
+
+
 def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:
     """Softmax output (e), dropout mask (1) and dropout output (e) per score:
     (2e+1)*a*s^2*b/t = 5*a*s^2*b/t bytes for e = 2."""
@@ -118,8 +163,10 @@ def activation_bytes_per_layer(
         stored -= fp8_saved_input_savings_per_token(model, act_bytes, tp, sequence_parallel) * tokens
     if attention == "flash":
         stored += softmax_stats_bytes(model, s, b, tp)
-    elif recompute == "none":
+    elif recompute in ("none", "outputs"):
         stored += attention_scores_bytes(model, s, b, act_bytes, tp)
+    if recompute == "outputs":
+        stored -= discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * tokens
     return stored
 
 
@@ -156,11 +203,14 @@ def recompute_working_bytes(
 ) -> float:
     """Transient peak while one layer is recomputed for its backward: full recompute
     materialises that layer's whole no-recompute activations; selective its attention
-    scores (nothing with flash, which never materialises them). One layer, one micro-batch."""
+    scores (nothing with flash, which never materialises them); "outputs" the layer's
+    discarded outputs (discarded_output_bytes_per_token). One layer, one micro-batch."""
     if recompute == "full":
         return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
     if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
+    if recompute == "outputs":
+        return discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * s * b
     return 0.0
 
 

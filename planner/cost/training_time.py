@@ -313,7 +313,8 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
                   fp8_recipe: str = "delayed") -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
-    repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022).
+    repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022);
+    "outputs" what Megatron's output-discarding checkpoints rerun (outputs_recompute_seconds).
     Flash attention: the attention core is one fused kernel (flash_attention_seconds) with no
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
@@ -353,9 +354,35 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
         extra = forward
     elif recompute == "selective":
         extra = core_again
+    elif recompute == "outputs":
+        extra = outputs_recompute_seconds(model, gemms, s, b, tp, sequence_parallel, linear)
     else:
         extra = 0.0
     return LayerSeconds(forward, backward, extra)
+
+
+def outputs_recompute_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], s: int, b: int, tp: int,
+                              sequence_parallel: bool, linear: TrainRates) -> float:
+    """What recompute "outputs" (activations.outputs_recompute_modules) runs again before the
+    backward, per layer and micro-batch: moe_act the routed experts' activation (read the gate
+    and up outputs, write the product: (3 if gated else 2) * e * phi*k*f_x/t bytes per token);
+    layernorm each discarded norm (read and write e*h, /t with SP: phi of them, plus MLA's input
+    norm); mla_up_proj the query and KV up-projection GEMMs (layer_gemms_forward's positions 0
+    and 6 for MLA, at the linear rate and the shape rule) and RoPE's rewrite of their rotary
+    parts (2e per element, rotary_elements_per_token). The HBM traffic at the elementwise rate.
+    Qwen3-30B-A3B, t = 1, 4,096 tokens, bf16: (3 * 2 * 8 * 768 + 2 * 2 * 2,048) * 4,096 =
+    184.5 MB."""
+    e, h = 2, model.hidden_size / (tp if sequence_parallel else 1)
+    share = moe_layers_of(model, 1)
+    per_token = 0.0
+    if model.is_moe:
+        gated = 3 if model.gated_mlp else 2
+        per_token += share * (gated * e * model.num_experts_per_tok * model.expert_intermediate_size / tp + 2 * e * h)
+    seconds = 0.0
+    if model.is_mla:
+        per_token += 2 * e * h + 2 * e * rotary_elements_per_token(model, tp)
+        seconds += gemm_seconds(gemms[0], linear) + gemm_seconds(gemms[6], linear)
+    return seconds + per_token * s * b / linear.elementwise_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -589,7 +616,7 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
                                                           rates)
     send_forward = comm.p2p_seconds(kv_bytes, link)
     send_backward = comm.p2p_seconds(2 * kv_bytes, link)
-    forward_passes = 1 if config.recompute == "none" else 2
+    forward_passes = 2 if config.recompute in ("selective", "full") else 1  # "outputs" reruns no attention
     steps = cp - 1
     if rotation == "allgather":
         gather = steps * send_forward  # cp - 1 chunks of S; the backward's dKV ring moves as many

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from planner.cost import efficiency
 from planner.cost import stage_split as split
+from planner.cost.activations import outputs_recompute_modules
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
@@ -245,6 +246,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
                  "--recompute-num-layers", "1"]
     elif c.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+    elif c.recompute == "outputs":  # output-discarding checkpoints (TransformerConfig.recompute_modules)
+        args += ["--recompute-granularity", "selective", "--recompute-modules", *outputs_recompute_modules(model)]
     # AttnBackend (megatron/core/transformer/enums.py, core_v0.14.0): flash, or TE's unfused
     # kernel, which materializes the scores as the 2021-22 code did.
     args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
