@@ -124,3 +124,19 @@ def test_fixture_holds_only_allowed_sources_and_no_gpt3_175b():
         assert row["source_url"].startswith(ALLOWED_SOURCES), row["source_url"]
         text = " ".join(row.values()).lower()
         assert not any(fragment in text for fragment in EXCLUDED_FRAGMENTS), row
+
+
+def test_published_configurations_against_the_planners_best(bench_module):
+    """Issue 12's third statistic on these allowed rows (bench/training_calibration.py
+    --vs-best): the planner's best for each row's workload on its GPUs, against the published
+    configuration, both priced by the planner. Today 23 of 24 within 15% (median gap +2%); the
+    miss is NeMo 24.07's Llama 3 8B at cp 2, which needs full recompute in the planner, against
+    ZeRO-3 without it (+33%). A gap is never negative: the published configuration is in the
+    search space (a best below it would be a search that drops the optimum)."""
+    module = bench_module("training_calibration")
+    compared = [module.versus_best(row) for row in module.load_rows(FIXTURE)]
+    gaps = {r["id"]: r["gap"] for r in compared}
+    assert None not in gaps.values()
+    assert all(gap >= -1e-9 for gap in gaps.values()), gaps
+    assert sum(gap <= 0.15 for gap in gaps.values()) >= 23
+    assert [key for key, gap in gaps.items() if gap > 0.15] == ["24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)"]
