@@ -80,8 +80,12 @@ def load_rows(path: Path = FIXTURE) -> list[Row]:
 
 
 def model_for(row: Row) -> ModelSpec:
-    """DeepSeek-V3 (fp8 experts: fp8 dispatch) with the row's expert count."""
-    return resolve_model("deepseek-v3").model_copy(update={"num_local_experts": row.num_experts})
+    """DeepSeek-V3 (fp8 experts: fp8 dispatch) with the row's expert count, its tokens routed
+    uniformly over all of them (the collector's random routing, not the model's group-limited
+    one)."""
+    return resolve_model("deepseek-v3").model_copy(update={"num_local_experts": row.num_experts,
+                                                           "num_expert_groups": None,
+                                                           "expert_groups_per_token": None})
 
 
 def traffic(row: Row) -> tuple[float, float]:

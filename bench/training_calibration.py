@@ -70,6 +70,9 @@ from planner.train_search import search  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
 MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
+MOE_COMM_OVERLAP = False
+"""Megatron's combined 1F1B for the MoE rows: off (module docstring); --moe-comm-overlap turns
+it on where Megatron can run it."""
 MOE_DISPATCHER = "auto"
 """The MoE rows' token dispatcher (TrainRequest.moe_dispatcher): the planner's own choice."""
 BALANCED_ROUTING = 1.0
@@ -196,7 +199,7 @@ def request_for(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> TrainRequest:
     return TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
                         fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
                         expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
-                        moe_comm_overlap=False, moe_dispatcher=moe_dispatcher)
+                        moe_comm_overlap=MOE_COMM_OVERLAP, moe_dispatcher=moe_dispatcher)
 
 
 def versus_best(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
@@ -387,10 +390,14 @@ def main() -> None:
                         "nemo_moe_training_perf.csv) instead: a check, no constant is fitted to them")
     parser.add_argument("--moe-dispatcher", choices=("auto", "alltoall", "deepep"), default=MOE_DISPATCHER,
                         help="the MoE rows' token dispatcher (default: the planner's choice)")
+    parser.add_argument("--moe-comm-overlap", action="store_true",
+                        help="price the MoE rows with Megatron's combined 1F1B where it can run")
     parser.add_argument("--vs-best", action="store_true", help="also each published configuration against the "
                         "planner's own best for the same workload (both priced by the planner)")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
+    global MOE_COMM_OVERLAP
+    MOE_COMM_OVERLAP = args.moe_comm_overlap
     if args.vs_best:
         compared = [versus_best(row, args.moe_dispatcher) for row in load_rows(MOE_FIXTURE if args.moe else args.csv)]
         if args.json:

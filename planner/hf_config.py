@@ -456,6 +456,11 @@ def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
     fields = {"num_local_experts": experts,
               "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token",
                                                    "top_k_experts")}
+    groups, per_token = text.get("n_group"), text.get("topk_group")
+    if isinstance(groups, int) and isinstance(per_token, int) and 1 <= per_token < groups:
+        # group-limited routing (DeepseekV3TopkRouter / DeepseekV2 MoEGate, transformers): a token's
+        # experts come from its topk_group best of n_group groups; n_group 1 (Kimi K2) limits nothing
+        fields["num_expert_groups"], fields["expert_groups_per_token"] = groups, per_token
     shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
                                 "shared_intermediate_size")
     num_shared = first_present(text, "n_shared_experts", "num_shared_experts")

@@ -149,6 +149,13 @@ class ModelSpec(_Spec):
     shared_expert_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None
     """FFN size of each shared expert; defaults to the routed experts' (DeepSeek's
     n_shared_experts x moe_intermediate_size; Qwen2-MoE's shared_expert_intermediate_size)."""
+    num_expert_groups: Count(MAX_NUM_EXPERTS) | None = None
+    """Group-limited routing (Hugging Face n_group; DeepSeek-V2/V3): the routed experts split into
+    this many equal groups of consecutive experts, and each token's top-k drawn only from its
+    `expert_groups_per_token` best groups (DeepSeek-V3 report, arXiv:2412.19437, sec. 3.2.2:
+    node-limited routing, each token to at most 4 nodes). None: any expert."""
+    expert_groups_per_token: Count(MAX_NUM_EXPERTS) | None = None
+    """Group-limited routing: the groups a token's experts come from (Hugging Face topk_group)."""
     num_dense_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
     """MoE models: layers whose MLP is dense (intermediate_size) instead of routed
     (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick). Counts
@@ -289,6 +296,22 @@ class ModelSpec(_Spec):
                 f"num_experts_per_tok: {self.num_experts_per_tok} exceeds "
                 f"num_local_experts {self.num_local_experts}"
             )
+        groups = (self.num_expert_groups, self.expert_groups_per_token)
+        if (groups[0] is None) != (groups[1] is None):
+            raise ValueError("expert_groups_per_token: group-limited routing needs both num_expert_groups "
+                             "and expert_groups_per_token")
+        if groups[0] is not None:
+            if not self.is_moe:
+                raise ValueError("num_expert_groups: describes routed experts, but the model has none")
+            if self.num_local_experts % groups[0]:
+                raise ValueError(f"num_expert_groups: {groups[0]} does not divide num_local_experts "
+                                 f"{self.num_local_experts}")
+            if groups[1] > groups[0]:
+                raise ValueError(f"expert_groups_per_token: {groups[1]} exceeds num_expert_groups {groups[0]}")
+            if groups[1] * self.num_local_experts // groups[0] < self.num_experts_per_tok:
+                raise ValueError(f"expert_groups_per_token: {groups[1]} groups of "
+                                 f"{self.num_local_experts // groups[0]} experts hold fewer than "
+                                 f"num_experts_per_tok {self.num_experts_per_tok}")
         if self.num_dense_layers > (self.num_hidden_layers if self.is_moe else 0):
             raise ValueError(
                 f"num_dense_layers: {self.num_dense_layers} needs an MoE model with at least "

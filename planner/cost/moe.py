@@ -8,6 +8,8 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 
 from __future__ import annotations
 
+import math
+
 from planner.cost.params import activation_bytes_per_element, expert_params, experts_per_gpu
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.layout import Layout
@@ -133,13 +135,42 @@ def deepep_combine_message_bytes(model: ModelSpec) -> float:
 def expected_parts_hit(model: ModelSpec, parts: int) -> float:
     """Of `parts` equal shares of the E experts (EP ranks, or nodes), how many a token's e
     experts fall in, routed uniformly: parts * (1 - C(E - E/parts, e) / C(E, e)) (the chance a
-    share holds none of the e is the ratio of the binomials)."""
+    share holds none of the e is the ratio of the binomials).
+
+    Group-limited routing (ModelSpec.num_expert_groups N_g, expert_groups_per_token G; DeepSeek-V3
+    report sec. 3.2.2): a token picks G of the N_g groups of S = E/N_g consecutive experts, then
+    its e experts uniformly among those G*S. A share inside one group (E/parts <= S) is hit with
+    chance G/N_g * (1 - C(G*S - E/parts, e)/C(G*S, e)); a share of j whole groups with
+    sum_i H(i) (1 - C(G*S - i*S, e)/C(G*S, e)), H(i) the hypergeometric chance that i of its j
+    groups are among the G picked. Shares that do not line up with the groups are priced as
+    uniform routing. DeepSeek-V3 (E 256, e 8, 8 groups of 32, G 4) over 8 nodes: each node one
+    group, 8 * 1/2 * (1 - C(96, 8)/C(128, 8)) = 3.64 nodes per token (5.30 routed uniformly)."""
     experts, k = model.num_local_experts, model.num_experts_per_tok
     local = experts / parts
+    groups = model.num_expert_groups
+    size = experts / groups if groups else 0.0
+    aligned = groups and (size % local == 0 if local <= size else local % size == 0)
+    if not aligned:
+        return parts * (1 - _miss_chance(experts, local, k))
+    picked = model.expert_groups_per_token
+    pool = picked * size  # the experts a token chooses among
+    if local <= size:
+        return parts * picked / groups * (1 - _miss_chance(pool, local, k))
+    held = round(local / size)  # whole groups in the share
+    hit = 0.0
+    for i in range(1, min(held, picked) + 1):
+        chance = math.comb(held, i) * math.comb(groups - held, picked - i) / math.comb(groups, picked)
+        hit += chance * (1 - _miss_chance(pool, i * size, k))
+    return parts * hit
+
+
+def _miss_chance(pool: float, covered: float, k: int) -> float:
+    """C(pool - covered, k) / C(pool, k) = prod_i (pool - covered - i) / (pool - i): the chance
+    that none of k distinct picks among `pool` falls in `covered` of them."""
     miss = 1.0
-    for i in range(k):  # C(E - L, k) / C(E, k) = prod_i (E - L - i) / (E - i)
-        miss *= max(0.0, experts - local - i) / (experts - i)
-    return parts * (1 - miss)
+    for i in range(k):
+        miss *= max(0.0, pool - covered - i) / (pool - i)
+    return miss
 
 
 def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, backend: str, phase: str,

@@ -133,7 +133,8 @@ def mla_args(model: ModelSpec) -> list[str]:
 
 
 def moe_args(model: ModelSpec) -> list[str]:
-    """Experts, top-k and each expert's FFN size; shared experts as one MLP of their summed size
+    """Experts, top-k and each expert's FFN size; group-limited routing (--moe-router-num-groups,
+    --moe-router-group-topk) where the spec has it; shared experts as one MLP of their summed size
     (Megatron's SharedExpertMLP); dense layers first, as --moe-layer-freq's list (the spec keeps
     their count: DeepSeek's first_k_dense_replace; where they interleave, Megatron builds the
     same parameter count in another order)."""
@@ -146,6 +147,11 @@ def moe_args(model: ModelSpec) -> list[str]:
         args += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * shared)]
     if model.num_dense_layers:
         args += ["--moe-layer-freq", f"([0]*{model.num_dense_layers}+[1]*{model.num_moe_layers})"]
+    if model.num_expert_groups:
+        # group-limited routing (moe_utils.group_limited_topk: each token's top-k from its best
+        # groups, scored by the sum of their top-(k/groups) scores; DeepSeek-V3's top-2 of 8/4)
+        args += ["--moe-router-num-groups", str(model.num_expert_groups),
+                 "--moe-router-group-topk", str(model.expert_groups_per_token)]
     if model.num_experts_per_tok == 1:
         # TransformerConfig.__post_init__ (core_v0.14.0 and core_v0.19.0) refuses a softmax
         # router choosing one expert without it: softmax over one score has no gradient

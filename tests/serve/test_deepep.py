@@ -49,17 +49,39 @@ def test_low_latency_dispatch_over_two_nodes_by_hand():
 
 
 def test_high_throughput_sends_a_token_once_per_rank_and_once_per_remote_node():
-    """E 256, e 8 over 16 ranks of 16 experts: ranks hit = 16 (1 - C(240, 8) / C(256, 8)) =
-    6.523; over 2 nodes of 128 experts: nodes hit = 2 (1 - C(128, 8) / C(256, 8)) = 1.993, less
-    the own node's chance 1.993 / 2: 0.9965 remote nodes per token. 128 tokens, 7,408 B each:
-    NVLink 128 x 6.523 x 7,408 x 7/16 = 2,706,169 B, RDMA 128 x 0.9965 x 7,408 = 944,915 B."""
+    """E 256, e 8 routed uniformly over 16 ranks of 16 experts: ranks hit = 16 (1 - C(240, 8) /
+    C(256, 8)) = 6.523; over 2 nodes of 128 experts: nodes hit = 2 (1 - C(128, 8) / C(256, 8)) =
+    1.993, less the own node's chance 1.993 / 2: 0.9965 remote nodes per token. 128 tokens,
+    7,408 B each: NVLink 128 x 6.523 x 7,408 x 7/16 = 2,706,169 B, RDMA 128 x 0.9965 x 7,408 =
+    944,915 B. (DeepSeek-V3's own group-limited routing: the next test.)"""
+    uniform = DEEPSEEK.model_copy(update={"num_expert_groups": None, "expert_groups_per_token": None})
     ranks = 16 * (1 - math.comb(240, 8) / math.comb(256, 8))
     nodes = 2 * (1 - math.comb(128, 8) / math.comb(256, 8))
-    assert expected_parts_hit(DEEPSEEK, 16) == pytest.approx(ranks) == pytest.approx(6.5233, abs=1e-4)
-    assert expected_parts_hit(DEEPSEEK, 2) == pytest.approx(nodes) == pytest.approx(1.99302, abs=1e-5)
-    nvlink, rdma = deepep_traffic(DEEPSEEK, EP16, 128, "deepep_high_throughput", "dispatch", 8, 2)
+    assert expected_parts_hit(uniform, 16) == pytest.approx(ranks) == pytest.approx(6.5233, abs=1e-4)
+    assert expected_parts_hit(uniform, 2) == pytest.approx(nodes) == pytest.approx(1.99302, abs=1e-5)
+    nvlink, rdma = deepep_traffic(uniform, EP16, 128, "deepep_high_throughput", "dispatch", 8, 2)
     assert nvlink == pytest.approx(128 * ranks * 7408 * 7 / 16)
     assert rdma == pytest.approx(128 * (nodes - nodes / 2) * 7408) == pytest.approx(944_915, abs=1)
+
+
+def test_group_limited_routing_reaches_fewer_nodes():
+    """DeepSeek-V3 routes each token within its 4 best of 8 groups of 32 experts (n_group 8,
+    topk_group 4): the 8 experts are drawn from 128. Over 8 nodes of 32 experts (one group each):
+    8 x 4/8 x (1 - C(96, 8)/C(128, 8)) = 3.629 nodes per token, where uniform routing reaches
+    8 x (1 - C(224, 8)/C(256, 8)) = 5.295. Over 16 ranks of 16 experts (half a group each):
+    16 x 4/8 x (1 - C(112, 8)/C(128, 8)) = 5.339. Over 2 nodes of 4 groups each: the node holds
+    i of the 4 picked groups with the hypergeometric chance C(4, i) C(4, 4 - i)/C(8, 4), and is
+    then missed with chance C(128 - 32 i, 8)/C(128, 8): 1.926 nodes (1.993 uniform). A Monte
+    Carlo of the routing gives 3.632, 5.337 and 1.926."""
+    assert (DEEPSEEK.num_expert_groups, DEEPSEEK.expert_groups_per_token) == (8, 4)
+    eight = 8 * 4 / 8 * (1 - math.comb(96, 8) / math.comb(128, 8))
+    assert expected_parts_hit(DEEPSEEK, 8) == pytest.approx(eight) == pytest.approx(3.629, abs=1e-3)
+    assert expected_parts_hit(DEEPSEEK, 16) == pytest.approx(16 * 0.5 * (1 - math.comb(112, 8) / math.comb(128, 8)))
+    two = 2 * sum(math.comb(4, i) * math.comb(4, 4 - i) / math.comb(8, 4)
+                  * (1 - math.comb(128 - 32 * i, 8) / math.comb(128, 8)) for i in range(1, 5))
+    assert expected_parts_hit(DEEPSEEK, 2) == pytest.approx(two) == pytest.approx(1.926, abs=1e-3)
+    uniform = DEEPSEEK.model_copy(update={"num_expert_groups": None, "expert_groups_per_token": None})
+    assert expected_parts_hit(uniform, 8) == pytest.approx(5.295, abs=1e-3)
 
 
 def test_combine_messages_are_16_bit():
