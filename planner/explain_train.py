@@ -280,7 +280,9 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
 def train_notes(e: TrainEstimate) -> tuple[str, ...]:
     c = e.config
     chunks = f", v={c.virtual_stages}" if c.virtual_stages > 1 else ""
-    experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs)" if c.ep > 1 else ""
+    dispatcher = ("Megatron's flex dispatcher on DeepEP, its buffers in the overhead" if c.moe_dispatcher == "deepep"
+                  else "NCCL all-to-alls")
+    experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs; tokens on {dispatcher})" if c.ep > 1 else ""
     notes = (f"micro-batch {c.micro_batch_size}, {c.schedule}{chunks}, recompute {c.recompute}, "
              f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
     if c.cp > 1:

@@ -66,7 +66,7 @@ class TrainConfig:
     virtual_stages: int
     """Model chunks per device (1 unless interleaved)."""
     recompute: str
-    """none | selective | full."""
+    """none | outputs (MoE and MLA models: Megatron's output-discarding checkpoints) | selective | full."""
     sequence_parallel: bool
     zero_stage: int
     """0 none, 1 distributed optimizer, 2 + gradients, 3 + weights (pure DP)."""

@@ -563,7 +563,7 @@ def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
 def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | None:
     """Why Megatron cannot run its combined 1F1B for this configuration, in words (None: it
     can; TransformerConfig.__post_init__, core_v0.14.0 and core_v0.19.0): expert parallelism,
-    the alltoall dispatcher (the emitted one), no full recompute (nor a recompute method), with
+    the alltoall or flex dispatcher (the emitted ones), no full recompute (nor a recompute method), with
     pp > 1 an interleaved schedule, bf16 or fp16 parameters (the spec's dtype: --bf16 or
     --fp16; fp32 is refused), at most one MTP layer (none is emitted) and torch 2.6 or later
     (asserted; the launch's environment)."""
@@ -612,7 +612,9 @@ def outputs_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | 
         return (f"{model.name} has neither MoE nor MLA layers, whose norm, activation and up-projection "
                 f"outputs it discards (Transformer Engine keeps a dense layer's inside its fused modules)")
     if request.precision == "fp8" and request.resolved_fp8_recipe == "delayed":
-        return "Megatron refuses moe_act and layernorm recompute with fp8 delayed scaling (--fp8-recipe delayed)"
+        how = "--fp8-recipe delayed" if request.fp8_recipe else "delayed is Megatron's default --fp8-recipe"
+        return (f"Megatron refuses moe_act and layernorm recompute with fp8 delayed scaling ({how}; "
+                f"--fp8-recipe tensorwise, blockwise or, on Blackwell, mxfp8 allow it)")
     return None
 
 
@@ -631,6 +633,19 @@ def deepep_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) 
     > 1 (token_dispatcher.py core_v0.19.0), which EP > 1 gives."""
     if not model.is_moe or config.ep <= 1:
         return "there is no expert parallelism"
+    refusal = deepep_cluster_refusal(cluster)
+    if refusal is not None:
+        return refusal
+    group = ep_group_topology(cluster, config.layout, pp_outermost=True)
+    assert group is not None, "ep > 1 has a group"
+    if group.num_nodes > 1 and (cluster.inter_node is None or cluster.inter_node.kind == "ethernet"):
+        return "DeepEP crosses nodes over RDMA (InfiniBand or RoCE), which this cluster's network is not"
+    return deepep_training_refusal(config.ep, group.ranks_per_node, group.num_nodes)
+
+
+def deepep_cluster_refusal(cluster: ClusterSpec) -> str | None:
+    """Why DeepEP runs on no layout of this cluster, in words (None: on some): an NVIDIA Ampere or
+    Hopper GPU, or a B200 / B300 (DEEPEP_BLACKWELL_GPUS), with NVLink inside the node."""
     gpu = cluster.gpu
     major = None if gpu.compute_capability is None else int(gpu.compute_capability)
     if not (major in (8, 9) or (major == 10 and gpu.name.startswith(DEEPEP_BLACKWELL_GPUS))):
@@ -638,11 +653,22 @@ def deepep_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) 
     if cluster.intra_node is None or cluster.intra_node.kind != "nvlink":
         kind = "no GPU-to-GPU link" if cluster.intra_node is None else cluster.intra_node.kind
         return f"DeepEP moves tokens inside a node over NVLink (this node has {kind})"
-    group = ep_group_topology(cluster, config.layout, pp_outermost=True)
-    assert group is not None, "ep > 1 has a group"
-    if group.num_nodes > 1 and (cluster.inter_node is None or cluster.inter_node.kind == "ethernet"):
-        return "DeepEP crosses nodes over RDMA (InfiniBand or RoCE), which this cluster's network is not"
-    return deepep_training_refusal(config.ep, group.ranks_per_node)
+    return None
+
+
+def check_moe_dispatcher(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> None:
+    """--moe-dispatcher deepep where no layout can run it is a usage error (exit 2), not a plan
+    that quietly runs without it: a model without experts, --layout ep=1, or a cluster DeepEP does
+    not run on (deepep_cluster_refusal)."""
+    if request.moe_dispatcher != "deepep":
+        return
+    if not model.is_moe:
+        raise SpecError(f"--moe-dispatcher deepep: {model.name} has no experts")
+    if request.layout.ep == 1:
+        raise SpecError("--moe-dispatcher deepep: --layout ep=1 has no expert parallelism to run on DeepEP")
+    refusal = deepep_cluster_refusal(cluster)
+    if refusal is not None:
+        raise SpecError(f"--moe-dispatcher deepep: {refusal}")
 
 
 def moe_dispatcher_for(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig,
@@ -743,12 +769,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         if config.moe_dispatcher != dispatcher:
             config = config.with_(moe_dispatcher=dispatcher)
     imbalance = expert_imbalance(request)
-    config = with_stage_split(model, cluster, config, s, rates, memo, imbalance, request.engine)
+    splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
-    layers = stage_layers(model, config)
-    memories = stage_memories(model, config, s, m, memo=memo, imbalance=imbalance, layers=layers)
-    memory = worst_stage_memory(memories)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
+    config, layers, memories, memory = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
             return estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo)
@@ -800,6 +824,54 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     )
 
 
+def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions | None, seq_len: int, m: int,
+                   capacity: float, memo: Memo,
+                   imbalance: float) -> tuple[TrainConfig, tuple[int, int, int], tuple[TrainMemory, ...], TrainMemory]:
+    """(configuration, stage layers, stage memories, the worst of them) of the fastest of `splits` (stage_split_options)
+    that fits, else of the fastest (whose overshoot the rejection reports); the configuration as
+    it is without splits. A faster split can put a layer more on the first stage, which holds the
+    most micro-batches, where an even one fits. Each stage kind's memory grows with its own layers
+    only, so once a split overflows on a kind, splits with at least as many layers there are skipped,
+    and none is tried where even the fewest layers a split gives that kind cannot fit."""
+    if splits is not None:
+        first_last, account = splits.first
+        config = config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+    layers = stage_layers(model, config)
+    memories = stage_memories(model, config, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
+    worst = worst_stage_memory(memories)
+    if splits is None or worst.total_bytes <= capacity:
+        return config, layers, memories, worst
+    fastest = (config, layers, memories, worst)
+    least, pp = splits.least_layers(), config.pp
+    for memory in memories:
+        kind = 0 if memory.stage == 0 else 2 if memory.stage == pp - 1 else 1
+        # a stage of n layers holds at most total/n bytes per layer (the rest is fixed), so with
+        # the fewest layers any split gives that kind it still needs total * least/n
+        if memory.total_bytes * least[kind] > capacity * layers[kind]:
+            return fastest
+    limits = [float("inf")] * 3  # first, middle, last: the layers at which that kind overflowed
+    _tighten(limits, memories, layers, capacity, pp)
+    for (first_last, account), layers in splits.ordered()[1:]:
+        if layers[0] >= limits[0] or layers[1] >= limits[1] or layers[2] >= limits[2]:
+            continue
+        candidate = config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+        memories = stage_memories(model, candidate, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
+        worst = worst_stage_memory(memories)
+        if worst.total_bytes <= capacity:
+            return candidate, layers, memories, worst
+        _tighten(limits, memories, layers, capacity, pp)
+    return fastest
+
+
+def _tighten(limits: list[float], memories: tuple[TrainMemory, ...], layers: tuple[int, int, int],
+             capacity: float, pp: int) -> None:
+    """Lower each overflowing stage kind's limit to its layers here (_fitting_split)."""
+    for memory in memories:
+        if memory.total_bytes > capacity:
+            kind = 0 if memory.stage == 0 else 2 if memory.stage == pp - 1 else 1
+            limits[kind] = min(limits[kind], layers[kind])
+
+
 def _layers_per_stage(model: ModelSpec, config: TrainConfig) -> tuple[int, ...]:
     return split.layers_per_stage(model.num_hidden_layers, config.pp, first_last_layers(model, config))
 
@@ -822,32 +894,45 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     """The configuration with its stage split filled in where stages cannot be even (p does
     not divide L, or v does not divide L/p): of Megatron's fastest balanced first/last split
     (p not dividing L) and, with Megatron, the embedding and loss counted as layers, the one
-    whose slowest stage is faster (StageSeconds.slowest; a tie keeps the first/last split)."""
+    whose slowest stage is faster (StageSeconds.slowest; a tie keeps the first/last split).
+    The estimate takes the next fastest (stage_split_options) where this one does not fit."""
+    options = stage_split_options(model, cluster, config, seq_len, rates, memo, imbalance, engine)
+    if options is None:
+        return config
+    first_last, account = options.first
+    return config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+
+
+def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
+                        rates: TrainRates, memo: Memo | None = None,
+                        imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                        engine: str = "megatron") -> SplitOptions | None:
+    """Every (first/last layers, account) split the configuration may run (SplitOptions: the
+    fastest is with_stage_split's); None where the split is fixed or the stages are even."""
     L, c = model.num_hidden_layers, config
     v = c.virtual_stages
     fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
     if fixed or (L % c.pp == 0 and (L // c.pp) % v == 0):
-        return config
+        return None
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.moe_comm_overlap,
            c.moe_dispatcher, c.grad_reduce)
-    chosen = memo.get(("stage_split", v, engine, key), _chosen_split, model, cluster, c, seq_len, rates, memo,
-                      imbalance, engine, key)
-    assert chosen is not None, "config_reasons lets through only configurations with a split"
-    first_last, account = chosen
-    return c.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+    options = memo.get(("stage_split", v, engine, key), _split_options_of, model, cluster, c, seq_len, rates, memo,
+                       imbalance, engine, key)
+    assert options, "config_reasons lets through only configurations with a split"
+    return options
 
 
-def _chosen_split(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
-                  memo: Memo, imbalance: float, engine: str,
-                  key: tuple) -> tuple[tuple[int, int] | None, bool] | None:
-    """with_stage_split's choice for one configuration (`key`: what its stage times depend on)."""
+def _split_options_of(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
+                      memo: Memo, imbalance: float, engine: str,
+                      key: tuple) -> SplitOptions:
+    """stage_split_options for one configuration (`key`: what its stage times depend on)."""
     L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
     costs = memo.get(("stage_seconds", key), _stage_seconds, model, cluster, c, seq_len, rates, memo, imbalance,
                      engine)
     candidates = memo.get(("split_candidates", pp, v), _split_candidates, L, pp, v) if L % pp else ()
-    return _faster_split(L, pp, v, costs, engine, candidates)
+    return _split_options(L, pp, v, costs, engine, candidates)
 
 
 def _split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
@@ -863,26 +948,76 @@ def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_l
     return stage_seconds(model, c, terms, rates, layer_params, ends)
 
 
+class SplitOptions:
+    """The (first/last layers, account) splits a configuration may run: `first` the fastest;
+    `ordered()` all of them fastest first with their (first, middle, last) stage layers and
+    `least_layers()` each stage kind's fewest over them, both worked out only when the fastest
+    does not fit (the search asks for `first` thousands of times)."""
+
+    __slots__ = ("_costs", "_pp", "_first_last", "_account", "_layout", "_ordered", "_least", "first")
+
+    def __init__(self, costs: split.StageSeconds, pp: int, first_last: tuple[tuple[int, int, int], ...],
+                 account: tuple[int, int, int] | None, layout: tuple[tuple[int, int, int], ...]) -> None:
+        self._costs, self._pp = costs, pp
+        self._first_last, self._account, self._layout = first_last, account, layout
+        self._ordered: tuple | None = None
+        self._least: tuple[int, int, int] | None = None
+        options = []  # (seconds, kind), fastest of each: first/last splits, account, layout string
+        fastest = split.fastest_split(costs, first_last)
+        if fastest is not None:
+            options.append((fastest[0], 0, (fastest[1], False)))
+        if account is not None:
+            options.append((costs.slowest(*account, pp), 1, (None, True)))
+        if not options:
+            laid_out = split.fastest_split(costs, layout)
+            if laid_out is not None:
+                options.append((laid_out[0], 2, (laid_out[1], False)))
+        self.first = min(options)[2] if options else None
+
+    def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
+        """Every split, fastest first (StageSeconds.slowest, then first/last before account
+        before layout, then the smaller first and last stage), with its stage layers."""
+        if self._ordered is None:
+            slowest, pp = self._costs.slowest, self._pp
+            keyed = [(slowest(f, c, last, pp), 0, f, last, c) for f, c, last in self._first_last]
+            if self._account is not None:
+                f, c, last = self._account
+                keyed.append((slowest(f, c, last, pp), 1, f, last, c))
+            if not keyed:
+                keyed = [(slowest(f, c, last, pp), 2, f, last, c) for f, c, last in self._layout]
+            self._ordered = tuple((((None, True) if kind == 1 else ((f, last), False)), (f, c, last))
+                                  for _, kind, f, last, c in sorted(keyed))
+        return self._ordered
+
+    def least_layers(self) -> tuple[int, int, int]:
+        """Each stage kind's fewest layers over the splits (first, middle, last)."""
+        if self._least is None:
+            triples = self._first_last + ((self._account,) if self._account is not None else ())
+            triples = triples or self._layout
+            self._least = (min(t[0] for t in triples), min(t[1] for t in triples), min(t[2] for t in triples))
+        return self._least
+
+
+def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
+                   candidates: tuple[tuple[int, int, int], ...] | None = None) -> SplitOptions:
+    """Every (first/last layers, account) split: Megatron's balanced first/last splits (p not
+    dividing L), its account split (the embedding and loss counted as layers), and where neither
+    flag splits the layers the layout string's (SplitOptions). `candidates`:
+    split.candidate_splits(num_layers, pp, v) when the caller has them."""
+    first_last = ((tuple(split.candidate_splits(num_layers, pp, v)) if candidates is None else candidates)
+                  if num_layers % pp else ())
+    account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
+    triple = split.stage_triple(num_layers, pp, account) if account is not None else None
+    layout = (tuple(split.layout_splits(num_layers, pp, v))
+              if not first_last and triple is None and has_layout_split(num_layers, pp, v, engine) else ())
+    return SplitOptions(costs, pp, first_last, triple, layout)
+
+
 def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
                   candidates: tuple[tuple[int, int, int], ...] | None = None,
                   ) -> tuple[tuple[int, int] | None, bool] | None:
-    """(first/last layers, account) of the faster split (with_stage_split), None if none.
-    `candidates`: split.candidate_splits(num_layers, pp, v) when the caller has them."""
-    options = []
-    if num_layers % pp:
-        uneven = split.fastest_split(costs, split.candidate_splits(num_layers, pp, v) if candidates is None
-                                     else candidates)
-        if uneven is not None:  # (costs.slowest of its split, its first/last layers)
-            options.append((uneven[0], 0, (uneven[1], False)))
-    account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
-    if account is not None:
-        options.append((costs.slowest(*split.stage_triple(num_layers, pp, account), pp), 1, (None, True)))
-    if not options and has_layout_split(num_layers, pp, v, engine):
-        # neither flag splits these layers: Megatron's --pipeline-model-parallel-layout can
-        laid_out = split.fastest_split(costs, split.layout_splits(num_layers, pp, v))
-        if laid_out is not None:
-            options.append((laid_out[0], 2, (laid_out[1], False)))
-    return min(options)[2] if options else None
+    """(first/last layers, account) of the faster split (with_stage_split), None if none."""
+    return _split_options(num_layers, pp, v, costs, engine, candidates).first
 
 
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:

@@ -34,6 +34,7 @@ from planner.search import LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import (
     TrainEstimate,
+    check_moe_dispatcher,
     estimate,
     has_layout_split,
     outputs_recompute_refusal,
@@ -319,6 +320,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan."""
     engines.check_request(model, request)
+    check_moe_dispatcher(model, cluster, request)
     if request.recompute == "outputs":
         refusal = outputs_recompute_refusal(model, request)
         if refusal is not None:

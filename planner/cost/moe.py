@@ -255,12 +255,16 @@ def deepep_training_message_bytes(model: ModelSpec, phase: str) -> float:
     return float(-(-raw // 16) * 16)
 
 
-def deepep_training_refusal(ep: int, ranks_per_node: int) -> str | None:
-    """Why DeepEP cannot run an EP group of `ep` ranks, `ranks_per_node` of them on each node, in
-    words (None: it can): DeepEP has configurations for DEEPEP_RECV_TOKENS' sizes only, and a
-    group of more than 8 ranks must hold 8 GPUs of each node (DEEPEP_NVL_PEERS)."""
+def deepep_training_refusal(ep: int, ranks_per_node: int, num_nodes: int = 1) -> str | None:
+    """Why DeepEP cannot run an EP group of `ep` ranks, `ranks_per_node` of them on each of
+    `num_nodes` nodes, in words (None: it can): DeepEP has configurations for
+    DEEPEP_RECV_TOKENS' sizes only; a group of at most 8 ranks runs its intranode kernels only,
+    inside one NVLink node (Buffer: RDMA ranks = ranks / 8, NVLink rank = rank % 8); a larger one
+    must hold 8 GPUs of each node (DEEPEP_NVL_PEERS)."""
     if ep not in DEEPEP_RECV_TOKENS:
         return f"DeepEP has no configuration for {ep} EP ranks ({', '.join(map(str, DEEPEP_RECV_TOKENS))})"
+    if ep <= DEEPEP_NVL_PEERS and num_nodes > 1:
+        return f"DeepEP runs a group of 8 or fewer EP ranks inside one node (this one spans {num_nodes})"
     if ep > DEEPEP_NVL_PEERS and ranks_per_node != DEEPEP_NVL_PEERS:
         return f"DeepEP spans nodes only with 8 EP ranks on each node (this group has {ranks_per_node})"
     return None

@@ -140,7 +140,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
     moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
     if moe_off is not None:
-        lines.append(f"EP all-to-all overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
+        lines.append(f"EP {_exchange(c)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
     no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
@@ -156,14 +156,23 @@ def summary_lines(plan: TrainPlan) -> list[str]:
 def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     """What else sets another configuration apart from the recommendation (the runner-up can
     share its layout, micro-batch and schedule): ", recompute full, ZeRO-0"."""
-    def shown(c: TrainConfig) -> tuple[str, ...]:
+    def shown(c: TrainConfig, experts: bool) -> tuple[str, ...]:
         on = {True: "on", False: "off"}
-        return (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
-                f"TP comm overlap {on[c.tp_comm_overlap]}", f"EP all-to-all overlap {on[c.moe_comm_overlap]}",
-                f"{'DeepEP' if c.moe_dispatcher == 'deepep' else 'NCCL all-to-all'} dispatcher")
+        common = (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
+                  f"TP comm overlap {on[c.tp_comm_overlap]}")
+        # the EP settings only between two layouts with EP (the ep= of the layout says the rest)
+        return common + ((f"EP {_exchange(c)} overlap {on[c.moe_comm_overlap]}",
+                          f"{'DeepEP' if c.moe_dispatcher == 'deepep' else 'NCCL all-to-all'} dispatcher")
+                         if experts else ())
 
-    return "".join(f", {mine}" for mine, theirs in zip(shown(other.config), shown(best.config), strict=True)
-                   if mine != theirs)
+    experts = other.config.ep > 1 and best.config.ep > 1
+    return "".join(f", {mine}" for mine, theirs in zip(shown(other.config, experts), shown(best.config, experts),
+                                                       strict=True) if mine != theirs)
+
+
+def _exchange(config: TrainConfig) -> str:
+    """What the EP exchange is called: DeepEP's dispatch and combine, or NCCL's all-to-alls."""
+    return "DeepEP" if config.moe_dispatcher == "deepep" else "all-to-all"
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
@@ -269,7 +278,9 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
         for line in per_node_lines(steps):
             out.print(line, markup=False)
     else:
-        out.print("No configuration fits: see the reasons below (or add GPUs, recompute, ZeRO).")
+        memory = any(r.over_bytes > 0 for r in plan.rejected)
+        out.print("No configuration fits: see the reasons below"
+                  + (" (or add GPUs, recompute, ZeRO)." if memory else "."))
     if show_rejected or not plan.layouts:
         out.print(render_rejected(plan, show_all=show_rejected))
     elif plan.rejected:

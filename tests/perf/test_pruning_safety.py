@@ -13,7 +13,8 @@ MIN_CP_CHUNK_TOKENS per rank), ZeRO-2/3 tried there too. The pruned search (plan
     is what the reference gives once more recomputation of a fitting configuration is
     dropped;
   - lose nothing by leaving GPipe out: a GPipe configuration runs in the time of the
-    same 1F1B one and holds at least its memory.
+    same 1F1B one and holds at least its memory (where its micro-batches in flight push it to
+    a slower stage split that fits, the 1F1B one is faster).
 No timing here: speed is measured by bench/bench_plan.py.
 """
 
@@ -98,11 +99,16 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
     assert sorted(pruned, key=rank_key) == list(pruned)
     assert sorted(reachable.values(), key=rank_key) == list(pruned)
 
-    by_config = {r.config: r for r in reference}
+    # the stage split is the estimate's (the fastest that fits), so GPipe, holding more micro-batches,
+    # may run a slower split than the same 1F1B configuration: never a faster one
+    unsplit = {replace(r.config, first_last_layers=None, account_for_embedding_and_loss=False): r for r in reference}
     for gpipe in (r for r in reference if r.config.schedule == "gpipe"):
-        same_1f1b = by_config[replace(gpipe.config, schedule="1f1b")]
-        assert same_1f1b.tokens_per_second == gpipe.tokens_per_second
-        assert same_1f1b.memory_per_gpu_bytes <= gpipe.memory_per_gpu_bytes
+        same_1f1b = unsplit[replace(gpipe.config, schedule="1f1b", first_last_layers=None,
+                                    account_for_embedding_and_loss=False)]
+        assert same_1f1b.tokens_per_second >= gpipe.tokens_per_second
+        if same_1f1b.config.first_last_layers == gpipe.config.first_last_layers:
+            assert same_1f1b.tokens_per_second == gpipe.tokens_per_second
+            assert same_1f1b.memory_per_gpu_bytes <= gpipe.memory_per_gpu_bytes
 
 
 THIRTY_LAYERS = resolve_model("llama-3.1-8b").model_copy(update={"num_hidden_layers": 30,

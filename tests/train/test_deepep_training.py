@@ -58,14 +58,15 @@ def test_buffers_as_megatrons_get_buffer_sizes_them():
     assert deepep_training_buffer_bytes(DEEPSEEK_V3, 12) == 0
 
 
-@pytest.mark.parametrize("ep, ranks_per_node, refused", [
-    (8, 8, False), (2, 2, False), (16, 8, False), (160, 8, False),
-    (6, 6, True),     # DeepEP has no configuration for 6 ranks
-    (16, 4, True),    # more than 8 ranks: whole 8-GPU nodes only
-    (256, 8, True),   # beyond its largest configuration (160)
+@pytest.mark.parametrize("ep, ranks_per_node, num_nodes, refused", [
+    (8, 8, 1, False), (2, 2, 1, False), (16, 8, 2, False), (160, 8, 20, False),
+    (6, 6, 1, True),     # DeepEP has no configuration for 6 ranks
+    (16, 4, 4, True),    # more than 8 ranks: whole 8-GPU nodes only
+    (8, 4, 2, True),     # 8 or fewer ranks: its intranode kernels, one node only
+    (256, 8, 32, True),  # beyond its largest configuration (160)
 ])
-def test_deepep_group_sizes(ep, ranks_per_node, refused):
-    assert (deepep_training_refusal(ep, ranks_per_node) is not None) == refused
+def test_deepep_group_sizes(ep, ranks_per_node, num_nodes, refused):
+    assert (deepep_training_refusal(ep, ranks_per_node, num_nodes) is not None) == refused
 
 
 @pytest.mark.parametrize("cluster_name, reason", [
@@ -197,3 +198,42 @@ def test_search_keeps_the_plan_with_deepep_faster_across_nodes():
                                                      moe_dispatcher="alltoall"))
     assert auto.layouts[0].tokens_per_second >= nccl.layouts[0].tokens_per_second
     assert auto.layouts[0].config.moe_dispatcher == "deepep"
+
+
+@pytest.mark.parametrize("cluster_name, extra, message", [
+    ("1x8xMI300X", [], "DeepEP runs on NVIDIA Ampere, Hopper, B200 and B300 GPUs, not MI300X"),
+    ("2x4xGB200", [], "not GB200"),
+    ("2x8xH100", ["--layout", "tp=2,pp=1,dp=8,ep=1"], "--layout ep=1 has no expert parallelism"),
+])
+def test_asking_for_deepep_where_it_never_runs_is_a_usage_error(cluster_name, extra, message):
+    """Not a plan that quietly runs without it: exit 2, one line naming --moe-dispatcher."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", cluster_name,
+                                      "--global-batch", "256", "--seq-len", "4096", "--moe-dispatcher", "deepep",
+                                      *extra])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("--moe-dispatcher deepep: ") and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_small_group_across_nodes_runs_nccl():
+    """EP 8 over two 4-GPU nodes: DeepEP's intranode kernels cannot reach the other node, so auto
+    runs NCCL all-to-alls and says why."""
+    cluster = resolve_cluster("2x4xH100")
+    assert "inside one node (this one spans 2)" in deepep_refusal(QWEN3_30B, cluster, config(8, 8))
+    plan = search(QWEN3_30B, cluster, TrainRequest(global_batch=256, seq_len=4096, layout=LayoutFilter(ep=8)))
+    assert plan.layouts and all(e.config.moe_dispatcher == "alltoall" for e in plan.layouts)
+
+
+def test_the_runner_up_line_names_ep_settings_only_between_ep_layouts():
+    from planner.render.train import _differences
+
+    cluster = resolve_cluster("2x8xH100")
+    request = TrainRequest(global_batch=256, seq_len=4096)
+    with_ep = estimate(QWEN3_30B, cluster, config(16, 16), request)
+    without = estimate(QWEN3_30B, cluster, config(1, 16).with_(zero_stage=3), request)
+    assert with_ep.config.moe_dispatcher == "deepep"
+    text = _differences(without, with_ep)
+    assert "dispatcher" not in text and "overlap" not in text.replace("TP comm overlap", "")
+    nccl = estimate(QWEN3_30B, cluster, config(16, 16), TrainRequest(global_batch=256, seq_len=4096,
+                                                                      moe_dispatcher="alltoall"))
+    assert "NCCL all-to-all dispatcher" in _differences(nccl, with_ep)

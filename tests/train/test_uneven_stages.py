@@ -268,3 +268,24 @@ def test_deepseek_v3_interleaves_at_pp8_through_a_layout_string():
     assert ("interleaved", 4) in schedule_options(model, request, 8)
     titan = TrainRequest(global_batch=4096, seq_len=4096, engine="torchtitan")
     assert all(schedule != "interleaved" for schedule, _ in schedule_options(model, titan, 8))
+
+
+def test_the_estimate_takes_the_fastest_split_that_fits():
+    """Qwen3-235B-A22B (94 layers) over 8 stages on 32 H200 at 8,192 tokens, t = 2, ep = 2, b = 2,
+    full recompute, 1F1B: the fastest split, 12 | 12 x6 | 10 (the first stage's embedding
+    accumulation costs less than the last's LM head), puts a layer more on the first stage, which
+    holds all 8 micro-batches in flight, and runs out of memory; 11 | 12 x6 | 11 fits (137.2 of
+    139.8 GiB), so the estimate runs that one instead of rejecting the layout."""
+    model, cluster = resolve_model("qwen3-235b-a22b"), resolve_cluster("8x8xH200")
+    request = TrainRequest(global_batch=512, seq_len=8192, moe_comm_overlap=False, moe_dispatcher="deepep")
+    config = TrainConfig(tp=2, pp=8, dp=4, micro_batch_size=2, schedule="1f1b", virtual_stages=1, recompute="full",
+                         sequence_parallel=True, zero_stage=1, ep=2, moe_dispatcher="deepep")
+    rates = train_rates(model, cluster)
+    assert with_stage_split(model, cluster, config, 8192, rates).first_last_layers == (12, 10)
+    fastest = estimate(model, cluster, config.with_(first_last_layers=(12, 10)), request)
+    assert isinstance(fastest, Rejected) and fastest.over_bytes > 0
+    chosen = estimate(model, cluster, config, request)
+    assert isinstance(chosen, TrainEstimate)
+    assert chosen.config.first_last_layers == (11, 11)
+    assert chosen.num_layers_per_stage == (11, 12, 12, 12, 12, 12, 12, 11)
+    assert chosen.memory_per_gpu_bytes <= chosen.capacity_per_gpu_bytes
