@@ -18,7 +18,7 @@ from planner import sensitivity
 from planner.cost import activations as act
 from planner.cost import comm
 from planner.cost import efficiency as eff
-from planner.cost.moe import moe_layers_of
+from planner.cost.moe import deepep_training_buffer_bytes, moe_layers_of
 from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
 from planner.cost.training_time import DpCollectives, dp_link
 from planner.explain import (
@@ -67,7 +67,7 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
 
 
-def train_memory_bars(e: TrainEstimate) -> tuple[MemoryBar, ...]:
+def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ...]:
     """The estimate's candidate worst stages (first, heaviest middle, last), by component."""
     c, m = e.config, e.num_micro_batches
     bars = []
@@ -75,9 +75,12 @@ def train_memory_bars(e: TrainEstimate) -> tuple[MemoryBar, ...]:
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
                                                 int(c.moe_comm_overlap))
         note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
+        # DeepEP's buffers (train._stage_states: in the fixed overhead) shown apart, as serving shows them
+        deepep = deepep_training_buffer_bytes(model, c.ep) if c.moe_dispatcher == "deepep" else 0.0
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
-            ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes)))
+            ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),
+            ("DeepEP buffers", deepep)) if name != "DeepEP buffers" or value)
         bars.append(MemoryBar((mem.stage,), stage_label(mem.stage, c.pp), segments, e.capacity_per_gpu_bytes,
                               e.capacity_per_gpu_bytes, note))
     return tuple(bars)
@@ -350,7 +353,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         metrics=train_metrics(e),
         notes=(*train_notes(e), *training_caveats(model, request), *light),
         placement=placement_map(cluster, c.layout, pp_outermost=True),
-        memory=train_memory_bars(e),
+        memory=train_memory_bars(model, e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)
                           + pp_dp_rows(cluster, e)),
         timeline=timeline,
