@@ -55,6 +55,8 @@ MAX_ROPE_THETA = 10.0**12
 """Published RoPE bases reach 10^8 (1M for Qwen, 500k for Llama 3.1)."""
 MAX_NUM_GPUS = 2**20
 """1,048,576 GPUs in one cluster; the largest built today are ~10**5."""
+MAX_SM_COUNT = 4096
+"""Streaming multiprocessors per GPU; B200 has 148."""
 MAX_GPUS_PER_NODE = 1024
 """A node (one intra-node fabric) of up to 1,024 GPUs; NVL72 racks have 72, NVL576 576."""
 MAX_MEMORY_GIB = 2**14
@@ -622,6 +624,9 @@ class GPU(_Spec):
     """NVIDIA's compute capability (major.minor: 8.0 Ampere, 8.9 Ada, 9.0 Hopper, 10.0
     Blackwell); None when not NVIDIA or not given. Gates what needs an architecture, e.g.
     Transformer Engine's block-scaled fp8 (>= 9.0)."""
+    sm_count: Count(MAX_SM_COUNT) | None = None
+    """Streaming multiprocessors (cudaGetDeviceProperties multiProcessorCount): what kernels that
+    hold SMs while others run share (DeepEP's 20 under Megatron's combined 1F1B). None: not given."""
     serving_moe_kernels: ServingMoeKernels = Field(default_factory=ServingMoeKernels)
     """The serving engine's (vLLM) fused-MoE kernels by expert weight format, where measured."""
     serving_allreduce: list[FusedAllreduceCurve] = Field(default_factory=list)

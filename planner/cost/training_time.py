@@ -37,6 +37,7 @@ from planner.cost.flops import (
     moe_mlp_gemms_forward,
 )
 from planner.cost.moe import (
+    DEEPEP_NUM_SMS,
     deepep_traffic,
     deepep_training_message_bytes,
     ep_alltoall_message_bytes,
@@ -809,7 +810,8 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     ep = ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance)
     if c.moe_comm_overlap and ep.num_alltoalls:
         ep = replace(ep, exposed_seconds_per_moe_layer=moe_overlap_exposed_seconds(
-            ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds))
+            ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds,
+            exchange_sm_share(cluster, c.moe_dispatcher)))
     return LayerTerms(
         layer=layer,
         tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
@@ -819,17 +821,28 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     )
 
 
-def moe_overlap_exposed_seconds(alltoall_seconds: float, compute_seconds: float) -> float:
+def moe_overlap_exposed_seconds(alltoall_seconds: float, compute_seconds: float, sm_share: float = 0.0) -> float:
     """What one MoE layer's all-to-alls (dispatch and combine, forward and backward) leave
     exposed under Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm,
     pipeline_parallel/combined_1f1b.py core_v0.19.0): micro-batch i+1's forward of the layer
     runs beside micro-batch i's backward of it, each one's all-to-alls on a communication
-    stream under the other's attention and expert GEMMs, so per micro-batch
-    max(0, A - C), A the layer's all-to-all time, C its forward and backward compute.
-    Assumptions: the split is perfect (no sub-layer is left waiting for its own exchange) and
-    the warm-up forward and cool-down backward that run unpaired (one per chunk per step) are
-    not priced. A = 4 ms, C = 6 ms: 0; A = 10 ms, C = 6 ms: 4 ms."""
-    return max(0.0, alltoall_seconds - compute_seconds)
+    stream under the other's attention and expert GEMMs, so per micro-batch max(A - C, f A),
+    A the layer's all-to-all time, C its forward and backward compute, f the share of the SMs
+    the exchange's kernels hold while they run (exchange_sm_share): the compute beside them
+    runs at 1 - f, so a hidden exchange still costs f A, and one longer than C / (1 - f) costs
+    A - C. Assumptions: the split is perfect (no sub-layer is left waiting for its own
+    exchange) and the warm-up forward and cool-down backward that run unpaired (one per chunk
+    per step) are not priced. A = 4 ms, C = 6 ms: 0 (f = 0), 0.61 ms (DeepEP's 20 of an H100's
+    132 SMs); A = 10 ms, C = 6 ms: 4 ms either way."""
+    return max(alltoall_seconds - compute_seconds, sm_share * alltoall_seconds, 0.0)
+
+
+def exchange_sm_share(cluster: ClusterSpec, dispatcher: str) -> float:
+    """The share of the GPU's SMs the EP exchange's kernels hold while they run: DeepEP's
+    moe.DEEPEP_NUM_SMS (20) over the GPU's sm_count; 0 for NCCL's all-to-alls (its channel
+    count is NCCL's choice, not priced) or a GPU without an SM count in the catalog."""
+    sm_count = cluster.gpu.sm_count
+    return DEEPEP_NUM_SMS / sm_count if dispatcher == "deepep" and sm_count else 0.0
 
 
 def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,

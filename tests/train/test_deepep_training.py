@@ -237,3 +237,32 @@ def test_the_runner_up_line_names_ep_settings_only_between_ep_layouts():
     nccl = estimate(QWEN3_30B, cluster, config(16, 16), TrainRequest(global_batch=256, seq_len=4096,
                                                                       moe_dispatcher="alltoall"))
     assert "NCCL all-to-all dispatcher" in _differences(nccl, with_ep)
+
+
+def test_deepep_under_the_combined_1f1b_holds_its_sms():
+    """DeepEP's kernels keep 20 SMs while they run (Megatron's default), so the compute beside
+    them runs on 112 of an H100's 132: an exchange A = 4 ms under C = 6 ms of compute costs
+    20/132 * 4 = 0.606 ms; A = 10 ms costs A - C = 4 ms; NCCL's all-to-alls are priced as
+    holding none. Qwen3-30B-A3B at EP 16 over two H100 nodes with the overlap: the exposed
+    exchange per MoE layer is 20/132 of its four transfers (they hide under the layer)."""
+    from planner.cost.training_time import (
+        exchange_sm_share,
+        layer_terms,
+        moe_overlap_exposed_seconds,
+    )
+    from planner.layout import place
+
+    assert moe_overlap_exposed_seconds(4e-3, 6e-3, 20 / 132) == pytest.approx(20 / 132 * 4e-3)
+    assert moe_overlap_exposed_seconds(4e-3, 6e-3, 20 / 132) == pytest.approx(0.606e-3, rel=1e-3)
+    assert moe_overlap_exposed_seconds(10e-3, 6e-3, 20 / 132) == pytest.approx(4e-3)
+    assert moe_overlap_exposed_seconds(4e-3, 6e-3) == 0.0
+    cluster = resolve_cluster("2x8xH100")
+    assert exchange_sm_share(cluster, "deepep") == pytest.approx(20 / 132)
+    assert exchange_sm_share(cluster, "alltoall") == 0.0
+    assert exchange_sm_share(resolve_cluster("1x8xL40S"), "deepep") == 0.0  # no SM count in the catalog
+    overlapped = config(16, 16, "deepep").with_(moe_comm_overlap=True)
+    rates = train_rates(QWEN3_30B, cluster)
+    terms = layer_terms(QWEN3_30B, cluster, overlapped, 4096, place(cluster, overlapped.layout, True), rates, 1.0)
+    ep = terms.ep
+    assert ep.alltoall_seconds_per_moe_layer < terms.layer.total  # hidden ...
+    assert ep.exposed_seconds_per_moe_layer == pytest.approx(20 / 132 * ep.alltoall_seconds_per_moe_layer)  # ... not free
