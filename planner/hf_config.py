@@ -288,7 +288,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
     fields["gated_mlp"] = gated_mlp(text, kind)
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
-    fields.update(moe_fields(text, kind))
+    fields.update(moe_fields(text, kind, str(path)))
     if text.get("hybrid_layer_pattern") is not None:
         fields.update(hybrid_pattern_fields(text, path))
     else:
@@ -447,7 +447,7 @@ def first_present(config: dict[str, Any], *keys: str) -> Any:
     return next((config[key] for key in keys if config.get(key) is not None), None)
 
 
-def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
+def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> dict[str, Any]:
     """Experts (num_local_experts / num_experts / n_routed_experts), shared experts and which
     layers are dense, each family's way; {} for a dense model."""
     experts = first_present(text, "num_local_experts", "num_experts", "n_routed_experts")
@@ -457,10 +457,16 @@ def moe_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
               "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token",
                                                    "top_k_experts")}
     groups, per_token = text.get("n_group"), text.get("topk_group")
-    if isinstance(groups, int) and isinstance(per_token, int) and 1 <= per_token < groups:
+    if groups not in (None, 1) or per_token not in (None, 1):
         # group-limited routing (DeepseekV3TopkRouter / DeepseekV2 MoEGate, transformers): a token's
         # experts come from its topk_group best of n_group groups; n_group 1 (Kimi K2) limits nothing
-        fields["num_expert_groups"], fields["expert_groups_per_token"] = groups, per_token
+        for key, value in (("n_group", groups), ("topk_group", per_token)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"{origin}: {key}: group-limited routing needs a positive integer (got {value!r})")
+        if per_token > groups:
+            raise SpecError(f"{origin}: topk_group: {per_token} exceeds n_group {groups}")
+        if per_token < groups:
+            fields["num_expert_groups"], fields["expert_groups_per_token"] = groups, per_token
     shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
                                 "shared_intermediate_size")
     num_shared = first_present(text, "n_shared_experts", "num_shared_experts")

@@ -300,8 +300,9 @@ class ModelSpec(_Spec):
             )
         groups = (self.num_expert_groups, self.expert_groups_per_token)
         if (groups[0] is None) != (groups[1] is None):
-            raise ValueError("expert_groups_per_token: group-limited routing needs both num_expert_groups "
-                             "and expert_groups_per_token")
+            missing = "num_expert_groups" if groups[0] is None else "expert_groups_per_token"
+            raise ValueError(f"{missing}: group-limited routing needs both num_expert_groups and "
+                             f"expert_groups_per_token")
         if groups[0] is not None:
             if not self.is_moe:
                 raise ValueError("num_expert_groups: describes routed experts, but the model has none")

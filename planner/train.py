@@ -130,6 +130,10 @@ class TrainEstimate:
     backward, recompute); 0 without EP."""
     alltoall_link: str | None = None
     """The slowest link the EP all-to-all crosses (None without EP)."""
+    memory_fallback: bool = False
+    """Memory made this estimate run something slower than its first choice: a slower stage split
+    (_fitting_split), no combined 1F1B, or NCCL all-to-alls instead of DeepEP. More recompute can
+    then run faster (train_search._first_fitting tries the next levels)."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -775,9 +779,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     config, layers, memories, memory = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
-            return estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo)
+            return _fallen_back(estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo))
         if config.moe_dispatcher == "deepep" and request.moe_dispatcher == "auto":  # DeepEP's buffers: without
-            return estimate(model, cluster, given, replace(request, moe_dispatcher="alltoall"), rates, memo)
+            return _fallen_back(estimate(model, cluster, given, replace(request, moe_dispatcher="alltoall"), rates,
+                                         memo))
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
@@ -808,6 +813,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         tp_allreduce_seconds_per_layer=times.tp_seconds_per_layer,
         alltoall_seconds_per_layer=terms.ep.alltoall_seconds_per_moe_layer,
         alltoall_link=terms.ep.link,
+        memory_fallback=splits is not None and (config.first_last_layers, config.account_for_embedding_and_loss)
+        != splits.first,
         tp_link=times.tp_link,
         pp_link=times.pp_link,
         dp_link=times.dp_link,
@@ -822,6 +829,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_send_bytes=times.pp_send_bytes,
         dp_collectives=times.dp,
     )
+
+
+def _fallen_back(result: TrainEstimate | Rejected) -> TrainEstimate | Rejected:
+    """An estimate that dropped something for memory, marked so (TrainEstimate.memory_fallback)."""
+    return replace(result, memory_fallback=True) if isinstance(result, TrainEstimate) else result
 
 
 def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions | None, seq_len: int, m: int,

@@ -264,20 +264,35 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
                    memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
-    With flash attention selective recompute drops nothing (activations.py: no scores are
-    kept), so after a lesser level ran out of memory it is skipped: it keeps no recompute's
-    bytes, at least as many as "outputs" keeps.
-    Also the index (counted from `first`) of the recompute level it stopped at: the levels
+    Where it fits only by running something slower for memory (TrainEstimate.memory_fallback: a
+    slower stage split, no combined 1F1B, NCCL instead of DeepEP), the next levels may fit without
+    that and run faster: they are tried up to the first that needs no fallback, and the fastest
+    kept (a tie to the lesser recompute). With flash attention selective recompute drops nothing
+    (activations.py: no scores are kept), so after a lesser level ran out of memory it is
+    skipped: it keeps no recompute's bytes, at least as many as "outputs" keeps.
+    Also the index (counted from `first`) of the least recompute level that fits: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there."""
     result: TrainEstimate | Rejected | None = None
+    best: TrainEstimate | None = None
+    fits_at = first
     for offset, recompute in enumerate(recomputes):
         if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
             continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = base if recompute == base.recompute else base.with_(recompute=recompute)
         result = estimate(model, cluster, config, request, rates, memo)
-        if isinstance(result, TrainEstimate) or result.over_bytes == 0:
-            return result, first + offset if isinstance(result, TrainEstimate) else first
+        if isinstance(result, TrainEstimate):
+            if best is None:
+                best, fits_at = result, first + offset
+            elif result.tokens_per_second > best.tokens_per_second:
+                best = result
+            if not result.memory_fallback:
+                return best, fits_at
+            continue
+        if best is None and result.over_bytes == 0:
+            return result, first
+    if best is not None:
+        return best, fits_at
     assert result is not None
     return result, first
 

@@ -22,8 +22,8 @@ from planner.train import (
     config_reasons,
     expert_imbalance,
     stage_memories,
+    stage_split_options,
     structural_reasons,
-    with_stage_split,
     worst_stage_memory,
 )
 from planner.units import bytes_to_gib
@@ -64,14 +64,18 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
                     memo: Memo, candidates: list[TrainConfig]) -> InNodeShortfall | None:
     """Of the candidate configurations, the one with the least worst-stage memory."""
     best: tuple[TrainMemory, TrainConfig] | None = None
-    for config in candidates:
-        imbalance = expert_imbalance(request)
-        config = with_stage_split(model, cluster, config, request.seq_len, rates, memo, imbalance)
-        m = request.global_batch // (config.micro_batch_size * config.dp)
-        memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo,
-                                                   imbalance=imbalance))
-        if best is None or memory.total_bytes < best[0].total_bytes:
-            best = (memory, config)
+    imbalance = expert_imbalance(request)
+    for given in candidates:
+        # every stage split the estimate may run (the fastest that fits): the least memory of them
+        splits = stage_split_options(model, cluster, given, request.seq_len, rates, memo, imbalance)
+        for first_last, account in ([split for split, _ in splits.ordered()] if splits is not None
+                                    else [(given.first_last_layers, given.account_for_embedding_and_loss)]):
+            config = given.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+            m = request.global_batch // (config.micro_batch_size * config.dp)
+            memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo,
+                                                       imbalance=imbalance))
+            if best is None or memory.total_bytes < best[0].total_bytes:
+                best = (memory, config)
     if best is None:
         return None
     memory, config = best

@@ -5,6 +5,7 @@ to exactly the shipped YAML (name and source aside), through `resolve_model`."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -585,3 +586,24 @@ def test_qwen35_mtp_layer_is_read():
     from planner.catalog import resolve_model
 
     assert resolve_model(str(CORPUS / "Qwen--Qwen3.5-27B")).num_mtp_layers == 1
+
+
+FIXTURE_CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def test_group_limited_routing_from_n_group_and_topk_group(tmp_path: Path) -> None:
+    """DeepSeek-R1 (n_group 8, topk_group 4): its tokens' experts come from 4 of 8 groups, as the
+    shipped deepseek-v3 spec says; Kimi K2 (n_group 1) is not group-limited; an impossible
+    topk_group is a one-line error naming the key and the file."""
+    r1 = resolve_model(str(FIXTURE_CONFIGS / "deepseek-ai--DeepSeek-R1" / "config.json"))
+    assert (r1.num_expert_groups, r1.expert_groups_per_token) == (8, 4)
+    assert (resolve_model("deepseek-v3").num_expert_groups, resolve_model("deepseek-v3").expert_groups_per_token) == (8, 4)
+    kimi = resolve_model(str(FIXTURE_CONFIGS / "moonshotai--Kimi-K2-Instruct" / "config.json"))
+    assert kimi.num_expert_groups is None and kimi.expert_groups_per_token is None
+    config = json.loads((FIXTURE_CONFIGS / "deepseek-ai--DeepSeek-R1" / "config.json").read_text())
+    for bad, message in ((9, "topk_group: 9 exceeds n_group 8"), (0, "topk_group: group-limited routing needs a "
+                                                                    "positive integer (got 0)")):
+        path = _write(tmp_path / f"bad-{bad}", {**config, "topk_group": bad})
+        with pytest.raises(SpecError, match=re.escape(message)) as raised:
+            resolve_model(str(path))
+        assert str(path) in str(raised.value) and "\n" not in str(raised.value)

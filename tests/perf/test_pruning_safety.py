@@ -74,14 +74,24 @@ def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) ->
 
 
 def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
-    """Per configuration apart from recompute: the fitting estimate with the least of it."""
-    best: dict[tuple, TrainEstimate] = {}
+    """Per configuration apart from recompute: the fitting estimate with the least of it, or,
+    where that one fits only by running something slower for memory (memory_fallback), the
+    fastest of it and the levels after it up to the first that needs no fallback (a tie to the
+    lesser recompute): what the search keeps (train_search._first_fitting)."""
+    by_key: dict[tuple, list[TrainEstimate]] = {}
     for r in results:
         c = r.config
         key = (c.tp, c.cp, c.pp, c.dp, c.ep, c.micro_batch_size, c.schedule, c.virtual_stages,
                c.sequence_parallel, c.zero_stage)
-        if key not in best or RECOMPUTE_ORDER.index(c.recompute) < RECOMPUTE_ORDER.index(best[key].config.recompute):
-            best[key] = r
+        by_key.setdefault(key, []).append(r)
+    best: dict[tuple, TrainEstimate] = {}
+    for key, fitting in by_key.items():
+        fitting.sort(key=lambda r: RECOMPUTE_ORDER.index(r.config.recompute))
+        for r in fitting:
+            if key not in best or r.tokens_per_second > best[key].tokens_per_second:
+                best[key] = r
+            if not r.memory_fallback:
+                break
     return best
 
 

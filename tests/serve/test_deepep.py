@@ -84,6 +84,22 @@ def test_group_limited_routing_reaches_fewer_nodes():
     assert expected_parts_hit(uniform, 8) == pytest.approx(5.295, abs=1e-3)
 
 
+def test_group_limited_routing_over_shares_that_straddle_groups():
+    """144 experts in 6 groups of 24, top 8 from 2 groups, over 4 shares of 36: each share holds a
+    whole group and half of another. Share 0 = group 0 + half of group 1, of the 2 groups picked
+    (15 pairs) and their 48 experts: neither picked (6 pairs) misses it; only group 1 (4 pairs)
+    holds 12 of the 48, only group 0 (4) 24, both (1) 36, each missed with chance
+    C(48 - covered, 8)/C(48, 8); every share alike. Over the 4 shares 4 x (1 - 6/15 - 4/15 x
+    C(36, 8)/C(48, 8) - 4/15 x C(24, 8)/C(48, 8) - 1/15 x C(12, 8)/C(48, 8)) = 2.3124 shares per
+    token, as a Monte Carlo of the routing gives (2.312); uniform routing over all 144: 3.63."""
+    model = DEEPSEEK.model_copy(update={"num_local_experts": 144, "num_experts_per_tok": 8,
+                                        "num_expert_groups": 6, "expert_groups_per_token": 2})
+    pairs = math.comb(48, 8)
+    share = 1 - (6 / 15 + 4 / 15 * math.comb(36, 8) / pairs + 4 / 15 * math.comb(24, 8) / pairs
+                 + 1 / 15 * math.comb(12, 8) / pairs)
+    assert expected_parts_hit(model, 4) == pytest.approx(4 * share) == pytest.approx(2.3124, abs=1e-4)
+
+
 def test_combine_messages_are_16_bit():
     """Combine returns bf16 partial outputs: 2 x 7,168 = 14,336 B per message, no header."""
     nvlink, rdma = deepep_traffic(DEEPSEEK, EP16, 128, "deepep_low_latency", "combine", 8, 2)

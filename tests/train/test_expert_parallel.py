@@ -429,7 +429,8 @@ def test_the_overlap_runs_where_its_extra_forward_fits():
     assert h200.memory_per_gpu_bytes > estimate(model, resolve_cluster("2x8xH200"), config, plain).memory_per_gpu_bytes
     h100 = estimate(model, resolve_cluster("2x8xH100"), config, request)
     assert isinstance(h100, TrainEstimate) and not h100.config.moe_comm_overlap
-    assert h100 == estimate(model, resolve_cluster("2x8xH100"), config, plain)
+    assert h100.memory_fallback  # the search then tries more recompute, which may fit the overlap
+    assert replace(h100, memory_fallback=False) == estimate(model, resolve_cluster("2x8xH100"), config, plain)
 
 
 def test_token_permutation_bytes_by_hand():
