@@ -44,6 +44,7 @@ from planner.layout import (
     expert_dp_group_topology,
     place,
 )
+from planner.render.train import faster_split_line
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, train_rates, training_caveats
@@ -294,6 +295,8 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
         notes += (f"CP {c.cp}: each sequence split over {c.cp} ranks at stride tp={c.tp} (Megatron's "
                   f"tp-cp-ep-dp-pp order; the first group is ranks {shown}), {e.config.cp}x fewer tokens "
                   f"per rank; the ring runs on {e.layer_terms.cp.link}",)
+    if e.faster_split is not None:
+        notes += (faster_split_line(e),)
     return notes
 
 

@@ -91,6 +91,17 @@ class TrainMemory:
 
 
 @dataclass(frozen=True)
+class FasterSplit:
+    """A stage split faster than the one the estimate runs, which did not fit in memory."""
+
+    num_layers_per_stage: tuple[int, ...]
+    over_bytes: float
+    """Its worst stage's memory over the capacity (> 0)."""
+    stage: int
+    """That stage (0 first)."""
+
+
+@dataclass(frozen=True)
 class TrainEstimate:
     config: TrainConfig
     num_micro_batches: int
@@ -134,6 +145,8 @@ class TrainEstimate:
     """Memory made this estimate run something slower than its first choice: a slower stage split
     (_fitting_split), no combined 1F1B, or NCCL all-to-alls instead of DeepEP. More recompute can
     then run faster (train_search._first_fitting tries the next levels)."""
+    faster_split: FasterSplit | None = None
+    """The fastest stage split, where it did not fit and a slower one runs (_fitting_split)."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -776,7 +789,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine)
     m = B // (config.micro_batch_size * config.dp)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
-    config, layers, memories, memory = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
+    config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo,
+                                                               imbalance)
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
             return _fallen_back(estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo))
@@ -813,8 +827,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         tp_allreduce_seconds_per_layer=times.tp_seconds_per_layer,
         alltoall_seconds_per_layer=terms.ep.alltoall_seconds_per_moe_layer,
         alltoall_link=terms.ep.link,
-        memory_fallback=splits is not None and (config.first_last_layers, config.account_for_embedding_and_loss)
-        != splits.first,
+        memory_fallback=faster is not None,
+        faster_split=faster,
         tp_link=times.tp_link,
         pp_link=times.pp_link,
         dp_link=times.dp_link,
@@ -838,8 +852,10 @@ def _fallen_back(result: TrainEstimate | Rejected) -> TrainEstimate | Rejected:
 
 def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions | None, seq_len: int, m: int,
                    capacity: float, memo: Memo,
-                   imbalance: float) -> tuple[TrainConfig, tuple[int, int, int], tuple[TrainMemory, ...], TrainMemory]:
-    """(configuration, stage layers, stage memories, the worst of them) of the fastest of `splits` (stage_split_options)
+                   imbalance: float) -> tuple[TrainConfig, tuple[int, int, int], tuple[TrainMemory, ...], TrainMemory,
+                                              FasterSplit | None]:
+    """(configuration, stage layers, stage memories, the worst of them, the faster split that did
+    not fit or None) of the fastest of `splits` (stage_split_options)
     that fits, else of the fastest (whose overshoot the rejection reports); the configuration as
     it is without splits. A faster split can put a layer more on the first stage, which holds the
     most micro-batches, where an even one fits. Each stage kind's memory grows with its own layers
@@ -852,8 +868,9 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
     memories = stage_memories(model, config, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
     worst = worst_stage_memory(memories)
     if splits is None or worst.total_bytes <= capacity:
-        return config, layers, memories, worst
-    fastest = (config, layers, memories, worst)
+        return config, layers, memories, worst, None
+    fastest = (config, layers, memories, worst, None)
+    faster = FasterSplit(_layers_per_stage(model, config), worst.total_bytes - capacity, worst.stage)
     least, pp = splits.least_layers(), config.pp
     for memory in memories:
         kind = 0 if memory.stage == 0 else 2 if memory.stage == pp - 1 else 1
@@ -870,7 +887,7 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
         memories = stage_memories(model, candidate, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
         worst = worst_stage_memory(memories)
         if worst.total_bytes <= capacity:
-            return candidate, layers, memories, worst
+            return candidate, layers, memories, worst, faster
         _tighten(limits, memories, layers, capacity, pp)
     return fastest
 

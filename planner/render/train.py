@@ -111,8 +111,7 @@ def stages_text(e: TrainEstimate) -> str:
     counted = " (embedding and loss counted as layers)" if e.config.account_for_embedding_and_loss else ""
     if len(set(layers)) <= 1:
         return f"{layers[0]} layers per stage{counted}"
-    middle = f" | {layers[1]} x{len(layers) - 2}" if len(layers) > 2 else ""
-    return f"uneven stages {layers[0]}{middle} | {layers[-1]} layers{counted}"
+    return f"uneven stages {layers_text(layers)} layers{counted}"
 
 
 def summary_lines(plan: TrainPlan) -> list[str]:
@@ -135,6 +134,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
         f"MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
+    if best.faster_split is not None:
+        lines.append(faster_split_line(best))
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
@@ -151,6 +152,21 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
     return lines
+
+
+def faster_split_line(e: TrainEstimate) -> str:
+    """Why the stages are not split the fastest way: that split did not fit."""
+    faster = e.faster_split
+    assert faster is not None
+    return (f"Stage split {layers_text(e.num_layers_per_stage)}: the faster {layers_text(faster.num_layers_per_stage)} "
+            f"does not fit (stage {faster.stage} over by {gib(faster.over_bytes)}).")
+
+
+def layers_text(layers: tuple[int, ...]) -> str:
+    """Layers per stage as "7 | 8 x14 | 7" (first | middle x count | last; the middle stages of
+    a split are alike)."""
+    middle = f" | {layers[1]} x{len(layers) - 2}" if len(layers) > 2 else ""
+    return f"{layers[0]}{middle} | {layers[-1]}"
 
 
 def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
@@ -316,6 +332,9 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "precision": c.precision, "fp8_recipe": c.fp8_recipe,
         "tp_comm_overlap": c.tp_comm_overlap, "moe_comm_overlap": c.moe_comm_overlap,
         "moe_dispatcher": c.moe_dispatcher if c.ep > 1 else None,
+        "faster_split": None if e.faster_split is None else {
+            "num_layers_per_stage": list(e.faster_split.num_layers_per_stage),
+            "over_bytes": e.faster_split.over_bytes, "stage": e.faster_split.stage},
         "memory_per_gpu_bytes": e.memory_per_gpu_bytes, "capacity_per_gpu_bytes": e.capacity_per_gpu_bytes,
         "memory": {"weights_bytes": mem.weights_bytes, "gradient_bytes": mem.gradient_bytes,
                    "optimizer_bytes": mem.optimizer_bytes, "activation_bytes": mem.activation_bytes,

@@ -289,6 +289,15 @@ def test_the_estimate_takes_the_fastest_split_that_fits():
     assert chosen.config.first_last_layers == (11, 11)
     assert chosen.num_layers_per_stage == (11, 12, 12, 12, 12, 12, 12, 11)
     assert chosen.memory_per_gpu_bytes <= chosen.capacity_per_gpu_bytes
+    assert chosen.memory_fallback and chosen.faster_split is not None
+    assert chosen.faster_split.num_layers_per_stage == (12, 12, 12, 12, 12, 12, 12, 10)
+    assert chosen.faster_split.stage == 0 and chosen.faster_split.over_bytes == pytest.approx(fastest.over_bytes)
+    text = CliRunner().invoke(app, [
+        "--workload", "train", "--model", "qwen3-235b-a22b", "--cluster", "8x8xH200", "--global-batch", "512",
+        "--seq-len", "8192", "--no-moe-comm-overlap", "--moe-dispatcher", "deepep", "--layout", "tp=2,pp=8,dp=4,ep=2",
+        "--micro-batch", "2", "--recompute", "full", "--zero", "1", "--schedule", "1f1b"]).output
+    assert "Stage split 11 | 12 x6 | 11: the faster 12 | 12 x6 | 10 does not fit (stage 0 over by 1.1 GiB)." in (
+        " ".join(text.split()))
 
 
 def test_more_recompute_is_tried_where_less_fits_only_on_a_slower_split():
