@@ -856,7 +856,8 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
                                               FasterSplit | None]:
     """(configuration, stage layers, stage memories, the worst of them, the faster split that did
     not fit or None) of the fastest of `splits` (stage_split_options)
-    that fits, else of the fastest (whose overshoot the rejection reports); the configuration as
+    that fits, else of the split tried that came closest (whose overshoot the rejection reports);
+    the configuration as
     it is without splits. A faster split can put a layer more on the first stage, which holds the
     most micro-batches, where an even one fits. Each stage kind's memory grows with its own layers
     only, so once a split overflows on a kind, splits with at least as many layers there are skipped,
@@ -869,7 +870,7 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
     worst = worst_stage_memory(memories)
     if splits is None or worst.total_bytes <= capacity:
         return config, layers, memories, worst, None
-    fastest = (config, layers, memories, worst, None)
+    closest = (config, layers, memories, worst, None)  # the least overshoot tried: the fastest so far
     faster = FasterSplit(_layers_per_stage(model, config), worst.total_bytes - capacity, worst.stage)
     least, pp = splits.least_layers(), config.pp
     for memory in memories:
@@ -877,7 +878,7 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
         # a stage of n layers holds at most total/n bytes per layer (the rest is fixed), so with
         # the fewest layers any split gives that kind it still needs total * least/n
         if memory.total_bytes * least[kind] > capacity * layers[kind]:
-            return fastest
+            return closest
     limits = [float("inf")] * 3  # first, middle, last: the layers at which that kind overflowed
     _tighten(limits, memories, layers, capacity, pp)
     for (first_last, account), layers in splits.ordered()[1:]:
@@ -888,8 +889,10 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
         worst = worst_stage_memory(memories)
         if worst.total_bytes <= capacity:
             return candidate, layers, memories, worst, faster
+        if worst.total_bytes < closest[3].total_bytes:  # the closest miss is what the rejection reports
+            closest = (candidate, layers, memories, worst, None)
         _tighten(limits, memories, layers, capacity, pp)
-    return fastest
+    return closest
 
 
 def _tighten(limits: list[float], memories: tuple[TrainMemory, ...], layers: tuple[int, int, int],
