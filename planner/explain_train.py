@@ -47,7 +47,7 @@ from planner.layout import (
 from planner.render.train import faster_split_line
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import TrainEstimate, estimate, train_rates, training_caveats
+from planner.train import TrainEstimate, estimate, exchange_name, train_rates, training_caveats
 from planner.train_search import TrainPlan, search
 
 
@@ -146,7 +146,7 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
     if c.moe_comm_overlap:  # the time breakdown's EP share is what the other micro-batch leaves exposed
         phases = [(phase, f"{name} (beside another micro-batch: combined 1F1B)", count)
                   for phase, name, count in phases]
-    kind = "DeepEP" if ep.dispatcher == "deepep" else "all-to-all"
+    kind = exchange_name(ep.dispatcher)
     return [collective_row(phase, name, kind, c.ep, ep.link or "-", ep.message_bytes, one,
                            ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
             for phase, name, count in phases]
@@ -263,8 +263,7 @@ def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
     segments = (BreakdownSegment("compute", b.compute), BreakdownSegment("TP comm", b.tp_comm),
                 BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed))
     if e.config.ep > 1:
-        segments += (BreakdownSegment("EP DeepEP" if e.config.moe_dispatcher == "deepep" else "EP all-to-all",
-                                      b.ep_comm),)
+        segments += (BreakdownSegment(f"EP {exchange_name(e.config.moe_dispatcher)}", b.ep_comm),)
     if e.config.cp > 1:
         segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
     segments += (BreakdownSegment("bubble", b.bubble),)

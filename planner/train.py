@@ -456,10 +456,15 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     return tuple(out)
 
 
+def stage_kind(stage: int, pp: int) -> int:
+    """0 the first stage, 2 the last, 1 a middle one (the index into stage_layers' triple)."""
+    return 0 if stage == 0 else 2 if stage == pp - 1 else 1
+
+
 def _stages_in_flight(schedule: str, pp: int, m: int, v: int, stages: tuple[int, ...],
                       extra_forwards: int = 0) -> tuple[tuple[int, int, float], ...]:
     """(stage, kind: 0 first, 1 middle, 2 last, micro-batches in flight) of each stage."""
-    return tuple((stage, 0 if stage == 0 else 2 if stage == pp - 1 else 1,
+    return tuple((stage, stage_kind(stage, pp),
                   act.micro_batches_in_flight(schedule, pp, m, v, stage, extra_forwards)) for stage in stages)
 
 
@@ -660,6 +665,11 @@ def deepep_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) 
     return deepep_training_refusal(config.ep, group.ranks_per_node, group.num_nodes)
 
 
+def exchange_name(dispatcher: str) -> str:
+    """What a plan calls the EP exchange: DeepEP's dispatch and combine, or NCCL's all-to-alls."""
+    return "DeepEP" if dispatcher == "deepep" else "all-to-all"
+
+
 def deepep_cluster_refusal(cluster: ClusterSpec) -> str | None:
     """Why DeepEP runs on no layout of this cluster, in words (None: on some): an NVIDIA Ampere or
     Hopper GPU, or a B200 / B300 (DEEPEP_BLACKWELL_GPUS), with NVLink inside the node."""
@@ -855,10 +865,9 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
                    imbalance: float) -> tuple[TrainConfig, tuple[int, int, int], tuple[TrainMemory, ...], TrainMemory,
                                               FasterSplit | None]:
     """(configuration, stage layers, stage memories, the worst of them, the faster split that did
-    not fit or None) of the fastest of `splits` (stage_split_options)
-    that fits, else of the split tried that came closest (whose overshoot the rejection reports);
-    the configuration as
-    it is without splits. A faster split can put a layer more on the first stage, which holds the
+    not fit or None) of the fastest of `splits` (stage_split_options) that fits, else of the split
+    tried that came closest (whose overshoot the rejection reports); the configuration as it is
+    without splits. A faster split can put a layer more on the first stage, which holds the
     most micro-batches, where an even one fits. Each stage kind's memory grows with its own layers
     only, so once a split overflows on a kind, splits with at least as many layers there are skipped,
     and none is tried where even the fewest layers a split gives that kind cannot fit."""
@@ -874,7 +883,7 @@ def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions |
     faster = FasterSplit(_layers_per_stage(model, config), worst.total_bytes - capacity, worst.stage)
     least, pp = splits.least_layers(), config.pp
     for memory in memories:
-        kind = 0 if memory.stage == 0 else 2 if memory.stage == pp - 1 else 1
+        kind = stage_kind(memory.stage, pp)
         # a stage of n layers holds at most total/n bytes per layer (the rest is fixed), so with
         # the fewest layers any split gives that kind it still needs total * least/n
         if memory.total_bytes * least[kind] > capacity * layers[kind]:
@@ -900,7 +909,7 @@ def _tighten(limits: list[float], memories: tuple[TrainMemory, ...], layers: tup
     """Lower each overflowing stage kind's limit to its layers here (_fitting_split)."""
     for memory in memories:
         if memory.total_bytes > capacity:
-            kind = 0 if memory.stage == 0 else 2 if memory.stage == pp - 1 else 1
+            kind = stage_kind(memory.stage, pp)
             limits[kind] = min(limits[kind], layers[kind])
 
 
@@ -1045,13 +1054,6 @@ def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, 
     return SplitOptions(costs, pp, first_last, triple, layout)
 
 
-def _faster_split(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
-                  candidates: tuple[tuple[int, int, int], ...] | None = None,
-                  ) -> tuple[tuple[int, int] | None, bool] | None:
-    """(first/last layers, account) of the faster split (with_stage_split), None if none."""
-    return _split_options(num_layers, pp, v, costs, engine, candidates).first
-
-
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     """Whether Megatron's --pipeline-model-parallel-layout splits these layers (stage_split.
     layout_splits), as the plan uses it: p not dividing L, v > 1 dividing ceil(L/p) (the
@@ -1061,12 +1063,10 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 
 
-
 MOE_TRAINING_CAVEAT = ("MoE training times are not calibrated: NVIDIA's published MoE runs (Megatron-Bridge) "
                        "take longer than planned (a median 40%: 1-10 ms per MoE layer and micro-batch of host-bound "
                        "and model-specific work is not priced), so compare MoE layouts with each other, not with "
-                       "a deadline "
-                       "(docs/cost-model.md, Known limitations).")
+                       "a deadline (docs/cost-model.md, Known limitations).")
 
 
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:

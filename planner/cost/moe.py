@@ -139,39 +139,30 @@ def expected_parts_hit(model: ModelSpec, parts: int) -> float:
 
     Group-limited routing (ModelSpec.num_expert_groups N_g, expert_groups_per_token G; DeepSeek-V3
     report sec. 3.2.2): a token picks G of the N_g groups of S = E/N_g consecutive experts, then
-    its e experts uniformly among those G*S. A share inside one group (E/parts <= S) is hit with
-    chance G/N_g * (1 - C(G*S - E/parts, e)/C(G*S, e)); a share of j whole groups with
-    sum_i H(i) (1 - C(G*S - i*S, e)/C(G*S, e)), H(i) the hypergeometric chance that i of its j
-    groups are among the G picked; a share that does not line up with the groups (whole groups and
-    parts of one or two more) sums the same over which of its groups are picked, a partial one
-    counting its overlap (_unaligned_share_hit). DeepSeek-V3 (E 256, e 8, 8 groups of 32, G 4) over 8 nodes: each node one
-    group, 8 * 1/2 * (1 - C(96, 8)/C(128, 8)) = 3.64 nodes per token (5.30 routed uniformly)."""
+    its e experts uniformly among those G*S; each share's chance is _share_hit's. A share inside
+    one group (E/parts <= S) is hit with chance G/N_g * (1 - C(G*S - E/parts, e)/C(G*S, e)); a
+    share of j whole groups with sum_i H(i) (1 - C(G*S - i*S, e)/C(G*S, e)), H(i) the
+    hypergeometric chance that i of its j groups are among the G picked. Shares that line up with
+    the groups all have the same chance. DeepSeek-V3 (E 256, e 8, 8 groups of 32, G 4) over 8
+    nodes: each node one group, 8 * 1/2 * (1 - C(96, 8)/C(128, 8)) = 3.64 nodes per token (5.30
+    routed uniformly)."""
     experts, k = model.num_local_experts, model.num_experts_per_tok
     local = experts / parts
     groups = model.num_expert_groups
-    size = experts / groups if groups else 0.0
     if not groups:
         return parts * (1 - _miss_chance(experts, local, k))
-    picked = model.expert_groups_per_token
-    pool = picked * size  # the experts a token chooses among
-    if not (size % local == 0 if local <= size else local % size == 0):
-        return sum(_unaligned_share_hit(j * local, (j + 1) * local, size, groups, picked, k) for j in range(parts))
-    if local <= size:
-        return parts * picked / groups * (1 - _miss_chance(pool, local, k))
-    held = round(local / size)  # whole groups in the share
-    hit = 0.0
-    for i in range(1, min(held, picked) + 1):
-        chance = math.comb(held, i) * math.comb(groups - held, picked - i) / math.comb(groups, picked)
-        hit += chance * (1 - _miss_chance(pool, i * size, k))
-    return parts * hit
+    size, picked = experts / groups, model.expert_groups_per_token
+    if size % local == 0 if local <= size else local % size == 0:  # every share alike
+        return parts * _share_hit(0.0, local, size, groups, picked, k)
+    return sum(_share_hit(j * local, (j + 1) * local, size, groups, picked, k) for j in range(parts))
 
 
-def _unaligned_share_hit(low: float, high: float, size: float, groups: int, picked: int, k: int) -> float:
+def _share_hit(low: float, high: float, size: float, groups: int, picked: int, k: int) -> float:
     """The chance a token's experts hit the share [low, high) of the experts under group-limited
-    routing (expected_parts_hit) when the share does not line up with the groups of `size`: the
-    m groups it overlaps are whole ones and at most two partial ones at its edges; the chance that
-    exactly a given t of them are among the `picked` is C(groups - m, picked - t)/C(groups, picked),
-    and then the share holds the overlaps of those t."""
+    routing (expected_parts_hit), groups of `size`: the m groups the share overlaps are whole ones
+    and at most two partial ones at its edges; the chance that exactly a given t of them are among
+    the `picked` is C(groups - m, picked - t)/C(groups, picked), and then the share holds the
+    overlaps of those t."""
     overlaps = []
     for group in range(int(low // size), math.ceil(high / size)):
         overlap = min(high, (group + 1) * size) - max(low, group * size)

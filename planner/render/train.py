@@ -25,6 +25,7 @@ from planner.render.common import (
 )
 from planner.train import (
     TrainEstimate,
+    exchange_name,
     moe_comm_overlap_off_reason,
     moe_dispatcher_off_reason,
     tp_comm_overlap_off_reason,
@@ -120,7 +121,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     parts = {"compute": t.compute, "bubble": t.bubble, "TP comm": t.tp_comm,
              "PP comm": t.pp_comm, "DP comm (exposed)": t.dp_comm_exposed}
     if c.ep > 1:
-        parts["EP DeepEP" if c.moe_dispatcher == "deepep" else "EP all-to-all"] = t.ep_comm
+        parts[f"EP {exchange_name(c.moe_dispatcher)}"] = t.ep_comm
     if c.cp > 1:
         parts["CP ring (exposed)"] = t.cp_comm
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
@@ -141,7 +142,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
     moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
     if moe_off is not None:
-        lines.append(f"EP {_exchange(c)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
+        lines.append(f"EP {exchange_name(c.moe_dispatcher)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
     no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
@@ -177,7 +178,7 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
         common = (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
                   f"TP comm overlap {on[c.tp_comm_overlap]}")
         # the EP settings only between two layouts with EP (the ep= of the layout says the rest)
-        return common + ((f"EP {_exchange(c)} overlap {on[c.moe_comm_overlap]}",
+        return common + ((f"EP {exchange_name(c.moe_dispatcher)} overlap {on[c.moe_comm_overlap]}",
                           f"{'DeepEP' if c.moe_dispatcher == 'deepep' else 'NCCL all-to-all'} dispatcher")
                          if experts else ())
 
@@ -185,10 +186,6 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     return "".join(f", {mine}" for mine, theirs in zip(shown(other.config, experts), shown(best.config, experts),
                                                        strict=True) if mine != theirs)
 
-
-def _exchange(config: TrainConfig) -> str:
-    """What the EP exchange is called: DeepEP's dispatch and combine, or NCCL's all-to-alls."""
-    return "DeepEP" if config.moe_dispatcher == "deepep" else "all-to-all"
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
