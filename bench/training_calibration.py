@@ -4,8 +4,8 @@
     python bench/training_calibration.py              # per row, per group and overall, on stdout
     python bench/training_calibration.py --json       # the summary as JSON (rows included)
     python bench/training_calibration.py --csv PATH   # another set with the same columns
-    python bench/training_calibration.py --moe        # the MoE rows (a check, not fitted to)
-    python bench/training_calibration.py --moe --moe-dispatcher alltoall   # NCCL all-to-alls only
+    python bench/training_calibration.py --moe        # the MoE rows, each as its recipe ran it
+    python bench/training_calibration.py --moe --moe-dispatcher auto       # as the planner would run them
     python bench/training_calibration.py --vs-best    # each published configuration against the planner's best
 
 Every row of the set (tests/fixtures/nemo_training_perf.csv, provenance in
@@ -31,16 +31,14 @@ The MoE rows (tests/fixtures/nemo_moe_training_perf.csv, --moe: DeepSeek-V3, GPT
 Qwen3-30B-A3B and Qwen3-235B-A22B from the same archive) add the row's ep (Megatron's
 --expert-model-parallel-size, experts unsplit: --expert-tensor-parallel-size 1) and routing
 balanced as published ("In MoE training benchmarks, we force-balance the token distribution
-among experts and all benchmarks are token-dropless": --expert-imbalance 1), priced without
-Megatron's EP all-to-all overlap (--no-moe-comm-overlap): the rows do not say, and the
-recipes read (Megatron-Bridge perf_recipes at 067f987df, not the containers' own) run it only
-in some variants (Qwen3-235B on H100 in BF16, DeepSeek-V3 on B200 in MXFP8). The token
-dispatcher is the planner's own choice (--moe-dispatcher auto: DeepEP where it can run and
-prices faster; `--moe-dispatcher alltoall` prices Megatron's NCCL all-to-alls instead): the
-same recipes run Megatron's flex dispatcher on DeepEP or HybridEP for Qwen3-30B, GPT-OSS and
-DeepSeek-V3 and the alltoall one for Qwen3-235B on B200, and the rows do not say which
-container ran which. No constant is fitted to them: they show how far the MoE training model
-is from NVIDIA's runs.
+among experts and all benchmarks are token-dropless": --expert-imbalance 1). By default each is
+priced as its Megatron-Bridge recipe ran it (the fixture's recipe_* columns, read at the
+container's tag): its token dispatcher (HybridEP priced as DeepEP, RECIPE_DISPATCHER), its
+all-to-all overlap (Megatron's combined 1F1B where the recipe turns it on) and its recompute as
+the first level tried (RECIPE_RECOMPUTE). `--moe-dispatcher auto|alltoall|deepep` prices every
+row with that dispatcher instead, without the overlap (unless --moe-comm-overlap) and from
+recompute none: `auto` is what the planner itself would run. One constant is fitted to these
+rows, Megatron's host time per MoE block forward (bench/moe_host_fit.py).
 
 Error = predicted / published - 1 (+0.10: the planner says 10% faster than measured).
 Importable: `load_rows(path)`, `predict(row)`, `score(rows)`; no I/O in them. Not part of the
@@ -73,8 +71,18 @@ MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
 MOE_COMM_OVERLAP = False
 """Megatron's combined 1F1B for the MoE rows: off (module docstring); --moe-comm-overlap turns
 it on where Megatron can run it."""
-MOE_DISPATCHER = "auto"
-"""The MoE rows' token dispatcher (TrainRequest.moe_dispatcher): the planner's own choice."""
+MOE_DISPATCHER = "recipe"
+"""The MoE rows' token dispatcher: "recipe", each row's as its Megatron-Bridge recipe ran it
+(with its all-to-all overlap and, as the first level tried, its recompute), or a
+TrainRequest.moe_dispatcher for every row ("auto": the planner's own choice)."""
+RECIPE_DISPATCHER = {"alltoall": "alltoall", "deepep": "deepep", "hybridep": "deepep"}
+"""A recipe's dispatcher -> the planner's: HybridEP (NVIDIA's flex backend, one copy of a token
+per node hit as DeepEP, on 32 SMs in these recipes) is priced as DeepEP, the nearest it has."""
+RECIPE_RECOMPUTE = {"none": "none", "selective layernorm moe_act": "outputs", "selective mla_up_proj": "outputs",
+                    "selective mla_up_proj mlp": "outputs"}
+"""A recipe's recompute -> the first planner level tried: Megatron's output-discarding modules
+are the planner's "outputs" (which discards moe_act, layernorm and, for MLA, mla_up_proj;
+DeepSeek-V3's mlp module, its dense layers' MLP, has no level)."""
 BALANCED_ROUTING = 1.0
 """--expert-imbalance of the MoE rows: NeMo's MoE benchmarks force-balance the routing."""
 GPUS_PER_NODE = 8
@@ -85,7 +93,7 @@ FP8_RECIPES = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (
 RECOMPUTE_LEVELS = ("none", "outputs", "selective", "full")
 UNLIMITED_GIB = 10_000.0
 """GPU memory for the what-if estimates: no configuration is out of memory."""
-BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm", "ep_comm")
+BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm", "ep_comm", "host")
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,12 @@ class Row:
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float
     source_url: str
+    recipe_recompute: str = ""
+    """What the row's Megatron-Bridge recipe recomputes (MoE rows; RECIPE_RECOMPUTE)."""
+    recipe_dispatcher: str = ""
+    """The recipe's token dispatcher: alltoall, deepep or hybridep (MoE rows; "" for dense)."""
+    recipe_a2a_overlap: str = ""
+    """on / off: the recipe's --overlap-moe-expert-parallel-comm (MoE rows)."""
 
     @property
     def dp(self) -> int:
@@ -150,6 +164,8 @@ def parse_row(row: dict[str, str]) -> Row:
         vp=degree(row["vp"]), ep=degree(row["ep"]), fsdp=0 if row["fsdp"].strip() in ("", "n/a") else int(row["fsdp"]),
         precision=row["precision"], tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         model_tflops_per_gpu=float(row["model_tflops_per_gpu"]), source_url=row["source_url"],
+        recipe_recompute=row.get("recipe_recompute", ""), recipe_dispatcher=row.get("recipe_dispatcher", ""),
+        recipe_a2a_overlap=row.get("recipe_a2a_overlap", ""),
     )
 
 
@@ -196,10 +212,14 @@ def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
 
 def request_for(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> TrainRequest:
     """The row's workload and the settings it was priced with (module docstring); no layout."""
+    overlap = MOE_COMM_OVERLAP
+    if moe_dispatcher == "recipe":
+        overlap = overlap or row.recipe_a2a_overlap == "on"
+        moe_dispatcher = RECIPE_DISPATCHER.get(row.recipe_dispatcher, "auto")
     return TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
                         fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
                         expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
-                        moe_comm_overlap=MOE_COMM_OVERLAP, moe_dispatcher=moe_dispatcher)
+                        moe_comm_overlap=overlap, moe_dispatcher=moe_dispatcher)
 
 
 def versus_best(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
@@ -286,7 +306,8 @@ def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
     """The estimate at the first recompute level that fits (none, selective, full): the
     predicted tokens/s per GPU and the error, or every level's rejection."""
     rejections = {}
-    for recompute in RECOMPUTE_LEVELS:
+    first = RECIPE_RECOMPUTE.get(row.recipe_recompute, "none") if moe_dispatcher == "recipe" else "none"
+    for recompute in RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(first):]:
         result = estimate_row(row, recompute, moe_dispatcher=moe_dispatcher)
         if isinstance(result, Rejected):
             rejections[recompute] = "; ".join(result.reasons)
@@ -372,7 +393,8 @@ def print_report(summary: dict) -> None:
           f"{len(summary['rejected'])} rejected at every recompute level")
     for r in summary["rows"]:
         if r["rejected_without"]:
-            print(f"  {r['id']}: recompute none rejected ({r['rejected_without']['none']}); fits with "
+            level, why = next(iter(r["rejected_without"].items()))
+            print(f"  {r['id']}: recompute {level} rejected ({why}); fits with "
                   f"{r['recompute']}; with the memory limit lifted, recompute none would be "
                   f"{percent(r['error_no_recompute_if_memory_fit'])}")
     for r in summary["rejected"]:
@@ -387,9 +409,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
     parser.add_argument("--moe", action="store_true", help="score the MoE rows (tests/fixtures/"
-                        "nemo_moe_training_perf.csv) instead: a check, no constant is fitted to them")
-    parser.add_argument("--moe-dispatcher", choices=("auto", "alltoall", "deepep"), default=MOE_DISPATCHER,
-                        help="the MoE rows' token dispatcher (default: the planner's choice)")
+                        "nemo_moe_training_perf.csv) instead; bench/moe_host_fit.py fits the MoE host time to them")
+    parser.add_argument("--moe-dispatcher", choices=("recipe", "auto", "alltoall", "deepep"), default=MOE_DISPATCHER,
+                        help="the MoE rows' token dispatcher (default: each row's recipe's, with its "
+                        "all-to-all overlap and recompute; auto: the planner's choice)")
     parser.add_argument("--moe-comm-overlap", action="store_true",
                         help="price the MoE rows with Megatron's combined 1F1B where it can run")
     parser.add_argument("--vs-best", action="store_true", help="also each published configuration against the "

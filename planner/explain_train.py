@@ -20,7 +20,7 @@ from planner.cost import comm
 from planner.cost import efficiency as eff
 from planner.cost.moe import deepep_training_buffer_bytes, moe_layers_of
 from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
-from planner.cost.training_time import DpCollectives, dp_link
+from planner.cost.training_time import DpCollectives, dp_link, moe_forward_gpu_seconds
 from planner.explain import (
     BreakdownSegment,
     CollectiveRow,
@@ -44,10 +44,12 @@ from planner.layout import (
     expert_dp_group_topology,
     place,
 )
+from planner.render.common import ms
 from planner.render.train import faster_split_line
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import TrainEstimate, estimate, exchange_name, train_rates, training_caveats
+from planner.train_engines import MOE_FORWARD_HOST_SECONDS
 from planner.train_search import TrainPlan, search
 
 
@@ -266,6 +268,8 @@ def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
         segments += (BreakdownSegment(f"EP {exchange_name(e.config.moe_dispatcher)}", b.ep_comm),)
     if e.config.cp > 1:
         segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
+    if b.host > 0:
+        segments += (BreakdownSegment("host waits (MoE syncs)", b.host),)
     segments += (BreakdownSegment("bubble", b.bubble),)
     return TimeBreakdown("one optimizer step", b.total, segments)
 
@@ -294,9 +298,21 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
         notes += (f"CP {c.cp}: each sequence split over {c.cp} ranks at stride tp={c.tp} (Megatron's "
                   f"tp-cp-ep-dp-pp order; the first group is ranks {shown}), {e.config.cp}x fewer tokens "
                   f"per rank; the ring runs on {e.layer_terms.cp.link}",)
+    if e.time_breakdown_seconds.host > 0 and e.layer_terms is not None:
+        notes += (host_wait_line(e),)
     if e.faster_split is not None:
         notes += (faster_split_line(e),)
     return notes
+
+
+def host_wait_line(e: TrainEstimate) -> str:
+    """Why the step waits on the host: the MoE syncs (training_time.moe_host_exposed_seconds)."""
+    terms = e.layer_terms
+    gpu = moe_forward_gpu_seconds(terms.layer, terms.tp, terms.ep)
+    return (f"Each MoE layer's forward syncs the host for its token counts (Megatron's dropless dispatch): "
+            f"the host takes {ms(MOE_FORWARD_HOST_SECONDS['megatron'])} to issue a block's forward, the GPU "
+            f"{ms(gpu)}, so the GPU waits {ms(e.time_breakdown_seconds.host)} per step "
+            f"({e.time_breakdown_seconds.host / e.step_time_seconds:.0%}); a larger micro-batch hides more of it")
 
 
 def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> sensitivity.KnobBase:

@@ -65,7 +65,7 @@ from planner.layout import (
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train_engines import CP_KV_ROTATION, torchtitan_reasons
+from planner.train_engines import CP_KV_ROTATION, MOE_FORWARD_HOST_SECONDS, torchtitan_reasons
 from planner.units import bytes_to_gib, flops_per_s_to_tflops
 
 
@@ -739,10 +739,11 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
     rotation = CP_KV_ROTATION[engine]
+    host = MOE_FORWARD_HOST_SECONDS[engine]
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
-                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation),
-                     layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation)
+                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
+                     layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation, host)
     return placement, terms
 
 
@@ -1063,15 +1064,16 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 
 
-MOE_TRAINING_CAVEAT = ("MoE training times are not calibrated: NVIDIA's published MoE runs (Megatron-Bridge) "
-                       "take longer than planned (a median 40%: 1-10 ms per MoE layer and micro-batch of host-bound "
-                       "and model-specific work is not priced), so compare MoE layouts with each other, not with "
-                       "a deadline (docs/cost-model.md, Known limitations).")
+MOE_TRAINING_CAVEAT = ("MoE training times are calibrated loosely: against NVIDIA's published MoE runs "
+                       "(Megatron-Bridge), each as its recipe ran it, a median 14% off, mostly optimistic (GPT-OSS "
+                       "and DeepSeek-V3 on B200 up to 37% slower than planned); one fitted constant, the host's "
+                       "time per MoE layer, carries most of it, so treat a deadline from these numbers with care "
+                       "(docs/cost-model.md, Known limitations).")
 
 
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
     """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
-    plan explain's notes): MoE training times uncalibrated; a quantized spec's weights not
+    plan explain's notes): MoE training times loosely calibrated; a quantized spec's weights not
     what training keeps."""
     caveats: tuple[str, ...] = ()
     if model.is_moe:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.cost import efficiency
 from planner.errors import SpecError
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ CP_KV_ROTATION = {"megatron": "ring", "torchtitan": "allgather"}
 Transformer Engine passes them around a ring, one chunk per attention step (p2p); torchtitan
 all-gathers them once (torch's default rotate method, _AllGatherRotater in
 torch/distributed/tensor/experimental/_context_parallel/_attention.py; training_time.cp_seconds_per_layer)."""
+MOE_FORWARD_HOST_SECONDS = {"megatron": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS, "torchtitan": 0.0}
+"""Each engine's host time per MoE block forward after the block's token-count sync
+(training_time.moe_host_exposed_seconds): Megatron's dropless layers sync every forward;
+torchtitan plans no MoE model (torchtitan_reasons), so it prices none."""
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 """Our schedule -> torchtitan's pipeline_parallel_schedule (torch.distributed.pipelining names)."""
 

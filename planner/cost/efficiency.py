@@ -383,6 +383,24 @@ as fewer experts share a GPU: Mixtral-8x7B at EP 8 (one expert per GPU) measures
 (--expert-imbalance). bench/moe_calibration.py prints the table;
 tests/serve/test_moe_calibration.py re-derives the value."""
 
+MOE_LAYER_FORWARD_HOST_SECONDS = units.ms_to_seconds(7.3)
+"""H: the host's time to issue one dropless MoE block's forward in Megatron's eager mode (its
+attention, router, token permutation, dispatch, expert GEMMs and combine, as Python, PyTorch
+and Transformer Engine issue them one kernel at a time), which the GPU waits out where its own
+forward of the block is shorter (training_time.moe_host_exposed_seconds: each MoE layer syncs
+the host on its token counts, so the host cannot run ahead of it). Fitted by
+bench/moe_host_fit.py: the grid point (6-8 ms by 0.1) of least median |error| over the 34 NeMo
+MoE pre-training rows (tests/fixtures/nemo_moe_training_perf.csv: NVIDIA's Megatron-Bridge
+performance archive, DeepSeek-V3, GPT-OSS-120B, Qwen3-30B-A3B and Qwen3-235B-A22B on DGX-H100
+and DGX-B200, each priced with its recipe's dispatcher, all-to-all overlap and recompute):
+13.6% median |error| (40% without it), 21 of 34 within 15% (9). Each model family held out in
+turn (fitted on the other three): 11-23%. The sign of a host-bound step in those rows:
+Qwen3-30B on 8 B200 runs 9,299-9,691 tokens/s per GPU at micro-batch 1 and 26,695-27,136 at
+micro-batch 4, 2.8x for 4x the tokens per kernel. One number for every model and GPU: it does
+not follow a model's kernel count (GPT-OSS's and MLA's blocks issue more) or the host CPU, and
+the rows ran parts of some blocks in CUDA graphs (Qwen3-30B on B200: the router and the
+permutation's preprocessing, from 26.04 the attention too), which the planner's commands do not."""
+
 DEEPEP_FIXED_SECONDS = {
     "deepep_low_latency": (units.us_to_seconds(16.8), units.us_to_seconds(5.6)),
     "deepep_high_throughput": (units.us_to_seconds(41.2), units.us_to_seconds(31.8)),

@@ -119,10 +119,14 @@ class TimeBreakdown:
     """The ring-attention KV exchange of the pacing stage's layers not hidden under the
     attention (0 without CP)."""
 
+    host: float = 0.0
+    """The pacing stage's GPU idle time waiting on the host after each MoE layer's
+    token-count sync (moe_host_exposed_seconds; 0 for a dense model)."""
+
     @property
     def total(self) -> float:
         return (self.compute + self.bubble + self.tp_comm + self.pp_comm + self.dp_comm_exposed + self.ep_comm
-                + self.cp_comm)
+                + self.cp_comm + self.host)
 
 
 @dataclass(frozen=True)
@@ -794,15 +798,20 @@ class LayerTerms:
     """Expert parallelism per MoE layer (all 0 without EP)."""
     cp: CpSeconds = CpSeconds()
     """Ring attention's KV exchange per layer (all 0 without CP)."""
+    host_seconds_per_layer: float = 0.0
+    """The mean block's GPU idle time waiting on the host after its MoE layers' token-count
+    syncs (moe_host_exposed_seconds times the MoE layers' share; 0 for a dense model)."""
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
                 placement: Placement, rates: TrainRates,
-                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE, cp_rotation: str = "ring") -> LayerTerms:
+                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE, cp_rotation: str = "ring",
+                moe_forward_host_seconds: float = 0.0) -> LayerTerms:
     """`s` the sequence length; with CP every term runs on the rank's s/cp tokens;
     `cp_rotation` the engine's KV exchange (cp_seconds_per_layer); with
     --overlap-moe-expert-parallel-comm the all-to-alls hide under the layer's compute
-    (moe_overlap_exposed_seconds)."""
+    (moe_overlap_exposed_seconds); `moe_forward_host_seconds` the engine's host time per MoE
+    block forward after its sync (moe_host_exposed_seconds; 0: not priced)."""
     c, b = config, config.micro_batch_size
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     layer = layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
@@ -812,13 +821,47 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
         ep = replace(ep, exposed_seconds_per_moe_layer=moe_overlap_exposed_seconds(
             ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds,
             exchange_sm_share(cluster, c.moe_dispatcher)))
+    tp = tp_seconds_per_layer(model, cluster, c, chunk, placement, rates)
+    host = 0.0
+    if model.is_moe and moe_forward_host_seconds > 0:
+        host = moe_layers_of(model, 1) * moe_host_exposed_seconds(
+            moe_forward_host_seconds, moe_forward_gpu_seconds(layer, tp, ep), 2 if c.recompute == "full" else 1)
     return LayerTerms(
         layer=layer,
-        tp=tp_seconds_per_layer(model, cluster, c, chunk, placement, rates),
+        tp=tp,
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
         ep=ep,
         cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
+        host_seconds_per_layer=host,
     )
+
+
+def moe_forward_gpu_seconds(layer: LayerSeconds, tp: TpSeconds, ep: EpSeconds) -> float:
+    """W: the GPU's work from one MoE block's token-count sync to the next. Megatron's 1F1B:
+    the block's forward, its two forward TP collectives and its two forward all-to-alls
+    (dispatch and combine). Under the combined 1F1B (--overlap-moe-expert-parallel-comm) the
+    host issues one micro-batch's backward of the block between two syncs of the next one's
+    forward, so W is the pair: the block's compute forward and backward (with recompute) and
+    what the TP and EP exchanges leave exposed. The backward's own issue is not priced, in
+    either schedule (autograd issues it from C++ between the syncs)."""
+    if ep.exposed_seconds_per_moe_layer is not None:
+        return layer.total + tp.exposed + ep.exposed_seconds_per_moe_layer
+    return layer.forward + 2 * tp.allreduce_seconds + 2 * ep.alltoall_seconds
+
+
+def moe_host_exposed_seconds(host_seconds: float, gpu_seconds: float, num_forwards: int = 1) -> float:
+    """What one MoE block leaves the GPU idle per micro-batch waiting on the host:
+    n * max(0, H - W). A dropless MoE layer in Megatron copies its per-expert token counts
+    to the host every forward, for the all-to-all's split sizes and for the grouped GEMM's
+    (token_dispatcher.py core_v0.19.0, "A synchronization is needed before expert parallel
+    AlltoAll"; experts.py, tokens_per_expert.tolist(); DeepEP's dispatch waits on the CPU
+    for its received counts, fused_a2a.py): the host cannot queue work ahead of the sync, so
+    after it the GPU runs each kernel as the host issues it, and a block whose forward takes
+    the GPU W seconds and the host H to issue takes max(W, H). H is
+    efficiency.MOE_LAYER_FORWARD_HOST_SECONDS; n the forwards per micro-batch (2 with full
+    recompute, whose rerun syncs again). The backward has no sync: autograd queues it ahead.
+    H = 6 ms, W = 2 ms: 4 ms; W = 7 ms: 0."""
+    return num_forwards * max(0.0, host_seconds - gpu_seconds)
 
 
 def moe_overlap_exposed_seconds(alltoall_seconds: float, compute_seconds: float, sm_share: float = 0.0) -> float:
@@ -863,7 +906,7 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
     return StageSeconds(
         seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep + terms.cp.exposed
-                           + layer_params * per_byte),
+                           + terms.host_seconds_per_layer + layer_params * per_byte),
         first_extra_seconds=ends.first_stage * per_byte,
         last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
     )
@@ -886,21 +929,22 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
     layer_compute = layer.total + terms.ep.compute_seconds_per_layer
-    layer_comm = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed
+    # exposed per layer: communication and the MoE syncs' host waits
+    layer_exposed = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed + terms.host_seconds_per_layer
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c) / hbm
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
     slowest, slowest_layers = c.pp - 1, last
     compute_per_micro_batch = last * layer_compute + params.last_stage * accumulate + logits
-    stage_per_micro_batch = compute_per_micro_batch + last * layer_comm
+    stage_per_micro_batch = compute_per_micro_batch + last * layer_exposed
     for stage, layers_here, params_here in ((0, first, params.first_stage), (1, middle, params.middle_stage)):
         if stage >= c.pp - 1:
             break
         compute = layers_here * layer_compute + params_here * accumulate
-        if compute + layers_here * layer_comm > stage_per_micro_batch:
+        if compute + layers_here * layer_exposed > stage_per_micro_batch:
             slowest, slowest_layers, compute_per_micro_batch = stage, layers_here, compute
-            stage_per_micro_batch = compute + layers_here * layer_comm
+            stage_per_micro_batch = compute + layers_here * layer_exposed
     experts = params.worst_routed_experts
     if c.zero_stage >= 1:
         optimizer_params = ((params.worst - experts) / c.dp_cp
@@ -920,6 +964,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m),
         ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
         cp_comm=m * slowest_layers * terms.cp.exposed,
+        host=m * slowest_layers * terms.host_seconds_per_layer,
     )
     return StepTimes(
         breakdown=breakdown,

@@ -124,6 +124,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         parts[f"EP {exchange_name(c.moe_dispatcher)}"] = t.ep_comm
     if c.cp > 1:
         parts["CP ring (exposed)"] = t.cp_comm
+    if t.host > 0:
+        parts["host waits (MoE syncs)"] = t.host
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
@@ -347,7 +349,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "cp_link": e.layer_terms.cp.link if e.layer_terms else None,
         "time_breakdown_seconds": {"compute": t.compute, "bubble": t.bubble, "tp_comm": t.tp_comm,
                                    "pp_comm": t.pp_comm, "dp_comm_exposed": t.dp_comm_exposed,
-                                   "ep_comm": t.ep_comm, "cp_comm": t.cp_comm},
+                                   "ep_comm": t.ep_comm, "cp_comm": t.cp_comm, "host": t.host},
         "stage_memories": to_jsonable(e.stage_memories),
         "layer_terms": shared_jsonable(e.layer_terms),
         "stage_seconds_per_micro_batch": e.stage_seconds_per_micro_batch,
