@@ -20,7 +20,7 @@ from planner.cost import comm
 from planner.cost import efficiency as eff
 from planner.cost.moe import deepep_training_buffer_bytes, moe_layers_of
 from planner.cost.timeline import Timeline, drawable_micro_batches, training_timeline
-from planner.cost.training_time import DpCollectives, dp_link, moe_forward_gpu_seconds
+from planner.cost.training_time import DpCollectives, dp_link
 from planner.explain import (
     BreakdownSegment,
     CollectiveRow,
@@ -45,11 +45,18 @@ from planner.layout import (
     place,
 )
 from planner.render.common import ms
+from planner.render.explain import seconds
 from planner.render.train import faster_split_line
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import TrainEstimate, estimate, exchange_name, train_rates, training_caveats
-from planner.train_engines import MOE_FORWARD_HOST_SECONDS
+from planner.train import (
+    TrainEstimate,
+    estimate,
+    exchange_name,
+    moe_host_seconds_for,
+    train_rates,
+    training_caveats,
+)
 from planner.train_search import TrainPlan, search
 
 
@@ -306,29 +313,48 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
 
 
 def host_wait_line(e: TrainEstimate) -> str:
-    """Why the step waits on the host: the MoE syncs (training_time.moe_host_exposed_seconds)."""
-    terms = e.layer_terms
-    gpu = moe_forward_gpu_seconds(terms.layer, terms.tp, terms.ep)
-    return (f"Each MoE layer's forward syncs the host for its token counts (Megatron's dropless dispatch): "
-            f"the host takes {ms(MOE_FORWARD_HOST_SECONDS['megatron'])} to issue a block's forward, the GPU "
-            f"{ms(gpu)}, so the GPU waits {ms(e.time_breakdown_seconds.host)} per step "
-            f"({e.time_breakdown_seconds.host / e.step_time_seconds:.0%}); a larger micro-batch hides more of it")
+    """Why the step waits on the host: the MoE syncs (training_time.moe_host_exposed_seconds),
+    with the numbers that multiply to the step's wait."""
+    terms, c = e.layer_terms, e.config
+    host, gpu = terms.moe_host_seconds, terms.moe_gpu_seconds
+    paired = terms.ep.exposed_seconds_per_moe_layer is not None
+    window = ("the block's forward paired with another micro-batch's backward (combined 1F1B)" if paired
+              else "the block's forward")
+    twice = ", twice with full recompute (its rerun forward syncs again)" if c.recompute == "full" else ""
+    total = e.time_breakdown_seconds.host
+    return (f"Each MoE layer's forward syncs the host on its token counts (Megatron's dropless dispatch): the host "
+            f"takes {ms(host)} to issue a block's forward and the GPU {ms(gpu)} for {window}, so the GPU waits "
+            f"{ms(host - gpu)} per MoE layer and micro-batch{twice}: {seconds(total)} per step "
+            f"({total / e.step_time_seconds:.0%}). A larger micro-batch, where memory allows, hides more of it; "
+            f"--moe-host-ms sets the host's time (lower under CUDA graphs)")
 
 
-def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> sensitivity.KnobBase:
+def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate,
+                    request: TrainRequest) -> sensitivity.KnobBase:
     rates = train_rates(model, cluster)
     return sensitivity.KnobBase(eff.ELEMENTWISE_HBM_UTILIZATION, rates.matmul_flops_per_s / rates.peak_flops_per_s,
-                                e.memory.overhead_bytes, 1.0)
+                                e.memory.overhead_bytes, 1.0, moe_host_seconds=priced_moe_host_seconds(model, request))
+
+
+def priced_moe_host_seconds(model: ModelSpec, request: TrainRequest) -> float | None:
+    """The host's time per MoE block forward the plan prices (the MoE host-time knob's value);
+    None where none is priced (a dense model, torchtitan, or 0 asked)."""
+    if not model.is_moe:
+        return None
+    return moe_host_seconds_for(request.engine, request.moe_host_seconds) or None
 
 
 def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstimate) -> sensitivity.Replan:
     """Re-search every configuration (no --layout filter); the explained configuration
-    re-estimated for the metric ranges."""
-    unfiltered = replace(request, layout=LayoutFilter())
+    re-estimated for the metric ranges. The MoE host-time knob moves --moe-host-ms."""
+    host = priced_moe_host_seconds(model, request)
 
     def replan(cluster: ClusterSpec, knobs: sensitivity.Knobs) -> sensitivity.Outcome:
-        plan = search(model, cluster, unfiltered)
-        mine = estimate(model, cluster, explained.config, request)
+        moved = request
+        if host is not None and knobs.moe_host != 1.0:
+            moved = replace(request, moe_host_seconds=host * knobs.moe_host)
+        plan = search(model, cluster, replace(moved, layout=LayoutFilter()))
+        mine = estimate(model, cluster, explained.config, moved)
         # MFU against the datasheet peak, which the matmul-efficiency knob moves with the
         # achievable rates: at a fixed model and GPU count it scales with the tokens/s
         metrics = None if not isinstance(mine, TrainEstimate) else (
@@ -358,7 +384,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         light = (f"sensitivity: the +/-20% runs only, flips not searched beyond them (each re-plan evaluates "
                  f"{plan.num_configs_evaluated:,} configurations; --no-sensitivity skips them)",)
     if settings is not None:
-        report = sensitivity.analyze(cluster, c.layout, train_knob_base(model, cluster, e),
+        report = sensitivity.analyze(cluster, c.layout, train_knob_base(model, cluster, e, request),
                                      train_replan(model, request, e), settings)
     timeline, caption = train_timeline_drawn(e)
     return Explanation(

@@ -262,6 +262,8 @@ class ServeRequest:
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8", "blockwise")
 FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan": "tensorwise"}
+MAX_MOE_HOST_SECONDS = 1.0
+"""--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
 MoeDispatcher = Literal["auto", "alltoall", "deepep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
 """Each engine's own default scaling: Megatron-LM's --fp8-recipe defaults to delayed
@@ -311,6 +313,12 @@ class TrainRequest:
     """`--moe-dispatcher`, MoE with EP: auto (DeepEP where it can run and prices faster, else
     alltoall), alltoall (Megatron's NCCL all-to-all dispatcher) or deepep (Megatron's flex
     dispatcher on DeepEP; train.moe_dispatcher_for)."""
+    moe_host_seconds: float | None = None
+    """`--moe-host-ms` (in seconds here), MoE: the host's time to issue one MoE block's forward,
+    which the GPU waits out after each MoE layer's token-count sync where its own forward is
+    shorter (training_time.moe_host_exposed_seconds); None = the engine's fitted value
+    (train_engines.MOE_FORWARD_HOST_SECONDS). Lower it for a run that captures the block in
+    CUDA graphs or a host measured faster."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
     engine: TrainEngine = "megatron"
@@ -327,6 +335,9 @@ class TrainRequest:
             check_positive(flag, value, upper)
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError(f"--moe-dispatcher: must be one of {', '.join(MOE_DISPATCHERS)} (got {self.moe_dispatcher})")
+        if self.moe_host_seconds is not None and not 0 <= self.moe_host_seconds <= MAX_MOE_HOST_SECONDS:
+            raise SpecError(f"--moe-host-ms: must be between 0 and {units.seconds_to_ms(MAX_MOE_HOST_SECONDS):g} "
+                            f"(got {units.seconds_to_ms(self.moe_host_seconds):g})")
         if self.moe_dispatcher == "deepep" and self.engine != "megatron":
             raise SpecError(f"--moe-dispatcher deepep: only with --engine megatron (its flex token dispatcher); "
                             f"the {self.engine} plan prices NCCL all-to-alls")

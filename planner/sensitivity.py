@@ -12,6 +12,9 @@ is perturbed by building a modified ClusterSpec, never by touching module consta
                        achievable rate is a fraction of these, so it scales by f
   draft acceptance     (serving with speculative decoding) every --draft-acceptance rate
                        times f, at most 1: a request input, applied by the replan
+  MoE host time        (training MoE models on Megatron) the host's time per MoE block
+                       forward (--moe-host-ms) times f: a request input, applied by the
+                       replan; the one fitted constant the MoE training times lean on
   overhead memory      capacity lowered by (f - 1) * overhead / usable fraction: memory
                        left for the KV cache (or activations) shrinks by exactly the
                        extra overhead. The overhead of the explained layout is used for
@@ -42,6 +45,7 @@ KNOB_LABELS = {
     "matmul_efficiency": "matmul efficiency",
     "overhead_memory": "overhead memory",
     "draft_acceptance": "draft acceptance",
+    "moe_host": "MoE host time",
 }
 
 
@@ -59,6 +63,9 @@ class Knobs:
     draft_acceptance: float = 1.0
     """Speculative decoding: every --draft-acceptance rate times f (at most 1), a request input
     the replan applies (apply_knobs leaves the cluster as it is for it)."""
+    moe_host: float = 1.0
+    """MoE training on Megatron: the host's time per MoE block forward times f, a request input
+    the replan applies (as draft_acceptance)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,8 @@ class KnobBase:
     """The share of capacity the workload budgets (vLLM's gpu_memory_utilization; 1 for training)."""
     draft_acceptance: float | None = None
     """Speculative decoding: the highest --draft-acceptance rate (None: no drafts, no knob)."""
+    moe_host_seconds: float | None = None
+    """MoE training on Megatron: the host's time per MoE block forward priced (None: no knob)."""
 
 
 FRACTION_KNOBS = ("hbm_utilization", "matmul_efficiency", "draft_acceptance")
@@ -179,6 +188,8 @@ def knob_values(cluster: ClusterSpec, base: KnobBase) -> dict[str, tuple[float, 
     values["overhead_memory"] = (units.bytes_to_gib(base.overhead_bytes), "GiB")
     if base.draft_acceptance:
         values["draft_acceptance"] = (base.draft_acceptance, "(the highest rate)")
+    if base.moe_host_seconds:
+        values["moe_host"] = (units.seconds_to_ms(base.moe_host_seconds), "ms per MoE block")
     return {key: values[key] for key in KNOB_LABELS if key in values}
 
 

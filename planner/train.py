@@ -732,14 +732,20 @@ def moe_dispatcher_off_reason(model: ModelSpec, cluster: ClusterSpec, request: T
     return "its transfers price no faster here"
 
 
+def moe_host_seconds_for(engine: str, asked: float | None = None) -> float:
+    """The host's time per MoE block forward the plan prices: `asked` (--moe-host-ms) where
+    given, else the engine's (train_engines.MOE_FORWARD_HOST_SECONDS)."""
+    return MOE_FORWARD_HOST_SECONDS[engine] if asked is None else asked
+
+
 def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                  rates: TrainRates, memo: Memo,
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
-                 engine: str = "megatron") -> tuple[Placement, LayerTerms]:
+                 engine: str = "megatron", moe_host_seconds: float | None = None) -> tuple[Placement, LayerTerms]:
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
     rotation = CP_KV_ROTATION[engine]
-    host = MOE_FORWARD_HOST_SECONDS[engine]
+    host = moe_host_seconds_for(engine, moe_host_seconds)
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
                       c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
@@ -797,7 +803,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         if config.moe_dispatcher != dispatcher:
             config = config.with_(moe_dispatcher=dispatcher)
     imbalance = expert_imbalance(request)
-    splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine)
+    splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine,
+                                 request.moe_host_seconds)
     m = B // (config.micro_batch_size * config.dp)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
     config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo,
@@ -809,7 +816,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
             return _fallen_back(estimate(model, cluster, given, replace(request, moe_dispatcher="alltoall"), rates,
                                          memo))
         return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
-    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine)
+    placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine,
+                                    request.moe_host_seconds)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
                       stage_params_per_gpu, model, config.tp, config.pp, layers, config.ep)
     causal = config.attention == "flash"  # flash kernels skip the masked half; the 2021 count keeps it
@@ -948,9 +956,10 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
 def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
                         rates: TrainRates, memo: Memo | None = None,
                         imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
-                        engine: str = "megatron") -> SplitOptions | None:
+                        engine: str = "megatron", moe_host_seconds: float | None = None) -> SplitOptions | None:
     """Every (first/last layers, account) split the configuration may run (SplitOptions: the
-    fastest is with_stage_split's); None where the split is fixed or the stages are even."""
+    fastest is with_stage_split's); None where the split is fixed or the stages are even.
+    `moe_host_seconds`: --moe-host-ms (moe_host_seconds_for)."""
     L, c = model.num_hidden_layers, config
     v = c.virtual_stages
     fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
@@ -959,20 +968,20 @@ def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.moe_comm_overlap,
-           c.moe_dispatcher, c.grad_reduce)
+           c.moe_dispatcher, c.grad_reduce, moe_host_seconds)
     options = memo.get(("stage_split", v, engine, key), _split_options_of, model, cluster, c, seq_len, rates, memo,
-                       imbalance, engine, key)
+                       imbalance, engine, key, moe_host_seconds)
     assert options, "config_reasons lets through only configurations with a split"
     return options
 
 
 def _split_options_of(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
                       memo: Memo, imbalance: float, engine: str,
-                      key: tuple) -> SplitOptions:
+                      key: tuple, moe_host_seconds: float | None = None) -> SplitOptions:
     """stage_split_options for one configuration (`key`: what its stage times depend on)."""
     L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
-    costs = memo.get(("stage_seconds", key), _stage_seconds, model, cluster, c, seq_len, rates, memo, imbalance,
-                     engine)
+    costs = memo.get(("stage_seconds", engine, key), _stage_seconds, model, cluster, c, seq_len, rates, memo,
+                     imbalance, engine, moe_host_seconds)
     candidates = memo.get(("split_candidates", pp, v), _split_candidates, L, pp, v) if L % pp else ()
     return _split_options(L, pp, v, costs, engine, candidates)
 
@@ -982,8 +991,9 @@ def _split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int,
 
 
 def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
-                   memo: Memo, imbalance: float, engine: str = "megatron") -> split.StageSeconds:
-    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance, engine)
+                   memo: Memo, imbalance: float, engine: str = "megatron",
+                   moe_host_seconds: float | None = None) -> split.StageSeconds:
+    _, terms = _layer_terms(model, cluster, c, seq_len, rates, memo, imbalance, engine, moe_host_seconds)
     layer_params = memo.get(("layer_params", c.tp, c.ep), layer_params_per_gpu, model, c.tp, c.ep)
     ends = memo.get(("stage_params", c.tp, c.pp, (0, 0, 0), c.ep), stage_params_per_gpu, model, c.tp, c.pp,
                     (0, 0, 0), c.ep)

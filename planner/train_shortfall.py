@@ -67,7 +67,8 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
     imbalance = expert_imbalance(request)
     for given in candidates:
         # every stage split the estimate may run (the fastest that fits): the least memory of them
-        splits = stage_split_options(model, cluster, given, request.seq_len, rates, memo, imbalance)
+        splits = stage_split_options(model, cluster, given, request.seq_len, rates, memo, imbalance, request.engine,
+                                     request.moe_host_seconds)
         for first_last, account in ([split for split, _ in splits.ordered()] if splits is not None
                                     else [(given.first_last_layers, given.account_for_embedding_and_loss)]):
             config = given.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)

@@ -801,6 +801,11 @@ class LayerTerms:
     host_seconds_per_layer: float = 0.0
     """The mean block's GPU idle time waiting on the host after its MoE layers' token-count
     syncs (moe_host_exposed_seconds times the MoE layers' share; 0 for a dense model)."""
+    moe_host_seconds: float = 0.0
+    """H priced: the host's time to issue one MoE block's forward (0: not priced)."""
+    moe_gpu_seconds: float = 0.0
+    """W: the GPU's work between two of an MoE block's syncs (moe_forward_gpu_seconds; 0 for a
+    dense model or where H is not priced)."""
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
@@ -822,10 +827,11 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
             ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds,
             exchange_sm_share(cluster, c.moe_dispatcher)))
     tp = tp_seconds_per_layer(model, cluster, c, chunk, placement, rates)
-    host = 0.0
+    host = window = 0.0
     if model.is_moe and moe_forward_host_seconds > 0:
-        host = moe_layers_of(model, 1) * moe_host_exposed_seconds(
-            moe_forward_host_seconds, moe_forward_gpu_seconds(layer, tp, ep), 2 if c.recompute == "full" else 1)
+        window = moe_forward_gpu_seconds(layer, tp, ep, c.recompute == "full")
+        host = moe_layers_of(model, 1) * moe_host_exposed_seconds(moe_forward_host_seconds, window,
+                                                                  2 if c.recompute == "full" else 1)
     return LayerTerms(
         layer=layer,
         tp=tp,
@@ -833,20 +839,25 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
         ep=ep,
         cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
         host_seconds_per_layer=host,
+        moe_host_seconds=moe_forward_host_seconds if window else 0.0,
+        moe_gpu_seconds=window,
     )
 
 
-def moe_forward_gpu_seconds(layer: LayerSeconds, tp: TpSeconds, ep: EpSeconds) -> float:
+def moe_forward_gpu_seconds(layer: LayerSeconds, tp: TpSeconds, ep: EpSeconds, full_recompute: bool = False) -> float:
     """W: the GPU's work from one MoE block's token-count sync to the next. Megatron's 1F1B:
-    the block's forward, its two forward TP collectives and its two forward all-to-alls
-    (dispatch and combine). Under the combined 1F1B (--overlap-moe-expert-parallel-comm) the
-    host issues one micro-batch's backward of the block between two syncs of the next one's
-    forward, so W is the pair: the block's compute forward and backward (with recompute) and
-    what the TP and EP exchanges leave exposed. The backward's own issue is not priced, in
-    either schedule (autograd issues it from C++ between the syncs)."""
+    the block's forward, its two forward TP collectives, its two forward all-to-alls (dispatch
+    and combine) and the busiest GPU's extra expert work of the forward (one of the 3 passes
+    of EpSeconds.imbalance_seconds, 4 with full recompute). Under the combined 1F1B
+    (--overlap-moe-expert-parallel-comm) the host issues one micro-batch's backward of the
+    block between two syncs of the next one's forward, so W is the pair: the block's compute
+    forward and backward (with recompute), the extra expert work, and what the TP and EP
+    exchanges leave exposed. The backward's own issue is not priced, in either schedule
+    (autograd issues it from C++ between the syncs)."""
     if ep.exposed_seconds_per_moe_layer is not None:
-        return layer.total + tp.exposed + ep.exposed_seconds_per_moe_layer
-    return layer.forward + 2 * tp.allreduce_seconds + 2 * ep.alltoall_seconds
+        return layer.total + tp.exposed + ep.exposed_seconds_per_moe_layer + ep.imbalance_seconds
+    passes = 4 if full_recompute else 3
+    return layer.forward + 2 * tp.allreduce_seconds + 2 * ep.alltoall_seconds + ep.imbalance_seconds / passes
 
 
 def moe_host_exposed_seconds(host_seconds: float, gpu_seconds: float, num_forwards: int = 1) -> float:

@@ -5,6 +5,10 @@ forward (efficiency.MOE_LAYER_FORWARD_HOST_SECONDS) its own forward of the block
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -67,6 +71,63 @@ def test_the_gpus_window_between_two_syncs():
     assert abs(moe_forward_gpu_seconds(layer, tp, combined) - 3.9e-3) < 1e-15
 
 
+def test_the_busiest_gpus_extra_expert_work_is_in_the_window():
+    """Under skewed routing the busiest GPU's extra expert GEMMs (EpSeconds.imbalance_seconds,
+    forward, backward and recompute passes) run in the window too: a third of 0.9 ms in the
+    forward, 1.8 + 0.3 = 2.1 ms; a quarter with full recompute (4 passes), 1.8 + 0.225 =
+    2.025 ms; all of it in the combined 1F1B's pair, 3.9 + 0.9 = 4.8 ms."""
+    layer = LayerSeconds(forward=1e-3, backward=2e-3, recompute=0.0)
+    tp = TpSeconds(total=0.6e-3, exposed=0.4e-3, allreduce_seconds=0.1e-3)
+    plain = EpSeconds(alltoall_seconds=0.3e-3, num_alltoalls=4, imbalance_seconds=0.9e-3, moe_layer_share=1.0)
+    combined = EpSeconds(alltoall_seconds=0.3e-3, num_alltoalls=4, imbalance_seconds=0.9e-3, moe_layer_share=1.0,
+                         exposed_seconds_per_moe_layer=0.5e-3)
+    assert abs(moe_forward_gpu_seconds(layer, tp, plain) - 2.1e-3) < 1e-15
+    assert abs(moe_forward_gpu_seconds(layer, tp, plain, full_recompute=True) - 2.025e-3) < 1e-15
+    assert abs(moe_forward_gpu_seconds(layer, tp, combined) - 4.8e-3) < 1e-15
+
+
+def test_moe_host_ms_sets_the_hosts_time():
+    """--moe-host-ms replaces the fitted 7.3 ms: 0 prices no wait, 7.3 the same plan as the
+    default, 10 a longer wait; a negative or absurd value, or one for a dense model, exits 2."""
+    args = ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xB200", "--global-batch", "512",
+            "--seq-len", "4096", "--layout", "tp=1,pp=1,dp=8,ep=8", "--micro-batch", "1",
+            "--moe-dispatcher", "alltoall", "--no-moe-comm-overlap", "--json"]
+    runner = CliRunner()
+
+    def host_of(*extra: str) -> float:
+        result = runner.invoke(app, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["recommended"]["time_breakdown_seconds"]["host"]
+
+    default = host_of()
+    assert host_of("--moe-host-ms", "0") == 0.0
+    assert host_of("--moe-host-ms", "7.3") == default > 0
+    assert host_of("--moe-host-ms", "10") > default
+    for bad in ("-1", "5000", "nan"):
+        result = runner.invoke(app, [*args, "--moe-host-ms", bad])
+        assert result.exit_code == 2 and "--moe-host-ms" in result.output, result.output
+    dense = runner.invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xB200",
+                                "--global-batch", "512", "--seq-len", "4096", "--moe-host-ms", "2"])
+    assert dense.exit_code == 2 and "has no experts" in dense.output
+
+
+def test_the_host_time_is_a_sensitivity_knob_for_moe_training_only():
+    """plan explain moves the MoE host time +/-20% with the other uncertain inputs (MoE on
+    Megatron only), and the step range covers what that alone does."""
+    from planner.explain_train import train_knob_base
+    from planner.sensitivity import knob_values
+
+    request = TrainRequest(global_batch=512, seq_len=4096, moe_dispatcher="alltoall", moe_comm_overlap=False,
+                           expert_imbalance=1.0)
+    e = qwen3_30b_estimate(1)
+    base = train_knob_base(QWEN3_30B, B200_NODE, e, request)
+    assert base.moe_host_seconds == efficiency.MOE_LAYER_FORWARD_HOST_SECONDS
+    assert knob_values(B200_NODE, base)["moe_host"] == (7.3, "ms per MoE block")
+    dense = resolve_model("llama-3.1-8b")
+    assert train_knob_base(dense, B200_NODE, e, request).moe_host_seconds is None
+    assert train_knob_base(QWEN3_30B, B200_NODE, e, replace(request, moe_host_seconds=0.0)).moe_host_seconds is None
+
+
 def test_the_step_carries_the_wait_of_every_moe_layer_and_micro_batch():
     """Qwen3-30B-A3B (48 MoE layers) on 8 B200, EP 8, micro-batch 1 of 4,096 tokens: the wait per
     layer is max(0, H - W) with W the block's forward window; the step holds m = 512 / (1 x 8)
@@ -75,6 +136,7 @@ def test_the_step_carries_the_wait_of_every_moe_layer_and_micro_batch():
     terms = e.layer_terms
     window = moe_forward_gpu_seconds(terms.layer, terms.tp, terms.ep)
     host = MOE_FORWARD_HOST_SECONDS["megatron"]
+    assert (terms.moe_host_seconds, terms.moe_gpu_seconds) == (host, window)
     assert host == efficiency.MOE_LAYER_FORWARD_HOST_SECONDS and window < host
     assert moe_layers_of(QWEN3_30B, 1) == 1.0
     assert terms.host_seconds_per_layer == host - window
@@ -129,7 +191,12 @@ def test_the_plan_and_explain_show_the_wait():
     explained = runner.invoke(app, ["explain", *args])
     assert explained.exit_code == 0, explained.output
     flat = " ".join(explained.output.split())
-    assert "syncs the host for its token counts" in flat and "a larger micro-batch hides more of it" in flat
+    assert "syncs the host on its token counts" in flat and "A larger micro-batch, where memory allows" in flat
+    said = re.search(r"the host takes ([\d.]+) ms to issue a block's forward and the GPU ([\d.]+) ms for the "
+                     r"block's forward[^,]*, so the GPU waits ([\d.]+) ms per MoE layer and micro-batch:", flat)
+    assert said, flat
+    host, gpu, wait = (float(x) for x in said.groups())
+    assert host == 7.3 and abs(host - gpu - wait) <= 0.1
 
 
 def test_the_fit_lands_on_the_catalog_constant(bench_module):
