@@ -239,12 +239,15 @@ def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology
 
 def train_timeline_seconds(e: TrainEstimate, num_micro_batches: int | None = None) -> Timeline:
     """The schedule at the estimate's stage time per micro-batch, split into forward and
-    backward (recompute counted with backward) as one layer's compute splits; drawn with
-    `num_micro_batches` (default: the step's)."""
+    backward (recompute counted with backward) as one layer's compute splits, the MoE host
+    wait with the forward it stalls (with full recompute half of it with the rerun, counted
+    with backward); drawn with `num_micro_batches` (default: the step's)."""
     c = e.config
-    layer = e.layer_terms.layer
+    terms = e.layer_terms
+    layer = terms.layer
     stage = e.stage_seconds_per_micro_batch
-    forward_share = layer.forward / layer.total
+    host_forward = terms.host_seconds_per_layer / (2 if c.recompute == "full" else 1)
+    forward_share = (layer.forward + host_forward) / (layer.total + terms.host_seconds_per_layer)
     return training_timeline(c.schedule, c.pp, num_micro_batches or e.num_micro_batches, c.virtual_stages,
                              forward_units=stage * forward_share,
                              backward_units=stage * (1 - forward_share), time_unit="s")

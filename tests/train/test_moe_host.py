@@ -208,3 +208,20 @@ def test_the_fit_lands_on_the_catalog_constant(bench_module):
     best = next(p for p in fit["grid"] if p["host_ms"] == fit["best_ms"])
     assert best["median_abs"] < 0.14 and best["within_15"] >= 21
     assert all(h["median_abs_held_out"] < 0.25 for h in fit["held_out"])
+
+
+def test_the_timeline_draws_the_wait_with_the_forward():
+    """plan explain's schedule splits a micro-batch's stage time as one layer's time splits,
+    the host wait with the forward it stalls: forward share (F + X) / (F + B + X)."""
+    from planner.explain_train import train_timeline_seconds
+
+    e = qwen3_30b_estimate(1)
+    terms = e.layer_terms
+    timeline = train_timeline_seconds(e, num_micro_batches=2)
+    blocks = timeline.stages[0]
+    forward = next(b for b in blocks if b.kind == "forward")
+    backward = next(b for b in blocks if b.kind == "backward")
+    share = (forward.end - forward.start) / (forward.end - forward.start + backward.end - backward.start)
+    layer = terms.layer
+    expected = (layer.forward + terms.host_seconds_per_layer) / (layer.total + terms.host_seconds_per_layer)
+    assert terms.host_seconds_per_layer > 0 and abs(share - expected) < 1e-12
