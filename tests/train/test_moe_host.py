@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -225,3 +225,21 @@ def test_the_timeline_draws_the_wait_with_the_forward():
     layer = terms.layer
     expected = (layer.forward + terms.host_seconds_per_layer) / (layer.total + terms.host_seconds_per_layer)
     assert terms.host_seconds_per_layer > 0 and abs(share - expected) < 1e-12
+
+
+@settings(max_examples=25, deadline=None)
+@given(low=st.floats(0, 0.012), more=st.floats(0, 0.012), micro_batch=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "full"]))
+def test_a_slower_host_never_makes_a_step_faster(low, more, micro_batch, recompute):
+    """For one configuration, the step time is non-decreasing in the host's time per MoE block
+    (--moe-host-ms), and equal to the no-wait step plus the waits."""
+    base = dict(global_batch=512, seq_len=4096, moe_dispatcher="alltoall", moe_comm_overlap=False,
+                expert_imbalance=1.0)
+    config = qwen3_30b_config(micro_batch, recompute)
+    steps = []
+    for host in (0.0, low, low + more):
+        e = estimate(QWEN3_30B, B200_NODE, config, TrainRequest(**base, moe_host_seconds=host))
+        steps.append((e.step_time_seconds, e.time_breakdown_seconds.host))
+    (free, none), (slow, wait), (slower, _) = steps
+    assert none == 0.0 and free <= slow <= slower
+    assert abs(slow - (free + wait)) < 1e-9 * free
