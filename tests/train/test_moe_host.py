@@ -243,3 +243,26 @@ def test_a_slower_host_never_makes_a_step_faster(low, more, micro_batch, recompu
     (free, none), (slow, wait), (slower, _) = steps
     assert none == 0.0 and free <= slow <= slower
     assert abs(slow - (free + wait)) < 1e-9 * free
+
+
+def test_the_fits_what_ifs_reprice_and_restore(bench_module):
+    """bench/moe_host_fit.py's what-ifs wrap the planner's layer_terms for a run and put it back:
+    pricing the combined 1F1B's pair at 2H lowers the row that ran it (more wait); the planner's
+    own function is restored afterwards."""
+    import planner.train as train
+
+    fit = bench_module("moe_host_fit")
+    calibration = bench_module("training_calibration")
+    planned = train.layer_terms
+    rows = {row.id: row for row in calibration.load_rows(calibration.MOE_FIXTURE)}
+    row = rows["26.04 DGX-H100 Qwen3_235B_a22B fp8 (recipe not stated)"]
+    assert row.recipe_a2a_overlap == "on"
+    base = calibration.predict(row)["error"]
+    try:
+        fit.what_if(pair_issue=2.0)
+        doubled = calibration.predict(row)["error"]
+    finally:
+        fit.what_if()
+    assert train.layer_terms is planned
+    assert doubled < base
+    assert calibration.predict(row)["error"] == base
