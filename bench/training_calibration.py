@@ -61,10 +61,10 @@ sys.path.insert(0, str(REPO))
 from planner import units  # noqa: E402
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.layout import Rejected, TrainConfig  # noqa: E402
-from planner.requests import TrainRequest  # noqa: E402
+from planner.requests import MOE_DISPATCHERS, TrainRequest  # noqa: E402
 from planner.specs import ClusterSpec  # noqa: E402
 from planner.train import TrainEstimate, estimate  # noqa: E402
-from planner.train_search import search  # noqa: E402
+from planner.train_search import RECOMPUTE_ORDER, search  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
 MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
@@ -90,7 +90,8 @@ GPUS_PER_NODE = 8
 SYSTEM_GPU = {"DGX-H100": "H100", "DGX-B200": "B200"}
 FP8_RECIPES = {"fp8 current scaling": "tensorwise", "fp8 mxfp8": "mxfp8", "fp8 (recipe not stated)": "delayed"}
 """Published fp8 precision -> --fp8-recipe; an fp8 label not here raises (KeyError)."""
-RECOMPUTE_LEVELS = ("none", "outputs", "selective", "full")
+RECOMPUTE_LEVELS = RECOMPUTE_ORDER
+"""The levels tried in turn, least recompute first (the search's order)."""
 UNLIMITED_GIB = 10_000.0
 """GPU memory for the what-if estimates: no configuration is out of memory."""
 BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "pp_comm", "dp_comm_exposed", "cp_comm", "ep_comm", "host")
@@ -303,8 +304,9 @@ def breakdown_shares(result: TrainEstimate) -> dict[str, float]:
 
 
 def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
-    """The estimate at the first recompute level that fits (none, selective, full): the
-    predicted tokens/s per GPU and the error, or every level's rejection."""
+    """The estimate at the first recompute level that fits (RECOMPUTE_LEVELS from none, or from
+    the row's recipe's level with moe_dispatcher "recipe"): the predicted tokens/s per GPU and
+    the error, or every level's rejection."""
     rejections = {}
     first = RECIPE_RECOMPUTE.get(row.recipe_recompute, "none") if moe_dispatcher == "recipe" else "none"
     for recompute in RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(first):]:
@@ -410,7 +412,7 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
     parser.add_argument("--moe", action="store_true", help="score the MoE rows (tests/fixtures/"
                         "nemo_moe_training_perf.csv) instead; bench/moe_host_fit.py fits the MoE host time to them")
-    parser.add_argument("--moe-dispatcher", choices=("recipe", "auto", "alltoall", "deepep"), default=MOE_DISPATCHER,
+    parser.add_argument("--moe-dispatcher", choices=("recipe", *MOE_DISPATCHERS), default=MOE_DISPATCHER,
                         help="the MoE rows' token dispatcher (default: each row's recipe's, with its "
                         "all-to-all overlap and recompute; auto: the planner's choice)")
     parser.add_argument("--moe-comm-overlap", action="store_true",
@@ -421,14 +423,15 @@ def main() -> None:
     args = parser.parse_args()
     global MOE_COMM_OVERLAP
     MOE_COMM_OVERLAP = args.moe_comm_overlap
+    rows = load_rows(MOE_FIXTURE if args.moe else args.csv)
     if args.vs_best:
-        compared = [versus_best(row, args.moe_dispatcher) for row in load_rows(MOE_FIXTURE if args.moe else args.csv)]
+        compared = [versus_best(row, args.moe_dispatcher) for row in rows]
         if args.json:
             print(json.dumps(compared, indent=2))
         else:
             print_versus_best(compared)
         return
-    summary = score(load_rows(MOE_FIXTURE if args.moe else args.csv), args.moe_dispatcher)
+    summary = score(rows, args.moe_dispatcher)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -46,7 +46,7 @@ from planner.layout import (
 )
 from planner.render.common import ms
 from planner.render.explain import seconds
-from planner.render.train import faster_split_line
+from planner.render.train import HOST_WAIT_LABEL, faster_split_line
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import (
@@ -81,12 +81,12 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
     """The estimate's candidate worst stages (first, heaviest middle, last), by component."""
     c, m = e.config, e.num_micro_batches
     bars = []
+    # DeepEP's buffers (train._stage_states: in the fixed overhead) shown apart, as serving shows them
+    deepep = deepep_training_buffer_bytes(model, c.ep) if c.moe_dispatcher == "deepep" else 0.0
     for mem in e.stage_memories:
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
                                                 int(c.moe_comm_overlap))
         note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
-        # DeepEP's buffers (train._stage_states: in the fixed overhead) shown apart, as serving shows them
-        deepep = deepep_training_buffer_bytes(model, c.ep) if c.moe_dispatcher == "deepep" else 0.0
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),
@@ -172,18 +172,12 @@ def cp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage] * (c.cp - 1)
     phases = [("forward", "ring: next KV chunk", cp.kv_chunk_bytes, cp.send_seconds),
               ("backward", "ring: KV and dKV", 2 * cp.kv_chunk_bytes, cp.total / (c.cp - 1)
-               - (2 if reruns_attention(c) else 1) * cp.send_seconds)]
-    if reruns_attention(c):
+               - (2 if act.reruns_attention(c.recompute) else 1) * cp.send_seconds)]
+    if act.reruns_attention(c.recompute):
         phases.append(("recompute", "the forward's again", cp.kv_chunk_bytes, cp.send_seconds))
     return [collective_row(phase, name, "send", c.cp, cp.link or "-", num_bytes,
                            lambda n: comm.p2p_seconds(n, link), seconds, False, per_step, e.step_time_seconds)
             for phase, name, num_bytes, seconds in phases]
-
-
-def reruns_attention(config) -> bool:
-    """Selective and full recompute run the attention forward (and CP's ring) again; "outputs"
-    does not (training_time.cp_seconds_per_layer)."""
-    return config.recompute in ("selective", "full")
 
 
 def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
@@ -279,7 +273,7 @@ def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
     if e.config.cp > 1:
         segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
     if b.host > 0:
-        segments += (BreakdownSegment("host waits (MoE syncs)", b.host),)
+        segments += (BreakdownSegment(HOST_WAIT_LABEL, b.host),)
     segments += (BreakdownSegment("bubble", b.bubble),)
     return TimeBreakdown("one optimizer step", b.total, segments)
 

@@ -262,14 +262,15 @@ class ServeRequest:
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8", "blockwise")
 FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan": "tensorwise"}
-MAX_MOE_HOST_SECONDS = 1.0
-"""--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
-MoeDispatcher = Literal["auto", "alltoall", "deepep"]
-MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
 """Each engine's own default scaling: Megatron-LM's --fp8-recipe defaults to delayed
 (arguments.py at core_v0.14.0; TransformerConfig.fp8_recipe at core_v0.19.0); torchtitan's
 [quantize.linear.float8] recipe_name None is torchao's tensorwise dynamic scaling
 (config/job_config.py at v0.2.2), and it has no delayed scaling."""
+MoeDispatcher = Literal["auto", "alltoall", "deepep"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
+"""--moe-dispatcher's choices (TrainRequest.moe_dispatcher)."""
+MAX_MOE_HOST_SECONDS = 1.0
+"""--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
 
 
 @dataclass(frozen=True)

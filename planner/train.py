@@ -791,7 +791,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if config.moe_comm_overlap != moe_overlap:
         config = config.with_(moe_comm_overlap=moe_overlap)
     if config.ep > 1:
-        if request.moe_dispatcher == "deepep" and request.engine == "megatron":
+        if request.moe_dispatcher == "deepep":  # TrainRequest refuses deepep under other engines
             refusal = memo.get(("deepep_refusal", config.tp, config.pp, config.dp, config.cp, config.ep),
                                deepep_refusal, model, cluster, config)
             if refusal is not None:
@@ -971,7 +971,7 @@ def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
            c.moe_dispatcher, c.grad_reduce, moe_host_seconds)
     options = memo.get(("stage_split", v, engine, key), _split_options_of, model, cluster, c, seq_len, rates, memo,
                        imbalance, engine, key, moe_host_seconds)
-    assert options, "config_reasons lets through only configurations with a split"
+    assert options.first is not None, "config_reasons lets through only configurations with a split"
     return options
 
 

@@ -91,6 +91,14 @@ def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
     return (act_bytes - fp8) * (replicated + training_attention_widths(model, tp).context + f / tp)
 
 
+def reruns_attention(recompute: str) -> bool:
+    """Whether a recompute level runs the attention forward again in the backward (and with
+    it CP's ring and the scores a materialized attention would otherwise keep): selective and
+    full do (Korthikanti et al. 2022 sec. 5); none and Megatron's output-discarding "outputs"
+    (moe_act, layernorm, mla_up_proj) do not."""
+    return recompute in ("selective", "full")
+
+
 def outputs_recompute_modules(model: ModelSpec) -> tuple[str, ...]:
     """Megatron's output-discarding checkpoints (TransformerConfig.recompute_modules,
     core_v0.14.0 and core_v0.19.0) that free something in this model: moe_act (the routed
@@ -163,7 +171,7 @@ def activation_bytes_per_layer(
         stored -= fp8_saved_input_savings_per_token(model, act_bytes, tp, sequence_parallel) * tokens
     if attention == "flash":
         stored += softmax_stats_bytes(model, s, b, tp)
-    elif recompute in ("none", "outputs"):
+    elif not reruns_attention(recompute):
         stored += attention_scores_bytes(model, s, b, act_bytes, tp)
     if recompute == "outputs":
         stored -= discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * tokens

@@ -621,7 +621,7 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
                                                           rates)
     send_forward = comm.p2p_seconds(kv_bytes, link)
     send_backward = comm.p2p_seconds(2 * kv_bytes, link)
-    forward_passes = 2 if config.recompute in ("selective", "full") else 1  # "outputs" reruns no attention
+    forward_passes = 2 if act.reruns_attention(config.recompute) else 1
     steps = cp - 1
     if rotation == "allgather":
         gather = steps * send_forward  # cp - 1 chunks of S; the backward's dKV ring moves as many
@@ -827,8 +827,9 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
             ep.alltoall_seconds_per_moe_layer, layer.total + ep.imbalance_seconds,
             exchange_sm_share(cluster, c.moe_dispatcher)))
     tp = tp_seconds_per_layer(model, cluster, c, chunk, placement, rates)
+    priced = model.is_moe and moe_forward_host_seconds > 0
     host = window = 0.0
-    if model.is_moe and moe_forward_host_seconds > 0:
+    if priced:
         window = moe_forward_gpu_seconds(layer, tp, ep, c.recompute == "full")
         host = moe_layers_of(model, 1) * moe_host_exposed_seconds(moe_forward_host_seconds, window,
                                                                   2 if c.recompute == "full" else 1)
@@ -839,7 +840,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
         ep=ep,
         cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
         host_seconds_per_layer=host,
-        moe_host_seconds=moe_forward_host_seconds if window else 0.0,
+        moe_host_seconds=moe_forward_host_seconds if priced else 0.0,
         moe_gpu_seconds=window,
     )
 

@@ -64,6 +64,8 @@ def _step_cell(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds >= STEP_SECONDS_SHOWN_IN_S else ms(seconds)
 
 
+HOST_WAIT_LABEL = "host waits (MoE syncs)"
+"""The step's share the GPU waits on the host after MoE syncs, in the summary and plan explain."""
 STEP_SECONDS_SHOWN_IN_S = 10.0
 """From this step time on the table shows seconds."""
 
@@ -125,7 +127,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if c.cp > 1:
         parts["CP ring (exposed)"] = t.cp_comm
     if t.host > 0:
-        parts["host waits (MoE syncs)"] = t.host
+        parts[HOST_WAIT_LABEL] = t.host
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
@@ -187,7 +189,6 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     experts = other.config.ep > 1 and best.config.ep > 1
     return "".join(f", {mine}" for mine, theirs in zip(shown(other.config, experts), shown(best.config, experts),
                                                        strict=True) if mine != theirs)
-
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
