@@ -173,6 +173,7 @@ def load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
+    text = with_layer_types(text, origin)
     check_modelled(text, origin)
     fields = spec_fields_from_hf(raw, text, path)
     sidecar = path.parent / "hf_quant_config.json"
@@ -184,6 +185,34 @@ def load_hf_config(path: Path) -> ModelSpec:
     if mixed is None:
         return model
     return validate(ModelSpec, {**fields, **mixed_precision_fields(model, mixed)}, origin)
+
+
+ALWAYS_GATED_ATTENTION = ("qwen3_next",)
+"""model_types whose attention always has an output gate, with no config key for it: Qwen3-Next's
+query projection is twice as wide (queries and the gate; transformers' and vLLM's
+Qwen3NextAttention). Qwen3.5 says so in `attn_output_gate`."""
+DEFAULT_FULL_ATTENTION_INTERVAL = 4
+"""Qwen3-Next's layer pattern where its config.json gives neither `layer_types` nor
+`full_attention_interval` (transformers' Qwen3NextConfig default)."""
+
+
+def with_layer_types(text: dict[str, Any], origin: str) -> dict[str, Any]:
+    """The text model's keys with `layer_types` spelled out where a Gated DeltaNet hybrid gives
+    only its period: transformers' Qwen3NextConfig builds the list from `full_attention_interval`
+    (default 4) when the key is missing, layer i full attention when (i + 1) % interval == 0, else
+    linear attention. Qwen/Qwen3-Next-80B-A3B's published config.json is such a file: 48 layers,
+    interval 4, so 12 full-attention and 36 Gated DeltaNet layers (planned as 48 attention layers
+    before, with 4x the KV cache and no recurrent state)."""
+    if isinstance(text.get("layer_types"), list) or "linear_num_value_heads" not in text:
+        return text
+    interval, layers = text.get("full_attention_interval", DEFAULT_FULL_ATTENTION_INTERVAL), text.get("num_hidden_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        return text  # the shape check names the missing or malformed layer count
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+        raise SpecError(f"{origin}: full_attention_interval: expected a positive integer (every n-th layer full "
+                        f"attention), got {interval!r}")
+    kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    return {**text, "layer_types": kinds}
 
 
 def check_modelled(text: dict[str, Any], origin: str) -> None:
@@ -346,7 +375,7 @@ def recurrent_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
         fields = {key: text[key] for key in GATED_DELTANET_KEYS if key in text}
         fields.update(num_recurrent_layers=kinds[:text.get("num_hidden_layers", len(kinds))].count("linear_attention"),
                       recurrent_kind="gated_deltanet", conv_kernel=text.get("linear_conv_kernel_dim"),
-                      attention_output_gate=bool(text.get("attn_output_gate")))
+                      attention_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in ALWAYS_GATED_ATTENTION)))
         if text.get("mamba_ssm_dtype") in DTYPES:
             fields["recurrent_state_dtype"] = DTYPES[text["mamba_ssm_dtype"]]
         return fields

@@ -553,6 +553,41 @@ def test_qwen3_5_layer_types_give_the_gated_deltanet_layers() -> None:
     assert model.attention_output_gate and model.recurrent_state_dtype == "float32"
 
 
+# Qwen/Qwen3-Next-80B-A3B-Instruct config.json: the shape keys as published (no layer_types, no
+# attn_output_gate: transformers' Qwen3NextConfig fills both in)
+QWEN3_NEXT_80B: dict[str, Any] = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "intermediate_size": 5120, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "num_experts": 512, "num_experts_per_tok": 10, "decoder_sparse_step": 1, "norm_topk_prob": True,
+    "mlp_only_layers": [], "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144, "vocab_size": 151936, "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-06,
+}
+
+
+def test_qwen3_next_layers_from_its_full_attention_interval(tmp_path: Path) -> None:
+    """Qwen3-Next gives its layer pattern as full_attention_interval 4: layers 3, 7, ..., 47
+    ((i + 1) % 4 == 0) are full attention, the other 48 - 12 = 36 Gated DeltaNet; so the KV cache
+    is 12 layers x 2 x 2 KV heads x 256 x 2 B = 24 KiB per token (48 layers would be 96 KiB), and
+    its attention is output-gated (no key says so; Qwen3NextAttention always is)."""
+    from planner.cost.params import kv_bytes_per_token
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_NEXT_80B))
+    model = resolve_model(str(path))
+    assert (model.num_recurrent_layers, model.recurrent_kind) == (36, "gated_deltanet")
+    assert model.attention_output_gate
+    assert kv_bytes_per_token(model) == 12 * 2 * 2 * 256 * 2 == 24 * 1024
+    without_interval = {key: value for key, value in QWEN3_NEXT_80B.items() if key != "full_attention_interval"}
+    path.write_text(json.dumps(without_interval))  # transformers' default interval is 4 too
+    assert resolve_model(str(path)).num_recurrent_layers == 36
+    path.write_text(json.dumps({**QWEN3_NEXT_80B, "full_attention_interval": 0}))
+    with pytest.raises(SpecError, match="full_attention_interval: expected a positive integer"):
+        resolve_model(str(path))
+
+
 @pytest.mark.parametrize(("change", "feature"), [
     ({"hybrid_override_pattern": "M*-X"}, "block characters 'X' are not modelled"),
     ({"layer_types": ["linear_attention", "full_attention"]}, "linear_attention layers are not modelled"),
