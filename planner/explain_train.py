@@ -145,7 +145,7 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
 
     def one(num_bytes: float) -> float:
         if ep.dispatcher == "deepep":  # its fixed cost, then linear in the bytes (comm.deepep_seconds)
-            fixed = eff.deepep_fixed_seconds("deepep_high_throughput", group.num_nodes)
+            fixed = ep.fixed_seconds
             return fixed + (ep.alltoall_seconds - fixed) * num_bytes / ep.message_bytes if ep.message_bytes else fixed
         return comm.alltoall_seconds(num_bytes, group, None)
 

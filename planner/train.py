@@ -21,6 +21,7 @@ first, second and last stage, each with its own layers and micro-batches in flig
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
@@ -49,7 +50,7 @@ from planner.cost.training_time import (
     TrainRates,
     dp_collectives,
     dp_link,
-    ep_seconds_per_layer,
+    ep_transfer_seconds,
     layer_terms,
     stage_seconds,
     step_times,
@@ -168,8 +169,9 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     if measured is None and precision == "fp16":  # same tensor-core rate as bf16
         measured = gpu.achievable_flops_per_s("bf16")
     fp8_peak = gpu.peak_flops_per_s("fp8")
+    unmeasured = efficiency.unmeasured_fraction_of_peak(gpu)
     fp8 = None if fp8_peak is None else efficiency.achievable_matmul_flops_per_s(
-        fp8_peak, gpu.achievable_flops_per_s("fp8"))
+        fp8_peak, gpu.achievable_flops_per_s("fp8"), unmeasured)
     bf16_peak = gpu.peak_flops_per_s("bf16") or peak
     flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
     # at the full-attention layers' head dim (training prices one attention shape)
@@ -177,7 +179,7 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     flash_forward, flash_backward = flash_forward * head_dim_factor, flash_backward * head_dim_factor
     return TrainRates(
         peak_flops_per_s=peak,
-        matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured),
+        matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured, unmeasured),
         elementwise_bytes_per_s=efficiency.elementwise_bytes_per_s(gpu.hbm_bytes_per_s,
                                                                     gpu.elementwise_hbm_utilization),
         fp8_matmul_flops_per_s=fp8,
@@ -703,17 +705,17 @@ def moe_dispatcher_for(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     """The token dispatcher the plan runs: alltoall without EP, on another engine or when asked;
     deepep when asked (the estimate rejects configurations DeepEP cannot run: deepep_refusal);
     auto: deepep where it can run and one of its transfers prices below one NCCL all-to-all at
-    this layout and micro-batch (ep_seconds_per_layer both ways), else alltoall."""
+    this layout and micro-batch (ep_transfer_seconds both ways), else alltoall."""
     if not model.is_moe or config.ep <= 1 or request.engine != "megatron" or request.moe_dispatcher == "alltoall":
         return "alltoall"
     if request.moe_dispatcher == "deepep":
         return "deepep"
     if deepep_refusal(model, cluster, config) is not None:
         return "alltoall"
-    chunk = act.context_parallel_chunk_tokens(request.seq_len, config.cp)
-    nccl = ep_seconds_per_layer(model, cluster, config.with_(moe_dispatcher="alltoall"), chunk, rates)
-    deepep = ep_seconds_per_layer(model, cluster, config.with_(moe_dispatcher="deepep"), chunk, rates)
-    return "deepep" if deepep.alltoall_seconds < nccl.alltoall_seconds else "alltoall"
+    tokens = config.micro_batch_size * act.context_parallel_chunk_tokens(request.seq_len, config.cp)
+    nccl = ep_transfer_seconds(model, cluster, config.with_(moe_dispatcher="alltoall"), tokens).seconds
+    deepep = ep_transfer_seconds(model, cluster, config.with_(moe_dispatcher="deepep"), tokens).seconds
+    return "deepep" if deepep < nccl else "alltoall"
 
 
 def moe_dispatcher_off_reason(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
@@ -807,8 +809,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                                  request.moe_host_seconds)
     m = B // (config.micro_batch_size * config.dp)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
-    config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo,
-                                                               imbalance)
+    config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
             return _fallen_back(estimate(model, cluster, given, replace(request, moe_comm_overlap=False), rates, memo))
@@ -869,47 +870,67 @@ def _fallen_back(result: TrainEstimate | Rejected) -> TrainEstimate | Rejected:
     return replace(result, memory_fallback=True) if isinstance(result, TrainEstimate) else result
 
 
-def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions | None, seq_len: int, m: int,
-                   capacity: float, memo: Memo,
-                   imbalance: float) -> tuple[TrainConfig, tuple[int, int, int], tuple[TrainMemory, ...], TrainMemory,
-                                              FasterSplit | None]:
-    """(configuration, stage layers, stage memories, the worst of them, the faster split that did
-    not fit or None) of the fastest of `splits` (stage_split_options) that fits, else of the split
-    tried that came closest (whose overshoot the rejection reports); the configuration as it is
-    without splits. A faster split can put a layer more on the first stage, which holds the
-    most micro-batches, where an even one fits. Each stage kind's memory grows with its own layers
-    only, so once a split overflows on a kind, splits with at least as many layers there are skipped,
-    and none is tried where even the fewest layers a split gives that kind cannot fit."""
-    if splits is not None:
-        first_last, account = splits.first
-        config = config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
-    layers = stage_layers(model, config)
+class FittedSplit(NamedTuple):
+    """One stage split's memory (split_memory), and from _fitting_split the faster split that did
+    not fit, if any."""
+
+    config: TrainConfig
+    layers: tuple[int, int, int]
+    """(first, middle, last) stage layers."""
+    memories: tuple[TrainMemory, ...]
+    """Per stage, first to last."""
+    worst: TrainMemory
+    faster: FasterSplit | None = None
+
+
+def split_memory(model: ModelSpec, config: TrainConfig, seq_len: int, m: int, memo: Memo, imbalance: float,
+                 layers: tuple[int, int, int] | None = None) -> FittedSplit:
+    """The stages' memory of the configuration's own split (`layers`: its stage layers, when known)."""
+    layers = stage_layers(model, config) if layers is None else layers
     memories = stage_memories(model, config, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
-    worst = worst_stage_memory(memories)
-    if splits is None or worst.total_bytes <= capacity:
-        return config, layers, memories, worst, None
-    closest = (config, layers, memories, worst, None)  # the least overshoot tried: the fastest so far
-    faster = FasterSplit(_layers_per_stage(model, config), worst.total_bytes - capacity, worst.stage)
+    return FittedSplit(config, layers, memories, worst_stage_memory(memories))
+
+
+def with_split(config: TrainConfig, named: tuple[tuple[int, int] | None, bool]) -> TrainConfig:
+    """The configuration running a split named (first/last layers, account) (SplitOptions)."""
+    first_last, account = named
+    return config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+
+
+def _fitting_split(model: ModelSpec, config: TrainConfig, splits: SplitOptions | None, seq_len: int, m: int,
+                   capacity: float, memo: Memo, imbalance: float) -> FittedSplit:
+    """The fastest of `splits` (stage_split_options) that fits, with the faster split that did
+    not fit if any, else the split tried that came closest (whose overshoot the rejection
+    reports); the configuration as it is without splits. A faster split can put a layer more on
+    the first stage, which holds the most micro-batches, where an even one fits. Each stage kind's
+    memory grows with its own layers only, so once a split overflows on a kind, splits with at
+    least as many layers there are skipped, and none is tried where even the fewest layers a split
+    gives that kind cannot fit."""
+    fastest = split_memory(model, config if splits is None else with_split(config, splits.first), seq_len, m,
+                           memo, imbalance)
+    if splits is None or fastest.worst.total_bytes <= capacity:
+        return fastest
+    closest = fastest  # the least overshoot tried: the fastest so far
+    faster = FasterSplit(_layers_per_stage(model, fastest.config), fastest.worst.total_bytes - capacity,
+                         fastest.worst.stage)
     least, pp = splits.least_layers(), config.pp
-    for memory in memories:
+    for memory in fastest.memories:
         kind = stage_kind(memory.stage, pp)
         # a stage of n layers holds at most total/n bytes per layer (the rest is fixed), so with
         # the fewest layers any split gives that kind it still needs total * least/n
-        if memory.total_bytes * least[kind] > capacity * layers[kind]:
+        if memory.total_bytes * least[kind] > capacity * fastest.layers[kind]:
             return closest
     limits = [float("inf")] * 3  # first, middle, last: the layers at which that kind overflowed
-    _tighten(limits, memories, layers, capacity, pp)
-    for (first_last, account), layers in splits.ordered()[1:]:
+    _tighten(limits, fastest.memories, fastest.layers, capacity, pp)
+    for named, layers in splits.ordered()[1:]:
         if layers[0] >= limits[0] or layers[1] >= limits[1] or layers[2] >= limits[2]:
             continue
-        candidate = config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
-        memories = stage_memories(model, candidate, seq_len, m, memo=memo, imbalance=imbalance, layers=layers)
-        worst = worst_stage_memory(memories)
-        if worst.total_bytes <= capacity:
-            return candidate, layers, memories, worst, faster
-        if worst.total_bytes < closest[3].total_bytes:  # the closest miss is what the rejection reports
-            closest = (candidate, layers, memories, worst, None)
-        _tighten(limits, memories, layers, capacity, pp)
+        tried = split_memory(model, with_split(config, named), seq_len, m, memo, imbalance, layers)
+        if tried.worst.total_bytes <= capacity:
+            return tried._replace(faster=faster)
+        if tried.worst.total_bytes < closest.worst.total_bytes:  # the closest miss is what the rejection reports
+            closest = tried
+        _tighten(limits, tried.memories, layers, capacity, pp)
     return closest
 
 
@@ -947,10 +968,7 @@ def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig
     whose slowest stage is faster (StageSeconds.slowest; a tie keeps the first/last split).
     The estimate takes the next fastest (stage_split_options) where this one does not fit."""
     options = stage_split_options(model, cluster, config, seq_len, rates, memo, imbalance, engine)
-    if options is None:
-        return config
-    first_last, account = options.first
-    return config.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+    return config if options is None else with_split(config, options.first)
 
 
 def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,
@@ -1001,53 +1019,47 @@ def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_l
 
 
 class SplitOptions:
-    """The (first/last layers, account) splits a configuration may run: `first` the fastest;
-    `ordered()` all of them fastest first with their (first, middle, last) stage layers and
-    `least_layers()` each stage kind's fewest over them, both worked out only when the fastest
-    does not fit (the search asks for `first` thousands of times)."""
+    """The stage splits a configuration may run, each `(kind, (first, middle, last) stage
+    layers)`: kind 0 Megatron's first/last-stage flags, 1 its account flag (the embedding and
+    loss counted as layers), 2 its layout string (which splits _split_options offers: the
+    fallback rule lives there). A split is named `(first/last layers or None, account)`.
+    `first` is the fastest; `ordered()` every split fastest first with its stage layers and
+    `least_layers()` each stage kind's fewest, both worked out only when the fastest does not
+    fit (the search asks for `first` thousands of times). Fastest: the least
+    StageSeconds.slowest, ties to the smaller kind, then the smaller first and last stage."""
 
-    __slots__ = ("_costs", "_pp", "_first_last", "_account", "_layout", "_ordered", "_least", "first")
+    __slots__ = ("_costs", "_pp", "_candidates", "_ordered", "_least", "first")
 
-    def __init__(self, costs: split.StageSeconds, pp: int, first_last: tuple[tuple[int, int, int], ...],
-                 account: tuple[int, int, int] | None, layout: tuple[tuple[int, int, int], ...]) -> None:
-        self._costs, self._pp = costs, pp
-        self._first_last, self._account, self._layout = first_last, account, layout
+    def __init__(self, costs: split.StageSeconds, pp: int,
+                 candidates: tuple[tuple[int, tuple[int, int, int]], ...]) -> None:
+        self._costs, self._pp, self._candidates = costs, pp, candidates
         self._ordered: tuple | None = None
         self._least: tuple[int, int, int] | None = None
-        options = []  # (seconds, kind), fastest of each: first/last splits, account, layout string
-        fastest = split.fastest_split(costs, first_last)
-        if fastest is not None:
-            options.append((fastest[0], 0, (fastest[1], False)))
-        if account is not None:
-            options.append((costs.slowest(*account, pp), 1, (None, True)))
-        if not options:
-            laid_out = split.fastest_split(costs, layout)
-            if laid_out is not None:
-                options.append((laid_out[0], 2, (laid_out[1], False)))
-        self.first = min(options)[2] if options else None
+        self.first = _named_split(*min(self._keyed())[1:4]) if candidates else None
+
+    def _keyed(self) -> list[tuple[float, int, int, int, int]]:
+        slowest, pp = self._costs.slowest, self._pp
+        return [(slowest(f, c, last, pp), kind, f, last, c) for kind, (f, c, last) in self._candidates]
 
     def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
-        """Every split, fastest first (StageSeconds.slowest, then first/last before account
-        before layout, then the smaller first and last stage), with its stage layers."""
+        """Every split, fastest first, with its (first, middle, last) stage layers."""
         if self._ordered is None:
-            slowest, pp = self._costs.slowest, self._pp
-            keyed = [(slowest(f, c, last, pp), 0, f, last, c) for f, c, last in self._first_last]
-            if self._account is not None:
-                f, c, last = self._account
-                keyed.append((slowest(f, c, last, pp), 1, f, last, c))
-            if not keyed:
-                keyed = [(slowest(f, c, last, pp), 2, f, last, c) for f, c, last in self._layout]
-            self._ordered = tuple((((None, True) if kind == 1 else ((f, last), False)), (f, c, last))
-                                  for _, kind, f, last, c in sorted(keyed))
+            self._ordered = tuple((_named_split(kind, f, last), (f, c, last))
+                                  for _, kind, f, last, c in sorted(self._keyed()))
         return self._ordered
 
     def least_layers(self) -> tuple[int, int, int]:
         """Each stage kind's fewest layers over the splits (first, middle, last)."""
         if self._least is None:
-            triples = self._first_last + ((self._account,) if self._account is not None else ())
-            triples = triples or self._layout
+            triples = [t for _, t in self._candidates]
             self._least = (min(t[0] for t in triples), min(t[1] for t in triples), min(t[2] for t in triples))
         return self._least
+
+
+def _named_split(kind: int, first: int, last: int) -> tuple[tuple[int, int] | None, bool]:
+    """(first/last layers, account) of a SplitOptions candidate: the account flag sets no
+    first/last layers."""
+    return (None, True) if kind == 1 else ((first, last), False)
 
 
 def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
@@ -1059,10 +1071,12 @@ def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, 
     first_last = ((tuple(split.candidate_splits(num_layers, pp, v)) if candidates is None else candidates)
                   if num_layers % pp else ())
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
-    triple = split.stage_triple(num_layers, pp, account) if account is not None else None
-    layout = (tuple(split.layout_splits(num_layers, pp, v))
-              if not first_last and triple is None and has_layout_split(num_layers, pp, v, engine) else ())
-    return SplitOptions(costs, pp, first_last, triple, layout)
+    options = [(0, triple) for triple in first_last]
+    if account is not None:
+        options.append((1, split.stage_triple(num_layers, pp, account)))
+    if not options and has_layout_split(num_layers, pp, v, engine):  # the layout string only where neither flag splits
+        options = [(2, triple) for triple in split.layout_splits(num_layers, pp, v)]
+    return SplitOptions(costs, pp, tuple(options))
 
 
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:

@@ -21,10 +21,10 @@ from planner.train import (
     TrainMemory,
     config_reasons,
     expert_imbalance,
-    stage_memories,
+    split_memory,
     stage_split_options,
     structural_reasons,
-    worst_stage_memory,
+    with_split,
 )
 from planner.units import bytes_to_gib
 
@@ -69,12 +69,10 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
         # every stage split the estimate may run (the fastest that fits): the least memory of them
         splits = stage_split_options(model, cluster, given, request.seq_len, rates, memo, imbalance, request.engine,
                                      request.moe_host_seconds)
-        for first_last, account in ([split for split, _ in splits.ordered()] if splits is not None
-                                    else [(given.first_last_layers, given.account_for_embedding_and_loss)]):
-            config = given.with_(first_last_layers=first_last, account_for_embedding_and_loss=account)
+        for named in [named for named, _ in splits.ordered()] if splits is not None else [None]:
+            config = given if named is None else with_split(given, named)
             m = request.global_batch // (config.micro_batch_size * config.dp)
-            memory = worst_stage_memory(stage_memories(model, config, request.seq_len, m, memo=memo,
-                                                       imbalance=imbalance))
+            memory = split_memory(model, config, request.seq_len, m, memo, imbalance).worst
             if best is None or memory.total_bytes < best[0].total_bytes:
                 best = (memory, config)
     if best is None:

@@ -34,6 +34,7 @@ discarded_output_bytes_per_token gives and recompute it for the backward.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from planner.cost import efficiency
 from planner.cost.moe import moe_layers_of
@@ -116,29 +117,47 @@ def outputs_recompute_modules(model: ModelSpec) -> tuple[str, ...]:
     return tuple(modules)
 
 
-def discarded_output_bytes_per_token(model: ModelSpec, tp: int, sequence_parallel: bool,
-                                     precision: str = "bf16") -> float:
-    """Bytes per token per GPU of the mean layer that recompute "outputs" frees
-    (outputs_recompute_modules), each where the no-recompute count keeps it:
-    moe_act    phi * k * f_x / t elements: the routed experts' MLP-down input (gated: the
-               product), e_s bytes each;
-    layernorm  phi * h (/t with SP) of the pre-MLP norm output, plus h (/t) of MLA's input
-               norm output, e_s bytes each;
-    mla_up_proj  the a/t query, key and value heads, 2 bytes each (the attention kernel's
-               16-bit inputs).
-    phi the MoE layers' share (moe_layers_of), e_s the bytes a saved GEMM input takes (2, or 1
-    with fp8: fp8_saved_input_savings_per_token). Qwen3-30B-A3B (h 2,048, k 8, f_x 768, all 48
-    layers MoE), t = 1, bf16: 2 * (8 * 768 + 2,048) = 16,384 B per token."""
-    stored = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT if precision == "fp8" else 2
+@dataclass(frozen=True)
+class DiscardedOutputs:
+    """Elements per token per GPU of the mean layer that recompute "outputs" discards, each where
+    the no-recompute count keeps it (h' = h/t with SP, else h; phi the MoE layers' share,
+    moe_layers_of):
+    moe_act     phi * k * f_x / t: the routed experts' MLP-down input (gated: the product);
+    norm        phi * h' of the pre-MLP norm output, plus h' of MLA's input norm output;
+    mla_heads   the a/t query, key and value heads the up-projections make (mla_up_proj).
+    The memory it frees (discarded_output_bytes_per_token) and the time its rerun takes
+    (training_time.outputs_recompute_seconds) both read these."""
+
+    moe_act: float
+    norm: float
+    mla_heads: float
+
+
+def discarded_outputs(model: ModelSpec, tp: int, sequence_parallel: bool) -> DiscardedOutputs:
+    """DiscardedOutputs of this model at this TP degree (zeros for a dense GQA model)."""
     h = model.hidden_size / (tp if sequence_parallel else 1)
     share = moe_layers_of(model, 1)
-    freed = 0.0
+    moe_act = norm = mla_heads = 0.0
     if model.is_moe:
-        freed += share * stored * (model.num_experts_per_tok * model.expert_intermediate_size / tp + h)
+        moe_act = share * model.num_experts_per_tok * model.expert_intermediate_size / tp
+        norm += share * h
     if model.is_mla:
         widths = training_attention_widths(model, tp)
-        freed += stored * h + 2 * (widths.query + widths.key + widths.value)
-    return freed
+        norm += h
+        mla_heads = widths.query + widths.key + widths.value
+    return DiscardedOutputs(moe_act, norm, mla_heads)
+
+
+def discarded_output_bytes_per_token(model: ModelSpec, tp: int, sequence_parallel: bool,
+                                     precision: str = "bf16") -> float:
+    """Bytes per token per GPU of the mean layer that recompute "outputs" frees: the
+    DiscardedOutputs' MoE activation and norm outputs at e_s bytes each (2, or 1 with fp8:
+    fp8_saved_input_savings_per_token), MLA's heads at 2 bytes (the attention kernel's 16-bit
+    inputs). Qwen3-30B-A3B (h 2,048, k 8, f_x 768, all 48 layers MoE), t = 1, bf16:
+    2 * (8 * 768 + 2,048) = 16,384 B per token."""
+    stored = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT if precision == "fp8" else 2
+    discarded = discarded_outputs(model, tp, sequence_parallel)
+    return stored * (discarded.moe_act + discarded.norm) + 2 * discarded.mla_heads
 
 
 def attention_scores_bytes(model: ModelSpec, s: int, b: int, act_bytes: int, tp: int) -> float:

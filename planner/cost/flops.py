@@ -68,6 +68,23 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
+QUERY_GEMM = 0
+"""layer_gemms_forward's positions. 0: the QKV projection (MLA: the query up-projection)."""
+OUTPUT_GEMM = 1
+"""The attention output projection (row-parallel)."""
+MLP_UP_GEMM = 2
+"""The dense MLP's up (and gate) projection (column-parallel); its count is the MLP-bearing share."""
+MLP_DOWN_GEMM = 3
+"""The dense MLP's down projection (row-parallel)."""
+CORE_GEMMS = slice(4, 6)
+"""The attention core's per-head scores and context GEMMs."""
+EXTRA_GEMMS = slice(6, None)
+"""After the core: MLA's KV up-projection (MLA_KV_UP_GEMM) and down-projections, or a hybrid's
+recurrent projections."""
+MLA_KV_UP_GEMM = 6
+"""MLA's key and value up-projection (column-parallel)."""
+
+
 def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
     """The forward matmuls of one transformer block on one GPU of a TP group (Megatron).
 
@@ -165,13 +182,13 @@ def moe_mlp_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int, e
 
 def attention_core_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
     """The two per-head GEMMs (what selective recomputation runs again)."""
-    return gemms[4:6]
+    return gemms[CORE_GEMMS]
 
 
 def linear_gemms(gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
     """The weight GEMMs of layer_gemms_forward: QKV, output, MLP up and down, and a hybrid's
     recurrent projections."""
-    return gemms[:4] + gemms[6:]
+    return gemms[:CORE_GEMMS.start] + gemms[EXTRA_GEMMS]
 
 
 def logits_gemm(model: ModelSpec, micro_batch: int, s: int, tp: int) -> Gemm:
@@ -215,7 +232,7 @@ def _layer_flops(model: ModelSpec, s: int, causal: bool) -> float:
     total = sum(g.flops for g in gemms) - (core / 2 if causal else 0.0)
     if not model.is_moe:
         return total
-    dense_mlp = gemms[2].flops + gemms[3].flops
+    dense_mlp = gemms[MLP_UP_GEMM].flops + gemms[MLP_DOWN_GEMM].flops
     shared = sum(g.flops for g in moe_mlp_gemms_forward(model, 1, s, 1)[:-2]) if model.num_shared_experts else 0.0
     routed = model.num_experts_per_tok * expert_params(model) + latent_projection_params(model)
     moe_mlp = shared + 2.0 * s * routed

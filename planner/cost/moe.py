@@ -9,10 +9,12 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+from planner.cost import comm, efficiency
 from planner.cost.params import activation_bytes_per_element, expert_params, experts_per_gpu
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
-from planner.layout import Layout
+from planner.layout import GroupTopology, Layout
 from planner.specs import ModelSpec
 from planner.units import BYTES_PER_GIB
 
@@ -216,6 +218,23 @@ def deepep_traffic(model: ModelSpec, layout: Layout, tokens_per_rank: float, bac
     own_node = nodes_hit / num_nodes  # the chance the token's own node holds one of its experts
     return (tokens_per_rank * ranks * message * (g - 1) / n,
             tokens_per_rank * (nodes_hit - own_node) * message)
+
+
+def deepep_transfers(model: ModelSpec, layout: Layout, group: GroupTopology, tokens_per_rank: float, backend: str,
+                     message_bytes: Callable[[str], float] | None = None) -> tuple[tuple[float, float, float], ...]:
+    """(NVLink bytes, RDMA bytes, seconds) of DeepEP's dispatch, then its combine, of one GPU's
+    tokens over the EP group: deepep_traffic priced by comm.deepep_seconds with DeepEP's measured
+    fixed cost for `backend` over the group's nodes (efficiency.deepep_fixed_seconds).
+    `message_bytes(phase)`: each message's bytes, else vLLM's (deepep_traffic). Serving's
+    exchange (serving_time.ep_exchange_ops) and training's flex dispatcher
+    (training_time.deepep_alltoall_seconds) both price DeepEP here."""
+    fixed = efficiency.deepep_fixed_seconds(backend, group.num_nodes)
+    transfers = []
+    for phase in ("dispatch", "combine"):
+        nvlink, rdma = deepep_traffic(model, layout, tokens_per_rank, backend, phase, group.ranks_per_node,
+                                      group.num_nodes, None if message_bytes is None else message_bytes(phase))
+        transfers.append((nvlink, rdma, comm.deepep_seconds(nvlink, rdma, group, fixed)))
+    return tuple(transfers)
 
 
 def deepep_ll_buffer_bytes(model: ModelSpec, max_tokens_per_rank: int = BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS) -> int:

@@ -19,12 +19,11 @@ from planner.cost.comm import (
     allgather_seconds,
     allreduce_seconds,
     curve_seconds,
-    deepep_seconds,
     p2p_seconds,
 )
 from planner.cost.flops import Gemm, layer_gemms_forward, linear_gemms
 from planner.cost.moe import (
-    deepep_traffic,
+    deepep_transfers,
     ep_combine_bytes,
     ep_dispatch_bytes,
     expert_load_factor,
@@ -105,14 +104,15 @@ def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) 
 
 def achievable_flops_per_s(model: ModelSpec, cluster: ClusterSpec) -> float:
     """The linear GEMMs' rate in their precision: the serving engine's measured kernels
-    (catalog serving_matmul_tflops), else the GPU's achievable rate, else 0.75 of the peak."""
+    (catalog serving_matmul_tflops), else the GPU's achievable rate, else its share of the peak
+    (efficiency.unmeasured_fraction_of_peak: 0.75, or the GPU's bf16 share where lower)."""
     gpu, precision = cluster.gpu, matmul_precision(model, cluster)
     measured = gpu.serving_flops_per_s(precision)
     if measured is not None:
         return measured
     peak = gpu.peak_flops_per_s(precision) or gpu.peak_flops_per_s("bf16")
     if peak is not None:
-        return eff.achievable_matmul_flops_per_s(peak, None)
+        return eff.achievable_matmul_flops_per_s(peak, None, eff.unmeasured_fraction_of_peak(gpu))
     measured_16bit = gpu.serving_flops_per_s("bf16") or gpu.serving_flops_per_s("fp16")
     if measured_16bit is not None:
         return measured_16bit
@@ -939,13 +939,10 @@ def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
             ops.append(Collective(phase, name, kind, layout.ep, link.kind, size, allgather_seconds(size, group, curve),
                                   "measured" if curve is not None else "model", count_per_step))
     else:
-        tokens = num_tokens / layout.tp
-        fixed = eff.deepep_fixed_seconds(backend, group.num_nodes)
-        for name, stage in (("MoE dispatch", "dispatch"), ("MoE combine", "combine")):
-            nvlink, rdma = deepep_traffic(model, layout, tokens, backend, stage, group.ranks_per_node,
-                                          group.num_nodes)
-            ops.append(Collective(phase, name, "all-to-all", layout.ep, link.kind, nvlink + rdma,
-                                  deepep_seconds(nvlink, rdma, group, fixed), "model", count_per_step))
+        transfers = deepep_transfers(model, layout, group, num_tokens / layout.tp, backend)
+        for name, (nvlink, rdma, seconds) in zip(("MoE dispatch", "MoE combine"), transfers, strict=True):
+            ops.append(Collective(phase, name, "all-to-all", layout.ep, link.kind, nvlink + rdma, seconds, "model",
+                                  count_per_step))
     if sequence_parallel_moe(layout) and placement.tp_link is not None:
         size = num_tokens * model.hidden_size * activation_bytes_per_element(model)
         curve = cluster.allgather_curve(placement.tp_link.scope, layout.tp)

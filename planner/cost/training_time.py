@@ -26,9 +26,10 @@ memoises the per-layer terms in the memo of its search.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from planner.cost import activations as act
-from planner.cost import comm, efficiency
+from planner.cost import comm, efficiency, flops
 from planner.cost.flops import (
     Gemm,
     attention_core_gemms,
@@ -38,8 +39,8 @@ from planner.cost.flops import (
 )
 from planner.cost.moe import (
     DEEPEP_NUM_SMS,
-    deepep_traffic,
     deepep_training_message_bytes,
+    deepep_transfers,
     ep_alltoall_message_bytes,
     expert_load_factor,
     moe_layers_of,
@@ -205,13 +206,13 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple
     per-head GEMMs' FLOPs, halved by the causal mask, at the flash kernels' share of the
     dense peak (rates.flash_*_flops_per_s: the GPU's measured share, else the defaults); the
     backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023)."""
-    flops = sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
+    core_flops = sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
     forward_rate, backward_rate = rates.flash_forward_flops_per_s, rates.flash_backward_flops_per_s
     if forward_rate is None or backward_rate is None:
         forward_share, backward_share = efficiency.flash_attention_fractions(None)
         forward_rate, backward_rate = rates.peak_flops_per_s * forward_share, rates.peak_flops_per_s * backward_share
-    forward = flops / forward_rate
-    backward = efficiency.FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS * flops / backward_rate
+    forward = core_flops / forward_rate
+    backward = efficiency.FLASH_ATTENTION_BACKWARD_OVER_FORWARD_FLOPS * core_flops / backward_rate
     return forward, backward
 
 
@@ -302,11 +303,12 @@ def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: in
     (moe_layers_of) whose MLP is the shared and routed experts' GEMMs
     (flops.moe_mlp_gemms_forward: EP changes their shapes), the rest of the MLP-bearing
     share (layer_gemms_forward's MLP count: 1 less a hybrid's mixer-only blocks) dense."""
-    mixer = sum(gemm_seconds(g, rates) for g in gemms[:2]) + sum(gemm_seconds(g, rates) for g in gemms[6:])
-    dense_mlp = sum(gemm_seconds(g, rates) for g in gemms[2:4])
+    mixer = sum(gemm_seconds(gemms[i], rates) for i in (flops.QUERY_GEMM, flops.OUTPUT_GEMM))
+    mixer += sum(gemm_seconds(g, rates) for g in gemms[flops.EXTRA_GEMMS])
+    dense_mlp = sum(gemm_seconds(gemms[i], rates) for i in (flops.MLP_UP_GEMM, flops.MLP_DOWN_GEMM))
     if not model.is_moe:
         return mixer + dense_mlp
-    share, mlp_share = moe_layers_of(model, 1), gemms[2].count
+    share, mlp_share = moe_layers_of(model, 1), gemms[flops.MLP_UP_GEMM].count
     dense = dense_mlp * max(0.0, mlp_share - share) / mlp_share if mlp_share else 0.0
     moe_mlp = sum(gemm_seconds(g, rates) for g in moe_mlp_gemms_forward(model, b, s, tp, ep, dp_per_ep_group))
     return mixer + share * moe_mlp + dense
@@ -372,21 +374,17 @@ def outputs_recompute_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], s: int,
     backward, per layer and micro-batch: moe_act the routed experts' activation (read the gate
     and up outputs, write the product: (3 if gated else 2) * e * phi*k*f_x/t bytes per token);
     layernorm each discarded norm (read and write e*h, /t with SP: phi of them, plus MLA's input
-    norm); mla_up_proj the query and KV up-projection GEMMs (layer_gemms_forward's positions 0
-    and 6 for MLA, at the linear rate and the shape rule) and RoPE's rewrite of their rotary
+    norm); mla_up_proj the query and KV up-projection GEMMs (flops.QUERY_GEMM and MLA_KV_UP_GEMM
+    for MLA, at the linear rate and the shape rule) and RoPE's rewrite of their rotary
     parts (2e per element, rotary_elements_per_token). The HBM traffic at the elementwise rate.
     Qwen3-30B-A3B, t = 1, 4,096 tokens, bf16: (3 * 2 * 8 * 768 + 2 * 2 * 2,048) * 4,096 =
     184.5 MB."""
-    e, h = 2, model.hidden_size / (tp if sequence_parallel else 1)
-    share = moe_layers_of(model, 1)
-    per_token = 0.0
-    if model.is_moe:
-        gated = 3 if model.gated_mlp else 2
-        per_token += share * (gated * e * model.num_experts_per_tok * model.expert_intermediate_size / tp + 2 * e * h)
+    e, discarded = 2, act.discarded_outputs(model, tp, sequence_parallel)
+    per_token = (3 if model.gated_mlp else 2) * e * discarded.moe_act + 2 * e * discarded.norm
     seconds = 0.0
     if model.is_mla:
-        per_token += 2 * e * h + 2 * e * rotary_elements_per_token(model, tp)
-        seconds += gemm_seconds(gemms[0], linear) + gemm_seconds(gemms[6], linear)
+        per_token += 2 * e * rotary_elements_per_token(model, tp)
+        seconds += gemm_seconds(gemms[flops.QUERY_GEMM], linear) + gemm_seconds(gemms[flops.MLA_KV_UP_GEMM], linear)
     return seconds + per_token * s * b / linear.elementwise_bytes_per_s
 
 
@@ -432,13 +430,13 @@ def tp_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     forward = (4 if config.recompute == "full" else 2) * allreduce
     gemms = layer_gemms_forward(model, config.micro_batch_size, s, config.tp)
     linear = linear_rates(rates, config.precision, config.priced_fp8_recipe)
-    column_parallel = [gemm_seconds(g, linear) for g in (gemms[0], gemms[2])]
+    column_parallel = [gemm_seconds(g, linear) for g in (gemms[flops.QUERY_GEMM], gemms[flops.MLP_UP_GEMM])]
     measured = curve is not None
     if config.sequence_parallel:
         half = allreduce / 2
         hidden = sum(2 * max(0.0, half - gemm) for gemm in column_parallel)
         if config.tp_comm_overlap:
-            row_parallel = [gemm_seconds(g, linear) for g in (gemms[1], gemms[3])]
+            row_parallel = [gemm_seconds(g, linear) for g in (gemms[flops.OUTPUT_GEMM], gemms[flops.MLP_DOWN_GEMM])]
             forward_exposed = sum(overlapped_exposed_seconds(half, gemm, config.tp)
                                   for gemm in column_parallel + row_parallel)
             backward_exposed = sum(overlapped_exposed_seconds(half, gemm, config.tp) for gemm in row_parallel)
@@ -485,6 +483,8 @@ class EpSeconds:
     dispatcher: str = "alltoall"
     """The token dispatcher priced: alltoall (NCCL all-to-alls) or deepep (Megatron's flex
     dispatcher on DeepEP's normal kernels)."""
+    fixed_seconds: float = 0.0
+    """DeepEP's fixed cost inside alltoall_seconds (EpTransfer.fixed_seconds)."""
 
     @property
     def alltoall_seconds_per_moe_layer(self) -> float:
@@ -522,7 +522,6 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
         return EpSeconds()
     group = ep_group_topology(cluster, layout, pp_outermost=True)
     assert group is not None, "ep > 1 has a group"
-    message_bytes = ep_alltoall_message_bytes(model, layout, b * s)
     full = config.recompute == "full"
     share = moe_layers_of(model, 1)
     routed_flops = routed_expert_flops(model, 1, b * s / config.tp) / share
@@ -530,13 +529,41 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(
         rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
     link = group.inter or group.intra
+    transfer = ep_transfer_seconds(model, cluster, config, b * s)
+    return EpSeconds(transfer.seconds, transfer.sent_bytes, 6 if full else 4, imbalance, share,
+                     None if link is None else link.kind, transfer.measured, dispatcher=config.moe_dispatcher,
+                     fixed_seconds=transfer.fixed_seconds)
+
+
+class EpTransfer(NamedTuple):
+    """One of an MoE layer's EP transfers (ep_transfer_seconds)."""
+
+    seconds: float
+    sent_bytes: float
+    """What one GPU sends (DeepEP: NVLink + RDMA, the mean of dispatch and combine)."""
+    fixed_seconds: float
+    """DeepEP's fixed cost inside `seconds` (efficiency.deepep_fixed_seconds); 0 for NCCL, whose
+    latency is inside the ring model or the probe's curve."""
+    measured: bool
+    """Whether the probe's all-to-all curve priced it."""
+
+
+def ep_transfer_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
+                        tokens: float) -> EpTransfer:
+    """One of an MoE layer's EP transfers for a micro-batch of `tokens` (b*s), on config.moe_dispatcher: NCCL's all-to-all
+    of ep_alltoall_message_bytes (comm.alltoall_seconds, the probe's curve where it measured this
+    link at ep ranks) or DeepEP's (deepep_alltoall_seconds). ep > 1."""
+    layout = config.layout
+    group = ep_group_topology(cluster, layout, pp_outermost=True)
+    assert group is not None, "ep > 1 has a group"
     if config.moe_dispatcher == "deepep":
-        seconds, sent = deepep_alltoall_seconds(model, layout, group, b * s / config.tp)
-        return EpSeconds(seconds, sent, 6 if full else 4, imbalance, share, None if link is None else link.kind,
-                         dispatcher="deepep")
+        seconds, sent = deepep_alltoall_seconds(model, layout, group, tokens / config.tp)
+        return EpTransfer(seconds, sent, efficiency.deepep_fixed_seconds("deepep_high_throughput", group.num_nodes),
+                          False)
+    link = group.inter or group.intra
+    message_bytes = ep_alltoall_message_bytes(model, layout, tokens)
     curve = None if link is None else cluster.alltoall_curve(link.scope, config.ep)
-    return EpSeconds(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 6 if full else 4,
-                     imbalance, share, None if link is None else link.kind, curve is not None)
+    return EpTransfer(comm.alltoall_seconds(message_bytes, group, curve), message_bytes, 0.0, curve is not None)
 
 
 def deepep_alltoall_seconds(model: ModelSpec, layout: Layout, group: GroupTopology,
@@ -551,15 +578,10 @@ def deepep_alltoall_seconds(model: ModelSpec, layout: Layout, group: GroupTopolo
     (efficiency.deepep_fixed_seconds("deepep_high_throughput", nodes)). tokens_per_rank: the
     GPU's b*s/t sequence-parallel tokens. Megatron's token_dispatcher.py (MoEFlexTokenDispatcher)
     and fused_a2a.py, core_v0.19.0; docs/cost-model.md (Expert parallelism: DeepEP in training)."""
-    backend = "deepep_high_throughput"
-    fixed = efficiency.deepep_fixed_seconds(backend, group.num_nodes)
-    seconds = sent = 0.0
-    for phase in ("dispatch", "combine"):
-        nvlink, rdma = deepep_traffic(model, layout, tokens_per_rank, backend, phase, group.ranks_per_node,
-                                      group.num_nodes, deepep_training_message_bytes(model, phase))
-        seconds += comm.deepep_seconds(nvlink, rdma, group, fixed) / 2
-        sent += (nvlink + rdma) / 2
-    return seconds, sent
+    transfers = deepep_transfers(model, layout, group, tokens_per_rank, "deepep_high_throughput",
+                                 lambda phase: deepep_training_message_bytes(model, phase))
+    return (sum(seconds for _, _, seconds in transfers) / 2,
+            sum(nvlink + rdma for nvlink, rdma, _ in transfers) / 2)
 
 
 @dataclass(frozen=True)

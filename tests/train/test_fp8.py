@@ -133,3 +133,37 @@ def test_fp8_never_slower_than_bf16_on_h100(tp, b, s, sp, recompute, attention):
     if isinstance(bf16, Rejected) or isinstance(fp8, Rejected):
         return  # out of memory: there is no step time to compare
     assert fp8.step_time_seconds <= bf16.step_time_seconds
+
+
+@pytest.mark.parametrize(("gpu", "bf16_tflops", "fp8_tflops"), [
+    # MI300X: bf16 measured 668 of 1,307 (0.5111); fp8 unmeasured: 0.5111 x 2,615 = 1,336.5, 2.0x bf16
+    ("MI300X", 668, 668 / 1307 * 2615),
+    # GB200: bf16 measured 1,822 of 2,500 (0.7288); fp8 0.7288 x 5,000 = 3,644 (the default gave 3,750)
+    ("GB200", 1822, 1822 / 2500 * 5000),
+    # A100-class bf16 share 0.87 is above the default: an unmeasured precision stays at 0.75 of its peak;
+    # H100 has both measured (794, 1,403): nothing derived
+    ("H100", 794, 1403),
+])
+def test_unmeasured_fp8_runs_at_the_gpus_own_bf16_share(gpu: str, bf16_tflops: float, fp8_tflops: float):
+    """Where the catalog measured bf16 but not fp8, fp8 GEMMs run at the GPU's measured bf16 share
+    of peak (capped at the 0.75 default), not at 0.75 of the fp8 peak: MI300X's fp8 layer was
+    2.25x faster than bf16 with peaks 2x apart (efficiency.unmeasured_fraction_of_peak)."""
+    from planner.train import train_rates
+
+    rates = train_rates(resolve_model("llama-3.1-8b"), resolve_cluster(f"1x8x{gpu}"))
+    assert rates.matmul_flops_per_s == pytest.approx(bf16_tflops * 1e12)
+    assert rates.fp8_matmul_flops_per_s == pytest.approx(fp8_tflops * 1e12)
+    assert rates.fp8_matmul_flops_per_s / rates.matmul_flops_per_s <= 2.001  # the fp8 peaks are 2.0008x bf16
+
+
+def test_fp8_layer_is_at_most_twice_as_fast_as_bf16_on_mi300x():
+    """The same layout in both precisions on MI300X (fp8 peak 2x bf16's, fp8 unmeasured): the step
+    is faster in fp8 but by less than 2x, since attention and elementwise work stay 16-bit."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xMI300X")
+    steps = []
+    for precision in ("bf16", "fp8"):
+        config = TrainConfig(1, 1, 8, 2, "1f1b", 1, "none", False, 3)
+        result = estimate(model, cluster, config, TrainRequest(global_batch=64, seq_len=4096, precision=precision))
+        assert not isinstance(result, Rejected)
+        steps.append(result.step_time_seconds)
+    assert 1.0 < steps[0] / steps[1] < 2.0
