@@ -20,6 +20,7 @@ from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
+    decode_concurrency_at_rate,
     decode_requests_per_second,
     max_prefill_rate,
     prefill_at_rate,
@@ -465,16 +466,30 @@ class _Memo:
 
 
 DECODE_CAP_HALVINGS = 3
-"""With a TTFT limit, decode workers are also tried at 1/2, 1/4 and 1/8 of the most sequences the
-TPOT limit allows: the first token waits for a decode round, so a fuller decode worker leaves
-the prefill less of the TTFT budget, and a looser TPOT limit must not lose a deployment that a
-tighter one found."""
+"""With a TTFT or E2E limit, decode workers are also tried at 1/2, 1/4 and 1/8 of the most
+sequences the TPOT limit allows (and of the most the E2E limit's implied TPOT allows,
+e2e_implied_tpot_seconds): the first token waits for a decode round, so a fuller decode worker
+leaves the prefill less of the TTFT budget, every output token takes a round of E2E, and a
+looser limit must not lose a deployment that a tighter one found."""
 
 
-def decode_caps(cap: int, ttft_limited: bool) -> list[int]:
-    """The decode concurrencies tried: the TPOT-limited cap, and with a TTFT limit halvings of it."""
+def e2e_implied_tpot_seconds(request: ServeRequest) -> float:
+    """The most a decode round may take for --max-e2e-ms to hold with nothing else in the way:
+    E2E >= the first-token cost + e rounds before the first token + (O - 1) after it, each
+    token a round of T_d (speculation_shape's e tokens per round in the first), so
+    T_d <= (E2E - first token) / (O - 1 + e); the --max-tpot-ms limit where tighter. Decode
+    workers are tried at the concurrency it allows too (plan_disaggregated), since the E2E
+    limit, unlike the TPOT one, is only checked once a pairing is priced."""
+    assert request.max_e2e_seconds is not None
+    rounds = request.output_len - 1 + speculation_shape(request.speculation)[0]
+    implied = max(0.0, request.max_e2e_seconds - eff.FIRST_TOKEN_SECONDS) / rounds
+    return implied if request.max_tpot_seconds is None else min(implied, request.max_tpot_seconds)
+
+
+def decode_caps(cap: int, sla_limited: bool) -> list[int]:
+    """The decode concurrencies tried: the TPOT-limited cap, and with a TTFT or E2E limit halvings of it."""
     caps = [cap]
-    for _ in range(DECODE_CAP_HALVINGS if ttft_limited else 0):
+    for _ in range(DECODE_CAP_HALVINGS if sla_limited else 0):
         if caps[-1] // 2 < 1:
             break
         caps.append(caps[-1] // 2)
@@ -501,7 +516,11 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if shape is None:
             continue
         cap = 0 if pp > 1 else decode_concurrency(model, cluster, decode_request, shape, shared)
-        for c in decode_caps(cap, request.max_ttft_seconds is not None):
+        caps = decode_caps(cap, request.max_ttft_seconds is not None or request.max_e2e_seconds is not None)
+        if request.max_e2e_seconds is not None and cap > 0:  # and below the TPOT the E2E limit implies
+            implied = replace(decode_request, max_tpot_seconds=e2e_implied_tpot_seconds(request))
+            caps += decode_caps(decode_concurrency(model, cluster, implied, shape, shared), True)
+        for c in sorted(set(caps) - {0}, reverse=True) or [0]:
             memo.shapes[(*shape.key, c)] = shape
             memo.decode[(*shape.key, c)] = c
         shape_p = (shape if prefill_request == decode_request else
@@ -647,16 +666,21 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len) -> DisaggEstimate | str:
-    """The combination at its rate-matched load: prefill at R / N_p, decode at C_d' = R / N_d * O * T_d."""
+    """The combination at its rate-matched load: prefill at R / N_p, each decode rank at the C_d' that
+    Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d') (decode_concurrency_at_rate)."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
     decoding = role_request(request, "decode")
-    t_full = decode_round_seconds(model, cluster, shape_d, c_d, request.decode_context_tokens, decoding)
-    c_actual = min(c_d, match.requests_per_second / (n_d * shape_d.dp) * request.output_len * t_full)
-    t_d = decode_round_seconds(model, cluster, shape_d, max(1.0, c_actual), request.decode_context_tokens, decoding)
+
+    def round_seconds(concurrency: float) -> float:
+        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding)
+
+    c_actual = decode_concurrency_at_rate(match.requests_per_second / (n_d * shape_d.dp), request.output_len,
+                                          round_seconds, c_d)
+    t_d = round_seconds(max(1.0, c_actual))
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     # the first token waits for a whole decode round: e tokens of T_d each under speculative decoding

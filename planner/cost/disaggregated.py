@@ -136,6 +136,36 @@ def decode_requests_per_second(concurrency: float, output_len: int, round_second
     return concurrency / (output_len * round_seconds)
 
 
+DECODE_FIXED_POINT_ROUNDS = 40
+"""Bisection rounds of decode_concurrency_at_rate (2^-40 of the bracket)."""
+
+
+def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
+                               round_seconds: Callable[[float], float], cap: float) -> float:
+    """The sequences a decode rank runs when it is handed `requests_per_second`: by Little's law
+    C = R * O * T_d(C) (each request holds a slot for O rounds of T_d), at most `cap` (the
+    concurrency its TPOT limit and KV cache allow, where T_d(cap) priced its rate); a rank whose
+    mean occupancy is below one sequence runs at T_d(1), C = R * O * T_d(1). T_d grows with C,
+    so C lies between 1 and R * O * T_d(cap); bisection on C - R * O * T_d(C) keeps the upper end, where the rank keeps
+    up with its rate (a fixed-point iteration oscillates on the small steps a round's time takes
+    with C). Worked (test_decode_concurrency_at_rate_by_hand): T_d(C) = 10 ms + 0.1 ms * C,
+    R = 20 /s, O = 256: C = 5,120 * (0.01 + 0.0001 C) -> C = 51.2 / 0.488 = 104.9 sequences at
+    T_d 20.5 ms, where pricing T_d at the cap of 200 (30 ms) gave 153.6."""
+    rate = requests_per_second * output_len
+    high = min(cap, rate * round_seconds(cap))
+    if high <= 1.0:
+        return min(high, rate * round_seconds(1.0))
+    if high - rate * round_seconds(high) <= 0.0:  # the rate fills the cap (or T_d steps up just below it)
+        return high
+    low = 1.0
+    if low - rate * round_seconds(low) >= 0.0:  # idle part of the time: a lone sequence's rounds
+        return min(low, rate * round_seconds(low))
+    for _ in range(DECODE_FIXED_POINT_ROUNDS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if middle - rate * round_seconds(middle) >= 0.0 else (middle, high)
+    return high
+
+
 @dataclass(frozen=True)
 class RateMatch:
     requests_per_second: float

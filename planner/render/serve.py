@@ -379,7 +379,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     for line in summary_lines(plan, superseded):
         out.print(line)
     if metrics is not None and plan.request.simulates_burst:
-        for line in burst_lines(plan.request, metrics):
+        for line in burst_lines(plan.request, metrics, str(plan.recommended.layout), superseded):
             out.print(line, markup=False)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
@@ -397,15 +397,19 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         out.print(f"Note: {note}")
 
 
-def burst_lines(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
-    """The recommended layout under the simulated burst, as vllm bench serve prints it."""
+def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, superseded: bool = False) -> list[str]:
+    """The recommended layout under the simulated burst, as vllm bench serve prints it, naming the
+    layout (superseded: a disaggregated deployment is recommended, and the burst ran on the best
+    aggregated layout, the only kind the simulation steps)."""
     rate = request.request_rate_per_s
     rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
     source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
     if request.random_range_ratio is not None:
         source += f" (--random-range-ratio {request.random_range_ratio:g})"
     limit = "" if request.max_concurrency is None else f", --max-concurrency {request.max_concurrency}"
-    lines = [f"Simulated burst ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
+    where = (f"on the best aggregated layout {layout} (bursts are simulated for aggregated replicas only)"
+             if superseded else f"on {layout}")
+    lines = [f"Simulated burst {where} ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{metrics.request_throughput_per_second:.2f} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]

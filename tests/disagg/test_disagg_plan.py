@@ -319,3 +319,60 @@ def test_the_decode_launch_cap_above_c_d_is_explained():
     assert found and int(found[2]) > int(found[1])
     best = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["disaggregated"][0]["decode"]
     assert best["max_num_seqs"] == int(found[2]) and round(best["concurrency"]) == int(found[1])
+
+
+def test_decode_concurrency_at_rate_by_hand():
+    """Little's law on a decode rank, C = R * O * T_d(C): with T_d(C) = 10 ms + 0.1 ms * C,
+    R = 20 requests/s and O = 256, C = 5,120 * (0.01 + 0.0001 C) = 51.2 + 0.512 C, so
+    C = 51.2 / 0.488 = 104.92 sequences at T_d = 20.49 ms (T_d at the cap of 200 is 30 ms, which
+    gave 5,120 * 0.03 = 153.6); a rate the cap cannot hold stays at the cap."""
+    from planner.cost.disaggregated import decode_concurrency_at_rate
+
+    def round_seconds(c: float) -> float:
+        return 0.01 + 0.0001 * c
+
+    assert decode_concurrency_at_rate(20.0, 256, round_seconds, 200) == pytest.approx(51.2 / 0.488, rel=1e-5)
+    assert decode_concurrency_at_rate(100.0, 256, round_seconds, 200) == 200
+
+
+def test_e2e_implied_tpot_by_hand():
+    """--max-e2e-ms 5000, O = 256, no speculation: every token takes a decode round, the first after
+    the first-token cost, so T_d <= (5 s - FIRST_TOKEN_SECONDS) / (255 + 1); a tighter TPOT limit wins."""
+    from planner.cost import efficiency as eff
+    from planner.disagg_search import e2e_implied_tpot_seconds
+
+    request = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0)
+    assert e2e_implied_tpot_seconds(request) == pytest.approx((5.0 - eff.FIRST_TOKEN_SECONDS) / 256)
+    tight = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0, max_tpot_seconds=0.01)
+    assert e2e_implied_tpot_seconds(tight) == 0.01
+
+
+def test_an_e2e_limit_lowers_the_decode_concurrency_to_meet_it():
+    """70B on two H100 nodes with --max-e2e-ms 5000: the decode workers at the TPOT-free cap take
+    more than 5 s per request, and a lower concurrency meets it (a stricter --max-tpot-ms 15
+    found one, so an E2E limit alone must too). Every row meets the limit and obeys Little's law
+    on its decode ranks: C_d = R / (N_d d) * O * TPOT."""
+    request = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0)
+    plan = plan_disaggregated(resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100"), request)
+    assert plan.candidates
+    for e in plan.candidates:
+        assert e.e2e_seconds <= 5.0
+        decode_ranks = e.decode.workers * e.decode.dp
+        little = e.requests_per_second / decode_ranks * 256 * e.tpot_seconds
+        assert e.decode.concurrency == pytest.approx(little, rel=0.01)
+
+
+@settings(max_examples=10, deadline=None)
+@given(cluster=st.sampled_from(["1x8xH100", "2x8xH100", "2x8xA100"]), input_len=st.sampled_from([512, 4096]),
+       ttft_ms=st.sampled_from([None, 500.0]))
+def test_decode_ranks_obey_littles_law(cluster, input_len, ttft_ms):
+    """Whichever side binds, each decode rank runs the sequences its share of the rate keeps in
+    flight: C_d = R / (N_d d) * O * T_d at the T_d reported (before: T_d at the most sequences
+    the worker could run, 153.8 against 80.7 on 70B over two H100 nodes)."""
+    request = ServeRequest(input_len=input_len, output_len=256,
+                           max_ttft_seconds=None if ttft_ms is None else ttft_ms / 1000)
+    plan = plan_disaggregated(resolve_model("llama-3.1-70b"), resolve_cluster(cluster), request)
+    for e in plan.candidates:
+        little = e.requests_per_second / (e.decode.workers * e.decode.dp) * 256 * e.tpot_seconds
+        # within 1%: a round's time steps where its rows round to a whole sequence (122.5 on A100)
+        assert e.decode.concurrency == pytest.approx(little, rel=0.01)
