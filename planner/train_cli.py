@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from planner.emit.command import LaunchStep
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import MOE_TRAINING_CAVEAT, TrainEstimate, check_precision, training_caveats
 from planner.train_search import TrainPlan, search
 
@@ -42,6 +42,9 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
     from planner.render.train import print_plan_json, render_plan
 
     plan: TrainPlan = search(model, cluster, request)
+    contradiction = contradictory_flags(request, plan)
+    if contradiction is not None:
+        raise SpecError(contradiction)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
     # A serving --emit still prints the training engine's launch.
     emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
@@ -78,6 +81,45 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
             if best is not None or caveat != MOE_TRAINING_CAVEAT:  # no times to caveat without a plan
                 console().print(f"Note: {caveat}")
     return 0 if plan.layouts else 1
+
+
+MAX_CONTRADICTION_REASONS = 3
+"""Distinct reasons a contradictory request's one-line error quotes."""
+
+
+def constraint_flags(request: TrainRequest) -> list[str]:
+    """The flags that narrowed the search, as given (--layout's degrees, micro-batch, schedule,
+    virtual stages, recompute, sequence parallelism, ZeRO)."""
+    given = request.layout
+    degrees = [f"{name}={value}" for name, value in (("tp", given.tp), ("pp", given.pp), ("dp", given.dp),
+                                                       ("ep", given.ep), ("cp", given.cp)) if value is not None]
+    flags = [f"--layout {','.join(degrees)}"] if degrees else []
+    for flag, value in (("--micro-batch", request.micro_batch), ("--schedule", request.schedule),
+                        ("--virtual-stages", request.virtual_stages), ("--recompute", request.recompute),
+                        ("--zero", request.zero_stage)):
+        if value is not None:
+            flags.append(f"{flag} {value}")
+    if request.sequence_parallel is not None:
+        flags.append("--sequence-parallel" if request.sequence_parallel else "--no-sequence-parallel")
+    return flags
+
+
+def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:
+    """A one-line error (exit 2) when the request's own flags rule out every configuration: nothing
+    fits, the search was narrowed by flags, and no configuration failed on memory (which more
+    GPUs, recompute or ZeRO could change: that stays "nothing fits", exit 1, with what would fit).
+    `--virtual-stages 3` on a 32-layer model, `--zero 3` with `--layout pp=2`, a torchtitan
+    `--layout pp=2` for a model torchtitan cannot pipeline."""
+    flags = constraint_flags(request)
+    if plan.layouts or not plan.rejected or not flags or any(r.over_bytes > 0 for r in plan.rejected):
+        return None
+    if request.engine != "megatron":
+        flags.append(f"--engine {request.engine}")
+    reasons = list(dict.fromkeys(reason for r in plan.rejected for reason in r.reasons))
+    shown = "; ".join(reasons[:MAX_CONTRADICTION_REASONS])
+    more = f" (and {len(reasons) - MAX_CONTRADICTION_REASONS} more)" if len(reasons) > MAX_CONTRADICTION_REASONS else ""
+    return (f"{' '.join(flags)}: no configuration runs with these settings on {plan.num_gpus} GPUs: "
+            f"{shown}{more}")
 
 
 def launcher_title(emit: str, request: TrainRequest) -> str:

@@ -111,6 +111,31 @@ def test_bad_training_inputs_exit_2_with_one_line(args):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--virtual-stages", "3"),
+     "--virtual-stages 3: no configuration runs"),
+    (("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--zero", "3", "--layout", "tp=1,pp=2"),
+     "--layout tp=1,pp=2 --zero 3: no configuration runs"),
+    (("--model", "qwen3-32b", "--cluster", "2x8xH100", "--engine", "torchtitan", "--layout", "pp=2"),
+     "cannot pipeline qwen3"),
+])
+def test_flags_that_rule_out_every_configuration_exit_2_naming_them(args, named):
+    """The request's own flags leave nothing to run, with no configuration out of memory: a mistake
+    in the input (exit 2, one line naming the flags and why), not "nothing fits" (exit 1)."""
+    result = run_module(*args, "--global-batch", "64", "--seq-len", "4096")
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.stderr
+
+
+def test_flags_with_a_layout_out_of_memory_still_exit_1():
+    """Narrowed by --layout but failing on memory: more GPUs, recompute or ZeRO would change that,
+    so it is "nothing fits" with what would fit (exit 1)."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-70b", "--cluster", "1x2xH100",
+                                      "--layout", "tp=2", "--global-batch", "8", "--seq-len", "4096"])
+    assert result.exit_code == 1
+
+
 def test_no_feasible_layout_exits_1():
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "gpt3-175b", "--cluster", "1x8xA100",
                                       "--global-batch", "8", "--seq-len", "2048"])
