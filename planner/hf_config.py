@@ -496,6 +496,7 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
             raise SpecError(f"{origin}: topk_group: {per_token} exceeds n_group {groups}")
         if per_token < groups:
             fields["num_expert_groups"], fields["expert_groups_per_token"] = groups, per_token
+    fields.update(router_fields(text, kind, origin))
     shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
                                 "shared_intermediate_size")
     num_shared = first_present(text, "n_shared_experts", "num_shared_experts")
@@ -523,6 +524,37 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
     fields["num_dense_layers"] = num_dense_layers(text, kind)
     if text.get("intermediate_size") is None:  # all layers MoE (Qwen3.5-MoE): no dense FFN size
         fields["intermediate_size"] = text.get("moe_intermediate_size")
+    return fields
+
+
+ROUTER_SCORE_FUNCTIONS = ("softmax", "sigmoid", "sqrtsoftplus")
+"""Hugging Face scoring_func values (transformers' DeepSeek, GLM, MiniMax routers; DeepSeek-V4's
+sqrtsoftplus)."""
+SIGMOID_ROUTER_MODEL_TYPES = ("llama4_text",)
+"""Families whose router is a sigmoid with no scoring_func key: Llama4TextMoe's router scores the
+top-1 logit with a sigmoid and scales the expert's input by it (transformers modeling_llama4.py)."""
+
+
+def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any]:
+    """How the router scores and weighs experts (ModelSpec.router_*), from scoring_func,
+    topk_method noaux_tc (or MiniMax's use_routing_bias), routed_scaling_factor and
+    norm_topk_prob; Llama 4's sigmoid on the expert's input by family."""
+    fields: dict[str, Any] = {}
+    score = text.get("scoring_func")
+    if score is not None:
+        if score not in ROUTER_SCORE_FUNCTIONS:
+            raise SpecError(f"{origin}: scoring_func: {score!r} is not a router the planner knows "
+                            f"(known: {', '.join(ROUTER_SCORE_FUNCTIONS)})")
+        fields["router_score_function"] = score
+    if kind in SIGMOID_ROUTER_MODEL_TYPES:
+        fields.update(router_score_function="sigmoid", router_probs_on_input=True)
+    if text.get("topk_method") == "noaux_tc" or text.get("use_routing_bias") is True:
+        fields["router_expert_bias"] = True
+    scale = text.get("routed_scaling_factor")
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:
+        fields["router_topk_scaling_factor"] = scale
+    if text.get("norm_topk_prob") is False:
+        fields["router_topk_normalized"] = False
     return fields
 
 

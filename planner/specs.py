@@ -52,6 +52,7 @@ MAX_POSITION_EMBEDDINGS = 2**27
 """~134M tokens; the longest published context is 10M (Llama 4 Scout)."""
 MAX_NUM_EXPERTS = 2**14
 MAX_ROPE_THETA = 10.0**12
+MAX_ROUTER_SCALING = 100.0
 """Published RoPE bases reach 10^8 (1M for Qwen, 500k for Llama 3.1)."""
 MAX_NUM_GPUS = 2**20
 """1,048,576 GPUs in one cluster; the largest built today are ~10**5."""
@@ -158,6 +159,25 @@ class ModelSpec(_Spec):
     node-limited routing, each token to at most 4 nodes). None: any expert."""
     expert_groups_per_token: Count(MAX_NUM_EXPERTS) | None = None
     """Group-limited routing: the groups a token's experts come from (Hugging Face topk_group)."""
+    router_score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = "softmax"
+    """How the router turns its logits into expert scores (Hugging Face scoring_func): softmax
+    (Mixtral, Qwen3), sigmoid (DeepSeek-V3, Kimi K2, GLM-5, MiniMax-M2, Llama 4), sqrtsoftplus
+    (DeepSeek-V4). What the launch command trains (Megatron-LM's --moe-router-score-function);
+    no cost depends on the router fields."""
+    router_expert_bias: Flag = False
+    """Aux-loss-free balancing: a learned per-expert bias added to the scores for the top-k
+    choice only (Hugging Face topk_method noaux_tc, e_score_correction_bias; MiniMax's
+    use_routing_bias). Megatron-LM's --moe-router-enable-expert-bias."""
+    router_topk_scaling_factor: Quantity(MAX_ROUTER_SCALING) | None = None
+    """The chosen experts' weights are multiplied by it (Hugging Face routed_scaling_factor:
+    DeepSeek-V3 2.5, Kimi K2 2.827); None: 1. Megatron-LM's --moe-router-topk-scaling-factor."""
+    router_topk_normalized: Flag = True
+    """The chosen experts' weights sum to 1 (Hugging Face norm_topk_prob; false: DeepSeek-V2,
+    Qwen2-MoE, whose softmax runs over every expert before the top-k: Megatron-LM's
+    --moe-router-pre-softmax)."""
+    router_probs_on_input: Flag = False
+    """The router's weight scales the expert's input, not its output (Llama 4's Llama4TextMoe:
+    hidden_states * sigmoid(top-1 logit)). Megatron-LM's --moe-apply-probs-on-input."""
     num_dense_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
     """MoE models: layers whose MLP is dense (intermediate_size) instead of routed
     (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick). Counts

@@ -152,11 +152,51 @@ def moe_args(model: ModelSpec) -> list[str]:
         # groups, scored by the sum of their top-(k/groups) scores; DeepSeek-V3's top-2 of 8/4)
         args += ["--moe-router-num-groups", str(model.num_expert_groups),
                  "--moe-router-group-topk", str(model.expert_groups_per_token)]
-    if model.num_experts_per_tok == 1:
-        # TransformerConfig.__post_init__ (core_v0.14.0 and core_v0.19.0) refuses a softmax
-        # router choosing one expert without it: softmax over one score has no gradient
-        args.append("--moe-router-pre-softmax")
+    return args + router_args(model)
+
+
+def router_args(model: ModelSpec) -> list[str]:
+    """The router the model was trained with (ModelSpec.router_*), in Megatron-Core's terms
+    (moe_utils.topk_routing_with_score_function and TransformerConfig, core_v0.14.0 and
+    core_v0.19.0): softmax after the top-k is Megatron's default and renormalizes the chosen
+    experts' weights; a softmax over every expert first (no renormalization: DeepSeek-V2,
+    Qwen2-MoE; or one expert, whose softmax after the top-k has no gradient, which
+    __post_init__ refuses) is --moe-router-pre-softmax; sigmoid and sqrtsoftplus scores are
+    renormalized over the top-k when k > 1 (router_refusals where a model does not);
+    DeepSeek-V3's expert bias, its 2.5 weight scale and Llama 4's scaling of the expert input
+    each have their flag (Megatron-Bridge's DeepSeek-V3 bridge sets the same router at 067f987)."""
+    if not model.is_moe:
+        return []
+    args = []
+    if model.router_score_function == "softmax":
+        if not model.router_topk_normalized or model.num_experts_per_tok == 1:
+            args.append("--moe-router-pre-softmax")
+    else:
+        args += ["--moe-router-score-function", model.router_score_function]
+    if model.router_expert_bias:
+        args.append("--moe-router-enable-expert-bias")
+    if model.router_topk_scaling_factor is not None:
+        args += ["--moe-router-topk-scaling-factor", f"{model.router_topk_scaling_factor:g}"]
+    if model.router_probs_on_input:
+        args.append("--moe-apply-probs-on-input")
     return args
+
+
+def router_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
+    """Routers no flag of this release builds (router_args)."""
+    if not model.is_moe:
+        return []
+    score = model.router_score_function
+    if score == "sqrtsoftplus" and not release.sqrtsoftplus_router:
+        return [f"Megatron-LM {release.version}'s router has no sqrtsoftplus scores (softmax or sigmoid; "
+                "core_v0.19.0 has them), so the command would train another router"]
+    if score != "softmax" and not model.router_topk_normalized and model.num_experts_per_tok > 1:
+        return [f"Megatron-LM {release.version} renormalizes {score} router weights over the top-k; this "
+                "model does not (norm_topk_prob false), so the command would train another router"]
+    if model.router_expert_bias and score == "softmax":
+        return [f"Megatron-LM {release.version} adds an expert bias only to sigmoid scores; this model's router "
+                "is a softmax with one, so the command would train another router"]
+    return []
 
 
 def vocab_divisor(vocab_size: int, tp: int) -> int:
@@ -214,6 +254,9 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
                 "which the planner does not emit yet, so it would train another model"]
+    router = router_refusals(model, release)
+    if router:
+        return router
     if model.num_mlp_only_layers or model.num_mixer_only_layers:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py gives every layer attention and an MLP of one "
                 "width; this model's blocks differ per layer (MLP-only or mixer-only blocks, Nemotron-NAS / "

@@ -167,3 +167,68 @@ def test_llama3_rope_scaling_and_qk_norm_reach_the_command():
     i = args.index("--use-rope-scaling")
     assert args[i + 1:i + 3] == ["--rope-scaling-factor", "8"] and "--qk-layernorm" not in args
     assert "--qk-layernorm" in model_args(qwen, 4096, 8) and "--use-rope-scaling" not in model_args(qwen, 4096, 8)
+
+
+def test_the_router_the_model_was_trained_with_reaches_the_command():
+    """The router is part of the model: DeepSeek-V3 scores experts with a sigmoid, picks its top 8
+    by score + a learned bias (noaux_tc) and scales their renormalized weights by 2.5; Llama 4
+    scales the expert's input by the sigmoid of its top-1 logit; Qwen3's softmax after the top-k
+    (renormalized) is Megatron's default; a softmax over every expert with no renormalization
+    (DeepSeek-V2, Qwen2-MoE: norm_topk_prob false) is --moe-router-pre-softmax, as is any
+    softmax router picking one expert (Megatron refuses one otherwise). Without these the command
+    trained a softmax router with none of DeepSeek-V3's balancing."""
+    from planner.emit.megatron import router_args
+
+    deepseek = emitted_args("deepseek-v3", "32x8xH100")
+    assert (flag(deepseek, "--moe-router-score-function"), flag(deepseek, "--moe-router-topk-scaling-factor")) == (
+        "sigmoid", "2.5")
+    assert "--moe-router-enable-expert-bias" in deepseek and "--moe-router-pre-softmax" not in deepseek
+    assert router_args(resolve_model("llama-4-scout")) == [
+        "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input"]
+    assert router_args(resolve_model("qwen3-30b-a3b")) == []
+    unnormalized = resolve_model("qwen3-30b-a3b").model_copy(update={"router_topk_normalized": False})
+    assert router_args(unnormalized) == ["--moe-router-pre-softmax"]
+    assert router_args(resolve_model("mixtral-8x7b")) == []
+    assert router_args(resolve_model("llama-3.1-8b")) == []
+
+
+def test_routers_megatron_cannot_build_get_no_command():
+    """DeepSeek-V4's sqrtsoftplus scores exist from core_v0.19.0 only; a sigmoid router that does
+    not renormalize, or a softmax one with an expert bias, no release builds (router_refusals)."""
+    from planner.emit.megatron import router_refusals
+    from planner.engines import MEGATRON_RELEASES
+
+    old, new = MEGATRON_RELEASES["core_v0.14.0"], MEGATRON_RELEASES["core_v0.19.0"]
+    v3 = resolve_model("deepseek-v3")
+    assert router_refusals(v3, old) == router_refusals(v3, new) == []
+    v4_like = v3.model_copy(update={"router_score_function": "sqrtsoftplus"})
+    assert "no sqrtsoftplus" in router_refusals(v4_like, old)[0] and router_refusals(v4_like, new) == []
+    assert "renormalizes sigmoid" in router_refusals(v3.model_copy(update={"router_topk_normalized": False}), new)[0]
+    softmax_bias = v3.model_copy(update={"router_score_function": "softmax"})
+    assert "expert bias only to sigmoid" in router_refusals(softmax_bias, new)[0]
+
+
+def test_router_keys_are_read_from_config_json():
+    """scoring_func, topk_method noaux_tc, routed_scaling_factor and norm_topk_prob as published:
+    DeepSeek-V3 sigmoid + bias + 2.5, Kimi K2 2.827, MiniMax-M2 (use_routing_bias) sigmoid + bias,
+    Qwen3 the defaults, an unknown scoring_func refused; the shipped deepseek-v3 spec says the same.
+    (DeepSeek-V4's sqrtsoftplus config is refused for its compressed attention before its router.)"""
+    hf = Path(__file__).parents[1] / "fixtures" / "hf_configs"
+
+    def router(name: str) -> tuple:
+        m = resolve_model(str(hf / name))
+        return m.router_score_function, m.router_expert_bias, m.router_topk_scaling_factor, m.router_topk_normalized
+
+    assert router("deepseek-ai--DeepSeek-V3") == ("sigmoid", True, 2.5, True)
+    assert router("moonshotai--Kimi-K2-Instruct") == ("sigmoid", True, 2.827, True)
+    assert router("MiniMaxAI--MiniMax-M2.5") == ("sigmoid", True, None, True)
+    assert router("Qwen--Qwen3-30B-A3B") == ("softmax", False, None, True)
+    from planner.hf_config import router_fields
+    from planner.specs import SpecError
+
+    assert router_fields({"scoring_func": "sqrtsoftplus"}, "deepseek_v4", "c")["router_score_function"] == "sqrtsoftplus"
+    with pytest.raises(SpecError, match="scoring_func: 'relu' is not a router"):
+        router_fields({"scoring_func": "relu"}, "x", "c")
+    shipped = resolve_model("deepseek-v3")
+    assert (shipped.router_score_function, shipped.router_expert_bias, shipped.router_topk_scaling_factor) == (
+        "sigmoid", True, 2.5)
