@@ -86,7 +86,7 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
     for mem in e.stage_memories:
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
                                                 int(c.moe_comm_overlap))
-        note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({c.schedule})"
+        note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({schedule_name(c)})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),
@@ -254,7 +254,7 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
     c = e.config
     m = e.num_micro_batches
     chunks = f", {c.virtual_stages} chunks per device" if c.virtual_stages > 1 else ""
-    caption = (f"{c.schedule}, {c.pp} stage(s), {m} micro-batches of {c.micro_batch_size}{chunks}; "
+    caption = (f"{schedule_name(c)}, {c.pp} stage(s), {m} micro-batches of {c.micro_batch_size}{chunks}; "
                f"forward and backward at the model's stage time")
     drawn = drawable_micro_batches(c.schedule, c.pp, m, c.virtual_stages)
     if drawn is None:
@@ -294,7 +294,7 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
     dispatcher = ("Megatron's flex dispatcher on DeepEP, its buffers in the overhead" if c.moe_dispatcher == "deepep"
                   else "NCCL all-to-alls")
     experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs; tokens on {dispatcher})" if c.ep > 1 else ""
-    notes = (f"micro-batch {c.micro_batch_size}, {c.schedule}{chunks}, recompute {c.recompute}, "
+    notes = (f"micro-batch {c.micro_batch_size}, {schedule_name(c)}{chunks}, recompute {c.recompute}, "
              f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
     if c.cp > 1:
         ranks = cp_group_ranks(c.layout)
@@ -339,6 +339,12 @@ def priced_moe_host_seconds(model: ModelSpec, request: TrainRequest) -> float | 
     if not model.is_moe:
         return None
     return moe_host_seconds_for(request.engine, request.moe_host_seconds) or None
+
+
+def schedule_name(config: TrainConfig) -> str:
+    """The schedule as the plan's table names it: "no PP" without pipelining (the schedule field
+    keeps its default there, which runs nothing)."""
+    return "no PP" if config.pp == 1 else config.schedule
 
 
 def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstimate) -> sensitivity.Replan:

@@ -148,7 +148,7 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     unlimited = replace(request, max_tpot_seconds=None, objective="throughput")
     memo = Memo()  # the sweep's searches differ only in the TPOT limit: they share steady states
     peak = launchable(evaluate(model, cluster, unlimited, memo)).recommended
-    lone = launchable(evaluate(model, cluster, replace(unlimited, batch=1, objective="latency"))).recommended
+    lone = launchable(evaluate(model, cluster, replace(unlimited, batch=1, objective="latency", mode="aggregated"))).recommended
     if peak is None or lone is None:
         return None
     ceiling = peak.tpot_seconds if request.max_tpot_seconds is None else min(peak.tpot_seconds,

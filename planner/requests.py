@@ -247,6 +247,10 @@ class ServeRequest:
                 raise SpecError(f"--request-rate {self.request_rate_per_s:g}: {self.num_prompts or DEFAULT_NUM_PROMPTS:,} "
                                 f"prompts would arrive over {span:,.0f} s, more than a month (the burst is a benchmark "
                                 f"run; give a higher rate)")
+        if self.mode == "disaggregated" and self.objective == "latency":
+            raise SpecError("--objective latency: disaggregated workers are sized for goodput at their rate-matched "
+                            "load, and splitting the phases cannot speed a lone request (its KV transfer adds to "
+                            "TTFT); use --mode auto or aggregated for latency")
         ratio = self.random_range_ratio
         if ratio is not None and not (0 <= ratio < 1):  # also nan
             raise SpecError(f"--random-range-ratio: must be in [0, 1), as vllm bench serve requires (got {ratio})")

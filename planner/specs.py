@@ -867,7 +867,7 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     else:
         problem = PROBLEMS.get(kind) or _bound_problem(kind, first.get("ctx", {})) or first[
             "msg"].removeprefix("Value error, ")
-        if "input" in first and not isinstance(first["input"], dict | list):
+        if "input" in first and not isinstance(first["input"], dict | list) and repr(first["input"]) not in problem:
             problem += f" (got {_short_repr(first['input'])})"
             if kind == "float_type" and isinstance(first["input"], str) and "e" in first["input"].lower() \
                     and _is_number(first["input"]):

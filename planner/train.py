@@ -66,7 +66,13 @@ from planner.layout import (
 from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train_engines import CP_KV_ROTATION, MOE_FORWARD_HOST_SECONDS, torchtitan_reasons
+from planner.train_engines import (
+    CP_KV_ROTATION,
+    MOE_FORWARD_HOST_SECONDS,
+    PER_CHUNK_SPLIT_ENGINES,
+    moe_forward_syncs,
+    torchtitan_reasons,
+)
 from planner.units import bytes_to_gib, flops_per_s_to_tflops
 
 
@@ -334,7 +340,7 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
         if open_split and L % c.pp == 0 and (L // c.pp) % v:
             reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
         elif open_split and L % c.pp and not split.has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
-            reasons.append(no_split_reason(L, c.pp, v, layout=engine == "megatron"))
+            reasons.append(no_split_reason(L, c.pp, v, layout=engine in PER_CHUNK_SPLIT_ENGINES))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
     if c.sequence_parallel and c.tp == 1:
@@ -350,7 +356,8 @@ def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron
     or the embedding and loss counted as layers)."""
     c, L = config, model.num_hidden_layers
     if c.first_last_layers is not None:
-        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages, layout=engine == "megatron")
+        wrong = split.split_reason(L, c.pp, c.first_last_layers, c.virtual_stages,
+                                   layout=engine in PER_CHUNK_SPLIT_ENGINES)
         if wrong:
             return [wrong]
     if not c.account_for_embedding_and_loss:
@@ -747,7 +754,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     c = config
     placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
     rotation = CP_KV_ROTATION[engine]
-    host = moe_host_seconds_for(engine, moe_host_seconds)
+    host = moe_host_seconds_for(engine, moe_host_seconds) if moe_forward_syncs(engine, model, c.ep) else 0.0
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
                       c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
@@ -1080,10 +1087,11 @@ def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, 
 
 
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
-    """Whether Megatron's --pipeline-model-parallel-layout splits these layers (stage_split.
+    """Whether a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's
+    module_fqns_per_model_part: PER_CHUNK_SPLIT_ENGINES) splits these layers (stage_split.
     layout_splits), as the plan uses it: p not dividing L, v > 1 dividing ceil(L/p) (the
     stages' typical size; the search's set, train_search.schedule_options)."""
-    if engine != "megatron" or v <= 1 or num_layers % pp == 0 or -(-num_layers // pp) % v:
+    if engine not in PER_CHUNK_SPLIT_ENGINES or v <= 1 or num_layers % pp == 0 or -(-num_layers // pp) % v:
         return False
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 
@@ -1095,6 +1103,12 @@ MOE_TRAINING_CAVEAT = ("MoE training times are calibrated loosely: against NVIDI
                        "(docs/cost-model.md, Known limitations).")
 
 
+TORCHTITAN_MOE_CAVEAT = ("torchtitan's MoE training is priced by the same model with no torchtitan MoE "
+                         "measurement behind it: its host time per MoE block (the wait after each EP "
+                         "layer's token-count sync) is Megatron's fitted value, an estimate here; "
+                         "--moe-host-ms sets it, plan explain shows what it moves.")
+
+
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
     """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
     plan explain's notes): MoE training times loosely calibrated; a quantized spec's weights not
@@ -1102,6 +1116,8 @@ def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]
     caveats: tuple[str, ...] = ()
     if model.is_moe:
         caveats += (MOE_TRAINING_CAVEAT,)
+        if request.engine == "torchtitan":
+            caveats += (TORCHTITAN_MOE_CAVEAT,)
     if model.quantization is not None:
         caveats += (f"training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                     f"{model.quantization} weights describe a serving checkpoint and are not planned here.",)

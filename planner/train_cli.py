@@ -9,7 +9,13 @@ from collections.abc import Iterator
 from planner.emit.command import LaunchStep
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.train import MOE_TRAINING_CAVEAT, TrainEstimate, check_precision, training_caveats
+from planner.train import (
+    MOE_TRAINING_CAVEAT,
+    TORCHTITAN_MOE_CAVEAT,
+    TrainEstimate,
+    check_precision,
+    training_caveats,
+)
 from planner.train_search import TrainPlan, search
 
 
@@ -78,7 +84,7 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
         for caveat in training_caveats(model, request):
-            if best is not None or caveat != MOE_TRAINING_CAVEAT:  # no times to caveat without a plan
+            if best is not None or caveat not in (MOE_TRAINING_CAVEAT, TORCHTITAN_MOE_CAVEAT):  # no times to caveat
                 console().print(f"Note: {caveat}")
     return 0 if plan.layouts else 1
 

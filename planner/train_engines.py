@@ -32,7 +32,9 @@ Facts of torchtitan v0.2.2 used here (file@v0.2.2):
 - Pipeline (distributed/pipeline_parallel.py; schedule classes from torch.distributed.pipelining):
   single-stage schedules (1F1B, GPipe) hold one stage per rank, multi-stage ones
   (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) at least two;
-  stages from pipeline_parallel_layers_per_stage or module_fqns_per_model_part; micro-batches
+  stages from pipeline_parallel_layers_per_stage or module_fqns_per_model_part (any layers per
+  part, pp * v parts for v chunks per rank: uneven interleaved splits as Megatron's layout
+  string has them, PER_CHUNK_SPLIT_ENGINES); micro-batches
   = local_batch_size / pipeline_parallel_microbatch_size.
 - Activation checkpointing (config/job_config.py ActivationCheckpoint.mode): none, selective
   (selective_ac_option "op" or every n-th layer), full, memory_budget (compiler only).
@@ -40,10 +42,25 @@ Facts of torchtitan v0.2.2 used here (file@v0.2.2):
   (torchao Float8Linear, SM89 or later), settings under [quantize.linear.float8]; recipe_name
   tensorwise (the default, None), rowwise or rowwise_with_gw_hp, no delayed scaling. MXFP8
   (components/quantization/mx.py): "quantize.linear.mx" (torchao MXLinear, SM100 asserted).
-- MoE: expert parallel exists (expert_parallel_degree, etp = 1 or tp) for torchtitan's own MoE
-  models (deepseek_v3, llama4, qwen3 MoE); the planner prices EP only without FSDP (Megatron's
-  alltoall path, ZeRO-0/1), while torchtitan shards every expert weight with FSDP (efsdp
-  mesh), so MoE models are refused under torchtitan (check_request).
+- MoE (models deepseek_v3, qwen3 MoE flavors, llama4, gpt_oss): expert parallelism
+  (expert_parallel_degree; the planner's ep = tp x a divisor of dp is torchtitan's etp = 1 mode,
+  "partial dp + all tp -> ep", job_config.py) borrows from dp_shard * cp * tp, never pp
+  (parallel_dims.py: efsdp = dp_shard * cp * tp / (ep * etp)). The routed experts are wrapped
+  in FSDP of their own over efsdp (models/llama4/infra/parallelize.py apply_fsdp, shared by the
+  four), everything else over dp_shard * cp: the expert-data-parallel sharding Megatron-FSDP
+  prices. EP without FSDP is not planned (deepseek_v3, llama4 and gpt_oss ask for the fsdp mesh
+  whenever EP is on). The token dispatch (distributed/expert_parallel.py ExpertParallel) is NCCL
+  all_to_all_single: the per-expert counts, then the tokens and their return (two more in the
+  backward, the forward's again under full activation checkpointing), and between them one
+  blocking device-to-host copy of the split sizes (`.to("cpu", non_blocking=False)` and
+  `.tolist()`) every MoE forward: the host sync Megatron's dropless layers have, priced the same
+  way (MOE_FORWARD_HOST_SECONDS). Without EP the grouped-GEMM path permutes on the GPU without
+  a sync (moe/utils.py), except gpt_oss's experts, which read `int(offsets[-1])`
+  (models/gpt_oss/model/moe.py). Pipelining: deepseek_v3 and llama4 (qwen3 and gpt_oss have no
+  pipelining_fn). Context parallelism runs only with SDPA: deepseek_v3's flavors, llama4's irope
+  flavors and gpt_oss use flex attention (args.py of each). float8 MoE (quantize.grouped_mm.float8)
+  asserts no PP and no CP (components/quantization/float8.py). DeepEP exists for deepseek_v3
+  only and is not planned here.
 """
 
 from __future__ import annotations
@@ -66,23 +83,46 @@ TORCHTITAN_MODELS = {
     "llama-3.1-70b": ("llama3", "70B"),
     "llama-3.1-405b": ("llama3", "405B"),
     "qwen3-32b": ("qwen3", "32B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+    "llama-4-scout": ("llama4", "17bx16e_irope"),
+    "gpt-oss-120b": ("gpt_oss", "120b"),
 }
-"""Shipped model -> torchtitan (model.name, model.flavor), from models/llama3/__init__.py and
-models/qwen3/__init__.py@v0.2.2 (same layers, widths and heads)."""
+"""Shipped model -> torchtitan (model.name, model.flavor), from models/*/__init__.py@v0.2.2
+(same layers, widths, heads, experts and top-k; Llama 4 Scout as released runs iRoPE, NoPE
+every fourth layer, hence the _irope flavor)."""
+TORCHTITAN_FLEX_ATTENTION = ("deepseek_v3", "gpt_oss")
+"""Families whose shipped flavors run flex attention, which torchtitan's context parallelism
+refuses (models/deepseek_v3/model/args.py, models/gpt_oss/model/args.py@v0.2.2); llama4's irope
+flavors too (TORCHTITAN_FLEX_FLAVORS)."""
+TORCHTITAN_FLEX_FLAVORS = ("17bx16e_irope", "17bx128e_irope")
+TORCHTITAN_SYNC_WITHOUT_EP = ("gpt_oss",)
+"""Families whose MoE block syncs the host every forward even without EP (gpt_oss's grouped
+experts read int(offsets[-1]), models/gpt_oss/model/moe.py@v0.2.2)."""
 TORCHTITAN_IMPLEMENTED = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss")
 """The language models under torchtitan/models/@v0.2.2."""
-TORCHTITAN_UNPIPELINED = ("qwen3",)
-"""Models whose TrainSpec has no pipelining_fn (models/qwen3/__init__.py@v0.2.2:
-pipelining_fn=None; train.py raises when pipeline parallelism is asked of them)."""
+TORCHTITAN_UNPIPELINED = ("qwen3", "gpt_oss")
+"""Models whose TrainSpec has no pipelining_fn (models/qwen3/__init__.py and
+models/gpt_oss/__init__.py@v0.2.2: pipelining_fn=None; train.py raises when pipeline
+parallelism is asked of them)."""
 CP_KV_ROTATION = {"megatron": "ring", "torchtitan": "allgather"}
 """How each engine moves a layer's KV chunks between context-parallel ranks: Megatron's
 Transformer Engine passes them around a ring, one chunk per attention step (p2p); torchtitan
 all-gathers them once (torch's default rotate method, _AllGatherRotater in
 torch/distributed/tensor/experimental/_context_parallel/_attention.py; training_time.cp_seconds_per_layer)."""
-MOE_FORWARD_HOST_SECONDS = {"megatron": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS, "torchtitan": 0.0}
+MOE_FORWARD_HOST_SECONDS = {"megatron": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS,
+                            "torchtitan": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS}
 """Each engine's host time per MoE block forward after the block's token-count sync
-(training_time.moe_host_exposed_seconds): Megatron's dropless layers sync every forward;
-torchtitan plans no MoE model (torchtitan_reasons), so it prices none."""
+(training_time.moe_host_exposed_seconds), where it syncs (moe_forward_syncs). Megatron's is
+fitted to NVIDIA's MoE runs; torchtitan's is that value as an estimate (no torchtitan MoE
+measurement is at hand; its eager block issues a comparable stream of kernels from Python,
+FSDP2 and DTensor hooks included): `--moe-host-ms` replaces it and `plan explain` moves it."""
+PER_CHUNK_SPLIT_ENGINES = ("megatron", "torchtitan")
+"""Engines that can name each model chunk's layers, so an interleaved stage needs only one layer
+per chunk (stage_split.split_reason's `layout`): Megatron's --pipeline-model-parallel-layout
+and torchtitan's module_fqns_per_model_part (one module list per model part, pp * v of them,
+part k on rank k % pp: distributed/pipeline_parallel.py@v0.2.2, the "loop" stage ids)."""
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 """Our schedule -> torchtitan's pipeline_parallel_schedule (torch.distributed.pipelining names)."""
 
@@ -94,10 +134,6 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     """Requests torchtitan cannot express at all: one-line spec errors (exit 2)."""
     if request.engine != "torchtitan":
         return
-    if model.is_moe:
-        raise SpecError(f"--engine torchtitan (or --emit torchtitan, which plans under it): {model.name} is MoE; torchtitan {TORCHTITAN_RELEASE} shards "
-                        "experts with FSDP under expert parallelism, which the planner does not price "
-                        "(use --engine megatron)")
     if request.attention != "flash":
         raise SpecError("--attention materialized: torchtitan runs SDPA or flex attention (no s x s "
                         "scores kept); use --attention flash")
@@ -111,8 +147,6 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
     if request.resolved_fp8_recipe == "delayed":
         raise SpecError(f"--fp8-recipe delayed: torchtitan {TORCHTITAN_RELEASE}'s float8 (torchao) has no delayed "
                         "scaling, only dynamic scaling; use --fp8-recipe tensorwise or mxfp8")
-    if request.layout.ep not in (None, 1):
-        raise SpecError(f"--layout ep={request.layout.ep}: no expert parallelism under --engine torchtitan")
 
 
 def zero_stage_for(tp: int, pp: int, dp: int, cp: int) -> tuple[int, ...]:
@@ -155,21 +189,38 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     divisor = c.tp * 2 * c.cp
     if seq_len % divisor:
         reasons.append(f"seq-len {seq_len} not divisible by tp*2*cp = {divisor} (torchtitan)")
-    L = model.num_hidden_layers
-    if c.schedule == "interleaved" and L % (c.pp * c.virtual_stages):
-        reasons.append(f"layers {L} not divisible by pp*v = {c.pp * c.virtual_stages} "
-                       "(torchtitan interleaving is planned with even stages)")
-    if c.ep > 1:
-        reasons.append("expert parallelism is not planned under torchtitan")
-    family = TORCHTITAN_MODELS.get(model.name, ("",))[0]
+    family, flavor = TORCHTITAN_MODELS.get(model.name, ("", ""))
+    if c.ep > 1 and c.zero_stage == 0:
+        reasons.append(f"torchtitan {TORCHTITAN_RELEASE} runs expert parallelism with FSDP (the experts' own "
+                       f"efsdp mesh), which needs dp*cp > 1 and no DDP")
+    if c.ep > 1 and c.cp > 1:
+        reasons.append(f"cp={c.cp} with ep={c.ep} is not planned (EP borrowing context-parallel ranks)")
     if c.pp > 1 and family in TORCHTITAN_UNPIPELINED:
         reasons.append(f"torchtitan {TORCHTITAN_RELEASE} cannot pipeline {family} (its TrainSpec has no "
                        f"pipelining_fn)")
+    if c.cp > 1 and (family in TORCHTITAN_FLEX_ATTENTION or flavor in TORCHTITAN_FLEX_FLAVORS):
+        reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s {family} {flavor} runs flex attention, which its "
+                       f"context parallelism refuses (SDPA only)")
+    if model.is_moe and c.precision == "fp8" and (c.pp > 1 or c.cp > 1):
+        reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s float8 MoE (grouped GEMMs) runs without pipeline "
+                       f"and context parallelism (components/quantization/float8.py asserts)")
     kv_heads = model.num_key_value_heads
     if not model.is_mla and kv_heads % c.tp:
         reasons.append(f"tp={c.tp} does not divide the {kv_heads} KV heads: torchtitan shards wk/wv over tp "
                        f"without replicating heads (models/llama3/infra/parallelize.py@{TORCHTITAN_RELEASE})")
     return reasons
+
+
+def moe_forward_syncs(engine: str, model: ModelSpec, ep: int) -> bool:
+    """Whether the engine's MoE block syncs the host on its token counts every forward
+    (training_time.moe_host_exposed_seconds prices the wait): Megatron's dropless layers always
+    (experts.py's tokens_per_expert.tolist(), the all-to-all's split sizes); torchtitan's under
+    EP (the split sizes, expert_parallel.py) and gpt_oss's always (module docstring)."""
+    if not model.is_moe:
+        return False
+    if engine != "torchtitan":
+        return True
+    return ep > 1 or TORCHTITAN_MODELS.get(model.name, ("",))[0] in TORCHTITAN_SYNC_WITHOUT_EP
 
 
 def torchtitan_degrees(config: TrainConfig) -> dict[str, int]:
@@ -178,10 +229,13 @@ def torchtitan_degrees(config: TrainConfig) -> dict[str, int]:
     replicates (dp_replicate = dp). HSDP is not planned."""
     c = config
     replicate = c.dp if c.zero_stage == 0 else 1
-    return {
+    degrees = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": c.dp // replicate,
         "tensor_parallel_degree": c.tp,
         "pipeline_parallel_degree": c.pp,
         "context_parallel_degree": c.cp,
     }
+    if c.ep > 1:  # etp = 1: EP takes all of TP and part of dp_shard (Layout.ep = tp x a divisor of dp)
+        degrees.update(expert_parallel_degree=c.ep, expert_tensor_parallel_degree=1)
+    return degrees

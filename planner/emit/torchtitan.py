@@ -12,7 +12,8 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   pipeline_parallel_microbatch_size = b (distributed/pipeline_parallel.py);
 - stages: even stages as pipeline_parallel_layers_per_stage = L / (p * v) with the embedding
   and head weighed as no layer (first/last_stage_less_layers = 0), so the stages are exactly
-  the planned ones; an uneven first/last split as module_fqns_per_model_part, stage by stage;
+  the planned ones; an uneven split as module_fqns_per_model_part, one module list per model
+  part (p * v of them when interleaved, stage_modules);
 - recompute -> [activation_checkpoint] mode (selective as per-op SAC, "op");
 - --precision fp8 --fp8-recipe tensorwise (torchtitan's default) -> converters =
   ["quantize.linear.float8"] with recipe_name = "tensorwise" (torchao's dynamic tensor-wise
@@ -20,6 +21,10 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   converters = ["quantize.linear.mx"] with recipe_name = "mxfp8_cublas" (MXLinear's default,
   torchao's 1x32-block MXFP8 on cuBLAS; SM100 asserted) and filter_fqns = ["output"];
   delayed scaling has no torchtitan form (train_engines.check_request refuses it);
+- MoE: expert_parallel_degree = ep with expert_tensor_parallel_degree = 1 (train_engines:
+  EP takes all of TP and part of the data-parallel shard), the standard NCCL all-to-all; with fp8
+  the experts' grouped GEMMs convert too (FP8_GROUPED_CONVERTERS) and the router's gate stays
+  16-bit;
 - CP: nothing beyond the degree; training runs torch's default KV all-gather (the
   rotate-method key reaches only the validator), and the estimate prices that.
 Data, tokenizer, optimizer and checkpoint settings are the user's to add.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from planner.cost import stage_split as split
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
@@ -68,6 +74,15 @@ FP8_CONVERTERS = {
 """--fp8-recipe -> (converter, its [quantize.linear.*] keys): Float8Linear.recipe_name is
 Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None, MXLinear.recipe_name a torchao
 MX recipe name defaulting to "mxfp8_cublas" (config/job_config.py@v0.2.2)."""
+FP8_GROUPED_CONVERTERS = {
+    "tensorwise": ("quantize.grouped_mm.float8", {"fqns": ["experts"]}),
+    "mxfp8": ("quantize.grouped_mm.mx", {"recipe_name": "mxfp8", "fqns": ["experts"]}),
+}
+"""MoE: the routed experts' grouped GEMMs in fp8 too, as the plan prices them
+(register_model_converter names in components/quantization/float8.py and mx.py@v0.2.2; the
+models' example TOMLs name fqns = ["experts"]); the router's gate stays 16-bit, as those TOMLs
+filter it (ROUTER_GATE)."""
+ROUTER_GATE = "router.gate"
 def toml_value(value: object) -> str:
     """A TOML literal for the few value types the job config uses."""
     if isinstance(value, bool):
@@ -87,8 +102,10 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     c = config
     known = TORCHTITAN_MODELS.get(model.name)
     model_keys: dict[str, object] = {} if known is None else {"name": known[0], "flavor": known[1]}
+    recipe = c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]
     if c.precision == "fp8":
-        model_keys["converters"] = [FP8_CONVERTERS[c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]][0]]
+        model_keys["converters"] = [FP8_CONVERTERS[recipe][0]] + (
+            [FP8_GROUPED_CONVERTERS[recipe][0]] if model.is_moe else [])
     m = global_batch // (c.micro_batch_size * c.dp)
     local = c.micro_batch_size * m if c.pp > 1 else c.micro_batch_size
     sections: dict[str, dict[str, object]] = {
@@ -100,8 +117,12 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if c.precision == "fp8":
-        converter, keys = FP8_CONVERTERS[c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]]
+        converter, keys = FP8_CONVERTERS[recipe]
         sections[converter] = dict(keys)
+        if model.is_moe:
+            sections[converter]["filter_fqns"] = [*keys["filter_fqns"], ROUTER_GATE]
+            grouped, grouped_keys = FP8_GROUPED_CONVERTERS[recipe]
+            sections[grouped] = dict(grouped_keys)
     return sections
 
 
@@ -116,23 +137,28 @@ def pipeline_keys(model: ModelSpec, config: TrainConfig) -> dict[str, object]:
         keys["pipeline_parallel_first_stage_less_layers"] = 0
         keys["pipeline_parallel_last_stage_less_layers"] = 0
     else:
-        keys["module_fqns_per_model_part"] = stage_modules(model.num_hidden_layers, c.pp, c.first_last_layers)
+        keys["module_fqns_per_model_part"] = stage_modules(model.num_hidden_layers, c.pp, c.first_last_layers,
+                                                           c.virtual_stages)
     return keys
 
 
-def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int]) -> list[list[str]]:
-    """Module names per stage for an uneven split: first F layers with the embedding, the
-    middle ones even, the last L_l with the final norm and the head."""
-    first, last = first_last
-    middle = (num_layers - first - last) // (pp - 2) if pp > 2 else 0
-    counts = [first] + [middle] * (pp - 2) + [last]
+def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int], v: int = 1) -> list[list[str]]:
+    """Module names per model part for an uneven split: pp * v parts, part k chunk k // pp of
+    stage k % pp (torchtitan's "loop" stage ids, as Megatron's layout string orders its chunks,
+    stage_split.megatron_layout), each stage's layers spread over its chunks as evenly as
+    possible (stage_split.chunk_layers), the layers consecutive in part order; the embedding
+    opens the first part, the final norm and the head close the last. v = 1: first F layers, the
+    middle ones even, the last L_l."""
+    layers = split.layers_per_stage(num_layers, pp, first_last)
+    chunks = [split.chunk_layers(n, v) for n in layers]
+    counts = [chunks[k % pp][k // pp] for k in range(pp * v)]
     parts, start = [], 0
-    for stage, count in enumerate(counts):
+    for part, count in enumerate(counts):
         names = [f"layers.{i}" for i in range(start, start + count)]
         start += count
-        if stage == 0:
+        if part == 0:
             names.insert(0, "tok_embeddings")
-        if stage == pp - 1:
+        if part == len(counts) - 1:
             names += ["norm", "output"]
         parts.append(names)
     return parts

@@ -82,15 +82,15 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
 
 
 def launch_cap_notes(e: DisaggEstimate) -> list[str]:
-    """Why the decode workers' --max-num-seqs is not the table's C_d: C_d is what they run at
-    the matched rate, the flag the most their TPOT limit (or KV cache) allows."""
+    """Why the decode workers' launch cap (--max-num-seqs) is not the table's C_d: C_d is what
+    they run at the matched rate, the cap what they were sized for."""
     d = e.decode
     if d.max_num_seqs <= round(d.concurrency):
         return []
     per = " per DP rank" if d.dp > 1 else ""
-    return [f"the decode workers run {d.concurrency:.0f} sequences{per} at the matched rate (C_d); their "
-            f"--max-num-seqs {d.max_num_seqs} is the most the TPOT limit and KV cache allow, the room a "
-            f"burst above the rate can use"]
+    return [f"the decode workers run {d.concurrency:.0f} sequences{per} at the matched rate (C_d); they are "
+            f"launched for {d.max_num_seqs} (vLLM's --max-num-seqs, SGLang's --max-running-requests), what the "
+            f"SLA limits, the KV cache and the engine's default allow, the room a burst above the rate can use"]
 
 
 def copies_note(e: DisaggEstimate) -> str:

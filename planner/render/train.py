@@ -144,10 +144,14 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
-    moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
+    if plan.request.engine != "megatron" and c.ep > 1:
+        lines.append(f"EP all-to-all: {plan.request.engine}'s standard NCCL dispatch, exposed (no combined 1F1B; its "
+                     f"DeepEP backend and DualPipeV overlap are not planned).")
+    moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c) if plan.request.engine == "megatron" else None
     if moe_off is not None:
         lines.append(f"EP {exchange_name(c.moe_dispatcher)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
-    no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
+    no_deepep = (moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
+                 if plan.request.engine == "megatron" else None)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
     lines += shortfall_lines(plan)
@@ -169,8 +173,8 @@ def faster_split_line(e: TrainEstimate) -> str:
 
 def layers_text(layers: tuple[int, ...]) -> str:
     """Layers per stage as "7 | 8 x14 | 7" (first | middle x count | last; the middle stages of
-    a split are alike)."""
-    middle = f" | {layers[1]} x{len(layers) - 2}" if len(layers) > 2 else ""
+    a split are alike; "11 | 12 | 9" with one middle stage)."""
+    middle = "" if len(layers) < 3 else f" | {layers[1]}" + (f" x{len(layers) - 2}" if len(layers) > 3 else "")
     return f"{layers[0]}{middle} | {layers[-1]}"
 
 

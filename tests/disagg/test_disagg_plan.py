@@ -314,8 +314,8 @@ def test_the_decode_launch_cap_above_c_d_is_explained():
 
     args = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--max-tpot-ms", "50"]
     flat = " ".join(CliRunner().invoke(app, args).stdout.split())
-    found = re.search(r"the decode workers run (\d+) sequences at the matched rate \(C_d\); their "
-                      r"--max-num-seqs (\d+) is the most", flat)
+    found = re.search(r"the decode workers run (\d+) sequences at the matched rate \(C_d\); they are "
+                      r"launched for (\d+) \(vLLM's --max-num-seqs", flat)
     assert found and int(found[2]) > int(found[1])
     best = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["disaggregated"][0]["decode"]
     assert best["max_num_seqs"] == int(found[2]) and round(best["concurrency"]) == int(found[1])
@@ -376,3 +376,13 @@ def test_decode_ranks_obey_littles_law(cluster, input_len, ttft_ms):
         little = e.requests_per_second / (e.decode.workers * e.decode.dp) * 256 * e.tpot_seconds
         # within 1%: a round's time steps where its rows round to a whole sequence (122.5 on A100)
         assert e.decode.concurrency == pytest.approx(little, rel=0.01)
+
+
+def test_latency_objective_with_disaggregated_mode_is_refused(run_plan):
+    """--objective latency --mode disaggregated asked for the latency-best workers, but
+    disaggregated workers are sized for goodput under load (they ranked by it): a mistake in the
+    input, one line, exit 2 (auto mode says aggregated wins on latency)."""
+    result = run_plan("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--objective", "latency",
+                      "--mode", "disaggregated")
+    assert result.returncode == 2 and not result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1 and "--objective latency" in result.stderr

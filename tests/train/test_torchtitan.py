@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from planner.emit.torchtitan import job_sections, stage_modules, torchtitan_step
 from planner.engines import EngineVersions
 from planner.layout import TrainConfig
 from planner.requests import TrainRequest
+from planner.train import config_reasons
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
     TORCHTITAN_RELEASE,
@@ -121,9 +123,12 @@ def test_reasons():
     # seq_len divisible by tp * 2 * cp (ParallelDims.seq_len_divisor): 8 * 2 * 2 = 32
     odd = config(tp=8, cp=2, dp=1, sequence_parallel=True)
     assert any("tp*2*cp = 32" in r for r in torchtitan_reasons(model, odd, 8200))
-    # 32 layers over pp=4 in v=3 chunks: not even
+    # 32 layers over pp=4 in v=3 chunks: 8 per stage do not split into 3 chunks evenly, which the
+    # search's own rule refuses for every engine (an uneven split needs p not dividing L)
     inter = config(pp=4, dp=2, schedule="interleaved", virtual_stages=3, zero_stage=1)
-    assert any("pp*v = 12" in r for r in torchtitan_reasons(model, inter, 8192))
+    assert torchtitan_reasons(model, inter, 8192) == []
+    assert any("layers per stage 8 not divisible by v=3" in r
+               for r in config_reasons(model, inter, 64, engine="torchtitan"))
     # wk/wv are sharded over tp without replication: 8 KV heads take tp = 8, not 16
     wide = config(tp=16, dp=1, sequence_parallel=True)
     assert any("does not divide the 8 KV heads" in r for r in torchtitan_reasons(model, wide, 8192))
@@ -131,6 +136,76 @@ def test_reasons():
     piped = config(pp=2, dp=4, zero_stage=1)
     assert torchtitan_reasons(model, piped, 8192) == []
     assert any("cannot pipeline qwen3" in r for r in torchtitan_reasons(resolve_model("qwen3-32b"), piped, 8192))
+
+
+def test_moe_reasons():
+    """MoE under torchtitan: EP needs FSDP (not DDP, not dp*cp = 1); deepseek_v3's and gpt_oss's
+    flex attention refuses CP; gpt_oss cannot pipeline; float8 MoE runs without PP and CP; CP with
+    EP is not planned."""
+    qwen, deepseek, oss = (resolve_model(name) for name in ("qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"))
+    ep = config(dp=8, ep=8)
+    assert torchtitan_reasons(qwen, ep, 8192) == []
+    assert any("expert parallelism with FSDP" in r for r in torchtitan_reasons(qwen, config(dp=8, ep=8, zero_stage=0),
+                                                                               8192))
+    assert any("flex attention" in r for r in torchtitan_reasons(deepseek, config(dp=4, cp=2), 8192))
+    assert any("flex attention" in r for r in torchtitan_reasons(oss, config(dp=4, cp=2), 8192))
+    assert torchtitan_reasons(qwen, config(dp=4, cp=2), 8192) == []
+    assert any("cannot pipeline gpt_oss" in r for r in torchtitan_reasons(oss, config(pp=2, dp=4, zero_stage=1), 8192))
+    assert any("float8 MoE" in r
+               for r in torchtitan_reasons(deepseek, config(pp=2, dp=4, zero_stage=1, precision="fp8"), 8192))
+    assert any("with ep=2 is not planned" in r for r in torchtitan_reasons(qwen, config(dp=4, cp=2, ep=2), 8192))
+
+
+def test_moe_host_sync_only_where_torchtitan_syncs():
+    """torchtitan's MoE block syncs on its split sizes under EP only (expert_parallel.py), gpt_oss's
+    always (int(offsets[-1])); Megatron's dropless layers always; dense models never."""
+    from planner.train_engines import moe_forward_syncs
+
+    qwen, oss, llama = (resolve_model(name) for name in ("qwen3-30b-a3b", "gpt-oss-120b", "llama-3.1-8b"))
+    assert (moe_forward_syncs("torchtitan", qwen, 1), moe_forward_syncs("torchtitan", qwen, 8)) == (False, True)
+    assert moe_forward_syncs("torchtitan", oss, 1) and moe_forward_syncs("megatron", qwen, 1)
+    assert not moe_forward_syncs("megatron", llama, 1)
+
+
+def test_moe_job_config_has_expert_parallelism_and_fp8_experts():
+    """ep=8 on 16 GPUs: expert_parallel_degree 8 with expert_tensor_parallel_degree 1; fp8
+    converts the experts' grouped GEMMs too and leaves the router's gate 16-bit."""
+    out = plan_json("--model", "qwen3-30b-a3b", "--cluster", "2x8xH100", "--global-batch", "256", "--seq-len", "4096",
+                    "--layout", "ep=8", "--precision", "fp8")
+    (step,) = out["recommended"]["command"]
+    text = step["files"][0]["text"]
+    assert "expert_parallel_degree = 8\nexpert_tensor_parallel_degree = 1" in text
+    assert 'converters = ["quantize.linear.float8", "quantize.grouped_mm.float8"]' in text
+    assert 'filter_fqns = ["output", "router.gate"]' in text and 'fqns = ["experts"]' in text
+    assert key_problems(text) == []
+
+
+def test_uneven_interleaved_split_names_every_model_part():
+    """7 layers on pp = 2 as 4 | 3, v = 2: chunks (2, 2) and (2, 1); torchtitan's looped schedule
+    puts part k on rank k % 2 as its chunk k // 2, so parts in order are stage 0 chunk 0 (2),
+    stage 1 chunk 0 (2), stage 0 chunk 1 (2), stage 1 chunk 1 (1), the layers consecutive, the
+    embedding first and the norm and head last (Megatron's layout string: "Ett|tt|tt|tL")."""
+    from planner.cost.stage_split import megatron_layout
+    from planner.emit.torchtitan import stage_modules
+
+    assert stage_modules(7, 2, (4, 3), 2) == [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3"],
+                                              ["layers.4", "layers.5"], ["layers.6", "norm", "output"]]
+    assert megatron_layout((4, 3), 2) == "Ett|tt|tt|tL"
+
+
+def test_405b_interleaves_with_uneven_stages_under_torchtitan():
+    """Llama 3 405B's 126 layers over 16 stages (7 | 8 x14 | 7) interleave under torchtitan as
+    under Megatron, one module list per model part (32 of them at v = 2); before, torchtitan
+    interleaving needed p*v to divide L and this layout ran plain 1F1B."""
+    out = plan_json("--model", "llama-3.1-405b", "--cluster", "16x8xH100", "--global-batch", "1024", "--seq-len",
+                    "8192", "--layout", "tp=8,pp=16", "--schedule", "interleaved", "--virtual-stages", "2")
+    (step,) = out["recommended"]["command"]
+    text = step["files"][0]["text"]
+    parts = re.search(r"module_fqns_per_model_part = (\[.*\])", text)
+    assert parts and 'pipeline_parallel_schedule = "Interleaved1F1B"' in text
+    modules = json.loads(parts[1])
+    assert len(modules) == 32 and sum(1 for part in modules for name in part if name.startswith("layers.")) == 126
+    assert key_problems(text) == []
 
 
 def test_context_parallel_writes_only_its_degree():
@@ -195,8 +270,8 @@ def test_megatron_stays_the_default():
 @pytest.mark.parametrize("args, message", [
     (("--engine", "foo"), "--engine"),
     (("--workload", "serve", "--engine", "torchtitan"), "--engine: a --workload train option"),
-    (("--workload", "train", "--engine", "torchtitan", "--model", "mixtral-8x7b", "--global-batch", "64",
-      "--seq-len", "4096"), "--engine torchtitan (or --emit torchtitan, which plans under it): mixtral-8x7b is MoE"),
+    (("--workload", "train", "--engine", "torchtitan", "--model", "qwen3-30b-a3b", "--global-batch", "64",
+      "--seq-len", "4096", "--moe-dispatcher", "deepep"), "--moe-dispatcher deepep: only with --engine megatron"),
     (("--workload", "train", "--engine", "torchtitan", "--attention", "materialized", "--global-batch", "64",
       "--seq-len", "4096"), "--attention materialized"),
     (("--workload", "serve", "--emit", "torchtitan"), "--emit torchtitan: a training launcher"),
@@ -246,6 +321,9 @@ def test_every_emitted_key_exists_at_the_tag(args, engine_check):
     ("llama-3.1-405b_128x8xH100_pp16_uneven", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
                                                "--global-batch", "1024", "--seq-len", "8192", "--layout",
                                                "tp=8,pp=16", "--schedule", "1f1b")),
+    # MoE: expert parallelism (etp = 1) under FSDP, pipelined DeepSeek-V3 with uneven stages
+    ("deepseek-v3_32x8xH100_ep8_pp16", ("--model", "deepseek-v3", "--cluster", "32x8xH100", "--global-batch",
+                                        "1024", "--seq-len", "4096", "--layout", "tp=1,pp=16,ep=8")),
 ])
 def test_torchtitan_golden(name, args):
     """The job config and the torchrun line of the recommended configuration."""
@@ -261,7 +339,7 @@ def test_torchtitan_golden(name, args):
 # ------------------------------------------------------------------ property: plans torchtitan runs
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(model_name=st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "qwen3-32b"]),
+@given(model_name=st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "qwen3-32b", "qwen3-30b-a3b"]),
        nodes=st.sampled_from([1, 2, 4]),
        batch_per_gpu=st.sampled_from([1, 2, 4]),
        seq_len=st.sampled_from([2048, 4096, 8192]),
@@ -275,9 +353,13 @@ def test_every_plan_is_one_torchtitan_runs(model_name, nodes, batch_per_gpu, seq
         c = estimate.config
         d = torchtitan_degrees(c)
         product = 1
-        for value in d.values():
-            product *= value
-        assert product == cluster.num_gpus
+        for key in ("data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                    "pipeline_parallel_degree", "context_parallel_degree"):
+            product *= d[key]
+        assert product == cluster.num_gpus  # ep and etp borrow from these (ParallelDims._validate)
+        if c.ep > 1:  # etp = 1: EP over all of TP and part of the data-parallel shard, under FSDP
+            assert d["expert_parallel_degree"] == c.ep and d["expert_tensor_parallel_degree"] == 1
+            assert (d["data_parallel_shard_degree"] * c.cp * c.tp) % c.ep == 0 and c.zero_stage != 0
         assert c.zero_stage in zero_stage_for(c.tp, c.pp, c.dp, c.cp)
         assert c.sequence_parallel == (c.tp > 1)
         assert seq_len % (2 * c.tp * c.cp) == 0
