@@ -315,6 +315,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     if text is not raw:
         fields["source"] += (f", the text model ({kind or 'text_config'}) of a "
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
+        fields["text_model_of"] = family(raw) or "multimodal"
     fields["gated_mlp"] = gated_mlp(text, kind)
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind, str(path)))

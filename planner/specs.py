@@ -182,6 +182,10 @@ class ModelSpec(_Spec):
     """MoE models: layers whose MLP is dense (intermediate_size) instead of routed
     (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick). Counts
     and per-GPU sizes take the mean layer, i.e. pipeline stages share them evenly."""
+    text_model_of: str | None = None
+    """The multimodal wrapper this is the language model of (its config.json's model_type, e.g.
+    qwen3_vl): the vision or audio towers, and the engine's encoder cache, are not counted in
+    weights or memory, and the model summary says so."""
     num_mtp_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
     """Multi-token-prediction layers (num_nextn_predict_layers): reported beside, not in,
     the main parameter count (DeepSeek-V3's 671B excludes its 14B MTP module)."""
@@ -971,9 +975,12 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        mark, opened = exc.problem_mark, exc.context_mark
         where = f"line {mark.line + 1}" if mark is not None else "(parse)"
-        raise SpecError(f"{path}: {where}: malformed YAML: {exc.problem or 'parse error'}") from None
+        # an unclosed bracket or quote is found where the file ends: name where it opened
+        started = (f" ({exc.context} at line {opened.line + 1})"
+                   if opened is not None and exc.context and (mark is None or opened.line != mark.line) else "")
+        raise SpecError(f"{path}: {where}: malformed YAML: {exc.problem or 'parse error'}{started}") from None
     except yaml.YAMLError as exc:  # a ReaderError: a control character, i.e. not a text file
         reason = getattr(exc, "reason", None) or "parse error"
         raise SpecError(f"{path}: (parse): malformed YAML: {reason}") from None

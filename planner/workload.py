@@ -31,7 +31,7 @@ def _no_duplicate_keys(where: str):
 
 
 def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
-    where = f"{path}:{line_number}"
+    where = f"{path}: line {line_number}"
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
     except json.JSONDecodeError as e:
@@ -50,7 +50,7 @@ def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
             raise SpecError(f"{where}: {field}: missing")
         value = obj[field]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"{where}: {field}: {value!r} is not an integer")
+            raise SpecError(f"{where}: {field}: {json.dumps(value)} is not an integer")
         if value < 1:
             raise SpecError(f"{where}: {field}: {value} is not positive")
         if value > MAX_TOKENS:

@@ -240,8 +240,8 @@ def test_multimodal_wrapper_plans_its_text_model(tmp_path: Path) -> None:
         "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024},
     }
     loaded = resolve_model(str(_write(tmp_path, wrapper)))
-    _assert_same_model(loaded, resolve_model("llama-3.1-70b"))
-    assert "llava" in loaded.source and "text model" in loaded.source
+    _assert_same_model(loaded.model_copy(update={"text_model_of": None}), resolve_model("llama-3.1-70b"))
+    assert "llava" in loaded.source and "text model" in loaded.source and loaded.text_model_of == "llava"
 
 
 def test_gemma_3_wrapper_reads_text_config_and_ties_by_default(tmp_path: Path) -> None:
@@ -642,3 +642,14 @@ def test_group_limited_routing_from_n_group_and_topk_group(tmp_path: Path) -> No
         with pytest.raises(SpecError, match=re.escape(message)) as raised:
             resolve_model(str(path))
         assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_multimodal_wrappers_text_model_says_its_towers_are_not_counted():
+    """Qwen3-VL's config.json wraps a text model: the plan sizes the language model only, and the
+    model line says so (it said so only in the spec's source)."""
+    from planner.render.catalog import describe_model
+
+    model = resolve_model(str(FIXTURE_CONFIGS / "Qwen--Qwen3-VL-8B-Instruct"))
+    assert model.text_model_of == "qwen3_vl"
+    assert "the text model of qwen3_vl (its vision/audio towers not counted" in describe_model(model)
+    assert resolve_model("llama-3.1-8b").text_model_of is None

@@ -23,18 +23,18 @@ def test_loads_and_cycles(tmp_path):
 @pytest.mark.parametrize(
     "text, where",
     [
-        ('{"input_len": 1, "output_len": 1}\nnot json\n', ":2: not valid JSON"),
-        ('{"input_len": 1}\n', ":1: output_len: missing"),
-        ('{"input_len": 1, "output_len": 1, "x": 2}\n', ":1: x: unknown field"),
-        ('{"input_len": 0, "output_len": 1}\n', ":1: input_len: 0 is not positive"),
-        ('{"input_len": 1.5, "output_len": 1}\n', ":1: input_len: 1.5 is not an integer"),
-        ('{"input_len": true, "output_len": 1}\n', ":1: input_len: True is not an integer"),
+        ('{"input_len": 1, "output_len": 1}\nnot json\n', ": line 2: not valid JSON"),
+        ('{"input_len": 1}\n', ": line 1: output_len: missing"),
+        ('{"input_len": 1, "output_len": 1, "x": 2}\n', ": line 1: x: unknown field"),
+        ('{"input_len": 0, "output_len": 1}\n', ": line 1: input_len: 0 is not positive"),
+        ('{"input_len": 1.5, "output_len": 1}\n', ": line 1: input_len: 1.5 is not an integer"),
+        ('{"input_len": true, "output_len": 1}\n', ": line 1: input_len: true is not an integer"),
         ("\n\n", ": no requests"),
-        ('{"input_len": 100, "input_len": 5000, "output_len": 1}\n', ":1: input_len: given twice"),
-        ('\n{"input_len": 100000000000000000000, "output_len": 10}\n', ":2: input_len: 100,000,000,000,000,000,000 "
+        ('{"input_len": 100, "input_len": 5000, "output_len": 1}\n', ": line 1: input_len: given twice"),
+        ('\n{"input_len": 100000000000000000000, "output_len": 10}\n', ": line 2: input_len: 100,000,000,000,000,000,000 "
                                                                       "is above 134,217,728 tokens"),
-        ('{"input_len": ' + "1" * 5001 + ', "output_len": 1}\n', ":1: not a request line (Exceeds the limit"),
-        ("[" * 5000 + "]" * 5000 + "\n", ":1: not a request line (nested too deeply)"),
+        ('{"input_len": ' + "1" * 5001 + ', "output_len": 1}\n', ": line 1: not a request line (Exceeds the limit"),
+        ("[" * 5000 + "]" * 5000 + "\n", ": line 1: not a request line (nested too deeply)"),
     ],
 )
 def test_each_mistake_is_one_line_naming_file_line_and_field(tmp_path, text, where):

@@ -26,8 +26,14 @@ def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
         f"{model.name}: {billions(s.total_params)} params{mtp}{active}, {gib(weight_bytes(model))} of "
         f"{weights}, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
         f"({s.kv_cache_dtype}), {model.num_hidden_layers} layers, {_attention(model, s)}{_experts(model, s)}"
-        f"{_recurrent(s)}"
+        f"{_recurrent(s)}{_wrapper(model)}"
     )
+
+
+def _wrapper(model: ModelSpec) -> str:
+    if model.text_model_of is None:
+        return ""
+    return f"; the text model of {model.text_model_of} (its vision/audio towers not counted in weights or memory)"
 
 
 def _recurrent(s: ModelSummary) -> str:
