@@ -20,6 +20,7 @@ first, second and last stage, each with its own layers and micro-batches in flig
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -1007,12 +1008,7 @@ def _split_options_of(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, se
     L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
     costs = memo.get(("stage_seconds", engine, key), _stage_seconds, model, cluster, c, seq_len, rates, memo,
                      imbalance, engine, moe_host_seconds)
-    candidates = memo.get(("split_candidates", pp, v), _split_candidates, L, pp, v) if L % pp else ()
-    return _split_options(L, pp, v, costs, engine, candidates)
-
-
-def _split_candidates(num_layers: int, pp: int, v: int) -> tuple[tuple[int, int, int], ...]:
-    return tuple(split.candidate_splits(num_layers, pp, v))
+    return SplitOptions(costs, pp, split_candidates(L, pp, v, engine))
 
 
 def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
@@ -1028,8 +1024,9 @@ def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_l
 class SplitOptions:
     """The stage splits a configuration may run, each `(kind, (first, middle, last) stage
     layers)`: kind 0 Megatron's first/last-stage flags, 1 its account flag (the embedding and
-    loss counted as layers), 2 its layout string (which splits _split_options offers: the
-    fallback rule lives there). A split is named `(first/last layers or None, account)`.
+    loss counted as layers), 2 a per-chunk split (Megatron's layout string, torchtitan's module
+    lists); which are offered is split_candidates' rule. A split is named `(first/last layers or
+    None, account)`.
     `first` is the fastest; `ordered()` every split fastest first with its stage layers and
     `least_layers()` each stage kind's fewest, both worked out only when the fastest does not
     fit (the search asks for `first` thousands of times). Fastest: the least
@@ -1045,8 +1042,13 @@ class SplitOptions:
         self.first = _named_split(*min(self._keyed())[1:4]) if candidates else None
 
     def _keyed(self) -> list[tuple[float, int, int, int, int]]:
-        slowest, pp = self._costs.slowest, self._pp
-        return [(slowest(f, c, last, pp), kind, f, last, c) for kind, (f, c, last) in self._candidates]
+        """(slowest stage's seconds, kind, f, l, c) per candidate: StageSeconds.slowest inlined
+        (the search builds one SplitOptions per configuration key, ~100K in a large search)."""
+        costs = self._costs
+        w, first_extra, last_extra = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
+        middle = self._pp > 2
+        return [(max(f * w + first_extra, last * w + last_extra, c * w if middle else 0.0), kind, f, last, c)
+                for kind, (f, c, last) in self._candidates]
 
     def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
         """Every split, fastest first, with its (first, middle, last) stage layers."""
@@ -1069,23 +1071,24 @@ def _named_split(kind: int, first: int, last: int) -> tuple[tuple[int, int] | No
     return (None, True) if kind == 1 else ((first, last), False)
 
 
-def _split_options(num_layers: int, pp: int, v: int, costs: split.StageSeconds, engine: str,
-                   candidates: tuple[tuple[int, int, int], ...] | None = None) -> SplitOptions:
-    """Every (first/last layers, account) split: Megatron's balanced first/last splits (p not
-    dividing L), its account split (the embedding and loss counted as layers), and where neither
-    flag splits the layers the layout string's (SplitOptions). `candidates`:
-    split.candidate_splits(num_layers, pp, v) when the caller has them."""
-    first_last = ((tuple(split.candidate_splits(num_layers, pp, v)) if candidates is None else candidates)
-                  if num_layers % pp else ())
+@functools.cache
+def split_candidates(num_layers: int, pp: int, v: int, engine: str) -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """Every (kind, (first, middle, last) layers) split SplitOptions weighs: Megatron's balanced
+    first/last splits (p not dividing L), its account split (the embedding and loss counted as
+    layers), and where neither flag splits the layers the per-chunk split's (layout string or
+    torchtitan's module lists). A function of the four numbers alone, cached: the search asks
+    for it with every configuration key."""
+    first_last = tuple(split.candidate_splits(num_layers, pp, v)) if num_layers % pp else ()
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     options = [(0, triple) for triple in first_last]
     if account is not None:
         options.append((1, split.stage_triple(num_layers, pp, account)))
     if not options and has_layout_split(num_layers, pp, v, engine):  # the layout string only where neither flag splits
         options = [(2, triple) for triple in split.layout_splits(num_layers, pp, v)]
-    return SplitOptions(costs, pp, tuple(options))
+    return tuple(options)
 
 
+@functools.cache
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     """Whether a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's
     module_fqns_per_model_part: PER_CHUNK_SPLIT_ENGINES) splits these layers (stage_split.
