@@ -330,10 +330,44 @@ def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainReques
     return replace(request, layout=replace(f, dp=num_gpus // (f.tp * f.pp * cp)))
 
 
-def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
+MAX_SUGGESTED_GPUS = 4096
+"""The largest cluster more_gpus_suggestion tries (512 nodes of 8)."""
+
+
+def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> str | None:
+    """What would fit when nothing does for want of memory: the first of 2, 4, ... GPUs of this
+    kind in one node (up to the GPU's typical node), then 2, 4, ... such nodes (up to
+    MAX_SUGGESTED_GPUS), with the catalog's typical networking, on which the same request finds
+    a configuration, with that configuration. None where none does, or the catalog cannot
+    build such a cluster. Doubling: the true fewest may lie between two sizes."""
+    from planner.catalog import cluster_from_shorthand
+
+    per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
+    sizes = [(1, g) for g in (2 ** i for i in range(1, 11)) if cluster.num_nodes == 1 and
+             cluster.gpus_per_node < g <= per_node]
+    sizes += [(n, per_node) for n in (2 ** i for i in range(1, 20))
+              if n * per_node > cluster.num_gpus and n * per_node <= MAX_SUGGESTED_GPUS]
+    wider = replace(request, num_gpus=None)
+    for nodes, gpus in sizes:
+        shorthand = f"{nodes}x{gpus}x{cluster.gpu.name}"
+        try:
+            plan = search(model, cluster_from_shorthand(nodes, gpus, cluster.gpu.name, shorthand), wider,
+                          suggest=False)
+        except SpecError:
+            return None
+        if plan.layouts:
+            c = plan.layouts[0].config
+            return (f"{nodes * gpus} GPUs ({shorthand}, the catalog's networking) run tp={c.tp} cp={c.cp} pp={c.pp} "
+                    f"dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''}, recompute {c.recompute}, ZeRO-{c.zero_stage}: "
+                    f"plan with --cluster {shorthand} to see it (sizes tried by doubling)")
+    return None
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, suggest: bool = True) -> TrainPlan:
     """The training plan: every configuration the pruning leaves, ranked by tokens/s.
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
-    SpecError, not a plan."""
+    SpecError, not a plan. `suggest`: where nothing fits for want of memory, say what would
+    (more_gpus_suggestion, which searches without it)."""
     engines.check_request(model, request)
     check_moe_dispatcher(model, cluster, request)
     if request.recompute == "outputs":
@@ -356,4 +390,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> Tra
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
                                   lambda pp: schedule_options(model, request, pp),
                                   lambda dp: micro_batch_options(request, dp))
-    return replace(plan, shortfall=shortfall) if shortfall else plan
+    if shortfall:
+        plan = replace(plan, shortfall=shortfall)
+    if suggest and not plan.layouts and any(r.over_bytes > 0 for r in plan.rejected):
+        found = more_gpus_suggestion(model, cluster, request)
+        plan = replace(plan, suggestions=(found,) if found else ("nothing up to "
+                                                               f"{MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",))
+    return plan

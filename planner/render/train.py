@@ -301,6 +301,8 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
         memory = any(r.over_bytes > 0 for r in plan.rejected)
         out.print("No configuration fits: see the reasons below"
                   + (" (or add GPUs, recompute, ZeRO)." if memory else "."))
+        for suggestion in plan.suggestions:
+            out.print(f"What would fit: {suggestion}.", markup=False)
     if show_rejected or not plan.layouts:
         out.print(render_rejected(plan, show_all=show_rejected))
     elif plan.rejected:
@@ -396,5 +398,6 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
+        "suggestions": list(plan.suggestions),
         "notes": list(training_caveats(model, request)),
     })

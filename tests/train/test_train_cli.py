@@ -136,6 +136,26 @@ def test_flags_with_a_layout_out_of_memory_still_exit_1():
     assert result.exit_code == 1
 
 
+def test_nothing_fits_says_how_many_gpus_would():
+    """70B on one H100 needs its model states sharded or split: doubling the GPUs (2, 4, 8 in a
+    node, then nodes of 8) the first size with a configuration is 16 GPUs, and the plan says so,
+    with the configuration, in the text and in JSON; that cluster's own plan has it."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import TrainRequest
+    from planner.train_search import search
+
+    args = ["--workload", "train", "--model", "llama-3.1-70b", "--cluster", "1x1xH100", "--global-batch", "64",
+            "--seq-len", "4096"]
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 1 and "What would fit: 16 GPUs (2x8xH100-SXM5-80GB" in " ".join(text.output.split())
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert data["suggestions"] and data["suggestions"][0].startswith("16 GPUs")
+    bigger = search(resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100"),
+                    TrainRequest(global_batch=64, seq_len=4096))
+    c = bigger.layouts[0].config
+    assert f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}" in data["suggestions"][0]
+
+
 def test_no_feasible_layout_exits_1():
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "gpt3-175b", "--cluster", "1x8xA100",
                                       "--global-batch", "8", "--seq-len", "2048"])
