@@ -300,8 +300,9 @@ def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
 
 def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
     """What would make a layout feasible, each checked by re-planning: lighter weights,
-    an fp8 KV cache, a shorter context (with the longest --max-model-len that then fits),
-    more GPUs, a looser SLA (sla_reach)."""
+    an fp8 KV cache, the default token budget where --max-num-batched-tokens raised it, a
+    shorter context (with the longest --max-model-len that then fits), more GPUs, a looser SLA
+    (sla_reach)."""
     order = {None: 0, "int8": 1, "fp8": 1, "int4": 2, "nvfp4": 2, "mxfp4": 2}
     options = [
         (f"{quant} weights (--quantization {quant})", model.model_copy(update={"quantization": quant}), request)
@@ -310,6 +311,9 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
     ]
     if request.kv_cache_dtype != "fp8":
         options.append(("an fp8 KV cache (--kv-cache-dtype fp8)", model, replace(request, kv_cache_dtype="fp8")))
+    if request.max_num_batched_tokens is not None:  # the step's activations grow with the budget asked
+        options.append(("the engine's default token budget (without --max-num-batched-tokens)", model,
+                        replace(request, max_num_batched_tokens=None)))
     options.append(("a shorter context", model, request))
     wanted_len = request.max_model_len or model.max_position_embeddings
     out = []

@@ -54,6 +54,15 @@ def test_70b_bf16_on_one_gpu_suggestions_are_verified(serve_plan):
     assert serve_plan("llama-3.1-70b", "1x1xH100", quantization="fp8", max_model_len=2048).recommended is None
 
 
+def test_a_token_budget_too_large_to_fit_suggests_the_default(serve_plan):
+    """--max-num-batched-tokens 100,000,000 on 8B: the step's activations for that budget fit on no
+    GPU; what would fit is the engine's default budget (checked by re-planning), not more GPUs."""
+    plan = serve_plan("llama-3.1-8b", "1x8xH100", max_num_batched_tokens=100_000_000)
+    assert plan.recommended is None
+    assert plan.suggestions[0].startswith("the engine's default token budget (without --max-num-batched-tokens): fits")
+    assert serve_plan("llama-3.1-8b", "1x8xH100").recommended is not None
+
+
 @pytest.mark.parametrize("limit", ["max_ttft_seconds", "max_tpot_seconds", "max_e2e_seconds"])
 def test_an_sla_no_layout_meets_names_the_least_it_can_be_and_that_is_verified(serve_plan, limit):
     """A limit of 1 us fails everywhere; the plan names the least value the limit can take on
