@@ -245,7 +245,7 @@ class ServeRequest:
             span = (self.num_prompts or DEFAULT_NUM_PROMPTS) / self.request_rate_per_s
             if span > MAX_BURST_ARRIVAL_SECONDS:
                 raise SpecError(f"--request-rate {self.request_rate_per_s:g}: {self.num_prompts or DEFAULT_NUM_PROMPTS:,} "
-                                f"prompts would arrive over {span:,.0f} s, more than a month (the burst is a benchmark "
+                                f"prompts would arrive over {span:,.3g} s, more than a month (the burst is a benchmark "
                                 f"run; give a higher rate)")
         if self.mode == "disaggregated" and self.objective == "latency":
             raise SpecError("--objective latency: disaggregated workers are sized for goodput at their rate-matched "

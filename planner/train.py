@@ -340,7 +340,7 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
             reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
         if open_split and L % c.pp == 0 and (L // c.pp) % v:
             reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
-        elif open_split and L % c.pp and not split.has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
+        elif open_split and L % c.pp and not has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
             reasons.append(no_split_reason(L, c.pp, v, layout=engine in PER_CHUNK_SPLIT_ENGINES))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
@@ -1086,6 +1086,13 @@ def split_candidates(num_layers: int, pp: int, v: int, engine: str) -> tuple[tup
     if not options and has_layout_split(num_layers, pp, v, engine):  # the layout string only where neither flag splits
         options = [(2, triple) for triple in split.layout_splits(num_layers, pp, v)]
     return tuple(options)
+
+
+@functools.cache
+def has_split(num_layers: int, pp: int, v: int) -> bool:
+    """stage_split.has_split, cached here (a function of three numbers that config_reasons asks
+    for every configuration; planner/cost keeps no caches of its own)."""
+    return split.has_split(num_layers, pp, v)
 
 
 @functools.cache

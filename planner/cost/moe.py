@@ -8,7 +8,6 @@ Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_d
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -160,7 +159,6 @@ def expected_parts_hit(model: ModelSpec, parts: int) -> float:
     return sum(_share_hit(j * local, (j + 1) * local, size, groups, picked, k) for j in range(parts))
 
 
-@functools.cache
 def _share_hit(low: float, high: float, size: float, groups: int, picked: int, k: int) -> float:
     """The chance a token's experts hit the share [low, high) of the experts under group-limited
     routing (expected_parts_hit), groups of `size`: the m groups the share overlaps are whole ones

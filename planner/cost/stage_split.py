@@ -39,7 +39,6 @@ stage's layers spread over its chunks as evenly as possible (chunk_layers) and w
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -147,10 +146,8 @@ def megatron_layout(layers: tuple[int, ...], v: int) -> str:
     return "|".join(entries)
 
 
-@functools.cache
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
-    """Does Megatron accept some balanced uneven split? (Stops at the first candidate; cached,
-    as the search asks it for every configuration.)"""
+    """Does Megatron accept some balanced uneven split? (Stops at the first candidate.)"""
     return next(candidate_splits(num_layers, pp, v), None) is not None
 
 

@@ -415,7 +415,7 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
-        lines.append(f"  {name:<4} mean {ms(d.mean)}, median {ms(d.median)}, p99 {ms(d.p99)}")
+        lines.append(f"  {name:<4} mean {latency(d.mean)}, median {latency(d.median)}, p99 {latency(d.p99)}")
     missed = burst_sla_misses(request, metrics)
     if missed:
         lines.append(f"Note: the burst misses {'; '.join(missed)}: the SLA search sizes the steady state, and this "
@@ -424,12 +424,20 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
     return lines
 
 
+LATENCY_IN_SECONDS_FROM = 10.0
+"""A burst's latencies from this many seconds on read in seconds (1,224.8 s, not 1224777.7 ms)."""
+
+
+def latency(seconds: float) -> str:
+    return ms(seconds) if seconds < LATENCY_IN_SECONDS_FROM else f"{seconds:,.1f} s"
+
+
 def burst_sla_misses(request: ServeRequest, metrics: ServeMetrics) -> list[str]:
     """Each SLA the simulated burst's mean misses, as `--max-ttft-ms 200 (mean 19,950 ms)`."""
     checks = (("--max-ttft-ms", request.max_ttft_seconds, metrics.ttft_seconds.mean),
               ("--max-tpot-ms", request.max_tpot_seconds, metrics.tpot_seconds.mean),
               ("--max-e2e-ms", request.max_e2e_seconds, metrics.e2e_seconds.mean))
-    return [f"{flag} {seconds_to_ms(limit):g} (mean {ms(mean)})" for flag, limit, mean in checks
+    return [f"{flag} {seconds_to_ms(limit):g} (mean {latency(mean)})" for flag, limit, mean in checks
             if limit is not None and mean > limit]
 
 
