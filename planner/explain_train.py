@@ -261,7 +261,16 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
         return None, caption + f"; not drawn ({c.pp} stages are more than a chart shows)"
     if drawn < m:
         caption += f"; drawn with {drawn} micro-batches (the real step's steady phase is longer)"
-    return train_timeline_seconds(e, drawn), caption
+    timeline = train_timeline_seconds(e, drawn)
+    outside = e.step_time_seconds - timeline.span
+    if drawn == m and outside > TIMELINE_GAP_SHOWN * e.step_time_seconds:
+        caption += (f"; the step's other {ms(outside)} (pipeline sends and the exposed data-parallel "
+                    f"communication) are not drawn")
+    return timeline, caption
+
+
+TIMELINE_GAP_SHOWN = 0.001
+"""A drawn step shorter than the step time by more than this share says what is left out."""
 
 
 def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
