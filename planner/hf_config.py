@@ -173,7 +173,9 @@ def load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
+    wrapped = text is not raw
     text = with_layer_types(text, origin)
+    raw = raw if wrapped else text  # a text-only config stays one mapping (spec_fields_from_hf tells wrappers by it)
     check_modelled(text, origin)
     fields = spec_fields_from_hf(raw, text, path)
     sidecar = path.parent / "hf_quant_config.json"

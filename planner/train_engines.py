@@ -59,7 +59,7 @@ Facts of torchtitan v0.2.2 used here (file@v0.2.2):
   (models/gpt_oss/model/moe.py). Pipelining: deepseek_v3 and llama4 (qwen3 and gpt_oss have no
   pipelining_fn). Context parallelism runs only with SDPA: deepseek_v3's flavors, llama4's irope
   flavors and gpt_oss use flex attention (args.py of each). float8 MoE (quantize.grouped_mm.float8)
-  asserts no PP and no CP (components/quantization/float8.py). DeepEP exists for deepseek_v3
+  asserts no PP and no CP (components/quantization/float8.py); MXFP8's (mx.py) does not. DeepEP exists for deepseek_v3
   only and is not planned here.
 """
 
@@ -201,13 +201,13 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     if c.cp > 1 and (family in TORCHTITAN_FLEX_ATTENTION or flavor in TORCHTITAN_FLEX_FLAVORS):
         reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s {family} {flavor} runs flex attention, which its "
                        f"context parallelism refuses (SDPA only)")
-    if model.is_moe and c.precision == "fp8" and (c.pp > 1 or c.cp > 1):
+    if model.is_moe and c.precision == "fp8" and c.fp8_recipe != "mxfp8" and (c.pp > 1 or c.cp > 1):
         reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s float8 MoE (grouped GEMMs) runs without pipeline "
                        f"and context parallelism (components/quantization/float8.py asserts)")
     kv_heads = model.num_key_value_heads
     if not model.is_mla and kv_heads % c.tp:
         reasons.append(f"tp={c.tp} does not divide the {kv_heads} KV heads: torchtitan shards wk/wv over tp "
-                       f"without replicating heads (models/llama3/infra/parallelize.py@{TORCHTITAN_RELEASE})")
+                       f"without replicating heads (models/{family or 'llama3'}/infra/parallelize.py@{TORCHTITAN_RELEASE})")
     return reasons
 
 

@@ -343,18 +343,22 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     from planner.catalog import cluster_from_shorthand
 
     per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
-    sizes = [(1, g) for g in (2 ** i for i in range(1, 11)) if cluster.num_nodes == 1 and
-             cluster.gpus_per_node < g <= per_node]
+    planned = request.num_gpus or cluster.num_gpus  # --gpus: what was planned on
+    sizes = [(1, g) for g in (2 ** i for i in range(1, 11)) if planned < g <= per_node]
     sizes += [(n, per_node) for n in (2 ** i for i in range(1, 20))
-              if n * per_node > cluster.num_gpus and n * per_node <= MAX_SUGGESTED_GPUS]
+              if n * per_node > planned and n * per_node <= MAX_SUGGESTED_GPUS]
     wider = replace(request, num_gpus=None)
     for nodes, gpus in sizes:
         shorthand = f"{nodes}x{gpus}x{cluster.gpu.name}"
         try:
-            plan = search(model, cluster_from_shorthand(nodes, gpus, cluster.gpu.name, shorthand), wider,
-                          suggest=False)
+            bigger = cluster_from_shorthand(nodes, gpus, cluster.gpu.name, shorthand)
         except SpecError:
-            return None
+            return (f"the catalog cannot build a larger cluster of {cluster.gpu.name} to try (no typical node "
+                    f"of it): describe one in a hardware profile and plan again")
+        try:
+            plan = search(model, bigger, wider, suggest=False)
+        except SpecError:  # the request's own flags do not hold on that cluster (a fixed batch split)
+            continue
         if plan.layouts:
             c = plan.layouts[0].config
             return (f"{nodes * gpus} GPUs ({shorthand}, the catalog's networking) run tp={c.tp} cp={c.cp} pp={c.pp} "
@@ -374,7 +378,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
         refusal = outputs_recompute_refusal(model, request)
         if refusal is not None:
             raise SpecError(f"--recompute outputs: {refusal}")
-    given = request.layout
+    given, asked = request.layout, request
     request = resolve_fixed_dp(request, cluster)
     check_fixed_batch(request, given)
     if given.tp is not None and model.intermediate_size % given.tp:
@@ -393,7 +397,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     if shortfall:
         plan = replace(plan, shortfall=shortfall)
     if suggest and not plan.layouts and any(r.over_bytes > 0 for r in plan.rejected):
-        found = more_gpus_suggestion(model, cluster, request)
+        found = more_gpus_suggestion(model, cluster, asked)  # as asked: dp not fixed to this cluster's
         plan = replace(plan, suggestions=(found,) if found else ("nothing up to "
                                                                f"{MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",))
     return plan

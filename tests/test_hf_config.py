@@ -578,7 +578,7 @@ def test_qwen3_next_layers_from_its_full_attention_interval(tmp_path: Path) -> N
     path.write_text(json.dumps(QWEN3_NEXT_80B))
     model = resolve_model(str(path))
     assert (model.num_recurrent_layers, model.recurrent_kind) == (36, "gated_deltanet")
-    assert model.attention_output_gate
+    assert model.attention_output_gate and model.text_model_of is None  # text-only, not a wrapper
     assert kv_bytes_per_token(model) == 12 * 2 * 2 * 256 * 2 == 24 * 1024
     without_interval = {key: value for key, value in QWEN3_NEXT_80B.items() if key != "full_attention_interval"}
     path.write_text(json.dumps(without_interval))  # transformers' default interval is 4 too

@@ -156,6 +156,42 @@ def test_nothing_fits_says_how_many_gpus_would():
     assert f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}" in data["suggestions"][0]
 
 
+def test_what_would_fit_keeps_the_request_as_asked():
+    """--layout tp=8,pp=1 on one H100 node: the suggestion searches bigger clusters with dp free
+    (the request as asked, not dp fixed to this cluster's 1), and --gpus 8 of 16 nodes doubles
+    from the 8 planned, not from the cluster's 128."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import LayoutFilter, TrainRequest
+    from planner.train_search import search
+
+    fixed = search(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"),
+                   TrainRequest(global_batch=128, seq_len=4096, layout=LayoutFilter(tp=8, pp=1)))
+    assert not fixed.layouts and fixed.suggestions[0].endswith("(sizes tried by doubling)")
+    assert "tp=8 cp=1 pp=1" in fixed.suggestions[0]
+    subset = search(resolve_model("llama-3.1-405b"), resolve_cluster("16x8xH100"),
+                    TrainRequest(global_batch=512, seq_len=8192, num_gpus=8))
+    gpus = int(subset.suggestions[0].split(" GPUs")[0])
+    assert gpus <= 128 and search(resolve_model("llama-3.1-405b"), resolve_cluster(f"{gpus // 8}x8xH100"),
+                                  TrainRequest(global_batch=512, seq_len=8192)).layouts
+
+
+def test_what_would_fit_for_a_gpu_the_catalog_cannot_grow(tmp_path):
+    """A profile's own GPU has no catalog node to build bigger clusters of: the plan says so
+    rather than that nothing fits."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import TrainRequest
+    from planner.train_search import search
+
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("name: mine\nnum_nodes: 1\ngpus_per_node: 4\n"
+                       "gpu: {name: MyGPU-48GB, memory_gib: 48, hbm_bandwidth_gb_per_s: 3000, "
+                       "peak_tflops: {bf16: 500}}\n"
+                       "intra_node: {kind: nvlink, bandwidth_gb_per_s: 300, latency_us: 1.0}\n")
+    plan = search(resolve_model("llama-3.1-70b"), resolve_cluster(str(profile)),
+                  TrainRequest(global_batch=128, seq_len=4096))
+    assert not plan.layouts and plan.suggestions[0].startswith("the catalog cannot build a larger cluster of MyGPU")
+
+
 def test_no_feasible_layout_exits_1():
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "gpt3-175b", "--cluster", "1x8xA100",
                                       "--global-batch", "8", "--seq-len", "2048"])
