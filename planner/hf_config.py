@@ -536,12 +536,17 @@ sqrtsoftplus)."""
 SIGMOID_ROUTER_MODEL_TYPES = ("llama4_text",)
 """Families whose router is a sigmoid with no scoring_func key: Llama4TextMoe's router scores the
 top-1 logit with a sigmoid and scales the expert's input by it (transformers modeling_llama4.py)."""
+BIASED_SIGMOID_ROUTER_MODEL_TYPES = ("nemotron_h",)
+"""Families whose router is DeepSeek-V3's (sigmoid scores, an e_score_correction_bias for the
+top-k choice) with no scoring_func or topk_method key: NemotronHTopkRouter (transformers
+modeling_nemotron_h.py)."""
 
 
 def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any]:
     """How the router scores and weighs experts (ModelSpec.router_*), from scoring_func,
-    topk_method noaux_tc (or MiniMax's use_routing_bias), routed_scaling_factor and
-    norm_topk_prob; Llama 4's sigmoid on the expert's input by family."""
+    topk_method noaux_tc (or MiniMax's use_routing_bias, Step's use_moe_router_bias),
+    routed_scaling_factor (Step's moe_router_scaling_factor) and norm_topk_prob; Llama 4's
+    sigmoid on the expert's input and Nemotron-H's biased sigmoid by family."""
     fields: dict[str, Any] = {}
     score = text.get("scoring_func")
     if score is not None:
@@ -551,9 +556,12 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
         fields["router_score_function"] = score
     if kind in SIGMOID_ROUTER_MODEL_TYPES:
         fields.update(router_score_function="sigmoid", router_probs_on_input=True)
-    if text.get("topk_method") == "noaux_tc" or text.get("use_routing_bias") is True:
+    if kind in BIASED_SIGMOID_ROUTER_MODEL_TYPES:
+        fields.update(router_score_function="sigmoid", router_expert_bias=True)
+    if (text.get("topk_method") == "noaux_tc" or text.get("use_routing_bias") is True
+            or text.get("use_moe_router_bias") is True):  # DeepSeek's, MiniMax's and Step's names
         fields["router_expert_bias"] = True
-    scale = text.get("routed_scaling_factor")
+    scale = first_present(text, "routed_scaling_factor", "moe_router_scaling_factor")
     if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:
         fields["router_topk_scaling_factor"] = scale
     if text.get("norm_topk_prob") is False:

@@ -223,6 +223,8 @@ def test_router_keys_are_read_from_config_json():
     assert router("moonshotai--Kimi-K2-Instruct") == ("sigmoid", True, 2.827, True)
     assert router("MiniMaxAI--MiniMax-M2.5") == ("sigmoid", True, None, True)
     assert router("Qwen--Qwen3-30B-A3B") == ("softmax", False, None, True)
+    assert router("stepfun-ai--Step-3.7-Flash") == ("sigmoid", True, 3.0, True)  # use_moe_router_bias, its scale
+    assert router("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16") == ("sigmoid", True, 2.5, True)  # by family
     from planner.hf_config import router_fields
     from planner.specs import SpecError
 
