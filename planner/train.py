@@ -243,12 +243,10 @@ def no_split_reason(num_layers: int, pp: int, v: int, layout: bool = False) -> s
     """`layout`: Megatron's --pipeline-model-parallel-layout was tried too (v > 1)."""
     bound = split.max_units_per_stage(num_layers // v, pp) * v
     chunks = f", every stage a multiple of v={v}" if v > 1 else ""
-    typical = -(-num_layers // pp)
     laid_out = ("" if not layout or v <= 1 else
-                f", nor is a --pipeline-model-parallel-layout planned (v must divide ceil(L/p) = {typical})"
-                if typical % v else
-                f", nor a --pipeline-model-parallel-layout with at least one layer in each of the "
-                f"{pp * v} chunks and none above {split.max_units_per_stage(num_layers, pp)} per stage")
+                f", nor a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's module "
+                f"lists) with at least one layer in each of the {pp * v} chunks and none above "
+                f"{split.max_units_per_stage(num_layers, pp)} per stage")
     return (f"layers {num_layers} not divisible by pp={pp} and no uneven first/last split keeps "
             f"every stage within {bound} layers{chunks}, nor does pp*v={pp * v} divide layers + 2 "
             f"(embedding and loss counted as layers){laid_out}")
@@ -1099,9 +1097,11 @@ def has_split(num_layers: int, pp: int, v: int) -> bool:
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     """Whether a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's
     module_fqns_per_model_part: PER_CHUNK_SPLIT_ENGINES) splits these layers (stage_split.
-    layout_splits), as the plan uses it: p not dividing L, v > 1 dividing ceil(L/p) (the
-    stages' typical size; the search's set, train_search.schedule_options)."""
-    if engine not in PER_CHUNK_SPLIT_ENGINES or v <= 1 or num_layers % pp == 0 or -(-num_layers // pp) % v:
+    layout_splits), as the plan uses it: p not dividing L, v > 1, at least one layer per chunk.
+    The search tries the v dividing ceil(L/p) (train_search.schedule_options); a --virtual-stages
+    asked for runs with any v a split holds (126 layers on 16 stages at v = 3: 7 | 8 x14 | 7 in
+    chunks of 3, 3, 2 and 2, 3, 3)."""
+    if engine not in PER_CHUNK_SPLIT_ENGINES or v <= 1 or num_layers % pp == 0:
         return False
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 

@@ -107,13 +107,19 @@ def test_an_explicit_split_megatron_refuses_is_rejected():
 
 def test_interleaving_needs_a_split_divisible_by_v_or_a_layout_string():
     """126 layers, p = 16, v = 3: 42 units, c <= 4 (the bound) leaves at least 42 - 56 < 0 or,
-    at c = 2, 14 > 2*4 for first + last; p*v = 48 does not divide 128; and 3 does not divide
-    ceil(126/16) = 8, so no layout string is planned either: refused, naming all three.
-    (v = 4 runs: 128 units over 64 chunks, the embedding and loss counted as layers.)"""
+    at c = 2, 14 > 2*4 for first + last; p*v = 48 does not divide 128: neither flag splits it,
+    and a layout string does (a stage of 7 or 8 layers holds 3 chunks), so it runs as one. At
+    p = 32 (126 = 30 x 4 + 2 x 3) v = 4 leaves the 3-layer stages a chunk empty and v = 5 every
+    stage: refused, naming all three ways. (v = 4 at p = 16 runs: 128 units over 64 chunks, the
+    embedding and loss counted as layers.)"""
     request = TrainRequest(global_batch=1024, seq_len=4096)
     config = TrainConfig(8, 16, 8, 1, "interleaved", 3, "full", True, 1)
-    refused = estimate(LLAMA_405B, H100_128, config, request)
-    assert isinstance(refused, Rejected) and "multiple of v=3" in refused.reasons[0]
+    laid_out = estimate(LLAMA_405B, H100_128, config, request)
+    assert not isinstance(laid_out, Rejected) and laid_out.config.first_last_layers is not None
+    assert split.needs_layout(laid_out.num_layers_per_stage, 3)
+    deep = TrainConfig(4, 32, 8, 1, "interleaved", 5, "full", True, 1)
+    refused = estimate(LLAMA_405B, H100_128, deep, request)
+    assert isinstance(refused, Rejected) and "multiple of v=5" in refused.reasons[0]
     assert "--pipeline-model-parallel-layout" in refused.reasons[0]
     runs = estimate(LLAMA_405B, H100_128, replace(config, virtual_stages=4), request)
     assert not isinstance(runs, Rejected) and runs.config.account_for_embedding_and_loss
