@@ -196,7 +196,8 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     )
 
 
-def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None = None) -> None:
+def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None = None,
+                    engine: str = "megatron") -> None:
     """--precision fp8 needs fp8 tensor cores (Hopper, Ada, Blackwell) and --fp8-recipe mxfp8
     block-scaled (MX) tensor cores: spec errors otherwise. The catalog has no compute
     capability; MX GEMMs came with Blackwell (SM100) together with fp4, so the rule is "the
@@ -209,8 +210,9 @@ def check_precision(cluster: ClusterSpec, precision: str, fp8_recipe: str | None
         raise SpecError(f"--precision fp8: {gpu.name} has no fp8 tensor cores "
                         f"(Ada, Hopper or later); use --precision bf16")
     if fp8_recipe == "mxfp8" and gpu.peak_flops_per_s("fp4") is None:
+        others = "tensorwise" if engine == "torchtitan" else "tensorwise or delayed"  # torchtitan has no delayed
         raise SpecError(f"--fp8-recipe mxfp8: {gpu.name} has no MX block-scaled tensor cores "
-                        f"(Blackwell: B200, GB200); use --fp8-recipe tensorwise or delayed")
+                        f"(Blackwell: B200, GB200); use --fp8-recipe {others}")
     if (fp8_recipe == "blockwise" and gpu.compute_capability is not None
             and gpu.compute_capability < BLOCKWISE_MIN_COMPUTE_CAPABILITY):
         raise SpecError(f"--fp8-recipe blockwise: {gpu.name} (compute capability {gpu.compute_capability:g}) "
@@ -778,7 +780,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         reasons = [f"recompute outputs: {refusal}"] if refusal else []
     if reasons:
         return Rejected(config.layout, tuple(reasons))
-    check_precision(cluster, request.precision, request.resolved_fp8_recipe)
+    check_precision(cluster, request.precision, request.resolved_fp8_recipe, request.engine)
     if config.precision != request.precision:  # the search builds configurations without it
         config = config.with_(precision=request.precision)
     if config.fp8_recipe != request.resolved_fp8_recipe:

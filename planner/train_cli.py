@@ -22,7 +22,7 @@ from planner.train_search import TrainPlan, search
 def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, json_output: bool,
               top: int | None, show_rejected: bool, emit: str) -> int:
     """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON configurations (None: all)."""
-    check_precision(cluster, request.precision, request.resolved_fp8_recipe)
+    check_precision(cluster, request.precision, request.resolved_fp8_recipe, request.engine)
     with cyclic_gc_paused():
         return _search_and_print(model, cluster, request, json_output, top, show_rejected, emit)
 

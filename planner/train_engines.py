@@ -146,7 +146,7 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
                         "--fp8-recipe tensorwise")
     if request.resolved_fp8_recipe == "delayed":
         raise SpecError(f"--fp8-recipe delayed: torchtitan {TORCHTITAN_RELEASE}'s float8 (torchao) has no delayed "
-                        "scaling, only dynamic scaling; use --fp8-recipe tensorwise or mxfp8")
+                        "scaling, only dynamic scaling; use --fp8-recipe tensorwise (or, on Blackwell, mxfp8)")
 
 
 def zero_stage_for(tp: int, pp: int, dp: int, cp: int) -> tuple[int, ...]:
