@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections import Counter
 from collections.abc import Iterator
 
 from planner.emit.command import LaunchStep
@@ -121,7 +122,9 @@ def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:
         return None
     if request.engine != "megatron":
         flags.append(f"--engine {request.engine}")
-    reasons = list(dict.fromkeys(reason for r in plan.rejected for reason in r.reasons))
+    # the reasons that refuse the most layouts first (one that refuses them all is the cause)
+    counts = Counter(reason for r in plan.rejected for reason in dict.fromkeys(r.reasons))
+    reasons = [reason for reason, _ in counts.most_common()]
     shown = "; ".join(reasons[:MAX_CONTRADICTION_REASONS])
     more = f" (and {len(reasons) - MAX_CONTRADICTION_REASONS} more)" if len(reasons) > MAX_CONTRADICTION_REASONS else ""
     return (f"{' '.join(flags)}: no configuration runs with these settings on {plan.num_gpus} GPUs: "
