@@ -374,7 +374,8 @@ def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     chars = {s.name: ch for s, ch in zip(shown, BREAKDOWN_CHARS, strict=False)}
     chars["bubble"] = IDLE_CHAR
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
-    legend = "  ".join(f"{chars[s.name]} {s.name} {seconds(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
+    # "[=] TP comm", not "= TP comm": a glyph beside a number reads as arithmetic
+    legend = "  ".join(f"[{chars[s.name]}] {s.name} {seconds(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
                        for s in shown)
     return [Text(f"{b.what}: {seconds(b.total_seconds)}", style="bold"), bar, Text(legend, no_wrap=False)]
 
