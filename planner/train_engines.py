@@ -191,8 +191,8 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
         reasons.append(f"seq-len {seq_len} not divisible by tp*2*cp = {divisor} (torchtitan)")
     family, flavor = TORCHTITAN_MODELS.get(model.name, ("", ""))
     if c.ep > 1 and c.zero_stage == 0:
-        reasons.append(f"torchtitan {TORCHTITAN_RELEASE} runs expert parallelism with FSDP (the experts' own "
-                       f"efsdp mesh), which needs dp*cp > 1 and no DDP")
+        reasons.append(f"ep={c.ep} without FSDP (ZeRO-0: DDP, or dp*cp = 1): torchtitan {TORCHTITAN_RELEASE} runs "
+                       f"expert parallelism only under FSDP (the experts' own efsdp mesh)")
     if c.ep > 1 and c.cp > 1:
         reasons.append(f"cp={c.cp} with ep={c.ep} is not planned (EP borrowing context-parallel ranks)")
     if c.pp > 1 and family in TORCHTITAN_UNPIPELINED:
