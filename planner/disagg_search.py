@@ -495,6 +495,8 @@ def e2e_caps(cap: int) -> list[int]:
     (e2e_implied_tpot_seconds, which leaves the TTFT out, so it is an upper bound) at each eighth
     of it, and its halvings below: the TTFT under load takes some of the budget, and the
     concurrency that then meets the limit lies below the bound, often between two halvings."""
+    if cap < 1:  # not even one sequence meets the implied TPOT (or --max-tpot-ms)
+        return []
     return sorted({max(1, cap * k // E2E_CAP_STEPS) for k in range(1, E2E_CAP_STEPS + 1)} | set(decode_caps(cap, True)))
 
 

@@ -396,6 +396,7 @@ def test_an_e2e_limit_finds_the_decode_concurrency_between_halvings():
     from planner.disagg_search import e2e_caps
 
     assert e2e_caps(8) == [1, 2, 3, 4, 5, 6, 7, 8] and e2e_caps(64) == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert e2e_caps(0) == []  # no concurrency meets the TPOT: none is tried
     request = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=3.0)
     best = plan_disaggregated(resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100"), request).recommended
     assert best is not None and best.e2e_seconds <= 3.0
