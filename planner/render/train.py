@@ -131,7 +131,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
-        f"({best.num_micro_batches} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
+        f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
