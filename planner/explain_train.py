@@ -269,7 +269,7 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
     return timeline, caption
 
 
-TIMELINE_GAP_SHOWN = 0.001
+TIMELINE_GAP_SHOWN = 0.005
 """A drawn step shorter than the step time by more than this share says what is left out."""
 
 
