@@ -1123,13 +1123,17 @@ TORCHTITAN_MOE_CAVEAT = ("torchtitan's MoE training is priced by the same model 
 
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
     """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
-    plan explain's notes): MoE training times loosely calibrated; a quantized spec's weights not
-    what training keeps."""
+    plan explain's notes): MoE training times loosely calibrated; multi-token-prediction layers
+    left out; a quantized spec's weights not what training keeps."""
     caveats: tuple[str, ...] = ()
     if model.is_moe:
         caveats += (MOE_TRAINING_CAVEAT,)
         if request.engine == "torchtitan":
             caveats += (TORCHTITAN_MOE_CAVEAT,)
+    if model.num_mtp_layers:
+        caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are neither planned nor in the "
+                    f"command (Megatron's --mtp-num-layers): training with them, as DeepSeek-V3 was and NVIDIA's "
+                    f"recipes run it, adds a block and another LM head pass on the last stage.",)
     if model.quantization is not None:
         caveats += (f"training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                     f"{model.quantization} weights describe a serving checkpoint and are not planned here.",)

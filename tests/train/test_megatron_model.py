@@ -234,3 +234,15 @@ def test_router_keys_are_read_from_config_json():
     shipped = resolve_model("deepseek-v3")
     assert (shipped.router_score_function, shipped.router_expert_bias, shipped.router_topk_scaling_factor) == (
         "sigmoid", True, 2.5)
+
+
+def test_a_plan_says_the_mtp_layer_is_left_out():
+    """DeepSeek-V3's spec has one multi-token-prediction layer, which the plan neither prices nor
+    emits: the notes say so (JSON `notes`); a model without one says nothing of it."""
+    from planner.requests import TrainRequest
+    from planner.train import training_caveats
+
+    request = TrainRequest(global_batch=1024, seq_len=4096)
+    assert any("multi-token-prediction" in note for note in training_caveats(resolve_model("deepseek-v3"), request))
+    assert not any("multi-token-prediction" in note
+                   for note in training_caveats(resolve_model("qwen3-30b-a3b"), request))
