@@ -104,6 +104,9 @@ def resolve_model(arg: str) -> ModelSpec:
     shipped = MODEL_SPECS_DIR / f"{arg}.yaml"
     if _is(shipped, "is_file"):
         return load_model(shipped)
+    folded = {name.lower(): name for name in shipped_models()}.get(arg.lower())  # LLAMA-3.1-70B, as clusters
+    if folded is not None:
+        return load_model(MODEL_SPECS_DIR / f"{folded}.yaml")
     raise SpecError(
         f"--model: {_quoted(arg)} is neither a file nor a shipped model "
         f"(shipped: {', '.join(shipped_models())})"

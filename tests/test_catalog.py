@@ -213,3 +213,10 @@ def test_export_variants_keep_memory_and_lose_nvlink(
         assert gpu.intra_node.kind == "nvlink"
         assert gpu.intra_node.bandwidth_gb_per_s == nvlink_gb_per_s_per_direction
         assert resolve_gpu("H100").intra_node.bandwidth_gb_per_s == 450
+
+
+def test_shipped_model_names_are_case_insensitive_as_cluster_names_are():
+    """--model LLAMA-3.1-70B is the shipped llama-3.1-70b, as --cluster 1X8XH100 is 1x8xH100."""
+    from planner.catalog import resolve_model
+
+    assert resolve_model("LLAMA-3.1-70B") == resolve_model("llama-3.1-70b")
