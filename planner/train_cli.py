@@ -122,6 +122,9 @@ def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:
         return None
     if request.engine != "megatron":
         flags.append(f"--engine {request.engine}")
+    if request.precision != "bf16":  # context: some engines' rules depend on it
+        flags.append(f"--precision {request.precision}"
+                     + (f" --fp8-recipe {request.fp8_recipe}" if request.fp8_recipe else ""))
     # the reasons that refuse the most layouts first (one that refuses them all is the cause)
     counts = Counter(reason for r in plan.rejected for reason in dict.fromkeys(r.reasons))
     reasons = [reason for reason, _ in counts.most_common()]
