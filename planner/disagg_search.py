@@ -486,13 +486,13 @@ def e2e_implied_tpot_seconds(request: ServeRequest) -> float:
     return implied if request.max_tpot_seconds is None else min(implied, request.max_tpot_seconds)
 
 
-E2E_CAP_STEPS = 8
-"""The E2E limit's implied-TPOT concurrency is tried at each eighth of it too (e2e_caps)."""
+E2E_CAP_STEPS = 4
+"""The E2E limit's implied-TPOT concurrency is tried at each quarter of it too (e2e_caps)."""
 
 
 def e2e_caps(cap: int) -> list[int]:
     """The decode concurrencies tried for an E2E limit: the most its implied TPOT allows
-    (e2e_implied_tpot_seconds, which leaves the TTFT out, so it is an upper bound) at each eighth
+    (e2e_implied_tpot_seconds, which leaves the TTFT out, so it is an upper bound) at each quarter
     of it, and its halvings below: the TTFT under load takes some of the budget, and the
     concurrency that then meets the limit lies below the bound, often between two halvings."""
     if cap < 1:  # not even one sequence meets the implied TPOT (or --max-tpot-ms)
