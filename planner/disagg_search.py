@@ -722,9 +722,12 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
     decoding = role_request(request, "decode")
+    constants = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend, decoding.enable_dbo,
+                               decoding)  # once: the bisection below prices some 40 rounds
 
     def round_seconds(concurrency: float) -> float:
-        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding)
+        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
+                                    constants)
 
     c_actual = decode_concurrency_at_rate(match.requests_per_second / (n_d * shape_d.dp), request.output_len,
                                           round_seconds, c_d)

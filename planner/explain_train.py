@@ -46,7 +46,7 @@ from planner.layout import (
 )
 from planner.render.common import ms
 from planner.render.explain import seconds
-from planner.render.train import HOST_WAIT_LABEL, faster_split_line
+from planner.render.train import HOST_WAIT_LABEL, faster_split_line, schedule_name
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import (
@@ -73,7 +73,7 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     best = plan.layouts[0]
     if request.layout == LayoutFilter():
         return best, True
-    overall = search(model, cluster, replace(request, layout=LayoutFilter()))
+    overall = search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False)
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
 
 
@@ -263,13 +263,13 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
         caption += f"; drawn with {drawn} micro-batches (the real step's steady phase is longer)"
     timeline = train_timeline_seconds(e, drawn)
     outside = e.step_time_seconds - timeline.span
-    if drawn == m and outside > TIMELINE_GAP_SHOWN * e.step_time_seconds:
+    if drawn == m and outside > TIMELINE_GAP_SHOWN_FRACTION_OF_STEP * e.step_time_seconds:
         caption += (f"; the step's other {ms(outside)} (pipeline sends and the exposed data-parallel "
                     f"communication) are not drawn")
     return timeline, caption
 
 
-TIMELINE_GAP_SHOWN = 0.005
+TIMELINE_GAP_SHOWN_FRACTION_OF_STEP = 0.005
 """A drawn step shorter than the step time by more than this share says what is left out."""
 
 
@@ -344,16 +344,11 @@ def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate,
 
 def priced_moe_host_seconds(model: ModelSpec, request: TrainRequest) -> float | None:
     """The host's time per MoE block forward the plan prices (the MoE host-time knob's value);
-    None where none is priced (a dense model, torchtitan, or 0 asked)."""
+    None where none is asked (a dense model, or 0); a torchtitan configuration without EP prices
+    none either (train_engines.moe_forward_syncs), though its knob is still moved."""
     if not model.is_moe:
         return None
     return moe_host_seconds_for(request.engine, request.moe_host_seconds) or None
-
-
-def schedule_name(config: TrainConfig) -> str:
-    """The schedule as the plan's table names it: "no PP" without pipelining (the schedule field
-    keeps its default there, which runs nothing)."""
-    return "no PP" if config.pp == 1 else config.schedule
 
 
 def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstimate) -> sensitivity.Replan:
@@ -365,7 +360,7 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
         moved = request
         if host is not None and knobs.moe_host != 1.0:
             moved = replace(request, moe_host_seconds=host * knobs.moe_host)
-        plan = search(model, cluster, replace(moved, layout=LayoutFilter()))
+        plan = search(model, cluster, replace(moved, layout=LayoutFilter()), suggest=False)  # layouts only
         mine = estimate(model, cluster, explained.config, moved)
         # MFU against the datasheet peak, which the matmul-efficiency knob moves with the
         # achievable rates: at a fixed model and GPU count it scales with the tokens/s

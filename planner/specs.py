@@ -52,8 +52,9 @@ MAX_POSITION_EMBEDDINGS = 2**27
 """~134M tokens; the longest published context is 10M (Llama 4 Scout)."""
 MAX_NUM_EXPERTS = 2**14
 MAX_ROPE_THETA = 10.0**12
-MAX_ROUTER_SCALING = 100.0
 """Published RoPE bases reach 10^8 (1M for Qwen, 500k for Llama 3.1)."""
+MAX_ROUTER_SCALING = 100.0
+"""Published routed_scaling_factor values: DeepSeek-V3 2.5, Kimi K2 2.827, DeepSeek-V2 16."""
 MAX_NUM_GPUS = 2**20
 """1,048,576 GPUs in one cluster; the largest built today are ~10**5."""
 MAX_SM_COUNT = 4096

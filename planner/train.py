@@ -234,7 +234,7 @@ def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch
     L = model.num_hidden_layers
     if model.intermediate_size % tp:
         reasons.append(f"FFN size {model.intermediate_size} not divisible by tp={tp}")
-    if L % pp and not split.has_split(L, pp) and split.account_split(L, pp) is None:
+    if L % pp and not has_split(L, pp, 1) and split.account_split(L, pp) is None:
         reasons.append(no_split_reason(L, pp, 1))
     if global_batch % dp:
         reasons.append(f"global batch {global_batch} not divisible by dp={dp}")
@@ -242,7 +242,8 @@ def structural_reasons(model: ModelSpec, tp: int, pp: int, dp: int, global_batch
 
 
 def no_split_reason(num_layers: int, pp: int, v: int, layout: bool = False) -> str:
-    """`layout`: Megatron's --pipeline-model-parallel-layout was tried too (v > 1)."""
+    """`layout`: a per-chunk split (Megatron's layout string, torchtitan's module lists) was tried
+    too (v > 1)."""
     bound = split.max_units_per_stage(num_layers // v, pp) * v
     chunks = f", every stage a multiple of v={v}" if v > 1 else ""
     laid_out = ("" if not layout or v <= 1 else
@@ -622,11 +623,11 @@ def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config:
     """Why an EP configuration runs without --overlap-moe-expert-parallel-comm although the
     request asks for it, in words (None: it runs, or there is no EP, or the request turned it
     off). The last reason is memory: the estimate drops the overlap where only its extra
-    forward does not fit."""
+    forward does not fit. None for another engine, which has no such overlap."""
     if not (model.is_moe and config.ep > 1 and request.moe_comm_overlap) or config.moe_comm_overlap:
         return None
-    if request.engine != "megatron":
-        return f"{request.engine} has no combined 1F1B"
+    if request.engine != "megatron":  # the plan says what other engines run (render/train.summary_lines)
+        return None
     return (moe_comm_overlap_refusal(model, config) or _moe_overlap_fsdp_refusal(request, config)
             or "its one more forward in flight does not fit in memory")
 
@@ -729,11 +730,12 @@ def moe_dispatcher_for(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
 def moe_dispatcher_off_reason(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                               config: TrainConfig) -> str | None:
     """Why an EP configuration runs Megatron's NCCL all-to-all dispatcher rather than DeepEP, in
-    words (None: it runs DeepEP, there is no EP, or the request asked for alltoall)."""
+    words (None: it runs DeepEP, there is no EP, the request asked for alltoall, or another engine
+    plans it)."""
     if not (model.is_moe and config.ep > 1) or config.moe_dispatcher == "deepep" or request.moe_dispatcher == "alltoall":
         return None
-    if request.engine != "megatron":
-        return f"the {request.engine} plan prices NCCL all-to-alls"
+    if request.engine != "megatron":  # as moe_comm_overlap_off_reason
+        return None
     refusal = deepep_refusal(model, cluster, config)
     if refusal is not None:
         return refusal
@@ -1042,13 +1044,9 @@ class SplitOptions:
         self.first = _named_split(*min(self._keyed())[1:4]) if candidates else None
 
     def _keyed(self) -> list[tuple[float, int, int, int, int]]:
-        """(slowest stage's seconds, kind, f, l, c) per candidate: StageSeconds.slowest inlined
-        (the search builds one SplitOptions per configuration key, ~100K in a large search)."""
-        costs = self._costs
-        w, first_extra, last_extra = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
-        middle = self._pp > 2
-        return [(max(f * w + first_extra, last * w + last_extra, c * w if middle else 0.0), kind, f, last, c)
-                for kind, (f, c, last) in self._candidates]
+        """(slowest stage's seconds, kind, f, l, c) per candidate."""
+        slowest, pp = self._costs.slowest, self._pp
+        return [(slowest(f, c, last, pp), kind, f, last, c) for kind, (f, c, last) in self._candidates]
 
     def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
         """Every split, fastest first, with its (first, middle, last) stage layers."""

@@ -17,7 +17,7 @@ from planner.train import (
     check_precision,
     training_caveats,
 )
-from planner.train_search import TrainPlan, search
+from planner.train_search import TrainPlan, search, short_of_memory
 
 
 def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, json_output: bool,
@@ -118,7 +118,7 @@ def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:
     `--virtual-stages 3` on a 32-layer model, `--zero 3` with `--layout pp=2`, a torchtitan
     `--layout pp=2` for a model torchtitan cannot pipeline."""
     flags = constraint_flags(request)
-    if plan.layouts or not plan.rejected or not flags or any(r.over_bytes > 0 for r in plan.rejected):
+    if plan.layouts or not plan.rejected or not flags or short_of_memory(plan):
         return None
     if request.engine != "megatron":
         flags.append(f"--engine {request.engine}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner import train_engines as engines
-from planner.cost.stage_split import account_split, has_split
+from planner.cost.stage_split import account_split
 from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
@@ -37,6 +37,7 @@ from planner.train import (
     check_moe_dispatcher,
     estimate,
     has_layout_split,
+    has_split,
     outputs_recompute_refusal,
     structural_reasons,
     tp_comm_overlap_for,
@@ -334,6 +335,13 @@ MAX_SUGGESTED_GPUS = 4096
 """The largest cluster more_gpus_suggestion tries (512 nodes of 8)."""
 
 
+def short_of_memory(plan: TrainPlan) -> bool:
+    """Nothing fits and some configuration failed for want of memory: more GPUs, recompute or
+    ZeRO could help (what would fit is suggested; train_cli.contradictory_flags' exit 2 is the
+    complement: nothing fits and none was out of memory)."""
+    return not plan.layouts and any(r.over_bytes > 0 for r in plan.rejected)
+
+
 def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> str | None:
     """What would fit when nothing does for want of memory: the first of 2, 4, ... GPUs of this
     kind in one node (up to the GPU's typical node), then 2, 4, ... such nodes (up to
@@ -396,7 +404,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
                                   lambda dp: micro_batch_options(request, dp))
     if shortfall:
         plan = replace(plan, shortfall=shortfall)
-    if suggest and not plan.layouts and any(r.over_bytes > 0 for r in plan.rejected):
+    if suggest and short_of_memory(plan):
         found = more_gpus_suggestion(model, cluster, asked)  # as asked: dp not fixed to this cluster's
         plan = replace(plan, suggestions=(found,) if found else ("nothing up to "
                                                                f"{MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",))

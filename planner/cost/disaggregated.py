@@ -136,7 +136,7 @@ def decode_requests_per_second(concurrency: float, output_len: int, round_second
     return concurrency / (output_len * round_seconds)
 
 
-DECODE_FIXED_POINT_ROUNDS = 40
+DECODE_CONCURRENCY_BISECTIONS = 40
 """Bisection rounds of decode_concurrency_at_rate (2^-40 of the bracket)."""
 
 
@@ -157,10 +157,10 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
         return min(high, rate * round_seconds(1.0))
     if high - rate * round_seconds(high) <= 0.0:  # the rate fills the cap (or T_d steps up just below it)
         return high
-    low = 1.0
-    if low - rate * round_seconds(low) >= 0.0:  # idle part of the time: a lone sequence's rounds
-        return min(low, rate * round_seconds(low))
-    for _ in range(DECODE_FIXED_POINT_ROUNDS):
+    low, at_one = 1.0, rate * round_seconds(1.0)
+    if at_one <= low:  # idle part of the time: a lone sequence's rounds
+        return at_one
+    for _ in range(DECODE_CONCURRENCY_BISECTIONS):
         middle = (low + high) / 2
         low, high = (low, middle) if middle - rate * round_seconds(middle) >= 0.0 else (middle, high)
     return high

@@ -74,15 +74,22 @@ FP8_CONVERTERS = {
 """--fp8-recipe -> (converter, its [quantize.linear.*] keys): Float8Linear.recipe_name is
 Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] | None, MXLinear.recipe_name a torchao
 MX recipe name defaulting to "mxfp8_cublas" (config/job_config.py@v0.2.2)."""
+FLOAT8_GROUPED_CONVERTER = "quantize.grouped_mm.float8"
+"""register_model_converter name (components/quantization/float8.py@v0.2.2)."""
+MX_GROUPED_CONVERTER = "quantize.grouped_mm.mx"
+"""register_model_converter name (components/quantization/mx.py@v0.2.2)."""
 FP8_GROUPED_CONVERTERS = {
-    "tensorwise": ("quantize.grouped_mm.float8", {"fqns": ["experts"]}),
-    "mxfp8": ("quantize.grouped_mm.mx", {"recipe_name": "mxfp8", "fqns": ["experts"]}),
+    "tensorwise": (FLOAT8_GROUPED_CONVERTER, {"fqns": ["experts"]}),
+    "mxfp8": (MX_GROUPED_CONVERTER, {"recipe_name": "mxfp8", "fqns": ["experts"]}),
 }
 """MoE: the routed experts' grouped GEMMs in fp8 too, as the plan prices them
 (register_model_converter names in components/quantization/float8.py and mx.py@v0.2.2; the
 models' example TOMLs name fqns = ["experts"]); the router's gate stays 16-bit, as those TOMLs
 filter it (ROUTER_GATE)."""
 ROUTER_GATE = "router.gate"
+"""The MoE router's linear, left 16-bit (the models' example TOMLs filter it from float8)."""
+
+
 def toml_value(value: object) -> str:
     """A TOML literal for the few value types the job config uses."""
     if isinstance(value, bool):

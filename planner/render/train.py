@@ -31,7 +31,7 @@ from planner.train import (
     tp_comm_overlap_off_reason,
     training_caveats,
 )
-from planner.train_search import TrainPlan
+from planner.train_search import TrainPlan, short_of_memory
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.table import Table
@@ -46,11 +46,15 @@ class Column:
     justify: str = "right"
 
 
+def schedule_name(config: TrainConfig) -> str:
+    """The schedule as the plan names it: "no PP" without pipelining (the schedule field keeps
+    its default there, which runs nothing)."""
+    return "no PP" if config.pp == 1 else config.schedule
+
+
 def _schedule(e: TrainEstimate) -> str:
     c = e.config
-    if c.pp == 1:
-        return "no PP"
-    return f"interleaved/{c.virtual_stages}" if c.schedule == "interleaved" else c.schedule
+    return f"interleaved/{c.virtual_stages}" if c.pp > 1 and c.schedule == "interleaved" else schedule_name(c)
 
 
 def _memory_cell(e: TrainEstimate) -> str:
@@ -147,11 +151,10 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if plan.request.engine != "megatron" and c.ep > 1:
         lines.append(f"EP all-to-all: {plan.request.engine}'s standard NCCL dispatch, exposed (no combined 1F1B; its "
                      f"DeepEP backend and DualPipeV overlap are not planned).")
-    moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c) if plan.request.engine == "megatron" else None
+    moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
     if moe_off is not None:
         lines.append(f"EP {exchange_name(c.moe_dispatcher)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
-    no_deepep = (moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
-                 if plan.request.engine == "megatron" else None)
+    no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
     lines += shortfall_lines(plan)
@@ -298,9 +301,8 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
         for line in per_node_lines(steps):
             out.print(line, markup=False)
     else:
-        memory = any(r.over_bytes > 0 for r in plan.rejected)
         out.print("No configuration fits: see the reasons below"
-                  + (" (or add GPUs, recompute, ZeRO)." if memory else "."))
+                  + (" (or add GPUs, recompute, ZeRO)." if short_of_memory(plan) else "."))
         for suggestion in plan.suggestions:
             out.print(f"What would fit: {suggestion}.", markup=False)
     if show_rejected or not plan.layouts:
