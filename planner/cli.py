@@ -203,6 +203,7 @@ Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with 
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 MoeCommOverlapOpt = Annotated[bool, typer.Option("--moe-comm-overlap/--no-moe-comm-overlap", help="Train, MoE: Megatron's expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm: one micro-batch's forward beside another's backward) where it can run (EP, no full recompute, interleaving when pp > 1).")]
+MtpLayersOpt = Annotated[int | None, typer.Option(help="Train: multi-token-prediction modules trained on the last stage (Megatron's --mtp-num-layers; DeepSeek-V3 sec. 2.2). Default: the spec's (num_nextn_predict_layers) with Megatron, 0 with torchtitan (which builds none); 0 trains the main model only.")]
 MoeHostMsOpt = Annotated[float | None, typer.Option(help="Train, MoE (Megatron): the host's time in ms to issue one MoE block's forward, which the GPU waits out after each MoE layer's token-count sync where its own forward is shorter (default: 7.3, fitted to NVIDIA's eager runs; lower it for a run that captures the block in CUDA graphs or a measured host).")]
 MoeDispatcherOpt = Annotated[MoeDispatcherChoice, typer.Option(help="Train, MoE with EP: Megatron's token dispatcher, alltoall (NCCL all-to-alls), deepep (the flex dispatcher on DeepEP: each token crosses to another node once per node its experts are on; needs the deep_ep package) or auto (DeepEP where it can run and prices faster).")]
 EngineOpt = Annotated[Engine, typer.Option(help="Train: the framework whose parallelism rules bound the search and whose launch is printed (torchtitan: release v0.2.2).")]
@@ -265,6 +266,7 @@ class PlanOptions:
     moe_comm_overlap: bool = True
     moe_dispatcher: MoeDispatcherChoice = MoeDispatcherChoice.auto
     moe_host_ms: float | None = None
+    mtp_layers: int | None = None
     grad_reduce: GradReduce = GradReduce.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
@@ -442,6 +444,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         moe_comm_overlap=opts.moe_comm_overlap,
         moe_dispatcher=opts.moe_dispatcher.value,
         moe_host_seconds=None if opts.moe_host_ms is None else units.ms_to_seconds(opts.moe_host_ms),
+        mtp_layers=opts.mtp_layers,
         grad_reduce=opts.grad_reduce.value,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
@@ -524,7 +527,7 @@ FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served
 or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
               "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
-              "grad_reduce", "moe_dispatcher", "moe_host_ms")
+              "grad_reduce", "moe_dispatcher", "moe_host_ms", "mtp_layers")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -644,6 +647,7 @@ def plan(
     moe_comm_overlap: MoeCommOverlapOpt = True,
     moe_dispatcher: MoeDispatcherOpt = MoeDispatcherChoice.auto,
     moe_host_ms: MoeHostMsOpt = None,
+    mtp_layers: MtpLayersOpt = None,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -671,7 +675,7 @@ def plan(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
-        moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, grad_reduce=grad_reduce,
+        moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
@@ -832,6 +836,7 @@ def explain(
     moe_comm_overlap: MoeCommOverlapOpt = True,
     moe_dispatcher: MoeDispatcherOpt = MoeDispatcherChoice.auto,
     moe_host_ms: MoeHostMsOpt = None,
+    mtp_layers: MtpLayersOpt = None,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
@@ -866,7 +871,7 @@ def explain(
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
-        moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, grad_reduce=grad_reduce,
+        moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,

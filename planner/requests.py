@@ -275,6 +275,8 @@ MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
 """--moe-dispatcher's choices (TrainRequest.moe_dispatcher)."""
 MAX_MOE_HOST_SECONDS = 1.0
 """--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
+MAX_MTP_LAYERS = 16
+"""--mtp-layers: DeepSeek-V3 trained 1 (sec. 2.2); more than 16 is a typo, not a recipe."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +326,10 @@ class TrainRequest:
     shorter (training_time.moe_host_exposed_seconds); None = the engine's fitted value
     (train_engines.MOE_FORWARD_HOST_SECONDS). Lower it for a run that captures the block in
     CUDA graphs or a host measured faster."""
+    mtp_layers: int | None = None
+    """`--mtp-layers`: multi-token-prediction modules trained on the last stage (Megatron's
+    --mtp-num-layers); None = the engine's default for the model (train.trained_model: the
+    spec's with Megatron, none with torchtitan)."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the commands are for."""
     engine: TrainEngine = "megatron"
@@ -343,6 +349,11 @@ class TrainRequest:
         if self.moe_host_seconds is not None and not 0 <= self.moe_host_seconds <= MAX_MOE_HOST_SECONDS:
             raise SpecError(f"--moe-host-ms: must be between 0 and {units.seconds_to_ms(MAX_MOE_HOST_SECONDS):g} "
                             f"(got {units.seconds_to_ms(self.moe_host_seconds):g})")
+        if self.mtp_layers is not None and not 0 <= self.mtp_layers <= MAX_MTP_LAYERS:
+            raise SpecError(f"--mtp-layers: must be between 0 and {MAX_MTP_LAYERS} (got {self.mtp_layers})")
+        if self.mtp_layers and self.engine != "megatron":
+            raise SpecError(f"--mtp-layers {self.mtp_layers}: only with --engine megatron; {self.engine} builds no "
+                            f"multi-token-prediction module")
         if self.moe_dispatcher == "deepep" and self.engine != "megatron":
             raise SpecError(f"--moe-dispatcher deepep: only with --engine megatron (its flex token dispatcher); "
                             f"the {self.engine} plan prices NCCL all-to-alls")

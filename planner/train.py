@@ -388,17 +388,22 @@ def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_paralle
                      precision: str = "bf16", ep: int = 1,
                      imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
-    per micro-batch in flight, last-stage logits); MoE adds the dispatched tokens to the layer
-    (to the working set under full recompute, which dispatches them again)."""
+    per micro-batch in flight, last-stage extra: the logits, and each multi-token-prediction
+    module's block, logits and inputs); MoE adds the dispatched tokens to the layer (to the
+    working set under full recompute, which dispatches them again). The last stage's extra is
+    held for one micro-batch: its loss and MTP modules run at the end of the last chunk, whose
+    backward follows its forward at once."""
     dispatched = act.moe_dispatch_bytes_per_layer(model, s, b, tp, ep, "none", imbalance)
     stored = 0.0 if recompute == "full" else dispatched
     again = dispatched if recompute == "full" else 0.0
-    return (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision)
-            + stored,
+    per_layer = (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision)
+                 + stored)
+    return (per_layer,
             act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision)
             + again,
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
-            act.last_stage_logits_bytes(model, s, b, tp))
+            act.last_stage_logits_bytes(model, s, b, tp) + model.num_mtp_layers * per_layer
+            + act.mtp_extra_bytes(model, s, b, tp, sequence_parallel))
 
 
 def stage_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int, int]:
@@ -598,8 +603,8 @@ def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | Non
     can; TransformerConfig.__post_init__, core_v0.14.0 and core_v0.19.0): expert parallelism,
     the alltoall or flex dispatcher (the emitted ones), no full recompute (nor a recompute method), with
     pp > 1 an interleaved schedule, bf16 or fp16 parameters (the spec's dtype: --bf16 or
-    --fp16; fp32 is refused), at most one MTP layer (none is emitted) and torch 2.6 or later
-    (asserted; the launch's environment)."""
+    --fp16; fp32 is refused), at most one MTP layer and torch 2.6 or later (asserted; the
+    launch's environment)."""
     if not model.is_moe or config.ep <= 1:
         return "there is no expert parallelism"
     if config.recompute == "full":
@@ -608,6 +613,8 @@ def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | Non
         return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
     if model.dtype not in ("bfloat16", "float16"):
         return "Megatron needs bf16 or fp16 parameters for it"
+    if model.num_mtp_layers > 1:
+        return f"Megatron takes at most one MTP layer with it ({model.num_mtp_layers} trained)"
     return None
 
 
@@ -714,7 +721,11 @@ def moe_dispatcher_for(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     """The token dispatcher the plan runs: alltoall without EP, on another engine or when asked;
     deepep when asked (the estimate rejects configurations DeepEP cannot run: deepep_refusal);
     auto: deepep where it can run and one of its transfers prices below one NCCL all-to-all at
-    this layout and micro-batch (ep_transfer_seconds both ways), else alltoall."""
+    this layout and micro-batch (ep_transfer_seconds both ways), else alltoall. The transfers,
+    not the block: under the combined 1F1B both may hide under the block's compute, where the
+    plan prices DeepEP's 20 SMs beside it (training_time.exchange_sm_share) but not the SMs
+    NCCL's channels hold, so a block-time rule would lean to NCCL on that unpriced gap (by
+    0.06% on DeepSeek-V3 at EP 64 over 32 H100 nodes, where NVIDIA's recipe runs DeepEP)."""
     if not model.is_moe or config.ep <= 1 or request.engine != "megatron" or request.moe_dispatcher == "alltoall":
         return "alltoall"
     if request.moe_dispatcher == "deepep":
@@ -773,6 +784,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     fits; where only that does not, the configuration runs without it. Likewise DeepEP
     (moe_dispatcher_for, auto) where only its buffers do not fit: NCCL all-to-alls instead."""
     memo = memo or Memo()
+    model = trained_model(model, request)
     B, s = request.global_batch, request.seq_len
     given = c = config
     reasons = memo.get(("structural", c.tp, c.pp, c.dp, c.ep), structural_reasons, model, c.tp, c.pp, c.dp, B, c.ep)
@@ -1107,8 +1119,8 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
 
 
 MOE_TRAINING_CAVEAT = ("MoE training times are calibrated loosely: against NVIDIA's published MoE runs "
-                       "(Megatron-Bridge), each as its recipe ran it, a median 14% off, mostly optimistic (GPT-OSS "
-                       "and DeepSeek-V3 on B200 up to 37% slower than planned); one fitted constant, the host's "
+                       "(Megatron-Bridge), each as its recipe ran it, a median 13% off, mostly optimistic (GPT-OSS "
+                       "on B200 up to 37% slower than planned); one fitted constant, the host's "
                        "time per MoE layer, carries most of it, so treat a deadline from these numbers with care "
                        "(docs/cost-model.md, Known limitations).")
 
@@ -1119,19 +1131,40 @@ TORCHTITAN_MOE_CAVEAT = ("torchtitan's MoE training is priced by the same model 
                          "--moe-host-ms sets it, plan explain shows what it moves.")
 
 
+def trained_model(model: ModelSpec, request: TrainRequest) -> ModelSpec:
+    """The model the run trains: the spec with the multi-token-prediction modules the request
+    trains (--mtp-layers; by default the spec's with Megatron, as DeepSeek-V3 was trained and
+    NVIDIA's recipe runs it, Megatron-Bridge recipes/deepseek/deepseek_v3.py v0.4.0
+    mtp_num_layers = 1; none with torchtitan, which builds no MTP module at v0.2.2). The plan's
+    costs read model.num_mtp_layers (stage_params_per_gpu, mtp_stage_seconds, flops). Megatron
+    builds MTP only with rotary or no position embeddings (arguments.py core_v0.14.0 and
+    core_v0.19.0): asked for a learned-position model, a SpecError."""
+    num = request.mtp_layers
+    if num is None:
+        num = model.num_mtp_layers if request.engine == "megatron" else 0
+    if num and model.position_embedding == "learned":
+        raise SpecError(f"--mtp-layers {num}: Megatron-LM builds multi-token prediction only with rope or no "
+                        f"position embeddings; {model.name} has learned positions")
+    return model if num == model.num_mtp_layers else model.model_copy(update={"num_mtp_layers": num})
+
+
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
     """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
-    plan explain's notes): MoE training times loosely calibrated; multi-token-prediction layers
-    left out; a quantized spec's weights not what training keeps."""
+    plan explain's notes): MoE training times loosely calibrated; the spec's multi-token-
+    prediction layers left untrained (trained_model); a quantized spec's weights not what
+    training keeps. `model`: the spec as given."""
     caveats: tuple[str, ...] = ()
     if model.is_moe:
         caveats += (MOE_TRAINING_CAVEAT,)
         if request.engine == "torchtitan":
             caveats += (TORCHTITAN_MOE_CAVEAT,)
-    if model.num_mtp_layers:
-        caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are neither planned nor in the "
-                    f"command (Megatron's --mtp-num-layers): training with them, as DeepSeek-V3 was and NVIDIA's "
-                    f"recipes run it, adds a block and another LM head pass on the last stage.",)
+    num_trained = trained_model(model, request).num_mtp_layers
+    if model.num_mtp_layers > num_trained:
+        why = ("--mtp-layers" if request.mtp_layers is not None
+               else f"{request.engine} builds no multi-token-prediction module")
+        trained = f"{num_trained} of them" if num_trained else "the main model only"
+        caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are not all trained ({why}): "
+                    f"the plan and command train {trained}.",)
     if model.quantization is not None:
         caveats += (f"training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                     f"{model.quantization} weights describe a serving checkpoint and are not planned here.",)

@@ -15,6 +15,7 @@ from planner.train import (
     TORCHTITAN_MOE_CAVEAT,
     TrainEstimate,
     check_precision,
+    trained_model,
     training_caveats,
 )
 from planner.train_search import TrainPlan, search, short_of_memory
@@ -57,19 +58,20 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
     emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
     emitter = None if emit == "none" else TRAIN_EMITTERS[emit]
     not_emitted = None
+    trained = trained_model(model, request)  # the command builds the MTP modules the plan prices
     if emit == "megatron":
         from planner.emit.megatron import model_refusals
 
-        wrong_model = model_refusals(model, request.engine_versions.megatron_release)
+        wrong_model = model_refusals(trained, request.engine_versions.megatron_release)
         if wrong_model:  # the plan stands; no command would build this model
             emitter, not_emitted = None, "; ".join(wrong_model)
         else:
-            plan = launchable(model, plan)
+            plan = launchable(trained, plan)
 
     def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
         if emitter is None:
             return ()
-        return emitter(model, cluster, estimate.config, request.global_batch, request.seq_len)
+        return emitter(trained, cluster, estimate.config, request.global_batch, request.seq_len)
 
     if json_output:
         print_plan_json(model, cluster, plan, request, steps_for, top, not_emitted)

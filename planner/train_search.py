@@ -42,6 +42,7 @@ from planner.train import (
     structural_reasons,
     tp_comm_overlap_for,
     train_rates,
+    trained_model,
 )
 from planner.train_shortfall import in_node_shortfall
 
@@ -380,6 +381,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan. `suggest`: where nothing fits for want of memory, say what would
     (more_gpus_suggestion, which searches without it)."""
+    model = trained_model(model, request)  # with the MTP modules it trains (the estimates price them)
     engines.check_request(model, request)
     check_moe_dispatcher(model, cluster, request)
     if request.recompute == "outputs":

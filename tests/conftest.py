@@ -307,17 +307,24 @@ def _layout_string_problems(layout: str, layers: int, pp: int, args: list[str]) 
     """--pipeline-model-parallel-layout (PipelineParallelLayerLayout, core_v0.14.0 and
     core_v0.19.0): '|'-separated chunks, a multiple of pp of them (v per rank), 't' a decoder
     layer, 'E' the embedding in the first chunk, 'L' the loss in the last; the decoder layers
-    add up to --num-layers; not with the first/last-stage or per-virtual-stage flags."""
+    add up to --num-layers; 'm' an MTP layer, as many as --mtp-num-layers, all in the last chunk
+    after its decoder layers (validate_layer_layout); not with the first/last-stage or
+    per-virtual-stage flags."""
     chunks = layout.split("|")
     problems = []
+    mtp = int(args[args.index("--mtp-num-layers") + 1]) if "--mtp-num-layers" in args else 0
+    if layout.count("m") != mtp:
+        problems.append(f"megatron: layout has {layout.count('m')} MTP layers, --mtp-num-layers {mtp}")
+    if mtp and (layout.count("m") != chunks[-1].count("m") or "t" in chunks[-1][chunks[-1].index("m"):]):
+        problems.append("megatron: MTP layers not together after the decoder layers in the last chunk")
     if len(chunks) % pp:
         problems.append(f"megatron: layout of {len(chunks)} chunks over pp={pp}")
     if sum(chunk.count("t") for chunk in chunks) != layers:
         problems.append(f"megatron: layout places {layout.count('t')} layers, --num-layers {layers}")
     if layout.count("E") != 1 or "E" not in chunks[0] or layout.count("L") != 1 or "L" not in chunks[-1]:
         problems.append("megatron: layout without E first and L last")
-    if set(layout) - set("tEL|"):
-        problems.append(f"megatron: layout has other modules {set(layout) - set('tEL|')}")
+    if set(layout) - set("tmEL|"):
+        problems.append(f"megatron: layout has other modules {set(layout) - set('tmEL|')}")
     clash = [flag for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                                "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
                                "--account-for-embedding-in-pipeline-split") if flag in args]

@@ -272,3 +272,15 @@ def last_stage_logits_bytes(model: ModelSpec, s: int, b: int, tp: int) -> float:
     """Output layer working set for one micro-batch: 16-bit logits plus the fp32 copy
     the vocab-parallel cross-entropy keeps, (2 + 4)*s*b*V/t bytes."""
     return 6 * s * b * math.ceil(model.vocab_size / tp)
+
+
+def mtp_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool) -> float:
+    """What each multi-token-prediction module keeps for one micro-batch besides its block's
+    activations: its logits and loss (last_stage_logits_bytes) and the 16-bit inputs of enorm
+    and hnorm (h each) and of eh_proj (their concatenation, 2h), 8*s*b*h bytes (/t with SP,
+    whose shards they are: multi_token_prediction.py core_v0.14.0). 0 without MTP."""
+    if not model.num_mtp_layers:
+        return 0.0
+    inputs = 2 * 4 * s * b * model.hidden_size
+    return model.num_mtp_layers * (last_stage_logits_bytes(model, s, b, tp)
+                                   + (inputs / tp if sequence_parallel else inputs))

@@ -204,25 +204,41 @@ def model_flops_per_sequence(model: ModelSpec, s: int, causal: bool = False) -> 
     attention core counts only the pairs a causal mask keeps, 4*s^2*a*d / 2, as Megatron-LM
     core_v0.19.0 reports it (training.py num_floating_point_operations: "causal mask (only
     half of the mask is non-zero)") and flash kernels compute it; the 2021 count (eq. 7) keeps
-    the whole square.
+    the whole square. Multi-token-prediction modules (model.num_mtp_layers) add their blocks
+    and heads (_mtp_flops).
     """
     logits = logits_gemm(model, 1, s, 1).flops
-    return 3.0 * (model.num_hidden_layers * _layer_flops(model, s, causal) + logits)
+    return 3.0 * (model.num_hidden_layers * _layer_flops(model, s, causal) + logits + sum(_mtp_flops(model, s, causal)))
 
 
 def megatron_flops_per_sequence(model: ModelSpec, s: int, causal: bool = False) -> float:
     """Megatron's full-recompute count per sequence: 4 layer passes, 3 logits passes
-    (`causal` as in model_flops_per_sequence).
+    (`causal` as in model_flops_per_sequence; MTP blocks as layers, their heads as logits).
 
     For a GPT block this is eq. 3 divided by B.
     """
     logits = logits_gemm(model, 1, s, 1).flops
-    return 4.0 * model.num_hidden_layers * _layer_flops(model, s, causal) + 3.0 * logits
+    mtp_blocks, mtp_heads = _mtp_flops(model, s, causal)
+    return 4.0 * (model.num_hidden_layers * _layer_flops(model, s, causal) + mtp_blocks) + 3.0 * (logits + mtp_heads)
 
 
-def _layer_flops(model: ModelSpec, s: int, causal: bool) -> float:
-    """One layer's forward FLOPs for one sequence (the mean layer); the attention core halved
-    when causal. MoE: the MoE layers' MLP is the experts a token visits, 2*s*k*P_expert, plus
+def _mtp_flops(model: ModelSpec, s: int, causal: bool) -> tuple[float, float]:
+    """The multi-token-prediction modules' forward FLOPs for one sequence as (blocks, heads):
+    each a block of the last layer's kind (an MoE layer for an MoE model), and its head:
+    eh_proj 2*s*2h*h and its own pass of the output layer 2*s*h*V, as Megatron-LM counts them
+    (training.py num_floating_point_operations, core_v0.14.0: the MTP layers among the layers,
+    "MTP eh proj", logits x (mtp_num_layers + 1); its norms' 3h are left out here as the
+    blocks' are). (0, 0) without MTP."""
+    if not model.num_mtp_layers:
+        return 0.0, 0.0
+    h, n = model.hidden_size, model.num_mtp_layers
+    block = _layer_flops(model, s, causal, moe_share=1.0 if model.is_moe else None)
+    return n * block, n * (2.0 * s * 2 * h * h + logits_gemm(model, 1, s, 1).flops)
+
+
+def _layer_flops(model: ModelSpec, s: int, causal: bool, moe_share: float | None = None) -> float:
+    """One layer's forward FLOPs for one sequence (the mean layer; `moe_share` 1: an MoE layer);
+    the attention core halved when causal. MoE: the MoE layers' MLP is the experts a token visits, 2*s*k*P_expert, plus
     the shared experts, in place of the dense FFN (which the dense layers keep): Mixtral's two
     experts per token, not one; Megatron-LM core_v0.19.0 training.py
     num_floating_point_operations counts the same (moe_ffn_hidden_size x num_experts_routed_to,
@@ -236,4 +252,5 @@ def _layer_flops(model: ModelSpec, s: int, causal: bool) -> float:
     shared = sum(g.flops for g in moe_mlp_gemms_forward(model, 1, s, 1)[:-2]) if model.num_shared_experts else 0.0
     routed = model.num_experts_per_tok * expert_params(model) + latent_projection_params(model)
     moe_mlp = shared + 2.0 * s * routed
-    return total + model.num_moe_layers / model.num_hidden_layers * (moe_mlp - dense_mlp)
+    share = model.num_moe_layers / model.num_hidden_layers if moe_share is None else moe_share
+    return total + share * (moe_mlp - dense_mlp)

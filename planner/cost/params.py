@@ -705,3 +705,28 @@ def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
 def matmul_precision_of_dtype(model: ModelSpec) -> str:
     """The model dtype's matmul precision (weight-only int4/int8 dequantise into it)."""
     return MATMUL_PRECISION_OF_DTYPE[model.dtype]
+
+
+def mtp_module_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
+    """One multi-token-prediction module on one GPU of a TP group, as (all, of which routed
+    experts): a block of the final decoder layer's kind (an MoE block when the model is one:
+    Megatron builds the MTP layer from the decoder's last layer spec, gpt_layer_specs.py
+    core_v0.14.0 get_gpt_mtp_block_spec; DeepSeek-V3 sec. 2.2), its two norms, enorm, hnorm and
+    its final norm, and eh_proj [2h -> h], column-parallel (t ways). The embedding and output
+    head it shares are the stage's (training_memory.stage_params_per_gpu). DeepSeek-V3 at t = 2,
+    ep = 8 (32 of 256 experts a GPU): attention (187.1M - 15.1M replicated down-projections)/2
+    + 15.1M = 101.1M, experts 32 * 44.0M = 1,409.3M, shared expert 44.0M/2 = 22.0M, router
+    1.8M, eh_proj 102.8M/2 = 51.4M, norms 0.04M: 1,585.7M, of which 1,409.3M routed."""
+    h = model.hidden_size
+    full, replicated = attention_replicated_weights(model, tp)
+    attention = (attention_linear_weights(model) - full) / tp + replicated
+    per_ffn = (3 if model.gated_mlp else 2) * h
+    if model.is_moe:
+        routed = (model.num_local_experts * (expert_params(model) - expert_bias_params(model))
+                  * routed_expert_share_per_gpu(model, tp, ep))
+        shared = model.num_shared_experts * per_ffn * shared_expert_size(model) + latent_projection_params(model)
+        other = shared / tp + h * model.num_local_experts  # the router, whole on every GPU
+    else:
+        routed, other = 0.0, per_ffn * model.intermediate_size / tp
+    norms = 5 * norm_params(model)  # the block's two, enorm, hnorm, the final norm
+    return attention + routed + other + norms + 2 * h * h / tp, routed

@@ -133,16 +133,18 @@ def chunk_layers(stage_layers: int, v: int) -> tuple[int, ...]:
     return tuple(base + (i < extra) for i in range(v))
 
 
-def megatron_layout(layers: tuple[int, ...], v: int) -> str:
+def megatron_layout(layers: tuple[int, ...], v: int, mtp_layers: int = 0) -> str:
     """--pipeline-model-parallel-layout for these stage layers: the p*v chunks in Megatron's
     order (chunk j of stage i is entry j*p + i), "|" between chunks, E (embedding) opening the
-    first, t per decoder layer, L (loss) closing the last. 2 stages of 3 layers, v = 2:
-    "Ett|tt|t|tL"."""
+    first, t per decoder layer, m per multi-token-prediction module and L (loss) closing the
+    last (pipeline_parallel_layer_layout.py core_v0.14.0: MTP after every decoder layer, in the
+    last stage's last chunk with the loss). 2 stages of 3 layers, v = 2: "Ett|tt|t|tL"; with one
+    MTP module "Ett|tt|t|tmL"."""
     pp = len(layers)
     chunks = [chunk_layers(n, v) for n in layers]
     entries = ["t" * chunks[stage][j] for j in range(v) for stage in range(pp)]
     entries[0] = "E" + entries[0]
-    entries[-1] = entries[-1] + "L"
+    entries[-1] = entries[-1] + "m" * mtp_layers + "L"
     return "|".join(entries)
 
 

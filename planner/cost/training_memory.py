@@ -27,6 +27,7 @@ from planner.cost.params import (
     layer_linear_weights_per_gpu,
     layer_linear_weights_per_gpu_by_kind,
     layer_params_per_gpu,
+    mtp_module_params_per_gpu,
     param_counts,
 )
 from planner.layout import TrainConfig
@@ -77,24 +78,31 @@ def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
                          layers: tuple[int, int, int] | None = None, ep: int = 1) -> StageParams:
     """First stage: its blocks + vocab-parallel embedding V*h/t + learned positions.
     Last stage: its blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
-    a copy of tied embeddings there). Middle: its blocks. `layers` = (first, middle, last)
+    a copy of tied embeddings there) + the model's multi-token-prediction modules
+    (params.mtp_module_params_per_gpu; with pp > 1 and untied embeddings also the copy of the
+    embedding they share, gpt_model.py core_v0.14.0: built where mtp_process).
+    Middle: its blocks. `layers` = (first, middle, last)
     blocks; None = L/p on every stage. pp = 1: one stage holding everything. `ep`: the routed
     experts whole, ceil(E/ep) per GPU (routed_experts says how many parameters they are)."""
     counts = param_counts(model)
     even = model.num_hidden_layers / pp
     first_blocks, middle_blocks, last_blocks = layers or (even, even if pp > 2 else 0, even)
     per_layer = layer_params_per_gpu(model, tp, ep)
+    vocab = model.vocab_size * model.hidden_size / tp
+    num_mtp = model.num_mtp_layers
+    mtp, mtp_routed = mtp_module_params_per_gpu(model, tp, ep) if num_mtp else (0.0, 0.0)
+    mtp_embedding = vocab if num_mtp and pp > 1 and counts.lm_head else 0.0
     experts = None
     if model.is_moe:
         routed = routed_expert_params_per_layer(model, tp, ep)
-        every_layer = model.num_hidden_layers * routed
+        every_layer = model.num_hidden_layers * routed + num_mtp * mtp_routed
         experts = (StageParams(every_layer, every_layer) if pp == 1 else
-                   StageParams(first_blocks * routed, last_blocks * routed, middle_blocks * routed))
-    vocab = model.vocab_size * model.hidden_size / tp
+                   StageParams(first_blocks * routed, last_blocks * routed + num_mtp * mtp_routed,
+                               middle_blocks * routed))
     positions = counts.embedding - model.vocab_size * model.hidden_size
     first = first_blocks * per_layer + vocab + positions
     head = vocab if (counts.lm_head or pp > 1) else 0.0
-    last = last_blocks * per_layer + counts.final_norm + head
+    last = last_blocks * per_layer + counts.final_norm + head + num_mtp * mtp + mtp_embedding
     if pp == 1:
         whole = first + last - last_blocks * per_layer
         return StageParams(whole, whole, routed_experts=experts)

@@ -793,7 +793,8 @@ def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: i
                link: Link | None, send_seconds: float | None = None) -> float:
     """2*(v*m + p - 1) boundary sends on the critical path, each b*s*h*e/t bytes per GPU
     (Megatron's scatter/gather across the TP ranks, or sequence-parallel shards), alpha + S/beta;
-    tied embeddings add a 4*V*h/t-byte gradient all-reduce between first and last stage.
+    tied embeddings, or the MTP modules' shared one, add a 4*V*h/t-byte gradient all-reduce
+    between first and last stage (finalize_model_grads.py core_v0.14.0).
     `send_seconds`: pp_send_seconds(model, config, s, link) when the caller has it."""
     if config.pp == 1:
         return 0.0
@@ -801,7 +802,7 @@ def pp_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: i
     if send_seconds is None:
         send_seconds = pp_send_seconds(model, config, s, link)
     total = sends * send_seconds
-    if model.tie_word_embeddings:
+    if model.tie_word_embeddings or model.num_mtp_layers:  # the MTP modules share the embedding too
         embedding_grad_bytes = 4 * model.vocab_size * model.hidden_size / config.tp
         total += comm.ring_allreduce_seconds(embedding_grad_bytes, 2, comm.collective_link(link))
     return total
@@ -816,6 +817,10 @@ class LayerTerms:
     tp: TpSeconds
     logits_seconds: float
     """The last stage's output layer and loss, per micro-batch."""
+    mtp_head_seconds: float = 0.0
+    """The last stage's multi-token-prediction modules, per micro-batch, besides their blocks
+    (which cost a layer each: mtp_stage_seconds): each one's eh_proj forward and backward and
+    its own pass of the output layer and loss (mtp_head_seconds)."""
     ep: EpSeconds = EpSeconds()
     """Expert parallelism per MoE layer (all 0 without EP)."""
     cp: CpSeconds = CpSeconds()
@@ -859,6 +864,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
         layer=layer,
         tp=tp,
         logits_seconds=logits_seconds(model, chunk, b, c.tp, rates),
+        mtp_head_seconds=mtp_head_seconds(model, chunk, b, c.tp, rates),
         ep=ep,
         cp=cp_seconds_per_layer(model, c, chunk, placement, rates, cp_rotation),
         host_seconds_per_layer=host,
@@ -937,13 +943,44 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     ends = ends or stage_params_per_gpu(model, c.tp, c.pp, (0, 0, 0), c.ep)
     if layer_params is None:
         layer_params = layer_params_per_gpu(model, c.tp, c.ep)
-    ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
+    block = block_seconds(terms)
     return StageSeconds(
-        seconds_per_layer=(terms.layer.total + terms.tp.exposed + ep + terms.cp.exposed
-                           + terms.host_seconds_per_layer + layer_params * per_byte),
+        seconds_per_layer=block + layer_params * per_byte,
         first_extra_seconds=ends.first_stage * per_byte,
-        last_extra_seconds=ends.last_stage * per_byte + terms.logits_seconds,
+        last_extra_seconds=(ends.last_stage * per_byte + terms.logits_seconds
+                            + mtp_stage_seconds(model, terms, block)),
     )
+
+
+def block_seconds(terms: LayerTerms) -> float:
+    """One block's time per micro-batch on its stage, gradient accumulation aside: its compute
+    (the busiest EP GPU's extra expert work included), the TP, EP and CP exchanges as far as
+    they are exposed, and the MoE syncs' host waits."""
+    ep = terms.ep.comm_seconds_per_layer + terms.ep.compute_seconds_per_layer
+    return terms.layer.total + terms.tp.exposed + ep + terms.cp.exposed + terms.host_seconds_per_layer
+
+
+def mtp_stage_seconds(model: ModelSpec, terms: LayerTerms, block_seconds: float) -> float:
+    """What the model's multi-token-prediction modules add to the last stage per micro-batch
+    (Megatron's --mtp-num-layers builds them there, multi_token_prediction.py core_v0.14.0
+    get_mtp_num_layers_to_build): each runs one block, priced as the mean decoder block
+    (`block_seconds`: its compute and exposed communication; DeepSeek-V3's MTP block is an MoE
+    block, whose active FFN width, 8 x 2,048 routed + 2,048 shared, is the dense layers'
+    18,432), and its head (LayerTerms.mtp_head_seconds). Their gradient accumulation is the
+    stage's (their parameters are in stage_params_per_gpu)."""
+    return model.num_mtp_layers * block_seconds + terms.mtp_head_seconds
+
+
+def mtp_head_seconds(model: ModelSpec, s: int, b: int, tp: int, rates: TrainRates) -> float:
+    """Per micro-batch, the multi-token-prediction modules besides their blocks: each one's
+    eh_proj, [b*s, 2h] x [2h, h/t] forward and backward (3 GEMMs), and its own pass of the
+    output layer and loss (logits_seconds; each module predicts one more token with the shared
+    head). 0 without MTP."""
+    if not model.num_mtp_layers:
+        return 0.0
+    h = model.hidden_size
+    eh_proj = 3 * gemm_seconds(Gemm(b * s, -(-h // tp), 2 * h), rates)
+    return model.num_mtp_layers * (eh_proj + logits_seconds(model, s, b, tp, rates))
 
 
 def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
@@ -969,9 +1006,11 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c) / hbm
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
-    slowest, slowest_layers = c.pp - 1, last
-    compute_per_micro_batch = last * layer_compute + params.last_stage * accumulate + logits
-    stage_per_micro_batch = compute_per_micro_batch + last * layer_exposed
+    # the last stage's MTP modules (if any) run a block each and their heads (mtp_stage_seconds)
+    slowest, slowest_layers = c.pp - 1, last + model.num_mtp_layers
+    compute_per_micro_batch = (slowest_layers * layer_compute + params.last_stage * accumulate + logits
+                               + terms.mtp_head_seconds)
+    stage_per_micro_batch = compute_per_micro_batch + slowest_layers * layer_exposed
     for stage, layers_here, params_here in ((0, first, params.first_stage), (1, middle, params.middle_stage)):
         if stage >= c.pp - 1:
             break

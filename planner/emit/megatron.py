@@ -108,6 +108,8 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
         args.append("--add-qkv-bias")
     if not model.tie_word_embeddings:
         args.append("--untie-embeddings-and-output-weights")
+    if model.num_mtp_layers:  # on the last stage (train.trained_model; the loss weight stays Megatron's 0.1)
+        args += ["--mtp-num-layers", str(model.num_mtp_layers)]
     args += moe_args(model)
     args += ["--make-vocab-size-divisible-by", str(vocab_divisor(model.vocab_size, tp)),
              "--attention-dropout", "0", "--hidden-dropout", "0"]
@@ -272,7 +274,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
               else split.layers_per_stage(model.num_hidden_layers, c.pp, c.first_last_layers))
     if layers is not None and split.needs_layout(layers, c.virtual_stages):
         # a stage's layers not a multiple of its chunks: every chunk named (stage_split.megatron_layout)
-        args += ["--pipeline-model-parallel-layout", split.megatron_layout(layers, c.virtual_stages)]
+        args += ["--pipeline-model-parallel-layout", split.megatron_layout(layers, c.virtual_stages,
+                                                                           model.num_mtp_layers)]
     elif c.first_last_layers is not None:
         first, last = c.first_last_layers
         args += ["--decoder-first-pipeline-num-layers", str(first),

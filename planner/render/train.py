@@ -121,6 +121,13 @@ def stages_text(e: TrainEstimate) -> str:
     return f"uneven stages {layers_text(layers)} layers{counted}"
 
 
+def mtp_line(num_mtp_layers: int) -> str:
+    """The trained multi-token-prediction modules, where they run and what they cost."""
+    return (f"Multi-token prediction: {num_mtp_layers} module{'s' if num_mtp_layers > 1 else ''} on the last stage "
+            f"with the loss (--mtp-num-layers {num_mtp_layers}), each a block and another output-layer pass per "
+            f"micro-batch there; --mtp-layers 0 trains the main model only.")
+
+
 def summary_lines(plan: TrainPlan) -> list[str]:
     best = plan.layouts[0]
     c, t = best.config, best.time_breakdown_seconds
@@ -145,6 +152,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     ]
     if best.faster_split is not None:
         lines.append(faster_split_line(best))
+    if plan.model.num_mtp_layers:
+        lines.append(mtp_line(plan.model.num_mtp_layers))
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
@@ -391,6 +400,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "global_batch": request.global_batch,
         "seq_len": request.seq_len,
         "engine": request.engine,
+        "mtp_layers": plan.model.num_mtp_layers,
         "engine_versions": to_jsonable(request.engine_versions),
         "launch_not_emitted": launch_not_emitted,
         "recommended": layouts[0] if layouts else None,

@@ -188,16 +188,26 @@ def test_moe_dispatcher_errors():
         TrainRequest(global_batch=64, seq_len=4096, moe_dispatcher="nccl")
 
 
-def test_search_keeps_the_plan_with_deepep_faster_across_nodes():
-    """DeepSeek-V3 on 32 H100 nodes: the recommendation with DeepEP is at least as fast as the
-    best with NCCL all-to-alls only (auto can take either)."""
+@pytest.mark.parametrize("overlap", [True, False])
+def test_auto_takes_deepep_across_nodes_where_its_transfers_are_faster(overlap):
+    """DeepSeek-V3 on 32 H100 nodes at EP 64: auto runs DeepEP, whose transfers are several times
+    faster across nodes (train.moe_dispatcher_for compares transfers). In the plain schedule its
+    recommendation is the best either way (> 1.2x NCCL's). Under the combined 1F1B both exchanges
+    hide under the block's compute, where the plan prices DeepEP's 20 of the H100's 132 SMs but
+    not NCCL's channels, so the forced NCCL plan may price up to that share's worth faster: within
+    0.5% (0.06% today)."""
     cluster = resolve_cluster("32x8xH100")
-    auto = search(DEEPSEEK_V3, cluster, TrainRequest(global_batch=1024, seq_len=4096,
-                                                     layout=LayoutFilter(ep=64)))
-    nccl = search(DEEPSEEK_V3, cluster, TrainRequest(global_batch=1024, seq_len=4096, layout=LayoutFilter(ep=64),
-                                                     moe_dispatcher="alltoall"))
-    assert auto.layouts[0].tokens_per_second >= nccl.layouts[0].tokens_per_second
-    assert auto.layouts[0].config.moe_dispatcher == "deepep"
+
+    def best(dispatcher):
+        return search(DEEPSEEK_V3, cluster, TrainRequest(global_batch=1024, seq_len=4096, layout=LayoutFilter(ep=64),
+                                                         moe_dispatcher=dispatcher, moe_comm_overlap=overlap)).layouts[0]
+
+    auto, nccl = best("auto"), best("alltoall")
+    assert auto.config.moe_dispatcher == "deepep"
+    if overlap:
+        assert auto.tokens_per_second >= 0.995 * nccl.tokens_per_second
+    else:
+        assert auto.tokens_per_second > 1.2 * nccl.tokens_per_second
 
 
 @pytest.mark.parametrize("cluster_name, extra, message", [

@@ -101,15 +101,18 @@ def test_no_alltoall_without_ep():
 def test_deepseek_v3_experts_per_gpu_at_ep64():
     """ep=64, tp=1: 256/64 = 4 whole experts per GPU per MoE layer, each 3 * h * f_x =
     3 * 7168 * 2048 = 44,040,192 parameters: 176,160,768 per MoE layer, 58 MoE layers on one
-    stage = 10,217,324,544 (the mean block carries 58/61 of it)."""
+    stage = 10,217,324,544 (the mean block carries 58/61 of it), and the MTP module's MoE block
+    one more: 59 * 176,160,768 = 10,393,485,312."""
     assert experts_per_gpu(DSV3, 64) == 4
     per_moe_layer = 4 * 3 * 7168 * 2048
     assert per_moe_layer == 176_160_768
     assert routed_expert_params_per_layer(DSV3, 1, 64) == pytest.approx(per_moe_layer * 58 / 61)
     params = stage_params_per_gpu(DSV3, 1, 1, ep=64)
-    assert params.routed_experts.first_stage == pytest.approx(58 * per_moe_layer)
+    assert params.routed_experts.first_stage == pytest.approx(59 * per_moe_layer) == 10_393_485_312
+    no_mtp = DSV3.model_copy(update={"num_mtp_layers": 0})
+    assert stage_params_per_gpu(no_mtp, 1, 1, ep=64).routed_experts.first_stage == pytest.approx(58 * per_moe_layer)
     without_ep = stage_params_per_gpu(DSV3, 1, 1)
-    assert without_ep.first_stage - params.first_stage == pytest.approx(58 * (256 - 4) * 3 * 7168 * 2048)
+    assert without_ep.first_stage - params.first_stage == pytest.approx(59 * (256 - 4) * 3 * 7168 * 2048)
 
 
 def test_expert_data_parallel_group():
@@ -223,8 +226,10 @@ def test_ep_comm_in_the_step_is_the_pacing_stages_moe_layers():
 def test_the_deepseek_v3_question_plans_ep_with_pp():
     """`plan --workload train --model deepseek-v3 --cluster 256x8xH100 --global-batch 4096
     --seq-len 4096`: the recommendation has EP > 1 and PP > 1, fits, and its Megatron
-    command carries EP, the dispatcher the estimate priced (DeepEP across nodes: the flex
-    dispatcher), grouped GEMMs, MoE and MLA flags."""
+    command carries EP, the dispatcher the estimate priced (DeepEP: the flex dispatcher; NCCL:
+    alltoall), grouped GEMMs, MoE, MLA and MTP flags, the MTP module on the last stage with the
+    loss, where the split gives that stage fewer decoder layers (NVIDIA's recipe layouts do the
+    same: Megatron-Bridge recipes/deepseek/deepseek_v3.py v0.4.0, 13 + mtp + loss at pp 4)."""
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "256x8xH100",
                                       "--global-batch", "4096", "--seq-len", "4096", "--json"])
     assert result.exit_code == 0, result.output
@@ -236,8 +241,13 @@ def test_the_deepseek_v3_question_plans_ep_with_pp():
     argv = best["command"][0]["argv"]
     assert argv[argv.index("--expert-model-parallel-size") + 1] == str(best["ep"])
     assert argv[argv.index("--expert-tensor-parallel-size") + 1] == "1"
-    assert best["moe_dispatcher"] == "deepep" and best["alltoall_link"] == "infiniband"
-    assert argv[argv.index("--moe-token-dispatcher-type") + 1] == "flex" and "--moe-enable-deepep" in argv
+    assert best["alltoall_link"] == "infiniband"
+    flex = best["moe_dispatcher"] == "deepep"
+    assert argv[argv.index("--moe-token-dispatcher-type") + 1] == ("flex" if flex else "alltoall")
+    assert ("--moe-enable-deepep" in argv) == flex
+    assert argv[argv.index("--mtp-num-layers") + 1] == "1"
+    stages = best["num_layers_per_stage"]
+    assert stages[-1] < max(stages)
     for flag in ("--moe-grouped-gemm", "--multi-latent-attention", "--kv-lora-rank", "--num-experts",
                  "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
                  "--moe-layer-freq", "--sequence-parallel"):

@@ -236,13 +236,18 @@ def test_router_keys_are_read_from_config_json():
         "sigmoid", True, 2.5)
 
 
-def test_a_plan_says_the_mtp_layer_is_left_out():
-    """DeepSeek-V3's spec has one multi-token-prediction layer, which the plan neither prices nor
-    emits: the notes say so (JSON `notes`); a model without one says nothing of it."""
+def test_a_plan_says_when_the_spec_s_mtp_layer_is_left_out():
+    """DeepSeek-V3's spec has one multi-token-prediction layer, which Megatron trains by default
+    (priced and emitted: no note); with --mtp-layers 0 or torchtitan (which builds none) the
+    notes say it is left out (JSON `notes`); a model without one says nothing of it."""
     from planner.requests import TrainRequest
     from planner.train import training_caveats
 
-    request = TrainRequest(global_batch=1024, seq_len=4096)
-    assert any("multi-token-prediction" in note for note in training_caveats(resolve_model("deepseek-v3"), request))
-    assert not any("multi-token-prediction" in note
-                   for note in training_caveats(resolve_model("qwen3-30b-a3b"), request))
+    def says(model, **kw):
+        return any("multi-token-prediction" in note
+                   for note in training_caveats(resolve_model(model), TrainRequest(global_batch=1024, seq_len=4096,
+                                                                                   **kw)))
+
+    assert not says("deepseek-v3")
+    assert says("deepseek-v3", mtp_layers=0) and says("deepseek-v3", engine="torchtitan")
+    assert not says("qwen3-30b-a3b") and not says("qwen3-30b-a3b", mtp_layers=0)

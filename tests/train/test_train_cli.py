@@ -323,7 +323,7 @@ def test_the_closest_rejected_layouts_are_the_smallest_overshoot():
 
 def test_moe_training_says_how_far_its_times_are_calibrated():
     """An MoE plan warns that its times are calibrated loosely (docs/cost-model.md, Known
-    limitations: NVIDIA's published MoE runs are 14% off at the median, mostly slower); a dense
+    limitations: NVIDIA's published MoE runs are 13% off at the median, mostly slower); a dense
     plan does not."""
     moe = CliRunner().invoke(app, ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "2x8xH100",
                                    "--global-batch", "512", "--seq-len", "4096"])
