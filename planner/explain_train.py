@@ -46,7 +46,7 @@ from planner.layout import (
 )
 from planner.render.common import ms
 from planner.render.explain import seconds
-from planner.render.train import HOST_WAIT_LABEL, faster_split_line, schedule_name
+from planner.render.train import HOST_WAIT_LABEL, faster_split_line, mtp_line, schedule_name
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import (
@@ -77,8 +77,14 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
 
 
+def mtp_notes(model: ModelSpec, pp: int) -> tuple[str, ...]:
+    """The trained model's MTP modules (render.train.mtp_line), or nothing."""
+    return (mtp_line(model.num_mtp_layers, pp),) if model.num_mtp_layers else ()
+
+
 def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ...]:
-    """The estimate's candidate worst stages (first, heaviest middle, last), by component."""
+    """The estimate's candidate worst stages (first, heaviest middle, last), by component;
+    `model` the trained one (train.trained_model: its MTP modules on the last stage)."""
     c, m = e.config, e.num_micro_batches
     bars = []
     # DeepEP's buffers (train._stage_states: in the fixed overhead) shown apart, as serving shows them
@@ -86,7 +92,9 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
     for mem in e.stage_memories:
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
                                                 int(c.moe_comm_overlap))
-        note = f"{mem.num_layers} layers, up to {in_flight:g} of {m} micro-batches in flight ({schedule_name(c)})"
+        mtp = f" + {model.num_mtp_layers} MTP" if model.num_mtp_layers and mem.stage == c.pp - 1 else ""
+        note = (f"{mem.num_layers} layers{mtp}, up to {in_flight:g} of {m} micro-batches in flight "
+                f"({schedule_name(c)})")
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),
@@ -402,9 +410,9 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=(*train_notes(e), *training_caveats(model, request), *light),
+        notes=(*train_notes(e), *mtp_notes(plan.model, c.pp), *training_caveats(model, request), *light),
         placement=placement_map(cluster, c.layout, pp_outermost=True),
-        memory=train_memory_bars(model, e),
+        memory=train_memory_bars(plan.model, e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)
                           + pp_dp_rows(cluster, e)),
         timeline=timeline,

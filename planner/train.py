@@ -535,10 +535,14 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
 
 
-def oom_reason(memory: TrainMemory, capacity_bytes: int) -> str:
+def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 0) -> str:
+    """`mtp_layers_here`: the multi-token-prediction modules the overflowing stage holds (the
+    last stage's), named with the flag that leaves them out."""
     over = bytes_to_gib(memory.total_bytes - capacity_bytes)
+    mtp = (f", with the {mtp_layers_here} MTP module{'s' if mtp_layers_here > 1 else ''} there (--mtp-layers 0 "
+           f"leaves {'them' if mtp_layers_here > 1 else 'it'} out)") if mtp_layers_here else ""
     return (f"out of memory on stage {memory.stage} by {over:.1f} GiB "
-            f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB)")
+            f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB){mtp}")
 
 
 def expert_imbalance(request: TrainRequest | None) -> float:
@@ -607,14 +611,14 @@ def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | Non
     launch's environment)."""
     if not model.is_moe or config.ep <= 1:
         return "there is no expert parallelism"
+    if model.num_mtp_layers > 1:
+        return f"Megatron takes at most one MTP layer with it ({model.num_mtp_layers} trained)"
     if config.recompute == "full":
         return "Megatron refuses it with full recompute"
     if config.pp > 1 and not (config.schedule == "interleaved" and config.virtual_stages > 1):
         return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
     if model.dtype not in ("bfloat16", "float16"):
         return "Megatron needs bf16 or fp16 parameters for it"
-    if model.num_mtp_layers > 1:
-        return f"Megatron takes at most one MTP layer with it ({model.num_mtp_layers} trained)"
     return None
 
 
@@ -838,7 +842,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         if config.moe_dispatcher == "deepep" and request.moe_dispatcher == "auto":  # DeepEP's buffers: without
             return _fallen_back(estimate(model, cluster, given, replace(request, moe_dispatcher="alltoall"), rates,
                                          memo))
-        return Rejected(config.layout, (oom_reason(memory, capacity),), memory.total_bytes - capacity)
+        mtp_here = model.num_mtp_layers if memory.stage == config.pp - 1 else 0
+        return Rejected(config.layout, (oom_reason(memory, capacity, mtp_here),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine,
                                     request.moe_host_seconds)
     params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
@@ -1003,7 +1008,8 @@ def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     L, c = model.num_hidden_layers, config
     v = c.virtual_stages
     fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
-    if fixed or (L % c.pp == 0 and (L // c.pp) % v == 0):
+    # even stages need no split, unless MTP modules weigh on the last (then the splits are weighed)
+    if fixed or c.pp == 1 or (L % c.pp == 0 and (L // c.pp) % v == 0 and not model.num_mtp_layers):
         return None
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
@@ -1022,7 +1028,7 @@ def _split_options_of(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, se
     L, pp, v = model.num_hidden_layers, c.pp, c.virtual_stages
     costs = memo.get(("stage_seconds", engine, key), _stage_seconds, model, cluster, c, seq_len, rates, memo,
                      imbalance, engine, moe_host_seconds)
-    return SplitOptions(costs, pp, split_candidates(L, pp, v, engine))
+    return SplitOptions(costs, pp, split_candidates(L, pp, v, engine, bool(model.num_mtp_layers)))
 
 
 def _stage_seconds(model: ModelSpec, cluster: ClusterSpec, c: TrainConfig, seq_len: int, rates: TrainRates,
@@ -1053,7 +1059,7 @@ class SplitOptions:
         self._costs, self._pp, self._candidates = costs, pp, candidates
         self._ordered: tuple | None = None
         self._least: tuple[int, int, int] | None = None
-        self.first = _named_split(*min(self._keyed())[1:4]) if candidates else None
+        self.first = _named_split(*min(self._keyed())[1:]) if candidates else None
 
     def _keyed(self) -> list[tuple[float, int, int, int, int]]:
         """(slowest stage's seconds, kind, f, l, c) per candidate."""
@@ -1063,7 +1069,7 @@ class SplitOptions:
     def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
         """Every split, fastest first, with its (first, middle, last) stage layers."""
         if self._ordered is None:
-            self._ordered = tuple((_named_split(kind, f, last), (f, c, last))
+            self._ordered = tuple((_named_split(kind, f, last, c), (f, c, last))
                                   for _, kind, f, last, c in sorted(self._keyed()))
         return self._ordered
 
@@ -1075,20 +1081,28 @@ class SplitOptions:
         return self._least
 
 
-def _named_split(kind: int, first: int, last: int) -> tuple[tuple[int, int] | None, bool]:
+def _named_split(kind: int, first: int, last: int, middle: int) -> tuple[tuple[int, int] | None, bool]:
     """(first/last layers, account) of a SplitOptions candidate: the account flag sets no
-    first/last layers."""
-    return (None, True) if kind == 1 else ((first, last), False)
+    first/last layers, nor does the even split among the first/last ones (weighed where MTP
+    modules load the last stage: split_candidates), which needs no flag; middle 0 when p = 2."""
+    if kind == 1:
+        return None, True
+    if first == last and middle in (0, first):
+        return None, False
+    return (first, last), False
 
 
 @functools.cache
-def split_candidates(num_layers: int, pp: int, v: int, engine: str) -> tuple[tuple[int, tuple[int, int, int]], ...]:
+def split_candidates(num_layers: int, pp: int, v: int, engine: str,
+                     heavy_last: bool = False) -> tuple[tuple[int, tuple[int, int, int]], ...]:
     """Every (kind, (first, middle, last) layers) split SplitOptions weighs: Megatron's balanced
-    first/last splits (p not dividing L), its account split (the embedding and loss counted as
+    first/last splits (p not dividing L, or `heavy_last`: MTP modules on the last stage, where
+    the even split is one of them), its account split (the embedding and loss counted as
     layers), and where neither flag splits the layers the per-chunk split's (layout string or
-    torchtitan's module lists). A function of the four numbers alone, cached: the search asks
+    torchtitan's module lists). A function of its arguments alone, cached: the search asks
     for it with every configuration key."""
-    first_last = tuple(split.candidate_splits(num_layers, pp, v)) if num_layers % pp else ()
+    uneven = num_layers % pp or (heavy_last and engine == "megatron")
+    first_last = tuple(split.candidate_splits(num_layers, pp, v)) if uneven else ()
     account = split.account_split(num_layers, pp, v) if engine == "megatron" else None
     options = [(0, triple) for triple in first_last]
     if account is not None:
@@ -1138,14 +1152,20 @@ def trained_model(model: ModelSpec, request: TrainRequest) -> ModelSpec:
     mtp_num_layers = 1; none with torchtitan, which builds no MTP module at v0.2.2). The plan's
     costs read model.num_mtp_layers (stage_params_per_gpu, mtp_stage_seconds, flops). Megatron
     builds MTP only with rotary or no position embeddings (arguments.py core_v0.14.0 and
-    core_v0.19.0): asked for a learned-position model, a SpecError."""
+    core_v0.19.0): asked for a learned-position model, a SpecError; by default such a model
+    trains none (training_caveats says so)."""
     num = request.mtp_layers
     if num is None:
-        num = model.num_mtp_layers if request.engine == "megatron" else 0
-    if num and model.position_embedding == "learned":
+        num = model.num_mtp_layers if request.engine == "megatron" and mtp_position_ok(model) else 0
+    if num and not mtp_position_ok(model):
         raise SpecError(f"--mtp-layers {num}: Megatron-LM builds multi-token prediction only with rope or no "
                         f"position embeddings; {model.name} has learned positions")
     return model if num == model.num_mtp_layers else model.model_copy(update={"num_mtp_layers": num})
+
+
+def mtp_position_ok(model: ModelSpec) -> bool:
+    """Megatron builds MTP modules only with rotary or no position embeddings."""
+    return model.position_embedding != "learned"
 
 
 def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
@@ -1161,7 +1181,8 @@ def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]
     num_trained = trained_model(model, request).num_mtp_layers
     if model.num_mtp_layers > num_trained:
         why = ("--mtp-layers" if request.mtp_layers is not None
-               else f"{request.engine} builds no multi-token-prediction module")
+               else f"{request.engine} builds no multi-token-prediction module" if request.engine != "megatron"
+               else "Megatron-LM builds them only with rope or no position embeddings")
         trained = f"{num_trained} of them" if num_trained else "the main model only"
         caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are not all trained ({why}): "
                     f"the plan and command train {trained}.",)

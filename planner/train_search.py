@@ -408,6 +408,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
         plan = replace(plan, shortfall=shortfall)
     if suggest and short_of_memory(plan):
         found = more_gpus_suggestion(model, cluster, asked)  # as asked: dp not fixed to this cluster's
-        plan = replace(plan, suggestions=(found,) if found else ("nothing up to "
-                                                               f"{MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",))
+        plan = replace(plan, suggestions=without_mtp_suggestion(model, cluster, asked) + (
+            (found,) if found else (f"nothing up to {MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",)))
     return plan
+
+
+def without_mtp_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[str, ...]:
+    """Where the trained MTP modules are what does not fit: the configuration the same GPUs run
+    without them (--mtp-layers 0), or nothing."""
+    if not model.num_mtp_layers:
+        return ()
+    plan = search(model, cluster, replace(request, mtp_layers=0), suggest=False)
+    if not plan.layouts:
+        return ()
+    c = plan.layouts[0].config
+    modules = "MTP module" if model.num_mtp_layers == 1 else f"{model.num_mtp_layers} MTP modules"
+    return (f"these GPUs run tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''} without the "
+            f"{modules} (--mtp-layers 0)",)

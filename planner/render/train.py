@@ -121,11 +121,13 @@ def stages_text(e: TrainEstimate) -> str:
     return f"uneven stages {layers_text(layers)} layers{counted}"
 
 
-def mtp_line(num_mtp_layers: int) -> str:
+def mtp_line(num_mtp_layers: int, pp: int) -> str:
     """The trained multi-token-prediction modules, where they run and what they cost."""
-    return (f"Multi-token prediction: {num_mtp_layers} module{'s' if num_mtp_layers > 1 else ''} on the last stage "
-            f"with the loss (--mtp-num-layers {num_mtp_layers}), each a block and another output-layer pass per "
-            f"micro-batch there; --mtp-layers 0 trains the main model only.")
+    where = "on the last pipeline stage, before the loss" if pp > 1 else "after the last layer, before the loss"
+    each = "each one" if num_mtp_layers > 1 else "it"
+    return (f"Multi-token prediction: {num_mtp_layers} MTP module{'s' if num_mtp_layers > 1 else ''} {where} "
+            f"(--mtp-num-layers {num_mtp_layers}); per micro-batch {each} runs a transformer block and a second "
+            f"pass of the output layer and loss. --mtp-layers 0 trains the main model only.")
 
 
 def summary_lines(plan: TrainPlan) -> list[str]:
@@ -153,7 +155,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if best.faster_split is not None:
         lines.append(faster_split_line(best))
     if plan.model.num_mtp_layers:
-        lines.append(mtp_line(plan.model.num_mtp_layers))
+        lines.append(mtp_line(plan.model.num_mtp_layers, c.pp))
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")

@@ -174,24 +174,42 @@ def test_serving_refuses_the_training_flag():
 @given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), b=st.sampled_from([1, 2]),
        mtp=st.integers(1, 3), recompute=st.sampled_from(["none", "selective", "full"]))
 def test_mtp_modules_never_speed_a_step_or_shrink_the_last_stage(tp, pp, b, mtp, recompute):
-    """Property: training MTP modules adds work and memory to the last stage only: the step is
-    never faster, the last stage never holds less, the first stage is unchanged."""
+    """Property: on the same stage split, training MTP modules adds work and memory to the last
+    stage only: the step is never faster, the last stage never holds less, the first stage is
+    unchanged. (The split itself may move: with MTP the estimate weighs uneven splits even
+    where p divides L, and the MTP plan runs the one it picked.)"""
     cluster = resolve_cluster("4x8xH100")
     dp = 32 // (tp * pp)
     config = TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, tp > 1, 1)
-    request = TrainRequest(global_batch=dp * b * 8, seq_len=4096, mtp_layers=0)
-    bare = estimate(LLAMA_8B, cluster, config, request)
     trained = estimate(LLAMA_8B, cluster, config, TrainRequest(global_batch=dp * b * 8, seq_len=4096,
                                                                mtp_layers=mtp))
-    if not hasattr(bare, "step_time_seconds"):
-        return  # does not fit without MTP: nothing to compare
     if not hasattr(trained, "step_time_seconds"):
-        assert "out of memory" in trained.reasons[0]
+        assert "out of memory" in trained.reasons[0] and (pp == 1 or "MTP module" in trained.reasons[0]
+                                                          or "stage 0" in trained.reasons[0])
         return
+    split = config.with_(first_last_layers=trained.config.first_last_layers,
+                         account_for_embedding_and_loss=trained.config.account_for_embedding_and_loss)
+    bare = estimate(LLAMA_8B, cluster, split, TrainRequest(global_batch=dp * b * 8, seq_len=4096, mtp_layers=0))
+    assert bare.num_layers_per_stage == trained.num_layers_per_stage
     assert trained.step_time_seconds > bare.step_time_seconds
     assert trained.stage_memories[-1].total_bytes > bare.stage_memories[-1].total_bytes
     if pp > 1:
         assert trained.stage_memories[0].total_bytes == bare.stage_memories[0].total_bytes
+
+
+def test_with_mtp_the_split_moves_layers_off_the_last_stage_where_p_divides_l():
+    """Llama-3.1-70B (80 layers) at tp 4, pp 4, one MTP module: the even 20 x4 split leaves the
+    module and a second output-layer pass on the last stage; the estimate weighs Megatron's
+    first/last splits too and gives the last stage fewer layers (first/last flags emitted);
+    without MTP the stages stay even (no flags)."""
+    cluster = resolve_cluster("4x8xH100")
+    config = TrainConfig(4, 4, 2, 1, "1f1b", 1, "none", True, 1)
+    with_mtp = estimate(resolve_model("llama-3.1-70b"), cluster, config,
+                        TrainRequest(global_batch=512, seq_len=4096, mtp_layers=1))
+    without = estimate(resolve_model("llama-3.1-70b"), cluster, config, TrainRequest(global_batch=512, seq_len=4096))
+    assert without.num_layers_per_stage == (20, 20, 20, 20) and without.config.first_last_layers is None
+    assert with_mtp.num_layers_per_stage[-1] < 20 and sum(with_mtp.num_layers_per_stage) == 80
+    assert with_mtp.config.first_last_layers == (with_mtp.num_layers_per_stage[0], with_mtp.num_layers_per_stage[-1])
 
 
 def test_search_and_estimate_agree_on_the_model_trained():
@@ -210,3 +228,39 @@ def test_search_and_estimate_agree_on_the_model_trained():
 def test_a_learned_position_model_cannot_be_trained_with_mtp():
     with pytest.raises(SpecError, match="learned positions"):
         trained_model(resolve_model("gpt3-175b"), TrainRequest(global_batch=64, seq_len=2048, mtp_layers=1))
+
+
+def test_where_the_mtp_module_is_what_does_not_fit_the_plan_says_so():
+    """DeepSeek-V3 at tp 1, pp 4, ep 64 on 32 H100 nodes: with its MTP module no configuration
+    fits (the split that balances the module puts more layers on the middle stages), without it
+    one does; 'what would fit' names --mtp-layers 0 before more GPUs."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "32x8xH100",
+                                      "--global-batch", "1024", "--seq-len", "4096", "--layout", "tp=1,pp=4,ep=64",
+                                      "--json"])
+    assert result.exit_code == 1, result.output
+    suggestions = json.loads(result.output)["suggestions"]
+    assert suggestions[0].startswith("these GPUs run tp=1 cp=1 pp=4 dp=64 ep=64 without the MTP module "
+                                     "(--mtp-layers 0)")
+    assert len(suggestions) == 2
+
+
+def test_a_learned_position_spec_with_mtp_trains_none_by_default():
+    """A spec declaring MTP layers with learned positions: Megatron builds none (no error unless
+    --mtp-layers asks), and the notes say why."""
+    spec = resolve_model("gpt3-175b").model_copy(update={"num_mtp_layers": 2})
+    request = TrainRequest(global_batch=64, seq_len=2048)
+    assert trained_model(spec, request).num_mtp_layers == 0
+    from planner.train import training_caveats
+
+    assert any("only with rope or no position embeddings" in note for note in training_caveats(spec, request))
+
+
+def test_the_overlap_refusal_names_the_mtp_limit_first():
+    """Megatron's combined 1F1B takes at most one MTP layer: with two, that is the reason given,
+    whatever else the configuration does (it blocks every layout)."""
+    from planner.train import moe_comm_overlap_refusal
+
+    two = DSV3.model_copy(update={"num_mtp_layers": 2})
+    config = TrainConfig(8, 4, 8, 1, "1f1b", 1, "full", True, 1, ep=64)
+    assert moe_comm_overlap_refusal(two, config) == "Megatron takes at most one MTP layer with it (2 trained)"
+    assert moe_comm_overlap_refusal(DSV3, config) == "Megatron refuses it with full recompute"
