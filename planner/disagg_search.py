@@ -444,7 +444,9 @@ def unit_nodes(n_p: int, prefill_gpus: int, n_d: int, decode_gpus: int, same_nod
 
 
 def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
-    return intra_node_link(cluster) if same_node else inter_node_link(cluster)
+    """The KV cache's path from a prefill GPU to a decode GPU: a send to one peer in the node
+    (one link on a mesh fabric: layout.intra_node_link), else its share of the NICs."""
+    return intra_node_link(cluster, 2) if same_node else inter_node_link(cluster)
 
 
 PIPELINED_DECODE = ("a decode worker with pipeline stages cannot take in the KV (vLLM's NixlConnector refuses a "

@@ -195,13 +195,17 @@ class Placement:
     """Where one EP group's ranks sit (None when ep == 1)."""
     cp_group: GroupTopology | None = None
     """Where one CP ring's ranks sit (None when cp == 1)."""
+    cp_hop: Link | None = None
+    """One hop of the CP ring inside a node (a send to one peer: intra_node_link's pair); None
+    when cp == 1 or the ring's ranks are one a node."""
 
     @property
     def cp_link(self) -> Link | None:
-        """The slowest hop of the CP ring: the NICs when the ring spans nodes."""
+        """The slowest hop of the CP ring: the NICs when the ring spans nodes, else a send to one
+        peer in the node (on a mesh fabric one of its links, not the group's share)."""
         if self.cp_group is None:
             return None
-        return self.cp_group.inter or self.cp_group.intra
+        return self.cp_group.inter or self.cp_hop or self.cp_group.intra
 
     @property
     def ep_link(self) -> Link | None:
@@ -211,11 +215,25 @@ class Placement:
         return self.ep_group.inter or self.ep_group.intra
 
 
-def intra_node_link(cluster: ClusterSpec) -> Link:
+MESH_FABRICS = ("xgmi",)
+"""Intra-node fabrics that are a full mesh of direct GPU-to-GPU links, no switch: AMD Infinity
+Fabric on MI300X/MI325X platforms, each GPU with 7 links of 64 GB/s to the node's other 7 (AMD
+Instinct MI300X data sheet; the catalog's bandwidth is the sum, 448 GB/s). NVLink nodes go
+through NVSwitch and PCIe nodes through a switch: any group there gets the GPU's whole rate."""
+
+
+def intra_node_link(cluster: ClusterSpec, ranks_in_node: int = 0) -> Link:
+    """A GPU's link to `ranks_in_node` - 1 others in its node (0: any number, the whole rate).
+    On a mesh fabric (MESH_FABRICS) a group of g of the node's n GPUs reaches only its g - 1
+    peers' links, (g - 1)/(n - 1) of the GPU's total: a pair (a pipeline send, a ring hop) one
+    link, 64 GB/s on MI300X; TP 4 three, 192 GB/s; all 8 the whole 448."""
     link = cluster.intra_node
     assert link is not None, "intra_node link asked of a one-GPU node"
-    return Link(link.kind, "intra_node", link.bandwidth_bytes_per_s, link.latency_seconds,
-                cluster.measured is not None)
+    bandwidth = link.bandwidth_bytes_per_s
+    gpn = cluster.gpus_per_node
+    if link.kind in MESH_FABRICS and 2 <= ranks_in_node < gpn:
+        bandwidth *= (ranks_in_node - 1) / (gpn - 1)
+    return Link(link.kind, "intra_node", bandwidth, link.latency_seconds, cluster.measured is not None)
 
 
 def inter_node_link(cluster: ClusterSpec) -> Link:
@@ -257,10 +275,10 @@ def group_topology(cluster: ClusterSpec, group_size: int) -> GroupTopology:
     over N nodes (g = gcd(group size, GPUs per node) when groups straddle node boundaries)."""
     gpn = cluster.gpus_per_node
     if cluster.num_nodes == 1 or not groups_cross_nodes(group_size, gpn):
-        intra = intra_node_link(cluster) if group_size > 1 else None
+        intra = intra_node_link(cluster, group_size) if group_size > 1 else None
         return GroupTopology(group_size, group_size, 1, intra, None)
     per_node = math.gcd(group_size, gpn)
-    intra = intra_node_link(cluster) if per_node > 1 else None
+    intra = intra_node_link(cluster, per_node) if per_node > 1 else None
     return GroupTopology(group_size, per_node, group_size // per_node, intra, inter_node_link(cluster))
 
 
@@ -275,13 +293,15 @@ def place(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False) -> P
     crossing = 0 if single_node else num_boundaries_crossing_nodes(layout, gpn, pp_outermost)
     tp_link = None
     if layout.tp > 1:
-        tp_link = inter_node_link(cluster) if tp_crosses else intra_node_link(cluster)
+        tp_link = inter_node_link(cluster) if tp_crosses else intra_node_link(cluster, layout.tp)
     pp_link = None
     if layout.pp > 1:
-        pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster)
+        pp_link = inter_node_link(cluster) if crossing else intra_node_link(cluster, 2)  # a send: one peer
     tp_group = group_topology(cluster, layout.tp) if layout.tp > 1 else None
+    cp_group = cp_group_topology(cluster, layout)
+    cp_hop = intra_node_link(cluster, 2) if cp_group is not None and cp_group.ranks_per_node > 1 else None
     return Placement(tp_link, pp_link, tp_crosses, crossing, tp_group, ep_group_topology(cluster, layout, pp_outermost),
-                     cp_group_topology(cluster, layout))
+                     cp_group, cp_hop)
 
 
 def ep_group_ranks(layout: Layout, pp_outermost: bool = False) -> list[int]:
@@ -309,7 +329,7 @@ def ep_group_topology(cluster: ClusterSpec, layout: Layout, pp_outermost: bool =
     if layout.ep <= 1:
         return None
     g, n = _ep_group_spread(cluster.gpus_per_node, layout.tp, layout.pp, layout.dp_per_ep_group, pp_outermost)
-    intra = intra_node_link(cluster) if g > 1 else None
+    intra = intra_node_link(cluster, g) if g > 1 else None
     inter = inter_node_link(cluster) if n > 1 else None
     return GroupTopology(layout.ep, g, n, intra, inter)
 
@@ -326,7 +346,7 @@ def strided_group_topology(cluster: ClusterSpec, num_ranks: int, stride: int) ->
     if num_ranks <= 1:
         return None
     g, n = _strided_spread(cluster.gpus_per_node, num_ranks, stride)
-    intra = intra_node_link(cluster) if g > 1 else None
+    intra = intra_node_link(cluster, g) if g > 1 else None
     inter = inter_node_link(cluster) if n > 1 else None
     return GroupTopology(num_ranks, g, n, intra, inter)
 

@@ -1062,9 +1062,13 @@ class SplitOptions:
         self.first = _named_split(*min(self._keyed())[1:]) if candidates else None
 
     def _keyed(self) -> list[tuple[float, int, int, int, int]]:
-        """(slowest stage's seconds, kind, f, l, c) per candidate."""
-        slowest, pp = self._costs.slowest, self._pp
-        return [(slowest(f, c, last, pp), kind, f, last, c) for kind, (f, c, last) in self._candidates]
+        """(slowest stage's seconds, kind, f, l, c) per candidate: StageSeconds.slowest written
+        out (c = 0 when p = 2 adds a 0 to the max, which stage times never go below; the search
+        builds thousands of these)."""
+        costs = self._costs
+        w, first_extra, last_extra = costs.seconds_per_layer, costs.first_extra_seconds, costs.last_extra_seconds
+        return [(max(f * w + first_extra, last * w + last_extra, c * w), kind, f, last, c)
+                for kind, (f, c, last) in self._candidates]
 
     def ordered(self) -> tuple[tuple[tuple[tuple[int, int] | None, bool], tuple[int, int, int]], ...]:
         """Every split, fastest first, with its (first, middle, last) stage layers."""

@@ -176,3 +176,26 @@ def test_training_pipeline_link_in_megatron_order() -> None:
     assert place(cluster, layout, pp_outermost=True).pp_link.kind == "infiniband"
     group = dp_group_topology(cluster, layout)
     assert (group.ranks_per_node, group.num_nodes, group.intra.kind) == (4, 1, "nvlink")
+
+
+def test_a_mesh_fabric_gives_a_group_only_its_peers_links():
+    """MI300X nodes are a full mesh of Infinity Fabric links, 7 per GPU of 64 GB/s (the catalog's
+    448 GB/s is their sum), no switch: a group of g of the node's 8 GPUs reaches g - 1 of them.
+    TP 2 or a pipeline send: 448/7 = 64 GB/s; TP 4: 3 x 64 = 192 GB/s; TP 8: 448. A CP ring's
+    hop is a send to one peer: 64 GB/s even at cp = 4. NVSwitch (H100) gives every group the
+    GPU's 450 GB/s."""
+    from planner.catalog import resolve_cluster
+    from planner.layout import Layout, intra_node_link, place
+
+    mi300x, h100 = resolve_cluster("1x8xMI300X"), resolve_cluster("1x8xH100")
+    assert intra_node_link(mi300x, 2).bandwidth_bytes_per_s == pytest.approx(64e9)
+    assert intra_node_link(mi300x, 4).bandwidth_bytes_per_s == pytest.approx(192e9)
+    assert intra_node_link(mi300x, 8).bandwidth_bytes_per_s == pytest.approx(448e9)
+    assert intra_node_link(mi300x).bandwidth_bytes_per_s == pytest.approx(448e9)
+    assert intra_node_link(h100, 2).bandwidth_bytes_per_s == pytest.approx(450e9)
+    tp4 = place(mi300x, Layout(4, 2, 1))
+    assert tp4.tp_link.bandwidth_bytes_per_s == pytest.approx(192e9)
+    assert tp4.pp_link.bandwidth_bytes_per_s == pytest.approx(64e9)
+    ring = place(mi300x, Layout(2, 1, 1, cp=4), pp_outermost=True)
+    assert ring.cp_group.intra.bandwidth_bytes_per_s == pytest.approx(192e9)  # the group's collectives
+    assert ring.cp_link.bandwidth_bytes_per_s == pytest.approx(64e9)  # the ring's hop

@@ -253,9 +253,11 @@ def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: in
     `extra_forwards`: chunk forwards added to the warm-up (one with
     --overlap-moe-expert-parallel-comm, schedules.py core_v0.19.0: + 1/v of a micro-batch
     interleaved; without pipelining its combined 1F1B runs a forward beside each backward, 2
-    micro-batches in flight).
+    micro-batches in flight). Without pipelining (p = 1) the schedule names nothing: each
+    micro-batch runs its forward and backward before the next (Megatron's
+    forward_backward_no_pipelining), so one is in flight whatever the schedule asked.
     """
-    if schedule == "gpipe":
+    if schedule == "gpipe" and p > 1:
         return float(m)
     if schedule == "1f1b":
         return float(min(p - stage + extra_forwards, m))

@@ -107,6 +107,12 @@ def ms(seconds: float) -> str:
     return f"{units.seconds_to_ms(seconds):.1f} ms" if seconds >= units.SECONDS_PER_MS else f"{units.seconds_to_us(seconds):.0f} us"
 
 
+def ms_or_s(seconds: float, seconds_from: float = 1.0, decimals: int = 2) -> str:
+    """A duration: ms (us below a millisecond) below `seconds_from`, else seconds with
+    `decimals` places, thousands separated."""
+    return ms(seconds) if seconds < seconds_from else f"{seconds:,.{decimals}f} s"
+
+
 def us(seconds: float) -> str:
     return f"{units.seconds_to_us(seconds):.1f} us"
 

@@ -25,7 +25,15 @@ from planner.explain import (
     PlacementMap,
     TimeBreakdown,
 )
-from planner.render.common import console, count, gib, ms, print_json, us, write_output_file
+from planner.render.common import (
+    console,
+    count,
+    gib,
+    ms_or_s,
+    print_json,
+    us,
+    write_output_file,
+)
 from planner.sensitivity import Flip, SensitivityReport
 
 STAGE_STYLES = ("on dark_blue", "on dark_green", "on dark_red", "on purple4", "on dark_orange3",
@@ -53,7 +61,7 @@ LABEL_GAP = 1
 
 def seconds(value: float) -> str:
     """ms below a second (us below a millisecond), else seconds."""
-    return f"{value:.2f} s" if value >= 1 else ms(value)
+    return ms_or_s(value)
 
 
 def heading(out: Console, title: str) -> None:

@@ -20,6 +20,7 @@ from planner.render.common import (
     console,
     count,
     ms,
+    ms_or_s,
     per_node_lines,
     print_json_rows,
     step_json,
@@ -429,7 +430,7 @@ LATENCY_IN_SECONDS_FROM = 10.0
 
 
 def latency(seconds: float) -> str:
-    return ms(seconds) if seconds < LATENCY_IN_SECONDS_FROM else f"{seconds:,.1f} s"
+    return ms_or_s(seconds, LATENCY_IN_SECONDS_FROM, 1)
 
 
 def burst_sla_misses(request: ServeRequest, metrics: ServeMetrics) -> list[str]:

@@ -18,6 +18,7 @@ from planner.render.common import (
     count,
     gib,
     ms,
+    ms_or_s,
     per_node_lines,
     print_json_rows,
     step_json,
@@ -65,7 +66,7 @@ def _memory_cell(e: TrainEstimate) -> str:
 
 def _step_cell(seconds: float) -> str:
     """A step in ms below 10 s, in s above (a 121.8 s step, not 121758.9 ms)."""
-    return f"{seconds:.2f} s" if seconds >= STEP_SECONDS_SHOWN_IN_S else ms(seconds)
+    return ms_or_s(seconds, STEP_SECONDS_SHOWN_IN_S)
 
 
 HOST_WAIT_LABEL = "host waits (MoE syncs)"

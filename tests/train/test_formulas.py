@@ -153,3 +153,14 @@ def test_flash_never_stores_more_than_materialized(s, b, tp, sp, recompute):
         assert flash == materialized + act.softmax_stats_bytes(TINY, s, b, tp)
     else:
         assert flash <= materialized
+
+
+def test_without_pipelining_one_micro_batch_is_in_flight_whatever_the_schedule():
+    """GPipe holds all m micro-batches on every stage (8 of 8 at p = 4); with p = 1 there is no
+    pipeline to fill: each micro-batch's forward and backward run before the next, so 1, as
+    1F1B gives (--schedule gpipe on a layout without PP charged all 8, and 70B on 4x8 H100 came
+    out "nothing fits")."""
+    from planner.cost.activations import micro_batches_in_flight
+
+    assert micro_batches_in_flight("gpipe", 4, 8) == 8.0
+    assert micro_batches_in_flight("gpipe", 1, 8) == micro_batches_in_flight("1f1b", 1, 8) == 1.0
