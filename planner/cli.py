@@ -8,6 +8,7 @@ feasible layout" is exit code 1; success is 0.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -297,7 +298,8 @@ def parse_layout(text: str | None, training: bool = False) -> LayoutFilter:
         if key == "cp" and not training:
             raise SpecError(f"--layout: {part.strip()!r}: context parallelism (cp) is a training degree "
                             "(--workload train)")
-        if not sep or key not in keys or not value.isdigit() or int(value) < 1:
+        # ASCII digits only, at most 9 (str.isdigit takes '²', which int() refuses)
+        if not sep or key not in keys or not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
             expected = "tp=N, cp=N, pp=N, dp=N or ep=N" if training else "tp=N, pp=N, dp=N or ep=N"
             raise SpecError(f"--layout: {part.strip()!r}: expected {expected} with N >= 1")
         if key in degrees:

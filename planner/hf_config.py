@@ -33,7 +33,7 @@ from planner.hf_mixed_precision import (
     mixed_precision_fields,
     mixed_precision_layers,
 )
-from planner.specs import ModelSpec, SpecError, check_size, read_spec_text, validate
+from planner.specs import MAX_NUM_LAYERS, ModelSpec, SpecError, check_size, read_spec_text, validate
 
 SHAPE_KEYS = (
     "num_hidden_layers",
@@ -170,9 +170,65 @@ NOT_DECODER_ARCHITECTURE_SUFFIXES = {
 
 
 def load_hf_config(path: Path) -> ModelSpec:
+    """The ModelSpec of a Hugging Face config.json. Malformed values are one-line SpecErrors
+    naming the key (check_layer_keys before any per-layer loop); a type this reader did not
+    foresee still ends in one line naming the file, not a traceback."""
+    try:
+        return _load_hf_config(path)
+    except (TypeError, ValueError, OverflowError, MemoryError, RecursionError, AttributeError, KeyError) as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(f"{path}: a value of an unexpected type or size ({type(exc).__name__}: "
+                        f"{str(exc)[:120]}); check the keys against the model's transformers config class") from None
+
+
+LAYER_INT_KEYS = ("decoder_sparse_step", "first_k_dense_replace", "interleave_moe_layer_step",
+                  "full_attention_interval")
+"""Keys the per-layer patterns read as integers (num_dense_layers, with_layer_types)."""
+
+
+def check_layer_keys(text: dict[str, Any], origin: str) -> None:
+    """The keys the per-layer loops read, checked before any loop runs: num_hidden_layers an
+    integer within the spec's bound (a 10^12-layer config would loop for a day), the layer
+    pattern keys integers, lists of integers or of names, and a pattern given per layer as long
+    as the model (transformers' configs require it; a short one silently planned the rest as
+    attention + MLP layers)."""
+    layers = text.get("num_hidden_layers")
+    if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool)):
+        raise SpecError(f"{origin}: num_hidden_layers: must be an integer (got {str(layers)[:40]!r})")
+    if layers is not None and not 1 <= layers <= MAX_NUM_LAYERS:
+        raise SpecError(f"{origin}: num_hidden_layers: must be from 1 to {MAX_NUM_LAYERS:,} (a plausibility "
+                        f"bound; got {str(layers)[:40]})")
+    for key in LAYER_INT_KEYS:
+        value = text.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise SpecError(f"{origin}: {key}: expected a non-negative integer (got {str(value)[:40]!r})")
+    only = text.get("mlp_only_layers")
+    if only is not None and not (isinstance(only, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                  for i in only)):
+        raise SpecError(f"{origin}: mlp_only_layers: expected a list of layer indices")
+    for key in ("layer_types", "moe_layer_freq"):
+        value = text.get(key)
+        if isinstance(value, list):
+            kinds = (str,) if key == "layer_types" else (int, bool)
+            if not all(isinstance(item, kinds) for item in value):
+                raise SpecError(f"{origin}: {key}: expected a list of "
+                                f"{'layer type names' if key == 'layer_types' else 'per-layer flags'}")
+            if layers is not None and len(value) != layers:
+                raise SpecError(f"{origin}: {key}: {len(value)} entries for num_hidden_layers {layers}")
+    pattern = text.get("hybrid_override_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            raise SpecError(f"{origin}: hybrid_override_pattern: expected a string of block characters")
+        if layers is not None and len(pattern) != layers:
+            raise SpecError(f"{origin}: hybrid_override_pattern: {len(pattern)} blocks for num_hidden_layers {layers}")
+
+
+def _load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
+    check_layer_keys(text, origin)
     wrapped = text is not raw
     text = with_layer_types(text, origin)
     raw = raw if wrapped else text  # a text-only config stays one mapping (spec_fields_from_hf tells wrappers by it)

@@ -7,6 +7,7 @@ becomes a `SpecError` whose message is one line: `file: field: problem`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -345,6 +346,9 @@ class ModelSpec(_Spec):
                 f"num_dense_layers: {self.num_dense_layers} needs an MoE model with at least "
                 f"as many layers (num_hidden_layers {self.num_hidden_layers})"
             )
+        if self.is_moe and self.num_dense_layers == self.num_hidden_layers:
+            raise ValueError(f"num_dense_layers: {self.num_dense_layers} of {self.num_hidden_layers} layers leaves "
+                             f"no MoE layer; drop the expert fields for a dense model")
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim)
         if any(value is not None for value in mla) and None in (*mla, self.v_head_dim):
             raise ValueError(
@@ -968,6 +972,32 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's core schema for booleans and integers, not PyYAML's YAML 1.1: `yes`, `on`, `no` stay
+# strings (the schema refuses them where a flag is due), `032` is 32 (1.1: octal 26) and `1:08:16`
+# a string (1.1: sexagesimal 4096); 0o17 and 0x1f keep their bases. Floats keep 1.1's resolver.
+_YAML_11_RESOLVED = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int")
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML_11_RESOLVED]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int",
+                                      re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                      list("-+0123456789"))
+
+
+def _construct_yaml_12_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """An integer as YAML 1.2 reads it: decimal unless 0o or 0x says otherwise (leading zeros
+    are decimal)."""
+    value = str(loader.construct_scalar(node)).replace("_", "")
+    if value.startswith(("0o", "0x")):
+        return int(value[2:], 8 if value[1] == "o" else 16)
+    return int(value, 10)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_yaml_12_int)
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

@@ -511,6 +511,14 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     ),
     "missing-model-flag": (["--cluster", GOOD_CLUSTER], ("--model",)),
     "missing-cluster-flag": (["--model", GOOD_MODEL], ("--cluster",)),
+    "layout-unicode-digit": (  # str.isdigit takes it, int() does not: was a traceback
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=\u00b2"],
+        ("--layout", "expected tp=N"),
+    ),
+    "layout-number-too-long": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=" + "9" * 4301],
+        ("--layout", "expected tp=N"),
+    ),
     "layout-no-equals": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp8"],
         ("--layout", "tp8"),

@@ -590,7 +590,7 @@ def test_qwen3_next_layers_from_its_full_attention_interval(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("change", "feature"), [
     ({"hybrid_override_pattern": "M*-X"}, "block characters 'X' are not modelled"),
-    ({"layer_types": ["linear_attention", "full_attention"]}, "linear_attention layers are not modelled"),
+    ({"layer_types": ["linear_attention", "full_attention"] * 2}, "linear_attention layers are not modelled"),
 ])
 def test_unknown_hybrid_layers_are_refused_in_one_line(tmp_path: Path, change: dict, feature: str) -> None:
     """A Nemotron-H block character the planner does not know; linear_attention layers without
@@ -653,3 +653,42 @@ def test_a_multimodal_wrappers_text_model_says_its_towers_are_not_counted():
     assert model.text_model_of == "qwen3_vl"
     assert "the text model of qwen3_vl (its vision/audio towers not counted" in describe_model(model)
     assert resolve_model("llama-3.1-8b").text_model_of is None
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURE_CONFIGS / name / "config.json").read_text())
+
+
+@pytest.mark.parametrize(("name", "change", "message"), [
+    ("Qwen--Qwen3-30B-A3B", {"decoder_sparse_step": "2"}, "decoder_sparse_step: expected a non-negative integer"),
+    ("Qwen--Qwen3-30B-A3B", {"mlp_only_layers": 5}, "mlp_only_layers: expected a list of layer indices"),
+    ("Qwen--Qwen3-30B-A3B", {"mlp_only_layers": [[1]]}, "mlp_only_layers: expected a list of layer indices"),
+    ("Qwen--Qwen3-30B-A3B", {"num_hidden_layers": 10**12}, "num_hidden_layers: must be from 1 to 4,096"),
+    ("Qwen--Qwen3-30B-A3B", {"num_hidden_layers": 48.0}, "num_hidden_layers: must be an integer"),
+    ("deepseek-ai--DeepSeek-R1", {"first_k_dense_replace": "3"}, "first_k_dense_replace: expected a non-negative"),
+    ("nvidia--Nemotron-H-56B-Base-8K", {"hybrid_override_pattern": "M-M-M*-M-"},
+     "hybrid_override_pattern: 9 blocks for num_hidden_layers 118"),
+    ("nvidia--Nemotron-H-56B-Base-8K", {"hybrid_override_pattern": ""},
+     "hybrid_override_pattern: 0 blocks for num_hidden_layers 118"),
+])
+def test_malformed_layer_keys_are_one_line_errors_before_any_layer_loop(tmp_path: Path, name: str, change: dict,
+                                                                       message: str) -> None:
+    """Keys the per-layer patterns read are checked first (hf_config.check_layer_keys): a string
+    where an integer is due was a TypeError traceback, 10^12 layers a loop of a day, a pattern
+    shorter than the model silently planned the rest as attention + MLP layers."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_fixture(name), **change}))
+    with pytest.raises(SpecError, match=re.escape(message)) as info:
+        resolve_model(str(path))
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_value_no_check_foresaw_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A ModelOpt quant_algo given as a list: no key check knows it, and the reader's TypeError
+    becomes one line naming the file (load_hf_config), not a traceback."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "modelopt",
+                                                                        "quant_algo": ["FP8"]}}))
+    with pytest.raises(SpecError, match="a value of an unexpected type or size") as info:
+        resolve_model(str(path))
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)

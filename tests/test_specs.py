@@ -3,6 +3,7 @@ one line naming the file and the field. (The CLI paths are in test_cli_errors.py
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,39 @@ def test_unknown_gpu_in_profile(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_cluster(path)
     assert str(info.value).startswith(f"{path}: gpu: unknown GPU 'Z80'")
+
+
+TINY_YAML = "".join(f"{key}: {value}\n" for key, value in TINY_FIELDS.items())
+
+
+@pytest.mark.parametrize(("line", "read_as"), [
+    ("num_hidden_layers: 032", 32),  # YAML 1.1: octal 26
+    ("num_hidden_layers: 0o40", 32),
+    ("num_hidden_layers: 0x20", 32),
+    ("num_hidden_layers: 3_2", 32),
+])
+def test_integers_read_as_yaml_1_2_does(tmp_path: Path, line: str, read_as: int) -> None:
+    """Leading zeros are decimal (PyYAML's YAML 1.1 made `032` octal 26 and planned 26 layers);
+    0o and 0x keep their bases."""
+    path = _write(tmp_path, TINY_YAML.replace("num_hidden_layers: 2\n", "") + line + "\n")
+    assert load_model(path).num_hidden_layers == read_as
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ("gated_mlp: yes", "gated_mlp: must be true or false (got 'yes')"),
+    ("gated_mlp: off", "gated_mlp: must be true or false (got 'off')"),
+    ("hidden_size: 1:04", "hidden_size: must be an integer (got '1:04')"),  # YAML 1.1: sexagesimal 64
+])
+def test_yaml_1_1_booleans_and_sexagesimals_are_not_read_as_values(tmp_path: Path, line: str, field: str) -> None:
+    key = line.split(":")[0]
+    text = "".join(f"{k}: {v}\n" for k, v in TINY_FIELDS.items() if k != key) + line + "\n"
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError, match=re.escape(field)):
+        load_model(path)
+
+
+def test_an_moe_model_without_an_moe_layer_is_refused(tmp_path: Path) -> None:
+    """num_dense_layers equal to num_hidden_layers left no MoE layer (training divided by zero)."""
+    text = TINY_YAML + "num_local_experts: 4\nnum_experts_per_tok: 2\nnum_dense_layers: 2\n"
+    with pytest.raises(SpecError, match="num_dense_layers: 2 of 2 layers leaves no MoE layer"):
+        load_model(_write(tmp_path, text))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -67,7 +68,8 @@ def _check_topology(options: ProbeOptions) -> None:
         host, colon, port = endpoint.rpartition(":")
         if not colon or endpoint.endswith("]"):
             host, port = endpoint, None
-        if not host or (port is not None and not (port.isdigit() and 1 <= int(port) <= MAX_TCP_PORT)):
+        valid_port = port is None or (re.fullmatch(r"[0-9]{1,5}", port) is not None and 1 <= int(port) <= MAX_TCP_PORT)
+        if not host or not valid_port:
             raise ProbeError(f"--rdzv-endpoint must be HOST or HOST:PORT with a port in 1..{MAX_TCP_PORT}, "
                              f"got {endpoint!r}")
 

@@ -350,10 +350,12 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
     for target, content in ((options.out, document), (options.merge_into, merged)):
         if target is not None:
             check_loads(target, content)
-    if options.out is not None:
-        profile.atomic_write_text(options.out, profile.dump_yaml(document))
-    if options.merge_into is not None:
-        profile.atomic_write_text(options.merge_into, profile.dump_yaml(merged))
+    for flag, target, content in (("--out", options.out, document), ("--merge-into", options.merge_into, merged)):
+        if target is not None:
+            try:
+                profile.atomic_write_text(target, profile.dump_yaml(content))
+            except OSError as exc:  # a full disk, a directory gone: the file is left as it was
+                raise ProbeError(f"{flag} {target}: cannot write: {exc.strerror or exc}") from None
     if options.json_output:
         print(
             json.dumps(

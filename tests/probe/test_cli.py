@@ -43,6 +43,8 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         ["--nnodes", "2", "--master-addr", "h", "--node-rank", "5"],
         ["--nnodes", "2", "--rdzv-endpoint", "h:99999"],
         ["--nnodes", "2", "--rdzv-endpoint", ":29500"],
+        ["--nnodes", "2", "--rdzv-endpoint", "h:\u00b2"],  # isdigit takes it, int() does not
+        ["--nnodes", "2", "--rdzv-endpoint", "h:" + "9" * 5000],
         ["--master-port", "0"],
         ["--master-port", "70000"],
     ):
