@@ -411,15 +411,21 @@ def divisors(n: int) -> list[int]:
     return sorted(result)
 
 
-def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int, max_ep: int | None = None) -> list[int]:
+def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int, max_ep: int | None = None,
+                            widest: bool = False) -> list[int]:
     """The EP degrees searched for one (tp, dp): tp * d for d in {1, the DP ranks that fill
     a node, dp}, above 1 and at most max_ep (the model's routed experts: a larger group
     leaves GPUs without an expert): EP inside the TP group, over one node, over every
     replica. (Any divisor d of dp is valid; these three are the placements deployments use,
-    and they keep the search linear in the layouts at thousands of GPUs.)"""
+    and they keep the search linear in the layouts at thousands of GPUs.) `widest` (the
+    training search): also the widest group the experts allow where every replica's would be
+    wider, the largest tp * d <= max_ep with d dividing dp (one expert or a few per GPU):
+    GPT-OSS-120B's 128 experts over 256 B200 get ep = 128, not only 8."""
     wanted = {1, dp}
     if gpus_per_node % tp == 0 and dp % (gpus_per_node // tp) == 0:
         wanted.add(gpus_per_node // tp)
+    if widest and max_ep is not None and tp * dp > max_ep:
+        wanted.add(max((d for d in range(1, max_ep // tp + 1) if dp % d == 0), default=1))
     return sorted(tp * d for d in wanted if tp * d > 1 and (max_ep is None or tp * d <= max_ep))
 
 

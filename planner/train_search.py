@@ -400,7 +400,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
                       lambda found: sorted(found, key=rank_key),
-                      lambda dp: cp_options(request, dp), parallel=True)
+                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
                                   lambda pp: schedule_options(model, request, pp),
                                   lambda dp: micro_batch_options(request, dp))

@@ -199,3 +199,17 @@ def test_a_mesh_fabric_gives_a_group_only_its_peers_links():
     ring = place(mi300x, Layout(2, 1, 1, cp=4), pp_outermost=True)
     assert ring.cp_group.intra.bandwidth_bytes_per_s == pytest.approx(192e9)  # the group's collectives
     assert ring.cp_link.bandwidth_bytes_per_s == pytest.approx(64e9)  # the ring's hop
+
+
+def test_the_training_search_also_tries_the_widest_ep_group_the_experts_allow():
+    """tp 1 over 256 data-parallel ranks, 8 GPUs a node, 128 experts: every replica's group
+    (256) would leave GPUs without an expert, so the search tried only the node (8); with
+    `widest` (training) also 128, one expert a GPU (GPT-OSS-120B on 32 B200 nodes: +44%).
+    tp 2 x dp 96, 64 experts: 2 x 32 = 64 (32 divides 96). Where every replica's group fits
+    the experts nothing is added."""
+    from planner.layout import expert_parallel_degrees
+
+    assert expert_parallel_degrees(1, 256, 8, 128) == [8]
+    assert expert_parallel_degrees(1, 256, 8, 128, widest=True) == [8, 128]
+    assert expert_parallel_degrees(2, 96, 8, 64, widest=True) == [2, 8, 64]
+    assert expert_parallel_degrees(1, 64, 8, 128, widest=True) == expert_parallel_degrees(1, 64, 8, 128) == [8, 64]

@@ -50,7 +50,8 @@ def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
 
 def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, attention: str,
                      gpus_per_node: int) -> Iterator[TrainConfig]:
-    eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts) if model.is_moe else [])
+    eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts, widest=True)
+                 if model.is_moe else [])
     # every v that divides the layers (an uneven split needs v to divide each stage's
     # layers, an even one L/p) or the layers + 2 (the embedding and loss counted as layers);
     # estimate rejects the rest. Where stages cannot be even, estimate applies the split
