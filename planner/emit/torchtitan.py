@@ -20,7 +20,10 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   scaling, the LM head left in bf16: filter_fqns = ["output"]); --fp8-recipe mxfp8 ->
   converters = ["quantize.linear.mx"] with recipe_name = "mxfp8_cublas" (MXLinear's default,
   torchao's 1x32-block MXFP8 on cuBLAS; SM100 asserted) and filter_fqns = ["output"];
-  delayed scaling has no torchtitan form (train_engines.check_request refuses it);
+  delayed scaling has no torchtitan form (train_engines.check_request refuses it); with either,
+  [compile] enable = true: torchtitan's docs call torch.compile "required for competitive
+  performance" with fp8 (docs/float8.md and docs/mxfp8.md at v0.2.2: it fuses the scaling and
+  casting kernels), and the plan prices the casts fused;
 - MoE: expert_parallel_degree = ep with expert_tensor_parallel_degree = 1 (train_engines:
   EP takes all of TP and part of the data-parallel shard), the standard NCCL all-to-all; with fp8
   the experts' grouped GEMMs convert too (FP8_GROUPED_CONVERTERS) and the router's gate stays
@@ -124,6 +127,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if c.precision == "fp8":
+        sections["compile"] = {"enable": True}
         converter, keys = FP8_CONVERTERS[recipe]
         sections[converter] = dict(keys)
         if model.is_moe:

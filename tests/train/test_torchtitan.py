@@ -179,7 +179,11 @@ def test_moe_job_config_has_expert_parallelism_and_fp8_experts():
     assert "expert_parallel_degree = 8\nexpert_tensor_parallel_degree = 1" in text
     assert 'converters = ["quantize.linear.float8", "quantize.grouped_mm.float8"]' in text
     assert 'filter_fqns = ["output", "router.gate"]' in text and 'fqns = ["experts"]' in text
+    assert "[compile]\nenable = true" in text  # torchtitan's fp8 needs compile to fuse its casts
     assert key_problems(text) == []
+    bf16 = plan_json("--model", "qwen3-30b-a3b", "--cluster", "2x8xH100", "--global-batch", "256", "--seq-len",
+                     "4096", "--layout", "ep=8")
+    assert "[compile]" not in bf16["recommended"]["command"][0]["files"][0]["text"]
 
 
 def test_uneven_interleaved_split_names_every_model_part():
