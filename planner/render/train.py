@@ -122,6 +122,11 @@ def stages_text(e: TrainEstimate) -> str:
     return f"uneven stages {layers_text(layers)} layers{counted}"
 
 
+WIDE_BUBBLE_FRACTION = 0.30
+"""A recommended pipeline bubble above this share of the step gets a line saying the batch is
+small for the GPUs (the best the GPU count allows can still idle a third of the time)."""
+
+
 def mtp_line(num_mtp_layers: int, pp: int) -> str:
     """The trained multi-token-prediction modules, where they run and what they cost."""
     where = "on the last pipeline stage, before the loss" if pp > 1 else "after the last layer, before the loss"
@@ -157,6 +162,12 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(faster_split_line(best))
     if plan.model.num_mtp_layers:
         lines.append(mtp_line(plan.model.num_mtp_layers, c.pp))
+    if best.bubble_fraction > WIDE_BUBBLE_FRACTION:
+        lines.append(f"Bubble: {best.bubble_fraction:.0%} of the step the pipeline idles, with only "
+                     f"{best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} over "
+                     f"{c.pp} stages: the global batch of {plan.request.global_batch} is small for "
+                     f"{plan.num_gpus:,} GPUs; a larger --global-batch, or fewer GPUs (--gpus), runs it more "
+                     f"efficiently.")
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
