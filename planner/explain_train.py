@@ -46,7 +46,7 @@ from planner.layout import (
 )
 from planner.render.common import ms
 from planner.render.explain import seconds
-from planner.render.train import HOST_WAIT_LABEL, faster_split_line, mtp_line, schedule_name
+from planner.render.train import HOST_WAIT_LABEL, faster_split_line, mtp_notes, schedule_name
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.train import (
@@ -75,11 +75,6 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
         return best, True
     overall = search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False)
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
-
-
-def mtp_notes(model: ModelSpec, pp: int) -> tuple[str, ...]:
-    """The trained model's MTP modules (render.train.mtp_line), or nothing."""
-    return (mtp_line(model.num_mtp_layers, pp),) if model.num_mtp_layers else ()
 
 
 def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ...]:

@@ -182,9 +182,9 @@ def load_hf_config(path: Path) -> ModelSpec:
                         f"{str(exc)[:120]}); check the keys against the model's transformers config class") from None
 
 
-LAYER_INT_KEYS = ("decoder_sparse_step", "first_k_dense_replace", "interleave_moe_layer_step",
-                  "full_attention_interval")
-"""Keys the per-layer patterns read as integers (num_dense_layers, with_layer_types)."""
+LAYER_INT_KEYS = ("decoder_sparse_step", "first_k_dense_replace", "interleave_moe_layer_step")
+"""Keys the per-layer MoE patterns read as integers (num_dense_layers); with_layer_types checks
+its own full_attention_interval."""
 
 
 def check_layer_keys(text: dict[str, Any], origin: str) -> None:

@@ -283,6 +283,7 @@ def mtp_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel
     whose shards they are: multi_token_prediction.py core_v0.14.0). 0 without MTP."""
     if not model.num_mtp_layers:
         return 0.0
-    inputs = 2 * 4 * s * b * model.hidden_size
+    act_bytes = 2
+    inputs = act_bytes * 4 * model.hidden_size * s * b  # enorm's h, hnorm's h, eh_proj's 2h per token
     return model.num_mtp_layers * (last_stage_logits_bytes(model, s, b, tp)
                                    + (inputs / tp if sequence_parallel else inputs))

@@ -24,6 +24,7 @@ from planner.render.common import (
     step_json,
     to_jsonable,
 )
+from planner.specs import ModelSpec
 from planner.train import (
     TrainEstimate,
     exchange_name,
@@ -127,8 +128,14 @@ WIDE_BUBBLE_FRACTION = 0.30
 small for the GPUs (the best the GPU count allows can still idle a third of the time)."""
 
 
+def mtp_notes(model: ModelSpec, pp: int) -> tuple[str, ...]:
+    """The trained model's multi-token-prediction modules, where they run and what they cost
+    (the summary and plan explain's notes); nothing without them."""
+    return (mtp_line(model.num_mtp_layers, pp),) if model.num_mtp_layers else ()
+
+
 def mtp_line(num_mtp_layers: int, pp: int) -> str:
-    """The trained multi-token-prediction modules, where they run and what they cost."""
+    """The line mtp_notes gives."""
     where = "on the last pipeline stage, before the loss" if pp > 1 else "after the last layer, before the loss"
     each = "each one" if num_mtp_layers > 1 else "it"
     return (f"Multi-token prediction: {num_mtp_layers} MTP module{'s' if num_mtp_layers > 1 else ''} {where} "
@@ -160,8 +167,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     ]
     if best.faster_split is not None:
         lines.append(faster_split_line(best))
-    if plan.model.num_mtp_layers:
-        lines.append(mtp_line(plan.model.num_mtp_layers, c.pp))
+    lines += mtp_notes(plan.model, c.pp)
     if best.bubble_fraction > WIDE_BUBBLE_FRACTION:
         lines.append(f"Bubble: {best.bubble_fraction:.0%} of the step the pipeline idles, with only "
                      f"{best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} over "
