@@ -11,8 +11,6 @@ values, in the items' order: each item's computation is a pure function of that 
 
 from __future__ import annotations
 
-import ctypes
-import multiprocessing
 import os
 import signal
 import sys
@@ -38,6 +36,8 @@ def usable_cpus() -> int:
 
 def forking_available() -> bool:
     """Fork is safe and the default only on Linux (macOS forks badly with system frameworks)."""
+    import multiprocessing  # here, not at import: a plan that runs on one core never loads it
+
     return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
@@ -56,6 +56,8 @@ def map_in_workers(fn: Callable[[T], U], items: Sequence[T], num_workers: int | 
 
 def _spread_over(fn: Callable[[T], U], items: list[T], workers: int) -> list[U]:
     global _spread
+    import multiprocessing
+
     context = multiprocessing.get_context("fork")
     next_index = context.Value("i", 0)
     sys.stdout.flush()  # a child must not inherit (and flush again) what is buffered here
@@ -156,6 +158,8 @@ PR_SET_PDEATHSIG = 1
 def _die_with(parent_pid: int) -> None:
     """Be killed when the parent exits, however it exits (a SIGKILL, the OOM killer): a
     worker's results have no other reader, and it would keep the parent's output open."""
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # no prctl: the broken pipe stops it at its next result

@@ -82,6 +82,15 @@ def test_json_plans_import_no_rich(repo_root: Path) -> None:
         assert "rich" not in _top_level(modules), workload
 
 
+def test_serving_plans_load_neither_probe_nor_training(planning_imports: set[str]) -> None:
+    """Start-up time: a serving plan loads neither `plan probe`'s launcher (its flags come from
+    planner.probe.options) nor the training emitters and the training cost model they read,
+    nor multiprocessing (the serving search runs in one process)."""
+    unwanted = {"planner.probe.launcher", "planner.probe.runner", "planner.emit.megatron",
+                "planner.emit.torchtitan", "planner.cost.activations", "planner.train", "multiprocessing"}
+    assert not planning_imports & unwanted
+
+
 def _cost_modules() -> list[Path]:
     return sorted(COST_DIR.glob("*.py"))
 

@@ -12,9 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from planner.emit.command import LaunchStep, ServeArgs
-from planner.emit.megatron import megatron_steps
 from planner.emit.sglang import sglang_steps
-from planner.emit.torchtitan import torchtitan_steps
 from planner.emit.vllm import vllm_ray_steps, vllm_steps
 
 ServeEmitter = Callable[[ServeArgs], tuple[LaunchStep, ...]]
@@ -29,6 +27,25 @@ SERVE_EMITTERS: dict[str, ServeEmitter] = {
     "vllm-ray": vllm_ray_steps,
     "sglang": sglang_steps,
 }
+
+
+def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
+                   seq_len: int) -> tuple[LaunchStep, ...]:
+    """emit/megatron.py's, loaded when a training command is emitted (a serving plan never
+    loads the training emitters and the cost model they read)."""
+    from planner.emit.megatron import megatron_steps as steps
+
+    return steps(model, cluster, config, global_batch, seq_len)
+
+
+def torchtitan_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
+                     seq_len: int) -> tuple[LaunchStep, ...]:
+    """emit/torchtitan.py's, loaded as megatron_steps is."""
+    from planner.emit.torchtitan import torchtitan_steps as steps
+
+    return steps(model, cluster, config, global_batch, seq_len)
+
+
 TRAIN_EMITTERS: dict[str, TrainEmitter] = {
     "megatron": megatron_steps,
     "torchtitan": torchtitan_steps,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from planner.probe.launcher import ProbeOptions, run_probe
+from planner.probe.options import ProbeOptions
 
 
 class Backend(str, enum.Enum):
@@ -231,6 +231,9 @@ def register(app: typer.Typer) -> None:
             verbose=verbose,
             collectives=collectives,
         )
+        # the launcher and its checks load only when the command runs
+        from planner.probe.launcher import run_probe
+
         code = run_probe(options)
         if code:
             raise typer.Exit(code)
