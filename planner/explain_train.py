@@ -73,7 +73,7 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     best = plan.layouts[0]
     if request.layout == LayoutFilter():
         return best, True
-    overall = search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False)
+    overall = search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False, keep_top=1)
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
 
 
@@ -365,7 +365,8 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
         moved = request
         if host is not None and knobs.moe_host != 1.0:
             moved = replace(request, moe_host_seconds=host * knobs.moe_host)
-        plan = search(model, cluster, replace(moved, layout=LayoutFilter()), suggest=False)  # layouts only
+        # the recommendation only: the search may bound out what ranks below it
+        plan = search(model, cluster, replace(moved, layout=LayoutFilter()), suggest=False, keep_top=1)
         mine = estimate(model, cluster, explained.config, moved)
         # MFU against the datasheet peak, which the matmul-efficiency knob moves with the
         # achievable rates: at a fixed model and GPU count it scales with the tokens/s

@@ -6,9 +6,9 @@ schedule, recompute, ZeRO...) and the ranking key; both are passed in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from planner.cost.params import tp_head_reasons
 from planner.errors import SpecError
@@ -41,6 +41,12 @@ class Plan(Generic[E, R]):
     rejected: tuple[Rejected, ...]
     """Layouts with nothing feasible, each with why (ordered by tp, pp, dp)."""
     num_configs_evaluated: int = 0
+    num_configs_bounded: int = 0
+    """Training with a row limit (train_search.search's `keep_top`): configurations not
+    estimated because even their bound (train_search.throughput_bound) ranks below the last
+    row; neither feasible nor rejected."""
+    bounded_below_row: int | None = None
+    """The row limit that bound applied to (None: every configuration was estimated)."""
     pareto: frozenset[Layout] = frozenset()
     """Serving: layouts no other beats on both TPOT and throughput."""
     suggestions: tuple[str, ...] = field(default=())
@@ -66,9 +72,17 @@ class Plan(Generic[E, R]):
         return self.layouts[0] if self.layouts else None
 
 
-LayoutResult = tuple[list[E], Rejected | None, int]
-"""What evaluating one layout gives: its feasible estimates, why it is rejected when
-there are none, and how many configurations were estimated."""
+class LayoutResult(NamedTuple, Generic[E]):
+    """What evaluating one layout gives."""
+
+    found: list[E]
+    """Its feasible estimates."""
+    rejected: Rejected | None
+    """Why it is rejected when there are none (None when it was bounded out entirely)."""
+    num_configs: int
+    """How many configurations were estimated."""
+    num_bounded: int = 0
+    """How many were not, their bound below a threshold (training, train_search.search)."""
 
 
 T = TypeVar("T")
@@ -157,13 +171,15 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]],
            cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False,
-           parallel: bool = False, widest_ep: bool = False) -> Plan[E, R]:
+           parallel: bool = False, widest_ep: bool = False,
+           evaluate_all: Callable[[list[Layout]], Iterable[LayoutResult[E]]] | None = None) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:
     training's context-parallel degrees, `leave_idle` serving's layouts that leave GPUs idle,
     `widest_ep` training's widest EP group: candidate_layouts). `parallel`: with PARALLEL_MIN_LAYOUTS candidates or more, the layouts
     are evaluated on every usable core (parallel.map_in_workers; each worker with its own
     copy of what evaluate_layout remembers), their results taken in the candidates' order,
-    so the plan is the one a single core gives."""
+    so the plan is the one a single core gives. `evaluate_all`: evaluates the candidates instead
+    (training's bounded search), results in the candidates' order."""
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
     candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees, leave_idle,
@@ -171,13 +187,19 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []
-    evaluated = 0
-    results = (map_in_workers(evaluate_layout, candidates) if parallel and len(candidates) >= PARALLEL_MIN_LAYOUTS
-               else map(evaluate_layout, candidates))
-    for found, rejection, num_configs in results:
-        evaluated += num_configs
-        feasible.extend(found)
-        if rejection is not None:
-            rejected.append(rejection)
+    evaluated = bounded = 0
+    if evaluate_all is not None:
+        results = evaluate_all(candidates)
+    elif parallel and len(candidates) >= PARALLEL_MIN_LAYOUTS:
+        results = map_in_workers(evaluate_layout, candidates)
+    else:
+        results = map(evaluate_layout, candidates)
+    for result in map(lambda r: LayoutResult(*r), results):
+        evaluated += result.num_configs
+        bounded += result.num_bounded
+        feasible.extend(result.found)
+        if result.rejected is not None:
+            rejected.append(result.rejected)
     rejected.sort(key=lambda r: (r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ep, r.layout.cp))
-    return Plan(model, cluster, request, num_gpus, tuple(rank(feasible)), tuple(rejected), evaluated)
+    return Plan(model, cluster, request, num_gpus, tuple(rank(feasible)), tuple(rejected), evaluated,
+                num_configs_bounded=bounded)

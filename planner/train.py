@@ -49,6 +49,7 @@ from planner.cost.training_time import (
     LayerTerms,
     TimeBreakdown,
     TrainRates,
+    block_seconds,
     dp_collectives,
     dp_link,
     ep_transfer_seconds,
@@ -778,6 +779,32 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                       c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation, host)
     return placement, terms
+
+
+def block_seconds_floor(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,
+                        rates: TrainRates, memo: Memo) -> float:
+    """The least time per micro-batch (training_time.block_seconds) at which estimate() can price
+    a decoder block of this configuration (its layout, b, SP and recompute; schedule and ZeRO
+    do not enter a block's terms): its terms with the precision and TP overlap estimate()
+    gives it, and under EP the least of with and without the combined 1F1B and with the chosen
+    token dispatcher or NCCL all-to-alls (estimate() drops the one, falls back to the other,
+    where memory is short). The bounded training search rests on it
+    (train_search.step_seconds_floor)."""
+    config = config.with_(precision=request.precision, fp8_recipe=request.resolved_fp8_recipe)
+    overlap = memo.get(("tp_comm_overlap", config.tp, config.sequence_parallel, config.attention),
+                       tp_comm_overlap_for, model, cluster, request, config)
+    variants = [config.with_(tp_comm_overlap=overlap)]
+    if config.ep > 1:
+        chosen = memo.get(("moe_dispatcher", request.moe_dispatcher, config.tp, config.pp, config.dp, config.cp,
+                           config.ep, config.micro_batch_size),
+                          moe_dispatcher_for, model, cluster, request, variants[0], rates)
+        combined = (False, True) if request.engine == "megatron" and request.moe_comm_overlap else (False,)
+        variants = [variants[0].with_(moe_comm_overlap=together, moe_dispatcher=dispatcher)
+                    for together in combined for dispatcher in sorted({chosen, "alltoall"})]
+    imbalance = expert_imbalance(request)
+    return min(block_seconds(_layer_terms(model, cluster, variant, request.seq_len, rates, memo, imbalance,
+                                          request.engine, request.moe_host_seconds)[1])
+               for variant in variants)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,

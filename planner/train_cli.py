@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from planner.emit.command import LaunchStep
 from planner.requests import DEFAULT_TOP_ROWS, TrainRequest
@@ -49,13 +49,16 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
     from planner.emit import TRAIN_EMITTERS
     from planner.render.train import print_plan_json, render_plan
 
-    plan: TrainPlan = search(model, cluster, request)
+    # A serving --emit still prints the training engine's launch.
+    emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
+    # the rows shown are all that is wanted unless every configuration is (--json without --top)
+    # or every rejection (--show-rejected): the search may bound the rest out
+    keep_top = None if show_rejected else (top if json_output else top or DEFAULT_TOP_ROWS)
+    plan: TrainPlan = search(model, cluster, request, keep_top=keep_top, counts=launch_counts(model, request, emit))
     contradiction = contradictory_flags(request, plan)
     if contradiction is not None:
         raise SpecError(contradiction)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
-    # A serving --emit still prints the training engine's launch.
-    emit = emit if emit == "none" or emit in TRAIN_EMITTERS else request.engine
     emitter = None if emit == "none" else TRAIN_EMITTERS[emit]
     not_emitted = None
     trained = trained_model(model, request)  # the command builds the MTP modules the plan prices
@@ -143,6 +146,21 @@ def launcher_title(emit: str, request: TrainRequest) -> str:
 
         return f"torchtitan {TORCHTITAN_RELEASE}"
     return f"Megatron-LM {request.engine_versions.megatron}"
+
+
+def launch_counts(model: ModelSpec, request: TrainRequest, emit: str) -> Callable[[TrainEstimate], bool] | None:
+    """Which estimates the shown plan keeps (`launchable`), for the bounded search's threshold:
+    with a Megatron-LM launch (`emit`) that builds this model, those its release starts; else
+    all (None)."""
+    if emit != "megatron":
+        return None
+    from planner.emit.megatron import model_refusals, refusals
+
+    trained = trained_model(model, request)
+    release = request.engine_versions.megatron_release
+    if model_refusals(trained, release):  # no launch at all: the plan keeps every estimate
+        return None
+    return lambda e: not refusals(trained, e.config, release)
 
 
 def launchable(model: ModelSpec, plan: TrainPlan) -> TrainPlan:

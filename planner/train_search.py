@@ -21,6 +21,8 @@ Ranking: tokens/s descending, then less memory, then the smaller degrees (determ
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
 from dataclasses import replace
 
 from planner import train_engines as engines
@@ -30,10 +32,11 @@ from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
 from planner.memo import Memo
 from planner.requests import LayoutFilter, TrainRequest
-from planner.search import LayoutResult, Plan, run_search
+from planner.search import PARALLEL_MIN_LAYOUTS, LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import (
     TrainEstimate,
+    block_seconds_floor,
     check_moe_dispatcher,
     estimate,
     has_layout_split,
@@ -191,14 +194,18 @@ class _Tally:
 
 
 def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
-                  rates: TrainRates, memo: Memo) -> LayoutResult[TrainEstimate]:
-    """Every configuration of one (tp, cp, pp, dp) that the pruning rules leave, or why none runs."""
+                  rates: TrainRates, memo: Memo, threshold: float = 0.0) -> LayoutResult[TrainEstimate]:
+    """Every configuration of one (tp, cp, pp, dp) that the pruning rules leave, or why none runs.
+    `threshold` (tokens/s, bounded search): a configuration whose bound (config_bound) falls
+    below it is counted as bounded, not estimated; a layout with nothing feasible and something
+    bounded is not rejected (it may run, below the rows kept)."""
     tp, pp, dp, cp = layout.tp, layout.pp, layout.dp, layout.cp
     reasons = structural_reasons(model, tp, pp, dp, request.global_batch, layout.ep)
     if reasons:
-        return [], Rejected(layout, tuple(reasons)), 1
+        return LayoutResult([], Rejected(layout, tuple(reasons)), 1)
     found: list[TrainEstimate] = []
     tally = _Tally()
+    bounded = 0
     recomputes = [request.recompute] if request.recompute else recompute_levels(model, request)
     micro_batches = micro_batch_options(request, dp)
     zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
@@ -206,7 +213,28 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     # leaner first: ZeRO-1 before ZeRO-0 (then 2, 3), SP on before off
     zero_order = sorted(zeros, key=lambda z: (z == 0, z))
     sp_order = sorted(sps, reverse=True)
-    for schedule, v in schedule_options(model, request, pp):
+    schedules = schedule_options(model, request, pp)
+    v_max = max(v for _, v in schedules)
+    bounds: dict[tuple[int, bool, int], float] = {}
+
+    def reaches(b: int, sp: bool) -> Callable[[int], bool]:
+        """Whether recompute level `index` or one after it may reach the threshold: config_bound
+        (whatever the schedule and ZeRO stage, which do not enter it), from that level on until
+        one does (the bounds of the levels after it are computed only where needed)."""
+        def from_level(index: int) -> bool:
+            for level in range(index, len(recomputes)):
+                if (b, sp, level) not in bounds:
+                    bounds[b, sp, level] = config_bound(model, cluster, request, layout, b, sp, recomputes[level],
+                                                        v_max, rates, memo)
+                if bounds[b, sp, level] >= threshold:
+                    return True
+            return False
+        return from_level
+
+    if threshold and not any(reaches(b, sp)(0) for b in micro_batches for sp in sps):
+        # nothing of it reaches the rows kept: every (schedule, ZeRO, SP, b) combination is bounded
+        return LayoutResult([], None, 0, len(schedules) * len(zeros) * len(sps) * len(micro_batches))
+    for schedule, v in schedules:
         # Memory dominance the model guarantees, used to skip what cannot fit: ZeRO-1 never
         # needs more than ZeRO-0 (the same states, the optimizer's sharded, nothing added) and
         # sequence parallelism never more than none (its activations are split, nothing
@@ -235,9 +263,16 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                         break  # a leaner sibling was out of memory here at every recompute level
                     for key in leaner:
                         first = max(first, floor.get((*key, b), 0))
+                    if threshold and not reaches(b, sp)(first):
+                        bounded += 1  # no recompute level left to it can reach the rows kept
+                        continue
                     base = proto if b == 1 else proto.with_(micro_batch_size=b)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
-                                                   base, first, memo)
+                                                   base, first, memo, reaches(b, sp) if threshold else None)
+                    if result is None:  # out of memory up to where the bound leaves the rows kept
+                        bounded += 1
+                        floor[(zero, sp, b)] = first  # the levels below ran out of memory: a fatter sibling's too
+                        continue
                     if isinstance(result, TrainEstimate):
                         found.append(result)
                         floor[(zero, sp, b)] = first
@@ -248,10 +283,93 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                         break  # memory grows with b
     num_configs = len(found) + tally.total
     if found:
-        return found, None, num_configs
+        return LayoutResult(found, None, num_configs, bounded)
+    if bounded:  # what was estimated did not run, the rest ranks below the rows kept: not a rejection
+        return LayoutResult([], None, num_configs, bounded)
     # the smallest overshoot of its configurations: how close the layout comes (closest_misses)
     over = tally.best_oom[0] if tally.best_oom is not None else 0.0
-    return [], Rejected(layout, tally.reasons() or ("no configuration to try",), over, tally.total), num_configs
+    return LayoutResult([], Rejected(layout, tally.reasons() or ("no configuration to try",), over, tally.total),
+                        num_configs, bounded)
+
+
+def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout, b: int,
+                       sp: bool, recompute: str, v_max: int, rates: TrainRates, memo: Memo) -> float:
+    """A step time no configuration of this layout, micro-batch b, SP setting and recompute level
+    goes below in estimate(), whatever its schedule (v up to v_max), ZeRO stage and stage split
+    (training_time.step_times): every stage runs at the pace of the slowest, whose micro-batch
+    takes at least its decoder blocks' time; the p stages' blocks sum to the model's L, so the
+    most loaded stage has at least ceil(L/p) of them, each at least block_seconds_floor; the
+    step runs m = B/(b*dp) such micro-batches plus a bubble of (p-1)/v of one, and its other
+    terms (pipeline sends, exposed DP traffic, the optimizer, gradient accumulation, the
+    output layer) are not negative. So step >= ceil(L/p) * block * (m + (p-1)/v_max).
+    tests/perf/test_bounded_search.py checks it against every configuration of the search space."""
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    config = TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, sp, 0, attention=request.attention,
+                         ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce)
+    # a block's terms read neither pp nor dp (but dp under EP): train._layer_terms' memo key
+    block = memo.get(("block_floor", tp, layout.cp, layout.ep, dp if layout.ep > 1 else 0, b, sp, recompute),
+                     block_seconds_floor, model, cluster, config, request, rates, memo)
+    m = request.global_batch // (b * dp)
+    return -(-model.num_hidden_layers // pp) * block * (m + (pp - 1) / v_max)
+
+
+def config_bound(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout, b: int, sp: bool,
+                 recompute: str, v_max: int, rates: TrainRates, memo: Memo) -> float:
+    """Tokens/s no configuration of (layout, b, SP, recompute) reaches: B*s over step_seconds_floor."""
+    floor = memo.get(("step_floor", layout, b, sp, recompute, v_max), step_seconds_floor, model, cluster, request,
+                     layout, b, sp, recompute, v_max, rates, memo)
+    return request.global_batch * request.seq_len / floor
+
+
+def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
+                   rates: TrainRates, memo: Memo) -> float:
+    """The order in which bounded_evaluation tries layouts first: the most of config_bound over
+    the layout's micro-batches and SP settings at its least recompute (a bound of those only:
+    an ordering, nothing is skipped by it); infinite where the layout cannot run at all (found
+    cheaply, so never a seed)."""
+    if structural_reasons(model, layout.tp, layout.pp, layout.dp, request.global_batch, layout.ep):
+        return float("inf")
+    least = request.recompute or recompute_levels(model, request)[0]
+    v_max = max(v for _, v in schedule_options(model, request, layout.pp))
+    return max((config_bound(model, cluster, request, layout, b, sp, least, v_max, rates, memo)
+                for b in micro_batch_options(request, layout.dp) for sp in engine_sp_options(model, request, layout.tp)),
+               default=float("inf"))
+
+
+BOUNDED_MIN_LAYOUTS = PARALLEL_MIN_LAYOUTS
+"""The fewest candidate layouts bounded_evaluation bounds (fewer: the plain search, cheaper than
+the bounds; the 16,384-GPU plans have 300-520, a node or two 5-30)."""
+
+
+def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates, memo: Memo,
+                       keep_top: int, counts: Callable[[TrainEstimate], bool]
+                       ) -> Callable[[list[Layout]], list[LayoutResult[TrainEstimate]]]:
+    """run_search's evaluate_all for a plan that shows only its best `keep_top` configurations
+    (the table's rows, a --top, plan explain's recommendation): the layouts are searched one
+    after another, the most promising first (layout_promise), each with the threshold T the
+    ones before it set: the keep_top-th best tokens/s so far among the estimates `counts` keeps
+    (those the launch would start), 0 until there are keep_top of them. A configuration is
+    skipped only where config_bound, hence its tokens/s, is below T, and T never exceeds the
+    keep_top-th best of the whole space, so the first keep_top rows are the plain search's.
+    Deterministic (one process, a fixed order). Below BOUNDED_MIN_LAYOUTS candidates the plain
+    search runs: the bounds would cost what they save."""
+    def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[TrainEstimate]]:
+        if len(candidates) < BOUNDED_MIN_LAYOUTS:  # a search this small costs less than its bounds
+            return [search_layout(model, cluster, request, layout, rates, memo) for layout in candidates]
+        promise = [layout_promise(model, cluster, request, layout, rates, memo) for layout in candidates]
+        # the cheap rejections (infinite promise) first, then the most promising
+        order = sorted(range(len(candidates)), key=lambda i: -promise[i])
+        results: dict[int, LayoutResult[TrainEstimate]] = {}
+        best: list[float] = []  # a min-heap of the keep_top best tokens/s that count
+        for i in order:
+            threshold = best[0] if len(best) == keep_top else 0.0
+            results[i] = search_layout(model, cluster, request, candidates[i], rates, memo, threshold)
+            for e in results[i].found:
+                if counts(e):
+                    (heapq.heappush if len(best) < keep_top else heapq.heappushpop)(best, e.tokens_per_second)
+        return [results[i] for i in range(len(candidates))]
+
+    return evaluate_all
 
 
 def recompute_levels(model: ModelSpec, request: TrainRequest) -> list[str]:
@@ -262,8 +380,8 @@ def recompute_levels(model: ModelSpec, request: TrainRequest) -> list[str]:
 
 
 def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, recomputes: list[str],
-                   rates: TrainRates, base: TrainConfig, first: int,
-                   memo: Memo) -> tuple[TrainEstimate | Rejected, int]:
+                   rates: TrainRates, base: TrainConfig, first: int, memo: Memo,
+                   reaches: Callable[[int], bool] | None = None) -> tuple[TrainEstimate | Rejected | None, int]:
     """The least recomputation that fits (more only adds time); else the last failure.
 
     Where it fits only by running something slower for memory (TrainEstimate.memory_fallback: a
@@ -274,11 +392,18 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     skipped: it keeps no recompute's bytes, at least as many as "outputs" keeps.
     Also the index (counted from `first`) of the least recompute level that fits: the levels
     before it ran out of memory, and memory never shrinks as b grows (activations scale
-    with b, micro-batches in flight times b never falls), so a larger b can start there."""
+    with b, micro-batches in flight times b never falls), so a larger b can start there.
+    `reaches` (bounded search): whether a recompute level (indexed from 0, not from `first`) or
+    one after it may reach the rows kept; once none can, the levels left are not estimated: the best so far, or None when none fitted (nothing to report: it
+    ranks below the rows kept whatever it is) with the index of that level (those before it
+    ran out of memory)."""
     result: TrainEstimate | Rejected | None = None
     best: TrainEstimate | None = None
     fits_at = first
     for offset, recompute in enumerate(recomputes):
+        if reaches is not None and not reaches(first + offset):
+            # none fitted yet: the levels before this one ran out of memory, so does a larger b
+            return best, (fits_at if best is not None else first + offset)
         if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
             continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = base if recompute == base.recompute else base.with_(recompute=recompute)
@@ -376,11 +501,14 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     return None
 
 
-def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, suggest: bool = True) -> TrainPlan:
+def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, suggest: bool = True,
+           keep_top: int | None = None, counts: Callable[[TrainEstimate], bool] | None = None) -> TrainPlan:
     """The training plan: every configuration the pruning leaves, ranked by tokens/s.
     A request that cannot be met by any layout (a fixed batch that does not divide) is a
     SpecError, not a plan. `suggest`: where nothing fits for want of memory, say what would
-    (more_gpus_suggestion, which searches without it)."""
+    (more_gpus_suggestion, which searches without it). `keep_top`: only the best this many
+    configurations are wanted (the rest may be bounded out: bounded_evaluation), of those
+    `counts` keeps (default all: the launch's refusals drop the others afterwards)."""
     model = trained_model(model, request)  # with the MTP modules it trains (the estimates price them)
     engines.check_request(model, request)
     check_moe_dispatcher(model, cluster, request)
@@ -397,10 +525,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
     memo = Memo()
+    # MoE: the bound (the least of four EP variants' block terms) costs more than it prunes
+    bounded = (None if keep_top is None or model.is_moe else
+               bounded_evaluation(model, cluster, request, rates, memo, keep_top, counts or (lambda e: True)))
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
                       lambda found: sorted(found, key=rank_key),
-                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True)
+                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True, evaluate_all=bounded)
+    if plan.num_configs_bounded:
+        plan = replace(plan, bounded_below_row=keep_top)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
                                   lambda pp: schedule_options(model, request, pp),
                                   lambda dp: micro_batch_options(request, dp))

@@ -103,8 +103,10 @@ def render_table(plan: TrainPlan, top: int) -> Table:
     from rich.table import Table
 
     total = len(plan.layouts)
-    table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total} feasible, "
-                        f"{len(plan.rejected)} layouts rejected; ranked by tokens/s)")
+    bounded = (f", {plan.num_configs_bounded:,} more not estimated: bounded below row {plan.bounded_below_row}"
+               if plan.num_configs_bounded else "")
+    table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total:,} feasible, "
+                        f"{len(plan.rejected):,} layouts rejected{bounded}; ranked by tokens/s)")
     for column in COLUMNS:
         table.add_column(column.header, justify=column.justify)
     for index, estimate in enumerate(plan.layouts[:top]):
@@ -429,6 +431,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
                       "reasons": list(r.reasons),
                       "num_configs_rejected": r.num_configs_rejected} for r in plan.rejected],
         "num_configs_evaluated": plan.num_configs_evaluated,
+        "num_configs_bounded": plan.num_configs_bounded,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
         "suggestions": list(plan.suggestions),
         "notes": list(training_caveats(model, request)),

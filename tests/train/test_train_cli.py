@@ -371,3 +371,30 @@ def test_a_wide_bubble_says_the_batch_is_small_for_the_gpus():
     full = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "8x8xH100",
                                     "--global-batch", "1024", "--seq-len", "4096"])
     assert full.exit_code == 0 and "Bubble:" not in full.output
+
+
+LONG_CONTEXT_8B = ("--model", "llama-3.1-8b", "--cluster", "256x8xH100", "--global-batch", "256",
+                   "--seq-len", "131072")
+"""308 candidate layouts (context parallelism from dp): the table's search is bounded
+(train_search.bounded_evaluation)."""
+
+
+def test_the_table_says_what_its_bound_left_out_and_json_top_matches_it():
+    """The table shows 10 rows and how many configurations were not estimated; --json --top 10
+    bounds alike and lists the same ten; --json without --top and --show-rejected estimate
+    everything (num_configs_bounded 0, every rejection)."""
+    table = CliRunner().invoke(app, ["--workload", "train", *LONG_CONTEXT_8B])
+    assert table.exit_code == 0, table.output
+    assert "more not estimated: bounded below row 10" in " ".join(table.output.split())
+    top = plan_json(*LONG_CONTEXT_8B, "--top", "10")
+    everything = plan_json(*LONG_CONTEXT_8B)
+    assert top["num_configs_bounded"] > 0 and everything["num_configs_bounded"] == 0
+    assert len(everything["layouts"]) > 10 * len(top["layouts"]) > 0
+    key = lambda layout: (layout["tp"], layout["cp"], layout["pp"], layout["dp"], layout["micro_batch_size"],  # noqa: E731
+                          layout["schedule"], layout["virtual_stages"], layout["recompute"], layout["zero_stage"],
+                          layout["sequence_parallel"], layout["tokens_per_second"])
+    assert [key(x) for x in top["layouts"]] == [key(x) for x in everything["layouts"][:10]]
+    assert len(top["rejected"]) < len(everything["rejected"])
+    shown = CliRunner().invoke(app, ["--workload", "train", *LONG_CONTEXT_8B, "--show-rejected"])
+    assert "not estimated" not in shown.output
+    assert f"Rejected layouts ({len(everything['rejected']):,})" in shown.output
