@@ -31,6 +31,7 @@ from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
 from planner.memo import Memo
+from planner.parallel import map_in_workers
 from planner.requests import LayoutFilter, TrainRequest
 from planner.search import PARALLEL_MIN_LAYOUTS, LayoutResult, Plan, run_search
 from planner.specs import ClusterSpec, ModelSpec
@@ -42,10 +43,12 @@ from planner.train import (
     has_layout_split,
     has_split,
     outputs_recompute_refusal,
+    stage_memories,
     structural_reasons,
     tp_comm_overlap_for,
     train_rates,
     trained_model,
+    worst_stage_memory,
 )
 from planner.train_shortfall import in_node_shortfall
 
@@ -323,18 +326,39 @@ def config_bound(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, 
 
 def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
                    rates: TrainRates, memo: Memo) -> float:
-    """The order in which bounded_evaluation tries layouts first: the most of config_bound over
-    the layout's micro-batches and SP settings at its least recompute (a bound of those only:
-    an ordering, nothing is skipped by it); infinite where the layout cannot run at all (found
-    cheaply, so never a seed)."""
+    """The order in which bounded_evaluation tries layouts: the most of config_bound over the
+    layout's micro-batches and SP settings at the least recompute level at which its leanest
+    configuration (b = 1, SP on where it can be, its highest ZeRO stage, 1F1B) fits in memory
+    (the last level where none does). An ordering only, nothing is skipped by it (the sooner
+    the best layouts come, the higher the threshold the others meet); infinite where the layout
+    cannot run at all (found cheaply)."""
     if structural_reasons(model, layout.tp, layout.pp, layout.dp, request.global_batch, layout.ep):
         return float("inf")
-    least = request.recompute or recompute_levels(model, request)[0]
+    levels = [request.recompute] if request.recompute else recompute_levels(model, request)
+    sps = engine_sp_options(model, request, layout.tp)
+    zero = max(engine_zero_options(request, layout.tp, layout.pp, layout.dp, layout.ep, layout.cp))
+    capacity = cluster.gpu.cuda_visible_memory_bytes
+    lean = TrainConfig(layout.tp, layout.pp, layout.dp, 1, "1f1b", 1, levels[0], max(sps), zero,
+                       attention=request.attention, precision=request.precision,
+                       fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=layout.cp)
+    m = request.global_batch // layout.dp
+    # every stage given the most loaded one's layers (stages need not be even here)
+    most = -(-model.num_hidden_layers // layout.pp)
+    layers = (model.num_hidden_layers, 0, model.num_hidden_layers) if layout.pp == 1 else (
+        most, most if layout.pp > 2 else 0, most)
+    level = next((level for level in levels
+                  if worst_stage_memory(stage_memories(model, lean.with_(recompute=level), request.seq_len, m,
+                                                       memo=memo, layers=layers)).total_bytes <= capacity),
+                 levels[-1])
     v_max = max(v for _, v in schedule_options(model, request, layout.pp))
-    return max((config_bound(model, cluster, request, layout, b, sp, least, v_max, rates, memo)
-                for b in micro_batch_options(request, layout.dp) for sp in engine_sp_options(model, request, layout.tp)),
+    return max((config_bound(model, cluster, request, layout, b, sp, level, v_max, rates, memo)
+                for b in micro_batch_options(request, layout.dp) for sp in sps),
                default=float("inf"))
 
+
+LEAD_LAYOUTS = 16
+"""The bounded search's most promising layouts, searched one after another in this process
+before the rest are spread over the cores with the threshold they set."""
 
 BOUNDED_MIN_LAYOUTS = PARALLEL_MIN_LAYOUTS
 """The fewest candidate layouts bounded_evaluation bounds (fewer: the plain search, cheaper than
@@ -345,14 +369,16 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
                        keep_top: int, counts: Callable[[TrainEstimate], bool]
                        ) -> Callable[[list[Layout]], list[LayoutResult[TrainEstimate]]]:
     """run_search's evaluate_all for a plan that shows only its best `keep_top` configurations
-    (the table's rows, a --top, plan explain's recommendation): the layouts are searched one
-    after another, the most promising first (layout_promise), each with the threshold T the
-    ones before it set: the keep_top-th best tokens/s so far among the estimates `counts` keeps
-    (those the launch would start), 0 until there are keep_top of them. A configuration is
-    skipped only where config_bound, hence its tokens/s, is below T, and T never exceeds the
-    keep_top-th best of the whole space, so the first keep_top rows are the plain search's.
-    Deterministic (one process, a fixed order). Below BOUNDED_MIN_LAYOUTS candidates the plain
-    search runs: the bounds would cost what they save."""
+    (the table's rows, a --top, plan explain's recommendation). The layouts that cannot run at
+    all (cheap to find) and then the LEAD_LAYOUTS most promising (layout_promise) are searched
+    one after another in this process, each with the threshold T the ones before it set: the
+    keep_top-th best tokens/s so far among the estimates `counts` keeps (those the launch would
+    start), 0 until there are keep_top of them; the rest are spread over the cores
+    (parallel.map_in_workers) with the T the lead left. A configuration is skipped only where
+    config_bound, hence its tokens/s, is below T, and T never exceeds the keep_top-th best of
+    the whole space, so the first keep_top rows are the plain search's. Deterministic: T
+    depends on a fixed order, not on which core finishes first. Below BOUNDED_MIN_LAYOUTS
+    candidates the plain search runs: the bounds would cost what they save."""
     def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[TrainEstimate]]:
         if len(candidates) < BOUNDED_MIN_LAYOUTS:  # a search this small costs less than its bounds
             return [search_layout(model, cluster, request, layout, rates, memo) for layout in candidates]
@@ -361,12 +387,21 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
         order = sorted(range(len(candidates)), key=lambda i: -promise[i])
         results: dict[int, LayoutResult[TrainEstimate]] = {}
         best: list[float] = []  # a min-heap of the keep_top best tokens/s that count
-        for i in order:
+        finite = sum(p != float("inf") for p in promise)
+        lead = len(candidates) - finite + LEAD_LAYOUTS  # the cheap rejections, then the most promising
+        for i in order[:lead]:
             threshold = best[0] if len(best) == keep_top else 0.0
             results[i] = search_layout(model, cluster, request, candidates[i], rates, memo, threshold)
             for e in results[i].found:
                 if counts(e):
                     (heapq.heappush if len(best) < keep_top else heapq.heappushpop)(best, e.tokens_per_second)
+        threshold = best[0] if len(best) == keep_top else 0.0
+        rest = order[lead:]
+
+        def evaluate(i: int) -> LayoutResult[TrainEstimate]:
+            return search_layout(model, cluster, request, candidates[i], rates, memo, threshold)
+
+        results.update(zip(rest, map_in_workers(evaluate, rest), strict=True))
         return [results[i] for i in range(len(candidates))]
 
     return evaluate_all
