@@ -111,6 +111,7 @@ class Schedule(str, Enum):
 class Recompute(str, Enum):
     none = "none"
     outputs = "outputs"
+    op = "op"
     selective = "selective"
     full = "full"
 
@@ -195,7 +196,7 @@ SeqLenOpt = Annotated[int | None, typer.Option(help="Train: sequence length.")]
 MicroBatchOpt = Annotated[int | None, typer.Option(help="Train: fix the micro-batch size.")]
 ScheduleOpt = Annotated[Schedule | None, typer.Option(help="Train: pipeline schedule.")]
 VirtualStagesOpt = Annotated[int | None, typer.Option(help="Train: virtual stages per device (interleaved).")]
-RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation recomputation: none; outputs (MoE and MLA models: Megatron's --recompute-modules moe_act layernorm mla_up_proj, the activation, norm and up-projection outputs dropped and rerun); selective (the attention core); full (the whole layer). Default: the least that fits.")]
+RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation recomputation: none; outputs (MoE and MLA models: Megatron's --recompute-modules moe_act layernorm mla_up_proj, the activation, norm and up-projection outputs dropped and rerun); op (torchtitan, dense models in bf16: its per-op selective checkpointing, every second matmul and the elementwise ops rerun; its selective level there); selective (the attention core); full (the whole layer). Default: the least that fits.")]
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]

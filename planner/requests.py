@@ -289,7 +289,7 @@ class TrainRequest:
     micro_batch: int | None = None
     schedule: Literal["gpipe", "1f1b", "interleaved"] | None = None
     virtual_stages: int | None = None
-    recompute: Literal["none", "outputs", "selective", "full"] | None = None
+    recompute: Literal["none", "outputs", "op", "selective", "full"] | None = None
     sequence_parallel: bool | None = None
     zero_stage: int | None = None
     """`--zero`: 0-3, 1 = Megatron's distributed optimizer; None = searched."""

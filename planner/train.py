@@ -663,6 +663,26 @@ def outputs_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | 
     return None
 
 
+def op_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | None:
+    """Why recompute "op" (torchtitan's per-op selective checkpointing, its `mode = "selective"`
+    with `selective_ac_option = "op"`: activations.op_checkpoint_saved_bytes_per_token,
+    training_time.op_recomputed_gemms) is not a level for this model and request, in words
+    (None: it is): torchtitan only; dense GQA blocks (an MoE layer's grouped GEMMs, MLA's
+    projections and a hybrid's mixers run other ops, in another order); bf16 (with fp8
+    torchtitan compiles the blocks and float8's scaled matmuls are not in the save list), where
+    its selective level is priced as Megatron's."""
+    if request.engine != "torchtitan":
+        return (f"{request.engine} has no per-op selective checkpointing (torchtitan's selective_ac_option "
+                f"op); its levels are none, selective and full")
+    if model.is_moe or model.is_mla or model.num_recurrent_layers:
+        return (f"{model.name}'s blocks are not dense attention + MLP ones, whose per-op checkpoint is priced; "
+                f"--recompute selective prices torchtitan's selective level as Megatron's")
+    if request.precision != "bf16":
+        return (f"with --precision {request.precision} torchtitan compiles the blocks and its scaled matmuls "
+                f"are not in the save list; --recompute selective prices the level as Megatron's")
+    return None
+
+
 DEEPEP_BLACKWELL_GPUS = ("B200", "B300")
 """Blackwell parts DeepEP runs on (Megatron-Bridge's apply_flex_dispatcher_backend,
 src/megatron/bridge/training/flex_dispatcher_backend.py: compute capability 8.x or 9.x, or a
@@ -823,6 +843,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if not reasons and c.recompute == "outputs":
         refusal = outputs_recompute_refusal(model, request)
         reasons = [f"recompute outputs: {refusal}"] if refusal else []
+    if not reasons and c.recompute == "op":
+        refusal = op_recompute_refusal(model, request)
+        reasons = [f"recompute op: {refusal}"] if refusal else []
     if reasons:
         return Rejected(config.layout, tuple(reasons))
     check_precision(cluster, request.precision, request.resolved_fp8_recipe, request.engine)

@@ -126,8 +126,10 @@ part k on rank k % pp: distributed/pipeline_parallel.py@v0.2.2, the "loop" stage
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 """Our schedule -> torchtitan's pipeline_parallel_schedule (torch.distributed.pipelining names)."""
 
-TORCHTITAN_AC_MODES = {"none": "none", "selective": "selective", "full": "full"}
-"""Our recompute -> [activation_checkpoint] mode."""
+TORCHTITAN_AC_MODES = {"none": "none", "op": "selective", "selective": "selective", "full": "full"}
+"""Our recompute -> [activation_checkpoint] mode ("op" and "selective" both torchtitan's per-op
+selective checkpointing, selective_ac_option = "op"; "selective" where only Megatron's pricing
+of it applies: train.op_recompute_refusal)."""
 
 
 def check_request(model: ModelSpec, request: TrainRequest) -> None:

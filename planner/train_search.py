@@ -5,7 +5,8 @@ Space: every (tp, pp, dp) with tp*pp*dp = GPUs, and context parallelism splittin
 MAX_MICRO_BATCH_SIZE with B divisible by b*dp (not only powers of two: MosaicML ran 6, 14, 18); schedule 1f1b | interleaved (v dividing the
 layers per stage, or (L+2)/p with the embedding and loss counted as layers) | gpipe; when
 pp does not divide the layers (or v the layers per stage), the split estimate() picks for
-each configuration (cost/stage_split.py, not a search dimension); recompute none | outputs (MoE, MLA) | selective | full; sequence parallelism;
+each configuration (cost/stage_split.py, not a search dimension); recompute none | outputs (MoE, MLA) | selective | full
+(torchtitan, dense bf16: none | op | full); sequence parallelism;
 ZeRO 0/1 (0-3 without pipeline parallelism). A flag fixes any of them.
 
 Pruning, each justified by the cost model (planner/cost/training_time.py):
@@ -42,6 +43,7 @@ from planner.train import (
     estimate,
     has_layout_split,
     has_split,
+    op_recompute_refusal,
     outputs_recompute_refusal,
     stage_memories,
     structural_reasons,
@@ -63,10 +65,12 @@ rank's GEMMs run b*s/cp rows; and it keeps the search at 16,384 GPUs within its 
 (bench/bench_plan.py)."""
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
-RECOMPUTE_ORDER = ("none", "outputs", "selective", "full")
+RECOMPUTE_ORDER = ("none", "outputs", "op", "selective", "full")
 """Recompute levels from the least added time: "outputs" (Megatron's output-discarding
 checkpoints, MoE and MLA models: train.outputs_recompute_refusal) reruns elementwise kernels
-and MLA's up-projections; selective the attention core; full the whole forward."""
+and MLA's up-projections; "op" (torchtitan's per-op selective checkpointing, dense bf16 models:
+train.op_recompute_refusal) three of a block's seven matmuls and its elementwise ops, in
+place of selective; selective the attention core; full the whole forward."""
 MAX_REASONS_PER_LAYOUT = 4
 
 
@@ -408,10 +412,12 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
 
 
 def recompute_levels(model: ModelSpec, request: TrainRequest) -> list[str]:
-    """RECOMPUTE_ORDER less "outputs" where it is not a level (outputs_recompute_refusal)."""
-    if outputs_recompute_refusal(model, request) is None:
-        return list(RECOMPUTE_ORDER)
-    return [level for level in RECOMPUTE_ORDER if level != "outputs"]
+    """RECOMPUTE_ORDER less "outputs" where it is not a level (outputs_recompute_refusal), and
+    "op" where it is not (op_recompute_refusal) or "selective" where it is (torchtitan's
+    selective level is its per-op checkpoint)."""
+    dropped = {"outputs"} if outputs_recompute_refusal(model, request) is not None else set()
+    dropped.add("op" if op_recompute_refusal(model, request) is not None else "selective")
+    return [level for level in RECOMPUTE_ORDER if level not in dropped]
 
 
 def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, recomputes: list[str],
@@ -551,6 +557,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
         refusal = outputs_recompute_refusal(model, request)
         if refusal is not None:
             raise SpecError(f"--recompute outputs: {refusal}")
+    if request.recompute == "op" and (refusal := op_recompute_refusal(model, request)) is not None:
+        raise SpecError(f"--recompute op: {refusal}")
+    if request.recompute == "selective" and op_recompute_refusal(model, request) is None:
+        request = replace(request, recompute="op")  # torchtitan's selective level, as it runs it
     given, asked = request.layout, request
     request = resolve_fixed_dp(request, cluster)
     check_fixed_batch(request, given)

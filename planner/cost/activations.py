@@ -29,6 +29,8 @@ MoE: each MoE layer also keeps the tokens dispatched to the GPU's experts
 Recompute "outputs" (MoE and MLA models): Megatron's output-discarding checkpoints
 (--recompute-modules moe_act layernorm mla_up_proj, outputs_recompute_modules) drop what
 discarded_output_bytes_per_token gives and recompute it for the backward.
+Recompute "op" (torchtitan's per-op selective checkpointing, dense GQA models in bf16): the
+block keeps what op_checkpoint_saved_bytes_per_token gives.
 """
 
 from __future__ import annotations
@@ -90,6 +92,28 @@ def fp8_saved_input_savings_per_token(model: ModelSpec, act_bytes: int, tp: int,
     h, f = model.hidden_size, mlp_width_per_token(model)
     replicated = 2 * h / (tp if sequence_parallel else 1)
     return (act_bytes - fp8) * (replicated + training_attention_widths(model, tp).context + f / tp)
+
+
+def op_checkpoint_saved_bytes_per_token(model: ModelSpec, tp: int, sequence_parallel: bool) -> float:
+    """Bytes per token per GPU one dense GQA block keeps under torchtitan's per-op selective
+    checkpointing (recompute "op"; `_apply_op_sac`, distributed/activation_checkpoint.py and
+    llama3's `_op_sac_save_list`, models/llama3/infra/parallelize.py, v0.2.2). The policy saves
+    the outputs of the ops in the list (aten.mm, the SDPA kernels, reduce_scatter) except every
+    second mm, and recomputes the rest. A Llama block runs its mms in the order wq, wk, wv, wo,
+    w1, w3, w2 (models/llama3/model/model.py), so it keeps wq's and wv's outputs (every token
+    of the TP group, a/t*d and k_gpu*d_v wide), the attention output (a/t*d_v, with its fp32
+    logsumexp, softmax_stats_bytes), w1's (f/t) and w2's (h: the row-parallel GEMM's partial
+    sums, before their reduce-scatter), and with TP the reduce-scatter outputs after wo and w2
+    (h/t each, sequence-sharded); wk, wo and w3 and every elementwise op (norms, RoPE, SiLU,
+    the gating product, the residual adds) run again. Besides those, the checkpoint keeps its
+    input, the residual stream (h/t with SP). 16-bit. Llama-3.1-8B (h 4,096, 8 KV heads of 128,
+    f 14,336) at t = 1: 2 * (4,096 + 4,096 + 1,024 + 4,096 + 14,336 + 4,096) = 63,488 B."""
+    act_bytes = 2
+    h, f = model.hidden_size, model.intermediate_size
+    widths = training_attention_widths(model, tp)
+    sharded = h / (tp if sequence_parallel else 1)
+    reduce_scatters = 2 * h / tp if tp > 1 else 0.0
+    return act_bytes * (sharded + widths.query + widths.value + widths.context + f / tp + h + reduce_scatters)
 
 
 def reruns_attention(recompute: str) -> bool:
@@ -182,6 +206,9 @@ def activation_bytes_per_layer(
     tokens = s * b
     if recompute == "full":  # the layer input only, sharded along s with SP
         return act_bytes * tokens * model.hidden_size / (tp if sequence_parallel else 1)
+    if recompute == "op":  # torchtitan's per-op checkpointing, dense GQA blocks, flash attention
+        return op_checkpoint_saved_bytes_per_token(model, tp, sequence_parallel) * tokens + softmax_stats_bytes(
+            model, s, b, tp)
     replicated = replicated_bytes_per_token(model, act_bytes) * tokens
     if sequence_parallel:
         replicated /= tp
@@ -231,13 +258,17 @@ def recompute_working_bytes(
     """Transient peak while one layer is recomputed for its backward: full recompute
     materialises that layer's whole no-recompute activations; selective its attention
     scores (nothing with flash, which never materialises them); "outputs" the layer's
-    discarded outputs (discarded_output_bytes_per_token). One layer, one micro-batch."""
+    discarded outputs (discarded_output_bytes_per_token); "op" what the layer keeps without
+    recompute beyond what the per-op checkpoint kept. One layer, one micro-batch."""
     if recompute == "full":
         return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
     if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
     if recompute == "outputs":
         return discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * s * b
+    if recompute == "op":  # what the block's rerun makes beyond what it kept
+        return max(0.0, activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
+                   - activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "op", attention, precision))
     return 0.0
 
 

@@ -124,7 +124,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
         "parallelism": {**torchtitan_degrees(c), **pipeline_keys(model, c), **context_keys(c)},
         "activation_checkpoint": {"mode": TORCHTITAN_AC_MODES[c.recompute]},
     }
-    if c.recompute == "selective":
+    if c.recompute in ("op", "selective"):
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if c.precision == "fp8":
         sections["compile"] = {"enable": True}

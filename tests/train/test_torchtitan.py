@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from planner.cli import app
 from planner.emit.torchtitan import job_sections, stage_modules, torchtitan_steps
 from planner.engines import EngineVersions
 from planner.layout import TrainConfig
-from planner.requests import TrainRequest
+from planner.requests import LayoutFilter, TrainRequest
 from planner.train import config_reasons
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
@@ -79,7 +80,7 @@ def config(**kw) -> TrainConfig:
 def test_schedule_and_activation_checkpoint_names():
     """torch.distributed.pipelining's names (get_schedule_class) and ActivationCheckpoint.mode's Literal."""
     assert TORCHTITAN_SCHEDULES == {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
-    assert TORCHTITAN_AC_MODES == {"none": "none", "selective": "selective", "full": "full"}
+    assert TORCHTITAN_AC_MODES == {"none": "none", "op": "selective", "selective": "selective", "full": "full"}
     literal = FIELDS["sections"]["activation_checkpoint"]["mode"]
     assert all(f"'{mode}'" in literal for mode in TORCHTITAN_AC_MODES.values())
 
@@ -238,6 +239,8 @@ def test_batch_and_stages_in_the_job_config():
     flat = job_sections(model, config(micro_batch_size=2, recompute="selective"), 256, 8192)
     assert flat["training"]["local_batch_size"] == 2
     assert flat["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    per_op = job_sections(model, config(micro_batch_size=2, recompute="op"), 256, 8192)
+    assert per_op["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
 def test_uneven_split_names_each_stage():
@@ -371,3 +374,115 @@ def test_every_plan_is_one_torchtitan_runs(model_name, nodes, batch_per_gpu, seq
         assert seq_len % (2 * c.tp * c.cp) == 0
         (step,) = torchtitan_steps(model, cluster, c, request.global_batch, seq_len)
         assert key_problems(step.files[0].text) == []
+
+
+# ------------------------------------------------------------------ per-op selective checkpointing ("op")
+
+def test_per_op_checkpoint_keeps_these_bytes_by_hand():
+    """Llama-3.1-8B (h 4,096, 32 heads and 8 KV heads of 128, f 14,336), per token per GPU, 2 B each.
+    t = 1: the input 4,096, wq's output 4,096, wv's 1,024, the attention output 4,096, w1's
+    14,336 and w2's 4,096: 2 * 31,744 = 63,488 B. t = 8 with SP: the input 512, wq 4 heads
+    = 512, wv 1 KV head = 128, attention 512, w1 1,792, w2's partial sums 4,096 (every token,
+    whole h, before the reduce-scatter), the two reduce-scatters' outputs 2 * 512:
+    2 * 8,576 = 17,152 B. Against no recompute (activation_bytes_per_layer, one 4,096-token
+    sequence) it keeps 43% at t = 1."""
+    from planner.cost.activations import (
+        activation_bytes_per_layer,
+        op_checkpoint_saved_bytes_per_token,
+    )
+    model = resolve_model("llama-3.1-8b")
+    assert op_checkpoint_saved_bytes_per_token(model, 1, False) == 63_488
+    assert op_checkpoint_saved_bytes_per_token(model, 8, True) == 17_152
+    # with flash attention's logsumexp: 4 B per query row per head, 32 heads
+    assert activation_bytes_per_layer(model, 4096, 1, 1, False, "op", "flash") == 4096 * (63_488 + 4 * 32)
+    none = activation_bytes_per_layer(model, 4096, 1, 1, False, "none", "flash")
+    assert activation_bytes_per_layer(model, 4096, 1, 1, False, "op", "flash") / none == pytest.approx(0.43, abs=0.01)
+
+
+def test_per_op_checkpoint_reruns_three_of_seven_matmuls_by_hand():
+    """Every second matmul of wq, wk, wv, wo, w1, w3, w2: wk (4,096 x 1,024), wo (4,096 x
+    4,096) and w3 (4,096 x 14,336), 79.69M of the block's 218.10M multiply-adds per token
+    (36.5%); the rerun is those GEMMs and the forward's elementwise traffic, less than full
+    recompute's whole forward by the other GEMMs and the attention core."""
+    from planner.cost.flops import layer_gemms_forward
+    from planner.cost.training_time import (
+        flash_attention_seconds,
+        gemm_seconds,
+        layer_seconds,
+        linear_gemm_seconds,
+        op_recomputed_gemms,
+    )
+    from planner.train import train_rates
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    gemms = layer_gemms_forward(model, 1, 4096, 1)
+    rerun = op_recomputed_gemms(model, gemms, 1)
+    per_token = sum(g.m * g.n * g.k * g.count for g in rerun) / 4096
+    assert per_token == 4096 * (1024 + 4096 + 14336) == 79_691_776
+    whole = sum(g.m * g.n * g.k * g.count for g in gemms[:4]) / 4096
+    assert whole == 218_103_808 and per_token / whole == pytest.approx(0.3654, abs=1e-4)
+    rates = train_rates(model, cluster)
+    full = layer_seconds(model, 4096, 1, 1, False, "full", rates, "flash")
+    op = layer_seconds(model, 4096, 1, 1, False, "op", rates, "flash")
+    assert (op.forward, op.backward) == (full.forward, full.backward)
+    elementwise = full.recompute - linear_gemm_seconds(model, gemms, 1, 4096, 1, rates) - flash_attention_seconds(
+        gemms, rates)[0]
+    assert op.recompute == pytest.approx(sum(gemm_seconds(g, rates) for g in rerun) + elementwise, rel=1e-12)
+    assert 0 < op.recompute < full.recompute
+
+
+def test_per_op_checkpoint_reruns_the_all_gathers_only():
+    """With TP (SP always on in torchtitan) the rerun forward all-gathers the inputs of wk and w3
+    again and keeps the reduce-scatters' outputs: one all-reduce's time more than none, one less
+    than full (forward 2, 3, 4 all-reduce equivalents; backward 3)."""
+    from planner.cost.training_time import tp_seconds_per_layer
+    from planner.layout import place
+    from planner.train import train_rates
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    rates = train_rates(model, cluster)
+    totals = {}
+    for level in ("none", "op", "full"):
+        c = config(tp=8, dp=1, zero_stage=0, sequence_parallel=True, recompute=level)
+        tp = tp_seconds_per_layer(model, cluster, c, 4096, place(cluster, c.layout, True), rates)
+        totals[level] = tp.total / tp.allreduce_seconds
+    assert totals == pytest.approx({"none": 5, "op": 6, "full": 7})
+
+
+def test_recompute_levels_per_engine_and_model():
+    """torchtitan's selective level is its per-op checkpoint where that is priced (dense, bf16)."""
+    from planner.train_search import recompute_levels
+    dense, moe = resolve_model("llama-3.1-8b"), resolve_model("qwen3-30b-a3b")
+    titan = TrainRequest(global_batch=64, seq_len=4096, engine="torchtitan")
+    assert recompute_levels(dense, titan) == ["none", "op", "full"]
+    assert recompute_levels(dense, TrainRequest(global_batch=64, seq_len=4096)) == ["none", "selective", "full"]
+    assert recompute_levels(moe, titan) == ["none", "selective", "full"]
+    assert recompute_levels(dense, TrainRequest(global_batch=64, seq_len=4096, engine="torchtitan",
+                                                precision="fp8")) == ["none", "selective", "full"]
+
+
+def test_selective_on_torchtitan_is_the_per_op_checkpoint_and_op_is_torchtitans():
+    """--recompute selective with torchtitan plans (and emits) the per-op checkpoint; --recompute op
+    with Megatron is one line and exit 2."""
+    out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64", "--seq-len", "8192",
+                    "--recompute", "selective", "--top", "3")
+    assert {layout["recompute"] for layout in out["layouts"]} == {"op"}
+    toml = out["recommended"]["command"][0]["files"][0]["text"]
+    assert 'mode = "selective"' in toml and 'selective_ac_option = "op"' in toml
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "64", "--seq-len", "8192", "--recompute", "op"])
+    assert result.exit_code == 2 and "--recompute op: megatron has no per-op selective" in result.output
+
+
+def test_fsdp_70b_on_64_h100_runs_the_per_op_checkpoint():
+    """Llama-3.1-70B at 8,192 tokens on 64 H100 with FSDP over 32 ranks and the sequence over two
+    CP ranks (no TP, no PP): no recompute does not fit, the per-op checkpoint does and runs faster
+    than full recompute; it is the recommendation of the whole search too."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("8x8xH100")
+    request = TrainRequest(global_batch=256, seq_len=8192, engine="torchtitan",
+                           layout=LayoutFilter(tp=1, pp=1, cp=2))
+    plan = search(model, cluster, request)
+    best = plan.layouts[0]
+    assert (best.config.recompute, best.config.zero_stage, best.config.dp) == ("op", 3, 32)
+    assert not [e for e in plan.layouts if e.config.recompute == "none"]
+    assert search(model, cluster, replace(request, layout=LayoutFilter())).layouts[0].config == best.config
+    full = [e for e in plan.layouts if e.config.recompute == "full"]
+    assert full and max(e.tokens_per_second for e in full) < best.tokens_per_second
