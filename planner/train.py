@@ -338,8 +338,8 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.schedule == "interleaved":
         if c.pp == 1:
             reasons.append("interleaving needs pp > 1")
-        elif m % c.pp:
-            reasons.append(f"m={m} not a multiple of p={c.pp} for interleaving")
+        else:
+            reasons += interleaving_batch_reasons(m, c.pp, engine)
         if open_split and L % c.pp == 0 and (L // c.pp) % v:
             reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
         elif open_split and L % c.pp and not has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
@@ -352,6 +352,15 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
         reasons.append(f"ZeRO-{c.zero_stage} (Megatron-FSDP) is planned without pipeline parallelism "
                        f"(its examples and guide at core_v0.19.0 pair it with TP, CP and EP only)")
     return reasons
+
+
+def interleaving_batch_reasons(m: int, pp: int, engine: str) -> list[str]:
+    """Why m micro-batches cannot run interleaved over pp stages: Megatron needs m >= p (its
+    micro-batch groups, pipeline.microbatch_group_size, take p to m of them); torchtitan's
+    Interleaved1F1B a multiple of p (planned so, as Megatron's default group of p)."""
+    if engine == "megatron":
+        return [] if m >= pp else [f"m={m} below p={pp}: interleaving needs at least p micro-batches (Megatron)"]
+    return [f"m={m} not a multiple of p={pp} for interleaving ({engine})"] if m % pp else []
 
 
 def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron") -> list[str]:

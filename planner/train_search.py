@@ -43,6 +43,7 @@ from planner.train import (
     estimate,
     has_layout_split,
     has_split,
+    interleaving_batch_reasons,
     op_recompute_refusal,
     outputs_recompute_refusal,
     stage_memories,
@@ -221,7 +222,7 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     zero_order = sorted(zeros, key=lambda z: (z == 0, z))
     sp_order = sorted(sps, reverse=True)
     schedules = schedule_options(model, request, pp)
-    v_max = max(v for _, v in schedules)
+    v_max = max((v for _, v in schedules), default=1)
     bounds: dict[tuple[int, bool, int], float] = {}
 
     def reaches(b: int, sp: bool) -> Callable[[int], bool]:
@@ -262,9 +263,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                     proto = proto.with_(tp_comm_overlap=True)
                 for b in micro_batches:
                     m = request.global_batch // (b * dp)
-                    if schedule == "interleaved" and pp > 1 and m % pp:
-                        # config_reasons' verdict, without building the estimate
-                        tally.add(Rejected(layout, (f"m={m} not a multiple of p={pp} for interleaving",)))
+                    if schedule == "interleaved" and pp > 1 and (why := interleaving_batch_reasons(m, pp, request.engine)):
+                        tally.add(Rejected(layout, tuple(why)))  # config_reasons' verdict, without the estimate
                         continue
                     if leaner and any(b >= oom_at.get(key, b + 1) for key in leaner):
                         break  # a leaner sibling was out of memory here at every recompute level
@@ -354,7 +354,7 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
                   if worst_stage_memory(stage_memories(model, lean.with_(recompute=level), request.seq_len, m,
                                                        memo=memo, layers=layers)).total_bytes <= capacity),
                  levels[-1])
-    v_max = max(v for _, v in schedule_options(model, request, layout.pp))
+    v_max = max((v for _, v in schedule_options(model, request, layout.pp)), default=1)
     return max((config_bound(model, cluster, request, layout, b, sp, level, v_max, rates, memo)
                 for b in micro_batch_options(request, layout.dp) for sp in sps),
                default=float("inf"))

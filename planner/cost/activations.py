@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from planner.cost import efficiency
 from planner.cost.moe import moe_layers_of
 from planner.cost.params import mlp_width_per_token, training_attention_widths
+from planner.cost.pipeline import microbatch_group_size
 from planner.specs import ModelSpec
 
 SOFTMAX_STATS_BYTES_PER_ROW = 4
@@ -280,7 +281,10 @@ def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: in
     on stage i (Narayanan et al. 2021 sec. 2.2: the first stage p). Interleaved: Megatron
     warms stage i up with 2*(p-i-1) + (v-1)*p chunk forwards, plus the one in progress, so
     (2*(p-i-1) + (v-1)*p + 1)/v = p + (p-2i-1)/v stage-micro-batches; on the first stage
-    p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3); at most m.
+    p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 sec. 4.2.3); at most m. Where p does not
+    divide m, Megatron runs micro-batch groups of N > p per chunk
+    (pipeline.microbatch_group_size), warming up with (v-1)*N chunk forwards instead of (v-1)*p:
+    N + (2*(p-i-1) - N + 1)/v.
     `extra_forwards`: chunk forwards added to the warm-up (one with
     --overlap-moe-expert-parallel-comm, schedules.py core_v0.19.0: + 1/v of a micro-batch
     interleaved; without pipelining its combined 1F1B runs a forward beside each backward, 2
@@ -292,7 +296,8 @@ def micro_batches_in_flight(schedule: str, p: int, m: int, v: int = 1, stage: in
         return float(m)
     if schedule == "1f1b":
         return float(min(p - stage + extra_forwards, m))
-    return min(p + (p - 2 * stage - 1 + extra_forwards) / v, float(m))
+    group = microbatch_group_size(p, m) or p
+    return min(group + (2 * (p - stage - 1) - group + 1 + extra_forwards) / v, float(m))
 
 
 def first_stage_extra_bytes(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool) -> float:

@@ -32,3 +32,17 @@ def pipeline_time_units(num_stages: int, num_micro_batches: int) -> int:
 def serving_stage_utilization(num_batches_in_flight: int, num_stages: int) -> float:
     """vLLM runs p virtual engines; with k < p batches in flight each stage idles (p-k)/p."""
     return min(1.0, num_batches_in_flight / num_stages)
+
+
+def microbatch_group_size(num_stages: int, num_micro_batches: int) -> int | None:
+    """N, the micro-batches Megatron's interleaved schedule runs on one chunk before the next
+    (--microbatch-group-size-per-virtual-pipeline-stage; default p): the least N in [p, m]
+    with m % N zero or at least p, which forward_backward_pipelining_with_interleaving accepts
+    (it raises outside [p, m], and for a last group of 1 to p-1 micro-batches, "dependency
+    bubbles"; schedules.py core_v0.14.0 and core_v0.19.0). N = p where p divides m; N = m always
+    qualifies, so None only for m < p. p = 16: m = 20 -> 20 (16..19 leave 4, 3, 2, 1);
+    m = 40 -> 20; m = 48 -> 16."""
+    p, m = num_stages, num_micro_batches
+    if m < p:
+        return None
+    return next(n for n in range(p, m + 1) if m % n == 0 or m % n >= p)

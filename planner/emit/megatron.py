@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from planner.cost import efficiency
 from planner.cost import stage_split as split
 from planner.cost.activations import outputs_recompute_modules
+from planner.cost.pipeline import microbatch_group_size
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
@@ -289,6 +290,11 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     elif c.schedule == "interleaved":
         layers = model.num_hidden_layers // c.pp // c.virtual_stages
         args += ["--num-layers-per-virtual-pipeline-stage", str(layers)]
+    if c.schedule == "interleaved":
+        # p not dividing m: the micro-batch groups Megatron then needs (default p)
+        group = microbatch_group_size(c.pp, global_batch // (c.micro_batch_size * c.dp))
+        if group is not None and group != c.pp:
+            args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
     args += expert_parallel_args(model, c)
     if c.sequence_parallel:
         args.append("--sequence-parallel")

@@ -164,3 +164,45 @@ def test_without_pipelining_one_micro_batch_is_in_flight_whatever_the_schedule()
 
     assert micro_batches_in_flight("gpipe", 4, 8) == 8.0
     assert micro_batches_in_flight("gpipe", 1, 8) == micro_batches_in_flight("1f1b", 1, 8) == 1.0
+
+
+def test_microbatch_group_size_by_hand():
+    """Megatron's interleaved schedule runs each chunk on groups of N micro-batches, N in [p, m]
+    with m % N zero or at least p; the least such N. p = 16: m = 20 -> 16..19 leave 4, 3, 2, 1
+    (below 16), 20 leaves 0; m = 40 -> 20 (40 % 16 = 8, % 17 = 6, % 18 = 4, % 19 = 2, % 20 = 0);
+    m = 48 -> 16; m = 15 -> none (below p). p = 4: m = 6 -> 6 (6 % 4 = 2, 6 % 5 = 1);
+    m = 9 -> 5 (9 % 4 = 1, 9 % 5 = 4 >= 4)."""
+    from planner.cost.pipeline import microbatch_group_size
+    assert [microbatch_group_size(16, m) for m in (20, 40, 48, 15)] == [20, 20, 16, None]
+    assert [microbatch_group_size(4, m) for m in (6, 9, 8)] == [6, 5, 4]
+
+
+def test_interleaved_in_flight_with_a_larger_group_by_hand():
+    """First stage, p = 4, v = 2: m = 8 (group 4) warms up 2*3 + 1*4 = 10 chunk forwards, + 1 in
+    progress = 11 chunks = 5.5 micro-batches (p + (p-1)/v); m = 10 (group 5): 2*3 + 1*5 + 1 = 12
+    chunks = 6.0; the last stage (i = 3) at m = 10: 0 + 5 + 1 = 6 chunks = 3.0."""
+    from planner.cost.activations import micro_batches_in_flight
+    assert micro_batches_in_flight("interleaved", 4, 8, 2, 0) == 5.5
+    assert micro_batches_in_flight("interleaved", 4, 10, 2, 0) == 6.0
+    assert micro_batches_in_flight("interleaved", 4, 10, 2, 3) == 3.0
+
+
+def test_interleaving_needs_m_at_least_p_with_megatron_and_a_multiple_with_torchtitan():
+    from planner.train import interleaving_batch_reasons
+    assert interleaving_batch_reasons(10, 4, "megatron") == []
+    assert "below p=4" in interleaving_batch_reasons(3, 4, "megatron")[0]
+    assert "not a multiple of p=4" in interleaving_batch_reasons(10, 4, "torchtitan")[0]
+    assert interleaving_batch_reasons(8, 4, "torchtitan") == []
+
+
+def test_megatron_command_names_the_group_only_where_p_does_not_divide_m():
+    """70B on 8x8 H100, tp=8 pp=4 dp=2, b=2: B = 40 gives m = 10 (group 5, emitted), B = 32 m = 8
+    (Megatron's default group of p, not emitted)."""
+    from planner.catalog import resolve_model
+    from planner.emit.megatron import parallel_args
+    from planner.layout import TrainConfig
+    model = resolve_model("llama-3.1-70b")
+    config = TrainConfig(8, 4, 2, 2, "interleaved", 2, "none", True, 1)
+    args = parallel_args(model, config, 40)
+    assert args[args.index("--microbatch-group-size-per-virtual-pipeline-stage") + 1] == "5"
+    assert "--microbatch-group-size-per-virtual-pipeline-stage" not in parallel_args(model, config, 32)

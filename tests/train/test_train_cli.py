@@ -225,7 +225,8 @@ def test_no_feasible_layout_exits_1():
                                                    "--micro-batch", "1", "--global-batch", "1536",
                                                    "--seq-len", "8192", "--precision", "fp8")),
     # uneven and interleaved: 12 | 14 x4 | 12 in chunks of 2 (80 + 2 does not divide over 12
-    # chunks), named by --num-virtual-stages-per-pipeline-rank
+    # chunks), named by --num-virtual-stages-per-pipeline-rank; b = 3 gives m = 160, not a
+    # multiple of 6: Megatron's micro-batch groups of 7 (160 % 7 = 6)
     ("llama-3.1-70b_12x8xH100_pp6_interleaved", ("--model", "llama-3.1-70b", "--cluster", "12x8xH100",
                                                  "--layout", "tp=8,pp=6", "--schedule", "interleaved",
                                                  "--virtual-stages", "2", "--global-batch", "960",
