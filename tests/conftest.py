@@ -22,6 +22,16 @@ CLI_ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
 """Wide output so rich never wraps a name the tests look for."""
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte-compile the planner once: the suite starts `plan` in some hundreds of processes, and
+    where the environment forbids writing byte-code (PYTHONDONTWRITEBYTECODE, set on some CI
+    machines) each would compile every module again (tests/test_cli_errors.py: 46 s against
+    33 s compiled)."""
+    import compileall
+
+    compileall.compile_dir(str(REPO_ROOT / "planner"), quiet=1)
+
+
 @functools.cache
 def _bench_module(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
