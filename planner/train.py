@@ -810,6 +810,20 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     return placement, terms
 
 
+def _priced_tp_comm_overlap(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig,
+                            memo: Memo) -> bool:
+    """tp_comm_overlap_for, memoised on the only fields of the configuration it reads."""
+    return memo.get(("tp_comm_overlap", config.tp, config.sequence_parallel, config.attention),
+                    tp_comm_overlap_for, model, cluster, request, config)
+
+
+def _priced_moe_dispatcher(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig,
+                           rates: TrainRates, memo: Memo) -> str:
+    """moe_dispatcher_for, memoised on the only fields of the request and configuration it reads."""
+    return memo.get(("moe_dispatcher", request.moe_dispatcher, config.tp, config.pp, config.dp, config.cp, config.ep,
+                     config.micro_batch_size), moe_dispatcher_for, model, cluster, request, config, rates)
+
+
 def block_seconds_floor(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,
                         rates: TrainRates, memo: Memo) -> float:
     """The least time per micro-batch (training_time.block_seconds) at which estimate() can price
@@ -820,13 +834,9 @@ def block_seconds_floor(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     where memory is short). The bounded training search rests on it
     (train_search.step_seconds_floor)."""
     config = config.with_(precision=request.precision, fp8_recipe=request.resolved_fp8_recipe)
-    overlap = memo.get(("tp_comm_overlap", config.tp, config.sequence_parallel, config.attention),
-                       tp_comm_overlap_for, model, cluster, request, config)
-    variants = [config.with_(tp_comm_overlap=overlap)]
+    variants = [config.with_(tp_comm_overlap=_priced_tp_comm_overlap(model, cluster, request, config, memo))]
     if config.ep > 1:
-        chosen = memo.get(("moe_dispatcher", request.moe_dispatcher, config.tp, config.pp, config.dp, config.cp,
-                           config.ep, config.micro_batch_size),
-                          moe_dispatcher_for, model, cluster, request, variants[0], rates)
+        chosen = _priced_moe_dispatcher(model, cluster, request, variants[0], rates, memo)
         combined = (False, True) if request.engine == "megatron" and request.moe_comm_overlap else (False,)
         variants = [variants[0].with_(moe_comm_overlap=together, moe_dispatcher=dispatcher)
                     for together in combined for dispatcher in sorted({chosen, "alltoall"})]
@@ -865,9 +875,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
     rates = rates or train_rates(model, cluster)
-    # tp_comm_overlap_possible reads only these fields of the configuration
-    overlap = memo.get(("tp_comm_overlap", config.tp, config.sequence_parallel, config.attention),
-                       tp_comm_overlap_for, model, cluster, request, config)
+    overlap = _priced_tp_comm_overlap(model, cluster, request, config, memo)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)
     # moe_comm_overlap_for reads only these fields of the request and configuration (none without EP)
@@ -883,10 +891,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                                deepep_refusal, model, cluster, config)
             if refusal is not None:
                 return Rejected(config.layout, (f"--moe-dispatcher deepep: {refusal}",))
-        # moe_dispatcher_for reads only these fields of the request and configuration
-        dispatcher = memo.get(("moe_dispatcher", request.moe_dispatcher, config.tp, config.pp, config.dp, config.cp,
-                               config.ep, config.micro_batch_size),
-                              moe_dispatcher_for, model, cluster, request, config, rates)
+        dispatcher = _priced_moe_dispatcher(model, cluster, request, config, rates, memo)
         if config.moe_dispatcher != dispatcher:
             config = config.with_(moe_dispatcher=dispatcher)
     imbalance = expert_imbalance(request)

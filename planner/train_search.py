@@ -202,9 +202,9 @@ class _Tally:
 
 
 def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout,
-                  rates: TrainRates, memo: Memo, threshold: float = 0.0) -> LayoutResult[TrainEstimate]:
+                  rates: TrainRates, memo: Memo, threshold_tokens_per_s: float = 0.0) -> LayoutResult[TrainEstimate]:
     """Every configuration of one (tp, cp, pp, dp) that the pruning rules leave, or why none runs.
-    `threshold` (tokens/s, bounded search): a configuration whose bound (config_bound) falls
+    `threshold_tokens_per_s` (bounded search): a configuration whose bound (config_bound) falls
     below it is counted as bounded, not estimated; a layout with nothing feasible and something
     bounded is not rejected (it may run, below the rows kept)."""
     tp, pp, dp, cp = layout.tp, layout.pp, layout.dp, layout.cp
@@ -214,7 +214,7 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     found: list[TrainEstimate] = []
     tally = _Tally()
     bounded = 0
-    recomputes = [request.recompute] if request.recompute else recompute_levels(model, request)
+    recomputes = searched_recomputes(model, request)
     micro_batches = micro_batch_options(request, dp)
     zeros = engine_zero_options(request, tp, pp, dp, layout.ep, cp)
     sps = engine_sp_options(model, request, tp)
@@ -222,24 +222,24 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     zero_order = sorted(zeros, key=lambda z: (z == 0, z))
     sp_order = sorted(sps, reverse=True)
     schedules = schedule_options(model, request, pp)
-    v_max = max((v for _, v in schedules), default=1)
-    bounds: dict[tuple[int, bool, int], float] = {}
+    v_max = largest_v(schedules)
+    bounds_tokens_per_s: dict[tuple[int, bool, int], float] = {}
 
     def reaches(b: int, sp: bool) -> Callable[[int], bool]:
         """Whether recompute level `index` or one after it may reach the threshold: config_bound
         (whatever the schedule and ZeRO stage, which do not enter it), from that level on until
-        one does (the bounds of the levels after it are computed only where needed)."""
+        one does (the bounds_tokens_per_s of the levels after it are computed only where needed)."""
         def from_level(index: int) -> bool:
             for level in range(index, len(recomputes)):
-                if (b, sp, level) not in bounds:
-                    bounds[b, sp, level] = config_bound(model, cluster, request, layout, b, sp, recomputes[level],
+                if (b, sp, level) not in bounds_tokens_per_s:
+                    bounds_tokens_per_s[b, sp, level] = config_bound(model, cluster, request, layout, b, sp, recomputes[level],
                                                         v_max, rates, memo)
-                if bounds[b, sp, level] >= threshold:
+                if bounds_tokens_per_s[b, sp, level] >= threshold_tokens_per_s:
                     return True
             return False
         return from_level
 
-    if threshold and not any(reaches(b, sp)(0) for b in micro_batches for sp in sps):
+    if threshold_tokens_per_s and not any(reaches(b, sp)(0) for b in micro_batches for sp in sps):
         # nothing of it reaches the rows kept: every (schedule, ZeRO, SP, b) combination is bounded
         return LayoutResult([], None, 0, len(schedules) * len(zeros) * len(sps) * len(micro_batches))
     for schedule, v in schedules:
@@ -270,12 +270,12 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                         break  # a leaner sibling was out of memory here at every recompute level
                     for key in leaner:
                         first = max(first, floor.get((*key, b), 0))
-                    if threshold and not reaches(b, sp)(first):
+                    if threshold_tokens_per_s and not reaches(b, sp)(first):
                         bounded += 1  # no recompute level left to it can reach the rows kept
                         continue
                     base = proto if b == 1 else proto.with_(micro_batch_size=b)
                     result, first = _first_fitting(model, cluster, request, recomputes[first:], rates,
-                                                   base, first, memo, reaches(b, sp) if threshold else None)
+                                                   base, first, memo, reaches(b, sp) if threshold_tokens_per_s else None)
                     if result is None:  # out of memory up to where the bound leaves the rows kept
                         bounded += 1
                         floor[(zero, sp, b)] = first  # the levels below ran out of memory: a fatter sibling's too
@@ -338,7 +338,7 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     cannot run at all (found cheaply)."""
     if structural_reasons(model, layout.tp, layout.pp, layout.dp, request.global_batch, layout.ep):
         return float("inf")
-    levels = [request.recompute] if request.recompute else recompute_levels(model, request)
+    levels = searched_recomputes(model, request)
     sps = engine_sp_options(model, request, layout.tp)
     zero = max(engine_zero_options(request, layout.tp, layout.pp, layout.dp, layout.ep, layout.cp))
     capacity = cluster.gpu.cuda_visible_memory_bytes
@@ -354,7 +354,7 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
                   if worst_stage_memory(stage_memories(model, lean.with_(recompute=level), request.seq_len, m,
                                                        memo=memo, layers=layers)).total_bytes <= capacity),
                  levels[-1])
-    v_max = max((v for _, v in schedule_options(model, request, layout.pp)), default=1)
+    v_max = largest_v(schedule_options(model, request, layout.pp))
     return max((config_bound(model, cluster, request, layout, b, sp, level, v_max, rates, memo)
                 for b in micro_batch_options(request, layout.dp) for sp in sps),
                default=float("inf"))
@@ -394,21 +394,31 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
         finite = sum(p != float("inf") for p in promise)
         lead = len(candidates) - finite + LEAD_LAYOUTS  # the cheap rejections, then the most promising
         for i in order[:lead]:
-            threshold = best[0] if len(best) == keep_top else 0.0
-            results[i] = search_layout(model, cluster, request, candidates[i], rates, memo, threshold)
+            threshold_tokens_per_s = best[0] if len(best) == keep_top else 0.0
+            results[i] = search_layout(model, cluster, request, candidates[i], rates, memo, threshold_tokens_per_s)
             for e in results[i].found:
                 if counts(e):
                     (heapq.heappush if len(best) < keep_top else heapq.heappushpop)(best, e.tokens_per_second)
-        threshold = best[0] if len(best) == keep_top else 0.0
+        threshold_tokens_per_s = best[0] if len(best) == keep_top else 0.0
         rest = order[lead:]
 
         def evaluate(i: int) -> LayoutResult[TrainEstimate]:
-            return search_layout(model, cluster, request, candidates[i], rates, memo, threshold)
+            return search_layout(model, cluster, request, candidates[i], rates, memo, threshold_tokens_per_s)
 
         results.update(zip(rest, map_in_workers(evaluate, rest), strict=True))
         return [results[i] for i in range(len(candidates))]
 
     return evaluate_all
+
+
+def searched_recomputes(model: ModelSpec, request: TrainRequest) -> list[str]:
+    """The recompute levels a search tries: the one --recompute fixes, else recompute_levels."""
+    return [request.recompute] if request.recompute else recompute_levels(model, request)
+
+
+def largest_v(schedules: list[tuple[str, int]]) -> int:
+    """The most virtual stages among schedule_options' pairs (1 where there is none)."""
+    return max((v for _, v in schedules), default=1)
 
 
 def recompute_levels(model: ModelSpec, request: TrainRequest) -> list[str]:
@@ -435,9 +445,9 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     before it ran out of memory, and memory never shrinks as b grows (activations scale
     with b, micro-batches in flight times b never falls), so a larger b can start there.
     `reaches` (bounded search): whether a recompute level (indexed from 0, not from `first`) or
-    one after it may reach the rows kept; once none can, the levels left are not estimated: the best so far, or None when none fitted (nothing to report: it
-    ranks below the rows kept whatever it is) with the index of that level (those before it
-    ran out of memory)."""
+    one after it may reach the rows kept; once none can, the levels left are not estimated: the
+    best so far, or None when none fitted (nothing to report: it ranks below the rows kept
+    whatever it is) with the index of that level (those before it ran out of memory)."""
     result: TrainEstimate | Rejected | None = None
     best: TrainEstimate | None = None
     fits_at = first
