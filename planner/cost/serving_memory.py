@@ -392,15 +392,18 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     max_model_len = request.max_model_len or model.max_position_embeddings
     draft = (DraftMemory(0.0, 0) if request.speculation is None
              else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype, layout.pp))
+    embedding = embedding_bytes_per_gpu(model, layout.tp)
+    head = lm_head_bytes_per_gpu(model, layout.tp, layout.pp)
+    activations = {last: profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs) for last in (False, True)}
+    overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
+                                                          cluster.gpus_per_node, tokens))
+    full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
         weights = num_layers * per_layer
-        weights += embedding_bytes_per_gpu(model, layout.tp) if stage == 0 else 0
-        weights += lm_head_bytes_per_gpu(model, layout.tp, layout.pp) if last else 0
-        activation = profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs)
-        overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
-                                                              cluster.gpus_per_node, tokens))
-        full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
+        weights += embedding if stage == 0 else 0
+        weights += head if last else 0
+        activation = activations[last]
         kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
         state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)
         drafter = draft if last else DraftMemory(0.0, 0)

@@ -815,10 +815,100 @@ def dbo_step_time(half: StepTime, moe_layers: float) -> StepTime:
                     2 * half.moe_seconds, 2 * half.draft_seconds)
 
 
+@dataclass(frozen=True)
+class LayerLoadTerms:
+    """What a step's load costs one layer of the layout, whatever stage the layer is on:
+    stage_step_time multiplies these by the stage's layers. layer_load_terms prices them once
+    per (layout, load); a replica's stages share them (stage_step_times)."""
+
+    moe_seconds: float
+    """One MoE layer's fused-MoE op on the busiest GPU (moe_layer_kernel_time); 0 if dense."""
+    moe_weight_bound: bool
+    dense_flops_per_layer: float
+    """2 * active params * tokens less the routed experts' FLOPs, the mean layer's, all of the
+    replica's TP ranks together."""
+    dense_utilization: float
+    """dense_gemm_shape_utilization at the step's tokens."""
+    allreduce_seconds: float
+    """tp_allreduce_seconds_per_layer at the step's message size (two sublayers' worth)."""
+    exchange_seconds: float
+    """One MoE layer's EP exchange (ep_exchange_parts)."""
+    replaced_seconds: float
+    """The output all-reduce that sequence-parallel MoE's all-gather replaces (ep_exchange_parts)."""
+
+
+def layer_load_terms(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                     load: StepLoad, imbalance: float, constants: StepConstants) -> LayerLoadTerms:
+    """The LayerLoadTerms of `load` (see stage_step_time for the formulas)."""
+    tokens = max(load.num_tokens, 1.0)
+    expert_tokens = max(load.moe_tokens, 1.0)
+    moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance,
+                                                           kernel=constants.moe_kernel)
+                                     if model.is_moe else (0.0, False))
+    dense_flops = 2 * constants.active_params_per_layer * tokens - routed_expert_flops(model, 1, tokens)
+    m_half = eff.gemm_row_half(constants.matmul_flops_per_s, linear_bytes_per_weight(model),
+                               cluster.gpu.hbm_bytes_per_s * constants.linear_hbm_utilization)
+    message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
+    allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    exchange, replaced = ep_exchange_parts(model, cluster, layout, placement, expert_tokens, constants.all2all_backend)
+    return LayerLoadTerms(moe_seconds, moe_weight_bound, dense_flops,
+                          dense_gemm_shape_utilization(model, layout, tokens, m_half), allreduce, exchange, replaced)
+
+
+@dataclass(frozen=True)
+class StageRates:
+    """What stage_step_time reads that depends on the stage and the layout but not on the
+    step's load: priced once per stage (stage_rates) rather than on every step."""
+
+    weight_seconds: float
+    """weight_read_seconds of the stage."""
+    head_m_half: float
+    """The LM head GEMM's half-rate rows (efficiency.gemm_row_half)."""
+    attention_flops_per_s: float
+    """attention_flops_per_s at the stage's KV-cache dtype."""
+    full_pair_dims: float
+    """multiply_adds_per_attention_pair of a full-attention layer over its head-dim factor."""
+    window_pair_dims: float
+    """The same for a sliding-window layer."""
+    elementwise_seconds_per_token: float
+    """One sublayer's non-matmul HBM traffic per token (elementwise_bytes_per_token plus the
+    activation quantization's) at the elementwise HBM rate."""
+    overhead_seconds: float
+    """The stage's fixed per-layer cost per step (layer_seconds per sublayer, MoE layers' share)."""
+
+
+def stage_rates(model: ModelSpec, cluster: ClusterSpec, layout: Layout, stage: StageMemory,
+                constants: StepConstants) -> StageRates:
+    """The StageRates of one stage (see stage_step_time for the formulas)."""
+    gpu = cluster.gpu
+    hbm = gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
+    full_dims, window_dims = multiply_adds_per_attention_pair(model)
+    elementwise_hbm = eff.elementwise_bytes_per_s(gpu.hbm_bytes_per_s, gpu.elementwise_hbm_utilization)
+    per_token = (elementwise_bytes_per_token(model, layout.tp)
+                 + activation_quant_bytes_per_token(model, layout.tp, matmul_precision(model, cluster)))
+    moe_layers = moe_layers_of(model, stage.num_layers)
+    # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
+    # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
+    moe_factor = eff.moe_layer_overhead_factor(
+        bool(moe_layers) and model.num_shared_experts == 0 and constants.moe_kernel is not None
+        and constants.moe_kernel.floor_seconds > 0)
+    # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
+    # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
+    overhead = (stage.num_layers * sublayers_per_layer(model) + moe_layers * (moe_factor - 1)) * constants.layer_seconds
+    return StageRates(
+        weight_read_seconds(model, cluster, stage, layout, constants.linear_hbm_utilization, constants.head_bytes),
+        eff.gemm_row_half(constants.matmul_flops_per_s, lm_head_bytes_per_weight(model), hbm),
+        attention_flops_per_s(cluster, stage.kv_cache_dtype),
+        full_dims / eff.attention_head_dim_factor(model, gpu, full_dims),
+        window_dims / eff.attention_head_dim_factor(model, gpu, window_dims),
+        per_token / elementwise_hbm, overhead)
+
+
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                     stage: StageMemory, load: StepLoad,
                     imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
-                    constants: StepConstants | None = None) -> StepTime:
+                    constants: StepConstants | None = None,
+                    terms: LayerLoadTerms | None = None, rates: StageRates | None = None) -> StepTime:
     """One stage, one step of `load`:
     linear layers  max(weights read / HBM, 2 * active params * tokens / t at the GEMM shape's rate);
                    for MoE the routed experts apart, one fused-MoE op per MoE layer at the
@@ -833,57 +923,37 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    combine reduce-scatter (ep_exchange_seconds_per_moe_layer), and the
                    busiest GPU's extra routed work (expert_load_factor).
     The last stage adds the LM head for the sampled rows only (vLLM computes logits for
-    positions that emit a token). `constants`: step_constants, when the caller has them.
+    positions that emit a token). `constants`: step_constants, `terms`: layer_load_terms of
+    this load, `rates`: stage_rates of this stage, when the caller has them.
     docs/cost-model.md (Serving: one engine step)."""
     constants = constants or step_constants(model, cluster, layout)
+    terms = terms or layer_load_terms(model, cluster, layout, placement, load, imbalance, constants)
+    rates = rates or stage_rates(model, cluster, layout, stage, constants)
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
-    expert_tokens = max(load.moe_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
     moe_layers = moe_layers_of(model, stage.num_layers)
-    moe_seconds, moe_weight_bound = (moe_layer_kernel_time(model, cluster, layout, expert_tokens, imbalance,
-                                                           kernel=constants.moe_kernel)
-                                     if moe_layers else (0.0, False))
-    weight_seconds = weight_read_seconds(model, cluster, stage, layout, constants.linear_hbm_utilization,
-                                         constants.head_bytes)
-    layer_flops = 2 * stage.num_layers * constants.active_params_per_layer * tokens - routed_expert_flops(
-        model, stage.num_layers, tokens)
+    moe_seconds = terms.moe_seconds if moe_layers else 0.0
+    weight_seconds = rates.weight_seconds
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
-    rate = constants.matmul_flops_per_s
-    m_half = eff.gemm_row_half(rate, linear_bytes_per_weight(model),
-                               cluster.gpu.hbm_bytes_per_s * constants.linear_hbm_utilization)
-    head_m_half = eff.gemm_row_half(rate, lm_head_bytes_per_weight(model), hbm)
-    compute_seconds = (layer_flops / dense_gemm_shape_utilization(model, layout, tokens, m_half)
-                       + head_flops / head_shape_utilization(model, t, load.sampled_rows, head_m_half)) / t / rate
+    compute_seconds = (stage.num_layers * terms.dense_flops_per_layer / terms.dense_utilization
+                       + head_flops / head_shape_utilization(model, t, load.sampled_rows, rates.head_m_half)
+                       ) / t / constants.matmul_flops_per_s
     gemm = max(weight_seconds, compute_seconds) + moe_layers * moe_seconds
     kv_bytes = stage_kv_bytes_read(stage, load)
     full_pairs, window_pairs = stage_attention_pairs_by_kind(stage, load)
-    full_dims, window_dims = multiply_adds_per_attention_pair(model)
-    pair_dims = (full_pairs * full_dims / eff.attention_head_dim_factor(model, cluster.gpu, full_dims)
-                 + window_pairs * window_dims / eff.attention_head_dim_factor(model, cluster.gpu, window_dims))
-    attention = kv_bytes / hbm + 2 * pair_dims / t / attention_flops_per_s(cluster, stage.kv_cache_dtype)
-    elementwise_hbm = eff.elementwise_bytes_per_s(cluster.gpu.hbm_bytes_per_s, cluster.gpu.elementwise_hbm_utilization)
-    per_token = (elementwise_bytes_per_token(model, t)
-                 + activation_quant_bytes_per_token(model, t, matmul_precision(model, cluster)))
-    elementwise = stage.num_layers * sublayers_per_layer(model) * tokens * per_token / elementwise_hbm
-    message_bytes = tokens * model.hidden_size * activation_bytes_per_element(model)
-    # A hybrid's one-mixer blocks (Nemotron-H) have one residual all-reduce and about half a
-    # layer's kernels: the mean block's share of the two sublayers (sublayers_per_layer).
+    pair_dims = full_pairs * rates.full_pair_dims + window_pairs * rates.window_pair_dims
+    attention = kv_bytes / hbm + 2 * pair_dims / t / rates.attention_flops_per_s
     sublayers = sublayers_per_layer(model)
-    allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
-    exchange, replaced = ep_exchange_parts(model, cluster, layout, placement, expert_tokens, constants.all2all_backend)
+    elementwise = stage.num_layers * sublayers * tokens * rates.elementwise_seconds_per_token
     # the mean layer's all-reduces: every sublayer's, less the MoE layers' output all-reduce
     # that sequence-parallel MoE replaces by an all-gather (in the exchange)
-    allreduce = allreduce * sublayers - replaced * moe_layers / stage.num_layers
+    allreduce = terms.allreduce_seconds * sublayers - terms.replaced_seconds * moe_layers / stage.num_layers
+    exchange = terms.exchange_seconds
     exchanges = moe_layers * exchange
-    # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
-    # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
-    moe_factor = eff.moe_layer_overhead_factor(
-        bool(moe_layers) and model.num_shared_experts == 0 and constants.moe_kernel is not None
-        and constants.moe_kernel.floor_seconds > 0)
-    overhead = (stage.num_layers * sublayers + moe_layers * (moe_factor - 1)) * constants.layer_seconds
+    overhead = rates.overhead_seconds
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
-    weight_bound = moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
+    weight_bound = terms.moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
     bound = "memory" if weight_bound else "compute"
     drafting = 0.0
     if constants.draft is not None and stage.stage == layout.pp - 1:
@@ -1041,21 +1111,34 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
                      stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad,
                      imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
                      constants: StepConstants | None = None,
-                     priced: dict[tuple, StepTime] | None = None) -> tuple[StepTime, ...]:
+                     priced: dict[tuple, StepTime | StageRates] | None = None) -> tuple[StepTime, ...]:
     """stage_step_time of every stage; stages alike (same memory and layers, neither first
     nor last) are priced once: with p stages most of them are the same middle stage.
     `priced`: the caller's memo of stage steps already priced for this layout, imbalance and
     constants (an estimate prices the same load many times over: the steady state's search
-    over concurrency, a chunk's carrier beside its plain micro-batch); None: none kept."""
+    over concurrency, a chunk's carrier beside its plain micro-batch), which also keeps each
+    stage's StageRates; None: none kept."""
     last = layout.pp - 1
     constants = constants or step_constants(model, cluster, layout)
-    alike: dict[tuple, StepTime] = {} if priced is None else priced
+    alike: dict[tuple, StepTime | StageRates] = {} if priced is None else priced
     out = []
+    terms = None
+    this_load: dict[tuple, StepTime] = {}  # by shape: the load is hashed once per distinct stage
     for s in stages:
-        key = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last, load)
-        if key not in alike:
-            alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance, constants)
-        out.append(alike[key])
+        shape = (s.num_layers, s.weights_bytes, s.kv_bytes_per_token, s.stage == 0, s.stage == last)
+        step = this_load.get(shape)
+        if step is None:
+            key = (*shape, load)
+            step = alike.get(key)
+            if step is None:
+                terms = terms or layer_load_terms(model, cluster, layout, placement, load, imbalance, constants)
+                rates = alike.get(shape)
+                if rates is None:
+                    rates = alike[shape] = stage_rates(model, cluster, layout, s, constants)
+                step = alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance, constants,
+                                                    terms, rates)
+            this_load[shape] = step
+        out.append(step)
     return tuple(out)
 
 
