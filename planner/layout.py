@@ -29,7 +29,10 @@ class Layout:
     of one pipeline stage, one expert per GPU unsplit (expert TP 1), instead of TP-split
     inside each replica. ep = tp * d: the TP groups of d data-parallel ranks form one EP
     group, as vLLM's --enable-expert-parallel (EP = TP x DP) and Megatron's
-    --expert-model-parallel-size with --expert-tensor-parallel-size 1 place it. 1 = none."""
+    --expert-model-parallel-size with --expert-tensor-parallel-size 1 place it. With CP
+    (training) d counts the CP ranks first: Megatron lays the experts over a stage's
+    tp*cp*dp ranks (etp-ep-edp, parallel_state.py core_v0.19.0), so an EP group is ep
+    consecutive ranks, the TP groups of its CP ranks, then of the next DP rank's. 1 = none."""
     cp: int = 1
     """Context parallelism (training only, never searched for serving): each sequence split
     over cp ranks at stride tp (Megatron's --context-parallel-size). 1 = none."""
@@ -40,13 +43,14 @@ class Layout:
 
     @property
     def dp_per_ep_group(self) -> int:
-        """Data-parallel ranks whose TP groups share one EP group (1 without EP)."""
+        """Data-parallel (with CP: context- and data-parallel) ranks whose TP groups share one
+        EP group (1 without EP)."""
         return max(1, self.ep // self.tp)
 
     @property
     def num_ep_groups(self) -> int:
-        """Independent EP groups per pipeline stage (dp without EP)."""
-        return self.dp // self.dp_per_ep_group
+        """Independent EP groups per pipeline stage (dp * cp without EP)."""
+        return self.dp * self.cp // self.dp_per_ep_group
 
     def __str__(self) -> str:
         text = f"tp={self.tp}" + (f" cp={self.cp}" if self.cp > 1 else "") + f" pp={self.pp} dp={self.dp}"

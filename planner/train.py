@@ -53,6 +53,7 @@ from planner.cost.training_time import (
     dp_collectives,
     dp_link,
     ep_transfer_seconds,
+    exchange_free_block_seconds,
     layer_terms,
     stage_seconds,
     step_times,
@@ -260,7 +261,7 @@ def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
     """Megatron-Core's expert-parallel rules (core_v0.19.0): EP needs experts
     (arguments.py: "num_experts must be non None"), E divisible by ep ("Number of experts
     should be a multiple of expert model parallel_size"), ep*etp*pp dividing the world
-    (parallel_state.py; ep = t*d_ep with etp = 1 and d_ep dividing d, Layout.ep); MoE with
+    (parallel_state.py; ep = t*d_ep with etp = 1 and d_ep dividing cp*d, Layout.ep); MoE with
     t > 1 trains only with sequence parallelism (moe_layer.py raises "performance may degrade
     if MoE and tensor parallelism are enabled without also enabling sequence parallelism").
     Megatron-FSDP (ZeRO-2/3 here) shards expert parameters over the expert-data-parallel group
@@ -269,8 +270,9 @@ def ep_reasons(model: ModelSpec, config: TrainConfig) -> list[str]:
     if c.ep > 1 and not model.is_moe:
         return [f"ep={c.ep} needs an MoE model"]
     if c.ep > 1:  # E divisible by ep: structural_reasons
-        if c.ep % c.tp or c.dp % (c.ep // c.tp):
-            reasons.append(f"ep={c.ep} not tp x a divisor of dp (tp={c.tp}, dp={c.dp})")
+        if c.ep % c.tp or (c.cp * c.dp) % (c.ep // c.tp):
+            ranks = f"cp*dp (tp={c.tp}, cp={c.cp}, dp={c.dp})" if c.cp > 1 else f"dp (tp={c.tp}, dp={c.dp})"
+            reasons.append(f"ep={c.ep} not tp x a divisor of {ranks}")
     if model.is_moe and c.tp > 1 and not c.sequence_parallel:
         reasons.append("MoE with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer)")
     return reasons
@@ -280,8 +282,8 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
     """Megatron-Core's context-parallel rules (core_v0.19.0): s divisible by 2*cp
     (arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"), CP only
     through Transformer Engine's attention (dot_product_attention.py: "Context parallelism is
-    only supported by TEDotProductAttention!": flash here, not the unfused kernel). Not
-    planned: CP with EP. Megatron-FSDP shards over dp*cp (docs/user-guide/features/megatron_fsdp.md:
+    only supported by TEDotProductAttention!": flash here, not the unfused kernel). With EP the
+    expert grid folds the CP ranks in (Layout.ep). Megatron-FSDP shards over dp*cp (docs/user-guide/features/megatron_fsdp.md:
     "both data-parallel and context-parallel ranks are used for sharding")."""
     c = config
     if c.cp <= 1:
@@ -291,8 +293,6 @@ def cp_reasons(config: TrainConfig, seq_len: int) -> list[str]:
         reasons.append(f"seq-len {seq_len} not divisible by 2*cp = {2 * c.cp} (Megatron's load-balanced split)")
     if c.attention != "flash":
         reasons.append(f"cp={c.cp} needs flash attention (Megatron runs CP only in TE's attention)")
-    if c.ep > 1:
-        reasons.append(f"cp={c.cp} with ep={c.ep} is not planned")
     return reasons
 
 
@@ -537,7 +537,7 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     ZeRO shards over dp*cp (Megatron's distributed optimizer uses the data-parallel group with CP)."""
     grad_bytes = gradient_bytes_per_param(c)
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
-                                              expert_data_parallel_size(c.tp, c.dp, c.ep), c.zero_stage,
+                                              expert_data_parallel_size(c.tp, c.dp, c.ep, c.cp), c.zero_stage,
                                               grad_bytes)
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
                                         c.priced_fp8_recipe) if c.precision == "fp8" else 0.0)
@@ -829,21 +829,20 @@ def block_seconds_floor(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     """The least time per micro-batch (training_time.block_seconds) at which estimate() can price
     a decoder block of this configuration (its layout, b, SP and recompute; schedule and ZeRO
     do not enter a block's terms): its terms with the precision and TP overlap estimate()
-    gives it, and under EP the least of with and without the combined 1F1B and with the chosen
-    token dispatcher or NCCL all-to-alls (estimate() drops the one, falls back to the other,
-    where memory is short). The bounded training search rests on it
-    (train_search.step_seconds_floor)."""
+    gives it; under EP without the all-to-alls and the MoE syncs' host waits
+    (training_time.exchange_free_block_seconds), whichever dispatcher and combined 1F1B
+    estimate() runs them with (it falls back from one to the other where memory is short),
+    and then its terms read dp only through ep (dp_per_ep_group = ep/tp). The bounded training
+    search rests on it (train_search.step_seconds_floor)."""
     config = config.with_(precision=request.precision, fp8_recipe=request.resolved_fp8_recipe)
-    variants = [config.with_(tp_comm_overlap=_priced_tp_comm_overlap(model, cluster, request, config, memo))]
-    if config.ep > 1:
-        chosen = _priced_moe_dispatcher(model, cluster, request, variants[0], rates, memo)
-        combined = (False, True) if request.engine == "megatron" and request.moe_comm_overlap else (False,)
-        variants = [variants[0].with_(moe_comm_overlap=together, moe_dispatcher=dispatcher)
-                    for together in combined for dispatcher in sorted({chosen, "alltoall"})]
+    config = config.with_(tp_comm_overlap=_priced_tp_comm_overlap(model, cluster, request, config, memo))
     imbalance = expert_imbalance(request)
-    return min(block_seconds(_layer_terms(model, cluster, variant, request.seq_len, rates, memo, imbalance,
-                                          request.engine, request.moe_host_seconds)[1])
-               for variant in variants)
+    if config.ep > 1:
+        placement = memo.get(("place", config.tp, config.pp, config.cp, config.dp), place, cluster, config.layout, True)
+        return exchange_free_block_seconds(model, cluster, config, request.seq_len, placement, rates, imbalance,
+                                           CP_KV_ROTATION[request.engine])
+    return block_seconds(_layer_terms(model, cluster, config, request.seq_len, rates, memo, imbalance,
+                                      request.engine, request.moe_host_seconds)[1])
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, request: TrainRequest,

@@ -313,8 +313,8 @@ def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     config = TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, sp, 0, attention=request.attention,
                          ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce)
-    # a block's terms read neither pp nor dp (but dp under EP): train._layer_terms' memo key
-    block = memo.get(("block_floor", tp, layout.cp, layout.ep, dp if layout.ep > 1 else 0, b, sp, recompute),
+    # a block's floor reads neither pp nor dp (under EP only ep/tp): block_seconds_floor
+    block = memo.get(("block_floor", tp, layout.cp, layout.ep, b, sp, recompute),
                      block_seconds_floor, model, cluster, config, request, rates, memo)
     m = request.global_batch // (b * dp)
     return -(-model.num_hidden_layers // pp) * block * (m + (pp - 1) / v_max)
@@ -580,13 +580,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     num_gpus = request.num_gpus or cluster.num_gpus
     rates = train_rates(model, cluster)
     memo = Memo()
-    # MoE: the bound (the least of four EP variants' block terms) costs more than it prunes
-    bounded = (None if keep_top is None or model.is_moe else
+    bounded = (None if keep_top is None else
                bounded_evaluation(model, cluster, request, rates, memo, keep_top, counts or (lambda e: True)))
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
                       lambda found: sorted(found, key=rank_key),
-                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True, evaluate_all=bounded)
+                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True,
+                      ep_with_cp=request.engine == "megatron", evaluate_all=bounded)
     if plan.num_configs_bounded:
         plan = replace(plan, bounded_below_row=keep_top)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,

@@ -2,13 +2,13 @@
 
 Legend: P parameters held by one GPU (its pipeline stage, split by tensor parallelism),
 d data-parallel degree, z ZeRO stage; MoE: ep expert-parallel degree, P_x the routed-expert
-parameters among P, d_x = t*d/ep the expert-data-parallel degree (d without EP). Bytes per parameter: weights 2 (16-bit),
+parameters among P, d_x = t*cp*d/ep the expert-data-parallel degree (d*cp without EP). Bytes per parameter: weights 2 (16-bit),
 gradients 4 (Megatron's fp32 main grads), optimizer 12 (fp32 master, Adam m and v).
 Sharding over d (Rajbhandari et al. 2020, ZeRO; Megatron's distributed optimizer is
 z = 1): z >= 1 divides the optimizer, z >= 2 also the gradients, z = 3 also the weights.
 Expert parallelism (Megatron-Core, --expert-model-parallel-size ep, expert TP 1): a GPU
 holds ceil(E/ep) whole experts per MoE layer, and their states are sharded over the
-expert-data-parallel group of the t*d/ep GPUs holding the same experts, not over d
+expert-data-parallel group of the t*cp*d/ep GPUs holding the same experts, not over d
 (megatron/core/parallel_state.py core_v0.19.0: expert_data_parallel_size = world /
 (etp * ep * pp)).
 Sources: Megatron-LM docs/api-guide/dist_optimizer.md; Rajbhandari et al. 2020 sec. 5;
@@ -61,10 +61,12 @@ class StageParams:
         return max(stages, key=lambda pair: pair[0])[1]
 
 
-def expert_data_parallel_size(tp: int, dp: int, ep: int) -> int:
-    """d_x = t*d/ep with EP (expert TP 1: the GPUs holding the same experts), d without it
-    (expert TP = t): Megatron's world / (etp * ep * pp), parallel_state.py core_v0.19.0."""
-    return tp * dp // ep if ep > 1 else dp
+def expert_data_parallel_size(tp: int, dp: int, ep: int, cp: int = 1) -> int:
+    """d_x = t*cp*d/ep with EP (expert TP 1: the GPUs holding the same experts; the expert grid
+    has no CP, its ranks fold the CP ranks in), d*cp without it (expert TP = t: the dense
+    parameters' group): Megatron's world / (etp * ep * pp), parallel_state.py core_v0.19.0.
+    t = 2, cp = 4, d = 8, ep = 16: 2*4*8/16 = 4."""
+    return tp * cp * dp // ep if ep > 1 else dp * cp
 
 
 def routed_expert_params_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:

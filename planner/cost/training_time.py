@@ -542,16 +542,23 @@ def ep_seconds_per_layer(model: ModelSpec, cluster: ClusterSpec, config: TrainCo
     group = ep_group_topology(cluster, layout, pp_outermost=True)
     assert group is not None, "ep > 1 has a group"
     full = config.recompute == "full"
-    share = moe_layers_of(model, 1)
-    routed_flops = routed_expert_flops(model, 1, b * s / config.tp) / share
-    load = expert_load_factor(layout, imbalance)
-    imbalance = (load - 1) * (4 if full else 3) * routed_flops / linear_rates(
-        rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
     link = group.inter or group.intra
     transfer = ep_transfer_seconds(model, cluster, config, b * s)
-    return EpSeconds(transfer.seconds, transfer.sent_bytes, 6 if full else 4, imbalance, share,
+    return EpSeconds(transfer.seconds, transfer.sent_bytes, 6 if full else 4,
+                     ep_imbalance_seconds(model, config, s, rates, imbalance), moe_layers_of(model, 1),
                      None if link is None else link.kind, transfer.measured, dispatcher=config.moe_dispatcher,
                      fixed_seconds=transfer.fixed_seconds)
+
+
+def ep_imbalance_seconds(model: ModelSpec, config: TrainConfig, s: int, rates: TrainRates,
+                         imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> float:
+    """EpSeconds.imbalance_seconds: the busiest EP GPU's routed GEMMs beyond the mean GPU's,
+    (u - 1) * n_pass * 2*k*P_x*b*s/t / R per MoE layer (ep_seconds_per_layer)."""
+    share = moe_layers_of(model, 1)
+    routed_flops = routed_expert_flops(model, 1, config.micro_batch_size * s / config.tp) / share
+    load = expert_load_factor(config.layout, imbalance)
+    return (load - 1) * (4 if config.recompute == "full" else 3) * routed_flops / linear_rates(
+        rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
 
 
 class EpTransfer(NamedTuple):
@@ -713,11 +720,11 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterS
     GPU's share across the nodes on its own NICs (comm.group_allreduce_seconds,
     comm.group_allgather_seconds), at NCCL's achieved bus bandwidth. With EP the
     routed_expert_params among params_per_gpu reduce (and gather) over the
-    expert-data-parallel group of d_x = t*d/ep ranks at stride ep instead (a second ring,
+    expert-data-parallel group of d_x = t*cp*d/ep ranks at stride ep instead (a second ring,
     after the dense one)."""
     group = dp_group_topology(cluster, config.layout)
     if config.ep > 1 and routed_expert_params > 0:
-        num_expert_ranks = expert_data_parallel_size(config.tp, config.dp, config.ep)
+        num_expert_ranks = expert_data_parallel_size(config.tp, config.dp, config.ep, config.cp)
         dense = _dp_ring_collectives(params_per_gpu - routed_expert_params, config.zero_stage, group,
                                      gradient_bytes_per_param(config))
         experts = _dp_ring_collectives(routed_expert_params, config.zero_stage,
@@ -971,6 +978,26 @@ def stage_seconds(model: ModelSpec, config: TrainConfig, terms: LayerTerms,
     )
 
 
+def exchange_free_block_seconds(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
+                                placement: Placement, rates: TrainRates,
+                                imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                                cp_rotation: str = "ring") -> float:
+    """block_seconds of layer_terms less the EP exchange and the MoE syncs' host waits, which
+    are never negative: a floor under the block time of every way the configuration's
+    all-to-alls can run (token dispatcher, combined 1F1B), whose other terms do not depend on
+    them. Priced without ep_seconds_per_layer's transfers (DeepEP's traffic model is the
+    costly part), for the bounded training search (train.block_seconds_floor)."""
+    chunk = act.context_parallel_chunk_tokens(s, config.cp)
+    layer = layer_seconds(model, chunk, config.micro_batch_size, config.tp, config.sequence_parallel,
+                          config.recompute, rates, config.attention, config.precision, config.ep,
+                          config.layout.dp_per_ep_group, config.cp, config.priced_fp8_recipe)
+    extra = (moe_layers_of(model, 1) * ep_imbalance_seconds(model, config, chunk, rates, imbalance)
+             if config.ep > 1 and model.is_moe else 0.0)
+    tp = tp_seconds_per_layer(model, cluster, config, chunk, placement, rates)
+    cp = cp_seconds_per_layer(model, config, chunk, placement, rates, cp_rotation)
+    return layer.total + tp.exposed + extra + cp.exposed
+
+
 def block_seconds(terms: LayerTerms) -> float:
     """One block's time per micro-batch on its stage, gradient accumulation aside: its compute
     (the busiest EP GPU's extra expert work included), the TP, EP and CP exchanges as far as
@@ -1040,7 +1067,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     experts = params.worst_routed_experts
     if c.zero_stage >= 1:
         optimizer_params = ((params.worst - experts) / c.dp_cp
-                            + experts / expert_data_parallel_size(c.tp, c.dp, c.ep))
+                            + experts / expert_data_parallel_size(c.tp, c.dp, c.ep, c.cp))
     else:
         optimizer_params = params.worst
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm

@@ -4,7 +4,7 @@ The reference enumerates every combination of the search space with itertools.pr
 estimates each one, no pruning at all: every (tp, pp, dp), every micro-batch, 1F1B,
 interleaved with every v, GPipe, every recompute level, sequence parallelism on and off,
 every ZeRO stage, for an MoE model every expert-parallel degree the layouts offer
-(layout.expert_parallel_degrees), and every context-parallel degree of the search space
+(layout.expert_parallel_degrees, over the CP and DP ranks), and every context-parallel degree of the search space
 (train_search.cp_options: powers of two splitting dp, s divisible by 2*cp, at least
 MIN_CP_CHUNK_TOKENS per rank), ZeRO-2/3 tried there too. The pruned search (planner/train_search.py) must then
   - rank first exactly the configuration the reference ranks first (same rank key);
@@ -50,7 +50,7 @@ def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
 
 def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, attention: str,
                      gpus_per_node: int) -> Iterator[TrainConfig]:
-    eps = [1] + (expert_parallel_degrees(tp, dp, gpus_per_node, model.num_local_experts, widest=True)
+    eps = [1] + (expert_parallel_degrees(tp, dp * cp, gpus_per_node, model.num_local_experts, widest=True)
                  if model.is_moe else [])
     # every v that divides the layers (an uneven split needs v to divide each stage's
     # layers, an even one L/p) or the layers + 2 (the embedding and loss counted as layers);
@@ -133,6 +133,8 @@ CASES = {
     "mistral-7b on 8x8xA100": ("mistral-7b", "8x8xA100", 128, 4096),
     # MoE: expert-parallel degrees, SP required with TP, experts dividing ep, recompute "outputs"
     "qwen3-30b-a3b on 1x8xH100": ("qwen3-30b-a3b", "1x8xH100", 32, 2048),
+    # MoE with CP: EP groups over the CP and DP ranks (cp 2 with ep 2, 4, 8)
+    "qwen3-30b-a3b at 8K on 1x8xH100": ("qwen3-30b-a3b", "1x8xH100", 8, 8192),
     # context parallelism: cp 2 and 4 (4,096+ tokens per rank) against cp 1, tight memory
     "llama-3.1-8b at 16K on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB", 16, 16384),
 }

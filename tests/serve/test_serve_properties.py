@@ -118,8 +118,8 @@ def test_ranking_is_deterministic_and_order_free(name, cluster_name, objective, 
 
     original = search.candidate_layouts
 
-    def shuffled(num_gpus, req, gpus_per_node=None, max_ep=None, cp_degrees=None, leave_idle=False, widest_ep=False):
-        layouts = list(original(num_gpus, req, gpus_per_node, max_ep, cp_degrees, leave_idle, widest_ep))
+    def shuffled(num_gpus, req, *args, **kwargs):
+        layouts = list(original(num_gpus, req, *args, **kwargs))
         random.Random(seed).shuffle(layouts)
         return layouts
 

@@ -552,3 +552,95 @@ def test_the_routed_casts_are_in_the_layer_casts_for_every_recipe(monkeypatch):
         assert routed[0] > 0 and routed[1] > 0, recipe
         assert with_routed[0] - without[0] == pytest.approx(routed[0] * tokens), recipe
         assert with_routed[1] - without[1] == pytest.approx(routed[1] * tokens), recipe
+
+
+# ---- expert parallelism with context parallelism (Megatron-Core's expert grid folds the CP
+# ranks in: parallel_state.py core_v0.19.0 builds the experts' ranks as etp-ep-edp over a
+# stage's tp*cp*dp GPUs, cp = 1 there)
+
+def cp_config(tp: int, cp: int, dp: int, ep: int, b: int = 1, recompute: str = "none") -> TrainConfig:
+    return TrainConfig(tp, 1, dp, b, "1f1b", 1, recompute, tp > 1, 1, ep=ep, cp=cp)
+
+
+def test_expert_data_parallel_group_with_cp():
+    """d_x = t*cp*d/ep: tp=2 cp=4 dp=8 ep=16 -> 2*4*8/16 = 4; tp=1 cp=8 dp=4 ep=8 -> 4;
+    without EP the experts shard with the dense weights over d*cp: tp=2 cp=4 dp=2 -> 8."""
+    assert expert_data_parallel_size(2, 8, 16, cp=4) == 4
+    assert expert_data_parallel_size(1, 4, 8, cp=8) == 4
+    assert expert_data_parallel_size(2, 2, 1, cp=4) == 8
+
+
+def test_ep_group_over_cp_ranks_is_consecutive():
+    """Megatron's order puts a stage's TP ranks first, then CP, then DP; the expert grid's EP
+    group is ep consecutive ranks. tp=1 cp=8 ep=8 on 8-GPU nodes: the node's 8 GPUs, NVLink.
+    tp=2 cp=4 ep=16: ranks 0-15, two nodes of 8; the expert-data-parallel group (t*cp*d/ep =
+    2*4*4/16 = 2 ranks at stride 16) crosses nodes."""
+    from planner.layout import Layout, ep_group_topology, expert_dp_group_topology
+    cluster = resolve_cluster("4x8xH100")
+    one_node = ep_group_topology(cluster, Layout(1, 1, 4, 8, cp=8), pp_outermost=True)
+    assert (one_node.num_ranks, one_node.ranks_per_node, one_node.num_nodes) == (8, 8, 1)
+    layout = Layout(2, 1, 4, 16, cp=4)
+    assert layout.dp_per_ep_group == 8 and layout.num_ep_groups == 2
+    two_nodes = ep_group_topology(cluster, layout, pp_outermost=True)
+    assert (two_nodes.ranks_per_node, two_nodes.num_nodes) == (8, 2)
+    expert_dp = expert_dp_group_topology(cluster, layout, expert_data_parallel_size(2, 4, 16, cp=4))
+    assert (expert_dp.num_ranks, expert_dp.ranks_per_node, expert_dp.num_nodes) == (2, 1, 2)
+
+
+def test_alltoall_with_cp_sends_the_ranks_chunk():
+    """DeepSeek-V3 at s = 32,768 over cp = 8, tp = 1, ep = 8 on one node: each GPU holds
+    s/cp = 4,096 tokens, so S = 4096 * 8 * 7168 * 2 = 469,762,048 B, the same all-to-all as
+    EP 8 over 8 DP ranks at s = 4,096 (test_alltoall_per_moe_layer_inside_one_node)."""
+    from planner.cost.training_time import layer_terms
+    from planner.layout import place
+    cluster = resolve_cluster("1x8xH100")
+    rates = train_rates(DSV3, cluster)
+    c = cp_config(1, 8, 1, 8)
+    terms = layer_terms(DSV3, cluster, c, 32_768, place(cluster, c.layout, True), rates)
+    plain = ep_seconds_per_layer(DSV3, cluster, config(1, 8, 8), S, rates)
+    assert terms.ep.message_bytes == plain.message_bytes == 469_762_048
+    assert terms.ep.alltoall_seconds == pytest.approx(plain.alltoall_seconds, rel=1e-12)
+    assert terms.ep.link == "nvlink"
+
+
+def test_ep_with_cp_follows_megatron_rules():
+    """ep = t x a divisor of cp*d: tp=2 cp=4 dp=2 -> ep 16 (2 x 8) is valid, ep 32 (2 x 16,
+    more ranks than the 8 of cp*d) is not, though it divides the 128 experts; Megatron plans it,
+    torchtitan (EP borrowing CP ranks) does not."""
+    cluster = resolve_cluster("2x8xH100")
+    model = resolve_model("qwen3-30b-a3b")
+    request = TrainRequest(global_batch=16, seq_len=32_768)
+    good = estimate(model, cluster, cp_config(2, 4, 2, 16, recompute="full"), request)
+    assert isinstance(good, TrainEstimate), good
+    bad = estimate(model, cluster, cp_config(2, 4, 2, 32, recompute="full"), request)
+    assert not isinstance(bad, TrainEstimate)
+    assert any("ep=32 not tp x a divisor of cp*dp" in r for r in bad.reasons)
+    titan = estimate(model, cluster, cp_config(2, 4, 2, 16, recompute="full"),
+                     replace(request, engine="torchtitan"))
+    assert not isinstance(titan, TrainEstimate)
+    assert any("with ep=16 is not planned" in r for r in titan.reasons)
+
+
+def test_cli_layout_with_cp_and_ep():
+    """--layout tp=1,cp=8,ep=8 plans (Megatron: --context-parallel-size 8 and
+    --expert-model-parallel-size 8 in the command); with --engine torchtitan it is a usage error."""
+    args = ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xH100", "--global-batch", "8",
+            "--seq-len", "32768", "--layout", "tp=1,cp=8,ep=8", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["recommended"]
+    assert (best["cp"], best["ep"]) == (8, 8)
+    argv = " ".join(" ".join(step["argv"]) for step in best["command"])
+    assert "--context-parallel-size 8" in argv and "--expert-model-parallel-size 8" in argv
+    titan = CliRunner().invoke(app, [*args, "--engine", "torchtitan"])
+    assert titan.exit_code == 2
+    assert "context parallelism with expert parallelism is not planned for this engine" in titan.output
+
+
+def test_long_context_moe_keeps_tp_in_the_node_with_cp():
+    """DeepSeek-V3 at 32K on 1,024 H100: with EP over CP ranks the search finds TP 8 in the
+    node with CP (before, EP only over DP ranks, it ran TP 16 across two nodes)."""
+    model, cluster = DSV3, resolve_cluster("128x8xH100")
+    plan = search(model, cluster, TrainRequest(global_batch=512, seq_len=32_768), keep_top=1)
+    best = plan.layouts[0].config
+    assert best.tp <= 8 and best.cp > 1 and best.ep > 1

@@ -252,6 +252,10 @@ def test_no_feasible_layout_exits_1():
     # context parallelism for a long sequence: --context-parallel-size, --cp-comm-type p2p
     ("llama-3.1-70b_32x8xH100_cp", ("--model", "llama-3.1-70b", "--cluster", "32x8xH100", "--global-batch", "64",
                                     "--seq-len", "131072")),
+    # context parallelism with expert parallelism: the EP group folds over the 8 CP ranks of a
+    # node (--context-parallel-size 8 with --expert-model-parallel-size 8)
+    ("qwen3-30b-a3b_4x8xH100_cp_ep", ("--model", "qwen3-30b-a3b", "--cluster", "4x8xH100", "--global-batch", "128",
+                                      "--seq-len", "32768")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),
