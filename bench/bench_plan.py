@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover
     def clear_caches() -> None:
         pass
 
-MODELS = ("llama-3.1-70b", "llama-3.1-405b", "gpt3-175b")
+MODELS = ("llama-3.1-70b", "llama-3.1-405b", "gpt3-175b", "deepseek-v3")
 GPU_COUNTS = (8, 64, 512, 4096, 16384)
 GPUS_PER_NODE = 8
 GPU = "H100"

@@ -25,6 +25,7 @@ from planner.explain import (
     PlacementMap,
     TimeBreakdown,
 )
+from planner.layout import Layout
 from planner.render.common import (
     console,
     count,
@@ -124,6 +125,19 @@ def _brackets(pm: PlacementMap, slots, cell: int) -> str:
     return out
 
 
+def ep_group_ranks_text(lay: Layout) -> str:
+    """Whose ranks one EP group gathers: d = ep/tp TP groups, with CP the CP ranks first
+    (Megatron's expert grid over a stage's tp*cp*dp ranks, Layout.ep)."""
+    d = lay.dp_per_ep_group
+    if lay.cp > 1:
+        cp_ranks = min(d, lay.cp)
+        dp_ranks = d // cp_ranks
+        unit = f"{cp_ranks} CP ranks" + (f" x {dp_ranks} DP ranks" if dp_ranks > 1 else "")
+    else:
+        unit = f"{d} DP ranks"
+    return f"the TP groups of {unit}" if lay.tp > 1 else unit
+
+
 def placement_summary(pm: PlacementMap) -> list[str]:
     lay = pm.layout
     tp = "no tensor parallelism (tp=1)" if lay.tp == 1 else (
@@ -137,10 +151,10 @@ def placement_summary(pm: PlacementMap) -> list[str]:
         lines.append(f"CP rings of {lay.cp} ranks at stride {lay.tp} (each holds 1/{lay.cp} of every sequence).")
     if pm.ep_link is not None:
         d = lay.dp_per_ep_group
-        ranks = f"the TP groups of {d} DP ranks" if lay.tp > 1 else f"{d} DP ranks"
+        ranks = f"{ep_group_ranks_text(lay)}"
         where = (f"{pm.ep_ranks_per_node} GPUs on each of {pm.ep_num_nodes} nodes" if pm.ep_num_nodes > 1
                  else "inside one node")
-        attention = ("; each DP rank attends its own sequences (data-parallel attention)" if d > 1 else "")
+        attention = ("; each DP rank attends its own sequences (data-parallel attention)" if d > lay.cp else "")
         groups = lay.num_ep_groups * lay.pp
         exchange = (f"every MoE layer's {pm.ep_exchange} over {pm.ep_link}" if pm.ep_exchange is not None
                     else "no exchange: every rank holds the TP group's tokens and the MLP's all-reduce sums the experts' outputs")

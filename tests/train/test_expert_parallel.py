@@ -644,3 +644,20 @@ def test_long_context_moe_keeps_tp_in_the_node_with_cp():
     plan = search(model, cluster, TrainRequest(global_batch=512, seq_len=32_768), keep_top=1)
     best = plan.layouts[0].config
     assert best.tp <= 8 and best.cp > 1 and best.ep > 1
+
+
+def test_explain_names_the_cp_ranks_of_an_ep_group():
+    """plan explain's placement: ep=16 at tp=2 cp=4 gathers the TP groups of the 4 CP ranks of
+    2 DP replicas (16 consecutive ranks: two nodes of 8); ep=8 at tp=1 cp=8 the node's 8 CP ranks."""
+    base = ["explain", "--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "4x8xH100",
+            "--global-batch", "128", "--seq-len", "32768", "--no-sensitivity"]
+    wide = CliRunner().invoke(app, [*base, "--layout", "tp=2,cp=4,ep=16"])
+    assert wide.exit_code == 0, wide.output
+    text = " ".join(wide.output.split())
+    assert "EP groups of 16 GPUs (the TP groups of 4 CP ranks x 2 DP ranks; 2 groups over the stages)" in text
+    assert "8 GPUs on each of 2 nodes" in text
+    node = CliRunner().invoke(app, [*base, "--layout", "tp=1,cp=8,ep=8"])
+    assert node.exit_code == 0, node.output
+    text = " ".join(node.output.split())
+    assert "EP groups of 8 GPUs (8 CP ranks; 4 groups over the stages), inside one node" in text
+    assert "data-parallel attention" not in text
