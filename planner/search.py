@@ -109,7 +109,7 @@ GPUs idle; wider ones are planned only on divisors of the GPUs."""
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
                       max_ep: int | None = None,
                       cp_degrees: Callable[[int], list[int]] | None = None,
-                      leave_idle: bool = False, widest_ep: bool = False, ep_with_cp: bool = False) -> list[Layout]:
+                      leave_idle: bool = False, widest_ep: bool = False) -> list[Layout]:
     """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
     (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees); with
     cp_degrees (training) also the context-parallel variants (tp, pp, dp/cp, cp) of each,
@@ -117,8 +117,8 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
     independent): also power-of-two tp and pp whose product does not divide the GPUs, with
     as many replicas as fit (7 GPUs: tp=2 x 3 replicas, one GPU idle), where the divisors alone
     would force tp=1 or tp=7. `widest_ep` (training): the widest EP group the experts allow
-    too (expert_parallel_degrees). `ep_with_cp` (Megatron training): the CP variants get EP
-    variants too, their groups over the CP and DP ranks (Layout.ep)."""
+    too (expert_parallel_degrees). The CP variants (training) get EP variants too, their groups
+    over the CP and DP ranks (Layout.ep)."""
     layouts = factorizations(num_gpus)
     if leave_idle:
         powers = [2**k for k in range(num_gpus.bit_length()) if 2**k <= min(num_gpus, MAX_IDLE_REPLICA_GPUS)]
@@ -127,14 +127,11 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
     if cp_degrees is not None:
         layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay.dp)]
     if gpus_per_node is not None:
-        layouts += [Layout(lay.tp, lay.pp, lay.dp, ep, lay.cp) for lay in layouts if lay.cp == 1 or ep_with_cp
+        layouts += [Layout(lay.tp, lay.pp, lay.dp, ep, lay.cp) for lay in layouts
                     for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep, widest_ep)]
     layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep, lay.cp)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
-        if wanted.ep not in (None, 1) and wanted.cp not in (None, 1) and not ep_with_cp:
-            raise SpecError(f"--layout: {degrees}: context parallelism with expert parallelism is not planned "
-                            f"for this engine")
         if wanted.ep not in (None, 1):
             ranks = "cp*dp (whole TP groups of context- and data-parallel ranks)" if wanted.cp not in (None, 1) \
                 else "dp (whole TP groups of data-parallel ranks)"
@@ -176,12 +173,11 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]],
            cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False,
-           parallel: bool = False, widest_ep: bool = False, ep_with_cp: bool = False,
+           parallel: bool = False, widest_ep: bool = False,
            evaluate_all: Callable[[list[Layout]], Iterable[LayoutResult[E]]] | None = None) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:
     training's context-parallel degrees, `leave_idle` serving's layouts that leave GPUs idle,
-    `widest_ep` training's widest EP group, `ep_with_cp` Megatron's EP over CP ranks:
-    candidate_layouts). `parallel`: with PARALLEL_MIN_LAYOUTS candidates or more, the layouts
+    `widest_ep` training's widest EP group: candidate_layouts). `parallel`: with PARALLEL_MIN_LAYOUTS candidates or more, the layouts
     are evaluated on every usable core (parallel.map_in_workers; each worker with its own
     copy of what evaluate_layout remembers), their results taken in the candidates' order,
     so the plan is the one a single core gives. `evaluate_all`: evaluates the candidates instead
@@ -189,7 +185,7 @@ def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int
     if wanted.ep is not None and wanted.ep > 1 and not model.is_moe:
         raise SpecError(f"--layout: ep={wanted.ep}: {model.name} has no experts (expert parallelism is for MoE models)")
     candidates = candidate_layouts(num_gpus, wanted, *expert_search(model, cluster), cp_degrees, leave_idle,
-                                   widest_ep, ep_with_cp)
+                                   widest_ep)
     check_fixed_degrees(model, wanted)
     feasible: list[E] = []
     rejected: list[Rejected] = []

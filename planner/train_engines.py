@@ -43,9 +43,12 @@ Facts of torchtitan v0.2.2 used here (file@v0.2.2):
   tensorwise (the default, None), rowwise or rowwise_with_gw_hp, no delayed scaling. MXFP8
   (components/quantization/mx.py): "quantize.linear.mx" (torchao MXLinear, SM100 asserted).
 - MoE (models deepseek_v3, qwen3 MoE flavors, llama4, gpt_oss): expert parallelism
-  (expert_parallel_degree; the planner's ep = tp x a divisor of dp is torchtitan's etp = 1 mode,
+  (expert_parallel_degree; the planner's ep = tp x a divisor of cp*dp is torchtitan's etp = 1 mode,
   "partial dp + all tp -> ep", job_config.py) borrows from dp_shard * cp * tp, never pp
-  (parallel_dims.py: efsdp = dp_shard * cp * tp / (ep * etp)). The routed experts are wrapped
+  (parallel_dims.py: efsdp = dp_shard * cp * tp / (ep * etp); its sparse mesh (pp, dp_replicate,
+  efsdp, ep, etp) over the data-loading order (pp, batch, cp, tp) makes an EP group ep
+  consecutive ranks, the TP groups of its CP ranks then the next shard's: Megatron's folding,
+  Layout.ep). The routed experts are wrapped
   in FSDP of their own over efsdp (models/llama4/infra/parallelize.py apply_fsdp, shared by the
   four), everything else over dp_shard * cp: the expert-data-parallel sharding Megatron-FSDP
   prices. EP without FSDP is not planned (deepseek_v3, llama4 and gpt_oss ask for the fsdp mesh
@@ -195,8 +198,6 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     if c.ep > 1 and c.zero_stage == 0:
         reasons.append(f"ep={c.ep} without FSDP (ZeRO-0: DDP, or dp*cp = 1): torchtitan {TORCHTITAN_RELEASE} runs "
                        f"expert parallelism only under FSDP (the experts' own efsdp mesh)")
-    if c.ep > 1 and c.cp > 1:
-        reasons.append(f"cp={c.cp} with ep={c.ep} is not planned (EP borrowing context-parallel ranks)")
     if c.pp > 1 and family in TORCHTITAN_UNPIPELINED:
         reasons.append(f"torchtitan {TORCHTITAN_RELEASE} cannot pipeline {family} (its TrainSpec has no "
                        f"pipelining_fn)")

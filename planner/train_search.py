@@ -585,8 +585,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
                       lambda found: sorted(found, key=rank_key),
-                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True,
-                      ep_with_cp=request.engine == "megatron", evaluate_all=bounded)
+                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True, evaluate_all=bounded)
     if plan.num_configs_bounded:
         plan = replace(plan, bounded_below_row=keep_top)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,

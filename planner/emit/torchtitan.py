@@ -25,7 +25,7 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   performance" with fp8 (docs/float8.md and docs/mxfp8.md at v0.2.2: it fuses the scaling and
   casting kernels), and the plan prices the casts fused;
 - MoE: expert_parallel_degree = ep with expert_tensor_parallel_degree = 1 (train_engines:
-  EP takes all of TP and part of the data-parallel shard), the standard NCCL all-to-all; with fp8
+  EP takes all of TP and part of the CP ranks and data-parallel shard), the standard NCCL all-to-all; with fp8
   the experts' grouped GEMMs convert too (FP8_GROUPED_CONVERTERS) and the router's gate stays
   16-bit;
 - CP: nothing beyond the degree; training runs torch's default KV all-gather (the

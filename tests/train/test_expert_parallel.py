@@ -605,8 +605,8 @@ def test_alltoall_with_cp_sends_the_ranks_chunk():
 
 def test_ep_with_cp_follows_megatron_rules():
     """ep = t x a divisor of cp*d: tp=2 cp=4 dp=2 -> ep 16 (2 x 8) is valid, ep 32 (2 x 16,
-    more ranks than the 8 of cp*d) is not, though it divides the 128 experts; Megatron plans it,
-    torchtitan (EP borrowing CP ranks) does not."""
+    more ranks than the 8 of cp*d) is not, though it divides the 128 experts; torchtitan folds
+    its experts' mesh the same way (efsdp = dp_shard*cp*tp/ep) and plans it too."""
     cluster = resolve_cluster("2x8xH100")
     model = resolve_model("qwen3-30b-a3b")
     request = TrainRequest(global_batch=16, seq_len=32_768)
@@ -615,15 +615,15 @@ def test_ep_with_cp_follows_megatron_rules():
     bad = estimate(model, cluster, cp_config(2, 4, 2, 32, recompute="full"), request)
     assert not isinstance(bad, TrainEstimate)
     assert any("ep=32 not tp x a divisor of cp*dp" in r for r in bad.reasons)
-    titan = estimate(model, cluster, cp_config(2, 4, 2, 16, recompute="full"),
-                     replace(request, engine="torchtitan"))
-    assert not isinstance(titan, TrainEstimate)
-    assert any("with ep=16 is not planned" in r for r in titan.reasons)
+    titan_config = replace(cp_config(2, 4, 2, 16, recompute="full"), zero_stage=3)
+    titan = estimate(model, cluster, titan_config, replace(request, engine="torchtitan"))
+    assert isinstance(titan, TrainEstimate), titan
 
 
 def test_cli_layout_with_cp_and_ep():
-    """--layout tp=1,cp=8,ep=8 plans (Megatron: --context-parallel-size 8 and
-    --expert-model-parallel-size 8 in the command); with --engine torchtitan it is a usage error."""
+    """--layout tp=1,cp=8,ep=8 plans: Megatron's command carries --context-parallel-size 8 and
+    --expert-model-parallel-size 8, torchtitan's job config context_parallel_degree = 8 and
+    expert_parallel_degree = 8."""
     args = ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xH100", "--global-batch", "8",
             "--seq-len", "32768", "--layout", "tp=1,cp=8,ep=8", "--json"]
     result = CliRunner().invoke(app, args)
@@ -632,9 +632,9 @@ def test_cli_layout_with_cp_and_ep():
     assert (best["cp"], best["ep"]) == (8, 8)
     argv = " ".join(" ".join(step["argv"]) for step in best["command"])
     assert "--context-parallel-size 8" in argv and "--expert-model-parallel-size 8" in argv
-    titan = CliRunner().invoke(app, [*args, "--engine", "torchtitan"])
-    assert titan.exit_code == 2
-    assert "context parallelism with expert parallelism is not planned for this engine" in titan.output
+    titan = CliRunner().invoke(app, [*args[:-1], "--engine", "torchtitan", "--emit", "torchtitan"])
+    assert titan.exit_code == 0, titan.output
+    assert "context_parallel_degree = 8" in titan.output and "expert_parallel_degree = 8" in titan.output
 
 
 def test_long_context_moe_keeps_tp_in_the_node_with_cp():
