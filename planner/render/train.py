@@ -278,8 +278,38 @@ def short_link(plan: TrainPlan) -> str | None:
     return None if link is None else link.kind
 
 
+def in_node_alternative(plan: TrainPlan) -> tuple[int, TrainEstimate] | None:
+    """(rank, estimate) of the fastest configuration listed whose TP stays inside a node (or
+    has none), when the recommendation's TP group crosses nodes; None otherwise or when no
+    such configuration is listed (a bounded plan lists only what can reach its rows)."""
+    if not plan.layouts or plan.layouts[0].config.tp == 1 or plan.layouts[0].tp_link == short_link(plan):
+        return None
+    return next(((i + 1, e) for i, e in enumerate(plan.layouts)
+                 if e.config.tp == 1 or e.tp_link == short_link(plan)), None)
+
+
+def in_node_alternative_json(plan: TrainPlan) -> dict | None:
+    found = in_node_alternative(plan)
+    if found is None:
+        return None
+    rank, e = found
+    return {"rank": rank, "tp": e.config.tp, "cp": e.config.cp, "pp": e.config.pp, "dp": e.config.dp,
+            "ep": e.config.ep, "tokens_per_second": e.tokens_per_second,
+            "slower_fraction": 1 - e.tokens_per_second / plan.layouts[0].tokens_per_second}
+
+
 def shortfall_lines(plan: TrainPlan) -> list[str]:
     short = shown_shortfall(plan)
+    found = in_node_alternative(plan) if short is None else None
+    if found is not None:
+        rank, e = found
+        best = plan.layouts[0]
+        tp_share = best.time_breakdown_seconds.tp_comm / best.step_time_seconds
+        c = e.config
+        return [f"TP crosses nodes: every TP all-reduce runs over the NICs ({tp_share:.0%} of the step); the "
+                f"fastest with TP inside a node is row {rank}: tp={c.tp}{_cp(c)} pp={c.pp} "
+                f"dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(e)}, "
+                f"{1 - e.tokens_per_second / best.tokens_per_second:.1%} slower (--layout tp={c.tp} keeps it)."]
     if short is None:
         return []
     c, mem = short.config, short.memory
@@ -433,6 +463,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "num_configs_evaluated": plan.num_configs_evaluated,
         "num_configs_bounded": plan.num_configs_bounded,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
+        "in_node_alternative": in_node_alternative_json(plan),
         "suggestions": list(plan.suggestions),
         "notes": list(training_caveats(model, request)),
     })

@@ -403,3 +403,29 @@ def test_the_table_says_what_its_bound_left_out_and_json_top_matches_it():
     shown = CliRunner().invoke(app, ["--workload", "train", *LONG_CONTEXT_8B, "--show-rejected"])
     assert "not estimated" not in shown.output
     assert f"Rejected layouts ({len(everything['rejected']):,})" in shown.output
+
+
+def test_tp_across_nodes_names_the_fastest_in_node_row():
+    """GPT-OSS-120B with a global batch of 256 on 1,024 H100s: a host-bound corner (1,024 tokens
+    per GPU) where tp=16 over InfiniBand edges out TP inside a node by a few percent. The plan
+    says so and names the first row whose TP stays in the node; JSON in_node_alternative points
+    at that row."""
+    args = ("--model", "gpt-oss-120b", "--cluster", "128x8xH100", "--global-batch", "256", "--seq-len", "4096")
+    plan = plan_json(*args)
+    best = plan["recommended"]
+    assert best["tp"] > 8 and best["tp_link"] == "infiniband"
+    alt = plan["in_node_alternative"]
+    rank = alt["rank"]
+    rows = plan["layouts"]
+    assert all(row["tp"] > 8 for row in rows[:rank - 1]) and rows[rank - 1]["tp"] <= 8
+    assert alt["tp"] == rows[rank - 1]["tp"]
+    assert alt["slower_fraction"] == pytest.approx(1 - rows[rank - 1]["tokens_per_second"] / best["tokens_per_second"])
+    assert 0 < alt["slower_fraction"] < 0.1
+    table = CliRunner().invoke(app, ["--workload", "train", *args], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    text = " ".join(table.output.split())
+    assert f"the fastest with TP inside a node is row {rank}: tp={alt['tp']}" in text
+    assert f"(--layout tp={alt['tp']} keeps it)" in text
+    # TP inside the node already: nothing to say
+    assert plan_json("--model", "llama-3.1-70b", "--cluster", "16x8xH100", "--global-batch", "256",
+                     "--seq-len", "4096")["in_node_alternative"] is None
