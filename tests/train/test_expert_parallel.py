@@ -635,6 +635,10 @@ def test_cli_layout_with_cp_and_ep():
     titan = CliRunner().invoke(app, [*args[:-1], "--engine", "torchtitan", "--emit", "torchtitan"])
     assert titan.exit_code == 0, titan.output
     assert "context_parallel_degree = 8" in titan.output and "expert_parallel_degree = 8" in titan.output
+    # ep = 16 is tp x 16 CP and DP ranks where there are 8: a usage error, one line, exit 2
+    wrong = CliRunner().invoke(app, [*args[:-2], "tp=1,cp=8,ep=16"])
+    assert wrong.exit_code == 2
+    assert "ep must be tp times a divisor of cp*dp" in wrong.output
 
 
 def test_long_context_moe_keeps_tp_in_the_node_with_cp():
