@@ -665,3 +665,30 @@ def test_explain_names_the_cp_ranks_of_an_ep_group():
     text = " ".join(node.output.split())
     assert "EP groups of 8 GPUs (8 CP ranks; 4 groups over the stages), inside one node" in text
     assert "data-parallel attention" not in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4, 8, 16]),
+       data=st.data())
+def test_ep_groups_partition_the_stage_with_cp(tp: int, cp: int, dp: int, data) -> None:
+    """For every valid ep = tp x k (k dividing cp*dp): the EP groups and the expert-data-parallel
+    groups tile a stage's tp*cp*dp GPUs (groups x ep = ep x d_x = tp*cp*dp), the EP group is ep
+    consecutive ranks (on 8-GPU nodes: min(ep, 8) per node, ceil(ep/8) nodes), and the
+    estimate's rule (train.ep_reasons) accepts exactly these degrees."""
+    from planner.layout import Layout, ep_group_topology
+    from planner.train import ep_reasons
+    k = data.draw(st.sampled_from(divisors(cp * dp)))
+    ep = tp * k
+    layout = Layout(tp, 1, dp, ep, cp=cp)
+    ranks = tp * cp * dp
+    assert layout.num_ep_groups * ep == ranks
+    assert expert_data_parallel_size(tp, dp, ep, cp) * ep == ranks or ep == 1
+    if ep > 1:
+        group = ep_group_topology(resolve_cluster("16x8xH100"), layout, pp_outermost=True)
+        assert (group.ranks_per_node, group.num_nodes) == (min(ep, 8), -(-ep // 8))
+    model = resolve_model("qwen3-235b-a22b")  # 128 experts: every ep here divides them
+    config = TrainConfig(tp, 1, dp, 1, "1f1b", 1, "full", tp > 1, 1, ep=ep, cp=cp)
+    assert not any("not tp x a divisor" in r for r in ep_reasons(model, config))
+    wrong = TrainConfig(tp, 1, dp, 1, "1f1b", 1, "full", tp > 1, 1, ep=tp * cp * dp * 2, cp=cp)
+    if wrong.ep <= 128:
+        assert any("not tp x a divisor" in r for r in ep_reasons(model, wrong))
