@@ -27,7 +27,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from planner import train_engines as engines
+from planner.cost import efficiency
+from planner.cost.params import param_counts
 from planner.cost.stage_split import account_split
+from planner.cost.training_memory import least_total_model_state_bytes
 from planner.cost.training_time import TrainRates
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected, TrainConfig, divisors
@@ -524,8 +527,13 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     kind in one node (up to the GPU's typical node), then 2, 4, ... such nodes (up to
     MAX_SUGGESTED_GPUS), with the catalog's typical networking, on which the same request finds
     a configuration, with that configuration. None where none does, or the catalog cannot
-    build such a cluster. Doubling: the true fewest may lie between two sizes."""
+    build such a cluster. Doubling: the true fewest may lie between two sizes. A size whose
+    GPUs together cannot hold the model's states once (least_total_model_state_bytes) is
+    skipped without a search: nothing there could fit."""
     from planner.catalog import cluster_from_shorthand
+
+    grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[request.grad_reduce]
+    states = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes)
 
     per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
     planned = request.num_gpus or cluster.num_gpus  # --gpus: what was planned on
@@ -534,6 +542,8 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
               if n * per_node > planned and n * per_node <= MAX_SUGGESTED_GPUS]
     wider = replace(request, num_gpus=None)
     for nodes, gpus in sizes:
+        if nodes * gpus * cluster.gpu.cuda_visible_memory_bytes < states:
+            continue  # cannot hold the model states once: no configuration fits
         shorthand = f"{nodes}x{gpus}x{cluster.gpu.name}"
         try:
             bigger = cluster_from_shorthand(nodes, gpus, cluster.gpu.name, shorthand)

@@ -141,6 +141,16 @@ def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int,
     )
 
 
+def least_total_model_state_bytes(params: float, gradient_bytes_per_param: float) -> float:
+    """The least bytes of model state any layout holds over all of its GPUs together: every
+    parameter's 16-bit weight, main gradient and optimizer state kept at least once (TP, PP and
+    EP split them, ZeRO shards them, nothing stores less), (2 + g + 12) * P. Activations and
+    overheads only add. Llama-3.1-70B (70.55e9 parameters) with fp32 gradients: 18 * 70.55e9 =
+    1.27e12 bytes, more than 8 H100s hold (8 * 79.7 GiB = 6.85e11)."""
+    return params * (efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS + gradient_bytes_per_param
+                     + efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER)
+
+
 def expert_sharded_model_state_bytes(params_per_gpu: float, routed_expert_params_per_gpu: float,
                                      dp: int, expert_dp: int, zero_stage: int,
                                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS,

@@ -429,3 +429,30 @@ def test_tp_across_nodes_names_the_fastest_in_node_row():
     # TP inside the node already: nothing to say
     assert plan_json("--model", "llama-3.1-70b", "--cluster", "16x8xH100", "--global-batch", "256",
                      "--seq-len", "4096")["in_node_alternative"] is None
+
+
+def test_what_would_fit_skips_sizes_that_cannot_hold_the_states(monkeypatch):
+    """Llama-3.1-70B's 70,553,706,496 parameters need 2 + 4 + 12 = 18 bytes each somewhere:
+    1.27e12 bytes, more than 8 H100s hold (8 x 79.7 GiB of CUDA-visible memory = 6.85e11), so
+    the suggestion searches no size below 16 GPUs, and still finds 16."""
+    from planner import train_search
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.cost.training_memory import least_total_model_state_bytes
+    from planner.requests import TrainRequest
+
+    states = least_total_model_state_bytes(70_553_706_496, 4)
+    assert states == 18 * 70_553_706_496 == 1_269_966_716_928
+    h100 = resolve_cluster("1x1xH100")
+    assert 8 * h100.gpu.cuda_visible_memory_bytes < states < 16 * h100.gpu.cuda_visible_memory_bytes
+    searched = []
+    real_search = train_search.search
+
+    def counting(model, cluster, request, *args, **kwargs):
+        searched.append(cluster.num_gpus)
+        return real_search(model, cluster, request, *args, **kwargs)
+
+    monkeypatch.setattr(train_search, "search", counting)
+    found = train_search.more_gpus_suggestion(resolve_model("llama-3.1-70b"), h100,
+                                              TrainRequest(global_batch=64, seq_len=4096))
+    assert found.startswith("16 GPUs (2x8xH100-SXM5-80GB")
+    assert searched == [16]
