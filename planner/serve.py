@@ -39,6 +39,7 @@ from planner.cost.serving_sim import (
 from planner.cost.serving_time import (
     Collective,
     RoundTime,
+    StageRates,
     StepLoad,
     StepTime,
     ep_exchange_seconds_per_moe_layer,
@@ -254,7 +255,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         cap = budget
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     memo = memo if memo is not None else Memo()
-    priced: dict[tuple, StepTime] = memo.get(("priced", layout), dict)
+    priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:

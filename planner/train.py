@@ -800,7 +800,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                  imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
                  engine: str = "megatron", moe_host_seconds: float | None = None) -> tuple[Placement, LayerTerms]:
     c = config
-    placement = memo.get(("place", c.tp, c.pp, c.cp, c.dp), place, cluster, c.layout, True)
+    placement = _placement(cluster, c, memo)
     rotation = CP_KV_ROTATION[engine]
     host = moe_host_seconds_for(engine, moe_host_seconds) if moe_forward_syncs(engine, model, c.ep) else 0.0
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
@@ -808,6 +808,11 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                       c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation, host)
     return placement, terms
+
+
+def _placement(cluster: ClusterSpec, config: TrainConfig, memo: Memo) -> Placement:
+    """place() in Megatron's rank order (pp outermost), memoised on the layout's degrees."""
+    return memo.get(("place", config.tp, config.pp, config.cp, config.dp), place, cluster, config.layout, True)
 
 
 def _priced_tp_comm_overlap(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, config: TrainConfig,
@@ -838,9 +843,8 @@ def block_seconds_floor(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     config = config.with_(tp_comm_overlap=_priced_tp_comm_overlap(model, cluster, request, config, memo))
     imbalance = expert_imbalance(request)
     if config.ep > 1:
-        placement = memo.get(("place", config.tp, config.pp, config.cp, config.dp), place, cluster, config.layout, True)
-        return exchange_free_block_seconds(model, cluster, config, request.seq_len, placement, rates, imbalance,
-                                           CP_KV_ROTATION[request.engine])
+        return exchange_free_block_seconds(model, cluster, config, request.seq_len, _placement(cluster, config, memo),
+                                           rates, imbalance, CP_KV_ROTATION[request.engine])
     return block_seconds(_layer_terms(model, cluster, config, request.seq_len, rates, memo, imbalance,
                                       request.engine, request.moe_host_seconds)[1])
 

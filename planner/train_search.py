@@ -533,7 +533,7 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     from planner.catalog import cluster_from_shorthand
 
     grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[request.grad_reduce]
-    states = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes)
+    states_bytes = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes)
 
     per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
     planned = request.num_gpus or cluster.num_gpus  # --gpus: what was planned on
@@ -542,7 +542,7 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
               if n * per_node > planned and n * per_node <= MAX_SUGGESTED_GPUS]
     wider = replace(request, num_gpus=None)
     for nodes, gpus in sizes:
-        if nodes * gpus * cluster.gpu.cuda_visible_memory_bytes < states:
+        if nodes * gpus * cluster.gpu.cuda_visible_memory_bytes < states_bytes:
             continue  # cannot hold the model states once: no configuration fits
         shorthand = f"{nodes}x{gpus}x{cluster.gpu.name}"
         try:

@@ -21,8 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from execnet, where a plain run has
 # none: in-process CLI runs (CliRunner) would render for 80 columns and wrap what the tests
 # look for. Every worker sees the plain run's environment.
-for _name in ("COLUMNS", "LINES"):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
 CLI_ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
 """Wide output so rich never wraps a name the tests look for."""

@@ -933,7 +933,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     tokens = max(load.num_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
     moe_layers = moe_layers_of(model, stage.num_layers)
-    moe_seconds = terms.moe_seconds if moe_layers else 0.0
+    moe_seconds = terms.moe_seconds  # 0 for a dense model
     weight_seconds = rates.weight_seconds
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
     compute_seconds = (stage.num_layers * terms.dense_flops_per_layer / terms.dense_utilization
@@ -1132,9 +1132,9 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
             step = alike.get(key)
             if step is None:
                 terms = terms or layer_load_terms(model, cluster, layout, placement, load, imbalance, constants)
-                rates = alike.get(shape)
+                rates = alike.get(("rates", shape))
                 if rates is None:
-                    rates = alike[shape] = stage_rates(model, cluster, layout, s, constants)
+                    rates = alike["rates", shape] = stage_rates(model, cluster, layout, s, constants)
                 step = alike[key] = stage_step_time(model, cluster, layout, placement, s, load, imbalance, constants,
                                                     terms, rates)
             this_load[shape] = step
@@ -1146,7 +1146,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
                chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
                constants: StepConstants | None = None,
-               priced: dict[tuple, StepTime] | None = None) -> RoundTime:
+               priced: dict[tuple, StepTime | StageRates] | None = None) -> RoundTime:
     """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
     step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
     (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.

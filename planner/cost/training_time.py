@@ -861,6 +861,13 @@ class LayerTerms:
     dense model or where H is not priced)."""
 
 
+def config_layer_seconds(model: ModelSpec, config: TrainConfig, chunk: int, rates: TrainRates) -> LayerSeconds:
+    """layer_seconds of the configuration's block on `chunk` tokens per sequence (s/cp)."""
+    c = config
+    return layer_seconds(model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, rates,
+                         c.attention, c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe)
+
+
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,
                 placement: Placement, rates: TrainRates,
                 imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE, cp_rotation: str = "ring",
@@ -872,8 +879,7 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     block forward after its sync (moe_host_exposed_seconds; 0: not priced)."""
     c, b = config, config.micro_batch_size
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
-    layer = layer_seconds(model, chunk, b, c.tp, c.sequence_parallel, c.recompute, rates, c.attention,
-                          c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe)
+    layer = config_layer_seconds(model, c, chunk, rates)
     ep = ep_seconds_per_layer(model, cluster, c, chunk, rates, imbalance)
     if c.moe_comm_overlap and ep.num_alltoalls:
         ep = replace(ep, exposed_seconds_per_moe_layer=moe_overlap_exposed_seconds(
@@ -988,9 +994,7 @@ def exchange_free_block_seconds(model: ModelSpec, cluster: ClusterSpec, config: 
     them. Priced without ep_seconds_per_layer's transfers (DeepEP's traffic model is the
     costly part), for the bounded training search (train.block_seconds_floor)."""
     chunk = act.context_parallel_chunk_tokens(s, config.cp)
-    layer = layer_seconds(model, chunk, config.micro_batch_size, config.tp, config.sequence_parallel,
-                          config.recompute, rates, config.attention, config.precision, config.ep,
-                          config.layout.dp_per_ep_group, config.cp, config.priced_fp8_recipe)
+    layer = config_layer_seconds(model, config, chunk, rates)
     extra = (moe_layers_of(model, 1) * ep_imbalance_seconds(model, config, chunk, rates, imbalance)
              if config.ep > 1 and model.is_moe else 0.0)
     tp = tp_seconds_per_layer(model, cluster, config, chunk, placement, rates)

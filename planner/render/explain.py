@@ -151,7 +151,7 @@ def placement_summary(pm: PlacementMap) -> list[str]:
         lines.append(f"CP rings of {lay.cp} ranks at stride {lay.tp} (each holds 1/{lay.cp} of every sequence).")
     if pm.ep_link is not None:
         d = lay.dp_per_ep_group
-        ranks = f"{ep_group_ranks_text(lay)}"
+        ranks = ep_group_ranks_text(lay)
         where = (f"{pm.ep_ranks_per_node} GPUs on each of {pm.ep_num_nodes} nodes" if pm.ep_num_nodes > 1
                  else "inside one node")
         attention = ("; each DP rank attends its own sequences (data-parallel attention)" if d > lay.cp else "")

@@ -191,7 +191,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
-        gap = 1 - runner.tokens_per_second / best.tokens_per_second
+        gap = slower_fraction(runner, best)
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
     return lines
@@ -282,10 +282,15 @@ def in_node_alternative(plan: TrainPlan) -> tuple[int, TrainEstimate] | None:
     """(rank, estimate) of the fastest configuration listed whose TP stays inside a node (or
     has none), when the recommendation's TP group crosses nodes; None otherwise or when no
     such configuration is listed (a bounded plan lists only what can reach its rows)."""
-    if not plan.layouts or plan.layouts[0].config.tp == 1 or plan.layouts[0].tp_link == short_link(plan):
+    in_node = short_link(plan)
+    if not plan.layouts or plan.layouts[0].config.tp == 1 or plan.layouts[0].tp_link == in_node:
         return None
-    return next(((i + 1, e) for i, e in enumerate(plan.layouts)
-                 if e.config.tp == 1 or e.tp_link == short_link(plan)), None)
+    return next(((i + 1, e) for i, e in enumerate(plan.layouts) if e.config.tp == 1 or e.tp_link == in_node), None)
+
+
+def slower_fraction(e: TrainEstimate, best: TrainEstimate) -> float:
+    """How much fewer tokens/s `e` runs than `best`: 1 - e/best."""
+    return 1 - e.tokens_per_second / best.tokens_per_second
 
 
 def in_node_alternative_json(plan: TrainPlan) -> dict | None:
@@ -295,7 +300,7 @@ def in_node_alternative_json(plan: TrainPlan) -> dict | None:
     rank, e = found
     return {"rank": rank, "tp": e.config.tp, "cp": e.config.cp, "pp": e.config.pp, "dp": e.config.dp,
             "ep": e.config.ep, "tokens_per_second": e.tokens_per_second,
-            "slower_fraction": 1 - e.tokens_per_second / plan.layouts[0].tokens_per_second}
+            "slower_fraction": slower_fraction(e, plan.layouts[0])}
 
 
 def shortfall_lines(plan: TrainPlan) -> list[str]:
@@ -309,7 +314,7 @@ def shortfall_lines(plan: TrainPlan) -> list[str]:
         return [f"TP crosses nodes: every TP all-reduce runs over the NICs ({tp_share:.0%} of the step); the "
                 f"fastest with TP inside a node is row {rank}: tp={c.tp}{_cp(c)} pp={c.pp} "
                 f"dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(e)}, "
-                f"{1 - e.tokens_per_second / best.tokens_per_second:.1%} slower (--layout tp={c.tp} keeps it)."]
+                f"{slower_fraction(e, best):.1%} slower (--layout tp={c.tp} keeps it)."]
     if short is None:
         return []
     c, mem = short.config, short.memory
