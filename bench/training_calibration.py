@@ -61,13 +61,21 @@ sys.path.insert(0, str(REPO))
 from planner import units  # noqa: E402
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.layout import Rejected, TrainConfig  # noqa: E402
-from planner.requests import MOE_DISPATCHERS, TrainRequest  # noqa: E402
-from planner.specs import ClusterSpec  # noqa: E402
+from planner.requests import ATTENTION_KERNELS, MOE_DISPATCHERS, TrainRequest  # noqa: E402
+from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
 from planner.train import TrainEstimate, estimate  # noqa: E402
 from planner.train_search import RECOMPUTE_ORDER, search  # noqa: E402
 
 FIXTURE = REPO / "tests/fixtures/nemo_training_perf.csv"
 MOE_FIXTURE = REPO / "tests/fixtures/nemo_moe_training_perf.csv"
+LONG_CONTEXT_FIXTURE = REPO / "tests/fixtures/nemo_long_context_perf.csv"
+ATTENTION_KERNEL = "auto"
+"""The --attention-kernel rows are priced with by default (score's `attention_kernel`, this
+script's --attention-kernel): auto, the kernel the engine picks at the GPU's measured rate; fa2,
+FlashAttention-2's published Hopper share."""
+NEMO_VOCAB_SIZES = {"llama2": 32000, "llama3": 128256}
+"""LLM_VOCAB_SIZE_MAP (nemo/collections/common/parts/perf_metrics_utils.py at NVIDIA/NeMo 811bd0e6),
+the vocabulary NeMo's FLOPs formulas count for each family."""
 MOE_COMM_OVERLAP = False
 """Megatron's combined 1F1B for the MoE rows: off (module docstring); --moe-comm-overlap turns
 it on where Megatron can run it."""
@@ -175,6 +183,35 @@ def load_rows(path: Path = FIXTURE) -> list[Row]:
         return [parse_row(row) for row in csv.DictReader(handle)]
 
 
+def nemo_model_flops_per_token(model: ModelSpec, seq_len: int, formula: str) -> float:
+    """The model FLOPs per token NeMo's TFLOP/s columns count for its llama2 and llama3 formulas
+    (nemo/utils/flops_formulas.py at NVIDIA/NeMo 811bd0e6, 2025-04-15, the code of both
+    long-sequence tables' containers): L h^2 (12 + 12 g/a + 18 f/h + 12 s/h + 6 V/(L h)) with g the
+    KV heads, f the FFN size and V the family's vocabulary (NEMO_VOCAB_SIZES): forward and backward
+    of the GEMMs, and the attention core over the whole s x s square (the causal discount came
+    later: "Discount FLOPs in dot-product att", 6251117, 2025-08-09). Llama-2-7B at 4,096 tokens:
+    32 x 4096^2 x (12 + 12 + 48.375 + 12 + 1.46484375) = 46,084,915,200 per token."""
+    L, h = model.num_hidden_layers, model.hidden_size
+    g, a, f = model.num_key_value_heads, model.num_attention_heads, model.intermediate_size
+    vocab = NEMO_VOCAB_SIZES[formula]
+    return L * h * h * (12 + 12 * g / a + 18 * f / h + 12 * seq_len / h + 6 * vocab / (L * h))
+
+
+def load_long_context_rows(path: Path = LONG_CONTEXT_FIXTURE) -> list[Row]:
+    """NeMo's long-sequence rows (tests/fixtures/nemo_long_context_perf.csv), which publish model
+    TFLOP/s per GPU only: tokens/s per GPU = TFLOP/s / nemo_model_flops_per_token."""
+    rows = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for cells in csv.DictReader(handle):
+            seq_len = int(cells["seq_len"])
+            flops = nemo_model_flops_per_token(resolve_model(cells["spec"]), seq_len, cells["nemo_flops_formula"])
+            tokens = units.tflops_to_flops_per_s(float(cells["model_tflops_per_gpu"])) / flops
+            row = parse_row({**cells, "tokens_per_s_per_gpu": str(tokens)})
+            rows.append(replace(row, id=f"{row.container} {row.system} {row.model} {seq_len // 1024}K "
+                                        f"tp{row.tp} pp{row.pp} cp{row.cp} dp{row.dp}"))
+    return rows
+
+
 def config_for(row: Row, recompute: str) -> TrainConfig:
     """The published configuration in the planner's vocabulary (module docstring)."""
     interleaved = row.vp > 1
@@ -193,7 +230,8 @@ def config_for(row: Row, recompute: str) -> TrainConfig:
 def cluster_for(row: Row, memory_gib: float | None = None) -> ClusterSpec:
     """The row's nodes from the GPU catalog; `memory_gib` replaces the GPU's memory (the
     what-if that shows the time of a configuration the planner finds out of memory)."""
-    cluster = resolve_cluster(f"{row.num_gpus // GPUS_PER_NODE}x{GPUS_PER_NODE}x{SYSTEM_GPU[row.system]}")
+    nodes, per_node = max(1, row.num_gpus // GPUS_PER_NODE), min(GPUS_PER_NODE, row.num_gpus)  # 2-4 GPUs: one node
+    cluster = resolve_cluster(f"{nodes}x{per_node}x{SYSTEM_GPU[row.system]}")
     if memory_gib is None:
         return cluster
     gpu = cluster.gpu.model_copy(update={"memory_gib": memory_gib, "cuda_visible_memory_gib": memory_gib})
@@ -201,24 +239,27 @@ def cluster_for(row: Row, memory_gib: float | None = None) -> ClusterSpec:
 
 
 def estimate_row(row: Row, recompute: str, virtual_stages: int | None = None,
-                 memory_gib: float | None = None, moe_dispatcher: str = MOE_DISPATCHER) -> TrainEstimate | Rejected:
+                 memory_gib: float | None = None, moe_dispatcher: str = MOE_DISPATCHER,
+                 attention_kernel: str = ATTENTION_KERNEL) -> TrainEstimate | Rejected:
     """`virtual_stages` replaces the row's vp (the nearest expressible interleaving);
     `moe_dispatcher` the MoE rows' dispatcher."""
     config = config_for(row, recompute)
     if virtual_stages is not None:
         config = replace(config, virtual_stages=virtual_stages,
                          schedule="interleaved" if virtual_stages > 1 else "1f1b")
-    return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config, request_for(row, moe_dispatcher))
+    return estimate(resolve_model(row.spec), cluster_for(row, memory_gib), config,
+                    request_for(row, moe_dispatcher, attention_kernel))
 
 
-def request_for(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> TrainRequest:
+def request_for(row: Row, moe_dispatcher: str = MOE_DISPATCHER, attention_kernel: str = ATTENTION_KERNEL
+                ) -> TrainRequest:
     """The row's workload and the settings it was priced with (module docstring); no layout."""
     overlap = MOE_COMM_OVERLAP
     if moe_dispatcher == "recipe":
         overlap = overlap or row.recipe_a2a_overlap == "on"
         moe_dispatcher = RECIPE_DISPATCHER.get(row.recipe_dispatcher, "auto")
     return TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
-                        fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
+                        fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row), attention_kernel=attention_kernel,
                         expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
                         moe_comm_overlap=overlap, moe_dispatcher=moe_dispatcher)
 
@@ -278,18 +319,20 @@ def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:
     return result.tokens_per_second / row.num_gpus / row.tokens_per_s_per_gpu - 1
 
 
-def what_ifs(row: Row, recompute: str | None, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
+def what_ifs(row: Row, recompute: str | None, moe_dispatcher: str = MOE_DISPATCHER,
+             attention_kernel: str = ATTENTION_KERNEL) -> dict:
     """Diagnostics, never scored: the error at recompute none with the memory limit lifted
     (when the planner needed recompute or rejected the row), and at the largest v below the
     row's that the planner can split the layers for (when it cannot split them for vp)."""
     out = {}
     if recompute != "none":
         out["error_no_recompute_if_memory_fit"] = error_of(row, estimate_row(row, "none", memory_gib=UNLIMITED_GIB,
-                                                                             moe_dispatcher=moe_dispatcher))
+                                                                             moe_dispatcher=moe_dispatcher,
+                                                                             attention_kernel=attention_kernel))
     if recompute is None:
         for v in range(row.vp - 1, 0, -1):
             result = estimate_row(row, "none", virtual_stages=v, memory_gib=UNLIMITED_GIB,
-                                  moe_dispatcher=moe_dispatcher)
+                                  moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel)
             if not isinstance(result, Rejected):
                 out["nearest_virtual_stages"] = v
                 out["error_at_nearest_v_if_memory_fit"] = error_of(row, result)
@@ -303,14 +346,14 @@ def breakdown_shares(result: TrainEstimate) -> dict[str, float]:
     return {key: getattr(parts, key) / parts.total for key in BREAKDOWN_KEYS}
 
 
-def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
+def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER, attention_kernel: str = ATTENTION_KERNEL) -> dict:
     """The estimate at the first recompute level that fits (RECOMPUTE_LEVELS from none, or from
     the row's recipe's level with moe_dispatcher "recipe"): the predicted tokens/s per GPU and
     the error, or every level's rejection."""
     rejections = {}
     first = RECIPE_RECOMPUTE.get(row.recipe_recompute, "none") if moe_dispatcher == "recipe" else "none"
     for recompute in RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(first):]:
-        result = estimate_row(row, recompute, moe_dispatcher=moe_dispatcher)
+        result = estimate_row(row, recompute, moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel)
         if isinstance(result, Rejected):
             rejections[recompute] = "; ".join(result.reasons)
             continue
@@ -323,10 +366,10 @@ def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
             "error": predicted / row.tokens_per_s_per_gpu - 1,
             "predicted_mfu": result.mfu, "step_seconds": result.step_time_seconds,
             "memory_gib": units.bytes_to_gib(result.memory_per_gpu_bytes),
-            "breakdown_share": breakdown_shares(result), **what_ifs(row, recompute, moe_dispatcher),
+            "breakdown_share": breakdown_shares(result), **what_ifs(row, recompute, moe_dispatcher, attention_kernel),
         }
     return {"id": row.id, "group": row.group, "precision": row.precision, "rejected": rejections,
-            **what_ifs(row, None, moe_dispatcher)}
+            **what_ifs(row, None, moe_dispatcher, attention_kernel)}
 
 
 def error_stats(errors: list[float]) -> dict[str, float]:
@@ -348,10 +391,10 @@ def summarize(scored: list[dict], key) -> dict:
     return {name: error_stats([r["error"] for r in scored if key(r) == name]) for name in names}
 
 
-def score(rows: list[Row], moe_dispatcher: str = MOE_DISPATCHER) -> dict:
+def score(rows: list[Row], moe_dispatcher: str = MOE_DISPATCHER, attention_kernel: str = ATTENTION_KERNEL) -> dict:
     """Every row predicted (`moe_dispatcher`: the MoE rows' token dispatcher); statistics
     overall, by precision and by group (model x GPU)."""
-    results = [predict(row, moe_dispatcher) for row in rows]
+    results = [predict(row, moe_dispatcher, attention_kernel) for row in rows]
     scored = [r for r in results if "rejected" not in r]
     return {
         "num_rows": len(rows),
@@ -419,11 +462,19 @@ def main() -> None:
                         help="price the MoE rows with Megatron's combined 1F1B where it can run")
     parser.add_argument("--vs-best", action="store_true", help="also each published configuration against the "
                         "planner's own best for the same workload (both priced by the planner)")
+    parser.add_argument("--long-context", action="store_true", help="score NeMo's long-sequence rows "
+                        "(tests/fixtures/nemo_long_context_perf.csv: Llama-2-7B on H100 at 4K-1M tokens, NeMo "
+                        "24.03.01; Llama-3-8B on B200 at 8K-1M, 25.04.rc2; context parallelism) instead")
+    parser.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
+                        help="the flash-attention kernel every row is priced with (the planner's --attention-kernel)")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
     global MOE_COMM_OVERLAP
     MOE_COMM_OVERLAP = args.moe_comm_overlap
-    rows = load_rows(MOE_FIXTURE if args.moe else args.csv)
+    if args.long_context:
+        rows = load_long_context_rows()
+    else:
+        rows = load_rows(MOE_FIXTURE if args.moe else args.csv)
     if args.vs_best:
         compared = [versus_best(row, args.moe_dispatcher) for row in rows]
         if args.json:
@@ -431,7 +482,7 @@ def main() -> None:
         else:
             print_versus_best(compared)
         return
-    summary = score(rows, args.moe_dispatcher)
+    summary = score(rows, args.moe_dispatcher, args.attention_kernel)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

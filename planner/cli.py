@@ -121,6 +121,11 @@ class Attention(str, Enum):
     materialized = "materialized"
 
 
+class AttentionKernel(str, Enum):
+    auto = "auto"
+    fa2 = "fa2"
+
+
 class Precision(str, Enum):
     bf16 = "bf16"
     fp8 = "fp8"
@@ -200,6 +205,7 @@ RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation 
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
+AttentionKernelOpt = Annotated[AttentionKernel, typer.Option(help="Train, --attention flash: the kernel's speed. auto: what the engine picks by itself (Transformer Engine: cuDNN's fused attention on Hopper and later, --attention-backend auto; torchtitan: SDPA, cuDNN first), at the GPU's measured rate; fa2: FlashAttention-2 forced (Megatron --attention-backend flash --flash-attention-version 2, as 2023-24 stacks ran), 35% of the 16-bit peak on Hopper and later.")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (GPUs with fp8 tensor cores: Ada, Hopper or later).")]
 Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise (1x128 / 128x128 blocks, Hopper and later; Megatron only); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
@@ -219,6 +225,7 @@ DEFAULT_KV_CACHE_DTYPE = KvCacheDtype(ServeRequest.kv_cache_dtype)
 DEFAULT_MOE_BACKEND = MoeBackend(ServeRequest.moe_backend)
 DEFAULT_ALL2ALL_BACKEND = All2AllBackend(ServeRequest.all2all_backend)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
+DEFAULT_ATTENTION_KERNEL = AttentionKernel(TrainRequest.attention_kernel)
 DEFAULT_PRECISION = Precision(TrainRequest.precision)
 DEFAULT_ENGINE = Engine(TrainRequest.engine)
 DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
@@ -262,6 +269,7 @@ class PlanOptions:
     sequence_parallel: bool | None
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
+    attention_kernel: AttentionKernel = DEFAULT_ATTENTION_KERNEL
     precision: Precision = DEFAULT_PRECISION
     fp8_recipe: Fp8RecipeChoice | None = None
     tp_comm_overlap: bool = True
@@ -441,6 +449,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         sequence_parallel=opts.sequence_parallel,
         zero_stage=opts.zero,
         attention=opts.attention.value,
+        attention_kernel=opts.attention_kernel.value,
         precision=opts.precision.value,
         fp8_recipe=_value(opts.fp8_recipe),
         tp_comm_overlap=opts.tp_comm_overlap,
@@ -529,7 +538,7 @@ FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served
 """Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
 or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
-              "sequence_parallel", "zero", "attention", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
+              "sequence_parallel", "zero", "attention", "attention_kernel", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
               "grad_reduce", "moe_dispatcher", "moe_host_ms", "mtp_layers")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
@@ -644,6 +653,7 @@ def plan(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    attention_kernel: AttentionKernelOpt = DEFAULT_ATTENTION_KERNEL,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
@@ -677,7 +687,7 @@ def plan(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
+        zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
@@ -833,6 +843,7 @@ def explain(
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
+    attention_kernel: AttentionKernelOpt = DEFAULT_ATTENTION_KERNEL,
     precision: PrecisionOpt = DEFAULT_PRECISION,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
@@ -873,7 +884,7 @@ def explain(
         random_range_ratio=random_range_ratio,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
-        zero=zero, attention=attention, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
+        zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,

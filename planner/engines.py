@@ -89,6 +89,10 @@ class MegatronRelease:
     """--moe-router-score-function sqrtsoftplus (DeepSeek-V4's router): core_v0.19.0's
     TransformerConfig lists it; core_v0.14.0's router knows softmax and sigmoid only
     (moe_utils.topk_routing_with_score_function raises on anything else)."""
+    flash_attention_version: bool = True
+    """--flash-attention-version pins the FlashAttention generation TE runs with --attention-backend
+    flash (TransformerConfig.flash_attention_version, core_v0.19.0; absent at core_v0.14.0, where the
+    installed flash-attn decides)."""
     moe_overlap_with_fsdp: bool = True
     """--overlap-moe-expert-parallel-comm with Megatron-FSDP (ZeRO-2/3): core_v0.19.0 runs the
     combined 1F1B's parameter gathers and gradient reduces through FSDP
@@ -133,7 +137,7 @@ MEGATRON_RELEASES = {
         "core_v0.19.0", "NVIDIA/Megatron-LM tag core_v0.19.0 (2026-08-19)", tp_may_exceed_query_groups=True),
     "core_v0.14.0": MegatronRelease(
         "core_v0.14.0", "NVIDIA/Megatron-LM tag core_v0.14.0 (2025-10-08)", tp_may_exceed_query_groups=False,
-        moe_overlap_with_fsdp=False, sqrtsoftplus_router=False),
+        moe_overlap_with_fsdp=False, sqrtsoftplus_router=False, flash_attention_version=False),
 }
 RELEASES = {"vllm": VLLM_RELEASES, "sglang": SGLANG_RELEASES, "megatron": MEGATRON_RELEASES}
 

@@ -340,7 +340,7 @@ def host_wait_line(e: TrainEstimate) -> str:
 
 def train_knob_base(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate,
                     request: TrainRequest) -> sensitivity.KnobBase:
-    rates = train_rates(model, cluster)
+    rates = train_rates(model, cluster, request.attention_kernel)
     # the elementwise kernels' share of HBM the estimate prices (the GPU's fitted one where the catalog has it)
     hbm = cluster.gpu.elementwise_hbm_utilization or eff.ELEMENTWISE_HBM_UTILIZATION
     return sensitivity.KnobBase(hbm, rates.matmul_flops_per_s / rates.peak_flops_per_s,

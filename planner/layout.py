@@ -79,8 +79,12 @@ class TrainConfig:
     rest even over the middle stages; None = L/p on every stage. The training estimate
     fills it in when p does not divide L."""
     attention: str = "flash"
-    """flash | materialized [--attention-backend flash | unfused]: not searched, the
+    """flash | materialized [--attention-backend auto | unfused]: not searched, the
     request's choice (docs/cost-model.md#training-attention)."""
+    attention_kernel: str = "auto"
+    """auto | fa2, with flash [--attention-backend auto | flash --flash-attention-version 2]:
+    which kernel's rate the flash attention runs at; the request's choice, filled in by the
+    training estimate."""
     precision: str = "bf16"
     """bf16 | fp8 [--fp8-format hybrid, Transformer Engine]: not searched, the request's
     choice; the training estimate fills it in from the request (docs/cost-model.md#training-fp8)."""

@@ -272,6 +272,8 @@ FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan"
 (config/job_config.py at v0.2.2), and it has no delayed scaling."""
 MoeDispatcher = Literal["auto", "alltoall", "deepep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
+ATTENTION_KERNELS = ("auto", "fa2")
+"""--attention-kernel values (TrainRequest.attention_kernel)."""
 """--moe-dispatcher's choices (TrainRequest.moe_dispatcher)."""
 MAX_MOE_HOST_SECONDS = 1.0
 """--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
@@ -296,6 +298,10 @@ class TrainRequest:
     attention: Literal["flash", "materialized"] = "flash"
     """`--attention`: flash (every current stack: no s x s scores kept, attention recomputed
     in the backward) or materialized (2021-22 Megatron-LM and DeepSpeed kernels)."""
+    attention_kernel: Literal["auto", "fa2"] = "auto"
+    """`--attention-kernel`, with flash: auto (the kernel the engine picks by itself, at the
+    GPU's measured rate) or fa2 (FlashAttention-2 forced: its published Hopper utilization);
+    docs/cost-model.md#training-attention."""
     expert_imbalance: float | None = None
     """`--expert-imbalance`, MoE under EP: routed tokens on the busiest GPU over the mean
     (>= 1); None = efficiency.EXPERT_LOAD_IMBALANCE."""
@@ -361,6 +367,12 @@ class TrainRequest:
             raise SpecError(f"--fp8-recipe: must be one of {', '.join(FP8_RECIPES)} (got {self.fp8_recipe})")
         if self.fp8_recipe is not None and self.precision != "fp8":
             raise SpecError(f"--fp8-recipe: only with --precision fp8 (got --precision {self.precision})")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise SpecError(f"--attention-kernel: must be one of {', '.join(ATTENTION_KERNELS)} "
+                            f"(got {self.attention_kernel})")
+        if self.attention_kernel != "auto" and self.attention != "flash":
+            raise SpecError(f"--attention-kernel {self.attention_kernel}: only with --attention flash "
+                            f"(got --attention {self.attention}, which runs no flash kernel)")
         if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
             raise SpecError(f"--zero: must be 0, 1, 2 or 3 (got {self.zero_stage})")
         if self.virtual_stages is not None:

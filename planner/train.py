@@ -163,8 +163,9 @@ class TrainEstimate:
         return self.memory.total_bytes
 
 
-def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
-    """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU."""
+def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = "auto") -> TrainRates:
+    """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU, and its flash
+    attention rates with that kernel (TrainRequest.attention_kernel)."""
     gpu, precision = cluster.gpu, matmul_precision_of_dtype(model)
     peak = efficiency.dense_peak_flops_per_s(gpu, precision)
     if peak is None and precision == "fp16":  # same tensor-core rate as bf16
@@ -182,7 +183,8 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec) -> TrainRates:
     fp8 = None if fp8_peak is None else efficiency.achievable_matmul_flops_per_s(
         fp8_peak, gpu.achievable_flops_per_s("fp8"), unmeasured)
     bf16_peak = gpu.peak_flops_per_s("bf16") or peak
-    flash_forward, flash_backward = efficiency.flash_attention_fractions(gpu.flash_attention_forward_fraction)
+    flash_forward, flash_backward = efficiency.flash_attention_fractions(efficiency.flash_attention_forward_fraction(
+        gpu.flash_attention_forward_fraction, attention_kernel, gpu.compute_capability))
     # at the full-attention layers' head dim (training prices one attention shape)
     head_dim_factor = efficiency.attention_head_dim_factor(model, gpu, multiply_adds_per_attention_pair(model)[0])
     flash_forward, flash_backward = flash_forward * head_dim_factor, flash_backward * head_dim_factor
@@ -784,7 +786,8 @@ def moe_dispatcher_off_reason(model: ModelSpec, cluster: ClusterSpec, request: T
     refusal = deepep_refusal(model, cluster, config)
     if refusal is not None:
         return refusal
-    if moe_dispatcher_for(model, cluster, request, config, train_rates(model, cluster)) == "deepep":
+    if moe_dispatcher_for(model, cluster, request, config,
+                          train_rates(model, cluster, request.attention_kernel)) == "deepep":
         return "DeepEP's buffers do not fit in memory"
     return "its transfers price no faster here"
 
@@ -877,7 +880,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = config.with_(fp8_recipe=request.resolved_fp8_recipe)
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
-    rates = rates or train_rates(model, cluster)
+    if config.attention_kernel != request.attention_kernel:
+        config = config.with_(attention_kernel=request.attention_kernel)
+    rates = rates or train_rates(model, cluster, request.attention_kernel)
     overlap = _priced_tp_comm_overlap(model, cluster, request, config, memo)
     if config.tp_comm_overlap != overlap:  # the search builds configurations without it
         config = config.with_(tp_comm_overlap=overlap)

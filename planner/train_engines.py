@@ -71,6 +71,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.cost import efficiency
+from planner.engines import MEGATRON_RELEASES
 from planner.errors import SpecError
 
 if TYPE_CHECKING:
@@ -136,12 +137,22 @@ of it applies: train.op_recompute_refusal)."""
 
 
 def check_request(model: ModelSpec, request: TrainRequest) -> None:
-    """Requests torchtitan cannot express at all: one-line spec errors (exit 2)."""
+    """Requests the engine cannot express at all: one-line spec errors (exit 2)."""
+    if request.engine == "megatron":
+        release = MEGATRON_RELEASES[request.engine_versions.megatron]
+        if request.attention_kernel == "fa2" and not release.flash_attention_version:
+            raise SpecError(f"--attention-kernel fa2: Megatron-LM {release.version} has no --flash-attention-version "
+                            "(TransformerConfig), so its --attention-backend flash runs whichever flash-attn is "
+                            "installed; use --engine-version megatron=core_v0.19.0")
     if request.engine != "torchtitan":
         return
     if request.attention != "flash":
         raise SpecError("--attention materialized: torchtitan runs SDPA or flex attention (no s x s "
                         "scores kept); use --attention flash")
+    if request.attention_kernel == "fa2":
+        raise SpecError(f"--attention-kernel fa2: torchtitan {TORCHTITAN_RELEASE} runs SDPA with cuDNN's kernel "
+                        "first (torchtitan/models/attention.py, ScaledDotProductAttentionWrapper) and no job-config "
+                        "key selects FlashAttention-2; use --engine megatron or --attention-kernel auto")
     if request.grad_reduce != "fp32":
         raise SpecError(f"--grad-reduce {request.grad_reduce}: torchtitan {TORCHTITAN_RELEASE} reduces gradients "
                         "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")

@@ -588,7 +588,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
         raise SpecError(f"--layout: tp={given.tp}: FFN size {model.intermediate_size} not divisible "
                         f"by tp (Megatron-LM splits it evenly; {model.name})")
     num_gpus = request.num_gpus or cluster.num_gpus
-    rates = train_rates(model, cluster)
+    rates = train_rates(model, cluster, request.attention_kernel)
     memo = Memo()
     bounded = (None if keep_top is None else
                bounded_evaluation(model, cluster, request, rates, memo, keep_top, counts or (lambda e: True)))

@@ -179,6 +179,27 @@ def flash_attention_fractions(measured_forward_fraction: float | None) -> tuple[
     return measured_forward_fraction, measured_forward_fraction * ratio
 
 
+FA2_FORWARD_FRACTION_OF_PEAK_HOPPER = 0.35
+"""FlashAttention-2's forward on H100: "only 35% utilization" of the dense 16-bit peak (Shah et
+al. 2024, FlashAttention-3, arXiv:2407.08608, abstract and sec. 1: FA2 uses neither Hopper's
+asynchronous wgmma nor TMA). `--attention-kernel fa2` prices it on compute capability 9.0 and
+later (Blackwell's tcgen05 unused likewise: an estimate, no FA2 figure published there); the
+backward at FlashAttention-2's own backward/forward ratio, as flash_attention_fractions does."""
+FA2_SLOWER_FROM_COMPUTE_CAPABILITY = 9.0
+"""Below it (Ampere, Ada) FlashAttention-2 is what the GPU's measured kernels are: no change."""
+
+
+def flash_attention_forward_fraction(measured: float | None, kernel: str, compute_capability: float | None
+                                     ) -> float | None:
+    """The forward share flash_attention_fractions starts from: the catalog's measured one (None:
+    its default), or with --attention-kernel fa2 on Hopper and later FlashAttention-2's published
+    H100 share where that is lower."""
+    if kernel != "fa2" or compute_capability is None or compute_capability < FA2_SLOWER_FROM_COMPUTE_CAPABILITY:
+        return measured
+    current = FLASH_ATTENTION_FORWARD_FRACTION_OF_PEAK if measured is None else measured
+    return min(current, FA2_FORWARD_FRACTION_OF_PEAK_HOPPER)
+
+
 FLASH_ATTENTION_MEASURED_HEAD_DIM = 128
 """The head dim every flash share above (and the catalog's) is measured at."""
 FLASH_ATTENTION_HEAD_DIM_HALF = 55.0

@@ -306,9 +306,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         args += ["--recompute-granularity", "selective"]
     elif c.recompute == "outputs":  # output-discarding checkpoints (TransformerConfig.recompute_modules)
         args += ["--recompute-granularity", "selective", "--recompute-modules", *outputs_recompute_modules(model)]
-    # AttnBackend (megatron/core/transformer/enums.py, core_v0.14.0): flash, or TE's unfused
-    # kernel, which materializes the scores as the 2021-22 code did.
-    args += ["--attention-backend", "flash" if c.attention == "flash" else "unfused"]
+    args += attention_args(c)
     if c.precision == "fp8":
         args += fp8_args(c.fp8_recipe or FP8_RECIPE_DEFAULTS["megatron"])
     if c.tp_comm_overlap:
@@ -329,6 +327,21 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
             # the distributed optimizer or Megatron-FSDP, and --overlap-grad-reduce)
             args.append("--overlap-param-gather")
     return args
+
+
+def attention_args(config: TrainConfig) -> list[str]:
+    """AttnBackend (megatron/core/transformer/enums.py; language_module._set_attention_backend at
+    core_v0.19.0 sets TE's NVTE_*_ATTN switches from it): flash attention at the engine's own choice
+    is `auto`, under which Transformer Engine prefers its cuDNN FusedAttention on Hopper and later
+    (get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/utils.py at
+    v2.18: "Select FusedAttention for performance") and flash-attn on Ampere; `flash` keeps only
+    flash-attn, pinned to FlashAttention-2 by --flash-attention-version 2 (TransformerConfig,
+    core_v0.19.0); `unfused` is TE's kernel that materializes the scores, as the 2021-22 code did."""
+    if config.attention != "flash":
+        return ["--attention-backend", "unfused"]
+    if config.attention_kernel == "fa2":
+        return ["--attention-backend", "flash", "--flash-attention-version", "2"]
+    return ["--attention-backend", "auto"]
 
 
 def context_parallel_args(config: TrainConfig) -> list[str]:

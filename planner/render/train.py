@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner import units
+from planner.cost import efficiency
 from planner.emit.command import ALL_NODES, LaunchStep
 from planner.layout import TrainConfig
 from planner.model_summary import model_summary
@@ -24,7 +25,7 @@ from planner.render.common import (
     step_json,
     to_jsonable,
 )
-from planner.specs import ModelSpec
+from planner.specs import GPU, ModelSpec
 from planner.train import (
     TrainEstimate,
     exchange_name,
@@ -176,6 +177,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
                      f"{c.pp} stages: the global batch of {plan.request.global_batch} is small for "
                      f"{plan.num_gpus:,} GPUs; a larger --global-batch, or fewer GPUs (--gpus), runs it more "
                      f"efficiently.")
+    lines += attention_kernel_lines(plan.cluster.gpu, c)
     off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
@@ -195,6 +197,24 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
     return lines
+
+
+def attention_kernel_lines(gpu: GPU, c: TrainConfig) -> list[str]:
+    """What --attention-kernel fa2 prices against the engine's own kernel, where they differ."""
+    if c.attention != "flash" or c.attention_kernel != "fa2":
+        return []
+    auto = efficiency.flash_attention_forward_fraction(gpu.flash_attention_forward_fraction, "auto",
+                                                       gpu.compute_capability)
+    fa2 = efficiency.flash_attention_forward_fraction(gpu.flash_attention_forward_fraction, "fa2",
+                                                      gpu.compute_capability)
+    auto = efficiency.flash_attention_fractions(auto)[0]
+    fa2 = efficiency.flash_attention_fractions(fa2)[0]
+    if fa2 >= auto:
+        return [f"Attention: FlashAttention-2 (--attention-kernel fa2) is what this GPU's measured flash kernels "
+                f"run at already ({auto:.0%} of the 16-bit peak forward)."]
+    return [f"Attention: FlashAttention-2 forced (--attention-kernel fa2), {fa2:.0%} of the 16-bit peak forward "
+            f"on {gpu.name}; the engine's own kernel (--attention-kernel auto: cuDNN's on Hopper and later) "
+            f"runs {auto:.0%}."]
 
 
 def faster_split_line(e: TrainEstimate) -> str:
@@ -403,6 +423,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,
+        "attention_kernel": c.attention_kernel,
         "precision": c.precision, "fp8_recipe": c.fp8_recipe,
         "tp_comm_overlap": c.tp_comm_overlap, "moe_comm_overlap": c.moe_comm_overlap,
         "moe_dispatcher": c.moe_dispatcher if c.ep > 1 else None,

@@ -256,6 +256,11 @@ def test_no_feasible_layout_exits_1():
     # node (--context-parallel-size 8 with --expert-model-parallel-size 8)
     ("qwen3-30b-a3b_4x8xH100_cp_ep", ("--model", "qwen3-30b-a3b", "--cluster", "4x8xH100", "--global-batch", "128",
                                       "--seq-len", "32768")),
+    # FlashAttention-2 pinned (--attention-backend flash --flash-attention-version 2), as NeMo
+    # 24.03's long-sequence runs ran at: Llama-2-7B at 128K tokens on tp 4 x cp 4 (their row)
+    ("llama-2-7b_16x8xH100_cp_fa2", ("--model", "llama-2-7b", "--cluster", "16x8xH100", "--layout", "tp=4,cp=4",
+                                     "--global-batch", "32", "--seq-len", "131072", "--precision", "fp8",
+                                     "--attention-kernel", "fa2")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),
