@@ -450,6 +450,43 @@ def print_report(summary: dict) -> None:
                   f"{percent(r['error_at_nearest_v_if_memory_fit'])}")
 
 
+SUSTAINED_GRID = tuple(round(0.85 + 0.01 * i, 2) for i in range(16))
+"""0.85 to 1.00 by 0.01: the grid --fit-sustained scores."""
+
+
+def fit_sustained(grid: tuple[float, ...] = SUSTAINED_GRID) -> dict:
+    """The fit of efficiency.TRAIN_SUSTAINED_RATE_FRACTION: each grid point set as the constant
+    (train_rates reads it per call) and the dense rows (FIXTURE) scored; the fraction is the
+    point of least median |error| (ties: the larger, the less derated). Held out, at each point:
+    the long-sequence rows of the containers whose kernels the catalog's rates are (B200 25.04,
+    LONG_CONTEXT_FIXTURE). The constant is restored afterwards."""
+    from planner.cost import efficiency
+
+    saved = efficiency.TRAIN_SUSTAINED_RATE_FRACTION
+    dense, held_out = load_rows(FIXTURE), [r for r in load_long_context_rows() if r.system == "DGX-B200"]
+    points = []
+    try:
+        for fraction in grid:
+            efficiency.TRAIN_SUSTAINED_RATE_FRACTION = fraction
+            fitted = score(dense)["overall"]
+            held = score(held_out)["overall"]
+            points.append({"fraction": fraction, **fitted, "held_out": held})
+    finally:
+        efficiency.TRAIN_SUSTAINED_RATE_FRACTION = saved
+    best = min(points, key=lambda p: (round(p["median_abs"], 6), -p["fraction"]))
+    return {"grid": points, "best_fraction": best["fraction"]}
+
+
+def print_fit_sustained(result: dict) -> None:
+    print(f"{'fraction':>8}   {'dense rows: |err| med':>21} {'<=10%':>5} {'<=15%':>5} {'mean':>7}   "
+          f"{'held out (B200 long): |err| med':>31} {'mean':>7}")
+    for p in result["grid"]:
+        h = p["held_out"]
+        print(f"{p['fraction']:8.2f}   {percent(p['median_abs'], ''):>21} {p['within_10']:5d} {p['within_15']:5d} "
+              f"{percent(p['mean_signed']):>7}   {percent(h['median_abs'], ''):>31} {percent(h['mean_signed']):>7}")
+    print(f"\nbest: {result['best_fraction']:.2f} (efficiency.TRAIN_SUSTAINED_RATE_FRACTION)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=FIXTURE, help="rows to score (default: the fixture)")
@@ -467,8 +504,15 @@ def main() -> None:
                         "24.03.01; Llama-3-8B on B200 at 8K-1M, 25.04.rc2; context parallelism) instead")
     parser.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
                         help="the flash-attention kernel every row is priced with (the planner's --attention-kernel)")
+    parser.add_argument("--fit-sustained", action="store_true", help="the fit of the share of its kernels' rates "
+                        "a training step sustains (efficiency.TRAIN_SUSTAINED_RATE_FRACTION) over the dense rows, "
+                        "with NeMo's B200 long-sequence rows held out")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
+    if args.fit_sustained:
+        result = fit_sustained()
+        print(json.dumps(result, indent=2)) if args.json else print_fit_sustained(result)
+        return
     global MOE_COMM_OVERLAP
     MOE_COMM_OVERLAP = args.moe_comm_overlap
     if args.long_context:

@@ -188,15 +188,16 @@ def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = 
     # at the full-attention layers' head dim (training prices one attention shape)
     head_dim_factor = efficiency.attention_head_dim_factor(model, gpu, multiply_adds_per_attention_pair(model)[0])
     flash_forward, flash_backward = flash_forward * head_dim_factor, flash_backward * head_dim_factor
+    sustained = efficiency.TRAIN_SUSTAINED_RATE_FRACTION  # what a step keeps of its kernels' rates
     return TrainRates(
         peak_flops_per_s=peak,
-        matmul_flops_per_s=efficiency.achievable_matmul_flops_per_s(peak, measured, unmeasured),
-        elementwise_bytes_per_s=efficiency.elementwise_bytes_per_s(gpu.hbm_bytes_per_s,
-                                                                    gpu.elementwise_hbm_utilization),
-        fp8_matmul_flops_per_s=fp8,
+        matmul_flops_per_s=sustained * efficiency.achievable_matmul_flops_per_s(peak, measured, unmeasured),
+        elementwise_bytes_per_s=sustained * efficiency.elementwise_bytes_per_s(gpu.hbm_bytes_per_s,
+                                                                               gpu.elementwise_hbm_utilization),
+        fp8_matmul_flops_per_s=None if fp8 is None else sustained * fp8,
         gemm_half_rate_dimension=gpu.gemm_half_rate_dimension or efficiency.GEMM_HALF_RATE_DIMENSION,
-        flash_forward_flops_per_s=bf16_peak * flash_forward,
-        flash_backward_flops_per_s=bf16_peak * flash_backward,
+        flash_forward_flops_per_s=sustained * bf16_peak * flash_forward,
+        flash_backward_flops_per_s=sustained * bf16_peak * flash_backward,
     )
 
 

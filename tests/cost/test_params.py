@@ -48,6 +48,7 @@ def llama70b() -> ModelSpec:
         ("llama-3.1-70b-awq", 70.6e9, None),
         ("llama-2-70b", 69.0e9, None),  # Touvron et al. 2023 / HF safetensors total
         ("llama-2-7b", 6.74e9, None),  # HF safetensors total of meta-llama/Llama-2-7b-hf (6,738,415,616)
+        ("llama-2-13b", 13.0e9, None),  # HF safetensors total of meta-llama/Llama-2-13b-hf (13,015,864,320)
         ("qwen2.5-72b", 72.7e9, None),  # Qwen2.5 model card
         ("mistral-7b", 7.25e9, None),  # HF safetensors total of Mistral-7B-v0.1
         ("mixtral-8x7b", 46.7e9, 12.9e9),  # Mistral AI: 46.7B total, 12.9B active

@@ -31,14 +31,15 @@ def test_catalog_a10g_has_no_tensor_rate() -> None:
 def test_measured_rate_stands_in_for_the_missing_peak() -> None:
     # probe measured 70 TFLOP/s bf16: serving's GEMMs run at it; the dense peak is read
     # backwards through the default 0.75: 70e12 / 0.75 = 93.33e12; flash attention at the
-    # default forward share 0.73 of it: 93.33e12 * 0.73 = 68.13e12.
+    # default forward share 0.73 of it: 93.33e12 * 0.73 = 68.13e12. A training step sustains 0.93 of
+    # its kernels' rates (efficiency.TRAIN_SUSTAINED_RATE_FRACTION): 0.93 * 70e12 = 65.1e12.
     cluster = _a10g_cluster(70.0)
     model = resolve_model("llama-3.1-8b")
     assert achievable_flops_per_s(model, cluster) == pytest.approx(70e12)
     assert eff.dense_peak_flops_per_s(cluster.gpu, "bf16") == pytest.approx(93.333e12, rel=1e-4)
     assert attention_flops_per_s(cluster) == pytest.approx(68.133e12, rel=1e-4)
     rates = train_rates(model, cluster)
-    assert rates.matmul_flops_per_s == pytest.approx(70e12)
+    assert rates.matmul_flops_per_s == pytest.approx(65.1e12)
     assert rates.peak_flops_per_s == pytest.approx(93.333e12, rel=1e-4)
 
 

@@ -147,12 +147,13 @@ def test_fp8_never_slower_than_bf16_on_h100(tp, b, s, sp, recompute, attention):
 def test_unmeasured_fp8_runs_at_the_gpus_own_bf16_share(gpu: str, bf16_tflops: float, fp8_tflops: float):
     """Where the catalog measured bf16 but not fp8, fp8 GEMMs run at the GPU's measured bf16 share
     of peak (capped at the 0.75 default), not at 0.75 of the fp8 peak: MI300X's fp8 layer was
-    2.25x faster than bf16 with peaks 2x apart (efficiency.unmeasured_fraction_of_peak)."""
+    2.25x faster than bf16 with peaks 2x apart (efficiency.unmeasured_fraction_of_peak). A
+    training step runs both at TRAIN_SUSTAINED_RATE_FRACTION (0.93) of them."""
     from planner.train import train_rates
 
     rates = train_rates(resolve_model("llama-3.1-8b"), resolve_cluster(f"1x8x{gpu}"))
-    assert rates.matmul_flops_per_s == pytest.approx(bf16_tflops * 1e12)
-    assert rates.fp8_matmul_flops_per_s == pytest.approx(fp8_tflops * 1e12)
+    assert rates.matmul_flops_per_s == pytest.approx(0.93 * bf16_tflops * 1e12)
+    assert rates.fp8_matmul_flops_per_s == pytest.approx(0.93 * fp8_tflops * 1e12)
     assert rates.fp8_matmul_flops_per_s / rates.matmul_flops_per_s <= 2.001  # the fp8 peaks are 2.0008x bf16
 
 

@@ -13,19 +13,20 @@ Sources (read 2026-11-30):
 
 Each bound is today's |error| (predicted / published tokens/s/GPU - 1) plus 5 points, so a
 change that moves a row by more than that shows here; tighten the bound when a change improves
-the fit. No constant of the planner is fitted to these rows (the kernel rates are fitted to
-AIConfigurator's measured kernels, tests/train/test_fp8_kernels.py). Today (all 24 rows
-scored, with TP communication overlap, two-level DP collectives, the recipes' bf16 gradient
-reduction, Transformer Engine's fp8 casts by each row's recipe, per-generation kernel rates
-and the pipeline split that counts the embedding and loss as layers modelled): median |error|
-8%, 15 within 10%, 19 within 15%, mean +8.8%, every row but one optimistic: 8B +9% to +15% on
-H100 and +1% to +9% on B200, 70B +4% to +7% (fits without recompute, as the recipe runs), 405B
-+11% to +17% on H100 and +6% to +15% on B200, 24.07's TP 8 70B +14%. Each row is priced with
-its recipe (bench/training_calibration.py FP8_RECIPES: current scaling -> tensorwise, mxfp8 ->
-mxfp8, not stated -> delayed); with every row at delayed scaling it was median 9%, 14 within
-10%, 18 within 15%, mean +9.6%. When the set was added the median was 22% over 15 rows
-(70B -22% to -24% at the full recompute the planner then needed, B200 8B +36% to +42%) and
-the nine 405B rows were rejected.
+the fit. One constant is fitted to these rows, the share of its kernels' rates a training step
+sustains (efficiency.TRAIN_SUSTAINED_RATE_FRACTION = 0.93, `python bench/training_calibration.py
+--fit-sustained`); the kernel rates themselves are fitted to AIConfigurator's measured kernels
+(tests/train/test_fp8_kernels.py). Today (all 26 rows scored, with TP communication overlap,
+two-level DP collectives, the recipes' bf16 gradient reduction, Transformer Engine's fp8 casts by
+each row's recipe, per-generation kernel rates, the pipeline split that counts the embedding and
+loss as layers, and the sustained share): median |error| 3%, 25 within 10%, 26 within 15%, mean
++1%: 405B +4% to +10% on H100 and -1% to +8% on B200, 70B -3% to +6%, 8B -8% to +6%, Llama 2
+7B / 13B / 70B +3% / -9% / -3%. Before the sustained share (every kernel at its measured rate):
+median 7%, 16 within 10%, mean +8%, every row but three optimistic. Each row is priced with its
+recipe (bench/training_calibration.py FP8_RECIPES: current scaling -> tensorwise, mxfp8 -> mxfp8,
+not stated -> delayed). When the set was added the median was 22% over 15 rows (70B -22% to -24%
+at the full recompute the planner then needed, B200 8B +36% to +42%) and the nine 405B rows were
+rejected.
 """
 
 from __future__ import annotations
@@ -41,30 +42,32 @@ MARGIN = 0.05
 """Points of error above today's that a row may drift before its test fails."""
 
 TODAY_ERROR = {
-    "24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)": -0.023,
-    "24.07 DGX-H100 LLAMA3-70B fp8 (recipe not stated)": 0.137,
-    "24.07 DGX-H100 LLAMA2-70B fp8 (recipe not stated)": 0.027,
-    "25.09 DGX-H100 LLAMA3_8B fp8 (recipe not stated)": 0.153,
-    "25.09 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.062,
-    "25.09 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.151,
-    "25.11 DGX-H100 LLAMA3_8B fp8 current scaling": 0.093,
-    "25.11 DGX-H100 LLAMA3_70B fp8 current scaling": 0.041,
-    "25.11 DGX-H100 LLAMA3.1_405B fp8 current scaling": 0.152,
-    "26.02 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.073,
-    "26.02 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.168,
-    "26.02.01 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.061,
-    "26.04 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.065,
-    "26.04.01 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.045,
-    "26.04.01 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.107,
-    "26.06 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.114,
-    "25.09 DGX-B200 LLAMA3_8B fp8 (recipe not stated)": 0.069,
-    "25.09 DGX-B200 LLAMA3_8B fp8 mxfp8": 0.086,
-    "25.09 DGX-B200 LLAMA3.1_405B fp8 (recipe not stated)": 0.085,
-    "25.09 DGX-B200 LLAMA3.1_405B fp8 mxfp8": 0.151,
-    "25.11 DGX-B200 LLAMA3_8B fp8 current scaling": 0.009,
-    "25.11 DGX-B200 LLAMA3_8B fp8 mxfp8": 0.081,
-    "25.11 DGX-B200 LLAMA3.1_405B fp8 current scaling": 0.060,
-    "25.11 DGX-B200 LLAMA3.1_405B fp8 mxfp8": 0.147,
+    "24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)": -0.101,
+    "24.07 DGX-H100 LLAMA3-70B fp8 (recipe not stated)": 0.064,
+    "24.07 DGX-H100 LLAMA2-7B fp8 (recipe not stated)": 0.033,
+    "24.07 DGX-H100 LLAMA2-13B fp8 (recipe not stated)": -0.094,
+    "24.07 DGX-H100 LLAMA2-70B fp8 (recipe not stated)": -0.032,
+    "25.09 DGX-H100 LLAMA3_8B fp8 (recipe not stated)": 0.062,
+    "25.09 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": -0.006,
+    "25.09 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.086,
+    "25.11 DGX-H100 LLAMA3_8B fp8 current scaling": 0.006,
+    "25.11 DGX-H100 LLAMA3_70B fp8 current scaling": -0.026,
+    "25.11 DGX-H100 LLAMA3.1_405B fp8 current scaling": 0.086,
+    "26.02 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": 0.004,
+    "26.02 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.099,
+    "26.02.01 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": -0.007,
+    "26.04 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": -0.003,
+    "26.04.01 DGX-H100 LLAMA3_70B fp8 (recipe not stated)": -0.022,
+    "26.04.01 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.042,
+    "26.06 DGX-H100 LLAMA3.1_405B fp8 (recipe not stated)": 0.049,
+    "25.09 DGX-B200 LLAMA3_8B fp8 (recipe not stated)": -0.020,
+    "25.09 DGX-B200 LLAMA3_8B fp8 mxfp8": -0.004,
+    "25.09 DGX-B200 LLAMA3.1_405B fp8 (recipe not stated)": 0.015,
+    "25.09 DGX-B200 LLAMA3.1_405B fp8 mxfp8": 0.077,
+    "25.11 DGX-B200 LLAMA3_8B fp8 current scaling": -0.075,
+    "25.11 DGX-B200 LLAMA3_8B fp8 mxfp8": -0.009,
+    "25.11 DGX-B200 LLAMA3.1_405B fp8 current scaling": -0.008,
+    "25.11 DGX-B200 LLAMA3.1_405B fp8 mxfp8": 0.073,
 }
 """Predicted / published tokens/s per GPU - 1 today (each row at its fp8 recipe), per fixture row."""
 FULL_RECOMPUTE_ROWS = {"24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)"}
@@ -89,7 +92,7 @@ def test_row_error_within_todays_plus_margin(key, nemo_scored, within_todays_err
 
 
 def test_every_row_is_scored_or_named(nemo_scored, nemo_summary):
-    """All 24 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
+    """All 26 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
     included: Megatron-Bridge's 405B recipe counts the embedding and the loss as pipeline
     layers (account_for_embedding/loss_in_pipeline_split), 128 units in 64 chunks, 15 | 16 x6 | 15."""
     assert set(nemo_scored) == set(TODAY_ERROR)
@@ -119,7 +122,7 @@ def test_fixture_holds_only_allowed_sources_and_no_gpt3_175b():
     the issue) and nothing from the blind set."""
     with FIXTURE.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 24
+    assert len(rows) == 26
     for row in rows:
         assert row["source_url"].startswith(ALLOWED_SOURCES), row["source_url"]
         text = " ".join(row.values()).lower()
@@ -129,14 +132,17 @@ def test_fixture_holds_only_allowed_sources_and_no_gpt3_175b():
 def test_published_configurations_against_the_planners_best(bench_module):
     """Issue 12's third statistic on these allowed rows (bench/training_calibration.py
     --vs-best): the planner's best for each row's workload on its GPUs, against the published
-    configuration, both priced by the planner. Today 23 of 24 within 15% (median gap +2%); the
-    miss is NeMo 24.07's Llama 3 8B at cp 2, which needs full recompute in the planner, against
-    ZeRO-3 without it (+33%). A gap is never negative: the published configuration is in the
+    configuration, both priced by the planner. Today 24 of 26 within 15% (median gap +3%); the
+    misses are NeMo 24.07's Llama 3 8B at cp 2, which needs full recompute in the planner, against
+    ZeRO-3 without it (+33%), and its Llama 2 13B at pp 4 with 10 virtual stages over two nodes,
+    whose 2(vm + p - 1) pipeline sends the planner prices exposed (14% of the step) against
+    ZeRO-3 over 16 GPUs (+30%). A gap is never negative: the published configuration is in the
     search space (a best below it would be a search that drops the optimum)."""
     module = bench_module("training_calibration")
     compared = [module.versus_best(row) for row in module.load_rows(FIXTURE)]
     gaps = {r["id"]: r["gap"] for r in compared}
     assert None not in gaps.values()
     assert all(gap >= -1e-9 for gap in gaps.values()), gaps
-    assert sum(gap <= 0.15 for gap in gaps.values()) >= 23
-    assert [key for key, gap in gaps.items() if gap > 0.15] == ["24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)"]
+    assert sum(gap <= 0.15 for gap in gaps.values()) >= 24
+    assert [key for key, gap in gaps.items() if gap > 0.15] == ["24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)",
+                                                              "24.07 DGX-H100 LLAMA2-13B fp8 (recipe not stated)"]

@@ -14,13 +14,16 @@ attention square, nemo_model_flops_per_token). Micro-batch 1, the distributed op
 sequence parallelism where tp > 1 and the fp8 recipe "not stated" -> delayed are the harness's
 assumptions (nothing else is published). No constant of the planner is fitted to these rows.
 
-Today, with each GPU's measured flash kernels (--attention-kernel auto): B200 (25.04) +6% to
-+11%, median 8%; H100 (24.03) +22% at 8K rising to +70% at 1M, where attention is nearly all of
-the step. With FlashAttention-2's published H100 share (--attention-kernel fa2: 35% of the bf16
-peak, Shah et al. 2024) the eight H100 rows from 8K to 1M land within -3% to +6%: NeMo 24.03's
-Hopper attention ran at FlashAttention-2's speed, today's kernels (FA3, cuDNN 9.x) at 0.61 of the
-peak. The 4K row needs full recompute in the planner (fp32 main gradients, 8 GiB over without),
--12% (auto) and -20% (fa2); with the memory limit lifted +13% and +3%.
+Today, with each GPU's measured flash kernels (--attention-kernel auto) and the share of its
+kernels' rates a training step sustains (efficiency.TRAIN_SUSTAINED_RATE_FRACTION, fitted to the
+8K rows of tests/fixtures/nemo_training_perf.csv, not to these): B200 (25.04) -2% to +3%, median
+1.5%; H100 (24.03) +13% at 8K rising to +59% at 1M, where attention is nearly all of the step.
+With FlashAttention-2's published H100 share (--attention-kernel fa2: 35% of the bf16 peak,
+Shah et al. 2024) the eight H100 rows from 8K to 1M land within -10% to -1% (median -4%): NeMo
+24.03's Hopper attention ran at FlashAttention-2's speed, today's kernels (FA3, cuDNN 9.x) at
+0.61 of the peak. The 4K row needs full recompute in the planner (fp32 main gradients, 8 GiB
+over without), -18% (auto) and -25% (fa2). Before the sustained share: B200 +6% to +11%, H100 at
+fa2 -3% to +6%.
 
 Bounds: each row's |error| today plus 5 points.
 """
@@ -40,35 +43,35 @@ MARGIN = 0.05
 H100 = "24.03.01 DGX-H100 LLAMA2-7B"
 B200 = "25.04.rc2 DGX-B200 LLAMA3-8B"
 TODAY_AUTO = {
-    f"{H100} 4K tp1 pp1 cp1 dp4": -0.121,
-    f"{H100} 8K tp1 pp2 cp1 dp4": 0.218,
-    f"{H100} 16K tp2 pp1 cp1 dp8": 0.358,
-    f"{H100} 32K tp2 pp1 cp2 dp8": 0.484,
-    f"{H100} 64K tp4 pp1 cp2 dp8": 0.549,
-    f"{H100} 128K tp4 pp1 cp4 dp8": 0.631,
-    f"{H100} 256K tp4 pp1 cp8 dp8": 0.668,
-    f"{H100} 512K tp8 pp1 cp16 dp4": 0.635,
-    f"{H100} 1024K tp8 pp1 cp32 dp4": 0.703,
-    f"{B200} 8K tp1 pp1 cp1 dp2": 0.070,
-    f"{B200} 16K tp1 pp1 cp1 dp4": 0.057,
-    f"{B200} 32K tp1 pp1 cp2 dp4": 0.103,
-    f"{B200} 64K tp1 pp1 cp4 dp4": 0.106,
-    f"{B200} 128K tp2 pp1 cp4 dp4": 0.093,
-    f"{B200} 256K tp4 pp1 cp4 dp4": 0.074,
-    f"{B200} 512K tp4 pp1 cp8 dp4": 0.062,
-    f"{B200} 1024K tp4 pp1 cp16 dp4": 0.073,
+    f"{H100} 4K tp1 pp1 cp1 dp4": -0.182,
+    f"{H100} 8K tp1 pp2 cp1 dp4": 0.132,
+    f"{H100} 16K tp2 pp1 cp1 dp8": 0.266,
+    f"{H100} 32K tp2 pp1 cp2 dp8": 0.382,
+    f"{H100} 64K tp4 pp1 cp2 dp8": 0.446,
+    f"{H100} 128K tp4 pp1 cp4 dp8": 0.520,
+    f"{H100} 256K tp4 pp1 cp8 dp8": 0.553,
+    f"{H100} 512K tp8 pp1 cp16 dp4": 0.527,
+    f"{H100} 1024K tp8 pp1 cp32 dp4": 0.587,
+    f"{B200} 8K tp1 pp1 cp1 dp2": -0.005,
+    f"{B200} 16K tp1 pp1 cp1 dp4": -0.017,
+    f"{B200} 32K tp1 pp1 cp2 dp4": 0.026,
+    f"{B200} 64K tp1 pp1 cp4 dp4": 0.029,
+    f"{B200} 128K tp2 pp1 cp4 dp4": 0.017,
+    f"{B200} 256K tp4 pp1 cp4 dp4": 0.000,
+    f"{B200} 512K tp4 pp1 cp8 dp4": -0.012,
+    f"{B200} 1024K tp4 pp1 cp16 dp4": -0.002,
 }
 """Predicted / published tokens/s per GPU - 1 today at --attention-kernel auto."""
 TODAY_FA2_H100 = {
-    f"{H100} 4K tp1 pp1 cp1 dp4": -0.197,
-    f"{H100} 8K tp1 pp2 cp1 dp4": 0.036,
-    f"{H100} 16K tp2 pp1 cp1 dp8": 0.059,
-    f"{H100} 32K tp2 pp1 cp2 dp8": 0.053,
-    f"{H100} 64K tp4 pp1 cp2 dp8": 0.023,
-    f"{H100} 128K tp4 pp1 cp4 dp8": 0.015,
-    f"{H100} 256K tp4 pp1 cp8 dp8": 0.000,
-    f"{H100} 512K tp8 pp1 cp16 dp4": -0.029,
-    f"{H100} 1024K tp8 pp1 cp32 dp4": -0.006,
+    f"{H100} 4K tp1 pp1 cp1 dp4": -0.253,
+    f"{H100} 8K tp1 pp2 cp1 dp4": -0.037,
+    f"{H100} 16K tp2 pp1 cp1 dp8": -0.014,
+    f"{H100} 32K tp2 pp1 cp2 dp8": -0.020,
+    f"{H100} 64K tp4 pp1 cp2 dp8": -0.046,
+    f"{H100} 128K tp4 pp1 cp4 dp8": -0.055,
+    f"{H100} 256K tp4 pp1 cp8 dp8": -0.069,
+    f"{H100} 512K tp8 pp1 cp16 dp4": -0.095,
+    f"{H100} 1024K tp8 pp1 cp32 dp4": -0.074,
 }
 """The same at --attention-kernel fa2 (the H100 rows; B200's kernels are not FlashAttention-2)."""
 
@@ -106,13 +109,14 @@ def test_only_the_4k_row_needs_recompute(scored):
 
 def test_the_kernels_tell_the_two_containers_apart(scored):
     """The statistic the module docstring states: B200 within 15% at its measured kernels
-    (median under 10%); H100 from 8K up within 10% at FlashAttention-2's share, and over 20%
-    optimistic at the measured (FA3-class) one."""
+    (median under 10%); H100 from 8K up within 10% at FlashAttention-2's share, and over 10%
+    optimistic at the measured (FA3-class) one, over 40% from 64K."""
     b200 = [r["error"] for key, r in scored["auto"].items() if key.startswith(B200)]
     assert max(abs(e) for e in b200) <= 0.15 and sorted(abs(e) for e in b200)[len(b200) // 2] <= 0.10
     h100_long = [key for key in TODAY_FA2_H100 if not key.endswith("4K tp1 pp1 cp1 dp4")]
     assert all(abs(scored["fa2"][key]["error"]) <= 0.10 for key in h100_long)
-    assert all(scored["auto"][key]["error"] > 0.20 for key in h100_long)
+    assert all(scored["auto"][key]["error"] > 0.10 for key in h100_long)
+    assert all(scored["auto"][key]["error"] > 0.40 for key in h100_long if int(key.split()[3][:-1]) >= 64)
 
 
 def test_tokens_per_second_from_nemos_tflops(bench_module):

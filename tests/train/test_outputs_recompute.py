@@ -62,15 +62,16 @@ def test_the_layer_keeps_that_much_less_and_recomputes_it_once():
 
 
 def test_recompute_seconds_by_hand():
-    """Qwen3-30B-A3B, 4,096 tokens, t = 1, on H100 (elementwise 3.015 TB/s): the activation
-    read gate + up, write the product, 3 * 2 * 8 * 768 B, and the norm read + write 2 * 2 *
-    2,048 B per token: (36,864 + 8,192) * 4,096 = 184,549,376 B, 61.2 us. DeepSeek-V3 adds the
+    """Qwen3-30B-A3B, 4,096 tokens, t = 1, on H100 (elementwise 3.015 TB/s, 2.804 TB/s at the
+    0.93 a training step sustains): the activation read gate + up, write the product, 3 * 2 * 8 *
+    768 B, and the norm read + write 2 * 2 * 2,048 B per token: (36,864 + 8,192) * 4,096 =
+    184,549,376 B, 65.8 us. DeepSeek-V3 adds the
     two up-projection GEMMs forward again (positions 0 and 6)."""
     rates = train_rates(QWEN3_30B, resolve_cluster("1x8xH100"))
     gemms = layer_gemms_forward(QWEN3_30B, 1, 4096, 1)
     seconds = outputs_recompute_seconds(QWEN3_30B, gemms, 4096, 1, 1, False, rates)
     assert seconds == pytest.approx(184_549_376 / rates.elementwise_bytes_per_s)
-    assert seconds == pytest.approx(61.2e-6, rel=0.01)
+    assert seconds == pytest.approx(65.8e-6, rel=0.01)
     layer = layer_seconds(QWEN3_30B, 4096, 1, 1, False, "outputs", rates, "flash")
     assert layer.recompute == pytest.approx(seconds)
     deepseek_rates = train_rates(DEEPSEEK_V3, resolve_cluster("1x8xH100"))
