@@ -146,3 +146,18 @@ def test_published_configurations_against_the_planners_best(bench_module):
     assert sum(gap <= 0.15 for gap in gaps.values()) >= 24
     assert [key for key, gap in gaps.items() if gap > 0.15] == ["24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)",
                                                               "24.07 DGX-H100 LLAMA2-13B fp8 (recipe not stated)"]
+
+
+def test_the_sustained_share_is_the_fit_and_carries_to_the_held_out_rows(bench_module):
+    """bench/training_calibration.py --fit-sustained over its grid picks
+    efficiency.TRAIN_SUSTAINED_RATE_FRACTION (0.93: median |error| 7.0% -> 3.3% over these 26
+    rows), and NeMo's B200 long-sequence rows, not fitted, move from +7% to within 3%."""
+    from planner.cost import efficiency
+
+    fit = bench_module("training_calibration").fit_sustained()
+    assert fit["best_fraction"] == efficiency.TRAIN_SUSTAINED_RATE_FRACTION
+    by_fraction = {p["fraction"]: p for p in fit["grid"]}
+    best, unscaled = by_fraction[fit["best_fraction"]], by_fraction[1.0]
+    assert best["median_abs"] < 0.04 < 0.06 < unscaled["median_abs"]
+    assert best["within_10"] >= 25 and abs(best["mean_signed"]) < 0.02
+    assert best["held_out"]["median_abs"] < 0.03 < 0.06 < unscaled["held_out"]["median_abs"]
