@@ -318,6 +318,10 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
         notes += (host_wait_line(e),)
     if e.faster_split is not None:
         notes += (faster_split_line(e),)
+    kernel = ("FlashAttention-2 forced (--attention-kernel fa2)" if c.attention_kernel == "fa2"
+              else "the engine's own kernel (--attention-kernel auto)") if c.attention == "flash" else "materialized"
+    notes += (f"kernels at {eff.TRAIN_SUSTAINED_RATE_FRACTION:.0%} of their measured rates, the share a "
+              f"training step sustains (docs/cost-model.md, Training: sustained rates); attention: {kernel}",)
     return notes
 
 
