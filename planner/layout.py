@@ -131,6 +131,12 @@ class TrainConfig:
         (the estimate always fills it in) Megatron's default, delayed scaling."""
         return self.fp8_recipe or "delayed"
 
+    @property
+    def fp8_delayed(self) -> bool:
+        """fp8 with delayed scaling (priced_fp8_recipe): Megatron's recompute "outputs" then leaves
+        moe_act and layernorm out (activations.outputs_recompute_modules)."""
+        return self.precision == "fp8" and self.priced_fp8_recipe == "delayed"
+
     def with_(self, **changes: object) -> TrainConfig:
         """dataclasses.replace without its per-call field introspection (the training search
         copies configurations tens of thousands of times); the fields are plain values."""

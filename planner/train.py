@@ -399,7 +399,8 @@ def first_last_layers(model: ModelSpec, config: TrainConfig) -> tuple[int, int] 
 def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                      recompute: str, attention: str = "materialized",
                      precision: str = "bf16", ep: int = 1,
-                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE) -> tuple[float, float, float, float]:
+                     imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
+                     fp8_delayed: bool = False) -> tuple[float, float, float, float]:
     """Bytes per GPU for one micro-batch: (per layer, recompute working set, first-stage extra
     per micro-batch in flight, last-stage extra: the logits, and each multi-token-prediction
     module's block, logits and inputs); MoE adds the dispatched tokens to the layer (to the
@@ -409,11 +410,11 @@ def activation_terms(model: ModelSpec, s: int, b: int, tp: int, sequence_paralle
     dispatched = act.moe_dispatch_bytes_per_layer(model, s, b, tp, ep, "none", imbalance)
     stored = 0.0 if recompute == "full" else dispatched
     again = dispatched if recompute == "full" else 0.0
-    per_layer = (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision)
-                 + stored)
+    per_layer = (act.activation_bytes_per_layer(model, s, b, tp, sequence_parallel, recompute, attention, precision,
+                                                fp8_delayed) + stored)
     return (per_layer,
-            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision)
-            + again,
+            act.recompute_working_bytes(model, s, b, tp, sequence_parallel, recompute, attention, precision,
+                                        fp8_delayed) + again,
             act.first_stage_extra_bytes(model, s, b, tp, sequence_parallel),
             act.last_stage_logits_bytes(model, s, b, tp) + model.num_mtp_layers * per_layer
             + act.mtp_extra_bytes(model, s, b, tp, sequence_parallel))
@@ -457,11 +458,12 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     c, pp = config, config.pp
     chunk = act.context_parallel_chunk_tokens(seq_len, c.cp)
     layers = layers or stage_layers(model, c)
+    delayed = c.recompute == "outputs" and c.fp8_delayed  # what "outputs" discards depends on it
     per_layer, working, extra, logits = memo.get(
         ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
-         c.precision, c.ep, imbalance),
+         c.precision, c.ep, imbalance, delayed),
         activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-        c.attention, c.precision, c.ep, imbalance)
+        c.attention, c.precision, c.ep, imbalance, delayed)
     # the states (and fixed overhead) of the first, a middle and the last stage, and each
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
@@ -662,17 +664,18 @@ def outputs_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | 
     (None: it is): Megatron only; a model with MoE or MLA layers (a dense GQA model's norms are
     fused into TE's LayerNormLinear / LayerNormMLP, which keep their own outputs); not with fp8
     delayed scaling (TransformerConfig.__post_init__ core_v0.14.0 and core_v0.19.0: "Delayed
-    scaling does not support moe_act and layernorm recompute for fp8")."""
+    scaling does not support moe_act and layernorm recompute for fp8") unless the model has MLA
+    layers, whose mla_up_proj recompute stays (the level then discards only that)."""
     if request.engine != "megatron":
         return f"{request.engine} has no output-discarding recompute (Megatron's --recompute-modules)"
     if not act.outputs_recompute_modules(model):
         return (f"{model.name} has neither MoE nor MLA layers, whose norm, activation and up-projection "
                 f"outputs it discards (Transformer Engine keeps a dense layer's inside its fused modules)")
-    if request.precision == "fp8" and request.resolved_fp8_recipe == "delayed":
+    if request.precision == "fp8" and request.resolved_fp8_recipe == "delayed" and not model.is_mla:
         how = "--fp8-recipe delayed" if request.fp8_recipe else "delayed is Megatron's default --fp8-recipe"
         return (f"Megatron refuses moe_act and layernorm recompute with fp8 delayed scaling ({how}; "
                 f"--fp8-recipe tensorwise, blockwise or, on Blackwell, mxfp8 allow it)")
-    return None
+    return None  # an MLA model under delayed scaling: mla_up_proj alone (act.outputs_recompute_modules)
 
 
 def op_recompute_refusal(model: ModelSpec, request: TrainRequest) -> str | None:

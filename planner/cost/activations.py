@@ -125,17 +125,20 @@ def reruns_attention(recompute: str) -> bool:
     return recompute in ("selective", "full")
 
 
-def outputs_recompute_modules(model: ModelSpec) -> tuple[str, ...]:
+def outputs_recompute_modules(model: ModelSpec, fp8_delayed: bool = False) -> tuple[str, ...]:
     """Megatron's output-discarding checkpoints (TransformerConfig.recompute_modules,
     core_v0.14.0 and core_v0.19.0) that free something in this model: moe_act (the routed
     experts' activation output) and layernorm (the pre-MLP norm of MoE layers, which no fused
     LayerNormMLP owns; MLA's input norm) for MoE models, layernorm and mla_up_proj (the
     queries, keys and values the up-projections and RoPE make) for MLA models. Empty for a
-    dense GQA model, whose norms TE fuses into the following linear layer."""
+    dense GQA model, whose norms TE fuses into the following linear layer. `fp8_delayed` (fp8
+    with delayed scaling): TransformerConfig.__post_init__ refuses moe_act and layernorm there
+    ("Delayed scaling does not support moe_act and layernorm recompute for fp8"), so only MLA's
+    mla_up_proj is left."""
     modules = []
-    if model.is_moe:
+    if model.is_moe and not fp8_delayed:
         modules.append("moe_act")
-    if model.is_moe or model.is_mla:
+    if (model.is_moe or model.is_mla) and not fp8_delayed:
         modules.append("layernorm")
     if model.is_mla:
         modules.append("mla_up_proj")
@@ -158,8 +161,10 @@ class DiscardedOutputs:
     mla_heads: float
 
 
-def discarded_outputs(model: ModelSpec, tp: int, sequence_parallel: bool) -> DiscardedOutputs:
-    """DiscardedOutputs of this model at this TP degree (zeros for a dense GQA model)."""
+def discarded_outputs(model: ModelSpec, tp: int, sequence_parallel: bool, fp8_delayed: bool = False
+                      ) -> DiscardedOutputs:
+    """DiscardedOutputs of this model at this TP degree (zeros for a dense GQA model); with
+    `fp8_delayed` only what mla_up_proj discards (outputs_recompute_modules)."""
     h = model.hidden_size / (tp if sequence_parallel else 1)
     share = moe_layers_of(model, 1)
     moe_act = norm = mla_heads = 0.0
@@ -170,18 +175,20 @@ def discarded_outputs(model: ModelSpec, tp: int, sequence_parallel: bool) -> Dis
         widths = training_attention_widths(model, tp)
         norm += h
         mla_heads = widths.query + widths.key + widths.value
+    if fp8_delayed:  # moe_act and layernorm are not recomputed
+        return DiscardedOutputs(0.0, 0.0, mla_heads)
     return DiscardedOutputs(moe_act, norm, mla_heads)
 
 
 def discarded_output_bytes_per_token(model: ModelSpec, tp: int, sequence_parallel: bool,
-                                     precision: str = "bf16") -> float:
+                                     precision: str = "bf16", fp8_delayed: bool = False) -> float:
     """Bytes per token per GPU of the mean layer that recompute "outputs" frees: the
     DiscardedOutputs' MoE activation and norm outputs at e_s bytes each (2, or 1 with fp8:
     fp8_saved_input_savings_per_token), MLA's heads at 2 bytes (the attention kernel's 16-bit
     inputs). Qwen3-30B-A3B (h 2,048, k 8, f_x 768, all 48 layers MoE), t = 1, bf16:
     2 * (8 * 768 + 2,048) = 16,384 B per token."""
     stored = efficiency.TRAIN_FP8_SAVED_INPUT_BYTES_PER_ELEMENT if precision == "fp8" else 2
-    discarded = discarded_outputs(model, tp, sequence_parallel)
+    discarded = discarded_outputs(model, tp, sequence_parallel, fp8_delayed)
     return stored * (discarded.moe_act + discarded.norm) + 2 * discarded.mla_heads
 
 
@@ -198,11 +205,11 @@ def softmax_stats_bytes(model: ModelSpec, s: int, b: int, tp: int) -> float:
 
 def activation_bytes_per_layer(
     model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
-    attention: str = "materialized", precision: str = "bf16",
+    attention: str = "materialized", precision: str = "bf16", fp8_delayed: bool = False,
 ) -> float:
     """Stored activations of one layer for one micro-batch on one GPU (Table 2 rows;
     attention flash | materialized; precision bf16 | fp8, fp8 saving what
-    fp8_saved_input_savings_per_token gives)."""
+    fp8_saved_input_savings_per_token gives; `fp8_delayed`: outputs_recompute_modules')."""
     act_bytes = 2
     tokens = s * b
     if recompute == "full":  # the layer input only, sharded along s with SP
@@ -221,7 +228,7 @@ def activation_bytes_per_layer(
     elif not reruns_attention(recompute):
         stored += attention_scores_bytes(model, s, b, act_bytes, tp)
     if recompute == "outputs":
-        stored -= discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * tokens
+        stored -= discarded_output_bytes_per_token(model, tp, sequence_parallel, precision, fp8_delayed) * tokens
     return stored
 
 
@@ -254,7 +261,7 @@ def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: 
 
 def recompute_working_bytes(
     model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool, recompute: str,
-    attention: str = "materialized", precision: str = "bf16",
+    attention: str = "materialized", precision: str = "bf16", fp8_delayed: bool = False,
 ) -> float:
     """Transient peak while one layer is recomputed for its backward: full recompute
     materialises that layer's whole no-recompute activations; selective its attention
@@ -266,7 +273,7 @@ def recompute_working_bytes(
     if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
     if recompute == "outputs":
-        return discarded_output_bytes_per_token(model, tp, sequence_parallel, precision) * s * b
+        return discarded_output_bytes_per_token(model, tp, sequence_parallel, precision, fp8_delayed) * s * b
     if recompute == "op":  # what the block's rerun makes beyond what it kept
         return max(0.0, activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
                    - activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "op", attention, precision))

@@ -363,7 +363,8 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     elif recompute == "selective":
         extra = core_again
     elif recompute == "outputs":
-        extra = outputs_recompute_seconds(model, gemms, s, b, tp, sequence_parallel, linear)
+        extra = outputs_recompute_seconds(model, gemms, s, b, tp, sequence_parallel, linear,
+                                          precision == "fp8" and fp8_recipe == "delayed")
     elif recompute == "op":
         extra = (sum(gemm_seconds(g, linear) for g in op_recomputed_gemms(model, gemms, tp))
                  + (traffic + casts_forward) / hbm)
@@ -385,7 +386,7 @@ def op_recomputed_gemms(model: ModelSpec, gemms: tuple[Gemm, ...], tp: int) -> t
 
 
 def outputs_recompute_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], s: int, b: int, tp: int,
-                              sequence_parallel: bool, linear: TrainRates) -> float:
+                              sequence_parallel: bool, linear: TrainRates, fp8_delayed: bool = False) -> float:
     """What recompute "outputs" (activations.outputs_recompute_modules) runs again before the
     backward, per layer and micro-batch: moe_act the routed experts' activation (read the gate
     and up outputs, write the product: (3 if gated else 2) * e * phi*k*f_x/t bytes per token);
@@ -394,8 +395,8 @@ def outputs_recompute_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], s: int,
     for MLA, at the linear rate and the shape rule) and RoPE's rewrite of their rotary
     parts (2e per element, rotary_elements_per_token). The HBM traffic at the elementwise rate.
     Qwen3-30B-A3B, t = 1, 4,096 tokens, bf16: (3 * 2 * 8 * 768 + 2 * 2 * 2,048) * 4,096 =
-    184.5 MB."""
-    e, discarded = 2, act.discarded_outputs(model, tp, sequence_parallel)
+    184.5 MB. `fp8_delayed`: mla_up_proj only (activations.outputs_recompute_modules)."""
+    e, discarded = 2, act.discarded_outputs(model, tp, sequence_parallel, fp8_delayed)
     per_token = (3 if model.gated_mlp else 2) * e * discarded.moe_act + 2 * e * discarded.norm
     seconds = 0.0
     if model.is_mla:

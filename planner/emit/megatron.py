@@ -305,7 +305,8 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     elif c.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
     elif c.recompute == "outputs":  # output-discarding checkpoints (TransformerConfig.recompute_modules)
-        args += ["--recompute-granularity", "selective", "--recompute-modules", *outputs_recompute_modules(model)]
+        args += ["--recompute-granularity", "selective", "--recompute-modules",
+                 *outputs_recompute_modules(model, c.fp8_delayed)]
     args += attention_args(c)
     if c.precision == "fp8":
         args += fp8_args(c.fp8_recipe or FP8_RECIPE_DEFAULTS["megatron"])

@@ -11,7 +11,7 @@ One constant is fitted to these rows: Megatron's host time per MoE block forward
 out after each MoE layer's token-count sync where its own forward of the block is shorter; the
 block's own GPU time runs at the share of its kernels' rates a training step sustains
 (efficiency.TRAIN_SUSTAINED_RATE_FRACTION, fitted to the dense rows, not to these). With both:
-median |error| 11.1% over 34 rows, 17 within 10%, 20 within 15%, mean +17% (before the sustained
+median |error| 11.1% over 34 rows, 17 within 10%, 20 within 15%, mean +19% (before the sustained
 share: H = 7.3 ms, 13.0%, 7, 21, +13%); without the host time 34%, 13 within 15%. The rows'
 shape: Qwen3-30B on 8 B200 at micro-batch 1 runs 2.8x slower per token than at micro-batch 4.
 Each family held out of the fit in turn: 9-21%.
@@ -19,7 +19,9 @@ Each family held out of the fit in turn: 9-21%.
 What is left, per family: GPT-OSS-120B on B200 +30% to +37% at micro-batch 4 (+76% for 25.11's,
 whose published EP and micro-batch are not its recipe's), on H100 +17% to +20%; DeepSeek-V3 on
 B200 +7% to +13% (its MTP module priced on the last stage, as the recipe trains it), on H100
--19% (full recompute where the recipe recomputes MLA's up-projections and the dense MLPs);
++49% at its recipe's recompute of MLA's up-projections (mla_up_proj, allowed under delayed fp8;
+-19% when the planner fell back to full recompute; +51% at none: that early DeepSeek-V3 run is
+far slower than the model);
 Qwen3-235B -2% to +15% (+72% for 25.11's B200 row, its published VP not its recipe's);
 Qwen3-30B -10% to +10% (+50% for 25.11's H100 row at full recompute), and 26.02's H100 row
 +130% (26.02.01 ran the same configuration at 9,058 against its 5,113: a regression of that
@@ -73,7 +75,7 @@ TODAY_ERROR = {
     "25.11 DGX-H100 GPT OSS 120B bf16": 0.035,
     "25.11 DGX-H100 Qwen3_30B_a3B fp8 current scaling": 0.497,
     "25.11 DGX-H100 Qwen3_235B_a22B fp8 current scaling": 0.152,
-    "25.09 DGX-H100 DeepSeekV3 (dropless) fp8 (recipe not stated)": -0.192,
+    "25.09 DGX-H100 DeepSeekV3 (dropless) fp8 (recipe not stated)": 0.494,
 }
 """Predicted / published tokens/s per GPU - 1 today, per fixture row."""
 LAYOUT_STRING_ROWS = {

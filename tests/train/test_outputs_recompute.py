@@ -126,3 +126,29 @@ def test_the_command_and_the_errors():
     with pytest.raises(SpecError, match="delayed scaling"):
         search(QWEN3_30B, resolve_cluster("1x8xH100"),
                TrainRequest(global_batch=64, seq_len=4096, recompute="outputs", precision="fp8"))
+
+
+def test_under_delayed_fp8_an_mla_model_keeps_its_up_projection_recompute():
+    """Megatron refuses moe_act and layernorm recompute with fp8 delayed scaling
+    (TransformerConfig.__post_init__, core_v0.19.0), not mla_up_proj: DeepSeek-V3's "outputs"
+    level there discards only the up-projected queries, keys and values, 2 * 128 * (192 + 192 +
+    128) = 131,072 B per token (against 190,195.4 with moe_act and layernorm), and the command
+    names mla_up_proj alone. Qwen3-30B-A3B has no MLA: the level stays refused."""
+    assert outputs_recompute_modules(DEEPSEEK_V3, fp8_delayed=True) == ("mla_up_proj",)
+    assert outputs_recompute_modules(QWEN3_30B, fp8_delayed=True) == ()
+    assert discarded_output_bytes_per_token(DEEPSEEK_V3, 1, False, "fp8", fp8_delayed=True) == 131_072
+    delayed = TrainRequest(global_batch=64, seq_len=4096, precision="fp8")
+    assert outputs_recompute_refusal(DEEPSEEK_V3, delayed) is None
+    assert "delayed scaling" in outputs_recompute_refusal(QWEN3_30B, delayed)
+    # the layer keeps the up-projections' bytes less than at no recompute, and reruns only them
+    keep_none = activation_bytes_per_layer(DEEPSEEK_V3, 4096, 1, 1, False, "none", "flash", "fp8")
+    keep_outputs = activation_bytes_per_layer(DEEPSEEK_V3, 4096, 1, 1, False, "outputs", "flash", "fp8",
+                                              fp8_delayed=True)
+    assert keep_none - keep_outputs == 131_072 * 4096
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "128x8xH100",
+                                      "--global-batch", "1024", "--seq-len", "4096", "--precision", "fp8",
+                                      "--recompute", "outputs", "--top", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    argv = json.loads(result.output)["recommended"]["command"][0]["argv"]
+    i = argv.index("--recompute-modules")
+    assert argv[i + 1] == "mla_up_proj" and not argv[i + 2].startswith(("moe_act", "layernorm"))
