@@ -60,8 +60,10 @@ sys.path.insert(0, str(REPO))
 
 from planner import units  # noqa: E402
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
+from planner.emit.megatron import refusals as megatron_refusals  # noqa: E402
+from planner.engines import MEGATRON_RELEASES  # noqa: E402
 from planner.layout import Rejected, TrainConfig  # noqa: E402
-from planner.requests import ATTENTION_KERNELS, MOE_DISPATCHERS, TrainRequest  # noqa: E402
+from planner.requests import ATTENTION_KERNELS, MOE_DISPATCHERS, LayoutFilter, TrainRequest  # noqa: E402
 from planner.specs import ClusterSpec, ModelSpec  # noqa: E402
 from planner.train import TrainEstimate, estimate  # noqa: E402
 from planner.train_search import RECOMPUTE_ORDER, search  # noqa: E402
@@ -450,6 +452,42 @@ def print_report(summary: dict) -> None:
                   f"{percent(r['error_at_nearest_v_if_memory_fit'])}")
 
 
+OLD_MEGATRON = MEGATRON_RELEASES["core_v0.14.0"]
+"""The release whose startup checks the without-CP look keeps (without_cp_rows: its refusals)."""
+
+
+def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_CONTEXT_FIXTURE) -> list[dict]:
+    """A look, not a calibration: each long-sequence row's "Without CP" column (the best NVIDIA
+    found without context parallelism; its layout is not published) against the planner's own
+    best for the same workload with cp = 1 (train_search.search, LayoutFilter(cp=1)), both in
+    tokens/s per GPU through NeMo's FLOPs count. `gap` = planner's best / NVIDIA's - 1. The
+    planner's best is the first of its rows Megatron core_v0.14.0 would start (OLD_MEGATRON), as
+    the containers' Megatron-Core (0.5-0.12) would: tp must divide the query groups (Llama 3 8B: 8), which NVIDIA's footnote names
+    as what kept 1M tokens from running without CP; core_v0.19.0 would allow tp 16-32."""
+    out = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        cells = list(csv.DictReader(handle))
+    for row, cell in zip(load_long_context_rows(path), cells, strict=True):
+        if not cell["without_cp_model_tflops_per_gpu"]:
+            out.append({"id": row.id, "gap": None, "why": "no run without CP fitted the GPUs (published)"})
+            continue
+        model = resolve_model(row.spec)
+        published = (units.tflops_to_flops_per_s(float(cell["without_cp_model_tflops_per_gpu"]))
+                     / nemo_model_flops_per_token(model, row.seq_len, cell["nemo_flops_formula"]))
+        request = replace(request_for(row, attention_kernel=attention_kernel), layout=LayoutFilter(cp=1))
+        plan = search(model, cluster_for(row), request)
+        runs = [e for e in plan.layouts if not megatron_refusals(model, e.config, OLD_MEGATRON)]
+        if not runs:
+            out.append({"id": row.id, "gap": None, "why": "nothing fits without CP in the planner"})
+            continue
+        c = runs[0].config
+        predicted = runs[0].tokens_per_second / row.num_gpus
+        out.append({"id": row.id, "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": predicted,
+                    "gap": predicted / published - 1,
+                    "best_config": f"tp{c.tp} pp{c.pp} dp{c.dp} b{c.micro_batch_size} {c.recompute} zero{c.zero_stage}"})
+    return out
+
+
 SUSTAINED_GRID = tuple(round(0.85 + 0.01 * i, 2) for i in range(16))
 """0.85 to 1.00 by 0.01: the grid --fit-sustained scores."""
 
@@ -504,11 +542,22 @@ def main() -> None:
                         "24.03.01; Llama-3-8B on B200 at 8K-1M, 25.04.rc2; context parallelism) instead")
     parser.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
                         help="the flash-attention kernel every row is priced with (the planner's --attention-kernel)")
+    parser.add_argument("--without-cp", action="store_true", help="a look, not a calibration: NeMo's long-sequence "
+                        "'Without CP' column against the planner's best at cp=1 (its layout unpublished)")
     parser.add_argument("--fit-sustained", action="store_true", help="the fit of the share of its kernels' rates "
                         "a training step sustains (efficiency.TRAIN_SUSTAINED_RATE_FRACTION) over the dense rows, "
                         "with NeMo's B200 long-sequence rows held out")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
     args = parser.parse_args()
+    if args.without_cp:
+        looked = without_cp_rows(args.attention_kernel)
+        if args.json:
+            print(json.dumps(looked, indent=2))
+            return
+        for r in looked:
+            gap = "-" if r["gap"] is None else percent(r["gap"])
+            print(f"{r['id'][:52]:<52} {r.get('best_config', r.get('why', '')):<42} {gap:>6}")
+        return
     if args.fit_sustained:
         result = fit_sustained()
         print(json.dumps(result, indent=2)) if args.json else print_fit_sustained(result)
