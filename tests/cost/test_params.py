@@ -49,6 +49,7 @@ def llama70b() -> ModelSpec:
         ("llama-2-70b", 69.0e9, None),  # Touvron et al. 2023 / HF safetensors total
         ("llama-2-7b", 6.74e9, None),  # HF safetensors total of meta-llama/Llama-2-7b-hf (6,738,415,616)
         ("llama-2-13b", 13.0e9, None),  # HF safetensors total of meta-llama/Llama-2-13b-hf (13,015,864,320)
+        ("nemotron-4-340b", 341.0e9, None),  # NVIDIA et al. 2024: 340B; 96 x 3.4546e9 per layer + 2 x 256,000 x 18,432
         ("qwen2.5-72b", 72.7e9, None),  # Qwen2.5 model card
         ("mistral-7b", 7.25e9, None),  # HF safetensors total of Mistral-7B-v0.1
         ("mixtral-8x7b", 46.7e9, 12.9e9),  # Mistral AI: 46.7B total, 12.9B active

@@ -91,12 +91,42 @@ def test_row_error_within_todays_plus_margin(key, nemo_scored, within_todays_err
     within_todays_error_plus(MARGIN, key, nemo_scored, TODAY_ERROR)
 
 
+NEMOTRON = "24.07 DGX-H100 Nemotron-340B fp8 (recipe not stated)"
+"""The one row the harness cannot score (test_nemotron_340b_is_named_not_scored)."""
+
+
 def test_every_row_is_scored_or_named(nemo_scored, nemo_summary):
-    """All 26 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
+    """26 of 27 rows scored, the 9 Llama 3.1 405B rows (25.09-26.06, H100 and B200; pp 8, vp 8)
     included: Megatron-Bridge's 405B recipe counts the embedding and the loss as pipeline
-    layers (account_for_embedding/loss_in_pipeline_split), 128 units in 64 chunks, 15 | 16 x6 | 15."""
+    layers (account_for_embedding/loss_in_pipeline_split), 128 units in 64 chunks, 15 | 16 x6 | 15.
+    Named, not scored: NeMo 24.07's Nemotron-4 340B (below)."""
     assert set(nemo_scored) == set(TODAY_ERROR)
-    assert nemo_summary["rejected"] == []
+    assert [r["id"] for r in nemo_summary["rejected"]] == [NEMOTRON]
+
+
+def test_nemotron_340b_is_named_not_scored(bench_module):
+    """NeMo 24.07's Nemotron-4 340B (128 H100, tp 8, pp 8, vp 12, global batch 32, 4K; 326
+    tokens/s per GPU; recompute and gradient dtype unpublished) does not fit as the harness prices
+    24.x rows, with Megatron's fp32 main gradients: at no recompute stage 0 is 21.8 GiB over (12
+    layers' activations for the micro-batches interleaving keeps in flight), at full recompute
+    the last stage 1.2 GiB over (its 590M-parameter LM head share). With bf16 main gradients
+    full recompute fits and lands -18%; priced at no recompute without the memory limit, -7%
+    (fp32) and +1% (bf16): the time is right, what NVIDIA ran to fit it is not known."""
+    from dataclasses import replace
+
+    from planner.catalog import resolve_model
+    from planner.train import TrainEstimate, estimate
+
+    module = bench_module("training_calibration")
+    row = next(r for r in module.load_rows(FIXTURE) if r.id == NEMOTRON)
+    model, request = resolve_model(row.spec), module.request_for(row)
+    full = estimate(model, module.cluster_for(row), module.config_for(row, "full"), request)
+    assert not isinstance(full, TrainEstimate) and 0 < full.over_bytes < 2 * 2**30
+    bf16 = estimate(model, module.cluster_for(row), module.config_for(row, "full"), replace(request, grad_reduce="bf16"))
+    assert isinstance(bf16, TrainEstimate)
+    assert abs(bf16.tokens_per_second / row.num_gpus / row.tokens_per_s_per_gpu - 1) < 0.25
+    lifted = estimate(model, module.cluster_for(row, memory_gib=10_000), module.config_for(row, "none"), request)
+    assert abs(lifted.tokens_per_second / row.num_gpus / row.tokens_per_s_per_gpu - 1) < 0.12
 
 
 def test_recompute_the_planner_needs(nemo_scored):
@@ -122,7 +152,7 @@ def test_fixture_holds_only_allowed_sources_and_no_gpt3_175b():
     the issue) and nothing from the blind set."""
     with FIXTURE.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 26
+    assert len(rows) == 27
     for row in rows:
         assert row["source_url"].startswith(ALLOWED_SOURCES), row["source_url"]
         text = " ".join(row.values()).lower()
@@ -140,7 +170,7 @@ def test_published_configurations_against_the_planners_best(bench_module):
     search space (a best below it would be a search that drops the optimum)."""
     module = bench_module("training_calibration")
     compared = [module.versus_best(row) for row in module.load_rows(FIXTURE)]
-    gaps = {r["id"]: r["gap"] for r in compared}
+    gaps = {r["id"]: r["gap"] for r in compared if r["id"] != NEMOTRON}
     assert None not in gaps.values()
     assert all(gap >= -1e-9 for gap in gaps.values()), gaps
     assert sum(gap <= 0.15 for gap in gaps.values()) >= 24
