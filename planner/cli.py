@@ -32,6 +32,7 @@ from planner.requests import (
     ServeRequest,
     Speculation,
     TrainRequest,
+    for_vllm_release,
 )
 
 if TYPE_CHECKING:
@@ -392,7 +393,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
     if lengths:
         input_len = max(1, round(sum(i for i, _ in lengths) / len(lengths)))
         output_len = max(1, round(sum(o for _, o in lengths) / len(lengths)))
-    return ServeRequest(
+    return for_vllm_release(ServeRequest(
         input_len=input_len,
         output_len=output_len,
         request_rate_per_s=opts.request_rate,
@@ -421,7 +422,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         mode=opts.mode.value,
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
         speculation=None if model is None else speculation(opts, model),
-    )
+    ))
 
 
 def check_expert_imbalance(value: float | None) -> float | None:

@@ -11,6 +11,9 @@ How each row was read (regenerate the flag lists with tools/engine_flags.py):
   (EngineArgs.add_cli_args, get_batch_defaults, _set_default_args, create_engine_config),
   vllm/config/parallel.py, vllm/model_executor/layers/quantization/__init__.py,
   vllm/model_executor/layers/quantization/fp8.py (online fp8 deprecation).
+  0.6.6.post1, the V0 engine: vllm/engine/arg_utils.py, vllm/config.py (SchedulerConfig,
+  ModelConfig), vllm/worker/worker.py (determine_num_available_blocks, initialize_cache),
+  vllm/worker/model_runner.py (profile_run).
 - SGLang: the release wheel from PyPI; python/sglang/srt/server_args.py (ServerArgs.add_cli_args,
   _handle_gpu_memory_settings, check_server_args), python/sglang/cli/main.py (`sglang serve`);
   0.5.23: the flags are fields of sglang/srt/arg_groups/fields/*.py, the checks in
@@ -54,6 +57,15 @@ class VllmRelease:
     """First match wins; the last tier matches every GPU."""
     online_fp8_quantization: str
     """`--quantization` value that quantizes a 16-bit checkpoint to fp8 on load."""
+    v1_engine: bool = True
+    """The V1 engine (vllm/v1/, the default from 0.8.0): the CUDA-graph pool is set aside before
+    the KV cache is sized, chunked prefill is always on, and a deployment has data and expert
+    parallelism (--data-parallel-size, --enable-expert-parallel), --speculative-config and
+    multi-node launches without Ray. False: the V0 engine (0.6.6.post1), which sizes the KV
+    cache before it captures CUDA graphs (vllm/worker/worker.py: determine_num_available_blocks,
+    then initialize_cache -> _init_cache_engine -> _warm_up_model -> capture_model), turns
+    chunked prefill on by default only for long contexts (v0_chunked_prefill_by_default) and has
+    none of those flags (vllm/engine/arg_utils.py EngineArgs.add_cli_args)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,32 @@ VLLM_0_22_TIERS = (
     BatchTier(0, (), 2048, 256),
 )
 
+V0_CHUNKED_PREFILL_BUDGET_TOKENS = 2048
+"""SchedulerConfig.__post_init__ at 0.6.6.post1: the budget with chunked prefill on."""
+VLLM_0_6_TIERS = (BatchTier(0, (), V0_CHUNKED_PREFILL_BUDGET_TOKENS, 256),)
+"""V0: max_num_seqs 256 on every GPU (EngineArgs.__post_init__ at 0.6.6.post1: 256 unless
+VLLM_USE_V1); the budget is v0_max_num_batched_tokens' (this tier's 2,048 with chunked prefill,
+SchedulerConfig.__post_init__)."""
+V0_LONG_CONTEXT_TOKENS = 32768
+"""EngineArgs.create_engine_config at 0.6.6.post1: use_long_context = max_model_len > 32768."""
+V0_MIN_BUDGET_TOKENS = 2048
+"""SchedulerConfig.__post_init__ at 0.6.6.post1 without chunked prefill: max(max_model_len, 2048)."""
+
+
+def v0_chunked_prefill_by_default(max_model_len: int, sliding_window: bool, speculative: bool) -> bool:
+    """Whether V0 (0.6.6.post1) chunks prompts without --enable-chunked-prefill: only for a max
+    model length above V0_LONG_CONTEXT_TOKENS on CUDA, and never for a sliding-window model or
+    with speculative decoding (EngineArgs.create_engine_config, vllm/engine/arg_utils.py)."""
+    return max_model_len > V0_LONG_CONTEXT_TOKENS and not sliding_window and not speculative
+
+
+def v0_max_num_batched_tokens(max_model_len: int, chunked_prefill: bool) -> int:
+    """V0's default token budget per step: 2,048 with chunked prefill, else the max model length
+    (at least 2,048), so a whole prompt fits one step (SchedulerConfig.__post_init__, vllm/config.py
+    at 0.6.6.post1)."""
+    return V0_CHUNKED_PREFILL_BUDGET_TOKENS if chunked_prefill else max(max_model_len, V0_MIN_BUDGET_TOKENS)
+
+
 VLLM_RELEASES = {
     "0.33.0": VllmRelease(
         "0.33.0", "vllm 0.33.0 wheel (PyPI; commit g4ba787ec9): vllm/engine/arg_utils.py, vllm/config/parallel.py",
@@ -117,6 +155,10 @@ VLLM_RELEASES = {
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
         VLLM_0_22_TIERS, "fp8"),
+    "0.6.6.post1": VllmRelease(
+        "0.6.6.post1", "vllm 0.6.6.post1 wheel (PyPI): vllm/engine/arg_utils.py, vllm/config.py, "
+        "vllm/worker/worker.py, vllm/worker/model_runner.py (the V0 engine)",
+        VLLM_0_6_TIERS, "fp8", v1_engine=False),
 }
 SGLANG_RELEASES = {
     "0.5.23": SglangRelease(

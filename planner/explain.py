@@ -328,7 +328,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     kv_tokens_used = result.batch * footprint
     layout = result.layout
     deepep = deepep_buffer_bytes(model, layout, request.all2all_backend, cluster.gpus_per_node,
-                                 max_num_batched_tokens(cluster, request, layout))
+                                 max_num_batched_tokens(cluster, request, layout, model))
     bars = []
     for s in result.stages:
         segments = (
@@ -459,7 +459,8 @@ def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
     return sensitivity.KnobBase(linear_hbm_utilization(model, cluster), fraction,
                                 overhead_bytes(layout, deepep_buffer_bytes(
                                     model, layout, request.all2all_backend, cluster.gpus_per_node,
-                                    max_num_batched_tokens(cluster, request, layout))),
+                                    max_num_batched_tokens(cluster, request, layout, model)),
+                                    request.engine_versions.vllm_release.v1_engine),
                                 request.gpu_memory_utilization,
                                 None if request.speculation is None else max(request.speculation.acceptance))
 

@@ -7,7 +7,7 @@ on request values: a bad value raises SpecError naming the command-line flag it 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
@@ -272,6 +272,29 @@ FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan"
 (config/job_config.py at v0.2.2), and it has no delayed scaling."""
 MoeDispatcher = Literal["auto", "alltoall", "deepep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
+def for_vllm_release(request: ServeRequest) -> ServeRequest:
+    """The request as the chosen vLLM release can serve it. The V0 engine (VllmRelease.v1_engine
+    False: 0.6.6.post1) has no expert parallelism, no disaggregated serving, no --speculative-config,
+    --moe-backend, --all2all-backend or dual-batch overlap: asking for one is a usage error; the
+    search keeps ep = 1 and aggregated replicas (`--mode auto` plans those alone)."""
+    release = request.engine_versions.vllm_release
+    if release.v1_engine:
+        return request
+    v0 = f"--engine-version vllm={release.version} (the V0 engine)"
+    asked = [(request.layout.ep not in (None, 1), f"--layout ep={request.layout.ep}", "expert parallelism"),
+             (request.mode == "disaggregated", "--mode disaggregated", "disaggregated prefill and decode"),
+             (request.speculation is not None, "--speculative-method", "--speculative-config"),
+             (request.moe_backend != "auto", f"--moe-backend {request.moe_backend}", "--moe-backend"),
+             (request.all2all_backend != DEFAULT_ALL2ALL_BACKEND, f"--all2all-backend {request.all2all_backend}",
+              "expert parallelism"),
+             (request.enable_dbo, "--enable-dbo", "dual-batch overlap")]
+    for wanted, flag, feature in asked:
+        if wanted:
+            raise SpecError(f"{flag}: {v0} has no {feature}; plan it for vllm=0.22.0 or later")
+    layout = LayoutFilter(request.layout.tp, request.layout.pp, request.layout.dp, 1, request.layout.cp)
+    return replace(request, layout=layout, mode="aggregated")
+
+
 ATTENTION_KERNELS = ("auto", "fa2")
 """--attention-kernel values (TrainRequest.attention_kernel)."""
 """--moe-dispatcher's choices (TrainRequest.moe_dispatcher)."""

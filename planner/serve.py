@@ -247,7 +247,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return Rejected(layout, tuple(reasons), memory_overshoot_bytes(stages, max_model_len))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
     cap, notes = choose_batch(request, kv_tokens, wanted)
-    budget = max_num_batched_tokens(cluster, request, layout)
+    budget = max_num_batched_tokens(cluster, request, layout, model)
     if cap > budget:  # vLLM refuses max_num_seqs above the step's token budget (config/scheduler.py, 0.33.0)
         notes.append(f"Token-budget-bound: a step holds at most {budget:,} tokens (--max-num-batched-tokens), one per "
                      f"decoding sequence, so concurrency per replica is {budget:,} (wanted {cap:,}; vLLM refuses "
@@ -516,7 +516,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
                         f"give fewer prompts, shorter outputs or more --max-concurrency")
-    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout),
+    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout, model),
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
 
     priced: dict[tuple[float, ...], float] = {}

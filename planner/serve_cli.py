@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.cost.serving_memory import max_num_batched_tokens
+from planner.cost.serving_memory import max_num_batched_tokens, v0_chunked_prefill
 from planner.cost.serving_sim import ServeMetrics
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
@@ -21,7 +21,8 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
     request, cluster = plan.request, plan.cluster
     budget = request.max_num_batched_tokens
     # the engine's own default for this layout (256 under batched DP MoE), left implicit
-    default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout)
+    default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout,
+                                            plan.model)
     return ServeArgs(
         model=model_arg,
         tp=result.layout.tp,
@@ -44,7 +45,9 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=max(s.weights_bytes + s.kv_cache_bytes for s in result.stages),
         is_moe=plan.model.is_moe,
-        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout),
+        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout, plan.model),
+        enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine
+                                and v0_chunked_prefill(plan.model, request)),
     )
 
 
@@ -166,7 +169,8 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
     best = plan.recommended
     steps = () if best is None else launch_steps(plan, best, engine, served_model)
     ray: tuple[LaunchStep, ...] = ()
-    if best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > plan.cluster.gpus_per_node:
+    if (best is not None and engine == "vllm" and best.layout.tp * best.layout.pp > plan.cluster.gpus_per_node
+            and plan.request.engine_versions.vllm_release.v1_engine):  # V0 launches such a replica on Ray alone
         ray = launch_steps(plan, best, "vllm-ray", served_model)
     notes = all_launch_notes(plan, engine)
     render_plan(plan, steps, engine_version(plan, engine), top or DEFAULT_TOP_ROWS, show_rejected, ray_steps=ray,
@@ -176,18 +180,29 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
 def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     """What the printed commands need besides themselves (text "Note:" lines, JSON launch_notes)."""
     notes = launch_notes(plan)
+    release = plan.request.engine_versions.vllm_release
     if plan.recommended is not None and engine in ("vllm", "vllm-ray"):
-        notes += apart_notes(plan.model.is_moe, plan.recommended.layout)
+        notes += apart_notes(plan.model.is_moe, plan.recommended.layout, release.v1_engine)
+    if not release.v1_engine:
+        notes.append(V0_NOTE.format(version=release.version))
     return notes
 
 
-def apart_notes(is_moe: bool, layout: Layout) -> list[str]:
-    """vLLM deployments launched apart (each EP group, or an MoE model's replicas without EP):
-    each serves its own address."""
-    deployments = layout.num_ep_groups if layout.ep > 1 else (layout.dp if is_moe else 1)
+V0_NOTE = ("vLLM {version} is the V0 engine: the KV cache, the batch defaults and the flags are that release's; "
+           "step times are priced as current vLLM's (calibrated on V1, whose scheduler costs less per step), so "
+           "TPOT and throughput are optimistic for it; the plan does not check that its model registry has this "
+           "architecture")
+"""What a V0 plan prices as V1 (docs/cost-model.md, Serving: memory, the V0 engine)."""
+
+
+def apart_notes(is_moe: bool, layout: Layout, v1_engine: bool = True) -> list[str]:
+    """vLLM deployments launched apart (each EP group, an MoE model's replicas without EP, or
+    under the V0 engine every replica): each serves its own address."""
+    deployments = layout.num_ep_groups if layout.ep > 1 else (layout.dp if is_moe or not v1_engine else 1)
     if deployments <= 1:
         return []
-    what = "EP group" if layout.ep > 1 else "replica (one vLLM deployment would split the experts over all its DP ranks)"
+    what = ("EP group" if layout.ep > 1 else "replica (V0 has no data-parallel deployment)" if not v1_engine
+            else "replica (one vLLM deployment would split the experts over all its DP ranks)")
     return [f"{deployments} independent vLLM servers, one per {what}: each serves its own address; put a load "
             f"balancer in front of them"]
 

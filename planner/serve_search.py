@@ -16,7 +16,13 @@ from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
-from planner.requests import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND, MOE_BACKENDS, ServeRequest
+from planner.requests import (
+    ALL2ALL_BACKENDS,
+    DEFAULT_ALL2ALL_BACKEND,
+    MOE_BACKENDS,
+    ServeRequest,
+    for_vllm_release,
+)
 from planner.search import (
     LayoutResult,
     Plan,
@@ -105,6 +111,9 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
             f"--input-len + --output-len: {request.input_len + request.output_len:,} tokens exceed "
             f"the max model length {max_len:,}"
         )
+    refusal = v0_model_refusal(model, request)
+    if refusal is not None:
+        raise SpecError(refusal)
     check_moe_backend(model, cluster, request.moe_backend)
     if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and not model.is_moe:
         raise SpecError(f"--all2all-backend {request.all2all_backend}: {model.name} has no routed experts "
@@ -116,6 +125,43 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
         raise SpecError("--enable-dbo: vLLM micro-batches only over DeepEP (or NIXL EP) on CUDA and refuses "
                         "allgather_reducescatter (vllm/config/vllm.py at 0.33.0); add --all2all-backend "
                         "deepep_low_latency or deepep_high_throughput")
+
+
+V0_QUANTIZATIONS = (None, "fp8", "int8", "int4")
+"""Weight formats the V0 engine (0.6.6.post1) loads: 16-bit, fp8 checkpoints and on-the-fly
+fp8, AWQ/GPTQ int4 and int8 (vllm/model_executor/layers/quantization/__init__.py
+QUANTIZATION_METHODS there has no mxfp4 and no NVFP4 ModelOpt checkpoints)."""
+
+
+def v0_model_refusal(model: ModelSpec, request: ServeRequest) -> str | None:
+    """Why the V0 engine (`--engine-version vllm=0.6.6.post1`) cannot serve this model as the
+    planner would price it (None: it can), from that release's own source: no multi-head latent
+    attention (its DeepSeek-V2/V3 ran MLA as full multi-head attention and cached the
+    decompressed heads: vllm/attention/backends/mla was added in 0.7.1), no hybrid recurrent
+    layers, no second attention shape, no vision-language wrapper, none of the 4-bit float weight
+    formats (V0_QUANTIZATIONS). Planning these for V0 would price a KV cache and kernels that
+    release does not have. Not checked: whether its model registry has the architecture (the
+    specs do not name one; Qwen3, Llama 4 and gpt-oss came later)."""
+    release = request.engine_versions.vllm_release
+    if release.v1_engine:
+        return None
+    lacks = []
+    if model.is_mla:
+        lacks.append("multi-head latent attention (it caches the decompressed heads)")
+    if model.index_n_heads:
+        lacks.append("sparse attention's indexer")
+    if model.num_recurrent_layers:
+        lacks.append(f"{model.recurrent_kind} recurrent layers")
+    if model.global_head_dim is not None or model.attention_k_eq_v:
+        lacks.append("two attention shapes")
+    if model.text_model_of is not None:
+        lacks.append(f"{model.text_model_of}'s vision-language wrapper")
+    if model.quantization not in V0_QUANTIZATIONS:
+        lacks.append(f"{model.quantization} weights")
+    if not lacks:
+        return None
+    return (f"--engine-version vllm={release.version}: the V0 engine has no {' and no '.join(lacks)}, which "
+            f"{model.name} needs; plan it for vllm=0.22.0 or later")
 
 
 def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> None:
@@ -136,7 +182,9 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:
     """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked.
-    `memo`: shared with other searches that differ only in the SLA limits (serve.estimate)."""
+    `memo`: shared with other searches that differ only in the SLA limits (serve.estimate).
+    The request as the vLLM release can serve it (for_vllm_release: V0 plans ep = 1)."""
+    request = for_vllm_release(request)
     check_request(model, cluster, request)
 
     def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
@@ -182,7 +230,7 @@ def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     kernel the GPU has measured for the experts' format (check_moe_backend), so that the plan
     can say what choosing it would change (the choice stays the user's: marlin trades prompt
     speed for nothing at decode, flashinfer_mxfp8 quantizes the experts' inputs)."""
-    if not model.is_moe:
+    if not model.is_moe or not request.engine_versions.vllm_release.v1_engine:  # V0: no --moe-backend
         return ()
     options = []
     for backend in MOE_BACKENDS:

@@ -226,6 +226,13 @@ def _vllm_problems(args: list[str], data: dict) -> list[str]:
     nnodes = int(_value(args, "--nnodes", 1))
     if world % nnodes:
         problems.append(f"vllm: --nnodes {nnodes} does not divide the world size {world}")
+    budget, max_model_len = _value(args, "--max-num-batched-tokens"), _value(args, "--max-model-len")
+    if (data["pairings"].get("budget_below_max_model_len_needs_chunked_prefill") and budget and max_model_len
+            and int(budget) < int(max_model_len) and "--enable-chunked-prefill" not in args):
+        problems.append(f"vllm {data['version']}: --max-num-batched-tokens {budget} below --max-model-len "
+                        f"{max_model_len} without --enable-chunked-prefill")
+    if budget and int(_value(args, "--max-num-seqs", 0)) > int(budget):
+        problems.append(f"vllm: --max-num-seqs above --max-num-batched-tokens {budget}")
     deprecated = data["pairings"]["online_fp8_quantization_deprecated"]
     if deprecated and _value(args, "--quantization") == "fp8":
         problems.append(f"vllm {data['version']}: --quantization fp8 is deprecated, use {deprecated}")

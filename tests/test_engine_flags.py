@@ -40,6 +40,11 @@ def test_every_release_has_its_flag_file_and_agrees_with_it(engine, version):
     release, pairings = RELEASES[engine][version], data["pairings"]
     if engine == "vllm":
         assert release.online_fp8_quantization == (pairings["online_fp8_quantization_deprecated"] or "fp8")
+        # V1 launches across nodes itself (--nnodes, whose checks the tool found); V0 has no such flag
+        multi_node = "--nnodes" in data["flags"]
+        assert release.v1_engine == multi_node
+        assert pairings["nnodes_must_divide_world_size"] == (True if multi_node else None)
+        assert ("--data-parallel-size" in data["flags"]) == release.v1_engine
     elif engine == "sglang":
         assert release.reserved_min_gib_large_gpu == pairings["mem_fraction_static_reserve_min_gib_large_gpu"]
         assert release.launcher == ("sglang", "serve") and pairings["serve_subcommand"]

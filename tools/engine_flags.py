@@ -77,6 +77,9 @@ PAIRINGS = {
                 r"world_size\s*%\s*self\.nnodes\s*!=\s*0|world_size\s*%\s*self\.nnodes\s*==\s*0"),
         Pairing("dp_rank_inferred_from_node_rank", "vllm/engine/arg_utils.py",
                 r"inferred_data_parallel_rank\s*=\s*\(\s*self\.node_rank\s*\*\s*local_world_size"),
+        # V0 (0.6.6.post1): a budget below the max model length starts only with chunked prefill
+        Pairing("budget_below_max_model_len_needs_chunked_prefill", "vllm/config.py",
+                r"max_num_batched_tokens\s*<\s*self\.max_model_len\s+and\s+not\s+self\.chunked_prefill_enabled"),
     ),
     "sglang": (
         # 0.5.2x moved ServerArgs' checks into sglang/srt/arg_groups/*_hook.py (`cfg.` for `self.`)
@@ -101,8 +104,12 @@ PAIRINGS = {
     ),
     "torchrun": (),
 }
-OPTIONAL_PAIRINGS = {"tp_may_exceed_query_groups": False, "online_fp8_quantization_deprecated": None}
-"""Pairings that older releases lack: recorded as this value instead of stopping the tool."""
+OPTIONAL_PAIRINGS = {"tp_may_exceed_query_groups": False, "online_fp8_quantization_deprecated": None,
+                     "nnodes_must_divide_world_size": None, "dp_rank_inferred_from_node_rank": None,
+                     "budget_below_max_model_len_needs_chunked_prefill": None}
+"""Pairings that some releases lack: recorded as this value instead of stopping the tool (vLLM's
+V0 engine has no --nnodes; V1 always chunks prompts). tests/test_engine_flags.py checks that a
+release whose flags include --nnodes has both --nnodes pairings."""
 
 
 class Source:
@@ -154,14 +161,20 @@ def literal(node: ast.AST) -> object:
         return None
 
 
-def module_constants(tree: ast.Module) -> dict[str, list]:
-    """Module-level NAME = [literals] (or tuple), and NAME = [*OTHER, literals]."""
-    constants: dict[str, list] = {}
+def module_constants(tree: ast.Module, known: dict[str, list] | None = None) -> dict[str, list]:
+    """Module-level NAME = [literals] (or tuple; also annotated, NAME: T = [...]), and NAME =
+    [*OTHER, literals], OTHER from this module or `known` (constants imported from elsewhere)."""
+    constants: dict[str, list] = dict(known or {})
     for node in tree.body:
+        target, value = None, None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            values = list_value(node.value, constants)
+            target, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            target, value = node.target.id, node.value
+        if target is not None:
+            values = list_value(value, constants)
             if values is not None:
-                constants[node.targets[0].id] = values
+                constants[target] = values
     return constants
 
 
@@ -463,10 +476,19 @@ def sglang_field_flags(source: Source, flags: Flags) -> list[str]:
     return read
 
 
+IMPORTED_CONSTANTS = {"vllm": ("vllm/model_executor/layers/quantization/__init__.py",)}
+"""Modules whose list constants the argument files use as choices (vLLM 0.6.6.post1:
+`choices=[*QUANTIZATION_METHODS, None]`, QUANTIZATION_METHODS imported from here)."""
+
+
 def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
     source = Source(root, ref)
     flags = Flags()
     index = FieldIndex(source, CONFIG_DIRS.get(engine, ()))
+    imported: dict[str, list] = {}
+    for path in IMPORTED_CONSTANTS.get(engine, ()):
+        text = source.read(path)
+        imported.update(module_constants(ast.parse(text)) if text else {})
     read = []
     for path in ENGINE_FILES[engine]:
         text = source.read(path)
@@ -474,7 +496,7 @@ def extract(engine: str, root: Path, ref: str | None) -> dict[str, object]:
             continue
         read.append(path)
         tree = ast.parse(text)
-        add_argument_calls(tree, module_constants(tree), flags, get_kwargs_holders(tree), index)
+        add_argument_calls(tree, module_constants(tree, imported), flags, get_kwargs_holders(tree), index)
         factory_flags(index, factory_groups(tree), flags)
         if engine == "vllm":
             cls_kwargs_flags(tree, flags)

@@ -33,7 +33,13 @@ from planner.cost.params import (
     tp_head_reasons,
 )
 from planner.cost.speculative import DraftMemory, draft_memory
-from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS, VllmRelease, vllm_batch_tier
+from planner.engines import (
+    BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS,
+    VllmRelease,
+    v0_chunked_prefill_by_default,
+    v0_max_num_batched_tokens,
+    vllm_batch_tier,
+)
 from planner.layout import Layout
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.specs import ClusterSpec, ModelSpec
@@ -281,17 +287,42 @@ def batched_dp_moe(layout: Layout, backend: str) -> bool:
     return backend == "deepep_low_latency" and layout.ep > 1 and layout.dp_per_ep_group > 1
 
 
-def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest, layout: Layout | None = None) -> int:
+def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest, layout: Layout | None = None,
+                           model: ModelSpec | None = None) -> int:
     """The token budget per step the plan assumes: --max-num-batched-tokens, else vLLM's
     default: the release's for the GPU, or under batched DP MoE (batched_dp_moe: DeepEP's
     low-latency kernels dispatch at most this many tokens per rank and size their buffers for
     it) SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP, 256
-    (EngineArgs._set_default_max_num_seqs_and_batched_tokens_args, vllm/engine/arg_utils.py)."""
+    (EngineArgs._set_default_max_num_seqs_and_batched_tokens_args, vllm/engine/arg_utils.py).
+    The V0 engine's default depends on the model (`model`, required there): 2,048 with chunked
+    prefill, else the max model length (v0_budget)."""
     if request.max_num_batched_tokens:
         return request.max_num_batched_tokens
     if layout is not None and batched_dp_moe(layout, request.all2all_backend):
         return BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
+    if not request.engine_versions.vllm_release.v1_engine:
+        assert model is not None, "the V0 engine's budget depends on the model"
+        return v0_budget(model, request)
     return default_max_num_batched_tokens(cluster, request.engine_versions.vllm_release)
+
+
+def v0_chunked_prefill(model: ModelSpec, request: ServeRequest) -> bool:
+    """Whether a V0 server (0.6.6.post1) chunks prompts: with --max-num-batched-tokens below the
+    max model length (the planner then emits --enable-chunked-prefill, which V0 needs to accept
+    that budget: SchedulerConfig._verify_args), else by its own default
+    (engines.v0_chunked_prefill_by_default: a max model length above 32K, no sliding window, no
+    speculative decoding)."""
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    if request.max_num_batched_tokens:
+        return request.max_num_batched_tokens < max_model_len
+    return v0_chunked_prefill_by_default(max_model_len, model.sliding_window is not None,
+                                         request.speculation is not None)
+
+
+def v0_budget(model: ModelSpec, request: ServeRequest) -> int:
+    """V0's default budget for this model and request (engines.v0_max_num_batched_tokens)."""
+    max_model_len = request.max_model_len or model.max_position_embeddings
+    return v0_max_num_batched_tokens(max_model_len, v0_chunked_prefill(model, request))
 
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
@@ -334,15 +365,18 @@ def nccl_buffer_bytes(group_size: int) -> int:
     return eff.NCCL_BUFFER_BYTES_TWO_GPUS if group_size == 2 else eff.NCCL_BUFFER_BYTES_LARGER
 
 
-def overhead_bytes(layout: Layout, deepep_bytes: float = 0.0) -> float:
+def overhead_bytes(layout: Layout, deepep_bytes: float = 0.0, cuda_graphs_before_kv: bool = True) -> float:
     """CUDA context + NCCL buffers of the TP, PP and EP communicators + CUDA graph pool
-    (+ DeepEP's buffers, deepep_buffer_bytes, when the EP exchange runs on DeepEP)."""
+    (+ DeepEP's buffers, deepep_buffer_bytes, when the EP exchange runs on DeepEP). The graph
+    pool only where the engine sets it aside before sizing the KV cache (V1:
+    `cuda_graphs_before_kv`); V0 captures its graphs after, into the memory left over above
+    the budget (VllmRelease.v1_engine)."""
     return (
         eff.CUDA_CONTEXT_BYTES
         + nccl_buffer_bytes(layout.tp)
         + nccl_buffer_bytes(layout.pp)
         + nccl_buffer_bytes(layout.ep)
-        + eff.CUDA_GRAPH_BYTES
+        + (eff.CUDA_GRAPH_BYTES if cuda_graphs_before_kv else 0.0)
         + deepep_bytes
     )
 
@@ -380,7 +414,8 @@ def lm_head_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
 def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
                  max_num_seqs: int) -> list[StageMemory]:
     budget = cluster.gpu.cuda_visible_memory_bytes * request.gpu_memory_utilization
-    tokens = max_num_batched_tokens(cluster, request, layout)
+    tokens = max_num_batched_tokens(cluster, request, layout, model)
+    v1_engine = request.engine_versions.vllm_release.v1_engine
     per_layer = layer_weight_bytes_per_gpu(model, layout.tp, layout.ep)
     stages = []
     layer_counts = stage_layer_counts(model.num_hidden_layers, layout.pp)
@@ -396,7 +431,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     head = lm_head_bytes_per_gpu(model, layout.tp, layout.pp)
     activations = {last: profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs) for last in (False, True)}
     overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
-                                                          cluster.gpus_per_node, tokens))
+                                                          cluster.gpus_per_node, tokens), v1_engine)
     full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
@@ -415,7 +450,10 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         if kv_bytes > 0 and state > 0:
             kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token + drafter.kv_bytes_per_token, state,
                                              sequence_tokens)
-        elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage]:
+        elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage] and v1_engine:
+            # V1's hybrid KV cache manager; V0 counts plain blocks of every layer (ModelConfig at
+            # 0.6.6.post1 caches an interleaved-window model's window layers as full ones, and its
+            # block manager recycles a whole-model window's blocks per sequence)
             kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], target_kv_bytes,
                                           window_kv, max_model_len, max_in_flight_tokens(layout, tokens),
                                           full_kv)

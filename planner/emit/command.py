@@ -201,6 +201,9 @@ class ServeArgs:
     is_moe: bool = False
     """The model has routed experts: vLLM shards a deployment's MoE layers over all of its
     TP x DP ranks, so replicas planned apart (ep = 1) must be deployments apart."""
+    enable_chunked_prefill: bool = False
+    """vLLM's V0 engine (0.6.6.post1) chunks the prompts as planned only when told to
+    (`--enable-chunked-prefill`; serving_memory.v0_chunked_prefill); V1 always chunks."""
 
     @property
     def layout(self) -> Layout:

@@ -28,6 +28,11 @@ multi-node DP flags); several EP groups are independent deployments, each on its
 (CUDA_VISIBLE_DEVICES, `--port`); each serves its own address, so a load balancer fronts them.
 An MoE model's replicas without EP are such independent deployments too: one deployment's
 data-parallel ranks would share (and split) its experts.
+
+The V0 engine (0.6.6.post1: VllmRelease.v1_engine False) has no data-parallel deployment and no
+multi-node launch of its own: every replica is an independent deployment, side by side on a node
+or on a Ray cluster of its nodes (_v0_steps); `--enable-chunked-prefill` where the plan chunks
+prompts that V0 would not by default.
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ def engine_flags(a: ServeArgs) -> list[str]:
     ]
     if a.max_num_batched_tokens is not None:
         flags += ["--max-num-batched-tokens", str(a.max_num_batched_tokens)]
+    if a.enable_chunked_prefill:
+        flags.append("--enable-chunked-prefill")  # V0 only (EngineArgs.enable_chunked_prefill, 0.6.6.post1)
     if quantization_flag(a):
         flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":
@@ -190,6 +197,8 @@ def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
     of its dp_per_ep_group DP ranks (vLLM shards the experts over all of a deployment's
     TP x DP ranks, ParallelConfig.data_parallel_size), and several groups are independent
     deployments: whole nodes each, or several to a node (placement_reasons refuses the rest)."""
+    if not a.engine_versions.vllm_release.v1_engine:
+        return _v0_steps(a)
     if a.ep == 1 and not (a.is_moe and a.dp > 1):
         return _deployment_steps(a, ray, copies=1)
     # an MoE model's replicas without EP: one deployment each (in one deployment vLLM would
@@ -200,6 +209,19 @@ def _steps(a: ServeArgs, ray: bool) -> tuple[LaunchStep, ...]:
     if copies > 1 and a.gpus_per_ep_group < a.gpus_per_node:
         return _shared_node_steps(group, copies)
     return _deployment_steps(group, ray, copies)
+
+
+def _v0_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
+    """The V0 engine (0.6.6.post1) has neither a data-parallel deployment nor a multi-node launch
+    of its own (no --data-parallel-size, --nnodes or --headless in its EngineArgs.add_cli_args):
+    each replica is its own `vllm serve` with its own address, several side by side on a node
+    (CUDA_VISIBLE_DEVICES, --port), and a replica wider than a node runs on a Ray cluster of its
+    nodes (--distributed-executor-backend ray, whether or not Ray was asked for)."""
+    assert a.ep == 1 and a.speculation is None, "refused for V0 before planning (serve_search.v0_refusal)"
+    replica = replace(a, dp=1)
+    if a.dp > 1 and a.tp * a.pp < a.gpus_per_node:
+        return _shared_node_steps(replica, a.dp)
+    return _deployment_steps(replica, True, copies=a.dp)
 
 
 def _deployment_steps(a: ServeArgs, ray: bool, copies: int, offset: int = 0, extras: Extras = Extras(),
