@@ -317,6 +317,29 @@ def test_golden_command_of_the_previous_sglang_release(case, serve_plan, engine_
         assert engine_check(step.argv, OLD_SGLANG) == [], step.shell()
 
 
+V0_VLLM = EngineVersions(vllm="0.6.6.post1")
+V0_CASES = [c for c in CASES if c.engine != "sglang" and c.layout.get("ep", 1) == 1
+            and "speculation" not in c.request and not c.name.startswith("disagg")]
+"""The vLLM goldens the V0 engine can plan (no expert parallelism, no speculative decoding)."""
+
+
+@pytest.mark.parametrize("case", V0_CASES, ids=lambda c: c.name)
+def test_golden_command_of_the_v0_release(case, serve_plan, engine_check):
+    """0.6.6.post1 (--engine-version vllm=0.6.6.post1, the V0 engine): every replica its own
+    server (CUDA_VISIBLE_DEVICES and --port on a shared node), Ray for a replica wider than a
+    node, --enable-chunked-prefill where the plan chunks what V0 would not; its goldens pass its
+    flag file (tests/engine_flags/vllm-0.6.6.post1.json)."""
+    steps = steps_for(case, serve_plan, V0_VLLM)
+    text = render(steps)
+    if UPDATE:
+        case.path_for(V0_VLLM).parent.mkdir(parents=True, exist_ok=True)
+        case.path_for(V0_VLLM).write_text(text, encoding="utf-8")
+    assert text == case.path_for(V0_VLLM).read_text(encoding="utf-8")
+    assert "--data-parallel-size" not in text and "--nnodes" not in text and "--headless" not in text
+    for step in steps:
+        assert engine_check(step.argv, V0_VLLM) == [], step.shell()
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.engine}-{c.name}")
 def test_commands_use_only_what_the_release_accepts(case, serve_plan, engine_check):
     """Flags, values and startup pairings of the release the golden is for (tests/engine_flags/)."""
