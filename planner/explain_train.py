@@ -61,10 +61,10 @@ from planner.train_search import TrainPlan, search
 
 
 def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
-                  plan: TrainPlan | None = None) -> tuple[TrainEstimate, bool]:
+                  plan: TrainPlan | None = None, overall: TrainPlan | None = None) -> tuple[TrainEstimate, bool]:
     """The best configuration matching --layout and the other fixed flags, and whether it
     is also the recommendation without --layout. `plan`: the search already run for this
-    request."""
+    request; `overall`: unfiltered_search's, where it has run."""
     plan = plan if plan is not None else search(model, cluster, request)
     request = plan.request  # with dp resolved when --layout fixed tp and pp
     if not plan.layouts:
@@ -73,8 +73,14 @@ def pick_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     best = plan.layouts[0]
     if request.layout == LayoutFilter():
         return best, True
-    overall = search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False, keep_top=1)
+    overall = overall if overall is not None else unfiltered_search(model, cluster, request)
     return best, bool(overall.layouts) and overall.layouts[0].config == best.config
+
+
+def unfiltered_search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> TrainPlan:
+    """The recommendation without --layout (keep_top 1): whether the explained configuration is
+    the overall best, and the space each sensitivity re-plan searches (replanned_configs)."""
+    return search(model, cluster, replace(request, layout=LayoutFilter()), suggest=False, keep_top=1)
 
 
 def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ...]:
@@ -382,24 +388,36 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
     return replan
 
 
-LIGHT_SENSITIVITY_ABOVE_CONFIGS = 5_000
-"""A search that evaluates more configurations than this (405B at 131K tokens on 16,384 GPUs:
-13,740) gets the light sensitivity analysis (sensitivity.LIGHT: the +/-20% runs, flips not
-searched beyond them): the full one re-runs it some 80 times (over a minute on 2 cores)."""
+LIGHT_SENSITIVITY_ABOVE_CONFIGS = 1_500
+"""Where each of the sensitivity's re-plans (train_replan: the whole space, without --layout's
+filter) evaluates more configurations than this, it is the light analysis (sensitivity.LIGHT:
+the +/-20% runs, flips not searched beyond them, some 18 re-plans): the full one re-plans some
+45-80 times (DeepSeek-V3 on 2,048 H100, 1,970 configurations a re-plan: 42 s on 2 cores, found
+by a CLI sweep; light 18 s; Llama-3.1-70B on 64 H100 with --layout tp=8,pp=8, 25 configurations
+but 1,752 a re-plan: 7.6 s -> light). Llama-3.1-8B on one H100 node (414) keeps the full one."""
+
+
+def replanned_configs(plan: TrainPlan, overall: TrainPlan | None) -> int:
+    """The configurations each sensitivity re-plan evaluates: the plan's own where no --layout
+    filters it (`overall` None), else those of the unfiltered search the re-plans run
+    (train_replan, unfiltered_search)."""
+    return (plan if overall is None else overall).num_configs_evaluated
 
 
 def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                      settings: sensitivity.Settings | None = sensitivity.Settings(),
                      plan: TrainPlan | None = None) -> Explanation:
     plan = plan if plan is not None else search(model, cluster, request)
-    e, is_recommended = pick_training(model, cluster, request, plan)
+    overall = None if plan.request.layout == LayoutFilter() else unfiltered_search(model, cluster, plan.request)
+    e, is_recommended = pick_training(model, cluster, request, plan, overall)
     c = e.config
     report = None
     light = ()
-    if settings == sensitivity.Settings() and plan.num_configs_evaluated > LIGHT_SENSITIVITY_ABOVE_CONFIGS:
+    replanned = replanned_configs(plan, overall) if settings == sensitivity.Settings() else 0
+    if replanned > LIGHT_SENSITIVITY_ABOVE_CONFIGS:
         settings = sensitivity.LIGHT
         light = (f"sensitivity: the +/-20% runs only, flips not searched beyond them (each re-plan evaluates "
-                 f"{plan.num_configs_evaluated:,} configurations; --no-sensitivity skips them)",)
+                 f"{replanned:,} configurations; --no-sensitivity skips them)",)
     if settings is not None:
         report = sensitivity.analyze(cluster, c.layout, train_knob_base(model, cluster, e, request),
                                      train_replan(model, request, e), settings)

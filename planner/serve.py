@@ -403,7 +403,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         prefill_stage_seconds=tuple(step.seconds for step in prompt_round.chunk_steps or prompt_round.stage_steps),
         collectives=collectives,
         steady=steady,
-        tpot_batch1_seconds=lone.tpot_seconds,
+        # no load at all: the pure decode round (in lockstep the other ranks idle too)
+        tpot_batch1_seconds=lone.decode_round_seconds / lone.tokens_per_round,
         sla=SlaCheck(ttft_ok, tpot_ok, e2e_ok, binding),
         decode_round=decode_round,
     )

@@ -30,10 +30,11 @@ from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
 from planner.cost.moe import deepep_training_buffer_bytes, deepep_training_refusal
 from planner.cost.params import (
+    MATMUL_PRECISION_OF_DTYPE,
     layer_params_per_gpu,
-    matmul_precision_of_dtype,
     multiply_adds_per_attention_pair,
     tp_head_reasons,
+    training_dtype,
 )
 from planner.cost.training_memory import (
     StageParams,
@@ -166,7 +167,7 @@ class TrainEstimate:
 def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = "auto") -> TrainRates:
     """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU, and its flash
     attention rates with that kernel (TrainRequest.attention_kernel)."""
-    gpu, precision = cluster.gpu, matmul_precision_of_dtype(model)
+    gpu, precision = cluster.gpu, MATMUL_PRECISION_OF_DTYPE[training_dtype(model)]
     peak = efficiency.dense_peak_flops_per_s(gpu, precision)
     if peak is None and precision == "fp16":  # same tensor-core rate as bf16
         peak = efficiency.dense_peak_flops_per_s(gpu, "bf16")
@@ -621,8 +622,8 @@ def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | Non
     """Why Megatron cannot run its combined 1F1B for this configuration, in words (None: it
     can; TransformerConfig.__post_init__, core_v0.14.0 and core_v0.19.0): expert parallelism,
     the alltoall or flex dispatcher (the emitted ones), no full recompute (nor a recompute method), with
-    pp > 1 an interleaved schedule, bf16 or fp16 parameters (the spec's dtype: --bf16 or
-    --fp16; fp32 is refused), at most one MTP layer and torch 2.6 or later (asserted; the
+    pp > 1 an interleaved schedule, bf16 or fp16 parameters (every plan's: --bf16 or --fp16,
+    params.training_dtype), at most one MTP layer and torch 2.6 or later (asserted; the
     launch's environment)."""
     if not model.is_moe or config.ep <= 1:
         return "there is no expert parallelism"
@@ -632,9 +633,7 @@ def moe_comm_overlap_refusal(model: ModelSpec, config: TrainConfig) -> str | Non
         return "Megatron refuses it with full recompute"
     if config.pp > 1 and not (config.schedule == "interleaved" and config.virtual_stages > 1):
         return "with pp > 1 Megatron needs an interleaved (virtual) pipeline for it"
-    if model.dtype not in ("bfloat16", "float16"):
-        return "Megatron needs bf16 or fp16 parameters for it"
-    return None
+    return None  # the parameters are 16-bit: every plan trains in bf16 or fp16 (params.training_dtype)
 
 
 def _moe_overlap_fsdp_refusal(request: TrainRequest, config: TrainConfig) -> str | None:
@@ -1266,6 +1265,10 @@ def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]
         trained = f"{num_trained} of them" if num_trained else "the main model only"
         caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are not all trained ({why}): "
                     f"the plan and command train {trained}.",)
+    if model.dtype == "float32":
+        caveats += ("the spec's float32 weights train in bf16 mixed precision (--bf16, fp32 master weights "
+                    "and gradients), as the plan prices; fp32 training (4-byte activations, TF32 matmuls) is "
+                    "not planned.",)
     if model.quantization is not None:
         caveats += (f"training keeps {model.dtype} weights with {request.precision} GEMMs; the spec's "
                     f"{model.quantization} weights describe a serving checkpoint and are not planned here.",)

@@ -114,6 +114,26 @@ def busiest_rank_chunks(mean: float, ranks: int) -> float:
     return whole + 1 - (1 - (mean - whole)) ** ranks
 
 
+def lockstep_decoding_round(q: float, c: float, ranks: int, decode_round: float,
+                            chunk_round: Callable[[float], float]) -> float:
+    """The mean round a decoding request sees when d = `ranks` DP ranks step in lockstep and
+    q <= 1 prompt chunks arrive per rank and round: its own rank carries the other clients'
+    q (C - 1) / C (its own prompt ran before its first token), each other rank q, so some rank
+    carries a chunk with probability p = 1 - (1 - q (C - 1) / C) (1 - q)^(d - 1), the experts then
+    seeing q (d - 1/C) / (d p) chunks per rank (`chunk_round(k)`: the round with one chunk on the
+    busiest rank and k per rank at the experts). One rank (d = 1): p = q (C - 1) / C, one chunk,
+    the round steady_state prices. At C = 1 a lone client per rank still waits out the other
+    ranks' prompts: d = 32, q = 0.016 gives p = 0.39, where leaving its own share out of the
+    mean as for one rank (mean - (mean - decode) / C) priced the pure decode round (found by a
+    CLI sweep: TPOT 21 ms against 248 ms steps)."""
+    others = q * (c - 1) / c
+    carrying = 1 - (1 - others) * (1 - q) ** (ranks - 1)
+    if carrying <= 0:
+        return decode_round
+    per_rank = q * (ranks - 1 / c) / ranks
+    return (1 - carrying) * decode_round + carrying * chunk_round(per_rank / carrying)
+
+
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
@@ -141,7 +161,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
     share q / C runs before its first token, so its rounds carry the others' q (C - 1) / C,
     TPOT = mean - (mean - decode round) / C (at C = 1 the pure decode round, as a lone
-    client measures it); E2E = TTFT + D * TPOT; throughput = C * O / E2E.
+    client measures it); in lockstep the other ranks' prompts stay (lockstep_decoding_round;
+    for q > 1 its own share is 1 / (C d) of the chunks); E2E = TTFT + D * TPOT; throughput = C * O / E2E.
     Speculative decoding (`spec_tokens` k drafted per sequence, `tokens_per_round` e emitted
     per round on average): a request decodes for D / e rounds, each of its decode steps takes
     1 + k tokens of the budget (and of the step's rows), TPOT = round / e.
@@ -169,6 +190,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     chunks_per_round = rate * prefill_rounds
     one_chunk = StepLoad(0, 0, i / prefill_rounds, pairs / prefill_rounds, 1 / prefill_rounds)
     chunk_tokens = one_chunk.prefill_tokens
+    decoding_round = None
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
         busiest = carrying
@@ -180,6 +202,9 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
             mine = replace(one_chunk, expert_tokens=chunk_tokens * (1 + (lockstep_ranks - 1) * chunks_per_round)
                            / lockstep_ranks)
             prompt_round = round_seconds(decode, mine)
+            decoding_round = lockstep_decoding_round(chunks_per_round, c, lockstep_ranks, decode_round,
+                                                     lambda chunks: round_seconds(decode, replace(
+                                                         one_chunk, expert_tokens=chunk_tokens * chunks)))
     else:
         busiest = busiest_rank_chunks(chunks_per_round, lockstep_ranks)
         others = busiest - 1
@@ -190,7 +215,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
-    decoding_round = mean_round - (mean_round - decode_round) / c
+    if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
+        decoding_round = mean_round - (mean_round - decode_round) / (c * lockstep_ranks)
     e2e = ttft + d * decoding_round
     return SteadyState(
         concurrency=c,

@@ -707,6 +707,15 @@ def matmul_precision_of_dtype(model: ModelSpec) -> str:
     return MATMUL_PRECISION_OF_DTYPE[model.dtype]
 
 
+def training_dtype(model: ModelSpec) -> str:
+    """The 16-bit type a model trains in (mixed precision, its matmuls and the activations and
+    weights the memory model counts at 2 bytes): float16 for a float16 checkpoint (Megatron's
+    --fp16), else bfloat16 (--bf16), a float32 checkpoint included: its dtype is how the weights
+    were stored, and Megatron without --bf16/--fp16 would train in fp32 (4-byte activations and
+    weights, TF32 matmuls), which the plan does not price."""
+    return "float16" if model.dtype == "float16" else "bfloat16"
+
+
 def mtp_module_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
     """One multi-token-prediction module on one GPU of a TP group, as (all, of which routed
     experts): a block of the final decoder layer's kind (an MoE block when the model is one:

@@ -8,8 +8,9 @@ operations, and an operation starts when its device is free and its input (the
 previous stage's output, or the next stage's gradient) has arrived. Sources: Huang
 et al. 2019 (GPipe: all forwards, then all backwards in reverse order); Narayanan et
 al. 2021 sec. 2.2 (PipeDream-Flush 1F1B: p-s-1 warm-up forwards, then one forward one
-backward; interleaved: chunks of p micro-batches, Megatron's warm-up
-(p-s-1)*2 + (v-1)*p); vLLM's pipeline engine for serving (each stage runs the batches
+backward; interleaved: groups of N micro-batches through every chunk, N = p where p divides m
+(Megatron's --microbatch-group-size-per-virtual-pipeline-stage), warm-up (p-s-1)*2 + (v-1)*N);
+vLLM's pipeline engine for serving (each stage runs the batches
 in flight in turn; a batch's next token starts when its sampled token is back at
 stage 0). Worked example (docs/cost-model.md#pipeline-bubble): 4 stages, 1 micro-batch -> 4 units, each device
 busy 1; 4 micro-batches -> 7 units, each busy 4, device d starts at unit d.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from planner.cost.pipeline import microbatch_group_size
 
 Kind = Literal["forward", "backward", "decode"]
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -164,8 +167,8 @@ def _check(p: int, m: int, v: int, schedule: str) -> None:
         raise ValueError(f"schedule: {schedule!r}: expected one of {', '.join(SCHEDULES)}")
     if schedule != "interleaved" and v != 1:
         raise ValueError(f"{schedule}: virtual stages must be 1 (got {v})")
-    if schedule == "interleaved" and m % p:
-        raise ValueError(f"interleaved: micro-batches ({m}) must be a multiple of stages ({p}) (Megatron)")
+    if schedule == "interleaved" and m < p:
+        raise ValueError(f"interleaved: needs at least as many micro-batches ({m}) as stages ({p}) (Megatron)")
 
 
 def gpipe_order(s: int, p: int, m: int, forward: float, backward: float, hop: float) -> list[_Op]:
@@ -187,21 +190,31 @@ def one_f_one_b_order(s: int, p: int, m: int, forward: float, backward: float, h
     return ops + backwards[m - warmup:]
 
 
-def _interleaved_index(k: int, p: int, v: int, reverse: bool) -> tuple[int, int]:
-    """Megatron's k-th virtual micro-batch: chunk (k // p) % v (backward: counted from
-    the last chunk), micro-batch (k // (p*v)) * p + k % p."""
-    chunk = (k // p) % v
-    return (k // (p * v)) * p + k % p, (v - 1 - chunk) if reverse else chunk
+def interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """Megatron's order of (micro-batch, chunk) for the interleaved schedule: groups of `group`
+    micro-batches (--microbatch-group-size-per-virtual-pipeline-stage, N), each group through
+    every chunk in turn, the last group whatever is left (get_schedule_table,
+    megatron/core/pipeline_parallel/schedules.py core_v0.19.0). N = p: micro-batch k // (p*v) *
+    p + k % p on chunk (k // p) % v. The backward runs the same table with the chunks counted
+    from the last."""
+    table = []
+    for first in range(0, m, group):
+        members = range(first, min(first + group, m))
+        table += [(mb, chunk) for chunk in range(v) for mb in members]
+    return table
 
 
 def interleaved_order(s: int, p: int, m: int, v: int, forward: float, backward: float,
                       hop: float) -> list[_Op]:
-    """Megatron interleaved 1F1B: warm-up (p-s-1)*2 + (v-1)*p chunk forwards (capped at
-    m*v), then one chunk forward and one chunk backward, then the remaining backwards."""
+    """Megatron interleaved 1F1B: warm-up (p-s-1)*2 + (v-1)*N chunk forwards (capped at m*v;
+    N the micro-batch group, pipeline.microbatch_group_size: p when p divides m), then one chunk
+    forward and one chunk backward, then the remaining backwards."""
     total = m * v
-    warmup = min((p - s - 1) * 2 + (v - 1) * p, total)
-    fw = [_forward_op(s, *_interleaved_index(k, p, v, False), p, forward / v, hop) for k in range(total)]
-    bw = [_backward_op(s, *_interleaved_index(k, p, v, True), p, v, backward / v, hop) for k in range(total)]
+    group = microbatch_group_size(p, m)
+    warmup = min((p - s - 1) * 2 + (v - 1) * group, total)
+    table = interleaved_table(m, v, group)
+    fw = [_forward_op(s, mb, chunk, p, forward / v, hop) for mb, chunk in table]
+    bw = [_backward_op(s, mb, v - 1 - chunk, p, v, backward / v, hop) for mb, chunk in table]
     ops = fw[:warmup]
     for i in range(total - warmup):
         ops += [fw[warmup + i], bw[i]]

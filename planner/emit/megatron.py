@@ -35,7 +35,8 @@ rank i at entry j*p + i, megatron/core/transformer/pipeline_parallel_layer_layou
 validate_args refuses it with the virtual-stage flags, and it replaces the first/last ones.
 MoE with --overlap-moe-expert-parallel-comm: EP, the alltoall dispatcher, no full recompute,
 a virtual pipeline when pp > 1, bf16 or fp16 (TransformerConfig.__post_init__). Megatron's
-default precision is fp32: an fp32 spec gets neither --bf16 nor --fp16 (there is no --fp32).
+default precision is fp32 (there is no --fp32); the plan prices 16-bit mixed precision, so every
+command says --bf16, or --fp16 for a float16 checkpoint (params.training_dtype).
 torchrun with the c10d rendezvous (planner/emit/torchrun.py): the same
 command on every node (node order follows arrival), so one step serves them all.
 """
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 from planner.cost import efficiency
 from planner.cost import stage_split as split
 from planner.cost.activations import outputs_recompute_modules
+from planner.cost.params import training_dtype
 from planner.cost.pipeline import microbatch_group_size
 from planner.emit.command import (
     ALL_NODES,
@@ -114,8 +116,8 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
     args += moe_args(model)
     args += ["--make-vocab-size-divisible-by", str(vocab_divisor(model.vocab_size, tp)),
              "--attention-dropout", "0", "--hidden-dropout", "0"]
-    if model.dtype in ("bfloat16", "float16"):  # fp32 is Megatron's default: it has no --fp32
-        args.append("--bf16" if model.dtype == "bfloat16" else "--fp16")
+    # the plan's mixed precision (params.training_dtype): Megatron's default, without either, is fp32
+    args.append("--fp16" if training_dtype(model) == "float16" else "--bf16")
     return args
 
 

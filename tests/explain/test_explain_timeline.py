@@ -123,7 +123,24 @@ def test_large_m_is_summarised_to_the_width() -> None:
 
 
 def test_bad_schedules_are_value_errors() -> None:
-    with pytest.raises(ValueError, match="multiple of stages"):
-        training_timeline("interleaved", 4, 6, 2)
+    with pytest.raises(ValueError, match="at least as many micro-batches"):
+        training_timeline("interleaved", 4, 3, 2)
     with pytest.raises(ValueError, match="backward"):
         training_timeline("1f1b", 4, 4, backward_units=0)
+
+
+def test_interleaved_groups_when_stages_do_not_divide_the_micro_batches() -> None:
+    """p = 4, m = 6, v = 2: Megatron's group is N = 6 (4 and 5 would leave a last group of 2 or 1,
+    below p), so the table is micro-batches 0-5 on chunk 0, then 0-5 on chunk 1; stage 0 warms up
+    (4-0-1)*2 + (2-1)*6 = 12 chunk forwards, all of them. Every chunk of every micro-batch runs
+    once, forward and backward, on every stage (the planner recommends such schedules: --layout
+    tp=8,pp=8 at 12 micro-batches; found by a CLI sweep)."""
+    from planner.cost.timeline import interleaved_table
+
+    assert interleaved_table(6, 2, 6) == [(mb, 0) for mb in range(6)] + [(mb, 1) for mb in range(6)]
+    assert interleaved_table(4, 2, 4) == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1)]
+    assert interleaved_table(5, 1, 2) == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)]
+    timeline = training_timeline("interleaved", 4, 6, 2)
+    for stage in timeline.stages:
+        done = sorted((b.kind, b.micro_batch, b.chunk) for b in stage)
+        assert done == sorted((kind, mb, chunk) for kind in ("forward", "backward") for mb in range(6) for chunk in range(2))

@@ -18,6 +18,7 @@ from planner.render.explain import render_explanation
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import SpecError
 from planner.train import memory_per_gpu
+from planner.train_search import search
 
 SWEEP_REQUEST = TrainRequest(global_batch=64, seq_len=2048, micro_batch=1, schedule="1f1b", zero_stage=1)
 """Flags fixed so each search (and each sensitivity re-plan) walks layouts, not thousands
@@ -118,3 +119,22 @@ def test_a_large_search_gets_the_light_sensitivity_analysis(monkeypatch):
     light = explain_training(model, cluster, request)
     assert light.sensitivity.scan_low == min(sensitivity.LIGHT.scan_down) == 0.8
     assert any(note.startswith("sensitivity: the +/-20% runs only") for note in light.notes)
+
+
+def test_the_light_analysis_counts_the_space_the_re_plans_search(monkeypatch):
+    """The re-plans search without --layout's filter (train_replan), so the light analysis is
+    chosen by that space, not by the filtered plan's: Llama-3.1-70B at --layout tp=8,pp=8 has
+    25 configurations but each re-plan evaluated thousands (7.6 s of full analysis; found by a
+    CLI sweep)."""
+    from planner import explain_train
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = TrainRequest(global_batch=256, seq_len=4096, layout=LayoutFilter(tp=8))
+    plan = search(model, cluster, request)
+    overall = explain_train.unfiltered_search(model, cluster, plan.request)
+    assert plan.num_configs_evaluated < 100 < overall.num_configs_evaluated
+    assert explain_train.replanned_configs(plan, overall) == overall.num_configs_evaluated
+    monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 100)
+    light = explain_training(model, cluster, request, plan=plan)
+    assert any(note.startswith("sensitivity: the +/-20% runs only") and f"{overall.num_configs_evaluated:,}" in note
+               for note in light.notes)

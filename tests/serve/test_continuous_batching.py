@@ -364,8 +364,13 @@ def test_lockstep_ranks_with_rare_prompts_by_hand():
     0.18549375 * 5 + 0.05 * 2.5 = 11.05246875 ms (the experts' share unchanged, the dense
     share 3.7x). A prompt's own round carries its chunk and the other three ranks' expected
     0.05 each: the experts see 5000 * (1 + 3 * 0.05) / 4 = 1437.5 tokens per rank, 10 + 5 +
-    0.71875 = 15.71875 ms, in TTFT. (These are the engine's mean rounds; TPOT leaves out a
-    request's own 1/25 of the prompt load, 11.05246875 - 1.05246875 / 25 = 11.0103700 ms.)"""
+    0.71875 = 15.71875 ms, in TTFT. (These are the engine's mean rounds.) TPOT leaves out only
+    the request's own prompt: its rank carries the others' 0.05 * 24/25 = 0.048, the other
+    three 0.05 each, so some rank carries a chunk with p = 1 - 0.952 * 0.95^3 = 0.18377900, the
+    experts 0.05 * (4 - 1/25) / 4 = 0.0495 chunks per rank on average:
+    10 + 5p + 2.5 * 0.0495 = 11.04264500 ms (leaving 1/25 of the whole group's prompt load out
+    instead gave 11.0103700 ms, and at C = 1 the pure decode round: found by a CLI sweep).
+    One client per rank (C = 1) waits out the other three ranks' prompts: p = 1 - 0.95^3."""
     alone = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010)
     assert alone.step_seconds == pytest.approx(0.010375, rel=1e-12)
     group = steady_state(25, 5000, 500, 8192, 1, lockstep_round, 0.010, lockstep_ranks=4)
@@ -374,7 +379,16 @@ def test_lockstep_ranks_with_rare_prompts_by_hand():
     assert group.busiest_rank_chunks_per_round == pytest.approx(carrying, rel=1e-12)
     assert group.prompt_round_seconds == pytest.approx(0.01571875, rel=1e-12)
     assert group.step_seconds == pytest.approx(0.01105246875, rel=1e-12)
-    assert group.tpot_seconds == pytest.approx(0.01105246875 - 0.00105246875 / 25, rel=1e-12)
+    p = 1 - 0.952 * 0.95 ** 3
+    assert p == pytest.approx(0.183779, rel=1e-6)
+    assert group.tpot_seconds == pytest.approx(0.010 + 0.005 * p + 0.0025 * 0.0495, rel=1e-12)
+    assert group.tpot_seconds == pytest.approx(0.011042645, rel=1e-9)
+    lone = steady_state(1, 5000, 500, 8192, 1, lockstep_round, 0.010, lockstep_ranks=4)
+    q = lone.prefill_tokens_per_step / 5000  # one client: q = 1 / (499 + 1) chunks per round
+    assert q == pytest.approx(1 / 500, rel=1e-12)
+    p_lone = 1 - (1 - q) ** 3
+    assert lone.tpot_seconds == pytest.approx(0.010 + 0.005 * p_lone + 0.0025 * q * (4 - 1) / 4, rel=1e-12)
+    assert lone.tpot_seconds > lone.decode_round_seconds
     assert group.prefill_tokens_per_step == alone.prefill_tokens_per_step
 
 
