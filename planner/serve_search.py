@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from planner.catalog import cluster_from_shorthand
+from planner.cost.moe import deepep_serving_refusal
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
@@ -121,6 +122,8 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
     if request.enable_dbo and not model.is_moe:
         raise SpecError(f"--enable-dbo: {model.name} has no routed experts (dual-batch overlap hides the "
                         f"expert-parallel exchange)")
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and (refusal := deepep_serving_refusal(cluster)):
+        raise SpecError(f"--all2all-backend {request.all2all_backend}: {refusal}")
     if request.enable_dbo and request.all2all_backend == DEFAULT_ALL2ALL_BACKEND:
         raise SpecError("--enable-dbo: vLLM micro-batches only over DeepEP (or NIXL EP) on CUDA and refuses "
                         "allgather_reducescatter (vllm/config/vllm.py at 0.33.0); add --all2all-backend "
@@ -257,7 +260,8 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
         return ()
     options = []
     for backend in ALL2ALL_BACKENDS:
-        if backend == request.all2all_backend:
+        if backend == request.all2all_backend or (backend != DEFAULT_ALL2ALL_BACKEND
+                                                  and deepep_serving_refusal(cluster) is not None):
             continue
         result = estimate(model, cluster, layout, replace(request, all2all_backend=backend))
         if isinstance(result, ServeEstimate):

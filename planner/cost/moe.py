@@ -15,7 +15,7 @@ from planner.cost import comm, efficiency
 from planner.cost.params import activation_bytes_per_element, expert_params, experts_per_gpu
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.layout import GroupTopology, Layout
-from planner.specs import ModelSpec
+from planner.specs import ClusterSpec, ModelSpec
 from planner.units import BYTES_PER_GIB
 
 
@@ -257,6 +257,21 @@ def deepep_ll_buffer_bytes(model: ModelSpec, max_tokens_per_rank: int = BATCHED_
 # Megatron-Core's flex token dispatcher on DeepEP (training): megatron/core/transformer/moe/
 # token_dispatcher.py (MoEFlexTokenDispatcher, _DeepepManager) and fused_a2a.py (get_buffer),
 # core_v0.14.0 and core_v0.19.0; DeepEP's normal (high-throughput) kernels, commit dd758ca.
+
+def deepep_serving_refusal(cluster: ClusterSpec) -> str | None:
+    """Why vLLM cannot exchange tokens over DeepEP on this cluster (None: it can): DeepEP's
+    kernels are CUDA kernels for NVIDIA GPUs of compute capability 8.0 and up (deepseek-ai/DeepEP
+    README: Ampere and later; vLLM's dual-batch overlap runs on CUDA only, vllm/config/vllm.py at
+    0.33.0), moving tokens inside a node over NVLink (its intranode buffers are NVLink peer
+    memory). Training's Megatron flex dispatcher has its own, narrower list (train.deepep_cluster_refusal)."""
+    gpu = cluster.gpu
+    if gpu.compute_capability is None or gpu.compute_capability < 8.0:
+        return f"DeepEP runs on NVIDIA GPUs of compute capability 8.0 and later, not {gpu.name}"
+    if cluster.intra_node is None or cluster.intra_node.kind != "nvlink":
+        kind = "no GPU-to-GPU link" if cluster.intra_node is None else cluster.intra_node.kind
+        return f"DeepEP moves tokens inside a node over NVLink (this node has {kind})"
+    return None
+
 
 DEEPEP_NUM_SMS = 20
 """SMs DeepEP's normal kernels run on in Megatron: --moe-deepep-num-sms' default (core_v0.14.0;

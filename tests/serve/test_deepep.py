@@ -6,6 +6,7 @@ carry their arithmetic; docs/cost-model.md (Expert parallelism: DeepEP)."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from planner.cost.serving_time import ep_exchange_ops, ep_exchange_seconds_per_m
 from planner.layout import Layout, place
 from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import estimate
+from planner.specs import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import deepep_calibration  # noqa: E402
@@ -378,3 +380,23 @@ def test_dbo_flags_for_both_engines(engine_check):
         if "serve" in " ".join(step.argv):
             assert "--enable-two-batch-overlap" in step.argv and engine_check(step.argv, EngineVersions()) == []
     assert "--enable-dbo" not in engine_flags(_args(tp=8, dp=1, ep=8, enable_dbo=True))
+
+
+@pytest.mark.parametrize("cluster_name, words", [("1x8xMI300X", "compute capability 8.0 and later, not MI300X"),
+                                                 ("1x4xL40S", "over NVLink (this node has pcie)")])
+def test_deepep_is_refused_where_it_cannot_run(cluster_name, words):
+    """DeepEP is CUDA on NVIDIA GPUs with NVLink inside the node: on MI300X or PCIe-only L40S the
+    backend (and dual-batch overlap over it) is a usage error, and the plan offers no DeepEP
+    alternative there (found by a CLI sweep: both were priced and emitted)."""
+    from planner.serve_search import plan_serving
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster(cluster_name)
+    gpus = cluster.num_gpus
+    layout = LayoutFilter(tp=1, dp=gpus, ep=gpus)
+    with pytest.raises(SpecError, match=re.escape(words)):
+        plan_serving(model, cluster, ServeRequest(layout=layout, all2all_backend="deepep_low_latency"))
+    plan = plan_serving(model, cluster, ServeRequest(layout=layout))
+    assert plan.recommended is not None
+    assert not [o for o in plan.all2all_backend_options if o.value.startswith("deepep")]
+    on_h100 = plan_serving(model, resolve_cluster("1x8xH100"), ServeRequest(layout=LayoutFilter(tp=1, dp=8, ep=8)))
+    assert {o.value for o in on_h100.all2all_backend_options} >= {"deepep_low_latency", "deepep_high_throughput"}
