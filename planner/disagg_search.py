@@ -317,7 +317,7 @@ def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, t
 
 def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerShape, concurrency: float,
                          context_tokens: float, request: ServeRequest,
-                         constants: StepConstants | None = None) -> float:
+                         constants: StepConstants | None = None, priced: dict | None = None) -> float:
     """T_d, the decode worker's time per output token: a round of C_d decodes at mean context, no
     prompt chunk, as the decode role's `request` runs it (role_request); under speculative
     decoding each sequence also verifies its k drafts, the drafter runs, and the round emits
@@ -328,7 +328,7 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
     constants = constants or step_constants(model, cluster, shape.layout, request.all2all_backend,
                                             request.enable_dbo, request)
     return round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, in_flight,
-                      constants=constants).seconds / tokens_per_round
+                      constants=constants, priced=priced).seconds / tokens_per_round
 
 
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape,
@@ -465,6 +465,9 @@ class _Memo:
     decode: dict = field(default_factory=dict)
     prefill: dict = field(default_factory=dict)
     pairing: dict = field(default_factory=dict)
+    priced: dict = field(default_factory=dict)
+    """Per decode shape: round_time's memo of its load-free stage rates and per-load terms
+    (serving_time.stage_step_times), shared by every pairing's Little's-law bisection."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -580,12 +583,28 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     bounds.sort()
     out, seen = [], set()
     refined = 0
+    e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
     for _, _, p_key, n_p, d_key, n_d, same in bounds:
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
         if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
             continue
+        loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
+        pairing = (p_key, d_key, same)
+        refinable = refined < E2E_REFINEMENTS and memo.decode[d_key] > 1
+        if request.max_e2e_seconds is not None and e2e_floor_seconds(
+                model, cluster, request, memo, *pairing) > request.max_e2e_seconds:
+            refined += refinable  # _largest_meeting_e2e would have tried it, and found E2E_MISS
+            rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1  # what _detail would find (e2e_floor_seconds)
+            continue
+        if not refinable and request.max_e2e_seconds is not None and (
+                any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
+                or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > request.max_e2e_seconds):
+            rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1  # what _detail would find (worker_loads)
+            continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+        if found == E2E_MISS:
+            e2e_misses.setdefault(pairing, []).append(loads)
         if found == E2E_MISS and refined < E2E_REFINEMENTS and memo.decode[d_key] > 1:
             refined += 1
             found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
@@ -715,6 +734,74 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     return best
 
 
+def e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) -> float:
+    """The pairing's E2E at no load, below its E2E at any rate (worker_loads: it grows with both
+    workers' loads): the first-token cost, one prompt's prefill alone on its worker, the KV
+    transfer, then a lone sequence's decode rounds. Above --max-e2e-ms, every count pair of the
+    pairing misses it, and no lower decode cap helps (a lone sequence is the least load)."""
+    key = ("e2e_floor", p_key, d_key, same)
+    if key not in memo.pairing:
+        worker, seconds = memo.prefill[p_key]
+        decoding = role_request(request, "decode")
+        shape_d = memo.shapes[d_key]
+        t_d = decode_round_seconds(model, cluster, shape_d, 1.0, request.decode_context_tokens, decoding,
+                                   priced=memo.priced.setdefault(shape_d.key, {}))
+        kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+        memo.pairing[key] = (eff.FIRST_TOKEN_SECONDS + prefill_at_rate(worker, 0.0, seconds).prefill_seconds
+                             + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0]
+                             + (request.output_len - 1) * t_d)
+    return memo.pairing[key]
+
+
+E2E_BOUND_ITERATIONS = 2
+"""Fixed-point steps of e2e_lower_bound_seconds' decode concurrency from below."""
+
+
+def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads: tuple[float, float]) -> float:
+    """A lower bound on the E2E _detail prices at these worker loads, from a few rounds instead of
+    decode_concurrency_at_rate's bisection: Little's law C = r O T(C) with T growing in C has its
+    solutions at or above every step of the iteration C_(k+1) = r O T(C_k) from C_0 = 1 (each step
+    stays below any fixed point), and the bisection keeps one of them, so T at C_2 (capped where
+    the bisection's bracket ends) is at most the decode round _detail uses; the prefill and KV terms
+    are _detail's own."""
+    prefill_rate, decode_rate = loads
+    worker, seconds = memo.prefill[p_key]
+    shape_d, cap = memo.shapes[d_key], memo.decode[d_key]
+    decoding = role_request(request, "decode")
+    constants_key = ("constants", shape_d.key)
+    if constants_key not in memo.priced:
+        memo.priced[constants_key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
+                                                    decoding.enable_dbo, decoding)
+    constants = memo.priced[constants_key]
+    priced = memo.priced.setdefault(shape_d.key, {})
+
+    def round_seconds(concurrency: float) -> float:
+        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
+                                    constants, priced)
+
+    rate = decode_rate * request.output_len
+    ceiling = min(cap, rate * round_seconds(cap))
+    concurrency = 1.0
+    for _ in range(E2E_BOUND_ITERATIONS):
+        concurrency = min(ceiling, rate * round_seconds(max(1.0, concurrency)))
+    t_d = round_seconds(max(1.0, concurrency))
+    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    return (eff.FIRST_TOKEN_SECONDS + prefill_at_rate(worker, prefill_rate, seconds).prefill_seconds
+            + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] + (request.output_len - 1) * t_d)
+
+
+def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> tuple[float, float]:
+    """(requests/s per prefill worker, per decode rank) at the pairing's rate-matched load. For one
+    (prefill shape, decode shape and cap, link) E2E grows with both (a prefill worker's M/D/1 wait
+    and service, prefill_at_rate; a decode rank's Little's-law concurrency, hence its round,
+    decode_concurrency_at_rate), so a count pair at or above both loads of one that missed
+    --max-e2e-ms misses too: the search skips it without pricing it (an E2E-limited search of
+    Qwen3-30B on 128 H200 priced some 26,000 pairings, 72 s; found by a CLI sweep)."""
+    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    rate = rate_match(r_p, n_p, r_d, n_d).requests_per_second
+    return rate / n_p, rate / (n_d * memo.shapes[d_key].dp)
+
+
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len) -> DisaggEstimate | str:
     """The combination at its rate-matched load: prefill at R / N_p, each decode rank at the C_d' that
     Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d') (decode_concurrency_at_rate)."""
@@ -726,10 +813,11 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     decoding = role_request(request, "decode")
     constants = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend, decoding.enable_dbo,
                                decoding)  # once: the bisection below prices some 40 rounds
+    priced = memo.priced.setdefault(shape_d.key, {})
 
     def round_seconds(concurrency: float) -> float:
         return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
-                                    constants)
+                                    constants, priced)
 
     c_actual = decode_concurrency_at_rate(match.requests_per_second / (n_d * shape_d.dp), request.output_len,
                                           round_seconds, c_d)

@@ -496,7 +496,8 @@ def test_the_overlap_follows_the_release_with_fsdp_and_the_parameters_dtype():
     """core_v0.14.0 accepts --overlap-moe-expert-parallel-comm with Megatron-FSDP at startup,
     but its combined 1F1B bypasses the hooks FSDP gathers and reduces with; core_v0.19.0 runs
     them together (mcore_fsdp_adapter.py). Megatron asserts bf16 or fp16 parameters for the
-    overlap: an fp32 spec trains without it (and without a --fp32 flag, which Megatron lacks)."""
+    overlap, which every plan trains with (params.training_dtype): an fp32 checkpoint trains in
+    bf16 (--bf16) with the overlap too."""
     from planner.emit.megatron import megatron_steps
     from planner.engines import parse_engine_versions
     from planner.train import moe_comm_overlap_for
@@ -509,15 +510,15 @@ def test_the_overlap_follows_the_release_with_fsdp_and_the_parameters_dtype():
     assert not moe_comm_overlap_for(model, old, fsdp)
     assert moe_comm_overlap_for(model, old, replace(fsdp, zero_stage=1))
     fp32 = model.model_copy(update={"dtype": "float32"})
-    assert not moe_comm_overlap_for(fp32, new, replace(fsdp, zero_stage=1))
+    assert moe_comm_overlap_for(fp32, new, replace(fsdp, zero_stage=1))
     argv = [a for step in megatron_steps(fp32, resolve_cluster("2x8xH100"), replace(fsdp, zero_stage=1), 256, S)
             for a in step.argv]
-    assert not {"--fp32", "--bf16", "--fp16"} & set(argv)
+    assert {"--fp32", "--bf16", "--fp16"} & set(argv) == {"--bf16"}
 
 
 def test_the_plan_says_why_the_all_to_all_overlap_is_off():
     """Where an EP configuration runs without the combined 1F1B although it was asked for, the
-    reason: full recompute, 1F1B with pp > 1, an fp32 spec, Megatron-FSDP on core_v0.14.0, or
+    reason: full recompute, 1F1B with pp > 1, Megatron-FSDP on core_v0.14.0, or
     (the estimate's choice) its extra forward not fitting; nothing where it runs or was turned off."""
     from planner.engines import parse_engine_versions
     from planner.train import moe_comm_overlap_off_reason
@@ -527,8 +528,8 @@ def test_the_plan_says_why_the_all_to_all_overlap_is_off():
     plain = TrainConfig(1, 1, 16, 1, "1f1b", 1, "none", False, 1, ep=16)
     assert "full recompute" in moe_comm_overlap_off_reason(model, request, replace(plain, recompute="full"))
     assert "interleaved" in moe_comm_overlap_off_reason(model, request, replace(plain, pp=2, dp=8))
-    fp32 = model.model_copy(update={"dtype": "float32"})
-    assert "bf16 or fp16" in moe_comm_overlap_off_reason(fp32, request, plain)
+    fp32 = model.model_copy(update={"dtype": "float32"})  # trains in bf16 all the same
+    assert moe_comm_overlap_off_reason(fp32, request, plain) == moe_comm_overlap_off_reason(model, request, plain)
     old = replace(request, engine_versions=parse_engine_versions("megatron=core_v0.14.0"))
     assert "Megatron-FSDP" in moe_comm_overlap_off_reason(model, old, replace(plain, zero_stage=3))
     assert "memory" in moe_comm_overlap_off_reason(model, request, plain)  # possible, yet not running
