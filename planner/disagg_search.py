@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from planner.cost import efficiency as eff
@@ -679,13 +680,31 @@ def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
                        p_key[0], d_key[0], link, curve, model.is_mla)
 
 
+def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callable[[float], float]:
+    """T_d(C) of this decode shape (decode_round_seconds) with its step constants and
+    round_time's memo kept per shape in `memo`: every pairing, bound and bisection of a search
+    prices its rounds through it."""
+    decoding = role_request(request, "decode")
+    constants_key = ("constants", shape_d.key)
+    if constants_key not in memo.priced:
+        memo.priced[constants_key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
+                                                    decoding.enable_dbo, decoding)
+    constants, priced = memo.priced[constants_key], memo.priced.setdefault(shape_d.key, {})
+
+    def round_seconds(concurrency: float) -> float:
+        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
+                                    constants, priced)
+
+    return round_seconds
+
+
 def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float] | str:
     """(r_p, r_d) per worker for this pairing, or why the prefill cannot meet TTFT."""
     key = (p_key, d_key, same)
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
         c_d = memo.decode[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, c_d, request.decode_context_tokens, role_request(request, "decode"))
+        t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:  # the first token waits for a whole decode round (e tokens of T_d each)
@@ -742,10 +761,7 @@ def e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) -> floa
     key = ("e2e_floor", p_key, d_key, same)
     if key not in memo.pairing:
         worker, seconds = memo.prefill[p_key]
-        decoding = role_request(request, "decode")
-        shape_d = memo.shapes[d_key]
-        t_d = decode_round_seconds(model, cluster, shape_d, 1.0, request.decode_context_tokens, decoding,
-                                   priced=memo.priced.setdefault(shape_d.key, {}))
+        t_d = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])(1.0)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         memo.pairing[key] = (eff.FIRST_TOKEN_SECONDS + prefill_at_rate(worker, 0.0, seconds).prefill_seconds
                              + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0]
@@ -766,19 +782,8 @@ def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, l
     are _detail's own."""
     prefill_rate, decode_rate = loads
     worker, seconds = memo.prefill[p_key]
-    shape_d, cap = memo.shapes[d_key], memo.decode[d_key]
-    decoding = role_request(request, "decode")
-    constants_key = ("constants", shape_d.key)
-    if constants_key not in memo.priced:
-        memo.priced[constants_key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
-                                                    decoding.enable_dbo, decoding)
-    constants = memo.priced[constants_key]
-    priced = memo.priced.setdefault(shape_d.key, {})
-
-    def round_seconds(concurrency: float) -> float:
-        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
-                                    constants, priced)
-
+    cap = memo.decode[d_key]
+    round_seconds = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])
     rate = decode_rate * request.output_len
     ceiling = min(cap, rate * round_seconds(cap))
     concurrency = 1.0
@@ -810,15 +815,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    decoding = role_request(request, "decode")
-    constants = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend, decoding.enable_dbo,
-                               decoding)  # once: the bisection below prices some 40 rounds
-    priced = memo.priced.setdefault(shape_d.key, {})
-
-    def round_seconds(concurrency: float) -> float:
-        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
-                                    constants, priced)
-
+    round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
     c_actual = decode_concurrency_at_rate(match.requests_per_second / (n_d * shape_d.dp), request.output_len,
                                           round_seconds, c_d)
     t_d = round_seconds(max(1.0, c_actual))
