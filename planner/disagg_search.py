@@ -38,6 +38,7 @@ from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
     kv_limited_sequences,
+    max_model_len_of,
     max_num_batched_tokens,
     memory_reasons,
     stage_memory,
@@ -469,6 +470,10 @@ class _Memo:
     priced: dict = field(default_factory=dict)
     """Per decode shape: round_time's memo of its load-free stage rates and per-load terms
     (serving_time.stage_step_times), shared by every pairing's Little's-law bisection."""
+    constants: dict = field(default_factory=dict)
+    """Per decode shape: its step_constants (decode_rounds)."""
+    e2e_floor: dict = field(default_factory=dict)
+    """Per (prefill shape, decode shape and cap, link): e2e_floor_seconds."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -526,7 +531,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     cluster = with_moe_backend(cluster, request.moe_backend)
     plan_gpus = request.num_gpus or cluster.num_gpus
     num_gpus = min(plan_gpus, MAX_UNIT_NODES * cluster.gpus_per_node)
-    max_model_len = request.max_model_len or model.max_position_embeddings
+    max_model_len = max_model_len_of(model, request)
     memo = _Memo()
     sizes = [(tp, pp, 1) for tp, pp in worker_sizes(cluster, num_gpus)] + ep_decode_sizes(model, cluster, num_gpus)
     prefill_request, decode_request = role_request(request, "prefill"), role_request(request, "decode")
@@ -590,25 +595,25 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         unit = math.gcd(n_p, n_d)
         if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
             continue
-        loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
         pairing = (p_key, d_key, same)
         refinable = refined < E2E_REFINEMENTS and memo.decode[d_key] > 1
-        if request.max_e2e_seconds is not None and e2e_floor_seconds(
-                model, cluster, request, memo, *pairing) > request.max_e2e_seconds:
-            refined += refinable  # _largest_meeting_e2e would have tried it, and found E2E_MISS
-            rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1  # what _detail would find (e2e_floor_seconds)
-            continue
-        if not refinable and request.max_e2e_seconds is not None and (
-                any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
-                or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > request.max_e2e_seconds):
-            rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1  # what _detail would find (worker_loads)
-            continue
+        limit = request.max_e2e_seconds
+        if limit is not None:  # skip what a bound proves misses, counted as _detail would count it
+            loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
+            floor_misses = e2e_floor_seconds(model, cluster, request, memo, *pairing) > limit
+            if floor_misses or not refinable and (
+                    any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
+                    or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > limit):
+                refined += floor_misses and refinable  # _largest_meeting_e2e would have tried it, in vain
+                rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1
+                continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
         if found == E2E_MISS:
             e2e_misses.setdefault(pairing, []).append(loads)
-        if found == E2E_MISS and refined < E2E_REFINEMENTS and memo.decode[d_key] > 1:
-            refined += 1
-            found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+            if refinable:
+                refined += 1
+                found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                                             max_model_len)
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
@@ -685,11 +690,10 @@ def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callab
     round_time's memo kept per shape in `memo`: every pairing, bound and bisection of a search
     prices its rounds through it."""
     decoding = role_request(request, "decode")
-    constants_key = ("constants", shape_d.key)
-    if constants_key not in memo.priced:
-        memo.priced[constants_key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
-                                                    decoding.enable_dbo, decoding)
-    constants, priced = memo.priced[constants_key], memo.priced.setdefault(shape_d.key, {})
+    if shape_d.key not in memo.constants:
+        memo.constants[shape_d.key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
+                                                     decoding.enable_dbo, decoding)
+    constants, priced = memo.constants[shape_d.key], memo.priced.setdefault(shape_d.key, {})
 
     def round_seconds(concurrency: float) -> float:
         return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
@@ -753,20 +757,29 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     return best
 
 
+def latency_seconds(request: ServeRequest, prefill_seconds: float, kv_exposed_seconds: float,
+                    round_seconds: float) -> tuple[float, float]:
+    """(TTFT, E2E) of a disaggregated request: the first-token cost, its prefill, the exposed KV
+    transfer, then a whole decode round before its first token (e tokens of T_d each under
+    speculative decoding), and a round per further output token."""
+    ttft = (eff.FIRST_TOKEN_SECONDS + prefill_seconds + kv_exposed_seconds
+            + round_seconds * speculation_shape(request.speculation)[0])
+    return ttft, ttft + (request.output_len - 1) * round_seconds
+
+
 def e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) -> float:
     """The pairing's E2E at no load, below its E2E at any rate (worker_loads: it grows with both
     workers' loads): the first-token cost, one prompt's prefill alone on its worker, the KV
     transfer, then a lone sequence's decode rounds. Above --max-e2e-ms, every count pair of the
     pairing misses it, and no lower decode cap helps (a lone sequence is the least load)."""
-    key = ("e2e_floor", p_key, d_key, same)
-    if key not in memo.pairing:
+    key = (p_key, d_key, same)
+    if key not in memo.e2e_floor:
         worker, seconds = memo.prefill[p_key]
         t_d = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])(1.0)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-        memo.pairing[key] = (eff.FIRST_TOKEN_SECONDS + prefill_at_rate(worker, 0.0, seconds).prefill_seconds
-                             + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0]
-                             + (request.output_len - 1) * t_d)
-    return memo.pairing[key]
+        memo.e2e_floor[key] = latency_seconds(request, prefill_at_rate(worker, 0.0, seconds).prefill_seconds,
+                                              kv.exposed_seconds, t_d)[1]
+    return memo.e2e_floor[key]
 
 
 E2E_BOUND_ITERATIONS = 2
@@ -791,8 +804,8 @@ def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, l
         concurrency = min(ceiling, rate * round_seconds(max(1.0, concurrency)))
     t_d = round_seconds(max(1.0, concurrency))
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-    return (eff.FIRST_TOKEN_SECONDS + prefill_at_rate(worker, prefill_rate, seconds).prefill_seconds
-            + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] + (request.output_len - 1) * t_d)
+    return latency_seconds(request, prefill_at_rate(worker, prefill_rate, seconds).prefill_seconds,
+                           kv.exposed_seconds, t_d)[1]
 
 
 def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> tuple[float, float]:
@@ -821,10 +834,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     t_d = round_seconds(max(1.0, c_actual))
     load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-    # the first token waits for a whole decode round: e tokens of T_d each under speculative decoding
-    ttft = eff.FIRST_TOKEN_SECONDS + load.prefill_seconds + kv.exposed_seconds + t_d * speculation_shape(
-        request.speculation)[0]
-    e2e = ttft + (request.output_len - 1) * t_d
+    ttft, e2e = latency_seconds(request, load.prefill_seconds, kv.exposed_seconds, t_d)
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)

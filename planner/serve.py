@@ -23,6 +23,7 @@ from planner.cost.serving_memory import (
     default_max_num_seqs,
     kv_limited_sequences,
     kv_tokens_per_running_sequence,
+    max_model_len_of,
     max_num_batched_tokens,
     memory_overshoot_bytes,
     memory_reasons,
@@ -229,7 +230,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return Rejected(layout, tuple(reasons))
     cluster = with_moe_backend(cluster, request.moe_backend)
     placement = place(cluster, layout)
-    max_model_len = request.max_model_len or model.max_position_embeddings
+    max_model_len = max_model_len_of(model, request)
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)
     fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from planner.catalog import cluster_from_shorthand
 from planner.cost.moe import deepep_serving_refusal
+from planner.cost.serving_memory import max_model_len_of
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
@@ -85,7 +86,7 @@ def pareto_front(results: list[ServeEstimate]) -> frozenset[Layout]:
 
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> None:
-    max_len = request.max_model_len or model.max_position_embeddings
+    max_len = max_model_len_of(model, request)
     if request.max_model_len and request.max_model_len > model.max_position_embeddings:
         raise SpecError(
             f"--max-model-len: {request.max_model_len:,} exceeds the model's "
@@ -367,7 +368,7 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
         options.append(("the engine's default token budget (without --max-num-batched-tokens)", model,
                         replace(request, max_num_batched_tokens=None)))
     options.append(("a shorter context", model, request))
-    wanted_len = request.max_model_len or model.max_position_embeddings
+    wanted_len = max_model_len_of(model, request)
     out = []
     for label, option_model, option_request in options:
         found = longest_fitting_len(option_model, cluster, option_request)

@@ -138,7 +138,7 @@ def decode_requests_per_second(concurrency: float, output_len: int, round_second
 
 DECODE_CONCURRENCY_BISECTIONS = 40
 """Most bisection rounds of decode_concurrency_at_rate (2^-40 of the bracket)."""
-DECODE_CONCURRENCY_TOLERANCE = 2.0**-20
+DECODE_CONCURRENCY_TOLERANCE_SEQUENCES = 2.0**-20
 """decode_concurrency_at_rate stops once its bracket is narrower than this many sequences (about
 a millionth of one), which moves no printed figure, and the E2E-limited disaggregated search runs
 the bisection some 1,500 times (24 rounds instead of 40 on a 100-sequence bracket)."""
@@ -165,7 +165,7 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
     if at_one <= low:  # idle part of the time: a lone sequence's rounds
         return at_one
     for _ in range(DECODE_CONCURRENCY_BISECTIONS):
-        if high - low < DECODE_CONCURRENCY_TOLERANCE:
+        if high - low < DECODE_CONCURRENCY_TOLERANCE_SEQUENCES:
             break
         middle = (low + high) / 2
         low, high = (low, middle) if middle - rate * round_seconds(middle) >= 0.0 else (middle, high)

@@ -306,13 +306,18 @@ def max_num_batched_tokens(cluster: ClusterSpec, request: ServeRequest, layout: 
     return default_max_num_batched_tokens(cluster, request.engine_versions.vllm_release)
 
 
+def max_model_len_of(model: ModelSpec, request: ServeRequest) -> int:
+    """--max-model-len, else the model's own max_position_embeddings (vLLM's default)."""
+    return request.max_model_len or model.max_position_embeddings
+
+
 def v0_chunked_prefill(model: ModelSpec, request: ServeRequest) -> bool:
     """Whether a V0 server (0.6.6.post1) chunks prompts: with --max-num-batched-tokens below the
     max model length (the planner then emits --enable-chunked-prefill, which V0 needs to accept
     that budget: SchedulerConfig._verify_args), else by its own default
     (engines.v0_chunked_prefill_by_default: a max model length above 32K, no sliding window, no
     speculative decoding)."""
-    max_model_len = request.max_model_len or model.max_position_embeddings
+    max_model_len = max_model_len_of(model, request)
     if request.max_num_batched_tokens:
         return request.max_num_batched_tokens < max_model_len
     return v0_chunked_prefill_by_default(max_model_len, model.sliding_window is not None,
@@ -321,8 +326,7 @@ def v0_chunked_prefill(model: ModelSpec, request: ServeRequest) -> bool:
 
 def v0_budget(model: ModelSpec, request: ServeRequest) -> int:
     """V0's default budget for this model and request (engines.v0_max_num_batched_tokens)."""
-    max_model_len = request.max_model_len or model.max_position_embeddings
-    return v0_max_num_batched_tokens(max_model_len, v0_chunked_prefill(model, request))
+    return v0_max_num_batched_tokens(max_model_len_of(model, request), v0_chunked_prefill(model, request))
 
 
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
@@ -424,7 +428,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
     sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len,
                                                      request.decode_context_tokens)
-    max_model_len = request.max_model_len or model.max_position_embeddings
+    max_model_len = max_model_len_of(model, request)
     draft = (DraftMemory(0.0, 0) if request.speculation is None
              else draft_memory(model, request.speculation, layout.tp, layout.ep, request.kv_cache_dtype, layout.pp))
     embedding = embedding_bytes_per_gpu(model, layout.tp)
