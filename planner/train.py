@@ -906,10 +906,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         if config.moe_dispatcher != dispatcher:
             config = config.with_(moe_dispatcher=dispatcher)
     imbalance = expert_imbalance(request)
-    splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine,
-                                 request.moe_host_seconds)
     m = B // (config.micro_batch_size * config.dp)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
+    least = least_memory(model, config, request, m, memo, imbalance)
+    if least.total_bytes > capacity:  # no split fits, whatever it falls back to: no stage times needed
+        mtp_here = model.num_mtp_layers if least.stage == config.pp - 1 else 0
+        return Rejected(config.layout, (oom_reason(least, capacity, mtp_here),), least.total_bytes - capacity)
+    splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine,
+                                 request.moe_host_seconds)
     config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
     if memory.total_bytes > capacity:
         if config.moe_comm_overlap:  # its one more forward in flight may be what does not fit: without it
@@ -965,6 +969,30 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         pp_send_bytes=times.pp_send_bytes,
         dp_collectives=times.dp,
     )
+
+
+def least_memory(model: ModelSpec, config: TrainConfig, request: TrainRequest, m: int, memo: Memo,
+                 imbalance: float) -> TrainMemory:
+    """A memory no stage split of the configuration goes below on its worst stage, whatever
+    estimate() falls back to for memory: the leanest variant (no combined 1F1B, whose forward in
+    flight adds activations; NCCL's all-to-all where DeepEP was chosen, whose buffers add bytes)
+    with each stage kind (first, middle, last) given the fewest layers any split gives it
+    (split_candidates; the configuration's own split where its stages are even or fixed). A
+    stage's memory grows with its own layers only, so the worst stage of every split holds at
+    least this; where it does not fit, the stage it names overflows under every split, by at
+    least what it says, and estimate() rejects the configuration on it without pricing the
+    stages' times. Where the stages are even it is the configuration's own memory."""
+    c, L, pp = config, model.num_hidden_layers, config.pp
+    fallback = "alltoall" if c.moe_dispatcher == "deepep" and request.moe_dispatcher == "auto" else c.moe_dispatcher
+    lean = c.with_(moe_comm_overlap=False, moe_dispatcher=fallback)
+    fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
+    v = c.virtual_stages
+    if fixed or pp == 1 or (L % pp == 0 and (L // pp) % v == 0 and not model.num_mtp_layers):
+        return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, memo=memo, imbalance=imbalance))
+    triples = [t for _, t in split_candidates(L, pp, v, request.engine, bool(model.num_mtp_layers))]
+    layers = (min(t[0] for t in triples), min(t[1] for t in triples), min(t[2] for t in triples))
+    stages = (0, 1, pp - 1) if pp > 2 else None  # a split's heaviest middle stage is the second
+    return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, stages, memo, imbalance, layers))
 
 
 def _fallen_back(result: TrainEstimate | Rejected) -> TrainEstimate | Rejected:

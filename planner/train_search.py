@@ -228,18 +228,23 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     v_max = largest_v(schedules)
     bounds_tokens_per_s: dict[tuple[int, bool, int], float] = {}
 
+    def bound_at(b: int, sp: bool, level: int) -> float:
+        if (b, sp, level) not in bounds_tokens_per_s:
+            bounds_tokens_per_s[b, sp, level] = config_bound(model, cluster, request, layout, b, sp, recomputes[level],
+                                                             v_max, rates, memo)
+        return bounds_tokens_per_s[b, sp, level]
+
     def reaches(b: int, sp: bool) -> Callable[[int], bool]:
         """Whether recompute level `index` or one after it may reach the threshold: config_bound
         (whatever the schedule and ZeRO stage, which do not enter it), from that level on until
-        one does (the bounds_tokens_per_s of the levels after it are computed only where needed)."""
+        one does (the bounds_tokens_per_s of the levels after it are computed only where needed).
+        No recompute is the fastest level (every other reruns something: block_seconds_floor
+        never falls as recompute grows, tests/perf/test_bounded_search.py), so where its
+        bound misses, every level's does and none other is priced."""
         def from_level(index: int) -> bool:
-            for level in range(index, len(recomputes)):
-                if (b, sp, level) not in bounds_tokens_per_s:
-                    bounds_tokens_per_s[b, sp, level] = config_bound(model, cluster, request, layout, b, sp, recomputes[level],
-                                                        v_max, rates, memo)
-                if bounds_tokens_per_s[b, sp, level] >= threshold_tokens_per_s:
-                    return True
-            return False
+            if recomputes[0] == "none" and bound_at(b, sp, 0) < threshold_tokens_per_s:
+                return False
+            return any(bound_at(b, sp, level) >= threshold_tokens_per_s for level in range(index, len(recomputes)))
         return from_level
 
     if threshold_tokens_per_s and not any(reaches(b, sp)(0) for b in micro_batches for sp in sps):

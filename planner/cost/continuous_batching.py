@@ -216,7 +216,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
     ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
-        decoding_round = mean_round - (mean_round - decode_round) / (c * lockstep_ranks)
+        # written from the decode round up: exactly it at C d = 1 (no rounding below it)
+        decoding_round = decode_round + (mean_round - decode_round) * (1 - 1 / (c * lockstep_ranks))
     e2e = ttft + d * decoding_round
     return SteadyState(
         concurrency=c,
