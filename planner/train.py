@@ -551,12 +551,18 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
 
 
-def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 0) -> str:
+def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 0, every_split: bool = False) -> str:
     """`mtp_layers_here`: the multi-token-prediction modules the overflowing stage holds (the
-    last stage's), named with the flag that leaves them out."""
+    last stage's), named with the flag that leaves them out. `every_split`: `memory` is
+    least_memory's of uneven stages, the stage at the fewest layers any split gives it: it
+    overflows under every split, by at least that much."""
     over = bytes_to_gib(memory.total_bytes - capacity_bytes)
     mtp = (f", with the {mtp_layers_here} MTP module{'s' if mtp_layers_here > 1 else ''} there (--mtp-layers 0 "
            f"leaves {'them' if mtp_layers_here > 1 else 'it'} out)") if mtp_layers_here else ""
+    if every_split:
+        return (f"out of memory on stage {memory.stage} under every stage split, by at least {over:.1f} GiB "
+                f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB with its fewest "
+                f"layers, {memory.num_layers}){mtp}")
     return (f"out of memory on stage {memory.stage} by {over:.1f} GiB "
             f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB){mtp}")
 
@@ -908,10 +914,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     imbalance = expert_imbalance(request)
     m = B // (config.micro_batch_size * config.dp)
     capacity = memo.get(("capacity",), lambda: cluster.gpu.cuda_visible_memory_bytes)
-    least = least_memory(model, config, request, m, memo, imbalance)
+    least, every_split = least_memory(model, config, request, m, memo, imbalance)
     if least.total_bytes > capacity:  # no split fits, whatever it falls back to: no stage times needed
         mtp_here = model.num_mtp_layers if least.stage == config.pp - 1 else 0
-        return Rejected(config.layout, (oom_reason(least, capacity, mtp_here),), least.total_bytes - capacity)
+        return Rejected(config.layout, (oom_reason(least, capacity, mtp_here, every_split),),
+                        least.total_bytes - capacity)
     splits = stage_split_options(model, cluster, config, s, rates, memo, imbalance, request.engine,
                                  request.moe_host_seconds)
     config, layers, memories, memory, faster = _fitting_split(model, config, splits, s, m, capacity, memo, imbalance)
@@ -972,7 +979,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
 
 
 def least_memory(model: ModelSpec, config: TrainConfig, request: TrainRequest, m: int, memo: Memo,
-                 imbalance: float) -> TrainMemory:
+                 imbalance: float) -> tuple[TrainMemory, bool]:
     """A memory no stage split of the configuration goes below on its worst stage, whatever
     estimate() falls back to for memory: the leanest variant (no combined 1F1B, whose forward in
     flight adds activations; NCCL's all-to-all where DeepEP was chosen, whose buffers add bytes)
@@ -981,18 +988,19 @@ def least_memory(model: ModelSpec, config: TrainConfig, request: TrainRequest, m
     stage's memory grows with its own layers only, so the worst stage of every split holds at
     least this; where it does not fit, the stage it names overflows under every split, by at
     least what it says, and estimate() rejects the configuration on it without pricing the
-    stages' times. Where the stages are even it is the configuration's own memory."""
+    stages' times. With whether the stages are uneven (False: one split, the memory is the
+    configuration's own, exactly)."""
     c, L, pp = config, model.num_hidden_layers, config.pp
     fallback = "alltoall" if c.moe_dispatcher == "deepep" and request.moe_dispatcher == "auto" else c.moe_dispatcher
     lean = c.with_(moe_comm_overlap=False, moe_dispatcher=fallback)
     fixed = c.first_last_layers is not None or c.account_for_embedding_and_loss
     v = c.virtual_stages
     if fixed or pp == 1 or (L % pp == 0 and (L // pp) % v == 0 and not model.num_mtp_layers):
-        return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, memo=memo, imbalance=imbalance))
+        return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, memo=memo, imbalance=imbalance)), False
     triples = [t for _, t in split_candidates(L, pp, v, request.engine, bool(model.num_mtp_layers))]
     layers = (min(t[0] for t in triples), min(t[1] for t in triples), min(t[2] for t in triples))
     stages = (0, 1, pp - 1) if pp > 2 else None  # a split's heaviest middle stage is the second
-    return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, stages, memo, imbalance, layers))
+    return worst_stage_memory(stage_memories(model, lean, request.seq_len, m, stages, memo, imbalance, layers)), True
 
 
 def _fallen_back(result: TrainEstimate | Rejected) -> TrainEstimate | Rejected:

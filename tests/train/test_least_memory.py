@@ -37,8 +37,8 @@ CASES = {
 }
 
 
-def _without_shortcut(*_: object) -> SimpleNamespace:
-    return SimpleNamespace(total_bytes=0.0, stage=0)
+def _without_shortcut(*_: object) -> tuple[SimpleNamespace, bool]:
+    return SimpleNamespace(total_bytes=0.0, stage=0), False
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c)
@@ -74,7 +74,8 @@ def test_no_stage_split_goes_below_it() -> None:
     request = TrainRequest(global_batch=64, seq_len=4096)
     config = TrainConfig(2, 4, 2, 1, "interleaved", 2, "none", True, 1, attention="flash")
     m = 64 // (1 * 2)
-    least = least_memory(model, config, request, m, Memo(), 1.0)
+    least, uneven = least_memory(model, config, request, m, Memo(), 1.0)
+    assert uneven
     triples = [t for _, t in split_candidates(30, 4, 2, "megatron")]
     fewest = (min(t[0] for t in triples), min(t[1] for t in triples), min(t[2] for t in triples))
     assert least.num_layers == fewest[train.stage_kind(least.stage, 4)]
@@ -90,4 +91,4 @@ def test_even_stages_give_the_configurations_own_memory() -> None:
     model = resolve_model("llama-3.1-8b")
     request = TrainRequest(global_batch=64, seq_len=4096)
     config = TrainConfig(2, 4, 1, 1, "1f1b", 1, "none", True, 0, attention="flash")  # 32 layers, 8 a stage
-    assert least_memory(model, config, request, 64, Memo(), 1.0) == train.memory_per_gpu(model, config, 4096, 64)
+    assert least_memory(model, config, request, 64, Memo(), 1.0) == (train.memory_per_gpu(model, config, 4096, 64), False)
