@@ -146,14 +146,6 @@ VLLM_TOY_PROXY_FLAGS = {"--host", "--port", "--prefiller-hosts", "--prefiller-po
 parse_args; not in the wheel, so not extracted): the proxy the disaggregated commands use."""
 
 
-VLLM_LOOPED_FRONTEND_FLAGS = {"--host", "--port"}
-"""vLLM releases whose server flags come from vllm/entrypoints/openai/cli_args.py (0.22.0):
-FrontendArgs.add_cli_args adds a flag per FrontendArgs field in a loop over
-`get_kwargs(FrontendArgs)` (host, port among them), a form tools/engine_flags.py read only as
-`get_kwargs(cls)` when vllm-0.22.0.json was written; it now reads both, so a regenerated file
-lists them and this set can go."""
-
-
 def engine_flag_data(name: str) -> dict:
     return _engine_flag_data(name)
 
@@ -218,8 +210,6 @@ def command_problems(argv: Sequence[str], versions) -> list[str]:
 
 
 def _vllm_problems(args: list[str], data: dict) -> list[str]:
-    if "vllm/entrypoints/openai/cli_args.py" in data["source"]["files"]:
-        data = {**data, "flags": [*data["flags"], *VLLM_LOOPED_FRONTEND_FLAGS]}
     problems = _flag_problems(args, data)
     world = int(_value(args, "--tensor-parallel-size", 1)) * int(_value(args, "--pipeline-parallel-size", 1))
     world *= int(_value(args, "--data-parallel-size", 1)) if "--nnodes" in args else 1
