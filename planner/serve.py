@@ -197,7 +197,9 @@ def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tu
 def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, bool]:
     def ok(limit: float | None, value: float) -> bool:
         return limit is None or value <= limit
-    return (ok(request.max_ttft_seconds, steady.ttft_seconds), ok(request.max_tpot_seconds, steady.tpot_seconds),
+    # one output token has no TPOT (vllm bench serve reports none): no TPOT limit can bind
+    tpot_limit = request.max_tpot_seconds if request.output_len > 1 else None
+    return (ok(request.max_ttft_seconds, steady.ttft_seconds), ok(tpot_limit, steady.tpot_seconds),
             ok(request.max_e2e_seconds, steady.e2e_seconds))
 
 

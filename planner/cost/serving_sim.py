@@ -494,8 +494,9 @@ class _Sim:
             step_num_regular_itl=tuple(self.regular),
             irregular_itl_seconds=tuple(ends[j] - ends[i] for i, j in self.irregular),
             num_preemptions=self.num_preemptions,
-            first_arrival_seconds=first_arrival,
-            last_completion_seconds=max(ends) if ends else first_arrival,
+            # the client's first send (vllm bench serve's clock starts there), `extra` before the engine sees it
+            first_arrival_seconds=first_arrival - extra,
+            last_completion_seconds=max(ends) if ends else first_arrival - extra,
         )
 
 

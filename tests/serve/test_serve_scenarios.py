@@ -376,3 +376,13 @@ def test_headline_70b_on_2x8xa100(run_plan):
     assert "Fastest per token: tp=" in out and "Most tokens/s: tp=" in out
     assert "vllm serve MODEL --tensor-parallel-size" in out
     assert len(out.splitlines()) < 60  # one screen, give or take the wrapped rows
+
+
+def test_a_tpot_limit_does_not_bind_one_output_token(serve_plan):
+    """One output token has no TPOT (vllm bench serve reports none): a 1 us TPOT limit leaves
+    the plan as it is without it (was: TPOT-bound at concurrency 1, found by a CLI sweep)."""
+    free = serve_plan("llama-3.1-8b", "1x8xH100", output_len=1)
+    limited = serve_plan("llama-3.1-8b", "1x8xH100", output_len=1, max_tpot_seconds=1e-6)
+    assert limited.recommended is not None
+    assert limited.recommended.sla.tpot_ok and limited.recommended.sla.binding != "tpot"
+    assert limited.recommended.layout == free.recommended.layout

@@ -61,6 +61,9 @@ def test_first_token_extra_shifts_ttft_and_e2e_not_tpot():
     assert res.ttft_seconds[0] == pytest.approx(0.015)
     assert res.e2e_seconds[0] == pytest.approx(0.045)
     assert res.tpot_seconds[0] == pytest.approx(0.01)
+    # the benchmark's clock starts at the client's send: one request lasts its E2E, 45 ms (was 40)
+    assert res.makespan_seconds == pytest.approx(0.045)
+    assert bench_metrics(res).request_throughput_per_second == pytest.approx(1 / 0.045)
 
 
 def test_burst_drains_and_later_steps_are_faster():
