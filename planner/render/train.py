@@ -32,6 +32,7 @@ from planner.train import (
     moe_comm_overlap_off_reason,
     moe_dispatcher_off_reason,
     tp_comm_overlap_off_reason,
+    trained_model,
     training_caveats,
 )
 from planner.train_search import TrainPlan, short_of_memory
@@ -371,7 +372,7 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
                 show_rejected: bool, launcher: str | None = None) -> None:
     """`launcher`: the launch's title (default Megatron-LM and its release)."""
     out = console()
-    out.print(describe_model(model))
+    out.print(describe_model(trained_model(model, plan.request)))  # with the MTP modules it trains
     out.print(describe_cluster(cluster))
     if plan.layouts:
         out.print(render_table(plan, top))
@@ -472,7 +473,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
     print_json_rows({
         "workload": "train",
         "model": model.name,
-        "model_summary": to_jsonable(model_summary(model)),
+        # counting the MTP modules the run trains (--mtp-layers), as the plan prices them
+        "model_summary": to_jsonable(model_summary(trained_model(model, request))),
         "cluster": cluster.name,
         "num_gpus": plan.num_gpus,
         "global_batch": request.global_batch,

@@ -124,6 +124,9 @@ def test_deepseek_v3_at_pp16_splits_as_nvidias_recipe():
 
     with_mtp, without = plan(1), plan(0)
     assert with_mtp["mtp_layers"] == 1 and without["mtp_layers"] == 0
+    # the summary counts what is trained: one MTP module (11.61B), none (found by a CLI sweep)
+    assert with_mtp["model_summary"]["mtp_params"] == pytest.approx(11.61e9, rel=1e-3)
+    assert without["model_summary"]["mtp_params"] == 0
     assert with_mtp["recommended"]["num_layers_per_stage"] == [4] * 15 + [1]
     assert without["recommended"]["num_layers_per_stage"] == [2] + [4] * 14 + [3]
     argv = with_mtp["recommended"]["command"][0]["argv"]
