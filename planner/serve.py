@@ -16,7 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import SteadyState, steady_state, with_waiting_clients
+from planner.cost.continuous_batching import (
+    SteadyState,
+    arrivals,
+    steady_state,
+    with_waiting_clients,
+)
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
@@ -300,13 +305,29 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
     else:
         batch = cap
+        lockstep = lockstep_ranks(model, layout)
         if request.batch is None and steady_at(cap).budget_bound:
             # past the token budget more sequences add no tokens/s, only prompt queueing
             batch = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
-            if batch < cap:
+        elif request.batch is None and lockstep > 1:
+            # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
+            # each whole number of chunks per rank and step
+            def chunks_at(concurrency: int) -> float:
+                rate, prefill_rounds, _, _ = arrivals(concurrency, request.input_len, request.output_len, budget,
+                                                      min(layout.pp, concurrency), tokens_per_round, spec_tokens)
+                return rate * prefill_rounds
+            batch = lockstep_peak_concurrency(steady_at, chunks_at, cap, PROMPT_BOUND_TIE_FRACTION)
+        if batch < cap:
+            if steady_at(cap).budget_bound:
                 notes.append(f"Prompt-bound: {batch} concurrent sequences per replica give the most output "
                              f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue for "
                              f"the {budget:,}-token step budget")
+            else:
+                notes.append(f"Lockstep-bound: {batch} concurrent sequences per replica give the most output "
+                             f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} DP "
+                             f"ranks stepping together wait on whichever carries the most prompt chunks "
+                             f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
+                             f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
     steady = steady_at(batch)
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)
@@ -371,7 +392,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             f"(--max-num-batched-tokens), so requests queue {steady.queue_rounds:.1f} steps for their prefill"
         )
     if steady.lockstep_ranks > 1:
-        mean_chunks = steady.prefill_tokens_per_step * steady.prefill_rounds / max(request.input_len, 1)
+        mean_chunks = mean_prompt_chunks(steady, request)
         notes.append(
             f"{steady.lockstep_ranks} DP ranks step in lockstep (EP across them): a step lasts as long as "
             f"its busiest rank, which carries {steady.busiest_rank_chunks_per_round:.2f} prompt chunks per "
@@ -483,6 +504,40 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
         middle = (low + high) // 2
         low, high = (low, middle) if rate(middle) >= bar else (middle, high)
     return high
+
+
+LOCKSTEP_PEAKS = 8
+"""Whole numbers of prompt chunks per rank and step that lockstep_peak_concurrency tries. Just
+past k chunks the busiest of d ranks soon carries k + 1 (a round as long as (k + 1) / k of the
+mean's prompt work), so the dips shrink as 1 / k; past 8 they are within the 3% tie."""
+
+
+def lockstep_peak_concurrency(steady_at: Callable[[int], SteadyState], chunks_at: Callable[[int], float],
+                              upper: int, tie: float) -> int:
+    """The fewest sequences in [1, upper] at a local peak of output tokens/s within `tie` of the
+    best, for DP ranks in lockstep below the token budget. Tokens/s rise with concurrency
+    except just past each whole number k of prompt chunks per rank and step, where the
+    busiest rank starts to carry k + 1 (continuous_batching.busiest_rank_chunks): so the peaks
+    are the largest concurrency at each k (found by bisection on the arrival solution alone,
+    no step priced) and `upper`. DeepSeek-V3 on 2x8xH200 at dp=16 ep=8 (1,024/256 tokens):
+    256 sequences (1.00 chunk) 15,042 tok/s, 300 14,219, 371 (the KV cache's limit) 14,841."""
+    peaks = {upper}
+    for k in range(1, min(math.floor(chunks_at(upper)), LOCKSTEP_PEAKS) + 1):
+        if chunks_at(1) > k:
+            continue
+        low, high = 1, upper  # chunks_at(low) <= k < chunks_at(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if chunks_at(middle) <= k else (low, middle)
+        peaks.add(low)
+    rates = {c: steady_at(c).throughput_tokens_per_second for c in sorted(peaks)}
+    bar = max(rates.values()) * (1 - tie)
+    return next(c for c, rate in rates.items() if rate >= bar)
+
+
+def mean_prompt_chunks(steady: SteadyState, request: ServeRequest) -> float:
+    """Prompt chunks a rank carries per step on average."""
+    return steady.prefill_tokens_per_step * steady.prefill_rounds / max(request.input_len, 1)
 
 
 def lockstep_ranks(model: ModelSpec, layout: Layout) -> int:

@@ -134,6 +134,27 @@ def lockstep_decoding_round(q: float, c: float, ranks: int, decode_round: float,
     return (1 - carrying) * decode_round + carrying * chunk_round(per_rank / carrying)
 
 
+def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
+             tokens_per_round: float = 1.0, spec_tokens: int = 0) -> tuple[float, float, float, bool]:
+    """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
+    prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt chunks a
+    rank carries per round."""
+    c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
+    width = 1 + spec_tokens
+    round_budget = in_flight * step_budget_tokens
+    rate = c / (d + 1)
+    prefill_rounds, bound = 1.0, False
+    for _ in range(SOLVER_ITERATIONS):
+        room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
+        prefill_rounds = float(math.ceil(i / room))
+        rate = c / (d + prefill_rounds)
+        bound = rate * (i + d * width) > round_budget
+        if bound:
+            rate = round_budget / (i + d * width)
+    queue_rounds = max(0.0, c / rate - d - prefill_rounds) if bound else 0.0
+    return rate, prefill_rounds, queue_rounds, bound
+
+
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
@@ -173,17 +194,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     width = 1 + spec_tokens
     context = i + output_len / 2 if context_tokens is None else context_tokens
     pairs = causal_pairs(i) if prompt_pairs is None else prompt_pairs
-    round_budget = in_flight * step_budget_tokens
-    rate = c / (d + 1)
-    prefill_rounds, queue_rounds, bound = 1.0, 0.0, False
-    for _ in range(SOLVER_ITERATIONS):
-        room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
-        prefill_rounds = float(math.ceil(i / room))
-        rate = c / (d + prefill_rounds)
-        bound = rate * (i + d * width) > round_budget
-        if bound:
-            rate = round_budget / (i + d * width)
-    queue_rounds = max(0.0, c / rate - d - prefill_rounds) if bound else 0.0
+    rate, prefill_rounds, queue_rounds, bound = arrivals(c, input_len, output_len, step_budget_tokens, in_flight,
+                                                         tokens_per_round, spec_tokens)
     decode_seqs = rate * d
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)

@@ -132,3 +132,45 @@ def test_notes_say_what_sets_tpot_and_the_default_concurrency():
     assert any(note.startswith("Prompts share the steps") for note in notes)
     assert any("vLLM's default --max-num-seqs on L40S" in note for note in notes)
     assert any("MODEL must be the nvfp4 checkpoint" in note for note in payload["launch_notes"])
+
+
+def test_lockstep_peak_concurrency_by_hand():
+    """Prompt chunks per rank and step q = c / 100 (so whole numbers at 100, 200, 300); tokens/s
+    rise 10 per sequence to 1,000 at 100, dip, reach 1,500 at 200, dip, and end at 1,480 at
+    250, the cap. Peaks tried: 100, 200 and the cap (q(250) = 2.5: k = 1, 2). Best 1,500: with
+    no tie 200; with a 3% tie (bar 1,455) the fewest peak over the bar is still 200 (100 gives
+    1,000); with a 40% tie (bar 900) it is 100."""
+    from types import SimpleNamespace
+
+    from planner.serve import lockstep_peak_concurrency
+
+    def rate(c: int) -> float:
+        return {100: 1000.0, 200: 1500.0, 250: 1480.0}.get(c, 0.0)
+
+    priced: list[int] = []
+
+    def steady(c: int):
+        priced.append(c)
+        return SimpleNamespace(throughput_tokens_per_second=rate(c))
+
+    assert lockstep_peak_concurrency(steady, lambda c: c / 100, 250, 0.0) == 200
+    assert sorted(set(priced)) == [100, 200, 250]  # only the peaks are priced
+    assert lockstep_peak_concurrency(steady, lambda c: c / 100, 250, 0.03) == 200
+    assert lockstep_peak_concurrency(steady, lambda c: c / 100, 250, 0.4) == 100
+    # below one chunk per step there is no dip: the cap itself
+    assert lockstep_peak_concurrency(steady, lambda c: c / 1000, 250, 0.03) == 250
+
+
+def test_lockstep_ranks_run_at_their_peak_not_past_it():
+    """DeepSeek-V3 on 2x8xH200 at dp=16 ep=8 (8 ranks in lockstep): the KV cache allows 371
+    sequences per rank, but past 256 (one prompt chunk per rank and step) the busiest rank
+    carries two chunks while the mean is 1.45, and tokens/s are lower at 371 than at 256.
+    Without --batch or an SLA the plan runs the peak and says why; each of 300 and 371 asked
+    for with --batch gives fewer tokens/s."""
+    args = ["--model", "deepseek-v3", "--cluster", "2x8xH200", "--layout", "tp=1,pp=1,dp=16,ep=8", "--json"]
+    best = json.loads(CliRunner().invoke(app, args).output)["recommended"]
+    assert best["batch"] == 256
+    assert any(note.startswith("Lockstep-bound") for note in best["notes"])
+    for batch in (300, 371):
+        other = json.loads(CliRunner().invoke(app, [*args, "--batch", str(batch)]).output)["recommended"]
+        assert other["throughput_tokens_per_second"] < best["throughput_tokens_per_second"]
