@@ -569,7 +569,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
     requests = workload_requests(lengths, num_prompts, rate)
     # every output token is one step of some replica, which runs at most this many sequences at once
-    lanes = layout.dp * min(result.batch, request.max_concurrency or result.batch)
+    lanes = min(layout.dp * result.batch, request.max_concurrency or layout.dp * result.batch)
     steps = sum(r.output_len for r in requests) / lanes
     if steps > MAX_SIMULATED_STEPS:
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "

@@ -514,7 +514,8 @@ def simulate_replicas(
     group_step_seconds: Callable[[list[StepLoad]], float] | None = None,
 ) -> SimResult:
     """dp engines: request i (in arrival order) goes to replica i mod num_replicas; a client
-    concurrency limit is split evenly between them (the first C mod dp get one more).
+    concurrency limit is split evenly between them (the first C mod dp get one more); a
+    limit C below dp leaves all but the first C replicas idle, one request in flight on each.
 
     Round-robin is the choice of a plain router in front of dp independent engines; vLLM's
     internal DP load balancer picks the least loaded engine instead, which round-robin
@@ -529,12 +530,15 @@ def simulate_replicas(
     assert num_replicas >= 1 and lockstep_ranks >= 1
     assert lockstep_ranks == 1 or group_step_seconds is not None
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
-    parts = [order[j::num_replicas] for j in range(num_replicas)]
+    # fewer client slots than replicas: only that many engines ever hold a request (the
+    # router sends each to an idle one), the first ones
+    active = num_replicas if max_concurrency is None else min(num_replicas, max_concurrency)
+    parts = [order[j::active] for j in range(active)] + [[] for _ in range(num_replicas - active)]
 
     def share(j: int) -> int | None:
         if max_concurrency is None:
             return None
-        return max(1, max_concurrency // num_replicas + (j < max_concurrency % num_replicas))
+        return max_concurrency // active + (j < max_concurrency % active)
 
     # replicas handed the same requests (a burst of identical ones: every replica but the
     # remainder's) run the same simulation: each distinct one runs once

@@ -133,6 +133,20 @@ def test_replicas_round_robin_halves_the_batch():
     assert len(two.step_seconds) == 2 * len(one.step_seconds)
 
 
+def test_a_client_limit_below_the_replicas_keeps_that_many_busy():
+    """vllm bench serve's --max-concurrency is one semaphore over all requests: 2 slots over
+    4 replicas keep 2 requests in flight, not one per replica. 8 identical requests of 10
+    prompt and 5 output tokens, each alone taking E2E t: 2 at a time, so the burst takes 4 t
+    (it took 2 t with each replica given a slot of its own)."""
+    reqs = [SimRequest(0, 10, 5)] * 8
+    alone = simulate(reqs[:1], EngineLimits(BIG_KV, 8, 100), const).e2e_seconds[0]
+    limited = simulate_replicas(reqs, 4, EngineLimits(BIG_KV, 8, 100), const, max_concurrency=2)
+    assert limited.last_completion_seconds - limited.first_arrival_seconds == pytest.approx(4 * alone)
+    # 3 slots over 4 replicas: 3 at a time, the last 2 requests in a third wave
+    three = simulate_replicas(reqs, 4, EngineLimits(BIG_KV, 8, 100), const, max_concurrency=3)
+    assert three.last_completion_seconds - three.first_arrival_seconds == pytest.approx(3 * alone)
+
+
 def test_weighted_percentile_is_numpy_linear():
     # np.percentile([1, 2, 2, 5], 50) = 2.0; at 99: pos 2.97 -> 2 + 0.97*3 = 4.91.
     assert weighted_percentile([(2.0, 2), (1.0, 1), (5.0, 1)], 50) == pytest.approx(2.0)
