@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.serving_memory import max_num_batched_tokens
+from planner.cost.serving_memory import kv_bytes_per_sequence, max_num_batched_tokens
 from planner.disagg_search import (
     DisaggEstimate,
     DisaggPlan,
@@ -98,6 +98,7 @@ def binding_reason(e: DisaggEstimate) -> str:
 def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
               role: str, model_arg: str) -> ServeArgs:
     worker = est.prefill if role == "prefill" else est.decode
+    fullest = max(worker.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
     return ServeArgs(
         model=model_arg, tp=worker.tp, pp=worker.pp, dp=worker.dp, ep=worker.ep, gpus_per_node=cluster.gpus_per_node,
         gpu_memory_utilization=request.gpu_memory_utilization, max_model_len=est.max_model_len,
@@ -108,6 +109,9 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe,
+        kv_cache_bytes_per_gpu=fullest.kv_cache_bytes, # a prefill worker's requests hold their KV only until it is sent: not sized by it
+        kv_bytes_per_sequence=0.0 if role == "prefill" else kv_bytes_per_sequence(
+            fullest, request.input_len, request.output_len, request.decode_context_tokens),
         priced_batched_tokens=max_num_batched_tokens(cluster, role_request(request, role),
                                                      Layout(worker.tp, worker.pp, worker.dp, worker.ep)))
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.cost.serving_memory import max_num_batched_tokens, v0_chunked_prefill
+from planner.cost.serving_memory import (
+    kv_bytes_per_sequence,
+    max_num_batched_tokens,
+    v0_chunked_prefill,
+)
 from planner.cost.serving_sim import ServeMetrics
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
 from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
+from planner.emit.sglang import sglang_pool_notes
 from planner.errors import SpecError
 from planner.layout import Layout
 from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest
@@ -23,6 +28,7 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
     # the engine's own default for this layout (256 under batched DP MoE), left implicit
     default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout,
                                             plan.model)
+    fullest = max(result.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
     return ServeArgs(
         model=model_arg,
         tp=result.layout.tp,
@@ -43,7 +49,10 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         engine_versions=request.engine_versions,
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
         gpu_memory_bytes=cluster.gpu.memory_bytes,
-        weights_and_kv_bytes_per_gpu=max(s.weights_bytes + s.kv_cache_bytes for s in result.stages),
+        weights_and_kv_bytes_per_gpu=fullest.weights_bytes + fullest.kv_cache_bytes,
+        kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
+        kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
+                                                    request.decode_context_tokens),
         is_moe=plan.model.is_moe,
         priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout, plan.model),
         enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine
@@ -180,6 +189,8 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
 def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     """What the printed commands need besides themselves (text "Note:" lines, JSON launch_notes)."""
     notes = launch_notes(plan)
+    if plan.recommended is not None and engine == "sglang":
+        notes += sglang_pool_notes(engine_args(plan, plan.recommended, MODEL_PLACEHOLDER))
     release = plan.request.engine_versions.vllm_release
     if plan.recommended is not None and engine in ("vllm", "vllm-ray"):
         notes += apart_notes(plan.model.is_moe, plan.recommended.layout, release.v1_engine)

@@ -227,3 +227,25 @@ def test_refused_layouts_are_listed_with_their_reason(run_plan):
 def test_shell_join_quotes_as_shlex_does(argv: list[str]) -> None:
     """The fast path (nothing to quote: the argv joined) gives shlex's line for any argv."""
     assert shell_join(argv) == " ".join(shlex.quote(arg) for arg in argv)
+
+
+def test_sglang_runs_what_its_capped_pool_holds():
+    """An 80 GiB GPU with 16 GiB of weights and 56 GiB of KV on it, each sequence 0.17 GiB of
+    KV: the plan runs 300 sequences. SGLang keeps out of --mem-fraction-static, at tp 1 on a
+    60-90 GiB GPU (8,192 prefill tokens, 256 graph batches, 58 piecewise graphs): 512 MiB +
+    1.5 x 8,192 + 2 x 256 + 1,024 / 8 + 8 x 58 = 13,904 MiB = 13.58 GiB (over its 10 GiB
+    minimum), so the fraction is floor((80 - 13.58) / 80, 3 decimals) = 0.830 and its pool
+    holds 0.83 x 80 - 16 = 50.4 GiB of KV: floor(50.4 / 0.17) = 296 sequences, which the
+    command runs (and says so), not 300."""
+    from planner.emit.sglang import max_running_requests, mem_fraction_static, sglang_pool_notes
+    from planner.units import BYTES_PER_GIB
+
+    args = replace(ARGS, tp=1, max_num_seqs=300, gpu_memory_bytes=80 * BYTES_PER_GIB,
+                   weights_and_kv_bytes_per_gpu=72 * BYTES_PER_GIB, kv_cache_bytes_per_gpu=56 * BYTES_PER_GIB,
+                   kv_bytes_per_sequence=0.17 * BYTES_PER_GIB)
+    assert mem_fraction_static(args) == 0.83
+    assert max_running_requests(args) == 296
+    assert "296 running requests per server, not the 300" in sglang_pool_notes(args)[0]
+    # a pool that holds them all changes nothing (and says nothing)
+    roomy = replace(args, kv_bytes_per_sequence=0.1 * BYTES_PER_GIB)
+    assert max_running_requests(roomy) == 300 and sglang_pool_notes(roomy) == []

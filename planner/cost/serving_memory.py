@@ -171,6 +171,16 @@ def kv_tokens_per_running_sequence(input_len: float, output_len: float,
     return context + eff.KV_BLOCK_SIZE_TOKENS / 2
 
 
+def kv_bytes_per_sequence(stage: StageMemory, input_len: float, output_len: float,
+                          context_tokens: float | None = None) -> float:
+    """One running sequence's mean KV bytes on `stage`: its cache's bytes per token times
+    kv_tokens_per_running_sequence; 0 for a stage with no cache."""
+    if stage.kv_cache_tokens <= 0:
+        return 0.0
+    return stage.kv_cache_bytes / stage.kv_cache_tokens * kv_tokens_per_running_sequence(
+        input_len, output_len, context_tokens)
+
+
 def kv_limited_sequences(kv_cache_tokens: float, input_len: float, output_len: float,
                          context_tokens: float | None = None) -> int:
     """How many sequences the KV cache runs at once in the steady state: the cache over each

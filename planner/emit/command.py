@@ -185,6 +185,11 @@ class ServeArgs:
     gpu_memory_bytes: int
     weights_and_kv_bytes_per_gpu: float
     """The plan's weights + KV cache on its fullest GPU (what SGLang's --mem-fraction-static covers)."""
+    kv_cache_bytes_per_gpu: float = 0.0
+    """Of which the KV cache; with kv_bytes_per_sequence, what SGLang's pool holds when its
+    reserve caps --mem-fraction-static below the plan's share (0: not known, not checked)."""
+    kv_bytes_per_sequence: float = 0.0
+    """One running sequence's mean KV footprint on that GPU (serving_memory.kv_tokens_per_running_sequence)."""
     ep: int = 1
     """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
     moe_backend: str = "auto"

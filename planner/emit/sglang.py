@@ -110,6 +110,28 @@ def mem_fraction_static(a: ServeArgs) -> float:
     return math.floor(min(planned, ceiling) * 1000) / 1000
 
 
+def max_running_requests(a: ServeArgs) -> int:
+    """The plan's sequences per worker, or fewer where SGLang's reserve caps
+    --mem-fraction-static below the plan's weights + KV: what the smaller pool holds at the
+    plan's mean footprint per sequence (more would only be retracted and requeued)."""
+    if a.kv_bytes_per_sequence <= 0:
+        return a.max_num_seqs
+    pool = mem_fraction_static(a) * a.gpu_memory_bytes - (a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu)
+    return max(1, min(a.max_num_seqs, math.floor(pool / a.kv_bytes_per_sequence)))
+
+
+def sglang_pool_notes(a: ServeArgs) -> list[str]:
+    """Say so when the SGLang command runs fewer sequences than the plan prices."""
+    server, _ = ep_server(a)
+    running = max_running_requests(server)
+    if running >= server.max_num_seqs:
+        return []
+    return [f"SGLang keeps {reserved_bytes(server) / BYTES_PER_GIB:.1f} GiB per GPU out of its pool by default "
+            f"(activations, CUDA graphs): --mem-fraction-static {mem_fraction_static(server):g} leaves KV for "
+            f"{running} running requests per server, not the {server.max_num_seqs} the plan prices (vLLM's "
+            f"--gpu-memory-utilization budget); its throughput is lower than the plan's"]
+
+
 def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[str]:
     flags = ["--model-path", a.model, "--tp-size", str(a.tp)]
     if a.pp > 1:
@@ -117,7 +139,7 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
     if dp > 1:
         flags += ["--dp-size", str(dp)]
     flags += [*ep_flags, "--mem-fraction-static", f"{mem_fraction_static(a):g}",
-              "--context-length", str(a.max_model_len), "--max-running-requests", str(a.max_num_seqs)]
+              "--context-length", str(a.max_model_len), "--max-running-requests", str(max_running_requests(a))]
     if a.max_num_batched_tokens is not None:
         flags += ["--chunked-prefill-size", str(a.max_num_batched_tokens)]
     if a.quantization and QUANTIZATION.get(a.quantization):
@@ -245,7 +267,7 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     per_rank = low_latency_tokens_per_rank(a) or a.max_num_batched_tokens or a.priced_batched_tokens
     budget = None if per_rank is None else per_rank * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
-                     max_num_batched_tokens=budget)
+                     max_num_batched_tokens=budget, kv_bytes_per_sequence=a.kv_bytes_per_sequence / d)
     a2a = (*DEEPEP_FLAGS.get(a.all2all_backend, ()), *(("--enable-two-batch-overlap",) if a.enable_dbo else ()))
     if a.engine_versions.sglang_release.attn_dp_size_flag:
         return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d), *a2a)
