@@ -189,6 +189,12 @@ def render_aggregated(plan: ServePlan, engine: str, top: int | None, show_reject
 def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     """What the printed commands need besides themselves (text "Note:" lines, JSON launch_notes)."""
     notes = launch_notes(plan)
+    best = plan.recommended
+    if best is not None and engine == "vllm-ray" and best.layout.tp * best.layout.pp <= plan.cluster.gpus_per_node:
+        notes.append(f"--emit vllm-ray: each replica of {best.layout} fits in one node, so no Ray cluster is needed and "
+                     f"the command is the plain one (vLLM runs a replica inside a node with its multiprocessing "
+                     f"executor, and DP ranks across nodes with its own --data-parallel-address); Ray is used where "
+                     f"a replica spans nodes")
     if plan.recommended is not None and engine == "sglang":
         notes += sglang_pool_notes(engine_args(plan, plan.recommended, MODEL_PLACEHOLDER))
     release = plan.request.engine_versions.vllm_release

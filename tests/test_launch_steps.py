@@ -249,3 +249,17 @@ def test_sglang_runs_what_its_capped_pool_holds():
     # a pool that holds them all changes nothing (and says nothing)
     roomy = replace(args, kv_bytes_per_sequence=0.1 * BYTES_PER_GIB)
     assert max_running_requests(roomy) == 300 and sglang_pool_notes(roomy) == []
+
+
+def test_vllm_ray_says_when_it_needs_no_ray():
+    """--emit vllm-ray on tp=4 replicas over two 8-GPU nodes: every replica fits in a node, so
+    the command is the plain one, and the plan says so instead of silently printing no Ray;
+    405B at tp=8 pp=2 spans nodes: the Ray cluster is started and nothing is said."""
+    fits = json.loads(CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--layout",
+                                               "tp=4,dp=4", "--emit", "vllm-ray", "--json"]).output)
+    assert any(note.startswith("--emit vllm-ray: each replica") for note in fits["launch_notes"])
+    assert "ray start" not in json.dumps(fits["recommended"]["command"])
+    spans = json.loads(CliRunner().invoke(app, ["--model", "llama-3.1-405b", "--cluster", "4x8xH100", "--layout",
+                                                "tp=8,pp=2,dp=2", "--emit", "vllm-ray", "--json"]).output)
+    assert not any(note.startswith("--emit vllm-ray") for note in spans["launch_notes"])
+    assert "ray start" in json.dumps(spans["recommended"]["command"])
