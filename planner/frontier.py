@@ -13,6 +13,7 @@ docs/cost-model.md (Serving: the throughput-latency frontier).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -24,6 +25,7 @@ from planner.search import non_dominated
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, beats_beyond_a_tie, evaluate
 from planner.specs import ClusterSpec, ModelSpec
+from planner.units import ms_to_seconds, seconds_to_ms
 
 FRONTIER_TARGETS = 10
 """TPOT limits swept, geometrically spaced from the fastest lone request to the TPOT of the
@@ -95,9 +97,22 @@ def tpot_targets(fastest_seconds: float, peak_seconds: float, count: int = FRONT
     near the fast end. One target when the two are that close."""
     low = fastest_seconds * FASTEST_TARGET_MARGIN
     if peak_seconds <= low or count < 2:
-        return (max(low, peak_seconds),)
+        return (printed_limit(max(low, peak_seconds)),)
     ratio = (peak_seconds / low) ** (1 / (count - 1))
-    return tuple(low * ratio ** i for i in range(count - 1)) + (peak_seconds,)
+    return tuple(printed_limit(t) for t in (*(low * ratio ** i for i in range(count - 1)), peak_seconds))
+
+
+TARGET_DECIMALS_MS = 1
+"""The frontier prints its TPOT limits to 0.1 ms; each limit is that printed number itself."""
+
+
+def printed_limit(seconds: float) -> float:
+    """`seconds` rounded up to the printed 0.1 ms, as `--max-tpot-ms` reads that number back
+    (87.04 ms -> 87.1 ms): planning again with the printed limit finds the same point (the
+    limits were unrounded: 86.96 ms printed as 87.0 ran 206 sequences, `--max-tpot-ms 87.0`
+    205). Up, so the peak's own TPOT still meets its limit."""
+    scale = 10 ** TARGET_DECIMALS_MS
+    return ms_to_seconds(math.ceil(round(seconds_to_ms(seconds) * scale, 6)) / scale)
 
 
 def pareto_front(candidates: list[FrontierCandidate]) -> list[FrontierCandidate]:

@@ -27,9 +27,23 @@ def candidate(user: float, gpu: float, label: str = "x") -> FrontierCandidate:
 def test_targets_by_hand():
     """fastest 10 ms, peak 160 ms, 5 targets: the first is 10 x 1.02 = 10.2 ms; ratio
     (160 / 10.2)^(1/4) = 15.6863^0.25 = 1.990123; so 10.2, 10.2 x 1.990123 = 20.299,
-    40.398, 80.397 and 160 ms."""
+    40.398, 80.397 and 160 ms, each rounded up to the 0.1 ms the frontier prints (the limit is
+    the printed number): 10.2, 20.3, 40.4, 80.4, 160.0 ms."""
     targets = tpot_targets(0.010, 0.160, 5)
-    assert [round(t * 1e3, 3) for t in targets] == [10.2, 20.299, 40.398, 80.397, 160.0]
+    assert [round(t * 1e3, 9) for t in targets] == [10.2, 20.3, 40.4, 80.4, 160.0]
+
+
+def test_a_printed_limit_plans_again_to_the_same_point(run_plan):
+    """The frontier's advice: plan again with --max-tpot-ms set to a point's printed TPOT limit
+    and the SLA search picks the same deployment and concurrency (the limits were unrounded, and
+    87.0 ms printed ran 206 sequences where --max-tpot-ms 87.0 gives 205)."""
+    args = ("--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "aggregated")
+    frontier = json.loads(run_plan(*args, "--frontier", "--json").stdout)
+    for point in frontier["points"][-3:]:
+        limit = f"{point['tpot_limit_seconds'] * 1e3:.1f}"
+        again = json.loads(run_plan(*args, "--max-tpot-ms", limit, "--json").stdout)["layouts"][0]
+        assert f"tp={again['tp']} pp={again['pp']} dp={again['dp']}" == point["aggregated"]["deployment"]
+        assert again["concurrency"] == point["aggregated"]["concurrency"]
 
 
 def test_one_target_when_the_ends_meet():
@@ -90,7 +104,8 @@ def test_the_ends_are_the_plain_plans(frontier_8b, model, cluster):
     request = ServeRequest(input_len=1024, output_len=256)
     peak = plan_serving(m, c, request).recommended
     assert frontier_8b.peak_tpot_seconds == peak.tpot_seconds
-    assert frontier_8b.points[-1].tpot_limit_seconds == peak.tpot_seconds
+    # the last limit is the peak's TPOT rounded up to the printed 0.1 ms
+    assert peak.tpot_seconds <= frontier_8b.points[-1].tpot_limit_seconds < peak.tpot_seconds + 1e-4
     assert frontier_8b.fastest_tpot_seconds == pytest.approx(
         plan_serving(m, c, replace(request, batch=1, objective="latency")).recommended.tpot_seconds)
     middle = frontier_8b.points[4]
