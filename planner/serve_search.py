@@ -354,7 +354,8 @@ def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
 def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
     """What would make a layout feasible, each checked by re-planning: lighter weights,
     an fp8 KV cache, the default token budget where --max-num-batched-tokens raised it, a
-    shorter context (with the longest --max-model-len that then fits), more GPUs, a looser SLA
+    shorter context (with the longest --max-model-len that then fits), the SLA search's own
+    concurrency where --batch fixes one that misses the limits, more GPUs, a looser SLA
     (sla_reach)."""
     order = {None: 0, "int8": 1, "fp8": 1, "int4": 2, "nvfp4": 2, "mxfp4": 2}
     options = [
@@ -382,6 +383,12 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
             out.append(f"--max-model-len {length:,} or less: fits, e.g. {layout}")
         else:
             out.append(f"{label} with --max-model-len {length:,} or less: fits, e.g. {layout}")
+    has_sla = any(getattr(request, field) is not None for _, field, _, _ in SLA_LIMITS)
+    if request.batch is not None and has_sla:  # the fixed concurrency may be what misses the SLA
+        unfixed = _feasible(model, cluster, replace(request, batch=None))
+        if unfixed is not None:
+            out.append(f"without --batch (the SLA search picks the concurrency): fits, e.g. {unfixed.layout} at "
+                       f"{unfixed.batch:,} concurrent sequence(s) per replica")
     more = more_gpus_needed(model, cluster, request)
     if more is not None:
         out.append(more)

@@ -386,3 +386,14 @@ def test_a_tpot_limit_does_not_bind_one_output_token(serve_plan):
     assert limited.recommended is not None
     assert limited.recommended.sla.tpot_ok and limited.recommended.sla.binding != "tpot"
     assert limited.recommended.layout == free.recommended.layout
+
+
+def test_a_fixed_batch_that_misses_the_sla_suggests_dropping_it(serve_plan):
+    """--batch 512 with --max-tpot-ms 20 on 8 H100s: 512 sequences take 127 ms or more per
+    token on every layout, so nothing fits; without --batch the SLA search runs 41 per replica
+    at tp=8 within 20 ms. The advice says so (it said "use more or larger GPUs")."""
+    plan = serve_plan("llama-3.1-70b", "1x8xH100", batch=512, max_tpot_seconds=0.020)
+    assert plan.recommended is None
+    assert plan.suggestions[0] == ("without --batch (the SLA search picks the concurrency): fits, e.g. "
+                                   "tp=8 pp=1 dp=1 at 41 concurrent sequence(s) per replica")
+    assert not any("more or larger GPUs" in s for s in plan.suggestions)
