@@ -1301,6 +1301,11 @@ def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]
         trained = f"{num_trained} of them" if num_trained else "the main model only"
         caveats += (f"the spec's {model.num_mtp_layers} multi-token-prediction layer(s) are not all trained ({why}): "
                     f"the plan and command train {trained}.",)
+    if request.recompute in ("op", "selective") and op_recompute_refusal(model, request) is None:
+        caveats += ("recompute op is torchtitan's selective activation checkpointing (mode \"selective\", "
+                    "selective_ac_option \"op\"), what --recompute selective runs there: it reruns every second "
+                    "matmul (three of a block's seven) and the elementwise ops and saves the rest, attention "
+                    "included: not Megatron's selective (the attention core rerun).",)
     if model.dtype == "float32":
         caveats += ("the spec's float32 weights train in bf16 mixed precision (--bf16, fp32 master weights "
                     "and gradients), as the plan prices; fp32 training (4-byte activations, TF32 matmuls) is "

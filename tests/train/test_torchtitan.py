@@ -486,3 +486,16 @@ def test_fsdp_70b_on_64_h100_runs_the_per_op_checkpoint():
     assert search(model, cluster, replace(request, layout=LayoutFilter())).layouts[0].config == best.config
     full = [e for e in plan.layouts if e.config.recompute == "full"]
     assert full and max(e.tokens_per_second for e in full) < best.tokens_per_second
+
+
+def test_selective_on_torchtitan_says_it_runs_per_op_checkpointing():
+    """--recompute selective on torchtitan (dense bf16) is planned and emitted as its per-op
+    selective checkpointing, shown as recompute op: the plan's notes say what that level
+    reruns, so "op" in the table is not a surprise; Megatron's selective says nothing."""
+    from planner.train import training_caveats
+
+    model = resolve_model("llama-3.1-8b")
+    titan = TrainRequest(global_batch=64, seq_len=8192, engine="torchtitan", recompute="selective")
+    assert any(c.startswith("recompute op is torchtitan's selective") for c in training_caveats(model, titan))
+    megatron = replace(titan, engine="megatron")
+    assert not any(c.startswith("recompute op") for c in training_caveats(model, megatron))
