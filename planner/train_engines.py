@@ -153,6 +153,10 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
         raise SpecError(f"--attention-kernel fa2: torchtitan {TORCHTITAN_RELEASE} runs SDPA with cuDNN's kernel "
                         "first (torchtitan/models/attention.py, ScaledDotProductAttentionWrapper) and no job-config "
                         "key selects FlashAttention-2; use --engine megatron or --attention-kernel auto")
+    if request.zero_stage == 2:
+        raise SpecError(f"--zero 2: torchtitan {TORCHTITAN_RELEASE} has no ZeRO-2: FSDP2 shards the parameters "
+                        "with the gradients and optimizer state (ZeRO-3), in effect ZeRO-1 under pipelining, and "
+                        "replicates with DDP (ZeRO-0); use --zero 3 (or --zero 1 with pp > 1), or --engine megatron")
     if request.grad_reduce != "fp32":
         raise SpecError(f"--grad-reduce {request.grad_reduce}: torchtitan {TORCHTITAN_RELEASE} reduces gradients "
                         "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")

@@ -499,3 +499,14 @@ def test_selective_on_torchtitan_says_it_runs_per_op_checkpointing():
     assert any(c.startswith("recompute op is torchtitan's selective") for c in training_caveats(model, titan))
     megatron = replace(titan, engine="megatron")
     assert not any(c.startswith("recompute op") for c in training_caveats(model, megatron))
+
+
+def test_zero_2_on_torchtitan_is_a_one_line_error():
+    """torchtitan has no ZeRO-2 on any layout: the error says so first (it listed each
+    layout's own refusal, the cause buried under 19 of them)."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "64", "--seq-len", "8192", "--engine", "torchtitan",
+                                      "--zero", "2"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("--zero 2: torchtitan v0.2.2 has no ZeRO-2"), result.stderr
