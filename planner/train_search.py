@@ -545,6 +545,15 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     sizes = [(1, g) for g in (2 ** i for i in range(1, 11)) if planned < g <= per_node]
     sizes += [(n, per_node) for n in (2 ** i for i in range(1, 20))
               if n * per_node > planned and n * per_node <= MAX_SUGGESTED_GPUS]
+    if planned < cluster.num_gpus:  # --gpus left some of this cluster out: try more of it first
+        for g in (2 ** i for i in range(1, 20)):
+            if planned < g <= cluster.num_gpus and g * cluster.gpu.cuda_visible_memory_bytes >= states_bytes:
+                try:
+                    plan = search(model, cluster, replace(request, num_gpus=g), suggest=False)
+                except SpecError:  # not a shape --gpus takes here, or the request's flags do not hold
+                    continue
+                if plan.layouts:
+                    return f"{_config_words(plan.layouts[0].config)} on {g} GPUs of this cluster: plan with --gpus {g}"
     wider = replace(request, num_gpus=None)
     for nodes, gpus in sizes:
         if nodes * gpus * cluster.gpu.cuda_visible_memory_bytes < states_bytes:
@@ -560,11 +569,15 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
         except SpecError:  # the request's own flags do not hold on that cluster (a fixed batch split)
             continue
         if plan.layouts:
-            c = plan.layouts[0].config
-            return (f"{nodes * gpus} GPUs ({shorthand}, the catalog's networking) run tp={c.tp} cp={c.cp} pp={c.pp} "
-                    f"dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''}, recompute {c.recompute}, ZeRO-{c.zero_stage}: "
-                    f"plan with --cluster {shorthand} to see it (sizes tried by doubling)")
+            return (f"{nodes * gpus} GPUs ({shorthand}, the catalog's networking) run "
+                    f"{_config_words(plan.layouts[0].config)}: plan with --cluster {shorthand} to see it (sizes "
+                    f"tried by doubling)")
     return None
+
+
+def _config_words(c: TrainConfig) -> str:
+    return (f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''}, recompute {c.recompute}, "
+            f"ZeRO-{c.zero_stage}")
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, suggest: bool = True,

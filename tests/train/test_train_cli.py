@@ -170,9 +170,11 @@ def test_what_would_fit_keeps_the_request_as_asked():
     assert "tp=8 cp=1 pp=1" in fixed.suggestions[0]
     subset = search(resolve_model("llama-3.1-405b"), resolve_cluster("16x8xH100"),
                     TrainRequest(global_batch=512, seq_len=8192, num_gpus=8))
-    gpus = int(subset.suggestions[0].split(" GPUs")[0])
-    assert gpus <= 128 and search(resolve_model("llama-3.1-405b"), resolve_cluster(f"{gpus // 8}x8xH100"),
-                                  TrainRequest(global_batch=512, seq_len=8192)).layouts
+    # more of the cluster first, in its own words: plan with --gpus (not a catalog cluster of that size)
+    gpus = int(subset.suggestions[0].split("--gpus ")[1].rstrip("."))
+    assert f"on {gpus} GPUs of this cluster" in subset.suggestions[0]
+    assert gpus <= 128 and search(resolve_model("llama-3.1-405b"), resolve_cluster("16x8xH100"),
+                                  TrainRequest(global_batch=512, seq_len=8192, num_gpus=gpus)).layouts
 
 
 def test_what_would_fit_for_a_gpu_the_catalog_cannot_grow(tmp_path):
