@@ -523,7 +523,7 @@ def lockstep_peak_concurrency(steady_at: Callable[[int], SteadyState], chunks_at
     256 sequences (1.00 chunk) 15,042 tok/s, 300 14,219, 371 (the KV cache's limit) 14,841."""
     peaks = {upper}
     for k in range(1, min(math.floor(chunks_at(upper)), LOCKSTEP_PEAKS) + 1):
-        if chunks_at(1) > k:
+        if chunks_at(1) > k or chunks_at(upper) <= k:  # no crossing below the cap (at it: the cap)
             continue
         low, high = 1, upper  # chunks_at(low) <= k < chunks_at(high)
         while high - low > 1:

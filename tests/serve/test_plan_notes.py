@@ -157,6 +157,10 @@ def test_lockstep_peak_concurrency_by_hand():
     assert sorted(set(priced)) == [100, 200, 250]  # only the peaks are priced
     assert lockstep_peak_concurrency(steady, lambda c: c / 100, 250, 0.03) == 200
     assert lockstep_peak_concurrency(steady, lambda c: c / 100, 250, 0.4) == 100
+    # exactly two chunks at the cap: its own peak, not the sequence below it
+    priced.clear()
+    assert lockstep_peak_concurrency(steady, lambda c: c / 125, 250, 0.0) == 250
+    assert sorted(set(priced)) == [125, 250]
     # below one chunk per step there is no dip: the cap itself
     assert lockstep_peak_concurrency(steady, lambda c: c / 1000, 250, 0.03) == 250
 
