@@ -397,6 +397,14 @@ by a CLI sweep; light 18 s; Llama-3.1-70B on 64 H100 with --layout tp=8,pp=8, 25
 but 1,752 a re-plan: 7.6 s -> light). Llama-3.1-8B on one H100 node (414) keeps the full one."""
 
 
+MOE_REPLAN_COST = 3
+"""An MoE configuration costs about 3 dense ones to estimate (the expert exchange and its
+variants, the host sync, per-kind stage memory): warm searches, DeepSeek-V3 on 256 H100 162 us
+a configuration, Qwen3-235B 96, Mixtral 8x7B 80, against Llama-3.1-70B's 45 and 8B's 50. So an
+MoE plan's configurations count 3 times against LIGHT_SENSITIVITY_ABOVE_CONFIGS (DeepSeek-V3 on
+256 H100, 1,008 a re-plan, took 10 s with the full analysis: found by a CLI sweep)."""
+
+
 def replanned_configs(plan: TrainPlan, overall: TrainPlan | None) -> int:
     """The configurations each sensitivity re-plan evaluates: the plan's own where no --layout
     filters it (`overall` None), else those of the unfiltered search the re-plans run
@@ -414,7 +422,7 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
     report = None
     light = ()
     replanned = replanned_configs(plan, overall) if settings == sensitivity.Settings() else 0
-    if replanned > LIGHT_SENSITIVITY_ABOVE_CONFIGS:
+    if replanned * (MOE_REPLAN_COST if model.is_moe else 1) > LIGHT_SENSITIVITY_ABOVE_CONFIGS:
         settings = sensitivity.LIGHT
         light = (f"sensitivity: the +/-20% runs only, flips not searched beyond them (each re-plan evaluates "
                  f"{replanned:,} configurations; --no-sensitivity skips them)",)

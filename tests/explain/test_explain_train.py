@@ -138,3 +138,21 @@ def test_the_light_analysis_counts_the_space_the_re_plans_search(monkeypatch):
     light = explain_training(model, cluster, request, plan=plan)
     assert any(note.startswith("sensitivity: the +/-20% runs only") and f"{overall.num_configs_evaluated:,}" in note
                for note in light.notes)
+
+
+def test_an_moe_search_counts_three_times_toward_the_light_analysis(monkeypatch):
+    """MoE configurations cost about 3 dense ones to estimate (MOE_REPLAN_COST), so Mixtral
+    8x7B on 16 H100 (a few hundred configurations a re-plan) gets the light analysis when the
+    threshold sits between its count and 3 times it; a dense plan of the same count would not."""
+    from planner import explain_train
+
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xH100")
+    request = TrainRequest(global_batch=256, seq_len=4096)
+    plan = search(model, cluster, request)
+    count = plan.num_configs_evaluated
+    monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 2 * count)
+    light = explain_training(model, cluster, request, plan=plan)
+    assert any(note.startswith("sensitivity: the +/-20% runs only") for note in light.notes)
+    monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 3 * count)
+    full = explain_training(model, cluster, request, plan=plan)
+    assert not any(note.startswith("sensitivity:") for note in full.notes)
