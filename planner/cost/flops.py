@@ -85,6 +85,23 @@ MLA_KV_UP_GEMM = 6
 """MLA's key and value up-projection (column-parallel)."""
 
 
+def window_pairs_fraction(model: ModelSpec, sequence_tokens: int) -> float:
+    """The attention layers' mean share of a full causal mask's query-key pairs that a
+    flash kernel computes when some layers attend within a sliding window W (the kernels skip
+    the blocks wholly outside it): a window layer over S tokens keeps the pairs of each query
+    with itself and the W - 1 before it, S*W - W*(W - 1)/2 for S >= W, of the full layer's
+    S*(S + 1)/2 (all of them for S <= W). gpt-oss-120b at S = 4,096, W = 128: a window layer
+    keeps (4,096*128 - 128*127/2) / (4,096*4,097/2) = 516,160 / 8,390,656 = 6.15%; 18 of its
+    36 layers do, so the mean is (18 + 18*0.0615) / 36 = 53.1%. 1 without a window."""
+    windows = model.num_window_layers
+    attending = model.num_hidden_layers - model.num_recurrent_layers
+    if not windows or attending <= 0 or model.sliding_window >= sequence_tokens:
+        return 1.0
+    w, s = model.sliding_window, sequence_tokens
+    kept = (s * w - w * (w - 1) / 2) / (s * (s + 1) / 2)
+    return (attending - windows + windows * kept) / attending
+
+
 def layer_gemms_forward(model: ModelSpec, micro_batch: int, s: int, tp: int) -> tuple[Gemm, ...]:
     """The forward matmuls of one transformer block on one GPU of a TP group (Megatron).
 

@@ -36,6 +36,7 @@ from planner.cost.flops import (
     layer_gemms_forward,
     logits_gemm,
     moe_mlp_gemms_forward,
+    window_pairs_fraction,
 )
 from planner.cost.moe import (
     DEEPEP_NUM_SMS,
@@ -202,12 +203,15 @@ def elementwise_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     return replicated + split + scores, scores
 
 
-def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates) -> tuple[float, float]:
+def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates,
+                            window_fraction: float = 1.0) -> tuple[float, float]:
     """(forward, backward) of the flash kernel for the layer's attention core: the two
     per-head GEMMs' FLOPs, halved by the causal mask, at the flash kernels' share of the
     dense peak (rates.flash_*_flops_per_s: the GPU's measured share, else the defaults); the
-    backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023)."""
-    core_flops = sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
+    backward does 2.5x the forward's FLOPs (efficiency.py, Dao 2023). `window_fraction`: the
+    share of those pairs sliding-window layers leave (flops.window_pairs_fraction)."""
+    core_flops = (sum(g.flops for g in attention_core_gemms(gemms)) * efficiency.CAUSAL_ATTENTION_FLOPS_FRACTION
+                  * window_fraction)
     forward_rate, backward_rate = rates.flash_forward_flops_per_s, rates.flash_backward_flops_per_s
     if forward_rate is None or backward_rate is None:
         forward_share, backward_share = efficiency.flash_attention_fractions(None)
@@ -344,7 +348,8 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
                                      if precision == "fp8" else (0.0, 0.0))
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
-        step_forward, step_backward = flash_attention_seconds(gemms, rates)
+        # sliding-window layers skip the pairs outside the window (of the whole sequence, s * cp)
+        step_forward, step_backward = flash_attention_seconds(gemms, rates, window_pairs_fraction(model, s * cp))
         core_forward, core_backward = cp * step_forward, cp * step_backward
         forward = dense + core_forward + (traffic + casts_forward) / hbm + permute
         backward = (2 * dense + core_backward
@@ -667,7 +672,7 @@ def cp_seconds_per_layer(model: ModelSpec, config: TrainConfig, chunk_tokens: in
     widths = training_attention_widths(model, config.tp)
     kv_bytes = b * chunk_tokens * (widths.key + widths.value) * e
     step_forward, step_backward = flash_attention_seconds(layer_gemms_forward(model, b, chunk_tokens, config.tp),
-                                                          rates)
+                                                          rates, window_pairs_fraction(model, chunk_tokens * cp))
     send_forward = comm.p2p_seconds(kv_bytes, link)
     send_backward = comm.p2p_seconds(2 * kv_bytes, link)
     forward_passes = 2 if act.reruns_attention(config.recompute) else 1
