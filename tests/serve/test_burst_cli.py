@@ -113,5 +113,9 @@ def test_a_burst_that_misses_the_sla_says_so():
     payload = json.loads(run("--max-ttft-ms", "200", "--request-rate", "inf", "--num-prompts", "1000", "--json").output)
     (miss,) = payload["layouts"][0]["metrics_sla_misses"]
     assert miss.startswith("--max-ttft-ms 200 (mean")
+    # `sla` judges the steady state; `metrics_sla` the same limits on the burst's means
+    assert payload["layouts"][0]["sla"]["ttft_ok"] is True
+    assert payload["layouts"][0]["metrics_sla"] == {"ttft_ok": False, "tpot_ok": True, "e2e_ok": True}
     calm = json.loads(run("--max-ttft-ms", "2000", "--request-rate", "1", "--num-prompts", "20", "--json").output)
     assert calm["layouts"][0]["metrics_sla_misses"] == []
+    assert calm["layouts"][0]["metrics_sla"] == {"ttft_ok": True, "tpot_ok": True, "e2e_ok": True}
