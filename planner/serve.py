@@ -283,51 +283,58 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
 
     has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
                                                     request.max_e2e_seconds))
+    lockstep = lockstep_ranks(model, layout)
+    knee, knee_note = None, None
+    if request.batch is None and steady_at(cap).budget_bound:
+        # past the token budget more sequences add no tokens/s, only prompt queueing
+        knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
+        knee_note = (f"Prompt-bound: {knee} concurrent sequences per replica give the most output "
+                     f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue for "
+                     f"the {budget:,}-token step budget")
+    elif request.batch is None and lockstep > 1:
+        # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
+        # each whole number of chunks per rank and step
+        def chunks_at(concurrency: int) -> float:
+            rate, prefill_rounds, _, _ = arrivals(concurrency, request.input_len, request.output_len, budget,
+                                                  min(layout.pp, concurrency), tokens_per_round, spec_tokens)
+            return rate * prefill_rounds
+        knee = lockstep_peak_concurrency(steady_at, chunks_at, cap, PROMPT_BOUND_TIE_FRACTION)
+        knee_note = (f"Lockstep-bound: {knee} concurrent sequences per replica give the most output "
+                     f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} DP "
+                     f"ranks stepping together wait on whichever carries the most prompt chunks "
+                     f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
+                     f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
     binding = None
     if has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
             return Rejected(layout, (sla_reason(request, steady_at(1)),))
-        # tokens/s still rising at the top, below the token budget's knee: the top is the peak
-        rising = (largest == 1 or steady_at(largest).throughput_tokens_per_second
-                  >= steady_at(largest - 1).throughput_tokens_per_second)
-        batch = largest if rising and not steady_at(largest).budget_bound else peak_throughput_concurrency(
-            steady_at, largest)
-        if batch < largest:
-            binding = "saturation"
-            notes = [f"Saturated: {batch} concurrent sequences per replica give the most output tokens/s "
-                     f"within the limits (they allow {largest}); more would only queue for the prompt budget"]
-        elif binding is None:
-            binding = "kv-cache" if fit < wanted else "max-num-seqs"
+        if knee is not None and knee < cap and largest >= knee:
+            # the limits allow the knee: every sequence past it only queues (as without limits).
+            # Goodput stays monotone in the limits: below the knee every rate is under the bar
+            # the knee clears
+            batch, binding = knee, "saturation"
+            notes.append(knee_note)
         else:
-            names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
-            notes = [f"SLA-bound: {batch} concurrent sequences per replica, the most whose mean "
-                     f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
-    else:
-        batch = cap
-        lockstep = lockstep_ranks(model, layout)
-        if request.batch is None and steady_at(cap).budget_bound:
-            # past the token budget more sequences add no tokens/s, only prompt queueing
-            batch = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
-        elif request.batch is None and lockstep > 1:
-            # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
-            # each whole number of chunks per rank and step
-            def chunks_at(concurrency: int) -> float:
-                rate, prefill_rounds, _, _ = arrivals(concurrency, request.input_len, request.output_len, budget,
-                                                      min(layout.pp, concurrency), tokens_per_round, spec_tokens)
-                return rate * prefill_rounds
-            batch = lockstep_peak_concurrency(steady_at, chunks_at, cap, PROMPT_BOUND_TIE_FRACTION)
-        if batch < cap:
-            if steady_at(cap).budget_bound:
-                notes.append(f"Prompt-bound: {batch} concurrent sequences per replica give the most output "
-                             f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue for "
-                             f"the {budget:,}-token step budget")
+            # tokens/s still rising at the top, below the token budget's knee: the top is the peak
+            rising = (largest == 1 or steady_at(largest).throughput_tokens_per_second
+                      >= steady_at(largest - 1).throughput_tokens_per_second)
+            batch = largest if rising and not steady_at(largest).budget_bound else peak_throughput_concurrency(
+                steady_at, largest)
+            if batch < largest:
+                binding = "saturation"
+                notes = [f"Saturated: {batch} concurrent sequences per replica give the most output tokens/s "
+                         f"within the limits (they allow {largest}); more would only queue for the prompt budget"]
+            elif binding is None:
+                binding = "kv-cache" if fit < wanted else "max-num-seqs"
             else:
-                notes.append(f"Lockstep-bound: {batch} concurrent sequences per replica give the most output "
-                             f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} DP "
-                             f"ranks stepping together wait on whichever carries the most prompt chunks "
-                             f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
-                             f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
+                names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
+                notes = [f"SLA-bound: {batch} concurrent sequences per replica, the most whose mean "
+                         f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
+    else:
+        batch = cap if knee is None else knee
+        if batch < cap:
+            notes.append(knee_note)
     steady = steady_at(batch)
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)

@@ -178,3 +178,28 @@ def test_lockstep_ranks_run_at_their_peak_not_past_it():
     for batch in (300, 371):
         other = json.loads(CliRunner().invoke(app, [*args, "--batch", str(batch)]).output)["recommended"]
         assert other["throughput_tokens_per_second"] < best["throughput_tokens_per_second"]
+
+
+def test_a_loose_sla_keeps_the_prompt_bound_knee():
+    """Llama-3.1-8B on 8 H100 at dp=8 with a 64-token step budget: without limits the plan runs
+    14 sequences per replica (within 3% of the most tok/s, TTFT 0.2 s); the 64 the budget allows
+    add 0.5% tok/s and queue every prompt some 8 s. A TPOT limit that all of them meet (200 ms)
+    must not drop the knee: same concurrency, binding "saturation"."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--max-num-batched-tokens", "64",
+            "--layout", "tp=1,pp=1,dp=8", "--json"]
+    free = json.loads(CliRunner().invoke(app, args).output)["recommended"]
+    limited = json.loads(CliRunner().invoke(app, [*args, "--max-tpot-ms", "200"]).output)["recommended"]
+    assert free["batch"] == limited["batch"] < 64
+    assert limited["ttft_seconds"] < 1
+    assert limited["sla"]["binding"] == "saturation"
+    assert any(note.startswith("Prompt-bound") for note in limited["notes"])
+
+
+def test_a_loose_sla_keeps_the_lockstep_peak():
+    """DeepSeek-V3 on 2x8xH200 at dp=16 ep=8: a TPOT limit every concurrency meets keeps the
+    lockstep peak of 256 (not the 371 the KV cache allows, fewer tok/s)."""
+    args = ["--model", "deepseek-v3", "--cluster", "2x8xH200", "--layout", "tp=1,pp=1,dp=16,ep=8", "--json",
+            "--max-tpot-ms", "1000"]
+    best = json.loads(CliRunner().invoke(app, args).output)["recommended"]
+    assert best["batch"] == 256
+    assert any(note.startswith("Lockstep-bound") for note in best["notes"])
