@@ -588,18 +588,22 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     priced: dict[tuple[float, ...], float] = {}
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
 
-    def step_seconds(load: StepLoad) -> float:
+    def step_seconds(load: StepLoad, expert_tokens: float | None = None) -> float:
+        """The step's time, its decode context (and any expert tokens: `expert_tokens` in place
+        of the load's) bucketed (context_bucket_tokens) and each bucket priced once."""
         context = context_bucket_tokens(load.decode_context_tokens)
-        experts = None if load.expert_tokens is None else context_bucket_tokens(load.expert_tokens)
+        experts = expert_tokens if expert_tokens is not None else load.expert_tokens
+        experts = None if experts is None else context_bucket_tokens(experts)
         key = (load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing,
                experts, load.spec_tokens)
-        if key not in priced:
+        seconds = priced.get(key)
+        if seconds is None:
             in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
                                 load.prompts_completing, experts, load.spec_tokens)
-            priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
-                                     imbalance=expert_imbalance(request), constants=constants).seconds
-        return priced[key]
+            seconds = priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
+                                               imbalance=expert_imbalance(request), constants=constants).seconds
+        return seconds
 
     ranks = lockstep_ranks(model, layout)
 
@@ -607,7 +611,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         """The ranks step together: the slowest busy rank's step, the experts at the group's
         mean tokens per rank (idle ranks add none)."""
         mean = sum(load.num_tokens for load in loads) / ranks
-        return max(step_seconds(replace(load, expert_tokens=mean)) for load in loads)
+        return max(step_seconds(load, mean) for load in loads)
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency, ranks, group_step_seconds))

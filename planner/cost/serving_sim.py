@@ -34,6 +34,7 @@ than the decoders, a KV shortage, a preemption) runs the request-by-request pass
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -410,8 +411,19 @@ class _Sim:
         self.loads: list[StepLoad] = []
         for r in self.arrivals:
             r.sent = r.arrival - extra_seconds
-        n = len(self.arrivals)
-        self.slots: deque[float] = deque([-math.inf] * (n if max_concurrency is None else max_concurrency))
+        # no client limit: no slots to wait for (None)
+        self.slots: deque[float] | None = None if max_concurrency is None else deque([-math.inf] * max_concurrency)
+
+    def enqueue(self, r: _Req) -> None:
+        """A request handed to this engine while it runs (simulate_replicas' dispatcher): it
+        reaches the engine at r.arrival, no earlier than any already handed to it. Only for an
+        engine begun without a client limit (the dispatcher holds the client's slots)."""
+        assert self.slots is None
+        r.i = len(self.reqs)
+        if not self.reqs:
+            self.first_arrival = r.arrival
+        self.reqs.append(r)
+        self.arrivals.append(r)
 
     @property
     def finished(self) -> bool:
@@ -425,9 +437,9 @@ class _Sim:
     def intake(self, now: float) -> None:
         """Requests that have arrived by `now` and found a free client slot join the queue."""
         arrivals, slots = self.arrivals, self.slots
-        while (self.next_arrival < len(arrivals) and slots
-               and max(arrivals[self.next_arrival].arrival, slots[0]) <= now):
-            r, freed = arrivals[self.next_arrival], slots.popleft()
+        while (self.next_arrival < len(arrivals) and (slots is None or slots)
+               and max(arrivals[self.next_arrival].arrival, slots[0] if slots else -math.inf) <= now):
+            r, freed = arrivals[self.next_arrival], slots.popleft() if slots else -math.inf
             if r.arrival < freed:  # it waited for a slot: sent when that request completed
                 r.sent = freed - self.extra
                 r.arrival = freed
@@ -436,9 +448,9 @@ class _Sim:
 
     def next_event(self) -> float:
         """When the next request can reach the engine (inf: none left to send)."""
-        a = self.next_arrival
-        if a < len(self.arrivals) and self.slots:
-            return max(self.arrivals[a].arrival, self.slots[0])
+        a, slots = self.next_arrival, self.slots
+        if a < len(self.arrivals) and (slots is None or slots):
+            return max(self.arrivals[a].arrival, slots[0] if slots else -math.inf)
         return math.inf
 
     def record(self, end: float, seconds: float, load: StepLoad) -> None:
@@ -448,7 +460,8 @@ class _Sim:
         self.durations.append(seconds)
         self.loads.append(load)
         self.k += 1
-        self.slots.extend([end + self.extra] * self.last_finished)
+        if self.slots is not None:
+            self.slots.extend([end + self.extra] * self.last_finished)
 
     def result(self) -> SimResult:
         return self._result(self.first_arrival, self.ends, self.durations, self.loads, self.extra)
@@ -513,58 +526,145 @@ def simulate_replicas(
     lockstep_ranks: int = 1,
     group_step_seconds: Callable[[list[StepLoad]], float] | None = None,
 ) -> SimResult:
-    """dp engines: request i (in arrival order) goes to replica i mod num_replicas; a client
-    concurrency limit is split evenly between them (the first C mod dp get one more); a
-    limit C below dp leaves all but the first C replicas idle, one request in flight on each.
+    """dp engines behind one client: each request, when the client sends it (its arrival,
+    or under a client limit --max-concurrency the completion that frees a slot: one
+    semaphore over all requests), goes to the least loaded engine. Engines come in groups of
+    `lockstep_ranks` d (an EP group's DP ranks, which step together: simulate_lockstep, every
+    step priced by `group_step_seconds` from the busy ranks' loads); the request goes to the
+    group with the fewest requests in flight, then to its rank with the fewest, ties to the
+    lowest index: a load balancer (least connections) in front of the EP groups' servers, and
+    vLLM's DP load balancer inside one (vllm/v1/engine/core_client.py DPLBAsyncMPClient
+    get_core_engine_for_request, 0.33.0: the least waiting * 4 + running, ties to the first;
+    requests in flight stand for its counts, which it learns with a lag). So 2 client slots
+    over 2 EP groups keep one request in each group, and 12 over 8 replicas keep 12 busy.
 
-    Round-robin is the choice of a plain router in front of dp independent engines; vLLM's
-    internal DP load balancer picks the least loaded engine instead, which round-robin
-    matches for a homogeneous burst. Each replica is simulated alone, or with `lockstep_ranks`
-    d > 1 each run of d consecutive replicas (an EP group's DP ranks) together
-    (simulate_lockstep, every step priced by `group_step_seconds` from the busy ranks'
-    loads); the results are merged: per-request latencies in the caller's order, steps
-    concatenated replica by replica. Replicas (or EP groups) handed the same requests share one
-    simulation (a burst of identical requests over 2,048 EP groups: 2 instead of 2,048; found by
-    a CLI sweep, 47 s).
+    Results are merged: per-request latencies in the caller's order, steps concatenated
+    engine by engine. Without a client limit and with every request arriving at once the
+    dispatch is fixed in advance (request k in arrival order to group k mod g, its rank
+    (k // g) mod d) and engines handed the same requests share one simulation (a burst of
+    identical requests over 2,048 EP groups: 2 instead of 2,048; found by a CLI sweep, 47 s).
     """
     assert num_replicas >= 1 and lockstep_ranks >= 1
     assert lockstep_ranks == 1 or group_step_seconds is not None
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
-    # fewer client slots than replicas: only that many engines ever hold a request (the
-    # router sends each to an idle one), the first ones
-    active = num_replicas if max_concurrency is None else min(num_replicas, max_concurrency)
-    parts = [order[j::active] for j in range(active)] + [[] for _ in range(num_replicas - active)]
-
-    def share(j: int) -> int | None:
-        if max_concurrency is None:
-            return None
-        return max_concurrency // active + (j < max_concurrency % active)
-
-    # replicas handed the same requests (a burst of identical ones: every replica but the
-    # remainder's) run the same simulation: each distinct one runs once
+    groups = [list(range(first, min(first + lockstep_ranks, num_replicas)))
+              for first in range(0, num_replicas, lockstep_ranks)]
+    if max_concurrency is not None and max_concurrency >= len(requests):
+        max_concurrency = None  # slots for every request: the limit never binds
+    at_once = len({r.arrival_seconds for r in requests}) <= 1
+    if max_concurrency is not None or not at_once:
+        return _simulate_dispatched(requests, order, groups, limits, step_seconds, first_token_extra_seconds,
+                                    max_concurrency, group_step_seconds)
+    parts: list[list[int]] = [[] for _ in range(num_replicas)]
+    for k, i in enumerate(order):
+        group = groups[k % len(groups)]
+        parts[group[(k // len(groups)) % len(group)]].append(i)
+    # engines handed the same requests (a burst of identical ones: all but the remainder's)
+    # run the same simulation: each distinct one runs once
     done: dict[tuple, list[SimResult]] = {}
-    if lockstep_ranks == 1:
-        results = []
-        for j, part in enumerate(parts):
-            if part:
-                mine = tuple(requests[i] for i in part)
-                if (mine, share(j)) not in done:
-                    done[mine, share(j)] = [simulate(mine, limits, step_seconds, first_token_extra_seconds, share(j))]
-                results += done[mine, share(j)]
-        return _merge(len(requests), [p for p in parts if p], results)
     kept, results = [], []
-    for first in range(0, num_replicas, lockstep_ranks):
-        group = [j for j in range(first, min(first + lockstep_ranks, num_replicas)) if parts[j]]
+    for group in groups:
+        group = [j for j in group if parts[j]]
         if not group:
             continue
         kept += [parts[j] for j in group]
         ranks = tuple(tuple(requests[i] for i in parts[j]) for j in group)
-        shares = tuple(share(j) for j in group)
-        if (ranks, shares) not in done:
-            done[ranks, shares] = simulate_lockstep([list(r) for r in ranks], limits, group_step_seconds,
-                                                    first_token_extra_seconds, list(shares))
-        results += done[ranks, shares]
+        if ranks not in done:
+            done[ranks] = simulate_lockstep(
+                [list(r) for r in ranks], limits,
+                group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0]),
+                first_token_extra_seconds)
+        results += done[ranks]
     return _merge(len(requests), kept, results)
+
+
+def _simulate_dispatched(
+    requests: Sequence[SimRequest],
+    order: list[int],
+    groups: list[list[int]],
+    limits: EngineLimits,
+    step_seconds: Callable[[StepLoad], float],
+    extra_seconds: float,
+    max_concurrency: int | None,
+    group_step_seconds: Callable[[list[StepLoad]], float] | None,
+) -> SimResult:
+    """simulate_replicas with the dispatch decided as the burst runs: one clock, events in
+    time order (a send before a step that ends at the same moment, so the step's intake sees
+    it); a group idle when a request reaches it starts a step at once."""
+    num_blocks = _check_fits(requests, limits)
+    num_engines = sum(len(g) for g in groups)
+    sims = [_Sim([], limits, num_blocks) for _ in range(num_engines)]
+    for sim in sims:
+        sim.begin(extra_seconds, None)
+    priced = group_step_seconds if group_step_seconds is not None else lambda loads: step_seconds(loads[0])
+    pending = deque(order)
+    slots = None if max_concurrency is None else deque([-math.inf] * max_concurrency)
+    in_flight = [0] * num_engines
+    group_load = [0] * len(groups)
+    parts: list[list[int]] = [[] for _ in range(num_engines)]
+    stepping: list[tuple[list[int], list[StepLoad], float] | None] = [None] * len(groups)
+    woken = [False] * len(groups)  # a step start or end is on the heap
+    events: list[tuple[float, int, int]] = []  # (time, tie-break, group)
+    tick = 0
+
+    def next_send() -> float:
+        if pending and (slots is None or slots):
+            return max(requests[pending[0]].arrival_seconds, slots[0] if slots else -math.inf)
+        return math.inf
+
+    while True:
+        send = next_send()
+        if send == math.inf and not events:
+            break
+        if send <= (events[0][0] if events else math.inf):
+            i = pending.popleft()
+            if slots is not None:
+                slots.popleft()
+            g = min(range(len(groups)), key=lambda n: (group_load[n], n))
+            rank = min(groups[g], key=lambda n: (in_flight[n], n))
+            r = _Req(0, requests[i])
+            r.arrival, r.sent = send, send - extra_seconds
+            sims[rank].enqueue(r)
+            parts[rank].append(i)
+            in_flight[rank] += 1
+            group_load[g] += 1
+            if not woken[g]:
+                woken[g] = True
+                heapq.heappush(events, (send, tick, g))
+                tick += 1
+            continue
+        now, _, g = heapq.heappop(events)
+        engines = [n for n in groups[g] if parts[n]]
+        while True:  # group g's steps, inline while nothing else happens before the next one ends
+            woken[g] = False
+            if stepping[g] is not None:
+                busy, loads, seconds = stepping[g]
+                for n, load in zip(busy, loads, strict=True):
+                    sims[n].record(now, seconds, load)
+                    finished = sims[n].last_finished
+                    in_flight[n] -= finished
+                    group_load[g] -= finished
+                    if slots is not None:
+                        slots.extend([now + extra_seconds] * finished)
+                stepping[g] = None
+            for n in engines:
+                sims[n].intake(now)
+            busy = [n for n in engines if not sims[n].finished and not sims[n].idle]
+            if not busy:
+                break
+            loads = [sims[n].schedule() for n in busy]
+            seconds = priced(loads)
+            stepping[g] = (busy, loads, seconds)
+            woken[g] = True
+            end = now + seconds
+            if end < next_send() and (not events or end < events[0][0]):
+                now = end
+                continue
+            heapq.heappush(events, (end, tick, g))
+            tick += 1
+            break
+    kept = [n for n in range(num_engines) if parts[n]]
+    return _merge(len(requests), [parts[n] for n in kept], [sims[n].result() for n in kept])
 
 
 def simulate_lockstep(

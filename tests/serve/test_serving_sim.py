@@ -12,6 +12,7 @@ from planner.cost.serving_sim import (
     EngineLimits,
     SimRequest,
     StepLoad,
+    _simulate_dispatched,
     bench_metrics,
     simulate,
     simulate_lockstep,
@@ -145,6 +146,53 @@ def test_a_client_limit_below_the_replicas_keeps_that_many_busy():
     # 3 slots over 4 replicas: 3 at a time, the last 2 requests in a third wave
     three = simulate_replicas(reqs, 4, EngineLimits(BIG_KV, 8, 100), const, max_concurrency=3)
     assert three.last_completion_seconds - three.first_arrival_seconds == pytest.approx(3 * alone)
+
+
+def test_a_client_limit_between_dp_and_twice_dp_keeps_every_slot_busy():
+    """One semaphore, least-loaded dispatch: 24 identical requests (10 prompt, 5 output tokens)
+    over 8 replicas whose steps take the same 10 ms however full; one request alone takes
+    E2E t. 8 slots: 3 waves of 8, 3 t. 12 slots: 12 at once (4 replicas run 2, 4 run 1), all
+    done at t, then the other 12: 2 t. (Splitting 12 slots statically, 2 to each of the
+    first 4 replicas and 1 to the rest, left 3 requests queued on each 1-slot replica: 3 t.)"""
+    reqs = [SimRequest(0, 10, 5)] * 24
+    limits = EngineLimits(BIG_KV, 8, 100)
+    alone = simulate(reqs[:1], limits, const).e2e_seconds[0]
+    for slots, waves in ((8, 3), (12, 2), (16, 2), (24, 1)):
+        res = simulate_replicas(reqs, 8, limits, const, max_concurrency=slots)
+        assert res.makespan_seconds == pytest.approx(waves * alone), slots
+
+
+def test_a_client_limit_below_the_groups_spreads_over_them():
+    """Two EP groups of two ranks in lockstep, 2 client slots, four requests (1,000-token prompts
+    and a 100-token one, 2 output tokens each; 1 s + 10 ms per prompt token a step): the first
+    two go to one rank of each group, so neither waits on the other's prompt. Request 0
+    (1,000 tokens) runs alone in group 0: 11 s + 1 s, E2E 12 s; request 1 (100 tokens) in
+    group 1: 2 s + 1 s, E2E 3 s (packed into group 0 it would have taken 12 s in lockstep)."""
+    limits = EngineLimits(BIG_KV, 8, 2048)
+    reqs = [SimRequest(0.0, 1000, 2), SimRequest(0.0, 100, 2), SimRequest(0.0, 100, 2), SimRequest(0.0, 100, 2)]
+    res = simulate_replicas(reqs, 4, limits, _prompt_priced, max_concurrency=2, lockstep_ranks=2,
+                            group_step_seconds=lambda loads: max(_prompt_priced(x) for x in loads))
+    assert res.e2e_seconds[:2] == (12.0, 3.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 600), st.integers(1, 20)), min_size=1, max_size=24),
+       st.integers(1, 6), st.integers(1, 3))
+def test_dispatching_a_burst_at_once_matches_the_fixed_split(shapes, replicas, ranks):
+    """All requests at t = 0 with no client limit: least-loaded dispatch hands request k to group
+    k mod g, rank (k // g) mod d, exactly the split simulate_replicas fixes in advance (and
+    deduplicates); the two agree request by request."""
+    requests = [SimRequest(0.0, i, o) for i, o in shapes]
+    limits = EngineLimits(BIG_KV, 8, 512)
+    group = (lambda loads: max(_prompt_priced(x) for x in loads)) if ranks > 1 else None
+    fixed = simulate_replicas(requests, replicas, limits, _prompt_priced, lockstep_ranks=ranks,
+                              group_step_seconds=group)
+    groups = [list(range(f, min(f + ranks, replicas))) for f in range(0, replicas, ranks)]
+    live = _simulate_dispatched(requests, list(range(len(requests))), groups, limits, _prompt_priced, 0.0, None,
+                                group)
+    assert live.e2e_seconds == pytest.approx(fixed.e2e_seconds)
+    assert live.ttft_seconds == pytest.approx(fixed.ttft_seconds)
+    assert sorted(live.step_seconds) == pytest.approx(sorted(fixed.step_seconds))
 
 
 def test_weighted_percentile_is_numpy_linear():
