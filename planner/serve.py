@@ -601,8 +601,14 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
                                 load.prompts_completing, experts, load.spec_tokens)
+            chunk = None
+            if layout.pp > 1 and load.prefill_tokens > 0:
+                # the scheduler puts a prompt's chunk in one micro-batch, whole (as the steady
+                # state prices it): the round waits for that micro-batch's path through every stage
+                bucketed, chunk = prompt_carried_whole(bucketed)
             seconds = priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
-                                               imbalance=expert_imbalance(request), constants=constants).seconds
+                                               chunk, imbalance=expert_imbalance(request),
+                                               constants=constants).seconds
         return seconds
 
     ranks = lockstep_ranks(model, layout)
@@ -615,6 +621,19 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency, ranks, group_step_seconds))
+
+
+def prompt_carried_whole(load: StepLoad) -> tuple[StepLoad, StepLoad]:
+    """A step's load split into its decodes (spread over the micro-batches) and its prompt
+    tokens (one micro-batch's chunk, round_time's `chunk`); tokens the experts see (lockstep
+    ranks) split in proportion."""
+    share = load.prefill_tokens / load.num_tokens
+    experts = load.expert_tokens
+    decodes = StepLoad(load.decode_seqs, load.decode_context_tokens,
+                       expert_tokens=None if experts is None else experts * (1 - share), spec_tokens=load.spec_tokens)
+    prompt = StepLoad(0, 0, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing,
+                      None if experts is None else experts * share)
+    return decodes, prompt
 
 
 CONTEXT_BUCKET_BITS = 7
