@@ -15,6 +15,7 @@ from planner.disagg_search import (
 )
 from planner.emit.command import LaunchStep, ServeArgs
 from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
+from planner.emit.sglang import sglang_pool_notes
 from planner.layout import Layout
 from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
@@ -131,6 +132,16 @@ def disagg_steps(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
     if engine not in DISAGG_EMITTERS:
         return ()
     return DISAGG_EMITTERS[engine](deployment_of(model, cluster, request, est, model_arg))
+
+
+def disagg_launch_notes(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,
+                        engine: str) -> list[str]:
+    """What the printed disaggregated commands run differently from the plan: SGLang's decode
+    workers hold fewer running requests where its reserve caps their pool (sglang_pool_notes;
+    a prefill worker's requests hold KV only until it is sent)."""
+    if engine != "sglang":
+        return []
+    return sglang_pool_notes(role_args(model, cluster, request, est, "decode", "MODEL"), "decode worker")
 
 
 def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,

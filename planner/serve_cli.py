@@ -228,7 +228,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                            show_rejected: bool, served_model: str) -> int:
     """--mode auto: the aggregated plan as always, then the disaggregated one and the verdict;
     --mode disaggregated: the disaggregated one only."""
-    from planner.disagg_cli import disagg_steps, plan_both, why_not_emitted
+    from planner.disagg_cli import disagg_launch_notes, disagg_steps, plan_both, why_not_emitted
     from planner.disagg_search import check_disaggregated_gpus
     from planner.render.catalog import describe_cluster, describe_model
     from planner.render.common import console, print_json_rows
@@ -248,6 +248,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
     why = None if steps is not None or best is None else why_not_emitted(model, cluster, request, best, engine)
+    disagg_notes = () if not steps else tuple(disagg_launch_notes(model, cluster, request, best, engine))
     auto = request.mode == "auto"
     metrics = recommended_metrics(plan) if auto else None
     if json_output:
@@ -256,7 +257,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                             engine_version(plan, engine) if engine != "none" else None, top, metrics)
         payload["launch_notes"] = all_launch_notes(plan, engine)
         payload["mode"] = request.mode
-        payload.update(disagg_json(disagg, verdict, steps, top, why))
+        payload.update(disagg_json(disagg, verdict, steps, top, why, disagg_notes))
         won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
         if auto:
             payload["recommended_mode"] = "disaggregated" if won else "aggregated"
@@ -286,6 +287,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                 from planner.render.serve import speculation_words
 
                 console().print(f"Speculative decoding on every worker: {speculation_words(request.speculation)}.")
-        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why)
+        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why,
+                      launch_notes=disagg_notes)
     found = best is not None or (auto and plan.recommended is not None)
     return 0 if found else 1

@@ -120,15 +120,19 @@ def max_running_requests(a: ServeArgs) -> int:
     return max(1, min(a.max_num_seqs, math.floor(pool / a.kv_bytes_per_sequence)))
 
 
-def sglang_pool_notes(a: ServeArgs) -> list[str]:
-    """Say so when the SGLang command runs fewer sequences than the plan prices."""
-    server, _ = ep_server(a)
+def sglang_pool_notes(a: ServeArgs, worker: str = "DP worker") -> list[str]:
+    """Say so when the SGLang command runs fewer sequences than the plan prices. `worker`: what
+    one of `a`'s dp replicas is called where the deployment names it (a decode worker)."""
+    server, ep_flags = ep_server(a)
     running = max_running_requests(server)
     if running >= server.max_num_seqs:
         return []
+    # --max-running-requests counts a DP-attention server's ranks together, else each DP worker's
+    where = ("per server (its DP-attention ranks together)" if DP_ATTENTION in ep_flags or ATTN_DP_SIZE in ep_flags
+             else f"per {worker}" if server.dp > 1 or worker != "DP worker" else "per server")
     return [f"SGLang keeps {reserved_bytes(server) / BYTES_PER_GIB:.1f} GiB per GPU out of its pool by default "
             f"(activations, CUDA graphs): --mem-fraction-static {mem_fraction_static(server):g} leaves KV for "
-            f"{running} running requests per server, not the {server.max_num_seqs} the plan prices (vLLM's "
+            f"{running} running requests {where}, not the {server.max_num_seqs} the plan prices (vLLM's "
             f"--gpu-memory-utilization budget); its throughput is lower than the plan's"]
 
 

@@ -34,9 +34,11 @@ def gpus_cell(e: DisaggEstimate) -> str:
 
 
 def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, ...] | None, engine: str,
-                  top: int, compared: bool = True, why_not_emitted: str | None = None) -> None:
+                  top: int, compared: bool = True, why_not_emitted: str | None = None,
+                  launch_notes: tuple[str, ...] = ()) -> None:
     """`compared`: the aggregated plan was shown too (--mode auto), so the verdict weighs both.
-    why_not_emitted: where steps is None, why (disagg_cli.why_not_emitted)."""
+    why_not_emitted: where steps is None, why (disagg_cli.why_not_emitted); launch_notes: what
+    the commands run differently from the plan (disagg_cli.disagg_launch_notes)."""
     from rich.table import Table
 
     out = console()
@@ -75,6 +77,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
             out.print(line, markup=False)
         if best.copies > 1:
             out.print(f"Note: {copies_note(best)}", markup=False)
+        for note in launch_notes:
+            out.print(f"Note: {note}", markup=False)
         if engine.startswith("vllm"):
             out.print("Note: the proxy is vLLM's example tests/v1/kv_connector/nixl_integration/toy_proxy_server.py; "
                       "it is not installed with the wheel: run it from a checkout of the release's tag "
@@ -161,11 +165,15 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
 
 
 def disagg_json(plan: DisaggPlan, verdict: Verdict, best_steps: tuple[LaunchStep, ...] | None,
-                top: int | None, why_not_emitted: str | None = None) -> dict[str, Any]:
+                top: int | None, why_not_emitted: str | None = None,
+                launch_notes: tuple[str, ...] = ()) -> dict[str, Any]:
     shown = plan.candidates[:top]
+    entries = [estimate_json(e, best_steps if i == 0 else (), why_not_emitted if i == 0 else None)
+               for i, e in enumerate(shown)]
+    if entries:  # the recommended deployment's commands: what they run differently from the plan
+        entries[0]["launch_notes"] = list(launch_notes)
     return {
-        "disaggregated": [estimate_json(e, best_steps if i == 0 else (), why_not_emitted if i == 0 else None)
-                          for i, e in enumerate(shown)],
+        "disaggregated": entries,
         "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],
         "comparison": {"winner": verdict.winner, "reason": verdict.reason},
     }

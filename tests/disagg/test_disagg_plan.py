@@ -425,3 +425,21 @@ def test_the_e2e_shortcuts_skip_only_what_would_miss(monkeypatch, model_name, cl
     slow = plan_disaggregated(model, cluster, request)
     assert fast.candidates == slow.candidates
     assert fast.rejected == slow.rejected
+
+
+def test_sglang_decode_workers_say_what_their_pool_holds(run_plan):
+    """Llama-3.1-8B on 8 H100, --mode disaggregated --emit sglang: the decode workers' command
+    holds what SGLang's reserve-capped pool holds (--max-running-requests), fewer than the
+    sequences the plan prices per decode worker; the recommended deployment's launch_notes say
+    both numbers, and the number in the note is the one in the command."""
+    import json as _json
+
+    result = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated",
+                      "--emit", "sglang", "--json")
+    best = _json.loads(result.stdout)["disaggregated"][0]
+    (note,) = best["launch_notes"]
+    held = int(re.search(r"KV for (\d+) running requests per decode worker", note).group(1))
+    priced = int(re.search(r"not the (\d+) the plan prices", note).group(1))
+    assert held < priced
+    (decode,) = [step["argv"] for step in best["launch"] if step["role"] != "prefill" and "decode" in step["argv"]]
+    assert decode[decode.index("--max-running-requests") + 1] == str(held)
