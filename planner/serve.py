@@ -213,12 +213,22 @@ def first_failing(request: ServeRequest, steady: SteadyState) -> str | None:
     return next((name for name, ok in zip(names, sla_check(request, steady), strict=True) if not ok), None)
 
 
+def ms_above(value_seconds: float, limit_seconds: float) -> str:
+    """value in ms to one decimal, or as many more (up to 4) as it takes to print above the
+    limit: 4.04 ms against a 4 ms limit reads 4.04, not 4.0."""
+    for digits in range(1, 5):
+        text = f"{seconds_to_ms(value_seconds):.{digits}f}"
+        if float(text) > seconds_to_ms(limit_seconds):
+            return text
+    return text
+
+
 def sla_reason(request: ServeRequest, steady: SteadyState) -> str:
     """Why even concurrency 1 misses the limits, every limit it misses."""
     values = (("TTFT", "--max-ttft-ms", steady.ttft_seconds, request.max_ttft_seconds),
               ("TPOT", "--max-tpot-ms", steady.tpot_seconds, request.max_tpot_seconds),
               ("E2E latency", "--max-e2e-ms", steady.e2e_seconds, request.max_e2e_seconds))
-    missed = [f"{name} {seconds_to_ms(value):.1f} ms exceeds {flag} {seconds_to_ms(limit):g}"
+    missed = [f"{name} {ms_above(value, limit)} ms exceeds {flag} {seconds_to_ms(limit):g}"
               for name, flag, value, limit in values if limit is not None and value > limit]
     where = f"at concurrency {steady.concurrency:g}"
     return f"{'; '.join(missed)} ({where})"

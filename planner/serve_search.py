@@ -332,12 +332,18 @@ def speculation_break_even(model: ModelSpec, cluster: ClusterSpec, request: Serv
     highest = max(speculation.acceptance)
     if highest <= 0:  # no draft is ever accepted: they cannot pay
         return None
-    high = 1 / highest
-    if not wins(high):
-        return None
-    low = 0.0
-    if wins(low):
-        return 0.0
+    # the given rates (f = 1) decide the side, as the plan's own comparison shows it: the
+    # score need not be monotone in f (the chosen concurrency moves between throughput peaks),
+    # and a bracket over [0, 1 / highest] could end above 1 while the given rates win
+    if wins(1.0):
+        if wins(0.0):
+            return 0.0
+        low, high = 0.0, 1.0
+    else:
+        high = 1 / highest
+        if high <= 1 or not wins(high):
+            return None
+        low = 1.0
     for _ in range(BREAK_EVEN_BISECTIONS):
         middle = (low + high) / 2
         low, high = (low, middle) if wins(middle) else (middle, high)

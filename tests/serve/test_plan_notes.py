@@ -203,3 +203,14 @@ def test_a_loose_sla_keeps_the_lockstep_peak():
     best = json.loads(CliRunner().invoke(app, args).output)["recommended"]
     assert best["batch"] == 256
     assert any(note.startswith("Lockstep-bound") for note in best["notes"])
+
+
+def test_a_missed_limit_prints_above_the_limit():
+    """4.04 ms against --max-tpot-ms 4 read "4.0 ms exceeds 4": one decimal, or as many more as
+    it takes (up to 4) to print above the limit."""
+    from planner.serve import ms_above
+
+    assert ms_above(0.00404, 0.004) == "4.04"
+    assert ms_above(0.0041, 0.004) == "4.1"
+    assert ms_above(0.0040001, 0.004) == "4.0001"
+    assert ms_above(0.0123, 0.004) == "12.3"
