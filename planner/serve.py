@@ -475,8 +475,8 @@ PROMPT_SHARE_NOTE_FRACTION = 0.5
 more (presentation only: no number depends on it)."""
 PROMPT_BOUND_TIE_FRACTION = 0.03
 """A budget-bound layout without --batch or an SLA runs the fewest sequences within 3% of its
-most output tokens/s: past the budget's knee tokens/s creep up by a few parts per thousand while
-each added sequence queues its prompt behind the others (Llama-3.1-8B on one H100 at a
+most output tokens/s: past the budget's knee tokens/s stay flat (or creep by parts per thousand
+as the step mix shifts) while each added sequence queues its prompt behind the others (Llama-3.1-8B on one H100 at a
 128-token budget: 128 sequences 23,017 tok/s at 9.1 s TTFT, 26 sequences 2% fewer at 0.1 s).
 The cost model is not more precise than that (serve_search.NEAR_TIE_FRACTION, the same 3%)."""
 

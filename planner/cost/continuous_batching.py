@@ -178,7 +178,9 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     1) q) / d per rank for the experts; q > 1: the busiest rank carries
     m = busiest_rank_chunks(q, d) = floor(q) + 1 - (1 - frac(q))^d chunks (vLLM routes each
     request to the least loaded rank) and the experts the mean q.
-    TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds;
+    TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds, where at the budget
+    W is what a client's cycle of C / lambda rounds leaves after the request's own latencies
+    (so throughput is the engine's capacity, lambda O per round, however many clients wait);
     TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
     share q / C runs before its first token, so its rounds carry the others' q (C - 1) / C,
     TPOT = mean - (mean - decode round) / C (at C = 1 the pure decode round, as a lone
@@ -226,10 +228,19 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                           decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
     alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
-    ttft = first_token_seconds + (alignment + queue_rounds) * mean_round + prefill_rounds * prompt_round
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         decoding_round = decode_round + (mean_round - decode_round) * (1 - 1 / (c * lockstep_ranks))
+    unqueued = first_token_seconds + alignment * mean_round + prefill_rounds * prompt_round
+    if bound:
+        # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and
+        # the wait for budget is what the cycle leaves after the request's own latencies (its
+        # first-token cost and alignment pass while the engine serves the others)
+        queue_seconds = max(0.0, c / rate * mean_round - unqueued - d * decoding_round)
+        queue_rounds = queue_seconds / mean_round
+    else:
+        queue_seconds = queue_rounds * mean_round
+    ttft = unqueued + queue_seconds
     e2e = ttft + d * decoding_round
     return SteadyState(
         concurrency=c,

@@ -93,15 +93,20 @@ def test_steady_state_budget_bound_by_hand():
     Pass 2: room = 512 - 0.50743 * 9 = 507.43, S_p = ceil(1000/507.43) = 2,
             lambda = 100/11 = 9.09 -> bound again, lambda = 512/1009.
     Passes 3, 4: the same (S_p = 2, lambda = 512/1009): the fixed point.
-    W = C / lambda - D - S_p = 100 * 1009/512 - 9 - 2 = 197.0703125 - 11 = 186.0703125 rounds.
+    A client's cycle at the budget: C / lambda = 100 * 1009/512 = 197.0703125 rounds.
     Per round: decodes n_d = 9 * 512/1009 = 4.5669, prompt tokens 1000 * 512/1009 = 507.4331,
     together (9 + 1000) * 512/1009 = 512 = B exactly.
     q = lambda * S_p = 1024/1009 > 1: every round carries the mean prompt load, so
     prompt round = mean round = 10 ms + 507.4331 us = 10.5074331 ms.
     TPOT leaves out a request's own 1/C of the prompt load:
     10.5074331 - (10.5074331 - 10) / 100 = 10.5074331 - 0.0050743 = 10.5023588 ms.
-    TTFT = 10 ms + (0.99 + 186.0703125 + 2) * 10.5074331 ms = 1996.5386 ms.
-    E2E = TTFT + 9 * 10.5023588 ms = 2091.0599 ms; throughput = 100 * 10 / 2.0910599 s = 478.23.
+    The cycle lasts 197.0703125 * 10.5074331 ms = 2070.7031 ms = E2E; the wait for budget is
+    what it leaves after the request's own latencies: 2070.7031 - (10 + (0.99 + 2) * 10.5074331)
+    - 9 * 10.5023588 = 2070.7031 - 41.4172 - 94.5212 = 1934.7647 ms (184.13 rounds; counting only
+    rounds, C / lambda - D - S_p = 186.07, left the first-token cost and the alignment outside
+    the cycle and the throughput below the engine's capacity: 478.23 tok/s).
+    TTFT = 41.4172 + 1934.7647 = 1976.1819 ms; throughput = 100 * 10 / 2.0707031 s = 482.93
+    = lambda * O / mean round = 0.50743 * 10 / 10.5074331 ms, the engine's capacity.
     """
     s = steady_state(100, 1000, 10, 512, 1, synthetic_round, 0.010)
     approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
@@ -109,8 +114,11 @@ def test_steady_state_budget_bound_by_hand():
     mean_round = 0.010 + 1000 * rate * 1e-6
     assert s.budget_bound is True
     assert s.prefill_rounds == 2
-    assert s.queue_rounds == approx(100 / rate - 9 - 2)
-    assert s.queue_rounds == approx(186.0703125)
+    tpot = mean_round - (mean_round - 0.010) / 100
+    unqueued = 0.010 + (0.99 + 2) * mean_round
+    cycle = 100 / rate * mean_round
+    assert s.queue_rounds == approx((cycle - unqueued - 9 * tpot) / mean_round)
+    assert s.queue_rounds == pytest.approx(184.13295, rel=1e-7)
     assert s.decode_seqs == approx(9 * rate)
     assert s.prefill_tokens_per_step == approx(1000 * rate)
     assert s.decode_seqs + s.prefill_tokens_per_step == approx(512)
@@ -118,16 +126,14 @@ def test_steady_state_budget_bound_by_hand():
     assert s.prompt_round_seconds == approx(mean_round)
     assert s.step_seconds == approx(mean_round)
     assert s.step_seconds == pytest.approx(0.0105074331, rel=1e-9)
-    tpot = mean_round - (mean_round - 0.010) / 100
     assert s.tpot_seconds == approx(tpot)
     assert s.tpot_seconds == pytest.approx(0.0105023588, rel=1e-8)
-    ttft = 0.010 + (0.99 + 186.0703125 + 2) * mean_round
-    assert s.ttft_seconds == approx(ttft)
-    assert s.ttft_seconds == pytest.approx(1.9965386, rel=1e-7)
-    assert s.e2e_seconds == approx(ttft + 9 * tpot)
-    assert s.e2e_seconds == pytest.approx(2.0910599, rel=1e-7)
-    assert s.throughput_tokens_per_second == approx(100 * 10 / (ttft + 9 * tpot))
-    assert s.throughput_tokens_per_second == pytest.approx(478.2267, rel=1e-6)
+    assert s.ttft_seconds == approx(cycle - 9 * tpot)
+    assert s.ttft_seconds == pytest.approx(1.9761819, rel=1e-7)
+    assert s.e2e_seconds == approx(cycle)
+    assert s.e2e_seconds == pytest.approx(2.0707031, rel=1e-7)
+    assert s.throughput_tokens_per_second == approx(rate * 10 / mean_round)
+    assert s.throughput_tokens_per_second == pytest.approx(482.9277, rel=1e-6)
 
 
 # ---------------------------------------------------------------- largest_meeting_sla
