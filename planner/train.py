@@ -1249,7 +1249,7 @@ def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
 
 MOE_TRAINING_CAVEAT = ("MoE training times are calibrated loosely: against NVIDIA's published MoE runs "
                        "(Megatron-Bridge), each as its recipe ran it, a median 11% off, mostly optimistic (GPT-OSS "
-                       "on B200 up to 37% slower than planned); one fitted constant, the host's "
+                       "on B200 up to 44% slower than planned); one fitted constant, the host's "
                        "time per MoE layer, carries most of it, so treat a deadline from these numbers with care "
                        "(docs/cost-model.md, Known limitations).")
 
