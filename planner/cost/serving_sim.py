@@ -551,10 +551,12 @@ def simulate_replicas(
               for first in range(0, num_replicas, lockstep_ranks)]
     if max_concurrency is not None and max_concurrency >= len(requests):
         max_concurrency = None  # slots for every request: the limit never binds
+    # a group's step: its busy ranks' loads priced together (one rank: its own step)
+    priced = group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0])
     at_once = len({r.arrival_seconds for r in requests}) <= 1
     if max_concurrency is not None or not at_once:
-        return _simulate_dispatched(requests, order, groups, limits, step_seconds, first_token_extra_seconds,
-                                    max_concurrency, group_step_seconds)
+        return _simulate_dispatched(requests, order, groups, limits, priced, first_token_extra_seconds,
+                                    max_concurrency)
     parts: list[list[int]] = [[] for _ in range(num_replicas)]
     for k, i in enumerate(order):
         group = groups[k % len(groups)]
@@ -570,10 +572,7 @@ def simulate_replicas(
         kept += [parts[j] for j in group]
         ranks = tuple(tuple(requests[i] for i in parts[j]) for j in group)
         if ranks not in done:
-            done[ranks] = simulate_lockstep(
-                [list(r) for r in ranks], limits,
-                group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0]),
-                first_token_extra_seconds)
+            done[ranks] = simulate_lockstep([list(r) for r in ranks], limits, priced, first_token_extra_seconds)
         results += done[ranks]
     return _merge(len(requests), kept, results)
 
@@ -583,20 +582,19 @@ def _simulate_dispatched(
     order: list[int],
     groups: list[list[int]],
     limits: EngineLimits,
-    step_seconds: Callable[[StepLoad], float],
+    priced: Callable[[list[StepLoad]], float],
     extra_seconds: float,
     max_concurrency: int | None,
-    group_step_seconds: Callable[[list[StepLoad]], float] | None,
 ) -> SimResult:
     """simulate_replicas with the dispatch decided as the burst runs: one clock, events in
     time order (a send before a step that ends at the same moment, so the step's intake sees
-    it); a group idle when a request reaches it starts a step at once."""
+    it); a group idle when a request reaches it starts a step at once. `priced`: a group's
+    step from its busy ranks' loads."""
     num_blocks = _check_fits(requests, limits)
     num_engines = sum(len(g) for g in groups)
     sims = [_Sim([], limits, num_blocks) for _ in range(num_engines)]
     for sim in sims:
         sim.begin(extra_seconds, None)
-    priced = group_step_seconds if group_step_seconds is not None else lambda loads: step_seconds(loads[0])
     pending = deque(order)
     slots = None if max_concurrency is None else deque([-math.inf] * max_concurrency)
     in_flight = [0] * num_engines

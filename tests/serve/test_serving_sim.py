@@ -184,12 +184,13 @@ def test_dispatching_a_burst_at_once_matches_the_fixed_split(shapes, replicas, r
     deduplicates); the two agree request by request."""
     requests = [SimRequest(0.0, i, o) for i, o in shapes]
     limits = EngineLimits(BIG_KV, 8, 512)
-    group = (lambda loads: max(_prompt_priced(x) for x in loads)) if ranks > 1 else None
+    def group(loads):
+        return max(_prompt_priced(x) for x in loads)
+
     fixed = simulate_replicas(requests, replicas, limits, _prompt_priced, lockstep_ranks=ranks,
                               group_step_seconds=group)
     groups = [list(range(f, min(f + ranks, replicas))) for f in range(0, replicas, ranks)]
-    live = _simulate_dispatched(requests, list(range(len(requests))), groups, limits, _prompt_priced, 0.0, None,
-                                group)
+    live = _simulate_dispatched(requests, list(range(len(requests))), groups, limits, group, 0.0, None)
     assert live.e2e_seconds == pytest.approx(fixed.e2e_seconds)
     assert live.ttft_seconds == pytest.approx(fixed.ttft_seconds)
     assert sorted(live.step_seconds) == pytest.approx(sorted(fixed.step_seconds))
