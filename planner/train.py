@@ -344,8 +344,10 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
             reasons.append("interleaving needs pp > 1")
         else:
             reasons += interleaving_batch_reasons(m, c.pp, engine)
-        if open_split and L % c.pp == 0 and (L // c.pp) % v:
-            reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}")
+        if open_split and L % c.pp == 0 and (L // c.pp) % v and not has_layout_split(L, c.pp, v, engine):
+            reasons.append(f"layers per stage {L // c.pp} not divisible by v={v}"
+                           + (f", nor spread over {v} chunks of at least one layer (a per-chunk split)"
+                              if engine in PER_CHUNK_SPLIT_ENGINES else ""))
         elif open_split and L % c.pp and not has_split(L, c.pp, v) and not has_layout_split(L, c.pp, v, engine):
             reasons.append(no_split_reason(L, c.pp, v, layout=engine in PER_CHUNK_SPLIT_ENGINES))
     elif c.virtual_stages != 1:
@@ -365,6 +367,15 @@ def interleaving_batch_reasons(m: int, pp: int, engine: str) -> list[str]:
     if engine == "megatron":
         return [] if m >= pp else [f"m={m} below p={pp}: interleaving needs at least p micro-batches (Megatron)"]
     return [f"m={m} not a multiple of p={pp} for interleaving ({engine})"] if m % pp else []
+
+
+def interleaving_batch_summary(micro_batches: list[int], pp: int, engine: str) -> str:
+    """interleaving_batch_reasons for the several m of one layout's micro-batch sizes, one line:
+    "interleaving needs at least p=16 micro-batches (Megatron): m = 1, 2, 4 here"."""
+    ms = ", ".join(str(m) for m in sorted(set(micro_batches)))
+    need = "at least p" if engine == "megatron" else "a multiple of p"
+    who = "Megatron" if engine == "megatron" else engine
+    return f"interleaving needs {need}={pp} micro-batches ({who}): m = {ms} here"
 
 
 def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron") -> list[str]:
@@ -1238,11 +1249,13 @@ def has_split(num_layers: int, pp: int, v: int) -> bool:
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     """Whether a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's
     module_fqns_per_model_part: PER_CHUNK_SPLIT_ENGINES) splits these layers (stage_split.
-    layout_splits), as the plan uses it: p not dividing L, v > 1, at least one layer per chunk.
+    layout_splits), as the plan uses it: p not dividing L or v not dividing L/p (then the flags have no split with stages of v-multiple
+    layers; Megatron's layout string names every chunk, get_num_layers_to_build reads it,
+    core_v0.19.0), v > 1, at least one layer per chunk.
     The search tries the v dividing ceil(L/p) (train_search.schedule_options); a --virtual-stages
     asked for runs with any v a split holds (126 layers on 16 stages at v = 3: 7 | 8 x14 | 7 in
-    chunks of 3, 3, 2 and 2, 3, 3)."""
-    if engine not in PER_CHUNK_SPLIT_ENGINES or v <= 1 or num_layers % pp == 0:
+    chunks of 3, 3, 2 and 2, 3, 3; 80 layers on 4 stages at v = 3: chunks of 7, 7, 6)."""
+    if engine not in PER_CHUNK_SPLIT_ENGINES or v <= 1 or (num_layers % pp == 0 and (num_layers // pp) % v == 0):
         return False
     return next(split.layout_splits(num_layers, pp, v), None) is not None
 

@@ -47,6 +47,7 @@ from planner.train import (
     has_layout_split,
     has_split,
     interleaving_batch_reasons,
+    interleaving_batch_summary,
     op_recompute_refusal,
     outputs_recompute_refusal,
     stage_memories,
@@ -187,6 +188,15 @@ class _Tally:
         self.counts: dict[str, int] = {}
         self.best_oom: tuple[float, str] | None = None
         self.total = 0
+        self.interleaving_micro_batches: list[int] = []
+        self.interleaving_stages = (0, "")
+
+    def add_interleaving(self, m: int, pp: int, engine: str) -> None:
+        """An interleaved configuration config_reasons would refuse for its m alone: one line for
+        all of the layout's (train.interleaving_batch_summary), not one per micro-batch size."""
+        self.total += 1
+        self.interleaving_micro_batches.append(m)
+        self.interleaving_stages = (pp, engine)
 
     def add(self, result: Rejected) -> None:
         self.total += 1
@@ -198,7 +208,11 @@ class _Tally:
             self.counts[reason] = self.counts.get(reason, 0) + 1
 
     def reasons(self) -> tuple[str, ...]:
-        ordered = sorted(self.counts, key=lambda r: (-self.counts[r], r))
+        counts = dict(self.counts)
+        if self.interleaving_micro_batches:
+            line = interleaving_batch_summary(self.interleaving_micro_batches, *self.interleaving_stages)
+            counts[line] = len(self.interleaving_micro_batches)
+        ordered = sorted(counts, key=lambda r: (-counts[r], r))
         if self.best_oom is not None:
             ordered.insert(0, self.best_oom[1])
         return tuple(ordered[:MAX_REASONS_PER_LAYOUT])
@@ -271,8 +285,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                     proto = proto.with_(tp_comm_overlap=True)
                 for b in micro_batches:
                     m = request.global_batch // (b * dp)
-                    if schedule == "interleaved" and pp > 1 and (why := interleaving_batch_reasons(m, pp, request.engine)):
-                        tally.add(Rejected(layout, tuple(why)))  # config_reasons' verdict, without the estimate
+                    if schedule == "interleaved" and pp > 1 and interleaving_batch_reasons(m, pp, request.engine):
+                        tally.add_interleaving(m, pp, request.engine)  # config_reasons' verdict, without the estimate
                         continue
                     if leaner and any(b >= oom_at.get(key, b + 1) for key in leaner):
                         break  # a leaner sibling was out of memory here at every recompute level

@@ -273,7 +273,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     c = config
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     args += context_parallel_args(c)
-    layers = (None if c.first_last_layers is None or c.schedule != "interleaved"
+    layers = (None if c.schedule != "interleaved" or c.account_for_embedding_and_loss
               else split.layers_per_stage(model.num_hidden_layers, c.pp, c.first_last_layers))
     if layers is not None and split.needs_layout(layers, c.virtual_stages):
         # a stage's layers not a multiple of its chunks: every chunk named (stage_split.megatron_layout)

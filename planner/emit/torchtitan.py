@@ -143,7 +143,9 @@ def pipeline_keys(model: ModelSpec, config: TrainConfig) -> dict[str, object]:
         return {}
     keys: dict[str, object] = {"pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[c.schedule],
                                "pipeline_parallel_microbatch_size": c.micro_batch_size}
-    if c.first_last_layers is None:
+    even = c.first_last_layers is None and not split.needs_layout(
+        split.layers_per_stage(model.num_hidden_layers, c.pp, None), c.virtual_stages)
+    if even:
         keys["pipeline_parallel_layers_per_stage"] = model.num_hidden_layers // (c.pp * c.virtual_stages)
         keys["pipeline_parallel_first_stage_less_layers"] = 0
         keys["pipeline_parallel_last_stage_less_layers"] = 0
@@ -153,8 +155,9 @@ def pipeline_keys(model: ModelSpec, config: TrainConfig) -> dict[str, object]:
     return keys
 
 
-def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int], v: int = 1) -> list[list[str]]:
-    """Module names per model part for an uneven split: pp * v parts, part k chunk k // pp of
+def stage_modules(num_layers: int, pp: int, first_last: tuple[int, int] | None, v: int = 1) -> list[list[str]]:
+    """Module names per model part for an uneven split (`first_last` None: even stages whose
+    layers v does not divide, 80 on 4 stages at v = 3 in chunks of 7, 7, 6): pp * v parts, part k chunk k // pp of
     stage k % pp (torchtitan's "loop" stage ids, as Megatron's layout string orders its chunks,
     stage_split.megatron_layout), each stage's layers spread over its chunks as evenly as
     possible (stage_split.chunk_layers), the layers consecutive in part order; the embedding

@@ -420,7 +420,8 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
     return {
         "tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "rank": rank,
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
-        "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
+        # no pipeline schedule without PP (the table's "no PP"; Megatron runs forward_backward_no_pipelining)
+        "schedule": None if c.pp == 1 else c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,

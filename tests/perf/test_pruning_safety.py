@@ -58,8 +58,13 @@ def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, atten
     # rule (cost/stage_split.py): not a search dimension.
     L = model.num_hidden_layers
     schedules = [("1f1b", 1), ("gpipe", 1)]
-    # and, p not dividing L, every v dividing ceil(L/p) (Megatron's layout string)
-    chunk_counts = set(divisors(L)) | set(divisors(L + 2)) | set(divisors(-(-L // pp)))
+    # and, p not dividing L, every v dividing ceil(L/p) (Megatron's layout string). With p dividing
+    # L the search's space is the v dividing L/p (or (L + 2)/p): a --virtual-stages asked for may run
+    # others through the layout string (20-layer stages at v = 3), which the search does not try
+    if L % pp == 0:
+        chunk_counts = set(divisors(L // pp)) | (set(divisors((L + 2) // pp)) if (L + 2) % pp == 0 else set())
+    else:
+        chunk_counts = set(divisors(L)) | set(divisors(L + 2)) | set(divisors(-(-L // pp)))
     schedules += [("interleaved", v) for v in sorted(chunk_counts) if v > 1]
     zeros = (0, 1, 2, 3) if dp * cp > 1 else (0,)  # sharding over one rank is no sharding
     for (schedule, v), b, recompute, sp, zero, ep in itertools.product(

@@ -206,3 +206,20 @@ def test_megatron_command_names_the_group_only_where_p_does_not_divide_m():
     args = parallel_args(model, config, 40)
     assert args[args.index("--microbatch-group-size-per-virtual-pipeline-stage") + 1] == "5"
     assert "--microbatch-group-size-per-virtual-pipeline-stage" not in parallel_args(model, config, 32)
+
+
+def test_a_rejected_layout_names_interleavings_micro_batches_once():
+    """405B on 16 H100 at tp=1 pp=16 with a global batch of 8: 1F1B runs out of memory at every
+    micro-batch size, and interleaving needs m >= p = 16 where b = 1, 2, 4, 8 leave m = 8, 4, 2,
+    1: one line names them all (it was one line per m, cut at the reasons' limit), after the
+    memory verdict."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import LayoutFilter, TrainRequest
+    from planner.train_search import search
+
+    request = TrainRequest(global_batch=8, seq_len=8192, layout=LayoutFilter(tp=1, pp=16))
+    plan = search(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"), request, suggest=False)
+    assert not plan.layouts and len(plan.rejected) == 1
+    reasons = plan.rejected[0].reasons
+    assert reasons[0].startswith("out of memory on stage")
+    assert reasons[1:] == ("interleaving needs at least p=16 micro-batches (Megatron): m = 1, 2, 4, 8 here",)

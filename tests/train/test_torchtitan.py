@@ -124,12 +124,14 @@ def test_reasons():
     # seq_len divisible by tp * 2 * cp (ParallelDims.seq_len_divisor): 8 * 2 * 2 = 32
     odd = config(tp=8, cp=2, dp=1, sequence_parallel=True)
     assert any("tp*2*cp = 32" in r for r in torchtitan_reasons(model, odd, 8200))
-    # 32 layers over pp=4 in v=3 chunks: 8 per stage do not split into 3 chunks evenly, which the
-    # search's own rule refuses for every engine (an uneven split needs p not dividing L)
+    # 32 layers over pp=4 in v=3 chunks: 8 per stage do not split into 3 equal chunks, but the
+    # module lists name every part (3, 3, 2 layers); in v=9 chunks a part would be empty
     inter = config(pp=4, dp=2, schedule="interleaved", virtual_stages=3, zero_stage=1)
     assert torchtitan_reasons(model, inter, 8192) == []
-    assert any("layers per stage 8 not divisible by v=3" in r
-               for r in config_reasons(model, inter, 64, engine="torchtitan"))
+    assert config_reasons(model, inter, 64, engine="torchtitan") == []
+    nine = inter.with_(virtual_stages=9)
+    assert any("layers per stage 8 not divisible by v=9, nor spread over 9 chunks" in r
+               for r in config_reasons(model, nine, 64, engine="torchtitan"))
     # wk/wv are sharded over tp without replication: 8 KV heads take tp = 8, not 16
     wide = config(tp=16, dp=1, sequence_parallel=True)
     assert any("does not divide the 8 KV heads" in r for r in torchtitan_reasons(model, wide, 8192))

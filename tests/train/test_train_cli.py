@@ -112,8 +112,8 @@ def test_bad_training_inputs_exit_2_with_one_line(args):
 
 
 @pytest.mark.parametrize(("args", "named"), [
-    (("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--virtual-stages", "3"),
-     "--virtual-stages 3: no configuration runs"),
+    (("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--virtual-stages", "20"),  # 32 layers: 16 a stage at most
+     "--virtual-stages 20: no configuration runs"),
     (("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--zero", "3", "--layout", "tp=1,pp=2"),
      "--layout tp=1,pp=2 --zero 3: no configuration runs"),
     (("--model", "qwen3-32b", "--cluster", "2x8xH100", "--engine", "torchtitan", "--layout", "pp=2"),
@@ -464,3 +464,13 @@ def test_what_would_fit_skips_sizes_that_cannot_hold_the_states(monkeypatch):
                                               TrainRequest(global_batch=64, seq_len=4096))
     assert found.startswith("16 GPUs (2x8xH100-SXM5-80GB")
     assert searched == [16]
+
+
+def test_json_schedule_is_null_without_pipelining():
+    """pp = 1 runs no pipeline schedule (Megatron's forward_backward_no_pipelining; the table
+    prints "no PP"): JSON's schedule is null there and names the schedule where pp > 1."""
+    data = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64", "--seq-len", "4096")
+    schedules = {(row["pp"], row["schedule"]) for row in data["layouts"]}
+    assert {s for p, s in schedules if p == 1} == {None}
+    assert {s for p, s in schedules if p > 1} <= {"1f1b", "interleaved", "gpipe"}
+    assert any(p > 1 for p, _ in schedules)

@@ -322,3 +322,40 @@ def test_more_recompute_is_tried_where_less_fits_only_on_a_slower_split():
     assert best.config.recompute == "outputs"
     assert best.num_layers_per_stage == (23, 24, 24, 23)
     assert best.step_time_seconds < none.step_time_seconds
+
+
+@pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
+def test_even_stages_that_v_does_not_divide_run_through_a_per_chunk_split(engine):
+    """80 layers on 4 stages at v = 3: 20 a stage are not 3 equal chunks and neither flag splits
+    them (80 is no multiple of 3; 80 + 2 = 82 no multiple of p*v = 12), but Megatron's layout
+    string (get_num_layers_to_build reads it, core_v0.19.0) and torchtitan's module lists name
+    every chunk, so it runs: a stage of 20 layers in chunks of 7, 7, 6 (larger first), of 19 in
+    7, 6, 6, of 21 in 7, 7, 7; whatever balanced split is fastest, the emitted chunks hold
+    exactly its stage layers. At v = 21 a 20-layer stage would leave a chunk empty: refused."""
+    from planner.emit.megatron import parallel_args
+    from planner.emit.torchtitan import pipeline_keys
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("4x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=4096, engine=engine)
+    config = TrainConfig(8, 4, 1, 2, "interleaved", 3, "none", True, 0)
+    result = estimate(model, cluster, config, request)
+    assert not isinstance(result, Rejected), result
+    layers = result.num_layers_per_stage
+    assert sum(layers) == 80 and split.needs_layout(layers, 3)
+    assert split.chunk_layers(20, 3) == (7, 7, 6) and split.chunk_layers(19, 3) == (7, 6, 6)
+    if engine == "megatron":
+        args = parallel_args(model, result.config, 64)
+        layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+        ranks = parse_megatron_layout(layout, 4)
+        assert [sum(chunk.count("t") for chunk in rank) for rank in ranks] == list(layers)
+        assert all(len(rank) == 3 and all(chunk.count("t") >= 1 for chunk in rank) for rank in ranks)
+        assert "--num-layers-per-virtual-pipeline-stage" not in args
+    else:
+        parts = pipeline_keys(model, result.config)["module_fqns_per_model_part"]
+        assert len(parts) == 12  # part k is chunk k // 4 of stage k % 4
+        per_stage = [sum(sum(name.startswith("layers.") for name in parts[j * 4 + i]) for j in range(3))
+                     for i in range(4)]
+        assert per_stage == list(layers)
+    refused = estimate(model, cluster, replace(config, virtual_stages=21), request)
+    assert isinstance(refused, Rejected)
+    assert any("layers per stage 20 not divisible by v=21, nor spread over 21 chunks" in r for r in refused.reasons)
