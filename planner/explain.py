@@ -105,6 +105,8 @@ class PlacementMap:
     ep_num_nodes: int = 0
     """Nodes one EP group spans, with ep_ranks_per_node of its GPUs on each."""
     pp_outermost: bool = False
+    training_engine: str = "megatron"
+    """Whose rank order pp_outermost is (Megatron's RankGenerator or torchtitan's device mesh: the same order)."""
     """Megatron's / torchtitan's rank order (stage outermost), else vLLM's (layout.py)."""
 
 
@@ -202,7 +204,7 @@ class Explanation:
 
 
 def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False,
-                  all2all_backend: str = DEFAULT_ALL2ALL_BACKEND) -> PlacementMap:
+                  all2all_backend: str = DEFAULT_ALL2ALL_BACKEND, training_engine: str = "megatron") -> PlacementMap:
     """Every GPU's (stage, CP rank, TP rank, DP replica) in the engine's rank order
     (layout.py): vLLM's r = (dp * pp + stage) * tp + tp_rank, or with `pp_outermost`
     Megatron's and torchtitan's r = ((stage * dp + dp) * cp + cp_rank) * tp + tp_rank, which
@@ -241,7 +243,8 @@ def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = Fal
     return PlacementMap(cluster.num_nodes, gpn, layout, tuple(slots), tp_link, crosses, boundaries,
                         layout.dp * layout.cp * (layout.pp - 1),
                         boundaries_crossing_nodes(layout, gpn, pp_outermost), ep_link, exchange,
-                        0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes, pp_outermost)
+                        0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes, pp_outermost,
+                        training_engine)
 
 
 def _send_ranks(layout: Layout, replica: int, cp_rank: int, stage: int, pp_outermost: bool) -> tuple[int, int]:

@@ -12,6 +12,7 @@ dispatch and combine all-to-alls of each MoE layer (forward, backward, recompute
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from planner import sensitivity
@@ -57,6 +58,7 @@ from planner.train import (
     train_rates,
     training_caveats,
 )
+from planner.train_engines import CP_KV_ROTATION
 from planner.train_search import TrainPlan, search
 
 
@@ -170,15 +172,38 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
             for phase, name, count in phases]
 
 
-def cp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
-    """The estimate's ring-attention sends (layer_terms.cp): cp - 1 KV chunks forward, cp - 1
-    KV + dKV backward, the forward's again with recompute, on every layer of the pacing stage
-    for every micro-batch; what the attention hides is in the estimate's cp_comm."""
+def cp_rows(cluster: ClusterSpec, e: TrainEstimate, engine: str = "megatron") -> list[CollectiveRow]:
+    """The estimate's context-parallel KV exchange (layer_terms.cp) on every layer of the pacing
+    stage for every micro-batch; what the attention hides is in the estimate's cp_comm.
+    Megatron (CP_KV_ROTATION "ring"): cp - 1 KV chunk sends forward, cp - 1 KV + dKV backward,
+    the forward's again with recompute. torchtitan ("allgather"): one all-gather of the other
+    cp - 1 chunks forward (again with recompute), one in the backward, and cp - 1 dKV sends."""
     c, cp = e.config, e.layer_terms.cp
     if c.cp <= 1 or cp.total == 0.0:
         return []
     link = place(without_curves(cluster), c.layout).cp_link
-    per_step = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage] * (c.cp - 1)
+    layers = e.num_micro_batches * e.num_layers_per_stage[e.slowest_stage]
+    per_step = layers * (c.cp - 1)
+    if CP_KV_ROTATION[engine] == "allgather":
+        gather_bytes, gather_seconds = (c.cp - 1) * cp.kv_chunk_bytes, (c.cp - 1) * cp.send_seconds
+        rows = [("forward", "KV of the other chunks", "all-gather", gather_bytes,
+                 gather_seconds, layers),
+                ("backward", "KV of the other chunks again", "all-gather", gather_bytes, gather_seconds, layers),
+                ("backward", "dKV to the next rank", "send", cp.kv_chunk_bytes, cp.send_seconds, per_step)]
+        if act.reruns_attention(c.recompute):
+            rows.append(("recompute", "the forward's all-gather again", "all-gather", gather_bytes, gather_seconds,
+                         layers))
+        steps = c.cp - 1
+
+        def priced(kind: str) -> Callable[[float], float]:
+            """The estimate's alpha-beta reading: the gather as cp - 1 chunk sends back to back."""
+            if kind == "send":
+                return lambda n: comm.p2p_seconds(n, link)
+            return lambda n: steps * comm.p2p_seconds(n / steps, link)
+
+        return [collective_row(phase, name, kind, c.cp, cp.link or "-", num_bytes, priced(kind), seconds, False,
+                               count, e.step_time_seconds)
+                for phase, name, kind, num_bytes, seconds, count in rows]
     phases = [("forward", "ring: next KV chunk", cp.kv_chunk_bytes, cp.send_seconds),
               ("backward", "ring: KV and dKV", 2 * cp.kv_chunk_bytes, cp.total / (c.cp - 1)
                - (2 if act.reruns_attention(c.recompute) else 1) * cp.send_seconds)]
@@ -306,7 +331,7 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
     )
 
 
-def train_notes(e: TrainEstimate) -> tuple[str, ...]:
+def train_notes(e: TrainEstimate, engine: str = "megatron") -> tuple[str, ...]:
     c = e.config
     chunks = f", v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     dispatcher = ("Megatron's flex dispatcher on DeepEP, its buffers in the overhead" if c.moe_dispatcher == "deepep"
@@ -317,9 +342,13 @@ def train_notes(e: TrainEstimate) -> tuple[str, ...]:
     if c.cp > 1:
         ranks = cp_group_ranks(c.layout)
         shown = ", ".join(str(r) for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
-        notes += (f"CP {c.cp}: each sequence split over {c.cp} ranks at stride tp={c.tp} (Megatron's "
-                  f"tp-cp-ep-dp-pp order; the first group is ranks {shown}), {e.config.cp}x fewer tokens "
-                  f"per rank; the ring runs on {e.layer_terms.cp.link}",)
+        order = ("Megatron's tp-cp-ep-dp-pp order" if engine == "megatron"
+                 else "torchtitan's device mesh pp, dp_replicate, dp_shard, cp, tp")
+        exchange = ("the ring runs" if CP_KV_ROTATION[engine] == "ring"
+                    else "the KV all-gather (torch's default rotate method) runs")
+        notes += (f"CP {c.cp}: each sequence split over {c.cp} ranks at stride tp={c.tp} ({order}; the first "
+                  f"group is ranks {shown}), {e.config.cp}x fewer tokens per rank; {exchange} on "
+                  f"{e.layer_terms.cp.link}",)
     if e.time_breakdown_seconds.host > 0 and e.layer_terms is not None:
         notes += (host_wait_line(e),)
     if e.faster_split is not None:
@@ -438,10 +467,10 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=(*train_notes(e), *mtp_notes(plan.model, c.pp), *training_caveats(model, request), *light),
-        placement=placement_map(cluster, c.layout, pp_outermost=True),
+        notes=(*train_notes(e, request.engine), *mtp_notes(plan.model, c.pp), *training_caveats(model, request), *light),
+        placement=placement_map(cluster, c.layout, pp_outermost=True, training_engine=request.engine),
         memory=train_memory_bars(plan.model, e),
-        collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e)
+        collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e, request.engine)
                           + pp_dp_rows(cluster, e)),
         timeline=timeline,
         timeline_caption=caption,

@@ -144,11 +144,14 @@ def placement_summary(pm: PlacementMap) -> list[str]:
         f"TP groups of {lay.tp} {'span nodes' if pm.tp_crosses_node else 'inside each node'}, "
         f"all-reduces over {pm.tp_link}")
     cells = "s<stage> c<cp rank> t<tp rank> d<dp replica>" if lay.cp > 1 else "s<stage> t<tp rank> d<dp replica>"
-    order = ("Megatron's rank order (TP, then CP, then DP, stage outermost)" if pm.pp_outermost
+    titan = pm.training_engine == "torchtitan"
+    order = (("torchtitan's device mesh (TP, then CP, then DP, stage outermost)" if titan else
+              "Megatron's rank order (TP, then CP, then DP, stage outermost)") if pm.pp_outermost
              else "vLLM's rank order (TP, then stage, DP outermost)")
     lines = [f"Cells are {cells}; colour = pipeline stage; {order}. {tp}."]
     if lay.cp > 1:
-        lines.append(f"CP rings of {lay.cp} ranks at stride {lay.tp} (each holds 1/{lay.cp} of every sequence).")
+        kind = "CP groups" if titan else "CP rings"
+        lines.append(f"{kind} of {lay.cp} ranks at stride {lay.tp} (each holds 1/{lay.cp} of every sequence).")
     if pm.ep_link is not None:
         d = lay.dp_per_ep_group
         ranks = ep_group_ranks_text(lay)
@@ -279,21 +282,65 @@ MIN_COLUMNS_TO_ALTERNATE = 2
 phases (forward, backward, idle), not single micro-batches (large m is summarised)."""
 
 
-def _letter(block: Block, alternate: bool) -> str:
+def _letter(block: Block) -> str:
+    """Upper case for even micro-batches, lower for odd (each block spans a few columns)."""
     letter = KIND_LETTER[block.kind]
-    return letter.lower() if alternate and block.micro_batch % 2 else letter
+    return letter.lower() if block.micro_batch % 2 else letter
+
+
+MIXED_CHAR = "x"
+"""A phases-only column in which forwards and backwards both run (1F1B's steady state)."""
+MIXED_SHARE = 0.25
+"""The lesser phase's share of a column's busy time from which the column is drawn mixed: at
+t_b = 2 t_f a steady one-forward-one-backward column is 1/3 forward."""
+
+
+def phases_only(timeline: Timeline, scale: float) -> bool:
+    """Whether some block is under MIN_COLUMNS_TO_ALTERNATE columns: single blocks would alias
+    (a column's centre lands on whichever block is there, drawing runs of F or B that are not
+    in the schedule), so each column shows what fills it (phase_chars)."""
+    shortest = min((b.end - b.start for row in timeline.stages for b in row), default=0.0)
+    return shortest * scale < MIN_COLUMNS_TO_ALTERNATE
+
+
+def phase_chars(blocks: tuple[Block, ...], scale: float, num_cols: int) -> list[str | None]:
+    """Per column: None where idle fills at least half of it, MIXED_CHAR where forward and
+    backward each fill at least MIXED_SHARE of its busy time, else the letter of the phase
+    that fills most."""
+    covered: list[dict[str, float]] = [{} for _ in range(num_cols)]
+    for b in blocks:
+        for col in range(max(0, math.floor(b.start * scale)), min(num_cols, math.ceil(b.end * scale))):
+            overlap = min(b.end * scale, col + 1) - max(b.start * scale, col)
+            if overlap > 0:
+                covered[col][b.kind] = covered[col].get(b.kind, 0.0) + overlap
+    chars: list[str | None] = []
+    for kinds in covered:
+        busy = sum(kinds.values())
+        if busy < 0.5:
+            chars.append(None)
+            continue
+        ranked = sorted(kinds.items(), key=lambda item: -item[1])
+        mixed = len(ranked) > 1 and ranked[1][1] >= MIXED_SHARE * busy
+        chars.append(MIXED_CHAR if mixed else KIND_LETTER[ranked[0][0]])
+    return chars
 
 
 def _row_chars(blocks: tuple[Block, ...], timeline: Timeline, scale: float, cell: int,
                labelled: bool, num_cols: int) -> Text:
+    if phases_only(timeline, scale):
+        phases = phase_chars(blocks, scale, num_cols)
+        text = Text()
+        for ch in phases:
+            kind = next((k for k, letter in KIND_LETTER.items() if letter == ch), None)
+            style = "grey50" if ch is None else ("black on cyan" if kind is None else KIND_STYLE[kind])
+            text.append(IDLE_CHAR if ch is None else ch, style=style)
+        return text
     owner: list[Block | None] = [None] * num_cols
     for b in blocks:
         for col in range(max(0, math.floor(b.start * scale)), min(num_cols, math.ceil(b.end * scale))):
             if b.start <= (col + 0.5) / scale < b.end:
                 owner[col] = b
-    shortest = min((b.end - b.start for b in blocks), default=0.0)
-    alternate = shortest * scale >= MIN_COLUMNS_TO_ALTERNATE
-    chars = [(" " if cell and col % cell else IDLE_CHAR) if owner[col] is None else _letter(owner[col], alternate)
+    chars = [(" " if cell and col % cell else IDLE_CHAR) if owner[col] is None else _letter(owner[col])
              for col in range(num_cols)]
     if labelled:
         for b in blocks:
@@ -359,16 +406,20 @@ def _busy(timeline: Timeline, stage: int) -> str:
     return f"{busy / span:.0%} of {seconds(span)}"
 
 
-def timeline_legend(timeline: Timeline, labelled: bool) -> str:
+def timeline_legend(timeline: Timeline, labelled: bool, phases: bool = False) -> str:
+    """`phases`: phases_only at the drawn scale."""
     if timeline.schedule == "decode":
         legend = "bN tK = batch N's K-th token; . = idle (waiting for the other stages or a send)"
     else:
         chunk = ", a/b/.. = model chunk" if timeline.num_virtual_stages > 1 else ""
         legend = f"F/B = forward/backward, number = micro-batch{chunk}; . = idle (bubble)"
         legend += f"; idle {timeline.idle_fraction:.0%} of device-time"
-    if not labelled:
-        legend += ("; too narrow to label: letters alternate case from one micro-batch to the next "
-                   "(none where blocks are under 2 columns: phases only)")
+    if phases:
+        mixed = f", {MIXED_CHAR} = forwards and backwards alternating" if timeline.schedule != "decode" else ""
+        legend += (f"; blocks under {MIN_COLUMNS_TO_ALTERNATE} columns: each column shows what fills most of it"
+                   f"{mixed}")
+    elif not labelled:
+        legend += "; too narrow to label: letters alternate case from one micro-batch to the next"
     return legend
 
 
@@ -384,8 +435,8 @@ def print_timeline(out: Console, timeline: Timeline | None, caption: str) -> Non
     lines = timeline_lines(timeline, out.width)
     for line in lines:
         out.print(line, no_wrap=True, overflow="crop")
-    _, _, labelled = timeline_scale(timeline, timeline_width(timeline, out.width))
-    out.print(timeline_legend(timeline, labelled), style="grey62")
+    scale, _, labelled = timeline_scale(timeline, timeline_width(timeline, out.width))
+    out.print(timeline_legend(timeline, labelled, phases_only(timeline, scale)), style="grey62")
 
 
 # ---------------------------------------------------------------- breakdown

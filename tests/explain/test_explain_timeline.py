@@ -144,3 +144,18 @@ def test_interleaved_groups_when_stages_do_not_divide_the_micro_batches() -> Non
     for stage in timeline.stages:
         done = sorted((b.kind, b.micro_batch, b.chunk) for b in stage)
         assert done == sorted((kind, mb, chunk) for kind in ("forward", "backward") for mb in range(6) for chunk in range(2))
+
+
+def test_blocks_narrower_than_two_columns_draw_phases_not_aliases() -> None:
+    """p = 2, m = 64, v = 4: 2 p m v = 1,024 blocks of 0.25 (chunk forward) and 0.5 units
+    (chunk backward) over ~195 units in 94 columns (2.1 units each). Sampling each column's
+    centre drew runs of six F columns and twelve B columns in the steady state, where every
+    stage alternates one chunk forward and one chunk backward; each column now shows what fills
+    it: warm-up forwards (stage 0 warms up (2-0-1)*2 + 3*2 = 8 chunk forwards, 2 units, one
+    column), x where both run, the cool-down backwards at the end."""
+    text = timeline_text(training_timeline("interleaved", 2, 64, 4), width=140)
+    rows = [line.split()[2] for line in text.splitlines()[1:]]
+    for row in rows:
+        assert row[0] == "F" and row[-1] == "B"
+        middle = row[len(row) // 10: -len(row) // 10]
+        assert set(middle) == {"x"}, row

@@ -156,3 +156,32 @@ def test_an_moe_search_counts_three_times_toward_the_light_analysis(monkeypatch)
     monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 3 * count)
     full = explain_training(model, cluster, request, plan=plan)
     assert not any(note.startswith("sensitivity:") for note in full.notes)
+
+
+@pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
+def test_context_parallel_rows_are_the_engines_exchange(engine: str) -> None:
+    """8B at 32K tokens, tp=8 cp=2 on two nodes: Megatron's Transformer Engine passes KV chunks
+    round a ring (sends), torchtitan all-gathers them (torch's default rotate method) and passes
+    dKV on; either way the rows add up to the estimate's cp total per layer, times the layers
+    and micro-batches (cp - 1 = 1 step here), and the notes and placement name the engine's
+    own rank order."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("2x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=32768, layout=LayoutFilter(tp=8, cp=2), engine=engine,
+                           recompute="none")
+    e = explain_training(model, cluster, request, None)
+    estimate, _ = pick_training(model, cluster, request)
+    rows = [r for r in e.collectives if "KV" in r.name]
+    layers = estimate.num_micro_batches * estimate.num_layers_per_stage[estimate.slowest_stage]
+    assert sum(r.total_seconds * r.count_per_step for r in rows) == pytest.approx(
+        estimate.layer_terms.cp.total * layers)
+    kinds = {r.kind for r in rows}
+    notes = " ".join(e.notes)
+    if engine == "megatron":
+        assert kinds == {"send"} and "Megatron's tp-cp-ep-dp-pp order" in notes and "the ring runs" in notes
+        assert e.placement.training_engine == "megatron"
+    else:
+        assert kinds == {"all-gather", "send"} and "torchtitan's device mesh" in notes
+        assert "Megatron" not in notes and "ring" not in notes
+        out = io.StringIO()
+        render_explanation(e, Console(file=out, width=160))
+        assert "torchtitan's device mesh (TP, then CP" in out.getvalue() and "CP rings" not in out.getvalue()
