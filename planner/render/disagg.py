@@ -157,6 +157,9 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         # the copies on the planned GPUs, idle ones included: what ranks deployments
         "plan_goodput_tokens_per_second": e.plan_goodput_tokens_per_second,
         "plan_goodput_per_gpu": e.plan_goodput_per_gpu,
+        # the aggregated layouts' key, the same quantity (over the planned GPUs): a reader of
+        # `recommended` finds it whichever mode wins
+        "goodput_tokens_per_second_per_gpu": e.plan_goodput_per_gpu,
         "binding": e.binding,
         "notes": list(e.notes),
         "launch": None if steps is None else [step_json(s) for s in steps],

@@ -117,6 +117,13 @@ def test_cli_json_adds_keys_only(run_plan):
         assert set(best[role]) >= {"tp", "pp", "workers", "gpus", "concurrency"}
     assert best["kv_transfer_link"] == "nvlink" and best["kv_transfer_seconds"] > 0
     assert auto["comparison"]["winner"] in ("aggregated", "disaggregated")
+    # whichever mode wins, `recommended` has the keys both modes share, goodput per planned GPU alike
+    shared = {"ttft_seconds", "tpot_seconds", "e2e_seconds", "goodput_tokens_per_second_per_gpu"}
+    assert shared <= set(best) and shared <= set(plain["recommended"])
+    assert best["goodput_tokens_per_second_per_gpu"] == best["plan_goodput_per_gpu"]
+    aggregated = plain["recommended"]
+    assert aggregated["goodput_tokens_per_second_per_gpu"] == pytest.approx(
+        aggregated["goodput_tokens_per_second"] / 8)
 
 
 def test_cli_table_and_mode_errors(run_plan):
