@@ -592,7 +592,10 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
                         f"give fewer prompts, shorter outputs or more --max-concurrency")
-    limits = EngineLimits(result.kv_cache_tokens, result.batch, max_num_batched_tokens(cluster, request, layout, model),
+    budget = max_num_batched_tokens(cluster, request, layout, model)
+    # a simulated step is a round of the p micro-batches, each scheduled with its own budget
+    # (PP: a prompt's chunks fill consecutive micro-batches, round_time)
+    limits = EngineLimits(result.kv_cache_tokens, result.batch, budget * layout.pp,
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
 
     priced: dict[tuple[float, ...], float] = {}
@@ -611,14 +614,18 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
                                 load.prompts_completing, experts, load.spec_tokens)
-            chunk = None
+            chunk, carriers = None, 1
             if layout.pp > 1 and load.prefill_tokens > 0:
-                # the scheduler puts a prompt's chunk in one micro-batch, whole (as the steady
-                # state prices it): the round waits for that micro-batch's path through every stage
-                bucketed, chunk = prompt_carried_whole(bucketed)
+                # the round's prompt tokens fill micro-batches whole, each to what its budget
+                # leaves after its share of the decodes (as the steady state prices a chunk):
+                # the round waits for the last carrier's path through every stage
+                carriers = prompt_carriers(load.prefill_tokens, load.decode_seqs, budget, layout.pp)
+                in_flight = max(in_flight, carriers)
+                bucketed, prompt = prompt_carried_whole(bucketed)
+                chunk = prompt.scaled(1 / carriers)
             seconds = priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
                                                chunk, imbalance=expert_imbalance(request),
-                                               constants=constants).seconds
+                                               constants=constants, num_chunks=carriers).seconds
         return seconds
 
     ranks = lockstep_ranks(model, layout)
@@ -631,6 +638,16 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency, ranks, group_step_seconds))
+
+
+def prompt_carriers(prompt_tokens: float, decode_seqs: float, budget_tokens: int, pp: int) -> int:
+    """Micro-batches a round's prompt tokens fill (PP): each holds the step budget less its share
+    of the decodes (spread over min(p, decodes) micro-batches), at most p of them. 10,000 prompt
+    tokens, 40 decodes, a 4,096-token budget, p = 4: 4,096 - 40/4 = 4,086 a micro-batch,
+    ceil(10,000 / 4,086) = 3 carriers."""
+    share = decode_seqs / max(1, min(pp, round(decode_seqs)))
+    room = max(budget_tokens - share, 1.0)
+    return max(1, min(pp, math.ceil(prompt_tokens / room - 1e-9)))
 
 
 def prompt_carried_whole(load: StepLoad) -> tuple[StepLoad, StepLoad]:

@@ -1146,18 +1146,24 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
                chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
                constants: StepConstants | None = None,
-               priced: dict[tuple, StepTime | StageRates] | None = None) -> RoundTime:
+               priced: dict[tuple, StepTime | StageRates] | None = None, num_chunks: int = 1) -> RoundTime:
     """vLLM runs p virtual engines: k = min(p, sequences) micro-batches, each its own scheduled
     step, in flight through the stages at once. `load` is spread evenly over the k; `chunk`
-    (one prompt's chunk) rides in one of them, which the scheduler fills to its token budget.
+    (one prompt chunk) rides in `num_chunks` n of them, each filled to its token budget (a
+    prompt's chunks go into consecutive micro-batches: vLLM's scheduler advances a request's
+    computed tokens when it schedules them, so with p > 1 the next step takes the prompt's next
+    chunk while the last is still in flight, vllm/v1/core/sched/scheduler.py 0.33.0).
     A round lasts the longest of
     - a micro-batch's path: its engine step + every stage + p hops (its sampled tokens go back
-      to the scheduler before its next step), the chunk-carrying one's path when there is one,
-    - the busiest stage working all k micro-batches,
+      to the scheduler before its next step); with chunks, the last carrier's, which enters
+      n - 1 carrier steps after the first,
+    - the busiest stage working all k micro-batches (n of them carriers),
     - the engine scheduling k steps (one scheduler, serial).
-    With p = 1 that is engine step + the stage. `constants`: step_constants, when the caller
-    has them; `priced`: stage_step_times' memo, when the caller keeps one.
+    With p = 1 that is engine step + the stage (n = 1). `constants`: step_constants, when the
+    caller has them; `priced`: stage_step_times' memo, when the caller keeps one.
     docs/cost-model.md (Serving: pipeline)."""
+    if num_chunks > 1 and (chunk is None or num_chunks > in_flight):
+        raise ValueError(f"{num_chunks} chunk carriers need a chunk and as many micro-batches (got {in_flight})")
     constants = constants or step_constants(model, cluster, layout)
     per_batch = load.scaled(1 / in_flight)
     steps = stage_step_times(model, cluster, layout, placement, stages, per_batch, imbalance, constants, priced)
@@ -1174,9 +1180,11 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                                              priced)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
-        path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
-        busiest = max(b.seconds + (in_flight - 1) * n.seconds for b, n in zip(big, steps, strict=True))
-        engines += big_engine - engine
+        stagger = (num_chunks - 1) * max(big_engine, max(step.seconds for step in big))
+        path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop + stagger)
+        busiest = max(num_chunks * b.seconds + (in_flight - num_chunks) * n.seconds
+                      for b, n in zip(big, steps, strict=True))
+        engines += num_chunks * (big_engine - engine)
         if layout.pp == 1:
             steps, slowest = big, 0
             engine = big_engine

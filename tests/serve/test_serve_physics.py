@@ -339,6 +339,23 @@ def test_no_bubble_without_pipeline(serve_one):
     assert lone.decode_round_seconds == pytest.approx(result.stage_step_seconds + 0.0 + 10e-6 * lone.decode_seqs)
 
 
+def seventy_b_on_four_stages(model, cluster):
+    """llama-3.1-70b-fp8 at tp=1 pp=4 on 1x4xH100, 64 decodes (context 1152) over 4
+    micro-batches, one 1024-token prompt chunk; with each stage's time for a decode-only
+    share (small) and for a share carrying the chunk (big)."""
+    m, c = model("llama-3.1-70b-fp8"), cluster("1x4xH100")
+    layout = Layout(1, 4, 1)
+    placement = place(c, layout)
+    stages = stage_memory(m, c, layout, ServeRequest(max_model_len=8192), max_num_seqs=256)
+    decode = StepLoad(64, 64 * 1152)
+    chunk = StepLoad(0, 0, 1024, causal_pairs(1024), 1)
+    per = decode.scaled(1 / 4)
+    carrier = StepLoad(16, 16 * 1152, 1024, causal_pairs(1024), 1)
+    small = [stage_step_time(m, c, layout, placement, s, per).seconds for s in stages]
+    big = [stage_step_time(m, c, layout, placement, s, carrier).seconds for s in stages]
+    return m, c, layout, placement, stages, decode, chunk, per, carrier, small, big
+
+
 def test_prompt_chunk_rides_in_one_micro_batch_and_paces_the_round(model, cluster):
     """llama-3.1-70b-fp8 at tp=1 pp=4 on 1x4xH100, 64 decodes (context 1152) spread over the
     k = 4 micro-batches and one 1024-token prompt chunk in one of them. The round is the
@@ -347,17 +364,8 @@ def test_prompt_chunk_rides_in_one_micro_batch_and_paces_the_round(model, cluste
     carrier's path is a whole prefill of 1024 tokens through all 80 layers, so it paces the
     round: the pipeline cannot overlap one micro-batch with itself (why PP loses to TP under
     chunked prefill)."""
-    m, c = model("llama-3.1-70b-fp8"), cluster("1x4xH100")
-    layout = Layout(1, 4, 1)
-    placement = place(c, layout)
-    stages = stage_memory(m, c, layout, ServeRequest(max_model_len=8192), max_num_seqs=256)
-    decode = StepLoad(64, 64 * 1152)
-    chunk = StepLoad(0, 0, 1024, causal_pairs(1024), 1)
+    m, c, layout, placement, stages, decode, chunk, per, carrier, small, big = seventy_b_on_four_stages(model, cluster)
     got = round_time(m, c, layout, placement, stages, decode, 4, chunk)
-    per = decode.scaled(1 / 4)
-    carrier = StepLoad(16, 16 * 1152, 1024, causal_pairs(1024), 1)
-    small = [stage_step_time(m, c, layout, placement, s, per).seconds for s in stages]
-    big = [stage_step_time(m, c, layout, placement, s, carrier).seconds for s in stages]
     path = engine_step_seconds(carrier) + sum(big) + 4 * pipeline_hop_seconds(m, placement, carrier.num_tokens)
     busiest = max(b + 3 * n for b, n in zip(big, small, strict=True))
     engines = 3 * engine_step_seconds(per) + engine_step_seconds(carrier)
@@ -365,6 +373,33 @@ def test_prompt_chunk_rides_in_one_micro_batch_and_paces_the_round(model, cluste
     assert got.seconds == pytest.approx(path, rel=1e-12)
     spread = round_time(m, c, layout, placement, stages, StepLoad(64, 64 * 1152, 1024, causal_pairs(1024), 1), 4)
     assert got.seconds > 1.5 * spread.seconds
+
+
+def test_a_prompt_wave_fills_several_micro_batches_one_after_another(model, cluster):
+    """The same layout, 64 decodes and 3 micro-batches each carrying a 1024-token chunk (a
+    wave of prompts: vLLM's scheduler gives each new step the next chunk while the last is in
+    flight). The last carrier enters 2 carrier steps after the first, so its path is the
+    carrier's + 2 * max(engine step, slowest carrier stage); the busiest stage works 3
+    carriers and 1 decode-only share; the engine schedules 3 carriers and 1 decode step."""
+    from planner.serve import prompt_carriers
+
+    m, c, layout, placement, stages, decode, chunk, per, carrier, small, big = seventy_b_on_four_stages(model, cluster)
+    got = round_time(m, c, layout, placement, stages, decode, 4, chunk, num_chunks=3)
+    stagger = 2 * max(engine_step_seconds(carrier), max(big))
+    path = engine_step_seconds(carrier) + sum(big) + 4 * pipeline_hop_seconds(m, placement, carrier.num_tokens) + stagger
+    busiest = max(3 * b + 1 * n for b, n in zip(big, small, strict=True))
+    engines = engine_step_seconds(per) + 3 * engine_step_seconds(carrier)
+    assert got.seconds == pytest.approx(max(path, busiest, engines), rel=1e-12)
+    one = round_time(m, c, layout, placement, stages, decode, 4, chunk)
+    # three chunks in one round cost less than three rounds of one: the pipeline overlaps them
+    assert one.seconds < got.seconds < 3 * one.seconds
+    with pytest.raises(ValueError, match="micro-batches"):
+        round_time(m, c, layout, placement, stages, decode, 2, chunk, num_chunks=3)
+    # 10,000 prompt tokens, 40 decodes over 4 micro-batches: 4,096 - 10 = 4,086 a carrier, 3 of them;
+    # the carriers never outnumber the stages
+    assert prompt_carriers(10_000, 40, 4096, 4) == 3
+    assert prompt_carriers(100_000, 40, 4096, 4) == 4
+    assert prompt_carriers(100, 0, 4096, 4) == 1
 
 
 def test_fp8_70b_on_eight_h100_throughput_runs_small_replicas(serve_plan):
