@@ -278,13 +278,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
 
     def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = min(layout.pp, concurrency)
-        return lambda load, chunk=None: round_time(model, cluster, layout, placement, stages, load, in_flight, chunk,
-                                                   expert_imbalance(request), constants, priced)
+        return lambda load, chunk=None, carriers=1: round_time(model, cluster, layout, placement, stages, load,
+                                                               in_flight, chunk, expert_imbalance(request), constants,
+                                                               priced, carriers)
 
     def price_steady(concurrency: int) -> SteadyState:
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
-                            min(layout.pp, concurrency), lambda load, chunk: timed(load, chunk).seconds,
+                            min(layout.pp, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
                             request.decode_context_tokens, request.prompt_pairs)
 
@@ -371,14 +372,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     steps = decode_round.stage_steps
     slowest = decode_round.slowest_stage
     stage_seconds = steps[slowest].seconds
-    chunk = request.input_len / steady.prefill_rounds
-    prompt_chunk = StepLoad(0, 0, chunk, request.prompt_pairs / steady.prefill_rounds,
-                            1 / steady.prefill_rounds)
+    chunks = steady.chunks_per_prompt
+    chunk = request.input_len / chunks
+    prompt_chunk = StepLoad(0, 0, chunk, request.prompt_pairs / chunks, 1 / chunks)
     ranks = lockstep_ranks(model, layout)
     if ranks > 1:  # the experts and their exchange see the group's mean, as the steady state prices TTFT
         q = steady.prefill_tokens_per_step * steady.prefill_rounds / request.input_len
         prompt_chunk = replace(prompt_chunk, expert_tokens=chunk * ((1 + (ranks - 1) * q) / ranks if q <= 1 else q))
-    prompt_round = rounds(batch)(decode_load, prompt_chunk)
+    prompt_round = rounds(batch)(decode_load, prompt_chunk, steady.prompt_carriers)
     lone = steady_at(1)
     # a decoding sequence's rows: its token and its drafts
     tokens_per_batch = max(1, math.ceil(steady.decode_seqs * (1 + spec_tokens) / in_flight))

@@ -72,6 +72,14 @@ class SteadyState:
     tokens_per_round: float = 1.0
     """Tokens a decoding sequence emits per round: 1, or under speculative decoding the
     expected accepted drafts plus one (speculative.expected_tokens_per_step)."""
+    prompt_chunks: float = 0.0
+    """N: chunks one prompt is cut into, I / N tokens each (0: S_p, one chunk a round)."""
+    prompt_carriers: int = 1
+    """Micro-batches a prompt round fills with its chunks (PP: up to k; 1 without)."""
+
+    @property
+    def chunks_per_prompt(self) -> float:
+        return self.prompt_chunks or self.prefill_rounds
 
     @property
     def tpot_seconds(self) -> float:
@@ -134,11 +142,22 @@ def lockstep_decoding_round(q: float, c: float, ranks: int, decode_round: float,
     return (1 - carrying) * decode_round + carrying * chunk_round(per_rank / carrying)
 
 
+def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple[float, float, int]:
+    """(N chunks of the prompt, S_p rounds, n carriers per prompt round): N = ceil(I / room),
+    each micro-batch's room; one round takes up to k of them (PP: vLLM's scheduler gives each
+    new step the prompt's next chunk while the last is in flight, vllm/v1/core/sched/
+    scheduler.py 0.33.0), so S_p = ceil(N / k) rounds of n = ceil(N / S_p) carriers. 10,000
+    tokens, room 4,086, k = 4: N = 3, S_p = 1, n = 3; k = 1: S_p = 3, n = 1."""
+    chunks = float(math.ceil(input_len / room_tokens))
+    rounds = float(math.ceil(chunks / in_flight))
+    return chunks, rounds, max(1, math.ceil(chunks / rounds)) if rounds else 1
+
+
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
              tokens_per_round: float = 1.0, spec_tokens: int = 0) -> tuple[float, float, float, bool]:
     """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
-    prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt chunks a
-    rank carries per round."""
+    prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt rounds a
+    rank carries per round (its chunks, with one micro-batch)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
     round_budget = in_flight * step_budget_tokens
@@ -146,7 +165,7 @@ def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_to
     prefill_rounds, bound = 1.0, False
     for _ in range(SOLVER_ITERATIONS):
         room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
-        prefill_rounds = float(math.ceil(i / room))
+        prefill_rounds = prompt_chunking(i, room, in_flight)[1]
         rate = c / (d + prefill_rounds)
         bound = rate * (i + d * width) > round_budget
         if bound:
@@ -156,13 +175,16 @@ def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_to
 
 
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
-                 in_flight: int, round_seconds: Callable[[StepLoad, StepLoad | None], float],
+                 in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
                  spec_tokens: int = 0, context_tokens: float | None = None,
                  prompt_pairs: float | None = None) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
-    decodes, B - n_d / k, so S_p = ceil(I / (B - n_d / k)). When lambda * (I + D) would
+    decodes, B - n_d / k, so a prompt is N = ceil(I / (B - n_d / k)) chunks; a round takes up
+    to k of them (with PP, consecutive micro-batches: prompt_chunking), S_p = ceil(N / k)
+    rounds, each prompt round n = ceil(N / S_p) carriers (`round_seconds(load, chunk, n)`; a
+    round function of two arguments serves n = 1). When lambda * (I + D) would
     exceed the k * B tokens a round can carry, lambda = k * B / (I + D) and the excess
     clients wait W rounds. With q = lambda * S_p prompt chunks per round on average: q <= 1
     means a fraction q of rounds carry one chunk of I / S_p tokens in one micro-batch (the rest
@@ -202,8 +224,15 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
-    one_chunk = StepLoad(0, 0, i / prefill_rounds, pairs / prefill_rounds, 1 / prefill_rounds)
+    room = max(step_budget_tokens - decode_seqs * width / in_flight, 1.0)
+    prompt_chunks, _, carriers = prompt_chunking(i, room, in_flight)
+    one_chunk = StepLoad(0, 0, i / prompt_chunks, pairs / prompt_chunks, 1 / prompt_chunks)
     chunk_tokens = one_chunk.prefill_tokens
+    if carriers > 1:  # PP: a prompt round fills n micro-batches (one chunk each)
+        carried = round_seconds
+
+        def round_seconds(load: StepLoad, chunk: StepLoad | None) -> float:
+            return carried(load, chunk) if chunk is None else carried(load, chunk, carriers)
     decoding_round = None
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
@@ -221,7 +250,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                                                          one_chunk, expert_tokens=chunk_tokens * chunks)))
     else:
         busiest = busiest_rank_chunks(chunks_per_round, lockstep_ranks)
-        others = busiest - 1
+        others = (busiest - 1) * carriers  # the chunks beyond the carried prompt round's, spread
         spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
@@ -259,4 +288,6 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         busiest_rank_chunks_per_round=busiest,
         decoding_round_seconds=decoding_round,
         tokens_per_round=tokens_per_round,
+        prompt_chunks=prompt_chunks,
+        prompt_carriers=carriers,
     )

@@ -43,6 +43,34 @@ def synthetic_round(load: StepLoad, chunk: StepLoad | None) -> float:
 
 
 # ---------------------------------------------------------------- steady_state by hand
+def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
+    """C=4, I=20,000, O=101, B=8192, k=4 micro-batches (PP), the round function told how many
+    micro-batches carry a chunk: 10 ms + 1 us per prompt token + 5 ms per carrier beyond the first.
+
+    D = 100. lambda = 4 / (100 + S_p); n_d = lambda * 100 ~ 3.9, a micro-batch's room
+    8192 - n_d / 4 ~ 8191.0: N = ceil(20,000 / 8191.0) = 3 chunks of 6,666.7 tokens, and one
+    round takes up to k = 4 of them (vLLM schedules a prompt's next chunk while the last is in
+    flight): S_p = ceil(3 / 4) = 1 round of n = 3 carriers. lambda = 4 / 101.
+    Prompt round = 10 + 20,000 * 1 us + 2 * 5 = 40 ms. With one micro-batch (k = 1) the same
+    prompt takes S_p = 3 rounds of one 6,666.7-token chunk, 16.67 ms each: 50 ms in TTFT."""
+    from planner.cost.continuous_batching import prompt_chunking
+
+    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+        prompt = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
+        return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * prompt + 0.005 * (carriers - 1)
+
+    assert prompt_chunking(20_000, 8191.0, 4) == (3.0, 1.0, 3)
+    assert prompt_chunking(20_000, 8191.0, 1) == (3.0, 3.0, 1)
+    assert prompt_chunking(40_000, 8191.0, 4) == (5.0, 2.0, 3)  # 5 chunks over 2 rounds: 3 + 2
+    piped = steady_state(4, 20_000, 101, 8192, 4, carrying_round, 0.0)
+    assert (piped.prefill_rounds, piped.prompt_chunks, piped.prompt_carriers) == (1, 3, 3)
+    assert piped.prompt_round_seconds == pytest.approx(0.040, rel=1e-12)
+    one = steady_state(4, 20_000, 101, 8192, 1, carrying_round, 0.0)
+    assert (one.prefill_rounds, one.prompt_carriers) == (3, 1)
+    assert one.prompt_round_seconds == pytest.approx(0.010 + 20_000 / 3 * 1e-6, rel=1e-12)
+    assert piped.ttft_seconds < one.ttft_seconds
+
+
 
 
 def test_steady_state_unsaturated_by_hand():
