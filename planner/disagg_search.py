@@ -184,7 +184,7 @@ class DisaggEstimate:
     prefill_load: PrefillLoad
     """One prefill worker at R / N_p: its queueing wait and its steps (TTFT's prefill part)."""
     steps_per_prompt: int
-    """S_p: prefill steps a prompt takes (its service is S_p * prefill.round_seconds)."""
+    """S_p: prefill steps a prompt takes (its service: disaggregated.prompt_service_seconds)."""
     first_token_seconds: float
     """The fixed client-side cost of the first token (efficiency.FIRST_TOKEN_SECONDS)."""
     rate: RateMatch

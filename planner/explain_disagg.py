@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.cost.disaggregated import prompt_service_seconds
 from planner.cost.speculative import expected_tokens_per_step
 from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
@@ -128,7 +129,7 @@ def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
 
 
 def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> RequestPath:
-    """TTFT = first-token cost + queue + S_p prefill steps + exposed KV transfer + the first
+    """TTFT = first-token cost + queue + the prompt's prefill service + exposed KV transfer + the first
     decode round (disagg_search._detail); E2E = TTFT + (O - 1) * TPOT (under speculative
     decoding TPOT is a round over the tokens it emits)."""
     load, kv, p = e.prefill_load, e.kv, e.prefill
@@ -138,9 +139,11 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 "HTTP, tokenization, hand-off, streaming the first token"),
         PathLeg("queue at prefill", load.wait_seconds,
                 f"M/D/1 wait at {load.utilization:.0%} utilization ({load.rate_per_second:.2f} req/s per worker)"),
-        PathLeg("prefill", steps * p.round_seconds,
+        PathLeg("prefill", prompt_service_seconds(steps, p.round_seconds, p.pp),
                 f"{steps} step(s) of {load.prompts_per_step:.1f} prompt(s) on a prefill worker tp={p.tp} "
-                f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"),
+                f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"
+                + (f"; its {steps} chunks in consecutive micro-batches, one every round / {p.pp}"
+                   if steps > 1 and p.pp > 1 else "")),
         PathLeg("KV transfer (exposed)", kv.exposed_seconds,
                 f"{kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB over {kv.link_kind} ({kv.link_scope}), "
                 f"{kv.num_streams} stream(s){f' to each of {kv.copies} decode ranks' if kv.copies > 1 else ''}, "

@@ -40,7 +40,8 @@ class PrefillWorker:
     them is linear); empty: T(1) = T(n_max), the only size."""
     pipeline_stages: int = 1
     """p: a pipelined worker starts a step every T / p (its p micro-batches in flight follow
-    each other through the stages); a prompt still takes the whole round T through them."""
+    each other through the stages); a prompt still takes the whole round T through them, and
+    a prompt of S_p chunks fills S_p consecutive micro-batches (prompt_service_seconds)."""
 
     @property
     def capacity_requests_per_second(self) -> float:
@@ -57,9 +58,18 @@ class PrefillLoad:
     round_seconds: float
     utilization: float
     wait_seconds: float
-    """M/D/1 mean queueing wait: rho * S / (2 * (1 - rho)), S = S_p * T(b)."""
+    """M/D/1 mean queueing wait: rho * D / (2 * (1 - rho)), D = S_p * T(b) / p."""
     prefill_seconds: float
-    """wait + S_p * T(b): arrival to the prompt's KV computed."""
+    """wait + the prompt's service (prompt_service_seconds): arrival to its KV computed."""
+
+
+def prompt_service_seconds(steps_per_prompt: int, round_seconds: float, pipeline_stages: int) -> float:
+    """A prompt's own prefill: its S_p chunks in S_p consecutive micro-batches of a pipelined
+    worker (vLLM's scheduler gives each new step the prompt's next chunk while the last is in
+    flight, vllm/v1/core/sched/scheduler.py 0.33.0), one every T / p, the last a whole round T
+    through the stages: T (1 + (S_p - 1) / p). Without PP (p = 1) S_p T. 4 chunks, T = 1 s,
+    p = 4: 1.75 s (one chunk a round took 4 s)."""
+    return round_seconds * (1 + (steps_per_prompt - 1) / pipeline_stages)
 
 
 def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
@@ -91,20 +101,21 @@ def operating_prompts_per_step(worker: PrefillWorker, rate: float) -> float:
 def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
     """b = the prompts a step carries: what arrives while the step before it runs,
     b = clamp(r * T(b) / k, 1, n_max), the least fixed point (operating_prompts_per_step);
-    a prompt's own service S = S_p * T(b); rho = r / capacity (the worker's share of time busy
+    a prompt's own service S (prompt_service_seconds); rho = r / capacity (the worker's share of time busy
     at full steps); wait = rho * D / (2 (1 - rho)) (M/D/1 mean wait, Kleinrock, Queueing
-    Systems vol. 1, eq. 5.76 with deterministic service), D = S / p the interval at which the
-    worker takes the next prompts: a pipelined worker of p stages starts a micro-batch every
+    Systems vol. 1, eq. 5.76 with deterministic service), D = S_p T / p the interval at which
+    the worker takes the next prompts: a pipelined worker of p stages starts a micro-batch every
     T / p, so a prompt waits for the next start, not for a whole round (vLLM's pipeline keeps
-    p batches in flight); lockstep expert-parallel lanes start together, every T. (b once
+    p batches in flight); lockstep expert-parallel lanes start together, every T. A prompt of
+    S_p > 1 chunks is served in T (1 + (S_p - 1) / p) (prompt_service_seconds). (b once
     took the full round, r * T(n_max) / k: a step as long as a full one for every prompt, 2-4
     times the waits a simulation of the same worker gives when T grows with b.)"""
     steps = worker.steps_per_prompt
     b = operating_prompts_per_step(worker, rate)
     seconds = round_seconds(b)
-    service = steps * seconds
+    service = prompt_service_seconds(steps, seconds, worker.pipeline_stages)
     rho = rate / worker.capacity_requests_per_second
-    interval = service / worker.pipeline_stages
+    interval = steps * seconds / worker.pipeline_stages
     wait = math.inf if rho >= 1 else rho * interval / (2 * (1 - rho))
     return PrefillLoad(rate, b, seconds, rho, wait, wait + service)
 

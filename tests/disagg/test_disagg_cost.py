@@ -129,6 +129,26 @@ def test_chunked_prompt_takes_several_steps():
     assert worker.capacity_requests_per_second == pytest.approx(10 / 3)
 
 
+def test_a_long_prompt_fills_consecutive_micro_batches_of_a_pipelined_worker():
+    """I = 20,000, B = 8,192: S_p = 3 chunks. On a worker pipelined over p = 4 stages (k = 4,
+    T = 0.2 s a round) the chunks go into 3 consecutive micro-batches, one every T / p = 0.05 s,
+    the last through all stages in T: service = 0.2 * (1 + 2 / 4) = 0.3 s (3 * 0.2 = 0.6 s
+    with one chunk a round). Capacity is the micro-batches' count either way: 4 / (3 * 0.2) =
+    6.667 req/s. At r = 10/3 (rho = 0.5): D = 3 * 0.2 / 4 = 0.15 s, wait = 0.5 * 0.15 / (2 *
+    0.5) = 0.075 s, prefill = 0.375 s. Without PP (p = 1) the service stays S_p T = 0.6 s."""
+    from planner.cost.disaggregated import prompt_service_seconds
+
+    assert prompt_service_seconds(3, 0.2, 4) == pytest.approx(0.3)
+    assert prompt_service_seconds(3, 0.2, 1) == pytest.approx(0.6)
+    assert prompt_service_seconds(1, 0.2, 4) == pytest.approx(0.2)
+    piped = prefill_worker(20_000, 8192, 4, constant(0.2), pipeline_stages=4)
+    assert piped.capacity_requests_per_second == pytest.approx(20 / 3)
+    load = prefill_at_rate(piped, 10 / 3, constant(0.2))
+    assert load.utilization == pytest.approx(0.5)
+    assert load.wait_seconds == pytest.approx(0.075)
+    assert load.prefill_seconds == pytest.approx(0.375)
+
+
 def test_a_pipelined_worker_takes_prompts_every_stage_step():
     """The same worker as pipelined over p = 4 stages, k = 4 micro-batches per round of
     T = 0.5 s: capacity 4 * 8 / 0.5 = 64 req/s. At r = 32: rho = 0.5, b = clamp(32 * 0.5 / 4)
