@@ -105,9 +105,9 @@ class PlacementMap:
     ep_num_nodes: int = 0
     """Nodes one EP group spans, with ep_ranks_per_node of its GPUs on each."""
     pp_outermost: bool = False
+    """Megatron's / torchtitan's rank order (stage outermost), else vLLM's (layout.py)."""
     training_engine: str = "megatron"
     """Whose rank order pp_outermost is (Megatron's RankGenerator or torchtitan's device mesh: the same order)."""
-    """Megatron's / torchtitan's rank order (stage outermost), else vLLM's (layout.py)."""
 
 
 @dataclass(frozen=True)
