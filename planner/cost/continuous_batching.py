@@ -225,7 +225,11 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
     room = max(step_budget_tokens - decode_seqs * width / in_flight, 1.0)
-    prompt_chunks, _, carriers = prompt_chunking(i, room, in_flight)
+    prompt_chunks = prompt_chunking(i, room, in_flight)[0]
+    # the chunks S_p rounds of k micro-batches hold (arrivals' S_p, solved at the rate before its
+    # last update, may sit one rounding off this room's): N = S_p when k = 1
+    prompt_chunks = min(max(prompt_chunks, (prefill_rounds - 1) * in_flight + 1), prefill_rounds * in_flight)
+    carriers = max(1, math.ceil(prompt_chunks / prefill_rounds)) if prefill_rounds else 1
     one_chunk = StepLoad(0, 0, i / prompt_chunks, pairs / prompt_chunks, 1 / prompt_chunks)
     chunk_tokens = one_chunk.prefill_tokens
     if carriers > 1:  # PP: a prompt round fills n micro-batches (one chunk each)

@@ -470,3 +470,22 @@ def test_a_lone_request_burst_is_the_batch1_tpot(serve_one, input_len, output_le
     # the gap is the steady state's D/(D+1) sequence: 1% at D = 1 (the lone decode step's KV
     # read and per-sequence work at half weight), vanishing as D grows
     assert metrics.tpot_seconds.mean == pytest.approx(result.tpot_batch1_seconds, rel=0.03)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(concurrency=st.integers(1, 512), input_len=st.integers(1, 200_000), output_len=st.integers(1, 4096),
+       budget=st.sampled_from([256, 2048, 8192, 16384]), in_flight=st.integers(1, 8))
+def test_prompt_chunks_fit_the_rounds_that_carry_them(concurrency, input_len, output_len, budget, in_flight):
+    """Whatever the load: a prompt's N chunks fill its S_p rounds of k micro-batches (N <= S_p k,
+    and more than S_p - 1 rounds would hold), a prompt round has at most k carriers, and
+    without PP (k = 1) a prompt takes one chunk a round (N = S_p)."""
+    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+        assert carriers <= in_flight
+        prompt = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
+        return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * prompt
+
+    s = steady_state(concurrency, input_len, output_len, budget, in_flight, carrying_round, 0.0)
+    assert (s.prefill_rounds - 1) * in_flight < s.prompt_chunks <= s.prefill_rounds * in_flight
+    assert 1 <= s.prompt_carriers <= in_flight
+    if in_flight == 1:
+        assert s.prompt_chunks == s.prefill_rounds and s.prompt_carriers == 1
