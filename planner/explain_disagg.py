@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.cost.disaggregated import prompt_service_seconds
+from planner.cost.continuous_batching import prompt_service_seconds
 from planner.cost.speculative import expected_tokens_per_step
 from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label

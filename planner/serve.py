@@ -49,8 +49,8 @@ from planner.cost.serving_time import (
     StepLoad,
     StepTime,
     ep_exchange_seconds_per_moe_layer,
+    mean_bubble_fraction,
     round_time,
-    serving_bubble_fraction,
     serving_collectives,
     step_constants,
     tp_allreduce_seconds_per_layer,
@@ -389,7 +389,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                  request.all2all_backend)
     collectives = serving_collectives(model, cluster, layout, placement, tokens_per_batch, in_flight,
                                       stages[slowest].num_layers, request.input_len, request.all2all_backend,
-                                      None if ranks == 1 else prompt_chunk.moe_tokens * steady.prefill_rounds)
+                                      None if ranks == 1 else prompt_chunk.moe_tokens * chunks, chunks)
     if placement.tp_crosses_node:
         notes.append(
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "
@@ -433,7 +433,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         allreduce_source=source,
         ep_exchange_seconds_per_moe_layer=exchange,
         pp_hop_seconds=decode_round.hop_seconds,
-        bubble_fraction=serving_bubble_fraction(in_flight, layout.pp, stage_seconds, decode_round.seconds),
+        bubble_fraction=mean_bubble_fraction(layout.pp, decode_round, prompt_round, mean_prompt_chunks(steady, request),
+                                             steady.prompt_carriers),
         decode_bound=steps[slowest].bound,
         ttft_seconds=steady.ttft_seconds,
         tpot_seconds=steady.tpot_seconds,

@@ -153,6 +153,13 @@ def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple
     return chunks, rounds, max(1, math.ceil(chunks / rounds)) if rounds else 1
 
 
+def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight: int) -> float:
+    """A prompt's own prefill over its N chunks in consecutive micro-batches, one every T / k of
+    a round T, the last a whole round: T (1 + (N - 1) / k); N T without PP (k = 1, one chunk a
+    round). N = 3, T = 0.2 s, k = 4: 0.3 s."""
+    return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / in_flight)
+
+
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
              tokens_per_round: float = 1.0, spec_tokens: int = 0) -> tuple[float, float, float, bool]:
     """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
@@ -200,7 +207,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     1) q) / d per rank for the experts; q > 1: the busiest rank carries
     m = busiest_rank_chunks(q, d) = floor(q) + 1 - (1 - frac(q))^d chunks (vLLM routes each
     request to the least loaded rank) and the experts the mean q.
-    TTFT = first-token cost + (alignment + W) rounds + S_p prompt rounds, where at the budget
+    TTFT = first-token cost + (alignment + W) rounds + the prompt's service, S_p prompt rounds
+    without PP (prompt_service_seconds: its N chunks one micro-batch apart), where at the budget
     W is what a client's cycle of C / lambda rounds leaves after the request's own latencies
     (so throughput is the engine's capacity, lambda O per round, however many clients wait);
     TPOT = the mean round a decoding request sees: of the q chunks per round, its own prompt's
@@ -264,7 +272,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         decoding_round = decode_round + (mean_round - decode_round) * (1 - 1 / (c * lockstep_ranks))
-    unqueued = first_token_seconds + alignment * mean_round + prefill_rounds * prompt_round
+    unqueued = first_token_seconds + alignment * mean_round + prompt_service_seconds(prompt_chunks, prompt_round,
+                                                                                     in_flight)
     if bound:
         # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and
         # the wait for budget is what the cycle leaves after the request's own latencies (its

@@ -17,6 +17,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from planner.cost.continuous_batching import prompt_service_seconds
+
 MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
 grows without bound as rho -> 1, and no deployment runs its prefill fleet saturated."""
@@ -61,15 +63,6 @@ class PrefillLoad:
     """M/D/1 mean queueing wait: rho * D / (2 * (1 - rho)), D = S_p * T(b) / p."""
     prefill_seconds: float
     """wait + the prompt's service (prompt_service_seconds): arrival to its KV computed."""
-
-
-def prompt_service_seconds(steps_per_prompt: int, round_seconds: float, pipeline_stages: int) -> float:
-    """A prompt's own prefill: its S_p chunks in S_p consecutive micro-batches of a pipelined
-    worker (vLLM's scheduler gives each new step the prompt's next chunk while the last is in
-    flight, vllm/v1/core/sched/scheduler.py 0.33.0), one every T / p, the last a whole round T
-    through the stages: T (1 + (S_p - 1) / p). Without PP (p = 1) S_p T. 4 chunks, T = 1 s,
-    p = 4: 1.75 s (one chunk a round took 4 s)."""
-    return round_seconds * (1 + (steps_per_prompt - 1) / pipeline_stages)
 
 
 def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,

@@ -1153,12 +1153,16 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     prompt's chunks go into consecutive micro-batches: vLLM's scheduler advances a request's
     computed tokens when it schedules them, so with p > 1 the next step takes the prompt's next
     chunk while the last is still in flight, vllm/v1/core/sched/scheduler.py 0.33.0).
-    A round lasts the longest of
+    A round (the cadence at which every sequence advances a token) lasts the longest of
     - a micro-batch's path: its engine step + every stage + p hops (its sampled tokens go back
-      to the scheduler before its next step); with chunks, the last carrier's, which enters
-      n - 1 carrier steps after the first,
+      to the scheduler before its next step), a carrier's with chunks,
     - the busiest stage working all k micro-batches (n of them carriers),
     - the engine scheduling k steps (one scheduler, serial).
+    The n carriers enter one after another, so the last one's tokens come (n - 1) carrier
+    steps after the first's; that lag is not added to the cadence: vLLM keeps p steps in
+    flight and schedules the next as the oldest returns, so consecutive rounds overlap and the
+    stages stay busy (a prompt's latency over its chunks is continuous_batching.
+    prompt_service_seconds).
     With p = 1 that is engine step + the stage (n = 1). `constants`: step_constants, when the
     caller has them; `priced`: stage_step_times' memo, when the caller keeps one.
     docs/cost-model.md (Serving: pipeline)."""
@@ -1180,8 +1184,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                                              priced)
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
-        stagger = (num_chunks - 1) * max(big_engine, max(step.seconds for step in big))
-        path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop + stagger)
+        path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
         busiest = max(num_chunks * b.seconds + (in_flight - num_chunks) * n.seconds
                       for b, n in zip(big, steps, strict=True))
         engines += num_chunks * (big_engine - engine)
@@ -1191,6 +1194,30 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
             path = engine + big[0].seconds
     seconds = max(path, busiest, engines)
     return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps)
+
+
+def round_busy_seconds(round_: RoundTime, num_chunks: int = 1) -> float:
+    """The busiest stage's work in a round: k micro-batch steps, n of them carrying a chunk."""
+    if round_.chunk_steps is None:
+        return round_.in_flight * round_.stage_steps[round_.slowest_stage].seconds
+    if len(round_.stage_steps) == 1:  # p = 1: stage_steps already carry the chunk
+        return round_.stage_steps[0].seconds
+    return max(num_chunks * big.seconds + (round_.in_flight - num_chunks) * small.seconds
+               for big, small in zip(round_.chunk_steps, round_.stage_steps, strict=True))
+
+
+def mean_bubble_fraction(pp: int, decode_round: RoundTime, prompt_round: RoundTime, prompt_share: float,
+                         num_chunks: int = 1) -> float:
+    """Idle share of the busiest stage over the mean round, a fraction `prompt_share` (at most
+    1) of the rounds carrying a prompt's n chunks: 1 - mean busy / mean round (each round's
+    busiest stage, round_busy_seconds). Under long prompts the chunk carriers' path paces the
+    round while the stages wait on it; a decode-only round is serving_bubble_fraction's."""
+    if pp == 1:
+        return 0.0
+    q = min(max(prompt_share, 0.0), 1.0)
+    busy = (1 - q) * round_busy_seconds(decode_round) + q * round_busy_seconds(prompt_round, num_chunks)
+    seconds = (1 - q) * decode_round.seconds + q * prompt_round.seconds
+    return max(0.0, 1 - busy / seconds)
 
 
 def serving_bubble_fraction(in_flight: int, pp: int, stage_seconds: float, round_seconds: float) -> float:
@@ -1226,7 +1253,7 @@ class Collective:
 def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                         decode_tokens: int, batches_in_flight: int, slowest_stage_layers: int,
                         prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
-                        prompt_expert_tokens: float | None = None) -> tuple[Collective, ...]:
+                        prompt_expert_tokens: float | None = None, prompt_chunks: float = 1.0) -> tuple[Collective, ...]:
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
@@ -1234,15 +1261,20 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     (ep_exchange_seconds_per_moe_layer), counted the same way; under sequence-parallel MoE
     each MoE layer's output is all-gathered over TP in place of its after-MLP all-reduce.
     `prompt_expert_tokens`: the prompt tokens per rank the EP exchange carries when they differ
-    from this rank's (DP ranks in lockstep: StepLoad.expert_tokens); None: prompt_tokens."""
+    from this rank's (DP ranks in lockstep: StepLoad.expert_tokens); None: prompt_tokens.
+    `prompt_chunks` N: the prompt runs as N chunks of prompt_tokens / N (chunked prefill, the
+    step budget), each its own collectives: N times as many, each 1/N the size."""
     width = model.hidden_size * activation_bytes_per_element(model)
     out = []
+    chunks = max(prompt_chunks, 1.0)
     phases = (("decode", decode_tokens, batches_in_flight * slowest_stage_layers, layout.pp),
-              ("prefill", prompt_tokens, model.num_hidden_layers, layout.pp - 1))
+              ("prefill", prompt_tokens / chunks, round(model.num_hidden_layers * chunks),
+               round((layout.pp - 1) * chunks)))
     for phase, tokens, allreduces, sends in phases:
         moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
-                     if phase == "decode" else model.num_moe_layers)
-        routed = prompt_expert_tokens if phase == "prefill" and prompt_expert_tokens is not None else tokens
+                     if phase == "decode" else round(model.num_moe_layers * chunks))
+        routed = (prompt_expert_tokens / chunks if phase == "prefill" and prompt_expert_tokens is not None
+                  else tokens)
         exchange = ep_exchange_ops(model, cluster, layout, placement, routed, phase, moe_count, all2all_backend)
         sp_moe_count = moe_count if any(op.name == "MoE output" for op in exchange) else 0
         if placement.tp_link is not None:

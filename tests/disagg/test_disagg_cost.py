@@ -136,7 +136,7 @@ def test_a_long_prompt_fills_consecutive_micro_batches_of_a_pipelined_worker():
     with one chunk a round). Capacity is the micro-batches' count either way: 4 / (3 * 0.2) =
     6.667 req/s. At r = 10/3 (rho = 0.5): D = 3 * 0.2 / 4 = 0.15 s, wait = 0.5 * 0.15 / (2 *
     0.5) = 0.075 s, prefill = 0.375 s. Without PP (p = 1) the service stays S_p T = 0.6 s."""
-    from planner.cost.disaggregated import prompt_service_seconds
+    from planner.cost.continuous_batching import prompt_service_seconds
 
     assert prompt_service_seconds(3, 0.2, 4) == pytest.approx(0.3)
     assert prompt_service_seconds(3, 0.2, 1) == pytest.approx(0.6)

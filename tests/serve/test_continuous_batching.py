@@ -51,8 +51,11 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     8192 - n_d / 4 ~ 8191.0: N = ceil(20,000 / 8191.0) = 3 chunks of 6,666.7 tokens, and one
     round takes up to k = 4 of them (vLLM schedules a prompt's next chunk while the last is in
     flight): S_p = ceil(3 / 4) = 1 round of n = 3 carriers. lambda = 4 / 101.
-    Prompt round = 10 + 20,000 * 1 us + 2 * 5 = 40 ms. With one micro-batch (k = 1) the same
-    prompt takes S_p = 3 rounds of one 6,666.7-token chunk, 16.67 ms each: 50 ms in TTFT."""
+    Prompt round = 10 + 20,000 * 1 us + 2 * 5 = 40 ms; the prompt's service is that round
+    plus its chunks one micro-batch apart, 40 * (1 + 2 / 4) = 60 ms. q = lambda * S_p = 4/101:
+    mean round = (97/101) * 10 + (4/101) * 40 = 11.188 ms; TTFT = (1 - 1/4) * 11.188 + 60 =
+    68.39 ms. With one micro-batch (k = 1) the same prompt takes S_p = 3 rounds of one
+    6,666.7-token chunk, 16.67 ms each: 50 ms of service."""
     from planner.cost.continuous_batching import prompt_chunking
 
     def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
@@ -68,7 +71,9 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     one = steady_state(4, 20_000, 101, 8192, 1, carrying_round, 0.0)
     assert (one.prefill_rounds, one.prompt_carriers) == (3, 1)
     assert one.prompt_round_seconds == pytest.approx(0.010 + 20_000 / 3 * 1e-6, rel=1e-12)
-    assert piped.ttft_seconds < one.ttft_seconds
+    mean = (97 / 101) * 0.010 + (4 / 101) * 0.040
+    assert piped.step_seconds == pytest.approx(mean, rel=1e-12)
+    assert piped.ttft_seconds == pytest.approx(0.75 * mean + 0.060, rel=1e-12)
 
 
 
@@ -489,3 +494,15 @@ def test_prompt_chunks_fit_the_rounds_that_carry_them(concurrency, input_len, ou
     assert 1 <= s.prompt_carriers <= in_flight
     if in_flight == 1:
         assert s.prompt_chunks == s.prefill_rounds and s.prompt_carriers == 1
+
+
+def test_under_an_sla_the_recommendation_says_goodput():
+    """Ranked by goodput within the SLA, the aggregated best says so (it said "highest
+    throughput" under an SLA, found by a CLI sweep); without one, "highest throughput"."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "aggregated"]
+    sla = CliRunner().invoke(app, [*args, "--max-tpot-ms", "20"])
+    assert sla.exit_code == 0, sla.output
+    line = " ".join(sla.output.split())
+    assert "(highest goodput within the SLA, " in line and "(highest throughput, " not in line
+    plain = " ".join(CliRunner().invoke(app, args).output.split())
+    assert "(highest throughput, " in plain
