@@ -63,11 +63,29 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
     if beats_beyond_a_tie(d, a):
         return Verdict("disaggregated", f"{numbers} (+{(d / a - 1) * 100:.0f}%): prompts no longer stall "
                                         f"decode rounds, each phase gets its own parallelism{side}"
-                                        f"{footprint_clause(disaggregated)}")
+                                        f"{footprint_clause(disaggregated)}"
+                                        f"{latency_clause(aggregated, disaggregated, has_sla)}")
     if d >= a * (1 - NEAR_TIE_FRACTION):
         return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
+
+
+LATENCY_WORSE_FACTOR = 1.5
+"""A winning disaggregated deployment whose TTFT exceeds the aggregated layout's by this factor
+says so: its goodput is priced with the prefill workers near capacity, where they queue."""
+
+
+def latency_clause(aggregated: ServeEstimate, disaggregated: DisaggEstimate, has_sla: bool) -> str:
+    """Where the deployment wins on goodput at a much longer TTFT than the aggregated layout's
+    (no limit set: its prefill workers run at MAX_PREFILL_UTILIZATION and prompts queue there,
+    M/D/1), the trade and the flag that prices it."""
+    if disaggregated.ttft_seconds <= LATENCY_WORSE_FACTOR * aggregated.ttft_seconds:
+        return ""
+    how = ("" if has_sla else
+           ", its prefill workers near capacity with no limit set; --max-ttft-ms prices the trade")
+    return (f"; at TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms against "
+            f"{seconds_to_ms(aggregated.ttft_seconds):,.0f} ms aggregated{how}")
 
 
 def footprint_clause(e: DisaggEstimate) -> str:

@@ -450,3 +450,20 @@ def test_sglang_decode_workers_say_what_their_pool_holds(run_plan):
     assert held < priced
     (decode,) = [step["argv"] for step in best["launch"] if step["role"] != "prefill" and "decode" in step["argv"]]
     assert decode[decode.index("--max-running-requests") + 1] == str(held)
+
+
+def test_a_disaggregated_win_at_a_much_longer_ttft_says_so():
+    """Winning on goodput with its prefill workers near capacity (no limit set), a deployment
+    whose TTFT is over 1.5x the aggregated layout's says so and names the flag that prices the
+    trade (70B on 8 H100 at 2,048/512: 935 against 274 ms, found by a CLI sweep); within 1.5x,
+    or under an SLA that admitted it, nothing or only the numbers."""
+    from types import SimpleNamespace
+
+    from planner.disagg_cli import latency_clause
+
+    aggregated, slow, near = (SimpleNamespace(ttft_seconds=t) for t in (0.274, 0.935, 0.400))
+    clause = latency_clause(aggregated, slow, has_sla=False)
+    assert clause == ("; at TTFT 935 ms against 274 ms aggregated, its prefill workers near capacity with no "
+                      "limit set; --max-ttft-ms prices the trade")
+    assert latency_clause(aggregated, slow, has_sla=True) == "; at TTFT 935 ms against 274 ms aggregated"
+    assert latency_clause(aggregated, near, has_sla=False) == ""
