@@ -502,6 +502,16 @@ def pick_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
     return plan.recommended, best is not None and best.layout == plan.recommended.layout
 
 
+LIGHT_SENSITIVITY_ABOVE_GPUS = 1024
+"""Serving explanations of MoE models, or on more GPUs than this, run the light sensitivity
+analysis (sensitivity.LIGHT: the +/-20% runs, ~2 re-plans a knob instead of ~4): a serving
+re-plan of an MoE model prices each layout's expert exchange and lockstep knee, some 5 ms a
+layout against ~1 ms dense (DeepSeek-V3 on 2x8 H200: 38 layouts, 0.17-0.23 s a re-plan, 37
+re-plans, 14 s for `plan explain`, found by a CLI sweep); dense at 16,384 GPUs 120 layouts,
+~0.13 s a re-plan. Dense models on fewer GPUs keep the full analysis (Llama-3.1-70B on 16 H100:
+15 layouts, 19 ms a re-plan)."""
+
+
 TIMELINE_TPOT_TOLERANCE = 1.01
 """The decode timeline's caption names the TPOT when it exceeds the drawn rounds by more than this."""
 
@@ -527,6 +537,12 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     else:
         caption += f"; not drawn ({layout.pp} stages x {k} batches are more than a chart shows)"
     report = None
+    light = ()
+    if settings == sensitivity.Settings() and (model.is_moe or cluster.num_gpus > LIGHT_SENSITIVITY_ABOVE_GPUS):
+        settings = sensitivity.LIGHT
+        light = ("sensitivity: the +/-20% runs only, flips not searched beyond them (each re-plan prices "
+                 f"{'every MoE layout' if model.is_moe else f'{cluster.num_gpus:,} GPUs'}; --no-sensitivity "
+                 "skips them)",)
     if settings is not None:
         report = sensitivity.analyze(cluster, layout, serve_knob_base(model, cluster, layout, request),
                                      serve_replan(model, request, layout), settings)
@@ -538,7 +554,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         objective=request.objective,
         is_recommended=is_recommended,
         metrics=serve_metrics(result),
-        notes=(f"decode is {result.decode_bound}-bound", *result.notes),
+        notes=(f"decode is {result.decode_bound}-bound", *result.notes, *light),
         placement=placement_map(cluster, layout, all2all_backend=request.all2all_backend),
         memory=serve_memory(model, cluster, result, request),
         collectives=serve_collectives(model, cluster, result),

@@ -216,13 +216,15 @@ def _stacked(segments: list[tuple[str, float]], total: float, width: int, chars:
 
 def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
     measured = any(r.measured_seconds is not None for r in rows)
-    table = Table(title="Collectives per layer (and pipeline sends per stage)", title_justify="left")
+    table = Table(title="Collectives per layer (and pipeline sends per stage)", title_justify="left",
+                  caption="time / step: each collective's time over the step before any overlap with compute; "
+                          "what stays exposed is in the time breakdown", caption_justify="left")
     for header in ("phase", "collective", "kind", "group", "message", "link", "latency term",
                    "bandwidth term", "model"):
         table.add_column(header, justify="left" if header in ("phase", "collective", "kind", "link") else "right")
     if measured:
         table.add_column("measured", justify="right")
-    for header in ("per step", "share of step"):
+    for header in ("per step", "time / step"):
         table.add_column(header, justify="right")
     for r in rows:
         model_total = r.latency_seconds + r.bandwidth_seconds

@@ -144,3 +144,22 @@ def test_moe_breakdown_shows_the_routed_experts_apart(cluster_name: str, source:
                                       "--layout", "tp=4,pp=1", "--mode", "aggregated"])
     assert result.exit_code == 0, result.output
     assert "routed experts" in result.output
+
+
+def test_moe_and_very_large_serving_explanations_run_the_light_sensitivity(monkeypatch):
+    """An MoE model's re-plans (some 5 ms a layout) or more than 1,024 GPUs get the +/-20% runs
+    only, and the notes say so; Llama-3.1-8B on one node keeps the full analysis."""
+    from planner import sensitivity
+
+    seen = []
+    real = sensitivity.analyze
+
+    def spy(cluster, layout, base, replan, settings):
+        seen.append(settings)
+        return real(cluster, layout, base, replan, settings)
+
+    monkeypatch.setattr(sensitivity, "analyze", spy)
+    moe = explain_serving(resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xH100"), ServeRequest())
+    assert seen[-1] == sensitivity.LIGHT and any("the +/-20% runs only" in n for n in moe.notes)
+    dense = explain_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"), ServeRequest())
+    assert seen[-1] == sensitivity.Settings() and not any("the +/-20% runs only" in n for n in dense.notes)
