@@ -484,6 +484,8 @@ def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeReque
                 best = _feasible(model, bigger, replace(request, num_gpus=None))
                 if best is not None:
                     return f"{size - planned} more GPUs ({size} in one node): fits, e.g. {best.layout}"
+                if size == 8 and gpn < size:  # a full node does not hold it: count nodes of 8 from there
+                    cluster, gpn = bigger, size
     for num_nodes in node_counts_to_try(math.ceil(planned / gpn), planned, gpn):
         bigger = _scaled(cluster, num_nodes)
         if bigger is None:

@@ -326,9 +326,14 @@ def speculation_json(speculation: Speculation | None) -> dict[str, Any] | None:
 def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: ServeEstimate) -> str:
     """Why the recommendation wins, including when the near-tie rule picked it."""
     per_replica = f"at {best.batch} concurrent sequence(s) per replica"
-    if plan.request.objective == "throughput":
+    request = plan.request
+    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
+                                                    request.max_e2e_seconds))
+    if request.objective == "throughput":
         if best.layout == most.layout:
-            return f"highest throughput, {count(best.throughput_tokens_per_second)} output tok/s {per_replica}"
+            # under an SLA the concurrency is what meets it, so the tokens/s are goodput
+            ranked = "highest goodput within the SLA" if has_sla else "highest throughput"
+            return f"{ranked}, {count(best.throughput_tokens_per_second)} output tok/s {per_replica}"
         return (f"{count(best.throughput_tokens_per_second)} tok/s {per_replica}, within "
                 f"{NEAR_TIE_FRACTION:.0%} of the most ({most.layout}, "
                 f"{count(most.throughput_tokens_per_second)}), with {ms(best.tpot_seconds)} TPOT "
@@ -416,7 +421,10 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
-        lines.append(f"  {name:<4} mean {latency(d.mean)}, median {latency(d.median)}, p99 {latency(d.p99)}")
+        # one unit a line: seconds for all three once any is past LATENCY_IN_SECONDS_FROM
+        unit_from = 0.0 if max(d.mean, d.median, d.p99) >= LATENCY_IN_SECONDS_FROM else LATENCY_IN_SECONDS_FROM
+        shown = [ms_or_s(value, unit_from, 1) for value in (d.mean, d.median, d.p99)]
+        lines.append(f"  {name:<4} mean {shown[0]}, median {shown[1]}, p99 {shown[2]}")
     missed = burst_sla_misses(request, metrics)
     if missed:
         lines.append(f"Note: the burst misses {'; '.join(missed)}: the SLA search sizes the steady state, and this "

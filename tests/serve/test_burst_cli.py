@@ -145,3 +145,16 @@ def test_pipeline_bursts_agree_with_the_steady_state():
     assert waves["output_throughput_tokens_per_second"] > 1.15 * steady["throughput_tokens_per_second"]
     assert waves["tpot_seconds"]["mean"] < steady["tpot_seconds"]
     assert waves["tpot_seconds"]["mean"] > steady["tpot_batch1_seconds"]
+
+
+def test_a_burst_line_keeps_one_unit():
+    """E2E mean 12.4 s with a median of 7.2 s printed as "12.4 s, median 7228.0 ms" (found by a
+    CLI sweep): once any of a line's three is 10 s or more, all three are in seconds; below, ms."""
+    from planner.cost.serving_sim import Distribution, ServeMetrics
+    from planner.render.serve import burst_lines
+
+    short = Distribution(0.0354, 0.0354, 0.0354)
+    metrics = ServeMetrics(short, short, short, Distribution(12.4, 7.228, 30.0), 60.0, 3.3, 800.0)
+    lines = burst_lines(ServeRequest(num_prompts=200), metrics, "tp=1 pp=1 dp=8")
+    assert "  E2E  mean 12.4 s, median 7.2 s, p99 30.0 s" in lines
+    assert "TTFT mean 35.4 ms, median 35.4 ms, p99 35.4 ms" in " ".join(lines)

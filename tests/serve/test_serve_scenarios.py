@@ -54,6 +54,17 @@ def test_70b_bf16_on_one_gpu_suggestions_are_verified(serve_plan):
     assert serve_plan("llama-3.1-70b", "1x1xH100", quantization="fp8", max_model_len=2048).recommended is None
 
 
+def test_a_model_no_full_node_holds_counts_nodes_of_eight(serve_plan):
+    """405B in bf16 (756 GiB of weights) on one H100: 2, 4 or 8 GPUs in the node do not hold it,
+    so the count goes on in nodes of 8, as from a 1x8 cluster: 15 more GPUs (2 nodes of 8), and
+    that cluster's own plan fits (it said "nothing tried fits", found by a CLI sweep)."""
+    plan = serve_plan("llama-3.1-405b", "1x1xH100")
+    assert plan.recommended is None
+    more = next(s for s in plan.suggestions if "more GPUs" in s)
+    assert more.startswith("15 more GPUs (2 nodes of 8): fits, e.g. ")
+    assert serve_plan("llama-3.1-405b", "2x8xH100").recommended is not None
+
+
 def test_a_token_budget_too_large_to_fit_suggests_the_default(serve_plan):
     """--max-num-batched-tokens 100,000,000 on 8B: the step's activations for that budget fit on no
     GPU; what would fit is the engine's default budget (checked by re-planning), not more GPUs."""
