@@ -271,6 +271,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"decoding sequence, so concurrency per replica is {budget:,} (wanted {cap:,}; vLLM refuses "
                      f"--max-num-seqs above the budget)")
         cap = budget
+    clients_bound = False
+    if request.max_concurrency is not None and request.batch is None:
+        # the benchmark's clients (vllm bench serve --max-concurrency) spread over the replicas
+        # by the least-loaded front end: the steady state this layout runs is theirs
+        clients = math.ceil(request.max_concurrency / layout.dp)
+        if clients < cap:
+            notes.append(f"Client-bound: --max-concurrency {request.max_concurrency:,} keeps at most {clients:,} "
+                         f"request(s) in flight on each of the {layout.dp} replica(s), so the steady state runs "
+                         f"{clients:,} per replica (the engine would take {cap:,}; --max-num-seqs is set to it)")
+            cap, clients_bound = clients, True
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     memo = memo if memo is not None else Memo()
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
@@ -296,13 +306,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                     request.max_e2e_seconds))
     lockstep = lockstep_ranks(model, layout)
     knee, knee_note = None, None
-    if request.batch is None and steady_at(cap).budget_bound:
+    # neither --batch nor the clients fix the concurrency (a knee below the clients would only queue them)
+    free = request.batch is None and not clients_bound
+    if free and steady_at(cap).budget_bound:
         # past the token budget more sequences add no tokens/s, only prompt queueing
         knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
         knee_note = (f"Prompt-bound: {knee} concurrent sequences per replica give the most output "
                      f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue for "
                      f"the {budget:,}-token step budget")
-    elif request.batch is None and lockstep > 1:
+    elif free and lockstep > 1:
         # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
         # each whole number of chunks per rank and step
         def chunks_at(concurrency: int) -> float:

@@ -158,3 +158,23 @@ def test_a_burst_line_keeps_one_unit():
     lines = burst_lines(ServeRequest(num_prompts=200), metrics, "tp=1 pp=1 dp=8")
     assert "  E2E  mean 12.4 s, median 7.2 s, p99 30.0 s" in lines
     assert "TTFT mean 35.4 ms, median 35.4 ms, p99 35.4 ms" in " ".join(lines)
+
+
+def test_the_clients_of_a_burst_are_what_the_layouts_are_ranked_under():
+    """Llama-3.1-8B on 8 H100, 200 prompts at --max-concurrency 8: each layout's steady state
+    runs ceil(8 / dp) clients per replica (the least-loaded front end spreads them), so dp = 8
+    runs one sequence a replica and tp = 8 all eight on one; tp = 8 is recommended and its
+    steady tokens/s match the burst's (it was dp = 8 ranked at 379 sequences a replica, 43,237
+    tok/s, whose burst drained at 1,140 against tp = 8's 2,588; found by a CLI sweep). In
+    --mode auto the open-loop disaggregated deployments are not compared with it."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--request-rate", "inf", "--num-prompts", "200",
+            "--max-concurrency", "8"]
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    best = data["recommended"]
+    assert data["recommended_mode"] == "aggregated"
+    assert best["tp"] * best["dp"] == 8 and best["dp"] * best["concurrency"] <= 8
+    burst = best["metrics"]["output_throughput_tokens_per_second"]
+    assert best["throughput_tokens_per_second"] == pytest.approx(burst, rel=0.05)
+    dp8 = next(row for row in data["layouts"] if row["dp"] == 8)
+    assert dp8["concurrency"] == 1 and any(note.startswith("Client-bound") for note in dp8["notes"])
+    assert "so they are not compared" in data["comparison"]["reason"]
