@@ -682,7 +682,7 @@ def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
     return kv_transfer(prompt_kv_layers(model, request.kv_cache_dtype, request.input_len),
-                       p_key[0], d_key[0], link, curve, model.is_mla)
+                       p_key[0], d_key[0], link, curve, model.is_mla, prefill_pp=p_key[1])
 
 
 def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callable[[float], float]:

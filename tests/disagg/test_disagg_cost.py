@@ -35,6 +35,19 @@ def test_kv_transfer_inside_a_node():
     assert (kv.link_kind, kv.link_scope, kv.source) == ("nvlink", "intra_node", "model")
 
 
+def test_a_pipelined_prefill_workers_stages_send_at_once():
+    """The same request from a tp=1 pp=4 prefill worker to a tp=4 decode worker: each stage's GPU
+    holds its 20 layers, so 4 GPUs send at once, min(1 * 4, 4) = 4 streams: message = S / (80 *
+    4) = 1,048,576 B, t = 2e-6 + 1,048,576 / 450e9 = 4.330169e-6 s, T_x = 80 * t = 3.46414e-4 s
+    (one stream, as before, 80 * (2e-6 + 4,194,304 / 450e9) = 9.0565e-4 s)."""
+    piped = kv_transfer(LAYERS_70B_1024, 1, 4, NVLINK, None, prefill_pp=4)
+    assert piped.num_streams == 4
+    assert piped.transfer_seconds == pytest.approx(3.46414e-4, rel=1e-5)
+    assert kv_transfer(LAYERS_70B_1024, 1, 4, NVLINK, None).transfer_seconds == pytest.approx(9.0565e-4, rel=1e-4)
+    # more senders than receivers: the decode worker's t_D bound it
+    assert kv_transfer(LAYERS_70B_1024, 2, 4, NVLINK, None, prefill_pp=4).num_streams == 4
+
+
 def test_kv_transfer_across_nodes():
     """Same request over a 400 Gb/s NIC (50e9 B/s per GPU, 5 us): t = 5e-6 + 2,097,152 / 50e9
     = 4.694304e-5 s; T_x = 80 * t = 3.7554432e-3 s, exposed whole."""
