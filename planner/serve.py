@@ -429,6 +429,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             f"step against {mean_chunks:.2f} on average"
         )
     worst = max(range(len(stages)), key=lambda i: stages[i].weights_bytes + stages[i].activation_bytes)
+    replicas_tokens_per_second = layout.dp * steady.throughput_tokens_per_second
+    if clients_bound and batch == cap and request.max_concurrency % layout.dp:
+        # C = q dp + r clients: r replicas run ceil(C / dp) = batch of them, the rest one fewer
+        full = request.max_concurrency % layout.dp
+        lighter = steady_at(batch - 1).throughput_tokens_per_second if batch > 1 else 0.0
+        replicas_tokens_per_second = full * steady.throughput_tokens_per_second + (layout.dp - full) * lighter
     return ServeEstimate(
         layout=layout,
         placement=placement,
@@ -451,7 +457,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         ttft_seconds=steady.ttft_seconds,
         tpot_seconds=steady.tpot_seconds,
         request_latency_seconds=steady.e2e_seconds,
-        throughput_tokens_per_second=layout.dp * steady.throughput_tokens_per_second,
+        throughput_tokens_per_second=replicas_tokens_per_second,
         notes=tuple(notes),
         decode_steps=steps,
         slowest_stage=slowest,

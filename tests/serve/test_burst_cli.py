@@ -178,3 +178,20 @@ def test_the_clients_of_a_burst_are_what_the_layouts_are_ranked_under():
     dp8 = next(row for row in data["layouts"] if row["dp"] == 8)
     assert dp8["concurrency"] == 1 and any(note.startswith("Client-bound") for note in dp8["notes"])
     assert "so they are not compared" in data["comparison"]["reason"]
+
+
+def test_fewer_clients_than_replicas_leave_replicas_idle():
+    """C = q dp + r clients: r replicas run q + 1 of them, the rest q. 8B at dp = 8: with C = 4
+    four replicas run one client each and four idle, half the tokens/s of C = 8's eight (it
+    counted all eight replicas busy with one client, found on review); with C = 12 four run 2
+    and four run 1."""
+    def dp8(concurrency: int) -> dict:
+        data = json.loads(CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                                   "--layout", "tp=1,pp=1,dp=8", "--request-rate", "inf",
+                                                   "--num-prompts", "40", "--max-concurrency", str(concurrency),
+                                                   "--json"]).output)
+        return data["layouts"][0]
+    four, eight, twelve, sixteen = dp8(4), dp8(8), dp8(12), dp8(16)
+    assert four["throughput_tokens_per_second"] == pytest.approx(eight["throughput_tokens_per_second"] / 2, rel=1e-9)
+    assert twelve["throughput_tokens_per_second"] == pytest.approx(
+        (eight["throughput_tokens_per_second"] + sixteen["throughput_tokens_per_second"]) / 2, rel=1e-9)
