@@ -171,12 +171,10 @@ def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
               aggregated: ServeEstimate | None) -> tuple[DisaggPlan, Verdict]:
     plan = plan_disaggregated(model, cluster, request)
-    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
-                                                    request.max_e2e_seconds))
     if request.max_concurrency is not None and aggregated is not None:
         return plan, Verdict("aggregated", f"--max-concurrency {request.max_concurrency:,}: the burst's clients close "
                                            f"the loop, which the aggregated layouts are ranked under and the burst is "
                                            f"simulated on; the disaggregated deployments are priced open-loop at their "
                                            f"workers' capacity, so they are not compared (without the burst flags "
                                            f"--mode auto compares them)")
-    return plan, compare(aggregated, plan.recommended, plan.why_none, has_sla, request.objective)
+    return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

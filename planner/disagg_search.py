@@ -646,8 +646,7 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
         largest = max(powers_of_two_below(num_gpus), default=1)
         return (f"no prefill or decode worker fits in memory on up to {largest} GPUs (the {num_gpus} GPUs must "
                 f"hold one of each)")
-    sla = (request.max_tpot_seconds, request.max_ttft_seconds, request.max_e2e_seconds)
-    if any_rejected and any(limit is not None for limit in sla):
+    if any_rejected and request.has_sla:
         return "none meets the SLA"
     if any_rejected:
         return "every prefill + decode pairing was rejected"

@@ -226,6 +226,12 @@ class ServeRequest:
         return sum(i * (i + 1) / 2 for i, _ in rows) / len(rows)
 
     @property
+    def has_sla(self) -> bool:
+        """Whether any of --max-ttft-ms, --max-tpot-ms, --max-e2e-ms is set."""
+        return any(limit is not None for limit in (self.max_ttft_seconds, self.max_tpot_seconds,
+                                                     self.max_e2e_seconds))
+
+    @property
     def simulates_burst(self) -> bool:
         return (self.request_rate_per_s is not None or self.num_prompts is not None
                 or self.max_concurrency is not None or bool(self.dataset_lengths)

@@ -19,6 +19,7 @@ from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import (
     SteadyState,
     arrivals,
+    prompt_chunking,
     steady_state,
     with_waiting_clients,
 )
@@ -302,8 +303,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
 
-    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
-                                                    request.max_e2e_seconds))
+    has_sla = request.has_sla
     lockstep = lockstep_ranks(model, layout)
     knee, knee_note = None, None
     # neither --batch nor the clients fix the concurrency (a knee below the clients would only queue them)
@@ -384,7 +384,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     steps = decode_round.stage_steps
     slowest = decode_round.slowest_stage
     stage_seconds = steps[slowest].seconds
-    chunks = steady.chunks_per_prompt
+    chunks = steady.prompt_chunks
     chunk = request.input_len / chunks
     prompt_chunk = StepLoad(0, 0, chunk, request.prompt_pairs / chunks, 1 / chunks)
     ranks = lockstep_ranks(model, layout)
@@ -666,8 +666,8 @@ def prompt_carriers(prompt_tokens: float, decode_seqs: float, budget_tokens: int
     tokens, 40 decodes, a 4,096-token budget, p = 4: 4,096 - 40/4 = 4,086 a micro-batch,
     ceil(10,000 / 4,086) = 3 carriers."""
     share = decode_seqs / max(1, min(pp, round(decode_seqs)))
-    room = max(budget_tokens - share, 1.0)
-    return max(1, min(pp, math.ceil(prompt_tokens / room - 1e-9)))
+    chunks = prompt_chunking(prompt_tokens, max(budget_tokens - share, 1.0), pp)[0]
+    return max(1, min(pp, int(chunks)))
 
 
 def prompt_carried_whole(load: StepLoad) -> tuple[StepLoad, StepLoad]:

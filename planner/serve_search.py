@@ -389,8 +389,7 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
             out.append(f"--max-model-len {length:,} or less: fits, e.g. {layout}")
         else:
             out.append(f"{label} with --max-model-len {length:,} or less: fits, e.g. {layout}")
-    has_sla = any(getattr(request, field) is not None for _, field, _, _ in SLA_LIMITS)
-    if request.batch is not None and has_sla:  # the fixed concurrency may be what misses the SLA
+    if request.batch is not None and request.has_sla:  # the fixed concurrency may be what misses the SLA
         unfixed = _feasible(model, cluster, replace(request, batch=None))
         if unfixed is not None:
             out.append(f"without --batch (the SLA search picks the concurrency): fits, e.g. {unfixed.layout} at "

@@ -1249,9 +1249,9 @@ def has_split(num_layers: int, pp: int, v: int) -> bool:
 def has_layout_split(num_layers: int, pp: int, v: int, engine: str) -> bool:
     """Whether a per-chunk split (Megatron's --pipeline-model-parallel-layout, torchtitan's
     module_fqns_per_model_part: PER_CHUNK_SPLIT_ENGINES) splits these layers (stage_split.
-    layout_splits), as the plan uses it: p not dividing L or v not dividing L/p (then the flags have no split with stages of v-multiple
-    layers; Megatron's layout string names every chunk, get_num_layers_to_build reads it,
-    core_v0.19.0), v > 1, at least one layer per chunk.
+    layout_splits), as the plan uses it: p not dividing L or v not dividing L/p (then the flags
+    have no split with stages of v-multiple layers; Megatron's layout string names every chunk,
+    get_num_layers_to_build reads it, core_v0.19.0), v > 1, at least one layer per chunk.
     The search tries the v dividing ceil(L/p) (train_search.schedule_options); a --virtual-stages
     asked for runs with any v a split holds (126 layers on 16 stages at v = 3: 7 | 8 x14 | 7 in
     chunks of 3, 3, 2 and 2, 3, 3; 80 layers on 4 stages at v = 3: chunks of 7, 7, 6)."""

@@ -72,14 +72,10 @@ class SteadyState:
     tokens_per_round: float = 1.0
     """Tokens a decoding sequence emits per round: 1, or under speculative decoding the
     expected accepted drafts plus one (speculative.expected_tokens_per_step)."""
-    prompt_chunks: float = 0.0
-    """N: chunks one prompt is cut into, I / N tokens each (0: S_p, one chunk a round)."""
+    prompt_chunks: float = 1.0
+    """N: chunks one prompt is cut into, I / N tokens each (= S_p without PP)."""
     prompt_carriers: int = 1
     """Micro-batches a prompt round fills with its chunks (PP: up to k; 1 without)."""
-
-    @property
-    def chunks_per_prompt(self) -> float:
-        return self.prompt_chunks or self.prefill_rounds
 
     @property
     def tpot_seconds(self) -> float:

@@ -1185,8 +1185,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
         big_engine = engine_step_seconds(carrier)
         big_hop = pipeline_hop_seconds(model, placement, max(carrier.num_tokens, 1.0))
         path = max(path, big_engine + sum(step.seconds for step in big) + layout.pp * big_hop)
-        busiest = max(num_chunks * b.seconds + (in_flight - num_chunks) * n.seconds
-                      for b, n in zip(big, steps, strict=True))
+        busiest = busiest_stage_seconds(big, steps, in_flight, num_chunks)
         engines += num_chunks * (big_engine - engine)
         if layout.pp == 1:
             steps, slowest = big, 0
@@ -1196,14 +1195,21 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps)
 
 
+def busiest_stage_seconds(carrier_steps: tuple[StepTime, ...], other_steps: tuple[StepTime, ...], in_flight: int,
+                          num_chunks: int) -> float:
+    """The busiest stage's work in a round of k micro-batch steps, n of them carrying a chunk:
+    max over stages of n * carrier + (k - n) * other."""
+    return max(num_chunks * big.seconds + (in_flight - num_chunks) * small.seconds
+               for big, small in zip(carrier_steps, other_steps, strict=True))
+
+
 def round_busy_seconds(round_: RoundTime, num_chunks: int = 1) -> float:
-    """The busiest stage's work in a round: k micro-batch steps, n of them carrying a chunk."""
+    """The busiest stage's work in a round (busiest_stage_seconds, as round_time prices it)."""
     if round_.chunk_steps is None:
         return round_.in_flight * round_.stage_steps[round_.slowest_stage].seconds
     if len(round_.stage_steps) == 1:  # p = 1: stage_steps already carry the chunk
         return round_.stage_steps[0].seconds
-    return max(num_chunks * big.seconds + (round_.in_flight - num_chunks) * small.seconds
-               for big, small in zip(round_.chunk_steps, round_.stage_steps, strict=True))
+    return busiest_stage_seconds(round_.chunk_steps, round_.stage_steps, round_.in_flight, num_chunks)
 
 
 def mean_bubble_fraction(pp: int, decode_round: RoundTime, prompt_round: RoundTime, prompt_share: float,

@@ -109,8 +109,7 @@ def _g(num_bytes: float) -> str:
 def ranking(request: ServeRequest) -> str:
     """What the table is ordered by: with an SLA, throughput at each layout's SLA-bound
     concurrency is its goodput."""
-    limits = (request.max_ttft_seconds, request.max_tpot_seconds, request.max_e2e_seconds)
-    if request.objective == "throughput" and any(limit is not None for limit in limits):
+    if request.objective == "throughput" and request.has_sla:
         return "goodput within the SLA"
     return request.objective
 
@@ -327,12 +326,10 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
     """Why the recommendation wins, including when the near-tie rule picked it."""
     per_replica = f"at {best.batch} concurrent sequence(s) per replica"
     request = plan.request
-    has_sla = any(limit is not None for limit in (request.max_ttft_seconds, request.max_tpot_seconds,
-                                                    request.max_e2e_seconds))
     if request.objective == "throughput":
         if best.layout == most.layout:
             # under an SLA the concurrency is what meets it, so the tokens/s are goodput
-            ranked = "highest goodput within the SLA" if has_sla else "highest throughput"
+            ranked = "highest goodput within the SLA" if request.has_sla else "highest throughput"
             return f"{ranked}, {count(best.throughput_tokens_per_second)} output tok/s {per_replica}"
         return (f"{count(best.throughput_tokens_per_second)} tok/s {per_replica}, within "
                 f"{NEAR_TIE_FRACTION:.0%} of the most ({most.layout}, "
