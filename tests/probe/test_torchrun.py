@@ -339,17 +339,45 @@ def test_killed_rank_ends_the_run_with_one_line_and_no_file(tmp_path):
     print(last)
 
 
+STARTUP_ATTEMPTS = 3
+
+
+def started_sweep_within(tmp_path, timeout_s):
+    """A long run whose sweep began within timeout_s, with the timeout it ran under.
+
+    The timeout counts from torchrun's start. When the machine is slower now than when
+    tiny_run_seconds was measured (CI under xdist load once took over 14 s to reach the
+    first point), the run times out before the sweep begins: the precondition this test
+    needs did not hold, so it retries at twice the timeout, up to STARTUP_ATTEMPTS.
+    """
+    for _ in range(STARTUP_ATTEMPTS):
+        launched = time.monotonic()
+        process = start_long_run(tmp_path, timeout_s)
+        first_line = process.stderr.readline()
+        if first_line.startswith("plan probe: ["):
+            return process, first_line, launched, timeout_s
+        with interrupted_at_exit([process]):
+            process.communicate(timeout=WAIT_S)
+        assert "timed out" in first_line, f"ended before the sweep began: {first_line}"
+        assert not list(tmp_path.iterdir())
+        timeout_s *= 2
+    pytest.fail(f"the sweep never began within {STARTUP_ATTEMPTS} timeouts up to {timeout_s // 2} s")
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds worker processes through /proc")
 def test_hung_rank_ends_the_run_by_its_timeout(tmp_path, tiny_run_seconds):
     """A stopped rank never finishes, so only --timeout can end the run; it does, and says so.
 
     The timeout counts from torchrun's start, so it is sized to this machine's measured
-    start-up: a fixed 10 s ran out before the ranks started on a loaded machine.
+    start-up (a fixed 10 s ran out before the ranks started on a loaded machine), and
+    doubled if this run's start-up still outran it (started_sweep_within).
     """
-    timeout_s = max(10, math.ceil(2 * tiny_run_seconds))
-    launched = time.monotonic()
-    with interrupted_at_exit([start_long_run(tmp_path, timeout_s)]) as (process,):
-        pid = rank_one_mid_sweep(process)
+    process, _, launched, timeout_s = started_sweep_within(
+        tmp_path, max(10, math.ceil(2 * tiny_run_seconds))
+    )
+    with interrupted_at_exit([process]):
+        pid = worker_pid(process.pid, 1)
+        assert pid is not None, "rank 1 not found while the sweep runs"
         os.kill(pid, signal.SIGSTOP)
         stopped = time.monotonic()
         assert wait_for_state(pid, "T") == "T", "rank 1 is stopped: it can never finish"
