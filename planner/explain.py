@@ -24,13 +24,13 @@ from planner.cost.serving_memory import (
     kv_tokens_per_running_sequence,
     max_num_batched_tokens,
     overhead_bytes,
+    stage_moe_layers,
 )
 from planner.cost.serving_time import (
     achievable_flops_per_s,
     linear_hbm_utilization,
     matmul_precision,
     moe_kernel,
-    moe_layers_of,
     pipeline_hop_seconds,
     tp_allreduce_seconds_per_layer,
 )
@@ -421,7 +421,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     work = k * step.compute_or_memory_seconds - experts
     fixed = k * step.overhead_seconds
     tp = k * num_layers * step.allreduce_seconds_per_layer
-    ep = k * moe_layers_of(model, num_layers) * step.ep_exchange_seconds_per_moe_layer
+    ep = k * stage_moe_layers(model, result.stages[result.slowest_stage]) * step.ep_exchange_seconds_per_moe_layer
     drafter = k * step.draft_seconds
     engine = min(engine, max(0.0, decode_round - work - experts - fixed - tp - ep - drafter))
     idle = max(0.0, decode_round - work - experts - fixed - tp - ep - drafter - engine)

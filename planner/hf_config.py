@@ -458,6 +458,8 @@ def nemotron_h_fields(text: dict[str, Any], blocks: list[Any], path: Path) -> di
     if text.get("head_dim") is None and text.get("attention_head_dim") is not None:
         fields["head_dim"] = text["attention_head_dim"]
     if count["moe"]:
+        # the blocks without experts (Mamba, attention, MLP) interleave with the MoE ones and
+        # differ from each other: the stages share the mean block (no dense_layer_indices)
         fields["num_dense_layers"] = len(blocks) - count["moe"]
         fields["num_shared_experts"] = text.get("n_shared_experts") or 0
         if text.get("moe_shared_expert_intermediate_size"):
@@ -580,7 +582,7 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
             fields["shared_expert_intermediate_size"] = shared_size
     if text.get("dense_intermediate_size"):  # MiniMax-M3: dense layers' own FFN size
         fields["intermediate_size"] = text["dense_intermediate_size"]
-    fields["num_dense_layers"] = num_dense_layers(text, kind)
+    fields.update(dense_layer_fields(dense_layer_indices(text, kind)))
     if text.get("intermediate_size") is None:  # all layers MoE (Qwen3.5-MoE): no dense FFN size
         fields["intermediate_size"] = text.get("moe_intermediate_size")
     return fields
@@ -625,27 +627,33 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
     return fields
 
 
-def num_dense_layers(text: dict[str, Any], kind: str) -> Any:
-    """Layers with a dense MLP in an MoE model, by whichever key the family uses:
+def dense_layer_indices(text: dict[str, Any], kind: str) -> list[int]:
+    """The layers (0-based) with a dense MLP in an MoE model, by whichever key the family uses:
     moe_layer_freq as a per-layer 0/1 list (MiniMax-M3, MiMo-V2); first_k_dense_replace with
     an integer moe_layer_freq (DeepseekV3DecoderLayer: MoE when i >= k and i % freq == 0);
     Qwen3-MoE's mlp_only_layers and decoder_sparse_step (MoE when i not in mlp_only_layers
-    and (i + 1) % step == 0); Llama 4's interleave_moe_layer_step (MoE when (i + 1) % step == 0)."""
+    and (i + 1) % step == 0); Llama 4's interleave_moe_layer_step (MoE when (i + 1) % step == 0).
+    Empty without a readable num_hidden_layers (the spec's own check then names it)."""
     num_layers = text.get("num_hidden_layers")
     if not isinstance(num_layers, int) or isinstance(num_layers, bool):
-        return 0
+        return []
     freq = text.get("moe_layer_freq")
     if isinstance(freq, list):
-        return sum(1 for flag in freq[:num_layers] if not flag)
+        return [i for i, flag in enumerate(freq[:num_layers]) if not flag]
     if kind == "llama4_text":
         step = text.get("interleave_moe_layer_step") or 1
-        return sum(1 for i in range(num_layers) if (i + 1) % step)
+        return [i for i in range(num_layers) if (i + 1) % step]
     if "decoder_sparse_step" in text or "mlp_only_layers" in text:
         step, only = text.get("decoder_sparse_step") or 1, set(text.get("mlp_only_layers") or [])
-        return sum(1 for i in range(num_layers) if i in only or (i + 1) % step)
+        return [i for i in range(num_layers) if i in only or (i + 1) % step]
     first_k = text.get("first_k_dense_replace") or 0
     step = freq if isinstance(freq, int) and freq > 0 else 1
-    return sum(1 for i in range(num_layers) if i < first_k or i % step)
+    return [i for i in range(num_layers) if i < first_k or i % step]
+
+
+def dense_layer_fields(indices: list[int]) -> dict[str, Any]:
+    """num_dense_layers, and dense_layer_indices where there are any."""
+    return {"num_dense_layers": len(indices), **({"dense_layer_indices": indices} if indices else {})}
 
 
 def global_attention_fields(text: dict[str, Any]) -> dict[str, Any]:

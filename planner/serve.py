@@ -34,6 +34,7 @@ from planner.cost.serving_memory import (
     memory_overshoot_bytes,
     memory_reasons,
     stage_memory,
+    stage_moe_layers,
     structural_reasons,
 )
 from planner.cost.serving_sim import (
@@ -401,7 +402,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                  request.all2all_backend)
     collectives = serving_collectives(model, cluster, layout, placement, tokens_per_batch, in_flight,
                                       stages[slowest].num_layers, request.input_len, request.all2all_backend,
-                                      None if ranks == 1 else prompt_chunk.moe_tokens * chunks, chunks)
+                                      None if ranks == 1 else prompt_chunk.moe_tokens * chunks, chunks,
+                                      stage_moe_layers(model, stages[slowest]))
     if placement.tp_crosses_node:
         notes.append(
             f"tp={layout.tp} crosses a node: every layer's all-reduces run over "

@@ -182,8 +182,12 @@ class ModelSpec(_Spec):
     hidden_states * sigmoid(top-1 logit)). Megatron-LM's --moe-apply-probs-on-input."""
     num_dense_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
     """MoE models: layers whose MLP is dense (intermediate_size) instead of routed
-    (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick). Counts
-    and per-GPU sizes take the mean layer, i.e. pipeline stages share them evenly."""
+    (DeepSeek-V3's first_k_dense_replace 3, every other layer of Llama-4 Maverick)."""
+    dense_layer_indices: list[Count(MAX_NUM_LAYERS - 1, lower=0)] | None = None
+    """MoE models: which layers (0-based, ascending) are the num_dense_layers dense ones, where
+    known (a config.json's pattern: DeepSeek-V3's first_k_dense_replace 3 is [0, 1, 2]). Each
+    pipeline stage then holds and runs its own dense and MoE layers (serving memory and step
+    per stage; Megatron's --moe-layer-freq); None: they are spread evenly over the stages."""
     text_model_of: str | None = None
     """The multimodal wrapper this is the language model of (its config.json's model_type, e.g.
     qwen3_vl): the vision or audio towers, and the engine's encoder cache, are not counted in
@@ -349,6 +353,7 @@ class ModelSpec(_Spec):
         if self.is_moe and self.num_dense_layers == self.num_hidden_layers:
             raise ValueError(f"num_dense_layers: {self.num_dense_layers} of {self.num_hidden_layers} layers leaves "
                              f"no MoE layer; drop the expert fields for a dense model")
+        self._check_dense_layer_indices()
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim)
         if any(value is not None for value in mla) and None in (*mla, self.v_head_dim):
             raise ValueError(
@@ -367,6 +372,19 @@ class ModelSpec(_Spec):
                              "leaves out needs quantization with quantization_scope mlp or experts")
         self._check_global_attention()
         return self
+
+    def _check_dense_layer_indices(self) -> None:
+        indices = self.dense_layer_indices
+        if indices is None:
+            return
+        if len(indices) != self.num_dense_layers:
+            raise ValueError(f"dense_layer_indices: {len(indices)} layers listed, but num_dense_layers "
+                             f"is {self.num_dense_layers}")
+        if any(b <= a for a, b in zip(indices, indices[1:], strict=False)):
+            raise ValueError("dense_layer_indices: must be ascending, each layer once")
+        if indices and indices[-1] >= self.num_hidden_layers:
+            raise ValueError(f"dense_layer_indices: layer {indices[-1]} is past the last "
+                             f"(num_hidden_layers {self.num_hidden_layers}, counted from 0)")
 
     def _check_global_attention(self) -> None:
         k = self.num_global_key_value_heads

@@ -20,13 +20,14 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency as eff
-from planner.cost.moe import DEEPEP_NVL_BUFFER_BYTES, deepep_ll_buffer_bytes
+from planner.cost.moe import DEEPEP_NVL_BUFFER_BYTES, deepep_ll_buffer_bytes, moe_layers_of
 from planner.cost.params import (
     activation_bytes_per_element,
     attention_shape,
     kv_bytes_per_token_per_layer_by_kind,
     layer_weight_bytes_per_gpu,
     lm_head_bytes_per_weight,
+    moe_layer_excess_bytes_per_gpu,
     num_attention_layers,
     param_counts,
     recurrent_state_bytes_per_sequence,
@@ -93,6 +94,9 @@ class StageMemory:
     draft_kv_bytes_per_token: int = 0
     """The drafter's KV of one token, beside kv_bytes_per_token in the same pool: kv_cache_tokens
     counts tokens that hold both."""
+    num_moe_layers: float | None = None
+    """Of num_layers, the MoE layers (stage_moe_layer_counts); None: the mean block's share
+    (moe.moe_layers_of), what stage_moe_layers then reads."""
 
     @property
     def num_attention_layers(self) -> int:
@@ -139,6 +143,27 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     for i in range(2, num_layers % pp + 2):
         counts[-i] += 1
     return counts
+
+
+def stage_moe_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[float]:
+    """MoE layers of each stage: with the dense layers' positions known (dense_layer_indices)
+    those of the stage's own layers, else the mean block's share (moe_layers_of). DeepSeek-V3's
+    61 layers over 4 stages (15, 15, 16, 15; stage_layer_counts), dense layers 0-2: 12, 15, 16,
+    15, where the mean share gives 14.26, 14.26, 15.21, 14.26."""
+    indices = model.dense_layer_indices
+    if not model.is_moe or indices is None:
+        return [moe_layers_of(model, num_layers) for num_layers in layer_counts]
+    counts, start = [], 0
+    for num_layers in layer_counts:
+        end = start + num_layers
+        counts.append(float(num_layers - sum(1 for i in indices if start <= i < end)))
+        start = end
+    return counts
+
+
+def stage_moe_layers(model: ModelSpec, stage: StageMemory) -> float:
+    """The stage's MoE layers: its own count where stage_memory set it, else the mean share."""
+    return moe_layers_of(model, stage.num_layers) if stage.num_moe_layers is None else stage.num_moe_layers
 
 
 def stage_window_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[int]:
@@ -436,6 +461,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     window_counts = stage_window_layer_counts(model, layer_counts)
     attention_counts = stage_share_of_layers(num_attention_layers(model), model.num_hidden_layers, layer_counts)
     recurrent_counts = stage_share_of_layers(model.num_recurrent_layers, model.num_hidden_layers, layer_counts)
+    moe_counts = stage_moe_layer_counts(model, layer_counts)
+    moe_excess = moe_layer_excess_bytes_per_gpu(model, layout.tp, layout.ep)
     sequence_tokens = kv_tokens_per_running_sequence(request.input_len, request.output_len,
                                                      request.decode_context_tokens)
     max_model_len = max_model_len_of(model, request)
@@ -449,7 +476,9 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
     for stage, num_layers in enumerate(layer_counts):
         last = stage == layout.pp - 1
-        weights = num_layers * per_layer
+        # the mean block, plus what the stage's MoE layers above their mean share weigh beyond
+        # dense ones (0 where the stage holds the mean share)
+        weights = num_layers * per_layer + (moe_counts[stage] - moe_layers_of(model, num_layers)) * moe_excess
         weights += embedding if stage == 0 else 0
         weights += head if last else 0
         activation = activations[last]
@@ -479,7 +508,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
                                   window_counts[stage], model.sliding_window,
                                   num_layers - attention_counts[stage], state,
                                   window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
-                                  drafter.weights_bytes, drafter.kv_bytes_per_token))
+                                  drafter.weights_bytes, drafter.kv_bytes_per_token, moe_counts[stage]))
     return stages
 
 

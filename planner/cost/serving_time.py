@@ -39,6 +39,7 @@ from planner.cost.params import (
     lm_head_bytes_per_weight,
     matmul_precision_of_dtype,
     mlp_width_per_token,
+    moe_layer_excess_active_params,
     multiply_adds_per_attention_pair,
     param_counts,
     rotary_elements_per_token,
@@ -50,6 +51,7 @@ from planner.cost.serving_memory import (
     embedding_bytes_per_gpu,
     lm_head_bytes_per_gpu,
     stage_memory,
+    stage_moe_layers,
 )
 from planner.cost.speculative import draft_extras, draft_model_of
 from planner.errors import SpecError
@@ -152,7 +154,7 @@ def decode_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layou
     read = non_expert_weight_bytes_read(model, stage, layout)
     if not model.is_moe:
         return read
-    return read + moe_layers_of(model, stage.num_layers) * routed_expert_bytes_read(model, layout, num_tokens)
+    return read + stage_moe_layers(model, stage) * routed_expert_bytes_read(model, layout, num_tokens)
 
 
 def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: Layout) -> float:
@@ -167,7 +169,7 @@ def non_expert_weight_bytes_read(model: ModelSpec, stage: StageMemory, layout: L
     if not model.is_moe:
         return read
     local, expert_bytes = local_expert_bytes(model, layout)
-    return read - moe_layers_of(model, stage.num_layers) * local * expert_bytes
+    return read - stage_moe_layers(model, stage) * local * expert_bytes
 
 
 def lm_head_read_bytes(model: ModelSpec, layout: Layout) -> float:
@@ -251,8 +253,13 @@ def active_params_per_layer(model: ModelSpec) -> float:
 
 
 def stage_matmul_flops_per_token(model: ModelSpec, stage: StageMemory, num_stages: int) -> float:
-    """2 * active parameters of the stage (the last stage adds the LM head 2*V*h)."""
-    flops = 2 * stage.num_layers * active_params_per_layer(model)
+    """2 * active parameters of the stage: the mean block's, corrected by what its MoE layers
+    above their mean share touch beyond dense ones (stage_dense_layer_equivalents); the last
+    stage adds the LM head 2*V*h."""
+    excess = stage_moe_layers(model, stage) - moe_layers_of(model, stage.num_layers)
+    flops = 2 * (stage.num_layers * active_params_per_layer(model)
+                 + excess * (moe_layer_excess_active_params(model)
+                             + model.num_experts_per_tok * expert_params(model)))
     if stage.stage == num_stages - 1:
         flops += 2 * model.vocab_size * model.hidden_size
     return flops
@@ -875,6 +882,8 @@ class StageRates:
     activation quantization's) at the elementwise HBM rate."""
     overhead_seconds: float
     """The stage's fixed per-layer cost per step (layer_seconds per sublayer, MoE layers' share)."""
+    dense_layer_equivalents: float
+    """stage_dense_layer_equivalents: the stage's non-routed matmul work in mean blocks."""
 
 
 def stage_rates(model: ModelSpec, cluster: ClusterSpec, layout: Layout, stage: StageMemory,
@@ -886,7 +895,7 @@ def stage_rates(model: ModelSpec, cluster: ClusterSpec, layout: Layout, stage: S
     elementwise_hbm = eff.elementwise_bytes_per_s(gpu.hbm_bytes_per_s, gpu.elementwise_hbm_utilization)
     per_token = (elementwise_bytes_per_token(model, layout.tp)
                  + activation_quant_bytes_per_token(model, layout.tp, matmul_precision(model, cluster)))
-    moe_layers = moe_layers_of(model, stage.num_layers)
+    moe_layers = stage_moe_layers(model, stage)
     # an MoE layer's fused op carries its own measured floor in moe_seconds: the dense MLP's
     # kernels it replaces leave the per-layer fixed cost, the router GEMM joins it
     moe_factor = eff.moe_layer_overhead_factor(
@@ -901,7 +910,21 @@ def stage_rates(model: ModelSpec, cluster: ClusterSpec, layout: Layout, stage: S
         attention_flops_per_s(cluster, stage.kv_cache_dtype),
         full_dims / eff.attention_head_dim_factor(model, gpu, full_dims),
         window_dims / eff.attention_head_dim_factor(model, gpu, window_dims),
-        per_token / elementwise_hbm, overhead)
+        per_token / elementwise_hbm, overhead, stage_dense_layer_equivalents(model, stage))
+
+
+def stage_dense_layer_equivalents(model: ModelSpec, stage: StageMemory) -> float:
+    """The stage's matmul work outside the routed experts, in mean blocks: L_s, plus
+    Delta * x / a where the stage holds Delta = its MoE layers - their mean share,
+    x = moe_layer_excess_active_params and a = the mean block's non-routed active parameters.
+    L_s exactly where the stage holds the mean share. DeepSeek-V3's stage 1 of 4 (layers
+    15-29, all MoE): Delta = 15 - 15 * 58/61 = 0.738; x = -350,486,528; a = the mean block's
+    active 37.1e9/61-ish less 58/61 of the 8 routed experts (see the test for the digits)."""
+    excess = stage_moe_layers(model, stage) - moe_layers_of(model, stage.num_layers)
+    if not excess:
+        return float(stage.num_layers)
+    non_routed = active_params_per_layer(model) - moe_layers_of(model, 1) * model.num_experts_per_tok * expert_params(model)
+    return stage.num_layers + excess * moe_layer_excess_active_params(model) / non_routed
 
 
 def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -932,11 +955,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     t = layout.tp
     tokens = max(load.num_tokens, 1.0)
     hbm = cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION
-    moe_layers = moe_layers_of(model, stage.num_layers)
+    moe_layers = stage_moe_layers(model, stage)
     moe_seconds = terms.moe_seconds  # 0 for a dense model
     weight_seconds = rates.weight_seconds
     head_flops = 2 * model.vocab_size * model.hidden_size * load.sampled_rows if stage.stage == layout.pp - 1 else 0.0
-    compute_seconds = (stage.num_layers * terms.dense_flops_per_layer / terms.dense_utilization
+    compute_seconds = (rates.dense_layer_equivalents * terms.dense_flops_per_layer / terms.dense_utilization
                        + head_flops / head_shape_utilization(model, t, load.sampled_rows, rates.head_m_half)
                        ) / t / constants.matmul_flops_per_s
     gemm = max(weight_seconds, compute_seconds) + moe_layers * moe_seconds
@@ -1259,7 +1282,8 @@ class Collective:
 def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                         decode_tokens: int, batches_in_flight: int, slowest_stage_layers: int,
                         prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
-                        prompt_expert_tokens: float | None = None, prompt_chunks: float = 1.0) -> tuple[Collective, ...]:
+                        prompt_expert_tokens: float | None = None, prompt_chunks: float = 1.0,
+                        slowest_stage_moe_layers: float | None = None) -> tuple[Collective, ...]:
     """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
@@ -1269,7 +1293,8 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
     `prompt_expert_tokens`: the prompt tokens per rank the EP exchange carries when they differ
     from this rank's (DP ranks in lockstep: StepLoad.expert_tokens); None: prompt_tokens.
     `prompt_chunks` N: the prompt runs as N chunks of prompt_tokens / N (chunked prefill, the
-    step budget), each its own collectives: N times as many, each 1/N the size."""
+    step budget), each its own collectives: N times as many, each 1/N the size.
+    `slowest_stage_moe_layers`: that stage's MoE layers (stage_moe_layers); None: its mean share."""
     width = model.hidden_size * activation_bytes_per_element(model)
     out = []
     chunks = max(prompt_chunks, 1.0)
@@ -1277,7 +1302,9 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
               ("prefill", prompt_tokens / chunks, round(model.num_hidden_layers * chunks),
                round((layout.pp - 1) * chunks)))
     for phase, tokens, allreduces, sends in phases:
-        moe_count = (batches_in_flight * round(moe_layers_of(model, slowest_stage_layers))
+        stage_moe = (moe_layers_of(model, slowest_stage_layers) if slowest_stage_moe_layers is None
+                     else slowest_stage_moe_layers)
+        moe_count = (batches_in_flight * round(stage_moe)
                      if phase == "decode" else round(model.num_moe_layers * chunks))
         routed = (prompt_expert_tokens / chunks if phase == "prefill" and prompt_expert_tokens is not None
                   else tokens)

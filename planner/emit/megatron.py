@@ -140,9 +140,9 @@ def mla_args(model: ModelSpec) -> list[str]:
 def moe_args(model: ModelSpec) -> list[str]:
     """Experts, top-k and each expert's FFN size; group-limited routing (--moe-router-num-groups,
     --moe-router-group-topk) where the spec has it; shared experts as one MLP of their summed size
-    (Megatron's SharedExpertMLP); dense layers first, as --moe-layer-freq's list (the spec keeps
-    their count: DeepSeek's first_k_dense_replace; where they interleave, Megatron builds the
-    same parameter count in another order)."""
+    (Megatron's SharedExpertMLP); the dense layers where the spec places them
+    (dense_layer_indices; first where it has only their count) as --moe-layer-freq's list
+    (moe_layer_freq_pattern)."""
     if not model.is_moe:
         return []
     args = ["--num-experts", str(model.num_local_experts), "--moe-router-topk", str(model.num_experts_per_tok),
@@ -151,13 +151,35 @@ def moe_args(model: ModelSpec) -> list[str]:
         shared = model.shared_expert_intermediate_size or model.expert_intermediate_size
         args += ["--moe-shared-expert-intermediate-size", str(model.num_shared_experts * shared)]
     if model.num_dense_layers:
-        args += ["--moe-layer-freq", f"([0]*{model.num_dense_layers}+[1]*{model.num_moe_layers})"]
+        args += ["--moe-layer-freq", moe_layer_freq_pattern(model)]
     if model.num_expert_groups:
         # group-limited routing (moe_utils.group_limited_topk: each token's top-k from its best
         # groups, scored by the sum of their top-(k/groups) scores; DeepSeek-V3's top-2 of 8/4)
         args += ["--moe-router-num-groups", str(model.num_expert_groups),
                  "--moe-router-group-topk", str(model.expert_groups_per_token)]
     return args + router_args(model)
+
+
+def moe_layer_freq_pattern(model: ModelSpec) -> str:
+    """--moe-layer-freq as the list expression Megatron evaluates (arguments.py moe_freq_type and
+    _eval_pattern at core_v0.19.0: digits, commas, brackets, parentheses, + and * only; 1 an MoE
+    layer, 0 a dense one, one entry per layer): the shortest unit the layers repeat, written as
+    runs, times its repeats. DeepSeek-V3 (dense 0-2 of 61): ([0]*3+[1]*58); Llama-4 Maverick
+    (every other layer dense from 0, 48 layers): ([0]+[1])*24."""
+    dense = set(range(model.num_dense_layers) if model.dense_layer_indices is None else model.dense_layer_indices)
+    flags = [0 if i in dense else 1 for i in range(model.num_hidden_layers)]
+    num_layers = len(flags)
+    period = next(n for n in range(1, num_layers + 1)
+                  if num_layers % n == 0 and flags == flags[:n] * (num_layers // n))
+    runs: list[list[int]] = []
+    for flag in flags[:period]:
+        if runs and runs[-1][0] == flag:
+            runs[-1][1] += 1
+        else:
+            runs.append([flag, 1])
+    unit = "+".join(f"[{flag}]" + (f"*{count}" if count > 1 else "") for flag, count in runs)
+    repeats = num_layers // period
+    return f"({unit})" + (f"*{repeats}" if repeats > 1 else "")
 
 
 def router_args(model: ModelSpec) -> list[str]:
