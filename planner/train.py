@@ -519,8 +519,8 @@ def _stage_states(model: ModelSpec, c: TrainConfig, layers: tuple[int, int, int]
     included), and DeepEP's buffers when the experts' tokens move on it
     (moe.deepep_training_buffer_bytes); the allocator's fragmentation of the activations comes
     on top."""
-    params = memo.get(("stage_params", c.tp, c.pp, layers, c.ep), stage_params_per_gpu, model, c.tp, c.pp, layers,
-                      c.ep)
+    params = memo.get(("stage_params", c.tp, c.pp, layers, c.ep, c.virtual_stages), stage_params_per_gpu, model,
+                      c.tp, c.pp, layers, c.ep, c.virtual_stages)
     experts = params.routed_experts
     expert_params = ((0.0, 0.0, 0.0) if experts is None
                      else (experts.first_stage, experts.middle_stage, experts.last_stage))
@@ -943,8 +943,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         return Rejected(config.layout, (oom_reason(memory, capacity, mtp_here),), memory.total_bytes - capacity)
     placement, terms = _layer_terms(model, cluster, config, s, rates, memo, imbalance, request.engine,
                                     request.moe_host_seconds)
-    params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep),
-                      stage_params_per_gpu, model, config.tp, config.pp, layers, config.ep)
+    params = memo.get(("stage_params", config.tp, config.pp, layers, config.ep, config.virtual_stages),
+                      stage_params_per_gpu, model, config.tp, config.pp, layers, config.ep, config.virtual_stages)
     causal = config.attention == "flash"  # flash kernels skip the masked half; the 2021 count keeps it
     flops = memo.get(("flops_per_sequence", s, causal), _flops_per_sequence, model, s, causal)
     c = config

@@ -702,25 +702,31 @@ def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     return matmul_bytes(model, *kinds) + layer_other_params(model) * BYTES_PER_ELEMENT[model.dtype]
 
 
-def moe_layer_excess_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
-    """What one MoE layer's MLP weighs on one GPU beyond one dense layer's: the routed experts
-    (routed_expert_share_per_gpu), shared experts and latent projections (split t ways) in
-    their kinds' formats and the router (h * E, whole, in the dtype), less the dense MLP (split
-    t ways); biases left out. A stage holding Delta more MoE layers than the mean share holds
-    Delta times this more (serving_memory.stage_memory). 0 for a dense model.
-    DeepSeek-V3 at t = 8: experts 256 * 3 * 7168 * 2048 / 8 = 1,409,286,144 weights, shared
-    3 * 7168 * 2048 / 8 = 5,505,024, less the dense MLP 3 * 7168 * 18432 / 8 = 49,545,216, all
-    fp8 at 1 + 4/7168 B (bytes_per_weight): 1,366,007,808 B; the router 7168 * 256 * 2 B =
-    3,670,016 B: 1,369,677,824 B (1.28 GiB)."""
+def moe_layer_excess_weights_by_kind(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float, float]:
+    """What one MoE layer's MLP holds on one GPU beyond one dense layer's, as (router, routed
+    experts, other MLP) weights: the router h * E (whole on every GPU), the routed experts
+    (routed_expert_share_per_gpu), the shared experts and latent projections less the dense
+    MLP (both split t ways); biases left out. (0, 0, 0) for a dense model."""
     if not model.is_moe:
-        return 0.0
+        return 0.0, 0.0, 0.0
     per_ffn = (3 if model.gated_mlp else 2) * model.hidden_size
     routed = (model.num_local_experts * (expert_params(model) - expert_bias_params(model))
               * routed_expert_share_per_gpu(model, tp, ep))
     shared = model.num_shared_experts * per_ffn * shared_expert_size(model) + latent_projection_params(model)
     dense = per_ffn * model.intermediate_size
-    router = model.hidden_size * model.num_local_experts * BYTES_PER_ELEMENT[model.dtype]
-    return matmul_bytes(model, 0.0, routed, (shared - dense) / tp) + router
+    return float(model.hidden_size * model.num_local_experts), routed, (shared - dense) / tp
+
+
+def moe_layer_excess_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """moe_layer_excess_weights_by_kind in bytes: the matmuls in their kinds' formats, the
+    router in the dtype. A stage holding Delta more MoE layers than the mean share holds
+    Delta times this more (serving_memory.stage_memory). 0 for a dense model.
+    DeepSeek-V3 at t = 8: experts 256 * 3 * 7168 * 2048 / 8 = 1,409,286,144 weights, shared
+    3 * 7168 * 2048 / 8 = 5,505,024, less the dense MLP 3 * 7168 * 18432 / 8 = 49,545,216, all
+    fp8 at 1 + 4/7168 B (bytes_per_weight): 1,366,007,808 B; the router 7168 * 256 * 2 B =
+    3,670,016 B: 1,369,677,824 B (1.28 GiB)."""
+    router, routed, other = moe_layer_excess_weights_by_kind(model, tp, ep)
+    return matmul_bytes(model, 0.0, routed, other) + router * BYTES_PER_ELEMENT[model.dtype]
 
 
 def moe_layer_excess_active_params(model: ModelSpec) -> float:

@@ -148,6 +148,22 @@ def megatron_layout(layers: tuple[int, ...], v: int, mtp_layers: int = 0) -> str
     return "|".join(entries)
 
 
+def stage_layer_indices(layers: tuple[int, ...], v: int = 1) -> list[list[int]]:
+    """The decoder layers (0-based) each stage builds: its v chunks (chunk_layers) in Megatron's
+    order, chunk j of stage i the (j*p + i)-th run of consecutive layers (megatron_layout's
+    order; the flags' even split is the same). 2 stages of 3 layers, v = 2: chunks 2|2|1|1,
+    stage 0 layers 0, 1, 4 and stage 1 layers 2, 3, 5."""
+    pp = len(layers)
+    chunks = [chunk_layers(n, v) for n in layers]
+    stages: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for j in range(v):
+        for stage in range(pp):
+            stages[stage] += range(start, start + chunks[stage][j])
+            start += chunks[stage][j]
+    return stages
+
+
 def has_split(num_layers: int, pp: int, v: int = 1) -> bool:
     """Does Megatron accept some balanced uneven split? (Stops at the first candidate.)"""
     return next(candidate_splits(num_layers, pp, v), None) is not None

@@ -23,13 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost import efficiency
+from planner.cost.moe import moe_layers_of
 from planner.cost.params import (
     layer_linear_weights_per_gpu,
     layer_linear_weights_per_gpu_by_kind,
     layer_params_per_gpu,
+    moe_layer_excess_weights_by_kind,
     mtp_module_params_per_gpu,
     param_counts,
 )
+from planner.cost.stage_split import stage_layer_indices
 from planner.layout import TrainConfig
 from planner.specs import ModelSpec
 
@@ -76,8 +79,27 @@ def routed_expert_params_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> fl
     return layer_linear_weights_per_gpu_by_kind(model, tp, ep)[1]
 
 
+def placed_moe_layer_excess(model: ModelSpec, pp: int, layers: tuple[int, int, int],
+                            v: int = 1) -> tuple[float, float, float]:
+    """(first, middle, last) stage's MoE layers less their mean share (moe_layers_of), where the
+    model places its dense layers (dense_layer_indices) and the stages build the layers of
+    stage_split.stage_layer_indices; the middle is the middle stage with the most such layers.
+    (0, 0, 0) without positions, with one stage, or for ends-only triples. DeepSeek-V3 on 4
+    stages of 16, 15 x 2, 15 (v = 1; dense 0-2): stage 0 13 MoE of 16 (mean share 15.21),
+    middle 15 of 15 (14.26): (-2.21, +0.74, +0.74)."""
+    indices = model.dense_layer_indices
+    first, middle, last = layers
+    per_stage = (first,) + (middle,) * (pp - 2) + (last,) if pp > 1 else ()
+    if not model.is_moe or indices is None or pp < 2 or sum(per_stage) != model.num_hidden_layers:
+        return 0.0, 0.0, 0.0
+    dense = set(indices)
+    excess = [len(own) - sum(1 for i in own if i in dense) - moe_layers_of(model, len(own))
+              for own in stage_layer_indices(per_stage, v)]
+    return excess[0], max(excess[1:-1], default=0.0), excess[-1]
+
+
 def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
-                         layers: tuple[int, int, int] | None = None, ep: int = 1) -> StageParams:
+                         layers: tuple[int, int, int] | None = None, ep: int = 1, v: int = 1) -> StageParams:
     """First stage: its blocks + vocab-parallel embedding V*h/t + learned positions.
     Last stage: its blocks + final norm + output layer V*h/t (with pp > 1 Megatron keeps
     a copy of tied embeddings there) + the model's multi-token-prediction modules
@@ -85,7 +107,10 @@ def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
     embedding they share, gpt_model.py core_v0.14.0: built where mtp_process).
     Middle: its blocks. `layers` = (first, middle, last)
     blocks; None = L/p on every stage. pp = 1: one stage holding everything. `ep`: the routed
-    experts whole, ceil(E/ep) per GPU (routed_experts says how many parameters they are)."""
+    experts whole, ceil(E/ep) per GPU (routed_experts says how many parameters they are).
+    Blocks are the mean block, except where the model places its dense layers: a stage then
+    holds what its MoE layers above their mean share weigh beyond dense ones
+    (placed_moe_layer_excess over v chunks, params.moe_layer_excess_weights_by_kind)."""
     counts = param_counts(model)
     even = model.num_hidden_layers / pp
     first_blocks, middle_blocks, last_blocks = layers or (even, even if pp > 2 else 0, even)
@@ -94,21 +119,26 @@ def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
     num_mtp = model.num_mtp_layers
     mtp, mtp_routed = mtp_module_params_per_gpu(model, tp, ep) if num_mtp else (0.0, 0.0)
     mtp_embedding = vocab if num_mtp and pp > 1 and counts.lm_head else 0.0
+    excess_first, excess_middle, excess_last = (placed_moe_layer_excess(model, pp, layers, v) if layers
+                                                else (0.0, 0.0, 0.0))
+    router, routed_excess, other = moe_layer_excess_weights_by_kind(model, tp, ep)
+    excess = router + routed_excess + other
     experts = None
     if model.is_moe:
         routed = routed_expert_params_per_layer(model, tp, ep)
         every_layer = model.num_hidden_layers * routed + num_mtp * mtp_routed
         experts = (StageParams(every_layer, every_layer) if pp == 1 else
-                   StageParams(first_blocks * routed, last_blocks * routed + num_mtp * mtp_routed,
-                               middle_blocks * routed))
+                   StageParams(first_blocks * routed + excess_first * routed_excess,
+                               last_blocks * routed + excess_last * routed_excess + num_mtp * mtp_routed,
+                               middle_blocks * routed + excess_middle * routed_excess))
     positions = counts.embedding - model.vocab_size * model.hidden_size
-    first = first_blocks * per_layer + vocab + positions
+    first = first_blocks * per_layer + excess_first * excess + vocab + positions
     head = vocab if (counts.lm_head or pp > 1) else 0.0
-    last = last_blocks * per_layer + counts.final_norm + head + num_mtp * mtp + mtp_embedding
+    last = last_blocks * per_layer + excess_last * excess + counts.final_norm + head + num_mtp * mtp + mtp_embedding
     if pp == 1:
         whole = first + last - last_blocks * per_layer
         return StageParams(whole, whole, routed_experts=experts)
-    return StageParams(first, last, middle_blocks * per_layer, experts)
+    return StageParams(first, last, middle_blocks * per_layer + excess_middle * excess, experts)
 
 
 @dataclass(frozen=True)

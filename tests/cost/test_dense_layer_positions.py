@@ -19,6 +19,8 @@ from planner.cost.params import (
 )
 from planner.cost.serving_memory import stage_layer_counts, stage_memory, stage_moe_layer_counts
 from planner.cost.serving_time import stage_dense_layer_equivalents, stage_matmul_flops_per_token
+from planner.cost.stage_split import stage_layer_indices
+from planner.cost.training_memory import placed_moe_layer_excess, stage_params_per_gpu
 from planner.emit.megatron import moe_layer_freq_pattern
 from planner.errors import SpecError
 from planner.hf_config import load_hf_config
@@ -154,3 +156,43 @@ def test_megatron_layer_pattern():
     assert eval(pattern) == [0, 1] * 24  # noqa: S307 - digits, brackets, + and * only
     odd = DSV3.model_copy(update={"num_dense_layers": 2, "dense_layer_indices": [0, 60]})
     assert eval(moe_layer_freq_pattern(odd)) == [0] + [1] * 59 + [0]  # noqa: S307
+
+
+def test_training_stages_build_megatrons_chunks():
+    """Chunk j of stage i is the (j*p + i)-th run of layers: 2 stages of 3 layers at v = 2 have
+    chunks of 2|2|1|1 layers in that order, so stage 0 builds 0, 1, 4 and stage 1 2, 3, 5."""
+    assert stage_layer_indices((3, 3), 2) == [[0, 1, 4], [2, 3, 5]]
+    assert stage_layer_indices((2, 3, 2), 1) == [[0, 1], [2, 3, 4], [5, 6]]
+
+
+@given(layers=st.lists(st.integers(1, 12), min_size=1, max_size=8), v=st.integers(1, 4))
+def test_training_stages_partition_the_layers(layers, v):
+    stages = stage_layer_indices(tuple(layers), v)
+    assert [len(s) for s in stages] == layers
+    assert sorted(i for s in stages for i in s) == list(range(sum(layers)))
+
+
+def test_training_stage_params_by_hand():
+    """DeepSeek-V3 on 4 stages of 16, 15, 15, 15 (v = 1), dense layers 0-2: stage 0 holds 13
+    MoE layers against a mean share of 16 * 58/61 = 15.213 (-2.213), the others 15 against
+    14.262 (+0.738). At t = 8 without EP each MoE layer holds, beyond a dense one, the router
+    7168 * 256 = 1,835,008 + experts 256 * 3 * 7168 * 2048 / 8 = 1,409,286,144 + (shared
+    3 * 7168 * 2048 - dense 3 * 7168 * 18432) / 8 = -44,040,192 parameters: 1,367,080,960.
+    With v = 2 the first stage's first chunk (8 layers) still holds all three dense layers."""
+    delta = placed_moe_layer_excess(DSV3, 4, (16, 15, 15))
+    assert delta == pytest.approx((13 - 16 * 58 / 61, 15 - 15 * 58 / 61, 15 - 15 * 58 / 61))
+    assert delta == pytest.approx((-2.213, 0.738, 0.738), abs=1e-3)
+    assert placed_moe_layer_excess(DSV3, 4, (16, 15, 15), 2) == delta
+    excess = 7168 * 256 + 256 * 3 * 7168 * 2048 / 8 + (3 * 7168 * 2048 - 3 * 7168 * 18432) / 8
+    assert excess == 1_367_080_960
+    placed = stage_params_per_gpu(DSV3, 8, 4, (16, 15, 15), 1)
+    mean = stage_params_per_gpu(MEAN_DSV3, 8, 4, (16, 15, 15), 1)
+    assert placed.first_stage - mean.first_stage == pytest.approx(delta[0] * excess, rel=1e-9)
+    assert placed.middle_stage - mean.middle_stage == pytest.approx(delta[1] * excess, rel=1e-9)
+    assert placed.last_stage - mean.last_stage == pytest.approx(delta[2] * excess, rel=1e-9)
+    routed = 256 * 3 * 7168 * 2048 / 8
+    assert (placed.routed_experts.middle_stage - mean.routed_experts.middle_stage
+            == pytest.approx(delta[1] * routed, rel=1e-9))
+    # ends-only triples and one stage are the mean block's
+    assert placed_moe_layer_excess(DSV3, 4, (0, 0, 0)) == (0.0, 0.0, 0.0)
+    assert placed_moe_layer_excess(DSV3, 1, (61, 0, 61)) == (0.0, 0.0, 0.0)
