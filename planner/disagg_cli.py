@@ -10,6 +10,7 @@ from planner.disagg_search import (
     DisaggEstimate,
     DisaggPlan,
     plan_disaggregated,
+    rejections_for_engine,
     role_request,
     same_node_groups,
 )
@@ -169,8 +170,10 @@ def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
 
 
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-              aggregated: ServeEstimate | None) -> tuple[DisaggPlan, Verdict]:
-    plan = plan_disaggregated(model, cluster, request)
+              aggregated: ServeEstimate | None, engine: str = "vllm") -> tuple[DisaggPlan, Verdict]:
+    """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine) and
+    its verdict against the aggregated layout."""
+    plan = rejections_for_engine(plan_disaggregated(model, cluster, request), engine)
     if request.max_concurrency is not None and aggregated is not None:
         return plan, Verdict("aggregated", f"--max-concurrency {request.max_concurrency:,}: the burst's clients close "
                                            f"the loop, which the aggregated layouts are ranked under and the burst is "

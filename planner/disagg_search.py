@@ -454,6 +454,21 @@ def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
 PIPELINED_DECODE = ("a decode worker with pipeline stages cannot take in the KV (vLLM's NixlConnector refuses a "
                     "kv_consumer with pipeline_parallel_size > 1, nixl/base_worker.py at 0.33.0)")
 """Why decode workers keep pp = 1 (prefill workers may pipeline: they push to a pp = 1 decode)."""
+PIPELINED_DECODE_UNPRICED = ("a decode worker with pipeline stages is not planned: SGLang runs one (its decode "
+                             "scheduler agrees on each step's requests over the stages, "
+                             "disaggregation/decode.py at 0.5.23), but the planner prices disaggregated decode "
+                             "workers at pp = 1 only")
+"""The same rejection where the commands are SGLang's, whose decode workers may pipeline."""
+
+
+def rejections_for_engine(plan: DisaggPlan, engine: str) -> DisaggPlan:
+    """The plan with its rejections worded for the engine the commands are for: the decode
+    pp = 1 rule is vLLM's; SGLang's decode workers may pipeline (PIPELINED_DECODE_UNPRICED)."""
+    if engine != "sglang":
+        return plan
+    rejected = tuple((PIPELINED_DECODE_UNPRICED if reason == PIPELINED_DECODE else reason, count)
+                     for reason, count in plan.rejected)
+    return replace(plan, rejected=rejected, why_none=plan.why_none.replace(PIPELINED_DECODE, PIPELINED_DECODE_UNPRICED))
 
 
 @dataclass

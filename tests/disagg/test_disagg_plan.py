@@ -254,6 +254,26 @@ def test_decode_workers_are_never_pipelined():
     assert dict(plan.rejected)[PIPELINED_DECODE] > 0
 
 
+def test_sglang_commands_word_the_pipelined_decode_rejection_as_sglangs(run_plan):
+    """SGLang 0.5.23 runs decode workers with pipeline stages (disaggregation/decode.py: the
+    stages agree on each step's requests), so with --emit sglang the rejection does not cite
+    vLLM's NixlConnector: it says the planner prices decode workers at pp = 1 only. The same
+    combinations are rejected either way; vLLM's wording stays vLLM's."""
+    import json as _json
+
+    from planner.disagg_search import PIPELINED_DECODE, PIPELINED_DECODE_UNPRICED
+
+    args = ("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--mode", "disaggregated",
+            "--input-len", "1024", "--output-len", "256", "--json")
+    vllm = {r["reason"]: r["count"] for r in _json.loads(run_plan(*args).stdout)["disaggregated_rejected"]}
+    sglang = {r["reason"]: r["count"]
+              for r in _json.loads(run_plan(*args, "--emit", "sglang").stdout)["disaggregated_rejected"]}
+    assert PIPELINED_DECODE not in sglang and "NixlConnector" not in PIPELINED_DECODE_UNPRICED
+    assert sglang[PIPELINED_DECODE_UNPRICED] == vllm[PIPELINED_DECODE] > 0
+    assert {r: n for r, n in sglang.items() if r != PIPELINED_DECODE_UNPRICED} == {
+        r: n for r, n in vllm.items() if r != PIPELINED_DECODE}
+
+
 def test_disaggregated_mode_json_drops_the_aggregated_alternatives():
     """--mode disaggregated recommends workers; the aggregated plan's alternatives (the layout
     without drafts, other MoE backends) price its own best layout, so they are left out."""
