@@ -63,7 +63,7 @@ def mtp_draft_model(model: ModelSpec) -> ModelSpec:
     (shared)."""
     return model.model_copy(update={
         "name": f"{model.name} MTP", "num_hidden_layers": model.num_mtp_layers, "num_mtp_layers": 0,
-        "num_dense_layers": 0, "sliding_window": None, "num_sliding_window_layers": None,
+        "num_dense_layers": 0, "dense_layer_indices": None, "sliding_window": None, "num_sliding_window_layers": None,
         "num_recurrent_layers": 0, "recurrent_kind": None, "num_mlp_only_layers": 0,
         "num_mixer_only_layers": 0})
 

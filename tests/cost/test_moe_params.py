@@ -82,7 +82,7 @@ def test_deepseek_v3_dense_layers_and_mtp_apart(deepseek: ModelSpec) -> None:
     assert counts.dense_mlp_per_layer == 396_361_728
     assert counts.mlp_per_layer == 11_318_329_344 + 1_835_008
     assert 11e9 < counts.mtp < 14e9
-    everything_moe = deepseek.model_copy(update={"num_dense_layers": 0})
+    everything_moe = deepseek.model_copy(update={"num_dense_layers": 0, "dense_layer_indices": None})
     assert param_counts(everything_moe).total - counts.total == 3 * (
         counts.mlp_per_layer - counts.dense_mlp_per_layer)
 

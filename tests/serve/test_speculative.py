@@ -119,6 +119,8 @@ def test_mtp_draft_memory_by_hand(model):
     assert drafter.kv_bytes_per_token == 4096 == kv_bytes_per_token_per_layer_by_kind(spec, 1, "auto")[0]
     draft = mtp_draft_model(model("deepseek-v3"))
     assert (draft.num_hidden_layers, draft.num_dense_layers, draft.is_moe) == (1, 0, True)
+    # its one layer is an MoE layer: no dense positions carried over from the target's [0, 1, 2]
+    assert draft.dense_layer_indices is None
 
 
 def test_the_drafter_shares_the_kv_pool(model, cluster):
