@@ -80,11 +80,16 @@ says so: its goodput is priced with the prefill workers near capacity, where the
 def latency_clause(aggregated: ServeEstimate, disaggregated: DisaggEstimate, has_sla: bool) -> str:
     """Where the deployment wins on goodput at a much longer TTFT than the aggregated layout's
     (no limit set: its prefill workers run at MAX_PREFILL_UTILIZATION and prompts queue there,
-    M/D/1), the trade and the flag that prices it."""
+    M/D/1; or, client-bound, below it on smaller workers), the trade and the flag that prices it."""
     if disaggregated.ttft_seconds <= LATENCY_WORSE_FACTOR * aggregated.ttft_seconds:
         return ""
-    how = ("" if has_sla else
-           ", its prefill workers near capacity with no limit set; --max-ttft-ms prices the trade")
+    if has_sla:
+        how = ""
+    elif disaggregated.binding == "clients":  # the clients keep the prefill workers below capacity
+        how = (f", its prompts on {disaggregated.prefill.shape_label} prefill workers "
+               f"({disaggregated.prefill_load.utilization:.0%} busy); --max-ttft-ms prices the trade")
+    else:
+        how = ", its prefill workers near capacity with no limit set; --max-ttft-ms prices the trade"
     return (f"; at TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms against "
             f"{seconds_to_ms(aggregated.ttft_seconds):,.0f} ms aggregated{how}")
 
@@ -105,6 +110,8 @@ def binding_reason(e: DisaggEstimate) -> str:
     link = next((note for note in e.notes if note.startswith("the KV link binds")), None)
     if link is not None:
         return link
+    if e.binding == "clients":
+        return next(note for note in e.notes if note.startswith("Client-bound"))
     if e.binding == "prefill":
         return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
                 f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
@@ -174,10 +181,4 @@ def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
     """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine) and
     its verdict against the aggregated layout."""
     plan = rejections_for_engine(plan_disaggregated(model, cluster, request), engine)
-    if request.max_concurrency is not None and aggregated is not None:
-        return plan, Verdict("aggregated", f"--max-concurrency {request.max_concurrency:,}: the burst's clients close "
-                                           f"the loop, which the aggregated layouts are ranked under and the burst is "
-                                           f"simulated on; the disaggregated deployments are priced open-loop at their "
-                                           f"workers' capacity, so they are not compared (without the burst flags "
-                                           f"--mode auto compares them)")
     return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

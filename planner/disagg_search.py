@@ -21,6 +21,7 @@ from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
+    closed_loop_rate,
     decode_concurrency_at_rate,
     decode_requests_per_second,
     max_prefill_rate,
@@ -633,6 +634,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             rejected[found] = rejected.get(found, 0) + 1
             continue
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
+        if request.max_concurrency is not None:
+            found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
         if len(out) >= SHOWN_CANDIDATES:
@@ -640,6 +643,23 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     out.sort(key=rank_key)
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
+
+
+def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
+                 max_model_len: int) -> DisaggEstimate:
+    """`found` under --max-concurrency C: C clients spread over its copies, C / copies each, keep
+    a copy at client_bound_rate (below its capacity when they cannot fill it), which sets its
+    goodput, TTFT and TPOT; at capacity it stays as found."""
+    clients = request.max_concurrency / found.copies
+    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients=clients)
+    if isinstance(closed, str) or closed.binding != "clients":
+        return found
+    note = (f"Client-bound: --max-concurrency {request.max_concurrency:,} over {found.copies} "
+            f"cop{'ies' if found.copies > 1 else 'y'} ({clients:,.1f} clients each) keep "
+            f"{closed.requests_per_second:.2f} req/s per copy of the {found.requests_per_second:.2f} it can take "
+            f"(Little's law: clients = rate x E2E {seconds_to_ms(closed.e2e_seconds):,.0f} ms)")
+    return replace(closed, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
+                   notes=(*closed.notes, note))
 
 
 def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> None:
@@ -834,28 +854,56 @@ def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     return rate / n_p, rate / (n_d * memo.shapes[d_key].dp)
 
 
-def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len) -> DisaggEstimate | str:
-    """The combination at its rate-matched load: prefill at R / N_p, each decode rank at the C_d' that
-    Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d') (decode_concurrency_at_rate)."""
+def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                    rate: float) -> tuple[PrefillLoad, float, float, float, float]:
+    """(prefill load, decode concurrency, T_d, TTFT, E2E) of the combination handed `rate` requests/s:
+    prefill at R / N_p (prefill_at_rate), each decode rank at the C_d' that Little's law gives it,
+    C_d' = R / (N_d d) * O * T_d(C_d') (decode_concurrency_at_rate)."""
+    shape_d = memo.shapes[d_key]
+    worker, seconds = memo.prefill[p_key]
+    round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
+    c_actual = decode_concurrency_at_rate(rate / (n_d * shape_d.dp), request.output_len, round_seconds,
+                                          memo.decode[d_key])
+    t_d = round_seconds(max(1.0, c_actual))
+    load = prefill_at_rate(worker, rate / n_p, seconds)
+    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    ttft, e2e = latency_seconds(request, load.prefill_seconds, kv.exposed_seconds, t_d)
+    return load, c_actual, t_d, ttft, e2e
+
+
+def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients: float) -> float:
+    """disaggregated.closed_loop_rate of the combination: its rate-matched capacity, E2E at a rate
+    from _loaded_latency."""
+    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    capacity = rate_match(r_p, n_p, r_d, n_d).requests_per_second
+    return closed_loop_rate(clients, capacity, lambda rate: _loaded_latency(
+        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate)[4])
+
+
+def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
+            clients: float | None = None) -> DisaggEstimate | str:
+    """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
+    `clients` (--max-concurrency per copy) at the rate they keep it at, when below that
+    (client_bound_rate; binding "clients")."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
+    if clients is not None:
+        rate = client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients)
+        if rate < match.requests_per_second:
+            match = replace(match, requests_per_second=rate, binding="clients")
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     c_d = memo.decode[d_key]
-    round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
-    c_actual = decode_concurrency_at_rate(match.requests_per_second / (n_d * shape_d.dp), request.output_len,
-                                          round_seconds, c_d)
-    t_d = round_seconds(max(1.0, c_actual))
-    load = prefill_at_rate(worker, match.requests_per_second / n_p, seconds)
+    load, c_actual, t_d, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                                                     match.requests_per_second)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-    ttft, e2e = latency_seconds(request, load.prefill_seconds, kv.exposed_seconds, t_d)
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)
     notes = []
     caps = {"prefill": kv_link_requests_per_second(kv, shape_p.num_gpus),
             "decode": kv_link_requests_per_second(kv, shape_d.num_gpus)}
-    if (r_p, r_d)[match.binding == "decode"] == caps[match.binding]:
+    if match.binding in caps and (r_p, r_d)[match.binding == "decode"] == caps[match.binding]:
         notes.append(f"the KV link binds: a {match.binding} worker's links move at most {caps[match.binding]:.2f} "
                      f"prompts/s ({kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB of KV each over "
                      f"{kv.link_kind}), below what its GPUs compute")

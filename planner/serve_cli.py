@@ -236,12 +236,13 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     from planner.render.serve import plan_json
 
     model, cluster, request = plan.model, plan.cluster, plan.request
+    # --max-concurrency alone is a closed loop the disaggregated search prices (disagg_search.client_bound)
     burst = [flag for flag, value in (("--request-rate", request.request_rate_per_s), ("--num-prompts", request.num_prompts),
-                                      ("--max-concurrency", request.max_concurrency),
                                       ("--random-range-ratio", request.random_range_ratio)) if value is not None]
     if request.mode == "disaggregated" and burst:
         raise SpecError(f"{burst[0]}: the burst is simulated for aggregated replicas only; --mode disaggregated plans "
-                        f"the steady state (use --mode auto or aggregated for the burst's metrics)")
+                        f"the steady state, closed-loop under --max-concurrency (use --mode auto or aggregated for "
+                        f"the burst's metrics)")
     if request.mode == "disaggregated":
         check_disaggregated_gpus(request, cluster)
     disagg, verdict = plan_both(model, cluster, request, plan.recommended, engine)

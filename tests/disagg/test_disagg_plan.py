@@ -363,6 +363,44 @@ def test_decode_concurrency_at_rate_by_hand():
     assert decode_concurrency_at_rate(100.0, 256, round_seconds, 200) == 200
 
 
+def test_closed_loop_rate_by_hand():
+    """Little's law over closed-loop clients, clients = R * E2E(R): with E2E(R) = 2 s + 0.1 s per
+    request/s and a capacity of 10 /s, 8 clients give 0.1 R^2 + 2 R - 8 = 0, R = (-2 + sqrt(4 +
+    3.2)) / 0.2 = 3.4164 /s (E2E 2.3416 s); 30 clients fill the capacity exactly (10 /s * 3 s)
+    and more than that leave it at 10 /s (they wait client-side)."""
+    import math
+
+    from planner.cost.disaggregated import closed_loop_rate
+
+    def e2e(rate: float) -> float:
+        return 2.0 + 0.1 * rate
+
+    rate = closed_loop_rate(8, 10.0, e2e)
+    assert rate == pytest.approx((-2 + math.sqrt(7.2)) / 0.2, rel=1e-4)  # to the bisection's tolerance
+    assert rate == pytest.approx(3.4164, abs=1e-3)
+    assert rate * e2e(rate) == pytest.approx(8, rel=1e-4)
+    assert closed_loop_rate(30, 10.0, e2e) == 10.0
+    assert closed_loop_rate(1000, 10.0, e2e) == 10.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(clients=st.floats(0.1, 1e4), capacity=st.floats(0.01, 1e3), base=st.floats(0.01, 100),
+       slope=st.floats(0, 10))
+def test_closed_loop_rate_keeps_littles_law(clients, capacity, base, slope):
+    """Below the capacity the clients in flight are exactly R * E2E(R); never above it, and more
+    clients never lower the rate."""
+    from planner.cost.disaggregated import closed_loop_rate
+
+    def e2e(rate: float) -> float:
+        return base + slope * rate
+
+    rate = closed_loop_rate(clients, capacity, e2e)
+    assert 0 <= rate <= capacity
+    if rate < capacity:
+        assert rate * e2e(rate) == pytest.approx(clients, rel=1e-3)
+    assert closed_loop_rate(clients * 2, capacity, e2e) >= rate
+
+
 def test_e2e_implied_tpot_by_hand():
     """--max-e2e-ms 5000, O = 256, no speculation: every token takes a decode round, the first after
     the first-token cost, so T_d <= (5 s - FIRST_TOKEN_SECONDS) / (255 + 1); a tighter TPOT limit wins."""
@@ -481,9 +519,34 @@ def test_a_disaggregated_win_at_a_much_longer_ttft_says_so():
 
     from planner.disagg_cli import latency_clause
 
-    aggregated, slow, near = (SimpleNamespace(ttft_seconds=t) for t in (0.274, 0.935, 0.400))
+    aggregated = SimpleNamespace(ttft_seconds=0.274)
+    slow, near = (SimpleNamespace(ttft_seconds=t, binding="prefill") for t in (0.935, 0.400))
     clause = latency_clause(aggregated, slow, has_sla=False)
     assert clause == ("; at TTFT 935 ms against 274 ms aggregated, its prefill workers near capacity with no "
                       "limit set; --max-ttft-ms prices the trade")
     assert latency_clause(aggregated, slow, has_sla=True) == "; at TTFT 935 ms against 274 ms aggregated"
     assert latency_clause(aggregated, near, has_sla=False) == ""
+    # client-bound (--max-concurrency): the prefill workers are not near capacity, and it says how busy
+    clients = SimpleNamespace(ttft_seconds=0.284, binding="clients", prefill_load=SimpleNamespace(utilization=0.26),
+                              prefill=SimpleNamespace(shape_label="tp=2 pp=2"))
+    assert latency_clause(SimpleNamespace(ttft_seconds=0.115), clients, has_sla=False) == (
+        "; at TTFT 284 ms against 115 ms aggregated, its prompts on tp=2 pp=2 prefill workers (26% busy); "
+        "--max-ttft-ms prices the trade")
+
+
+def test_disaggregated_mode_prices_max_concurrency_as_a_closed_loop(run_plan):
+    """--mode disaggregated --max-concurrency 8 (no burst flags): each deployment at the rate its
+    clients keep it at (binding clients, Little's law per copy), more clients never fewer
+    requests/s per copy; the burst's own flags stay refused in this mode (exit 2, one line)."""
+    import json as _json
+
+    base = ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024", "--output-len", "256",
+            "--mode", "disaggregated", "--json")
+    few, many = (_json.loads(run_plan(*base, "--max-concurrency", str(c)).stdout)["disaggregated"][0]
+                 for c in (8, 64))
+    assert few["binding"] == "clients"
+    assert few["requests_per_second"] * few["e2e_seconds"] == pytest.approx(8 / few["copies"], rel=1e-3)
+    assert many["plan_goodput_per_gpu"] > few["plan_goodput_per_gpu"]
+    refused = run_plan(*base, "--max-concurrency", "8", "--num-prompts", "80")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stderr.startswith("--num-prompts: the burst is simulated for aggregated replicas only")

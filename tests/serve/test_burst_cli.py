@@ -166,7 +166,9 @@ def test_the_clients_of_a_burst_are_what_the_layouts_are_ranked_under():
     runs one sequence a replica and tp = 8 all eight on one; tp = 8 is recommended and its
     steady tokens/s match the burst's (it was dp = 8 ranked at 379 sequences a replica, 43,237
     tok/s, whose burst drained at 1,140 against tp = 8's 2,588; found by a CLI sweep). In
-    --mode auto the open-loop disaggregated deployments are not compared with it."""
+    --mode auto the disaggregated deployments are compared under the same clients: 8 over the
+    copies, each copy at the rate Little's law gives (binding "clients"), far below the
+    capacity an open loop would credit it with."""
     args = ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--request-rate", "inf", "--num-prompts", "200",
             "--max-concurrency", "8"]
     data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
@@ -177,7 +179,11 @@ def test_the_clients_of_a_burst_are_what_the_layouts_are_ranked_under():
     assert best["throughput_tokens_per_second"] == pytest.approx(burst, rel=0.05)
     dp8 = next(row for row in data["layouts"] if row["dp"] == 8)
     assert dp8["concurrency"] == 1 and any(note.startswith("Client-bound") for note in dp8["notes"])
-    assert "so they are not compared" in data["comparison"]["reason"]
+    disagg = data["disaggregated"][0]
+    assert disagg["binding"] == "clients"
+    # Little's law per copy: clients = rate x E2E
+    assert disagg["requests_per_second"] * disagg["e2e_seconds"] == pytest.approx(8 / disagg["copies"], rel=1e-3)
+    assert "Client-bound: --max-concurrency 8" in data["comparison"]["reason"]
 
 
 def test_fewer_clients_than_replicas_leave_replicas_idle():
