@@ -647,19 +647,36 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
 def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
                  max_model_len: int) -> DisaggEstimate:
-    """`found` under --max-concurrency C: C clients spread over its copies, C / copies each, keep
-    a copy at client_bound_rate (below its capacity when they cannot fill it), which sets its
-    goodput, TTFT and TPOT; at capacity it stays as found."""
-    clients = request.max_concurrency / found.copies
-    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients=clients)
-    if isinstance(closed, str) or closed.binding != "clients":
+    """`found` under --max-concurrency C over its k copies, C = q k + r: r copies hold q + 1
+    clients, the rest q (as the aggregated replicas split them, serve.estimate), each kept at
+    client_bound_rate (below its capacity when its clients cannot fill it). The estimate is the
+    busiest copies' (their TTFT, TPOT, E2E) at the copies' mean rate, which sets the goodput;
+    at capacity it stays as found. 4 clients over 8 copies: four copies at one client each, four
+    idle, half of 8 copies at one."""
+    copies = found.copies
+    q, r = divmod(request.max_concurrency, copies)
+
+    def rate_of(clients: int) -> float:
+        return client_bound_rate(model, cluster, request, memo, *combination, clients) if clients else 0.0
+
+    mean = (r * rate_of(q + 1) + (copies - r) * rate_of(q)) / copies
+    busiest = q + 1 if r else q
+    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients=busiest)
+    if isinstance(closed, str) or mean >= found.requests_per_second:
         return found
-    note = (f"Client-bound: --max-concurrency {request.max_concurrency:,} over {found.copies} "
-            f"cop{'ies' if found.copies > 1 else 'y'} ({clients:,.1f} clients each) keep "
-            f"{closed.requests_per_second:.2f} req/s per copy of the {found.requests_per_second:.2f} it can take "
-            f"(Little's law: clients = rate x E2E {seconds_to_ms(closed.e2e_seconds):,.0f} ms)")
-    return replace(closed, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
-                   notes=(*closed.notes, note))
+    if copies == 1:
+        split = ""
+    elif r:
+        split = f" ({q + 1:,} client{'s' if q else ''} on {r} of them, {q:,} on the rest)"
+    else:
+        split = f" ({q:,} client{'s' if q > 1 else ''} each)"
+    note = (f"Client-bound: --max-concurrency {request.max_concurrency:,} over {copies} "
+            f"cop{'ies' if copies > 1 else 'y'}{split} keep {mean:.2f} req/s per copy on average of the "
+            f"{found.requests_per_second:.2f} one can take (Little's law: clients = rate x E2E, "
+            f"{seconds_to_ms(closed.e2e_seconds):,.0f} ms on the busiest)")
+    return replace(closed, requests_per_second=mean, binding="clients",
+                   rate=replace(closed.rate, requests_per_second=mean, binding="clients"),
+                   plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
 
 
 def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> None:

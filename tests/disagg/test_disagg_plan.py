@@ -550,3 +550,22 @@ def test_disaggregated_mode_prices_max_concurrency_as_a_closed_loop(run_plan):
     refused = run_plan(*base, "--max-concurrency", "8", "--num-prompts", "80")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert refused.stderr.startswith("--num-prompts: the burst is simulated for aggregated replicas only")
+
+
+def test_clients_fewer_than_copies_leave_copies_idle(run_plan):
+    """C = q k + r clients over k copies: r copies run q + 1, the rest q, as aggregated replicas
+    split them. 8B on 8 H100 (two copies of 4 GPUs): one client keeps one copy at 1 / E2E and
+    leaves the other idle, so the mean per copy is half of that; two clients keep both busy."""
+    import json as _json
+
+    def best(clients: int) -> dict:
+        result = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024",
+                          "--output-len", "256", "--mode", "disaggregated", "--max-concurrency", str(clients),
+                          "--json")
+        return _json.loads(result.stdout)["disaggregated"][0]
+
+    one, two = best(1), best(2)
+    assert one["copies"] == two["copies"] == 2
+    assert one["requests_per_second"] == pytest.approx(0.5 / one["e2e_seconds"], rel=1e-3)
+    assert two["requests_per_second"] == pytest.approx(1 / two["e2e_seconds"], rel=1e-3)
+    assert any("(1 client on 1 of them, 0 on the rest)" in note for note in one["notes"])
