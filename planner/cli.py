@@ -193,7 +193,7 @@ QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quanti
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
-MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency).")]
+MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency); layouts, and disaggregated deployments, are ranked under that many closed-loop clients.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
 RandomRangeRatioOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's lengths drawn uniformly from [L(1-r), L(1+r)] around --input-len/--output-len (vllm bench serve --random-range-ratio, 0 <= r < 1).")]
 DatasetOpt = Annotated[str | None, typer.Option(help='Serve: JSONL of {"input_len": N, "output_len": M} per request (the means are planned for, the burst uses each).')]
