@@ -342,10 +342,13 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             *((MemorySegment("DeepEP buffers", deepep),) if deepep else ()),
             MemorySegment("KV cache", s.kv_cache_bytes),
         )
-        note = (f"KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
+        # where the dense layers sit (DeepSeek-V3's first three), each stage's share of MoE layers
+        placed = model.is_moe and model.dense_layer_indices is not None and layout.pp > 1
+        layers = f"{s.num_layers} layers, {stage_moe_layers(model, s):.0f} of them MoE; " if placed else ""
+        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
                 f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
-        key = (s.num_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
+        key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
                                              s.budget_bytes, note)))
     return grouped_bars(bars, result.layout.pp)

@@ -196,3 +196,17 @@ def test_training_stage_params_by_hand():
     # ends-only triples and one stage are the mean block's
     assert placed_moe_layer_excess(DSV3, 4, (0, 0, 0)) == (0.0, 0.0, 0.0)
     assert placed_moe_layer_excess(DSV3, 1, (61, 0, 61)) == (0.0, 0.0, 0.0)
+
+
+def test_explain_says_each_stages_moe_layers():
+    """plan explain's memory bars say where the dense layers went: DeepSeek-V3 tp=8 pp=2 puts
+    layers 0-30 (three dense) on stage 0 and 31-60 on stage 1 (vLLM's get_pp_indices: 30 each,
+    the extra one on stage 0, the stage before the last)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["explain", "--model", "deepseek-v3", "--cluster", "2x8xH200", "--layout",
+                                      "tp=8,pp=2", "--input-len", "1024", "--output-len", "256", "--no-sensitivity"])
+    assert result.exit_code == 0, result.output
+    assert "31 layers, 28 of them MoE" in result.output and "30 layers, 30 of them MoE" in result.output
