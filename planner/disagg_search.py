@@ -16,6 +16,7 @@ import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from planner.cost import efficiency as eff
 from planner.cost.disaggregated import (
@@ -659,10 +660,13 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     def rate_of(clients: int) -> float:
         return client_bound_rate(model, cluster, request, memo, *combination, clients) if clients else 0.0
 
-    mean = (r * rate_of(q + 1) + (copies - r) * rate_of(q)) / copies
-    busiest = q + 1 if r else q
-    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients=busiest)
-    if isinstance(closed, str) or mean >= found.requests_per_second:
+    busiest_rate, other_rate = rate_of(q + 1 if r else q), rate_of(q)
+    mean = (r * busiest_rate + (copies - r) * other_rate) / copies
+    if mean >= found.requests_per_second:
+        return found
+    # the busiest copies' latencies: below the capacity found was priced at, so within its limits
+    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients_rate=busiest_rate)
+    if isinstance(closed, str):
         return found
     if copies == 1:
         split = ""
@@ -674,8 +678,7 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
             f"cop{'ies' if copies > 1 else 'y'}{split} keep {mean:.2f} req/s per copy on average of the "
             f"{found.requests_per_second:.2f} one can take (Little's law: clients = rate x E2E, "
             f"{seconds_to_ms(closed.e2e_seconds):,.0f} ms on the busiest)")
-    return replace(closed, requests_per_second=mean, binding="clients",
-                   rate=replace(closed.rate, requests_per_second=mean, binding="clients"),
+    return replace(closed, requests_per_second=mean, rate=replace(closed.rate, requests_per_second=mean),
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
 
 
@@ -871,11 +874,21 @@ def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     return rate / n_p, rate / (n_d * memo.shapes[d_key].dp)
 
 
-def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
-                    rate: float) -> tuple[PrefillLoad, float, float, float, float]:
-    """(prefill load, decode concurrency, T_d, TTFT, E2E) of the combination handed `rate` requests/s:
-    prefill at R / N_p (prefill_at_rate), each decode rank at the C_d' that Little's law gives it,
-    C_d' = R / (N_d d) * O * T_d(C_d') (decode_concurrency_at_rate)."""
+class LoadedLatency(NamedTuple):
+    """_loaded_latency's answer: what the combination runs at one rate."""
+
+    prefill: PrefillLoad
+    decode_concurrency: float
+    round_seconds: float
+    kv: KvTransfer
+    ttft_seconds: float
+    e2e_seconds: float
+
+
+def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float) -> LoadedLatency:
+    """The combination handed `rate` requests/s: prefill at R / N_p (prefill_at_rate), each decode
+    rank at the C_d' that Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d')
+    (decode_concurrency_at_rate), the KV transfer, and the TTFT and E2E they make."""
     shape_d = memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
@@ -885,7 +898,7 @@ def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
     load = prefill_at_rate(worker, rate / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
     ttft, e2e = latency_seconds(request, load.prefill_seconds, kv.exposed_seconds, t_d)
-    return load, c_actual, t_d, ttft, e2e
+    return LoadedLatency(load, c_actual, t_d, kv, ttft, e2e)
 
 
 def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients: float) -> float:
@@ -894,26 +907,22 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     capacity = rate_match(r_p, n_p, r_d, n_d).requests_per_second
     return closed_loop_rate(clients, capacity, lambda rate: _loaded_latency(
-        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate)[4])
+        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
-            clients: float | None = None) -> DisaggEstimate | str:
+            clients_rate: float | None = None) -> DisaggEstimate | str:
     """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
-    `clients` (--max-concurrency per copy) at the rate they keep it at, when below that
-    (client_bound_rate; binding "clients")."""
+    `clients_rate`, the lower rate closed-loop clients keep it at (client_bound; binding
+    "clients")."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
-    if clients is not None:
-        rate = client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients)
-        if rate < match.requests_per_second:
-            match = replace(match, requests_per_second=rate, binding="clients")
+    if clients_rate is not None:
+        match = replace(match, requests_per_second=clients_rate, binding="clients")
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
-    worker, seconds = memo.prefill[p_key]
-    c_d = memo.decode[d_key]
-    load, c_actual, t_d, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
-                                                     match.requests_per_second)
-    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    worker, c_d = memo.prefill[p_key][0], memo.decode[d_key]
+    load, c_actual, t_d, kv, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d,
+                                                         same, match.requests_per_second)
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)

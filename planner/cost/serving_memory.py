@@ -166,6 +166,11 @@ def stage_moe_layers(model: ModelSpec, stage: StageMemory) -> float:
     return moe_layers_of(model, stage.num_layers) if stage.num_moe_layers is None else stage.num_moe_layers
 
 
+def stage_moe_excess(model: ModelSpec, stage: StageMemory) -> float:
+    """The stage's MoE layers above their mean share (0 where it holds the mean share)."""
+    return stage_moe_layers(model, stage) - moe_layers_of(model, stage.num_layers)
+
+
 def stage_window_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[int]:
     """Sliding-window layers of each stage (stage_share_of_layers)."""
     return stage_share_of_layers(model.num_window_layers, model.num_hidden_layers, layer_counts)

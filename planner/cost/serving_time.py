@@ -51,6 +51,7 @@ from planner.cost.serving_memory import (
     embedding_bytes_per_gpu,
     lm_head_bytes_per_gpu,
     stage_memory,
+    stage_moe_excess,
     stage_moe_layers,
 )
 from planner.cost.speculative import draft_extras, draft_model_of
@@ -256,7 +257,7 @@ def stage_matmul_flops_per_token(model: ModelSpec, stage: StageMemory, num_stage
     """2 * active parameters of the stage: the mean block's, corrected by what its MoE layers
     above their mean share touch beyond dense ones (stage_dense_layer_equivalents); the last
     stage adds the LM head 2*V*h."""
-    excess = stage_moe_layers(model, stage) - moe_layers_of(model, stage.num_layers)
+    excess = stage_moe_excess(model, stage)
     flops = 2 * (stage.num_layers * active_params_per_layer(model)
                  + excess * (moe_layer_excess_active_params(model)
                              + model.num_experts_per_tok * expert_params(model)))
@@ -918,9 +919,10 @@ def stage_dense_layer_equivalents(model: ModelSpec, stage: StageMemory) -> float
     Delta * x / a where the stage holds Delta = its MoE layers - their mean share,
     x = moe_layer_excess_active_params and a = the mean block's non-routed active parameters.
     L_s exactly where the stage holds the mean share. DeepSeek-V3's stage 1 of 4 (layers
-    15-29, all MoE): Delta = 15 - 15 * 58/61 = 0.738; x = -350,486,528; a = the mean block's
-    active 37.1e9/61-ish less 58/61 of the 8 routed experts (see the test for the digits)."""
-    excess = stage_moe_layers(model, stage) - moe_layers_of(model, stage.num_layers)
+    15-29, all MoE): Delta = 15 - 15 * 58/61 = 0.738; x = -350,486,528; a = attention
+    187,107,328 + norms 14,336 + (58 * 45,875,200 + 3 * 396,361,728) / 61 = 250,233,906;
+    15 - 0.738 * 350,486,528 / 250,233,906 = 13.967 mean blocks."""
+    excess = stage_moe_excess(model, stage)
     if not excess:
         return float(stage.num_layers)
     non_routed = active_params_per_layer(model) - moe_layers_of(model, 1) * model.num_experts_per_tok * expert_params(model)
