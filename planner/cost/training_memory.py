@@ -80,10 +80,12 @@ def routed_expert_params_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> fl
 
 
 def placed_moe_layer_excess(model: ModelSpec, pp: int, layers: tuple[int, int, int],
-                            v: int = 1) -> tuple[float, float, float]:
+                            v: int = 1, excess_params: float = 1.0) -> tuple[float, float, float]:
     """(first, middle, last) stage's MoE layers less their mean share (moe_layers_of), where the
     model places its dense layers (dense_layer_indices) and the stages build the layers of
-    stage_split.stage_layer_indices; the middle is the middle stage with the most such layers.
+    stage_split.stage_layer_indices; the middle is the heaviest middle stage: the one with the
+    most MoE layers when an MoE layer outweighs a dense one (`excess_params` > 0,
+    params.moe_layer_excess_weights_by_kind), the fewest when it is lighter (large EP).
     (0, 0, 0) without positions, with one stage, or for ends-only triples. DeepSeek-V3 on 4
     stages of 16, 15 x 2, 15 (v = 1; dense 0-2): stage 0 13 MoE of 16 (mean share 15.21),
     middle 15 of 15 (14.26): (-2.21, +0.74, +0.74)."""
@@ -95,7 +97,7 @@ def placed_moe_layer_excess(model: ModelSpec, pp: int, layers: tuple[int, int, i
     dense = set(indices)
     excess = [len(own) - sum(1 for i in own if i in dense) - moe_layers_of(model, len(own))
               for own in stage_layer_indices(per_stage, v)]
-    return excess[0], max(excess[1:-1], default=0.0), excess[-1]
+    return excess[0], max(excess[1:-1], key=lambda e: e * excess_params, default=0.0), excess[-1]
 
 
 def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
@@ -119,10 +121,10 @@ def stage_params_per_gpu(model: ModelSpec, tp: int, pp: int,
     num_mtp = model.num_mtp_layers
     mtp, mtp_routed = mtp_module_params_per_gpu(model, tp, ep) if num_mtp else (0.0, 0.0)
     mtp_embedding = vocab if num_mtp and pp > 1 and counts.lm_head else 0.0
-    excess_first, excess_middle, excess_last = (placed_moe_layer_excess(model, pp, layers, v) if layers
-                                                else (0.0, 0.0, 0.0))
     router, routed_excess, other = moe_layer_excess_weights_by_kind(model, tp, ep)
     excess = router + routed_excess + other
+    excess_first, excess_middle, excess_last = (placed_moe_layer_excess(model, pp, layers, v, excess) if layers
+                                                else (0.0, 0.0, 0.0))
     experts = None
     if model.is_moe:
         routed = routed_expert_params_per_layer(model, tp, ep)

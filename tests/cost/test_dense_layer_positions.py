@@ -210,3 +210,23 @@ def test_explain_says_each_stages_moe_layers():
                                       "tp=8,pp=2", "--input-len", "1024", "--output-len", "256", "--no-sensitivity"])
     assert result.exit_code == 0, result.output
     assert "31 layers, 28 of them MoE" in result.output and "30 layers, 30 of them MoE" in result.output
+
+
+def test_the_heaviest_middle_stage_follows_the_sign_of_the_excess():
+    """At t = 2, ep = 256 a GPU keeps one expert per MoE layer: an MoE layer holds 7168 * 256
+    (router) + 3 * 7168 * 2048 (one expert) + (3 * 7168 * 2048 - 3 * 7168 * 18432) / 2 =
+    -130,285,568 parameters beyond a dense one, so the middle stage that holds dense layers is
+    the heavy one. Dense layers 20-22 on 4 stages of 16 | 15 | 15 | 15: stage 1 (layers 16-30)
+    holds 12 MoE layers against a mean share of 14.26, stage 2 all 15 (+0.74); the middle priced
+    is stage 1 (-2.26 layers, +294M parameters), where the most-MoE rule took stage 2."""
+    model = DSV3.model_copy(update={"dense_layer_indices": [20, 21, 22]})
+    mean = MEAN_DSV3
+    x = 7168 * 256 + 3 * 7168 * 2048 + (3 * 7168 * 2048 - 3 * 7168 * 18432) / 2
+    assert x == -130_285_568
+    first, middle, last = placed_moe_layer_excess(model, 4, (16, 15, 15), 1, x)
+    assert middle == pytest.approx(12 - 15 * 58 / 61)
+    assert placed_moe_layer_excess(model, 4, (16, 15, 15), 1, -x)[1] == pytest.approx(15 - 15 * 58 / 61)
+    placed = stage_params_per_gpu(model, 2, 4, (16, 15, 15), 256)
+    unplaced = stage_params_per_gpu(mean, 2, 4, (16, 15, 15), 256)
+    assert placed.middle_stage - unplaced.middle_stage == pytest.approx(middle * x, rel=1e-9)
+    assert middle * x == pytest.approx(294.5e6, rel=1e-3)
