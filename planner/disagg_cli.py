@@ -55,6 +55,8 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
                                         f"{disaggregated.plan_goodput_per_gpu:,.0f} output tok/s per GPU within it"
                                         f"{footprint_clause(disaggregated)}")
+    if aggregated.offered_rate_per_s is not None or aggregated.overloaded:
+        return compare_at_rate(aggregated, disaggregated)
     # per planned GPU, idle ones included: an aggregated layout's replicas may leave some idle
     # (7 GPUs: 3 x tp=2), a disaggregated deployment runs as many copies as fit
     a, d = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus), disaggregated.plan_goodput_per_gpu
@@ -70,6 +72,45 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("aggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler "
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
+
+
+def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate) -> Verdict:
+    """Under a finite --request-rate (both within any SLA): the one that keeps up with it wins;
+    when both do they serve the same tokens/s, so the lower mean E2E latency wins beyond
+    NEAR_TIE_FRACTION (the simpler aggregated layout keeps ties); when neither does, the
+    higher goodput per GPU (the shorter queue)."""
+    rate = aggregated.offered_rate_per_s
+    label, layout = disaggregated.label, aggregated.layout
+    times = (f"disaggregated {label}: TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms, TPOT "
+             f"{seconds_to_ms(disaggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(disaggregated.e2e_seconds):,.0f} ms"
+             f" vs aggregated {layout}: TTFT {seconds_to_ms(aggregated.ttft_seconds):,.0f} ms, TPOT "
+             f"{seconds_to_ms(aggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(aggregated.e2e_seconds):,.0f} ms")
+    if aggregated.overloaded and disaggregated.overloaded:
+        a = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus)
+        d = disaggregated.plan_goodput_per_gpu
+        numbers = f"{d:,.0f} vs {a:,.0f} output tok/s per GPU"
+        if beats_beyond_a_tie(d, a):
+            return Verdict("disaggregated", f"neither keeps up with the request rate; {label} serves the most: "
+                                            f"{numbers}{footprint_clause(disaggregated)}")
+        return Verdict("aggregated", f"neither keeps up with the request rate; {layout} serves as much or more: "
+                                     f"{numbers}")
+    if aggregated.overloaded:
+        return Verdict("disaggregated", f"{label} keeps up with the request rate and no aggregated layout does "
+                                        f"({layout} at most {aggregated.throughput_tokens_per_second:,.0f} output "
+                                        f"tok/s){footprint_clause(disaggregated)}")
+    if disaggregated.overloaded:
+        return Verdict("aggregated", f"{layout} keeps up with --request-rate {rate:g}/s and no disaggregated "
+                                     f"deployment does ({label} at most {disaggregated.requests_per_second:.2f} "
+                                     f"req/s per copy)")
+    a, d = aggregated.e2e_seconds, disaggregated.e2e_seconds
+    both = f"both keep up with --request-rate {rate:g}/s: {times}"
+    if d < a * (1 - NEAR_TIE_FRACTION):
+        return Verdict("disaggregated", f"{both} ({(d / a - 1) * 100:.0f}% E2E): prompts no longer stall decode "
+                                        f"rounds{footprint_clause(disaggregated)}")
+    if d <= a * (1 + NEAR_TIE_FRACTION):
+        return Verdict("aggregated", f"{both}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler deployment "
+                                     f"(no KV transfer, no proxy)")
+    return Verdict("aggregated", f"{both} (+{(d / a - 1) * 100:.0f}% E2E disaggregated)")
 
 
 LATENCY_WORSE_FACTOR = 1.5
@@ -112,6 +153,8 @@ def binding_reason(e: DisaggEstimate) -> str:
         return link
     if e.binding == "clients":
         return next(note for note in e.notes if note.startswith("Client-bound"))
+    if e.binding == "request-rate":
+        return next(note for note in e.notes if note.startswith("Rate-bound"))
     if e.binding == "prefill":
         return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
                 f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
@@ -180,5 +223,5 @@ def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
               aggregated: ServeEstimate | None, engine: str = "vllm") -> tuple[DisaggPlan, Verdict]:
     """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine) and
     its verdict against the aggregated layout."""
-    plan = rejections_for_engine(plan_disaggregated(model, cluster, request), engine)
+    plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine), engine)
     return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

@@ -179,7 +179,9 @@ class DisaggEstimate:
     e2e_seconds: float
     requests_per_second: float
     binding: str
-    """prefill | decode: the side whose rate limits the system."""
+    """prefill | decode: the side whose rate limits the system; clients: closed-loop clients
+    keep it below that (--max-concurrency); request-rate: a finite --request-rate it keeps up
+    with sets its load."""
     max_model_len: int
     num_nodes_used: int
     output_len: int
@@ -197,6 +199,9 @@ class DisaggEstimate:
     them (copies); 0: this deployment's own."""
     gpus_per_node: int = 0
     """The cluster's (copies are counted node by node); 0 with plan_gpus 0."""
+    overloaded: bool = False
+    """A finite --request-rate above what its copies complete: priced at capacity, the queue
+    grows for as long as the requests keep coming."""
 
     @property
     def gpus_used(self) -> int:
@@ -460,7 +465,33 @@ PIPELINED_DECODE_UNPRICED = ("a decode worker with pipeline stages is not planne
                              "scheduler agrees on each step's requests over the stages, "
                              "disaggregation/decode.py at 0.5.23), but the planner prices disaggregated decode "
                              "workers at pp = 1 only")
-"""The same rejection where the commands are SGLang's, whose decode workers may pipeline."""
+"""The same rejection where the commands are SGLang's, whose decode workers may pipeline, for a
+release whose pipelined decode was not read (engines.SglangRelease.pipelined_decode)."""
+PIPELINED_DECODE_STAGES = ("a decode worker with pipeline stages takes the KV only from a prefill worker with as "
+                           "many (SGLang's CommonKVReceiver: \"Decode pp size should be equal to prefill pp size or 1\", "
+                           "disaggregation/common/conn.py at 0.5.23)")
+PIPELINED_DECODE_WINDOW = ("a sliding-window model's decode worker with pipeline stages needs the prefill worker's "
+                           "TP size (SGLang 0.5.23 does not move window state between different TP sizes under "
+                           "pipeline parallelism, disaggregation/common/conn.py)")
+
+
+def pipelined_decode_reason(model: ModelSpec, prefill: tuple[int, int, int], decode: tuple[int, int, int],
+                            engine: str, request: ServeRequest) -> str | None:
+    """Why a (tp, pp, dp) decode worker with pipeline stages cannot pair with this prefill worker,
+    or None when it can (or has none): vLLM's NixlConnector takes no pipelined consumer; SGLang
+    0.5.23 takes one fed by a prefill worker of as many stages, at the same TP size for a
+    sliding-window model without MLA."""
+    if decode[1] == 1:
+        return None
+    if engine != "sglang":
+        return PIPELINED_DECODE
+    if not request.engine_versions.sglang_release.pipelined_decode:
+        return PIPELINED_DECODE_UNPRICED
+    if prefill[1] != decode[1]:
+        return PIPELINED_DECODE_STAGES
+    if model.num_window_layers and not model.is_mla and prefill[0] != decode[0]:
+        return PIPELINED_DECODE_WINDOW
+    return None
 
 
 def rejections_for_engine(plan: DisaggPlan, engine: str) -> DisaggPlan:
@@ -539,10 +570,12 @@ def decode_caps(cap: int, sla_limited: bool) -> list[int]:
 
 
 def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-                       shared: Memo | None = None) -> DisaggPlan:
+                       shared: Memo | None = None, engine: str = "vllm") -> DisaggPlan:
     """`shared`: the workers' memory, prefill tables and decode rounds already priced, kept
     across searches that differ only in the SLA limits (planner/frontier.py); None: this
-    search's own."""
+    search's own. `engine`: the one the commands are for; SGLang's decode workers may have
+    pipeline stages (pipelined_decode_reason), vLLM's may not."""
+    pipelined = engine == "sglang" and request.engine_versions.sglang_release.pipelined_decode
     check_moe_backend(model, cluster, request.moe_backend)
     shared = shared if shared is not None else Memo()
     cluster = with_moe_backend(cluster, request.moe_backend)
@@ -557,7 +590,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                            max_model_len, dp)
         if shape is None:
             continue
-        cap = 0 if pp > 1 else decode_concurrency(model, cluster, decode_request, shape, shared)
+        cap = 0 if pp > 1 and not pipelined else decode_concurrency(model, cluster, decode_request, shape, shared)
         caps = decode_caps(cap, request.max_ttft_seconds is not None or request.max_e2e_seconds is not None)
         if request.max_e2e_seconds is not None and cap > 0:  # and below the TPOT the E2E limit implies
             implied = replace(decode_request, max_tpot_seconds=e2e_implied_tpot_seconds(request))
@@ -577,8 +610,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     rejected: dict[str, int] = {}
     bounds = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
-        if memo.shapes[d_key].pp > 1:
-            rejected[PIPELINED_DECODE] = rejected.get(PIPELINED_DECODE, 0) + 1
+        why = pipelined_decode_reason(model, p_key, d_key[:3], engine, request)
+        if why is not None:
+            rejected[why] = rejected.get(why, 0) + 1
             continue
         if memo.decode[d_key] == 0:
             rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
@@ -637,6 +671,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         if request.max_concurrency is not None:
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
+        if request.offered_rate_per_s is not None:
+            found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
         if len(out) >= SHOWN_CANDIDATES:
@@ -682,6 +718,33 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
 
 
+def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
+               max_model_len: int) -> DisaggEstimate:
+    """`found` under a finite --request-rate R spread over its k copies: each at R / k, its
+    latencies those of that load (_loaded_latency: the prefill workers' M/D/1 wait, the decode
+    ranks' Little's-law concurrency), binding "request-rate"; at or above the capacity found was
+    priced at, found at capacity and marked overloaded (its queue grows), unless --max-concurrency
+    clients hold the excess back (then found as client_bound left it)."""
+    rate = request.offered_rate_per_s
+    per_copy = rate / found.copies
+    if per_copy >= found.requests_per_second:
+        if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
+            return found
+        note = (f"Overloaded: --request-rate {rate:g}/s over {found.copies} cop{'ies' if found.copies > 1 else 'y'} "
+                f"asks {per_copy:.3g} req/s of each, which completes at most {found.requests_per_second:.3g}: "
+                f"requests queue for as long as they keep coming (the times are at capacity, before that queue)")
+        return replace(found, overloaded=True, notes=(*found.notes, note))
+    loaded = _detail(model, cluster, request, memo, *combination, max_model_len, clients_rate=per_copy,
+                     binding="request-rate")
+    if isinstance(loaded, str):  # below the capacity found was priced at, so within its limits
+        return found
+    copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
+    note = (f"Rate-bound: --request-rate {rate:g}/s gives {copies} {per_copy:.3g} req/s of the "
+            f"{found.requests_per_second:.3g} one can take")
+    return replace(loaded, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
+                   notes=(*loaded.notes, note))
+
+
 def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> None:
     """--mode disaggregated on fewer GPUs than a prefill and a decode worker: a usage error
     (`plan` and `plan explain` alike)."""
@@ -709,10 +772,13 @@ def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: boo
 
 
 def rank_key(e: DisaggEstimate) -> tuple:
-    """Goodput per planned GPU (to the token/s; idle GPUs count), then lower TTFT (to the ms)
+    """Those that keep up with a finite --request-rate first; goodput per planned GPU (to the
+    token/s; idle GPUs count), then lower TTFT (to the ms; under a request rate, mean E2E)
     and TPOT, then the same service on fewer GPUs (more per GPU used), then the shapes."""
     p, d = e.prefill, e.decode
-    return (-round(e.plan_goodput_per_gpu), round(seconds_to_ms(e.ttft_seconds)), e.tpot_seconds,
+    # at a request rate they keep up with they serve alike: the workload's mean E2E decides
+    latency = e.e2e_seconds if e.binding == "request-rate" else e.ttft_seconds
+    return (e.overloaded, -round(e.plan_goodput_per_gpu), round(seconds_to_ms(latency)), e.tpot_seconds,
             -round(e.goodput_per_gpu), p.tp, p.pp, p.workers, d.tp, d.pp, d.dp, d.workers)
 
 
@@ -736,7 +802,7 @@ def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
     return kv_transfer(prompt_kv_layers(model, request.kv_cache_dtype, request.input_len),
-                       p_key[0], d_key[0], link, curve, model.is_mla, prefill_pp=p_key[1])
+                       p_key[0], d_key[0], link, curve, model.is_mla, prefill_pp=p_key[1], decode_pp=d_key[1])
 
 
 def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callable[[float], float]:
@@ -911,14 +977,14 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
-            clients_rate: float | None = None) -> DisaggEstimate | str:
+            clients_rate: float | None = None, binding: str = "clients") -> DisaggEstimate | str:
     """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
     `clients_rate`, the lower rate closed-loop clients keep it at (client_bound; binding
-    "clients")."""
+    "clients") or a finite --request-rate sends (rate_bound; binding "request-rate")."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
     if clients_rate is not None:
-        match = replace(match, requests_per_second=clients_rate, binding="clients")
+        match = replace(match, requests_per_second=clients_rate, binding=binding)
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, c_d = memo.prefill[p_key][0], memo.decode[d_key]
     load, c_actual, t_d, kv, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d,

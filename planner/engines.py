@@ -88,6 +88,13 @@ class SglangRelease:
     """`--moe-runner-backend marlin` is one of the choices (0.5.23:
     sglang/srt/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES; not in 0.5.10.post1's
     server_args.py)."""
+    pipelined_decode: bool = False
+    """A disaggregated decode worker may have pipeline stages: 0.5.23's decode scheduler agrees
+    on each step's requests over the stages (sglang/srt/disaggregation/decode.py, PP consensus)
+    and its KV receiver pulls each stage's layers from the prefill stage of the same rank, so
+    the prefill worker must have as many stages (disaggregation/common/conn.py
+    CommonKVReceiver: "Decode pp size should be equal to prefill pp size or 1"). False: not read
+    for this release, so not planned."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,7 @@ SGLANG_RELEASES = {
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
         router_launcher=("python", "-m", "sglang_router.launch_router"),
         router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
-        attn_dp_size_flag=True, moe_runner_marlin=True),
+        attn_dp_size_flag=True, moe_runner_marlin=True, pipelined_decode=True),
     "0.5.10.post1": SglangRelease(
         "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,

@@ -154,10 +154,11 @@ def better(kept: FrontierCandidate | None, found: FrontierCandidate | None) -> F
 
 def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                    launchable: Callable[[ServePlan], ServePlan] = lambda plan: plan,
-                   count: int = FRONTIER_TARGETS) -> Frontier | None:
+                   count: int = FRONTIER_TARGETS, engine: str = "vllm") -> Frontier | None:
     """The frontier, or None when no aggregated layout fits at all (the plain plan says why).
     `launchable`: the plan less the layouts the chosen engine would not launch as planned
-    (serve_cli.launchable), so that every point can be emitted."""
+    (serve_cli.launchable), so that every point can be emitted; `engine` decides whether
+    disaggregated decode workers may pipeline (plan_disaggregated)."""
     check_frontier_request(request)
     gpus = request.num_gpus or cluster.num_gpus
     unlimited = replace(request, max_tpot_seconds=None, objective="throughput")
@@ -182,7 +183,7 @@ def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
             best = launchable(evaluate(model, cluster, target, memo)).recommended
             aggregated = better(aggregated, None if best is None else aggregated_candidate(best, gpus))
         if compared:
-            best_d = plan_disaggregated(model, cluster, target, memo).recommended
+            best_d = plan_disaggregated(model, cluster, target, memo, engine).recommended
             disaggregated = better(disaggregated, None if best_d is None else disaggregated_candidate(best_d))
         points.append(FrontierPoint(limit, aggregated, disaggregated))
     return Frontier(tuple(points), lone.tpot_seconds, peak.tpot_seconds, compared, why)

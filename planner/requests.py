@@ -232,6 +232,14 @@ class ServeRequest:
                                                      self.max_e2e_seconds))
 
     @property
+    def offered_rate_per_s(self) -> float | None:
+        """A finite --request-rate: the load every layout is priced at (arrivals at that rate,
+        spread over its replicas); None without one or for inf (all at once: the layouts run at
+        their capacity)."""
+        rate = self.request_rate_per_s
+        return rate if rate is not None and math.isfinite(rate) else None
+
+    @property
     def simulates_burst(self) -> bool:
         return (self.request_rate_per_s is not None or self.num_prompts is not None
                 or self.max_concurrency is not None or bool(self.dataset_lengths)

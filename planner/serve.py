@@ -20,6 +20,7 @@ from planner.cost.continuous_batching import (
     SteadyState,
     arrivals,
     prompt_chunking,
+    solve_open_loop,
     steady_state,
     with_waiting_clients,
 )
@@ -78,7 +79,8 @@ class SlaCheck:
     binding: str | None
     """The limit that stops a higher concurrency (ttft | tpot | e2e), or what caps it
     otherwise (kv-cache | max-num-seqs | batch | saturation: more would add no tokens/s,
-    peak_throughput_concurrency); None without limits."""
+    peak_throughput_concurrency); request-rate: a finite --request-rate the layout keeps up
+    with sets the load; None otherwise without limits."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,19 @@ class ServeEstimate:
     sla: SlaCheck = SlaCheck(True, True, True, None)
     decode_round: RoundTime | None = None
     """A round of decodes only (no prompt chunk), by stage: what TPOT is without prompts."""
+    offered_rate_per_s: float | None = None
+    """The finite --request-rate the layout keeps up with: its times are those of requests
+    arriving at that rate (the steady state's concurrency is their mean number per replica);
+    None: a concurrency sets the load (and `batch` is it)."""
+    overloaded: bool = False
+    """A finite --request-rate above what the layout completes: it runs at capacity and the
+    queue grows for as long as the requests keep coming."""
 
     @property
-    def concurrency(self) -> int:
-        return self.batch
+    def concurrency(self) -> float:
+        """Requests in flight per replica: the batch the estimate runs, or under a request rate
+        their mean number (Little's law: rate x E2E)."""
+        return self.batch if self.offered_rate_per_s is None else self.steady.concurrency
 
     @property
     def step_seconds(self) -> float:
@@ -172,7 +183,7 @@ def wanted_batch(request: ServeRequest, cluster: ClusterSpec) -> int:
     """--batch if given, else vLLM's max_num_seqs default (1 for the latency objective)."""
     if request.batch:
         return request.batch
-    if request.objective == "latency":
+    if request.objective == "latency" and request.offered_rate_per_s is None:
         return 1
     return default_max_num_seqs(cluster, request.engine_versions.vllm_release)
 
@@ -225,14 +236,15 @@ def ms_above(value_seconds: float, limit_seconds: float) -> str:
     return text
 
 
-def sla_reason(request: ServeRequest, steady: SteadyState) -> str:
+def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | None = None) -> str:
     """Why even concurrency 1 misses the limits, every limit it misses."""
     values = (("TTFT", "--max-ttft-ms", steady.ttft_seconds, request.max_ttft_seconds),
               ("TPOT", "--max-tpot-ms", steady.tpot_seconds, request.max_tpot_seconds),
               ("E2E latency", "--max-e2e-ms", steady.e2e_seconds, request.max_e2e_seconds))
     missed = [f"{name} {ms_above(value, limit)} ms exceeds {flag} {seconds_to_ms(limit):g}"
               for name, flag, value, limit in values if limit is not None and value > limit]
-    where = f"at concurrency {steady.concurrency:g}"
+    where = f"at concurrency {steady.concurrency:g}" if rate_per_s is None else (
+        f"at --request-rate {rate_per_s:g}/s, {steady.concurrency:.1f} requests in flight per replica")
     return f"{'; '.join(missed)} ({where})"
 
 
@@ -288,21 +300,24 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
-    def rounds(concurrency: int) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
-        in_flight = min(layout.pp, concurrency)
+    def rounds(concurrency: float) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
+        in_flight = micro_batches_in_flight(layout, concurrency)
         return lambda load, chunk=None, carriers=1: round_time(model, cluster, layout, placement, stages, load,
                                                                in_flight, chunk, expert_imbalance(request), constants,
                                                                priced, carriers)
 
-    def price_steady(concurrency: int) -> SteadyState:
+    def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
         timed = rounds(concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
-                            min(layout.pp, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
+                            micro_batches_in_flight(layout, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
-                            request.decode_context_tokens, request.prompt_pairs)
+                            request.decode_context_tokens, request.prompt_pairs, open_loop)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
+
+    def open_at(concurrency: float) -> SteadyState:
+        return memo.get(("open", layout, concurrency), price_steady, concurrency, True)
 
     has_sla = request.has_sla
     lockstep = lockstep_ranks(model, layout)
@@ -329,7 +344,25 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
                      f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
     binding = None
-    if has_sla and request.batch is None:
+    offered = request.offered_rate_per_s if request.batch is None else None
+    arriving = None  # the open-loop steady state at the offered rate, where the layout keeps up
+    overloaded = False
+    if offered is not None:
+        # the rate sets the load: each replica gets R / d (vLLM's DP front end balances them)
+        # and holds what Little's law says, up to what it can run (its knee, the clients)
+        top = knee if knee is not None else cap
+        arriving = solve_open_loop(offered / layout.dp, open_at, top)
+        overloaded = arriving is None and not clients_bound  # the clients would hold the excess back
+    if arriving is not None:
+        batch, steady, binding = cap, arriving, "request-rate"
+        # what caps the engine's sequences does not bind below it
+        notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
+        capacity = steady_at(top).requests_per_second
+        notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
+                     f"{offered / layout.dp:.3g} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
+                     f"average (Little's law: rate x E2E {seconds_to_ms(arriving.e2e_seconds):,.0f} ms); a replica "
+                     f"takes up to {capacity:.3g} req/s ({top:,} in flight)")
+    elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
             return Rejected(layout, (sla_reason(request, steady_at(1)),))
@@ -359,7 +392,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         batch = cap if knee is None else knee
         if batch < cap:
             notes.append(knee_note)
-    steady = steady_at(batch)
+    if arriving is None:
+        steady = steady_at(batch)
+    if overloaded:
+        notes.append(f"Overloaded: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
+                     f"{layout.dp} replica(s), which complete at most {steady.requests_per_second:.3g} (at "
+                     f"{steady.concurrency:g} in flight): requests queue for as long as they keep coming, so the "
+                     f"times shown are at capacity, before that queue")
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)
         notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
@@ -370,18 +409,20 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; the rest is the other requests' prompt "
                      f"chunks riding in the same steps ({steady.prefill_tokens_per_step:,.0f} prompt tokens per step on "
                      f"average): fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it")
-    if request.batch is None and request.objective == "throughput" and not has_sla and batch == wanted < fit:
+    if (request.batch is None and request.objective == "throughput" and not has_sla and batch == wanted < fit
+            and arriving is None):
         notes.append(f"Concurrency {wanted:,} per replica is vLLM's default --max-num-seqs on {cluster.gpu.name}; the "
                      f"KV cache would run {fit:,} at once (--batch raises it)")
     ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
     if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
-        return Rejected(layout, (sla_reason(request, steady),))
+        return Rejected(layout, (sla_reason(request, steady, None if arriving is None else offered),))
     if has_sla and request.batch is not None:
         binding = "batch"
-    in_flight = min(layout.pp, batch)
+    running = batch if arriving is None else steady.concurrency
+    in_flight = micro_batches_in_flight(layout, running)
     decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * request.decode_context_tokens,
                            spec_tokens=steady.decode_seqs * spec_tokens)
-    decode_round = rounds(batch)(decode_load)
+    decode_round = rounds(running)(decode_load)
     steps = decode_round.stage_steps
     slowest = decode_round.slowest_stage
     stage_seconds = steps[slowest].seconds
@@ -392,7 +433,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if ranks > 1:  # the experts and their exchange see the group's mean, as the steady state prices TTFT
         q = steady.prefill_tokens_per_step * steady.prefill_rounds / request.input_len
         prompt_chunk = replace(prompt_chunk, expert_tokens=chunk * ((1 + (ranks - 1) * q) / ranks if q <= 1 else q))
-    prompt_round = rounds(batch)(decode_load, prompt_chunk, steady.prompt_carriers)
+    prompt_round = rounds(running)(decode_load, prompt_chunk, steady.prompt_carriers)
     lone = steady_at(1)
     # a decoding sequence's rows: its token and its drafts
     tokens_per_batch = max(1, math.ceil(steady.decode_seqs * (1 + spec_tokens) / in_flight))
@@ -432,7 +473,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         )
     worst = max(range(len(stages)), key=lambda i: stages[i].weights_bytes + stages[i].activation_bytes)
     replicas_tokens_per_second = layout.dp * steady.throughput_tokens_per_second
-    if clients_bound and batch == cap and request.max_concurrency % layout.dp:
+    if clients_bound and arriving is None and batch == cap and request.max_concurrency % layout.dp:
         # C = q dp + r clients: r replicas run ceil(C / dp) = batch of them, the rest one fewer
         full = request.max_concurrency % layout.dp
         lighter = steady_at(batch - 1).throughput_tokens_per_second if batch > 1 else 0.0
@@ -470,7 +511,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tpot_batch1_seconds=lone.decode_round_seconds / lone.tokens_per_round,
         sla=SlaCheck(ttft_ok, tpot_ok, e2e_ok, binding),
         decode_round=decode_round,
+        offered_rate_per_s=None if arriving is None else offered,
+        overloaded=overloaded,
     )
+
+
+def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:
+    """vLLM's virtual engines busy at once: one per pipeline stage, at most one per running
+    request (at a request rate the mean number in flight, fractional: rounded up)."""
+    return max(1, min(layout.pp, math.ceil(concurrency)))
 
 
 def largest_meeting_sla(request: ServeRequest, steady_at: Callable[[int], SteadyState],

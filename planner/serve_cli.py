@@ -160,7 +160,7 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     from planner.frontier import trace_frontier
     from planner.render.frontier import print_frontier_json, render_frontier
 
-    frontier = trace_frontier(model, cluster, request, lambda plan: launchable(plan, engine))
+    frontier = trace_frontier(model, cluster, request, lambda plan: launchable(plan, engine), engine=engine)
     if frontier is None:
         return run_serve(model, cluster, request, json_output=json_output, top=None, show_rejected=False,
                          emit=engine)
@@ -236,13 +236,15 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     from planner.render.serve import plan_json
 
     model, cluster, request = plan.model, plan.cluster, plan.request
-    # --max-concurrency alone is a closed loop the disaggregated search prices (disagg_search.client_bound)
-    burst = [flag for flag, value in (("--request-rate", request.request_rate_per_s), ("--num-prompts", request.num_prompts),
+    # --max-concurrency is a closed loop the disaggregated search prices (disagg_search.client_bound), a
+    # finite --request-rate an open one (rate_bound); --request-rate inf is only a burst
+    rate = request.request_rate_per_s if request.offered_rate_per_s is None else None
+    burst = [flag for flag, value in (("--request-rate", rate), ("--num-prompts", request.num_prompts),
                                       ("--random-range-ratio", request.random_range_ratio)) if value is not None]
     if request.mode == "disaggregated" and burst:
         raise SpecError(f"{burst[0]}: the burst is simulated for aggregated replicas only; --mode disaggregated plans "
-                        f"the steady state, closed-loop under --max-concurrency (use --mode auto or aggregated for "
-                        f"the burst's metrics)")
+                        f"the steady state, closed-loop under --max-concurrency, at a finite --request-rate without "
+                        f"--num-prompts (use --mode auto or aggregated for the burst's metrics)")
     if request.mode == "disaggregated":
         check_disaggregated_gpus(request, cluster)
     disagg, verdict = plan_both(model, cluster, request, plan.recommended, engine)

@@ -103,6 +103,40 @@ def with_waiting_clients(steady: SteadyState, clients: float) -> SteadyState:
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
 
 
+OPEN_LOOP_RELATIVE_TOLERANCE = 1e-4
+"""solve_open_loop stops when the mean concurrency is bracketed to this fraction of itself."""
+OPEN_LOOP_BISECTIONS = 60
+"""At most this many halvings (the tolerance ends it after some 15 from a cap of a few hundred)."""
+
+
+def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState],
+                    upper: float) -> SteadyState | None:
+    """The replica's steady state when requests arrive at `rate_per_s` (open loop): the mean
+    concurrency C with C / E2E(C) = R (Little's law), E2E from `steady_at(C)` (steady_state with
+    open_loop), by bisection on C in (0, upper]; the state at the top of the final bracket, so
+    that it completes at least R. None when even `upper` completes fewer than R a second: the
+    replica is overloaded and its queue grows without bound. Hand-worked (E2E = 2 s + 0.1 s per
+    request in flight, 3 requests/s): C = 3 (2 + 0.1 C) -> C = 6 / 0.7 = 8.571."""
+    if steady_at(upper).requests_per_second < rate_per_s:
+        return None
+    _, high = bisect_bracket(0.0, upper, lambda c: steady_at(c).requests_per_second < rate_per_s,
+                             OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS)
+    return steady_at(high)
+
+
+def bisect_bracket(low: float, high: float, below: Callable[[float], bool], relative_tolerance: float,
+                   max_rounds: int) -> tuple[float, float]:
+    """(low, high) narrowed by halving until high - low <= relative_tolerance * high (or after
+    max_rounds): `below(x)` says the answer lies above x (false at and above it, true below),
+    so it stays within the bracket. Threshold 0.3 in [0, 1] to 1e-3: about ten halvings."""
+    for _ in range(max_rounds):
+        if high - low <= relative_tolerance * high:
+            break
+        middle = (low + high) / 2
+        low, high = (middle, high) if below(middle) else (low, middle)
+    return low, high
+
+
 def busiest_rank_chunks(mean: float, ranks: int) -> float:
     """E[chunks on the busiest of `ranks` ranks] in a round, each rank carrying `mean` on
     average. vLLM's DP front end routes every new request to the least loaded engine
@@ -119,7 +153,7 @@ def busiest_rank_chunks(mean: float, ranks: int) -> float:
 
 
 def lockstep_decoding_round(q: float, c: float, ranks: int, decode_round: float,
-                            chunk_round: Callable[[float], float]) -> float:
+                            chunk_round: Callable[[float], float], open_loop: bool = False) -> float:
     """The mean round a decoding request sees when d = `ranks` DP ranks step in lockstep and
     q <= 1 prompt chunks arrive per rank and round: its own rank carries the other clients'
     q (C - 1) / C (its own prompt ran before its first token), each other rank q, so some rank
@@ -129,13 +163,33 @@ def lockstep_decoding_round(q: float, c: float, ranks: int, decode_round: float,
     the round steady_state prices. At C = 1 a lone client per rank still waits out the other
     ranks' prompts: d = 32, q = 0.016 gives p = 0.39, where leaving its own share out of the
     mean as for one rank (mean - (mean - decode) / C) priced the pure decode round (found by a
-    CLI sweep: TPOT 21 ms against 248 ms steps)."""
-    others = q * (c - 1) / c
+    CLI sweep: TPOT 21 ms against 248 ms steps). `open_loop` (arrivals at a rate, own_prompt_share):
+    its own rank carries the whole q, as every other rank."""
+    own = own_prompt_share(c, open_loop)
+    others = q * (1 - own)
     carrying = 1 - (1 - others) * (1 - q) ** (ranks - 1)
     if carrying <= 0:
         return decode_round
-    per_rank = q * (ranks - 1 / c) / ranks
+    per_rank = q * (ranks - own) / ranks
     return (1 - carrying) * decode_round + carrying * chunk_round(per_rank / carrying)
+
+
+def own_prompt_share(concurrency: float, open_loop: bool) -> float:
+    """The share of the prompt chunks arriving at a replica that are a decoding request's own
+    (they ran before its first token, so its decode rounds do not carry them): 1 / C in a closed
+    loop of C clients (its own arrival is one of the C / E2E a second); none under arrivals at
+    a rate (Poisson: the others keep arriving at the full rate whatever it does)."""
+    return 0.0 if open_loop else 1 / concurrency
+
+
+def busy_on_arrival(concurrency: float, open_loop: bool) -> float:
+    """The chance a new request finds other requests running, so that it waits for the engine's
+    current round (ROUND_ALIGNMENT_ROUNDS): (C - 1) / C in a closed loop of C clients (the
+    others' share); under Poisson arrivals at a rate, 1 - e^-L with L = C the mean requests in
+    the replica (an arrival sees the time average, PASTA; continuous batching serves them all at
+    once, so the count is Poisson as in an M/G/infinity queue). L = 2: 0.86 (a closed loop of
+    2: 0.5)."""
+    return -math.expm1(-concurrency) if open_loop else 1 - 1 / concurrency
 
 
 def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple[float, float, int]:
@@ -181,7 +235,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
                  spec_tokens: int = 0, context_tokens: float | None = None,
-                 prompt_pairs: float | None = None) -> SteadyState:
+                 prompt_pairs: float | None = None, open_loop: bool = False) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so a prompt is N = ceil(I / (B - n_d / k)) chunks; a round takes up
@@ -217,7 +271,12 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     1 + k tokens of the budget (and of the step's rows), TPOT = round / e.
     A length mix (--dataset): I and O are the means, `context_tokens` a decoding sequence's
     decode-time-weighted context and `prompt_pairs` a prompt's mean causal pairs
-    (ServeRequest.decode_context_tokens, prompt_pairs); None: I + O/2 and causal_pairs(I)."""
+    (ServeRequest.decode_context_tokens, prompt_pairs); None: I + O/2 and causal_pairs(I).
+    `open_loop`: requests arrive at a rate (vllm bench serve --request-rate R, Poisson) and C is
+    the mean number in the replica, R E2E by Little's law (fractional; below 1 at light load):
+    a decoding request's rounds carry every arriving prompt's chunks (own_prompt_share 0) and a
+    new request waits out the current round with probability 1 - e^-C (busy_on_arrival).
+    solve_open_loop finds the C of a rate."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
     context = i + output_len / 2 if context_tokens is None else context_tokens
@@ -255,7 +314,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
             prompt_round = round_seconds(decode, mine)
             decoding_round = lockstep_decoding_round(chunks_per_round, c, lockstep_ranks, decode_round,
                                                      lambda chunks: round_seconds(decode, replace(
-                                                         one_chunk, expert_tokens=chunk_tokens * chunks)))
+                                                         one_chunk, expert_tokens=chunk_tokens * chunks)),
+                                                     open_loop)
     else:
         busiest = busiest_rank_chunks(chunks_per_round, lockstep_ranks)
         others = (busiest - 1) * carriers  # the chunks beyond the carried prompt round's, spread
@@ -264,10 +324,11 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
-    alignment = ROUND_ALIGNMENT_ROUNDS * (1 - 1 / c)
+    alignment = ROUND_ALIGNMENT_ROUNDS * busy_on_arrival(c, open_loop)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
-        decoding_round = decode_round + (mean_round - decode_round) * (1 - 1 / (c * lockstep_ranks))
+        own = own_prompt_share(c, open_loop)
+        decoding_round = decode_round + (mean_round - decode_round) * (1 - own / lockstep_ranks)
     unqueued = first_token_seconds + alignment * mean_round + prompt_service_seconds(prompt_chunks, prompt_round,
                                                                                      in_flight)
     if bound:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.continuous_batching import prompt_service_seconds
+from planner.cost.continuous_batching import bisect_bracket, prompt_service_seconds
 
 MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
@@ -159,13 +159,8 @@ def closed_loop_rate(clients: float, capacity_requests_per_second: float,
     (10 * 3 s = 30 in flight at capacity) or more, 10 /s."""
     if capacity_requests_per_second * e2e_seconds(capacity_requests_per_second) <= clients:
         return capacity_requests_per_second
-    low, high = 0.0, capacity_requests_per_second
-    for _ in range(CLOSED_LOOP_BISECTIONS):
-        if high - low <= CLOSED_LOOP_RELATIVE_TOLERANCE * high:
-            break
-        middle = (low + high) / 2
-        low, high = (middle, high) if middle * e2e_seconds(middle) <= clients else (low, middle)
-    return low
+    return bisect_bracket(0.0, capacity_requests_per_second, lambda rate: rate * e2e_seconds(rate) <= clients,
+                          CLOSED_LOOP_RELATIVE_TOLERANCE, CLOSED_LOOP_BISECTIONS)[0]
 
 
 DECODE_CONCURRENCY_BISECTIONS = 40

@@ -106,14 +106,17 @@ def prompt_kv_layers(model: ModelSpec, kv_cache_dtype: str, input_len: int) -> t
 
 
 def kv_transfer(layers: tuple[LayerKv, ...], prefill_tp: int, decode_tp: int, link: Link,
-                curve: AllreduceCurve | None, mla: bool = False, prefill_pp: int = 1) -> KvTransfer:
-    """S = the layers' bytes over n = min(t_P p_P, t_D) streams (MLA: one of S, t_D copies), one
-    message per layer and stream of S_l / n: T_x = sum over layers of t_msg(S_l / n), all of
-    it exposed. A prefill worker's p_P stages hold different layers, so their GPUs send at
-    once: t_P p_P senders against the decode worker's t_D receivers (its pp is 1: NIXL refuses
-    a pipelined consumer); tp=1 pp=8 to tp=8 is 8 streams, not 1. MLA's latent goes whole to
-    every decode rank, which each take in all of S however many stages send it."""
-    streams, copies = (1, decode_tp) if mla else (min(prefill_tp * prefill_pp, decode_tp), 1)
+                curve: AllreduceCurve | None, mla: bool = False, prefill_pp: int = 1,
+                decode_pp: int = 1) -> KvTransfer:
+    """S = the layers' bytes over n = min(t_P p_P, t_D p_D) streams (MLA: p_D of S / p_D, t_D
+    copies), one message per layer and stream of S_l / n: T_x = sum over layers of
+    t_msg(S_l / n), all of it exposed. A prefill worker's p_P stages hold different layers, so
+    their GPUs send at once: t_P p_P senders against the decode worker's t_D p_D receivers (vLLM's
+    decode pp is 1: NIXL refuses a pipelined consumer; SGLang's stages each pull their own
+    layers from the prefill stage of the same rank); tp=1 pp=8 to tp=8 is 8 streams, not 1. MLA's
+    latent goes whole to every decode TP rank of the stage holding its layer, which each take in
+    S / p_D however many stages send it."""
+    streams, copies = (decode_pp, decode_tp) if mla else (min(prefill_tp * prefill_pp, decode_tp * decode_pp), 1)
     total = sum(kind.num_layers * kind.bytes_per_layer for kind in layers)
     transfer = sum(kind.num_layers * layer_message_seconds(kind.bytes_per_layer / streams, link, curve)
                    for kind in layers)

@@ -92,7 +92,8 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
     if d.max_num_seqs <= round(d.concurrency):
         return []
     per = " per DP rank" if d.dp > 1 else ""
-    return [f"the decode workers run {d.concurrency:.0f} sequences{per} at the matched rate (C_d); they are "
+    load = {"clients": "at the clients' rate", "request-rate": "at the request rate"}.get(e.binding, "at the matched rate")
+    return [f"the decode workers run {d.concurrency:.0f} sequences{per} {load} (C_d); they are "
             f"launched for {d.max_num_seqs} (vLLM's --max-num-seqs, SGLang's --max-running-requests), what the "
             f"SLA limits, the KV cache and the engine's default allow, the room a burst above the rate can use"]
 
@@ -160,7 +161,7 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         # the aggregated layouts' key, the same quantity (over the planned GPUs): a reader of
         # `recommended` finds it whichever mode wins
         "goodput_tokens_per_second_per_gpu": e.plan_goodput_per_gpu,
-        "binding": e.binding,
+        "binding": e.binding, "overloaded": e.overloaded,
         "notes": list(e.notes),
         "launch": None if steps is None else [step_json(s) for s in steps],
         **({"launch_not_emitted": why_not_emitted} if steps is None and why_not_emitted else {}),

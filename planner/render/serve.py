@@ -109,6 +109,8 @@ def _g(num_bytes: float) -> str:
 def ranking(request: ServeRequest) -> str:
     """What the table is ordered by: with an SLA, throughput at each layout's SLA-bound
     concurrency is its goodput."""
+    if request.offered_rate_per_s is not None:
+        return "those that keep up first, then " + ("TPOT" if request.objective == "latency" else "E2E latency")
     if request.objective == "throughput" and request.has_sla:
         return "goodput within the SLA"
     return request.objective
@@ -124,6 +126,8 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
         marks.append(f"{r.sla.binding.upper()}-bound")
     if r.sla.binding == "saturation":
         marks.append("saturated")
+    if r.overloaded:
+        marks.append("overloaded")
     if r.placement.num_pp_boundaries_crossing_nodes:
         marks.append(f"PP over {r.placement.pp_link.kind}")
     return ", ".join(marks)
@@ -141,7 +145,7 @@ COLUMNS = (
     Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r)),
     Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
     Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
-    Column("batch", lambda r, i, p: str(r.batch)),
+    Column("batch", lambda r, i, p: str(r.batch) if r.offered_rate_per_s is None else f"{r.concurrency:.1f}"),
     Column("TTFT", lambda r, i, p: ms(r.ttft_seconds)),
     Column("TPOT", lambda r, i, p: ms(r.tpot_seconds) if p.request.output_len > 1 else "-"),
     Column("tok/s", lambda r, i, p: count(r.throughput_tokens_per_second)),
@@ -180,7 +184,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
         f"TTFT {ms(best.ttft_seconds)}"
         + (f", TPOT {ms(best.tpot_seconds)})." if plan.request.output_len > 1 else "; one output token: no TPOT)."),
         f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). "
-        f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s).",
+        + _most_line(plan, most),
         _placement_line(best),
     ]
     lines += [f"Note: {note}" for note in best.notes]
@@ -194,6 +198,18 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
     if plan.rejected:
         lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
     return lines
+
+
+def _most_line(plan: ServePlan, most: ServeEstimate) -> str:
+    """The layout with the most tokens/s; under a finite --request-rate, how many keep up with it
+    (they all serve the same tokens/s)."""
+    rate = plan.request.offered_rate_per_s
+    if rate is None:
+        return f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s)."
+    keeping = sum(not r.overloaded for r in plan.layouts)
+    behind = len(plan.layouts) - keeping
+    return (f"{keeping} of the {len(plan.layouts)} layouts keep up with --request-rate {rate:g}/s"
+            + (f"; {behind} would queue without bound (overloaded)." if behind else "."))
 
 
 def _changes(best: ServeEstimate, other: ServeEstimate) -> str:
@@ -326,6 +342,12 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
     """Why the recommendation wins, including when the near-tie rule picked it."""
     per_replica = f"at {best.batch} concurrent sequence(s) per replica"
     request = plan.request
+    if best.offered_rate_per_s is not None:
+        load = (f"{count(best.throughput_tokens_per_second)} output tok/s at {best.concurrency:.1f} requests in "
+                f"flight per replica on average")
+        lowest = "TPOT" if request.objective == "latency" else f"mean E2E latency ({ms(best.e2e_seconds)})"
+        return (f"keeps up with --request-rate {best.offered_rate_per_s:g}/s ({load}) at the lowest {lowest} of "
+                f"the layouts that do" + (" within the SLA" if request.has_sla else ""))
     if request.objective == "throughput":
         if best.layout == most.layout:
             # under an SLA the concurrency is what meets it, so the tokens/s are goodput
@@ -500,7 +522,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "tpot_batch1_seconds": r.tpot_batch1_seconds,
         "request_latency_seconds": r.request_latency_seconds, "e2e_seconds": r.e2e_seconds,
         "throughput_tokens_per_second": r.throughput_tokens_per_second,
-        "concurrency": r.concurrency, "step_seconds": r.step_seconds,
+        "concurrency": r.concurrency, "request_rate_per_second": r.offered_rate_per_s, "overloaded": r.overloaded,
+        "step_seconds": r.step_seconds,
         "prefill_tokens_per_step": r.prefill_tokens_per_step,
         "goodput_tokens_per_second": r.goodput_tokens_per_second,
         # per planned GPU: a layout that leaves some idle counts them, as the comparisons do

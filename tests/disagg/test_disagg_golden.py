@@ -34,9 +34,11 @@ WIDE_CASES = [
 ]
 
 
-def steps_for(engine: str, cluster: str, request: ServeRequest, model_names: tuple[str, str] = LLAMA):
+def steps_for(engine: str, cluster: str, request: ServeRequest, model_names: tuple[str, str] = LLAMA,
+              plan_engine: str = "vllm"):
+    """`plan_engine`: the engine the search plans for (SGLang's decode workers may pipeline)."""
     model, spec = resolve_model(model_names[0]), resolve_cluster(cluster)
-    best = plan_disaggregated(model, spec, request).recommended
+    best = plan_disaggregated(model, spec, request, engine=plan_engine).recommended
     assert best is not None
     return best, disagg_steps(model, spec, request, best, engine, model_names[1])
 
@@ -96,3 +98,15 @@ def test_across_nodes_prefill_and_decode_take_their_own_nodes():
     assert {n for s in prefill for n in s.nodes}.isdisjoint({n for s in decode for n in s.nodes})
     router = steps[-1].argv
     assert "--pd-disaggregation" in router and router.count("--prefill") == len(prefill)
+
+
+def test_sglang_golden_pipelined_decode(engine_check):
+    """Llama-3.1-405B bf16 on 4x8 H100: no decode worker fits a node, so SGLang 0.5.23's decode
+    worker runs over pipeline stages, as many as its prefill worker's (both two nodes, --pp-size
+    and --nnodes on each server), every argv within 0.5.23's flags."""
+    best, steps = steps_for("sglang", "4x8xH100", ServeRequest(input_len=2048, output_len=256),
+                            ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct"), plan_engine="sglang")
+    assert best.decode.pp > 1 and best.decode.pp == best.prefill.pp
+    decode = [s for s in steps if s.role.startswith("decode")]
+    assert decode and all(s.argv[s.argv.index("--pp-size") + 1] == str(best.decode.pp) for s in decode)
+    check_golden("sglang", "disagg_pipelined_decode_405b_4x8xH100_2048_256", steps, engine_check)

@@ -254,24 +254,67 @@ def test_decode_workers_are_never_pipelined():
     assert dict(plan.rejected)[PIPELINED_DECODE] > 0
 
 
-def test_sglang_commands_word_the_pipelined_decode_rejection_as_sglangs(run_plan):
-    """SGLang 0.5.23 runs decode workers with pipeline stages (disaggregation/decode.py: the
-    stages agree on each step's requests), so with --emit sglang the rejection does not cite
-    vLLM's NixlConnector: it says the planner prices decode workers at pp = 1 only. The same
-    combinations are rejected either way; vLLM's wording stays vLLM's."""
-    import json as _json
+def test_sglang_decode_workers_pipeline_with_prefill_workers_of_as_many_stages():
+    """SGLang 0.5.23 runs a decode worker over pipeline stages (disaggregation/decode.py: the
+    stages agree on each step's requests) fed by a prefill worker of as many stages
+    (CommonKVReceiver asserts decode pp == prefill pp or 1). Llama-3.1-405B (756 GiB bf16) on
+    4x8 H100: no decode worker fits one node, so vLLM has no deployment (every pairing needs a
+    pipelined consumer) and SGLang's pairs P and D of equal pp; the other pairings are rejected
+    for the stage mismatch. vLLM's wording stays vLLM's."""
+    from planner.disagg_search import PIPELINED_DECODE, PIPELINED_DECODE_STAGES
 
-    from planner.disagg_search import PIPELINED_DECODE, PIPELINED_DECODE_UNPRICED
+    model, cluster = resolve_model("llama-3.1-405b"), resolve_cluster("4x8xH100")
+    request = ServeRequest(input_len=2048, output_len=256)
+    vllm = plan_disaggregated(model, cluster, request)
+    assert not vllm.candidates and dict(vllm.rejected)[PIPELINED_DECODE] > 0
+    sglang = plan_disaggregated(model, cluster, request, engine="sglang")
+    assert sglang.candidates
+    assert all(c.decode.pp > 1 and c.decode.pp == c.prefill.pp for c in sglang.candidates)
+    assert PIPELINED_DECODE not in dict(sglang.rejected)
+    assert dict(sglang.rejected)[PIPELINED_DECODE_STAGES] > 0
 
-    args = ("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--mode", "disaggregated",
-            "--input-len", "1024", "--output-len", "256", "--json")
-    vllm = {r["reason"]: r["count"] for r in _json.loads(run_plan(*args).stdout)["disaggregated_rejected"]}
-    sglang = {r["reason"]: r["count"]
-              for r in _json.loads(run_plan(*args, "--emit", "sglang").stdout)["disaggregated_rejected"]}
-    assert PIPELINED_DECODE not in sglang and "NixlConnector" not in PIPELINED_DECODE_UNPRICED
-    assert sglang[PIPELINED_DECODE_UNPRICED] == vllm[PIPELINED_DECODE] > 0
-    assert {r: n for r, n in sglang.items() if r != PIPELINED_DECODE_UNPRICED} == {
-        r: n for r, n in vllm.items() if r != PIPELINED_DECODE}
+
+def test_pipelined_decode_rules_by_engine_and_release():
+    """pipelined_decode_reason: pp = 1 decode always pairs; vLLM never takes a pipelined one;
+    SGLang 0.5.10.post1 (not read) is not planned; 0.5.23 wants the prefill's stages, and for a
+    sliding-window model without MLA (gpt-oss) the prefill's TP size too."""
+    from planner.disagg_search import (
+        PIPELINED_DECODE,
+        PIPELINED_DECODE_STAGES,
+        PIPELINED_DECODE_UNPRICED,
+        PIPELINED_DECODE_WINDOW,
+        pipelined_decode_reason,
+    )
+    from planner.engines import EngineVersions
+
+    dense, window = resolve_model("llama-3.1-70b"), resolve_model("gpt-oss-120b")
+    new, old = ServeRequest(), ServeRequest(engine_versions=EngineVersions(sglang="0.5.10.post1"))
+    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 1, 1), "vllm", new) is None
+    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "vllm", new) == PIPELINED_DECODE
+    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "sglang", old) == PIPELINED_DECODE_UNPRICED
+    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "sglang", new) is None
+    assert pipelined_decode_reason(dense, (8, 1, 1), (8, 2, 1), "sglang", new) == PIPELINED_DECODE_STAGES
+    assert pipelined_decode_reason(dense, (4, 2, 1), (8, 2, 1), "sglang", new) is None
+    assert pipelined_decode_reason(window, (4, 2, 1), (8, 2, 1), "sglang", new) == PIPELINED_DECODE_WINDOW
+    assert pipelined_decode_reason(window, (8, 2, 1), (8, 2, 1), "sglang", new) is None
+
+
+def test_kv_transfer_into_decode_stages_by_hand():
+    """Each decode stage pulls its own layers: n = min(t_P p_P, t_D p_D) streams. 80 layers of
+    10 MB each (800 MB) over a 100 GB/s link with no latency: tp=2 pp=2 -> tp=2 pp=2 is 4 streams,
+    80 messages of 2.5 MB, 25 us each, T_x = 2 ms; into tp=2 pp=1 (2 receivers), 4 ms. MLA: p_D
+    streams of S / p_D to each of the t_D ranks: pp=2 tp=4, 2 streams (copies 4), 4 ms."""
+    from planner.cost.kv_transfer import LayerKv, kv_transfer
+    from planner.layout import Link
+
+    link = Link("infiniband", "inter_node", 100e9, 0.0)
+    layers = (LayerKv(80, 10e6),)
+    staged = kv_transfer(layers, 2, 2, link, None, prefill_pp=2, decode_pp=2)
+    assert staged.num_streams == 4 and staged.transfer_seconds == pytest.approx(80 * 2.5e6 / 100e9)
+    flat = kv_transfer(layers, 2, 2, link, None, prefill_pp=2, decode_pp=1)
+    assert flat.num_streams == 2 and flat.transfer_seconds == pytest.approx(0.004)
+    mla = kv_transfer(layers, 4, 4, link, None, mla=True, prefill_pp=2, decode_pp=2)
+    assert (mla.num_streams, mla.copies) == (2, 4) and mla.transfer_seconds == pytest.approx(0.004)
 
 
 def test_disaggregated_mode_json_drops_the_aggregated_alternatives():

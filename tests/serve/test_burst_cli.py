@@ -77,7 +77,7 @@ def test_length_spread_changes_the_burst():
 @pytest.mark.parametrize(("args", "message"), [
     (["--random-range-ratio", "1"], "--random-range-ratio: must be in [0, 1)"),
     (["--workload", "train", "--random-range-ratio", "0.5"], "random-range-ratio"),
-    (["--mode", "disaggregated", "--request-rate", "5"], "--request-rate: the burst is simulated for aggregated"),
+    (["--mode", "disaggregated", "--request-rate", "inf"], "--request-rate: the burst is simulated for aggregated"),
     # 3,000 x 1.5 = 4,500 and 128 x 1.5 = 192: requests of up to 4,692 tokens, above --max-model-len 4096
     (["--input-len", "3000", "--random-range-ratio", "0.5"], "draws requests of up to 4,692 tokens"),
     (["--mode", "disaggregated", "--num-prompts", "50"], "--num-prompts: the burst is simulated for aggregated"),

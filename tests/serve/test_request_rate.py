@@ -1,0 +1,251 @@
+"""A finite --request-rate: every layout priced at the load the rate puts on it (open loop),
+the overloaded ones marked and ranked last, the disaggregated deployments at the same rate
+(docs/cost-model.md, Serving: bursts and request rates)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cost.continuous_batching import (
+    busy_on_arrival,
+    own_prompt_share,
+    solve_open_loop,
+    steady_state,
+)
+from planner.cost.serving_time import StepLoad
+from planner.disagg_cli import plan_both
+from planner.requests import ServeRequest
+from planner.serve import burst_metrics
+from planner.serve_search import plan_serving
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A steady state whose E2E grows linearly with the requests in flight."""
+
+    concurrency: float
+    base_seconds: float
+    slope_seconds: float
+
+    @property
+    def e2e_seconds(self) -> float:
+        return self.base_seconds + self.slope_seconds * self.concurrency
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.concurrency / self.e2e_seconds
+
+
+def test_solve_open_loop_by_hand():
+    """E2E = 2 s + 0.1 s per request in flight, 3 requests/s: C = 3 (2 + 0.1 C), C = 6 / 0.7 =
+    8.571 (E2E 2.857 s). Up to C = 5 the replica completes at most 5 / 2.5 = 2 /s < 3: None."""
+    state = solve_open_loop(3.0, lambda c: Linear(c, 2.0, 0.1), 100.0)
+    assert state.concurrency == pytest.approx(6 / 0.7, rel=2e-4)
+    assert state.requests_per_second >= 3.0
+    assert state.requests_per_second == pytest.approx(3.0, rel=2e-4)
+    assert solve_open_loop(3.0, lambda c: Linear(c, 2.0, 0.1), 5.0) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.01, 50), st.floats(0.05, 10), st.floats(0.0, 0.5), st.floats(1, 1000))
+def test_solve_open_loop_keeps_littles_law(rate, base, slope, upper):
+    """Where it answers, C = R E2E(C) to the tolerance; it answers exactly when the top completes R."""
+    state = solve_open_loop(rate, lambda c: Linear(c, base, slope), upper)
+    keeps_up = Linear(upper, base, slope).requests_per_second >= rate
+    assert (state is not None) == keeps_up
+    if state is not None:
+        assert 0 < state.concurrency <= upper
+        assert state.concurrency == pytest.approx(rate * state.e2e_seconds, rel=1e-3)
+
+
+def test_arrivals_at_a_rate_by_hand():
+    """busy_on_arrival: a closed loop of 2 finds the other running half the time; Poisson
+    arrivals with 2 in flight on average find some running 1 - e^-2 = 0.8647 of the time.
+    own_prompt_share: 1/C closed, none open."""
+    assert busy_on_arrival(2.0, False) == pytest.approx(0.5)
+    assert busy_on_arrival(2.0, True) == pytest.approx(1 - math.exp(-2))
+    assert busy_on_arrival(0.3, True) == pytest.approx(1 - math.exp(-0.3))
+    assert own_prompt_share(4.0, False) == 0.25
+    assert own_prompt_share(4.0, True) == 0.0
+
+
+def test_open_loop_steady_state_by_hand():
+    """1,000-token prompts, 101 output tokens (D = 100 decode rounds), a 2,048-token budget, no
+    PP, 4 requests in flight; a round takes 10 ms + 1 ms per decoding sequence, + 0.1 ms per
+    prompt token of a chunk; first token 10 ms.
+    A prompt fits one chunk (S_p = 1): lambda = 4 / 101 = 0.039604 requests a round,
+    n_d = 100 lambda = 3.9604 decoding, decode round 13.9604 ms, a prompt round 113.9604 ms;
+    q = 0.039604 chunks a round, mean round 13.9604 + 0.039604 * 100 = 17.9208 ms.
+    Open loop: the decoding rounds carry every arriving chunk, TPOT = 17.9208 ms (closed loop:
+    13.9604 + 3.9604 * 3/4 = 16.9307 ms); TTFT = 10 + (1 - e^-4) 17.9208 + 113.9604 =
+    141.5530 ms (closed: 10 + 3/4 * 17.9208 + 113.9604 = 137.4010 ms); E2E = TTFT + 100 TPOT."""
+
+    def rounds(load: StepLoad, chunk: StepLoad | None) -> float:
+        return 0.010 + 0.001 * load.decode_seqs + (0.0001 * chunk.prefill_tokens if chunk else 0.0)
+
+    kwargs = dict(input_len=1000, output_len=101, step_budget_tokens=2048, in_flight=1, round_seconds=rounds,
+                  first_token_seconds=0.010)
+    opened = steady_state(4.0, **kwargs, open_loop=True)
+    closed = steady_state(4.0, **kwargs)
+    assert opened.tpot_seconds == pytest.approx(0.0179208, rel=1e-5)
+    assert closed.tpot_seconds == pytest.approx(0.0169307, rel=1e-5)
+    assert opened.ttft_seconds == pytest.approx(0.010 + (1 - math.exp(-4)) * 0.0179208 + 0.1139604, rel=1e-5)
+    assert opened.ttft_seconds == pytest.approx(0.1415530, rel=1e-5)
+    assert closed.ttft_seconds == pytest.approx(0.1374010, rel=1e-5)
+    assert opened.e2e_seconds == pytest.approx(opened.ttft_seconds + 100 * opened.tpot_seconds)
+    # below one request in flight: a lone request's round, rarely anyone to wait for
+    light = steady_state(0.2, **kwargs, open_loop=True)
+    assert light.ttft_seconds < opened.ttft_seconds and light.tpot_seconds < opened.tpot_seconds
+
+
+RATE_REQUEST = dict(input_len=2048, output_len=256, num_prompts=300)
+
+
+@pytest.fixture(scope="module")
+def rated():
+    """llama-3.1-70b on 2x8 H100, 2,048/256 tokens, at 4 and 10 requests/s and at capacity."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    plans = {rate: plan_serving(model, cluster, ServeRequest(request_rate_per_s=rate, **RATE_REQUEST))
+             for rate in (4.0, 10.0, math.inf)}
+    return model, cluster, plans
+
+
+def test_layouts_that_keep_up_serve_the_rate_and_hold_what_littles_law_says(rated):
+    _, _, plans = rated
+    for rate in (4.0, 10.0):
+        for r in plans[rate].layouts:
+            if r.overloaded:
+                continue
+            assert r.offered_rate_per_s == rate and r.sla.binding == "request-rate"
+            assert r.throughput_tokens_per_second == pytest.approx(rate * 256, rel=1e-3)
+            # per replica: C = (R / d) E2E
+            assert r.concurrency == pytest.approx(rate / r.layout.dp * r.e2e_seconds, rel=1e-3)
+            assert r.concurrency <= r.batch
+            # the issue's property: TPOT under load never below a lone request's
+            assert r.tpot_seconds >= r.tpot_batch1_seconds * (1 - 1e-9)
+
+
+def test_a_higher_rate_never_shortens_the_times(rated):
+    _, _, plans = rated
+    slow = {r.layout: r for r in plans[4.0].layouts}
+    for r in plans[10.0].layouts:
+        if r.overloaded:
+            continue
+        lighter = slow[r.layout]
+        assert r.ttft_seconds >= lighter.ttft_seconds
+        assert r.tpot_seconds >= lighter.tpot_seconds
+        assert r.e2e_seconds >= lighter.e2e_seconds
+
+
+def test_overloaded_layouts_run_at_capacity_and_rank_last(rated):
+    """At 10 /s some layouts cannot keep up (pp=4 and pp=8 over one replica's worth of
+    capacity): each is priced as at --request-rate inf, marked, and ranked after every layout
+    that keeps up; those are ordered by mean E2E latency."""
+    _, _, plans = rated
+    ranked = plans[10.0].layouts
+    capacity = {r.layout: r for r in plans[math.inf].layouts}
+    flags = [r.overloaded for r in ranked]
+    assert any(flags) and not all(flags)
+    assert flags == sorted(flags)  # every False before every True
+    keeping = [r for r in ranked if not r.overloaded]
+    assert [r.e2e_seconds for r in keeping] == sorted(r.e2e_seconds for r in keeping)
+    for r in ranked:
+        at_capacity = capacity[r.layout]
+        assert r.overloaded == (at_capacity.throughput_tokens_per_second < 10.0 * 256 * (1 - 1e-6))
+        if r.overloaded:
+            assert r.throughput_tokens_per_second == pytest.approx(at_capacity.throughput_tokens_per_second)
+            assert any(note.startswith("Overloaded") for note in r.notes)
+
+
+def test_the_steady_state_at_the_rate_matches_the_simulated_burst(rated):
+    """Two mechanisms, one answer: the analytic open loop on the recommended layout and the
+    step-by-step simulation of 300 Poisson arrivals at the same rate agree on mean TTFT and
+    TPOT within 15% (at 4 /s: 116.9 vs 114.1 ms and 14.0 vs 13.8 ms on 500 prompts). At
+    capacity they would not: the layout's capacity steady state says TPOT 258 ms."""
+    model, cluster, plans = rated
+    request = ServeRequest(request_rate_per_s=4.0, **RATE_REQUEST)
+    best = plans[4.0].recommended
+    simulated = burst_metrics(model, cluster, best, request)
+    assert best.ttft_seconds == pytest.approx(simulated.ttft_seconds.mean, rel=0.15)
+    assert best.tpot_seconds == pytest.approx(simulated.tpot_seconds.mean, rel=0.15)
+    at_capacity = next(r for r in plans[math.inf].layouts if r.layout == best.layout)
+    assert at_capacity.tpot_seconds > 3 * simulated.tpot_seconds.mean
+
+
+def test_disaggregated_deployments_at_the_rate_and_the_verdict(rated):
+    """Each deployment's copies share the rate (binding request-rate, R / k per copy) or, where
+    its capacity is below that, it is overloaded and ranked last; the verdict weighs mean E2E
+    when both keep up."""
+    model, cluster, plans = rated
+    request = ServeRequest(request_rate_per_s=10.0, **RATE_REQUEST)
+    aggregated = plans[10.0].recommended
+    disagg, verdict = plan_both(model, cluster, request, aggregated)
+    found = disagg.candidates
+    assert found
+    flags = [e.overloaded for e in found]
+    assert flags == sorted(flags)
+    for e in found:
+        if not e.overloaded:
+            assert e.binding == "request-rate"
+            assert e.requests_per_second * e.copies == pytest.approx(10.0, rel=1e-9)
+    best = disagg.recommended
+    assert not best.overloaded and not aggregated.overloaded
+    expected = "disaggregated" if best.e2e_seconds < aggregated.e2e_seconds * 0.97 else "aggregated"
+    assert verdict.winner == expected
+    assert "E2E" in verdict.reason and "keep up" in verdict.reason
+
+
+def test_a_rate_no_layout_keeps_up_with_is_the_capacity_ranking(rated):
+    """1,000 requests/s: every layout overloaded, ranked as at capacity."""
+    model, cluster, plans = rated
+    flood = plan_serving(model, cluster, ServeRequest(request_rate_per_s=1000.0, **RATE_REQUEST))
+    assert all(r.overloaded for r in flood.layouts)
+    assert [r.layout for r in flood.layouts] == [r.layout for r in plans[math.inf].layouts]
+
+
+def test_json_and_table_say_the_load(plan_json, run_plan):
+    code, out = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024",
+                          "--output-len", "128", "--request-rate", "5", "--num-prompts", "100",
+                          "--mode", "aggregated")
+    assert code == 0
+    row = out["layouts"][0]
+    assert row["request_rate_per_second"] == 5.0 and row["overloaded"] is False
+    assert row["sla"]["binding"] == "request-rate"
+    assert 0 < row["concurrency"] < row["batch"]
+    assert row["throughput_tokens_per_second"] == pytest.approx(5 * 128, rel=1e-3)
+    result = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024",
+                      "--output-len", "128", "--request-rate", "5", "--num-prompts", "100", "--mode", "aggregated")
+    assert result.returncode == 0
+    assert "keep up with --request-rate 5/s" in result.stdout
+    assert "Rate-bound: --request-rate 5/s" in result.stdout
+
+
+def test_disaggregated_mode_takes_a_finite_rate_not_a_burst(run_plan):
+    """--mode disaggregated prices its deployments at a finite --request-rate (rate_bound); inf
+    (a burst all at once) and --num-prompts stay aggregated-only: exit 2, one line."""
+    args = ("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024", "--output-len", "128",
+            "--mode", "disaggregated")
+    done = run_plan(*args, "--request-rate", "20", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "request-rate" in done.stdout
+    for extra in (("--request-rate", "inf"), ("--request-rate", "20", "--num-prompts", "50")):
+        refused = run_plan(*args, *extra)
+        assert refused.returncode == 2
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert "the burst is simulated for aggregated replicas only" in refused.stderr
+
+
+def test_bisect_bracket_by_hand():
+    """The threshold 0.3 in [0, 1]: halvings until the bracket is within 1e-3 of its top, the
+    answer inside it; at most max_rounds (2 rounds: [0.25, 0.5])."""
+    from planner.cost.continuous_batching import bisect_bracket
+
+    low, high = bisect_bracket(0.0, 1.0, lambda x: x < 0.3, 1e-3, 60)
+    assert low < 0.3 <= high and high - low <= 1e-3 * high
+    assert bisect_bracket(0.0, 1.0, lambda x: x < 0.3, 1e-9, 2) == (0.25, 0.5)
