@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from planner.cost.serving_time import StepLoad, causal_pairs
 
@@ -113,15 +113,32 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
                     upper: float) -> SteadyState | None:
     """The replica's steady state when requests arrive at `rate_per_s` (open loop): the mean
     concurrency C with C / E2E(C) = R (Little's law), E2E from `steady_at(C)` (steady_state with
-    open_loop), by bisection on C in (0, upper]; the state at the top of the final bracket, so
-    that it completes at least R. None when even `upper` completes fewer than R a second: the
-    replica is overloaded and its queue grows without bound. Hand-worked (E2E = 2 s + 0.1 s per
-    request in flight, 3 requests/s): C = 3 (2 + 0.1 C) -> C = 6 / 0.7 = 8.571."""
+    open_loop), by bisection on C in (0, upper]. The rate a concurrency completes can jump (a
+    prompt's chunk count, the micro-batches in flight under PP, change at whole numbers), so the
+    final bracket's two states are mixed to complete exactly R (mixed_at_rate). None when even
+    `upper` completes fewer than R a second: the replica is overloaded and its queue grows
+    without bound. Hand-worked (E2E = 2 s + 0.1 s per request in flight, 3 requests/s):
+    C = 3 (2 + 0.1 C) -> C = 6 / 0.7 = 8.571."""
     if steady_at(upper).requests_per_second < rate_per_s:
         return None
-    _, high = bisect_bracket(0.0, upper, lambda c: steady_at(c).requests_per_second < rate_per_s,
-                             OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS)
-    return steady_at(high)
+    low, high = bisect_bracket(0.0, upper, lambda c: steady_at(c).requests_per_second < rate_per_s,
+                               OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS)
+    return steady_at(high) if low == 0 else mixed_at_rate(steady_at(low), steady_at(high), rate_per_s)
+
+
+def mixed_at_rate(below: SteadyState, above: SteadyState, rate_per_s: float) -> SteadyState:
+    """The replica at a rate between what two nearby states complete (below < R <= above): it
+    spends the share w = (R - r_below) / (r_above - r_below) of its time like `above`, the rest
+    like `below`, so each time and load is that mix, the output tokens/s R O, and the requests in
+    flight R E2E (Little's law on the mix). Whole-valued fields (chunk carriers, lockstep ranks)
+    and the budget flag are `above`'s. r_below = 1, r_above = 3 at R = 1.5: w = 0.25."""
+    r_below, r_above = below.requests_per_second, above.requests_per_second
+    w = 1.0 if r_above <= r_below else (rate_per_s - r_below) / (r_above - r_below)
+    mixed = {f.name: (1 - w) * getattr(below, f.name) + w * getattr(above, f.name)
+             for f in fields(SteadyState) if type(getattr(above, f.name)) is float}
+    tokens_per_request = above.throughput_tokens_per_second / r_above
+    mixed.update(concurrency=rate_per_s * mixed["e2e_seconds"], throughput_tokens_per_second=rate_per_s * tokens_per_request)
+    return replace(above, **mixed)
 
 
 def bisect_bracket(low: float, high: float, below: Callable[[float], bool], relative_tolerance: float,

@@ -4,8 +4,8 @@ the overloaded ones marked and ranked last, the disaggregated deployments at the
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -25,21 +25,18 @@ from planner.serve import burst_metrics
 from planner.serve_search import plan_serving
 
 
-@dataclass(frozen=True)
-class Linear:
-    """A steady state whose E2E grows linearly with the requests in flight."""
+def _rounds(load: StepLoad, chunk: StepLoad | None) -> float:
+    return 0.010
 
-    concurrency: float
-    base_seconds: float
-    slope_seconds: float
 
-    @property
-    def e2e_seconds(self) -> float:
-        return self.base_seconds + self.slope_seconds * self.concurrency
+BASE = steady_state(2.0, 100, 100, 2048, 1, _rounds, 0.0)
 
-    @property
-    def requests_per_second(self) -> float:
-        return self.concurrency / self.e2e_seconds
+
+def Linear(concurrency: float, base_seconds: float, slope_seconds: float):  # noqa: N802 (a state's maker)
+    """A steady state whose E2E grows linearly with the requests in flight (100 output tokens)."""
+    e2e = base_seconds + slope_seconds * concurrency
+    return dataclasses.replace(BASE, concurrency=concurrency, e2e_seconds=e2e,
+                               throughput_tokens_per_second=concurrency * 100 / e2e)
 
 
 def test_solve_open_loop_by_hand():
@@ -249,3 +246,40 @@ def test_bisect_bracket_by_hand():
     low, high = bisect_bracket(0.0, 1.0, lambda x: x < 0.3, 1e-3, 60)
     assert low < 0.3 <= high and high - low <= 1e-3 * high
     assert bisect_bracket(0.0, 1.0, lambda x: x < 0.3, 1e-9, 2) == (0.25, 0.5)
+
+
+def test_mixed_at_rate_by_hand():
+    """Two states completing 1 and 3 requests/s (E2E 2 s and 4 s, 100 output tokens each) at
+    1.5 /s: w = (1.5 - 1) / (3 - 1) = 0.25, E2E 0.75 * 2 + 0.25 * 4 = 2.5 s, requests in flight
+    1.5 * 2.5 = 3.75, output 150 tok/s."""
+    from planner.cost.continuous_batching import mixed_at_rate
+
+    below = dataclasses.replace(BASE, concurrency=2.0, e2e_seconds=2.0, ttft_seconds=0.2,
+                                throughput_tokens_per_second=100.0)
+    above = dataclasses.replace(BASE, concurrency=12.0, e2e_seconds=4.0, ttft_seconds=0.6,
+                                throughput_tokens_per_second=300.0)
+    mixed = mixed_at_rate(below, above, 1.5)
+    assert mixed.e2e_seconds == pytest.approx(2.5)
+    assert mixed.ttft_seconds == pytest.approx(0.3)
+    assert mixed.concurrency == pytest.approx(3.75)
+    assert mixed.requests_per_second == pytest.approx(1.5)
+    assert mixed.throughput_tokens_per_second == pytest.approx(150.0)
+
+
+@pytest.mark.parametrize(("model", "cluster", "lengths", "rate"), [
+    ("llama-3.1-70b-fp8", "1x8xH200", (2048, 256), 4.0),   # PP layouts: micro-batches in flight jump at whole C
+    ("deepseek-v3", "2x8xA100", (1, 1), 50.0),             # one output token: E2E is the prompt's alone
+    ("llama-3.1-8b", "2x8xA100", (8192, 1024), 0.5),       # below one request in flight per replica
+])
+def test_every_layout_that_keeps_up_completes_exactly_the_rate(model, cluster, lengths, rate):
+    """Found by a CLI sweep: where the completed rate jumps with the concurrency (a whole extra
+    micro-batch in flight, a prompt chunk fewer) the bisection's top state finished up to 34%
+    more requests than arrived; the mix of the bracket's two states completes exactly R, and
+    holds R / d x E2E per replica."""
+    request = ServeRequest(input_len=lengths[0], output_len=lengths[1], request_rate_per_s=rate, num_prompts=100)
+    plan = plan_serving(resolve_model(model), resolve_cluster(cluster), request)
+    keeping = [r for r in plan.layouts if not r.overloaded]
+    assert keeping
+    for r in keeping:
+        assert r.throughput_tokens_per_second == pytest.approx(rate * lengths[1], rel=1e-6)
+        assert r.concurrency == pytest.approx(rate / r.layout.dp * r.e2e_seconds, rel=1e-6)
