@@ -533,8 +533,10 @@ SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "
               "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
-BURST_ONLY = ("request_rate", "num_prompts", "max_concurrency", "random_range_ratio")
-"""What only the simulated burst reads (--dataset also sets the planned mean lengths)."""
+BURST_ONLY = ("num_prompts", "random_range_ratio")
+"""What only the simulated burst reads (--dataset also sets the planned mean lengths; a finite
+--request-rate and --max-concurrency set the steady state's load, so `plan explain` takes them;
+--request-rate inf only starts a burst)."""
 FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served_draft_model")
 """Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
 or command."""
@@ -895,7 +897,8 @@ def explain(
     def run() -> int:
         check_flags_used(ctx, workload, timeline_only=False)
         given = given_flags(ctx)
-        for name in BURST_ONLY:
+        burst_only = [*BURST_ONLY, *(["request_rate"] if request_rate is not None and request_rate == float("inf") else [])]
+        for name in burst_only:
             if name in given:
                 raise SpecError(f"{given[name]}: plan explain takes one layout apart in the steady state; the "
                                 f"burst's metrics (what vllm bench serve reports) come from `plan` itself")

@@ -68,6 +68,9 @@ ranked, and a larger cluster runs copies of the best unit (the search stays inst
 thousands of nodes)."""
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
+RATE_CANDIDATES = 40
+"""Under a finite --request-rate, at most this many combinations priced at the rate: past
+SHOWN_CANDIDATES, one more only while its no-load E2E floor is below the tenth best E2E found."""
 PREFILL_EXACT_PROMPTS = 16
 """prefill_price_points: prompt counts per step up to this priced one by one."""
 MIN_DISAGGREGATED_GPUS = 2
@@ -636,12 +639,27 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                                  same)
             served = copies * match.requests_per_second * request.output_len
             bounds.append((-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p, d_key, n_d,
-                           same))
+                           same, copies * match.requests_per_second))
     bounds.sort()
+    offered = request.offered_rate_per_s
+
+    def floor_of(entry: tuple) -> float:
+        return e2e_floor_seconds(model, cluster, request, memo, entry[2], entry[4], entry[6])
+
+    if offered is not None:
+        # at a rate the deployments that keep up serve alike and rank by E2E: those first, by the
+        # floor no load can beat (e2e_floor_seconds), the rest (overloaded) as at capacity
+        bounds = (sorted((b for b in bounds if b[7] >= offered), key=floor_of)
+                  + [b for b in bounds if b[7] < offered])
     out, seen = [], set()
     refined = 0
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
-    for _, _, p_key, n_p, d_key, n_d, same in bounds:
+    for entry in bounds:
+        _, _, p_key, n_p, d_key, n_d, same, _ = entry
+        if len(out) >= SHOWN_CANDIDATES and not (
+                offered is not None and entry[7] >= offered and len(out) < RATE_CANDIDATES
+                and floor_of(entry) < sorted(e.e2e_seconds for e in out if not e.overloaded)[SHOWN_CANDIDATES - 1]):
+            break
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
         if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
@@ -675,9 +693,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
-        if len(out) >= SHOWN_CANDIDATES:
-            break
-    out.sort(key=rank_key)
+    out = sorted(out, key=rank_key)[:SHOWN_CANDIDATES]
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
 

@@ -328,7 +328,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     run's activations, the overhead (DeepEP's buffers apart when the exchange runs on DeepEP),
     the KV cache (the drafter's KV in it)."""
     footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len, request.decode_context_tokens)
-    kv_tokens_used = result.batch * footprint
+    kv_tokens_used = result.concurrency * footprint  # under a request rate: the mean in flight
     layout = result.layout
     deepep = deepep_buffer_bytes(model, layout, request.all2all_backend, cluster.gpus_per_node,
                                  max_num_batched_tokens(cluster, request, layout, model))
@@ -345,7 +345,8 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         # where the dense layers sit (DeepSeek-V3's first three), each stage's share of MoE layers
         placed = model.is_moe and model.dense_layer_indices is not None and layout.pp > 1
         layers = f"{s.num_layers} layers, {stage_moe_layers(model, s):.0f} of them MoE; " if placed else ""
-        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens; batch {result.batch} x "
+        running = f"{result.batch}" if result.offered_rate_per_s is None else f"{result.concurrency:.1f} (mean at the rate)"
+        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
                 f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
@@ -526,7 +527,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     result, is_recommended = pick_serving(model, cluster, request, plan)
     layout = result.layout
     k = result.batches_in_flight
-    seqs = math.ceil(result.batch / k)
+    seqs = math.ceil(result.concurrency / k)
     caption = (f"decode, {k} batch(es) of {seqs} sequences in flight over {layout.pp} stage(s), "
                f"{DECODE_ROUNDS_DRAWN} tokens each; every stage drawn at the slowest stage's decode step")
     if result.tpot_seconds > TIMELINE_TPOT_TOLERANCE * result.stage_step_seconds * k:
@@ -573,7 +574,7 @@ def serve_metrics(r: ServeEstimate) -> tuple[Metric, ...]:
         Metric("TPOT", r.tpot_seconds, "s"),
         Metric("TTFT", r.ttft_seconds, "s"),
         Metric("throughput", r.throughput_tokens_per_second, "tok/s"),
-        Metric("concurrent sequences per replica", r.batch, "count"),
+        Metric("concurrent sequences per replica", r.concurrency, "count"),
         Metric("batches in flight", r.batches_in_flight, "count"),
         Metric("bubble", r.bubble_fraction, "fraction"),
     )

@@ -418,7 +418,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return Rejected(layout, (sla_reason(request, steady, None if arriving is None else offered),))
     if has_sla and request.batch is not None:
         binding = "batch"
-    running = batch if arriving is None else steady.concurrency
+    # at a rate: the mean in flight, and at least the micro-batches a prompt round fills (a
+    # mix of two states keeps the busier one's carriers)
+    running = batch if arriving is None else max(steady.concurrency, steady.prompt_carriers)
     in_flight = micro_batches_in_flight(layout, running)
     decode_load = StepLoad(steady.decode_seqs, steady.decode_seqs * request.decode_context_tokens,
                            spec_tokens=steady.decode_seqs * spec_tokens)

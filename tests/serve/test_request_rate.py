@@ -283,3 +283,53 @@ def test_every_layout_that_keeps_up_completes_exactly_the_rate(model, cluster, l
     for r in keeping:
         assert r.throughput_tokens_per_second == pytest.approx(rate * lengths[1], rel=1e-6)
         assert r.concurrency == pytest.approx(rate / r.layout.dp * r.e2e_seconds, rel=1e-6)
+
+
+def test_false_position_bracket_by_hand():
+    """x^2 - 2 on [1, 2]: the Illinois rule stops with the bracket's top within 1e-6 of the
+    root's value in fewer evaluations than bisection's ~20, the root inside; a jump (the excess
+    -1 below 0.3, +1 from it) stays bracketed, the bracket shrinking to the tolerance."""
+    from planner.cost.continuous_batching import false_position_bracket
+
+    calls = []
+
+    def square(x: float) -> float:
+        calls.append(x)
+        return x * x - 2
+
+    low, high = false_position_bracket(1.0, 2.0, square, 1e-12, 60, 1e-6)
+    assert low < 2 ** 0.5 <= high and min(2 - low * low, high * high - 2) <= 1e-6
+    assert len(calls) < 12
+    low, high = false_position_bracket(0.0, 1.0, lambda x: -1.0 if x < 0.3 else 1.0, 1e-3, 60)
+    assert low < 0.3 <= high and high - low <= 1e-3 * high
+
+
+def test_explain_takes_the_layout_apart_at_the_rate(run_plan):
+    """A finite --request-rate sets the steady state's load, so `plan explain` draws the layout at
+    it (its concurrency the mean in flight, as `plan` prints it); inf only starts a burst and
+    --num-prompts only sizes one: refused in one line, exit 2."""
+    args = ("explain", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024",
+            "--output-len", "128", "--mode", "aggregated")
+    done = run_plan(*args, "--request-rate", "5")
+    assert done.returncode == 0, done.stderr
+    assert "Rate-bound: --request-rate 5/s" in done.stdout and "(mean at the rate)" in done.stdout
+    for extra in (("--request-rate", "inf"), ("--request-rate", "5", "--num-prompts", "50")):
+        refused = run_plan(*args, *extra)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "plan explain takes one layout apart" in refused.stderr
+
+
+def test_disaggregated_search_at_a_rate_looks_past_the_capacity_leaders():
+    """At 4 requests/s on 2x8 H100 (2,048/256 tokens) the best at capacity re-priced at the rate
+    was P 2x(tp=2 pp=2) + D tp=8 at E2E 3.42 s; ordering the combinations that keep up by their
+    no-load E2E floor finds P tp=8 + D tp=8 (E2E about 3.28 s). The candidates come ordered by
+    mean E2E, each keeping up."""
+    from planner.disagg_search import plan_disaggregated
+
+    request = ServeRequest(input_len=2048, output_len=256, request_rate_per_s=4.0)
+    plan = plan_disaggregated(resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100"), request)
+    best = plan.recommended
+    assert not best.overloaded and best.binding == "request-rate"
+    assert best.e2e_seconds < 3.42 * 0.98
+    e2e = [round(e.e2e_seconds * 1000) for e in plan.candidates]
+    assert e2e == sorted(e2e)

@@ -1,0 +1,80 @@
+"""The analytic open loop against the step simulation: two mechanisms for one workload.
+
+    python bench/open_loop_vs_sim.py             # the grid below, one line per case and a summary
+    python bench/open_loop_vs_sim.py --quick     # four cases
+
+With a finite --request-rate every layout is priced by the open-loop steady state
+(planner/cost/continuous_batching.solve_open_loop: C = R/d x E2E(C)), while the recommended
+layout's burst is simulated step by step with Poisson arrivals (planner/cost/serving_sim.py).
+Both price each step with the same round_time, so their gap is the steady state's queueing
+approximations (Poisson bunching beyond the round alignment, the mix of states at a jump),
+not the step cost. For each case: the recommended layout at the rate, its analytic mean TTFT,
+TPOT and E2E, and the simulated burst's (num_prompts = 60 s of arrivals, at least 200), the
+error analytic / simulated - 1. No real measurement is involved: the real-data error of the
+step cost is bench/serving_calibration.py's. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
+from planner.requests import ServeRequest  # noqa: E402
+from planner.serve import burst_metrics  # noqa: E402
+from planner.serve_search import plan_serving  # noqa: E402
+
+BURST_SECONDS = 60.0
+MIN_PROMPTS = 200
+CASES = [
+    # model, cluster, input, output, share of the recommended layout's capacity offered
+    ("llama-3.1-8b", "1x8xH100", 1024, 128, (0.1, 0.4, 0.7)),
+    ("llama-3.1-70b", "2x8xH100", 2048, 256, (0.1, 0.4, 0.7)),
+    ("llama-3.1-70b-fp8", "1x8xH200", 4096, 512, (0.1, 0.4, 0.7)),
+    ("qwen3-30b-a3b", "1x8xH100", 1024, 1024, (0.1, 0.4, 0.7)),
+]
+QUICK = [("llama-3.1-8b", "1x8xH100", 1024, 128, (0.1, 0.7)), ("llama-3.1-70b", "2x8xH100", 2048, 256, (0.1, 0.7))]
+
+
+def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float) -> dict:
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len)).recommended
+    rate = share * capacity.throughput_tokens_per_second / output_len
+    prompts = max(MIN_PROMPTS, round(rate * BURST_SECONDS))
+    request = ServeRequest(input_len=input_len, output_len=output_len, request_rate_per_s=rate, num_prompts=prompts)
+    best = plan_serving(model, cluster, request).recommended
+    simulated = burst_metrics(model, cluster, best, request)
+    analytic = {"ttft": best.ttft_seconds, "tpot": best.tpot_seconds, "e2e": best.e2e_seconds}
+    measured = {"ttft": simulated.ttft_seconds.mean, "tpot": simulated.tpot_seconds.mean,
+                "e2e": simulated.e2e_seconds.mean}
+    return {"case": f"{model_name} {cluster_name} {input_len}/{output_len} {rate:.3g}/s", "layout": str(best.layout),
+            "concurrency": best.concurrency, **{f"{k}_error": analytic[k] / measured[k] - 1 for k in analytic},
+            "analytic": analytic, "simulated": measured}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for model, cluster, i, o, shares in QUICK if args.quick else CASES:
+        for share in shares:
+            row = run_case(model, cluster, i, o, share)
+            rows.append(row)
+            a, s = row["analytic"], row["simulated"]
+            print(f"{row['case']:<52} {row['layout']:<22} C {row['concurrency']:7.2f}  "
+                  + "  ".join(f"{k.upper()} {a[k] * 1e3:8.1f} / {s[k] * 1e3:8.1f} ms {row[k + '_error']:+5.0%}"
+                              for k in ("ttft", "tpot", "e2e")))
+    for k in ("ttft", "tpot", "e2e"):
+        errors = [r[f"{k}_error"] for r in rows]
+        print(f"{k.upper()}: median |analytic/simulated - 1| {statistics.median(abs(e) for e in errors):.1%}, "
+              f"max {max(abs(e) for e in errors):.1%}, median signed {statistics.median(errors):+.1%} ({len(rows)} cases)")
+
+
+if __name__ == "__main__":
+    main()
