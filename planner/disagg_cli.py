@@ -85,7 +85,10 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate) ->
              f"{seconds_to_ms(disaggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(disaggregated.e2e_seconds):,.0f} ms"
              f" vs aggregated {layout}: TTFT {seconds_to_ms(aggregated.ttft_seconds):,.0f} ms, TPOT "
              f"{seconds_to_ms(aggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(aggregated.e2e_seconds):,.0f} ms")
-    if aggregated.overloaded and disaggregated.overloaded:
+    # a deployment keeps up where rate_bound priced it at the rate; overloaded, or held below it
+    # by --max-concurrency clients (binding "clients"), it does not
+    behind = disaggregated.overloaded or disaggregated.binding != "request-rate"
+    if aggregated.overloaded and behind:
         a = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus)
         d = disaggregated.plan_goodput_per_gpu
         numbers = f"{d:,.0f} vs {a:,.0f} output tok/s per GPU"
@@ -98,7 +101,7 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate) ->
         return Verdict("disaggregated", f"{label} keeps up with the request rate and no aggregated layout does "
                                         f"({layout} at most {aggregated.throughput_tokens_per_second:,.0f} output "
                                         f"tok/s){footprint_clause(disaggregated)}")
-    if disaggregated.overloaded:
+    if behind:
         return Verdict("aggregated", f"{layout} keeps up with --request-rate {rate:g}/s and no disaggregated "
                                      f"deployment does ({label} at most {disaggregated.requests_per_second:.2f} "
                                      f"req/s per copy)")

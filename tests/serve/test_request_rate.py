@@ -333,3 +333,20 @@ def test_disaggregated_search_at_a_rate_looks_past_the_capacity_leaders():
     assert best.e2e_seconds < 3.42 * 0.98
     e2e = [round(e.e2e_seconds * 1000) for e in plan.candidates]
     assert e2e == sorted(e2e)
+
+
+def test_compare_at_rate_needs_the_deployment_to_keep_up(rated):
+    """compare_at_rate: a disaggregated deployment overloaded, or held below the rate by
+    --max-concurrency clients (binding "clients"), does not keep up, so an aggregated layout that
+    does wins whatever the E2E; when both keep up the lower mean E2E decides (3% tie band)."""
+    from planner.disagg_cli import compare_at_rate
+
+    model, cluster, plans = rated
+    aggregated = plans[4.0].recommended
+    request = ServeRequest(request_rate_per_s=4.0, **RATE_REQUEST)
+    disagg = plan_both(model, cluster, request, aggregated)[0].recommended
+    both = compare_at_rate(aggregated, disagg)
+    assert both.winner == ("disaggregated" if disagg.e2e_seconds < 0.97 * aggregated.e2e_seconds else "aggregated")
+    for behind in (dataclasses.replace(disagg, overloaded=True), dataclasses.replace(disagg, binding="clients")):
+        verdict = compare_at_rate(aggregated, behind)
+        assert verdict.winner == "aggregated" and "no disaggregated deployment does" in verdict.reason
