@@ -192,7 +192,7 @@ MoeBackendOpt = Annotated[MoeBackend, typer.Option(help="Serve, MoE: the routed 
 QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quantization (overrides the spec).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]
-RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: simulate a burst arriving at this many requests/s (inf = all at once), as vllm bench serve sends it.")]
+RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: requests/s arriving, as vllm bench serve sends them: a finite rate prices every layout (and disaggregated deployment) at that load, ranking those that keep up by mean E2E, and simulates the burst; inf = all at once (the burst only).")]
 MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency); layouts, and disaggregated deployments, are ranked under that many closed-loop clients.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
 RandomRangeRatioOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's lengths drawn uniformly from [L(1-r), L(1+r)] around --input-len/--output-len (vllm bench serve --random-range-ratio, 0 <= r < 1).")]
