@@ -263,7 +263,9 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
         payload.update(disagg_json(disagg, verdict, steps, top, why, disagg_notes))
         won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
         if auto:
-            payload["recommended_mode"] = "disaggregated" if won else "aggregated"
+            # neither kind found: no mode is recommended (the comparison's winner is null too)
+            payload["recommended_mode"] = ("disaggregated" if won else
+                                           "aggregated" if plan.recommended is not None else None)
         else:  # the kind asked for, if a deployment of it was found
             payload["recommended_mode"] = "disaggregated" if payload["disaggregated"] else None
         if auto and won:  # what the text recommends; the aggregated best stays beside it

@@ -5,6 +5,7 @@ the overloaded ones marked and ranked last, the disaggregated deployments at the
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -350,3 +351,14 @@ def test_compare_at_rate_needs_the_deployment_to_keep_up(rated):
     for behind in (dataclasses.replace(disagg, overloaded=True), dataclasses.replace(disagg, binding="clients")):
         verdict = compare_at_rate(aggregated, behind)
         assert verdict.winner == "aggregated" and "no disaggregated deployment does" in verdict.reason
+
+
+def test_auto_mode_with_nothing_that_fits_recommends_no_mode(run_plan):
+    """Found by a CLI sweep: DeepSeek-V3 on one 8xH100 node fits neither kind, and
+    recommended_mode said "aggregated" beside a null winner and a null recommendation."""
+    done = run_plan("--model", "deepseek-v3", "--cluster", "1x8xH100", "--input-len", "8192", "--output-len", "1024",
+                    "--request-rate", "0.3", "--mode", "auto", "--json")
+    assert done.returncode == 1
+    payload = json.loads(done.stdout)
+    assert payload["recommended"] is None and payload["comparison"]["winner"] is None
+    assert payload["recommended_mode"] is None
