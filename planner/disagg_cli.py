@@ -37,8 +37,11 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
     """The higher goodput per GPU wins; within NEAR_TIE_FRACTION aggregated is kept (one kind
     of server, no KV transfer, no proxy). With --objective latency the aggregated layout wins
     whenever one fits: the disaggregated deployments are priced at their rate-matched load,
-    and splitting the phases cannot speed a lone request (its KV transfer adds to TTFT)."""
-    if aggregated is not None and objective == "latency":
+    and splitting the phases cannot speed a lone request (its KV transfer adds to TTFT). Under a
+    finite --request-rate both are priced at that load: compare_at_rate (by TPOT for the
+    latency objective: there prompts no longer stalling decode rounds can speed every token)."""
+    at_rate = aggregated is not None and (aggregated.offered_rate_per_s is not None or aggregated.overloaded)
+    if aggregated is not None and objective == "latency" and not at_rate:
         lone = "" if disaggregated is None else (
             f"; the best disaggregated deployment, {disaggregated.label}, runs TPOT "
             f"{seconds_to_ms(disaggregated.tpot_seconds):.1f} ms at its load")
@@ -55,8 +58,8 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
                                         f"{disaggregated.plan_goodput_per_gpu:,.0f} output tok/s per GPU within it"
                                         f"{footprint_clause(disaggregated)}")
-    if aggregated.offered_rate_per_s is not None or aggregated.overloaded:
-        return compare_at_rate(aggregated, disaggregated)
+    if at_rate:
+        return compare_at_rate(aggregated, disaggregated, objective)
     # per planned GPU, idle ones included: an aggregated layout's replicas may leave some idle
     # (7 GPUs: 3 x tp=2), a disaggregated deployment runs as many copies as fit
     a, d = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus), disaggregated.plan_goodput_per_gpu
@@ -74,11 +77,12 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
 
 
-def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate) -> Verdict:
+def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
+                    objective: str = "throughput") -> Verdict:
     """Under a finite --request-rate (both within any SLA): the one that keeps up with it wins;
-    when both do they serve the same tokens/s, so the lower mean E2E latency wins beyond
-    NEAR_TIE_FRACTION (the simpler aggregated layout keeps ties); when neither does, the
-    higher goodput per GPU (the shorter queue)."""
+    when both do they serve the same tokens/s, so the lower mean E2E latency (TPOT for the
+    latency objective) wins beyond NEAR_TIE_FRACTION (the simpler aggregated layout keeps
+    ties); when neither does, the higher goodput per GPU (the shorter queue)."""
     rate = aggregated.offered_rate_per_s
     label, layout = disaggregated.label, aggregated.layout
     times = (f"disaggregated {label}: TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms, TPOT "
@@ -105,15 +109,17 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate) ->
         return Verdict("aggregated", f"{layout} keeps up with --request-rate {rate:g}/s and no disaggregated "
                                      f"deployment does ({label} at most {disaggregated.requests_per_second:.2f} "
                                      f"req/s per copy)")
-    a, d = aggregated.e2e_seconds, disaggregated.e2e_seconds
+    measure = "TPOT" if objective == "latency" else "E2E"
+    a, d = ((aggregated.tpot_seconds, disaggregated.tpot_seconds) if objective == "latency" else
+            (aggregated.e2e_seconds, disaggregated.e2e_seconds))
     both = f"both keep up with --request-rate {rate:g}/s: {times}"
     if d < a * (1 - NEAR_TIE_FRACTION):
-        return Verdict("disaggregated", f"{both} ({(d / a - 1) * 100:.0f}% E2E): prompts no longer stall decode "
+        return Verdict("disaggregated", f"{both} ({(d / a - 1) * 100:.0f}% {measure}): prompts no longer stall decode "
                                         f"rounds{footprint_clause(disaggregated)}")
     if d <= a * (1 + NEAR_TIE_FRACTION):
-        return Verdict("aggregated", f"{both}: a tie within {NEAR_TIE_FRACTION:.0%}, so the simpler deployment "
-                                     f"(no KV transfer, no proxy)")
-    return Verdict("aggregated", f"{both} (+{(d / a - 1) * 100:.0f}% E2E disaggregated)")
+        return Verdict("aggregated", f"{both}: a tie within {NEAR_TIE_FRACTION:.0%} on {measure}, so the simpler "
+                                     f"deployment (no KV transfer, no proxy)")
+    return Verdict("aggregated", f"{both} (+{(d / a - 1) * 100:.0f}% {measure} disaggregated)")
 
 
 LATENCY_WORSE_FACTOR = 1.5

@@ -693,7 +693,10 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
-    out = sorted(out, key=rank_key)[:SHOWN_CANDIDATES]
+    # the latency objective at a rate: the lowest TPOT at that load among those that keep up
+    by_tpot = offered is not None and request.objective == "latency"
+    out = sorted(out, key=lambda e: (e.overloaded, e.tpot_seconds, rank_key(e)) if by_tpot else rank_key(e))
+    out = out[:SHOWN_CANDIDATES]
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
 

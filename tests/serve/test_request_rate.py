@@ -362,3 +362,21 @@ def test_auto_mode_with_nothing_that_fits_recommends_no_mode(run_plan):
     payload = json.loads(done.stdout)
     assert payload["recommended"] is None and payload["comparison"]["winner"] is None
     assert payload["recommended_mode"] is None
+
+
+def test_latency_objective_at_a_rate_compares_tpot_at_that_load(rated):
+    """Without a rate --objective latency keeps the aggregated layout (nothing speeds a lone
+    request); at 4 requests/s both are loaded, so the lower TPOT at that load wins beyond 3%
+    and the disaggregated deployments come ordered by it."""
+    model, cluster, _ = rated
+    request = ServeRequest(request_rate_per_s=4.0, objective="latency", **RATE_REQUEST)
+    aggregated = plan_serving(model, cluster, request).recommended
+    disagg, verdict = plan_both(model, cluster, request, aggregated)
+    best = disagg.recommended
+    tpots = [e.tpot_seconds for e in disagg.candidates if not e.overloaded]
+    assert tpots == sorted(tpots) and best.tpot_seconds == tpots[0]
+    expected = "disaggregated" if best.tpot_seconds < 0.97 * aggregated.tpot_seconds else "aggregated"
+    assert verdict.winner == expected and "TPOT" in verdict.reason
+    lone = ServeRequest(objective="latency", input_len=2048, output_len=256)
+    unloaded = plan_serving(model, cluster, lone).recommended
+    assert plan_both(model, cluster, lone, unloaded)[1].winner == "aggregated"
