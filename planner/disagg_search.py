@@ -646,6 +646,15 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     def floor_of(entry: tuple) -> float:
         return e2e_floor_seconds(model, cluster, request, memo, entry[2], entry[4], entry[6])
 
+    def worth_pricing_past_the_shown(entry: tuple) -> bool:
+        """At a rate, past SHOWN_CANDIDATES: a combination that keeps up, while fewer than
+        RATE_CANDIDATES are priced and its E2E floor beats the tenth best that keeps up (any,
+        while fewer than ten do: an E2E limit or the clients can leave one below the rate)."""
+        if offered is None or entry[7] < offered or len(out) >= RATE_CANDIDATES:
+            return False
+        kept = sorted(e.e2e_seconds for e in out if not e.overloaded)
+        return len(kept) < SHOWN_CANDIDATES or floor_of(entry) < kept[SHOWN_CANDIDATES - 1]
+
     if offered is not None:
         # at a rate the deployments that keep up serve alike and rank by E2E: those first, by the
         # floor no load can beat (e2e_floor_seconds), the rest (overloaded) as at capacity
@@ -656,9 +665,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
     for entry in bounds:
         _, _, p_key, n_p, d_key, n_d, same, _ = entry
-        if len(out) >= SHOWN_CANDIDATES and not (
-                offered is not None and entry[7] >= offered and len(out) < RATE_CANDIDATES
-                and floor_of(entry) < sorted(e.e2e_seconds for e in out if not e.overloaded)[SHOWN_CANDIDATES - 1]):
+        if len(out) >= SHOWN_CANDIDATES and not worth_pricing_past_the_shown(entry):
             break
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
@@ -689,7 +696,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         if request.max_concurrency is not None:
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
-        if request.offered_rate_per_s is not None:
+        if offered is not None:
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
         out.append(found)
@@ -720,7 +727,7 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     if mean >= found.requests_per_second:
         return found
     # the busiest copies' latencies: below the capacity found was priced at, so within its limits
-    closed = _detail(model, cluster, request, memo, *combination, max_model_len, clients_rate=busiest_rate)
+    closed = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=busiest_rate)
     if isinstance(closed, str):
         return found
     if copies == 1:
@@ -753,7 +760,7 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
                 f"asks {per_copy:.3g} req/s of each, which completes at most {found.requests_per_second:.3g}: "
                 f"requests queue for as long as they keep coming (the times are at capacity, before that queue)")
         return replace(found, overloaded=True, notes=(*found.notes, note))
-    loaded = _detail(model, cluster, request, memo, *combination, max_model_len, clients_rate=per_copy,
+    loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
                      binding="request-rate")
     if isinstance(loaded, str):  # below the capacity found was priced at, so within its limits
         return found
@@ -996,14 +1003,14 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
-            clients_rate: float | None = None, binding: str = "clients") -> DisaggEstimate | str:
+            load_rate: float | None = None, binding: str = "clients") -> DisaggEstimate | str:
     """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
-    `clients_rate`, the lower rate closed-loop clients keep it at (client_bound; binding
+    `load_rate`, the lower rate closed-loop clients keep it at (client_bound; binding
     "clients") or a finite --request-rate sends (rate_bound; binding "request-rate")."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
-    if clients_rate is not None:
-        match = replace(match, requests_per_second=clients_rate, binding=binding)
+    if load_rate is not None:
+        match = replace(match, requests_per_second=load_rate, binding=binding)
     shape_p, shape_d = memo.prefill_shapes[p_key], memo.shapes[d_key]
     worker, c_d = memo.prefill[p_key][0], memo.decode[d_key]
     load, c_actual, t_d, kv, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d,

@@ -380,3 +380,14 @@ def test_latency_objective_at_a_rate_compares_tpot_at_that_load(rated):
     lone = ServeRequest(objective="latency", input_len=2048, output_len=256)
     unloaded = plan_serving(model, cluster, lone).recommended
     assert plan_both(model, cluster, lone, unloaded)[1].winner == "aggregated"
+
+
+def test_a_rate_with_an_e2e_limit_prices_past_the_shown_candidates(run_plan):
+    """Found in review: at 10 requests/s with --max-e2e-ms 6000 some combinations that keep up at
+    capacity come out below the rate (the E2E limit lowers their rate), so fewer than ten kept up
+    and asking for the tenth best E2E raised an IndexError; now the search goes on pricing."""
+    done = run_plan("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--input-len", "2048", "--output-len", "256",
+                    "--request-rate", "10", "--max-e2e-ms", "6000", "--mode", "disaggregated", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["disaggregated"]
+    assert found and all(e["e2e_seconds"] <= 6.0 for e in found)
