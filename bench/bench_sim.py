@@ -1,8 +1,17 @@
-"""Time the simulator on 1,000 requests x 1,024 output tokens at concurrency 1,024."""
+"""Time the simulator: 1,000 requests x 1,024 output tokens at concurrency 1,024 on one engine;
+1,000 Poisson arrivals at 50/s over 2,048 replicas, most requests alone on theirs (replayed
+against stepped)."""
 
+import random
 import time
 
-from planner.cost.serving_sim import EngineLimits, SimRequest, bench_metrics, simulate
+from planner.cost.serving_sim import (
+    EngineLimits,
+    SimRequest,
+    bench_metrics,
+    simulate,
+    simulate_replicas,
+)
 from planner.cost.serving_time import StepLoad
 
 
@@ -28,6 +37,19 @@ def main() -> None:
         f"simulate: {best:.3f} s best of 5; {len(result.step_seconds)} steps; "
         f"TTFT p99 {m.ttft_seconds.p99:.3f} s, ITL mean {m.itl_seconds.mean * 1e3:.2f} ms"
     )
+
+    arrivals = random.Random(0)
+    sent, spread = 0.0, []
+    for _ in range(1000):
+        sent += arrivals.expovariate(50.0)
+        spread.append(SimRequest(sent, 2048, 256))
+    for replay in (True, False):
+        t0 = time.perf_counter()
+        result = simulate_replicas(spread, 2048, limits, step_seconds, replay_solos=replay)
+        m = bench_metrics(result)
+        print(f"simulate_replicas, 2,048 replicas at 50/s, {'replayed' if replay else 'stepped'}: "
+              f"{time.perf_counter() - t0:.3f} s; {len(result.step_seconds)} steps; "
+              f"E2E mean {m.e2e_seconds.mean:.4f} s")
 
 
 if __name__ == "__main__":

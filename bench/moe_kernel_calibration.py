@@ -41,13 +41,13 @@ sys.path.insert(0, str(REPO))
 from planner import units  # noqa: E402
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
 from planner.cost import efficiency as eff  # noqa: E402
-from planner.cost.flops import Gemm  # noqa: E402
 from planner.cost.serving_time import (  # noqa: E402
     MoeKernelRates,
     achievable_flops_per_s,
+    expert_gemm_terms,
     measured_moe_kernel_rates,
     mlp_gemms,
-    moe_kernel_seconds,
+    moe_kernel_seconds_of_terms,
     routed_expert_bytes_read,
     routed_pair_pass_bytes,
 )
@@ -100,7 +100,8 @@ class Priced:
     """A row's work as the planner sees it: the touched experts' bytes and the expert GEMMs."""
 
     weight_bytes: float
-    gemms: tuple[Gemm, ...]
+    gemm_terms: tuple[float, float]
+    """The expert GEMMs as serving_time.expert_gemm_terms (fixed while a fit varies the kernel)."""
     measured_seconds: float
     pair_pass_bytes: float
 
@@ -144,8 +145,8 @@ def priced(row: KernelRow) -> Priced:
     layout, tokens = row_layout(row)
     touched = min(row.num_experts, row.num_tokens * row.topk)
     gemms = mlp_gemms(model, layout, tokens, touched)
-    return Priced(routed_expert_bytes_read(model, layout, tokens, touched), tuple(gemms), row.measured_seconds,
-                  routed_pair_pass_bytes(model, gemms))
+    return Priced(routed_expert_bytes_read(model, layout, tokens, touched), expert_gemm_terms(gemms),
+                  row.measured_seconds, routed_pair_pass_bytes(model, gemms))
 
 
 def catalog_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -> MoeKernelRates:
@@ -165,7 +166,7 @@ def dense_fallback_kernel(gpu: str, weight_format: str, rows: list[KernelRow]) -
 
 
 def predict(kernel: MoeKernelRates, p: Priced) -> float:
-    return moe_kernel_seconds(kernel, p.weight_bytes, list(p.gemms), pair_pass_bytes=p.pair_pass_bytes)[0]
+    return moe_kernel_seconds_of_terms(kernel, p.weight_bytes, p.gemm_terms, pair_pass_bytes=p.pair_pass_bytes)[0]
 
 
 def families(rows: list[KernelRow]) -> dict[tuple[str, str], list[KernelRow]]:

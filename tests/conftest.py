@@ -94,13 +94,37 @@ def within_todays_error_plus() -> Callable[[float, str, dict, dict], None]:
 
 
 @pytest.fixture(scope="session")
+def checkerboard() -> Callable[[str, str], bool]:
+    """checkerboard(model, cluster): half the shipped pairs, every shipped model and every
+    shipped cluster among them (the pairs whose indices in shipped_models() and
+    shipped_clusters() add up to an even number). The explain sweeps over every shipped pair
+    run the sensitivity analysis (sensitivity.LIGHT, some 16 re-plans) on these only and every
+    other section on all (the analysis was ~90% of the serving sweep's 160 s)."""
+    from planner.catalog import shipped_clusters, shipped_models
+
+    models, clusters = list(shipped_models()), list(shipped_clusters())
+    return lambda model, cluster: (models.index(model) + clusters.index(cluster)) % 2 == 0
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
 
 
 @pytest.fixture(scope="session")
 def run_plan() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run the real CLI (`python -m planner ARGS`) from the repository root."""
+    """Run the CLI as `python -m planner ARGS` would, from the repository root, in a child
+    forked from this worker (the planner imported once, so no interpreter start-up: ~0.35 s a
+    run otherwise, several minutes over the suite). The child gets the CLI's environment,
+    fresh stdout and stderr as files and an empty stdin, runs `planner.cli.main` and leaves with
+    its exit code; an uncaught exception prints its traceback as Python would. A fresh
+    interpreter is `run_plan_process`."""
+    return _run_forked
+
+
+@pytest.fixture(scope="session")
+def run_plan_process() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the real CLI (`python -m planner ARGS`) in a new interpreter, from the repository root."""
 
     def run(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -108,11 +132,102 @@ def run_plan() -> Callable[..., subprocess.CompletedProcess[str]]:
             cwd=cwd,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=CLI_TIMEOUT_SECONDS,
             env=CLI_ENV,
         )
 
     return run
+
+
+CLI_TIMEOUT_SECONDS = 60
+
+
+def _run_forked(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+    import tempfile
+    import time
+
+    import planner.cli
+
+    _preload_planner()
+    argv = [sys.executable, "-m", "planner", *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.chdir(cwd)
+                os.environ.clear()
+                os.environ.update(CLI_ENV)
+                sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+                sys.argv = [str(REPO_ROOT / "planner" / "__main__.py"), *args]
+                # `python -m planner`'s __main__ (click names the program from it: "python -m planner")
+                main_module = ModuleType("__main__")
+                main_module.__package__, main_module.__file__ = "planner", sys.argv[0]
+                sys.modules["__main__"] = main_module
+                try:
+                    planner.cli.main()
+                    code = 0
+                except SystemExit as exc:
+                    if exc.code is None or isinstance(exc.code, int):
+                        code = exc.code or 0
+                    else:
+                        print(exc.code, file=sys.stderr)
+                except BaseException:  # what the interpreter prints for an uncaught exception
+                    import traceback
+
+                    traceback.print_exc()
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + CLI_TIMEOUT_SECONDS
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(argv, CLI_TIMEOUT_SECONDS)
+            time.sleep(0.002)
+        out.seek(0)
+        err.seek(0)
+        # as subprocess.run(text=True) reads them: strict UTF-8, universal newlines
+        return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status),
+                                           *(_text(f.read()) for f in (out, err)))
+
+
+@functools.cache
+def _preload_planner() -> None:
+    """Import every planner module, and what they import, and read the GPU catalog once per
+    worker before forking: each child would otherwise pay ~0.1 s for them."""
+    import pkgutil
+
+    import planner
+
+    for module in pkgutil.walk_packages(planner.__path__, "planner."):
+        # not the __main__ modules (importing them runs the CLI) nor the probe's rank code,
+        # which imports torch (a larger process to fork, and no CLI child needs it)
+        if not module.name.endswith(("__main__", "probe.worker", "probe.measure")):
+            importlib.import_module(module.name)
+    for name in ("rich.console", "rich.table", "rich.text", "rich.panel", "yaml"):
+        importlib.import_module(name)
+    from planner.catalog import gpu_catalog
+
+    gpu_catalog()  # read once per process and kept (functools.cache): most runs name a GPU
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
 @pytest.fixture(scope="session")

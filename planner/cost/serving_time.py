@@ -570,9 +570,27 @@ def moe_kernel_seconds(kernel: MoeKernelRates, weight_bytes: float, gemms: list[
     routed pairs (routed_pair_pass_bytes) and B_e the elementwise HBM rate: the gather, per-pair
     output and top-k sum traffic, which TP does not split. docs/cost-model.md (Serving: the MoE
     kernels)."""
+    return moe_kernel_seconds_of_terms(kernel, weight_bytes, expert_gemm_terms(gemms), load_factor, pair_pass_bytes)
+
+
+def expert_gemm_terms(gemms: list[Gemm]) -> tuple[float, float]:
+    """(a, b) with sum F_g / (u_k(M) u(N) u(K)) = a + half_rows * b for any half_rows, since
+    1 / u_k(M) = 1 + half_rows / M: a = sum F_g / (u(N) u(K)), b = sum F_g / (M u(N) u(K)). A
+    fit that varies the kernel's constants over fixed GEMMs computes them once
+    (bench/moe_kernel_calibration.py)."""
+    a = b = 0.0
+    for g in gemms:
+        scaled = g.flops / gemm_utilization(g, 0.0)  # u(M) = 1 at a zero half-rate dimension
+        a += scaled
+        b += scaled / g.m
+    return a, b
+
+
+def moe_kernel_seconds_of_terms(kernel: MoeKernelRates, weight_bytes: float, terms: tuple[float, float],
+                                load_factor: float = 1.0, pair_pass_bytes: float = 0.0) -> tuple[float, bool]:
+    """moe_kernel_seconds with the expert GEMMs given as their expert_gemm_terms."""
     weight_seconds = weight_bytes / kernel.hbm_bytes_per_s
-    compute_seconds = load_factor * sum(g.flops / (kernel.flops_per_s * gemm_utilization(g, kernel.half_rows))
-                                        for g in gemms)
+    compute_seconds = load_factor * (terms[0] + kernel.half_rows * terms[1]) / kernel.flops_per_s
     pair_seconds = load_factor * kernel.pair_passes * pair_pass_bytes / kernel.pair_bytes_per_s
     return kernel.floor_seconds + max(weight_seconds, compute_seconds) + pair_seconds, weight_seconds >= compute_seconds
 

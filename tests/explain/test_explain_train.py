@@ -60,17 +60,18 @@ def _pairs() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("model_name", "cluster_name"), _pairs())
-def test_every_section_renders_for_training(model_name: str, cluster_name: str) -> None:
+def test_every_section_renders_for_training(model_name: str, cluster_name: str, checkerboard) -> None:
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    analysed = checkerboard(model_name, cluster_name)
     try:
-        e = explain_training(model, cluster, SWEEP_REQUEST, sensitivity.LIGHT)
+        e = explain_training(model, cluster, SWEEP_REQUEST, sensitivity.LIGHT if analysed else None)
     except SpecError as exc:
         assert "no feasible layout" in str(exc) or "cannot plan training" in str(exc)
         return  # the infeasible pair is explained as such: that is the check
     out = Console(file=io.StringIO(), width=120, record=True)
     render_explanation(e, out)
     text = out.export_text(clear=False)
-    assert "Pipeline timeline" in text and "How sure we are" in text
+    assert "Pipeline timeline" in text and ("How sure we are" in text) == analysed
     ET.fromstring(out.export_svg())
 
 
@@ -153,9 +154,21 @@ def test_an_moe_search_counts_three_times_toward_the_light_analysis(monkeypatch)
     monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 2 * count)
     light = explain_training(model, cluster, request, plan=plan)
     assert any(note.startswith("sensitivity: the +/-20% runs only") for note in light.notes)
+    # above 3 times the count: the full analysis, asked for and not run here (some 25 s)
     monkeypatch.setattr(explain_train, "LIGHT_SENSITIVITY_ABOVE_CONFIGS", 3 * count)
-    full = explain_training(model, cluster, request, plan=plan)
-    assert not any(note.startswith("sensitivity:") for note in full.notes)
+    asked = []
+
+    class Asked(Exception):
+        pass
+
+    def analyze(*args):
+        asked.append(args[-1])
+        raise Asked
+
+    monkeypatch.setattr(explain_train.sensitivity, "analyze", analyze)
+    with pytest.raises(Asked):
+        explain_training(model, cluster, request, plan=plan)
+    assert asked == [sensitivity.Settings()]
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan"])

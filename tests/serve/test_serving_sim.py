@@ -196,6 +196,56 @@ def test_dispatching_a_burst_at_once_matches_the_fixed_split(shapes, replicas, r
     assert sorted(live.step_seconds) == pytest.approx(sorted(fixed.step_seconds))
 
 
+def test_a_request_alone_is_replayed_and_a_second_one_makes_its_steps_real():
+    """One replica, 10 ms steps, budget 200. A (100 prompt, 5 output tokens) sent at 0 runs alone:
+    its prefill step ends at 10 ms (TTFT 10 ms), 4 decode steps end at 50 ms (E2E 50 ms). B
+    (100, 2) sent at 25 ms, during A's third step [20, 30): taken in at 30, its prefill shares
+    A's fourth step, first token at 40 ms (TTFT 15 ms), second at 50 ms (E2E 25 ms). C (100, 2)
+    sent at 60 ms, the engine idle: alone, TTFT 10 ms, E2E 20 ms. A's solo is stepped from its
+    start once B comes; C's is replayed (the same request alone, simulated once)."""
+    requests = [SimRequest(0.0, 100, 5), SimRequest(0.025, 100, 2), SimRequest(0.060, 100, 2)]
+    limits = EngineLimits(BIG_KV, 8, 200)
+    for replay in (True, False):
+        res = simulate_replicas(requests, 1, limits, const, replay_solos=replay)
+        assert res.ttft_seconds == pytest.approx((0.010, 0.015, 0.010)), replay
+        assert res.e2e_seconds == pytest.approx((0.050, 0.025, 0.020)), replay
+        assert len(res.step_seconds) == 5 + 2  # A's five (B rides in two of them), C's two
+        assert res.last_completion_seconds == pytest.approx(0.080)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0.0, 6.0), st.sampled_from([(40, 3), (300, 12), (7, 1)])), min_size=1,
+                max_size=30),
+       st.integers(1, 6), st.integers(1, 2), st.sampled_from([None, 1, 3]), st.sampled_from([(), (0.8, 0.5)]),
+       st.sampled_from([400, BIG_KV]))
+def test_replaying_solos_matches_stepping_every_request(gaps, replicas, ranks, client_slots, drafts, kv_tokens):
+    """Requests at random gaps (steps of 1-4 s: some run alone, some meet) over replicas
+    (lockstep groups of `ranks`), with or without a client limit, speculative decoding and a
+    KV cache that preempts: replaying each request that runs alone gives the same latencies,
+    steps and makespan as stepping it."""
+    arrival, requests = 0.0, []
+    for gap, (prompt, output) in gaps:
+        arrival += gap
+        requests.append(SimRequest(arrival, prompt, output))
+    limits = EngineLimits(kv_tokens, 8, 128, draft_acceptance=drafts)
+    def group(loads):
+        return max(_prompt_priced(x) for x in loads) + 0.001 * len(loads)
+
+    runs = [simulate_replicas(requests, replicas * ranks, limits, _prompt_priced, max_concurrency=client_slots,
+                              lockstep_ranks=ranks, group_step_seconds=group, replay_solos=replay)
+            for replay in (True, False)]
+    replayed, stepped = runs
+    assert replayed.ttft_seconds == pytest.approx(stepped.ttft_seconds, rel=1e-9, abs=1e-12)
+    assert replayed.e2e_seconds == pytest.approx(stepped.e2e_seconds, rel=1e-9, abs=1e-12)
+    for mine, theirs in zip(replayed.tpot_seconds, stepped.tpot_seconds, strict=True):  # None for one token
+        assert mine == theirs or mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    assert sorted(replayed.step_seconds) == pytest.approx(sorted(stepped.step_seconds), rel=1e-12)
+    assert sum(replayed.step_num_regular_itl) == sum(stepped.step_num_regular_itl)
+    assert sorted(replayed.irregular_itl_seconds) == pytest.approx(sorted(stepped.irregular_itl_seconds), rel=1e-9)
+    assert replayed.num_preemptions == stepped.num_preemptions
+    assert replayed.makespan_seconds == pytest.approx(stepped.makespan_seconds, rel=1e-12)
+
+
 def test_weighted_percentile_is_numpy_linear():
     # np.percentile([1, 2, 2, 5], 50) = 2.0; at 99: pos 2.97 -> 2 + 0.97*3 = 4.91.
     assert weighted_percentile([(2.0, 2), (1.0, 1), (5.0, 1)], 50) == pytest.approx(2.0)
