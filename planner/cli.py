@@ -195,6 +195,7 @@ ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert 
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: requests/s arriving, as vllm bench serve sends them: a finite rate prices every layout (and disaggregated deployment) at that load, ranking those that keep up by mean E2E, and simulates the burst; inf = all at once (the burst only).")]
 MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency); layouts, and disaggregated deployments, are ranked under that many closed-loop clients.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
+BurstinessOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's arrivals as vllm bench serve --burstiness b draws them at a finite --request-rate: gamma intervals of shape b (1 = Poisson, below 1 burstier, above 1 more even). The layouts stay priced for Poisson arrivals.")]
 RandomRangeRatioOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's lengths drawn uniformly from [L(1-r), L(1+r)] around --input-len/--output-len (vllm bench serve --random-range-ratio, 0 <= r < 1).")]
 DatasetOpt = Annotated[str | None, typer.Option(help='Serve: JSONL of {"input_len": N, "output_len": M} per request (the means are planned for, the burst uses each).')]
 GlobalBatchOpt = Annotated[int | None, typer.Option(help="Train: sequences per optimizer step.")]
@@ -284,6 +285,7 @@ class PlanOptions:
     expert_imbalance: float | None = None
     engine: Engine = DEFAULT_ENGINE
     random_range_ratio: float | None = None
+    burstiness: float | None = None
     speculative_method: SpeculativeMethod | None = None
     num_speculative_tokens: int | None = None
     draft_acceptance: str | None = None
@@ -403,6 +405,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         dataset_lengths=lengths,
         dataset_line_numbers=line_numbers,
         random_range_ratio=opts.random_range_ratio,
+        burstiness=opts.burstiness,
         batch=opts.batch,
         max_model_len=opts.max_model_len,
         gpu_memory_utilization=opts.gpu_memory_utilization,
@@ -529,11 +532,11 @@ def _write_failed(problem: str) -> NoReturn:
 
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
-              "max_concurrency", "random_range_ratio", "dataset", "input_len", "output_len", "batch", "max_model_len",
+              "max_concurrency", "random_range_ratio", "burstiness", "dataset", "input_len", "output_len", "batch", "max_model_len",
               "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
-BURST_ONLY = ("num_prompts", "random_range_ratio")
+BURST_ONLY = ("num_prompts", "random_range_ratio", "burstiness")
 """What only the simulated burst reads (--dataset also sets the planned mean lengths; a finite
 --request-rate and --max-concurrency set the steady state's load, so `plan explain` takes them;
 --request-rate inf only starts a burst)."""
@@ -646,6 +649,7 @@ def plan(
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
     random_range_ratio: RandomRangeRatioOpt = None,
+    burstiness: BurstinessOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -687,7 +691,7 @@ def plan(
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
-        random_range_ratio=random_range_ratio,
+        random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
@@ -836,6 +840,7 @@ def explain(
     num_prompts: NumPromptsOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
     random_range_ratio: RandomRangeRatioOpt = None,
+    burstiness: BurstinessOpt = None,
     dataset: DatasetOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -884,7 +889,7 @@ def explain(
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
-        random_range_ratio=random_range_ratio,
+        random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
         virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,

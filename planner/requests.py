@@ -198,6 +198,10 @@ class ServeRequest:
     """`--random-range-ratio`: the burst's lengths drawn as vllm bench serve's random dataset
     draws them, each uniform in [L (1 - r), L (1 + r)] around --input-len / --output-len;
     None = every request of the mean lengths."""
+    burstiness: float | None = None
+    """`--burstiness`: the burst's arrivals at a finite rate as vllm bench serve draws them,
+    gamma intervals of shape b and mean 1/rate (workload.arrival_times_seconds); None = 1,
+    Poisson. Only the simulated burst reads it: the open loop prices Poisson arrivals."""
     mode: ServeMode = "auto"
     """`--mode`: aggregated (every replica does prefill and decode), disaggregated (prefill and
     decode workers apart, the KV moved between them), auto (both, and which wins)."""
@@ -243,7 +247,7 @@ class ServeRequest:
     def simulates_burst(self) -> bool:
         return (self.request_rate_per_s is not None or self.num_prompts is not None
                 or self.max_concurrency is not None or bool(self.dataset_lengths)
-                or self.random_range_ratio is not None)
+                or self.random_range_ratio is not None or self.burstiness is not None)
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),
@@ -265,6 +269,13 @@ class ServeRequest:
             raise SpecError("--objective latency: disaggregated workers are sized for goodput at their rate-matched "
                             "load, and splitting the phases cannot speed a lone request (its KV transfer adds to "
                             "TTFT); use --mode auto or aggregated for latency")
+        if self.burstiness is not None:
+            if not (0 < self.burstiness < math.inf):  # also nan
+                raise SpecError(f"--burstiness: must be positive and finite, the gamma intervals' shape "
+                                f"(got {self.burstiness})")
+            if self.request_rate_per_s is None or math.isinf(self.request_rate_per_s):
+                raise SpecError("--burstiness: shapes the intervals between arrivals at a finite --request-rate "
+                                "(vllm bench serve ignores it at inf); give a rate")
         ratio = self.random_range_ratio
         if ratio is not None and not (0 <= ratio < 1):  # also nan
             raise SpecError(f"--random-range-ratio: must be in [0, 1), as vllm bench serve requires (got {ratio})")

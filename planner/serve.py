@@ -657,7 +657,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         lengths = random_dataset_lengths(request.input_len, request.output_len, request.random_range_ratio,
                                          num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
-    requests = workload_requests(lengths, num_prompts, rate)
+    requests = workload_requests(lengths, num_prompts, rate, burstiness=request.burstiness or 1.0)
     # every output token is one step of some replica, which runs at most this many sequences at once
     lanes = min(layout.dp * result.batch, request.max_concurrency or layout.dp * result.batch)
     steps = sum(r.output_len for r in requests) / lanes

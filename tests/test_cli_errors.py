@@ -355,6 +355,31 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "burstiness-zero": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "0"],
+        ("--burstiness", "positive and finite", "got 0.0"),
+    ),
+    "burstiness-nan": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "nan"],
+        ("--burstiness", "positive and finite", "got nan"),
+    ),
+    "burstiness-without-a-rate": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--burstiness", "0.5"],
+        ("--burstiness", "finite --request-rate", "ignores it at inf"),
+    ),
+    "burstiness-at-inf": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "inf", "--burstiness", "0.5"],
+        ("--burstiness", "finite --request-rate"),
+    ),
+    "burstiness-disaggregated": (
+        ["--model", GOOD_MODEL, "--cluster", "2x8xH100", "--request-rate", "4", "--burstiness", "0.5",
+         "--mode", "disaggregated"],
+        ("--burstiness", "simulated for aggregated replicas only"),
+    ),
+    "burstiness-explain": (
+        ["explain", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "0.5"],
+        ("--burstiness", "plan explain takes one layout apart"),
+    ),
     "draft-model-wider-than-target": (
         ["--model", "llama-3.1-8b", "--cluster", GOOD_CLUSTER, "--speculative-method", "eagle3",
          "--num-speculative-tokens", "2", "--draft-acceptance", "0.5", "--draft-model", "llama-3.1-70b"],

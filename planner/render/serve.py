@@ -432,6 +432,9 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
     if request.random_range_ratio is not None:
         source += f" (--random-range-ratio {request.random_range_ratio:g})"
     limit = "" if request.max_concurrency is None else f", --max-concurrency {request.max_concurrency}"
+    if request.burstiness is not None:  # the layouts' rows price Poisson arrivals (ServeRequest.burstiness)
+        rate_text += f" --burstiness {request.burstiness:g}" + (
+            "" if request.burstiness == 1 else ", the layouts priced for Poisson arrivals")
     where = (f"on the best aggregated layout {layout} (bursts are simulated for aggregated replicas only)"
              if superseded else f"on {layout}")
     lines = [f"Simulated burst {where} ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
@@ -568,6 +571,8 @@ def serve_workload_json(request: ServeRequest) -> dict[str, Any]:
         "num_prompts": (request.num_prompts or DEFAULT_NUM_PROMPTS) if request.simulates_burst else None,
         "dataset": request.dataset, "max_concurrency": request.max_concurrency,
         "random_range_ratio": request.random_range_ratio,
+        # the burst's arrival shape at a finite rate (1: Poisson, vllm bench serve's default)
+        "burstiness": (request.burstiness or 1.0) if rate is not None and math.isfinite(rate) else None,
         "max_ttft_seconds": request.max_ttft_seconds, "max_tpot_seconds": request.max_tpot_seconds,
         "max_e2e_seconds": request.max_e2e_seconds,
     }

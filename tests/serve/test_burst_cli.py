@@ -1,5 +1,5 @@
 """`plan` with vllm bench serve's workload flags, end to end: --request-rate, --num-prompts,
---max-concurrency, --dataset and --random-range-ratio (planner/workload.py, planner/serve.py
+--max-concurrency, --dataset, --random-range-ratio and --burstiness (planner/workload.py, planner/serve.py
 burst_metrics), their JSON and their one-line errors."""
 
 from __future__ import annotations
@@ -201,3 +201,35 @@ def test_fewer_clients_than_replicas_leave_replicas_idle():
     assert four["throughput_tokens_per_second"] == pytest.approx(eight["throughput_tokens_per_second"] / 2, rel=1e-9)
     assert twelve["throughput_tokens_per_second"] == pytest.approx(
         (eight["throughput_tokens_per_second"] + sixteen["throughput_tokens_per_second"]) / 2, rel=1e-9)
+
+
+def test_burstiness_shapes_the_simulated_arrivals_only():
+    """--burstiness 0.25 at 8 req/s (vllm bench serve's gamma intervals of shape 0.25: the same
+    mean rate, arrivals bunched): Llama-3.1-8B on one H100, 400 prompts. The burst's TTFT tail
+    grows (p99 over 1.3x Poisson's) while the layouts' rows, priced for Poisson arrivals, stay
+    the same; the JSON workload says which shape the burst drew (1 when not given)."""
+    def plan(*extra):
+        result = run("--request-rate", "8", "--num-prompts", "400", *extra, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    poisson, bunched = plan(), plan("--burstiness", "0.25")
+    assert (poisson["serve_workload"]["burstiness"], bunched["serve_workload"]["burstiness"]) == (1.0, 0.25)
+    ttft = [p["recommended"]["metrics"]["ttft_seconds"]["p99"] for p in (poisson, bunched)]
+    assert ttft[1] > 1.3 * ttft[0], ttft
+    assert [row["ttft_seconds"] for row in poisson["layouts"]] == [row["ttft_seconds"] for row in bunched["layouts"]]
+
+
+def test_burstiness_draws_gamma_intervals_of_that_shape():
+    """The intervals' mean stays 1/rate (before vLLM's rescale to N/rate) and their spread is
+    the gamma's: coefficient of variation 1/sqrt(b), 2 at b = 0.25 and 0.5 at b = 4 (within
+    10% over 20,000 draws)."""
+    from planner.workload import arrival_times_seconds
+
+    for shape, cv in ((0.25, 2.0), (1.0, 1.0), (4.0, 0.5)):
+        times = arrival_times_seconds(20_000, 10.0, seed=1, burstiness=shape)
+        gaps = [b - a for a, b in zip((0.0, *times), times, strict=False)]
+        mean = sum(gaps) / len(gaps)
+        spread = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+        assert mean == pytest.approx(0.1, rel=1e-9)  # rescaled: the last at 20,000 / 10 s
+        assert spread / mean == pytest.approx(cv, rel=0.1), shape
