@@ -150,3 +150,16 @@ def test_console_script_help(repo_root: Path) -> None:
     )
     assert result.returncode == 0
     assert re.search(r"Usage: plan\b", result.stdout)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--layout", "tp=3"],
+    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--request-rate", "4", "--num-prompts", "20", "--json"],
+])
+def test_the_forked_runner_answers_as_a_fresh_interpreter(run_plan, run_plan_process, argv):
+    """Most CLI tests run `plan` in a child forked from the test worker (conftest run_plan, no
+    interpreter start-up); it must print, exit and name the program (click's "python -m
+    planner") exactly as `python -m planner` started afresh does."""
+    forked, fresh = run_plan(*argv), run_plan_process(*argv)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)

@@ -598,7 +598,7 @@ def _simulate_dispatched(
     A request that reaches an idle group runs alone until another reaches the group (a
     "solo"): its steps are those of the same request alone on a fresh engine, simulated once
     per (input, output) length and replayed, not stepped again (1,000 requests spread over
-    2,048 replicas: 256,000 steps stepped before, 4.9 s; one simulation now). Only a second
+    2,048 replicas: 256,000 steps stepped before, 9 s; one simulation now). Only a second
     request reaching the group while the solo runs makes its steps real: they are stepped from
     the solo's start up to the step in progress, and the group goes on as any other.
     `replay_solos` False steps every request (the reference the replay is tested against)."""
