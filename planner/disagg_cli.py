@@ -109,9 +109,8 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
         return Verdict("aggregated", f"{layout} keeps up with --request-rate {rate:g}/s and no disaggregated "
                                      f"deployment does ({label} at most {disaggregated.requests_per_second:.2f} "
                                      f"req/s per copy)")
-    measure = "TPOT" if objective == "latency" else "E2E"
-    a, d = ((aggregated.tpot_seconds, disaggregated.tpot_seconds) if objective == "latency" else
-            (aggregated.e2e_seconds, disaggregated.e2e_seconds))
+    measure, a, d = (("TPOT", aggregated.tpot_seconds, disaggregated.tpot_seconds) if objective == "latency" else
+                     ("E2E", aggregated.e2e_seconds, disaggregated.e2e_seconds))
     both = f"both keep up with --request-rate {rate:g}/s: {times}"
     if d < a * (1 - NEAR_TIE_FRACTION):
         return Verdict("disaggregated", f"{both} ({(d / a - 1) * 100:.0f}% {measure}): prompts no longer stall decode "
