@@ -42,9 +42,10 @@ class Plan(Generic[E, R]):
     """Layouts with nothing feasible, each with why (ordered by tp, pp, dp)."""
     num_configs_evaluated: int = 0
     num_configs_bounded: int = 0
-    """Training with a row limit (train_search.search's `keep_top`): configurations not
-    estimated because even their bound (train_search.throughput_bound) ranks below the last
-    row; neither feasible nor rejected."""
+    """A search with a row limit (train_search.search's and serve_search.evaluate's `keep_top`):
+    configurations (serving: layouts) not estimated because even their bound
+    (train_search.config_bound, serve.serving_bounds) ranks below the last row; neither
+    feasible nor rejected."""
     bounded_below_row: int | None = None
     """The row limit that bound applied to (None: every configuration was estimated)."""
     pareto: frozenset[Layout] = frozenset()

@@ -49,6 +49,7 @@ from planner.cost.serving_time import (
     Collective,
     RoundTime,
     StageRates,
+    StepConstants,
     StepLoad,
     StepTime,
     ep_exchange_seconds_per_moe_layer,
@@ -248,18 +249,38 @@ def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | N
     return f"{'; '.join(missed)} ({where})"
 
 
-def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
-             memo: Memo | None = None) -> ServeEstimate | Rejected:
-    """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it (or why it
-    cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
-    every SLA up to what the KV cache and max_num_seqs allow.
-    `memo`: the steady states and stage steps already priced for this layout, shared by
-    estimates whose model, cluster and request differ at most in the SLA limits (a sweep of
-    them: planner/frontier.py); None: this estimate's own."""
+@dataclass(frozen=True)
+class ReplicaSetup:
+    """What an estimate settles before pricing any step: where the replica's GPUs sit, its
+    stages' memory, and the most sequences it may run (replica_setup)."""
+
+    placement: Placement
+    stages: tuple[StageMemory, ...]
+    max_model_len: int
+    kv_tokens: int
+    """KV-cache tokens per replica (the least of its stages')."""
+    wanted: int
+    """wanted_batch."""
+    fit: int
+    """Running sequences the KV cache holds at their mean footprint."""
+    cap: int
+    """The most concurrent sequences per replica: wanted, the KV cache, the token budget and the
+    benchmark's clients (--max-concurrency) allowing."""
+    budget: int
+    """max_num_batched_tokens."""
+    constants: StepConstants
+    clients_bound: bool
+    notes: tuple[str, ...]
+    """Why cap is below what was wanted."""
+
+
+def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest
+                  ) -> ReplicaSetup | Rejected:
+    """estimate's first part (`cluster` with the request's MoE backend): the layout rejected for
+    its structure or memory (as vLLM would refuse it), else its ReplicaSetup."""
     reasons = structural_reasons(model, layout)
     if reasons:
         return Rejected(layout, tuple(reasons))
-    cluster = with_moe_backend(cluster, request.moe_backend)
     placement = place(cluster, layout)
     max_model_len = max_model_len_of(model, request)
     wanted = wanted_batch(request, cluster)
@@ -296,7 +317,26 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                          f"{clients:,} per replica (the engine would take {cap:,}; --max-num-seqs is set to it)")
             cap, clients_bound = clients, True
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
+    return ReplicaSetup(placement, tuple(stages), max_model_len, kv_tokens, wanted, fit, cap, budget, constants,
+                        clients_bound, tuple(notes))
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+             memo: Memo | None = None) -> ServeEstimate | Rejected:
+    """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it (or why it
+    cannot meet the SLA). The concurrency per replica: --batch, else the largest that meets
+    every SLA up to what the KV cache and max_num_seqs allow.
+    `memo`: the steady states and stage steps already priced for this layout, shared by
+    estimates whose model, cluster and request differ at most in the SLA limits (a sweep of
+    them: planner/frontier.py); None: this estimate's own."""
+    cluster = with_moe_backend(cluster, request.moe_backend)
     memo = memo if memo is not None else Memo()
+    setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
+    if isinstance(setup, Rejected):
+        return setup
+    placement, stages, max_model_len, kv_tokens = setup.placement, setup.stages, setup.max_model_len, setup.kv_tokens
+    wanted, fit, cap, budget, constants = setup.wanted, setup.fit, setup.cap, setup.budget, setup.constants
+    clients_bound, notes = setup.clients_bound, list(setup.notes)
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
@@ -516,6 +556,62 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         offered_rate_per_s=None if arriving is None else offered,
         overloaded=overloaded,
     )
+
+
+@dataclass(frozen=True)
+class LayoutBounds:
+    """What estimate() cannot go past on one layout, whatever concurrency it settles on
+    (serving_bounds): what the bounded search (serve_search.bounded_evaluation) skips by."""
+
+    max_tokens_per_second: float
+    """Output tokens/s of all the replicas, at most."""
+    min_tpot_seconds: float
+    """TPOT under load and at one sequence (tpot_batch1_seconds), at least."""
+
+
+def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                   memo: Memo | None = None) -> LayoutBounds | Rejected:
+    """The layout's LayoutBounds for a request without an offered rate, from two decode rounds
+    (or the Rejected estimate() returns for its structure or memory, found the same way).
+    A steady state of C clients (continuous_batching.steady_state) runs lambda requests a round
+    and n_d = lambda D decoding sequences (D = (O - 1) / e rounds a request decodes, e tokens
+    a round), and a request spends C / lambda rounds from arrival to its last token: D + S_p
+    below the budget (its S_p prompt rounds take at least S_p rounds, prompt_service_seconds),
+    the whole cycle at it; every round at least the decode round R(n_d), as a chunk or more
+    tokens only add time. So E2E >= (C / lambda) R(n_d) and the tokens/s C O / E2E are at most
+    (O / D) n_d / R(n_d), with n_d <= C <= B (ReplicaSetup.cap). Two facts of the step's
+    terms make the rest: each grows with the load, and none grows faster than the tokens it
+    prices (weight reads and fixed costs stay, GEMMs at u(M) = M / (M + M_half) cost
+    (M + M_half) in rows, the touched experts grow at most like the tokens, transfers are
+    latency plus bytes), so n / R(n) never falls as n grows. From C >= p (k = p micro-batches
+    in flight) that gives n_d / R(n_d) <= B / R(B); below p (k = ceil(C)) every round is at
+    least the lone micro-batch's path at no load, R_0 (round_time's path only grows with
+    the load), and n_d < p. Tokens/s <= d (O / D) max(B / R(B), min(p, B) / R_0). TPOT (the
+    mean round a decoding request sees over e, and the one-sequence TPOT) >= R_0 / e.
+    tests/perf/test_bounded_serving.py checks both against every layout of the shipped pairs."""
+    cluster = with_moe_backend(cluster, request.moe_backend)
+    memo = memo if memo is not None else Memo()
+    setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
+    if isinstance(setup, Rejected):
+        return setup
+    priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+
+    def decode_round_seconds(seqs: int) -> float:
+        load = StepLoad(seqs, seqs * request.decode_context_tokens, spec_tokens=seqs * spec_tokens)
+        return round_time(model, cluster, layout, setup.placement, setup.stages, load,
+                          micro_batches_in_flight(layout, seqs), None, expert_imbalance(request), setup.constants,
+                          priced).seconds
+
+    lone_path = decode_round_seconds(0)  # R_0: k = 1, nothing to decode, one row priced
+    decode_rounds = max(request.output_len - 1, 0) / tokens_per_round
+    if decode_rounds == 0:  # one output token: nothing bounds the prompt-only cycle here
+        return LayoutBounds(math.inf, lone_path / tokens_per_round)
+    cap = setup.cap
+    per_round = cap / decode_round_seconds(cap)
+    if layout.pp > 1:
+        per_round = max(per_round, min(layout.pp, cap) / lone_path)
+    return LayoutBounds(layout.dp * request.output_len / decode_rounds * per_round, lone_path / tokens_per_round)
 
 
 def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:

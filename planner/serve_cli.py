@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from planner.cost.serving_memory import (
@@ -105,20 +106,26 @@ def engine_version(plan: ServePlan, engine: str) -> str:
     return f"{engine} {versions.sglang if engine == 'sglang' else versions.vllm}"
 
 
-def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
-    """The plan less the layouts no serving engine starts as planned (planner/emit/command.py),
-    and those the chosen engine refuses (SGLang: emit/sglang.refusal)."""
+def launch_refusals(cluster: ClusterSpec, request: ServeRequest, engine: str = "vllm"
+                    ) -> Callable[[ServeEstimate], list[str]]:
+    """Why no serving engine starts an estimate as planned (planner/emit/command.py), or the
+    chosen engine refuses it (SGLang: emit/sglang.refusal); empty where it starts."""
     from planner.emit.sglang import refusal
 
-    gpus_per_node = plan.cluster.gpus_per_node
-    speculation = plan.request.speculation
+    gpus_per_node = cluster.gpus_per_node
 
     def reasons(r: ServeEstimate) -> list[str]:
         found = placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node, r.layout.ep)
-        refused = refusal(r.layout, speculation) if engine == "sglang" else None
+        refused = refusal(r.layout, request.speculation) if engine == "sglang" else None
         return found + ([refused] if refused else [])
 
-    return without_refused(plan, lambda r: r.layout, reasons)
+    return reasons
+
+
+def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
+    """The plan less the layouts no serving engine starts as planned, and those the chosen
+    engine refuses (launch_refusals)."""
+    return without_refused(plan, lambda r: r.layout, launch_refusals(plan.cluster, plan.request, engine))
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
@@ -130,8 +137,12 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     if filtered and request.mode == "disaggregated":
         raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
                         "workers of its own (drop --layout, or use --mode aggregated)")
-    plan = plan_serving(model, cluster, request)
     engine = "vllm" if emit == "megatron" else emit
+    # the rows shown are all that is wanted unless every layout is (--json without --top)
+    keep_top = None if show_rejected else (top if json_output else top or DEFAULT_TOP_ROWS)
+    refusals = launch_refusals(cluster, request, engine) if engine != "none" else None
+    plan = plan_serving(model, cluster, request, keep_top=keep_top,
+                        counts=None if refusals is None else (lambda r: not refusals(r)))
     if engine != "none":
         plan = launchable(plan, engine)
     if request.mode != "aggregated" and not filtered:

@@ -9,6 +9,7 @@ layout feasible.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from planner.catalog import cluster_from_shorthand
@@ -33,7 +34,7 @@ from planner.search import (
     non_dominated,
     run_search,
 )
-from planner.serve import ServeEstimate, estimate
+from planner.serve import LayoutBounds, ServeEstimate, estimate, serving_bounds
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
@@ -193,12 +194,17 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
                         f"(measured there: {', '.join(measured) or 'none'})")
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:
+def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None,
+             keep_top: int | None = None, counts: Callable[[ServeEstimate], bool] | None = None) -> ServePlan:
     """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked.
     `memo`: shared with other searches that differ only in the SLA limits (serve.estimate).
+    `keep_top`: only the best this many layouts are wanted (the table's rows, a --top), of
+    those `counts` keeps (default all: the launch's refusals drop the others afterwards); the
+    rest may be bounded out (bounded_evaluation).
     The request as the vLLM release can serve it (for_vllm_release: V0 plans ep = 1)."""
     request = for_vllm_release(request)
     check_request(model, cluster, request)
+    memo = memo if memo is not None else Memo()
 
     def evaluate_layout(layout: Layout) -> LayoutResult[ServeEstimate]:
         result = estimate(model, cluster, layout, request, memo)
@@ -206,14 +212,88 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
             return [], result, 1
         return [result], None, 1
 
+    bounded = None
+    if keep_top is not None and request.offered_rate_per_s is None:
+        bounded = bounded_evaluation(model, cluster, request, memo, evaluate_layout, keep_top,
+                                     counts or (lambda e: True))
     num_gpus = request.num_gpus or cluster.num_gpus
     plan = run_search(model, cluster, request, num_gpus, request.layout, evaluate_layout,
-                      lambda found: rank(found, request.objective), leave_idle=True)
+                      lambda found: rank(found, request.objective), leave_idle=True, evaluate_all=bounded)
+    if plan.num_configs_bounded:
+        plan = replace(plan, bounded_below_row=keep_top)
     return replace(plan, pareto=pareto_front(list(plan.layouts)))
 
 
-def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None) -> ServePlan:
-    plan = evaluate(model, cluster, request, memo)
+BOUNDED_MIN_LAYOUTS = 32
+"""The fewest candidate layouts bounded_evaluation bounds (fewer: every one is estimated, the
+bounds would cost about what they save: a node has 5-30; 4 nodes 40-60, where bounding saves
+10-15%; 16,384 GPUs 120-273)."""
+
+
+def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo,
+                       evaluate_layout: Callable[[Layout], LayoutResult[ServeEstimate]], keep_top: int,
+                       counts: Callable[[ServeEstimate], bool]
+                       ) -> Callable[[list[Layout]], list[LayoutResult[ServeEstimate]]]:
+    """run_search's evaluate_all for a plan that shows only its best `keep_top` layouts and its
+    summary (no offered rate: rank orders by the objective alone). Each layout's bounds
+    (serve.serving_bounds: what its tokens/s cannot exceed, its TPOT go below; its rejection for
+    structure or memory, found the same way) come first; the layouts are then estimated from
+    the most promising on the objective, and one is skipped (counted as bounded) where its bound
+    cannot reach the rows: for throughput, below T = min(the keep_top-th best tokens/s, the
+    best's less NEAR_TIE_FRACTION) among the estimates `counts` keeps; for latency, TPOT above
+    max(the keep_top-th lowest, the lowest's plus NEAR_TIE_FRACTION). A skipped layout would
+    rank below every row (rank: the near-tie band, then the objective), and it beats none of
+    them on that axis, so the rows and their pareto marks are the plain search's. The summary's
+    other figures are also kept exact: the layout with the most tokens/s (latency objective) and
+    the lowest one-sequence TPOT (both) are estimated wherever a bound could beat the best
+    found. Below BOUNDED_MIN_LAYOUTS candidates every layout is estimated."""
+    def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[ServeEstimate]]:
+        if len(candidates) < BOUNDED_MIN_LAYOUTS:
+            return [evaluate_layout(layout) for layout in candidates]
+        bounds = [serving_bounds(model, cluster, layout, request, memo) for layout in candidates]
+        results: dict[int, LayoutResult[ServeEstimate]] = {
+            i: LayoutResult([], bound, 1) for i, bound in enumerate(bounds) if isinstance(bound, Rejected)}
+        kept: list[ServeEstimate] = []
+
+        def run(i: int) -> None:
+            results[i] = LayoutResult(*evaluate_layout(candidates[i]))
+            kept.extend(e for e in results[i].found if counts(e))
+
+        def reaches_rows(bound: LayoutBounds) -> bool:
+            if len(kept) < keep_top:
+                return True
+            if request.objective == "latency":
+                tpots = sorted(e.tpot_seconds for e in kept)
+                return bound.min_tpot_seconds <= max(tpots[keep_top - 1], tpots[0] * (1 + NEAR_TIE_FRACTION))
+            rates = sorted((e.throughput_tokens_per_second for e in kept), reverse=True)
+            return bound.max_tokens_per_second >= min(rates[keep_top - 1], rates[0] * (1 - NEAR_TIE_FRACTION))
+
+        def most_rate(bound: LayoutBounds) -> bool:
+            return not kept or bound.max_tokens_per_second >= max(e.throughput_tokens_per_second for e in kept)
+
+        def least_tpot1(bound: LayoutBounds) -> bool:
+            return not kept or bound.min_tpot_seconds <= min(e.tpot_batch1_seconds for e in kept)
+
+        priced = [i for i in range(len(candidates)) if i not in results]
+        by_rate = sorted(priced, key=lambda i: -bounds[i].max_tokens_per_second)
+        by_tpot = sorted(priced, key=lambda i: bounds[i].min_tpot_seconds)
+        passes = [(by_tpot if request.objective == "latency" else by_rate, reaches_rows), (by_tpot, least_tpot1)]
+        if request.objective == "latency":
+            passes.append((by_rate, most_rate))
+        for order, wanted in passes:
+            for i in order:
+                if i not in results and wanted(bounds[i]):
+                    run(i)
+        return [results.get(i, LayoutResult([], None, 1, 1)) for i in range(len(candidates))]
+
+    return evaluate_all
+
+
+def plan_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None,
+                 keep_top: int | None = None, counts: Callable[[ServeEstimate], bool] | None = None) -> ServePlan:
+    """The plan and, where a layout fits, the recommended layout's alternatives (MoE and
+    all-to-all backends, speculative decoding); else what would fit. `keep_top`, `counts`: evaluate's."""
+    plan = evaluate(model, cluster, request, memo, keep_top, counts)
     if plan.layouts:
         best = plan.layouts[0]
         return replace(plan, moe_backend_options=moe_backend_options(model, cluster, request, best),

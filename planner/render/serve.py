@@ -159,8 +159,11 @@ COLUMNS = (
 def render_table(plan: ServePlan, top: int) -> Table:
     from rich.table import Table
 
-    table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of "
-                        f"{len(plan.layouts) + len(plan.rejected)}, ranked by {ranking(plan.request)})")
+    total = len(plan.layouts) + len(plan.rejected) + plan.num_configs_bounded
+    bounded = (f"; {plan.num_configs_bounded:,} more not estimated: bounded below row {plan.bounded_below_row}"
+               if plan.num_configs_bounded else "")
+    table = Table(title=f"Serving layouts ({len(plan.layouts)} feasible of {total}, ranked by "
+                        f"{ranking(plan.request)}{bounded})")
     columns = [c for c in COLUMNS if plan.model.is_moe or c.header not in MOE_COLUMNS]
     for column in columns:
         table.add_column(column.header, justify=column.justify)
@@ -617,6 +620,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
                       "reasons": list(r.reasons)}
                      for r in plan.rejected],
+        "num_layouts_bounded": plan.num_configs_bounded,
         "suggestions": list(plan.suggestions),
     }
 

@@ -1,0 +1,248 @@
+"""The bounded serving search (serve_search.bounded_evaluation) shows the plain search's rows.
+
+A plan that shows only its best k layouts (the table, --top) prices each layout's bounds first
+(serve.serving_bounds: tokens/s it cannot exceed, a TPOT it cannot go below) and skips the
+layouts whose bound cannot reach the rows. Safe when
+  - the bounds hold for every layout the search can meet, checked here against the estimate of
+    every layout of shipped pairs under many requests (objectives, SLAs, --batch, clients,
+    speculative decoding, DeepEP with dual-batch overlap, datasets, one output token);
+  - the first k rows, their pareto marks and the summary's other layouts (most tokens/s,
+    lowest one-sequence TPOT) are the plain search's: checked on those pairs and on random
+    requests.
+No timing here: bench/bench_plan.py measures the speed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import serve_search
+from planner.catalog import resolve_cluster, resolve_model
+from planner.cost.serving_time import StepLoad, round_time, with_moe_backend
+from planner.layout import Layout, Rejected
+from planner.memo import Memo
+from planner.requests import ServeRequest, Speculation, for_vllm_release
+from planner.search import candidate_layouts, expert_search
+from planner.serve import ServeEstimate, estimate, expert_imbalance, replica_setup, serving_bounds
+from planner.serve_search import ServePlan, evaluate
+from planner.specs import ClusterSpec, ModelSpec
+from planner.units import ms_to_seconds
+
+MTP = Speculation("mtp", 2, (0.8, 0.6))
+
+REQUESTS = {
+    "default": ServeRequest(),
+    "latency": ServeRequest(objective="latency"),
+    "tpot sla": ServeRequest(max_tpot_seconds=0.05),
+    "ttft and e2e sla": ServeRequest(max_ttft_seconds=0.5, max_e2e_seconds=8.0, input_len=4096, output_len=512),
+    "batch 8": ServeRequest(batch=8),
+    "clients": ServeRequest(max_concurrency=100),
+    "short output": ServeRequest(input_len=128, output_len=2),
+    "one output token": ServeRequest(input_len=2048, output_len=1),
+    "long prompt, small budget": ServeRequest(input_len=8192, output_len=128, max_num_batched_tokens=1024),
+    "dataset": ServeRequest(input_len=900, output_len=220, dataset="mix.jsonl",
+                            dataset_lengths=((200, 40), (1600, 400))),
+}
+"""Requests without an offered rate (the bounded search's)."""
+
+PAIRS = {
+    "deepseek-v3 on 4x8xH200": ("deepseek-v3", "4x8xH200"),
+    "qwen3-30b-a3b on 4x8xH100": ("qwen3-30b-a3b", "4x8xH100"),
+    "llama-3.1-70b on 8x8xH100": ("llama-3.1-70b", "8x8xH100"),
+    "mixtral-8x7b on 4x8xA100": ("mixtral-8x7b", "4x8xA100"),
+    "llama-3.1-8b on 2x8xA100-40GB": ("llama-3.1-8b", "2x8xA100-40GB"),
+}
+
+
+def _candidates(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[Layout]:
+    return candidate_layouts(cluster.num_gpus, request.layout, *expert_search(model, cluster), None, True)
+
+
+def check_bounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> int:
+    """Every layout: the bounds' rejection is the estimate's; otherwise its tokens/s are at most
+    the bound and its TPOTs (under load, at one sequence) at least the floor. The count of
+    layouts estimated."""
+    request = for_vllm_release(request)
+    memo, checked = Memo(), 0
+    for layout in _candidates(model, cluster, request):
+        bound = serving_bounds(model, cluster, layout, request, memo)
+        found = estimate(model, cluster, layout, request, memo)
+        if isinstance(bound, Rejected):
+            assert found == bound
+            continue
+        if isinstance(found, Rejected):  # an SLA no concurrency meets
+            continue
+        assert found.throughput_tokens_per_second <= bound.max_tokens_per_second * (1 + 1e-12), layout
+        assert bound.min_tpot_seconds <= min(found.tpot_seconds, found.tpot_batch1_seconds) * (1 + 1e-12), layout
+        checked += 1
+    return checked
+
+
+def rotation(names: list[str], per_request: int) -> list[tuple[str, str]]:
+    """Each request on `per_request` of the pairs, taken in turn, so every pair meets several
+    requests (a sweep of all of them costs the suite a minute)."""
+    pairs = list(PAIRS)
+    return [(pairs[(i * per_request + j) % len(pairs)], name)
+            for i, name in enumerate(names) for j in range(per_request)]
+
+
+@pytest.mark.parametrize(("pair", "request_name"), rotation(list(REQUESTS), 2), ids=" / ".join)
+def test_the_bounds_hold_for_every_layout(pair: str, request_name: str) -> None:
+    model_name, cluster_name = PAIRS[pair]
+    assert check_bounds(resolve_model(model_name), resolve_cluster(cluster_name), REQUESTS[request_name]) > 0
+
+
+@pytest.mark.parametrize("serve_request", [
+    ServeRequest(speculation=MTP),
+    ServeRequest(speculation=MTP, objective="latency"),
+    ServeRequest(all2all_backend="deepep_low_latency", enable_dbo=True),
+    ServeRequest(all2all_backend="deepep_high_throughput", kv_cache_dtype="fp8"),
+], ids=["mtp", "mtp latency", "deepep ll dbo", "deepep ht fp8 kv"])
+def test_the_bounds_hold_with_drafts_and_deepep(serve_request: ServeRequest) -> None:
+    """DeepSeek-V3 across 4 nodes of H200: its MTP drafter, DeepEP's exchange, dual-batch
+    overlap (a step priced as two overlapped halves) are load terms too."""
+    assert check_bounds(resolve_model("deepseek-v3"), resolve_cluster("4x8xH200"), serve_request) > 0
+
+
+def test_the_bounds_of_one_layout_by_hand() -> None:
+    """Llama-3.1-70B on 2x8 H100 at tp=4 pp=2 dp=2, 1,024/256 tokens: D = 255 decode rounds a
+    request, B = its cap of sequences, R(B) the decode round of B sequences over k = 2
+    micro-batches and R_0 one micro-batch's path at no load. Tokens/s at most
+    dp * (O / D) * max(B / R(B), min(p, B) / R_0) = 2 * (256 / 255) * max(1024 / R(1024), 2 / R_0);
+    TPOT at least R_0."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    request = for_vllm_release(ServeRequest())
+    layout = Layout(4, 2, 2)
+    setup = replica_setup(model, with_moe_backend(cluster, request.moe_backend), layout, request)
+    assert not isinstance(setup, Rejected)
+    cap = setup.cap
+    assert cap == 1024  # vLLM's default max_num_seqs on H100 (serve.wanted_batch); the KV cache holds them
+
+    def decode_round(seqs: int, in_flight: int) -> float:
+        load = StepLoad(seqs, seqs * request.decode_context_tokens)
+        return round_time(model, cluster, layout, setup.placement, setup.stages, load, in_flight, None,
+                          expert_imbalance(request), setup.constants).seconds
+
+    lone_path, full = decode_round(0, 1), decode_round(1024, 2)
+    bound = serving_bounds(model, cluster, layout, request)
+    assert bound.max_tokens_per_second == pytest.approx(2 * 256 / 255 * max(1024 / full, 2 / lone_path), rel=1e-12)
+    assert bound.min_tpot_seconds == pytest.approx(lone_path, rel=1e-12)
+    assert 1024 / full > 2 / lone_path  # the full batch, not the few-sequence pipeline, sets it here
+
+
+def _rows(plan: ServePlan, k: int) -> list[ServeEstimate]:
+    return list(plan.layouts[:k])
+
+
+def _summary_layouts(plan: ServePlan) -> tuple[Layout, Layout, Layout]:
+    """What render/serve.summary_lines picks over every listed layout."""
+    return (min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp)).layout,
+            min(plan.layouts, key=lambda r: (r.tpot_batch1_seconds, r.layout.tp, r.layout.pp)).layout,
+            max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp)).layout)
+
+
+def check_bounded_rows(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, keep_tops: tuple[int, ...],
+                       monkeypatch: pytest.MonkeyPatch) -> list[ServePlan]:
+    """The bounded search (bounding every search, however small) against the plain one, for
+    each row limit: the same first rows (the same estimates), pareto marks on them, and summary
+    layouts."""
+    monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", 0)
+    plain = evaluate(model, cluster, request)
+    plans = []
+    for keep_top in keep_tops:
+        bounded = evaluate(model, cluster, request, keep_top=keep_top)
+        assert _rows(bounded, keep_top) == _rows(plain, keep_top)
+        assert [r.layout in bounded.pareto for r in _rows(bounded, keep_top)] == \
+            [r.layout in plain.pareto for r in _rows(plain, keep_top)]
+        if plain.layouts:  # the lowest TPOT under load is summarised for the latency objective only
+            fastest, lone, most = _summary_layouts(plain)
+            b_fastest, b_lone, b_most = _summary_layouts(bounded)
+            assert (b_lone, b_most) == (lone, most)
+            assert b_fastest == fastest or request.objective != "latency"
+        total = len(plain.layouts) + len(plain.rejected)
+        assert len(bounded.layouts) + len(bounded.rejected) + bounded.num_configs_bounded == total
+        assert bounded.bounded_below_row == (keep_top if bounded.num_configs_bounded else None)
+        plans.append(bounded)
+    return plans
+
+
+@pytest.mark.parametrize(("pair", "request_name"),
+                         rotation(["default", "latency", "tpot sla", "clients", "dataset"], 2), ids=" / ".join)
+def test_the_bounded_search_keeps_the_first_rows(pair: str, request_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model_name, cluster_name = PAIRS[pair]
+    plans = check_bounded_rows(resolve_model(model_name), resolve_cluster(cluster_name), REQUESTS[request_name],
+                               (1, 3, 10), monkeypatch)
+    assert plans[0].num_configs_bounded > 0  # one row: the bound skips something on every case here
+
+
+def test_the_bound_skips_most_layouts_at_16384_gpus() -> None:
+    """DeepSeek-V3 on 2048x8 H100, the table's 10 rows: 273 layouts, 184 rejected for structure
+    or memory; of the 89 that run only those whose bound reaches the rows are estimated (23 when
+    written), and the rows are the plain search's."""
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("2048x8xH100")
+    plain = evaluate(model, cluster, ServeRequest())
+    bounded = evaluate(model, cluster, ServeRequest(), keep_top=10)
+    assert _rows(bounded, 10) == _rows(plain, 10)
+    assert len(plain.layouts) == 89 and len(bounded.rejected) == len(plain.rejected) == 184
+    assert bounded.num_configs_bounded >= 50
+    assert _summary_layouts(bounded)[1:] == _summary_layouts(plain)[1:]
+
+
+def test_the_threshold_counts_only_what_the_launch_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `counts` refusing the best layout's tp (as an engine refusing a TP degree would),
+    the first rows among the rest are the plain search's first rows among the rest."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+    monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", 0)
+    plain = evaluate(model, cluster, ServeRequest())
+    refused_tp = plain.layouts[0].layout.tp
+    bounded = evaluate(model, cluster, ServeRequest(), keep_top=5, counts=lambda r: r.layout.tp != refused_tp)
+    kept = lambda plan: [r for r in plan.layouts if r.layout.tp != refused_tp][:5]  # noqa: E731
+    assert kept(bounded) == kept(plain)
+    assert len(kept(plain)) == 5 and bounded.num_configs_bounded > 0
+
+
+def test_a_rate_is_never_bounded() -> None:
+    """Under a finite --request-rate the layouts that keep up rank by E2E latency, which no
+    bound here orders: every layout is estimated."""
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("16x8xH100")
+    request = ServeRequest(request_rate_per_s=20.0)
+    assert request.offered_rate_per_s is not None
+    assert evaluate(model, cluster, request, keep_top=3).num_configs_bounded == 0
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    pair=st.sampled_from(["qwen3-30b-a3b on 4x8xH100", "llama-3.1-70b on 8x8xH100", "mixtral-8x7b on 4x8xA100"]),
+    lengths=st.sampled_from([(128, 128), (1024, 256), (4096, 512), (256, 2048), (16000, 64)]),
+    objective=st.sampled_from(["throughput", "latency"]),
+    tpot_limit_ms=st.sampled_from([None, 20.0, 60.0]),
+    batch=st.sampled_from([None, 1, 32]),
+    keep_top=st.sampled_from([1, 2, 10]),
+)
+def test_the_bounded_search_keeps_the_first_rows_of_random_requests(pair, lengths, objective, tpot_limit_ms, batch,
+                                                                     keep_top) -> None:
+    model_name, cluster_name = PAIRS[pair]
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    request = ServeRequest(input_len=lengths[0], output_len=lengths[1], objective=objective, batch=batch,
+                           max_tpot_seconds=None if tpot_limit_ms is None else ms_to_seconds(tpot_limit_ms))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check_bounded_rows(model, cluster, request, (keep_top,), monkeypatch)
+
+
+def test_the_table_says_what_its_bound_left_out_and_json_top_matches_it(run_plan) -> None:
+    """Qwen3-30B-A3B on 4x8 H100 (57 candidate layouts): the table's title counts the layouts
+    not estimated below its 10 rows; --json --top 3 counts them too and lists the same three
+    layouts as --json, which estimates every layout (num_layouts_bounded 0)."""
+    args = ("--model", "qwen3-30b-a3b", "--cluster", "4x8xH100", "--mode", "aggregated")
+    table = run_plan(*args)
+    assert table.returncode == 0, table.stderr
+    assert "more not estimated: bounded below row 10)" in " ".join(table.stdout.split())
+    top = run_plan(*args, "--json", "--top", "3")
+    every = run_plan(*args, "--json")
+    top_json, every_json = json.loads(top.stdout), json.loads(every.stdout)
+    assert top_json["num_layouts_bounded"] > 0 and every_json["num_layouts_bounded"] == 0
+    assert top_json["layouts"] == every_json["layouts"][:3]
