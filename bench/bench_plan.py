@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
-from planner.requests import ServeRequest, TrainRequest  # noqa: E402
+from planner.requests import DEFAULT_TOP_ROWS, ServeRequest, TrainRequest  # noqa: E402
 from planner.serve_search import plan_serving  # noqa: E402
 from planner.train_search import search  # noqa: E402
 
@@ -68,9 +68,13 @@ def train_request(model_name: str, num_gpus: int) -> TrainRequest:
 
 
 def run_serve(model, cluster, model_name: str, num_gpus: int) -> tuple[int, str]:
-    plan = plan_serving(model, cluster, ServeRequest())
+    """The CLI's table (`plan --model M --cluster C`): the best DEFAULT_TOP_ROWS layouts, the
+    rest bounded out where their bound cannot reach them (serve_search.bounded_evaluation);
+    the count is every layout, estimated, rejected or bounded."""
+    plan = plan_serving(model, cluster, ServeRequest(), keep_top=DEFAULT_TOP_ROWS)
     best = plan.recommended
-    return len(plan.layouts) + len(plan.rejected), str(best.layout) if best else "none fits"
+    return (len(plan.layouts) + len(plan.rejected) + plan.num_configs_bounded,
+            str(best.layout) if best else "none fits")
 
 
 def run_train(model, cluster, model_name: str, num_gpus: int) -> tuple[int, str]:

@@ -481,7 +481,9 @@ def serve_replan(model: ModelSpec, request: ServeRequest, explained: Layout) -> 
         if unfiltered.speculation is not None and knobs.draft_acceptance != 1.0:
             rates = tuple(min(1.0, rate * knobs.draft_acceptance) for rate in unfiltered.speculation.acceptance)
             moved = replace(unfiltered, speculation=replace(unfiltered.speculation, acceptance=rates))
-        plan = evaluate(model, cluster, moved)
+        # the recommendation and the explained layout are all a re-plan reads: the other layouts
+        # are bounded out where they cannot be first (serve_search.bounded_evaluation)
+        plan = evaluate(model, cluster, moved, keep_top=1, always=frozenset({explained}), summary=False)
         mine = next((r for r in plan.layouts if r.layout == explained), None)
         metrics = None if mine is None else (
             ("tpot_seconds", mine.tpot_seconds), ("ttft_seconds", mine.ttft_seconds),

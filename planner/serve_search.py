@@ -195,12 +195,15 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo | None = None,
-             keep_top: int | None = None, counts: Callable[[ServeEstimate], bool] | None = None) -> ServePlan:
+             keep_top: int | None = None, counts: Callable[[ServeEstimate], bool] | None = None,
+             always: frozenset[Layout] = frozenset(), summary: bool = True) -> ServePlan:
     """Every layout estimated (rejected with reasons, including an SLA no concurrency meets), ranked.
     `memo`: shared with other searches that differ only in the SLA limits (serve.estimate).
     `keep_top`: only the best this many layouts are wanted (the table's rows, a --top), of
     those `counts` keeps (default all: the launch's refusals drop the others afterwards); the
-    rest may be bounded out (bounded_evaluation).
+    rest may be bounded out (bounded_evaluation), except the layouts in `always` (plan
+    explain's re-plans read the explained layout's figures); `summary`: the plan's summary is
+    shown, so the figures it names beyond the rows are kept exact.
     The request as the vLLM release can serve it (for_vllm_release: V0 plans ep = 1)."""
     request = for_vllm_release(request)
     check_request(model, cluster, request)
@@ -215,7 +218,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
     bounded = None
     if keep_top is not None and request.offered_rate_per_s is None:
         bounded = bounded_evaluation(model, cluster, request, memo, evaluate_layout, keep_top,
-                                     counts or (lambda e: True))
+                                     counts or (lambda e: True), always, summary)
     num_gpus = request.num_gpus or cluster.num_gpus
     plan = run_search(model, cluster, request, num_gpus, request.layout, evaluate_layout,
                       lambda found: rank(found, request.objective), leave_idle=True, evaluate_all=bounded)
@@ -232,8 +235,8 @@ bounds would cost about what they save: a node has 5-30; 4 nodes 40-60, where bo
 
 def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo,
                        evaluate_layout: Callable[[Layout], LayoutResult[ServeEstimate]], keep_top: int,
-                       counts: Callable[[ServeEstimate], bool]
-                       ) -> Callable[[list[Layout]], list[LayoutResult[ServeEstimate]]]:
+                       counts: Callable[[ServeEstimate], bool], always: frozenset[Layout] = frozenset(),
+                       summary: bool = True) -> Callable[[list[Layout]], list[LayoutResult[ServeEstimate]]]:
     """run_search's evaluate_all for a plan that shows only its best `keep_top` layouts and its
     summary (no offered rate: rank orders by the objective alone). Each layout's bounds
     (serve.serving_bounds: what its tokens/s cannot exceed, its TPOT go below; its rejection for
@@ -246,10 +249,11 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     them on that axis, so the rows and their pareto marks are the plain search's. The summary's
     other figures are also kept exact: the layout with the most tokens/s (latency objective) and
     the lowest one-sequence TPOT (both) are estimated wherever a bound could beat the best
-    found. Below BOUNDED_MIN_LAYOUTS candidates every layout is estimated."""
+    found (unless `summary` is False: no summary is shown). The layouts in `always` are estimated whatever their bounds. Below BOUNDED_MIN_LAYOUTS
+    candidates every layout is estimated."""
     def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[ServeEstimate]]:
         if len(candidates) < BOUNDED_MIN_LAYOUTS:
-            return [evaluate_layout(layout) for layout in candidates]
+            return [LayoutResult(*evaluate_layout(layout)) for layout in candidates]
         bounds = [serving_bounds(model, cluster, layout, request, memo) for layout in candidates]
         results: dict[int, LayoutResult[ServeEstimate]] = {
             i: LayoutResult([], bound, 1) for i, bound in enumerate(bounds) if isinstance(bound, Rejected)}
@@ -275,11 +279,16 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             return not kept or bound.min_tpot_seconds <= min(e.tpot_batch1_seconds for e in kept)
 
         priced = [i for i in range(len(candidates)) if i not in results]
+        for i in priced:
+            if candidates[i] in always:
+                run(i)
         by_rate = sorted(priced, key=lambda i: -bounds[i].max_tokens_per_second)
         by_tpot = sorted(priced, key=lambda i: bounds[i].min_tpot_seconds)
-        passes = [(by_tpot if request.objective == "latency" else by_rate, reaches_rows), (by_tpot, least_tpot1)]
-        if request.objective == "latency":
-            passes.append((by_rate, most_rate))
+        passes = [(by_tpot if request.objective == "latency" else by_rate, reaches_rows)]
+        if summary:
+            passes.append((by_tpot, least_tpot1))
+            if request.objective == "latency":
+                passes.append((by_rate, most_rate))
         for order, wanted in passes:
             for i in order:
                 if i not in results and wanted(bounds[i]):

@@ -14,6 +14,7 @@ No timing here: bench/bench_plan.py measures the speed.
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -246,3 +247,33 @@ def test_the_table_says_what_its_bound_left_out_and_json_top_matches_it(run_plan
     top_json, every_json = json.loads(top.stdout), json.loads(every.stdout)
     assert top_json["num_layouts_bounded"] > 0 and every_json["num_layouts_bounded"] == 0
     assert top_json["layouts"] == every_json["layouts"][:3]
+
+
+def test_plan_explains_re_plans_are_bounded_and_report_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan explain's sensitivity re-plans read the recommendation and the explained layout only:
+    they are bounded at one row with the explained layout always estimated, and the report is
+    the one the plain re-plans give (Qwen3-30B-A3B on 4x8 H100, latency objective)."""
+    from rich.console import Console
+
+    from planner import sensitivity
+    from planner.explain import explain_serving
+    from planner.render.explain import render_explanation
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+
+    def report(bounded_from: int) -> str:
+        monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", bounded_from)
+        out = Console(file=io.StringIO(), width=140, record=True)
+        render_explanation(explain_serving(model, cluster, ServeRequest(objective="latency"), sensitivity.LIGHT), out)
+        return out.export_text()
+
+    calls: list[int] = []
+    bounded = serve_search.bounded_evaluation
+
+    def counted(*args, **kwargs):
+        evaluate_all = bounded(*args, **kwargs)
+        return lambda candidates: [calls.append(r.num_bounded) or r for r in evaluate_all(candidates)]
+
+    monkeypatch.setattr(serve_search, "bounded_evaluation", counted)
+    assert report(0) == report(10**9)
+    assert sum(calls) > 0  # the re-plans did skip layouts
