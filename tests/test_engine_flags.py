@@ -95,17 +95,34 @@ TRAIN_CASES = [("llama-3.1-8b", "1x8xH100"), ("llama-3.1-70b", "4x8xH100"), ("mi
 """Models whose KV heads and layer counts differ (8 KV groups, MHA, MoE, qkv bias, learned positions)."""
 
 
+ZEROS, RECOMPUTES, SCHEDULES = (0, 1, 2, 3), ("none", "selective", "full"), ("gpipe", "1f1b", "interleaved")
+OPTION_PAIRS = [(zero, recompute, SCHEDULES[(z + r) % 3])
+                for z, zero in enumerate(ZEROS) for r, recompute in enumerate(RECOMPUTES)]
+"""12 of the 36 (--zero, --recompute, --schedule) triples holding every pair of two options'
+values: every (zero, recompute) once, and for each zero (recompute) the schedule runs over all
+three as the recompute (zero) does (schedule index = zero index + recompute index, mod 3). The
+flags each option emits interact in pairs (ZeRO with the schedule's overlap flags, recompute
+with the schedule's virtual stages); the 36 searches took 30 s of the suite."""
+
+
+def test_option_pairs_cover_every_pair() -> None:
+    for first, second in itertools.combinations(range(3), 2):
+        assert {(t[first], t[second]) for t in OPTION_PAIRS} == set(itertools.product(
+            *((ZEROS, RECOMPUTES, SCHEDULES)[i] for i in (first, second))))
+    assert len(OPTION_PAIRS) == 12
+
+
 @pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
 @pytest.mark.parametrize("model_name, cluster_name", TRAIN_CASES)
 def test_training_commands_start_with_every_option(model_name, cluster_name, megatron, engine_check):
-    """--zero 0-3 x --recompute x --schedule, every feasible configuration's command."""
+    """--zero 0-3, --recompute and --schedule, every pair of their values (OPTION_PAIRS), every
+    feasible configuration's command."""
     from planner.emit.megatron import megatron_steps
 
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
     versions = EngineVersions(megatron=megatron)
     problems, commands = [], 0
-    for zero, recompute, schedule in itertools.product((0, 1, 2, 3), ("none", "selective", "full"),
-                                                       ("gpipe", "1f1b", "interleaved")):
+    for zero, recompute, schedule in OPTION_PAIRS:
         request = TrainRequest(global_batch=512, seq_len=4096, zero_stage=zero, recompute=recompute,
                                schedule=schedule, engine_versions=versions)
         plan = train_launchable(model, search(model, cluster, request))

@@ -91,7 +91,10 @@ def rotation(names: list[str], per_request: int) -> list[tuple[str, str]]:
             for i, name in enumerate(names) for j in range(per_request)]
 
 
-@pytest.mark.parametrize(("pair", "request_name"), rotation(list(REQUESTS), 2), ids=" / ".join)
+BOUNDS_CASES = rotation(list(REQUESTS), 2)
+
+
+@pytest.mark.parametrize(("pair", "request_name"), BOUNDS_CASES, ids=[" / ".join(case) for case in BOUNDS_CASES])
 def test_the_bounds_hold_for_every_layout(pair: str, request_name: str) -> None:
     model_name, cluster_name = PAIRS[pair]
     assert check_bounds(resolve_model(model_name), resolve_cluster(cluster_name), REQUESTS[request_name]) > 0
@@ -171,8 +174,10 @@ def check_bounded_rows(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     return plans
 
 
-@pytest.mark.parametrize(("pair", "request_name"),
-                         rotation(["default", "latency", "tpot sla", "clients", "dataset"], 2), ids=" / ".join)
+ROW_CASES = rotation(["default", "latency", "tpot sla", "clients", "dataset"], 2)
+
+
+@pytest.mark.parametrize(("pair", "request_name"), ROW_CASES, ids=[" / ".join(case) for case in ROW_CASES])
 def test_the_bounded_search_keeps_the_first_rows(pair: str, request_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     model_name, cluster_name = PAIRS[pair]
     plans = check_bounded_rows(resolve_model(model_name), resolve_cluster(cluster_name), REQUESTS[request_name],

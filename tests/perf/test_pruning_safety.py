@@ -30,10 +30,19 @@ from hypothesis import strategies as st
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.layout import Rejected, TrainConfig, divisors, expert_parallel_degrees, factorizations
+from planner.memo import Memo
 from planner.requests import TrainRequest
 from planner.specs import ClusterSpec, ModelSpec
-from planner.train import TrainEstimate, estimate, train_rates
-from planner.train_search import MAX_MICRO_BATCH_SIZE, RECOMPUTE_ORDER, cp_options, rank_key, search
+from planner.train import TrainEstimate, estimate, train_rates, trained_model
+from planner.train_search import (
+    MAX_MICRO_BATCH_SIZE,
+    RECOMPUTE_ORDER,
+    cp_options,
+    rank_key,
+    schedule_options,
+    search,
+    step_seconds_floor,
+)
 
 MICRO_BATCHES = list(range(1, MAX_MICRO_BATCH_SIZE + 1))
 
@@ -101,8 +110,10 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
     return best
 
 
-def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> None:
-    reference = exhaustive(model, cluster, request)
+def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                          reference: list[TrainEstimate] | None = None) -> None:
+    """The pruned search's best rows against the exhaustive `reference` (computed when None)."""
+    reference = exhaustive(model, cluster, request) if reference is None else reference
     pruned = search(model, cluster, request).layouts
     assert bool(reference) == bool(pruned)
     if not reference:
@@ -147,9 +158,35 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_pruned_search_keeps_the_optimum(case: str) -> None:
+    """And, on the same enumeration (the costliest part of both checks), the bounded search's
+    floor (check_the_floor)."""
     model_name, cluster_name, global_batch, seq_len = CASES[case]
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
-    check_pruning_is_safe(model, cluster, TrainRequest(global_batch=global_batch, seq_len=seq_len))
+    request = TrainRequest(global_batch=global_batch, seq_len=seq_len)
+    reference = exhaustive(model, cluster, request)
+    check_pruning_is_safe(model, cluster, request, reference)
+    if reference:  # nothing fits gpt3's case
+        check_the_floor(model, cluster, request, reference)
+
+
+def check_the_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                    reference: list[TrainEstimate]) -> None:
+    """Every configuration the search can reach (v up to the search's largest for its pp),
+    MoE included, steps no faster than train_search.step_seconds_floor of its (layout, b, SP,
+    recompute): what the bounded search (tests/perf/test_bounded_search.py) skips by."""
+    assert trained_model(model, request) == model  # no MTP modules: the reference is the trained model's
+    rates, memo = train_rates(model, cluster), Memo()
+    checked = 0
+    for e in reference:
+        c = e.config
+        v_max = max(v for _, v in schedule_options(model, request, c.pp))
+        if c.virtual_stages > v_max:  # a v the search never tries
+            continue
+        floor = step_seconds_floor(model, cluster, request, c.layout, c.micro_batch_size, c.sequence_parallel,
+                                   c.recompute, v_max, rates, memo)
+        assert floor <= e.step_time_seconds * (1 + 1e-12), (c, floor, e.step_time_seconds)
+        checked += 1
+    assert checked > 50
 
 
 @pytest.mark.parametrize(("cluster_name", "global_batch", "seq_len"), [
