@@ -611,7 +611,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         memo.prefill[shape.key] = shared.get(("prefill rounds", shape.key), prefill_rounds, model, cluster,
                                              prefill_request, shape_p, min(shape_budget, shape_p.kv_cache_tokens // pp))
     rejected: dict[str, int] = {}
-    bounds = []
+    bounds: list[Combination] = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
         why = pipelined_decode_reason(model, p_key, d_key[:3], engine, request)
         if why is not None:
@@ -638,19 +638,19 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
                                  same)
             served = copies * match.requests_per_second * request.output_len
-            bounds.append((-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p, d_key, n_d,
-                           same, copies * match.requests_per_second))
+            bounds.append(Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
+                                      d_key, n_d, same, copies * match.requests_per_second))
     bounds.sort()
     offered = request.offered_rate_per_s
 
-    def floor_of(entry: tuple) -> float:
-        return e2e_floor_seconds(model, cluster, request, memo, entry[2], entry[4], entry[6])
+    def floor_of(entry: Combination) -> float:
+        return e2e_floor_seconds(model, cluster, request, memo, entry.p_key, entry.d_key, entry.same)
 
-    def worth_pricing_past_the_shown(entry: tuple) -> bool:
+    def worth_pricing_past_the_shown(entry: Combination) -> bool:
         """At a rate, past SHOWN_CANDIDATES: a combination that keeps up, while fewer than
         RATE_CANDIDATES are priced and its E2E floor beats the tenth best that keeps up (any,
         while fewer than ten do: an E2E limit or the clients can leave one below the rate)."""
-        if offered is None or entry[7] < offered or len(out) >= RATE_CANDIDATES:
+        if offered is None or entry.requests_per_second < offered or len(out) >= RATE_CANDIDATES:
             return False
         kept = sorted(e.e2e_seconds for e in out if not e.overloaded)
         return len(kept) < SHOWN_CANDIDATES or floor_of(entry) < kept[SHOWN_CANDIDATES - 1]
@@ -658,8 +658,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     if offered is not None:
         # at a rate the deployments that keep up serve alike and rank by E2E: those first, by the
         # floor no load can beat (e2e_floor_seconds), the rest (overloaded) as at capacity
-        bounds = (sorted((b for b in bounds if b[7] >= offered), key=floor_of)
-                  + [b for b in bounds if b[7] < offered])
+        bounds = (sorted((b for b in bounds if b.requests_per_second >= offered), key=floor_of)
+                  + [b for b in bounds if b.requests_per_second < offered])
     out, seen = [], set()
     refined = 0
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
@@ -964,6 +964,26 @@ def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     rate = rate_match(r_p, n_p, r_d, n_d).requests_per_second
     return rate / n_p, rate / (n_d * memo.shapes[d_key].dp)
+
+
+class Combination(NamedTuple):
+    """One deployment the disaggregated search may price: n_p prefill workers of one shape and
+    n_d decode workers of another, on one node or across (`same`), with the bound it is ordered
+    by (tuple order: the most goodput per planned GPU first, then the most requests/s per GPU
+    the workers use)."""
+
+    neg_tokens_per_gpu: int
+    """-(output tokens/s per planned GPU, rounded), at the workers' matched rates."""
+    neg_requests_per_gpu: float
+    """-(requests/s per GPU of the workers)."""
+    p_key: tuple
+    n_p: int
+    d_key: tuple
+    n_d: int
+    same: bool
+    """Prefill and decode workers on the same node (KV over NVLink) or not."""
+    requests_per_second: float
+    """What the plan's copies of the deployment complete at their matched rates."""
 
 
 class LoadedLatency(NamedTuple):
