@@ -972,9 +972,9 @@ class Combination(NamedTuple):
     by (tuple order: the most goodput per planned GPU first, then the most requests/s per GPU
     the workers use)."""
 
-    neg_tokens_per_gpu: int
+    neg_tokens_per_second_per_gpu: int
     """-(output tokens/s per planned GPU, rounded), at the workers' matched rates."""
-    neg_requests_per_gpu: float
+    neg_requests_per_second_per_gpu: float
     """-(requests/s per GPU of the workers)."""
     p_key: tuple
     n_p: int

@@ -266,7 +266,7 @@ class ReplicaSetup:
     cap: int
     """The most concurrent sequences per replica: wanted, the KV cache, the token budget and the
     benchmark's clients (--max-concurrency) allowing."""
-    budget: int
+    budget_tokens: int
     """max_num_batched_tokens."""
     constants: StepConstants
     clients_bound: bool
@@ -335,7 +335,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if isinstance(setup, Rejected):
         return setup
     placement, stages, max_model_len, kv_tokens = setup.placement, setup.stages, setup.max_model_len, setup.kv_tokens
-    wanted, fit, cap, budget, constants = setup.wanted, setup.fit, setup.cap, setup.budget, setup.constants
+    wanted, fit, cap, budget, constants = setup.wanted, setup.fit, setup.cap, setup.budget_tokens, setup.constants
     clients_bound, notes = setup.clients_bound, list(setup.notes)
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)

@@ -172,14 +172,22 @@ def render_table(plan: ServePlan, top: int) -> Table:
     return table
 
 
+def summary_layouts(plan: ServePlan) -> tuple[ServeEstimate, ServeEstimate, ServeEstimate]:
+    """(lowest TPOT under load, lowest one-sequence TPOT, most tokens/s) over the listed
+    layouts, ties to the smaller degrees: what the summary names beside the recommendation
+    (serve_search.bounded_evaluation keeps the last two exact, and the first under the latency
+    objective, where it is named)."""
+    return (min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp)),
+            min(plan.layouts, key=lambda r: (r.tpot_batch1_seconds, r.layout.tp, r.layout.pp)),
+            max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp)))
+
+
 def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
     """superseded: a disaggregated deployment wins (--mode auto), so the aggregated best is
     headed as the alternative, not the recommendation."""
     best = plan.recommended
     assert best is not None
-    fastest = min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp))
-    lone = min(plan.layouts, key=lambda r: (r.tpot_batch1_seconds, r.layout.tp, r.layout.pp))
-    most = max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp))
+    fastest, lone, most = summary_layouts(plan)
     why = _why(plan, best, fastest, most)
     lines = [
         f"{'Best aggregated (disaggregated wins, below)' if superseded else 'Recommended'}: "

@@ -26,6 +26,7 @@ from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.serving_time import StepLoad, round_time, with_moe_backend
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
+from planner.render.serve import summary_layouts
 from planner.requests import ServeRequest, Speculation, for_vllm_release
 from planner.search import candidate_layouts, expert_search
 from planner.serve import ServeEstimate, estimate, expert_imbalance, replica_setup, serving_bounds
@@ -143,10 +144,8 @@ def _rows(plan: ServePlan, k: int) -> list[ServeEstimate]:
 
 
 def _summary_layouts(plan: ServePlan) -> tuple[Layout, Layout, Layout]:
-    """What render/serve.summary_lines picks over every listed layout."""
-    return (min(plan.layouts, key=lambda r: (r.tpot_seconds, r.layout.tp, r.layout.pp)).layout,
-            min(plan.layouts, key=lambda r: (r.tpot_batch1_seconds, r.layout.tp, r.layout.pp)).layout,
-            max(plan.layouts, key=lambda r: (r.throughput_tokens_per_second, -r.layout.tp)).layout)
+    """What render/serve.summary_lines names beside the recommendation (summary_layouts)."""
+    return tuple(r.layout for r in summary_layouts(plan))
 
 
 def check_bounded_rows(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, keep_tops: tuple[int, ...],
