@@ -16,10 +16,11 @@ import math
 import sys
 import types
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 Loc = tuple[Any, ...]
+T = TypeVar("T")
 
 
 class ValidationError(ValueError):
@@ -251,7 +252,7 @@ class Spec:
     Field values live in the instance __dict__ (in field order), the unknown keys an
     extra="allow" spec keeps in `_extra` (None for extra="forbid")."""
 
-    __slots__ = ("__dict__", "_extra", "_hash")
+    __slots__ = ("__dict__", "_extra", "_hash", "_derived")
     _fields: dict[str, _Field] = {}
     _extra_allowed = False
     _before: tuple[Any, ...] = ()
@@ -405,10 +406,28 @@ class Spec:
             object.__setattr__(self, "_hash", value)
             return value
 
+    def derived(self, compute: Callable[..., T], *args: Hashable) -> T:
+        """compute(self, *args), computed once per instance and arguments: a pure function of
+        a frozen spec (and a few numbers, such as a TP degree), which the serving search asks
+        for with every layout, stage and step (the parameter counts, a block's bytes per GPU).
+        A copy (model_copy, replace) is a new instance and computes its own."""
+        try:
+            values = object.__getattribute__(self, "_derived")
+        except AttributeError:
+            values = {}
+            object.__setattr__(self, "_derived", values)
+        key = (compute, *args)
+        try:
+            return values[key]
+        except KeyError:
+            value = values[key] = compute(self, *args)
+            return value
+
     def __repr__(self) -> str:
         items = {**self.__dict__, **(self._extra or {})}.items()
         inner = ", ".join(f"{key}={value!r}" for key, value in items)
         return f"{type(self).__name__}({inner})"
+
 
 
 def _dump(value: Any, mode: str, exclude_none: bool) -> Any:

@@ -7,10 +7,11 @@ becomes a `SpecError` whose message is one line: `file: field: problem`.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -27,6 +28,20 @@ from planner.schema import (
     field_validator,
     model_validator,
 )
+
+T = TypeVar("T")
+
+
+def computed_once(compute: Callable[..., T]) -> Callable[..., T]:
+    """compute(spec, *args) as Spec.derived keeps it: computed once per spec instance and
+    positional arguments (hashable values: a TP degree, a format name, a layout). For the
+    pure functions of a model that the serving search asks for with every layout, stage
+    and step (the parameter counts, a block's bytes per GPU)."""
+    @functools.wraps(compute)
+    def once(spec: Spec, *args: Hashable) -> T:
+        return spec.derived(compute, *args)
+
+    return once
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 Quantization = Literal["fp8", "int8", "int4", "nvfp4", "mxfp4"]

@@ -13,7 +13,10 @@
    open, print, input) and keeps no module-level memo (functools cache / lru_cache
    decorators, `global` statements, module-level dicts, lists, sets or deques that the
    module mutates). A module-level mapping that is only ever read, such as a table of bytes
-   per dtype, is a constant and passes.
+   per dtype, is a constant and passes. A value derived from one frozen spec may be kept
+   on that spec instance (specs.computed_once, Spec.derived: as the spec keeps its own
+   hash): it lives and dies with the instance, is keyed by the function and its arguments,
+   and cannot change what any call returns.
 3. Unit factors live in planner/units.py only. Outside it, a numeric literal that is a
    power-of-ten or power-of-two unit factor is refused (see `unit_literal_reason` for the
    exact rule and UNIT_LITERAL_ALLOWED for the exceptions, each with its reason). Not unit

@@ -246,3 +246,29 @@ def test_an_moe_model_without_an_moe_layer_is_refused(tmp_path: Path) -> None:
     text = TINY_YAML + "num_local_experts: 4\nnum_experts_per_tok: 2\nnum_dense_layers: 2\n"
     with pytest.raises(SpecError, match="num_dense_layers: 2 of 2 layers leaves no MoE layer"):
         load_model(_write(tmp_path, text))
+
+
+def test_computed_once_keeps_a_derived_value_on_its_spec() -> None:
+    """specs.computed_once: compute(spec, *args) runs once per spec instance and arguments; a
+    copy with a field changed is a new instance and computes its own (never a stale value)."""
+    from planner.catalog import resolve_model
+    from planner.cost.params import param_counts
+    from planner.specs import computed_once
+
+    calls: list[tuple[str, int]] = []
+
+    @computed_once
+    def heads_per_gpu(model: ModelSpec, tp: int) -> int:
+        calls.append((model.name, tp))
+        return model.num_attention_heads // tp
+
+    model = resolve_model("llama-3.1-70b")
+    assert heads_per_gpu(model, 8) == 64 // 8 and heads_per_gpu(model, 8) == 8
+    assert heads_per_gpu(model, 4) == 16
+    assert calls == [("llama-3.1-70b", 8), ("llama-3.1-70b", 4)]
+    wider = model.model_copy(update={"num_attention_heads": 128})
+    assert heads_per_gpu(wider, 8) == 16 and len(calls) == 3
+    assert heads_per_gpu(model, 8) == 8 and len(calls) == 3
+    # the parameter counts follow the copy too: 80 more layers of the same block
+    deeper = model.model_copy(update={"num_hidden_layers": 160})
+    assert param_counts(deeper).total - param_counts(model).total == 80 * param_counts(model).per_layer

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from planner.specs import ModelSpec
+from planner.specs import ModelSpec, computed_once
 
 BYTES_PER_ELEMENT = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
@@ -296,6 +296,7 @@ def moe_mlp_params(model: ModelSpec) -> tuple[int, int]:
             model.num_experts_per_tok * expert + shared + router)
 
 
+@computed_once
 def param_counts(model: ModelSpec) -> ParamCounts:
     h, v = model.hidden_size, model.vocab_size
     dense = mlp_params(model, model.intermediate_size)
@@ -518,6 +519,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
     return kv_bytes_per_token_per_gpu(model, num_attention_layers(model), 1, kv_cache_dtype, window)
 
 
+@computed_once
 def kv_bytes_per_token_per_layer_by_kind(model: ModelSpec, tp: int, kv_cache_dtype: str) -> tuple[int, int]:
     """(full, window): one token in one full-attention and one sliding-window layer on one GPU
     of a TP group, max(1, k/t) * (d + d_v) * bytes per element (K and V; the model dtype's,
@@ -695,6 +697,7 @@ def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     return layer_linear_weights_per_gpu(model, tp, ep) + layer_other_params(model)
 
 
+@computed_once
 def layer_weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     """The mean block's weight bytes on one GPU: matmuls in their kinds' formats
     (matmul_bytes), norms and biases in the model dtype."""
@@ -717,6 +720,7 @@ def moe_layer_excess_weights_by_kind(model: ModelSpec, tp: int, ep: int = 1) -> 
     return float(model.hidden_size * model.num_local_experts), routed, (shared - dense) / tp
 
 
+@computed_once
 def moe_layer_excess_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> float:
     """moe_layer_excess_weights_by_kind in bytes: the matmuls in their kinds' formats, the
     router in the dtype. A stage holding Delta more MoE layers than the mean share holds
@@ -729,6 +733,7 @@ def moe_layer_excess_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> fl
     return matmul_bytes(model, 0.0, routed, other) + router * BYTES_PER_ELEMENT[model.dtype]
 
 
+@computed_once
 def moe_layer_excess_active_params(model: ModelSpec) -> float:
     """One MoE layer's MLP parameters a token touches outside its routed experts (shared
     experts, latent projections, router) less one dense layer's MLP: what a stage's non-routed

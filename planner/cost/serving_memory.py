@@ -43,7 +43,7 @@ from planner.engines import (
 )
 from planner.layout import Layout
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
-from planner.specs import ClusterSpec, ModelSpec
+from planner.specs import ClusterSpec, ModelSpec, computed_once
 from planner.units import BYTES_PER_GIB, bytes_to_gib
 
 FP32_BYTES = 4
@@ -394,6 +394,7 @@ def sampler_warmup_bytes(model: ModelSpec, tp: int, num_tokens: int, max_num_seq
     return hidden + max_num_seqs * model.vocab_size * logits_bytes_per_element
 
 
+@computed_once
 def profile_activation_bytes(model: ModelSpec, tp: int, num_tokens: int, last_stage: bool, max_num_seqs: int) -> float:
     """Transient peak of vLLM's profile run (memory_profiling's peak, vllm/utils/mem_utils.py,
     v0.33.0): the larger of the forward of T tokens through one layer and, on the last stage

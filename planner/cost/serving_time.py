@@ -64,6 +64,7 @@ from planner.specs import (
     FusedAllreduceCurve,
     ModelSpec,
     MoeKernel,
+    computed_once,
 )
 
 LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
@@ -97,6 +98,7 @@ def quantize_bytes_per_element(precision: str, activation_bytes: float = 2) -> f
     return 0.0 if written is None else activation_bytes + written
 
 
+@computed_once
 def activation_quant_bytes_per_token(model: ModelSpec, tp: int, precision: str) -> float:
     """HBM traffic of quantizing each linear GEMM's input on one GPU per token and layer
     (quantize_bytes_per_element each): QKV and MLP-up inputs (h each, replicated), the
@@ -203,6 +205,7 @@ def weight_read_seconds(model: ModelSpec, cluster: ClusterSpec, stage: StageMemo
     return head / (hbm * eff.DECODE_HBM_UTILIZATION) + layers / (hbm * linear_hbm_utilization)
 
 
+@computed_once
 def local_expert_bytes(model: ModelSpec, layout: Layout) -> tuple[int, float]:
     """(E_g, bytes of one of them on the GPU): the GPU's routed experts, each split t ways
     without EP and whole with it."""
@@ -446,9 +449,18 @@ def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: f
     """gemm_shape_utilization of the GEMMs outside the fused-MoE op: for MoE the mixer's
     (QKV, output, a hybrid's projections), which also stands for the shared experts and any
     dense-FFN layers; the whole layer's for a dense model."""
-    if not model.is_moe:
-        return gemm_shape_utilization(model, layout, num_tokens, m_half)
-    return flop_weighted_utilization(mixer_gemms(model, layout.tp, max(1, round(num_tokens))), m_half)
+    m = max(1, round(num_tokens))
+    return m / (m + m_half) * dense_gemm_width_utilization(model, layout.tp)
+
+
+@computed_once
+def dense_gemm_width_utilization(model: ModelSpec, tp: int) -> float:
+    """What the widths leave of dense_gemm_shape_utilization: every GEMM outside the fused-MoE
+    op has the step's M rows, so sum F / sum (F / (u(M) u(N) u(K))) = u(M) * W with
+    W = sum N K c / sum N K c / (u(N) u(K)), a function of the model and t alone (counted once
+    per spec: computed_once). At M = 1 the GEMMs' own FLOPs weigh them as at any M."""
+    gemms = mixer_gemms(model, tp, 1) + ([] if model.is_moe else mlp_gemms(model, Layout(tp, 1, 1), 1))
+    return flop_weighted_utilization(gemms, 0.0)
 
 
 def mixer_gemms(model: ModelSpec, tp: int, num_tokens: int) -> list[Gemm]:
@@ -686,6 +698,7 @@ def attention_flops_per_s(cluster: ClusterSpec, kv_cache_dtype: str = "auto") ->
     return peak * forward_share
 
 
+@computed_once
 def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """HBM traffic of one layer's non-matmul kernels per token on one GPU in vLLM's forward
     (vllm/model_executor/models/llama.py; layernorm.py fused_add_rms_norm, activation.py
