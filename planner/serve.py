@@ -56,6 +56,7 @@ from planner.cost.serving_time import (
     mean_bubble_fraction,
     round_time,
     serving_collectives,
+    stage_step_times,
     step_constants,
     tp_allreduce_seconds_per_layer,
     with_moe_backend,
@@ -612,6 +613,65 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     if layout.pp > 1:
         per_round = max(per_round, min(layout.pp, cap) / lone_path)
     return LayoutBounds(layout.dp * request.output_len / decode_rounds * per_round, lone_path / tokens_per_round)
+
+
+def prompt_bound_tokens_per_second(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                                   memo: Memo | None = None) -> float:
+    """A second bound on the output tokens/s of all the replicas, from the prompts' chunks (the
+    bounded search takes the smaller of it and LayoutBounds.max_tokens_per_second, pricing it only
+    where that one passes); math.inf where it does not apply: one output token, dual-batch
+    overlap, or a concurrency up to the cap B (ReplicaSetup.cap) that reaches the token budget.
+    Below the budget C <= B clients run lambda = C / (D + S_p) requests a round, S_p <= N prompt
+    rounds, N = ceil(I / (budget - w max(1, B / p))) the most chunks a prompt is cut into (a
+    micro-batch's decodes take at most w max(1, C / p) of its budget, w tokens each).
+    P: every round that carries a chunk lasts at least the path of one micro-batch carrying the
+    smallest chunk, I / N tokens (their causal pairs over N, the experts seeing 1 / d of them in
+    lockstep), and nothing else (round_time at no other load). A request's TTFT holds its own
+    prompt round, and its D decode rounds carry the other requests' chunks, a share at least
+    g = (1 - 1 / C) min(1, lambda) of them (q = lambda S_p chunks a round, its own 1 / C left
+    out; every round once q > 1), so E2E >= P (1 + D g) and tokens/s = C O / E2E <= (O / P)
+    C / (1 + D g): C / (1 + D (1 - 1 / C)) grows with C (lambda >= 1, C >= 2), at most
+    B^2 / (B + D (B - 1)); C (D + S_p) / (S_p + D C) grows with C and S_p (lambda < 1), at
+    most B (D + N) / (N + D B).
+    S: with one chunk a prompt (N = 1) and lambda >= 1 (C >= D + 1) a round carries lambda I
+    prompt tokens on its busiest rank (q - 1 spread over the k micro-batches, one in the
+    carrier; the experts see them all, less 1 / C of a chunk in lockstep), and the busiest
+    stage works them all: k steps of a share cost at least one step of the sum (a step's cost
+    per token never grows with its tokens, as serving_bounds'), so a decode round lasts at
+    least S(lambda I), the slowest stage's step of those tokens alone (the experts seeing
+    D / (D + 1) of them). Tokens/s <= C O / (D (1 - 1 / C) S(lambda I)) <= ((D + 1) / D)^2 O
+    lambda / S(lambda I), and lambda / S(lambda I) grows with lambda up to B / (D + 1).
+    Per replica: max(the lambda < 1 bound, min of the two lambda >= 1 bounds), times d.
+    docs/cost-model.md (The bounded serving search)."""
+    cluster = with_moe_backend(cluster, request.moe_backend)
+    memo = memo if memo is not None else Memo()
+    setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+    decode_rounds = max(request.output_len - 1, 0) / tokens_per_round
+    if isinstance(setup, Rejected) or decode_rounds == 0 or request.enable_dbo:
+        return math.inf
+    cap, budget, prompt = setup.cap, setup.budget_tokens, request.input_len
+    decodes_per_step = (1 + spec_tokens) * max(1.0, cap / layout.pp)
+    if (prompt + decode_rounds * (1 + spec_tokens)) * max(1.0, cap / layout.pp) > budget * (decode_rounds + 1):
+        return math.inf  # some concurrency up to the cap fills the budget: its requests queue for it
+    chunks = math.ceil(prompt / max(budget - decodes_per_step, 1.0))
+    ranks = lockstep_ranks(model, layout)
+    priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
+    chunk = StepLoad(0, 0, prompt / chunks, request.prompt_pairs / chunks, 0.0, prompt / chunks / ranks)
+    path = round_time(model, cluster, layout, setup.placement, setup.stages, StepLoad(0, 0), 1, chunk,
+                      expert_imbalance(request), setup.constants, priced).seconds
+    below = cap * (decode_rounds + chunks) / (chunks + decode_rounds * cap) / path
+    above = cap * cap / (cap + decode_rounds * (cap - 1)) / path
+    rate = cap / (decode_rounds + 1)  # lambda at the cap
+    if chunks == 1 and rate >= 1:
+        share = decode_rounds / (decode_rounds + 1)
+        decodes = rate * decode_rounds
+        tokens = StepLoad(decodes, decodes * request.decode_context_tokens, rate * prompt, rate * request.prompt_pairs,
+                          rate, (decodes * (1 + spec_tokens) + rate * prompt) * share, decodes * spec_tokens)
+        steps = stage_step_times(model, cluster, layout, setup.placement, setup.stages, tokens,
+                                 expert_imbalance(request), setup.constants, priced)
+        above = min(above, rate / (share * share * max(step.seconds for step in steps)))
+    return layout.dp * request.output_len * max(below, above)
 
 
 def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:

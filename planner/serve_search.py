@@ -8,6 +8,7 @@ layout feasible.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,7 +35,13 @@ from planner.search import (
     non_dominated,
     run_search,
 )
-from planner.serve import LayoutBounds, ServeEstimate, estimate, serving_bounds
+from planner.serve import (
+    LayoutBounds,
+    ServeEstimate,
+    estimate,
+    prompt_bound_tokens_per_second,
+    serving_bounds,
+)
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 
@@ -246,8 +253,10 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     best's less NEAR_TIE_FRACTION) among the estimates `counts` keeps; for latency, TPOT above
     max(the keep_top-th lowest, the lowest's plus NEAR_TIE_FRACTION). A skipped layout would
     rank below every row (rank: the near-tie band, then the objective), and it beats none of
-    them on that axis, so the rows and their pareto marks are the plain search's. The summary's
-    other figures are also kept exact: the layout with the most tokens/s (latency objective) and
+    them on that axis, so the rows and their pareto marks are the plain search's. On tokens/s the
+    layouts go best first: one whose first bound reaches the rows also gets the prompts' bound
+    (serve.prompt_bound_tokens_per_second, a round and a step more) and goes back in line by the
+    smaller. The summary's other figures are also kept exact: the layout with the most tokens/s (latency objective) and
     the lowest one-sequence TPOT (both) are estimated wherever a bound could beat the best
     found (unless `summary` is False: no summary is shown). The layouts in `always` are estimated whatever their bounds. Below BOUNDED_MIN_LAYOUTS
     candidates every layout is estimated."""
@@ -282,17 +291,35 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         for i in priced:
             if candidates[i] in always:
                 run(i)
-        by_rate = sorted(priced, key=lambda i: -bounds[i].max_tokens_per_second)
-        by_tpot = sorted(priced, key=lambda i: bounds[i].min_tpot_seconds)
-        passes = [(by_tpot if request.objective == "latency" else by_rate, reaches_rows)]
-        if summary:
-            passes.append((by_tpot, least_tpot1))
-            if request.objective == "latency":
-                passes.append((by_rate, most_rate))
-        for order, wanted in passes:
-            for i in order:
+        tightened: dict[int, LayoutBounds] = {}
+
+        def by_rate(wanted: Callable[[LayoutBounds], bool]) -> None:
+            """Best first on tokens/s: a layout whose first bound passes gets the prompts' bound
+            too (prompt_bound_tokens_per_second, priced once) and goes back in line by the
+            smaller; it is estimated when it comes first again and still passes."""
+            line = [(-bounds[i].max_tokens_per_second, i) for i in priced]
+            heapq.heapify(line)
+            while line:
+                _, i = heapq.heappop(line)
+                if i in results or not wanted(tightened.get(i, bounds[i])):
+                    continue
+                if i in tightened:
+                    run(i)
+                    continue
+                prompts = prompt_bound_tokens_per_second(model, cluster, candidates[i], request, memo)
+                tightened[i] = replace(bounds[i], max_tokens_per_second=min(bounds[i].max_tokens_per_second, prompts))
+                heapq.heappush(line, (-tightened[i].max_tokens_per_second, i))
+
+        def by_tpot(wanted: Callable[[LayoutBounds], bool]) -> None:
+            for i in sorted(priced, key=lambda i: bounds[i].min_tpot_seconds):
                 if i not in results and wanted(bounds[i]):
                     run(i)
+
+        (by_tpot if request.objective == "latency" else by_rate)(reaches_rows)
+        if summary:
+            by_tpot(least_tpot1)
+            if request.objective == "latency":
+                by_rate(most_rate)
         return [results.get(i, LayoutResult([], None, 1, 1)) for i in range(len(candidates))]
 
     return evaluate_all

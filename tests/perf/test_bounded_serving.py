@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -23,13 +24,20 @@ from hypothesis import strategies as st
 
 from planner import serve_search
 from planner.catalog import resolve_cluster, resolve_model
-from planner.cost.serving_time import StepLoad, round_time, with_moe_backend
+from planner.cost.serving_time import StepLoad, round_time, stage_step_times, with_moe_backend
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
 from planner.render.serve import summary_layouts
 from planner.requests import ServeRequest, Speculation, for_vllm_release
 from planner.search import candidate_layouts, expert_search
-from planner.serve import ServeEstimate, estimate, expert_imbalance, replica_setup, serving_bounds
+from planner.serve import (
+    ServeEstimate,
+    estimate,
+    expert_imbalance,
+    prompt_bound_tokens_per_second,
+    replica_setup,
+    serving_bounds,
+)
 from planner.serve_search import ServePlan, evaluate
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import ms_to_seconds
@@ -66,8 +74,8 @@ def _candidates(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -
 
 def check_bounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> int:
     """Every layout: the bounds' rejection is the estimate's; otherwise its tokens/s are at most
-    the bound and its TPOTs (under load, at one sequence) at least the floor. The count of
-    layouts estimated."""
+    the bound and the prompts' bound (prompt_bound_tokens_per_second) and its TPOTs (under load,
+    at one sequence) at least the floor. The count of layouts estimated."""
     request = for_vllm_release(request)
     memo, checked = Memo(), 0
     for layout in _candidates(model, cluster, request):
@@ -79,6 +87,8 @@ def check_bounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) 
         if isinstance(found, Rejected):  # an SLA no concurrency meets
             continue
         assert found.throughput_tokens_per_second <= bound.max_tokens_per_second * (1 + 1e-12), layout
+        prompts = prompt_bound_tokens_per_second(model, cluster, layout, request, memo)
+        assert found.throughput_tokens_per_second <= prompts * (1 + 1e-12), layout
         assert bound.min_tpot_seconds <= min(found.tpot_seconds, found.tpot_batch1_seconds) * (1 + 1e-12), layout
         checked += 1
     return checked
@@ -106,10 +116,13 @@ def test_the_bounds_hold_for_every_layout(pair: str, request_name: str) -> None:
     ServeRequest(speculation=MTP, objective="latency"),
     ServeRequest(all2all_backend="deepep_low_latency", enable_dbo=True),
     ServeRequest(all2all_backend="deepep_high_throughput", kv_cache_dtype="fp8"),
-], ids=["mtp", "mtp latency", "deepep ll dbo", "deepep ht fp8 kv"])
+    ServeRequest(input_len=12000, output_len=512),
+], ids=["mtp", "mtp latency", "deepep ll dbo", "deepep ht fp8 kv", "two chunks a prompt"])
 def test_the_bounds_hold_with_drafts_and_deepep(serve_request: ServeRequest) -> None:
     """DeepSeek-V3 across 4 nodes of H200: its MTP drafter, DeepEP's exchange, dual-batch
-    overlap (a step priced as two overlapped halves) are load terms too."""
+    overlap (a step priced as two overlapped halves) are load terms too; a 12,000-token prompt
+    is cut into two chunks of the 8,192-token budget (the prompts' bound from the chunk's path
+    alone)."""
     assert check_bounds(resolve_model("deepseek-v3"), resolve_cluster("4x8xH200"), serve_request) > 0
 
 
@@ -137,6 +150,54 @@ def test_the_bounds_of_one_layout_by_hand() -> None:
     assert bound.max_tokens_per_second == pytest.approx(2 * 256 / 255 * max(1024 / full, 2 / lone_path), rel=1e-12)
     assert bound.min_tpot_seconds == pytest.approx(lone_path, rel=1e-12)
     assert 1024 / full > 2 / lone_path  # the full batch, not the few-sequence pipeline, sets it here
+
+
+def test_the_prompts_bound_of_one_layout_by_hand() -> None:
+    """The same layout's second bound (serve.prompt_bound_tokens_per_second). D = 255, B = 1024,
+    a budget of 8,192 tokens a step: a micro-batch's decodes take at most max(1, 1024 / 2) = 512
+    of it, so a 1,024-token prompt is one chunk (N = ceil(1024 / 7680) = 1). P: one micro-batch
+    carrying that chunk (1,024 tokens, 1024 * 1025 / 2 = 524,800 causal pairs) through both
+    stages at no other load. lambda at the cap = 1024 / 256 = 4 requests a round, so S: the
+    slower stage's step of 4 * 255 = 1,020 decodes (context 1,024 + 256 / 2 = 1,152 each), 4,096
+    prompt tokens and 4 * 524,800 pairs. Per replica at most
+    max(B (D + N) / (N + D B) / P, min(B^2 / (B + D (B - 1)) / P, ((D + 1) / D)^2 lambda / S))
+    = max(1024 * 256 / 261,121 / P, min(1,048,576 / 261,889 / P, (256 / 255)^2 * 4 / S)),
+    times O = 256 and d = 2."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    request = for_vllm_release(ServeRequest())
+    layout = Layout(4, 2, 2)
+    setup = replica_setup(model, with_moe_backend(cluster, request.moe_backend), layout, request)
+    assert not isinstance(setup, Rejected)
+    assert (setup.cap, setup.budget_tokens, request.prompt_pairs) == (1024, 8192, 524_800)
+    chunk = StepLoad(0, 0, 1024, 524_800, 0.0, 1024)
+    path = round_time(model, cluster, layout, setup.placement, setup.stages, StepLoad(0, 0), 1, chunk,
+                      expert_imbalance(request), setup.constants).seconds
+    share = 255 / 256  # the experts' tokens (a dense model has none: the share is not read)
+    load = StepLoad(1020, 1020 * 1152, 4096, 4 * 524_800, 4, (1020 + 4096) * share)
+    slowest = max(step.seconds for step in stage_step_times(model, cluster, layout, setup.placement, setup.stages,
+                                                            load, expert_imbalance(request), setup.constants))
+    per_replica = max(1024 * 256 / 261_121 / path, min(1_048_576 / 261_889 / path, (256 / 255) ** 2 * 4 / slowest))
+    bound = prompt_bound_tokens_per_second(model, cluster, layout, request)
+    assert bound == pytest.approx(2 * 256 * per_replica, rel=1e-12)
+    first = serving_bounds(model, cluster, layout, request)
+    assert bound < first.max_tokens_per_second  # the prompts' share of every round, which the first leaves out
+    assert estimate(model, cluster, layout, request).throughput_tokens_per_second <= bound
+
+
+def test_the_prompts_bound_stands_aside_where_it_does_not_hold() -> None:
+    """math.inf (no bound): one output token (no decode rounds), dual-batch overlap (a step
+    priced as two overlapped halves, which a smaller load need not undercut), and a cap whose
+    concurrency fills the token budget (256 sequences of 8,192-token prompts against 1,024 a step)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    layout = Layout(4, 2, 2)
+    for request in (ServeRequest(input_len=2048, output_len=1),
+                    ServeRequest(input_len=8192, output_len=128, max_num_batched_tokens=1024)):
+        assert prompt_bound_tokens_per_second(model, cluster, layout, for_vllm_release(request)) == math.inf
+    deepseek, h200 = resolve_model("deepseek-v3"), resolve_cluster("4x8xH200")
+    request = for_vllm_release(ServeRequest(all2all_backend="deepep_high_throughput"))
+    assert prompt_bound_tokens_per_second(deepseek, h200, Layout(1, 1, 32, 32), request) < math.inf
+    overlapped = for_vllm_release(ServeRequest(all2all_backend="deepep_high_throughput", enable_dbo=True))
+    assert prompt_bound_tokens_per_second(deepseek, h200, Layout(1, 1, 32, 32), overlapped) == math.inf
 
 
 def _rows(plan: ServePlan, k: int) -> list[ServeEstimate]:
