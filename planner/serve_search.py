@@ -256,10 +256,11 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     them on that axis, so the rows and their pareto marks are the plain search's. On tokens/s the
     layouts go best first: one whose first bound reaches the rows also gets the prompts' bound
     (serve.prompt_bound_tokens_per_second, a round and a step more) and goes back in line by the
-    smaller. The summary's other figures are also kept exact: the layout with the most tokens/s (latency objective) and
-    the lowest one-sequence TPOT (both) are estimated wherever a bound could beat the best
-    found (unless `summary` is False: no summary is shown). The layouts in `always` are estimated whatever their bounds. Below BOUNDED_MIN_LAYOUTS
-    candidates every layout is estimated."""
+    smaller. The summary's other figures are also kept exact: the layout with the most tokens/s
+    (latency objective) and the lowest one-sequence TPOT (both) are estimated wherever a bound
+    could beat the best found (unless `summary` is False: no summary is shown). The layouts in
+    `always` are estimated whatever their bounds. Below BOUNDED_MIN_LAYOUTS candidates every
+    layout is estimated."""
     def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[ServeEstimate]]:
         if len(candidates) < BOUNDED_MIN_LAYOUTS:
             return [LayoutResult(*evaluate_layout(layout)) for layout in candidates]
