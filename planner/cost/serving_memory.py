@@ -480,16 +480,17 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
                                                           cluster.gpus_per_node, tokens), v1_engine)
     full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
-    for stage, num_layers in enumerate(layer_counts):
-        last = stage == layout.pp - 1
+    def make_up_fields(num_layers: int, moe_count: float, attention: int, window: int, recurrent: int,
+                       first: bool, last: bool) -> tuple:
+        """StageMemory's fields after `stage` for a stage of this make-up."""
         # the mean block, plus what the stage's MoE layers above their mean share weigh beyond
         # dense ones (0 where the stage holds the mean share)
-        weights = num_layers * per_layer + (moe_counts[stage] - moe_layers_of(model, num_layers)) * moe_excess
-        weights += embedding if stage == 0 else 0
+        weights = num_layers * per_layer + (moe_count - moe_layers_of(model, num_layers)) * moe_excess
+        weights += embedding if first else 0
         weights += head if last else 0
         activation = activations[last]
-        kv_per_token = (attention_counts[stage] - window_counts[stage]) * full_kv + window_counts[stage] * window_kv
-        state = recurrent_state_bytes_per_sequence(model, recurrent_counts[stage], layout.tp)
+        kv_per_token = (attention - window) * full_kv + window * window_kv
+        state = recurrent_state_bytes_per_sequence(model, recurrent, layout.tp)
         drafter = draft if last else DraftMemory(0.0, 0)
         weights += drafter.weights_bytes
         kv_bytes = budget - weights - activation - overhead
@@ -499,22 +500,28 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         if kv_bytes > 0 and state > 0:
             kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token + drafter.kv_bytes_per_token, state,
                                              sequence_tokens)
-        elif kv_bytes > 0 and kv_per_token > 0 and window_counts[stage] and v1_engine:
+        elif kv_bytes > 0 and kv_per_token > 0 and window and v1_engine:
             # V1's hybrid KV cache manager; V0 counts plain blocks of every layer (ModelConfig at
             # 0.6.6.post1 caches an interleaved-window model's window layers as full ones, and its
             # block manager recycles a whole-model window's blocks per sequence)
-            kv_tokens = kv_cache_capacity(model, attention_counts[stage], window_counts[stage], target_kv_bytes,
-                                          window_kv, max_model_len, max_in_flight_tokens(layout, tokens),
-                                          full_kv)
+            kv_tokens = kv_cache_capacity(model, attention, window, target_kv_bytes, window_kv, max_model_len,
+                                          max_in_flight_tokens(layout, tokens), full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
-        stages.append(StageMemory(stage, num_layers, weights, activation, overhead,
-                                  max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
-                                  window_counts[stage], model.sliding_window,
-                                  num_layers - attention_counts[stage], state,
-                                  window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
-                                  drafter.weights_bytes, drafter.kv_bytes_per_token, moe_counts[stage]))
+        return (num_layers, weights, activation, overhead, max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
+                window, model.sliding_window, num_layers - attention, state,
+                window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
+                drafter.weights_bytes, drafter.kv_bytes_per_token, moe_count)
+
+    alike: dict[tuple, tuple] = {}  # stages of one make-up (with p stages most are alike) priced once
+    for stage, num_layers in enumerate(layer_counts):
+        make_up = (num_layers, moe_counts[stage], attention_counts[stage], window_counts[stage],
+                   recurrent_counts[stage], stage == 0, stage == layout.pp - 1)
+        fields = alike.get(make_up)
+        if fields is None:
+            fields = alike[make_up] = make_up_fields(*make_up)
+        stages.append(StageMemory(stage, *fields))
     return stages
 
 
