@@ -280,6 +280,24 @@ def test_a_rate_is_never_bounded() -> None:
     assert evaluate(model, cluster, request, keep_top=3).num_configs_bounded == 0
 
 
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(
+    pair=st.sampled_from(list(PAIRS)),
+    lengths=st.sampled_from([(128, 128), (1024, 256), (3000, 64), (6000, 600), (20000, 200)]),
+    budget=st.sampled_from([None, 2048, 16384]),
+    clients=st.sampled_from([None, 40, 400]),
+)
+def test_the_bounds_hold_on_random_requests(pair: str, lengths: tuple[int, int], budget: int | None,
+                                            clients: int | None) -> None:
+    """Both bounds (and the TPOT floor) against every layout's estimate under random lengths,
+    token budgets and client counts: prompts of one chunk or several (20,000 tokens against a
+    2,048-token budget), lambda above and below one request a round, the budget reached or not."""
+    model_name, cluster_name = PAIRS[pair]
+    request = ServeRequest(input_len=lengths[0], output_len=lengths[1], max_num_batched_tokens=budget,
+                           max_concurrency=clients)
+    check_bounds(resolve_model(model_name), resolve_cluster(cluster_name), request)
+
+
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(
     pair=st.sampled_from(["qwen3-30b-a3b on 4x8xH100", "llama-3.1-70b on 8x8xH100", "mixtral-8x7b on 4x8xA100"]),
