@@ -378,6 +378,11 @@ class Spec:
         raise ValidationError(type(self).__name__, [
             {"type": "frozen_instance", "loc": (name,), "msg": "Instance is frozen", "input": None}])
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its fields and kept unknown keys, rebuilt without validation (it was valid);
+        its cached hash and derived values are recomputed on the other side."""
+        return type(self)._build, (dict(self.__dict__), None if self._extra is None else dict(self._extra))
+
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Any:
         """A shallow copy with some fields replaced, not re-validated (as pydantic's)."""
         values, extra = dict(self.__dict__), None if self._extra is None else dict(self._extra)

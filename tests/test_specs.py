@@ -272,3 +272,20 @@ def test_computed_once_keeps_a_derived_value_on_its_spec() -> None:
     # the parameter counts follow the copy too: 80 more layers of the same block
     deeper = model.model_copy(update={"num_hidden_layers": 160})
     assert param_counts(deeper).total - param_counts(model).total == 80 * param_counts(model).per_layer
+
+
+def test_specs_pickle_and_come_back_equal() -> None:
+    """A spec crosses a process boundary (parallel.map_in_workers returns results pickled):
+    the same fields come back, and its derived values (computed_once) are recomputed there."""
+    import pickle
+
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.cost.params import param_counts
+
+    model = resolve_model("deepseek-v3")
+    counts = param_counts(model)  # a derived value on the instance: not pickled with it
+    back = pickle.loads(pickle.dumps(model))
+    assert back == model and back is not model
+    assert param_counts(back) == counts
+    cluster = resolve_cluster("2x8xH100")
+    assert pickle.loads(pickle.dumps(cluster)) == cluster
