@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from planner import serve_search
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.serving_time import StepLoad, round_time, stage_step_times, with_moe_backend
+from planner.engines import parse_engine_versions
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
 from planner.render.serve import summary_layouts
@@ -124,6 +125,15 @@ def test_the_bounds_hold_with_drafts_and_deepep(serve_request: ServeRequest) -> 
     is cut into two chunks of the 8,192-token budget (the prompts' bound from the chunk's path
     alone)."""
     assert check_bounds(resolve_model("deepseek-v3"), resolve_cluster("4x8xH200"), serve_request) > 0
+
+
+def test_the_bounds_hold_under_the_v0_engine() -> None:
+    """vLLM 0.6.6.post1 (V0): the plan launches it with --enable-chunked-prefill, so its steady
+    state (and the bounds' argument) is V1's; Mixtral-8x7B on 4x8 A100 at 3,000/300 tokens and 50
+    clients."""
+    request = ServeRequest(engine_versions=parse_engine_versions("vllm=0.6.6.post1"), input_len=3000, output_len=300,
+                           max_concurrency=50)
+    assert check_bounds(resolve_model("mixtral-8x7b"), resolve_cluster("4x8xA100"), request) > 0
 
 
 def test_the_bounds_of_one_layout_by_hand() -> None:
