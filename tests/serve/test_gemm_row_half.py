@@ -61,3 +61,27 @@ def serve_model():
 
     return resolve_model("llama-3.1-8b")
 
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-8b-fp8"])
+def test_the_dense_gemms_share_factors_into_rows_and_widths(name):
+    """dense_gemm_shape_utilization = u(M) * W(model, t): every GEMM outside the fused-MoE op has
+    the step's M rows, so sum F / sum (F / (u(M) u(N) u(K))) = u(M) sum F / sum (F / (u(N) u(K))),
+    F = 2 M N K c (the factor W counted once per spec). Checked against the FLOP-weighted mean
+    over the GEMMs themselves (the mixer's; a dense model's MLP too), t = 1-8, 1-8,192 rows."""
+    from planner.catalog import resolve_model
+    from planner.cost.serving_time import (
+        dense_gemm_shape_utilization,
+        flop_weighted_utilization,
+        mixer_gemms,
+        mlp_gemms,
+    )
+    from planner.layout import Layout
+
+    model = resolve_model(name)
+    for tp in (1, 2, 4, 8):
+        layout = Layout(tp, 1, 1)
+        for rows in (1, 7, 128, 1000, 8192):
+            gemms = mixer_gemms(model, tp, rows) + ([] if model.is_moe else mlp_gemms(model, layout, rows))
+            expected = flop_weighted_utilization(gemms, 200.0)
+            assert dense_gemm_shape_utilization(model, layout, rows, 200.0) == pytest.approx(expected, rel=1e-12)
