@@ -245,7 +245,9 @@ def busiest_gpu_experts_touched(model: ModelSpec, local: int, num_gpus: int, num
     total, pmf = 0.0, (1 - p) ** local
     cdf, odds = pmf, p / (1 - p)
     for x in range(local):
-        total += 1 - min(cdf, 1.0) ** num_gpus
+        if cdf >= 1.0:  # every further term is 1 - 1 = 0 exactly
+            break
+        total += 1 - cdf ** num_gpus
         pmf *= (local - x) / (x + 1) * odds  # P(X = x + 1) from P(X = x)
         cdf += pmf
     return total
