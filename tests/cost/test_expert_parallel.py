@@ -316,3 +316,21 @@ def test_the_busiest_gpu_reads_between_the_mean_and_all(local, gpus, tokens):
     busiest = busiest_gpu_experts_touched(deepseek, local, gpus, tokens)
     assert local * p * (1 - 1e-9) <= busiest <= local * (1 + 1e-9)
     assert busiest <= busiest_gpu_experts_touched(deepseek, local, gpus + 1, tokens) + 1e-9
+
+
+@given(st.integers(1, 64), st.integers(2, 64), st.floats(0.01, 5000))
+def test_the_busiest_gpu_is_the_binomial_maximum_summed_term_by_term(local, gpus, tokens):
+    """E[max of G Binomial(l, p)] = sum over x < l of 1 - F(x)^G, F from math.comb term by term
+    (no recurrence, no early stop): the planner's recurrence, which stops once F reaches 1, agrees."""
+    import math
+
+    from planner.catalog import resolve_model as model_named
+    from planner.cost.serving_time import busiest_gpu_experts_touched
+
+    deepseek = model_named("deepseek-v3")
+    p = 1 - (1 - 8 / 256) ** tokens
+    cdf, expected = 0.0, 0.0
+    for x in range(local):
+        cdf += math.comb(local, x) * p**x * (1 - p) ** (local - x)
+        expected += 1 - min(cdf, 1.0) ** gpus
+    assert busiest_gpu_experts_touched(deepseek, local, gpus, tokens) == pytest.approx(expected, rel=1e-9, abs=1e-9)
