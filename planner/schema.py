@@ -415,7 +415,7 @@ class Spec:
         """compute(self, *args), computed once per instance and arguments: a pure function of
         a frozen spec (and a few numbers, such as a TP degree), which the serving search asks
         for with every layout, stage and step (the parameter counts, a block's bytes per GPU).
-        A copy (model_copy, replace) is a new instance and computes its own."""
+        A copy (model_copy) is a new instance and computes its own."""
         try:
             values = object.__getattribute__(self, "_derived")
         except AttributeError:
@@ -432,7 +432,6 @@ class Spec:
         items = {**self.__dict__, **(self._extra or {})}.items()
         inner = ", ".join(f"{key}={value!r}" for key, value in items)
         return f"{type(self).__name__}({inner})"
-
 
 
 def _dump(value: Any, mode: str, exclude_none: bool) -> Any:

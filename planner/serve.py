@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import (
@@ -590,13 +591,10 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     the load), and n_d < p. Tokens/s <= d (O / D) max(B / R(B), min(p, B) / R_0). TPOT (the
     mean round a decoding request sees over e, and the one-sequence TPOT) >= R_0 / e.
     tests/perf/test_bounded_serving.py checks both against every layout of the shipped pairs."""
-    cluster = with_moe_backend(cluster, request.moe_backend)
-    memo = memo if memo is not None else Memo()
-    setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
-    if isinstance(setup, Rejected):
-        return setup
-    priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
-    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+    inputs = bound_inputs(model, cluster, layout, request, memo)
+    if isinstance(inputs, Rejected):
+        return inputs
+    cluster, setup, priced, tokens_per_round, spec_tokens, decode_rounds = inputs
 
     def decode_round_seconds(seqs: int) -> float:
         load = StepLoad(seqs, seqs * request.decode_context_tokens, spec_tokens=seqs * spec_tokens)
@@ -605,7 +603,6 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
                           priced).seconds
 
     lone_path = decode_round_seconds(0)  # R_0: k = 1, nothing to decode, one row priced
-    decode_rounds = max(request.output_len - 1, 0) / tokens_per_round
     if decode_rounds == 0:  # one output token: nothing bounds the prompt-only cycle here
         return LayoutBounds(math.inf, lone_path / tokens_per_round)
     cap = setup.cap
@@ -643,35 +640,63 @@ def prompt_bound_tokens_per_second(model: ModelSpec, cluster: ClusterSpec, layou
     lambda / S(lambda I), and lambda / S(lambda I) grows with lambda up to B / (D + 1).
     Per replica: max(the lambda < 1 bound, min of the two lambda >= 1 bounds), times d.
     docs/cost-model.md (The bounded serving search)."""
+    inputs = bound_inputs(model, cluster, layout, request, memo)
+    if isinstance(inputs, Rejected) or inputs.decode_rounds == 0 or request.enable_dbo:
+        return math.inf
+    cluster, setup, priced, _, spec_tokens, decode_rounds = inputs
+    cap, budget_tokens, prompt_tokens = setup.cap, setup.budget_tokens, request.input_len
+    decodes_per_micro_batch = max(1.0, cap / layout.pp)  # C / k at most, for C <= B
+    width = 1 + spec_tokens  # a decoding sequence's tokens a step
+    if (prompt_tokens + decode_rounds * width) * decodes_per_micro_batch > budget_tokens * (decode_rounds + 1):
+        return math.inf  # some concurrency up to the cap fills the budget: its requests queue for it
+    num_chunks = math.ceil(prompt_tokens / max(budget_tokens - width * decodes_per_micro_batch, 1.0))
+    chunk_tokens = prompt_tokens / num_chunks
+    chunk = StepLoad(0, 0, chunk_tokens, request.prompt_pairs / num_chunks, 0.0,
+                     chunk_tokens / lockstep_ranks(model, layout))
+    path_seconds = round_time(model, cluster, layout, setup.placement, setup.stages, StepLoad(0, 0), 1, chunk,
+                              expert_imbalance(request), setup.constants, priced).seconds
+    # requests/s of one replica (C / E2E) at most, below and above one request a round
+    below_per_s = cap * (decode_rounds + num_chunks) / (num_chunks + decode_rounds * cap) / path_seconds
+    above_per_s = cap * cap / (cap + decode_rounds * (cap - 1)) / path_seconds
+    requests_per_round = cap / (decode_rounds + 1)  # lambda at the cap
+    if num_chunks == 1 and requests_per_round >= 1:
+        share = decode_rounds / (decode_rounds + 1)
+        decodes = requests_per_round * decode_rounds
+        tokens = StepLoad(decodes, decodes * request.decode_context_tokens, requests_per_round * prompt_tokens,
+                          requests_per_round * request.prompt_pairs, requests_per_round,
+                          (decodes * width + requests_per_round * prompt_tokens) * share, decodes * spec_tokens)
+        steps = stage_step_times(model, cluster, layout, setup.placement, setup.stages, tokens,
+                                 expert_imbalance(request), setup.constants, priced)
+        above_per_s = min(above_per_s, requests_per_round / (share * share * max(step.seconds for step in steps)))
+    return layout.dp * request.output_len * max(below_per_s, above_per_s)
+
+
+class BoundInputs(NamedTuple):
+    """What serving_bounds and prompt_bound_tokens_per_second both start from."""
+
+    cluster: ClusterSpec
+    """With the request's MoE backend (with_moe_backend)."""
+    setup: ReplicaSetup
+    priced: dict
+    """The layout's stage steps already priced (the memo's, shared with estimate)."""
+    tokens_per_round: float
+    spec_tokens: int
+    decode_rounds: float
+    """D = (O - 1) / e: rounds a request decodes."""
+
+
+def bound_inputs(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                 memo: Memo | None) -> BoundInputs | Rejected:
+    """The layout's setup (memoised as estimate memoises it) and the request's decode shape, or
+    the Rejected estimate() returns for the layout's structure or memory."""
     cluster = with_moe_backend(cluster, request.moe_backend)
     memo = memo if memo is not None else Memo()
     setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
+    if isinstance(setup, Rejected):
+        return setup
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
-    decode_rounds = max(request.output_len - 1, 0) / tokens_per_round
-    if isinstance(setup, Rejected) or decode_rounds == 0 or request.enable_dbo:
-        return math.inf
-    cap, budget, prompt = setup.cap, setup.budget_tokens, request.input_len
-    decodes_per_step = (1 + spec_tokens) * max(1.0, cap / layout.pp)
-    if (prompt + decode_rounds * (1 + spec_tokens)) * max(1.0, cap / layout.pp) > budget * (decode_rounds + 1):
-        return math.inf  # some concurrency up to the cap fills the budget: its requests queue for it
-    chunks = math.ceil(prompt / max(budget - decodes_per_step, 1.0))
-    ranks = lockstep_ranks(model, layout)
-    priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
-    chunk = StepLoad(0, 0, prompt / chunks, request.prompt_pairs / chunks, 0.0, prompt / chunks / ranks)
-    path = round_time(model, cluster, layout, setup.placement, setup.stages, StepLoad(0, 0), 1, chunk,
-                      expert_imbalance(request), setup.constants, priced).seconds
-    below = cap * (decode_rounds + chunks) / (chunks + decode_rounds * cap) / path
-    above = cap * cap / (cap + decode_rounds * (cap - 1)) / path
-    rate = cap / (decode_rounds + 1)  # lambda at the cap
-    if chunks == 1 and rate >= 1:
-        share = decode_rounds / (decode_rounds + 1)
-        decodes = rate * decode_rounds
-        tokens = StepLoad(decodes, decodes * request.decode_context_tokens, rate * prompt, rate * request.prompt_pairs,
-                          rate, (decodes * (1 + spec_tokens) + rate * prompt) * share, decodes * spec_tokens)
-        steps = stage_step_times(model, cluster, layout, setup.placement, setup.stages, tokens,
-                                 expert_imbalance(request), setup.constants, priced)
-        above = min(above, rate / (share * share * max(step.seconds for step in steps)))
-    return layout.dp * request.output_len * max(below, above)
+    return BoundInputs(cluster, setup, memo.get(("priced", layout), dict), tokens_per_round, spec_tokens,
+                       max(request.output_len - 1, 0) / tokens_per_round)
 
 
 def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:

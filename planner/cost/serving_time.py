@@ -434,23 +434,14 @@ def tp_in_one_nvlink_node(placement: Placement) -> bool:
     return link is not None and not placement.tp_crosses_node and link.kind == "nvlink"
 
 
-def gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float,
-                           m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
-    """Share of the achievable matmul rate one layer's linear GEMMs reach at M = tokens rows:
-    u(M)*u(N)*u(K) per GEMM, u(x) = x/(x + GEMM_HALF_RATE_DIMENSION) as for training
-    (cost/training_time.gemm_seconds), FLOP-weighted over QKV, output, MLP up and down. For
-    MoE the experts' GEMMs see the tokens routed to each touched expert: N e / E_touched(N)
-    rows, N the tokens the GPU's experts see (expert_group_tokens), an expert's FFN split t
-    ways without EP and whole with it. u(M) at `m_half` rows (efficiency.gemm_row_half)."""
-    m = max(1, round(num_tokens))
-    return flop_weighted_utilization([*mixer_gemms(model, layout.tp, m), *mlp_gemms(model, layout, m)], m_half)
-
-
 def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: float,
                                  m_half: float = eff.GEMM_HALF_RATE_DIMENSION) -> float:
-    """gemm_shape_utilization of the GEMMs outside the fused-MoE op: for MoE the mixer's
-    (QKV, output, a hybrid's projections), which also stands for the shared experts and any
-    dense-FFN layers; the whole layer's for a dense model."""
+    """Share of the achievable matmul rate the GEMMs outside the fused-MoE op reach at M = tokens
+    rows: u(M)*u(N)*u(K) per GEMM, u(x) = x/(x + GEMM_HALF_RATE_DIMENSION) as for training
+    (cost/training_time.gemm_seconds), u(M) at `m_half` rows (efficiency.gemm_row_half),
+    FLOP-weighted over them: for MoE the mixer's (QKV, output, a hybrid's projections), which
+    also stands for the shared experts and any dense-FFN layers; a dense model's whole layer
+    (QKV, output, MLP up and down). The routed experts' GEMMs are the fused op's (mlp_gemms)."""
     m = max(1, round(num_tokens))
     return m / (m + m_half) * dense_gemm_width_utilization(model, layout.tp)
 
@@ -493,7 +484,7 @@ def mlp_gemms(model: ModelSpec, layout: Layout, num_tokens: int,
     """The MLP's up and down GEMMs on one GPU at num_tokens rows: the dense FFN split t
     ways; for MoE the touched experts on the GPU, each with N e / E_touched(N) rows, N the
     tokens its experts see (expert_group_tokens), an expert's FFN split t ways without EP
-    and whole with it (gemm_shape_utilization); E_touched = `touched_experts` of E when the
+    and whole with it (dense_gemm_shape_utilization's shape rule); E_touched = `touched_experts` of E when the
     routing is known, else expected_experts_touched."""
     f, rows, count, split = model.intermediate_size, num_tokens, 1, layout.tp
     if model.is_moe:
