@@ -111,10 +111,15 @@ class WorkerShape:
     stages: tuple[StageMemory, ...]
     placement: Placement
     kv_cache_tokens: int
-    """Per DP rank (one worker has dp of them under EP)."""
+    """Per DP rank (one worker has dp of them under EP): what vLLM reports."""
     dp: int = 1
     """Data-parallel ranks of one worker: > 1 only for an expert-parallel decode worker, whose
     dp ranks each run their own attention and batch and share the experts (ep = tp * dp)."""
+
+    @property
+    def running_tokens(self) -> int:
+        """Per DP rank, the tokens of running sequences the cache holds (StageMemory.running_tokens)."""
+        return min(s.running_tokens for s in self.stages)
 
     @property
     def num_gpus(self) -> int:
@@ -350,7 +355,7 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     asked for, as the aggregated plan takes it) with T_d <= --max-tpot-ms, by bisection (T_d
     grows with C_d); 0 when one sequence misses."""
     context = request.decode_context_tokens
-    cap = min(kv_limited_sequences(shape.kv_cache_tokens, request.input_len, request.output_len, context),
+    cap = min(kv_limited_sequences(shape.running_tokens, request.input_len, request.output_len, context),
               default_max_num_seqs(cluster, request.engine_versions.vllm_release),
               max_num_batched_tokens(cluster, request, shape.layout))  # vLLM: max_num_seqs <= the budget
     if request.batch is not None:
@@ -609,7 +614,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         memo.prefill_shapes[shape.key] = shape_p
         shape_budget = max_num_batched_tokens(cluster, prefill_request, shape_p.layout)
         memo.prefill[shape.key] = shared.get(("prefill rounds", shape.key), prefill_rounds, model, cluster,
-                                             prefill_request, shape_p, min(shape_budget, shape_p.kv_cache_tokens // pp))
+                                             prefill_request, shape_p, min(shape_budget, shape_p.running_tokens // pp))
     rejected: dict[str, int] = {}
     bounds: list[Combination] = []
     for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):

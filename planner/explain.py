@@ -348,7 +348,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         running = f"{result.batch}" if result.offered_rate_per_s is None else f"{result.concurrency:.1f} (mean at the rate)"
         note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
-                f"{min(1.0, kv_tokens_used / max(s.kv_cache_tokens, 1)):.0%}")
+                f"{min(1.0, kv_tokens_used / max(s.running_tokens, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
                                              s.budget_bytes, note)))

@@ -199,16 +199,19 @@ def footprint_basis(request: ServeRequest) -> str:
         return "prompt + half the output, weighted by each --dataset request's decode steps"
     return "prompt + half the output"
 
-def choose_batch(request: ServeRequest, kv_cache_tokens: int, wanted: int) -> tuple[int, list[str]]:
+def choose_batch(request: ServeRequest, running_tokens: int, wanted: int, windowed: bool = False
+                 ) -> tuple[int, list[str]]:
     """Concurrent sequences per replica: the wanted batch capped by how many running
-    sequences the KV cache holds at their mean footprint (kv_limited_sequences)."""
-    fit = kv_limited_sequences(kv_cache_tokens, request.input_len, request.output_len, request.decode_context_tokens)
+    sequences the KV cache holds at their mean footprint (kv_limited_sequences of the stages'
+    StageMemory.running_tokens; `windowed`: sliding-window layers keep only the window of each)."""
+    fit = kv_limited_sequences(running_tokens, request.input_len, request.output_len, request.decode_context_tokens)
     notes = []
     if fit < wanted:
         footprint = kv_tokens_per_running_sequence(request.input_len, request.output_len,
                                                    request.decode_context_tokens)
+        held = " (the window layers keep each one's last window only)" if windowed else ""
         notes.append(
-            f"KV-starved: the cache holds {kv_cache_tokens:,} tokens = {fit} running sequences of "
+            f"KV-starved: the cache holds {running_tokens:,} tokens{held} = {fit} running sequences of "
             f"{footprint:,.0f} tokens on average ({footprint_basis(request)}), so concurrency is {fit} "
             f"(wanted {wanted})"
         )
@@ -287,7 +290,7 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     max_model_len = max_model_len_of(model, request)
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)
-    fit = kv_limited_sequences(min(s.kv_cache_tokens for s in stages), request.input_len, request.output_len,
+    fit = kv_limited_sequences(min(s.running_tokens for s in stages), request.input_len, request.output_len,
                                request.decode_context_tokens)
     if fit < wanted:
         # The emitted --max-num-seqs is the batch that fits (also when --batch asks for more),
@@ -301,7 +304,8 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     if reasons:
         return Rejected(layout, tuple(reasons), memory_overshoot_bytes(stages, max_model_len))
     kv_tokens = min(s.kv_cache_tokens for s in stages)
-    cap, notes = choose_batch(request, kv_tokens, wanted)
+    cap, notes = choose_batch(request, min(s.running_tokens for s in stages), wanted,
+                              windowed=any(s.kv_running_tokens is not None for s in stages))
     budget = max_num_batched_tokens(cluster, request, layout, model)
     if cap > budget:  # vLLM refuses max_num_seqs above the step's token budget (config/scheduler.py, 0.33.0)
         notes.append(f"Token-budget-bound: a step holds at most {budget:,} tokens (--max-num-batched-tokens), one per "
@@ -849,7 +853,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     budget = max_num_batched_tokens(cluster, request, layout, model)
     # a simulated step is a round of the p micro-batches, each scheduled with its own budget
     # (PP: a prompt's chunks fill consecutive micro-batches, round_time)
-    limits = EngineLimits(result.kv_cache_tokens, result.batch, budget * layout.pp,
+    limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget * layout.pp,
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
 
     priced: dict[tuple[float, ...], float] = {}

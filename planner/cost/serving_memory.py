@@ -97,6 +97,16 @@ class StageMemory:
     num_moe_layers: float | None = None
     """Of num_layers, the MoE layers (stage_moe_layer_counts); None: the mean block's share
     (moe.moe_layers_of), what stage_moe_layers then reads."""
+    kv_running_tokens: int | None = None
+    """Tokens the pool holds as running sequences of the request's mean footprint
+    (kv_tokens_per_running_sequence), what the concurrency is counted in (kv_limited_sequences):
+    with sliding-window layers kv_running_capacity, below or above kv_cache_tokens (the
+    admission count at max_model_len); None: kv_cache_tokens."""
+
+    @property
+    def running_tokens(self) -> int:
+        """kv_running_tokens, or kv_cache_tokens where the two are the same."""
+        return self.kv_cache_tokens if self.kv_running_tokens is None else self.kv_running_tokens
 
     @property
     def num_attention_layers(self) -> int:
@@ -203,11 +213,11 @@ def kv_tokens_per_running_sequence(input_len: float, output_len: float,
 
 def kv_bytes_per_sequence(stage: StageMemory, input_len: float, output_len: float,
                           context_tokens: float | None = None) -> float:
-    """One running sequence's mean KV bytes on `stage`: its cache's bytes per token times
-    kv_tokens_per_running_sequence; 0 for a stage with no cache."""
-    if stage.kv_cache_tokens <= 0:
+    """One running sequence's mean KV bytes on `stage`: its cache's bytes per running token
+    (StageMemory.running_tokens) times kv_tokens_per_running_sequence; 0 for a stage with no cache."""
+    if stage.running_tokens <= 0:
         return 0.0
-    return stage.kv_cache_bytes / stage.kv_cache_tokens * kv_tokens_per_running_sequence(
+    return stage.kv_cache_bytes / stage.running_tokens * kv_tokens_per_running_sequence(
         input_len, output_len, context_tokens)
 
 
@@ -264,6 +274,39 @@ def kv_block_tokens(kind_bytes_per_token: int, full_bytes_per_token: int, window
     return kv_page_bytes(full_bytes_per_token, window_bytes_per_token) // kind_bytes_per_token
 
 
+def kv_pool_blocks(num_layers: int, num_window_layers: int, kv_bytes: float, window_bytes_per_token: int,
+                   full_bytes_per_token: int) -> tuple[int, int, int]:
+    """(blocks, full groups, window groups) of a stage's hybrid KV pool (kv_cache_groups): the
+    blocks are kv_bytes // (g * page) (kv_page_bytes; get_kv_cache_config_from_groups at vLLM 0.33.0)."""
+    page = kv_page_bytes(full_bytes_per_token, window_bytes_per_token)
+    size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
+    return int(kv_bytes // (size * page)), full_groups, window_groups
+
+
+def kv_running_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
+                        kv_bytes_per_token_per_layer: int, sequence_tokens: float,
+                        full_kv_bytes_per_token_per_layer: int | None = None) -> int:
+    """Tokens a stage's hybrid KV pool holds as running sequences of S tokens on average
+    (kv_tokens_per_running_sequence, its last block's half included), n * S with
+    n = blocks / (full groups * S / B_full + window groups * min(S, W - 1 + B_window) / B_window):
+    the scheduler admits a request while the pool has free blocks for its next tokens
+    (KVCacheManager.allocate_slots) and SlidingWindowManager.remove_skipped_blocks frees a window
+    layer's blocks that fall wholly before the window, so a sequence keeps the blocks covering
+    its last W tokens there, (W - 1) / B + 1 on average (vllm/v1/core/single_type_kv_cache_manager.py
+    at 0.33.0). Blocks, groups and B_kind as in kv_cache_capacity, the admission count at
+    max_model_len, which for a window far below max_model_len counts each request's window
+    layers as if spread over M tokens and so is no measure of how many short sequences run."""
+    window = model.sliding_window
+    full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
+    blocks, full_groups, window_groups = kv_pool_blocks(num_layers, num_window_layers, kv_bytes,
+                                                        kv_bytes_per_token_per_layer, full_kv)
+    full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
+    window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
+    per_sequence = (full_groups * sequence_tokens / full_block
+                    + window_groups * min(sequence_tokens, window - 1 + window_block) / window_block)
+    return int(blocks / per_sequence * sequence_tokens)
+
+
 def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
                       kv_bytes_per_token_per_layer: int, max_model_len: int, in_flight_tokens: int,
                       full_kv_bytes_per_token_per_layer: int | None = None) -> int:
@@ -284,9 +327,8 @@ def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int,
     layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
     window = model.sliding_window
     full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
-    page = kv_page_bytes(full_kv, kv_bytes_per_token_per_layer)
-    size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
-    blocks = int(kv_bytes // (size * page))
+    blocks, full_groups, window_groups = kv_pool_blocks(num_layers, num_window_layers, kv_bytes,
+                                                        kv_bytes_per_token_per_layer, full_kv)
     window_tokens = min(window - 1 + in_flight_tokens, max_model_len)
     full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
     window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
@@ -497,6 +539,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
         # every token holds the drafter's KV beside the target's: the target's share of the pool
         target_kv_bytes = kv_bytes * kv_per_token / (kv_per_token + drafter.kv_bytes_per_token) if kv_per_token else 0
         kv_tokens = 0
+        running_tokens = None
         if kv_bytes > 0 and state > 0:
             kv_tokens = kv_tokens_with_state(kv_bytes, kv_per_token + drafter.kv_bytes_per_token, state,
                                              sequence_tokens)
@@ -506,13 +549,15 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
             # block manager recycles a whole-model window's blocks per sequence)
             kv_tokens = kv_cache_capacity(model, attention, window, target_kv_bytes, window_kv, max_model_len,
                                           max_in_flight_tokens(layout, tokens), full_kv)
+            running_tokens = kv_running_capacity(model, attention, window, target_kv_bytes, window_kv,
+                                                 sequence_tokens, full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         return (num_layers, weights, activation, overhead, max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
                 window, model.sliding_window, num_layers - attention, state,
                 window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
-                drafter.weights_bytes, drafter.kv_bytes_per_token, moe_count)
+                drafter.weights_bytes, drafter.kv_bytes_per_token, moe_count, running_tokens)
 
     alike: dict[tuple, tuple] = {}  # stages of one make-up (with p stages most are alike) priced once
     for stage, num_layers in enumerate(layer_counts):

