@@ -36,6 +36,7 @@ from planner.cost.kv_transfer import (
     kv_transfer,
     prompt_kv_layers,
 )
+from planner.cost.params import kv_cache_format
 from planner.cost.serving_memory import (
     StageMemory,
     default_max_num_seqs,
@@ -832,7 +833,8 @@ def _counts(cluster: ClusterSpec, num_gpus: int, p: WorkerShape, d: WorkerShape,
 def _transfer(model, cluster, request, memo, p_key, d_key, same) -> KvTransfer:
     link = kv_link(cluster, same)
     curve = cluster.allreduce_curve(link.scope, 2)
-    return kv_transfer(prompt_kv_layers(model, request.kv_cache_dtype, request.input_len),
+    return kv_transfer(prompt_kv_layers(model, kv_cache_format(model, cluster.gpu, request.kv_cache_dtype),
+                                        request.input_len),
                        p_key[0], d_key[0], link, curve, model.is_mla, prefill_pp=p_key[1], decode_pp=d_key[1])
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.cost.params import kv_bytes_per_token, param_counts, recurrent_state_bytes_per_sequence
+from planner.cost.params import (
+    FP8_DS_MLA,
+    kv_bytes_per_token,
+    param_counts,
+    recurrent_state_bytes_per_sequence,
+)
 from planner.specs import ModelSpec
 
 Attention = Literal["mha", "gqa", "mqa", "mla"]
@@ -65,7 +70,7 @@ def model_summary(model: ModelSpec, kv_cache_dtype: str = "auto") -> ModelSummar
         active_params=counts.active,
         mtp_params=counts.mtp,
         kv_cache_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype),
-        kv_cache_dtype="fp8" if kv_cache_dtype == "fp8" else model.dtype,
+        kv_cache_dtype=kv_cache_dtype if kv_cache_dtype in ("fp8", FP8_DS_MLA) else model.dtype,
         num_experts=model.num_local_experts or 0,
         experts_per_token=model.num_experts_per_tok or 0,
         num_shared_experts=model.num_shared_experts,

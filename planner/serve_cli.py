@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from planner.cost.params import kv_cache_format
 from planner.cost.serving_memory import (
     kv_bytes_per_sequence,
     max_num_batched_tokens,
@@ -298,7 +299,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
             render_aggregated(plan, engine, top, show_rejected, served_model, metrics,
                               superseded=verdict.winner == "disaggregated")
         else:
-            console().print(describe_model(model, request.kv_cache_dtype))
+            console().print(describe_model(model, kv_cache_format(model, cluster.gpu, request.kv_cache_dtype)))
             console().print(describe_cluster(cluster))
             if request.speculation is not None:
                 from planner.render.serve import speculation_words

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from planner.specs import ModelSpec, computed_once
+from planner.specs import GPU, ModelSpec, computed_once
 
 BYTES_PER_ELEMENT = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 MATMUL_PRECISION_OF_DTYPE = {"float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
@@ -35,6 +35,13 @@ PER_CHANNEL_SCALE_BYTES = 4
 """fp8/int8 weight-only: one fp32 scale per output channel (row of ~h weights)."""
 INDEXER_SCALE_BLOCK = 128
 """DSA indexer keys: one fp32 scale per 128 fp8 values."""
+FP8_DS_MLA = "fp8_ds_mla"
+"""DeepSeek's fp8 MLA cache layout (kv_cache_format): per token and layer the latent in fp8
+with an fp32 scale per 128 values, the RoPE key in 16 bits (656 bytes for DeepSeek-V3.2:
+vllm/v1/attention/backends/mla/flashmla_sparse.py and mla_attention.py get_kv_cache_spec at 0.33.0)."""
+DS_MLA_SCALE_BLOCK = 128
+"""fp8_ds_mla: one fp32 scale per 128 latent values."""
+HOPPER_COMPUTE_CAPABILITY_MAJOR = 9
 
 
 @dataclass(frozen=True)
@@ -531,14 +538,34 @@ def kv_bytes_per_token_per_layer_by_kind(model: ModelSpec, tp: int, kv_cache_dty
     slots of its QKVParallelLinear and builds an ordinary Attention over them.
     MLA: (r_kv + d_rope) * bytes: one latent and one RoPE key per token and layer, shared by
     all heads, so every rank of a TP group holds all of it (DeepSeek-V2 sec. 2.1.2; vLLM's MLA
-    backends cache kv_lora_rank + qk_rope_head_dim per token)."""
-    kv_bytes = 1 if kv_cache_dtype == "fp8" else activation_bytes_per_element(model)
+    backends cache kv_lora_rank + qk_rope_head_dim per token); in fp8_ds_mla (kv_cache_format)
+    r_kv * (1 + 4/128) + d_rope * 2."""
+    kv_bytes = 1 if kv_cache_dtype in ("fp8", FP8_DS_MLA) else activation_bytes_per_element(model)
     if model.is_mla:
-        latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes + indexer_key_bytes(model)
+        if kv_cache_dtype == FP8_DS_MLA:
+            latent = (model.kv_lora_rank * (1 + PER_CHANNEL_SCALE_BYTES / DS_MLA_SCALE_BLOCK)
+                      + model.qk_rope_head_dim * activation_bytes_per_element(model))
+        else:
+            latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+        latent = int(latent) + indexer_key_bytes(model)
         return latent, latent
     full, window = attention_shape(model, True), attention_shape(model, False)
     return (max(1, full.kv_heads // tp) * (full.key_dim + full.value_dim) * kv_bytes,
             kv_heads_per_gpu(model, tp) * (window.key_dim + window.value_dim) * kv_bytes)
+
+
+def kv_cache_format(model: ModelSpec, gpu: GPU, kv_cache_dtype: str) -> str:
+    """The layout vLLM 0.33.0 stores --kv-cache-dtype in: a DSA model (index_head_dim) with an
+    fp8 cache on Hopper runs FLASHMLA_SPARSE (FLASH_ATTN_MLA_SPARSE, first in the SM90 list of
+    vllm/platforms/cuda.py, takes no fp8 cache), which serves fp8 as fp8_ds_mla
+    (_canonicalize_sparse_mla_kv_cache_dtype in model_executor/layers/attention/mla_attention.py):
+    r_kv fp8 values, an fp32 scale per 128 of them and d_rope 16-bit values, 512 + 16 + 128 = 656
+    bytes for DeepSeek-V3.2 against 576 as plain fp8. On Blackwell FLASHINFER_MLA_SPARSE comes
+    first for an fp8 cache and keeps plain fp8. Else the dtype as given."""
+    hopper = gpu.compute_capability is not None and int(gpu.compute_capability) == HOPPER_COMPUTE_CAPABILITY_MAJOR
+    if kv_cache_dtype == "fp8" and model.is_mla and model.index_head_dim and hopper:
+        return FP8_DS_MLA
+    return kv_cache_dtype
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, num_layers: int, tp: int, kv_cache_dtype: str,

@@ -25,6 +25,7 @@ from planner.cost.params import (
     activation_bytes_per_element,
     attention_shape,
     kv_bytes_per_token_per_layer_by_kind,
+    kv_cache_format,
     layer_weight_bytes_per_gpu,
     lm_head_bytes_per_weight,
     moe_layer_excess_bytes_per_gpu,
@@ -521,7 +522,8 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     activations = {last: profile_activation_bytes(model, layout.tp, tokens, last, max_num_seqs) for last in (False, True)}
     overhead = overhead_bytes(layout, deepep_buffer_bytes(model, layout, request.all2all_backend,
                                                           cluster.gpus_per_node, tokens), v1_engine)
-    full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(model, layout.tp, request.kv_cache_dtype)
+    full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(
+        model, layout.tp, kv_cache_format(model, cluster.gpu, request.kv_cache_dtype))
     def make_up_fields(num_layers: int, moe_count: float, attention: int, window: int, recurrent: int,
                        first: bool, last: bool) -> tuple:
         """StageMemory's fields after `stage` for a stage of this make-up."""

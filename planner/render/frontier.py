@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.cost.params import kv_cache_format
 from planner.frontier import Frontier, FrontierCandidate
 from planner.render.catalog import describe_cluster, describe_model
 from planner.render.common import console, ms, print_json_rows, to_jsonable
@@ -30,7 +31,7 @@ def render_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     from rich.table import Table
 
     out = console()
-    out.print(describe_model(model, request.kv_cache_dtype))
+    out.print(describe_model(model, kv_cache_format(model, cluster.gpu, request.kv_cache_dtype)))
     out.print(describe_cluster(cluster))
     out.print(f"Workload: {request.input_len:,} prompt and {request.output_len:,} output tokens per request, "
               f"steady state{other_limits(request)}.")

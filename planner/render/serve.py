@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.cost.params import kv_cache_format
 from planner.cost.serving_sim import Distribution, ServeMetrics
 from planner.cost.serving_time import moe_kernel
 from planner.cost.speculative import expected_tokens_per_step
@@ -406,7 +407,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
                 metrics: ServeMetrics | None = None, superseded: bool = False) -> None:
     """superseded: summary_lines'; the launch is then the aggregated alternative's."""
     out = console()
-    out.print(describe_model(plan.model, plan.request.kv_cache_dtype))
+    out.print(describe_model(plan.model, kv_cache_format(plan.model, plan.cluster.gpu, plan.request.kv_cache_dtype)))
     out.print(describe_cluster(plan.cluster))
     if plan.recommended is None:
         render_infeasible(plan, out, show_rejected)
@@ -608,7 +609,8 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "workload": "serve",
         "serve_workload": serve_workload_json(plan.request),
         "model": plan.model.name,
-        "model_summary": to_jsonable(model_summary(plan.model, plan.request.kv_cache_dtype)),
+        "model_summary": to_jsonable(model_summary(
+            plan.model, kv_cache_format(plan.model, plan.cluster.gpu, plan.request.kv_cache_dtype))),
         "cluster": plan.cluster.name,
         "num_gpus": plan.num_gpus,
         "objective": plan.request.objective,

@@ -125,3 +125,25 @@ def test_deepseek_v32_kv_adds_the_indexer_key_by_hand() -> None:
     model = resolve_model(str(folder / "config.json"))
     assert kv_bytes_per_token(model) == 78_324
     assert param_counts(model).total == pytest.approx(671e9 + 61 * 14e6, rel=0.002)
+
+
+def test_deepseek_v32_fp8_cache_on_hopper_is_deepseeks_656_byte_layout() -> None:
+    """vLLM 0.33.0 serves DSA's fp8 cache on Hopper through FLASHMLA_SPARSE as fp8_ds_mla: the
+    512 latent values in fp8 (512 B), an fp32 scale per 128 of them (4 * 4 = 16 B) and the 64
+    RoPE values in bf16 (128 B): 656 B, plus the indexer's 132 B: 61 * 788 = 48,068 B a token.
+    On Blackwell FLASHINFER_MLA_SPARSE keeps plain fp8: 61 * (576 + 132) = 43,188 B. A model
+    without DSA (DeepSeek-V3) keeps plain fp8 on Hopper too: 61 * 576 = 35,136 B."""
+    from pathlib import Path
+
+    from planner.catalog import resolve_gpu
+    from planner.cost.params import FP8_DS_MLA, kv_cache_format
+
+    folder = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "deepseek-ai--DeepSeek-V3.2"
+    model = resolve_model(str(folder / "config.json"))
+    hopper, blackwell = resolve_gpu("H100"), resolve_gpu("B200")
+    assert kv_cache_format(model, hopper, "fp8") == FP8_DS_MLA
+    assert kv_bytes_per_token(model, kv_cache_format(model, hopper, "fp8")) == 48_068
+    assert kv_bytes_per_token(model, kv_cache_format(model, blackwell, "fp8")) == 43_188
+    assert kv_cache_format(model, hopper, "auto") == "auto"
+    v3 = resolve_model("deepseek-v3")
+    assert kv_bytes_per_token(v3, kv_cache_format(v3, hopper, "fp8")) == 35_136
