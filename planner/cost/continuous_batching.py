@@ -336,8 +336,10 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     (ServeRequest.decode_context_tokens, prompt_pairs); None: I + O/2 and causal_pairs(I).
     `open_loop`: requests arrive at a rate (vllm bench serve --request-rate R, Poisson) and C is
     the mean number in the replica, R E2E by Little's law (fractional; below 1 at light load):
-    a decoding request's rounds carry every arriving prompt's chunks (own_prompt_share 0) and a
-    new request waits out the current round with probability 1 - e^-C (busy_on_arrival).
+    a decoding request's rounds carry every arriving prompt's chunks (own_prompt_share 0) and its
+    own decode beside the others' n_d (its rounds price n_d + 1 decodes: the others it finds are
+    the time average), and a new request waits out the current round with probability 1 - e^-C
+    (busy_on_arrival).
     solve_open_loop finds the C of a rate."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
@@ -391,6 +393,14 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
         decoding_round = decode_round + (mean_round - decode_round) * (1 - own / lockstep_ranks)
+    if open_loop:
+        # a decoding request's rounds hold its own token beside the others' decodes, which under
+        # Poisson arrivals are as many as the time average (M/G/infinity: the others a request
+        # finds are Poisson with the mean of the whole), so it sees n_d + 1 (at light load one
+        # sequence, never less: the decode round of n_d < 1 priced a fraction of one)
+        seen = decode_seqs + 1
+        decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
+                                        None) - decode_round
     unqueued = first_token_seconds + alignment * mean_round + prompt_service_seconds(prompt_chunks, prompt_round,
                                                                                      in_flight)
     if bound:
