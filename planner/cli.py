@@ -482,7 +482,13 @@ def load_specs(opts: PlanOptions):
         wanted = None if opts.quantization is QuantChoice.none else opts.quantization.value
         if wanted is not None and wanted != model_spec.quantization:
             override = wanted  # the engine must quantize a 16-bit checkpoint itself
-        model_spec = model_spec.model_copy(update={"quantization": wanted})
+        if wanted != model_spec.quantization:
+            # another checkpoint (16-bit, or one the engine quantizes on load): the spec's
+            # mixed-precision layout (an NVFP4 checkpoint's FP8 attention and NVFP4 LM head,
+            # gpt-oss's experts-only MXFP4) was its checkpoint's, not this one's
+            model_spec = model_spec.model_copy(update={
+                "quantization": wanted, "quantization_scope": "all", "secondary_quantization": None,
+                "lm_head_quantization": None})
     cluster_spec = resolve_cluster(opts.cluster)
     if opts.gpus is not None and not 1 <= opts.gpus <= cluster_spec.num_gpus:
         raise SpecError(f"--gpus: {opts.gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")

@@ -137,3 +137,21 @@ def test_the_moe_host_help_names_the_constant_the_plan_uses():
 
     (option,) = MoeHostMsOpt.__metadata__
     assert f"(default: {MOE_LAYER_FORWARD_HOST_SECONDS * 1e3:g}," in option.help
+
+
+@pytest.mark.parametrize(("flag", "weights", "others", "lm_head"), [
+    ("none", "bfloat16", None, None), ("fp8", "fp8", None, None), ("int4", "int4", None, None)])
+def test_quantization_override_drops_the_checkpoints_mixed_formats(flag, weights, others, lm_head) -> None:
+    """nvidia/Qwen3.6-27B-NVFP4 is NVFP4 MLPs beside FP8 attention and an NVFP4 LM head. Another
+    --quantization plans another checkpoint (16-bit, or one the engine quantizes on load), so
+    none of those formats stays: `none` weighs the 16-bit model's 26.9B parameters (its untied
+    1.27B-parameter LM head included) at 2 bytes, not with an NVFP4 head."""
+    import json
+
+    config = Path(__file__).parent / "fixtures" / "hf_configs" / "nvidia--Qwen3.6-27B-NVFP4" / "config.json"
+    result = CliRunner().invoke(app, ["--model", str(config), "--cluster", "1x8xH100", "--quantization", flag,
+                                      "--json", "--top", "1", "--mode", "aggregated"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["model_summary"]
+    assert (summary["weight_dtype"], summary["secondary_weight_dtype"], summary["lm_head_weight_dtype"]) == (
+        weights, others, lm_head)
