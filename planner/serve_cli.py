@@ -25,11 +25,16 @@ from planner.specs import ClusterSpec, ModelSpec
 
 
 def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> ServeArgs:
-    request, cluster = plan.request, plan.cluster
+    return serve_args(plan.model, plan.cluster, plan.request, result, model_arg)
+
+
+def serve_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, result: ServeEstimate,
+               model_arg: str) -> ServeArgs:
+    """The launch arguments of one estimate (engine_args without a plan: the search's refusals)."""
     budget = request.max_num_batched_tokens
     # the engine's own default for this layout (256 under batched DP MoE), left implicit
     default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout,
-                                            plan.model)
+                                            model)
     fullest = max(result.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
     return ServeArgs(
         model=model_arg,
@@ -37,17 +42,17 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         pp=result.layout.pp,
         dp=result.layout.dp,
         ep=result.layout.ep,
-        gpus_per_node=plan.cluster.gpus_per_node,
-        gpu_memory_utilization=plan.request.gpu_memory_utilization,
+        gpus_per_node=cluster.gpus_per_node,
+        gpu_memory_utilization=request.gpu_memory_utilization,
         max_model_len=result.max_model_len,
         max_num_seqs=result.batch,
-        quantization=plan.request.quantization_override,
-        kv_cache_dtype=plan.request.kv_cache_dtype,
-        moe_backend=plan.request.moe_backend,
-        all2all_backend=plan.request.all2all_backend,
-        enable_dbo=plan.request.enable_dbo,
-        speculation=plan.request.speculation,
-        dtype=plan.model.dtype,
+        quantization=request.quantization_override,
+        kv_cache_dtype=request.kv_cache_dtype,
+        moe_backend=request.moe_backend,
+        all2all_backend=request.all2all_backend,
+        enable_dbo=request.enable_dbo,
+        speculation=request.speculation,
+        dtype=model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
         gpu_memory_bytes=cluster.gpu.memory_bytes,
@@ -55,10 +60,10 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
         kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
                                                     request.decode_context_tokens),
-        is_moe=plan.model.is_moe,
-        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout, plan.model),
+        is_moe=model.is_moe,
+        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout, model),
         enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine
-                                and v0_chunked_prefill(plan.model, request)),
+                                and v0_chunked_prefill(model, request)),
     )
 
 
@@ -107,18 +112,22 @@ def engine_version(plan: ServePlan, engine: str) -> str:
     return f"{engine} {versions.sglang if engine == 'sglang' else versions.vllm}"
 
 
-def launch_refusals(cluster: ClusterSpec, request: ServeRequest, engine: str = "vllm"
+def launch_refusals(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, engine: str = "vllm"
                     ) -> Callable[[ServeEstimate], list[str]]:
     """Why no serving engine starts an estimate as planned (planner/emit/command.py), or the
-    chosen engine refuses it (SGLang: emit/sglang.refusal); empty where it starts."""
-    from planner.emit.sglang import refusal
+    chosen engine refuses it (SGLang: emit/sglang.refusal, and pool_refusal where its default
+    memory reserve leaves no KV for one request); empty where it starts."""
+    from planner.emit.sglang import pool_refusal, refusal
 
     gpus_per_node = cluster.gpus_per_node
 
     def reasons(r: ServeEstimate) -> list[str]:
         found = placement_reasons(r.layout.tp, r.layout.pp, r.layout.dp, gpus_per_node, r.layout.ep)
-        refused = refusal(r.layout, request.speculation) if engine == "sglang" else None
-        return found + ([refused] if refused else [])
+        if engine == "sglang":
+            found += [reason for reason in (refusal(r.layout, request.speculation),
+                                            pool_refusal(serve_args(model, cluster, request, r, MODEL_PLACEHOLDER)))
+                      if reason]
+        return found
 
     return reasons
 
@@ -126,7 +135,7 @@ def launch_refusals(cluster: ClusterSpec, request: ServeRequest, engine: str = "
 def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
     """The plan less the layouts no serving engine starts as planned, and those the chosen
     engine refuses (launch_refusals)."""
-    return without_refused(plan, lambda r: r.layout, launch_refusals(plan.cluster, plan.request, engine))
+    return without_refused(plan, lambda r: r.layout, launch_refusals(plan.model, plan.cluster, plan.request, engine))
 
 
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
@@ -141,7 +150,7 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
     engine = "vllm" if emit == "megatron" else emit
     # the rows shown are all that is wanted unless every layout is (--json without --top)
     keep_top = None if show_rejected else (top if json_output else top or DEFAULT_TOP_ROWS)
-    refusals = launch_refusals(cluster, request, engine) if engine != "none" else None
+    refusals = launch_refusals(model, cluster, request, engine) if engine != "none" else None
     plan = plan_serving(model, cluster, request, keep_top=keep_top,
                         counts=None if refusals is None else (lambda r: not refusals(r)))
     if engine != "none":

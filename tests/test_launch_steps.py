@@ -251,6 +251,40 @@ def test_sglang_runs_what_its_capped_pool_holds():
     assert max_running_requests(roomy) == 300 and sglang_pool_notes(roomy) == []
 
 
+def test_sglang_refuses_a_layout_whose_pool_holds_no_request():
+    """The same GPU and reserve (fraction 0.830, 66.4 GiB of the 80), 66 GiB of weights: the
+    pool is 0.4 GiB, less than one 0.5 GiB request: SGLang cannot serve it (pool_refusal),
+    where max_running_requests' floor of 1 would have printed --max-running-requests 1. With
+    60 GiB of weights the pool holds 6.4 GiB: served (12 requests)."""
+    from planner.emit.sglang import max_running_requests, pool_refusal
+    from planner.units import BYTES_PER_GIB
+
+    args = replace(ARGS, tp=1, max_num_seqs=300, gpu_memory_bytes=80 * BYTES_PER_GIB,
+                   weights_and_kv_bytes_per_gpu=72 * BYTES_PER_GIB, kv_cache_bytes_per_gpu=6 * BYTES_PER_GIB,
+                   kv_bytes_per_sequence=0.5 * BYTES_PER_GIB)
+    assert "leaves 0.40 GiB per GPU for KV, less than one request's 0.50 GiB" in pool_refusal(args)
+    served = replace(args, kv_cache_bytes_per_gpu=12 * BYTES_PER_GIB)
+    assert pool_refusal(served) is None and max_running_requests(served) == 12
+
+
+def test_sglang_plans_only_layouts_its_pool_can_serve():
+    """Nemotron-3-Ultra-550B in bf16 on 4x8 H100 with --emit sglang: layouts whose weights leave
+    SGLang's default reserve no KV are refused, with the reason, instead of launched with
+    --max-running-requests 1; the recommended layout's command runs more than one request."""
+    from pathlib import Path
+
+    config = Path(__file__).parent / "fixtures" / "hf_configs" / "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16"
+    result = CliRunner().invoke(app, ["--model", str(config / "config.json"), "--cluster", "4x8xH100",
+                                      "--emit", "sglang", "--mode", "aggregated", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    reasons = [reason for r in plan["rejected"] for reason in r["reasons"]]
+    assert any("less than one request's" in reason for reason in reasons)
+    command = " ".join(" ".join(step["argv"]) if isinstance(step, dict) and "argv" in step else str(step)
+                       for step in plan["recommended"]["command"])
+    assert "--max-running-requests 1 " not in command + " "
+
+
 def test_vllm_ray_says_when_it_needs_no_ray():
     """--emit vllm-ray on tp=4 replicas over two 8-GPU nodes: every replica fits in a node, so
     the command is the plain one, and the plan says so instead of silently printing no Ray;

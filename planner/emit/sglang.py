@@ -110,14 +110,36 @@ def mem_fraction_static(a: ServeArgs) -> float:
     return math.floor(min(planned, ceiling) * 1000) / 1000
 
 
+def kv_pool_bytes(a: ServeArgs) -> float:
+    """SGLang's KV pool per GPU: --mem-fraction-static of the GPU less the plan's weights (and
+    the plan's other non-KV memory); negative where its reserve leaves less than the weights."""
+    return mem_fraction_static(a) * a.gpu_memory_bytes - (a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu)
+
+
 def max_running_requests(a: ServeArgs) -> int:
     """The plan's sequences per worker, or fewer where SGLang's reserve caps
     --mem-fraction-static below the plan's weights + KV: what the smaller pool holds at the
-    plan's mean footprint per sequence (more would only be retracted and requeued)."""
+    plan's mean footprint per sequence (more would only be retracted and requeued); at least 1
+    (pool_refusal refuses a layout whose pool holds less than one)."""
     if a.kv_bytes_per_sequence <= 0:
         return a.max_num_seqs
-    pool = mem_fraction_static(a) * a.gpu_memory_bytes - (a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu)
-    return max(1, min(a.max_num_seqs, math.floor(pool / a.kv_bytes_per_sequence)))
+    return max(1, min(a.max_num_seqs, math.floor(kv_pool_bytes(a) / a.kv_bytes_per_sequence)))
+
+
+def pool_refusal(a: ServeArgs) -> str | None:
+    """Why SGLang cannot serve the layout at all: its default reserve (reserved_bytes) leaves a
+    KV pool per GPU smaller than one running request's mean KV (the plan's footprint), so the
+    server would start with no room for a request, or not start; None where one fits."""
+    server, _ = ep_server(a)
+    if server.kv_bytes_per_sequence <= 0:
+        return None
+    pool = kv_pool_bytes(server)
+    if pool >= server.kv_bytes_per_sequence:
+        return None
+    return (f"SGLang keeps {reserved_bytes(server) / BYTES_PER_GIB:.1f} GiB per GPU out of its pool by default "
+            f"(activations, CUDA graphs): --mem-fraction-static {mem_fraction_static(server):g} leaves "
+            f"{max(pool, 0.0) / BYTES_PER_GIB:.2f} GiB per GPU for KV, less than one request's "
+            f"{server.kv_bytes_per_sequence / BYTES_PER_GIB:.2f} GiB")
 
 
 def sglang_pool_notes(a: ServeArgs, worker: str = "DP worker") -> list[str]:
