@@ -233,3 +233,19 @@ def test_burstiness_draws_gamma_intervals_of_that_shape():
         spread = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
         assert mean == pytest.approx(0.1, rel=1e-9)  # rescaled: the last at 20,000 / 10 s
         assert spread / mean == pytest.approx(cv, rel=0.1), shape
+
+
+def test_the_table_names_its_column_in_flight_at_a_rate() -> None:
+    """At --request-rate the table's column is the mean requests in flight per replica (JSON
+    `concurrency`), so it is headed "in flight", not "batch" (JSON `batch` is the --max-num-seqs
+    the engine is launched for)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    rated = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--request-rate", "20",
+                                     "--mode", "aggregated", "--num-prompts", "100"])
+    assert rated.exit_code == 0, rated.output
+    assert "in flight" in rated.stdout and "┃ batch" not in rated.stdout
+    steady = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "aggregated"])
+    assert "batch" in steady.stdout and "in flight" not in steady.stdout
