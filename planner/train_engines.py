@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING
 from planner.cost import efficiency
 from planner.engines import MEGATRON_RELEASES
 from planner.errors import SpecError
+from planner.specs import computed_once
 
 if TYPE_CHECKING:
     from planner.layout import TrainConfig
@@ -96,6 +97,37 @@ TORCHTITAN_MODELS = {
 """Shipped model -> torchtitan (model.name, model.flavor), from models/*/__init__.py@v0.2.2
 (same layers, widths, heads, experts and top-k; Llama 4 Scout as released runs iRoPE, NoPE
 every fourth layer, hence the _irope flavor)."""
+ARCHITECTURE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                       "intermediate_size", "vocab_size", "num_local_experts", "num_experts_per_tok",
+                       "expert_intermediate_size", "num_shared_experts", "kv_lora_rank", "q_lora_rank", "head_dim",
+                       "sliding_window")
+"""What makes two specs one torchtitan model (torchtitan_model): the layers, widths, heads,
+experts, top-k, vocabulary, MLA ranks and window; not the name, dtype, quantization or context."""
+
+
+def torchtitan_model(model: ModelSpec) -> tuple[str, str] | None:
+    """torchtitan's (model.name, model.flavor) for `model`: a shipped model's own, else the one of
+    the shipped model of the same architecture (ARCHITECTURE_FIELDS), so that an HF config.json of
+    Meta-Llama-3.1-70B or the llama-3.1-70b-fp8 checkpoint's spec trains as llama3 70B, with that
+    family's rules (no pipelining for qwen3 and gpt_oss, flex attention's refusal of CP); None
+    where torchtitan v0.2.2 has no such model."""
+    known = TORCHTITAN_MODELS.get(model.name)
+    if known is not None:
+        return known
+    return _architecture_match(model)
+
+
+@computed_once
+def _architecture_match(model: ModelSpec) -> tuple[str, str] | None:
+    from planner.catalog import resolve_model
+
+    key = tuple(getattr(model, name) for name in ARCHITECTURE_FIELDS)
+    for name, known in TORCHTITAN_MODELS.items():
+        if tuple(getattr(resolve_model(name), field) for field in ARCHITECTURE_FIELDS) == key:
+            return known
+    return None
+
+
 TORCHTITAN_FLEX_ATTENTION = ("deepseek_v3", "gpt_oss")
 """Families whose shipped flavors run flex attention, which torchtitan's context parallelism
 refuses (models/deepseek_v3/model/args.py, models/gpt_oss/model/args.py@v0.2.2); llama4's irope
@@ -209,7 +241,7 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     divisor = c.tp * 2 * c.cp
     if seq_len % divisor:
         reasons.append(f"seq-len {seq_len} not divisible by tp*2*cp = {divisor} (torchtitan)")
-    family, flavor = TORCHTITAN_MODELS.get(model.name, ("", ""))
+    family, flavor = torchtitan_model(model) or ("", "")
     if c.ep > 1 and c.zero_stage == 0:
         reasons.append(f"ep={c.ep} without FSDP (ZeRO-0: DDP, or dp*cp = 1): torchtitan {TORCHTITAN_RELEASE} runs "
                        f"expert parallelism only under FSDP (the experts' own efsdp mesh)")
@@ -238,7 +270,7 @@ def moe_forward_syncs(engine: str, model: ModelSpec, ep: int) -> bool:
         return False
     if engine != "torchtitan":
         return True
-    return ep > 1 or TORCHTITAN_MODELS.get(model.name, ("",))[0] in TORCHTITAN_SYNC_WITHOUT_EP
+    return ep > 1 or (torchtitan_model(model) or ("",))[0] in TORCHTITAN_SYNC_WITHOUT_EP
 
 
 def torchtitan_degrees(config: TrainConfig) -> dict[str, int]:

@@ -51,10 +51,10 @@ from planner.requests import FP8_RECIPE_DEFAULTS
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
     TORCHTITAN_IMPLEMENTED,
-    TORCHTITAN_MODELS,
     TORCHTITAN_RELEASE,
     TORCHTITAN_SCHEDULES,
     torchtitan_degrees,
+    torchtitan_model,
 )
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
                  seq_len: int) -> dict[str, dict[str, object]]:
     """Section -> key -> value of the job config (the keys tests check against the release)."""
     c = config
-    known = TORCHTITAN_MODELS.get(model.name)
+    known = torchtitan_model(model)
     model_keys: dict[str, object] = {} if known is None else {"name": known[0], "flavor": known[1]}
     recipe = c.fp8_recipe or FP8_RECIPE_DEFAULTS["torchtitan"]
     if c.precision == "fp8":

@@ -512,3 +512,39 @@ def test_zero_2_on_torchtitan_is_a_one_line_error():
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("--zero 2: torchtitan v0.2.2 has no ZeRO-2"), result.stderr
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("llama-3.1-70b-fp8", ("llama3", "70B")), ("llama-3.1-8b-fp8", ("llama3", "8B")),
+    ("qwen3-235b-a22b-fp8", ("qwen3", "235B-A22B")),
+    ("tests/fixtures/hf_configs/meta-llama--Meta-Llama-3.1-70B/config.json", ("llama3", "70B")),
+    ("tests/fixtures/hf_configs/Qwen--Qwen3-32B/config.json", ("qwen3", "32B")),
+    ("tests/fixtures/hf_configs/openai--gpt-oss-120b/config.json", ("gpt_oss", "120b")),
+    ("tests/fixtures/hf_configs/moonshotai--Kimi-K2-Instruct/config.json", None),
+])
+def test_torchtitan_knows_a_model_by_its_architecture_not_its_name(given, expected):
+    """A quantized checkpoint's spec or an HF config.json of a model torchtitan implements is
+    that model (same layers, widths, heads, experts, top-k, vocabulary): its name used to be
+    the only key, so gpt-oss-120b's config.json was pipelined and context-parallel, which
+    torchtitan refuses for gpt_oss. Kimi K2 (384 experts) is none of them."""
+    from planner.train_engines import torchtitan_model
+
+    root = Path(__file__).parents[2]
+    spec = resolve_model(str(root / given) if given.startswith("tests/") else given)
+    assert torchtitan_model(spec) == expected
+
+
+def test_an_hf_config_plans_as_its_shipped_twin_under_torchtitan():
+    """gpt-oss-120b's config.json and the shipped gpt-oss-120b get the same recommended layout
+    (no PP, no CP: gpt_oss has no pipelining_fn and runs flex attention) and the same [model]."""
+    config = Path(__file__).parents[2] / "tests" / "fixtures" / "hf_configs" / "openai--gpt-oss-120b"
+    plans = []
+    for model in (str(config), "gpt-oss-120b"):
+        result = CliRunner().invoke(app, ["--workload", "train", "--model", model, "--cluster", "8x8xH100",
+                                          "--global-batch", "64", "--seq-len", "32768", "--engine", "torchtitan",
+                                          "--json", "--top", "1"])
+        assert result.exit_code == 0, result.output
+        best = json.loads(result.stdout)["layouts"][0]
+        plans.append((best["tp"], best["cp"], best["pp"], best["dp"], best["ep"]))
+        assert best["pp"] == 1 and best["cp"] == 1
+    assert plans[0] == plans[1]
