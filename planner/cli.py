@@ -505,7 +505,13 @@ def request_for(opts: PlanOptions):
         if opts.gpus is not None and opts.gpus > gpn and opts.gpus % gpn:
             raise SpecError(f"--gpus: {opts.gpus} does not fill whole nodes of {gpn}: a training launch starts "
                             f"the same --nproc-per-node on every node; give a multiple of {gpn} (or {gpn} or fewer)")
-        return model_spec, cluster_spec, train_request(opts)
+        request = train_request(opts)
+        if model_spec.position_embedding == "learned" and request.seq_len > model_spec.max_position_embeddings:
+            # the command would build a larger position table: another model than the spec's
+            raise SpecError(f"--seq-len: {request.seq_len:,} exceeds {model_spec.name}'s "
+                            f"{model_spec.max_position_embeddings:,} learned positions (max_position_embeddings: "
+                            f"its position table has no rows beyond them)")
+        return model_spec, cluster_spec, request
     return model_spec, cluster_spec, serve_request(opts, override, model_spec)
 
 

@@ -355,6 +355,11 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "seq-len-beyond-learned-positions": (
+        ["--workload", "train", "--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "256",
+         "--seq-len", "8192"],
+        ("--seq-len", "8,192 exceeds gpt3-175b's 2,048 learned positions"),
+    ),
     "burstiness-zero": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "0"],
         ("--burstiness", "positive and finite", "got 0.0"),

@@ -155,7 +155,7 @@ def test_the_default_is_the_spec_s_with_megatron_and_none_with_torchtitan():
 @pytest.mark.parametrize("args, message", [
     (["--model", "deepseek-v3", "--engine", "torchtitan", "--mtp-layers", "1"],
      "--mtp-layers 1: only with --engine megatron; torchtitan builds no multi-token-prediction module"),
-    (["--model", "gpt3-175b", "--mtp-layers", "1"],
+    (["--model", "gpt3-175b", "--mtp-layers", "1", "--seq-len", "2048"],
      "--mtp-layers 1: Megatron-LM builds multi-token prediction only with rope or no position embeddings; "
      "gpt3-175b has learned positions"),
     (["--model", "llama-3.1-8b", "--mtp-layers", "-1"], "--mtp-layers: must be between 0 and 16 (got -1)"),
