@@ -21,6 +21,7 @@ first, second and last stage, each with its own layers and micro-batches in flig
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -77,7 +78,7 @@ from planner.train_engines import (
     moe_forward_syncs,
     torchtitan_reasons,
 )
-from planner.units import bytes_to_gib, flops_per_s_to_tflops
+from planner.units import BYTES_PER_MIB, bytes_to_gib, flops_per_s_to_tflops
 
 
 @dataclass(frozen=True)
@@ -567,14 +568,17 @@ def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 
     last stage's), named with the flag that leaves them out. `every_split`: `memory` is
     least_memory's of uneven stages, the stage at the fewest layers any split gives it: it
     overflows under every split, by at least that much."""
-    over = bytes_to_gib(memory.total_bytes - capacity_bytes)
+    excess = memory.total_bytes - capacity_bytes
+    # a shortfall under 0.05 GiB in MiB, so that the reason never reads "by 0.0 GiB"
+    over = (f"{bytes_to_gib(excess):.1f} GiB" if bytes_to_gib(excess) >= 0.05
+            else f"{max(1, math.ceil(excess / BYTES_PER_MIB))} MiB")
     mtp = (f", with the {mtp_layers_here} MTP module{'s' if mtp_layers_here > 1 else ''} there (--mtp-layers 0 "
            f"leaves {'them' if mtp_layers_here > 1 else 'it'} out)") if mtp_layers_here else ""
     if every_split:
-        return (f"out of memory on stage {memory.stage} under every stage split, by at least {over:.1f} GiB "
+        return (f"out of memory on stage {memory.stage} under every stage split, by at least {over} "
                 f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB with its fewest "
                 f"layers, {memory.num_layers}){mtp}")
-    return (f"out of memory on stage {memory.stage} by {over:.1f} GiB "
+    return (f"out of memory on stage {memory.stage} by {over} "
             f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB){mtp}")
 
 

@@ -84,3 +84,14 @@ def test_state_memory_never_grows_with_tp_or_pp(tp, pp):
     base = memory_per_gpu(GPT175, TrainConfig(tp, pp, 1, 1, "1f1b", 1, "full", False, 0), 2048, 8)
     more = memory_per_gpu(GPT175, TrainConfig(tp * 2, pp * 2, 1, 1, "1f1b", 1, "full", False, 0), 2048, 8)
     assert more.weights_bytes <= base.weights_bytes
+
+
+def test_a_shortfall_under_a_tenth_of_a_gib_is_given_in_mib():
+    """80 GiB needed on an 80 GiB - 3 MiB GPU: "by 3 MiB", never "by 0.0 GiB (80.0 of 80.0 GiB)";
+    2.5 GiB over stays in GiB."""
+    from planner.train import TrainMemory, oom_reason
+    from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
+
+    memory = TrainMemory(80 * BYTES_PER_GIB, 0, 0, 0, 0, stage=1)
+    assert oom_reason(memory, 80 * BYTES_PER_GIB - 3 * BYTES_PER_MIB).startswith("out of memory on stage 1 by 3 MiB")
+    assert oom_reason(memory, int(77.5 * BYTES_PER_GIB)).startswith("out of memory on stage 1 by 2.5 GiB")
