@@ -109,12 +109,12 @@ GPUs idle; wider ones are planned only on divisors of the GPUs."""
 
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
                       max_ep: int | None = None,
-                      cp_degrees: Callable[[int], list[int]] | None = None,
+                      cp_degrees: Callable[[Layout], list[int]] | None = None,
                       leave_idle: bool = False, widest_ep: bool = False) -> list[Layout]:
     """Every (tp, pp, dp) with tp*pp*dp = num_gpus that `--layout` keeps; with gpus_per_node
     (an MoE model) also each one's expert-parallel variants (expert_parallel_degrees); with
     cp_degrees (training) also the context-parallel variants (tp, pp, dp/cp, cp) of each,
-    cp_degrees(dp) naming the degrees above 1 to try. `leave_idle` (serving: replicas are
+    cp_degrees(layout) naming the degrees above 1 to try. `leave_idle` (serving: replicas are
     independent): also power-of-two tp and pp whose product does not divide the GPUs, with
     as many replicas as fit (7 GPUs: tp=2 x 3 replicas, one GPU idle), where the divisors alone
     would force tp=1 or tp=7. `widest_ep` (training): the widest EP group the experts allow
@@ -126,7 +126,7 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
         layouts += [Layout(tp, pp, num_gpus // (tp * pp)) for tp in powers for pp in powers
                     if tp * pp <= min(num_gpus, MAX_IDLE_REPLICA_GPUS) and num_gpus % (tp * pp)]
     if cp_degrees is not None:
-        layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay.dp)]
+        layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay)]
     if gpus_per_node is not None:
         layouts += [Layout(lay.tp, lay.pp, lay.dp, ep, lay.cp) for lay in layouts
                     for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep, widest_ep)]
@@ -173,7 +173,7 @@ def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,
            evaluate_layout: Callable[[Layout], LayoutResult[E]],
            rank: Callable[[list[E]], list[E]],
-           cp_degrees: Callable[[int], list[int]] | None = None, leave_idle: bool = False,
+           cp_degrees: Callable[[Layout], list[int]] | None = None, leave_idle: bool = False,
            parallel: bool = False, widest_ep: bool = False,
            evaluate_all: Callable[[list[Layout]], Iterable[LayoutResult[E]]] | None = None) -> Plan[E, R]:
     """Evaluate every candidate layout, tally the rejections, rank what runs (`cp_degrees`:

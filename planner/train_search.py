@@ -68,6 +68,13 @@ cp = 16, 8K per rank (Llama Team 2024, Table 4). Below it a ring step's attentio
 (s/cp)^2/2 causal pairs, shrinks quadratically under the KV send it must hide and the
 rank's GEMMs run b*s/cp rows; and it keeps the search at 16,384 GPUs within its budget
 (bench/bench_plan.py)."""
+MIN_CP_CHUNK_TOKENS_BATCH_BOUND = 1024
+"""The floor instead where the global batch gives each pipeline fewer sequences than it has
+stages (global batch < dp * pp; without PP, fewer than one per dp rank): each CP degree turns dp
+ranks into more sequences per pipeline, where the other ways to use the GPUs are a bubble-bound
+pipeline or TP beyond the node (Llama-3.1-70B on 128 H100 at 8 sequences of 4,096 tokens:
+tp=16 pp=8 over InfiniBand was recommended, tp=8 cp=2 pp=8 priced 18% faster). The estimate
+prices the ring's exposed KV sends at that chunk, so CP is chosen only where it pays."""
 MAX_MICRO_BATCH_SIZE = 16
 """Upper bound of the micro-batch search (Megatron runs use 1-8 for large models)."""
 RECOMPUTE_ORDER = ("none", "outputs", "op", "selective", "full")
@@ -89,16 +96,18 @@ def rank_key(e: TrainEstimate) -> tuple:
             not c.sequence_parallel, c.zero_stage)
 
 
-def cp_options(request: TrainRequest, dp: int) -> list[int]:
+def cp_options(request: TrainRequest, dp: int, pp: int = 1) -> list[int]:
     """Context-parallel degrees above 1 that split the dp ranks of a (tp, pp, dp) layout:
     powers of two (Megatron's CP groups ride NVLink in pairs, fours and eights) with
     s divisible by 2*cp (Megatron's load-balanced split) and at least MIN_CP_CHUNK_TOKENS
-    per rank; `--layout cp=N` tries N alone (the estimate refuses what Megatron would)."""
+    per rank (MIN_CP_CHUNK_TOKENS_BATCH_BOUND where the global batch has fewer sequences than
+    the layout's dp * pp); `--layout cp=N` tries N alone (the estimate refuses what Megatron would)."""
     wanted, s = request.layout.cp, request.seq_len
     if wanted is not None:
         return [wanted] if wanted > 1 and dp % wanted == 0 else []
+    floor = MIN_CP_CHUNK_TOKENS_BATCH_BOUND if request.global_batch < dp * pp else MIN_CP_CHUNK_TOKENS
     degrees, cp = [], 2
-    while dp % cp == 0 and s % (2 * cp) == 0 and s // cp >= MIN_CP_CHUNK_TOKENS:
+    while dp % cp == 0 and s % (2 * cp) == 0 and s // cp >= floor:
         degrees.append(cp)
         cp *= 2
     return degrees
@@ -627,7 +636,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
     plan = run_search(model, cluster, request, num_gpus, request.layout,
                       lambda layout: search_layout(model, cluster, request, layout, rates, memo),
                       lambda found: sorted(found, key=rank_key),
-                      lambda dp: cp_options(request, dp), parallel=True, widest_ep=True, evaluate_all=bounded)
+                      lambda layout: cp_options(request, layout.dp, layout.pp), parallel=True, widest_ep=True,
+                      evaluate_all=bounded)
     if plan.num_configs_bounded:
         plan = replace(plan, bounded_below_row=keep_top)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,

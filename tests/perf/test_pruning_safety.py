@@ -52,7 +52,7 @@ def every_config(model: ModelSpec, num_gpus: int, attention: str = "flash",
     """The whole space, invalid combinations included (estimate rejects those); with a
     request, also its context-parallel degrees (cp ranks taken from dp)."""
     for layout in factorizations(num_gpus):
-        for cp in [1] + (cp_options(request, layout.dp) if request is not None else []):
+        for cp in [1] + (cp_options(request, layout.dp, layout.pp) if request is not None else []):
             yield from _every_config_of(model, layout.tp, layout.pp, layout.dp // cp, cp, attention,
                                         gpus_per_node)
 

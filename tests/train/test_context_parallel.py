@@ -201,6 +201,29 @@ def test_short_sequences_keep_cp_1():
     assert "--context-parallel-size" not in out["recommended"]["command"][0]["argv"]
 
 
+def test_cp_options_below_the_chunk_floor_only_where_the_batch_starves_the_pipelines():
+    """4,096 tokens: cp = 2 leaves 2,048 a rank, under MIN_CP_CHUNK_TOKENS, so with 512 sequences
+    over dp 2 * pp 8 = 16 nothing is added; with 8 sequences over dp 2 * pp 8 each pipeline gets
+    4 for its 8 stages, and cp = 2 (2,048 a rank) is tried; cp = 4 (1,024) needs dp divisible
+    by 4."""
+    from planner.train_search import cp_options
+
+    assert cp_options(TrainRequest(global_batch=512, seq_len=4096), 2, 8) == []
+    assert cp_options(TrainRequest(global_batch=8, seq_len=4096), 2, 8) == [2]
+    assert cp_options(TrainRequest(global_batch=8, seq_len=4096), 4, 8) == [2, 4]
+    assert cp_options(TrainRequest(global_batch=8, seq_len=4096), 8, 8) == [2, 4]
+
+
+def test_a_small_batch_keeps_tp_in_the_node_through_cp():
+    """Llama-3.1-70B on 16x8 H100 at 8 sequences of 4,096 tokens: the batch caps dp * (sequences
+    per pipeline), so without CP below 8K tokens the plan recommended tp=16 over InfiniBand; with
+    it, TP stays inside the node and cp = 2 takes the ranks."""
+    out = plan_json("--model", "llama-3.1-70b", "--cluster", "16x8xH100", "--global-batch", "8",
+                    "--seq-len", "4096")
+    best = out["recommended"]
+    assert best["tp"] <= 8 and best["cp"] == 2
+
+
 def test_layout_cp_fixes_the_degree_and_serving_refuses_it():
     out = plan_json("--model", "llama-3.1-8b", "--cluster", "2x8xH100", "--global-batch", "16",
                     "--seq-len", "16384", "--layout", "tp=4,cp=4")

@@ -371,12 +371,12 @@ def test_moe_comm_overlap_typed_for_a_dense_model_is_refused():
 
 
 def test_a_wide_bubble_says_the_batch_is_small_for_the_gpus():
-    """Llama-3.1-8B, global batch 7 on 64 H100s with TP kept in the node (--layout tp=8): the
-    best the GPUs allow is pp 8 with 7 micro-batches, (8-1)/(7+8-1) = 50% bubble; the summary
-    says so and names --global-batch and --gpus. (Unconstrained, tp 16 across two nodes with
-    interleaving runs 2% faster.) At a batch that fills the pipeline (1,024) there is no such line."""
+    """Llama-3.1-8B, global batch 7 on 64 H100s with TP kept in the node and no CP (--layout
+    tp=8,cp=1): the best the GPUs allow is pp 8 with 7 micro-batches, (8-1)/(7+8-1) = 50% bubble;
+    the summary says so and names --global-batch and --gpus. (With CP searched, tp=8 cp=2 pp=4
+    takes the ranks at a 4% bubble.) At a batch that fills the pipeline (1,024) there is no such line."""
     small = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "8x8xH100",
-                                     "--global-batch", "7", "--seq-len", "4096", "--layout", "tp=8"])
+                                     "--global-batch", "7", "--seq-len", "4096", "--layout", "tp=8,cp=1"])
     assert small.exit_code == 0, small.output
     text = " ".join(small.output.split())
     assert "Bubble: 50% of the step the pipeline idles, with only 7 micro-batches over 8 stages" in text
