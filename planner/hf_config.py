@@ -393,6 +393,8 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         fields["llama3_rope_scaling_factor"] = scaling.get("factor")
     if kind in QK_NORM_MODEL_TYPES or (text.get("use_qk_norm") is True and text.get("qk_norm_type") == "per_head"):
         fields["qk_norm"] = True
+    if kind == "llama4_text" and text.get("attention_chunk_size"):
+        fields["attention_chunk_size"] = text["attention_chunk_size"]
     if isinstance(text.get("draft_vocab_size"), int) and text["draft_vocab_size"] > 0:
         # an EAGLE-3 draft head: its LM head covers the draft vocabulary, its embedding is the
         # target's (vLLM shares it: llm_base_proposer._maybe_share_embeddings at 0.33.0)

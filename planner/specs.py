@@ -162,6 +162,11 @@ class ModelSpec(_Spec):
     length 8,192 are Llama 3.1's)."""
     qk_norm: Flag = False
     """An RMSNorm over each head's query and key before RoPE (Qwen3; Megatron-LM's --qk-layernorm)."""
+    attention_chunk_size: Count(MAX_POSITION_EMBEDDINGS) | None = None
+    """Llama 4's chunked local attention (config.json attention_chunk_size): its RoPE layers
+    attend within chunks of this many tokens, its NoPE layers (every fourth) in full, with an L2
+    norm of queries and keys in the RoPE layers. Planned as full attention (docs/cost-model.md,
+    Known limitations); Megatron-LM's command cannot express it (emit/megatron.model_refusals)."""
     num_local_experts: Count(MAX_NUM_EXPERTS) | None = None
     num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
     moe_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None

@@ -277,6 +277,10 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
                 f"{model.num_sliding_window_layers or model.num_hidden_layers} sliding-window layers "
                 f"({model.sliding_window} tokens) are not emitted (nor priced in training), so it would train "
                 "another model"]
+    if model.attention_chunk_size is not None:
+        return [f"Megatron-LM {release.version}: the command cannot give this model's RoPE layers attention "
+                f"in {model.attention_chunk_size:,}-token chunks beside full-attention NoPE layers (Llama 4's "
+                "iRoPE), so it would train another model; torchtitan builds it (--engine torchtitan)"]
     if model.num_recurrent_layers:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "

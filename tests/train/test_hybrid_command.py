@@ -52,6 +52,19 @@ def test_nas_blocks_get_no_megatron_command():
     assert "per layer" in why and "another model" in why
 
 
+def test_llama4_chunked_attention_gets_no_megatron_command():
+    """Llama-4-Scout's RoPE layers attend in 8,192-token chunks beside full-attention NoPE layers
+    (config.json attention_chunk_size, read by the import and in the shipped spec): the command
+    would give every layer full RoPE attention, another model; torchtitan builds it."""
+    release = parse_engine_versions("megatron=core_v0.19.0").megatron_release
+    config = TrainConfig(8, 1, 1, 1, "1f1b", 1, "none", True, 1)
+    scout = resolve_model("llama-4-scout")
+    imported = resolve_model(str(NEMOTRON_H.parent / "meta-llama--Llama-4-Scout-17B-16E-Instruct"))
+    assert scout.attention_chunk_size == imported.attention_chunk_size == 8192
+    (why,) = refusals(scout, config, release)
+    assert "8,192-token chunks" in why and "another model" in why and "--engine torchtitan" in why
+
+
 def test_value_heads_narrower_than_keys_get_no_megatron_command():
     """One attention shape whose values have 128 dims beside 192 for queries and keys:
     --kv-channels has one head dim, so the command would train another model."""
