@@ -136,8 +136,9 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
         if wanted.ep not in (None, 1):
             ranks = "cp*dp (whole TP groups of context- and data-parallel ranks)" if wanted.cp not in (None, 1) \
                 else "dp (whole TP groups of data-parallel ranks)"
-            raise SpecError(f"--layout: {degrees}: ep must be tp times a divisor of {ranks} on the {num_gpus} "
-                            f"GPUs planned for")
+            raise SpecError(f"--layout: {degrees}: the planner's expert groups span whole TP groups, so ep must be "
+                            f"tp times a divisor of {ranks} on the {num_gpus} GPUs planned for (an ep below tp, "
+                            f"which Megatron's MoE parallel folding also runs, is not planned)")
         idle = (f" (nor leave fewer idle than one replica: power-of-two tp and pp of up to "
                 f"{MAX_IDLE_REPLICA_GPUS} GPUs, as many replicas as fit)") if leave_idle else ""
         raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for{idle}")
