@@ -179,6 +179,11 @@ class ServeRequest:
     """`--max-e2e-ms`: SLA on the mean end-to-end request latency."""
     engine_versions: EngineVersions = EngineVersions()
     """`--engine-version`: the releases the plan (vLLM's batch defaults) and commands are for."""
+    pool_engine: Literal["vllm", "sglang"] = "vllm"
+    """The engine whose KV pool caps the sequences a replica runs: sglang (`--emit sglang`)
+    keeps its default memory reserve out of --mem-fraction-static (emit/sglang.reserved_bytes),
+    so its pool may hold fewer than vLLM's at --gpu-memory-utilization; the plan then prices
+    (and ranks by) what SGLang runs (serve.replica_setup)."""
     request_rate_per_s: float | None = None
     """`--request-rate`: requests per second of a finite burst (inf = all at once), as `vllm
     bench serve` sends them; None = the steady state at the chosen concurrency only."""

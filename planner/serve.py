@@ -312,6 +312,8 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
                      f"decoding sequence, so concurrency per replica is {budget:,} (wanted {cap:,}; vLLM refuses "
                      f"--max-num-seqs above the budget)")
         cap = budget
+    if request.pool_engine == "sglang":
+        cap = sglang_pool_cap(model, cluster, request, layout, stages, max_model_len, cap, notes)
     clients_bound = False
     if request.max_concurrency is not None and request.batch is None:
         # the benchmark's clients (vllm bench serve --max-concurrency) spread over the replicas
@@ -325,6 +327,23 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     return ReplicaSetup(placement, tuple(stages), max_model_len, kv_tokens, wanted, fit, cap, budget, constants,
                         clients_bound, tuple(notes))
+
+
+def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
+                    stages: list[StageMemory], max_model_len: int, cap: int, notes: list[str]) -> int:
+    """The sequences per replica SGLang runs where its pool is smaller than vLLM's (its default
+    reserve out of --mem-fraction-static: emit/sglang.running_per_replica), at least 1 (a pool
+    that holds less is refused at launch, emit/sglang.pool_refusal); a note says why."""
+    from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
+    from planner.emit.sglang import running_per_replica
+
+    running = running_per_replica(serve_launch_args(model, cluster, request, layout, stages, max_model_len, cap,
+                                                    MODEL_PLACEHOLDER))
+    if running < cap:
+        notes.append(f"SGLang-pool-bound: SGLang keeps its default reserve (activations, CUDA graphs) out of "
+                     f"--mem-fraction-static, so its KV pool runs {running:,} sequences per replica (vLLM's at "
+                     f"--gpu-memory-utilization: {cap:,}); the plan prices what SGLang runs")
+    return min(cap, running)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,

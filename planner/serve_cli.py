@@ -6,15 +6,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from planner.cost.params import kv_cache_format
-from planner.cost.serving_memory import (
-    kv_bytes_per_sequence,
-    max_num_batched_tokens,
-    v0_chunked_prefill,
-)
 from planner.cost.serving_sim import ServeMetrics
 from planner.emit import SERVE_EMITTERS
 from planner.emit.accept import without_refused
-from planner.emit.command import MODEL_PLACEHOLDER, LaunchStep, ServeArgs, placement_reasons
+from planner.emit.command import (
+    MODEL_PLACEHOLDER,
+    LaunchStep,
+    ServeArgs,
+    placement_reasons,
+    serve_launch_args,
+)
 from planner.emit.sglang import sglang_pool_notes
 from planner.errors import SpecError
 from planner.layout import Layout
@@ -31,40 +32,8 @@ def engine_args(plan: ServePlan, result: ServeEstimate, model_arg: str) -> Serve
 def serve_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, result: ServeEstimate,
                model_arg: str) -> ServeArgs:
     """The launch arguments of one estimate (engine_args without a plan: the search's refusals)."""
-    budget = request.max_num_batched_tokens
-    # the engine's own default for this layout (256 under batched DP MoE), left implicit
-    default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), result.layout,
-                                            model)
-    fullest = max(result.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
-    return ServeArgs(
-        model=model_arg,
-        tp=result.layout.tp,
-        pp=result.layout.pp,
-        dp=result.layout.dp,
-        ep=result.layout.ep,
-        gpus_per_node=cluster.gpus_per_node,
-        gpu_memory_utilization=request.gpu_memory_utilization,
-        max_model_len=result.max_model_len,
-        max_num_seqs=result.batch,
-        quantization=request.quantization_override,
-        kv_cache_dtype=request.kv_cache_dtype,
-        moe_backend=request.moe_backend,
-        all2all_backend=request.all2all_backend,
-        enable_dbo=request.enable_dbo,
-        speculation=request.speculation,
-        dtype=model.dtype,
-        engine_versions=request.engine_versions,
-        max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
-        gpu_memory_bytes=cluster.gpu.memory_bytes,
-        weights_and_kv_bytes_per_gpu=fullest.weights_bytes + fullest.kv_cache_bytes,
-        kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
-        kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
-                                                    request.decode_context_tokens),
-        is_moe=model.is_moe,
-        priced_batched_tokens=max_num_batched_tokens(cluster, request, result.layout, model),
-        enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine
-                                and v0_chunked_prefill(model, request)),
-    )
+    return serve_launch_args(model, cluster, request, result.layout, result.stages, result.max_model_len,
+                             result.batch, model_arg)
 
 
 def launch_notes(plan: ServePlan) -> list[str]:
@@ -148,6 +117,8 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
         raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
                         "workers of its own (drop --layout, or use --mode aggregated)")
     engine = "vllm" if emit == "megatron" else emit
+    if engine == "sglang":  # SGLang's own pool caps what each layout runs (serve.sglang_pool_cap)
+        request = replace(request, pool_engine="sglang")
     # the rows shown are all that is wanted unless every layout is (--json without --top)
     keep_top = None if show_rejected else (top if json_output else top or DEFAULT_TOP_ROWS)
     refusals = launch_refusals(model, cluster, request, engine) if engine != "none" else None

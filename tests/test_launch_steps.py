@@ -297,3 +297,22 @@ def test_vllm_ray_says_when_it_needs_no_ray():
                                                 "tp=8,pp=2,dp=2", "--emit", "vllm-ray", "--json"]).output)
     assert not any(note.startswith("--emit vllm-ray") for note in spans["launch_notes"])
     assert "ray start" in json.dumps(spans["recommended"]["command"])
+
+
+def test_sglang_plans_price_what_sglangs_pool_runs():
+    """Llama-3.1-70B on 8 H100s: vLLM's budget holds 399 sequences per tp=4 replica, SGLang's pool
+    (its default reserve kept out of --mem-fraction-static) 364. With --emit sglang every layout
+    is priced at what SGLang runs (never more than vLLM's count), the recommended layout's
+    --max-running-requests is the batch priced, and nothing is left to a "lower than the plan"
+    note."""
+    args = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "aggregated", "--json"]
+    vllm = json.loads(CliRunner().invoke(app, args).stdout)
+    sglang = json.loads(CliRunner().invoke(app, [*args, "--emit", "sglang"]).stdout)
+    batches = {(r["tp"], r["pp"], r["dp"]): r["batch"] for r in vllm["layouts"]}
+    capped = [r for r in sglang["layouts"] if r["batch"] < batches[(r["tp"], r["pp"], r["dp"])]]
+    assert capped and all(r["batch"] <= batches[(r["tp"], r["pp"], r["dp"])] for r in sglang["layouts"])
+    best = sglang["recommended"]
+    argv = best["command"][0]["argv"]
+    # --dp-size 2 without DP attention: two SGLang workers, the count per worker (a replica)
+    assert int(argv[argv.index("--max-running-requests") + 1]) == best["batch"]
+    assert not any("its throughput is lower than the plan's" in note for note in sglang["launch_notes"])

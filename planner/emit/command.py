@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planner.engines import EngineVersions
-from planner.requests import DEFAULT_ALL2ALL_BACKEND, Speculation
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest, Speculation
 
 if TYPE_CHECKING:
+    from planner.cost.serving_memory import StageMemory
     from planner.layout import Layout
+    from planner.specs import ClusterSpec, ModelSpec
 
 MODEL_PLACEHOLDER = "MODEL"
 """Replace with the checkpoint path or Hugging Face id (`--served-model` sets it)."""
@@ -259,3 +261,49 @@ def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1
     if nodes_per_replica == 1 and size * dp > gpus_per_node and gpus_per_node % size:
         return [f"replicas of {size} GPUs straddle nodes of {gpus_per_node}"]
     return []
+
+
+def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
+                      stages: Sequence[StageMemory], max_model_len: int, max_num_seqs: int,
+                      model_arg: str) -> ServeArgs:
+    """The serving launch arguments of a layout as planned: its stages' memory (the fullest
+    stage's weights and KV), max_num_seqs sequences per replica; the token budget left implicit
+    where it is the engine's own default for the layout (256 under batched DP MoE)."""
+    from planner.cost.serving_memory import (
+        kv_bytes_per_sequence,
+        max_num_batched_tokens,
+        v0_chunked_prefill,
+    )
+
+    budget = request.max_num_batched_tokens
+    default_budget = max_num_batched_tokens(cluster, replace(request, max_num_batched_tokens=None), layout, model)
+    fullest = max(stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
+    return ServeArgs(
+        model=model_arg,
+        tp=layout.tp,
+        pp=layout.pp,
+        dp=layout.dp,
+        ep=layout.ep,
+        gpus_per_node=cluster.gpus_per_node,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        quantization=request.quantization_override,
+        kv_cache_dtype=request.kv_cache_dtype,
+        moe_backend=request.moe_backend,
+        all2all_backend=request.all2all_backend,
+        enable_dbo=request.enable_dbo,
+        speculation=request.speculation,
+        dtype=model.dtype,
+        engine_versions=request.engine_versions,
+        max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
+        gpu_memory_bytes=cluster.gpu.memory_bytes,
+        weights_and_kv_bytes_per_gpu=fullest.weights_bytes + fullest.kv_cache_bytes,
+        kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
+        kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
+                                                    request.decode_context_tokens),
+        is_moe=model.is_moe,
+        priced_batched_tokens=max_num_batched_tokens(cluster, request, layout, model),
+        enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine
+                                and v0_chunked_prefill(model, request)),
+    )

@@ -126,6 +126,15 @@ def max_running_requests(a: ServeArgs) -> int:
     return max(1, min(a.max_num_seqs, math.floor(kv_pool_bytes(a) / a.kv_bytes_per_sequence)))
 
 
+def running_per_replica(a: ServeArgs) -> int:
+    """The sequences SGLang runs per replica of the plan (a DP rank) under its pool:
+    max_running_requests of its server (ep_server), whose count covers the d DP-attention ranks
+    of an EP group together (d = 1 otherwise)."""
+    server, _ = ep_server(a)
+    ranks = a.layout.dp_per_ep_group if a.ep > 1 else 1
+    return max(1, max_running_requests(server) // ranks)
+
+
 def pool_refusal(a: ServeArgs) -> str | None:
     """Why SGLang cannot serve the layout at all: its default reserve (reserved_bytes) leaves a
     KV pool per GPU smaller than one running request's mean KV (the plan's footprint), so the
