@@ -152,6 +152,9 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     from planner.frontier import trace_frontier
     from planner.render.frontier import print_frontier_json, render_frontier
 
+    if engine == "sglang":  # as run_serve: SGLang's pool caps what each layout runs
+        request = replace(request, pool_engine="sglang")
+
     frontier = trace_frontier(model, cluster, request, lambda plan: launchable(plan, engine), engine=engine)
     if frontier is None:
         return run_serve(model, cluster, request, json_output=json_output, top=None, show_rejected=False,
