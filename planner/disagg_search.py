@@ -353,7 +353,7 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                        memo: Memo | None = None) -> int:
     """Largest C_d <= cap (the sequences the KV cache runs at their mean footprint,
     kv_limited_sequences; vLLM's max_num_seqs; --batch, the concurrency per replica the user
-    asked for, as the aggregated plan takes it) with T_d <= --max-tpot-ms, by bisection (T_d
+    asked for, as the aggregated plan takes it; under --emit sglang SGLang's pool) with T_d <= --max-tpot-ms, by bisection (T_d
     grows with C_d); 0 when one sequence misses."""
     context = request.decode_context_tokens
     cap = min(kv_limited_sequences(shape.running_tokens, request.input_len, request.output_len, context),
@@ -361,6 +361,13 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
               max_num_batched_tokens(cluster, request, shape.layout))  # vLLM: max_num_seqs <= the budget
     if request.batch is not None:
         cap = min(cap, request.batch)
+    if request.pool_engine == "sglang" and cap >= 1:  # SGLang's own pool (serve.sglang_pool_cap)
+        from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
+        from planner.emit.sglang import running_per_replica
+
+        cap = min(cap, running_per_replica(serve_launch_args(model, cluster, request, shape.layout, shape.stages,
+                                                             max_model_len_of(model, request), cap,
+                                                             MODEL_PLACEHOLDER)))
     limit = request.max_tpot_seconds
     if cap < 1:
         return 0
