@@ -495,8 +495,26 @@ def load_specs(opts: PlanOptions):
     return model_spec, cluster_spec, override
 
 
+def check_engine_versions(opts: PlanOptions) -> None:
+    """--engine-version naming only engines the workload does not run would be ignored: a
+    one-line error, as for every other flag the workload ignores (one naming any engine it
+    runs is a set for both workloads, and stands)."""
+    if opts.engine_version == DEFAULT_ENGINE_VERSION:
+        return
+    named = {part.partition("=")[0].strip() for part in opts.engine_version.split(",") if part.strip()}
+    if opts.workload is Workload.train:
+        used = {"megatron"} if opts.engine.value == "megatron" else set()
+        runs = f"--engine {opts.engine.value}" + ("" if used else ", whose release is fixed")
+    else:
+        used, runs = {"vllm", "sglang"}, "vLLM or SGLang"
+    if named and not named & used:
+        raise SpecError(f"--engine-version: {', '.join(sorted(named))} not used by a {opts.workload.value} plan "
+                        f"(it runs {runs}); drop it")
+
+
 def request_for(opts: PlanOptions):
     """Specs and the request of the chosen workload (checks in the order a user reads them)."""
+    check_engine_versions(opts)
     model_spec, cluster_spec, override = load_specs(opts)
     if opts.expert_imbalance is not None and not model_spec.is_moe:
         raise SpecError(f"--expert-imbalance: {model_spec.name} has no routed experts")

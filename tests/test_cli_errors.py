@@ -355,6 +355,15 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "engine-version-of-a-serving-engine-in-training": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
+         "--seq-len", "4096", "--engine-version", "vllm=0.22.0"],
+        ("--engine-version", "vllm not used by a train plan", "--engine megatron"),
+    ),
+    "engine-version-of-megatron-in-serving": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "megatron=core_v0.14.0"],
+        ("--engine-version", "megatron not used by a serve plan"),
+    ),
     "seq-len-beyond-learned-positions": (
         ["--workload", "train", "--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "256",
          "--seq-len", "8192"],
