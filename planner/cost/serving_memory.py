@@ -285,27 +285,32 @@ def kv_pool_blocks(num_layers: int, num_window_layers: int, kv_bytes: float, win
 
 
 def kv_running_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
-                        kv_bytes_per_token_per_layer: int, sequence_tokens: float,
+                        kv_bytes_per_token_per_layer: int, sequence_tokens: float, in_flight_tokens: int = 0,
                         full_kv_bytes_per_token_per_layer: int | None = None) -> int:
     """Tokens a stage's hybrid KV pool holds as running sequences of S tokens on average
     (kv_tokens_per_running_sequence, its last block's half included), n * S with
-    n = blocks / (full groups * S / B_full + window groups * min(S, W - 1 + B_window) / B_window):
+    n = (blocks - window groups * ceil(in-flight / B_window))
+        / (full groups * S / B_full + window groups * min(S, W - 1 + B_window) / B_window):
     the scheduler admits a request while the pool has free blocks for its next tokens
     (KVCacheManager.allocate_slots) and SlidingWindowManager.remove_skipped_blocks frees a window
     layer's blocks that fall wholly before the window, so a sequence keeps the blocks covering
     its last W tokens there, (W - 1) / B + 1 on average (vllm/v1/core/single_type_kv_cache_manager.py
-    at 0.33.0). Blocks, groups and B_kind as in kv_cache_capacity, the admission count at
-    max_model_len, which for a window far below max_model_len counts each request's window
-    layers as if spread over M tokens and so is no measure of how many short sequences run."""
+    at 0.33.0); a scheduled prompt chunk's window blocks are all allocated with it and freed at the
+    next allocation, so the pool keeps room for the tokens in flight (max_in_flight_tokens, as the
+    admission count does per request). Blocks, groups and B_kind as in kv_cache_capacity, the
+    admission count at max_model_len, which for a window far below max_model_len counts each
+    request's window layers as if spread over M tokens and so is no measure of how many short
+    sequences run."""
     window = model.sliding_window
     full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
     blocks, full_groups, window_groups = kv_pool_blocks(num_layers, num_window_layers, kv_bytes,
                                                         kv_bytes_per_token_per_layer, full_kv)
     full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
     window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
+    free = max(blocks - window_groups * math.ceil(in_flight_tokens / window_block), 0)
     per_sequence = (full_groups * sequence_tokens / full_block
                     + window_groups * min(sequence_tokens, window - 1 + window_block) / window_block)
-    return int(blocks / per_sequence * sequence_tokens)
+    return int(free / per_sequence * sequence_tokens)
 
 
 def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
@@ -552,7 +557,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
             kv_tokens = kv_cache_capacity(model, attention, window, target_kv_bytes, window_kv, max_model_len,
                                           max_in_flight_tokens(layout, tokens), full_kv)
             running_tokens = kv_running_capacity(model, attention, window, target_kv_bytes, window_kv,
-                                                 sequence_tokens, full_kv)
+                                                 sequence_tokens, max_in_flight_tokens(layout, tokens), full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS

@@ -91,7 +91,7 @@ def test_running_sequences_keep_only_their_window_in_the_window_layers(gemma: Mo
     sequences, where the admission count (262,144 tokens, one max-length request) over S would
     say 225."""
     kv_bytes = 8_517 * 5 * 131_072
-    running = kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 1_160, 4_096)
+    running = kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 1_160, 0, 4_096)
     assert running == 27_372
     assert kv_limited_sequences(running, 1_024, 256) == 23
     assert kv_limited_sequences(kv_cache_capacity(gemma, 30, 25, kv_bytes, 8_192, 262_144, 0, 4_096),
@@ -102,7 +102,15 @@ def test_a_sequence_shorter_than_the_window_holds_every_token_in_every_layer(gem
     """S = 512 tokens < the 1,024-token window: 512/32 + 5 * 512/16 = 176 blocks a sequence;
     8,517 / 176 = 48.392 sequences, 48.392 * 512 = 24,776.7 -> 24,776 tokens."""
     kv_bytes = 8_517 * 5 * 131_072
-    assert kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 512, 4_096) == 24_776
+    assert kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 512, 0, 4_096) == 24_776
+
+
+def test_tokens_in_flight_keep_their_window_blocks_until_the_next_step(gemma: ModelSpec) -> None:
+    """The same pool with 2 x 2,048 tokens in flight (p = 1, a 2,048-token budget): each of the 5
+    window groups holds 4,096 / 16 = 256 blocks for them, 1,280 in all, so 7,237 blocks are left:
+    7,237 / 360.9375 = 20.0506 sequences, 20.0506 * 1,160 = 23,258.7 -> 23,258 tokens."""
+    kv_bytes = 8_517 * 5 * 131_072
+    assert kv_running_capacity(gemma, 30, 25, kv_bytes, 8_192, 1_160, 4_096, 4_096) == 23_258
 
 
 def test_the_running_batch_does_not_depend_on_max_model_len() -> None:
