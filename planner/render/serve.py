@@ -123,6 +123,8 @@ def _notes(r: ServeEstimate, plan: ServePlan) -> str:
         marks.append("TP crosses nodes")
     if any(n.startswith("KV-starved") for n in r.notes):
         marks.append("KV-starved")
+    if any(n.startswith("SGLang-pool-bound") for n in r.notes):
+        marks.append("SGLang pool")
     if r.sla.binding in ("ttft", "tpot", "e2e"):
         marks.append(f"{r.sla.binding.upper()}-bound")
     if r.sla.binding == "saturation":
