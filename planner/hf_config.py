@@ -543,6 +543,9 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
     """Experts (num_local_experts / num_experts / n_routed_experts), shared experts and which
     layers are dense, each family's way; {} for a dense model."""
     experts = first_present(text, "num_local_experts", "num_experts", "n_routed_experts")
+    if experts == 0 and first_present(text, "num_experts_per_tok", "experts_per_token", "moe_topk"):
+        # 0 experts beside a top-k: a mistake, not a dense model (the YAML spec refuses 0 too)
+        return {"num_local_experts": experts}
     if not experts:
         return {}
     fields = {"num_local_experts": experts,

@@ -386,6 +386,9 @@ class ModelSpec(_Spec):
                              "index_head_dim together, on MLA with q_lora_rank")
         self._check_window()
         self._check_recurrent()
+        if self.quantization_scope == "experts" and self.quantization is not None and not self.num_local_experts:
+            raise ValueError("quantization_scope: experts quantizes the routed experts only, and this model "
+                             "has none (num_local_experts); use all or mlp")
         if self.secondary_quantization is not None and (
                 self.quantization is None or self.quantization_scope == "all"):
             raise ValueError("secondary_quantization: the format of the matmuls quantization_scope "

@@ -692,3 +692,18 @@ def test_a_value_no_check_foresaw_is_one_line_naming_the_file(tmp_path: Path) ->
     with pytest.raises(SpecError, match="a value of an unexpected type or size") as info:
         resolve_model(str(path))
     assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_zero_experts_beside_a_top_k_is_an_error_not_a_dense_model(tmp_path: Path) -> None:
+    """Mixtral's config.json with num_local_experts 0 (num_experts_per_tok still 2) was planned as
+    a dense 7.2B model; the YAML spec refuses 0 experts, and so does the import now."""
+    with pytest.raises(SpecError, match="num_local_experts: must be at least 1"):
+        resolve_model(str(_write(tmp_path, {**MIXTRAL_8X7B, "num_local_experts": 0})))
+
+
+def test_experts_only_quantization_of_a_dense_model_is_refused() -> None:
+    """quantization_scope experts on a model without routed experts would print "fp8 experts +
+    bfloat16 other weights" and plan plain bf16."""
+    base = resolve_model("llama-3.1-8b")
+    with pytest.raises(ValueError, match="quantization_scope: experts quantizes the routed experts only"):
+        ModelSpec(**{**base.model_dump(), "quantization": "fp8", "quantization_scope": "experts"})
