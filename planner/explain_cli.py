@@ -32,9 +32,13 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
     settings = sensitivity.Settings() if sensitivity_runs else None
     if isinstance(request, TrainRequest):
         from planner.explain_train import explain_training
+        from planner.train_cli import contradictory_flags
         from planner.train_search import search
 
         plan = search(model, cluster, request)
+        contradiction = contradictory_flags(request, plan)
+        if contradiction is not None:  # the request's own flags rule out everything: as `plan` says it
+            raise SpecError(contradiction)
         if not plan.layouts:
             return show_train_infeasible(model, cluster, plan, json_output)
         explanation = explain_training(model, cluster, request, settings, plan)

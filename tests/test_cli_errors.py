@@ -355,6 +355,11 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
 
 # case id -> (argv, words the message must hold)
 FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "explain-train-flags-that-rule-out-everything": (
+        ["explain", "--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch",
+         "256", "--seq-len", "4096", "--virtual-stages", "20", "--no-sensitivity"],
+        ("--virtual-stages 20", "no configuration runs with these settings"),
+    ),
     "engine-version-of-a-serving-engine-in-training": (
         ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
          "--seq-len", "4096", "--engine-version", "vllm=0.22.0"],
