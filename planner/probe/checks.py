@@ -99,9 +99,14 @@ def _check_sweep_flags(options: ProbeOptions) -> None:
 
 def _check_collectives(options: ProbeOptions) -> None:
     """Known names only; a profile written by --out needs all-reduce, whose fits give its
-    link figures (--merge-into keeps the links it does not measure)."""
+    link figures (--merge-into keeps the links it does not measure), and so at least two
+    processes: one alone measures no link."""
     from planner.probe.sweep import ALL_REDUCE, parse_collectives  # deferred, as above
 
+    if (options.out is not None and options.nnodes == 1 and options.nproc_per_node is not None
+            and options.nproc_per_node < 2):
+        raise ProbeError(f"--nproc-per-node {options.nproc_per_node}: one process measures no link, so --out "
+                         "would write a profile without measurements; run at least 2 (or several --nnodes)")
     if options.collectives is None:
         return
     try:

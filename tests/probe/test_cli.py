@@ -73,6 +73,17 @@ def test_a_profile_without_all_reduce_is_refused_before_the_sweep(tmp_path):
     assert "--out needs all_reduce" in result.output
 
 
+def test_a_profile_from_one_process_is_refused_before_the_sweep(tmp_path):
+    """One process measures no link: --out wrote a profile with empty curves and no fits, which
+    `plan --cluster` then called measured. Refused before anything runs; nothing is written."""
+    out = tmp_path / "one.yaml"
+    result = invoke("--backend", "gloo", "--nproc-per-node", "1", "--out", str(out))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "--nproc-per-node 1: one process measures no link" in result.output
+    assert not out.exists()
+
+
 def test_collectives_travel_to_every_node_and_the_worker():
     result = invoke("--nnodes", "2", "--rdzv-endpoint", "head:29400", "--collectives", "all_to_all")
     assert result.exit_code == 0, result.output
