@@ -362,12 +362,10 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     if request.batch is not None:
         cap = min(cap, request.batch)
     if request.pool_engine == "sglang" and cap >= 1:  # SGLang's own pool (serve.sglang_pool_cap)
-        from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
-        from planner.emit.sglang import running_per_replica
+        from planner.emit.sglang import planned_running
 
-        cap = min(cap, running_per_replica(serve_launch_args(model, cluster, request, shape.layout, shape.stages,
-                                                             max_model_len_of(model, request), cap,
-                                                             MODEL_PLACEHOLDER)))
+        cap = min(cap, planned_running(model, cluster, request, shape.layout, shape.stages,
+                                       max_model_len_of(model, request), cap))
     limit = request.max_tpot_seconds
     if cap < 1:
         return 0

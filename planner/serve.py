@@ -334,11 +334,9 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     """The sequences per replica SGLang runs where its pool is smaller than vLLM's (its default
     reserve out of --mem-fraction-static: emit/sglang.running_per_replica), at least 1 (a pool
     that holds less is refused at launch, emit/sglang.pool_refusal); a note says why."""
-    from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
-    from planner.emit.sglang import running_per_replica
+    from planner.emit.sglang import planned_running
 
-    running = running_per_replica(serve_launch_args(model, cluster, request, layout, stages, max_model_len, cap,
-                                                    MODEL_PLACEHOLDER))
+    running = planned_running(model, cluster, request, layout, stages, max_model_len, cap)
     if running < cap:
         notes.append(f"SGLang-pool-bound: SGLang keeps its default reserve (activations, CUDA graphs) out of "
                      f"--mem-fraction-static, so its KV pool runs {running:,} sequences per replica (vLLM's at "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from planner.cost import efficiency as eff
 from planner.cost.moe import DEEPEP_NVL_BUFFER_BYTES, deepep_ll_buffer_bytes, moe_layers_of
@@ -275,13 +276,26 @@ def kv_block_tokens(kind_bytes_per_token: int, full_bytes_per_token: int, window
     return kv_page_bytes(full_bytes_per_token, window_bytes_per_token) // kind_bytes_per_token
 
 
-def kv_pool_blocks(num_layers: int, num_window_layers: int, kv_bytes: float, window_bytes_per_token: int,
-                   full_bytes_per_token: int) -> tuple[int, int, int]:
-    """(blocks, full groups, window groups) of a stage's hybrid KV pool (kv_cache_groups): the
-    blocks are kv_bytes // (g * page) (kv_page_bytes; get_kv_cache_config_from_groups at vLLM 0.33.0)."""
-    page = kv_page_bytes(full_bytes_per_token, window_bytes_per_token)
+class KvPool(NamedTuple):
+    """A stage's hybrid KV pool (kv_hybrid_pool): its blocks, its full and window groups of
+    layers (kv_cache_groups), and the tokens one block holds for each kind (kv_block_tokens)."""
+
+    blocks: int
+    full_groups: int
+    window_groups: int
+    full_block_tokens: int
+    window_block_tokens: int
+
+
+def kv_hybrid_pool(num_layers: int, num_window_layers: int, kv_bytes: float, window_bytes_per_token: int,
+                   full_bytes_per_token: int | None = None) -> KvPool:
+    """The pool of a stage with sliding-window layers: kv_bytes // (g * page) blocks (kv_page_bytes;
+    get_kv_cache_config_from_groups at vLLM 0.33.0); full_bytes_per_token None: as a window layer's."""
+    full = full_bytes_per_token or window_bytes_per_token
     size, full_groups, window_groups = kv_cache_groups(num_layers - num_window_layers, num_window_layers)
-    return int(kv_bytes // (size * page)), full_groups, window_groups
+    return KvPool(int(kv_bytes // (size * kv_page_bytes(full, window_bytes_per_token))), full_groups, window_groups,
+                  kv_block_tokens(full, full, window_bytes_per_token),
+                  kv_block_tokens(window_bytes_per_token, full, window_bytes_per_token))
 
 
 def kv_running_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
@@ -301,16 +315,14 @@ def kv_running_capacity(model: ModelSpec, num_layers: int, num_window_layers: in
     admission count at max_model_len, which for a window far below max_model_len counts each
     request's window layers as if spread over M tokens and so is no measure of how many short
     sequences run."""
-    window = model.sliding_window
-    full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
-    blocks, full_groups, window_groups = kv_pool_blocks(num_layers, num_window_layers, kv_bytes,
-                                                        kv_bytes_per_token_per_layer, full_kv)
-    full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
-    window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
-    free = max(blocks - window_groups * math.ceil(in_flight_tokens / window_block), 0)
-    per_sequence = (full_groups * sequence_tokens / full_block
-                    + window_groups * min(sequence_tokens, window - 1 + window_block) / window_block)
-    return int(free / per_sequence * sequence_tokens)
+    pool = kv_hybrid_pool(num_layers, num_window_layers, kv_bytes, kv_bytes_per_token_per_layer,
+                          full_kv_bytes_per_token_per_layer)
+    window_block = pool.window_block_tokens
+    free_blocks = max(pool.blocks - pool.window_groups * math.ceil(in_flight_tokens / window_block), 0)
+    blocks_per_sequence = (pool.full_groups * sequence_tokens / pool.full_block_tokens
+                           + pool.window_groups * min(sequence_tokens, model.sliding_window - 1 + window_block)
+                           / window_block)
+    return int(free_blocks / blocks_per_sequence * sequence_tokens)
 
 
 def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int, kv_bytes: float,
@@ -331,16 +343,12 @@ def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int,
     window layer's blocks before the window, so a running sequence of n tokens holds only
     min(n, W - 1 + B) of them (more sequences than this may run). With p > 1 the stage's own
     layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
-    window = model.sliding_window
-    full_kv = full_kv_bytes_per_token_per_layer or kv_bytes_per_token_per_layer
-    blocks, full_groups, window_groups = kv_pool_blocks(num_layers, num_window_layers, kv_bytes,
-                                                        kv_bytes_per_token_per_layer, full_kv)
-    window_tokens = min(window - 1 + in_flight_tokens, max_model_len)
-    full_block = kv_block_tokens(full_kv, full_kv, kv_bytes_per_token_per_layer)
-    window_block = kv_block_tokens(kv_bytes_per_token_per_layer, full_kv, kv_bytes_per_token_per_layer)
-    per_request = (full_groups * math.ceil(max_model_len / full_block)
-                   + window_groups * (math.ceil(window_tokens / window_block) + 1))
-    return int(blocks / per_request * max_model_len)
+    pool = kv_hybrid_pool(num_layers, num_window_layers, kv_bytes, kv_bytes_per_token_per_layer,
+                          full_kv_bytes_per_token_per_layer)
+    window_tokens = min(model.sliding_window - 1 + in_flight_tokens, max_model_len)
+    blocks_per_request = (pool.full_groups * math.ceil(max_model_len / pool.full_block_tokens)
+                          + pool.window_groups * (math.ceil(window_tokens / pool.window_block_tokens) + 1))
+    return int(pool.blocks / blocks_per_request * max_model_len)
 
 
 def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
@@ -529,6 +537,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
                                                           cluster.gpus_per_node, tokens), v1_engine)
     full_kv, window_kv = kv_bytes_per_token_per_layer_by_kind(
         model, layout.tp, kv_cache_format(model, cluster.gpu, request.kv_cache_dtype))
+    in_flight_tokens = max_in_flight_tokens(layout, tokens)
     def make_up_fields(num_layers: int, moe_count: float, attention: int, window: int, recurrent: int,
                        first: bool, last: bool) -> tuple:
         """StageMemory's fields after `stage` for a stage of this make-up."""
@@ -555,9 +564,9 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
             # 0.6.6.post1 caches an interleaved-window model's window layers as full ones, and its
             # block manager recycles a whole-model window's blocks per sequence)
             kv_tokens = kv_cache_capacity(model, attention, window, target_kv_bytes, window_kv, max_model_len,
-                                          max_in_flight_tokens(layout, tokens), full_kv)
+                                          in_flight_tokens, full_kv)
             running_tokens = kv_running_capacity(model, attention, window, target_kv_bytes, window_kv,
-                                                 sequence_tokens, max_in_flight_tokens(layout, tokens), full_kv)
+                                                 sequence_tokens, in_flight_tokens, full_kv)
         elif kv_bytes > 0 and kv_per_token > 0:
             blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS

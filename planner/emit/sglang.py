@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from planner.emit.command import (
     ALL_NODES,
     HEAD_ADDRESS_PLACEHOLDER,
+    MODEL_PLACEHOLDER,
     REPLICA_HEAD_ADDRESS,
     SERVER_URLS,
     LaunchStep,
@@ -43,14 +44,19 @@ from planner.emit.command import (
     ServeArgs,
     env_prefix,
     node_rank_value,
+    serve_launch_args,
 )
 from planner.engines import BATCHED_DP_MOE_MAX_NUM_BATCHED_TOKENS
 from planner.errors import SpecError
-from planner.requests import Speculation
+from planner.requests import ServeRequest, Speculation
 from planner.units import BYTES_PER_GIB, BYTES_PER_MIB
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from planner.cost.serving_memory import StageMemory
     from planner.layout import Layout
+    from planner.specs import ClusterSpec, ModelSpec
 
 DIST_INIT_PORT = 5000
 SERVER_PORT = 30000
@@ -133,6 +139,14 @@ def running_per_replica(a: ServeArgs) -> int:
     server, _ = ep_server(a)
     ranks = a.layout.dp_per_ep_group if a.ep > 1 else 1
     return max(1, max_running_requests(server) // ranks)
+
+
+def planned_running(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
+                    stages: Sequence[StageMemory], max_model_len: int, max_num_seqs: int) -> int:
+    """running_per_replica of a layout as the search sizes it (its stages, max_num_seqs a replica):
+    what SGLang runs of those sequences (serve.sglang_pool_cap, disagg_search.decode_concurrency)."""
+    return running_per_replica(serve_launch_args(model, cluster, request, layout, stages, max_model_len,
+                                                 max_num_seqs, MODEL_PLACEHOLDER))
 
 
 def pool_refusal(a: ServeArgs) -> str | None:
