@@ -32,6 +32,7 @@ from planner.cost.serving_time import (
     matmul_precision,
     moe_kernel,
     pipeline_hop_seconds,
+    round_busy_seconds,
     tp_allreduce_seconds_per_layer,
 )
 from planner.cost.timeline import (
@@ -409,13 +410,28 @@ def serve_collectives(model: ModelSpec, cluster: ClusterSpec, result: ServeEstim
         for c in result.collectives)
 
 
+def prompt_work_and_wait(result: ServeEstimate, decode_round_seconds: float, added_seconds: float) -> tuple[float, float]:
+    """What the prompt rounds add to the mean step, split into the busiest stage's work on
+    the chunks and the rest, which it spends waiting (with PP the chunk carriers' path paces a
+    prompt round while the other stages idle: the same idle share the bubble fraction counts,
+    mean_bubble_fraction). Without PP every added second is work (a round is engine + stage)."""
+    steady, decode = result.steady, result.decode_round
+    if result.layout.pp == 1 or steady is None or decode is None or steady.step_seconds <= decode.seconds:
+        return added_seconds, 0.0
+    busy_mean = (1 - result.bubble_fraction) * steady.step_seconds
+    share = (busy_mean - round_busy_seconds(decode)) / (steady.step_seconds - decode.seconds)
+    work = added_seconds * min(max(share, 0.0), 1.0)
+    return work, added_seconds - work
+
+
 def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate) -> TimeBreakdown:
     """The mean step under load (= TPOT) on the slowest stage: a decode-only round's k
     micro-batches of work (the memory- or compute-bound part; for MoE the routed experts' fused
     op apart, at the GPU's measured kernel or the dense rates), the fixed per-layer cost and
     L_s TP all-reduces, the EP dispatch and combine of its MoE layers, the engine's per-step cost; then what prompt chunks add to the mean
-    step; the rest of the decode round is waiting, first for the p pipeline sends (exposed),
-    then for other stages (bubble)."""
+    step, as the busiest stage's work (prompt_work_and_wait); the rest of the decode round is
+    waiting, first for the p pipeline sends (exposed), then for other stages (bubble), and so
+    is what the prompt rounds add beyond that work: the segments' idle is the header's bubble."""
     k, p = result.batches_in_flight, result.layout.pp
     step = result.decode_steps[result.slowest_stage]
     num_layers = result.stages[result.slowest_stage].num_layers
@@ -433,7 +449,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
     # under speculative decoding a round emits e tokens per sequence: the step is TPOT x e
     tokens_per_round = 1.0 if result.steady is None else result.steady.tokens_per_round
     mean_step = result.tpot_seconds * tokens_per_round
-    prompts = max(0.0, mean_step - decode_round)
+    prompts, waiting = prompt_work_and_wait(result, decode_round, max(0.0, mean_step - decode_round))
     bound = "memory-bound work" if result.decode_bound == "memory" else "compute"
     other = "compute" if bound == "memory-bound work" else "memory-bound work"
     segments = (
@@ -449,7 +465,7 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
                          else "prompt chunks in the step (its busiest DP rank's)", prompts),
         BreakdownSegment("PP comm", pp),
         BreakdownSegment("DP comm exposed", 0.0),
-        BreakdownSegment("bubble", idle - pp),
+        BreakdownSegment("bubble", idle - pp + waiting),
     )
     if tokens_per_round == 1.0:
         return TimeBreakdown("the mean step under load (TPOT) on the slowest stage", result.tpot_seconds, segments)

@@ -163,3 +163,21 @@ def test_moe_and_very_large_serving_explanations_run_the_light_sensitivity(monke
     assert seen[-1] == sensitivity.LIGHT and any("the +/-20% runs only" in n for n in moe.notes)
     dense = explain_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"), ServeRequest())
     assert seen[-1] == sensitivity.Settings() and not any("the +/-20% runs only" in n for n in dense.notes)
+
+
+def test_breakdown_idle_is_the_headers_bubble_under_prompt_load() -> None:
+    """Llama-3.1-70B tp=2 pp=8 on 2x8 H100 at vLLM's default 1,024 sequences: most rounds carry
+    prompt chunks, whose carriers' path paces the round while the other stages wait. The
+    header's bubble (1 - mean busy / mean round) is that waiting; the breakdown counted all of
+    the prompt rounds' extra time as prompt work and drew no bubble (it said 0% beside 64%).
+    Now the added time splits as the busiest stage's extra work over the round's extra time:
+    its idle plus the sends is the header's fraction of TPOT (TPOT is the mean round less the
+    request's own share, 1/1,024 of the prompt time: the two differ by well under 1%)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    e = explain_serving(model, cluster, ServeRequest(layout=LayoutFilter(tp=2, pp=8)), None)
+    segments = {s.name: s.seconds for s in e.breakdown.segments}
+    bubble = next(m.value for m in e.metrics if m.name == "bubble")
+    assert bubble > 0.5
+    assert (segments["bubble"] + segments["PP comm"]) / e.breakdown.total_seconds == pytest.approx(bubble, abs=0.01)
+    assert 0 < segments["prompt chunks in the step"] < e.breakdown.total_seconds * (1 - bubble)
+    assert sum(segments.values()) == pytest.approx(e.breakdown.total_seconds)
