@@ -297,14 +297,23 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
         caption += f"; drawn with {drawn} micro-batches (the real step's steady phase is longer)"
     timeline = train_timeline_seconds(e, drawn)
     outside = e.step_time_seconds - timeline.span
-    if drawn == m and outside > TIMELINE_GAP_SHOWN_FRACTION_OF_STEP * e.step_time_seconds:
-        caption += (f"; the step's other {ms(outside)} (pipeline sends and the exposed data-parallel "
-                    f"communication) are not drawn")
+    shown = TIMELINE_GAP_SHOWN_FRACTION_OF_STEP * e.step_time_seconds
+    if drawn == m and outside > shown:
+        b = e.time_breakdown_seconds
+        # the step beyond its micro-batches: the sends between stages, the data-parallel
+        # exchange the backward pass leaves exposed, and the optimizer step (in `compute`)
+        parts = (("pipeline sends", b.pp_comm), ("exposed data-parallel communication", b.dp_comm_exposed),
+                 ("the optimizer step", outside - b.pp_comm - b.dp_comm_exposed))
+        named = ", ".join(f"{name} {ms(seconds)}" for name, seconds in parts
+                          if seconds > TIMELINE_GAP_PART_SHOWN_FRACTION * outside)
+        caption += f"; the step's other {ms(outside)} ({named or 'outside the schedule'}) are not drawn"
     return timeline, caption
 
 
 TIMELINE_GAP_SHOWN_FRACTION_OF_STEP = 0.005
 """A drawn step shorter than the step time by more than this share says what is left out."""
+TIMELINE_GAP_PART_SHOWN_FRACTION = 0.01
+"""Of what is left out, the parts named: those over this share of it."""
 
 
 def train_breakdown(e: TrainEstimate) -> TimeBreakdown:

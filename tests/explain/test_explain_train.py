@@ -14,6 +14,7 @@ from planner import sensitivity
 from planner.catalog import resolve_cluster, resolve_model, shipped_clusters, shipped_models
 from planner.cli import app
 from planner.explain_train import explain_training, pick_training
+from planner.render.common import ms
 from planner.render.explain import render_explanation
 from planner.requests import LayoutFilter, TrainRequest
 from planner.specs import SpecError
@@ -198,3 +199,25 @@ def test_context_parallel_rows_are_the_engines_exchange(engine: str) -> None:
         out = io.StringIO()
         render_explanation(e, Console(file=out, width=160))
         assert "torchtitan's device mesh (TP, then CP" in out.getvalue() and "CP rings" not in out.getvalue()
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_the_gantt_caption_names_what_it_leaves_out(tp: int) -> None:
+    """1F1B draws (m + p - 1) micro-batch slots at the stage time; the step also holds the
+    sends between stages, the exposed data-parallel exchange and the optimizer step (priced in
+    `compute`): the caption named "pipeline sends and the exposed data-parallel communication"
+    for all of it, also with no data parallelism (dp = 1 at tp=4 pp=2 on 8 GPUs). It names each
+    part, and they add up to what is left out."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = TrainRequest(global_batch=8, seq_len=4096, layout=LayoutFilter(tp=tp, pp=2), schedule="1f1b",
+                           micro_batch=1)
+    estimate, _ = pick_training(model, cluster, request)
+    b, c = estimate.time_breakdown_seconds, estimate.config
+    drawn = (estimate.num_micro_batches + c.pp - 1) * estimate.stage_seconds_per_micro_batch
+    outside = estimate.step_time_seconds - drawn
+    optimizer = outside - b.pp_comm - b.dp_comm_exposed
+    assert optimizer > 0
+    caption = explain_training(model, cluster, request, None).timeline_caption
+    assert f"the step's other {ms(outside)} (pipeline sends {ms(b.pp_comm)}" in caption
+    assert f"the optimizer step {ms(optimizer)}) are not drawn" in caption
+    assert ("exposed data-parallel communication" in caption) == (c.dp > 1)
