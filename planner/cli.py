@@ -489,6 +489,8 @@ def load_specs(opts: PlanOptions):
             model_spec = model_spec.model_copy(update={
                 "quantization": wanted, "quantization_scope": "all", "secondary_quantization": None,
                 "lm_head_quantization": None})
+            if (problem := model_spec.int4_group_problem()) is not None:
+                raise SpecError(f"--quantization {wanted}: {problem} of {model_spec.name}")
     cluster_spec = resolve_cluster(opts.cluster)
     if opts.gpus is not None and not 1 <= opts.gpus <= cluster_spec.num_gpus:
         raise SpecError(f"--gpus: {opts.gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")

@@ -389,6 +389,8 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     if mtp:
         fields["num_mtp_layers"] = mtp
     scaling = text.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise SpecError(f"{path}: rope_scaling: expected an object or null (got {scaling!r:.40})")
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "llama3":
         fields["llama3_rope_scaling_factor"] = scaling.get("factor")
     if kind in QK_NORM_MODEL_TYPES or (text.get("use_qk_norm") is True and text.get("qk_norm_type") == "per_head"):
@@ -779,12 +781,16 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
     if method in {"awq", "gptq", "compressed-tensors"} and type(bits) is int and bits in (4, 8):
         scheme = next((w for w in weights if w.get("type") == "int"), {})
-        group = config.get("group_size") or config.get("q_group_size") or scheme.get("group_size") or 128
-        if isinstance(group, bool) or not isinstance(group, int):
+        key, group = next(((k, v) for k, v in (("group_size", config.get("group_size")),
+                                                ("q_group_size", config.get("q_group_size")),
+                                                ("config_groups.*.weights.group_size", scheme.get("group_size")))
+                           if v is not None), ("group_size", 128))
+        if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
             raise SpecError(
-                f"{path}: quantization_config.group_size: expected an integer (got {group!r})"
+                f"{path}: quantization_config.{key}: expected a positive integer or -1 (one scale per "
+                f"output channel) (got {group!r})"
             )
-        if group < 1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
+        if group == -1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
             group = hidden_size
         kind = "int4" if bits == 4 else "int8"
         # zero points: AWQ's zero_point (default on), GPTQ's qzeros (always stored), none for a

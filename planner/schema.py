@@ -119,6 +119,18 @@ class StrictBool(Validator):
         return _MISSING
 
 
+class Name(Validator):
+    """A name: a string with something besides white space (it labels output, files and the
+    served model in launch commands)."""
+
+    def __call__(self, value: Any, loc: Loc, errors: list, context: Any) -> Any:
+        text = Str()(value, loc, errors, context)
+        if text is not _MISSING and not text.strip():
+            _error(errors, "string_too_short", loc, "must not be empty or blank", value)
+            return _MISSING
+        return text
+
+
 class Str(Validator):
     """A string; bytes are decoded as UTF-8 (pydantic's lax mode)."""
 

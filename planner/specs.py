@@ -19,6 +19,7 @@ from planner import units
 from planner.errors import SpecError
 from planner.schema import (
     Field,
+    Name,
     Spec,
     StrictBool,
     StrictFloat,
@@ -121,7 +122,7 @@ class _Spec(Spec, extra="forbid"):
 class ModelSpec(_Spec):
     """A decoder-only transformer. Field names follow Hugging Face config.json."""
 
-    name: str
+    name: Name()
     source: str | None = None
     """Where the numbers come from (model card, config.json URL, paper)."""
     num_hidden_layers: Count(MAX_NUM_LAYERS)
@@ -389,12 +390,25 @@ class ModelSpec(_Spec):
         if self.quantization_scope == "experts" and self.quantization is not None and not self.num_local_experts:
             raise ValueError("quantization_scope: experts quantizes the routed experts only, and this model "
                              "has none (num_local_experts); use all or mlp")
+        if (problem := self.int4_group_problem()) is not None:
+            raise ValueError(f"quantization_group_size: {problem}")
         if self.secondary_quantization is not None and (
                 self.quantization is None or self.quantization_scope == "all"):
             raise ValueError("secondary_quantization: the format of the matmuls quantization_scope "
                              "leaves out needs quantization with quantization_scope mlp or experts")
         self._check_global_attention()
         return self
+
+    def int4_group_problem(self) -> str | None:
+        """Why int4 weights cannot have this group size: the q, k, v, gate and up projections
+        read the whole hidden state, so it must be whole groups (below the hidden size; a
+        group as wide stands for one scale per output channel). vLLM 0.33.0's AWQ/GPTQ kernels
+        raise on a part group (model_executor/layers/quantization/auto_awq.py); a quantizer
+        could not have written one."""
+        g, h = self.quantization_group_size, self.hidden_size
+        if self.quantization != "int4" or g >= h or not h % g:
+            return None
+        return f"int4 groups of {g} do not divide the hidden size {h:,}"
 
     def _check_dense_layer_indices(self) -> None:
         indices = self.dense_layer_indices
@@ -671,7 +685,7 @@ class FusedAllreduceCurve(EngineAllreduceCurve):
 class GPU(_Spec):
     """One accelerator model: memory, HBM bandwidth, peaks, typical fabric."""
 
-    name: str
+    name: Name()
     aliases: list[str] = Field(default_factory=list)
     source: str | None = None
     memory_gib: Quantity(MAX_MEMORY_GIB)
@@ -823,7 +837,7 @@ AllreduceCurve = CollectiveCurve  # the name the cost model and older code impor
 class ClusterSpec(_Spec):
     """A homogeneous cluster: num_nodes x gpus_per_node of one GPU."""
 
-    name: str
+    name: Name()
     source: str | None = None
     num_nodes: Count(MAX_NUM_GPUS)
     gpus_per_node: Count(MAX_GPUS_PER_NODE)

@@ -133,6 +133,14 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--model",
         ("num_hidden_layers",),
     ),
+    "model-blank-name": ("m.yaml", _model_yaml(name="  "), "--model", ("name", "empty or blank")),
+    "profile-empty-name": ("c.yaml", _profile_yaml(name=""), "--cluster", ("name", "empty or blank")),
+    "model-int4-group-not-tiling-hidden": (
+        "m.yaml",
+        _model_yaml(quantization="int4", quantization_group_size=96),
+        "--model",
+        ("quantization_group_size", "groups of 96", "8,192"),
+    ),
     "model-negative-size": (
         "m.yaml",
         _model_yaml(intermediate_size=-5),
@@ -651,6 +659,9 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["explain", "--timeline-only", "--schedule", "gpipe", "--virtual-stages", "2"], ("--virtual-stages",),
     ),
     "top-negative": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "-1"], ("--top",)),
+    # gpt-oss-120b's hidden size 2,880 is 22.5 groups of 128: no int4 checkpoint of it loads
+    "quantization-int4-part-groups": (["--model", "gpt-oss-120b", "--cluster", GOOD_CLUSTER, "--quantization", "int4"],
+                                      ("--quantization int4", "2,880")),
     "top-zero": (["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--top", "0"], ("--top",)),
     "model-empty": (["--model", "", "--cluster", GOOD_CLUSTER], ("--model", "empty")),
     "cluster-empty": (["--model", GOOD_MODEL, "--cluster", " "], ("--cluster", "empty")),

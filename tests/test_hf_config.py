@@ -366,7 +366,18 @@ def test_gptq_per_channel_group(tmp_path: Path) -> None:
             ),
             "group_size",
         ),
+        # AWQ's group_size 0 was read as "absent" and planned at 128; -2 means nothing
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 0}}),
+         "quantization_config.group_size: expected a positive integer or -1"),
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "gptq", "bits": 4,
+                                                              "q_group_size": -2}}),
+         "quantization_config.q_group_size"),
+        # 8,192 hidden inputs are not whole groups of 96 (no quantizer writes it, vLLM refuses it)
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 96}}),
+         "quantization_group_size: int4 groups of 96 do not divide the hidden size 8,192"),
         (json.dumps({k: v for k, v in LLAMA_3_1_70B.items() if k != "vocab_size"}), "vocab_size"),
+        # a string where an object belongs was dropped (Llama 3.1 planned without its scaling)
+        (json.dumps({**LLAMA_3_1_70B, "rope_scaling": "llama3"}), "rope_scaling: expected an object"),
         (json.dumps({**LLAMA_3_1_70B, "num_key_value_heads": 7}), "num_key_value_heads"),
         (json.dumps({**LLAMA_3_1_70B, "torch_dtype": ["bfloat16"]}), "torch_dtype"),
         (json.dumps({**LLAMA_3_1_70B, "dtype": None, "torch_dtype": 16}), "torch_dtype"),

@@ -645,6 +645,56 @@ def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     return recurrent_head_reasons(model, tp)
 
 
+def int4_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
+    """Why int4 (AWQ, GPTQ, compressed-tensors W4A16) weights cannot split over t ranks: a
+    row-parallel layer (attention output, MLP down projection) gives each rank input/t of its
+    inputs, and with one scale per group of g inputs vLLM 0.33.0 needs whole groups on every
+    rank. Its Marlin kernels refuse a group that straddles the shard and the AWQ/GPTQ kernels it
+    falls back to raise "The input size is not aligned with the quantized weight shape"
+    (model_executor/layers/quantization/auto_awq.py, utils/marlin_utils.py
+    check_marlin_supports_layer). Routed experts split over TP (no EP) fall back to the MoE
+    WNA16 kernels, which halve the group until it divides the shard and the hidden size and
+    assert it stays >= 32 (moe_wna16.py create_weights). A group at least the hidden size
+    stands for one scale per output channel (GPTQ's group_size -1: hf_config), which any
+    split keeps whole. The hidden size, which the other projections read whole, is whole groups
+    in any spec (ModelSpec.int4_group_problem). Layers that quantization_scope leaves out are
+    not checked."""
+    g = model.quantization_group_size
+    if model.quantization != "int4" or g >= model.hidden_size:
+        return []
+    if tp == 1:  # the hidden size, which every split reads whole, is whole groups (ModelSpec)
+        return []
+    scope = model.quantization_scope
+    inputs: list[tuple[str, int]] = []
+    if scope == "all":
+        dims = {model.v_head_dim} if model.is_mla else {attention_shape(model, True).value_dim,
+                                                         attention_shape(model, False).value_dim}
+        inputs += [("attention output", model.num_attention_heads * d) for d in sorted(dims)]
+    if scope in ("all", "mlp"):
+        if not model.is_moe or model.num_dense_layers:
+            inputs.append(("MLP down projection", model.intermediate_size))
+        if model.is_moe and model.num_shared_experts:
+            inputs.append(("shared experts' down projection", model.num_shared_experts * shared_expert_size(model)))
+    for name, width in inputs:
+        if width % tp or (width // tp) % g:
+            return [f"int4 groups of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
+                    f"{width / tp:,.6g} a rank, not whole groups (vLLM's AWQ/GPTQ kernels refuse it)"]
+    if model.is_moe and ep <= 1:
+        shard = model.expert_intermediate_size / tp
+        group = g
+        while group >= MOE_WNA16_MIN_GROUP and (shard % group or model.hidden_size % group):
+            group //= 2
+        if group < MOE_WNA16_MIN_GROUP:
+            return [f"int4 groups of {g} do not split over tp={tp}: expert FFN inputs "
+                    f"{model.expert_intermediate_size:,} / {tp} = {shard:,.6g} a rank hold no whole group of "
+                    f"{MOE_WNA16_MIN_GROUP} or more (vLLM's MoE WNA16 kernels refuse it; EP keeps experts whole)"]
+    return []
+
+
+MOE_WNA16_MIN_GROUP = 32
+"""The smallest group vLLM 0.33.0's MoE WNA16 kernels halve an int4 group to (moe_wna16.py)."""
+
+
 def recurrent_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     """Recurrent heads split over TP like attention heads: Mamba2's H (vLLM MambaMixer2
     asserts num_heads % tp == 0), Gated DeltaNet's value heads and key heads (or t a

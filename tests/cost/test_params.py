@@ -12,6 +12,8 @@ f=28672 (SwiGLU), V=128256, untied. Per layer:
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -260,6 +262,9 @@ def models(draw: st.DrawFn) -> ModelSpec:
         max_position_embeddings=4096,
         dtype=draw(st.sampled_from(["float32", "float16", "bfloat16"])),
         quantization=draw(st.sampled_from([None, "fp8", "int8", "int4"])),
+        # int4 groups must tile the hidden size (ModelSpec.int4_group_problem): 128 or its
+        # largest divisor that does
+        quantization_group_size=math.gcd(num_heads * head_dim, 128),
     )
 
 
