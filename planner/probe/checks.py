@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -65,9 +66,7 @@ def _check_topology(options: ProbeOptions) -> None:
         raise ProbeError(f"--master-port must be a TCP port, 1..{MAX_TCP_PORT}, got {options.master_port}")
     if options.rdzv_endpoint:  # HOST or HOST:PORT (torchrun's default port without one); [v6]:PORT
         endpoint = options.rdzv_endpoint
-        host, colon, port = endpoint.rpartition(":")
-        if not colon or endpoint.endswith("]"):
-            host, port = endpoint, None
+        host, port = split_endpoint(endpoint)
         valid_port = port is None or (re.fullmatch(r"[0-9]{1,5}", port) is not None and 1 <= int(port) <= MAX_TCP_PORT)
         if not host or not valid_port:
             raise ProbeError(f"--rdzv-endpoint must be HOST or HOST:PORT with a port in 1..{MAX_TCP_PORT}, "
@@ -129,6 +128,29 @@ def check_gpu_name(name: str) -> None:
         resolve_gpu(name)
     except SpecError as error:
         raise ProbeError(f"--gpu: {error}") from None
+
+
+def check_rendezvous_host(options: ProbeOptions) -> None:
+    """A multi-node run's rendezvous host resolves on this node: torchrun would otherwise
+    wait for it until --timeout and say only that a node never joined."""
+    flag, endpoint = (("--rdzv-endpoint", options.rdzv_endpoint) if options.rdzv_endpoint
+                      else ("--master-addr", options.master_addr))
+    if options.nnodes <= 1 or not endpoint:
+        return
+    host = endpoint if flag == "--master-addr" else split_endpoint(endpoint)[0].removeprefix("[").removesuffix("]")
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as error:  # socket.gaierror is an OSError
+        raise ProbeError(f"{flag} {endpoint}: host {host!r} does not resolve on this node "
+                         f"({getattr(error, 'strerror', None) or error})") from None
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str | None]:
+    """(HOST, PORT) of HOST:PORT or [v6]:PORT; (HOST, None) of HOST or [v6]."""
+    host, colon, port = endpoint.rpartition(":")
+    if not colon or endpoint.endswith("]"):
+        return endpoint, None
+    return host, port
 
 
 def check_targets(options: ProbeOptions) -> None:
@@ -197,6 +219,14 @@ def check_sweep(
         min_note = default if options.min_bytes is None else ""
         raise ProbeError(
             f"--min-bytes {sweep.min_bytes}{min_note} exceeds --max-bytes {sweep.max_bytes}{max_note}"
+        )
+    from planner.probe.sweep import size_sweep  # deferred, as above
+
+    writes = "--out" if options.out is not None else "--merge-into" if options.merge_into is not None else None
+    if writes and len(size_sweep(sweep.min_bytes, sweep.max_bytes, options.step_factor)) < 2:
+        raise ProbeError(
+            f"--min-bytes {sweep.min_bytes} .. --max-bytes {sweep.max_bytes} is one message size: {writes} "
+            f"fits latency and bandwidth, which one size cannot separate; widen the range"
         )
     memory_bytes = physical_memory_bytes()
     needed_bytes = PEAK_BUFFERS_PER_RANK * sweep.max_bytes * nproc_per_node

@@ -18,7 +18,13 @@ import tempfile
 from pathlib import Path
 
 from planner.emit.torchrun import torchrun_flags
-from planner.probe.checks import check_gpu_count, check_sweep, check_targets, validate
+from planner.probe.checks import (
+    check_gpu_count,
+    check_rendezvous_host,
+    check_sweep,
+    check_targets,
+    validate,
+)
 from planner.probe.hang import flight_recorder_env
 from planner.probe.lifeline import watched_argv
 from planner.probe.options import (
@@ -174,6 +180,7 @@ def _run_probe(options: ProbeOptions) -> int:
     if options.nnodes > 1 and not options.run:
         print_node_commands(options)
         return 0
+    check_rendezvous_host(options)
     check_targets(options)
     require_torch()
     skip_detection = options.backend == "gloo" and options.nproc_per_node is not None

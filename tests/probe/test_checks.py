@@ -196,6 +196,16 @@ def test_sweep_bounds(args, expected, no_launch):
     assert refused(*args) == expected
 
 
+@pytest.mark.parametrize("bounds", [["--min-bytes", "1024", "--max-bytes", "1024"],
+                                    ["--min-bytes", "1024", "--max-bytes", "1027"],  # 1,027 rounds down to 1,024
+                                    ["--min-bytes", "4194304"]])  # the CPU default maximum
+def test_one_message_size_cannot_write_a_profile(bounds, no_launch, tmp_path):
+    """A profile's link figures are a latency + bandwidth fit, which one size cannot separate:
+    the sweep ran to the end and then wrote nothing; it is refused before the launch."""
+    line = refused(*bounds, "--out", str(tmp_path / "p.yaml"))
+    assert line.startswith("plan probe: --min-bytes ") and "is one message size: --out fits" in line
+
+
 def test_max_bytes_beyond_this_nodes_memory(no_launch):
     line = refused("--max-bytes", str(2**50))
     assert line.startswith(f"plan probe: --max-bytes {2**50}: 2 ranks x 3 buffers need")
@@ -246,3 +256,12 @@ def test_through_the_console_entry(tmp_path, args, words):
     assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert words in result.stderr and "Traceback" not in result.stderr
     assert not list(temp_root.iterdir())
+
+
+@pytest.mark.parametrize("flags", [["--rdzv-endpoint", "{host}:29400"], ["--master-addr", "{host}", "--node-rank", "0"]])
+def test_a_rendezvous_host_that_does_not_resolve_is_refused_before_the_launch(flags, no_launch):
+    """torchrun waited for it until --timeout and said a node never joined. A label of 64
+    characters is refused by the resolver itself (no DNS query, as CI has none)."""
+    host = "a" * 64 + ".example"
+    line = refused("--nnodes", "2", "--run", *(f.format(host=host) for f in flags))
+    assert line.startswith(f"plan probe: {flags[0]} {host}") and "does not resolve on this node" in line
