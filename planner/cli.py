@@ -33,6 +33,7 @@ from planner.requests import (
     Speculation,
     TrainRequest,
     for_vllm_release,
+    served_dtype,
 )
 
 if TYPE_CHECKING:
@@ -385,7 +386,7 @@ def speculation(opts: PlanOptions, model: ModelSpec) -> Speculation | None:
 
 
 def serve_request(opts: PlanOptions, quantization_override: str | None = None,
-                  model: ModelSpec | None = None) -> ServeRequest:
+                  model: ModelSpec | None = None, checkpoint_dtype: str | None = None) -> ServeRequest:
     """`quantization_override`: the third value load_specs() returns. With --dataset the
     planned lengths are the dataset's means. `model`: the spec --speculative-method refers to."""
     from planner.workload import load_dataset  # the cost model and specs: not for --help
@@ -414,6 +415,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         all2all_backend=opts.all2all_backend.value,
         enable_dbo=opts.enable_dbo,
         quantization_override=quantization_override,
+        checkpoint_dtype=checkpoint_dtype,
         max_num_batched_tokens=opts.max_num_batched_tokens,
         num_gpus=opts.gpus,
         layout=parse_layout(opts.layout),
@@ -532,7 +534,11 @@ def request_for(opts: PlanOptions):
                             f"{model_spec.max_position_embeddings:,} learned positions (max_position_embeddings: "
                             f"its position table has no rows beyond them)")
         return model_spec, cluster_spec, request
-    return model_spec, cluster_spec, serve_request(opts, override, model_spec)
+    checkpoint_dtype = None
+    if model_spec.dtype == "float32":  # served in 16 bits, as the engines do (served_dtype)
+        checkpoint_dtype = "float32"
+        model_spec = model_spec.model_copy(update={"dtype": served_dtype(cluster_spec.gpu)})
+    return model_spec, cluster_spec, serve_request(opts, override, model_spec, checkpoint_dtype)
 
 
 def exit_with(run: Callable[[], int]) -> NoReturn:

@@ -85,10 +85,11 @@ GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "gegl
 """A family in neither list: gated if its activation names a gated unit (SwiGLU-era
 configs say silu; swigluoai is gpt-oss's clamped SwiGLU, gate and up in one matrix);
 anything else (relu2, Nemotron's squared ReLU; gelu) is a two-matrix MLP."""
-TIED_BY_DEFAULT_MODEL_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+TIED_BY_DEFAULT_MODEL_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2"})
 """Families whose config class defaults tie_word_embeddings to true (GemmaConfig,
-Gemma2Config, Gemma3TextConfig), so a config.json without the key ties them; the Llama,
-Mistral, Qwen and Phi-3 config classes default to false."""
+Gemma2Config, Gemma3TextConfig, CohereConfig, Cohere2Config: Command R7B's and Command A's
+config.json say only use_embedding_sharing: true), so a config.json without the key ties them;
+the Llama, Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 QK_NORM_MODEL_TYPES = {"qwen3", "qwen3_moe"}
 """Families with an RMSNorm on each head's query and key (transformers' Qwen3Attention q_norm /
@@ -113,8 +114,12 @@ Qwen3.5: the linear_* keys), refused without them (MiniMax's lightning attention
 "deepseek_sparse_attention" (GLM-5.2's and 5.3's NVFP4 configs name every layer so) is MLA
 with the DSA indexer the importer reads from index_n_heads / index_head_dim: known when the
 config has them."""
-GEMMA3_SLIDING_WINDOW_PATTERN = 6
-"""Gemma3TextConfig's default sliding_window_pattern: every 6th layer is global."""
+DEFAULT_SLIDING_WINDOW_PATTERN = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4, "exaone4": 4}
+"""Each family's config class default sliding_window_pattern (Gemma3TextConfig 6, Cohere2Config 4,
+Exaone4Config 4): layer i is global when (i + 1) % pattern == 0, the others slide."""
+FAMILY_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072}}
+"""Keys a family's config class fills in when config.json leaves them out (Gemma3TextConfig's
+defaults: google/gemma-3-27b-it's text_config names neither)."""
 DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "half": "float16"}
 
 NOT_DECODER_MODEL_TYPES = {
@@ -182,7 +187,8 @@ def load_hf_config(path: Path) -> ModelSpec:
                         f"{str(exc)[:120]}); check the keys against the model's transformers config class") from None
 
 
-LAYER_INT_KEYS = ("decoder_sparse_step", "first_k_dense_replace", "interleave_moe_layer_step")
+LAYER_INT_KEYS = ("decoder_sparse_step", "first_k_dense_replace", "interleave_moe_layer_step",
+                  "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")
 """Keys the per-layer MoE patterns read as integers (num_dense_layers); with_layer_types checks
 its own full_attention_interval."""
 
@@ -228,8 +234,9 @@ def _load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
-    check_layer_keys(text, origin)
     wrapped = text is not raw
+    text = {**FAMILY_DEFAULTS.get(family(text), {}), **text}
+    check_layer_keys(text, origin)
     text = with_layer_types(text, origin)
     raw = raw if wrapped else text  # a text-only config stays one mapping (spec_fields_from_hf tells wrappers by it)
     check_modelled(text, origin)
@@ -280,6 +287,10 @@ def check_modelled(text: dict[str, Any], origin: str) -> None:
     for key, feature in unmodelled.items():
             raise SpecError(f"{origin}: {key}: {feature} are not modelled; the planner models "
                             f"attention + MLP/MoE decoder blocks")
+    lightning = text.get("attn_type_list")
+    if isinstance(lightning, list) and 0 in lightning:
+        raise SpecError(f"{origin}: attn_type_list: {lightning.count(0)} lightning (linear) attention layers (0) are "
+                        f"not modelled; the planner models attention + MLP/MoE decoder blocks")
     kinds = text.get("layer_types")
     known = KNOWN_LAYER_TYPES - (set() if "linear_num_value_heads" in text else {"linear_attention"})
     known |= {"deepseek_sparse_attention"} if text.get("index_n_heads") else set()
@@ -380,7 +391,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     if text.get("hybrid_layer_pattern") is not None:
         fields.update(hybrid_pattern_fields(text, path))
     else:
-        fields.update(window_fields(text, kind))
+        fields.update(window_fields(text, kind, str(path)))
     fields.update(global_attention_fields(text))
     fields.update(recurrent_fields(text, path))
     if text.get("block_configs") is not None:
@@ -544,15 +555,15 @@ def first_present(config: dict[str, Any], *keys: str) -> Any:
 def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> dict[str, Any]:
     """Experts (num_local_experts / num_experts / n_routed_experts), shared experts and which
     layers are dense, each family's way; {} for a dense model."""
-    experts = first_present(text, "num_local_experts", "num_experts", "n_routed_experts")
-    if experts == 0 and first_present(text, "num_experts_per_tok", "experts_per_token", "moe_topk"):
+    experts = first_present(text, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    if experts == 0 and first_present(text, "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"):
         # 0 experts beside a top-k: a mistake, not a dense model (the YAML spec refuses 0 too)
         return {"num_local_experts": experts}
     if not experts:
         return {}
     fields = {"num_local_experts": experts,
               "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token",
-                                                   "top_k_experts")}
+                                                   "top_k_experts", "moe_k")}
     groups, per_token = text.get("n_group"), text.get("topk_group")
     if groups not in (None, 1) or per_token not in (None, 1):
         # group-limited routing (DeepseekV3TopkRouter / DeepseekV2 MoEGate, transformers): a token's
@@ -567,7 +578,7 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
     fields.update(router_fields(text, kind, origin))
     shared_size = first_present(text, "shared_expert_intermediate_size", "share_expert_dim",
                                 "shared_intermediate_size")
-    num_shared = first_present(text, "n_shared_experts", "num_shared_experts")
+    num_shared = first_present(text, "n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
     if kind == "llama4_text":
         # Llama4TextMoe: routed and shared experts of intermediate_size; dense layers
         # (Llama4TextMLP) of intermediate_size_mlp (transformers modeling_llama4.py).
@@ -624,7 +635,8 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
     if kind in BIASED_SIGMOID_ROUTER_MODEL_TYPES:
         fields.update(router_score_function="sigmoid", router_expert_bias=True)
     if (text.get("topk_method") == "noaux_tc" or text.get("use_routing_bias") is True
-            or text.get("use_moe_router_bias") is True):  # DeepSeek's, MiniMax's and Step's names
+            or text.get("use_moe_router_bias") is True  # DeepSeek's, MiniMax's and Step's names
+            or text.get("moe_use_aux_free") is True):  # ERNIE 4.5's (its e_score_correction_bias)
         fields["router_expert_bias"] = True
     scale = first_present(text, "routed_scaling_factor", "moe_router_scaling_factor")
     if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:
@@ -639,7 +651,9 @@ def dense_layer_indices(text: dict[str, Any], kind: str) -> list[int]:
     moe_layer_freq as a per-layer 0/1 list (MiniMax-M3, MiMo-V2); first_k_dense_replace with
     an integer moe_layer_freq (DeepseekV3DecoderLayer: MoE when i >= k and i % freq == 0);
     Qwen3-MoE's mlp_only_layers and decoder_sparse_step (MoE when i not in mlp_only_layers
-    and (i + 1) % step == 0); Llama 4's interleave_moe_layer_step (MoE when (i + 1) % step == 0).
+    and (i + 1) % step == 0); Llama 4's interleave_moe_layer_step (MoE when (i + 1) % step == 0);
+    ERNIE 4.5's moe_layer_start_index / _end_index / _interval (MoE when start <= i <= end and
+    (i + 1) % interval == 0, vLLM ernie45_moe.py at 0.33.0).
     Empty without a readable num_hidden_layers (the spec's own check then names it)."""
     num_layers = text.get("num_hidden_layers")
     if not isinstance(num_layers, int) or isinstance(num_layers, bool):
@@ -650,6 +664,10 @@ def dense_layer_indices(text: dict[str, Any], kind: str) -> list[int]:
     if kind == "llama4_text":
         step = text.get("interleave_moe_layer_step") or 1
         return [i for i in range(num_layers) if (i + 1) % step]
+    if "moe_layer_start_index" in text or "moe_layer_interval" in text:  # ERNIE 4.5 (vLLM ernie45_moe.py)
+        start, step = text.get("moe_layer_start_index") or 0, text.get("moe_layer_interval") or 1
+        end = text.get("moe_layer_end_index", num_layers - 1)
+        return [i for i in range(num_layers) if (i + 1) % step or not start <= i <= end]
     if "decoder_sparse_step" in text or "mlp_only_layers" in text:
         step, only = text.get("decoder_sparse_step") or 1, set(text.get("mlp_only_layers") or [])
         return [i for i in range(num_layers) if i in only or (i + 1) % step]
@@ -715,11 +733,23 @@ def hybrid_pattern_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
     return fields
 
 
-def window_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
+def sliding_layers_of_pattern(pattern: Any, num_layers: int, origin: str) -> int:
+    """Window layers of a sliding_window_pattern: an integer p (Gemma 3, Cohere2, EXAONE 4:
+    layer i global when (i + 1) % p == 0) or a string of L (local) and G (global) repeated over
+    the layers (EXAONE-4.0's "LLLG")."""
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+        return num_layers - num_layers // pattern
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return sum(1 for i in range(num_layers) if pattern[i % len(pattern)] == "L")
+    raise SpecError(f"{origin}: sliding_window_pattern: expected a positive integer (every n-th layer "
+                    f"global) or a string of L and G (got {str(pattern)[:40]!r})")
+
+
+def window_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> dict[str, Any]:
     """sliding_window and how many layers use it, each family's way: the count of
     "sliding_attention" in layer_types (gpt-oss, Gemma 3 and later); Gemma 2's even layers
-    (Gemma2DecoderLayer: is_sliding = not layer_idx % 2); Gemma 3's sliding_window_pattern
-    (layer i global when (i + 1) % pattern == 0); Qwen2's layers from max_window_layers on
+    (Gemma2DecoderLayer: is_sliding = not layer_idx % 2); a sliding_window_pattern, or the
+    family's default one (Gemma 3, Cohere2, EXAONE 4: sliding_layers_of_pattern); Qwen2's layers from max_window_layers on
     when use_sliding_window; else every layer (Mistral-7B v0.1). {} without a window, or
     when use_sliding_window is false (Qwen2/Qwen3 configs carry an unused sliding_window)."""
     window, num_layers = text.get("sliding_window"), text.get("num_hidden_layers")
@@ -728,13 +758,13 @@ def window_fields(text: dict[str, Any], kind: str) -> dict[str, Any]:
     if not isinstance(num_layers, int) or isinstance(num_layers, bool):
         return {"sliding_window": window}
     kinds = text.get("layer_types")
+    pattern = text.get("sliding_window_pattern", DEFAULT_SLIDING_WINDOW_PATTERN.get(kind))
     if isinstance(kinds, list):
         count = sum(1 for kind_ in kinds[:num_layers] if kind_ == "sliding_attention")
     elif kind == "gemma2":
         count = (num_layers + 1) // 2
-    elif kind in ("gemma3", "gemma3_text"):
-        pattern = text.get("sliding_window_pattern") or GEMMA3_SLIDING_WINDOW_PATTERN
-        count = num_layers - num_layers // pattern if isinstance(pattern, int) else num_layers
+    elif pattern is not None:
+        count = sliding_layers_of_pattern(pattern, num_layers, origin)
     elif text.get("use_sliding_window") and isinstance(text.get("max_window_layers"), int):
         count = max(0, num_layers - text["max_window_layers"])
     else:

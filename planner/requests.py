@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from planner import units
 from planner.engines import EngineVersions
 from planner.errors import SpecError
+
+if TYPE_CHECKING:
+    from planner.specs import GPU
 
 Objective = Literal["throughput", "latency"]
 ServeMode = Literal["auto", "aggregated", "disaggregated"]
@@ -162,6 +165,9 @@ class ServeRequest:
     """Set when `--quantization` changed the spec's weights: the engine must quantize a
     16-bit checkpoint itself (vLLM and SGLang can for fp8 only). A spec that is already
     quantized describes a pre-quantized checkpoint the engine detects on its own."""
+    checkpoint_dtype: Literal["float32"] | None = None
+    """Set when the spec's weights are float32: the engine loads them in 16 bits
+    (served_dtype), as the plan prices them; the launch notes say so."""
     max_num_batched_tokens: int | None = None
     """None = vLLM's default for the chosen length (see serve.py)."""
     expert_imbalance: float | None = None
@@ -461,3 +467,11 @@ def check_positive(flag: str, value: float | None, upper: float | None = None) -
 def check_fraction(flag: str, value: float) -> None:
     if not 0 < value <= 1:  # also false for nan
         raise SpecError(f"{flag}: must be in (0, 1] (got {value})")
+
+
+def served_dtype(gpu: GPU) -> Literal["bfloat16", "float16"]:
+    """The 16 bits a float32 checkpoint is served in: bfloat16 where the GPU has it, else
+    float16. vLLM's --dtype auto downcasts float32 to the platform's first supported dtype,
+    bfloat16 on CUDA from compute capability 8.0 (vllm/config/model.py _resolve_auto_dtype at
+    0.33.0); the plan emits the choice as --dtype, which SGLang takes too."""
+    return "bfloat16" if gpu.peak_flops_per_s("bf16") is not None else "float16"

@@ -38,6 +38,17 @@ def serve_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, re
 
 def launch_notes(plan: ServePlan) -> list[str]:
     """What the command alone does not say about the checkpoint MODEL must be."""
+    return dtype_notes(plan) + quantization_notes(plan)
+
+
+def dtype_notes(plan: ServePlan) -> list[str]:
+    if plan.request.checkpoint_dtype is None:
+        return []
+    return [f"MODEL's {plan.request.checkpoint_dtype} weights load in {plan.model.dtype} (--dtype), as planned: "
+            f"vLLM's --dtype auto downcasts a float32 checkpoint too (vllm/config/model.py at 0.33.0)"]
+
+
+def quantization_notes(plan: ServePlan) -> list[str]:
     quant, override = plan.model.quantization, plan.request.quantization_override
     if override in ("int8", "int4"):
         return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "

@@ -527,6 +527,12 @@ def test_gpt_oss_layer_types_give_the_window_layers() -> None:
         ({"model_type": "gemma2", "sliding_window": 4096}, 4096, 16),  # even layers of 32
         ({"model_type": "gemma3_text", "sliding_window": 1024}, 1024, 27),  # 32 - 32 // 6
         ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 4}, 1024, 24),
+        # Command R7B / Command A (Cohere2Config: pattern 4, every fourth layer global): they were
+        # planned with every layer windowed, an eighth of the KV a 128K-token request holds
+        ({"model_type": "cohere2", "sliding_window": 4096, "sliding_window_pattern": 4}, 4096, 24),
+        ({"model_type": "cohere2", "sliding_window": 4096}, 4096, 24),  # the class default, 4
+        # EXAONE-4.0's pattern string: L (local) L L G over the layers
+        ({"model_type": "exaone4", "sliding_window": 4096, "sliding_window_pattern": "LLLG"}, 4096, 24),
         ({"model_type": "llama", "sliding_window": 128,
           "layer_types": ["sliding_attention", "full_attention"] * 16}, 128, 16),
         ({"model_type": "llama", "sliding_window": 128, "layer_types": ["full_attention"] * 32}, None, 0),
@@ -538,6 +544,68 @@ def test_sliding_window_layers_each_familys_way(tmp_path: Path, keys: dict, wind
               "num_hidden_layers": 32, **keys}
     model = resolve_model(str(_write(tmp_path, config)))
     assert (model.sliding_window, model.num_window_layers) == (window, num_window_layers)
+
+
+def test_a_pattern_neither_a_period_nor_l_and_g_is_refused(tmp_path: Path) -> None:
+    config = {**LLAMA_3_1_70B, "model_type": "exaone4", "sliding_window": 4096, "sliding_window_pattern": "LLX"}
+    with pytest.raises(SpecError, match=r"config.json: sliding_window_pattern: expected a positive integer"):
+        resolve_model(str(_write(tmp_path, config)))
+
+
+def test_cohere_families_tie_their_embeddings_by_default(tmp_path: Path) -> None:
+    """Cohere2Config (and CohereConfig) default tie_word_embeddings to true; Command R7B's
+    config.json says only use_embedding_sharing: true. Counted untied, R7B came out 9.08B: its
+    256,000 x 4,096 = 1,048,576,000 output weights too many (published 8B)."""
+    config = {**{k: v for k, v in LLAMA_3_1_70B.items() if k != "tie_word_embeddings"}, "model_type": "cohere2",
+              "use_embedding_sharing": True}
+    tied = resolve_model(str(_write(tmp_path / "a", config)))
+    untied = resolve_model(str(_write(tmp_path / "b", {**config, "tie_word_embeddings": False})))
+    assert tied.tie_word_embeddings and not untied.tie_word_embeddings
+    assert param_counts(untied).total - param_counts(tied).total == 128_256 * 8_192
+
+
+def test_a_gemma3_wrapper_takes_its_text_class_defaults(tmp_path: Path) -> None:
+    """google/gemma-3-27b-it's text_config leaves out vocab_size and max_position_embeddings
+    (Gemma3TextConfig's defaults: 262,208 and 131,072): it was refused as missing them."""
+    text = {"model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+            "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "sliding_window": 1024}
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+              "torch_dtype": "bfloat16", "vision_config": {"model_type": "siglip_vision_model"}}
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert (model.vocab_size, model.max_position_embeddings, model.tie_word_embeddings) == (262_208, 131_072, True)
+    assert model.num_window_layers == 62 - 62 // 6
+
+
+def test_minimax_lightning_attention_layers_are_refused(tmp_path: Path) -> None:
+    """MiniMax-M1's attn_type_list: 0 = lightning (linear) attention, 1 = softmax (vLLM's
+    minimax_text_01.py). It was planned as 80 softmax layers (8x its KV); M2's list of all 1s
+    stays planned."""
+    lightning = {**LLAMA_3_1_70B, "attn_type_list": ([0] * 7 + [1]) * 10}
+    with pytest.raises(SpecError, match=r"attn_type_list: 70 lightning \(linear\) attention layers"):
+        resolve_model(str(_write(tmp_path / "a", lightning)))
+    softmax = {**LLAMA_3_1_70B, "attn_type_list": [1] * 80}
+    assert resolve_model(str(_write(tmp_path / "b", softmax))).num_hidden_layers == 80
+
+
+def test_ernie_45_moe_keys(tmp_path: Path) -> None:
+    """ERNIE-4.5-300B-A47B names its experts moe_num_experts / moe_k / moe_num_shared_experts and
+    its dense prefix moe_layer_start_index (vLLM ernie45_moe.py: MoE where (i + 1) % interval == 0
+    and start <= i <= end); it was refused as an MoE size without experts. Hand count: attention
+    8,192 x (8,192 + 2 x 1,024) + 8,192 x 8,192 = 150,994,944 a layer, 54 layers = 8,153,726,976;
+    3 dense MLPs 3 x 8,192 x 28,672 x 3 = 2,113,929,216; 51 MoE layers of 64 experts 3 x 8,192 x
+    3,584 = 88,080,384 each, 287,482,373,120, and routers 51 x 8,192 x 64 = 26,738,688; embeddings
+    and LM head 2 x 103,424 x 8,192 = 1,694,498,816; norms 8,192 x (2 x 54 + 1) = 892,928:
+    299,471,759,744 (published 300B)."""
+    config = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "hidden_act": "silu",
+              "hidden_size": 8192, "intermediate_size": 28672, "max_position_embeddings": 131072,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 54, "vocab_size": 103424,
+              "rope_theta": 500000, "use_bias": False, "tie_word_embeddings": False, "moe_num_experts": 64,
+              "moe_num_shared_experts": 0, "moe_layer_start_index": 3, "moe_intermediate_size": 3584, "moe_k": 8,
+              "moe_layer_interval": 1, "moe_use_aux_free": True, "head_dim": 128, "torch_dtype": "bfloat16"}
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert (model.num_local_experts, model.num_experts_per_tok, model.num_dense_layers) == (64, 8, 3)
+    assert model.dense_layer_indices == [0, 1, 2] and model.router_expert_bias
+    assert param_counts(model).total == pytest.approx(299_471_759_744, rel=1e-4)
 
 
 def test_a_bad_sliding_window_is_one_line(tmp_path: Path) -> None:

@@ -214,3 +214,22 @@ def test_a_missed_limit_prints_above_the_limit():
     assert ms_above(0.0041, 0.004) == "4.1"
     assert ms_above(0.0040001, 0.004) == "4.0001"
     assert ms_above(0.0123, 0.004) == "12.3"
+
+
+def test_a_float32_checkpoint_is_served_and_priced_in_16_bits(tmp_path):
+    """Gemma-2's config.json says float32; vLLM's --dtype auto loads it in bfloat16 on an H100
+    (vllm/config/model.py at 0.33.0), so its weights take 2 bytes each, not 4: Llama-3.1-8B's
+    8,030,261,248 parameters x 2 B = 14.96 GiB, not 29.9 GiB, and the command says so."""
+    import yaml
+
+    from planner.catalog import MODEL_SPECS_DIR
+
+    spec = yaml.safe_load((MODEL_SPECS_DIR / "llama-3.1-8b.yaml").read_text())
+    path = tmp_path / "fp32.yaml"
+    path.write_text(yaml.safe_dump({**spec, "name": "llama-fp32", "dtype": "float32"}))
+    text = plan("--model", str(path), "--cluster", "1x8xH100", "--mode", "aggregated")
+    assert "15.0 GiB of bfloat16 weights" in text and "float32 weights" not in text.split("Launch")[0]
+    assert "--dtype bfloat16" in text and "MODEL's float32 weights load in bfloat16" in text
+    data = json.loads(plan("--model", str(path), "--cluster", "1x8xH100", "--mode", "aggregated", "--json"))
+    assert data["model_summary"]["weight_dtype"] == "bfloat16"
+    assert any("float32 weights load in bfloat16" in note for note in data["launch_notes"])
