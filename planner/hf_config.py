@@ -93,7 +93,11 @@ the Llama, Mistral, Qwen and Phi-3 config classes default to false."""
 QKV_BIAS_MODEL_TYPES = {"qwen2", "qwen2_moe"}
 QK_NORM_MODEL_TYPES = {"qwen3", "qwen3_moe"}
 """Families with an RMSNorm on each head's query and key (transformers' Qwen3Attention q_norm /
-k_norm over head_dim); other families say it with use_qk_norm and qk_norm_type "per_head"."""
+k_norm over head_dim); other families say it with use_qk_norm and qk_norm_type "per_head", or
+with qk_norm: true (Apertus)."""
+PER_HEAD_USE_QK_NORM_MODEL_TYPES = {"bailing_moe"}
+"""Families whose use_qk_norm alone is that per-head RMSNorm (Ling-2.0: vLLM bailing_moe.py
+query_layernorm / key_layernorm over head_dim); Llama 4's use_qk_norm is a weightless L2 norm."""
 UNMODELLED_KEYS = {
     "compress_ratios": "compressed sparse attention (DeepSeek-V4 compress_ratios)",
     "linear_attn_config": "linear-attention layers",
@@ -404,7 +408,9 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         raise SpecError(f"{path}: rope_scaling: expected an object or null (got {scaling!r:.40})")
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "llama3":
         fields["llama3_rope_scaling_factor"] = scaling.get("factor")
-    if kind in QK_NORM_MODEL_TYPES or (text.get("use_qk_norm") is True and text.get("qk_norm_type") == "per_head"):
+    if (kind in QK_NORM_MODEL_TYPES or text.get("qk_norm") is True  # Apertus's key
+            or (text.get("use_qk_norm") is True
+                and (text.get("qk_norm_type") == "per_head" or kind in PER_HEAD_USE_QK_NORM_MODEL_TYPES))):
         fields["qk_norm"] = True
     if kind == "llama4_text" and text.get("attention_chunk_size"):
         fields["attention_chunk_size"] = text["attention_chunk_size"]
@@ -624,7 +630,7 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
     routed_scaling_factor (Step's moe_router_scaling_factor) and norm_topk_prob; Llama 4's
     sigmoid on the expert's input and Nemotron-H's biased sigmoid by family."""
     fields: dict[str, Any] = {}
-    score = text.get("scoring_func")
+    score = first_present(text, "scoring_func", "score_function")  # Ling-2.0 names it score_function
     if score is not None:
         if score not in ROUTER_SCORE_FUNCTIONS:
             raise SpecError(f"{origin}: scoring_func: {score!r} is not a router the planner knows "
@@ -636,7 +642,8 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
         fields.update(router_score_function="sigmoid", router_expert_bias=True)
     if (text.get("topk_method") == "noaux_tc" or text.get("use_routing_bias") is True
             or text.get("use_moe_router_bias") is True  # DeepSeek's, MiniMax's and Step's names
-            or text.get("moe_use_aux_free") is True):  # ERNIE 4.5's (its e_score_correction_bias)
+            or text.get("moe_use_aux_free") is True  # ERNIE 4.5's (its e_score_correction_bias)
+            or text.get("moe_router_enable_expert_bias") is True):  # Ling-2.0's
         fields["router_expert_bias"] = True
     scale = first_present(text, "routed_scaling_factor", "moe_router_scaling_factor")
     if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:

@@ -786,3 +786,19 @@ def test_experts_only_quantization_of_a_dense_model_is_refused() -> None:
     base = resolve_model("llama-3.1-8b")
     with pytest.raises(ValueError, match="quantization_scope: experts quantizes the routed experts only"):
         ModelSpec(**{**base.model_dump(), "quantization": "fp8", "quantization_scope": "experts"})
+
+
+@pytest.mark.parametrize(("keys", "qk_norm", "score", "bias"), [
+    # Ling-2.0 (bailing_moe): its own names for the per-head QK norm and DeepSeek-V3's router
+    ({"model_type": "bailing_moe", "use_qk_norm": True, "score_function": "sigmoid",
+      "moe_router_enable_expert_bias": True}, True, "sigmoid", True),
+    ({"model_type": "apertus", "qk_norm": True}, True, "softmax", False),  # Apertus
+    ({"model_type": "llama", "use_qk_norm": True}, False, "softmax", False),  # no per-head norm named
+])
+def test_other_families_names_for_qk_norm_and_the_router(tmp_path: Path, keys: dict, qk_norm: bool, score: str,
+                                                         bias: bool) -> None:
+    moe = {"num_local_experts": 8, "num_experts_per_tok": 2} if "score_function" in keys else {}
+    model = resolve_model(str(_write(tmp_path, {**LLAMA_3_1_70B, **moe, **keys})))
+    assert model.qk_norm is qk_norm
+    if moe:
+        assert (model.router_score_function, model.router_expert_bias) == (score, bias)
