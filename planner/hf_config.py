@@ -164,6 +164,9 @@ UNMODELLED_DECODER_MODEL_TYPES = {
     "falcon_mamba": "a state-space model without attention",
     "rwkv": "a recurrent (RWKV) model without attention",
     "recurrent_gemma": "recurrent (RG-LRU) blocks interleaved with local attention",
+    "longcat_flash": "two attention and MLP blocks per layer with zero-computation experts (LongCat-Flash)",
+    "hunyuan_v1_moe": "per-layer lists of expert sizes, top-k and shared experts (Hunyuan-A13B's "
+                      "moe_intermediate_size, moe_topk, num_shared_expert)",
 }
 """Decoders whose layer structure the planner does not model: their configs carry the
 attention keys, so without this they would be planned as plain transformers (a Jamba 52B as

@@ -407,14 +407,21 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
                      f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
     binding = None
-    offered = request.offered_rate_per_s if request.batch is None else None
+    offered = request.offered_rate_per_s
     arriving = None  # the open-loop steady state at the offered rate, where the layout keeps up
+    missed_at_rate = None  # that steady state, where it misses a limit
     overloaded = False
     if offered is not None:
         # the rate sets the load: each replica gets R / d (vLLM's DP front end balances them)
-        # and holds what Little's law says, up to what it can run (its knee, the clients)
+        # and holds what Little's law says, up to what it can run (its knee, the clients,
+        # --batch as its --max-num-seqs)
         top = knee if knee is not None else cap
         arriving = solve_open_loop(offered / layout.dp, open_at, top)
+        if arriving is not None and has_sla and not all(sla_check(request, arriving)):
+            # it takes the rate only past a limit: within the limits it runs fewer requests at
+            # once than the rate brings (capped below, as an overloaded layout is), so it falls
+            # behind the rate; fewer sequences complete fewer a second, so no cap keeps up
+            missed_at_rate, arriving = arriving, None
         overloaded = arriving is None and not clients_bound  # the clients would hold the excess back
     if arriving is not None:
         batch, steady, binding = cap, arriving, "request-rate"
@@ -457,11 +464,22 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             notes.append(knee_note)
     if arriving is None:
         steady = steady_at(batch)
-    if overloaded:
+    if overloaded and missed_at_rate is not None:
+        notes.append(f"Overloaded within the limits: {sla_reason(request, missed_at_rate, offered)}; within them "
+                     f"each of the {layout.dp} "
+                     f"replica(s) completes at most {steady.requests_per_second:.3g} req/s (at {steady.concurrency:g} "
+                     f"in flight) of the {offered / layout.dp:.3g} asked: requests queue for as long as they keep "
+                     f"coming, so the times shown are at that concurrency, before that queue")
+    elif overloaded:
         notes.append(f"Overloaded: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
                      f"{layout.dp} replica(s), which complete at most {steady.requests_per_second:.3g} (at "
                      f"{steady.concurrency:g} in flight): requests queue for as long as they keep coming, so the "
                      f"times shown are at capacity, before that queue")
+    elif offered is not None and arriving is None:
+        notes.append(f"Client-held: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
+                     f"{layout.dp} replica(s), but --max-concurrency {request.max_concurrency:,} keeps "
+                     f"{steady.concurrency:g} in flight on each, which complete {steady.requests_per_second:.3g} req/s: "
+                     f"the benchmark runs below the rate (its requests wait for a slot on the client)")
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)
         notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
@@ -479,7 +497,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
     if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
         return Rejected(layout, (sla_reason(request, steady, None if arriving is None else offered),))
-    if has_sla and request.batch is not None:
+    if has_sla and request.batch is not None and arriving is None:
         binding = "batch"
     # at a rate: the mean in flight, and at least the micro-batches a prompt round fills (a
     # mix of two states keeps the busier one's carriers)

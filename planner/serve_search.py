@@ -72,12 +72,12 @@ def rank_key(result: ServeEstimate, objective: str) -> tuple:
 def rank(results: list[ServeEstimate], objective: str) -> list[ServeEstimate]:
     """Best first: the near-tie band around the best on the objective, ordered by the other
     axis, then everything else by the objective (rank_key). Under a finite --request-rate the
-    layouts that keep up with it come first, then the overloaded ones, whose queue grows however
-    close they come; those that keep up serve the same tokens/s, so for throughput they are
+    layouts that keep up with it come first, then the others (overloaded, whose queue grows however
+    close they come, or held below it by --max-concurrency); those that keep up serve the same tokens/s, so for throughput they are
     ordered by mean E2E latency (TTFT + (O - 1) TPOT: the trade of the two at this workload)."""
-    keeping = [r for r in results if not r.overloaded]
+    keeping = [r for r in results if r.offered_rate_per_s is not None]
     if 0 < len(keeping) < len(results):
-        return rank(keeping, objective) + rank([r for r in results if r.overloaded], objective)
+        return rank(keeping, objective) + rank([r for r in results if r.offered_rate_per_s is None], objective)
     if objective == "throughput" and results and all(r.offered_rate_per_s is not None for r in results):
         # the same tokens/s from each: the workload's mean E2E latency decides
         return sorted(results, key=lambda r: (r.request_latency_seconds, *rank_key(r, "latency")))

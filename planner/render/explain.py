@@ -528,6 +528,8 @@ def _metric_text(name: str, value: float, unit: str) -> str:
         return f"{name} {count(value)} tok/s"
     if unit == "fraction":
         return f"{name} {value:.0%}"
+    if unit == "count" and value != int(value):  # a mean (requests in flight at a rate)
+        return f"{name} {value:.1f}"
     return f"{name} {value:g}"
 
 

@@ -224,10 +224,13 @@ def _most_line(plan: ServePlan, most: ServeEstimate) -> str:
     rate = plan.request.offered_rate_per_s
     if rate is None:
         return f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s)."
-    keeping = sum(not r.overloaded for r in plan.layouts)
-    behind = len(plan.layouts) - keeping
+    keeping = sum(r.offered_rate_per_s is not None for r in plan.layouts)
+    behind = sum(r.overloaded for r in plan.layouts)
+    held = len(plan.layouts) - keeping - behind
     return (f"{keeping} of the {len(plan.layouts)} layouts keep up with --request-rate {rate:g}/s"
-            + (f"; {behind} would queue without bound (overloaded)." if behind else "."))
+            + (f"; {behind} would queue without bound (overloaded)" if behind else "")
+            + (f"; {held} run below it, held back by --max-concurrency {plan.request.max_concurrency:,}"
+               if held else "") + ".")
 
 
 def _changes(best: ServeEstimate, other: ServeEstimate) -> str:

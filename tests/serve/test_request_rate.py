@@ -412,3 +412,61 @@ def test_a_rate_with_an_e2e_limit_prices_past_the_shown_candidates(run_plan):
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)["disaggregated"]
     assert found and all(e["e2e_seconds"] <= 6.0 for e in found)
+
+
+@pytest.fixture(scope="module")
+def ttft_bound_8b():
+    """Llama-3.1-8B on 8 H100s with a 30 ms TTFT limit, at request rates either side of what
+    tp=4 dp=2 completes within it."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    return model, cluster, {rate: plan_serving(model, cluster, ServeRequest(
+        mode="aggregated", max_ttft_seconds=0.030, request_rate_per_s=rate)) for rate in (40.0, 60.0, 200.0, math.inf)}
+
+
+def test_a_limit_missed_at_the_rate_caps_the_layout_instead_of_rejecting_it(ttft_bound_8b):
+    """At 60 /s tp=4 dp=2 would hold more requests than keep TTFT under 30 ms; it was rejected
+    there, though at 200 /s and at inf (where every layout is capped at the limit) it was the
+    recommendation: 0 layouts at 60 /s, 6 at 200. A limit missed at the rate is a layout that
+    falls behind it within the limit: priced at the most sequences that meet it, as at inf
+    (50 a replica, 15,216 tok/s = 59.4 req/s of 256 tokens, under 60), and marked overloaded.
+    So the layouts that run do not depend on the rate, and goodput never rises with it."""
+    _, _, plans = ttft_bound_8b
+    capped = {r.layout: r for r in plans[math.inf].layouts}
+    for rate in (40.0, 60.0, 200.0):
+        assert {r.layout for r in plans[rate].layouts} == set(capped)
+    for r in plans[60.0].layouts:
+        assert r.overloaded and r.offered_rate_per_s is None
+        assert r.throughput_tokens_per_second == pytest.approx(capped[r.layout].throughput_tokens_per_second)
+        assert r.throughput_tokens_per_second < 60.0 * 256
+    best = plans[60.0].recommended
+    assert best.layout == plans[math.inf].recommended.layout and best.batch == capped[best.layout].batch
+    assert any(note.startswith("Overloaded within the limits: TTFT") for note in best.notes)
+    keeping = [r for r in plans[40.0].layouts if not r.overloaded]
+    assert keeping and all(r.ttft_seconds <= 0.030 and r.offered_rate_per_s == 40.0 for r in keeping)
+
+
+def test_batch_with_a_rate_caps_the_engine_and_keeps_the_rate():
+    """--batch 16 with --request-rate: the rate was dropped (every layout priced at 16 closed-loop
+    clients, 13,883 tok/s, and called keeping up with 200 /s). --batch is the engine's
+    --max-num-seqs under the rate: at 10 /s a layout that keeps up serves 10 x 256 = 2,560 tok/s;
+    at 200 /s none holds the load within 16 a replica."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    slow = plan_serving(model, cluster, ServeRequest(mode="aggregated", batch=16, request_rate_per_s=10.0))
+    keeping = [r for r in slow.layouts if r.offered_rate_per_s == 10.0]
+    assert keeping and all(r.throughput_tokens_per_second == pytest.approx(2560, rel=1e-3) for r in keeping)
+    assert all(r.concurrency <= 16 for r in keeping)
+    fast = plan_serving(model, cluster, ServeRequest(mode="aggregated", batch=16, request_rate_per_s=200.0))
+    assert all(r.overloaded and r.batch <= 16 for r in fast.layouts)
+
+
+def test_clients_below_the_rate_are_not_called_keeping_up():
+    """--max-concurrency 16 at 200 /s: the clients hold the load back, so no queue grows on the
+    server (not overloaded), but no layout takes 200 /s either: the line said 10 of 10 keep up."""
+    from planner.render.serve import _most_line
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    plan = plan_serving(model, cluster, ServeRequest(mode="aggregated", max_concurrency=16, request_rate_per_s=200.0))
+    assert not any(r.overloaded or r.offered_rate_per_s for r in plan.layouts)
+    assert all(any(note.startswith("Client-held") for note in r.notes) for r in plan.layouts)
+    line = _most_line(plan, plan.layouts[0])
+    assert line.startswith(f"0 of the {len(plan.layouts)} layouts keep up") and "held back by --max-concurrency 16" in line
