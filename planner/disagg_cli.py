@@ -85,10 +85,13 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
     ties); when neither does, the higher goodput per GPU (the shorter queue)."""
     rate = aggregated.offered_rate_per_s
     label, layout = disaggregated.label, aggregated.layout
-    times = (f"disaggregated {label}: TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms, TPOT "
-             f"{seconds_to_ms(disaggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(disaggregated.e2e_seconds):,.0f} ms"
-             f" vs aggregated {layout}: TTFT {seconds_to_ms(aggregated.ttft_seconds):,.0f} ms, TPOT "
-             f"{seconds_to_ms(aggregated.tpot_seconds):.1f} ms, E2E {seconds_to_ms(aggregated.e2e_seconds):,.0f} ms")
+    def tpot(seconds: float) -> str:  # one output token has none
+        return f", TPOT {seconds_to_ms(seconds):.1f} ms" if disaggregated.output_len > 1 else ""
+
+    times = (f"disaggregated {label}: TTFT {seconds_to_ms(disaggregated.ttft_seconds):,.0f} ms"
+             f"{tpot(disaggregated.tpot_seconds)}, E2E {seconds_to_ms(disaggregated.e2e_seconds):,.0f} ms"
+             f" vs aggregated {layout}: TTFT {seconds_to_ms(aggregated.ttft_seconds):,.0f} ms"
+             f"{tpot(aggregated.tpot_seconds)}, E2E {seconds_to_ms(aggregated.e2e_seconds):,.0f} ms")
     # a deployment keeps up where rate_bound priced it at the rate; overloaded, or held below it
     # by --max-concurrency clients (binding "clients"), it does not
     behind = disaggregated.overloaded or disaggregated.binding != "request-rate"

@@ -482,7 +482,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"the benchmark runs below the rate (its requests wait for a slot on the client)")
     if request.batch is not None and request.batch > batch:
         steady = with_waiting_clients(steady, request.batch)
-        notes.append(f"The other {request.batch - batch} clients wait {seconds_to_ms(steady.slot_wait_seconds):,.0f} ms "
+        wait = steady.slot_wait_seconds
+        waited = f"{wait:,.1f} s" if wait >= 1 else f"{seconds_to_ms(wait):,.0f} ms"
+        notes.append(f"The other {request.batch - batch:,} clients wait {waited} "
                      f"for a running request to finish (in TTFT and E2E latency)")
     decode_only = steady.decode_round_seconds / steady.tokens_per_round
     if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE_FRACTION:

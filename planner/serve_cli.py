@@ -196,6 +196,11 @@ def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     """What the printed commands need besides themselves (text "Note:" lines, JSON launch_notes)."""
     notes = launch_notes(plan)
     best = plan.recommended
+    if (best is not None and plan.request.objective == "latency" and plan.request.batch is None
+            and best.offered_rate_per_s is None and best.batch == 1):
+        notes.append("--objective latency plans one sequence per replica and the command caps the engine at it "
+                     "(--max-num-seqs 1): every other request waits for the running one; give --batch N, "
+                     "--max-tpot-ms or --request-rate to serve concurrent traffic")
     if best is not None and engine == "vllm-ray" and best.layout.tp * best.layout.pp <= plan.cluster.gpus_per_node:
         notes.append(f"--emit vllm-ray: each replica of {best.layout} fits in one node, so no Ray cluster is needed and "
                      f"the command is the plain one (vLLM runs a replica inside a node with its multiprocessing "

@@ -102,9 +102,16 @@ def gib(num_bytes: float) -> str:
 
 
 def ms(seconds: float) -> str:
+    """us below a millisecond, ms to 100 s, seconds beyond (a queue's 4,718.9 s, not 4718911.2 ms)."""
     if math.isinf(seconds):
         return "inf"
+    if seconds >= MS_SHOWN_BELOW_SECONDS:
+        return f"{seconds:,.1f} s"
     return f"{units.seconds_to_ms(seconds):.1f} ms" if seconds >= units.SECONDS_PER_MS else f"{units.seconds_to_us(seconds):.0f} us"
+
+
+MS_SHOWN_BELOW_SECONDS = 100.0
+"""ms() writes durations from this many seconds on in seconds."""
 
 
 def ms_or_s(seconds: float, seconds_from: float = 1.0, decimals: int = 2) -> str:

@@ -19,8 +19,8 @@ COLUMNS = (
     ("KV link", lambda e, i: f"{e.kv.link_kind} (+{ms(e.kv.exposed_seconds)})"),
     ("C_d", lambda e, i: f"{e.decode.concurrency:.0f}"),
     ("TTFT", lambda e, i: ms(e.ttft_seconds)),
-    ("TPOT", lambda e, i: ms(e.tpot_seconds)),
-    ("req/s", lambda e, i: f"{e.requests_per_second:.2f}"),
+    ("TPOT", lambda e, i: ms(e.tpot_seconds) if e.output_len > 1 else "-"),
+    ("req/s/copy", lambda e, i: f"{e.requests_per_second:.2f}"),
     ("goodput/GPU", lambda e, i: f"{e.plan_goodput_per_gpu:,.0f}"),
     ("bound by", lambda e, i: e.binding),
 )

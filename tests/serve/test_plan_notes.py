@@ -233,3 +233,26 @@ def test_a_float32_checkpoint_is_served_and_priced_in_16_bits(tmp_path):
     data = json.loads(plan("--model", str(path), "--cluster", "1x8xH100", "--mode", "aggregated", "--json"))
     assert data["model_summary"]["weight_dtype"] == "bfloat16"
     assert any("float32 weights load in bfloat16" in note for note in data["launch_notes"])
+
+
+def test_the_latency_objective_says_its_command_runs_one_request_at_a_time():
+    text = plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "aggregated", "--objective", "latency")
+    assert "--max-num-seqs 1" in text and "every other request waits for the running one" in text
+    assert "every other request waits" not in plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode",
+                                                   "aggregated", "--objective", "latency", "--batch", "8")
+
+
+def test_one_output_token_has_no_tpot_in_the_comparison():
+    """--output-len 1: the aggregated table shows no TPOT; the disaggregated table and the
+    verdict gave one (3.3 and 3.9 ms) though no second token exists."""
+    text = plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--output-len", "1", "--request-rate", "10")
+    verdict = text.split("Aggregated or disaggregated:")[1]
+    assert "TPOT" not in verdict.split("(")[0] and "TTFT" in verdict
+    assert "req/s/copy" in text
+
+
+def test_durations_past_100_s_print_in_seconds():
+    """4,718,911.2 ms read as 4718911.2 ms in the table beside seconds in the burst lines."""
+    from planner.render.common import ms
+
+    assert (ms(4718.9112), ms(99.95), ms(0.0123), ms(0.0004)) == ("4,718.9 s", "99950.0 ms", "12.3 ms", "400 us")
