@@ -810,7 +810,9 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         raise SpecError(f"{path}: quantization_config: expected an object")
     method = str(config.get("quant_method", "")).lower()
     if method in {"fp8", "fbgemm_fp8"}:  # fbgemm_fp8: Meta's own FP8 checkpoints
-        return {"quantization": "fp8"}  # block-scaled (weight_block_size) or per channel
+        # block-scaled (weight_block_size [n, k]: DeepSeek-V3, Qwen3 FP8) or per channel
+        return {"quantization": "fp8", **fp8_block_fields(config.get("weight_block_size"), path,
+                                                           "quantization_config.weight_block_size")}
     if method == "mxfp4":  # gpt-oss: modules_to_not_convert names attention and the router
         return {"quantization": "mxfp4",
                 "quantization_scope": _scope(config.get("modules_to_not_convert"))}
@@ -839,8 +841,11 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
                       else bool(config.get("zero_point", True)))
         return {"quantization": kind, "quantization_group_size": group, "quantization_zero_point": zero_point,
                 "quantization_scope": _scope(config.get("ignore", config.get("modules_to_not_convert")))}
-    if any(w.get("type") == "float" and w.get("num_bits") == 8 for w in weights):
-        return {"quantization": "fp8"}
+    fp8 = next((w for w in weights if w.get("type") == "float" and w.get("num_bits") == 8), None)
+    if fp8 is not None:  # a "block" strategy names its block_structure [n, k]
+        return {"quantization": "fp8", **fp8_block_fields(
+            fp8.get("block_structure") if fp8.get("strategy") == "block" else None, path,
+            "quantization_config.config_groups.*.weights.block_structure")}
     if any(w.get("type") == "float" and w.get("num_bits") == 4 and w.get("group_size") == 16
            for w in weights):  # NVFP4 in compressed-tensors form
         return {"quantization": "nvfp4", "quantization_scope": _scope(config.get("ignore"))}
@@ -851,6 +856,17 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         f"{path}: quantization_config: unsupported quant_method {method!r} "
         f"(supported: fp8, awq/gptq 4- or 8-bit, compressed-tensors, modelopt, mxfp4)"
     )
+
+
+def fp8_block_fields(block: Any, path: Path, key: str) -> dict[str, Any]:
+    """quantization_block_size from an fp8 checkpoint's [n, k] scale block: k, the inputs one
+    scale covers (what a TP split of a row-parallel layer must keep whole); {} without blocks."""
+    if block is None:
+        return {}
+    if (not isinstance(block, list) or len(block) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
+        raise SpecError(f"{path}: {key}: expected two positive integers [n, k] (got {str(block)[:40]})")
+    return {"quantization_block_size": block[1]}
 
 
 MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "MXFP4": "mxfp4"}

@@ -144,6 +144,9 @@ class ModelSpec(_Spec):
     """Weight-only quantization of the transformer-block linear layers."""
     quantization_group_size: Count(MAX_HIDDEN_SIZE) = 128
     """int4 (AWQ/GPTQ) weights per scale group."""
+    quantization_block_size: Count(MAX_HIDDEN_SIZE) | None = None
+    """fp8 in scale blocks (weight_block_size [n, k]: DeepSeek-V3, Qwen3 FP8 [128, 128]): k, the
+    inputs one scale covers; None = a scale per output channel or per tensor."""
     quantization_zero_point: Flag = True
     """int4: a 4-bit zero point per group beside its 16-bit scale (AWQ, GPTQ); off for a
     symmetric compressed-tensors checkpoint, which stores the scale only."""
@@ -392,6 +395,8 @@ class ModelSpec(_Spec):
                              "has none (num_local_experts); use all or mlp")
         if (problem := self.int4_group_problem()) is not None:
             raise ValueError(f"quantization_group_size: {problem}")
+        if self.quantization_block_size is not None and self.quantization != "fp8":
+            raise ValueError("quantization_block_size: scale blocks are an fp8 checkpoint's (quantization: fp8)")
         if self.secondary_quantization is not None and (
                 self.quantization is None or self.quantization_scope == "all"):
             raise ValueError("secondary_quantization: the format of the matmuls quantization_scope "

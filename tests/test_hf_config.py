@@ -376,6 +376,8 @@ def test_gptq_per_channel_group(tmp_path: Path) -> None:
         (json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 96}}),
          "quantization_group_size: int4 groups of 96 do not divide the hidden size 8,192"),
         (json.dumps({k: v for k, v in LLAMA_3_1_70B.items() if k != "vocab_size"}), "vocab_size"),
+        (json.dumps({**LLAMA_3_1_70B, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}}),
+         "quantization_config.weight_block_size: expected two positive integers"),
         # a string where an object belongs was dropped (Llama 3.1 planned without its scaling)
         (json.dumps({**LLAMA_3_1_70B, "rope_scaling": "llama3"}), "rope_scaling: expected an object"),
         (json.dumps({**LLAMA_3_1_70B, "num_key_value_heads": 7}), "num_key_value_heads"),

@@ -645,24 +645,33 @@ def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:
     return recurrent_head_reasons(model, tp)
 
 
-def int4_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
-    """Why int4 (AWQ, GPTQ, compressed-tensors W4A16) weights cannot split over t ranks: a
-    row-parallel layer (attention output, MLP down projection) gives each rank input/t of its
-    inputs, and with one scale per group of g inputs vLLM 0.33.0 needs whole groups on every
-    rank. Its Marlin kernels refuse a group that straddles the shard and the AWQ/GPTQ kernels it
-    falls back to raise "The input size is not aligned with the quantized weight shape"
-    (model_executor/layers/quantization/auto_awq.py, utils/marlin_utils.py
-    check_marlin_supports_layer). Routed experts split over TP (no EP) fall back to the MoE
-    WNA16 kernels, which halve the group until it divides the shard and the hidden size and
-    assert it stays >= 32 (moe_wna16.py create_weights). A group at least the hidden size
-    stands for one scale per output channel (GPTQ's group_size -1: hf_config), which any
-    split keeps whole. The hidden size, which the other projections read whole, is whole groups
-    in any spec (ModelSpec.int4_group_problem). Layers that quantization_scope leaves out are
-    not checked."""
-    g = model.quantization_group_size
-    if model.quantization != "int4" or g >= model.hidden_size:
+def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
+    """Why quantized weights cannot split over t ranks: with one scale per group of g inputs, a
+    row-parallel layer (attention output, MLP down projection) gives each rank input/t of them,
+    and vLLM 0.33.0 loads only whole groups on every rank.
+    - int4 (AWQ, GPTQ, compressed-tensors W4A16), g = quantization_group_size: its Marlin
+      kernels refuse a group that straddles the shard and the AWQ/GPTQ kernels it falls back to
+      raise "The input size is not aligned with the quantized weight shape"
+      (model_executor/layers/quantization/auto_awq.py, utils/marlin_utils.py
+      check_marlin_supports_layer). Routed experts split over TP (no EP) fall back to the MoE
+      WNA16 kernels, which halve the group until it divides the shard and the hidden size and
+      assert it stays >= 32 (moe_wna16.py create_weights). A group at least the hidden size
+      stands for one scale per output channel (GPTQ's group_size -1: hf_config), which any
+      split keeps whole.
+    - block-scaled fp8, g = quantization_block_size: RowParallelLinear raises "Weight
+      input_size_per_partition = ... is not divisible by weight quantization block_k"
+      (quantization/utils/fp8_utils.py validate_fp8_block_shape); column-parallel layers pass
+      (merged ones allow a mismatch, linear.py _maybe_allow_fp8_block_shape_mismatch) and so do
+      the routed experts (their blocks are refined or the shard padded: fused_moe/oracle/fp8.py).
+    The hidden size, which the other projections read whole, is whole groups in any int4 spec
+    (ModelSpec.int4_group_problem). Layers that quantization_scope leaves out are not checked."""
+    if model.quantization == "int4" and model.quantization_group_size < model.hidden_size:
+        g, what, kernels = model.quantization_group_size, "int4 groups", "vLLM's AWQ/GPTQ kernels"
+    elif model.quantization == "fp8" and model.quantization_block_size is not None:
+        g, what, kernels = model.quantization_block_size, "fp8 scale blocks", "vLLM's block-fp8 layers"
+    else:
         return []
-    if tp == 1:  # the hidden size, which every split reads whole, is whole groups (ModelSpec)
+    if tp == 1:
         return []
     scope = model.quantization_scope
     inputs: list[tuple[str, int]] = []
@@ -677,9 +686,9 @@ def int4_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
             inputs.append(("shared experts' down projection", model.num_shared_experts * shared_expert_size(model)))
     for name, width in inputs:
         if width % tp or (width // tp) % g:
-            return [f"int4 groups of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
-                    f"{width / tp:,.6g} a rank, not whole groups (vLLM's AWQ/GPTQ kernels refuse it)"]
-    if model.is_moe and ep <= 1:
+            return [f"{what} of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
+                    f"{width / tp:,.6g} a rank, not whole {what.split()[-1]} ({kernels} refuse it)"]
+    if model.quantization == "int4" and model.is_moe and ep <= 1:
         shard = model.expert_intermediate_size / tp
         group = g
         while group >= MOE_WNA16_MIN_GROUP and (shard % group or model.hidden_size % group):

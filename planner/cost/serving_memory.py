@@ -25,7 +25,6 @@ from planner.cost.moe import DEEPEP_NVL_BUFFER_BYTES, deepep_ll_buffer_bytes, mo
 from planner.cost.params import (
     activation_bytes_per_element,
     attention_shape,
-    int4_group_reasons,
     kv_bytes_per_token_per_layer_by_kind,
     kv_cache_format,
     layer_weight_bytes_per_gpu,
@@ -35,6 +34,7 @@ from planner.cost.params import (
     param_counts,
     recurrent_state_bytes_per_sequence,
     tp_head_reasons,
+    tp_scale_group_reasons,
 )
 from planner.cost.speculative import DraftMemory, draft_memory
 from planner.engines import (
@@ -354,8 +354,8 @@ def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int,
 
 def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
     """The checks vLLM enforces before it loads anything (vllm/config, ModelConfig.verify_with_parallel_config),
-    and the int4 weights' shard shapes its kernels check as they create them (int4_group_reasons)."""
-    reasons = tp_head_reasons(model, layout.tp) + int4_group_reasons(model, layout.tp, layout.ep)
+    and the quantized weights' shard shapes its kernels check as they create them (tp_scale_group_reasons)."""
+    reasons = tp_head_reasons(model, layout.tp) + tp_scale_group_reasons(model, layout.tp, layout.ep)
     if layout.pp > model.num_hidden_layers:
         reasons.append(f"pp={layout.pp} exceeds the {model.num_hidden_layers} layers")
     return reasons
