@@ -393,6 +393,9 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
         fields["text_model_of"] = family(raw) or "multimodal"
     fields["gated_mlp"] = gated_mlp(text, kind)
+    activation = mlp_activation(text, fields["gated_mlp"])
+    if activation is not None:
+        fields["mlp_activation"] = activation
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
     fields.update(moe_fields(text, kind, str(path)))
     if text.get("hybrid_layer_pattern") is not None:
@@ -790,6 +793,21 @@ def gated_mlp(config: dict[str, Any], kind: str) -> bool:
         return False
     activation = first_present(config, "hidden_act", "hidden_activation", "mlp_hidden_act") or "silu"
     return str(activation).lower() in GATED_ACTIVATIONS
+
+
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "swigluoai": "silu", "gelu": "gelu",
+               "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh_gated": "gelu",
+               "geglu": "gelu", "relu": "relu", "relu2": "squared_relu", "xielu": "xielu"}
+"""config.json activation names -> ModelSpec.mlp_activation (gpt-oss's swigluoai is a clamped
+SwiGLU; Nemotron's relu2 is squared ReLU)."""
+
+
+def mlp_activation(config: dict[str, Any], gated: bool) -> str | None:
+    """ModelSpec.mlp_activation: the activation where it is not its MLP kind's usual one (SiLU
+    gated, GELU in two matrices); None for the usual one or a name not in ACTIVATIONS."""
+    name = first_present(config, "hidden_act", "hidden_activation", "mlp_hidden_act")
+    activation = ACTIVATIONS.get(str(name).lower()) if isinstance(name, str) else None
+    return None if activation == ("silu" if gated else "gelu") else activation
 
 
 def _dtype(text: dict[str, Any], raw: dict[str, Any], path: Path) -> str:

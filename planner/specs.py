@@ -136,6 +136,11 @@ class ModelSpec(_Spec):
     """FFN hidden size of the dense MLP (of each expert for MoE unless moe_intermediate_size)."""
     gated_mlp: Flag = True
     """SwiGLU-style MLP with 3 matrices; false = GPT-style 2 matrices."""
+    mlp_activation: Literal["silu", "gelu", "relu", "squared_relu", "xielu"] | None = None
+    """The MLP's activation where it is not the usual one for its kind (None: SiLU gated, i.e.
+    SwiGLU; GELU in a two-matrix MLP): Nemotron-4's squared ReLU, Gemma's GELU-gated (GeGLU),
+    Apertus' xIELU. The cost model prices every activation alike; the Megatron-LM command needs
+    it (--squared-relu)."""
     vocab_size: Count(MAX_VOCAB_SIZE)
     max_position_embeddings: Count(MAX_POSITION_EMBEDDINGS)
     tie_word_embeddings: Flag = False

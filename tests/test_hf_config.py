@@ -804,3 +804,19 @@ def test_other_families_names_for_qk_norm_and_the_router(tmp_path: Path, keys: d
     assert model.qk_norm is qk_norm
     if moe:
         assert (model.router_score_function, model.router_expert_bias) == (score, bias)
+
+
+@pytest.mark.parametrize(("keys", "gated", "activation"), [
+    ({"model_type": "nemotron", "hidden_act": "relu2"}, False, "squared_relu"),  # Nemotron's squared ReLU
+    ({"model_type": "gemma", "hidden_activation": "gelu_pytorch_tanh"}, True, "gelu"),  # GeGLU
+    ({"model_type": "apertus", "hidden_act": "xielu"}, False, "xielu"),
+    ({"model_type": "llama", "hidden_act": "silu"}, True, None),  # SwiGLU: the usual gated one
+    ({"model_type": "gpt2", "hidden_act": "gelu_new"}, False, None),  # GELU: the usual two-matrix one
+])
+def test_the_mlp_activation_where_it_is_not_the_usual_one(tmp_path: Path, keys: dict, gated: bool,
+                                                          activation: str | None) -> None:
+    """Megatron-LM builds GELU in a two-matrix MLP unless told --squared-relu, so Nemotron-4's
+    relu2 was launched as a GELU model; xIELU and GeGLU it cannot build (the command is refused)."""
+    config = {**{k: v for k, v in LLAMA_3_1_70B.items() if k != "hidden_act"}, **keys}
+    model = resolve_model(str(_write(tmp_path, config)))
+    assert (model.gated_mlp, model.mlp_activation) == (gated, activation)

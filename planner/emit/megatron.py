@@ -97,6 +97,8 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
             args += ["--kv-channels", str(model.head_dim)]
     if model.gated_mlp:
         args.append("--swiglu")
+    elif model.mlp_activation == "squared_relu":  # model_refusals: the only other activation emitted
+        args.append("--squared-relu")
     if model.norm_type == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
     if model.position_embedding == "rope":
@@ -285,6 +287,11 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
                 "which the planner does not emit yet, so it would train another model"]
+    if model.mlp_activation not in (None, "squared_relu") or (model.gated_mlp and model.mlp_activation):
+        kind = "gated " if model.gated_mlp else ""
+        return [f"Megatron-LM {release.version}: the command builds SwiGLU (--swiglu), GELU or squared-ReLU "
+                f"(--squared-relu) MLPs; this model's {kind}{model.mlp_activation} MLP is none of them, so it would "
+                "train another model"]
     router = router_refusals(model, release)
     if router:
         return router

@@ -263,6 +263,10 @@ def test_no_feasible_layout_exits_1():
     ("llama-2-7b_16x8xH100_cp_fa2", ("--model", "llama-2-7b", "--cluster", "16x8xH100", "--layout", "tp=4,cp=4",
                                      "--global-batch", "32", "--seq-len", "131072", "--precision", "fp8",
                                      "--attention-kernel", "fa2")),
+    # a two-matrix squared-ReLU MLP (--squared-relu; Megatron's default there is GELU) and
+    # LayerNorm: Nemotron-4 340B as NeMo trained it, tp 8 pp 12 on 96 nodes' worth of GPUs
+    ("nemotron-4-340b_12x8xH100", ("--model", "nemotron-4-340b", "--cluster", "12x8xH100", "--layout", "tp=8,pp=12",
+                                   "--global-batch", "768", "--seq-len", "4096")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),
@@ -474,3 +478,19 @@ def test_json_schedule_is_null_without_pipelining():
     assert {s for p, s in schedules if p == 1} == {None}
     assert {s for p, s in schedules if p > 1} <= {"1f1b", "interleaved", "gpipe"}
     assert any(p > 1 for p, _ in schedules)
+
+
+@pytest.mark.parametrize(("update", "refused"), [
+    ({"gated_mlp": False, "mlp_activation": "xielu"}, "this model's xielu MLP"),
+    ({"mlp_activation": "gelu"}, "this model's gated gelu MLP"),  # GeGLU: --swiglu would be SiLU
+    ({"gated_mlp": False, "mlp_activation": "squared_relu"}, None),
+    ({}, None),
+])
+def test_megatron_builds_only_the_activations_it_has_flags_for(update, refused):
+    from planner.catalog import resolve_model
+    from planner.emit.megatron import model_refusals
+    from planner.engines import parse_engine_versions
+
+    model = resolve_model("llama-3.1-8b").model_copy(update=update)
+    reasons = model_refusals(model, parse_engine_versions(None).megatron_release)
+    assert (refused in reasons[0]) if refused else reasons == []
