@@ -220,3 +220,16 @@ def test_shipped_model_names_are_case_insensitive_as_cluster_names_are():
     from planner.catalog import resolve_model
 
     assert resolve_model("LLAMA-3.1-70B") == resolve_model("llama-3.1-70b")
+
+
+def test_a_profile_measured_over_gloo_says_so_where_it_is_described():
+    """plan probe --merge-into from a CPU run keeps the profile's nvlink kind with the host
+    path's figures (2.3 GB/s); plans on it said only "links measured by plan probe"."""
+    from planner.render.catalog import describe_cluster
+    from planner.specs import Measured
+
+    h100 = resolve_cluster("1x8xH100")
+    gloo = h100.model_copy(update={"measured": Measured(date="2026-12-05", backend="gloo")})
+    nccl = h100.model_copy(update={"measured": Measured(date="2026-12-05", backend="nccl")})
+    assert "warning: measured with gloo on the hosts' CPUs" in describe_cluster(gloo)
+    assert "warning" not in describe_cluster(nccl) and "links measured by plan probe" in describe_cluster(nccl)

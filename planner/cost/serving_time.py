@@ -414,7 +414,8 @@ def fused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Place
     vllm/compilation/passes/fusion/allreduce_rms_fusion.py at 0.33.0): the catalog's
     serving_allreduce (GPU.fused_allreduce). The probe's NCCL curves do not time this
     kernel, so it is used even where they exist."""
-    return cluster.gpu.fused_allreduce(layout.tp, message_bytes) if tp_in_one_nvlink_node(placement) else None
+    return (cluster.gpu.fused_allreduce(layout.tp, message_bytes)
+            if tp_in_one_nvlink_node(placement) and on_catalog_fabric(cluster) else None)
 
 
 def unfused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Placement) -> EngineAllreduceCurve | None:
@@ -424,7 +425,26 @@ def unfused_allreduce_curve(cluster: ClusterSpec, layout: Layout, placement: Pla
     memory or NCCL by size; the catalog's serving_allreduce_unfused (GPU.unfused_allreduce) is
     that dispatch measured under vLLM 0.24.0 (AIConfigurator, CUDA-graph timed). None across
     nodes, off NVLink, or where not measured."""
-    return cluster.gpu.unfused_allreduce(layout.tp) if tp_in_one_nvlink_node(placement) else None
+    return (cluster.gpu.unfused_allreduce(layout.tp)
+            if tp_in_one_nvlink_node(placement) and on_catalog_fabric(cluster) else None)
+
+
+def on_catalog_fabric(cluster: ClusterSpec) -> bool:
+    """Whether the node's intra-node link is the one the GPU's engine curves were measured on:
+    the catalog's kind at a bandwidth within ENGINE_CURVE_FABRIC_FACTOR of its (a real node's
+    NCCL-measured NVLink lands inside; a profile's slower NVLink, or the host path a CPU probe
+    merged into a GPU profile, does not, and is priced on its own link)."""
+    mine, catalog = cluster.intra_node, cluster.gpu.intra_node
+    if mine is None or catalog is None or mine.kind != catalog.kind:
+        return False
+    ratio = mine.bandwidth_bytes_per_s / catalog.bandwidth_bytes_per_s
+    return 1 / ENGINE_CURVE_FABRIC_FACTOR <= ratio <= ENGINE_CURVE_FABRIC_FACTOR
+
+
+ENGINE_CURVE_FABRIC_FACTOR = 2.0
+"""How far a node's intra-node bandwidth may sit from the catalog's and still be priced with the
+catalog's engine all-reduce curves (a real 8-GPU H100 node measures 360-480 GB/s of NCCL bus
+bandwidth against the catalog's 450; H800's NVLink is 200)."""
 
 
 def tp_in_one_nvlink_node(placement: Placement) -> bool:

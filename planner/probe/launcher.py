@@ -302,6 +302,12 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
                 profile.atomic_write_text(target, profile.dump_yaml(content))
             except OSError as exc:  # a full disk, a directory gone: the file is left as it was
                 raise ProbeError(f"{flag} {target}: cannot write: {exc.strerror or exc}") from None
+            print(f"plan probe: wrote {target}", file=sys.stderr)
+    if merged is not None and raw["backend"] == "gloo":
+        kept = (merged.get("intra_node") or {}).get("kind")
+        print(f"plan probe: warning: --merge-into {options.merge_into}: its links now carry figures measured with "
+              f"gloo on the hosts' CPUs (the host path, not the GPUs' fabric), under the profile's own link kind "
+              f"({kept}); plans on it price that path (measure on the GPUs with --backend nccl)", file=sys.stderr)
     if options.json_output:
         print(
             json.dumps(

@@ -79,6 +79,9 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         "--json",
     )
     assert result.returncode == 0, result.stderr
+    # the merge keeps the profile's nvlink kind with the host path's figures: said, not only filed
+    assert f"plan probe: wrote {existing}" in result.stderr and f"plan probe: wrote {out}" in result.stderr
+    assert "warning: --merge-into" in result.stderr and "gloo on the hosts' CPUs" in result.stderr
     payload = json.loads(result.stdout)
     assert payload["raw"]["nodes"] == [[0, 1]]
     ops = {(r["op"], r["link"]) for r in payload["profile"]["measured"]["results"]}

@@ -161,6 +161,21 @@ def test_allreduce_inside_a_node_by_hand(cluster):
     assert seconds == pytest.approx(91.55e-6, rel=1e-3)
 
 
+@pytest.mark.parametrize(("bandwidth_gb_per_s", "source"), [(450.0, "fused"), (300.0, "fused"), (200.0, "model"),
+                                                          (2.3, "model")])
+def test_engine_allreduce_curves_only_on_the_fabric_they_were_measured_on(cluster, bandwidth_gb_per_s, source):
+    """The catalog's vLLM all-reduce curves were measured on DGX H100 NVLink (450 GB/s a GPU). A
+    profile whose NVLink is a factor 2 or more slower (H800's 200, the 2.3 GB/s host path a CPU
+    probe merged into an H100 profile) got DGX timings all the same; it is priced on its own
+    link now, and a real node's NCCL-measured 300-480 GB/s keeps the curves."""
+    h100 = cluster("1x8xH100")
+    slower = h100.model_copy(update={"intra_node": h100.intra_node.model_copy(
+        update={"bandwidth_gb_per_s": bandwidth_gb_per_s})})
+    layout = Layout(4, 1, 2)
+    _, priced = tp_allreduce_seconds_per_layer(slower, layout, place(slower, layout), 8 * 8192 * 2)
+    assert priced == source
+
+
 def test_allreduce_crossing_nodes_is_slower_by_hand(cluster):
     """Same message over tp=16 on 2x8xA100: the ring crosses InfiniBand, whose per-GPU
     share is 8 x 200 Gb/s / 8 GPUs = 25 GB/s (x 0.77 busbw = 19.25 GB/s), alpha 5 us:
