@@ -941,17 +941,29 @@ def format_validation_error(origin: str, error: ValidationError) -> str:
     else:
         problem = PROBLEMS.get(kind) or _bound_problem(kind, first.get("ctx", {})) or first[
             "msg"].removeprefix("Value error, ")
-        if "input" in first and not isinstance(first["input"], dict | list) and repr(first["input"]) not in problem:
+        if "input" in first and not isinstance(first["input"], dict | list) and "(got " not in problem:
             problem += f" (got {_short_repr(first['input'])})"
             if kind == "float_type" and isinstance(first["input"], str) and "e" in first["input"].lower() \
                     and _is_number(first["input"]):
                 # YAML 1.1 (PyYAML) reads 1e-5 as text: an exponent needs a dot and a sign
-                problem += "; YAML reads exponents without a dot as text: write it as 1.0e-5"
+                problem += (f"; YAML reads an exponent without a dot in the number and a sign after the e as "
+                            f"text: write it as {yaml_float(first['input'])}")
     if kind == "value_error" and ":" in problem and loc == "(top level)":
         return f"{origin}: {problem}"
     more = len(error.errors()) - 1
     suffix = f" (+{more} more)" if more else ""
     return f"{origin}: {loc}: {problem}{suffix}"
+
+
+def yaml_float(text: str) -> str:
+    """A number written as YAML 1.1 reads it as one: a dot in the mantissa, a sign in the
+    exponent (1e-5 -> 1.0e-5, 1.0e30 -> 1.0e+30)."""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent[:1] not in ("+", "-"):
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}"
 
 
 def _is_number(text: str) -> bool:

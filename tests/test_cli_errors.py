@@ -220,6 +220,13 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--cluster",
         ("gpus_per_node",),
     ),
+    # 1.0e30 (no sign) is text to PyYAML: the hint writes this number as YAML reads one
+    "profile-exponent-without-sign": ("c.yaml", _profile_yaml(num_nodes=1).replace("bandwidth_gb_per_s: 300",
+                                                                                   "bandwidth_gb_per_s: 1.0e30"),
+                                      "--cluster", ("bandwidth_gb_per_s", "write it as 1.0e+30")),
+    # the value beside the bound ("0" is inside "0.01": it was left out)
+    "profile-zero-latency": ("c.yaml", _profile_yaml().replace("latency_us: 1.0", "latency_us: 0"), "--cluster",
+                             ("latency_us", "(got 0)")),
     "profile-negative-nodes": ("c.yaml", _profile_yaml(num_nodes=-1), "--cluster", ("num_nodes",)),
     "profile-no-intra-node": (
         "c.yaml",
