@@ -480,7 +480,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{layout.dp} replica(s), but --max-concurrency {request.max_concurrency:,} keeps "
                      f"{steady.concurrency:g} in flight on each, which complete {steady.requests_per_second:.3g} req/s: "
                      f"the benchmark runs below the rate (its requests wait for a slot on the client)")
-    if request.batch is not None and request.batch > batch:
+    if request.batch is not None and request.batch > batch and offered is None:  # clients, not arrivals
         steady = with_waiting_clients(steady, request.batch)
         wait = steady.slot_wait_seconds
         waited = f"{wait:,.1f} s" if wait >= 1 else f"{seconds_to_ms(wait):,.0f} ms"
