@@ -36,6 +36,8 @@ def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(where))
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: not valid JSON ({e.msg})") from None
+    except SpecError:  # a key given twice: already one line naming the line
+        raise
     except (RecursionError, ValueError) as e:  # nesting past Python's limit; an integer of > 4,300 digits
         reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
         raise SpecError(f"{where}: not a request line ({reason})") from None
@@ -71,10 +73,12 @@ def load_dataset(path: str | Path) -> tuple[tuple[tuple[int, int], ...], tuple[i
         if len(raw) > MAX_DATASET_BYTES:
             raise SpecError(f"{path}: larger than {MAX_DATASET_BYTES // BYTES_PER_MIB} MiB (a JSONL of request lengths "
                             f"is far smaller; is it the right file?)")
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise SpecError(f"{path}: cannot read ({reason})") from None
+        text = raw.decode("utf-8-sig")  # a byte-order mark some editors write is not a request
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise SpecError(f"{path}: line {line}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
     numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not numbered:
         raise SpecError(f"{path}: no requests (expected JSONL lines with input_len, output_len)")

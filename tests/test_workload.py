@@ -113,3 +113,21 @@ def test_a_length_mix_weights_context_by_decode_steps_and_squares_prompts():
     assert mix.prompt_pairs == 252_775
     plain = ServeRequest(input_len=550, output_len=500)
     assert plain.decode_context_tokens == 800 and plain.prompt_pairs == 151_525
+
+
+def test_a_key_given_twice_is_named_once(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"input_len": 100, "input_len": 5000, "output_len": 1}\n')
+    with pytest.raises(SpecError) as e:
+        load_dataset(f)
+    assert str(e.value) == f"{f}: line 1: input_len: given twice"  # was wrapped in "not a request line (...)"
+
+
+def test_a_bad_byte_names_its_line_and_a_byte_order_mark_is_read(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_bytes(b'{"input_len": 5, "output_len": 5}\n\n{"input_len": \xff5, "output_len": 5}\n')
+    with pytest.raises(SpecError) as e:
+        load_dataset(f)
+    assert str(e.value) == f"{f}: line 3: not UTF-8 text (byte 0xff)"
+    f.write_bytes(b'\xef\xbb\xbf{"input_len": 5, "output_len": 7}\n')
+    assert load_dataset(f) == (((5, 7),), (1,))
