@@ -178,7 +178,7 @@ MaxE2eMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean end-to-
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
 InputLenOpt = Annotated[int, typer.Option(help="Serve: prompt tokens per request.")]
 OutputLenOpt = Annotated[int, typer.Option(help="Serve: generated tokens per request.")]
-BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica (default: as many as fit).")]
+BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica (default: as many as fit); disaggregated, per decode worker (prefill workers take what the budget admits).")]
 MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
@@ -741,6 +741,9 @@ def plan(
     )
     def run() -> int:
         check_flags_used(ctx, workload, emit)
+        if emit is Emit.vllm_ray and mode is Mode.disaggregated:
+            raise SpecError("--emit vllm-ray: the disaggregated servers are launched with vLLM's own multi-node "
+                            "flags, without Ray (give --emit vllm)")
         if frontier:
             return run_frontier(opts, emit, given_flags(ctx))
         given = given_flags(ctx)

@@ -474,7 +474,16 @@ def kv_link(cluster: ClusterSpec, same_node: bool) -> Link:
 
 PIPELINED_DECODE = ("a decode worker with pipeline stages cannot take in the KV (vLLM's NixlConnector refuses a "
                     "kv_consumer with pipeline_parallel_size > 1, nixl/base_worker.py at 0.33.0)")
-"""Why decode workers keep pp = 1 (prefill workers may pipeline: they push to a pp = 1 decode)."""
+"""Why decode workers keep pp = 1 (prefill workers may pipeline: they push, NixlPushConnector, to a
+pp = 1 decode; the pull NixlConnector reads stage 0 only)."""
+PIPELINED_PREFILL_RECURRENT = ("a prefill worker with pipeline stages of a Mamba/linear-attention hybrid cannot pass "
+                               "its state: it must push its KV (NixlPushConnector), which refuses pipeline stages "
+                               "with Mamba/SSM layers, nixl/base_worker.py at 0.33.0")
+"""vLLM's pipelined prefill workers push (emit/disagg.nixl_connector); the push path has no
+pipelined hybrid state yet."""
+PIPELINED_PREFILL_PULL_ONLY = ("a prefill worker with pipeline stages cannot pass its KV on vLLM {version}: its NIXL "
+                               "connector only pulls, and the decode worker reads one stage's layers (the push "
+                               "connector that writes every stage's came with 0.33.0)")
 PIPELINED_DECODE_UNPRICED = ("a decode worker with pipeline stages is not planned: SGLang runs one (its decode "
                              "scheduler agrees on each step's requests over the stages, "
                              "disaggregation/decode.py at 0.5.23), but the planner prices disaggregated decode "
@@ -492,9 +501,15 @@ PIPELINED_DECODE_WINDOW = ("a sliding-window model's decode worker with pipeline
 def pipelined_decode_reason(model: ModelSpec, prefill: tuple[int, int, int], decode: tuple[int, int, int],
                             engine: str, request: ServeRequest) -> str | None:
     """Why a (tp, pp, dp) decode worker with pipeline stages cannot pair with this prefill worker,
-    or None when it can (or has none): vLLM's NixlConnector takes no pipelined consumer; SGLang
+    or None when it can (or has none): vLLM's NIXL connectors take no pipelined consumer, and a
+    pipelined prefill worker of a hybrid model none at all (PIPELINED_PREFILL_RECURRENT); SGLang
     0.5.23 takes one fed by a prefill worker of as many stages, at the same TP size for a
     sliding-window model without MLA."""
+    if engine != "sglang" and prefill[1] > 1:
+        if not request.engine_versions.vllm_release.nixl_pipelined_prefill:
+            return PIPELINED_PREFILL_PULL_ONLY.format(version=request.engine_versions.vllm_release.version)
+        if model.num_recurrent_layers:
+            return PIPELINED_PREFILL_RECURRENT
     if decode[1] == 1:
         return None
     if engine != "sglang":

@@ -57,6 +57,10 @@ class VllmRelease:
     """First match wins; the last tier matches every GPU."""
     online_fp8_quantization: str
     """`--quantization` value that quantizes a 16-bit checkpoint to fp8 on load."""
+    nixl_pipelined_prefill: bool = False
+    """A disaggregated prefill worker may have pipeline stages: 0.33.0's NixlPushConnector writes
+    each stage's layers into the pp = 1 decode worker (nixl/base_worker.py, "PP>1 (push mode)");
+    0.22.0's NIXL connector (pull only) has no stage handling (kv_connector/v1/nixl/worker.py)."""
     v1_engine: bool = True
     """The V1 engine (vllm/v1/, the default from 0.8.0): the CUDA-graph pool is set aside before
     the KV cache is sized, chunked prefill is always on, and a deployment has data and expert
@@ -158,7 +162,7 @@ def v0_max_num_batched_tokens(max_model_len: int, chunked_prefill: bool) -> int:
 VLLM_RELEASES = {
     "0.33.0": VllmRelease(
         "0.33.0", "vllm 0.33.0 wheel (PyPI; commit g4ba787ec9): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_33_TIERS, "fp8_per_tensor"),
+        VLLM_0_33_TIERS, "fp8_per_tensor", nixl_pipelined_prefill=True),
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
         VLLM_0_22_TIERS, "fp8"),

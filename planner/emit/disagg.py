@@ -5,7 +5,8 @@ Every node that holds prefill workers runs one prefill server (its workers as da
 ranks of it, `CUDA_VISIBLE_DEVICES` naming its GPUs), likewise for decode; the proxy on node 0
 sends each request to a prefill server, then to a decode server that pulls the prompt's KV.
 
-- vLLM 0.33.0: `--kv-transfer-config` with NixlConnector (vllm/config/kv_transfer.py: kv_role
+- vLLM 0.33.0: `--kv-transfer-config` with NixlConnector, NixlPushConnector where the prefill
+  worker pipelines (nixl_connector) (vllm/config/kv_transfer.py: kv_role
   kv_producer | kv_consumer | kv_both); two servers on one node need distinct NIXL side-channel
   ports (envs.py VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600). The proxy is vLLM's
   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py from the release's source tree
@@ -194,6 +195,15 @@ def _visible(gpus: tuple[int, ...]) -> str:
     return ",".join(str(g) for g in gpus)
 
 
+def nixl_connector(prefill: ServeArgs) -> str:
+    """The NIXL connector both roles name (they must agree: the handshake's compatibility hash
+    holds the transfer mode, nixl/metadata.py at 0.33.0). NixlConnector is the pull (READ)
+    connector, whose decode side reads from the prefill's stage 0 only; a prefill worker with
+    pipeline stages needs the push (WRITE) connector, where each stage writes its layers into
+    the pp = 1 decode worker (nixl/base_worker.py: "PP>1 (push mode)", nixl/connector.py)."""
+    return "NixlPushConnector" if prefill.pp > 1 else "NixlConnector"
+
+
 def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     where = placements(d)
     if where is None:
@@ -203,7 +213,8 @@ def vllm_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
     ports = {"prefill": VLLM_PREFILL_PORT, "decode": VLLM_DECODE_PORT}
     for role in where:  # the order of the nodes: the widest workers first
         args = d.prefill if role == "prefill" else d.decode
-        config = json.dumps({"kv_connector": "NixlConnector", "kv_role": KV_ROLE[role]}, separators=(",", ":"))
+        config = json.dumps({"kv_connector": nixl_connector(d.prefill), "kv_role": KV_ROLE[role]},
+                            separators=(",", ":"))
         servers = where[role]
         if isinstance(servers, WideRole):
             env = env_prefix(VLLM_NIXL_SIDE_CHANNEL_HOST=_side_channel_host(None),

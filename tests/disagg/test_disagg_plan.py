@@ -6,6 +6,7 @@ import itertools
 import json
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster, resolve_model
 from planner.disagg_cli import plan_both
 from planner.disagg_search import kv_link, plan_disaggregated
+from planner.engines import parse_engine_versions
 from planner.requests import ServeRequest
 from planner.serve_search import plan_serving
 
@@ -252,6 +254,34 @@ def test_decode_workers_are_never_pipelined():
                               ServeRequest(input_len=1024, output_len=256))
     assert plan.candidates and all(c.decode.pp == 1 for c in plan.candidates)
     assert dict(plan.rejected)[PIPELINED_DECODE] > 0
+
+
+def test_pipelined_prefill_workers_push_their_kv_and_only_where_vllm_can():
+    """vLLM 0.33.0's pull NixlConnector reads the prefill's stage 0 only (its decode side keys
+    remote agents by TP rank), so Llama-3.1-70B on 2x8 H100 was launched with a tp=1 pp=8
+    prefill worker on the pull connector, which fails at the first handshake (layer counts
+    differ). Such a deployment now names NixlPushConnector on both roles; vLLM 0.22.0, whose
+    NIXL connector only pulls, gets no pipelined prefill worker, and a hybrid (Mamba) model none
+    on 0.33.0 either (the push path refuses pipelined SSM state)."""
+    from planner.disagg_search import (
+        PIPELINED_PREFILL_PULL_ONLY,
+        PIPELINED_PREFILL_RECURRENT,
+        pipelined_decode_reason,
+    )
+    from planner.emit.disagg import nixl_connector
+
+    model = resolve_model("llama-3.1-70b")
+    plan = plan_disaggregated(model, resolve_cluster("2x8xH100"), ServeRequest(input_len=1024, output_len=256))
+    assert any(c.prefill.pp > 1 for c in plan.candidates)
+    old = ServeRequest(input_len=1024, output_len=256, engine_versions=parse_engine_versions("vllm=0.22.0"))
+    plan_022 = plan_disaggregated(model, resolve_cluster("2x8xH100"), old)
+    assert plan_022.candidates and all(c.prefill.pp == 1 for c in plan_022.candidates)
+    assert dict(plan_022.rejected)[PIPELINED_PREFILL_PULL_ONLY.format(version="0.22.0")] > 0
+    hybrid = model.model_copy(update={"num_recurrent_layers": 40, "recurrent_kind": "mamba2"})
+    assert pipelined_decode_reason(hybrid, (1, 8, 1), (8, 1, 1), "vllm", ServeRequest()) == PIPELINED_PREFILL_RECURRENT
+    assert pipelined_decode_reason(hybrid, (8, 1, 1), (8, 1, 1), "vllm", ServeRequest()) is None
+    args = SimpleNamespace(pp=8)
+    assert nixl_connector(args) == "NixlPushConnector" and nixl_connector(SimpleNamespace(pp=1)) == "NixlConnector"
 
 
 def test_sglang_decode_workers_pipeline_with_prefill_workers_of_as_many_stages():
@@ -611,3 +641,14 @@ def test_clients_fewer_than_copies_leave_copies_idle(run_plan):
     assert one["requests_per_second"] == pytest.approx(0.5 / one["e2e_seconds"], rel=1e-3)
     assert two["requests_per_second"] == pytest.approx(1 / two["e2e_seconds"], rel=1e-3)
     assert any("(1 client on 1 of them, 0 on the rest)" in note for note in one["notes"])
+
+
+def test_vllm_ray_is_refused_for_disaggregated_commands():
+    """Its disaggregated commands were the plain vLLM ones under a "(vllm-ray)" heading."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated",
+                                      "--emit", "vllm-ray"])
+    assert result.exit_code == 2 and "--emit vllm-ray: the disaggregated servers" in result.output
