@@ -61,7 +61,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
         out.print(f"Recommended (--mode disaggregated): {best.label}; against the best aggregated layout: "
                   f"{verdict.winner or 'neither'} wins: {verdict.reason}", markup=False)
     elif not compared:
-        out.print(f"Recommended: none: {verdict.reason}", markup=False)
+        # --mode disaggregated: no aggregated plan was made, so only the deployments' reason applies
+        out.print(f"Recommended: none: no disaggregated deployment: {plan.why_none}", markup=False)
     elif verdict.winner == "disaggregated" and best is not None:
         out.print(f"Recommended: {verdict.reason}", markup=False)  # "disaggregated <label>: its goodput vs ..."
     else:

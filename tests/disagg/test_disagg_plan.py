@@ -652,3 +652,17 @@ def test_vllm_ray_is_refused_for_disaggregated_commands():
     result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated",
                                       "--emit", "vllm-ray"])
     assert result.exit_code == 2 and "--emit vllm-ray: the disaggregated servers" in result.output
+
+
+def test_mode_disaggregated_with_nothing_meeting_the_sla_says_only_why_no_deployment():
+    """It said "no aggregated layout fits ...; no disaggregated deployment: ..." though the
+    user asked for disaggregated deployments only."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--mode", "disaggregated",
+                                      "--max-ttft-ms", "1"])
+    assert result.exit_code == 1
+    assert "Recommended: none: no disaggregated deployment: none meets the SLA" in " ".join(result.output.split())
+    assert "no aggregated layout" not in result.output
