@@ -850,6 +850,8 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
                 f"{path}: quantization_config.{key}: expected a positive integer or -1 (one scale per "
                 f"output channel) (got {group!r})"
             )
+        if scheme.get("strategy") == "channel":  # compressed-tensors: one scale per output channel
+            group = -1
         if group == -1:  # GPTQ's -1: one scale per output channel, i.e. per row of ~h weights
             group = hidden_size
         kind = "int4" if bits == 4 else "int8"

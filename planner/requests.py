@@ -474,4 +474,10 @@ def served_dtype(gpu: GPU) -> Literal["bfloat16", "float16"]:
     float16. vLLM's --dtype auto downcasts float32 to the platform's first supported dtype,
     bfloat16 on CUDA from compute capability 8.0 (vllm/config/model.py _resolve_auto_dtype at
     0.33.0); the plan emits the choice as --dtype, which SGLang takes too."""
-    return "bfloat16" if gpu.peak_flops_per_s("bf16") is not None else "float16"
+    if gpu.compute_capability is not None:
+        return "bfloat16" if gpu.compute_capability >= BF16_MIN_COMPUTE_CAPABILITY else "float16"
+    return "bfloat16" if gpu.peak_flops_per_s("bf16") is not None else "float16"  # not CUDA: its peaks say
+
+
+BF16_MIN_COMPUTE_CAPABILITY = 8.0
+"""CUDA's bfloat16 from Ampere on (vLLM's CudaPlatform supported_dtypes, 0.33.0)."""

@@ -464,6 +464,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             notes.append(knee_note)
     if arriving is None:
         steady = steady_at(batch)
+    if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
+        # capped at the limit it would still take the rate: the open loop at the rate and the
+        # capped steady state disagree at the limit, so the miss at the rate stands (rejected)
+        return Rejected(layout, (sla_reason(request, missed_at_rate, offered),))
     if overloaded and missed_at_rate is not None:
         notes.append(f"Overloaded within the limits: {sla_reason(request, missed_at_rate, offered)}; within them "
                      f"each of the {layout.dp} "

@@ -15,6 +15,7 @@ for the GPT check 12*L*h^2*(1 + 13/(12h) + (V+s)/(12*L*h)).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -661,8 +662,8 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
     - block-scaled fp8, g = quantization_block_size: RowParallelLinear raises "Weight
       input_size_per_partition = ... is not divisible by weight quantization block_k"
       (quantization/utils/fp8_utils.py validate_fp8_block_shape); column-parallel layers pass
-      (merged ones allow a mismatch, linear.py _maybe_allow_fp8_block_shape_mismatch) and so do
-      the routed experts (their blocks are refined or the shard padded: fused_moe/oracle/fp8.py).
+      (merged ones allow a mismatch, linear.py _maybe_allow_fp8_block_shape_mismatch); routed
+      experts split over TP pass where their blocks refine (FP8_MOE_MIN_REFINED_BLOCK).
     The hidden size, which the other projections read whole, is whole groups in any int4 spec
     (ModelSpec.int4_group_problem). Layers that quantization_scope leaves out are not checked."""
     if model.quantization == "int4" and model.quantization_group_size < model.hidden_size:
@@ -688,6 +689,13 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
         if width % tp or (width // tp) % g:
             return [f"{what} of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
                     f"{width / tp:,.6g} a rank, not whole {what.split()[-1]} ({kernels} refuse it)"]
+    if model.quantization == "fp8" and model.is_moe and ep <= 1:
+        width = model.expert_intermediate_size
+        shard = width // tp if width % tp == 0 else 0
+        if not shard or (shard % g and math.gcd(g, shard, model.hidden_size) < FP8_MOE_MIN_REFINED_BLOCK):
+            return [f"fp8 scale blocks of {g} do not split over tp={tp}: expert FFN inputs {width:,} / {tp} = "
+                    f"{width / tp:,.6g} a rank, neither whole blocks nor refinable to blocks of "
+                    f"{FP8_MOE_MIN_REFINED_BLOCK} or more (vLLM's fp8 MoE refuses it; EP keeps experts whole)"]
     if model.quantization == "int4" and model.is_moe and ep <= 1:
         shard = model.expert_intermediate_size / tp
         group = g
@@ -700,6 +708,10 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
     return []
 
 
+FP8_MOE_MIN_REFINED_BLOCK = 32
+"""vLLM 0.33.0 refines a block-fp8 expert shard's scale blocks to gcd(block, shard, hidden) when
+that is at least this (fused_moe/oracle/fp8.py refine_fp8_moe_block_shape); below it
+validate_fp8_block_shape_moe raises (the padding path needs a --moe-backend other than auto)."""
 MOE_WNA16_MIN_GROUP = 32
 """The smallest group vLLM 0.33.0's MoE WNA16 kernels halve an int4 group to (moe_wna16.py)."""
 

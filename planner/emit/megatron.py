@@ -287,7 +287,8 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
         return [f"Megatron-LM {release.version}: pretrain_gpt.py builds attention blocks only; the "
                 f"{model.recurrent_kind} layers of this hybrid need pretrain_mamba.py's hybrid layer pattern, "
                 "which the planner does not emit yet, so it would train another model"]
-    if model.mlp_activation not in (None, "squared_relu") or (model.gated_mlp and model.mlp_activation):
+    usual = ("silu",) if model.gated_mlp else ("gelu", "squared_relu")
+    if model.mlp_activation not in (None, *usual):
         kind = "gated " if model.gated_mlp else ""
         return [f"Megatron-LM {release.version}: the command builds SwiGLU (--swiglu), GELU or squared-ReLU "
                 f"(--squared-relu) MLPs; this model's {kind}{model.mlp_activation} MLP is none of them, so it would "

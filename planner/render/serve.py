@@ -170,7 +170,7 @@ def render_table(plan: ServePlan, top: int) -> Table:
     columns = [c for c in COLUMNS if plan.model.is_moe or c.header not in MOE_COLUMNS]
     # at a request rate the column is the mean requests in flight (JSON `concurrency`); JSON
     # `batch` stays the sequences the engine is launched for (--max-num-seqs)
-    rated = plan.request.offered_rate_per_s is not None and plan.request.batch is None
+    rated = plan.request.offered_rate_per_s is not None
     for column in columns:
         table.add_column("in flight" if rated and column.header == "batch" else column.header,
                          justify=column.justify)

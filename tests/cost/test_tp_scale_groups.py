@@ -95,3 +95,13 @@ def test_block_fp8_row_parallel_inputs_split_in_whole_blocks() -> None:
     assert tp_scale_group_reasons(resolve_model("llama-3.1-70b-fp8"), 32) == []
     # the engine's own online fp8 (--quantization fp8 on a 16-bit spec) has no blocks
     assert tp_scale_group_reasons(resolve_model("qwen3-32b").model_copy(update={"quantization": "fp8"}), 16) == []
+
+
+def test_block_fp8_experts_split_where_their_blocks_refine() -> None:
+    """Qwen3-235B-FP8's 1,536-wide experts: / 8 = 192, gcd(128, 192, 4,096) = 64 >= 32, so vLLM
+    0.33.0 refines the blocks to 64; / 32 = 48, gcd 16 < 32: validate_fp8_block_shape_moe raises
+    (no EP, the auto MoE backend). With EP the experts stay whole."""
+    model = resolve_model("qwen3-235b-a22b-fp8")
+    assert tp_scale_group_reasons(model, 8) == []
+    assert "expert FFN inputs 1,536 / 32 = 48" in tp_scale_group_reasons(model, 32)[0]
+    assert tp_scale_group_reasons(model, 32, 32) == []

@@ -256,3 +256,13 @@ def test_durations_past_100_s_print_in_seconds():
     from planner.render.common import ms
 
     assert (ms(4718.9112), ms(99.95), ms(0.0123), ms(0.0004)) == ("4,718.9 s", "99950.0 ms", "12.3 ms", "400 us")
+
+
+def test_a_float32_checkpoint_takes_bfloat16_by_compute_capability():
+    """vLLM picks bfloat16 from compute capability 8.0, whatever peaks a profile gives."""
+    from planner.catalog import resolve_cluster
+    from planner.requests import served_dtype
+
+    a10g = resolve_cluster("1x1xA10G").gpu
+    assert served_dtype(a10g) == "bfloat16"
+    assert served_dtype(a10g.model_copy(update={"compute_capability": 7.5})) == "float16"

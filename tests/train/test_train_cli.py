@@ -494,3 +494,13 @@ def test_megatron_builds_only_the_activations_it_has_flags_for(update, refused):
     model = resolve_model("llama-3.1-8b").model_copy(update=update)
     reasons = model_refusals(model, parse_engine_versions(None).megatron_release)
     assert (refused in reasons[0]) if refused else reasons == []
+
+
+@pytest.mark.parametrize("update", [{"mlp_activation": "silu"}, {"gated_mlp": False, "mlp_activation": "gelu"}])
+def test_the_usual_activation_spelled_out_still_launches(update):
+    from planner.catalog import resolve_model
+    from planner.emit.megatron import model_refusals
+    from planner.engines import parse_engine_versions
+
+    model = resolve_model("llama-3.1-8b").model_copy(update=update)
+    assert model_refusals(model, parse_engine_versions(None).megatron_release) == []
