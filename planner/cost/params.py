@@ -655,15 +655,14 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
       raise "The input size is not aligned with the quantized weight shape"
       (model_executor/layers/quantization/auto_awq.py, utils/marlin_utils.py
       check_marlin_supports_layer). Routed experts split over TP (no EP) fall back to the MoE
-      WNA16 kernels, which halve the group until it divides the shard and the hidden size and
-      assert it stays >= 32 (moe_wna16.py create_weights). A group at least the hidden size
+      WNA16 kernels (expert_shard_loads). A group at least the hidden size
       stands for one scale per output channel (GPTQ's group_size -1: hf_config), which any
       split keeps whole.
     - block-scaled fp8, g = quantization_block_size: RowParallelLinear raises "Weight
       input_size_per_partition = ... is not divisible by weight quantization block_k"
       (quantization/utils/fp8_utils.py validate_fp8_block_shape); column-parallel layers pass
       (merged ones allow a mismatch, linear.py _maybe_allow_fp8_block_shape_mismatch); routed
-      experts split over TP pass where their blocks refine (FP8_MOE_MIN_REFINED_BLOCK).
+      experts split over TP pass where their blocks refine (expert_shard_loads).
     The hidden size, which the other projections read whole, is whole groups in any int4 spec
     (ModelSpec.int4_group_problem). Layers that quantization_scope leaves out are not checked."""
     if model.quantization == "int4" and model.quantization_group_size < model.hidden_size:
@@ -674,6 +673,21 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
         return []
     if tp == 1:
         return []
+    for name, width in row_parallel_inputs(model):
+        if width % tp or (width // tp) % g:
+            return [f"{what} of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
+                    f"{width / tp:,.6g} a rank, not whole {what.split()[-1]} ({kernels} refuse it)"]
+    if model.is_moe and ep <= 1 and not expert_shard_loads(model, tp, g):
+        return [f"{what} of {g} do not split over tp={tp}: expert FFN inputs {model.expert_intermediate_size:,} / "
+                f"{tp} = {model.expert_intermediate_size / tp:,.6g} a rank hold no whole group of {MIN_SHARD_GROUP} or "
+                f"more (vLLM's fused-MoE kernels refuse it; EP keeps experts whole)"]
+    return []
+
+
+def row_parallel_inputs(model: ModelSpec) -> list[tuple[str, int]]:
+    """The row-parallel layers quantization_scope quantizes, with their inputs: attention
+    output (each layer kind's value width), the dense MLP's and the shared experts' down
+    projection."""
     scope = model.quantization_scope
     inputs: list[tuple[str, int]] = []
     if scope == "all":
@@ -685,35 +699,27 @@ def tp_scale_group_reasons(model: ModelSpec, tp: int, ep: int = 1) -> list[str]:
             inputs.append(("MLP down projection", model.intermediate_size))
         if model.is_moe and model.num_shared_experts:
             inputs.append(("shared experts' down projection", model.num_shared_experts * shared_expert_size(model)))
-    for name, width in inputs:
-        if width % tp or (width // tp) % g:
-            return [f"{what} of {g} do not split over tp={tp}: {name} inputs {width:,} / {tp} = "
-                    f"{width / tp:,.6g} a rank, not whole {what.split()[-1]} ({kernels} refuse it)"]
-    if model.quantization == "fp8" and model.is_moe and ep <= 1:
-        width = model.expert_intermediate_size
-        shard = width // tp if width % tp == 0 else 0
-        if not shard or (shard % g and math.gcd(g, shard, model.hidden_size) < FP8_MOE_MIN_REFINED_BLOCK):
-            return [f"fp8 scale blocks of {g} do not split over tp={tp}: expert FFN inputs {width:,} / {tp} = "
-                    f"{width / tp:,.6g} a rank, neither whole blocks nor refinable to blocks of "
-                    f"{FP8_MOE_MIN_REFINED_BLOCK} or more (vLLM's fp8 MoE refuses it; EP keeps experts whole)"]
-    if model.quantization == "int4" and model.is_moe and ep <= 1:
-        shard = model.expert_intermediate_size / tp
-        group = g
-        while group >= MOE_WNA16_MIN_GROUP and (shard % group or model.hidden_size % group):
-            group //= 2
-        if group < MOE_WNA16_MIN_GROUP:
-            return [f"int4 groups of {g} do not split over tp={tp}: expert FFN inputs "
-                    f"{model.expert_intermediate_size:,} / {tp} = {shard:,.6g} a rank hold no whole group of "
-                    f"{MOE_WNA16_MIN_GROUP} or more (vLLM's MoE WNA16 kernels refuse it; EP keeps experts whole)"]
-    return []
+    return inputs
 
 
-FP8_MOE_MIN_REFINED_BLOCK = 32
-"""vLLM 0.33.0 refines a block-fp8 expert shard's scale blocks to gcd(block, shard, hidden) when
-that is at least this (fused_moe/oracle/fp8.py refine_fp8_moe_block_shape); below it
-validate_fp8_block_shape_moe raises (the padding path needs a --moe-backend other than auto)."""
-MOE_WNA16_MIN_GROUP = 32
-"""The smallest group vLLM 0.33.0's MoE WNA16 kernels halve an int4 group to (moe_wna16.py)."""
+def expert_shard_loads(model: ModelSpec, tp: int, group: int) -> bool:
+    """Whether vLLM 0.33.0 loads a routed expert split over t ranks (no EP) whose scales cover
+    `group` inputs: the shard is whole groups, or a smaller group of at least MIN_SHARD_GROUP
+    divides both it and the hidden size. int4's MoE WNA16 kernels halve the group until it does
+    (moe_wna16.py create_weights); block fp8 refines its blocks to gcd(block, shard, hidden)
+    (fused_moe/oracle/fp8.py refine_fp8_moe_block_shape; validate_fp8_block_shape_moe raises
+    below it, padding needs a --moe-backend other than auto). For the power-of-two groups of
+    both formats the two rules agree."""
+    width = model.expert_intermediate_size
+    if width % tp:
+        return False
+    shard = width // tp
+    return shard % group == 0 or math.gcd(group, shard, model.hidden_size) >= MIN_SHARD_GROUP
+
+
+MIN_SHARD_GROUP = 32
+"""The smallest scale group vLLM 0.33.0 runs a TP-split expert shard at: MoE WNA16's halved int4
+group (moe_wna16.py asserts >= 32), block fp8's refined block (refine_fp8_moe_block_shape)."""
 
 
 def recurrent_head_reasons(model: ModelSpec, tp: int) -> list[str]:
