@@ -251,6 +251,9 @@ def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | N
               for name, flag, value, limit in values if limit is not None and value > limit]
     where = f"at concurrency {steady.concurrency:g}" if rate_per_s is None else (
         f"at --request-rate {rate_per_s:g}/s, {steady.concurrency:.1f} requests in flight per replica")
+    if steady.waiting_clients > 0:
+        where += (f", {steady.waiting_clients:g} more client(s) per replica waiting "
+                  f"{seconds_to_ms(steady.slot_wait_seconds):,.0f} ms for a slot")
     return f"{'; '.join(missed)} ({where})"
 
 
@@ -275,6 +278,8 @@ class ReplicaSetup:
     """max_num_batched_tokens."""
     constants: StepConstants
     clients_bound: bool
+    clients: int | None
+    """clients_per_replica: what waits for a slot when fewer run (None: nothing fixed)."""
     notes: tuple[str, ...]
     """Why cap is below what was wanted."""
 
@@ -314,19 +319,32 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
         cap = budget
     if request.pool_engine == "sglang":
         cap = sglang_pool_cap(model, cluster, request, layout, stages, max_model_len, cap, notes)
-    clients_bound = False
-    if request.max_concurrency is not None and request.batch is None:
+    clients_bound, clients = False, clients_per_replica(request, layout)
+    if request.max_concurrency is not None and clients < cap:
         # the benchmark's clients (vllm bench serve --max-concurrency) spread over the replicas
-        # by the least-loaded front end: the steady state this layout runs is theirs
-        clients = math.ceil(request.max_concurrency / layout.dp)
-        if clients < cap:
-            notes.append(f"Client-bound: --max-concurrency {request.max_concurrency:,} keeps at most {clients:,} "
-                         f"request(s) in flight on each of the {layout.dp} replica(s), so the steady state runs "
-                         f"{clients:,} per replica (the engine would take {cap:,}; --max-num-seqs is set to it)")
-            cap, clients_bound = clients, True
+        # by the least-loaded front end: the steady state this layout runs is theirs (also
+        # under a larger --batch: the engine may run more than the clients send)
+        engine = ("--max-num-seqs is set to it" if request.batch is None
+                  else f"--max-num-seqs is --batch {request.batch:,}")
+        notes.append(f"Client-bound: --max-concurrency {request.max_concurrency:,} keeps at most {clients:,} "
+                     f"request(s) in flight on each of the {layout.dp} replica(s), so the steady state runs "
+                     f"{clients:,} per replica (the engine would take {cap:,}; {engine})")
+        cap, clients_bound = clients, True
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     return ReplicaSetup(placement, tuple(stages), max_model_len, kv_tokens, wanted, fit, cap, budget, constants,
-                        clients_bound, tuple(notes))
+                        clients_bound, clients, tuple(notes))
+
+
+def clients_per_replica(request: ServeRequest, layout: Layout) -> int | None:
+    """The closed-loop clients one replica serves: --max-concurrency spread over the dp
+    replicas (the busiest gets the ceiling), else --batch (clients, one per sequence, when no
+    --request-rate sets the load); None: no fixed clients (the engine runs what fits, or
+    requests arrive at the rate without bound)."""
+    if request.max_concurrency is not None:
+        return math.ceil(request.max_concurrency / layout.dp)
+    if request.batch is not None and request.offered_rate_per_s is None:
+        return request.batch
+    return None
 
 
 def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
@@ -359,7 +377,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return setup
     placement, stages, max_model_len, kv_tokens = setup.placement, setup.stages, setup.max_model_len, setup.kv_tokens
     wanted, fit, cap, budget, constants = setup.wanted, setup.fit, setup.cap, setup.budget_tokens, setup.constants
-    clients_bound, notes = setup.clients_bound, list(setup.notes)
+    clients_bound, clients, notes = setup.clients_bound, setup.clients, list(setup.notes)
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
@@ -422,7 +440,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # once than the rate brings (capped below, as an overloaded layout is), so it falls
             # behind the rate; fewer sequences complete fewer a second, so no cap keeps up
             missed_at_rate, arriving = arriving, None
-        overloaded = arriving is None and not clients_bound  # the clients would hold the excess back
+        overloaded = arriving is None and clients is None  # clients would hold the excess back
     if arriving is not None:
         batch, steady, binding = cap, arriving, "request-rate"
         # what caps the engine's sequences does not bind below it
@@ -482,13 +500,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
                      f"{layout.dp} replica(s), but --max-concurrency {request.max_concurrency:,} keeps "
-                     f"{steady.concurrency:g} in flight on each, which complete {steady.requests_per_second:.3g} req/s: "
+                     f"{clients:,} in flight on each, which complete {steady.requests_per_second:.3g} req/s: "
                      f"the benchmark runs below the rate (its requests wait for a slot on the client)")
-    if request.batch is not None and request.batch > batch and offered is None:  # clients, not arrivals
-        steady = with_waiting_clients(steady, request.batch)
+    if arriving is None and clients is not None and clients > batch:
+        # closed loop (no rate, or one the clients cannot keep up with): the clients the
+        # engine does not run wait in its queue for a slot, in TTFT and E2E as the benchmark
+        # times them (it starts a request's clock when the client sends it)
+        steady = with_waiting_clients(steady, clients)
         wait = steady.slot_wait_seconds
         waited = f"{wait:,.1f} s" if wait >= 1 else f"{seconds_to_ms(wait):,.0f} ms"
-        notes.append(f"The other {request.batch - batch:,} clients wait {waited} "
+        notes.append(f"The other {clients - batch:,} clients per replica wait {waited} in the engine's queue "
                      f"for a running request to finish (in TTFT and E2E latency)")
     decode_only = steady.decode_round_seconds / steady.tokens_per_round
     if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE_FRACTION:
@@ -502,6 +523,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"KV cache would run {fit:,} at once (--batch raises it)")
     ttft_ok, tpot_ok, e2e_ok = sla_check(request, steady)
     if has_sla and not (ttft_ok and tpot_ok and e2e_ok):
+        if steady.waiting_clients > 0 and batch < cap:
+            # capped below the clients by the limits, the rest queue for a slot: running every
+            # slot comes closest (at the rate where it takes it, else all clients or slots busy)
+            missed, rate = ((missed_at_rate, offered) if missed_at_rate is not None
+                            else (with_waiting_clients(steady_at(cap), clients), None))
+            return Rejected(layout, (sla_reason(request, missed, rate),))
         return Rejected(layout, (sla_reason(request, steady, None if arriving is None else offered),))
     if has_sla and request.batch is not None and arriving is None:
         binding = "batch"

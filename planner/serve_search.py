@@ -538,14 +538,18 @@ SLA_LIMITS = (("--max-ttft-ms", "max_ttft_seconds", "ttft_seconds", "TTFT"),
 def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> list[str]:
     """For each SLA limit no layout can meet even alone: the least it can be on these GPUs,
     the best layout's value at concurrency 1 (every layout re-planned without the limits at
-    --batch 1), rounded up to 0.1 ms, and that layout. Where each limit alone is reachable
+    --batch 1; with --max-concurrency, at its clients' load), rounded up to 0.1 ms, and that layout. Where each limit alone is reachable
     but not all at once: the layout closest to meeting them all (the least worst ratio of value
     to limit) and its values. Empty without limits or where no layout fits memory anyway."""
     set_limits = [(flag, getattr(request, request_field), estimate_field, name)
                   for flag, request_field, estimate_field, name in SLA_LIMITS if getattr(request, request_field) is not None]
     if not set_limits:
         return []
-    free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None, batch=1)
+    # fixed clients (--max-concurrency) set the load: fewer running would only queue the rest
+    clients = request.max_concurrency is not None
+    free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None,
+                   batch=None if clients else 1)
+    where = f"with the {request.max_concurrency:,} clients of --max-concurrency" if clients else "at concurrency 1"
     try:
         layouts = evaluate(model, cluster, free).layouts
     except SpecError:
@@ -559,7 +563,7 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
         if reach_seconds > limit_seconds:
             least_ms = math.ceil(round(seconds_to_ms(reach_seconds) * 10, 6)) / 10
             out.append(f"{flag} {least_ms:g} or more: the lowest {name} any layout reaches here, "
-                       f"{best.layout} at concurrency 1")
+                       f"{best.layout} {where}")
     if out or len(set_limits) == 1:
         return out
 
@@ -572,7 +576,7 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     flags = " and ".join(flag for flag, _, _, _ in set_limits)
     values = ", ".join(f"{name} {seconds_to_ms(getattr(closest, field)):.1f} ms" for _, _, field, name in set_limits)
     return [f"{flags} together: each alone is reachable, not all at once; the closest, "
-            f"{closest.layout}, reaches {values} at concurrency 1"]
+            f"{closest.layout}, reaches {values} {where}"]
 
 
 def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[int, Layout] | None:

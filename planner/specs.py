@@ -866,6 +866,10 @@ class ClusterSpec(_Spec):
             if resolve is None:
                 raise ValueError("a GPU name needs the GPU catalog: load the profile with planner.catalog")
             return resolve(value)
+        if isinstance(value, dict) and isinstance(value.get("peak_tflops"), dict) and not _sixteen_bit_rate_given(value):
+            raise ValueError("peak_tflops.bf16: missing: no 16-bit tensor-core rate (peak_tflops.bf16 or .fp16, or "
+                             "achievable_matmul_tflops.bf16) to price prompts and batched decode; give one, or "
+                             "measure it with `plan probe`")
         return value
 
     @model_validator(mode="after")
@@ -910,6 +914,14 @@ class ClusterSpec(_Spec):
 
     def reduce_scatter_curve(self, link: str, num_ranks: int) -> CollectiveCurve | None:
         return _find_curve(self.measured.reduce_scatter_curves if self.measured else [], link, num_ranks)
+
+
+def _sixteen_bit_rate_given(gpu: dict[str, Any]) -> bool:
+    """Does an inline GPU (a profile's `gpu:` mapping) give a 16-bit tensor rate, peak or
+    measured? Without one no layout can be priced (serving_time.no_tensor_rate_error)."""
+    rates = [gpu.get(table) for table in ("peak_tflops", "achievable_matmul_tflops", "serving_matmul_tflops")]
+    return any(isinstance(table, dict) and any(table.get(dtype) is not None for dtype in ("bf16", "fp16"))
+               for table in rates)
 
 
 def _find_curve(curves: list[CollectiveCurve], link: str, num_ranks: int) -> CollectiveCurve | None:

@@ -70,6 +70,14 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         "--cluster",
         ("cuda_visible_memory_gib", "more than memory_gib"),
     ),
+    "profile-inline-gpu-without-16-bit-rate": (
+        "p.yaml",
+        "name: custom\nnum_nodes: 1\ngpus_per_node: 8\n"
+        "gpu: {name: X1, memory_gib: 48, hbm_bandwidth_gb_per_s: 1000, peak_tflops: {fp32: 50}}\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 300, latency_us: 1}\n",
+        "--cluster",
+        ("p.yaml", "gpu", "peak_tflops.bf16", "no 16-bit tensor-core rate"),
+    ),
     "profile-exponent-read-as-text": (
         "p.yaml",
         "name: c\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"

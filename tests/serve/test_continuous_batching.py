@@ -347,7 +347,7 @@ def test_kv_starved_batch_waits_for_a_slot(serve_one):
     assert starved.ttft_seconds == pytest.approx(running.ttft_seconds + wait, rel=1e-9)
     assert starved.tpot_seconds == pytest.approx(running.tpot_seconds, rel=1e-12)
     assert starved.throughput_tokens_per_second == pytest.approx(running.throughput_tokens_per_second, rel=1e-12)
-    assert any("other 46 clients wait" in note for note in starved.notes)
+    assert any("other 46 clients per replica wait" in note for note in starved.notes)
 
 
 # ---------------------------------------------------------------- DP ranks in lockstep

@@ -1,0 +1,94 @@
+"""Fixed clients (vllm bench serve --max-concurrency, or --batch without a rate): the steady
+state runs the clients, never more; where the engine runs fewer (an SLA cap, the KV cache,
+--batch), the others wait in its queue for a slot, in TTFT and E2E as the benchmark times them
+(docs/cost-model.md, Serving: bursts and request rates)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.catalog import resolve_cluster, resolve_model
+from planner.requests import ServeRequest
+from planner.serve import Rejected, ServeEstimate
+from planner.serve_search import plan_serving
+
+
+def test_clients_below_batch_run_the_clients(serve_one):
+    """--batch 100 with --max-concurrency 40 on one replica: the steady state ran 100 sequences
+    (13,136 tok/s) where only 40 clients send requests (the burst simulation: 8,175 tok/s). It
+    runs the 40: the same state as --batch 40."""
+    both = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=100, max_concurrency=40)
+    forty = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=40)
+    assert isinstance(both, ServeEstimate) and both.batch == 40
+    assert both.throughput_tokens_per_second == pytest.approx(forty.throughput_tokens_per_second, rel=1e-12)
+    assert both.ttft_seconds == pytest.approx(forty.ttft_seconds, rel=1e-12)
+    assert any("--max-num-seqs is --batch 100" in note for note in both.notes)
+
+
+def test_a_tpot_cap_below_the_clients_queues_the_rest(serve_one):
+    """200 clients on tp=8 with a TPOT limit met only below 200 running: the engine runs n < 200
+    and the other 200 - n wait for a slot. The engine finishes n / E2E(n) requests a second, so
+    by Little's law each waits (200 - n) E2E(n) / n before admission (the state at --batch n)."""
+    full = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=200)
+    lone = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=1)
+    limit_ms = 1e3 * (lone.tpot_seconds + full.tpot_seconds) / 2
+    capped = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), max_concurrency=200, max_tpot_seconds=limit_ms / 1e3)
+    assert isinstance(capped, ServeEstimate) and 1 < capped.batch < 200
+    n = capped.batch
+    running = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=n)
+    wait = (200 - n) * running.steady.e2e_seconds / n
+    assert capped.ttft_seconds == pytest.approx(running.ttft_seconds + wait, rel=1e-9)
+    assert capped.tpot_seconds == pytest.approx(running.tpot_seconds, rel=1e-12)
+    assert capped.tpot_seconds <= limit_ms / 1e3
+    assert any(f"other {200 - n} clients per replica wait" in note for note in capped.notes)
+
+
+def test_a_ttft_limit_the_clients_cannot_meet_is_rejected_at_all_clients(serve_one):
+    """--max-concurrency 200 and TTFT <= 30 ms on tp=4 dp=2 (100 clients a replica): the plan
+    ran 50 a replica (TTFT 30.0 ms) and left the other 50 out of TTFT; with them waiting TTFT is
+    1.7 s. Fewer running only queue the rest longer, so the layout is rejected at what all its
+    clients running reach (the TTFT of --batch 100), which misses 30 ms."""
+    result = serve_one("llama-3.1-8b", "1x8xH100", (4, 1, 2), max_concurrency=200, max_ttft_seconds=0.030)
+    assert isinstance(result, Rejected)
+    all_running = serve_one("llama-3.1-8b", "1x8xH100", (4, 1, 2), batch=100)
+    assert all_running.ttft_seconds > 0.030
+    assert f"TTFT {1e3 * all_running.ttft_seconds:.1f} ms exceeds --max-ttft-ms 30 (at concurrency 100)" in result.reasons[0]
+
+
+def test_a_rate_with_clients_is_rejected_at_the_rate(serve_one):
+    """At 60 /s (30 a replica) with 200 clients, tp=4 dp=2 takes the rate only at 52 in flight,
+    TTFT just past 30 ms; capping it at the limit's 50 fills the clients' queue instead. The
+    reason is the miss at the rate, as without clients."""
+    result = serve_one("llama-3.1-8b", "1x8xH100", (4, 1, 2), max_concurrency=200, max_ttft_seconds=0.030,
+                       request_rate_per_s=60.0)
+    assert isinstance(result, Rejected)
+    assert "at --request-rate 60/s" in result.reasons[0] and "TTFT 30." in result.reasons[0]
+
+
+def test_batch_with_clients_at_a_rate_they_cannot_send_is_client_held():
+    """--batch 16 --max-concurrency 64 at 200 /s: every layout was called overloaded (a queue
+    growing without bound), but 64 clients bound it. None is overloaded; where a replica's
+    clients outnumber its 16 slots the rest wait in the engine's queue (in TTFT)."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    plan = plan_serving(model, cluster, ServeRequest(mode="aggregated", batch=16, max_concurrency=64,
+                                                     request_rate_per_s=200.0))
+    assert plan.layouts and not any(r.overloaded for r in plan.layouts)
+    assert all(any(note.startswith("Client-held") for note in r.notes) for r in plan.layouts)
+    one_replica = [r for r in plan.layouts if r.layout.dp == 1]
+    assert one_replica and all(any("other 48 clients per replica wait" in note for note in r.notes)
+                               for r in one_replica)
+
+
+def test_sla_reach_with_clients_is_at_their_load():
+    """No layout meets TTFT <= 30 ms with 200 clients: the least TTFT offered is the best
+    layout's with all its clients running (it read "at concurrency 1", 43 s, a state in which
+    199 clients queue)."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = ServeRequest(mode="aggregated", max_concurrency=200, max_ttft_seconds=0.030)
+    plan = plan_serving(model, cluster, request)
+    assert not plan.layouts
+    reach = [s for s in plan.suggestions if s.startswith("--max-ttft-ms")]
+    assert len(reach) == 1 and reach[0].endswith("with the 200 clients of --max-concurrency")
+    least_ms = float(reach[0].split()[1])
+    free = plan_serving(model, cluster, ServeRequest(mode="aggregated", max_concurrency=200))
+    assert least_ms == pytest.approx(1e3 * min(r.ttft_seconds for r in free.layouts), abs=0.1)
