@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from planner.cost.serving_memory import kv_bytes_per_sequence, max_num_batched_tokens
 from planner.disagg_search import (
+    SHOWN_CANDIDATES,
     DisaggEstimate,
     DisaggPlan,
     plan_disaggregated,
@@ -231,8 +232,10 @@ def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
 
 
 def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-              aggregated: ServeEstimate | None, engine: str = "vllm") -> tuple[DisaggPlan, Verdict]:
-    """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine) and
-    its verdict against the aggregated layout."""
-    plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine), engine)
+              aggregated: ServeEstimate | None, engine: str = "vllm",
+              top: int | None = None) -> tuple[DisaggPlan, Verdict]:
+    """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine; `top`
+    rows wanted, None: the search's SHOWN_CANDIDATES) and its verdict against the aggregated layout."""
+    shown = SHOWN_CANDIDATES if top is None else top
+    plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine, shown=shown), engine)
     return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

@@ -68,10 +68,12 @@ MAX_UNIT_NODES = 8
 ranked, and a larger cluster runs copies of the best unit (the search stays instant at
 thousands of nodes)."""
 SHOWN_CANDIDATES = 10
-"""Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound."""
+"""Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound
+(more where --top asks for more rows)."""
 RATE_CANDIDATES = 40
-"""Under a finite --request-rate, at most this many combinations priced at the rate: past
-SHOWN_CANDIDATES, one more only while its no-load E2E floor is below the tenth best E2E found."""
+"""Under a finite --request-rate, at most this many combinations priced at the rate (four per
+row shown where --top asks for more): past the rows shown, one more only while its no-load E2E
+floor is below the last shown row's E2E."""
 PREFILL_EXACT_PROMPTS = 16
 """prefill_price_points: prompt counts per step up to this priced one by one."""
 MIN_DISAGGREGATED_GPUS = 2
@@ -599,11 +601,15 @@ def decode_caps(cap: int, sla_limited: bool) -> list[int]:
 
 
 def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-                       shared: Memo | None = None, engine: str = "vllm") -> DisaggPlan:
+                       shared: Memo | None = None, engine: str = "vllm",
+                       shown: int = SHOWN_CANDIDATES) -> DisaggPlan:
     """`shared`: the workers' memory, prefill tables and decode rounds already priced, kept
     across searches that differ only in the SLA limits (planner/frontier.py); None: this
     search's own. `engine`: the one the commands are for; SGLang's decode workers may have
-    pipeline stages (pipelined_decode_reason), vLLM's may not."""
+    pipeline stages (pipelined_decode_reason), vLLM's may not. `shown`: the combinations
+    priced in full and kept (--top above SHOWN_CANDIDATES asks for more)."""
+    shown = max(shown, SHOWN_CANDIDATES)
+    rate_candidates = max(RATE_CANDIDATES, 4 * shown)
     pipelined = engine == "sglang" and request.engine_versions.sglang_release.pipelined_decode
     check_moe_backend(model, cluster, request.moe_backend)
     shared = shared if shared is not None else Memo()
@@ -676,10 +682,10 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         """At a rate, past SHOWN_CANDIDATES: a combination that keeps up, while fewer than
         RATE_CANDIDATES are priced and its E2E floor beats the tenth best that keeps up (any,
         while fewer than ten do: an E2E limit or the clients can leave one below the rate)."""
-        if offered is None or entry.requests_per_second < offered or len(out) >= RATE_CANDIDATES:
+        if offered is None or entry.requests_per_second < offered or len(out) >= rate_candidates:
             return False
         kept = sorted(e.e2e_seconds for e in out if not e.overloaded)
-        return len(kept) < SHOWN_CANDIDATES or floor_of(entry) < kept[SHOWN_CANDIDATES - 1]
+        return len(kept) < shown or floor_of(entry) < kept[shown - 1]
 
     if offered is not None:
         # at a rate the deployments that keep up serve alike and rank by E2E: those first, by the
@@ -691,7 +697,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
     for entry in bounds:
         _, _, p_key, n_p, d_key, n_d, same, _ = entry
-        if len(out) >= SHOWN_CANDIDATES and not worth_pricing_past_the_shown(entry):
+        if len(out) >= shown and not worth_pricing_past_the_shown(entry):
             break
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
@@ -729,7 +735,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     # the latency objective at a rate: the lowest TPOT at that load among those that keep up
     by_tpot = offered is not None and request.objective == "latency"
     out = sorted(out, key=lambda e: (e.overloaded, e.tpot_seconds, rank_key(e)) if by_tpot else rank_key(e))
-    out = out[:SHOWN_CANDIDATES]
+    out = out[:shown]
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
 

@@ -259,7 +259,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                         f"--num-prompts (use --mode auto or aggregated for the burst's metrics)")
     if request.mode == "disaggregated":
         check_disaggregated_gpus(request, cluster)
-    disagg, verdict = plan_both(model, cluster, request, plan.recommended, engine)
+    disagg, verdict = plan_both(model, cluster, request, plan.recommended, engine, top)
     best = disagg.recommended
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
     why = None if steps is not None or best is None else why_not_emitted(model, cluster, request, best, engine)

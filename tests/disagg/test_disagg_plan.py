@@ -666,3 +666,16 @@ def test_mode_disaggregated_with_nothing_meeting_the_sla_says_only_why_no_deploy
     assert result.exit_code == 1
     assert "Recommended: none: no disaggregated deployment: none meets the SLA" in " ".join(result.output.split())
     assert "no aggregated layout" not in result.output
+
+
+def test_top_above_ten_shows_more_deployments():
+    """--top 25 on Llama-3.1-70B over 2x8 H100 showed 10 rows (the search priced 10 in full);
+    it prices as many as asked: 24 combinations there (every one not rejected), the first ten
+    the same as before, in the same order."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    request = ServeRequest(input_len=1024, output_len=256)
+    ten = plan_disaggregated(model, cluster, request).candidates
+    more = plan_disaggregated(model, cluster, request, shown=25).candidates
+    assert len(ten) == 10 and 10 < len(more) <= 25
+    assert [(e.prefill, e.decode) for e in more[:10]] == [(e.prefill, e.decode) for e in ten]
+    assert len(plan_disaggregated(model, cluster, request, shown=3).candidates) == 10  # never fewer than 10
