@@ -10,7 +10,7 @@ equals the `plan --json` disaggregated entry; the path's legs add up to its TTFT
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.cost.continuous_batching import prompt_service_seconds
 from planner.cost.speculative import expected_tokens_per_step
@@ -124,8 +124,32 @@ def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
         used = {**prefill, **_role_slots(first_decode, d, "decode", gpn)}
     assert len(used) == e.gpus_used, "two workers placed on one GPU"
     num_nodes = min(cluster.num_nodes, MAX_NODES_MAPPED)
+    unit = dict(used)
+    for copy in range(1, e.copies):
+        node_offset, gpu_offset = copy_offset(copy, unit, gpn, e.same_node)
+        if node_offset >= num_nodes:
+            break
+        for slot in unit.values():
+            if slot.worker is None or slot.node >= num_nodes:
+                continue
+            workers = p.workers if slot.role == "prefill" else d.workers
+            key = (slot.node + node_offset, slot.local_index + gpu_offset)
+            assert key not in used, "two copies placed on one GPU"
+            used[key] = replace(slot, node=key[0], local_index=key[1], worker=slot.worker + copy * workers)
     slots = tuple(used.get((n, i), PdSlot(n, i, None)) for n in range(num_nodes) for i in range(gpn))
     return PdPlacement(cluster.num_nodes, gpn, slots, e.same_node)
+
+
+def copy_offset(copy: int, unit: dict[tuple[int, int], PdSlot], gpn: int, same_node: bool) -> tuple[int, int]:
+    """(nodes, GPUs within the node) copy `copy` of the deployment sits past the first, as
+    disagg_search.plan_copies counts them: same-node units narrower than a node side by side in
+    it (as many as fit), then on the next nodes; the others on nodes of their own, one unit's
+    nodes after another."""
+    unit_nodes = max(node for node, _ in unit) + 1
+    per_node_gpus = max(local for _, local in unit) + 1
+    side_by_side = gpn // per_node_gpus if same_node else 1
+    group, place = divmod(copy, side_by_side)
+    return group * unit_nodes, place * per_node_gpus
 
 
 def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> RequestPath:
@@ -173,10 +197,11 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
 
 
 def copies_notes(e: DisaggEstimate) -> tuple[str, ...]:
-    """The copies the planned GPUs run, when not exactly one (the drawing is one copy)."""
+    """The copies the planned GPUs run, when not exactly one (the drawing numbers each copy's
+    workers on from the last copy's, over its first MAX_NODES_MAPPED nodes)."""
     if e.copies == 1 and not e.idle_gpus:
         return ()
-    return (f"one copy of {e.copies} drawn: the {e.planned_gpus} planned GPUs run {e.copies} x {e.gpus_used}, "
+    return (f"{e.copies} copies of the deployment: the {e.planned_gpus} planned GPUs run {e.copies} x {e.gpus_used}, "
             f"{e.idle_gpus} idle; goodput per GPU counts all {e.planned_gpus}",)
 
 

@@ -89,10 +89,12 @@ def test_path_adds_up_and_map_places_every_gpu_once(cluster: str, request_: Serv
         assert ttft + sum(leg.seconds for leg in x.path.after_first_token) == pytest.approx(est.e2e_seconds, rel=1e-12)
         used = [s for s in x.placement.slots if s.role is not None]
         assert len({(s.node, s.local_index) for s in x.placement.slots}) == len(x.placement.slots)
-        assert len(used) == est.gpus_used
+        copies = len(used) // est.gpus_used  # every copy the mapped nodes hold, workers numbered on
+        assert len(used) == copies * est.gpus_used and 1 <= copies <= est.copies
         for role, plan in (("prefill", est.prefill), ("decode", est.decode)):
             ranks = {(s.worker, s.stage, s.tp_rank) for s in used if s.role == role}
-            assert ranks == {(w, st, t) for w in range(plan.workers) for st in range(plan.pp) for t in range(plan.tp)}
+            assert ranks == {(w, st, t) for w in range(plan.workers * copies) for st in range(plan.pp)
+                             for t in range(plan.tp)}
         if est.same_node:  # each worker inside one node, the KV over NVLink
             for role in ("prefill", "decode"):
                 nodes = {}
@@ -151,3 +153,34 @@ def test_explain_disaggregated_on_one_gpu_is_a_usage_error(run_plan):
                     "--gpus", "1")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "needs at least 2 GPUs" in done.stderr
+
+
+def _grid(model_name: str, cluster_name: str, pick) -> tuple[object, list[str]]:
+    from planner.explain_disagg import pd_placement
+    from planner.render.explain_disagg import pd_placement_lines
+
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    found = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256), shown=30).candidates
+    est = next(e for e in found if pick(e))
+    return est, [line.plain for line in pd_placement_lines(pd_placement(cluster, est))]
+
+
+def test_every_copy_is_drawn_on_its_own_nodes() -> None:
+    """70B on 4x8 H100: the planned GPUs run 2 copies of P 1x(tp=1 pp=8) + D 1x(tp=8), each a
+    node of prefill and one of decode; nodes 2 and 3 were drawn unused. The second copy's
+    workers are P1 and D1 on them."""
+    est, lines = _grid("llama-3.1-70b", "4x8xH100", lambda e: e.copies == 2 and not e.same_node
+                       and e.prefill.workers == e.decode.workers == 1)
+    assert est.gpus_used == 16
+    rows = lines[:4]
+    assert "unused" not in "".join(rows)
+    assert rows[2].split()[2] == "P1" and rows[3].split()[2] == "D1"
+
+
+def test_same_node_copies_fill_the_nodes() -> None:
+    """8B on 4x8 A100, a same-node unit of 8 GPUs (5 prefill, 3 decode) run 4 times: node n
+    holds copy n, its workers numbered on from the last copy's (P5..P9 and D3..D5 on node 1)."""
+    est, lines = _grid("llama-3.1-8b", "4x8xA100", lambda e: e.copies == 4 and e.same_node and e.gpus_used == 8)
+    assert est.prefill.workers == 5 and est.decode.workers == 3
+    node1 = lines[1].split()
+    assert node1[2] == "P5" and "D5" in node1 and "unused" not in "".join(lines[:4])
