@@ -196,7 +196,7 @@ def ep_group(ep: int) -> GroupTopology:
 
 
 def a2a_message_bytes(row: A2aRow) -> float:
-    """S of the planner (serving_time.ep_alltoall_message_bytes): tokens * e * h * 2 (bf16)."""
+    """S of the planner (moe.ep_alltoall_message_bytes): tokens * e * h * 2 (bf16)."""
     return row.num_tokens * row.topk * row.hidden_size * A2A_BYTES_PER_ELEMENT
 
 

@@ -217,7 +217,7 @@ def _v0_steps(a: ServeArgs) -> tuple[LaunchStep, ...]:
     each replica is its own `vllm serve` with its own address, several side by side on a node
     (CUDA_VISIBLE_DEVICES, --port), and a replica wider than a node runs on a Ray cluster of its
     nodes (--distributed-executor-backend ray, whether or not Ray was asked for)."""
-    assert a.ep == 1 and a.speculation is None, "refused for V0 before planning (serve_search.v0_refusal)"
+    assert a.ep == 1 and a.speculation is None, "refused for V0 before planning (requests.for_vllm_release)"
     replica = replace(a, dp=1)
     if a.dp > 1 and a.tp * a.pp < a.gpus_per_node:
         return _shared_node_steps(replica, a.dp)
