@@ -236,6 +236,6 @@ def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
               top: int | None = None) -> tuple[DisaggPlan, Verdict]:
     """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine; `top`
     rows wanted, None: the search's SHOWN_CANDIDATES) and its verdict against the aggregated layout."""
-    shown = SHOWN_CANDIDATES if top is None else top
-    plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine, shown=shown), engine)
+    plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine,
+                                                    shown=top or SHOWN_CANDIDATES), engine)
     return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

@@ -70,9 +70,9 @@ thousands of nodes)."""
 SHOWN_CANDIDATES = 10
 """Combinations priced in full (actual loads, E2E) from the best on the rate-matched bound
 (more where --top asks for more rows)."""
-RATE_CANDIDATES = 40
-"""Under a finite --request-rate, at most this many combinations priced at the rate (four per
-row shown where --top asks for more): past the rows shown, one more only while its no-load E2E
+RATE_CANDIDATES_PER_ROW = 4
+"""Under a finite --request-rate, at most this many combinations priced at the rate per row
+shown (40 at the default 10 rows): past the rows shown, one more only while its no-load E2E
 floor is below the last shown row's E2E."""
 PREFILL_EXACT_PROMPTS = 16
 """prefill_price_points: prompt counts per step up to this priced one by one."""
@@ -609,7 +609,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     pipeline stages (pipelined_decode_reason), vLLM's may not. `shown`: the combinations
     priced in full and kept (--top above SHOWN_CANDIDATES asks for more)."""
     shown = max(shown, SHOWN_CANDIDATES)
-    rate_candidates = max(RATE_CANDIDATES, 4 * shown)
+    rate_candidates = RATE_CANDIDATES_PER_ROW * shown
     pipelined = engine == "sglang" and request.engine_versions.sglang_release.pipelined_decode
     check_moe_backend(model, cluster, request.moe_backend)
     shared = shared if shared is not None else Memo()
@@ -679,9 +679,10 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return e2e_floor_seconds(model, cluster, request, memo, entry.p_key, entry.d_key, entry.same)
 
     def worth_pricing_past_the_shown(entry: Combination) -> bool:
-        """At a rate, past SHOWN_CANDIDATES: a combination that keeps up, while fewer than
-        RATE_CANDIDATES are priced and its E2E floor beats the tenth best that keeps up (any,
-        while fewer than ten do: an E2E limit or the clients can leave one below the rate)."""
+        """At a rate, past the `shown` rows: a combination that keeps up, while fewer than
+        rate_candidates are priced and its E2E floor beats the last shown row's E2E among those
+        that keep up (any, while fewer than `shown` do: an E2E limit or the clients can leave one
+        below the rate)."""
         if offered is None or entry.requests_per_second < offered or len(out) >= rate_candidates:
             return False
         kept = sorted(e.e2e_seconds for e in out if not e.overloaded)

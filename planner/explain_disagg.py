@@ -130,7 +130,7 @@ def pd_placement(cluster: ClusterSpec, e: DisaggEstimate) -> PdPlacement:
         if node_offset >= num_nodes:
             break
         for slot in unit.values():
-            if slot.worker is None or slot.node >= num_nodes:
+            if slot.node >= num_nodes:
                 continue
             workers = p.workers if slot.role == "prefill" else d.workers
             key = (slot.node + node_offset, slot.local_index + gpu_offset)
