@@ -369,6 +369,8 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     cannot run at all (found cheaply)."""
     if structural_reasons(model, layout.tp, layout.pp, layout.dp, request.global_batch, layout.ep):
         return float("inf")
+    if layout.cp > 1 and request.attention != "flash":  # cp_reasons: refused at every b (no block to bound)
+        return float("inf")
     levels = searched_recomputes(model, request)
     sps = engine_sp_options(model, request, layout.tp)
     zero = max(engine_zero_options(request, layout.tp, layout.pp, layout.dp, layout.ep, layout.cp))

@@ -224,6 +224,21 @@ def test_a_small_batch_keeps_tp_in_the_node_through_cp():
     assert best["tp"] <= 8 and best["cp"] == 2
 
 
+def test_materialized_attention_bounded_search_refuses_cp_layouts_without_bounding_them():
+    """Mixtral-8x7B on 128x8 A100 at 120 sequences of 4,096 tokens with --attention materialized:
+    the batch starves the pipelines, so cp = 2 layouts are candidates (cp_options), and the
+    bounded search (hundreds of layouts) orders them by a step-time floor that needs a block
+    time, which CP without flash has none of (cp_reasons). They rank last (layout_promise
+    infinite) and are refused with the reason; the plan is all cp = 1. This crashed once."""
+    out = plan_json("--model", "mixtral-8x7b", "--cluster", "128x8xA100", "--global-batch", "120",
+                    "--seq-len", "4096", "--attention", "materialized", "--show-rejected")
+    assert {lay["cp"] for lay in out["layouts"]} == {1}
+    refused = [r for r in out["rejected"] if r["cp"] > 1]  # some first for the batch or layers (structural)
+    assert refused and all(any("needs flash attention" in why or "not divisible by" in why
+                               for why in r["reasons"]) for r in refused)
+    assert any("needs flash attention" in why for r in refused for why in r["reasons"])
+
+
 def test_layout_cp_fixes_the_degree_and_serving_refuses_it():
     out = plan_json("--model", "llama-3.1-8b", "--cluster", "2x8xH100", "--global-batch", "16",
                     "--seq-len", "16384", "--layout", "tp=4,cp=4")
