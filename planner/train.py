@@ -631,7 +631,8 @@ def moe_comm_overlap_for(model: ModelSpec, request: TrainRequest, config: TrainC
     """Whether the plan runs --overlap-moe-expert-parallel-comm: Megatron, asked for (the
     default), and neither the configuration nor the release refuses it."""
     return (request.engine == "megatron" and request.moe_comm_overlap
-            and moe_comm_overlap_refusal(model, config) is None and _moe_overlap_fsdp_refusal(request, config) is None)
+            and moe_comm_overlap_refusal(model, config) is None and _moe_overlap_fsdp_refusal(request, config) is None
+            and _moe_overlap_pairing_refusal(request, config) is None)
 
 
 def moe_comm_overlap_possible(model: ModelSpec, config: TrainConfig) -> bool:
@@ -665,6 +666,17 @@ def _moe_overlap_fsdp_refusal(request: TrainRequest, config: TrainConfig) -> str
     return f"Megatron {request.engine_versions.megatron} does not run it with Megatron-FSDP"
 
 
+def _moe_overlap_pairing_refusal(request: TrainRequest, config: TrainConfig) -> str | None:
+    """Where the combined 1F1B pairs no forward with a backward (pipeline.combined_1f1b_paired_share
+    0: one micro-batch per step), it hides nothing and its one more forward in flight costs
+    memory: the plan leaves it off."""
+    m = request.global_batch // (config.micro_batch_size * config.dp)
+    if pipeline.combined_1f1b_paired_share(config.pp, m, config.virtual_stages) > 0:
+        return None
+    return (f"{m} micro-batch per step leaves it no forward to pair with a backward (it would hide "
+            f"nothing and hold one more forward in memory)")
+
+
 def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config: TrainConfig) -> str | None:
     """Why an EP configuration runs without --overlap-moe-expert-parallel-comm although the
     request asks for it, in words (None: it runs, or there is no EP, or the request turned it
@@ -675,6 +687,7 @@ def moe_comm_overlap_off_reason(model: ModelSpec, request: TrainRequest, config:
     if request.engine != "megatron":  # the plan says what other engines run (render/train.summary_lines)
         return None
     return (moe_comm_overlap_refusal(model, config) or _moe_overlap_fsdp_refusal(request, config)
+            or _moe_overlap_pairing_refusal(request, config)
             or "its one more forward in flight does not fit in memory")
 
 
@@ -913,7 +926,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     # moe_comm_overlap_for reads only these fields of the request and configuration (none without EP)
     moe_overlap = config.ep > 1 and memo.get(("moe_comm_overlap", request.moe_comm_overlap, config.ep,
                                                config.recompute, config.pp, config.schedule, config.virtual_stages,
-                                               config.zero_stage, request.engine_versions.megatron),
+                                               config.zero_stage, request.engine_versions.megatron,
+                                               config.micro_batch_size, config.dp),
                                               moe_comm_overlap_for, model, request, config)
     if config.moe_comm_overlap != moe_overlap:
         config = config.with_(moe_comm_overlap=moe_overlap)

@@ -46,3 +46,29 @@ def microbatch_group_size(num_stages: int, num_micro_batches: int) -> int | None
     if m < p:
         return None
     return next(n for n in range(p, m + 1) if m % n == 0 or m % n >= p)
+
+
+def combined_1f1b_paired_share(num_stages: int, num_micro_batches: int, num_virtual_stages: int = 1) -> float:
+    """The share of the critical path's chunk passes that Megatron's combined 1F1B
+    (--overlap-moe-expert-parallel-comm) runs as a pair: micro-batch i+1's forward of a chunk
+    beside micro-batch i's backward, each one's all-to-alls under the other's compute. The rest
+    run alone, their exchanges exposed. Counting in chunk passes (one forward and one backward
+    of one chunk): the step's critical path is the p - 1 passes that fill and drain the
+    pipeline plus the last stage's T = v*m, i.e. T + p - 1 (the bubble's (p-1)/v micro-batches
+    plus m). The last stage pairs T - W of its own, W its warm-up forwards: without a pipeline
+    W = 1 (combined_1f1b_schedule_for_no_pipelining pairs forward i+1 with backward i, so m - 1
+    pairs); interleaved, W = (v-1)*N + 1 at the last rank, N the micro-batch group
+    (microbatch_group_size), the +1 Megatron's one extra forward for the overlap
+    (get_pp_rank_microbatches, schedules.py core_v0.19.0), capped at T. The fill and drain
+    passes are other stages' warm-up forwards and cool-down backwards: unpaired.
+    p = 1, m = 1: 0 (nothing to pair); p = 1, m = 4: 3/4; p = 4, v = 8, m = 16: N = 4,
+    W = 7*4 + 1 = 29, (128 - 29)/(128 + 3) = 99/131 = 0.756."""
+    p, m, v = num_stages, num_micro_batches, num_virtual_stages
+    total = v * m
+    if p == 1:
+        warm_up = 1
+    else:
+        group = microbatch_group_size(p, m) or p
+        warm_up = (v - 1) * group + 1
+    paired = total - min(total, warm_up)
+    return paired / (total + p - 1)

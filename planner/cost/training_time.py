@@ -55,6 +55,7 @@ from planner.cost.params import (
     rotary_elements_per_token,
     training_attention_widths,
 )
+from planner.cost.pipeline import combined_1f1b_paired_share
 from planner.cost.stage_split import StageSeconds
 from planner.cost.training_memory import (
     StageParams,
@@ -522,6 +523,16 @@ class EpSeconds:
         exposed = self.exposed_seconds_per_moe_layer
         return self.moe_layer_share * (self.alltoall_seconds_per_moe_layer if exposed is None else exposed)
 
+    def comm_seconds_per_layer_paired(self, paired_share: float) -> float:
+        """comm_seconds_per_layer where only `paired_share` of the micro-batches' passes run
+        paired under the combined 1F1B (pipeline.combined_1f1b_paired_share): the rest leave all
+        of their all-to-alls exposed, phi * (f*E + (1-f)*n_a2a*T_a2a). Without the overlap: all."""
+        exposed = self.exposed_seconds_per_moe_layer
+        if exposed is None:
+            return self.comm_seconds_per_layer
+        full = self.alltoall_seconds_per_moe_layer
+        return self.moe_layer_share * (paired_share * exposed + (1.0 - paired_share) * full)
+
     @property
     def compute_seconds_per_layer(self) -> float:
         """The mean block's extra routed GEMM time on the busiest GPU."""
@@ -951,9 +962,9 @@ def moe_overlap_exposed_seconds(alltoall_seconds: float, compute_seconds: float,
     A the layer's all-to-all time, C its forward and backward compute, f the share of the SMs
     the exchange's kernels hold while they run (exchange_sm_share): the compute beside them
     runs at 1 - f, so a hidden exchange still costs f A, and one longer than C / (1 - f) costs
-    A - C. Assumptions: the split is perfect (no sub-layer is left waiting for its own
-    exchange) and the warm-up forward and cool-down backward that run unpaired (one per chunk
-    per step) are not priced. A = 4 ms, C = 6 ms: 0 (f = 0), 0.61 ms (DeepEP's 20 of an H100's
+    A - C. Assumption: the split is perfect (no sub-layer is left waiting for its own
+    exchange). This is a paired pass's; the passes that run unpaired (the pipeline's fill and
+    drain, the warm-up) expose all of A (EpSeconds.comm_seconds_per_layer_paired). A = 4 ms, C = 6 ms: 0 (f = 0), 0.61 ms (DeepEP's 20 of an H100's
     132 SMs); A = 10 ms, C = 6 ms: 4 ms either way."""
     return max(alltoall_seconds - compute_seconds, sm_share * alltoall_seconds, 0.0)
 
@@ -1056,8 +1067,10 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
     layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
     layer_compute = layer.total + terms.ep.compute_seconds_per_layer
+    # the combined 1F1B hides the all-to-alls only of the passes it pairs (the fill, drain and warm-up run alone)
+    ep_comm = terms.ep.comm_seconds_per_layer_paired(combined_1f1b_paired_share(c.pp, m, c.virtual_stages))
     # exposed per layer: communication and the MoE syncs' host waits
-    layer_exposed = tp.exposed + terms.ep.comm_seconds_per_layer + terms.cp.exposed + terms.host_seconds_per_layer
+    layer_exposed = tp.exposed + ep_comm + terms.cp.exposed + terms.host_seconds_per_layer
     first, middle, last = layers
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c) / hbm
@@ -1091,7 +1104,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link, send_seconds),
         dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m),
-        ep_comm=m * slowest_layers * terms.ep.comm_seconds_per_layer,
+        ep_comm=m * slowest_layers * ep_comm,
         cp_comm=m * slowest_layers * terms.cp.exposed,
         host=m * slowest_layers * terms.host_seconds_per_layer,
     )

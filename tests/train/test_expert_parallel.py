@@ -204,8 +204,11 @@ def test_search_plans_ep_for_mixtral_and_keeps_megatron_rules():
 
 def test_ep_comm_in_the_step_is_the_pacing_stages_moe_layers():
     """ep_comm = m * L_slowest * phi * n_a2a * T_a2a (the mean block's MoE share) without the
-    overlap; with Megatron's combined 1F1B, m * L_slowest * phi * max(0, n_a2a * T_a2a - C),
-    C the layer's forward, backward and recompute plus the busiest GPU's extra expert work."""
+    overlap; with Megatron's combined 1F1B, m * L_slowest * phi * (f * max(0, n_a2a * T_a2a - C)
+    + (1 - f) * n_a2a * T_a2a), C the layer's forward, backward and recompute plus the busiest
+    GPU's extra expert work, f the share of the critical path's chunk passes it pairs: at p = 2,
+    v = 2 the last stage warms up with W = (v-1)*N + 1 = N + 1 forwards (N = 2 when p divides m),
+    so f = (2m - 3) / (2m + 1) (pipeline.combined_1f1b_paired_share)."""
     model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
     fixed = LayoutFilter(tp=1, pp=2, dp=16, ep=16)  # the EP group spans two nodes: not all hidden
     for overlap in (False, True):
@@ -216,8 +219,13 @@ def test_ep_comm_in_the_step_is_the_pacing_stages_moe_layers():
         ep, layer = e.layer_terms.ep, e.layer_terms.layer
         exposed = ep.num_alltoalls * ep.alltoall_seconds
         if overlap:
+            full = exposed
             exposed = max(0.0, exposed - (layer.forward + layer.backward + layer.recompute + ep.imbalance_seconds))
             assert 0 < exposed < ep.num_alltoalls * ep.alltoall_seconds
+            m = e.num_micro_batches
+            assert m % 2 == 0
+            paired = (2 * m - 3) / (2 * m + 1)
+            exposed = paired * exposed + (1 - paired) * full
         layers = e.num_layers_per_stage[e.slowest_stage]
         assert e.time_breakdown_seconds.ep_comm == pytest.approx(
             e.num_micro_batches * layers * ep.moe_layer_share * exposed)
@@ -693,3 +701,54 @@ def test_ep_groups_partition_the_stage_with_cp(tp: int, cp: int, dp: int, data) 
     wrong = TrainConfig(tp, 1, dp, 1, "1f1b", 1, "full", tp > 1, 1, ep=tp * cp * dp * 2, cp=cp)
     if wrong.ep <= 128:
         assert any("not tp x a divisor" in r for r in ep_reasons(model, wrong))
+
+
+def test_combined_1f1b_pairs_by_hand():
+    """pipeline.combined_1f1b_paired_share: critical path T + p - 1 chunk passes (T = v*m), the
+    last stage pairs T - W. p = 1: W = 1, so m = 1 pairs nothing and m = 4 pairs 3 of 4.
+    p = 4, v = 8, m = 16: N = 4 (p divides m), W = (8-1)*4 + 1 = 29, (128 - 29)/(128 + 3) = 99/131.
+    p = 2, v = 2, m = 8: N = 2, W = 3, (16 - 3)/(16 + 1) = 13/17."""
+    from planner.cost.pipeline import combined_1f1b_paired_share
+
+    assert combined_1f1b_paired_share(1, 1) == 0.0
+    assert combined_1f1b_paired_share(1, 4) == pytest.approx(3 / 4)
+    assert combined_1f1b_paired_share(4, 16, 8) == pytest.approx(99 / 131)
+    assert combined_1f1b_paired_share(2, 8, 2) == pytest.approx(13 / 17)
+
+
+@given(p=st.sampled_from([1, 2, 4, 8]), v=st.integers(1, 8), m=st.integers(1, 512))
+@settings(max_examples=200, deadline=None)
+def test_combined_1f1b_pairs_more_with_more_micro_batches(p, v, m):
+    """The share is in [0, 1), 0 only at one micro-batch, and never falls as m grows (the
+    unpaired fill, drain and warm-up are fixed per step; N may grow with m, W with it, but
+    never faster than T)."""
+    from planner.cost.pipeline import combined_1f1b_paired_share
+
+    if p == 1:
+        v = 1
+    if v > 1 and m < p:  # Megatron interleaves only with at least p micro-batches (microbatch_group_size)
+        m = p
+    share = combined_1f1b_paired_share(p, m, v)
+    assert 0.0 <= share < 1.0
+    assert (share == 0.0) == (m == 1)
+    assert combined_1f1b_paired_share(p, 2 * m, v) >= share - 1e-12
+
+
+def test_one_micro_batch_per_step_runs_without_the_moe_overlap():
+    """DeepSeek-V3 on 32x8 H100 at a global batch of 64 with tp=4, pp=1, ep=256: dp = 64, one
+    micro-batch per step, nothing to pair. The overlap stays off (the plan said so and priced
+    every exchange hidden: 0.89 s a step against 1.43 s without it), its exchange all exposed,
+    and the plan says why."""
+    out = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "32x8xH100",
+                                   "--global-batch", "64", "--seq-len", "4096", "--layout", "tp=4,pp=1,ep=256"])
+    assert out.exit_code == 0, out.output
+    assert "1 micro-batch per step leaves it no forward to pair" in " ".join(out.output.split())
+    command = next(line for line in out.output.splitlines() if "pretrain_gpt.py" in line)
+    assert "--overlap-moe-expert-parallel-comm" not in command
+    request = TrainRequest(global_batch=64, seq_len=S, layout=LayoutFilter(tp=4, pp=1, ep=256))
+    best = search(DSV3, resolve_cluster("32x8xH100"), request).layouts[0]
+    assert best.num_micro_batches == 1 and not best.config.moe_comm_overlap
+    ep = best.layer_terms.ep
+    layers = best.num_layers_per_stage[0] + DSV3.num_mtp_layers  # 61 + the MTP block on the last stage
+    assert best.time_breakdown_seconds.ep_comm == pytest.approx(layers * ep.moe_layer_share
+                                                                * ep.num_alltoalls * ep.alltoall_seconds)
