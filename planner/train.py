@@ -968,7 +968,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     c = config
     dp = memo.get(("dp_collectives", c.tp, c.pp, c.dp, c.cp, c.ep, c.zero_stage, c.grad_reduce, layers,
                    c.account_for_embedding_and_loss),
-                  _dp_collectives, params, c, cluster)
+                  _dp_collectives, params, c, cluster, layers)
     num_gpus = c.tp * c.cp * c.pp * c.dp
     link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link)
@@ -1120,9 +1120,10 @@ def _flops_per_sequence(model: ModelSpec, s: int, causal: bool) -> tuple[float, 
             flops_model.megatron_flops_per_sequence(model, s, causal))
 
 
-def _dp_collectives(params: StageParams, c: TrainConfig, cluster: ClusterSpec) -> DpCollectives:
-    """dp_collectives of the worst stage's parameters."""
-    return dp_collectives(params.worst, c, cluster, params.worst_routed_experts)
+def _dp_collectives(params: StageParams, c: TrainConfig, cluster: ClusterSpec,
+                    layers: tuple[int, int, int]) -> DpCollectives:
+    """dp_collectives of the worst stage's parameters, ZeRO-2/3's per layer of its most loaded stage."""
+    return dp_collectives(params.worst, c, cluster, params.worst_routed_experts, num_units=max(layers))
 
 
 def with_stage_split(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, seq_len: int,

@@ -730,7 +730,7 @@ class DpCollectives:
 
 
 def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterSpec,
-                   routed_expert_params: float = 0.0) -> DpCollectives:
+                   routed_expert_params: float = 0.0, num_units: int = 1) -> DpCollectives:
     """Ring times of the data-parallel group with CP (the dp*cp ranks over which Megatron
     reduces gradients and shards the optimizer), placed as Megatron places it
     (dp_group_topology) and priced two-level where it spans nodes: NVLink inside a node, each
@@ -738,28 +738,33 @@ def dp_collectives(params_per_gpu: float, config: TrainConfig, cluster: ClusterS
     comm.group_allgather_seconds), at NCCL's achieved bus bandwidth. With EP the
     routed_expert_params among params_per_gpu reduce (and gather) over the
     expert-data-parallel group of d_x = t*cp*d/ep ranks at stride ep instead (a second ring,
-    after the dense one)."""
+    after the dense one). With ZeRO-2/3 (Megatron-FSDP, torch FSDP2) every collective runs per
+    FSDP unit, one transformer layer each: `num_units` calls of 1/num_units of the bytes, each
+    paying the ring's latency (_dp_ring_collectives)."""
     group = dp_group_topology(cluster, config.layout)
+    calls = num_units if config.zero_stage >= 2 else 1
     if config.ep > 1 and routed_expert_params > 0:
         num_expert_ranks = expert_data_parallel_size(config.tp, config.dp, config.ep, config.cp)
         dense = _dp_ring_collectives(params_per_gpu - routed_expert_params, config.zero_stage, group,
-                                     gradient_bytes_per_param(config))
+                                     gradient_bytes_per_param(config), calls)
         experts = _dp_ring_collectives(routed_expert_params, config.zero_stage,
                                        expert_dp_group_topology(cluster, config.layout, num_expert_ranks),
-                                       gradient_bytes_per_param(config))
+                                       gradient_bytes_per_param(config), calls)
         return DpCollectives(dense.gradient_bytes + experts.gradient_bytes,
                              dense.gradient_seconds + experts.gradient_seconds,
                              dense.weight_bytes + experts.weight_bytes,
                              dense.gather_seconds + experts.gather_seconds,
                              experts, num_expert_ranks)
-    return _dp_ring_collectives(params_per_gpu, config.zero_stage, group, gradient_bytes_per_param(config))
+    return _dp_ring_collectives(params_per_gpu, config.zero_stage, group, gradient_bytes_per_param(config), calls)
 
 
 def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTopology | None,
-                         grad_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> DpCollectives:
+                         grad_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS,
+                         num_calls: int = 1) -> DpCollectives:
     """z = 0: an all-reduce of the gradients (fp32 unless --grad-reduce bf16); z >= 1: their
     reduce-scatter and an all-gather of the 16-bit weights, over one placed group (None:
-    nothing to combine)."""
+    nothing to combine); each as `num_calls` collectives of 1/num_calls of the bytes (the
+    seconds of all of them: the latency paid num_calls times)."""
     grad_bytes = params_per_gpu * grad_bytes_per_param
     weight_bytes = params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
     group = comm.effective_group(group)
@@ -767,8 +772,9 @@ def _dp_ring_collectives(params_per_gpu: float, zero_stage: int, group: GroupTop
         return DpCollectives(grad_bytes, 0.0, weight_bytes, 0.0)
     if zero_stage == 0:
         return DpCollectives(grad_bytes, comm.group_allreduce_seconds(grad_bytes, group), weight_bytes, 0.0)
-    return DpCollectives(grad_bytes, comm.group_allgather_seconds(grad_bytes, group),
-                         weight_bytes, comm.group_allgather_seconds(weight_bytes, group))
+    n = max(1, num_calls)
+    return DpCollectives(grad_bytes, n * comm.group_allgather_seconds(grad_bytes / n, group),
+                         weight_bytes, n * comm.group_allgather_seconds(weight_bytes / n, group))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import comm
 from planner.cost.comm import collective_link
-from planner.cost.training_time import _dp_ring_collectives, pp_seconds
+from planner.cost.training_time import _dp_ring_collectives, dp_collectives, pp_seconds
 from planner.layout import GroupTopology, Link, Rejected, TrainConfig
 from planner.requests import TrainRequest
 from planner.train import estimate, memory_per_gpu
@@ -48,6 +48,26 @@ def test_dp_volumes():
     zero1 = _dp_ring_collectives(1e9, 1, group)
     assert zero0.gradient_seconds == pytest.approx(1.5 * 4e9 / bw)
     assert (zero1.gradient_seconds, zero1.gather_seconds) == pytest.approx((0.75 * 4e9 / bw, 0.75 * 2e9 / bw))
+
+
+def test_fsdp_collectives_pay_their_latency_per_layer():
+    """ZeRO-2/3 gathers and reduce-scatters one FSDP unit (a layer) at a time: L calls of S/L.
+    P = 1e9 params over d = 4 ranks of one node at 100 GB/s (77 GB/s effective), alpha = 10 us,
+    L = 40: each gather of 2e9/40 = 5e7 B is 3 * 10 us + 3/4 * 5e7 / 77e9 = 30 us + 0.487 ms,
+    so 40 of them 1.2 ms + 19.48 ms, where one call pays the 30 us once; the reduce-scatter
+    of 4e9 B likewise 1.2 ms + 38.96 ms. ZeRO-1's distributed optimizer keeps one call."""
+    bw = 100e9 * 0.77
+    link = Link("test", "intra_node", 100e9, 10e-6)
+    group = GroupTopology(4, 4, 1, link, None)
+    alpha = collective_link(link).latency_seconds
+    zero3 = _dp_ring_collectives(1e9, 3, group, num_calls=40)
+    assert zero3.gather_seconds == pytest.approx(40 * (3 * alpha + 0.75 * 5e7 / bw))
+    assert zero3.gradient_seconds == pytest.approx(40 * (3 * alpha + 0.75 * 1e8 / bw))
+    one = _dp_ring_collectives(1e9, 3, group)
+    assert zero3.gather_seconds - one.gather_seconds == pytest.approx(39 * 3 * alpha)
+    assert dp_collectives(1e9, TrainConfig(1, 1, 4, 1, "1f1b", 1, "none", False, 1), resolve_cluster("1x8xH100"),
+                          num_units=40) == dp_collectives(1e9, TrainConfig(1, 1, 4, 1, "1f1b", 1, "none", False, 1),
+                                                          resolve_cluster("1x8xH100"))
 
 
 def test_breakdown_adds_up_and_links():
