@@ -20,6 +20,7 @@ from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import (
     SteadyState,
     arrivals,
+    clients_at_rate,
     prompt_chunking,
     solve_open_loop,
     steady_state,
@@ -435,6 +436,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # --batch as its --max-num-seqs)
         top = knee if knee is not None else cap
         arriving = solve_open_loop(offered / layout.dp, open_at, top)
+        if arriving is None and clients is not None:  # the clients may keep up where the open queue would not
+            arriving = clients_at_rate(offered / layout.dp, steady_at, top)
         if arriving is not None and has_sla and not all(sla_check(request, arriving)):
             # it takes the rate only past a limit: within the limits it runs fewer requests at
             # once than the rate brings (capped below, as an overloaded layout is), so it falls

@@ -171,6 +171,27 @@ def false_position_bracket(low: float, high: float, excess: Callable[[float], fl
     return low, high
 
 
+def clients_at_rate(rate_per_s: float, steady_at: Callable[[int], SteadyState], clients: int) -> SteadyState | None:
+    """The replica at a rate its fixed clients keep up with where the open loop cannot be solved
+    below them (solve_open_loop's Poisson queue would hold more than the clients let in): at most
+    `clients` requests are in the engine, the rest wait on the client (vllm bench serve's
+    semaphore, whose wait is not in the request's times). Between whole numbers of requests in
+    flight the closed loops bracket it: the least c <= clients whose closed loop (`steady_at`)
+    completes R, mixed with c - 1's (mixed_at_rate); below what one request at a time completes,
+    that one's times at R. None when even `clients` complete fewer than R. One client per
+    replica completing 0.72 req/s, asked 0.625: E2E one request's alone, 0.625 O tokens/s."""
+    if steady_at(clients).requests_per_second < rate_per_s:
+        return None
+    one = steady_at(1)
+    if one.requests_per_second >= rate_per_s:
+        return mixed_at_rate(one, one, rate_per_s)
+    low, high = 1, clients  # completes fewer than R at low, at least R at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if steady_at(middle).requests_per_second < rate_per_s else (low, middle)
+    return mixed_at_rate(steady_at(low), steady_at(high), rate_per_s)
+
+
 def mixed_at_rate(below: SteadyState, above: SteadyState, rate_per_s: float) -> SteadyState:
     """The replica at a rate between what two nearby states complete (below < R <= above): it
     spends the share w = (R - r_below) / (r_above - r_below) of its time like `above`, the rest

@@ -92,3 +92,20 @@ def test_sla_reach_with_clients_is_at_their_load():
     least_ms = float(reach[0].split()[1])
     free = plan_serving(model, cluster, ServeRequest(mode="aggregated", max_concurrency=200))
     assert least_ms == pytest.approx(1e3 * min(r.ttft_seconds for r in free.layouts), abs=0.1)
+
+
+def test_clients_that_keep_up_with_the_rate_complete_the_rate(serve_one):
+    """Qwen3-30B-A3B on 8 H100 replicas (tp=1, dp=8), 8 clients at 5 req/s: one client per
+    replica, asked 0.625 req/s, completes 0.72 (one request at a time). The open loop's Poisson
+    queue at a mean of one in flight would hold more than the client lets in (it completes
+    0.58), so the layout was called Client-held and priced at 0.72 req/s: 1,476 tok/s where
+    the burst simulation gives 1,274. It keeps up: 5 x 256 = 1,280 tok/s, each request alone
+    in the engine, so E2E is the one-request closed loop's."""
+    held = serve_one("qwen3-30b-a3b", "1x8xH100", (1, 1, 8), max_concurrency=8, request_rate_per_s=5.0)
+    alone = serve_one("qwen3-30b-a3b", "1x8xH100", (1, 1, 8), max_concurrency=8)
+    assert isinstance(held, ServeEstimate) and isinstance(alone, ServeEstimate)
+    assert held.throughput_tokens_per_second == pytest.approx(5.0 * 256, rel=1e-9)  # 256 output tokens (the default)
+    assert held.steady.e2e_seconds == pytest.approx(alone.steady.e2e_seconds, rel=1e-9)
+    assert held.steady.concurrency == pytest.approx(0.625 * alone.steady.e2e_seconds, rel=1e-9)
+    assert not any(note.startswith("Client-held") for note in held.notes)
+    assert any(note.startswith("Rate-bound") for note in held.notes)

@@ -288,6 +288,25 @@ def test_mixed_at_rate_by_hand():
     assert mixed.throughput_tokens_per_second == pytest.approx(150.0)
 
 
+def test_clients_at_rate_by_hand():
+    """Closed loops with E2E = 1 s + 0.5 s per request in flight (100 output tokens): c = 1, 2,
+    3, 4 complete 1/1.5 = 0.667, 1, 1.2 and 1.333 requests/s. Four clients asked 0.5 /s: one
+    request at a time completes it, E2E 1.5 s, 0.75 in flight, 50 tok/s. Asked 1.1 /s: between
+    c = 2 and 3, w = (1.1 - 1) / (1.2 - 1) = 0.5, E2E 0.5 * 2 + 0.5 * 2.5 = 2.25 s, in flight
+    1.1 * 2.25 = 2.475, 110 tok/s. Asked 1.4 /s: more than four complete, None."""
+    from planner.cost.continuous_batching import clients_at_rate
+
+    def closed(c):
+        return Linear(c, 1.0, 0.5)
+
+    slow = clients_at_rate(0.5, closed, 4)
+    assert (slow.e2e_seconds, slow.concurrency, slow.throughput_tokens_per_second) == pytest.approx((1.5, 0.75, 50.0))
+    mid = clients_at_rate(1.1, closed, 4)
+    assert (mid.e2e_seconds, mid.concurrency, mid.throughput_tokens_per_second) == pytest.approx((2.25, 2.475, 110.0))
+    assert mid.requests_per_second == pytest.approx(1.1)
+    assert clients_at_rate(1.4, closed, 4) is None
+
+
 @pytest.mark.parametrize(("model", "cluster", "lengths", "rate"), [
     ("llama-3.1-70b-fp8", "1x8xH200", (2048, 256), 4.0),   # PP layouts: micro-batches in flight jump at whole C
     ("deepseek-v3", "2x8xA100", (1, 1), 50.0),             # one output token: E2E is the prompt's alone
