@@ -627,8 +627,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             continue
         cap = 0 if pp > 1 and not pipelined else decode_concurrency(model, cluster, decode_request, shape, shared)
         caps = decode_caps(cap, request.max_ttft_seconds is not None or request.max_e2e_seconds is not None)
-        if request.max_e2e_seconds is not None and cap > 0:  # and below the TPOT the E2E limit implies
-            implied = replace(decode_request, max_tpot_seconds=e2e_implied_tpot_seconds(request))
+        implied_tpot = e2e_implied_tpot_seconds(request) if request.max_e2e_seconds is not None else 0.0
+        if implied_tpot > 0 and cap > 0:  # and below the TPOT the E2E limit implies (none below the first token's)
+            implied = replace(decode_request, max_tpot_seconds=implied_tpot)
             caps += e2e_caps(decode_concurrency(model, cluster, implied, shape, shared))
         for c in sorted(set(caps) - {0}, reverse=True) or [0]:
             memo.shapes[(*shape.key, c)] = shape

@@ -168,6 +168,21 @@ def test_no_deployment_within_an_impossible_sla_names_the_sla():
     assert plan.candidates == () and plan.why_none == "none meets the SLA" and plan.rejected
 
 
+def test_an_e2e_limit_below_the_first_token_cost_rejects_every_pairing():
+    """--max-e2e-ms 10 leaves nothing after the first token's fixed cost: the TPOT it implies
+    for decode workers is 0 (e2e_implied_tpot_seconds), which once became a --max-tpot-ms of 0
+    and an exit-2 error blaming that flag. No implied concurrency is tried; every pairing is
+    priced and rejected for its E2E."""
+    from planner.disagg_search import e2e_implied_tpot_seconds
+
+    model, cluster = resolve_model(MODEL), resolve_cluster("1x8xH100")
+    request = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=0.010)
+    assert e2e_implied_tpot_seconds(request) == 0.0
+    plan = plan_disaggregated(model, cluster, request)
+    assert plan.candidates == () and plan.why_none == "none meets the SLA"
+    assert any("E2E latency exceeds --max-e2e-ms" in why for why in plan.rejected)
+
+
 def test_a_plan_with_candidates_has_no_reason_for_none():
     model, cluster = resolve_model(MODEL), resolve_cluster("1x8xH100")
     assert plan_disaggregated(model, cluster, ISSUE).why_none == ""
