@@ -26,6 +26,7 @@ from planner.cost.continuous_batching import (
     steady_state,
     with_waiting_clients,
 )
+from planner.cost.moe import deepep_ampere_refusal
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     StageMemory,
@@ -293,6 +294,11 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     if reasons:
         return Rejected(layout, tuple(reasons))
     placement = place(cluster, layout)
+    if request.all2all_backend != "allgather_reducescatter" and layout.ep > 1 and layout.dp_per_ep_group > 1:
+        spans = layout.ep > cluster.gpus_per_node  # the EP group: the replica's tp * d ranks, placed in order
+        refusal = deepep_ampere_refusal(cluster, request.all2all_backend, spans)
+        if refusal is not None:
+            return Rejected(layout, (f"--all2all-backend {request.all2all_backend}: {refusal}",))
     max_model_len = max_model_len_of(model, request)
     wanted = wanted_batch(request, cluster)
     stages = stage_memory(model, cluster, layout, request, wanted)

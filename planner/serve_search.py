@@ -140,7 +140,8 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
     if request.enable_dbo and not model.is_moe:
         raise SpecError(f"--enable-dbo: {model.name} has no routed experts (dual-batch overlap hides the "
                         f"expert-parallel exchange)")
-    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and (refusal := deepep_serving_refusal(cluster)):
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and (
+            refusal := deepep_serving_refusal(cluster, request.all2all_backend)):
         raise SpecError(f"--all2all-backend {request.all2all_backend}: {refusal}")
     if request.enable_dbo and request.all2all_backend == DEFAULT_ALL2ALL_BACKEND:
         raise SpecError("--enable-dbo: vLLM micro-batches only over DeepEP (or NIXL EP) on CUDA and refuses "
@@ -388,7 +389,7 @@ def all2all_backend_options(model: ModelSpec, cluster: ClusterSpec, request: Ser
     options = []
     for backend in ALL2ALL_BACKENDS:
         if backend == request.all2all_backend or (backend != DEFAULT_ALL2ALL_BACKEND
-                                                  and deepep_serving_refusal(cluster) is not None):
+                                                  and deepep_serving_refusal(cluster, backend) is not None):
             continue
         result = estimate(model, cluster, layout, replace(request, all2all_backend=backend))
         if isinstance(result, ServeEstimate):

@@ -29,7 +29,11 @@ from planner.cost import activations as act
 from planner.cost import efficiency, pipeline
 from planner.cost import flops as flops_model
 from planner.cost import stage_split as split
-from planner.cost.moe import deepep_training_buffer_bytes, deepep_training_refusal
+from planner.cost.moe import (
+    deepep_ampere_refusal,
+    deepep_training_buffer_bytes,
+    deepep_training_refusal,
+)
 from planner.cost.params import (
     MATMUL_PRECISION_OF_DTYPE,
     layer_params_per_gpu,
@@ -753,7 +757,8 @@ def deepep_refusal(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig) 
     assert group is not None, "ep > 1 has a group"
     if group.num_nodes > 1 and (cluster.inter_node is None or cluster.inter_node.kind == "ethernet"):
         return "DeepEP crosses nodes over RDMA (InfiniBand or RoCE), which this cluster's network is not"
-    return deepep_training_refusal(config.ep, group.ranks_per_node, group.num_nodes)
+    return (deepep_ampere_refusal(cluster, "normal", group.num_nodes > 1)
+            or deepep_training_refusal(config.ep, group.ranks_per_node, group.num_nodes))
 
 
 def exchange_name(dispatcher: str) -> str:

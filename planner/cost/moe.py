@@ -258,18 +258,47 @@ def deepep_ll_buffer_bytes(model: ModelSpec, max_tokens_per_rank: int = BATCHED_
 # token_dispatcher.py (MoEFlexTokenDispatcher, _DeepepManager) and fused_a2a.py (get_buffer),
 # core_v0.14.0 and core_v0.19.0; DeepEP's normal (high-throughput) kernels, commit dd758ca.
 
-def deepep_serving_refusal(cluster: ClusterSpec) -> str | None:
+DEEPEP_SM90 = 9.0
+"""The compute capability of DeepEP's full build (Hopper, or SM90 PTX): below it only the
+intranode normal kernels (deepep_ampere_refusal)."""
+DEEPEP_AMPERE_BUILD = ("its pre-Hopper build, DISABLE_SM90_FEATURES in setup.py at v1.2.1, leaves out NVSHMEM and "
+                       "with it the internode and low-latency kernels; the current line builds for SM90 only")
+"""Why DeepEP on an Ampere GPU runs its intranode normal kernels only (deepseek-ai/DeepEP setup.py:
+v1.2.1 asserts disable_nvshmem under DISABLE_SM90_FEATURES; at dd758ca that build is "Not
+implemented" and the README lists Hopper only)."""
+
+
+def deepep_ampere_refusal(cluster: ClusterSpec, backend: str, ep_spans_nodes: bool) -> str | None:
+    """Why DeepEP cannot run this exchange on the cluster's GPU, in words (None: it can): below
+    compute capability 9.0 (Ampere) only inside one node and only its normal (high-throughput)
+    kernels (DEEPEP_AMPERE_BUILD). `backend`: deepep_low_latency, or any other name for the normal
+    kernels (Megatron's flex dispatcher, vLLM's deepep_high_throughput)."""
+    gpu = cluster.gpu
+    if gpu.compute_capability is None or gpu.compute_capability >= DEEPEP_SM90:
+        return None
+    if backend == "deepep_low_latency":
+        return f"DeepEP's low-latency kernels need SM90 features, which {gpu.name} lacks ({DEEPEP_AMPERE_BUILD})"
+    if ep_spans_nodes:
+        return (f"DeepEP on {gpu.name} runs inside one node only ({DEEPEP_AMPERE_BUILD}); this EP group spans "
+                f"nodes")
+    return None
+
+
+def deepep_serving_refusal(cluster: ClusterSpec, backend: str | None = None) -> str | None:
     """Why vLLM cannot exchange tokens over DeepEP on this cluster (None: it can): DeepEP's
     kernels are CUDA kernels for NVIDIA GPUs of compute capability 8.0 and up (deepseek-ai/DeepEP
-    README: Ampere and later; vLLM's dual-batch overlap runs on CUDA only, vllm/config/vllm.py at
+    README at v1.2.1: Ampere and later; vLLM's dual-batch overlap runs on CUDA only, vllm/config/vllm.py at
     0.33.0), moving tokens inside a node over NVLink (its intranode buffers are NVLink peer
-    memory). Training's Megatron flex dispatcher has its own, narrower list (train.deepep_cluster_refusal)."""
+    memory); `backend` deepep_low_latency: SM90 (deepep_ampere_refusal). Training's Megatron flex
+    dispatcher has its own, narrower list (train.deepep_cluster_refusal)."""
     gpu = cluster.gpu
     if gpu.compute_capability is None or gpu.compute_capability < 8.0:
         return f"DeepEP runs on NVIDIA GPUs of compute capability 8.0 and later, not {gpu.name}"
     if cluster.intra_node is None or cluster.intra_node.kind != "nvlink":
         kind = "no GPU-to-GPU link" if cluster.intra_node is None else cluster.intra_node.kind
         return f"DeepEP moves tokens inside a node over NVLink (this node has {kind})"
+    if backend == "deepep_low_latency":
+        return deepep_ampere_refusal(cluster, backend, False)
     return None
 
 

@@ -400,3 +400,21 @@ def test_deepep_is_refused_where_it_cannot_run(cluster_name, words):
     assert not [o for o in plan.all2all_backend_options if o.value.startswith("deepep")]
     on_h100 = plan_serving(model, resolve_cluster("1x8xH100"), ServeRequest(layout=LayoutFilter(tp=1, dp=8, ep=8)))
     assert {o.value for o in on_h100.all2all_backend_options} >= {"deepep_low_latency", "deepep_high_throughput"}
+
+
+def test_deepep_on_ampere_runs_high_throughput_inside_a_node_only():
+    """DeepEP's Ampere build has neither the low-latency nor the internode kernels (setup.py at
+    v1.2.1: DISABLE_SM90_FEATURES leaves out NVSHMEM). On A100: deepep_low_latency is a usage
+    error; deepep_high_throughput runs an EP group inside a node and is refused across nodes."""
+    from planner.serve import Rejected, ServeEstimate
+    from planner.serve_search import plan_serving
+
+    model, one, two = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xA100"), resolve_cluster("2x8xA100")
+    with pytest.raises(SpecError, match="low-latency kernels need SM90 features"):
+        plan_serving(model, one, ServeRequest(layout=LayoutFilter(tp=1, dp=8, ep=8),
+                                              all2all_backend="deepep_low_latency"))
+    request = ServeRequest(all2all_backend="deepep_high_throughput")
+    inside = estimate(model, one, Layout(1, 1, 8, ep=8), request)
+    across = estimate(model, two, Layout(1, 1, 16, ep=16), request)
+    assert isinstance(inside, ServeEstimate)
+    assert isinstance(across, Rejected) and "runs inside one node only" in across.reasons[0]

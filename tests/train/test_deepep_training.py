@@ -84,6 +84,16 @@ def test_where_deepep_runs(cluster_name, reason):
     assert (refusal is None) if reason is None else (reason in refusal or "NVLink" in refusal), refusal
 
 
+def test_deepep_on_ampere_stays_inside_a_node():
+    """DeepEP's Ampere build leaves out NVSHMEM and with it the internode kernels (setup.py at
+    v1.2.1; the current line builds for SM90 only): on 2x8 A100 an EP group of 8 in one node
+    runs, one of 16 over both nodes is refused (it was planned and emitted); H100 runs both."""
+    a100, h100 = resolve_cluster("2x8xA100"), resolve_cluster("2x8xH100")
+    assert deepep_refusal(QWEN3_30B, a100, config(8, 16)) is None
+    assert "runs inside one node only" in deepep_refusal(QWEN3_30B, a100, config(16, 16))
+    assert deepep_refusal(QWEN3_30B, h100, config(16, 16)) is None
+
+
 def test_deepep_refused_across_nodes_without_rdma():
     cluster = resolve_cluster("2x8xH100")
     ethernet = cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(update={"kind": "ethernet"})})
