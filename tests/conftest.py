@@ -380,8 +380,13 @@ def _megatron_problems(args: list[str], env: dict[str, str], data: dict) -> list
     tp = int(_value(args, "--tensor-model-parallel-size", 1))
     fsdp = "--use-megatron-fsdp" in args
     connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if tp > 1 and not fsdp and connections != "1":
+    # validate_args asserts 1 with TP before Blackwell, but only warns beside FSDP or the EP
+    # overlap, which the MoE README says needs more than 1 (core_v0.19.0)
+    moe_overlap = "--overlap-moe-expert-parallel-comm" in args
+    if tp > 1 and not fsdp and not moe_overlap and connections != "1":
         problems.append("megatron: TP > 1 without CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if moe_overlap and connections == "1":
+        problems.append("megatron: --overlap-moe-expert-parallel-comm with CUDA_DEVICE_MAX_CONNECTIONS=1")
     if fsdp and (connections == "1" or _value(args, "--ckpt-format") != pairings["megatron_fsdp_requires_ckpt_format"]):
         problems.append("megatron: Megatron-FSDP needs --ckpt-format "
                         f"{pairings['megatron_fsdp_requires_ckpt_format']} and CUDA_DEVICE_MAX_CONNECTIONS != 1")

@@ -232,6 +232,10 @@ OLD_COMMANDS = {
     "megatron: TP > 1 without CUDA_DEVICE_MAX_CONNECTIONS=1":
         "torchrun --standalone --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
         "--num-attention-heads 32 --group-query-attention --num-query-groups 8",
+    "megatron: --overlap-moe-expert-parallel-comm with CUDA_DEVICE_MAX_CONNECTIONS=1":
+        "env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --standalone --nproc-per-node 8 pretrain_gpt.py "
+        "--tensor-model-parallel-size 2 --expert-model-parallel-size 4 --overlap-moe-expert-parallel-comm "
+        "--num-attention-heads 32",
     "megatron: Megatron-FSDP needs --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS != 1":
         "torchrun --standalone --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 1 "
         "--use-megatron-fsdp --num-attention-heads 32",

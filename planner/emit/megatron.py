@@ -237,10 +237,21 @@ def vocab_divisor(vocab_size: int, tp: int) -> int:
     return divisor
 
 
+MOE_OVERLAP_DEVICE_CONNECTIONS = "32"
+"""CUDA_DEVICE_MAX_CONNECTIONS under --overlap-moe-expert-parallel-comm: the MoE README
+(megatron/core/transformer/moe/README.md, core_v0.19.0) requires more than 1 for the EP
+all-to-all overlap, and validate_args names 32 (arguments.py, core_v0.14.0 and core_v0.19.0)."""
+
+
 def launch_env(config: TrainConfig) -> tuple[str, ...]:
     """CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 or CP > 1 (validate_args asserts it before
     Blackwell for either, and it orders their communication ahead of compute); Megatron-FSDP
-    asserts it is not 1, so FSDP gets none."""
+    asserts it is not 1, so FSDP gets none. Under Megatron's combined 1F1B
+    (--overlap-moe-expert-parallel-comm) 32 (MOE_OVERLAP_DEVICE_CONNECTIONS), with TP or CP too:
+    validate_args then only warns ("1 or 32, which depends on which parallelization you want to
+    prioritize") and the plan prices the EP overlap, so it prioritizes that."""
+    if config.moe_comm_overlap:
+        return env_prefix(CUDA_DEVICE_MAX_CONNECTIONS=MOE_OVERLAP_DEVICE_CONNECTIONS)
     if (config.tp > 1 or config.cp > 1) and config.zero_stage < 2:
         return env_prefix(CUDA_DEVICE_MAX_CONNECTIONS="1")
     return ()

@@ -752,3 +752,14 @@ def test_one_micro_batch_per_step_runs_without_the_moe_overlap():
     layers = best.num_layers_per_stage[0] + DSV3.num_mtp_layers  # 61 + the MTP block on the last stage
     assert best.time_breakdown_seconds.ep_comm == pytest.approx(layers * ep.moe_layer_share
                                                                 * ep.num_alltoalls * ep.alltoall_seconds)
+
+
+def test_the_moe_overlap_launches_with_32_device_connections():
+    """Megatron's MoE README (core_v0.19.0) requires CUDA_DEVICE_MAX_CONNECTIONS > 1 for the EP
+    all-to-all overlap; with TP or CP validate_args then warns instead of asserting 1 and names
+    32. A plan with the overlap emits 32 (it emitted 1, the TP rule), one without it keeps 1."""
+    from planner.emit.megatron import launch_env
+
+    overlap = replace(config(tp=2, dp=4, ep=8), moe_comm_overlap=True)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in launch_env(overlap)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in launch_env(config(tp=2, dp=4, ep=8))
