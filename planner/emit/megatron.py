@@ -362,7 +362,12 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
     if c.moe_comm_overlap:  # combined 1F1B: EP, no full recompute, interleaved when pp > 1
         args.append("--overlap-moe-expert-parallel-comm")
     if c.grad_reduce == "bf16":
-        args.append("--grad-reduce-in-bf16")  # main grads in bf16 (also Megatron-FSDP's)
+        if training_dtype(model) == "bfloat16":  # with --fp16 the gradients reduce in fp16 by default
+            args.append("--grad-reduce-in-bf16")  # main grads in bf16 (also Megatron-FSDP's)
+    elif training_dtype(model) == "float16":
+        # as priced (fp32 main grads, 4 B/param reduced): --bf16 implies it, --fp16 does not
+        # (validate_args, arguments.py core_v0.14.0 and core_v0.19.0)
+        args.append("--accumulate-allreduce-grads-in-fp32")
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
     if c.zero_stage >= 2:

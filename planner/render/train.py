@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner import units
 from planner.cost import efficiency
+from planner.cost.params import training_dtype
 from planner.emit.command import ALL_NODES, LaunchStep
 from planner.layout import TrainConfig
 from planner.model_summary import model_summary
@@ -171,6 +172,10 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     ]
     if best.faster_split is not None:
         lines.append(faster_split_line(best))
+    if training_dtype(plan.model) == "float16" and c.precision != "fp8":
+        lines.append("Precision: fp16 mixed precision, the checkpoint's dtype (--fp16, fp32 main gradients: "
+                     "--accumulate-allreduce-grads-in-fp32 unless --grad-reduce bf16); bf16 would need a "
+                     "bfloat16 checkpoint.")
     lines += mtp_notes(plan.model, c.pp)
     if best.bubble_fraction > WIDE_BUBBLE_FRACTION:
         lines.append(f"Bubble: {best.bubble_fraction:.0%} of the step the pipeline idles, with only "
@@ -482,6 +487,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "seq_len": request.seq_len,
         "engine": request.engine,
         "mtp_layers": plan.model.num_mtp_layers,
+        # the 16-bit type of the mixed precision (--fp16 or --bf16; a layout's "precision" says bf16 or fp8)
+        "training_dtype": training_dtype(model),
         "engine_versions": to_jsonable(request.engine_versions),
         "launch_not_emitted": launch_not_emitted,
         "recommended": layouts[0] if layouts else None,

@@ -53,6 +53,23 @@ def test_estimate_and_command():
     assert "--grad-reduce-in-bf16" in step.argv
 
 
+def test_fp16_models_reduce_fp32_gradients_as_priced():
+    """A float16 checkpoint (GPT-3 175B) trains with --fp16, under which Megatron keeps main
+    gradients in fp16 unless --accumulate-allreduce-grads-in-fp32 (validate_args implies it only
+    for --bf16). The plan prices 4 B/param fp32 gradients, so the command carries the flag;
+    with --grad-reduce bf16 (16-bit gradients) it carries neither that flag nor
+    --grad-reduce-in-bf16, a bf16-only flag; a bf16 model never carries it."""
+    gpt3, llama = resolve_model("gpt3-175b"), resolve_model("llama-3.1-70b")
+    cluster = resolve_cluster("16x8xA100")
+    config = TrainConfig(8, 8, 2, 1, "1f1b", 1, "selective", True, 1)
+    (fp32,) = megatron_steps(gpt3, cluster, config, 1536, 2048)
+    assert "--fp16" in fp32.argv and "--accumulate-allreduce-grads-in-fp32" in fp32.argv
+    (half,) = megatron_steps(gpt3, cluster, config.with_(grad_reduce="bf16"), 1536, 2048)
+    assert "--accumulate-allreduce-grads-in-fp32" not in half.argv and "--grad-reduce-in-bf16" not in half.argv
+    (bf16,) = megatron_steps(llama, cluster, config, 1536, 2048)
+    assert "--bf16" in bf16.argv and "--accumulate-allreduce-grads-in-fp32" not in bf16.argv
+
+
 def test_cli_flag_and_torchtitan_refusal(run_plan):
     ok = run_plan("--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
                   "--global-batch", "64", "--seq-len", "4096", "--grad-reduce", "bf16")
