@@ -357,6 +357,10 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
             reasons.append(no_split_reason(L, c.pp, v, layout=engine in PER_CHUNK_SPLIT_ENGINES))
     elif c.virtual_stages != 1:
         reasons.append(f"v={c.virtual_stages} needs the interleaved schedule")
+    elif c.schedule == "1f1b" and c.pp > 1 and engine == "torchtitan" and m < c.pp:
+        # torch.distributed.pipelining's Schedule1F1B raises "Number of microbatches ... must be
+        # greater than or equal to the number of stages" (schedules.py, torch 2.13)
+        reasons.append(f"m={m} below p={c.pp}: torch's Schedule1F1B needs at least p micro-batches (torchtitan)")
     if c.sequence_parallel and c.tp == 1:
         reasons.append("sequence parallelism needs tp > 1")
     if c.zero_stage >= 2 and c.pp > 1 and engine == "megatron":
@@ -847,7 +851,8 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
     c = config
     placement = _placement(cluster, c, memo)
     rotation = CP_KV_ROTATION[engine]
-    host = moe_host_seconds_for(engine, moe_host_seconds) if moe_forward_syncs(engine, model, c.ep) else 0.0
+    host = moe_host_seconds_for(engine, moe_host_seconds) if moe_forward_syncs(engine, model, c.ep,
+                                                                                  cluster.gpu.compute_capability) else 0.0
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
                       c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),

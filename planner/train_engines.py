@@ -136,6 +136,12 @@ TORCHTITAN_FLEX_FLAVORS = ("17bx16e_irope", "17bx128e_irope")
 TORCHTITAN_SYNC_WITHOUT_EP = ("gpt_oss",)
 """Families whose MoE block syncs the host every forward even without EP (gpt_oss's grouped
 experts read int(offsets[-1]), models/gpt_oss/model/moe.py@v0.2.2)."""
+TORCHTITAN_GROUPED_MM_SM90 = ("deepseek_v3", "llama4", "gpt_oss")
+"""Families whose model args turn grouped GEMMs off below compute capability 9.0 ("Failed to use
+grouped mm, which is only supported on SM90 or later", models/*/model/args.py@v0.2.2): their
+experts then run _run_experts_for_loop (models/moe/moe.py), which reads the per-expert token
+counts on the host every forward ("this would incur a synchronization")."""
+TORCHTITAN_GROUPED_MM_MIN_COMPUTE_CAPABILITY = 9.0
 TORCHTITAN_IMPLEMENTED = ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss")
 """The language models under torchtitan/models/@v0.2.2."""
 TORCHTITAN_UNPIPELINED = ("qwen3", "gpt_oss")
@@ -254,6 +260,10 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     if model.is_moe and c.precision == "fp8" and c.fp8_recipe != "mxfp8" and (c.pp > 1 or c.cp > 1):
         reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s float8 MoE (grouped GEMMs) runs without pipeline "
                        f"and context parallelism (components/quantization/float8.py asserts)")
+    if c.precision == "fp8" and c.fp8_recipe == "mxfp8" and c.tp > 1:
+        reasons.append(f"torchtitan {TORCHTITAN_RELEASE}'s MXFP8 linears refuse TP under torch.compile, which its "
+                       f"fp8 runs enable (components/quantization/mx.py asserts \"TP not yet supported with "
+                       f"torch.compile for mxfp8\")")
     kv_heads = model.num_key_value_heads
     if not model.is_mla and kv_heads % c.tp:
         reasons.append(f"tp={c.tp} does not divide the {kv_heads} KV heads: torchtitan shards wk/wv over tp "
@@ -261,16 +271,21 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     return reasons
 
 
-def moe_forward_syncs(engine: str, model: ModelSpec, ep: int) -> bool:
+def moe_forward_syncs(engine: str, model: ModelSpec, ep: int, compute_capability: float | None = None) -> bool:
     """Whether the engine's MoE block syncs the host on its token counts every forward
     (training_time.moe_host_exposed_seconds prices the wait): Megatron's dropless layers always
     (experts.py's tokens_per_expert.tolist(), the all-to-all's split sizes); torchtitan's under
-    EP (the split sizes, expert_parallel.py) and gpt_oss's always (module docstring)."""
+    EP (the split sizes, expert_parallel.py), gpt_oss's always (module docstring), and below
+    SM90 those of the families that then loop over their experts (TORCHTITAN_GROUPED_MM_SM90;
+    `compute_capability` the GPU's, None: not known, not priced)."""
     if not model.is_moe:
         return False
     if engine != "torchtitan":
         return True
-    return ep > 1 or (torchtitan_model(model) or ("",))[0] in TORCHTITAN_SYNC_WITHOUT_EP
+    family = (torchtitan_model(model) or ("",))[0]
+    looped = (family in TORCHTITAN_GROUPED_MM_SM90 and compute_capability is not None
+              and compute_capability < TORCHTITAN_GROUPED_MM_MIN_COMPUTE_CAPABILITY)
+    return ep > 1 or family in TORCHTITAN_SYNC_WITHOUT_EP or looped
 
 
 def torchtitan_degrees(config: TrainConfig) -> dict[str, int]:

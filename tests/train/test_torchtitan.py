@@ -141,6 +141,23 @@ def test_reasons():
     assert any("cannot pipeline qwen3" in r for r in torchtitan_reasons(resolve_model("qwen3-32b"), piped, 8192))
 
 
+def test_what_torch_and_torchtitan_assert_at_start():
+    """torch 2.13's Schedule1F1B raises below as many micro-batches as stages: pp = 4 with
+    global batch 8 over dp 2 at b = 2 gives m = 2, refused; b = 1 gives m = 4, kept (Megatron's
+    1F1B takes m < p). torchtitan v0.2.2's MXFP8 linears assert no TP under torch.compile,
+    which its fp8 jobs enable: mxfp8 at tp = 2 refused, at tp = 1 kept."""
+    model = resolve_model("llama-3.1-8b")
+    piped = config(pp=4, dp=2, zero_stage=1)
+    few = piped.with_(micro_batch_size=2)
+    assert any("m=2 below p=4: torch's Schedule1F1B" in r for r in config_reasons(model, few, 8, engine="torchtitan"))
+    assert config_reasons(model, few, 8, engine="megatron") == []
+    assert config_reasons(model, piped, 8, engine="torchtitan") == []
+    mx = config(tp=2, dp=4, sequence_parallel=True).with_(precision="fp8", fp8_recipe="mxfp8")
+    assert any("MXFP8 linears refuse TP under torch.compile" in r for r in torchtitan_reasons(model, mx, 8192))
+    assert not any("MXFP8" in r for r in torchtitan_reasons(model, mx.with_(tp=1, dp=8, sequence_parallel=False),
+                                                            8192))
+
+
 def test_moe_reasons():
     """MoE under torchtitan: EP needs FSDP (not DDP, not dp*cp = 1); deepseek_v3's and gpt_oss's
     flex attention refuses CP; gpt_oss cannot pipeline; float8 MoE runs without PP and CP; CP with
@@ -170,6 +187,12 @@ def test_moe_host_sync_only_where_torchtitan_syncs():
     assert (moe_forward_syncs("torchtitan", qwen, 1), moe_forward_syncs("torchtitan", qwen, 8)) == (False, True)
     assert moe_forward_syncs("torchtitan", oss, 1) and moe_forward_syncs("megatron", qwen, 1)
     assert not moe_forward_syncs("megatron", llama, 1)
+    # below SM90 deepseek_v3, llama4 and gpt_oss turn grouped GEMMs off (args.py) and loop over
+    # their experts, reading the token counts on the host (_run_experts_for_loop); qwen3 does not
+    dsv3, scout = resolve_model("deepseek-v3"), resolve_model("llama-4-scout")
+    assert not moe_forward_syncs("torchtitan", dsv3, 1, 9.0)
+    assert moe_forward_syncs("torchtitan", dsv3, 1, 8.0) and moe_forward_syncs("torchtitan", scout, 1, 8.0)
+    assert not moe_forward_syncs("torchtitan", qwen, 1, 8.0)
 
 
 def test_moe_job_config_has_expert_parallelism_and_fp8_experts():
