@@ -169,6 +169,11 @@ def check_fixed_degrees(model: ModelSpec, wanted: LayoutFilter) -> None:
             raise SpecError(f"--layout: tp={wanted.tp}: {reason} ({model.name})")
     if wanted.pp is not None and wanted.pp > model.num_hidden_layers:
         raise SpecError(f"--layout: pp={wanted.pp} exceeds the {model.num_hidden_layers} layers of {model.name}")
+    if wanted.ep is not None and model.is_moe and wanted.ep > model.num_local_experts:
+        # ranks without an expert: Megatron needs E divisible by ep; vLLM's expert map would
+        # leave GPUs holding none of the routed experts (the searched degrees stop at E)
+        raise SpecError(f"--layout: ep={wanted.ep} exceeds the {model.num_local_experts} routed experts of "
+                        f"{model.name}")
 
 
 def run_search(model: ModelSpec, cluster: ClusterSpec, request: R, num_gpus: int, wanted: LayoutFilter,

@@ -816,3 +816,13 @@ def test_options_before_a_subcommand_are_refused(argv):
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and argv[0] in lines[0] and "before the subcommand" in lines[0], done.stderr
+
+
+def test_an_ep_above_the_routed_experts_is_a_usage_error(run_plan):
+    """Mixtral's 8 experts over --layout ep=16: half the ranks would hold no expert (vLLM's
+    expert map), Megatron needs E divisible by ep; serving accepted it and emitted a command."""
+    for workload in (("--model", "mixtral-8x7b"), ("--workload", "train", "--model", "mixtral-8x7b",
+                                                    "--global-batch", "64", "--seq-len", "4096")):
+        result = run_plan(*workload, "--cluster", "2x8xH100", "--layout", "ep=16")
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.strip() == "--layout: ep=16 exceeds the 8 routed experts of mixtral-8x7b"
