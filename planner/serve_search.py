@@ -161,9 +161,11 @@ def v0_model_refusal(model: ModelSpec, request: ServeRequest) -> str | None:
     attention (its DeepSeek-V2/V3 ran MLA as full multi-head attention and cached the
     decompressed heads: vllm/attention/backends/mla was added in 0.7.1), no hybrid recurrent
     layers, no second attention shape, no vision-language wrapper, none of the 4-bit float weight
-    formats (V0_QUANTIZATIONS). Planning these for V0 would price a KV cache and kernels that
-    release does not have. Not checked: whether its model registry has the architecture (the
-    specs do not name one; Qwen3, Llama 4 and gpt-oss came later)."""
+    formats (V0_QUANTIZATIONS), no per-head query/key norm (Qwen3's: qk_norm), no chunked local
+    attention (Llama 4's) -- vllm/model_executor/models/registry.py at 0.6.6.post1 lists neither
+    family (gpt-oss's MXFP4 weights are refused above). Planning these for V0 would price a KV cache
+    and kernels that release does not have. The specs name no architecture, so a model that the
+    registry lacks but that shares its fields with one it has is not caught."""
     release = request.engine_versions.vllm_release
     if release.v1_engine:
         return None
@@ -178,6 +180,11 @@ def v0_model_refusal(model: ModelSpec, request: ServeRequest) -> str | None:
         lacks.append("two attention shapes")
     if model.text_model_of is not None:
         lacks.append(f"{model.text_model_of}'s vision-language wrapper")
+    if model.qk_norm:
+        lacks.append("per-head query/key RMSNorm (Qwen3's and later families'; no Qwen3ForCausalLM or "
+                     "Qwen3MoeForCausalLM in its model registry)")
+    if model.attention_chunk_size:
+        lacks.append("chunked local attention (Llama 4's; no Llama4ForConditionalGeneration in its model registry)")
     if model.quantization not in V0_QUANTIZATIONS:
         lacks.append(f"{model.quantization} weights")
     if not lacks:
