@@ -36,7 +36,7 @@ from planner.train import (
     trained_model,
     training_caveats,
 )
-from planner.train_search import TrainPlan, short_of_memory
+from planner.train_search import TP_ACROSS_NODES_MARGIN, TrainPlan, short_of_memory
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.table import Table
@@ -109,7 +109,8 @@ def render_table(plan: TrainPlan, top: int) -> Table:
     bounded = (f", {plan.num_configs_bounded:,} more not estimated: bounded below row {plan.bounded_below_row}"
                if plan.num_configs_bounded else "")
     table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total:,} feasible, "
-                        f"{len(plan.rejected):,} layouts rejected{bounded}; ranked by tokens/s)")
+                        f"{len(plan.rejected):,} layouts rejected{bounded}; ranked by tokens/s"
+                        f"{', TP inside a node first within a few percent' if plan.passed_over else ''})")
     for column in COLUMNS:
         table.add_column(column.header, justify=column.justify)
     for index, estimate in enumerate(plan.layouts[:top]):
@@ -164,7 +165,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
         f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
-        f"Why: highest tokens/s that fits ({gib(best.memory_per_gpu_bytes)} of "
+        f"Why: highest tokens/s {'with TP inside a node ' if plan.passed_over else ''}that fits "
+        f"({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
@@ -196,6 +198,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
+    lines += passed_over_lines(plan)
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
         runner = plan.layouts[1]
@@ -317,6 +320,28 @@ def in_node_alternative(plan: TrainPlan) -> tuple[int, TrainEstimate] | None:
 def slower_fraction(e: TrainEstimate, best: TrainEstimate) -> float:
     """How much fewer tokens/s `e` runs than `best`: 1 - e/best."""
     return 1 - e.tokens_per_second / best.tokens_per_second
+
+
+def passed_over_lines(plan: TrainPlan) -> list[str]:
+    """Why the recommendation is not the fastest row: train_search.prefer_tp_inside_a_node."""
+    over = plan.passed_over
+    if over is None:
+        return []
+    c, best = over.config, plan.layouts[0]
+    faster = over.tokens_per_second / best.tokens_per_second - 1
+    return [f"TP kept inside a node: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} "
+            f"{_schedule(over)} prices {faster:.1%} more tokens/s with its TP all-reduces on {over.tp_link}, "
+            f"under the {TP_ACROSS_NODES_MARGIN:.0%} that every layer's all-reduce across the NICs must win by to "
+            f"be recommended (--layout tp={c.tp} takes it)."]
+
+
+def passed_over_json(plan: TrainPlan) -> dict | None:
+    over = plan.passed_over
+    if over is None:
+        return None
+    c = over.config
+    return {"tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "tokens_per_second": over.tokens_per_second,
+            "tp_link": over.tp_link}
 
 
 def in_node_alternative_json(plan: TrainPlan) -> dict | None:
@@ -500,6 +525,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "num_configs_bounded": plan.num_configs_bounded,
         "in_node_shortfall": to_jsonable(shown_shortfall(plan)),
         "in_node_alternative": in_node_alternative_json(plan),
+        # the faster configuration with TP across nodes ranked below the recommendation (None: none)
+        "tp_across_nodes_passed_over": passed_over_json(plan),
         "suggestions": list(plan.suggestions),
         "notes": list(training_caveats(model, request)),
     })
