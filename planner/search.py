@@ -67,6 +67,9 @@ class Plan(Generic[E, R]):
     shortfall: Any = None
     """Training: when the recommendation's TP group leaves the node, the in-node configuration
     that came closest to fitting and what it misses by (train_shortfall.InNodeShortfall)."""
+    bf16_faster: Any = None
+    """Training with --precision fp8: the best bf16 configuration where it runs more tokens/s than
+    the fp8 recommendation (train_search.bf16_if_faster); None otherwise."""
     passed_over: Any = None
     """Training: the faster configuration whose TP group leaves the node that the recommendation,
     TP inside a node within train_search.TP_ACROSS_NODES_MARGIN of it, was ranked above."""

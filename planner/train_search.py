@@ -648,11 +648,26 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
                                   lambda dp: micro_batch_options(request, dp))
     if shortfall:
         plan = replace(plan, shortfall=shortfall)
+    if suggest and request.precision == "fp8" and plan.recommended is not None:
+        plan = replace(plan, bf16_faster=bf16_if_faster(model, cluster, asked, plan.recommended))
     if suggest and short_of_memory(plan):
         found = more_gpus_suggestion(model, cluster, asked)  # as asked: dp not fixed to this cluster's
         plan = replace(plan, suggestions=without_mtp_suggestion(model, cluster, asked) + (
             (found,) if found else (f"nothing up to {MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",)))
     return plan
+
+
+def bf16_if_faster(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
+                   fp8: TrainEstimate) -> TrainEstimate | None:
+    """The best bf16 configuration of the same request where it runs more tokens/s than `fp8`,
+    the fp8 plan's recommendation: fp8 halves the GEMMs' time but not the rest (attention,
+    elementwise work, communication, the MoE layers' host waits), adds its casts and a weight
+    cache, and where that memory pushes the search to smaller micro-batches or more recompute,
+    or the host already paces the step, the fp8 plan can be the slower one. None where fp8 is
+    at least as fast."""
+    bf16 = search(model, cluster, replace(request, precision="bf16", fp8_recipe=None), suggest=False, keep_top=1)
+    best = bf16.recommended
+    return best if best is not None and best.tokens_per_second > fp8.tokens_per_second else None
 
 
 TP_ACROSS_NODES_MARGIN = 0.03

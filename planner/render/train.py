@@ -198,6 +198,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
+    lines += bf16_faster_lines(plan)
     lines += passed_over_lines(plan)
     lines += shortfall_lines(plan)
     if len(plan.layouts) > 1:
@@ -333,6 +334,39 @@ def passed_over_lines(plan: TrainPlan) -> list[str]:
             f"{_schedule(over)} prices {faster:.1%} more tokens/s with its TP all-reduces on {over.tp_link}, "
             f"under the {TP_ACROSS_NODES_MARGIN:.0%} that every layer's all-reduce across the NICs must win by to "
             f"be recommended (--layout tp={c.tp} takes it)."]
+
+
+BREAKDOWN_NAMES = {"compute": "compute", "bubble": "the bubble", "tp_comm": "TP communication",
+                   "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication",
+                   "ep_comm": "the EP exchange", "cp_comm": "the CP ring", "host": "host waits (MoE syncs)"}
+
+
+def bf16_faster_lines(plan: TrainPlan) -> list[str]:
+    """--precision fp8 where bf16 runs more tokens/s (train_search.bf16_if_faster): by how much,
+    its configuration, and the step term fp8's plan spends the most more on."""
+    bf16 = plan.bf16_faster
+    if bf16 is None:
+        return []
+    fp8, c = plan.layouts[0], bf16.config
+    faster = bf16.tokens_per_second / fp8.tokens_per_second - 1
+    a, b = fp8.time_breakdown_seconds, bf16.time_breakdown_seconds
+    grown = max(BREAKDOWN_NAMES, key=lambda name: getattr(a, name) - getattr(b, name))
+    more = getattr(a, grown) - getattr(b, grown)
+    why = (f"; the fp8 plan's step spends {ms(more)} more on {BREAKDOWN_NAMES[grown]} (micro-batch "
+           f"{fp8.config.micro_batch_size}, recompute {fp8.config.recompute} against {c.micro_batch_size}, "
+           f"{c.recompute})" if more > 0 else "")
+    return [f"fp8 is slower here: bf16 runs {faster:.1%} more tokens/s ({bf16.tokens_per_second:,.0f}) at "
+            f"tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(bf16)}{why}; "
+            f"plan without --precision fp8 to launch it."]
+
+
+def bf16_faster_json(plan: TrainPlan) -> dict | None:
+    bf16 = plan.bf16_faster
+    if bf16 is None:
+        return None
+    c = bf16.config
+    return {"tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "micro_batch_size": c.micro_batch_size,
+            "recompute": c.recompute, "tokens_per_second": bf16.tokens_per_second}
 
 
 def passed_over_json(plan: TrainPlan) -> dict | None:
@@ -527,6 +561,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "in_node_alternative": in_node_alternative_json(plan),
         # the faster configuration with TP across nodes ranked below the recommendation (None: none)
         "tp_across_nodes_passed_over": passed_over_json(plan),
+        # --precision fp8: the best bf16 configuration where it runs more tokens/s (None: fp8 is as fast)
+        "bf16_faster": bf16_faster_json(plan),
         "suggestions": list(plan.suggestions),
         "notes": list(training_caveats(model, request)),
     })
