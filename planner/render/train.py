@@ -360,22 +360,25 @@ def bf16_faster_lines(plan: TrainPlan) -> list[str]:
             f"plan without --precision fp8 to launch it."]
 
 
+def other_config_json(e: TrainEstimate | None, **extra: Any) -> dict | None:
+    """A configuration the plan names beside its rows (passed over, bf16, in-node): its
+    degrees and tokens/s, and what else the caller says of it; None for none."""
+    if e is None:
+        return None
+    c = e.config
+    return {"tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "tokens_per_second": e.tokens_per_second,
+            **extra}
+
+
 def bf16_faster_json(plan: TrainPlan) -> dict | None:
     bf16 = plan.bf16_faster
-    if bf16 is None:
-        return None
-    c = bf16.config
-    return {"tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "micro_batch_size": c.micro_batch_size,
-            "recompute": c.recompute, "tokens_per_second": bf16.tokens_per_second}
+    return other_config_json(bf16, micro_batch_size=bf16.config.micro_batch_size,
+                             recompute=bf16.config.recompute) if bf16 else None
 
 
 def passed_over_json(plan: TrainPlan) -> dict | None:
     over = plan.passed_over
-    if over is None:
-        return None
-    c = over.config
-    return {"tp": c.tp, "cp": c.cp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "tokens_per_second": over.tokens_per_second,
-            "tp_link": over.tp_link}
+    return other_config_json(over, tp_link=over.tp_link) if over else None
 
 
 def in_node_alternative_json(plan: TrainPlan) -> dict | None:
@@ -383,9 +386,7 @@ def in_node_alternative_json(plan: TrainPlan) -> dict | None:
     if found is None:
         return None
     rank, e = found
-    return {"rank": rank, "tp": e.config.tp, "cp": e.config.cp, "pp": e.config.pp, "dp": e.config.dp,
-            "ep": e.config.ep, "tokens_per_second": e.tokens_per_second,
-            "slower_fraction": slower_fraction(e, plan.layouts[0])}
+    return {"rank": rank, **other_config_json(e, slower_fraction=slower_fraction(e, plan.layouts[0]))}
 
 
 def shortfall_lines(plan: TrainPlan) -> list[str]:
