@@ -178,7 +178,7 @@ MaxE2eMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean end-to-
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
 InputLenOpt = Annotated[int, typer.Option(help="Serve: prompt tokens per request.")]
 OutputLenOpt = Annotated[int, typer.Option(help="Serve: generated tokens per request.")]
-BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica (default: as many as fit); disaggregated, per decode worker (prefill workers take what the budget admits).")]
+BatchOpt = Annotated[int | None, typer.Option(help="Serve: concurrent sequences per replica, emitted as --max-num-seqs (default: vLLM's own max-num-seqs for the release and GPU, 1024 or 256, capped by the KV cache and the step's token budget; the peak-throughput concurrency where prompts overflow the budget; 1 with --objective latency unless a finite --request-rate is given); disaggregated, per decode worker (prefill workers take what the budget admits).")]
 MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length (default: the model's max_position_embeddings).")]
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]

@@ -140,7 +140,9 @@ class ServeRequest:
     input_len: int = 1024
     output_len: int = 256
     batch: int | None = None
-    """Concurrent sequences per replica; None = as many as the KV cache holds."""
+    """Concurrent sequences per replica; None = vLLM's max-num-seqs default for the release and
+    GPU (serve.wanted_batch), capped by the KV cache and the token budget, 1 for the latency
+    objective without a finite rate."""
     max_model_len: int | None = None
     """None = the model's max_position_embeddings (vLLM's default)."""
     gpu_memory_utilization: float = 0.9
