@@ -120,6 +120,12 @@ def micro_batch_options(request: TrainRequest, dp: int) -> list[int]:
     return [b for b in range(1, min(MAX_MICRO_BATCH_SIZE, per_replica) + 1) if per_replica % b == 0]
 
 
+LAYOUT_SPLIT_MIN_CHUNKS = 4
+"""Interleaved chunk counts 2..4 are tried through a per-chunk split (Megatron's layout string,
+torchtitan's module lists) wherever the layers do not split evenly, besides the divisors of the
+stages' typical size: a search bound, not a fit."""
+
+
 def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[tuple[str, int]]:
     """(schedule, v) pairs; v = 1 except interleaved, whose v divides the layers per stage
     (uneven split: the first, middle and last stage's layers, Megatron's rule) or, with
@@ -136,7 +142,10 @@ def schedule_options(model: ModelSpec, request: TrainRequest, pp: int) -> list[t
     if L % pp:
         # where neither flag splits the layers for a v dividing the stages' typical size,
         # Megatron's layout string (DeepSeek-V3's 61 layers on 8 stages: v = 2 or 4)
-        chunks |= {v for v in divisors(-(-L // pp)) if v not in chunks and has_layout_split(L, pp, v, request.engine)}
+        # and the few chunks a stage may hold where that size is prime (61 layers on 2 stages: 31,
+        # whose only divisor is itself; Megatron's layout string takes v = 2 as 16+16 | 15+14)
+        tried = set(divisors(-(-L // pp))) | set(range(2, LAYOUT_SPLIT_MIN_CHUNKS + 1))
+        chunks |= {v for v in tried if v > 1 and v not in chunks and has_layout_split(L, pp, v, request.engine)}
     chunk_options = sorted(chunks)
     if request.schedule:
         schedules = [request.schedule]

@@ -359,3 +359,15 @@ def test_even_stages_that_v_does_not_divide_run_through_a_per_chunk_split(engine
     refused = estimate(model, cluster, replace(config, virtual_stages=21), request)
     assert isinstance(refused, Rejected)
     assert any("layers per stage 20 not divisible by v=21, nor spread over 21 chunks" in r for r in refused.reasons)
+
+
+def test_a_prime_stage_size_still_interleaves_in_a_few_chunks():
+    """61 layers on 2 stages: ceil(61/2) = 31 is prime, so its divisors offered only v = 31; the
+    layout string takes v = 2, 3 and 4 as well (32 | 29 as 16+16 | 15+14 at v = 2), which
+    --virtual-stages 2 already ran, and the search now tries (LAYOUT_SPLIT_MIN_CHUNKS)."""
+    from planner.requests import TrainRequest
+    from planner.train_search import schedule_options
+
+    model = resolve_model("deepseek-v3")
+    pairs = set(schedule_options(model, TrainRequest(global_batch=512, seq_len=4096), 2))
+    assert {("interleaved", 2), ("interleaved", 3), ("interleaved", 4)} <= pairs
