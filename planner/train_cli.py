@@ -133,6 +133,9 @@ def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:
     # the reasons that refuse the most layouts first (one that refuses them all is the cause)
     counts = Counter(reason for r in plan.rejected for reason in dict.fromkeys(r.reasons))
     reasons = [reason for reason, _ in counts.most_common()]
+    # a reason every rejected layout gives is the cause: the others only pad the line
+    universal = [reason for reason in reasons if counts[reason] == len(plan.rejected)]
+    reasons = universal or reasons
     shown = "; ".join(reasons[:MAX_CONTRADICTION_REASONS])
     more = f" (and {len(reasons) - MAX_CONTRADICTION_REASONS} more)" if len(reasons) > MAX_CONTRADICTION_REASONS else ""
     return (f"{' '.join(flags)}: no configuration runs with these settings on {plan.num_gpus} GPUs: "

@@ -383,6 +383,12 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
          "256", "--seq-len", "4096", "--virtual-stages", "20", "--no-sensitivity"],
         ("--virtual-stages 20", "no configuration runs with these settings"),
     ),
+    # one reason refuses every layout: it alone is the cause, nothing else pads the line
+    "deepep-across-a100-nodes-alone": (
+        ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "4x8xA100", "--global-batch", "256",
+         "--seq-len", "4096", "--moe-dispatcher", "deepep", "--layout", "ep=16"],
+        ("--layout ep=16: no configuration runs", "runs inside one node only", "this EP group spans nodes"),
+    ),
     "engine-version-of-a-serving-engine-in-training": (
         ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "256",
          "--seq-len", "4096", "--engine-version", "vllm=0.22.0"],
@@ -826,3 +832,10 @@ def test_an_ep_above_the_routed_experts_is_a_usage_error(run_plan):
         result = run_plan(*workload, "--cluster", "2x8xH100", "--layout", "ep=16")
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr.strip() == "--layout: ep=16 exceeds the 8 routed experts of mixtral-8x7b"
+
+
+def test_a_reason_every_layout_gives_stands_alone(results):
+    """The DeepEP refusal rejects every layout of --layout ep=16 on 4x8 A100; the line used to
+    add the interleaving and other reasons some layouts also gave."""
+    line = _assert_one_line_exit_2(results["deepep-across-a100-nodes-alone"])
+    assert "interleaving" not in line and ";" not in line.split("spans nodes")[-1]
