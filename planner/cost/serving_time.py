@@ -615,9 +615,13 @@ def moe_kernel_seconds_of_terms(kernel: MoeKernelRates, weight_bytes: float, ter
                                 load_factor: float = 1.0, pair_pass_bytes: float = 0.0) -> tuple[float, bool]:
     """moe_kernel_seconds with the expert GEMMs given as their expert_gemm_terms."""
     weight_seconds = weight_bytes / kernel.hbm_bytes_per_s
-    compute_seconds = load_factor * (terms[0] + kernel.half_rows * terms[1]) / kernel.flops_per_s
+    shape_seconds = load_factor * terms[0] / kernel.flops_per_s  # the FLOPs at full tiles
+    compute_seconds = shape_seconds + load_factor * kernel.half_rows * terms[1] / kernel.flops_per_s
     pair_seconds = load_factor * kernel.pair_passes * pair_pass_bytes / kernel.pair_bytes_per_s
-    return kernel.floor_seconds + max(weight_seconds, compute_seconds) + pair_seconds, weight_seconds >= compute_seconds
+    # the bound named: the weight read against the FLOPs themselves; the half-filled tiles of a
+    # few rows per expert (half_rows) slow the kernel without making its work compute (batch 1
+    # decode was called compute-bound)
+    return kernel.floor_seconds + max(weight_seconds, compute_seconds) + pair_seconds, weight_seconds >= shape_seconds
 
 
 def routed_pair_pass_bytes(model: ModelSpec, gemms: list[Gemm]) -> float:

@@ -106,6 +106,12 @@ def test_kernel_time_hand_worked():
     assert seconds == pytest.approx(30e-6 + 1e11 / (500e12 * (5000 / 5050) * 0.25), rel=1e-9)
     assert seconds == pytest.approx(838e-6, rel=1e-3) and not weight_bound
     assert moe_kernel_seconds(kernel, 100e6, big, load_factor=2.0)[0] == pytest.approx(1646e-6, rel=1e-3)
+    # one row per expert (batch 1 decode), F = 1e9 FLOP in GEMMs of M 1, N 128, K 128: u = (1/51)(0.25),
+    # 1e9 / (500e12 * 0.0049) = 408 us, above the 100 us weight read (438 us in all); the FLOPs at
+    # full tiles take 1e9 / (500e12 * 0.25) = 8 us: the half-filled tiles slow it, but the work
+    # is not compute, so the weights are named as its bound (it was called compute-bound)
+    seconds, weight_bound = moe_kernel_seconds(kernel, 100e6, [Gemm(1, 128, 128, 1e9 / (2 * 128 * 128))])
+    assert seconds == pytest.approx(438e-6, rel=1e-9) and weight_bound
 
 
 @pytest.mark.parametrize(("spec", "expected"), [("qwen3-30b-a3b", "bf16"), ("qwen3-235b-a22b-fp8", "fp8"),
