@@ -646,8 +646,24 @@ def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout
                           imbalance: float = 1.0, touched_experts: float | None = None,
                           kernel: MoeKernelRates | None = None) -> tuple[float, bool]:
     """moe_layer_gemm_seconds and whether the weight read bounds it (with EP, plus
-    ep_foreign_pair_seconds); `kernel` the moe_kernel already looked up, if any."""
-    m = max(1, round(num_tokens))
+    ep_foreign_pair_seconds); `kernel` the moe_kernel already looked up, if any. A fractional
+    token count (a mean load: an open loop below one sequence per micro-batch) is the mix of the
+    whole counts either side, as steps carry one or the other: the experts it touches grow in
+    whole tokens, and rounding them made a pipelined MoE replica's TPOT jump up at a mean of
+    1.5 tokens a step and back down at 2 micro-batches in flight (1.6 tokens: 8 experts or 16,
+    not one of them at 1.6x)."""
+    low = max(1, math.floor(num_tokens))
+    share = num_tokens - low
+    if share <= 0:
+        return _moe_layer_kernel_time(model, cluster, layout, low, imbalance, touched_experts, kernel)
+    below = _moe_layer_kernel_time(model, cluster, layout, low, imbalance, touched_experts, kernel)
+    above = _moe_layer_kernel_time(model, cluster, layout, low + 1, imbalance, touched_experts, kernel)
+    return (1 - share) * below[0] + share * above[0], above[1] if share >= 0.5 else below[1]
+
+
+def _moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, m: int, imbalance: float,
+                           touched_experts: float | None, kernel: MoeKernelRates | None) -> tuple[float, bool]:
+    """moe_layer_kernel_time at a whole number of tokens."""
     gemms = mlp_gemms(model, layout, m, touched_experts)
     seconds, weight_bound = moe_kernel_seconds(kernel or moe_kernel(model, cluster, layout.ep),
                                                routed_expert_bytes_read(model, layout, m, touched_experts),

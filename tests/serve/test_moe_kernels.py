@@ -259,3 +259,20 @@ def test_block_fp8_under_ep_runs_the_ep_kernel_without_foreign_pair_traffic():
     with_foreign = moe_layer_gemm_seconds(bf16, cluster, layout, 1024)
     assert with_foreign > moe_kernel_seconds(moe_kernel(bf16, cluster, 8), routed_expert_bytes_read(bf16, layout, 1024),
                                              mlp_gemms(bf16, layout, 1024), expert_load_factor(layout, 1.0))[0]
+
+
+def test_a_fractional_token_count_mixes_the_whole_counts_either_side():
+    """A mean load of 1.6 tokens a step is steps of 1 token (40%) and of 2 (60%): the fused-MoE
+    op's time is that mix, continuous across 1.5, where rounding jumped from one token's 8 experts
+    to two tokens' 16 (a pipelined Qwen3-30B-A3B replica's open-loop TPOT rose 12% at a mean of
+    half a sequence in flight)."""
+    from planner.cost.serving_time import moe_layer_kernel_time
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xH100")
+    layout = Layout(2, 4, 1)
+    one, two = (moe_layer_kernel_time(model, cluster, layout, n)[0] for n in (1, 2))
+    assert two > one
+    assert moe_layer_kernel_time(model, cluster, layout, 1.6)[0] == pytest.approx(0.4 * one + 0.6 * two)
+    below, above = (moe_layer_kernel_time(model, cluster, layout, n)[0] for n in (1.49, 1.51))
+    assert above - below == pytest.approx(0.02 * (two - one))
+    assert moe_layer_kernel_time(model, cluster, layout, 0.3)[0] == one  # a step runs at least one token
