@@ -395,7 +395,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                                priced, carriers)
 
     def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
-        timed = rounds(concurrency)
+        # at a rate the mean C is a time average: a decoding request finds C others beside it
+        # (steady_state prices n_d + 1 decodes), each in its own virtual engine up to p
+        # (round_time's path keeps at least the request's own sequence in its micro-batch)
+        timed = rounds(concurrency + 1 if open_loop else concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,

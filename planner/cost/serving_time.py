@@ -1263,7 +1263,14 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     slowest = max(range(len(steps)), key=lambda i: steps[i].seconds)
     hop = pipeline_hop_seconds(model, placement, max(per_batch.num_tokens, 1.0))
     engine = engine_step_seconds(per_batch)
-    path = engine + sum(step.seconds for step in steps) + layout.pp * hop
+    # the path a decoding sequence takes holds at least that sequence where a mean load is
+    # spread over more micro-batches than it fills (an open loop below one sequence per virtual
+    # engine: serve.price_steady gives a decoding request C others, each in its own engine)
+    spread = in_flight > 1 and 0 < per_batch.decode_seqs < 1
+    own = per_batch.scaled(1 / per_batch.decode_seqs) if spread else per_batch
+    own_steps = steps if own is per_batch else stage_step_times(model, cluster, layout, placement, stages, own,
+                                                               imbalance, constants, priced)
+    path = engine_step_seconds(own) + sum(step.seconds for step in own_steps) + layout.pp * hop
     busiest = in_flight * steps[slowest].seconds
     engines = in_flight * engine
     chunk_steps = None
