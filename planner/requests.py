@@ -227,7 +227,7 @@ class ServeRequest:
         sum O_j (I_j + O_j / 2) / sum O_j over the --dataset rows (a request of O output tokens
         is in O decode steps at its mean context I + O/2), I + O/2 without a dataset. Above the
         means' I + O/2 when long prompts come with long outputs; what the decode steps read and
-        a running sequence holds (docs/cost-model.md, Serving: a length mix)."""
+        a running sequence holds (docs/cost-model.md, Serving: bursts and request rates, "A length mix in the steady state")."""
         if not self.dataset_lengths:
             return self.input_len + self.output_len / 2
         total = sum(o for _, o in self.dataset_lengths)

@@ -220,7 +220,7 @@ V0_NOTE = ("vLLM {version} is the V0 engine: the KV cache, the batch defaults an
            "step times are priced as current vLLM's (calibrated on V1, whose scheduler costs less per step), so "
            "TPOT and throughput are optimistic for it; the plan does not check that its model registry has this "
            "architecture")
-"""What a V0 plan prices as V1 (docs/cost-model.md, Serving: memory, the V0 engine)."""
+"""What a V0 plan prices as V1 (docs/cost-model.md, Serving: memory (vLLM budget), "The V0 engine")."""
 
 
 def apart_notes(is_moe: bool, layout: Layout, v1_engine: bool = True) -> list[str]:

@@ -672,8 +672,8 @@ class CollectiveCurve(_Curve):
 class EngineAllreduceCurve(_Curve):
     """The serving engine's (vLLM's) TP all-reduce as its communicator dispatches it (custom
     one-shot / two-shot kernels, symmetric memory, NCCL for the largest messages), measured for
-    a TP group of num_ranks inside one NVLink node. docs/cost-model.md (Serving: the TP
-    all-reduce)."""
+    a TP group of num_ranks inside one NVLink node. docs/cost-model.md (Serving: one engine
+    step, its TP all-reduce)."""
 
     num_ranks: Count(MAX_NUM_GPUS)
 
@@ -683,7 +683,7 @@ class FusedAllreduceCurve(EngineAllreduceCurve):
     Blackwell with TP > 1: FlashInfer's trtllm_allreduce_fusion, one-shot / two-shot kernels
     over NVLink peer memory) for a TP group of num_ranks inside one node: its measured time by
     message size, and the largest message vLLM fuses (larger ones go to its unfused all-reduce).
-    docs/cost-model.md (Serving: the TP all-reduce)."""
+    docs/cost-model.md (Serving: one engine step, its TP all-reduce)."""
 
     max_mib: Quantity(MAX_MEMORY_GIB * units.BYTES_PER_GIB / units.BYTES_PER_MIB)
     """The largest message (MiB) vLLM fuses at this group size (FI_ALLREDUCE_FUSION_MAX_SIZE_MB)."""

@@ -5,7 +5,7 @@ all-reduce, tests/fixtures/aiconfigurator_silicon/trtllm_custom_allreduce.csv); 
 at the probe's curve where the cluster was measured, else at vLLM's own unfused all-reduce as
 measured (catalog serving_allreduce_unfused, vllm_allreduce.csv); groups across nodes and GPUs
 without the entries at NCCL's (the probe's curve or the ring model).
-docs/cost-model.md (Serving: the TP all-reduce)."""
+docs/cost-model.md (Serving: one engine step, its TP all-reduce)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sharded data parallel: the DP group's placement, its two-level rings across nodes, what
 the overlap windows hide, the FSDP unit buffers, and Megatron-FSDP with TP and CP.
-Sources: docs/cost-model.md (Training: data parallel); Megatron-LM core_v0.19.0
+Sources: docs/cost-model.md (Training: step time, data parallel); Megatron-LM core_v0.19.0
 parallel_state.py (rank order tp-cp-ep-dp-pp), docs/user-guide/features/megatron_fsdp.md."""
 
 from __future__ import annotations
