@@ -81,6 +81,11 @@ NON_GATED_MLP_MODEL_TYPES = frozenset({
 GPTNeoXMLP (dense_h_to_4h), GPTJMLP (fc_in, fc_out), OPT (fc1, fc2), BloomMLP, FalconMLP,
 PhiMLP (fc1, fc2), Starcoder2MLP (c_fc, c_proj), MptMLP, PersimmonMLP and NemotronMLP
 (relu^2): transformers modeling_<family>.py."""
+LAYERNORM_MODEL_TYPES = NON_GATED_MLP_MODEL_TYPES
+"""Families normed by LayerNorm, not RMSNorm: the two-matrix-MLP families above, each
+modeling_<family>.py's nn.LayerNorm (NemotronLayerNorm1P for nemotron)."""
+LAYERNORM_1P_MODEL_TYPES = frozenset({"nemotron"})
+"""LayerNorm with the weight stored as gamma - 1 (transformers modeling_nemotron.py NemotronLayerNorm1P)."""
 GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "gelu_pytorch_tanh_gated", "geglu", "swigluoai"}
 """A family in neither list: gated if its activation names a gated unit (SwiGLU-era
 configs say silu; swigluoai is gpt-oss's clamped SwiGLU, gate and up in one matrix);
@@ -397,6 +402,12 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     if activation is not None:
         fields["mlp_activation"] = activation
     fields["qkv_bias"] = kind in QKV_BIAS_MODEL_TYPES
+    if kind in LAYERNORM_MODEL_TYPES:
+        fields["norm_type"] = "layernorm"
+        fields["layernorm_1p"] = kind in LAYERNORM_1P_MODEL_TYPES
+    rotated = text.get("partial_rotary_factor")
+    if isinstance(rotated, (int, float)) and not isinstance(rotated, bool) and 0 < rotated < 1:
+        fields["partial_rotary_factor"] = float(rotated)
     fields.update(moe_fields(text, kind, str(path)))
     if text.get("hybrid_layer_pattern") is not None:
         fields.update(hybrid_pattern_fields(text, path))

@@ -161,7 +161,13 @@ class ModelSpec(_Spec):
     """Biases on q, k, v only (Qwen2-style)."""
     mlp_bias: Flag = False
     norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    layernorm_1p: Flag = False
+    """LayerNorm with its weight stored as gamma - 1 (Nemotron's LayerNorm1P; Megatron-LM's
+    --apply-layernorm-1p, layernorm_zero_centered_gamma): the same work, another checkpoint."""
     position_embedding: Literal["rope", "learned"] = "rope"
+    partial_rotary_factor: Quantity(1.0, 0) = 1.0
+    """The share of each query and key head's dims RoPE rotates (config.json
+    partial_rotary_factor: Nemotron's 0.5; Megatron-LM's --rotary-percent); 1 = all."""
     rope_theta: Quantity(MAX_ROPE_THETA) = 10000.0
     """RoPE base frequency (config.json rope_theta); 10000 is the RoPE paper's and Megatron's default."""
     llama3_rope_scaling_factor: Quantity(1024.0) | None = None

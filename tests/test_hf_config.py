@@ -820,3 +820,27 @@ def test_the_mlp_activation_where_it_is_not_the_usual_one(tmp_path: Path, keys: 
     config = {**{k: v for k, v in LLAMA_3_1_70B.items() if k != "hidden_act"}, **keys}
     model = resolve_model(str(_write(tmp_path, config)))
     assert (model.gated_mlp, model.mlp_activation) == (gated, activation)
+
+
+def test_nemotron_layernorm_1p_and_half_rotary(tmp_path: Path) -> None:
+    """A Nemotron config.json (transformers NemotronConfig: relu2, partial_rotary_factor 0.5,
+    NemotronLayerNorm1P): LayerNorm with the 1p weight and half of each head rotated, as the
+    shipped nemotron-4-340b spec says; the Megatron command carries --apply-layernorm-1p and
+    --rotary-percent 0.5, not --normalization RMSNorm. Rotary work per token at t = 8, 96 heads,
+    8 KV heads of 192 dims: (96/8 + 1) * 192 * 0.5 = 1,248 elements (2,496 for a full rotation)."""
+    from planner.cost.params import rotary_elements_per_token
+    from planner.emit.megatron import model_args
+
+    config = {"model_type": "nemotron", "architectures": ["NemotronForCausalLM"], "hidden_size": 18432,
+              "intermediate_size": 73728, "num_hidden_layers": 96, "num_attention_heads": 96,
+              "num_key_value_heads": 8, "vocab_size": 256000, "hidden_act": "relu2", "partial_rotary_factor": 0.5,
+              "max_position_embeddings": 4096, "rope_theta": 10000, "torch_dtype": "bfloat16",
+              "tie_word_embeddings": False}
+    model = resolve_model(str(_write(tmp_path / "nemotron", config)))
+    assert (model.norm_type, model.layernorm_1p, model.partial_rotary_factor) == ("layernorm", True, 0.5)
+    shipped = resolve_model("nemotron-4-340b")
+    assert (shipped.layernorm_1p, shipped.partial_rotary_factor) == (True, 0.5)
+    assert rotary_elements_per_token(model, 8) == (96 / 8 + 1) * 192 * 0.5 == 1248
+    args = model_args(model, 4096, 8)  # the flags exist at both releases (tests/engine_flags)
+    assert "--apply-layernorm-1p" in args and args[args.index("--rotary-percent") + 1] == "0.5"
+    assert "RMSNorm" not in args

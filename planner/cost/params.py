@@ -622,14 +622,16 @@ def training_attention_widths(model: ModelSpec, tp: int) -> AttentionWidths:
 
 def rotary_elements_per_token(model: ModelSpec, tp: int) -> float:
     """Elements one token's rotary embedding rewrites on one GPU: the query and key heads'
-    (a/t + k_gpu) * d; MLA's decoupled rope parts only, a/t query heads and the one shared key
+    (a/t + k_gpu) * d, times the rotated share of each head (partial_rotary_factor: Nemotron's
+    half); MLA's decoupled rope parts only, a/t query heads and the one shared key
     of qk_rope_head_dim each (DeepSeek-V2, arXiv:2405.04434, sec. 2.1.3); 0 with learned
     positions (position_embedding: learned)."""
     if model.position_embedding != "rope":
         return 0.0
     if model.is_mla:
         return (model.num_attention_heads / tp + 1) * model.qk_rope_head_dim
-    return (model.num_attention_heads / tp + kv_heads_per_gpu(model, tp)) * model.head_dim
+    heads = model.num_attention_heads / tp + kv_heads_per_gpu(model, tp)
+    return heads * model.head_dim * model.partial_rotary_factor
 
 
 def tp_head_reasons(model: ModelSpec, tp: int) -> list[str]:

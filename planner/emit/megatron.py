@@ -101,8 +101,12 @@ def model_args(model: ModelSpec, seq_len: int, tp: int) -> list[str]:
         args.append("--squared-relu")
     if model.norm_type == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
+    elif model.layernorm_1p:  # Nemotron's LayerNorm1P (arguments.py at core_v0.14.0 and core_v0.19.0)
+        args.append("--apply-layernorm-1p")
     if model.position_embedding == "rope":
         args += ["--position-embedding-type", "rope", "--rotary-base", f"{model.rope_theta:.0f}"]
+        if model.partial_rotary_factor < 1:  # Nemotron's half-rotated heads
+            args += ["--rotary-percent", f"{model.partial_rotary_factor:g}"]
         if model.llama3_rope_scaling_factor is not None:  # Llama 3.1's scaling (arguments.py at core_v0.14/19)
             args += ["--use-rope-scaling", "--rope-scaling-factor", f"{model.llama3_rope_scaling_factor:g}"]
     if model.qk_norm and not model.is_mla:  # MLA: mla_args
