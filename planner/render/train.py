@@ -111,8 +111,10 @@ def render_table(plan: TrainPlan, top: int) -> Table:
     table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total:,} feasible, "
                         f"{len(plan.rejected):,} layouts rejected{bounded}; ranked by tokens/s"
                         f"{', TP inside a node first within a few percent' if plan.passed_over else ''})")
+    fp8 = plan.request.precision == "fp8"  # MFU over the bf16 dense peak (FP8_MFU_BASIS)
     for column in COLUMNS:
-        table.add_column(column.header, justify=column.justify)
+        header = "MFU (bf16 peak)" if fp8 and column.header == "MFU" else column.header
+        table.add_column(header, justify=column.justify)
     for index, estimate in enumerate(plan.layouts[:top]):
         table.add_row(*(column.get(estimate, index) for column in COLUMNS))
     return table

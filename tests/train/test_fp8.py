@@ -194,3 +194,18 @@ def test_fp8_slower_than_bf16_says_so():
     dense = search(resolve_model("llama-3.1-8b"), cluster, TrainRequest(global_batch=64, seq_len=4096, precision="fp8"),
                    keep_top=1)
     assert dense.bf16_faster is None
+
+
+def test_the_table_says_the_fp8_mfu_is_over_the_bf16_peak():
+    """MFU is model FLOPs over the bf16 dense peak at every precision; an fp8 table's column
+    says so (the summary line already did)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    args = ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+            "--seq-len", "4096", "--top", "2"]
+    fp8 = CliRunner().invoke(app, [*args, "--precision", "fp8"], env={"COLUMNS": "250"})
+    bf16 = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert fp8.exit_code == 0 and bf16.exit_code == 0
+    assert "MFU (bf16 peak)" in fp8.output and "MFU (bf16 peak)" not in bf16.output and "MFU" in bf16.output
