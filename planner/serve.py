@@ -68,7 +68,12 @@ from planner.cost.speculative import speculation_shape
 from planner.errors import SpecError
 from planner.layout import Layout, Placement, Rejected, place
 from planner.memo import Memo
-from planner.requests import DEFAULT_NUM_PROMPTS, MAX_SIMULATED_STEPS, ServeRequest
+from planner.requests import (
+    DEFAULT_ALL2ALL_BACKEND,
+    DEFAULT_NUM_PROMPTS,
+    MAX_SIMULATED_STEPS,
+    ServeRequest,
+)
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import seconds_to_ms
 from planner.workload import random_dataset_lengths, sampled_dataset_lengths, workload_requests
@@ -294,7 +299,7 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     if reasons:
         return Rejected(layout, tuple(reasons))
     placement = place(cluster, layout)
-    if request.all2all_backend != "allgather_reducescatter" and layout.ep > 1 and layout.dp_per_ep_group > 1:
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and layout.ep > 1 and layout.dp_per_ep_group > 1:
         spans = layout.ep > cluster.gpus_per_node  # the EP group: the replica's tp * d ranks, placed in order
         refusal = deepep_ampere_refusal(cluster, request.all2all_backend, spans)
         if refusal is not None:

@@ -654,9 +654,9 @@ def moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout
     not one of them at 1.6x)."""
     low = max(1, math.floor(num_tokens))
     share = num_tokens - low
-    if share <= 0:
-        return _moe_layer_kernel_time(model, cluster, layout, low, imbalance, touched_experts, kernel)
     below = _moe_layer_kernel_time(model, cluster, layout, low, imbalance, touched_experts, kernel)
+    if share <= 0:
+        return below
     above = _moe_layer_kernel_time(model, cluster, layout, low + 1, imbalance, touched_experts, kernel)
     return (1 - share) * below[0] + share * above[0], above[1] if share >= 0.5 else below[1]
 
