@@ -300,7 +300,8 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
         return Rejected(layout, tuple(reasons))
     placement = place(cluster, layout)
     if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and layout.ep > 1 and layout.dp_per_ep_group > 1:
-        spans = layout.ep > cluster.gpus_per_node  # the EP group: the replica's tp * d ranks, placed in order
+        # the EP group: tp ranks of each of d DP ranks, each DP rank owning pp * tp GPUs in order
+        spans = placement.ep_group is not None and placement.ep_group.num_nodes > 1
         refusal = deepep_ampere_refusal(cluster, request.all2all_backend, spans)
         if refusal is not None:
             return Rejected(layout, (f"--all2all-backend {request.all2all_backend}: {refusal}",))
@@ -345,6 +346,27 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     return ReplicaSetup(placement, tuple(stages), max_model_len, kv_tokens, wanted, fit, cap, budget, constants,
                         clients_bound, clients, tuple(notes))
+
+
+def clients_capacity_per_s(request: ServeRequest, layout: Layout,
+                           steady_at: Callable[[int], SteadyState]) -> float:
+    """The requests/s --max-concurrency's C clients complete over the dp replicas, each holding
+    its share in a closed loop (`steady_at`): C = q dp + r, r replicas hold q + 1, the rest q
+    (none where C < dp). 3 clients over 8 replicas completing 0.72 req/s alone: 3 x 0.72 =
+    2.16 req/s, whatever the rate asked."""
+    q, r = divmod(request.max_concurrency, layout.dp)
+    fuller = r * steady_at(q + 1).requests_per_second if r else 0.0
+    return fuller + ((layout.dp - r) * steady_at(q).requests_per_second if q else 0.0)
+
+
+def clients_spread(clients: int, replicas: int) -> str:
+    """How `clients` closed-loop clients spread over `replicas` (least-loaded routing), in words."""
+    q, r = divmod(clients, replicas)
+    if r == 0:
+        return f"{q:,} in flight on each of the {replicas} replica(s)"
+    if q == 0:
+        return f"1 in flight on {r} of the {replicas} replicas (the rest idle)"
+    return f"{q + 1:,} in flight on {r} of the {replicas} replicas and {q:,} on the rest"
 
 
 def clients_per_replica(request: ServeRequest, layout: Layout) -> int | None:
@@ -402,12 +424,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
         # at a rate the mean C is a time average: a decoding request finds C others beside it
         # (steady_state prices n_d + 1 decodes), each in its own virtual engine up to p
-        # (round_time's path keeps at least the request's own sequence in its micro-batch)
-        timed = rounds(concurrency + 1 if open_loop else concurrency)
+        # (round_time's path keeps at least the request's own sequence in its micro-batch), up
+        # to the cap the engine (--max-num-seqs) and the clients allow
+        timed = rounds(min(concurrency + 1, cap) if open_loop else concurrency)
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
-                            request.decode_context_tokens, request.prompt_pairs, open_loop)
+                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
@@ -450,7 +473,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # --batch as its --max-num-seqs)
         top = knee if knee is not None else cap
         arriving = solve_open_loop(offered / layout.dp, open_at, top)
-        if arriving is None and clients is not None:  # the clients may keep up where the open queue would not
+        if request.max_concurrency is not None:
+            # the clients hold at most --max-concurrency in flight over all replicas (the busiest
+            # replica holds `clients`, the ceiling): an open queue that would hold more than that
+            # is theirs to bound, and beyond what they complete the rate is held back
+            if arriving is not None and arriving.concurrency * layout.dp > request.max_concurrency:
+                arriving = None
+            if arriving is None and clients_capacity_per_s(request, layout, steady_at) >= offered:
+                arriving = clients_at_rate(offered / layout.dp, steady_at, top)
+        elif arriving is None and clients is not None:  # the clients may keep up where the open queue would not
             arriving = clients_at_rate(offered / layout.dp, steady_at, top)
         if arriving is not None and has_sla and not all(sla_check(request, arriving)):
             # it takes the rate only past a limit: within the limits it runs fewer requests at
@@ -515,10 +546,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{steady.concurrency:g} in flight): requests queue for as long as they keep coming, so the "
                      f"times shown are at capacity, before that queue")
     elif offered is not None and arriving is None:
-        notes.append(f"Client-held: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
-                     f"{layout.dp} replica(s), but --max-concurrency {request.max_concurrency:,} keeps "
-                     f"{clients:,} in flight on each, which complete {steady.requests_per_second:.3g} req/s: "
-                     f"the benchmark runs below the rate (its requests wait for a slot on the client)")
+        notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
+                     f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
+                     f"{clients_capacity_per_s(request, layout, steady_at):.3g} req/s in all: the benchmark runs "
+                     f"below the rate (its requests wait for a slot on the client)")
     if arriving is None and clients is not None and clients > batch:
         # closed loop (no rate, or one the clients cannot keep up with): the clients the
         # engine does not run wait in its queue for a slot, in TTFT and E2E as the benchmark

@@ -318,7 +318,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
                  spec_tokens: int = 0, context_tokens: float | None = None,
-                 prompt_pairs: float | None = None, open_loop: bool = False) -> SteadyState:
+                 prompt_pairs: float | None = None, open_loop: bool = False,
+                 max_running: float = math.inf) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so a prompt is N = ceil(I / (B - n_d / k)) chunks; a round takes up
@@ -359,7 +360,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     the mean number in the replica, R E2E by Little's law (fractional; below 1 at light load):
     a decoding request's rounds carry every arriving prompt's chunks (own_prompt_share 0) and its
     own decode beside the others' n_d (its rounds price n_d + 1 decodes: the others it finds are
-    the time average), and a new request waits out the current round with probability 1 - e^-C
+    the time average, but never more than `max_running`, the sequences the engine or the clients
+    let run at once), and a new request waits out the current round with probability 1 - e^-C
     (busy_on_arrival).
     solve_open_loop finds the C of a rate."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
@@ -419,7 +421,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         # Poisson arrivals are as many as the time average (M/G/infinity: the others a request
         # finds are Poisson with the mean of the whole), so it sees n_d + 1 (at light load one
         # sequence, never less: the decode round of n_d < 1 priced a fraction of one)
-        seen = decode_seqs + 1
+        seen = max(decode_seqs, min(decode_seqs + 1, max_running))
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
     unqueued = first_token_seconds + alignment * mean_round + prompt_service_seconds(prompt_chunks, prompt_round,

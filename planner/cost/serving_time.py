@@ -1265,8 +1265,10 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     engine = engine_step_seconds(per_batch)
     # the path a decoding sequence takes holds at least that sequence where a mean load is
     # spread over more micro-batches than it fills (an open loop below one sequence per virtual
-    # engine: serve.price_steady gives a decoding request C others, each in its own engine)
-    spread = in_flight > 1 and 0 < per_batch.decode_seqs < 1
+    # engine: serve.price_steady gives a decoding request C others, each in its own engine); a
+    # subnormal share (below 2^-1022, IEEE 754's least normal double: its reciprocal overflows)
+    # is none
+    spread = in_flight > 1 and 2.0 ** -1022 <= per_batch.decode_seqs < 1
     own = per_batch.scaled(1 / per_batch.decode_seqs) if spread else per_batch
     own_steps = steps if own is per_batch else stage_step_times(model, cluster, layout, placement, stages, own,
                                                                imbalance, constants, priced)

@@ -418,3 +418,17 @@ def test_deepep_on_ampere_runs_high_throughput_inside_a_node_only():
     across = estimate(model, two, Layout(1, 1, 16, ep=16), request)
     assert isinstance(inside, ServeEstimate)
     assert isinstance(across, Rejected) and "runs inside one node only" in across.reasons[0]
+
+
+def test_deepep_on_ampere_counts_the_pipeline_in_the_ep_groups_span():
+    """vLLM gives each DP rank pp * tp consecutive GPUs, so an EP group of 8 DP ranks at tp=1
+    and pp=2 touches 8 x 2 = 16 GPUs: two A100 nodes, over InfiniBand. The check compared ep = 8
+    with the node's 8 GPUs and let it run on DeepEP's intranode-only Ampere build."""
+    from planner.serve import Rejected, ServeEstimate
+
+    model, two = resolve_model("qwen3-30b-a3b"), resolve_cluster("2x8xA100")
+    request = ServeRequest(all2all_backend="deepep_high_throughput")
+    staged = estimate(model, two, Layout(1, 2, 8, ep=8), request)
+    flat = estimate(model, two, Layout(1, 1, 8, ep=8), request)
+    assert isinstance(staged, Rejected) and "runs inside one node only" in staged.reasons[0]
+    assert isinstance(flat, ServeEstimate)

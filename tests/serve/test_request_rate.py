@@ -106,6 +106,14 @@ def test_open_loop_steady_state_by_hand():
     assert light.tpot_seconds == pytest.approx(0.0113960, rel=1e-5)
     assert light.tpot_seconds >= rounds(StepLoad(1, 0), None)
 
+    # the engine (or the clients) run at most 4.5 at once: the request sees 4.5 decoding, not
+    # 3.9604 + 1: TPOT = 17.9208 + (4.5 - 3.9604) x 1 ms = 18.4604 ms
+    capped = steady_state(4.0, **kwargs, open_loop=True, max_running=4.5)
+    assert capped.tpot_seconds == pytest.approx(0.0184604, rel=1e-5)
+    # a cap above n_d + 1 changes nothing, and one at the mean never prices fewer than n_d
+    assert steady_state(4.0, **kwargs, open_loop=True, max_running=8).tpot_seconds == opened.tpot_seconds
+    assert steady_state(4.0, **kwargs, open_loop=True, max_running=3.0).tpot_seconds == pytest.approx(0.0179208)
+
 
 def test_tpot_at_a_light_rate_is_never_below_a_lone_request():
     """Qwen3-0.6B on 4x8 H100 at 10 requests/s: most layouts hold well under one request per
