@@ -18,7 +18,7 @@ from planner.train import (
     trained_model,
     training_caveats,
 )
-from planner.train_search import TrainPlan, search, short_of_memory
+from planner.train_search import TrainPlan, constraint_flags, search, short_of_memory
 
 
 def run_train(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, *, json_output: bool,
@@ -97,23 +97,6 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
 
 MAX_CONTRADICTION_REASONS = 3
 """Distinct reasons a contradictory request's one-line error quotes."""
-
-
-def constraint_flags(request: TrainRequest) -> list[str]:
-    """The flags that narrowed the search, as given (--layout's degrees, micro-batch, schedule,
-    virtual stages, recompute, sequence parallelism, ZeRO)."""
-    given = request.layout
-    degrees = [f"{name}={value}" for name, value in (("tp", given.tp), ("pp", given.pp), ("dp", given.dp),
-                                                       ("ep", given.ep), ("cp", given.cp)) if value is not None]
-    flags = [f"--layout {','.join(degrees)}"] if degrees else []
-    for flag, value in (("--micro-batch", request.micro_batch), ("--schedule", request.schedule),
-                        ("--virtual-stages", request.virtual_stages), ("--recompute", request.recompute),
-                        ("--zero", request.zero_stage)):
-        if value is not None:
-            flags.append(f"{flag} {value}")
-    if request.sequence_parallel is not None:
-        flags.append("--sequence-parallel" if request.sequence_parallel else "--no-sequence-parallel")
-    return flags
 
 
 def contradictory_flags(request: TrainRequest, plan: TrainPlan) -> str | None:

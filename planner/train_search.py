@@ -661,8 +661,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
         plan = replace(plan, bf16_faster=bf16_if_faster(model, cluster, asked, plan.recommended))
     if suggest and short_of_memory(plan):
         found = more_gpus_suggestion(model, cluster, asked)  # as asked: dp not fixed to this cluster's
-        plan = replace(plan, suggestions=without_mtp_suggestion(model, cluster, asked) + (
-            (found,) if found else (f"nothing up to {MAX_SUGGESTED_GPUS:,} GPUs of this kind fits",)))
+        searched = searched_flags_suggestion(model, cluster, asked)
+        nothing = f"nothing up to {MAX_SUGGESTED_GPUS:,} GPUs of this kind fits" + (" with these flags" if searched else "")
+        plan = replace(plan, suggestions=searched + without_mtp_suggestion(model, cluster, asked) + (
+            (found,) if found else (nothing,)))
     return plan
 
 
@@ -701,6 +703,44 @@ def prefer_tp_inside_a_node(plan: TrainPlan, cluster: ClusterSpec) -> TrainPlan:
         if not tp_leaves_node(cluster, e.config.tp):
             return replace(plan, layouts=(e, *plan.layouts[:i], *plan.layouts[i + 1:]), passed_over=best)
     return plan
+
+
+def constraint_flags(request: TrainRequest) -> list[str]:
+    """The flags that narrowed the search, as given (--layout's degrees, micro-batch, schedule,
+    virtual stages, recompute, sequence parallelism, ZeRO)."""
+    given = request.layout
+    degrees = [f"{name}={value}" for name, value in (("tp", given.tp), ("pp", given.pp), ("dp", given.dp),
+                                                       ("ep", given.ep), ("cp", given.cp)) if value is not None]
+    flags = [f"--layout {','.join(degrees)}"] if degrees else []
+    for flag, value in (("--micro-batch", request.micro_batch), ("--schedule", request.schedule),
+                        ("--virtual-stages", request.virtual_stages), ("--recompute", request.recompute),
+                        ("--zero", request.zero_stage)):
+        if value is not None:
+            flags.append(f"{flag} {value}")
+    if request.sequence_parallel is not None:
+        flags.append("--sequence-parallel" if request.sequence_parallel else "--no-sequence-parallel")
+    return flags
+
+
+def searched_flags_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[str, ...]:
+    """Where the request's own flags (constraint_flags: --micro-batch, --zero, --recompute,
+    --layout, ...) narrowed a search in which nothing fits: the configuration the same GPUs run
+    with all of them searched instead, or nothing. `--micro-batch 64` on Llama-3.1-8B at 8,192
+    tokens: 8 H100 run micro-batch 1 (before, the plan only offered 16 GPUs)."""
+    flags = constraint_flags(request)
+    if not flags:
+        return ()
+    free = replace(request, layout=LayoutFilter(), micro_batch=None, schedule=None, virtual_stages=None,
+                   recompute=None, sequence_parallel=None, zero_stage=None)
+    try:
+        plan = search(model, cluster, free, suggest=False)
+    except SpecError:  # the rest of the request does not hold by itself
+        return ()
+    if not plan.layouts:
+        return ()
+    c = plan.layouts[0].config
+    return (f"these GPUs run {_config_words(c)}, micro-batch {c.micro_batch_size} with {' '.join(flags)} "
+            f"searched instead",)
 
 
 def without_mtp_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> tuple[str, ...]:

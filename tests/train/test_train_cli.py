@@ -527,3 +527,25 @@ def test_the_usual_activation_spelled_out_still_launches(update):
 
     model = resolve_model("llama-3.1-8b").model_copy(update=update)
     assert model_refusals(model, parse_engine_versions(None).megatron_release) == []
+
+
+def test_nothing_fits_under_the_flags_says_what_these_gpus_run_without_them():
+    """--micro-batch 64 for Llama-3.1-8B at 8,192 tokens on 8 H100: 64 x 8,192 tokens of
+    activations per GPU do not fit whatever the layout. The plan offered only more GPUs (16,
+    still at micro-batch 64); with the fixed flags searched the same 8 GPUs train it, and that
+    comes first. A request whose flags fix nothing gets no such line."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import TrainRequest
+    from planner.train_search import search
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    fixed = search(model, cluster, TrainRequest(global_batch=512, seq_len=8192, micro_batch=64))
+    free = search(model, cluster, TrainRequest(global_batch=512, seq_len=8192))
+    assert not fixed.layouts and free.layouts
+    c = free.layouts[0].config
+    first = fixed.suggestions[0]
+    assert first.startswith(f"these GPUs run tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}")
+    assert first.endswith(f"micro-batch {c.micro_batch_size} with --micro-batch 64 searched instead")
+    assert any(s.endswith("(sizes tried by doubling)") for s in fixed.suggestions[1:])
+    big = search(resolve_model("llama-3.1-70b"), resolve_cluster("1x1xH100"), TrainRequest(global_batch=64, seq_len=4096))
+    assert not any("searched instead" in s for s in big.suggestions)
