@@ -21,6 +21,7 @@ from planner.cost.continuous_batching import (
     SteadyState,
     arrivals,
     clients_at_rate,
+    in_flight_weights,
     prompt_chunking,
     solve_open_loop,
     steady_state,
@@ -415,20 +416,33 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
 
-    def rounds(concurrency: float) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
-        in_flight = micro_batches_in_flight(layout, concurrency)
+    def rounds(concurrency: float, in_flight: int | None = None) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
+        in_flight = in_flight or micro_batches_in_flight(layout, concurrency)
         return lambda load, chunk=None, carriers=1: round_time(model, cluster, layout, placement, stages, load,
-                                                               in_flight, chunk, expert_imbalance(request), constants,
-                                                               priced, carriers)
+                                                               max(in_flight, carriers), chunk,
+                                                               expert_imbalance(request), constants, priced, carriers)
 
     def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
         # at a rate the mean C is a time average: a decoding request finds C others beside it
-        # (steady_state prices n_d + 1 decodes), each in its own virtual engine up to p
-        # (round_time's path keeps at least the request's own sequence in its micro-batch), up
-        # to the cap the engine (--max-num-seqs) and the clients allow
-        timed = rounds(min(concurrency + 1, cap) if open_loop else concurrency)
+        # (steady_state prices n_d + 1 decodes), Poisson in number, each in its own virtual
+        # engine up to p and the cap the engine (--max-num-seqs) and the clients allow
+        # (in_flight_weights: with k engines busy the round's load is the mean's scaled to
+        # the 1 + E[N | k] requests there, so the mix keeps the mean load; round_time's path
+        # keeps at least the request's own sequence in its micro-batch); a closed loop's C are
+        # whole and always there
+        if open_loop and layout.pp > 1:
+            mixed = [(w, (1 + others) / (1 + concurrency), rounds(concurrency, k))
+                     for k, w, others in in_flight_weights(concurrency, min(layout.pp, cap))]
+
+            def seconds(load, chunk=None, carriers=1) -> float:
+                return sum(w * timed(load.scaled(share), chunk, carriers).seconds for w, share, timed in mixed)
+        else:
+            timed = rounds(min(concurrency + 1, cap) if open_loop else concurrency)
+
+            def seconds(*load_chunk) -> float:
+                return timed(*load_chunk).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
-                            micro_batches_in_flight(layout, concurrency), lambda *load_chunk: timed(*load_chunk).seconds,
+                            micro_batches_in_flight(layout, concurrency), seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
                             request.decode_context_tokens, request.prompt_pairs, open_loop, cap)
 

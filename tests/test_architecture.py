@@ -511,6 +511,11 @@ TOLERANCE_KEYWORDS = frozenset({"rel_tol", "abs_tol", "rtol", "atol", "tol", "ep
 
 UNIT_LITERAL_ALLOWED: dict[tuple[str, str, str], str] = {
     (
+        "planner/cost/continuous_batching.py",
+        "<module>",
+        "1e-6",
+    ): "a probability floor (IN_FLIGHT_WEIGHT_FLOOR): Poisson chances below a millionth are dropped",
+    (
         "planner/render/explain.py",
         "breakdown_lines",
         "1e-9",

@@ -236,15 +236,17 @@ def test_a_learned_position_model_cannot_be_trained_with_mtp():
 def test_where_the_mtp_module_is_what_does_not_fit_the_plan_says_so():
     """DeepSeek-V3 at tp 1, pp 4, ep 64 on 32 H100 nodes: with its MTP module no configuration
     fits (the split that balances the module puts more layers on the middle stages), without it
-    one does; 'what would fit' names --mtp-layers 0 before more GPUs."""
+    one does; 'what would fit' names --mtp-layers 0 before more GPUs (after what these GPUs run
+    with the --layout searched)."""
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "32x8xH100",
                                       "--global-batch", "1024", "--seq-len", "4096", "--layout", "tp=1,pp=4,ep=64",
                                       "--json"])
     assert result.exit_code == 1, result.output
     suggestions = json.loads(result.output)["suggestions"]
-    assert suggestions[0].startswith("these GPUs run tp=1 cp=1 pp=4 dp=64 ep=64 without the MTP module "
+    assert suggestions[0].endswith("with --layout tp=1,pp=4,ep=64 searched instead")
+    assert suggestions[1].startswith("these GPUs run tp=1 cp=1 pp=4 dp=64 ep=64 without the MTP module "
                                      "(--mtp-layers 0)")
-    assert len(suggestions) == 2
+    assert len(suggestions) == 3
 
 
 def test_a_learned_position_spec_with_mtp_trains_none_by_default():
