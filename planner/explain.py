@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from planner import sensitivity, units
 from planner.cost import efficiency as eff
 from planner.cost.comm import allgather_seconds, alltoall_seconds
+from planner.cost.continuous_batching import prompt_service_seconds
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
     deepep_buffer_bytes,
@@ -43,7 +44,7 @@ from planner.cost.timeline import (
 )
 from planner.layout import Layout, ep_group_topology, place
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
-from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks
+from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks, micro_batches_in_flight
 from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
@@ -202,6 +203,8 @@ class Explanation:
     timeline_caption: str
     breakdown: TimeBreakdown
     sensitivity: sensitivity.SensitivityReport | None
+    ttft_breakdown: TimeBreakdown | None = None
+    """Serving: what the mean time to first token is made of (serve_ttft_breakdown)."""
 
 
 def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = False,
@@ -473,6 +476,52 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
                          f"per step, speculative decoding)", mean_step, segments)
 
 
+def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown | None:
+    """The mean TTFT under load, as continuous_batching.steady_state builds it: the fixed
+    first-token cost (client, API server, detokenizing), the wait of clients beyond the engine's
+    slots, the queue for the step's token budget, the prompt's own service over its chunks
+    (prompt_service_seconds), split by what the chunk-carrying round spends it on (the carrier
+    micro-batch's steps over every stage, the engine's step and the pipeline sends; the rest of
+    the round is the other micro-batches'), and what is left: waiting out the step in progress
+    when the request arrives. None without a steady state or a prompt round."""
+    steady, rnd = result.steady, result.prompt_round
+    if steady is None or rnd is None:
+        return None
+    fixed = min(eff.FIRST_TOKEN_SECONDS, result.ttft_seconds)
+    slots = min(steady.slot_wait_seconds, result.ttft_seconds - fixed)
+    budget = min(steady.queue_rounds * steady.step_seconds, result.ttft_seconds - fixed - slots)
+    in_flight = micro_batches_in_flight(result.layout, steady.concurrency)
+    service = min(prompt_service_seconds(steady.prompt_chunks, steady.prompt_round_seconds, in_flight),
+                  result.ttft_seconds - fixed - slots - budget)
+    steps = rnd.chunk_steps or rnd.stage_steps
+    parts = {"linear layers": 0.0, "routed experts": 0.0, "attention": 0.0, "elementwise and launch overhead": 0.0,
+             "TP comm": 0.0, "EP comm": 0.0}
+    for stage, step in zip(result.stages, steps, strict=True):
+        tp = stage.num_layers * step.allreduce_seconds_per_layer
+        ep = stage_moe_layers(model, stage) * step.ep_exchange_seconds_per_moe_layer
+        parts["linear layers"] += step.gemm_seconds - step.moe_seconds
+        parts["routed experts"] += step.moe_seconds
+        parts["attention"] += step.attention_seconds
+        parts["TP comm"] += tp
+        parts["EP comm"] += ep
+        parts["elementwise and launch overhead"] += max(0.0, step.seconds - step.gemm_seconds - step.attention_seconds
+                                                        - tp - ep)
+    parts["engine step"] = rnd.engine_seconds
+    path = sum(parts.values())
+    if result.layout.pp > 1:
+        parts["PP sends"] = min(result.layout.pp * rnd.hop_seconds, max(0.0, rnd.seconds - path))
+    parts["other micro-batches' steps"] = max(0.0, rnd.seconds - sum(parts.values()))
+    scale = service / max(rnd.seconds, sum(parts.values()))
+    segments = [BreakdownSegment("first-token cost (client, API server, detokenize)", fixed),
+                BreakdownSegment("waiting for an engine slot (clients beyond it)", slots),
+                BreakdownSegment("queued for the token budget", budget)]
+    segments += [BreakdownSegment(f"prompt: {name}", seconds * scale) for name, seconds in parts.items()]
+    segments.append(BreakdownSegment("waiting out the step in progress on arrival",
+                                     max(0.0, result.ttft_seconds - fixed - slots - budget - service)))
+    what = f"the mean time to first token under load (its prompt in {steady.prompt_chunks:g} chunk(s))"
+    return TimeBreakdown(what, result.ttft_seconds, tuple(segments))
+
+
 def serve_knob_base(model: ModelSpec, cluster: ClusterSpec, layout: Layout,
                     request: ServeRequest) -> sensitivity.KnobBase:
     peak = cluster.gpu.peak_flops_per_s(matmul_precision(model, cluster)) or cluster.gpu.peak_flops_per_s("bf16")
@@ -583,6 +632,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         timeline=timeline,
         timeline_caption=caption,
         breakdown=serve_breakdown(model, cluster, result),
+        ttft_breakdown=serve_ttft_breakdown(model, result),
         sensitivity=report,
     )
 

@@ -145,6 +145,9 @@ class ServeEstimate:
     sla: SlaCheck = SlaCheck(True, True, True, None)
     decode_round: RoundTime | None = None
     """A round of decodes only (no prompt chunk), by stage: what TPOT is without prompts."""
+    prompt_round: RoundTime | None = None
+    """A round that carries a prompt's chunk beside the decodes, by stage (its carriers'
+    steps in chunk_steps): what a prompt's service is made of."""
     offered_rate_per_s: float | None = None
     """The finite --request-rate the layout keeps up with: its times are those of requests
     arriving at that rate (the steady state's concurrency is their mean number per replica);
@@ -689,6 +692,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tpot_batch1_seconds=lone.decode_round_seconds / lone.tokens_per_round,
         sla=SlaCheck(ttft_ok, tpot_ok, e2e_ok, binding),
         decode_round=decode_round,
+        prompt_round=prompt_round,
         offered_rate_per_s=None if arriving is None else offered,
         overloaded=overloaded,
     )

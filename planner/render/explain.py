@@ -553,6 +553,8 @@ def render_explanation(e: Explanation, out: Console) -> None:
     print_timeline(out, e.timeline, e.timeline_caption)
     heading(out, "Time breakdown")
     _print_all(out, breakdown_lines(e.breakdown, out.width))
+    if e.ttft_breakdown is not None:
+        _print_all(out, breakdown_lines(e.ttft_breakdown, out.width))
     if e.sensitivity is not None:
         heading(out, "How sure we are")
         _print_all(out, sensitivity_lines(e.sensitivity))

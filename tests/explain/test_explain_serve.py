@@ -181,3 +181,32 @@ def test_breakdown_idle_is_the_headers_bubble_under_prompt_load() -> None:
     assert (segments["bubble"] + segments["PP comm"]) / e.breakdown.total_seconds == pytest.approx(bubble, abs=0.01)
     assert 0 < segments["prompt chunks in the step"] < e.breakdown.total_seconds * (1 - bubble)
     assert sum(segments.values()) == pytest.approx(e.breakdown.total_seconds)
+
+
+@pytest.mark.parametrize(("model_name", "cluster_name", "layout", "request_fields"), [
+    ("llama-3.1-70b", "1x8xH100", LayoutFilter(tp=4, pp=2), {"batch": 64}),
+    ("qwen3-30b-a3b", "1x8xH100", LayoutFilter(tp=2, pp=4), {"request_rate_per_s": 2.0}),
+    ("llama-3.1-8b", "1x8xH100", LayoutFilter(tp=8), {"max_concurrency": 300, "max_tpot_seconds": 0.008}),
+    ("gpt-oss-120b", "1x1xH200", LayoutFilter(tp=1), {"input_len": 8192, "output_len": 1024, "batch": 8}),
+])
+def test_ttft_breakdown_adds_up_to_the_ttft(model_name, cluster_name, layout, request_fields) -> None:
+    """The TTFT breakdown's parts are what steady_state adds: the 10 ms first-token cost, the
+    clients' wait for a slot, the budget queue, the prompt's own service over its chunks
+    (prompt_service_seconds, split by the chunk round's parts) and, left over, the wait for the
+    step in progress; none negative, and they sum to the estimate's TTFT. 300 clients over a
+    TPOT cap: the slot wait is the steady state's."""
+    request = ServeRequest(mode="aggregated", layout=layout, **request_fields)
+    e = explain_serving(resolve_model(model_name), resolve_cluster(cluster_name), request, None)
+    b = e.ttft_breakdown
+    ttft = next(m.value for m in e.metrics if m.name == "TTFT")
+    assert b is not None and b.total_seconds == pytest.approx(ttft)
+    parts = {s.name: s.seconds for s in b.segments}
+    assert all(v >= 0 for v in parts.values())
+    assert sum(parts.values()) == pytest.approx(b.total_seconds, rel=1e-9)
+    assert parts["first-token cost (client, API server, detokenize)"] == pytest.approx(0.010)
+    service = sum(v for name, v in parts.items() if name.startswith("prompt: "))
+    assert service > 0
+    if "max_concurrency" in request_fields:
+        assert parts["waiting for an engine slot (clients beyond it)"] > 0.9 * b.total_seconds
+    if model_name == "gpt-oss-120b":
+        assert parts["prompt: routed experts"] > parts["prompt: attention"] > 0
