@@ -444,10 +444,10 @@ bench/moe_host_fit.py: the grid point (6-8 ms by 0.1) of least median |error| ov
 MoE pre-training rows (tests/fixtures/nemo_moe_training_perf.csv: NVIDIA's Megatron-Bridge
 performance archive, DeepSeek-V3, GPT-OSS-120B, Qwen3-30B-A3B and Qwen3-235B-A22B on DGX-H100
 and DGX-B200, each priced with its recipe's dispatcher, all-to-all overlap and recompute, at
-TRAIN_SUSTAINED_RATE_FRACTION): 11.1% median |error| (34% without it), 20 of 34 within 15% (13).
-The curve is flat: 6.0-7.5 ms all give 11.1-12.5% (7.3 ms, the fit before the sustained
-fraction, 11.9% and 22 within 15%). Each model family held out in turn (fitted on the other
-three): 9-21%. The sign of a host-bound step in those rows:
+TRAIN_SUSTAINED_RATE_FRACTION): 10.8% median |error| (41% without it), 21 of 34 within 15% (14).
+The curve is flat: 6.0-7.5 ms all give 10.8-12.8% (7.3 ms, the fit before the sustained
+fraction, 12.5% and 23 within 15%). Each model family held out in turn (fitted on the other
+three): 9-24%. The sign of a host-bound step in those rows:
 Qwen3-30B on 8 B200 runs 9,299-9,691 tokens/s per GPU at micro-batch 1 and 26,695-27,136 at
 micro-batch 4, 2.8x for 4x the tokens per kernel. One number for every model and GPU: it does
 not follow a model's kernel count (GPT-OSS's and MLA's blocks issue more) or the host CPU, and

@@ -11,12 +11,12 @@ One constant is fitted to these rows: Megatron's host time per MoE block forward
 out after each MoE layer's token-count sync where its own forward of the block is shorter; the
 block's own GPU time runs at the share of its kernels' rates a training step sustains
 (efficiency.TRAIN_SUSTAINED_RATE_FRACTION, fitted to the dense rows, not to these). With both:
-median |error| 11.1% over 34 rows, 17 within 10%, 20 within 15%, mean +21% (+19% before GPT-OSS's
+median |error| 10.8% over 34 rows, 17 within 10%, 21 within 15%, mean +20% (+19% before GPT-OSS's
 sliding-window layers were priced as the recipe runs them, window 128 on every second layer:
 its rows moved 2-8 points further optimistic; before the sustained
-share: H = 7.3 ms, 13.0%, 7, 21, +13%); without the host time 34%, 13 within 15%. The rows'
+share: H = 7.3 ms, 13.0%, 7, 21, +13%); without the host time 41%, 14 within 15%. The rows'
 shape: Qwen3-30B on 8 B200 at micro-batch 1 runs 2.8x slower per token than at micro-batch 4.
-Each family held out of the fit in turn: 9-21%.
+Each family held out of the fit in turn: 9-24%.
 
 What is left, per family: GPT-OSS-120B on B200 +37% to +44% at micro-batch 4 (+80% for 25.11's,
 whose published EP and micro-batch are not its recipe's), on H100 +20% to +24%; DeepSeek-V3 on
