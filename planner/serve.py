@@ -352,15 +352,16 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
                         clients_bound, clients, tuple(notes))
 
 
-def clients_capacity_per_s(request: ServeRequest, layout: Layout,
-                           steady_at: Callable[[int], SteadyState]) -> float:
+def clients_capacity_per_s(request: ServeRequest, layout: Layout, steady_at: Callable[[int], SteadyState],
+                           most_running: int) -> float:
     """The requests/s --max-concurrency's C clients complete over the dp replicas, each holding
-    its share in a closed loop (`steady_at`): C = q dp + r, r replicas hold q + 1, the rest q
-    (none where C < dp). 3 clients over 8 replicas completing 0.72 req/s alone: 3 x 0.72 =
-    2.16 req/s, whatever the rate asked."""
+    its share in a closed loop (`steady_at`) of at most `most_running` running (the engine's
+    cap; the rest wait in its queue): C = q dp + r, r replicas hold q + 1, the rest q (none
+    where C < dp). 3 clients over 8 replicas completing 0.72 req/s alone: 3 x 0.72 = 2.16
+    req/s, whatever the rate asked."""
     q, r = divmod(request.max_concurrency, layout.dp)
-    fuller = r * steady_at(q + 1).requests_per_second if r else 0.0
-    return fuller + ((layout.dp - r) * steady_at(q).requests_per_second if q else 0.0)
+    fuller = r * steady_at(min(q + 1, most_running)).requests_per_second if r else 0.0
+    return fuller + ((layout.dp - r) * steady_at(min(q, most_running)).requests_per_second if q else 0.0)
 
 
 def clients_spread(clients: int, replicas: int) -> str:
@@ -496,7 +497,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # is theirs to bound, and beyond what they complete the rate is held back
             if arriving is not None and arriving.concurrency * layout.dp > request.max_concurrency:
                 arriving = None
-            if arriving is None and clients_capacity_per_s(request, layout, steady_at) >= offered:
+            if arriving is None and clients_capacity_per_s(request, layout, steady_at, top) >= offered:
                 arriving = clients_at_rate(offered / layout.dp, steady_at, top)
         elif arriving is None and clients is not None:  # the clients may keep up where the open queue would not
             arriving = clients_at_rate(offered / layout.dp, steady_at, top)
@@ -565,7 +566,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
-                     f"{clients_capacity_per_s(request, layout, steady_at):.3g} req/s in all: the benchmark runs "
+                     f"{clients_capacity_per_s(request, layout, steady_at, batch):.3g} req/s in all: the benchmark runs "
                      f"below the rate (its requests wait for a slot on the client)")
     if arriving is None and clients is not None and clients > batch:
         # closed loop (no rate, or one the clients cannot keep up with): the clients the

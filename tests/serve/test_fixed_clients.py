@@ -161,3 +161,13 @@ def test_the_open_queue_never_prices_more_running_than_the_clients(serve_one):
     for tenths in range(90, 100):
         est = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), max_concurrency=8, request_rate_per_s=tenths / 10)
         assert est.tpot_seconds <= 1.01 * closed.tpot_seconds
+
+
+def test_clients_beyond_the_engines_slots_complete_what_the_slots_do(serve_one):
+    """64 clients at 100 req/s on tp=8 with --batch 16 (its --max-num-seqs): 16 run, 48 wait in
+    the engine's queue, so the clients complete what 16 running complete (throughput / 256
+    output tokens), not what a closed loop of 64 running would."""
+    est = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), batch=16, max_concurrency=64, request_rate_per_s=100.0)
+    assert isinstance(est, ServeEstimate) and est.batch == 16
+    note = next(note for note in est.notes if note.startswith("Client-held"))
+    assert f"complete {est.throughput_tokens_per_second / 256:.3g} req/s in all" in note
