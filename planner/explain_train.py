@@ -58,7 +58,7 @@ from planner.train import (
     train_rates,
     training_caveats,
 )
-from planner.train_engines import CP_KV_ROTATION
+from planner.train_engines import CP_KV_ROTATION, cp_exchange_label
 from planner.train_search import TrainPlan, search
 
 
@@ -316,14 +316,14 @@ TIMELINE_GAP_PART_SHOWN_FRACTION = 0.01
 """Of what is left out, the parts named: those over this share of it."""
 
 
-def train_breakdown(e: TrainEstimate) -> TimeBreakdown:
+def train_breakdown(e: TrainEstimate, engine: str = "megatron") -> TimeBreakdown:
     b = e.time_breakdown_seconds
     segments = (BreakdownSegment("compute", b.compute), BreakdownSegment("TP comm", b.tp_comm),
                 BreakdownSegment("PP comm", b.pp_comm), BreakdownSegment("DP comm exposed", b.dp_comm_exposed))
     if e.config.ep > 1:
         segments += (BreakdownSegment(f"EP {exchange_name(e.config.moe_dispatcher)}", b.ep_comm),)
     if e.config.cp > 1:
-        segments += (BreakdownSegment("CP ring exposed", b.cp_comm),)
+        segments += (BreakdownSegment(f"{cp_exchange_label(engine)} exposed", b.cp_comm),)
     if b.host > 0:
         segments += (BreakdownSegment(HOST_WAIT_LABEL, b.host),)
     segments += (BreakdownSegment("bubble", b.bubble),)
@@ -476,13 +476,13 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=(*train_notes(e, request.engine), *mtp_notes(plan.model, c.pp), *training_caveats(model, request), *light),
+        notes=(*train_notes(e, request.engine), *mtp_notes(plan.model, c.pp), *training_caveats(model, request, c.recompute), *light),
         placement=placement_map(cluster, c.layout, pp_outermost=True, training_engine=request.engine),
         memory=train_memory_bars(plan.model, e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e, request.engine)
                           + pp_dp_rows(cluster, e)),
         timeline=timeline,
         timeline_caption=caption,
-        breakdown=train_breakdown(e),
+        breakdown=train_breakdown(e, request.engine),
         sensitivity=report,
     )

@@ -647,10 +647,18 @@ class ServingMoeKernels(_Spec):
         return self.ep_kernel(weight_format, ep) or getattr(self, weight_format, None)
 
 
+MAX_PLAUSIBLE_CURVE_BYTES_PER_S = 1e13
+"""The most bytes a second a measured collective curve may claim at any size (its size over its
+time), 10 TB/s: over five times the fastest GPU link shipped (NVLink 5, 1.8 TB/s a GPU, NVIDIA
+GB200 NVL72 data sheet). Above it the curve is not a measurement (a mistyped unit, swapped
+columns): a profile claiming 1 GB in 10 us moved a plan's TPOT by 21%."""
+
+
 class _Curve(_Spec):
     """Measured times by message size: at least two sizes (one point cannot tell latency from
-    bandwidth), strictly increasing, one time each. Times are taken as measured, dips included
-    (NCCL switching protocols; a CPU probe's first sizes can take longer than its last)."""
+    bandwidth), strictly increasing, one time each, none faster than
+    MAX_PLAUSIBLE_CURVE_BYTES_PER_S. Times are taken as measured, dips included (NCCL switching
+    protocols; a CPU probe's first sizes can take longer than its last)."""
 
     sizes_bytes: list[Count(2**48)]
     median_seconds: list[Quantity(3600.0, lower=0)]
@@ -662,6 +670,10 @@ class _Curve(_Spec):
                              "(one point cannot separate latency from bandwidth)")
         if list(self.sizes_bytes) != sorted(set(self.sizes_bytes)):
             raise ValueError("sizes_bytes must be strictly increasing")
+        for size, seconds in zip(self.sizes_bytes, self.median_seconds, strict=True):
+            if size > MAX_PLAUSIBLE_CURVE_BYTES_PER_S * seconds:
+                raise ValueError(f"{size:,} bytes in {seconds:g} s is {size / max(seconds, 1e-300):.3g} B/s, above any "
+                                 f"link ({MAX_PLAUSIBLE_CURVE_BYTES_PER_S:.0e} B/s): not a measurement (units?)")
         return self
 
 

@@ -1325,12 +1325,23 @@ def mtp_position_ok(model: ModelSpec) -> bool:
     return model.position_embedding != "learned"
 
 
-def training_caveats(model: ModelSpec, request: TrainRequest) -> tuple[str, ...]:
+def training_caveats(model: ModelSpec, request: TrainRequest, recompute: str | None = None) -> tuple[str, ...]:
     """What the plan's numbers do not cover, said with them (the text's Notes, JSON `notes`,
     plan explain's notes): MoE training times loosely calibrated; the spec's multi-token-
     prediction layers left untrained (trained_model); a quantized spec's weights not what
-    training keeps. `model`: the spec as given."""
+    training keeps; torchtitan's selective checkpointing where it is priced as Megatron's.
+    `model`: the spec as given; `recompute`: the recommended configuration's level (None: the
+    request's)."""
     caveats: tuple[str, ...] = ()
+    level = recompute or request.recompute
+    refusal = op_recompute_refusal(model, request) if request.engine == "torchtitan" else None
+    if level == "selective" and refusal is not None:
+        # train_engines.TORCHTITAN_AC_MODES: torchtitan runs its per-op checkpoint all the same
+        caveats += (f"recompute selective: the job config asks torchtitan for its per-op selective checkpointing "
+                    f"(mode \"selective\", selective_ac_option \"op\"), which the plan cannot price here "
+                    f"({refusal.split(';')[0]}); the memory and step time shown are Megatron's selective level "
+                    f"(the attention core rerun; with flash attention it keeps what no recompute keeps), so what "
+                    f"runs keeps less memory and reruns more than shown.",)
     if model.is_moe:
         caveats += (MOE_TRAINING_CAVEAT,)
         if request.engine == "torchtitan":

@@ -89,7 +89,7 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
         if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
-        for caveat in training_caveats(model, request):
+        for caveat in training_caveats(model, request, None if best is None else best.config.recompute):
             if best is not None or caveat not in (MOE_TRAINING_CAVEAT, TORCHTITAN_MOE_CAVEAT):  # no times to caveat
                 console().print(f"Note: {caveat}")
     return 0 if plan.layouts else 1

@@ -153,6 +153,12 @@ CP_KV_ROTATION = {"megatron": "ring", "torchtitan": "allgather"}
 Transformer Engine passes them around a ring, one chunk per attention step (p2p); torchtitan
 all-gathers them once (torch's default rotate method, _AllGatherRotater in
 torch/distributed/tensor/experimental/_context_parallel/_attention.py; training_time.cp_seconds_per_layer)."""
+
+
+def cp_exchange_label(engine: str) -> str:
+    """What the engine's CP KV exchange is called in the plan (CP_KV_ROTATION): Megatron's ring
+    of sends, torchtitan's all-gather."""
+    return "CP all-gather" if CP_KV_ROTATION[engine] == "allgather" else "CP ring"
 MOE_FORWARD_HOST_SECONDS = {"megatron": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS,
                             "torchtitan": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS}
 """Each engine's host time per MoE block forward after the block's token-count sync

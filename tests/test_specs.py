@@ -289,3 +289,27 @@ def test_specs_pickle_and_come_back_equal() -> None:
     assert param_counts(back) == counts
     cluster = resolve_cluster("2x8xH100")
     assert pickle.loads(pickle.dumps(cluster)) == cluster
+
+
+@pytest.mark.parametrize(("sizes", "seconds", "ok"), [
+    ("[1024, 1000000000]", "[0.01, 0.00001]", False),  # 1 GB in 10 us: 1e14 B/s
+    ("[1024, 1000000000]", "[0.01, 0.0001]", True),  # 1 GB in 100 us: 1e13 B/s, at the bound
+    ("[1024, 1048576]", "[2.0e-5, 1.0e-5]", True),  # a dip (NCCL protocol switch): taken as measured
+])
+def test_a_curve_faster_than_any_link_is_refused(tmp_path: Path, sizes: str, seconds: str, ok: bool) -> None:
+    """A measured curve claiming more than MAX_PLAUSIBLE_CURVE_BYTES_PER_S (10 TB/s) at some
+    size is not a measurement: the profile with 1 GB in 10 us moved Llama-3.1-70B's TPOT from
+    51.2 to 40.3 ms and was accepted. Dips within the bound stay (real curves have them)."""
+    path = tmp_path / "measured.yaml"
+    path.write_text(
+        "name: m\nnum_nodes: 1\ngpus_per_node: 8\ngpu: H100\n"
+        "intra_node: {kind: nvlink, bandwidth_gb_per_s: 450, latency_us: 1}\n"
+        "measured:\n"
+        "  allreduce_curves:\n"
+        f"  - {{link: intra_node, num_ranks: 8, sizes_bytes: {sizes}, median_seconds: {seconds}}}\n"
+    )
+    if ok:
+        assert load_cluster(path).allreduce_curve("intra_node", 8) is not None
+    else:
+        with pytest.raises(SpecError, match=r"measured\.allreduce_curves\.0: .* above any link"):
+            load_cluster(path)

@@ -36,6 +36,7 @@ from planner.train import (
     trained_model,
     training_caveats,
 )
+from planner.train_engines import cp_exchange_label
 from planner.train_search import TP_ACROSS_NODES_MARGIN, TrainPlan, short_of_memory
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -159,7 +160,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if c.ep > 1:
         parts[f"EP {exchange_name(c.moe_dispatcher)}"] = t.ep_comm
     if c.cp > 1:
-        parts["CP ring (exposed)"] = t.cp_comm
+        parts[f"{cp_exchange_label(plan.request.engine)} (exposed)"] = t.cp_comm
     if t.host > 0:
         parts[HOST_WAIT_LABEL] = t.host
     shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
@@ -171,7 +172,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
-        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best)}. {best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
+        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best, plan.request.engine)}. "
+        f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
         f"MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
     if best.faster_split is not None:
@@ -188,7 +190,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
                      f"{plan.num_gpus:,} GPUs; a larger --global-batch, or fewer GPUs (--gpus), runs it more "
                      f"efficiently.")
     lines += attention_kernel_lines(plan.cluster.gpu, c)
-    off = tp_comm_overlap_off_reason(plan.model, plan.cluster, c) if plan.request.tp_comm_overlap else None
+    off = (tp_comm_overlap_off_reason(plan.model, plan.cluster, c)
+           if plan.request.tp_comm_overlap and plan.request.engine == "megatron" else None)
     if off is not None:
         lines.append(f"TP comm overlap (--tp-comm-overlap) off: {off}.")
     if plan.request.engine != "megatron" and c.ep > 1:
@@ -268,12 +271,15 @@ def _cp(config) -> str:
     return f" cp={config.cp}" if config.cp > 1 else ""
 
 
-def _cp_link(e: TrainEstimate) -> str:
-    """The CP ring's link and its sends per layer and micro-batch (how much the attention hides)."""
+def _cp_link(e: TrainEstimate, engine: str) -> str:
+    """The CP exchange's link and its KV traffic per layer and micro-batch (how much the
+    attention hides): Megatron's ring of sends, torchtitan's all-gather (cp_exchange_label)."""
     cp = e.layer_terms.cp if e.layer_terms is not None else None
     if e.config.cp <= 1 or cp is None:
         return ""
-    return (f"; context parallel (cp={e.config.cp}) ring on {cp.link}, {ms(cp.total)} of KV sends per layer "
+    how = "all-gather" if cp_exchange_label(engine) == "CP all-gather" else "ring"
+    what = "gathers" if how == "all-gather" else "sends"
+    return (f"; context parallel (cp={e.config.cp}) {how} on {cp.link}, {ms(cp.total)} of KV {what} per layer "
             f"and micro-batch, {ms(cp.exposed)} exposed")
 
 
@@ -340,7 +346,7 @@ def passed_over_lines(plan: TrainPlan) -> list[str]:
 
 BREAKDOWN_NAMES = {"compute": "compute", "bubble": "the bubble", "tp_comm": "TP communication",
                    "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication",
-                   "ep_comm": "the EP exchange", "cp_comm": "the CP ring", "host": "host waits (MoE syncs)"}
+                   "ep_comm": "the EP exchange", "cp_comm": "the CP exchange", "host": "host waits (MoE syncs)"}
 
 
 def bf16_faster_lines(plan: TrainPlan) -> list[str]:
@@ -567,5 +573,5 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         # --precision fp8: the best bf16 configuration where it runs more tokens/s (None: fp8 is as fast)
         "bf16_faster": bf16_faster_json(plan),
         "suggestions": list(plan.suggestions),
-        "notes": list(training_caveats(model, request)),
+        "notes": list(training_caveats(model, request, plan.layouts[0].config.recompute if plan.layouts else None)),
     })

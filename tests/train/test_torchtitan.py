@@ -571,3 +571,41 @@ def test_an_hf_config_plans_as_its_shipped_twin_under_torchtitan():
         plans.append((best["tp"], best["cp"], best["pp"], best["dp"], best["ep"]))
         assert best["pp"] == 1 and best["cp"] == 1
     assert plans[0] == plans[1]
+
+
+@pytest.mark.parametrize(("model_name", "extra"), [("qwen3-30b-a3b", []), ("llama-3.1-8b", ["--precision", "fp8"])])
+def test_selective_priced_as_megatrons_says_so(model_name, extra):
+    """--engine torchtitan --recompute selective for an MoE model (or fp8): the job config asks
+    torchtitan for its per-op checkpoint (selective_ac_option "op"), which the plan prices only
+    for bf16 dense blocks; here it priced Megatron's level (with flash attention what no
+    recompute keeps) and said nothing. The note says so, in the text and the JSON; a bf16 dense
+    model's selective, priced as torchtitan runs it, gets the per-op note instead."""
+    args = ["--workload", "train", "--model", model_name, "--cluster", "1x8xH100", "--global-batch", "64",
+            "--seq-len", "4096", "--engine", "torchtitan", "--recompute", "selective", *extra]
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "the plan cannot price here" in " ".join(text.output.split())
+    data = json.loads(CliRunner().invoke(app, [*args, "--json", "--emit", "torchtitan"]).output)
+    assert any(note.startswith("recompute selective: the job config asks torchtitan") for note in data["notes"])
+    dense = json.loads(CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster",
+                                                "1x8xH100", "--global-batch", "64", "--seq-len", "4096", "--engine",
+                                                "torchtitan", "--recompute", "selective", "--json"]).output)
+    assert not any(note.startswith("recompute selective:") for note in dense["notes"])
+    assert any(note.startswith("recompute op is torchtitan's") for note in dense["notes"])
+
+
+def test_torchtitan_plans_name_their_own_cp_exchange_and_no_megatron_flag():
+    """torchtitan gathers the other chunks' KV (CP_KV_ROTATION "allgather"), priced as an
+    all-gather: the summary called it a "CP ring" of "KV sends", Megatron's words. And the
+    "--tp-comm-overlap off" line, a Megatron flag, was printed for torchtitan plans."""
+    args = ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "4x8xH100", "--global-batch", "64",
+            "--seq-len", "131072"]
+    titan = " ".join(CliRunner().invoke(app, [*args, "--engine", "torchtitan", "--layout", "tp=2,cp=8"]).output.split())
+    megatron = " ".join(CliRunner().invoke(app, [*args, "--layout", "tp=2,cp=8"]).output.split())
+    assert "CP all-gather (exposed)" in titan and "all-gather on" in titan and "KV gathers per layer" in titan
+    assert "CP ring" not in titan and "--tp-comm-overlap" not in titan
+    assert "CP ring (exposed)" in megatron and "KV sends per layer" in megatron
+    moe = ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xH100", "--global-batch", "64",
+           "--seq-len", "4096", "--layout", "tp=2"]
+    assert "(--tp-comm-overlap) off" in CliRunner().invoke(app, moe).output
+    assert "--tp-comm-overlap" not in CliRunner().invoke(app, [*moe, "--engine", "torchtitan"]).output
