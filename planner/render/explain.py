@@ -52,8 +52,9 @@ BREAKDOWN_STYLES = {"compute": "black on cyan", "memory-bound work": "white on b
 KIND_LETTER = {"forward": "F", "backward": "B", "decode": "D"}
 KIND_STYLE = {"forward": "white on blue", "backward": "black on green", "decode": "white on blue"}
 IDLE_CHAR = "."
-BREAKDOWN_CHARS = "#=+*%~^&@$"
-"""One per drawn breakdown segment, in order (a serving step has up to 9 besides the bubble)."""
+BREAKDOWN_CHARS = "#=+*%~^&@$:;!?/o"
+"""One per drawn breakdown segment, in order (a serving step has up to 9 besides the bubble, a
+serving TTFT up to 14); beyond them they repeat (breakdown_lines)."""
 MAX_NODES_DRAWN = MAX_NODES_MAPPED
 """Larger clusters repeat the pattern; the map shows the first nodes and says so."""
 LABEL_GAP = 1
@@ -446,7 +447,7 @@ def print_timeline(out: Console, timeline: Timeline | None, caption: str) -> Non
 def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     bar_width = max(20, min(80, width - 4))
     shown = [s for s in b.segments if s.seconds > 1e-9 * b.total_seconds]
-    chars = {s.name: ch for s, ch in zip(shown, BREAKDOWN_CHARS, strict=False)}
+    chars = {s.name: BREAKDOWN_CHARS[i % len(BREAKDOWN_CHARS)] for i, s in enumerate(shown)}
     chars["bubble"] = IDLE_CHAR
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
     # "[=] TP comm", not "= TP comm": a glyph beside a number reads as arithmetic

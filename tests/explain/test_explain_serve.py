@@ -210,3 +210,16 @@ def test_ttft_breakdown_adds_up_to_the_ttft(model_name, cluster_name, layout, re
         assert parts["waiting for an engine slot (clients beyond it)"] > 0.9 * b.total_seconds
     if model_name == "gpt-oss-120b":
         assert parts["prompt: routed experts"] > parts["prompt: attention"] > 0
+
+
+def test_a_ttft_breakdown_with_many_parts_renders() -> None:
+    """Mixtral on tp=2 pp=2 dp=2 ep=4 at 2 req/s: 11 TTFT parts (first-token cost, nine of the
+    prompt's, the wait) against 10 bar symbols raised a KeyError after the header was printed
+    (exit 1). Every part gets a symbol; the text and the SVG render."""
+    args = ["explain", "--model", "mixtral-8x7b", "--cluster", "1x8xH100", "--layout", "tp=2,pp=2,dp=2,ep=4",
+            "--request-rate", "2", "--no-sensitivity"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    legend = " ".join(result.output.split()).split("the mean time to first token under load")[1]
+    symbols = [part.split("]")[0] for part in legend.split("[")[1:]]
+    assert len(symbols) >= 11 and len(set(symbols)) == len(symbols)
