@@ -657,9 +657,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     replicas_tokens_per_second = layout.dp * steady.throughput_tokens_per_second
     if clients_bound and arriving is None and batch == cap and request.max_concurrency % layout.dp:
         # C = q dp + r clients: r replicas run ceil(C / dp) = batch of them, the rest one fewer
-        full = request.max_concurrency % layout.dp
-        lighter = steady_at(batch - 1).throughput_tokens_per_second if batch > 1 else 0.0
-        replicas_tokens_per_second = full * steady.throughput_tokens_per_second + (layout.dp - full) * lighter
+        replicas_tokens_per_second = request.output_len * clients_capacity_per_s(request, layout, steady_at, batch)
     return ServeEstimate(
         layout=layout,
         placement=placement,

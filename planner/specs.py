@@ -8,6 +8,7 @@ becomes a `SpecError` whose message is one line: `file: field: problem`.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -672,7 +673,8 @@ class _Curve(_Spec):
             raise ValueError("sizes_bytes must be strictly increasing")
         for size, seconds in zip(self.sizes_bytes, self.median_seconds, strict=True):
             if size > MAX_PLAUSIBLE_CURVE_BYTES_PER_S * seconds:
-                raise ValueError(f"{size:,} bytes in {seconds:g} s is {size / max(seconds, 1e-300):.3g} B/s, above any "
+                rate = size / seconds if seconds else math.inf
+                raise ValueError(f"{size:,} bytes in {seconds:g} s is {rate:.3g} B/s, above any "
                                  f"link ({MAX_PLAUSIBLE_CURVE_BYTES_PER_S:.0e} B/s): not a measurement (units?)")
         return self
 

@@ -159,6 +159,8 @@ def cp_exchange_label(engine: str) -> str:
     """What the engine's CP KV exchange is called in the plan (CP_KV_ROTATION): Megatron's ring
     of sends, torchtitan's all-gather."""
     return "CP all-gather" if CP_KV_ROTATION[engine] == "allgather" else "CP ring"
+
+
 MOE_FORWARD_HOST_SECONDS = {"megatron": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS,
                             "torchtitan": efficiency.MOE_LAYER_FORWARD_HOST_SECONDS}
 """Each engine's host time per MoE block forward after the block's token-count sync

@@ -36,7 +36,7 @@ from planner.train import (
     trained_model,
     training_caveats,
 )
-from planner.train_engines import cp_exchange_label
+from planner.train_engines import CP_KV_ROTATION, cp_exchange_label
 from planner.train_search import TP_ACROSS_NODES_MARGIN, TrainPlan, short_of_memory
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
@@ -277,8 +277,7 @@ def _cp_link(e: TrainEstimate, engine: str) -> str:
     cp = e.layer_terms.cp if e.layer_terms is not None else None
     if e.config.cp <= 1 or cp is None:
         return ""
-    how = "all-gather" if cp_exchange_label(engine) == "CP all-gather" else "ring"
-    what = "gathers" if how == "all-gather" else "sends"
+    how, what = ("all-gather", "gathers") if CP_KV_ROTATION[engine] == "allgather" else ("ring", "sends")
     return (f"; context parallel (cp={e.config.cp}) {how} on {cp.link}, {ms(cp.total)} of KV {what} per layer "
             f"and micro-batch, {ms(cp.exposed)} exposed")
 
