@@ -2,6 +2,7 @@
 
     python bench/open_loop_vs_sim.py             # the grid below, one line per case and a summary
     python bench/open_loop_vs_sim.py --quick     # four cases
+    python bench/open_loop_vs_sim.py --pp        # pipeline layouts, pinned (the grid above has none)
 
 With a finite --request-rate every layout is priced by the open-loop steady state
 (planner/cost/continuous_batching.solve_open_loop: C = R/d x E2E(C)), while the recommended
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from planner.catalog import resolve_cluster, resolve_model  # noqa: E402
-from planner.requests import ServeRequest  # noqa: E402
+from planner.requests import LayoutFilter, ServeRequest  # noqa: E402
 from planner.serve import burst_metrics  # noqa: E402
 from planner.serve_search import plan_serving  # noqa: E402
 
@@ -39,14 +40,25 @@ CASES = [
     ("qwen3-30b-a3b", "1x8xH100", 1024, 1024, (0.1, 0.4, 0.7)),
 ]
 QUICK = [("llama-3.1-8b", "1x8xH100", 1024, 128, (0.1, 0.7)), ("llama-3.1-70b", "2x8xH100", 2048, 256, (0.1, 0.7))]
+PP_CASES = [
+    # model, cluster, input, output, shares of the pinned layout's own capacity, layout
+    ("llama-3.1-70b", "1x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=4, pp=2)),
+    ("llama-3.1-70b", "1x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=2, pp=4)),
+    ("llama-3.1-405b", "2x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=8, pp=2)),
+    ("qwen3-30b-a3b", "1x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=2, pp=4)),
+]
 
 
-def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float) -> dict:
+def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float,
+             layout: dict[str, int] | None = None) -> dict:
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
-    capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len)).recommended
+    pinned = LayoutFilter(**layout) if layout else LayoutFilter()
+    capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
+                                                         layout=pinned)).recommended
     rate = share * capacity.throughput_tokens_per_second / output_len
     prompts = max(MIN_PROMPTS, round(rate * BURST_SECONDS))
-    request = ServeRequest(input_len=input_len, output_len=output_len, request_rate_per_s=rate, num_prompts=prompts)
+    request = ServeRequest(input_len=input_len, output_len=output_len, request_rate_per_s=rate, num_prompts=prompts,
+                           layout=pinned)
     best = plan_serving(model, cluster, request).recommended
     simulated = burst_metrics(model, cluster, best, request)
     analytic = {"ttft": best.ttft_seconds, "tpot": best.tpot_seconds, "e2e": best.e2e_seconds}
@@ -60,11 +72,13 @@ def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pp", action="store_true", help="pipeline layouts, pinned")
     args = parser.parse_args()
     rows = []
-    for model, cluster, i, o, shares in QUICK if args.quick else CASES:
+    grid = PP_CASES if args.pp else [(*case, None) for case in (QUICK if args.quick else CASES)]
+    for model, cluster, i, o, shares, layout in grid:
         for share in shares:
-            row = run_case(model, cluster, i, o, share)
+            row = run_case(model, cluster, i, o, share, layout)
             rows.append(row)
             a, s = row["analytic"], row["simulated"]
             print(f"{row['case']:<52} {row['layout']:<22} C {row['concurrency']:7.2f}  "

@@ -22,7 +22,6 @@ from planner.cost.continuous_batching import (
     arrivals,
     clients_at_rate,
     in_flight_weights,
-    prompt_chunking,
     solve_open_loop,
     steady_state,
     with_waiting_clients,
@@ -45,6 +44,7 @@ from planner.cost.serving_memory import (
 from planner.cost.serving_sim import (
     Distribution,
     EngineLimits,
+    PipelineStep,
     ServeMetrics,
     bench_metrics,
     simulate_replicas,
@@ -56,8 +56,10 @@ from planner.cost.serving_time import (
     StepConstants,
     StepLoad,
     StepTime,
+    engine_step_seconds,
     ep_exchange_seconds_per_moe_layer,
     mean_bubble_fraction,
+    pipeline_hop_seconds,
     round_time,
     serving_collectives,
     stage_step_times,
@@ -963,8 +965,10 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     """What `vllm bench serve` would report for this layout: the burst (--num-prompts requests
     of the dataset's or the mean lengths, arriving at --request-rate, all at once for inf, at
     most --max-concurrency in flight) simulated step by step on every replica (cost/serving_sim.py), each step priced like the
-    steady state's (cost/serving_time.round_time); the DP ranks of an EP group step together
-    (lockstep_ranks), each step as long as the slowest busy rank's."""
+    steady state's (cost/serving_time.round_time); with PP each step is one micro-batch of vLLM's
+    batch queue, priced stage by stage (stage_step_times) and timed through the pipeline
+    (serving_sim._Clock); the DP ranks of an EP group step together (lockstep_ranks), each step
+    as long as the slowest busy rank's."""
     layout, placement, stages = result.layout, result.placement, result.stages
     cluster = with_moe_backend(cluster, request.moe_backend)
     num_prompts = request.num_prompts or DEFAULT_NUM_PROMPTS
@@ -976,25 +980,28 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                          num_prompts)
     rate = request.request_rate_per_s if request.request_rate_per_s is not None else math.inf
     requests = workload_requests(lengths, num_prompts, rate, burstiness=request.burstiness or 1.0)
-    # every output token is one step of some replica, which runs at most this many sequences at once
+    # every output token is one step of some replica (PP: of one of its p micro-batch steps in
+    # turn), which runs at most this many sequences at once
     lanes = min(layout.dp * result.batch, request.max_concurrency or layout.dp * result.batch)
-    steps = sum(r.output_len for r in requests) / lanes
+    steps = sum(r.output_len for r in requests) / lanes * layout.pp
     if steps > MAX_SIMULATED_STEPS:
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
                         f"give fewer prompts, shorter outputs or more --max-concurrency")
     budget = max_num_batched_tokens(cluster, request, layout, model)
-    # a simulated step is a round of the p micro-batches, each scheduled with its own budget
-    # (PP: a prompt's chunks fill consecutive micro-batches, round_time)
-    limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget * layout.pp,
-                          draft_acceptance=() if request.speculation is None else request.speculation.acceptance)
+    # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock)
+    limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget,
+                          draft_acceptance=() if request.speculation is None else request.speculation.acceptance,
+                          pipeline_stages=layout.pp)
 
-    priced: dict[tuple[float, ...], float] = {}
+    priced: dict[tuple[float, ...], float | PipelineStep] = {}
+    stage_memo: dict[tuple, StepTime | StageRates] = {}
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
 
-    def step_seconds(load: StepLoad, expert_tokens: float | None = None) -> float:
-        """The step's time, its decode context (and any expert tokens: `expert_tokens` in place
-        of the load's) bucketed (context_bucket_tokens) and each bucket priced once."""
+    def step_seconds(load: StepLoad, expert_tokens: float | None = None) -> float | PipelineStep:
+        """The step's time (PP: the micro-batch's engine work, stages and hop), its decode
+        context (and any expert tokens: `expert_tokens` in place of the load's) bucketed
+        (context_bucket_tokens) and each bucket priced once."""
         context = context_bucket_tokens(load.decode_context_tokens)
         experts = expert_tokens if expert_tokens is not None else load.expert_tokens
         experts = None if experts is None else context_bucket_tokens(experts)
@@ -1002,56 +1009,34 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                experts, load.spec_tokens)
         seconds = priced.get(key)
         if seconds is None:
-            in_flight = max(1, min(layout.pp, round(load.decode_seqs)))
             bucketed = StepLoad(load.decode_seqs, context, load.prefill_tokens, load.prefill_attention_pairs,
                                 load.prompts_completing, experts, load.spec_tokens)
-            chunk, carriers = None, 1
-            if layout.pp > 1 and load.prefill_tokens > 0:
-                # the round's prompt tokens fill micro-batches whole, each to what its budget
-                # leaves after its share of the decodes (as the steady state prices a chunk):
-                # the round waits for the last carrier's path through every stage
-                carriers = prompt_carriers(load.prefill_tokens, load.decode_seqs, budget, layout.pp)
-                in_flight = max(in_flight, carriers)
-                bucketed, prompt = prompt_carried_whole(bucketed)
-                chunk = prompt.scaled(1 / carriers)
-            seconds = priced[key] = round_time(model, cluster, layout, placement, stages, bucketed, in_flight,
-                                               chunk, imbalance=expert_imbalance(request),
-                                               constants=constants, num_chunks=carriers).seconds
+            if layout.pp == 1:
+                seconds = round_time(model, cluster, layout, placement, stages, bucketed, 1,
+                                     imbalance=expert_imbalance(request), constants=constants).seconds
+            else:
+                stage_steps = stage_step_times(model, cluster, layout, placement, stages, bucketed,
+                                               expert_imbalance(request), constants, stage_memo)
+                seconds = PipelineStep(engine_step_seconds(bucketed), tuple(step.seconds for step in stage_steps),
+                                       pipeline_hop_seconds(model, placement, max(bucketed.num_tokens, 1.0)))
+            priced[key] = seconds
         return seconds
 
     ranks = lockstep_ranks(model, layout)
 
-    def group_step_seconds(loads: list[StepLoad]) -> float:
-        """The ranks step together: the slowest busy rank's step, the experts at the group's
-        mean tokens per rank (idle ranks add none)."""
+    def group_step_seconds(loads: list[StepLoad]) -> float | PipelineStep:
+        """The ranks step together: the slowest busy rank's step (PP: stage by stage), the
+        experts at the group's mean tokens per rank (idle ranks add none)."""
         mean = sum(load.num_tokens for load in loads) / ranks
-        return max(step_seconds(load, mean) for load in loads)
+        steps = [step_seconds(load, mean) for load in loads]
+        if layout.pp == 1:
+            return max(steps)
+        return PipelineStep(max(step.engine_seconds for step in steps),
+                            tuple(map(max, *(step.stage_seconds for step in steps))) if len(steps) > 1
+                            else steps[0].stage_seconds, max(step.hop_seconds for step in steps))
 
     return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                            request.max_concurrency, ranks, group_step_seconds))
-
-
-def prompt_carriers(prompt_tokens: float, decode_seqs: float, budget_tokens: int, pp: int) -> int:
-    """Micro-batches a round's prompt tokens fill (PP): each holds the step budget less its share
-    of the decodes (spread over min(p, decodes) micro-batches), at most p of them. 10,000 prompt
-    tokens, 40 decodes, a 4,096-token budget, p = 4: 4,096 - 40/4 = 4,086 a micro-batch,
-    ceil(10,000 / 4,086) = 3 carriers."""
-    share = decode_seqs / max(1, min(pp, round(decode_seqs)))
-    chunks = prompt_chunking(prompt_tokens, max(budget_tokens - share, 1.0), pp)[0]
-    return max(1, min(pp, int(chunks)))
-
-
-def prompt_carried_whole(load: StepLoad) -> tuple[StepLoad, StepLoad]:
-    """A step's load split into its decodes (spread over the micro-batches) and its prompt
-    tokens (one micro-batch's chunk, round_time's `chunk`); tokens the experts see (lockstep
-    ranks) split in proportion."""
-    share = load.prefill_tokens / load.num_tokens
-    experts = load.expert_tokens
-    decodes = StepLoad(load.decode_seqs, load.decode_context_tokens,
-                       expert_tokens=None if experts is None else experts * (1 - share), spec_tokens=load.spec_tokens)
-    prompt = StepLoad(0, 0, load.prefill_tokens, load.prefill_attention_pairs, load.prompts_completing,
-                      None if experts is None else experts * share)
-    return decodes, prompt
 
 
 CONTEXT_BUCKET_BITS = 7

@@ -54,6 +54,19 @@ class EngineLimits:
     block_size_tokens: int = 16
     draft_acceptance: tuple[float, ...] = ()
     """Speculative decoding: a_i per drafted position (k = len); () = off. See _Sim._verify."""
+    pipeline_stages: int = 1
+    """p > 1: a PP replica (module docstring, Pipeline parallelism): each step is one
+    micro-batch with its own max_num_batched_tokens, a decoder is scheduled every p steps,
+    and the step is priced as a PipelineStep."""
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+    """One micro-batch step of a PP replica: the engine's own work, each stage's and one hop."""
+
+    engine_seconds: float
+    stage_seconds: tuple[float, ...]
+    hop_seconds: float
 
 
 @dataclass(frozen=True)
@@ -75,8 +88,11 @@ class SimResult:
     step_seconds: tuple[float, ...]
     step_loads: tuple[StepLoad, ...]
     step_num_regular_itl: tuple[int, ...]
-    """Tokens emitted in each step by requests that also emitted in the step before: each
-    of those inter-token latencies equals that step's duration."""
+    """Tokens emitted in each step by requests that also emitted in their step before (the one
+    before it; PP: p steps before): each of those inter-token latencies is step_itl_seconds."""
+    step_itl_seconds: tuple[float, ...]
+    """Each step's regular inter-token latency: its duration; PP: its end less the end of the
+    step p before it."""
     irregular_itl_seconds: tuple[float, ...]
     """Inter-token latencies that span several steps (after a stall or a preemption)."""
     num_preemptions: int
@@ -91,7 +107,7 @@ class SimResult:
 
 class _Req:
     __slots__ = ("i", "arrival", "sent", "p", "o", "g", "c", "base", "stall_from", "first", "done_at", "blocks",
-                 "credit")
+                 "credit", "pool")
 
     def __init__(self, i: int, r: SimRequest):
         self.i, self.arrival, self.p, self.o = i, r.arrival_seconds, r.input_len, r.output_len
@@ -104,6 +120,21 @@ class _Req:
         self.done_at = -1  # step whose end emitted the last token
         self.blocks = 0  # KV blocks held (speculative decoding only: they outrun c)
         self.credit = 0.0  # speculative decoding: expected accepted drafts not yet emitted
+        self.pool = 0  # the phase of the steps it decodes in (PP: step index mod p)
+
+
+class _Pool:
+    """Decoders that advance together (module docstring, Speed): every decoder without PP; with
+    PP those of one phase, scheduled at the steps whose index is that phase mod p."""
+
+    __slots__ = ("tick", "num_dec", "ctx_sum", "block_at", "finish_at", "stalled")
+
+    def __init__(self) -> None:
+        self.tick = 0  # steps of this phase in which every decoder advanced
+        self.num_dec, self.ctx_sum = 0, 0  # fast-path decoders and the sum of their c
+        self.block_at: dict[int, list[_Req]] = {}
+        self.finish_at: dict[int, list[_Req]] = {}
+        self.stalled: list[_Req] = []  # decoders that missed a step
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -168,11 +199,8 @@ class _Sim:
         self.num_running = 0
         self.waiting: deque[_Req] = deque()
         self.partial: _Req | None = None  # the running request mid-prefill (always last)
-        self.tick = 0
-        self.num_dec, self.ctx_sum = 0, 0  # fast-path decoders and the sum of their c
-        self.block_at: dict[int, list[_Req]] = {}
-        self.finish_at: dict[int, list[_Req]] = {}
-        self.stalled: list[_Req] = []  # decoders that missed a step
+        self.stages = limits.pipeline_stages
+        self.pools = [_Pool() for _ in range(self.stages)]
         self.regular: list[int] = []
         self.irregular: list[tuple[int, int]] = []
         self.num_preemptions = 0
@@ -183,14 +211,26 @@ class _Sim:
         self.completing = 0  # prompts whose last chunk is in the step being scheduled
 
     # ------------------------------------------------------------------ decoder bookkeeping
-    def _add_decoder(self, r: _Req) -> None:
-        """r has c = p + g - 1 computed tokens and decodes from the next step on."""
-        t = self.tick
+    @property
+    def phase(self) -> int:
+        """The phase of the step being scheduled: its index mod p (0 without PP)."""
+        return self.k % self.stages
+
+    def _add_decoder(self, r: _Req, phase: int | None = None) -> None:
+        """r has c = p + g - 1 computed tokens and decodes from the next step of `phase` on
+        (None: this step's: its token came from this step)."""
+        r.pool = self.phase if phase is None else phase
+        pool = self.pools[r.pool]
+        t = pool.tick
         r.base = r.c - t
-        self.num_dec += 1
-        self.ctx_sum += r.c
-        self.block_at.setdefault(t + (-r.c) % self.B, []).append(r)
-        self.finish_at.setdefault(r.p + r.o - 2 - r.base, []).append(r)
+        pool.num_dec += 1
+        pool.ctx_sum += r.c
+        pool.block_at.setdefault(t + (-r.c) % self.B, []).append(r)
+        pool.finish_at.setdefault(r.p + r.o - 2 - r.base, []).append(r)
+
+    def _last_step(self, r: _Req) -> int:
+        """The last step before this one in r's phase (the one before it without PP)."""
+        return self.k - 1 - (self.k - 1 - r.pool) % self.stages
 
     def _emit(self, r: _Req, num_tokens: int = 1) -> None:
         """r's computed tokens reached its token count: `num_tokens` at the end of this step (one
@@ -240,12 +280,14 @@ class _Sim:
 
     # ------------------------------------------------------------------ the running pass
     def _fast_running(self, budget: int) -> tuple[int, int, int, float] | None:
-        """Every decoder advances one token; None when vLLM would do something else."""
-        p, nd, t = self.partial, self.num_dec, self.tick
+        """Every decoder (of this step's phase) advances one token; None when vLLM would do
+        something else."""
+        pool = self.pools[self.phase]
+        p, nd, t = self.partial, pool.num_dec, pool.tick
         if nd > budget:
             return None
         # Finished decoders leave stale entries behind: keep those finishing at t or later.
-        due = [r for r in self.block_at.get(t, ()) if r.p + r.o - 2 - r.base >= t]
+        due = [r for r in pool.block_at.get(t, ()) if r.p + r.o - 2 - r.base >= t]
         need_blocks = len(due)
         chunk = 0
         if p is not None:
@@ -254,21 +296,21 @@ class _Sim:
         if need_blocks > self.num_blocks - self.used:
             return None
         self.used += need_blocks
-        self.block_at.pop(t, None)
-        self.block_at.setdefault(t + self.B, []).extend(due)
-        ctx = self.ctx_sum + nd
-        self.ctx_sum = ctx
-        self.regular[-1] += nd - len(self.stalled)
-        for r in self.stalled:
+        pool.block_at.pop(t, None)
+        pool.block_at.setdefault(t + self.B, []).extend(due)
+        ctx = pool.ctx_sum + nd
+        pool.ctx_sum = ctx
+        self.regular[-1] += nd - len(pool.stalled)
+        for r in pool.stalled:
             self.irregular.append((r.stall_from, self.k))
             r.stall_from = -1
-        self.stalled = []
-        for r in self.finish_at.pop(t, ()):
+        pool.stalled = []
+        for r in pool.finish_at.pop(t, ()):
             r.c = r.base + t + 1
-            self.num_dec -= 1
-            self.ctx_sum -= r.c
+            pool.num_dec -= 1
+            pool.ctx_sum -= r.c
             self._finish(r)
-        self.tick = t + 1
+        pool.tick = t + 1
         pairs = 0.0
         if chunk:
             pairs = _chunk_pairs(p.c, chunk)
@@ -282,20 +324,23 @@ class _Sim:
 
     def _materialize(self) -> None:
         """Leave the fast representation: explicit c and g for every running decoder."""
-        t = self.tick
         self.running = [r for r in self.running if r.g >= 0]
         for r in self.running:
             if r is not self.partial:
-                r.c = r.base + t
+                r.c = r.base + self.pools[r.pool].tick
                 r.g = r.c - r.p + 1
-        self.block_at.clear()
-        self.finish_at.clear()
-        self.num_dec, self.ctx_sum = 0, 0
+        for pool in self.pools:
+            pool.block_at.clear()
+            pool.finish_at.clear()
+            pool.num_dec, pool.ctx_sum = 0, 0
+            pool.stalled = []
 
     def _slow_running(self, budget: int) -> tuple[int, int, int, float, int, bool, int]:
-        """vLLM's request-by-request pass over the running queue."""
+        """vLLM's request-by-request pass over the running queue. With PP a decoder is
+        eligible in the steps of its phase only; one the budget leaves out is eligible at the
+        next step (its phase moves on)."""
         self._materialize()
-        B, running = self.B, self.running
+        B, running, phase = self.B, self.running, self.phase
         nd, ctx, chunks, pairs, drafted = 0, 0, 0, 0.0, 0
         scheduled: list[tuple[_Req, int]] = []
         preempted = False
@@ -303,6 +348,9 @@ class _Sim:
         while i < len(running) and budget > 0:
             r = running[i]
             decoding = r.g >= 1 and r.c == r.p + r.g - 1
+            if decoding and r.pool != phase:  # PP: not its step
+                i += 1
+                continue
             # a decoder's own token and its drafts (as many as the budget leaves: vLLM trims them)
             want = 1 + min(self.spec, r.o - r.g - 1) if decoding else r.p + r.g - r.c
             new = min(want, budget)
@@ -332,18 +380,20 @@ class _Sim:
                 chunks += new
                 pairs += _chunk_pairs(r.c, new)
                 r.c += new
+            r.pool = phase  # a decoder's next step, or a prompt's first decode, is p steps on
             scheduled.append((r, drafts))
             i += 1
         for r in running[i:]:
-            if r.g >= 1 and r.stall_from < 0:
-                r.stall_from = self.k - 1
+            if r.g >= 1 and r.c == r.p + r.g - 1 and r.pool == phase:  # left out: eligible next step
+                if r.stall_from < 0:
+                    r.stall_from = self._last_step(r)
+                r.pool = (phase + 1) % self.stages
         for r, drafts in scheduled:
             if r.c == r.p + r.g:
                 emitted = self._verify(r, drafts) if drafts else 1
                 r.c += emitted - 1  # the accepted drafts' KV is kept, the rejected ones' dropped
                 self._emit(r, emitted)
-        self.tick += 1
-        self.stalled = []
+        self.pools[phase].tick += 1
         self.partial = None
         self.running = [r for r in running if r.g >= 0]
         for r in self.running:
@@ -352,8 +402,8 @@ class _Sim:
                 self.partial = r
                 continue
             if r.stall_from >= 0:
-                self.stalled.append(r)
-            self._add_decoder(r)
+                self.pools[r.pool].stalled.append(r)
+            self._add_decoder(r, r.pool)
         return nd, ctx, chunks, pairs, budget, preempted, drafted
 
     def _preempt(self, r: _Req) -> None:
@@ -364,7 +414,7 @@ class _Sim:
         self.num_running -= 1
         self.num_preemptions += 1
         if r.g >= 1 and r.stall_from < 0:
-            r.stall_from = self.k - 1
+            r.stall_from = self._last_step(r)
         self.waiting.appendleft(r)
 
     # ------------------------------------------------------------------ the waiting pass
@@ -497,6 +547,8 @@ class _Sim:
             (e - t) / (r.o - 1) if r.o > 1 else None
             for r, t, e in zip(reqs, ttft, e2e, strict=True)
         )
+        p = self.stages
+        itl = durations if p == 1 else [ends[k] - ends[k - p] if k >= p else durations[k] for k in range(len(ends))]
         return SimResult(
             ttft_seconds=ttft,
             e2e_seconds=e2e,
@@ -505,12 +557,62 @@ class _Sim:
             step_seconds=tuple(durations),
             step_loads=tuple(loads),
             step_num_regular_itl=tuple(self.regular),
+            step_itl_seconds=tuple(itl),
             irregular_itl_seconds=tuple(ends[j] - ends[i] for i, j in self.irregular),
             num_preemptions=self.num_preemptions,
             # the client's first send (vllm bench serve's clock starts there), `extra` before the engine sees it
             first_arrival_seconds=first_arrival - extra,
             last_completion_seconds=max(ends) if ends else first_arrival - extra,
         )
+
+
+# ---------------------------------------------------------------------- the clock
+
+
+class _Clock:
+    """When an engine's (or a lockstep group's) steps start and end. Without PP a step starts
+    when the last one ends and lasts its priced seconds. A PP replica (a PipelineStep each) runs
+    vLLM 0.33.0's batch queue (module docstring, Pipeline parallelism): the engine prepares
+    step k once it is free and fewer than p + 1 steps are in flight, and once step k - p's
+    tokens are back when step k decodes (its decoders are step k - p's); the micro-batch then
+    passes the stages in order, each busy with one micro-batch at a time, a hop after each
+    (the last one back to the engine), and its tokens come back at its end."""
+
+    def __init__(self, stages: int):
+        self.p = stages
+        self.ends: list[float] = []  # every step's end (an empty one: when it was scheduled)
+        self.stage_free = [-math.inf] * stages
+        self.engine_free = -math.inf
+        self.in_flight: deque[float] = deque(maxlen=stages + 1)  # the last p + 1 real steps' ends
+
+    def run(self, now: float, loads: list[StepLoad], priced: Callable[[list[StepLoad]], float | PipelineStep]
+            ) -> tuple[float, float, float]:
+        """(the step's end, its seconds, when the next can start) for a step of `loads`
+        scheduled at `now`. A PP step's seconds are its end less the last step's (less `now`
+        for the first): they add up to the ends. An empty PP step (no decoder of its phase,
+        nothing admitted) is not priced: vLLM's step counter moves on at no cost, and it ends
+        with the last step (no tokens come back)."""
+        last = self.ends[-1] if self.ends else now
+        if self.p > 1 and not any(load.num_tokens for load in loads):
+            end = max(now, last)
+            self.ends.append(end)
+            return end, end - last, now
+        timing = priced(loads)
+        if not isinstance(timing, PipelineStep):
+            end = now + timing
+            self.ends.append(end)
+            return end, timing, end
+        k = len(self.ends)
+        decodes = any(load.decode_seqs for load in loads)
+        after = self.ends[k - self.p] if decodes and k >= self.p else -math.inf
+        t = self.engine_free = max(now, self.engine_free, after) + timing.engine_seconds
+        for i, seconds in enumerate(timing.stage_seconds):
+            t = self.stage_free[i] = max(t, self.stage_free[i]) + seconds
+            t += timing.hop_seconds
+        self.ends.append(t)
+        self.in_flight.append(t)
+        start = max(self.engine_free, self.in_flight[0]) if len(self.in_flight) > self.p else self.engine_free
+        return t, t - last, start
 
 
 # ---------------------------------------------------------------------- data parallel
@@ -608,12 +710,15 @@ def _simulate_dispatched(
     for sim in sims:
         sim.begin(extra_seconds, None)
     pending = deque(order)
-    slots = None if max_concurrency is None else deque([-math.inf] * max_concurrency)
+    # the client's free slots, a heap of the times they free (a PP step's requests complete at
+    # its end, which can come after a later-scheduled step's of another group)
+    slots = None if max_concurrency is None else [-math.inf] * max_concurrency
+    clocks = [_Clock(limits.pipeline_stages) for _ in groups]
     in_flight = [0] * num_engines
     group_load = [0] * len(groups)
     least_loaded = [(0, g) for g in range(len(groups))]  # (load, group); stale entries skipped
     parts: list[list[int]] = [[] for _ in range(num_engines)]
-    stepping: list[tuple[list[int], list[StepLoad], float] | None] = [None] * len(groups)
+    stepping: list[tuple[list[int], list[StepLoad], float, float] | None] = [None] * len(groups)
     solo: list[_Solo | None] = [None] * len(groups)
     solos: list[tuple[int, SimResult]] = []  # (request, its result) of the solos that ran out
     alone: dict[tuple[int, int], SimResult] = {}  # (input, output) -> one request alone from t = 0
@@ -638,21 +743,24 @@ def _simulate_dispatched(
         heapq.heappush(least_loaded, (group_load[g], g))
 
     def finished_step(g: int, now: float) -> None:
-        """Group g's step in progress ended at `now`: its engines record it, and the requests
-        it completed leave the counts and free their client slots."""
-        busy, loads, seconds = stepping[g]
+        """Group g's step in progress is over at `now` (PP: the next can start; its tokens
+        come back at its end): its engines record it, and the requests it completed leave
+        the counts and free their client slots."""
+        busy, loads, seconds, end = stepping[g]
         for n, load in zip(busy, loads, strict=True):
-            sims[n].record(now, seconds, load)
+            sims[n].record(end, seconds, load)
             done = sims[n].last_finished
             if done:
                 in_flight[n] -= done
                 loaded(g, -done)
                 if slots is not None:
-                    slots.extend([now + extra_seconds] * done)
+                    for _ in range(done):
+                        heapq.heappush(slots, end + extra_seconds)
         stepping[g] = None
 
     def next_step(g: int, now: float) -> float | None:
-        """Group g starts a step at `now` if it has work; its end, or None when it goes idle."""
+        """Group g starts a step at `now` if it has work; when the next can start (without
+        PP its end), or None when it goes idle."""
         engines = [n for n in groups[g] if parts[n]]
         for n in engines:
             sims[n].intake(now)
@@ -660,9 +768,9 @@ def _simulate_dispatched(
         if not busy:
             return None
         loads = [sims[n].schedule() for n in busy]
-        seconds = priced(loads)
-        stepping[g] = (busy, loads, seconds)
-        return now + seconds
+        end, seconds, start = clocks[g].run(now, loads, priced)
+        stepping[g] = (busy, loads, seconds, end)
+        return start
 
     def stepped_solo(g: int, now: float) -> None:
         """A second request reaches group g at `now` while its solo runs: the solo's request
@@ -679,10 +787,12 @@ def _simulate_dispatched(
             push(run.start, g)
             return
         end = next_step(g, run.start)
-        while end < now:
+        while end is not None and end < now:
             finished_step(g, end)
             end = next_step(g, end)
-        push(end, g)
+        # None: PP, the solo's last step was scheduled before `now` (its end is later); the
+        # group takes the new request in at `now`
+        push(now if end is None else end, g)
 
     while True:
         send = next_send()
@@ -691,7 +801,7 @@ def _simulate_dispatched(
         if send <= (events[0][0] if events else math.inf):
             i = pending.popleft()
             if slots is not None:
-                slots.popleft()
+                heapq.heappop(slots)
             while group_load[least_loaded[0][1]] != least_loaded[0][0]:
                 heapq.heappop(least_loaded)
             g = least_loaded[0][1]
@@ -729,7 +839,7 @@ def _simulate_dispatched(
             in_flight[run.engine] -= 1
             loaded(g, -1)
             if slots is not None:
-                slots.append(now + extra_seconds)
+                heapq.heappush(slots, now + extra_seconds)
             solos.append((run.request, run.shifted(extra_seconds)))
             continue
         while True:  # group g's steps, inline while nothing else happens before the next one ends
@@ -782,6 +892,7 @@ def simulate_lockstep(
     sims = [_Sim(reqs, limits, _check_fits(reqs, limits)) for reqs in requests_per_rank]
     for sim, cap in zip(sims, caps, strict=True):
         sim.begin(first_token_extra_seconds, cap)
+    clock = _Clock(limits.pipeline_stages)
     now = min((sim.first_arrival for sim in sims if sim.reqs), default=0.0)
     while not all(sim.finished for sim in sims):
         for sim in sims:
@@ -791,10 +902,9 @@ def simulate_lockstep(
             now = min(sim.next_event() for sim in sims if not sim.finished)
             continue
         loads = [sim.schedule() for sim in busy]
-        seconds = group_step_seconds(loads)
-        now += seconds
+        end, seconds, now = clock.run(now, loads, group_step_seconds)
         for sim, load in zip(busy, loads, strict=True):
-            sim.record(now, seconds, load)
+            sim.record(end, seconds, load)
     return [sim.result() for sim in sims]
 
 
@@ -815,6 +925,7 @@ def _merge(num_requests: int, parts: list[list[int]], results: list[SimResult]) 
         step_seconds=tuple(s for r in results for s in r.step_seconds),
         step_loads=tuple(s for r in results for s in r.step_loads),
         step_num_regular_itl=tuple(s for r in results for s in r.step_num_regular_itl),
+        step_itl_seconds=tuple(s for r in results for s in r.step_itl_seconds),
         irregular_itl_seconds=tuple(s for r in results for s in r.irregular_itl_seconds),
         num_preemptions=sum(r.num_preemptions for r in results),
         first_arrival_seconds=min((r.first_arrival_seconds for r in results), default=0.0),
@@ -884,7 +995,7 @@ def _distribution(pairs: list[tuple[float, int]]) -> Distribution:
 def bench_metrics(result: SimResult) -> ServeMetrics:
     """Mean, median and p99 of TTFT, TPOT, ITL and E2E, and the throughputs."""
     ones = lambda xs: [(x, 1) for x in xs if x is not None]  # noqa: E731
-    itl = list(zip(result.step_seconds, result.step_num_regular_itl, strict=True)) + ones(
+    itl = list(zip(result.step_itl_seconds, result.step_num_regular_itl, strict=True)) + ones(
         result.irregular_itl_seconds
     )
     duration = result.makespan_seconds

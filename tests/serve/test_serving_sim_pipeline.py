@@ -1,0 +1,132 @@
+"""The step simulation of a PP replica: vLLM 0.33.0's batch queue, hand-worked.
+
+Every case prices a micro-batch step as 1 ms of engine work, 10 ms on each of 2 stages and a
+1 ms hop after each stage (the last one back to the engine), whatever it carries: a lone
+micro-batch's path is 1 + 10 + 1 + 10 + 1 = 23 ms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.serving_sim import (
+    EngineLimits,
+    PipelineStep,
+    SimRequest,
+    StepLoad,
+    _Clock,
+    bench_metrics,
+    simulate,
+    simulate_replicas,
+)
+
+MS = 1e-3
+STEP = PipelineStep(1 * MS, (10 * MS, 10 * MS), 1 * MS)
+BIG_KV = 10**7
+
+
+def piped(_: StepLoad) -> PipelineStep:
+    return STEP
+
+
+def test_a_lone_request_decodes_every_p_steps_at_its_path():
+    """One request, 10 prompt tokens, 3 output tokens, p = 2.
+    step 0 at 0: the prompt; engine 0-1, stage 1 1-11, hop to 12, stage 2 12-22, hop back: 23 ms.
+    step 1 at 1: its decode is step 2's (p steps after its last): nothing to do, no time, no tokens.
+    step 2 at 1: the decode waits for step 0's token (23 ms): 23 + 23 = 46 ms; step 3 empty;
+    step 4: 46 + 23 = 69 ms. TTFT 23 ms, E2E 69 ms, TPOT (69 - 23) / 2 = 23 ms: the path, each
+    token. ITL: tokens 2 and 3 each 23 ms after the one before (steps 2 and 4, p steps on)."""
+    res = simulate([SimRequest(0.0, 10, 3)], EngineLimits(BIG_KV, 8, 100, pipeline_stages=2), piped)
+    assert res.ttft_seconds[0] == pytest.approx(23 * MS)
+    assert res.e2e_seconds[0] == pytest.approx(69 * MS)
+    assert res.tpot_seconds[0] == pytest.approx(23 * MS)
+    assert [load.num_tokens for load in res.step_loads] == [10, 0, 1, 0, 1]
+    assert res.step_num_regular_itl == (0, 0, 1, 0, 1)
+    itl = bench_metrics(res).itl_seconds
+    assert (itl.mean, itl.p99) == pytest.approx((23 * MS, 23 * MS))
+    # the steps' seconds add up to the last end (an empty step adds none)
+    assert sum(res.step_seconds) == pytest.approx(69 * MS)
+
+
+def test_two_prompts_in_consecutive_micro_batches_overlap_in_the_pipeline():
+    """A budget of 10 tokens, A and B 10 prompt tokens each, 2 output tokens, both at 0.
+    step 0 at 0: A's prompt; ends 23 ms (as above), stage 1 free at 11, stage 2 at 22.
+    step 1 at 1 (the engine is free, 1 step in flight < p + 1): B's prompt (its own phase);
+    engine 1-2, stage 1 waits for step 0 until 11, 11-21, hop 22, stage 2 22-32, back at 33.
+    step 2 at 2: A's decode, after its token (23): engine 23-24, stage 1 24-34, hop 35,
+    stage 2 35-45, back at 46.
+    step 3 at 24 (the engine was busy until then): B's decode, after its token (33): engine
+    33-34, stage 1 34-44 (free at 34), hop 45, stage 2 45-55 (free at 45), back at 56.
+    A: TTFT 23, E2E 46; B: TTFT 33, E2E 56 ms. Without PP each would wait out the other's
+    whole steps; here B's prompt runs on stage 1 while A's is on stage 2."""
+    res = simulate([SimRequest(0.0, 10, 2)] * 2, EngineLimits(BIG_KV, 8, 10, pipeline_stages=2), piped)
+    assert res.ttft_seconds == pytest.approx((23 * MS, 33 * MS))
+    assert res.e2e_seconds == pytest.approx((46 * MS, 56 * MS))
+    assert [load.prefill_tokens for load in res.step_loads] == [10, 10, 0, 0]
+    assert [load.decode_seqs for load in res.step_loads] == [0, 0, 1, 1]
+
+
+def test_a_decoder_the_budget_leaves_out_moves_to_the_next_step():
+    """p = 2, a budget of 3 tokens, 2 drafted tokens per decode (none accepted: one token a
+    step), A and B 1 prompt token each, 4 output tokens, both at 0. Step 0: both prompts (2
+    tokens; both decode in the even steps). Step 1: nothing. Step 2: A takes 1 + 2 = 3 tokens,
+    the whole budget; B is left out, eligible at step 3 (vLLM's scheduler: a decoder is
+    eligible from p steps after its last on, vllm/v1/core/sched/async_scheduler.py 0.33.0).
+    Step 3: B; from then on A decodes in the even steps and B in the odd ones."""
+    limits = EngineLimits(BIG_KV, 8, 3, draft_acceptance=(0.0, 0.0), pipeline_stages=2)
+    res = simulate([SimRequest(0.0, 1, 4)] * 2, limits, piped)
+    decodes = [load.decode_seqs for load in res.step_loads]
+    assert decodes == [0, 0, 1, 1, 1, 1, 1, 1]
+    # B's second token waited 3 steps (an irregular ITL), then both go every 2 steps
+    assert len(res.irregular_itl_seconds) == 1
+    assert sum(res.step_num_regular_itl) == 2 * 3 - 1
+
+
+def test_clock_keeps_at_most_p_plus_one_steps_in_flight():
+    """p = 2, prompt-only steps (no decodes wait for a token): step k can be scheduled once
+    the engine is free and at most p + 1 = 3 steps are in flight.
+    step 0 at 0: engine 0-1, stage 1 1-11, stage 2 12-22, end 23; next at 1.
+    step 1 at 1: engine 1-2, stage 1 11-21, stage 2 22-32, end 33; next at 2.
+    step 2 at 2: engine 2-3, stage 1 21-31, stage 2 32-42, end 43; 3 in flight: next when
+    step 0 is back, 23.
+    step 3 at 23: engine 23-24, stage 1 31-41, stage 2 42-52, end 53: stage-bound, 10 ms a
+    step; steps 1 to 3 in flight: next when step 1 is back, 33."""
+    clock = _Clock(2)
+    prompt = [StepLoad(0, 0, 10)]
+    got = [clock.run(now, prompt, lambda _: STEP) for now in (0.0, 1 * MS, 2 * MS, 23 * MS)]
+    assert [end for end, _, _ in got] == pytest.approx([23 * MS, 33 * MS, 43 * MS, 53 * MS])
+    assert [start for _, _, start in got] == pytest.approx([1 * MS, 2 * MS, 23 * MS, 33 * MS])
+    # the seconds: each end less the last (the first less its start)
+    assert [seconds for _, seconds, _ in got] == pytest.approx([23 * MS, 10 * MS, 10 * MS, 10 * MS])
+
+
+def test_one_stage_is_the_step_by_step_engine():
+    """p = 1 priced as a float: a step starts when the last ends (the clock adds nothing)."""
+    clock = _Clock(1)
+    assert clock.run(0.5, [StepLoad(1, 10)], lambda _: 0.25) == (0.75, 0.25, 0.75)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 0.5), st.integers(1, 300), st.integers(1, 40)), min_size=1, max_size=25),
+    st.integers(2, 4),
+    st.integers(16, 400),
+    st.integers(1, 3),
+)
+def test_pipeline_invariants(specs, stages, budget, replicas):
+    """Every request completes; no token before its request arrives plus one lone path (the
+    minimum a token takes); TTFT <= E2E; the step loads never exceed the budget; the steps'
+    seconds add up to at least the busy time."""
+    requests = [SimRequest(a, i, o) for a, i, o in specs]
+    step = PipelineStep(1 * MS, (10 * MS,) * stages, 1 * MS)
+    path = 1 * MS + stages * 11 * MS
+    res = simulate_replicas(requests, replicas, EngineLimits(BIG_KV, 16, budget, pipeline_stages=stages),
+                            lambda _: step)
+    assert all(math.isfinite(t) and t >= path - 1e-12 for t in res.ttft_seconds)
+    assert all(t <= e + 1e-12 for t, e in zip(res.ttft_seconds, res.e2e_seconds, strict=True))
+    assert all(load.num_tokens <= budget for load in res.step_loads)
+    assert sum(res.output_lens) == sum(o for _, _, o in specs)
