@@ -22,6 +22,7 @@ from planner.cost.continuous_batching import (
     arrivals,
     clients_at_rate,
     in_flight_weights,
+    lockstep_peaks,
     solve_open_loop,
     steady_state,
     with_waiting_clients,
@@ -492,7 +493,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # and holds what Little's law says, up to what it can run (its knee, the clients,
         # --batch as its --max-num-seqs)
         top = knee if knee is not None else cap
-        arriving = solve_open_loop(offered / layout.dp, open_at, top)
+        peaks = ()
+        if lockstep > 1:  # the busiest rank's chunks jump where the mean's pass a whole number
+            peaks = lockstep_peaks(lambda c: math.prod(arrivals(c, request.input_len, request.output_len, budget,
+                                                                micro_batches_in_flight(layout, c), tokens_per_round,
+                                                                spec_tokens)[:2]), top)
+        arriving = solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that

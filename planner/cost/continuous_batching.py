@@ -15,7 +15,7 @@ requests finishing per round. Derivation: docs/cost-model.md (Serving: continuou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from planner.cost.serving_time import StepLoad, causal_pairs
@@ -115,7 +115,7 @@ OPEN_LOOP_LIGHT_CONCURRENCY = 2.0**-10
 
 
 def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState],
-                    upper: float) -> SteadyState | None:
+                    upper: float, peaks: Sequence[float] = ()) -> SteadyState | None:
     """The replica's steady state when requests arrive at `rate_per_s` (open loop): the mean
     concurrency C with C / E2E(C) = R (Little's law), E2E from `steady_at(C)` (steady_state with
     open_loop), by bisection on C in (0, upper]. The rate a concurrency completes can jump (a
@@ -123,20 +123,49 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     final bracket's two states are mixed to complete exactly R (mixed_at_rate). None when even
     `upper` completes fewer than R a second: the replica is overloaded and its queue grows
     without bound. Hand-worked (E2E = 2 s + 0.1 s per request in flight, 3 requests/s):
-    C = 3 (2 + 0.1 C) -> C = 6 / 0.7 = 8.571."""
+    C = 3 (2 + 0.1 C) -> C = 6 / 0.7 = 8.571.
+    `peaks`: concurrencies past which the completed rate can fall before it rises again (DP
+    ranks in lockstep: lockstep_peaks); the answer is the least C that completes R, the one a
+    replica filling up from empty settles at: each peak in turn that completes less than R
+    moves the bracket's bottom up to it, and the first that completes R tops it (between two
+    peaks the rate falls, then rises: one crossing). Without them a bracket spanning a dip
+    found the crossing above it (Qwen3-30B-A3B tp=1 dp=8 ep=8 at 100.9 req/s: 347 in flight
+    and TPOT 107 ms, where the simulated burst settles at the 256 and 78 ms below)."""
     if steady_at(upper).requests_per_second < rate_per_s:
         return None
     # E2E grows with C, so C = R E2E(C) >= R E2E(near empty): the bracket starts there, and its
     # top doubles until it completes R (at 50 /s over 4,096 replicas C is about 0.01 of a cap
     # of hundreds: bisecting from the cap took 30 halvings a layout)
     low = min(upper, rate_per_s * steady_at(min(upper, OPEN_LOOP_LIGHT_CONCURRENCY)).e2e_seconds)
-    high = min(upper, 1.5 * low)
-    while steady_at(high).requests_per_second < rate_per_s:
-        low, high = high, min(upper, 2 * high)
+    high = None
+    for peak in sorted(p for p in peaks if low < p < upper):
+        if steady_at(peak).requests_per_second >= rate_per_s:
+            high = peak
+            break
+        low = peak
+    if high is None:
+        high = min(upper, 1.5 * low)
+        while steady_at(high).requests_per_second < rate_per_s:
+            low, high = high, min(upper, 2 * high)
     low, high = false_position_bracket(low, high, lambda c: steady_at(c).requests_per_second - rate_per_s,
                                        OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS,
                                        OPEN_LOOP_RELATIVE_TOLERANCE * rate_per_s)
     return steady_at(high) if low in (0, high) else mixed_at_rate(steady_at(low), steady_at(high), rate_per_s)
+
+
+def lockstep_peaks(chunks_per_round: Callable[[float], float], upper: float) -> tuple[float, ...]:
+    """The concurrencies in (0, upper] at which a replica's prompt chunks a round,
+    `chunks_per_round(C)` (q = lambda S_p of `arrivals`; it grows with C), reach each whole
+    number: there the busiest of lockstep ranks starts carrying one more chunk
+    (busiest_rank_chunks' slope jumps from 0 to d), so the rate a concurrency completes can
+    peak there (solve_open_loop's `peaks`). Each to OPEN_LOOP_RELATIVE_TOLERANCE, by
+    bisection: q(C) = C / 4 up to C = 10 gives 4 and 8."""
+    peaks = []
+    for whole in range(1, math.ceil(chunks_per_round(upper))):
+        _, high = bisect_bracket(0.0, upper, lambda c, n=whole: chunks_per_round(c) < n,
+                                 OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS)
+        peaks.append(high)
+    return tuple(peaks)
 
 
 def false_position_bracket(low: float, high: float, excess: Callable[[float], float], relative_tolerance: float,

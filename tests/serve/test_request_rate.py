@@ -16,13 +16,14 @@ from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.continuous_batching import (
     busy_on_arrival,
     in_flight_weights,
+    lockstep_peaks,
     own_prompt_share,
     solve_open_loop,
     steady_state,
 )
 from planner.cost.serving_time import StepLoad
 from planner.disagg_cli import plan_both
-from planner.requests import ServeRequest
+from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import burst_metrics
 from planner.serve_search import plan_serving
 
@@ -61,6 +62,57 @@ def test_solve_open_loop_keeps_littles_law(rate, base, slope, upper):
     if state is not None:
         assert 0 < state.concurrency <= upper
         assert state.concurrency == pytest.approx(rate * state.e2e_seconds, rel=1e-3)
+
+
+def Dipping(concurrency: float):  # noqa: N802 (a state's maker)
+    """A replica whose completed rate peaks at C = 10 and dips past it (lockstep ranks as the
+    busiest rank starts carrying one more chunk a round): E2E = 1 s + 0.1 s per request up to
+    10 (rate C / (1 + 0.1 C), 5 /s at 10), then rate 5 - 0.2 (C - 10) down to 4 /s at 15, then
+    4 + 0.2 (C - 15) up again; E2E = C / rate."""
+    c = concurrency
+    rate = c / (1 + 0.1 * c) if c <= 10 else 5 - 0.2 * (c - 10) if c <= 15 else 4 + 0.2 * (c - 15)
+    return Linear(c, c / rate, 0.0)
+
+
+def test_solve_open_loop_settles_at_the_least_concurrency_that_keeps_up():
+    """4.5 requests/s on Dipping: C = 4.5 (1 + 0.1 C) at C = 4.5 / 0.55 = 8.18 (E2E 1.818 s), the
+    concurrency a replica filling up from empty settles at; 12.5 (falling) and 17.5 also
+    complete 4.5. Without the peak the bracket doubles from 4.5 past the dip (6.75 and 13.5
+    complete 4.03 and 4.3) and finds 17.5; with it, the peak at 10 (5 /s) tops the bracket."""
+    past = solve_open_loop(4.5, Dipping, 100.0)
+    assert past.concurrency == pytest.approx(17.5, rel=2e-3)
+    least = solve_open_loop(4.5, Dipping, 100.0, peaks=(10.0,))
+    assert least.concurrency == pytest.approx(4.5 / 0.55, rel=2e-3)
+    assert least.e2e_seconds == pytest.approx(1 + 0.1 * 4.5 / 0.55, rel=2e-3)
+    # above the peak's 5 /s only the rising branch past the dip keeps up: 4 + 0.2 (C - 15) = 5.5 at 22.5
+    assert solve_open_loop(5.5, Dipping, 100.0, peaks=(10.0,)).concurrency == pytest.approx(22.5, rel=2e-3)
+
+
+def test_lockstep_peaks_by_hand():
+    """q(C) = C / 4 up to C = 10 reaches 1 at C = 4 and 2 at C = 8 (2.5 at the top: no third);
+    q(C) = C / 5 up to 10 reaches 1 at 5 only (2 exactly at the top is not below it)."""
+    assert lockstep_peaks(lambda c: c / 4, 10.0) == pytest.approx((4.0, 8.0), rel=2e-3)
+    assert lockstep_peaks(lambda c: c / 5, 10.0) == pytest.approx((5.0,), rel=2e-3)
+    assert lockstep_peaks(lambda c: c / 50, 10.0) == ()
+
+
+def test_an_ep_group_at_a_rate_below_its_peak_stays_below_the_dip():
+    """Qwen3-30B-A3B, tp=1 dp=8 ep=8 on 8 H100 (the 8 ranks step in lockstep), 1,024/256 tokens:
+    a replica completes up to 12.67 req/s at 256 in flight, where its chunks a round pass 1
+    (the busiest rank then carries a second chunk in more and more rounds: 12.43 at 296), and
+    again at about 360. At 100.9 req/s (12.61 a replica) the plan found 347 in flight and TPOT
+    107 ms; a simulated burst of 10,000 prompts settles at TPOT 78 ms (found by a CLI sweep).
+    It now stays below the dip: under 256 in flight, TPOT within 5% of 78 ms; and it rises
+    smoothly with the rate up to the peak."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xH100")
+    pinned = LayoutFilter(tp=1, pp=1, dp=8, ep=8)
+    tpots = []
+    for rate in (100.5, 100.9, 101.2):
+        best = plan_serving(model, cluster, ServeRequest(request_rate_per_s=rate, layout=pinned)).recommended
+        assert best.concurrency < 256 and not best.overloaded
+        tpots.append(best.tpot_seconds)
+    assert tpots[1] == pytest.approx(0.078, rel=0.05)
+    assert tpots == sorted(tpots) and tpots[2] < 1.05 * tpots[0]
 
 
 def test_arrivals_at_a_rate_by_hand():
