@@ -22,6 +22,7 @@ from planner.cost.continuous_batching import (
     arrivals,
     clients_at_rate,
     in_flight_weights,
+    least_loaded,
     lockstep_peaks,
     solve_open_loop,
     steady_state,
@@ -429,17 +430,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                                max(in_flight, carriers), chunk,
                                                                expert_imbalance(request), constants, priced, carriers)
 
+    # the replicas vLLM's DP front end spreads arrivals over, each to the least loaded (in
+    # lockstep EP groups steady_state's busiest-rank terms take that part)
+    router = layout.dp if lockstep_ranks(model, layout) == 1 else 1
+
     def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
         # at a rate the mean C is a time average: a decoding request finds C others beside it
         # (steady_state prices n_d + 1 decodes), Poisson in number, each in its own virtual
         # engine up to p and the cap the engine (--max-num-seqs) and the clients allow
         # (in_flight_weights: with k engines busy the round's load is the mean's scaled to
         # the 1 + E[N | k] requests there, so the mix keeps the mean load; round_time's path
-        # keeps at least the request's own sequence in its micro-batch); a closed loop's C are
-        # whole and always there
+        # keeps at least the request's own sequence in its micro-batch); behind a least-loaded
+        # router (DP replicas not in lockstep) the others it sits with are fewer (least_loaded's
+        # seen, less itself); a closed loop's C are whole and always there
         if open_loop and layout.pp > 1:
-            mixed = [(w, (1 + others) / (1 + concurrency), rounds(concurrency, k))
-                     for k, w, others in in_flight_weights(concurrency, min(layout.pp, cap))]
+            beside = concurrency if router == 1 else least_loaded(concurrency, router).seen - 1
+            mixed = [(w, (1 + others) / (1 + beside), rounds(concurrency, k))
+                     for k, w, others in in_flight_weights(beside, min(layout.pp, cap))]
 
             def seconds(load, chunk=None, carriers=1) -> float:
                 return sum(w * timed(load.scaled(share), chunk, carriers).seconds for w, share, timed in mixed)
@@ -451,7 +458,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
-                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap)
+                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)

@@ -49,7 +49,8 @@ class SteadyState:
     """A round with no prompt chunk."""
     prompt_round_seconds: float
     """A round that carries one prompt's chunk (or the mean prompt load when several
-    prompts share every round)."""
+    prompts share every round), as the prompt's own chunks see it (behind a least-loaded
+    router, beside the decodes of the replica it joins)."""
     step_seconds: float
     """Mean round: what the engine's steps take on average (every prompt chunk counted)."""
     ttft_seconds: float
@@ -334,6 +335,77 @@ def busy_on_arrival(concurrency: float, open_loop: bool) -> float:
     return -math.expm1(-concurrency) if open_loop else 1 - 1 / concurrency
 
 
+@dataclass(frozen=True)
+class LeastLoaded:
+    """What requests see where a router sends each arrival to the replica holding the fewest
+    (least_loaded); one replica: the replica's own Poisson view (busy_on_arrival, n_d + 1)."""
+
+    prompt_share: float
+    """The arrivals that join a decoding request's replica, as a share of a replica's mean rate."""
+    seen: float
+    """Requests in a request's replica, itself included (the mean over requests)."""
+    busy: float
+    """The chance an arrival finds every replica busy (so its own one too)."""
+    joined: float
+    """Requests an arrival finds in the replica it joins."""
+
+
+LEAST_LOADED_SPAN_SIGMAS = 12.0
+"""least_loaded's sums stop this many standard deviations above the Poisson mean (the rest
+weighs under 1e-30)."""
+LEAST_LOADED_EXACT_MEAN = 400.0
+"""Up to this Poisson mean least_loaded sums the exact distribution; above it, the normal one
+with a continuity correction (its tails are then within 1e-3 of Poisson's at every count that
+weighs, and the sums need one term per replica's worth of requests, not per request)."""
+
+
+def poisson_tails(mean: float, last: int) -> Callable[[int], float]:
+    """m -> P(N >= m) for N ~ Poisson(mean), m <= last: exact (cumulated) up to
+    LEAST_LOADED_EXACT_MEAN, else the normal approximation 0.5 erfc((m - 0.5 - mean) /
+    sqrt(2 mean)). Mean 1: P(N >= 2) = 1 - 2/e = 0.2642."""
+    if mean > LEAST_LOADED_EXACT_MEAN:
+        scale = math.sqrt(2 * mean)
+        return lambda m: 1.0 if m <= 0 else 0.5 * math.erfc((m - 0.5 - mean) / scale)
+    tails, below, p = [], 0.0, math.exp(-mean)
+    for n in range(last + 1):
+        tails.append(max(0.0, 1.0 - below))
+        below += p
+        p *= mean / (n + 1)
+    return lambda m: 1.0 if m <= 0 else tails[m] if m <= last else 0.0
+
+
+def least_loaded(mean_per_replica: float, replicas: int) -> LeastLoaded:
+    """Arrivals at a rate over d replicas behind a least-loaded router (vLLM's DP front end:
+    vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request at 0.33.0, the
+    fewest waiting + running): the N requests in the system are Poisson with mean L = d C
+    (M/G/infinity; an arrival sees the time average, PASTA), held as evenly as the router keeps
+    them: N = q d + r puts q + 1 in r replicas and q in the other d - r, and each arrival joins
+    one of those d - r. So an arrival finds q = floor(N / d) there, E[q] = sum_k P(N >= k d)
+    (busy when N >= d). A request sits, with the others, in a replica of q + 1 or q: the mean
+    over requests is E[r (q + 1)^2 + (d - r) q^2] / L (a request's N is size-biased, P(N = n)
+    n / L) = (L + 2 L sum_k P(N >= k d - 1) - 2 d sum_k k P(N >= k d)) / L (E[N 1(N >= m)] =
+    L P(N >= m - 1) for a Poisson N). Its replica receives arrivals only while among the least
+    loaded, q / N of them: E[q] / L of the rate, the share E[q] / C of a replica's R / d. One
+    replica: share 1, C + 1 seen, busy 1 - e^-C. d = 2, C = 0.5 (L = 1, P(N = n) = e^-1 / n!):
+    E[q] = P(N >= 2) + P(N >= 4) + ... = 0.2642 + 0.0190 + 0.0006 = 0.2838, share 0.568; seen
+    = 1 + 2 (P(N >= 1) + P(N >= 3) + ...) - 4 (0.2642 + 2 x 0.0190 + 3 x 0.0006) = 1.216
+    (random splitting: 1 and 1.5)."""
+    d, mean = max(1, replicas), max(0.0, mean_per_replica) * max(1, replicas)
+    if d == 1:
+        return LeastLoaded(1.0, mean + 1, -math.expm1(-mean), mean)
+    if mean <= 0:
+        return LeastLoaded(0.0, 1.0, 0.0, 0.0)
+    last = math.ceil(mean + LEAST_LOADED_SPAN_SIGMAS * math.sqrt(mean)) + d
+    tail = poisson_tails(mean, last)
+    joined = below_blocks = weighted = 0.0
+    for k in range(1, last // d + 2):
+        joined += tail(k * d)
+        below_blocks += tail(k * d - 1)
+        weighted += k * tail(k * d)
+    seen = (mean + 2 * mean * below_blocks - 2 * d * weighted) / mean
+    return LeastLoaded(joined / mean_per_replica, seen, tail(d), joined)
+
+
 def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple[float, float, int]:
     """(N chunks of the prompt, S_p rounds, n carriers per prompt round): N = ceil(I / room),
     each micro-batch's room; one round takes up to k of them (PP: vLLM's scheduler gives each
@@ -378,7 +450,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
                  spec_tokens: int = 0, context_tokens: float | None = None,
                  prompt_pairs: float | None = None, open_loop: bool = False,
-                 max_running: float = math.inf) -> SteadyState:
+                 max_running: float = math.inf, router_replicas: int = 1) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so a prompt is N = ceil(I / (B - n_d / k)) chunks; a round takes up
@@ -422,6 +494,12 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     the time average, but never more than `max_running`, the sequences the engine or the clients
     let run at once), and a new request waits out the current round with probability 1 - e^-C
     (busy_on_arrival).
+    `router_replicas` d > 1 (open loop, no lockstep ranks): the arrivals are spread over d such
+    replicas by a least-loaded router (least_loaded), so a decoding request's rounds carry only
+    the share of the prompts that join its replica and the others it sits with (the seen
+    requests, at n_d / C decoding each) in place of n_d + 1, a new request waits out a round
+    only when every replica is busy, and its prompt runs beside the decodes of the replica it
+    joins (the others decoding there, in place of n_d).
     solve_open_loop finds the C of a rate."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
@@ -470,20 +548,29 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
-    alignment = ROUND_ALIGNMENT_ROUNDS * busy_on_arrival(c, open_loop)
+    routed = least_loaded(c, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 else None
+    alignment = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(c, open_loop) if routed is None else routed.busy)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
-        decoding_round = decode_round + (mean_round - decode_round) * (1 - own / lockstep_ranks)
+        share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
+        decoding_round = decode_round + (mean_round - decode_round) * share
+    own_round, wait_round = prompt_round, mean_round
     if open_loop:
         # a decoding request's rounds hold its own token beside the others' decodes, which under
         # Poisson arrivals are as many as the time average (M/G/infinity: the others a request
         # finds are Poisson with the mean of the whole), so it sees n_d + 1 (at light load one
-        # sequence, never less: the decode round of n_d < 1 priced a fraction of one)
+        # sequence, never less: the decode round of n_d < 1 priced a fraction of one); behind a
+        # least-loaded router, the requests it sits with, n_d / C of them decoding
         seen = max(decode_seqs, min(decode_seqs + 1, max_running))
+        if routed is not None:
+            seen = min(1 + (routed.seen - 1) * decode_seqs / c, max_running)
+            # the new request's replica: the decodes of the others it finds there
+            joined = decode_round - round_seconds(decode.scaled(routed.joined / c), None)
+            own_round, wait_round = prompt_round - joined, mean_round - joined
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
-    unqueued = first_token_seconds + alignment * mean_round + prompt_service_seconds(prompt_chunks, prompt_round,
+    unqueued = first_token_seconds + alignment * wait_round + prompt_service_seconds(prompt_chunks, own_round,
                                                                                      in_flight)
     if bound:
         # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and
@@ -503,7 +590,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         queue_rounds=queue_rounds,
         budget_bound=bound,
         decode_round_seconds=decode_round,
-        prompt_round_seconds=prompt_round,
+        prompt_round_seconds=own_round,
         step_seconds=mean_round,
         ttft_seconds=ttft,
         e2e_seconds=e2e,

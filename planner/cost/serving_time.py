@@ -1231,6 +1231,12 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
     return tuple(out)
 
 
+SPREAD_SEQUENCE_FLOOR = 2.0**-30
+"""round_time holds a decoding sequence's own micro-batch at one sequence only where the mean
+share is at least this (about a billionth of a sequence): below it the share is no sequence,
+and the scaling up to one (by its reciprocal) would overflow the rest of the load."""
+
+
 def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
                stages: tuple[StageMemory, ...] | list[StageMemory], load: StepLoad, in_flight: int,
                chunk: StepLoad | None = None, imbalance: float = eff.EXPERT_LOAD_IMBALANCE,
@@ -1266,9 +1272,9 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
     # the path a decoding sequence takes holds at least that sequence where a mean load is
     # spread over more micro-batches than it fills (an open loop below one sequence per virtual
     # engine: serve.price_steady gives a decoding request C others, each in its own engine); a
-    # subnormal share (below 2^-1022, IEEE 754's least normal double: its reciprocal overflows)
-    # is none
-    spread = in_flight > 1 and 2.0 ** -1022 <= per_batch.decode_seqs < 1
+    # share below SPREAD_SEQUENCE_FLOOR is none (scaling the micro-batch up to one sequence then
+    # overflowed its prompt tokens to infinity: 4.8e-307 decodes beside 11 prompt tokens)
+    spread = in_flight > 1 and SPREAD_SEQUENCE_FLOOR <= per_batch.decode_seqs < 1
     own = per_batch.scaled(1 / per_batch.decode_seqs) if spread else per_batch
     own_steps = steps if own is per_batch else stage_step_times(model, cluster, layout, placement, stages, own,
                                                                imbalance, constants, priced)

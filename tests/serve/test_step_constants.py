@@ -27,8 +27,10 @@ CASES = [("llama-3.1-70b", "1x8xH100", Layout(4, 2, 1)), ("gpt-oss-120b", "1x8xB
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(CASES), st.sampled_from(["auto", "marlin"]), st.floats(0, 512), st.floats(0, 8192),
        st.floats(0, 4096), st.integers(1, 4))
-# a subnormal decode share over 2 micro-batches: its reciprocal overflowed to a NaN load
+# a subnormal decode share over 2 micro-batches: its reciprocal overflowed to a NaN load; a tiny
+# normal one beside a prompt scaled the prompt's tokens to infinity
 @example(CASES[1], "auto", 2.225073858507203e-309, 0.0, 0.0, 2)
+@example(CASES[1], "auto", 4.811779671784207e-307, 0.0, 11.0, 2)
 def test_a_step_priced_with_the_constants_is_the_step_priced_without(case, backend, decode, context, prompt,
                                                                       in_flight):
     name, cluster_name, layout = case
