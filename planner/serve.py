@@ -48,6 +48,7 @@ from planner.cost.serving_sim import (
     EngineLimits,
     PipelineStep,
     ServeMetrics,
+    backlog_growth,
     bench_metrics,
     simulate_replicas,
 )
@@ -1048,8 +1049,12 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                             tuple(map(max, *(step.stage_seconds for step in steps))) if len(steps) > 1
                             else steps[0].stage_seconds, max(step.hop_seconds for step in steps))
 
-    return bench_metrics(simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
-                                           request.max_concurrency, ranks, group_step_seconds))
+    simulated = simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
+                                  request.max_concurrency, ranks, group_step_seconds)
+    metrics = bench_metrics(simulated)
+    if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
+        metrics = replace(metrics, backlog=backlog_growth(requests, simulated))
+    return metrics
 
 
 CONTEXT_BUCKET_BITS = 7

@@ -955,6 +955,75 @@ class ServeMetrics:
     """First request sent to last completion."""
     request_throughput_per_second: float
     output_token_throughput_per_second: float
+    backlog: Backlog | None = None
+    """Arrivals at a finite rate: how the queue for first tokens moved over the burst's second
+    half (backlog_growth); None otherwise or for a burst too short to tell."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The requests in the system (arrived, not completed) and those of them waiting for a first
+    token, at two moments of a burst's arrivals."""
+
+    from_seconds: float
+    to_seconds: float
+    """From the middle of the arrivals to the last one (seconds from the first)."""
+    in_system_from: int | None
+    in_system_to: int | None
+    """None where the arrivals' first half is shorter than the median E2E of its requests (the
+    system may still be filling up)."""
+    waiting_from: int
+    waiting_to: int
+    completed_per_second: float
+    """Completions a second between the two."""
+
+    @property
+    def growing(self) -> bool:
+        """Either count grew beyond chance: by more than BACKLOG_SIGMAS standard deviations of
+        the two counts' difference (in an engine that keeps up each is about Poisson, an
+        M/G/infinity count: variance its mean), so the engine falls behind the rate (its queue
+        grows for as long as requests keep coming: in front of the engine, or, admitted, in
+        ever slower steps)."""
+        pairs = [(self.waiting_from, self.waiting_to)]
+        if self.in_system_from is not None and self.in_system_to is not None:
+            pairs.append((self.in_system_from, self.in_system_to))
+        return any(to - start > BACKLOG_SIGMAS * math.sqrt(max(1, start + to)) for start, to in pairs)
+
+
+BACKLOG_SIGMAS = 3.0
+"""Backlog.growing's test: a rise by 3 standard deviations happens by chance 0.13% of the time."""
+
+
+def backlog_growth(requests: Sequence[SimRequest], result: SimResult) -> Backlog | None:
+    """The requests in the system (from arrival to arrival + E2E) and those waiting for their
+    first token (to arrival + TTFT) at the middle of the arrivals and at the last one (`result`
+    in the requests' order, sent at arrival: no client limit), and the completions a second
+    between. None when the arrivals' first half is shorter than the median TTFT of the requests
+    in it (the queue may still be forming) or every request arrives at once; the counts in the
+    system None when it is shorter than their median E2E."""
+    if not requests:
+        return None
+    arrivals = [r.arrival_seconds for r in requests]
+    first, last = min(arrivals), max(arrivals)
+    middle = (first + last) / 2
+
+    def early_median(times: tuple[float, ...]) -> float:
+        early = sorted(t for a, t in zip(arrivals, times, strict=True) if a <= middle)
+        return early[len(early) // 2]
+
+    if last <= middle or middle - first < early_median(result.ttft_seconds):
+        return None
+    filled = middle - first >= early_median(result.e2e_seconds)
+    answered = [a + t for a, t in zip(arrivals, result.ttft_seconds, strict=True)]
+    completions = [a + t for a, t in zip(arrivals, result.e2e_seconds, strict=True)]
+
+    def since(t: float, ends: list[float]) -> int:
+        return sum(1 for a in arrivals if a <= t) - sum(1 for e in ends if e <= t)
+
+    done = sum(1 for c in completions if middle < c <= last)
+    return Backlog(middle - first, last - first, since(middle, completions) if filled else None,
+                   since(last, completions) if filled else None, since(middle, answered), since(last, answered),
+                   done / (last - middle))
 
 
 def weighted_percentile(pairs: Sequence[tuple[float, int]], q_percent: float) -> float:

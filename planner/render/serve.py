@@ -425,7 +425,9 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     for line in summary_lines(plan, superseded):
         out.print(line)
     if metrics is not None and plan.request.simulates_burst:
-        for line in burst_lines(plan.request, metrics, str(plan.recommended.layout), superseded):
+        best = plan.recommended
+        for line in burst_lines(plan.request, metrics, str(best.layout), superseded, best.layout.pp > 1,
+                                best.offered_rate_per_s is not None and not best.overloaded):
             out.print(line, markup=False)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
@@ -443,10 +445,13 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
         out.print(f"Note: {note}")
 
 
-def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, superseded: bool = False) -> list[str]:
+def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, superseded: bool = False,
+                pipeline: bool = False, keeps_up: bool = False) -> list[str]:
     """The recommended layout under the simulated burst, as vllm bench serve prints it, naming the
     layout (superseded: a disaggregated deployment is recommended, and the burst ran on the best
-    aggregated layout, the only kind the simulation steps)."""
+    aggregated layout, the only kind the simulation steps; pipeline: it has PP), and a note
+    where the burst falls behind a rate the plan says the layout keeps up with (keeps_up;
+    ServeMetrics.backlog)."""
     rate = request.request_rate_per_s
     rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
     source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
@@ -468,6 +473,21 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
         unit_from = 0.0 if max(d.mean, d.median, d.p99) >= LATENCY_IN_SECONDS_FROM else LATENCY_IN_SECONDS_FROM
         shown = [ms_or_s(value, unit_from, 1) for value in (d.mean, d.median, d.p99)]
         lines.append(f"  {name:<4} mean {shown[0]}, median {shown[1]}, p99 {shown[2]}")
+    backlog = metrics.backlog
+    if backlog is not None and backlog.growing and keeps_up:
+        lines.append(f"Note: the simulated burst falls behind --request-rate {rate_text}, which the plan says {layout} "
+                     f"keeps up with: from {backlog.from_seconds:,.0f} s in to the last arrival "
+                     f"({backlog.to_seconds:,.0f} s) the requests "
+                     + (f"waiting for a first token went from {backlog.waiting_from:,} to {backlog.waiting_to:,}"
+                        if backlog.in_system_from is None else
+                        f"in the system went from {backlog.in_system_from:,} to {backlog.in_system_to:,} and those "
+                        f"waiting for a first token from {backlog.waiting_from:,} to {backlog.waiting_to:,}")
+                     + ", completing "
+                     f"{backlog.completed_per_second:.3g} req/s meanwhile, so its queue grows for as long as "
+                     f"requests come; the layouts' rates are priced from the mean load"
+                     + (" (with PP, vLLM's batch queue gathers the prompts that arrive during a long micro-batch "
+                        "into the next one, and those convoys cost capacity the mean does not see)" if pipeline
+                        else ""))
     missed = burst_sla_misses(request, metrics)
     if missed:
         lines.append(f"Note: the burst misses {'; '.join(missed)}: the SLA search sizes the steady state, and this "
@@ -581,6 +601,11 @@ def metrics_json(metrics: ServeMetrics) -> dict[str, Any]:
         "duration_seconds": metrics.duration_seconds if math.isfinite(metrics.duration_seconds) else None,
         "request_throughput_per_second": metrics.request_throughput_per_second,
         "output_throughput_tokens_per_second": metrics.output_token_throughput_per_second,
+        "backlog": None if metrics.backlog is None else {
+            "from_seconds": metrics.backlog.from_seconds, "to_seconds": metrics.backlog.to_seconds,
+            "in_system_from": metrics.backlog.in_system_from, "in_system_to": metrics.backlog.in_system_to,
+            "waiting_from": metrics.backlog.waiting_from, "waiting_to": metrics.backlog.waiting_to,
+            "completed_per_second": metrics.backlog.completed_per_second, "growing": metrics.backlog.growing},
     }
 
 

@@ -130,3 +130,34 @@ def test_pipeline_invariants(specs, stages, budget, replicas):
     assert all(t <= e + 1e-12 for t, e in zip(res.ttft_seconds, res.e2e_seconds, strict=True))
     assert all(load.num_tokens <= budget for load in res.step_loads)
     assert sum(res.output_lens) == sum(o for _, _, o in specs)
+
+
+def _timed(requests: list[SimRequest], ttft: list[float], e2e: list[float]):
+    from planner.cost.serving_sim import SimResult
+
+    return SimResult(tuple(ttft), tuple(e2e), tuple(None for _ in requests), tuple(2 for _ in requests), (), (), (),
+                     (), (), 0, 0.0, max(r.arrival_seconds + t for r, t in zip(requests, e2e, strict=True)))
+
+
+def test_backlog_of_a_burst_that_keeps_up_and_of_one_that_falls_behind():
+    """1,000 requests at 10 a second (arrivals i / 10 s, the last at 99.9 s, the middle 49.95 s).
+    Keeping up: TTFT 0.5 s, E2E 5.5 s for all. Waiting for a first token at 49.95 s: 500 arrived,
+    495 answered (arrived by 49.45 s): 5; at 99.9 s: 1,000 - 995 = 5. In the system: 500 - 445
+    = 55, then 55. Completed between: arrivals in (44.45, 94.4], 500 in 49.95 s = 10.01 /s.
+    Falling behind 20%: TTFT 0.5 + 0.2 a, E2E TTFT + 5: waiting 500 - 413 (answered if a <=
+    (49.95 - 0.5) / 1.2 = 41.2) = 87, then 1,000 - 829 = 171: up 84 > 3 sqrt(87 + 171) = 48.2;
+    in the system 500 - 371 = 129, then 1,000 - 787 = 213: up 84 > 3 sqrt(342) = 55.5."""
+    from planner.cost.serving_sim import backlog_growth
+
+    requests = [SimRequest(i / 10, 100, 2) for i in range(1000)]
+    steady = backlog_growth(requests, _timed(requests, [0.5] * 1000, [5.5] * 1000))
+    assert (steady.waiting_from, steady.waiting_to, steady.in_system_from, steady.in_system_to) == (5, 5, 55, 55)
+    assert steady.completed_per_second == pytest.approx(500 / 49.95)
+    assert not steady.growing
+    ttft = [0.5 + 0.2 * r.arrival_seconds for r in requests]
+    behind = backlog_growth(requests, _timed(requests, ttft, [t + 5 for t in ttft]))
+    assert (behind.waiting_from, behind.waiting_to, behind.in_system_from, behind.in_system_to) == (87, 171, 129, 213)
+    assert behind.growing
+    # all at once: no rate to fall behind
+    assert backlog_growth([SimRequest(0.0, 100, 2)] * 10, _timed([SimRequest(0.0, 100, 2)] * 10, [1.0] * 10,
+                                                                 [2.0] * 10)) is None
