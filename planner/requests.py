@@ -242,6 +242,19 @@ class ServeRequest:
         rows = self.dataset_lengths or ((self.input_len, self.output_len),)
         return sum(i * (i + 1) / 2 for i, _ in rows) / len(rows)
 
+    @cached_property
+    def output_len_cv2(self) -> float:
+        """The squared coefficient of variation of the requests' output lengths, Var(O) / E[O]^2:
+        over the --dataset rows; r^2 / 3 for --random-range-ratio r (uniform on [O (1 - r),
+        O (1 + r)]: variance (2 r O)^2 / 12); 0 when every request has the mean lengths. How
+        unequal the time each request holds an engine slot is (it decodes O - 1 steps):
+        continuous_batching.slot_wait_seconds. Rows of 100 and 300 tokens: 100^2 / 200^2 = 0.25."""
+        if self.dataset_lengths:
+            outputs = [o for _, o in self.dataset_lengths]
+            mean = sum(outputs) / len(outputs)
+            return sum((o - mean) ** 2 for o in outputs) / len(outputs) / mean ** 2
+        return (self.random_range_ratio or 0.0) ** 2 / 3
+
     @property
     def has_sla(self) -> bool:
         """Whether any of --max-ttft-ms, --max-tpot-ms, --max-e2e-ms is set."""

@@ -26,6 +26,7 @@ from planner.cost.continuous_batching import (
     lockstep_peaks,
     solve_open_loop,
     steady_state,
+    with_slot_queue,
     with_waiting_clients,
 )
 from planner.cost.moe import deepep_ampere_refusal
@@ -268,7 +269,8 @@ def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | N
     where = f"at concurrency {steady.concurrency:g}" if rate_per_s is None else (
         f"at --request-rate {rate_per_s:g}/s, {steady.concurrency:.1f} requests in flight per replica")
     if steady.waiting_clients > 0:
-        where += (f", {steady.waiting_clients:g} more client(s) per replica waiting "
+        who = "client(s)" if rate_per_s is None else "request(s)"
+        where += (f", {steady.waiting_clients:.3g} more {who} per replica waiting "
                   f"{seconds_to_ms(steady.slot_wait_seconds):,.0f} ms for a slot")
     return f"{'; '.join(missed)} ({where})"
 
@@ -507,6 +509,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                                                                 micro_batches_in_flight(layout, c), tokens_per_round,
                                                                 spec_tokens)[:2]), top)
         arriving = solve_open_loop(offered / layout.dp, open_at, top, peaks)
+        if arriving is not None and not clients_bound:
+            # Poisson arrivals find every one of the engine's `cap` slots taken now and then
+            # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
+            # E2E (where --max-concurrency caps them the client holds the excess, before its clock)
+            arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp)
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that
@@ -528,10 +535,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # what caps the engine's sequences does not bind below it
         notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
         capacity = steady_at(top).requests_per_second
+        running_e2e = arriving.e2e_seconds - arriving.slot_wait_seconds
         notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
                      f"{offered / layout.dp:.3g} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
-                     f"average (Little's law: rate x E2E {seconds_to_ms(arriving.e2e_seconds):,.0f} ms); a replica "
+                     f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
+                     f"{' once running' if arriving.slot_wait_seconds else ''}); a replica "
                      f"takes up to {capacity:.3g} req/s ({top:,} in flight)")
+        if arriving.slot_wait_seconds > 0:
+            wait = arriving.slot_wait_seconds
+            notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica (--max-num-seqs, the KV "
+                         f"cache), arrivals at {offered:g}/s find every slot busy at times and wait "
+                         f"{seconds_to_ms(wait):,.0f} ms for one on average ({arriving.waiting_clients:.3g} waiting per "
+                         f"replica; an M/G/c queue), in TTFT and E2E latency")
     elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
@@ -550,8 +565,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 steady_at, largest)
             if batch < largest:
                 binding = "saturation"
+                why = ("would only queue for the prompt budget" if lockstep == 1 else
+                       f"would lengthen the {lockstep} lockstep DP ranks' steps (the busiest rank's prompt chunks) "
+                       f"more than they add")
                 notes = [f"Saturated: {batch} concurrent sequences per replica give the most output tokens/s "
-                         f"within the limits (they allow {largest}); more would only queue for the prompt budget"]
+                         f"within the limits (they allow {largest}); more {why}"]
             elif binding is None:
                 binding = "kv-cache" if fit < wanted else "max-num-seqs"
             else:

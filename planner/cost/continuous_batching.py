@@ -104,6 +104,61 @@ def with_waiting_clients(steady: SteadyState, clients: float) -> SteadyState:
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
 
 
+ERLANG_SPAN_SIGMAS = 12.0
+"""erlang_c sums the Poisson terms within this many standard deviations of the offered load
+(the rest weighs under 1e-30); more servers than that above the load: no arrival waits."""
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """The chance an arrival waits for a server in an M/M/c queue of c = `servers` and offered
+    load a = `offered` (arrival rate x mean service time; a < c): Erlang's C formula, from
+    Erlang's B = P(N = c) / P(N <= c) for N ~ Poisson(a), C = B / (1 - (a / c) (1 - B))
+    (Kleinrock, Queueing Systems vol. 1, 1975, eq. 3.41-3.42). c = 1: C = a. c = 2, a = 1:
+    B = (1/2) / (1 + 1 + 1/2) = 0.2, C = 0.2 / (1 - 0.5 * 0.8) = 1/3. 1 at a >= c."""
+    c, a = max(1, servers), max(0.0, offered)
+    if a >= c:
+        return 1.0
+    if a <= 0 or c > a + ERLANG_SPAN_SIGMAS * (math.sqrt(a) + 1):
+        return 0.0
+    first = max(0, math.floor(a - ERLANG_SPAN_SIGMAS * (math.sqrt(a) + 1)))
+    log_a = math.log(a)
+    terms = [math.exp(k * log_a - a - math.lgamma(k + 1)) for k in range(first, c + 1)]
+    blocked = terms[-1] / math.fsum(terms)
+    return blocked / (1 - a / c * (1 - blocked))
+
+
+def slot_wait_seconds(servers: int, offered: float, service_seconds: float, service_cv2: float) -> float:
+    """The mean wait for one of c = `servers` slots (the engine's --max-num-seqs, or the
+    sequences its KV cache holds) when requests arrive Poisson and each holds a slot for
+    `service_seconds` S on average, a = `offered` = rate x S of them busy: the Allen-Cunneen
+    approximation of the M/G/c queue, W = C(c, a) S / (c - a) (1 + cv^2) / 2 with cv^2 =
+    `service_cv2`, the squared coefficient of variation of S (Allen, Probability, Statistics
+    and Queueing Theory, 2nd ed. 1990, sec. 6.2; exact for M/M/c at cv^2 = 1 and for M/D/1 at
+    cv^2 = 0, the Pollaczek-Khinchine mean). One slot, a = 0.86, S = 2.87 s, equal lengths:
+    0.86 x 2.87 / 0.14 / 2 = 8.8 s. Infinite at a >= c (the queue grows without end)."""
+    if offered >= servers:
+        return math.inf
+    waits = erlang_c(servers, offered)
+    return 0.0 if waits == 0 else waits * service_seconds / (servers - offered) * (1 + service_cv2) / 2
+
+
+def with_slot_queue(steady: SteadyState, servers: int, service_cv2: float, replicas: int = 1) -> SteadyState:
+    """The open-loop steady state (arrivals at a rate, steady.concurrency = C the mean running)
+    when the engine runs at most `servers` sequences at once: the arrivals beyond them wait for
+    a slot (slot_wait_seconds, each holding one for its E2E), in TTFT and E2E; the running
+    ones are unchanged (the engine runs the same C on average). `replicas` d behind a
+    least-loaded router: one queue of d c slots for d C busy (the router fills the emptiest,
+    so a request waits only when every replica is full; vLLM queues it in the engine it was
+    sent to, which this pooled queue leaves out). Waiting requests: the rate times the wait
+    (Little's law), in waiting_clients. No wait: the same state."""
+    wait = slot_wait_seconds(servers * replicas, steady.concurrency * replicas, steady.e2e_seconds, service_cv2)
+    if wait <= 0:
+        return steady
+    waiting = steady.concurrency / steady.e2e_seconds * wait
+    return replace(steady, waiting_clients=waiting, slot_wait_seconds=wait,
+                   ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
+
+
 OPEN_LOOP_RELATIVE_TOLERANCE = 2.0**-10
 """solve_open_loop stops when the mean concurrency is bracketed to this fraction of itself (about
 a thousandth), or the rate it completes is that close to the offered one (the
@@ -425,24 +480,37 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
 
 
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
-             tokens_per_round: float = 1.0, spec_tokens: int = 0) -> tuple[float, float, float, bool]:
+             tokens_per_round: float = 1.0, spec_tokens: int = 0,
+             outside_rounds: float = 0.0) -> tuple[float, float, float, bool]:
     """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
     prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt rounds a
-    rank carries per round (its chunks, with one micro-batch)."""
+    rank carries per round (its chunks, with one micro-batch). `outside_rounds` X: the mean
+    rounds a request spends in the system outside the rounds that carry it (its first-token
+    cost and the wait for the round in progress), so lambda = C / (D + S_p + X)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
     round_budget = in_flight * step_budget_tokens
-    rate = c / (d + 1)
+    outside = max(outside_rounds, 0.0)
+    rate = c / (d + 1 + outside)
     prefill_rounds, bound = 1.0, False
     for _ in range(SOLVER_ITERATIONS):
         room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
         prefill_rounds = prompt_chunking(i, room, in_flight)[1]
-        rate = c / (d + prefill_rounds)
+        rate = c / (d + prefill_rounds + outside)
         bound = rate * (i + d * width) > round_budget
         if bound:
             rate = round_budget / (i + d * width)
-    queue_rounds = max(0.0, c / rate - d - prefill_rounds) if bound else 0.0
+    queue_rounds = max(0.0, c / rate - d - prefill_rounds - outside) if bound else 0.0
     return rate, prefill_rounds, queue_rounds, bound
+
+
+RESIDENCE_PASSES = 12
+"""At most this many steady-state passes settle the rounds a request spends outside the rounds
+that carry it (each pass prices the rounds at the last pass's arrivals). The map contracts by
+at most X / (D + S_p + X) per pass (a longer round shortens X's first-token part), so it
+settles to RESIDENCE_TOLERANCE_ROUNDS in 2-3 passes at long outputs and within 8 at one."""
+RESIDENCE_TOLERANCE_ROUNDS = 2.0**-12
+"""The passes stop when X moves less than this share of the request's rounds D + S_p + X."""
 
 
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
@@ -452,7 +520,13 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  prompt_pairs: float | None = None, open_loop: bool = False,
                  max_running: float = math.inf, router_replicas: int = 1) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
-    C / (D + S_p + W). A prompt's chunk in a step is what the budget leaves after that step's
+    C / (D + S_p + X + W), X the rounds a request spends outside the rounds that carry it:
+    its first-token cost and its wait for the round in progress (everything in its E2E but
+    its queue W and its own S_p + D rounds, in mean rounds T; Little's law on the requests
+    in the system: lambda = C T / E2E). X depends on the rounds it prices, so it is settled
+    by passes (RESIDENCE_PASSES), the first at X = the alignment wait alone. Counting only
+    D + S_p rounds priced a short output's prompts twice: at O = 1 a request's round and
+    its wait for one are both in its E2E, lambda was C per round for C / 2. A prompt's chunk in a step is what the budget leaves after that step's
     decodes, B - n_d / k, so a prompt is N = ceil(I / (B - n_d / k)) chunks; a round takes up
     to k of them (with PP, consecutive micro-batches: prompt_chunking), S_p = ceil(N / k)
     rounds, each prompt round n = ceil(N / S_p) carriers (`round_seconds(load, chunk, n)`; a
@@ -501,12 +575,37 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     only when every replica is busy, and its prompt runs beside the decodes of the replica it
     joins (the others decoding there, in place of n_d).
     solve_open_loop finds the C of a rate."""
+    args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
+            lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
+            router_replicas)
+    routed = least_loaded(concurrency, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 \
+        else None
+    outside = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(concurrency, open_loop) if routed is None else routed.busy)
+    decode_rounds = max(output_len - 1, 0) / tokens_per_round
+    steady = _steady_pass(*args, outside)
+    for _ in range(RESIDENCE_PASSES - 1):
+        own = decode_rounds + steady.prefill_rounds
+        unqueued_rounds = steady.e2e_seconds / steady.step_seconds - steady.queue_rounds
+        settled = max(unqueued_rounds - own, 0.0)
+        if abs(settled - outside) <= RESIDENCE_TOLERANCE_ROUNDS * (own + settled):
+            break
+        outside = settled
+        steady = _steady_pass(*args, outside)
+    return steady
+
+
+def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
+                 in_flight: int, round_seconds: Callable[..., float],
+                 first_token_seconds: float, lockstep_ranks: int, tokens_per_round: float,
+                 spec_tokens: int, context_tokens: float | None, prompt_pairs: float | None, open_loop: bool,
+                 max_running: float, router_replicas: int, outside_rounds: float) -> SteadyState:
+    """One pass of steady_state at `outside_rounds` X."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
     context = i + output_len / 2 if context_tokens is None else context_tokens
     pairs = causal_pairs(i) if prompt_pairs is None else prompt_pairs
     rate, prefill_rounds, queue_rounds, bound = arrivals(c, input_len, output_len, step_budget_tokens, in_flight,
-                                                         tokens_per_round, spec_tokens)
+                                                         tokens_per_round, spec_tokens, outside_rounds)
     decode_seqs = rate * d
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)

@@ -94,13 +94,16 @@ def test_drafts_take_budget_from_prompts():
     lambda (I + D) = 0.0792 * 2200 = 174 <= 1024.
     With e = 2: D / e = 100 rounds, lambda = 16/101, n_d = 15.84 taking 4 * 15.84 = 63.4 tokens,
     room 960.6, S_p = ceil(2000/960.6) = 3; lambda = 16/103, n_d = 15.53 (62.1 tokens), room
-    961.9: S_p = 3. Not bound: 0.1553 * (2000 + 4 * 100) = 373 <= 1024."""
+    961.9: S_p = 3. Not bound: 0.1553 * (2000 + 4 * 100) = 373 <= 1024. Each request also
+    spends X = 15/16 rounds waiting for the round in progress (alignment, (C - 1) / C; flat
+    rounds: nothing else outside its own), so lambda = 16 / (103 + 0.9375), n_d = 15.39 (61.6
+    tokens), room 962.4: S_p = 3."""
     flat = lambda load, chunk: 0.01  # noqa: E731
     plain = steady_state(16, 2000, 201, 1024, 1, flat, 0.0)
     drafted = steady_state(16, 2000, 201, 1024, 1, flat, 0.0, tokens_per_round=2.0, spec_tokens=3)
     assert (plain.prefill_rounds, plain.budget_bound) == (2, False)
     assert (drafted.prefill_rounds, drafted.budget_bound) == (3, False)
-    assert drafted.decode_seqs == pytest.approx(16 / 103 * 100)
+    assert drafted.decode_seqs == pytest.approx(16 / 103.9375 * 100)
 
 
 # ---------------------------------------------------------------- the drafter's memory and time

@@ -1,0 +1,122 @@
+"""Arrivals at a rate waiting for one of the engine's slots (--batch, --max-num-seqs, the KV
+cache): an M/G/c queue in front of the continuous batch (continuous_batching.erlang_c,
+slot_wait_seconds, with_slot_queue; docs/cost-model.md, Serving: bursts and request rates)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.continuous_batching import (
+    erlang_c,
+    slot_wait_seconds,
+    steady_state,
+    with_slot_queue,
+)
+from planner.cost.serving_time import StepLoad
+from planner.requests import ServeRequest
+from planner.serve import ServeEstimate, burst_metrics
+
+
+def erlang_c_by_recurrence(servers: int, offered: float) -> float:
+    """Erlang B by its textbook recurrence B(k) = a B(k-1) / (k + a B(k-1)), B(0) = 1, then C."""
+    blocked = 1.0
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    return blocked / (1 - offered / servers * (1 - blocked))
+
+
+def test_erlang_c_by_hand():
+    """c = 1: an arrival waits when the one server is busy, a share a of the time: C = a.
+    c = 2, a = 1: P(N = 0, 1, 2) of Poisson(1) ~ 1, 1, 1/2 (times e^-1): B = 0.5 / 2.5 = 0.2,
+    C = 0.2 / (1 - 0.5 * 0.8) = 1/3. a >= c: every arrival waits. Far more servers than
+    the load: none does."""
+    assert erlang_c(1, 0.5) == pytest.approx(0.5, rel=1e-12)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3, rel=1e-12)
+    assert erlang_c(4, 4.0) == 1.0 and erlang_c(4, 5.0) == 1.0
+    assert erlang_c(1000, 500.0) == 0.0
+    assert erlang_c(3, 0.0) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=300), st.floats(min_value=0.01, max_value=0.999))
+def test_erlang_c_matches_the_recurrence_and_is_a_probability(servers, load):
+    offered = servers * load
+    value = erlang_c(servers, offered)
+    assert 0.0 <= value <= 1.0
+    assert value == pytest.approx(erlang_c_by_recurrence(servers, offered), rel=1e-9, abs=1e-25)
+    # more load, more waiting; one more server, less
+    assert erlang_c(servers, min(offered * 1.01, servers)) >= value
+    assert erlang_c(servers + 1, offered) <= value
+
+
+def test_slot_wait_by_hand():
+    """M/D/1 (one slot, equal lengths, cv^2 = 0), a = 0.86, S = 2.87 s: the Pollaczek-Khinchine
+    mean a S / (2 (1 - a)) = 0.86 * 2.87 / 0.28 = 8.815 s. M/M/1 (cv^2 = 1): a S / (1 - a) =
+    17.63 s. M/M/2 at a = 1, S = 1 s: C / (c - a) S = (1/3) / 1 = 0.333 s. Full: infinite."""
+    assert slot_wait_seconds(1, 0.86, 2.87, 0.0) == pytest.approx(0.86 * 2.87 / 0.28, rel=1e-12)
+    assert slot_wait_seconds(1, 0.86, 2.87, 0.0) == pytest.approx(8.815, rel=1e-4)
+    assert slot_wait_seconds(1, 0.86, 2.87, 1.0) == pytest.approx(0.86 * 2.87 / 0.14, rel=1e-12)
+    assert slot_wait_seconds(2, 1.0, 1.0, 1.0) == pytest.approx(1 / 3, rel=1e-12)
+    assert slot_wait_seconds(2, 2.0, 1.0, 0.0) == math.inf
+    assert slot_wait_seconds(512, 10.0, 1.0, 0.0) == 0.0
+
+
+def test_with_slot_queue_keeps_the_rate():
+    """The wait adds to TTFT and E2E alike; the running requests and their rounds are the
+    same, and Little's law on the whole system still gives the arrival rate: (C + R W) / (E2E
+    + W) = R."""
+
+    def rounds(load: StepLoad, chunk: StepLoad | None) -> float:
+        return 0.010 + 0.001 * load.decode_seqs + (0.0001 * chunk.prefill_tokens if chunk else 0.0)
+
+    running = steady_state(0.9, 1000, 101, 2048, 1, rounds, 0.010, open_loop=True)
+    rate = running.concurrency / running.e2e_seconds
+    queued = with_slot_queue(running, 1, 0.0)
+    wait = slot_wait_seconds(1, 0.9, running.e2e_seconds, 0.0)
+    assert queued.slot_wait_seconds == pytest.approx(wait, rel=1e-12) and wait > running.e2e_seconds
+    assert queued.ttft_seconds == pytest.approx(running.ttft_seconds + wait, rel=1e-12)
+    assert queued.e2e_seconds == pytest.approx(running.e2e_seconds + wait, rel=1e-12)
+    assert (queued.tpot_seconds, queued.step_seconds, queued.concurrency) == (
+        running.tpot_seconds, running.step_seconds, running.concurrency)
+    assert queued.requests_per_second == pytest.approx(rate, rel=1e-12)
+    assert queued.waiting_clients == pytest.approx(rate * wait, rel=1e-12)
+    # plenty of slots: the same state; two replicas pool their slots (less waiting than one)
+    assert with_slot_queue(running, 64, 0.0) is running
+    assert with_slot_queue(running, 1, 0.0, replicas=2).slot_wait_seconds < wait
+
+
+def test_output_len_cv2():
+    """Rows of 100 and 300 output tokens: mean 200, variance 100^2: cv^2 = 0.25. A random range
+    ratio of 0.5: uniform on [O/2, 3O/2], variance O^2 / 12: cv^2 = 0.25 / 3. Equal lengths: 0."""
+    rows = ServeRequest(input_len=10, output_len=200, dataset_lengths=((10, 100), (10, 300)))
+    assert rows.output_len_cv2 == pytest.approx(0.25, rel=1e-12)
+    assert ServeRequest(random_range_ratio=0.5).output_len_cv2 == pytest.approx(0.25 / 3, rel=1e-12)
+    assert ServeRequest().output_len_cv2 == 0.0
+
+
+def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
+    """Llama-3.1-70B at tp 8 with --batch 1 (one sequence at a time) at 0.3 req/s: each request
+    holds the slot 2.87 s (TTFT 66 ms + 255 x 11 ms), so 0.86 of it is busy and an arrival
+    waits 0.86 x 2.87 / (2 x 0.14) ~ 8.9 s for it (M/D/1). The plan said TTFT 66 ms and kept
+    --max-ttft-ms 500 (a 1,000-prompt burst: 6.6 s). A 5,000-prompt burst (about 4.6 hours of
+    arrivals) waits 7.9 s: within 15%."""
+    estimate = serve_one("llama-3.1-70b", "1x8xH100", (8, 1, 1), batch=1, request_rate_per_s=0.3,
+                         num_prompts=5000)
+    assert isinstance(estimate, ServeEstimate)
+    steady = estimate.steady
+    assert steady.concurrency == pytest.approx(0.86, rel=0.01)
+    assert steady.slot_wait_seconds == pytest.approx(8.9, rel=0.02)
+    assert estimate.ttft_seconds > 8.9
+    assert any(note.startswith("Slot-bound:") for note in estimate.notes)
+    burst = burst_metrics(model("llama-3.1-70b"), cluster("1x8xH100"), estimate,
+                          ServeRequest(batch=1, request_rate_per_s=0.3, num_prompts=5000))
+    assert estimate.ttft_seconds == pytest.approx(burst.ttft_seconds.mean, rel=0.15)
+    assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.15)
+    limited = serve_one("llama-3.1-70b", "1x8xH100", (8, 1, 1), batch=1, request_rate_per_s=0.3,
+                        max_ttft_seconds=0.5)
+    assert not isinstance(limited, ServeEstimate)
+    assert "waiting 8," in limited.reasons[0] and "for a slot" in limited.reasons[0]
