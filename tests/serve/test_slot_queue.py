@@ -110,7 +110,7 @@ def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
     steady = estimate.steady
     assert steady.concurrency == pytest.approx(0.86, rel=0.01)
     assert steady.slot_wait_seconds == pytest.approx(8.9, rel=0.02)
-    assert estimate.ttft_seconds > 8.9
+    assert estimate.ttft_seconds > steady.slot_wait_seconds + 0.040  # and its own prefill
     assert any(note.startswith("Slot-bound:") for note in estimate.notes)
     burst = burst_metrics(model("llama-3.1-70b"), cluster("1x8xH100"), estimate,
                           ServeRequest(batch=1, request_rate_per_s=0.3, num_prompts=5000))
