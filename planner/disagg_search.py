@@ -341,8 +341,8 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
     """T_d, the decode worker's time per output token: a round of C_d decodes at mean context, no
     prompt chunk, as the decode role's `request` runs it (role_request); under speculative
     decoding each sequence also verifies its k drafts, the drafter runs, and the round emits
-    e tokens per sequence (speculative.speculation_shape): T_d = round / e."""
-    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+    e tokens per sequence (speculative.speculation_shape, for its output length): T_d = round / e."""
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation, request.output_len)
     load = StepLoad(concurrency, concurrency * context_tokens, spec_tokens=concurrency * spec_tokens)
     in_flight = max(1, min(shape.pp, math.ceil(concurrency)))
     constants = constants or step_constants(model, cluster, shape.layout, request.all2all_backend,

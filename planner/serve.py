@@ -425,7 +425,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     wanted, fit, cap, budget, constants = setup.wanted, setup.fit, setup.cap, setup.budget_tokens, setup.constants
     clients_bound, clients, notes = setup.clients_bound, setup.clients, list(setup.notes)
     priced: dict[tuple, StepTime | StageRates] = memo.get(("priced", layout), dict)
-    tokens_per_round, spec_tokens = speculation_shape(request.speculation)
+    tokens_per_round, spec_tokens = speculation_shape(request.speculation, request.output_len)
 
     def rounds(concurrency: float, in_flight: int | None = None) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = in_flight or micro_batches_in_flight(layout, concurrency)

@@ -25,6 +25,7 @@ and its layers' KV, drawn from the same pool as the target's, on the last pipeli
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.cost.params import (
@@ -48,12 +49,45 @@ def expected_tokens_per_step(acceptance: tuple[float, ...]) -> float:
     return total
 
 
-def speculation_shape(speculation: Speculation | None) -> tuple[float, int]:
-    """(e, k): tokens a decoding sequence emits per step (expected_tokens_per_step) and tokens
-    drafted per sequence and step; (1, 0) without speculative decoding."""
+EXACT_DECODE_TOKENS = 256
+"""tokens_per_round_for solves the rounds exactly up to this many tokens to emit; beyond, each
+further token adds 1 / e rounds (the end's truncation is then settled)."""
+
+
+def tokens_per_round_for(acceptance: tuple[float, ...], decode_tokens: float) -> float:
+    """The mean tokens a request emits per verification step when it has D = `decode_tokens` to
+    emit after its first: D / R(D), R the expected steps. A step emits j = 1..k+1 tokens with
+    P(j) = a_1 ... a_{j-1} (1 - a_j) (P(k + 1) = a_1 ... a_k), but never more than are left (vLLM
+    drops what is accepted past max_tokens), so R(n) = 1 + sum_j P(j) R(n - j), R(n <= 0) = 0.
+    At large D this is e = expected_tokens_per_step; at D = 1 one token a step, where D / e
+    priced half a step for the last token at e = 2. k = 1, a = 0.5, D = 2: P(1) = P(2) = 0.5,
+    R(1) = 1, R(2) = 1 + 0.5 R(1) = 1.5: 2 / 1.5 = 1.333 tokens a step (e = 1.5)."""
+    e = expected_tokens_per_step(acceptance)
+    if decode_tokens <= 1:
+        return 1.0
+    emits, reach = [], 1.0
+    for rate in acceptance:
+        emits.append(reach * (1 - rate))
+        reach *= rate
+    emits.append(reach)
+    whole = math.floor(min(decode_tokens, EXACT_DECODE_TOKENS))
+    steps = [0.0] * (whole + 1)
+    for n in range(1, whole + 1):
+        steps[n] = 1 + sum(p * steps[max(n - j, 0)] for j, p in enumerate(emits, start=1))
+    rounds = steps[whole] + (decode_tokens - whole) / e
+    return decode_tokens / rounds
+
+
+def speculation_shape(speculation: Speculation | None, output_len: int | None = None) -> tuple[float, int]:
+    """(e, k): tokens a decoding sequence emits per step (expected_tokens_per_step; with
+    `output_len` O, for a request with O - 1 tokens to emit after its first:
+    tokens_per_round_for) and tokens drafted per sequence and step; (1, 0) without speculative
+    decoding."""
     if speculation is None:
         return 1.0, 0
-    return expected_tokens_per_step(speculation.acceptance), speculation.num_tokens
+    if output_len is None:
+        return expected_tokens_per_step(speculation.acceptance), speculation.num_tokens
+    return tokens_per_round_for(speculation.acceptance, output_len - 1), speculation.num_tokens
 
 
 def mtp_draft_model(model: ModelSpec) -> ModelSpec:

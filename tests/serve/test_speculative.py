@@ -18,7 +18,12 @@ from planner.cost.continuous_batching import steady_state
 from planner.cost.params import kv_bytes_per_token_per_layer_by_kind
 from planner.cost.serving_sim import EngineLimits, SimRequest, bench_metrics, simulate
 from planner.cost.serving_time import StepLoad
-from planner.cost.speculative import draft_memory, expected_tokens_per_step, mtp_draft_model
+from planner.cost.speculative import (
+    draft_memory,
+    expected_tokens_per_step,
+    mtp_draft_model,
+    tokens_per_round_for,
+)
 from planner.emit.command import ServeArgs
 from planner.emit.sglang import speculative_flags as sglang_flags
 from planner.emit.vllm import speculative_flags as vllm_flags
@@ -232,13 +237,18 @@ def test_plan_says_what_the_drafts_buy(serve_plan):
 
 def test_plan_prices_every_shorter_draft(serve_plan):
     """k = 3 at (0.8, 0.3, 0.1): the plan also prices k' = 1 (e = 1.8) and k' = 2 (e = 2.04)
-    on the same layout; the third draft adds little (e = 2.064) and costs a row per sequence."""
+    on the same layout; the third draft adds little (e = 2.064) and costs a row per sequence.
+    (For the 255 tokens a default request emits after its first, a little less: the last step
+    emits no more than is left, tokens_per_round_for.)"""
     plan = serve_plan("llama-3.1-8b", "1x1xH100", batch=64, mode="aggregated",
                       speculation=Speculation("ngram", 3, (0.8, 0.3, 0.1)))
     assert [o.value for o in plan.speculation_options] == ["without speculative decoding", "1", "2"]
     one = plan.speculation_options[1].estimate
-    assert one.steady.tokens_per_round == pytest.approx(1.8)
-    assert plan.speculation_options[2].estimate.steady.tokens_per_round == pytest.approx(1 + 0.8 + 0.24)
+    assert one.steady.tokens_per_round == pytest.approx(tokens_per_round_for((0.8,), 255), rel=1e-12)
+    assert one.steady.tokens_per_round == pytest.approx(1.8, rel=0.005)
+    two = plan.speculation_options[2].estimate.steady.tokens_per_round
+    assert two == pytest.approx(tokens_per_round_for((0.8, 0.3), 255), rel=1e-12)
+    assert two == pytest.approx(1 + 0.8 + 0.24, rel=0.005)
 
 
 def _args(speculation: Speculation) -> ServeArgs:
@@ -403,3 +413,39 @@ def test_break_even_acceptance(serve_plan, model, cluster):
         return estimate(m, c, plan.recommended.layout, moved).goodput_tokens_per_second
 
     assert goodput(factor * 1.05) > plain > goodput(factor * 0.9)
+
+
+def test_tokens_per_round_for_a_short_output_by_hand():
+    """k = 1, a = 0.5: a step emits 1 or 2 tokens, each with 0.5 (e = 1.5). D = 1 left: one step
+    (1 token a step). D = 2: R(2) = 1 + 0.5 R(1) + 0.5 R(0) = 1.5 steps, 2 / 1.5 = 1.333 tokens a
+    step. D = 3: R(3) = 1 + 0.5 R(2) + 0.5 R(1) = 1 + 0.75 + 0.5 = 2.25, 3 / 2.25 = 1.333."""
+    assert tokens_per_round_for((0.5,), 1) == 1.0
+    assert tokens_per_round_for((0.5,), 2) == pytest.approx(2 / 1.5, rel=1e-12)
+    assert tokens_per_round_for((0.5,), 3) == pytest.approx(3 / 2.25, rel=1e-12)
+    assert tokens_per_round_for((0.5,), 0) == 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=0.99), min_size=1, max_size=8),
+       st.integers(min_value=1, max_value=5000))
+def test_tokens_per_round_never_exceed_the_tokens_left_or_the_mean(acceptance, decode_tokens):
+    acceptance = tuple(acceptance)
+    e = expected_tokens_per_step(acceptance)
+    per_round = tokens_per_round_for(acceptance, decode_tokens)
+    assert 1.0 - 1e-12 <= per_round <= min(e, decode_tokens) + 1e-9
+    if decode_tokens > 2000:  # the truncation at the end fades
+        assert per_round == pytest.approx(e, rel=0.01)
+
+
+def test_two_output_tokens_with_eight_drafts_emit_one_a_step(serve_one):
+    """Found by a sweep: output_len 2 with 8 drafts accepted at 0.99 (e = 8.6 tokens a step)
+    priced TPOT as a step over 8.6, but the one token left after the first takes a whole step:
+    TPOT = the decode round a request sees, the drafts' cost in it."""
+    speculation = Speculation("ngram", 8, (0.99,))
+    two = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=4, input_len=512, output_len=2,
+                    speculation=speculation)
+    assert two.steady.tokens_per_round == 1.0
+    assert two.tpot_seconds == pytest.approx(two.steady.decoding_round_seconds, rel=1e-12)
+    long = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), batch=4, input_len=512, output_len=1024,
+                     speculation=speculation)
+    assert long.steady.tokens_per_round == pytest.approx(expected_tokens_per_step((0.99,) * 8), rel=0.01)
