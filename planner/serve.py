@@ -1016,6 +1016,13 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     # turn), which runs at most this many sequences at once
     lanes = min(layout.dp * result.batch, request.max_concurrency or layout.dp * result.batch)
     steps = sum(r.output_len for r in requests) / lanes * layout.pp
+    shortened_from = None
+    if steps > MAX_SIMULATED_STEPS and request.num_prompts is None:
+        # the default count was not asked for: simulate as many of its prompts as fit the budget
+        shortened_from = num_prompts
+        num_prompts = max(1, math.floor(num_prompts * MAX_SIMULATED_STEPS / steps))
+        requests = requests[:num_prompts]
+        steps = sum(r.output_len for r in requests) / lanes * layout.pp
     if steps > MAX_SIMULATED_STEPS:
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
@@ -1069,7 +1076,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     simulated = simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                   request.max_concurrency, ranks, group_step_seconds)
-    metrics = bench_metrics(simulated)
+    metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
         metrics = replace(metrics, backlog=backlog_growth(requests, simulated))
     return metrics

@@ -958,6 +958,11 @@ class ServeMetrics:
     backlog: Backlog | None = None
     """Arrivals at a finite rate: how the queue for first tokens moved over the burst's second
     half (backlog_growth); None otherwise or for a burst too short to tell."""
+    shortened_from: int | None = None
+    """The default --num-prompts the burst was cut from to stay within the simulation's step
+    budget (serve.burst_metrics); None when it ran them all."""
+    num_prompts: int | None = None
+    """The requests simulated (None: not a simulated burst)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from planner.render.common import (
 from planner.requests import (
     DEFAULT_ALL2ALL_BACKEND,
     DEFAULT_NUM_PROMPTS,
+    MAX_SIMULATED_STEPS,
     MOE_BACKENDS,
     ServeRequest,
     Speculation,
@@ -463,7 +464,11 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
             "" if request.burstiness == 1 else ", the layouts priced for Poisson arrivals")
     where = (f"on the best aggregated layout {layout} (bursts are simulated for aggregated replicas only)"
              if superseded else f"on {layout}")
-    lines = [f"Simulated burst {where} ({request.num_prompts or DEFAULT_NUM_PROMPTS} prompts, {source}, "
+    prompts = metrics.num_prompts or request.num_prompts or DEFAULT_NUM_PROMPTS
+    if metrics.shortened_from is not None:
+        where += (f" (the first {prompts:,} of the default {metrics.shortened_from:,} prompts: all of them would take "
+                  f"more than the simulation's {MAX_SIMULATED_STEPS:,} engine steps)")
+    lines = [f"Simulated burst {where} ({prompts:,} prompts, {source}, "
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{metrics.request_throughput_per_second:.2f} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
@@ -606,6 +611,8 @@ def metrics_json(metrics: ServeMetrics) -> dict[str, Any]:
             "in_system_from": metrics.backlog.in_system_from, "in_system_to": metrics.backlog.in_system_to,
             "waiting_from": metrics.backlog.waiting_from, "waiting_to": metrics.backlog.waiting_to,
             "completed_per_second": metrics.backlog.completed_per_second, "growing": metrics.backlog.growing},
+        # the requests the burst simulated, and the default count it was cut from to fit the budget
+        "num_prompts_simulated": metrics.num_prompts, "shortened_from_num_prompts": metrics.shortened_from,
     }
 
 

@@ -5,6 +5,7 @@ burst_metrics), their JSON and their one-line errors."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.errors import SpecError
 from planner.requests import ServeRequest
+from planner.serve import burst_metrics
 from planner.workload import random_dataset_lengths
 
 BASE = ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "1024", "--output-len", "128",
@@ -271,3 +273,22 @@ def test_a_burst_that_falls_behind_a_rate_the_plan_says_is_kept_up_is_noted():
     assert backlog["growing"] and backlog["waiting_to"] > backlog["waiting_from"]
     kept = CliRunner().invoke(app, [*common, "--layout", "tp=8", "--request-rate", "10"])
     assert kept.exit_code == 0 and "falls behind" not in kept.output
+
+
+def test_a_default_burst_past_the_step_budget_is_cut_to_fit(serve_one, model, cluster, monkeypatch):
+    """A burst of the default 1,000 prompts that would need more engine steps than the
+    simulation's budget (tp=1 pp=8 with one sequence at a time needed 2,048,000 of 2,000,000, and
+    the whole plan failed with exit 2) simulates the first prompts that fit, and says so; an
+    explicit --num-prompts that does not fit is still refused. Here with the budget at 20,000:
+    one sequence at a time, 64 output tokens, 1,000 prompts need 64,000 steps; 1,000 x 20,000 /
+    64,000 = 312 prompts fit (19,968 steps)."""
+    import planner.serve as serve
+
+    monkeypatch.setattr(serve, "MAX_SIMULATED_STEPS", 20_000)
+    request = dict(input_len=128, output_len=64, batch=1, request_rate_per_s=math.inf)
+    estimate = serve_one("llama-3.1-8b", "1x1xH100", (1, 1, 1), **request)
+    metrics = burst_metrics(model("llama-3.1-8b"), cluster("1x1xH100"), estimate, ServeRequest(**request))
+    assert (metrics.num_prompts, metrics.shortened_from) == (312, 1000)
+    assert metrics.request_throughput_per_second * metrics.duration_seconds == pytest.approx(312, rel=1e-9)
+    with pytest.raises(SpecError, match="--num-prompts 1,000: the burst needs some 64,000 engine steps"):
+        burst_metrics(model("llama-3.1-8b"), cluster("1x1xH100"), estimate, ServeRequest(**request, num_prompts=1000))

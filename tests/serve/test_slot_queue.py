@@ -120,3 +120,4 @@ def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
                         max_ttft_seconds=0.5)
     assert not isinstance(limited, ServeEstimate)
     assert "waiting 8," in limited.reasons[0] and "for a slot" in limited.reasons[0]
+
