@@ -567,7 +567,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "pp_link": None if r.placement.pp_link is None else r.placement.pp_link.kind,
         "pp_hop_seconds": r.pp_hop_seconds,
         "bubble_fraction": r.bubble_fraction, "decode_bound": r.decode_bound,
-        "ttft_seconds": r.ttft_seconds, "tpot_seconds": r.tpot_seconds,
+        # one output token has no TPOT (vllm bench serve reports none; the table shows "-")
+        "ttft_seconds": r.ttft_seconds, "tpot_seconds": r.tpot_seconds if plan.request.output_len > 1 else None,
         "tpot_batch1_seconds": r.tpot_batch1_seconds,
         "request_latency_seconds": r.request_latency_seconds, "e2e_seconds": r.e2e_seconds,
         "throughput_tokens_per_second": r.throughput_tokens_per_second,

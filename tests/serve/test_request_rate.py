@@ -776,3 +776,19 @@ def test_near_capacity_a_single_replica_sees_bunched_arrivals(serve_one, model, 
     planned = {"ttft": estimate.ttft_seconds, "e2e": estimate.e2e_seconds}[metric]
     simulated = {"ttft": burst.ttft_seconds.mean, "e2e": burst.e2e_seconds.mean}[metric]
     assert planned == pytest.approx(simulated, rel=tolerance)
+
+
+def test_one_output_token_has_no_tpot_in_json():
+    """vllm bench serve reports no TPOT for one output token, and the table shows "-": the JSON
+    said 0.327 s (a decode round no request runs)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "512",
+                                      "--output-len", "1", "--request-rate", "5", "--num-prompts", "50", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["recommended"]["tpot_seconds"] is None
+    assert all(row["tpot_seconds"] is None for row in payload["layouts"])
+    assert payload["recommended"]["ttft_seconds"] > 0
