@@ -1078,7 +1078,9 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                   request.max_concurrency, ranks, group_step_seconds)
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
-        metrics = replace(metrics, backlog=backlog_growth(requests, simulated))
+        steady = result.steady
+        planned = None if steady is None else (rate * (steady.e2e_seconds), rate * steady.ttft_seconds)
+        metrics = replace(metrics, backlog=backlog_growth(requests, simulated, *(planned or ())))
     return metrics
 
 

@@ -611,7 +611,9 @@ def metrics_json(metrics: ServeMetrics) -> dict[str, Any]:
             "from_seconds": metrics.backlog.from_seconds, "to_seconds": metrics.backlog.to_seconds,
             "in_system_from": metrics.backlog.in_system_from, "in_system_to": metrics.backlog.in_system_to,
             "waiting_from": metrics.backlog.waiting_from, "waiting_to": metrics.backlog.waiting_to,
-            "completed_per_second": metrics.backlog.completed_per_second, "growing": metrics.backlog.growing},
+            "completed_per_second": metrics.backlog.completed_per_second, "growing": metrics.backlog.growing,
+            "planned_in_system": metrics.backlog.planned_in_system,
+            "planned_waiting": metrics.backlog.planned_waiting},
         # the requests the burst simulated, and the default count it was cut from to fit the budget
         "num_prompts_simulated": metrics.num_prompts, "shortened_from_num_prompts": metrics.shortened_from,
     }

@@ -273,6 +273,14 @@ def test_a_burst_that_falls_behind_a_rate_the_plan_says_is_kept_up_is_noted():
     assert backlog["growing"] and backlog["waiting_to"] > backlog["waiting_from"]
     kept = CliRunner().invoke(app, [*common, "--layout", "tp=8", "--request-rate", "10"])
     assert kept.exit_code == 0 and "falls behind" not in kept.output
+    # 1,000 prompts at 13.2 req/s on tp=8: the system still filling at the arrivals' middle (117
+    # in it) ends at 168, a 3-sigma rise but below the plan's 139 + 3 sqrt(139): not behind
+    filling = json.loads(CliRunner().invoke(app, [*common[:-2], "--layout", "tp=8", "--request-rate", "13.2",
+                                                  "--json"]).output)["recommended"]["metrics"]["backlog"]
+    assert filling["in_system_to"] - filling["in_system_from"] > 3 * (filling["in_system_to"]
+                                                                      + filling["in_system_from"]) ** 0.5
+    assert filling["planned_in_system"] == pytest.approx(139, rel=0.05)
+    assert not filling["growing"]
 
 
 def test_a_default_burst_past_the_step_budget_is_cut_to_fit(serve_one, model, cluster, monkeypatch):

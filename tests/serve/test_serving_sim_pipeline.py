@@ -158,6 +158,14 @@ def test_backlog_of_a_burst_that_keeps_up_and_of_one_that_falls_behind():
     behind = backlog_growth(requests, _timed(requests, ttft, [t + 5 for t in ttft]))
     assert (behind.waiting_from, behind.waiting_to, behind.in_system_from, behind.in_system_to) == (87, 171, 129, 213)
     assert behind.growing
+    # against the plan's means (10 /s x 5.5 s in the system, x 0.5 s waiting) it is still behind:
+    # 171 > 5 + 3 sqrt(5) = 11.7 and 213 > 55 + 3 sqrt(55) = 77.2
+    assert backlog_growth(requests, _timed(requests, ttft, [t + 5 for t in ttft]), 55.0, 5.0).growing
+    # but where the plan holds more than either count ends at (a burst still filling toward it:
+    # 213 < 250 + 3 sqrt(250) = 297.4, 171 < 200 + 42.4) the rises are the system filling up
+    filling = backlog_growth(requests, _timed(requests, ttft, [t + 5 for t in ttft]), 250.0, 200.0)
+    assert (filling.planned_in_system, filling.planned_waiting) == (250.0, 200.0)
+    assert not filling.growing
     # all at once: no rate to fall behind
     assert backlog_growth([SimRequest(0.0, 100, 2)] * 10, _timed([SimRequest(0.0, 100, 2)] * 10, [1.0] * 10,
                                                                  [2.0] * 10)) is None
