@@ -513,7 +513,9 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
     parts["other micro-batches' steps"] = max(0.0, rnd.seconds - sum(parts.values()))
     scale = service / max(rnd.seconds, sum(parts.values()))
     segments = [BreakdownSegment("first-token cost (client, API server, detokenize)", fixed),
-                BreakdownSegment("waiting for an engine slot (clients beyond it)", slots),
+                BreakdownSegment("waiting for an engine slot (" + ("clients beyond it" if result.offered_rate_per_s is None
+                                                                   else "arrivals finding every one busy") + ")",
+                                 slots),
                 BreakdownSegment("queued for the token budget", budget)]
     segments += [BreakdownSegment(f"prompt: {name}", seconds * scale) for name, seconds in parts.items()]
     segments.append(BreakdownSegment("waiting out the step in progress on arrival",

@@ -223,3 +223,13 @@ def test_a_ttft_breakdown_with_many_parts_renders() -> None:
     legend = " ".join(result.output.split()).split("the mean time to first token under load")[1]
     symbols = [part.split("]")[0] for part in legend.split("[")[1:]]
     assert len(symbols) >= 11 and len(set(symbols)) == len(symbols)
+
+
+def test_a_slot_wait_at_a_rate_is_the_arrivals_in_the_ttft_breakdown():
+    """Llama-3.1-70B tp=8 with --batch 1 at 0.3 req/s: arrivals wait for the one slot (an M/D/1
+    queue, some 8.8 s); the TTFT breakdown names them, not clients, and they are nearly all of it."""
+    request = ServeRequest(mode="aggregated", layout=LayoutFilter(tp=8, pp=1, dp=1), batch=1, request_rate_per_s=0.3)
+    e = explain_serving(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"), request, None)
+    parts = {s.name: s.seconds for s in e.ttft_breakdown.segments}
+    assert parts["waiting for an engine slot (arrivals finding every one busy)"] > 0.9 * e.ttft_breakdown.total_seconds
+    assert sum(parts.values()) == pytest.approx(e.ttft_breakdown.total_seconds, rel=1e-9)
