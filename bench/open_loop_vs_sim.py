@@ -3,6 +3,7 @@
     python bench/open_loop_vs_sim.py             # the grid below, one line per case and a summary
     python bench/open_loop_vs_sim.py --quick     # four cases
     python bench/open_loop_vs_sim.py --pp        # pipeline layouts, pinned (the grid above has none)
+    python bench/open_loop_vs_sim.py --short     # short outputs (1-16 tokens) on one replica, near capacity
 
 With a finite --request-rate every layout is priced by the open-loop steady state
 (planner/cost/continuous_batching.solve_open_loop: C = R/d x E2E(C)), while the recommended
@@ -18,6 +19,7 @@ step cost is bench/serving_calibration.py's. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -49,6 +51,14 @@ PP_CASES = [
 ]
 
 
+SHORT_CASES = [
+    # one tp=8 replica, 512-token prompts, 1 to 16 output tokens, up to 0.8 of its capacity:
+    # prompt-dominated steps, where Poisson arrivals bunch (continuous_batching.poisson_bunching)
+    ("llama-3.1-70b", "1x8xH100", 512, output_len, (0.1, 0.5, 0.8), dict(tp=8, pp=1, dp=1))
+    for output_len in (1, 2, 4, 16)
+]
+
+
 def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float,
              layout: dict[str, int] | None = None) -> dict:
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
@@ -64,6 +74,8 @@ def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int
     analytic = {"ttft": best.ttft_seconds, "tpot": best.tpot_seconds, "e2e": best.e2e_seconds}
     measured = {"ttft": simulated.ttft_seconds.mean, "tpot": simulated.tpot_seconds.mean,
                 "e2e": simulated.e2e_seconds.mean}
+    if output_len == 1:  # no TPOT (vllm bench serve reports none)
+        analytic["tpot"] = measured["tpot"] = math.nan
     return {"case": f"{model_name} {cluster_name} {input_len}/{output_len} {rate:.3g}/s", "layout": str(best.layout),
             "concurrency": best.concurrency, **{f"{k}_error": analytic[k] / measured[k] - 1 for k in analytic},
             "analytic": analytic, "simulated": measured}
@@ -73,9 +85,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pp", action="store_true", help="pipeline layouts, pinned")
+    parser.add_argument("--short", action="store_true", help="short outputs on one replica, near capacity")
     args = parser.parse_args()
     rows = []
-    grid = PP_CASES if args.pp else [(*case, None) for case in (QUICK if args.quick else CASES)]
+    grid = PP_CASES if args.pp else SHORT_CASES if args.short else [
+        (*case, None) for case in (QUICK if args.quick else CASES)]
     for model, cluster, i, o, shares, layout in grid:
         for share in shares:
             row = run_case(model, cluster, i, o, share, layout)
@@ -85,7 +99,7 @@ def main() -> None:
                   + "  ".join(f"{k.upper()} {a[k] * 1e3:8.1f} / {s[k] * 1e3:8.1f} ms {row[k + '_error']:+5.0%}"
                               for k in ("ttft", "tpot", "e2e")))
     for k in ("ttft", "tpot", "e2e"):
-        errors = [r[f"{k}_error"] for r in rows]
+        errors = [r[f"{k}_error"] for r in rows if not math.isnan(r[f"{k}_error"])]
         print(f"{k.upper()}: median |analytic/simulated - 1| {statistics.median(abs(e) for e in errors):.1%}, "
               f"max {max(abs(e) for e in errors):.1%}, median signed {statistics.median(errors):+.1%} ({len(rows)} cases)")
 
