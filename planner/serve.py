@@ -235,6 +235,11 @@ def choose_batch(request: ServeRequest, running_tokens: int, wanted: int, window
     return max(1, min(wanted, fit)), notes
 
 
+SLOT_WAIT_NOTE_FRACTION = 0.01
+"""A slot wait at a rate is noted where it is at least this share of the TTFT (an Erlang C tail
+of 1e-13 requests waiting is in the numbers, not worth a note)."""
+
+
 def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, bool]:
     def ok(limit: float | None, value: float) -> bool:
         return limit is None or value <= limit
@@ -513,7 +518,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
             # E2E (where --max-concurrency caps them the client holds the excess, before its clock)
-            arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp)
+            # (the queue forms while every slot is taken: they drain at the full engine's pace)
+            if with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp) is not arriving:
+                arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
+                                           steady_at(cap).e2e_seconds)
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that
@@ -536,15 +544,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
         capacity = steady_at(top).requests_per_second
         running_e2e = arriving.e2e_seconds - arriving.slot_wait_seconds
+        waits = arriving.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds
         notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
                      f"{offered / layout.dp:.3g} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
                      f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
-                     f"{' once running' if arriving.slot_wait_seconds else ''}); a replica "
+                     f"{' once running' if waits else ''}); a replica "
                      f"takes up to {capacity:.3g} req/s ({top:,} in flight)")
-        if arriving.slot_wait_seconds > 0:
-            wait = arriving.slot_wait_seconds
-            notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica (--max-num-seqs, the KV "
-                         f"cache), arrivals at {offered:g}/s find every slot busy at times and wait "
+        wait = arriving.slot_wait_seconds
+        if wait >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds:
+            limit = ("--batch, the engine's --max-num-seqs" if request.batch is not None else
+                     "what the KV cache holds" if fit < wanted else "the engine's default --max-num-seqs")
+            notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica ({limit}), arrivals at "
+                         f"{offered / layout.dp:.3g}/s a replica find every slot busy at times and wait "
                          f"{seconds_to_ms(wait):,.0f} ms for one on average ({arriving.waiting_clients:.3g} waiting per "
                          f"replica; an M/G/c queue), in TTFT and E2E latency")
     elif has_sla and request.batch is None:
@@ -1026,7 +1037,10 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     if steps > MAX_SIMULATED_STEPS:
         raise SpecError(f"--num-prompts {num_prompts:,}: the burst needs some {steps:,.0f} engine steps "
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
-                        f"give fewer prompts, shorter outputs or more --max-concurrency")
+                        f"give fewer prompts, shorter outputs or more sequences at a time ("
+                        + ("--max-concurrency" if lanes == request.max_concurrency else
+                           "--batch, the engine's --max-num-seqs" if request.batch is not None else
+                           f"--batch: the plan chose {result.batch:,} a replica") + ")")
     budget = max_num_batched_tokens(cluster, request, layout, model)
     # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock)
     limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget,

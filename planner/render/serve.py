@@ -465,10 +465,11 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
     where = (f"on the best aggregated layout {layout} (bursts are simulated for aggregated replicas only)"
              if superseded else f"on {layout}")
     prompts = metrics.num_prompts or request.num_prompts or DEFAULT_NUM_PROMPTS
+    count_text = f"{prompts:,} prompts"
     if metrics.shortened_from is not None:
-        where += (f" (the first {prompts:,} of the default {metrics.shortened_from:,} prompts: all of them would take "
-                  f"more than the simulation's {MAX_SIMULATED_STEPS:,} engine steps)")
-    lines = [f"Simulated burst {where} ({prompts:,} prompts, {source}, "
+        count_text = (f"the first {prompts:,} of the default {metrics.shortened_from:,} prompts: all would take more "
+                      f"than the simulation's {MAX_SIMULATED_STEPS:,} engine steps")
+    lines = [f"Simulated burst {where} ({count_text}, {source}, "
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{metrics.request_throughput_per_second:.2f} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
@@ -487,6 +488,8 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
                         if backlog.in_system_from is None else
                         f"in the system went from {backlog.in_system_from:,} to {backlog.in_system_to:,} and those "
                         f"waiting for a first token from {backlog.waiting_from:,} to {backlog.waiting_to:,}")
+                     + ("" if backlog.planned_waiting is None else
+                        f" (the plan's steady state: {backlog.planned_waiting:.3g} waiting)")
                      + ", completing "
                      f"{backlog.completed_per_second:.3g} req/s meanwhile, so its queue grows for as long as "
                      f"requests come; the layouts' rates are priced from the mean load"

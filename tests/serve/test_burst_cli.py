@@ -298,5 +298,6 @@ def test_a_default_burst_past_the_step_budget_is_cut_to_fit(serve_one, model, cl
     metrics = burst_metrics(model("llama-3.1-8b"), cluster("1x1xH100"), estimate, ServeRequest(**request))
     assert (metrics.num_prompts, metrics.shortened_from) == (312, 1000)
     assert metrics.request_throughput_per_second * metrics.duration_seconds == pytest.approx(312, rel=1e-9)
-    with pytest.raises(SpecError, match="--num-prompts 1,000: the burst needs some 64,000 engine steps"):
+    with pytest.raises(SpecError, match=r"--num-prompts 1,000: the burst needs some 64,000 engine steps .* more "
+                                        r"sequences at a time \(--batch, the engine's --max-num-seqs\)"):
         burst_metrics(model("llama-3.1-8b"), cluster("1x1xH100"), estimate, ServeRequest(**request, num_prompts=1000))

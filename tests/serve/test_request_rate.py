@@ -792,3 +792,16 @@ def test_one_output_token_has_no_tpot_in_json():
     assert payload["recommended"]["tpot_seconds"] is None
     assert all(row["tpot_seconds"] is None for row in payload["layouts"])
     assert payload["recommended"]["ttft_seconds"] > 0
+
+
+def test_behind_a_router_a_bunch_does_not_stay_in_the_replica_that_took_it(serve_one, model, cluster):
+    """Llama-3.1-8B at tp=1 dp=8 on 8 A100, 1,024/4 tokens at 60 req/s (half of what it takes):
+    the decode-round excess of a bunched first round (poisson_bunching's AR(1) decay) doubled
+    TPOT, 31.4 ms against a simulated 15.6 (found by a sweep): the least-loaded router sends the
+    next arrivals to the other replicas, so the one that took a bunch does not keep it. Within
+    15% of a 2,000-prompt burst now."""
+    request = dict(input_len=1024, output_len=4, request_rate_per_s=60.0, num_prompts=2000)
+    estimate = serve_one("llama-3.1-8b", "1x8xA100", (1, 1, 8), **request)
+    burst = burst_metrics(model("llama-3.1-8b"), cluster("1x8xA100"), estimate, ServeRequest(**request))
+    assert estimate.tpot_seconds == pytest.approx(burst.tpot_seconds.mean, rel=0.15)
+    assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.15)

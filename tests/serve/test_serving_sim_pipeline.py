@@ -169,3 +169,19 @@ def test_backlog_of_a_burst_that_keeps_up_and_of_one_that_falls_behind():
     # all at once: no rate to fall behind
     assert backlog_growth([SimRequest(0.0, 100, 2)] * 10, _timed([SimRequest(0.0, 100, 2)] * 10, [1.0] * 10,
                                                                  [2.0] * 10)) is None
+
+
+def test_a_backlog_already_far_above_the_plan_that_does_not_come_down_is_behind():
+    """Llama-3.1-70B tp=1 pp=8 at 10 req/s (3,000 prompts, found by a sweep): 175 waiting for a
+    first token at the arrivals' middle and 217 at the last, against the plan's 6.1: the rise is
+    within chance (3 sqrt(392) = 59.4) because the queue filled before the middle, but it is more
+    than twice the plan's and 3 sigma above it at both moments and has not come down: behind.
+    At 7 req/s it came down (82 -> 38): not behind, however far above the plan. Without the
+    plan's mean only a rise counts."""
+    from planner.cost.serving_sim import Backlog
+
+    assert Backlog(150.0, 300.0, None, None, 175, 217, 9.59, None, 6.1).growing
+    assert not Backlog(214.0, 428.0, None, None, 82, 38, 7.14, None, 3.7).growing
+    assert not Backlog(150.0, 300.0, None, None, 175, 217, 9.59).growing
+    # near the plan (under twice it) a level alone is not enough: 16 -> 17 against 9
+    assert not Backlog(150.0, 300.0, None, None, 16, 17, 9.9, None, 9.0).growing
