@@ -229,6 +229,10 @@ class ServeRequest:
         means' I + O/2 when long prompts come with long outputs; what the decode steps read and
         a running sequence holds (docs/cost-model.md, Serving: bursts and request rates, "A length mix in the steady state")."""
         if not self.dataset_lengths:
+            if self.random_range_ratio is not None:  # independent uniform I and O: E[I] + E[O^2] / (2 E[O])
+                (i_mean, _), (o_mean, o_square) = (uniform_length_moments(self.input_len, self.random_range_ratio),
+                                                   uniform_length_moments(self.output_len, self.random_range_ratio))
+                return i_mean + o_square / (2 * o_mean)
             return self.input_len + self.output_len / 2
         total = sum(o for _, o in self.dataset_lengths)
         return sum(o * (i + o / 2) for i, o in self.dataset_lengths) / total
@@ -239,21 +243,28 @@ class ServeRequest:
         rows (serving_time.causal_pairs of each): attention grows with E[I^2], so a few long
         prompts outweigh the mean prompt's square (E[I^2] / E[I]^2 = 7.5 for 10% of prompts at
         16-30K tokens among short ones)."""
+        if not self.dataset_lengths and self.random_range_ratio is not None:
+            mean, square = uniform_length_moments(self.input_len, self.random_range_ratio)
+            return (square + mean) / 2
         rows = self.dataset_lengths or ((self.input_len, self.output_len),)
         return sum(i * (i + 1) / 2 for i, _ in rows) / len(rows)
 
     @cached_property
     def output_len_cv2(self) -> float:
         """The squared coefficient of variation of the requests' output lengths, Var(O) / E[O]^2:
-        over the --dataset rows; r^2 / 3 for --random-range-ratio r (uniform on [O (1 - r),
-        O (1 + r)]: variance (2 r O)^2 / 12); 0 when every request has the mean lengths. How
+        over the --dataset rows; for --random-range-ratio r, the uniform integers the burst draws
+        (uniform_length_moments; about r^2 / 3: variance (2 r O)^2 / 12); 0 when every request
+        has the mean lengths. How
         unequal the time each request holds an engine slot is (it decodes O - 1 steps):
         continuous_batching.slot_wait_seconds. Rows of 100 and 300 tokens: 100^2 / 200^2 = 0.25."""
         if self.dataset_lengths:
             outputs = [o for _, o in self.dataset_lengths]
             mean = sum(outputs) / len(outputs)
             return sum((o - mean) ** 2 for o in outputs) / len(outputs) / mean ** 2
-        return (self.random_range_ratio or 0.0) ** 2 / 3
+        if self.random_range_ratio is None:
+            return 0.0
+        mean, square = uniform_length_moments(self.output_len, self.random_range_ratio)
+        return (square - mean * mean) / (mean * mean)
 
     @property
     def has_sla(self) -> bool:
@@ -464,6 +475,22 @@ class TrainRequest:
         if self.precision != "fp8":
             return None
         return self.fp8_recipe or FP8_RECIPE_DEFAULTS[self.engine]
+
+
+def random_range_bounds(length: int, range_ratio: float) -> tuple[int, int]:
+    """The integers `vllm bench serve --dataset-name random --random-range-ratio r` draws a
+    length from: [floor(L (1 - r)), ceil(L (1 + r))], at least 1 (RandomDataset at 0.33.0)."""
+    low = max(1, math.floor(length * (1 - range_ratio)))
+    return low, max(low, math.ceil(length * (1 + range_ratio)))
+
+
+def uniform_length_moments(length: int, range_ratio: float) -> tuple[float, float]:
+    """(E[L], E[L^2]) of a length uniform over random_range_bounds' n integers a..b: the mean
+    (a + b) / 2, the variance (n^2 - 1) / 12. L = 100, r = 0.5: 50..150, mean 100, variance
+    (101^2 - 1) / 12 = 850, E[L^2] = 10,850."""
+    low, high = random_range_bounds(length, range_ratio)
+    mean, count = (low + high) / 2, high - low + 1
+    return mean, mean * mean + (count * count - 1) / 12
 
 
 def check_positive(flag: str, value: float | None, upper: float | None = None) -> None:

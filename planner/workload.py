@@ -11,7 +11,7 @@ from pathlib import Path
 
 from planner.cost.serving_sim import SimRequest
 from planner.errors import SpecError
-from planner.requests import MAX_TOKENS
+from planner.requests import MAX_TOKENS, random_range_bounds
 from planner.units import BYTES_PER_MIB
 
 _FIELDS = ("input_len", "output_len")
@@ -150,10 +150,6 @@ def random_dataset_lengths(input_len: int, output_len: int, range_ratio: float, 
     every time (vLLM's numpy stream is not reproduced, only its distribution)."""
     assert 0 <= range_ratio < 1 and num_prompts >= 1
     rng = random.Random(seed)
-
-    def bounds(length: int, at_least: int) -> tuple[int, int]:
-        low = max(at_least, math.floor(length * (1 - range_ratio)))
-        return low, max(low, math.ceil(length * (1 + range_ratio)))
-
-    (i_low, i_high), (o_low, o_high) = bounds(input_len, 1), bounds(output_len, 1)
+    (i_low, i_high), (o_low, o_high) = (random_range_bounds(input_len, range_ratio),
+                                        random_range_bounds(output_len, range_ratio))
     return tuple((rng.randint(i_low, i_high), rng.randint(o_low, o_high)) for _ in range(num_prompts))

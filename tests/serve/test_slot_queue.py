@@ -97,11 +97,28 @@ def test_with_slot_queue_keeps_the_rate():
 
 def test_output_len_cv2():
     """Rows of 100 and 300 output tokens: mean 200, variance 100^2: cv^2 = 0.25. A random range
-    ratio of 0.5: uniform on [O/2, 3O/2], variance O^2 / 12: cv^2 = 0.25 / 3. Equal lengths: 0."""
+    ratio of 0.5 on 256 output tokens: the integers 128..384 (257 of them), variance (257^2 - 1)
+    / 12 = 5,504: cv^2 = 5,504 / 256^2 = 0.08398 (about 0.25 / 3). Equal lengths: 0."""
     rows = ServeRequest(input_len=10, output_len=200, dataset_lengths=((10, 100), (10, 300)))
     assert rows.output_len_cv2 == pytest.approx(0.25, rel=1e-12)
-    assert ServeRequest(random_range_ratio=0.5).output_len_cv2 == pytest.approx(0.25 / 3, rel=1e-12)
+    assert ServeRequest(random_range_ratio=0.5).output_len_cv2 == pytest.approx(5504 / 256**2, rel=1e-12)
     assert ServeRequest().output_len_cv2 == 0.0
+
+
+def test_random_range_moments_by_hand():
+    """--random-range-ratio 0.5 on 1,024/256: inputs 512..1,536 (mean 1,024, variance (1,025^2 -
+    1) / 12 = 87,552), outputs 128..384 (mean 256, variance 5,504). A decoding sequence's
+    decode-weighted context E[I] + E[O^2] / (2 E[O]) = 1,024 + (65,536 + 5,504) / 512 =
+    1,162.75 (the means' 1,152); a prompt's causal pairs (E[I^2] + E[I]) / 2 = (1,048,576 +
+    87,552 + 1,024) / 2 = 568,576 (the mean prompt's 524,800)."""
+    from planner.requests import uniform_length_moments
+
+    assert uniform_length_moments(100, 0.5) == (100.0, 10_850.0)
+    ranged = ServeRequest(input_len=1024, output_len=256, random_range_ratio=0.5)
+    assert ranged.decode_context_tokens == pytest.approx(1162.75, rel=1e-12)
+    assert ranged.prompt_pairs == pytest.approx(568_576, rel=1e-12)
+    plain = ServeRequest(input_len=1024, output_len=256)
+    assert (plain.decode_context_tokens, plain.prompt_pairs) == (1152, 1024 * 1025 / 2)
 
 
 def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
