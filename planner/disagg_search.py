@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import slot_wait_seconds
+from planner.cost.continuous_batching import SLOT_WAIT_NOTE_FRACTION, slot_wait_seconds
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
@@ -1071,18 +1071,18 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     worker, c_d = memo.prefill[p_key][0], memo.decode[d_key]
     load, c_actual, t_d, kv, ttft, e2e = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d,
                                                          same, match.requests_per_second)
-    slot_wait = 0.0
+    decode_wait_seconds = 0.0
     if binding == "request-rate" and request.max_concurrency is None:
         # Poisson arrivals find every decode slot (--max-num-seqs C_d a rank) taken now and then
         # and wait for one, each holding it O rounds (continuous_batching.slot_wait_seconds, the
         # ranks' slots one queue behind the proxy's routing; at the full ranks' pace)
         ranks = n_d * shape_d.dp
         rounds_of = decode_rounds(model, cluster, request, memo, shape_d)
-        slot_wait = slot_wait_seconds(math.floor(c_d) * ranks, c_actual * ranks, request.output_len * t_d,
-                                      request.output_len_cv2, request.output_len * rounds_of(max(1.0, c_d)))
-        if not math.isfinite(slot_wait):  # at the slots' capacity: rate_match's, not a queue
-            slot_wait = 0.0
-        ttft, e2e = ttft + slot_wait, e2e + slot_wait
+        decode_wait_seconds = slot_wait_seconds(math.floor(c_d) * ranks, c_actual * ranks, request.output_len * t_d,
+                                        request.output_len_cv2, request.output_len * rounds_of(max(1.0, c_d)))
+        if not math.isfinite(decode_wait_seconds):  # at the slots' capacity: rate_match's, not a queue
+            decode_wait_seconds = 0.0
+        ttft, e2e = ttft + decode_wait_seconds, e2e + decode_wait_seconds
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)
@@ -1093,9 +1093,9 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         notes.append(f"the KV link binds: a {match.binding} worker's links move at most {caps[match.binding]:.2f} "
                      f"prompts/s ({kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB of KV each over "
                      f"{kv.link_kind}), below what its GPUs compute")
-    if slot_wait >= 0.01 * ttft:
+    if decode_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * ttft:
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "
-                     f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(slot_wait):,.0f} "
+                     f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(decode_wait_seconds):,.0f} "
                      f"ms for one on average (an M/G/c queue), in TTFT and E2E latency")
     if not same:
         notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "

@@ -254,9 +254,8 @@ class ServeRequest:
         """The squared coefficient of variation of the requests' output lengths, Var(O) / E[O]^2:
         over the --dataset rows; for --random-range-ratio r, the uniform integers the burst draws
         (uniform_length_moments; about r^2 / 3: variance (2 r O)^2 / 12); 0 when every request
-        has the mean lengths. How
-        unequal the time each request holds an engine slot is (it decodes O - 1 steps):
-        continuous_batching.slot_wait_seconds. Rows of 100 and 300 tokens: 100^2 / 200^2 = 0.25."""
+        has the mean lengths. How unequal the time each request holds an engine slot is (it
+        decodes O - 1 steps): continuous_batching.slot_wait_seconds. Rows of 100 and 300 tokens: 100^2 / 200^2 = 0.25."""
         if self.dataset_lengths:
             outputs = [o for _, o in self.dataset_lengths]
             mean = sum(outputs) / len(outputs)

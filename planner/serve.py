@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import (
+    SLOT_WAIT_NOTE_FRACTION,
     SteadyState,
     arrivals,
     clients_at_rate,
@@ -233,11 +234,6 @@ def choose_batch(request: ServeRequest, running_tokens: int, wanted: int, window
             f"(wanted {wanted})"
         )
     return max(1, min(wanted, fit)), notes
-
-
-SLOT_WAIT_NOTE_FRACTION = 0.01
-"""A slot wait at a rate is noted where it is at least this share of the TTFT (an Erlang C tail
-of 1e-13 requests waiting is in the numbers, not worth a note)."""
 
 
 def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, bool]:
@@ -517,11 +513,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
-            # E2E (where --max-concurrency caps them the client holds the excess, before its clock)
-            # (the queue forms while every slot is taken: they drain at the full engine's pace)
-            if with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp) is not arriving:
-                arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
-                                           steady_at(cap).e2e_seconds)
+            # E2E, draining at the full engine's pace (where --max-concurrency caps them the
+            # client holds the excess, before its clock)
+            arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
+                                       lambda: steady_at(cap).e2e_seconds)
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that
@@ -550,13 +545,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
                      f"{' once running' if waits else ''}); a replica "
                      f"takes up to {capacity:.3g} req/s ({top:,} in flight)")
-        wait = arriving.slot_wait_seconds
-        if wait >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds:
+        if waits:
             limit = ("--batch, the engine's --max-num-seqs" if request.batch is not None else
                      "what the KV cache holds" if fit < wanted else "the engine's default --max-num-seqs")
             notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica ({limit}), arrivals at "
                          f"{offered / layout.dp:.3g}/s a replica find every slot busy at times and wait "
-                         f"{seconds_to_ms(wait):,.0f} ms for one on average ({arriving.waiting_clients:.3g} waiting per "
+                         f"{seconds_to_ms(arriving.slot_wait_seconds):,.0f} ms for one on average "
+                         f"({arriving.waiting_clients:.3g} waiting per "
                          f"replica; an M/G/c queue), in TTFT and E2E latency")
     elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
@@ -1093,7 +1088,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
         steady = result.steady
-        planned = None if steady is None else (rate * (steady.e2e_seconds), rate * steady.ttft_seconds)
+        planned = None if steady is None else (rate * steady.e2e_seconds, rate * steady.ttft_seconds)
         metrics = replace(metrics, backlog=backlog_growth(requests, simulated, *(planned or ())))
     return metrics
 

@@ -153,21 +153,26 @@ def slot_wait_seconds(servers: int, offered: float, service_seconds: float, serv
     return waits / drain * (1 + service_cv2) / 2
 
 
+SLOT_WAIT_NOTE_FRACTION = 0.01
+"""A slot wait at a rate is noted where it is at least this share of the TTFT (an Erlang C tail
+of 1e-13 requests waiting is in the numbers, not worth a note)."""
+
+
 def with_slot_queue(steady: SteadyState, servers: int, service_cv2: float, replicas: int = 1,
-                    full_service_seconds: float | None = None) -> SteadyState:
+                    full_service_seconds: Callable[[], float] | None = None) -> SteadyState:
     """The open-loop steady state (arrivals at a rate, steady.concurrency = C the mean running)
     when the engine runs at most `servers` sequences at once: the arrivals beyond them wait for
     a slot (slot_wait_seconds, each holding one for its E2E; `full_service_seconds`: its E2E
-    with every slot taken), in TTFT and E2E; the running ones are unchanged (the engine runs
+    with every slot taken, asked for only where some arrival waits), in TTFT and E2E; the running ones are unchanged (the engine runs
     the same C on average). `replicas` d behind a least-loaded router: one queue of d c slots
     for d C busy (the router fills the emptiest, so a request waits only when every replica is
     full; vLLM queues it in the engine it was sent to, which this pooled queue leaves out).
     Waiting requests: the rate times the wait (Little's law), in waiting_clients. No wait:
     the same state."""
-    wait = slot_wait_seconds(servers * replicas, steady.concurrency * replicas, steady.e2e_seconds, service_cv2,
-                             full_service_seconds)
-    if wait <= 0:
+    if erlang_c(servers * replicas, steady.concurrency * replicas) == 0:
         return steady
+    wait = slot_wait_seconds(servers * replicas, steady.concurrency * replicas, steady.e2e_seconds, service_cv2,
+                             None if full_service_seconds is None else full_service_seconds())
     waiting = steady.concurrency / steady.e2e_seconds * wait
     return replace(steady, waiting_clients=waiting, slot_wait_seconds=wait,
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)
@@ -627,11 +632,11 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     only when every replica is busy, and its prompt runs beside the decodes of the replica it
     joins (the others decoding there, in place of n_d).
     solve_open_loop finds the C of a rate."""
-    args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
-            lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
-            router_replicas)
     routed = least_loaded(concurrency, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 \
         else None
+    args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
+            lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
+            router_replicas, routed)
     outside = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(concurrency, open_loop) if routed is None else routed.busy)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
     steady = _steady_pass(*args, outside)
@@ -650,8 +655,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                  in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int, tokens_per_round: float,
                  spec_tokens: int, context_tokens: float | None, prompt_pairs: float | None, open_loop: bool,
-                 max_running: float, router_replicas: int, outside_rounds: float) -> SteadyState:
-    """One pass of steady_state at `outside_rounds` X."""
+                 max_running: float, router_replicas: int, routed: LeastLoaded | None,
+                 outside_rounds: float) -> SteadyState:
+    """One pass of steady_state at `outside_rounds` X (`routed`: least_loaded over the
+    router's replicas, None without one)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     width = 1 + spec_tokens
     context = i + output_len / 2 if context_tokens is None else context_tokens
@@ -699,7 +706,6 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
-    routed = least_loaded(c, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 else None
     alignment = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(c, open_loop) if routed is None else routed.busy)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
@@ -721,30 +727,30 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             own_round, wait_round = prompt_round - joined, mean_round - joined
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
-    waited = alignment * wait_round
-    service = prompt_service_seconds(prompt_chunks, own_round, in_flight)
+    waited_seconds = alignment * wait_round
+    service_seconds = prompt_service_seconds(prompt_chunks, own_round, in_flight)
     if open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and chunks_per_round > 0:
         # Poisson arrivals bunch: a long round gathers more prompts for the next (poisson_bunching)
         bunched = poisson_bunching(wait_round, wait_round - (mean_round - decode_round), chunks_per_round,
                                    router_replicas if routed is not None else 1)
         busy = alignment / ROUND_ALIGNMENT_ROUNDS
+        lands_seconds, rho = bunched.length_biased_round_seconds, bunched.prompt_share
         # it arrives in a round of the length-biased mean and waits out half of it; its first
         # round carries its chunk and the chunks that arrived during that one (in place of the
         # mean's others, spread over every round when q > 1)
-        spread = max(chunks_per_round - 1, 0.0) * bunched.chunk_seconds
-        first = own_round - spread + busy * bunched.prompt_share * bunched.length_biased_round_seconds
-        waited = busy * bunched.length_biased_round_seconds / 2
-        service = first + (prompt_chunks - 1) * own_round
+        spread_seconds = max(chunks_per_round - 1, 0.0) * bunched.chunk_seconds
+        first_round_seconds = own_round - spread_seconds + busy * rho * lands_seconds
+        waited_seconds = busy * lands_seconds / 2
+        service_seconds = first_round_seconds + (prompt_chunks - 1) * own_round
         if d > 0 and routed is None:
             # the rounds after it decay back to the mean by the prompt share each round (AR(1));
             # behind a least-loaded router the replica that took a bunch is the busiest, so the
             # next arrivals go elsewhere and its rounds do not keep the excess (charging it
             # doubled TPOT at 4 output tokens, Llama-3.1-8B tp=1 dp=8 at 60 req/s: 31.4 ms
             # against a simulated 15.6)
-            rho = bunched.prompt_share
-            excess = (first - mean_round) * rho ** (prompt_chunks - 1)
-            decoding_round += excess * rho * (1 - rho ** d) / (1 - rho) / d
-    unqueued = first_token_seconds + waited + service
+            excess_seconds = (first_round_seconds - mean_round) * rho ** (prompt_chunks - 1)
+            decoding_round += excess_seconds * rho * (1 - rho ** d) / (1 - rho) / d
+    unqueued = first_token_seconds + waited_seconds + service_seconds
     if bound:
         # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and
         # the wait for budget is what the cycle leaves after the request's own latencies (its
