@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from planner import units
 from planner.cost.serving_time import StepLoad
 
 
@@ -573,6 +574,11 @@ class _Sim:
 # ---------------------------------------------------------------------- the clock
 
 
+IDLE_POLL_SECONDS = 1 * units.SECONDS_PER_MS
+"""vLLM 0.33.0's engine core sleeps 1 ms after a step that ran nothing while its scheduler
+still holds requests (vllm/v1/engine/core.py, EngineCore._process_engine_step)."""
+
+
 class _Clock:
     """When an engine's (or a lockstep group's) steps start and end. Without PP a step starts
     when the last one ends and lasts its priced seconds. A PP replica (a PipelineStep each) runs
@@ -580,27 +586,47 @@ class _Clock:
     step k once it is free and fewer than p + 1 steps are in flight, and once step k - p's
     tokens are back when step k decodes (its decoders are step k - p's); the micro-batch then
     passes the stages in order, each busy with one micro-batch at a time, a hop after each
-    (the last one back to the engine), and its tokens come back at its end."""
+    (the last one back to the engine), and its tokens come back at its end.
+
+    A PP engine with requests in flight but nothing to schedule (no decoder of the step's
+    phase, no prompt to admit) still schedules: vLLM's scheduler returns an empty batch, which
+    takes a place in the batch queue like any other (it resolves once the last stage has
+    finished the steps before it, in order), moves the step counter on, and the engine core
+    polls again IDLE_POLL_SECONDS later; with the queue full it waits for the oldest step
+    first. So the engine fills its queue with empty steps and waits out the oldest real one:
+    a request that arrives meanwhile waits for it (step_with_batch_queue and
+    EngineCore._process_engine_step, vllm/v1/engine/core.py 0.33.0). `holding` tells the
+    engine loops that requests are still in flight."""
 
     def __init__(self, stages: int):
         self.p = stages
-        self.ends: list[float] = []  # every step's end (an empty one: when it was scheduled)
+        self.ends: list[float] = []  # every step's end (an empty one: the end of the step before it)
         self.stage_free = [-math.inf] * stages
         self.engine_free = -math.inf
-        self.in_flight: deque[float] = deque(maxlen=stages + 1)  # the last p + 1 real steps' ends
+        self.real_end = -math.inf  # the last step that carried tokens: its end
+        self.in_flight: deque[float] = deque(maxlen=stages + 1)  # the batch queue: the last p + 1 steps' ends
+
+    def holding(self, now: float) -> bool:
+        """A PP engine whose last step with tokens is still in flight at `now`: its requests
+        are still in vLLM's scheduler (their tokens are not back), so it keeps scheduling."""
+        return self.p > 1 and self.real_end > now
 
     def run(self, now: float, loads: list[StepLoad], priced: Callable[[list[StepLoad]], float | PipelineStep]
             ) -> tuple[float, float, float]:
         """(the step's end, its seconds, when the next can start) for a step of `loads`
         scheduled at `now`. A PP step's seconds are its end less the last step's (less `now`
         for the first): they add up to the ends. An empty PP step (no decoder of its phase,
-        nothing admitted) is not priced: vLLM's step counter moves on at no cost, and it ends
-        with the last step (no tokens come back)."""
+        nothing admitted) is not priced: vLLM's step counter moves on, it ends with the step
+        before it (no tokens come back) and holds its place in the batch queue until then, and
+        the engine polls again IDLE_POLL_SECONDS later (after the oldest step's end when the
+        queue is full)."""
         last = self.ends[-1] if self.ends else now
         if self.p > 1 and not any(load.num_tokens for load in loads):
             end = max(now, last)
             self.ends.append(end)
-            return end, end - last, now
+            self.in_flight.append(end)
+            full = len(self.in_flight) > self.p
+            return end, end - last, (max(now, self.in_flight[0]) if full else now) + IDLE_POLL_SECONDS
         timing = priced(loads)
         if not isinstance(timing, PipelineStep):
             end = now + timing
@@ -615,6 +641,7 @@ class _Clock:
             t += timing.hop_seconds
         self.ends.append(t)
         self.in_flight.append(t)
+        self.real_end = t
         start = max(self.engine_free, self.in_flight[0]) if len(self.in_flight) > self.p else self.engine_free
         return t, t - last, start
 
@@ -768,7 +795,10 @@ def _simulate_dispatched(
         engines = [n for n in groups[g] if parts[n]]
         for n in engines:
             sims[n].intake(now)
-        busy = [n for n in engines if not sims[n].finished and not sims[n].idle]
+        # PP: while a step with tokens is in flight its requests are still in vLLM's
+        # scheduler, so the engine keeps scheduling (empty steps) until it is back
+        holding = clocks[g].holding(now)
+        busy = [n for n in engines if holding or not (sims[n].finished or sims[n].idle)]
         if not busy:
             return None
         loads = [sims[n].schedule() for n in busy]
@@ -901,7 +931,8 @@ def simulate_lockstep(
     while not all(sim.finished for sim in sims):
         for sim in sims:
             sim.intake(now)
-        busy = [sim for sim in sims if not sim.finished and not sim.idle]
+        holding = clock.holding(now)  # PP: see _simulate_dispatched's next_step
+        busy = [sim for sim in sims if sim.reqs and (holding or not (sim.finished or sim.idle))]
         if not busy:
             now = min(sim.next_event() for sim in sims if not sim.finished)
             continue

@@ -36,9 +36,12 @@ def piped(_: StepLoad) -> PipelineStep:
 def test_a_lone_request_decodes_every_p_steps_at_its_path():
     """One request, 10 prompt tokens, 3 output tokens, p = 2.
     step 0 at 0: the prompt; engine 0-1, stage 1 1-11, hop to 12, stage 2 12-22, hop back: 23 ms.
-    step 1 at 1: its decode is step 2's (p steps after its last): nothing to do, no time, no tokens.
-    step 2 at 1: the decode waits for step 0's token (23 ms): 23 + 23 = 46 ms; step 3 empty;
-    step 4: 46 + 23 = 69 ms. TTFT 23 ms, E2E 69 ms, TPOT (69 - 23) / 2 = 23 ms: the path, each
+    step 1 at 1: its decode is step 2's (p steps after its last): nothing to do, no time, no
+    tokens; it holds a place in the batch queue until step 0 is back, and the engine polls again
+    1 ms later.
+    step 2 at 2: the decode waits for step 0's token (23 ms): 23 + 23 = 46 ms; 3 steps in
+    the queue: the next when step 0 is back and the engine free, 24; step 3 empty (queue full:
+    the next after step 1's end, 23, and a poll: 25); step 4 at 25: 46 + 23 = 69 ms. TTFT 23 ms, E2E 69 ms, TPOT (69 - 23) / 2 = 23 ms: the path, each
     token. ITL: tokens 2 and 3 each 23 ms after the one before (steps 2 and 4, p steps on)."""
     res = simulate([SimRequest(0.0, 10, 3)], EngineLimits(BIG_KV, 8, 100, pipeline_stages=2), piped)
     assert res.ttft_seconds[0] == pytest.approx(23 * MS)
@@ -84,6 +87,30 @@ def test_a_decoder_the_budget_leaves_out_moves_to_the_next_step():
     # B's second token waited 3 steps (an irregular ITL), then both go every 2 steps
     assert len(res.irregular_itl_seconds) == 1
     assert sum(res.step_num_regular_itl) == 2 * 3 - 1
+
+
+def test_an_arrival_waits_out_the_step_in_flight_when_the_queue_fills_with_empty_steps():
+    """p = 2, A (10 prompt tokens, 1 output token) at 0, B (the same) at 5 ms.
+    step 0 at 0: A's prompt, back at 23 (as above); the engine is free at 1.
+    step 1 at 1: A's token is not back, so vLLM's scheduler still holds A, but has nothing to
+    schedule: an empty step, a place in the batch queue until step 0's end (23); the engine
+    core polls again 1 ms later (IDLE_POLL_SECONDS).
+    step 2 at 2: B has not arrived: another empty step; the queue holds p + 1 = 3 steps, full:
+    the engine waits for the oldest, step 0 (23), and polls 1 ms later: 24.
+    step 3 at 24: B's prompt: engine 24-25, stage 1 25-35, hop 36, stage 2 36-46, back at 47:
+    TTFT 42 ms. Had it scheduled B on arrival (5 ms) it would have come back at 33 (TTFT 28):
+    with nothing to schedule a PP engine runs one step at a time.
+    Arriving within the first poll (0.5 ms) B is scheduled at once (step 1 at 1): engine 1-2,
+    stage 1 11-21, hop 22, stage 2 22-32, back at 33: TTFT 32.5 ms."""
+    limits = EngineLimits(BIG_KV, 8, 100, pipeline_stages=2)
+    res = simulate([SimRequest(0.0, 10, 1), SimRequest(5 * MS, 10, 1)], limits, piped)
+    assert res.ttft_seconds == pytest.approx((23 * MS, 42 * MS))
+    assert [load.num_tokens for load in res.step_loads] == [10, 0, 0, 10]
+    early = simulate([SimRequest(0.0, 10, 1), SimRequest(0.5 * MS, 10, 1)], limits, piped)
+    assert early.ttft_seconds == pytest.approx((23 * MS, 32.5 * MS))
+    # without PP the engine is idle once A's step is scheduled: B's step starts on arrival
+    one = simulate([SimRequest(0.0, 10, 1), SimRequest(5 * MS, 10, 1)], EngineLimits(BIG_KV, 8, 100), lambda _: 23 * MS)
+    assert one.ttft_seconds == pytest.approx((23 * MS, 41 * MS))
 
 
 def test_clock_keeps_at_most_p_plus_one_steps_in_flight():
