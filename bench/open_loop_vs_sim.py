@@ -4,6 +4,7 @@
     python bench/open_loop_vs_sim.py --quick     # four cases
     python bench/open_loop_vs_sim.py --pp        # pipeline layouts, pinned (the grid above has none)
     python bench/open_loop_vs_sim.py --short     # short outputs (1-16 tokens) on one replica, near capacity
+    python bench/open_loop_vs_sim.py --slots     # arrivals that find every slot taken (KV cache, --batch)
 
 With a finite --request-rate every layout is priced by the open-loop steady state
 (planner/cost/continuous_batching.solve_open_loop: C = R/d x E2E(C)), while the recommended
@@ -59,16 +60,28 @@ SHORT_CASES = [
 ]
 
 
+SLOT_CASES = [
+    # near the engine's slots: a KV cache of 26 long sequences, --batch 1, --batch 8 on an MoE
+    # (continuous_batching.with_slot_queue); 1,500 prompts at least (the queue's tail is long)
+    ("llama-3.1-8b", "1x1xH100", 16000, 1000, (0.5, 0.8, 0.9), dict(tp=1, pp=1, dp=1), {}),
+    ("llama-3.1-70b", "1x8xH100", 1024, 256, (0.5, 0.8), dict(tp=8, pp=1, dp=1), dict(batch=1)),
+    ("deepseek-v3", "1x8xH200", 1024, 256, (0.5, 0.75, 0.9), dict(tp=8, pp=1, dp=1), dict(batch=8)),
+]
+SLOT_MIN_PROMPTS = 1500
+
+
 def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float,
-             layout: dict[str, int] | None = None) -> dict:
+             layout: dict[str, int] | None = None, extra: dict | None = None,
+             min_prompts: int = MIN_PROMPTS) -> dict:
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
     pinned = LayoutFilter(**layout) if layout else LayoutFilter()
+    extra = extra or {}
     capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
-                                                         layout=pinned)).recommended
+                                                         layout=pinned, **extra)).recommended
     rate = share * capacity.throughput_tokens_per_second / output_len
-    prompts = max(MIN_PROMPTS, round(rate * BURST_SECONDS))
+    prompts = max(min_prompts, round(rate * BURST_SECONDS))
     request = ServeRequest(input_len=input_len, output_len=output_len, request_rate_per_s=rate, num_prompts=prompts,
-                           layout=pinned)
+                           layout=pinned, **extra)
     best = plan_serving(model, cluster, request).recommended
     simulated = burst_metrics(model, cluster, best, request)
     analytic = {"ttft": best.ttft_seconds, "tpot": best.tpot_seconds, "e2e": best.e2e_seconds}
@@ -86,13 +99,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pp", action="store_true", help="pipeline layouts, pinned")
     parser.add_argument("--short", action="store_true", help="short outputs on one replica, near capacity")
+    parser.add_argument("--slots", action="store_true", help="arrivals that find every slot taken")
     args = parser.parse_args()
     rows = []
-    grid = PP_CASES if args.pp else SHORT_CASES if args.short else [
-        (*case, None) for case in (QUICK if args.quick else CASES)]
-    for model, cluster, i, o, shares, layout in grid:
+    grid = SLOT_CASES if args.slots else [(*case, {}) for case in PP_CASES] if args.pp else [
+        (*case, {}) for case in SHORT_CASES] if args.short else [
+        (*case, None, {}) for case in (QUICK if args.quick else CASES)]
+    for model, cluster, i, o, shares, layout, extra in grid:
         for share in shares:
-            row = run_case(model, cluster, i, o, share, layout)
+            row = run_case(model, cluster, i, o, share, layout, extra, SLOT_MIN_PROMPTS if args.slots else MIN_PROMPTS)
             rows.append(row)
             a, s = row["analytic"], row["simulated"]
             print(f"{row['case']:<52} {row['layout']:<22} C {row['concurrency']:7.2f}  "

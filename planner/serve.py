@@ -11,6 +11,7 @@ Derivations: docs/cost-model.md (Serving).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -513,10 +514,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
-            # E2E, draining at the full engine's pace (where --max-concurrency caps them the
-            # client holds the excess, before its clock)
+            # E2E; the engine with n in it runs as a closed loop of n does (where --max-concurrency
+            # caps them the client holds the excess, before its clock)
             arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
-                                       lambda: steady_at(cap).e2e_seconds)
+                                       closed_loop_e2e(steady_at, cap))
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that
@@ -552,7 +553,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                          f"{offered / layout.dp:.3g}/s a replica find every slot busy at times and wait "
                          f"{seconds_to_ms(arriving.slot_wait_seconds):,.0f} ms for one on average "
                          f"({arriving.waiting_clients:.3g} waiting per "
-                         f"replica; an M/G/c queue), in TTFT and E2E latency")
+                         f"replica; a queue in front of an engine that slows as it fills), in TTFT and E2E latency")
     elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
@@ -874,6 +875,33 @@ def bound_inputs(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
     return BoundInputs(cluster, setup, memo.get(("priced", layout), dict), tokens_per_round, spec_tokens,
                        max(request.output_len - 1, 0) / tokens_per_round)
+
+
+CLOSED_LOOP_GRID_RATIO = math.sqrt(2)
+"""closed_loop_e2e prices whole concurrencies 1-4, then every sqrt(2) times more, and the cap."""
+
+
+def closed_loop_e2e(steady_at: Callable[[int], SteadyState], cap: int) -> Callable[[float], float]:
+    """E2E(n) for a closed loop of n requests, 1 <= n <= cap (clamped), linear between the
+    whole concurrencies of a geometric grid (CLOSED_LOOP_GRID_RATIO; E2E is smooth in n, and
+    a 1,024-sequence cap is 22 steady states, not 1,024), each priced once when first asked."""
+    grid, x = {1, 2, 3, 4, cap}, 4.0
+    while x < cap:
+        x *= CLOSED_LOOP_GRID_RATIO
+        grid.add(min(cap, round(x)))
+    points = sorted(n for n in grid if 1 <= n <= cap)
+
+    def e2e(n: float) -> float:
+        n = min(max(n, 1.0), float(cap))
+        upper = min(bisect.bisect_left(points, n), len(points) - 1)
+        high = points[upper]
+        if high == n or upper == 0:
+            return steady_at(high).e2e_seconds
+        low = points[upper - 1]
+        return steady_at(low).e2e_seconds + (n - low) / (high - low) * (
+            steady_at(high).e2e_seconds - steady_at(low).e2e_seconds)
+
+    return e2e
 
 
 def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:

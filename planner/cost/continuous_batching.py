@@ -153,26 +153,86 @@ def slot_wait_seconds(servers: int, offered: float, service_seconds: float, serv
     return waits / drain * (1 + service_cv2) / 2
 
 
+FLOW_EQUIVALENT_STATES = 4096
+"""flow_equivalent_wait_seconds walks the chain's states one by one up to this many slots; past
+it, in this many equal blocks (a block's load at its middle, the factorials exact)."""
+
+
+def flow_equivalent_wait_seconds(rate_per_s: float, servers: int, e2e_at: Callable[[float], float],
+                                 service_cv2: float) -> float | None:
+    """The mean wait for one of c = `servers` slots when requests arrive Poisson at `rate_per_s`
+    R and an engine holding n of them completes n / E2E(n) a second (`e2e_at(n)`: a closed loop
+    of n requests' E2E, fractional n allowed): the number in the system is a birth-death chain,
+    births at R, deaths at mu(n) = min(n, c) / E2E(min(n, c)), the engine replaced by its
+    flow-equivalent server (Chandy, Herzog and Woo, Parametric analysis of queueing networks,
+    IBM J. Res. Dev. 19(1), 1975; Lazowska et al., Quantitative System Performance, 1984, ch. 8):
+    P(n) ~ prod_{j<=n} R / mu(j). The queue beyond c is geometric with ratio r = R E2E(c) / c,
+    so the mean number waiting is P(c) r / (1 - r)^2 and the wait, by Little's law, that over
+    R, scaled by (1 + cv^2) / 2 for the spread of the service times (`service_cv2`), as
+    Allen-Cunneen scales M/M/c (slot_wait_seconds). With E2E(n) = S at every n this is
+    slot_wait_seconds' M/G/c exactly; where a fuller engine runs each request slower (long
+    contexts: every decoder reads the others' KV too) the count spreads far wider than the
+    Poisson one of a fixed service, and the slots fill much more often: Llama-3.1-8B on one
+    H100, 16,000/1,000 tokens, 26 slots (the KV cache) at 0.58 req/s: 3.7 s of waiting where
+    the M/G/c at the mean load said 0.2 s (a 1,500-prompt simulated burst: TTFT 3.7 s).
+    None where even c running complete fewer than R a second (r >= 1)."""
+    c, r = max(1, servers), rate_per_s * e2e_at(float(max(1, servers))) / max(1, servers)
+    if r >= 1:
+        return None
+    if rate_per_s <= 0:
+        return 0.0
+    # log P(n) relative to P(0), at the block ends; blocks of `step` states past the limit
+    step = max(1, math.ceil(c / FLOW_EQUIVALENT_STATES))
+    log_rate = math.log(rate_per_s)
+    ends, logs, log_p, n = [0], [0.0], 0.0, 0
+    while n < c:
+        m = min(c, n + step)
+        middle = (n + 1 + m) / 2
+        log_p += (m - n) * (log_rate + math.log(e2e_at(middle))) - (math.lgamma(m + 1) - math.lgamma(n + 1))
+        ends.append(m)
+        logs.append(log_p)
+        n = m
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    # the states up to c; in blocks, each block's states at the mean of its ends' weights
+    below = math.fsum(weights) if step == 1 else weights[0] + math.fsum(
+        (ends[k] - ends[k - 1]) * (weights[k - 1] + weights[k]) / 2 for k in range(1, len(ends)))
+    total = below + weights[-1] * r / (1 - r)
+    waiting = weights[-1] * r / (1 - r) ** 2 / total
+    return waiting / rate_per_s * (1 + service_cv2) / 2
+
+
 SLOT_WAIT_NOTE_FRACTION = 0.01
 """A slot wait at a rate is noted where it is at least this share of the TTFT (an Erlang C tail
 of 1e-13 requests waiting is in the numbers, not worth a note)."""
 
 
 def with_slot_queue(steady: SteadyState, servers: int, service_cv2: float, replicas: int = 1,
-                    full_service_seconds: Callable[[], float] | None = None) -> SteadyState:
+                    e2e_at: Callable[[float], float] | None = None) -> SteadyState:
     """The open-loop steady state (arrivals at a rate, steady.concurrency = C the mean running)
     when the engine runs at most `servers` sequences at once: the arrivals beyond them wait for
-    a slot (slot_wait_seconds, each holding one for its E2E; `full_service_seconds`: its E2E
-    with every slot taken, asked for only where some arrival waits), in TTFT and E2E; the running ones are unchanged (the engine runs
-    the same C on average). `replicas` d behind a least-loaded router: one queue of d c slots
-    for d C busy (the router fills the emptiest, so a request waits only when every replica is
-    full; vLLM queues it in the engine it was sent to, which this pooled queue leaves out).
-    Waiting requests: the rate times the wait (Little's law), in waiting_clients. No wait:
-    the same state."""
-    if erlang_c(servers * replicas, steady.concurrency * replicas) == 0:
+    a slot, in TTFT and E2E; the running ones are unchanged (the engine runs the same C on
+    average). `e2e_at(n)`: a replica's E2E with n requests always in it (a closed loop of n),
+    asked for only near the slots: the wait is flow_equivalent_wait_seconds', whose count of
+    requests spreads as a fuller engine slows each one down (where the full engine would not
+    keep up with the arrivals, or without `e2e_at`, slot_wait_seconds' M/G/c at the mean
+    service). `replicas` d behind a least-loaded router: one queue of d c slots for d C busy,
+    n of them spread evenly (the router fills the emptiest, so a request waits only when every
+    replica is full; vLLM queues it in the engine it was sent to, which this pooled queue leaves
+    out). Waiting requests: the rate times the wait (Little's law), in waiting_clients. No
+    wait: the same state."""
+    slots, busy = servers * replicas, steady.concurrency * replicas
+    rate = busy / steady.e2e_seconds
+    # a fuller engine's E2E bounds the chain's load from above: no tail there, none at all
+    full = None if e2e_at is None else rate * e2e_at(float(servers))
+    if erlang_c(slots, busy) == 0 and (full is None or erlang_c(slots, full) == 0):
         return steady
-    wait = slot_wait_seconds(servers * replicas, steady.concurrency * replicas, steady.e2e_seconds, service_cv2,
-                             None if full_service_seconds is None else full_service_seconds())
+    wait = None if e2e_at is None else flow_equivalent_wait_seconds(
+        rate, slots, lambda n: e2e_at(max(1.0, n / replicas)), service_cv2)
+    if wait is None:
+        wait = slot_wait_seconds(slots, busy, steady.e2e_seconds, service_cv2)
+    if wait == 0:
+        return steady
     waiting = steady.concurrency / steady.e2e_seconds * wait
     return replace(steady, waiting_clients=waiting, slot_wait_seconds=wait,
                    ttft_seconds=steady.ttft_seconds + wait, e2e_seconds=steady.e2e_seconds + wait)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from planner.cost.continuous_batching import (
     erlang_c,
+    flow_equivalent_wait_seconds,
     slot_wait_seconds,
     steady_state,
     with_slot_queue,
@@ -71,6 +72,45 @@ def test_slot_wait_by_hand():
     assert slot_wait_seconds(512, 10.0, 1.0, 0.0) == 0.0
 
 
+def test_flow_equivalent_wait_by_hand():
+    """Two slots, 1 req/s, E2E 1 s with one request in the engine and 1.5 s with two: deaths
+    mu(1) = 1, mu(2) = 2 / 1.5 = 4/3 a second, and beyond two the queue's ratio r = 1 x 1.5 / 2 =
+    0.75. P(0) : P(1) : P(2) = 1 : 1 : 0.75, the states above 0.75 x 0.75 / 0.25 = 2.25, so Z = 5;
+    waiting 0.75 x 0.75 / 0.25^2 / 5 = 1.8 requests, 1.8 s by Little's law (cv^2 = 1), 0.9 s
+    with equal lengths (x (1 + 0) / 2). With E2E 1 s at both it is M/M/2 at a = 1: 1/3 s."""
+    slower = {1.0: 1.0, 2.0: 1.5}
+    assert flow_equivalent_wait_seconds(1.0, 2, lambda n: slower[n], 1.0) == pytest.approx(1.8, rel=1e-12)
+    assert flow_equivalent_wait_seconds(1.0, 2, lambda n: slower[n], 0.0) == pytest.approx(0.9, rel=1e-12)
+    assert flow_equivalent_wait_seconds(1.0, 2, lambda n: 1.0, 1.0) == pytest.approx(1 / 3, rel=1e-12)
+    # the full engine cannot keep up (2 / 2.5 < 1 a second): no steady queue
+    assert flow_equivalent_wait_seconds(1.0, 2, lambda n: 2.5, 1.0) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9000), st.floats(0.05, 0.98), st.floats(0.0, 1.0))
+def test_flow_equivalent_wait_is_the_m_g_c_at_a_fixed_service(servers, load, cv2):
+    """E2E the same at every n: the chain is M/M/c, scaled by (1 + cv^2) / 2, slot_wait_seconds
+    exactly (past FLOW_EQUIVALENT_STATES slots, in blocks: within 1%; erlang_c drops tails under
+    1e-30 that the chain keeps)."""
+    rate = load * servers / 2.0
+    got = flow_equivalent_wait_seconds(rate, servers, lambda n: 2.0, cv2)
+    assert got == pytest.approx(slot_wait_seconds(servers, rate * 2.0, 2.0, cv2), rel=0.01, abs=1e-20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.floats(0.05, 0.9), st.floats(0.0, 2.0))
+def test_a_slower_fuller_engine_waits_longer(servers, load, growth):
+    """E2E growing with the requests in the engine, E2E(n) = 1 + g n / c, never waits less than
+    at E2E 1 throughout, and waits more at a higher rate."""
+    def e2e(n: float) -> float:
+        return 1.0 + growth * n / servers
+
+    rate = load * servers / e2e(servers)
+    slow = flow_equivalent_wait_seconds(rate, servers, e2e, 0.0)
+    assert slow >= flow_equivalent_wait_seconds(rate, servers, lambda n: 1.0, 0.0) * (1 - 1e-9)
+    assert flow_equivalent_wait_seconds(rate * 1.01, servers, e2e, 0.0) >= slow * (1 - 1e-9)
+
+
 def test_with_slot_queue_keeps_the_rate():
     """The wait adds to TTFT and E2E alike; the running requests and their rounds are the
     same, and Little's law on the whole system still gives the arrival rate: (C + R W) / (E2E
@@ -123,16 +163,21 @@ def test_random_range_moments_by_hand():
 
 def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
     """Llama-3.1-70B at tp 8 with --batch 1 (one sequence at a time) at 0.3 req/s: each request
-    holds the slot 2.87 s (TTFT 66 ms + 255 x 11 ms), so 0.86 of it is busy and an arrival
-    waits 0.86 x 2.87 / (2 x 0.14) ~ 8.9 s for it (M/D/1). The plan said TTFT 66 ms and kept
-    --max-ttft-ms 500 (a 1,000-prompt burst: 6.6 s). A 5,000-prompt burst (about 4.6 hours of
-    arrivals) waits 7.9 s: within 15%."""
+    holds the slot for a lone request's E2E, 2.83 s (TTFT 66 ms + 255 x 11 ms), so 0.849 of it
+    is busy and an arrival waits 0.849 x 2.83 / (2 x 0.151) ~ 7.96 s for it (M/D/1; the flow-
+    equivalent chain of one slot). The plan said TTFT 66 ms and kept --max-ttft-ms 500 (a
+    1,000-prompt burst: 6.6 s). A 5,000-prompt burst (about 4.6 hours of arrivals) waits 7.9 s:
+    within 15%."""
     estimate = serve_one("llama-3.1-70b", "1x8xH100", (8, 1, 1), batch=1, request_rate_per_s=0.3,
                          num_prompts=5000)
     assert isinstance(estimate, ServeEstimate)
     steady = estimate.steady
     assert steady.concurrency == pytest.approx(0.86, rel=0.01)
-    assert steady.slot_wait_seconds == pytest.approx(8.9, rel=0.02)
+    alone = serve_one("llama-3.1-70b", "1x8xH100", (8, 1, 1), batch=1).steady.e2e_seconds
+    assert alone == pytest.approx(2.83, rel=0.01)
+    busy = 0.3 * alone
+    assert steady.slot_wait_seconds == pytest.approx(busy * alone / (2 * (1 - busy)), rel=1e-9)
+    assert steady.slot_wait_seconds == pytest.approx(7.96, rel=0.01)
     assert estimate.ttft_seconds > steady.slot_wait_seconds + 0.040  # and its own prefill
     assert any(note.startswith("Slot-bound:") for note in estimate.notes)
     burst = burst_metrics(model("llama-3.1-70b"), cluster("1x8xH100"), estimate,
@@ -142,7 +187,7 @@ def test_one_slot_at_a_rate_waits_as_the_burst_does(serve_one, model, cluster):
     limited = serve_one("llama-3.1-70b", "1x8xH100", (8, 1, 1), batch=1, request_rate_per_s=0.3,
                         max_ttft_seconds=0.5)
     assert not isinstance(limited, ServeEstimate)
-    assert "waiting 8," in limited.reasons[0] and "for a slot" in limited.reasons[0]
+    assert "waiting 7,955 ms" in limited.reasons[0] and "for a slot" in limited.reasons[0]
 
 
 
