@@ -19,7 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from planner.cost import efficiency as eff
-from planner.cost.continuous_batching import SLOT_WAIT_NOTE_FRACTION, slot_wait_seconds
+from planner.cost.continuous_batching import (
+    SLOT_WAIT_NOTE_FRACTION,
+    on_geometric_grid,
+    pooled_slot_wait_seconds,
+)
 from planner.cost.disaggregated import (
     PrefillLoad,
     RateMatch,
@@ -1074,12 +1078,14 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     decode_wait_seconds = 0.0
     if binding == "request-rate" and request.max_concurrency is None:
         # Poisson arrivals find every decode slot (--max-num-seqs C_d a rank) taken now and then
-        # and wait for one, each holding it O rounds (continuous_batching.slot_wait_seconds, the
-        # ranks' slots one queue behind the proxy's routing; at the full ranks' pace)
-        ranks = n_d * shape_d.dp
+        # and wait for one, each holding it O rounds of the rank's decode at the sequences it runs
+        # (continuous_batching.pooled_slot_wait_seconds, the ranks' slots one queue behind the
+        # proxy's routing)
+        ranks, slots = n_d * shape_d.dp, math.floor(c_d)
         rounds_of = decode_rounds(model, cluster, request, memo, shape_d)
-        decode_wait_seconds = slot_wait_seconds(math.floor(c_d) * ranks, c_actual * ranks, request.output_len * t_d,
-                                        request.output_len_cv2, request.output_len * rounds_of(max(1.0, c_d)))
+        held = on_geometric_grid(lambda n: request.output_len * rounds_of(float(n)), slots) if slots >= 1 else None
+        decode_wait_seconds = pooled_slot_wait_seconds(c_actual, slots, ranks, request.output_len * t_d, held,
+                                                       request.output_len_cv2) if slots >= 1 else 0.0
         if not math.isfinite(decode_wait_seconds):  # at the slots' capacity: rate_match's, not a queue
             decode_wait_seconds = 0.0
         ttft, e2e = ttft + decode_wait_seconds, e2e + decode_wait_seconds
@@ -1096,7 +1102,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
     if decode_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * ttft:
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "
                      f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(decode_wait_seconds):,.0f} "
-                     f"ms for one on average (an M/G/c queue), in TTFT and E2E latency")
+                     f"ms for one on average (a queue in front of ranks that slow as they fill), in TTFT and E2E latency")
     if not same:
         notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "
                      f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "

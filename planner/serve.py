@@ -11,7 +11,6 @@ Derivations: docs/cost-model.md (Serving).
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -26,6 +25,7 @@ from planner.cost.continuous_batching import (
     in_flight_weights,
     least_loaded,
     lockstep_peaks,
+    on_geometric_grid,
     solve_open_loop,
     steady_state,
     with_slot_queue,
@@ -517,7 +517,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # E2E; the engine with n in it runs as a closed loop of n does (where --max-concurrency
             # caps them the client holds the excess, before its clock)
             arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
-                                       closed_loop_e2e(steady_at, cap))
+                                       on_geometric_grid(lambda n: steady_at(n).e2e_seconds, cap))
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that
@@ -875,33 +875,6 @@ def bound_inputs(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     tokens_per_round, spec_tokens = speculation_shape(request.speculation)
     return BoundInputs(cluster, setup, memo.get(("priced", layout), dict), tokens_per_round, spec_tokens,
                        max(request.output_len - 1, 0) / tokens_per_round)
-
-
-CLOSED_LOOP_GRID_RATIO = math.sqrt(2)
-"""closed_loop_e2e prices whole concurrencies 1-4, then every sqrt(2) times more, and the cap."""
-
-
-def closed_loop_e2e(steady_at: Callable[[int], SteadyState], cap: int) -> Callable[[float], float]:
-    """E2E(n) for a closed loop of n requests, 1 <= n <= cap (clamped), linear between the
-    whole concurrencies of a geometric grid (CLOSED_LOOP_GRID_RATIO; E2E is smooth in n, and
-    a 1,024-sequence cap is 22 steady states, not 1,024), each priced once when first asked."""
-    grid, x = {1, 2, 3, 4, cap}, 4.0
-    while x < cap:
-        x *= CLOSED_LOOP_GRID_RATIO
-        grid.add(min(cap, round(x)))
-    points = sorted(n for n in grid if 1 <= n <= cap)
-
-    def e2e(n: float) -> float:
-        n = min(max(n, 1.0), float(cap))
-        upper = min(bisect.bisect_left(points, n), len(points) - 1)
-        high = points[upper]
-        if high == n or upper == 0:
-            return steady_at(high).e2e_seconds
-        low = points[upper - 1]
-        return steady_at(low).e2e_seconds + (n - low) / (high - low) * (
-            steady_at(high).e2e_seconds - steady_at(low).e2e_seconds)
-
-    return e2e
 
 
 def micro_batches_in_flight(layout: Layout, concurrency: float) -> int:

@@ -64,11 +64,6 @@ def test_slot_wait_by_hand():
     assert slot_wait_seconds(1, 0.86, 2.87, 1.0) == pytest.approx(0.86 * 2.87 / 0.14, rel=1e-12)
     assert slot_wait_seconds(2, 1.0, 1.0, 1.0) == pytest.approx(1 / 3, rel=1e-12)
     assert slot_wait_seconds(2, 2.0, 1.0, 0.0) == math.inf
-    # the queue drains at the full engine's pace: M/M/2 at a = 1 (1 req/s, S = 1 s) with all
-    # slots taken lasting 1.5 s: 2 / 1.5 - 1 = 1/3 req/s, W = (1/3) / (1/3) = 1 s; if the full
-    # engine would not outrun the arrivals (2 / 2.5 = 0.8 < 1), the mean service's 1/3 s
-    assert slot_wait_seconds(2, 1.0, 1.0, 1.0, full_service_seconds=1.5) == pytest.approx(1.0, rel=1e-12)
-    assert slot_wait_seconds(2, 1.0, 1.0, 1.0, full_service_seconds=2.5) == pytest.approx(1 / 3, rel=1e-12)
     assert slot_wait_seconds(512, 10.0, 1.0, 0.0) == 0.0
 
 
