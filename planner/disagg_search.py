@@ -421,15 +421,33 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     points = prefill_price_points(most)
     table = [exact(float(b)) for b in points]
 
-    def seconds(b: float) -> float:
+    def between(values: list, b: float):
         b = min(max(b, 1.0), float(most))
         upper = min(bisect.bisect_left(points, b), len(points) - 1)
         if points[upper] == b or upper == 0:
-            return table[upper]
+            return values[upper]
         low, high = points[upper - 1], points[upper]
-        return table[upper - 1] + (b - low) / (high - low) * (table[upper] - table[upper - 1])
+        return values[upper - 1] + (b - low) / (high - low) * (values[upper] - values[upper - 1])
 
-    return prefill_worker(i, budget, k * shape.dp, seconds, k), seconds
+    def seconds(b: float) -> float:
+        return between(table, b)
+
+    micro = None
+    if k > 1 and shape.dp == 1 and steps == 1:
+        # a pipelined worker of whole prompts: one micro-batch's path and busiest stage
+        # (disaggregated.pipelined_prefill_seconds), at the same counts
+        def single(b: float) -> tuple[float, float]:
+            load = StepLoad(0, 0, b * chunk, b * request.prompt_pairs, b)
+            timed = round_time(model, cluster, shape.layout, shape.placement, shape.stages, load, 1,
+                               constants=constants)
+            return timed.seconds, timed.stage_steps[timed.slowest_stage].seconds
+
+        paths, busiest = zip(*(single(float(b)) for b in points), strict=True)
+
+        def micro(b: float) -> tuple[float, float]:
+            return between(list(paths), b), between(list(busiest), b)
+
+    return prefill_worker(i, budget, k * shape.dp, seconds, k, micro), seconds
 
 
 def prefill_price_points(most: int) -> list[int]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from planner.cost.continuous_batching import prompt_service_seconds
 from planner.cost.speculative import expected_tokens_per_step
 from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
@@ -162,8 +161,13 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
         PathLeg("request overhead", e.first_token_seconds,
                 "HTTP, tokenization, hand-off, streaming the first token"),
         PathLeg("queue at prefill", load.wait_seconds,
+                (f"one micro-batch at a time until prompts queue, at {load.utilization:.0%} utilization "
+                 f"({load.rate_per_second:.2f} req/s per worker; the worker's flow-equivalent chain)")
+                if load.chained else
                 f"M/D/1 wait at {load.utilization:.0%} utilization ({load.rate_per_second:.2f} req/s per worker)"),
-        PathLeg("prefill", prompt_service_seconds(steps, p.round_seconds, p.pp),
+        PathLeg("prefill", load.prefill_seconds - load.wait_seconds,
+                f"one micro-batch's path through the {p.pp} stages of a prefill worker tp={p.tp} pp={p.pp}"
+                if load.chained else
                 f"{steps} step(s) of {load.prompts_per_step:.1f} prompt(s) on a prefill worker tp={p.tp} "
                 f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"
                 + (f"; its {steps} chunks in consecutive micro-batches, one every round / {p.pp}"

@@ -263,3 +263,85 @@ def test_no_ttft_limit_never_plans_less_than_a_limit():
     that too, so dropping the limit (the loosest) never lowers the rate."""
     worker = prefill_worker(1024, 8192, 1, constant(0.5))
     assert max_prefill_rate(worker, 1e6, constant(0.5)) == pytest.approx(max_prefill_rate(worker, None, constant(0.5)))
+
+
+def micro_batches(b: float) -> tuple[float, float]:
+    """(path, busiest stage) of one micro-batch of b prompts: a stage 4 + b ms, path 10 + 2 b ms."""
+    return 0.010 + 0.002 * b, 0.004 + 0.001 * b
+
+
+def test_a_pipelined_workers_throughput_grows_with_the_micro_batches_it_fills():
+    """p = 2 stages, n_max = 2 prompts a step (I = 512, B = 1,024), one micro-batch's path 10 +
+    2 b ms and busiest stage 4 + b ms. With n prompts in it: n = 1, 2 ride one micro-batch:
+    1 / 12 ms = 83.3 /s, 2 / 14 ms = 142.9 /s; n = 3 fills two (2 + 1) that follow each other
+    through the stages, busy 6 + 5 = 11 ms < the path of 2, 14 ms: 3 / 14 ms = 214.3 /s; n = 4:
+    (6 + 6 = 12 < 14) 285.7 /s, and no more past p n_max = 4."""
+    from planner.cost.disaggregated import pipelined_throughput
+
+    worker = prefill_worker(512, 1024, 2, constant(0.014), pipeline_stages=2, micro_batch_seconds=micro_batches)
+    assert len(worker.micro_batch_table) == 2
+    got = [pipelined_throughput(worker, n) for n in (1, 2, 3, 4, 5)]
+    assert got == pytest.approx([1 / 0.012, 2 / 0.014, 3 / 0.014, 4 / 0.014, 4 / 0.014])
+
+
+def test_pipelined_prefill_seconds_by_hand():
+    """The worker above at r = 100 /s: P(n) / P(0) = 1, 100 x 0.012 = 1.2, x 0.7 = 0.84, x 0.46667
+    = 0.392, x 0.35 = 0.1372, then geometric with ratio 0.35: the tail holds 0.1372 x 0.35 / 0.65
+    = 0.073877 and sum_j (4 + j) of it 0.1372 x (4 x 0.53846 + 0.35 / 0.4225) = 0.409165. Mass
+    3.643077, mean prompts in it 5.013965 / 3.643077 = 1.37630: 13.76 ms by Little's law. Alone
+    (r -> 0): the path of one prompt, 12 ms. The round model (one micro-batch every T / p) said
+    7 ms of service and queue at this load: the worker does not pipeline until prompts wait."""
+    from planner.cost.disaggregated import pipelined_prefill_seconds
+
+    worker = prefill_worker(512, 1024, 2, constant(0.014), pipeline_stages=2, micro_batch_seconds=micro_batches)
+    mass = 1 + 1.2 + 0.84 + 0.392 + 0.1372 + 0.1372 * 0.35 / 0.65
+    mean = 1.2 + 2 * 0.84 + 3 * 0.392 + 4 * 0.1372 + 0.1372 * (4 * 0.35 / 0.65 + 0.35 / 0.65**2)
+    assert pipelined_prefill_seconds(worker, 100.0) == pytest.approx(mean / mass / 100.0, rel=1e-12)
+    assert pipelined_prefill_seconds(worker, 100.0) == pytest.approx(0.013763, rel=1e-4)
+    assert pipelined_prefill_seconds(worker, 0.0) == pytest.approx(0.012)
+    assert prefill_at_rate(worker, 100.0, constant(0.014)).prefill_seconds == pytest.approx(0.013763, rel=1e-4)
+    # at or past p n_max a path (4 / 14 ms = 285.7 /s) the queue grows without end
+    assert pipelined_prefill_seconds(worker, 290.0) == float("inf")
+    # lockstep lanes (k = 4 > p = 2) or chunked prompts keep the round model
+    assert not prefill_worker(512, 1024, 4, constant(0.014), 2, micro_batches).micro_batch_table
+    assert not prefill_worker(4096, 1024, 2, constant(0.014), 2, micro_batches).micro_batch_table
+
+
+def test_a_pipelined_prefill_worker_queues_as_its_step_simulation_does():
+    """A 2-stage prefill-only worker (512-token prompts, an 8,192-token budget: 16 a step; each
+    stage 3 ms + 10 ms per prompt, 1 ms of engine work, 0.5 ms hops) at 40% of its pipelined
+    capacity (39 /s), 2,000 Poisson arrivals stepped through vLLM's batch queue
+    (serving_sim.simulate): TTFT 105 ms. The chain: within 25%; the round model, one
+    micro-batch every T / p: 33 ms."""
+    import random
+
+    from planner.cost.disaggregated import pipelined_throughput
+    from planner.cost.serving_sim import (
+        EngineLimits,
+        PipelineStep,
+        SimRequest,
+        bench_metrics,
+        simulate,
+    )
+
+    def stage(prompts: float) -> float:
+        return 0.003 + 0.010 * prompts
+
+    def path(prompts: float) -> float:
+        return 0.001 + 2 * (stage(prompts) + 0.0005)
+
+    def rounds(prompts: float) -> float:
+        return max(path(prompts), 2 * stage(prompts))
+
+    worker = prefill_worker(512, 8192, 2, rounds, 2, lambda b: (path(b), stage(b)))
+    rate = 0.4 * pipelined_throughput(worker, 32)
+    rng, now, requests = random.Random(1), 0.0, []
+    for _ in range(2000):
+        now += rng.expovariate(rate)
+        requests.append(SimRequest(now, 512, 1))
+    result = simulate(requests, EngineLimits(10**8, 1024, 8192, pipeline_stages=2),
+                      lambda load: PipelineStep(0.001, (stage(load.num_tokens / 512),) * 2, 0.0005))
+    simulated = bench_metrics(result).ttft_seconds.mean
+    assert prefill_at_rate(worker, rate, rounds).prefill_seconds == pytest.approx(simulated, rel=0.25)
+    assert prefill_worker(512, 8192, 2, rounds, 2).micro_batch_table == ()
+    assert prefill_at_rate(prefill_worker(512, 8192, 2, rounds, 2), rate, rounds).prefill_seconds < 0.5 * simulated

@@ -399,25 +399,27 @@ def test_auto_mode_recommends_the_disaggregated_deployment_when_it_wins():
 
 
 def test_a_deployment_smaller_than_the_cluster_runs_copies_and_is_ranked_on_all_gpus():
-    """Llama-3.1-70B on 8x8xH100 (TTFT <= 1 s, TPOT <= 30 ms): the best disaggregated unit is
-    smaller than the cluster and runs as copies that fill it; ranked per planned GPU, idle GPUs
-    count (ranked per GPU it used, a 44-GPU deployment won at 621 tok/s per GPU: 27,329 tok/s
-    in all on the 64, 20 idle, against some 36,000-40,000 for copies that fill them)."""
+    """Llama-3.1-70B on 6x8xH100 (TTFT <= 1 s, TPOT <= 30 ms): the best disaggregated unit
+    (16 GPUs) is smaller than the cluster and runs as copies that fill it; ranked per planned
+    GPU, idle GPUs count (ranked per GPU it used, a 44-GPU deployment had won on 8x8xH100 at
+    621 tok/s per GPU: 27,329 tok/s in all on the 64, 20 idle, against some 36,000-40,000 for
+    copies that fill them). (On 8x8xH100 one 64-GPU deployment now wins: its pipelined prefill
+    workers are priced as vLLM's batch queue runs them, disaggregated.pipelined_prefill_seconds.)"""
     from typer.testing import CliRunner
 
     from planner.cli import app
 
-    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "8x8xH100", "--max-ttft-ms", "1000",
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "6x8xH100", "--max-ttft-ms", "1000",
                                       "--max-tpot-ms", "30"])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.stdout.split())
     assert "Recommended: disaggregated P " in flat
-    found = re.search(r"(\d+) copies of its (\d+) GPUs on the 64: ([\d,]+) output tok/s in all", flat)
+    found = re.search(r"(\d+) copies of its (\d+) GPUs on the 48: ([\d,]+) output tok/s in all", flat)
     assert found, flat
     copies, gpus, total = int(found[1]), int(found[2]), int(found[3].replace(",", ""))
-    assert copies * gpus == 64 and total > 27_329
+    assert copies > 1 and copies * gpus == 48 and total > 0
     assert re.search(rf"│\s*{copies}x{gpus}\s*│", result.stdout)
-    assert f"run {copies} copies on 64 of the 64 GPUs, each with its own proxy" in flat
+    assert f"run {copies} copies on 48 of the 48 GPUs, each with its own proxy" in flat
 
 
 def test_the_decode_launch_cap_above_c_d_is_explained():
