@@ -150,9 +150,13 @@ CLI_CASES = (
     (*TRAIN_CLI, "--model", "llama-3.1-70b", "--cluster", "2048x8xA100", "--json"),
     (*TRAIN_CLI, "--model", "gpt3-175b", "--cluster", "2048x8xA100"),
     (*TRAIN_CLI, "--model", "gpt3-175b", "--cluster", "2048x8xA100", "--json"),
+    ("--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--input-len", "1024", "--output-len", "256",
+     "--max-ttft-ms", "2000", "--max-tpot-ms", "30"),
 )
 """16 and 16,384 GPUs for both workloads, as a table and as --json. gpt3-175b does not fit
-on 16 A100s (the training search then only reports why), so 16 GPUs train llama-3.1-70b."""
+on 16 A100s (the training search then only reports why), so 16 GPUs train llama-3.1-70b. Last,
+the serving issue's SLA question (aggregated and disaggregated plans and the verdict; the
+issue asks for under 0.5 s)."""
 
 
 def cli_command(checkout: Path | None) -> tuple[list[str], Path]:

@@ -17,7 +17,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.cost.continuous_batching import bisect_bracket, prompt_service_seconds
+from planner.cost.continuous_batching import (
+    birth_death_sums,
+    bisect_bracket,
+    prompt_service_seconds,
+)
 
 MAX_PREFILL_UTILIZATION = 0.9
 """Without a TTFT limit a prefill worker is loaded to 90% of its capacity: the queueing wait
@@ -87,13 +91,10 @@ def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
     return PrefillWorker(float(most), steps, in_flight, table[-1], table, pipeline_stages, micro)
 
 
-PREFILL_CHAIN_SPAN = 40.0
-"""pipelined_prefill_seconds stops walking its chain where a state's weight is e^-40 of the
-largest seen (past the largest): the rest weighs under 1e-17 of the whole."""
-PREFILL_CHAIN_BLOCKS = 256
-"""pipelined_prefill_seconds walks up to this many states one by one; past it, in this many
-equal blocks, each at its middle's completion rate (a worker of 512 one-token prompts a step
-over 64 stages has 32,768 states, and a TTFT bisection prices the chain 40 times)."""
+PREFILL_CHAIN_STATES = 256
+"""pipelined_prefill_seconds walks up to this many states one by one; past it, in about this
+many equal blocks (continuous_batching.birth_death_sums: a worker of 512 one-token prompts a
+step over 64 stages has 32,768 states, and a TTFT bisection prices the chain 40 times)."""
 
 
 def pipelined_throughput(worker: PrefillWorker, prompts: int) -> float:
@@ -131,30 +132,23 @@ def pipelined_prefill_seconds(worker: PrefillWorker, rate: float) -> float:
     ratio = rate / pipelined_throughput(worker, top)
     if ratio >= 1:
         return math.inf
-    step = max(1, math.ceil(top / PREFILL_CHAIN_BLOCKS))
-    log_rate, log_weight, best = math.log(rate), 0.0, 0.0
-    ends, logs = [0], [0.0]  # log P(n) / P(0) at the block ends
-    while ends[-1] < top:
-        start = ends[-1]
-        stop = min(top, start + step)
+    log_rate = math.log(rate)
+
+    def log_step(start: int, stop: int) -> float:
+        """log P(stop) / P(start): up to n_max X(n) = n / path(n), the n exact (lgamma) and the
+        path at the block's middle; past it X at the middle."""
+        if start < most < stop:
+            return log_step(start, most) + log_step(most, stop)
         middle = (start + 1 + stop) // 2
-        log_weight += (stop - start) * (log_rate - math.log(pipelined_throughput(worker, middle)))
-        ends.append(stop)
-        logs.append(log_weight)
-        best = max(best, log_weight)
-        if log_weight < best - PREFILL_CHAIN_SPAN and stop > most:
-            break
-    weights = [math.exp(x - best) for x in logs]
-    if step == 1:
-        mass = math.fsum(weights)
-        mean = math.fsum(n * w for n, w in zip(ends, weights, strict=True))
-    else:  # each block's states at the mean of its ends' weights, at its middle count
-        mass = weights[0] + math.fsum((ends[k] - ends[k - 1]) * (weights[k - 1] + weights[k]) / 2
-                                      for k in range(1, len(ends)))
-        mean = math.fsum((ends[k] - ends[k - 1]) * (ends[k - 1] + 1 + ends[k]) / 2 * (weights[k - 1] + weights[k]) / 2
-                         for k in range(1, len(ends)))
-    if ends[-1] == top:  # the geometric tail past p n_max
-        last = weights[-1]
+        if stop <= most:
+            path = worker.micro_batch_table[middle - 1][0]
+            return (stop - start) * (log_rate + math.log(path)) - (math.lgamma(stop + 1) - math.lgamma(start + 1))
+        return (stop - start) * (log_rate - math.log(pipelined_throughput(worker, middle)))
+
+    sums = birth_death_sums(log_step, top, PREFILL_CHAIN_STATES, cut_after=most)
+    mass, mean = sums.mass, sums.mean
+    if sums.last == top:  # the geometric tail past p n_max
+        last = sums.last_weight
         mass += last * ratio / (1 - ratio)
         mean += last * (top * ratio / (1 - ratio) + ratio / (1 - ratio) ** 2)
     return mean / mass / rate

@@ -345,3 +345,17 @@ def test_a_pipelined_prefill_worker_queues_as_its_step_simulation_does():
     assert prefill_at_rate(worker, rate, rounds).prefill_seconds == pytest.approx(simulated, rel=0.25)
     assert prefill_worker(512, 8192, 2, rounds, 2).micro_batch_table == ()
     assert prefill_at_rate(prefill_worker(512, 8192, 2, rounds, 2), rate, rounds).prefill_seconds < 0.5 * simulated
+
+
+def test_a_pipelined_worker_of_many_short_prompts_is_a_lone_path_at_a_light_load():
+    """32-token prompts under an 8,192-token budget (256 a step) on 2 stages: 512 states, summed
+    in blocks. At 0.1 req/s a prompt takes one micro-batch's path, 10 ms, and the time grows
+    with the rate (found by a sweep: the first block once carried the empty worker's weight for
+    all its states, 7.5 s at 0.1 req/s, 0.75 s at 1, 18 ms at 100)."""
+    def rounds(b: float) -> float:
+        return 0.02 + 1e-5 * b
+
+    worker = prefill_worker(32, 8192, 2, rounds, 2, lambda b: (0.01 + 5e-6 * b, 0.005 + 2.5e-6 * b))
+    times = [prefill_at_rate(worker, r, rounds).prefill_seconds for r in (0.1, 1, 10, 100, 1000, 10_000, 30_000)]
+    assert times[0] == pytest.approx(0.010005, rel=1e-3)
+    assert all(a <= b * (1 + 1e-9) for a, b in zip(times, times[1:], strict=False))
