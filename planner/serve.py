@@ -518,6 +518,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # caps them the client holds the excess, before its clock)
             arriving = with_slot_queue(arriving, cap, request.output_len_cv2, layout.dp,
                                        on_geometric_grid(lambda n: steady_at(n).e2e_seconds, cap))
+            if math.isinf(arriving.slot_wait_seconds):
+                arriving = None  # its slots, once full, complete fewer than the rate: overloaded
         if request.max_concurrency is not None:
             # the clients hold at most --max-concurrency in flight over all replicas (the busiest
             # replica holds `clients`, the ceiling): an open queue that would hold more than that

@@ -295,24 +295,27 @@ def pooled_slot_wait_seconds(busy: float, servers: int, replicas: int, service_s
     C requests on average, each for `service_seconds` S (so R = d C / S arrive a second), behind
     a least-loaded router: one queue of d c slots (the router fills the emptiest, so a request
     waits only when every replica is full), n of them spread evenly. `e2e_at(n)`: one engine's
-    E2E with n requests always in it, asked for only near the slots: flow_equivalent_wait_seconds;
-    where the full engines would not keep up with R, or without `e2e_at`, slot_wait_seconds'
-    M/G/c at S. 0 where no arrival waits (the full engines' load leaves no Erlang tail at d c)."""
+    E2E with n requests always in it, asked for only near the slots: flow_equivalent_wait_seconds,
+    infinite where even the full engines complete fewer than R a second (once the slots fill the
+    queue never drains); without `e2e_at`, slot_wait_seconds' M/G/c at S. 0 where no arrival
+    waits (the full engines' load leaves no Erlang tail at d c)."""
     slots, offered = servers * replicas, busy * replicas
     rate = offered / service_seconds
     full = None if e2e_at is None else rate * e2e_at(float(servers))
     if erlang_c(slots, offered) == 0 and (full is None or erlang_c(slots, full) == 0):
         return 0.0
-    wait = None if e2e_at is None else flow_equivalent_wait_seconds(
-        rate, slots, lambda n: e2e_at(max(1.0, n / replicas)), service_cv2)
-    return slot_wait_seconds(slots, offered, service_seconds, service_cv2) if wait is None else wait
+    if e2e_at is None:
+        return slot_wait_seconds(slots, offered, service_seconds, service_cv2)
+    wait = flow_equivalent_wait_seconds(rate, slots, lambda n: e2e_at(max(1.0, n / replicas)), service_cv2)
+    return math.inf if wait is None else wait
 
 
 def with_slot_queue(steady: SteadyState, servers: int, service_cv2: float, replicas: int = 1,
                     e2e_at: Callable[[float], float] | None = None) -> SteadyState:
     """The open-loop steady state (arrivals at a rate, steady.concurrency = C the mean running)
     when the engine runs at most `servers` sequences at once: the arrivals beyond them wait for
-    a slot (pooled_slot_wait_seconds over `replicas` behind a least-loaded router; `e2e_at(n)`:
+    a slot (pooled_slot_wait_seconds over `replicas` behind a least-loaded router; infinite
+    where the full engines would not keep up, which the caller takes as overloaded; `e2e_at(n)`:
     a replica's E2E with n requests always in it, a closed loop of n), in TTFT and E2E; the
     running ones are unchanged (the engine runs the same C on average). vLLM queues a request
     in the engine it was sent to, which the pooled queue leaves out. Waiting requests: the rate

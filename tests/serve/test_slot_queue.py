@@ -255,3 +255,18 @@ def test_birth_death_sums_in_blocks(top, alpha, beta, load):
     whole, parts = birth_death_sums(exact, top, top), birth_death_sums(blocked, top, 128)
     assert parts.mean / parts.mass == pytest.approx(whole.mean / whole.mass, rel=0.01)
     assert parts.last == whole.last == top
+
+
+def test_slots_that_cannot_keep_up_when_full_never_drain():
+    """10 slots, E2E(n) = 1 + 0.11 n s: full, they complete 10 / 2.1 = 4.76 a second. Holding 8.6
+    on average at a 1.8 s mean E2E brings 8.6 / 1.8 = 4.78 a second: once full the queue grows
+    without end, an infinite wait (the plan calls the layout overloaded), where the M/G/c at the
+    mean service had said 0.7 s, below the 1,259 s the chain gives at 8.57 (4.76 a second)."""
+    from planner.cost.continuous_batching import pooled_slot_wait_seconds
+
+    def e2e(n: float) -> float:
+        return 1 + 0.11 * n
+
+    assert pooled_slot_wait_seconds(8.6, 10, 1, 1.8, e2e, 1.0) == math.inf
+    assert 1000 < pooled_slot_wait_seconds(8.57, 10, 1, 1.8, e2e, 1.0) < math.inf
+    assert pooled_slot_wait_seconds(8.6, 10, 1, 1.8, None, 1.0) < 1.0
