@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -421,7 +421,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
     points = prefill_price_points(most)
     table = [exact(float(b)) for b in points]
 
-    def between(values: list, b: float):
+    def between(values: Sequence[float], b: float) -> float:
         b = min(max(b, 1.0), float(most))
         upper = min(bisect.bisect_left(points, b), len(points) - 1)
         if points[upper] == b or upper == 0:
@@ -445,7 +445,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
         paths, busiest = zip(*(single(float(b)) for b in points), strict=True)
 
         def micro(b: float) -> tuple[float, float]:
-            return between(list(paths), b), between(list(busiest), b)
+            return between(paths, b), between(busiest, b)
 
     return prefill_worker(i, budget, k * shape.dp, seconds, k, micro), seconds
 
@@ -1100,10 +1100,11 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         # (continuous_batching.pooled_slot_wait_seconds, the ranks' slots one queue behind the
         # proxy's routing)
         ranks, slots = n_d * shape_d.dp, math.floor(c_d)
-        rounds_of = decode_rounds(model, cluster, request, memo, shape_d)
-        held = on_geometric_grid(lambda n: request.output_len * rounds_of(float(n)), slots) if slots >= 1 else None
-        decode_wait_seconds = pooled_slot_wait_seconds(c_actual, slots, ranks, request.output_len * t_d, held,
-                                                       request.output_len_cv2) if slots >= 1 else 0.0
+        if slots >= 1:
+            rounds_of = decode_rounds(model, cluster, request, memo, shape_d)
+            held = on_geometric_grid(lambda n: request.output_len * rounds_of(float(n)), slots)
+            decode_wait_seconds = pooled_slot_wait_seconds(c_actual, slots, ranks, request.output_len * t_d, held,
+                                                           request.output_len_cv2)
         if not math.isfinite(decode_wait_seconds):  # at the slots' capacity: rate_match's, not a queue
             decode_wait_seconds = 0.0
         ttft, e2e = ttft + decode_wait_seconds, e2e + decode_wait_seconds

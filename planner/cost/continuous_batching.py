@@ -200,13 +200,12 @@ def birth_death_sums(log_step: Callable[[int, int], float], top: int, blocks: in
         refine(middle, stop, runs[-1][3])  # from the left half's refined end
 
     while n < top:
-        m = min(top, n + step)
+        m, added = min(top, n + step), len(runs)
         refine(n, m, log_w)
         n, log_w = m, runs[-1][3]
-        best = max(best, max(run[3] for run in runs[-4:]), log_w)
+        best = max(best, max(run[3] for run in runs[added:]))
         if cut_after is not None and n > cut_after and log_w < best - CHAIN_SPAN:
             break
-    best = max([0.0] + [run[3] for run in runs])
     mass, mean = math.exp(-best), 0.0
     for start, stop, first, last in runs:
         size = stop - start
@@ -267,7 +266,8 @@ def flow_equivalent_wait_seconds(rate_per_s: float, servers: int, e2e_at: Callab
     H100, 16,000/1,000 tokens, 26 slots (the KV cache) at 0.58 req/s: 1.9 s of waiting (TTFT
     2.4 s) where the M/G/c at the mean load said 0.2 s (a 1,500-prompt simulated burst: TTFT
     3.7 s). None where even c running complete fewer than R a second (r >= 1)."""
-    c, r = max(1, servers), rate_per_s * e2e_at(float(max(1, servers))) / max(1, servers)
+    c = max(1, servers)
+    r = rate_per_s * e2e_at(float(c)) / c
     if r >= 1:
         return None
     if rate_per_s <= 0:
@@ -747,6 +747,12 @@ RESIDENCE_TOLERANCE_ROUNDS = 2.0**-12
 """The passes stop when X moves less than this share of the request's rounds D + S_p + X."""
 
 
+def alignment_rounds(concurrency: float, open_loop: bool, routed: LeastLoaded | None) -> float:
+    """Rounds a new request waits for the round in progress: ROUND_ALIGNMENT_ROUNDS when it finds
+    the engine busy (busy_on_arrival; behind a least-loaded router, every replica busy)."""
+    return ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(concurrency, open_loop) if routed is None else routed.busy)
+
+
 def steady_state(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
                  in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
@@ -819,7 +825,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
             lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
             router_replicas, routed)
-    outside = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(concurrency, open_loop) if routed is None else routed.busy)
+    outside = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
     steady = _steady_pass(*args, outside)
     for _ in range(RESIDENCE_PASSES - 1):
@@ -888,7 +894,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
         prompt_round = mean_round = round_seconds(spread, one_chunk)
-    alignment = ROUND_ALIGNMENT_ROUNDS * (busy_on_arrival(c, open_loop) if routed is None else routed.busy)
+    alignment = alignment_rounds(c, open_loop, routed)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)

@@ -1044,10 +1044,14 @@ class Backlog:
         # middle, so its rise alone was not beyond chance)
         return any((to - start > BACKLOG_SIGMAS * math.sqrt(max(1, start + to)) and above(to, planned))
                    or (planned is not None and to >= start and above(start, planned) and above(to, planned)
-                       and start > 2 * planned)
+                       and start > BACKLOG_LEVEL_FACTOR * planned)
                    for start, to, planned in pairs)
 
 
+BACKLOG_LEVEL_FACTOR = 2.0
+"""Backlog.growing's level rule: a count already more than this many times the plan's mean (and
+3 sigma above it) at the arrivals' middle, not come down by their end, is a queue the engine
+is behind on."""
 BACKLOG_SIGMAS = 3.0
 """Backlog.growing's test: a rise by 3 standard deviations happens by chance 0.13% of the time."""
 
