@@ -201,7 +201,10 @@ def birth_death_sums(log_step: Callable[[int, int], float], top: int, blocks: in
 
     while n < top:
         m, added = min(top, n + step), len(runs)
-        refine(n, m, log_w)
+        if step == 1:  # state by state: nothing to refine
+            runs.append((n, m, log_w, log_w + log_step(n, m)))
+        else:
+            refine(n, m, log_w)
         n, log_w = m, runs[-1][3]
         best = max(best, max(run[3] for run in runs[added:]))
         if cut_after is not None and n > cut_after and log_w < best - CHAIN_SPAN:

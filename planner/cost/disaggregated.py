@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.cost.continuous_batching import (
     birth_death_sums,
@@ -52,6 +53,13 @@ class PrefillWorker:
     """A pipelined worker of whole prompts (S_p = 1, no lockstep lanes): (path, busiest stage)
     of one micro-batch of 1, 2, ..., n_max prompts, for pipelined_prefill_seconds; empty: the
     round model (prefill_at_rate's M/D/1)."""
+
+    @cached_property
+    def log_throughputs(self) -> tuple[float, ...]:
+        """log pipelined_throughput(n) for n = 1..p n_max (index n - 1): pipelined_prefill_seconds
+        walks its chain through them at every rate a TTFT bisection tries."""
+        return tuple(math.log(pipelined_throughput(self, n))
+                     for n in range(1, self.pipeline_stages * len(self.micro_batch_table) + 1))
 
     @property
     def capacity_requests_per_second(self) -> float:
@@ -129,7 +137,7 @@ def pipelined_prefill_seconds(worker: PrefillWorker, rate: float) -> float:
     most, top = len(worker.micro_batch_table), worker.pipeline_stages * len(worker.micro_batch_table)
     if rate <= 0:
         return worker.micro_batch_table[0][0]
-    ratio = rate / pipelined_throughput(worker, top)
+    ratio = rate / math.exp(worker.log_throughputs[-1])
     if ratio >= 1:
         return math.inf
     log_rate = math.log(rate)
@@ -137,6 +145,8 @@ def pipelined_prefill_seconds(worker: PrefillWorker, rate: float) -> float:
     def log_step(start: int, stop: int) -> float:
         """log P(stop) / P(start): up to n_max X(n) = n / path(n), the n exact (lgamma) and the
         path at the block's middle; past it X at the middle."""
+        if stop == start + 1:
+            return log_rate - worker.log_throughputs[start]
         if start < most < stop:
             return log_step(start, most) + log_step(most, stop)
         middle = (start + 1 + stop) // 2
