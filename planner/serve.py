@@ -270,7 +270,7 @@ def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | N
               for name, flag, value, limit in values if limit is not None and value > limit]
     where = f"at concurrency {steady.concurrency:g}" if rate_per_s is None else (
         f"at --request-rate {rate_per_s:g}/s, {steady.concurrency:.1f} requests in flight per replica")
-    if steady.waiting_clients > 0:
+    if steady.waiting_clients > 0 and steady.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * steady.ttft_seconds:
         who = "client(s)" if rate_per_s is None else "request(s)"
         where += (f", {steady.waiting_clients:.3g} more {who} per replica waiting "
                   f"{seconds_to_ms(steady.slot_wait_seconds):,.0f} ms for a slot")
