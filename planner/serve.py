@@ -476,6 +476,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     knee, knee_note = None, None
     # neither --batch nor the clients fix the concurrency (a knee below the clients would only queue them)
     free = request.batch is None and not clients_bound
+    if has_sla and request.batch is None and request.offered_rate_per_s is None \
+            and first_failing(request, steady_at(1)) is not None:
+        # the SLA search's answer before any knee is sought: even a lone request misses a limit
+        # (largest_meeting_sla's 0), so no concurrency meets them (a plan whose every layout
+        # missed a TTFT limit alone spent 40 s of 43 on knees, most of it re-planning bigger
+        # clusters for serve_search.suggest: Qwen3-30B-A3B, 20,000/16 tokens, --max-ttft-ms 50)
+        return Rejected(layout, (sla_reason(request, steady_at(1)),))
     if free and steady_at(cap).budget_bound:
         # past the token budget more sequences add no tokens/s, only prompt queueing
         knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
