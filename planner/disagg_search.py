@@ -576,6 +576,8 @@ class _Memo:
     """Per decode shape: its step_constants (decode_rounds)."""
     e2e_floor: dict = field(default_factory=dict)
     """Per (prefill shape, decode shape and cap, link): e2e_floor_seconds."""
+    prefill_grid: dict = field(default_factory=dict)
+    """Per prefill shape: its prefill_seconds at max_prefill_rate's grid of rates."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -922,7 +924,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
             memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
                                  f"first decode step leave no TTFT budget")
         else:
-            r_p = max_prefill_rate(worker, limit, seconds)
+            r_p = max_prefill_rate(worker, limit, seconds, memo.prefill_grid.setdefault(p_key, {}))
             r_d = shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)
             # neither side moves more KV than its links carry
             r_p = min(r_p, kv_link_requests_per_second(kv, memo.prefill_shapes[p_key].num_gpus))

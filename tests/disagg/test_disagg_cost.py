@@ -359,3 +359,36 @@ def test_a_pipelined_worker_of_many_short_prompts_is_a_lone_path_at_a_light_load
     times = [prefill_at_rate(worker, r, rounds).prefill_seconds for r in (0.1, 1, 10, 100, 1000, 10_000, 30_000)]
     assert times[0] == pytest.approx(0.010005, rel=1e-3)
     assert all(a <= b * (1 + 1e-9) for a, b in zip(times, times[1:], strict=False))
+
+
+@pytest.mark.parametrize("limit_ms", [12.5, 13.0, 14.0, 16.0, 20.0, 40.0, 400.0])
+def test_max_prefill_rate_agrees_with_bisection_and_its_grid_memo(limit_ms):
+    """The pipelined worker above (capacity 285.7 /s, 0.9 of it = 257.1): the rate the grid-
+    bracketed false-position search finds meets the limit and is the largest that does, as 60
+    plain bisection steps over [0, 0.9 capacity] find it, to 2^-24 of the rate or of the limit
+    (max_prefill_rate's tolerance); and a grid memo
+    shared by every limit (as a disaggregated search shares one per prefill shape, asked in
+    any order) changes no answer. 400 ms: the cap meets it, the cap is the answer."""
+    worker = prefill_worker(512, 1024, 2, constant(0.014), pipeline_stages=2, micro_batch_seconds=micro_batches)
+    limit = limit_ms / 1e3
+
+    def seconds(rate: float) -> float:
+        return prefill_at_rate(worker, rate, constant(0.014)).prefill_seconds
+
+    good, bad = 0.0, 0.9 * worker.capacity_requests_per_second
+    if seconds(bad) <= limit:
+        good = bad
+    else:
+        for _ in range(60):
+            middle = (good + bad) / 2
+            good, bad = (middle, bad) if seconds(middle) <= limit else (good, middle)
+    found = max_prefill_rate(worker, limit, constant(0.014))
+    assert seconds(found) <= limit and found <= good * (1 + 2.0**-40)
+    # within RATE_RELATIVE_TOLERANCE (2^-24) of the rate, or its prefill time of the limit
+    # (where the time is flat in the rate, 12.5 ms, that is 1.7e-6 of the rate)
+    assert found >= good * (1 - 2.0**-24) or seconds(found) >= limit * (1 - 2.0**-23)
+    assert found == pytest.approx(good, rel=1e-5)
+    shared: dict[int, float] = {}
+    for other in (40.0, 12.5, 16.0):  # fill the memo from other limits first
+        max_prefill_rate(worker, other / 1e3, constant(0.014), shared)
+    assert max_prefill_rate(worker, limit, constant(0.014), shared) == found
