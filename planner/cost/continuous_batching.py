@@ -398,6 +398,15 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     # of hundreds: bisecting from the cap took 30 halvings a layout)
     low = min(upper, rate_per_s * steady_at(min(upper, OPEN_LOOP_LIGHT_CONCURRENCY)).e2e_seconds)
     high = None
+    for _ in range(OPEN_LOOP_BISECTIONS):
+        if steady_at(low).requests_per_second < rate_per_s:
+            break
+        # E2E fell between the near-empty replica and `low` (with PP a second request in flight
+        # lets a long prompt's chunks ride two micro-batches), so `low` already completes R: the
+        # crossing is below it (as C -> 0 the rate completed goes to 0). Unbracketed, the mix
+        # of the two states extrapolated: Llama-3.1-70B tp=4 pp=2, 32,000/1 tokens at 0.5
+        # req/s, -0.5 requests in flight and a TTFT of -1,057 ms
+        high, low = low, low / 2
     for peak in sorted(p for p in peaks if low < p < upper):
         if steady_at(peak).requests_per_second >= rate_per_s:
             high = peak

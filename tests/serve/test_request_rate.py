@@ -91,6 +91,27 @@ def test_solve_open_loop_settles_at_the_least_concurrency_that_keeps_up():
     assert solve_open_loop(5.5, Dipping, 100.0, peaks=(10.0,)).concurrency == pytest.approx(22.5, rel=2e-3)
 
 
+def Falling(concurrency: float):  # noqa: N802 (a state's maker)
+    """A replica whose E2E falls once a second request is in flight (PP: a long prompt's chunks
+    then ride two micro-batches): 4 s below C = 1, 2 s + 0.1 s per request from C = 1 up."""
+    return Linear(concurrency, 4.0 if concurrency < 1 else 2.0 + 0.1 * concurrency, 0.0)
+
+
+def test_solve_open_loop_brackets_a_rate_that_the_near_empty_replica_overstates():
+    """0.5 requests/s on Falling: the bracket's first bottom is R E2E(near empty) = 0.5 x 4 = 2,
+    which already completes 2 / 2.2 = 0.91 /s > 0.5. Below C = 1 the replica completes C / 4,
+    0.5 at C = 2 (not below 1); from 1 up C / (2 + 0.1 C) = 0.5 at C = 1 / 0.95 = 1.053. So the
+    least C that completes 0.5 lies in [1, 1.053] where the rate jumps from 0.25 to 0.476 at
+    C = 1 and reaches 0.5 at 1.053: C = 0.5 x 2.105 = 1.053, E2E 2.105 s. Unbracketed (both
+    ends completing more than R), the two states' mix was extrapolated: 1.048 here, and -0.5
+    requests in flight with a TTFT of -1,057 ms for Llama-3.1-70B tp=4 pp=2, 32,000/1 tokens at
+    0.5 req/s (found by a CLI sweep)."""
+    state = solve_open_loop(0.5, Falling, 100.0)
+    assert state.concurrency == pytest.approx(1 / 0.95, rel=2e-3)
+    assert state.e2e_seconds == pytest.approx(2 + 0.1 / 0.95, rel=2e-3)
+    assert state.e2e_seconds > 0 and state.concurrency > 0
+
+
 def test_lockstep_peaks_by_hand():
     """q(C) = C / 4 up to C = 10 reaches 1 at C = 4 and 2 at C = 8 (2.5 at the top: no third);
     q(C) = C / 5 up to 10 reaches 1 at 5 only (2 exactly at the top is not below it)."""
