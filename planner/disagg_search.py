@@ -66,7 +66,7 @@ from planner.memo import Memo
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.units import BYTES_PER_MIB, seconds_to_ms
+from planner.units import BYTES_PER_MIB, plain, seconds_to_ms
 
 MAX_UNIT_NODES = 8
 """The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
@@ -816,7 +816,7 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
         note = (f"Overloaded: --request-rate {rate:g}/s over {found.copies} cop{'ies' if found.copies > 1 else 'y'} "
-                f"asks {per_copy:.3g} req/s of each, which completes at most {found.requests_per_second:.3g}: "
+                f"asks {plain(per_copy)} req/s of each, which completes at most {plain(found.requests_per_second)} req/s: "
                 f"requests queue for as long as they keep coming (the times are at capacity, before that queue)")
         return replace(found, overloaded=True, notes=(*found.notes, note))
     loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
@@ -824,8 +824,8 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
     if isinstance(loaded, str):  # below the capacity found was priced at, so within its limits
         return found
     copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
-    note = (f"Rate-bound: --request-rate {rate:g}/s gives {copies} {per_copy:.3g} req/s of the "
-            f"{found.requests_per_second:.3g} one can take")
+    note = (f"Rate-bound: --request-rate {rate:g}/s gives {copies} {plain(per_copy)} req/s of the "
+            f"{plain(found.requests_per_second)} one can take")
     return replace(loaded, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
                    notes=(*loaded.notes, note))
 

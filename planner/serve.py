@@ -84,7 +84,7 @@ from planner.requests import (
     ServeRequest,
 )
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import seconds_to_ms
+from planner.units import plain, seconds_to_ms
 from planner.workload import random_dataset_lengths, sampled_dataset_lengths, workload_requests
 
 
@@ -272,7 +272,7 @@ def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | N
         f"at --request-rate {rate_per_s:g}/s, {steady.concurrency:.1f} requests in flight per replica")
     if steady.waiting_clients > 0 and steady.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * steady.ttft_seconds:
         who = "client(s)" if rate_per_s is None else "request(s)"
-        where += (f", {steady.waiting_clients:.3g} more {who} per replica waiting "
+        where += (f", {plain(steady.waiting_clients)} more {who} per replica waiting "
                   f"{seconds_to_ms(steady.slot_wait_seconds):,.0f} ms for a slot")
     return f"{'; '.join(missed)} ({where})"
 
@@ -551,17 +551,17 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         running_e2e = arriving.e2e_seconds - arriving.slot_wait_seconds
         waits = arriving.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds
         notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
-                     f"{offered / layout.dp:.3g} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
+                     f"{plain(offered / layout.dp)} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
                      f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
                      f"{' once running' if waits else ''}); a replica "
-                     f"takes up to {capacity:.3g} req/s ({top:,} in flight)")
+                     f"takes up to {plain(capacity)} req/s ({top:,} in flight)")
         if waits:
             limit = ("--batch, the engine's --max-num-seqs" if request.batch is not None else
                      "what the KV cache holds" if fit < wanted else "the engine's default --max-num-seqs")
             notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica ({limit}), arrivals at "
-                         f"{offered / layout.dp:.3g}/s a replica find every slot busy at times and wait "
+                         f"{plain(offered / layout.dp)}/s a replica find every slot busy at times and wait "
                          f"{seconds_to_ms(arriving.slot_wait_seconds):,.0f} ms for one on average "
-                         f"({arriving.waiting_clients:.3g} waiting per "
+                         f"({plain(arriving.waiting_clients)} waiting per "
                          f"replica; a queue in front of an engine that slows as it fills), in TTFT and E2E latency")
     elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
@@ -605,18 +605,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if overloaded and missed_at_rate is not None:
         notes.append(f"Overloaded within the limits: {sla_reason(request, missed_at_rate, offered)}; within them "
                      f"each of the {layout.dp} "
-                     f"replica(s) completes at most {steady.requests_per_second:.3g} req/s (at {steady.concurrency:g} "
-                     f"in flight) of the {offered / layout.dp:.3g} asked: requests queue for as long as they keep "
+                     f"replica(s) completes at most {plain(steady.requests_per_second)} req/s (at {steady.concurrency:g} "
+                     f"in flight) of the {plain(offered / layout.dp)} asked: requests queue for as long as they keep "
                      f"coming, so the times shown are at that concurrency, before that queue")
     elif overloaded:
-        notes.append(f"Overloaded: --request-rate {offered:g}/s asks {offered / layout.dp:.3g} req/s of each of the "
-                     f"{layout.dp} replica(s), which complete at most {steady.requests_per_second:.3g} (at "
+        notes.append(f"Overloaded: --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of each of the "
+                     f"{layout.dp} replica(s), which complete at most {plain(steady.requests_per_second)} req/s (at "
                      f"{steady.concurrency:g} in flight): requests queue for as long as they keep coming, so the "
                      f"times shown are at capacity, before that queue")
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
-                     f"{clients_capacity_per_s(request, layout, steady_at, batch):.3g} req/s in all: the benchmark runs "
+                     f"{plain(clients_capacity_per_s(request, layout, steady_at, batch))} req/s in all: the benchmark runs "
                      f"below the rate (its requests wait for a slot on the client)")
     if arriving is None and clients is not None and clients > batch:
         # closed loop (no rate, or one the clients cannot keep up with): the clients the

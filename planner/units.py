@@ -9,6 +9,8 @@ network links in Gb/s (1e9 bits/s). Memory capacities are GiB (2**30 bytes).
 
 from __future__ import annotations
 
+import math
+
 BYTES_PER_KIB = 2**10
 BYTES_PER_MIB = 2**20
 BYTES_PER_GIB = 2**30
@@ -71,3 +73,21 @@ def flops_per_s_to_tflops(flops_per_s: float) -> float:
 
 def khz_to_hz(khz: float) -> float:
     return khz * HZ_PER_KHZ
+
+
+def plain(value: float, digits: int = 3) -> str:
+    """A count or rate in prose as people write it, `digits` significant digits and never an
+    exponent: 2,990 (not 2.99e+03), 1,000,000, 21.2, 0.00153; below 0.001 "under 0.001" (an
+    Erlang tail of 1.6e-61 requests is nothing to read). Zero is 0; negatives keep their sign."""
+    magnitude = abs(value)
+    if magnitude == 0 or math.isinf(magnitude) or math.isnan(magnitude):
+        return f"{value:g}"
+    if magnitude < PLAIN_SMALLEST:
+        return f"under {PLAIN_SMALLEST:g}" if value > 0 else f"above -{PLAIN_SMALLEST:g}"
+    if magnitude >= 10 ** (digits - 1):
+        return f"{round(value):,}"
+    return f"{float(f'{value:.{digits}g}'):f}".rstrip("0").rstrip(".")
+
+
+PLAIN_SMALLEST = 0.001
+"""plain() writes smaller magnitudes as "under 0.001"."""

@@ -3,6 +3,7 @@ one line naming the file and the field. (The CLI paths are in test_cli_errors.py
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -80,6 +81,19 @@ def test_specs_are_frozen() -> None:
     model = ModelSpec(**TINY_FIELDS)
     with pytest.raises(ValueError):
         model.hidden_size = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (2990.4, "2,990"), (1e6, "1,000,000"), (21.23, "21.2"), (0.0015312, "0.00153"), (1.59e-61, "under 0.001"),
+    (0.0, "0"), (99.96, "100"), (0.5, "0.5"), (-21.23, "-21.2"), (float("inf"), "inf"),
+])
+def test_plain_numbers_never_take_an_exponent(value: float, text: str) -> None:
+    """Rates and counts in the plan's prose: "asks 1e+03 req/s", "takes up to 2.99e+03 req/s"
+    and "1.59e-61 waiting" (found by a CLI sweep) read 1,000, 2,990 and under 0.001."""
+    from planner.units import plain
+
+    assert plain(value) == text
+    assert "e" not in plain(value).replace("under", "") or math.isinf(value)
 
 
 def test_units_converted_once_to_si() -> None:

@@ -45,7 +45,7 @@ from planner.serve_search import (
     SPECULATION_OFF_BEST,
     ServePlan,
 )
-from planner.units import BYTES_PER_GIB, seconds_to_ms
+from planner.units import BYTES_PER_GIB, plain, seconds_to_ms
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.console import Console
@@ -489,9 +489,9 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
                         f"in the system went from {backlog.in_system_from:,} to {backlog.in_system_to:,} and those "
                         f"waiting for a first token from {backlog.waiting_from:,} to {backlog.waiting_to:,}")
                      + ("" if backlog.planned_waiting is None else
-                        f" (the plan's steady state: {backlog.planned_waiting:.3g} waiting)")
+                        f" (the plan's steady state: {plain(backlog.planned_waiting)} waiting)")
                      + ", completing "
-                     f"{backlog.completed_per_second:.3g} req/s meanwhile, so its queue grows for as long as "
+                     f"{plain(backlog.completed_per_second)} req/s meanwhile, so its queue grows for as long as "
                      f"requests come; the layouts' rates are priced from the mean load"
                      + (" (with PP, vLLM's batch queue gathers the prompts that arrive during a long micro-batch "
                         "into the next one, and those convoys cost capacity the mean does not see)" if pipeline
