@@ -5,6 +5,7 @@
     python bench/open_loop_vs_sim.py --pp        # pipeline layouts, pinned (the grid above has none)
     python bench/open_loop_vs_sim.py --short     # short outputs (1-16 tokens) on one replica, near capacity
     python bench/open_loop_vs_sim.py --slots     # arrivals that find every slot taken (KV cache, --batch)
+    python bench/open_loop_vs_sim.py --long-prompts  # prompts of several chunks, short outputs
 
 With a finite --request-rate every layout is priced by the open-loop steady state
 (planner/cost/continuous_batching.solve_open_loop: C = R/d x E2E(C)), while the recommended
@@ -69,6 +70,17 @@ SLOT_CASES = [
 ]
 SLOT_MIN_PROMPTS = 1500
 
+LONG_PROMPT_CASES = [
+    # prompts of several budget-filling chunks, short outputs: whole prompts queue for the rounds
+    # that carry them, and a request decodes among the prompts left behind it
+    # (continuous_batching.prompt_queue)
+    ("llama-3.1-70b-nvfp4", "1x8xH200", 16000, 8, (0.3, 0.6, 0.8), dict(tp=8, pp=1, dp=1), {}),
+    ("llama-3.1-70b", "1x8xH100", 8000, 32, (0.3, 0.6, 0.8), dict(tp=8, pp=1, dp=1), {}),
+    ("llama-3.1-8b", "1x1xH100", 32000, 64, (0.3, 0.6, 0.8), dict(tp=1, pp=1, dp=1), {}),
+    ("llama-3.1-70b-nvfp4", "2x8xH200", 16000, 8, (0.3, 0.6, 0.8), dict(tp=8, pp=1, dp=2), {}),
+    ("llama-3.1-70b-nvfp4", "2x8xH200", 16000, 8, (0.3, 0.6, 0.8), dict(tp=8, pp=2, dp=1), {}),
+]
+
 
 def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int, share: float,
              layout: dict[str, int] | None = None, extra: dict | None = None,
@@ -100,9 +112,10 @@ def main() -> None:
     parser.add_argument("--pp", action="store_true", help="pipeline layouts, pinned")
     parser.add_argument("--short", action="store_true", help="short outputs on one replica, near capacity")
     parser.add_argument("--slots", action="store_true", help="arrivals that find every slot taken")
+    parser.add_argument("--long-prompts", action="store_true", help="prompts of several chunks, short outputs")
     args = parser.parse_args()
     rows = []
-    grid = SLOT_CASES if args.slots else [(*case, {}) for case in PP_CASES] if args.pp else [
+    grid = LONG_PROMPT_CASES if args.long_prompts else SLOT_CASES if args.slots else [(*case, {}) for case in PP_CASES] if args.pp else [
         (*case, {}) for case in SHORT_CASES] if args.short else [
         (*case, None, {}) for case in (QUICK if args.quick else CASES)]
     for model, cluster, i, o, shares, layout, extra in grid:

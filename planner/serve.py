@@ -509,9 +509,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     overloaded = False
     if offered is not None:
         # the rate sets the load: each replica gets R / d (vLLM's DP front end balances them)
-        # and holds what Little's law says, up to what it can run (its knee, the clients,
-        # --batch as its --max-num-seqs)
-        top = knee if knee is not None else cap
+        # and holds what Little's law says, up to what it can run (the clients, --batch as its
+        # --max-num-seqs, the KV cache). Not up to a budget-bound knee: vLLM admits arrivals past
+        # it, and a closed loop's budget-bound state completes the capacity however many queue,
+        # so a rate near it had landed at the knee with the closed loop's TTFT (Llama-3.1-70B
+        # nvfp4 tp=8, 16,000/8 tokens at 1.25 req/s: 0.84 s at 3 in flight, simulated 2.04 s)
+        top = cap
         peaks = ()
         if lockstep > 1:  # the busiest rank's chunks jump where the mean's pass a whole number
             peaks = lockstep_peaks(lambda c: math.prod(arrivals(c, request.input_len, request.output_len, budget,
