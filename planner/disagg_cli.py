@@ -23,7 +23,7 @@ from planner.requests import ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import seconds_to_ms
+from planner.units import plain, seconds_to_ms
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,14 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
         return Verdict("aggregated", f"no disaggregated deployment: {why_no_disaggregated}")
     if aggregated is None:
         return Verdict("disaggregated", f"no aggregated layout meets the SLA; {disaggregated.label} serves "
-                                        f"{disaggregated.plan_goodput_per_gpu:,.0f} output tok/s per GPU within it"
+                                        f"{plain(disaggregated.plan_goodput_per_gpu)} output tok/s per GPU within it"
                                         f"{footprint_clause(disaggregated)}")
     if at_rate:
         return compare_at_rate(aggregated, disaggregated, objective)
     # per planned GPU, idle ones included: an aggregated layout's replicas may leave some idle
     # (7 GPUs: 3 x tp=2), a disaggregated deployment runs as many copies as fit
     a, d = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus), disaggregated.plan_goodput_per_gpu
-    numbers = (f"disaggregated {disaggregated.label}: {d:,.0f} vs aggregated {aggregated.layout}: {a:,.0f} "
+    numbers = (f"disaggregated {disaggregated.label}: {plain(d)} vs aggregated {aggregated.layout}: {plain(a)} "
                f"output tok/s per GPU{' within the SLA' if has_sla else ''}")
     side = f"; {binding_reason(disaggregated)}"
     if beats_beyond_a_tie(d, a):
@@ -99,7 +99,7 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
     if aggregated.overloaded and behind:
         a = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus)
         d = disaggregated.plan_goodput_per_gpu
-        numbers = f"{d:,.0f} vs {a:,.0f} output tok/s per GPU"
+        numbers = f"{plain(d)} vs {plain(a)} output tok/s per GPU"
         if beats_beyond_a_tie(d, a):
             return Verdict("disaggregated", f"neither keeps up with the request rate; {label} serves the most: "
                                             f"{numbers}{footprint_clause(disaggregated)}")
