@@ -786,13 +786,16 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
         return inputs
     cluster, setup, priced, tokens_per_round, spec_tokens, decode_rounds = inputs
 
-    def decode_round_seconds(seqs: int) -> float:
+    def decode_round_seconds(seqs: int, polled: bool = True) -> float:
         load = StepLoad(seqs, seqs * request.decode_context_tokens, spec_tokens=seqs * spec_tokens)
-        return round_time(model, cluster, layout, setup.placement, setup.stages, load,
-                          micro_batches_in_flight(layout, seqs), None, expert_imbalance(request), setup.constants,
-                          priced).seconds
+        timed = round_time(model, cluster, layout, setup.placement, setup.stages, load,
+                           micro_batches_in_flight(layout, seqs), None, expert_imbalance(request), setup.constants,
+                           priced)
+        return timed.seconds if polled or timed.unpolled_seconds is None else timed.unpolled_seconds
 
-    lone_path = decode_round_seconds(0)  # R_0: k = 1, nothing to decode, one row priced
+    # R_0: k = 1, nothing to decode, one row priced; without the engine's sleeps after the
+    # empty phases of a lone micro-batch, which a fuller pipeline does not wait out
+    lone_path = decode_round_seconds(0, polled=False)
     if decode_rounds == 0:  # one output token: nothing bounds the prompt-only cycle here
         return LayoutBounds(math.inf, lone_path / tokens_per_round)
     cap = setup.cap

@@ -40,8 +40,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from planner import units
-from planner.cost.serving_time import StepLoad
+from planner.cost.serving_time import IDLE_POLL_SECONDS, StepLoad
 
 
 @dataclass(frozen=True)
@@ -573,10 +572,6 @@ class _Sim:
 
 # ---------------------------------------------------------------------- the clock
 
-
-IDLE_POLL_SECONDS = 1 * units.SECONDS_PER_MS
-"""vLLM 0.33.0's engine core sleeps 1 ms after a step that ran nothing while its scheduler
-still holds requests (vllm/v1/engine/core.py, EngineCore._process_engine_step)."""
 
 
 class _Clock:

@@ -1169,6 +1169,11 @@ def pipeline_hop_seconds(model: ModelSpec, placement: Placement, num_tokens: int
     return p2p_seconds(message_bytes, placement.pp_link) + eff.PIPELINE_HOP_EXTRA_SECONDS
 
 
+IDLE_POLL_SECONDS = 1 * units.SECONDS_PER_MS
+"""vLLM 0.33.0's engine core sleeps 1 ms after a step that ran nothing while its scheduler
+still holds requests (vllm/v1/engine/core.py, EngineCore._process_engine_step)."""
+
+
 def engine_step_seconds(load: StepLoad) -> float:
     """The engine's own cost of one scheduled step, outside the model's kernels: scheduling,
     input preparation, sampling, output processing (a fixed part and a part per sequence
@@ -1194,6 +1199,9 @@ class RoundTime:
     chunk_steps: tuple[StepTime, ...] | None = None
     """Each stage's time for the micro-batch that carries the prompt chunk (None: no chunk);
     with p = 1 stage_steps already are."""
+    unpolled_seconds: float | None = None
+    """The round without the engine's sleeps after empty phases (IDLE_POLL_SECONDS): what no
+    load can take below (None: the same as seconds)."""
 
 
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -1280,7 +1288,15 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
                                                                imbalance, constants, priced)
     path = engine_step_seconds(own) + sum(step.seconds for step in own_steps) + layout.pp * hop
     busiest = in_flight * steps[slowest].seconds
-    engines = in_flight * engine
+    # the engine schedules a step for every one of the p phases (V2 + PP + async: a request
+    # decodes every p-th step, scheduler.py next_decode_eligible_step, 0.33.0); a phase with
+    # nothing to run is an empty step, after which the engine core sleeps IDLE_POLL_SECONDS. A
+    # lone decoder on 8 stages waits out 7 of them a token: 7 ms where its path is 2.7 ms
+    # (Mistral-7B tp=8 pp=8 on B200; the step simulation, serving_sim._Clock: 6.8 ms). A round
+    # that carries a prompt's chunk is that prompt's own first pass (its TTFT), which waits for
+    # no other phase: no polls there
+    idle = max(layout.pp - in_flight, 0) * IDLE_POLL_SECONDS if chunk is None else 0.0
+    engines = in_flight * engine + idle
     chunk_steps = None
     if chunk is not None:
         carrier = per_batch.plus(chunk)
@@ -1296,7 +1312,8 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
             engine = big_engine
             path = engine + big[0].seconds
     seconds = max(path, busiest, engines)
-    return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps)
+    return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps,
+                     max(path, busiest, engines - idle) if idle else None)
 
 
 def busiest_stage_seconds(carrier_steps: tuple[StepTime, ...], other_steps: tuple[StepTime, ...], in_flight: int,

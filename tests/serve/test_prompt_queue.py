@@ -75,3 +75,4 @@ def test_a_rate_near_a_budget_bound_replicas_capacity_is_not_overloaded(serve_on
     assert isinstance(estimate, ServeEstimate) and not estimate.overloaded
     assert estimate.concurrency > 3.5
     assert 1.5 < estimate.ttft_seconds < 2.5
+

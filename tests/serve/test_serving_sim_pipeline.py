@@ -212,3 +212,23 @@ def test_a_backlog_already_far_above_the_plan_that_does_not_come_down_is_behind(
     assert not Backlog(150.0, 300.0, None, None, 175, 217, 9.59).growing
     # near the plan (under twice it) a level alone is not enough: 16 -> 17 against 9
     assert not Backlog(150.0, 300.0, None, None, 16, 17, 9.9, None, 9.0).growing
+
+
+def test_a_lone_decoder_on_a_deep_pipeline_waits_out_the_empty_phases(serve_one, model, cluster):
+    """Mistral-7B tp=1 pp=8 on 8 B200, one sequence: vLLM 0.33.0 (V2 runner, async scheduling)
+    lets a request decode every 8th step (next_decode_eligible_step), and each of the 7 steps
+    between, with nothing to run, ends in the engine core's 1 ms sleep. So a token takes
+    7 x 1 ms + the 10 us engine step = 7.01 ms where the micro-batch's path is about 2.7 ms, as
+    the step simulation times it; with 8 sequences, one in each phase, no step is empty and TPOT
+    is 4.4 ms: below the lone request's, by the sleeps a busier pipeline fills."""
+    from planner.cost.serving_time import IDLE_POLL_SECONDS
+    from planner.requests import ServeRequest
+    from planner.serve import burst_metrics
+
+    lone = serve_one("mistral-7b", "1x8xB200", (1, 8, 1), input_len=16, output_len=64, batch=1)
+    assert lone.tpot_batch1_seconds == pytest.approx(7 * IDLE_POLL_SECONDS + 10e-6, rel=1e-3)
+    burst = burst_metrics(model("mistral-7b"), cluster("1x8xB200"), lone,
+                          ServeRequest(input_len=16, output_len=64, batch=1, max_concurrency=1, num_prompts=4))
+    assert burst.tpot_seconds.mean == pytest.approx(lone.tpot_batch1_seconds, rel=0.03)
+    full = serve_one("mistral-7b", "1x8xB200", (1, 8, 1), input_len=16, output_len=64, batch=8)
+    assert full.tpot_seconds < lone.tpot_batch1_seconds - 2 * IDLE_POLL_SECONDS
