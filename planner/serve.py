@@ -463,7 +463,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
-                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router)
+                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)

@@ -822,7 +822,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  first_token_seconds: float, lockstep_ranks: int = 1, tokens_per_round: float = 1.0,
                  spec_tokens: int = 0, context_tokens: float | None = None,
                  prompt_pairs: float | None = None, open_loop: bool = False,
-                 max_running: float = math.inf, router_replicas: int = 1) -> SteadyState:
+                 max_running: float = math.inf, router_replicas: int = 1,
+                 pipeline_stages: int = 1) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + X + W), X the rounds a request spends outside the rounds that carry it:
     its first-token cost and its wait for the round in progress (everything in its E2E but
@@ -883,12 +884,14 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     requests, at n_d / C decoding each) in place of n_d + 1, a new request waits out a round
     only when every replica is busy, and its prompt runs beside the decodes of the replica it
     joins (the others decoding there, in place of n_d).
+    `pipeline_stages`: the replica's p (prompt_queue prices a PP replica's prompts only where a
+    prompt's chunks ride one round).
     solve_open_loop finds the C of a rate."""
     routed = least_loaded(concurrency, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 \
         else None
     args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
             lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
-            router_replicas, routed)
+            router_replicas, routed, pipeline_stages)
     outside = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
     steady = _steady_pass(*args, outside)
@@ -907,7 +910,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                  in_flight: int, round_seconds: Callable[..., float],
                  first_token_seconds: float, lockstep_ranks: int, tokens_per_round: float,
                  spec_tokens: int, context_tokens: float | None, prompt_pairs: float | None, open_loop: bool,
-                 max_running: float, router_replicas: int, routed: LeastLoaded | None,
+                 max_running: float, router_replicas: int, routed: LeastLoaded | None, pipeline_stages: int,
                  outside_rounds: float) -> SteadyState:
     """One pass of steady_state at `outside_rounds` X (`routed`: least_loaded over the
     router's replicas, None without one)."""
@@ -1004,11 +1007,16 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             excess_seconds = (first_round_seconds - mean_round) * rho ** (prompt_chunks - 1)
             bunched_seconds = excess_seconds * rho * (1 - rho ** d) / (1 - rho) / d
             decoding_round += bunched_seconds
-    if open_loop and lockstep_ranks == 1 and not bound and chunks_per_round > 0 and 2 * i > room:
+    if open_loop and lockstep_ranks == 1 and not bound and chunks_per_round > 0 and 2 * i > room \
+            and (pipeline_stages == 1 or prefill_rounds <= 1):
         # prompts that do not fit two to a step take turns: whole prompts queue for the rounds
         # that carry them, a new one waits for the prompts ahead, and a request's first decode
         # rounds follow the prompts left behind it, which the mean round spreads over every
-        # round (prompt_queue); prompts that share steps bunch instead (poisson_bunching)
+        # round (prompt_queue); prompts that share steps bunch instead (poisson_bunching). With
+        # PP only where a prompt's chunks ride one round: where fewer micro-batches are in
+        # flight than its chunks, the steady state serialises them round after round (vLLM
+        # pipelines them), an error of its own that the queue would compound (Llama-3.1-70B
+        # tp=2 pp=8, 32,000/16 at 0.1 req/s: TPOT 60 -> 267 ms against a simulated 53)
         queue = prompt_queue(mean_round, decode_round, own_round, prefill_rounds, d,
                              router_replicas if routed is not None else 1)
         if queue.wait_seconds > waited_seconds:
