@@ -112,6 +112,27 @@ def test_limits_reachable_alone_but_not_together_name_the_closest_layout(monkeyp
                      "the closest, tp=4 pp=2 dp=1, reaches TTFT 150.0 ms, TPOT 8.0 ms at concurrency 1"]
 
 
+def test_the_least_reachable_ttft_at_a_rate_is_a_lone_requests():
+    """Llama-3.1-70B on 8 H100, 16,000/8 tokens at 0.5 req/s, --max-ttft-ms 1: every layout is
+    rejected "at concurrency 1" (tp=8: 717.9 ms), and the hint names the least of those. It had
+    re-planned at --batch 1 and the rate, one slot queueing the arrivals, and named 1,159.7 ms on
+    tp=4 pp=2 (found by a CLI sweep)."""
+    from planner import serve_search
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import ServeRequest
+
+    request = ServeRequest(input_len=16000, output_len=8, request_rate_per_s=0.5, max_ttft_seconds=0.001)
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    (line,) = serve_search.sla_reach(model, cluster, request)
+    plan = serve_search.plan_serving(model, cluster, request)
+    assert not plan.layouts
+    lone = [float(r.reasons[0].split("TTFT ")[1].split(" ms")[0].replace(",", "")) for r in plan.rejected
+            if "(at concurrency 1)" in r.reasons[0]]
+    least = float(line.split("--max-ttft-ms ")[1].split(" or more")[0])
+    assert min(lone) <= least <= min(lone) + 0.1  # the least value rounded up to 0.1 ms
+    assert "tp=8 pp=1 dp=1 at concurrency 1" in line
+
+
 def test_no_sla_line_without_limits(serve_plan):
     """Without limits there is nothing to loosen: a 70B bf16 model on one GPU gets memory
     suggestions only."""
