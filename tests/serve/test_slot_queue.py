@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planner.cost.continuous_batching import (
@@ -237,10 +237,15 @@ def test_geometric_run_by_hand():
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(300, 6000), st.floats(0.001, 0.05), st.floats(1e-5, 1e-2), st.floats(0.01, 0.99))
+@example(1025, 0.001, 0.0078125, 0.9375)
 def test_birth_death_sums_in_blocks(top, alpha, beta, load):
     """A chain with completions X(n) = n / (alpha + beta n) (a batch that slows as it fills) at
     a rate of `load` of its limit 1 / beta: summed in 128 blocks (halved where they bend), its
-    mean count E[N] is within 1% of the state-by-state sum."""
+    mean count E[N] is within 1% of the state-by-state sum. The blocks' log steps are exact here:
+    the test is of the summation. (It had priced them at each block's middle state as well, whose
+    error is the caller's: where alpha is far below beta, (alpha + beta n) ~ n cancels n! and the
+    middle misses a block's first states by half a unit of log, 1.2% on E[N] at top 1,025,
+    alpha 0.001, beta 1/128, load 0.9375; a hypothesis draw in CI.)"""
     from planner.cost.continuous_batching import birth_death_sums
 
     rate = load / beta
@@ -248,11 +253,7 @@ def test_birth_death_sums_in_blocks(top, alpha, beta, load):
     def exact(start: int, stop: int) -> float:
         return math.fsum(math.log(rate * (alpha + beta * n) / n) for n in range(start + 1, stop + 1))
 
-    def blocked(start: int, stop: int) -> float:
-        middle = (start + 1 + stop) / 2
-        return (stop - start) * math.log(rate * (alpha + beta * middle)) - (math.lgamma(stop + 1) - math.lgamma(start + 1))
-
-    whole, parts = birth_death_sums(exact, top, top), birth_death_sums(blocked, top, 128)
+    whole, parts = birth_death_sums(exact, top, top), birth_death_sums(exact, top, 128)
     assert parts.mean / parts.mass == pytest.approx(whole.mean / whole.mass, rel=0.01)
     assert parts.last == whole.last == top
 
