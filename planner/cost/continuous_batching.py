@@ -779,13 +779,16 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
 
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
              tokens_per_round: float = 1.0, spec_tokens: int = 0,
-             outside_rounds: float = 0.0) -> tuple[float, float, float, bool]:
+             outside_rounds: float = 0.0, chunk_lanes: int | None = None) -> tuple[float, float, float, bool]:
     """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
     prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt rounds a
     rank carries per round (its chunks, with one micro-batch). `outside_rounds` X: the mean
     rounds a request spends in the system outside the rounds that carry it (its first-token
-    cost and the wait for the round in progress), so lambda = C / (D + S_p + X)."""
+    cost and the wait for the round in progress), so lambda = C / (D + S_p + X).
+    `chunk_lanes`: the micro-batches a prompt's chunks may fill in a round (PP: up to p, however
+    few decode; None: `in_flight`)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
+    lanes = in_flight if chunk_lanes is None else max(in_flight, chunk_lanes)
     width = 1 + spec_tokens
     round_budget = in_flight * step_budget_tokens
     outside = max(outside_rounds, 0.0)
@@ -793,7 +796,7 @@ def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_to
     prefill_rounds, bound = 1.0, False
     for _ in range(SOLVER_ITERATIONS):
         room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
-        prefill_rounds = prompt_chunking(i, room, in_flight)[1]
+        prefill_rounds = prompt_chunking(i, room, lanes)[1]
         rate = c / (d + prefill_rounds + outside)
         bound = rate * (i + d * width) > round_budget
         if bound:
@@ -918,17 +921,20 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     width = 1 + spec_tokens
     context = i + output_len / 2 if context_tokens is None else context_tokens
     pairs = causal_pairs(i) if prompt_pairs is None else prompt_pairs
+    # a prompt's chunks go to consecutive micro-batches, up to p of them however few decode (the
+    # scheduler gives each new step the prompt's next chunk while the last is in flight)
+    lanes = max(in_flight, pipeline_stages)
     rate, prefill_rounds, queue_rounds, bound = arrivals(c, input_len, output_len, step_budget_tokens, in_flight,
-                                                         tokens_per_round, spec_tokens, outside_rounds)
+                                                         tokens_per_round, spec_tokens, outside_rounds, lanes)
     decode_seqs = rate * d
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)
     chunks_per_round = rate * prefill_rounds
     room = max(step_budget_tokens - decode_seqs * width / in_flight, 1.0)
-    prompt_chunks = prompt_chunking(i, room, in_flight)[0]
+    prompt_chunks = prompt_chunking(i, room, lanes)[0]
     # the chunks S_p rounds of k micro-batches hold (arrivals' S_p, solved at the rate before its
     # last update, may sit one rounding off this room's): N = S_p when k = 1
-    prompt_chunks = min(max(prompt_chunks, (prefill_rounds - 1) * in_flight + 1), prefill_rounds * in_flight)
+    prompt_chunks = min(max(prompt_chunks, (prefill_rounds - 1) * lanes + 1), prefill_rounds * lanes)
     carriers = max(1, math.ceil(prompt_chunks / prefill_rounds)) if prefill_rounds else 1
     one_chunk = StepLoad(0, 0, i / prompt_chunks, pairs / prompt_chunks, 1 / prompt_chunks)
     chunk_tokens = one_chunk.prefill_tokens
@@ -983,7 +989,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
     waited_seconds = alignment * wait_round
-    service_seconds = prompt_service_seconds(prompt_chunks, own_round, in_flight)
+    service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
     bunched_seconds = 0.0  # what Poisson bunching adds to a decoding request's rounds
     if open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and chunks_per_round > 0:
         # Poisson arrivals bunch: a long round gathers more prompts for the next (poisson_bunching)
@@ -1023,7 +1029,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # it waits for whole prompts, so its own are served alone (its first round carries no
             # others that came meanwhile: they queue behind it)
             waited_seconds = queue.wait_seconds
-            service_seconds = prompt_service_seconds(prompt_chunks, own_round, in_flight)
+            service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
         if d > 0:
             priced_seconds = (mean_round - decode_round) * share + bunched_seconds  # prompts in it now
             decoding_round += max(0.0, queue.chunk_round_share * (own_round - decode_round) - priced_seconds)
