@@ -473,8 +473,12 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{metrics.request_throughput_per_second:.2f} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
+    single = request.dataset is None and request.output_len == 1  # every request: one output token
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
+        if single and name in ("TPOT", "ITL"):  # not 0 us: vllm bench serve has none to report
+            lines.append(f"  {name:<4} none (one output token)")
+            continue
         # one unit a line: seconds for all three once any is past LATENCY_IN_SECONDS_FROM
         unit_from = 0.0 if max(d.mean, d.median, d.p99) >= LATENCY_IN_SECONDS_FROM else LATENCY_IN_SECONDS_FROM
         shown = [ms_or_s(value, unit_from, 1) for value in (d.mean, d.median, d.p99)]

@@ -301,3 +301,14 @@ def test_a_default_burst_past_the_step_budget_is_cut_to_fit(serve_one, model, cl
     with pytest.raises(SpecError, match=r"--num-prompts 1,000: the burst needs some 64,000 engine steps .* more "
                                         r"sequences at a time \(--batch, the engine's --max-num-seqs\)"):
         burst_metrics(model("llama-3.1-8b"), cluster("1x1xH100"), estimate, ServeRequest(**request, num_prompts=1000))
+
+
+def test_one_output_token_has_no_tpot_line():
+    """512/1 tokens: vllm bench serve reports no TPOT or ITL for one output token, and the burst
+    block had printed "TPOT mean 0 us, median 0 us, p99 0 us" under a recommendation that says
+    "one output token: no TPOT" (found by a CLI sweep)."""
+    result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "512",
+                                      "--output-len", "1", "--request-rate", "5", "--num-prompts", "50"])
+    assert result.exit_code == 0, result.output
+    assert "  TPOT none (one output token)" in result.output and "  ITL  none (one output token)" in result.output
+    assert "TPOT mean 0 us" not in result.output
