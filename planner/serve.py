@@ -791,7 +791,7 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
         timed = round_time(model, cluster, layout, setup.placement, setup.stages, load,
                            micro_batches_in_flight(layout, seqs), None, expert_imbalance(request), setup.constants,
                            priced)
-        return timed.seconds if polled or timed.unpolled_seconds is None else timed.unpolled_seconds
+        return timed.seconds if polled else timed.unpolled_seconds
 
     # R_0: k = 1, nothing to decode, one row priced; without the engine's sleeps after the
     # empty phases of a lone micro-batch, which a fuller pipeline does not wait out

@@ -569,7 +569,7 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     # arrivals: 1,159.7 ms for the least TTFT where the table's tp=8 showed 717.9 at concurrency
     # 1; found by a CLI sweep)
     free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None,
-                   batch=None if clients else 1, request_rate_per_s=None if not clients else request.request_rate_per_s)
+                   batch=None if clients else 1, request_rate_per_s=request.request_rate_per_s if clients else None)
     where = f"with the {request.max_concurrency:,} clients of --max-concurrency" if clients else "at concurrency 1"
     try:
         layouts = evaluate(model, cluster, free).layouts

@@ -746,17 +746,18 @@ def prompt_queue(mean_round: float, decode_round: float, prompt_round: float, pr
     if mean_round <= 0 or prompt_rounds <= 0:
         return PromptQueue(0.0, 0.0)
     rho = min(max((mean_round - decode_round) / mean_round, 0.0), 1 - 2.0**-20)
-    service = prompt_rounds * prompt_round
+    service_seconds = prompt_rounds * prompt_round
     c = max(1, replicas)
-    wait = erlang_c(c, c * rho) * service / (2 * c * (1 - rho)) if rho > 0 else 0.0
-    ahead = rho + (c * rho / service) * wait / c if service > 0 else rho
+    wait_seconds = erlang_c(c, c * rho) * service_seconds / (2 * c * (1 - rho)) if rho > 0 else 0.0
+    # per replica: rho in service, L_q / c = (lambda_pool / c) W = (rho / S) W waiting
+    ahead = rho + rho * wait_seconds / service_seconds if service_seconds > 0 else rho
     if c > 1:  # a least-loaded router sends arrivals to the emptier replicas: what one finds there
         ahead = least_loaded(ahead, c).joined
     chunk_rounds = ahead * prompt_rounds / (1 - rho)
     share = 0.0
     if decode_rounds > 0 and chunk_rounds > 0:
         share = chunk_rounds * -math.expm1(-decode_rounds * rho / chunk_rounds) / decode_rounds
-    return PromptQueue(wait, min(share, 1.0))
+    return PromptQueue(wait_seconds, min(share, 1.0))
 
 
 def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple[float, float, int]:
@@ -887,8 +888,9 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     requests, at n_d / C decoding each) in place of n_d + 1, a new request waits out a round
     only when every replica is busy, and its prompt runs beside the decodes of the replica it
     joins (the others decoding there, in place of n_d).
-    `pipeline_stages`: the replica's p (prompt_queue prices a PP replica's prompts only where a
-    prompt's chunks ride one round).
+    `pipeline_stages`: the replica's p: a prompt's chunks fill up to p micro-batches a round
+    however few decode (`chunk_lanes` of arrivals), and prompt_queue prices a PP replica's
+    prompts only where they ride one round.
     solve_open_loop finds the C of a rate."""
     routed = least_loaded(concurrency, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 \
         else None
@@ -1019,10 +1021,11 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # that carry them, a new one waits for the prompts ahead, and a request's first decode
         # rounds follow the prompts left behind it, which the mean round spreads over every
         # round (prompt_queue); prompts that share steps bunch instead (poisson_bunching). With
-        # PP only where a prompt's chunks ride one round: where fewer micro-batches are in
-        # flight than its chunks, the steady state serialises them round after round (vLLM
-        # pipelines them), an error of its own that the queue would compound (Llama-3.1-70B
-        # tp=2 pp=8, 32,000/16 at 0.1 req/s: TPOT 60 -> 267 ms against a simulated 53)
+        # PP only where a prompt's chunks ride one round (at most p of them, `lanes`): a prompt
+        # of more chunks than stages takes rounds one after another, whose queue this does not
+        # price (before the lanes, every multi-chunk prompt below one request in flight was
+        # serialised so and the queue compounded it: Llama-3.1-70B tp=2 pp=8, 32,000/16 at 0.1
+        # req/s, TPOT 267 ms against a simulated 53)
         queue = prompt_queue(mean_round, decode_round, own_round, prefill_rounds, d,
                              router_replicas if routed is not None else 1)
         if queue.wait_seconds > waited_seconds:

@@ -226,41 +226,42 @@ def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,
     when even a lone prompt misses. prefill_seconds grows with r, so the rate is bracketed
     between two of RATE_GRID_POINTS equal steps up to that cap (by bisection over them) and
     found inside by false position (continuous_batching.false_position_bracket) to
-    RATE_RELATIVE_TOLERANCE of the rate or of the limit. `grid`: the caller's memo of this worker's prefill_seconds at
-    the steps (k -> seconds), shared by the searches for every limit (a disaggregated search
-    asks one worker for some 80 limits, one per decode shape and link). Bisecting the whole
-    range 40 times priced a pipelined worker's chain 40 times per limit: gpt-oss-120b on 4x8
-    B200, 64/256 tokens at --max-ttft-ms 100, 14.8 s (5.0 s now; 2x8 B200 6.2 -> 2.9 s)."""
+    RATE_RELATIVE_TOLERANCE of the rate or of the limit. `grid`: the caller's memo of this
+    worker's prefill_seconds at the steps (k -> seconds), shared by the searches for every limit
+    (a disaggregated search asks one worker for some 80 limits, one per decode shape and link).
+    Bisecting the whole range 40 times priced a pipelined worker's chain 40 times per limit:
+    gpt-oss-120b on 4x8 B200, 64/256 tokens at --max-ttft-ms 100, 14.8 s of CLI (5.4 s now)."""
     capacity = worker.capacity_requests_per_second
-    top = MAX_PREFILL_UTILIZATION * capacity
+    top_rate = MAX_PREFILL_UTILIZATION * capacity
     if limit_seconds is None:
-        return top
-    lowest = capacity * LOWEST_RATE_FRACTION
-    if prefill_at_rate(worker, lowest, round_seconds).prefill_seconds > limit_seconds:
+        return top_rate
+
+    def seconds(rate: float) -> float:
+        return prefill_at_rate(worker, rate, round_seconds).prefill_seconds
+
+    lowest_rate = capacity * LOWEST_RATE_FRACTION
+    if seconds(lowest_rate) > limit_seconds:
         return 0.0
     grid = {} if grid is None else grid
 
     def at_step(k: int) -> float:
         if k not in grid:
-            grid[k] = prefill_at_rate(worker, top * k / RATE_GRID_POINTS, round_seconds).prefill_seconds
+            grid[k] = seconds(top_rate * k / RATE_GRID_POINTS)
         return grid[k]
 
     if at_step(RATE_GRID_POINTS) <= limit_seconds:
-        return top
+        return top_rate
     low, high = 0, RATE_GRID_POINTS  # step 0: the lowest rate, which meets the limit
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if at_step(middle) <= limit_seconds else (low, middle)
     # to within RATE_RELATIVE_TOLERANCE of the rate or of the limit, aiming that far below the
     # limit so that an end that stops the search by its value meets the limit too
-    slack = limit_seconds * RATE_RELATIVE_TOLERANCE
-
-    def seconds(rate: float) -> float:
-        return prefill_at_rate(worker, rate, round_seconds).prefill_seconds
-
-    good, bad = false_position_bracket(lowest if low == 0 else top * low / RATE_GRID_POINTS,
-                                       top * high / RATE_GRID_POINTS, lambda rate: seconds(rate) - limit_seconds + slack,
-                                       RATE_RELATIVE_TOLERANCE, RATE_SEARCH_STEPS, slack)
+    slack_seconds = limit_seconds * RATE_RELATIVE_TOLERANCE
+    good, bad = false_position_bracket(lowest_rate if low == 0 else top_rate * low / RATE_GRID_POINTS,
+                                       top_rate * high / RATE_GRID_POINTS,
+                                       lambda rate: seconds(rate) - limit_seconds + slack_seconds,
+                                       RATE_RELATIVE_TOLERANCE, RATE_SEARCH_STEPS, slack_seconds)
     if bad - good > RATE_RELATIVE_TOLERANCE * bad and seconds(bad) <= limit_seconds:
         return bad  # the search stopped on the upper end's value
     return good

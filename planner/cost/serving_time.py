@@ -1199,9 +1199,9 @@ class RoundTime:
     chunk_steps: tuple[StepTime, ...] | None = None
     """Each stage's time for the micro-batch that carries the prompt chunk (None: no chunk);
     with p = 1 stage_steps already are."""
-    unpolled_seconds: float | None = None
+    unpolled_seconds: float = 0.0
     """The round without the engine's sleeps after empty phases (IDLE_POLL_SECONDS): what no
-    load can take below (None: the same as seconds)."""
+    load can take below (`seconds` where it has none)."""
 
 
 def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -1312,8 +1312,7 @@ def round_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement
             engine = big_engine
             path = engine + big[0].seconds
     seconds = max(path, busiest, engines)
-    return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps,
-                     max(path, busiest, engines - idle) if idle else None)
+    return RoundTime(seconds, steps, slowest, hop, engine, in_flight, chunk_steps, max(path, busiest, engines - idle))
 
 
 def busiest_stage_seconds(carrier_steps: tuple[StepTime, ...], other_steps: tuple[StepTime, ...], in_flight: int,
