@@ -468,6 +468,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
 
+    def chunks_per_round(concurrency: float) -> float:
+        # steady_state's q = lambda S_p from its arrival solution alone, no step priced: the same
+        # micro-batches in flight and chunk lanes (up to p) as price_steady passes it
+        rate, prefill_rounds, _, _ = arrivals(concurrency, request.input_len, request.output_len, budget,
+                                              micro_batches_in_flight(layout, concurrency), tokens_per_round,
+                                              spec_tokens, chunk_lanes=layout.pp)
+        return rate * prefill_rounds
+
     def open_at(concurrency: float) -> SteadyState:
         return memo.get(("open", layout, concurrency), price_steady, concurrency, True)
 
@@ -492,11 +500,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     elif free and lockstep > 1:
         # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
         # each whole number of chunks per rank and step
-        def chunks_at(concurrency: int) -> float:
-            rate, prefill_rounds, _, _ = arrivals(concurrency, request.input_len, request.output_len, budget,
-                                                  min(layout.pp, concurrency), tokens_per_round, spec_tokens)
-            return rate * prefill_rounds
-        knee = lockstep_peak_concurrency(steady_at, chunks_at, cap, PROMPT_BOUND_TIE_FRACTION)
+        knee = lockstep_peak_concurrency(steady_at, chunks_per_round, cap, PROMPT_BOUND_TIE_FRACTION)
         knee_note = (f"Lockstep-bound: {knee} concurrent sequences per replica give the most output "
                      f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} DP "
                      f"ranks stepping together wait on whichever carries the most prompt chunks "
@@ -517,9 +521,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         top = cap
         peaks = ()
         if lockstep > 1:  # the busiest rank's chunks jump where the mean's pass a whole number
-            peaks = lockstep_peaks(lambda c: math.prod(arrivals(c, request.input_len, request.output_len, budget,
-                                                                micro_batches_in_flight(layout, c), tokens_per_round,
-                                                                spec_tokens)[:2]), top)
+            peaks = lockstep_peaks(chunks_per_round, top)
         arriving = solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
