@@ -819,14 +819,16 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
 
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
              tokens_per_round: float = 1.0, spec_tokens: int = 0,
-             outside_rounds: float = 0.0, chunk_lanes: int | None = None) -> tuple[float, float, float, bool]:
+             outside_rounds: float = 0.0, chunk_lanes: int | None = None,
+             budget_cap: bool = True) -> tuple[float, float, float, bool]:
     """steady_state's arrival solution, no step priced: (lambda requests per round, S_p
     prompt rounds, W queued rounds, budget-bound). lambda * S_p is the prompt rounds a
     rank carries per round (its chunks, with one micro-batch). `outside_rounds` X: the mean
     rounds a request spends in the system outside the rounds that carry it (its first-token
     cost and the wait for the round in progress), so lambda = C / (D + S_p + X).
     `chunk_lanes`: the micro-batches a prompt's chunks may fill in a round (PP: up to p, however
-    few decode; None: `in_flight`)."""
+    few decode; None: `in_flight`). `budget_cap` False: lambda is not capped at the budget (never
+    bound; steady_state's open loop of prompts that take turns, whose queue holds it below)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
     lanes = in_flight if chunk_lanes is None else max(in_flight, chunk_lanes)
     width = 1 + spec_tokens
@@ -838,7 +840,7 @@ def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_to
         room = max(step_budget_tokens - rate * d * width / in_flight, 1.0)
         prefill_rounds = prompt_chunking(i, room, lanes)[1]
         rate = c / (d + prefill_rounds + outside)
-        bound = rate * (i + d * width) > round_budget
+        bound = budget_cap and rate * (i + d * width) > round_budget
         if bound:
             rate = round_budget / (i + d * width)
     queue_rounds = max(0.0, c / rate - d - prefill_rounds - outside) if bound else 0.0
@@ -936,18 +938,36 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
             lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
             router_replicas, routed, pipeline_stages)
-    outside = alignment_rounds(concurrency, open_loop, routed)
+    start = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
-    steady = _steady_pass(*args, outside)
+    if open_loop and lockstep_ranks == 1 and 2 * input_len > step_budget_tokens:
+        # prompts that take turns at a rate: their queue's wait (in X) holds the arrivals below
+        # the budget, so the budget's cap is not what binds. With it the passes could also settle
+        # at a budget-bound state of the same C, whose TTFT is a closed loop's (its clients'
+        # cycle), and the open loop mixed the two: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at
+        # 1.2/1.3/1.4 req/s, TTFT 1.93/1.61/1.29 s falling as the rate rose (simulated 1.85/2.56/
+        # 4.77 s). Where no such state settles within the budget, the capped one stands
+        queued, settled = _settle(args, start, decode_rounds, False)
+        width = 1 + spec_tokens
+        rate = queued.prefill_tokens_per_step / max(input_len, 1)
+        if settled and rate * (input_len + decode_rounds * width) <= in_flight * step_budget_tokens:
+            return queued
+    return _settle(args, start, decode_rounds, True)[0]
+
+
+def _settle(args: tuple, outside: float, decode_rounds: float, budget_cap: bool) -> tuple[SteadyState, bool]:
+    """steady_state's passes from X = `outside` (`budget_cap`: arrivals' budget-bound cap): the
+    last pass and whether X settled."""
+    steady = _steady_pass(*args, budget_cap, outside)
     for _ in range(RESIDENCE_PASSES - 1):
         own = decode_rounds + steady.prefill_rounds
         unqueued_rounds = steady.e2e_seconds / steady.step_seconds - steady.queue_rounds
         settled = max(unqueued_rounds - own, 0.0)
         if abs(settled - outside) <= RESIDENCE_TOLERANCE_ROUNDS * (own + settled):
-            break
+            return steady, True
         outside = settled
-        steady = _steady_pass(*args, outside)
-    return steady
+        steady = _steady_pass(*args, budget_cap, outside)
+    return steady, False
 
 
 def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,
@@ -955,7 +975,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                  first_token_seconds: float, lockstep_ranks: int, tokens_per_round: float,
                  spec_tokens: int, context_tokens: float | None, prompt_pairs: float | None, open_loop: bool,
                  max_running: float, router_replicas: int, routed: LeastLoaded | None, pipeline_stages: int,
-                 outside_rounds: float) -> SteadyState:
+                 budget_cap: bool, outside_rounds: float) -> SteadyState:
     """One pass of steady_state at `outside_rounds` X (`routed`: least_loaded over the
     router's replicas, None without one)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
@@ -966,7 +986,8 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # scheduler gives each new step the prompt's next chunk while the last is in flight)
     lanes = max(in_flight, pipeline_stages)
     rate, prefill_rounds, queue_rounds, bound = arrivals(c, input_len, output_len, step_budget_tokens, in_flight,
-                                                         tokens_per_round, spec_tokens, outside_rounds, lanes)
+                                                         tokens_per_round, spec_tokens, outside_rounds, lanes,
+                                                         budget_cap)
     decode_seqs = rate * d
     decode = StepLoad(decode_seqs, decode_seqs * context, spec_tokens=decode_seqs * spec_tokens)
     decode_round = round_seconds(decode, None)
@@ -1013,6 +1034,16 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
         share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
+        if not open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and 0 < chunks_per_round <= 1 \
+                and 2 * i > room and d + outside_rounds > 0:
+            # prompts that take turns never share a round with a request's own: the others' (C - 1)
+            # S_p prompt rounds of its cycle fall in its D + X other rounds, not spread over all
+            # D + S_p + X (the prompt rounds they would have shared with its own are where it
+            # prefills). C = 2, S_p = 4, D = 7, X = 0: 4 of its 7 decode rounds carry the other's
+            # chunks, not 0.5 x 8 / 11 of all 11 (Qwen3-30B-A3B tp=1 on an H100, 32,000/8 tokens
+            # at 2 clients: E2E 1.92 s and 1.04 req/s, faster than its prompt rounds allow; the
+            # step simulation has 2.21 s and 0.90 req/s)
+            share = min(share * (d + prefill_rounds + outside_rounds) / (d + outside_rounds), 1 / chunks_per_round)
         decoding_round = decode_round + (mean_round - decode_round) * share
     own_round, wait_round = prompt_round, mean_round
     if open_loop:
@@ -1091,6 +1122,13 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         if d > 0:
             priced_seconds = (felt_round - decode_round) * share + bunched_seconds  # prompts in it now
             decoding_round += max(0.0, queue.chunk_round_share * (own_round - decode_round) - priced_seconds)
+    if open_loop and 2 * i > room and chunks_per_round <= 1:
+        # prompts that take turns: a round carries one chunk at most, so no decode round is longer
+        # than one that carries a chunk (Poisson bunching's length-biased round, which assumes
+        # the prompts that arrive together share the next step, grows without bound as the
+        # prompts' share nears 1: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at 1.4 req/s, TPOT
+        # 1.86 s against rounds of 0.34 s, simulated 0.32 s)
+        decoding_round = min(decoding_round, max(own_round, decode_round))
     unqueued = first_token_seconds + waited_seconds + service_seconds
     if bound:
         # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and

@@ -85,12 +85,13 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
 
 
 def test_steady_state_unsaturated_by_hand():
-    """C=25, I=5000, O=500, B=8192, k=1, first token 10 ms.
+    """C=25, I=5000, O=500, B=16384, k=1, first token 10 ms.
 
-    D = 499, S_p = 1 (a chunk's room B - n_d ~ 8167 holds the whole 5000-token prompt).
+    D = 499, S_p = 1 (a chunk's room B - n_d ~ 16359 holds the whole 5000-token prompt, and two
+    of them: the others' prompts may share its own prompt's round).
     lambda = C / (D + S_p + X): X the rounds a request spends outside its own S_p + D rounds,
     its first-token cost and its alignment wait, in mean rounds T: X = (E2E - queue) / T - D - S_p.
-    Budget: lambda * (I + D) ~ 0.05 * 5499 = 275 <= 8192: not bound, W = 0.
+    Budget: lambda * (I + D) ~ 0.05 * 5499 = 275 <= 16384: not bound, W = 0.
     q = lambda <= 1: a share q of the rounds carries one 5000-token chunk.
     Decode round 10 ms; prompt round 10 + 5000 * 1 us = 15 ms; mean T = 10 + 5 q ms.
     A decoding request's rounds carry only the others' chunks, q * 24/25:
@@ -105,8 +106,11 @@ def test_steady_state_unsaturated_by_hand():
     T = 10 + 5 * 0.0498094 = 10.24905 ms; TPOT = 10 + 4.8 * 0.0498094 = 10.23909 ms.
     TTFT = 10 + 0.96 * 10.24905 + 15 = 34.8391 ms; E2E = 34.8391 + 499 * 10.23909 = 5144.14 ms.
     Throughput = 25 * 500 / 5.14414 s = 2429.95 tokens/s.
+    At B = 8192 two prompts do not fit a step (10,000 tokens against a room of about 8,167): they
+    take turns, so the others' 24 prompt rounds of a request's cycle fall in its D + X = 500.94
+    rounds, not over all 501.94 (X settles at 1.94), and TPOT's chunk share is 24/25 x 501.94 / 500.94 of q.
     """
-    s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
+    s = steady_state(25, 5000, 500, 16384, 1, synthetic_round, 0.010)
     approx = lambda x: pytest.approx(x, rel=1e-5)  # noqa: E731
     assert s.concurrency == 25
     assert s.prefill_rounds == 1
@@ -125,6 +129,13 @@ def test_steady_state_unsaturated_by_hand():
     # the settled X: what the request's E2E leaves after its own rounds, in mean rounds
     outside = s.e2e_seconds / s.step_seconds - 500
     assert 25 / (500 + outside) == pytest.approx(s.prefill_tokens_per_step / 5000, rel=2.0**-10)
+    turns = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
+    x = turns.e2e_seconds / turns.step_seconds - 500
+    share = 24 / 25 * (500 + x) / (499 + x)
+    assert x == pytest.approx(1.94, abs=0.01)  # a little more than 1.914: its own TPOT is longer
+    assert turns.tpot_seconds == pytest.approx(
+        0.010 + (turns.step_seconds - 0.010) * share, rel=1e-4)
+    assert turns.tpot_seconds > s.tpot_seconds
 
 
 def test_steady_state_budget_bound_by_hand():
@@ -338,7 +349,7 @@ def test_waiting_clients_little_law():
     With the hand case of test_steady_state_unsaturated_by_hand (C 25, E2E 5.14414 s) and 40
     clients: 15 * 5.14414 / 25 = 3.08648 s on TTFT and E2E; TPOT and throughput unchanged;
     requests per second (25 + 15) / (5.14414 + 3.08648) = 25 / 5.14414."""
-    s = steady_state(25, 5000, 500, 8192, 1, synthetic_round, 0.010)
+    s = steady_state(25, 5000, 500, 16384, 1, synthetic_round, 0.010)
     w = with_waiting_clients(s, 40)
     assert w.slot_wait_seconds == pytest.approx(15 * 5.14414 / 25, rel=1e-5)
     assert w.ttft_seconds == pytest.approx(0.0348391 + 3.08648, rel=1e-5)
