@@ -665,8 +665,12 @@ def least_loaded(mean_per_replica: float, replicas: int) -> LeastLoaded:
         return LeastLoaded(0.0, 1.0, 0.0, 0.0)
     last = math.ceil(mean + LEAST_LOADED_SPAN_SIGMAS * math.sqrt(mean)) + d
     tail = poisson_tails(mean, last)
-    joined = below_blocks = weighted = 0.0
-    for k in range(1, last // d + 2):
+    # blocks wholly below the mean's span have tails of 1 (to 1e-30): counted at once, so a mean
+    # of millions (a queue near its capacity) costs its span's terms, not one per replica's worth
+    first = max(1, math.floor((mean - LEAST_LOADED_SPAN_SIGMAS * math.sqrt(mean) - 1) / d))
+    joined = below_blocks = float(first - 1)
+    weighted = (first - 1) * first / 2
+    for k in range(first, last // d + 2):
         joined += tail(k * d)
         below_blocks += tail(k * d - 1)
         weighted += k * tail(k * d)
@@ -947,27 +951,64 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         # cycle), and the open loop mixed the two: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at
         # 1.2/1.3/1.4 req/s, TTFT 1.93/1.61/1.29 s falling as the rate rose (simulated 1.85/2.56/
         # 4.77 s). Where no such state settles within the budget, the capped one stands
-        queued, settled = _settle(args, start, decode_rounds, False)
         width = 1 + spec_tokens
-        rate = queued.prefill_tokens_per_step / max(input_len, 1)
-        if settled and rate * (input_len + decode_rounds * width) <= in_flight * step_budget_tokens:
+        max_rate = in_flight * step_budget_tokens / (input_len + decode_rounds * width)
+        queued = _settle_below_budget(args, start, decode_rounds, max_rate, math.ceil(input_len / step_budget_tokens))
+        if queued is not None:
             return queued
-    return _settle(args, start, decode_rounds, True)[0]
+    return _settle(args, start, decode_rounds)
 
 
-def _settle(args: tuple, outside: float, decode_rounds: float, budget_cap: bool) -> tuple[SteadyState, bool]:
-    """steady_state's passes from X = `outside` (`budget_cap`: arrivals' budget-bound cap): the
-    last pass and whether X settled."""
+def _settled_rounds(steady: SteadyState, decode_rounds: float) -> float:
+    """X as a pass's state prices it: its E2E in mean rounds less its queue and its own rounds."""
+    return max(steady.e2e_seconds / steady.step_seconds - steady.queue_rounds - decode_rounds - steady.prefill_rounds,
+               0.0)
+
+
+def _settle(args: tuple, outside: float, decode_rounds: float, budget_cap: bool = True) -> SteadyState:
+    """steady_state's passes from X = `outside` (`budget_cap`: arrivals' budget-bound cap), until
+    X settles (RESIDENCE_TOLERANCE_ROUNDS) or RESIDENCE_PASSES: the last pass."""
     steady = _steady_pass(*args, budget_cap, outside)
     for _ in range(RESIDENCE_PASSES - 1):
-        own = decode_rounds + steady.prefill_rounds
-        unqueued_rounds = steady.e2e_seconds / steady.step_seconds - steady.queue_rounds
-        settled = max(unqueued_rounds - own, 0.0)
-        if abs(settled - outside) <= RESIDENCE_TOLERANCE_ROUNDS * (own + settled):
-            return steady, True
+        settled = _settled_rounds(steady, decode_rounds)
+        if abs(settled - outside) <= RESIDENCE_TOLERANCE_ROUNDS * (decode_rounds + steady.prefill_rounds + settled):
+            break
         outside = settled
         steady = _steady_pass(*args, budget_cap, outside)
-    return steady, False
+    return steady
+
+
+def _settle_below_budget(args: tuple, start: float, decode_rounds: float, max_rate: float,
+                         fewest_prompt_rounds: int) -> SteadyState | None:
+    """steady_state's X without the budget cap, where it settles with arrivals within the budget
+    (`max_rate` a round), else None. X - settled(X) grows with X (more rounds outside, fewer
+    arrivals a round, a shorter queue), so its root is bracketed from the X at which lambda =
+    C / (D + S_p + X) reaches the budget and found by false position, not by passes, which
+    swing across the budget near it (a pass past it prices a queue whose share of the rounds
+    nears 1, whose wait and the requests it leaves behind grow without bound, and least_loaded's
+    sums with them: 37 million terms for one plan)."""
+    concurrency = args[0]
+    low = max(start, concurrency / max_rate - decode_rounds - fewest_prompt_rounds)
+    passes: dict[float, SteadyState] = {}
+
+    def excess(outside: float) -> float:
+        if outside not in passes:
+            passes[outside] = _steady_pass(*args, False, outside)
+        return outside - _settled_rounds(passes[outside], decode_rounds)
+
+    if excess(low) >= 0:
+        return None  # it would settle with more arrivals than the budget carries
+    high = 2 * low + decode_rounds + 1
+    for _ in range(RESIDENCE_PASSES):
+        if excess(high) >= 0:
+            break
+        low, high = high, 2 * high
+    else:
+        return None
+    low, high = false_position_bracket(low, high, excess, RESIDENCE_TOLERANCE_ROUNDS, RESIDENCE_PASSES)
+    steady = passes[high]
+    rate = steady.prefill_tokens_per_step / max(args[1], 1)
+    return steady if rate <= max_rate * (1 + RESIDENCE_TOLERANCE_ROUNDS) else None
 
 
 def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int,

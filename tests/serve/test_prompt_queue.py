@@ -154,7 +154,7 @@ def test_near_capacity_the_prompt_queue_grows_with_the_rate(serve_one, model, cl
     req/s against a capacity near 1.47: the wait for the prompts ahead grows with the rate. The
     steady state could settle at a budget-bound state, a closed loop's TTFT, and the open loop
     mixed it in: 1.93/1.61/1.29 s at 1.2/1.3/1.4 req/s, falling as the rate rose, where
-    1,500-prompt step simulations have 2.08/3.52/7.84 s. Now 2.03/2.85/5.26 s: rising, within 10%
+    1,500-prompt step simulations have 2.08/3.52/7.84 s. Now 2.03/2.85/5.29 s: rising, within 10%
     at 1.2 and within 40% at 1.4, where the simulated queue itself wanders (at 95% of capacity a
     3,000-prompt burst's middle third waits 4.77 s, its mean 8.12 s)."""
     times = [serve_one("llama-3.1-70b-nvfp4", "1x8xH200", (8, 1, 1), input_len=16000, output_len=8,
