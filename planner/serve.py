@@ -112,6 +112,8 @@ class ServeEstimate:
     kv_cache_tokens: int
     max_model_len: int
     max_concurrency: float
+    """Sequences of max_model_len tokens the KV cache holds on its tightest stage (vLLM logs it
+    as the maximum concurrency for that many tokens per request); not what the plan runs."""
     batch: int
     """Concurrent requests per replica the estimate runs at (the closed loop's concurrency)."""
     batches_in_flight: int

@@ -737,7 +737,11 @@ def prompt_queue(mean_round: float, decode_round: float, prompt_round: float, pr
       L = rho + L_q / c prompts on its replica (L_q = the pool's lambda W by Little's law;
       behind a least-loaded router what an arrival finds in the replica it joins, least_loaded's
       joined at that mean: arrivals and departures of a replica see the same), each a busy period of S_p / (1 - rho) chunk rounds on average, so K = L S_p / (1 - rho)
-      chunk rounds lie ahead of its first decode round (0 with chance 1 - rho). Taking the
+      chunk rounds lie ahead of its first decode round (0 with chance 1 - rho). Behind the
+      router a busy replica takes another prompt only while every replica is busy (least_loaded's
+      busy, B), so its busy period grows at rho B, not rho: K = L S_p / (1 - rho B) (charging
+      rho had a short output's TPOT 113-148% over the step simulation's, Qwen3-30B-A3B tp=1 dp=8,
+      32,000/8 tokens at 5-6 req/s; now 20-26%). Taking the
       rest as exponential (mean K / rho), its first D rounds hold E[min(D, K)] = K (1 -
       e^(-D rho / K)) of them: a share K (1 - e^(-D rho / K)) / D, against the mean share of
       all rounds that the steady state's mean prices (the long run, D -> infinity).
@@ -755,9 +759,11 @@ def prompt_queue(mean_round: float, decode_round: float, prompt_round: float, pr
     wait_seconds = erlang_c(c, c * rho) * service_seconds / (2 * c * (1 - rho)) if rho > 0 else 0.0
     # per replica: rho in service, L_q / c = (lambda_pool / c) W = (rho / S) W waiting
     ahead = rho + rho * wait_seconds / service_seconds if service_seconds > 0 else rho
+    busy_share = rho  # the share of a busy period's time in which another prompt joins the replica
     if c > 1:  # a least-loaded router sends arrivals to the emptier replicas: what one finds there
-        ahead = least_loaded(ahead, c).joined
-    chunk_rounds = ahead * prompt_rounds / (1 - rho)
+        routed = least_loaded(ahead, c)
+        ahead, busy_share = routed.joined, rho * routed.busy
+    chunk_rounds = ahead * prompt_rounds / (1 - busy_share)
     share = 0.0
     if decode_rounds > 0 and chunk_rounds > 0:
         share = chunk_rounds * -math.expm1(-decode_rounds * rho / chunk_rounds) / decode_rounds

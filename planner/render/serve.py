@@ -148,7 +148,9 @@ COLUMNS = (
     Column("ep", lambda r, i, p: str(r.layout.ep)),
     Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r)),
     Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
-    Column("max conc.", lambda r, i, p: f"{r.max_concurrency:.1f}"),
+    # sequences of --max-model-len tokens the KV cache holds (vLLM's startup log "Maximum
+    # concurrency for N tokens per request"): not the concurrency the plan runs (batch)
+    Column("seqs at max len", lambda r, i, p: f"{r.max_concurrency:.1f}"),
     Column("batch", lambda r, i, p: str(r.batch) if r.offered_rate_per_s is None else f"{r.concurrency:.1f}"),
     Column("TTFT", lambda r, i, p: ms(r.ttft_seconds)),
     Column("TPOT", lambda r, i, p: ms(r.tpot_seconds) if p.request.output_len > 1 else "-"),
