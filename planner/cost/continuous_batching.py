@@ -942,6 +942,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     `pipeline_stages`: the replica's p: a prompt's chunks fill up to p micro-batches a round
     however few decode (`chunk_lanes` of arrivals), and prompt_queue prices a PP replica's
     prompts only where they ride one round.
+    Open loop, prompts that take turns (2 I > B): X is first settled without the budget's cap
+    (_settle_below_budget), since their queue's wait holds the arrivals below it.
     solve_open_loop finds the C of a rate."""
     routed = least_loaded(concurrency, router_replicas) if open_loop and router_replicas > 1 and lockstep_ranks == 1 \
         else None
