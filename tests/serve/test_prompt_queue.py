@@ -20,6 +20,18 @@ from planner.requests import ServeRequest
 from planner.serve import ServeEstimate, burst_metrics, estimate
 
 
+@pytest.fixture
+def against_simulation(serve_one, model, cluster):
+    """(estimate, simulated burst) of a layout at a rate: it must keep up."""
+
+    def run(model_name: str, cluster_name: str, degrees: tuple[int, int, int], **request):
+        found = serve_one(model_name, cluster_name, degrees, **request)
+        assert isinstance(found, ServeEstimate) and not found.overloaded
+        return found, burst_metrics(model(model_name), cluster(cluster_name), found, ServeRequest(**request))
+
+    return run
+
+
 def test_prompt_queue_by_hand():
     """T = 20 ms, T_d = 5 ms, T_p = 305 ms, S_p = 2, D = 7: rho = 15 / 20 = 0.75, S = 2 x 0.305
     = 0.61 s, W = 0.75 x 0.61 / (2 x 0.25) = 0.915 s (M/D/1); lambda = rho / S = 1.2295 /s, L =
@@ -68,16 +80,14 @@ def test_prompt_queue_invariants(rho, prompt_round, prompt_rounds, decode_rounds
     assert longer.chunk_round_share <= queue.chunk_round_share + 1e-12
 
 
-def test_long_prompts_with_short_outputs_queue_as_the_step_simulation_does(serve_one, model, cluster):
+def test_long_prompts_with_short_outputs_queue_as_the_step_simulation_does(against_simulation):
     """Llama-3.1-70B nvfp4 tp=8 on 8 H200, 16,000-token prompts (two budget-filling chunks) and 8
     output tokens at 1 req/s: two thirds of the time goes to prompt chunks of 339 ms. The steady
     state had a request decode at the mean round (TPOT 118 ms, TTFT 1.10 s) where a 1,000-prompt
     step simulation has 173 ms and 1.36 s: a prompt waits for the whole prompts ahead of it, and
     a short output decodes among the prompts left behind it. Now within 5%."""
-    request = dict(input_len=16000, output_len=8, request_rate_per_s=1.0, num_prompts=1000)
-    estimate = serve_one("llama-3.1-70b-nvfp4", "1x8xH200", (8, 1, 1), **request)
-    assert isinstance(estimate, ServeEstimate) and not estimate.overloaded
-    burst = burst_metrics(model("llama-3.1-70b-nvfp4"), cluster("1x8xH200"), estimate, ServeRequest(**request))
+    estimate, burst = against_simulation("llama-3.1-70b-nvfp4", "1x8xH200", (8, 1, 1), input_len=16000,
+                                         output_len=8, request_rate_per_s=1.0, num_prompts=1000)
     assert estimate.ttft_seconds == pytest.approx(burst.ttft_seconds.mean, rel=0.05)
     assert estimate.tpot_seconds == pytest.approx(burst.tpot_seconds.mean, rel=0.05)
     assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.05)
@@ -132,8 +142,8 @@ def test_pipeline_windows_invariants(rate, decode_round, prompt_ratio, tail, ent
     ((2, 8, 1), 0.342, 32000, 16),
     ((8, 2, 1), 1.69, 16000, 8),
 ])
-def test_pipelined_decoders_wait_out_the_prompts_way_through_the_stages(serve_one, model, cluster, layout, rate,
-                                                                        input_len, output_len):
+def test_pipelined_decoders_wait_out_the_prompts_way_through_the_stages(against_simulation, layout, rate, input_len,
+                                                                        output_len):
     """A PP replica's decoders behind a prompt's chunks wait for the last of them to leave the
     last stage (continuous_batching.pipeline_windows). Charging each prompt its round alone had
     TPOT 21-46% under the step simulation (Llama-3.1-70B tp=2 pp=8 on 2x8 H100, 32,000/16
@@ -141,10 +151,8 @@ def test_pipelined_decoders_wait_out_the_prompts_way_through_the_stages(serve_on
     nvfp4 tp=8 pp=2 on 2x8 H200, 16,000/8 at 1.69 req/s: 95.8 against 160.5). Now within 15%,
     E2E within 15% (the entry's wait, pipeline_entry_wait, is 12% short at 0.342 req/s)."""
     name, clusters = ("llama-3.1-70b", "2x8xH100") if layout == (2, 8, 1) else ("llama-3.1-70b-nvfp4", "2x8xH200")
-    request = dict(input_len=input_len, output_len=output_len, request_rate_per_s=rate, num_prompts=300)
-    estimate = serve_one(name, clusters, layout, **request)
-    assert isinstance(estimate, ServeEstimate) and not estimate.overloaded
-    burst = burst_metrics(model(name), cluster(clusters), estimate, ServeRequest(**request))
+    estimate, burst = against_simulation(name, clusters, layout, input_len=input_len, output_len=output_len,
+                                         request_rate_per_s=rate, num_prompts=300)
     assert estimate.tpot_seconds == pytest.approx(burst.tpot_seconds.mean, rel=0.15)
     assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.15)
 
@@ -167,7 +175,7 @@ def test_a_closed_loop_of_prompts_that_take_turns_completes_what_the_step_simula
     assert found.steady.requests_per_second == pytest.approx(burst.request_throughput_per_second, rel=0.03)
 
 
-def test_near_capacity_the_prompt_queue_grows_with_the_rate(serve_one, model, cluster):
+def test_near_capacity_the_prompt_queue_grows_with_the_rate(serve_one, against_simulation):
     """Llama-3.1-70B nvfp4 tp=8 on 8 H200, 16,000/8 tokens (prompts that take turns), 1.0-1.45
     req/s against a capacity near 1.47: the wait for the prompts ahead grows with the rate. The
     steady state could settle at a budget-bound state, a closed loop's TTFT, and the open loop
@@ -179,25 +187,21 @@ def test_near_capacity_the_prompt_queue_grows_with_the_rate(serve_one, model, cl
                        request_rate_per_s=rate).ttft_seconds for rate in (1.0, 1.1, 1.2, 1.3, 1.35, 1.4, 1.45)]
     assert times == sorted(times)
     for rate, tolerance in ((1.2, 0.10), (1.4, 0.40)):
-        request = dict(input_len=16000, output_len=8, request_rate_per_s=rate, num_prompts=1500)
-        found = serve_one("llama-3.1-70b-nvfp4", "1x8xH200", (8, 1, 1), **request)
-        assert isinstance(found, ServeEstimate) and not found.overloaded
-        burst = burst_metrics(model("llama-3.1-70b-nvfp4"), cluster("1x8xH200"), found, ServeRequest(**request))
+        found, burst = against_simulation("llama-3.1-70b-nvfp4", "1x8xH200", (8, 1, 1), input_len=16000,
+                                          output_len=8, request_rate_per_s=rate, num_prompts=1500)
         assert found.ttft_seconds == pytest.approx(burst.ttft_seconds.mean, rel=tolerance)
 
 
 @pytest.mark.parametrize("rate", [5.0, 6.0])
-def test_behind_the_router_a_busy_replica_rarely_takes_another_prompt(serve_one, model, cluster, rate):
+def test_behind_the_router_a_busy_replica_rarely_takes_another_prompt(against_simulation, rate):
     """Qwen3-30B-A3B tp=1 dp=8 on 8 H100 (8 servers behind a least-loaded balancer), 32,000/8
     tokens at 5 and 6 req/s: a replica still prefilling one prompt takes another only while every
     replica is busy, so the prompts a short output decodes among are fewer than a lone replica's
     busy period leaves. Growing that busy period at rho had TPOT 82 and 162 ms against a
     simulated 33 and 76 ms (3,000 prompts; +148%, +113%); at rho times the chance that every
     replica is busy, 40 and 96 ms. Now within 35%."""
-    request = dict(input_len=32000, output_len=8, request_rate_per_s=rate, num_prompts=1000)
-    found = serve_one("qwen3-30b-a3b", "1x8xH100", (1, 1, 8), **request)
-    assert isinstance(found, ServeEstimate) and not found.overloaded
-    burst = burst_metrics(model("qwen3-30b-a3b"), cluster("1x8xH100"), found, ServeRequest(**request))
+    found, burst = against_simulation("qwen3-30b-a3b", "1x8xH100", (1, 1, 8), input_len=32000, output_len=8,
+                                      request_rate_per_s=rate, num_prompts=1000)
     assert found.tpot_seconds == pytest.approx(burst.tpot_seconds.mean, rel=0.35)
     assert found.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.10)
 
@@ -226,14 +230,12 @@ def test_pipeline_entry_wait_grows_with_the_rate_and_the_lock(rate, entry, lock_
     assert pipeline_entry_wait(rate, entry, entry * lock_ratio * 1.1, replicas) >= wait * (1 - 1e-12)
 
 
-def test_queued_prompts_fill_the_lanes_a_lone_one_leaves(serve_one, model, cluster):
+def test_queued_prompts_fill_the_lanes_a_lone_one_leaves(against_simulation):
     """Llama-3.1-70B tp=2 pp=8 on 2x8 H100, 32,000/16 tokens (4 chunks a prompt, 8 stages) at 1
     req/s: queued prompts stream into the pipeline, each holding its entry for half a round, where
     a lone one locks it for a round (pipeline_entry_wait). A whole round each had TTFT 26.9 s
     (capacity near 1.14 req/s) where a 300-prompt step simulation has 2.77 s; now 2.49 s."""
-    request = dict(input_len=32000, output_len=16, request_rate_per_s=1.0, num_prompts=300)
-    found = serve_one("llama-3.1-70b", "2x8xH100", (2, 8, 1), **request)
-    assert isinstance(found, ServeEstimate) and not found.overloaded
-    burst = burst_metrics(model("llama-3.1-70b"), cluster("2x8xH100"), found, ServeRequest(**request))
+    found, burst = against_simulation("llama-3.1-70b", "2x8xH100", (2, 8, 1), input_len=32000, output_len=16,
+                                      request_rate_per_s=1.0, num_prompts=300)
     assert found.ttft_seconds == pytest.approx(burst.ttft_seconds.mean, rel=0.20)
     assert found.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.10)
