@@ -678,6 +678,12 @@ def least_loaded(mean_per_replica: float, replicas: int) -> LeastLoaded:
     return LeastLoaded(joined / mean_per_replica, seen, tail(d), joined)
 
 
+MAX_BUSY_SHARE = 1 - 2.0**-20
+"""A queue's busy share is held below this (at 1 its wait is infinite): the prompts' share of the
+rounds (poisson_bunching, prompt_queue) and of the pipeline's entry and time (pipeline_windows,
+pipeline_entry_wait)."""
+
+
 @dataclass(frozen=True)
 class Bunching:
     """The spread of round lengths that Poisson prompt arrivals cause (poisson_bunching)."""
@@ -705,7 +711,7 @@ def poisson_bunching(mean_round: float, decode_round: float, chunks_per_round: f
     replicas (a Poisson(d r T) count split d ways), Var T / d; an approximation, not fitted:
     against simulated bursts (bench/open_loop_vs_sim.py, 12 cases) TTFT's median error went
     10.9% -> 4.7% (Llama-3.1-70B tp 4 dp 4 at 15.4 req/s: -13% -> -5%)."""
-    rho = min(max((mean_round - decode_round) / mean_round, 0.0), 1 - 2.0**-20) if mean_round > 0 else 0.0
+    rho = min(max((mean_round - decode_round) / mean_round, 0.0), MAX_BUSY_SHARE) if mean_round > 0 else 0.0
     chunk = (mean_round - decode_round) / chunks_per_round if chunks_per_round > 0 else 0.0
     variance = chunk * rho * mean_round / (1 - rho * rho) / replicas
     return Bunching(mean_round + variance / mean_round if mean_round > 0 else 0.0, rho, max(chunk, 0.0))
@@ -753,7 +759,7 @@ def prompt_queue(mean_round: float, decode_round: float, prompt_round: float, pr
     0.5 = 0.915 s, L = 0.75 + 1.2295 x 0.915 = 1.875, K = 15, share 15 (1 - e^-0.35) / 7 = 0.633."""
     if mean_round <= 0 or prompt_rounds <= 0:
         return PromptQueue(0.0, 0.0)
-    rho = min(max((mean_round - decode_round) / mean_round, 0.0), 1 - 2.0**-20)
+    rho = min(max((mean_round - decode_round) / mean_round, 0.0), MAX_BUSY_SHARE)
     service_seconds = prompt_rounds * prompt_round
     c = max(1, replicas)
     wait_seconds = erlang_c(c, c * rho) * service_seconds / (2 * c * (1 - rho)) if rho > 0 else 0.0
@@ -802,9 +808,9 @@ def pipeline_windows(prompts_per_second: float, decode_round: float, prompt_roun
     rho_b = 0.25, tau = 1 s, u = 1 - 0.75 e^-0.5 = 0.5451, felt = 1 / (0.4549 / 0.03 + 0.5451)
     = 63.65 ms."""
     rate = max(prompts_per_second, 0.0)
-    stage = min(rate * entry_seconds, 1 - 2.0**-20)
+    stage = min(rate * entry_seconds, MAX_BUSY_SHARE)
     tail = max(traversal_seconds - entry_seconds, 0.0)
-    share = min(1 - (1 - stage) * math.exp(-rate * tail), 1 - 2.0**-20)
+    share = min(1 - (1 - stage) * math.exp(-rate * tail), MAX_BUSY_SHARE)
     felt = 1 / ((1 - share) / decode_round + share / max(prompt_round, decode_round))
     return PipelineWindows(stage, share, felt)
 
@@ -825,7 +831,7 @@ def pipeline_entry_wait(prompts_per_second: float, entry_seconds: float, lock_se
     against a simulated 0.69 s. lambda = 1/s, S = 0.25 s, X0 = 1 s: rho = 0.25, W = 0.0625 / 1.5
     + 0.9375 / (2 x 1.75) = 0.0417 + 0.2679 = 0.3095 s."""
     rate = max(prompts_per_second, 0.0)
-    rho = min(rate * entry_seconds, 1 - 2.0**-20)
+    rho = min(rate * entry_seconds, MAX_BUSY_SHARE)
     if rate <= 0:
         return 0.0
     lock = max(lock_seconds, entry_seconds)
@@ -979,7 +985,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     start = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
     if open_loop and lockstep_ranks == 1 and 2 * input_len > step_budget_tokens:
-        # prompts that take turns at a rate: their queue's wait (in X) holds the arrivals below
+        # prompts that take turns at a rate (two exceed the budget, so they exceed any pass's
+        # room, which is the budget less the decodes): their queue's wait (in X) holds the arrivals below
         # the budget, so the budget's cap is not what binds. With it the passes could also settle
         # at a budget-bound state of the same C, whose TTFT is a closed loop's (its clients'
         # cycle), and the open loop mixed the two: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at
@@ -987,7 +994,8 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         # 4.77 s). Where no such state settles within the budget, the capped one stands
         width = 1 + spec_tokens
         max_rate = in_flight * step_budget_tokens / (input_len + decode_rounds * width)
-        queued = _settle_below_budget(args, start, decode_rounds, max_rate, math.ceil(input_len / step_budget_tokens))
+        queued = _settle_below_budget(args, concurrency, input_len, start, decode_rounds, max_rate,
+                                      math.ceil(input_len / step_budget_tokens))
         if queued is not None:
             return queued
     return _settle(args, start, decode_rounds)
@@ -1012,8 +1020,8 @@ def _settle(args: tuple, outside: float, decode_rounds: float, budget_cap: bool 
     return steady
 
 
-def _settle_below_budget(args: tuple, start: float, decode_rounds: float, max_rate: float,
-                         fewest_prompt_rounds: int) -> SteadyState | None:
+def _settle_below_budget(args: tuple, concurrency: float, input_len: int, start: float, decode_rounds: float,
+                         max_rate: float, fewest_prompt_rounds: int) -> SteadyState | None:
     """steady_state's X without the budget cap, where it settles with arrivals within the budget
     (`max_rate` a round), else None. X - settled(X) grows with X (more rounds outside, fewer
     arrivals a round, a shorter queue), so its root is bracketed from the X at which lambda =
@@ -1021,7 +1029,6 @@ def _settle_below_budget(args: tuple, start: float, decode_rounds: float, max_ra
     swing across the budget near it (a pass past it prices a queue whose share of the rounds
     nears 1, whose wait and the requests it leaves behind grow without bound, and least_loaded's
     sums with them: 37 million terms for one plan)."""
-    concurrency = args[0]
     low = max(start, concurrency / max_rate - decode_rounds - fewest_prompt_rounds)
     passes: dict[float, SteadyState] = {}
 
@@ -1041,7 +1048,7 @@ def _settle_below_budget(args: tuple, start: float, decode_rounds: float, max_ra
         return None
     low, high = false_position_bracket(low, high, excess, RESIDENCE_TOLERANCE_ROUNDS, RESIDENCE_PASSES)
     steady = passes[high]
-    rate = steady.prefill_tokens_per_step / max(args[1], 1)
+    rate = steady.prefill_tokens_per_step / max(input_len, 1)
     return steady if rate <= max_rate * (1 + RESIDENCE_TOLERANCE_ROUNDS) else None
 
 
@@ -1172,9 +1179,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # serialised so and the queue compounded it: Llama-3.1-70B tp=2 pp=8, 32,000/16 at 0.1
         # req/s, TPOT 267 ms against a simulated 53)
         replicas = router_replicas if routed is not None else 1
-        queue = prompt_queue(mean_round, decode_round, own_round, prefill_rounds, d, replicas)
         felt_round = mean_round  # the mean round a decoder feels
-        if pipeline_stages > 1:
+        if pipeline_stages == 1:
+            queue = prompt_queue(mean_round, decode_round, own_round, prefill_rounds, d, replicas)
+        else:
             # with PP a decoder's step that follows a prompt's chunks waits behind them at every
             # stage: the prompt holds decoders up for its traversal L, not its round T_p, and the
             # windows of prompts in the pipeline overlap (pipeline_windows); a request's first
@@ -1183,12 +1191,12 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # round (its chunks and the empty steps after them hold the batch queue's places
             # until its chunks return): pipeline_entry_wait
             traversal = prompt_service_seconds(prompt_chunks, own_round, lanes)
-            windows = pipeline_windows(chunks_per_round / prefill_rounds / mean_round, decode_round, own_round,
-                                       traversal, own_round * carriers / lanes)
+            prompts_per_second = chunks_per_round / prefill_rounds / mean_round
+            entry_seconds = own_round * carriers / lanes  # its share of a round's micro-batches
+            windows = pipeline_windows(prompts_per_second, decode_round, own_round, traversal, entry_seconds)
             left = prompt_queue(decode_round / (1 - windows.window_share), decode_round, own_round,
                                 traversal / own_round, d, replicas)
-            queue = PromptQueue(pipeline_entry_wait(chunks_per_round / prefill_rounds / mean_round,
-                                                    own_round * carriers / lanes, own_round, replicas),
+            queue = PromptQueue(pipeline_entry_wait(prompts_per_second, entry_seconds, own_round, replicas),
                                 left.chunk_round_share)
             felt_round = windows.felt_round_seconds
             decoding_round += (felt_round - mean_round) * share
