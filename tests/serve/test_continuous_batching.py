@@ -84,6 +84,44 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
 
 
 
+def _pipelined_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+    """A round of k = 4 micro-batches paced by its fullest one: 10 ms + 2 us per prompt token
+    of the fullest micro-batch (a carrier: its chunk and its quarter of the spread load) +
+    0.1 us per prompt token of the whole round."""
+    fullest = load.prefill_tokens / 4 + (chunk.prefill_tokens if chunk else 0)
+    whole = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
+    return FIXED_ROUND_SECONDS + 2e-6 * fullest + 1e-7 * whole
+
+
+@pytest.mark.parametrize("clients", [3, 12])
+def test_pipelined_prompt_chunks_take_micro_batches_of_their_own_by_hand(clients):
+    """I = 10,000, O = 2, B = 8192, k = p = 4 (PP): N = ceil(10,000 / ~8191.x) = 2 chunks of
+    5,000 tokens, S_p = 1 round of n = 2 carriers. When q = lambda S_p > 1 prompt rounds share
+    a round, the round's 2q chunks each fill a micro-batch of their own up to the p = 4 lanes
+    (a 5,000-token chunk leaves no room for another's), and only 2q - 4 beyond that ride beside
+    them, spread over the 4. At C = 3, q = 3 / (1 + 1 + X) = 1.094 (X = 0.74 rounds: the wait
+    for the round in progress and the prompt's service beyond its round): 2q = 2.19 carriers,
+    the mean of 2 and 3: the fullest holds 5,000 tokens, R(n) = 10 + 10 + 0.5 n ms, mean round
+    21.09 ms (the carriers' spread over all 4 micro-batches made the fullest 5,000 + 0.19 x
+    5,000 / 4: 21.57 ms). At C = 12 the 2q > 4 chunks fill the 4 lanes and the rest spread: the fullest
+    5,000 + (2q - 4) 5,000 / 4, the whole 2q 5,000."""
+    steady = steady_state(clients, 10_000, 2, 8192, 4, _pipelined_round, 0.0, pipeline_stages=4)
+    assert (steady.prompt_chunks, steady.prefill_rounds, steady.prompt_carriers) == (2, 1, 2)
+    q = steady.prefill_tokens_per_step / 10_000
+    assert q > 1
+    filled = min(2 * q, 4)
+    fullest = 5_000 + (2 * q - filled) * 5_000 / 4
+    assert steady.step_seconds == pytest.approx(0.010 + 2e-6 * fullest + 1e-7 * 2 * q * 5_000, rel=1e-9)
+    if clients == 3:
+        assert q == pytest.approx(1.094, abs=0.001)
+        assert steady.step_seconds == pytest.approx(0.020 + 0.0005 * 2 * q, rel=1e-9)
+    else:
+        assert filled == 4
+    # one micro-batch (no PP): the chunks all ride one, as before
+    alone = steady_state(clients, 10_000, 2, 8192, 1, _pipelined_round, 0.0)
+    assert alone.prompt_carriers == 1
+
+
 def test_steady_state_unsaturated_by_hand():
     """C=25, I=5000, O=500, B=16384, k=1, first token 10 ms.
 
