@@ -44,7 +44,7 @@ from planner.cost.timeline import (
 )
 from planner.layout import Layout, ep_group_topology, place
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
-from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks, micro_batches_in_flight
+from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
@@ -490,8 +490,9 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
     fixed = min(eff.FIRST_TOKEN_SECONDS, result.ttft_seconds)
     slots = min(steady.slot_wait_seconds, result.ttft_seconds - fixed)
     budget = min(steady.queue_rounds * steady.step_seconds, result.ttft_seconds - fixed - slots)
-    in_flight = micro_batches_in_flight(result.layout, steady.concurrency)
-    service = min(prompt_service_seconds(steady.prompt_chunks, steady.prompt_round_seconds, in_flight),
+    lanes = result.layout.pp  # the micro-batches a prompt's chunks may fill (steady_state's lanes)
+    service = min(prompt_service_seconds(steady.prompt_chunks, steady.prompt_round_seconds, lanes,
+                                         steady.last_chunk_extra_seconds),
                   result.ttft_seconds - fixed - slots - budget)
     steps = rnd.chunk_steps or rnd.stage_steps
     parts = {"linear layers": 0.0, "routed experts": 0.0, "attention": 0.0, "elementwise and launch overhead": 0.0,

@@ -78,6 +78,9 @@ class SteadyState:
     """N: chunks one prompt is cut into, I / N tokens each (= S_p without PP)."""
     prompt_carriers: int = 1
     """Micro-batches a prompt round fills with its chunks (PP: up to k; 1 without)."""
+    last_chunk_extra_seconds: float = 0.0
+    """PP: how much longer the round of a prompt's last chunk is than the mean chunk's (it
+    attends to the whole prompt: prompt_service_seconds); 0 without PP or with one chunk."""
 
     @property
     def tpot_seconds(self) -> float:
@@ -815,30 +818,31 @@ def pipeline_windows(prompts_per_second: float, decode_round: float, prompt_roun
     return PipelineWindows(stage, share, felt)
 
 
-def pipeline_entry_wait(prompts_per_second: float, entry_seconds: float, lock_seconds: float,
-                        replicas: int = 1) -> float:
+def pipeline_entry_wait(prompts_per_second: float, entry_seconds: float, lock_seconds: float) -> float:
     """A new prompt's mean wait for a PP replica's entry. Prompts that queue stream into it, each
     holding it for its share of a round's micro-batches, S_b (their chunks take the batch queue's
     places as the ones ahead return); but one that finds nothing queued is followed by empty
-    steps, which hold the batch queue's other places until its chunks return, so the next
-    arrival cannot enter before a round T_p has passed (`lock_seconds`). An M/G/1 queue whose
-    busy periods open with an exceptional service X0 = T_p, the rest S = S_b (Welch, Operations
-    Research 12 (1964) 736-752): W = lambda S^2 / (2 (1 - rho)) + lambda (X0^2 - S^2) / (2 (1 -
-    rho + lambda X0)), rho = lambda S; over the c replicas of a least-loaded router scaled as
-    M/D/c is from M/D/1, by C(c, c rho) / (c rho) (erlang_c). A whole round each (the whole-
-    round queue, prompt_queue's) had the capacity at 1 / T_p where queued prompts fill the
-    lanes a lone one leaves: DeepSeek-V3 tp=8 pp=4 dp=4, 16,000/2 tokens at 16 req/s, TTFT 3.0 s
-    against a simulated 0.69 s. lambda = 1/s, S = 0.25 s, X0 = 1 s: rho = 0.25, W = 0.0625 / 1.5
-    + 0.9375 / (2 x 1.75) = 0.0417 + 0.2679 = 0.3095 s."""
+    steps, which hold the batch queue's other places until the step after them may start, so
+    the next arrival cannot enter before `lock_seconds` X0 has passed (steady_state: a round T_p,
+    one chunk past it where the prompt has two or more). An M/G/1 queue whose busy periods open
+    with an exceptional service X0, the rest S = S_b (Welch, Operations Research 12 (1964)
+    736-752): W = lambda S^2 / (2 (1 - rho)) + lambda (X0^2 - S^2) / (2 (1 - rho + lambda X0)),
+    rho = lambda S. Behind a least-loaded router the caller scales it by the chance the arrival's
+    replica holds requests (least_loaded's busy, over 1 - e^-C alone): scaling it as M/D/c is
+    from M/D/1 (a pooled queue at the entry's own load) had DeepSeek-V3 tp=8 pp=4 dp=4,
+    16,000/2 tokens at 10 req/s wait 24 ms where the step simulation waits 208 ms (its router
+    counts requests in flight, and the entries lock). A whole round each (the whole-round
+    queue, prompt_queue's) had the capacity at 1 / T_p where queued prompts fill the lanes a
+    lone one leaves: the same layout at 16 req/s, TTFT 3.0 s against a simulated 0.69 s.
+    lambda = 1/s, S = 0.25 s, X0 = 1 s: rho = 0.25, W = 0.0625 / 1.5 + 0.9375 / (2 x 1.75) =
+    0.0417 + 0.2679 = 0.3095 s."""
     rate = max(prompts_per_second, 0.0)
     rho = min(rate * entry_seconds, MAX_BUSY_SHARE)
     if rate <= 0:
         return 0.0
     lock = max(lock_seconds, entry_seconds)
-    wait = rate * entry_seconds**2 / (2 * (1 - rho)) + rate * (lock**2 - entry_seconds**2) / (
+    return rate * entry_seconds**2 / (2 * (1 - rho)) + rate * (lock**2 - entry_seconds**2) / (
         2 * (1 - rho + rate * lock))
-    c = max(1, replicas)
-    return wait if c == 1 else wait * erlang_c(c, c * rho) / (c * rho)
 
 
 def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple[float, float, int]:
@@ -852,11 +856,17 @@ def prompt_chunking(input_len: int, room_tokens: float, in_flight: int) -> tuple
     return chunks, rounds, max(1, math.ceil(chunks / rounds)) if rounds else 1
 
 
-def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight: int) -> float:
+def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight: int,
+                           last_extra_seconds: float = 0.0) -> float:
     """A prompt's own prefill over its N chunks in consecutive micro-batches, one every T / k of
     a round T, the last a whole round: T (1 + (N - 1) / k); N T without PP (k = 1, one chunk a
-    round). N = 3, T = 0.2 s, k = 4: 0.3 s."""
-    return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / in_flight)
+    round). N = 3, T = 0.2 s, k = 4: 0.3 s. `last_extra_seconds` E: how much longer the last
+    chunk's round is than the mean chunk's (it attends to the whole prompt before it); its path
+    is the traversal's last leg, so with PP the service is T N / k + (T + E)(1 - 1 / k) (the
+    chunks' entries at the mean, the last one's path whole); without PP the rounds sum to N T
+    (pairs are linear in the rounds). N = 3, T = 0.2 s, k = 4, E = 0.04 s: 0.33 s."""
+    k = max(in_flight, 1)
+    return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / k) + last_extra_seconds * (1 - 1 / k)
 
 
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
@@ -1124,6 +1134,16 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             part = filled - fewer
             prompt_round = mean_round = (1 - part) * carried(spread, one_chunk, fewer) + (
                 part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
+    last_extra = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
+    if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
+        # chunks of c = I / N tokens: the j-th attends to (j - 1) c before it and half of
+        # itself, c^2 (j - 1/2) pairs, so the last holds (2 N - 1) / N^2 of the prompt's pairs
+        # against the mean's 1 / N (N = 4: 1.75 times). Llama-3.1-70B tp=2 pp=8, 32,000 tokens
+        # in 4 chunks: their stage times 119/137/155/157 ms, the traversal 1.68 s where the mean
+        # chunk's gave 1.59
+        last_chunk = replace(one_chunk, prefill_attention_pairs=pairs * (2 * prompt_chunks - 1) / prompt_chunks**2)
+        base = decode if chunks_per_round <= 1 else spread
+        last_extra = max(0.0, carried(base, last_chunk, 1) - carried(base, one_chunk, 1))
     alignment = alignment_rounds(c, open_loop, routed)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
@@ -1156,7 +1176,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
     waited_seconds = alignment * wait_round
-    service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
+    service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra)
     bunched_seconds = 0.0  # what Poisson bunching adds to a decoding request's rounds
     if open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and chunks_per_round > 0:
         # Poisson arrivals bunch: a long round gathers more prompts for the next (poisson_bunching)
@@ -1170,7 +1190,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         spread_seconds = max(chunks_per_round - 1, 0.0) * bunched.chunk_seconds
         first_round_seconds = own_round - spread_seconds + busy * rho * lands_seconds
         waited_seconds = busy * lands_seconds / 2
-        service_seconds = first_round_seconds + (prompt_chunks - 1) * own_round / lanes
+        service_seconds = first_round_seconds + (prompt_chunks - 1) * own_round / lanes + last_extra * (1 - 1 / lanes)
         if d > 0 and routed is None:
             # the rounds after it decay back to the mean by the prompt share each round (AR(1));
             # behind a least-loaded router the replica that took a bunch is the busiest, so the
@@ -1203,21 +1223,35 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # prompt waits at the entry: queued prompts stream into it, a lone one locks it for a
             # round (its chunks and the empty steps after them hold the batch queue's places
             # until its chunks return): pipeline_entry_wait
+            # (the windows keep the mean chunk's traversal: with the last chunk's, TPOT went over
+            # the step simulation's by 12/34/26% at 10/30/60% of capacity, Llama-3.1-70B tp=2 pp=8,
+            # 32,000/16 tokens, against -3/+6/+8%: the windows left behind price a queue of whole
+            # traversals, which grows as L^2, where PP's entry streams the prompts; TTFT takes it)
             traversal = prompt_service_seconds(prompt_chunks, own_round, lanes)
             prompts_per_second = chunks_per_round / prefill_rounds / mean_round
             entry_seconds = own_round * carriers / lanes  # its share of a round's micro-batches
             windows = pipeline_windows(prompts_per_second, decode_round, own_round, traversal, entry_seconds)
             left = prompt_queue(decode_round / (1 - windows.window_share), decode_round, own_round,
                                 traversal / own_round, d, replicas)
-            queue = PromptQueue(pipeline_entry_wait(prompts_per_second, entry_seconds, own_round, replicas),
-                                left.chunk_round_share)
+            # the lock lasts until the step after the queue's last place may start: it holds the
+            # decoders of the phase after the prompt's first chunk (the prompt's own, with two
+            # chunks), which wait for that phase's last step, the prompt's second chunk: one
+            # chunk past the round (DeepSeek-V3 tp=8 pp=4, two chunks: a second prompt 10 ms
+            # behind a lone one waits 375 ms in the step simulation, the lone one's traversal)
+            lock = prompt_service_seconds(min(prompt_chunks, 2.0), own_round, lanes)
+            wait = pipeline_entry_wait(prompts_per_second, entry_seconds, lock)
+            if routed is not None:
+                # behind a least-loaded router an arrival finds its replica holding requests only
+                # when every replica does (routed.busy), against 1 - e^-C on a replica of its own
+                wait *= routed.busy / -math.expm1(-c)
+            queue = PromptQueue(wait, left.chunk_round_share)
             felt_round = windows.felt_round_seconds
             decoding_round += (felt_round - mean_round) * share
         if queue.wait_seconds > waited_seconds:
             # it waits for whole prompts, so its own are served alone (its first round carries no
             # others that came meanwhile: they queue behind it)
             waited_seconds = queue.wait_seconds
-            service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
+            service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra)
         if d > 0:
             priced_seconds = (felt_round - decode_round) * share + bunched_seconds  # prompts in it now
             decoding_round += max(0.0, queue.chunk_round_share * (own_round - decode_round) - priced_seconds)
@@ -1258,4 +1292,5 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         tokens_per_round=tokens_per_round,
         prompt_chunks=prompt_chunks,
         prompt_carriers=carriers,
+        last_chunk_extra_seconds=last_extra,
     )
