@@ -1186,12 +1186,12 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         lands_seconds, rho = bunched.length_biased_round_seconds, bunched.prompt_share
         if prompt_chunks > 1 and chunks_per_round <= 1:
             # prompts cut into chunks, each filling its step: a round carries one chunk at most
-            # (and a sliver of the next prompt's), so the round an arrival
-            # lands in is length-biased over two lengths, T_d and T_p, a share q of the rounds
-            # carrying a chunk: E[T^2] / E[T]. Poisson bunching's rounds grow with the chunks that
-            # arrive together, which these never share: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens
-            # at 1.25 req/s, a 0.93 s round where chunk rounds last 0.34 s, and TPOT held at that
-            # cap (339 ms) against a simulated 258 ms (now 267)
+            # (and a sliver of the next prompt's), so the round an arrival lands in is
+            # length-biased over two lengths, T_d and T_p, a share q of the rounds carrying a
+            # chunk: E[T^2] / E[T]. Poisson bunching's rounds grow with the chunks that arrive
+            # together, which these never share: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at
+            # 1.25 req/s, a 0.93 s round where chunk rounds last 0.34 s, and TPOT held at that cap
+            # (339 ms) against a simulated 258 ms (now 267)
             lands_seconds = ((1 - chunks_per_round) * decode_round**2 + chunks_per_round * own_round**2) / (
                 (1 - chunks_per_round) * decode_round + chunks_per_round * own_round)
         # it arrives in a round of the length-biased mean and waits out half of it; its first
