@@ -1265,7 +1265,17 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                 # behind a least-loaded router an arrival finds its replica holding requests only
                 # when every replica does (routed.busy), against 1 - e^-C on a replica of its own
                 wait *= routed.busy / -math.expm1(-c)
-            queue = PromptQueue(wait, left.chunk_round_share)
+            # its first decode step runs behind any prompt that joined while it waited and its
+            # chunks entered (the step is scheduled as they leave the batch queue, a round after
+            # the first entered): with chance 1 - e^-m it costs that round, a floor on the share
+            # the windows left behind give its D rounds, which few rounds reach (DeepSeek-V3
+            # tp=8 pp=4 dp=4, 16,000/2 tokens at 6/8/10/12/14/16 req/s, TPOT against 4,000-prompt
+            # step simulations, whose one ITL is 9 or 302 ms: -9/-27/-28/-25/-17/-10% ->
+            # +55/+21/+7/-0/-0/+0%; at the light end the router's share of arrivals that join a
+            # busy replica is too high for the first round, by about 1.5x)
+            joining = prompts_per_second * (1.0 if routed is None else routed.prompt_share)
+            behind = -math.expm1(-joining * (wait + own_round))
+            queue = PromptQueue(wait, max(left.chunk_round_share, behind / d) if d > 0 else 0.0)
             felt_round = windows.felt_round_seconds
             decoding_round += (felt_round - mean_round) * share
         if queue.wait_seconds > waited_seconds:
