@@ -122,6 +122,17 @@ def test_pipelined_prompt_chunks_take_micro_batches_of_their_own_by_hand(clients
     assert alone.prompt_carriers == 1
 
 
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(low=st.floats(1.0, 40.0), step=st.floats(0.01, 5.0), input_len=st.sampled_from([10_000, 20_000, 30_000]))
+def test_pipelined_rounds_never_shorten_as_clients_are_added(low, step, input_len):
+    """PP (k = p = 4), prompts of several step-filling chunks: the mean round never shortens as
+    clients are added, across q = 1 where a round's chunks start taking micro-batches of their
+    own (the carriers' count interpolated between whole numbers) and up to the lanes."""
+    rounds = [steady_state(c, input_len, 2, 8192, 4, _pipelined_round, 0.0, pipeline_stages=4).step_seconds
+              for c in (low, low + step)]
+    assert rounds[1] >= rounds[0] * (1 - 1e-12)
+
+
 def test_steady_state_unsaturated_by_hand():
     """C=25, I=5000, O=500, B=16384, k=1, first token 10 ms.
 
