@@ -983,7 +983,11 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
     joins (the others decoding there, in place of n_d).
     `pipeline_stages`: the replica's p: a prompt's chunks fill up to p micro-batches a round
     however few decode (`chunk_lanes` of arrivals), and prompt_queue prices a PP replica's
-    prompts only where they ride one round.
+    prompts only where they ride one round. With PP a round's chunks (N > 1) take micro-batches
+    of their own up to the p lanes before any spread beside them (q > 1), a prompt's service
+    counts its last chunk's longer path (prompt_service_seconds' E), its entry waits per
+    pipeline_entry_wait, and whole prompts (N = 1) bunch as on one replica (held at q = 1's
+    past it).
     Open loop, prompts that take turns (2 I > B): X is first settled without the budget's cap
     (_settle_below_budget), since their queue's wait holds the arrivals below it.
     solve_open_loop finds the C of a rate."""
@@ -1119,7 +1123,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # each: the round's chunks take micro-batches of their own, up to the p lanes, and only
         # the rest ride beside them. Spreading them over the carriers too ran the carriers' path
         # at 1.45 chunks each, over their room: Llama-3.1-70B tp=2 pp=8, 32,000/16 tokens at 32
-        # clients, capacity 1.14 req/s where the step simulation keeps up with 1.5. Whole prompts
+        # clients, capacity 1.14 req/s where the step simulation falls behind only past 1.5. Whole prompts
         # (N = 1) share micro-batches: one carries a whole prompt, the others' spread
         filled = min(busiest * carriers, lanes) if pipeline_stages > 1 and prompt_chunks > 1 else carriers
         others = busiest * carriers - filled  # the chunks beyond the carriers', spread
