@@ -133,6 +133,28 @@ def test_pipelined_rounds_never_shorten_as_clients_are_added(low, step, input_le
     assert rounds[1] >= rounds[0] * (1 - 1e-12)
 
 
+@pytest.mark.parametrize("clients", [0.5, 6.0, 24.0])
+def test_pipelined_whole_prompts_bunch_for_their_first_token(clients):
+    """PP (p = 2), whole prompts (I = 1,000 in one chunk), arrivals at a rate: a new prompt waits
+    out half the length-biased round L it lands in, when it finds the replica busy (chance 1 -
+    e^-C), and its carrier also holds the prompts that came during it, rho L of round: TTFT =
+    (1 - e^-C)(L / 2 + rho L) + T_p, with L and rho from poisson_bunching at the mean round, the
+    decode round and q chunks a round, q held at 1 past it (at C = 24, q = 2.03: the bunching at
+    one a round's, the round's own growth in T_p). Without the bunching a PP prompt waited out a
+    whole mean round T and rode alone (TTFT = (1 - e^-C) T + T_p)."""
+    from planner.cost.continuous_batching import poisson_bunching
+
+    steady = steady_state(clients, 1000, 11, 8192, 2, _pipelined_round, 0.0, open_loop=True, pipeline_stages=2)
+    assert steady.prompt_chunks == 1
+    q = steady.prefill_tokens_per_step / 1000 * steady.prefill_rounds
+    bunched = poisson_bunching(steady.step_seconds, steady.decode_round_seconds, min(q, 1.0))
+    lands, rho, busy = bunched.length_biased_round_seconds, bunched.prompt_share, -math.expm1(-clients)
+    assert steady.ttft_seconds == pytest.approx(busy * (lands / 2 + rho * lands) + steady.prompt_round_seconds,
+                                                rel=1e-9)
+    if clients == 24.0:
+        assert q > 1
+
+
 def test_steady_state_unsaturated_by_hand():
     """C=25, I=5000, O=500, B=16384, k=1, first token 10 ms.
 
