@@ -1138,23 +1138,24 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             part = filled - fewer
             prompt_round = mean_round = (1 - part) * carried(spread, one_chunk, fewer) + (
                 part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
-    last_extra = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
+    takes_turns = 2 * i > room  # two prompts exceed a step's room: whole prompts never share a round
+    last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
         # chunks of c = I / N tokens: the j-th attends to (j - 1) c before it and half of
         # itself, c^2 (j - 1/2) pairs, so the last holds (2 N - 1) / N^2 of the prompt's pairs
         # against the mean's 1 / N (N = 4: 1.75 times). Llama-3.1-70B tp=2 pp=8, 32,000 tokens
-        # in 4 chunks: their stage times 119/137/155/157 ms, the traversal 1.68 s where the mean
+        # in 4 chunks: their stage times 119/137/155/157 ms, the traversal_seconds 1.68 s where the mean
         # chunk's gave 1.59
         last_chunk = replace(one_chunk, prefill_attention_pairs=pairs * (2 * prompt_chunks - 1) / prompt_chunks**2)
         base = decode if chunks_per_round <= 1 else spread
-        last_extra = max(0.0, carried(base, last_chunk, 1) - carried(base, one_chunk, 1))
+        last_extra_seconds = max(0.0, carried(base, last_chunk, 1) - carried(base, one_chunk, 1))
     alignment = alignment_rounds(c, open_loop, routed)
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
         share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
         if not open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and 0 < chunks_per_round <= 1 \
-                and 2 * i > room and d + outside_rounds > 0:
+                and takes_turns and d + outside_rounds > 0:
             # prompts that take turns never share a round with a request's own: the others' (C - 1)
             # S_p prompt rounds of its cycle fall in its D + X other rounds, not spread over all
             # D + S_p + X (the prompt rounds they would have shared with its own are where it
@@ -1180,7 +1181,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
     waited_seconds = alignment * wait_round
-    service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra)
+    service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra_seconds)
     bunched_seconds = 0.0  # what Poisson bunching adds to a decoding request's rounds
     # with PP, whole prompts (N = 1) bunch the same way: vLLM puts every prompt waiting when a
     # step is scheduled into that step, so a new prompt waits out the gap it lands in, which
@@ -1215,7 +1216,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         spread_seconds = 0.0 if whole_pipelined else max(chunks_per_round - 1, 0.0) * bunched.chunk_seconds
         first_round_seconds = own_round - spread_seconds + busy * rho * lands_seconds
         waited_seconds = busy * lands_seconds / 2
-        service_seconds = first_round_seconds + (prompt_chunks - 1) * own_round / lanes + last_extra * (1 - 1 / lanes)
+        service_seconds += first_round_seconds - own_round  # its first round, bunched, in place of its own
         if d > 0 and routed is None:
             # the rounds after it decay back to the mean by the prompt share each round (AR(1));
             # behind a least-loaded router the replica that took a bunch is the busiest, so the
@@ -1225,7 +1226,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             excess_seconds = (first_round_seconds - mean_round) * rho ** (prompt_chunks - 1)
             bunched_seconds = excess_seconds * rho * (1 - rho ** d) / (1 - rho) / d
             decoding_round += bunched_seconds
-    if open_loop and lockstep_ranks == 1 and not bound and chunks_per_round > 0 and 2 * i > room \
+    if open_loop and lockstep_ranks == 1 and not bound and chunks_per_round > 0 and takes_turns \
             and (pipeline_stages == 1 or prefill_rounds <= 1):
         # prompts that do not fit two to a step take turns: whole prompts queue for the rounds
         # that carry them, a new one waits for the prompts ahead, and a request's first decode
@@ -1242,33 +1243,33 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             queue = prompt_queue(mean_round, decode_round, own_round, prefill_rounds, d, replicas)
         else:
             # with PP a decoder's step that follows a prompt's chunks waits behind them at every
-            # stage: the prompt holds decoders up for its traversal L, not its round T_p, and the
+            # stage: the prompt holds decoders up for its traversal_seconds L, not its round T_p, and the
             # windows of prompts in the pipeline overlap (pipeline_windows); a request's first
             # decode rounds follow the windows left behind it, L / T_p prompt rounds each. A new
             # prompt waits at the entry: queued prompts stream into it, a lone one locks it for a
             # round (its chunks and the empty steps after them hold the batch queue's places
             # until its chunks return): pipeline_entry_wait
-            # (the windows keep the mean chunk's traversal: with the last chunk's, TPOT went over
+            # (the windows keep the mean chunk's traversal_seconds: with the last chunk's, TPOT went over
             # the step simulation's by 12/34/26% at 10/30/60% of capacity, Llama-3.1-70B tp=2 pp=8,
             # 32,000/16 tokens, against -3/+6/+8%: the windows left behind price a queue of whole
             # traversals, which grows as L^2, where PP's entry streams the prompts; TTFT takes it)
-            traversal = prompt_service_seconds(prompt_chunks, own_round, lanes)
+            traversal_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
             prompts_per_second = chunks_per_round / prefill_rounds / mean_round
             entry_seconds = own_round * carriers / lanes  # its share of a round's micro-batches
-            windows = pipeline_windows(prompts_per_second, decode_round, own_round, traversal, entry_seconds)
+            windows = pipeline_windows(prompts_per_second, decode_round, own_round, traversal_seconds, entry_seconds)
             left = prompt_queue(decode_round / (1 - windows.window_share), decode_round, own_round,
-                                traversal / own_round, d, replicas)
+                                traversal_seconds / own_round, d, replicas)
             # the lock lasts until the step after the queue's last place may start: it holds the
             # decoders of the phase after the prompt's first chunk (the prompt's own, with two
             # chunks), which wait for that phase's last step, the prompt's second chunk: one
             # chunk past the round (DeepSeek-V3 tp=8 pp=4, two chunks: a second prompt 10 ms
-            # behind a lone one waits 375 ms in the step simulation, the lone one's traversal)
-            lock = prompt_service_seconds(min(prompt_chunks, 2.0), own_round, lanes)
-            wait = pipeline_entry_wait(prompts_per_second, entry_seconds, lock)
+            # behind a lone one waits 375 ms in the step simulation, the lone one's traversal_seconds)
+            lock_seconds = prompt_service_seconds(min(prompt_chunks, 2.0), own_round, lanes)
+            entry_wait_seconds = pipeline_entry_wait(prompts_per_second, entry_seconds, lock_seconds)
             if routed is not None:
                 # behind a least-loaded router an arrival finds its replica holding requests only
                 # when every replica does (routed.busy), against 1 - e^-C on a replica of its own
-                wait *= routed.busy / -math.expm1(-c)
+                entry_wait_seconds *= routed.busy / -math.expm1(-c)
             # its first decode step runs behind any prompt that joined while it waited and its
             # chunks entered (the step is scheduled as they leave the batch queue, a round after
             # the first entered): with chance 1 - e^-m it costs that round, a floor on the share
@@ -1278,19 +1279,19 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # +55/+21/+7/-0/-0/+0%; at the light end the router's share of arrivals that join a
             # busy replica is too high for the first round, by about 1.5x)
             joining = prompts_per_second * (1.0 if routed is None else routed.prompt_share)
-            behind = -math.expm1(-joining * (wait + own_round))
-            queue = PromptQueue(wait, max(left.chunk_round_share, behind / d) if d > 0 else 0.0)
+            behind = -math.expm1(-joining * (entry_wait_seconds + own_round))
+            queue = PromptQueue(entry_wait_seconds, max(left.chunk_round_share, behind / d) if d > 0 else 0.0)
             felt_round = windows.felt_round_seconds
             decoding_round += (felt_round - mean_round) * share
         if queue.wait_seconds > waited_seconds:
             # it waits for whole prompts, so its own are served alone (its first round carries no
             # others that came meanwhile: they queue behind it)
             waited_seconds = queue.wait_seconds
-            service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra)
+            service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra_seconds)
         if d > 0:
             priced_seconds = (felt_round - decode_round) * share + bunched_seconds  # prompts in it now
             decoding_round += max(0.0, queue.chunk_round_share * (own_round - decode_round) - priced_seconds)
-    if open_loop and 2 * i > room and chunks_per_round <= 1:
+    if open_loop and takes_turns and chunks_per_round <= 1:
         # prompts that take turns: a round carries one chunk at most, so no decode round is longer
         # than one that carries a chunk (Poisson bunching's length-biased round, which assumes
         # the prompts that arrive together share the next step, grows without bound as the
@@ -1327,5 +1328,5 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         tokens_per_round=tokens_per_round,
         prompt_chunks=prompt_chunks,
         prompt_carriers=carriers,
-        last_chunk_extra_seconds=last_extra,
+        last_chunk_extra_seconds=last_extra_seconds,
     )
