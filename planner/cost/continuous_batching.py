@@ -1042,14 +1042,20 @@ def _settle_below_budget(args: tuple, concurrency: float, input_len: int, start:
     C / (D + S_p + X) reaches the budget and found by false position, not by passes, which
     swing across the budget near it (a pass past it prices a queue whose share of the rounds
     nears 1, whose wait and the requests it leaves behind grow without bound, and least_loaded's
-    sums with them: 37 million terms for one plan)."""
+    sums with them: 37 million terms for one plan). The excess is taken as a share,
+    (X - settled) / (X + settled): the same root and sign, but bounded where a pass near the
+    budget settles at X's thousands (a queue whose share nears 1), which left false position's
+    secant pinned to the far end (of 314 solves in a DeepSeek-V3 rate plan, 171 spent all 12
+    rounds); it stops once that share is within half RESIDENCE_TOLERANCE_ROUNDS, the passes'
+    own criterion, at whichever end meets it."""
     low = max(start, concurrency / max_rate - decode_rounds - fewest_prompt_rounds)
     passes: dict[float, SteadyState] = {}
 
     def excess(outside: float) -> float:
         if outside not in passes:
             passes[outside] = _steady_pass(*args, False, outside)
-        return outside - _settled_rounds(passes[outside], decode_rounds)
+        settled = _settled_rounds(passes[outside], decode_rounds)
+        return (outside - settled) / (outside + settled) if outside + settled > 0 else 0.0
 
     if excess(low) >= 0:
         return None  # it would settle with more arrivals than the budget carries
@@ -1060,8 +1066,10 @@ def _settle_below_budget(args: tuple, concurrency: float, input_len: int, start:
         low, high = high, 2 * high
     else:
         return None
-    low, high = false_position_bracket(low, high, excess, RESIDENCE_TOLERANCE_ROUNDS, RESIDENCE_PASSES)
-    steady = passes[high]
+    low, high = false_position_bracket(low, high, excess, RESIDENCE_TOLERANCE_ROUNDS, RESIDENCE_PASSES,
+                                       RESIDENCE_TOLERANCE_ROUNDS / 2)
+    settled_low = -excess(low) <= RESIDENCE_TOLERANCE_ROUNDS / 2 and -excess(low) < excess(high)
+    steady = passes[low if settled_low else high]
     rate = steady.prefill_tokens_per_step / max(input_len, 1)
     return steady if rate <= max_rate * (1 + RESIDENCE_TOLERANCE_ROUNDS) else None
 

@@ -1214,10 +1214,15 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
     `priced`: the caller's memo of stage steps already priced for this layout, imbalance and
     constants (an estimate prices the same load many times over: the steady state's search
     over concurrency, a chunk's carrier beside its plain micro-batch), which also keeps each
-    stage's StageRates; None: none kept."""
+    stage's StageRates and, under ("stages", load), the whole tuple: a load priced before is
+    one lookup, not one per stage (a DeepSeek-V3 rate plan over 104 layouts asks 360,000 times,
+    each load once per stage on up to 32 stages); None: none kept."""
+    alike: dict[tuple, StepTime | StageRates | tuple[StepTime, ...]] = {} if priced is None else priced
+    whole = alike.get(("stages", load))  # every stage at this load, priced before
+    if whole is not None:
+        return whole
     last = layout.pp - 1
     constants = constants or step_constants(model, cluster, layout)
-    alike: dict[tuple, StepTime | StageRates] = {} if priced is None else priced
     out = []
     terms = None
     this_load: dict[tuple, StepTime] = {}  # by shape: the load is hashed once per distinct stage
@@ -1236,7 +1241,8 @@ def stage_step_times(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
                                                     terms, rates)
             this_load[shape] = step
         out.append(step)
-    return tuple(out)
+    whole = alike["stages", load] = tuple(out)
+    return whole
 
 
 SPREAD_SEQUENCE_FLOOR = 2.0**-30

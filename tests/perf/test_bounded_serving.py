@@ -371,3 +371,26 @@ def test_plan_explains_re_plans_are_bounded_and_report_the_same(monkeypatch: pyt
     monkeypatch.setattr(serve_search, "bounded_evaluation", counted)
     assert report(0) == report(10**9)
     assert sum(calls) > 0  # the re-plans did skip layouts
+
+
+def test_stage_steps_memo_gives_what_a_fresh_pricing_gives() -> None:
+    """stage_step_times keeps every stage's step for a load in the caller's memo (one lookup
+    where each stage's was one, the load hashed once): a second call returns the very tuple the
+    first stored, and both equal a pricing with no memo, on a layout whose first and last
+    stages are priced apart (DeepSeek-V3 tp=8 pp=4: 61 layers, stages of unequal layers)."""
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("4x8xH200")
+    request = for_vllm_release(ServeRequest())
+    layout = Layout(8, 4, 1)
+    setup = replica_setup(model, with_moe_backend(cluster, request.moe_backend), layout, request)
+    assert not isinstance(setup, Rejected)
+    load = StepLoad(64, 64 * 2048, 512, 512 * 256, 0.5)
+    memo: dict = {}
+    first = stage_step_times(model, cluster, layout, setup.placement, setup.stages, load,
+                             expert_imbalance(request), setup.constants, memo)
+    again = stage_step_times(model, cluster, layout, setup.placement, setup.stages, load,
+                             expert_imbalance(request), setup.constants, memo)
+    fresh = stage_step_times(model, cluster, layout, setup.placement, setup.stages, load,
+                             expert_imbalance(request), setup.constants)
+    assert again is first
+    assert first == fresh
+    assert len(first) == 4 and len({stage.num_layers for stage in setup.stages}) > 1
