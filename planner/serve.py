@@ -483,7 +483,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
 
     has_sla = request.has_sla
     lockstep = lockstep_ranks(model, layout)
-    knee, knee_note = None, None
     # neither --batch nor the clients fix the concurrency (a knee below the clients would only queue them)
     free = request.batch is None and not clients_bound
     if has_sla and request.batch is None and request.offered_rate_per_s is None \
@@ -493,21 +492,30 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # missed a TTFT limit alone spent 40 s of 43 on knees, most of it re-planning bigger
         # clusters for serve_search.suggest: Qwen3-30B-A3B, 20,000/16 tokens, --max-ttft-ms 50)
         return Rejected(layout, (sla_reason(request, steady_at(1)),))
-    if free and steady_at(cap).budget_bound:
-        # past the token budget more sequences add no tokens/s, only prompt queueing
-        knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
-        knee_note = (f"Prompt-bound: {knee} concurrent sequences per replica give the most output "
-                     f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue for "
-                     f"the {budget:,}-token step budget")
-    elif free and lockstep > 1:
-        # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
-        # each whole number of chunks per rank and step
-        knee = lockstep_peak_concurrency(steady_at, chunks_per_round, cap, PROMPT_BOUND_TIE_FRACTION)
-        knee_note = (f"Lockstep-bound: {knee} concurrent sequences per replica give the most output "
-                     f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} DP "
-                     f"ranks stepping together wait on whichever carries the most prompt chunks "
-                     f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
-                     f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
+
+    def saturation_knee() -> tuple[int | None, str | None]:
+        """The fewest sequences within PROMPT_BOUND_TIE_FRACTION of the most tokens/s where
+        more would only queue, and its note; (None, None) where tokens/s keep rising to the cap.
+        Sought only where the concurrency is the plan's to choose (no rate taken: a layout that
+        keeps up with a --request-rate runs what Little's law says, and the search over
+        concurrency was 8 s of a 28 s DeepSeek-V3 rate plan)."""
+        if free and steady_at(cap).budget_bound:
+            # past the token budget more sequences add no tokens/s, only prompt queueing
+            knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
+            return knee, (f"Prompt-bound: {knee} concurrent sequences per replica give the most output "
+                          f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue "
+                          f"for the {budget:,}-token step budget")
+        if free and lockstep > 1:
+            # ranks in lockstep wait on the busiest one's prompt chunks: tokens/s fall past
+            # each whole number of chunks per rank and step
+            knee = lockstep_peak_concurrency(steady_at, chunks_per_round, cap, PROMPT_BOUND_TIE_FRACTION)
+            return knee, (f"Lockstep-bound: {knee} concurrent sequences per replica give the most output "
+                          f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); at more (up to {cap}) the {lockstep} "
+                          f"DP ranks stepping together wait on whichever carries the most prompt chunks "
+                          f"(at {cap}: {steady_at(cap).busiest_rank_chunks_per_round:.2f} per step against "
+                          f"{mean_prompt_chunks(steady_at(cap), request):.2f} on average)")
+        return None, None
+
     binding = None
     offered = request.offered_rate_per_s
     arriving = None  # the open-loop steady state at the offered rate, where the layout keeps up
@@ -574,6 +582,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
             return Rejected(layout, (sla_reason(request, steady_at(1)),))
+        knee, knee_note = saturation_knee()
         if knee is not None and knee < cap and largest >= knee:
             # the limits allow the knee: every sequence past it only queues (as without limits).
             # Goodput stays monotone in the limits: below the knee every rate is under the bar
@@ -600,6 +609,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 notes = [f"SLA-bound: {batch} concurrent sequences per replica, the most whose mean "
                          f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
     else:
+        knee, knee_note = saturation_knee()
         batch = cap if knee is None else knee
         if batch < cap:
             notes.append(knee_note)
