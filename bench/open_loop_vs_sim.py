@@ -51,7 +51,8 @@ CASES = [
 ]
 QUICK = [("llama-3.1-8b", "1x8xH100", 1024, 128, (0.1, 0.7)), ("llama-3.1-70b", "2x8xH100", 2048, 256, (0.1, 0.7))]
 PP_CASES = [
-    # model, cluster, input, output, shares of the pinned layout's own capacity, layout
+    # model, cluster, input, output, shares of the pinned layout's own capacity (at a rate: its
+    # convoy's, continuous_batching.convoy_capacity_per_s, where that is lower), layout
     ("llama-3.1-70b", "1x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=4, pp=2)),
     ("llama-3.1-70b", "1x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=2, pp=4)),
     ("llama-3.1-405b", "2x8xH100", 1024, 256, (0.1, 0.4, 0.7), dict(tp=8, pp=2)),
@@ -97,7 +98,9 @@ def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int
     extra = extra or {}
     capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
                                                          layout=pinned, **extra)).recommended
-    rate = share * capacity.throughput_tokens_per_second / output_len
+    # the most it keeps up with at a rate: PP whole prompts convoy below the steady state's capacity
+    rate = share * min(capacity.throughput_tokens_per_second / output_len,
+                       capacity.convoy_rate_per_s * capacity.layout.dp)
     best = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
                                                      request_rate_per_s=rate, layout=pinned, **extra)).recommended
     prompts = max(min_prompts, round(rate * max(BURST_SECONDS, STEADY_E2ES * best.e2e_seconds)))

@@ -22,6 +22,7 @@ from planner.cost.continuous_batching import (
     SteadyState,
     arrivals,
     clients_at_rate,
+    convoy_capacity_per_s,
     in_flight_weights,
     least_loaded,
     lockstep_peaks,
@@ -165,6 +166,11 @@ class ServeEstimate:
     overloaded: bool = False
     """A finite --request-rate above what the layout completes: it runs at capacity and the
     queue grows for as long as the requests keep coming."""
+    convoy_rate_per_s: float = math.inf
+    """PP with whole prompts that share a step: the most requests a second one replica keeps up
+    with under arrivals at a rate, its micro-batches in a convoy (continuous_batching.
+    convoy_capacity_per_s); inf where no convoy forms (no PP, prompts that take turns, DP ranks
+    in lockstep). A --request-rate past it (per replica) is overloaded."""
 
     @property
     def concurrency(self) -> float:
@@ -521,6 +527,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     arriving = None  # the open-loop steady state at the offered rate, where the layout keeps up
     missed_at_rate = None  # that steady state, where it misses a limit
     overloaded = False
+    convoy_per_s = math.inf  # PP whole prompts at a rate: the most a replica's convoy keeps up with
+    if layout.pp > 1 and lockstep == 1 and 2 * request.input_len <= budget:
+        # whole prompts that share a step fall into a convoy under arrivals at a rate: each
+        # round's ride one micro-batch through every stage (convoy_capacity_per_s)
+        convoy_round = rounds(cap, layout.pp)
+        convoy_per_s = convoy_capacity_per_s(lambda load, convoy: convoy_round(load, convoy).seconds,
+                                             request.input_len, request.output_len, budget, tokens_per_round,
+                                             spec_tokens, request.decode_context_tokens, request.prompt_pairs)
+    convoyed = False  # the rate a replica gets is past it
     if offered is not None:
         # the rate sets the load: each replica gets R / d (vLLM's DP front end balances them)
         # and holds what Little's law says, up to what it can run (the clients, --batch as its
@@ -532,7 +547,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         peaks = ()
         if lockstep > 1:  # the busiest rank's chunks jump where the mean's pass a whole number
             peaks = lockstep_peaks(chunks_per_round, top)
-        arriving = solve_open_loop(offered / layout.dp, open_at, top, peaks)
+        convoyed = offered / layout.dp >= convoy_per_s
+        arriving = None if convoyed else solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
@@ -562,7 +578,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         batch, steady, binding = cap, arriving, "request-rate"
         # what caps the engine's sequences does not bind below it
         notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
-        capacity = steady_at(top).requests_per_second
+        capacity = min(steady_at(top).requests_per_second, convoy_per_s)
         running_e2e = arriving.e2e_seconds - arriving.slot_wait_seconds
         waits = arriving.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds
         notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
@@ -625,6 +641,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"replica(s) completes at most {plain(steady.requests_per_second)} req/s (at {steady.concurrency:g} "
                      f"in flight) of the {plain(offered / layout.dp)} asked: requests queue for as long as they keep "
                      f"coming, so the times shown are at that concurrency, before that queue")
+    elif overloaded and convoyed:
+        notes.append(f"Overloaded (convoy): --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of each "
+                     f"of the {layout.dp} replica(s); vLLM puts every prompt that arrived during a round into the next "
+                     f"micro-batch, which carries them through all {layout.pp} stages in turn while the others wait "
+                     f"behind it, and past {plain(convoy_per_s)} req/s a replica that round outlasts the arrivals it "
+                     f"carries: requests queue for as long as they keep coming (the times shown are at the spread "
+                     f"steady state's capacity, {plain(steady.requests_per_second)} req/s at {steady.concurrency:g} in "
+                     f"flight, which the convoy does not reach)")
     elif overloaded:
         notes.append(f"Overloaded: --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of each of the "
                      f"{layout.dp} replica(s), which complete at most {plain(steady.requests_per_second)} req/s (at "
@@ -761,6 +785,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         prompt_round=prompt_round,
         offered_rate_per_s=None if arriving is None else offered,
         overloaded=overloaded,
+        convoy_rate_per_s=convoy_per_s,
     )
 
 

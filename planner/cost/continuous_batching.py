@@ -869,6 +869,49 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
     return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / k) + last_extra_seconds * (1 - 1 / k)
 
 
+def convoy_capacity_per_s(round_seconds: Callable[[StepLoad, StepLoad | None], float], input_len: int,
+                          output_len: int, step_budget_tokens: int, tokens_per_round: float = 1.0,
+                          spec_tokens: int = 0, context_tokens: float | None = None,
+                          prompt_pairs: float | None = None) -> float:
+    """The most requests a second a PP replica's whole prompts (several to a step) keep up with
+    under arrivals at a rate, once its micro-batches fall into a convoy.
+    vLLM puts every prompt waiting when it schedules a step into that step (to the budget), and
+    a micro-batch that carries prompts holds the ones behind it at every stage, so they come
+    back together and the first step scheduled after them takes everything that arrived
+    meanwhile: all of a round's prompts ride one micro-batch through all p stages in turn.
+    That round T carries the lambda T prompts that arrived during the last one beside its
+    share of the lambda D T decoding requests', so T = R(lambda D T, lambda T), and with R
+    affine in its load (R0 + a n_d + b n_p) it settles at T = R0 / (1 - lambda (a D + b))
+    only below lambda = 1 / (a D + b): past that the round outgrows the arrivals it carries
+    and the requests queue. a D + b is read as a secant, from the empty round (R0) to one that
+    carries a budget's worth of whole prompts, q = B / I, beside the D q decodes such a rate
+    keeps: lambda = q / (R(D q, q) - R0). The spread of the steady state (one prompt a carrier,
+    the rest shared by every micro-batch) pays each prompt's stage once a round; the convoy
+    pays it p times, so PP lends whole prompts no prompt throughput.
+    `round_seconds(load, convoy)`: the round of p micro-batches with `load` spread over them
+    and `convoy` (whole prompts) in one. Against the step simulation (serving_sim, the batch
+    queue of vLLM 0.33.0: between the last rate it keeps up with and the first at which its
+    queue grows or its TTFT runs to seconds), Llama-3.1-70B on 8 H100, 1,024/256 tokens: tp=2
+    pp=4 8.4 req/s (simulated 9-10; the steady state's spread 15.6), tp=4 pp=2 13.0 (14.5-16;
+    spread 17.4), tp=1 pp=8 5.0 (4.5-5.5; spread 11.9); tp=2 pp=4 at 256/256 28.3 (27-31;
+    spread 39.8), 2,048/256 4.3 (4.8-5.5; spread 6.7), 3,000/256 2.9 (3.5-3.75; spread 3.85);
+    tp=4 pp=2 at 512/16 31.2 (30-34; spread 55.7); Llama-3.1-405B tp=8 pp=2 on 16 H100 4.8
+    (4.75-4.9; spread 5.6); Qwen3-30B-A3B tp=2 pp=4 82 (90-100; spread 107). Within 0-20% below
+    the simulation where the spread was 7-135% above it (its phases are not locked for good: a
+    Poisson gap now and then lets a light micro-batch catch a prompt). Hand-worked: R0 = 0.1 s, R = R0 + 1 ms a
+    decode + 20 ms a prompt, D = 99, I = 1,000, B = 4,000: q = 4, R(396, 4) - R0 = 0.396 +
+    0.08 = 0.476 s, lambda = 4 / 0.476 = 8.40 req/s. docs/cost-model.md (Serving: pipeline)."""
+    d = max(output_len - 1, 0) / tokens_per_round
+    context = input_len + output_len / 2 if context_tokens is None else context_tokens
+    pairs = causal_pairs(input_len) if prompt_pairs is None else prompt_pairs
+    prompts = step_budget_tokens / input_len
+    decodes = d * prompts
+    full = round_seconds(StepLoad(decodes, decodes * context, spec_tokens=decodes * spec_tokens),
+                         StepLoad(0, 0, prompts * input_len, prompts * pairs, prompts))
+    carried = full - round_seconds(StepLoad(0, 0), None)
+    return prompts / carried if carried > 0 else math.inf
+
+
 def arrivals(concurrency: float, input_len: int, output_len: int, step_budget_tokens: int, in_flight: int,
              tokens_per_round: float = 1.0, spec_tokens: int = 0,
              outside_rounds: float = 0.0, chunk_lanes: int | None = None,

@@ -350,7 +350,7 @@ def test_a_higher_rate_never_shortens_the_times(rated):
 
 def test_overloaded_layouts_run_at_capacity_and_rank_last(rated):
     """At 10 /s some layouts cannot keep up (pp=4 and pp=8 over one replica's worth of
-    capacity): each is priced as at --request-rate inf, marked, and ranked after every layout
+    capacity, or of their convoy's): each is priced as at --request-rate inf, marked, and ranked after every layout
     that keeps up; those are ordered by mean E2E latency."""
     _, _, plans = rated
     ranked = plans[10.0].layouts
@@ -362,7 +362,9 @@ def test_overloaded_layouts_run_at_capacity_and_rank_last(rated):
     assert [r.e2e_seconds for r in keeping] == sorted(r.e2e_seconds for r in keeping)
     for r in ranked:
         at_capacity = capacity[r.layout]
-        assert r.overloaded == (at_capacity.throughput_tokens_per_second < 10.0 * 256 * (1 - 1e-6))
+        # past its capacity, or past its convoy's (PP whole prompts at a rate: convoy_capacity_per_s)
+        assert r.overloaded == (at_capacity.throughput_tokens_per_second < 10.0 * 256 * (1 - 1e-6)
+                                or 10.0 / r.layout.dp >= at_capacity.convoy_rate_per_s)
         if r.overloaded:
             assert r.throughput_tokens_per_second == pytest.approx(at_capacity.throughput_tokens_per_second)
             assert any(note.startswith("Overloaded") for note in r.notes)
@@ -851,13 +853,14 @@ def test_pipelined_whole_prompts_ride_with_those_that_came_in_their_gap(serve_on
     assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.20)
 
 
-@pytest.mark.parametrize("degrees, rates", [((4, 2, 1), (8, 9, 10, 10.5, 11, 12, 13)),
-                                            ((2, 4, 1), (5, 6, 6.5, 7, 7.5, 8, 9))])
+@pytest.mark.parametrize("degrees, rates", [((4, 2, 1), (8, 9, 10, 10.5, 11, 12, 12.9)),
+                                            ((2, 4, 1), (5, 6, 6.5, 7, 7.5, 8, 8.3))])
 def test_pipelined_whole_prompts_wait_longer_as_the_rate_rises(serve_one, degrees, rates):
     """Llama-3.1-70B on 8 H100, 1,024/256 tokens, across a chunk a round (q = 1): the bunching a
     PP replica's whole prompts see is held at one a round's past it, so TTFT and TPOT keep rising
     with the rate where the rounds start carrying several prompts (bunching only below q = 1 had
-    tp=2 pp=4 at 7 and 8 req/s 486 and 301 ms)."""
+    tp=2 pp=4 at 7 and 8 req/s 486 and 301 ms). The rates stay below each layout's convoy
+    (convoy_capacity_per_s: 13.0 and 8.4 req/s), past which it is overloaded."""
     found = [serve_one("llama-3.1-70b", "1x8xH100", degrees, input_len=1024, output_len=256, request_rate_per_s=rate)
              for rate in rates]
     assert not any(r.overloaded for r in found)
