@@ -578,14 +578,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         batch, steady, binding = cap, arriving, "request-rate"
         # what caps the engine's sequences does not bind below it
         notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
-        capacity = min(steady_at(top).requests_per_second, convoy_per_s)
+        capacity = steady_at(top).requests_per_second
+        within = (f"takes up to {plain(capacity)} req/s ({top:,} in flight)" if capacity <= convoy_per_s else
+                  f"takes up to {plain(convoy_per_s)} req/s before its micro-batches' convoy falls behind (the "
+                  f"spread steady state's {plain(capacity)} at {top:,} in flight is out of its reach)")
         running_e2e = arriving.e2e_seconds - arriving.slot_wait_seconds
         waits = arriving.slot_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * arriving.ttft_seconds
         notes.append(f"Rate-bound: --request-rate {offered:g}/s gives each of the {layout.dp} replica(s) "
                      f"{plain(offered / layout.dp)} req/s, which hold {arriving.concurrency:.1f} requests in flight on "
                      f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
-                     f"{' once running' if waits else ''}); a replica "
-                     f"takes up to {plain(capacity)} req/s ({top:,} in flight)")
+                     f"{' once running' if waits else ''}); a replica {within}")
         if waits:
             limit = ("--batch, the engine's --max-num-seqs" if request.batch is not None else
                      "what the KV cache holds" if fit < wanted else "the engine's default --max-num-seqs")
