@@ -42,6 +42,8 @@ where a request stays tens of seconds a minute of arrivals is mostly the fill (L
 tp=8 pp=2 at 3.9 req/s, E2E 41 s: TPOT 123 ms over a 60 s burst, 160 ms over the middle of a
 600 s one)."""
 MIN_PROMPTS = 200
+CONVOY_PROBE_RATE_PER_S = 0.01
+"""A rate light enough for any layout, at which its plan reports the convoy's capacity."""
 CASES = [
     # model, cluster, input, output, share of the recommended layout's capacity offered
     ("llama-3.1-8b", "1x8xH100", 1024, 128, (0.1, 0.4, 0.7)),
@@ -99,8 +101,11 @@ def run_case(model_name: str, cluster_name: str, input_len: int, output_len: int
     capacity = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
                                                          layout=pinned, **extra)).recommended
     # the most it keeps up with at a rate: PP whole prompts convoy below the steady state's capacity
+    # (the convoy's is priced under a rate: any light one)
+    light = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len, layout=pinned,
+                                                      request_rate_per_s=CONVOY_PROBE_RATE_PER_S, **extra)).recommended
     rate = share * min(capacity.throughput_tokens_per_second / output_len,
-                       capacity.convoy_rate_per_s * capacity.layout.dp)
+                       light.convoy_rate_per_s * light.layout.dp)
     best = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len,
                                                      request_rate_per_s=rate, layout=pinned, **extra)).recommended
     prompts = max(min_prompts, round(rate * max(BURST_SECONDS, STEADY_E2ES * best.e2e_seconds)))

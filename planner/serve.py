@@ -167,10 +167,10 @@ class ServeEstimate:
     """A finite --request-rate above what the layout completes: it runs at capacity and the
     queue grows for as long as the requests keep coming."""
     convoy_rate_per_s: float = math.inf
-    """PP with whole prompts that share a step: the most requests a second one replica keeps up
-    with under arrivals at a rate, its micro-batches in a convoy (continuous_batching.
-    convoy_capacity_per_s); inf where no convoy forms (no PP, prompts that take turns, DP ranks
-    in lockstep). A --request-rate past it (per replica) is overloaded."""
+    """Under a finite --request-rate, PP with whole prompts that share a step: the most requests
+    a second one replica keeps up with, its micro-batches in a convoy (continuous_batching.
+    convoy_capacity_per_s); inf without a rate or where no convoy forms (no PP, prompts that take
+    turns, DP ranks in lockstep). A rate past it (per replica) is overloaded."""
 
     @property
     def concurrency(self) -> float:
@@ -528,9 +528,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     missed_at_rate = None  # that steady state, where it misses a limit
     overloaded = False
     convoy_per_s = math.inf  # PP whole prompts at a rate: the most a replica's convoy keeps up with
-    if layout.pp > 1 and lockstep == 1 and 2 * request.input_len <= budget:
+    if offered is not None and layout.pp > 1 and lockstep == 1 and 2 * request.input_len <= budget:
         # whole prompts that share a step fall into a convoy under arrivals at a rate: each
-        # round's ride one micro-batch through every stage (convoy_capacity_per_s)
+        # round's ride one micro-batch through every stage (convoy_capacity_per_s). Priced at a
+        # rate only (without one no convoy forms, and the search over 16,384 GPUs keeps its time)
         convoy_round = rounds(cap, layout.pp)
         convoy_per_s = convoy_capacity_per_s(lambda load, convoy: convoy_round(load, convoy).seconds,
                                              request.input_len, request.output_len, budget, tokens_per_round,

@@ -582,7 +582,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         "request_latency_seconds": r.request_latency_seconds, "e2e_seconds": r.e2e_seconds,
         "throughput_tokens_per_second": r.throughput_tokens_per_second,
         "concurrency": r.concurrency, "request_rate_per_second": r.offered_rate_per_s, "overloaded": r.overloaded,
-        # PP whole prompts at a rate: the most one replica keeps up with in a convoy (none: no convoy)
+        # PP whole prompts at a rate: the most one replica keeps up with in a convoy (none: no rate
+        # given, or no convoy)
         "convoy_rate_per_second_per_replica": None if math.isinf(r.convoy_rate_per_s) else r.convoy_rate_per_s,
         "step_seconds": r.step_seconds,
         "prefill_tokens_per_step": r.prefill_tokens_per_step,

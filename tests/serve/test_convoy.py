@@ -60,10 +60,13 @@ def test_pipelines_of_whole_prompts_convoy_below_the_spread_capacity(layout: dic
     where the spread steady state pays it once, so its capacity is the lower; without PP there
     is no convoy (inf)."""
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
-    best = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256,
-                                                     layout=LayoutFilter(**layout, dp=1))).recommended
-    assert best.convoy_rate_per_s < best.throughput_tokens_per_second / 256
-    flat = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256,
+    capacity = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256,
+                                                         layout=LayoutFilter(**layout, dp=1))).recommended
+    assert math.isinf(capacity.convoy_rate_per_s)  # priced under a rate only
+    light = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256, request_rate_per_s=0.5,
+                                                      layout=LayoutFilter(**layout, dp=1))).recommended
+    assert light.convoy_rate_per_s < capacity.throughput_tokens_per_second / 256
+    flat = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256, request_rate_per_s=0.5,
                                                      layout=LayoutFilter(tp=8, pp=1, dp=1))).recommended
     assert math.isinf(flat.convoy_rate_per_s)
 
@@ -72,7 +75,8 @@ def test_prompts_that_take_turns_do_not_convoy() -> None:
     """Two prompts exceed a step's budget (2 x 16,000 > 8,192): each takes micro-batches of its
     own (the lanes of steady_state), so no convoy is priced."""
     best = plan_serving(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"),
-                        ServeRequest(input_len=16000, output_len=8, layout=LayoutFilter(tp=2, pp=4, dp=1))).recommended
+                        ServeRequest(input_len=16000, output_len=8, request_rate_per_s=0.1,
+                                     layout=LayoutFilter(tp=2, pp=4, dp=1))).recommended
     assert math.isinf(best.convoy_rate_per_s)
 
 
@@ -98,8 +102,8 @@ def test_a_rate_past_the_convoy_is_overloaded_as_the_simulated_burst_shows() -> 
 
 
 def test_json_carries_the_convoy_rate() -> None:
-    """The layout's JSON says the convoy's capacity per replica (8.4 req/s at tp=2 pp=4,
-    1,024/256 on 8 H100) and null where no convoy forms (tp=8: no PP)."""
+    """Under a rate the layout's JSON says the convoy's capacity per replica (8.4 req/s at tp=2
+    pp=4, 1,024/256 on 8 H100); null where no convoy forms (tp=8: no PP) and without a rate."""
     import json
 
     from typer.testing import CliRunner
@@ -108,7 +112,10 @@ def test_json_carries_the_convoy_rate() -> None:
 
     common = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--input-len", "1024", "--output-len", "256",
               "--json"]
-    piped = json.loads(CliRunner().invoke(app, [*common, "--layout", "tp=2,pp=4"]).output)["recommended"]
+    rated = [*common, "--request-rate", "1", "--num-prompts", "50"]
+    piped = json.loads(CliRunner().invoke(app, [*rated, "--layout", "tp=2,pp=4"]).output)["recommended"]
     assert piped["convoy_rate_per_second_per_replica"] == pytest.approx(8.4, rel=0.02)
-    flat = json.loads(CliRunner().invoke(app, [*common, "--layout", "tp=8"]).output)["recommended"]
+    flat = json.loads(CliRunner().invoke(app, [*rated, "--layout", "tp=8"]).output)["recommended"]
     assert flat["convoy_rate_per_second_per_replica"] is None
+    unrated = json.loads(CliRunner().invoke(app, [*common, "--layout", "tp=2,pp=4"]).output)["recommended"]
+    assert unrated["convoy_rate_per_second_per_replica"] is None

@@ -364,7 +364,7 @@ def test_overloaded_layouts_run_at_capacity_and_rank_last(rated):
         at_capacity = capacity[r.layout]
         # past its capacity, or past its convoy's (PP whole prompts at a rate: convoy_capacity_per_s)
         assert r.overloaded == (at_capacity.throughput_tokens_per_second < 10.0 * 256 * (1 - 1e-6)
-                                or 10.0 / r.layout.dp >= at_capacity.convoy_rate_per_s)
+                                or 10.0 / r.layout.dp >= r.convoy_rate_per_s)
         if r.overloaded:
             assert r.throughput_tokens_per_second == pytest.approx(at_capacity.throughput_tokens_per_second)
             assert any(note.startswith("Overloaded") for note in r.notes)
