@@ -565,9 +565,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # is theirs to bound, and beyond what they complete the rate is held back
             if arriving is not None and arriving.concurrency * layout.dp > request.max_concurrency:
                 arriving = None
-            if arriving is None and clients_capacity_per_s(request, layout, steady_at, top) >= offered:
+            # (not past the convoy: the closed loop that keeps up is the spread one, which the
+            # convoy's open queue never settles into before the clients hold it)
+            if arriving is None and not convoyed and clients_capacity_per_s(request, layout, steady_at,
+                                                                             top) >= offered:
                 arriving = clients_at_rate(offered / layout.dp, steady_at, top)
-        elif arriving is None and clients is not None:  # the clients may keep up where the open queue would not
+        elif arriving is None and clients is not None and not convoyed:
+            # the clients may keep up where the open queue would not
             arriving = clients_at_rate(offered / layout.dp, steady_at, top)
         if arriving is not None and has_sla and not all(sla_check(request, arriving)):
             # it takes the rate only past a limit: within the limits it runs fewer requests at
@@ -657,6 +661,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{layout.dp} replica(s), which complete at most {plain(steady.requests_per_second)} req/s (at "
                      f"{steady.concurrency:g} in flight): requests queue for as long as they keep coming, so the "
                      f"times shown are at capacity, before that queue")
+    elif offered is not None and arriving is None and convoyed:
+        notes.append(f"Client-held (convoy): --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of "
+                     f"each of the {layout.dp} replica(s), past the {plain(convoy_per_s)} req/s its micro-batches carry "
+                     f"in a convoy (every prompt that arrived during a round rides the next one through all "
+                     f"{layout.pp} stages); the open queue grows until the clients hold it, so the benchmark runs "
+                     f"below the rate (the times shown are those of the clients' closed loop, "
+                     f"{clients_spread(request.max_concurrency or batch, layout.dp)}, which the convoy may not reach)")
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
