@@ -49,8 +49,8 @@ def test_convoy_capacity_is_the_fixed_points_edge() -> None:
 
 
 def test_one_output_token_leaves_the_prompts_alone() -> None:
-    """O = 1: no decodes, so lambda = q / (q b) = 1 / b = 50 req/s (a prompt's 20 ms, every one
-    carried alone through the convoy's path)."""
+    """O = 1: no decodes, so lambda = q / (q b) = 1 / b = 50 req/s (each prompt adds its 20 ms
+    to the convoy's path, however many ride it)."""
     assert convoy_capacity_per_s(affine_round, 1000, 1, 4000) == pytest.approx(50.0, rel=1e-12)
 
 
