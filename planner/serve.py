@@ -528,16 +528,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     missed_at_rate = None  # that steady state, where it misses a limit
     overloaded = False
     convoy_per_s = math.inf  # PP whole prompts at a rate: the most a replica's convoy keeps up with
-    if offered is not None and layout.pp > 1 and lockstep == 1 and 2 * request.input_len <= budget:
-        # whole prompts that share a step fall into a convoy under arrivals at a rate: each
-        # round's ride one micro-batch through every stage (convoy_capacity_per_s). Priced at a
-        # rate only (without one no convoy forms, and the search over 16,384 GPUs keeps its time)
-        convoy_round = rounds(cap, layout.pp)
-        convoy_per_s = convoy_capacity_per_s(lambda load, convoy: convoy_round(load, convoy).seconds,
-                                             request.input_len, request.output_len, budget, tokens_per_round,
-                                             spec_tokens, request.decode_context_tokens, request.prompt_pairs)
     convoyed = False  # the rate a replica gets is past it
     if offered is not None:
+        if layout.pp > 1 and lockstep == 1:
+            # whole prompts that share a step fall into a convoy under arrivals at a rate: each
+            # round's ride one micro-batch through every stage (convoy_capacity_per_s). Priced at
+            # a rate only (without one no convoy forms, and the search over 16,384 GPUs keeps its time)
+            convoy_round = rounds(cap, layout.pp)
+            convoy_per_s = convoy_capacity_per_s(lambda load, convoy: convoy_round(load, convoy).seconds,
+                                                 request.input_len, request.output_len, budget, tokens_per_round,
+                                                 spec_tokens, request.decode_context_tokens, request.prompt_pairs)
         # the rate sets the load: each replica gets R / d (vLLM's DP front end balances them)
         # and holds what Little's law says, up to what it can run (the clients, --batch as its
         # --max-num-seqs, the KV cache). Not up to a budget-bound knee: vLLM admits arrivals past
@@ -642,6 +642,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # capped at the limit it would still take the rate: the open loop at the rate and the
         # capped steady state disagree at the limit, so the miss at the rate stands (rejected)
         return Rejected(layout, (sla_reason(request, missed_at_rate, offered),))
+    convoy_why = (f"vLLM puts every prompt that arrived during a round into the next micro-batch, which carries "
+                  f"them through all {layout.pp} stages in turn while the others wait behind it") if convoyed else ""
     if overloaded and missed_at_rate is not None:
         notes.append(f"Overloaded within the limits: {sla_reason(request, missed_at_rate, offered)}; within them "
                      f"each of the {layout.dp} "
@@ -650,10 +652,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"coming, so the times shown are at that concurrency, before that queue")
     elif overloaded and convoyed:
         notes.append(f"Overloaded (convoy): --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of each "
-                     f"of the {layout.dp} replica(s); vLLM puts every prompt that arrived during a round into the next "
-                     f"micro-batch, which carries them through all {layout.pp} stages in turn while the others wait "
-                     f"behind it, and past {plain(convoy_per_s)} req/s a replica that round outlasts the arrivals it "
-                     f"carries: requests queue for as long as they keep coming (the times shown are at the spread "
+                     f"of the {layout.dp} replica(s); {convoy_why}, and past {plain(convoy_per_s)} req/s a replica "
+                     f"that round outlasts the arrivals it carries: requests queue for as long as they keep coming "
+                     f"(the times shown are at the spread "
                      f"steady state's capacity, {plain(steady.requests_per_second)} req/s at {steady.concurrency:g} in "
                      f"flight, which the convoy does not reach)")
     elif overloaded:
@@ -664,10 +665,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     elif offered is not None and arriving is None and convoyed:
         notes.append(f"Client-held (convoy): --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of "
                      f"each of the {layout.dp} replica(s), past the {plain(convoy_per_s)} req/s its micro-batches carry "
-                     f"in a convoy (every prompt that arrived during a round rides the next one through all "
-                     f"{layout.pp} stages); the open queue grows until the clients hold it, so the benchmark runs "
-                     f"below the rate (the times shown are those of the clients' closed loop, "
-                     f"{clients_spread(request.max_concurrency or batch, layout.dp)}, which the convoy may not reach)")
+                     f"in a convoy ({convoy_why}); the open queue grows until the clients hold it, so the benchmark "
+                     f"runs below the rate (the times shown are those of the clients' closed loop, "
+                     f"{clients_spread(request.max_concurrency, layout.dp)}, which the convoy may not reach)")
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "

@@ -869,6 +869,12 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
     return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / k) + last_extra_seconds * (1 - 1 / k)
 
 
+def prompts_take_turns(input_len: float, step_budget_tokens: float) -> bool:
+    """Two prompts exceed a step's token budget, so whole prompts never share a step: each is
+    cut into chunks that fill steps of their own (and with PP, micro-batches of their own)."""
+    return 2 * input_len > step_budget_tokens
+
+
 def convoy_capacity_per_s(round_seconds: Callable[[StepLoad, StepLoad | None], float], input_len: int,
                           output_len: int, step_budget_tokens: int, tokens_per_round: float = 1.0,
                           spec_tokens: int = 0, context_tokens: float | None = None,
@@ -900,7 +906,11 @@ def convoy_capacity_per_s(round_seconds: Callable[[StepLoad, StepLoad | None], f
     the simulation where the spread was 7-135% above it (its phases are not locked for good: a
     Poisson gap now and then lets a light micro-batch catch a prompt). Hand-worked: R0 = 0.1 s, R = R0 + 1 ms a
     decode + 20 ms a prompt, D = 99, I = 1,000, B = 4,000: q = 4, R(396, 4) - R0 = 0.396 +
-    0.08 = 0.476 s, lambda = 4 / 0.476 = 8.40 req/s. docs/cost-model.md (Serving: pipeline)."""
+    0.08 = 0.476 s, lambda = 4 / 0.476 = 8.40 req/s. docs/cost-model.md (Serving: pipeline).
+    inf where prompts take turns (prompts_take_turns: each fills micro-batches of its own, the
+    lanes of steady_state, so no convoy forms)."""
+    if prompts_take_turns(input_len, step_budget_tokens):
+        return math.inf
     d = max(output_len - 1, 0) / tokens_per_round
     context = input_len + output_len / 2 if context_tokens is None else context_tokens
     pairs = causal_pairs(input_len) if prompt_pairs is None else prompt_pairs
@@ -1041,7 +1051,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
             router_replicas, routed, pipeline_stages)
     start = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
-    if open_loop and lockstep_ranks == 1 and 2 * input_len > step_budget_tokens:
+    if open_loop and lockstep_ranks == 1 and prompts_take_turns(input_len, step_budget_tokens):
         # prompts that take turns at a rate (two exceed the budget, so they exceed any pass's
         # room, which is the budget less the decodes): their queue's wait (in X) holds the arrivals below
         # the budget, so the budget's cap is not what binds. With it the passes could also settle
@@ -1111,7 +1121,8 @@ def _settle_below_budget(args: tuple, concurrency: float, input_len: int, start:
         return None
     low, high = false_position_bracket(low, high, excess, RESIDENCE_TOLERANCE_ROUNDS, RESIDENCE_PASSES,
                                        RESIDENCE_TOLERANCE_ROUNDS / 2)
-    settled_low = -excess(low) <= RESIDENCE_TOLERANCE_ROUNDS / 2 and -excess(low) < excess(high)
+    short_low = -excess(low)  # the low end's share under settled (passes memoised: no new pass)
+    settled_low = short_low <= RESIDENCE_TOLERANCE_ROUNDS / 2 and short_low < excess(high)
     steady = passes[low if settled_low else high]
     rate = steady.prefill_tokens_per_step / max(input_len, 1)
     return steady if rate <= max_rate * (1 + RESIDENCE_TOLERANCE_ROUNDS) else None
@@ -1189,7 +1200,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             part = filled - fewer
             prompt_round = mean_round = (1 - part) * carried(spread, one_chunk, fewer) + (
                 part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
-    takes_turns = 2 * i > room  # two prompts exceed a step's room: whole prompts never share a round
+    takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
         # chunks of c = I / N tokens: the j-th attends to (j - 1) c before it and half of

@@ -134,3 +134,10 @@ def test_clients_hold_a_convoy_they_cannot_keep_up_with() -> None:
     assert held.offered_rate_per_s is None and not held.overloaded
     assert any(note.startswith("Client-held (convoy)") for note in held.notes)
     assert held.batch == 1000
+
+
+def test_the_convoy_forms_only_where_prompts_share_a_step() -> None:
+    """2 x 5,000 > 8,000 tokens: prompts take turns (prompts_take_turns), so no convoy (inf);
+    2 x 4,000 = 8,000 still shares a step: q = 2, lambda = 1 / (0.099 + 0.08) = 5.587 req/s."""
+    assert math.isinf(convoy_capacity_per_s(affine_round, 5000, 100, 8000))
+    assert convoy_capacity_per_s(affine_round, 4000, 100, 8000) == pytest.approx(1 / 0.179, rel=1e-12)
