@@ -16,6 +16,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from planner.cost.efficiency import HOST_STAGED_BANDWIDTH_FRACTION, HOST_STAGED_STEP_LATENCY_SECONDS
 from planner.specs import ClusterSpec
 
 
@@ -178,6 +179,8 @@ class Link:
     latency_seconds: float
     measured: bool = False
     """True when the figures come from `plan probe` (already what NCCL achieves)."""
+    host_staged: bool = False
+    """True when the GPUs have no peer-to-peer access, so each transfer goes through host memory."""
 
 
 @dataclass(frozen=True)
@@ -243,11 +246,16 @@ def intra_node_link(cluster: ClusterSpec, ranks_in_node: int = 0) -> Link:
     link, 64 GB/s on MI300X; TP 4 three, 192 GB/s; all 8 the whole 448."""
     link = cluster.intra_node
     assert link is not None, "intra_node link asked of a one-GPU node"
-    bandwidth = link.bandwidth_bytes_per_s
+    bandwidth, latency = link.bandwidth_bytes_per_s, link.latency_seconds
     gpn = cluster.gpus_per_node
     if link.kind in MESH_FABRICS and 2 <= ranks_in_node < gpn:
         bandwidth *= (ranks_in_node - 1) / (gpn - 1)
-    return Link(link.kind, "intra_node", bandwidth, link.latency_seconds, cluster.measured is not None)
+    measured = cluster.measured is not None
+    staged = not link.peer_to_peer and not measured  # a probe's figures already are the staged path's
+    if staged:
+        bandwidth *= HOST_STAGED_BANDWIDTH_FRACTION
+        latency = max(latency, HOST_STAGED_STEP_LATENCY_SECONDS)
+    return Link(link.kind, "intra_node", bandwidth, latency, measured, staged)
 
 
 def inter_node_link(cluster: ClusterSpec) -> Link:

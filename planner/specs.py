@@ -548,6 +548,10 @@ class IntraNodeLink(_Spec):
     kind: IntraKind
     bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     latency_us: Quantity(MAX_LATENCY_US, lower=0)
+    peer_to_peer: Flag = True
+    """False where the driver gives the GPUs no peer-to-peer access over PCIe (GeForce cards on
+    NVIDIA's stock driver): NCCL then stages every transfer through host memory, and vLLM turns
+    its custom all-reduce off (layout.intra_node_link prices the staged path)."""
 
     @property
     def bandwidth_bytes_per_s(self) -> float:

@@ -46,9 +46,9 @@ def test_catalog_lists_ship() -> None:
 
 
 def test_catalog_loads_every_gpu_of_the_hardware_reference() -> None:
-    """The catalog ships 24 GPUs."""
+    """The catalog ships 29 GPUs."""
     names = {gpu.name for gpu in gpu_catalog()}
-    assert len(names) == len(gpu_catalog()) == 24
+    assert len(names) == len(gpu_catalog()) == 29
     for gpu in gpu_catalog():
         assert gpu.memory_bytes > 0 and gpu.hbm_bytes_per_s > 0
         assert resolve_gpu(gpu.name) is gpu
@@ -105,6 +105,22 @@ def test_unknown_gpu_fails(name: str) -> None:
         ("A800", "fp8", None),
         ("GH200", "bf16", 989),  # its GPU is an H100 (132 SMs, 1980 MHz)
         ("GH200", "fp8", 1979),
+        # GeForce tensor cores with FP32 accumulate (half their FP16-accumulate rate): Ada and
+        # RTX Blackwell whitepapers, Appendix A; GA102 whitepaper
+        ("RTX-4090", "bf16", 165.2),
+        ("RTX-4090", "fp8", 330.3),  # whitepaper v2.02's corrected cell (660.6 is FP16 accumulate)
+        ("RTX-3090", "bf16", 71.2),
+        ("RTX-3090", "fp8", None),  # Ampere: no FP8
+        ("RTX-5090", "bf16", 209.5),
+        ("RTX-5090", "fp8", 419),
+        ("RTX-5090", "fp4", 1676),
+        # workstation and data-centre Ampere/Ada/Blackwell cards: FP32 accumulate at the full rate
+        ("RTX-A6000", "bf16", 154.8),
+        ("A40", "bf16", 149.7),
+        ("A40", "tf32", 74.8),
+        ("RTX-6000-Ada", "bf16", 364),
+        ("RTX-6000-Ada", "fp8", None),  # not confirmed
+        ("RTX-PRO-6000", "bf16", 503.8),
     ],
 )
 def test_catalog_peaks_follow_the_reference(

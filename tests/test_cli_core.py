@@ -109,8 +109,16 @@ def test_plan_gpus_lists_the_catalog(results) -> None:
         "RTX-6000-Ada",
         "GH200",
         "H200-NVL-141GB",
+        # consumer and workstation cards
+        "RTX-3090",
+        "RTX-4090",
+        "RTX-5090",
+        "RTX-A6000",
+        "A40",
+        "RTX-PRO-6000",
     ):
         assert name in result.stdout
+    assert "no P2P" in result.stdout  # the GeForce cards' fabric
 
 
 def test_version(results) -> None:

@@ -13,7 +13,9 @@ def test_visible_total_is_below_the_nvidia_smi_total_for_every_gpu() -> None:
 
 
 @pytest.mark.parametrize("name, visible_gib", [("H100-SXM5-80GB", 79.11), ("A100-SXM4-80GB", 79.15),
-                                               ("H200-SXM-141GB", 139.80), ("B200-SXM-180GB", 178.35)])
+                                               ("H200-SXM-141GB", 139.80), ("B200-SXM-180GB", 178.35),
+                                               ("RTX-3090", 23.70), ("RTX-4090", 23.64), ("RTX-5090", 31.37),
+                                               ("RTX-PRO-6000", 94.97)])
 def test_cited_visible_totals(name: str, visible_gib: float) -> None:
     assert resolve_gpu(name).cuda_visible_memory_bytes == gib_to_bytes(visible_gib)
 

@@ -85,7 +85,7 @@ def collective_link(link: Link | None) -> Link | None:
     if link is None or link.measured:
         return link
     return Link(link.kind, link.scope, link.bandwidth_bytes_per_s * NCCL_BUSBW_FRACTION_OF_LINK,
-                link.latency_seconds)
+                link.latency_seconds, host_staged=link.host_staged)
 
 
 def group_allreduce_seconds(message_bytes: float, group: GroupTopology | None,

@@ -65,6 +65,22 @@ NCCL_BUSBW_FRACTION_OF_LINK = 0.77
 about 20%, NVIDIA/nccl-tests issue #212; docs/cost-model.md#efficiency-constants); applied to the alpha-beta model when
 the probe has not measured the link (serving and training alike)."""
 
+HOST_STAGED_BANDWIDTH_FRACTION = 0.42
+"""A PCIe link's bandwidth without GPU peer-to-peer access (GeForce cards on NVIDIA's stock
+driver: NCCL copies each transfer into host memory and out again) over its bandwidth with it:
+one 2x RTX 3090 PCIe Gen4 x16 machine measured 11.28 GB/s unidirectional with P2P off and
+27.12 GB/s on (CUDA's p2pBandwidthLatencyTest; noonghunna/club-3090, docs/PCIE_P2P.md).
+Cross-check: a 4x RTX 4090 all-reduce plateaus at 12.7 GB/s busbw (tinygrad/open-gpu-kernel-
+modules pull request #22) where the P2P-patched driver gives 25.9 (issue #36); priced: 10.0.
+docs/cost-model.md#collectives-alpha-beta-ring-busbw."""
+HOST_STAGED_STEP_LATENCY_SECONDS = units.us_to_seconds(5)
+"""Per ring step latency of NCCL's host-staged path (the LL protocol polling host memory).
+Published small-message times on GeForce cards without P2P: 2 GPUs 11.3-11.9 us (an 8-byte
+all-to-all, one exchange; tinygrad/open-gpu-kernel-modules issue #17), 8 GPUs 42 us (RTX 4090,
+8-byte all-reduce, NVIDIA/nccl issue #1530) and 54 us (RTX 3090, NVIDIA/nccl issue #1439):
+5.8 and 3.0-3.9 us per step of the 2 (n - 1) step ring; 5 us lies between (2 GPUs 10 us,
+8 GPUs 70 us)."""
+
 # ---------------------------------------------------------------- serving (vLLM)
 
 DECODE_HBM_UTILIZATION = 0.76

@@ -71,6 +71,14 @@ DEVICE_NAME_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (r"\bL4\b", "L4"),
     (r"A10G", "A10G"),
     (r"4090", "RTX-4090"),
+    (r"3090 Ti", None),  # 1008 GB/s and other clocks: not the RTX 3090's figures
+    (r"3090", "RTX-3090"),
+    (r"5090 D", None),  # the China-market part: other tensor rates
+    (r"5090", "RTX-5090"),
+    (r"RTX A6000", "RTX-A6000"),
+    (r"\bA40\b", "A40"),
+    (r"RTX PRO 6000.*(Max-Q|Server)", None),  # other clocks (Max-Q) or bandwidth (Server Edition)
+    (r"RTX PRO 6000", "RTX-PRO-6000"),
     (r"MI325X", "MI325X"),
     (r"MI300X", "MI300X"),
 )

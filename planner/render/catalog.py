@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from planner import catalog, units
 from planner.cost.params import param_counts, weight_bytes
+from planner.layout import intra_node_link
 from planner.model_summary import ModelSummary, model_summary
-from planner.render.common import billions, console, gb_per_s, gib
-from planner.specs import ClusterSpec, ModelSpec
+from planner.render.common import billions, console, gb_per_s, gib, us
+from planner.specs import ClusterSpec, IntraNodeLink, ModelSpec
 
 
 def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
@@ -64,8 +65,12 @@ def describe_cluster(cluster: ClusterSpec) -> str:
         f"({gib(cluster.gpu.memory_bytes * cluster.num_gpus)} in all)"
     ]
     if cluster.intra_node is not None:
-        link = cluster.intra_node
-        parts.append(f"intra-node {link.kind} {gb_per_s(link.bandwidth_bytes_per_s)}/GPU")
+        link, staged = cluster.intra_node, intra_node_link(cluster)
+        parts.append(f"intra-node {link.kind} {gb_per_s(link.bandwidth_bytes_per_s)}/GPU" + (
+            "" if link.peer_to_peer or cluster.measured is not None else
+            f", no GPU peer-to-peer: NCCL stages every transfer through host memory (priced at "
+            f"{gb_per_s(staged.bandwidth_bytes_per_s)} and {us(staged.latency_seconds)} per ring step) and "
+            f"vLLM turns its custom all-reduce off"))
     if cluster.inter_node is not None:
         link = cluster.inter_node
         parts.append(
@@ -110,11 +115,15 @@ def render_clusters() -> None:
         inter = cluster.inter_node
         table.add_row(
             name, f"{cluster.num_nodes}x{cluster.gpus_per_node}", cluster.gpu.name,
-            f"{intra.kind} {intra.bandwidth_gb_per_s:g} GB/s" if intra else "-",
+            f"{intra_words(intra)}" if intra else "-",
             f"{inter.kind} {inter.num_nics_per_node}x{inter.nic_bandwidth_gbit_per_s:g} Gb/s" if inter else "-",
         )
     console().print(table)
     console().print("Shorthand NxMxGPU (e.g. 16x8xA100) builds any size from `plan gpus`.")
+
+
+def intra_words(link: IntraNodeLink) -> str:
+    return f"{link.kind} {link.bandwidth_gb_per_s:g} GB/s" + ("" if link.peer_to_peer else ", no P2P")
 
 
 def render_gpus() -> None:
@@ -128,7 +137,7 @@ def render_gpus() -> None:
         table.add_row(
             gpu.name, ", ".join(gpu.aliases), f"{gpu.memory_gib:g} GiB", f"{gpu.hbm_bandwidth_gb_per_s:g}",
             *("" if v is None else f"{v:g}" for v in peaks),
-            f"{gpu.intra_node.kind} {gpu.intra_node.bandwidth_gb_per_s:g} GB/s" if gpu.intra_node else "-",
+            intra_words(gpu.intra_node) if gpu.intra_node else "-",
             f"{inter.num_nics_per_node}x{inter.nic_bandwidth_gbit_per_s:g} Gb/s {inter.kind}" if inter else "-",
         )
     console().print(table)

@@ -176,6 +176,15 @@ def test_a_slow_node_is_named_and_healthy_runs_flag_nothing():
         ("NVIDIA A800-SXM4-80GB", "A800-SXM4-80GB"),  # never an A100's
         ("NVIDIA A800 80GB PCIe", "A800-PCIE-80GB"),
         ("NVIDIA H800 PCIe", None),  # not in the catalog: measured figures, never an H100's
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", None),  # other bandwidth and clocks
+        ("NVIDIA GeForce RTX 5090", "RTX-5090"),
+        ("NVIDIA RTX A6000", "RTX-A6000"),
+        ("NVIDIA A40", "A40"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", None),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", None),
     ],
 )
 def test_device_names_map_to_their_own_catalog_entry(device_name, catalog_name):
