@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         intra_kind: Annotated[
             IntraKind | None,
             typer.Option(
-                help="Intra-node link kind [default: nvlink on CUDA, pcie on CPU].",
+                help="Intra-node link kind [default on CUDA: the GPU's typical fabric in `plan gpus`, nvlink if it is not there; pcie on CPU].",
                 rich_help_panel=output,
             ),
         ] = None,

@@ -90,7 +90,7 @@ class ProfileChoices:
 
     name: str | None = None
     gpu: str | None = None  # catalog name; default detected on CUDA, CPU_DEFAULT_GPU on CPU
-    intra_kind: str | None = None  # nvlink|pcie|xgmi; default nvlink on CUDA, pcie on CPU
+    intra_kind: str | None = None  # nvlink|pcie|xgmi; default on CUDA the catalog GPU's typical fabric (nvlink if unknown), pcie on CPU
     inter_kind: str | None = (
         None  # infiniband|roce|ethernet; default infiniband on CUDA, ethernet on CPU
     )
@@ -358,10 +358,13 @@ def build_profile(
         "gpus_per_node": local_size,
         "gpu": gpu_entry(raw, choices, flags),
     }
+    # on CUDA the node's fabric is the catalog GPU's typical one (PCIe for the L40S and the GeForce
+    # cards), NVLink for a GPU the catalog does not know; --intra-kind overrides either
+    typical = document["gpu"].get("intra_node", {}).get("kind") if isinstance(document["gpu"], dict) else None
     # NVLS and tree are NCCL's: gloo's all-reduce simply uses other algorithms than its
     # all-gather and reduce-scatter, so only NCCL's all-reduce is held to the ring rate
     nccl = raw["backend"] == "nccl"
-    intra_kind = choices.intra_kind or ("nvlink" if on_cuda else "pcie")
+    intra_kind = choices.intra_kind or ((typical or "nvlink") if on_cuda else "pcie")
     intra = intra_link(fits, rows, intra_kind, flags, nccl)
     num_nics = (declared.get("inter_node") or {}).get("num_nics_per_node", 1)
     inter_kind = choices.inter_kind or ("infiniband" if on_cuda else "ethernet")

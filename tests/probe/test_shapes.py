@@ -241,3 +241,24 @@ def test_a_catalog_gpu_gets_its_entry_not_an_inline_one(device_name, catalog_nam
     assert gpu["peak_tflops"]["bf16"] is not None
     assert gpu["achievable_matmul_tflops"]["bf16"] == 700.0
     assert not any("not in the catalog" in flag for flag in document["measured"]["flags"])
+
+
+@pytest.mark.parametrize(
+    ("device_name", "chosen", "kind"),
+    [
+        ("NVIDIA GeForce RTX 4090", None, "pcie"),  # the catalog's typical fabric for the GPU
+        ("NVIDIA L40S", None, "pcie"),
+        ("NVIDIA H100 80GB HBM3", None, "nvlink"),
+        ("NVIDIA H800 PCIe", None, "nvlink"),  # not in the catalog: NVLink, as before
+        ("NVIDIA GeForce RTX 4090", "nvlink", "nvlink"),  # --intra-kind wins
+    ],
+)
+def test_a_cuda_profile_takes_the_gpus_typical_fabric(device_name, chosen, kind):
+    nodes, phases = one_node_of_four()
+    raw = raw_from(nodes, phases)
+    raw["device"] = "cuda"
+    raw["compute"] = [dict(rank=0, device_name=device_name, memory_bytes=24 * 2**30,
+                           matmul_flop_per_s={"bf16": 1.5e14, "fp16": 1.5e14}, hbm_copy_bytes_per_s=9e11)]
+    rows = results.summarize_rows(raw)
+    document = profile.build_profile(raw, rows, results.fit_all(rows), profile.ProfileChoices(intra_kind=chosen))
+    assert document["intra_node"]["kind"] == kind
