@@ -42,7 +42,7 @@ from planner.cost.timeline import (
     Timeline,
     decode_timeline,
 )
-from planner.layout import Layout, ep_group_topology, place
+from planner.layout import Layout, ep_group_topology, intra_node_link, place
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
@@ -110,6 +110,8 @@ class PlacementMap:
     """Megatron's / torchtitan's rank order (stage outermost), else vLLM's (layout.py)."""
     training_engine: str = "megatron"
     """Whose rank order pp_outermost is (Megatron's RankGenerator or torchtitan's device mesh: the same order)."""
+    host_staged: bool = False
+    """The node's GPUs have no peer-to-peer access: transfers inside it go through host memory."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def placement_map(cluster: ClusterSpec, layout: Layout, pp_outermost: bool = Fal
                         layout.dp * layout.cp * (layout.pp - 1),
                         boundaries_crossing_nodes(layout, gpn, pp_outermost), ep_link, exchange,
                         0 if ep is None else ep.ranks_per_node, 0 if ep is None else ep.num_nodes, pp_outermost,
-                        training_engine)
+                        training_engine, gpn > 1 and intra_node_link(cluster).host_staged)
 
 
 def _send_ranks(layout: Layout, replica: int, cp_rank: int, stage: int, pp_outermost: bool) -> tuple[int, int]:

@@ -143,7 +143,9 @@ def placement_summary(pm: PlacementMap) -> list[str]:
     lay = pm.layout
     tp = "no tensor parallelism (tp=1)" if lay.tp == 1 else (
         f"TP groups of {lay.tp} {'span nodes' if pm.tp_crosses_node else 'inside each node'}, "
-        f"all-reduces over {pm.tp_link}")
+        f"all-reduces over {pm.tp_link}") + (
+        " through host memory (no GPU peer-to-peer)"
+        if pm.host_staged and lay.tp > 1 and not pm.tp_crosses_node else "")
     cells = "s<stage> c<cp rank> t<tp rank> d<dp replica>" if lay.cp > 1 else "s<stage> t<tp rank> d<dp replica>"
     titan = pm.training_engine == "torchtitan"
     order = (("torchtitan's device mesh (TP, then CP, then DP, stage outermost)" if titan else

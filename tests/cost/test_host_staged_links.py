@@ -112,3 +112,15 @@ def test_the_plan_says_the_link_is_staged_and_prices_it(tmp_path) -> None:
                            "--max-model-len", "8192", "--mode", "aggregated"],
                           capture_output=True, text=True, env={"COLUMNS": "400", "PATH": ""})
     assert "no GPU peer-to-peer: NCCL stages every transfer through host memory" in text.stdout
+
+
+def test_explain_says_the_tp_group_goes_through_host_memory() -> None:
+    from planner.explain import placement_map
+    from planner.render.explain import placement_summary
+
+    def caption(cluster: str) -> str:
+        pm = placement_map(resolve_cluster(cluster), Layout(tp=2, pp=1, dp=1))
+        return " ".join(placement_summary(pm))
+
+    assert "all-reduces over pcie through host memory (no GPU peer-to-peer)" in caption("1x2xRTX-4090")
+    assert "through host memory" not in caption("1x2xL40S")
