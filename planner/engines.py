@@ -61,6 +61,12 @@ class VllmRelease:
     """A disaggregated prefill worker may have pipeline stages: 0.33.0's NixlPushConnector writes
     each stage's layers into the pp = 1 decode worker (nixl/base_worker.py, "PP>1 (push mode)");
     0.22.0's NIXL connector (pull only) has no stage handling (kv_connector/v1/nixl/worker.py)."""
+    kernel_archs: tuple[tuple[int, int], ...] = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0))
+    """The compute capabilities the PyPI wheel's own CUDA kernels are compiled for (SASS in the
+    fatbins of vllm/_C*.abi3.so and vllm/_moe_C*.abi3.so, read by tools/wheel_kernel_archs.py):
+    0.22.0 and 0.33.0 sm_75 to sm_120 (no sm_70: Volta is gone); 0.6.6.post1 sm_70 to sm_90 only
+    (its one PTX is an sm_52 stub), so it has no kernel for a Blackwell GPU. SASS runs on GPUs of
+    its major version at or above its minor (sm_80's on an 8.6)."""
     v1_engine: bool = True
     """The V1 engine (vllm/v1/, the default from 0.8.0): the CUDA-graph pool is set aside before
     the KV cache is sized, chunked prefill is always on, and a deployment has data and expert
@@ -70,6 +76,18 @@ class VllmRelease:
     then initialize_cache -> _init_cache_engine -> _warm_up_model -> capture_model), turns
     chunked prefill on by default only for long contexts (v0_chunked_prefill_by_default) and has
     none of those flags (vllm/engine/arg_utils.py EngineArgs.add_cli_args)."""
+
+
+def runs_kernels_for(archs: tuple[tuple[int, int], ...], compute_capability: float) -> bool:
+    """Whether SASS for one of `archs` runs on a GPU of this compute capability: the same major
+    version at or below its minor (CUDA's binary compatibility; sm_90 SASS does not run on a 10.0)."""
+    major = int(compute_capability)
+    minor = round((compute_capability - major) * 10)
+    return any(m == major and n <= minor for m, n in archs)
+
+
+def arch_words(archs: tuple[tuple[int, int], ...]) -> str:
+    return ", ".join(f"{m}.{n}" for m, n in archs)
 
 
 @dataclass(frozen=True)
@@ -169,7 +187,8 @@ VLLM_RELEASES = {
     "0.6.6.post1": VllmRelease(
         "0.6.6.post1", "vllm 0.6.6.post1 wheel (PyPI): vllm/engine/arg_utils.py, vllm/config.py, "
         "vllm/worker/worker.py, vllm/worker/model_runner.py (the V0 engine)",
-        VLLM_0_6_TIERS, "fp8", v1_engine=False),
+        VLLM_0_6_TIERS, "fp8", v1_engine=False,
+        kernel_archs=((7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0))),
 }
 SGLANG_RELEASES = {
     "0.5.23": SglangRelease(

@@ -17,6 +17,7 @@ from planner.catalog import cluster_from_shorthand
 from planner.cost.moe import deepep_serving_refusal
 from planner.cost.serving_memory import max_model_len_of
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
+from planner.engines import EngineVersions, arch_words, runs_kernels_for
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
 from planner.memo import Memo
@@ -143,6 +144,12 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
     refusal = v0_model_refusal(model, request)
     if refusal is not None:
         raise SpecError(refusal)
+    release, capability = request.engine_versions.vllm_release, cluster.gpu.compute_capability
+    if capability is not None and not runs_kernels_for(release.kernel_archs, capability):
+        raise SpecError(f"--engine-version vllm={release.version}: its wheel's CUDA kernels are built for "
+                        f"compute capability {arch_words(release.kernel_archs)}, and the {cluster.gpu.name} is "
+                        f"{capability:.1f} (no kernel image runs there); plan for a release that has it, e.g. "
+                        f"--engine-version vllm={EngineVersions().vllm}")
     check_moe_backend(model, cluster, request.moe_backend)
     if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and not model.is_moe:
         raise SpecError(f"--all2all-backend {request.all2all_backend}: {model.name} has no routed experts "

@@ -157,3 +157,33 @@ def test_cli_names_the_release_and_what_is_priced_as_v1(run_plan):
     refused = run_plan("--model", "deepseek-v3", "--cluster", "1x8xH200", "--engine-version", "vllm=0.6.6.post1")
     assert refused.returncode == 2 and "V0 engine has no multi-head latent attention" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("archs, capability, runs", [
+    (((8, 0),), 8.6, True),  # sm_80 SASS runs on an 8.6 (same major, minor at or above)
+    (((8, 6),), 8.0, False),  # not below its minor
+    (((8, 9),), 9.0, False),  # nor on another major
+    (((7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0)), 10.0, False),  # 0.6.6.post1 on a B200
+    (((9, 0), (10, 0), (12, 0)), 12.0, True),
+])
+def test_which_gpus_a_wheels_kernels_run_on(archs, capability, runs):
+    from planner.engines import runs_kernels_for
+
+    assert runs_kernels_for(archs, capability) is runs
+
+
+@pytest.mark.parametrize("cluster", ["1x8xB200", "1x2xRTX-5090", "1x1xRTX-PRO-6000", "1x4xGB200"])
+def test_the_v0_wheel_has_no_blackwell_kernels(cluster):
+    """vllm 0.6.6.post1's wheel carries SASS for sm_70 to sm_90 only (tools/wheel_kernel_archs.py);
+    the releases from 0.22.0 on carry sm_100 and sm_120."""
+    with pytest.raises(SpecError, match="its wheel's CUDA kernels are built for compute capability 7.0, 7.5, "
+                                        "8.0, 8.6, 8.9, 9.0, and the .* is 1[02].0"):
+        plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster(cluster), ServeRequest(engine_versions=V0))
+    for release in ("0.22.0", "0.33.0"):
+        plan = plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster(cluster),
+                            ServeRequest(engine_versions=EngineVersions(vllm=release)))
+        assert plan.recommended is not None
+    # Ampere, Ada and Hopper run it
+    for older in ("1x1xA100", "1x1xRTX-4090", "1x1xH100"):
+        plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster(older),
+                     ServeRequest(engine_versions=V0, max_model_len=8192))
