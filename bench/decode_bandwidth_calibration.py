@@ -20,7 +20,14 @@ least three TP degrees, dense models. The median over a GPU and precision's seri
 with the catalog's serving_decode_hbm_utilization (what the serving step prices the read at;
 DECODE_HBM_UTILIZATION where the catalog has none).
 
-Not part of the planner; importable: `series_fits(rows)`, `summarize(fits)`.
+`--gemm`: where no engine runs were measured (the L40S), the same share read off the kernels
+alone: AIConfigurator's vLLM GEMMs at decode batch sizes (M <= 8 rows) on matrices of at least
+three times the L2 cache (tests/fixtures/aiconfigurator_silicon/serving_gemm_decode_vllm.csv,
+tools/extract_aic_decode_gemm.py), fitted as t = t0 + W / (u * HBM) over the shapes (least
+squares): the slope gives u whatever each call's fixed cost t0 is. On H100, where both exist, it
+lands within 4% of the engine runs' u (bf16 0.889, fp8 0.937 against 0.90).
+
+Not part of the planner; importable: `series_fits(rows)`, `summarize(fits)`, `gemm_fits()`.
 """
 
 from __future__ import annotations
@@ -110,10 +117,49 @@ def summarize(fits: list[dict]) -> list[dict]:
             for (gpu, precision), group in sorted(groups.items())]
 
 
+GEMM_FIXTURE = REPO / "tests/fixtures/aiconfigurator_silicon/serving_gemm_decode_vllm.csv"
+GEMM_GPUS = {"h100_sxm": "H100-SXM5-80GB", "l40s": "L40S", "a100_sxm": "A100-SXM4-80GB"}
+GEMM_PRECISIONS = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1)}
+
+
+def gemm_fits() -> list[dict]:
+    """Per GPU and precision: u from the least-squares slope of latency against weight bytes,
+    t0 the intercept (s), and the catalog's u for that precision (DECODE_HBM_UTILIZATION where
+    it has none)."""
+    import csv
+
+    points: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    with GEMM_FIXTURE.open() as handle:
+        for row in csv.DictReader(handle):
+            precision, width = GEMM_PRECISIONS[row["gemm_dtype"]]
+            points[(row["gpu"], precision)].append((int(row["n"]) * int(row["k"]) * width,
+                                                    float(row["latency_ms"]) / 1e3))
+    fits = []
+    for (gpu, precision), pairs in sorted(points.items()):
+        catalog_gpu = resolve_cluster(f"1x1x{GEMM_GPUS[gpu]}").gpu
+        line = statistics.linear_regression([w for w, _ in pairs], [t for _, t in pairs])
+        catalog = catalog_gpu.decode_hbm_utilization(precision)
+        fits.append({"gpu": catalog_gpu.name, "precision": precision, "shapes": len(pairs),
+                     "utilization": 1 / (line.slope * catalog_gpu.hbm_bytes_per_s), "intercept_seconds": line.intercept,
+                     "catalog_utilization": eff.DECODE_HBM_UTILIZATION if catalog is None else catalog})
+    return fits
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="the fits as JSON")
+    parser.add_argument("--gemm", action="store_true", help="from the GEMMs alone (AIConfigurator, M <= 8)")
     args = parser.parse_args()
+    if args.gemm:
+        fits = gemm_fits()
+        if args.json:
+            print(json.dumps(fits, indent=2))
+            return
+        print(f"{'gpu':18s} {'precision':9s} {'shapes':>6s} {'u':>6s} {'t0 us':>6s} {'catalog':>8s}")
+        for row in fits:
+            print(f"{row['gpu']:18s} {row['precision']:9s} {row['shapes']:6d} {row['utilization']:6.3f} "
+                  f"{row['intercept_seconds'] * 1e6:6.1f} {row['catalog_utilization']:8.3f}")
+        return
     fits = series_fits(load_rows())
     summary = summarize(fits)
     if args.json:

@@ -79,9 +79,11 @@ def test_a_tied_head_is_the_embedding_table():
     ("llama-3.1-70b-fp8", "1x8xH100", 0.90), ("llama-3.1-70b", "1x8xH200", 0.90),
     ("llama-3.1-70b-nvfp4", "1x8xH100", 0.90), ("llama-3.1-70b-fp8", "1x8xH800", 0.90),
     ("llama-3.1-70b-fp8", "1x8xB200", 0.78),
-    # not in the catalog: B200's 16-bit kernels, A100 (gpt-fast's own fit is the default), L40S
+    # the L40S's, read off its kernels alone (bench/decode_bandwidth_calibration.py --gemm)
+    ("llama-3.1-8b", "1x1xL40S", 0.82), ("llama-3.1-8b-fp8", "1x1xL40S", 0.73),
+    # not in the catalog: B200's 16-bit kernels, A100 (gpt-fast's own fit is the default), the L40
     ("llama-3.1-70b", "1x8xB200", eff.DECODE_HBM_UTILIZATION), ("llama-3.1-70b", "1x8xA100", eff.DECODE_HBM_UTILIZATION),
-    ("llama-3.1-8b", "1x1xL40S", eff.DECODE_HBM_UTILIZATION),
+    ("llama-3.1-8b", "1x1xL40", eff.DECODE_HBM_UTILIZATION),
 ])
 def test_measured_shares_and_the_default(spec, cluster_name, expected):
     model, cluster = resolve_model(spec), resolve_cluster(cluster_name)
@@ -131,3 +133,17 @@ def test_the_catalog_value_is_the_fit(bench):
     # NVFP4's kernels stream 15% slower than fp8's on the same GPU, in the same runs
     assert summary[("B200-SXM-180GB", "fp4")]["median_utilization"] < 0.9 * summary[("B200-SXM-180GB", "fp8")][
         "median_utilization"]
+
+
+def test_where_no_engine_ran_the_kernels_give_the_stream(bench):
+    """L40S: the catalog's u is the slope of AIConfigurator's vLLM GEMMs at M <= 8 (no engine runs
+    there); the method checked on H100, where it lands within 5% of the engine runs' u."""
+    fits = {(row["gpu"], row["precision"]): row for row in bench.gemm_fits()}
+    for precision in ("bf16", "fp8"):
+        row = fits[("L40S", precision)]
+        assert row["catalog_utilization"] == pytest.approx(row["utilization"], abs=FIT_TOLERANCE)
+        assert row["shapes"] > 200
+        h100 = fits[("H100-SXM5-80GB", precision)]
+        assert h100["utilization"] == pytest.approx(h100["catalog_utilization"], rel=0.05)
+    # the bf16 kernel streams faster than the per-tensor fp8 one on the L40S, as measured
+    assert fits[("L40S", "bf16")]["utilization"] > fits[("L40S", "fp8")]["utilization"] + 0.05
