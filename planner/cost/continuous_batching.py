@@ -1245,6 +1245,9 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # sequence, never less: the decode round of n_d < 1 priced a fraction of one); behind a
         # least-loaded router, the requests it sits with, n_d / C of them decoding
         seen = max(decode_seqs, min(decode_seqs + 1, max_running))
+        if routed is None and lockstep_ranks > 1:
+            balanced = least_loaded(c, lockstep_ranks)
+            seen = min(1 + (balanced.seen - 1) * decode_seqs / c, max_running)
         if routed is not None:
             seen = min(1 + (routed.seen - 1) * decode_seqs / c, max_running)
             # the new request's replica: the decodes of the others it finds there
