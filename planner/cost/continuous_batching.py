@@ -961,14 +961,21 @@ RESIDENCE_TOLERANCE_ROUNDS = 2.0**-12
 """The passes stop when X moves less than this share of the request's rounds D + S_p + X."""
 
 
+def two_point_length_biased_seconds(long_share: float, short_seconds: float, long_seconds: float) -> float:
+    """The round a random moment falls in, E[T^2] / E[T], where a share p of the rounds last T_long
+    and the rest T_short (renewal length bias, Kleinrock vol. 1 sec. 5.2)."""
+    return ((1 - long_share) * short_seconds**2 + long_share * long_seconds**2) / (
+        (1 - long_share) * short_seconds + long_share * long_seconds)
+
+
 def length_biased_round_seconds(mean_round: float, decode_round: float, prompt_round: float) -> float:
-    """The round a random moment falls in, E[T^2] / E[T], where rounds last T_d or T_p and a share
-    p = (T - T_d) / (T_p - T_d) of them carry a chunk (so that their mean is T). T = 8.02 ms,
-    T_d = 7.64, T_p = 17.44: p = 0.0388, (0.9612 x 7.64^2 + 0.0388 x 17.44^2) / 8.02 = 8.47 ms."""
-    if prompt_round <= decode_round or mean_round <= 0 or mean_round >= prompt_round:
-        return mean_round  # one kind of round (every round carries chunks: their mean)
-    share = min(max((mean_round - decode_round) / (prompt_round - decode_round), 0.0), 1.0)
-    return ((1 - share) * decode_round**2 + share * prompt_round**2) / mean_round
+    """two_point_length_biased_seconds where rounds last T_d or T_p and a share p = (T - T_d) /
+    (T_p - T_d) of them carry a chunk (so that their mean is T). T = 8.02 ms, T_d = 7.64, T_p =
+    17.44: p = 0.0388, (0.9612 x 7.64^2 + 0.0388 x 17.44^2) / 8.02 = 8.47 ms."""
+    if not decode_round < mean_round < prompt_round:
+        return mean_round  # one kind of round (every round carries chunks, or none: their mean)
+    share = (mean_round - decode_round) / (prompt_round - decode_round)
+    return two_point_length_biased_seconds(share, decode_round, prompt_round)
 
 
 def alignment_rounds(concurrency: float, open_loop: bool, routed: LeastLoaded | None) -> float:
@@ -1243,13 +1250,13 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # Poisson arrivals are as many as the time average (M/G/infinity: the others a request
         # finds are Poisson with the mean of the whole), so it sees n_d + 1 (at light load one
         # sequence, never less: the decode round of n_d < 1 priced a fraction of one); behind a
-        # least-loaded router, the requests it sits with, n_d / C of them decoding
+        # least-loaded router, the requests it sits with, n_d / C of them decoding; in lockstep
+        # the same router balances the group's ranks, so a decoder's rank holds their balanced count
         seen = max(decode_seqs, min(decode_seqs + 1, max_running))
-        if routed is None and lockstep_ranks > 1:
-            balanced = least_loaded(c, lockstep_ranks)
+        balanced = routed if routed is not None else least_loaded(c, lockstep_ranks) if lockstep_ranks > 1 else None
+        if balanced is not None:
             seen = min(1 + (balanced.seen - 1) * decode_seqs / c, max_running)
         if routed is not None:
-            seen = min(1 + (routed.seen - 1) * decode_seqs / c, max_running)
             # the new request's replica: the decodes of the others it finds there
             joined = decode_round - round_seconds(decode.scaled(routed.joined / c), None)
             own_round, wait_round = prompt_round - joined, mean_round - joined
@@ -1291,8 +1298,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # together, which these never share: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at
             # 1.25 req/s, a 0.93 s round where chunk rounds last 0.34 s, and TPOT held at that cap
             # (339 ms) against a simulated 258 ms (now 267)
-            lands_seconds = ((1 - chunks_per_round) * decode_round**2 + chunks_per_round * own_round**2) / (
-                (1 - chunks_per_round) * decode_round + chunks_per_round * own_round)
+            lands_seconds = two_point_length_biased_seconds(chunks_per_round, decode_round, own_round)
         # it arrives in a round of the length-biased mean and waits out half of it; its first
         # round carries its chunk and the chunks that arrived during that one (in place of the
         # mean's others, spread over every round when q > 1)

@@ -67,7 +67,7 @@ def describe_cluster(cluster: ClusterSpec) -> str:
     if cluster.intra_node is not None:
         link, staged = cluster.intra_node, intra_node_link(cluster)
         parts.append(f"intra-node {link.kind} {gb_per_s(link.bandwidth_bytes_per_s)}/GPU" + (
-            "" if link.peer_to_peer or cluster.measured is not None else
+            "" if not staged.host_staged else
             f", no GPU peer-to-peer: NCCL stages every transfer through host memory (priced at "
             f"{gb_per_s(staged.bandwidth_bytes_per_s)} and {us(staged.latency_seconds)} per ring step) and "
             f"vLLM turns its custom all-reduce off"))
@@ -115,7 +115,7 @@ def render_clusters() -> None:
         inter = cluster.inter_node
         table.add_row(
             name, f"{cluster.num_nodes}x{cluster.gpus_per_node}", cluster.gpu.name,
-            f"{intra_words(intra)}" if intra else "-",
+            intra_words(intra) if intra else "-",
             f"{inter.kind} {inter.num_nics_per_node}x{inter.nic_bandwidth_gbit_per_s:g} Gb/s" if inter else "-",
         )
     console().print(table)
