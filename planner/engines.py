@@ -76,6 +76,14 @@ class VllmRelease:
     then initialize_cache -> _init_cache_engine -> _warm_up_model -> capture_model), turns
     chunked prefill on by default only for long contexts (v0_chunked_prefill_by_default) and has
     none of those flags (vllm/engine/arg_utils.py EngineArgs.add_cli_args)."""
+    async_scheduling: bool = True
+    """Async scheduling is on by default (VllmConfig.__post_init__ at 0.22.0 and 0.33.0 turns
+    SchedulerConfig.async_scheduling None into True unless an incompatible option is set); the
+    V0 engine of 0.6.6.post1 has none. The step simulation and the steady state price its
+    one-step lag on a new request (cost/serving_sim.py, Async scheduling)."""
+    async_scheduling_off_for: tuple[str, ...] = ()
+    """Speculative methods with which the default turns it off: 0.22.0's `ngram` (neither an
+    EAGLE/MTP method nor ngram_gpu); 0.33.0 runs ngram on Model Runner V2, where it stays on."""
 
 
 def runs_kernels_for(archs: tuple[tuple[int, int], ...], compute_capability: float) -> bool:
@@ -183,11 +191,11 @@ VLLM_RELEASES = {
         VLLM_0_33_TIERS, "fp8_per_tensor", nixl_pipelined_prefill=True),
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_22_TIERS, "fp8"),
+        VLLM_0_22_TIERS, "fp8", async_scheduling_off_for=("ngram",)),
     "0.6.6.post1": VllmRelease(
         "0.6.6.post1", "vllm 0.6.6.post1 wheel (PyPI): vllm/engine/arg_utils.py, vllm/config.py, "
         "vllm/worker/worker.py, vllm/worker/model_runner.py (the V0 engine)",
-        VLLM_0_6_TIERS, "fp8", v1_engine=False,
+        VLLM_0_6_TIERS, "fp8", v1_engine=False, async_scheduling=False,
         kernel_archs=((7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0))),
 }
 SGLANG_RELEASES = {

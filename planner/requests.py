@@ -220,6 +220,19 @@ class ServeRequest:
     decode workers apart, the KV moved between them), auto (both, and which wins)."""
     speculation: Speculation | None = None
     """`--speculative-method` and its companions: speculative decoding; None = off."""
+    async_scheduling: bool | None = None
+    """`--async-scheduling / --no-async-scheduling`: vLLM schedules step k + 1 as step k starts
+    (schedules_ahead); None = the release's default (VllmRelease.async_scheduling)."""
+
+    @property
+    def schedules_ahead(self) -> bool:
+        """Whether the engine runs async scheduling: as asked, else the release's default (off
+        with a speculative method the release excludes)."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        release = self.engine_versions.vllm_release
+        method = None if self.speculation is None else self.speculation.method
+        return release.async_scheduling and method not in release.async_scheduling_off_for
 
     @cached_property
     def decode_context_tokens(self) -> float:

@@ -471,7 +471,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
                             eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
-                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp)
+                            request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp,
+                            request.schedules_ahead and layout.pp == 1)
 
     def steady_at(concurrency: int) -> SteadyState:
         return memo.get(("steady", layout, concurrency), price_steady, concurrency)
@@ -1109,7 +1110,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock)
     limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget,
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance,
-                          pipeline_stages=layout.pp)
+                          pipeline_stages=layout.pp, schedules_ahead=request.schedules_ahead)
 
     priced: dict[tuple[float, ...], float | PipelineStep] = {}
     stage_memo: dict[tuple, StepTime | StageRates] = {}

@@ -990,7 +990,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
                  spec_tokens: int = 0, context_tokens: float | None = None,
                  prompt_pairs: float | None = None, open_loop: bool = False,
                  max_running: float = math.inf, router_replicas: int = 1,
-                 pipeline_stages: int = 1) -> SteadyState:
+                 pipeline_stages: int = 1, schedules_ahead: bool = False) -> SteadyState:
     """Per round: n_d = lambda * D decode tokens and lambda * I prompt tokens, lambda =
     C / (D + S_p + X + W), X the rounds a request spends outside the rounds that carry it:
     its first-token cost and its wait for the round in progress (everything in its E2E but
@@ -1065,7 +1065,7 @@ def steady_state(concurrency: float, input_len: int, output_len: int, step_budge
         else None
     args = (concurrency, input_len, output_len, step_budget_tokens, in_flight, round_seconds, first_token_seconds,
             lockstep_ranks, tokens_per_round, spec_tokens, context_tokens, prompt_pairs, open_loop, max_running,
-            router_replicas, routed, pipeline_stages)
+            router_replicas, routed, pipeline_stages, schedules_ahead)
     start = alignment_rounds(concurrency, open_loop, routed)
     decode_rounds = max(output_len - 1, 0) / tokens_per_round
     if open_loop and lockstep_ranks == 1 and prompts_take_turns(input_len, step_budget_tokens):
@@ -1150,7 +1150,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                  first_token_seconds: float, lockstep_ranks: int, tokens_per_round: float,
                  spec_tokens: int, context_tokens: float | None, prompt_pairs: float | None, open_loop: bool,
                  max_running: float, router_replicas: int, routed: LeastLoaded | None, pipeline_stages: int,
-                 budget_cap: bool, outside_rounds: float) -> SteadyState:
+                 schedules_ahead: bool, budget_cap: bool, outside_rounds: float) -> SteadyState:
     """One pass of steady_state at `outside_rounds` X (`routed`: least_loaded over the
     router's replicas, None without one)."""
     c, i, d = concurrency, input_len, max(output_len - 1, 0) / tokens_per_round
@@ -1272,6 +1272,8 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # step simulation, which waits about half a round)
         waited_seconds = alignment * length_biased_round_seconds(wait_round, decode_round, own_round) / 2
     service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra_seconds)
+    # async scheduling's round ahead (below): waited out when the engine is busy, a decoder's round
+    ahead_busy, ahead_round = alignment / ROUND_ALIGNMENT_ROUNDS, None
     bunched_seconds = 0.0  # what Poisson bunching adds to a decoding request's rounds
     # with PP, whole prompts (N = 1) bunch the same way: vLLM puts every prompt waiting when a
     # step is scheduled into that step, so a new prompt waits out the gap it lands in, which
@@ -1313,7 +1315,12 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # doubled TPOT at 4 output tokens, Llama-3.1-8B tp=1 dp=8 at 60 req/s: 31.4 ms
             # against a simulated 15.6)
             excess_seconds = (first_round_seconds - mean_round) * rho ** (prompt_chunks - 1)
-            bunched_seconds = excess_seconds * rho * (1 - rho ** d) / (1 - rho) / d
+            # under async scheduling a round takes in the arrivals of the round before the one
+            # in progress, so the excess comes back every second round: rho^m at round 2m
+            # (Llama-3.1-70B tp=8, 512/2 tokens at 23.7 req/s: TPOT 30.2 ms against a simulated
+            # 17.3 with the lag-1 decay)
+            echoes = math.floor(d / 2) if schedules_ahead else d
+            bunched_seconds = excess_seconds * rho * (1 - rho ** echoes) / (1 - rho) / d
             decoding_round += bunched_seconds
     if open_loop and lockstep_ranks == 1 and not bound and chunks_per_round > 0 and takes_turns \
             and (pipeline_stages == 1 or prefill_rounds <= 1):
@@ -1377,6 +1384,13 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # others that came meanwhile: they queue behind it)
             waited_seconds = queue.wait_seconds
             service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra_seconds)
+            # async scheduling: a prompt queued behind another starts in the round after the
+            # other's last chunk (the scheduler knows that chunk is its last), so only an arrival
+            # that finds decodes alone, no prompt in service (1 - rho of the time), waits out the
+            # decode round scheduled ahead (Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at 1 req/s:
+            # TTFT 1.52 s with the whole mean-round lag, 1.36 s in the step simulation)
+            ahead_busy = max(ahead_busy - (mean_round - decode_round) / mean_round, 0.0)
+            ahead_round = decode_round
         if d > 0:
             priced_seconds = (felt_round - decode_round) * share + bunched_seconds  # prompts in it now
             decoding_round += max(0.0, queue.chunk_round_share * (own_round - decode_round) - priced_seconds)
@@ -1387,7 +1401,14 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # prompts' share nears 1: Llama-3.1-70B nvfp4 tp=8, 16,000/8 tokens at 1.4 req/s, TPOT
         # 1.86 s against rounds of 0.34 s, simulated 0.32 s)
         decoding_round = min(decoding_round, max(own_round, decode_round))
-    unqueued = first_token_seconds + waited_seconds + service_seconds
+    # async scheduling: the round after the one in progress was scheduled as it began, so a
+    # request that finds the engine busy waits out that round too (serving_sim, Async scheduling)
+    # (without decodes, O = 1, and with one-chunk prompts every request ends in the step that
+    # carries its prompt, so the step scheduled as it began is empty and the engine takes the
+    # next prompts as it ends)
+    ahead_seconds = ahead_busy * (decoding_round if ahead_round is None else ahead_round) \
+        if schedules_ahead and (d > 0 or prompt_chunks > 1) else 0.0
+    unqueued = first_token_seconds + waited_seconds + ahead_seconds + service_seconds
     if bound:
         # the engine runs at its budget: a client's whole cycle is C / lambda rounds of it, and
         # the wait for budget is what the cycle leaves after the request's own latencies (its

@@ -20,6 +20,16 @@ the end of that step; it finishes after output_len tokens and frees its blocks.
 
 Timing: a step lasts step_seconds(StepLoad); a request arriving during a step waits for the
 next one; when nothing is running the clock jumps to the next arrival.
+
+Async scheduling (EngineLimits.schedules_ahead; vLLM's default from 0.14, --async-scheduling
+before): the engine keeps two steps in its batch queue (max_concurrent_batches 2 for p = 1).
+It submits step k + 1 as soon as step k is on the GPU, its decoders taking step k's tokens on
+the GPU (placeholders), then blocks on step k, processes its outputs, reads its input queue and
+schedules step k + 2 (EngineCore.step_with_batch_queue and run_busy_loop, vllm/v1/engine/core.py
+0.33.0). So step k + 1 takes in only what had arrived when step k started: a request that
+arrives during step k waits out the rest of it and all of step k + 1. When the step scheduled
+ahead would carry nothing (every request ended in step k), the engine blocks on step k and
+schedules what came meanwhile as soon as it ends, as without async scheduling.
 first_token_extra_seconds is a constant latency on every token's path to the client (for
 example the API server): it is added to TTFT and E2E alike, so TPOT and ITL do not see it.
 
@@ -58,6 +68,10 @@ class EngineLimits:
     """p > 1: a PP replica (module docstring, Pipeline parallelism): each step is one
     micro-batch with its own max_num_batched_tokens, a decoder is scheduled every p steps,
     and the step is priced as a PipelineStep."""
+    schedules_ahead: bool = False
+    """vLLM's async scheduling (p = 1; module docstring, Async scheduling): step k + 1 is
+    scheduled as step k starts, so a request that reaches a busy engine during step k joins
+    step k + 2."""
 
 
 @dataclass(frozen=True)
@@ -600,6 +614,15 @@ class _Clock:
         self.engine_free = -math.inf
         self.real_end = -math.inf  # the last step that carried tokens: its end
         self.in_flight: deque[float] = deque(maxlen=stages + 1)  # the batch queue: the last p + 1 steps' ends
+        self.last_start = self.last_end = -math.inf  # p = 1: the last step's start and end
+
+    def intake_seconds(self, now: float, schedules_ahead: bool) -> float:
+        """The arrivals a step scheduled at `now` takes in are those up to this moment: under async
+        scheduling without PP, the start of the step that ends at `now` (the next step was
+        scheduled then); else (PP, or an engine that was idle) `now`."""
+        if schedules_ahead and self.p == 1 and self.last_end == now:
+            return self.last_start
+        return now
 
     def holding(self, now: float) -> bool:
         """A PP engine whose last step with tokens is still in flight at `now`: its requests
@@ -626,6 +649,7 @@ class _Clock:
         if not isinstance(timing, PipelineStep):
             end = now + timing
             self.ends.append(end)
+            self.last_start, self.last_end = now, end
             return end, timing, end
         k = len(self.ends)
         decodes = any(load.decode_seqs for load in loads)
@@ -788,12 +812,17 @@ def _simulate_dispatched(
         """Group g starts a step at `now` if it has work; when the next can start (without
         PP its end), or None when it goes idle."""
         engines = [n for n in groups[g] if parts[n]]
+        seen = clocks[g].intake_seconds(now, limits.schedules_ahead)
         for n in engines:
-            sims[n].intake(now)
+            sims[n].intake(seen)
         # PP: while a step with tokens is in flight its requests are still in vLLM's
         # scheduler, so the engine keeps scheduling (empty steps) until it is back
         holding = clocks[g].holding(now)
         busy = [n for n in engines if holding or not (sims[n].finished or sims[n].idle)]
+        if not busy and seen < now:  # the step scheduled ahead was empty: what came meanwhile goes now
+            for n in engines:
+                sims[n].intake(now)
+            busy = [n for n in engines if not (sims[n].finished or sims[n].idle)]
         if not busy:
             return None
         loads = [sims[n].schedule() for n in busy]
@@ -924,10 +953,15 @@ def simulate_lockstep(
     clock = _Clock(limits.pipeline_stages)
     now = min((sim.first_arrival for sim in sims if sim.reqs), default=0.0)
     while not all(sim.finished for sim in sims):
+        seen = clock.intake_seconds(now, limits.schedules_ahead)
         for sim in sims:
-            sim.intake(now)
+            sim.intake(seen)
         holding = clock.holding(now)  # PP: see _simulate_dispatched's next_step
         busy = [sim for sim in sims if sim.reqs and (holding or not (sim.finished or sim.idle))]
+        if not busy and seen < now:  # the step scheduled ahead was empty (_simulate_dispatched's next_step)
+            for sim in sims:
+                sim.intake(now)
+            busy = [sim for sim in sims if sim.reqs and not (sim.finished or sim.idle)]
         if not busy:
             now = min(sim.next_event() for sim in sims if not sim.finished)
             continue

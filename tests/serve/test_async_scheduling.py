@@ -1,0 +1,147 @@
+"""vLLM's async scheduling: step k + 1 is scheduled as step k starts, so a request that reaches a
+busy engine during step k joins step k + 2 (planner/cost/serving_sim.py, "Async scheduling";
+the steady state's round ahead in planner/cost/continuous_batching.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost.continuous_batching import steady_state
+from planner.cost.serving_sim import EngineLimits, SimRequest, StepLoad, simulate, simulate_replicas
+from planner.engines import EngineVersions
+from planner.requests import ServeRequest, Speculation
+
+STEP = 0.01
+BIG_KV = 10**7
+
+
+def const(_: StepLoad) -> float:
+    return STEP
+
+
+def test_a_request_that_comes_mid_step_skips_the_step_scheduled_ahead():
+    """One replica, 10 ms steps, budget 200. A (100 prompt, 5 output tokens) sent at 0: prefill
+    [0, 10), decodes [10, 50). B (100, 2) sent at 25 ms, during A's third step [20, 30).
+    Without async scheduling B is taken in when that step ends: prefill [30, 40) beside A's
+    decode, TTFT 15 ms, E2E 25 ms. With it, step [30, 40) was scheduled at 20 ms, when that
+    step began, before B came; B is taken in at 30 ms for step [40, 50): first token at 50 ms
+    (TTFT 25 ms), second at 60 ms (E2E 35 ms). C (100, 2) sent at 70 ms finds the engine idle:
+    TTFT 10 ms, E2E 20 ms either way. A is the same either way: its steps are scheduled
+    ahead, but its tokens come every step."""
+    requests = [SimRequest(0.0, 100, 5), SimRequest(0.025, 100, 2), SimRequest(0.070, 100, 2)]
+    for ahead, ttft, e2e in ((False, (0.010, 0.015, 0.010), (0.050, 0.025, 0.020)),
+                             (True, (0.010, 0.025, 0.010), (0.050, 0.035, 0.020))):
+        limits = EngineLimits(BIG_KV, 8, 200, schedules_ahead=ahead)
+        for replay in (True, False):
+            res = simulate_replicas(requests, 1, limits, const, replay_solos=replay)
+            assert res.ttft_seconds == pytest.approx(ttft), (ahead, replay)
+            assert res.e2e_seconds == pytest.approx(e2e), (ahead, replay)
+
+
+def test_a_step_ahead_with_nothing_to_carry_lets_the_next_arrival_in_at_once():
+    """A (100, 2) sent at 0: prefill [0, 10), its last token [10, 20). B (100, 2) sent at 15 ms.
+    The step after A's last one would be scheduled at 10 ms with nothing in it (A ends in
+    [10, 20)): vLLM's engine blocks on the step in progress and schedules what came meanwhile
+    as it ends, so B is taken in at 20 ms as without async scheduling: TTFT 15 ms."""
+    requests = [SimRequest(0.0, 100, 2), SimRequest(0.015, 100, 2)]
+    for ahead in (False, True):
+        res = simulate(requests, EngineLimits(BIG_KV, 8, 200, schedules_ahead=ahead), const)
+        assert res.ttft_seconds == pytest.approx((0.010, 0.015)), ahead
+
+
+def test_lockstep_ranks_schedule_ahead_too():
+    """Two ranks in lockstep, 10 ms steps: rank 0 runs A (100, 5) from 0; rank 1's B (100, 2)
+    comes at 25 ms. With async scheduling the group's step [30, 40) was scheduled at 20 ms, so B
+    waits for [40, 50): TTFT 25 ms (15 without)."""
+    from planner.cost.serving_sim import simulate_lockstep
+
+    for ahead, ttft in ((False, 0.015), (True, 0.025)):
+        limits = EngineLimits(BIG_KV, 8, 200, schedules_ahead=ahead)
+        _, rank1 = simulate_lockstep([[SimRequest(0.0, 100, 5)], [SimRequest(0.025, 100, 2)]], limits,
+                                     lambda loads: STEP)
+        assert rank1.ttft_seconds == pytest.approx((ttft,)), ahead
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0.0, 0.05), st.integers(1, 300)), min_size=1, max_size=40))
+def test_single_token_outputs_never_wait_for_a_step_ahead(arrivals):
+    """With one output token and prompts that are never chunked (a budget above the whole burst)
+    every request ends in the step that carries its prompt, so the step scheduled ahead is
+    always empty and async scheduling changes nothing. (A chunked prompt's next chunk does fill
+    it: 257 tokens over a 256-token budget, a prompt sent during the first chunk waits for the
+    second.)"""
+    t, requests = 0.0, []
+    for gap, prompt in arrivals:
+        t += gap
+        requests.append(SimRequest(t, prompt, 1))
+
+    def priced(load: StepLoad) -> float:
+        return 0.002 + 1e-4 * load.prefill_tokens
+
+    runs = [simulate(requests, EngineLimits(BIG_KV, 64, 40 * 300, schedules_ahead=ahead), priced)
+            for ahead in (False, True)]
+    assert runs[0].ttft_seconds == pytest.approx(runs[1].ttft_seconds, rel=1e-12, abs=1e-15)
+    chunked = [SimRequest(0.0, 257, 1), SimRequest(0.015625, 1, 1)]
+    waits = [simulate(chunked, EngineLimits(BIG_KV, 64, 256, schedules_ahead=ahead), priced).ttft_seconds[1]
+             for ahead in (False, True)]
+    assert waits[1] > waits[0]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0.0, 0.05), st.integers(1, 300), st.integers(2, 20)), min_size=1,
+                max_size=40))
+def test_async_scheduling_never_brings_a_first_token_sooner(arrivals):
+    """Taking in arrivals a step earlier than they come can only delay them: every request's
+    TTFT is at least what it is without async scheduling, at the same step costs."""
+    t, requests = 0.0, []
+    for gap, prompt, output in arrivals:
+        t += gap
+        requests.append(SimRequest(t, prompt, output))
+    runs = [simulate(requests, EngineLimits(BIG_KV, 64, 4096, schedules_ahead=ahead), const)
+            for ahead in (False, True)]
+    for before, after in zip(runs[0].ttft_seconds, runs[1].ttft_seconds, strict=True):
+        assert after >= before - 1e-12
+
+
+def flat_round(*_args, **_kwargs) -> float:
+    return STEP
+
+
+@pytest.mark.parametrize("open_loop", [False, True])
+def test_the_steady_state_waits_out_the_round_scheduled_ahead(open_loop):
+    """Every round 10 ms whatever it carries, 4 requests (in flight, or on average at a rate),
+    100 prompt tokens (one chunk), 20 output tokens. Async scheduling adds the round scheduled
+    ahead to a new request's TTFT when it finds the engine busy: (C - 1) / C = 0.75 of a round
+    in a closed loop of 4, 1 - e^-4 = 0.9817 of one at a rate: +7.5 ms and +9.817 ms."""
+    runs = [steady_state(4, 100, 20, 1000, 1, flat_round, 0.010, open_loop=open_loop, schedules_ahead=ahead)
+            for ahead in (False, True)]
+    busy = -math.expm1(-4) if open_loop else 0.75
+    assert runs[1].ttft_seconds - runs[0].ttft_seconds == pytest.approx(busy * STEP, rel=1e-9)
+    assert runs[1].decode_round_seconds == runs[0].decode_round_seconds
+
+
+def test_single_token_outputs_wait_for_no_round_ahead():
+    """One output token and one-chunk prompts: no decodes, the step scheduled ahead is empty;
+    TTFT is unchanged. Prompts of two chunks (1,500 tokens over a 1,000-token budget, arriving
+    at a rate, 0.5 in the replica on average) fill it."""
+    runs = [steady_state(4, 100, 1, 1000, 1, flat_round, 0.010, schedules_ahead=ahead) for ahead in (False, True)]
+    assert runs[1].ttft_seconds == runs[0].ttft_seconds
+    runs = [steady_state(0.5, 1500, 1, 1000, 1, flat_round, 0.010, open_loop=True, schedules_ahead=ahead)
+            for ahead in (False, True)]
+    assert runs[1].ttft_seconds > runs[0].ttft_seconds
+
+
+def test_each_release_says_whether_it_schedules_ahead():
+    """vLLM 0.33.0 and 0.22.0 turn async scheduling on unless something excludes it (0.22.0:
+    ngram speculation); 0.6.6.post1's V0 engine has none; --no-async-scheduling turns it off."""
+    ngram = Speculation("ngram", 3, (0.5,))
+    assert ServeRequest().schedules_ahead
+    assert ServeRequest(speculation=ngram).schedules_ahead
+    assert not ServeRequest(engine_versions=EngineVersions(vllm="0.22.0"), speculation=ngram).schedules_ahead
+    assert ServeRequest(engine_versions=EngineVersions(vllm="0.22.0")).schedules_ahead
+    assert not ServeRequest(engine_versions=EngineVersions(vllm="0.6.6.post1")).schedules_ahead
+    assert not ServeRequest(async_scheduling=False).schedules_ahead
