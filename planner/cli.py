@@ -183,6 +183,7 @@ MaxModelLenOpt = Annotated[int | None, typer.Option(help="Serve: context length 
 GpuMemoryUtilizationOpt = Annotated[float, typer.Option(help="Serve: vLLM's fraction of GPU memory.")]
 KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dtype.")]
 EnableDboOpt = Annotated[bool, typer.Option("--enable-dbo", help="Serve, MoE with EP across DP ranks over DeepEP: dual-batch overlap (vLLM's enable_dbo; SGLang's two-batch overlap): a step of 32 decode tokens or 512 with prompts runs as two micro-batches, each one's EP exchange hidden behind the other's work, at the price of reading the weights twice.")]
+AsyncSchedulingOpt = Annotated[bool | None, typer.Option("--async-scheduling/--no-async-scheduling", help="Serve: vLLM's async scheduling (SGLang's overlap scheduler): step k+1 is scheduled as step k starts, hiding the host's work but making a request that arrives mid-step wait for the step after next (default: the release's, on for vllm 0.22.0 and 0.33.0 except 0.22.0 with ngram, off for 0.6.6.post1).")]
 All2AllBackendOpt = Annotated[All2AllBackend, typer.Option(help="Serve, MoE with EP across DP ranks: how tokens reach their experts (vLLM's all2all_backend; SGLang's moe_a2a_backend deepep): allgather_reducescatter = vLLM's default, every rank gathers the group's tokens; deepep_low_latency / deepep_high_throughput = DeepEP's kernels, each token only to its experts' ranks (fp8 for block-fp8 experts), DeepEP's buffers taken from the KV cache. DeepEP must be installed with the engine.")]
 SpeculativeMethodOpt = Annotated[SpeculativeMethod | None, typer.Option(help="Serve: speculative decoding (vLLM's speculative_config method): mtp = the model's own multi-token-prediction layers; eagle / eagle3 = a draft head (--draft-model); ngram = prompt lookup on the host. Needs --draft-acceptance.")]
 NumSpeculativeTokensOpt = Annotated[int | None, typer.Option(help="Serve, with --speculative-method: tokens drafted per sequence and step (default for mtp: the model's MTP layers).")]
@@ -292,6 +293,7 @@ class PlanOptions:
     draft_acceptance: str | None = None
     draft_model: str | None = None
     served_draft_model: str = DRAFT_MODEL_PLACEHOLDER
+    async_scheduling: bool | None = None
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -414,6 +416,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         moe_backend=opts.moe_backend.value,
         all2all_backend=opts.all2all_backend.value,
         enable_dbo=opts.enable_dbo,
+        async_scheduling=opts.async_scheduling,
         quantization_override=quantization_override,
         checkpoint_dtype=checkpoint_dtype,
         max_num_batched_tokens=opts.max_num_batched_tokens,
@@ -571,7 +574,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "burstiness", "dataset", "input_len", "output_len", "batch", "max_model_len",
-              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "quantization", "max_num_batched_tokens",
+              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "async_scheduling", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
 BURST_ONLY = ("num_prompts", "random_range_ratio", "burstiness")
@@ -675,6 +678,7 @@ def plan(
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
+    async_scheduling: AsyncSchedulingOpt = None,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -727,7 +731,8 @@ def plan(
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
-        all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
+        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
@@ -869,6 +874,7 @@ def explain(
     moe_backend: MoeBackendOpt = DEFAULT_MOE_BACKEND,
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
+    async_scheduling: AsyncSchedulingOpt = None,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -928,7 +934,8 @@ def explain(
         json_output=json_output,
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
-        all2all_backend=all2all_backend, enable_dbo=enable_dbo, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
+        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,

@@ -352,6 +352,10 @@ def for_vllm_release(request: ServeRequest) -> ServeRequest:
     --moe-backend, --all2all-backend or dual-batch overlap: asking for one is a usage error; the
     search keeps ep = 1 and aggregated replicas (`--mode auto` plans those alone)."""
     release = request.engine_versions.vllm_release
+    method = None if request.speculation is None else request.speculation.method
+    if request.async_scheduling and method in release.async_scheduling_off_for:
+        raise SpecError(f"--async-scheduling: vllm {release.version} does not run it with --speculative-method "
+                        f"{method} (it refuses to start); drop it or plan for a later vllm")
     if release.v1_engine:
         return request
     v0 = f"--engine-version vllm={release.version} (the V0 engine)"
@@ -361,7 +365,8 @@ def for_vllm_release(request: ServeRequest) -> ServeRequest:
              (request.moe_backend != "auto", f"--moe-backend {request.moe_backend}", "--moe-backend"),
              (request.all2all_backend != DEFAULT_ALL2ALL_BACKEND, f"--all2all-backend {request.all2all_backend}",
               "expert parallelism"),
-             (request.enable_dbo, "--enable-dbo", "dual-batch overlap")]
+             (request.enable_dbo, "--enable-dbo", "dual-batch overlap"),
+             (bool(request.async_scheduling), "--async-scheduling", "async scheduling")]
     for wanted, flag, feature in asked:
         if wanted:
             raise SpecError(f"{flag}: {v0} has no {feature}; plan it for vllm=0.22.0 or later")

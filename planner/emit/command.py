@@ -200,6 +200,9 @@ class ServeArgs:
     """How an EP group spanning DP ranks exchanges tokens (ServeRequest.all2all_backend)."""
     enable_dbo: bool = False
     """Dual-batch overlap of that exchange (ServeRequest.enable_dbo)."""
+    async_scheduling: bool | None = None
+    """--async-scheduling / --no-async-scheduling as asked (ServeRequest.async_scheduling);
+    None = the engine's default."""
     speculation: Speculation | None = None
     """Speculative decoding (ServeRequest.speculation); None = off."""
     priced_batched_tokens: int | None = None
@@ -293,6 +296,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         moe_backend=request.moe_backend,
         all2all_backend=request.all2all_backend,
         enable_dbo=request.enable_dbo,
+        async_scheduling=request.async_scheduling,
         speculation=request.speculation,
         dtype=model.dtype,
         engine_versions=request.engine_versions,

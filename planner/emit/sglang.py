@@ -195,6 +195,10 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:
         flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
+    if a.async_scheduling is False:
+        # SGLang's overlap scheduler is its async scheduling (Scheduler.event_loop_overlap
+        # schedules the next batch while this one runs); on unless disabled
+        flags.append("--disable-overlap-schedule")
     return flags + moe_runner_flags(a) + speculative_flags(a)
 
 

@@ -96,6 +96,9 @@ def engine_flags(a: ServeArgs) -> list[str]:
         flags += ["--max-num-batched-tokens", str(a.max_num_batched_tokens)]
     if a.enable_chunked_prefill:
         flags.append("--enable-chunked-prefill")  # V0 only (EngineArgs.enable_chunked_prefill, 0.6.6.post1)
+    if a.async_scheduling is False and a.engine_versions.vllm_release.async_scheduling:
+        # SchedulerConfig.async_scheduling, a BooleanOptionalAction (0.22.0, 0.33.0); on by default
+        flags.append("--no-async-scheduling")
     if quantization_flag(a):
         flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":

@@ -145,3 +145,45 @@ def test_each_release_says_whether_it_schedules_ahead():
     assert ServeRequest(engine_versions=EngineVersions(vllm="0.22.0")).schedules_ahead
     assert not ServeRequest(engine_versions=EngineVersions(vllm="0.6.6.post1")).schedules_ahead
     assert not ServeRequest(async_scheduling=False).schedules_ahead
+
+
+def run_cli(*args: str):
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+BASE = ("--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--input-len", "1024", "--output-len", "256",
+        "--request-rate", "8")
+
+
+def test_no_async_scheduling_is_priced_and_launched():
+    """--no-async-scheduling: one round less of TTFT at a rate (the step scheduled ahead), the same
+    TPOT, and the launch says so: vLLM's `--no-async-scheduling`, SGLang's
+    `--disable-overlap-schedule` (its overlap scheduler schedules ahead the same way)."""
+    import json
+
+    on, off = (run_cli(*BASE, "--json", *flag) for flag in ((), ("--no-async-scheduling",)))
+    assert on.exit_code == 0 and off.exit_code == 0, (on.output, off.output)
+    on, off = (json.loads(r.stdout)["recommended"] for r in (on, off))
+    assert off["ttft_seconds"] < on["ttft_seconds"]
+    assert off["tpot_seconds"] == pytest.approx(on["tpot_seconds"], rel=0.01)
+    vllm = run_cli(*BASE, "--no-async-scheduling")
+    assert vllm.exit_code == 0 and "--no-async-scheduling" in vllm.stdout
+    assert "--no-async-scheduling" not in run_cli(*BASE).stdout
+    sglang = run_cli(*BASE, "--no-async-scheduling", "--emit", "sglang")
+    assert sglang.exit_code == 0 and "--disable-overlap-schedule" in sglang.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("--async-scheduling", "--engine-version", "vllm=0.6.6.post1"),
+    ("--async-scheduling", "--engine-version", "vllm=0.22.0", "--speculative-method", "ngram",
+     "--num-speculative-tokens", "3", "--draft-acceptance", "0.5"),
+])
+def test_async_scheduling_where_the_release_cannot_run_it_is_a_usage_error(args):
+    result = run_cli(*BASE, *args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--async-scheduling" in lines[0], result.output
