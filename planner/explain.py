@@ -485,7 +485,8 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
     (prompt_service_seconds), split by what the chunk-carrying round spends it on (the carrier
     micro-batch's steps over every stage, the engine's step and the pipeline sends; the rest of
     the round is the other micro-batches'), and what is left: waiting out the step in progress
-    when the request arrives. None without a steady state or a prompt round."""
+    when the request arrives and, under async scheduling, the step already scheduled after it
+    (SteadyState.ahead_seconds). None without a steady state or a prompt round."""
     steady, rnd = result.steady, result.prompt_round
     if steady is None or rnd is None:
         return None
@@ -521,8 +522,11 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
                                  slots),
                 BreakdownSegment("queued for the token budget", budget)]
     segments += [BreakdownSegment(f"prompt: {name}", seconds * scale) for name, seconds in parts.items()]
-    segments.append(BreakdownSegment("waiting out the step in progress on arrival",
-                                     max(0.0, result.ttft_seconds - fixed - slots - budget - service)))
+    left = max(0.0, result.ttft_seconds - fixed - slots - budget - service)
+    ahead = min(steady.ahead_seconds, left)
+    segments.append(BreakdownSegment("waiting out the step in progress on arrival", left - ahead))
+    if ahead > 0:
+        segments.append(BreakdownSegment("waiting out the step scheduled ahead (async scheduling)", ahead))
     what = f"the mean time to first token under load (its prompt in {steady.prompt_chunks:g} chunk(s))"
     return TimeBreakdown(what, result.ttft_seconds, tuple(segments))
 

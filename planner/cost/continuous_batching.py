@@ -81,6 +81,9 @@ class SteadyState:
     last_chunk_extra_seconds: float = 0.0
     """PP: how much longer the round of a prompt's last chunk is than the mean chunk's (it
     attends to the whole prompt: prompt_service_seconds); 0 without PP or with one chunk."""
+    ahead_seconds: float = 0.0
+    """Async scheduling: the part of TTFT spent waiting out the round scheduled ahead (the one
+    after the round in progress on arrival); 0 without it."""
 
     @property
     def tpot_seconds(self) -> float:
@@ -1439,4 +1442,5 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         prompt_chunks=prompt_chunks,
         prompt_carriers=carriers,
         last_chunk_extra_seconds=last_extra_seconds,
+        ahead_seconds=ahead_seconds,
     )
