@@ -167,7 +167,9 @@ def test_no_async_scheduling_is_priced_and_launched():
 
     on, off = (run_cli(*BASE, "--json", *flag) for flag in ((), ("--no-async-scheduling",)))
     assert on.exit_code == 0 and off.exit_code == 0, (on.output, off.output)
-    on, off = (json.loads(r.stdout)["recommended"] for r in (on, off))
+    on, off = (json.loads(r.stdout) for r in (on, off))
+    assert (on["async_scheduling"], off["async_scheduling"]) == (True, False)
+    on, off = on["recommended"], off["recommended"]
     assert off["ttft_seconds"] < on["ttft_seconds"]
     assert off["tpot_seconds"] == pytest.approx(on["tpot_seconds"], rel=0.01)
     vllm = run_cli(*BASE, "--no-async-scheduling")
