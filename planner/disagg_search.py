@@ -210,6 +210,8 @@ class DisaggEstimate:
     rate: RateMatch
     """What the N_p prefill and the N_d decode workers can each take (req/s) and which binds."""
     notes: tuple[str, ...] = field(default=())
+    decode_rounds_before_first_token: int = 1
+    """Whole decode rounds in TTFT (decode_rounds_before_first_token): 2 under async scheduling."""
     plan_gpus: int = 0
     """The GPUs planned (--gpus or the cluster's): the deployment runs as many copies as fit
     them (copies); 0: this deployment's own."""
@@ -590,13 +592,13 @@ looser limit must not lose a deployment that a tighter one found."""
 
 def e2e_implied_tpot_seconds(request: ServeRequest) -> float:
     """The most a decode round may take for --max-e2e-ms to hold with nothing else in the way:
-    E2E >= the first-token cost + e rounds before the first token + (O - 1) after it, each
-    token a round of T_d (speculation_shape's e tokens per round in the first), so
-    T_d <= (E2E - first token) / (O - 1 + e); the --max-tpot-ms limit where tighter. Decode
-    workers are tried at the concurrency it allows too (plan_disaggregated), since the E2E
-    limit, unlike the TPOT one, is only checked once a pairing is priced."""
+    E2E >= the first-token cost + r whole rounds before the first token (e tokens each:
+    speculation_shape; r = decode_rounds_before_first_token) + (O - 1) after it, each token a
+    round of T_d, so T_d <= (E2E - first token) / (O - 1 + r e); the --max-tpot-ms limit where
+    tighter. Decode workers are tried at the concurrency it allows too (plan_disaggregated),
+    since the E2E limit, unlike the TPOT one, is only checked once a pairing is priced."""
     assert request.max_e2e_seconds is not None
-    rounds = request.output_len - 1 + speculation_shape(request.speculation)[0]
+    rounds = request.output_len - 1 + speculation_shape(request.speculation)[0] * decode_rounds_before_first_token(request)
     implied = max(0.0, request.max_e2e_seconds - eff.FIRST_TOKEN_SECONDS) / rounds
     return implied if request.max_tpot_seconds is None else min(implied, request.max_tpot_seconds)
 
@@ -917,8 +919,9 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
         t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
-        if limit is not None:  # the first token waits for a whole decode round (e tokens of T_d each)
-            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0]
+        if limit is not None:  # the first token waits for whole decode rounds (e tokens of T_d each)
+            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
+                * decode_rounds_before_first_token(request)
         worker, seconds = memo.prefill[p_key]
         if limit is not None and limit <= 0:
             memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
@@ -963,13 +966,24 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     return best
 
 
+def decode_rounds_before_first_token(request: ServeRequest) -> int:
+    """A disaggregated request's decode rounds up to its first token: its own, and under async
+    scheduling the one the decode worker had scheduled when the KV transfer's end came back in a
+    step's output (Scheduler._update_from_kv_xfer_finished in update_from_output, then the next
+    schedule(): vllm/v1/core/sched/scheduler.py, EngineCore.step_with_batch_queue, 0.33.0)."""
+    return 2 if request.schedules_ahead else 1
+
+
 def latency_seconds(request: ServeRequest, prefill_seconds: float, kv_exposed_seconds: float,
                     round_seconds: float) -> tuple[float, float]:
     """(TTFT, E2E) of a disaggregated request: the first-token cost, its prefill, the exposed KV
     transfer, then a whole decode round before its first token (e tokens of T_d each under
-    speculative decoding), and a round per further output token."""
+    speculative decoding), and a round per further output token. Under async scheduling
+    (ServeRequest.schedules_ahead) the decode worker learns that the KV has arrived from a
+    step's output, when its next step is already scheduled: one more round before the request's
+    first (decode_rounds_before_first_token)."""
     ttft = (eff.FIRST_TOKEN_SECONDS + prefill_seconds + kv_exposed_seconds
-            + round_seconds * speculation_shape(request.speculation)[0])
+            + round_seconds * speculation_shape(request.speculation)[0] * decode_rounds_before_first_token(request))
     return ttft, ttft + (request.output_len - 1) * round_seconds
 
 
@@ -1145,4 +1159,5 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         requests_per_second=match.requests_per_second, binding=match.binding,
         max_model_len=max_model_len, num_nodes_used=nodes, notes=tuple(notes),
         output_len=request.output_len, prefill_load=load, steps_per_prompt=worker.steps_per_prompt,
-        first_token_seconds=eff.FIRST_TOKEN_SECONDS, rate=match)
+        first_token_seconds=eff.FIRST_TOKEN_SECONDS, rate=match,
+        decode_rounds_before_first_token=decode_rounds_before_first_token(request))

@@ -153,10 +153,15 @@ def copy_offset(copy: int, unit: dict[tuple[int, int], PdSlot], gpn: int, same_n
 
 def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> RequestPath:
     """TTFT = first-token cost + queue + the prompt's prefill service + exposed KV transfer + the first
-    decode round (disagg_search._detail); E2E = TTFT + (O - 1) * TPOT (under speculative
-    decoding TPOT is a round over the tokens it emits)."""
+    decode round, and under async scheduling the decode round scheduled ahead of it
+    (disagg_search.latency_seconds); E2E = TTFT + (O - 1) * TPOT (under speculative decoding TPOT
+    is a round over the tokens it emits)."""
     load, kv, p = e.prefill_load, e.kv, e.prefill
     steps = e.steps_per_prompt
+    decode_round = e.tpot_seconds * (1.0 if speculation is None else expected_tokens_per_step(speculation.acceptance))
+    ahead = (PathLeg("decode step scheduled ahead", decode_round,
+                     "async scheduling: the worker learns the KV has arrived from a step's output, its next "
+                     "step already scheduled"),) if e.decode_rounds_before_first_token > 1 else ()
     first = (
         PathLeg("request overhead", e.first_token_seconds,
                 "HTTP, tokenization, hand-off, streaming the first token"),
@@ -176,8 +181,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 f"{kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB over {kv.link_kind} ({kv.link_scope}), "
                 f"{kv.num_streams} stream(s){f' to each of {kv.copies} decode ranks' if kv.copies > 1 else ''}, "
                 f"read after the prefill ends ({kv.source})"),
-        PathLeg("first decode round", e.tpot_seconds * (1.0 if speculation is None
-                                                         else expected_tokens_per_step(speculation.acceptance)),
+        *ahead,
+        PathLeg("first decode round", decode_round,
                 f"on a decode worker {e.decode.shape_label} with "
                 f"{e.decode.concurrency:.0f} sequences"),
     )

@@ -20,9 +20,10 @@ from planner.render.explain import (
 
 ROLE_STYLES = {"prefill": "white on dark_orange3", "decode": "white on dark_blue"}
 PATH_CHARS = {"request overhead": "o", "queue at prefill": "q", "prefill": "P", "KV transfer (exposed)": "K",
-              "first decode round": "D"}
+              "decode step scheduled ahead": "d", "first decode round": "D"}
 PATH_STYLES = {"request overhead": "white on grey39", "queue at prefill": "grey50", "prefill": ROLE_STYLES["prefill"],
-               "KV transfer (exposed)": "black on yellow", "first decode round": ROLE_STYLES["decode"]}
+               "KV transfer (exposed)": "black on yellow", "decode step scheduled ahead": "white on blue",
+               "first decode round": ROLE_STYLES["decode"]}
 
 
 def slot_label(s: PdSlot) -> str:

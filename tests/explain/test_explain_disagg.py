@@ -54,8 +54,10 @@ def test_explain_shows_the_plans_numbers(args: list[str]) -> None:
         "queue at prefill": rec["prefill_wait_seconds"],
         "prefill": rec["prefill_seconds"] - rec["prefill_wait_seconds"],
         "KV transfer (exposed)": rec["kv_transfer_seconds"],
+        "decode step scheduled ahead": rec["tpot_seconds"],  # async scheduling, vLLM's default
         "first decode round": rec["tpot_seconds"],
     }, rel=1e-12)
+    assert sum(legs.values()) == pytest.approx(rec["ttft_seconds"], rel=1e-9)
     (rest,) = e["path"]["after_first_token"]
     assert rest["seconds"] == (int(args[args.index("--output-len") + 1]) - 1 if "--output-len" in args
                                else ServeRequest.output_len - 1) * rec["tpot_seconds"]
@@ -106,7 +108,8 @@ def test_path_adds_up_and_map_places_every_gpu_once(cluster: str, request_: Serv
 
 def test_issue_case_by_hand() -> None:
     """1x8xH100, 1024/256, TTFT <= 2 s, TPOT <= 30 ms. TTFT = 10 ms (first-token cost)
-    + queue + the prompt's prefill + exposed KV + T_d; E2E = TTFT + 255 x T_d. The KV is
+    + queue + the prompt's prefill + exposed KV + T_d (the step scheduled ahead: async
+    scheduling) + T_d; E2E = TTFT + 255 x T_d. The KV is
     I x kv_bytes_per_token = 1024 x 327,680 B (80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B)
     = 320 MiB per request, over NVLink (P and D share the node). The prefill is one step x
     T(b) on a worker of whole rounds; on a pipelined one (tp=1 pp=4 here) the chain's time in
@@ -115,15 +118,15 @@ def test_issue_case_by_hand() -> None:
     request = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=2.0, max_tpot_seconds=0.030)
     est = plan_disaggregated(model, spec, request).recommended
     x = explain_disaggregated(model, spec, est)
-    overhead, queue, prefill, kv, first = (leg.seconds for leg in x.path.to_first_token)
+    overhead, queue, prefill, kv, ahead, first = (leg.seconds for leg in x.path.to_first_token)
     assert overhead == 0.010
     assert est.kv.bytes_per_request == 1024 * 80 * 8 * 128 * 2 * 2 and est.kv.link_kind == "nvlink"
     load = est.prefill_load
     assert prefill == pytest.approx(load.prefill_seconds - load.wait_seconds, rel=1e-12) and est.steps_per_prompt == 1
     if not load.chained:
         assert prefill == pytest.approx(est.prefill.round_seconds, rel=1e-12)
-    assert first == est.tpot_seconds
-    assert overhead + (queue + prefill) + kv + first == pytest.approx(est.ttft_seconds, rel=1e-12)
+    assert first == ahead == est.tpot_seconds
+    assert overhead + (queue + prefill) + kv + ahead + first == pytest.approx(est.ttft_seconds, rel=1e-12)
     assert x.path.after_first_token[0].seconds == 255 * est.tpot_seconds
     assert est.ttft_seconds <= 2.0 and est.tpot_seconds <= 0.030
 
