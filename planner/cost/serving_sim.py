@@ -21,8 +21,10 @@ the end of that step; it finishes after output_len tokens and frees its blocks.
 Timing: a step lasts step_seconds(StepLoad); a request arriving during a step waits for the
 next one; when nothing is running the clock jumps to the next arrival.
 
-Async scheduling (EngineLimits.schedules_ahead; vLLM's default from 0.14, --async-scheduling
-before): the engine keeps two steps in its batch queue (max_concurrent_batches 2 for p = 1).
+Async scheduling (EngineLimits.schedules_ahead; the default of vLLM 0.22.0 and 0.33.0, the
+opt-in --async-scheduling of 0.10.2, whose batch queue works the same way; SGLang's overlap
+scheduler, Scheduler.event_loop_overlap, likewise): the engine keeps two steps in its batch
+queue (max_concurrent_batches 2 for p = 1).
 It submits step k + 1 as soon as step k is on the GPU, its decoders taking step k's tokens on
 the GPU (placeholders), then blocks on step k, processes its outputs, reads its input queue and
 schedules step k + 2 (EngineCore.step_with_batch_queue and run_busy_loop, vllm/v1/engine/core.py
