@@ -152,6 +152,7 @@ def serve_flags(odd: bool) -> st.SearchStrategy[list[str]]:
         _flag("--all2all-backend", st.sampled_from(["allgather_reducescatter", "deepep_low_latency",
                                                     "deepep_high_throughput"])),
         st.sampled_from([[], ["--enable-dbo"]]),
+        st.sampled_from([[], ["--async-scheduling"], ["--no-async-scheduling"]]),
         _flag("--quantization", st.sampled_from(["none", "fp8", "int4"])),
         _flag("--objective", st.sampled_from(["throughput", "latency"])),
         _flag("--layout", st.sampled_from(["tp=2", "pp=2", "tp=8,pp=2", "tp=1,pp=1"] + (["tp=3", "dp=0"] if odd else []))),
