@@ -116,11 +116,18 @@ def test_the_steady_state_waits_out_the_round_scheduled_ahead(open_loop):
     """Every round 10 ms whatever it carries, 4 requests (in flight, or on average at a rate),
     100 prompt tokens (one chunk), 20 output tokens. Async scheduling adds the round scheduled
     ahead to a new request's TTFT when it finds the engine busy: (C - 1) / C = 0.75 of a round
-    in a closed loop of 4, 1 - e^-4 = 0.9817 of one at a rate: +7.5 ms and +9.817 ms."""
+    in a closed loop of 4, +7.5 ms; at a rate 1 - e^-C_e of one, C_e = 4 (1 - 10 ms / E2E) the
+    requests the engine holds (E2E = 10 ms + 1 + 1 + 19 rounds of 10 ms plus the waits, about
+    0.23 s: C_e = 3.83, 1 - e^-3.83 = 0.978, +9.78 ms)."""
     runs = [steady_state(4, 100, 20, 1000, 1, flat_round, 0.010, open_loop=open_loop, schedules_ahead=ahead)
             for ahead in (False, True)]
-    busy = -math.expm1(-4) if open_loop else 0.75
-    assert runs[1].ttft_seconds - runs[0].ttft_seconds == pytest.approx(busy * STEP, rel=1e-9)
+    held = 4 * (1 - 0.010 / runs[1].e2e_seconds)
+    busy = -math.expm1(-held) if open_loop else 0.75
+    assert runs[1].ahead_seconds == pytest.approx(busy * STEP, rel=1e-6)
+    assert runs[0].ahead_seconds == 0.0
+    assert runs[1].ttft_seconds - runs[0].ttft_seconds == pytest.approx(busy * STEP, rel=0.01)
+    if open_loop:
+        assert busy == pytest.approx(0.978, abs=0.001)
     assert runs[1].decode_round_seconds == runs[0].decode_round_seconds
 
 
