@@ -1242,6 +1242,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         if routed is not None:
             routed = least_loaded(held, router_replicas)
     alignment = alignment_rounds(held, open_loop, routed)
+    busy = alignment / ROUND_ALIGNMENT_ROUNDS  # the chance a new request finds the engine busy
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
@@ -1286,7 +1287,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         waited_seconds = alignment * length_biased_round_seconds(wait_round, decode_round, own_round) / 2
     service_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes, last_extra_seconds)
     # async scheduling's round ahead (below): waited out when the engine is busy, a decoder's round
-    ahead_busy, ahead_round = alignment / ROUND_ALIGNMENT_ROUNDS, None
+    ahead_busy, ahead_round = busy, None
     bunched_seconds = 0.0  # what Poisson bunching adds to a decoding request's rounds
     # with PP, whole prompts (N = 1) bunch the same way: vLLM puts every prompt waiting when a
     # step is scheduled into that step, so a new prompt waits out the gap it lands in, which
@@ -1303,7 +1304,6 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         bunched = poisson_bunching(wait_round, wait_round - (mean_round - decode_round),
                                    min(chunks_per_round, 1.0) if whole_pipelined else chunks_per_round,
                                    router_replicas if routed is not None else 1)
-        busy = alignment / ROUND_ALIGNMENT_ROUNDS
         lands_seconds, rho = bunched.length_biased_round_seconds, bunched.prompt_share
         if prompt_chunks > 1 and chunks_per_round <= 1:
             # prompts cut into chunks, each filling its step: a round carries one chunk at most

@@ -670,6 +670,25 @@ class _Clock:
 # ---------------------------------------------------------------------- data parallel
 
 
+def _take_in(sims: Sequence[_Sim], clock: _Clock, now: float, schedules_ahead: bool) -> list[bool]:
+    """The engines of one clock (each with requests) take in their arrivals for the step scheduled
+    at `now`, those up to clock.intake_seconds; whether each has work for it. PP: while a step
+    with tokens is in flight its requests are still in vLLM's scheduler, so the engine keeps
+    scheduling (empty steps) until it is back (_Clock.holding). Under async scheduling, where
+    the step scheduled ahead would carry nothing, what came meanwhile goes in at `now` (module
+    docstring, Async scheduling)."""
+    holding = clock.holding(now)
+    seen = clock.intake_seconds(now, schedules_ahead)
+    for sim in sims:
+        sim.intake(seen)
+    working = [holding or not (sim.finished or sim.idle) for sim in sims]
+    if not any(working) and seen < now:
+        for sim in sims:
+            sim.intake(now)
+        working = [not (sim.finished or sim.idle) for sim in sims]
+    return working
+
+
 def simulate_replicas(
     requests: Sequence[SimRequest],
     num_replicas: int,
@@ -814,17 +833,8 @@ def _simulate_dispatched(
         """Group g starts a step at `now` if it has work; when the next can start (without
         PP its end), or None when it goes idle."""
         engines = [n for n in groups[g] if parts[n]]
-        seen = clocks[g].intake_seconds(now, limits.schedules_ahead)
-        for n in engines:
-            sims[n].intake(seen)
-        # PP: while a step with tokens is in flight its requests are still in vLLM's
-        # scheduler, so the engine keeps scheduling (empty steps) until it is back
-        holding = clocks[g].holding(now)
-        busy = [n for n in engines if holding or not (sims[n].finished or sims[n].idle)]
-        if not busy and seen < now:  # the step scheduled ahead was empty: what came meanwhile goes now
-            for n in engines:
-                sims[n].intake(now)
-            busy = [n for n in engines if not (sims[n].finished or sims[n].idle)]
+        working = _take_in([sims[n] for n in engines], clocks[g], now, limits.schedules_ahead)
+        busy = [n for n, works in zip(engines, working, strict=True) if works]
         if not busy:
             return None
         loads = [sims[n].schedule() for n in busy]
@@ -955,15 +965,9 @@ def simulate_lockstep(
     clock = _Clock(limits.pipeline_stages)
     now = min((sim.first_arrival for sim in sims if sim.reqs), default=0.0)
     while not all(sim.finished for sim in sims):
-        seen = clock.intake_seconds(now, limits.schedules_ahead)
-        for sim in sims:
-            sim.intake(seen)
-        holding = clock.holding(now)  # PP: see _simulate_dispatched's next_step
-        busy = [sim for sim in sims if sim.reqs and (holding or not (sim.finished or sim.idle))]
-        if not busy and seen < now:  # the step scheduled ahead was empty (_simulate_dispatched's next_step)
-            for sim in sims:
-                sim.intake(now)
-            busy = [sim for sim in sims if sim.reqs and not (sim.finished or sim.idle)]
+        loaded = [sim for sim in sims if sim.reqs]
+        busy = [sim for sim, works in zip(loaded, _take_in(loaded, clock, now, limits.schedules_ahead), strict=True)
+                if works]
         if not busy:
             now = min(sim.next_event() for sim in sims if not sim.finished)
             continue
