@@ -97,13 +97,17 @@ class Run:
         calibration) and their VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB {"2":32,"4":32,"8":8}."""
         if self.benchmark != "inferencex":
             return {}
+        # vLLM 0.10.2 (Llama), 0.15.1 and 0.18.0 (gpt-oss) tokenize in AsyncMicrobatchTokenizer's
+        # batches (read in 0.10.2 and 0.22.0; cost/ingress.py), not 0.33.0's one prompt at a time
+        tokenizer = {"prompt_tokenizer": "microbatch"}
         if self.spec.startswith("llama-3.1-70b"):
-            return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len}
+            return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len, **tokenizer}
         if self.gpu.startswith("H100"):
-            return {"max_model_len": 10240, "moe_backend": "marlin"}
+            return {"max_model_len": 10240, "moe_backend": "marlin", **tokenizer}
         if self.gpu.startswith("H200"):
-            return {"max_model_len": self.script_max_model_len, "moe_backend": "marlin"}
-        return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8", "moe_backend": "flashinfer_mxfp8"}
+            return {"max_model_len": self.script_max_model_len, "moe_backend": "marlin", **tokenizer}
+        return {"max_model_len": self.script_max_model_len, "kv_cache_dtype": "fp8", "moe_backend": "flashinfer_mxfp8",
+                **tokenizer}
 
     @property
     def ran_vllm_0_10_2(self) -> bool:

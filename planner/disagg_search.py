@@ -599,8 +599,18 @@ def e2e_implied_tpot_seconds(request: ServeRequest) -> float:
     since the E2E limit, unlike the TPOT one, is only checked once a pairing is priced."""
     assert request.max_e2e_seconds is not None
     rounds = request.output_len - 1 + speculation_shape(request.speculation)[0] * decode_rounds_before_first_token(request)
-    implied = max(0.0, request.max_e2e_seconds - eff.FIRST_TOKEN_SECONDS) / rounds
+    implied = max(0.0, request.max_e2e_seconds - first_token_seconds(request)) / rounds
     return implied if request.max_tpot_seconds is None else min(implied, request.max_tpot_seconds)
+
+
+def first_token_seconds(request: ServeRequest) -> float:
+    """Everything in a disaggregated TTFT outside the workers' steps and the KV transfer: the
+    fixed first-token cost (efficiency.FIRST_TOKEN_SECONDS) and the prompt's tokenization on the
+    prefill side's API server, one prompt at a time (PromptTokenizer.steady_seconds; its queue
+    at a rate is not priced here, nor a second tokenization on the decode server where the
+    proxy hands it the text)."""
+    tokenizer = request.tokenizer
+    return eff.FIRST_TOKEN_SECONDS + (0.0 if tokenizer is None else tokenizer.steady_seconds(request.input_len))
 
 
 E2E_CAP_STEPS = 4
@@ -920,7 +930,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
         if limit is not None:  # the first token waits for whole decode rounds (e tokens of T_d each)
-            limit -= eff.FIRST_TOKEN_SECONDS + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
+            limit -= first_token_seconds(request) + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
                 * decode_rounds_before_first_token(request)
         worker, seconds = memo.prefill[p_key]
         if limit is not None and limit <= 0:
@@ -937,6 +947,8 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
 
 
 E2E_MISS = "E2E latency exceeds --max-e2e-ms"
+TTFT_MISS = ("TTFT exceeds --max-ttft-ms at the rate matched (the prefill's budget priced the decode round at "
+             "the rank's cap, and a round at the load it gets can be longer: CUDA-graph padding)")
 E2E_REFINEMENTS = 8
 """The best-ranked pairings (at most this many) whose decode concurrency misses --max-e2e-ms are
 also tried at every concurrency below it, by bisection (_largest_meeting_e2e), beyond the
@@ -982,7 +994,7 @@ def latency_seconds(request: ServeRequest, prefill_seconds: float, kv_exposed_se
     (ServeRequest.schedules_ahead) the decode worker learns that the KV has arrived from a
     step's output, when its next step is already scheduled: one more round before the request's
     first (decode_rounds_before_first_token)."""
-    ttft = (eff.FIRST_TOKEN_SECONDS + prefill_seconds + kv_exposed_seconds
+    ttft = (first_token_seconds(request) + prefill_seconds + kv_exposed_seconds
             + round_seconds * speculation_shape(request.speculation)[0] * decode_rounds_before_first_token(request))
     return ttft, ttft + (request.output_len - 1) * round_seconds
 
@@ -1126,6 +1138,8 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         ttft, e2e = ttft + decode_wait_seconds, e2e + decode_wait_seconds
     if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
+    if request.max_ttft_seconds is not None and ttft > request.max_ttft_seconds:
+        return TTFT_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)
     notes = []
     caps = {"prefill": kv_link_requests_per_second(kv, shape_p.num_gpus),
@@ -1159,5 +1173,5 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         requests_per_second=match.requests_per_second, binding=match.binding,
         max_model_len=max_model_len, num_nodes_used=nodes, notes=tuple(notes),
         output_len=request.output_len, prefill_load=load, steps_per_prompt=worker.steps_per_prompt,
-        first_token_seconds=eff.FIRST_TOKEN_SECONDS, rate=match,
+        first_token_seconds=first_token_seconds(request), rate=match,
         decode_rounds_before_first_token=decode_rounds_before_first_token(request))

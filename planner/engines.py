@@ -26,6 +26,7 @@ How each row was read (regenerate the flag lists with tools/engine_flags.py):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Literal
 
 from planner.errors import SpecError
 
@@ -84,6 +85,12 @@ class VllmRelease:
     async_scheduling_off_for: tuple[str, ...] = ()
     """Speculative methods with which the default turns it off: 0.22.0's `ngram` (neither an
     EAGLE/MTP method nor ngram_gpu); 0.33.0 runs ngram on Model Runner V2, where it stays on."""
+    prompt_tokenizer: Literal["serial", "microbatch"] = "serial"
+    """How the API server tokenizes text prompts (cost/ingress.py): serial, one prompt at a time
+    on one thread (0.33.0: vllm/renderers/base.py, renderer_num_workers 1; 0.6.6.post1:
+    vllm/entrypoints/openai/serving_engine.py, ThreadPoolExecutor(max_workers=1)); microbatch,
+    AsyncMicrobatchTokenizer's batches of up to 32 after a 2 ms wait (0.22.0:
+    vllm/utils/async_utils.py)."""
 
 
 def runs_kernels_for(archs: tuple[tuple[int, int], ...], compute_capability: float) -> bool:
@@ -191,7 +198,7 @@ VLLM_RELEASES = {
         VLLM_0_33_TIERS, "fp8_per_tensor", nixl_pipelined_prefill=True),
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_22_TIERS, "fp8", async_scheduling_off_for=("ngram",)),
+        VLLM_0_22_TIERS, "fp8", async_scheduling_off_for=("ngram",), prompt_tokenizer="microbatch"),
     "0.6.6.post1": VllmRelease(
         "0.6.6.post1", "vllm 0.6.6.post1 wheel (PyPI): vllm/engine/arg_utils.py, vllm/config.py, "
         "vllm/worker/worker.py, vllm/worker/model_runner.py (the V0 engine)",

@@ -480,7 +480,8 @@ def serve_breakdown(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimat
 
 def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdown | None:
     """The mean TTFT under load, as continuous_batching.steady_state builds it: the fixed
-    first-token cost (client, API server, detokenizing), the wait of clients beyond the engine's
+    first-token cost (client, API server, detokenizing), the prompt's tokenization on the API
+    server (its wait for the tokenizer included), the wait of clients beyond the engine's
     slots, the queue for the step's token budget, the prompt's own service over its chunks
     (prompt_service_seconds), split by what the chunk-carrying round spends it on (the carrier
     micro-batch's steps over every stage, the engine's step and the pipeline sends; the rest of
@@ -491,6 +492,8 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
     if steady is None or rnd is None:
         return None
     fixed = min(eff.FIRST_TOKEN_SECONDS, result.ttft_seconds)
+    tokenize = min(max(0.0, steady.first_token_seconds - eff.FIRST_TOKEN_SECONDS), result.ttft_seconds - fixed)
+    fixed += tokenize
     slots = min(steady.slot_wait_seconds, result.ttft_seconds - fixed)
     budget = min(steady.queue_rounds * steady.step_seconds, result.ttft_seconds - fixed - slots)
     lanes = result.layout.pp  # the micro-batches a prompt's chunks may fill (steady_state's lanes)
@@ -516,7 +519,8 @@ def serve_ttft_breakdown(model: ModelSpec, result: ServeEstimate) -> TimeBreakdo
         parts["PP sends"] = min(result.layout.pp * rnd.hop_seconds, max(0.0, rnd.seconds - path))
     parts["other micro-batches' steps"] = max(0.0, rnd.seconds - sum(parts.values()))
     scale = service / max(rnd.seconds, sum(parts.values()))
-    segments = [BreakdownSegment("first-token cost (client, API server, detokenize)", fixed),
+    segments = [BreakdownSegment("first-token cost (client, API server, detokenize)", fixed - tokenize),
+                BreakdownSegment("tokenizing the prompt (API server)", tokenize),
                 BreakdownSegment("waiting for an engine slot (" + ("clients beyond it" if result.offered_rate_per_s is None
                                                                    else "arrivals finding every one busy") + ")",
                                  slots),

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 from planner import units
+from planner.cost.ingress import PromptTokenizer
 from planner.engines import EngineVersions
 from planner.errors import SpecError
 
@@ -223,6 +224,19 @@ class ServeRequest:
     async_scheduling: bool | None = None
     """`--async-scheduling / --no-async-scheduling`: vLLM schedules step k + 1 as step k starts
     (schedules_ahead); None = the release's default (VllmRelease.async_scheduling)."""
+    prompt_tokenizer: Literal["serial", "microbatch", "none"] | None = None
+    """How the API server tokenizes the text prompts (cost/ingress.py): None = the engine's own
+    (SGLang, vLLM 0.33.0 and 0.6.6.post1: serial; vLLM 0.22.0: microbatch, the release's
+    VllmRelease.prompt_tokenizer); none = the clients send token ids."""
+
+    @property
+    def tokenizer(self) -> PromptTokenizer | None:
+        """The API server's prompt tokenizer the plan prices (prompt_tokenizer), None when
+        the prompts come as token ids."""
+        kind = self.prompt_tokenizer
+        if kind is None:
+            kind = "serial" if self.pool_engine == "sglang" else self.engine_versions.vllm_release.prompt_tokenizer
+        return None if kind == "none" else PromptTokenizer(kind)
 
     @property
     def schedules_ahead(self) -> bool:

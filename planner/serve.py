@@ -32,6 +32,7 @@ from planner.cost.continuous_batching import (
     with_slot_queue,
     with_waiting_clients,
 )
+from planner.cost.ingress import PromptTokenizer
 from planner.cost.moe import deepep_ampere_refusal
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
@@ -418,6 +419,57 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     return min(cap, running)
 
 
+TOKENIZER_NOTE_UTILIZATION = 0.5
+"""A serial tokenizer busier than this at the offered rate is named in a note (its M/D/1 wait is
+then a whole prompt's tokenization or more)."""
+
+
+def api_server_tokenizer(request: ServeRequest, layout: Layout) -> PromptTokenizer | None:
+    """The API servers' prompt tokenizer (cost/ingress.py) in front of a layout's replicas:
+    vLLM's one per DP replica (api_server_count = data_parallel_size, its default), SGLang's
+    one TokenizerManager for all; None when the clients send token ids."""
+    tokenizer = request.tokenizer
+    if tokenizer is None:
+        return None
+    return replace(tokenizer, api_servers=layout.dp if request.pool_engine == "vllm" else 1)
+
+
+def api_server_tokenizer_note(request: ServeRequest, layout: Layout) -> str | None:
+    """A note where the offered rate keeps a serial tokenizer busy TOKENIZER_NOTE_UTILIZATION
+    of the time or more."""
+    tokenizer = api_server_tokenizer(request, layout)
+    offered = request.offered_rate_per_s
+    if tokenizer is None or offered is None:
+        return None
+    busy = tokenizer.utilization(request.input_len, offered)
+    if busy < TOKENIZER_NOTE_UTILIZATION:
+        return None
+    return (f"Tokenizer-bound: each of the {tokenizer.api_servers} API server(s) tokenizes "
+            f"{plain(offered / tokenizer.api_servers)} prompts/s of {request.input_len:,} tokens on one thread "
+            f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), busy {busy:.0%} of "
+            f"the time" + ("; past 100% its queue grows as long as requests come, and TTFT with it" if busy >= 1
+                           else f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} "
+                                f"ms after it arrives on average (its wait for the thread included)")
+            + ": more tokenizers (" + ("SGLang --tokenizer-worker-num" if request.pool_engine == "sglang"
+                                       else "vLLM --api-server-count") + ") or prompts sent as token ids lift it")
+
+
+def tokenize_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:
+    """A mean prompt's tokenization in TTFT (PromptTokenizer.steady_seconds): at the offered
+    rate in an open loop, else one at a time (a closed loop's clients send each request after
+    the last one's E2E: the tokenizer is rarely busy)."""
+    tokenizer = api_server_tokenizer(request, layout)
+    if tokenizer is None:
+        return 0.0
+    return tokenizer.steady_seconds(request.input_len, request.offered_rate_per_s if open_loop else None)
+
+
+def first_token_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:
+    """Everything in TTFT outside the engine's steps: efficiency.FIRST_TOKEN_SECONDS and the
+    prompt's tokenization (tokenize_seconds)."""
+    return eff.FIRST_TOKEN_SECONDS + tokenize_seconds(request, layout, open_loop)
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
              memo: Memo | None = None) -> ServeEstimate | Rejected:
     """Everything about one (tp, pp, dp) layout, or why vLLM would refuse it (or why it
@@ -470,7 +522,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 return timed(*load_chunk).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
-                            eff.FIRST_TOKEN_SECONDS, lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
+                            first_token_seconds(request, layout, open_loop), lockstep_ranks(model, layout),
+                            tokens_per_round, spec_tokens,
                             request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp,
                             request.schedules_ahead and layout.pp == 1)
 
@@ -674,6 +727,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
                      f"{plain(clients_capacity_per_s(request, layout, steady_at, batch))} req/s in all: the benchmark runs "
                      f"below the rate (its requests wait for a slot on the client)")
+    tokenizer_note = api_server_tokenizer_note(request, layout)
+    if tokenizer_note:
+        notes.append(tokenizer_note)
     if arriving is None and clients is not None and clients > batch:
         # closed loop (no rate, or one the clients cannot keep up with): the clients the
         # engine does not run wait in its queue for a slot, in TTFT and E2E as the benchmark
@@ -1154,7 +1210,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                             else steps[0].stage_seconds, max(step.hop_seconds for step in steps))
 
     simulated = simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
-                                  request.max_concurrency, ranks, group_step_seconds)
+                                  request.max_concurrency, ranks, group_step_seconds,
+                                  tokenizer=api_server_tokenizer(request, layout))
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
         steady = result.steady

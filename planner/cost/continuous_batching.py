@@ -84,6 +84,9 @@ class SteadyState:
     ahead_seconds: float = 0.0
     """Async scheduling: the part of TTFT spent waiting out the round scheduled ahead (the one
     after the round in progress on arrival); 0 without it."""
+    first_token_seconds: float = 0.0
+    """t_first: the part of TTFT outside the engine's steps (the fixed first-token cost and the
+    prompt's tokenization)."""
 
     @property
     def tpot_seconds(self) -> float:
@@ -1453,4 +1456,5 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         prompt_carriers=carriers,
         last_chunk_extra_seconds=last_extra_seconds,
         ahead_seconds=ahead_seconds,
+        first_token_seconds=first_token_seconds,
     )

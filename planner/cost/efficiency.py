@@ -153,7 +153,16 @@ ENGINE_STEP_SECONDS_PER_SEQUENCE = units.us_to_seconds(10)
 preparation, the sampler and logits processing (the same fit; 5 us scores 5.2% too, 20 us 5.6%)."""
 FIRST_TOKEN_SECONDS = units.ms_to_seconds(10)
 """Fixed client-visible cost of a request's first token outside the engine's steps:
-HTTP, tokenization, the API server to engine hand-off, detokenizing and streaming it."""
+HTTP, the API server to engine hand-off, detokenizing and streaming it (the prompt's
+tokenization is priced apart: TOKENIZE_SECONDS_PER_PROMPT_TOKEN, cost/ingress.py)."""
+TOKENIZE_SECONDS_PER_PROMPT_TOKEN = units.us_to_seconds(1.7)
+"""The API server's tokenization of a text prompt, per prompt token, on its one tokenizer
+thread: Hugging Face tokenizers 0.22.2 (PreTrainedTokenizerFast, as vLLM and SGLang call it),
+measured on this project's development machine (bench/tokenize_cost.py: an Intel Xeon, 2 cores)
+over prompts built as `vllm bench serve`'s random dataset builds them (consecutive vocabulary ids
+decoded to text, re-encoded to the length; 6-7 bytes a token): o200k (gpt-oss) 1.56 us at 1,024
+tokens and 1.87 us at 8,192; Llama 3's vocabulary 1.59 and 1.65 us. Natural text runs fewer
+bytes a token. A measurement of the CPU here, not of the servers' CPUs."""
 
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
 """CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""

@@ -52,6 +52,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from planner.cost.ingress import PromptTokenizer, TokenizerQueue
 from planner.cost.serving_time import IDLE_POLL_SECONDS, StepLoad
 
 
@@ -580,8 +581,9 @@ class _Sim:
             step_itl_seconds=tuple(itl),
             irregular_itl_seconds=tuple(ends[j] - ends[i] for i, j in self.irregular),
             num_preemptions=self.num_preemptions,
-            # the client's first send (vllm bench serve's clock starts there), `extra` before the engine sees it
-            first_arrival_seconds=first_arrival - extra,
+            # the client's first send (vllm bench serve's clock starts there), `extra` before the
+            # engine sees it, and its tokenization before that where the API server tokenizes
+            first_arrival_seconds=min((r.sent for r in reqs), default=first_arrival - extra),
             last_completion_seconds=max(ends) if ends else first_arrival - extra,
         )
 
@@ -699,6 +701,7 @@ def simulate_replicas(
     lockstep_ranks: int = 1,
     group_step_seconds: Callable[[list[StepLoad]], float] | None = None,
     replay_solos: bool = True,
+    tokenizer: PromptTokenizer | None = None,
 ) -> SimResult:
     """dp engines behind one client: each request, when the client sends it (its arrival,
     or under a client limit --max-concurrency the completion that frees a slot: one
@@ -719,20 +722,31 @@ def simulate_replicas(
     identical requests over 2,048 EP groups: 2 instead of 2,048; found by a CLI sweep, 47 s).
     Otherwise a request that runs alone on its group is replayed, not stepped
     (_simulate_dispatched; `replay_solos` False steps it, the reference in the tests).
+
+    `tokenizer`: the API server's (cost/ingress.py), one for all the engines: a request reaches
+    the engines once its prompt is tokenized, in the order the requests were sent (its
+    arrival_seconds, or the slot it waited for, less first_token_extra_seconds), and its TTFT and
+    E2E count from the send. None: no tokenization (prompts sent as token ids).
     """
     assert num_replicas >= 1 and lockstep_ranks >= 1
     assert lockstep_ranks == 1 or group_step_seconds is not None
+    if max_concurrency is not None and max_concurrency >= len(requests):
+        max_concurrency = None  # slots for every request: the limit never binds
+    if tokenizer is not None and max_concurrency is None:
+        return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
+                                lambda shifted: simulate_replicas(
+                                    shifted, num_replicas, limits, step_seconds, first_token_extra_seconds, None,
+                                    lockstep_ranks, group_step_seconds, replay_solos))
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
     groups = [list(range(first, min(first + lockstep_ranks, num_replicas)))
               for first in range(0, num_replicas, lockstep_ranks)]
-    if max_concurrency is not None and max_concurrency >= len(requests):
-        max_concurrency = None  # slots for every request: the limit never binds
     # a group's step: its busy ranks' loads priced together (one rank: its own step)
     priced = group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0])
     at_once = len({r.arrival_seconds for r in requests}) <= 1
     if max_concurrency is not None or not at_once:
         return _simulate_dispatched(requests, order, groups, limits, priced, first_token_extra_seconds,
-                                    max_concurrency, replay_solos)
+                                    max_concurrency, replay_solos,
+                                    None if tokenizer is None else TokenizerQueue(tokenizer))
     parts: list[list[int]] = [[] for _ in range(num_replicas)]
     for k, i in enumerate(order):
         group = groups[k % len(groups)]
@@ -753,6 +767,27 @@ def simulate_replicas(
     return _merge(len(requests), kept, results)
 
 
+def _tokenized_ahead(requests: Sequence[SimRequest], tokenizer: PromptTokenizer, extra_seconds: float,
+                     run: Callable[[Sequence[SimRequest]], SimResult]) -> SimResult:
+    """Without a client limit every send is known in advance: each request reaches the engines
+    when the tokenizer is done with it (sent at arrival_seconds - extra_seconds, in that order),
+    `run` simulates the engines on those arrivals, and each request's tokenization time (its
+    wait for the tokenizer included) is added back to its TTFT and E2E, which count from the
+    send."""
+    queue = TokenizerQueue(tokenizer)
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
+    delays = [0.0] * len(requests)
+    for i in order:
+        sent = requests[i].arrival_seconds - extra_seconds
+        delays[i] = queue.done(sent, requests[i].input_len) - sent
+    result = run(tuple(replace(r, arrival_seconds=r.arrival_seconds + delay)
+                       for r, delay in zip(requests, delays, strict=True)))
+    return replace(result,
+                   ttft_seconds=tuple(t + d for t, d in zip(result.ttft_seconds, delays, strict=True)),
+                   e2e_seconds=tuple(t + d for t, d in zip(result.e2e_seconds, delays, strict=True)),
+                   first_arrival_seconds=min(r.arrival_seconds for r in requests) - extra_seconds)
+
+
 def _simulate_dispatched(
     requests: Sequence[SimRequest],
     order: list[int],
@@ -762,6 +797,7 @@ def _simulate_dispatched(
     extra_seconds: float,
     max_concurrency: int | None,
     replay_solos: bool = True,
+    tokenizer: TokenizerQueue | None = None,
 ) -> SimResult:
     """simulate_replicas with the dispatch decided as the burst runs: one clock, events in
     time order (a send before a step that ends at the same moment, so the step's intake sees
@@ -774,7 +810,9 @@ def _simulate_dispatched(
     2,048 replicas: 256,000 steps stepped before, 9 s; one simulation now). Only a second
     request reaching the group while the solo runs makes its steps real: they are stepped from
     the solo's start up to the step in progress, and the group goes on as any other.
-    `replay_solos` False steps every request (the reference the replay is tested against)."""
+    `replay_solos` False steps every request (the reference the replay is tested against).
+    `tokenizer`: the API server's, under a client limit (simulate_replicas): a request sent when
+    a slot frees reaches the engines once its prompt is tokenized."""
     num_blocks = _check_fits(requests, limits)
     num_engines = sum(len(g) for g in groups)
     sims = [_Sim([], limits, num_blocks) for _ in range(num_engines)]
@@ -798,9 +836,18 @@ def _simulate_dispatched(
     events: list[tuple[float, int, int]] = []  # (time, tie-break, group)
     tick = 0
 
+    def client_send() -> float:
+        """When the client sends the next request (it reaches the engines extra_seconds later
+        when its prompt needs no tokenizing)."""
+        return max(requests[pending[0]].arrival_seconds, slots[0] if slots else -math.inf) - extra_seconds
+
     def next_send() -> float:
+        """When the next request reaches the engines (inf: none left to send)."""
         if pending and (slots is None or slots):
-            return max(requests[pending[0]].arrival_seconds, slots[0] if slots else -math.inf)
+            sent = client_send()
+            if tokenizer is None:
+                return sent + extra_seconds
+            return tokenizer.done(sent, requests[pending[0]].input_len, commit=False) + extra_seconds
         return math.inf
 
     def push(time: float, g: int) -> None:
@@ -850,7 +897,7 @@ def _simulate_dispatched(
         run = solo[g]
         solo[g] = None
         r = _Req(0, requests[run.request])
-        r.arrival, r.sent = run.start, run.start - extra_seconds
+        r.arrival, r.sent = run.start, run.sent
         sims[run.engine].enqueue(r)
         parts[run.engine].append(run.request)
         if now <= run.start:  # the same moment it was sent: both are taken in by the first step
@@ -869,7 +916,11 @@ def _simulate_dispatched(
         if send == math.inf and not events:
             break
         if send <= (events[0][0] if events else math.inf):
+            sent = client_send()
             i = pending.popleft()
+            tokenized = 0.0
+            if tokenizer is not None:
+                tokenized = tokenizer.done(sent, requests[i].input_len) - sent
             if slots is not None:
                 heapq.heappop(slots)
             while group_load[least_loaded[0][1]] != least_loaded[0][0]:
@@ -885,14 +936,14 @@ def _simulate_dispatched(
                 end = send
                 for seconds in alone[key].step_seconds:
                     end += seconds  # as the steps' ends add up
-                solo[g] = _Solo(i, rank, send, end, alone[key])
+                solo[g] = _Solo(i, rank, send, end, alone[key], sent, tokenized)
                 woken[g] = True
                 push(end, g)
                 continue
             if solo[g] is not None:
                 stepped_solo(g, send)
             r = _Req(0, requests[i])
-            r.arrival, r.sent = send, send - extra_seconds
+            r.arrival, r.sent = send, sent
             sims[rank].enqueue(r)
             parts[rank].append(i)
             if not woken[g]:
@@ -910,7 +961,7 @@ def _simulate_dispatched(
             loaded(g, -1)
             if slots is not None:
                 heapq.heappush(slots, now + extra_seconds)
-            solos.append((run.request, run.shifted(extra_seconds)))
+            solos.append((run.request, run.shifted()))
             continue
         while True:  # group g's steps, inline while nothing else happens before the next one ends
             if stepping[g] is not None:
@@ -940,10 +991,19 @@ class _Solo:
     end: float
     alone: SimResult
     """The same request alone on a fresh engine, sent at 0."""
+    sent: float
+    """When the client sent it: start - extra_seconds, less tokenize_seconds."""
+    tokenize_seconds: float = 0.0
+    """Its prompt's tokenization, the wait for the tokenizer included (0: none)."""
 
-    def shifted(self, extra_seconds: float) -> SimResult:
-        return replace(self.alone, first_arrival_seconds=self.start - extra_seconds,
-                       last_completion_seconds=self.end)
+    def shifted(self) -> SimResult:
+        """The alone run as this one ran: sent at `sent`, its TTFT and E2E longer by its
+        tokenization."""
+        if not self.tokenize_seconds:
+            return replace(self.alone, first_arrival_seconds=self.sent, last_completion_seconds=self.end)
+        return replace(self.alone, first_arrival_seconds=self.sent, last_completion_seconds=self.end,
+                       ttft_seconds=tuple(t + self.tokenize_seconds for t in self.alone.ttft_seconds),
+                       e2e_seconds=tuple(t + self.tokenize_seconds for t in self.alone.e2e_seconds))
 
 
 def simulate_lockstep(

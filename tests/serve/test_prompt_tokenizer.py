@@ -1,0 +1,161 @@
+"""The API server's tokenization of text prompts before the engine sees them
+(planner/cost/ingress.py; its place in the step simulation and the steady state's TTFT)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.cost import efficiency as eff
+from planner.cost.ingress import (
+    MICROBATCH_WAIT_SECONDS,
+    PromptTokenizer,
+    TokenizerQueue,
+)
+from planner.cost.serving_sim import EngineLimits, SimRequest, StepLoad, simulate_replicas
+from planner.engines import EngineVersions
+from planner.layout import Layout
+from planner.requests import LayoutFilter, ServeRequest
+
+STEP = 0.01
+BIG_KV = 10**7
+US = 1e-6  # a tokenizer of 1 us a token: a 1,000-token prompt takes 1 ms
+
+
+def const(_: StepLoad) -> float:
+    return STEP
+
+
+def test_a_serial_tokenizer_takes_prompts_one_after_another():
+    """Three 1,000-token prompts sent at 0 on one thread of 1 us a token: ready at 1, 2 and 3 ms;
+    a fourth sent at 10 ms finds the thread free: 11 ms. Asking (commit=False) takes nothing."""
+    queue = TokenizerQueue(PromptTokenizer("serial", US))
+    assert queue.done(0.0, 1000, commit=False) == pytest.approx(0.001)
+    assert [queue.done(0.0, 1000) for _ in range(3)] == pytest.approx([0.001, 0.002, 0.003])
+    assert queue.done(0.010, 1000) == pytest.approx(0.011)
+
+
+def test_microbatches_wait_2_ms_and_tokenize_side_by_side():
+    """1,000-token prompts sent at 0, 0.5 and 3 ms: the first opens a batch that closes at 2 ms
+    (batch_wait_timeout_s); the second joins it; both tokenized side by side, ready at 2 + 1 = 3
+    ms. The third comes after the close: its batch opens when the first returns (3 ms), closes
+    at 5 ms, ready at 6 ms. Two API servers take sends in turn: two prompts at 0 on two serial
+    threads are both ready at 1 ms, the third (back on the first) at 2 ms."""
+    queue = TokenizerQueue(PromptTokenizer("microbatch", US))
+    assert MICROBATCH_WAIT_SECONDS == 0.002
+    assert [queue.done(t, 1000) for t in (0.0, 0.0005, 0.003)] == pytest.approx([0.003, 0.003, 0.006])
+    two = TokenizerQueue(PromptTokenizer("serial", US, api_servers=2))
+    assert [two.done(0.0, 1000) for _ in range(3)] == pytest.approx([0.001, 0.001, 0.002])
+
+
+def test_steady_tokenization_is_m_d_1_for_a_serial_thread():
+    """1,000 tokens at 1 us: S = 1 ms. One at a time: 1 ms. At 500 prompts/s on one thread
+    rho = 0.5: S (1 + rho / (2 (1 - rho))) = 1.5 ms; over two API servers rho = 0.25:
+    1 + 0.25 / 1.5 = 1.1667 ms. Microbatching: the 2 ms wait + 1 ms = 3 ms at any rate."""
+    serial = PromptTokenizer("serial", US)
+    assert serial.steady_seconds(1000) == pytest.approx(0.001)
+    assert serial.steady_seconds(1000, 500.0) == pytest.approx(0.0015)
+    assert replace(serial, api_servers=2).steady_seconds(1000, 500.0) == pytest.approx(0.001 * (1 + 0.25 / 1.5))
+    assert PromptTokenizer("microbatch", US).steady_seconds(1000, 500.0) == pytest.approx(0.003)
+
+
+@given(st.floats(0, 2000), st.floats(1, 100_000))
+@settings(max_examples=60, deadline=None)
+def test_steady_tokenization_grows_with_the_rate_and_never_beats_the_thread(rate, input_len):
+    t = PromptTokenizer("serial")
+    low, high = t.steady_seconds(input_len, rate), t.steady_seconds(input_len, rate * 1.5 + 1)
+    assert t.service_seconds(input_len) <= low <= high
+
+
+def test_a_burst_reaches_the_engine_as_its_prompts_are_tokenized():
+    """Three requests (1,000 prompt tokens, 2 output) sent at 0, 10 ms steps, budget 4,096, no
+    other first-token cost. Sent as token ids, one step [0, 10) takes all three prompts: TTFT 10
+    ms each. Through a serial tokenizer of 1 us a token they reach the engine at 1, 2 and 3 ms:
+    A's prompt runs alone [1, 11) (TTFT 11 ms); B and C wait for the next step [11, 21) beside
+    A's last token (TTFT 21 ms, E2E 31 ms); A's E2E 21 ms."""
+    requests = [SimRequest(0.0, 1000, 2)] * 3
+    limits = EngineLimits(BIG_KV, 8, 4096)
+    for replay in (True, False):
+        plain = simulate_replicas(requests, 1, limits, const, replay_solos=replay)
+        assert plain.ttft_seconds == pytest.approx((0.010,) * 3)
+        tokenized = simulate_replicas(requests, 1, limits, const, replay_solos=replay,
+                                      tokenizer=PromptTokenizer("serial", US))
+        assert tokenized.ttft_seconds == pytest.approx((0.011, 0.021, 0.021)), replay
+        assert tokenized.e2e_seconds == pytest.approx((0.021, 0.031, 0.031)), replay
+        assert tokenized.first_arrival_seconds == 0.0
+
+
+def test_a_closed_loop_sends_the_next_request_when_a_slot_frees():
+    """One client slot, two requests (1,000, 2) at 0, 10 ms steps, a serial tokenizer of 1 us a
+    token, 4 ms of other first-token cost (the request's way in after its send, and the response's
+    way back: the slot frees at the end + 4 ms). A: sent at -4 ms, tokenized by -3 ms, at the
+    engine at 1 ms, prompt [1, 11), last token [11, 21): TTFT 15 ms, E2E 25 ms. B is sent when
+    A's slot frees, 21 + 4 - 4 = 21 ms, and runs the same: TTFT 15 ms, E2E 25 ms; the run lasts
+    from -4 to 46 ms."""
+    requests = [SimRequest(0.0, 1000, 2)] * 2
+    for replay in (True, False):
+        res = simulate_replicas(requests, 1, EngineLimits(BIG_KV, 8, 4096), const, 0.004, 1,
+                                replay_solos=replay, tokenizer=PromptTokenizer("serial", US))
+        assert res.ttft_seconds == pytest.approx((0.015, 0.015)), replay
+        assert res.e2e_seconds == pytest.approx((0.025, 0.025)), replay
+        assert res.makespan_seconds == pytest.approx(0.050), replay
+
+
+@given(st.lists(st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.integers(1, 6)), min_size=1, max_size=12),
+       st.sampled_from([None, 1, 3]), st.integers(1, 3), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_free_tokenizer_changes_nothing(rows, cap, dp, ahead):
+    """A serial tokenizer that takes no time is the same as none, with or without a client limit,
+    over one or more replicas."""
+    requests = [SimRequest(t, i, o) for t, i, o in rows]
+    limits = EngineLimits(BIG_KV, 4, 2048, schedules_ahead=ahead)
+    plain = simulate_replicas(requests, dp, limits, const, 0.003, cap)
+    free = simulate_replicas(requests, dp, limits, const, 0.003, cap, tokenizer=PromptTokenizer("serial", 0.0))
+    assert free.ttft_seconds == pytest.approx(plain.ttft_seconds)
+    assert free.e2e_seconds == pytest.approx(plain.e2e_seconds)
+    assert free.makespan_seconds == pytest.approx(plain.makespan_seconds)
+
+
+def test_each_engine_tokenizes_as_its_release_does():
+    """vLLM 0.33.0 and 0.6.6.post1: one prompt at a time; 0.22.0: AsyncMicrobatchTokenizer's
+    batches; SGLang's TokenizerManager: one at a time; prompts as token ids: none."""
+    assert ServeRequest().tokenizer == PromptTokenizer("serial")
+    assert ServeRequest(engine_versions=EngineVersions(vllm="0.6.6.post1")).tokenizer.kind == "serial"
+    assert ServeRequest(engine_versions=EngineVersions(vllm="0.22.0")).tokenizer.kind == "microbatch"
+    assert ServeRequest(engine_versions=EngineVersions(vllm="0.22.0"), pool_engine="sglang").tokenizer.kind == "serial"
+    assert ServeRequest(prompt_tokenizer="none").tokenizer is None
+    assert ServeRequest(prompt_tokenizer="microbatch").tokenizer.kind == "microbatch"
+
+
+def test_the_steady_state_adds_the_prompts_tokenization_to_ttft():
+    """Llama-3.1-8B tp=1 on one H100, 4,096 prompt tokens, one client: the first-token cost is
+    10 ms + 4,096 x 1.7 us = 16.963 ms (0 ms of tokenizing when the prompts come as token ids),
+    and TTFT grows by about those 6.96 ms (a longer cycle leaves the rounds a hair lighter)."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.serve import estimate
+
+    model = resolve_model("llama-3.1-8b")
+    cluster = resolve_cluster("1x1xH100")
+    base = ServeRequest(input_len=4096, output_len=128, batch=1, layout=LayoutFilter(tp=1, pp=1, dp=1))
+    with_text = estimate(model, cluster, Layout(1, 1, 1), base)
+    as_ids = estimate(model, cluster, Layout(1, 1, 1), replace(base, prompt_tokenizer="none"))
+    tokenize = 4096 * eff.TOKENIZE_SECONDS_PER_PROMPT_TOKEN
+    assert tokenize == pytest.approx(0.0069632)
+    assert with_text.steady.first_token_seconds == pytest.approx(eff.FIRST_TOKEN_SECONDS + tokenize)
+    assert as_ids.steady.first_token_seconds == pytest.approx(eff.FIRST_TOKEN_SECONDS)
+    assert 0.95 * tokenize <= with_text.ttft_seconds - as_ids.ttft_seconds <= 1.001 * tokenize
+
+
+def test_a_busy_tokenizer_is_named_in_a_note():
+    """SGLang's one TokenizerManager in front of 8 replicas: 20 prompts/s of 16,000 tokens keep
+    its thread busy 20 x 16,000 x 1.7 us = 54% of the time; vLLM's 8 API servers each 6.8%, no
+    note."""
+    from planner.serve import api_server_tokenizer_note
+
+    request = ServeRequest(input_len=16000, output_len=10, request_rate_per_s=20.0, pool_engine="sglang")
+    note = api_server_tokenizer_note(request, Layout(1, 1, 8))
+    assert note is not None and "busy 54%" in note and "--tokenizer-worker-num" in note
+    assert api_server_tokenizer_note(replace(request, pool_engine="vllm"), Layout(1, 1, 8)) is None
