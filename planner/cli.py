@@ -91,6 +91,13 @@ class KvCacheDtype(str, Enum):
     fp8 = "fp8"
 
 
+class PromptTokenizerChoice(str, Enum):
+    auto = "auto"
+    serial = "serial"
+    microbatch = "microbatch"
+    none = "none"
+
+
 MoeBackend = Enum("MoeBackend", {name: name for name in MOE_BACKENDS}, type=str)
 """--moe-backend's choices: requests.MOE_BACKENDS."""
 All2AllBackend = Enum("All2AllBackend", {name: name for name in ALL2ALL_BACKENDS}, type=str)
@@ -185,6 +192,7 @@ KvCacheDtypeOpt = Annotated[KvCacheDtype, typer.Option(help="Serve: KV cache dty
 EnableDboOpt = Annotated[bool, typer.Option("--enable-dbo", help="Serve, MoE with EP across DP ranks over DeepEP: dual-batch overlap (vLLM's enable_dbo; SGLang's two-batch overlap): a step of 32 decode tokens or 512 with prompts runs as two micro-batches, each one's EP exchange hidden behind the other's work, at the price of reading the weights twice.")]
 AsyncSchedulingOpt = Annotated[bool | None, typer.Option("--async-scheduling/--no-async-scheduling", help="Serve: vLLM's async scheduling (SGLang's overlap scheduler): step k+1 is scheduled as step k starts, hiding the host's work but making a request that arrives mid-step wait for the step after next (default: the release's, on for vllm 0.22.0 and 0.33.0 except 0.22.0 with ngram, off for 0.6.6.post1).")]
 All2AllBackendOpt = Annotated[All2AllBackend, typer.Option(help="Serve, MoE with EP across DP ranks: how tokens reach their experts (vLLM's all2all_backend; SGLang's moe_a2a_backend deepep): allgather_reducescatter = vLLM's default, every rank gathers the group's tokens; deepep_low_latency / deepep_high_throughput = DeepEP's kernels, each token only to its experts' ranks (fp8 for block-fp8 experts), DeepEP's buffers taken from the KV cache. DeepEP must be installed with the engine.")]
+PromptTokenizerOpt = Annotated[PromptTokenizerChoice, typer.Option(help="Serve: how the API server tokenizes the text prompts before the engine sees them, 1.7 us a prompt token on one thread, in TTFT: auto = the engine's (vLLM 0.33.0, 0.6.6.post1 and SGLang: serial, one prompt after another; vLLM 0.22.0: microbatch, batches of up to 32 after a 2 ms wait); none = the clients send token ids.")]
 SpeculativeMethodOpt = Annotated[SpeculativeMethod | None, typer.Option(help="Serve: speculative decoding (vLLM's speculative_config method): mtp = the model's own multi-token-prediction layers; eagle / eagle3 = a draft head (--draft-model); ngram = prompt lookup on the host. Needs --draft-acceptance.")]
 NumSpeculativeTokensOpt = Annotated[int | None, typer.Option(help="Serve, with --speculative-method: tokens drafted per sequence and step (default for mtp: the model's MTP layers).")]
 DraftAcceptanceOpt = Annotated[str | None, typer.Option(help="Serve, with --speculative-method: the acceptance rate of each drafted position given the ones before it, e.g. 0.8,0.6,0.4 (one value: every position), as vLLM's spec-decode metrics report it on your traffic.")]
@@ -294,6 +302,7 @@ class PlanOptions:
     draft_model: str | None = None
     served_draft_model: str = DRAFT_MODEL_PLACEHOLDER
     async_scheduling: bool | None = None
+    prompt_tokenizer: PromptTokenizerChoice = PromptTokenizerChoice.auto
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -417,6 +426,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         all2all_backend=opts.all2all_backend.value,
         enable_dbo=opts.enable_dbo,
         async_scheduling=opts.async_scheduling,
+        prompt_tokenizer=None if opts.prompt_tokenizer is PromptTokenizerChoice.auto else opts.prompt_tokenizer.value,
         quantization_override=quantization_override,
         checkpoint_dtype=checkpoint_dtype,
         max_num_batched_tokens=opts.max_num_batched_tokens,
@@ -574,7 +584,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "burstiness", "dataset", "input_len", "output_len", "batch", "max_model_len",
-              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "async_scheduling", "quantization", "max_num_batched_tokens",
+              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "async_scheduling", "prompt_tokenizer", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
 BURST_ONLY = ("num_prompts", "random_range_ratio", "burstiness")
@@ -679,6 +689,7 @@ def plan(
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
     async_scheduling: AsyncSchedulingOpt = None,
+    prompt_tokenizer: PromptTokenizerOpt = PromptTokenizerChoice.auto,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -732,7 +743,7 @@ def plan(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
-        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        prompt_tokenizer=prompt_tokenizer, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
@@ -875,6 +886,7 @@ def explain(
     all2all_backend: All2AllBackendOpt = DEFAULT_ALL2ALL_BACKEND,
     enable_dbo: EnableDboOpt = False,
     async_scheduling: AsyncSchedulingOpt = None,
+    prompt_tokenizer: PromptTokenizerOpt = PromptTokenizerChoice.auto,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -935,7 +947,7 @@ def explain(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
-        quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        prompt_tokenizer=prompt_tokenizer, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,

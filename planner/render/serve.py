@@ -579,6 +579,8 @@ def layout_json(r: ServeEstimate, rank: int, plan: ServePlan, steps: tuple[Launc
         # one output token has no TPOT (vllm bench serve reports none; the table shows "-")
         "ttft_seconds": r.ttft_seconds, "tpot_seconds": r.tpot_seconds if plan.request.output_len > 1 else None,
         "tpot_batch1_seconds": r.tpot_batch1_seconds,
+        # in TTFT, outside the engine's steps: the fixed first-token cost and the prompt's tokenization
+        "first_token_seconds": None if r.steady is None else r.steady.first_token_seconds,
         "request_latency_seconds": r.request_latency_seconds, "e2e_seconds": r.e2e_seconds,
         "throughput_tokens_per_second": r.throughput_tokens_per_second,
         "concurrency": r.concurrency, "request_rate_per_second": r.offered_rate_per_s, "overloaded": r.overloaded,
@@ -675,6 +677,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "all2all_backend": plan.request.all2all_backend,
         "enable_dbo": plan.request.enable_dbo,
         "async_scheduling": plan.request.schedules_ahead,
+        "prompt_tokenizer": "none" if plan.request.tokenizer is None else plan.request.tokenizer.kind,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
         "speculation": speculation_json(plan.request.speculation),
         "speculation_options": [speculation_option_json(o) for o in plan.speculation_options],

@@ -159,3 +159,26 @@ def test_a_busy_tokenizer_is_named_in_a_note():
     note = api_server_tokenizer_note(request, Layout(1, 1, 8))
     assert note is not None and "busy 54%" in note and "--tokenizer-worker-num" in note
     assert api_server_tokenizer_note(replace(request, pool_engine="vllm"), Layout(1, 1, 8)) is None
+
+
+def test_the_cli_takes_the_tokenizer_and_the_json_carries_it():
+    """`--prompt-tokenizer none` (token ids) drops the 4,096 x 1.7 us from the first-token cost;
+    the JSON names the tokenizer and each layout's first-token cost; a bad choice is a one-line
+    exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "planner", "--model", "llama-3.1-8b", "--cluster", "1x1xH100",
+                               "--input-len", "4096", "--json", "--top", "1", *extra],
+                              capture_output=True, text=True, check=False)
+
+    plans = {choice: json.loads(run("--prompt-tokenizer", choice).stdout) for choice in ("auto", "none", "microbatch")}
+    assert plans["auto"]["prompt_tokenizer"] == "serial" and plans["none"]["prompt_tokenizer"] == "none"
+    first = {choice: plan["layouts"][0]["first_token_seconds"] for choice, plan in plans.items()}
+    assert first["auto"] == pytest.approx(0.010 + 4096 * 1.7e-6)
+    assert first["none"] == pytest.approx(0.010)
+    assert first["microbatch"] == pytest.approx(0.010 + 0.002 + 4096 * 1.7e-6)
+    bad = run("--prompt-tokenizer", "text")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--prompt-tokenizer" in bad.stderr
