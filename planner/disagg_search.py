@@ -605,12 +605,23 @@ def e2e_implied_tpot_seconds(request: ServeRequest) -> float:
 
 def first_token_seconds(request: ServeRequest) -> float:
     """Everything in a disaggregated TTFT outside the workers' steps and the KV transfer: the
-    fixed first-token cost (efficiency.FIRST_TOKEN_SECONDS) and the prompt's tokenization on the
-    prefill side's API server, one prompt at a time (PromptTokenizer.steady_seconds; its queue
-    at a rate is not priced here, nor a second tokenization on the decode server where the
-    proxy hands it the text)."""
+    fixed first-token cost (efficiency.FIRST_TOKEN_SECONDS) and the prompt's tokenization, one
+    prompt at a time (PromptTokenizer.steady_seconds; the tokenizers' queue at a rate is not
+    priced here), on each server the request passes in turn (tokenizations_in_ttft)."""
     tokenizer = request.tokenizer
-    return eff.FIRST_TOKEN_SECONDS + (0.0 if tokenizer is None else tokenizer.steady_seconds(request.input_len))
+    if tokenizer is None:
+        return eff.FIRST_TOKEN_SECONDS
+    return eff.FIRST_TOKEN_SECONDS + tokenizations_in_ttft(request) * tokenizer.steady_seconds(request.input_len)
+
+
+def tokenizations_in_ttft(request: ServeRequest) -> int:
+    """Tokenizations of the prompt one after another before the first token: vLLM's proxy sends
+    the request, text and all, to a prefill server, and once it replies, the same body to a
+    decode server, which tokenizes it again (tests/v1/kv_connector/nixl_integration/
+    toy_proxy_server.py, _handle_completions; vllm-project/vllm read at 030ea52): 2. SGLang's
+    router hands the request to the prefill and the decode server at once, which tokenize it
+    side by side (sgl-router's PD router, execute_dual_dispatch): 1."""
+    return 1 if request.pool_engine == "sglang" else 2
 
 
 E2E_CAP_STEPS = 4

@@ -164,7 +164,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                      "step already scheduled"),) if e.decode_rounds_before_first_token > 1 else ()
     first = (
         PathLeg("request overhead", e.first_token_seconds,
-                "HTTP, tokenization, hand-off, streaming the first token"),
+                "HTTP, the prompt's tokenization (vLLM's proxy: on the prefill, then the decode server), "
+                "hand-off, streaming the first token"),
         PathLeg("queue at prefill", load.wait_seconds,
                 (f"one micro-batch at a time until prompts queue, at {load.utilization:.0%} utilization "
                  f"({load.rate_per_second:.2f} req/s per worker; the worker's flow-equivalent chain)")

@@ -491,15 +491,19 @@ def test_closed_loop_rate_keeps_littles_law(clients, capacity, base, slope):
 
 def test_e2e_implied_tpot_by_hand():
     """--max-e2e-ms 5000, O = 256, no speculation: every token takes a decode round, the first after
-    the first-token cost (10 ms + the prompt's tokenization, 1,024 x 1.7 us = 1.7408 ms) and,
+    the first-token cost (10 ms + the prompt's tokenization on the prefill server and again on
+    the decode server, vLLM's proxy handing each the text: 2 x 1,024 x 1.7 us = 3.4816 ms) and,
     under async scheduling (the default), the decode step scheduled ahead, so
-    T_d <= (5 s - 11.7408 ms) / (255 + 2), (255 + 1) without it; a tighter TPOT limit wins."""
+    T_d <= (5 s - 13.4816 ms) / (255 + 2), (255 + 1) without it; a tighter TPOT limit wins.
+    Behind SGLang's router, which sends both servers the request at once: one tokenization."""
     from planner.disagg_search import e2e_implied_tpot_seconds
 
     request = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0)
-    assert e2e_implied_tpot_seconds(request) == pytest.approx((5.0 - 0.0117408) / 257)
+    assert e2e_implied_tpot_seconds(request) == pytest.approx((5.0 - 0.0134816) / 257)
+    sglang = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0, pool_engine="sglang")
+    assert e2e_implied_tpot_seconds(sglang) == pytest.approx((5.0 - 0.0117408) / 257)
     off = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0, async_scheduling=False)
-    assert e2e_implied_tpot_seconds(off) == pytest.approx((5.0 - 0.0117408) / 256)
+    assert e2e_implied_tpot_seconds(off) == pytest.approx((5.0 - 0.0134816) / 256)
     tight = ServeRequest(input_len=1024, output_len=256, max_e2e_seconds=5.0, max_tpot_seconds=0.01)
     assert e2e_implied_tpot_seconds(tight) == 0.01
 

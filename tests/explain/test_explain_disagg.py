@@ -107,8 +107,9 @@ def test_path_adds_up_and_map_places_every_gpu_once(cluster: str, request_: Serv
 
 
 def test_issue_case_by_hand() -> None:
-    """1x8xH100, 1024/256, TTFT <= 2 s, TPOT <= 30 ms. TTFT = 11.74 ms (the first-token cost:
-    10 ms + the prompt's tokenization, 1,024 x 1.7 us = 1.7408 ms) + queue + the prompt's prefill + exposed KV + T_d (the step scheduled ahead: async
+    """1x8xH100, 1024/256, TTFT <= 2 s, TPOT <= 30 ms. TTFT = 13.48 ms (the first-token cost:
+    10 ms + the prompt's tokenization on the prefill and then the decode server, 2 x 1,024 x
+    1.7 us = 3.4816 ms) + queue + the prompt's prefill + exposed KV + T_d (the step scheduled ahead: async
     scheduling) + T_d; E2E = TTFT + 255 x T_d. The KV is
     I x kv_bytes_per_token = 1024 x 327,680 B (80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B)
     = 320 MiB per request, over NVLink (P and D share the node). The prefill is one step x
@@ -119,7 +120,7 @@ def test_issue_case_by_hand() -> None:
     est = plan_disaggregated(model, spec, request).recommended
     x = explain_disaggregated(model, spec, est)
     overhead, queue, prefill, kv, ahead, first = (leg.seconds for leg in x.path.to_first_token)
-    assert overhead == pytest.approx(0.010 + 1024 * 1.7e-6)
+    assert overhead == pytest.approx(0.010 + 2 * 1024 * 1.7e-6)
     assert est.kv.bytes_per_request == 1024 * 80 * 8 * 128 * 2 * 2 and est.kv.link_kind == "nvlink"
     load = est.prefill_load
     assert prefill == pytest.approx(load.prefill_seconds - load.wait_seconds, rel=1e-12) and est.steps_per_prompt == 1

@@ -319,7 +319,7 @@ def test_disaggregated_ttft_waits_for_a_whole_decode_round(model, cluster):
     decoding lasts e = 2.47 tokens' TPOT, and under async scheduling (vLLM 0.33.0's default, kept
     with ngram) after the round it had scheduled ahead too: TTFT = first-token cost + prefill +
     exposed KV + 2 TPOT * e (1 without async scheduling); the first-token cost is 10 ms + the
-    prompt's tokenization, 1,024 x 1.7 us."""
+    prompt's tokenization on the prefill and then the decode server, 2 x 1,024 x 1.7 us."""
     from planner.cost import efficiency as eff
     from planner.disagg_search import plan_disaggregated
 
@@ -327,7 +327,7 @@ def test_disaggregated_ttft_waits_for_a_whole_decode_round(model, cluster):
         request = ServeRequest(speculation=Speculation("ngram", 3, (0.8, 0.6, 0.4)), async_scheduling=ahead)
         best = plan_disaggregated(model("llama-3.1-70b-fp8"), cluster("1x8xH100"), request).recommended
         round_seconds = best.tpot_seconds * 2.472
-        assert best.ttft_seconds == pytest.approx(eff.FIRST_TOKEN_SECONDS + 1024 * 1.7e-6 + best.prefill_load.prefill_seconds
+        assert best.ttft_seconds == pytest.approx(eff.FIRST_TOKEN_SECONDS + 2 * 1024 * 1.7e-6 + best.prefill_load.prefill_seconds
                                                   + best.kv.exposed_seconds + rounds * round_seconds)
 
 
