@@ -15,7 +15,9 @@ vocabularies that registries ship:
 - Llama 3's: the PyPI wheel llama-models 0.3.0, llama_models/llama3/tokenizer.model.
 
     python bench/tokenize_cost.py --o200k-json package/encoders/o200k_base.json \
-        --llama3-model llama_models/llama3/tokenizer.model
+        --llama3-model llama_models/llama3/tokenizer.model [--text FILE ...]
+
+`--text`: also spans of natural text (the license texts under /usr/share/common-licenses, say).
 """
 
 from __future__ import annotations
@@ -82,9 +84,19 @@ def random_prompts(tokenizer, vocab_size: int, length: int, count: int, seed: in
     return prompts
 
 
-def measure(name: str, tokenizer, vocab_size: int) -> None:
+def text_prompts(tokenizer, text: str, length: int, count: int) -> list[str]:
+    """`count` spans of `length` tokens of a natural text, spread over it, as text."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) < length:
+        raise SystemExit(f"--text: {len(ids):,} tokens, fewer than {length:,}")
+    stride = max(1, (len(ids) - length) // count)
+    return [tokenizer.decode(ids[k:k + length]) for k in range(0, len(ids) - length + 1, stride)][:count]
+
+
+def measure(name: str, tokenizer, vocab_size: int, text: str | None = None) -> None:
     for length in LENGTHS:
-        prompts = random_prompts(tokenizer, vocab_size, length, PROMPTS)
+        prompts = (random_prompts(tokenizer, vocab_size, length, PROMPTS) if text is None
+                   else text_prompts(tokenizer, text, length, PROMPTS))
         tokenizer(prompts[0])  # warm
         seconds, tokens = [], []
         for prompt in prompts:
@@ -102,12 +114,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--o200k-json", type=Path, required=True, help="npm tiktoken 1.0.22: encoders/o200k_base.json")
     parser.add_argument("--llama3-model", type=Path, required=True, help="llama-models 0.3.0: llama3/tokenizer.model")
+    parser.add_argument("--text", type=Path, nargs="*", default=(),
+                        help="natural text files: also time spans of them (e.g. /usr/share/common-licenses/GPL-3)")
     args = parser.parse_args()
+    text = " ".join(path.read_text(errors="ignore") for path in args.text) or None
     with tempfile.TemporaryDirectory() as scratch:
         o200k = Path(scratch) / "o200k_base.tiktoken"
         tiktoken_file_from_npm_json(args.o200k_json, o200k)
-        measure("o200k", fast_tokenizer(o200k, O200K_PATTERN), 199_998)
-    measure("llama3", fast_tokenizer(args.llama3_model, LLAMA3_PATTERN), 128_000)
+        tokenizers = {"o200k": (fast_tokenizer(o200k, O200K_PATTERN), 199_998)}
+    tokenizers["llama3"] = (fast_tokenizer(args.llama3_model, LLAMA3_PATTERN), 128_000)
+    for name, (tokenizer, vocab_size) in tokenizers.items():
+        measure(name, tokenizer, vocab_size)
+        if text is not None:
+            measure(f"{name} text", tokenizer, vocab_size, text)
     return 0
 
 

@@ -160,9 +160,10 @@ TOKENIZE_SECONDS_PER_PROMPT_TOKEN = units.us_to_seconds(1.7)
 thread: Hugging Face tokenizers 0.22.2 (PreTrainedTokenizerFast, as vLLM and SGLang call it),
 measured on this project's development machine (bench/tokenize_cost.py: an Intel Xeon, 2 cores)
 over prompts built as `vllm bench serve`'s random dataset builds them (consecutive vocabulary ids
-decoded to text, re-encoded to the length; 6-7 bytes a token): o200k (gpt-oss) 1.56 us at 1,024
-tokens and 1.87 us at 8,192; Llama 3's vocabulary 1.59 and 1.65 us. Natural text runs fewer
-bytes a token. A measurement of the CPU here, not of the servers' CPUs."""
+decoded to text, re-encoded to the length; 6-7 bytes a token): o200k (gpt-oss) 1.56-1.76 us at
+1,024 tokens and 1.87-2.27 us at 8,192; Llama 3's vocabulary 1.59-1.61 and 1.65-2.14 us (two
+runs; the median 1.7); natural text (license texts, 4.8 bytes a token) the same per token,
+1.71-2.09 us. A measurement of the CPU here, not of the servers' CPUs."""
 
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
 """CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""
