@@ -203,6 +203,7 @@ QuantizationOpt = Annotated[QuantChoice | None, typer.Option(help="Weight quanti
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help="Serve: vLLM's token budget per step.")]
 ExpertImbalanceOpt = Annotated[float | None, typer.Option(help="MoE with expert parallelism: routed tokens on the busiest GPU over the mean (>= 1; default from measured routers, docs/cost-model.md).")]
 RequestRateOpt = Annotated[float | None, typer.Option(help="Serve: requests/s arriving, as vllm bench serve sends them: a finite rate prices every layout (and disaggregated deployment) at that load, ranking those that keep up by mean E2E, and simulates the burst; inf = all at once (the burst only).")]
+RendererNumWorkersOpt = Annotated[int, typer.Option(help="Serve: tokenizer threads per API server, each taking the text prompts one at a time (vLLM's --renderer-num-workers, SGLang's --tokenizer-worker-num; emitted when above 1): priced in TTFT, where a burst or a high rate of long prompts queues for a thread.")]
 MaxConcurrencyOpt = Annotated[int | None, typer.Option(help="Serve: the simulated burst's client keeps at most this many requests in flight (vllm bench serve --max-concurrency); layouts, and disaggregated deployments, are ranked under that many closed-loop clients.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(help="Serve: requests in the simulated burst (default 1000, vllm bench serve's).")]
 BurstinessOpt = Annotated[float | None, typer.Option(help="Serve: the simulated burst's arrivals as vllm bench serve --burstiness b draws them at a finite --request-rate: gamma intervals of shape b (1 = Poisson, below 1 burstier, above 1 more even). The layouts stay priced for Poisson arrivals.")]
@@ -303,6 +304,7 @@ class PlanOptions:
     served_draft_model: str = DRAFT_MODEL_PLACEHOLDER
     async_scheduling: bool | None = None
     prompt_tokenizer: PromptTokenizerChoice = PromptTokenizerChoice.auto
+    renderer_num_workers: int = 1
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -427,6 +429,7 @@ def serve_request(opts: PlanOptions, quantization_override: str | None = None,
         enable_dbo=opts.enable_dbo,
         async_scheduling=opts.async_scheduling,
         prompt_tokenizer=None if opts.prompt_tokenizer is PromptTokenizerChoice.auto else opts.prompt_tokenizer.value,
+        tokenizer_workers=opts.renderer_num_workers,
         quantization_override=quantization_override,
         checkpoint_dtype=checkpoint_dtype,
         max_num_batched_tokens=opts.max_num_batched_tokens,
@@ -584,7 +587,7 @@ def _write_failed(problem: str) -> NoReturn:
 
 SERVE_ONLY = ("objective", "mode", "max_tpot_ms", "max_ttft_ms", "max_e2e_ms", "request_rate", "num_prompts",
               "max_concurrency", "random_range_ratio", "burstiness", "dataset", "input_len", "output_len", "batch", "max_model_len",
-              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "async_scheduling", "prompt_tokenizer", "quantization", "max_num_batched_tokens",
+              "gpu_memory_utilization", "kv_cache_dtype", "moe_backend", "all2all_backend", "enable_dbo", "async_scheduling", "prompt_tokenizer", "renderer_num_workers", "quantization", "max_num_batched_tokens",
               "served_model", "speculative_method", "num_speculative_tokens", "draft_acceptance", "draft_model",
               "served_draft_model", "frontier")
 BURST_ONLY = ("num_prompts", "random_range_ratio", "burstiness")
@@ -690,6 +693,7 @@ def plan(
     enable_dbo: EnableDboOpt = False,
     async_scheduling: AsyncSchedulingOpt = None,
     prompt_tokenizer: PromptTokenizerOpt = PromptTokenizerChoice.auto,
+    renderer_num_workers: RendererNumWorkersOpt = 1,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -743,7 +747,7 @@ def plan(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
-        prompt_tokenizer=prompt_tokenizer, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        prompt_tokenizer=prompt_tokenizer, renderer_num_workers=renderer_num_workers, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
@@ -887,6 +891,7 @@ def explain(
     enable_dbo: EnableDboOpt = False,
     async_scheduling: AsyncSchedulingOpt = None,
     prompt_tokenizer: PromptTokenizerOpt = PromptTokenizerChoice.auto,
+    renderer_num_workers: RendererNumWorkersOpt = 1,
     speculative_method: SpeculativeMethodOpt = None,
     num_speculative_tokens: NumSpeculativeTokensOpt = None,
     draft_acceptance: DraftAcceptanceOpt = None,
@@ -947,7 +952,7 @@ def explain(
         input_len=input_len, output_len=output_len, batch=batch, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, moe_backend=moe_backend,
         all2all_backend=all2all_backend, enable_dbo=enable_dbo, async_scheduling=async_scheduling,
-        prompt_tokenizer=prompt_tokenizer, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+        prompt_tokenizer=prompt_tokenizer, renderer_num_workers=renderer_num_workers, quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,

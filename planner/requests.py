@@ -31,6 +31,8 @@ tokens, as the model schema's max_position_embeddings."""
 MAX_SEQUENCES = 2**24
 """Plausibility bound of --batch and --global-batch (16.8M sequences; published global
 batches are ~10**3-10**4 sequences)."""
+MAX_TOKENIZER_WORKERS = 1024
+"""Bound on --renderer-num-workers (threads per API server; a host has a few hundred cores)."""
 MAX_BURST_PROMPTS = 100_000
 """Plausibility bound of --num-prompts: the burst is simulated step by step."""
 DEFAULT_NUM_PROMPTS = 1000
@@ -228,6 +230,10 @@ class ServeRequest:
     """How the API server tokenizes the text prompts (cost/ingress.py): None = the engine's own
     (SGLang, vLLM 0.33.0 and 0.6.6.post1: serial; vLLM 0.22.0: microbatch, the release's
     VllmRelease.prompt_tokenizer); none = the clients send token ids."""
+    tokenizer_workers: int = 1
+    """`--renderer-num-workers`: tokenizer threads per API server (vLLM's --renderer-num-workers,
+    SGLang's --tokenizer-worker-num), each taking prompts one at a time; 1 = the engines'
+    default. Priced for serial tokenizers (microbatches are tokenized side by side anyway)."""
 
     @property
     def tokenizer(self) -> PromptTokenizer | None:
@@ -236,7 +242,7 @@ class ServeRequest:
         kind = self.prompt_tokenizer
         if kind is None:
             kind = "serial" if self.pool_engine == "sglang" else self.engine_versions.vllm_release.prompt_tokenizer
-        return None if kind == "none" else PromptTokenizer(kind)
+        return None if kind == "none" else PromptTokenizer(kind, threads=self.tokenizer_workers)
 
     @property
     def schedules_ahead(self) -> bool:
@@ -320,6 +326,7 @@ class ServeRequest:
         check_positive("--batch", self.batch, MAX_SEQUENCES)
         check_positive("--num-prompts", self.num_prompts, MAX_BURST_PROMPTS)
         check_positive("--max-concurrency", self.max_concurrency, MAX_SEQUENCES)
+        check_positive("--renderer-num-workers", self.tokenizer_workers, MAX_TOKENIZER_WORKERS)
         if self.request_rate_per_s is not None and not (self.request_rate_per_s > 0):  # also nan
             raise SpecError(f"--request-rate: must be positive or inf (got {self.request_rate_per_s})")
         if self.request_rate_per_s is not None:
@@ -380,7 +387,9 @@ def for_vllm_release(request: ServeRequest) -> ServeRequest:
              (request.all2all_backend != DEFAULT_ALL2ALL_BACKEND, f"--all2all-backend {request.all2all_backend}",
               "expert parallelism"),
              (request.enable_dbo, "--enable-dbo", "dual-batch overlap"),
-             (bool(request.async_scheduling), "--async-scheduling", "async scheduling")]
+             (bool(request.async_scheduling), "--async-scheduling", "async scheduling"),
+             (request.tokenizer_workers > 1 and request.pool_engine == "vllm", "--renderer-num-workers",
+              "renderer thread pool (its API server tokenizes on one thread)")]
     for wanted, flag, feature in asked:
         if wanted:
             raise SpecError(f"{flag}: {v0} has no {feature}; plan it for vllm=0.22.0 or later")

@@ -444,14 +444,16 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout) -> str | No
     busy = tokenizer.utilization(request.input_len, offered)
     if busy < TOKENIZER_NOTE_UTILIZATION:
         return None
+    threads = f"{tokenizer.threads} threads" if tokenizer.threads > 1 else "one thread"
     return (f"Tokenizer-bound: each of the {tokenizer.api_servers} API server(s) tokenizes "
-            f"{plain(offered / tokenizer.api_servers)} prompts/s of {request.input_len:,} tokens on one thread "
-            f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), busy {busy:.0%} of "
-            f"the time" + ("; past 100% its queue grows as long as requests come, and TTFT with it" if busy >= 1
-                           else f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} "
-                                f"ms after it arrives on average (its wait for the thread included)")
-            + ": more tokenizers (" + ("SGLang --tokenizer-worker-num" if request.pool_engine == "sglang"
-                                       else "vLLM --api-server-count") + ") or prompts sent as token ids lift it")
+            f"{plain(offered / tokenizer.api_servers)} prompts/s of {request.input_len:,} tokens on {threads} "
+            f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), each busy {busy:.0%} "
+            f"of the time" + ("; past 100% the queue grows as long as requests come, and TTFT with it" if busy >= 1
+                              else f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} "
+                                   f"ms after it arrives on average (its wait for a thread included)")
+            + f": more tokenizer threads (--renderer-num-workers {2 * tokenizer.threads}, emitted as "
+            + ("SGLang's --tokenizer-worker-num" if request.pool_engine == "sglang" else "vLLM's --renderer-num-workers")
+            + ") or prompts sent as token ids lift it")
 
 
 def tokenize_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:

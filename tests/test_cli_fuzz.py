@@ -154,6 +154,7 @@ def serve_flags(odd: bool) -> st.SearchStrategy[list[str]]:
         st.sampled_from([[], ["--enable-dbo"]]),
         st.sampled_from([[], ["--async-scheduling"], ["--no-async-scheduling"]]),
         _flag("--prompt-tokenizer", st.sampled_from(["auto", "serial", "microbatch", "none"] + (["text"] if odd else []))),
+        _flag("--renderer-num-workers", st.integers(1, 4), odd),
         _flag("--quantization", st.sampled_from(["none", "fp8", "int4"])),
         _flag("--objective", st.sampled_from(["throughput", "latency"])),
         _flag("--layout", st.sampled_from(["tp=2", "pp=2", "tp=8,pp=2", "tp=1,pp=1"] + (["tp=3", "dp=0"] if odd else []))),

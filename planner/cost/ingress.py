@@ -49,6 +49,15 @@ class PromptTokenizer:
     seconds_per_token: float = eff.TOKENIZE_SECONDS_PER_PROMPT_TOKEN
     api_servers: int = 1
     """API servers, each with its own tokenizer, the requests spread evenly over them."""
+    threads: int = 1
+    """Serial: tokenizer threads per API server (vLLM's --renderer-num-workers, SGLang's
+    --tokenizer-worker-num), priced as that many queues taking the server's requests in turn
+    (a shared pool would wait a little less). Microbatch: not read (one batch at a time)."""
+
+    @property
+    def queues(self) -> int:
+        """The tokenizer queues requests are spread over: API servers x threads (serial)."""
+        return self.api_servers * (self.threads if self.kind == "serial" else 1)
 
     @property
     def batch_wait_seconds(self) -> float:
@@ -59,18 +68,18 @@ class PromptTokenizer:
         return input_len * self.seconds_per_token
 
     def utilization(self, input_len: float, rate_per_s: float) -> float:
-        """rho = (lambda / api_servers) I s: a serial tokenizer's busy share when `rate_per_s`
+        """rho = (lambda / queues) I s: a serial tokenizer thread's busy share when `rate_per_s`
         prompts a second reach the API servers (0 for microbatching, whose batches tokenize
         prompts side by side)."""
         if self.kind != "serial" or not math.isfinite(rate_per_s):
             return 0.0
-        return rate_per_s / self.api_servers * self.service_seconds(input_len)
+        return rate_per_s / self.queues * self.service_seconds(input_len)
 
     def steady_seconds(self, input_len: float, rate_per_s: float | None = None) -> float:
         """A prompt's mean time from the API server's receipt to the engine, at a steady
         `rate_per_s` of prompts of `input_len` tokens arriving at random over all the API
-        servers (None: one at a time). Serial: M/D/1, I s (1 + rho / (2 (1 - rho))), rho
-        capped at SATURATED_UTILIZATION. Microbatch: the 2 ms wait + I s (the prompts of a
+        servers (None: one at a time). Serial: M/D/1 per thread, I s (1 + rho / (2 (1 - rho))),
+        rho capped at SATURATED_UTILIZATION. Microbatch: the 2 ms wait + I s (the prompts of a
         batch are tokenized side by side)."""
         service = self.service_seconds(input_len)
         if self.kind == "microbatch":
@@ -85,7 +94,7 @@ MICROBATCH = PromptTokenizer("microbatch")
 
 class TokenizerQueue:
     """The API servers' tokenizers as requests come through them (mutable: one per simulation),
-    request k (in the order sent) to server k mod api_servers. `done(sent, input_len)` is when
+    request k (in the order sent) to queue k mod queues (PromptTokenizer.queues). `done(sent, input_len)` is when
     a prompt sent at `sent` has its tokens; requests must come in the order they were sent, and
     reach the engines in that order (a short prompt on another server waits for a long one sent
     before it: a simplification for the simulation's one event clock; a serial tokenizer's
@@ -93,7 +102,7 @@ class TokenizerQueue:
     the turn."""
 
     def __init__(self, tokenizer: PromptTokenizer):
-        self.servers = [_Tokenizer(tokenizer) for _ in range(tokenizer.api_servers)]
+        self.servers = [_Tokenizer(tokenizer) for _ in range(tokenizer.queues)]
         self.count = 0
         self.last = -math.inf
 

@@ -203,6 +203,8 @@ class ServeArgs:
     async_scheduling: bool | None = None
     """--async-scheduling / --no-async-scheduling as asked (ServeRequest.async_scheduling);
     None = the engine's default."""
+    tokenizer_workers: int = 1
+    """Tokenizer threads per API server (ServeRequest.tokenizer_workers); 1 = the default."""
     speculation: Speculation | None = None
     """Speculative decoding (ServeRequest.speculation); None = off."""
     priced_batched_tokens: int | None = None
@@ -297,6 +299,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         all2all_backend=request.all2all_backend,
         enable_dbo=request.enable_dbo,
         async_scheduling=request.async_scheduling,
+        tokenizer_workers=request.tokenizer_workers,
         speculation=request.speculation,
         dtype=model.dtype,
         engine_versions=request.engine_versions,

@@ -195,6 +195,10 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:
         flags += ["--kv-cache-dtype", KV_CACHE_DTYPE[a.kv_cache_dtype]]
+    if a.tokenizer_workers > 1:
+        # tokenizer_worker_num (sglang/srt/arg_groups/fields/serving.py, 0.5.23): that many
+        # TokenizerManager processes
+        flags += ["--tokenizer-worker-num", str(a.tokenizer_workers)]
     if a.async_scheduling is False:
         # SGLang's overlap scheduler is its async scheduling (Scheduler.event_loop_overlap
         # schedules the next batch while this one runs); on unless disabled

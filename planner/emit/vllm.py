@@ -99,6 +99,9 @@ def engine_flags(a: ServeArgs) -> list[str]:
     if a.async_scheduling is False and a.engine_versions.vllm_release.async_scheduling:
         # SchedulerConfig.async_scheduling, a BooleanOptionalAction (0.22.0, 0.33.0); on by default
         flags.append("--no-async-scheduling")
+    if a.tokenizer_workers > 1:
+        # ModelConfig.renderer_num_workers (vllm/engine/arg_utils.py, 0.22.0 and 0.33.0)
+        flags += ["--renderer-num-workers", str(a.tokenizer_workers)]
     if quantization_flag(a):
         flags += ["--quantization", str(quantization_flag(a))]
     if a.kv_cache_dtype == "fp8":

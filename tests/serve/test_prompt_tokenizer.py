@@ -182,3 +182,41 @@ def test_the_cli_takes_the_tokenizer_and_the_json_carries_it():
     assert first["microbatch"] == pytest.approx(0.010 + 0.002 + 4096 * 1.7e-6)
     bad = run("--prompt-tokenizer", "text")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--prompt-tokenizer" in bad.stderr
+
+
+def test_more_tokenizer_threads_take_turns_and_split_the_rate():
+    """Two threads on one API server of 1 us a token: three 1,000-token prompts sent at once are
+    ready at 1, 1 and 2 ms (as two API servers of one thread); at 500 prompts/s each thread is
+    busy 25% of the time: 1 + 0.25 / 1.5 = 1.1667 ms. Microbatches ignore the threads (one batch
+    at a time)."""
+    two = PromptTokenizer("serial", US, threads=2)
+    queue = TokenizerQueue(two)
+    assert [queue.done(0.0, 1000) for _ in range(3)] == pytest.approx([0.001, 0.001, 0.002])
+    assert two.steady_seconds(1000, 500.0) == pytest.approx(0.001 * (1 + 0.25 / 1.5))
+    assert PromptTokenizer("microbatch", US, threads=4).queues == 1
+    assert ServeRequest(tokenizer_workers=3).tokenizer.threads == 3
+
+
+@pytest.mark.parametrize("vllm", ["0.22.0", "0.33.0"])
+def test_tokenizer_threads_are_launched_as_each_engine_takes_them(vllm, engine_check):
+    """--renderer-num-workers 2: vLLM's own flag (ModelConfig.renderer_num_workers in 0.22.0
+    and 0.33.0), SGLang's --tokenizer-worker-num; both accepted by the releases' parsers. The V0
+    engine has no renderer pool: a one-line refusal."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.errors import SpecError
+    from planner.requests import for_vllm_release
+    from planner.serve_cli import launch_steps, launchable
+    from planner.serve_search import plan_serving
+
+    versions = EngineVersions(vllm=vllm)
+    plan = launchable(plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"),
+                                   ServeRequest(tokenizer_workers=2, engine_versions=versions)))
+    best = plan.recommended
+    for engine, flag in (("vllm", "--renderer-num-workers"), ("sglang", "--tokenizer-worker-num")):
+        steps = launch_steps(plan, best, engine, "MODEL")
+        argv = [a for step in steps for a in step.argv]
+        assert argv[argv.index(flag) + 1] == "2", engine
+        for step in steps:
+            assert engine_check(step.argv, versions) == []
+    with pytest.raises(SpecError, match="--renderer-num-workers"):
+        for_vllm_release(ServeRequest(tokenizer_workers=2, engine_versions=EngineVersions(vllm="0.6.6.post1")))
