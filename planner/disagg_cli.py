@@ -188,6 +188,7 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         kv_cache_dtype=request.kv_cache_dtype, moe_backend=request.moe_backend,
         all2all_backend=role_request(request, role).all2all_backend, enable_dbo=request.enable_dbo,
         async_scheduling=request.async_scheduling,
+        tokenizer_workers=request.tokenizer_workers,
         speculation=request.speculation, dtype=model.dtype,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,

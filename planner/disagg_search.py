@@ -35,6 +35,7 @@ from planner.cost.disaggregated import (
     prefill_worker,
     rate_match,
 )
+from planner.cost.ingress import TOKENIZER_NOTE_UTILIZATION
 from planner.cost.kv_transfer import (
     KvTransfer,
     kv_link_requests_per_second,
@@ -624,6 +625,18 @@ def tokenizations_in_ttft(request: ServeRequest) -> int:
     return 1 if request.pool_engine == "sglang" else 2
 
 
+def tokenizer_utilization(request: ServeRequest, rate_per_s: float, prefill_workers: int,
+                          decode_workers: int) -> float:
+    """The busiest server's tokenizer thread's busy share at `rate_per_s` requests: each prefill
+    worker's server takes R / N_p of the prompts and each decode worker's R / N_d (both
+    tokenize: tokenizations_in_ttft), over its threads (PromptTokenizer.utilization); 0 for
+    micro-batches and prompts sent as token ids."""
+    tokenizer = request.tokenizer
+    if tokenizer is None:
+        return 0.0
+    return tokenizer.utilization(request.input_len, rate_per_s / min(prefill_workers, decode_workers))
+
+
 E2E_CAP_STEPS = 4
 """The E2E limit's implied-TPOT concurrency is tried at each quarter of it too (e2e_caps)."""
 
@@ -1163,6 +1176,14 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "
                      f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(decode_wait_seconds):,.0f} "
                      f"ms for one on average (a queue in front of ranks that slow as they fill), in TTFT and E2E latency")
+    busy = tokenizer_utilization(request, match.requests_per_second, n_p, n_d)
+    if busy >= TOKENIZER_NOTE_UTILIZATION:
+        notes.append(f"Tokenizer-bound: at {match.requests_per_second:.3g} req/s the busiest server's tokenizer "
+                     f"thread is busy {busy:.0%} of the time ({request.input_len:,}-token prompts, one at a time; its "
+                     f"queue is not in the TTFT shown"
+                     + ("; past 100% it grows as long as requests come" if busy >= 1 else "")
+                     + f"): more threads per server (--renderer-num-workers, now {request.tokenizer_workers}) or "
+                       f"prompts sent as token ids")
     if not same:
         notes.append(f"prefill and decode on different nodes: the KV transfer over {kv.link_kind} adds "
                      f"{seconds_to_ms(kv.exposed_seconds):.1f} ms to TTFT "

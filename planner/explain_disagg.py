@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from planner.cost import efficiency as eff
 from planner.cost.speculative import expected_tokens_per_step
 from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
@@ -165,7 +166,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
     first = (
         PathLeg("request overhead", e.first_token_seconds,
                 "HTTP, the prompt's tokenization (vLLM's proxy: on the prefill, then the decode server), "
-                "hand-off, streaming the first token"),
+                "hand-off, streaming the first token" if e.first_token_seconds > eff.FIRST_TOKEN_SECONDS else
+                "HTTP, hand-off, streaming the first token (prompts sent as token ids)"),
         PathLeg("queue at prefill", load.wait_seconds,
                 (f"one micro-batch at a time until prompts queue, at {load.utilization:.0%} utilization "
                  f"({load.rate_per_second:.2f} req/s per worker; the worker's flow-equivalent chain)")

@@ -32,7 +32,7 @@ from planner.cost.continuous_batching import (
     with_slot_queue,
     with_waiting_clients,
 )
-from planner.cost.ingress import PromptTokenizer
+from planner.cost.ingress import TOKENIZER_NOTE_UTILIZATION, PromptTokenizer
 from planner.cost.moe import deepep_ampere_refusal
 from planner.cost.params import activation_bytes_per_element
 from planner.cost.serving_memory import (
@@ -83,6 +83,7 @@ from planner.requests import (
     DEFAULT_ALL2ALL_BACKEND,
     DEFAULT_NUM_PROMPTS,
     MAX_SIMULATED_STEPS,
+    MAX_TOKENIZER_WORKERS,
     ServeRequest,
 )
 from planner.specs import ClusterSpec, ModelSpec
@@ -419,11 +420,6 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     return min(cap, running)
 
 
-TOKENIZER_NOTE_UTILIZATION = 0.5
-"""A serial tokenizer busier than this at the offered rate is named in a note (its M/D/1 wait is
-then a whole prompt's tokenization or more)."""
-
-
 def api_server_tokenizer(request: ServeRequest, layout: Layout) -> PromptTokenizer | None:
     """The API servers' prompt tokenizer (cost/ingress.py) in front of a layout's replicas:
     vLLM's one per DP replica (api_server_count = data_parallel_size, its default), SGLang's
@@ -434,9 +430,20 @@ def api_server_tokenizer(request: ServeRequest, layout: Layout) -> PromptTokeniz
     return replace(tokenizer, api_servers=layout.dp if request.pool_engine == "vllm" else 1)
 
 
-def api_server_tokenizer_note(request: ServeRequest, layout: Layout) -> str | None:
-    """A note where the offered rate keeps a serial tokenizer busy TOKENIZER_NOTE_UTILIZATION
-    of the time or more."""
+def tokenizer_capacity_per_s(request: ServeRequest, layout: Layout) -> float:
+    """The prompts a second the API servers' serial tokenizer threads take in all (queues / I s);
+    inf for micro-batches (tokenized side by side) and prompts sent as token ids."""
+    tokenizer = api_server_tokenizer(request, layout)
+    if tokenizer is None or tokenizer.kind != "serial" or tokenizer.seconds_per_token <= 0:
+        return math.inf
+    return tokenizer.queues / tokenizer.service_seconds(request.input_len)
+
+
+def api_server_tokenizer_note(request: ServeRequest, layout: Layout, at_rate: bool = True) -> str | None:
+    """A note where the offered rate keeps a serial tokenizer thread busy
+    TOKENIZER_NOTE_UTILIZATION of the time or more, with the threads per API server that would
+    bring it under that (--renderer-num-workers). `at_rate`: the layout is priced at the rate
+    (its TTFT holds the queued tokenization the note gives); else at its capacity."""
     tokenizer = api_server_tokenizer(request, layout)
     offered = request.offered_rate_per_s
     if tokenizer is None or offered is None:
@@ -444,16 +451,21 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout) -> str | No
     busy = tokenizer.utilization(request.input_len, offered)
     if busy < TOKENIZER_NOTE_UTILIZATION:
         return None
+    servers = "the API server" if tokenizer.api_servers == 1 else f"each of the {tokenizer.api_servers} API servers"
     threads = f"{tokenizer.threads} threads" if tokenizer.threads > 1 else "one thread"
-    return (f"Tokenizer-bound: each of the {tokenizer.api_servers} API server(s) tokenizes "
-            f"{plain(offered / tokenizer.api_servers)} prompts/s of {request.input_len:,} tokens on {threads} "
-            f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), each busy {busy:.0%} "
-            f"of the time" + ("; past 100% the queue grows as long as requests come, and TTFT with it" if busy >= 1
-                              else f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} "
-                                   f"ms after it arrives on average (its wait for a thread included)")
-            + f": more tokenizer threads (--renderer-num-workers {2 * tokenizer.threads}, emitted as "
+    enough = min(MAX_TOKENIZER_WORKERS, math.floor(tokenizer.threads * busy / TOKENIZER_NOTE_UTILIZATION) + 1)
+    waits = ""
+    if busy >= 1:
+        waits = "; past 100% the queue grows as long as requests come, and TTFT with it"
+    elif at_rate:
+        waits = (f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} ms "
+                 f"after it arrives on average (its wait for a thread included)")
+    return (f"Tokenizer-bound: {servers} tokenizes {plain(offered / tokenizer.api_servers)} prompts/s of "
+            f"{request.input_len:,} tokens on {threads} "
+            f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), each thread busy "
+            f"{busy:.0%} of the time{waits}: --renderer-num-workers {enough} (emitted as "
             + ("SGLang's --tokenizer-worker-num" if request.pool_engine == "sglang" else "vLLM's --renderer-num-workers")
-            + ") or prompts sent as token ids lift it")
+            + f") brings it under {TOKENIZER_NOTE_UTILIZATION:.0%}, as would prompts sent as token ids")
 
 
 def tokenize_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:
@@ -605,7 +617,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         if lockstep > 1:  # the busiest rank's chunks jump where the mean's pass a whole number
             peaks = lockstep_peaks(chunks_per_round, top)
         convoyed = offered / layout.dp >= convoy_per_s
-        arriving = None if convoyed else solve_open_loop(offered / layout.dp, open_at, top, peaks)
+        # a serial tokenizer past its capacity queues prompts without bound before the engines
+        tokenized = offered >= tokenizer_capacity_per_s(request, layout)
+        arriving = None if convoyed or tokenized else solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and
@@ -623,10 +637,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 arriving = None
             # (not past the convoy: the closed loop that keeps up is the spread one, which the
             # convoy's open queue never settles into before the clients hold it)
-            if arriving is None and not convoyed and clients_capacity_per_s(request, layout, steady_at,
-                                                                             top) >= offered:
+            if arriving is None and not (convoyed or tokenized) and clients_capacity_per_s(
+                    request, layout, steady_at, top) >= offered:
                 arriving = clients_at_rate(offered / layout.dp, steady_at, top)
-        elif arriving is None and clients is not None and not convoyed:
+        elif arriving is None and clients is not None and not (convoyed or tokenized):
             # the clients may keep up where the open queue would not
             arriving = clients_at_rate(offered / layout.dp, steady_at, top)
         if arriving is not None and has_sla and not all(sla_check(request, arriving)):
@@ -713,6 +727,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"(the times shown are at the spread "
                      f"steady state's capacity, {plain(steady.requests_per_second)} req/s at {steady.concurrency:g} in "
                      f"flight, which the convoy does not reach)")
+    elif overloaded and tokenized:
+        notes.append(f"Overloaded (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
+                     f"past the {plain(tokenizer_capacity_per_s(request, layout))} prompts/s the API servers' "
+                     f"tokenizer threads take, one prompt at a time each: the prompts queue before the engines for "
+                     f"as long as they keep coming (the times shown are the engines' at capacity, "
+                     f"{plain(steady.requests_per_second)} req/s a replica, before that queue)")
     elif overloaded:
         notes.append(f"Overloaded: --request-rate {offered:g}/s asks {plain(offered / layout.dp)} req/s of each of the "
                      f"{layout.dp} replica(s), which complete at most {plain(steady.requests_per_second)} req/s (at "
@@ -724,12 +744,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"in a convoy ({convoy_why}); the open queue grows until the clients hold it, so the benchmark "
                      f"runs below the rate (the times shown are those of the clients' closed loop, "
                      f"{clients_spread(request.max_concurrency, layout.dp)}, which the convoy may not reach)")
+    elif offered is not None and arriving is None and tokenized:
+        notes.append(f"Client-held (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
+                     f"past the {plain(tokenizer_capacity_per_s(request, layout))} prompts/s the API servers' "
+                     f"tokenizer threads take; the queue before the engines grows until the clients hold it, so the "
+                     f"benchmark runs below the rate (the times shown are those of the clients' closed loop, "
+                     f"{clients_spread(request.max_concurrency, layout.dp)})")
     elif offered is not None and arriving is None:
         notes.append(f"Client-held: --request-rate {offered:g}/s, but --max-concurrency {request.max_concurrency:,} "
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
                      f"{plain(clients_capacity_per_s(request, layout, steady_at, batch))} req/s in all: the benchmark runs "
                      f"below the rate (its requests wait for a slot on the client)")
-    tokenizer_note = api_server_tokenizer_note(request, layout)
+    tokenizer_note = api_server_tokenizer_note(request, layout, at_rate=arriving is not None)
     if tokenizer_note:
         notes.append(tokenizer_note)
     if arriving is None and clients is not None and clients > batch:

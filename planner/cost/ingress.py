@@ -36,6 +36,9 @@ MICROBATCH_WAIT_SECONDS = 0.002
 """AsyncMicrobatchTokenizer's batch_wait_timeout_s (vLLM 0.10.2-0.22.0)."""
 MICROBATCH_MAX_PROMPTS = 32
 """AsyncMicrobatchTokenizer's max_batch_size (vLLM 0.10.2-0.22.0)."""
+TOKENIZER_NOTE_UTILIZATION = 0.5
+"""A serial tokenizer thread busier than this at the offered rate is named in a plan's notes (its
+M/D/1 wait is then half a prompt's tokenization or more)."""
 SATURATED_UTILIZATION = 0.95
 """The steady state's cap on the tokenizer's utilization: at or past 1 no queue is steady (the
 estimate says so in a note) and the wait is priced at this utilization's."""

@@ -220,3 +220,28 @@ def test_tokenizer_threads_are_launched_as_each_engine_takes_them(vllm, engine_c
             assert engine_check(step.argv, versions) == []
     with pytest.raises(SpecError, match="--renderer-num-workers"):
         for_vllm_release(ServeRequest(tokenizer_workers=2, engine_versions=EngineVersions(vllm="0.6.6.post1")))
+
+
+def test_a_rate_past_the_tokenizer_is_overloaded():
+    """Qwen3-30B-A3B on 8 B200s, one replica a GPU: SGLang's one TokenizerManager thread takes
+    1 / (4,000 x 1.7 us) = 147.06 prompts/s of 4,000 tokens, so at 170 req/s the layout is
+    overloaded though its engines keep up, and says so (with the threads that bring the thread
+    under 50%: 170 / 147.06 = 116% busy, 3 threads); behind vLLM's API server per DP replica (8,
+    14% busy each) it keeps up; at 120 req/s (82%) SGLang's keeps up too, with a note."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.serve import estimate, tokenizer_capacity_per_s
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xB200")
+    request = ServeRequest(input_len=4000, output_len=8, request_rate_per_s=170.0, pool_engine="sglang",
+                           max_model_len=32768, layout=LayoutFilter(tp=1, pp=1, dp=8))
+    assert tokenizer_capacity_per_s(request, Layout(1, 1, 8)) == pytest.approx(1 / (4000 * 1.7e-6))
+    sglang = estimate(model, cluster, Layout(1, 1, 8), request)
+    assert sglang.overloaded
+    assert any(n.startswith("Overloaded (tokenizer): --request-rate 170/s") for n in sglang.notes)
+    assert any("busy 116%" in n and "--renderer-num-workers 3" in n for n in sglang.notes)
+    vllm = estimate(model, cluster, Layout(1, 1, 8), replace(request, pool_engine="vllm"))
+    assert not vllm.overloaded and not any("okenizer" in n for n in vllm.notes)
+    threaded = estimate(model, cluster, Layout(1, 1, 8), replace(request, tokenizer_workers=3))
+    assert not threaded.overloaded and not any("okenizer" in n for n in threaded.notes)
+    slower = estimate(model, cluster, Layout(1, 1, 8), replace(request, request_rate_per_s=120.0))
+    assert not slower.overloaded and any(n.startswith("Tokenizer-bound:") and "busy 82%" in n for n in slower.notes)
