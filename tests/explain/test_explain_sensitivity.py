@@ -174,3 +174,20 @@ def test_the_report_is_the_same_on_one_core_and_on_several() -> None:
     spread = analyze(cluster, e.layout, base, replan, Settings(), num_workers=4)
     assert alone == spread
     assert any(k.flip_down is not None for k in alone.knobs)
+
+
+def test_a_plan_at_a_rate_runs_the_light_analysis(monkeypatch) -> None:
+    """At a finite --request-rate every re-plan solves each layout's open loop at the rate, so
+    explain runs the +/-20% runs only (sensitivity.LIGHT: no flip searched beyond them) and says
+    so; without a rate the full scan runs."""
+    import planner.sensitivity as sensitivity
+
+    seen = []
+    analyze_of = sensitivity.analyze
+    monkeypatch.setattr(sensitivity, "analyze", lambda *a, **k: seen.append(a[4]) or analyze_of(*a, **k))
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x2xH100")
+    at_rate = explain_serving(model, cluster, ServeRequest(request_rate_per_s=4.0))
+    closed = explain_serving(model, cluster, ServeRequest())
+    assert seen == [sensitivity.LIGHT, Settings()]
+    assert any("open loop at the rate" in note for note in at_rate.notes)
+    assert not any("flips not searched" in note for note in closed.notes)
