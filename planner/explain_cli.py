@@ -14,7 +14,7 @@ from planner.cost.timeline import (
     training_timeline,
 )
 from planner.render.common import check_output_path
-from planner.requests import LayoutFilter, ServeRequest, TrainRequest
+from planner.requests import LayoutFilter, ServeRequest, TrainRequest, check_tokenizer_workers
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 
@@ -29,6 +29,8 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
     from planner.render.explain import show
 
     check_outputs(svg, html)
+    if isinstance(request, ServeRequest):
+        check_tokenizer_workers(request, "vllm")  # explain shows vLLM's launch
     settings = sensitivity.Settings() if sensitivity_runs else None
     if isinstance(request, TrainRequest):
         from planner.explain_train import explain_training

@@ -387,14 +387,23 @@ def for_vllm_release(request: ServeRequest) -> ServeRequest:
              (request.all2all_backend != DEFAULT_ALL2ALL_BACKEND, f"--all2all-backend {request.all2all_backend}",
               "expert parallelism"),
              (request.enable_dbo, "--enable-dbo", "dual-batch overlap"),
-             (bool(request.async_scheduling), "--async-scheduling", "async scheduling"),
-             (request.tokenizer_workers > 1 and request.pool_engine == "vllm", "--renderer-num-workers",
-              "renderer thread pool (its API server tokenizes on one thread)")]
+             (bool(request.async_scheduling), "--async-scheduling", "async scheduling")]
     for wanted, flag, feature in asked:
         if wanted:
             raise SpecError(f"{flag}: {v0} has no {feature}; plan it for vllm=0.22.0 or later")
     layout = LayoutFilter(request.layout.tp, request.layout.pp, request.layout.dp, 1, request.layout.cp)
     return replace(request, layout=layout, mode="aggregated")
+
+
+def check_tokenizer_workers(request: ServeRequest, engine: str) -> None:
+    """--renderer-num-workers above 1 launched on vLLM needs its renderer's thread pool (0.22.0
+    and later, --renderer-num-workers); the V0 engine (0.6.6.post1) tokenizes on one thread and
+    has no such flag: a usage error. SGLang takes it as --tokenizer-worker-num."""
+    release = request.engine_versions.vllm_release
+    if request.tokenizer_workers > 1 and engine in ("vllm", "vllm-ray") and not release.v1_engine:
+        raise SpecError(f"--renderer-num-workers: --engine-version vllm={release.version} (the V0 engine) has no "
+                        f"renderer thread pool (its API server tokenizes on one thread); plan it for vllm=0.22.0 "
+                        f"or later (SGLang takes it as --tokenizer-worker-num)")
 
 
 ATTENTION_KERNELS = ("auto", "fa2")

@@ -19,7 +19,7 @@ from planner.emit.command import (
 from planner.emit.sglang import sglang_pool_notes
 from planner.errors import SpecError
 from planner.layout import Layout
-from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest
+from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, check_tokenizer_workers
 from planner.serve import ServeEstimate, burst_metrics, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
@@ -128,6 +128,7 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
         raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
                         "workers of its own (drop --layout, or use --mode aggregated)")
     engine = "vllm" if emit == "megatron" else emit
+    check_tokenizer_workers(request, engine)
     if engine == "sglang":  # SGLang's own pool caps what each layout runs (serve.sglang_pool_cap)
         request = replace(request, pool_engine="sglang")
     # the rows shown are all that is wanted unless every layout is (--json without --top)
@@ -163,6 +164,7 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     from planner.frontier import trace_frontier
     from planner.render.frontier import print_frontier_json, render_frontier
 
+    check_tokenizer_workers(request, engine)
     if engine == "sglang":  # as run_serve: SGLang's pool caps what each layout runs
         request = replace(request, pool_engine="sglang")
 

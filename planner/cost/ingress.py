@@ -40,8 +40,9 @@ TOKENIZER_NOTE_UTILIZATION = 0.5
 """A serial tokenizer thread busier than this at the offered rate is named in a plan's notes (its
 M/D/1 wait is then half a prompt's tokenization or more)."""
 SATURATED_UTILIZATION = 0.95
-"""The steady state's cap on the tokenizer's utilization: at or past 1 no queue is steady (the
-estimate says so in a note) and the wait is priced at this utilization's."""
+"""The steady state's cap on the tokenizer's utilization in its M/D/1 wait: at or past 1 no queue
+is steady (a rate past the threads' capacity marks the layout overloaded:
+serve.tokenizer_capacity_per_s)."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,6 @@ class PromptTokenizer:
     def queues(self) -> int:
         """The tokenizer queues requests are spread over: API servers x threads (serial)."""
         return self.api_servers * (self.threads if self.kind == "serial" else 1)
-
-    @property
-    def batch_wait_seconds(self) -> float:
-        return MICROBATCH_WAIT_SECONDS if self.kind == "microbatch" else 0.0
 
     def service_seconds(self, input_len: float) -> float:
         """One prompt's tokenization on the thread: I x s."""

@@ -204,7 +204,7 @@ def test_tokenizer_threads_are_launched_as_each_engine_takes_them(vllm, engine_c
     engine has no renderer pool: a one-line refusal."""
     from planner.catalog import resolve_cluster, resolve_model
     from planner.errors import SpecError
-    from planner.requests import for_vllm_release
+    from planner.requests import check_tokenizer_workers, for_vllm_release
     from planner.serve_cli import launch_steps, launchable
     from planner.serve_search import plan_serving
 
@@ -218,8 +218,12 @@ def test_tokenizer_threads_are_launched_as_each_engine_takes_them(vllm, engine_c
         assert argv[argv.index(flag) + 1] == "2", engine
         for step in steps:
             assert engine_check(step.argv, versions) == []
-    with pytest.raises(SpecError, match="--renderer-num-workers"):
-        for_vllm_release(ServeRequest(tokenizer_workers=2, engine_versions=EngineVersions(vllm="0.6.6.post1")))
+    old = ServeRequest(tokenizer_workers=2, engine_versions=EngineVersions(vllm="0.6.6.post1"))
+    for_vllm_release(old)  # refused only where vLLM launches it
+    for engine in ("vllm", "vllm-ray"):
+        with pytest.raises(SpecError, match="--renderer-num-workers"):
+            check_tokenizer_workers(old, engine)
+    check_tokenizer_workers(old, "sglang")  # SGLang's --tokenizer-worker-num
 
 
 def test_a_rate_past_the_tokenizer_is_overloaded():
