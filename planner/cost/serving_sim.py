@@ -732,21 +732,36 @@ def simulate_replicas(
     assert lockstep_ranks == 1 or group_step_seconds is not None
     if max_concurrency is not None and max_concurrency >= len(requests):
         max_concurrency = None  # slots for every request: the limit never binds
-    if tokenizer is not None and max_concurrency is None:
-        return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
-                                lambda shifted: simulate_replicas(
-                                    shifted, num_replicas, limits, step_seconds, first_token_extra_seconds, None,
-                                    lockstep_ranks, group_step_seconds, replay_solos))
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_seconds, i))
     groups = [list(range(first, min(first + lockstep_ranks, num_replicas)))
               for first in range(0, num_replicas, lockstep_ranks)]
     # a group's step: its busy ranks' loads priced together (one rank: its own step)
     priced = group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0])
     at_once = len({r.arrival_seconds for r in requests}) <= 1
+    if tokenizer is not None and max_concurrency is None:
+        if at_once and tokenizer.queues % num_replicas == 0:
+            # sent together, request k is tokenized on queue k mod queues and reaches replica
+            # k mod d in the fixed dispatch below, so every replica gets its queues' schedule
+            # (a burst of identical requests: the same one on each) and the dispatch stands
+            return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
+                                    lambda shifted: _fixed_dispatch(shifted, order, groups, num_replicas, limits,
+                                                                    priced, first_token_extra_seconds))
+        return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
+                                lambda shifted: simulate_replicas(
+                                    shifted, num_replicas, limits, step_seconds, first_token_extra_seconds, None,
+                                    lockstep_ranks, group_step_seconds, replay_solos))
     if max_concurrency is not None or not at_once:
         return _simulate_dispatched(requests, order, groups, limits, priced, first_token_extra_seconds,
                                     max_concurrency, replay_solos,
                                     None if tokenizer is None else TokenizerQueue(tokenizer))
+    return _fixed_dispatch(requests, order, groups, num_replicas, limits, priced, first_token_extra_seconds)
+
+
+def _fixed_dispatch(requests: Sequence[SimRequest], order: list[int], groups: list[list[int]], num_replicas: int,
+                    limits: EngineLimits, priced: Callable[[list[StepLoad]], float],
+                    extra_seconds: float) -> SimResult:
+    """simulate_replicas for requests sent together: request k (in `order`) to group k mod g, its
+    rank (k // g) mod d, each engine simulated on its own arrivals (its group in lockstep)."""
     parts: list[list[int]] = [[] for _ in range(num_replicas)]
     for k, i in enumerate(order):
         group = groups[k % len(groups)]
@@ -762,7 +777,7 @@ def simulate_replicas(
         kept += [parts[j] for j in group]
         ranks = tuple(tuple(requests[i] for i in parts[j]) for j in group)
         if ranks not in done:
-            done[ranks] = simulate_lockstep([list(r) for r in ranks], limits, priced, first_token_extra_seconds)
+            done[ranks] = simulate_lockstep([list(r) for r in ranks], limits, priced, extra_seconds)
         results += done[ranks]
     return _merge(len(requests), kept, results)
 

@@ -113,10 +113,31 @@ def test_a_free_tokenizer_changes_nothing(rows, cap, dp, ahead):
     requests = [SimRequest(t, i, o) for t, i, o in rows]
     limits = EngineLimits(BIG_KV, 4, 2048, schedules_ahead=ahead)
     plain = simulate_replicas(requests, dp, limits, const, 0.003, cap)
-    free = simulate_replicas(requests, dp, limits, const, 0.003, cap, tokenizer=PromptTokenizer("serial", 0.0))
-    assert free.ttft_seconds == pytest.approx(plain.ttft_seconds)
-    assert free.e2e_seconds == pytest.approx(plain.e2e_seconds)
-    assert free.makespan_seconds == pytest.approx(plain.makespan_seconds)
+    for servers in (1, dp):
+        free = simulate_replicas(requests, dp, limits, const, 0.003, cap,
+                                 tokenizer=PromptTokenizer("serial", 0.0, api_servers=servers))
+        assert free.ttft_seconds == pytest.approx(plain.ttft_seconds)
+        assert free.e2e_seconds == pytest.approx(plain.e2e_seconds)
+        assert free.makespan_seconds == pytest.approx(plain.makespan_seconds)
+
+
+def test_a_burst_over_replicas_keeps_its_dispatch_when_each_has_its_api_server():
+    """Six (1,000, 2) requests sent at once over 3 replicas, each with its API server (a serial
+    thread, 1 us a token): request k is tokenized on server k mod 3 and goes to replica k mod 3,
+    so each replica gets two prompts, at 1 and 2 ms. The first runs alone [1, 11) (TTFT 11 ms),
+    the second in [11, 21) beside its last token (TTFT 21 ms): the same on every replica, and as
+    the step-by-step dispatcher finds (one simulation serves all three replicas)."""
+    requests = [SimRequest(0.0, 1000, 2)] * 6
+    tokenizer = PromptTokenizer("serial", US, api_servers=3)
+    limits = EngineLimits(BIG_KV, 8, 4096)
+    fixed = simulate_replicas(requests, 3, limits, const, tokenizer=tokenizer)
+    assert sorted(fixed.ttft_seconds) == pytest.approx([0.011] * 3 + [0.021] * 3)
+    # the same arrivals handed to the dispatcher (least loaded at each arrival), the
+    # tokenization added back
+    shifted = [SimRequest(0.001, 1000, 2)] * 3 + [SimRequest(0.002, 1000, 2)] * 3
+    stepped = simulate_replicas(shifted, 3, limits, const, replay_solos=False)
+    assert sorted(t + r.arrival_seconds for t, r in zip(stepped.ttft_seconds, shifted, strict=True)) \
+        == pytest.approx(sorted(fixed.ttft_seconds))
 
 
 def test_each_engine_tokenizes_as_its_release_does():
