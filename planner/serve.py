@@ -420,31 +420,43 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     return min(cap, running)
 
 
-def api_server_tokenizer(request: ServeRequest, layout: Layout) -> PromptTokenizer | None:
+def api_server_tokenizer(request: ServeRequest, layout: Layout, gpus_per_node: int) -> PromptTokenizer | None:
     """The API servers' prompt tokenizer (cost/ingress.py) in front of a layout's replicas:
     vLLM's one per DP replica (api_server_count = data_parallel_size, its default), SGLang's
-    one TokenizerManager for all; None when the clients send token ids."""
+    one TokenizerManager per server (sglang_servers); None when the clients send token ids."""
     tokenizer = request.tokenizer
     if tokenizer is None:
         return None
-    return replace(tokenizer, api_servers=layout.dp if request.pool_engine == "vllm" else 1)
+    servers = layout.dp if request.pool_engine == "vllm" else sglang_servers(layout, gpus_per_node)
+    return replace(tokenizer, api_servers=servers)
 
 
-def tokenizer_capacity_per_s(request: ServeRequest, layout: Layout) -> float:
+def sglang_servers(layout: Layout, gpus_per_node: int) -> int:
+    """The SGLang servers a layout is launched as (planner/emit/sglang.py): one per EP group of
+    several DP ranks (DP attention); else one per node for replicas within a node (`--dp-size`
+    the replicas on it), one per replica wider than a node."""
+    if layout.ep > 1 and layout.dp_per_ep_group > 1:
+        return layout.num_ep_groups
+    per_node = gpus_per_node // (layout.tp * layout.pp)
+    return layout.dp if per_node <= 1 else math.ceil(layout.dp / per_node)
+
+
+def tokenizer_capacity_per_s(request: ServeRequest, layout: Layout, gpus_per_node: int) -> float:
     """The prompts a second the API servers' serial tokenizer threads take in all (queues / I s);
     inf for micro-batches (tokenized side by side) and prompts sent as token ids."""
-    tokenizer = api_server_tokenizer(request, layout)
+    tokenizer = api_server_tokenizer(request, layout, gpus_per_node)
     if tokenizer is None or tokenizer.kind != "serial" or tokenizer.seconds_per_token <= 0:
         return math.inf
     return tokenizer.queues / tokenizer.service_seconds(request.input_len)
 
 
-def api_server_tokenizer_note(request: ServeRequest, layout: Layout, at_rate: bool = True) -> str | None:
+def api_server_tokenizer_note(request: ServeRequest, layout: Layout, gpus_per_node: int,
+                              at_rate: bool = True) -> str | None:
     """A note where the offered rate keeps a serial tokenizer thread busy
     TOKENIZER_NOTE_UTILIZATION of the time or more, with the threads per API server that would
     bring it under that (--renderer-num-workers). `at_rate`: the layout is priced at the rate
     (its TTFT holds the queued tokenization the note gives); else at its capacity."""
-    tokenizer = api_server_tokenizer(request, layout)
+    tokenizer = api_server_tokenizer(request, layout, gpus_per_node)
     offered = request.offered_rate_per_s
     if tokenizer is None or offered is None:
         return None
@@ -458,7 +470,7 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout, at_rate: bo
     if busy >= 1:
         waits = "; past 100% the queue grows as long as requests come, and TTFT with it"
     elif at_rate:
-        waits = (f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, True)):,.1f} ms "
+        waits = (f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, gpus_per_node, True)):,.1f} ms "
                  f"after it arrives on average (its wait for a thread included)")
     return (f"Tokenizer-bound: {servers} tokenizes {plain(offered / tokenizer.api_servers)} prompts/s of "
             f"{request.input_len:,} tokens on {threads} "
@@ -468,20 +480,20 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout, at_rate: bo
             + f") brings it under {TOKENIZER_NOTE_UTILIZATION:.0%}, as would prompts sent as token ids")
 
 
-def tokenize_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:
+def tokenize_seconds(request: ServeRequest, layout: Layout, gpus_per_node: int, open_loop: bool = False) -> float:
     """A mean prompt's tokenization in TTFT (PromptTokenizer.steady_seconds): at the offered
     rate in an open loop, else one at a time (a closed loop's clients send each request after
     the last one's E2E: the tokenizer is rarely busy)."""
-    tokenizer = api_server_tokenizer(request, layout)
+    tokenizer = api_server_tokenizer(request, layout, gpus_per_node)
     if tokenizer is None:
         return 0.0
     return tokenizer.steady_seconds(request.input_len, request.offered_rate_per_s if open_loop else None)
 
 
-def first_token_seconds(request: ServeRequest, layout: Layout, open_loop: bool = False) -> float:
+def first_token_seconds(request: ServeRequest, layout: Layout, gpus_per_node: int, open_loop: bool = False) -> float:
     """Everything in TTFT outside the engine's steps: efficiency.FIRST_TOKEN_SECONDS and the
     prompt's tokenization (tokenize_seconds)."""
-    return eff.FIRST_TOKEN_SECONDS + tokenize_seconds(request, layout, open_loop)
+    return eff.FIRST_TOKEN_SECONDS + tokenize_seconds(request, layout, gpus_per_node, open_loop)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
@@ -536,7 +548,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 return timed(*load_chunk).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
-                            first_token_seconds(request, layout, open_loop), lockstep_ranks(model, layout),
+                            first_token_seconds(request, layout, cluster.gpus_per_node, open_loop),
+                            lockstep_ranks(model, layout),
                             tokens_per_round, spec_tokens,
                             request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp,
                             request.schedules_ahead and layout.pp == 1)
@@ -618,7 +631,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             peaks = lockstep_peaks(chunks_per_round, top)
         convoyed = offered / layout.dp >= convoy_per_s
         # a serial tokenizer past its capacity queues prompts without bound before the engines
-        tokenized = offered >= tokenizer_capacity_per_s(request, layout)
+        tokenized = offered >= tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node)
         arriving = None if convoyed or tokenized else solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
@@ -729,7 +742,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"flight, which the convoy does not reach)")
     elif overloaded and tokenized:
         notes.append(f"Overloaded (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
-                     f"past the {plain(tokenizer_capacity_per_s(request, layout))} prompts/s the API servers' "
+                     f"past the {plain(tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node))} prompts/s the API servers' "
                      f"tokenizer threads take, one prompt at a time each: the prompts queue before the engines for "
                      f"as long as they keep coming (the times shown are the engines' at capacity, "
                      f"{plain(steady.requests_per_second)} req/s a replica, before that queue)")
@@ -746,7 +759,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{clients_spread(request.max_concurrency, layout.dp)}, which the convoy may not reach)")
     elif offered is not None and arriving is None and tokenized:
         notes.append(f"Client-held (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
-                     f"past the {plain(tokenizer_capacity_per_s(request, layout))} prompts/s the API servers' "
+                     f"past the {plain(tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node))} prompts/s the API servers' "
                      f"tokenizer threads take; the queue before the engines grows until the clients hold it, so the "
                      f"benchmark runs below the rate (the times shown are those of the clients' closed loop, "
                      f"{clients_spread(request.max_concurrency, layout.dp)})")
@@ -755,7 +768,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"keeps {clients_spread(request.max_concurrency, layout.dp)}, which complete "
                      f"{plain(clients_capacity_per_s(request, layout, steady_at, batch))} req/s in all: the benchmark runs "
                      f"below the rate (its requests wait for a slot on the client)")
-    tokenizer_note = api_server_tokenizer_note(request, layout, at_rate=arriving is not None)
+    tokenizer_note = api_server_tokenizer_note(request, layout, cluster.gpus_per_node,
+                                               at_rate=arriving is not None)
     if tokenizer_note:
         notes.append(tokenizer_note)
     if arriving is None and clients is not None and clients > batch:
@@ -1239,7 +1253,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     simulated = simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                   request.max_concurrency, ranks, group_step_seconds,
-                                  tokenizer=api_server_tokenizer(request, layout))
+                                  tokenizer=api_server_tokenizer(request, layout, cluster.gpus_per_node))
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
         steady = result.steady

@@ -20,8 +20,9 @@ Each prompt costs TOKENIZE_SECONDS_PER_PROMPT_TOKEN per prompt token on the thre
 (efficiency.py). Prompts leave a tokenizer in the order they came (one thread). vLLM 0.33.0
 starts one API server per DP rank behind one port (`api_server_count` defaults to
 data_parallel_size with its internal load balancer, vllm/entrypoints/cli/serve.py), each with
-its own tokenizer, and the requests spread over them; SGLang's one TokenizerManager serves
-every DP rank. docs/cost-model.md (Serving: the API server's tokenizer).
+its own tokenizer, and the requests spread over them; an SGLang server's one TokenizerManager
+serves every DP rank of that server (serve.sglang_servers counts the servers). docs/cost-model.md
+(Serving: the API server's tokenizer).
 """
 
 from __future__ import annotations

@@ -177,9 +177,9 @@ def test_a_busy_tokenizer_is_named_in_a_note():
     from planner.serve import api_server_tokenizer_note
 
     request = ServeRequest(input_len=16000, output_len=10, request_rate_per_s=20.0, pool_engine="sglang")
-    note = api_server_tokenizer_note(request, Layout(1, 1, 8))
+    note = api_server_tokenizer_note(request, Layout(1, 1, 8), 8)
     assert note is not None and "busy 54%" in note and "--tokenizer-worker-num" in note
-    assert api_server_tokenizer_note(replace(request, pool_engine="vllm"), Layout(1, 1, 8)) is None
+    assert api_server_tokenizer_note(replace(request, pool_engine="vllm"), Layout(1, 1, 8), 8) is None
 
 
 def test_the_cli_takes_the_tokenizer_and_the_json_carries_it():
@@ -259,7 +259,7 @@ def test_a_rate_past_the_tokenizer_is_overloaded():
     model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xB200")
     request = ServeRequest(input_len=4000, output_len=8, request_rate_per_s=170.0, pool_engine="sglang",
                            max_model_len=32768, layout=LayoutFilter(tp=1, pp=1, dp=8))
-    assert tokenizer_capacity_per_s(request, Layout(1, 1, 8)) == pytest.approx(1 / (4000 * 1.7e-6))
+    assert tokenizer_capacity_per_s(request, Layout(1, 1, 8), 8) == pytest.approx(1 / (4000 * 1.7e-6))
     sglang = estimate(model, cluster, Layout(1, 1, 8), request)
     assert sglang.overloaded
     assert any(n.startswith("Overloaded (tokenizer): --request-rate 170/s") for n in sglang.notes)
@@ -270,3 +270,18 @@ def test_a_rate_past_the_tokenizer_is_overloaded():
     assert not threaded.overloaded and not any("okenizer" in n for n in threaded.notes)
     slower = estimate(model, cluster, Layout(1, 1, 8), replace(request, request_rate_per_s=120.0))
     assert not slower.overloaded and any(n.startswith("Tokenizer-bound:") and "busy 82%" in n for n in slower.notes)
+
+
+def test_each_sglang_server_has_its_tokenizer():
+    """SGLang launches one server per node for replicas within a node (--dp-size the replicas on
+    it), one per replica wider than a node, one per EP group of DP ranks (DP attention); each
+    has its TokenizerManager. vLLM has an API server per DP replica."""
+    from planner.serve import api_server_tokenizer, sglang_servers
+
+    assert sglang_servers(Layout(1, 1, 32), 8) == 4  # 4 nodes of 8 replicas
+    assert sglang_servers(Layout(2, 1, 6), 8) == 2  # 4 replicas a node: ceil(6 / 4)
+    assert sglang_servers(Layout(8, 2, 3), 8) == 3  # a replica on 2 nodes: one server each
+    assert sglang_servers(Layout(1, 1, 32, 16), 8) == 2  # EP groups of 16 DP ranks
+    sglang = ServeRequest(pool_engine="sglang")
+    assert api_server_tokenizer(sglang, Layout(1, 1, 32), 8).api_servers == 4
+    assert api_server_tokenizer(ServeRequest(), Layout(1, 1, 32), 8).api_servers == 32
