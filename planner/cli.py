@@ -28,6 +28,7 @@ from planner.requests import (
     DRAFT_MODEL_METHODS,
     DRAFT_MODEL_PLACEHOLDER,
     MOE_BACKENDS,
+    PROMPT_TOKENIZERS,
     LayoutFilter,
     ServeRequest,
     Speculation,
@@ -91,15 +92,10 @@ class KvCacheDtype(str, Enum):
     fp8 = "fp8"
 
 
-class PromptTokenizerChoice(str, Enum):
-    auto = "auto"
-    serial = "serial"
-    microbatch = "microbatch"
-    none = "none"
-
-
 MoeBackend = Enum("MoeBackend", {name: name for name in MOE_BACKENDS}, type=str)
 """--moe-backend's choices: requests.MOE_BACKENDS."""
+PromptTokenizerChoice = Enum("PromptTokenizerChoice", {name: name for name in PROMPT_TOKENIZERS}, type=str)
+"""--prompt-tokenizer's choices: requests.PROMPT_TOKENIZERS."""
 All2AllBackend = Enum("All2AllBackend", {name: name for name in ALL2ALL_BACKENDS}, type=str)
 """--all2all-backend's choices: requests.ALL2ALL_BACKENDS."""
 

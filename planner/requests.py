@@ -72,6 +72,8 @@ MOE_BACKENDS = {
     "flashinfer_mxfp8": "FlashInfer's MXFP4 kernel on MXFP8-quantized activations",
 }
 """ServeRequest.moe_backend's choices and what each runs."""
+PROMPT_TOKENIZERS = ("auto", "serial", "microbatch", "none")
+"""--prompt-tokenizer's choices (ServeRequest.prompt_tokenizer; auto = None, the engine's own)."""
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput")
 """ServeRequest.all2all_backend's choices (priced by planner/cost/moe.py and
 serving_time.ep_exchange_ops)."""

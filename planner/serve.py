@@ -441,15 +441,6 @@ def sglang_servers(layout: Layout, gpus_per_node: int) -> int:
     return layout.dp if per_node <= 1 else math.ceil(layout.dp / per_node)
 
 
-def tokenizer_capacity_per_s(request: ServeRequest, layout: Layout, gpus_per_node: int) -> float:
-    """The prompts a second the API servers' serial tokenizer threads take in all (queues / I s);
-    inf for micro-batches (tokenized side by side) and prompts sent as token ids."""
-    tokenizer = api_server_tokenizer(request, layout, gpus_per_node)
-    if tokenizer is None or tokenizer.kind != "serial" or tokenizer.seconds_per_token <= 0:
-        return math.inf
-    return tokenizer.queues / tokenizer.service_seconds(request.input_len)
-
-
 def api_server_tokenizer_note(request: ServeRequest, layout: Layout, gpus_per_node: int,
                               at_rate: bool = True) -> str | None:
     """A note where the offered rate keeps a serial tokenizer thread busy
@@ -470,7 +461,7 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout, gpus_per_no
     if busy >= 1:
         waits = "; past 100% the queue grows as long as requests come, and TTFT with it"
     elif at_rate:
-        waits = (f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(request, layout, gpus_per_node, True)):,.1f} ms "
+        waits = (f", so a prompt has its tokens {seconds_to_ms(tokenize_seconds(tokenizer, request, True)):,.1f} ms "
                  f"after it arrives on average (its wait for a thread included)")
     return (f"Tokenizer-bound: {servers} tokenizes {plain(offered / tokenizer.api_servers)} prompts/s of "
             f"{request.input_len:,} tokens on {threads} "
@@ -480,20 +471,14 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout, gpus_per_no
             + f") brings it under {TOKENIZER_NOTE_UTILIZATION:.0%}, as would prompts sent as token ids")
 
 
-def tokenize_seconds(request: ServeRequest, layout: Layout, gpus_per_node: int, open_loop: bool = False) -> float:
-    """A mean prompt's tokenization in TTFT (PromptTokenizer.steady_seconds): at the offered
-    rate in an open loop, else one at a time (a closed loop's clients send each request after
-    the last one's E2E: the tokenizer is rarely busy)."""
-    tokenizer = api_server_tokenizer(request, layout, gpus_per_node)
+def tokenize_seconds(tokenizer: PromptTokenizer | None, request: ServeRequest, open_loop: bool = False) -> float:
+    """A mean prompt's tokenization in TTFT on the layout's API servers (api_server_tokenizer;
+    None: token ids, 0), PromptTokenizer.steady_seconds: at the offered rate in an open loop,
+    else one at a time (a closed loop's clients send each request after the last one's E2E:
+    the tokenizer is rarely busy)."""
     if tokenizer is None:
         return 0.0
     return tokenizer.steady_seconds(request.input_len, request.offered_rate_per_s if open_loop else None)
-
-
-def first_token_seconds(request: ServeRequest, layout: Layout, gpus_per_node: int, open_loop: bool = False) -> float:
-    """Everything in TTFT outside the engine's steps: efficiency.FIRST_TOKEN_SECONDS and the
-    prompt's tokenization (tokenize_seconds)."""
-    return eff.FIRST_TOKEN_SECONDS + tokenize_seconds(request, layout, gpus_per_node, open_loop)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
@@ -525,6 +510,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     # lockstep EP groups steady_state's busiest-rank terms take that part)
     router = layout.dp if lockstep_ranks(model, layout) == 1 else 1
 
+    # everything in TTFT outside the engine's steps: the fixed first-token cost and the prompt's
+    # tokenization (one at a time in a closed loop, queued at the rate in an open one)
+    tokenizer = api_server_tokenizer(request, layout, cluster.gpus_per_node)
+    first_token = {loop: eff.FIRST_TOKEN_SECONDS + tokenize_seconds(tokenizer, request, loop) for loop in (False, True)}
+
     def price_steady(concurrency: float, open_loop: bool = False) -> SteadyState:
         # at a rate the mean C is a time average: a decoding request finds C others beside it
         # (steady_state prices n_d + 1 decodes), Poisson in number, each in its own virtual
@@ -548,9 +538,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                 return timed(*load_chunk).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
-                            first_token_seconds(request, layout, cluster.gpus_per_node, open_loop),
-                            lockstep_ranks(model, layout),
-                            tokens_per_round, spec_tokens,
+                            first_token[open_loop], lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
                             request.decode_context_tokens, request.prompt_pairs, open_loop, cap, router, layout.pp,
                             request.schedules_ahead and layout.pp == 1)
 
@@ -631,7 +619,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             peaks = lockstep_peaks(chunks_per_round, top)
         convoyed = offered / layout.dp >= convoy_per_s
         # a serial tokenizer past its capacity queues prompts without bound before the engines
-        tokenized = offered >= tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node)
+        tokenized = tokenizer is not None and offered >= tokenizer.capacity_per_s(request.input_len)
         arriving = None if convoyed or tokenized else solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
@@ -742,7 +730,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"flight, which the convoy does not reach)")
     elif overloaded and tokenized:
         notes.append(f"Overloaded (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
-                     f"past the {plain(tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node))} prompts/s the API servers' "
+                     f"past the {plain(tokenizer.capacity_per_s(request.input_len))} prompts/s the API servers' "
                      f"tokenizer threads take, one prompt at a time each: the prompts queue before the engines for "
                      f"as long as they keep coming (the times shown are the engines' at capacity, "
                      f"{plain(steady.requests_per_second)} req/s a replica, before that queue)")
@@ -759,7 +747,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"{clients_spread(request.max_concurrency, layout.dp)}, which the convoy may not reach)")
     elif offered is not None and arriving is None and tokenized:
         notes.append(f"Client-held (tokenizer): --request-rate {offered:g}/s of {request.input_len:,}-token prompts is "
-                     f"past the {plain(tokenizer_capacity_per_s(request, layout, cluster.gpus_per_node))} prompts/s the API servers' "
+                     f"past the {plain(tokenizer.capacity_per_s(request.input_len))} prompts/s the API servers' "
                      f"tokenizer threads take; the queue before the engines grows until the clients hold it, so the "
                      f"benchmark runs below the rate (the times shown are those of the clients' closed loop, "
                      f"{clients_spread(request.max_concurrency, layout.dp)})")

@@ -43,7 +43,7 @@ M/D/1 wait is then half a prompt's tokenization or more)."""
 SATURATED_UTILIZATION = 0.95
 """The steady state's cap on the tokenizer's utilization in its M/D/1 wait: at or past 1 no queue
 is steady (a rate past the threads' capacity marks the layout overloaded:
-serve.tokenizer_capacity_per_s)."""
+PromptTokenizer.capacity_per_s)."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,18 @@ class PromptTokenizer:
         """One prompt's tokenization on the thread: I x s."""
         return input_len * self.seconds_per_token
 
+    def capacity_per_s(self, input_len: float) -> float:
+        """The prompts a second the serial threads take in all, queues / (I s); inf for
+        micro-batches (tokenized side by side) or a free tokenizer."""
+        service = self.service_seconds(input_len)
+        return self.queues / service if self.kind == "serial" and service > 0 else math.inf
+
     def utilization(self, input_len: float, rate_per_s: float) -> float:
-        """rho = (lambda / queues) I s: a serial tokenizer thread's busy share when `rate_per_s`
-        prompts a second reach the API servers (0 for microbatching, whose batches tokenize
-        prompts side by side)."""
-        if self.kind != "serial" or not math.isfinite(rate_per_s):
+        """rho = lambda / capacity_per_s = (lambda / queues) I s: a serial tokenizer thread's busy
+        share when `rate_per_s` prompts a second reach the API servers (0 for microbatching)."""
+        if not math.isfinite(rate_per_s):
             return 0.0
-        return rate_per_s / self.queues * self.service_seconds(input_len)
+        return rate_per_s / self.capacity_per_s(input_len)
 
     def steady_seconds(self, input_len: float, rate_per_s: float | None = None) -> float:
         """A prompt's mean time from the API server's receipt to the engine, at a steady

@@ -254,12 +254,12 @@ def test_a_rate_past_the_tokenizer_is_overloaded():
     under 50%: 170 / 147.06 = 116% busy, 3 threads); behind vLLM's API server per DP replica (8,
     14% busy each) it keeps up; at 120 req/s (82%) SGLang's keeps up too, with a note."""
     from planner.catalog import resolve_cluster, resolve_model
-    from planner.serve import estimate, tokenizer_capacity_per_s
+    from planner.serve import api_server_tokenizer, estimate
 
     model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("1x8xB200")
     request = ServeRequest(input_len=4000, output_len=8, request_rate_per_s=170.0, pool_engine="sglang",
                            max_model_len=32768, layout=LayoutFilter(tp=1, pp=1, dp=8))
-    assert tokenizer_capacity_per_s(request, Layout(1, 1, 8), 8) == pytest.approx(1 / (4000 * 1.7e-6))
+    assert api_server_tokenizer(request, Layout(1, 1, 8), 8).capacity_per_s(4000) == pytest.approx(1 / (4000 * 1.7e-6))
     sglang = estimate(model, cluster, Layout(1, 1, 8), request)
     assert sglang.overloaded
     assert any(n.startswith("Overloaded (tokenizer): --request-rate 170/s") for n in sglang.notes)
