@@ -739,10 +739,15 @@ def simulate_replicas(
     priced = group_step_seconds if lockstep_ranks > 1 else lambda loads: step_seconds(loads[0])
     at_once = len({r.arrival_seconds for r in requests}) <= 1
     if tokenizer is not None and max_concurrency is None:
-        if at_once and tokenizer.queues % num_replicas == 0:
+        if at_once and (tokenizer.queues % num_replicas == 0 or num_replicas % tokenizer.queues == 0):
             # sent together, request k is tokenized on queue k mod queues and reaches replica
             # k mod d in the fixed dispatch below, so every replica gets its queues' schedule
-            # (a burst of identical requests: the same one on each) and the dispatch stands
+            # (a burst of identical requests: the same one on each) and the dispatch stands.
+            # Fewer queues than replicas (SGLang: one TokenizerManager per server of several
+            # DP ranks): replica r takes every (d / queues)-th prompt of queue r mod queues, in
+            # the order they leave it, as the server's DataParallelController deals them out
+            # round robin (its default load_balance_method, sglang 0.5.23
+            # srt/arg_groups/serving_hook.py), whatever their timing
             return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
                                     lambda shifted: _fixed_dispatch(shifted, order, groups, num_replicas, limits,
                                                                     priced, first_token_extra_seconds))

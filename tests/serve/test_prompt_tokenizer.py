@@ -140,6 +140,26 @@ def test_a_burst_over_replicas_keeps_its_dispatch_when_each_has_its_api_server()
         == pytest.approx(sorted(fixed.ttft_seconds))
 
 
+def test_a_burst_over_more_replicas_than_tokenizers_is_dealt_round_robin():
+    """Eight (1,000, 2) requests sent at once over 4 replicas behind 2 tokenizers (SGLang: one
+    TokenizerManager per server of 2 DP ranks; serial, 1 us a token): server s tokenizes
+    requests s, s + 2, ... at 1, 2, 3, 4 ms and deals them out round robin, so replica 0 gets
+    its server's prompts at 1 and 3 ms, replica 2 at 2 and 4 ms. The first of each runs alone
+    (TTFT 11 or 12 ms), the second in the next 10 ms step beside its last token (21 or 22 ms),
+    as the step-by-step dispatcher finds on the same arrivals (nothing completes before the
+    last prompt is in)."""
+    requests = [SimRequest(0.0, 1000, 2)] * 8
+    tokenizer = PromptTokenizer("serial", US, api_servers=2)
+    limits = EngineLimits(BIG_KV, 8, 4096)
+    fixed = simulate_replicas(requests, 4, limits, const, tokenizer=tokenizer)
+    assert sorted(fixed.ttft_seconds) == pytest.approx([0.011, 0.011, 0.012, 0.012, 0.021, 0.021, 0.022, 0.022])
+    shifted = [SimRequest(t, 1000, 2) for t in (0.001, 0.001, 0.002, 0.002, 0.003, 0.003, 0.004, 0.004)]
+    stepped = simulate_replicas(shifted, 4, limits, const, replay_solos=False)
+    assert sorted(t + r.arrival_seconds for t, r in zip(stepped.ttft_seconds, shifted, strict=True)) \
+        == pytest.approx(sorted(fixed.ttft_seconds))
+    assert fixed.makespan_seconds == pytest.approx(stepped.makespan_seconds + 0.001)
+
+
 def test_each_engine_tokenizes_as_its_release_does():
     """vLLM 0.33.0 and 0.6.6.post1: one prompt at a time; 0.22.0: AsyncMicrobatchTokenizer's
     batches; SGLang's TokenizerManager: one at a time; prompts as token ids: none."""
