@@ -102,6 +102,17 @@ def test_svg_is_written_whole_and_replaces_an_old_file(run_plan, tmp_path) -> No
 
 
 
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_svg_and_html_are_written_both_or_neither(run_plan, tmp_path) -> None:
+    """--html on a full device: exit 2 naming it, and the --svg beside it is not left written
+    (it was, whole, before; found by a CLI sweep)."""
+    svg = tmp_path / "x.svg"
+    done = run_plan("explain", "--timeline-only", "--svg", str(svg), "--html", "/dev/full")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["--html: /dev/full: cannot write: No space left on device"]
+    assert list(tmp_path.iterdir()) == [], "no SVG, no temporary file"
+
 HUGE_MODEL = """name: huge
 num_hidden_layers: 4
 hidden_size: 262144

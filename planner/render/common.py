@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -9,6 +10,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -250,26 +252,58 @@ def _check_output_path(flag: str, path: str) -> None:
     os.unlink(probe)
 
 
-def write_output_file(flag: str, path: str, text: str) -> None:
-    """The whole text or nothing: written to a temporary file beside `path`, then renamed
-    over it (a full disk leaves no half-written file). A non-regular file is written in place."""
-    target = Path(path)
+def write_output_files(files: list[tuple[str, str, str]]) -> None:
+    """Every (flag, path, text) whole, or none of them: each regular file is written to a
+    temporary file beside it first; only once all are written (and any non-regular target such
+    as /dev/stdout written in place) are they renamed over their paths. A full disk or a
+    failing device leaves no file, half-written or whole (--svg written and --html failing
+    left the SVG behind; found by a CLI sweep)."""
+    staged: list[tuple[str, Path, str, str]] = []  # (temporary, target, flag, path)
+    in_place = []
     try:
-        if target.exists() and not target.is_file():
-            with target.open("w", encoding="utf-8") as out:
+        for flag, path, text in files:
+            target = Path(path)
+            if target.exists() and not target.is_file():
+                in_place.append((flag, path, text))
+                continue
+            with _reported(flag, path):
+                handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            staged.append((temporary, target, flag, path))
+            with _reported(flag, path):
+                with os.fdopen(handle, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.chmod(temporary, target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode())
+        for flag, path, text in in_place:
+            with _reported(flag, path), Path(path).open("w", encoding="utf-8") as out:
                 out.write(text)
-            return
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.chmod(temporary, target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode())
-            os.replace(temporary, target)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        while staged:
+            temporary, target, flag, path = staged[0]
+            with _reported(flag, path):
+                os.replace(temporary, target)
+            staged.pop(0)
+    finally:
+        for temporary, *_ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+@contextlib.contextmanager
+def _reported(flag: str, path: str) -> Iterator[None]:
+    """An OSError writing `path` as the one-line usage error (SpecError) naming the flag."""
+    try:
+        yield
     except OSError as exc:
         raise SpecError(f"{flag}: {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def write_recording(out: Console, svg: str | None, html: str | None) -> None:
+    """plan explain's recorded report as --svg and --html: both or neither (write_output_files)."""
+    files = []
+    if svg:
+        files.append(("--svg", svg, out.export_svg(title="plan explain", clear=False)))
+    if html:
+        files.append(("--html", html, out.export_html(clear=False)))
+    write_output_files(files)
 
 
 def _new_file_mode() -> int:

@@ -33,7 +33,7 @@ from planner.render.common import (
     ms_or_s,
     print_json,
     us,
-    write_output_file,
+    write_recording,
 )
 from planner.sensitivity import Flip, SensitivityReport
 
@@ -583,8 +583,5 @@ def show(e: Explanation | None, *, timeline: Timeline | None = None, caption: st
         render_explanation(e, out)
     else:
         print_timeline(out, timeline, caption)
-    if svg:
-        write_output_file("--svg", svg, out.export_svg(title="plan explain", clear=False))
-    if html:
-        write_output_file("--html", html, out.export_html(clear=False))
+    write_recording(out, svg, html)
     return out

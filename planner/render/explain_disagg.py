@@ -8,7 +8,7 @@ from rich.text import Text
 
 from planner.disagg_search import DisaggPlan
 from planner.explain_disagg import DisaggExplanation, PathLeg, PdPlacement, PdSlot, RateMatching
-from planner.render.common import console, print_json, write_output_file
+from planner.render.common import console, print_json, write_recording
 from planner.render.explain import (
     MAX_NODES_DRAWN,
     _print_all,
@@ -107,10 +107,7 @@ def show_disagg(e: DisaggExplanation, *, json_output: bool, svg: str | None, htm
         return
     out = console(record=bool(svg or html))
     render_disagg_explanation(e, out)
-    if svg:
-        write_output_file("--svg", svg, out.export_svg(title="plan explain", clear=False))
-    if html:
-        write_output_file("--html", html, out.export_html(clear=False))
+    write_recording(out, svg, html)
 
 
 def show_disagg_infeasible(plan: DisaggPlan, json_output: bool) -> None:
