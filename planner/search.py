@@ -58,6 +58,9 @@ class Plan(Generic[E, R]):
     all2all_backend_options: tuple[Any, ...] = field(default=())
     """Serving, MoE with an EP group spanning DP ranks: the recommended layout under each other
     --all2all-backend (serve_search.BackendOption)."""
+    token_budget_options: tuple[Any, ...] = field(default=())
+    """Serving, a recommended layout with PP at a closed loop: the layout under each other
+    --max-num-batched-tokens of serve_search.TOKEN_BUDGET_CHOICES (serve_search.BackendOption)."""
     speculation_options: tuple[Any, ...] = field(default=())
     speculation_break_even: float | None = None
     """Serving with speculative decoding: the factor on every acceptance rate below which the

@@ -289,7 +289,8 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
             payload["recommended"] = payload["disaggregated"][0] if payload["disaggregated"] else None
             # the aggregated plan's alternatives (drafts off, other backends) price its best layout,
             # not this deployment: left out rather than read as this one's
-            for key in ("speculation_options", "moe_backend_options", "all2all_backend_options"):
+            for key in ("speculation_options", "moe_backend_options", "all2all_backend_options",
+                        "token_budget_options"):
                 if key in payload:
                     payload[key] = []
             if "speculation_break_even_factor" in payload:

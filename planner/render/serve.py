@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.cost.params import kv_cache_format
+from planner.cost.serving_memory import max_num_batched_tokens
 from planner.cost.serving_sim import Distribution, ServeMetrics
 from planner.cost.serving_time import moe_kernel
 from planner.cost.speculative import expected_tokens_per_step
@@ -215,6 +216,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
                      f"no replica of it fits the rest")
     lines += moe_backend_lines(plan)
     lines += all2all_backend_lines(plan)
+    lines += token_budget_lines(plan)
     lines += speculation_lines(plan)
     if plan.rejected:
         lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
@@ -251,6 +253,32 @@ def moe_backend_lines(plan: ServePlan) -> list[str]:
     return [f"MoE kernel: --moe-backend {option.value} ({MOE_BACKENDS[option.value]}) "
             f"on {best.layout}: {_changes(best, option.estimate)}."
             for option in plan.moe_backend_options]
+
+
+TOKEN_BUDGET_NOTE_GAIN = 0.05
+"""token_budget_lines speaks where another budget gives the recommended layout at least this
+much more of what the plan ranks by (a display threshold, not fitted)."""
+
+
+def token_budget_lines(plan: ServePlan) -> list[str]:
+    """The token budget that does most for the recommended PP layout (serve_search.
+    token_budget_options), where it beats the plan's by TOKEN_BUDGET_NOTE_GAIN or more in
+    goodput (with an SLA) or tokens/s."""
+    best = plan.recommended
+    if not plan.token_budget_options:
+        return []
+    field = "goodput_tokens_per_second" if plan.request.has_sla else "throughput_tokens_per_second"
+    top = max(plan.token_budget_options, key=lambda option: getattr(option.estimate, field))
+    base = getattr(best, field)
+    if base <= 0 or getattr(top.estimate, field) < (1 + TOKEN_BUDGET_NOTE_GAIN) * base:
+        return []
+    current = max_num_batched_tokens(plan.cluster, plan.request, best.layout, plan.model)
+    goodput = (f", goodput {getattr(top.estimate, field) / base - 1:+.0%}" if plan.request.has_sla else "")
+    return [f"Token budget: --max-num-batched-tokens {int(top.value):,} on {best.layout} (now {current:,}): "
+            f"{_changes(best, top.estimate)}{goodput}; pipeline bubble "
+            f"{best.bubble_fraction:.0%} -> {top.estimate.bubble_fraction:.0%}. A step that carries a prompt chunk "
+            f"holds the micro-batches behind it at every stage, so smaller chunks keep the stages even "
+            f"(the plan ranks layouts at the budget asked)."]
 
 
 def options_json(key: str, options: tuple) -> list[dict[str, Any]]:
@@ -679,6 +707,12 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "async_scheduling": plan.request.schedules_ahead,
         "prompt_tokenizer": "none" if plan.request.tokenizer is None else plan.request.tokenizer.kind,
         "all2all_backend_options": options_json("all2all_backend", plan.all2all_backend_options),
+        "token_budget_options": [{**row, "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
+                                  "goodput_tokens_per_second": option.estimate.goodput_tokens_per_second,
+                                  "bubble_fraction": option.estimate.bubble_fraction}
+                                 for row, option in zip(options_json("max_num_batched_tokens",
+                                                                     plan.token_budget_options),
+                                                        plan.token_budget_options, strict=True)],
         "speculation": speculation_json(plan.request.speculation),
         "speculation_options": [speculation_option_json(o) for o in plan.speculation_options],
         "speculation_break_even_factor": plan.speculation_break_even,
