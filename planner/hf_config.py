@@ -575,6 +575,16 @@ def first_present(config: dict[str, Any], *keys: str) -> Any:
     return next((config[key] for key in keys if config.get(key) is not None), None)
 
 
+EXPERTS_SIZED_BY_INTERMEDIATE_SIZE = frozenset({
+    "mixtral", "phimoe", "olmoe", "flex_olmo", "jetmoe", "granitemoe", "granitemoeshared", "granitemoehybrid",
+    "gpt_oss", "minimax", "minimax_m2", "minimax_m3_vl", "minimaxm3sparse", "llama4_text", "arctic"})
+"""Families whose routed experts are intermediate_size wide (their transformers configs have no
+moe_intermediate_size: MixtralConfig, PhimoeConfig, OlmoeConfig, GptOssConfig, MiniMaxConfig,
+Llama4TextConfig, ...). Every other MoE config must carry moe_intermediate_size: one without it
+(a hand-edited Qwen3-MoE config) was planned with its experts intermediate_size wide, 724B
+parameters for a 41B model (found by a CLI sweep)."""
+
+
 def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> dict[str, Any]:
     """Experts (num_local_experts / num_experts / n_routed_experts), shared experts and which
     layers are dense, each family's way; {} for a dense model."""
@@ -587,6 +597,9 @@ def moe_fields(text: dict[str, Any], kind: str, origin: str = "config.json") -> 
     fields = {"num_local_experts": experts,
               "num_experts_per_tok": first_present(text, "num_experts_per_tok", "experts_per_token",
                                                    "top_k_experts", "moe_k")}
+    if text.get("moe_intermediate_size") is None and kind not in EXPERTS_SIZED_BY_INTERMEDIATE_SIZE:
+        raise SpecError(f"{origin}: moe_intermediate_size: missing ({kind!r} sizes its experts by it; only "
+                        f"Mixtral-style families size them by intermediate_size)")
     groups, per_token = text.get("n_group"), text.get("topk_group")
     if groups not in (None, 1) or per_token not in (None, 1):
         # group-limited routing (DeepseekV3TopkRouter / DeepseekV2 MoEGate, transformers): a token's

@@ -799,7 +799,7 @@ def test_experts_only_quantization_of_a_dense_model_is_refused() -> None:
 ])
 def test_other_families_names_for_qk_norm_and_the_router(tmp_path: Path, keys: dict, qk_norm: bool, score: str,
                                                          bias: bool) -> None:
-    moe = {"num_local_experts": 8, "num_experts_per_tok": 2} if "score_function" in keys else {}
+    moe = {"num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 2048} if "score_function" in keys else {}
     model = resolve_model(str(_write(tmp_path, {**LLAMA_3_1_70B, **moe, **keys})))
     assert model.qk_norm is qk_norm
     if moe:
@@ -844,3 +844,18 @@ def test_nemotron_layernorm_1p_and_half_rotary(tmp_path: Path) -> None:
     args = model_args(model, 4096, 8)  # the flags exist at both releases (tests/engine_flags)
     assert "--apply-layernorm-1p" in args and args[args.index("--rotary-percent") + 1] == "0.5"
     assert "RMSNorm" not in args
+
+
+@pytest.mark.parametrize(("model_type", "refused"), [("qwen3_moe", True), ("deepseek_v3", True), ("mixtral", False)])
+def test_experts_without_their_own_size_are_refused_unless_the_family_sizes_them_by_intermediate_size(
+        tmp_path: Path, model_type: str, refused: bool) -> None:
+    """A Qwen3-MoE config without moe_intermediate_size was planned with its 128 experts 28,672
+    wide (Llama-70B's intermediate_size): 724B parameters where the family's are 768 wide. Families
+    whose experts are intermediate_size wide (Mixtral) have no such key."""
+    config = {**LLAMA_3_1_70B, "model_type": model_type, "num_local_experts": 8, "num_experts_per_tok": 2}
+    path = str(_write(tmp_path, config))
+    if refused:
+        with pytest.raises(SpecError, match=r"config.json: moe_intermediate_size: missing \('" + model_type):
+            resolve_model(path)
+    else:
+        assert resolve_model(path).num_local_experts == 8
