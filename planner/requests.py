@@ -257,6 +257,14 @@ class ServeRequest:
         return release.async_scheduling and method not in release.async_scheduling_off_for
 
     @cached_property
+    def one_output_token(self) -> bool:
+        """Every request of the workload emits one token (--output-len 1, or a --dataset whose
+        rows all have output_len 1): no TPOT or ITL to report."""
+        if self.dataset_lengths:
+            return all(o == 1 for _, o in self.dataset_lengths)
+        return self.output_len == 1
+
+    @cached_property
     def decode_context_tokens(self) -> float:
         """A decoding sequence's mean KV context, weighted by how long each request decodes:
         sum O_j (I_j + O_j / 2) / sum O_j over the --dataset rows (a request of O output tokens

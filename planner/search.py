@@ -148,8 +148,8 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
             raise SpecError(f"--layout: {degrees}: the planner's expert groups span whole TP groups, so ep must be "
                             f"tp times a divisor of {ranks} on the {num_gpus} GPUs planned for (an ep below tp, "
                             f"which Megatron's MoE parallel folding also runs, is not planned)")
-        idle = (f" (nor leave fewer idle than one replica: power-of-two tp and pp of up to "
-                f"{MAX_IDLE_REPLICA_GPUS} GPUs, as many replicas as fit)") if leave_idle else ""
+        idle = (f"; only power-of-two tp and pp (up to {MAX_IDLE_REPLICA_GPUS} GPUs a replica) may leave GPUs "
+                f"idle, and --gpus N plans for fewer GPUs") if leave_idle else ""
         raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for{idle}")
     return layouts
 

@@ -868,7 +868,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         pp_hop_seconds=decode_round.hop_seconds,
         bubble_fraction=mean_bubble_fraction(layout.pp, decode_round, prompt_round, mean_prompt_chunks(steady, request),
                                              steady.prompt_carriers),
-        decode_bound=steps[slowest].bound,
+        decode_bound=steps[slowest].decode_work_bound,
         ttft_seconds=steady.ttft_seconds,
         tpot_seconds=steady.tpot_seconds,
         request_latency_seconds=steady.e2e_seconds,

@@ -153,7 +153,8 @@ def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, 
             from planner.render.common import console
 
             console().print("Disaggregated prefill/decode not compared: --layout fixes an aggregated layout "
-                            "(plan without --layout to compare them; add --mode disaggregated to see only the workers).")
+                            "(plan without --layout to compare them, or without --layout and with --mode disaggregated to see "
+                            "only the workers).")
     return 0 if plan.recommended is not None else 1
 
 

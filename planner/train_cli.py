@@ -86,9 +86,16 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
 
         if not_emitted is not None and best is not None:
             console().print(f"Launch: not emitted ({not_emitted}).")
-        if best is not None and best.config.schedule == "gpipe" and emit == "megatron" and emitter is not None:
+        if best is not None and best.config.schedule == "gpipe" and best.config.pp > 1 and emit == "megatron" \
+                and emitter is not None:
             console().print("Note: Megatron-LM has no GPipe schedule: the command runs 1F1B, which holds fewer "
                             "micro-batches; plan with --schedule 1f1b to see that priced (torchtitan runs GPipe).")
+        elif best is not None and best.config.pp == 1 and request.schedule is not None \
+                and any(rejected.layout.pp > 1 for rejected in plan.rejected):
+            # the pinned schedule applies to no ranked row (found by a CLI sweep: "no PP" rows under
+            # --schedule gpipe beside a note on GPipe)
+            console().print(f"Note: --schedule {request.schedule}: no layout with pipeline stages is feasible under it "
+                            f"(--show-rejected says why), so every row runs without a pipeline.")
         for caveat in training_caveats(model, request, None if best is None else best.config.recompute):
             if best is not None or caveat not in (MOE_TRAINING_CAVEAT, TORCHTITAN_MOE_CAVEAT):  # no times to caveat
                 console().print(f"Note: {caveat}")

@@ -208,8 +208,8 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
                         "in float32 only (training.mixed_precision_reduce); use --grad-reduce fp32")
     if request.resolved_fp8_recipe == "blockwise":
         raise SpecError(f"--fp8-recipe blockwise: torchtitan {TORCHTITAN_RELEASE} has no block-scaled fp8 "
-                        "(float8 recipes tensorwise and rowwise, MX mxfp8); use --engine megatron or "
-                        "--fp8-recipe tensorwise")
+                        "(float8 tensorwise, which --fp8-recipe tensorwise prices, or rowwise, which the planner "
+                        "does not; MX mxfp8 on Blackwell); use --engine megatron or --fp8-recipe tensorwise")
     if request.resolved_fp8_recipe == "delayed":
         raise SpecError(f"--fp8-recipe delayed: torchtitan {TORCHTITAN_RELEASE}'s float8 (torchao) has no delayed "
                         "scaling, only dynamic scaling; use --fp8-recipe tensorwise (or, on Blackwell, mxfp8)")

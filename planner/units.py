@@ -91,3 +91,8 @@ def plain(value: float, digits: int = 3) -> str:
 
 PLAIN_SMALLEST = 0.001
 """plain() writes smaller magnitudes as "under 0.001"."""
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 layout`, `2 layouts` (`words`: the plural where it is not word + s)."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"

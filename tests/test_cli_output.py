@@ -59,6 +59,7 @@ def _output_path_cases(tmp: Path) -> dict[str, tuple[str, str, str]]:
     """case -> (flag, path, words of the message)."""
     return {
         "missing-directory": ("--svg", str(tmp / "no" / "such" / "x.svg"), "does not exist"),
+        "under-a-file": ("--svg", str(tmp / "a-file" / "x.svg"), f"{tmp / 'a-file'} is not a directory"),
         "a-directory": ("--svg", str(tmp), "is a directory"),
         "proc": ("--html", "/proc/plan.html", "cannot write in /proc"),
         "proc-itself": ("--svg", "/proc", "is a directory"),
@@ -70,6 +71,7 @@ def _output_path_cases(tmp: Path) -> dict[str, tuple[str, str, str]]:
 @pytest.mark.parametrize("timeline_only", [False, True], ids=["explain", "timeline-only"])
 def test_unwritable_svg_or_html_is_refused_before_any_work(run_plan, tmp_path, case, timeline_only) -> None:
     flag, path, words = _output_path_cases(tmp_path)[case]
+    (tmp_path / "a-file").write_text("")  # a regular file where "under-a-file" wants a directory
     what = ["--timeline-only"] if timeline_only else [*PLAN, "--no-sensitivity"]
     done = run_plan("explain", *what, flag, path)
     assert done.returncode == 2, done.stderr

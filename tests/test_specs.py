@@ -96,6 +96,18 @@ def test_plain_numbers_never_take_an_exponent(value: float, text: str) -> None:
     assert "e" not in plain(value).replace("under", "") or math.isinf(value)
 
 
+def test_plural_and_small_counts() -> None:
+    """One of a thing is singular ("1 more GPUs" and "1 layouts rejected" were printed); a count
+    below one keeps its first digits (a plan printed 0.15 tok/s as 0)."""
+    from planner.render.common import count
+    from planner.units import plural
+
+    assert [plural(1, "layout"), plural(2, "layout"), plural(1, "PP boundary", "PP boundaries"),
+            plural(3, "PP boundary", "PP boundaries"), plural(2048, "more GPU")] == [
+        "1 layout", "2 layouts", "1 PP boundary", "3 PP boundaries", "2,048 more GPUs"]
+    assert [count(0.153), count(0.0), count(1.4), count(12_345.6)] == ["0.153", "0", "1", "12,346"]
+
+
 def test_units_converted_once_to_si() -> None:
     """NVLink 300 GB/s = 3e11 B/s; 1 us = 1e-6 s; 8 NICs x 200 Gb/s = 1.6e12 b/s = 2e11 B/s
     per node, 2.5e10 B/s per GPU of an 8-GPU node; 80 GiB = 85,899,345,920 B."""

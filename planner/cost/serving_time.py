@@ -374,6 +374,16 @@ class StepTime:
     """The routed experts' fused-MoE ops over the stage's MoE layers (part of gemm_seconds)."""
     draft_seconds: float = 0.0
     """Speculative decoding, last stage: the drafter's passes (draft_seconds)."""
+    tiles_underfilled: bool = False
+    """bound is compute only because a few rows fill the GEMM tiles in part: the FLOPs at the
+    full matmul rate are below the weight read (an int4 model's batch-1 decode), so the work is
+    the weights' (decode_work_bound), as the experts' bound is named (moe_kernel_seconds_of_terms)."""
+
+    @property
+    def decode_work_bound(self) -> str:
+        """What the plan calls decode: bound, except "memory" where only underfilled tiles make it
+        compute (an AWQ 70B's decode at one sequence was called compute-bound; found by a CLI sweep)."""
+        return "memory" if self.tiles_underfilled else self.bound
 
     @property
     def compute_or_memory_seconds(self) -> float:
@@ -884,7 +894,7 @@ def dbo_step_time(half: StepTime, moe_layers: float) -> StepTime:
     return StepTime(2 * (work + exposed), 2 * half.gemm_seconds, 2 * half.attention_seconds,
                     2 * half.allreduce_seconds_per_layer, half.bound, 2 * half.overhead_seconds,
                     2 * exposed / moe_layers if moe_layers else 0.0, 2 * half.elementwise_seconds,
-                    2 * half.moe_seconds, 2 * half.draft_seconds)
+                    2 * half.moe_seconds, 2 * half.draft_seconds, half.tiles_underfilled)
 
 
 @dataclass(frozen=True)
@@ -1043,6 +1053,11 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     overhead = rates.overhead_seconds
     experts_dominate = moe_layers * moe_seconds > max(weight_seconds, compute_seconds)
     weight_bound = terms.moe_weight_bound if experts_dominate else weight_seconds >= compute_seconds
+    # the GEMMs' time is their compute at the step's shape, yet their FLOPs at the full rate are
+    # below the weight read: a few rows in half-filled tiles (an int4 model's batch-1 decode)
+    flop_seconds = (rates.dense_layer_equivalents * terms.dense_flops_per_layer + head_flops) / t \
+        / constants.matmul_flops_per_s
+    underfilled = not experts_dominate and not weight_bound and weight_seconds >= flop_seconds
     bound = "memory" if weight_bound else "compute"
     drafting = 0.0
     if constants.draft is not None and stage.stage == layout.pp - 1:
@@ -1055,7 +1070,7 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
         return replace(both, seconds=both.seconds + drafting, draft_seconds=drafting)
     return StepTime(gemm + attention + elementwise + stage.num_layers * allreduce + exchanges + overhead + drafting,
                     gemm, attention, allreduce, bound, overhead, exchange, elementwise, moe_layers * moe_seconds,
-                    drafting)
+                    drafting, underfilled)
 
 
 def ep_exchange_ops(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,

@@ -138,6 +138,10 @@ def gb_per_s(bytes_per_s: float) -> str:
 
 
 def count(value: float) -> str:
+    """A whole count with thousands separators; a positive value below one with its first
+    significant digits (0.153 tok/s printed as 0 read as nothing served; found by a CLI sweep)."""
+    if 0 < abs(value) < 1:
+        return units.plain(value)
     return f"{value:,.0f}"
 
 
@@ -242,6 +246,8 @@ def _check_output_path(flag: str, path: str) -> None:
             raise SpecError(f"{flag}: {path}: not writable")
         return
     parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise SpecError(f"{flag}: {path}: {parent} is not a directory")
     if not parent.is_dir():
         raise SpecError(f"{flag}: {path}: directory {parent} does not exist")
     try:

@@ -46,7 +46,7 @@ from planner.serve_search import (
     SPECULATION_OFF_BEST,
     ServePlan,
 )
-from planner.units import BYTES_PER_GIB, plain, seconds_to_ms
+from planner.units import BYTES_PER_GIB, plain, plural, seconds_to_ms
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.console import Console
@@ -205,7 +205,8 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
         f"{best.layout} ({why}; decode is {best.decode_bound}-bound; "
         f"TTFT {ms(best.ttft_seconds)}"
         + (f", TPOT {ms(best.tpot_seconds)})." if plan.request.output_len > 1 else "; one output token: no TPOT)."),
-        f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). "
+        ("" if plan.request.one_output_token else  # no token after the first: no TPOT to be fastest at
+         f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). ")
         + _most_line(plan, most),
         _placement_line(best),
     ]
@@ -219,7 +220,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
     lines += token_budget_lines(plan)
     lines += speculation_lines(plan)
     if plan.rejected:
-        lines.append(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
+        lines.append(f"{plural(len(plan.rejected), 'layout')} rejected (--show-rejected lists why).")
     return lines
 
 
@@ -228,7 +229,9 @@ def _most_line(plan: ServePlan, most: ServeEstimate) -> str:
     (they all serve the same tokens/s)."""
     rate = plan.request.offered_rate_per_s
     if rate is None:
-        return f"Most tokens/s: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s)."
+        # the latency objective prices every layout at one sequence a replica: so is this
+        lone = " at one sequence per replica" if plan.request.objective == "latency" and most.batch == 1 else ""
+        return f"Most tokens/s{lone}: {most.layout} ({count(most.throughput_tokens_per_second)} tok/s)."
     keeping = sum(r.offered_rate_per_s is not None for r in plan.layouts)
     behind = sum(r.overloaded for r in plan.layouts)
     held = len(plan.layouts) - keeping - behind
@@ -423,7 +426,8 @@ def _placement_line(r: ServeEstimate) -> str:
         f"TP all-reduces over {p.tp_link.kind} ({us(r.tp_allreduce_seconds_per_layer)} per layer at "
         f"{count(r.allreduce_message_bytes)} B, {ALLREDUCE_SOURCE_WORDS[r.allreduce_source]})")
     pp = "no PP" if p.pp_link is None else (
-        f"{r.layout.pp - 1} PP boundaries ({p.num_pp_boundaries_crossing_nodes} across nodes over "
+        f"{plural(r.layout.pp - 1, 'PP boundary', 'PP boundaries')} ({p.num_pp_boundaries_crossing_nodes} across "
+        f"nodes over "
         f"{p.pp_link.kind}), bubble {r.bubble_fraction:.0%} with {r.batches_in_flight} batches in flight")
     return f"Placement: {tp}; {pp}."
 
@@ -501,9 +505,9 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
                       f"than the simulation's {MAX_SIMULATED_STEPS:,} engine steps")
     lines = [f"Simulated burst {where} ({count_text}, {source}, "
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
-             f"{metrics.request_throughput_per_second:.2f} req/s, "
+             f"{plain(metrics.request_throughput_per_second)} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
-    single = request.dataset is None and request.output_len == 1  # every request: one output token
+    single = request.one_output_token  # every request: one output token
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
         if single and name in ("TPOT", "ITL"):  # not 0 us: vllm bench serve has none to report
@@ -640,12 +644,16 @@ def vars_of(stage: Any) -> dict[str, Any]:
 StepsFor = Callable[[ServeEstimate], tuple[LaunchStep, ...]]
 
 
-def metrics_json(metrics: ServeMetrics) -> dict[str, Any]:
+def metrics_json(metrics: ServeMetrics, one_output_token: bool = False) -> dict[str, Any]:
+    """`one_output_token`: no request decodes, so TPOT and ITL are null, not 0 (vllm bench serve
+    reports none)."""
     def dist(d: Distribution) -> dict[str, float]:
         return {"mean": d.mean, "median": d.median, "p99": d.p99}
+    per_token = None if one_output_token else dist(metrics.tpot_seconds), \
+        None if one_output_token else dist(metrics.itl_seconds)
     return {
-        "ttft_seconds": dist(metrics.ttft_seconds), "tpot_seconds": dist(metrics.tpot_seconds),
-        "itl_seconds": dist(metrics.itl_seconds), "e2e_seconds": dist(metrics.e2e_seconds),
+        "ttft_seconds": dist(metrics.ttft_seconds), "tpot_seconds": per_token[0],
+        "itl_seconds": per_token[1], "e2e_seconds": dist(metrics.e2e_seconds),
         "duration_seconds": metrics.duration_seconds if math.isfinite(metrics.duration_seconds) else None,
         "request_throughput_per_second": metrics.request_throughput_per_second,
         "output_throughput_tokens_per_second": metrics.output_token_throughput_per_second,
@@ -685,7 +693,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
     layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r))
                for i, r in enumerate(plan.layouts[:top])]
     if layouts and metrics is not None:
-        layouts[0]["metrics"] = metrics_json(metrics)
+        layouts[0]["metrics"] = metrics_json(metrics, plan.request.one_output_token)
         layouts[0]["metrics_source"] = "simulated burst" if plan.request.simulates_burst else "steady state"
         layouts[0]["metrics_sla_misses"] = burst_sla_misses(plan.request, metrics)
         # the same limits on the metrics' means (`sla` judges the steady state the search sized)

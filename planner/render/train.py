@@ -467,7 +467,7 @@ def render_plan(model, cluster, plan: TrainPlan, steps: tuple[LaunchStep, ...], 
     if show_rejected or not plan.layouts:
         out.print(render_rejected(plan, show_all=show_rejected))
     elif plan.rejected:
-        out.print(f"{len(plan.rejected)} layouts rejected (--show-rejected lists why).")
+        out.print(f"{units.plural(len(plan.rejected), 'layout')} rejected (--show-rejected lists why).")
 
 
 def _where(step: LaunchStep) -> str:

@@ -292,3 +292,16 @@ def test_the_near_tie_band_leads_with_a_real_gain_only(serve_one):
     fastest, near_more, near_much_more = fake(4, 1000.0, 0.0400), fake(2, 1020.0, 0.0405), fake(8, 1100.0, 0.0410)
     assert rank([near_more, fastest], "latency")[0] is fastest
     assert rank([near_more, fastest, near_much_more], "latency")[0] is near_much_more
+
+
+def test_a_lone_int4_decode_is_called_memory_bound():
+    """AWQ 70B at one sequence: its int4 GEMMs' time is their compute at a one-row shape (tiles
+    nearly empty), above the 4-bit weight read, but their FLOPs at the full rate are far below
+    it: the decode is the weights' work, as fp8's is (it was called compute-bound; found by a
+    CLI sweep). A full batch of short prompts is compute-bound all the same."""
+    lone = json.loads(plan("--model", "llama-3.1-70b-awq", "--cluster", "1x8xH100", "--objective", "latency",
+                           "--mode", "aggregated", "--json"))
+    assert lone["recommended"]["decode_bound"] == "memory"
+    full = json.loads(plan("--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--batch", "1024", "--input-len", "128",
+                           "--output-len", "2048", "--json"))
+    assert full["recommended"]["decode_bound"] == "compute"

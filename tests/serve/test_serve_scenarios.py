@@ -112,6 +112,32 @@ def test_limits_reachable_alone_but_not_together_name_the_closest_layout(monkeyp
                      "the closest, tp=4 pp=2 dp=1, reaches TTFT 150.0 ms, TPOT 8.0 ms at concurrency 1"]
 
 
+def test_limits_raised_to_their_floors_still_missed_together_name_one_layouts_values(monkeypatch):
+    """A has TTFT 50 ms, TPOT 20 ms; B 150 ms, 8 ms. Limits TTFT 10 ms, TPOT 1 ms: neither is
+    reachable alone, so each line names its floor (TTFT 50 ms on A, TPOT 8 ms on B). Raised to
+    those, no layout meets both (A's TPOT 20 > 8, B's TTFT 150 > 50): worst ratios against the
+    raised limits, A max(1, 2.5) = 2.5, B max(3, 1) = 3, so A, and the values to ask for with it
+    are its own, TTFT 50 and TPOT 20 ms (following the floors alone failed on the other limit;
+    found by a CLI sweep)."""
+    from types import SimpleNamespace
+
+    from planner import serve_search
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import Layout
+    from planner.requests import ServeRequest
+
+    a = SimpleNamespace(layout=Layout(8, 1, 1), ttft_seconds=0.050, tpot_seconds=0.020, request_latency_seconds=1.0)
+    b = SimpleNamespace(layout=Layout(4, 2, 1), ttft_seconds=0.150, tpot_seconds=0.008, request_latency_seconds=1.0)
+    monkeypatch.setattr(serve_search, "evaluate", lambda *args: SimpleNamespace(layouts=(a, b)))
+    request = ServeRequest(max_ttft_seconds=0.010, max_tpot_seconds=0.001)
+    lines = serve_search.sla_reach(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"), request)
+    assert lines == [
+        "--max-ttft-ms 50 or more: the lowest TTFT any layout reaches here, tp=8 pp=1 dp=1 at concurrency 1",
+        "--max-tpot-ms 8 or more: the lowest TPOT any layout reaches here, tp=4 pp=2 dp=1 at concurrency 1",
+        "--max-ttft-ms 50 and --max-tpot-ms 20 together: some layout reaches each limit above, none all of "
+        "them; tp=8 pp=1 dp=1 at concurrency 1 reaches these"]
+
+
 def test_the_least_reachable_ttft_at_a_rate_is_a_lone_requests():
     """Llama-3.1-70B on 8 H100, 16,000/8 tokens at 0.5 req/s, --max-ttft-ms 1: every layout is
     rejected "at concurrency 1" (tp=8: 717.9 ms), and the hint names the least of those. It had

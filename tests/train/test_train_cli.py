@@ -549,3 +549,18 @@ def test_nothing_fits_under_the_flags_says_what_these_gpus_run_without_them():
     assert any(s.endswith("(sizes tried by doubling)") for s in fixed.suggestions[1:])
     big = search(resolve_model("llama-3.1-70b"), resolve_cluster("1x1xH100"), TrainRequest(global_batch=64, seq_len=4096))
     assert not any("searched instead" in s for s in big.suggestions)
+
+
+def test_a_pinned_schedule_that_no_pipelined_layout_survives_says_so():
+    """Llama-3.1-70B on 32 H100, 512 x 4,096 tokens, --schedule gpipe: GPipe holds every
+    micro-batch's activations, so each layout with stages runs out of memory and every row is
+    pp = 1. The plan says the pin ruled the pipelines out (it printed Megatron's no-GPipe note
+    about a plan without a pipeline; found by a CLI sweep)."""
+    args = ["--workload", "train", "--model", "llama-3.1-70b", "--cluster", "4x8xH100", "--global-batch", "512",
+            "--seq-len", "4096", "--schedule", "gpipe"]
+    out = CliRunner().invoke(app, args).output
+    assert "Note: --schedule gpipe: no layout with pipeline stages is feasible under it" in out
+    assert "no GPipe schedule" not in out
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert {row["pp"] for row in data["layouts"]} == {1}
+    assert any(row["pp"] > 1 and "out of memory" in row["reasons"][0] for row in data["rejected"])
