@@ -70,7 +70,10 @@ class VllmRelease:
     its major version at or above its minor (sm_80's on an 8.6)."""
     v1_engine: bool = True
     """The V1 engine (vllm/v1/, the default from 0.8.0): the CUDA-graph pool is set aside before
-    the KV cache is sized, chunked prefill is always on, and a deployment has data and expert
+    the KV cache is sized (0.22.0 and 0.33.0: Worker.determine_available_memory subtracts
+    profile_cudagraph_memory's estimate, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default
+    since 0.21.0; V1 releases before it, 0.10.2 among them, captured into the headroom above
+    --gpu-memory-utilization, as V0 does), chunked prefill is always on, and a deployment has data and expert
     parallelism (--data-parallel-size, --enable-expert-parallel), --speculative-config and
     multi-node launches without Ray. False: the V0 engine (0.6.6.post1), which sizes the KV
     cache before it captures CUDA graphs (vllm/worker/worker.py: determine_num_available_blocks,
