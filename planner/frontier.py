@@ -17,7 +17,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from planner.disagg_search import MIN_DISAGGREGATED_GPUS, DisaggEstimate, plan_disaggregated
+from planner.disagg_search import (
+    MIN_DISAGGREGATED_GPUS,
+    DisaggEstimate,
+    check_disaggregated_gpus,
+    plan_disaggregated,
+)
 from planner.errors import SpecError
 from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
@@ -126,8 +131,14 @@ def check_frontier_request(request: ServeRequest) -> None:
     if request.batch is not None:
         raise SpecError("--batch: --frontier sweeps the concurrency itself (drop --batch)")
     if request.simulates_burst:
-        raise SpecError("--frontier: traces the steady state; drop --request-rate/--num-prompts/--dataset "
-                        "(or plan the burst without --frontier)")
+        given = [flag for flag, value in (("--request-rate", request.request_rate_per_s),
+                                          ("--num-prompts", request.num_prompts),
+                                          ("--max-concurrency", request.max_concurrency),
+                                          ("--dataset", request.dataset_lengths or None),
+                                          ("--random-range-ratio", request.random_range_ratio),
+                                          ("--burstiness", request.burstiness)) if value is not None]
+        raise SpecError(f"--frontier: traces the steady state; drop {'/'.join(given)} "
+                        f"(or plan the burst without --frontier)")
 
 
 def aggregated_candidate(result: ServeEstimate, plan_gpus: int) -> FrontierCandidate:
@@ -155,17 +166,25 @@ def better(kept: FrontierCandidate | None, found: FrontierCandidate | None) -> F
 def trace_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
                    launchable: Callable[[ServePlan], ServePlan] = lambda plan: plan,
                    count: int = FRONTIER_TARGETS, engine: str = "vllm") -> Frontier | None:
-    """The frontier, or None when no aggregated layout fits at all (the plain plan says why).
+    """The frontier, or None when no aggregated layout fits at all or --max-tpot-ms is below every
+    layout's lone-request TPOT (the plain plan says why).
     `launchable`: the plan less the layouts the chosen engine would not launch as planned
     (serve_cli.launchable), so that every point can be emitted; `engine` decides whether
     disaggregated decode workers may pipeline (plan_disaggregated)."""
     check_frontier_request(request)
+    if request.mode == "disaggregated":  # too few GPUs: the plain plan's usage error (it traced an empty table)
+        check_disaggregated_gpus(request, cluster)
     gpus = request.num_gpus or cluster.num_gpus
     unlimited = replace(request, max_tpot_seconds=None, objective="throughput")
     memo = Memo()  # the sweep's searches differ only in the TPOT limit: they share steady states
     peak = launchable(evaluate(model, cluster, unlimited, memo)).recommended
     lone = launchable(evaluate(model, cluster, replace(unlimited, batch=1, objective="latency", mode="aggregated"))).recommended
     if peak is None or lone is None:
+        return None
+    if request.max_tpot_seconds is not None and request.max_tpot_seconds < lone.tpot_seconds:
+        # below the fastest lone request's TPOT no deployment meets the limit (a lone decoder is
+        # as fast in a decode worker): the plain plan says what would (the sweep had traced one
+        # point at the fastest TPOT instead, exit 0; found by a CLI sweep)
         return None
     ceiling = peak.tpot_seconds if request.max_tpot_seconds is None else min(peak.tpot_seconds,
                                                                               request.max_tpot_seconds)

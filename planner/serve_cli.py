@@ -118,15 +118,20 @@ def launchable(plan: ServePlan, engine: str = "vllm") -> ServePlan:
     return without_refused(plan, lambda r: r.layout, launch_refusals(plan.model, plan.cluster, plan.request, engine))
 
 
+def check_layout_mode(request: ServeRequest) -> None:
+    """--layout with --mode disaggregated: a usage error (plan and --frontier alike)."""
+    if request.layout != LayoutFilter() and request.mode == "disaggregated":
+        raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
+                        "workers of its own (drop --layout, or use --mode aggregated)")
+
+
 def run_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *, json_output: bool,
               top: int | None, show_rejected: bool, emit: str, served_model: str = MODEL_PLACEHOLDER) -> int:
     """`top`: table rows (None: DEFAULT_TOP_ROWS) and JSON layouts (None: all)."""
     from planner.render.serve import print_plan_json
 
     filtered = request.layout != LayoutFilter()
-    if filtered and request.mode == "disaggregated":
-        raise SpecError("--layout: filters aggregated layouts; --mode disaggregated plans prefill and decode "
-                        "workers of its own (drop --layout, or use --mode aggregated)")
+    check_layout_mode(request)
     engine = "vllm" if emit == "megatron" else emit
     check_tokenizer_workers(request, engine)
     if engine == "sglang":  # SGLang's own pool caps what each layout runs (serve.sglang_pool_cap)
@@ -165,6 +170,7 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     from planner.frontier import trace_frontier
     from planner.render.frontier import print_frontier_json, render_frontier
 
+    check_layout_mode(request)  # the sweep traced a table of bare TPOT limits under both
     check_tokenizer_workers(request, engine)
     if engine == "sglang":  # as run_serve: SGLang's pool caps what each layout runs
         request = replace(request, pool_engine="sglang")
@@ -267,6 +273,13 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
     steps = None if best is None else disagg_steps(model, cluster, request, best, engine, served_model)
     why = None if steps is not None or best is None else why_not_emitted(model, cluster, request, best, engine)
     disagg_notes = () if not steps else tuple(disagg_launch_notes(model, cluster, request, best, engine))
+    launcher = engine
+    if engine == "vllm-ray" and steps:
+        # --mode auto: the aggregated layout's command uses Ray; the disaggregated servers never do
+        # (they were labelled "vllm-ray" over plain commands; found by a CLI sweep)
+        launcher = "vllm"
+        disagg_notes = (*disagg_notes, "--emit vllm-ray applies to the aggregated layout: the disaggregated "
+                                       "servers are launched with vLLM's own multi-node flags, without Ray")
     auto = request.mode == "auto"
     metrics = recommended_metrics(plan) if auto else None
     if json_output:
@@ -308,7 +321,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                 from planner.render.serve import speculation_words
 
                 console().print(f"Speculative decoding on every worker: {speculation_words(request.speculation)}.")
-        render_disagg(disagg, verdict, steps, engine, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why,
+        render_disagg(disagg, verdict, steps, launcher, top or DEFAULT_TOP_ROWS, compared=auto, why_not_emitted=why,
                       launch_notes=disagg_notes)
     found = best is not None or (auto and plan.recommended is not None)
     return 0 if found else 1

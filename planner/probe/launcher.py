@@ -158,6 +158,8 @@ def print_node_commands(options: ProbeOptions) -> None:
         )
     sweep = resolved_sweep(options, on_gpu=options.backend != "gloo")
     nproc = options.nproc_per_node or "<GPUs on the node>"
+    if static and options.node_rank is None:  # each node's own (it printed "--node-rank None"; a CLI sweep)
+        options = dataclasses.replace(options, node_rank="<its node rank>")  # type: ignore[arg-type]
     example = torchrun_argv(options, nproc, sweep, "<temp dir>")  # type: ignore[arg-type]
     print(f"Each runs: {shlex.join(['python', *example[1:]])}")
     print(

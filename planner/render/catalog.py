@@ -81,7 +81,7 @@ def describe_cluster(cluster: ClusterSpec) -> str:
         parts.append(f"links measured by plan probe ({cluster.measured.date or 'undated'})")
         if cluster.measured.backend == "gloo":
             parts.append(f"warning: measured with gloo on the hosts' CPUs, so the link figures are the host "
-                         f"path's, not a {cluster.gpu.name} fabric's (measure on the GPUs: plan probe --backend "
+                         f"path's, not the {cluster.gpu.name} fabric's (measure on the GPUs: plan probe --backend "
                          f"nccl)")
     typical = cluster.gpu.typical_gpus_per_node
     if cluster.gpus_per_node > typical and (cluster.source or "").startswith("built from the GPU catalog"):

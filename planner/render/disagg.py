@@ -12,7 +12,7 @@ from planner.units import BYTES_PER_MIB
 
 COLUMNS = (
     ("#", lambda e, i: str(i)),
-    ("prefill", lambda e, i: f"{e.prefill.workers} x tp={e.prefill.tp} pp={e.prefill.pp}"),
+    ("prefill", lambda e, i: f"{e.prefill.workers} x {e.prefill.shape_label}"),  # an EP worker's dp and ep too
     ("decode", lambda e, i: f"{e.decode.workers} x {e.decode.shape_label}"),
     ("GPUs", lambda e, i: gpus_cell(e)),
     ("KV/request", lambda e, i: f"{e.kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB"),
@@ -94,8 +94,11 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
         return []
     per = " per DP rank" if d.dp > 1 else ""
     load = {"clients": "at the clients' rate", "request-rate": "at the request rate"}.get(e.binding, "at the matched rate")
+    flags = ("vLLM's --max-num-seqs, SGLang's --max-running-requests" if d.dp == 1 else
+             f"vLLM's --max-num-seqs; SGLang's --max-running-requests counts a DP-attention server's ranks "
+             f"together, {d.max_num_seqs * d.dp:,}")
     return [f"the decode workers run {d.concurrency:.0f} sequences{per} {load} (C_d); they are "
-            f"launched for {d.max_num_seqs} (vLLM's --max-num-seqs, SGLang's --max-running-requests), what the "
+            f"launched for {d.max_num_seqs}{per} ({flags}), what the "
             f"SLA limits, the KV cache and the engine's default allow, the room a burst above the rate can use"]
 
 

@@ -37,7 +37,9 @@ def render_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
               f"steady state{other_limits(request)}.")
     table = Table(title="Throughput against speed: the most output tokens/s per GPU within each TPOT limit")
     table.add_column("TPOT limit", justify="right")
-    modes = ["aggregated"] + (["disaggregated"] if frontier.disaggregated_compared else [])
+    # --mode disaggregated traces no aggregated layout: no column for it (it read "none meets it")
+    modes = (["aggregated"] if request.mode != "disaggregated" else []) + (
+        ["disaggregated"] if frontier.disaggregated_compared else [])
     for mode in modes:
         table.add_column("aggregated layout" if mode == "aggregated" else "disaggregated workers")
         table.add_column("C" if mode == "aggregated" else "C_d", justify="right")
@@ -47,10 +49,12 @@ def render_frontier(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
     if len(modes) > 1:
         table.add_column("better")
     for point in frontier.points:
-        cells = [ms(point.tpot_limit_seconds), *_cells(point.aggregated)]
+        cells = [ms(point.tpot_limit_seconds)]
+        for mode in modes:
+            cells += _cells(point.aggregated if mode == "aggregated" else point.disaggregated)
         if len(modes) > 1:
             best = point.best
-            cells += [*_cells(point.disaggregated), best.mode if best else "-"]
+            cells.append(best.mode if best else "-")
         table.add_row(*cells)
     out.print(table)
     out.print(f"Fastest lone request: TPOT {ms(frontier.fastest_tpot_seconds)} "

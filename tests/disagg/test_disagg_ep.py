@@ -4,6 +4,8 @@ Its decode rate is d times one rank's, C_d / (O * T_d) each; its GPUs are counte
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from planner.catalog import resolve_cluster, resolve_model
@@ -123,3 +125,27 @@ def test_deepep_roles_reach_the_commands(engine_check):
         assert argv[argv.index("--deepep-mode") + 1] == mode
         assert ("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=256" in argv) == (mode == "low_latency")
         assert engine_check(step.argv, EngineVersions()) == []
+
+
+def test_an_expert_parallel_prefill_worker_is_labelled_with_its_ranks(run_plan):
+    """Qwen3-235B fp8 on 2x8 H100: a prefill worker of dp=2 (ep=4) was shown as "2 x tp=2 pp=1",
+    two GPUs a worker for 220 GiB of weights (found by a CLI sweep); each row's prefill cell now
+    names every degree, so the cell's GPUs add up to its JSON's."""
+    args = ("--model", "qwen3-235b-a22b-fp8", "--cluster", "2x8xH100", "--mode", "disaggregated",
+            "--max-ttft-ms", "500", "--max-tpot-ms", "30", "--kv-cache-dtype", "fp8")
+    text = run_plan(*args).stdout
+    rows = json.loads(run_plan(*args, "--json").stdout)["disaggregated"]
+    wide = [row["prefill"] for row in rows if row["prefill"]["dp"] > 1]
+    assert wide, "a prefill worker over DP ranks is among the candidates"
+    p = wide[0]
+    assert f"{p['workers']} x tp={p['tp']} pp={p['pp']} dp={p['dp']} ep={p['ep']}" in " ".join(text.split())
+
+
+def test_vllm_ray_in_auto_mode_labels_the_disaggregated_commands_plain_vllm(run_plan):
+    """--emit vllm-ray with --mode auto where disaggregated wins: its servers never use Ray, so
+    their commands are headed (vllm) with a note (they were headed "vllm-ray"; --mode
+    disaggregated refuses the flag outright)."""
+    out = " ".join(run_plan("--model", "deepseek-v3", "--cluster", "8x8xH100", "--kv-cache-dtype", "fp8",
+                            "--emit", "vllm-ray").stdout.split())
+    assert "Launch disaggregated (vllm):" in out
+    assert "--emit vllm-ray applies to the aggregated layout" in out

@@ -112,6 +112,9 @@ def test_static_rendezvous_prints_one_node_rank_per_node():
     assert result.exit_code == 0, result.output
     assert "--node-rank 0 --run" in result.output and "--node-rank 1 --run" in result.output
     assert "--local-addr 10.0.0.2" in result.output
+    # the torchrun line each node runs names its own rank, not None
+    (each,) = [line for line in result.output.splitlines() if line.startswith("Each runs:")]
+    assert "--node-rank '<its node rank>'" in each and "None" not in each
 
 
 def run_python(code):

@@ -153,6 +153,8 @@ def test_cli_json_keeps_every_sla():
     (["--top", "3"], "--top: not used by --frontier"),
     (["--objective", "latency"], "--objective: not used by --frontier"),
     (["--workload", "train"], "--frontier: a --workload serve option"),
+    (["--max-concurrency", "10"], "--frontier: traces the steady state; drop --max-concurrency"),
+    (["--mode", "disaggregated", "--layout", "tp=8"], "--layout: filters aggregated layouts"),
 ])
 def test_cli_mistakes_are_one_line(args, words, one_line_error):
     result = cli(*args)
@@ -163,6 +165,27 @@ def test_nothing_fits_answers_as_the_plan_does():
     result = CliRunner().invoke(app, ["--model", "llama-3.1-70b", "--cluster", "1x1xH100", "--frontier"])
     assert result.exit_code == 1
     assert "Throughput against speed" not in result.output
+
+
+def test_a_tpot_limit_below_the_fastest_lone_request_answers_as_the_plan_does():
+    """Llama-3.1-8B on 8 H100 decodes a lone request no faster than about 3 ms a token: at
+    --max-tpot-ms 1 nothing meets the limit, so the frontier is the plain plan's answer (exit 1,
+    what would fit), not one point at the fastest TPOT (exit 0; found by a CLI sweep)."""
+    result = cli("--max-tpot-ms", "1")
+    assert result.exit_code == 1
+    assert "Throughput against speed" not in result.output
+    assert "--max-tpot-ms" in result.output and "or more" in result.output
+
+
+def test_disaggregated_mode_draws_no_aggregated_column():
+    """--mode disaggregated traces no aggregated layout: its column read "none meets it"."""
+    result = cli("--mode", "disaggregated")
+    assert result.exit_code == 0, result.output
+    assert "aggregated layout" not in result.output and "better" not in result.output
+    assert "disaggregated workers" in result.output
+    one_gpu = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--frontier", "--mode",
+                                       "disaggregated"])
+    assert one_gpu.exit_code == 2 and "needs at least 2 GPUs" in one_gpu.output
 
 
 def test_each_column_never_falls_as_the_limit_loosens(model, cluster):
