@@ -172,7 +172,11 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 (f"one micro-batch at a time until prompts queue, at {load.utilization:.0%} utilization "
                  f"({load.rate_per_second:.2f} req/s per worker; the worker's flow-equivalent chain)")
                 if load.chained else
-                f"M/D/1 wait at {load.utilization:.0%} utilization ({load.rate_per_second:.2f} req/s per worker)"),
+                # rho against the capacity at full steps (cost/disaggregated.prefill_at_rate), not the busy
+                # share at this step size: "41% utilization" beside a 50 ms step at 10 req/s read as a slip
+                f"M/D/1 wait at {load.utilization:.0%} of the worker's capacity ({load.rate_per_second:.2f} req/s per "
+                f"worker; {load.rate_per_second / load.utilization:.2f} at full steps)" if load.utilization > 0 else
+                f"no wait ({load.rate_per_second:.2f} req/s per worker)"),
         PathLeg("prefill", load.prefill_seconds - load.wait_seconds,
                 f"one micro-batch's path through the {p.pp} stages of a prefill worker tp={p.tp} pp={p.pp}"
                 if load.chained else
