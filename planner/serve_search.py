@@ -441,9 +441,9 @@ def token_budget_options(model: ModelSpec, cluster: ClusterSpec, request: ServeR
     (each stage takes vLLM's steps in order), so the budget that sizes the chunks sets the
     pipeline's bubble (docs/cost-model.md, Serving: pipeline): Llama-3.1-70B tp=1 pp=4 on H100
     at 390 sequences per replica, 1,024/256 tokens, priced 5,600 tok/s at 2,048 (bubble 55%) and
-    11,555 at 512 (11%); the step simulation of 1,500 requests of lengths spread +/-50% per
-    replica, 6,435 and 9,897. The choice stays the user's: smaller chunks also lengthen a prompt's
-    own prefill (TTFT)."""
+    11,555 at 512 (11%), dp = 4; the step simulation of 6,000 requests of lengths spread +/-50%
+    over the same 4 replicas, 6,435 and 9,897. The choice stays the user's: smaller chunks also
+    lengthen a prompt's own prefill (TTFT)."""
     if best.layout.pp <= 1 or request.objective == "latency" or request.offered_rate_per_s is not None:
         return ()
     current = max_num_batched_tokens(cluster, request, best.layout, model)
