@@ -211,13 +211,22 @@ def ring_link_rate(
     return min(ring)
 
 
-def bandwidths_section(fits: dict, nccl: bool) -> dict:
+def bandwidths_section(fits: dict, nccl: bool, flags: list[str] | None = None) -> dict:
     """link -> op -> GB/s, each op from its own fit (inter-node: the all-local-ranks mode when
-    measured, else one rank per node; per rank, like the fits)."""
+    measured, else one rank per node; per rank, like the fits). `flags`: a poor fit of an op
+    other than all-reduce (whose fit _link_numbers flags) is added there too, since its figure
+    is in the profile (all-gather and reduce-scatter fits at 41-46% went unflagged; found by a
+    CLI sweep)."""
     section = {}
     for link in ("intra_node", "inter_node"):
         for suffix in ("", f"_{ONE_RANK_PER_NODE}"):
             rates = collective_rates(fits, link, suffix)
+            if rates and link not in section and flags is not None:
+                for op in rates:
+                    fit = fits[f"{link}_{op}{suffix}"][1]
+                    if op != ALL_REDUCE and fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
+                        flags.append(f"{link} {op}: poor alpha-beta fit (rms relative residual "
+                                     f"{fit.rms_relative_residual:.0%})")
             if rates and link not in section:
                 section[link] = {
                     op: rounded(units.bytes_per_s_to_gb_per_s(rate)) for op, rate in rates.items()
@@ -411,7 +420,7 @@ def measured_section(
         "allgather_curves": curves_section(rows, raw["nodes"], ALL_GATHER),
         "reduce_scatter_curves": curves_section(rows, raw["nodes"], REDUCE_SCATTER),
         "fits": fits_section(fits),
-        "bandwidth_gb_per_s_by_op": bandwidths_section(fits, raw["backend"] == "nccl"),
+        "bandwidth_gb_per_s_by_op": bandwidths_section(fits, raw["backend"] == "nccl", flags),
     }
     if inter:
         section["inter_node_basis"] = (

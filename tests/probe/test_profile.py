@@ -245,3 +245,19 @@ def test_merge_keeps_all_to_all_curves_a_run_did_not_time():
     replaced, notes = profile.merge_profile(earlier, retimed)
     assert replaced["measured"]["alltoall_curves"] == retimed["measured"]["alltoall_curves"]
     assert notes == []
+
+
+def test_a_poor_fit_of_a_reported_collective_is_flagged():
+    """An all-gather fit whose rms relative residual is 41% feeds bandwidth_gb_per_s_by_op like
+    any other: it is flagged as the all-reduce's poor fit is (it went unflagged; found by a CLI
+    sweep). A good reduce-scatter fit is not."""
+    from planner.probe.fit import AlphaBetaFit
+    from planner.probe.profile import bandwidths_section
+
+    fits = {"intra_node_all_reduce": (None, AlphaBetaFit(1e-5, 1e9, 6, 0.05)),
+            "intra_node_all_gather": (None, AlphaBetaFit(1e-5, 2e9, 6, 0.41)),
+            "intra_node_reduce_scatter": (None, AlphaBetaFit(1e-5, 2e9, 6, 0.10))}
+    flags: list[str] = []
+    section = bandwidths_section(fits, nccl=False, flags=flags)
+    assert set(section["intra_node"]) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert flags == ["intra_node all_gather: poor alpha-beta fit (rms relative residual 41%)"]
