@@ -317,5 +317,7 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
             )
         )
     else:
-        report.print_report(rows, fits, document)
+        # with --merge-into, the links as written there (the profile's own kinds keep; the run's
+        # own document printed "pcie" above a file that says nvlink; found by a CLI sweep)
+        report.print_report(rows, fits, merged if merged is not None else document)
     return 0
