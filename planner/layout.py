@@ -434,7 +434,7 @@ def divisors(n: int) -> list[int]:
 
 
 def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int, max_ep: int | None = None,
-                            widest: bool = False) -> list[int]:
+                            widest: bool = False, pp_in_node: int = 1) -> list[int]:
     """The EP degrees searched for one (tp, dp): tp * d for d in {1, the DP ranks that fill
     a node, dp}, above 1 and at most max_ep (the model's routed experts: a larger group
     leaves GPUs without an expert): EP inside the TP group, over one node, over every
@@ -442,10 +442,20 @@ def expert_parallel_degrees(tp: int, dp: int, gpus_per_node: int, max_ep: int | 
     and they keep the search linear in the layouts at thousands of GPUs.) `widest` (the
     training search): also the widest group the experts allow where every replica's would be
     wider, the largest tp * d <= max_ep with d dividing dp (one expert or a few per GPU):
-    GPT-OSS-120B's 128 experts over 256 B200 get ep = 128, not only 8."""
+    GPT-OSS-120B's 128 experts over 256 B200 get ep = 128, not only 8. `pp_in_node`: the
+    pipeline stages a node holds of each of its replicas: vLLM's rank order (TP, then stage, DP
+    outermost) puts a replica's stages together, so a node holds gpus_per_node / (tp * pp) DP
+    ranks of a stage (serving: pp), searched beside gpus_per_node / tp (the group then spans pp
+    nodes); Megatron's (TP, CP, DP, then PP outermost) fills a node with one stage's DP ranks
+    (training: 1). Qwen3-30B-A3B at tp=1 pp=2 on two 8-GPU nodes was searched at ep = 8 only, an
+    EP group over both nodes, where ep = 4 in a node serves 11% more (found by a property sweep)."""
     wanted = {1, dp}
-    if gpus_per_node % tp == 0 and dp % (gpus_per_node // tp) == 0:
-        wanted.add(gpus_per_node // tp)
+    # a node's worth of ranks of one stage; with a replica's stages together, also the ranks of
+    # one node (a server of the group's replicas in one node)
+    for stages in {1, pp_in_node}:
+        in_node = gpus_per_node // (tp * stages) if gpus_per_node % (tp * stages) == 0 else 0
+        if in_node and dp % in_node == 0:
+            wanted.add(in_node)
     if widest and max_ep is not None and tp * dp > max_ep:
         wanted.add(max((d for d in range(1, max_ep // tp + 1) if dp % d == 0), default=1))
     return sorted(tp * d for d in wanted if tp * d > 1 and (max_ep is None or tp * d <= max_ep))

@@ -126,7 +126,9 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
     cp_degrees(layout) naming the degrees above 1 to try. `leave_idle` (serving: replicas are
     independent): also power-of-two tp and pp whose product does not divide the GPUs, with
     as many replicas as fit (7 GPUs: tp=2 x 3 replicas, one GPU idle), where the divisors alone
-    would force tp=1 or tp=7. `widest_ep` (training): the widest EP group the experts allow
+    would force tp=1 or tp=7; and its EP groups "over one node" count the DP ranks a node holds
+    in vLLM's rank order, a replica's stages together (expert_parallel_degrees' pp_in_node).
+    `widest_ep` (training): the widest EP group the experts allow
     too (expert_parallel_degrees). The CP variants (training) get EP variants too, their groups
     over the CP and DP ranks (Layout.ep)."""
     layouts = factorizations(num_gpus)
@@ -138,7 +140,7 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
         layouts += [Layout(lay.tp, lay.pp, lay.dp // cp, cp=cp) for lay in layouts for cp in cp_degrees(lay)]
     if gpus_per_node is not None:
         layouts += [Layout(lay.tp, lay.pp, lay.dp, ep, lay.cp) for lay in layouts
-                    for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep, widest_ep)]
+                    for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep, widest_ep, leave_idle)]
     layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep, lay.cp)]
     if not layouts:
         degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
@@ -160,12 +162,14 @@ def expert_search(model: ModelSpec, cluster: ClusterSpec) -> tuple[int | None, i
 
 
 def _ep_degrees(layout: Layout, wanted_ep: int | None, gpus_per_node: int, max_ep: int | None,
-                widest: bool = False) -> list[int]:
+                widest: bool = False, stages_in_node: bool = False) -> list[int]:
     """The searched EP degrees, or the one `--layout ep=N` fixes when it is tp times any
-    divisor of dp (with CP: of cp*dp, the ranks an EP group folds over)."""
+    divisor of dp (with CP: of cp*dp, the ranks an EP group folds over). `stages_in_node`:
+    a replica's pipeline stages share its node (vLLM's rank order: expert_parallel_degrees)."""
     ranks = layout.cp * layout.dp
     if wanted_ep is None:
-        return expert_parallel_degrees(layout.tp, ranks, gpus_per_node, max_ep, widest)
+        return expert_parallel_degrees(layout.tp, ranks, gpus_per_node, max_ep, widest,
+                                       layout.pp if stages_in_node else 1)
     fits = wanted_ep > 1 and wanted_ep % layout.tp == 0 and ranks % (wanted_ep // layout.tp) == 0
     return [wanted_ep] if fits else []
 

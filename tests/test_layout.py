@@ -213,3 +213,25 @@ def test_the_training_search_also_tries_the_widest_ep_group_the_experts_allow():
     assert expert_parallel_degrees(1, 256, 8, 128, widest=True) == [8, 128]
     assert expert_parallel_degrees(2, 96, 8, 64, widest=True) == [2, 8, 64]
     assert expert_parallel_degrees(1, 64, 8, 128, widest=True) == expert_parallel_degrees(1, 64, 8, 128) == [8, 64]
+
+
+def test_serving_ep_over_one_node_counts_the_replicas_a_node_holds():
+    """vLLM's rank order puts a replica's stages in one node: at tp=1 pp=2 an 8-GPU node holds 4
+    DP ranks of each stage, so the EP group over one node is 4 (training's Megatron order fills a
+    node with one stage: 8). Qwen3-30B-A3B on 2x8 H100, 71/2,497 tokens: it was searched at
+    ep = 8 only (both nodes), 8,204 tok/s per GPU against one node's 9,215; now 9,215 on both."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import expert_parallel_degrees
+    from planner.requests import ServeRequest
+    from planner.serve_search import evaluate
+
+    assert expert_parallel_degrees(1, 8, 8, 128, pp_in_node=2) == [4, 8]
+    assert expert_parallel_degrees(1, 16, 8, 128, pp_in_node=2) == [4, 8, 16]
+    assert expert_parallel_degrees(1, 8, 8, 128) == [8]
+    request = ServeRequest(input_len=71, output_len=2497, mode="aggregated")
+    per_gpu = {}
+    for name in ("1x8xH100", "2x8xH100"):
+        cluster = resolve_cluster(name)
+        best = evaluate(resolve_model("qwen3-30b-a3b"), cluster, request).recommended
+        per_gpu[name] = best.throughput_tokens_per_second / cluster.num_gpus
+    assert per_gpu["2x8xH100"] >= 0.99 * per_gpu["1x8xH100"]
