@@ -875,6 +875,43 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
     return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / k) + last_extra_seconds * (1 - 1 / k)
 
 
+def greedy_chunks_extra_seconds(input_len: float, prompt_pairs: float, prompt_chunks: float, room_tokens: float,
+                                lanes: int, path_seconds: Callable[[StepLoad], float], mean_chunk: StepLoad) -> float:
+    """prompt_service_seconds' E for a prompt of N > 1 chunks through k > 1 pipelined lanes:
+    what its service takes over the N equal chunks of I / N tokens it is priced as, per
+    (1 - 1 / k). vLLM cuts a prompt greedily, each step taking as many of its tokens as the
+    step's room allows (vllm/v1/core/sched/scheduler.py 0.33.0: num_new_tokens capped at the
+    budget left), so N - 1 chunks of the room c and the rest r = I - (N - 1) c. Chunks in
+    consecutive micro-batches through p identical stages finish, the last, after the sum of
+    their stage times plus p - 1 of the longest (a flow shop's makespan): with a carrier's path
+    R(x) about p stage times, ((N - 1) R(c) + R(r)) / k + (1 - 1 / k) R(c), where the equal
+    chunks' service is R(I / N) (1 + (N - 1) / k). Just past one budget the difference is most
+    of a path: Llama-3.1-70B tp=1 pp=8 on H200, a lone 9,000-token prompt priced 1.12 s as two
+    4,500-token chunks, below 8,000 tokens' 1.66 s in one (found by a property sweep); greedily,
+    8,192 and 808. Each chunk's attention pairs: the rest's r (I - r) + r^2 / 2 (it attends to
+    the whole prompt before it), the full chunks' the remainder's mean in the sum, and the p - 1
+    stage times those of the longest chunk, the rest or the last full one (c^2 (N - 3/2) pairs:
+    Llama-3.1-70B tp=2 pp=8, 32,000 tokens, 4 chunks). Where the room does not
+    cut the prompt into N greedy chunks (the rounds' clamp in _steady_pass), the equal chunks'
+    last one's extra pairs alone (its c^2 (N - 1/2) of (2 N - 1) / N^2 of the prompt's pairs:
+    Llama-3.1-70B tp=2 pp=8, 32,000 tokens in 4 chunks, stage times 119/137/155/157 ms)."""
+    n, k = prompt_chunks, lanes
+    mean_seconds = path_seconds(mean_chunk)
+    full = min(room_tokens, input_len)
+    rest = input_len - (n - 1) * full
+    if n != math.ceil(input_len / room_tokens) or not 0 < rest <= full:
+        last = replace(mean_chunk, prefill_attention_pairs=prompt_pairs * (2 * n - 1) / n**2)
+        return max(0.0, path_seconds(last) - mean_seconds)
+    rest_pairs = rest * (input_len - rest) + rest * rest / 2
+    full_seconds = path_seconds(StepLoad(0, 0, full, (prompt_pairs - rest_pairs) / (n - 1), 0.0))
+    rest_seconds = path_seconds(StepLoad(0, 0, rest, rest_pairs, 1.0))
+    # the longest chunk: the rest, or the last full one (it attends to the n - 2 before it)
+    last_full_seconds = path_seconds(StepLoad(0, 0, full, full * full * (n - 1.5), 0.0))
+    longest = max(rest_seconds, last_full_seconds)
+    greedy = ((n - 1) * full_seconds + rest_seconds) / k + (1 - 1 / k) * longest
+    return max(0.0, (greedy - mean_seconds * (1 + (n - 1) / k)) / (1 - 1 / k))
+
+
 def prompts_take_turns(input_len: float, step_budget_tokens: float) -> bool:
     """Two prompts exceed a step's token budget, so whole prompts never share a step: each is
     cut into chunks that fill steps of their own (and with PP, micro-batches of their own)."""
@@ -1226,14 +1263,9 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
-        # chunks of c = I / N tokens: the j-th attends to (j - 1) c before it and half of
-        # itself, c^2 (j - 1/2) pairs, so the last holds (2 N - 1) / N^2 of the prompt's pairs
-        # against the mean's 1 / N (N = 4: 1.75 times). Llama-3.1-70B tp=2 pp=8, 32,000 tokens
-        # in 4 chunks: their stage times 119/137/155/157 ms, the traversal_seconds 1.68 s where the mean
-        # chunk's gave 1.59
-        last_chunk = replace(one_chunk, prefill_attention_pairs=pairs * (2 * prompt_chunks - 1) / prompt_chunks**2)
         base = decode if chunks_per_round <= 1 else spread
-        last_extra_seconds = max(0.0, carried(base, last_chunk, 1) - carried(base, one_chunk, 1))
+        last_extra_seconds = greedy_chunks_extra_seconds(
+            i, pairs, prompt_chunks, room, lanes, lambda chunk: carried(base, chunk, 1), one_chunk)
     held = c  # requests the engine holds: at a rate, less the first-token cost's share of E2E
     residence_rounds = d + prefill_rounds + queue_rounds + outside_rounds
     if open_loop and residence_rounds > 0:

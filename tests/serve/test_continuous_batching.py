@@ -53,10 +53,16 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     flight): S_p = ceil(3 / 4) = 1 round of n = 3 carriers. lambda = 4 / (101 + X), X the rounds
     outside (test_steady_state_unsaturated_by_hand): X = (0.75 T + 60 ms + 100 TPOT) / T - 101
     with T = 10 + 30 q ms and TPOT = T - (T - 10) / 4 (the others' chunks); settled at q =
-    0.03865: T = 11.16, TPOT = 10.87, X = (8.37 + 60 + 1087) / 11.16 - 101 = 2.53.
+    0.03860: T = 11.16, TPOT = 10.87, X = (8.37 + 61.14 + 1087) / 11.16 - 101 = 2.63 (the
+    service's 61.14 ms below; 0.03865 and 2.53 with equal chunks).
     Prompt round = 10 + 20,000 * 1 us + 2 * 5 = 40 ms; the prompt's service is that round
-    plus its chunks one micro-batch apart, 40 * (1 + 2 / 4) = 60 ms. With q = lambda * S_p:
-    mean round = (1 - q) * 10 + q * 40 ms = 11.16 ms; TTFT = (1 - 1/4) * mean + 60 = 68.37 ms. With one micro-batch (k = 1) the same prompt takes S_p = 3 rounds of one
+    plus its chunks one micro-batch apart, 40 * (1 + 2 / 4) = 60 ms for equal chunks. vLLM cuts
+    them greedily, two of the room c = 8,192 - n_d / 4 and the rest r = 20,000 - 2 c
+    (greedy_chunks_extra_seconds): their paths 10 ms + tokens * 1 us flow through the 4 stages
+    in ((2 (10 + c) + (10 + r)) / 4 + 0.75 (10 + c)) us-per-token terms, against the equal
+    chunks' 1.5 (10 + 20,000 / 3): (3 c - 20,000) / 4 us more, 1.14 ms. With q = lambda * S_p:
+    mean round = (1 - q) * 10 + q * 40 ms = 11.16 ms; TTFT = (1 - 1/4) * mean + 60 + 1.14 =
+    69.51 ms. With one micro-batch (k = 1) the same prompt takes S_p = 3 rounds of one
     6,666.7-token chunk, 16.67 ms each: 50 ms of service."""
     from planner.cost.continuous_batching import prompt_chunking
 
@@ -76,10 +82,11 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     q = piped.prefill_tokens_per_step / 20_000
     outside = piped.e2e_seconds / piped.step_seconds - 101
     assert q == pytest.approx(4 / (101 + outside), rel=2.0**-10)
-    assert q == pytest.approx(0.03865, rel=1e-3)
+    assert q == pytest.approx(0.03860, rel=1e-3)
     mean = (1 - q) * 0.010 + q * 0.040
     assert piped.step_seconds == pytest.approx(mean, rel=1e-12)
-    assert piped.ttft_seconds == pytest.approx(0.75 * mean + 0.060, rel=1e-12)
+    room = 8192 - q * 100 / 4  # the decodes' share of a micro-batch's budget: n_d = q D
+    assert piped.ttft_seconds == pytest.approx(0.75 * mean + 0.060 + (3 * room - 20_000) / 4 * 1e-6, rel=1e-9)
 
 
 
@@ -99,11 +106,13 @@ def test_pipelined_prompt_chunks_take_micro_batches_of_their_own_by_hand(clients
     5,000 tokens, S_p = 1 round of n = 2 carriers. When q = lambda S_p > 1 prompt rounds share
     a round, the round's 2q chunks each fill a micro-batch of their own up to the p = 4 lanes
     (a 5,000-token chunk leaves no room for another's), and only 2q - 4 beyond that ride beside
-    them, spread over the 4. At C = 3, q = 3 / (1 + 1 + X) = 1.094 (X = 0.74 rounds: the wait
-    for the round in progress and the prompt's service beyond its round): 2q = 2.19 carriers,
+    them, spread over the 4. At C = 3, q = 3 / (1 + 1 + X) = 1.006 (X = 0.98 rounds: the wait
+    for the round in progress and the prompt's service beyond its round, its chunks cut greedily,
+    8,191 and 1,809 tokens, whose paths 27.2 and 13.8 ms take 5.0 ms more than two of 5,000:
+    greedy_chunks_extra_seconds; 1.094 and 0.74 rounds with equal chunks): 2q = 2.01 carriers,
     the mean of 2 and 3: the fullest holds 5,000 tokens, R(n) = 10 + 10 + 0.5 n ms, mean round
-    21.09 ms (the carriers' spread over all 4 micro-batches made the fullest 5,000 + 0.19 x
-    5,000 / 4: 21.57 ms). At C = 12 the 2q > 4 chunks fill the 4 lanes and the rest spread: the fullest
+    21.01 ms (the carriers' spread over all 4 micro-batches made the fullest 5,000 + 0.01 x
+    5,000 / 4). At C = 12 the 2q > 4 chunks fill the 4 lanes and the rest spread: the fullest
     5,000 + (2q - 4) 5,000 / 4, the whole 2q 5,000."""
     steady = steady_state(clients, 10_000, 2, 8192, 4, _pipelined_round, 0.0, pipeline_stages=4)
     assert (steady.prompt_chunks, steady.prefill_rounds, steady.prompt_carriers) == (2, 1, 2)
@@ -113,7 +122,7 @@ def test_pipelined_prompt_chunks_take_micro_batches_of_their_own_by_hand(clients
     fullest = 5_000 + (2 * q - filled) * 5_000 / 4
     assert steady.step_seconds == pytest.approx(0.010 + 2e-6 * fullest + 1e-7 * 2 * q * 5_000, rel=1e-9)
     if clients == 3:
-        assert q == pytest.approx(1.094, abs=0.001)
+        assert q == pytest.approx(1.006, abs=0.001)
         assert steady.step_seconds == pytest.approx(0.020 + 0.0005 * 2 * q, rel=1e-9)
     else:
         assert filled == 4
@@ -612,3 +621,30 @@ def test_under_an_sla_the_recommendation_says_goodput():
     assert "(highest goodput within the SLA, " in line and "(highest throughput, " not in line
     plain = " ".join(CliRunner().invoke(app, args).output.split())
     assert "(highest throughput, " in plain
+
+
+def test_a_prompt_just_past_one_budget_is_cut_greedily_through_the_pipeline():
+    """Llama-3.1-70B tp=1 pp=8 on H200, a lone prompt: 9,000 tokens were priced as two chunks of
+    4,500 flowing through the 8 stages, 1.12 s, below 8,000 tokens' 1.66 s in one chunk (found by
+    a property sweep). vLLM cuts it into 8,192 and 808 tokens: the first chunk's path, then the
+    rest one stage behind, about 1.72 s; the step simulation, which schedules chunks as vLLM does,
+    1.71 s. TTFT now grows with the prompt across the budget."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import Layout
+    from planner.requests import ServeRequest
+    from planner.serve import estimate
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH200")
+    ttft = [estimate(model, cluster, Layout(1, 8, 1), ServeRequest(input_len=i, output_len=2, batch=1,
+                                                                   prompt_tokenizer="none")).ttft_seconds
+            for i in (7000, 8000, 8192, 8300, 9000, 12000, 16000, 17000)]
+    assert ttft == sorted(ttft)
+    from planner.requests import LayoutFilter
+    from planner.serve import burst_metrics
+    from planner.serve_search import plan_serving
+
+    lone = ServeRequest(input_len=9000, output_len=2, batch=1, prompt_tokenizer="none", num_prompts=1,
+                        layout=LayoutFilter(tp=1, pp=8), mode="aggregated")
+    best = plan_serving(model, cluster, lone).recommended
+    simulated = burst_metrics(model, cluster, best, lone).ttft_seconds.mean
+    assert ttft[4] == pytest.approx(simulated, rel=0.03)
