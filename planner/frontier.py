@@ -13,7 +13,6 @@ docs/cost-model.md (Serving: the throughput-latency frontier).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -30,7 +29,7 @@ from planner.search import non_dominated
 from planner.serve import ServeEstimate
 from planner.serve_search import ServePlan, beats_beyond_a_tie, evaluate
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import ms_to_seconds, seconds_to_ms
+from planner.units import ceil_ms, ms_to_seconds
 
 FRONTIER_TARGETS = 10
 """TPOT limits swept, geometrically spaced from the fastest lone request to the TPOT of the
@@ -116,8 +115,7 @@ def printed_limit(seconds: float) -> float:
     (87.04 ms -> 87.1 ms): planning again with the printed limit finds the same point (the
     limits were unrounded: 86.96 ms printed as 87.0 ran 206 sequences, `--max-tpot-ms 87.0`
     205). Up, so the peak's own TPOT still meets its limit."""
-    scale = 10 ** TARGET_DECIMALS_MS
-    return ms_to_seconds(math.ceil(round(seconds_to_ms(seconds) * scale, 6)) / scale)
+    return ms_to_seconds(ceil_ms(seconds, TARGET_DECIMALS_MS))
 
 
 def pareto_front(candidates: list[FrontierCandidate]) -> list[FrontierCandidate]:
@@ -131,13 +129,7 @@ def check_frontier_request(request: ServeRequest) -> None:
     if request.batch is not None:
         raise SpecError("--batch: --frontier sweeps the concurrency itself (drop --batch)")
     if request.simulates_burst:
-        given = [flag for flag, value in (("--request-rate", request.request_rate_per_s),
-                                          ("--num-prompts", request.num_prompts),
-                                          ("--max-concurrency", request.max_concurrency),
-                                          ("--dataset", request.dataset_lengths or None),
-                                          ("--random-range-ratio", request.random_range_ratio),
-                                          ("--burstiness", request.burstiness)) if value is not None]
-        raise SpecError(f"--frontier: traces the steady state; drop {'/'.join(given)} "
+        raise SpecError(f"--frontier: traces the steady state; drop {'/'.join(request.burst_flags)} "
                         f"(or plan the burst without --frontier)")
 
 

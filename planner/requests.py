@@ -323,10 +323,18 @@ class ServeRequest:
         return rate if rate is not None and math.isfinite(rate) else None
 
     @property
+    def burst_flags(self) -> list[str]:
+        """The flags given that describe a burst for the step simulation to run."""
+        return [flag for flag, value in (("--request-rate", self.request_rate_per_s),
+                                         ("--num-prompts", self.num_prompts),
+                                         ("--max-concurrency", self.max_concurrency),
+                                         ("--dataset", self.dataset_lengths or None),
+                                         ("--random-range-ratio", self.random_range_ratio),
+                                         ("--burstiness", self.burstiness)) if value is not None]
+
+    @property
     def simulates_burst(self) -> bool:
-        return (self.request_rate_per_s is not None or self.num_prompts is not None
-                or self.max_concurrency is not None or bool(self.dataset_lengths)
-                or self.random_range_ratio is not None or self.burstiness is not None)
+        return bool(self.burst_flags)
 
     def __post_init__(self) -> None:
         for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len),

@@ -257,11 +257,9 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
 
     model, cluster, request = plan.model, plan.cluster, plan.request
     # --max-concurrency is a closed loop the disaggregated search prices (disagg_search.client_bound), a
-    # finite --request-rate an open one (rate_bound); --request-rate inf is only a burst
-    rate = request.request_rate_per_s if request.offered_rate_per_s is None else None
-    burst = [flag for flag, value in (("--request-rate", rate), ("--num-prompts", request.num_prompts),
-                                      ("--random-range-ratio", request.random_range_ratio),
-                                      ("--burstiness", request.burstiness)) if value is not None]
+    # finite --request-rate an open one (rate_bound), a --dataset its means; --request-rate inf is only a burst
+    priced = ("--max-concurrency", "--dataset") + (("--request-rate",) if request.offered_rate_per_s is not None else ())
+    burst = [flag for flag in request.burst_flags if flag not in priced]
     if request.mode == "disaggregated" and burst:
         raise SpecError(f"{burst[0]}: the burst is simulated for aggregated replicas only; --mode disaggregated plans "
                         f"the steady state, closed-loop under --max-concurrency, at a finite --request-rate without "

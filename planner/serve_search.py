@@ -44,7 +44,7 @@ from planner.serve import (
     serving_bounds,
 )
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
-from planner.units import ms_to_seconds, plural, seconds_to_ms
+from planner.units import ceil_ms, ms_to_seconds, plural, seconds_to_ms
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
 
@@ -622,42 +622,32 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
         best = min(layouts, key=lambda found: getattr(found, field))
         reach_seconds = getattr(best, field)
         if reach_seconds > limit_seconds:
-            out.append(f"{flag} {_ms_up(reach_seconds):g} or more: the lowest {name} any layout reaches here, "
+            out.append(f"{flag} {ceil_ms(reach_seconds):g} or more: the lowest {name} any layout reaches here, "
                        f"{best.layout} {where}")
-            limit_seconds = ms_to_seconds(_ms_up(reach_seconds))
+            limit_seconds = ms_to_seconds(ceil_ms(reach_seconds))
         relaxed.append((flag, limit_seconds, field, name))
     if len(set_limits) == 1:
+        return out
+
+    def worst_ratio(found: ServeEstimate) -> float:
+        """Against the limits, each raised to the least any layout reaches where none meets it."""
+        return max(getattr(found, field) / limit_seconds for _, limit_seconds, field, _ in relaxed)
+
+    closest = min(layouts, key=worst_ratio)
+    if worst_ratio(closest) <= 1:
         return out
     if out:
         # each raised limit alone is reachable; together with the others they may not be: name
         # the values one layout reaches (following the first line alone failed again on the
         # limit it left out; found by a CLI sweep)
-        def relaxed_ratio(found: ServeEstimate) -> float:
-            return max(getattr(found, field) / limit_seconds for _, limit_seconds, field, _ in relaxed)
-
-        closest = min(layouts, key=relaxed_ratio)
-        if relaxed_ratio(closest) > 1:
-            flags = " and ".join(f"{flag} {_ms_up(max(limit_seconds, getattr(closest, field))):g}"
-                                 for flag, limit_seconds, field, _ in set_limits)
-            out.append(f"{flags} together: some layout reaches each limit above, none all of them; "
-                       f"{closest.layout} {where} reaches these")
-        return out
-
-    def worst_ratio(found: ServeEstimate) -> float:
-        return max(getattr(found, field) / limit_seconds for _, limit_seconds, field, _ in set_limits)
-
-    closest = min(layouts, key=worst_ratio)
-    if worst_ratio(closest) <= 1:
-        return []
+        flags = " and ".join(f"{flag} {ceil_ms(max(limit_seconds, getattr(closest, field))):g}"
+                             for flag, limit_seconds, field, _ in set_limits)
+        return [*out, f"{flags} together: some layout reaches each limit above, none all of them; "
+                      f"{closest.layout} {where} reaches these"]
     flags = " and ".join(flag for flag, _, _, _ in set_limits)
     values = ", ".join(f"{name} {seconds_to_ms(getattr(closest, field)):.1f} ms" for _, _, field, name in set_limits)
     return [f"{flags} together: each alone is reachable, not all at once; the closest, "
             f"{closest.layout}, reaches {values} {where}"]
-
-
-def _ms_up(seconds: float) -> float:
-    """Seconds in ms rounded up to 0.1 ms (a limit that value meets)."""
-    return math.ceil(round(seconds_to_ms(seconds) * 10, 6)) / 10
 
 
 def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> tuple[int, Layout] | None:

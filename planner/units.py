@@ -96,3 +96,10 @@ PLAIN_SMALLEST = 0.001
 def plural(n: int, word: str, words: str | None = None) -> str:
     """`1 layout`, `2 layouts` (`words`: the plural where it is not word + s)."""
     return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+def ceil_ms(seconds: float, decimals: int = 1) -> float:
+    """`seconds` in ms rounded up to `decimals` places, the least printed limit the value meets
+    (87.04 ms -> 87.1; a float's last-digit noise, 87.00000001, stays 87.0)."""
+    scale = 10**decimals
+    return math.ceil(round(seconds_to_ms(seconds) * scale, 6)) / scale

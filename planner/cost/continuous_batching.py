@@ -890,11 +890,11 @@ def greedy_chunks_extra_seconds(input_len: float, prompt_pairs: float, prompt_ch
     4,500-token chunks, below 8,000 tokens' 1.66 s in one (found by a property sweep); greedily,
     8,192 and 808. Each chunk's attention pairs: the rest's r (I - r) + r^2 / 2 (it attends to
     the whole prompt before it), the full chunks' the remainder's mean in the sum, and the p - 1
-    stage times those of the longest chunk, the rest or the last full one (c^2 (N - 3/2) pairs:
-    Llama-3.1-70B tp=2 pp=8, 32,000 tokens, 4 chunks). Where the room does not
-    cut the prompt into N greedy chunks (the rounds' clamp in _steady_pass), the equal chunks'
-    last one's extra pairs alone (its c^2 (N - 1/2) of (2 N - 1) / N^2 of the prompt's pairs:
-    Llama-3.1-70B tp=2 pp=8, 32,000 tokens in 4 chunks, stage times 119/137/155/157 ms)."""
+    stage times those of the longest chunk, the rest or the last full one (c^2 (N - 3/2) pairs).
+    Where the room does not cut the prompt into N greedy chunks (the rounds' clamp in
+    _steady_pass), the equal chunks' last one's extra pairs alone ((2 N - 1) / N^2 of the
+    prompt's pairs: Llama-3.1-70B tp=2 pp=8, 32,000 tokens in 4 chunks, stage times
+    119/137/155/157 ms)."""
     n, k = prompt_chunks, lanes
     mean_seconds = path_seconds(mean_chunk)
     full = min(room_tokens, input_len)

@@ -221,13 +221,12 @@ def bandwidths_section(fits: dict, nccl: bool, flags: list[str] | None = None) -
     for link in ("intra_node", "inter_node"):
         for suffix in ("", f"_{ONE_RANK_PER_NODE}"):
             rates = collective_rates(fits, link, suffix)
-            if rates and link not in section and flags is not None:
+            if rates and link not in section:
                 for op in rates:
                     fit = fits[f"{link}_{op}{suffix}"][1]
-                    if op != ALL_REDUCE and fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
+                    if flags is not None and op != ALL_REDUCE and fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
                         flags.append(f"{link} {op}: poor alpha-beta fit (rms relative residual "
                                      f"{fit.rms_relative_residual:.0%})")
-            if rates and link not in section:
                 section[link] = {
                     op: rounded(units.bytes_per_s_to_gb_per_s(rate)) for op, rate in rates.items()
                 }
