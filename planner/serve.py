@@ -502,9 +502,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
 
     def rounds(concurrency: float, in_flight: int | None = None) -> Callable[[StepLoad, StepLoad | None], RoundTime]:
         in_flight = in_flight or micro_batches_in_flight(layout, concurrency)
-        return lambda load, chunk=None, carriers=1: round_time(model, cluster, layout, placement, stages, load,
-                                                               max(in_flight, carriers), chunk,
-                                                               expert_imbalance(request), constants, priced, carriers)
+        return lambda load, chunk=None, carriers=1, longest=None: round_time(
+            model, cluster, layout, placement, stages, load, max(in_flight, carriers), chunk,
+            expert_imbalance(request), constants, priced, carriers, longest)
 
     # the replicas vLLM's DP front end spreads arrivals over, each to the least loaded (in
     # lockstep EP groups steady_state's busiest-rank terms take that part)
@@ -529,13 +529,14 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             mixed = [(w, (1 + others) / (1 + beside), rounds(concurrency, k))
                      for k, w, others in in_flight_weights(beside, min(layout.pp, cap))]
 
-            def seconds(load, chunk=None, carriers=1) -> float:
-                return sum(w * timed(load.scaled(share), chunk, carriers).seconds for w, share, timed in mixed)
+            def seconds(load, chunk=None, carriers=1, longest=None) -> float:
+                return sum(w * timed(load.scaled(share), chunk, carriers, longest).seconds
+                           for w, share, timed in mixed)
         else:
             timed = rounds(min(concurrency + 1, cap) if open_loop else concurrency)
 
-            def seconds(*load_chunk) -> float:
-                return timed(*load_chunk).seconds
+            def seconds(*load_chunk, **longest) -> float:
+                return timed(*load_chunk, **longest).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
                             first_token[open_loop], lockstep_ranks(model, layout), tokens_per_round, spec_tokens,
@@ -807,7 +808,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if ranks > 1:  # the experts and their exchange see the group's mean, as the steady state prices TTFT
         q = steady.prefill_tokens_per_step * steady.prefill_rounds / request.input_len
         prompt_chunk = replace(prompt_chunk, expert_tokens=chunk * ((1 + (ranks - 1) * q) / ranks if q <= 1 else q))
-    prompt_round = rounds(running)(decode_load, prompt_chunk, steady.prompt_carriers)
+    prompt_round = rounds(running)(decode_load, prompt_chunk, steady.prompt_carriers, steady.path_chunk)
     lone = steady_at(1)
     # a decoding sequence's rows: its token and its drafts
     tokens_per_batch = max(1, math.ceil(steady.decode_seqs * (1 + spec_tokens) / in_flight))

@@ -78,6 +78,10 @@ class SteadyState:
     """N: chunks one prompt is cut into, I / N tokens each (= S_p without PP)."""
     prompt_carriers: int = 1
     """Micro-batches a prompt round fills with its chunks (PP: up to k; 1 without)."""
+    path_chunk: StepLoad | None = None
+    """PP: the chunk on a carrier's path where it is not the mean chunk of I / N tokens
+    (round_time's `longest`): a full chunk of a prompt cut greedily (greedy_cut), at most what
+    the micro-batch's room leaves beside the spread prompt tokens; None: the mean chunk."""
     last_chunk_extra_seconds: float = 0.0
     """PP: how much longer the round of a prompt's last chunk is than the mean chunk's (it
     attends to the whole prompt: prompt_service_seconds); 0 without PP or with one chunk."""
@@ -875,13 +879,33 @@ def prompt_service_seconds(prompt_chunks: float, round_seconds: float, in_flight
     return round_seconds * (1 + (max(prompt_chunks, 1.0) - 1) / k) + last_extra_seconds * (1 - 1 / k)
 
 
+def greedy_cut(input_len: float, prompt_pairs: float, prompt_chunks: float, room_tokens: float
+               ) -> tuple[StepLoad, StepLoad] | None:
+    """(a full chunk, the rest) of a prompt of N > 1 chunks cut greedily, as vLLM cuts it (each
+    step takes as many of its tokens as the step's room c allows, vllm/v1/core/sched/
+    scheduler.py 0.33.0: num_new_tokens capped at the budget left): N - 1 chunks of c and the
+    rest r = I - (N - 1) c. The rest attends to the whole prompt before it, r (I - r) + r^2 / 2
+    pairs; a full chunk the remainder's mean. None where N = 1 or the room does not cut the
+    prompt into N (the rounds' clamp in _steady_pass). 10,000 tokens, room 8,000, N = 2: 8,000
+    tokens (32e6 pairs) and 2,000 (18e6 of causal_pairs' 50e6)."""
+    n = prompt_chunks
+    full = min(room_tokens, input_len)
+    rest = input_len - (n - 1) * full
+    if n <= 1 or n != math.ceil(input_len / room_tokens) or not 0 < rest <= full:
+        return None
+    rest_pairs = rest * (input_len - rest) + rest * rest / 2
+    return (StepLoad(0, 0, full, (prompt_pairs - rest_pairs) / (n - 1), 0.0),
+            StepLoad(0, 0, rest, rest_pairs, 1.0))
+
+
 def greedy_chunks_extra_seconds(input_len: float, prompt_pairs: float, prompt_chunks: float, room_tokens: float,
-                                lanes: int, path_seconds: Callable[[StepLoad], float], mean_chunk: StepLoad) -> float:
+                                lanes: int, path_seconds: Callable[[StepLoad], float], mean_chunk: StepLoad,
+                                mean_seconds: float | None = None) -> float:
     """prompt_service_seconds' E for a prompt of N > 1 chunks through k > 1 pipelined lanes:
     what its service takes over the N equal chunks of I / N tokens it is priced as, per
     (1 - 1 / k). vLLM cuts a prompt greedily, each step taking as many of its tokens as the
     step's room allows (vllm/v1/core/sched/scheduler.py 0.33.0: num_new_tokens capped at the
-    budget left), so N - 1 chunks of the room c and the rest r = I - (N - 1) c. Chunks in
+    budget left), so N - 1 chunks of the room c and the rest r = I - (N - 1) c (greedy_cut). Chunks in
     consecutive micro-batches through p identical stages finish, the last, after the sum of
     their stage times plus p - 1 of the longest (a flow shop's makespan): with a carrier's path
     R(x) about p stage times, ((N - 1) R(c) + R(r)) / k + (1 - 1 / k) R(c), where the equal
@@ -894,22 +918,23 @@ def greedy_chunks_extra_seconds(input_len: float, prompt_pairs: float, prompt_ch
     Where the room does not cut the prompt into N greedy chunks (the rounds' clamp in
     _steady_pass), the equal chunks' last one's extra pairs alone ((2 N - 1) / N^2 of the
     prompt's pairs: Llama-3.1-70B tp=2 pp=8, 32,000 tokens in 4 chunks, stage times
-    119/137/155/157 ms)."""
+    119/137/155/157 ms). `mean_seconds`: the mean chunk's round as the service prices it, where
+    its path is already a full chunk's (round_time's `longest`), so E may be below 0 (the rest
+    is shorter than a full chunk); None: path_seconds(mean_chunk), E at least 0."""
     n, k = prompt_chunks, lanes
-    mean_seconds = path_seconds(mean_chunk)
-    full = min(room_tokens, input_len)
-    rest = input_len - (n - 1) * full
-    if n != math.ceil(input_len / room_tokens) or not 0 < rest <= full:
+    cut = greedy_cut(input_len, prompt_pairs, n, room_tokens)
+    floor = 0.0 if mean_seconds is None else -math.inf
+    mean_seconds = path_seconds(mean_chunk) if mean_seconds is None else mean_seconds
+    if cut is None:
         last = replace(mean_chunk, prefill_attention_pairs=prompt_pairs * (2 * n - 1) / n**2)
         return max(0.0, path_seconds(last) - mean_seconds)
-    rest_pairs = rest * (input_len - rest) + rest * rest / 2
-    full_seconds = path_seconds(StepLoad(0, 0, full, (prompt_pairs - rest_pairs) / (n - 1), 0.0))
-    rest_seconds = path_seconds(StepLoad(0, 0, rest, rest_pairs, 1.0))
+    full, rest = cut
+    full_seconds, rest_seconds = path_seconds(full), path_seconds(rest)
     # the longest chunk: the rest, or the last full one (it attends to the n - 2 before it)
-    last_full_seconds = path_seconds(StepLoad(0, 0, full, full * full * (n - 1.5), 0.0))
+    last_full_seconds = path_seconds(replace(full, prefill_attention_pairs=full.prefill_tokens**2 * (n - 1.5)))
     longest = max(rest_seconds, last_full_seconds)
     greedy = ((n - 1) * full_seconds + rest_seconds) / k + (1 - 1 / k) * longest
-    return max(0.0, (greedy - mean_seconds * (1 + (n - 1) / k)) / (1 - 1 / k))
+    return max(floor, (greedy - mean_seconds * (1 + (n - 1) / k)) / (1 - 1 / k))
 
 
 def prompts_take_turns(input_len: float, step_budget_tokens: float) -> bool:
@@ -1218,11 +1243,25 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     carriers = max(1, math.ceil(prompt_chunks / prefill_rounds)) if prefill_rounds else 1
     one_chunk = StepLoad(0, 0, i / prompt_chunks, pairs / prompt_chunks, 1 / prompt_chunks)
     chunk_tokens = one_chunk.prefill_tokens
-    carried = round_seconds  # (load, chunk, n carriers) with PP
-    if carriers > 1:  # PP: a prompt round fills n micro-batches (one chunk each)
+    # PP: a prompt's chunks are cut greedily (greedy_cut), so a carrier's path holds a full
+    # chunk's tokens where the round's work is that of the mean chunks (round_time's `longest`);
+    # its attention the mean chunk's (a round's carriers hold chunks at every offset of their
+    # prompts: the full chunks' own pairs, fewer than the mean's, would shorten the path)
+    cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 and lockstep_ranks == 1 else None
+    longest = None if cut is None else replace(one_chunk, prefill_tokens=cut[0].prefill_tokens)
+    given = round_seconds
 
-        def round_seconds(load: StepLoad, chunk: StepLoad | None) -> float:
-            return carried(load, chunk) if chunk is None else carried(load, chunk, carriers)
+    def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1) -> float:
+        """The round of `load` with n carriers of `chunk` ((load, chunk, n carriers) with PP)."""
+        if chunk is None:
+            return given(load, None)
+        if longest is not None and chunk is one_chunk:
+            return given(load, chunk, n, longest=longest)
+        return given(load, chunk, n) if n != 1 else given(load, chunk)
+
+    def round_seconds(load: StepLoad, chunk: StepLoad | None) -> float:
+        """A prompt round fills n micro-batches (one chunk each; n > 1 with PP)."""
+        return carried(load, chunk, carriers)
     decoding_round = None
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
@@ -1253,6 +1292,16 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
+        if pipeline_stages > 1 and lockstep_ranks == 1:
+            # no micro-batch holds more prompt tokens than its room: a carrier's chunk (a whole
+            # prompt, or a full chunk) and its share of the spread fill it at most, the rest is
+            # another's (a 2,040-token prompt in a 2,042-token room beside 826 spread tokens made
+            # a 2,866-token path: Llama-3.1-70B fp8 tp=1 pp=4 on L40S at 28 clients, 2,040/10
+            # tokens, 20 tok/s where 2,048-token prompts ran 24 and the step simulation 29-34)
+            on_top = one_chunk if longest is None else longest
+            cap = max(room - others * chunk_tokens / in_flight, 0.0)
+            if on_top.prefill_tokens > cap:
+                longest = on_top.scaled(cap / on_top.prefill_tokens)
         if filled == carriers:
             prompt_round = mean_round = round_seconds(spread, one_chunk)
         else:  # a fractional number of carrier micro-batches: the mean of its two whole neighbours
@@ -1265,7 +1314,8 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
         base = decode if chunks_per_round <= 1 else spread
         last_extra_seconds = greedy_chunks_extra_seconds(
-            i, pairs, prompt_chunks, room, lanes, lambda chunk: carried(base, chunk, 1), one_chunk)
+            i, pairs, prompt_chunks, room, lanes, lambda chunk: given(base, chunk, 1), one_chunk,
+            None if longest is None else carried(base, one_chunk))
     held = c  # requests the engine holds: at a rate, less the first-token cost's share of E2E
     residence_rounds = d + prefill_rounds + queue_rounds + outside_rounds
     if open_loop and residence_rounds > 0:
@@ -1486,6 +1536,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         tokens_per_round=tokens_per_round,
         prompt_chunks=prompt_chunks,
         prompt_carriers=carriers,
+        path_chunk=longest,
         last_chunk_extra_seconds=last_extra_seconds,
         ahead_seconds=ahead_seconds,
         first_token_seconds=first_token_seconds,

@@ -66,7 +66,8 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     6,666.7-token chunk, 16.67 ms each: 50 ms of service."""
     from planner.cost.continuous_batching import prompt_chunking
 
-    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1, longest=None) -> float:
+        # paced by the round's prompt tokens, not a carrier's path: the full chunk on it (longest) adds nothing
         prompt = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
         return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * prompt + 0.005 * (carriers - 1)
 
@@ -91,41 +92,47 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
 
 
 
-def _pipelined_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+def _pipelined_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1,
+                     longest: StepLoad | None = None) -> float:
     """A round of k = 4 micro-batches paced by its fullest one: 10 ms + 2 us per prompt token
-    of the fullest micro-batch (a carrier: its chunk and its quarter of the spread load) +
-    0.1 us per prompt token of the whole round."""
-    fullest = load.prefill_tokens / 4 + (chunk.prefill_tokens if chunk else 0)
+    of the fullest micro-batch (a carrier: its chunk, or the one on its path where that is
+    given (`longest`), and its quarter of the spread load) + 0.1 us per prompt token of the
+    whole round (n chunks)."""
+    fullest = load.prefill_tokens / 4 + ((longest or chunk).prefill_tokens if chunk else 0)
     whole = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
     return FIXED_ROUND_SECONDS + 2e-6 * fullest + 1e-7 * whole
 
 
 @pytest.mark.parametrize("clients", [3, 12])
 def test_pipelined_prompt_chunks_take_micro_batches_of_their_own_by_hand(clients):
-    """I = 10,000, O = 2, B = 8192, k = p = 4 (PP): N = ceil(10,000 / ~8191.x) = 2 chunks of
-    5,000 tokens, S_p = 1 round of n = 2 carriers. When q = lambda S_p > 1 prompt rounds share
-    a round, the round's 2q chunks each fill a micro-batch of their own up to the p = 4 lanes
-    (a 5,000-token chunk leaves no room for another's), and only 2q - 4 beyond that ride beside
-    them, spread over the 4. At C = 3, q = 3 / (1 + 1 + X) = 1.006 (X = 0.98 rounds: the wait
-    for the round in progress and the prompt's service beyond its round, its chunks cut greedily,
-    8,191 and 1,809 tokens, whose paths 27.2 and 13.8 ms take 5.0 ms more than two of 5,000:
-    greedy_chunks_extra_seconds; 1.094 and 0.74 rounds with equal chunks): 2q = 2.01 carriers,
-    the mean of 2 and 3: the fullest holds 5,000 tokens, R(n) = 10 + 10 + 0.5 n ms, mean round
-    21.01 ms (the carriers' spread over all 4 micro-batches made the fullest 5,000 + 0.01 x
-    5,000 / 4). At C = 12 the 2q > 4 chunks fill the 4 lanes and the rest spread: the fullest
-    5,000 + (2q - 4) 5,000 / 4, the whole 2q 5,000."""
+    """I = 10,000, O = 2, B = 8192, k = p = 4 (PP): N = ceil(10,000 / ~8191.x) = 2 chunks, S_p =
+    1 round of n = 2 carriers; the round's work is that of 2 chunks of 5,000 tokens, but vLLM cuts
+    a prompt greedily (greedy_cut): a full chunk of the room c = 8,192 - n_d / 4 and the rest, so
+    a carrier's path holds c tokens (round_time's `longest`). When q = lambda S_p > 1 prompt rounds
+    share a round, the round's 2q chunks each fill a micro-batch of their own up to the p = 4
+    lanes, and only 2q - 4 beyond that ride beside them, spread over the 4; no micro-batch holds
+    more than its room, so the carrier on the path holds c - (2q - 4) 5,000 / 4 of its chunk
+    beside them. Either way the fullest micro-batch holds c: R = 10 ms + 2 us x c + 0.1 us x 2q
+    x 5,000. At C = 3, q = 3 / (1 + 1 + X) = 1.155 with X = 0.597 rounds (the wait for the round
+    in progress and the prompt's service beyond its round; its rest, 1,808 tokens, takes 3.9 ms
+    less than a full chunk's path: E < 0): c = 8,191.71, R = 10 + 16.383 + 1.155 = 27.539 ms
+    (priced as two chunks of 5,000 the fullest held 5,000: R = 21.01 ms at q = 1.006, the path
+    41% too short). At C = 12 the 2q = 6.55 chunks fill the 4 lanes and 2.55 spread: the carrier
+    on the path holds 5,000 tokens of its chunk beside 3,191 spread, c in all."""
     steady = steady_state(clients, 10_000, 2, 8192, 4, _pipelined_round, 0.0, pipeline_stages=4)
     assert (steady.prompt_chunks, steady.prefill_rounds, steady.prompt_carriers) == (2, 1, 2)
     q = steady.prefill_tokens_per_step / 10_000
     assert q > 1
-    filled = min(2 * q, 4)
-    fullest = 5_000 + (2 * q - filled) * 5_000 / 4
-    assert steady.step_seconds == pytest.approx(0.010 + 2e-6 * fullest + 1e-7 * 2 * q * 5_000, rel=1e-9)
+    room = 8192 - q * 1 / 4  # n_d = lambda D, D = 1, lambda = q (S_p = 1)
+    assert steady.step_seconds == pytest.approx(0.010 + 2e-6 * room + 1e-7 * 2 * q * 5_000, rel=1e-9)
+    spread = max(2 * q - 4, 0) * 5_000 / 4
+    assert steady.path_chunk.prefill_tokens == pytest.approx(room - spread, rel=1e-9)
     if clients == 3:
-        assert q == pytest.approx(1.006, abs=0.001)
-        assert steady.step_seconds == pytest.approx(0.020 + 0.0005 * 2 * q, rel=1e-9)
+        assert q == pytest.approx(1.155, abs=0.001)
+        assert steady.step_seconds == pytest.approx(0.027539, rel=1e-4)
+        assert steady.last_chunk_extra_seconds < 0
     else:
-        assert filled == 4
+        assert steady.path_chunk.prefill_tokens == pytest.approx(5_000, rel=1e-3)
     # one micro-batch (no PP): the chunks all ride one, as before
     alone = steady_state(clients, 10_000, 2, 8192, 1, _pipelined_round, 0.0)
     assert alone.prompt_carriers == 1
@@ -599,7 +606,7 @@ def test_prompt_chunks_fit_the_rounds_that_carry_them(concurrency, input_len, ou
     """Whatever the load: a prompt's N chunks fill its S_p rounds of k micro-batches (N <= S_p k,
     and more than S_p - 1 rounds would hold), a prompt round has at most k carriers, and
     without PP (k = 1) a prompt takes one chunk a round (N = S_p)."""
-    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1) -> float:
+    def carrying_round(load: StepLoad, chunk: StepLoad | None, carriers: int = 1, longest=None) -> float:
         assert carriers <= in_flight
         prompt = load.prefill_tokens + (carriers * chunk.prefill_tokens if chunk else 0)
         return FIXED_ROUND_SECONDS + SECONDS_PER_PROMPT_TOKEN * prompt
@@ -648,3 +655,48 @@ def test_a_prompt_just_past_one_budget_is_cut_greedily_through_the_pipeline():
     best = plan_serving(model, cluster, lone).recommended
     simulated = burst_metrics(model, cluster, best, lone).ttft_seconds.mean
     assert ttft[4] == pytest.approx(simulated, rel=0.03)
+
+
+def _closed_loop_against_simulation(model_name: str, cluster_name: str, tp: int, pp: int, input_len: int,
+                                    output_len: int, clients: int) -> tuple[float, float]:
+    """(the plan's output tokens/s, a 12-clients-deep closed-loop step simulation's with lengths
+    drawn within +/-50% of the means, which keeps requests from finishing in cohorts)."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import LayoutFilter
+    from planner.serve import burst_metrics
+    from planner.serve_search import plan_serving
+
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    pinned = LayoutFilter(tp=tp, pp=pp)
+    best = plan_serving(model, cluster, ServeRequest(input_len=input_len, output_len=output_len, batch=clients,
+                                                     layout=pinned)).recommended
+    burst = burst_metrics(model, cluster, best, ServeRequest(
+        input_len=input_len, output_len=output_len, layout=pinned, num_prompts=12 * clients,
+        max_concurrency=clients, random_range_ratio=0.5))
+    return best.throughput_tokens_per_second, burst.output_token_throughput_per_second
+
+
+def test_a_pipelined_round_holds_no_micro_batch_over_its_room():
+    """Llama-3.1-70B fp8 tp=1 pp=4 on 4 L40S (budget 2,048), 28 clients, 10-token outputs: whole
+    prompts of 2,040 tokens ran 20 tok/s and prompts of 2,048 (two chunks) 41, where the step
+    simulation has 29-30 for both (found by a sweep). The whole prompt's carrier held it beside its
+    share of the round's spread prompt tokens, 2,866 tokens in a 2,042-token room; the two chunks
+    were priced as 1,024 each where vLLM cuts 2,042 and 6. Now a carrier's path holds at most its
+    room (round_time's `longest`) and a full chunk's tokens: 27.8 and 27.6 tok/s, within 10% of
+    the simulation, and no faster for the longer prompt."""
+    short, simulated_short = _closed_loop_against_simulation("llama-3.1-70b-fp8", "1x4xL40S", 1, 4, 2040, 10, 28)
+    long_, simulated_long = _closed_loop_against_simulation("llama-3.1-70b-fp8", "1x4xL40S", 1, 4, 2048, 10, 28)
+    assert long_ <= short
+    assert short == pytest.approx(long_, rel=0.05)
+    assert short == pytest.approx(simulated_short, rel=0.10)
+    assert long_ == pytest.approx(simulated_long, rel=0.10)
+
+
+def test_a_prompt_just_past_the_budget_is_not_priced_as_two_half_chunks_in_a_round():
+    """Llama-3.1-70B tp=2 pp=4 on 8 H100 (budget 8,192), 32 clients, 8,192/256 tokens: priced as
+    two chunks of 4,096 the carriers' path was half a full chunk's, 347 tok/s against 8,100-token
+    prompts' 217 and a step simulation's 247 (+41%). vLLM cuts 8,190 + 2 tokens: now 222 tok/s,
+    within 15% of the simulation (the steady state's carrier paths rotate less than the
+    simulation's: -10%)."""
+    planned, simulated = _closed_loop_against_simulation("llama-3.1-70b", "1x8xH100", 2, 4, 8192, 256, 32)
+    assert planned == pytest.approx(simulated, rel=0.15)
