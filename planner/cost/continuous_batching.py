@@ -1247,21 +1247,45 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # chunk's tokens where the round's work is that of the mean chunks (round_time's `longest`);
     # its attention the mean chunk's (a round's carriers hold chunks at every offset of their
     # prompts: the full chunks' own pairs, fewer than the mean's, would shorten the path)
-    cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 and lockstep_ranks == 1 else None
+    cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 else None
     longest = None if cut is None else replace(one_chunk, prefill_tokens=cut[0].prefill_tokens)
     given = round_seconds
 
-    def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1) -> float:
-        """The round of `load` with n carriers of `chunk` ((load, chunk, n carriers) with PP)."""
+    def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1, on_path: StepLoad | None = None) -> float:
+        """The round of `load` with n carriers of `chunk` ((load, chunk, n carriers) with PP), the
+        chunk on their path `on_path`, else the full chunk where a prompt is cut greedily (with
+        the carriers' expert tokens: DP ranks in lockstep)."""
         if chunk is None:
             return given(load, None)
-        if longest is not None and chunk is one_chunk:
-            return given(load, chunk, n, longest=longest)
+        if on_path is None and longest is not None:
+            on_path = replace(longest, expert_tokens=None if chunk.expert_tokens is None else
+                              chunk.expert_tokens * longest.prefill_tokens / chunk.prefill_tokens)
+        if on_path is not None:
+            return given(load, chunk, n, longest=on_path)
         return given(load, chunk, n) if n != 1 else given(load, chunk)
 
+    # a prompt's S_p rounds: S_p - 1 of n carriers, the last of the N - (S_p - 1) n chunks left
+    # (N = 3 chunks in 2 lanes: 2 + 1, not 2 + 2: pricing every round at n carriers counted 4
+    # chunks' work for 3, and with the path of a full chunk in each: Llama-3.1-8B tp=1 pp=2 on
+    # A100 at 24 clients, 4,200/128 tokens, 1,545 tok/s against 3,900 tokens' 2,405, where the
+    # step simulation has 2,093 and 2,192; found by a sweep against it)
+    last_carriers = min(max(round(prompt_chunks - (prefill_rounds - 1) * carriers), 1), carriers)
+
+    def prompt_rounds_seconds(load: StepLoad, chunk: StepLoad) -> float:
+        """The mean of a prompt's S_p rounds of `chunk` beside `load`; a last round holding only
+        the greedy cut's rest has the rest on its path."""
+        whole = carried(load, chunk, carriers)
+        if prefill_rounds <= 1 or last_carriers == carriers:
+            return whole
+        rest = None if cut is None or last_carriers > 1 else replace(
+            chunk, prefill_tokens=cut[1].prefill_tokens, prefill_attention_pairs=cut[1].prefill_attention_pairs,
+            expert_tokens=None if chunk.expert_tokens is None else
+            chunk.expert_tokens * cut[1].prefill_tokens / chunk.prefill_tokens)
+        return ((prefill_rounds - 1) * whole + carried(load, chunk, last_carriers, rest)) / prefill_rounds
+
     def round_seconds(load: StepLoad, chunk: StepLoad | None) -> float:
-        """A prompt round fills n micro-batches (one chunk each; n > 1 with PP)."""
-        return carried(load, chunk, carriers)
+        """A prompt round (the mean of a prompt's S_p), or a round without one."""
+        return carried(load, None) if chunk is None else prompt_rounds_seconds(load, chunk)
     decoding_round = None
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
@@ -1286,13 +1310,15 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # at 1.45 chunks each, over their room: Llama-3.1-70B tp=2 pp=8, 32,000/16 tokens at 32
         # clients, capacity 1.14 req/s where the step simulation falls behind only past 1.5. Whole prompts
         # (N = 1) share micro-batches: one carries a whole prompt, the others' spread
-        filled = min(busiest * carriers, lanes) if pipeline_stages > 1 and prompt_chunks > 1 else carriers
-        others = busiest * carriers - filled  # the chunks beyond the carriers', spread
+        # a prompt round holds N / S_p chunks on average (S_p - 1 of n and the rest in the last)
+        per_round = prompt_chunks / prefill_rounds if prefill_rounds else 1.0
+        filled = min(busiest * per_round, lanes) if pipeline_stages > 1 and prompt_chunks > 1 else carriers
+        others = busiest * per_round - filled  # the chunks beyond the carriers', spread
         spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
-        if pipeline_stages > 1 and lockstep_ranks == 1:
+        if pipeline_stages > 1:
             # no micro-batch holds more prompt tokens than its room: a carrier's chunk (a whole
             # prompt, or a full chunk) and its share of the spread fill it at most, the rest is
             # another's (a 2,040-token prompt in a 2,042-token room beside 826 spread tokens made
@@ -1303,7 +1329,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             if on_top.prefill_tokens > cap:
                 longest = on_top.scaled(cap / on_top.prefill_tokens)
         if filled == carriers:
-            prompt_round = mean_round = round_seconds(spread, one_chunk)
+            prompt_round = mean_round = carried(spread, one_chunk, carriers)
         else:  # a fractional number of carrier micro-batches: the mean of its two whole neighbours
             fewer = math.floor(filled)
             part = filled - fewer
@@ -1311,11 +1337,23 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                 part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
-    if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
+    if lanes > 1 and prompt_chunks > 1:
         base = decode if chunks_per_round <= 1 else spread
         last_extra_seconds = greedy_chunks_extra_seconds(
             i, pairs, prompt_chunks, room, lanes, lambda chunk: given(base, chunk, 1), one_chunk,
             None if longest is None else carried(base, one_chunk))
+        if not open_loop and 0 < chunks_per_round <= 1 and lockstep_ranks == 1:
+            # a closed loop's prompt rounds one at a time: its N chunks hold the pipeline for
+            # their traversal (a flow shop, N + p - 1 chunk-stage times where its S_p rounds
+            # price S_p p: prompt_service_seconds), and the decoders' steps queued behind them at
+            # every stage wait for its tail, unless the next round's prompt fills the stages it
+            # drains (a share q of rounds carry one; at q = 1 none is left, as past it; at a
+            # rate pipeline_windows prices the tails). Llama-3.1-8B tp=1 pp=2 on H100 at 24
+            # clients, 16,350/128 tokens (8,190 + 8,160): 1,629 tok/s where the step simulation
+            # has 1,252; found by a sweep against it
+            traversal = prompt_service_seconds(prompt_chunks, prompt_round, lanes, last_extra_seconds) / prefill_rounds
+            if traversal > prompt_round:
+                mean_round += chunks_per_round * (1 - chunks_per_round) * (traversal - prompt_round)
     held = c  # requests the engine holds: at a rate, less the first-token cost's share of E2E
     residence_rounds = d + prefill_rounds + queue_rounds + outside_rounds
     if open_loop and residence_rounds > 0:

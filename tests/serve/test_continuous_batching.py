@@ -51,18 +51,19 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     8192 - n_d / 4 ~ 8191.0: N = ceil(20,000 / 8191.0) = 3 chunks of 6,666.7 tokens, and one
     round takes up to k = 4 of them (vLLM schedules a prompt's next chunk while the last is in
     flight): S_p = ceil(3 / 4) = 1 round of n = 3 carriers. lambda = 4 / (101 + X), X the rounds
-    outside (test_steady_state_unsaturated_by_hand): X = (0.75 T + 60 ms + 100 TPOT) / T - 101
-    with T = 10 + 30 q ms and TPOT = T - (T - 10) / 4 (the others' chunks); settled at q =
-    0.03860: T = 11.16, TPOT = 10.87, X = (8.37 + 61.14 + 1087) / 11.16 - 101 = 2.63 (the
-    service's 61.14 ms below; 0.03865 and 2.53 with equal chunks).
+    outside (test_steady_state_unsaturated_by_hand): X = (0.75 T + 61.14 ms + 100 TPOT) / T - 101
+    with TPOT = T - (T - 10) / 4 (the others' chunks) and T the mean round below; settled at q =
+    0.03931: T = 11.98, TPOT = 11.48, X = (8.98 + 61.14 + 1148) / 11.98 - 101 = 0.73.
     Prompt round = 10 + 20,000 * 1 us + 2 * 5 = 40 ms; the prompt's service is that round
     plus its chunks one micro-batch apart, 40 * (1 + 2 / 4) = 60 ms for equal chunks. vLLM cuts
     them greedily, two of the room c = 8,192 - n_d / 4 and the rest r = 20,000 - 2 c
     (greedy_chunks_extra_seconds): their paths 10 ms + tokens * 1 us flow through the 4 stages
     in ((2 (10 + c) + (10 + r)) / 4 + 0.75 (10 + c)) us-per-token terms, against the equal
-    chunks' 1.5 (10 + 20,000 / 3): (3 c - 20,000) / 4 us more, 1.14 ms. With q = lambda * S_p:
-    mean round = (1 - q) * 10 + q * 40 ms = 11.16 ms; TTFT = (1 - 1/4) * mean + 60 + 1.14 =
-    69.51 ms. With one micro-batch (k = 1) the same prompt takes S_p = 3 rounds of one
+    chunks' 1.5 (10 + 20,000 / 3): (3 c - 20,000) / 4 us more, 1.14 ms: a service of 61.14 ms.
+    With q = lambda * S_p: mean round = (1 - q) * 10 + q * 40 ms, and in a closed loop the
+    service's tail past its round, 21.14 ms, holds the decoders queued behind the chunks unless
+    the next round carries a prompt: + q (1 - q) 21.14 ms; 11.98 ms; TTFT = (1 - 1/4) * mean +
+    61.14 = 70.13 ms. With one micro-batch (k = 1) the same prompt takes S_p = 3 rounds of one
     6,666.7-token chunk, 16.67 ms each: 50 ms of service."""
     from planner.cost.continuous_batching import prompt_chunking
 
@@ -83,11 +84,12 @@ def test_a_long_prompt_fills_the_pipelines_micro_batches_by_hand():
     q = piped.prefill_tokens_per_step / 20_000
     outside = piped.e2e_seconds / piped.step_seconds - 101
     assert q == pytest.approx(4 / (101 + outside), rel=2.0**-10)
-    assert q == pytest.approx(0.03860, rel=1e-3)
-    mean = (1 - q) * 0.010 + q * 0.040
-    assert piped.step_seconds == pytest.approx(mean, rel=1e-12)
+    assert q == pytest.approx(0.03931, rel=1e-3)
     room = 8192 - q * 100 / 4  # the decodes' share of a micro-batch's budget: n_d = q D
-    assert piped.ttft_seconds == pytest.approx(0.75 * mean + 0.060 + (3 * room - 20_000) / 4 * 1e-6, rel=1e-9)
+    service = 0.060 + (3 * room - 20_000) / 4 * 1e-6
+    mean = (1 - q) * 0.010 + q * 0.040 + q * (1 - q) * (service - 0.040)
+    assert piped.step_seconds == pytest.approx(mean, rel=1e-12)
+    assert piped.ttft_seconds == pytest.approx(0.75 * mean + service, rel=1e-9)
 
 
 
