@@ -1246,20 +1246,20 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # PP: a prompt's chunks are cut greedily (greedy_cut), so a carrier's path holds a full
     # chunk's tokens where the round's work is that of the mean chunks (round_time's `longest`);
     # its attention the mean chunk's (a round's carriers hold chunks at every offset of their
-    # prompts: the full chunks' own pairs, fewer than the mean's, would shorten the path)
-    cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 else None
+    # prompts: the full chunks' own pairs, fewer than the mean's, would shorten the path). Not
+    # for DP ranks in lockstep: a path of its own a round is another stage step of every MoE
+    # layer, which took the serving search over 16,384 GPUs from 0.20 to 0.25 s (DeepSeek-V3)
+    cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 and lockstep_ranks == 1 else None
     longest = None if cut is None else replace(one_chunk, prefill_tokens=cut[0].prefill_tokens)
     given = round_seconds
 
     def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1, on_path: StepLoad | None = None) -> float:
         """The round of `load` with n carriers of `chunk` ((load, chunk, n carriers) with PP), the
-        chunk on their path `on_path`, else the full chunk where a prompt is cut greedily (with
-        the carriers' expert tokens: DP ranks in lockstep)."""
+        chunk on their path `on_path`, else the full chunk where a prompt is cut greedily."""
         if chunk is None:
             return given(load, None)
-        if on_path is None and longest is not None:
-            on_path = replace(longest, expert_tokens=None if chunk.expert_tokens is None else
-                              chunk.expert_tokens * longest.prefill_tokens / chunk.prefill_tokens)
+        if on_path is None:
+            on_path = longest
         if on_path is not None:
             return given(load, chunk, n, longest=on_path)
         return given(load, chunk, n) if n != 1 else given(load, chunk)
@@ -1268,7 +1268,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # (N = 3 chunks in 2 lanes: 2 + 1, not 2 + 2: pricing every round at n carriers counted 4
     # chunks' work for 3, and with the path of a full chunk in each: Llama-3.1-8B tp=1 pp=2 on
     # A100 at 24 clients, 4,200/128 tokens, 1,545 tok/s against 3,900 tokens' 2,405, where the
-    # step simulation has 2,093 and 2,192; found by a sweep against it)
+    # step simulation has 1,888 and 1,969; found by a sweep against it)
     last_carriers = min(max(round(prompt_chunks - (prefill_rounds - 1) * carriers), 1), carriers)
 
     def prompt_rounds_seconds(load: StepLoad, chunk: StepLoad) -> float:
@@ -1278,9 +1278,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         if prefill_rounds <= 1 or last_carriers == carriers:
             return whole
         rest = None if cut is None or last_carriers > 1 else replace(
-            chunk, prefill_tokens=cut[1].prefill_tokens, prefill_attention_pairs=cut[1].prefill_attention_pairs,
-            expert_tokens=None if chunk.expert_tokens is None else
-            chunk.expert_tokens * cut[1].prefill_tokens / chunk.prefill_tokens)
+            chunk, prefill_tokens=cut[1].prefill_tokens, prefill_attention_pairs=cut[1].prefill_attention_pairs)
         return ((prefill_rounds - 1) * whole + carried(load, chunk, last_carriers, rest)) / prefill_rounds
 
     def round_seconds(load: StepLoad, chunk: StepLoad | None) -> float:
@@ -1318,7 +1316,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
                           decode_seqs * spec_tokens)
-        if pipeline_stages > 1:
+        if pipeline_stages > 1 and lockstep_ranks == 1:
             # no micro-batch holds more prompt tokens than its room: a carrier's chunk (a whole
             # prompt, or a full chunk) and its share of the spread fill it at most, the rest is
             # another's (a 2,040-token prompt in a 2,042-token room beside 826 spread tokens made
@@ -1337,7 +1335,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                 part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
-    if lanes > 1 and prompt_chunks > 1:
+    if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
         base = decode if chunks_per_round <= 1 else spread
         last_extra_seconds = greedy_chunks_extra_seconds(
             i, pairs, prompt_chunks, room, lanes, lambda chunk: given(base, chunk, 1), one_chunk,
