@@ -1253,12 +1253,14 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     longest = None if cut is None else replace(one_chunk, prefill_tokens=cut[0].prefill_tokens)
     given = round_seconds
 
-    def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1, on_path: StepLoad | None = None) -> float:
+    def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1, on_path: StepLoad | None = None,
+                greedy: bool = True) -> float:
         """The round of `load` with n carriers of `chunk` ((load, chunk, n carriers) with PP), the
-        chunk on their path `on_path`, else the full chunk where a prompt is cut greedily."""
+        chunk on their path `on_path`, else (`greedy`) the full chunk where a prompt is cut
+        greedily, else the mean chunk."""
         if chunk is None:
             return given(load, None)
-        if on_path is None:
+        if on_path is None and greedy:
             on_path = longest
         if on_path is not None:
             return given(load, chunk, n, longest=on_path)
@@ -1271,10 +1273,11 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # step simulation has 1,888 and 1,969; found by a sweep against it)
     last_carriers = min(max(round(prompt_chunks - (prefill_rounds - 1) * carriers), 1), carriers)
 
-    def prompt_rounds_seconds(load: StepLoad, chunk: StepLoad) -> float:
-        """The mean of a prompt's S_p rounds of `chunk` beside `load`; a last round holding only
-        the greedy cut's rest has the rest on its path."""
-        whole = carried(load, chunk, carriers)
+    def prompt_rounds_seconds(load: StepLoad, chunk: StepLoad, whole: float | None = None) -> float:
+        """The mean of a prompt's S_p rounds of `chunk` beside `load` (`whole`: its round of n
+        carriers, when priced already); a last round holding only the greedy cut's rest has the
+        rest on its path."""
+        whole = carried(load, chunk, carriers) if whole is None else whole
         if prefill_rounds <= 1 or last_carriers == carriers:
             return whole
         rest = None if cut is None or last_carriers > 1 else replace(
@@ -1288,14 +1291,19 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     if chunks_per_round <= 1:
         carrying = busiest_rank_chunks(chunks_per_round, lockstep_ranks)  # 1 - (1 - q)^d
         busiest = carrying
-        prompt_round = round_seconds(decode, one_chunk)
+        # a prompt's own round (its chunks in n carriers: its service prices its traversal), and
+        # the mean of its S_p rounds (the work they add to the mean round)
+        own_prompt_round = carried(decode, one_chunk, carriers)
+        prompt_round = prompt_rounds_seconds(decode, one_chunk, own_prompt_round)
+        # its own round with mean chunks on the path (None: the same round)
+        chunk_round = None if longest is None else carried(decode, one_chunk, carriers, greedy=False)
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
         if lockstep_ranks > 1 and carrying > 0:
             some = replace(one_chunk, expert_tokens=chunk_tokens * chunks_per_round / carrying)
             mean_round = (1 - carrying) * decode_round + carrying * round_seconds(decode, some)
             mine = replace(one_chunk, expert_tokens=chunk_tokens * (1 + (lockstep_ranks - 1) * chunks_per_round)
                            / lockstep_ranks)
-            prompt_round = round_seconds(decode, mine)
+            prompt_round = own_prompt_round = carried(decode, mine, carriers)
             decoding_round = lockstep_decoding_round(chunks_per_round, c, lockstep_ranks, decode_round,
                                                      lambda chunks: round_seconds(decode, replace(
                                                          one_chunk, expert_tokens=chunk_tokens * chunks)),
@@ -1326,13 +1334,18 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             cap = max(room - others * chunk_tokens / in_flight, 0.0)
             if on_top.prefill_tokens > cap:
                 longest = on_top.scaled(cap / on_top.prefill_tokens)
-        if filled == carriers:
-            prompt_round = mean_round = carried(spread, one_chunk, carriers)
-        else:  # a fractional number of carrier micro-batches: the mean of its two whole neighbours
+        def filled_round(greedy: bool) -> float:
+            """The round of `filled` carriers beside the spread: a fractional number of carrier
+            micro-batches is the mean of its two whole neighbours."""
+            if filled == carriers:
+                return carried(spread, one_chunk, carriers, greedy=greedy)
             fewer = math.floor(filled)
             part = filled - fewer
-            prompt_round = mean_round = (1 - part) * carried(spread, one_chunk, fewer) + (
-                part * carried(spread, one_chunk, fewer + 1) if part else 0.0)
+            return (1 - part) * carried(spread, one_chunk, fewer, greedy=greedy) + (
+                part * carried(spread, one_chunk, fewer + 1, greedy=greedy) if part else 0.0)
+
+        prompt_round = mean_round = own_prompt_round = filled_round(True)
+        chunk_round = None if longest is None else filled_round(False)
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
@@ -1349,7 +1362,8 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # rate pipeline_windows prices the tails). Llama-3.1-8B tp=1 pp=2 on H100 at 24
             # clients, 16,350/128 tokens (8,190 + 8,160): 1,629 tok/s where the step simulation
             # has 1,252; found by a sweep against it
-            traversal = prompt_service_seconds(prompt_chunks, prompt_round, lanes, last_extra_seconds) / prefill_rounds
+            traversal = prompt_service_seconds(prompt_chunks, own_prompt_round, lanes, last_extra_seconds) \
+                / prefill_rounds
             if traversal > prompt_round:
                 mean_round += chunks_per_round * (1 - chunks_per_round) * (traversal - prompt_round)
     held = c  # requests the engine holds: at a rate, less the first-token cost's share of E2E
@@ -1379,7 +1393,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # step simulation has 2.21 s and 0.90 req/s)
             share = min(share * (d + prefill_rounds + outside_rounds) / (d + outside_rounds), 1 / chunks_per_round)
         decoding_round = decode_round + (mean_round - decode_round) * share
-    own_round, wait_round = prompt_round, mean_round
+    own_round, wait_round = own_prompt_round, mean_round
     if open_loop:
         # a decoding request's rounds hold its own token beside the others' decodes, which under
         # Poisson arrivals are as many as the time average (M/G/infinity: the others a request
@@ -1394,7 +1408,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         if routed is not None:
             # the new request's replica: the decodes of the others it finds there
             joined = decode_round - round_seconds(decode.scaled(routed.joined / c), None)
-            own_round, wait_round = prompt_round - joined, mean_round - joined
+            own_round, wait_round = own_prompt_round - joined, mean_round - joined
         decoding_round += round_seconds(StepLoad(seen, seen * context, spec_tokens=seen * spec_tokens),
                                         None) - decode_round
     waited_seconds = alignment * wait_round
@@ -1483,18 +1497,23 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # the step simulation's by 12/34/26% at 10/30/60% of capacity, Llama-3.1-70B tp=2 pp=8,
             # 32,000/16 tokens, against -3/+6/+8%: the windows left behind price a queue of whole
             # traversals, which grows as L^2, where PP's entry streams the prompts; TTFT takes it)
-            traversal_seconds = prompt_service_seconds(prompt_chunks, own_round, lanes)
+            # the windows and the entry from the mean chunk's round (work the stages share), not
+            # the full chunk's path: with it a prompt of 3 chunks in 4 lanes held the entry for 3/4 of
+            # a full-chunk path, past its stage's work (Llama-3.1-8B tp=1 pp=4 on A100, 4,200/2 tokens
+            # at 19.5 req/s: E2E 3.0 s against a simulated 0.44; found by a sweep against it)
+            entry_round = own_round if chunk_round is None else chunk_round - (own_prompt_round - own_round)
+            traversal_seconds = prompt_service_seconds(prompt_chunks, entry_round, lanes)
             prompts_per_second = chunks_per_round / prefill_rounds / mean_round
-            entry_seconds = own_round * carriers / lanes  # its share of a round's micro-batches
-            windows = pipeline_windows(prompts_per_second, decode_round, own_round, traversal_seconds, entry_seconds)
-            left = prompt_queue(decode_round / (1 - windows.window_share), decode_round, own_round,
-                                traversal_seconds / own_round, d, replicas)
+            entry_seconds = entry_round * carriers / lanes  # its share of a round's micro-batches
+            windows = pipeline_windows(prompts_per_second, decode_round, entry_round, traversal_seconds, entry_seconds)
+            left = prompt_queue(decode_round / (1 - windows.window_share), decode_round, entry_round,
+                                traversal_seconds / entry_round, d, replicas)
             # the lock lasts until the step after the queue's last place may start: it holds the
             # decoders of the phase after the prompt's first chunk (the prompt's own, with two
             # chunks), which wait for that phase's last step, the prompt's second chunk: one
             # chunk past the round (DeepSeek-V3 tp=8 pp=4, two chunks: a second prompt 10 ms
             # behind a lone one waits 375 ms in the step simulation, the lone one's traversal_seconds)
-            lock_seconds = prompt_service_seconds(min(prompt_chunks, 2.0), own_round, lanes)
+            lock_seconds = prompt_service_seconds(min(prompt_chunks, 2.0), entry_round, lanes)
             entry_wait_seconds = pipeline_entry_wait(prompts_per_second, entry_seconds, lock_seconds)
             if routed is not None:
                 # behind a least-loaded router an arrival finds its replica holding requests only
@@ -1509,7 +1528,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # +55/+21/+7/-0/-0/+0%; at the light end the router's share of arrivals that join a
             # busy replica is too high for the first round, by about 1.5x)
             joining = prompts_per_second * (1.0 if routed is None else routed.prompt_share)
-            behind = -math.expm1(-joining * (entry_wait_seconds + own_round))
+            behind = -math.expm1(-joining * (entry_wait_seconds + entry_round))
             queue = PromptQueue(entry_wait_seconds, max(left.chunk_round_share, behind / d) if d > 0 else 0.0)
             felt_round = windows.felt_round_seconds
             decoding_round += (felt_round - mean_round) * share

@@ -711,7 +711,7 @@ def test_a_pipelined_prompts_rounds_hold_its_chunks_and_its_tail(cluster, input_
     sweep against it). On A100 (budget 2,048) a 4,200-token prompt is N = 3 chunks in S_p = 2
     rounds of 2 lanes: every round priced at n = 2 carriers counted 4 chunks' work for 3, 1,545
     tok/s where 3,900-token prompts ran 2,405, against a simulated 1,888 and 1,969; its rounds are
-    2 + 1 now: 2,027 (3,900: 1,942). On H100 (8,192) 16,350 tokens are 8,190 + 8,160 in one round:
+    2 + 1 now: 1,874 (3,900: 1,942). On H100 (8,192) 16,350 tokens are 8,190 + 8,160 in one round:
     the decoders queued behind them wait out the flow shop's tail (3 stage steps where the round
     prices 2), 1,629 tok/s against a simulated 1,252; now 1,213. Both within 10%."""
     planned, simulated = _closed_loop_against_simulation("llama-3.1-8b", cluster, 1, 2, input_len, 128, 24)
