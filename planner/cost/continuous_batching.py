@@ -1454,6 +1454,14 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # mean's others, spread over every round when q > 1)
         spread_seconds = 0.0 if whole_pipelined else max(chunks_per_round - 1, 0.0) * bunched.chunk_seconds
         first_round_seconds = own_round - spread_seconds + busy * rho * lands_seconds
+        if whole_pipelined and takes_turns:
+            # whole prompts that take turns ride micro-batches of their own, one each: a bunch
+            # fills at most the lanes, so no round outlasts the one with a prompt in every lane
+            # (the bunching's rounds grew by a whole path a prompt: Qwen3-30B-A3B tp=1 pp=4 on
+            # L40S, 2,040/2 tokens at 8.6 req/s, TPOT 639 ms where the step simulation has 93
+            # and no round can exceed four 2,040-token micro-batches; found by a sweep against it)
+            fullest = carried(decode, one_chunk, lanes)
+            lands_seconds, first_round_seconds = min(lands_seconds, fullest), min(first_round_seconds, fullest)
         waited_seconds = busy * lands_seconds / 2
         service_seconds += first_round_seconds - own_round  # its first round, bunched, in place of its own
         if d > 0 and routed is None:
