@@ -1251,6 +1251,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     # layer, which took the serving search over 16,384 GPUs from 0.20 to 0.25 s (DeepSeek-V3)
     cut = greedy_cut(i, pairs, prompt_chunks, room) if lanes > 1 and lockstep_ranks == 1 else None
     longest = None if cut is None else replace(one_chunk, prefill_tokens=cut[0].prefill_tokens)
+    mean_entry = cut is not None  # at a rate the PP entry prices the mean chunks' path (below)
     given = round_seconds
 
     def carried(load: StepLoad, chunk: StepLoad | None, n: int = 1, on_path: StepLoad | None = None,
@@ -1296,7 +1297,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         own_prompt_round = carried(decode, one_chunk, carriers)
         prompt_round = prompt_rounds_seconds(decode, one_chunk, own_prompt_round)
         # its own round with mean chunks on the path (None: the same round)
-        chunk_round = None if longest is None else carried(decode, one_chunk, carriers, greedy=False)
+        chunk_round = carried(decode, one_chunk, carriers, greedy=False) if mean_entry else None
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
         if lockstep_ranks > 1 and carrying > 0:
             some = replace(one_chunk, expert_tokens=chunk_tokens * chunks_per_round / carrying)
@@ -1334,6 +1335,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             cap = max(room - others * chunk_tokens / in_flight, 0.0)
             if on_top.prefill_tokens > cap:
                 longest = on_top.scaled(cap / on_top.prefill_tokens)
+                mean_entry = False  # the path at the room: the entry's too (below)
         def filled_round(greedy: bool) -> float:
             """The round of `filled` carriers beside the spread: a fractional number of carrier
             micro-batches is the mean of its two whole neighbours."""
@@ -1345,7 +1347,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                 part * carried(spread, one_chunk, fewer + 1, greedy=greedy) if part else 0.0)
 
         prompt_round = mean_round = own_prompt_round = filled_round(True)
-        chunk_round = None if longest is None else filled_round(False)
+        chunk_round = filled_round(False) if mean_entry else None
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
