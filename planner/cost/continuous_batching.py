@@ -1336,6 +1336,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             if on_top.prefill_tokens > cap:
                 longest = on_top.scaled(cap / on_top.prefill_tokens)
                 mean_entry = False  # the path at the room: the entry's too (below)
+
         def filled_round(greedy: bool) -> float:
             """The round of `filled` carriers beside the spread: a fractional number of carrier
             micro-batches is the mean of its two whole neighbours."""
@@ -1460,7 +1461,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # whole prompts that take turns ride micro-batches of their own, one each: a bunch
             # fills at most the lanes, so no round outlasts the one with a prompt in every lane
             # (the bunching's rounds grew by a whole path a prompt: Qwen3-30B-A3B tp=1 pp=4 on
-            # L40S, 2,040/2 tokens at 8.6 req/s, TPOT 639 ms where the step simulation has 93
+            # L40S, 2,040/2 tokens at 11.5 req/s, TPOT 650 ms where the step simulation has 93
             # and no round can exceed four 2,040-token micro-batches; found by a sweep against it)
             fullest = carried(decode, one_chunk, lanes)
             lands_seconds, first_round_seconds = min(lands_seconds, fullest), min(first_round_seconds, fullest)
