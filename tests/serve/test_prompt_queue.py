@@ -315,3 +315,17 @@ def test_a_pipelined_entry_never_prices_a_carrier_over_its_room(against_simulati
     estimate, burst = against_simulation("qwen3-30b-a3b", "2x8xH100", (2, 4, 2), input_len=8100, output_len=2,
                                          request_rate_per_s=56.45, num_prompts=1200)
     assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.20)
+
+
+def test_a_decoders_shorter_rounds_do_not_undercount_the_arrivals(against_simulation):
+    """Llama-3.1-8B tp=1 pp=8 dp=2 on 2x8 H100, 32,000/32 tokens at 9.405 req/s (70% of
+    capacity): a decoder's rounds leave out the prompts' heavy ones, so a request's E2E is fewer
+    mean rounds than its own D + S_p, and the rounds outside them (X) come out below 0. Clamped
+    at 0, X counted 3.19 prompts/s a replica where 4.70 arrive: TPOT 39 ms and E2E 1.8 s against
+    a step simulation's 293 ms and 10.2 s (lengths within +/-50%; found by a sweep against it). X
+    may now go below 0 (OUTSIDE_ROUNDS_FLOOR): 290 ms and 9.8 s, within 15%."""
+    estimate, burst = against_simulation("llama-3.1-8b", "2x8xH100", (1, 8, 2), input_len=32000, output_len=32,
+                                         request_rate_per_s=9.405, num_prompts=1000,
+                                         random_range_ratio=0.5)
+    assert estimate.tpot_seconds == pytest.approx(burst.tpot_seconds.mean, rel=0.15)
+    assert estimate.e2e_seconds == pytest.approx(burst.e2e_seconds.mean, rel=0.15)
