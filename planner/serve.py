@@ -535,8 +535,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         else:
             timed = rounds(min(concurrency + 1, cap) if open_loop else concurrency)
 
-            def seconds(*load_chunk, **longest) -> float:
-                return timed(*load_chunk, **longest).seconds
+            def seconds(*load_chunk, **path) -> float:
+                return timed(*load_chunk, **path).seconds
         return steady_state(concurrency, request.input_len, request.output_len, budget,
                             micro_batches_in_flight(layout, concurrency), seconds,
                             first_token[open_loop], lockstep_ranks(model, layout), tokens_per_round, spec_tokens,

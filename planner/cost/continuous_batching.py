@@ -1031,7 +1031,9 @@ OUTSIDE_ROUNDS_FLOOR = 0.5
 """X may be below 0, down to this share of D + S_p: Little's law counts a request's E2E in mean
 rounds, and a decoder's rounds may be shorter than the mean (they leave out the prompts' heavy
 rounds ahead of it); clamped at 0, X counted too few arrivals a round (Llama-3.1-8B tp=1 pp=8
-dp=2 on 2x8 H100, 32,000/32 tokens at 9.4 req/s: 3.19 prompts/s a replica against 4.70)."""
+dp=2 on 2x8 H100, 32,000/32 tokens at 9.4 req/s: 3.19 prompts/s a replica against 4.70). A bound
+on the passes, not fitted: that case settles at X = +1.04 for any floor from 0.5 to 0.9 (its
+passes cross -0.70 (D + S_p) on the way); at 0.3 they stop short, at X = -9.6."""
 
 
 def two_point_length_biased_seconds(long_share: float, short_seconds: float, long_seconds: float) -> float:
@@ -1302,8 +1304,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # the mean of its S_p rounds (the work they add to the mean round)
         own_prompt_round = carried(decode, one_chunk, carriers)
         prompt_round = prompt_rounds_seconds(decode, one_chunk, own_prompt_round)
-        # its own round with mean chunks on the path (None: the same round)
-        chunk_round = carried(decode, one_chunk, carriers, greedy=False) if mean_entry else None
+
+        def mean_chunk_round() -> float:
+            """Its own round with mean chunks on the path (the PP entry's at a rate, below)."""
+            return carried(decode, one_chunk, carriers, greedy=False)
         mean_round = (1 - chunks_per_round) * decode_round + chunks_per_round * prompt_round
         if lockstep_ranks > 1 and carrying > 0:
             some = replace(one_chunk, expert_tokens=chunk_tokens * chunks_per_round / carrying)
@@ -1324,9 +1328,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # clients, capacity 1.14 req/s where the step simulation falls behind only past 1.5. Whole prompts
         # (N = 1) share micro-batches: one carries a whole prompt, the others' spread
         # a prompt round holds N / S_p chunks on average (S_p - 1 of n and the rest in the last)
-        per_round = prompt_chunks / prefill_rounds if prefill_rounds else 1.0
-        filled = min(busiest * per_round, lanes) if pipeline_stages > 1 and prompt_chunks > 1 else carriers
-        others = busiest * per_round - filled  # the chunks beyond the carriers', spread
+        chunks_per_prompt_round = prompt_chunks / prefill_rounds if prefill_rounds else 1.0
+        filled = min(busiest * chunks_per_prompt_round, lanes) if pipeline_stages > 1 and prompt_chunks > 1 \
+            else carriers
+        others = busiest * chunks_per_prompt_round - filled  # the chunks beyond the carriers', spread
         spread = StepLoad(decode_seqs, decode_seqs * context, others * chunk_tokens,
                           others * one_chunk.prefill_attention_pairs, others * one_chunk.prompts_completing,
                           decode_seqs * width + (chunks_per_round - 1) * chunk_tokens if lockstep_ranks > 1 else None,
@@ -1338,9 +1343,9 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # a 2,866-token path: Llama-3.1-70B fp8 tp=1 pp=4 on L40S at 28 clients, 2,040/10
             # tokens, 20 tok/s where 2,048-token prompts ran 24 and the step simulation 29-34)
             on_top = one_chunk if longest is None else longest
-            cap = max(room - others * chunk_tokens / in_flight, 0.0)
-            if on_top.prefill_tokens > cap:
-                longest = on_top.scaled(cap / on_top.prefill_tokens)
+            cap_tokens = max(room - others * chunk_tokens / in_flight, 0.0)
+            if on_top.prefill_tokens > cap_tokens:
+                longest = on_top.scaled(cap_tokens / on_top.prefill_tokens)
                 mean_entry = False  # the path at the room: the entry's too (below)
 
         def filled_round(greedy: bool) -> float:
@@ -1354,7 +1359,9 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
                 part * carried(spread, one_chunk, fewer + 1, greedy=greedy) if part else 0.0)
 
         prompt_round = mean_round = own_prompt_round = filled_round(True)
-        chunk_round = filled_round(False) if mean_entry else None
+
+        def mean_chunk_round() -> float:
+            return filled_round(False)
     takes_turns = prompts_take_turns(i, room)  # against the room the decodes leave: never share a round
     last_extra_seconds = 0.0  # the last chunk's round over the mean chunk's (prompt_service_seconds)
     if lanes > 1 and prompt_chunks > 1 and lockstep_ranks == 1:
@@ -1371,10 +1378,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # rate pipeline_windows prices the tails). Llama-3.1-8B tp=1 pp=2 on H100 at 24
             # clients, 16,350/128 tokens (8,190 + 8,160): 1,629 tok/s where the step simulation
             # has 1,252; found by a sweep against it
-            traversal = prompt_service_seconds(prompt_chunks, own_prompt_round, lanes, last_extra_seconds) \
+            traversal_round = prompt_service_seconds(prompt_chunks, own_prompt_round, lanes, last_extra_seconds) \
                 / prefill_rounds
-            if traversal > prompt_round:
-                mean_round += chunks_per_round * (1 - chunks_per_round) * (traversal - prompt_round)
+            if traversal_round > prompt_round:
+                mean_round += chunks_per_round * (1 - chunks_per_round) * (traversal_round - prompt_round)
     held = c  # requests the engine holds: at a rate, less the first-token cost's share of E2E
     residence_rounds = d + prefill_rounds + queue_rounds + outside_rounds
     if open_loop and residence_rounds > 0:
@@ -1469,8 +1476,9 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # (the bunching's rounds grew by a whole path a prompt: Qwen3-30B-A3B tp=1 pp=4 on
             # L40S, 2,040/2 tokens at 11.5 req/s, TPOT 650 ms where the step simulation has 93
             # and no round can exceed four 2,040-token micro-batches; found by a sweep against it)
-            fullest = carried(decode, one_chunk, lanes)
-            lands_seconds, first_round_seconds = min(lands_seconds, fullest), min(first_round_seconds, fullest)
+            fullest_round = carried(decode, one_chunk, lanes)
+            lands_seconds = min(lands_seconds, fullest_round)
+            first_round_seconds = min(first_round_seconds, fullest_round)
         waited_seconds = busy * lands_seconds / 2
         service_seconds += first_round_seconds - own_round  # its first round, bunched, in place of its own
         if d > 0 and routed is None:
@@ -1518,7 +1526,7 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # the full chunk's path: with it a prompt of 3 chunks in 4 lanes held the entry for 3/4 of
             # a full-chunk path, past its stage's work (Llama-3.1-8B tp=1 pp=4 on A100, 4,200/2 tokens
             # at 19.5 req/s: E2E 3.0 s against a simulated 0.44; found by a sweep against it)
-            entry_round = own_round if chunk_round is None else chunk_round - (own_prompt_round - own_round)
+            entry_round = own_round - own_prompt_round + mean_chunk_round() if mean_entry else own_round
             traversal_seconds = prompt_service_seconds(prompt_chunks, entry_round, lanes)
             prompts_per_second = chunks_per_round / prefill_rounds / mean_round
             entry_seconds = entry_round * carriers / lanes  # its share of a round's micro-batches
