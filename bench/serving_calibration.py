@@ -195,9 +195,12 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
     if isinstance(result, Rejected):
         return {"id": run.id, "group": run.group, "rejected": list(result.reasons)}
     measured = {"tpot": run.measured_tpot_seconds, "ttft": run.measured_ttft_seconds}
+    wave = {}
     if simulate:
         metrics = burst_metrics(model, cluster, result, request)
         predicted = {"tpot": metrics.tpot_seconds.mean, "ttft": metrics.ttft_seconds.mean}
+        if metrics.first_wave is not None:  # the requests sent after the first C, against the steady state
+            wave = {"later_over_steady_ttft": metrics.first_wave.later_ttft_mean_seconds / result.ttft_seconds}
     else:
         predicted = {"tpot": result.tpot_seconds, "ttft": result.ttft_seconds}
     return {
@@ -207,6 +210,7 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         **{f"measured_{q}_seconds": measured[q] for q in QUANTITIES},
         **{f"predicted_{q}_seconds": predicted[q] for q in QUANTITIES},
         **{f"{q}_error": predicted[q] / measured[q] - 1 for q in QUANTITIES},
+        **wave,
     }
 
 
@@ -242,8 +246,19 @@ def score(rows: list[Run], as_benchmarked: bool = False) -> dict:
         "groups": {g: summarize([r for r in scored if r["group"] == g]) for g in groups},
         "groups_by_tp": {g: {tp: summarize([r for r in scored if r["group"] == g and r["tp"] == tp])
                              for tp in sorted({r["tp"] for r in scored if r["group"] == g})} for g in groups},
+        "later_over_steady_ttft": quantiles([r["later_over_steady_ttft"] for r in scored
+                                             if "later_over_steady_ttft" in r]),
         "runs": scored,
     }
+
+
+def quantiles(values: list[float]) -> dict | None:
+    """The 10th, 50th and 90th percentiles and the count; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p10": at(0.1), "median": statistics.median(ordered), "p90": at(0.9), "num_runs": len(ordered)}
 
 
 def percent(fraction: float, sign: str = "+") -> str:
@@ -287,6 +302,12 @@ def print_report(summary: dict, verbose: bool) -> None:
           f"(the planner's KV cache holds fewer sequences than the run's concurrency)")
     for r in summary["rejected"]:
         print(f"  rejected {r['id']}: {'; '.join(r['rejected'])}")
+    later = summary["later_over_steady_ttft"]
+    if later is not None:
+        print(f"\nThe first wave: vllm bench serve sends a run's first C requests at once; in the {later['num_runs']} "
+              f"simulated runs the requests sent after them average {later['median']:.2f} of the steady state's TTFT "
+              f"(median; 10th-90th percentile {later['p10']:.2f}-{later['p90']:.2f}), so the measured means' excess "
+              f"over the steady state is the first wave's")
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from planner.cost.serving_sim import (
     ServeMetrics,
     backlog_growth,
     bench_metrics,
+    first_wave,
     simulate_replicas,
 )
 from planner.cost.serving_time import (
@@ -1250,6 +1251,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                   request.max_concurrency, ranks, group_step_seconds,
                                   tokenizer=api_server_tokenizer(request, layout, cluster.gpus_per_node))
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
+    if not math.isfinite(rate) and request.max_concurrency is not None:  # a closed loop of clients
+        metrics = replace(metrics, first_wave=first_wave(simulated, request.max_concurrency))
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog
         steady = result.steady
         planned = None if steady is None else (rate * steady.e2e_seconds, rate * steady.ttft_seconds)

@@ -1113,6 +1113,32 @@ class ServeMetrics:
     budget (serve.burst_metrics); None when it ran them all."""
     num_prompts: int | None = None
     """The requests simulated (None: not a simulated burst)."""
+    first_wave: FirstWave | None = None
+    """A closed loop's burst (--max-concurrency C below --num-prompts, --request-rate inf): the
+    TTFT of the first C requests, sent at once, apart from the rest's (first_wave); None
+    otherwise."""
+
+
+@dataclass(frozen=True)
+class FirstWave:
+    """vllm bench serve sends a closed loop's first C requests at once, so their C prompts queue
+    for the step budget together; every later one is sent as another completes. The burst's
+    mean TTFT counts both: (C first + (N - C) later) / N."""
+
+    num_first: int
+    first_ttft_mean_seconds: float
+    num_later: int
+    later_ttft_mean_seconds: float
+
+
+def first_wave(result: SimResult, clients: int) -> FirstWave | None:
+    """The TTFT means of the first `clients` requests (sent at once: requests are sent in the
+    order given) and of the rest; None where no request comes after them."""
+    ttfts = result.ttft_seconds
+    if clients < 1 or len(ttfts) <= clients:
+        return None
+    first, later = ttfts[:clients], ttfts[clients:]
+    return FirstWave(len(first), sum(first) / len(first), len(later), sum(later) / len(later))
 
 
 @dataclass(frozen=True)

@@ -462,7 +462,7 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
     if metrics is not None and plan.request.simulates_burst:
         best = plan.recommended
         for line in burst_lines(plan.request, metrics, str(best.layout), superseded, best.layout.pp > 1,
-                                best.offered_rate_per_s is not None and not best.overloaded):
+                                best.offered_rate_per_s is not None and not best.overloaded, best.ttft_seconds):
             out.print(line, markup=False)
     if show_rejected and plan.rejected:
         out.print(render_rejected(plan.rejected))
@@ -481,12 +481,13 @@ def render_plan(plan: ServePlan, steps: tuple[LaunchStep, ...], engine: str, top
 
 
 def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, superseded: bool = False,
-                pipeline: bool = False, keeps_up: bool = False) -> list[str]:
+                pipeline: bool = False, keeps_up: bool = False, steady_ttft_seconds: float | None = None) -> list[str]:
     """The recommended layout under the simulated burst, as vllm bench serve prints it, naming the
     layout (superseded: a disaggregated deployment is recommended, and the burst ran on the best
-    aggregated layout, the only kind the simulation steps; pipeline: it has PP), and a note
-    where the burst falls behind a rate the plan says the layout keeps up with (keeps_up;
-    ServeMetrics.backlog)."""
+    aggregated layout, the only kind the simulation steps; pipeline: it has PP), a note where
+    the burst falls behind a rate the plan says the layout keeps up with (keeps_up;
+    ServeMetrics.backlog), and one where a closed loop's mean TTFT is well above the layout's
+    steady state (`steady_ttft_seconds`; first_wave_note)."""
     rate = request.request_rate_per_s
     rate_text = "inf" if rate is None or not math.isfinite(rate) else f"{rate:g}"
     source = f"--dataset {request.dataset}" if request.dataset else f"{request.input_len}/{request.output_len} tokens"
@@ -534,12 +535,45 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
                      + (" (with PP, vLLM's batch queue gathers the prompts that arrive during a long micro-batch "
                         "into the next one, and those convoys cost capacity the mean does not see)" if pipeline
                         else ""))
+    wave = None if steady_ttft_seconds is None else first_wave_note(request, metrics, steady_ttft_seconds)
+    if wave is not None:
+        lines.append(wave)
     missed = burst_sla_misses(request, metrics)
     if missed:
         lines.append(f"Note: the burst misses {'; '.join(missed)}: the SLA search sizes the steady state, and this "
                      f"burst queues its prompts beyond it (fewer prompts at once, a lower --request-rate or "
                      f"--max-concurrency would meet it)")
     return lines
+
+
+FIRST_WAVE_NOTE_RATIO = 1.25
+"""A closed loop's burst TTFT mean this many times the steady state's, or more, is explained
+(first_wave_note); so is a later request's mean this far above it."""
+
+
+def first_wave_note(request: ServeRequest, metrics: ServeMetrics, steady_ttft_seconds: float) -> str | None:
+    """Why a closed loop's burst TTFT mean is well above the layout's steady state: vllm bench
+    serve sends the first C requests at once (ServeMetrics.first_wave), and with every request
+    of the same length the clients keep completing and resending together. Llama-3.1-70B fp8
+    tp=4 on 4 H100, 1,024/1,024 tokens, 64 clients, 640 prompts: steady state 128 ms; the first
+    64 average 2.1 s and the 576 after them 137 ms with lengths within 10% of the mean (mean
+    336 ms), 1.1 s with every length the same (mean 1.2 s)."""
+    wave = metrics.first_wave
+    mean = metrics.ttft_seconds.mean
+    if wave is None or mean < FIRST_WAVE_NOTE_RATIO * steady_ttft_seconds:
+        return None
+    text = (f"Note: the burst's mean TTFT, {latency(mean)}, averages its first {wave.num_first:,} requests, sent at "
+            f"once ({latency(wave.first_ttft_mean_seconds)} on average: their prompts queue together for the step "
+            f"budget), with the {wave.num_later:,} sent as others completed ({latency(wave.later_ttft_mean_seconds)} "
+            f"on average")
+    steady = f"the layout's steady state has {latency(steady_ttft_seconds)}"
+    if wave.later_ttft_mean_seconds < FIRST_WAVE_NOTE_RATIO * steady_ttft_seconds:
+        return text + f"; {steady})"
+    if not request.dataset_lengths and not request.random_range_ratio:
+        return text + (f"; {steady}: with every request of the same length the clients complete and resend in "
+                       f"step, so their prompts keep queueing in waves; lengths that vary, as real traffic's do "
+                       f"(--random-range-ratio, --dataset), spread them)")
+    return text + f"; {steady}: the clients still complete in bunches)"
 
 
 LATENCY_IN_SECONDS_FROM = 10.0
@@ -666,6 +700,12 @@ def metrics_json(metrics: ServeMetrics, one_output_token: bool = False) -> dict[
             "planned_waiting": metrics.backlog.planned_waiting},
         # the requests the burst simulated, and the default count it was cut from to fit the budget
         "num_prompts_simulated": metrics.num_prompts, "shortened_from_num_prompts": metrics.shortened_from,
+        # a closed loop's first C requests, sent at once, apart from the later ones
+        "first_wave": None if metrics.first_wave is None else {
+            "num_requests": metrics.first_wave.num_first,
+            "ttft_mean_seconds": metrics.first_wave.first_ttft_mean_seconds,
+            "num_later_requests": metrics.first_wave.num_later,
+            "later_ttft_mean_seconds": metrics.first_wave.later_ttft_mean_seconds},
     }
 
 

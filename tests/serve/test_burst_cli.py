@@ -318,3 +318,28 @@ def test_one_output_token_has_no_tpot_line():
     assert result.exit_code == 0, result.output
     assert "  TPOT none (one output token)" in result.output and "  ITL  none (one output token)" in result.output
     assert "TPOT mean 0 us" not in result.output
+
+
+def test_a_closed_loops_first_wave_is_told_apart_from_the_rest():
+    """vllm bench serve sends the first --max-concurrency requests at once: 32 prompts of 1,024
+    tokens queue for 8,192-token steps, four steps for the wave, so the first 32 wait several
+    times the steady state. With lengths drawn within +-20% the 288 sent later spread out and
+    average near the steady state; with every request alike the clients complete and resend
+    together, and the waves go on."""
+    args = ("--max-concurrency", "32", "--num-prompts", "320")
+    spread = json.loads(run(*args, "--random-range-ratio", "0.2", "--json").stdout)["recommended"]
+    wave = spread["metrics"]["first_wave"]
+    assert (wave["num_requests"], wave["num_later_requests"]) == (32, 288)
+    assert wave["ttft_mean_seconds"] > 3 * spread["ttft_seconds"]
+    assert wave["later_ttft_mean_seconds"] < 1.25 * spread["ttft_seconds"]
+    mean = spread["metrics"]["ttft_seconds"]["mean"]
+    assert mean == pytest.approx((32 * wave["ttft_mean_seconds"] + 288 * wave["later_ttft_mean_seconds"]) / 320)
+    text = run(*args, "--random-range-ratio", "0.2").output
+    assert "averages its first 32 requests, sent at once" in text and "in waves" not in text
+    alike = run(*args)
+    assert "so their prompts keep queueing in waves" in alike.output, alike.output
+    later = json.loads(run(*args, "--json").stdout)["recommended"]["metrics"]["first_wave"]["later_ttft_mean_seconds"]
+    assert later > 2 * wave["later_ttft_mean_seconds"]
+    # at a finite rate no wave is sent at once
+    rated = json.loads(run("--request-rate", "5", "--num-prompts", "40", "--json").stdout)["recommended"]
+    assert rated["metrics"]["first_wave"] is None

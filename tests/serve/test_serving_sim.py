@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from planner.cost.serving_sim import (
     EngineLimits,
+    FirstWave,
     SimRequest,
     StepLoad,
     _simulate_dispatched,
     bench_metrics,
+    first_wave,
     simulate,
     simulate_lockstep,
     simulate_replicas,
@@ -408,3 +410,17 @@ def test_a_prompt_waits_until_its_whole_sequence_fits():
     res = simulate(reqs, EngineLimits(32, 8, 16, block_size_tokens=4), const)
     assert res.num_preemptions == 0
     assert res.ttft_seconds[1] > res.e2e_seconds[0]
+
+
+def test_first_wave_by_hand():
+    """Four 100-token prompts, one output token each, two clients, a 100-token budget and 1 s
+    steps: request 0 and 1 are sent at 0 s and prefill in steps 1 and 2 (TTFT 1 s and 2 s);
+    request 2 is sent when request 0 completes (1 s) and queues behind request 1, so it prefills
+    in step 3 (TTFT 3 - 1 = 2 s); request 3, sent at 2 s, in step 4 (2 s). The first wave
+    averages 1.5 s, the later two 2 s, and the burst's mean (2 x 1.5 + 2 x 2) / 4 = 1.75 s."""
+    result = simulate([SimRequest(0.0, 100, 1)] * 4, EngineLimits(10**6, 8, 100), lambda load: 1.0,
+                      max_concurrency=2)
+    assert result.ttft_seconds == (1.0, 2.0, 2.0, 2.0)
+    assert first_wave(result, 2) == FirstWave(2, 1.5, 2, 2.0)
+    assert bench_metrics(result).ttft_seconds.mean == pytest.approx(1.75)
+    assert first_wave(result, 4) is None  # nothing comes after the first wave
