@@ -517,6 +517,7 @@ def check_engine_versions(opts: PlanOptions) -> None:
     runs is a set for both workloads, and stands)."""
     if opts.engine_version == DEFAULT_ENGINE_VERSION:
         return
+    parse_engine_versions(opts.engine_version)  # its syntax first: "=0.22.0" named a blank engine below
     named = {part.partition("=")[0].strip() for part in opts.engine_version.split(",") if part.strip()}
     if opts.workload is Workload.train:
         used = {"megatron"} if opts.engine.value == "megatron" else set()

@@ -269,6 +269,8 @@ def parse_engine_versions(text: str | None) -> EngineVersions:
         if not sep or engine not in RELEASES:
             raise SpecError(f"--engine-version: {part.strip()!r}: expected ENGINE=VERSION with ENGINE one of "
                             f"{', '.join(RELEASES)}")
+        if not version:  # "vllm=" (found by a fuzz sweep: "vllm  is not known")
+            raise SpecError(f"--engine-version: {engine}: no version after '=' (known: {', '.join(RELEASES[engine])})")
         if version not in RELEASES[engine]:
             raise SpecError(f"--engine-version: {engine} {version} is not known (known: "
                             f"{', '.join(RELEASES[engine])})")

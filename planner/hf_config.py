@@ -227,6 +227,9 @@ def check_layer_keys(text: dict[str, Any], origin: str) -> None:
         raise SpecError(f"{origin}: mlp_only_layers: expected a list of layer indices")
     for key in ("layer_types", "moe_layer_freq"):
         value = text.get(key)
+        if key == "layer_types" and value is not None and not isinstance(value, list):
+            # a bare string was ignored, every layer then planned as full attention (found by a fuzz sweep)
+            raise SpecError(f"{origin}: layer_types: expected a list of layer type names (got {str(value)[:40]!r})")
         if isinstance(value, list):
             kinds = (str,) if key == "layer_types" else (int, bool)
             if not all(isinstance(item, kinds) for item in value):
@@ -894,8 +897,13 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
            for w in weights):  # NVFP4 in compressed-tensors form
         return {"quantization": "nvfp4", "quantization_scope": _scope(config.get("ignore"))}
     if method in {"awq", "gptq", "compressed-tensors"} and bits is not None:
+        if isinstance(bits, bool) or not isinstance(bits, int):  # "4" as a string (found by a fuzz sweep)
+            raise SpecError(f"{path}: quantization_config.bits: expected an integer (got {bits!r})")
         raise SpecError(f"{path}: quantization_config.bits: {bits!r}-bit {method} weights are not planned "
                         f"(4- or 8-bit integer weights are)")
+    if method == "compressed-tensors":  # neither integer nor float weights named (found by a fuzz sweep)
+        raise SpecError(f"{path}: quantization_config.config_groups: no weights scheme the planner reads (4- or "
+                        f"8-bit integer, 8-bit float or NVFP4 weights under config_groups.*.weights)")
     raise SpecError(
         f"{path}: quantization_config: unsupported quant_method {method!r} "
         f"(supported: fp8, awq/gptq 4- or 8-bit, compressed-tensors, modelopt, mxfp4)"

@@ -36,6 +36,11 @@ MAX_TOKENIZER_WORKERS = 1024
 MAX_BURST_PROMPTS = 100_000
 """Plausibility bound of --num-prompts: the burst is simulated step by step."""
 DEFAULT_NUM_PROMPTS = 1000
+MIN_BURSTINESS = 0.01
+"""The smallest --burstiness taken: a gamma draw of shape b is about U^(1/b) for small b, so at
+b = 0.001 about half the draws underflow double precision to 0, and with them the intervals
+and vllm bench serve's rescale of the arrivals to N / rate (a fuzz sweep: a ZeroDivisionError
+at 1e-9, a hang at 5e-324). At 0.01 one draw in some 1,200 does."""
 """vllm bench serve's default --num-prompts (vllm/benchmarks/serve.py)."""
 MAX_BURST_ARRIVAL_SECONDS = 30 * 24 * 3600
 """Plausibility bound of --num-prompts / --request-rate: a month of arrivals is a traffic
@@ -358,9 +363,9 @@ class ServeRequest:
                             "load, and splitting the phases cannot speed a lone request (its KV transfer adds to "
                             "TTFT); use --mode auto or aggregated for latency")
         if self.burstiness is not None:
-            if not (0 < self.burstiness < math.inf):  # also nan
-                raise SpecError(f"--burstiness: must be positive and finite, the gamma intervals' shape "
-                                f"(got {self.burstiness})")
+            if not (MIN_BURSTINESS <= self.burstiness < math.inf):  # also nan
+                raise SpecError(f"--burstiness: must be finite and at least {MIN_BURSTINESS:g}, the gamma intervals' "
+                                f"shape (smaller shapes' draws underflow to 0 in double precision; got {self.burstiness})")
             if self.request_rate_per_s is None or math.isinf(self.request_rate_per_s):
                 raise SpecError("--burstiness: shapes the intervals between arrivals at a finite --request-rate "
                                 "(vllm bench serve ignores it at inf); give a rate")

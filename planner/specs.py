@@ -1029,7 +1029,11 @@ def _short_repr(value: Any, limit: int = 60) -> str:
 
 def read_spec_text(path: Path) -> str:
     """A spec file's text: at most MAX_SPEC_FILE_BYTES of UTF-8, read before any parsing
-    (so /dev/zero or a 50 MB file is refused at once, not parsed for minutes)."""
+    (so /dev/zero or a 50 MB file is refused at once, not parsed for minutes). A pipe or a
+    device is refused before it is opened: a FIFO would block the open forever (found by a
+    fuzz sweep)."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise SpecError(f"{path}: not a regular file (a pipe or a device)")
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_SPEC_FILE_BYTES + 1)

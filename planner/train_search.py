@@ -541,6 +541,11 @@ def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainReques
     check the batch against it."""
     f = request.layout
     num_gpus = request.num_gpus or cluster.num_gpus
+    if None not in (f.tp, f.pp, f.dp) and f.tp * f.pp * f.dp * (f.cp or 1) != num_gpus:
+        # before the batch is checked against dp (a fuzz sweep: tp=2,pp=2,dp=3 on 8 GPUs read
+        # "--global-batch: 64 not divisible by dp=3"); candidate_layouts' words
+        degrees = ",".join(f"{k}={v}" for k, v in vars(f).items() if v is not None)
+        raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for")
     if f.tp is None or f.pp is None or f.dp is not None:
         return request
     cp = f.cp or 1

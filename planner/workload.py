@@ -64,6 +64,8 @@ def _parse_line(path: Path, line_number: int, text: str) -> tuple[int, int]:
 def load_dataset(path: str | Path) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
     """(input_len, output_len) per non-blank JSONL line `{"input_len": int, "output_len": int}`,
     and each one's line number in the file (for the messages that name a request)."""
+    if not str(path).strip():  # Path("") is "." (found by a fuzz sweep: ".: not a regular file")
+        raise SpecError("--dataset: empty; give a JSONL file of request lengths")
     path = Path(path)
     if path.exists() and not path.is_file():  # a pipe or a device would block or never end
         raise SpecError(f"{path}: not a regular file (give a JSONL file of request lengths)")
@@ -105,6 +107,8 @@ def arrival_times_seconds(
     for _ in range(num_prompts):
         t += rng.gammavariate(burstiness, theta)
         times.append(t)
+    if times[-1] <= 0:  # every draw underflowed (requests.MIN_BURSTINESS keeps it rare): the rescale's end
+        return (num_prompts / request_rate_per_s,) * num_prompts
     scale = num_prompts / request_rate_per_s / times[-1]
     return tuple(x * scale for x in times)
 

@@ -5,6 +5,7 @@ module; each case is then its own test."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -394,6 +395,25 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
          "--seq-len", "4096", "--engine-version", "vllm=0.22.0"],
         ("--engine-version", "vllm not used by a train plan", "--engine megatron"),
     ),
+    # found by a fuzz sweep: a blank engine read "not used by a serve plan", a blank version
+    # "vllm  is not known", an empty --dataset ".: not a regular file"
+    "train-layout-that-cannot-multiply-before-the-batch": (
+        ["--workload", "train", "--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--global-batch", "64",
+         "--seq-len", "4096", "--layout", "tp=2,pp=2,dp=3"],
+        ("--layout: tp=2,pp=2,dp=3 cannot multiply to the",),
+    ),
+    "engine-version-blank-engine": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "=0.22.0"],
+        ("--engine-version", "'=0.22.0': expected ENGINE=VERSION"),
+    ),
+    "engine-version-blank-version": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "vllm="],
+        ("--engine-version", "vllm: no version after '='"),
+    ),
+    "dataset-empty": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--dataset", ""],
+        ("--dataset: empty",),
+    ),
     "engine-version-of-megatron-in-serving": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "megatron=core_v0.14.0"],
         ("--engine-version", "megatron not used by a serve plan"),
@@ -405,11 +425,16 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     ),
     "burstiness-zero": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "0"],
-        ("--burstiness", "positive and finite", "got 0.0"),
+        ("--burstiness", "finite and at least 0.01", "got 0.0"),
     ),
     "burstiness-nan": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "4", "--burstiness", "nan"],
-        ("--burstiness", "positive and finite", "got nan"),
+        ("--burstiness", "finite and at least 0.01", "got nan"),
+    ),
+    "burstiness-that-underflows": (
+        # a gamma shape of 1e-9 draws zeros only: the rescale divided by 0 (found by a fuzz sweep)
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--request-rate", "10", "--burstiness", "1e-9"],
+        ("--burstiness", "finite and at least 0.01", "underflow"),
     ),
     "burstiness-without-a-rate": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--burstiness", "0.5"],
@@ -839,3 +864,15 @@ def test_a_reason_every_layout_gives_stands_alone(results):
     add the interleaving and other reasons some layouts also gave."""
     line = _assert_one_line_exit_2(results["deepep-across-a100-nodes-alone"])
     assert "interleaving" not in line and ";" not in line.split("spans nodes")[-1]
+
+
+@pytest.mark.parametrize("flag", ["--model", "--cluster"])
+def test_a_pipe_given_as_a_spec_is_refused_before_it_is_opened(run_plan, tmp_path, flag):
+    """A FIFO blocks open() until a writer comes: `--model /tmp/fifo` hung for ever (found by a
+    fuzz sweep); --dataset already refused one."""
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    other = {"--model": ("--cluster", "1x8xH100"), "--cluster": ("--model", "llama-3.1-8b")}[flag]
+    result = run_plan(flag, str(fifo), *other)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == f"{fifo}: not a regular file (a pipe or a device)"

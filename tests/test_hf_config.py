@@ -859,3 +859,19 @@ def test_experts_without_their_own_size_are_refused_unless_the_family_sizes_them
             resolve_model(path)
     else:
         assert resolve_model(path).num_local_experts == 8
+
+
+@pytest.mark.parametrize(("update", "message"), [
+    # found by a fuzz sweep: each said something else, or nothing
+    ({"quantization_config": {"quant_method": "compressed-tensors"}},
+     "quantization_config.config_groups: no weights scheme the planner reads (4- or 8-bit integer, 8-bit "
+     "float or NVFP4 weights under config_groups.*.weights)"),
+    ({"quantization_config": {"quant_method": "awq", "bits": "4"}},
+     "quantization_config.bits: expected an integer (got '4')"),
+    ({"layer_types": "full_attention"}, "layer_types: expected a list of layer type names (got 'full_attention')"),
+])
+def test_odd_config_fields_are_named(tmp_path: Path, update: dict[str, Any], message: str) -> None:
+    path = _write(tmp_path, {**LLAMA_3_1_70B, **update})
+    with pytest.raises(SpecError) as error:
+        resolve_model(str(path))
+    assert str(error.value) == f"{path}: {message}"

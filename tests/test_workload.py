@@ -82,6 +82,15 @@ def test_arrivals_reproducible_and_scaled_like_vllm():
     assert arrival_times_seconds(3, float("inf")) == (0.0, 0.0, 0.0)
 
 
+def test_arrivals_whose_gamma_draws_all_underflow_go_at_the_rescales_end():
+    """A gamma shape of 1e-300 draws 0.0 every time: vLLM's rescale to N / rate would divide by
+    0, so every request goes at N / rate = 2 / 4 = 0.5 s (the CLI refuses such shapes:
+    requests.MIN_BURSTINESS); at the smallest shape taken the arrivals stay ordered and end there."""
+    assert arrival_times_seconds(2, 4.0, burstiness=1e-300) == (0.5, 0.5)
+    tiny = arrival_times_seconds(200, 4.0, seed=1, burstiness=0.01)
+    assert list(tiny) == sorted(tiny) and tiny[-1] == pytest.approx(50.0)
+
+
 def test_dataset_rows_are_shuffled_and_oversampled_as_vllm_bench_serve():
     """vllm bench serve's custom dataset: random.seed(0); random.shuffle(rows); the first N;
     when the file is shorter, random.seed(0) again and random.choice from those

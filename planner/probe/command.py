@@ -7,6 +7,7 @@ No ``from __future__ import annotations`` here: typer reads the annotations.
 """
 
 import enum
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -150,11 +151,11 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--skip-compute", help="Skip the CUDA matmul and HBM measurements.")
         ] = d.skip_compute,
         out: Annotated[
-            Path | None,
+            str | None,
             typer.Option(help="Write the measured hardware profile here.", rich_help_panel=output),
         ] = d.out,
         merge_into: Annotated[
-            Path | None,
+            str | None,
             typer.Option(
                 help="Update this profile's link numbers, keep the rest (comments are lost).",
                 rich_help_panel=output,
@@ -200,6 +201,10 @@ def register(app: typer.Typer) -> None:
         ] = d.verbose,
     ) -> None:
         """Measure all-reduce, all-to-all, all-gather, reduce-scatter and send/recv inside and across nodes (torchrun)."""
+        for flag, text in (("--out", out), ("--merge-into", merge_into)):
+            if text is not None and not text.strip():  # Path("") is "." (a fuzz sweep: "--out .: is a directory")
+                print(f"plan probe: {flag}: empty; give a file path", file=sys.stderr)
+                raise typer.Exit(2)
         options = ProbeOptions(
             nproc_per_node=nproc_per_node,
             nnodes=nnodes,
@@ -220,8 +225,8 @@ def register(app: typer.Typer) -> None:
             repeats=repeats,
             timeout_s=timeout,
             node_id_from=node_id_from.value,
-            out=out,
-            merge_into=merge_into,
+            out=None if out is None else Path(out),
+            merge_into=None if merge_into is None else Path(merge_into),
             json_output=json_output,
             gpu=gpu,
             intra_kind=intra_kind.value if intra_kind else None,

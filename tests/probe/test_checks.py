@@ -79,6 +79,12 @@ def test_out_that_is_a_directory(tmp_path, no_launch):
     )
 
 
+@pytest.mark.parametrize("flag", ["--out", "--merge-into"])
+def test_an_empty_output_path_is_named_empty(flag, no_launch):
+    """Path("") is ".": an empty --out read "--out .: is a directory" (found by a fuzz sweep)."""
+    assert refused(flag, "") == f"plan probe: {flag}: empty; give a file path"
+
+
 def test_merge_into_a_directory(tmp_path, no_launch):
     line = refused("--merge-into", str(tmp_path))
     assert line == f"plan probe: --merge-into {tmp_path}: is a directory; give a file path"
