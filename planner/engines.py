@@ -262,8 +262,11 @@ def parse_engine_versions(text: str | None) -> EngineVersions:
     chosen: dict[str, str] = {}
     if text is not None and not text.strip():
         raise SpecError(f"--engine-version: empty; give ENGINE=VERSION with ENGINE one of {', '.join(RELEASES)}")
-    for part in (text or "").split(","):
+    parts = (text or "").split(",")
+    for part in parts:
         if not part.strip():
+            if text is not None and len(parts) > 1:  # "vllm=0.22.0," (--layout refuses its stray comma too)
+                raise SpecError(f"--engine-version: {text.strip()!r}: an empty entry between commas")
             continue
         engine, sep, version = (s.strip() for s in part.partition("="))
         if not sep or engine not in RELEASES:

@@ -410,6 +410,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "vllm="],
         ("--engine-version", "vllm: no version after '='"),
     ),
+    "engine-version-stray-comma": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--engine-version", "vllm=0.22.0,"],
+        ("--engine-version", "'vllm=0.22.0,': an empty entry between commas"),
+    ),
     "dataset-empty": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--dataset", ""],
         ("--dataset: empty",),
