@@ -343,3 +343,17 @@ def test_a_closed_loops_first_wave_is_told_apart_from_the_rest():
     # at a finite rate no wave is sent at once
     rated = json.loads(run("--request-rate", "5", "--num-prompts", "40", "--json").stdout)["recommended"]
     assert rated["metrics"]["first_wave"] is None
+
+
+def test_clients_below_the_kv_cache_are_not_kv_starved():
+    """Llama-3.1-8B on 8 H100, 8,000/100 tokens: the KV cache of tp=2 holds 124 running sequences,
+    fewer than vLLM's default --max-num-seqs 1,024, but 32 clients over 4 replicas run 8 each: the
+    clients bind, not the cache, so no layout is called KV-starved (every one was, found by a CLI
+    check); 2,000 clients are more than the caches hold, and then it is."""
+    args = ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "8000", "--output-len", "100",
+            "--json"]
+    few = json.loads(CliRunner().invoke(app, [*args, "--max-concurrency", "32", "--num-prompts", "32"]).output)
+    assert not any(note.startswith("KV-starved") for row in few["layouts"] for note in row["notes"])
+    assert all(any(note.startswith("Client-bound") for note in row["notes"]) for row in few["layouts"])
+    many = json.loads(CliRunner().invoke(app, [*args, "--max-concurrency", "2000", "--num-prompts", "2000"]).output)
+    assert any(note.startswith("KV-starved") for note in many["recommended"]["notes"])
