@@ -791,6 +791,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         if request.max_concurrency is not None:
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
+            if isinstance(found, str):
+                rejected[found] = rejected.get(found, 0) + 1
+                continue
         if offered is not None:
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
         seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
@@ -804,12 +807,12 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
 
 def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
-                 max_model_len: int) -> DisaggEstimate:
+                 max_model_len: int) -> DisaggEstimate | str:
     """`found` under --max-concurrency C over its k copies, C = q k + r: r copies hold q + 1
     clients, the rest q (as the aggregated replicas split them, serve.estimate), each kept at
     client_bound_rate (below its capacity when its clients cannot fill it). The estimate is the
     busiest copies' (their TTFT, TPOT, E2E) at the copies' mean rate, which sets the goodput;
-    at capacity it stays as found. 4 clients over 8 copies: four copies at one client each, four
+    at capacity the clients beyond what it holds queue (queued_at_capacity). 4 clients over 8 copies: four copies at one client each, four
     idle, half of 8 copies at one."""
     copies = found.copies
     q, r = divmod(request.max_concurrency, copies)
@@ -820,7 +823,7 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     busiest_rate, other_rate = rate_of(q + 1 if r else q), rate_of(q)
     mean = (r * busiest_rate + (copies - r) * other_rate) / copies
     if mean >= found.requests_per_second:
-        return found
+        return queued_at_capacity(request, found, q + 1 if r else q)
     # the busiest copies' latencies: below the capacity found was priced at, so within its limits
     closed = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=busiest_rate)
     if isinstance(closed, str):
@@ -837,6 +840,30 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
             f"{seconds_to_ms(closed.e2e_seconds):,.0f} ms on the busiest)")
     return replace(closed, requests_per_second=mean, rate=replace(closed.rate, requests_per_second=mean),
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
+
+
+def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: int) -> DisaggEstimate | str:
+    """`found` at its capacity R under `clients` closed-loop clients a copy (the busiest copies'):
+    at R a copy holds R x E2E requests (Little's law); the clients beyond them are sent all the
+    same (vllm bench serve's --max-concurrency caps what is in flight, not what the server
+    queues), so each request's E2E is clients / R and the difference waits for the prefill
+    workers, in TTFT. The busiest copies' latencies are the estimate's, as below capacity; a
+    limit the wait breaks rejects it. 64 clients on one copy taking 2.18 req/s at an 8.77 s E2E
+    (19 in flight): E2E 64 / 2.18 = 29.4 s, TTFT + 20.6 s (found by a CLI read: the aggregated
+    layouts of the same plan queued their clients, the disaggregated ones did not)."""
+    rate = found.requests_per_second
+    queue_seconds = clients / rate - found.e2e_seconds if rate > 0 else 0.0
+    if queue_seconds <= 0:
+        return found
+    ttft, e2e = found.ttft_seconds + queue_seconds, found.e2e_seconds + queue_seconds
+    for limit, value, name in ((request.max_ttft_seconds, ttft, "TTFT"), (request.max_e2e_seconds, e2e, "E2E")):
+        if limit is not None and value > limit:
+            return (f"{name} over the limit with --max-concurrency {request.max_concurrency:,}: its clients queue "
+                    f"for the prefill workers at capacity")
+    note = (f"Client-bound at capacity: {clients:,} client{'s' if clients > 1 else ''} a copy keep more in flight "
+            f"than the {rate * found.e2e_seconds:.1f} it serves at {rate:.2f} req/s; the rest queue for the prefill "
+            f"workers, {seconds_to_ms(queue_seconds):,.0f} ms of TTFT (Little's law: E2E = clients / rate)")
+    return replace(found, ttft_seconds=ttft, e2e_seconds=e2e, notes=(*found.notes, note))
 
 
 def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,

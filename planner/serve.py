@@ -714,6 +714,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             notes.append(knee_note)
     if arriving is None:
         steady = steady_at(batch)
+        if batch < cap:  # the cache's and the budget's caps do not bind below the cap (a CLI read:
+            # "KV-starved ... so concurrency is 123" beside a batch of 97 the prompt budget chose)
+            notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound"))]
     if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
         # capped at the limit it would still take the rate: the open loop at the rate and the
         # capped steady state disagree at the limit, so the miss at the rate stands (rejected)

@@ -701,3 +701,37 @@ def test_top_above_ten_shows_more_deployments():
     assert len(ten) == 10 and 10 < len(more) <= 25
     assert [(e.prefill, e.decode) for e in more[:10]] == [(e.prefill, e.decode) for e in ten]
     assert len(plan_disaggregated(model, cluster, request, shown=3).candidates) == 10  # never fewer than 10
+
+
+def test_clients_past_a_copys_capacity_queue_for_its_prefill_workers():
+    """queued_at_capacity by hand: a copy taking 2 req/s at a 5 s E2E holds 10 requests; 20
+    clients keep 20 in flight, so E2E = 20 / 2 = 10 s and the 5 s more wait in TTFT (1 -> 6 s);
+    10 clients or fewer leave it as found; --max-ttft-ms 5000 then rejects it."""
+    from dataclasses import replace
+
+    from planner.disagg_search import queued_at_capacity
+
+    request = ServeRequest(input_len=1024, output_len=256, max_concurrency=20)
+    found = plan_disaggregated(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"),
+                               ServeRequest(input_len=1024, output_len=256)).candidates[0]
+    found = replace(found, requests_per_second=2.0, e2e_seconds=5.0, ttft_seconds=1.0)
+    queued = queued_at_capacity(request, found, 20)
+    assert (queued.ttft_seconds, queued.e2e_seconds) == pytest.approx((6.0, 10.0))
+    assert queued.requests_per_second == 2.0 and queued.tpot_seconds == found.tpot_seconds
+    assert "Client-bound at capacity: 20 clients a copy" in queued.notes[-1]
+    assert queued_at_capacity(request, found, 10) is found
+    limited = replace(request, max_ttft_seconds=5.0)
+    assert queued_at_capacity(limited, found, 20).startswith("TTFT over the limit with --max-concurrency 20")
+
+
+def test_a_disaggregated_copy_at_capacity_queues_its_clients_as_the_aggregated_replicas_do(run_plan):
+    """Llama-3.1-70B on 8 H100, 8,000/200 tokens, 64 clients: the best disaggregated copy completes
+    2.18 req/s at an 8.8 s E2E, 19 in flight; its TTFT showed 5.0 s as if the other 45 clients
+    were not there, where the aggregated rows of the same plan queue theirs (found by a CLI read).
+    Little's law now holds for the copy: requests/s x E2E = the clients."""
+    data = json.loads(run_plan("--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--input-len", "8000",
+                               "--output-len", "200", "--max-concurrency", "64", "--json").stdout)
+    best = data["disaggregated"][0]
+    assert best["copies"] == 1
+    assert best["requests_per_second"] * best["e2e_seconds"] == pytest.approx(64, rel=1e-3)
+    assert best["ttft_seconds"] > 20

@@ -357,3 +357,18 @@ def test_clients_below_the_kv_cache_are_not_kv_starved():
     assert all(any(note.startswith("Client-bound") for note in row["notes"]) for row in few["layouts"])
     many = json.loads(CliRunner().invoke(app, [*args, "--max-concurrency", "2000", "--num-prompts", "2000"]).output)
     assert any(note.startswith("KV-starved") for note in many["recommended"]["notes"])
+
+
+def test_a_batch_the_prompt_budget_chose_below_the_cache_is_not_kv_starved():
+    """Qwen3-30B-A3B on 4 L40S, 8,000/200 tokens: tp=2 pp=2's cache holds 123 running sequences
+    and the prompt budget's knee runs 97; the row was marked KV-starved, its note saying
+    "so concurrency is 123" beside the 97 chosen (found by a CLI read)."""
+    data = json.loads(CliRunner().invoke(app, ["--model", "qwen3-30b-a3b", "--cluster", "1x4xL40S", "--input-len",
+                                               "8000", "--output-len", "200", "--json"]).output)
+    for row in data["layouts"]:  # a KV-starved row runs what its cache holds
+        for note in row["notes"]:
+            if note.startswith("KV-starved"):
+                assert f"so concurrency is {row['batch']} " in note, (row["batch"], note)
+    best = data["recommended"]
+    assert best["notes"][0].startswith(f"Prompt-bound: {best['batch']} concurrent sequences")
+    assert not any(note.startswith("KV-starved") for note in best["notes"])
