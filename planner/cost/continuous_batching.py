@@ -1399,10 +1399,12 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
         # written from the decode round up: exactly it at C d = 1 (no rounding below it)
         own = own_prompt_share(c, open_loop)
         share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
-        if bound and not open_loop and lockstep_ranks == 1:
+        if bound and not open_loop:
             # a closed loop at its budget: prompts queue whenever a request decodes, so every
             # round it decodes in carries a full budget of the others' prompt tokens (its own ran
-            # before its first token, but the queue fills their place). Leaving out its own share
+            # before its first token, but the queue fills their place; in lockstep too, where a
+            # lone rank priced above its group broke the property that lockstep never beats a
+            # lone rank, test_lockstep_never_beats_a_lone_rank). Leaving out its own share
             # 1 / C had TPOT -22% and -30% against the step simulation at 4 and 3 clients
             # (Llama-3.1-70B fp8 tp=8 on 8 A100, 19,723/12 tokens), now +2%
             share = 1.0

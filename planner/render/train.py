@@ -152,6 +152,14 @@ def mtp_line(num_mtp_layers: int, pp: int) -> str:
             f"pass of the output layer and loss. --mtp-layers 0 trains the main model only.")
 
 
+def share_text(fraction: float) -> str:
+    """A share of the step: whole percent, one decimal below 1% but above 0 (a 0.4% bubble read
+    "bubble 0%" beside the table's 0.4%: a CLI read)."""
+    if 0 < fraction < 0.0005:
+        return "<0.1%"
+    return f"{fraction:.1%}" if 0 < fraction < 0.01 - 0.0005 else f"{fraction:.0%}"
+
+
 def summary_lines(plan: TrainPlan) -> list[str]:
     best = plan.layouts[0]
     c, t = best.config, best.time_breakdown_seconds
@@ -163,7 +171,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         parts[f"{cp_exchange_label(plan.request.engine)} (exposed)"] = t.cp_comm
     if t.host > 0:
         parts[HOST_WAIT_LABEL] = t.host
-    shares = ", ".join(f"{name} {value / best.step_time_seconds:.0%}" for name, value in parts.items())
+    shares = ", ".join(f"{name} {share_text(value / best.step_time_seconds)}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
         f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
@@ -173,8 +181,11 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best, plan.request.engine)}. "
-        f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, "
-        f"MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
+        f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU"
+        # Megatron's count with full recompute (TrainEstimate.tflops_per_gpu), where the MFU counts the
+        # model's FLOPs alone: 624 TFLOP/s beside MFU 47.4% read as a contradiction (a CLI read)
+        + (" (Megatron's count: the recomputed forward included)" if c.recompute == "full" else "")
+        + f", MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
     if best.faster_split is not None:
         lines.append(faster_split_line(best))

@@ -223,3 +223,11 @@ def test_a_rejected_layout_names_interleavings_micro_batches_once():
     reasons = plan.rejected[0].reasons
     assert reasons[0].startswith("out of memory on stage")
     assert reasons[1:] == ("interleaving needs at least p=16 micro-batches (Megatron): m = 1, 2, 4, 8 here",)
+
+
+def test_a_step_share_under_one_percent_keeps_a_decimal():
+    """The Why line's shares: 0.4% of the step read "0%" beside the table's 0.4% (a CLI read)."""
+    from planner.render.train import share_text
+
+    assert [share_text(x) for x in (0.0, 0.0003, 0.004, 0.0094, 0.0096, 0.07, 0.93)] == \
+        ["0%", "<0.1%", "0.4%", "0.9%", "1%", "7%", "93%"]
