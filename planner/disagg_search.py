@@ -67,7 +67,7 @@ from planner.memo import Memo
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.units import BYTES_PER_MIB, plain, seconds_to_ms
+from planner.units import BYTES_PER_MIB, plain, plural, seconds_to_ms
 
 MAX_UNIT_NODES = 8
 """The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
@@ -803,7 +803,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     out = sorted(out, key=lambda e: (e.overloaded, e.tpot_seconds, rank_key(e)) if by_tpot else rank_key(e))
     out = out[:shown]
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
-                      "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected)))
+                      "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected),
+                                                       None if memo.shapes or not sizes else largest_worker_reason(
+                                                           model, cluster, decode_request, sizes, max_model_len)))
 
 
 def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
@@ -902,16 +904,33 @@ def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> Non
                         f"decode worker); the plan has {gpus}")
 
 
-def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: bool, any_rejected: bool) -> str:
-    """The clause that says why nothing came out: too few GPUs, no worker that fits, the SLA, or
-    no prefill + decode pairing that tiles the GPUs."""
+def largest_worker_reason(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                          sizes: list[tuple[int, int, int]], max_model_len: int) -> str | None:
+    """Why the largest worker tried does not fit: its memory's first reason (weights, no room for
+    the KV cache, or a cache short of one --max-model-len sequence); None where none is given."""
+    tp, pp, dp = max(sizes, key=lambda size: (size[0] * size[1] * size[2], size[0]))
+    layout = Layout(tp, pp, dp, worker_ep(tp, dp))
+    if structural_reasons(model, layout):
+        return None
+    stages = stage_memory(model, cluster, layout, request, default_max_num_seqs(
+        cluster, request.engine_versions.vllm_release))
+    reasons = memory_reasons(stages, max_model_len)
+    return f"tp={tp} pp={pp}" + ("" if dp == 1 else f" dp={dp}") + f": {reasons[0]}" if reasons else None
+
+
+def why_no_deployment(request: ServeRequest, num_gpus: int, any_worker_fits: bool, any_rejected: bool,
+                      largest_reason: str | None = None) -> str:
+    """The clause that says why nothing came out: too few GPUs, no worker that fits (with the
+    largest one's reason: a KV cache short of one --max-model-len sequence read as the weights
+    not fitting, found by a CLI read), the SLA, or no prefill + decode pairing that tiles the GPUs."""
     if num_gpus < MIN_DISAGGREGATED_GPUS:
         return (f"it needs at least {MIN_DISAGGREGATED_GPUS} GPUs (a prefill and a decode worker); "
                 f"this plan has {num_gpus}")
     if not any_worker_fits:
         largest = max(powers_of_two_below(num_gpus), default=1)
-        return (f"no prefill or decode worker fits in memory on up to {largest} GPUs (the {num_gpus} GPUs must "
-                f"hold one of each)")
+        why = "" if largest_reason is None else f"; the largest, {largest_reason}"
+        return (f"no prefill or decode worker fits in memory on up to {plural(largest, 'GPU')} (the {num_gpus} GPUs "
+                f"must hold one of each){why}")
     if any_rejected and request.has_sla:
         return "none meets the SLA"
     if any_rejected:

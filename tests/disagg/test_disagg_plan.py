@@ -735,3 +735,14 @@ def test_a_disaggregated_copy_at_capacity_queues_its_clients_as_the_aggregated_r
     assert best["copies"] == 1
     assert best["requests_per_second"] * best["e2e_seconds"] == pytest.approx(64, rel=1e-3)
     assert best["ttft_seconds"] > 20
+
+
+def test_no_worker_fitting_names_the_largest_ones_reason(run_plan):
+    """Llama-3.1-70B fp8 on 4 L40S: a 2-GPU worker holds the weights, but its KV cache holds
+    fewer tokens than one 131,072-token sequence. "No worker fits in memory on up to 2 GPUs"
+    read as the weights not fitting (found by a CLI read); the reason now says which."""
+    data = json.loads(run_plan("--model", "llama-3.1-70b", "--cluster", "1x4xL40S", "--quantization", "fp8",
+                               "--json").stdout)
+    reason = data["comparison"]["reason"]
+    assert "no prefill or decode worker fits in memory on up to 2 GPUs" in reason
+    assert "the largest, tp=2 pp=1: KV cache holds" in reason and "fewer than one max-length sequence (131,072)" in reason
