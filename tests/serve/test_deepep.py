@@ -432,3 +432,20 @@ def test_deepep_on_ampere_counts_the_pipeline_in_the_ep_groups_span():
     flat = estimate(model, two, Layout(1, 1, 8, ep=8), request)
     assert isinstance(staged, Rejected) and "runs inside one node only" in staged.reasons[0]
     assert isinstance(flat, ServeEstimate)
+
+
+def test_an_other_backend_at_another_concurrency_says_so():
+    """DeepSeek-V3 on 4x8 H200, 1,024/1,024 tokens: DeepEP's low-latency kernels halve TPOT while
+    tok/s fall, because their 256-token step budget runs 122 sequences a replica where the default
+    runs 279; the line said neither (a CLI read). A backend at the same concurrency adds nothing."""
+    from planner.render.serve import _changes
+    from planner.serve_search import plan_serving
+
+    plan = plan_serving(DEEPSEEK, resolve_cluster("4x8xH200"), ServeRequest(input_len=1024, output_len=1024))
+    best = plan.recommended
+    for option in plan.all2all_backend_options:
+        other = option.estimate
+        text = _changes(best, other)
+        said = f", at {other.batch:,} concurrent sequences per replica (not {best.batch:,})"
+        assert text.endswith(said) == (other.batch != best.batch)
+    assert _changes(best, best).endswith("(+0%)")
