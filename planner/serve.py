@@ -782,7 +782,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         notes.append(f"Prompts share the steps: TPOT {seconds_to_ms(steady.tpot_seconds):,.1f} ms under load, of which "
                      f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; the rest is the other requests' prompt "
                      f"chunks riding in the same steps ({steady.prefill_tokens_per_step:,.0f} prompt tokens per step on "
-                     f"average): fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it")
+                     f"average)"
+                     # with PP part of it is the other stages idling while a chunk's micro-batch paces the
+                     # round (explain splits the two; the note had called it all prompt work: a CLI read)
+                     + (", and the other stages idling while a chunk's micro-batch paces the round (plan explain "
+                        "splits the two)" if layout.pp > 1 else "")
+                     + ": fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it")
     if (request.batch is None and request.objective == "throughput" and not has_sla and batch == wanted < fit
             and arriving is None):
         notes.append(f"Concurrency {wanted:,} per replica is vLLM's default --max-num-seqs on {cluster.gpu.name}; the "

@@ -305,3 +305,19 @@ def test_a_lone_int4_decode_is_called_memory_bound():
     full = json.loads(plan("--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--batch", "1024", "--input-len", "128",
                            "--output-len", "2048", "--json"))
     assert full["recommended"]["decode_bound"] == "compute"
+
+
+def test_with_pp_the_prompt_share_note_names_the_idle_stages_too():
+    """Llama-3.1-405B tp=8 pp=2 on 2x8 H100: of TPOT's 399 ms past the decode work, explain
+    splits 171 ms of prompt chunks from 137 ms of stages idling while a chunk's micro-batch paces
+    the round; the note had called all of it prompt chunks (a CLI read). Without PP it does not
+    speak of stages."""
+    def notes(*args):
+        return json.loads(CliRunner().invoke(app, [*args, "--json"]).output)["recommended"]["notes"]
+
+    piped = next(n for n in notes("--model", "llama-3.1-405b", "--cluster", "2x8xH100", "--layout", "tp=8,pp=2")
+                 if n.startswith("Prompts share the steps"))
+    assert "the other stages idling while a chunk's micro-batch paces the round" in piped
+    flat = next(n for n in notes("--model", "llama-3.1-70b-nvfp4", "--cluster", "1x4xL40S", "--layout", "tp=4")
+                if n.startswith("Prompts share the steps"))
+    assert "stages" not in flat
