@@ -331,15 +331,23 @@ def ep_decode_sizes(model: ModelSpec, cluster: ClusterSpec, num_gpus: int) -> li
             if d >= 2 and tp * d < num_gpus and ((tp * d) % gpn == 0 or gpn % (tp * d) == 0)]
 
 
-def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
-                max_model_len: int, dp: int = 1) -> WorkerShape | None:
+def worker_memory(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
+                  dp: int = 1) -> tuple[Layout, list[StageMemory]] | None:
+    """A worker's layout and its stages' memory at vLLM's default --max-num-seqs; None where
+    the layout itself is refused (structural_reasons)."""
     layout = Layout(tp, pp, dp, worker_ep(tp, dp))
     if structural_reasons(model, layout):
         return None
-    wanted = default_max_num_seqs(cluster, request.engine_versions.vllm_release)
-    stages = stage_memory(model, cluster, layout, request, wanted)
-    if memory_reasons(stages, max_model_len):
+    return layout, stage_memory(model, cluster, layout, request,
+                                default_max_num_seqs(cluster, request.engine_versions.vllm_release))
+
+
+def price_shape(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, tp: int, pp: int,
+                max_model_len: int, dp: int = 1) -> WorkerShape | None:
+    found = worker_memory(model, cluster, request, tp, pp, dp)
+    if found is None or memory_reasons(found[1], max_model_len):
         return None
+    layout, stages = found
     return WorkerShape(tp, pp, tuple(stages), place(cluster, layout), min(s.kv_cache_tokens for s in stages), dp)
 
 
@@ -909,12 +917,8 @@ def largest_worker_reason(model: ModelSpec, cluster: ClusterSpec, request: Serve
     """Why the largest worker tried does not fit: its memory's first reason (weights, no room for
     the KV cache, or a cache short of one --max-model-len sequence); None where none is given."""
     tp, pp, dp = max(sizes, key=lambda size: (size[0] * size[1] * size[2], size[0]))
-    layout = Layout(tp, pp, dp, worker_ep(tp, dp))
-    if structural_reasons(model, layout):
-        return None
-    stages = stage_memory(model, cluster, layout, request, default_max_num_seqs(
-        cluster, request.engine_versions.vllm_release))
-    reasons = memory_reasons(stages, max_model_len)
+    found = worker_memory(model, cluster, request, tp, pp, dp)
+    reasons = [] if found is None else memory_reasons(found[1], max_model_len)
     return f"tp={tp} pp={pp}" + ("" if dp == 1 else f" dp={dp}") + f": {reasons[0]}" if reasons else None
 
 

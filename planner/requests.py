@@ -36,12 +36,12 @@ MAX_TOKENIZER_WORKERS = 1024
 MAX_BURST_PROMPTS = 100_000
 """Plausibility bound of --num-prompts: the burst is simulated step by step."""
 DEFAULT_NUM_PROMPTS = 1000
+"""vllm bench serve's default --num-prompts (vllm/benchmarks/serve.py)."""
 MIN_BURSTINESS = 0.01
 """The smallest --burstiness taken: a gamma draw of shape b is about U^(1/b) for small b, so at
 b = 0.001 about half the draws underflow double precision to 0, and with them the intervals
 and vllm bench serve's rescale of the arrivals to N / rate (a fuzz sweep: a ZeroDivisionError
 at 1e-9, a hang at 5e-324). At 0.01 one draw in some 1,200 does."""
-"""vllm bench serve's default --num-prompts (vllm/benchmarks/serve.py)."""
 MAX_BURST_ARRIVAL_SECONDS = 30 * 24 * 3600
 """Plausibility bound of --num-prompts / --request-rate: a month of arrivals is a traffic
 forecast, not a benchmark run (and clock times far beyond it lose the milliseconds the

@@ -116,6 +116,11 @@ MAX_IDLE_REPLICA_GPUS = 64
 GPUs idle; wider ones are planned only on divisors of the GPUs."""
 
 
+def pinned_degrees(wanted: LayoutFilter) -> str:
+    """--layout's fixed degrees as typed back: `tp=2,pp=2,dp=3`."""
+    return ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
+
+
 def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | None = None,
                       max_ep: int | None = None,
                       cp_degrees: Callable[[Layout], list[int]] | None = None,
@@ -143,7 +148,7 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
                     for ep in _ep_degrees(lay, wanted.ep, gpus_per_node, max_ep, widest_ep, leave_idle)]
     layouts = [lay for lay in layouts if wanted.matches(lay.tp, lay.pp, lay.dp, lay.ep, lay.cp)]
     if not layouts:
-        degrees = ",".join(f"{k}={v}" for k, v in vars(wanted).items() if v is not None)
+        degrees = pinned_degrees(wanted)
         if wanted.ep not in (None, 1):
             ranks = "cp*dp (whole TP groups of context- and data-parallel ranks)" if wanted.cp not in (None, 1) \
                 else "dp (whole TP groups of data-parallel ranks)"

@@ -229,6 +229,16 @@ def footprint_basis(request: ServeRequest) -> str:
         return "prompt + half the output, weighted by each --dataset request's decode steps"
     return "prompt + half the output"
 
+CAP_NOTES = ("KV-starved", "Token-budget-bound")
+"""Notes naming what caps a replica's sequences (choose_batch, replica_setup): dropped where the
+concurrency run is below that cap, which then does not bind (without_notes)."""
+
+
+def without_notes(notes: list[str], prefixes: tuple[str, ...] = CAP_NOTES) -> list[str]:
+    """`notes` less those starting with any of `prefixes`."""
+    return [note for note in notes if not note.startswith(prefixes)]
+
+
 def choose_batch(request: ServeRequest, running_tokens: int, wanted: int, windowed: bool = False
                  ) -> tuple[int, list[str]]:
     """Concurrent sequences per replica: the wanted batch capped by how many running
@@ -365,7 +375,7 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
                   else f"--max-num-seqs is --batch {request.batch:,}")
         # the KV cache's and the budget's caps do not bind below the clients: their notes would
         # call every layout KV-starved at 8 clients a replica where the cache holds 124 (a CLI check)
-        notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound"))]
+        notes = without_notes(notes)
         notes.append(f"Client-bound: --max-concurrency {request.max_concurrency:,} keeps at most {clients:,} "
                      f"request(s) in flight on each of the {layout.dp} replica(s), so the steady state runs "
                      f"{clients:,} per replica (the engine would take {cap:,}; {engine})")
@@ -658,7 +668,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if arriving is not None:
         batch, steady, binding = cap, arriving, "request-rate"
         # what caps the engine's sequences does not bind below it
-        notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound", "Client-bound"))]
+        notes = without_notes(notes, (*CAP_NOTES, "Client-bound"))
         capacity = steady_at(top).requests_per_second
         within = (f"takes up to {plain(capacity)} req/s ({top:,} in flight)" if capacity <= convoy_per_s else
                   f"takes up to {plain(convoy_per_s)} req/s before its micro-batches' convoy falls behind (the "
@@ -716,7 +726,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         steady = steady_at(batch)
         if batch < cap:  # the cache's and the budget's caps do not bind below the cap (a CLI read:
             # "KV-starved ... so concurrency is 123" beside a batch of 97 the prompt budget chose)
-            notes = [note for note in notes if not note.startswith(("KV-starved", "Token-budget-bound"))]
+            notes = without_notes(notes)
     if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
         # capped at the limit it would still take the rate: the open loop at the rate and the
         # capped steady state disagree at the limit, so the miss at the rate stands (rejected)

@@ -37,7 +37,7 @@ from planner.layout import Layout, Rejected, TrainConfig, divisors
 from planner.memo import Memo
 from planner.parallel import map_in_workers
 from planner.requests import LayoutFilter, TrainRequest
-from planner.search import PARALLEL_MIN_LAYOUTS, LayoutResult, Plan, run_search
+from planner.search import PARALLEL_MIN_LAYOUTS, LayoutResult, Plan, pinned_degrees, run_search
 from planner.specs import ClusterSpec, ModelSpec
 from planner.train import (
     TrainEstimate,
@@ -544,8 +544,7 @@ def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainReques
     if None not in (f.tp, f.pp, f.dp) and f.tp * f.pp * f.dp * (f.cp or 1) != num_gpus:
         # before the batch is checked against dp (a fuzz sweep: tp=2,pp=2,dp=3 on 8 GPUs read
         # "--global-batch: 64 not divisible by dp=3"); candidate_layouts' words
-        degrees = ",".join(f"{k}={v}" for k, v in vars(f).items() if v is not None)
-        raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for")
+        raise SpecError(f"--layout: {pinned_degrees(f)} cannot multiply to the {num_gpus} GPUs planned for")
     if f.tp is None or f.pp is None or f.dp is not None:
         return request
     cp = f.cp or 1

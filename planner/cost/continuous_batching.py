@@ -1396,9 +1396,6 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
     alignment = alignment_rounds(held, open_loop, routed)
     busy = alignment / ROUND_ALIGNMENT_ROUNDS  # the chance a new request finds the engine busy
     if decoding_round is None:  # one rank; or every round carries prompts (q > 1): own share 1/(C d)
-        # written from the decode round up: exactly it at C d = 1 (no rounding below it)
-        own = own_prompt_share(c, open_loop)
-        share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
         if bound and not open_loop:
             # a closed loop at its budget: prompts queue whenever a request decodes, so every
             # round it decodes in carries a full budget of the others' prompt tokens (its own ran
@@ -1408,6 +1405,10 @@ def _steady_pass(concurrency: float, input_len: int, output_len: int, step_budge
             # 1 / C had TPOT -22% and -30% against the step simulation at 4 and 3 clients
             # (Llama-3.1-70B fp8 tp=8 on 8 A100, 19,723/12 tokens), now +2%
             share = 1.0
+        else:
+            # written from the decode round up: exactly it at C d = 1 (no rounding below it)
+            own = own_prompt_share(c, open_loop)
+            share = 1 - own / lockstep_ranks if routed is None else routed.prompt_share
         if not open_loop and lockstep_ranks == 1 and in_flight == 1 and not bound and 0 < chunks_per_round <= 1 \
                 and takes_turns and d + outside_rounds > 0:
             # prompts that take turns never share a round with a request's own: the others' (C - 1)
