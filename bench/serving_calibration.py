@@ -100,6 +100,10 @@ class Run:
         # vLLM 0.10.2 (Llama), 0.15.1 and 0.18.0 (gpt-oss) tokenize in AsyncMicrobatchTokenizer's
         # batches (read in 0.10.2 and 0.22.0; cost/ingress.py), not 0.33.0's one prompt at a time
         tokenizer = {"prompt_tokenizer": "microbatch"}
+        if self.spec == "minimax-m2.5":
+            # minimaxm2.5_fp8_h200.sh at 5e2c705d3 (the 0.16.0 runs) and 0f78cf4eb (0.18.0):
+            # --gpu-memory-utilization 0.95, every other setting vLLM's default (16-bit KV cache)
+            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95, **tokenizer}
         if self.spec.startswith("llama-3.1-70b"):
             return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len, **tokenizer}
         if self.gpu.startswith("H100"):

@@ -409,6 +409,8 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         fields["norm_type"] = "layernorm"
         fields["layernorm_1p"] = kind in LAYERNORM_1P_MODEL_TYPES
     rotated = text.get("partial_rotary_factor")
+    if rotated is None and isinstance(text.get("rotary_dim"), int) and isinstance(text.get("head_dim"), int):
+        rotated = text["rotary_dim"] / text["head_dim"]  # MiniMax-M2: rotary_dim 64 of head_dim 128
     if isinstance(rotated, (int, float)) and not isinstance(rotated, bool) and 0 < rotated < 1:
         fields["partial_rotary_factor"] = float(rotated)
     fields.update(moe_fields(text, kind, str(path)))
@@ -432,6 +434,8 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
             or (text.get("use_qk_norm") is True
                 and (text.get("qk_norm_type") == "per_head" or kind in PER_HEAD_USE_QK_NORM_MODEL_TYPES))):
         fields["qk_norm"] = True
+    elif text.get("use_qk_norm") is True and text.get("qk_norm_type") == "per_layer":
+        fields["qk_norm_across_heads"] = True  # MiniMax-M2: one norm over every head's query / key
     if kind == "llama4_text" and text.get("attention_chunk_size"):
         fields["attention_chunk_size"] = text["attention_chunk_size"]
     if isinstance(text.get("draft_vocab_size"), int) and text["draft_vocab_size"] > 0:

@@ -178,9 +178,9 @@ def v0_model_refusal(model: ModelSpec, request: ServeRequest) -> str | None:
     attention (its DeepSeek-V2/V3 ran MLA as full multi-head attention and cached the
     decompressed heads: vllm/attention/backends/mla was added in 0.7.1), no hybrid recurrent
     layers, no second attention shape, no vision-language wrapper, none of the 4-bit float weight
-    formats (V0_QUANTIZATIONS), no per-head query/key norm (Qwen3's: qk_norm), no chunked local
-    attention (Llama 4's) -- vllm/model_executor/models/registry.py at 0.6.6.post1 lists neither
-    family (gpt-oss's MXFP4 weights are refused above). Planning these for V0 would price a KV cache
+    formats (V0_QUANTIZATIONS), no per-head query/key norm (Qwen3's: qk_norm), no norm over every
+    head (MiniMax-M2's: qk_norm_across_heads), no chunked local attention (Llama 4's) --
+    vllm/model_executor/models/registry.py at 0.6.6.post1 lists none of those families (gpt-oss's MXFP4 weights are refused above). Planning these for V0 would price a KV cache
     and kernels that release does not have. The specs name no architecture, so a model that the
     registry lacks but that shares its fields with one it has is not caught."""
     release = request.engine_versions.vllm_release
@@ -202,6 +202,8 @@ def v0_model_refusal(model: ModelSpec, request: ServeRequest) -> str | None:
                      "Qwen3MoeForCausalLM in its model registry)")
     if model.attention_chunk_size:
         lacks.append("chunked local attention (Llama 4's; no Llama4ForConditionalGeneration in its model registry)")
+    if model.qk_norm_across_heads:
+        lacks.append("query/key RMSNorm over every head (MiniMax-M2's; no MiniMaxM2ForCausalLM in its model registry)")
     if model.quantization not in V0_QUANTIZATIONS:
         lacks.append(f"{model.quantization} weights")
     if not lacks:

@@ -178,6 +178,12 @@ class ModelSpec(_Spec):
     length 8,192 are Llama 3.1's)."""
     qk_norm: Flag = False
     """An RMSNorm over each head's query and key before RoPE (Qwen3; Megatron-LM's --qk-layernorm)."""
+    qk_norm_across_heads: Flag = False
+    """RMSNorms over the query and the key of all heads at once, before RoPE (MiniMax-M2's
+    qk_norm_type "per_layer"). Under TP each rank holds some of the heads, so every layer
+    all-reduces each token's two partial sums of squares before it can normalize (vLLM 0.33.0
+    model_executor/layers/minimax_rms_norm/rms_norm_tp.py, MiniMaxText01RMSNormTP): one more
+    all-reduce per layer and step, tiny but on the critical path."""
     attention_chunk_size: Count(MAX_POSITION_EMBEDDINGS) | None = None
     """Llama 4's chunked local attention (config.json attention_chunk_size): its RoPE layers
     attend within chunks of this many tokens, its NoPE layers (every fourth) in full, with an L2

@@ -29,18 +29,37 @@ SPECS = {
     # AIConfigurator labels gpt-oss's MoE weights nvfp4; vLLM serves the MXFP4 checkpoint.
     ("openai/gpt-oss-120b", "fp4"): "gpt-oss-120b",
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): "qwen3-235b-a22b-fp8",
+    ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
 }
 """(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
-the bf16 checkpoint online, 3 rows), MiniMax-M2.5 and Kimi-K2.5 (no spec)."""
+the bf16 checkpoint online, 3 rows), MiniMax-M2.5 at fp4 (NVFP4) and Kimi-K2.5 (no spec)."""
+SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm"}}
+"""Specs mapped on some systems only. MiniMax-M2.5 fp8 on B200: InferenceX's script changed its
+server settings between the 0.17.0 and 0.19.0 runs (benchmarks/single_node/minimaxm2.5_fp8_b200.sh
+at 0f78cf4eb and bddbf4031: the fp8 KV cache, a 2 x ISL token budget, --stream-interval 20, the
+MoE kernel), which the calibration does not carry yet; on H100 its rows are all expert-parallel."""
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
 """AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
 HOPPER = {"h100_sxm", "h200_sxm"}
-MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8"}
+MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5"}
 """The mapped specs with experts: only for them do moe_tp_size and moe_ep_size mean anything."""
 KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", "precision",
         "isl", "osl", "batch_size", "tp_size", "pp_size", "moe_tp_size", "moe_ep_size",
         "silicon_ttft_ms", "silicon_tpot_ms")
 """Source columns copied unchanged (batch_size is the benchmark's concurrency)."""
+
+
+DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5"}
+"""Models whose runs recur in several dumps (source_file=2026-03-25.csv, 2026-04-06.csv and
+AIConfigurator's db-dump/2026-04-27 repeat one measurement with the same lengths, concurrency,
+degrees and measured means): each is kept once. The rows of the earlier models stay as extracted."""
+
+
+def repeat_key(row: dict[str, str]) -> tuple[str, ...]:
+    """What makes two rows the same measurement: the run's settings and its measured means."""
+    return tuple(row[key] for key in ("model_path", "precision", "system", "backend_version", "isl", "osl",
+                                      "batch_size", "tp_size", "moe_tp_size", "moe_ep_size",
+                                      "silicon_ttft_ms", "silicon_tpot_ms"))
 
 
 def degree(value: str) -> int:
@@ -58,6 +77,8 @@ def planner_names(row: dict[str, str]) -> tuple[str, str] | None:
         return None
     if spec == "llama-3.1-70b-nvfp4" and row["system"] in HOPPER:
         return None  # Hopper has no fp4 tensor cores
+    if spec in SPEC_SYSTEMS and row["system"] not in SPEC_SYSTEMS[spec]:
+        return None
     tp = degree(row["tp_size"])
     if (degree(row["pp_size"]), degree(row["attention_dp_size"])) != (1, 1):
         return None
@@ -75,10 +96,15 @@ def main() -> None:
     with args.source.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     kept = []
+    seen = set()
     for row in rows:
         names = planner_names(row)
-        if names is not None:
-            kept.append({**{key: row[key] for key in KEPT}, "spec": names[0], "gpu": names[1]})
+        if names is None:
+            continue
+        if row["model_path"] in DEDUPLICATED and repeat_key(row) in seen:
+            continue  # one measurement in two dumps
+        seen.add(repeat_key(row))
+        kept.append({**{key: row[key] for key in KEPT}, "spec": names[0], "gpu": names[1]})
     with args.output.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=[*KEPT, "spec", "gpu"], lineterminator="\n")
         writer.writeheader()

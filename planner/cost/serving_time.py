@@ -360,7 +360,8 @@ class StepTime:
     """KV reads of the decoding sequences and the prompt chunks' attention compute."""
     allreduce_seconds_per_layer: float
     """Both TP all-reduces of one layer at the step's message size (the mean block's: one for
-    a hybrid's one-mixer block, sublayers_per_layer)."""
+    a hybrid's one-mixer block, sublayers_per_layer), and the query / key norms' where they
+    span every head (qk_norm_allreduce_seconds)."""
     bound: str
     """memory | compute: what limits the linear layers."""
     overhead_seconds: float = 0.0
@@ -917,6 +918,9 @@ class LayerLoadTerms:
     """One MoE layer's EP exchange (ep_exchange_parts)."""
     replaced_seconds: float
     """The output all-reduce that sequence-parallel MoE's all-gather replaces (ep_exchange_parts)."""
+    qk_norm_seconds: float = 0.0
+    """qk_norm_allreduce_seconds at the step's tokens: one layer's all-reduce of the query and
+    key norms' partial sums (MiniMax-M2 under TP); 0 for every other model."""
 
 
 def layer_load_terms(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
@@ -934,7 +938,26 @@ def layer_load_terms(model: ModelSpec, cluster: ClusterSpec, layout: Layout, pla
     allreduce, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
     exchange, replaced = ep_exchange_parts(model, cluster, layout, placement, expert_tokens, constants.all2all_backend)
     return LayerLoadTerms(moe_seconds, moe_weight_bound, dense_flops,
-                          dense_gemm_shape_utilization(model, layout, tokens, m_half), allreduce, exchange, replaced)
+                          dense_gemm_shape_utilization(model, layout, tokens, m_half), allreduce, exchange, replaced,
+                          qk_norm_allreduce_seconds(model, cluster, layout, placement, tokens))
+
+
+QK_NORM_PARTIAL_SUM_BYTES_PER_TOKEN = 8
+"""Two fp32 sums of squares per token, the query's and the key's (vLLM 0.33.0
+minimax_rms_norm/rms_norm_tp.py: _all_reduce_variance on a [tokens, 2] float32 tensor)."""
+
+
+def qk_norm_allreduce_seconds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, placement: Placement,
+                              tokens: float) -> float:
+    """One layer's all-reduce of the query and key norms' partial sums where the norms span
+    every head (ModelSpec.qk_norm_across_heads) and TP splits the heads: 8 bytes a token, priced
+    as one of the layer's own all-reduces at that size (at these sizes, the kernel's latency).
+    0 without such norms or at TP 1. docs/cost-model.md (Serving: one engine step)."""
+    if not model.qk_norm_across_heads or layout.tp <= 1:
+        return 0.0
+    both, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement,
+                                             tokens * QK_NORM_PARTIAL_SUM_BYTES_PER_TOKEN)
+    return both / 2
 
 
 @dataclass(frozen=True)
@@ -1017,7 +1040,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
                    (a sliding-window layer reads and pairs each query with at most W keys:
                    window_capped_tokens on the mean context and the mean pairs per query)
     per layer      the fixed step cost and 2 all-reduces of tokens * h * bytes (times the
-                   mean block's share of two sublayers: 1/2 for Nemotron-H's one-mixer blocks);
+                   mean block's share of two sublayers: 1/2 for Nemotron-H's one-mixer blocks),
+                   and one of tokens * 8 B where the query / key norms span every head;
                    with EP across DP ranks, per MoE layer vLLM's dispatch all-gather and
                    combine reduce-scatter (ep_exchange_seconds_per_moe_layer), and the
                    busiest GPU's extra routed work (expert_load_factor).
@@ -1047,7 +1071,8 @@ def stage_step_time(model: ModelSpec, cluster: ClusterSpec, layout: Layout, plac
     elementwise = stage.num_layers * sublayers * tokens * rates.elementwise_seconds_per_token
     # the mean layer's all-reduces: every sublayer's, less the MoE layers' output all-reduce
     # that sequence-parallel MoE replaces by an all-gather (in the exchange)
-    allreduce = terms.allreduce_seconds * sublayers - terms.replaced_seconds * moe_layers / stage.num_layers
+    allreduce = (terms.allreduce_seconds * sublayers - terms.replaced_seconds * moe_layers / stage.num_layers
+                 + terms.qk_norm_seconds)
     exchange = terms.exchange_seconds
     exchanges = moe_layers * exchange
     overhead = rates.overhead_seconds
@@ -1423,7 +1448,8 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
                         prompt_tokens: int, all2all_backend: str = DEFAULT_ALL2ALL_BACKEND,
                         prompt_expert_tokens: float | None = None, prompt_chunks: float = 1.0,
                         slowest_stage_moe_layers: float | None = None) -> tuple[Collective, ...]:
-    """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes:
+    """Per layer two TP all-reduces (after attention, after the MLP) of tokens * h * bytes (and
+    one of tokens * 8 B where the query / key norms span every head, qk_norm_allreduce_seconds):
     k * L_s of each per decode round on the slowest stage (one in-flight batch's rows each),
     L of each per prefill (the prompt); per decode round p pipeline sends, per prefill p - 1;
     with EP across DP ranks vLLM's dispatch all-gather and combine reduce-scatter per MoE layer
@@ -1454,6 +1480,11 @@ def serving_collectives(model: ModelSpec, cluster: ClusterSpec, layout: Layout, 
             out += [Collective(phase, f"after {where}", "all-reduce", layout.tp, placement.tp_link.kind,
                                tokens * width, both / 2, source, count)
                     for where, count in (("attention", allreduces), ("MLP", allreduces - sp_moe_count))]
+            if model.qk_norm_across_heads:
+                norm_bytes = tokens * QK_NORM_PARTIAL_SUM_BYTES_PER_TOKEN
+                norm, norm_source = tp_allreduce_seconds_per_layer(cluster, layout, placement, norm_bytes)
+                out.append(Collective(phase, "query / key norms", "all-reduce", layout.tp, placement.tp_link.kind,
+                                      norm_bytes, norm / 2, norm_source, allreduces))
         out += exchange
         if placement.pp_link is not None:
             out.append(Collective(phase, "to next stage", "send", 2, placement.pp_link.kind, tokens * width,

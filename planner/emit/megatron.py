@@ -285,6 +285,10 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
         return [f"Megatron-LM {release.version}: the command cannot give global-attention layers their own "
                 "head dim, KV heads or shared K/V projection (Gemma 4, MiMo-V2), so it would train another "
                 "model"]
+    if model.qk_norm_across_heads:
+        return [f"Megatron-LM {release.version}: --qk-layernorm normalizes each head's query and key; this "
+                "model's norms span every head at once (MiniMax-M2's qk_norm_type per_layer), so the command "
+                "would train another model"]
     if model.v_head_dim not in (None, model.head_dim) and not model.is_mla:
         return [f"Megatron-LM {release.version}: --kv-channels gives queries, keys and values one head dim; "
                 f"this model's values have {model.v_head_dim} beside {model.head_dim}, so the command would "

@@ -250,7 +250,9 @@ def _bytes(num_bytes: float) -> str:
         return gib(num_bytes)
     if num_bytes >= units.BYTES_PER_MIB:
         return f"{num_bytes / units.BYTES_PER_MIB:.1f} MiB"
-    return f"{num_bytes / units.BYTES_PER_KIB:.1f} KiB"
+    if num_bytes >= units.BYTES_PER_KIB:
+        return f"{num_bytes / units.BYTES_PER_KIB:.1f} KiB"
+    return f"{num_bytes:.0f} B"  # a norm's partial sums: 8 B a token
 
 
 # ---------------------------------------------------------------- timeline
