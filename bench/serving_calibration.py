@@ -104,6 +104,12 @@ class Run:
             # minimaxm2.5_fp8_h200.sh at 5e2c705d3 (the 0.16.0 runs) and 0f78cf4eb (0.18.0):
             # --gpu-memory-utilization 0.95, every other setting vLLM's default (16-bit KV cache)
             return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95, **tokenizer}
+        if self.spec == "kimi-k2.5":
+            # kimik2.5_int4_h200.sh / _b200.sh at 79a42e20a / 79ea3651a (0.16.0 / 0.15.1):
+            # --gpu-memory-utilization 0.95 --max-num-seqs CONC and the fused all-reduce + RMSNorm
+            # pass; B200 with VLLM_USE_FLASHINFER_MOE_INT4=1 (its runs began 4 s after that commit),
+            # a kernel the planner prices as it prices any INT4 experts (no measured kernel)
+            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95, **tokenizer}
         if self.spec.startswith("llama-3.1-70b"):
             return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len, **tokenizer}
         if self.gpu.startswith("H100"):

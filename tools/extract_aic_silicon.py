@@ -30,9 +30,11 @@ SPECS = {
     ("openai/gpt-oss-120b", "fp4"): "gpt-oss-120b",
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): "qwen3-235b-a22b-fp8",
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
+    ("moonshotai/Kimi-K2.5", "int4"): "kimi-k2.5",
 }
 """(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
-the bf16 checkpoint online, 3 rows), MiniMax-M2.5 at fp4 (NVFP4) and Kimi-K2.5 (no spec)."""
+the bf16 checkpoint online, 3 rows), MiniMax-M2.5 and Kimi-K2.5 at fp4 (NVFP4 checkpoints, no
+spec)."""
 SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm"}}
 """Specs mapped on some systems only. MiniMax-M2.5 fp8 on B200: InferenceX's script changed its
 server settings between the 0.17.0 and 0.19.0 runs (benchmarks/single_node/minimaxm2.5_fp8_b200.sh
@@ -41,7 +43,7 @@ MoE kernel), which the calibration does not carry yet; on H100 its rows are all 
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
 """AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
 HOPPER = {"h100_sxm", "h200_sxm"}
-MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5"}
+MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "kimi-k2.5"}
 """The mapped specs with experts: only for them do moe_tp_size and moe_ep_size mean anything."""
 KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", "precision",
         "isl", "osl", "batch_size", "tp_size", "pp_size", "moe_tp_size", "moe_ep_size",
@@ -49,17 +51,18 @@ KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", 
 """Source columns copied unchanged (batch_size is the benchmark's concurrency)."""
 
 
-DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5"}
-"""Models whose runs recur in several dumps (source_file=2026-03-25.csv, 2026-04-06.csv and
-AIConfigurator's db-dump/2026-04-27 repeat one measurement with the same lengths, concurrency,
+DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5"}
+"""Models whose runs recur in several dumps (source_file=2026-03-25.csv, 2026-04-06.csv,
+kimi-k2.5-gap-analysis.csv and AIConfigurator's db-dump/2026-04-27 repeat one measurement with the same lengths, concurrency,
 degrees and measured means): each is kept once. The rows of the earlier models stay as extracted."""
 
 
 def repeat_key(row: dict[str, str]) -> tuple[str, ...]:
     """What makes two rows the same measurement: the run's settings and its measured means."""
-    return tuple(row[key] for key in ("model_path", "precision", "system", "backend_version", "isl", "osl",
-                                      "batch_size", "tp_size", "moe_tp_size", "moe_ep_size",
-                                      "silicon_ttft_ms", "silicon_tpot_ms"))
+    settings = tuple(row[key] for key in ("model_path", "precision", "system", "backend_version", "isl", "osl",
+                                          "batch_size", "tp_size", "moe_tp_size", "moe_ep_size"))
+    # the dumps print the same mean with different digits (one rounds to 0.01 ms)
+    return settings + tuple(f"{float(row[key]):.2f}" for key in ("silicon_ttft_ms", "silicon_tpot_ms"))
 
 
 def degree(value: str) -> int:

@@ -562,12 +562,35 @@ def expert_weight_format(model: ModelSpec) -> str | None:
     return model.quantization if model.quantization in MOE_WEIGHT_FORMATS else None
 
 
+BLACKWELL_MIN_COMPUTE_CAPABILITY = 10.0
+"""Where vLLM 0.33.0 runs symmetric INT4 experts on FlashInfer's TRT-LLM kernel instead of
+Marlin (int4_marlin_experts below)."""
+
+
+def int4_marlin_experts(model: ModelSpec, cluster: ClusterSpec) -> bool:
+    """Whether vLLM runs this model's routed experts on its Marlin MoE kernel for INT4 weights with
+    16-bit activations (compressed-tensors WNA16, AWQ, GPTQ): vLLM 0.33.0's WNA16 MoE oracle
+    (model_executor/layers/fused_moe/oracle/int_wna16.py, _get_priority_backends) tries
+    FlashInfer's TRT-LLM kernel first, which takes no zero points and runs on Blackwell only, then
+    Marlin. So: INT4 experts, and not (Blackwell and symmetric)."""
+    if model.quantization != "int4" or not model.is_moe:
+        return False
+    capability = cluster.gpu.compute_capability
+    blackwell = capability is not None and capability >= BLACKWELL_MIN_COMPUTE_CAPABILITY
+    return not blackwell or model.quantization_zero_point
+
+
 def moe_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int = 1) -> MoeKernelRates:
     """The GPU's measured fused-MoE kernel for the experts' format at this EP degree (catalog
-    serving_moe_kernels, ServingMoeKernels.for_ep), else the dense step's rates: no floor,
-    DECODE_HBM_UTILIZATION, the linear GEMMs' rate and GEMM_HALF_RATE_DIMENSION."""
+    serving_moe_kernels, ServingMoeKernels.for_ep); INT4 experts where vLLM runs them on Marlin
+    (int4_marlin_experts) at the GPU's measured Marlin MoE kernel (marlin_mxfp4: one op,
+    moe_wna16_marlin_gemm, whose b_q_type is uint4b8 for symmetric INT4 and float4_e2m1f for
+    MXFP4; vllm/model_executor/layers/fused_moe/experts/marlin_moe.py at 0.33.0); else the dense step's rates: no floor, DECODE_HBM_UTILIZATION, the
+    linear GEMMs' rate and GEMM_HALF_RATE_DIMENSION."""
     weight_format = expert_weight_format(model)
     measured = cluster.gpu.serving_moe_kernels.for_ep(weight_format, ep) if weight_format else None
+    if measured is None and int4_marlin_experts(model, cluster):
+        measured = cluster.gpu.serving_moe_kernels.marlin_mxfp4
     if measured is None:
         return MoeKernelRates(0.0, cluster.gpu.hbm_bytes_per_s * eff.DECODE_HBM_UTILIZATION,
                               achievable_flops_per_s(model, cluster), eff.GEMM_HALF_RATE_DIMENSION, "model")
