@@ -79,6 +79,9 @@ class Run:
     measured_tpot_seconds: float
     benchmark: str = "unknown"
     """inferencex: the InferenceX client protocol above; unknown: not published."""
+    ep: int = 1
+    """Expert parallelism over the TP group (moe_ep_size = tp_size, `--enable-expert-parallel`
+    without data parallelism); 1 = the experts TP-split."""
 
     @property
     def server_settings(self) -> dict:
@@ -101,9 +104,12 @@ class Run:
         # batches (read in 0.10.2 and 0.22.0; cost/ingress.py), not 0.33.0's one prompt at a time
         tokenizer = {"prompt_tokenizer": "microbatch"}
         if self.spec == "minimax-m2.5":
-            # minimaxm2.5_fp8_h200.sh at 5e2c705d3 (the 0.16.0 runs) and 0f78cf4eb (0.18.0):
-            # --gpu-memory-utilization 0.95, every other setting vLLM's default (16-bit KV cache)
-            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95, **tokenizer}
+            # minimaxm2.5_fp8_h200.sh at 5e2c705d3 (the 0.16.0 runs) and 1d5cae141 (0.18.0):
+            # --gpu-memory-utilization 0.95, every other setting vLLM's default (16-bit KV cache);
+            # minimaxm2.5_fp8_h100.sh at 1d5cae141: 0.90, --max-num-seqs 256 (above every C run),
+            # --enable-expert-parallel (ep = tp 4)
+            utilization = 0.90 if self.gpu.startswith("H100") else 0.95
+            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": utilization, **tokenizer}
         if self.spec == "kimi-k2.5":
             # kimik2.5_int4_h200.sh / _b200.sh at 79a42e20a / 79ea3651a (0.16.0 / 0.15.1):
             # --gpu-memory-utilization 0.95 --max-num-seqs CONC and the fused all-reduce + RMSNorm
@@ -178,6 +184,7 @@ def parse_row(row: dict[str, str]) -> Run:
         measured_ttft_seconds=units.ms_to_seconds(float(row["silicon_ttft_ms"])),
         measured_tpot_seconds=units.ms_to_seconds(float(row["silicon_tpot_ms"])),
         benchmark=benchmark_of(row["silicon_data_source"]),
+        ep=int(float(row["moe_ep_size"])) if row["moe_ep_size"] else 1,
     )
 
 
@@ -200,8 +207,8 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         burst = {"num_prompts": PROMPTS_PER_CLIENT * run.concurrency, "max_concurrency": run.concurrency,
                  "request_rate_per_s": float("inf"), "dataset_lengths": benchmark_lengths(run)}
     request = ServeRequest(input_len=run.input_len, output_len=run.output_len, batch=run.concurrency,
-                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1), **run.server_settings, **burst)
-    result = estimate(model, cluster, Layout(run.tp, run.pp, 1), request)
+                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1, ep=run.ep), **run.server_settings, **burst)
+    result = estimate(model, cluster, Layout(run.tp, run.pp, 1, run.ep), request)
     if isinstance(result, Rejected):
         return {"id": run.id, "group": run.group, "rejected": list(result.reasons)}
     measured = {"tpot": run.measured_tpot_seconds, "ttft": run.measured_ttft_seconds}
@@ -215,7 +222,7 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         predicted = {"tpot": result.tpot_seconds, "ttft": result.ttft_seconds}
     return {
         "id": run.id, "group": run.group, "benchmark": "simulated" if simulate else "steady",
-        "tp": run.tp, "input_len": run.input_len,
+        "tp": run.tp, "ep": run.ep, "input_len": run.input_len,
         "output_len": run.output_len, "concurrency": run.concurrency, "batch": result.batch,
         **{f"measured_{q}_seconds": measured[q] for q in QUANTITIES},
         **{f"predicted_{q}_seconds": predicted[q] for q in QUANTITIES},

@@ -6,7 +6,8 @@ Reads `systems/silicon_sample.csv` of the PyPI package aiconfigurator-core 0.12.
 serving runs measured on real GPUs) and writes tests/fixtures/aiconfigurator_silicon/vllm_agg.csv:
 the rows with backend == vllm and mode == agg whose (model_path, precision) maps to a shipped
 model spec and whose system to a catalog GPU, with one replica that the planner can express
-(pp == 1, no attention data parallelism; for MoE models moe_tp == tp and moe_ep == 1). Two columns are added, the
+(pp == 1, no attention data parallelism; for MoE models moe_tp == tp and moe_ep == 1, or for
+EP_SPECS moe_ep == tp: the experts spread over the TP group). Two columns are added, the
 planner's names for the model (`spec`) and the GPU (`gpu`); the mapping's only home is here.
 Standard library only: the project does not depend on pandas.
 """
@@ -35,11 +36,11 @@ SPECS = {
 """(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
 the bf16 checkpoint online, 3 rows), MiniMax-M2.5 and Kimi-K2.5 at fp4 (NVFP4 checkpoints, no
 spec)."""
-SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm"}}
+SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm", "h100_sxm"}}
 """Specs mapped on some systems only. MiniMax-M2.5 fp8 on B200: InferenceX's script changed its
 server settings between the 0.17.0 and 0.19.0 runs (benchmarks/single_node/minimaxm2.5_fp8_b200.sh
 at 0f78cf4eb and bddbf4031: the fp8 KV cache, a 2 x ISL token budget, --stream-interval 20, the
-MoE kernel), which the calibration does not carry yet; on H100 its rows are all expert-parallel."""
+MoE kernel), which the calibration does not carry yet."""
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
 """AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
 HOPPER = {"h100_sxm", "h200_sxm"}
@@ -51,6 +52,11 @@ KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", 
 """Source columns copied unchanged (batch_size is the benchmark's concurrency)."""
 
 
+EP_SPECS = {"minimax-m2.5"}
+"""Specs whose expert-parallel rows (moe_ep = tp, attention TP) are kept: MiniMax-M2.5 on H100
+(15 rows, vLLM 0.18.0, minimaxm2.5_fp8_h100.sh at 1d5cae141, its runs begun 3 s after that
+commit). Not yet: Qwen3-235B's 6 (AIConfigurator's harness), Kimi-K2.5 NVFP4 (no spec),
+MiniMax-M2.5 on B200 (above)."""
 DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5"}
 """Models whose runs recur in several dumps (source_file=2026-03-25.csv, 2026-04-06.csv,
 kimi-k2.5-gap-analysis.csv and AIConfigurator's db-dump/2026-04-27 repeat one measurement with the same lengths, concurrency,
@@ -86,8 +92,10 @@ def planner_names(row: dict[str, str]) -> tuple[str, str] | None:
     if (degree(row["pp_size"]), degree(row["attention_dp_size"])) != (1, 1):
         return None
     moe_degrees = (degree(row["moe_tp_size"]), degree(row["moe_ep_size"]))
-    if spec in MOE_SPECS and moe_degrees != (tp, 1):
-        return None  # no expert parallelism in the planner yet
+    if spec in MOE_SPECS and moe_degrees not in ((tp, 1), (1, tp)):
+        return None  # experts TP-split, or spread over the TP group (--enable-expert-parallel, no DP)
+    if moe_degrees == (1, tp) and tp > 1 and spec not in EP_SPECS:
+        return None
     return spec, gpu
 
 
