@@ -33,7 +33,7 @@ from serving_calibration import Run, load_rows, score  # noqa: E402
 from planner import units  # noqa: E402
 from planner.cost import efficiency as eff  # noqa: E402
 
-OUTSIDE_THE_FIT = ("llama-3.1-8b", "qwen3-235b", "minimax-m2.5", "kimi-k2.5")
+OUTSIDE_THE_FIT = ("llama-3.1-8b", "qwen3-235b", "minimax-m2.5", "kimi-k2.5")  # kimi-k2.5-nvfp4 too
 """AIConfigurator's own harness runs whose measured TPOT no steady state or burst reproduces
 (docs/cost-model.md, Serving: calibration, "What is left"), and the MiniMax-M2.5 and Kimi-K2.5 runs added
 to the calibration set after the fit (session 50), scored against it but not fitted to."""

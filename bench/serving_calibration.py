@@ -80,8 +80,16 @@ class Run:
     benchmark: str = "unknown"
     """inferencex: the InferenceX client protocol above; unknown: not published."""
     ep: int = 1
-    """Expert parallelism over the TP group (moe_ep_size = tp_size, `--enable-expert-parallel`
-    without data parallelism); 1 = the experts TP-split."""
+    """The row's moe_ep_size: expert parallelism over the TP group (moe_ep_size = tp_size,
+    `--enable-expert-parallel` without data parallelism); 1 = the experts TP-split."""
+
+    @property
+    def layout_ep(self) -> int:
+        """The EP degree the server ran: the row's, except Kimi-K2.5 NVFP4, whose rows say ep 4
+        (the workflow's search space) but whose script never passed --enable-expert-parallel
+        (benchmarks/single_node/kimik2.5_fp4_b200.sh at a58dedd5a and 64c20b6b5 reads no EP_SIZE):
+        those runs split the experts over TP like the rest."""
+        return 1 if self.spec == "kimi-k2.5-nvfp4" else self.ep
 
     @property
     def server_settings(self) -> dict:
@@ -110,6 +118,10 @@ class Run:
             # --enable-expert-parallel (ep = tp 4)
             utilization = 0.90 if self.gpu.startswith("H100") else 0.95
             return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": utilization, **tokenizer}
+        if self.spec == "kimi-k2.5-nvfp4":
+            # kimik2.5_fp4_b200.sh at a58dedd5a (0.17.0, runs measured 2026-03-11T16:59Z):
+            # --gpu-memory-utilization 0.90 --max-num-seqs CONC, the fused all-reduce + RMSNorm pass
+            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.90, **tokenizer}
         if self.spec == "kimi-k2.5":
             # kimik2.5_int4_h200.sh / _b200.sh at 79a42e20a / 79ea3651a (0.16.0 / 0.15.1):
             # --gpu-memory-utilization 0.95 --max-num-seqs CONC and the fused all-reduce + RMSNorm
@@ -207,8 +219,9 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         burst = {"num_prompts": PROMPTS_PER_CLIENT * run.concurrency, "max_concurrency": run.concurrency,
                  "request_rate_per_s": float("inf"), "dataset_lengths": benchmark_lengths(run)}
     request = ServeRequest(input_len=run.input_len, output_len=run.output_len, batch=run.concurrency,
-                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1, ep=run.ep), **run.server_settings, **burst)
-    result = estimate(model, cluster, Layout(run.tp, run.pp, 1, run.ep), request)
+                           layout=LayoutFilter(tp=run.tp, pp=run.pp, dp=1, ep=run.layout_ep), **run.server_settings,
+                           **burst)
+    result = estimate(model, cluster, Layout(run.tp, run.pp, 1, run.layout_ep), request)
     if isinstance(result, Rejected):
         return {"id": run.id, "group": run.group, "rejected": list(result.reasons)}
     measured = {"tpot": run.measured_tpot_seconds, "ttft": run.measured_ttft_seconds}
@@ -222,7 +235,7 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
         predicted = {"tpot": result.tpot_seconds, "ttft": result.ttft_seconds}
     return {
         "id": run.id, "group": run.group, "benchmark": "simulated" if simulate else "steady",
-        "tp": run.tp, "ep": run.ep, "input_len": run.input_len,
+        "tp": run.tp, "ep": run.layout_ep, "input_len": run.input_len,
         "output_len": run.output_len, "concurrency": run.concurrency, "batch": result.batch,
         **{f"measured_{q}_seconds": measured[q] for q in QUANTITIES},
         **{f"predicted_{q}_seconds": predicted[q] for q in QUANTITIES},

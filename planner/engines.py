@@ -94,6 +94,11 @@ class VllmRelease:
     vllm/entrypoints/openai/serving_engine.py, ThreadPoolExecutor(max_workers=1)); microbatch,
     AsyncMicrobatchTokenizer's batches of up to 32 after a 2 ms wait (0.22.0:
     vllm/utils/async_utils.py)."""
+    kv_cache_dtype_from_checkpoint: bool = True
+    """`--kv-cache-dtype auto` takes the KV format a ModelOpt checkpoint's quantization config
+    names (ModelSpec.checkpoint_kv_cache_dtype): EngineArgs.create_engine_config calls
+    resolve_kv_cache_dtype_string (vllm/utils/torch_utils.py) in 0.17.0, 0.22.0 and 0.33.0; not
+    in 0.12.0 or earlier (0.6.6.post1 keeps the model's dtype)."""
 
 
 def runs_kernels_for(archs: tuple[tuple[int, int], ...], compute_capability: float) -> bool:
@@ -205,7 +210,7 @@ VLLM_RELEASES = {
     "0.6.6.post1": VllmRelease(
         "0.6.6.post1", "vllm 0.6.6.post1 wheel (PyPI): vllm/engine/arg_utils.py, vllm/config.py, "
         "vllm/worker/worker.py, vllm/worker/model_runner.py (the V0 engine)",
-        VLLM_0_6_TIERS, "fp8", v1_engine=False, async_scheduling=False,
+        VLLM_0_6_TIERS, "fp8", v1_engine=False, async_scheduling=False, kv_cache_dtype_from_checkpoint=False,
         kernel_archs=((7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0))),
 }
 SGLANG_RELEASES = {

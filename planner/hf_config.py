@@ -260,6 +260,12 @@ def _load_hf_config(path: Path) -> ModelSpec:
     if "quantization" not in fields and path.name == "config.json" and sidecar.is_file():
         # ModelOpt's own record: its quantized_layers replace a copy in quantization_config
         fields.update(_modelopt_fields(_read_json(sidecar), sidecar))
+    engine_quant = raw.get("quantization_config")
+    if engine_quant is None and path.name == "config.json" and sidecar.is_file():
+        engine_quant = _read_json(sidecar)  # vLLM reads the sidecar only without quantization_config
+    kv_cache_dtype = checkpoint_kv_cache_dtype(engine_quant)
+    if kv_cache_dtype is not None:
+        fields["checkpoint_kv_cache_dtype"] = kv_cache_dtype
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
     model = validate(ModelSpec, fields, origin)
     if mixed is None:
@@ -923,6 +929,36 @@ def fp8_block_fields(block: Any, path: Path, key: str) -> dict[str, Any]:
             or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
         raise SpecError(f"{path}: {key}: expected two positive integers [n, k] (got {str(block)[:40]})")
     return {"quantization_block_size": block[1]}
+
+
+def checkpoint_kv_cache_dtype(config: Any) -> str | None:
+    """The KV cache format the engines take for `--kv-cache-dtype auto` from the quantization
+    config they read (config.json's quantization_config, else hf_quant_config.json:
+    vllm/transformers_utils/config.py at 0.33.0), as vLLM's get_kv_cache_quant_algo_string does
+    (vllm/utils/torch_utils.py at 0.33.0): only for a ModelOpt config, whose quant_method starts
+    "modelopt" (a legacy hf_quant_config.json has none, but vLLM gives it one when its producer is
+    modelopt and it names a quant_algo: _normalize_quantization_config,
+    vllm/transformers_utils/model_arch_config_convertor.py at 0.17.0-0.33.0); kv_cache_scheme (a
+    dict: static 8-bit float -> fp8, 4-bit float -> nvfp4) before kv_cache_quant_algo ("FP8",
+    "NVFP4"), under `quantization` or at the top. SGLang reads the same fields into its ModelOpt
+    config's kv_cache_quant_algo (requests.for_checkpoint). None: the engines' 16-bit default."""
+    if not isinstance(config, dict):
+        return None
+    inner = config["quantization"] if isinstance(config.get("quantization"), dict) else config
+    producer = config.get("producer")
+    legacy = (isinstance(producer, dict) and producer.get("name") == "modelopt"
+              and inner.get("quant_algo") is not None)
+    if not str(config.get("quant_method", "")).startswith("modelopt") and not legacy:
+        return None
+    algo = (inner.get("kv_cache_scheme") or config.get("kv_cache_scheme")
+            or inner.get("kv_cache_quant_algo") or config.get("kv_cache_quant_algo"))
+    if isinstance(algo, dict):
+        if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            return "fp8"
+        if algo.get("num_bits") == 4 and algo.get("type") == "float":
+            return "nvfp4"
+        return None  # vLLM warns and keeps auto
+    return {"fp8": "fp8", "nvfp4": "nvfp4"}.get(algo.lower()) if isinstance(algo, str) else None
 
 
 MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "MXFP4": "mxfp4"}

@@ -17,7 +17,7 @@ from planner.engines import EngineVersions
 from planner.errors import SpecError
 
 if TYPE_CHECKING:
-    from planner.specs import GPU
+    from planner.specs import GPU, ModelSpec
 
 Objective = Literal["throughput", "latency"]
 ServeMode = Literal["auto", "aggregated", "disaggregated"]
@@ -390,6 +390,29 @@ FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan"
 (config/job_config.py at v0.2.2), and it has no delayed scaling."""
 MoeDispatcher = Literal["auto", "alltoall", "deepep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
+def for_checkpoint(model: ModelSpec, request: ServeRequest) -> ServeRequest:
+    """The request with `--kv-cache-dtype auto` resolved as the engine resolves it for this
+    checkpoint (ModelSpec.checkpoint_kv_cache_dtype), so the plan prices that cache and the
+    command says so. vLLM (VllmRelease.kv_cache_dtype_from_checkpoint: 0.17.0 and later) takes
+    the fp8 or NVFP4 cache a ModelOpt checkpoint names; SGLang 0.5.10.post1 and 0.5.23 take an
+    fp8 one (its ModelOpt config's kv_cache_quant_algo "FP8": ModelRunner.configure_kv_cache_dtype,
+    srt/model_executor/model_runner.py at 0.5.10.post1; srt/mem_cache/kv_cache_dtype.py at
+    0.5.23) and keep 16 bits otherwise. An NVFP4 KV cache under vLLM is not modelled: a usage
+    error naming the flag that plans an fp8 one instead."""
+    kv = model.checkpoint_kv_cache_dtype
+    if request.kv_cache_dtype != "auto" or kv is None:
+        return request
+    if request.pool_engine == "sglang":
+        return replace(request, kv_cache_dtype="fp8") if kv == "fp8" else request
+    if not request.engine_versions.vllm_release.kv_cache_dtype_from_checkpoint:
+        return request
+    if kv == "nvfp4":
+        raise SpecError(f"{model.name}: its quantization config asks vLLM for an NVFP4 KV cache "
+                        "(kv_cache_scheme), which the planner does not model; pass --kv-cache-dtype fp8 to plan an "
+                        "fp8 one")
+    return replace(request, kv_cache_dtype=model.checkpoint_kv_cache_dtype)
+
+
 def for_vllm_release(request: ServeRequest) -> ServeRequest:
     """The request as the chosen vLLM release can serve it. The V0 engine (VllmRelease.v1_engine
     False: 0.6.6.post1) has no expert parallelism, no disaggregated serving, no --speculative-config,

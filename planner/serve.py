@@ -86,6 +86,7 @@ from planner.requests import (
     MAX_SIMULATED_STEPS,
     MAX_TOKENIZER_WORKERS,
     ServeRequest,
+    for_checkpoint,
 )
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import plain, seconds_to_ms
@@ -504,6 +505,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     estimates whose model, cluster and request differ at most in the SLA limits (a sweep of
     them: planner/frontier.py); None: this estimate's own."""
     cluster = with_moe_backend(cluster, request.moe_backend)
+    request = for_checkpoint(model, request)  # plan_serving's requests come resolved: a no-op
     memo = memo if memo is not None else Memo()
     setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
     if isinstance(setup, Rejected):
@@ -1052,6 +1054,7 @@ def bound_inputs(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
     """The layout's setup (memoised as estimate memoises it) and the request's decode shape, or
     the Rejected estimate() returns for the layout's structure or memory."""
     cluster = with_moe_backend(cluster, request.moe_backend)
+    request = for_checkpoint(model, request)  # plan_serving's requests come resolved: a no-op
     memo = memo if memo is not None else Memo()
     setup = memo.get(("setup", layout), replica_setup, model, cluster, layout, request)
     if isinstance(setup, Rejected):

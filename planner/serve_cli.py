@@ -19,7 +19,13 @@ from planner.emit.command import (
 from planner.emit.sglang import sglang_pool_notes
 from planner.errors import SpecError
 from planner.layout import Layout
-from planner.requests import DEFAULT_TOP_ROWS, LayoutFilter, ServeRequest, check_tokenizer_workers
+from planner.requests import (
+    DEFAULT_TOP_ROWS,
+    LayoutFilter,
+    ServeRequest,
+    check_tokenizer_workers,
+    for_checkpoint,
+)
 from planner.serve import ServeEstimate, burst_metrics, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
@@ -38,7 +44,19 @@ def serve_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, re
 
 def launch_notes(plan: ServePlan) -> list[str]:
     """What the command alone does not say about the checkpoint MODEL must be."""
-    return dtype_notes(plan) + quantization_notes(plan)
+    return dtype_notes(plan) + quantization_notes(plan) + checkpoint_kv_notes(plan)
+
+
+def checkpoint_kv_notes(plan: ServePlan) -> list[str]:
+    """Why an fp8 KV cache nobody asked for (requests.for_checkpoint)."""
+    kv, request = plan.model.checkpoint_kv_cache_dtype, plan.request
+    sglang = request.pool_engine == "sglang"
+    takes_it = sglang or request.engine_versions.vllm_release.kv_cache_dtype_from_checkpoint
+    if kv is None or request.kv_cache_dtype != kv or not takes_it:
+        return []
+    engine = (f"SGLang {request.engine_versions.sglang}" if sglang else f"vLLM {request.engine_versions.vllm}")
+    return [f"KV cache in {kv}: MODEL's quantization config names it (kv_cache_scheme / kv_cache_quant_algo) and "
+            f"{engine} takes it for --kv-cache-dtype auto, so the plan prices it and the command says so"]
 
 
 def dtype_notes(plan: ServePlan) -> list[str]:
@@ -174,6 +192,7 @@ def run_frontier_serve(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     check_tokenizer_workers(request, engine)
     if engine == "sglang":  # as run_serve: SGLang's pool caps what each layout runs
         request = replace(request, pool_engine="sglang")
+    request = for_checkpoint(model, request)  # the header's KV format is the plan's
 
     frontier = trace_frontier(model, cluster, request, lambda plan: launchable(plan, engine), engine=engine)
     if frontier is None:

@@ -26,6 +26,7 @@ from planner.requests import (
     DEFAULT_ALL2ALL_BACKEND,
     MOE_BACKENDS,
     ServeRequest,
+    for_checkpoint,
     for_vllm_release,
 )
 from planner.search import (
@@ -238,8 +239,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
     rest may be bounded out (bounded_evaluation), except the layouts in `always` (plan
     explain's re-plans read the explained layout's figures); `summary`: the plan's summary is
     shown, so the figures it names beyond the rows are kept exact.
-    The request as the vLLM release can serve it (for_vllm_release: V0 plans ep = 1)."""
-    request = for_vllm_release(request)
+    The request as the vLLM release can serve it (for_vllm_release: V0 plans ep = 1) and with the
+    checkpoint's own KV cache format where the engine takes it (for_checkpoint)."""
+    request = for_checkpoint(model, for_vllm_release(request))
     check_request(model, cluster, request)
     memo = memo if memo is not None else Memo()
 

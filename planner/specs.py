@@ -153,6 +153,12 @@ class ModelSpec(_Spec):
     quantization_block_size: Count(MAX_HIDDEN_SIZE) | None = None
     """fp8 in scale blocks (weight_block_size [n, k]: DeepSeek-V3, Qwen3 FP8 [128, 128]): k, the
     inputs one scale covers; None = a scale per output channel or per tensor."""
+    checkpoint_kv_cache_dtype: Literal["fp8", "nvfp4"] | None = None
+    """The KV cache format a ModelOpt checkpoint's quantization config asks for (config.json
+    quantization_config with quant_method "modelopt": kv_cache_scheme {dynamic: false,
+    num_bits: 8, type: float} or kv_cache_quant_algo "FP8"): vLLM 0.17.0 and later take it for
+    `--kv-cache-dtype auto` (resolve_kv_cache_dtype_string, vllm/utils/torch_utils.py at 0.33.0;
+    requests.for_checkpoint). None: the checkpoint names none (the engine's 16-bit default)."""
     quantization_zero_point: Flag = True
     """int4: a 4-bit zero point per group beside its 16-bit scale (AWQ, GPTQ); off for a
     symmetric compressed-tensors checkpoint, which stores the scale only."""

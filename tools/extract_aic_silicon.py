@@ -32,11 +32,11 @@ SPECS = {
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): "qwen3-235b-a22b-fp8",
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
     ("moonshotai/Kimi-K2.5", "int4"): "kimi-k2.5",
+    ("moonshotai/Kimi-K2.5", "fp4"): "kimi-k2.5-nvfp4",  # served from nvidia/Kimi-K2.5-NVFP4
 }
 """(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
-the bf16 checkpoint online, 3 rows), MiniMax-M2.5 and Kimi-K2.5 at fp4 (NVFP4 checkpoints, no
-spec)."""
-SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm", "h100_sxm"}}
+the bf16 checkpoint online, 3 rows), MiniMax-M2.5 at fp4 (no spec)."""
+SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm", "h100_sxm"}, "kimi-k2.5-nvfp4": {"b200_sxm"}}
 """Specs mapped on some systems only. MiniMax-M2.5 fp8 on B200: InferenceX's script changed its
 server settings between the 0.17.0 and 0.19.0 runs (benchmarks/single_node/minimaxm2.5_fp8_b200.sh
 at 0f78cf4eb and bddbf4031: the fp8 KV cache, a 2 x ISL token budget, --stream-interval 20, the
@@ -44,7 +44,7 @@ MoE kernel), which the calibration does not carry yet."""
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
 """AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
 HOPPER = {"h100_sxm", "h200_sxm"}
-MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "kimi-k2.5"}
+MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "kimi-k2.5", "kimi-k2.5-nvfp4"}
 """The mapped specs with experts: only for them do moe_tp_size and moe_ep_size mean anything."""
 KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", "precision",
         "isl", "osl", "batch_size", "tp_size", "pp_size", "moe_tp_size", "moe_ep_size",
@@ -52,12 +52,13 @@ KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", 
 """Source columns copied unchanged (batch_size is the benchmark's concurrency)."""
 
 
-EP_SPECS = {"minimax-m2.5"}
+EP_SPECS = {"minimax-m2.5", "kimi-k2.5-nvfp4"}
 """Specs whose expert-parallel rows (moe_ep = tp, attention TP) are kept: MiniMax-M2.5 on H100
 (15 rows, vLLM 0.18.0, minimaxm2.5_fp8_h100.sh at 1d5cae141, its runs begun 3 s after that
-commit). Not yet: Qwen3-235B's 6 (AIConfigurator's harness), Kimi-K2.5 NVFP4 (no spec),
-MiniMax-M2.5 on B200 (above)."""
-DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5"}
+commit); Kimi-K2.5 NVFP4 on B200, whose rows say ep 4 but whose script never passed
+--enable-expert-parallel (bench/serving_calibration.py Run.layout_ep). Not yet: Qwen3-235B's 6
+(AIConfigurator's harness), MiniMax-M2.5 on B200 (above)."""
+DEDUPLICATED = {"MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5"}  # INT4 and NVFP4
 """Models whose runs recur in several dumps (source_file=2026-03-25.csv, 2026-04-06.csv,
 kimi-k2.5-gap-analysis.csv and AIConfigurator's db-dump/2026-04-27 repeat one measurement with the same lengths, concurrency,
 degrees and measured means): each is kept once. The rows of the earlier models stay as extracted."""
