@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from planner.catalog import cluster_from_shorthand
 from planner.cost.moe import deepep_serving_refusal
 from planner.cost.serving_memory import max_model_len_of, max_num_batched_tokens
-from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format
+from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format, int4_marlin_experts
 from planner.engines import EngineVersions, arch_words, runs_kernels_for
 from planner.errors import SpecError
 from planner.layout import Layout, Rejected
@@ -222,6 +222,14 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
         raise SpecError(f"--moe-backend {backend}: {model.name} has no routed experts")
     weight_format = expert_weight_format(model)
     kernels = cluster.gpu.serving_moe_kernels
+    if model.quantization == "int4":
+        marlin = int4_marlin_experts(model, cluster)
+        if marlin and backend == "marlin":
+            return  # what vLLM runs them on anyway (serving_time.int4_marlin_experts)
+        default = ("Marlin, priced at its measured kernel" if marlin
+                   else "FlashInfer's INT4 kernel, unmeasured: priced as dense GEMMs")
+        raise SpecError(f"--moe-backend {backend}: INT4 experts are planned on the kernel vLLM picks for them "
+                        f"(auto: on {cluster.gpu.name} {default}); another backend is not planned")
     if weight_format is None or kernels.kernel(weight_format, backend) is None:
         measured = [name for name in MOE_WEIGHT_FORMATS if kernels.kernel(name, backend) is not None]
         raise SpecError(f"--moe-backend {backend}: no measured {backend} MoE kernel for "

@@ -7,6 +7,9 @@ dense fallback. docs/cost-model.md (Serving: the MoE kernels)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from planner import units
@@ -47,3 +50,16 @@ def test_dense_int4_and_other_formats_are_untouched():
     h200 = resolve_cluster("1x8xH200")
     assert not int4_marlin_experts(resolve_model("llama-3.1-70b-awq"), h200)  # no experts
     assert not int4_marlin_experts(resolve_model("qwen3-235b-a22b-fp8"), h200)  # fp8's own kernel
+
+
+@pytest.mark.parametrize("cluster, accepted", [("1x8xH200", True), ("1x8xB200", False)])
+def test_moe_backend_marlin_is_accepted_where_vllm_picks_it(cluster, accepted):
+    run = subprocess.run([sys.executable, "-m", "planner", "--model", "kimi-k2.5", "--cluster", cluster,
+                          "--moe-backend", "marlin", "--layout", "tp=8", "--batch", "8", "--json"],
+                         capture_output=True, text=True)
+    if accepted:
+        assert run.returncode == 0, run.stderr
+        assert "--moe-backend marlin" in run.stdout
+    else:
+        assert run.returncode == 2
+        assert "FlashInfer's INT4 kernel, unmeasured" in run.stderr and "\n" not in run.stderr.strip()
