@@ -125,8 +125,7 @@ class Run:
         if self.spec == "kimi-k2.5":
             # kimik2.5_int4_h200.sh / _b200.sh at 79a42e20a / 79ea3651a (0.16.0 / 0.15.1):
             # --gpu-memory-utilization 0.95 --max-num-seqs CONC and the fused all-reduce + RMSNorm
-            # pass; B200 with VLLM_USE_FLASHINFER_MOE_INT4=1 (its runs began 4 s after that commit),
-            # a kernel the planner prices as it prices any INT4 experts (no measured kernel)
+            # pass; B200 with VLLM_USE_FLASHINFER_MOE_INT4=1 (ran_flashinfer_int4_moe)
             return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95, **tokenizer}
         if self.spec.startswith("llama-3.1-70b"):
             return {"kv_cache_dtype": "fp8", "max_model_len": self.script_max_model_len, **tokenizer}
@@ -155,6 +154,14 @@ class Run:
         by default on Hopper and Blackwell (the catalog's serving_allreduce); not under
         ran_vllm_0_10_2 defaults, which run vLLM's unfused all-reduce (serving_allreduce_unfused)."""
         return not self.ran_vllm_0_10_2
+
+    @property
+    def ran_flashinfer_int4_moe(self) -> bool:
+        """Kimi-K2.5 INT4 on B200 ran with VLLM_USE_FLASHINFER_MOE_INT4=1 (kimik2.5_int4_b200.sh
+        from 79ea3651a, committed 4 s before those runs began), which moves INT4 experts from
+        Marlin (the planner's default, vLLM's without it) to FlashInfer's TRT-LLM kernel: not
+        measured, so priced as the dense fallback."""
+        return self.spec == "kimi-k2.5" and self.gpu.startswith("B200")
 
     @property
     def script_max_model_len(self) -> int:
@@ -213,6 +220,9 @@ def predict(run: Run, as_benchmarked: bool = False) -> dict:
     cluster = cluster_from_shorthand(1, num_gpus, run.gpu, f"1x{num_gpus}x{run.gpu}")
     if not run.engine_fuses_allreduce:
         cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"serving_allreduce": []})})
+    if run.ran_flashinfer_int4_moe:  # not Marlin: FlashInfer's INT4 kernel, unmeasured (the dense fallback)
+        kernels = cluster.gpu.serving_moe_kernels.model_copy(update={"marlin_mxfp4": None})
+        cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"serving_moe_kernels": kernels})})
     simulate = as_benchmarked and run.benchmark == "inferencex"
     burst = {}
     if simulate:

@@ -502,7 +502,8 @@ def load_specs(opts: PlanOptions):
             # gpt-oss's experts-only MXFP4) was its checkpoint's, not this one's
             model_spec = model_spec.model_copy(update={
                 "quantization": wanted, "quantization_scope": "all", "secondary_quantization": None,
-                "lm_head_quantization": None, "quantization_block_size": None})
+                "lm_head_quantization": None, "quantization_block_size": None,
+                "checkpoint_kv_cache_dtype": None})  # nor its quantization config's KV format
             if (problem := model_spec.int4_group_problem()) is not None:
                 raise SpecError(f"--quantization {wanted}: {problem} of {model_spec.name}")
     cluster_spec = resolve_cluster(opts.cluster)

@@ -64,7 +64,7 @@ from planner.cost.speculative import speculation_shape
 from planner.emit.command import placement_reasons
 from planner.layout import Layout, Link, Placement, inter_node_link, intra_node_link, place
 from planner.memo import Memo
-from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest, for_checkpoint
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 from planner.units import BYTES_PER_MIB, plain, plural, seconds_to_ms
@@ -678,6 +678,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     pipeline stages (pipelined_decode_reason), vLLM's may not. `shown`: the combinations
     priced in full and kept (--top above SHOWN_CANDIDATES asks for more)."""
     shown = max(shown, SHOWN_CANDIDATES)
+    request = for_checkpoint(model, request)  # the checkpoint's own KV format, as plan_serving takes it
     rate_candidates = RATE_CANDIDATES_PER_ROW * shown
     pipelined = engine == "sglang" and request.engine_versions.sglang_release.pipelined_decode
     check_moe_backend(model, cluster, request.moe_backend)

@@ -14,7 +14,13 @@ from planner.cost.timeline import (
     training_timeline,
 )
 from planner.render.common import check_output_path
-from planner.requests import LayoutFilter, ServeRequest, TrainRequest, check_tokenizer_workers
+from planner.requests import (
+    LayoutFilter,
+    ServeRequest,
+    TrainRequest,
+    check_tokenizer_workers,
+    for_checkpoint,
+)
 from planner.specs import ClusterSpec, ModelSpec, SpecError
 
 
@@ -31,6 +37,7 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
     check_outputs(svg, html)
     if isinstance(request, ServeRequest):
         check_tokenizer_workers(request, "vllm")  # explain shows vLLM's launch
+        request = for_checkpoint(model, request)  # the KV format plan_serving prices
     settings = sensitivity.Settings() if sensitivity_runs else None
     if isinstance(request, TrainRequest):
         from planner.explain_train import explain_training
@@ -95,6 +102,7 @@ def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: S
 
     check_disaggregated_gpus(request, cluster)  # as `plan --mode disaggregated` refuses it
     check_outputs(svg, html)
+    request = for_checkpoint(model, request)
     plan = plan_disaggregated(model, cluster, request)
     if plan.recommended is None:
         show_disagg_infeasible(plan, json_output)

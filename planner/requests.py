@@ -157,6 +157,8 @@ class ServeRequest:
     """None = the model's max_position_embeddings (vLLM's default)."""
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    kv_cache_from_checkpoint: bool = False
+    """kv_cache_dtype was `auto`, resolved to the checkpoint's own format (for_checkpoint)."""
     moe_backend: Literal["auto", "marlin", "flashinfer_mxfp8"] = "auto"
     """`--moe-backend`: the routed experts' kernel (vLLM's --moe-backend): auto = the engine's
     pick for the format and GPU; marlin = the weight-only Marlin MoE kernel; flashinfer_mxfp8 =
@@ -400,17 +402,17 @@ def for_checkpoint(model: ModelSpec, request: ServeRequest) -> ServeRequest:
     0.5.23) and keep 16 bits otherwise. An NVFP4 KV cache under vLLM is not modelled: a usage
     error naming the flag that plans an fp8 one instead."""
     kv = model.checkpoint_kv_cache_dtype
-    if request.kv_cache_dtype != "auto" or kv is None:
-        return request
+    if request.kv_cache_dtype != "auto" or kv is None or request.quantization_override is not None:
+        return request  # --quantization: another checkpoint (16-bit, quantized on load, or AWQ/GPTQ)
     if request.pool_engine == "sglang":
-        return replace(request, kv_cache_dtype="fp8") if kv == "fp8" else request
+        return replace(request, kv_cache_dtype="fp8", kv_cache_from_checkpoint=True) if kv == "fp8" else request
     if not request.engine_versions.vllm_release.kv_cache_dtype_from_checkpoint:
         return request
     if kv == "nvfp4":
         raise SpecError(f"{model.name}: its quantization config asks vLLM for an NVFP4 KV cache "
                         "(kv_cache_scheme), which the planner does not model; pass --kv-cache-dtype fp8 to plan an "
                         "fp8 one")
-    return replace(request, kv_cache_dtype=model.checkpoint_kv_cache_dtype)
+    return replace(request, kv_cache_dtype=model.checkpoint_kv_cache_dtype, kv_cache_from_checkpoint=True)
 
 
 def for_vllm_release(request: ServeRequest) -> ServeRequest:

@@ -48,15 +48,21 @@ def launch_notes(plan: ServePlan) -> list[str]:
 
 
 def checkpoint_kv_notes(plan: ServePlan) -> list[str]:
-    """Why an fp8 KV cache nobody asked for (requests.for_checkpoint)."""
+    """Why an fp8 KV cache nobody asked for (requests.for_checkpoint), or why the checkpoint's is
+    set aside (the V0 engine reads none)."""
     kv, request = plan.model.checkpoint_kv_cache_dtype, plan.request
-    sglang = request.pool_engine == "sglang"
-    takes_it = sglang or request.engine_versions.vllm_release.kv_cache_dtype_from_checkpoint
-    if kv is None or request.kv_cache_dtype != kv or not takes_it:
+    if kv is None:
         return []
-    engine = (f"SGLang {request.engine_versions.sglang}" if sglang else f"vLLM {request.engine_versions.vllm}")
-    return [f"KV cache in {kv}: MODEL's quantization config names it (kv_cache_scheme / kv_cache_quant_algo) and "
-            f"{engine} takes it for --kv-cache-dtype auto, so the plan prices it and the command says so"]
+    if request.kv_cache_from_checkpoint:
+        engine = (f"SGLang {request.engine_versions.sglang}" if request.pool_engine == "sglang"
+                  else f"vLLM {request.engine_versions.vllm}")
+        return [f"KV cache in {kv}: MODEL's quantization config names it (kv_cache_scheme / kv_cache_quant_algo) and "
+                f"{engine} takes it for --kv-cache-dtype auto, so the plan prices it and a printed command names it"]
+    release = request.engine_versions.vllm_release
+    if request.kv_cache_dtype == "auto" and request.pool_engine == "vllm" and not release.kv_cache_dtype_from_checkpoint:
+        return [f"MODEL's quantization config names an {kv} KV cache, which vLLM {release.version} does not read for "
+                f"--kv-cache-dtype auto: the cache is 16-bit, as planned (--kv-cache-dtype fp8 plans an fp8 one)"]
+    return []
 
 
 def dtype_notes(plan: ServePlan) -> list[str]:
@@ -75,7 +81,7 @@ def quantization_notes(plan: ServePlan) -> list[str]:
         return ["MODEL must be a 16-bit checkpoint: the engine quantizes it to fp8 as it loads (--quantization); "
                 "it refuses the flag on a checkpoint already quantized by another method (AWQ, GPTQ, NVFP4)"]
     if quant is not None and override is None:
-        modelopt = " (ModelOpt: hf_quant_config.json)" if quant in ("fp8", "nvfp4") else ""
+        modelopt = " (a ModelOpt checkpoint's: hf_quant_config.json)" if quant in ("fp8", "nvfp4") else ""
         return [f"MODEL must be the {quant} checkpoint: the engine reads its format from its "
                 f"quantization_config{modelopt}; no flag is needed"]
     return []

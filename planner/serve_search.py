@@ -222,14 +222,13 @@ def check_moe_backend(model: ModelSpec, cluster: ClusterSpec, backend: str) -> N
         raise SpecError(f"--moe-backend {backend}: {model.name} has no routed experts")
     weight_format = expert_weight_format(model)
     kernels = cluster.gpu.serving_moe_kernels
-    if model.quantization == "int4":
-        marlin = int4_marlin_experts(model, cluster)
-        if marlin and backend == "marlin":
-            return  # what vLLM runs them on anyway (serving_time.int4_marlin_experts)
-        default = ("Marlin, priced at its measured kernel" if marlin
-                   else "FlashInfer's INT4 kernel, unmeasured: priced as dense GEMMs")
-        raise SpecError(f"--moe-backend {backend}: INT4 experts are planned on the kernel vLLM picks for them "
-                        f"(auto: on {cluster.gpu.name} {default}); another backend is not planned")
+    if model.quantization == "int4":  # vLLM runs INT4 experts on Marlin by default (int4_marlin_experts)
+        if backend == "marlin" and int4_marlin_experts(model, cluster) and kernels.marlin_mxfp4 is not None:
+            return
+        raise SpecError(f"--moe-backend {backend}: INT4 experts are planned on Marlin, vLLM's default for them"
+                        + ("" if kernels.marlin_mxfp4 is not None else
+                           f" (not measured on {cluster.gpu.name}: priced as dense GEMMs)")
+                        + "; another backend is not planned")
     if weight_format is None or kernels.kernel(weight_format, backend) is None:
         measured = [name for name in MOE_WEIGHT_FORMATS if kernels.kernel(name, backend) is not None]
         raise SpecError(f"--moe-backend {backend}: no measured {backend} MoE kernel for "
@@ -399,6 +398,8 @@ def moe_backend_options(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
     can say what choosing it would change (the choice stays the user's: marlin trades prompt
     speed for nothing at decode, flashinfer_mxfp8 quantizes the experts' inputs)."""
     if not model.is_moe or not request.engine_versions.vllm_release.v1_engine:  # V0: no --moe-backend
+        return ()
+    if int4_marlin_experts(model, cluster):  # INT4: marlin is the default kernel, no other is planned
         return ()
     options = []
     for backend in MOE_BACKENDS:

@@ -562,22 +562,21 @@ def expert_weight_format(model: ModelSpec) -> str | None:
     return model.quantization if model.quantization in MOE_WEIGHT_FORMATS else None
 
 
-BLACKWELL_MIN_COMPUTE_CAPABILITY = 10.0
-"""Where vLLM 0.33.0 runs symmetric INT4 experts on FlashInfer's TRT-LLM kernel instead of
-Marlin (int4_marlin_experts below)."""
+MARLIN_MIN_COMPUTE_CAPABILITY = 8.0
+"""Marlin's kernels need Ampere or later (vLLM's marlin_utils: capability 80 and up)."""
 
 
 def int4_marlin_experts(model: ModelSpec, cluster: ClusterSpec) -> bool:
     """Whether vLLM runs this model's routed experts on its Marlin MoE kernel for INT4 weights with
     16-bit activations (compressed-tensors WNA16, AWQ, GPTQ): vLLM 0.33.0's WNA16 MoE oracle
     (model_executor/layers/fused_moe/oracle/int_wna16.py, _get_priority_backends) tries
-    FlashInfer's TRT-LLM kernel first, which takes no zero points and runs on Blackwell only, then
-    Marlin. So: INT4 experts, and not (Blackwell and symmetric)."""
+    FlashInfer's TRT-LLM kernel first, which runs only with VLLM_USE_FLASHINFER_MOE_INT4=1 (default
+    0, vllm/envs.py) on a Blackwell SM100 (quantization/utils/flashinfer_mxint4_moe.py), then
+    Marlin, so by default Marlin on every GPU from Ampere on."""
     if model.quantization != "int4" or not model.is_moe:
         return False
     capability = cluster.gpu.compute_capability
-    blackwell = capability is not None and capability >= BLACKWELL_MIN_COMPUTE_CAPABILITY
-    return not blackwell or model.quantization_zero_point
+    return capability is None or capability >= MARLIN_MIN_COMPUTE_CAPABILITY
 
 
 def moe_kernel(model: ModelSpec, cluster: ClusterSpec, ep: int = 1) -> MoeKernelRates:

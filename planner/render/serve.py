@@ -119,6 +119,18 @@ def ranking(request: ServeRequest) -> str:
     return request.objective
 
 
+def unmeasured_moe_kernel_lines(plan: ServePlan, best: ServeEstimate) -> list[str]:
+    """A note where the recommended layout's routed experts have no measured kernel on this GPU
+    (serving_time.moe_kernel's dense fallback; JSON moe_kernel_source "model")."""
+    model, cluster = plan.model, plan.cluster
+    if not model.is_moe or moe_kernel(model, cluster, best.layout.ep).source != "model":
+        return []
+    experts = model.quantization or model.dtype
+    return [f"Note: no measured MoE kernel for {experts} experts on {cluster.gpu.name}: the routed experts are "
+            f"priced as dense GEMMs at the GPU's matmul rate, an estimate (docs/cost-model.md, Serving: the MoE "
+            f"kernels)"]
+
+
 def _notes(r: ServeEstimate, plan: ServePlan) -> str:
     marks = ["pareto"] if r.layout in plan.pareto else []
     if r.placement.tp_crosses_node:
@@ -215,6 +227,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
     if idle > 0:
         lines.append(f"Note: {best.layout} uses {best.layout.num_gpus} of the {plan.num_gpus} GPUs ({idle} idle): "
                      f"no replica of it fits the rest")
+    lines += unmeasured_moe_kernel_lines(plan, best)
     lines += moe_backend_lines(plan)
     lines += all2all_backend_lines(plan)
     lines += token_budget_lines(plan)

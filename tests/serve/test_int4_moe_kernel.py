@@ -1,9 +1,9 @@
 """INT4 weight-only experts (compressed-tensors WNA16, AWQ, GPTQ: Kimi-K2.5) as vLLM 0.33.0 runs
 them: its WNA16 MoE oracle (fused_moe/oracle/int_wna16.py) tries FlashInfer's TRT-LLM kernel
-first (Blackwell, no zero points), then Marlin. Marlin's MoE op (moe_wna16_marlin_gemm,
+first, which runs only with VLLM_USE_FLASHINFER_MOE_INT4=1 (default 0) on SM100, then Marlin: by
+default Marlin everywhere from Ampere on. Marlin's MoE op (moe_wna16_marlin_gemm,
 fused_moe/experts/marlin_moe.py) is the one measured with MXFP4 weights (catalog marlin_mxfp4),
-so INT4 experts on Marlin take its rates; FlashInfer's INT4 kernel is not measured and keeps the
-dense fallback. docs/cost-model.md (Serving: the MoE kernels)."""
+so INT4 experts take its rates where it is measured, else the dense fallback. docs/cost-model.md (Serving: the MoE kernels)."""
 
 from __future__ import annotations
 
@@ -30,20 +30,23 @@ def test_kimi_on_h200_takes_the_marlin_kernel_hand_worked():
     assert rates.hbm_bytes_per_s == pytest.approx(h200.gpu.hbm_bytes_per_s)
 
 
-def test_blackwell_symmetric_int4_is_flashinfers_unmeasured_kernel():
+def test_blackwell_runs_marlin_too_unless_flashinfer_is_switched_on():
+    """On B200 the FlashInfer INT4 kernel needs VLLM_USE_FLASHINFER_MOE_INT4=1, which the plan's
+    command does not set: Marlin, at B200's measured rates (floor 19.6 us, 297 TFLOP/s)."""
     kimi, b200 = resolve_model("kimi-k2.5"), resolve_cluster("1x8xB200")
-    assert not kimi.quantization_zero_point
-    assert not int4_marlin_experts(kimi, b200)
-    assert moe_kernel(kimi, b200).source == "model"
+    assert int4_marlin_experts(kimi, b200)
+    rates = moe_kernel(kimi, b200)
+    assert rates.source == "measured"
+    assert rates.floor_seconds == pytest.approx(units.us_to_seconds(19.6))
+    assert rates.flops_per_s == pytest.approx(297e12)
 
 
-def test_zero_points_keep_marlin_on_blackwell_too():
-    """FlashInfer's TRT-LLM INT4 MoE takes no zero points (_backend_incompatibility_reason), so an
-    AWQ-style checkpoint falls through to Marlin on B200 as well."""
-    awq_like = resolve_model("kimi-k2.5").model_copy(update={"quantization_zero_point": True})
-    b200 = resolve_cluster("1x8xB200")
-    assert int4_marlin_experts(awq_like, b200)
-    assert moe_kernel(awq_like, b200).source == "measured"
+def test_where_marlin_is_not_measured_the_dense_fallback_stays():
+    kimi = resolve_model("kimi-k2.5")
+    for name in ("1x8xA100", "1x8xRTX-PRO-6000"):
+        cluster = resolve_cluster(name)
+        assert int4_marlin_experts(kimi, cluster)
+        assert moe_kernel(kimi, cluster).source == "model", name
 
 
 def test_dense_int4_and_other_formats_are_untouched():
@@ -52,8 +55,8 @@ def test_dense_int4_and_other_formats_are_untouched():
     assert not int4_marlin_experts(resolve_model("qwen3-235b-a22b-fp8"), h200)  # fp8's own kernel
 
 
-@pytest.mark.parametrize("cluster, accepted", [("1x8xH200", True), ("1x8xB200", False)])
-def test_moe_backend_marlin_is_accepted_where_vllm_picks_it(cluster, accepted):
+@pytest.mark.parametrize("cluster, accepted", [("1x8xH200", True), ("1x8xB200", True), ("1x8xA100", False)])
+def test_moe_backend_marlin_is_accepted_where_its_kernel_is_measured(cluster, accepted):
     run = subprocess.run([sys.executable, "-m", "planner", "--model", "kimi-k2.5", "--cluster", cluster,
                           "--moe-backend", "marlin", "--layout", "tp=8", "--batch", "8", "--json"],
                          capture_output=True, text=True)
@@ -62,4 +65,4 @@ def test_moe_backend_marlin_is_accepted_where_vllm_picks_it(cluster, accepted):
         assert "--moe-backend marlin" in run.stdout
     else:
         assert run.returncode == 2
-        assert "FlashInfer's INT4 kernel, unmeasured" in run.stderr and "\n" not in run.stderr.strip()
+        assert "not measured on A100-SXM4-80GB" in run.stderr and "\n" not in run.stderr.strip()
