@@ -392,6 +392,8 @@ FP8_RECIPE_DEFAULTS: dict[str, Fp8Recipe] = {"megatron": "delayed", "torchtitan"
 (config/job_config.py at v0.2.2), and it has no delayed scaling."""
 MoeDispatcher = Literal["auto", "alltoall", "deepep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("auto", "alltoall", "deepep")
+
+
 def for_checkpoint(model: ModelSpec, request: ServeRequest) -> ServeRequest:
     """The request with `--kv-cache-dtype auto` resolved as the engine resolves it for this
     checkpoint (ModelSpec.checkpoint_kv_cache_dtype), so the plan prices that cache and the
