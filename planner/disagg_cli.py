@@ -189,7 +189,7 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         all2all_backend=role_request(request, role).all2all_backend, enable_dbo=request.enable_dbo,
         async_scheduling=request.async_scheduling,
         tokenizer_workers=request.tokenizer_workers,
-        speculation=request.speculation, dtype=model.dtype,
+        speculation=request.speculation, dtype=model.dtype, trust_remote_code=model.trust_remote_code,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
         weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe,

@@ -266,6 +266,9 @@ def _load_hf_config(path: Path) -> ModelSpec:
     kv_cache_dtype = checkpoint_kv_cache_dtype(engine_quant)
     if kv_cache_dtype is not None:
         fields["checkpoint_kv_cache_dtype"] = kv_cache_dtype
+    tokenizer_config = path.parent / "tokenizer_config.json"
+    if path.name == "config.json" and tokenizer_config.is_file() and tokenizer_code(_read_json(tokenizer_config)):
+        fields["trust_remote_code"] = True
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
     model = validate(ModelSpec, fields, origin)
     if mixed is None:
@@ -929,6 +932,14 @@ def fp8_block_fields(block: Any, path: Path, key: str) -> dict[str, Any]:
             or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
         raise SpecError(f"{path}: {key}: expected two positive integers [n, k] (got {str(block)[:40]})")
     return {"quantization_block_size": block[1]}
+
+
+def tokenizer_code(tokenizer_config: Any) -> bool:
+    """Whether a checkpoint's tokenizer is its own code: tokenizer_config.json's auto_map names
+    an AutoTokenizer class (Kimi-K2's tokenization_kimi.TikTokenTokenizer), which transformers
+    loads only with trust_remote_code, as vLLM and SGLang call it."""
+    auto_map = tokenizer_config.get("auto_map") if isinstance(tokenizer_config, dict) else None
+    return isinstance(auto_map, dict) and bool(auto_map.get("AutoTokenizer"))
 
 
 def checkpoint_kv_cache_dtype(config: Any) -> str | None:

@@ -210,6 +210,8 @@ class ServeArgs:
     priced_batched_tokens: int | None = None
     """The token budget per step the plan priced (--max-num-batched-tokens or the release's
     default for the layout): what an engine with another default must be told to run."""
+    trust_remote_code: bool = False
+    """The checkpoint's own code must run (ModelSpec.trust_remote_code): --trust-remote-code."""
     is_moe: bool = False
     """The model has routed experts: vLLM shards a deployment's MoE layers over all of its
     TP x DP ranks, so replicas planned apart (ep = 1) must be deployments apart."""
@@ -302,6 +304,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         tokenizer_workers=request.tokenizer_workers,
         speculation=request.speculation,
         dtype=model.dtype,
+        trust_remote_code=model.trust_remote_code,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
         gpu_memory_bytes=cluster.gpu.memory_bytes,

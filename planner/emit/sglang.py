@@ -191,6 +191,8 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
               "--context-length", str(a.max_model_len), "--max-running-requests", str(max_running_requests(a))]
     if a.max_num_batched_tokens is not None:
         flags += ["--chunked-prefill-size", str(a.max_num_batched_tokens)]
+    if a.trust_remote_code:
+        flags.append("--trust-remote-code")  # ServerArgs.trust_remote_code
     if a.quantization and QUANTIZATION.get(a.quantization):
         flags += ["--quantization", QUANTIZATION[a.quantization]]
     if KV_CACHE_DTYPE[a.kv_cache_dtype]:

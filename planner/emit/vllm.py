@@ -94,6 +94,8 @@ def engine_flags(a: ServeArgs) -> list[str]:
     ]
     if a.max_num_batched_tokens is not None:
         flags += ["--max-num-batched-tokens", str(a.max_num_batched_tokens)]
+    if a.trust_remote_code:
+        flags.append("--trust-remote-code")  # ModelConfig.trust_remote_code
     if a.enable_chunked_prefill:
         flags.append("--enable-chunked-prefill")  # V0 only (EngineArgs.enable_chunked_prefill, 0.6.6.post1)
     if a.async_scheduling is False and a.engine_versions.vllm_release.async_scheduling:

@@ -92,3 +92,26 @@ def test_the_command_says_fp8_and_a_note_says_why():
     payload = json.loads(sglang.stdout)
     assert "--kv-cache-dtype fp8_e4m3" in str(payload["layouts"][0]["command"])
     assert any("SGLang 0.5.23 takes it" in note for note in payload["launch_notes"])
+
+
+def test_a_tokenizer_of_its_own_puts_trust_remote_code_in_the_commands(tmp_path):
+    """tokenizer_config.json's auto_map naming an AutoTokenizer class (Kimi-K2's
+    tokenization_kimi.TikTokenTokenizer) is code the engines must run: the import marks the spec
+    and both engines' commands carry --trust-remote-code; the shipped Kimi specs say so too."""
+    checkpoint = tmp_path / "kimi"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(
+        (HF_CONFIGS / "moonshotai--Kimi-K2.5/config.json").read_text(encoding="utf-8"), encoding="utf-8")
+    assert not load_hf_config(checkpoint / "config.json").trust_remote_code
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(
+        {"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}}), encoding="utf-8")
+    assert load_hf_config(checkpoint / "config.json").trust_remote_code
+    assert resolve_model("kimi-k2.5").trust_remote_code and resolve_model("kimi-k2.5-nvfp4").trust_remote_code
+    args = ["--model", "kimi-k2.5", "--cluster", "1x8xH200", "--layout", "tp=8", "--batch", "8"]
+    for emit in ("vllm", "sglang"):
+        run = subprocess.run([sys.executable, "-m", "planner", *args, "--emit", emit], capture_output=True,
+                             text=True, check=True)
+        assert "--trust-remote-code" in run.stdout, emit
+    plain = subprocess.run([sys.executable, "-m", "planner", "--model", "llama-3.1-8b", "--cluster", "1x1xH100"],
+                           capture_output=True, text=True, check=True)
+    assert "--trust-remote-code" not in plain.stdout
