@@ -79,6 +79,8 @@ class Run:
     measured_tpot_seconds: float
     benchmark: str = "unknown"
     """inferencex: the InferenceX client protocol above; unknown: not published."""
+    backend_version: str = ""
+    """The engine release the row names (empty where the dump names none)."""
     ep: int = 1
     """The row's moe_ep_size: expert parallelism over the TP group (moe_ep_size = tp_size,
     `--enable-expert-parallel` without data parallelism); 1 = the experts TP-split."""
@@ -118,6 +120,15 @@ class Run:
             # --enable-expert-parallel (ep = tp 4)
             utilization = 0.90 if self.gpu.startswith("H100") else 0.95
             return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": utilization, **tokenizer}
+        if self.spec == "minimax-m2.5-nvfp4":
+            # minimaxm2.5_fp4_b200.sh: the nightly runs (2026-04-03) at 08bcde8f1,
+            # --gpu-memory-utilization 0.95 --kv-cache-dtype fp8; the 0.19.0 runs (2026-04-08 and
+            # -22) at a9c199207 / 7b40de998, 0.90, fp8 and --max-num-batched-tokens 2 x ISL
+            if self.backend_version.startswith("nightly"):
+                return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.95,
+                        "kv_cache_dtype": "fp8", **tokenizer}
+            return {"max_model_len": self.script_max_model_len, "gpu_memory_utilization": 0.90, "kv_cache_dtype": "fp8",
+                    "max_num_batched_tokens": 2 * self.input_len, **tokenizer}
         if self.spec == "kimi-k2.5-nvfp4":
             # kimik2.5_fp4_b200.sh at a58dedd5a (0.17.0, runs measured 2026-03-11T16:59Z):
             # --gpu-memory-utilization 0.90 --max-num-seqs CONC, the fused all-reduce + RMSNorm pass
@@ -204,6 +215,7 @@ def parse_row(row: dict[str, str]) -> Run:
         measured_tpot_seconds=units.ms_to_seconds(float(row["silicon_tpot_ms"])),
         benchmark=benchmark_of(row["silicon_data_source"]),
         ep=int(float(row["moe_ep_size"])) if row["moe_ep_size"] else 1,
+        backend_version=row["backend_version"],
     )
 
 

@@ -31,12 +31,14 @@ SPECS = {
     ("openai/gpt-oss-120b", "fp4"): "gpt-oss-120b",
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): "qwen3-235b-a22b-fp8",
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): "minimax-m2.5-nvfp4",  # served from nvidia/MiniMax-M2.5-NVFP4
     ("moonshotai/Kimi-K2.5", "int4"): "kimi-k2.5",
     ("moonshotai/Kimi-K2.5", "fp4"): "kimi-k2.5-nvfp4",  # served from nvidia/Kimi-K2.5-NVFP4
 }
 """(model_path, precision) -> shipped model spec. Not mapped: Qwen3-32B at fp8 (vLLM quantizing
-the bf16 checkpoint online, 3 rows), MiniMax-M2.5 at fp4 (no spec)."""
-SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm", "h100_sxm"}, "kimi-k2.5-nvfp4": {"b200_sxm"}}
+the bf16 checkpoint online, 3 rows)."""
+SPEC_SYSTEMS = {"minimax-m2.5": {"h200_sxm", "h100_sxm"}, "kimi-k2.5-nvfp4": {"b200_sxm"},
+                "minimax-m2.5-nvfp4": {"b200_sxm"}}
 """Specs mapped on some systems only. MiniMax-M2.5 fp8 on B200: InferenceX's script changed its
 server settings between the 0.17.0 and 0.19.0 runs (benchmarks/single_node/minimaxm2.5_fp8_b200.sh
 at 0f78cf4eb and bddbf4031: the fp8 KV cache, a 2 x ISL token budget, --stream-interval 20, the
@@ -44,7 +46,8 @@ MoE kernel), which the calibration does not carry yet."""
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB"}
 """AIConfigurator system -> catalog GPU (planner/data/gpus.yaml)."""
 HOPPER = {"h100_sxm", "h200_sxm"}
-MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "kimi-k2.5", "kimi-k2.5-nvfp4"}
+MOE_SPECS = {"gpt-oss-120b", "qwen3-235b-a22b-fp8", "minimax-m2.5", "minimax-m2.5-nvfp4", "kimi-k2.5",
+             "kimi-k2.5-nvfp4"}
 """The mapped specs with experts: only for them do moe_tp_size and moe_ep_size mean anything."""
 KEPT = ("id", "silicon_data_source", "backend_version", "model_path", "system", "precision",
         "isl", "osl", "batch_size", "tp_size", "pp_size", "moe_tp_size", "moe_ep_size",
