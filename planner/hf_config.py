@@ -257,12 +257,14 @@ def _load_hf_config(path: Path) -> ModelSpec:
     check_modelled(text, origin)
     fields = spec_fields_from_hf(raw, text, path)
     sidecar = path.parent / "hf_quant_config.json"
-    if "quantization" not in fields and path.name == "config.json" and sidecar.is_file():
-        # ModelOpt's own record: its quantized_layers replace a copy in quantization_config
-        fields.update(_modelopt_fields(_read_json(sidecar), sidecar))
     engine_quant = raw.get("quantization_config")
-    if engine_quant is None and path.name == "config.json" and sidecar.is_file():
-        engine_quant = _read_json(sidecar)  # vLLM reads the sidecar only without quantization_config
+    wanted = "quantization" not in fields or engine_quant is None
+    sidecar_config = _read_json(sidecar) if wanted and path.name == "config.json" and sidecar.is_file() else None
+    if "quantization" not in fields and sidecar_config is not None:
+        # ModelOpt's own record: its quantized_layers replace a copy in quantization_config
+        fields.update(_modelopt_fields(sidecar_config, sidecar))
+    if engine_quant is None:
+        engine_quant = sidecar_config  # vLLM reads the sidecar only without quantization_config
     kv_cache_dtype = checkpoint_kv_cache_dtype(engine_quant)
     if kv_cache_dtype is not None:
         fields["checkpoint_kv_cache_dtype"] = kv_cache_dtype

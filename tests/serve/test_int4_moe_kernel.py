@@ -17,28 +17,20 @@ from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.serving_time import int4_marlin_experts, moe_kernel
 
 
-def test_kimi_on_h200_takes_the_marlin_kernel_hand_worked():
-    """H200's marlin_mxfp4: floor 33.5 us, HBM utilisation 1.0 of 4.8 TB/s, 283 TFLOP/s, half
-    rows 24 (planner/data/gpus.yaml)."""
-    kimi, h200 = resolve_model("kimi-k2.5"), resolve_cluster("1x8xH200")
-    assert int4_marlin_experts(kimi, h200)
-    rates = moe_kernel(kimi, h200)
+@pytest.mark.parametrize("cluster_name, floor_us, tflops, half_rows", [("1x8xH200", 33.5, 283, 24),
+                                                                    ("1x8xB200", 19.6, 297, 22)])
+def test_kimi_takes_the_measured_marlin_kernel_hand_worked(cluster_name, floor_us, tflops, half_rows):
+    """The catalog's marlin_mxfp4 (planner/data/gpus.yaml): H200 floor 33.5 us, 283 TFLOP/s, half
+    rows 24; B200 19.6 us, 297 TFLOP/s, 22; both at HBM utilisation 1.0. On B200 too: FlashInfer's
+    INT4 kernel needs VLLM_USE_FLASHINFER_MOE_INT4=1, which the plan's command does not set."""
+    kimi, cluster = resolve_model("kimi-k2.5"), resolve_cluster(cluster_name)
+    assert int4_marlin_experts(kimi, cluster)
+    rates = moe_kernel(kimi, cluster)
     assert rates.source == "measured"
-    assert rates.floor_seconds == pytest.approx(units.us_to_seconds(33.5))
-    assert rates.flops_per_s == pytest.approx(283e12)
-    assert rates.half_rows == 24
-    assert rates.hbm_bytes_per_s == pytest.approx(h200.gpu.hbm_bytes_per_s)
-
-
-def test_blackwell_runs_marlin_too_unless_flashinfer_is_switched_on():
-    """On B200 the FlashInfer INT4 kernel needs VLLM_USE_FLASHINFER_MOE_INT4=1, which the plan's
-    command does not set: Marlin, at B200's measured rates (floor 19.6 us, 297 TFLOP/s)."""
-    kimi, b200 = resolve_model("kimi-k2.5"), resolve_cluster("1x8xB200")
-    assert int4_marlin_experts(kimi, b200)
-    rates = moe_kernel(kimi, b200)
-    assert rates.source == "measured"
-    assert rates.floor_seconds == pytest.approx(units.us_to_seconds(19.6))
-    assert rates.flops_per_s == pytest.approx(297e12)
+    assert rates.floor_seconds == pytest.approx(units.us_to_seconds(floor_us))
+    assert rates.flops_per_s == pytest.approx(tflops * 1e12)
+    assert rates.half_rows == half_rows
+    assert rates.hbm_bytes_per_s == pytest.approx(cluster.gpu.hbm_bytes_per_s)
 
 
 def test_where_marlin_is_not_measured_the_dense_fallback_stays():
