@@ -69,6 +69,7 @@ from planner.cost.serving_time import (
     ep_exchange_seconds_per_moe_layer,
     mean_bubble_fraction,
     pipeline_hop_seconds,
+    qk_norm_allreduce_seconds,
     round_time,
     serving_collectives,
     stage_step_times,
@@ -125,7 +126,9 @@ class ServeEstimate:
     stage_step_seconds: float
     """Slowest stage's time for one micro-batch of the mean decode-only round."""
     tp_allreduce_seconds_per_layer: float
-    """Both all-reduces of one layer at one decode micro-batch's message size."""
+    """Every TP all-reduce of one layer at one decode micro-batch: both of the layer's outputs
+    at its message size, and where the query / key norms span every head their partial sums'
+    (qk_norm_allreduce_seconds)."""
     allreduce_message_bytes: float
     allreduce_source: str
     """"model" (alpha-beta ring) or "measured" (probe curve at this size)."""
@@ -838,6 +841,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     tokens_per_batch = max(1, math.ceil(steady.decode_seqs * (1 + spec_tokens) / in_flight))
     message_bytes = tokens_per_batch * model.hidden_size * activation_bytes_per_element(model)
     allreduce, source = tp_allreduce_seconds_per_layer(cluster, layout, placement, message_bytes)
+    allreduce += qk_norm_allreduce_seconds(model, cluster, layout, placement, tokens_per_batch)
     exchange = ep_exchange_seconds_per_moe_layer(model, cluster, layout, placement, tokens_per_batch,
                                                  request.all2all_backend)
     collectives = serving_collectives(model, cluster, layout, placement, tokens_per_batch, in_flight,

@@ -1451,7 +1451,8 @@ class Collective:
     phase: str
     """decode (one round, = TPOT) | prefill (one prompt, in TTFT)."""
     name: str
-    """after attention | after MLP | MoE dispatch | MoE combine | MoE output | to next stage."""
+    """after attention | after MLP | query / key norms | MoE dispatch | MoE combine | MoE output |
+    to next stage."""
     kind: str
     """all-reduce | all-gather | reduce-scatter | send."""
     num_ranks: int

@@ -438,11 +438,20 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
             f"{count(fastest.throughput_tokens_per_second)}")
 
 
+def _norm_allreduce_words(r: ServeEstimate) -> str:
+    """Where the query / key norms span every head, the layer's third all-reduce (their
+    partial sums, included in the per-layer time)."""
+    norms = [c for c in r.collectives if c.phase == "decode" and c.name == "query / key norms"]
+    if not norms:
+        return ""
+    return f" and the query / key norms' {count(norms[0].message_bytes)} B"
+
+
 def _placement_line(r: ServeEstimate) -> str:
     p = r.placement
     tp = "no TP" if p.tp_link is None else (
         f"TP all-reduces over {p.tp_link.kind} ({us(r.tp_allreduce_seconds_per_layer)} per layer at "
-        f"{count(r.allreduce_message_bytes)} B, {ALLREDUCE_SOURCE_WORDS[r.allreduce_source]})")
+        f"{count(r.allreduce_message_bytes)} B{_norm_allreduce_words(r)}, {ALLREDUCE_SOURCE_WORDS[r.allreduce_source]})")
     pp = "no PP" if p.pp_link is None else (
         f"{plural(r.layout.pp - 1, 'PP boundary', 'PP boundaries')} ({p.num_pp_boundaries_crossing_nodes} across "
         f"nodes over "

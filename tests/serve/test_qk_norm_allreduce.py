@@ -23,6 +23,7 @@ from planner.cost.serving_time import (
 from planner.hf_config import load_hf_config
 from planner.layout import Layout, place
 from planner.requests import ServeRequest
+from planner.serve import estimate
 
 HF_CONFIGS = Path(__file__).resolve().parents[1] / "fixtures/hf_configs"
 
@@ -84,3 +85,19 @@ def test_the_norms_all_reduce_is_one_of_the_layers_own_at_8_bytes_a_token(tp, to
     assert seconds == pytest.approx(both / 2)
     hidden, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, 6144 * tokens)
     assert 0 < seconds <= hidden / 2 * (1 + 1e-12)
+
+
+def test_the_estimates_per_layer_all_reduce_counts_the_norms_too():
+    """The table's all-reduce/layer and the placement line: every TP all-reduce of one layer.
+    MiniMax-M2.5 at tp 8 on H200, batch 8 (8 tokens a decode step): the two hidden-state
+    all-reduces at 8 x 3,072 x 2 = 49,152 B plus the norms' at 8 x 8 = 64 B."""
+    model = resolve_model("minimax-m2.5")
+    cluster = resolve_cluster("1x8xH200")
+    layout = Layout(8, 1, 1)
+    placement = place(cluster, layout)
+    result = estimate(model, cluster, layout, ServeRequest(batch=8, max_model_len=4096))
+    assert result.allreduce_message_bytes == 8 * 3072 * 2
+    both, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, 49_152)
+    norms, _ = tp_allreduce_seconds_per_layer(cluster, layout, placement, 64)
+    assert result.tp_allreduce_seconds_per_layer == pytest.approx(both + norms / 2)
+    assert [c.message_bytes for c in result.collectives if c.name == "query / key norms"] == [64, 8 * 1024]
