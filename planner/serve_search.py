@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from planner.catalog import cluster_from_shorthand
+from planner.cost import efficiency as eff
 from planner.cost.moe import deepep_serving_refusal
 from planner.cost.serving_memory import max_model_len_of, max_num_batched_tokens
 from planner.cost.serving_time import MOE_WEIGHT_FORMATS, expert_weight_format, int4_marlin_experts
@@ -45,7 +46,14 @@ from planner.serve import (
     serving_bounds,
 )
 from planner.specs import MAX_NUM_GPUS, ClusterSpec, ModelSpec
-from planner.units import ceil_ms, ms_to_seconds, plural, seconds_to_ms
+from planner.units import (
+    BYTES_PER_GIB,
+    BYTES_PER_MIB,
+    ceil_ms,
+    ms_to_seconds,
+    plural,
+    seconds_to_ms,
+)
 
 ServePlan = Plan[ServeEstimate, ServeRequest]
 
@@ -151,6 +159,9 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
                         f"compute capability {arch_words(release.kernel_archs)}, and the {cluster.gpu.name} is "
                         f"{capability:.1f} (no kernel image runs there); plan for a release that has it, e.g. "
                         f"--engine-version vllm={EngineVersions().vllm}")
+    startup = utilization_refusal(cluster, request)
+    if startup is not None:
+        raise SpecError(startup)
     check_moe_backend(model, cluster, request.moe_backend)
     if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and not model.is_moe:
         raise SpecError(f"--all2all-backend {request.all2all_backend}: {model.name} has no routed experts "
@@ -165,6 +176,27 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest)
         raise SpecError("--enable-dbo: vLLM micro-batches only over DeepEP (or NIXL EP) on CUDA and refuses "
                         "allgather_reducescatter (vllm/config/vllm.py at 0.33.0); add --all2all-backend "
                         "deepep_low_latency or deepep_high_throughput")
+
+
+def utilization_refusal(cluster: ClusterSpec, request: ServeRequest) -> str | None:
+    """Why vLLM's V1 engine would refuse --gpu-memory-utilization at startup (None: it starts).
+    Each worker snapshots the free memory once its CUDA context (and communicators) exist and
+    raises when that is below utilization x total (request_memory in vllm/v1/worker/utils.py at
+    0.22.0 and 0.33.0; gpu_worker.py at 0.10.2): the context alone (CUDA_CONTEXT_BYTES) is
+    never free, so a fraction above 1 - context / total cannot start. V0 (0.6.6.post1) has no
+    such check, and SGLang's --mem-fraction-static is its own (emit/sglang.py)."""
+    if request.pool_engine != "vllm" or not request.engine_versions.vllm_release.v1_engine:
+        return None
+    total = cluster.gpu.cuda_visible_memory_bytes
+    free = total - eff.CUDA_CONTEXT_BYTES
+    if request.gpu_memory_utilization * total <= free:
+        return None
+    return (f"--gpu-memory-utilization {request.gpu_memory_utilization:g}: asks for "
+            f"{request.gpu_memory_utilization * total / BYTES_PER_GIB:.2f} GiB of the {cluster.gpu.name}'s "
+            f"{total / BYTES_PER_GIB:.2f} GiB, but its CUDA context holds about "
+            f"{eff.CUDA_CONTEXT_BYTES / BYTES_PER_MIB:.0f} MiB before vLLM "
+            f"{request.engine_versions.vllm_release.version} checks the free memory, and the engine refuses "
+            f"to start below the fraction asked for; at most {math.floor(free / total * 100) / 100:.2f}")
 
 
 V0_QUANTIZATIONS = (None, "fp8", "int8", "int4")

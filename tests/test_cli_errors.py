@@ -680,6 +680,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "0"],
         ("--gpu-memory-utilization",),
     ),
+    "gpu-memory-utilization-above-what-vllm-starts-with": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "1"],
+        ("--gpu-memory-utilization 1", "CUDA context", "at most 0.99"),
+    ),
     "gpu-memory-utilization-not-a-number": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "most"],
         ("--gpu-memory-utilization",),
