@@ -122,6 +122,10 @@ class ServeEstimate:
     as the maximum concurrency for that many tokens per request); not what the plan runs."""
     batch: int
     """Concurrent requests per replica the estimate runs at (the closed loop's concurrency)."""
+    max_num_seqs: int
+    """The --max-num-seqs its command sets: batch, except where --max-concurrency's clients run
+    fewer than the engine would take (then the engine's cap: --batch or what fits, the memory
+    priced for it; the clients, not the engine, hold the load down)."""
     batches_in_flight: int
     stage_step_seconds: float
     """Slowest stage's time for one micro-batch of the mean decode-only round."""
@@ -325,6 +329,8 @@ class ReplicaSetup:
     clients_bound: bool
     clients: int | None
     """clients_per_replica: what waits for a slot when fewer run (None: nothing fixed)."""
+    engine_cap: int
+    """cap before the clients bound it: the sequences the engine would take (--max-num-seqs)."""
     notes: tuple[str, ...]
     """Why cap is below what was wanted."""
 
@@ -370,7 +376,7 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
         cap = budget
     if request.pool_engine == "sglang":
         cap = sglang_pool_cap(model, cluster, request, layout, stages, max_model_len, cap, notes)
-    clients_bound, clients = False, clients_per_replica(request, layout)
+    engine_cap, clients_bound, clients = cap, False, clients_per_replica(request, layout)
     if request.max_concurrency is not None and clients < cap:
         # the benchmark's clients (vllm bench serve --max-concurrency) spread over the replicas
         # by the least-loaded front end: the steady state this layout runs is theirs (also
@@ -386,7 +392,7 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
         cap, clients_bound = clients, True
     constants = step_constants(model, cluster, layout, request.all2all_backend, request.enable_dbo, request)
     return ReplicaSetup(placement, tuple(stages), max_model_len, kv_tokens, wanted, fit, cap, budget, constants,
-                        clients_bound, clients, tuple(notes))
+                        clients_bound, clients, engine_cap, tuple(notes))
 
 
 def clients_capacity_per_s(request: ServeRequest, layout: Layout, steady_at: Callable[[int], SteadyState],
@@ -888,6 +894,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         max_model_len=max_model_len,
         max_concurrency=min(s.sequences_that_fit(max_model_len) for s in stages),
         batch=batch,
+        max_num_seqs=max(batch, setup.engine_cap) if clients_bound else batch,
         batches_in_flight=in_flight,
         stage_step_seconds=stage_seconds,
         tp_allreduce_seconds_per_layer=allreduce,

@@ -39,7 +39,7 @@ def serve_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, re
                model_arg: str) -> ServeArgs:
     """The launch arguments of one estimate (engine_args without a plan: the search's refusals)."""
     return serve_launch_args(model, cluster, request, result.layout, result.stages, result.max_model_len,
-                             result.batch, model_arg)
+                             result.max_num_seqs, model_arg)
 
 
 def launch_notes(plan: ServePlan) -> list[str]:

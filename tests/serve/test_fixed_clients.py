@@ -23,6 +23,26 @@ def test_clients_below_batch_run_the_clients(serve_one):
     assert both.throughput_tokens_per_second == pytest.approx(forty.throughput_tokens_per_second, rel=1e-12)
     assert both.ttft_seconds == pytest.approx(forty.ttft_seconds, rel=1e-12)
     assert any("--max-num-seqs is --batch 100" in note for note in both.notes)
+    # the command sets what the note says and the memory was priced for: --batch, not the clients
+    assert both.max_num_seqs == 100 and forty.max_num_seqs == forty.batch == 40
+
+
+def test_the_command_takes_the_engines_cap_not_the_clients():
+    """--max-concurrency 16 without --batch: the steady state runs 16, the note says the engine
+    would take more and --max-num-seqs is set to that; the command and the JSON carry it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    argv = ["--model", "llama-3.1-8b", "--cluster", "1x2xH100", "--max-concurrency", "16", "--mode", "aggregated",
+            "--num-prompts", "50"]
+    text = " ".join(CliRunner().invoke(app, argv).output.split())
+    cap = int(text.split("the engine would take ")[1].split(";")[0].replace(",", ""))
+    assert cap > 16 and f"--max-num-seqs {cap}" in text
+    best = json.loads(CliRunner().invoke(app, [*argv, "--json"]).output)["layouts"][0]
+    assert best["batch"] == 16 and best["max_num_seqs"] == cap
 
 
 def test_a_tpot_cap_below_the_clients_queues_the_rest(serve_one):
