@@ -92,6 +92,19 @@ def test_an_sla_no_layout_meets_names_the_least_it_can_be_and_that_is_verified(s
     assert serve_plan("llama-3.1-70b", "1x8xH100", **{limit: (least_ms - 0.2) / 1e3}).recommended is None
 
 
+def test_with_a_fixed_batch_the_least_limit_is_the_one_at_that_batch(serve_plan):
+    """--batch 10 on one H100 with a TPOT limit of 1 us: the least TPOT named is the one at
+    --batch 10 (re-planning with it is feasible, 0.2 ms less is not), not the lone request's
+    (which --batch 10 still misses; found by a CLI read)."""
+    plan = serve_plan("llama-3.1-8b", "1x1xH100", batch=10, max_tpot_seconds=1e-6)
+    line = next(s for s in plan.suggestions if s.startswith("--max-tpot-ms"))
+    assert line.endswith("tp=1 pp=1 dp=1 at --batch 10")
+    least_ms = float(line.split()[1])
+    assert serve_plan("llama-3.1-8b", "1x1xH100", batch=10, max_tpot_seconds=least_ms / 1e3).recommended is not None
+    assert serve_plan("llama-3.1-8b", "1x1xH100", batch=10,
+                      max_tpot_seconds=(least_ms - 0.2) / 1e3).recommended is None
+
+
 def test_limits_reachable_alone_but_not_together_name_the_closest_layout(monkeypatch):
     """Two layouts at concurrency 1: A has TTFT 50 ms, TPOT 20 ms; B 150 ms, 8 ms. Limits
     TTFT 100 ms, TPOT 10 ms: each is met by one layout, neither meets both. Worst ratios:
