@@ -126,7 +126,8 @@ class TrainEstimate:
     step_time_seconds: float
     tokens_per_second: float
     tflops_per_gpu: float
-    """Megatron's count (eq. 3, recompute included) with full recompute, else model FLOPs."""
+    """Narayanan et al. 2021's count (eq. 3, the recomputed forward included) with full recompute,
+    else model FLOPs (model_tflops_per_gpu)."""
     mfu: float
     """Model FLOPs (Korthikanti eq. 7) per second over the GPUs' dense peak."""
     bubble_fraction: float
@@ -163,6 +164,10 @@ class TrainEstimate:
     then run faster (train_search._first_fitting tries the next levels)."""
     faster_split: FasterSplit | None = None
     """The fastest stage split, where it did not fit and a slower one runs (_fitting_split)."""
+    model_tflops_per_gpu: float = 0.0
+    """Model FLOPs (the MFU's, no recompute) per second per GPU, in TFLOP/s. Megatron-LM's log
+    has no recompute term either (num_floating_point_operations: forward + backward, 3x, at
+    core_v0.19.0), though it halves causal attention."""
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -993,6 +998,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         step_time_seconds=step,
         tokens_per_second=B * s / step,
         tflops_per_gpu=flops_per_s_to_tflops(counted / (step * num_gpus)),
+        model_tflops_per_gpu=flops_per_s_to_tflops(times.model_flops_per_step / (step * num_gpus)),
         mfu=times.model_flops_per_step / (step * num_gpus * rates.peak_flops_per_s),
         bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
         bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),
@@ -1125,7 +1131,7 @@ def _layers_per_stage(model: ModelSpec, config: TrainConfig) -> tuple[int, ...]:
 
 
 def _flops_per_sequence(model: ModelSpec, s: int, causal: bool) -> tuple[float, float]:
-    """(model FLOPs, Megatron's count) per sequence."""
+    """(model FLOPs, Narayanan et al. 2021's count, eq. 3) per sequence."""
     return (flops_model.model_flops_per_sequence(model, s, causal),
             flops_model.megatron_flops_per_sequence(model, s, causal))
 

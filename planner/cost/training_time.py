@@ -155,7 +155,7 @@ class StepTimes:
     dp_link: str | None
     model_flops_per_step: float
     hardware_flops_per_step: float
-    """Megatron's count: with recomputation's extra forward (eq. 3 for GPT)."""
+    """Narayanan et al. 2021's count: with recomputation's extra forward (eq. 3 for GPT)."""
     slowest_stage: int
     """The stage that paces the pipeline (0 first, 1 a middle one, p-1 last)."""
     slowest_stage_num_layers: int

@@ -182,9 +182,12 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
         f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best, plan.request.engine)}. "
         f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU"
-        # Megatron's count with full recompute (TrainEstimate.tflops_per_gpu), where the MFU counts the
-        # model's FLOPs alone: 624 TFLOP/s beside MFU 47.4% read as a contradiction (a CLI read)
-        + (" (Megatron's count: the recomputed forward included)" if c.recompute == "full" else "")
+        # the 2021 paper's count with full recompute (TrainEstimate.tflops_per_gpu), where the MFU
+        # counts the model's FLOPs alone: 624 TFLOP/s beside MFU 47.4% read as a contradiction, and
+        # "Megatron's count" as the current log's, which has no recompute term (two CLI reads)
+        + (f" (Narayanan et al. 2021's count, eq. 3: the recomputed forward included; "
+           f"{best.model_tflops_per_gpu:.0f} without it, the model FLOPs the MFU counts)"
+           if c.recompute == "full" else "")
         + f", MFU {best.mfu:.1%}{FP8_MFU_BASIS if c.precision == 'fp8' else ''}.",
     ]
     if best.faster_split is not None:
@@ -194,6 +197,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
                      "--accumulate-allreduce-grads-in-fp32 unless --grad-reduce bf16); bf16 would need a "
                      "bfloat16 checkpoint.")
     lines += mtp_notes(plan.model, c.pp)
+    lines += beyond_positions_lines(plan.model, plan.request.seq_len)
     if best.bubble_fraction > WIDE_BUBBLE_FRACTION:
         lines.append(f"Bubble: {best.bubble_fraction:.0%} of the step the pipeline idles, with only "
                      f"{best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} over "
@@ -273,6 +277,19 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     experts = other.config.ep > 1 and best.config.ep > 1
     return "".join(f", {mine}" for mine, theirs in zip(shown(other.config, experts), shown(best.config, experts),
                                                        strict=True) if mine != theirs)
+
+
+def beyond_positions_lines(model, seq_len: int) -> list[str]:
+    """A rotary model trained past its max_position_embeddings (learned positions are refused
+    in cli.py): allowed, as long-context training extends a checkpoint, but said, since the
+    launch keeps the rotary settings (Megatron's --max-position-embeddings raised to the
+    sequence, emit/megatron.py)."""
+    if seq_len <= model.max_position_embeddings:
+        return []
+    return [f"Positions: --seq-len {seq_len:,} is beyond {model.name}'s {model.max_position_embeddings:,} "
+            f"(max_position_embeddings); the launch trains at that length with the model's rotary settings, so "
+            f"positions past {model.max_position_embeddings:,} run outside its trained range (context extension "
+            f"usually raises the rotary base or scaling with it)."]
 
 
 FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice that)"
@@ -521,7 +538,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
                    "overhead_bytes": mem.overhead_bytes, "worst_stage": mem.stage,
                    "worst_stage_num_layers": mem.num_layers},
         "step_time_seconds": e.step_time_seconds, "tokens_per_second": e.tokens_per_second,
-        "tflops_per_gpu": e.tflops_per_gpu, "mfu": e.mfu,
+        "tflops_per_gpu": e.tflops_per_gpu, "model_tflops_per_gpu": e.model_tflops_per_gpu, "mfu": e.mfu,
         "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
         "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,

@@ -564,3 +564,24 @@ def test_a_pinned_schedule_that_no_pipelined_layout_survives_says_so():
     data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
     assert {row["pp"] for row in data["layouts"]} == {1}
     assert any(row["pp"] > 1 and "out of memory" in row["reasons"][0] for row in data["rejected"])
+
+
+def test_rotary_positions_beyond_the_model_are_trained_with_a_note_and_full_recompute_counts_both_ways():
+    """Llama-3.1-8B (131,072 rotary positions) at --seq-len 262,144 on 1x8 H100 plans, and says
+    the positions past 131,072 are outside the trained range; at the model's own length it says
+    nothing. Where the plan recomputes every layer, the TFLOP/s line gives the 2021 paper's count
+    and the model FLOPs the MFU counts: the first is the larger."""
+    args = ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "8"]
+    beyond = CliRunner().invoke(app, [*args, "--seq-len", "262144"])
+    assert beyond.exit_code == 0, beyond.output
+    text = " ".join(beyond.output.split())
+    assert "Positions: --seq-len 262,144 is beyond llama-3.1-8b's 131,072" in text
+    within = " ".join(CliRunner().invoke(app, [*args, "--seq-len", "8192"]).output.split())
+    assert "Positions:" not in within
+    best = plan_json("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "8", "--seq-len",
+                     "262144")["layouts"][0]
+    assert best["model_tflops_per_gpu"] <= best["tflops_per_gpu"]
+    assert best["recompute"] == "full"  # 262,144 tokens a sequence on 8 GPUs
+    count = text.split(" TFLOP/s per GPU (Narayanan et al. 2021's count")[0].split()[-1]
+    model_count = text.split(" without it, the model FLOPs the MFU counts")[0].split()[-1]
+    assert float(count) > float(model_count) == pytest.approx(best["model_tflops_per_gpu"], abs=0.5)
