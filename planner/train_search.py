@@ -537,8 +537,9 @@ def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) 
 
 
 def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainRequest:
-    """`--layout tp=..,pp=..` with the GPU count fixes dp too (cp = 1 unless cp= is given):
-    check the batch against it."""
+    """`--layout tp=..,pp=..` with the GPU count fixes dp too where no context parallelism could
+    split the other ranks (cp_options; with cp= given, dp = N / (tp cp pp)): check the batch
+    against it. Where some CP degree could, dp is left to the search, as cp is."""
     f = request.layout
     num_gpus = request.num_gpus or cluster.num_gpus
     if None not in (f.tp, f.pp, f.dp) and f.tp * f.pp * f.dp * (f.cp or 1) != num_gpus:
@@ -551,6 +552,17 @@ def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainReques
     if num_gpus % (f.tp * f.pp * cp):
         product = f"tp*pp = {f.tp * f.pp}" if cp == 1 else f"tp*cp*pp = {f.tp * cp * f.pp}"
         raise SpecError(f"--layout: {product} does not divide the {num_gpus} GPUs")
+    ranks = num_gpus // (f.tp * f.pp)
+    degrees = cp_options(request, ranks, f.pp) if f.cp is None else []
+    if degrees:
+        # cp not given and some CP degree could split the other ranks: dp stays free, as under
+        # --layout tp=8 alone (pinning cp = 1 here had kept tp=4,pp=4 from its faster cp=2
+        # variant, which the filter matches; found by a CLI read)
+        if all(request.global_batch % (ranks // cp) for cp in (1, *degrees)):
+            raise SpecError(f"--global-batch: {request.global_batch} not divisible by dp={ranks} (fixed by --layout tp, "
+                            f"pp and the GPU count), nor by "
+                            + " or ".join(f"dp={ranks // cp} (cp={cp})" for cp in degrees))
+        return request
     return replace(request, layout=replace(f, dp=num_gpus // (f.tp * f.pp * cp)))
 
 

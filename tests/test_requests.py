@@ -4,6 +4,8 @@ that need the layout live beside the training search."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.catalog import resolve_cluster
@@ -50,11 +52,18 @@ def test_defaults_and_unset_values_pass():
 
 
 def test_fixed_tp_pp_resolves_dp_and_checks_the_batch():
-    request = TrainRequest(global_batch=6, seq_len=2048, micro_batch=2, layout=LayoutFilter(tp=8, pp=4))
+    """tp=8 pp=4 (and cp=1, given) on 64 GPUs: dp = 64 / 32 = 2. Without cp= a CP degree of 2
+    could split those 2 ranks (2,048 tokens: 1,024 a rank), so dp is left to the search."""
+    request = TrainRequest(global_batch=6, seq_len=2048, micro_batch=2, layout=LayoutFilter(tp=8, pp=4, cp=1))
     resolved = resolve_fixed_dp(request, resolve_cluster("8x8xA100"))
-    assert resolved.layout == LayoutFilter(tp=8, pp=4, dp=2)
+    assert resolved.layout == LayoutFilter(tp=8, pp=4, dp=2, cp=1)
     with pytest.raises(SpecError, match="--global-batch: 6 not divisible by micro-batch"):
         check_fixed_batch(resolved)
+    free = replace(request, layout=LayoutFilter(tp=8, pp=4))
+    assert resolve_fixed_dp(free, resolve_cluster("8x8xA100")).layout == LayoutFilter(tp=8, pp=4)
+    # tp=8 pp=8: one rank left, nothing for CP to split: dp = 1 is fixed
+    one = replace(request, layout=LayoutFilter(tp=8, pp=8))
+    assert resolve_fixed_dp(one, resolve_cluster("8x8xA100")).layout == LayoutFilter(tp=8, pp=8, dp=1)
 
 
 def test_tp_pp_not_dividing_the_gpus():

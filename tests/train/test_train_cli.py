@@ -213,12 +213,12 @@ def test_no_feasible_layout_exits_1():
                                "--virtual-stages", "2", "--global-batch", "2304", "--seq-len", "2048")),
     # uneven stages: 126 layers as 7 | 8 x14 | 7 (Llama 3 405B's split)
     ("llama-3.1-405b_128x8xH100_pp16", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100", "--layout",
-                                        "tp=8,pp=16", "--schedule", "1f1b", "--global-batch", "1024",
+                                        "tp=8,pp=16,cp=1", "--schedule", "1f1b", "--global-batch", "1024",
                                         "--seq-len", "8192")),
     # interleaved, the embedding and loss counted as layers: 128 units over 64 chunks of 2,
     # 3 | 4 x30 | 3 (beats the first/last split 4 | 4 x30 | 2: a lighter first stage)
     ("llama-3.1-405b_128x8xH100_pp32_interleaved", ("--model", "llama-3.1-405b", "--cluster", "128x8xH100",
-                                                    "--layout", "tp=8,pp=32", "--schedule", "interleaved",
+                                                    "--layout", "tp=8,pp=32,cp=1", "--schedule", "interleaved",
                                                     "--virtual-stages", "2", "--global-batch", "1024",
                                                     "--seq-len", "8192")),
     # NeMo / Megatron-Bridge's 405B recipe (tp 8, pp 8, cp 2, vp 8): --account-for-embedding/loss
