@@ -76,6 +76,10 @@ class Plan(Generic[E, R]):
     passed_over: Any = None
     """Training: the faster configuration whose TP group leaves the node that the recommendation,
     TP inside a node within train_search.TP_ACROSS_NODES_MARGIN of it, was ranked above."""
+    tight_passed_over: Any = None
+    """Training: the faster configuration at the edge of memory that the recommendation, within
+    train_search.MEMORY_TIE_FRACTION of it with room to spare, was ranked above
+    (train_search.prefer_headroom)."""
 
     @property
     def recommended(self) -> E | None:

@@ -419,7 +419,7 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     all (cheap to find) and then the LEAD_LAYOUTS most promising (layout_promise) are searched
     one after another in this process, each with the threshold T the ones before it set: the
     keep_top-th best tokens/s so far among the estimates `counts` keeps (those the launch would
-    start), 0 until there are keep_top of them; the rest are spread over the cores
+    start) less MEMORY_TIE_FRACTION of it (tie_threshold), 0 until there are keep_top of them; the rest are spread over the cores
     (parallel.map_in_workers) with the T the lead left. A configuration is skipped only where
     config_bound, hence its tokens/s, is below T, and T never exceeds the keep_top-th best of
     the whole space, so the first keep_top rows are the plain search's. Deterministic: T
@@ -436,12 +436,12 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
         finite = sum(p != float("inf") for p in promise)
         lead = len(candidates) - finite + LEAD_LAYOUTS  # the cheap rejections, then the most promising
         for i in order[:lead]:
-            threshold_tokens_per_s = best[0] if len(best) == keep_top else 0.0
+            threshold_tokens_per_s = tie_threshold(best, keep_top)
             results[i] = search_layout(model, cluster, request, candidates[i], rates, memo, threshold_tokens_per_s)
             for e in results[i].found:
                 if counts(e):
                     (heapq.heappush if len(best) < keep_top else heapq.heappushpop)(best, e.tokens_per_second)
-        threshold_tokens_per_s = best[0] if len(best) == keep_top else 0.0
+        threshold_tokens_per_s = tie_threshold(best, keep_top)
         rest = order[lead:]
 
         def evaluate(i: int) -> LayoutResult[TrainEstimate]:
@@ -451,6 +451,13 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
         return [results[i] for i in range(len(candidates))]
 
     return evaluate_all
+
+
+def tie_threshold(best: list[float], keep_top: int) -> float:
+    """bounded_evaluation's T from the keep_top best tokens/s so far (a min-heap): the
+    keep_top-th, less MEMORY_TIE_FRACTION of it (a row within that of the first may go first
+    for room in memory, prefer_headroom), 0 until there are keep_top."""
+    return (1 - MEMORY_TIE_FRACTION) * best[0] if len(best) == keep_top else 0.0
 
 
 def searched_recomputes(model: ModelSpec, request: TrainRequest) -> list[str]:
@@ -667,7 +674,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
                       evaluate_all=bounded)
     if plan.num_configs_bounded:
         plan = replace(plan, bounded_below_row=keep_top)
-    plan = prefer_tp_inside_a_node(plan, cluster)
+    plan = prefer_headroom(prefer_tp_inside_a_node(plan, cluster), cluster)
     shortfall = in_node_shortfall(model, cluster, request, plan.recommended, rates, memo,
                                   lambda pp: schedule_options(model, request, pp),
                                   lambda dp: micro_batch_options(request, dp))
@@ -718,6 +725,47 @@ def prefer_tp_inside_a_node(plan: TrainPlan, cluster: ClusterSpec) -> TrainPlan:
             break
         if not tp_leaves_node(cluster, e.config.tp):
             return replace(plan, layouts=(e, *plan.layouts[:i], *plan.layouts[i + 1:]), passed_over=best)
+    return plan
+
+
+TIGHT_MEMORY_FRACTION = 0.03
+"""Free memory per GPU, as a share of its capacity, below which a configuration is at the edge
+of memory: about what the estimate does not itemize (NCCL buffers of the CP and EP groups, 0.5-0.7
+GB each as vLLM logs them, efficiency.NCCL_BUFFER_BYTES_*; Transformer Engine's TP-overlap user
+buffers) and its allocator allowance may not cover. 2.4 GiB of an H100's 79.1. A policy, not a
+fit."""
+
+MEMORY_TIE_FRACTION = 0.01
+"""How much more tokens/s a configuration at the edge of memory must price than the fastest one
+with room (TIGHT_MEMORY_FRACTION free) to be recommended over it: below the training model's own
+error (3% median over its calibration, bench/training_calibration.py), a difference the estimate
+cannot resolve is not worth an out-of-memory risk. A policy, not a fit."""
+
+
+def headroom_bytes(e: TrainEstimate) -> float:
+    """Memory per GPU the configuration leaves free on its fullest stage."""
+    return e.capacity_per_gpu_bytes - e.memory_per_gpu_bytes
+
+
+def prefer_headroom(plan: TrainPlan, cluster: ClusterSpec) -> TrainPlan:
+    """The plan with the fastest listed configuration that leaves TIGHT_MEMORY_FRACTION of the
+    GPU free moved first, where the first leaves less and is not MEMORY_TIE_FRACTION faster
+    (plan.tight_passed_over the one it moved above); only among configurations whose TP group is
+    where the first's is (prefer_tp_inside_a_node's choice stands). Found on Llama-3.1-405B, 128x8
+    H100, 2,048 x 8,192: interleaved/2 at 78.6 of 79.1 GiB was 0.04% faster than interleaved/3
+    at 73.5 GiB (a CLI read)."""
+    if not plan.layouts:
+        return plan
+    best = plan.layouts[0]
+    if headroom_bytes(best) >= TIGHT_MEMORY_FRACTION * best.capacity_per_gpu_bytes:
+        return plan
+    across = tp_leaves_node(cluster, best.config.tp)
+    for i, e in enumerate(plan.layouts[1:], start=1):
+        if e.tokens_per_second < (1 - MEMORY_TIE_FRACTION) * best.tokens_per_second:
+            break
+        if (headroom_bytes(e) >= TIGHT_MEMORY_FRACTION * e.capacity_per_gpu_bytes
+                and tp_leaves_node(cluster, e.config.tp) == across):
+            return replace(plan, layouts=(e, *plan.layouts[:i], *plan.layouts[i + 1:]), tight_passed_over=best)
     return plan
 
 

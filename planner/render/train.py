@@ -37,7 +37,14 @@ from planner.train import (
     training_caveats,
 )
 from planner.train_engines import CP_KV_ROTATION, cp_exchange_label
-from planner.train_search import TP_ACROSS_NODES_MARGIN, TrainPlan, short_of_memory
+from planner.train_search import (
+    MEMORY_TIE_FRACTION,
+    TIGHT_MEMORY_FRACTION,
+    TP_ACROSS_NODES_MARGIN,
+    TrainPlan,
+    headroom_bytes,
+    short_of_memory,
+)
 
 if TYPE_CHECKING:  # rich is imported only to draw tables, never for --json
     from rich.table import Table
@@ -111,7 +118,8 @@ def render_table(plan: TrainPlan, top: int) -> Table:
                if plan.num_configs_bounded else "")
     table = Table(title=f"Training configurations on {plan.num_gpus} GPUs ({total:,} feasible, "
                         f"{len(plan.rejected):,} layouts rejected{bounded}; ranked by tokens/s"
-                        f"{', TP inside a node first within a few percent' if plan.passed_over else ''})")
+                        f"{', TP inside a node first within a few percent' if plan.passed_over else ''}"
+                        f"{f', room in memory first within {MEMORY_TIE_FRACTION:.0%}' if plan.tight_passed_over else ''})")
     fp8 = plan.request.precision == "fp8"  # MFU over the bf16 dense peak (FP8_MFU_BASIS)
     for column in COLUMNS:
         header = "MFU (bf16 peak)" if fp8 and column.header == "MFU" else column.header
@@ -220,9 +228,13 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
     lines += bf16_faster_lines(plan)
     lines += passed_over_lines(plan)
+    lines += tight_passed_over_lines(plan)
     lines += shortfall_lines(plan)
-    if len(plan.layouts) > 1:
-        runner = plan.layouts[1]
+    # the runner-up: the next row that no line above already named as the faster one passed over
+    named = {id(plan.passed_over), id(plan.tight_passed_over)}
+    runners = [e for e in plan.layouts[1:] if id(e) not in named]
+    if runners:
+        runner = runners[0]
         gap = slower_fraction(runner, best)
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
                      f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
@@ -371,6 +383,20 @@ def passed_over_lines(plan: TrainPlan) -> list[str]:
             f"be recommended (--layout tp={c.tp} takes it)."]
 
 
+def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
+    """Why the recommendation is not the fastest row: train_search.prefer_headroom."""
+    over = plan.tight_passed_over
+    if over is None:
+        return []
+    c, best = over.config, plan.layouts[0]
+    faster = over.tokens_per_second / best.tokens_per_second - 1
+    return [f"Memory margin: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(over)}, "
+            f"recompute {c.recompute}, prices {faster:.2%} more tokens/s but uses {gib(over.memory_per_gpu_bytes)} of "
+            f"{gib(over.capacity_per_gpu_bytes)}, under the {TIGHT_MEMORY_FRACTION:.0%} free that buffers the estimate "
+            f"does not itemize may need; this one leaves {gib(headroom_bytes(best))} (within "
+            f"{MEMORY_TIE_FRACTION:.0%} of the fastest, that margin is taken)."]
+
+
 BREAKDOWN_NAMES = {"compute": "compute", "bubble": "the bubble", "tp_comm": "TP communication",
                    "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication",
                    "ep_comm": "the EP exchange", "cp_comm": "the CP exchange", "host": "host waits (MoE syncs)"}
@@ -414,6 +440,12 @@ def bf16_faster_json(plan: TrainPlan) -> dict | None:
 def passed_over_json(plan: TrainPlan) -> dict | None:
     over = plan.passed_over
     return other_config_json(over, tp_link=over.tp_link) if over else None
+
+
+def tight_passed_over_json(plan: TrainPlan) -> dict | None:
+    over = plan.tight_passed_over
+    return other_config_json(over, memory_per_gpu_bytes=over.memory_per_gpu_bytes,
+                             capacity_per_gpu_bytes=over.capacity_per_gpu_bytes) if over else None
 
 
 def in_node_alternative_json(plan: TrainPlan) -> dict | None:
@@ -597,6 +629,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "in_node_alternative": in_node_alternative_json(plan),
         # the faster configuration with TP across nodes ranked below the recommendation (None: none)
         "tp_across_nodes_passed_over": passed_over_json(plan),
+        "tight_memory_passed_over": tight_passed_over_json(plan),
         # --precision fp8: the best bf16 configuration where it runs more tokens/s (None: fp8 is as fast)
         "bf16_faster": bf16_faster_json(plan),
         "suggestions": list(plan.suggestions),
