@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,7 @@ def check_layer_keys(text: dict[str, Any], origin: str) -> None:
 
 def _load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
+    remote_config = config_code(raw)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
     wrapped = text is not raw
@@ -269,7 +271,8 @@ def _load_hf_config(path: Path) -> ModelSpec:
     if kv_cache_dtype is not None:
         fields["checkpoint_kv_cache_dtype"] = kv_cache_dtype
     tokenizer_config = path.parent / "tokenizer_config.json"
-    if path.name == "config.json" and tokenizer_config.is_file() and tokenizer_code(_read_json(tokenizer_config)):
+    if remote_config or (path.name == "config.json" and tokenizer_config.is_file()
+                         and tokenizer_code(_read_json(tokenizer_config))):
         fields["trust_remote_code"] = True
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
     model = validate(ModelSpec, fields, origin)
@@ -934,6 +937,32 @@ def fp8_block_fields(block: Any, path: Path, key: str) -> dict[str, Any]:
             or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
         raise SpecError(f"{path}: {key}: expected two positive integers [n, k] (got {str(block)[:40]})")
     return {"quantization_block_size": block[1]}
+
+
+NATIVE_MODEL_TYPES_FILE = Path(__file__).parent / "data" / "native_config_model_types.txt"
+
+
+@cache
+def native_config_model_types() -> frozenset[str]:
+    """model_type values whose configuration class transformers (5.16.1, the least vLLM 0.33.0
+    takes) or vLLM 0.33.0 itself has: planner/data/native_config_model_types.txt."""
+    lines = NATIVE_MODEL_TYPES_FILE.read_text().splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith(("#", "[")))
+
+
+def config_code(config: Any) -> bool:
+    """Whether a checkpoint's configuration is its own code: config.json's auto_map names an
+    AutoConfig class and its model_type is not one the engines know (native_config_model_types).
+    transformers' AutoConfig.from_pretrained then refuses it without trust_remote_code (its
+    resolve_trust_remote_code: remote code and no local class), and vLLM passes the flag through
+    (get_config, vllm/transformers_utils/config.py at 0.33.0, which clears it only for its own
+    registry's types). Llama-3.3-Nemotron-Super-49B's "nemotron-nas" (configuration_decilm.py);
+    not DeepSeek-V3's or MiniMax-M2's auto_map, whose model_types transformers has."""
+    if not isinstance(config, dict):
+        return False
+    auto_map, model_type = config.get("auto_map"), config.get("model_type")
+    return (isinstance(auto_map, dict) and bool(auto_map.get("AutoConfig")) and isinstance(model_type, str)
+            and model_type not in native_config_model_types())
 
 
 def tokenizer_code(tokenizer_config: Any) -> bool:

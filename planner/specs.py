@@ -155,9 +155,11 @@ class ModelSpec(_Spec):
     inputs one scale covers; None = a scale per output channel or per tensor."""
     trust_remote_code: Flag = False
     """The checkpoint ships code the engines must run to load it (Kimi-K2.5's tokenizer,
-    tokenization_kimi.py, named by its tokenizer_config.json auto_map): the serving commands
-    carry vLLM's and SGLang's --trust-remote-code. Read from tokenizer_config.json beside an
-    imported config.json (hf_config); vLLM's Kimi-K2.5 recipe passes the flag."""
+    tokenization_kimi.py, named by its tokenizer_config.json auto_map; or its configuration
+    class, where config.json's auto_map names one for a model_type the engines lack:
+    Llama-3.3-Nemotron-Super-49B's configuration_decilm.py): the serving commands carry vLLM's
+    and SGLang's --trust-remote-code. Read on import (hf_config.tokenizer_code, config_code);
+    vLLM's Kimi-K2.5 recipe passes the flag."""
     checkpoint_kv_cache_dtype: Literal["fp8", "nvfp4"] | None = None
     """The KV cache format a ModelOpt checkpoint's quantization config asks for (config.json
     quantization_config with quant_method "modelopt": kv_cache_scheme {dynamic: false,

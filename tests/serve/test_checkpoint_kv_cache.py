@@ -18,7 +18,12 @@ from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.params import kv_bytes_per_token
 from planner.engines import EngineVersions
 from planner.errors import SpecError
-from planner.hf_config import checkpoint_kv_cache_dtype, load_hf_config
+from planner.hf_config import (
+    checkpoint_kv_cache_dtype,
+    config_code,
+    load_hf_config,
+    native_config_model_types,
+)
 from planner.layout import Layout
 from planner.requests import ServeRequest, for_checkpoint
 from planner.serve import estimate
@@ -115,3 +120,28 @@ def test_a_tokenizer_of_its_own_puts_trust_remote_code_in_the_commands(tmp_path)
     plain = subprocess.run([sys.executable, "-m", "planner", "--model", "llama-3.1-8b", "--cluster", "1x1xH100"],
                            capture_output=True, text=True, check=True)
     assert "--trust-remote-code" not in plain.stdout
+
+
+@pytest.mark.parametrize(("fixture", "remote"), [
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", True),  # "nemotron-nas": configuration_decilm.py only
+    ("deepseek-ai--DeepSeek-V3", False),  # auto_map too, but transformers has deepseek_v3
+    ("MiniMaxAI--MiniMax-M2.5", False),  # transformers 5.16.1 has minimax_m2
+    ("moonshotai--Kimi-K2.5", False),  # kimi_k25: vLLM's own config class (its registry)
+    ("meta-llama--Meta-Llama-3.1-8B", False),  # no auto_map
+])
+def test_a_configuration_of_its_own_needs_trust_remote_code(fixture, remote):
+    """config.json's auto_map naming an AutoConfig class for a model_type neither transformers
+    (5.16.1, the least vLLM 0.33.0 takes) nor vLLM's registry has: the engines load it only with
+    --trust-remote-code (found by a helper's CLI read on the Nemotron-Super fixture)."""
+    config = json.loads((HF_CONFIGS / fixture / "config.json").read_text(encoding="utf-8"))
+    assert config_code(config) is remote
+    assert load_hf_config(HF_CONFIGS / fixture / "config.json").trust_remote_code is remote
+
+
+def test_the_native_model_types_are_the_engines():
+    names = native_config_model_types()
+    assert {"llama", "deepseek_v3", "minimax_m2", "qwen3_moe", "gpt_oss", "kimi_k25", "kimi_k2"} <= names
+    assert "nemotron-nas" not in names and not any(name.startswith(("#", "[")) for name in names)
+    assert not config_code({"auto_map": {"AutoConfig": "x.Y"}, "model_type": "llama"})
+    assert config_code({"auto_map": {"AutoConfig": "x.Y"}, "model_type": "my_own_model"})
+    assert not config_code({"auto_map": {"AutoModel": "x.Y"}, "model_type": "my_own_model"})
