@@ -299,7 +299,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
                       lambda found: rank(found, request.objective), leave_idle=True, evaluate_all=bounded)
     if plan.num_configs_bounded:
         plan = replace(plan, bounded_below_row=keep_top)
-    return replace(plan, pareto=pareto_front(list(plan.layouts)))
+    # at a rate, a layout that cannot keep up is no trade-off worth naming beside those that do
+    keeping = [r for r in plan.layouts if not r.overloaded]
+    return replace(plan, pareto=pareto_front(keeping or list(plan.layouts)))
 
 
 BOUNDED_MIN_LAYOUTS = 32

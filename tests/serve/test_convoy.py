@@ -91,7 +91,8 @@ def test_a_rate_past_the_convoy_is_overloaded_as_the_simulated_burst_shows() -> 
                                                      layout=pinned)).recommended
     assert over.overloaded and over.convoy_rate_per_s == pytest.approx(8.4, rel=0.02)
     assert any(note.startswith("Overloaded (convoy)") for note in over.notes)
-    assert over.throughput_tokens_per_second / 256 > 11  # the spread capacity would have taken it
+    # it serves what the convoy completes, 8.4 x 256 tok/s, not the spread capacity's 15.6 x 256
+    assert over.throughput_tokens_per_second == pytest.approx(over.convoy_rate_per_s * 256, rel=1e-9)
     request = ServeRequest(input_len=1024, output_len=256, request_rate_per_s=11, layout=pinned, num_prompts=1500)
     assert burst_metrics(model, cluster, over, request).backlog.growing
     fine = plan_serving(model, cluster, ServeRequest(input_len=1024, output_len=256, request_rate_per_s=7,
@@ -141,3 +142,18 @@ def test_the_convoy_forms_only_where_prompts_share_a_step() -> None:
     2 x 4,000 = 8,000 still shares a step: q = 2, lambda = 1 / (0.099 + 0.08) = 5.587 req/s."""
     assert math.isinf(convoy_capacity_per_s(affine_round, 5000, 100, 8000))
     assert convoy_capacity_per_s(affine_round, 4000, 100, 8000) == pytest.approx(1 / 0.179, rel=1e-12)
+
+
+def test_an_overloaded_convoy_serves_the_convoys_tokens_and_is_no_pareto_point() -> None:
+    """Llama-3.1-405B on 2x8 H100 at 1 req/s of 1,024 / 256 tokens: tp=1 pp=16's convoy keeps
+    up with less than the rate, so it is overloaded; its tokens/s are what the convoy completes
+    (dp x its rate x 256), below the 256 tok/s the layouts that keep up serve, and it is not
+    marked Pareto beside them (a CLI read: 376 tok/s and "pareto" before)."""
+    plan = plan_serving(resolve_model("llama-3.1-405b"), resolve_cluster("2x8xH100"),
+                        ServeRequest(request_rate_per_s=1.0, num_prompts=200, max_model_len=16384))
+    piped = next(r for r in plan.layouts if (r.layout.tp, r.layout.pp) == (1, 16))
+    assert piped.overloaded and piped.convoy_rate_per_s < 1.0
+    assert piped.throughput_tokens_per_second == pytest.approx(piped.convoy_rate_per_s * 256, rel=1e-9)
+    keeping = [r for r in plan.layouts if not r.overloaded]
+    assert keeping and all(r.throughput_tokens_per_second == pytest.approx(256) for r in keeping)
+    assert piped.layout not in plan.pareto and plan.pareto <= {r.layout for r in keeping}
