@@ -298,13 +298,29 @@ def test_a_lone_int4_decode_is_called_memory_bound():
     """AWQ 70B at one sequence: its int4 GEMMs' time is their compute at a one-row shape (tiles
     nearly empty), above the 4-bit weight read, but their FLOPs at the full rate are far below
     it: the decode is the weights' work, as fp8's is (it was called compute-bound; found by a
-    CLI sweep). A full batch of short prompts is compute-bound all the same."""
+    CLI sweep). A full batch of short requests is compute-bound all the same (with 2,048 output
+    tokens its KV reads outlast the GEMMs: test_kv_reads_longer_than_the_gemms_make_the_decode_memory_bound)."""
     lone = json.loads(plan("--model", "llama-3.1-70b-awq", "--cluster", "1x8xH100", "--objective", "latency",
                            "--mode", "aggregated", "--json"))
     assert lone["recommended"]["decode_bound"] == "memory"
     full = json.loads(plan("--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--batch", "1024", "--input-len", "128",
-                           "--output-len", "2048", "--json"))
+                           "--output-len", "128", "--json"))
     assert full["recommended"]["decode_bound"] == "compute"
+
+
+def test_kv_reads_longer_than_the_gemms_make_the_decode_memory_bound():
+    """Llama-3.1-8B on one H100 at its default 1,024 / 256 tokens and full batch: the decode
+    step's linear layers are compute-bound at this many rows, but its attention (the KV reads,
+    HBM-bound) takes longer than they do, so the step is memory-bound (it was called
+    compute-bound; a CLI read). The explain breakdown names the work the same way."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import ServeRequest
+    from planner.serve_search import plan_serving
+
+    best = plan_serving(resolve_model("llama-3.1-8b"), resolve_cluster("1x1xH100"), ServeRequest()).recommended
+    step = best.decode_round.stage_steps[0]
+    assert step.bound == "compute" and step.attention_seconds > step.gemm_seconds
+    assert best.decode_bound == "memory"
 
 
 def test_with_pp_the_prompt_share_note_names_the_idle_stages_too():
