@@ -6,6 +6,7 @@ schedule, recompute, ZeRO...) and the ranking key; both are passed in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -159,6 +160,10 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
             raise SpecError(f"--layout: {degrees}: the planner's expert groups span whole TP groups, so ep must be "
                             f"tp times a divisor of {ranks} on the {num_gpus} GPUs planned for (an ep below tp, "
                             f"which Megatron's MoE parallel folding also runs, is not planned)")
+        pinned = [d for d in (wanted.tp, wanted.pp, wanted.dp, wanted.cp) if d is not None]
+        needed = math.prod(pinned)
+        if needed > num_gpus:  # tp=16 on 8 GPUs: more GPUs than there are, whatever else
+            raise SpecError(f"--layout: {degrees} needs at least {needed} GPUs; {num_gpus} are planned for")
         idle = (f"; only power-of-two tp and pp (up to {MAX_IDLE_REPLICA_GPUS} GPUs a replica) may leave GPUs "
                 f"idle, and --gpus N plans for fewer GPUs") if leave_idle else ""
         raise SpecError(f"--layout: {degrees} cannot multiply to the {num_gpus} GPUs planned for{idle}")

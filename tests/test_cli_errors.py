@@ -680,6 +680,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "0"],
         ("--gpu-memory-utilization",),
     ),
+    "layout-wider-than-the-cluster": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=16"],
+        ("--layout", "tp=16 needs at least 16 GPUs; 8 are planned for"),
+    ),
     "gpu-memory-utilization-above-what-vllm-starts-with": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "1"],
         ("--gpu-memory-utilization 1", "CUDA context", "at most 0.99"),
