@@ -528,6 +528,9 @@ def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) 
     """A fixed degree the batch cannot divide is a usage error, not a search result.
     `given`: --layout as typed (dp may have been resolved from tp, pp and the GPU count)."""
     f = request.layout
+    if request.micro_batch is not None and request.micro_batch > request.global_batch:
+        # first: "64 not divisible by --micro-batch 128" said less (a CLI read)
+        raise SpecError(f"--micro-batch: {request.micro_batch} exceeds --global-batch {request.global_batch}")
     if f.dp is not None and request.global_batch % f.dp:
         how = "--layout" if given is None or given.dp is not None else "--layout tp, pp and the GPU count"
         raise SpecError(f"--global-batch: {request.global_batch} not divisible by dp={f.dp} (fixed by {how})")
@@ -539,8 +542,6 @@ def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) 
     if request.micro_batch is not None and request.global_batch % request.micro_batch:
         raise SpecError(f"--global-batch: {request.global_batch} not divisible by "
                         f"--micro-batch {request.micro_batch}")
-    if request.micro_batch is not None and request.micro_batch > request.global_batch:
-        raise SpecError(f"--micro-batch: {request.micro_batch} exceeds --global-batch {request.global_batch}")
 
 
 def resolve_fixed_dp(request: TrainRequest, cluster: ClusterSpec) -> TrainRequest:

@@ -680,6 +680,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "0"],
         ("--gpu-memory-utilization",),
     ),
+    "train-micro-batch-above-the-global-batch": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
+         "--micro-batch", "128", "--seq-len", "4096"], ("--micro-batch: 128 exceeds --global-batch 64",),
+    ),
     "layout-wider-than-the-cluster": (
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--layout", "tp=16"],
         ("--layout", "tp=16 needs at least 16 GPUs; 8 are planned for"),
