@@ -47,6 +47,7 @@ from planner.cost.serving_memory import (
     stage_memory,
     stage_moe_layers,
     structural_reasons,
+    v0_chunked_prefill,
 )
 from planner.cost.serving_sim import (
     Distribution,
@@ -800,15 +801,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"for a running request to finish (in TTFT and E2E latency)")
     decode_only = steady.decode_round_seconds / steady.tokens_per_round
     if request.output_len > 1 and steady.tpot_seconds > 0 and 1 - decode_only / steady.tpot_seconds >= PROMPT_SHARE_NOTE_FRACTION:
+        # V0 without chunked prefill runs each prompt in a step of its own, which the decodes wait
+        # behind (the note spoke of chunks riding along and of disaggregation, which V0 lacks; a CLI read)
+        whole = (not request.engine_versions.vllm_release.v1_engine and request.pool_engine == "vllm"
+                 and not v0_chunked_prefill(model, request))
+        per = "round" if layout.pp > 1 else "step"  # with PP a round spans p steps (a CLI read)
+        shared = ("the rest is the other requests' prompts, each in steps of their own that the decodes wait "
+                  "behind (V0 without chunked prefill)" if whole else
+                  "the rest is the other requests' prompt chunks riding in the same steps")
         notes.append(f"Prompts share the steps: TPOT {seconds_to_ms(steady.tpot_seconds):,.1f} ms under load, of which "
-                     f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; the rest is the other requests' prompt "
-                     f"chunks riding in the same steps ({steady.prefill_tokens_per_step:,.0f} prompt tokens per step on "
-                     f"average)"
+                     f"the decode work is {seconds_to_ms(decode_only):,.1f} ms; {shared} "
+                     f"({steady.prefill_tokens_per_step:,.0f} prompt tokens per {per} on average)"
                      # with PP part of it is the other stages idling while a chunk's micro-batch paces the
                      # round (explain splits the two; the note had called it all prompt work: a CLI read)
                      + (", and the other stages idling while a chunk's micro-batch paces the round (plan explain "
                         "splits the two)" if layout.pp > 1 else "")
-                     + ": fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it")
+                     + (": fewer concurrent sequences (--batch, --max-tpot-ms) lower it" if whole else
+                        ": fewer concurrent sequences (--batch, --max-tpot-ms) or disaggregated prefill lower it"))
     if (request.batch is None and request.objective == "throughput" and not has_sla and batch == wanted < fit
             and arriving is None):
         notes.append(f"Concurrency {wanted:,} per replica is vLLM's default --max-num-seqs on {cluster.gpu.name}; the "

@@ -75,8 +75,9 @@ def dtype_notes(plan: ServePlan) -> list[str]:
 def quantization_notes(plan: ServePlan) -> list[str]:
     quant, override = plan.model.quantization, plan.request.quantization_override
     if override in ("int8", "int4"):
+        kinds = "AWQ or GPTQ" if override == "int4" else "GPTQ 8-bit or compressed-tensors W8A8"  # AWQ is 4-bit only
         return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "
-                f"{override} AWQ/GPTQ checkpoint (its quantization_config is read automatically)"]
+                f"{override} checkpoint ({kinds}; its quantization_config is read automatically)"]
     if override == "fp8":
         return ["MODEL must be a 16-bit checkpoint: the engine quantizes it to fp8 as it loads (--quantization); "
                 "it refuses the flag on a checkpoint already quantized by another method (AWQ, GPTQ, NVFP4)"]
