@@ -539,7 +539,11 @@ def _metric_text(name: str, value: float, unit: str) -> str:
 
 
 def render_explanation(e: Explanation, out: Console) -> None:
-    which = "the recommended layout" if e.is_recommended else "not the overall recommendation"
+    # serving: the aggregated search's best (a disaggregated deployment may win over it, which
+    # `plan` decides; it had been called "the recommended layout" there: a CLI read)
+    best, other = (("the best aggregated layout", "not the best aggregated layout") if e.workload == "serve"
+                   else ("the recommended layout", "not the overall recommendation"))
+    which = best if e.is_recommended else other
     out.print(Text(f"plan explain: {e.layout} for {e.model} on {e.cluster} ({e.workload}, "
                    f"objective {e.objective}; {which})", style="bold"))
     out.print(", ".join(_metric_text(m.name, m.value, m.unit) for m in e.metrics) + ".")
