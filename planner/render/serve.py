@@ -760,6 +760,8 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
     bench serve would report for the recommended layout."""
     layouts = [layout_json(r, i + 1, plan, steps_for(r), ray_steps_for(r))
                for i, r in enumerate(plan.layouts[:top])]
+    for row in layouts:  # every row has the keys; only the recommended layout's are filled (below)
+        row.update(metrics=None, metrics_source=None, metrics_sla_misses=None, metrics_sla=None)
     if layouts and metrics is not None:
         layouts[0]["metrics"] = metrics_json(metrics, plan.request.one_output_token)
         layouts[0]["metrics_source"] = "simulated burst" if plan.request.simulates_burst else "steady state"

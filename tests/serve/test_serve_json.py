@@ -115,3 +115,18 @@ def test_moe_layouts_say_where_the_expert_rate_comes_from():
     assert first("qwen3-30b-a3b", "1x8xA100")["moe_kernel_source"] == "model"
     dense = first("llama-3.1-8b", "1x8xH100")
     assert dense["moe_kernel_source"] is None and dense["decode_steps"][0]["moe_seconds"] == 0
+
+
+def test_every_layout_row_has_the_metrics_keys_only_the_first_filled():
+    """`metrics` and its companions are on every row (null past the first), so code reading
+    layouts[].metrics needs no guard (a CLI read found them on the first row only)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    out = json.loads(CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--json",
+                                              "--mode", "aggregated", "--top", "3"]).output)
+    first, *rest = out["layouts"]
+    assert rest and first["metrics"] is not None and first["metrics_source"] == "steady state"
+    keys = ("metrics", "metrics_source", "metrics_sla_misses", "metrics_sla")
+    assert all(row[key] is None for row in rest for key in keys)
