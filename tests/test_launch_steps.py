@@ -316,3 +316,24 @@ def test_sglang_plans_price_what_sglangs_pool_runs():
     # --dp-size 2 without DP attention: two SGLang workers, the count per worker (a replica)
     assert int(argv[argv.index("--max-running-requests") + 1]) == best["batch"]
     assert not any("its throughput is lower than the plan's" in note for note in sglang["launch_notes"])
+
+
+def test_the_sglang_table_shows_sglangs_pool():
+    """The same plan's table under --emit sglang: the memory column is the weights, SGLang's KV
+    pool and --mem-fraction-static of the GPU, and the KV tokens are the pool's, fewer than
+    vLLM's budget holds (the table had shown vLLM's; a CLI read). The pool within the fraction:
+    weights + pool = fraction x memory, to the 0.1 GiB shown."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.render.serve import _memory, _pool_share
+    from planner.requests import LayoutFilter, ServeRequest
+    from planner.serve_search import plan_serving
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    plan = plan_serving(model, cluster, ServeRequest(pool_engine="sglang", kv_cache_dtype="fp8", max_model_len=32768,
+                                                     layout=LayoutFilter(tp=4, pp=1, dp=2)))
+    best = plan.recommended
+    weights, pool, static = (float(x) for x in _memory(best, plan).replace("+", "/").split("/"))
+    assert weights + pool == pytest.approx(static, abs=0.15)
+    vllm_weights, vllm_kv, vllm_budget = (float(x) for x in _memory(best).replace("+", "/").split("/"))
+    assert weights == vllm_weights and pool < vllm_kv and static < vllm_budget
+    assert 0 < _pool_share(best, plan) < 1

@@ -100,9 +100,37 @@ def ep_exchange_link(r: ServeEstimate) -> str | None:
     return r.placement.ep_link.kind
 
 
-def _memory(r: ServeEstimate) -> str:
+def _memory(r: ServeEstimate, p: ServePlan | None = None) -> str:
+    pool = _sglang_pool(r, p)
+    if pool is not None:  # SGLang's: its KV pool within --mem-fraction-static of the GPU
+        weights, kv, static = pool
+        return f"{_g(weights)}+{_g(kv)}/{_g(static)}"
     s = r.stages[r.worst_stage]
     return f"{_g(s.weights_bytes)}+{_g(s.kv_cache_bytes)}/{_g(s.budget_bytes)}"
+
+
+def _sglang_pool(r: ServeEstimate, p: ServePlan | None) -> tuple[float, float, float] | None:
+    """Under --emit sglang, the fullest stage's non-KV memory, SGLang's KV pool and its
+    --mem-fraction-static of the GPU (emit/sglang.kv_pool_bytes: its default reserve can leave
+    a smaller pool than vLLM's budget, which the table had shown; a CLI read); None for vLLM."""
+    if p is None or p.request.pool_engine != "sglang":
+        return None
+    from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
+    from planner.emit.sglang import kv_pool_bytes, mem_fraction_static
+
+    a = serve_launch_args(p.model, p.cluster, p.request, r.layout, r.stages, r.max_model_len, r.max_num_seqs,
+                          MODEL_PLACEHOLDER)
+    pool = min(max(0.0, kv_pool_bytes(a)), a.kv_cache_bytes_per_gpu)
+    return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * a.gpu_memory_bytes
+
+
+def _pool_share(r: ServeEstimate, p: ServePlan) -> float:
+    """The share of the plan's (vLLM's) KV cache SGLang's pool holds: 1 under vLLM."""
+    pool = _sglang_pool(r, p)
+    fullest = max(r.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
+    if pool is None or fullest.kv_cache_bytes <= 0:
+        return 1.0
+    return pool[1] / fullest.kv_cache_bytes
 
 
 def _g(num_bytes: float) -> str:
@@ -159,11 +187,11 @@ COLUMNS = (
     Column("pp", lambda r, i, p: str(r.layout.pp)),
     Column("dp", lambda r, i, p: str(r.layout.dp)),
     Column("ep", lambda r, i, p: str(r.layout.ep)),
-    Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r)),
-    Column("KV tokens", lambda r, i, p: count(r.kv_cache_tokens)),
+    Column("GiB/GPU W+KV/usable", lambda r, i, p: _memory(r, p)),
+    Column("KV tokens", lambda r, i, p: count(math.floor(r.kv_cache_tokens * _pool_share(r, p)))),
     # sequences of --max-model-len tokens the KV cache holds (vLLM's startup log "Maximum
     # concurrency for N tokens per request"): not the concurrency the plan runs (batch)
-    Column("seqs at max len", lambda r, i, p: f"{r.max_concurrency:.1f}"),
+    Column("seqs at max len", lambda r, i, p: f"{r.max_concurrency * _pool_share(r, p):.1f}"),
     Column("batch", lambda r, i, p: str(r.batch) if r.offered_rate_per_s is None else f"{r.concurrency:.1f}"),
     Column("TTFT", lambda r, i, p: ms(r.ttft_seconds)),
     Column("TPOT", lambda r, i, p: ms(r.tpot_seconds) if p.request.output_len > 1 else "-"),
