@@ -28,7 +28,7 @@ from planner.cost.serving_time import IDLE_POLL_SECONDS, StepLoad
 from planner.disagg_cli import plan_both
 from planner.requests import LayoutFilter, ServeRequest
 from planner.serve import burst_metrics
-from planner.serve_search import plan_serving
+from planner.serve_search import plan_serving, rank
 
 
 def _rounds(load: StepLoad, chunk: StepLoad | None) -> float:
@@ -367,8 +367,9 @@ def test_overloaded_layouts_run_at_capacity_and_rank_last(rated):
         # past its capacity, or past its convoy's (PP whole prompts at a rate: convoy_capacity_per_s)
         assert r.overloaded == (at_capacity.throughput_tokens_per_second < 10.0 * 256 * (1 - 1e-6)
                                 or 10.0 / r.layout.dp >= r.convoy_rate_per_s)
-        if r.overloaded:
-            assert r.throughput_tokens_per_second == pytest.approx(at_capacity.throughput_tokens_per_second)
+        if r.overloaded:  # at capacity, or at what its convoy completes where that is less
+            assert r.throughput_tokens_per_second == pytest.approx(min(
+                at_capacity.throughput_tokens_per_second, r.layout.dp * r.convoy_rate_per_s * 256))
             assert any(note.startswith("Overloaded") for note in r.notes)
 
 
@@ -411,11 +412,19 @@ def test_disaggregated_deployments_at_the_rate_and_the_verdict(rated):
 
 
 def test_a_rate_no_layout_keeps_up_with_is_the_capacity_ranking(rated):
-    """1,000 requests/s: every layout overloaded, ranked as at capacity."""
+    """1,000 requests/s: every layout overloaded, each at its capacity (or its convoy's, where PP
+    whole prompts at a rate complete fewer), ranked by those tokens/s as at capacity."""
     model, cluster, plans = rated
     flood = plan_serving(model, cluster, ServeRequest(request_rate_per_s=1000.0, **RATE_REQUEST))
     assert all(r.overloaded for r in flood.layouts)
-    assert [r.layout for r in flood.layouts] == [r.layout for r in plans[math.inf].layouts]
+    capacity = {r.layout: r.throughput_tokens_per_second for r in plans[math.inf].layouts}
+    assert {r.layout for r in flood.layouts} == set(capacity)
+    for r in flood.layouts:
+        assert r.throughput_tokens_per_second == pytest.approx(min(capacity[r.layout],
+                                                                   r.layout.dp * r.convoy_rate_per_s * 256))
+    assert [r.layout for r in flood.layouts] == [r.layout for r in rank(list(flood.layouts), "throughput")]
+    convoyed = [r for r in flood.layouts if r.throughput_tokens_per_second < capacity[r.layout] * (1 - 1e-9)]
+    assert convoyed and all(r.layout.pp > 1 for r in convoyed)
 
 
 def test_json_and_table_say_the_load(plan_json, run_plan):

@@ -410,11 +410,11 @@ def test_layout_filter_keeps_only_matches(serve_plan):
     [
         (
             ("--model", "llama-3.1-70b", "--cluster", "1x2xA100", "--layout", "tp=3"),
-            "--layout: tp=3 cannot multiply to the 2 GPUs",
+            "--layout: tp=3 needs at least 3 GPUs; 2 are planned for",
         ),
         (
             ("--model", "llama-3.1-70b", "--cluster", "2x8xA100", "--layout", "tp=8,pp=4"),
-            "cannot multiply to the 16 GPUs",
+            "tp=8,pp=4 needs at least 32 GPUs; 16 are planned for",
         ),
         (
             ("--model", "llama-3.1-70b", "--cluster", "1x2xA100", "--max-model-len", "200000"),
