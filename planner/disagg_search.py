@@ -370,13 +370,19 @@ def decode_round_seconds(model: ModelSpec, cluster: ClusterSpec, shape: WorkerSh
 def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, shape: WorkerShape,
                        memo: Memo | None = None) -> int:
     """Largest C_d <= cap (the sequences the KV cache runs at their mean footprint,
-    kv_limited_sequences; vLLM's max_num_seqs; --batch, the concurrency per replica the user
+    kv_limited_sequences; vLLM's max_num_seqs; the step's token budget over the 1 + k rows a
+    sequence takes with k drafts; --batch, the concurrency per replica the user
     asked for, as the aggregated plan takes it; under --emit sglang SGLang's pool) with T_d <= --max-tpot-ms, by bisection (T_d
     grows with C_d); 0 when one sequence misses."""
     context = request.decode_context_tokens
+    # each decoding sequence takes 1 + k of a step's tokens (its token and its k drafts), so a
+    # step's budget holds budget // (1 + k) of them (vLLM's scheduler leaves the rest out of the
+    # step): 256 sequences with one draft each had been priced in DeepEP low-latency's 256-token
+    # steps (a CLI read)
+    rows = 1 + speculation_shape(request.speculation)[1]
     cap = min(kv_limited_sequences(shape.running_tokens, request.input_len, request.output_len, context),
               default_max_num_seqs(cluster, request.engine_versions.vllm_release),
-              max_num_batched_tokens(cluster, request, shape.layout))  # vLLM: max_num_seqs <= the budget
+              max_num_batched_tokens(cluster, request, shape.layout) // rows)  # vLLM: max_num_seqs <= the budget
     if request.batch is not None:
         cap = min(cap, request.batch)
     if request.pool_engine == "sglang" and cap >= 1:  # SGLang's own pool (serve.sglang_pool_cap)

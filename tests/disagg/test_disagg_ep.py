@@ -149,3 +149,20 @@ def test_vllm_ray_in_auto_mode_labels_the_disaggregated_commands_plain_vllm(run_
                             "--emit", "vllm-ray").stdout.split())
     assert "Launch disaggregated (vllm):" in out
     assert "--emit vllm-ray applies to the aggregated layout" in out
+
+
+def test_drafts_take_their_rows_of_the_decode_steps_budget():
+    """DeepSeek-V3 decode workers on DeepEP's low-latency kernels (a 256-token step) with one MTP
+    draft per sequence: each decoding sequence takes 2 of a step's tokens, so a worker decodes at
+    most 256 // 2 = 128 sequences a DP rank (it had priced 256; a CLI read)."""
+    from planner.disagg_search import decode_concurrency, price_shape
+    from planner.requests import Speculation
+
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("2x8xH200")
+    request = ServeRequest(input_len=128, output_len=1024, all2all_backend="deepep_low_latency",
+                           speculation=Speculation(method="mtp", num_tokens=1, acceptance=(0.8,)))
+    shape = price_shape(model, cluster, request, 1, 1, 8192, dp=8)
+    assert shape is not None
+    assert decode_concurrency(model, cluster, request, shape) == 128
+    plain = ServeRequest(input_len=128, output_len=1024, all2all_backend="deepep_low_latency")
+    assert decode_concurrency(model, cluster, plain, price_shape(model, cluster, plain, 1, 1, 8192, dp=8)) == 256
