@@ -680,6 +680,10 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--gpu-memory-utilization", "0"],
         ("--gpu-memory-utilization",),
     ),
+    "expert-imbalance-above-what-any-gpu-can-get": (
+        ["--model", "qwen3-235b-a22b-fp8", "--cluster", "1x8xH100", "--expert-imbalance", "20"],
+        ("--expert-imbalance: 20", "at most 16 x the mean"),
+    ),
     "train-micro-batch-above-the-global-batch": (
         ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--global-batch", "64",
          "--micro-batch", "128", "--seq-len", "4096"], ("--micro-batch: 128 exceeds --global-batch 64",),

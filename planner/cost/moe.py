@@ -55,11 +55,24 @@ def training_permutation_bytes(model: ModelSpec, num_tokens: float, tp: int, ep:
     return activation_bytes_per_element(model) * h * tokens * (2 + 2 * k + sorts)
 
 
-def expert_load_factor(layout: Layout, imbalance: float) -> float:
+def expert_load_factor(layout: Layout, imbalance: float, model: ModelSpec | None = None) -> float:
     """The busiest GPU's routed work over the mean: `imbalance` when whole experts sit on
     GPUs (EP: some experts are more popular than others), 1 when every expert is TP-split
-    over the group (each GPU does 1/t of every expert)."""
-    return imbalance if layout.ep > 1 else 1.0
+    over the group (each GPU does 1/t of every expert). At most what one GPU can get: every
+    token routes at most min(k, E/ep) of its k choices to the E/ep experts one GPU holds, against
+    the mean k/ep, so min(ep, E/k) (max_expert_load_factor; --expert-imbalance 20 at ep 8 had
+    priced a GPU 20 times the mean: a CLI read)."""
+    if layout.ep <= 1:
+        return 1.0
+    return min(imbalance, max_expert_load_factor(layout.ep, model))
+
+
+def max_expert_load_factor(ep: int, model: ModelSpec | None = None) -> float:
+    """min(ep, E/k): the busiest of ep GPUs taking all it can (expert_load_factor); ep alone
+    where the model is not given."""
+    if model is None or not model.is_moe:
+        return float(ep)
+    return min(float(ep), model.num_local_experts / model.num_experts_per_tok)
 
 
 def ep_alltoall_message_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:

@@ -705,7 +705,7 @@ def _moe_layer_kernel_time(model: ModelSpec, cluster: ClusterSpec, layout: Layou
     gemms = mlp_gemms(model, layout, m, touched_experts)
     seconds, weight_bound = moe_kernel_seconds(kernel or moe_kernel(model, cluster, layout.ep),
                                                routed_expert_bytes_read(model, layout, m, touched_experts),
-                                               gemms, expert_load_factor(layout, imbalance),
+                                               gemms, expert_load_factor(layout, imbalance, model),
                                                routed_pair_pass_bytes(model, gemms))
     foreign = 0.0 if has_ep_kernel(model, cluster, layout.ep) else ep_foreign_pair_seconds(model, cluster, layout, m)
     return seconds + foreign, weight_bound

@@ -573,7 +573,7 @@ def ep_imbalance_seconds(model: ModelSpec, config: TrainConfig, s: int, rates: T
     (u - 1) * n_pass * 2*k*P_x*b*s/t / R per MoE layer (ep_seconds_per_layer)."""
     share = moe_layers_of(model, 1)
     routed_flops = routed_expert_flops(model, 1, config.micro_batch_size * s / config.tp) / share
-    load = expert_load_factor(config.layout, imbalance)
+    load = expert_load_factor(config.layout, imbalance, model)
     return (load - 1) * (4 if config.recompute == "full" else 3) * routed_flops / linear_rates(
         rates, config.precision, config.priced_fp8_recipe).matmul_flops_per_s
 

@@ -334,3 +334,18 @@ def test_the_busiest_gpu_is_the_binomial_maximum_summed_term_by_term(local, gpus
         cdf += math.comb(local, x) * p**x * (1 - p) ** (local - x)
         expected += 1 - min(cdf, 1.0) ** gpus
     assert busiest_gpu_experts_touched(deepseek, local, gpus, tokens) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@given(st.sampled_from([2, 4, 8, 16, 32, 64]), st.floats(1.0, 64.0))
+def test_the_busiest_gpu_gets_at_most_min_ep_and_e_over_k_times_the_mean(ep, imbalance):
+    """Qwen3-235B (128 experts, top 8): a GPU holds 128/ep experts, so each token sends it at most
+    min(8, 128/ep) of its 8 choices against the mean 8/ep: min(ep, 16) times the mean. At ep 8,
+    --expert-imbalance 20 prices 8; at ep 32, 16."""
+    from planner.cost.moe import max_expert_load_factor
+
+    model = resolve_model("qwen3-235b-a22b-fp8")
+    layout = Layout(1, 1, ep, ep)
+    factor = expert_load_factor(layout, imbalance, model)
+    assert factor == min(imbalance, ep, 16) == min(imbalance, max_expert_load_factor(ep, model))
+    assert expert_load_factor(Layout(1, 1, 8, 8), 20.0, model) == 8
+    assert expert_load_factor(Layout(1, 1, 32, 32), 20.0, model) == 16
