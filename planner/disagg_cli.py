@@ -19,7 +19,7 @@ from planner.emit.command import LaunchStep, ServeArgs
 from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
 from planner.emit.sglang import sglang_pool_notes
 from planner.layout import Layout
-from planner.requests import ServeRequest
+from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie
 from planner.specs import ClusterSpec, ModelSpec
@@ -221,10 +221,17 @@ def disagg_launch_notes(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
                         engine: str) -> list[str]:
     """What the printed disaggregated commands run differently from the plan: SGLang's decode
     workers hold fewer running requests where its reserve caps their pool (sglang_pool_notes;
-    a prefill worker's requests hold KV only until it is sent)."""
-    if engine != "sglang":
-        return []
-    return sglang_pool_notes(role_args(model, cluster, request, est, "decode", "MODEL"), "decode worker")
+    a prefill worker's requests hold KV only until it is sent); a DeepEP --all2all-backend runs as
+    each role's mode (disagg_search.role_request), which the commands show but no line said (a
+    CLI read: deepep_high_throughput asked, deepep_low_latency on the decode workers)."""
+    notes = []
+    if request.all2all_backend != DEFAULT_ALL2ALL_BACKEND and (est.prefill.ep > 1 or est.decode.ep > 1):
+        notes.append(f"--all2all-backend {request.all2all_backend}: the prefill workers run DeepEP's high-throughput "
+                     f"kernels and the decode workers its low-latency ones, whichever was asked (vLLM's expert-"
+                     f"parallel deployment guide pairs them so); the plan prices each role's")
+    if engine == "sglang":
+        notes += sglang_pool_notes(role_args(model, cluster, request, est, "decode", "MODEL"), "decode worker")
+    return notes
 
 
 def why_not_emitted(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est: DisaggEstimate,

@@ -359,9 +359,16 @@ def all2all_backend_lines(plan: ServePlan) -> list[str]:
                                         request.all2all_backend != DEFAULT_ALL2ALL_BACKEND),
                                        ("--enable-dbo", request.enable_dbo)) if on]
         if asked:
-            return [f"EP exchange: {' and '.join(asked)} not used: the recommended {layout} has no expert-parallel "
-                    f"group across DP ranks, so no tokens are exchanged (fix one with --layout ep=..., dp=...)."]
-    return [f"EP exchange: {ALL2ALL_WORDS[option.value]} on {best.layout}: {_changes(best, option.estimate)}."
+            # "the recommended" read as the deployment where a disaggregated one won and carried
+            # the flags (a CLI read): this is the aggregated search's best
+            return [f"EP exchange: {' and '.join(asked)} not used by the best aggregated layout, {layout}: it has "
+                    f"no expert-parallel group across DP ranks, so no tokens are exchanged (an aggregated one with "
+                    f"it: --layout ep=..., dp=...; disaggregated decode workers take the flags where they have one)."]
+    # vLLM turns CUDA graphs off under the high-throughput kernels with DP (serve.py's note on a
+    # layout that runs them): the what-if line carries the same caveat (a CLI read)
+    eager = (" (vLLM runs its decode steps without CUDA graphs there, a host cost the plan does not price)")
+    return [f"EP exchange: {ALL2ALL_WORDS[option.value]} on {best.layout}: {_changes(best, option.estimate)}"
+            f"{eager if option.value == 'deepep_high_throughput' else ''}."
             for option in plan.all2all_backend_options]
 
 

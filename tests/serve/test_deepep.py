@@ -449,3 +449,25 @@ def test_an_other_backend_at_another_concurrency_says_so():
         said = f", at {other.batch:,} concurrent sequences per replica (not {best.batch:,})"
         assert text.endswith(said) == (other.batch != best.batch)
     assert _changes(best, best).endswith("(+0%)")
+
+
+def test_the_what_if_lines_and_the_roles_say_what_the_commands_run():
+    """DeepSeek-V3 on 2x8 H200: the high-throughput what-if line carries the eager-decode caveat
+    the plan gives a layout that runs it; asked for high throughput, a disaggregated deployment's
+    notes say its decode workers run the low-latency kernels, as their command does (a CLI read)."""
+    from planner.disagg_cli import disagg_launch_notes
+    from planner.disagg_search import plan_disaggregated
+    from planner.render.serve import all2all_backend_lines
+    from planner.serve_search import plan_serving
+
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("2x8xH200")
+    lines = all2all_backend_lines(plan_serving(model, cluster, ServeRequest(layout=LayoutFilter(tp=1, pp=1, dp=16,
+                                                                                                ep=8))))
+    high = [line for line in lines if "deepep_high_throughput" in line]
+    assert high and all("without CUDA graphs" in line for line in high)
+    assert not any("without CUDA graphs" in line for line in lines if "deepep_low_latency" in line)
+    request = ServeRequest(all2all_backend="deepep_high_throughput", max_ttft_seconds=0.6)
+    best = plan_disaggregated(model, cluster, request).recommended
+    assert best is not None and best.decode.ep > 1
+    notes = disagg_launch_notes(model, cluster, request, best, "vllm")
+    assert any("decode workers its low-latency ones" in note for note in notes)
