@@ -352,7 +352,13 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         placed = model.is_moe and model.dense_layer_indices is not None and layout.pp > 1
         layers = f"{s.num_layers} layers, {stage_moe_layers(model, s):.0f} of them MoE; " if placed else ""
         running = f"{result.batch}" if result.offered_rate_per_s is None else f"{result.concurrency:.1f} (mean at the rate)"
-        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens; batch {running} x "
+        # with sliding-window layers the pool holds running_tokens of running sequences, not
+        # kv_cache_tokens (vLLM's count at max_model_len): say both where they differ (171 x 1,160
+        # "used 100%" of 213,025 tokens; a CLI read)
+        held = ("" if s.running_tokens == s.kv_cache_tokens else
+                f" ({s.running_tokens:,} as running sequences of this footprint: the window layers keep each "
+                f"one's last window only)")
+        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens{held}; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
                 f"{min(1.0, kv_tokens_used / max(s.running_tokens, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
