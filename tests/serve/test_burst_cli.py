@@ -372,3 +372,21 @@ def test_a_batch_the_prompt_budget_chose_below_the_cache_is_not_kv_starved():
     best = data["recommended"]
     assert best["notes"][0].startswith(f"Prompt-bound: {best['batch']} concurrent sequences")
     assert not any(note.startswith("KV-starved") for note in best["notes"])
+
+
+def test_a_burst_shorter_than_one_request_says_it_never_fills():
+    """1,000 prompts at 100/s arrive over 1,000 / 100 = 10 s: against an 18.2 s steady-state
+    E2E the note says the burst ends before that load builds; at 40/s (25 s) it says nothing,
+    nor at inf or under --max-concurrency (a CLI read found a 3x lighter TPOT unexplained)."""
+    from types import SimpleNamespace
+
+    from planner.render.serve import short_burst_note
+    from planner.requests import ServeRequest
+
+    metrics = SimpleNamespace(num_prompts=1000)
+    note = short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000), metrics, 18.2)
+    assert note is not None and "arrive over 10.0 s" in note and "(18.2 s)" in note
+    assert short_burst_note(ServeRequest(request_rate_per_s=40.0, num_prompts=1000), metrics, 18.2) is None
+    assert short_burst_note(ServeRequest(num_prompts=1000), metrics, 18.2) is None
+    assert short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000, max_concurrency=64), metrics,
+                            18.2) is None
