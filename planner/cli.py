@@ -166,7 +166,7 @@ ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
 WorkloadOpt = Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or train (Megatron-LM).")]
 GpusOpt = Annotated[int | None, typer.Option(help="Plan for this many of the cluster's GPUs.")]
-LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2 (degrees not given, cp and ep included, are searched; cp=1 rules context parallelism out).")]
+LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2 (degrees not given are searched; training: cp=1 rules context parallelism out).")]
 ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")]
 MaxTpotMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time per output token under load, ms (concurrency is lowered to meet it).")]
 MaxTtftMsOpt = Annotated[float | None, typer.Option(help="Serve SLA: mean time to first token under load, ms.")]

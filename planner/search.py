@@ -157,9 +157,10 @@ def candidate_layouts(num_gpus: int, wanted: LayoutFilter, gpus_per_node: int | 
         if wanted.ep not in (None, 1):
             ranks = "cp*dp (whole TP groups of context- and data-parallel ranks)" if wanted.cp not in (None, 1) \
                 else "dp (whole TP groups of data-parallel ranks)"
+            folding = "" if leave_idle else ", which Megatron's MoE parallel folding also runs,"  # serving: no Megatron
             raise SpecError(f"--layout: {degrees}: the planner's expert groups span whole TP groups, so ep must be "
-                            f"tp times a divisor of {ranks} on the {num_gpus} GPUs planned for (an ep below tp, "
-                            f"which Megatron's MoE parallel folding also runs, is not planned)")
+                            f"tp times a divisor of {ranks} on the {num_gpus} GPUs planned for (an ep below tp"
+                            f"{folding} is not planned)")
         pinned = [d for d in (wanted.tp, wanted.pp, wanted.dp, wanted.cp) if d is not None]
         needed = math.prod(pinned)
         if needed > num_gpus:  # tp=16 on 8 GPUs: more GPUs than there are, whatever else
