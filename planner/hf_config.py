@@ -401,11 +401,58 @@ def text_model(raw: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
     return text, f"{path}: text_config"
 
 
+def with_rope_parameters(text: dict[str, Any], path: Path) -> dict[str, Any]:
+    """transformers v5's `rope_parameters` (rope_theta, partial_rotary_factor and the scaling
+    in one object; per layer type where nested, the full-attention layers' taken) read into the
+    older top-level keys where those are absent: GLM-5's and Qwen3.5's config.json carry their
+    rope_theta (1e6, 1e7) and Qwen3.5 its partial_rotary_factor (0.25) only there, and the import
+    had taken RoPE's default 10,000 and the full rotation (a CLI read)."""
+    params = text.get("rope_parameters")
+    if params is None:
+        return text
+    if not isinstance(params, dict):
+        raise SpecError(f"{path}: rope_parameters: expected an object or null (got {params!r:.40})")
+    if isinstance(params.get("full_attention"), dict):  # nested per layer type (Gemma 4)
+        params = params["full_attention"]
+    filled = dict(text)
+    for key in ("rope_theta", "partial_rotary_factor"):
+        if filled.get(key) is None and params.get(key) is not None:
+            filled[key] = params[key]
+    if filled.get("rope_scaling") is None and params.get("rope_type", params.get("type")) not in (None, "default"):
+        filled["rope_scaling"] = params
+    return filled
+
+
+ROPE_TYPES_NOT_EXTENDING = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling",
+                                      "default"})
+"""RoPE scaling types whose `factor` vLLM does not apply to max_position_embeddings
+(_get_and_verify_max_len, vllm/config/model.py at 0.33.0: YaRN's and Llama 3's positions are
+already the scaled ones); for the others (linear, dynamic, ...) the context is
+max_position_embeddings x factor, except on Gemma 3, whose count is already scaled."""
+
+
+def rope_extended_positions(text: dict[str, Any], kind: str | None) -> int | None:
+    """max_position_embeddings x the RoPE scaling factor where vLLM 0.33.0 extends the context
+    by it (ROPE_TYPES_NOT_EXTENDING); None where it does not."""
+    scaling, positions = text.get("rope_scaling"), text.get("max_position_embeddings")
+    if not isinstance(scaling, dict) or not isinstance(positions, int) or "gemma3" in (kind or ""):
+        return None
+    factor = scaling.get("factor")
+    if scaling.get("rope_type", scaling.get("type")) in ROPE_TYPES_NOT_EXTENDING or \
+            not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
+        return None
+    return int(positions * factor)
+
+
 def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -> dict[str, Any]:
     """ModelSpec fields from the text model's keys; dtype and quantization may sit at the
     top level of a wrapper."""
+    text = with_rope_parameters(text, path)
     kind = family(text) or family(raw)
     fields: dict[str, Any] = {key: text[key] for key in SHAPE_KEYS if text.get(key) is not None}
+    extended = rope_extended_positions(text, kind)
+    if extended is not None:
+        fields["max_position_embeddings"] = extended
     fields.setdefault("tie_word_embeddings", kind in TIED_BY_DEFAULT_MODEL_TYPES)
     name = raw.get("_name_or_path") or (path.parent.name if path.parent.name else path.stem)
     fields["name"] = str(name).rstrip("/").split("/")[-1] or "hf-model"

@@ -875,3 +875,49 @@ def test_odd_config_fields_are_named(tmp_path: Path, update: dict[str, Any], mes
     with pytest.raises(SpecError) as error:
         resolve_model(str(path))
     assert str(error.value) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize(("fixture", "theta", "rotated"), [
+    ("zai-org--GLM-5", 1_000_000.0, 1.0),  # rope_parameters {"rope_theta": 1000000, "rope_type": "default"}
+    ("Qwen--Qwen3.5-27B", 10_000_000.0, 0.25),  # theta and partial_rotary_factor only in rope_parameters
+    ("meta-llama--Meta-Llama-3.1-8B", 500_000.0, 1.0),  # the older top-level keys
+])
+def test_transformers_v5_rope_parameters_are_read(fixture, theta, rotated):
+    """transformers v5 moves rope_theta, partial_rotary_factor and the scaling into
+    `rope_parameters`; the import had taken RoPE's default 10,000 (a CLI read: the Megatron
+    command's --rotary-base would have trained GLM-5 at the wrong base)."""
+    from planner.hf_config import load_hf_config
+
+    model = load_hf_config(FIXTURE_CONFIGS / fixture / "config.json")
+    assert model.rope_theta == theta and model.partial_rotary_factor == rotated
+
+
+def test_a_llama3_config_in_rope_parameters_keeps_its_scaling(tmp_path):
+    """Llama-3.1-8B's rope_scaling and rope_theta moved into rope_parameters: the same spec."""
+    from planner.hf_config import load_hf_config
+
+    config = json.loads((FIXTURE_CONFIGS / "meta-llama--Meta-Llama-3.1-8B" / "config.json").read_text())
+    scaling, theta = config.pop("rope_scaling"), config.pop("rope_theta")
+    config["rope_parameters"] = {**scaling, "rope_theta": theta}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    moved = load_hf_config(tmp_path / "config.json")
+    assert moved.rope_theta == 500_000 and moved.llama3_rope_scaling_factor == 8
+    assert moved.max_position_embeddings == 131_072
+
+
+@pytest.mark.parametrize(("scaling", "positions"), [
+    ({"rope_type": "linear", "factor": 4.0}, 4 * 8192),  # vLLM multiplies: 32,768
+    ({"type": "dynamic", "factor": 2.0}, 2 * 8192),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}, 8192),  # already scaled
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, 8192),
+])
+def test_rope_scaling_extends_the_context_as_vllm_does(tmp_path, scaling, positions):
+    """vLLM 0.33.0's _get_and_verify_max_len: max_position_embeddings x factor, except for the
+    YaRN, Llama 3, LongRoPE and DeepSeek types, whose positions are already the scaled ones."""
+    from planner.hf_config import load_hf_config
+
+    config = json.loads((FIXTURE_CONFIGS / "meta-llama--Meta-Llama-3.1-8B" / "config.json").read_text())
+    config.update(max_position_embeddings=8192, rope_scaling=scaling)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_hf_config(tmp_path / "config.json").max_position_embeddings == positions
