@@ -1,7 +1,9 @@
 """Import a Hugging Face `config.json` as a ModelSpec (field names map one to one).
 
 Read: the Llama-family shape keys, `torch_dtype` (or `dtype`), `head_dim`,
-`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command); `sliding_window` and
+`tie_word_embeddings`, `rope_theta` (for the Megatron-LM command; in transformers v5's
+`rope_parameters` too, with_rope_parameters), RoPE scaling (Llama 3's factor; the context a
+linear or dynamic scaling extends, rope_extended_positions); `sliding_window` and
 which layers use it (`layer_types`, the Gemma and Qwen2 patterns); MoE keys under each
 family's name (`num_local_experts` / `num_experts` / `n_routed_experts`,
 `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts` and shared expert sizes,
@@ -11,7 +13,7 @@ and `moe_latent_size`, Qwen3.5's `linear_attention` layer_types with the Gated D
 `linear_*` shape, recurrent_fields); and the
 weight format from `quantization_config` (fp8; AWQ/GPTQ/compressed-tensors bits ->
 int4/int8; modelopt FP8/NVFP4 and per-module MIXED_PRECISION; mxfp4) or ModelOpt's `hf_quant_config.json` beside
-config.json. Everything else in the file (tokenizer ids, rope scaling, ...) does not
+config.json. Everything else in the file (tokenizer ids, ...) does not
 affect the plan and is ignored; layers the cost model does not describe (UNMODELLED_KEYS)
 are refused in one line.
 
