@@ -194,14 +194,25 @@ def knob_values(cluster: ClusterSpec, base: KnobBase) -> dict[str, tuple[float, 
 
 
 def _scaled_curves(measured: Measured | None, scope: str, factor: float) -> Measured | None:
+    """The probe's curves on `scope`'s links at `factor` of their bandwidth: every collective's
+    (all-reduce, all-to-all, all-gather, reduce-scatter; only the all-reduce had moved, so an
+    EP exchange on a measured profile ignored the knob: a CLI read)."""
     if measured is None or factor == 1.0:
         return measured
-    curves = [
-        c.model_copy(update={"median_seconds": [t / factor for t in c.median_seconds]})
-        if c.link == scope else c
-        for c in measured.allreduce_curves
-    ]
-    return measured.model_copy(update={"allreduce_curves": curves})
+    return measured.model_copy(update={
+        name: [c.model_copy(update={"median_seconds": [t / factor for t in c.median_seconds]})
+               if c.link == scope else c for c in getattr(measured, name)]
+        for name in Measured.CURVE_LISTS})
+
+
+def _scaled_engine_curves(curves: list, factor: float) -> list:
+    """The GPU's engine all-reduce curves (vLLM's, measured inside an NVLink node) at `factor`
+    of the intra-node bandwidth. The plan prices TP inside a node with them whenever the node's
+    link is near the catalog's (serving_time.on_catalog_fabric), so scaling only the link left
+    the intra-node knob without effect within +/-50% (robust 'down to 0.25x'; a CLI read)."""
+    if factor == 1.0:
+        return curves
+    return [c.model_copy(update={"median_seconds": [t / factor for t in c.median_seconds]}) for c in curves]
 
 
 def _scaled_tflops(model, factor: float):
@@ -246,6 +257,8 @@ def apply_knobs(cluster: ClusterSpec, knobs: Knobs, base: KnobBase) -> ClusterSp
         "achievable_matmul_tflops": _scaled_tflops(gpu.achievable_matmul_tflops, knobs.matmul_efficiency),
         "serving_matmul_tflops": _scaled_tflops(gpu.serving_matmul_tflops, knobs.matmul_efficiency),
         "serving_moe_kernels": _scaled_moe_kernels(gpu.serving_moe_kernels, knobs.matmul_efficiency),
+        "serving_allreduce": _scaled_engine_curves(gpu.serving_allreduce, knobs.intra_bandwidth),
+        "serving_allreduce_unfused": _scaled_engine_curves(gpu.serving_allreduce_unfused, knobs.intra_bandwidth),
         **memory,
     })
     return cluster.model_copy(update=update)

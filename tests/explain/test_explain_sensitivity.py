@@ -115,6 +115,22 @@ def test_knobs_scale_exactly_what_they_name() -> None:
         before.floor_us, before.hbm_utilization, before.half_rows)
     assert moved.gpu.memory_gib == cluster.gpu.memory_gib
     assert apply_knobs(cluster, Knobs(), BASE) == cluster
+    # vLLM's all-reduce curves, which price TP inside the node, follow the intra-node knob too
+    for name in ("serving_allreduce", "serving_allreduce_unfused"):
+        for after, before in zip(getattr(moved.gpu, name), getattr(cluster.gpu, name), strict=True):
+            assert after.median_seconds == pytest.approx([t / 0.5 for t in before.median_seconds])
+
+
+def test_the_intra_node_knob_moves_a_tp_layouts_tpot() -> None:
+    """Llama-3.1-70B tp=8 on one H100 node: at 0.8x the intra-node bandwidth its all-reduces
+    (priced on vLLM's curves) take 1/0.8 as long and TPOT grows; it had stayed the same, the
+    curves not moving with the link (a CLI read)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    layout, request = Layout(8, 1, 1), ServeRequest(batch=64)
+    before = estimate(model, cluster, layout, request)
+    after = estimate(model, apply_knobs(cluster, Knobs(intra_bandwidth=0.8), BASE), layout, request)
+    assert after.tp_allreduce_seconds_per_layer == pytest.approx(before.tp_allreduce_seconds_per_layer / 0.8, rel=1e-6)
+    assert after.tpot_seconds > before.tpot_seconds
 
 
 def test_overhead_knob_takes_exactly_the_extra_overhead_from_the_kv_cache() -> None:
