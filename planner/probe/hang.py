@@ -109,9 +109,13 @@ def _describe_point(point: Point, open_points: list[OpenPoint], now_s: float) ->
     open_seconds = max(0.0, now_s - min(o.started_s for o in open_points))
     where = ", ".join(f"rank {o.rank} (host {o.host})" for o in sorted(open_points, key=lambda o: o.rank))
     link = LINK_WORDS.get(point.link, point.link)
+    # under a second open it had just started when the deadline came ("did not finish within 0 s"
+    # blamed a healthy collective; a CLI read)
+    running = (f"was still running ({open_seconds:.1f} s in; a longer --timeout may let it finish)"
+               if open_seconds < 1 else f"did not finish within {open_seconds:.0f} s")
     return (
         f"{point.op} over ranks {list(point.ranks)} ({link}, {point.size_bytes:,} B) "
-        f"did not finish within {open_seconds:.0f} s on {where}"
+        f"{running} on {where}"
     )
 
 

@@ -28,6 +28,16 @@ def test_the_message_names_op_group_size_link_and_each_lagging_rank():
     )
 
 
+def test_a_collective_open_under_a_second_is_not_called_hung():
+    """A --timeout that ends 0.3 s into a collective: it was still running, and a longer
+    --timeout may let it finish ("did not finish within 0 s" had blamed it; a CLI read)."""
+    in_flight = fed((hang.start_line(ALL_REDUCE_2_3, 2, "node1"), 10.0))
+    assert in_flight.describe(10.3) == (
+        "all_reduce over ranks [2, 3] (intra-node, 1,048,576 B) was still running (0.3 s in; a longer "
+        "--timeout may let it finish) on rank 2 (host node1)"
+    )
+
+
 def test_a_finished_point_is_no_longer_open():
     in_flight = fed(
         (hang.start_line(ALL_REDUCE_2_3, 2, "node1"), 1.0),
