@@ -968,6 +968,9 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
             raise SpecError(f"{path}: quantization_config.bits: expected an integer (got {bits!r})")
         raise SpecError(f"{path}: quantization_config.bits: {bits!r}-bit {method} weights are not planned "
                         f"(4- or 8-bit integer weights are)")
+    if method in {"awq", "gptq"}:  # no bits at all ("unsupported quant_method 'awq'" contradicted itself)
+        raise SpecError(f"{path}: quantization_config.bits: missing (an {method} checkpoint names its 4 or 8 "
+                        f"bits)")
     if method == "compressed-tensors":  # neither integer nor float weights named (found by a fuzz sweep)
         raise SpecError(f"{path}: quantization_config.config_groups: no weights scheme the planner reads (4- or "
                         f"8-bit integer, 8-bit float or NVFP4 weights under config_groups.*.weights)")

@@ -921,3 +921,15 @@ def test_rope_scaling_extends_the_context_as_vllm_does(tmp_path, scaling, positi
     config.update(max_position_embeddings=8192, rope_scaling=scaling)
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert load_hf_config(tmp_path / "config.json").max_position_embeddings == positions
+
+
+def test_an_awq_config_without_bits_says_the_bits_are_missing(tmp_path):
+    """{"quant_method": "awq", "group_size": 128}: the error names the missing key (it said the
+    quant_method, which it lists as supported, was unsupported; a CLI read)."""
+    from planner.hf_config import load_hf_config
+
+    config = json.loads((FIXTURE_CONFIGS / "meta-llama--Meta-Llama-3.1-8B" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "awq", "group_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SpecError, match=r"quantization_config\.bits: missing"):
+        load_hf_config(tmp_path / "config.json")
