@@ -175,6 +175,11 @@ UNMODELLED_DECODER_MODEL_TYPES = {
     "longcat_flash": "two attention and MLP blocks per layer with zero-computation experts (LongCat-Flash)",
     "hunyuan_v1_moe": "per-layer lists of expert sizes, top-k and shared experts (Hunyuan-A13B's "
                       "moe_intermediate_size, moe_topk, num_shared_expert)",
+    # Llama-3.2-Vision: its cross_attention_layers attend to image tokens, not the text's KV;
+    # vLLM removed MllamaForConditionalGeneration after 0.10.2 (models/registry.py at 0.33.0)
+    **dict.fromkeys(("mllama", "mllama_text_model"),
+                    "cross-attention layers over image tokens (Llama-3.2-Vision; vLLM serves it no more "
+                    "after 0.10.2)"),
 }
 """Decoders whose layer structure the planner does not model: their configs carry the
 attention keys, so without this they would be planned as plain transformers (a Jamba 52B as

@@ -933,3 +933,16 @@ def test_an_awq_config_without_bits_says_the_bits_are_missing(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(SpecError, match=r"quantization_config\.bits: missing"):
         load_hf_config(tmp_path / "config.json")
+
+
+def test_llama_3_2_vision_is_refused(tmp_path):
+    """mllama's cross_attention_layers attend to image tokens; planned as self-attention they had
+    counted KV for every text token in 40 layers, not 32 (a CLI read). vLLM serves it no more."""
+    from planner.hf_config import load_hf_config
+
+    text = json.loads((FIXTURE_CONFIGS / "meta-llama--Meta-Llama-3.1-8B" / "config.json").read_text())
+    text.update(model_type="mllama_text_model", num_hidden_layers=40, cross_attention_layers=[3, 8, 13, 18])
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mllama", "text_config": text,
+                                                      "architectures": ["MllamaForConditionalGeneration"]}))
+    with pytest.raises(SpecError, match="model_type: 'mllama'.*cross-attention layers over image tokens"):
+        load_hf_config(tmp_path / "config.json")
