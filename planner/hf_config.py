@@ -282,7 +282,10 @@ def _load_hf_config(path: Path) -> ModelSpec:
                          and tokenizer_code(_read_json(tokenizer_config))):
         fields["trust_remote_code"] = True
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
-    model = validate(ModelSpec, fields, origin)
+    try:
+        model = validate(ModelSpec, fields, origin)
+    except SpecError as exc:
+        raise SpecError(in_file_terms(str(exc), origin, text)) from None
     if mixed is None:
         return model
     return validate(ModelSpec, {**fields, **mixed_precision_fields(model, mixed)}, origin)
@@ -406,6 +409,40 @@ def text_model(raw: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
         raise SpecError(f"{path}: text_config: expected an object (the wrapped language model)")
     check_decoder(text, path)
     return text, f"{path}: text_config"
+
+
+FILE_KEYS = {
+    "num_local_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_k"),
+    "num_shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
+    "expert_intermediate_size": ("moe_intermediate_size", "intermediate_size"),
+    "num_mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+    "llama3_rope_scaling_factor": ("rope_scaling.factor", "rope_parameters.factor"),
+    "rope_theta": ("rope_theta", "rope_parameters.rope_theta"),
+    "partial_rotary_factor": ("partial_rotary_factor", "rope_parameters.partial_rotary_factor", "rotary_dim"),
+}
+"""ModelSpec fields a config.json names otherwise, with the keys it may carry them under, in the
+order the import reads them (moe_fields, spec_fields_from_hf)."""
+
+
+def in_file_terms(message: str, origin: str, text: dict[str, Any]) -> str:
+    """A validation error about an imported field, naming the key the file has it under
+    (`n_routed_experts: must be an integer`, where it had said num_local_experts, which the
+    file does not contain; a CLI read)."""
+    prefix = f"{origin}: "
+    if not message.startswith(prefix):
+        return message
+    field, sep, rest = message[len(prefix):].partition(": ")
+    if not sep or field not in FILE_KEYS:
+        return message
+
+    def present(key: str) -> bool:
+        head, _, tail = key.partition(".")
+        value = text.get(head)
+        return value is not None if not tail else isinstance(value, dict) and value.get(tail) is not None
+
+    key = next((key for key in FILE_KEYS[field] if present(key)), None)
+    return message if key is None or key == field else f"{prefix}{key}: {rest}"
 
 
 def with_rope_parameters(text: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -969,9 +1006,11 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
            for w in weights):  # NVFP4 in compressed-tensors form
         return {"quantization": "nvfp4", "quantization_scope": _scope(config.get("ignore"))}
     if method in {"awq", "gptq", "compressed-tensors"} and bits is not None:
+        bits_key = "bits" if config.get("bits") is not None else "w_bit" if config.get("w_bit") is not None else \
+            "config_groups.*.weights.num_bits"  # the key the file has (AWQ's w_bit; a CLI read)
         if isinstance(bits, bool) or not isinstance(bits, int):  # "4" as a string (found by a fuzz sweep)
-            raise SpecError(f"{path}: quantization_config.bits: expected an integer (got {bits!r})")
-        raise SpecError(f"{path}: quantization_config.bits: {bits!r}-bit {method} weights are not planned "
+            raise SpecError(f"{path}: quantization_config.{bits_key}: expected an integer (got {bits!r})")
+        raise SpecError(f"{path}: quantization_config.{bits_key}: {bits!r}-bit {method} weights are not planned "
                         f"(4- or 8-bit integer weights are)")
     if method in {"awq", "gptq"}:  # no bits at all ("unsupported quant_method 'awq'" contradicted itself)
         raise SpecError(f"{path}: quantization_config.bits: missing (an {method} checkpoint names its 4 or 8 "

@@ -946,3 +946,21 @@ def test_llama_3_2_vision_is_refused(tmp_path):
                                                       "architectures": ["MllamaForConditionalGeneration"]}))
     with pytest.raises(SpecError, match="model_type: 'mllama'.*cross-attention layers over image tokens"):
         load_hf_config(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize(("fixture", "key", "value", "named"), [
+    ("deepseek-ai--DeepSeek-V3", "n_routed_experts", "256", "n_routed_experts: must be an integer"),
+    ("deepseek-ai--DeepSeek-V3", "num_nextn_predict_layers", -1, "num_nextn_predict_layers: must be at least 0"),
+    ("meta-llama--Meta-Llama-3.1-8B", "rope_scaling", {"rope_type": "llama3", "factor": "8"},
+     "rope_scaling.factor: must be a number"),
+])
+def test_errors_name_the_key_the_file_has(tmp_path, fixture, key, value, named):
+    """A bad value under a family's own key is reported under that key, not the planner's field
+    name (num_local_experts, num_mtp_layers, llama3_rope_scaling_factor), which the file lacks."""
+    from planner.hf_config import load_hf_config
+
+    config = json.loads((FIXTURE_CONFIGS / fixture / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SpecError, match=re.escape(named)):
+        load_hf_config(tmp_path / "config.json")
