@@ -185,6 +185,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s {'with TP inside a node ' if plan.passed_over else ''}that fits "
+        f"{'with room to spare (the memory margin below) ' if plan.tight_passed_over else ''}"
         f"({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
         f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
@@ -236,8 +237,12 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if runners:
         runner = runners[0]
         gap = slower_fraction(runner, best)
+        # a row ranked below for a policy (memory margin, TP in the node) may still price more
+        # tokens/s: "-0.4% slower" read as a typo (a CLI read)
+        than = (f"{gap:.1%} slower" if gap >= 0 else
+                f"{-gap:.1%} faster, ranked below it for the same reason as the row named above")
         lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
-                     f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {gap:.1%} slower.")
+                     f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {than}.")
     return lines
 
 
@@ -384,8 +389,20 @@ def passed_over_lines(plan: TrainPlan) -> list[str]:
 
 
 def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
-    """Why the recommendation is not the fastest row: train_search.prefer_headroom."""
-    over = plan.tight_passed_over
+    """Why the recommendation is not the fastest row: train_search.prefer_headroom; or, where
+    no row near it had room, that the recommendation itself is at the edge of memory (a CLI
+    read: 79.1 of 79.1 GiB recommended without a word)."""
+    over, best = plan.tight_passed_over, plan.layouts[0]
+    if over is None and headroom_bytes(best) < TIGHT_MEMORY_FRACTION * best.capacity_per_gpu_bytes:
+        c = best.config
+        room = [option for option, open_ in ((f"--micro-batch {c.micro_batch_size // 2}", c.micro_batch_size > 1),
+                                             ("more --recompute", c.recompute != "full"),
+                                             ("--zero 3", c.zero_stage < 3 and plan.request.engine == "megatron"))
+                if open_] or ["more GPUs (--gpus)"]
+        return [f"Memory margin: this configuration leaves {gib(headroom_bytes(best))} of "
+                f"{gib(best.capacity_per_gpu_bytes)} free, under the {TIGHT_MEMORY_FRACTION:.0%} that buffers the "
+                f"estimate does not itemize may need, and nothing within {MEMORY_TIE_FRACTION:.0%} of its speed "
+                f"leaves more; {' or '.join(room)} buys room at some speed."]
     if over is None:
         return []
     c, best = over.config, plan.layouts[0]

@@ -65,3 +65,19 @@ def test_the_choice_is_the_fastest_with_room_or_within_the_tie(rows):
         # no faster configuration with room was skipped
         assert all(CAPACITY - e.memory_per_gpu_bytes < room for e in layouts
                    if e.tokens_per_second > first.tokens_per_second)
+
+
+def test_a_recommendation_at_the_edge_of_memory_says_so():
+    """Qwen3-30B-A3B on one H100 node, 256 x 4,096: the recommendation leaves 0.6 of 79.1 GiB
+    (under 3%) and nothing near its speed has more, so a line says so and what buys room (a CLI
+    read: it was recommended without a word)."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xH100",
+                                      "--global-batch", "256", "--seq-len", "4096"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0
+    assert "Memory margin: this configuration leaves 0.6 GiB of 79.1 GiB free" in text
+    assert "buys room at some speed" in text
