@@ -241,8 +241,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         # tokens/s: "-0.4% slower" read as a typo (a CLI read)
         than = (f"{gap:.1%} slower" if gap >= 0 else
                 f"{-gap:.1%} faster, ranked below it for the same reason as the row named above")
-        lines.append(f"Runner-up: tp={runner.config.tp}{_cp(runner.config)} pp={runner.config.pp} dp={runner.config.dp}{_ep(runner.config)} "
-                     f"b={runner.config.micro_batch_size} {_schedule(runner)}{_differences(runner, best)}, {than}.")
+        lines.append(f"Runner-up: {config_words(runner)}{_differences(runner, best)}, {than}.")
     return lines
 
 
@@ -375,16 +374,25 @@ def slower_fraction(e: TrainEstimate, best: TrainEstimate) -> float:
     return 1 - e.tokens_per_second / best.tokens_per_second
 
 
+def config_words(e: TrainEstimate) -> str:
+    """`tp=8 cp=2 pp=16 dp=4 b=1 interleaved/2`: a configuration as the plan's lines name it."""
+    c = e.config
+    return f"tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(e)}"
+
+
+def faster_than_first(e: TrainEstimate, plan: TrainPlan) -> float:
+    """How much more tokens/s `e` prices than the recommendation: e/first - 1."""
+    return e.tokens_per_second / plan.layouts[0].tokens_per_second - 1
+
+
 def passed_over_lines(plan: TrainPlan) -> list[str]:
     """Why the recommendation is not the fastest row: train_search.prefer_tp_inside_a_node."""
     over = plan.passed_over
     if over is None:
         return []
-    c, best = over.config, plan.layouts[0]
-    faster = over.tokens_per_second / best.tokens_per_second - 1
-    return [f"TP kept inside a node: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} "
-            f"{_schedule(over)} prices {faster:.1%} more tokens/s with its TP all-reduces on {over.tp_link}, "
-            f"under the {TP_ACROSS_NODES_MARGIN:.0%} that every layer's all-reduce across the NICs must win by to "
+    c, faster = over.config, faster_than_first(over, plan)
+    return [f"TP kept inside a node: {config_words(over)} prices {faster:.1%} more tokens/s with its TP all-reduces "
+            f"on {over.tp_link}, under the {TP_ACROSS_NODES_MARGIN:.0%} that every layer's all-reduce across the NICs must win by to "
             f"be recommended (--layout tp={c.tp} takes it)."]
 
 
@@ -405,11 +413,9 @@ def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
                 f"leaves more; {' or '.join(room)} buys room at some speed."]
     if over is None:
         return []
-    c, best = over.config, plan.layouts[0]
-    faster = over.tokens_per_second / best.tokens_per_second - 1
-    return [f"Memory margin: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(over)}, "
-            f"recompute {c.recompute}, prices {faster:.2%} more tokens/s but uses {gib(over.memory_per_gpu_bytes)} of "
-            f"{gib(over.capacity_per_gpu_bytes)}, under the {TIGHT_MEMORY_FRACTION:.0%} free that buffers the estimate "
+    c, faster = over.config, faster_than_first(over, plan)
+    return [f"Memory margin: {config_words(over)}, recompute {c.recompute}, prices {faster:.2%} more tokens/s but "
+            f"uses {gib(over.memory_per_gpu_bytes)} of {gib(over.capacity_per_gpu_bytes)}, under the {TIGHT_MEMORY_FRACTION:.0%} free that buffers the estimate "
             f"does not itemize may need; this one leaves {gib(headroom_bytes(best))} (within "
             f"{MEMORY_TIE_FRACTION:.0%} of the fastest, that margin is taken)."]
 
