@@ -227,7 +227,7 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
     link = dp_link(cluster, c)
     dp = e.dp_collectives
     if link is not None and dp is not None:
-        per = m if c.zero_stage >= 2 else 1
+        per = e.dp_reductions_per_step  # m under ZeRO-2/3, and torchtitan's DDP
         x = dp.experts
         group = comm.effective_group(dp_group_topology(cluster, c.layout))
         if x is None:
@@ -253,7 +253,7 @@ def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology
     if c.zero_stage == 0:
         return [collective_row("step", gradients, "all-reduce", n, link.kind,
                                dp.gradient_bytes, lambda size: comm.group_allreduce_seconds(size, group),
-                               dp.gradient_seconds, False, 1, step)]
+                               dp.gradient_seconds, False, per, step)]
     # ZeRO-3 gathers the weights before each micro-batch's forward and again before its backward
     # (and its recompute): training_time.dp_exposed_seconds; ZeRO-1/2 once per step
     gathers = per * (3 if c.recompute == "full" else 2) if c.zero_stage == 3 else 1

@@ -164,6 +164,9 @@ class TrainEstimate:
     then run faster (train_search._first_fitting tries the next levels)."""
     faster_split: FasterSplit | None = None
     """The fastest stage split, where it did not fit and a slower one runs (_fitting_split)."""
+    dp_reductions_per_step: int = 1
+    """The gradient reductions a step makes (gradient_reductions_per_step): what plan explain
+    counts."""
     model_tflops_per_gpu: float = 0.0
     """Model FLOPs (the MFU's, no recompute) per second per GPU, in TFLOP/s. Megatron-LM's log
     has no recompute term either (num_floating_point_operations: forward + backward, 3x, at
@@ -595,6 +598,16 @@ def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 
             f"({bytes_to_gib(memory.total_bytes):.1f} of {bytes_to_gib(capacity_bytes):.1f} GiB){mtp}")
 
 
+def gradient_reductions_per_step(engine: str, config: TrainConfig, m: int) -> int:
+    """The data-parallel gradient reductions of one step: m with ZeRO-2/3 (a reduce-scatter per
+    micro-batch); with ZeRO-0 Megatron's DDP accumulates the micro-batches' gradients and
+    all-reduces once, while torchtitan's (v0.2.2: train.py's train_step runs every micro-batch's
+    backward with gradient sync on, no no_sync) all-reduces after each: m (a CLI read); else 1."""
+    if config.zero_stage >= 2 or (config.zero_stage == 0 and engine == "torchtitan"):
+        return m
+    return 1
+
+
 def expert_imbalance(request: TrainRequest | None) -> float:
     """The busiest EP GPU's routed load over the mean: --expert-imbalance, else the default."""
     if request is None or request.expert_imbalance is None:
@@ -986,7 +999,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
                   _dp_collectives, params, c, cluster, layers)
     num_gpus = c.tp * c.cp * c.pp * c.dp
     link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
-    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link)
+    reductions = gradient_reductions_per_step(request.engine, config, B // (config.micro_batch_size * config.dp))
+    times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link,
+                       reductions)
     step = times.breakdown.total
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
     v = config.virtual_stages
@@ -999,6 +1014,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         tokens_per_second=B * s / step,
         tflops_per_gpu=flops_per_s_to_tflops(counted / (step * num_gpus)),
         model_tflops_per_gpu=flops_per_s_to_tflops(times.model_flops_per_step / (step * num_gpus)),
+        dp_reductions_per_step=reductions,
         mfu=times.model_flops_per_step / (step * num_gpus * rates.peak_flops_per_s),
         bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
         bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),

@@ -794,7 +794,8 @@ class DpWindows:
     are the transformer layers; the distributed optimizer's buckets about as fine)."""
 
 
-def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows: DpWindows, m: int) -> float:
+def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows: DpWindows, m: int,
+                       reductions: int = 1) -> float:
     """Data-parallel traffic left on the critical path.
 
     z = 0: all-reduce of fp32 grads (4 B/param) under the backward window. z = 1
@@ -809,14 +810,15 @@ def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows:
     prefetched under the previous layer's compute: the micro-batch hides
     what it can, and the first layer's gather waits with nothing to hide under (ZeRO,
     Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023 sec. 3.3, backward/forward
-    prefetch).
+    prefetch). `reductions`: the z = 0 all-reduces a step makes (gradient_reductions_per_step:
+    Megatron's one, accumulating under no_sync; torchtitan's DDP one per micro-batch).
     """
     if config.dp_cp == 1:
         return 0.0
     scatter, gather = collectives.gradient_seconds, collectives.gather_seconds
     first_unit_gather = gather / max(1, windows.num_units)
-    if config.zero_stage == 0:
-        return max(0.0, scatter - windows.backward_seconds)
+    if config.zero_stage == 0:  # `reductions`: torchtitan's DDP all-reduces after every micro-batch
+        return reductions * max(0.0, scatter - windows.backward_seconds)
     gather_exposed = max(first_unit_gather, gather - windows.forward_seconds)
     if config.zero_stage == 1:
         return max(0.0, scatter - windows.backward_seconds) + gather_exposed
@@ -1060,7 +1062,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                s: int, rates: TrainRates, layers: tuple[int, int, int], placement: Placement,
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
-               dp: DpCollectives, link: Link | None) -> StepTimes:
+               dp: DpCollectives, link: Link | None, dp_reductions: int = 1) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
@@ -1109,7 +1111,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link, send_seconds),
-        dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m),
+        dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m, dp_reductions),
         ep_comm=m * slowest_layers * ep_comm,
         cp_comm=m * slowest_layers * terms.cp.exposed,
         host=m * slowest_layers * terms.host_seconds_per_layer,

@@ -609,3 +609,28 @@ def test_torchtitan_plans_name_their_own_cp_exchange_and_no_megatron_flag():
            "--seq-len", "4096", "--layout", "tp=2"]
     assert "(--tp-comm-overlap) off" in CliRunner().invoke(app, moe).output
     assert "--tp-comm-overlap" not in CliRunner().invoke(app, [*moe, "--engine", "torchtitan"]).output
+
+
+def test_torchtitans_ddp_all_reduces_after_every_micro_batch():
+    """torchtitan v0.2.2's train_step runs each micro-batch's backward with gradient sync on (no
+    no_sync), so its DDP (ZeRO-0) all-reduces m times a step, each under that micro-batch's
+    backward; Megatron accumulates and all-reduces once. Llama-3.1-8B on 4x8 B200, 256 x 4,096,
+    dp 32, micro-batch 1: m = 256 / 32 = 8; the exposed DP time is 8 times Megatron's on the same
+    configuration, and explain counts 8 (a CLI read: it had priced one)."""
+    from planner.layout import TrainConfig
+    from planner.requests import TrainRequest
+    from planner.train import estimate, gradient_reductions_per_step, train_rates
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("4x8xB200")
+    config = TrainConfig(tp=1, pp=1, dp=32, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
+                         recompute="none", sequence_parallel=False, zero_stage=0)
+    assert gradient_reductions_per_step("torchtitan", config, 8) == 8
+    assert gradient_reductions_per_step("megatron", config, 8) == 1
+    assert gradient_reductions_per_step("megatron", config.with_(zero_stage=3), 8) == 8
+    rates = train_rates(model, cluster)
+    titan = estimate(model, cluster, config, TrainRequest(global_batch=256, seq_len=4096, engine="torchtitan"), rates)
+    megatron = estimate(model, cluster, config, TrainRequest(global_batch=256, seq_len=4096), rates)
+    assert titan.dp_reductions_per_step == 8 and megatron.dp_reductions_per_step == 1
+    exposed = megatron.time_breakdown_seconds.dp_comm_exposed
+    assert exposed > 0
+    assert titan.time_breakdown_seconds.dp_comm_exposed == pytest.approx(8 * exposed, rel=1e-9)
