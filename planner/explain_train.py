@@ -231,18 +231,19 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
         x = dp.experts
         group = comm.effective_group(dp_group_topology(cluster, c.layout))
         if x is None:
-            rows += _dp_rows(c, link, dp, group, "", step, per)
+            rows += _dp_rows(c, link, dp, group, "", step, per, e.zero3_gathers_per_micro_batch)
         else:  # the dense parameters over d, the routed experts over d_x = t*d/ep
             dense = DpCollectives(dp.gradient_bytes - x.gradient_bytes, dp.gradient_seconds - x.gradient_seconds,
                                   dp.weight_bytes - x.weight_bytes, dp.gather_seconds - x.gather_seconds)
             expert_group = expert_dp_group_topology(cluster, c.layout, dp.expert_num_ranks)
-            rows += _dp_rows(c, link, dense, group, " (dense)", step, per)
-            rows += _dp_rows(c, link, x, comm.effective_group(expert_group), " (experts)", step, per)
+            rows += _dp_rows(c, link, dense, group, " (dense)", step, per, e.zero3_gathers_per_micro_batch)
+            rows += _dp_rows(c, link, x, comm.effective_group(expert_group), " (experts)", step, per,
+                             e.zero3_gathers_per_micro_batch)
     return rows
 
 
 def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology | None, which: str,
-             step: float, per: int) -> list[CollectiveRow]:
+             step: float, per: int, zero3_gathers: int = 2) -> list[CollectiveRow]:
     """The gradient reduction (and ZeRO's weight gather) of one parameter group over its
     placed ranks (two-level rings across nodes, comm.group_allgather_seconds); `per`:
     reductions per step (m with ZeRO-2/3)."""
@@ -256,7 +257,7 @@ def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology
                                dp.gradient_seconds, False, per, step)]
     # ZeRO-3 gathers the weights before each micro-batch's forward and again before its backward
     # (and its recompute): training_time.dp_exposed_seconds; ZeRO-1/2 once per step
-    gathers = per * (3 if c.recompute == "full" else 2) if c.zero_stage == 3 else 1
+    gathers = per * zero3_gathers if c.zero_stage == 3 else 1
     return [collective_row("step", gradients, "reduce-scatter", n, link.kind,
                            dp.gradient_bytes, lambda size: comm.group_allgather_seconds(size, group),
                            dp.gradient_seconds, False, per, step),

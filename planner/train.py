@@ -63,6 +63,7 @@ from planner.cost.training_time import (
     layer_terms,
     stage_seconds,
     step_times,
+    zero3_gathers_per_micro_batch,
 )
 from planner.layout import (
     Placement,
@@ -167,6 +168,8 @@ class TrainEstimate:
     dp_reductions_per_step: int = 1
     """The gradient reductions a step makes (gradient_reductions_per_step): what plan explain
     counts."""
+    zero3_gathers_per_micro_batch: int = 2
+    """ZeRO-3's weight all-gathers per micro-batch (training_time.zero3_gathers_per_micro_batch)."""
     model_tflops_per_gpu: float = 0.0
     """Model FLOPs (the MFU's, no recompute) per second per GPU, in TFLOP/s. Megatron-LM's log
     has no recompute term either (num_floating_point_operations: forward + backward, 3x, at
@@ -1000,8 +1003,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     num_gpus = c.tp * c.cp * c.pp * c.dp
     link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
     reductions = gradient_reductions_per_step(request.engine, config, B // (config.micro_batch_size * config.dp))
+    gathers = zero3_gathers_per_micro_batch(request.engine, config)
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link,
-                       reductions)
+                       reductions, gathers)
     step = times.breakdown.total
     counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
     v = config.virtual_stages
@@ -1015,6 +1019,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         tflops_per_gpu=flops_per_s_to_tflops(counted / (step * num_gpus)),
         model_tflops_per_gpu=flops_per_s_to_tflops(times.model_flops_per_step / (step * num_gpus)),
         dp_reductions_per_step=reductions,
+        zero3_gathers_per_micro_batch=gathers,
         mfu=times.model_flops_per_step / (step * num_gpus * rates.peak_flops_per_s),
         bubble_fraction=pipeline.bubble_fraction(config.pp, m, v),
         bubble_over_compute_ratio=pipeline.bubble_over_compute_ratio(config.pp, m, v),

@@ -795,7 +795,7 @@ class DpWindows:
 
 
 def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows: DpWindows, m: int,
-                       reductions: int = 1) -> float:
+                       reductions: int = 1, gathers: int | None = None) -> float:
     """Data-parallel traffic left on the critical path.
 
     z = 0: all-reduce of fp32 grads (4 B/param) under the backward window. z = 1
@@ -824,8 +824,17 @@ def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows:
         return max(0.0, scatter - windows.backward_seconds) + gather_exposed
     if config.zero_stage == 2:
         return m * max(0.0, scatter - windows.backward_seconds) + gather_exposed
-    gathers = 3 if config.recompute == "full" else 2
+    gathers = zero3_gathers_per_micro_batch("megatron", config) if gathers is None else gathers
     return m * max(first_unit_gather, scatter + gathers * gather - windows.micro_batch_seconds)
+
+
+def zero3_gathers_per_micro_batch(engine: str, config: TrainConfig) -> int:
+    """ZeRO-3's weight all-gathers per micro-batch: before the forward and again before the
+    backward; Megatron-FSDP once more for full recompute's rerun forward; torchtitan's FSDP2
+    not (it applies activation checkpointing inside each fully_shard unit, whose pre-backward
+    unshard already holds the weights when the checkpoint reruns the forward: v0.2.2
+    parallelize.py applies AC before fully_shard; a CLI read)."""
+    return 3 if config.recompute == "full" and engine != "torchtitan" else 2
 
 
 def pp_send_bytes(model: ModelSpec, config: TrainConfig, s: int) -> float:
@@ -1062,7 +1071,8 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                s: int, rates: TrainRates, layers: tuple[int, int, int], placement: Placement,
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
-               dp: DpCollectives, link: Link | None, dp_reductions: int = 1) -> StepTimes:
+               dp: DpCollectives, link: Link | None, dp_reductions: int = 1,
+               zero3_gathers: int | None = None) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
@@ -1111,7 +1121,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
         tp_comm=m * slowest_layers * tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link, send_seconds),
-        dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m, dp_reductions),
+        dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m, dp_reductions, zero3_gathers),
         ep_comm=m * slowest_layers * ep_comm,
         cp_comm=m * slowest_layers * terms.cp.exposed,
         host=m * slowest_layers * terms.host_seconds_per_layer,

@@ -634,3 +634,25 @@ def test_torchtitans_ddp_all_reduces_after_every_micro_batch():
     exposed = megatron.time_breakdown_seconds.dp_comm_exposed
     assert exposed > 0
     assert titan.time_breakdown_seconds.dp_comm_exposed == pytest.approx(8 * exposed, rel=1e-9)
+
+
+def test_fsdp2_gathers_the_weights_twice_a_micro_batch_even_with_full_recompute():
+    """torchtitan applies activation checkpointing inside each fully_shard unit, so the backward's
+    unshard serves the rerun forward: 2 gathers a micro-batch; Megatron-FSDP's full recompute
+    gathers a third time. Same ZeRO-3 configuration, full recompute: the exposed DP time differs
+    by one gather per micro-batch wherever the micro-batch cannot hide them all."""
+    from planner.cost.training_time import zero3_gathers_per_micro_batch
+    from planner.layout import TrainConfig
+
+    full = TrainConfig(tp=1, pp=1, dp=16, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
+                       recompute="full", sequence_parallel=False, zero_stage=3)
+    assert zero3_gathers_per_micro_batch("torchtitan", full) == 2
+    assert zero3_gathers_per_micro_batch("megatron", full) == 3
+    assert zero3_gathers_per_micro_batch("megatron", full.with_(recompute="none")) == 2
+    explained = CliRunner().invoke(app, ["explain", "--workload", "train", "--model", "qwen3-30b-a3b", "--cluster",
+                                         "2x8xH100", "--global-batch", "256", "--seq-len", "4096", "--engine",
+                                         "torchtitan"])
+    text = " ".join(explained.output.split())
+    assert explained.exit_code == 0 and "micro-batches per step 4" in text
+    gather_row = next(line for line in explained.output.splitlines() if "16-bit weights" in line)
+    assert " 8 x " in gather_row  # 4 micro-batches x 2 (it had counted 12)
