@@ -224,6 +224,12 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     moe_off = moe_comm_overlap_off_reason(plan.model, plan.request, c)
     if moe_off is not None:
         lines.append(f"EP {exchange_name(c.moe_dispatcher)} overlap (--overlap-moe-expert-parallel-comm) off: {moe_off}.")
+    if plan.request.moe_dispatcher == "deepep" and c.ep <= 1 and plan.model.is_moe:
+        # asked for, but the recommendation has no expert parallelism to dispatch over (a CLI
+        # read: Mixtral at ep=1 said nothing of it)
+        lines.append("--moe-dispatcher deepep: not used: the recommended configuration has no expert parallelism "
+                     "(ep=1: every GPU holds a TP share of every expert, so no tokens are dispatched); --layout "
+                     "ep=... plans one that does.")
     no_deepep = moe_dispatcher_off_reason(plan.model, plan.cluster, plan.request, c)
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")

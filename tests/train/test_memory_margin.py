@@ -81,3 +81,23 @@ def test_a_recommendation_at_the_edge_of_memory_says_so():
     assert result.exit_code == 0
     assert "Memory margin: this configuration leaves 0.6 GiB of 79.1 GiB free" in text
     assert "buys room at some speed" in text
+
+
+def test_an_unused_deepep_dispatcher_is_named():
+    """--moe-dispatcher deepep where the recommendation has no expert parallelism (Mixtral-8x7B on
+    2x8 A100: ep=1): a line says it is not used (it had been silent; a CLI read)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "mixtral-8x7b", "--cluster", "2x8xA100",
+                                      "--moe-dispatcher", "deepep", "--global-batch", "256", "--seq-len", "4096",
+                                      "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.output)["recommended"]["ep"] == 1
+    text = " ".join(CliRunner().invoke(app, ["--workload", "train", "--model", "mixtral-8x7b", "--cluster",
+                                             "2x8xA100", "--moe-dispatcher", "deepep", "--global-batch", "256",
+                                             "--seq-len", "4096"]).output.split())
+    assert "--moe-dispatcher deepep: not used: the recommended configuration has no expert parallelism" in text
