@@ -537,14 +537,14 @@ def request_for(opts: PlanOptions):
     if opts.expert_imbalance is not None and not model_spec.is_moe:
         raise SpecError(f"--expert-imbalance: {model_spec.name} has no routed experts")
     if opts.expert_imbalance is not None:
-        most = model_spec.num_local_experts / model_spec.num_experts_per_tok
-        if opts.expert_imbalance > most:
-            # each token sends at most min(k, E/ep) of its k choices to one GPU: E/k over the mean
-            # at any EP degree (cost/moe.expert_load_factor caps it at ep too)
+        from planner.cost.moe import most_expert_load_factor
+
+        most_factor = most_expert_load_factor(model_spec)  # cost/moe.expert_load_factor caps it at ep too
+        if opts.expert_imbalance > most_factor:
             raise SpecError(f"--expert-imbalance: {opts.expert_imbalance:g} is more than any GPU can get: "
                             f"{model_spec.name}'s tokens each pick {model_spec.num_experts_per_tok} of "
                             f"{model_spec.num_local_experts} experts, so the busiest GPU takes at most "
-                            f"{most:g} x the mean (E / k)")
+                            f"{most_factor:g} x the mean (E / k)")
     if opts.workload is Workload.train:
         gpn = cluster_spec.gpus_per_node
         if opts.gpus is not None and opts.gpus > gpn and opts.gpus % gpn:

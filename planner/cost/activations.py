@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import efficiency
-from planner.cost.moe import max_expert_load_factor, moe_layers_of
+from planner.cost.moe import busiest_gpu_load_factor, moe_layers_of
 from planner.cost.params import mlp_width_per_token, training_attention_widths
 from planner.cost.pipeline import microbatch_group_size
 from planner.specs import ModelSpec
@@ -251,7 +251,7 @@ def moe_dispatch_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int, ep: 
     (params.mlp_width_per_token), so only the busiest GPU's excess (u - 1) is added. Full recompute keeps the layer input only: 0."""
     if not model.is_moe or recompute == "full":
         return 0.0
-    u = min(imbalance, max_expert_load_factor(ep, model)) if ep > 1 else 1.0  # moe.expert_load_factor's cap
+    u = busiest_gpu_load_factor(ep, imbalance, model)
     act_bytes, h = 2, model.hidden_size
     gated = 3 if model.gated_mlp else 2
     pairs = s * b * model.num_experts_per_tok / (tp if ep > 1 else 1)

@@ -62,9 +62,13 @@ def expert_load_factor(layout: Layout, imbalance: float, model: ModelSpec | None
     token routes at most min(k, E/ep) of its k choices to the E/ep experts one GPU holds, against
     the mean k/ep, so min(ep, E/k) (max_expert_load_factor; --expert-imbalance 20 at ep 8 had
     priced a GPU 20 times the mean: a CLI read)."""
-    if layout.ep <= 1:
-        return 1.0
-    return min(imbalance, max_expert_load_factor(layout.ep, model))
+    return busiest_gpu_load_factor(layout.ep, imbalance, model)
+
+
+def busiest_gpu_load_factor(ep: int, imbalance: float, model: ModelSpec | None = None) -> float:
+    """expert_load_factor at an EP degree: 1 without EP, else `imbalance` capped at
+    max_expert_load_factor."""
+    return 1.0 if ep <= 1 else min(imbalance, max_expert_load_factor(ep, model))
 
 
 def max_expert_load_factor(ep: int, model: ModelSpec | None = None) -> float:
@@ -72,7 +76,13 @@ def max_expert_load_factor(ep: int, model: ModelSpec | None = None) -> float:
     where the model is not given."""
     if model is None or not model.is_moe:
         return float(ep)
-    return min(float(ep), model.num_local_experts / model.num_experts_per_tok)
+    return min(float(ep), most_expert_load_factor(model))
+
+
+def most_expert_load_factor(model: ModelSpec) -> float:
+    """E/k: the most any GPU's routed load can exceed the mean by, at any EP degree (each token
+    picks k of E experts; a GPU holding them all gets each token's k against the mean k/ep)."""
+    return model.num_local_experts / model.num_experts_per_tok
 
 
 def ep_alltoall_message_bytes(model: ModelSpec, layout: Layout, num_tokens: float) -> float:

@@ -125,7 +125,8 @@ def _sglang_pool(r: ServeEstimate, p: ServePlan | None) -> tuple[float, float, f
 
 
 def _pool_share(r: ServeEstimate, p: ServePlan) -> float:
-    """The share of the plan's (vLLM's) KV cache SGLang's pool holds: 1 under vLLM."""
+    """The share of the plan's (vLLM's) KV cache SGLang's pool holds (the fullest stage's, as
+    serve_launch_args sizes it): 1 under vLLM."""
     pool = _sglang_pool(r, p)
     fullest = max(r.stages, key=lambda s: s.weights_bytes + s.kv_cache_bytes)
     if pool is None or fullest.kv_cache_bytes <= 0:
@@ -622,10 +623,10 @@ def short_burst_note(request: ServeRequest, metrics: ServeMetrics, steady_e2e_se
     prompts = metrics.num_prompts or request.num_prompts or DEFAULT_NUM_PROMPTS
     if rate is None or not math.isfinite(rate) or request.max_concurrency is not None:
         return None
-    span = prompts / rate
-    if span >= steady_e2e_seconds:
+    span_seconds = prompts / rate
+    if span_seconds >= steady_e2e_seconds:
         return None
-    return (f"Note: the burst's {prompts:,} prompts arrive over {span:,.1f} s, less than one request's E2E at the "
+    return (f"Note: the burst's {prompts:,} prompts arrive over {span_seconds:,.1f} s, less than one request's E2E at the "
             f"layout's steady state ({steady_e2e_seconds:,.1f} s): it ends before the load builds up to that state, "
             f"so its times are lighter than the row's (a larger --num-prompts reaches it)")
 
