@@ -121,6 +121,11 @@ class TrainConfig:
     """alltoall | deepep [--moe-token-dispatcher-type alltoall | flex on DeepEP] with EP: the
     training estimate fills it in from the request (train.moe_dispatcher_for; auto takes DeepEP
     where it can run and its transfers price lower) (docs/cost-model.md#deepep-in-training)."""
+    engine: str = "megatron"
+    """megatron | torchtitan: whose bookkeeping the memory is priced with (FSDP2's fp32 sharded
+    parameters, torchao's fp8 casts that keep nothing between uses and save the 16-bit inputs:
+    train.state_bytes_per_param, train.saved_activation_precision); the request's, filled in by
+    the training estimate."""
 
     @property
     def layout(self) -> Layout:

@@ -42,7 +42,11 @@ from planner.cost.params import (
     training_dtype,
 )
 from planner.cost.training_memory import (
+    AUTOCAST_STATE_BYTES,
+    FSDP2_STATE_BYTES,
+    MEGATRON_STATE_BYTES,
     StageParams,
+    StateBytesPerParam,
     expert_data_parallel_size,
     expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
@@ -491,16 +495,17 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     chunk = act.context_parallel_chunk_tokens(seq_len, c.cp)
     layers = layers or stage_layers(model, c)
     delayed = c.recompute == "outputs" and c.fp8_delayed  # what "outputs" discards depends on it
+    saved = saved_activation_precision(c)
     per_layer, working, extra, logits = memo.get(
         ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.attention,
-         c.precision, c.ep, imbalance, delayed),
+         saved, c.ep, imbalance, delayed),
         activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
-        c.attention, c.precision, c.ep, imbalance, delayed)
+        c.attention, saved, c.ep, imbalance, delayed)
     # the states (and fixed overhead) of the first, a middle and the last stage, and each
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
         ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
-         c.grad_reduce, c.precision, c.fp8_recipe, c.moe_dispatcher), _stage_states, model, c, layers, memo)
+         c.grad_reduce, c.precision, c.fp8_recipe, c.moe_dispatcher, c.engine), _stage_states, model, c, layers, memo)
     stages = stages or candidate_worst_stages(c)
     extra_forwards = int(c.moe_comm_overlap)  # the combined 1F1B's one more forward
     in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages, extra_forwards),
@@ -575,11 +580,40 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     grad_bytes = gradient_bytes_per_param(c)
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep, c.cp), c.zero_stage,
-                                              grad_bytes)
+                                              grad_bytes, state_bytes_per_param(c))
+    # torchao's fp8 linears (torchtitan) cast the weights at each use and keep no copy
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
-                                        c.priced_fp8_recipe) if c.precision == "fp8" else 0.0)
+                                        c.priced_fp8_recipe) if c.precision == "fp8" and c.engine == "megatron"
+                 else 0.0)
     unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
     return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
+
+
+def state_bytes_per_param(config: TrainConfig) -> StateBytesPerParam:
+    """The weights' and optimizer states' bytes per parameter the configuration's engine keeps:
+    Megatron's (2, 12); torchtitan's FSDP2 (ZeRO-3) fp32 sharded parameters and Adam's moments
+    (4, 8); its DDP (ZeRO-0) fp32 parameters with autocast's saved bf16 copies (6, 8). torchtitan's
+    FSDP under PP (ZeRO-1) keeps the stage's bf16 weights and fp32 gradients whole and its fp32
+    parameters and moments sharded, 2 + 4 + (4 + 8)/d: Megatron's distributed optimizer's
+    bytes, priced as them (docs/cost-model.md#training-torchtitan)."""
+    if config.engine != "torchtitan" or config.zero_stage == 1:
+        return MEGATRON_STATE_BYTES
+    return FSDP2_STATE_BYTES if config.zero_stage >= 3 else AUTOCAST_STATE_BYTES
+
+
+def least_state_bytes_per_param(engine: str) -> StateBytesPerParam:
+    """The fewest weight and optimizer bytes per parameter any of the engine's configurations
+    keeps (state_bytes_per_param's least): torchtitan's FSDP2 (4, 8), else Megatron's (2, 12)."""
+    return FSDP2_STATE_BYTES if engine == "torchtitan" else MEGATRON_STATE_BYTES
+
+
+def saved_activation_precision(config: TrainConfig) -> str:
+    """The precision the activation memory is priced at: fp8 where Transformer Engine saves
+    each linear's quantized input (Megatron), bf16 under torchao's fp8 linears (torchtitan),
+    which save the high-precision input and weight and quantize again in the backward
+    (torchao/float8/float8_linear.py matmul_with_hp_or_float8_args, torchao/prototype/mx_formats
+    mx_linear.py mx_mm: ctx.save_for_backward(input_hp, ...))."""
+    return config.precision if config.engine == "megatron" else "bf16"
 
 
 def oom_reason(memory: TrainMemory, capacity_bytes: int, mtp_layers_here: int = 0, every_split: bool = False) -> str:
@@ -948,6 +982,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = config.with_(fp8_recipe=request.resolved_fp8_recipe)
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
+    if config.engine != request.engine:
+        config = config.with_(engine=request.engine)
     if config.attention_kernel != request.attention_kernel:
         config = config.with_(attention_kernel=request.attention_kernel)
     rates = rates or train_rates(model, cluster, request.attention_kernel)

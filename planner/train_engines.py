@@ -256,6 +256,10 @@ def torchtitan_reasons(model: ModelSpec, config: TrainConfig, seq_len: int) -> l
     if seq_len % divisor:
         reasons.append(f"seq-len {seq_len} not divisible by tp*2*cp = {divisor} (torchtitan)")
     family, flavor = torchtitan_model(model) or ("", "")
+    if c.dp * c.cp == 1 and (c.tp > 1 or c.pp > 1):
+        reasons.append(f"dp*cp = 1 with {'tp' if c.tp > 1 else 'pp'} > 1: torchtitan {TORCHTITAN_RELEASE} applies "
+                       f"mixed precision through FSDP, or autocast without TP and PP, so this trains in fp32 "
+                       f"(distributed/utils.py maybe_enable_amp: \"Mixed precision training is disabled\")")
     if c.ep > 1 and c.zero_stage == 0:
         reasons.append(f"ep={c.ep} without FSDP (ZeRO-0: DDP, or dp*cp = 1): torchtitan {TORCHTITAN_RELEASE} runs "
                        f"expert parallelism only under FSDP (the experts' own efsdp mesh)")

@@ -48,6 +48,7 @@ from planner.train import (
     has_split,
     interleaving_batch_reasons,
     interleaving_batch_summary,
+    least_state_bytes_per_param,
     op_recompute_refusal,
     outputs_recompute_refusal,
     stage_memories,
@@ -298,7 +299,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                 # in (TP overlap reads neither b nor ZeRO) is set here, not copied per estimate
                 proto = TrainConfig(tp, pp, dp, 1, schedule, v, "none", sp, zero,
                                     attention=request.attention, precision=request.precision,
-                                    fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=cp, grad_reduce=request.grad_reduce)
+                                    fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=cp,
+                                    grad_reduce=request.grad_reduce, engine=request.engine)
                 if tp_comm_overlap_for(model, cluster, request, proto):
                     proto = proto.with_(tp_comm_overlap=True)
                 for b in micro_batches:
@@ -386,7 +388,8 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     capacity = cluster.gpu.cuda_visible_memory_bytes
     lean = TrainConfig(layout.tp, layout.pp, layout.dp, 1, "1f1b", 1, levels[0], max(sps), zero,
                        attention=request.attention, precision=request.precision,
-                       fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=layout.cp)
+                       fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=layout.cp,
+                       grad_reduce=request.grad_reduce, engine=request.engine)
     m = request.global_batch // layout.dp
     # every stage given the most loaded one's layers (stages need not be even here)
     most = -(-model.num_hidden_layers // layout.pp)
@@ -596,7 +599,8 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
     from planner.catalog import cluster_from_shorthand
 
     grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[request.grad_reduce]
-    states_bytes = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes)
+    states_bytes = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes,
+                                                 least_state_bytes_per_param(request.engine))
 
     per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
     planned = request.num_gpus or cluster.num_gpus  # --gpus: what was planned on

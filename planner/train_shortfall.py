@@ -56,7 +56,9 @@ def least_memory_configs(model: ModelSpec, request: TrainRequest, tp: int, pp: i
         return []
     zero = 0 if dp == 1 else (3 if pp == 1 else 1)
     configs = [TrainConfig(tp, pp, dp, micro_batches[0], schedule, v, "full", tp > 1, zero,
-                           attention=request.attention) for schedule, v in schedules]
+                           attention=request.attention, precision=request.precision,
+                           fp8_recipe=request.resolved_fp8_recipe, grad_reduce=request.grad_reduce,
+                           engine=request.engine) for schedule, v in schedules]
     return [c for c in configs if not config_reasons(model, c, request.global_batch)]
 
 

@@ -355,6 +355,16 @@ TRAIN_BYTES_PER_PARAM_GRADIENTS = GRADIENT_BYTES_PER_PARAM["fp32"]
 """Megatron keeps fp32 main gradients (and reduces them in fp32) by default."""
 TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12
 """Adam: fp32 master weights, first and second moments (4 + 4 + 4)."""
+FSDP2_BYTES_PER_PARAM_WEIGHTS = 4
+"""torchtitan's FSDP2 (ZeRO-3): the sharded parameters are fp32, built in training.dtype
+(default "float32", torchtitan/config/job_config.py v0.2.2) and themselves the optimizer's
+master copy; the 16-bit weights exist only as the gathered units (fsdp_unit_buffer_bytes)."""
+FSDP2_BYTES_PER_PARAM_OPTIMIZER = 8
+"""torchtitan's FSDP2: Adam's first and second moments (4 + 4); no separate master copy."""
+AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
+"""torchtitan's DDP (and one GPU): fp32 parameters under torch.autocast (maybe_enable_amp,
+torchtitan/distributed/utils.py v0.2.2), whose bf16 casts of the weights each matmul saves for
+its backward: one 16-bit copy of every weight held from the forward to the backward."""
 
 TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION = 0.10
 """PyTorch caching-allocator slack on activation memory, which is allocated and freed

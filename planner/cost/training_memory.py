@@ -159,41 +159,65 @@ def gradient_bytes_per_param(config: TrainConfig) -> int:
     return efficiency.GRADIENT_BYTES_PER_PARAM[config.grad_reduce]
 
 
+@dataclass(frozen=True)
+class StateBytesPerParam:
+    """Bytes per parameter of the weights and the optimizer states a GPU keeps (the gradients'
+    are gradient_bytes_per_param)."""
+    weights: float
+    optimizer: float
+
+
+MEGATRON_STATE_BYTES = StateBytesPerParam(efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS,
+                                          efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER)
+"""16-bit weights; fp32 master weights and Adam's two moments (2, 12)."""
+FSDP2_STATE_BYTES = StateBytesPerParam(efficiency.FSDP2_BYTES_PER_PARAM_WEIGHTS,
+                                       efficiency.FSDP2_BYTES_PER_PARAM_OPTIMIZER)
+"""torchtitan's FSDP2: fp32 sharded parameters that are the master copy; Adam's moments (4, 8)."""
+AUTOCAST_STATE_BYTES = StateBytesPerParam(
+    efficiency.FSDP2_BYTES_PER_PARAM_WEIGHTS + efficiency.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM,
+    efficiency.FSDP2_BYTES_PER_PARAM_OPTIMIZER)
+"""torchtitan's DDP: fp32 parameters and the bf16 copies autocast saves for the backward;
+Adam's moments (6, 8)."""
+
+
 def model_state_bytes(params_per_gpu: float, dp: int, zero_stage: int,
-                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS) -> ModelStateBytes:
-    """weights 2*P (/d if z = 3), gradients 4*P (2*P with --grad-reduce bf16; /d if z >= 2),
-    optimizer 12*P (/d if z >= 1)."""
+                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS,
+                      per_param: StateBytesPerParam = MEGATRON_STATE_BYTES) -> ModelStateBytes:
+    """weights w*P (/d if z = 3), gradients g*P (/d if z >= 2), optimizer o*P (/d if z >= 1);
+    Megatron's (w, g, o) = (2, 4, 12), g = 2 with --grad-reduce bf16; torchtitan's FSDP2
+    (4, 4, 8). P = 1e9, d = 8: Megatron ZeRO-1 2e9 + 4e9 + 1.5e9 = 7.5e9 B; FSDP2 ZeRO-3
+    (4 + 4 + 8) * 1e9 / 8 = 2e9 B."""
     return ModelStateBytes(
-        weights_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS
-        / (dp if zero_stage >= 3 else 1),
+        weights_bytes=params_per_gpu * per_param.weights / (dp if zero_stage >= 3 else 1),
         gradient_bytes=params_per_gpu * gradient_bytes_per_param
         / (dp if zero_stage >= 2 else 1),
-        optimizer_bytes=params_per_gpu * efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER
-        / (dp if zero_stage >= 1 else 1),
+        optimizer_bytes=params_per_gpu * per_param.optimizer / (dp if zero_stage >= 1 else 1),
     )
 
 
-def least_total_model_state_bytes(params: float, gradient_bytes_per_param: float) -> float:
+def least_total_model_state_bytes(params: float, gradient_bytes_per_param: float,
+                                  per_param: StateBytesPerParam = MEGATRON_STATE_BYTES) -> float:
     """The least bytes of model state any layout holds over all of its GPUs together: every
-    parameter's 16-bit weight, main gradient and optimizer state kept at least once (TP, PP and
-    EP split them, ZeRO shards them, nothing stores less), (2 + g + 12) * P. Activations and
-    overheads only add. Llama-3.1-70B (70.55e9 parameters) with fp32 gradients: 18 * 70.55e9 =
-    1.27e12 bytes, more than 8 H100s hold (8 * 79.7 GiB = 6.85e11)."""
-    return params * (efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS + gradient_bytes_per_param
-                     + efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER)
+    parameter's weight, main gradient and optimizer state kept at least once (TP, PP and EP
+    split them, ZeRO shards them, nothing stores less), (w + g + o) * P with the engine's least
+    (w, o). Activations and overheads only add. Llama-3.1-70B (70.55e9 parameters) with fp32
+    gradients under Megatron: 18 * 70.55e9 = 1.27e12 bytes, more than 8 H100s hold
+    (8 * 79.7 GiB = 6.85e11); under torchtitan's FSDP2 16 * 70.55e9 = 1.13e12."""
+    return params * (per_param.weights + gradient_bytes_per_param + per_param.optimizer)
 
 
 def expert_sharded_model_state_bytes(params_per_gpu: float, routed_expert_params_per_gpu: float,
                                      dp: int, expert_dp: int, zero_stage: int,
                                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS,
-                                     ) -> ModelStateBytes:
+                                     per_param: StateBytesPerParam = MEGATRON_STATE_BYTES) -> ModelStateBytes:
     """model_state_bytes of the P - P_x dense parameters over d plus those of the P_x routed-
     expert ones over d_x (expert_data_parallel_size): Megatron's distributed optimizer keeps
     separate buffers for the expert parameters, reduced and sharded over the
     expert-data-parallel group (megatron/core/distributed/distributed_data_parallel.py)."""
     dense = model_state_bytes(params_per_gpu - routed_expert_params_per_gpu, dp, zero_stage,
-                              gradient_bytes_per_param)
-    experts = model_state_bytes(routed_expert_params_per_gpu, expert_dp, zero_stage, gradient_bytes_per_param)
+                              gradient_bytes_per_param, per_param)
+    experts = model_state_bytes(routed_expert_params_per_gpu, expert_dp, zero_stage, gradient_bytes_per_param,
+                                per_param)
     return ModelStateBytes(dense.weights_bytes + experts.weights_bytes,
                            dense.gradient_bytes + experts.gradient_bytes,
                            dense.optimizer_bytes + experts.optimizer_bytes)

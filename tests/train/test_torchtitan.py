@@ -19,11 +19,13 @@ from typer.testing import CliRunner
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cli import app
+from planner.cost.params import param_counts
+from planner.cost.training_memory import least_total_model_state_bytes
 from planner.emit.torchtitan import job_sections, stage_modules, torchtitan_steps
 from planner.engines import EngineVersions
 from planner.layout import TrainConfig
 from planner.requests import LayoutFilter, TrainRequest
-from planner.train import config_reasons
+from planner.train import config_reasons, least_state_bytes_per_param, memory_per_gpu
 from planner.train_engines import (
     TORCHTITAN_AC_MODES,
     TORCHTITAN_RELEASE,
@@ -141,6 +143,63 @@ def test_reasons():
     assert any("cannot pipeline qwen3" in r for r in torchtitan_reasons(resolve_model("qwen3-32b"), piped, 8192))
 
 
+def test_no_data_parallelism_with_tp_or_pp_would_train_in_fp32():
+    """maybe_enable_amp (distributed/utils.py@v0.2.2): mixed precision comes from fully_shard
+    when dp_shard*cp > 1, from autocast only without TP and PP; tp or pp > 1 at dp*cp = 1 runs
+    fp32, which the planner does not price: refused. One GPU (autocast) and FSDP are not."""
+    model = resolve_model("llama-3.1-8b")
+    for bare in (config(tp=8, dp=1, zero_stage=0, sequence_parallel=True), config(pp=2, dp=1, zero_stage=0)):
+        assert any("trains in fp32" in r for r in torchtitan_reasons(model, bare, 8192))
+    assert not any("fp32" in r for r in torchtitan_reasons(model, config(dp=1, zero_stage=0), 8192))
+    assert not any("fp32" in r for r in torchtitan_reasons(
+        model, config(tp=4, dp=1, cp=2, sequence_parallel=True), 8192))
+    result = run("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--layout", "tp=8", "--global-batch", "64",
+                 "--seq-len", "8192")
+    assert result.exit_code != 0 and "trains in fp32" in result.output
+
+
+def test_model_states_are_fsdp2s_under_torchtitan():
+    """FSDP2 keeps fp32 sharded parameters (the master copy) and Adam's two moments: (4 + 4 + 8)
+    bytes per parameter over d, where Megatron keeps (2 + 4 + 12). Llama-3.1-8B (8.03e9
+    parameters) on one stage at d = 8: the two differ by 2 * 8.03e9 / 8 = 2.01e9 B, weights
+    +2 B/param, optimizer -4 B/param. torchtitan's DDP keeps fp32 parameters, their autocast
+    bf16 copies, fp32 gradients and the moments: 6 + 4 + 8 = Megatron's 18. Under PP (ZeRO-1)
+    the two engines' bytes are the same (2 + 4 + 12/d)."""
+    model = resolve_model("llama-3.1-8b")
+    params = param_counts(model).total
+    zero3 = {e: memory_per_gpu(model, config(engine=e), 8192, 8) for e in ("megatron", "torchtitan")}
+    assert zero3["torchtitan"].weights_bytes - zero3["megatron"].weights_bytes == pytest.approx(2 * params / 8)
+    assert zero3["megatron"].optimizer_bytes - zero3["torchtitan"].optimizer_bytes == pytest.approx(4 * params / 8)
+    assert zero3["megatron"].total_bytes - zero3["torchtitan"].total_bytes == pytest.approx(2 * params / 8, rel=1e-3)
+    assert 2 * params / 8 == pytest.approx(2.01e9, rel=0.01)
+    ddp = {e: memory_per_gpu(model, config(zero_stage=0, engine=e), 8192, 8) for e in ("megatron", "torchtitan")}
+    assert ddp["torchtitan"].weights_bytes == pytest.approx(6 * params)
+    assert ddp["torchtitan"].optimizer_bytes == pytest.approx(8 * params)
+    assert ddp["torchtitan"].total_bytes == pytest.approx(ddp["megatron"].total_bytes)
+    piped = {e: memory_per_gpu(model, config(pp=2, dp=4, zero_stage=1, engine=e), 8192, 8)
+             for e in ("megatron", "torchtitan")}
+    assert piped["torchtitan"] == replace(piped["megatron"])
+    # the size skip's bound is the least the engine keeps: 16 B/param under torchtitan
+    assert least_total_model_state_bytes(params, 4, least_state_bytes_per_param("torchtitan")) == 16 * params
+    assert least_total_model_state_bytes(params, 4, least_state_bytes_per_param("megatron")) == 18 * params
+
+
+def test_torchao_fp8_keeps_no_weight_copies_and_saves_16_bit_inputs():
+    """torchao's Float8Linear and MXLinear cast the weight at each use and save the
+    high-precision input and weight for the backward (ctx.save_for_backward(input_hp, ...)):
+    under torchtitan fp8 adds no weight cache and saves no activation bytes, where Transformer
+    Engine keeps its fp8 weight copies and saves 1-byte inputs. So torchtitan's fp8 memory is
+    its bf16 memory, and Megatron's differs from both."""
+    model = resolve_model("llama-3.1-8b")
+    fp8 = dict(pp=2, dp=4, zero_stage=1, precision="fp8", fp8_recipe="tensorwise")
+    titan = memory_per_gpu(model, config(**fp8, engine="torchtitan"), 8192, 8)
+    titan_bf16 = memory_per_gpu(model, config(pp=2, dp=4, zero_stage=1, engine="torchtitan"), 8192, 8)
+    megatron = memory_per_gpu(model, config(**fp8), 8192, 8)
+    assert titan.total_bytes == pytest.approx(titan_bf16.total_bytes)
+    assert megatron.weights_bytes > titan.weights_bytes  # TE's fp8 copies
+    assert megatron.activation_bytes < titan.activation_bytes  # TE's 1-byte saved inputs
+
+
 def test_what_torch_and_torchtitan_assert_at_start():
     """torch 2.13's Schedule1F1B raises below as many micro-batches as stages: pp = 4 with
     global batch 8 over dp 2 at b = 2 gives m = 2, refused; b = 1 gives m = 4, kept (Megatron's
@@ -228,8 +287,9 @@ def test_uneven_interleaved_split_names_every_model_part():
 def test_405b_interleaves_with_uneven_stages_under_torchtitan():
     """Llama 3 405B's 126 layers over 16 stages (7 | 8 x14 | 7) interleave under torchtitan as
     under Megatron, one module list per model part (32 of them at v = 2); before, torchtitan
-    interleaving needed p*v to divide L and this layout ran plain 1F1B."""
-    out = plan_json("--model", "llama-3.1-405b", "--cluster", "16x8xH100", "--global-batch", "1024", "--seq-len",
+    interleaving needed p*v to divide L and this layout ran plain 1F1B. On 256 GPUs, dp = 2:
+    at dp = 1 torchtitan would train in fp32 (test_no_data_parallelism_with_tp_or_pp_would_train_in_fp32)."""
+    out = plan_json("--model", "llama-3.1-405b", "--cluster", "32x8xH100", "--global-batch", "1024", "--seq-len",
                     "8192", "--layout", "tp=8,pp=16", "--schedule", "interleaved", "--virtual-stages", "2")
     (step,) = out["recommended"]["command"]
     text = step["files"][0]["text"]
@@ -651,7 +711,7 @@ def test_fsdp2_gathers_the_weights_twice_a_micro_batch_even_with_full_recompute(
     assert zero3_gathers_per_micro_batch("megatron", full.with_(recompute="none")) == 2
     explained = CliRunner().invoke(app, ["explain", "--workload", "train", "--model", "qwen3-30b-a3b", "--cluster",
                                          "2x8xH100", "--global-batch", "256", "--seq-len", "4096", "--engine",
-                                         "torchtitan"])
+                                         "torchtitan", "--micro-batch", "4"])
     text = " ".join(explained.output.split())
     assert explained.exit_code == 0 and "micro-batches per step 4" in text
     gather_row = next(line for line in explained.output.splitlines() if "16-bit weights" in line)

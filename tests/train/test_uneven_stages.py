@@ -335,9 +335,9 @@ def test_even_stages_that_v_does_not_divide_run_through_a_per_chunk_split(engine
     from planner.emit.megatron import parallel_args
     from planner.emit.torchtitan import pipeline_keys
 
-    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("4x8xH100")
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("8x8xH100")
     request = TrainRequest(global_batch=64, seq_len=4096, engine=engine)
-    config = TrainConfig(8, 4, 1, 2, "interleaved", 3, "none", True, 0)
+    config = TrainConfig(8, 4, 2, 2, "interleaved", 3, "none", True, 1)  # dp = 2: torchtitan's mixed precision
     result = estimate(model, cluster, config, request)
     assert not isinstance(result, Rejected), result
     layers = result.num_layers_per_stage
