@@ -157,6 +157,10 @@ class MegatronRelease:
     """--flash-attention-version pins the FlashAttention generation TE runs with --attention-backend
     flash (TransformerConfig.flash_attention_version, core_v0.19.0; absent at core_v0.14.0, where the
     installed flash-attn decides)."""
+    flex_dispatcher_backend: bool = True
+    """DeepEP under the flex dispatcher is --moe-flex-dispatcher-backend deepep (TransformerConfig,
+    core_v0.19.0, whose __post_init__ warns "moe_enable_deepep is deprecated" for the old flag);
+    core_v0.14.0 has only --moe-enable-deepep (False)."""
     moe_overlap_with_fsdp: bool = True
     """--overlap-moe-expert-parallel-comm with Megatron-FSDP (ZeRO-2/3): core_v0.19.0 runs the
     combined 1F1B's parameter gathers and gradient reduces through FSDP
@@ -232,8 +236,10 @@ MEGATRON_RELEASES = {
         "core_v0.19.0", "NVIDIA/Megatron-LM tag core_v0.19.0 (2026-08-19)", tp_may_exceed_query_groups=True),
     "core_v0.14.0": MegatronRelease(
         "core_v0.14.0", "NVIDIA/Megatron-LM tag core_v0.14.0 (2025-10-08)", tp_may_exceed_query_groups=False,
-        moe_overlap_with_fsdp=False, sqrtsoftplus_router=False, flash_attention_version=False),
+        moe_overlap_with_fsdp=False, sqrtsoftplus_router=False, flash_attention_version=False,
+        flex_dispatcher_backend=False),
 }
+DEFAULT_MEGATRON = "core_v0.19.0"
 RELEASES = {"vllm": VLLM_RELEASES, "sglang": SGLANG_RELEASES, "megatron": MEGATRON_RELEASES}
 
 
@@ -243,7 +249,7 @@ class EngineVersions:
 
     vllm: str = "0.33.0"
     sglang: str = "0.5.23"
-    megatron: str = "core_v0.19.0"
+    megatron: str = DEFAULT_MEGATRON
 
     def __str__(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))

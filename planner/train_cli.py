@@ -74,6 +74,9 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
     def steps_for(estimate: TrainEstimate) -> tuple[LaunchStep, ...]:
         if emitter is None:
             return ()
+        if emit == "megatron":
+            return emitter(trained, cluster, estimate.config, request.global_batch, request.seq_len,
+                           request.engine_versions.megatron_release)
         return emitter(trained, cluster, estimate.config, request.global_batch, request.seq_len)
 
     if json_output:

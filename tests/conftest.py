@@ -394,24 +394,27 @@ def _megatron_problems(args: list[str], env: dict[str, str], data: dict) -> list
     groups = int(_value(args, "--num-query-groups", _value(args, "--num-attention-heads")))
     if groups % tp and (not pairings["tp_may_exceed_query_groups"] or tp % groups):
         problems.append(f"megatron {data['version']}: num_query_groups {groups} vs tp={tp}")
-    return problems + _dispatcher_problems(args, tp)
+    return problems + _dispatcher_problems(args, tp, data["version"])
 
 
-def _dispatcher_problems(args: list[str], tp: int) -> list[str]:
-    """Megatron's token dispatcher rules (core_v0.14.0 and core_v0.19.0): --moe-enable-deepep
-    only with the flex dispatcher (TransformerConfig.__post_init__ raises); the flex dispatcher
-    needs expert TP x EP > 1 (MoEFlexTokenDispatcher asserts) and, at core_v0.14.0, DeepEP
-    enabled (the assert "DeepEP is not enabled"; core_v0.19.0 defaults its backend to deepep:
-    the flag is asked for in both so one command starts on either)."""
+def _dispatcher_problems(args: list[str], tp: int, version: str) -> list[str]:
+    """Megatron's token dispatcher rules: --moe-enable-deepep only with the flex dispatcher
+    (TransformerConfig.__post_init__ raises, core_v0.14.0 and core_v0.19.0); the flex
+    dispatcher needs expert TP x EP > 1 (MoEFlexTokenDispatcher asserts) and, at core_v0.14.0,
+    DeepEP enabled (the assert "DeepEP is not enabled"). core_v0.19.0 names the backend with
+    --moe-flex-dispatcher-backend (default deepep) and warns that --moe-enable-deepep is
+    deprecated: a command for it must not use the old flag."""
     dispatcher = _value(args, "--moe-token-dispatcher-type")
     problems = []
     if "--moe-enable-deepep" in args and dispatcher != "flex":
         problems.append("megatron: --moe-enable-deepep without --moe-token-dispatcher-type flex")
+    if "--moe-enable-deepep" in args and version != "core_v0.14.0":
+        problems.append(f"megatron {version}: --moe-enable-deepep is deprecated (--moe-flex-dispatcher-backend)")
     if dispatcher == "flex":
         ep = int(_value(args, "--expert-model-parallel-size", 1))
         if ep * int(_value(args, "--expert-tensor-parallel-size", tp)) <= 1:
             problems.append("megatron: the flex dispatcher needs expert TP x EP > 1")
-        if "--moe-enable-deepep" not in args:
+        if version == "core_v0.14.0" and "--moe-enable-deepep" not in args:
             problems.append("megatron core_v0.14.0: the flex dispatcher without --moe-enable-deepep")
     return problems
 

@@ -127,7 +127,7 @@ def test_training_commands_start_with_every_option(model_name, cluster_name, meg
                                schedule=schedule, engine_versions=versions)
         plan = train_launchable(model, search(model, cluster, request))
         for estimate in plan.layouts:
-            for step in megatron_steps(model, cluster, estimate.config, 512, 4096):
+            for step in megatron_steps(model, cluster, estimate.config, 512, 4096, versions.megatron_release):
                 commands += 1
                 problems += [f"{model_name} {estimate.config}: {p}" for p in engine_check(step.argv, versions)]
     assert commands and problems == []
@@ -136,8 +136,10 @@ def test_training_commands_start_with_every_option(model_name, cluster_name, meg
 @pytest.mark.parametrize("megatron", list(RELEASES["megatron"]))
 def test_deepep_commands_start(megatron, engine_check):
     """--moe-dispatcher deepep: every feasible configuration's command (EP 2-16 of Qwen3-30B-A3B
-    on two H100 nodes, the flex dispatcher with --moe-enable-deepep) starts at each release,
-    and --moe-dispatcher alltoall keeps the alltoall dispatcher and no DeepEP flag."""
+    on two H100 nodes, the flex dispatcher on DeepEP) starts at each release, and
+    --moe-dispatcher alltoall keeps the alltoall dispatcher and no DeepEP flag. DeepEP is
+    --moe-flex-dispatcher-backend deepep at core_v0.19.0 (whose TransformerConfig calls
+    --moe-enable-deepep deprecated), --moe-enable-deepep at core_v0.14.0 (no backend flag)."""
     from planner.emit.megatron import megatron_steps
 
     model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("2x8xH100")
@@ -147,13 +149,17 @@ def test_deepep_commands_start(megatron, engine_check):
         plan = train_launchable(model, search(model, cluster, request))
         problems, degrees = [], set()
         for estimate in plan.layouts:
-            (step,) = megatron_steps(model, cluster, estimate.config, 256, 4096)
+            (step,) = megatron_steps(model, cluster, estimate.config, 256, 4096, versions.megatron_release)
             problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
             if estimate.config.ep > 1:
                 degrees.add(estimate.config.ep)
                 expected = "flex" if dispatcher == "deepep" else "alltoall"
                 assert step.argv[step.argv.index("--moe-token-dispatcher-type") + 1] == expected
-                assert ("--moe-enable-deepep" in step.argv) == (dispatcher == "deepep")
+                new_flag = megatron == "core_v0.19.0"
+                assert ("--moe-enable-deepep" in step.argv) == (dispatcher == "deepep" and not new_flag)
+                backend = "--moe-flex-dispatcher-backend"
+                assert (backend in step.argv) == (dispatcher == "deepep" and new_flag)
+                assert backend not in step.argv or step.argv[step.argv.index(backend) + 1] == "deepep"
         assert problems == [] and {2, 4, 8, 16} <= degrees
 
 
@@ -170,7 +176,7 @@ def test_outputs_recompute_commands_start(megatron, engine_check):
     plan = train_launchable(model, search(model, cluster, request))
     problems = []
     for estimate in plan.layouts:
-        (step,) = megatron_steps(model, cluster, estimate.config, 1024, 4096)
+        (step,) = megatron_steps(model, cluster, estimate.config, 1024, 4096, versions.megatron_release)
         problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
         i = step.argv.index("--recompute-modules")
         assert step.argv[i + 1:i + 4] == ("moe_act", "layernorm", "mla_up_proj") and "--moe-grouped-gemm" in step.argv
@@ -192,7 +198,7 @@ def test_context_parallel_commands_start(megatron, engine_check):
     problems, degrees = [], set()
     for estimate in plan.layouts:
         degrees.add(estimate.config.cp)
-        (step,) = megatron_steps(model, cluster, estimate.config, 16, 16384)
+        (step,) = megatron_steps(model, cluster, estimate.config, 16, 16384, versions.megatron_release)
         problems += [f"{estimate.config}: {p}" for p in engine_check(step.argv, versions)]
         if estimate.config.cp > 1:
             assert "--context-parallel-size" in step.argv

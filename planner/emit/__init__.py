@@ -3,7 +3,8 @@ role; planner/emit/command.py), and the registry the CLI dispatches through.
 
 One signature per workload:
 - serving, `ServeEmitter`: (ServeArgs) -> steps;
-- training, `TrainEmitter`: (model, cluster, config, global_batch, seq_len) -> steps.
+- training, `TrainEmitter`: (model, cluster, config, global_batch, seq_len) -> steps; Megatron's
+  takes the release (engines.MegatronRelease) as a sixth, optional argument.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from planner.emit.vllm import vllm_ray_steps, vllm_steps
 
 ServeEmitter = Callable[[ServeArgs], tuple[LaunchStep, ...]]
 if TYPE_CHECKING:
+    from planner.engines import MegatronRelease
     from planner.layout import TrainConfig
     from planner.specs import ClusterSpec, ModelSpec
 
@@ -30,12 +32,13 @@ SERVE_EMITTERS: dict[str, ServeEmitter] = {
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,
-                   seq_len: int) -> tuple[LaunchStep, ...]:
+                   seq_len: int, release: MegatronRelease | None = None) -> tuple[LaunchStep, ...]:
     """emit/megatron.py's, loaded when a training command is emitted (a serving plan never
-    loads the training emitters and the cost model they read)."""
+    loads the training emitters and the cost model they read); `release` the Megatron-LM
+    release the command is for (default engines.DEFAULT_MEGATRON)."""
     from planner.emit.megatron import megatron_steps as steps
 
-    return steps(model, cluster, config, global_batch, seq_len)
+    return steps(model, cluster, config, global_batch, seq_len, release)
 
 
 def torchtitan_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, global_batch: int,

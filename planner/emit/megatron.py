@@ -59,6 +59,7 @@ from planner.emit.command import (
     env_prefix,
 )
 from planner.emit.torchrun import torchrun_flags
+from planner.engines import DEFAULT_MEGATRON, MEGATRON_RELEASES
 from planner.requests import FP8_RECIPE_DEFAULTS
 
 if TYPE_CHECKING:  # `plan --help` imports the emitter registry, not the specs (yaml, the schemas)
@@ -322,7 +323,8 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
     return []
 
 
-def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> list[str]:
+def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int,
+                  release: MegatronRelease | None = None) -> list[str]:
     c = config
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     args += context_parallel_args(c)
@@ -350,7 +352,7 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int) -> l
         group = microbatch_group_size(c.pp, global_batch // (c.micro_batch_size * c.dp))
         if group is not None and group != c.pp:
             args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
-    args += expert_parallel_args(model, c)
+    args += expert_parallel_args(model, c, release)
     if c.sequence_parallel:
         args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(global_batch)]
@@ -414,15 +416,16 @@ def context_parallel_args(config: TrainConfig) -> list[str]:
     return ["--context-parallel-size", str(config.cp), "--cp-comm-type", "p2p"]
 
 
-def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
+def expert_parallel_args(model: ModelSpec, config: TrainConfig, release: MegatronRelease | None = None) -> list[str]:
     """MoE execution (megatron/training/arguments.py core_v0.19.0): the experts' GEMMs grouped
     (--moe-grouped-gemm; the training estimate prices them as grouped GEMMs,
     flops.moe_mlp_gemms_forward). EP: --expert-model-parallel-size ep with whole experts per
     GPU (--expert-tensor-parallel-size 1; its default is tp) and the token dispatcher the
     estimate priced: alltoall (NCCL all-to-alls), or the flex dispatcher on DeepEP
-    (--moe-token-dispatcher-type flex --moe-enable-deepep: core_v0.14.0 needs the second flag,
-    core_v0.19.0 accepts it and maps it to its default --moe-flex-dispatcher-backend deepep,
-    transformer_config.py __post_init__; the launch needs the deep_ep package); without EP
+    (--moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend deepep at core_v0.19.0,
+    --moe-enable-deepep at core_v0.14.0, which has no backend flag: MegatronRelease.
+    flex_dispatcher_backend; core_v0.19.0 still maps the old flag but warns that it is
+    deprecated, transformer_config.py __post_init__; the launch needs the deep_ep package); without EP
     Megatron's default allgather dispatcher, whose TP all-gather and reduce-scatter are the
     sequence-parallel pair the dense MLP would have."""
     if not model.is_moe:
@@ -431,7 +434,10 @@ def expert_parallel_args(model: ModelSpec, config: TrainConfig) -> list[str]:
     if config.ep > 1:
         args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", "1"]
         if config.moe_dispatcher == "deepep":
-            args += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
+            release = release or MEGATRON_RELEASES[DEFAULT_MEGATRON]
+            args += ["--moe-token-dispatcher-type", "flex"] + (
+                ["--moe-flex-dispatcher-backend", "deepep"] if release.flex_dispatcher_backend
+                else ["--moe-enable-deepep"])
         else:
             args += ["--moe-token-dispatcher-type", "alltoall"]
     return args
@@ -455,12 +461,12 @@ def fp8_args(recipe: str = "delayed") -> list[str]:
 
 
 def megatron_steps(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig,
-                   global_batch: int, seq_len: int) -> tuple[LaunchStep, ...]:
-    """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments.
-    GPipe has no Megatron flag (Megatron runs 1F1B); data, tokenizer and optimizer
-    hyper-parameters are the user's to add."""
+                   global_batch: int, seq_len: int, release: MegatronRelease | None = None) -> tuple[LaunchStep, ...]:
+    """One step, run on every node: torchrun + pretrain_gpt.py + the layout's arguments, for
+    `release` (default DEFAULT_MEGATRON). GPipe has no Megatron flag (Megatron runs 1F1B);
+    data, tokenizer and optimizer hyper-parameters are the user's to add."""
     num_gpus = config.layout.num_gpus
     num_nodes = math.ceil(num_gpus / cluster.gpus_per_node)
     argv = (list(launch_env(config)) + torchrun_argv(num_gpus, cluster) + [TRAIN_SCRIPT]
-            + parallel_args(model, config, global_batch) + model_args(model, seq_len, config.tp))
+            + parallel_args(model, config, global_batch, release) + model_args(model, seq_len, config.tp))
     return (LaunchStep(ALL_NODES, NodeSet(0, num_nodes), tuple(argv)),)
