@@ -337,7 +337,7 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
         Metric("throughput", e.tokens_per_second, "tok/s"),
         Metric("MFU", e.mfu, "fraction"),
         Metric("micro-batches per step", e.num_micro_batches, "count"),
-        Metric("bubble", e.bubble_fraction, "fraction"),
+        Metric("bubble", e.bubble_share_of_step, "fraction"),  # of the step, as the table's
     )
 
 

@@ -50,7 +50,7 @@ from planner.cost.training_memory import (
     expert_data_parallel_size,
     expert_sharded_model_state_bytes,
     fp8_weight_cache_bytes,
-    fsdp_unit_buffer_bytes,
+    fsdp_unit_buffers,
     gradient_bytes_per_param,
     stage_params_per_gpu,
 )
@@ -136,6 +136,9 @@ class TrainEstimate:
     mfu: float
     """Model FLOPs (Korthikanti eq. 7) per second over the GPUs' dense peak."""
     bubble_fraction: float
+    """The schedule's idle share of compute + bubble, (p-1)/(v*m + p-1) (pipeline.bubble_fraction);
+    exposed communication also fills the step, so the bubble's share of it is smaller
+    (bubble_share_of_step)."""
     bubble_over_compute_ratio: float
     tp_allreduce_seconds_per_layer: float
     """All TP collectives of one layer for one micro-batch (forward, backward, recompute)."""
@@ -182,6 +185,11 @@ class TrainEstimate:
     @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total_bytes
+
+    @property
+    def bubble_share_of_step(self) -> float:
+        """The bubble's seconds over the step's (the Why line's and the table's "bubble")."""
+        return self.time_breakdown_seconds.bubble / self.step_time_seconds if self.step_time_seconds else 0.0
 
 
 def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = "auto") -> TrainRates:
@@ -575,7 +583,8 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     """(weights, gradients, optimizer) bytes per GPU of a stage: model states with the routed
     experts' sharded over the expert-data-parallel group
     (training_memory.expert_sharded_model_state_bytes), TE's fp8 weight copies, and the FSDP
-    unit buffers with the gradients. With CP the weights are replicated over cp as over dp and
+    unit buffers (training_memory.fsdp_unit_buffers: the gathered weights counted with the
+    weights, the unreduced gradients with the gradients). With CP the weights are replicated over cp as over dp and
     ZeRO shards over dp*cp (Megatron's distributed optimizer uses the data-parallel group with CP)."""
     grad_bytes = gradient_bytes_per_param(c)
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
@@ -585,8 +594,9 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
                                         c.priced_fp8_recipe) if c.precision == "fp8" and c.engine == "megatron"
                  else 0.0)
-    unit_buffers = fsdp_unit_buffer_bytes(params, num_layers, c.zero_stage, grad_bytes)
-    return states.weights_bytes + fp8_cache, states.gradient_bytes + unit_buffers, states.optimizer_bytes
+    units = fsdp_unit_buffers(params, num_layers, c.zero_stage, grad_bytes)  # gathered weights, unreduced grads
+    return (states.weights_bytes + fp8_cache + units.weights_bytes, states.gradient_bytes + units.gradient_bytes,
+            states.optimizer_bytes)
 
 
 def state_bytes_per_param(config: TrainConfig) -> StateBytesPerParam:

@@ -234,13 +234,23 @@ def fsdp_unit_buffer_bytes(params_per_gpu: float, num_layers: int, zero_stage: i
     of FSDP_UNIT_BUFFERS layers (2 B each), with z >= 2 the fp32 gradients of as many layers
     before their reduce-scatter (4 B each), a layer being the stage's P/L (its blocks: the
     embedding and head are their own units, counted in the mean). P = 1e9 over 10 layers:
-    z = 3: 2 * 1e8 * (2 + 4) = 1.2e9 B; z = 2: 2 * 1e8 * 4 = 8e8 B; z <= 1: 0."""
+    z = 3: 2 * 1e8 * (2 + 4) = 1.2e9 B; z = 2: 2 * 1e8 * 4 = 8e8 B; z <= 1: 0.
+    fsdp_unit_buffers splits it into its weights and its gradients."""
+    units = fsdp_unit_buffers(params_per_gpu, num_layers, zero_stage, gradient_bytes_per_param)
+    return units.weights_bytes + units.gradient_bytes
+
+
+def fsdp_unit_buffers(params_per_gpu: float, num_layers: int, zero_stage: int,
+                      gradient_bytes_per_param: float = efficiency.TRAIN_BYTES_PER_PARAM_GRADIENTS
+                      ) -> ModelStateBytes:
+    """fsdp_unit_buffer_bytes as (gathered weights, unreduced gradients, no optimizer bytes):
+    P = 1e9 over 10 layers at z = 3: weights 2 * 1e8 * 2 = 4e8 B, gradients 2 * 1e8 * 4 = 8e8 B."""
     if zero_stage < 2 or num_layers <= 0:
-        return 0.0
+        return ModelStateBytes(0.0, 0.0, 0.0)
     per_layer = params_per_gpu / num_layers
-    per_param = gradient_bytes_per_param + (
-        efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS if zero_stage >= 3 else 0)
-    return FSDP_UNIT_BUFFERS * per_layer * per_param
+    weights = efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS if zero_stage >= 3 else 0
+    return ModelStateBytes(FSDP_UNIT_BUFFERS * per_layer * weights,
+                           FSDP_UNIT_BUFFERS * per_layer * gradient_bytes_per_param, 0.0)
 
 
 def fp8_gemms_per_layer(model: ModelSpec) -> int:

@@ -105,7 +105,7 @@ COLUMNS = (
     Column("tokens/s", lambda e, i: count(e.tokens_per_second)),
     Column("TFLOP/s", lambda e, i: f"{e.tflops_per_gpu:.1f}"),
     Column("MFU", lambda e, i: f"{e.mfu:.1%}"),
-    Column("bubble", lambda e, i: f"{e.bubble_fraction:.1%}"),
+    Column("bubble", lambda e, i: f"{e.bubble_share_of_step:.1%}"),  # of the step, as the Why line's
     Column("TP link", lambda e, i: e.tp_link or "-", "left"),
 )
 
@@ -207,8 +207,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
                      "bfloat16 checkpoint.")
     lines += mtp_notes(plan.model, c.pp)
     lines += beyond_positions_lines(plan.model, plan.request.seq_len)
-    if best.bubble_fraction > WIDE_BUBBLE_FRACTION:
-        lines.append(f"Bubble: {best.bubble_fraction:.0%} of the step the pipeline idles, with only "
+    if best.bubble_share_of_step > WIDE_BUBBLE_FRACTION:
+        lines.append(f"Bubble: {share_text(best.bubble_share_of_step)} of the step the pipeline idles, with only "
                      f"{best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} over "
                      f"{c.pp} stages: the global batch of {plan.request.global_batch} is small for "
                      f"{plan.num_gpus:,} GPUs; a larger --global-batch, or fewer GPUs (--gpus), runs it more "
@@ -601,6 +601,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "step_time_seconds": e.step_time_seconds, "tokens_per_second": e.tokens_per_second,
         "tflops_per_gpu": e.tflops_per_gpu, "model_tflops_per_gpu": e.model_tflops_per_gpu, "mfu": e.mfu,
         "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
+        "bubble_share_of_step": e.bubble_share_of_step,
         "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,
         "tp_link": e.tp_link, "pp_link": e.pp_link, "dp_link": e.dp_link,
         "alltoall_seconds_per_layer": e.alltoall_seconds_per_layer, "alltoall_link": e.alltoall_link,

@@ -87,7 +87,7 @@ def test_training_explain_shows_the_plans_numbers(args: list[str]) -> None:
     assert metrics["throughput"] == rec["tokens_per_second"]
     assert metrics["MFU"] == rec["mfu"]
     assert metrics["micro-batches per step"] == rec["num_micro_batches"]
-    assert metrics["bubble"] == rec["bubble_fraction"]
+    assert metrics["bubble"] == rec["bubble_share_of_step"]  # of the step, as the table and Why line
 
     t = rec["time_breakdown_seconds"]
     assert _segments(e["breakdown"]) == {"compute": t["compute"], "TP comm": t["tp_comm"], "PP comm": t["pp_comm"],

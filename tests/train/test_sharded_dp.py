@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost import comm
-from planner.cost.training_memory import fsdp_unit_buffer_bytes
+from planner.cost.training_memory import fsdp_unit_buffer_bytes, fsdp_unit_buffers
 from planner.cost.training_time import DpCollectives, DpWindows, dp_exposed_seconds
 from planner.emit.megatron import megatron_steps
 from planner.layout import GroupTopology, Layout, Link, Rejected, TrainConfig, dp_group_topology
@@ -108,6 +108,22 @@ def test_fsdp_unit_buffers_by_hand() -> None:
     assert fsdp_unit_buffer_bytes(1e9, 10, 3) == pytest.approx(1.2e9)
     assert fsdp_unit_buffer_bytes(1e9, 10, 2) == pytest.approx(8e8)
     assert fsdp_unit_buffer_bytes(1e9, 10, 1) == 0.0
+    # split: the gathered weights 2 * 1e8 * 2 = 4e8 B, the unreduced gradients 2 * 1e8 * 4 = 8e8 B
+    units = fsdp_unit_buffers(1e9, 10, 3)
+    assert (units.weights_bytes, units.gradient_bytes, units.optimizer_bytes) == pytest.approx((4e8, 8e8, 0.0))
+
+
+def test_memory_bars_count_the_gathered_weights_as_weights() -> None:
+    """Llama-3.1-8B, ZeRO-3 over d = 8, one stage of 32 layers: weights 2P/8 + 2 * (P/32) * 2,
+    gradients 4P/8 + 2 * (P/32) * 4 (a CLI read found the gathered weights in the gradients bar)."""
+    from planner.cost.params import param_counts
+    from planner.train import memory_per_gpu
+
+    model = resolve_model("llama-3.1-8b")
+    P = param_counts(model).total
+    mem = memory_per_gpu(model, TrainConfig(1, 1, 8, 1, "1f1b", 1, "none", False, 3), 8192, 16)
+    assert mem.weights_bytes == pytest.approx(2 * P / 8 + 2 * P / 32 * 2)
+    assert mem.gradient_bytes == pytest.approx(4 * P / 8 + 2 * P / 32 * 4)
 
 
 def test_fsdp_with_tp_is_planned_and_emitted() -> None:

@@ -377,14 +377,22 @@ def test_moe_comm_overlap_typed_for_a_dense_model_is_refused():
 
 def test_a_wide_bubble_says_the_batch_is_small_for_the_gpus():
     """Llama-3.1-8B, global batch 7 on 64 H100s with TP kept in the node and no CP (--layout
-    tp=8,cp=1): the best the GPUs allow is pp 8 with 7 micro-batches, (8-1)/(7+8-1) = 50% bubble;
-    the summary says so and names --global-batch and --gpus. (With CP searched, tp=8 cp=2 pp=4
+    tp=8,cp=1): the best the GPUs allow is pp 8 with 7 micro-batches, (8-1)/(7+8-1) = 50% of
+    compute + bubble, 48% of the step beside its TP and PP sends; the summary says so (the share
+    of the step, as the Why line and the table's column give it) and names --global-batch and --gpus. (With CP searched, tp=8 cp=2 pp=4
     takes the ranks at a 4% bubble.) At a batch that fills the pipeline (1,024) there is no such line."""
     small = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "8x8xH100",
                                      "--global-batch", "7", "--seq-len", "4096", "--layout", "tp=8,cp=1"])
     assert small.exit_code == 0, small.output
     text = " ".join(small.output.split())
-    assert "Bubble: 50% of the step the pipeline idles, with only 7 micro-batches over 8 stages" in text
+    assert "Bubble: 48% of the step the pipeline idles, with only 7 micro-batches over 8 stages" in text
+    as_json = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "8x8xH100",
+                                       "--global-batch", "7", "--seq-len", "4096", "--layout", "tp=8,cp=1", "--json"])
+    best = json.loads(as_json.output)["recommended"]
+    assert best["bubble_fraction"] == pytest.approx(7 / 14)
+    share = best["time_breakdown_seconds"]["bubble"] / best["step_time_seconds"]
+    assert best["bubble_share_of_step"] == pytest.approx(share) and round(share, 2) == 0.48
+    assert f"{share:.1%}" in small.output and "bubble 48%" in text  # the table's column, the Why line
     assert "--global-batch" in text and "(--gpus)" in text
     full = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "8x8xH100",
                                     "--global-batch", "1024", "--seq-len", "4096"])
