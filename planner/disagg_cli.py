@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.serving_memory import kv_bytes_per_sequence, max_num_batched_tokens
+from planner.cost.serving_memory import (
+    kv_bytes_per_sequence,
+    max_num_batched_tokens,
+    pre_load_free_bytes,
+)
 from planner.disagg_search import (
     SHOWN_CANDIDATES,
     DisaggEstimate,
@@ -192,6 +196,8 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         speculation=request.speculation, dtype=model.dtype, trust_remote_code=model.trust_remote_code,
         engine_versions=request.engine_versions,
         max_num_batched_tokens=request.max_num_batched_tokens, gpu_memory_bytes=cluster.gpu.memory_bytes,
+        load_free_bytes=pre_load_free_bytes(cluster.gpu.cuda_visible_memory_bytes,
+                                            Layout(worker.tp, worker.pp, worker.dp, worker.ep)),
         weights_and_kv_bytes_per_gpu=worker.weights_and_kv_bytes_per_gpu, is_moe=model.is_moe,
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes, # a prefill worker's requests hold their KV only until it is sent: not sized by it
         kv_bytes_per_sequence=0.0 if role == "prefill" else kv_bytes_per_sequence(

@@ -96,8 +96,10 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
         in_flight = act.micro_batches_in_flight(c.schedule, c.pp, m, c.virtual_stages, mem.stage,
                                                 int(c.moe_comm_overlap))
         mtp = f" + {model.num_mtp_layers} MTP" if model.num_mtp_layers and mem.stage == c.pp - 1 else ""
-        note = (f"{mem.num_layers} layers{mtp}, up to {in_flight:g} of {m} micro-batches in flight "
-                f"({schedule_name(c)})")
+        # interleaved: chunks in flight over v, a fraction where a stage's chunks are uneven
+        held = (f"up to {in_flight:g} of {m} micro-batches" if float(in_flight).is_integer() else
+                f"up to {in_flight:.1f} of {m} micro-batches' activations (its chunks hold different counts)")
+        note = f"{mem.num_layers} layers{mtp}, {held} in flight ({schedule_name(c)})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),

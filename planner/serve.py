@@ -238,6 +238,12 @@ def footprint_basis(request: ServeRequest) -> str:
         return "prompt + half the output, weighted by each --dataset request's decode steps"
     return "prompt + half the output"
 
+def seqs_flag(request: ServeRequest) -> str:
+    """The flag that caps an engine's running sequences, as the notes name it: vLLM's
+    --max-num-seqs, SGLang's --max-running-requests (the command the plan prints)."""
+    return "--max-running-requests" if request.pool_engine == "sglang" else "--max-num-seqs"
+
+
 CAP_NOTES = ("KV-starved", "Token-budget-bound")
 """Notes naming what caps a replica's sequences (choose_batch, replica_setup): dropped where the
 concurrency run is below that cap, which then does not bind (without_notes)."""
@@ -382,8 +388,8 @@ def replica_setup(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reques
         # the benchmark's clients (vllm bench serve --max-concurrency) spread over the replicas
         # by the least-loaded front end: the steady state this layout runs is theirs (also
         # under a larger --batch: the engine may run more than the clients send)
-        engine = ("--max-num-seqs is set to it" if request.batch is None
-                  else f"--max-num-seqs is --batch {request.batch:,}")
+        engine = (f"{seqs_flag(request)} is set to it" if request.batch is None
+                  else f"{seqs_flag(request)} is --batch {request.batch:,}")
         # the KV cache's and the budget's caps do not bind below the clients: their notes would
         # call every layout KV-starved at 8 clients a replica where the cache holds 124 (a CLI check)
         notes = without_notes(notes)
@@ -439,6 +445,9 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
 
     running = planned_running(model, cluster, request, layout, stages, max_model_len, cap)
     if running < cap:
+        # vLLM's cache and its count do not bind: SGLang's smaller pool does (a CLI read found
+        # both notes, 573 and 484 sequences, under one --emit sglang plan)
+        notes[:] = without_notes(notes, ("KV-starved",))
         notes.append(f"SGLang-pool-bound: SGLang keeps its default reserve (activations, CUDA graphs) out of "
                      f"--mem-fraction-static, so its KV pool runs {running:,} sequences per replica (vLLM's at "
                      f"--gpu-memory-utilization: {cap:,}); the plan prices what SGLang runs")
@@ -692,8 +701,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
                      f"average (Little's law: rate x E2E {seconds_to_ms(running_e2e):,.0f} ms"
                      f"{' once running' if waits else ''}); a replica {within}")
         if waits:
-            limit = ("--batch, the engine's --max-num-seqs" if request.batch is not None else
-                     "what the KV cache holds" if fit < wanted else "the engine's default --max-num-seqs")
+            limit = (f"--batch, the engine's {seqs_flag(request)}" if request.batch is not None else
+                     "what the KV cache holds" if fit < wanted else f"the engine's default {seqs_flag(request)}")
             notes.append(f"Slot-bound: with at most {cap:,} sequence(s) running per replica ({limit}), arrivals at "
                          f"{plain(offered / layout.dp)}/s a replica find every slot busy at times and wait "
                          f"{seconds_to_ms(arriving.slot_wait_seconds):,.0f} ms for one on average "
@@ -728,7 +737,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             else:
                 names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
                 notes = [f"SLA-bound: {batch} concurrent sequences per replica, the most whose mean "
-                         f"{names[binding]} under load meets the limit (the KV cache and --max-num-seqs allow {cap})"]
+                         f"{names[binding]} under load meets the limit (the KV cache and {seqs_flag(request)} allow {cap})"]
     else:
         knee, knee_note = saturation_knee()
         batch = cap if knee is None else knee
@@ -1248,7 +1257,7 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                         f"(at most {lanes:,} sequences at a time), more than the simulation's {MAX_SIMULATED_STEPS:,}; "
                         f"give fewer prompts, shorter outputs or more sequences at a time ("
                         + ("--max-concurrency" if lanes == request.max_concurrency else
-                           "--batch, the engine's --max-num-seqs" if request.batch is not None else
+                           f"--batch, the engine's {seqs_flag(request)}" if request.batch is not None else
                            f"--batch: the plan chose {result.batch:,} a replica") + ")")
     budget = max_num_batched_tokens(cluster, request, layout, model)
     # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock)

@@ -26,7 +26,7 @@ from planner.requests import (
     check_tokenizer_workers,
     for_checkpoint,
 )
-from planner.serve import ServeEstimate, burst_metrics, steady_metrics
+from planner.serve import ServeEstimate, burst_metrics, seqs_flag, steady_metrics
 from planner.serve_search import ServePlan, plan_serving
 from planner.specs import ClusterSpec, ModelSpec
 
@@ -233,9 +233,9 @@ def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
     best = plan.recommended
     if (best is not None and plan.request.objective == "latency" and plan.request.batch is None
             and best.offered_rate_per_s is None and best.batch == 1):
-        notes.append("--objective latency plans one sequence per replica and the command caps the engine at it "
-                     "(--max-num-seqs 1): every other request waits for the running one; give --batch N, "
-                     "--max-tpot-ms or --request-rate to serve concurrent traffic")
+        notes.append(f"--objective latency plans one sequence per replica and the command caps the engine at it "
+                     f"({seqs_flag(plan.request)} 1): every other request waits for the running one; give --batch N, "
+                     f"--max-tpot-ms or --request-rate to serve concurrent traffic")
     if best is not None and engine == "vllm-ray" and best.layout.tp * best.layout.pp <= plan.cluster.gpus_per_node:
         notes.append(f"--emit vllm-ray: each replica of {best.layout} fits in one node, so no Ray cluster is needed and "
                      f"the command is the plain one (vLLM runs a replica inside a node with its multiprocessing "

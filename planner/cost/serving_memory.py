@@ -468,6 +468,16 @@ def nccl_buffer_bytes(group_size: int) -> int:
     return eff.NCCL_BUFFER_BYTES_TWO_GPUS if group_size == 2 else eff.NCCL_BUFFER_BYTES_LARGER
 
 
+def pre_load_free_bytes(cuda_visible_bytes: int, layout: Layout) -> float:
+    """What a GPU has free once the engine's CUDA context and its communicators (NCCL buffers of
+    the TP, PP and EP groups) are up, before the weights load: the total SGLang's
+    --mem-fraction-static multiplies (model_runner.init_torch_distributed's snapshot,
+    total_gpu_memory in profile_max_num_token: rest = free after load - total * (1 - f)).
+    H100 (79.1 GiB CUDA-visible) at tp 8: 79.1 GiB - 500 MiB - 688 MB = 77.97 GiB."""
+    return (cuda_visible_bytes - eff.CUDA_CONTEXT_BYTES - nccl_buffer_bytes(layout.tp) - nccl_buffer_bytes(layout.pp)
+            - nccl_buffer_bytes(layout.ep))
+
+
 def overhead_bytes(layout: Layout, deepep_bytes: float = 0.0, cuda_graphs_before_kv: bool = True) -> float:
     """CUDA context + NCCL buffers of the TP, PP and EP communicators + CUDA graph pool
     (+ DeepEP's buffers, deepep_buffer_bytes, when the EP exchange runs on DeepEP). The graph

@@ -187,6 +187,10 @@ class ServeArgs:
     gpu_memory_bytes: int
     weights_and_kv_bytes_per_gpu: float
     """The plan's weights + KV cache on its fullest GPU (what SGLang's --mem-fraction-static covers)."""
+    load_free_bytes: float = 0.0
+    """What the GPU has free before the weights load (serving_memory.pre_load_free_bytes): the
+    total SGLang's --mem-fraction-static is a fraction of (emit/sglang.kv_pool_bytes); 0: taken
+    as gpu_memory_bytes."""
     kv_cache_bytes_per_gpu: float = 0.0
     """Of which the KV cache; with kv_bytes_per_sequence, what SGLang's pool holds when its
     reserve caps --mem-fraction-static below the plan's share (0: not known, not checked)."""
@@ -279,6 +283,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
     from planner.cost.serving_memory import (
         kv_bytes_per_sequence,
         max_num_batched_tokens,
+        pre_load_free_bytes,
         v0_chunked_prefill,
     )
 
@@ -308,6 +313,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         engine_versions=request.engine_versions,
         max_num_batched_tokens=budget if budget not in (None, default_budget) else None,
         gpu_memory_bytes=cluster.gpu.memory_bytes,
+        load_free_bytes=pre_load_free_bytes(cluster.gpu.cuda_visible_memory_bytes, layout),
         weights_and_kv_bytes_per_gpu=fullest.weights_bytes + fullest.kv_cache_bytes,
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
         kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,

@@ -54,6 +54,12 @@ NIXL_SIDE_CHANNEL_PORTS = {"prefill": 5600, "decode": 5800}
 SGLANG_PREFILL_PORT, SGLANG_DECODE_PORT, SGLANG_BOOTSTRAP_PORT = 30000, 30000 + PORT_STRIDE, 8998
 VLLM_PROXY = ("python3", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py")
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+COPY_PORT_SHIFT = 1000
+"""What every port of copy k of a deployment on a node moves by, times k: more than any role's
+ports span within one copy (a role's servers take base + slot, vLLM's side channels base + s*d,
+SGLang's base + PORT_STRIDE), and 8000 + 100 + slot of one copy never meets another copy's
+proxy, servers or side channels (a shift of 100 had put copy 1's proxy on copy 0's prefill port,
+a CLI read). tests/disagg/test_copy_ports.py checks it on the emitted commands."""
 
 
 @dataclass(frozen=True)

@@ -108,18 +108,30 @@ def reserved_bytes(a: ServeArgs) -> float:
     return reserved
 
 
+def fraction_base_bytes(a: ServeArgs) -> float:
+    """What --mem-fraction-static is a fraction of: the memory free before the weights load
+    (ServeArgs.load_free_bytes; SGLang's profile_max_num_token sizes the pool as free after
+    load - that * (1 - f)), or the GPU's total where not known."""
+    return a.load_free_bytes or a.gpu_memory_bytes
+
+
 def mem_fraction_static(a: ServeArgs) -> float:
-    """The plan's weights + KV over the GPU's memory, at most what SGLang's reserve leaves;
-    rounded down to 3 decimals, as SGLang rounds its own."""
-    planned = a.weights_and_kv_bytes_per_gpu / a.gpu_memory_bytes
-    ceiling = (a.gpu_memory_bytes - reserved_bytes(a)) / a.gpu_memory_bytes
+    """The plan's weights + KV over the memory free before load, at most what SGLang's reserve
+    leaves of it; rounded down to 3 decimals, as SGLang rounds its own."""
+    base = fraction_base_bytes(a)
+    planned = a.weights_and_kv_bytes_per_gpu / base
+    ceiling = (base - reserved_bytes(a)) / base
     return math.floor(min(planned, ceiling) * 1000) / 1000
 
 
 def kv_pool_bytes(a: ServeArgs) -> float:
-    """SGLang's KV pool per GPU: --mem-fraction-static of the GPU less the plan's weights (and
-    the plan's other non-KV memory); negative where its reserve leaves less than the weights."""
-    return mem_fraction_static(a) * a.gpu_memory_bytes - (a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu)
+    """SGLang's KV pool per GPU: --mem-fraction-static of the memory free before load less the
+    plan's weights (and the plan's other non-KV memory); negative where its reserve leaves less
+    than the weights. Llama-3.1-405B tp=8 pp=2 on H100: f = 0.805 of 79.1 GiB less 500 MiB and
+    two communicators' NCCL buffers (688 MB, 544 MB), about 77.9 GiB, less 47.3 GiB of weights:
+    15.4 GiB, where f of the 79.65 GiB total had read 16.9 (a CLI read)."""
+    return mem_fraction_static(a) * fraction_base_bytes(a) - (a.weights_and_kv_bytes_per_gpu
+                                                              - a.kv_cache_bytes_per_gpu)
 
 
 def max_running_requests(a: ServeArgs) -> int:

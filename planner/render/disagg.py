@@ -7,6 +7,7 @@ from typing import Any
 from planner.disagg_cli import Verdict
 from planner.disagg_search import DisaggEstimate, DisaggPlan
 from planner.emit.command import LaunchStep
+from planner.emit.disagg import COPY_PORT_SHIFT
 from planner.render.common import console, ms, per_node_lines, step_json
 from planner.units import BYTES_PER_MIB
 
@@ -112,7 +113,7 @@ def copies_note(e: DisaggEstimate) -> str:
     if per_node > 1:
         return (f"{head}: up to {per_node} copies a node, copy k of a node on GPUs {e.gpus_used}k to "
                 f"{e.gpus_used}k+{e.gpus_used - 1} (shift CUDA_VISIBLE_DEVICES) with every port of its commands "
-                f"moved by 100k")
+                f"moved by {COPY_PORT_SHIFT}k")
     return f"{head}: each copy on {e.num_nodes_used} node(s) of its own"
 
 

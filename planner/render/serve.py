@@ -116,12 +116,12 @@ def _sglang_pool(r: ServeEstimate, p: ServePlan | None) -> tuple[float, float, f
     if p is None or p.request.pool_engine != "sglang":
         return None
     from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
-    from planner.emit.sglang import kv_pool_bytes, mem_fraction_static
+    from planner.emit.sglang import fraction_base_bytes, kv_pool_bytes, mem_fraction_static
 
     a = serve_launch_args(p.model, p.cluster, p.request, r.layout, r.stages, r.max_model_len, r.max_num_seqs,
                           MODEL_PLACEHOLDER)
     pool = min(max(0.0, kv_pool_bytes(a)), a.kv_cache_bytes_per_gpu)
-    return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * a.gpu_memory_bytes
+    return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * fraction_base_bytes(a)
 
 
 def _pool_share(r: ServeEstimate, p: ServePlan) -> float:
@@ -491,7 +491,8 @@ def _placement_line(r: ServeEstimate) -> str:
     pp = "no PP" if p.pp_link is None else (
         f"{plural(r.layout.pp - 1, 'PP boundary', 'PP boundaries')} ({p.num_pp_boundaries_crossing_nodes} across "
         f"nodes over "
-        f"{p.pp_link.kind}), bubble {r.bubble_fraction:.0%} with {r.batches_in_flight} batches in flight")
+        f"{p.pp_link.kind}), bubble {r.bubble_fraction:.0%} with {r.batches_in_flight} "
+        f"batch{'es' if r.batches_in_flight != 1 else ''} in flight")
     return f"Placement: {tp}; {pp}."
 
 

@@ -396,17 +396,20 @@ def test_replicas_spanning_nodes_are_one_deployment_behind_one_address(serve_pla
 
 
 def test_sglang_memory_fraction_covers_the_planned_weights_and_kv(serve_plan):
-    """--mem-fraction-static is weights + KV pool over GPU memory (SGLang's meaning), not vLLM's
-    0.9: the plan's weights + KV, capped where SGLang's own default reserve begins. tp=8 on an
-    80 GiB H100 (ServerArgs._handle_gpu_memory_settings): chunked prefill 8,192 tokens, CUDA graphs
-    up to batch 512, 59 piecewise graphs -> 512 + 1.5 * 8192 + 2 * 512 + 1024 * 8/8 + 8 * 59
-    = 15,320 MiB kept free (more than the 10 GiB floor)."""
+    """--mem-fraction-static is weights + KV pool over the memory free before the weights load
+    (SGLang's meaning: profile_max_num_token's total_gpu_memory, the snapshot after the CUDA
+    context and the communicators), not vLLM's 0.9: the plan's weights + KV, capped where
+    SGLang's own default reserve begins. tp=8 on an 80 GiB H100 (79.1 GiB CUDA-visible, less
+    500 MiB of context and 688 MB of NCCL buffers: serving_memory.pre_load_free_bytes;
+    ServerArgs._handle_gpu_memory_settings): chunked prefill 8,192 tokens, CUDA graphs up to batch
+    512, 59 piecewise graphs -> 512 + 1.5 * 8192 + 2 * 512 + 1024 * 8/8 + 8 * 59 = 15,320 MiB kept
+    free (more than the 10 GiB floor)."""
     case = next(c for c in CASES if c.name.startswith("single_node_8b") and c.engine == "sglang")
     plan = serve_plan(case.model, case.cluster, layout=case.layout, **case.request)
     best = plan.recommended
     (step,) = launch_steps(plan, best, "sglang", case.model_arg)
     fraction = float(step.argv[list(step.argv).index("--mem-fraction-static") + 1])
-    memory = plan.cluster.gpu.memory_bytes
+    memory = plan.cluster.gpu.cuda_visible_memory_bytes - 500 * 2**20 - 688 * 10**6
     planned = max(s.weights_bytes + s.kv_cache_bytes for s in best.stages) / memory
     ceiling = (memory - 15_320 * 2**20) / memory
     assert fraction == pytest.approx(min(planned, ceiling), abs=0.001)
@@ -469,3 +472,20 @@ def test_cli_shows_the_ray_alternative_and_emits_other_engines(run_plan):
     assert sglang.returncode == 0
     assert "sglang serve --model-path MODEL --tp-size 8 --pp-size 2" in sglang.stdout
     assert "vllm serve" not in sglang.stdout
+
+
+def test_sglang_fraction_is_of_the_memory_free_before_load():
+    """SGLang's pool is free-after-load - T * (1 - f), T the free memory after the CUDA context and
+    the communicators (serving_memory.pre_load_free_bytes). H100 (79.11 GiB CUDA-visible) at
+    tp=8 pp=2: T = 79.11 GiB - 500 MiB - 688 MB - 544 MB = 77.47 GiB; the pool
+    is f * T - weights, so the table's weights + pool is f * T (Llama-3.1-405B, a CLI read)."""
+    from planner.catalog import resolve_cluster
+    from planner.cost.serving_memory import pre_load_free_bytes
+    from planner.layout import Layout
+
+    gpu = resolve_cluster("2x8xH100").gpu
+    expected = gpu.cuda_visible_memory_bytes - 500 * 2**20 - 688 * 10**6 - 544 * 10**6
+    assert pre_load_free_bytes(gpu.cuda_visible_memory_bytes, Layout(8, 2, 1)) == expected
+    assert expected / 2**30 == pytest.approx(77.47, abs=0.01)
+    assert pre_load_free_bytes(gpu.cuda_visible_memory_bytes, Layout(1, 1, 8)) == (
+        gpu.cuda_visible_memory_bytes - 500 * 2**20)  # no communicator of its own
