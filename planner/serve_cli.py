@@ -236,6 +236,11 @@ def all_launch_notes(plan: ServePlan, engine: str) -> list[str]:
         notes.append(f"--objective latency plans one sequence per replica and the command caps the engine at it "
                      f"({seqs_flag(plan.request)} 1): every other request waits for the running one; give --batch N, "
                      f"--max-tpot-ms or --request-rate to serve concurrent traffic")
+    if best is not None and engine == "sglang" and plan.request.speculation is not None:
+        notes.append("SGLang turns mixed chunked prefill off under speculative decoding (server_args: \"Mixed "
+                     "chunked prefill is disabled because of using eagle speculative decoding\"): its prompts "
+                     "run in prefill batches of their own between decode batches, where the plan prices them "
+                     "riding in the decode steps (vLLM's schedule); expect longer TPOT gaps while prompts arrive")
     if best is not None and engine == "vllm-ray" and best.layout.tp * best.layout.pp <= plan.cluster.gpus_per_node:
         notes.append(f"--emit vllm-ray: each replica of {best.layout} fits in one node, so no Ray cluster is needed and "
                      f"the command is the plain one (vLLM runs a replica inside a node with its multiprocessing "

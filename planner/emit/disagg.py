@@ -290,7 +290,8 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
             engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())
             steps.append(LaunchStep(role, server.nodes, (
                 *env_prefix(CUDA_VISIBLE_DEVICES=_visible(server.gpus), **server_env(args)), *launcher,
-                *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags), *role_flags(server.slot))))
+                *server_flags(engine_args, 1 if args.ep > 1 else server.ranks, ep_flags, mixed=False),
+                *role_flags(server.slot))))
     single = _single_node(where)
     router = [*d.prefill.engine_versions.sglang_release.router_launcher, "--pd-disaggregation"]
     for host, slot in _endpoints(d.prefill, where["prefill"], single):

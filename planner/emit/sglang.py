@@ -193,7 +193,9 @@ def sglang_pool_notes(a: ServeArgs, worker: str = "DP worker") -> list[str]:
             f"--gpu-memory-utilization budget); its throughput is lower than the plan's"]
 
 
-def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[str]:
+def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = (), mixed: bool = True) -> list[str]:
+    """One SGLang server's flags. `mixed`: the server runs prompts and decodes together, so it
+    gets --enable-mixed-chunk (mixed_chunk_flag); a disaggregated role's server does not."""
     flags = ["--model-path", a.model, "--tp-size", str(a.tp)]
     if a.pp > 1:
         flags += ["--pp-size", str(a.pp)]
@@ -217,7 +219,18 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = ()) -> list[
         # SGLang's overlap scheduler is its async scheduling (Scheduler.event_loop_overlap
         # schedules the next batch while this one runs); on unless disabled
         flags.append("--disable-overlap-schedule")
-    return flags + moe_runner_flags(a) + speculative_flags(a)
+    return flags + mixed_chunk_flag(a, mixed) + moe_runner_flags(a) + speculative_flags(a)
+
+
+def mixed_chunk_flag(a: ServeArgs, mixed: bool = True) -> list[str]:
+    """--enable-mixed-chunk: the plan prices continuous batching's mixed steps (each decode step
+    carries prompt chunks up to the token budget, vLLM's schedule), which SGLang runs only when
+    asked (ServerArgs.enable_mixed_chunk, default False; the scheduler's is_mixed_chunk mixes a
+    prefill batch into the running decodes), else it alternates prefill-only and decode-only
+    batches. Not with speculative decoding: SGLang turns mixing off there ("Mixed chunked prefill
+    is disabled because of using eagle speculative decoding"), and the plan says so
+    (serve_cli.all_launch_notes)."""
+    return ["--enable-mixed-chunk"] if mixed and a.speculation is None else []
 
 
 SPECULATIVE_ALGORITHMS = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "ngram": "NGRAM"}

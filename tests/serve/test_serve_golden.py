@@ -489,3 +489,22 @@ def test_sglang_fraction_is_of_the_memory_free_before_load():
     assert expected / 2**30 == pytest.approx(77.47, abs=0.01)
     assert pre_load_free_bytes(gpu.cuda_visible_memory_bytes, Layout(1, 1, 8)) == (
         gpu.cuda_visible_memory_bytes - 500 * 2**20)  # no communicator of its own
+
+
+def test_sglang_runs_the_mixed_steps_the_plan_prices(serve_plan):
+    """The plan prices decode steps that carry prompt chunks (vLLM's schedule); SGLang mixes only
+    with --enable-mixed-chunk (ServerArgs.enable_mixed_chunk defaults to False), so every
+    aggregated SGLang command carries it, except under speculative decoding, where SGLang turns
+    it off and the plan says so; a disaggregated role's server never gets it."""
+    from planner.emit.sglang import mixed_chunk_flag
+
+    case = next(c for c in CASES if c.name.startswith("single_node_8b") and c.engine == "sglang")
+    plan = serve_plan(case.model, case.cluster, layout=case.layout, **case.request)
+    (step,) = launch_steps(plan, plan.recommended, "sglang", case.model_arg)
+    assert "--enable-mixed-chunk" in step.argv
+    spec = next(c for c in CASES if c.name.startswith("speculative_eagle3") and c.engine == "sglang")
+    for step in steps_for(spec, serve_plan):
+        assert "--enable-mixed-chunk" not in step.argv
+    from tests.test_launch_steps import ARGS
+
+    assert mixed_chunk_flag(ARGS) == ["--enable-mixed-chunk"] and mixed_chunk_flag(ARGS, mixed=False) == []
