@@ -936,6 +936,7 @@ def explain(
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
     html: Annotated[str | None, typer.Option(help="Also save what was printed as HTML.")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity/--no-sensitivity", help="Re-plan with inputs moved +/-20%.")] = True,
+    emit: Annotated[Emit | None, typer.Option(help="Serve: the engine the explained plan is for, vllm (default) or sglang (SGLang's KV pool and the layouts it launches, as `plan --emit sglang` ranks them).")] = None,
     timeline_only: Annotated[bool, typer.Option("--timeline-only", help="Only draw a pipeline schedule (--schedule, --stages, --micro-batches).")] = False,
     stages: Annotated[int, typer.Option(help="--timeline-only: pipeline stages.")] = 4,
     micro_batches: Annotated[int, typer.Option(help="--timeline-only: micro-batches.")] = 4,
@@ -972,7 +973,11 @@ def explain(
         draft_acceptance=draft_acceptance, draft_model=draft_model, served_draft_model=served_draft_model,
     )
     def run() -> int:
-        check_flags_used(ctx, workload, timeline_only=False)
+        check_flags_used(ctx, workload, emit, timeline_only=False)
+        if emit is not None and emit not in (Emit.vllm, Emit.sglang):
+            raise SpecError(f"--emit {emit.value}: plan explain takes a serving engine, vllm or sglang "
+                            f"(training explains the --engine's plan)")
+        engine = "sglang" if emit is Emit.sglang else "vllm"
         given = given_flags(ctx)
         burst_only = [*BURST_ONLY, *(["request_rate"] if request_rate is not None and request_rate == float("inf") else [])]
         for name in burst_only:
@@ -981,9 +986,10 @@ def explain(
                                 f"burst's metrics (what vllm bench serve reports) come from `plan` itself")
         check_saved_outputs(json_output, svg, html)
         if mode is Mode.disaggregated:  # check_flags_used refused it for --workload train
-            return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html)
+            return run_explain_disaggregated(*request_for(opts), json_output=json_output, svg=svg, html=html,
+                                             engine=engine)
         return run_explain(*request_for(opts), json_output=json_output, svg=svg, html=html,
-                           sensitivity_runs=sensitivity)
+                           sensitivity_runs=sensitivity, engine=engine)
 
     exit_with(run)
 

@@ -30,13 +30,25 @@ def check_outputs(svg: str | None, html: str | None) -> None:
             check_output_path(flag, path)
 
 
+def for_serving_engine(request: ServeRequest, engine: str) -> ServeRequest:
+    """The request as `plan --emit ENGINE` prices it: SGLang's own KV pool under sglang
+    (serve_cli.run_serve), vLLM's otherwise."""
+    from dataclasses import replace
+
+    check_tokenizer_workers(request, engine)
+    return replace(request, pool_engine="sglang") if engine == "sglang" else request
+
+
 def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | TrainRequest, *,
-                json_output: bool, svg: str | None, html: str | None, sensitivity_runs: bool = True) -> int:
+                json_output: bool, svg: str | None, html: str | None, sensitivity_runs: bool = True,
+                engine: str = "vllm") -> int:
+    """`engine`: the serving engine the plan is for (--emit vllm | sglang): explain takes apart
+    the layout `plan --emit ENGINE` recommends, among the layouts that engine launches."""
     from planner.render.explain import show
 
     check_outputs(svg, html)
     if isinstance(request, ServeRequest):
-        check_tokenizer_workers(request, "vllm")  # explain shows vLLM's launch
+        request = for_serving_engine(request, engine)
         request = for_checkpoint(model, request)  # the KV format plan_serving prices
     settings = sensitivity.Settings() if sensitivity_runs else None
     if isinstance(request, TrainRequest):
@@ -53,9 +65,10 @@ def run_explain(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest | 
         explanation = explain_training(model, cluster, request, settings, plan)
     else:
         from planner.explain import explain_serving
+        from planner.serve_cli import launchable
         from planner.serve_search import plan_serving
 
-        plan = plan_serving(model, cluster, request)
+        plan = launchable(plan_serving(model, cluster, request), engine)  # as `plan` ranks them
         if plan.recommended is None:
             return show_serve_infeasible(plan, json_output)
         if request.mode == "auto" and request.layout == LayoutFilter() and explain_winning_disaggregated(
@@ -88,7 +101,7 @@ def explain_winning_disaggregated(model: ModelSpec, cluster: ClusterSpec, reques
 
 
 def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, *,
-                              json_output: bool, svg: str | None, html: str | None) -> int:
+                              json_output: bool, svg: str | None, html: str | None, engine: str = "vllm") -> int:
     """The recommended disaggregated deployment in depth; 1 (with the rejections) when none
     meets the SLA. --layout filters aggregated layouts only, so it is refused here."""
     from planner.disagg_search import plan_disaggregated
@@ -102,7 +115,7 @@ def run_explain_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: S
 
     check_disaggregated_gpus(request, cluster)  # as `plan --mode disaggregated` refuses it
     check_outputs(svg, html)
-    request = for_checkpoint(model, request)
+    request = for_checkpoint(model, for_serving_engine(request, engine))
     plan = plan_disaggregated(model, cluster, request)
     if plan.recommended is None:
         show_disagg_infeasible(plan, json_output)

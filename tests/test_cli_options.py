@@ -22,7 +22,8 @@ from planner.requests import ServeRequest
 PLANNER_DIR = Path(planner.__file__).parent
 CLI = typer.main.get_command(app)
 EXPLAIN = CLI.commands["explain"]
-EXPLAIN_OWN = {"svg", "html", "sensitivity", "timeline_only", "stages", "micro_batches", "forward_only"}
+EXPLAIN_OWN = {"svg", "html", "sensitivity", "timeline_only", "stages", "micro_batches", "forward_only",
+               "emit"}  # explain's --emit takes the serving engines only
 
 
 def _help(*args: str) -> str:

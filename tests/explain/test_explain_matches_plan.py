@@ -118,3 +118,18 @@ def test_training_explain_shows_the_plans_numbers(args: list[str]) -> None:
             assert row["total_seconds"] == rec["dp_collectives"]["gather_seconds"]
             assert row["message_bytes"] == rec["dp_collectives"]["weight_bytes"]
     assert any(row["kind"] != "send" for row in rows) or rec["tp"] == 1
+
+
+def test_explain_takes_the_sglang_plan_apart() -> None:
+    """`plan explain --emit sglang` explains what `plan --emit sglang` recommends, at SGLang's KV
+    pool (Llama-3.1-405B on 2x8 H100: 420 sequences a replica where vLLM's cache holds more;
+    explain had no --emit and showed vLLM's 573, a CLI read). A training launcher is refused."""
+    args = ["--model", "llama-3.1-405b", "--cluster", "2x8xH100", "--mode", "aggregated", "--emit", "sglang"]
+    rec, e = _json([*args, "--json"])["recommended"], _json(["explain", *args, "--json", "--no-sensitivity"])
+    metrics = {m["name"]: m["value"] for m in e["metrics"]}
+    assert (e["layout"]["tp"], e["layout"]["pp"], e["layout"]["dp"]) == (rec["tp"], rec["pp"], rec["dp"])
+    assert metrics["TPOT"] == rec["tpot_seconds"] and metrics["concurrent sequences per replica"] == rec["batch"]
+    vllm = _json(["explain", *args[:-2], "--json", "--no-sensitivity"])
+    assert {m["name"]: m["value"] for m in vllm["metrics"]}["concurrent sequences per replica"] > rec["batch"]
+    refused = CliRunner().invoke(app, ["explain", *args[:-1], "megatron"])
+    assert refused.exit_code == 2 and "--emit megatron" in refused.output
