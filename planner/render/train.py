@@ -126,6 +126,11 @@ def render_table(plan: TrainPlan, top: int) -> Table:
         table.add_column(header, justify=column.justify)
     for index, estimate in enumerate(plan.layouts[:top]):
         table.add_row(*(column.get(estimate, index) for column in COLUMNS))
+    if any(e.config.recompute == "full" for e in plan.layouts[:top]):
+        # the column's count differs by row there (TrainEstimate.tflops_per_gpu): 602 TFLOP/s
+        # beside MFU 45.8% on an H100 read as a contradiction (a CLI read)
+        table.caption = ("TFLOP/s: rows with recompute full count the rerun forward too (Narayanan et al. 2021, "
+                         "eq. 3); MFU counts the model's FLOPs alone")
     return table
 
 
@@ -202,9 +207,12 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if best.faster_split is not None:
         lines.append(faster_split_line(best))
     if training_dtype(plan.model) == "float16" and c.precision != "fp8":
-        lines.append("Precision: fp16 mixed precision, the checkpoint's dtype (--fp16, fp32 main gradients: "
-                     "--accumulate-allreduce-grads-in-fp32 unless --grad-reduce bf16); bf16 would need a "
-                     "bfloat16 checkpoint.")
+        grads = ("fp16 main gradients: --grad-reduce bf16 on a float16 checkpoint keeps and reduces them in the "
+                 "parameters' dtype, Megatron having no bf16 gradients under --fp16 (2 bytes a parameter, as "
+                 "priced)" if c.grad_reduce == "bf16" else
+                 "fp32 main gradients: --accumulate-allreduce-grads-in-fp32")
+        lines.append(f"Precision: fp16 mixed precision, the checkpoint's dtype (--fp16, {grads}); bf16 would "
+                     f"need a bfloat16 checkpoint.")
     lines += mtp_notes(plan.model, c.pp)
     lines += beyond_positions_lines(plan.model, plan.request.seq_len)
     if best.bubble_share_of_step > WIDE_BUBBLE_FRACTION:

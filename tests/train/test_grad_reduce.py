@@ -79,3 +79,16 @@ def test_cli_flag_and_torchtitan_refusal(run_plan):
                      "--cluster", "1x8xH100", "--global-batch", "64", "--seq-len", "4096", "--grad-reduce", "bf16")
     assert titan.returncode == 2 and len(titan.stderr.strip().splitlines()) == 1
     assert "--grad-reduce" in titan.stderr
+
+
+def test_fp16_checkpoint_says_its_16_bit_gradients_are_fp16(run_plan):
+    """--grad-reduce bf16 on a float16 checkpoint: the command has no bf16 gradient flag (Megatron
+    has none under --fp16), so the gradients are fp16; the Precision line says so instead of
+    implying bf16 (a CLI read). Without it the line names the fp32 flag the command carries."""
+    base = ("--workload", "train", "--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536",
+            "--seq-len", "2048")
+    half = run_plan(*base, "--grad-reduce", "bf16")
+    line = next(row for row in half.stdout.splitlines() if row.startswith("Precision"))
+    assert "fp16 main gradients" in " ".join(half.stdout.split()) and "fp32 main" not in line
+    full = run_plan(*base)
+    assert "fp32 main gradients: --accumulate-allreduce-grads-in-fp32" in " ".join(full.stdout.split())
