@@ -164,7 +164,7 @@ class GradReduce(str, Enum):
 # The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
 ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
-WorkloadOpt = Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or train (Megatron-LM).")]
+WorkloadOpt = Annotated[Workload, typer.Option(help="serve (vLLM/SGLang) or train (Megatron-LM/torchtitan).")]
 GpusOpt = Annotated[int | None, typer.Option(help="Plan for this many of the cluster's GPUs.")]
 LayoutOpt = Annotated[str | None, typer.Option(help="Keep only layouts matching e.g. tp=8,pp=2 (degrees not given are searched; training: cp=1 rules context parallelism out).")]
 ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(help="Rank by throughput or latency.")]

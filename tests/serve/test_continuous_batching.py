@@ -699,7 +699,7 @@ def test_a_pipelined_round_holds_no_micro_batch_over_its_room():
 def test_a_prompt_just_past_the_budget_is_not_priced_as_two_half_chunks_in_a_round():
     """Llama-3.1-70B tp=2 pp=4 on 8 H100 (budget 8,192), 32 clients, 8,192/256 tokens: priced as
     two chunks of 4,096 the carriers' path was half a full chunk's, 347 tok/s against 8,100-token
-    prompts' 217 and a step simulation's 247 (+41%). vLLM cuts 8,190 + 2 tokens: now 222 tok/s,
+    prompts' 217 and a step simulation's 247 (+41%). vLLM cuts 8,190 + 2 tokens: 222 tok/s then, 214.6 now,
     within 15% of the simulation (the steady state's carrier paths rotate less than the
     simulation's: -10%)."""
     planned, simulated = _closed_loop_against_simulation("llama-3.1-70b", "1x8xH100", 2, 4, 8192, 256, 32)
