@@ -920,7 +920,7 @@ def _layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, se
                                                                                   cluster.gpu.compute_capability) else 0.0
     terms = memo.get(("layer_terms", c.tp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len,
                       c.attention, c.precision, c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance,
-                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host),
+                      c.cp, c.tp_comm_overlap, c.moe_comm_overlap, c.moe_dispatcher, rotation, host, c.engine),
                      layer_terms, model, cluster, c, seq_len, placement, rates, imbalance, rotation, host)
     return placement, terms
 
@@ -1238,7 +1238,7 @@ def stage_split_options(model: ModelSpec, cluster: ClusterSpec, config: TrainCon
     memo = memo or Memo()
     key = (c.tp, c.pp, c.micro_batch_size, c.sequence_parallel, c.recompute, seq_len, c.attention, c.precision,
            c.fp8_recipe, c.ep, c.dp if c.ep > 1 else 0, imbalance, c.cp, c.tp_comm_overlap, c.moe_comm_overlap,
-           c.moe_dispatcher, c.grad_reduce, moe_host_seconds)
+           c.moe_dispatcher, c.grad_reduce, moe_host_seconds, c.engine)
     options = memo.get(("stage_split", v, engine, key), _split_options_of, model, cluster, c, seq_len, rates, memo,
                        imbalance, engine, key, moe_host_seconds)
     assert options.first is not None, "config_reasons lets through only configurations with a split"

@@ -354,7 +354,7 @@ def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     tests/perf/test_bounded_search.py checks it against every configuration of the search space."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     config = TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, sp, 0, attention=request.attention,
-                         ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce)
+                         ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce, engine=request.engine)
     # a block's floor reads neither pp nor dp (under EP only ep/tp): block_seconds_floor
     block = memo.get(("block_floor", tp, layout.cp, layout.ep, b, sp, recompute),
                      block_seconds_floor, model, cluster, config, request, rates, memo)

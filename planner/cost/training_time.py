@@ -50,6 +50,7 @@ from planner.cost.moe import (
 )
 from planner.cost.params import (
     kv_heads_per_gpu,
+    layer_linear_weights_per_gpu,
     layer_params_per_gpu,
     mlp_width_per_token,
     rotary_elements_per_token,
@@ -261,6 +262,50 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     return (forward + routed_forward) * tokens, (backward + routed_backward) * tokens
 
 
+def torchao_fp8_cast_bytes_per_element(recipe: str) -> tuple[float, float, float]:
+    """HBM bytes per element of torchao's dynamic fp8 casts under torch.compile (torchtitan's
+    float8 and MX converters; its fp8 job configs compile the blocks): (an activation cast once,
+    an output gradient cast for both of its GEMMs, a weight cast). tensorwise: the amax
+    reduction fuses into the kernel that produced the activation or gradient (assumption:
+    inductor fuses a reduction into its producer), the cast reads the 16-bit tensor again and
+    writes fp8: 2 + 1 = 3; the gradient, cast row-wise for dgrad and column-wise for wgrad,
+    twice that, 6; a weight has no producer in the graph, so its amax reads it first: 2 + 3 = 5.
+    mxfp8: no amax pass, read 2 + write 1 + a 1-byte scale per 32 = 3.03125 a cast (the weight's
+    too), 6.0625 for the gradient's two."""
+    if recipe == "mxfp8":
+        cast = 2 + efficiency.TRAIN_MXFP8_COPY_BYTES_PER_ELEMENT
+        return cast, 2 * cast, cast
+    cast = 2 + 1
+    return cast, 2 * cast, 2 + cast
+
+
+def torchao_fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
+                                     recipe: str = "tensorwise", ep: int = 1) -> tuple[float, float]:
+    """(forward, backward) HBM traffic of torchao's fp8 linears in one layer, per GPU: torchao
+    saves the 16-bit input and weight and quantizes both again in the backward
+    (float8_linear.py matmul_with_hp_or_float8_args, mx_linear.py mx_mm: ctx.save_for_backward(
+    input_hp, weight_hp...)), and keeps no fp8 weight between uses (train.saved_activation_precision,
+    fp8_weight_cache_bytes: Transformer Engine's cache). Per token, with C the cast's bytes, G
+    the gradient's and W the weight's (torchao_fp8_cast_bytes_per_element): forward C x the four
+    GEMM inputs (the normed input h twice, the attention context a*d/t, the MLP activation f/t);
+    backward G x the four output gradients (QKV, h, MLP up, h, as fp8_cast_bytes_per_layer) + C x
+    the four inputs again for wgrad. Per micro-batch, the layer's linear weights on the GPU
+    (params.layer_linear_weights_per_gpu) cast W forward and W again backward. The routed
+    experts' token copies as Transformer Engine's (moe_routed_cast_bytes; assumption). Llama-3.1-8B
+    at t = 1, tensorwise, per token: forward 3 * (2 * 4096 + 4096 + 14336) = 79,872 B; backward
+    6 * (6144 + 4096 + 28672 + 4096) + 79,872 = 337,920 B; weights 5 * 218.1e6 B each way."""
+    h, f = model.hidden_size, mlp_width_per_token(model)
+    widths = training_attention_widths(model, tp)
+    inputs = 2 * h + widths.context + f / tp
+    gradients = (widths.query + widths.key + widths.value) + h + (2 if model.gated_mlp else 1) * f / tp + h
+    cast, gradient, weight = torchao_fp8_cast_bytes_per_element(recipe)
+    weights = weight * layer_linear_weights_per_gpu(model, tp, ep)
+    routed_forward, routed_backward = moe_routed_cast_bytes(model, tp, ep, recipe)
+    tokens = s * b
+    return ((cast * inputs + routed_forward) * tokens + weights,
+            ((gradient * gradients + cast * inputs) + routed_backward) * tokens + weights)
+
+
 def fp8_cast_bytes_per_element(recipe: str) -> tuple[float, float, float]:
     """HBM bytes per element of Transformer Engine's fp8 casts, (a 16-bit GEMM input cast,
     a layernorm output, an output gradient), by recipe (fp8_cast_bytes_per_layer's docstring):
@@ -323,7 +368,7 @@ def linear_gemm_seconds(model: ModelSpec, gemms: tuple[Gemm, ...], b: int, s: in
 def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: bool,
                   recompute: str, rates: TrainRates, attention: str = "materialized",
                   precision: str = "bf16", ep: int = 1, dp_per_ep_group: int = 1, cp: int = 1,
-                  fp8_recipe: str = "delayed") -> LayerSeconds:
+                  fp8_recipe: str = "delayed", engine: str = "megatron") -> LayerSeconds:
     """Forward: GEMMs + elementwise traffic at the HBM rate. Backward: 2x the GEMMs and
     ELEMENTWISE_BWD_OVER_FWD x the traffic. Recompute: full repeats the forward; selective
     repeats the attention core and its softmax/dropout traffic (Korthikanti et al. 2022);
@@ -332,7 +377,9 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     score traffic; selective recompute reruns its forward. FP8: the four linear GEMMs at
     linear_rates' fp8 rate (same shape rule), the attention core and the traffic as bf16, plus
     Transformer Engine's unfused fp8 casts and transposes (fp8_cast_bytes_per_layer) at the
-    HBM rate (fp8_recipe: delayed, tensorwise, mxfp8 or blockwise); full recompute repeats the forward's.
+    HBM rate (fp8_recipe: delayed, tensorwise, mxfp8 or blockwise), or under torchtitan (`engine`)
+    torchao's, which quantize the inputs and weights again in the backward
+    (torchao_fp8_cast_bytes_per_layer); full recompute repeats the forward's.
     MoE: the MLP GEMMs of linear_gemm_seconds (ep, dp_per_ep_group: the EP layout), and the
     dispatcher's token permutation at the HBM rate forward and again backward
     (moe.training_permutation_bytes).
@@ -345,8 +392,8 @@ def layer_seconds(model: ModelSpec, s: int, b: int, tp: int, sequence_parallel: 
     # MoE: the dispatcher's token permutation, as much again backward (the mean block's share)
     permute = moe_layers_of(model, 1) * training_permutation_bytes(model, s * b, tp, ep) / hbm
     linear = linear_rates(rates, precision, fp8_recipe)
-    casts_forward, casts_backward = (fp8_cast_bytes_per_layer(model, s, b, tp, fp8_recipe, ep)
-                                     if precision == "fp8" else (0.0, 0.0))
+    casts = torchao_fp8_cast_bytes_per_layer if engine == "torchtitan" else fp8_cast_bytes_per_layer
+    casts_forward, casts_backward = (casts(model, s, b, tp, fp8_recipe, ep) if precision == "fp8" else (0.0, 0.0))
     if attention == "flash":
         dense = linear_gemm_seconds(model, gemms, b, s, tp, linear, ep, dp_per_ep_group)
         # sliding-window layers skip the pairs outside the window (of the whole sequence, s * cp)
@@ -899,7 +946,8 @@ def config_layer_seconds(model: ModelSpec, config: TrainConfig, chunk: int, rate
     """layer_seconds of the configuration's block on `chunk` tokens per sequence (s/cp)."""
     c = config
     return layer_seconds(model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, rates,
-                         c.attention, c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe)
+                         c.attention, c.precision, c.ep, c.layout.dp_per_ep_group, c.cp, c.priced_fp8_recipe,
+                         c.engine)
 
 
 def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: int,

@@ -716,3 +716,52 @@ def test_fsdp2_gathers_the_weights_twice_a_micro_batch_even_with_full_recompute(
     assert explained.exit_code == 0 and "micro-batches per step 4" in text
     gather_row = next(line for line in explained.output.splitlines() if "16-bit weights" in line)
     assert " 8 x " in gather_row  # 4 micro-batches x 2 (it had counted 12)
+
+
+def test_torchao_casts_by_hand():
+    """torchao under torch.compile (torchtitan's fp8): an activation cast 3 B/element (the amax
+    fused into its producer, then read 2 + write 1), an output gradient 6 (row- and column-wise),
+    a weight 5 (its amax read first); mxfp8 3.03125 each, 6.0625 the gradient's. Llama-3.1-8B at
+    t = 1, per token: forward 3 * (2*4096 + 4096 + 14336) = 79,872 B; backward 6 * (6144 + 4096 +
+    28672 + 4096) + 79,872 = 337,920 B; the layer's 218,103,808 linear weights 5 B each way, every
+    micro-batch (torchao keeps no fp8 copy)."""
+    from planner.cost.params import layer_linear_weights_per_gpu
+    from planner.cost.training_time import (
+        torchao_fp8_cast_bytes_per_element,
+        torchao_fp8_cast_bytes_per_layer,
+    )
+
+    assert torchao_fp8_cast_bytes_per_element("tensorwise") == (3, 6, 5)
+    assert torchao_fp8_cast_bytes_per_element("mxfp8") == (3.03125, 6.0625, 3.03125)
+    model = resolve_model("llama-3.1-8b")
+    weights = layer_linear_weights_per_gpu(model, 1)
+    assert weights == 218_103_808
+    forward, backward = torchao_fp8_cast_bytes_per_layer(model, 1, 1, 1, "tensorwise")
+    assert (forward - 5 * weights, backward - 5 * weights) == (79_872, 337_920)
+    # twice the tokens: the token terms double, the weights' do not
+    forward2, _ = torchao_fp8_cast_bytes_per_layer(model, 2, 1, 1, "tensorwise")
+    assert forward2 - forward == 79_872
+
+
+def test_torchtitan_fp8_prices_torchaos_casts():
+    """The same fp8 configuration under torchtitan and Megatron differs in its casts only (the
+    GEMMs are the same fp8 GEMMs): the block's forward differs by torchao's forward casts less
+    Transformer Engine's over the HBM rate."""
+    from planner.catalog import resolve_cluster
+    from planner.cost.training_time import (
+        config_layer_seconds,
+        fp8_cast_bytes_per_layer,
+        torchao_fp8_cast_bytes_per_layer,
+    )
+    from planner.train import train_rates
+
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    rates = train_rates(model, cluster, "auto")
+    c = config(precision="fp8", fp8_recipe="tensorwise")
+    titan, megatron = (config_layer_seconds(model, c.with_(engine=e), 8192, rates) for e in ("torchtitan", "megatron"))
+    hbm = rates.elementwise_bytes_per_s
+    te, ao = fp8_cast_bytes_per_layer(model, 8192, 1, 1, "tensorwise"), torchao_fp8_cast_bytes_per_layer(
+        model, 8192, 1, 1, "tensorwise")
+    assert titan.forward - megatron.forward == pytest.approx((ao[0] - te[0]) / hbm)
+    assert titan.backward - megatron.backward == pytest.approx((ao[1] - te[1]) / hbm)
+    assert titan.backward > megatron.backward  # the backward's casts of the inputs and weights again
