@@ -995,8 +995,11 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         # symmetric compressed-tensors scheme (its default), which keeps a scale per group only
         zero_point = (not scheme.get("symmetric", True) if method == "compressed-tensors"
                       else bool(config.get("zero_point", True)))
-        return {"quantization": kind, "quantization_group_size": group, "quantization_zero_point": zero_point,
-                "quantization_scope": _scope(config.get("ignore", config.get("modules_to_not_convert")))}
+        fields = {"quantization": kind, "quantization_group_size": group, "quantization_zero_point": zero_point,
+                  "quantization_scope": _scope(config.get("ignore", config.get("modules_to_not_convert")))}
+        if kind == "int8" and _int8_inputs(config):  # W8A8: the GEMMs run on the int8 tensor cores
+            fields["int8_activations"] = True
+        return fields
     fp8 = next((w for w in weights if w.get("type") == "float" and w.get("num_bits") == 8), None)
     if fp8 is not None:  # a "block" strategy names its block_structure [n, k]
         return {"quantization": "fp8", **fp8_block_fields(
@@ -1130,6 +1133,19 @@ def _scope(excluded: Any) -> str:
     if "attn" in names:
         return "mlp"
     return "all"
+
+
+def _int8_inputs(config: dict[str, Any]) -> bool:
+    """Whether a compressed-tensors config quantizes the GEMM inputs to 8-bit integers: a config
+    group whose input_activations are {"type": "int", "num_bits": 8} (W8A8; vLLM's
+    CompressedTensorsW8A8Int8 scheme, compressed_tensors.py _is_dynamic_token_w8a8 /
+    _is_static_tensor_w8a8 at 0.33.0). GPTQ and AWQ quantize the weights only."""
+    groups = config.get("config_groups") if str(config.get("quant_method", "")).lower() == "compressed-tensors" else None
+    if not isinstance(groups, dict):
+        return False
+    return any(isinstance(group, dict) and isinstance(group.get("input_activations"), dict)
+               and group["input_activations"].get("type") == "int" and group["input_activations"].get("num_bits") == 8
+               for group in groups.values())
 
 
 def _compressed_tensors_weights(config: dict[str, Any], path: Path) -> list[dict[str, Any]]:

@@ -75,7 +75,9 @@ def dtype_notes(plan: ServePlan) -> list[str]:
 def quantization_notes(plan: ServePlan) -> list[str]:
     quant, override = plan.model.quantization, plan.request.quantization_override
     if override in ("int8", "int4"):
-        kinds = "AWQ or GPTQ" if override == "int4" else "GPTQ 8-bit or compressed-tensors W8A8"  # AWQ is 4-bit only
+        kinds = ("AWQ or GPTQ" if override == "int4" else  # AWQ is 4-bit only
+                 "GPTQ 8-bit, as priced: weight-only; a compressed-tensors W8A8 checkpoint runs its GEMMs "
+                 "on the int8 tensor cores, faster for prompts, which planning its config.json prices")
         return [f"vLLM and SGLang cannot quantize to {override} on the fly: point MODEL at an "
                 f"{override} checkpoint ({kinds}; its quantization_config is read automatically)"]
     if override == "fp8":

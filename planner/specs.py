@@ -169,6 +169,11 @@ class ModelSpec(_Spec):
     quantization_zero_point: Flag = True
     """int4: a 4-bit zero point per group beside its 16-bit scale (AWQ, GPTQ); off for a
     symmetric compressed-tensors checkpoint, which stores the scale only."""
+    int8_activations: Flag = False
+    """int8: the GEMM inputs are quantized to int8 too (compressed-tensors W8A8, whose
+    config_groups name 8-bit integer input_activations), so the block matmuls run on the int8
+    tensor cores (vLLM's CompressedTensorsW8A8Int8, cutlass_scaled_mm); off: weight-only
+    (GPTQ 8-bit), dequantized into the dtype's GEMMs."""
     attention_bias: Flag = False
     """Biases on q, k, v and o projections (GPT-style)."""
     qkv_bias: Flag = False
@@ -426,6 +431,8 @@ class ModelSpec(_Spec):
                              "has none (num_local_experts); use all or mlp")
         if (problem := self.int4_group_problem()) is not None:
             raise ValueError(f"quantization_group_size: {problem}")
+        if self.int8_activations and self.quantization != "int8":
+            raise ValueError("int8_activations: int8 GEMM inputs go with int8 weights (quantization: int8)")
         if self.quantization_block_size is not None and self.quantization != "fp8":
             raise ValueError("quantization_block_size: scale blocks are an fp8 checkpoint's (quantization: fp8)")
         if self.secondary_quantization is not None and (

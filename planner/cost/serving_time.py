@@ -67,28 +67,34 @@ from planner.specs import (
     computed_once,
 )
 
-LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4"}
+LOW_PRECISION_GEMMS = {"fp8": "fp8", "nvfp4": "fp4", "int8": "int8"}
 """Checkpoint formats whose activations are quantized too, so the GEMMs run on the low-precision
-tensor cores where the GPU has them: fp8 W8A8 (vLLM Fp8LinearMethod) and NVFP4 W4A4 on
-Blackwell (vLLM ModelOptNvFp4LinearMethod, cutlass_scaled_fp4_mm). MXFP4 and the integer
-formats are weight-only here: they dequantise into the model dtype's GEMMs."""
+tensor cores where the GPU has them: fp8 W8A8 (vLLM Fp8LinearMethod), NVFP4 W4A4 on
+Blackwell (vLLM ModelOptNvFp4LinearMethod, cutlass_scaled_fp4_mm) and int8 W8A8 where the
+checkpoint says so (ModelSpec.int8_activations; vLLM's CompressedTensorsW8A8Int8,
+cutlass_scaled_mm). MXFP4, int4 and weight-only int8 (GPTQ) dequantise into the model dtype's
+GEMMs."""
 
 
 def matmul_precision(model: ModelSpec, cluster: ClusterSpec) -> str:
     """The precision the linear GEMMs run at: LOW_PRECISION_GEMMS where the GPU has that peak
     (NVFP4 only where it covers every block matmul: ModelOpt's mixed checkpoints store their
-    MLP-only NVFP4 as W4A16, hf_mixed_precision.WEIGHT_ONLY_ALGOS), else the model dtype's."""
+    MLP-only NVFP4 as W4A16, hf_mixed_precision.WEIGHT_ONLY_ALGOS; int8 only with int8 inputs),
+    else the model dtype's."""
     low = LOW_PRECISION_GEMMS.get(model.quantization or "")
     if low == "fp4" and model.quantization_scope != "all":
+        low = None
+    if low == "int8" and not model.int8_activations:
         low = None
     if low is not None and cluster.gpu.peak_flops_per_s(low) is not None:
         return low
     return matmul_precision_of_dtype(model)
 
 
-QUANTIZED_ACTIVATION_BYTES_PER_ELEMENT = {"fp8": 1.0, "fp4": 0.5 + 1 / 16}
-"""Bytes per element a quantized GEMM input is written in: fp8 one byte; NVFP4 half a byte plus
-one fp8 scale per 16 elements (NVIDIA's NVFP4 format)."""
+QUANTIZED_ACTIVATION_BYTES_PER_ELEMENT = {"fp8": 1.0, "fp4": 0.5 + 1 / 16, "int8": 1.0}
+"""Bytes per element a quantized GEMM input is written in: fp8 and int8 one byte (int8's
+per-token scale, one float per row, left out); NVFP4 half a byte plus one fp8 scale per 16
+elements (NVIDIA's NVFP4 format)."""
 
 
 def quantize_bytes_per_element(precision: str, activation_bytes: float = 2) -> float:
