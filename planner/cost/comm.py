@@ -62,16 +62,38 @@ def p2p_seconds(message_bytes: float, link: Link | None) -> float:
     return link.latency_seconds + message_bytes / link.bandwidth_bytes_per_s
 
 
+EXTRAPOLATION_SPAN = 16
+"""Above the sweep a curve continues at the seconds per byte fitted over its largest sizes,
+those within this factor of the largest (at least the last two points)."""
+
+
+def extrapolation_seconds_per_byte(curve: AllreduceCurve) -> float:
+    """The seconds per byte a measured curve continues at above its sweep: the least-squares
+    slope over its points within EXTRAPOLATION_SPAN of the largest size (the last two at least),
+    so that one noisy point does not set it; where that is not positive (the last points dip: a
+    CPU probe measured 3.10 then 2.81 ms, which the last segment's slope would have continued as
+    free bytes, 2.81 ms for 1 GiB), the chord from the smallest to the largest size."""
+    sizes, times = curve.sizes_bytes, curve.median_seconds
+    top = [i for i, size in enumerate(sizes) if size * EXTRAPOLATION_SPAN >= sizes[-1]]
+    top = top if len(top) >= 2 else [len(sizes) - 2, len(sizes) - 1]
+    mean_size = sum(sizes[i] for i in top) / len(top)
+    mean_time = sum(times[i] for i in top) / len(top)
+    spread = sum((sizes[i] - mean_size) ** 2 for i in top)
+    slope = sum((sizes[i] - mean_size) * (times[i] - mean_time) for i in top) / spread
+    if slope > 0:
+        return slope
+    return max(0.0, (times[-1] - times[0]) / (sizes[-1] - sizes[0]))
+
+
 def curve_seconds(curve: AllreduceCurve, message_bytes: float) -> float:
     """A measured all-reduce time at this exact size: log-log interpolation between the
     probe's medians (at least two: specs._Curve); below the sweep the smallest time (latency
-    floor), above it the last segment's bandwidth continues linearly."""
+    floor), above it linear at extrapolation_seconds_per_byte."""
     sizes, times = curve.sizes_bytes, curve.median_seconds
     if message_bytes <= sizes[0]:
         return times[0]
     if message_bytes >= sizes[-1]:
-        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
-        return times[-1] + max(slope, 0.0) * (message_bytes - sizes[-1])
+        return times[-1] + extrapolation_seconds_per_byte(curve) * (message_bytes - sizes[-1])
     i = bisect.bisect_right(sizes, message_bytes)
     x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
     y0, y1 = math.log(times[i - 1]), math.log(times[i])

@@ -161,12 +161,14 @@ def _link_numbers(
     """(bandwidth bytes/s per rank, latency seconds per step) with positive fallbacks when the fit degenerates."""
     bandwidth_bytes_per_s = fit.bandwidth_bytes_per_s
     if bandwidth_bytes_per_s is None:
-        bandwidth_bytes_per_s = max(
-            r.busbw_bytes_per_s for r in rows if (r.op, r.link, r.mode) == key
-        )
-        flags.append(
-            f"{label}: sweep never left the latency regime; bandwidth is the best measured busbw"
-        )
+        # the best busbw of latency-bound points is far below the link's: a plan would price every
+        # large message on it (TPOT 27.8 s on a 512-byte sweep's profile), so nothing is written
+        from planner.probe.runner import ProbeError
+
+        largest = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
+        raise ProbeError(f"{label}: the all_reduce sweep never left the latency regime (its largest message, "
+                         f"{largest:,} B, is mostly latency), so the link's bandwidth is not measured; not written: "
+                         f"raise --max-bytes")
     latency_seconds = fit.alpha_seconds
     if latency_seconds <= 0.0:
         latency_seconds = min(r.median_seconds for r in rows if (r.op, r.link, r.mode) == key)

@@ -174,3 +174,26 @@ def test_allreduce_is_two_allgathers(link: Link, size: float, n: int) -> None:
 @given(size=st.integers(1, 2**34), extra=st.integers(1, 2**30))
 def test_curve_never_decreases_with_size(size: int, extra: int) -> None:
     assert curve_seconds(CURVE, size + extra) >= curve_seconds(CURVE, size)
+
+
+def test_a_dip_at_the_end_of_the_sweep_does_not_make_bytes_free() -> None:
+    """A CPU probe's all-to-all ended 3.102 then 2.807 ms (1 and 2 MiB after 1.6 ms at 512 KiB):
+    the last segment's slope is negative, and continuing it at 0 priced 1 GiB at 2.807 ms. The
+    slope over the top sizes (within 16x of 2 MiB: 512 KiB, 1 MiB, 2 MiB) is the least-squares
+    one: sizes 0.5, 1, 2 MiB (mean 7/6 MiB), times 1.6, 3.102, 2.807 ms (mean 2.503); it is
+    positive, so 1 GiB costs 2.807 ms + slope * (1 GiB - 2 MiB)."""
+    sizes = [2**19, 2**20, 2**21]
+    dip = AllreduceCurve(link="intra_node", num_ranks=2, sizes_bytes=[2**10, *sizes],
+                         median_seconds=[1e-4, 1.6e-3, 3.102e-3, 2.807e-3])
+    times = [1.6e-3, 3.102e-3, 2.807e-3]
+    mean_s, mean_t = sum(sizes) / 3, sum(times) / 3
+    slope = (sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes, times, strict=True))
+             / sum((s - mean_s) ** 2 for s in sizes))
+    assert slope > 0
+    assert curve_seconds(dip, 2**30) == pytest.approx(2.807e-3 + slope * (2**30 - 2**21))
+    assert curve_seconds(dip, 2**30) > 0.5  # not 2.8 ms: about 1 GB/s, as measured
+    # the top points all falling: the chord from the smallest size, (2.807e-3 - 1e-4) / (2**21 - 2**10)
+    falling = AllreduceCurve(link="intra_node", num_ranks=2, sizes_bytes=[2**10, 2**20, 2**21],
+                             median_seconds=[1e-4, 3.102e-3, 2.807e-3])
+    chord = (2.807e-3 - 1e-4) / (2**21 - 2**10)
+    assert curve_seconds(falling, 2**22) == pytest.approx(2.807e-3 + chord * 2**21)

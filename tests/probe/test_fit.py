@@ -118,3 +118,17 @@ def test_slow_node_and_above_spec_are_flagged():
     assert slow_outliers({"pair0": 100.0, "pair1": 95.0}) == []
     assert exceeds_spec(482e9, 300e9)  # NVLS busbw above an NVLink-3 spec
     assert not exceeds_spec(235e9, 300e9)
+
+
+def test_a_sweep_inside_the_latency_regime_resolves_no_bandwidth():
+    """A gloo sweep to 512 B on a 1.5 GB/s link: 110 us a step, the largest message's transfer
+    512 / 1.5e9 = 0.34 us (0.3% of the time) under 30% noise: its slope is noise, so no
+    bandwidth (it had fitted 0.01 GB/s and the plan priced TPOT 27.8 s on it). The same link
+    swept to 4 MiB (transfer 2.8 ms beside 110 us) resolves 1.5 GB/s within the noise."""
+    sizes = [8, 32, 128, 512]
+    rng = random.Random(1)
+    noisy = [(110e-6 + s / 1.5e9) * (1 + rng.uniform(-0.3, 0.3)) for s in sizes]
+    assert fit_alpha_beta("send_recv", 2, sizes, noisy).bandwidth_bytes_per_s is None
+    wide = [8 * 4**i for i in range(11)]  # to 8 MiB
+    clean = [(110e-6 + s / 1.5e9) * (1 + rng.uniform(-0.02, 0.02)) for s in wide]
+    assert fit_alpha_beta("send_recv", 2, wide, clean).bandwidth_bytes_per_s == pytest.approx(1.5e9, rel=0.1)
