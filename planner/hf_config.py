@@ -491,6 +491,7 @@ def rope_extended_positions(text: dict[str, Any], kind: str | None) -> int | Non
 def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -> dict[str, Any]:
     """ModelSpec fields from the text model's keys; dtype and quantization may sit at the
     top level of a wrapper."""
+    wrapped = text is not raw  # before with_rope_parameters' copy (a v5 text-only config had read as wrapped)
     text = with_rope_parameters(text, path)
     kind = family(text) or family(raw)
     fields: dict[str, Any] = {key: text[key] for key in SHAPE_KEYS if text.get(key) is not None}
@@ -501,7 +502,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     name = raw.get("_name_or_path") or (path.parent.name if path.parent.name else path.stem)
     fields["name"] = str(name).rstrip("/").split("/")[-1] or "hf-model"
     fields["source"] = f"Hugging Face config.json ({path})"
-    if text is not raw:
+    if wrapped:
         fields["source"] += (f", the text model ({kind or 'text_config'}) of a "
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
         fields["text_model_of"] = family(raw) or "multimodal"
@@ -964,9 +965,12 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         raise SpecError(f"{path}: quantization_config: expected an object")
     method = str(config.get("quant_method", "")).lower()
     if method in {"fp8", "fbgemm_fp8"}:  # fbgemm_fp8: Meta's own FP8 checkpoints
-        # block-scaled (weight_block_size [n, k]: DeepSeek-V3, Qwen3 FP8) or per channel
-        return {"quantization": "fp8", **fp8_block_fields(config.get("weight_block_size"), path,
-                                                           "quantization_config.weight_block_size")}
+        # block-scaled (weight_block_size [n, k]: DeepSeek-V3, Qwen3 FP8) or per channel; the
+        # modules left 16-bit (modules_to_not_convert, which vLLM's fbgemm_fp8.py and fp8.py
+        # honour: Meta's Llama-3.1-405B-FP8 keeps every self_attn, and its first and last layers,
+        # in bf16, priced here as attention 16-bit on every layer: _scope)
+        return {"quantization": "fp8", "quantization_scope": _scope(config.get("modules_to_not_convert")),
+                **fp8_block_fields(config.get("weight_block_size"), path, "quantization_config.weight_block_size")}
     if method == "mxfp4":  # gpt-oss: modules_to_not_convert names attention and the router
         return {"quantization": "mxfp4",
                 "quantization_scope": _scope(config.get("modules_to_not_convert"))}
@@ -1002,7 +1006,7 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
         return fields
     fp8 = next((w for w in weights if w.get("type") == "float" and w.get("num_bits") == 8), None)
     if fp8 is not None:  # a "block" strategy names its block_structure [n, k]
-        return {"quantization": "fp8", **fp8_block_fields(
+        return {"quantization": "fp8", "quantization_scope": _scope(config.get("ignore")), **fp8_block_fields(
             fp8.get("block_structure") if fp8.get("strategy") == "block" else None, path,
             "quantization_config.config_groups.*.weights.block_structure")}
     if any(w.get("type") == "float" and w.get("num_bits") == 4 and w.get("group_size") == 16
@@ -1122,12 +1126,23 @@ def _modelopt_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
             "quantization_scope": _scope(config.get("exclude_modules", config.get("ignore")))}
 
 
+NOT_BLOCK_MATMULS = r"(gate|norm|bias|indexers?_proj|indexer\.[\w.]*)\$?['\"]?\s*$"
+"""Excluded module names that are not the block matmuls a quantization scope is about: router
+gates, norms, biases and a DSA indexer's small projections (GLM-5-FP8 lists each layer's
+self_attn.kv_a_layernorm and self_attn.indexers_proj, which had read as its attention
+excluded)."""
+
+
 def _scope(excluded: Any) -> str:
     """Which block matmuls a checkpoint quantizes, from its excluded module names (a list,
     or ModelOpt's stringified list): shared experts excluded -> routed experts only (also
     Gemma 4's `layers.N.mlp`, the dense MLP that runs beside its experts, which live in
     `layers.N.experts`); attention excluded -> the MLPs; else all."""
-    names = str(excluded or "")
+    entries = excluded if isinstance(excluded, list) else re.split(r"[,\[\]]", str(excluded or ""))
+    # router gates (mlp.gate, shared_expert_gate) are not block matmuls the scope is about:
+    # llm-compressor's usual ignore list names them, and "shared_expert_gate" had read as the
+    # shared experts excluded (Qwen2-57B-A14B W4A16 planned 41.6 GB where it is 31.2: a read)
+    names = " ".join(name for name in map(str, entries) if not re.search(NOT_BLOCK_MATMULS, name.strip()))
     if "shared_expert" in names or re.search(r"layers\.\d+\.mlp\*", names) and "experts" not in names:
         return "experts"
     if "attn" in names:

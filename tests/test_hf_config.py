@@ -964,3 +964,67 @@ def test_errors_name_the_key_the_file_has(tmp_path, fixture, key, value, named):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(SpecError, match=re.escape(named)):
         load_hf_config(tmp_path / "config.json")
+
+
+def _llama_8b_with(tmp_path, **changes):
+    import json as _json
+
+    from planner.hf_config import load_hf_config
+
+    source = Path(__file__).parent / "fixtures" / "hf_configs" / "meta-llama--Meta-Llama-3.1-8B" / "config.json"
+    config = {**_json.loads(source.read_text()), **changes}
+    for key in [k for k, v in changes.items() if v is None]:
+        config.pop(key)
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps(config))
+    return load_hf_config(path)
+
+
+def test_a_v5_text_only_config_is_not_a_wrapper(tmp_path):
+    """transformers v5 writes rope_parameters in place of rope_theta/rope_scaling; the import
+    copies the mapping to read them, and that copy had made a text-only Llama read as "the text
+    model of llama" (and refused under V0 as a vision-language wrapper: a read)."""
+    model = _llama_8b_with(tmp_path, rope_theta=None, rope_scaling=None,
+                           rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                                            "rope_theta": 500000.0})
+    assert model.text_model_of is None and "text model" not in model.source
+    assert model.rope_theta == 500000.0
+
+
+def test_fp8_checkpoints_keep_what_they_do_not_convert_16_bit(tmp_path):
+    """Meta's FP8 checkpoints (fbgemm_fp8) leave every self_attn in bf16 (modules_to_not_convert),
+    which vLLM honours: the attention weights are priced at 2 bytes, the MLPs at fp8's. Llama-3.1-8B:
+    attention 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2) = 1,610,612,736 params at 2 B instead of
+    about 1 (+1.61 GB)."""
+    names = ["lm_head", *(f"model.layers.{i}.self_attn" for i in range(32))]
+    excluded = _llama_8b_with(tmp_path, quantization_config={"quant_method": "fbgemm_fp8",
+                                                             "modules_to_not_convert": names})
+    everything = _llama_8b_with(tmp_path, quantization_config={"quant_method": "fbgemm_fp8"})
+    assert excluded.quantization == "fp8" and excluded.quantization_scope == "mlp"
+    assert everything.quantization_scope == "all"
+    from planner.cost.params import weight_bytes
+
+    extra = weight_bytes(excluded) - weight_bytes(everything)
+    assert extra == pytest.approx(32 * (4096 * 4096 * 2 + 4096 * 1024 * 2), rel=0.01)
+
+
+def test_router_gates_in_an_ignore_list_are_not_excluded_matmuls():
+    """llm-compressor's usual ignore list names the routers (mlp.gate, shared_expert_gate); they
+    are not the shared experts, so the scope stays all (it had read "experts")."""
+    from planner.hf_config import _scope
+
+    assert _scope(["lm_head", "re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$"]) == "all"
+    assert _scope(["lm_head", "model.layers.0.mlp.shared_expert.down_proj"]) == "experts"
+    assert _scope("['lm_head', 'model.layers.*.self_attn*']") == "mlp"
+
+
+def test_excluded_norms_and_indexer_projections_leave_the_scope_whole():
+    """GLM-5-FP8 lists each layer's attention norms and DSA indexer projection unconverted, not
+    its attention matmuls: scope all (reading "attn" in those names had made it mlp)."""
+    from planner.hf_config import _scope
+
+    glm = ["lm_head", "model.layers.3.self_attn.kv_a_layernorm", "model.layers.3.self_attn.indexers_proj",
+           "model.layers.3.self_attn.indexer.k_norm.bias", "model.layers.3.mlp.gate.e_score_correction_bias"]
+    assert _scope(glm) == "all"
+    assert _scope([*glm, "model.layers.3.self_attn"]) == "mlp"
