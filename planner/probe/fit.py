@@ -43,11 +43,9 @@ class AlphaBetaFit:
         return steps * self.alpha_seconds + transfer_seconds
 
 
-RESOLVED_TRANSFER_NOISE_MULTIPLE = 2.0
-"""A fit resolves a bandwidth only where the largest message's transfer share of its time is
-at least this many times the fit's rms relative residual (the noise it could be)."""
-MIN_RESOLVED_TRANSFER_SHARE = 0.005
-"""... and at least this share even on noiseless data."""
+MIN_RESOLVED_TRANSFER_SHARE = 0.02
+"""A fit resolves a bandwidth only where the fitted transfer makes at least this share of the
+largest message's time (below it the slope is the latency's noise: docs/probe.md)."""
 
 
 def _weighted_line(sizes: list[float], times: list[float]) -> tuple[float, float]:
@@ -88,11 +86,11 @@ def fit_alpha_beta(
         for s, t in zip(sizes_bytes, seconds, strict=True)
     ]
     rms = math.sqrt(sum(r * r for r in residuals) / len(residuals))
-    # the bandwidth is resolved only where the largest message's transfer stands out of the
-    # fit's noise: otherwise the slope is the latency's noise (a gloo sweep to 512 B, transfer
-    # 0.6% of the time and residuals 39%, fitted 0.01 GB/s on a 1.5 GB/s link)
+    # the bandwidth is resolved only where the largest message's transfer is a share of its time
+    # the latency's noise cannot make: otherwise the slope is that noise (a gloo sweep to 512 B,
+    # transfer 0.6% of the time, fitted 0.01 GB/s on a 1.5 GB/s link)
     transfer_share = c1 * scale_bytes / (c0 + c1 * scale_bytes) if c1 > 0.0 else 0.0
-    if transfer_share < max(RESOLVED_TRANSFER_NOISE_MULTIPLE * rms, MIN_RESOLVED_TRANSFER_SHARE):
+    if transfer_share < MIN_RESOLVED_TRANSFER_SHARE:
         bandwidth_bytes_per_s = None
     return AlphaBetaFit(fit.alpha_seconds, bandwidth_bytes_per_s, len(sizes_bytes), rms)
 

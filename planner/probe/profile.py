@@ -62,6 +62,7 @@ DEVICE_NAME_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (r"H100.*NVL", "H100-NVL-94GB"),
     (r"H100.*PCI", "H100-PCIE-80GB"),
     (r"H100", "H100-SXM5-80GB"),
+    (r"A100.*(PCI.*40GB|40GB.*PCI)", None),  # "NVIDIA A100-PCIE-40GB": 1,555 GB/s, not in the catalog
     (r"A100.*PCI", "A100-PCIE-80GB"),
     (r"A100.*40GB", "A100-SXM4-40GB"),
     (r"A100", "A100-SXM4-80GB"),
@@ -70,6 +71,7 @@ DEVICE_NAME_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (r"RTX 6000 Ada", "RTX-6000-Ada"),
     (r"\bL4\b", "L4"),
     (r"A10G", "A10G"),
+    (r"4090 D", None),  # the China-market part: fewer cores, other tensor rates
     (r"4090", "RTX-4090"),
     (r"3090 Ti", None),  # 1008 GB/s and other clocks: not the RTX 3090's figures
     (r"3090", "RTX-3090"),
@@ -94,6 +96,11 @@ class ProfileChoices:
     inter_kind: str | None = (
         None  # infiniband|roce|ethernet; default infiniband on CUDA, ethernet on CPU
     )
+
+
+MEMORY_MATCH_FRACTION = 0.1
+"""A detected GPU takes its catalog entry only where the measured memory is within this share of
+the entry's (the CUDA-visible total sits a little under the datasheet's)."""
 
 
 def catalog_gpu_name(device_name: str) -> str | None:
@@ -136,6 +143,13 @@ def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dic
         for dtype in ("bf16", "fp16")
     }
     entry = catalog_gpu(name) if name else None
+    if entry is not None and not choices.gpu and abs(
+            units.gib_to_bytes(entry["memory_gib"]) - first["memory_bytes"]) > MEMORY_MATCH_FRACTION * first["memory_bytes"]:
+        # a name pattern is a guess; the memory is measured: an 80 GB entry for a 40 GB card
+        # would plan twice its memory
+        flags.append(f"GPU {first['device_name']!r}: measured {units.bytes_to_gib(first['memory_bytes']):.1f} GiB, "
+                     f"not the catalog's {name} ({entry['memory_gib']} GiB): measured figures used")
+        entry = None
     if entry is None:
         flags.append(
             f"GPU {first['device_name']!r} not in the catalog: peaks unknown, HBM bandwidth from "
@@ -161,14 +175,14 @@ def _link_numbers(
     """(bandwidth bytes/s per rank, latency seconds per step) with positive fallbacks when the fit degenerates."""
     bandwidth_bytes_per_s = fit.bandwidth_bytes_per_s
     if bandwidth_bytes_per_s is None:
-        # the best busbw of latency-bound points is far below the link's: a plan would price every
-        # large message on it (TPOT 27.8 s on a 512-byte sweep's profile), so nothing is written
-        from planner.probe.runner import ProbeError
-
+        bandwidth_bytes_per_s = max(
+            r.busbw_bytes_per_s for r in rows if (r.op, r.link, r.mode) == key
+        )
         largest = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
-        raise ProbeError(f"{label}: the all_reduce sweep never left the latency regime (its largest message, "
-                         f"{largest:,} B, is mostly latency), so the link's bandwidth is not measured; not written: "
-                         f"raise --max-bytes")
+        flags.append(
+            f"{label}: sweep never left the latency regime (its largest message, {largest:,} B, is mostly "
+            f"latency); bandwidth is the best measured busbw, a lower bound: raise --max-bytes"
+        )
     latency_seconds = fit.alpha_seconds
     if latency_seconds <= 0.0:
         latency_seconds = min(r.median_seconds for r in rows if (r.op, r.link, r.mode) == key)

@@ -177,6 +177,8 @@ def test_a_slow_node_is_named_and_healthy_runs_flag_nothing():
         ("NVIDIA A800 80GB PCIe", "A800-PCIE-80GB"),
         ("NVIDIA H800 PCIe", None),  # not in the catalog: measured figures, never an H100's
         ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 4090 D", None),  # fewer cores: not the RTX 4090's rates
+        ("NVIDIA A100-PCIE-40GB", None),  # 1,555 GB/s, 40 GB: never the 80 GB PCIe entry
         ("NVIDIA GeForce RTX 3090", "RTX-3090"),
         ("NVIDIA GeForce RTX 3090 Ti", None),  # other bandwidth and clocks
         ("NVIDIA GeForce RTX 5090", "RTX-5090"),
@@ -257,8 +259,28 @@ def test_a_cuda_profile_takes_the_gpus_typical_fabric(device_name, chosen, kind)
     nodes, phases = one_node_of_four()
     raw = raw_from(nodes, phases)
     raw["device"] = "cuda"
-    raw["compute"] = [dict(rank=0, device_name=device_name, memory_bytes=24 * 2**30,
+    name = profile.catalog_gpu_name(device_name)  # the memory the card reports: its entry's
+    memory_bytes = profile.catalog_gpu(name)["memory_gib"] * 2**30 if name else 24 * 2**30
+    raw["compute"] = [dict(rank=0, device_name=device_name, memory_bytes=memory_bytes,
                            matmul_flop_per_s={"bf16": 1.5e14, "fp16": 1.5e14}, hbm_copy_bytes_per_s=9e11)]
     rows = results.summarize_rows(raw)
     document = profile.build_profile(raw, rows, results.fit_all(rows), profile.ProfileChoices(intra_kind=chosen))
     assert document["intra_node"]["kind"] == kind
+
+
+def test_a_detected_gpu_whose_memory_differs_from_its_entry_is_measured():
+    """A name pattern is a guess; the memory is measured. A card reporting 39.4 GiB under a name
+    that maps to an 80 GB entry keeps its measured figures (an 80 GB plan on a 40 GB card: a read);
+    one within 10% of its entry (the CUDA-visible 79.1 of 79.6 GiB) takes the entry."""
+    def raw(memory_gib: float) -> dict:
+        return {"compute": [{"device_name": "NVIDIA A100 80GB PCIe", "memory_bytes": memory_gib * 2**30,
+                             "hbm_copy_bytes_per_s": 1.5e12,
+                             "matmul_flop_per_s": {"bf16": 2.5e14, "fp16": 2.5e14}}]}
+
+    flags: list[str] = []
+    small = profile.gpu_entry(raw(39.4), profile.ProfileChoices(), flags)
+    assert small["name"] == "NVIDIA A100 80GB PCIe" and small["memory_gib"] == pytest.approx(39.4)
+    assert any("not the catalog's A100-PCIE-80GB" in f for f in flags)
+    flags = []
+    right = profile.gpu_entry(raw(79.1), profile.ProfileChoices(), flags)
+    assert right["name"] == "A100-PCIE-80GB" and not flags
