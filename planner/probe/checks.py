@@ -102,9 +102,12 @@ def _check_collectives(options: ProbeOptions) -> None:
     processes: one alone measures no link."""
     from planner.probe.sweep import ALL_REDUCE, parse_collectives  # deferred, as above
 
-    if (options.out is not None and options.nnodes == 1 and options.nproc_per_node is not None
+    writes = "--out" if options.out is not None else "--merge-into" if options.merge_into is not None else None
+    if (writes is not None and options.nnodes == 1 and options.nproc_per_node is not None
             and options.nproc_per_node < 2):
-        raise ProbeError(f"--nproc-per-node {options.nproc_per_node}: one process measures no link, so --out "
+        # --merge-into too: it would stamp the profile "measured" (dropping the datasheet links'
+        # NCCL derating) with no link measured (a read)
+        raise ProbeError(f"--nproc-per-node {options.nproc_per_node}: one process measures no link, so {writes} "
                          "would write a profile without measurements; run at least 2 (or several --nnodes)")
     if options.collectives is None:
         return

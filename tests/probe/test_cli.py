@@ -82,6 +82,13 @@ def test_a_profile_from_one_process_is_refused_before_the_sweep(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
     assert "--nproc-per-node 1: one process measures no link" in result.output
     assert not out.exists()
+    # nor merged into an existing profile, which it would have stamped "measured" (a read)
+    existing = tmp_path / "h100.yaml"
+    original = (Path(__file__).resolve().parents[2] / "hardware_profiles" / "1x8xH100.yaml").read_text()
+    existing.write_text(original)
+    merged = invoke("--backend", "gloo", "--nproc-per-node", "1", "--merge-into", str(existing))
+    assert merged.exit_code == 2 and "one process measures no link, so --merge-into" in merged.output
+    assert existing.read_text() == original
 
 
 def test_collectives_travel_to_every_node_and_the_worker():
