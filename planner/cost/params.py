@@ -29,6 +29,8 @@ INT4_SCALE_BYTES_PER_GROUP = 2.0
 """int4: a 16-bit scale per group of weights (compressed-tensors' symmetric pack-quantized)."""
 INT4_ZERO_POINT_BYTES_PER_GROUP = 0.5
 """AWQ/GPTQ: a packed 4-bit zero point per group beside the scale (quantization_zero_point)."""
+INT8_ZERO_POINT_BYTES_PER_GROUP = 1
+"""GPTQ 8-bit: one 8-bit zero point per group (qzeros, packed)."""
 BLOCK_SCALED_BYTES = {"nvfp4": (0.5, 16, 1), "mxfp4": (0.5, 32, 1), "mxfp8": (1, 32, 1)}
 """Bytes per value, weights per block and scale bytes per block: NVFP4 an FP8 E4M3 scale per
 16 FP4 values, MXFP4 and MXFP8 an E8M0 scale per 32 (sources in bytes_per_weight)."""
@@ -350,7 +352,9 @@ def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     without zero points (symmetric compressed-tensors) 0.5 + 2/group: Kimi-K2.5's experts at
     group 32, 0.5625.
     fp8/int8: 1 + 4/h (an fp32 scale per output channel of ~h inputs: <0.1%; DeepSeek's
-    fp8 with one fp32 scale per 128x128 block is 1 + 4/16384, 0.04% less).
+    fp8 with one fp32 scale per 128x128 block is 1 + 4/16384, 0.04% less). int8 in groups
+    smaller than h (GPTQ 8-bit, group 128): 1 + (2 + 1)/128 = 1.0234, an fp16 scale and an
+    8-bit zero point per group (1 + 2/128 without zero points).
     nvfp4: 0.5 + 1/16 (FP4 E2M1 values, one FP8 E4M3 scale per block of 16; NVIDIA,
     "Introducing NVFP4", 2025; the per-tensor fp32 scale is negligible).
     mxfp4: 0.5 + 1/32 (FP4 E2M1 values, one E8M0 scale per block of 32; OCP Microscaling
@@ -366,6 +370,10 @@ def bytes_per_weight(model: ModelSpec, weight_format: str | None) -> float:
     if weight_format in BLOCK_SCALED_BYTES:
         value_bytes, block, scale_bytes = BLOCK_SCALED_BYTES[weight_format]
         return value_bytes + scale_bytes / block
+    if weight_format == "int8" and model.quantization_group_size < model.hidden_size:
+        # GPTQ 8-bit in groups: an fp16 scale and an 8-bit zero point per group (qzeros)
+        per_group = INT4_SCALE_BYTES_PER_GROUP + (INT8_ZERO_POINT_BYTES_PER_GROUP if model.quantization_zero_point else 0)
+        return BYTES_PER_ELEMENT["int8"] + per_group / model.quantization_group_size
     return BYTES_PER_ELEMENT[weight_format] + PER_CHANNEL_SCALE_BYTES / model.hidden_size
 
 

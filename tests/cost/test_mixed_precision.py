@@ -156,3 +156,19 @@ def test_the_summary_names_every_weight_format(qwen36_35b: ModelSpec) -> None:
     assert (summary.weight_dtype, summary.secondary_weight_dtype, summary.lm_head_weight_dtype) == (
         "nvfp4", "fp8", "nvfp4")
     assert "nvfp4 mlp + fp8 other weights (nvfp4 LM head)" in describe_model(qwen36_35b)
+
+
+def test_grouped_int8_counts_its_scales_and_zero_points():
+    """GPTQ 8-bit in groups of 128: an fp16 scale and an 8-bit zero per group, 1 + 3/128 =
+    1.0234375 B a weight (it had been priced 1 + 4/h, per channel: Qwen2.5-72B-GPTQ-Int8 75.5 GB
+    against about 77.1: a read); without zero points 1 + 2/128; per channel (group = h, what the
+    HF import gives a channel-wise compressed-tensors W8A8) 1 + 4/h."""
+    from planner.catalog import resolve_model
+
+    model = resolve_model("llama-3.1-8b")
+    grouped = model.model_copy(update={"quantization": "int8", "quantization_group_size": 128})
+    assert bytes_per_weight(grouped, "int8") == 1 + 3 / 128
+    symmetric = grouped.model_copy(update={"quantization_zero_point": False})
+    assert bytes_per_weight(symmetric, "int8") == 1 + 2 / 128
+    channel = grouped.model_copy(update={"quantization_group_size": 4096})
+    assert bytes_per_weight(channel, "int8") == 1 + 4 / 4096
