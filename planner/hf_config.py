@@ -493,6 +493,12 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     top level of a wrapper."""
     wrapped = text is not raw  # before with_rope_parameters' copy (a v5 text-only config had read as wrapped)
     text = with_rope_parameters(text, path)
+    limit = text.get("model_max_length")
+    if type(limit) is int and limit > 0:
+        # vLLM 0.33.0 takes model_max_length as the context where a config gives it, over
+        # max_position_embeddings (model_arch_config_convertor.py, "For Command-R / Cohere,
+        # Cohere2 models": c4ai-command-r-v01 8,192 positions, 131,072 served)
+        text = {**text, "max_position_embeddings": limit}
     kind = family(text) or family(raw)
     fields: dict[str, Any] = {key: text[key] for key in SHAPE_KEYS if text.get(key) is not None}
     extended = rope_extended_positions(text, kind)

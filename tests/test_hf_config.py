@@ -1028,3 +1028,11 @@ def test_excluded_norms_and_indexer_projections_leave_the_scope_whole():
            "model.layers.3.self_attn.indexer.k_norm.bias", "model.layers.3.mlp.gate.e_score_correction_bias"]
     assert _scope(glm) == "all"
     assert _scope([*glm, "model.layers.3.self_attn"]) == "mlp"
+
+
+def test_model_max_length_is_the_context_vllm_serves(tmp_path):
+    """Command-R's config.json: max_position_embeddings 8,192 beside model_max_length 131,072,
+    which vLLM 0.33.0 takes as the context (model_arch_config_convertor.py); the plan had refused
+    --max-model-len 131072 (a read)."""
+    model = _llama_8b_with(tmp_path, max_position_embeddings=8192, model_max_length=131072, rope_scaling=None)
+    assert model.max_position_embeddings == 131072
