@@ -281,6 +281,8 @@ def _load_hf_config(path: Path) -> ModelSpec:
     if remote_config or (path.name == "config.json" and tokenizer_config.is_file()
                          and tokenizer_code(_read_json(tokenizer_config))):
         fields["trust_remote_code"] = True
+    elif not tokenizer_config.is_file() and raw.get("model_type") in REMOTE_TOKENIZER_MODEL_TYPES:
+        fields["trust_remote_code"] = True  # a config alone: the family's tokenizer is its own code
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
     try:
         model = validate(ModelSpec, fields, origin)
@@ -508,6 +510,11 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     name = raw.get("_name_or_path") or (path.parent.name if path.parent.name else path.stem)
     fields["name"] = str(name).rstrip("/").split("/")[-1] or "hf-model"
     fields["source"] = f"Hugging Face config.json ({path})"
+    if not wrapped and isinstance(raw.get("vision_config"), dict):
+        # a flat vision-language config (Qwen2-VL: the text keys at the top, vision_config beside
+        # them) had been planned as a text model with no word of its tower (a read)
+        fields["source"] += f", the text model of a {kind or 'vision-language'} config; its vision tower not counted"
+        fields["text_model_of"] = kind or "vision-language"
     if wrapped:
         fields["source"] += (f", the text model ({kind or 'text_config'}) of a "
                              f"{family(raw) or 'multimodal'} wrapper; vision/audio towers not counted")
@@ -1072,6 +1079,14 @@ def config_code(config: Any) -> bool:
     auto_map, model_type = config.get("auto_map"), config.get("model_type")
     return (isinstance(auto_map, dict) and bool(auto_map.get("AutoConfig")) and isinstance(model_type, str)
             and model_type not in native_config_model_types())
+
+
+REMOTE_TOKENIZER_MODEL_TYPES = frozenset({"kimi_k2", "kimi_k25"})
+"""model_types whose published checkpoints ship their tokenizer as code (Moonshot's
+tokenizer_config.json: auto_map AutoTokenizer tokenization_kimi.TikTokenTokenizer, which
+vLLM 0.33.0's tokenizer registry has no entry for): a config.json read without its
+tokenizer_config.json still gets --trust-remote-code (its command had failed loading the
+tokenizer: a read)."""
 
 
 def tokenizer_code(tokenizer_config: Any) -> bool:

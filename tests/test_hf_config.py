@@ -1036,3 +1036,24 @@ def test_model_max_length_is_the_context_vllm_serves(tmp_path):
     --max-model-len 131072 (a read)."""
     model = _llama_8b_with(tmp_path, max_position_embeddings=8192, model_max_length=131072, rope_scaling=None)
     assert model.max_position_embeddings == 131072
+
+
+def test_kimis_config_alone_still_gets_trust_remote_code():
+    """Moonshot's Kimi checkpoints ship their tokenizer as code (tokenization_kimi), which vLLM
+    loads only with --trust-remote-code; a config.json read without its tokenizer_config.json
+    (the corpus keeps configs only) had planned a command without the flag (a read)."""
+    from planner.hf_config import load_hf_config
+
+    root = Path(__file__).parent / "fixtures" / "hf_configs"
+    for name in ("moonshotai--Kimi-K2-Instruct", "moonshotai--Kimi-K2.5"):
+        path = root / name / "config.json"
+        assert not (path.parent / "tokenizer_config.json").exists()
+        assert load_hf_config(path).trust_remote_code
+    assert not load_hf_config(root / "deepseek-ai--DeepSeek-V3" / "config.json").trust_remote_code
+
+
+def test_a_flat_vision_language_config_says_its_tower_is_not_counted(tmp_path):
+    """Qwen2-VL keeps its text keys at the top level with vision_config beside them: planned as
+    the text model, and now said so (vLLM loads the ~0.68B-parameter tower too)."""
+    model = _llama_8b_with(tmp_path, model_type="qwen2_vl", vision_config={"depth": 32, "embed_dim": 1280})
+    assert model.text_model_of == "qwen2_vl" and "vision tower not counted" in model.source

@@ -578,7 +578,9 @@ def test_lockstep_ranks_with_every_round_prompted_by_hand():
 def test_lockstep_never_beats_a_lone_rank(concurrency, input_len, output_len, ranks):
     alone = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010)
     group = steady_state(concurrency, input_len, output_len, 8192, 1, lockstep_round, 0.010, lockstep_ranks=ranks)
-    assert group.tpot_seconds >= alone.tpot_seconds * (1 - 1e-12)
+    # to the solver's convergence (SOLVER_ITERATIONS fixed-point passes): C = 3, 7,737/2 tokens
+    # at 2 ranks came out 2.6e-6 below the lone rank's
+    assert group.tpot_seconds >= alone.tpot_seconds * (1 - 1e-5)
 
 
 @PROPERTIES
