@@ -608,6 +608,8 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
                    "worst_stage_num_layers": mem.num_layers},
         "step_time_seconds": e.step_time_seconds, "tokens_per_second": e.tokens_per_second,
         "tflops_per_gpu": e.tflops_per_gpu, "model_tflops_per_gpu": e.model_tflops_per_gpu, "mfu": e.mfu,
+        # the peak MFU divides by, whatever the precision (an fp8 plan's 0.85 read as fp8's: a read)
+        "mfu_peak_basis": "16-bit dense",
         "bubble_fraction": e.bubble_fraction, "bubble_over_compute_ratio": e.bubble_over_compute_ratio,
         "bubble_share_of_step": e.bubble_share_of_step,
         "tp_allreduce_seconds_per_layer": e.tp_allreduce_seconds_per_layer,

@@ -606,3 +606,15 @@ def test_table_says_what_tflops_counts_under_full_recompute():
     assert full.exit_code == 0 and none.exit_code == 0
     assert "count the rerun forward too" in " ".join(full.output.split())
     assert "rerun forward too" not in " ".join(none.output.split())
+
+
+def test_json_says_which_peak_the_mfu_divides_by():
+    """MFU is model FLOPs over the 16-bit dense peak, also for an fp8 plan (whose 0.85 would read
+    as a share of the fp8 peak otherwise: a read); the JSON row names the basis."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "64", "--seq-len", "4096", "--precision", "fp8", "--json",
+                                      "--top", "1"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["recommended"]
+    assert best["mfu_peak_basis"] == "16-bit dense"
+    assert best["mfu"] == pytest.approx(best["model_tflops_per_gpu"] / 989, rel=1e-3)  # H100's bf16 peak
