@@ -16,6 +16,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from planner import units
 from planner.cost.efficiency import HOST_STAGED_BANDWIDTH_FRACTION, HOST_STAGED_STEP_LATENCY_SECONDS
 from planner.specs import ClusterSpec
 
@@ -186,6 +187,10 @@ class Link:
     """True when the figures come from `plan probe` (already what NCCL achieves)."""
     host_staged: bool = False
     """True when the GPUs have no peer-to-peer access, so each transfer goes through host memory."""
+    p2p_bandwidth_bytes_per_s: float | None = None
+    p2p_latency_seconds: float | None = None
+    """A probe's own send/recv fit on this link (IntraNodeLink / InterNodeLink p2p figures);
+    None: a send costs the link's figures (comm.p2p_seconds)."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,15 @@ def intra_node_link(cluster: ClusterSpec, ranks_in_node: int = 0) -> Link:
     if staged:
         bandwidth *= HOST_STAGED_BANDWIDTH_FRACTION
         latency = max(latency, HOST_STAGED_STEP_LATENCY_SECONDS)
-    return Link(link.kind, "intra_node", bandwidth, latency, measured, staged)
+    return Link(link.kind, "intra_node", bandwidth, latency, measured, staged, *_p2p(
+        link.p2p_bandwidth_gb_per_s, link.p2p_latency_us))
+
+
+def _p2p(bandwidth_gb_per_s: float | None, latency_us: float | None) -> tuple[float | None, float | None]:
+    """A profile's send/recv figures in SI units, both or neither."""
+    if bandwidth_gb_per_s is None or latency_us is None:
+        return None, None
+    return units.gb_per_s_to_bytes_per_s(bandwidth_gb_per_s), units.us_to_seconds(latency_us)
 
 
 def inter_node_link(cluster: ClusterSpec) -> Link:
@@ -273,6 +286,8 @@ def inter_node_link(cluster: ClusterSpec) -> Link:
         cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
         link.latency_seconds,
         cluster.measured is not None,
+        False,
+        *_p2p(link.p2p_bandwidth_gb_per_s_per_gpu, link.p2p_latency_us),
     )
 
 

@@ -578,6 +578,10 @@ class IntraNodeLink(_Spec):
     """False where the driver gives the GPUs no peer-to-peer access over PCIe (GeForce cards on
     NVIDIA's stock driver): NCCL then stages every transfer through host memory, and vLLM turns
     its custom all-reduce off (layout.intra_node_link prices the staged path)."""
+    p2p_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S) | None = None
+    p2p_latency_us: Quantity(MAX_LATENCY_US, lower=0) | None = None
+    """`plan probe`'s send/recv fit on this link (its own, beside the all-reduce's figures above):
+    what a pipeline send costs; None: the link's figures (comm.p2p_seconds)."""
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -595,6 +599,10 @@ class InterNodeLink(_Spec):
     num_nics_per_node: Count(MAX_NUM_NICS_PER_NODE)
     nic_bandwidth_gbit_per_s: Quantity(MAX_NIC_GBIT_PER_S)
     latency_us: Quantity(MAX_LATENCY_US, lower=0)
+    p2p_bandwidth_gb_per_s_per_gpu: Quantity(MAX_BANDWIDTH_GB_PER_S) | None = None
+    p2p_latency_us: Quantity(MAX_LATENCY_US, lower=0) | None = None
+    """`plan probe`'s send/recv fit across nodes, per GPU with every local rank sending at once
+    (as a pipeline boundary's TP ranks do): what a pipeline send costs; None: the NICs' share."""
 
     @property
     def node_bandwidth_bytes_per_s(self) -> float:

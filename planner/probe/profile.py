@@ -277,7 +277,26 @@ def intra_link(
         "kind": kind,
         "bandwidth_gb_per_s": rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s)),
         "latency_us": rounded(units.seconds_to_us(latency_seconds)),
+        **p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s"),
     }
+
+
+P2P_KEYS = ("p2p_bandwidth_gb_per_s", "p2p_bandwidth_gb_per_s_per_gpu", "p2p_latency_us")
+
+
+def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sharing: int = 1) -> dict:
+    """The link's send/recv fit as the profile's p2p figures (what a pipeline send costs:
+    comm.p2p_seconds), where it resolved a bandwidth and a latency; `ranks_sharing`: the ranks
+    whose concurrent sends the measured rate is shared by (one rank per node measured, every
+    local rank sending at a pipeline boundary). {} otherwise."""
+    entry = fits.get(f"{link}_send_recv{suffix}")
+    if entry is None:
+        return {}
+    fit = entry[1]
+    if fit.bandwidth_bytes_per_s is None or fit.alpha_seconds <= 0.0:
+        return {}
+    return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s / ranks_sharing)),
+            "p2p_latency_us": rounded(units.seconds_to_us(fit.alpha_seconds))}
 
 
 def inter_link(
@@ -322,6 +341,11 @@ def inter_link(
         "num_nics_per_node": num_nics,
         "nic_bandwidth_gbit_per_s": rounded(nic_gbit_per_s),
         "latency_us": rounded(units.seconds_to_us(latency_seconds)),
+        # every local rank sending at once (a pipeline boundary's TP ranks): measured so, else
+        # the one rank's rate shared by the node's ranks
+        **(p2p_fields(fits, "inter_node", "", "p2p_bandwidth_gb_per_s_per_gpu")
+           or p2p_fields(fits, "inter_node", f"_{ONE_RANK_PER_NODE}", "p2p_bandwidth_gb_per_s_per_gpu",
+                         local_size)),
     }
 
 
@@ -480,6 +504,8 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
         if link in measured:
             updated = dict(existing.get(link) or {})
             kept_kind = updated.get("kind")
+            for key in P2P_KEYS:  # an earlier probe's send/recv figures are not this one's
+                updated.pop(key, None)
             updated.update(measured[link])
             if kept_kind:
                 updated["kind"] = kept_kind

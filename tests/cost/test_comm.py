@@ -197,3 +197,36 @@ def test_a_dip_at_the_end_of_the_sweep_does_not_make_bytes_free() -> None:
                              median_seconds=[1e-4, 3.102e-3, 2.807e-3])
     chord = (2.807e-3 - 1e-4) / (2**21 - 2**10)
     assert curve_seconds(falling, 2**22) == pytest.approx(2.807e-3 + chord * 2**21)
+
+
+def test_a_pipeline_send_costs_the_probes_own_send_recv_fit() -> None:
+    """A probe fits send/recv on its own (71.26 us, 3.502 GB/s on a gloo loopback) beside the
+    all-reduce's link figures (418.1 us a step, 1.518 GB/s): a 1 MiB pipeline send costs
+    71.26e-6 + 2**20 / 3.502e9 = 0.3707 ms, not 418.1e-6 + 2**20 / 1.518e9 = 1.109 ms (a read).
+    Without a send/recv fit the link's figures stay."""
+    from planner.layout import Link
+
+    plain = Link("pcie", "intra_node", 1.518e9, 418.1e-6, measured=True)
+    fitted = Link("pcie", "intra_node", 1.518e9, 418.1e-6, measured=True,
+                  p2p_bandwidth_bytes_per_s=3.502e9, p2p_latency_seconds=71.26e-6)
+    assert p2p_seconds(2**20, fitted) == pytest.approx(71.26e-6 + 2**20 / 3.502e9)
+    assert p2p_seconds(2**20, fitted) * 1e3 == pytest.approx(0.3707, abs=1e-4)
+    assert p2p_seconds(2**20, plain) == pytest.approx(418.1e-6 + 2**20 / 1.518e9)
+
+
+def test_the_probe_writes_its_send_recv_fit_per_link() -> None:
+    """intra_node: the fit as measured; inter_node measured one rank per node: that rank's rate
+    shared by the node's local ranks (8 here), which send together at a pipeline boundary; a fit
+    that resolved no bandwidth writes nothing."""
+    from planner.probe.fit import AlphaBetaFit
+    from planner.probe.profile import p2p_fields
+
+    fits = {"intra_node_send_recv": (2, AlphaBetaFit(71.26e-6, 3.502e9, 10, 0.1)),
+            "inter_node_send_recv_one_rank_per_node": (2, AlphaBetaFit(20e-6, 40e9, 10, 0.1)),
+            "world_send_recv": (2, AlphaBetaFit(20e-6, None, 10, 0.1))}
+    assert p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s") == {
+        "p2p_bandwidth_gb_per_s": 3.502, "p2p_latency_us": 71.26}
+    assert p2p_fields(fits, "inter_node", "_one_rank_per_node", "p2p_bandwidth_gb_per_s_per_gpu", 8) == {
+        "p2p_bandwidth_gb_per_s_per_gpu": 5.0, "p2p_latency_us": 20.0}
+    assert p2p_fields(fits, "world", "", "p2p_bandwidth_gb_per_s") == {}
+    assert p2p_fields(fits, "inter_node", "", "p2p_bandwidth_gb_per_s_per_gpu") == {}
