@@ -509,11 +509,30 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
             updated.update(measured[link])
             if kept_kind:
                 updated["kind"] = kept_kind
+            if link == "inter_node":
+                warnings += _scaled_to_declared_ranks(updated, existing, measured)
             merged[link] = updated
     merged["measured"] = copy.deepcopy(measured["measured"])
     warnings += keep_unmeasured_curves(existing.get("measured") or {}, merged["measured"])
     merged["measured"]["flags"] = merged["measured"]["flags"] + warnings
     return merged, warnings
+
+
+def _scaled_to_declared_ranks(inter: dict, existing: dict, measured: dict) -> list[str]:
+    """A node's inter-node bandwidth measured with every local rank crossing at once is the sum
+    of those ranks' rates; merged into a profile of more GPUs a node, each GPU keeps the rate
+    its rank measured (rail-aligned NICs, one a GPU: assumption), so the node's total scales by
+    declared / measured ranks. A 2x2 probe merged into 2x8 H100 had given each GPU a quarter of
+    what its rank measured (0.31 for 1.245 GB/s: a read). One rank per node: kept (a lower bound
+    already, flagged)."""
+    declared, ran = existing.get("gpus_per_node"), measured.get("gpus_per_node")
+    basis = (measured.get("measured") or {}).get("inter_node_basis")
+    if not declared or not ran or declared == ran or basis != "all_local_ranks" or \
+            "nic_bandwidth_gbit_per_s" not in inter:
+        return []
+    inter["nic_bandwidth_gbit_per_s"] = rounded(inter["nic_bandwidth_gbit_per_s"] * declared / ran)
+    return [f"inter_node: measured with {ran} ranks a node, scaled to the profile's {declared} "
+            f"(each GPU at its rank's measured rate, one NIC rail a GPU assumed)"]
 
 
 CURVES_BY_OP = {ALL_REDUCE: "allreduce_curves", ALL_TO_ALL: "alltoall_curves", ALL_GATHER: "allgather_curves",

@@ -128,10 +128,12 @@ def test_merge_keeps_everything_but_link_numbers():
         and merged["intra_node"]["bandwidth_gb_per_s"] == 100.0
     )
     assert merged["inter_node"]["kind"] == "roce" and merged["inter_node"]["num_nics_per_node"] == 4
-    assert merged["inter_node"]["nic_bandwidth_gbit_per_s"] == pytest.approx(
-        40.0, rel=1e-3
-    )  # 160 / 4 NICs
-    assert warnings == ["gpus_per_node: profile says 8, measured 2; kept 8"]
+    # 2 ranks a node measured 160 Gbit/s together, 80 each; the profile's 8 GPUs a node keep
+    # 80 each: 8 * 80 / 4 NICs = 160 Gbit/s a NIC (it had been 160 / 4 = 40, each GPU a quarter
+    # of its rank's rate: a read)
+    assert merged["inter_node"]["nic_bandwidth_gbit_per_s"] == pytest.approx(160.0, rel=1e-3)
+    assert warnings[0] == "gpus_per_node: profile says 8, measured 2; kept 8"
+    assert "scaled to the profile's 8" in warnings[1] and len(warnings) == 2
     assert existing["intra_node"]["bandwidth_gb_per_s"] == 450.0  # input untouched
 
 
