@@ -85,7 +85,9 @@ all-to-all, one exchange; tinygrad/open-gpu-kernel-modules issue #17), 8 GPUs 42
 
 DECODE_HBM_UTILIZATION = 0.76
 """Share of datasheet HBM bandwidth a decode step's weight and KV reads achieve (the linear
-layers' weights at the GPU's measured serving_decode_hbm_utilization where the catalog has it)."""
+layers' weights at the GPU's measured serving_decode_hbm_utilization where the catalog has it).
+Fitted with GPT_FAST_SECONDS_PER_LAYER to gpt-fast's TP series (its README, "Tensor
+Parallelism"; docs/cost-model.md#efficiency-constants)."""
 GPT_FAST_SECONDS_PER_LAYER = units.us_to_seconds(38)
 """gpt-fast's fixed cost per layer per decode step (kernel launches, synchronisation, small
 kernels), independent of the bytes read: it is why per-GPU bandwidth utilisation falls as TP
@@ -110,7 +112,9 @@ residual add + FFN norm, w1, w3, silu * mul, w2 (the residual add fuses into the
 DENSE_MLP_KERNELS = 4
 """Of those, the dense MLP's: w1, w3, silu * mul and w2 (FeedForward.forward)."""
 ROUTER_KERNELS = 1
-"""An MoE layer's router GEMM (hidden -> experts logits), outside the fused-MoE op."""
+"""An MoE layer's router GEMM (hidden -> experts logits), a kernel of its own beside the
+fused-MoE op: vLLM 0.33.0's MoE blocks hand their gate (GateLinear) to the FusedMoE layer,
+which runs it before the fused experts (vllm/model_executor/models/qwen3_moe.py, gate=self.gate)."""
 
 
 def moe_layer_overhead_factor(replaces_dense_mlp: bool) -> float:
@@ -154,7 +158,8 @@ preparation, the sampler and logits processing (the same fit; 5 us scores 5.2% t
 FIRST_TOKEN_SECONDS = units.ms_to_seconds(10)
 """Fixed client-visible cost of a request's first token outside the engine's steps:
 HTTP, the API server to engine hand-off, detokenizing and streaming it (the prompt's
-tokenization is priced apart: TOKENIZE_SECONDS_PER_PROMPT_TOKEN, cost/ingress.py)."""
+tokenization is priced apart: TOKENIZE_SECONDS_PER_PROMPT_TOKEN, cost/ingress.py). An estimate
+(docs/cost-model.md#efficiency-constants)."""
 TOKENIZE_SECONDS_PER_PROMPT_TOKEN = units.us_to_seconds(1.7)
 """The API server's tokenization of a text prompt, per prompt token, on its one tokenizer
 thread: Hugging Face tokenizers 0.22.2 (PreTrainedTokenizerFast, as vLLM and SGLang call it),
@@ -166,20 +171,25 @@ runs; the median 1.7); natural text (license texts, 4.8 bytes a token) the same 
 1.71-2.09 us. A measurement of the CPU here, not of the servers' CPUs."""
 
 CUDA_CONTEXT_BYTES = 500 * units.BYTES_PER_MIB
-"""CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory)."""
+"""CUDA context and allocator slack outside torch (vLLM counts it as non-torch memory). An
+estimate; vLLM's startup log reports it inside "non_torch_memory"
+(docs/cost-model.md#efficiency-constants)."""
 NCCL_BUFFER_BYTES_TWO_GPUS = 544 * units.BYTES_PER_MB
 """NCCL buffers reported by vLLM for a 2-GPU communicator (vLLM's startup log counts them
 as non-torch memory; an estimate, docs/cost-model.md#efficiency-constants)."""
 NCCL_BUFFER_BYTES_LARGER = 688 * units.BYTES_PER_MB
-"""NCCL buffers reported by vLLM for communicators of more than 2 GPUs."""
+"""NCCL buffers reported by vLLM for communicators of more than 2 GPUs (its startup log, as
+NCCL_BUFFER_BYTES_TWO_GPUS; an estimate, docs/cost-model.md#efficiency-constants)."""
 CUDA_GRAPH_BYTES = 1 * units.BYTES_PER_GIB
 """CUDA graph capture pool: about 0.5-1.5 GiB depending on vLLM version (an estimate;
 docs/cost-model.md#efficiency-constants)."""
 KV_BLOCK_SIZE_TOKENS = 16
-"""vLLM allocates the KV cache in blocks of 16 tokens on CUDA."""
+"""vLLM allocates the KV cache in blocks of 16 tokens on CUDA (its default --block-size;
+docs/cost-model.md#efficiency-constants)."""
 PIPELINE_HOP_EXTRA_SECONDS = units.us_to_seconds(20)
 """Per pipeline hop at decode: scheduling and (de)serialising intermediate tensors
-between vLLM's stage workers, on top of the link's alpha + S/beta."""
+between vLLM's stage workers, on top of the link's alpha + S/beta. An estimate
+(docs/cost-model.md#serving-pipeline, #efficiency-constants)."""
 
 # ---------------------------------------------------------------- training (Megatron-LM)
 # Owned by the training planner; see planner/train.py.
@@ -225,7 +235,9 @@ asynchronous wgmma nor TMA). `--attention-kernel fa2` prices it on compute capab
 later (Blackwell's tcgen05 unused likewise: an estimate, no FA2 figure published there); the
 backward at FlashAttention-2's own backward/forward ratio, as flash_attention_fractions does."""
 FA2_SLOWER_FROM_COMPUTE_CAPABILITY = 9.0
-"""Below it (Ampere, Ada) FlashAttention-2 is what the GPU's measured kernels are: no change."""
+"""Below it (Ampere, Ada) FlashAttention-2 is what the GPU's measured kernels are: no change
+(FlashAttention-3 and cuDNN's fused attention need Hopper, compute capability 9.0; Shah et al.
+2024, FlashAttention-3, sec. 1)."""
 
 
 def flash_attention_forward_fraction(measured: float | None, kernel: str, compute_capability: float | None
@@ -240,9 +252,11 @@ def flash_attention_forward_fraction(measured: float | None, kernel: str, comput
 
 
 FLASH_ATTENTION_MEASURED_HEAD_DIM = 128
-"""The head dim every flash share above (and the catalog's) is measured at."""
+"""The head dim every flash share above (and the catalog's) is measured at (the catalog's
+flash rows and Dao 2023's benchmarks run d = 128; docs/cost-model.md#efficiency-constants)."""
 FLASH_ATTENTION_HEAD_DIM_HALF = 55.0
-"""d0 of flash_head_dim_factor where the catalog has none: H100's and H200's fit (both 55)."""
+"""d0 of flash_head_dim_factor where the catalog has none: H100's and H200's fit (both 55) to
+AIConfigurator's context attention at d 64 against d 128 (docs/cost-model.md#efficiency-constants)."""
 
 
 def flash_head_dim_factor(head_dim: float, half: float | None) -> float:
@@ -331,7 +345,8 @@ def elementwise_bytes_per_s(hbm_bytes_per_s: float, measured_utilization: float 
 
 ELEMENTWISE_BWD_OVER_FWD = 2.0
 """Backward elementwise kernels read the stored input and the incoming gradient and
-write the outgoing gradient: about twice the forward traffic."""
+write the outgoing gradient: about twice the forward traffic (a byte count, not a fit;
+docs/cost-model.md#efficiency-constants)."""
 
 
 MAIN_GRAD_ACCESSES_PER_MICRO_BATCH = 2
@@ -352,15 +367,18 @@ bf16 training, accumulate_allreduce_grads_in_fp32) or bf16 (--grad-reduce-in-bf1
 in the parameters' dtype, megatron/core/distributed/param_and_grad_buffer.py core_v0.19.0,
 grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype)."""
 TRAIN_BYTES_PER_PARAM_GRADIENTS = GRADIENT_BYTES_PER_PARAM["fp32"]
-"""Megatron keeps fp32 main gradients (and reduces them in fp32) by default."""
+"""Megatron keeps fp32 main gradients (and reduces them in fp32) by default
+(accumulate_allreduce_grads_in_fp32 with --bf16: megatron/training/arguments.py core_v0.19.0)."""
 TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12
-"""Adam: fp32 master weights, first and second moments (4 + 4 + 4)."""
+"""Adam: fp32 master weights, first and second moments (4 + 4 + 4; Megatron-LM
+docs/api-guide/dist_optimizer.md)."""
 FSDP2_BYTES_PER_PARAM_WEIGHTS = 4
 """torchtitan's FSDP2 (ZeRO-3): the sharded parameters are fp32, built in training.dtype
 (default "float32", torchtitan/config/job_config.py v0.2.2) and themselves the optimizer's
 master copy; the 16-bit weights exist only as the gathered units (fsdp_unit_buffer_bytes)."""
 FSDP2_BYTES_PER_PARAM_OPTIMIZER = 8
-"""torchtitan's FSDP2: Adam's first and second moments (4 + 4); no separate master copy."""
+"""torchtitan's FSDP2: Adam's first and second moments (4 + 4, torch.optim.AdamW's exp_avg and
+exp_avg_sq in the parameters' fp32); no separate master copy."""
 AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
 """torchtitan's DDP (and one GPU): fp32 parameters under torch.autocast (maybe_enable_amp,
 torchtitan/distributed/utils.py v0.2.2), whose bf16 casts of the weights each matmul saves for
@@ -369,9 +387,10 @@ its backward: one 16-bit copy of every weight held from the forward to the backw
 TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION = 0.10
 """PyTorch caching-allocator slack on activation memory, which is allocated and freed
 every micro-batch (reserved over allocated is commonly 5-15% in Megatron runs; an
-estimate, not a measurement)."""
+estimate, not a measurement: docs/cost-model.md#efficiency-constants)."""
 TRAIN_WORKSPACE_BYTES = 1 * units.BYTES_PER_GIB
-"""cuBLAS/cuDNN workspaces and communication staging buffers beyond NCCL's own."""
+"""cuBLAS/cuDNN workspaces and communication staging buffers beyond NCCL's own. An estimate
+(docs/cost-model.md#efficiency-constants)."""
 
 # ---------------------------------------------------------------- training in fp8 (Transformer Engine)
 
