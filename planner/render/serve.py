@@ -350,6 +350,18 @@ ALL2ALL_WORDS = {
 }
 
 
+SGLANG_ALL2ALL_WORDS = {
+    "allgather_reducescatter": "--all2all-backend allgather_reducescatter (SGLang's default exchange, "
+                               "--moe-a2a-backend none)",
+    "deepep_low_latency": "--all2all-backend deepep_low_latency (SGLang: --moe-a2a-backend deepep --deepep-mode "
+                          "low_latency)",
+    "deepep_high_throughput": "--all2all-backend deepep_high_throughput (SGLang: --moe-a2a-backend deepep "
+                              "--deepep-mode normal)",
+}
+"""Under --emit sglang the what-if lines name the SGLang flags each choice is emitted as
+(emit/sglang.DEEPEP_FLAGS), not vLLM's (a CLI read)."""
+
+
 def all2all_backend_lines(plan: ServePlan) -> list[str]:
     """The recommended layout under each other --all2all-backend, against this plan's; or, when
     it exchanges no tokens, that the asked backend (and --enable-dbo) do not apply to it."""
@@ -366,9 +378,13 @@ def all2all_backend_lines(plan: ServePlan) -> list[str]:
                     f"no expert-parallel group across DP ranks, so no tokens are exchanged (an aggregated one with "
                     f"it: --layout ep=..., dp=...; disaggregated decode workers take the flags where they have one)."]
     # vLLM turns CUDA graphs off under the high-throughput kernels with DP (serve.py's note on a
-    # layout that runs them): the what-if line carries the same caveat (a CLI read)
-    eager = (" (vLLM runs its decode steps without CUDA graphs there, a host cost the plan does not price)")
-    return [f"EP exchange: {ALL2ALL_WORDS[option.value]} on {best.layout}: {_changes(best, option.estimate)}"
+    # layout that runs them), and SGLang under deepep_mode normal (moe_hook.py at 0.5.23: "Cuda
+    # graph is disabled because deepep_mode=`normal`"): the what-if line carries the caveat
+    sglang = request.pool_engine == "sglang"
+    engine = "SGLang" if sglang else "vLLM"
+    eager = f" ({engine} runs its decode steps without CUDA graphs there, a host cost the plan does not price)"
+    words = {**ALL2ALL_WORDS, **(SGLANG_ALL2ALL_WORDS if sglang else {})}
+    return [f"EP exchange: {words[option.value]} on {best.layout}: {_changes(best, option.estimate)}"
             f"{eager if option.value == 'deepep_high_throughput' else ''}."
             for option in plan.all2all_backend_options]
 

@@ -299,6 +299,14 @@ def test_the_plan_says_what_each_other_backend_changes():
     lines = all2all_backend_lines(on_deepep)
     assert len(lines) == 3 and lines[0].startswith("EP exchange: --all2all-backend allgather_reducescatter")
     assert lines[2].startswith("EP exchange: --enable-dbo (dual-batch overlap)")
+    assert "vLLM runs its decode steps without CUDA graphs" in lines[1]
+    # under --emit sglang the lines name SGLang's flags and its eager decode (moe_hook.py, 0.5.23)
+    sglang = plan_serving(DEEPSEEK, resolve_cluster("8x8xH200"),
+                          replace(request, all2all_backend="deepep_low_latency", pool_engine="sglang"))
+    sglang_lines = all2all_backend_lines(sglang)
+    high = next(line for line in sglang_lines if "deepep_high_throughput" in line)
+    assert "--moe-a2a-backend deepep --deepep-mode normal" in high and "SGLang runs its decode steps" in high
+    assert "vLLM" not in " ".join(sglang_lines)
     from planner.render.serve import options_json
 
     rows = options_json("all2all_backend", on_deepep.all2all_backend_options)
