@@ -339,6 +339,17 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     deepep = deepep_buffer_bytes(model, layout, request.all2all_backend, cluster.gpus_per_node,
                                  max_num_batched_tokens(cluster, request, layout, model))
     bars = []
+    # under --emit sglang the KV cache is SGLang's pool, within --mem-fraction-static of the
+    # memory free before load (emit/sglang.pool_figures), as the plan's table shows it: explain
+    # had drawn vLLM's (a review)
+    sglang = request.pool_engine == "sglang"
+    share, static = 1.0, None
+    if sglang:
+        from planner.emit.sglang import pool_figures
+
+        _, pool, static = pool_figures(model, cluster, request, result)
+        fullest = max(result.stages, key=lambda st: st.weights_bytes + st.kv_cache_bytes)
+        share = pool / fullest.kv_cache_bytes if fullest.kv_cache_bytes > 0 else 1.0
     for s in result.stages:
         segments = (
             MemorySegment("weights", s.weights_bytes - s.draft_weights_bytes),
@@ -346,7 +357,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
             MemorySegment("activations", s.activation_bytes),
             MemorySegment("overhead", s.overhead_bytes - deepep),
             *((MemorySegment("DeepEP buffers", deepep),) if deepep else ()),
-            MemorySegment("KV cache", s.kv_cache_bytes),
+            MemorySegment("SGLang's KV pool" if sglang else "KV cache", s.kv_cache_bytes * share),
         )
         # where the dense layers sit (DeepSeek-V3's first three), each stage's share of MoE layers
         placed = model.is_moe and model.dense_layer_indices is not None and layout.pp > 1
@@ -358,12 +369,14 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         held = ("" if s.running_tokens == s.kv_cache_tokens else
                 f" ({s.running_tokens:,} as running sequences of this footprint: the window layers keep each "
                 f"one's last window only)")
-        note = (f"{layers}KV cache {s.kv_cache_tokens:,} tokens{held}; batch {running} x "
+        pool_words = ("SGLang's KV pool (--mem-fraction-static of the memory free before load) "
+                      if sglang else "KV cache ")
+        note = (f"{layers}{pool_words}{int(s.kv_cache_tokens * share):,} tokens{held}; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
-                f"{min(1.0, kv_tokens_used / max(s.running_tokens, 1)):.0%}")
+                f"{min(1.0, kv_tokens_used / max(s.running_tokens * share, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
-                                             s.budget_bytes, note)))
+                                             s.budget_bytes if static is None else static, note)))
     return grouped_bars(bars, result.layout.pp)
 
 

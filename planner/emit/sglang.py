@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from planner.cost.serving_memory import StageMemory
     from planner.layout import Layout
+    from planner.serve import ServeEstimate
     from planner.specs import ClusterSpec, ModelSpec
 
 DIST_INIT_PORT = 5000
@@ -127,11 +128,22 @@ def mem_fraction_static(a: ServeArgs) -> float:
 def kv_pool_bytes(a: ServeArgs) -> float:
     """SGLang's KV pool per GPU: --mem-fraction-static of the memory free before load less the
     plan's weights (and the plan's other non-KV memory); negative where its reserve leaves less
-    than the weights. Llama-3.1-405B tp=8 pp=2 on H100: f = 0.805 of 79.1 GiB less 500 MiB and
-    two communicators' NCCL buffers (688 MB, 544 MB), about 77.9 GiB, less 47.3 GiB of weights:
-    15.4 GiB, where f of the 79.65 GiB total had read 16.9 (a CLI read)."""
+    than the weights. Llama-3.1-405B tp=8 pp=2 on H100: f = 0.799 of 79.1 GiB less 500 MiB and
+    two communicators' NCCL buffers (688 MB, 544 MB), 77.47 GiB, less 47.25 GiB of weights:
+    14.65 GiB, where f of the 79.65 GiB total had read 16.9 (a CLI read)."""
     return mem_fraction_static(a) * fraction_base_bytes(a) - (a.weights_and_kv_bytes_per_gpu
                                                               - a.kv_cache_bytes_per_gpu)
+
+
+def pool_figures(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, estimate: ServeEstimate
+                 ) -> tuple[float, float, float]:
+    """(non-KV bytes, KV pool bytes, --mem-fraction-static x the memory free before load) of an
+    estimate's fullest GPU as SGLang sizes it (kv_pool_bytes; the pool at most the plan's KV):
+    the table's and `plan explain`'s memory under --emit sglang."""
+    a = serve_launch_args(model, cluster, request, estimate.layout, estimate.stages, estimate.max_model_len,
+                          estimate.max_num_seqs, MODEL_PLACEHOLDER)
+    pool = min(max(0.0, kv_pool_bytes(a)), a.kv_cache_bytes_per_gpu)
+    return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * fraction_base_bytes(a)
 
 
 def max_running_requests(a: ServeArgs) -> int:

@@ -156,14 +156,17 @@ SLOW_FRACTION = 0.7
 
 
 def group_bandwidths(rows: list[ResultRow], series: tuple) -> dict[int, float]:
-    """group index -> fitted bandwidth of that group alone (0 when it never left the latency regime)."""
+    """group index -> fitted bandwidth of that group alone; a group whose fit never left the
+    latency regime is left out (its 0 had named the fastest group of a near-latency sweep as the
+    slow one: a review)."""
     op, _, _, num_ranks = series
     bandwidth_by_group = {}
     for group_index in dict.fromkeys(r.group_index for r in rows if series_key(r) == series):
         points = curve(rows, series, group_index)
         if len(points) >= 2:
             fit = fit_alpha_beta(op, num_ranks, list(points), list(points.values()))
-            bandwidth_by_group[group_index] = fit.bandwidth_bytes_per_s or 0.0
+            if fit.bandwidth_bytes_per_s is not None:
+                bandwidth_by_group[group_index] = fit.bandwidth_bytes_per_s
     return bandwidth_by_group
 
 

@@ -150,7 +150,7 @@ def placement_summary(pm: PlacementMap) -> list[str]:
     titan = pm.training_engine == "torchtitan"
     order = (("torchtitan's device mesh (TP, then CP, then DP, stage outermost)" if titan else
               "Megatron's rank order (TP, then CP, then DP, stage outermost)") if pm.pp_outermost
-             else "vLLM's rank order (TP, then stage, DP outermost)")
+             else "the serving engines' rank order (vLLM's and SGLang's: TP, then stage, DP outermost)")
     lines = [f"Cells are {cells}; colour = pipeline stage; {order}. {tp}."]
     if lay.cp > 1:
         kind = "CP groups" if titan else "CP rings"

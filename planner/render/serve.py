@@ -110,18 +110,13 @@ def _memory(r: ServeEstimate, p: ServePlan | None = None) -> str:
 
 
 def _sglang_pool(r: ServeEstimate, p: ServePlan | None) -> tuple[float, float, float] | None:
-    """Under --emit sglang, the fullest stage's non-KV memory, SGLang's KV pool and its
-    --mem-fraction-static of the GPU (emit/sglang.kv_pool_bytes: its default reserve can leave
-    a smaller pool than vLLM's budget, which the table had shown; a CLI read); None for vLLM."""
+    """Under --emit sglang, emit/sglang.pool_figures of the estimate (SGLang's default reserve can
+    leave a smaller pool than vLLM's budget, which the table had shown; a CLI read); None for vLLM."""
     if p is None or p.request.pool_engine != "sglang":
         return None
-    from planner.emit.command import MODEL_PLACEHOLDER, serve_launch_args
-    from planner.emit.sglang import fraction_base_bytes, kv_pool_bytes, mem_fraction_static
+    from planner.emit.sglang import pool_figures
 
-    a = serve_launch_args(p.model, p.cluster, p.request, r.layout, r.stages, r.max_model_len, r.max_num_seqs,
-                          MODEL_PLACEHOLDER)
-    pool = min(max(0.0, kv_pool_bytes(a)), a.kv_cache_bytes_per_gpu)
-    return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * fraction_base_bytes(a)
+    return pool_figures(p.model, p.cluster, p.request, r)
 
 
 def _pool_share(r: ServeEstimate, p: ServePlan) -> float:

@@ -133,3 +133,25 @@ def test_explain_takes_the_sglang_plan_apart() -> None:
     assert {m["name"]: m["value"] for m in vllm["metrics"]}["concurrent sequences per replica"] > rec["batch"]
     refused = CliRunner().invoke(app, ["explain", *args[:-1], "megatron"])
     assert refused.exit_code == 2 and "--emit megatron" in refused.output
+
+
+def test_explain_draws_sglangs_pool_under_emit_sglang() -> None:
+    """Under --emit sglang the memory bar's KV segment is SGLang's pool and its budget
+    --mem-fraction-static of the memory free before load, the numbers of plan's table
+    (emit/sglang.pool_figures): explain had drawn vLLM's cache beside SGLang's sequence count."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.emit.sglang import pool_figures
+    from planner.requests import ServeRequest
+    from planner.serve_search import plan_serving
+
+    args = ["--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "aggregated", "--emit", "sglang"]
+    e = _json(["explain", *args, "--json", "--no-sensitivity"])
+    (bar,) = e["memory"]
+    segments = _segments(bar)
+    request = ServeRequest(pool_engine="sglang", mode="aggregated")
+    plan = plan_serving(resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100"), request)
+    best = next(r for r in plan.layouts if (r.layout.tp, r.layout.pp, r.layout.dp) == (
+        e["layout"]["tp"], e["layout"]["pp"], e["layout"]["dp"]))
+    _, pool, static = pool_figures(plan.model, plan.cluster, plan.request, best)
+    assert segments["SGLang's KV pool"] == pytest.approx(pool) and bar["budget_bytes"] == pytest.approx(static)
+    assert "KV cache" not in segments

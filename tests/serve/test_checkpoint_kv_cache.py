@@ -103,10 +103,10 @@ def test_a_tokenizer_of_its_own_puts_trust_remote_code_in_the_commands(tmp_path)
     """tokenizer_config.json's auto_map naming an AutoTokenizer class (Kimi-K2's
     tokenization_kimi.TikTokenTokenizer) is code the engines must run: the import marks the spec
     and both engines' commands carry --trust-remote-code; the shipped Kimi specs say so too."""
-    checkpoint = tmp_path / "kimi"
+    checkpoint = tmp_path / "own-tokenizer"  # a model_type with no remote tokenizer of its own
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(
-        (HF_CONFIGS / "moonshotai--Kimi-K2.5/config.json").read_text(encoding="utf-8"), encoding="utf-8")
+        (HF_CONFIGS / "deepseek-ai--DeepSeek-V3/config.json").read_text(encoding="utf-8"), encoding="utf-8")
     assert not load_hf_config(checkpoint / "config.json").trust_remote_code
     (checkpoint / "tokenizer_config.json").write_text(json.dumps(
         {"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}}), encoding="utf-8")
@@ -122,20 +122,22 @@ def test_a_tokenizer_of_its_own_puts_trust_remote_code_in_the_commands(tmp_path)
     assert "--trust-remote-code" not in plain.stdout
 
 
-@pytest.mark.parametrize(("fixture", "remote"), [
-    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", True),  # "nemotron-nas": configuration_decilm.py only
-    ("deepseek-ai--DeepSeek-V3", False),  # auto_map too, but transformers has deepseek_v3
-    ("MiniMaxAI--MiniMax-M2.5", False),  # transformers 5.16.1 has minimax_m2
-    ("moonshotai--Kimi-K2.5", False),  # kimi_k25: vLLM's own config class (its registry)
-    ("meta-llama--Meta-Llama-3.1-8B", False),  # no auto_map
+@pytest.mark.parametrize(("fixture", "remote", "flag"), [
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", True, True),  # "nemotron-nas": configuration_decilm.py only
+    ("deepseek-ai--DeepSeek-V3", False, False),  # auto_map too, but transformers has deepseek_v3
+    ("MiniMaxAI--MiniMax-M2.5", False, False),  # transformers 5.16.1 has minimax_m2
+    # kimi_k25: vLLM's own config class (its registry), but Kimi's tokenizer is code
+    # (hf_config.REMOTE_TOKENIZER_MODEL_TYPES), so the command needs the flag all the same
+    ("moonshotai--Kimi-K2.5", False, True),
+    ("meta-llama--Meta-Llama-3.1-8B", False, False),  # no auto_map
 ])
-def test_a_configuration_of_its_own_needs_trust_remote_code(fixture, remote):
+def test_a_configuration_of_its_own_needs_trust_remote_code(fixture, remote, flag):
     """config.json's auto_map naming an AutoConfig class for a model_type neither transformers
     (5.16.1, the least vLLM 0.33.0 takes) nor vLLM's registry has: the engines load it only with
     --trust-remote-code (found by a helper's CLI read on the Nemotron-Super fixture)."""
     config = json.loads((HF_CONFIGS / fixture / "config.json").read_text(encoding="utf-8"))
     assert config_code(config) is remote
-    assert load_hf_config(HF_CONFIGS / fixture / "config.json").trust_remote_code is remote
+    assert load_hf_config(HF_CONFIGS / fixture / "config.json").trust_remote_code is flag
 
 
 def test_the_native_model_types_are_the_engines():
