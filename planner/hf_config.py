@@ -990,6 +990,14 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
     if method == "modelopt" or (not method and "quant_algo" in config):
         return _modelopt_fields(config, path)
     weights = _compressed_tensors_weights(config, path) if method == "compressed-tensors" else []
+    widths = sorted({(w.get("type"), w.get("num_bits")) for w in weights}, key=str)
+    if len(widths) > 1:
+        # one format per checkpoint is what the spec holds: a group of 8-bit attention beside
+        # 4-bit MLPs had been priced all 8-bit, by the groups' order (a read)
+        raise SpecError(f"{path}: quantization_config.config_groups: weights of several formats "
+                        f"({', '.join(f'{bits}-bit {kind}' for kind, bits in widths)}) are not planned from a "
+                        f"config.json; write a model YAML with quantization, quantization_scope and "
+                        f"secondary_quantization")
     bits = config.get("bits") or config.get("w_bit") or next(
         (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
     if method in {"awq", "gptq", "compressed-tensors"} and type(bits) is int and bits in (4, 8):

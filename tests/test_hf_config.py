@@ -1057,3 +1057,16 @@ def test_a_flat_vision_language_config_says_its_tower_is_not_counted(tmp_path):
     the text model, and now said so (vLLM loads the ~0.68B-parameter tower too)."""
     model = _llama_8b_with(tmp_path, model_type="qwen2_vl", vision_config={"depth": 32, "embed_dim": 1280})
     assert model.text_model_of == "qwen2_vl" and "vision tower not counted" in model.source
+
+
+def test_compressed_tensors_groups_of_several_formats_are_refused(tmp_path):
+    """int8 attention beside int4 MLPs in two config groups had been priced all at the first
+    group's width (by the groups' order: a read); one line naming the key instead."""
+    groups = {"group_0": {"targets": ["re:.*self_attn.*"], "weights": {"num_bits": 8, "type": "int",
+                                                                       "strategy": "channel"}},
+              "group_1": {"targets": ["re:.*mlp.*"], "weights": {"num_bits": 4, "type": "int", "group_size": 128}}}
+    with pytest.raises(SpecError, match="config_groups: weights of several formats"):
+        _llama_8b_with(tmp_path, quantization_config={"quant_method": "compressed-tensors", "config_groups": groups})
+    same = {"group_0": groups["group_1"], "group_1": {**groups["group_1"], "targets": ["re:.*self_attn.*"]}}
+    model = _llama_8b_with(tmp_path, quantization_config={"quant_method": "compressed-tensors", "config_groups": same})
+    assert model.quantization == "int4"
