@@ -560,7 +560,7 @@ def pipelined_decode_reason(model: ModelSpec, prefill: tuple[int, int, int], dec
         return PIPELINED_DECODE_UNPRICED
     if prefill[1] != decode[1]:
         return PIPELINED_DECODE_STAGES
-    if model.num_window_layers and not model.is_mla and prefill[0] != decode[0]:
+    if model.num_kv_window_layers and not model.is_mla and prefill[0] != decode[0]:
         return PIPELINED_DECODE_WINDOW
     return None
 

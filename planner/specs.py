@@ -120,6 +120,11 @@ class _Spec(Spec, extra="forbid"):
     """Frozen; an unknown field is an error."""
 
 
+LLAMA4_NOPE_LAYER_INTERVAL = 4
+"""Llama 4: every fourth layer is a NoPE layer of full attention, the others chunked
+(transformers' Llama4TextConfig, no_rope_layer_interval = 4)."""
+
+
 class ModelSpec(_Spec):
     """A decoder-only transformer. Field names follow Hugging Face config.json."""
 
@@ -205,8 +210,10 @@ class ModelSpec(_Spec):
     attention_chunk_size: Count(MAX_POSITION_EMBEDDINGS) | None = None
     """Llama 4's chunked local attention (config.json attention_chunk_size): its RoPE layers
     attend within chunks of this many tokens, its NoPE layers (every fourth) in full, with an L2
-    norm of queries and keys in the RoPE layers. Planned as full attention (docs/cost-model.md,
-    Known limitations); Megatron-LM's command cannot express it (emit/megatron.model_refusals)."""
+    norm of queries and keys in the RoPE layers. Serving caches the chunked layers as vLLM's
+    hybrid KV cache manager does, a window of the chunk (num_kv_window_layers, kv_window_tokens);
+    their attention compute is priced as full (docs/cost-model.md, Known limitations);
+    Megatron-LM's command cannot express it (emit/megatron.model_refusals)."""
     num_local_experts: Count(MAX_NUM_EXPERTS) | None = None
     num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
     moe_intermediate_size: Count(MAX_INTERMEDIATE_SIZE) | None = None
@@ -508,6 +515,27 @@ class ModelSpec(_Spec):
                              "mamba2 mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, "
                              "conv_kernel; gated_deltanet linear_num_key_heads, linear_num_value_heads, "
                              "linear_key_head_dim, linear_value_head_dim, conv_kernel")
+
+    @property
+    def num_chunked_layers(self) -> int:
+        """Layers of chunked local attention (Llama 4's RoPE layers: all but every fourth, its
+        NoPE layers; transformers' Llama4TextConfig no_rope_layer_interval 4); 0 without chunks."""
+        if not self.attention_chunk_size:
+            return 0
+        return self.num_hidden_layers - self.num_hidden_layers // LLAMA4_NOPE_LAYER_INTERVAL
+
+    @property
+    def num_kv_window_layers(self) -> int:
+        """Layers whose KV cache keeps a bounded span of each sequence: sliding-window layers, or
+        Llama 4's chunked ones (vLLM 0.33.0 caches those with ChunkedLocalAttentionSpec in its
+        hybrid KV cache manager, VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE on by default,
+        admitting min(chunk + in-flight tokens, M) a request as a window of that size)."""
+        return self.num_window_layers or self.num_chunked_layers
+
+    @property
+    def kv_window_tokens(self) -> int | None:
+        """The span num_kv_window_layers keep: sliding_window, or the attention chunk."""
+        return self.sliding_window or self.attention_chunk_size
 
     @property
     def num_window_layers(self) -> int:

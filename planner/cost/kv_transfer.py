@@ -95,11 +95,11 @@ def prompt_kv_layers(model: ModelSpec, kv_cache_dtype: str, input_len: int) -> t
     the cache keeps them (params.kv_bytes_per_token_per_layer_by_kind and
     recurrent_state_bytes_per_sequence, the whole layer: t = 1)."""
     layers = num_attention_layers(model)
-    window_layers = min(model.num_window_layers, layers)
+    window_layers = min(model.num_kv_window_layers, layers)
     full, window = kv_bytes_per_token_per_layer_by_kind(model, 1, kv_cache_dtype)
     kinds = [LayerKv(layers - window_layers, full * input_len)]
     if window_layers:
-        tail = window_tail_tokens(input_len, model.sliding_window, kv_block_tokens(window, full, window))
+        tail = window_tail_tokens(input_len, model.kv_window_tokens, kv_block_tokens(window, full, window))
         kinds.append(LayerKv(window_layers, window * tail))
     kinds.append(LayerKv(model.num_recurrent_layers, recurrent_state_bytes_per_sequence(model)))
     return tuple(kind for kind in kinds if kind.num_layers)

@@ -186,7 +186,7 @@ def stage_moe_excess(model: ModelSpec, stage: StageMemory) -> float:
 
 def stage_window_layer_counts(model: ModelSpec, layer_counts: list[int]) -> list[int]:
     """Sliding-window layers of each stage (stage_share_of_layers)."""
-    return stage_share_of_layers(model.num_window_layers, model.num_hidden_layers, layer_counts)
+    return stage_share_of_layers(model.num_kv_window_layers, model.num_hidden_layers, layer_counts)
 
 
 def stage_share_of_layers(num_of_kind: int, num_layers: int, layer_counts: list[int]) -> list[int]:
@@ -321,7 +321,7 @@ def kv_running_capacity(model: ModelSpec, num_layers: int, num_window_layers: in
     window_block = pool.window_block_tokens
     free_blocks = max(pool.blocks - pool.window_groups * math.ceil(in_flight_tokens / window_block), 0)
     blocks_per_sequence = (pool.full_groups * sequence_tokens / pool.full_block_tokens
-                           + pool.window_groups * min(sequence_tokens, model.sliding_window - 1 + window_block)
+                           + pool.window_groups * min(sequence_tokens, model.kv_window_tokens - 1 + window_block)
                            / window_block)
     return int(free_blocks / blocks_per_sequence * sequence_tokens)
 
@@ -346,7 +346,7 @@ def kv_cache_capacity(model: ModelSpec, num_layers: int, num_window_layers: int,
     layer counts are grouped (vLLM groups the model's layers and projects them per stage)."""
     pool = kv_hybrid_pool(num_layers, num_window_layers, kv_bytes, kv_bytes_per_token_per_layer,
                           full_kv_bytes_per_token_per_layer)
-    window_tokens = min(model.sliding_window - 1 + in_flight_tokens, max_model_len)
+    window_tokens = min(model.kv_window_tokens - 1 + in_flight_tokens, max_model_len)
     blocks_per_request = (pool.full_groups * math.ceil(max_model_len / pool.full_block_tokens)
                           + pool.window_groups * (math.ceil(window_tokens / pool.window_block_tokens) + 1))
     return int(pool.blocks / blocks_per_request * max_model_len)
@@ -583,7 +583,7 @@ def stage_memory(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request
             blocks = int(kv_bytes // ((kv_per_token + drafter.kv_bytes_per_token) * eff.KV_BLOCK_SIZE_TOKENS))
             kv_tokens = blocks * eff.KV_BLOCK_SIZE_TOKENS
         return (num_layers, weights, activation, overhead, max(kv_bytes, 0.0), kv_per_token, kv_tokens, budget,
-                window, model.sliding_window, num_layers - attention, state,
+                window, model.kv_window_tokens if window else None, num_layers - attention, state,
                 window_kv if full_kv != window_kv else None, request.kv_cache_dtype,
                 drafter.weights_bytes, drafter.kv_bytes_per_token, moe_count, running_tokens)
 

@@ -178,3 +178,21 @@ def test_a_window_never_adds_kv_bytes_or_step_time(model, cluster, window, windo
     # in another order
     assert (stage_step_time(m, c, layout, placement, windowed, load).seconds
             <= stage_step_time(m, c, layout, placement, full, load).seconds * (1 + 1e-12))
+
+
+def test_llama4_chunked_layers_are_cached_as_a_window_of_the_chunk():
+    """Llama 4 Scout: 36 of 48 layers chunked (all but every fourth), 8,192-token chunks; vLLM
+    0.33.0's hybrid KV manager admits min(chunk + in flight, M) tokens a request for them, so only
+    the 12 NoPE layers reserve the whole context: Scout plans at its 10.5M-token default on
+    2x8 H100, which it had been refused (every layer reserving 10.5M tokens)."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import ServeRequest
+    from planner.serve_search import plan_serving
+
+    scout = resolve_model("llama-4-scout")
+    assert (scout.num_chunked_layers, scout.num_kv_window_layers, scout.kv_window_tokens) == (36, 36, 8192)
+    assert resolve_model("llama-3.1-8b").num_kv_window_layers == 0
+    plan = plan_serving(scout, resolve_cluster("2x8xH100"), ServeRequest())
+    assert plan.recommended is not None and plan.recommended.max_model_len == scout.max_position_embeddings
+    stage = plan.recommended.stages[0]
+    assert stage.num_window_layers == stage.num_layers - stage.num_layers // 4
