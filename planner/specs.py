@@ -211,8 +211,9 @@ class ModelSpec(_Spec):
     """Llama 4's chunked local attention (config.json attention_chunk_size): its RoPE layers
     attend within chunks of this many tokens, its NoPE layers (every fourth) in full, with an L2
     norm of queries and keys in the RoPE layers. Serving caches the chunked layers as vLLM's
-    hybrid KV cache manager does, a window of the chunk (num_kv_window_layers, kv_window_tokens);
-    their attention compute is priced as full (docs/cost-model.md, Known limitations);
+    hybrid KV cache manager does, a window of the chunk (num_kv_window_layers, kv_window_tokens),
+    and prices their attention as such a window (at most the chunk's keys a query: over, never
+    under; docs/cost-model.md, Known limitations);
     Megatron-LM's command cannot express it (emit/megatron.model_refusals)."""
     num_local_experts: Count(MAX_NUM_EXPERTS) | None = None
     num_experts_per_tok: Count(MAX_NUM_EXPERTS) | None = None
