@@ -66,19 +66,19 @@ def p2p_seconds(message_bytes: float, link: Link | None) -> float:
     return link.latency_seconds + message_bytes / link.bandwidth_bytes_per_s
 
 
-EXTRAPOLATION_SPAN = 16
+EXTRAPOLATION_SIZE_RATIO = 16
 """Above the sweep a curve continues at the seconds per byte fitted over its largest sizes,
-those within this factor of the largest (at least the last two points)."""
+those within this ratio of the largest (at least the last two points)."""
 
 
 def extrapolation_seconds_per_byte(curve: AllreduceCurve) -> float:
     """The seconds per byte a measured curve continues at above its sweep: the least-squares
-    slope over its points within EXTRAPOLATION_SPAN of the largest size (the last two at least),
+    slope over its points within EXTRAPOLATION_SIZE_RATIO of the largest size (the last two at least),
     so that one noisy point does not set it; where that is not positive (the last points dip: a
     CPU probe measured 3.10 then 2.81 ms, which the last segment's slope would have continued as
     free bytes, 2.81 ms for 1 GiB), the chord from the smallest to the largest size."""
     sizes, times = curve.sizes_bytes, curve.median_seconds
-    top = [i for i, size in enumerate(sizes) if size * EXTRAPOLATION_SPAN >= sizes[-1]]
+    top = [i for i, size in enumerate(sizes) if size * EXTRAPOLATION_SIZE_RATIO >= sizes[-1]]
     top = top if len(top) >= 2 else [len(sizes) - 2, len(sizes) - 1]
     mean_size = sum(sizes[i] for i in top) / len(top)
     mean_time = sum(times[i] for i in top) / len(top)

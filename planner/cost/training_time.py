@@ -223,6 +223,29 @@ def flash_attention_seconds(gemms: tuple[Gemm, ...], rates: TrainRates,
     return forward, backward
 
 
+class LinearGemmWidths(NamedTuple):
+    """Elements per token, on one GPU, of a block's four linear GEMMs' 16-bit operands that fp8
+    casts: the inputs that come out of a norm (QKV and MLP-up, the full h each: sequence-parallel
+    all-gathers move the cast copy), the other inputs (the attention context a*d/t and the MLP
+    activation f/t), and the four output gradients (QKV (a/t + 2*k_gpu)*d, projection h, MLP up
+    (2 if gated) * f/t, down h)."""
+
+    normed_inputs: float
+    unnormed_inputs: float
+    output_gradients: float
+
+
+def linear_gemm_widths(model: ModelSpec, tp: int) -> LinearGemmWidths:
+    """LinearGemmWidths of the model's mean block at TP t. Llama-3.1-8B at t = 1: 2 * 4096 = 8,192;
+    4,096 + 14,336 = 18,432; 6,144 + 4,096 + 28,672 + 4,096 = 43,008."""
+    h, f = model.hidden_size, mlp_width_per_token(model)
+    widths = training_attention_widths(model, tp)
+    return LinearGemmWidths(
+        normed_inputs=2 * h,
+        unnormed_inputs=widths.context + f / tp,
+        output_gradients=(widths.query + widths.key + widths.value) + h + (2 if model.gated_mlp else 1) * f / tp + h)
+
+
 def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
                              recipe: str = "delayed", ep: int = 1) -> tuple[float, float]:
     """(forward, backward) HBM traffic of Transformer Engine's unfused fp8 casts in one layer, per
@@ -247,13 +270,9 @@ def fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     172,032 B; tensorwise 167,936 and 258,048 B; mxfp8 108,160 and 174,720 B.
     MoE (moe_routed_cast_bytes, `ep` the EP degree): the routed experts' grouped GEMMs take the
     permuted 16-bit copies, e per token, and give e output gradients back."""
-    h, f = model.hidden_size, mlp_width_per_token(model)
-    widths = training_attention_widths(model, tp)
-    context, activation = widths.context, f / tp
-    qkv_out = widths.query + widths.key + widths.value
-    up_out = (2 if model.gated_mlp else 1) * f / tp
-    cast_forward, norm_outputs = context + activation, 2 * h
-    cast_backward = qkv_out + h + up_out + h
+    io = linear_gemm_widths(model, tp)
+    cast_forward, norm_outputs = io.unnormed_inputs, io.normed_inputs
+    cast_backward = io.output_gradients
     cast, norm, gradient = fp8_cast_bytes_per_element(recipe)
     forward = cast * cast_forward + norm * norm_outputs
     backward = gradient * cast_backward
@@ -294,10 +313,8 @@ def torchao_fp8_cast_bytes_per_layer(model: ModelSpec, s: int, b: int, tp: int,
     experts' token copies as Transformer Engine's (moe_routed_cast_bytes; assumption). Llama-3.1-8B
     at t = 1, tensorwise, per token: forward 3 * (2 * 4096 + 4096 + 14336) = 79,872 B; backward
     6 * (6144 + 4096 + 28672 + 4096) + 79,872 = 337,920 B; weights 5 * 218.1e6 B each way."""
-    h, f = model.hidden_size, mlp_width_per_token(model)
-    widths = training_attention_widths(model, tp)
-    inputs = 2 * h + widths.context + f / tp
-    gradients = (widths.query + widths.key + widths.value) + h + (2 if model.gated_mlp else 1) * f / tp + h
+    io = linear_gemm_widths(model, tp)
+    inputs, gradients = io.normed_inputs + io.unnormed_inputs, io.output_gradients
     cast, gradient, weight = torchao_fp8_cast_bytes_per_element(recipe)
     weights = weight * layer_linear_weights_per_gpu(model, tp, ep)
     routed_forward, routed_backward = moe_routed_cast_bytes(model, tp, ep, recipe)
