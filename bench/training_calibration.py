@@ -22,7 +22,8 @@ planner estimates exactly that configuration (planner.train.estimate):
   (Megatron-LM's default --fp8-recipe, and the recipe NeMo's GPT configs shipped before
   current scaling); bf16 main gradients for the Megatron-Bridge containers (grad_reduce_for);
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
-  25.11: full recompute of 5 of 32 layers, which the planner cannot express). A row that does
+  25.11: full recompute of 5 of its 32 layers, Megatron's --recompute-method block
+  --recompute-num-layers 5, priced as that: RECIPE_BLOCK_RECOMPUTE). A row that does
   not fit without recompute is re-estimated with outputs (MoE and MLA models: Megatron's
   output-discarding checkpoints, which the GPT-OSS and DeepSeek-V3 recipes run), selective,
   then full; the row says which.
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -93,6 +95,9 @@ RECIPE_RECOMPUTE = {"none": "none", "selective layernorm moe_act": "outputs", "s
 """A recipe's recompute -> the first planner level tried: Megatron's output-discarding modules
 are the planner's "outputs" (which discards moe_act, layernorm and, for MLA, mla_up_proj;
 DeepSeek-V3's mlp module, its dense layers' MLP, has no level)."""
+RECIPE_BLOCK_RECOMPUTE = re.compile(r"full block (\d+) of \d+ layers")
+"""A dense recipe's block recompute ("full block 5 of 32 layers"): priced as recompute full with
+recompute_num_layers 5, from the first level tried (a published setting, not a search)."""
 BALANCED_ROUTING = 1.0
 """--expert-imbalance of the MoE rows: NeMo's MoE benchmarks force-balance the routing."""
 GPUS_PER_NODE = 8
@@ -215,7 +220,9 @@ def load_long_context_rows(path: Path = LONG_CONTEXT_FIXTURE) -> list[Row]:
 
 
 def config_for(row: Row, recompute: str) -> TrainConfig:
-    """The published configuration in the planner's vocabulary (module docstring)."""
+    """The published configuration in the planner's vocabulary (module docstring); recompute
+    full with the recipe's block count where it names one (RECIPE_BLOCK_RECOMPUTE)."""
+    block = RECIPE_BLOCK_RECOMPUTE.fullmatch(row.recipe_recompute)
     interleaved = row.vp > 1
     if row.fsdp > 0:
         zero_stage = 3
@@ -226,6 +233,7 @@ def config_for(row: Row, recompute: str) -> TrainConfig:
         schedule="interleaved" if interleaved else "1f1b", virtual_stages=row.vp if interleaved else 1,
         recompute=recompute, sequence_parallel=row.tp > 1, zero_stage=zero_stage,
         precision=row.planner_precision, ep=row.ep,
+        recompute_num_layers=int(block.group(1)) if block and recompute == "full" else None,
     )
 
 
@@ -354,6 +362,8 @@ def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER, attention_kernel: st
     the error, or every level's rejection."""
     rejections = {}
     first = RECIPE_RECOMPUTE.get(row.recipe_recompute, "none") if moe_dispatcher == "recipe" else "none"
+    if RECIPE_BLOCK_RECOMPUTE.fullmatch(row.recipe_recompute):
+        first = "full"  # the recipe's block recompute, as published
     for recompute in RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(first):]:
         result = estimate_row(row, recompute, moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel)
         if isinstance(result, Rejected):
@@ -362,7 +372,7 @@ def predict(row: Row, moe_dispatcher: str = MOE_DISPATCHER, attention_kernel: st
         predicted = result.tokens_per_second / row.num_gpus
         return {
             "id": row.id, "group": row.group, "precision": row.precision, "fp8_recipe": result.config.fp8_recipe,
-            "recompute": recompute,
+            "recompute": result.config.recompute_label,
             "rejected_without": rejections, "published_tokens_per_s_per_gpu": row.tokens_per_s_per_gpu,
             "predicted_tokens_per_s_per_gpu": predicted,
             "error": predicted / row.tokens_per_s_per_gpu - 1,
@@ -456,14 +466,16 @@ OLD_MEGATRON = MEGATRON_RELEASES["core_v0.14.0"]
 """The release whose startup checks the without-CP look keeps (without_cp_rows: its refusals)."""
 
 
-def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_CONTEXT_FIXTURE) -> list[dict]:
+def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_CONTEXT_FIXTURE,
+                    recompute: str | None = None) -> list[dict]:
     """A look, not a calibration: each long-sequence row's "Without CP" column (the best NVIDIA
     found without context parallelism; its layout is not published) against the planner's own
     best for the same workload with cp = 1 (train_search.search, LayoutFilter(cp=1)), both in
     tokens/s per GPU through NeMo's FLOPs count. `gap` = planner's best / NVIDIA's - 1. The
     planner's best is the first of its rows Megatron core_v0.14.0 would start (OLD_MEGATRON), as
     the containers' Megatron-Core (0.5-0.12) would: tp must divide the query groups (Llama 3 8B: 8), which NVIDIA's footnote names
-    as what kept 1M tokens from running without CP; core_v0.19.0 would allow tp 16-32."""
+    as what kept 1M tokens from running without CP; core_v0.19.0 would allow tp 16-32.
+    `recompute`: fixes the level (--recompute; "full" recomputes every layer, no block count)."""
     out = []
     with path.open(newline="", encoding="utf-8") as handle:
         cells = list(csv.DictReader(handle))
@@ -474,7 +486,8 @@ def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_
         model = resolve_model(row.spec)
         published = (units.tflops_to_flops_per_s(float(cell["without_cp_model_tflops_per_gpu"]))
                      / nemo_model_flops_per_token(model, row.seq_len, cell["nemo_flops_formula"]))
-        request = replace(request_for(row, attention_kernel=attention_kernel), layout=LayoutFilter(cp=1))
+        request = replace(request_for(row, attention_kernel=attention_kernel), layout=LayoutFilter(cp=1),
+                          recompute=recompute)
         plan = search(model, cluster_for(row), request)
         runs = [e for e in plan.layouts if not megatron_refusals(model, e.config, OLD_MEGATRON)]
         if not runs:
@@ -484,7 +497,7 @@ def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_
         predicted = runs[0].tokens_per_second / row.num_gpus
         out.append({"id": row.id, "published_tokens_per_s_per_gpu": published, "predicted_tokens_per_s_per_gpu": predicted,
                     "gap": predicted / published - 1,
-                    "best_config": f"tp{c.tp} pp{c.pp} dp{c.dp} b{c.micro_batch_size} {c.recompute} zero{c.zero_stage}"})
+                    "best_config": f"tp{c.tp} pp{c.pp} dp{c.dp} b{c.micro_batch_size} {c.recompute_label} zero{c.zero_stage}"})
     return out
 
 

@@ -211,6 +211,7 @@ MicroBatchOpt = Annotated[int | None, typer.Option(help="Train: fix the micro-ba
 ScheduleOpt = Annotated[Schedule | None, typer.Option(help="Train: pipeline schedule.")]
 VirtualStagesOpt = Annotated[int | None, typer.Option(help="Train: virtual stages per device (interleaved).")]
 RecomputeOpt = Annotated[Recompute | None, typer.Option(help="Train: activation recomputation: none; outputs (MoE and MLA models: Megatron's --recompute-modules moe_act layernorm mla_up_proj, the activation, norm and up-projection outputs dropped and rerun); op (torchtitan, dense models in bf16: its per-op selective checkpointing, every second matmul and the elementwise ops rerun; its selective level there); selective (the attention core); full (the whole layer). Default: the least that fits.")]
+RecomputeNumLayersOpt = Annotated[int | None, typer.Option(help="Train, Megatron: full recompute of only the first N layers of each model chunk, the others keeping every activation (--recompute-method block --recompute-num-layers N); implies --recompute full. Default: with full recompute the search takes the least N that fits.")]
 SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Train: fix sequence parallelism.")]
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
@@ -301,6 +302,7 @@ class PlanOptions:
     async_scheduling: bool | None = None
     prompt_tokenizer: PromptTokenizerChoice = PromptTokenizerChoice.auto
     renderer_num_workers: int = 1
+    recompute_num_layers: int | None = None
 
 
 def _value(choice: Enum | None) -> str | None:
@@ -464,6 +466,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         schedule=_value(opts.schedule),
         virtual_stages=opts.virtual_stages,
         recompute=_value(opts.recompute),
+        recompute_num_layers=opts.recompute_num_layers,
         sequence_parallel=opts.sequence_parallel,
         zero_stage=opts.zero,
         attention=opts.attention.value,
@@ -604,7 +607,7 @@ BURST_ONLY = ("num_prompts", "random_range_ratio", "burstiness")
 FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served_draft_model")
 """Flags --frontier has no use for: it sweeps both objectives' ends and prints no layouts table
 or command."""
-TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute",
+TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute", "recompute_num_layers",
               "sequence_parallel", "zero", "attention", "attention_kernel", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
               "grad_reduce", "moe_dispatcher", "moe_host_ms", "mtp_layers")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
@@ -721,6 +724,7 @@ def plan(
     schedule: ScheduleOpt = None,
     virtual_stages: VirtualStagesOpt = None,
     recompute: RecomputeOpt = None,
+    recompute_num_layers: RecomputeNumLayersOpt = None,
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
@@ -758,7 +762,8 @@ def plan(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
-        virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
+        virtual_stages=virtual_stages, recompute=recompute, recompute_num_layers=recompute_num_layers,
+        sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,
@@ -919,6 +924,7 @@ def explain(
     schedule: ScheduleOpt = None,
     virtual_stages: VirtualStagesOpt = None,
     recompute: RecomputeOpt = None,
+    recompute_num_layers: RecomputeNumLayersOpt = None,
     sequence_parallel: SequenceParallelOpt = None,
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
@@ -964,7 +970,8 @@ def explain(
         request_rate=request_rate, num_prompts=num_prompts, max_concurrency=max_concurrency, dataset=dataset,
         random_range_ratio=random_range_ratio, burstiness=burstiness,
         global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, schedule=schedule,
-        virtual_stages=virtual_stages, recompute=recompute, sequence_parallel=sequence_parallel,
+        virtual_stages=virtual_stages, recompute=recompute, recompute_num_layers=recompute_num_layers,
+        sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
         engine_version=engine_version, mode=mode,

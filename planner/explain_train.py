@@ -136,13 +136,24 @@ def tp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
         plan = [("forward", "after attention, after MLP", "all-reduce", 2, allreduce),
                 ("backward", "input gradients (QKV, MLP up)", "all-reduce", 2, allreduce)]
     if c.recompute == "full":
-        plan.append(("recompute", "the forward's again", plan[0][2], plan[0][3], plan[0][4]))
+        plan.append(("recompute", rerun_name(e, "the forward's again"), plan[0][2], plan[0][3], plan[0][4]))
+    rerun = e.num_micro_batches * e.rerun_layers
     rows = []
     for phase, name, kind, count, seconds_at in plan:
         used = tp.allreduce_seconds * (0.5 if seconds_at is half else 1.0)
         rows.append(collective_row(phase, name, kind, c.tp, placement.tp_link.kind, tp.message_bytes, seconds_at,
-                                   used, tp.measured, count * per_step, e.step_time_seconds))
+                                   used, tp.measured, count * (rerun if phase == "recompute" else per_step),
+                                   e.step_time_seconds))
     return rows
+
+
+def rerun_name(e: TrainEstimate, name: str) -> str:
+    """A recompute phase's name; under block recompute with how many of the pacing stage's
+    layers rerun (TrainEstimate.rerun_layers)."""
+    layers = e.num_layers_per_stage[e.slowest_stage] if e.num_layers_per_stage else 0
+    if e.config.recompute_num_layers is None or e.rerun_layers >= layers:
+        return name
+    return f"{name} ({e.rerun_layers} of {layers} layers)"
 
 
 def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
@@ -163,14 +174,16 @@ def ep_rows(model: ModelSpec, cluster: ClusterSpec, e: TrainEstimate) -> list[Co
         return comm.alltoall_seconds(num_bytes, group, None)
 
     phases = [("forward", "dispatch, combine", 2), ("backward", "their gradients", 2)]
+    rerun = e.num_micro_batches * moe_layers_of(model, e.rerun_layers)
     if c.recompute == "full":
-        phases.append(("recompute", "the forward's again", 2))
+        phases.append(("recompute", rerun_name(e, "the forward's again"), 2))
     if c.moe_comm_overlap:  # the time breakdown's EP share is what the other micro-batch leaves exposed
         phases = [(phase, f"{name} (beside another micro-batch: combined 1F1B)", count)
                   for phase, name, count in phases]
     kind = exchange_name(ep.dispatcher)
     return [collective_row(phase, name, kind, c.ep, ep.link or "-", ep.message_bytes, one,
-                           ep.alltoall_seconds, ep.measured, count * per_step, e.step_time_seconds)
+                           ep.alltoall_seconds, ep.measured, count * (rerun if phase == "recompute" else per_step),
+                           e.step_time_seconds)
             for phase, name, count in phases]
 
 
@@ -194,7 +207,7 @@ def cp_rows(cluster: ClusterSpec, e: TrainEstimate, engine: str = "megatron") ->
                 ("backward", "dKV to the next rank", "send", cp.kv_chunk_bytes, cp.send_seconds, per_step)]
         if act.reruns_attention(c.recompute):
             rows.append(("recompute", "the forward's all-gather again", "all-gather", gather_bytes, gather_seconds,
-                         layers))
+                         e.num_micro_batches * e.rerun_layers if c.recompute == "full" else layers))
         steps = c.cp - 1
 
         def priced(kind: str) -> Callable[[float], float]:
@@ -210,9 +223,11 @@ def cp_rows(cluster: ClusterSpec, e: TrainEstimate, engine: str = "megatron") ->
               ("backward", "ring: KV and dKV", 2 * cp.kv_chunk_bytes, cp.total / (c.cp - 1)
                - (2 if act.reruns_attention(c.recompute) else 1) * cp.send_seconds)]
     if act.reruns_attention(c.recompute):
-        phases.append(("recompute", "the forward's again", cp.kv_chunk_bytes, cp.send_seconds))
+        phases.append(("recompute", rerun_name(e, "the forward's again"), cp.kv_chunk_bytes, cp.send_seconds))
+    rerun = e.num_micro_batches * (e.rerun_layers if c.recompute == "full" else e.num_layers_per_stage[e.slowest_stage])
     return [collective_row(phase, name, "send", c.cp, cp.link or "-", num_bytes,
-                           lambda n: comm.p2p_seconds(n, link), seconds, False, per_step, e.step_time_seconds)
+                           lambda n: comm.p2p_seconds(n, link), seconds, False,
+                           (rerun * (c.cp - 1) if phase == "recompute" else per_step), e.step_time_seconds)
             for phase, name, num_bytes, seconds in phases]
 
 
@@ -349,7 +364,7 @@ def train_notes(e: TrainEstimate, engine: str = "megatron") -> tuple[str, ...]:
     dispatcher = ("Megatron's flex dispatcher on DeepEP, its buffers in the overhead" if c.moe_dispatcher == "deepep"
                   else "NCCL all-to-alls")
     experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs; tokens on {dispatcher})" if c.ep > 1 else ""
-    notes = (f"micro-batch {c.micro_batch_size}, {schedule_name(c)}{chunks}, recompute {c.recompute}, "
+    notes = (f"micro-batch {c.micro_batch_size}, {schedule_name(c)}{chunks}, recompute {c.recompute_label}, "
              f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
     if c.cp > 1:
         ranks = cp_group_ranks(c.layout)

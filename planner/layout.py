@@ -127,10 +127,21 @@ class TrainConfig:
     parameters, torchao's fp8 casts that keep nothing between uses and save the 16-bit inputs:
     train.state_bytes_per_param, train.saved_activation_precision); the request's, filled in by
     the training estimate."""
+    recompute_num_layers: int | None = None
+    """With recompute full [--recompute-method block --recompute-num-layers k]: only the first k
+    layers of each model chunk rerun their forward, the others keep every activation (no
+    recompute); None: every layer [--recompute-method uniform --recompute-num-layers 1].
+    Megatron only (docs/cost-model.md#training-partial-recompute)."""
 
     @property
     def layout(self) -> Layout:
         return Layout(self.tp, self.pp, self.dp, self.ep, self.cp)
+
+    @property
+    def recompute_label(self) -> str:
+        """The recompute level in words: "full (block 5)" where only the first 5 layers of each
+        chunk rerun (recompute_num_layers), else the level."""
+        return self.recompute if self.recompute_num_layers is None else f"{self.recompute} (block {self.recompute_num_layers})"
 
     @property
     def priced_fp8_recipe(self) -> str:

@@ -461,6 +461,8 @@ ATTENTION_KERNELS = ("auto", "fa2")
 """--moe-dispatcher's choices (TrainRequest.moe_dispatcher)."""
 MAX_MOE_HOST_SECONDS = 1.0
 """--moe-host-ms above a second per MoE block forward is a unit mistake, not a host."""
+MAX_RECOMPUTE_NUM_LAYERS = 1024
+"""--recompute-num-layers above a thousand layers a chunk is a typo (no model has that many)."""
 MAX_MTP_LAYERS = 16
 """--mtp-layers: DeepSeek-V3 trained 1 (sec. 2.2); more than 16 is a typo, not a recipe."""
 
@@ -525,6 +527,10 @@ class TrainRequest:
     engine: TrainEngine = "megatron"
     """`--engine`: the training framework whose parallelism rules bound the search and whose
     launch is printed (planner/train_engines.py): megatron (Megatron-LM) or torchtitan."""
+    recompute_num_layers: int | None = None
+    """`--recompute-num-layers`, Megatron: full recompute of only the first N layers of each model
+    chunk (--recompute-method block); implies recompute full. None: with full recompute the search
+    takes the least N that fits (train_search.least_block_recompute)."""
 
     def __post_init__(self) -> None:
         if self.engine not in TRAIN_ENGINES:
@@ -534,6 +540,13 @@ class TrainRequest:
                                    ("--micro-batch", self.micro_batch, MAX_SEQUENCES),
                                    ("--virtual-stages", self.virtual_stages, MAX_VIRTUAL_STAGES)):
             check_positive(flag, value, upper)
+        check_positive("--recompute-num-layers", self.recompute_num_layers, MAX_RECOMPUTE_NUM_LAYERS)
+        if self.recompute_num_layers is not None and self.engine != "megatron":
+            raise SpecError(f"--recompute-num-layers: only with --engine megatron (its --recompute-method block); "
+                            f"{self.engine} recomputes every block or none")
+        if self.recompute_num_layers is not None and self.recompute not in (None, "full"):
+            raise SpecError(f"--recompute-num-layers: only with --recompute full (got --recompute {self.recompute}); "
+                            f"Megatron's selective levels take no layer count")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError(f"--moe-dispatcher: must be one of {', '.join(MOE_DISPATCHERS)} (got {self.moe_dispatcher})")
         if self.moe_host_seconds is not None and not 0 <= self.moe_host_seconds <= MAX_MOE_HOST_SECONDS:

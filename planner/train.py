@@ -191,6 +191,17 @@ class TrainEstimate:
         """The bubble's seconds over the step's (the Why line's and the table's "bubble")."""
         return self.time_breakdown_seconds.bubble / self.step_time_seconds if self.step_time_seconds else 0.0
 
+    @property
+    def rerun_layers(self) -> int:
+        """The pacing stage's layers that rerun their forward each micro-batch (recomputed_layers):
+        all of them under full recompute of every layer, the first recompute_num_layers of each
+        chunk under block recompute, none under the other levels."""
+        c = self.config
+        n = self.num_layers_per_stage[self.slowest_stage] if self.num_layers_per_stage else 0
+        if c.recompute != "full":
+            return 0
+        return n if c.recompute_num_layers is None else min(n, c.recompute_num_layers * c.virtual_stages)
+
 
 def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = "auto") -> TrainRates:
     """Peak, achievable matmul and elementwise HBM rates of the cluster's GPU, and its flash
@@ -488,6 +499,32 @@ def candidate_worst_stages(config: TrainConfig) -> tuple[int, ...]:
     return (0, pp - 1) if pp > 1 else (0,)
 
 
+def recomputed_layers(config: TrainConfig, layers: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The layers of the first, a middle and the last stage (`layers`) that rerun their forward:
+    every one under full recompute, the first recompute_num_layers of each of a stage's v chunks
+    under Megatron's block method (recompute.py core_v0.19.0 `_checkpointed_forward`: the first
+    k layers of the chunk's TransformerBlock are checkpointed, the rest run without), none under
+    the other levels (docs/cost-model.md#training-partial-recompute)."""
+    if config.recompute != "full":
+        return (0, 0, 0)
+    k = config.recompute_num_layers
+    if k is None:
+        return layers
+    return (min(layers[0], k * config.virtual_stages), min(layers[1], k * config.virtual_stages),
+            min(layers[2], k * config.virtual_stages))
+
+
+def recomputed_share(model: ModelSpec, config: TrainConfig, layers: tuple[int, int, int]) -> float:
+    """The share of the model's layers that rerun their forward (recomputed_layers summed over
+    the stages): 1 under full recompute of every layer, 0 without full recompute."""
+    if config.recompute != "full":
+        return 0.0
+    first, middle, last = recomputed_layers(config, layers)
+    if config.pp == 1:
+        return first / model.num_hidden_layers
+    return min(1.0, (first + middle * max(config.pp - 2, 0) + last) / model.num_hidden_layers)
+
+
 def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
                    stages: tuple[int, ...] | None = None, memo: Memo | None = None,
                    imbalance: float = efficiency.EXPERT_LOAD_IMBALANCE,
@@ -509,6 +546,19 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
          saved, c.ep, imbalance, delayed),
         activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute,
         c.attention, saved, c.ep, imbalance, delayed)
+    recomputed = recomputed_layers(c, layers)
+    kept_per_layer = per_layer  # a layer that is not recomputed under block recompute keeps all
+    working_by_kind = (working, working, working)
+    if c.recompute == "full" and recomputed != layers:
+        kept_per_layer, kept_working, _, _ = memo.get(
+            ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, "none", c.attention,
+             saved, c.ep, imbalance, False),
+            activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, "none",
+            c.attention, saved, c.ep, imbalance, False)
+        # a recomputed layer rematerialises after the backward has freed the micro-batch's kept layers
+        # (they follow it in the chunk), so its working set stands only above what they held
+        working_by_kind = tuple(max(kept_working, working - (n - r) * kept_per_layer)
+                                for n, r in zip(layers, recomputed, strict=True))
     # the states (and fixed overhead) of the first, a middle and the last stage, and each
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
@@ -521,7 +571,8 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     fragmentation = efficiency.TRAIN_ALLOCATOR_FRAGMENTATION_FRACTION
     out = []
     for stage, kind, num_in_flight in in_flight:
-        activations = working + per_layer * layers[kind] * num_in_flight
+        activations = working_by_kind[kind] + (per_layer * recomputed[kind]
+                                               + kept_per_layer * (layers[kind] - recomputed[kind])) * num_in_flight
         if stage == 0:
             activations += extra * num_in_flight
         if stage == pp - 1:
@@ -1050,10 +1101,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
     reductions = gradient_reductions_per_step(request.engine, config, B // (config.micro_batch_size * config.dp))
     gathers = zero3_gathers_per_micro_batch(request.engine, config)
+    recomputed = recomputed_layers(config, layers)
+    kept = None
+    if recomputed != layers and config.recompute == "full":  # block recompute: the other layers keep all
+        kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None), s, rates,
+                            memo, imbalance, request.engine, request.moe_host_seconds)[1]
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link,
-                       reductions, gathers)
+                       reductions, gathers, kept, recomputed if kept is not None else None)
     step = times.breakdown.total
-    counted = times.hardware_flops_per_step if config.recompute == "full" else times.model_flops_per_step
+    counted = (times.model_flops_per_step + recomputed_share(model, config, layers)
+               * (times.hardware_flops_per_step - times.model_flops_per_step))
     v = config.virtual_stages
     return TrainEstimate(
         config=config,

@@ -94,6 +94,7 @@ def rank_key(e: TrainEstimate) -> tuple:
     c = e.config
     return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.cp, c.pp, c.dp, c.ep,
             c.micro_batch_size, c.schedule, c.virtual_stages, RECOMPUTE_ORDER.index(c.recompute),
+            c.recompute_num_layers or 0,
             not c.sequence_parallel, c.zero_stage)
 
 
@@ -358,8 +359,22 @@ def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     # a block's floor reads neither pp nor dp (under EP only ep/tp): block_seconds_floor
     block = memo.get(("block_floor", tp, layout.cp, layout.ep, b, sp, recompute),
                      block_seconds_floor, model, cluster, config, request, rates, memo)
+    most = -(-model.num_hidden_layers // pp)
+    if recompute == "full" and block_recompute_runs(request):
+        # block recompute: the most loaded stage's n >= most layers rerun r >= 1 of them, so its
+        # blocks take (n - r) * none + r * full >= most * none + (full - none) (full >= none)
+        kept = memo.get(("block_floor", tp, layout.cp, layout.ep, b, sp, "none"),
+                        block_seconds_floor, model, cluster, config.with_(recompute="none"), request, rates, memo)
+        block = kept + (block - kept) / most
     m = request.global_batch // (b * dp)
-    return -(-model.num_hidden_layers // pp) * block * (m + (pp - 1) / v_max)
+    return most * block * (m + (pp - 1) / v_max)
+
+
+def block_recompute_runs(request: TrainRequest) -> bool:
+    """Whether the search's full-recompute configurations may rerun only some layers (Megatron's
+    --recompute-method block): --recompute-num-layers fixes how many, and without --recompute the
+    search takes the least that fits (least_block_recompute); --recompute full recomputes all."""
+    return request.engine == "megatron" and (request.recompute_num_layers is not None or request.recompute is None)
 
 
 def config_bound(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout, b: int, sp: bool,
@@ -465,6 +480,8 @@ def tie_threshold(best: list[float], keep_top: int) -> float:
 
 def searched_recomputes(model: ModelSpec, request: TrainRequest) -> list[str]:
     """The recompute levels a search tries: the one --recompute fixes, else recompute_levels."""
+    if request.recompute_num_layers is not None:
+        return ["full"]
     return [request.recompute] if request.recompute else recompute_levels(model, request)
 
 
@@ -510,7 +527,11 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
         if recompute == "selective" and base.attention == "flash" and isinstance(result, Rejected):
             continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = base if recompute == base.recompute else base.with_(recompute=recompute)
+        if recompute == "full" and request.recompute_num_layers is not None:
+            config = config.with_(recompute_num_layers=request.recompute_num_layers)
         result = estimate(model, cluster, config, request, rates, memo)
+        if recompute == "full":
+            result = least_block_recompute(model, cluster, request, rates, memo, config, result)
         if isinstance(result, TrainEstimate):
             if best is None:
                 best, fits_at = result, first + offset
@@ -525,6 +546,68 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
         return best, fits_at
     assert result is not None
     return result, first
+
+
+def least_block_recompute(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates,
+                          memo: Memo, config: TrainConfig, full: TrainEstimate | Rejected) -> TrainEstimate | Rejected:
+    """Full recompute of the fewest layers that fits (Megatron's --recompute-method block
+    --recompute-num-layers k: the first k layers of each model chunk rerun, the others keep every
+    activation; docs/cost-model.md#training-partial-recompute), given `full`, the configuration
+    with every layer recomputed. A stage's memory never grows and its time never falls as k grows
+    (each layer moved to recompute keeps its input only and reruns its forward), so the least k
+    that fits is the fastest: found by bisection over 1..K-1 (block_range: K the most layers a
+    chunk has; k = K is `full`). Where `full` is out of memory, k = K-1 may still fit (a kept last
+    layer frees its activations before the recomputed ones rematerialise: activations.py's
+    working set), so it is tried first; where it does not, no k does. `full` itself where no k
+    below K fits, where the engine has no block method (torchtitan), or where the request fixes
+    the level (--recompute full: every layer, as the 2021 runs recomputed) or k
+    (--recompute-num-layers). `config` is `full`'s as searched (the estimate picks each k's stage
+    split). Where the least k fits only by a slower split (memory_fallback), the k after it are
+    tried up to the first that needs none (`full` last), the fastest kept, as _first_fitting
+    does with the levels."""
+    c = config
+    if (not block_recompute_runs(request) or request.recompute_num_layers is not None
+            or c.recompute_num_layers is not None or (isinstance(full, Rejected) and full.over_bytes <= 0)):
+        return full
+    chunk_layers = block_range(model, c, full)
+    if chunk_layers < 2:
+        return full
+    low, high, least = 1, chunk_layers - 1, None
+    if isinstance(full, Rejected):  # the most layers kept that can fit: else none fits
+        top = estimate(model, cluster, c.with_(recompute_num_layers=high), request, rates, memo)
+        if not isinstance(top, TrainEstimate):
+            return full
+        least, high = top, high - 1
+    while low <= high:  # the least k that fits
+        k = (low + high) // 2
+        tried = estimate(model, cluster, c.with_(recompute_num_layers=k), request, rates, memo)
+        if isinstance(tried, TrainEstimate):
+            least, high = tried, k - 1
+        else:
+            low = k + 1
+    if least is None:
+        return full
+    # fitted only by a slower split (memory_fallback): the next k may fit without it, as
+    # _first_fitting's levels; every layer (`full`) ends the sequence
+    best: TrainEstimate = least
+    tried_: TrainEstimate | Rejected = least
+    k_: int | None = least.config.recompute_num_layers
+    while isinstance(tried_, TrainEstimate) and tried_.memory_fallback and k_ is not None:
+        k_ = k_ + 1 if k_ + 1 < chunk_layers else None
+        tried_ = full if k_ is None else estimate(model, cluster, c.with_(recompute_num_layers=k_), request, rates, memo)
+        if isinstance(tried_, TrainEstimate) and tried_.tokens_per_second > best.tokens_per_second:
+            best = tried_
+    return best
+
+
+def block_range(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected) -> int:
+    """K, the most layers a chunk of the configuration holds: block counts 1..K-1 keep some layers
+    (least_block_recompute). From `full`'s stage split where it ran, else ceil(ceil(L/p)/v)."""
+    if isinstance(full, TrainEstimate) and full.num_layers_per_stage:
+        most = max(full.num_layers_per_stage)
+    else:
+        most = -(-model.num_hidden_layers // config.pp)
+    return -(-most // config.virtual_stages)
 
 
 def check_fixed_batch(request: TrainRequest, given: LayoutFilter | None = None) -> None:
@@ -638,7 +721,7 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
 
 
 def _config_words(c: TrainConfig) -> str:
-    return (f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''}, recompute {c.recompute}, "
+    return (f"tp={c.tp} cp={c.cp} pp={c.pp} dp={c.dp}{f' ep={c.ep}' if c.ep > 1 else ''}, recompute {c.recompute_label}, "
             f"ZeRO-{c.zero_stage}")
 
 

@@ -25,7 +25,7 @@ memoises the per-layer terms in the memo of its search.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import NamedTuple
 
 from planner.cost import activations as act
@@ -1004,6 +1004,29 @@ def layer_terms(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, s: 
     )
 
 
+def blend_terms(kept: object, recomputed: object, share: float) -> object:
+    """Per-layer terms of a stage where `share` of its layers rerun their forward (block recompute,
+    docs/cost-model.md#training-partial-recompute): every number field (1 - share) * kept + share *
+    recomputed, recursing into the nested term records (LayerSeconds, TpSeconds, EpSeconds,
+    CpSeconds); a stage's time is its layers times the blend, so each time term is exact (every
+    one is a layer count times a per-layer figure). A non-number field (a link, a dispatcher,
+    whether measured) is the recomputed layer's. share 0 gives `kept`, 1 `recomputed`."""
+    if share <= 0.0:
+        return kept
+    if share >= 1.0:
+        return recomputed
+    changes = {}
+    for f in fields(kept):  # type: ignore[arg-type]
+        a, b = getattr(kept, f.name), getattr(recomputed, f.name)
+        if is_dataclass(a) and not isinstance(a, type):
+            changes[f.name] = blend_terms(a, b, share)
+        elif isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(b, (int, float)):
+            changes[f.name] = (1.0 - share) * a + share * b
+        else:
+            changes[f.name] = b
+    return replace(kept, **changes)  # type: ignore[type-var]
+
+
 def moe_forward_gpu_seconds(layer: LayerSeconds, tp: TpSeconds, ep: EpSeconds, full_recompute: bool = False) -> float:
     """W: the GPU's work from one MoE block's token-count sync to the next. Megatron's 1F1B:
     the block's forward, its two forward TP collectives, its two forward all-to-alls (dispatch
@@ -1137,24 +1160,38 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
                dp: DpCollectives, link: Link | None, dp_reductions: int = 1,
-               zero3_gathers: int | None = None) -> StepTimes:
+               zero3_gathers: int | None = None, kept: LayerTerms | None = None,
+               recomputed_layers: tuple[int, int, int] | None = None) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
     GPU. Every stage runs at the pace of the slowest: compute, TP and bubble are that
     stage's; DP and optimizer the worst stage's parameters, the DP overlap window the first
     stage's last backward. `s` the sequence length (pipeline sends carry the rank's s/cp).
     `dp`, `link`: dp_collectives' and dp_link's results for this configuration (a search
-    memoises them)."""
+    memoises them). Block recompute (docs/cost-model.md#training-partial-recompute): `terms` are a
+    recomputed layer's, `kept` a layer's that is not, `recomputed_layers` how many of each stage
+    kind's layers rerun; each stage runs the blend of the two (blend_terms)."""
     c, b = config, config.micro_batch_size
     m = global_batch // (b * c.dp)
     chunk = act.context_parallel_chunk_tokens(s, c.cp)
-    layer, tp, logits = terms.layer, terms.tp, terms.logits_seconds
-    layer_compute = layer.total + terms.ep.compute_seconds_per_layer
-    # the combined 1F1B hides the all-to-alls only of the passes it pairs (the fill, drain and warm-up run alone)
-    ep_comm = terms.ep.comm_seconds_per_layer_paired(combined_1f1b_paired_share(c.pp, m, c.virtual_stages))
-    # exposed per layer: communication and the MoE syncs' host waits
-    layer_exposed = tp.exposed + ep_comm + terms.cp.exposed + terms.host_seconds_per_layer
     first, middle, last = layers
+    by_kind = (terms, terms, terms)
+    if kept is not None and recomputed_layers is not None:
+        by_kind = tuple(blend_terms(kept, terms, r / n if n else 0.0)  # type: ignore[assignment]
+                        for r, n in zip(recomputed_layers, layers, strict=True))
+    paired = combined_1f1b_paired_share(c.pp, m, c.virtual_stages)
+
+    def per_layer(t: LayerTerms) -> tuple[float, float]:
+        """(compute, exposed) of one layer: its compute with the busiest EP GPU's extra experts;
+        its communication and the MoE syncs' host waits (the combined 1F1B hides the all-to-alls
+        only of the passes it pairs: the fill, drain and warm-up run alone)."""
+        ep_comm_ = t.ep.comm_seconds_per_layer_paired(paired)
+        return (t.layer.total + t.ep.compute_seconds_per_layer,
+                t.tp.exposed + ep_comm_ + t.cp.exposed + t.host_seconds_per_layer)
+
+    terms = by_kind[2]
+    logits = terms.logits_seconds
+    layer_compute, layer_exposed = per_layer(terms)
     hbm = rates.elementwise_bytes_per_s
     accumulate = efficiency.MAIN_GRAD_ACCESSES_PER_MICRO_BATCH * gradient_bytes_per_param(c) / hbm
     # the pacing stage: the last unless the first (then a middle one) is strictly slower
@@ -1163,13 +1200,16 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     compute_per_micro_batch = (slowest_layers * layer_compute + params.last_stage * accumulate + logits
                                + terms.mtp_head_seconds)
     stage_per_micro_batch = compute_per_micro_batch + slowest_layers * layer_exposed
+    slowest_terms = terms
     for stage, layers_here, params_here in ((0, first, params.first_stage), (1, middle, params.middle_stage)):
         if stage >= c.pp - 1:
             break
-        compute = layers_here * layer_compute + params_here * accumulate
-        if compute + layers_here * layer_exposed > stage_per_micro_batch:
+        compute_here, exposed_here = per_layer(by_kind[stage])
+        compute = layers_here * compute_here + params_here * accumulate
+        if compute + layers_here * exposed_here > stage_per_micro_batch:
             slowest, slowest_layers, compute_per_micro_batch = stage, layers_here, compute
-            stage_per_micro_batch = compute + layers_here * layer_exposed
+            stage_per_micro_batch = compute + layers_here * exposed_here
+            slowest_terms = by_kind[stage]
     experts = params.worst_routed_experts
     if c.zero_stage >= 1:
         optimizer_params = ((params.worst - experts) / c.dp_cp
@@ -1177,23 +1217,25 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     else:
         optimizer_params = params.worst
     optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
-    windows = DpWindows(backward_seconds=first / c.virtual_stages * (layer.backward + layer.recompute),
-                        forward_seconds=first / c.virtual_stages * layer.forward, micro_batch_seconds=compute_per_micro_batch,
-                        num_units=slowest_layers)
+    first_layer = by_kind[0].layer
+    windows = DpWindows(backward_seconds=first / c.virtual_stages * (first_layer.backward + first_layer.recompute),
+                        forward_seconds=first / c.virtual_stages * first_layer.forward,
+                        micro_batch_seconds=compute_per_micro_batch, num_units=slowest_layers)
+    ep_comm = slowest_terms.ep.comm_seconds_per_layer_paired(paired)
     send_seconds = pp_send_seconds(model, config, chunk, placement.pp_link)
     breakdown = TimeBreakdown(
         compute=m * compute_per_micro_batch + optimizer,
         bubble=(c.pp - 1) / c.virtual_stages * stage_per_micro_batch,
-        tp_comm=m * slowest_layers * tp.exposed,
+        tp_comm=m * slowest_layers * slowest_terms.tp.exposed,
         pp_comm=pp_seconds(model, cluster, c, chunk, m, placement.pp_link, send_seconds),
         dp_comm_exposed=dp_exposed_seconds(c, dp, windows, m, dp_reductions, zero3_gathers),
         ep_comm=m * slowest_layers * ep_comm,
-        cp_comm=m * slowest_layers * terms.cp.exposed,
-        host=m * slowest_layers * terms.host_seconds_per_layer,
+        cp_comm=m * slowest_layers * slowest_terms.cp.exposed,
+        host=m * slowest_layers * slowest_terms.host_seconds_per_layer,
     )
     return StepTimes(
         breakdown=breakdown,
-        tp_seconds_per_layer=tp.total,
+        tp_seconds_per_layer=slowest_terms.tp.total,
         tp_link=None if placement.tp_link is None else placement.tp_link.kind,
         pp_link=None if placement.pp_link is None else placement.pp_link.kind,
         dp_link=None if link is None else link.kind,

@@ -356,7 +356,10 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int,
     if c.sequence_parallel:
         args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(global_batch)]
-    if c.recompute == "full":
+    if c.recompute == "full" and c.recompute_num_layers is not None:  # the first k layers of each chunk
+        args += ["--recompute-granularity", "full", "--recompute-method", "block",
+                 "--recompute-num-layers", str(c.recompute_num_layers)]
+    elif c.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
                  "--recompute-num-layers", "1"]
     elif c.recompute == "selective":

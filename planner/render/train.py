@@ -97,7 +97,7 @@ COLUMNS = (
     Column("b", lambda e, i: str(e.config.micro_batch_size)),
     Column("m", lambda e, i: str(e.num_micro_batches)),
     Column("schedule", lambda e, i: _schedule(e), "left"),
-    Column("recompute", lambda e, i: e.config.recompute, "left"),
+    Column("recompute", lambda e, i: e.config.recompute_label, "left"),
     Column("sp", lambda e, i: "on" if e.config.sequence_parallel else "off"),
     Column("zero", lambda e, i: str(e.config.zero_stage)),
     Column("mem/GPU", lambda e, i: _memory_cell(e)),
@@ -187,7 +187,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     shares = ", ".join(f"{name} {share_text(value / best.step_time_seconds)}" for name, value in parts.items())
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
-        f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute}, "
+        f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute_label}, "
         f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
         f"Why: highest tokens/s {'with TP inside a node ' if plan.passed_over else ''}that fits "
         f"{'with room to spare (the memory margin below) ' if plan.tight_passed_over else ''}"
@@ -297,7 +297,7 @@ def _differences(other: TrainEstimate, best: TrainEstimate) -> str:
     share its layout, micro-batch and schedule): ", recompute full, ZeRO-0"."""
     def shown(c: TrainConfig, experts: bool) -> tuple[str, ...]:
         on = {True: "on", False: "off"}
-        common = (f"recompute {c.recompute}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
+        common = (f"recompute {c.recompute_label}", f"sequence parallel {on[c.sequence_parallel]}", f"ZeRO-{c.zero_stage}",
                   f"TP comm overlap {on[c.tp_comm_overlap]}")
         # the EP settings only between two layouts with EP (the ep= of the layout says the rest)
         return common + ((f"EP {exchange_name(c.moe_dispatcher)} overlap {on[c.moe_comm_overlap]}",
@@ -428,7 +428,7 @@ def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
     if over is None:
         return []
     c, faster = over.config, faster_than_first(over, plan)
-    return [f"Memory margin: {config_words(over)}, recompute {c.recompute}, prices {faster:.2%} more tokens/s but "
+    return [f"Memory margin: {config_words(over)}, recompute {c.recompute_label}, prices {faster:.2%} more tokens/s but "
             f"uses {gib(over.memory_per_gpu_bytes)} of {gib(over.capacity_per_gpu_bytes)}, under the {TIGHT_MEMORY_FRACTION:.0%} free that buffers the estimate "
             f"does not itemize may need; this one leaves {gib(headroom_bytes(best))} (within "
             f"{MEMORY_TIE_FRACTION:.0%} of the fastest, that margin is taken)."]
@@ -451,8 +451,8 @@ def bf16_faster_lines(plan: TrainPlan) -> list[str]:
     grown = max(BREAKDOWN_NAMES, key=lambda name: getattr(a, name) - getattr(b, name))
     more = getattr(a, grown) - getattr(b, grown)
     why = (f"; the fp8 plan's step spends {ms(more)} more on {BREAKDOWN_NAMES[grown]} (micro-batch "
-           f"{fp8.config.micro_batch_size}, recompute {fp8.config.recompute} against {c.micro_batch_size}, "
-           f"{c.recompute})" if more > 0 else "")
+           f"{fp8.config.micro_batch_size}, recompute {fp8.config.recompute_label} against {c.micro_batch_size}, "
+           f"{c.recompute_label})" if more > 0 else "")
     return [f"fp8 is slower here: bf16 runs {faster:.1%} more tokens/s ({bf16.tokens_per_second:,.0f}) at "
             f"tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} {_schedule(bf16)}{why}; "
             f"plan without --precision fp8 to launch it."]
@@ -513,7 +513,7 @@ def shortfall_lines(plan: TrainPlan) -> list[str]:
     return [
         f"TP crosses nodes: every TP all-reduce runs over the NICs ({tp_share:.0%} of the step), because no "
         f"layout with TP inside a node fits. Closest: tp={c.tp} pp={c.pp} dp={c.dp} b={c.micro_batch_size} "
-        f"{c.schedule}, recompute {c.recompute}, ZeRO-{c.zero_stage}: {gib(mem.total_bytes)} of "
+        f"{c.schedule}, recompute {c.recompute_label}, ZeRO-{c.zero_stage}: {gib(mem.total_bytes)} of "
         f"{gib(short.capacity_per_gpu_bytes)} on stage {mem.stage}, over by {gib(short.over_bytes)} "
         f"(weights {gib(mem.weights_bytes)}, gradients {gib(mem.gradient_bytes)}, optimizer "
         f"{gib(mem.optimizer_bytes)}, activations {gib(mem.activation_bytes)}, overhead {gib(mem.overhead_bytes)}).",
@@ -591,6 +591,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         # no pipeline schedule without PP (the table's "no PP"; Megatron runs forward_backward_no_pipelining)
         "schedule": None if c.pp == 1 else c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
+        "recompute_num_layers": c.recompute_num_layers,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,

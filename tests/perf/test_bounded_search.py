@@ -131,12 +131,14 @@ def test_bounded_search_is_safe_on_random_small_cases(model_name: str, nodes_x_g
 def test_the_131k_question_shows_the_plain_searchs_rows() -> None:
     """Llama 3.1 405B at 131,072 tokens on 16,384 H100 (515 candidate layouts: bounded as the
     CLI runs it): the ten rows and their order are the plain search's, most of the space
-    bounded out."""
+    bounded out (1,013 of 9,152 feasible configurations estimated: block recompute's floor is
+    none's plus one layer's rerun, so fewer full-recompute configurations bound out than when
+    full meant every layer, 9 in 10 then)."""
     model, cluster = resolve_model("llama-3.1-405b"), resolve_cluster("2048x8xH100")
     request = TrainRequest(global_batch=2048, seq_len=131072)
     plain = search(model, cluster, request)
     bounded = search(model, cluster, request, keep_top=10)
     assert _top(bounded, 10) == _top(plain, 10)
     assert bounded.num_configs_bounded > plain.num_configs_evaluated
-    assert len(bounded.layouts) < len(plain.layouts) // 10
+    assert len(bounded.layouts) < len(plain.layouts) // 8
     assert isinstance(bounded.recommended, TrainEstimate) and bounded.recommended.config.tp == 8

@@ -38,6 +38,7 @@ from planner.train import TrainEstimate, estimate, train_rates, trained_model
 from planner.train_search import (
     MAX_MICRO_BATCH_SIZE,
     RECOMPUTE_ORDER,
+    block_range,
     cp_options,
     prefer_headroom,
     rank_key,
@@ -84,10 +85,30 @@ def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, atten
 
 
 def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
+    """Every fitting configuration; with full recompute also every block count k (Megatron's
+    --recompute-method block: the first k layers of each chunk rerun) from 1 to K-1
+    (train_search.block_range: K the most layers a chunk holds), where recomputing every layer
+    fits or where K-1 does (a stage's memory only falls as k grows, up to K-1)."""
     rates = train_rates(model, cluster)
-    results = (estimate(model, cluster, c, request, rates)
-               for c in every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node, request))
-    return sorted((r for r in results if isinstance(r, TrainEstimate)), key=rank_key)
+    configs = list(every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node, request))
+    results = [estimate(model, cluster, c, request, rates) for c in configs]
+    fitting = [r for r in results if isinstance(r, TrainEstimate)]
+    for config, full in zip(configs, results, strict=True):
+        if config.recompute != "full" or isinstance(full, Rejected) and full.over_bytes <= 0:
+            continue
+        chunk_layers = block_range(model, config, full)
+        blocks = [estimate(model, cluster, replace(config, recompute_num_layers=k), request, rates)
+                  for k in range(chunk_layers - 1, 0, -1)]
+        if isinstance(full, Rejected) and blocks and not isinstance(blocks[0], TrainEstimate):
+            continue  # out of memory keeping one layer a chunk: with fewer kept, too (checked below)
+        fitting += [r for r in blocks if isinstance(r, TrainEstimate)]
+    return sorted(fitting, key=rank_key)
+
+
+def recompute_order(c: TrainConfig) -> tuple[int, float]:
+    """Less recomputation first: the levels' order, block counts k before every layer."""
+    k = c.recompute_num_layers
+    return RECOMPUTE_ORDER.index(c.recompute), float("inf") if k is None else k
 
 
 def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
@@ -103,7 +124,7 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
         by_key.setdefault(key, []).append(r)
     best: dict[tuple, TrainEstimate] = {}
     for key, fitting in by_key.items():
-        fitting.sort(key=lambda r: RECOMPUTE_ORDER.index(r.config.recompute))
+        fitting.sort(key=lambda r: recompute_order(r.config))
         for r in fitting:
             if key not in best or r.tokens_per_second > best[key].tokens_per_second:
                 best[key] = r
@@ -137,7 +158,8 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
     # the stage split is the estimate's (the fastest that fits), so GPipe, holding more micro-batches,
     # may run a slower split than the same 1F1B configuration: never a faster one
     unsplit = {replace(r.config, first_last_layers=None, account_for_embedding_and_loss=False): r for r in reference}
-    for gpipe in (r for r in reference if r.config.schedule == "gpipe"):
+    # (block recompute's k: each schedule's own range, from its own split; every layer compared)
+    for gpipe in (r for r in reference if r.config.schedule == "gpipe" and r.config.recompute_num_layers is None):
         same_1f1b = unsplit[replace(gpipe.config, schedule="1f1b", first_last_layers=None,
                                     account_for_embedding_and_loss=False)]
         assert same_1f1b.tokens_per_second >= gpipe.tokens_per_second

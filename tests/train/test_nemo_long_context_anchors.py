@@ -150,9 +150,11 @@ def test_the_planners_best_without_cp_against_nvidias(bench_module):
     cp = 1 that Megatron core_v0.14.0 would start (tp dividing the query groups, as the containers'
     Megatron-Core required) lands within 10% of it up to 64K tokens on both systems (H100 at
     FlashAttention-2's share: -1% to +3%, +18% at 128K; B200 -2% to +10%, +10% at 128K), and on
-    B200 at 512K too (+2%: tp 8, pp 2, full recompute). Beyond, it reaches for layouts NVIDIA did not
-    report (tp 16-32 across nodes on H100; tp 8 without recompute at 164 of 178 GiB on B200 at
-    256K, +31%)."""
+    B200 at 512K too with every layer recomputed (+2%: tp 8, pp 2, full recompute). Left to pick
+    how many layers rerun, it recomputes 3 of each 4-layer chunk's (--recompute-method block), +22%:
+    a configuration NVIDIA's column may not have tried (its layout is unpublished). Beyond, it
+    reaches for layouts NVIDIA did not report (tp 16-32 across nodes on H100; tp 8 without
+    recompute at 164 of 178 GiB on B200 at 256K, +31%)."""
     module = bench_module("training_calibration")
     looked = {r["id"]: r for kernel in ("fa2", "auto") for r in module.without_cp_rows(kernel)
               if r["id"].startswith(H100 if kernel == "fa2" else B200)}
@@ -160,5 +162,8 @@ def test_the_planners_best_without_cp_against_nvidias(bench_module):
     assert len(near) == 9  # H100 4K-64K, B200 8K-64K
     assert all(abs(looked[key]["gap"]) <= 0.10 for key in near), {k: looked[k]["gap"] for k in near}
     assert abs(looked[f"{B200} 128K tp2 pp1 cp4 dp4"]["gap"]) <= 0.15
-    assert abs(looked[f"{B200} 512K tp4 pp1 cp8 dp4"]["gap"]) <= 0.10
+    block = looked[f"{B200} 512K tp4 pp1 cp8 dp4"]
+    assert "block" in block["best_config"] and 0.10 < block["gap"] <= 0.25, block
+    every_layer = {r["id"]: r for r in module.without_cp_rows("auto", recompute="full")}[f"{B200} 512K tp4 pp1 cp8 dp4"]
+    assert every_layer["best_config"].endswith("full zero1") and abs(every_layer["gap"]) <= 0.10, every_layer
     assert looked[f"{B200} 1024K tp4 pp1 cp16 dp4"]["gap"] is None  # NVIDIA: no run without CP fits
