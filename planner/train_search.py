@@ -597,7 +597,29 @@ def least_block_recompute(model: ModelSpec, cluster: ClusterSpec, request: Train
         tried_ = full if k_ is None else estimate(model, cluster, c.with_(recompute_num_layers=k_), request, rates, memo)
         if isinstance(tried_, TrainEstimate) and tried_.tokens_per_second > best.tokens_per_second:
             best = tried_
-    return best
+    return roomier_block(model, cluster, request, rates, memo, c, best, chunk_layers)
+
+
+def roomier_block(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates, memo: Memo,
+                  config: TrainConfig, fitted: TrainEstimate, chunk_layers: int) -> TrainEstimate:
+    """The least block count above `fitted`'s that leaves TIGHT_MEMORY_FRACTION of the GPU free, where
+    `fitted` (the least k that fits) leaves less and the roomier k prices within MEMORY_TIE_FRACTION
+    of it (prefer_headroom's policy, applied to the one knob that trades memory for time in steps
+    of one layer's rerun); else `fitted`. Bisection over k: memory falls as k grows."""
+    k0 = fitted.config.recompute_num_layers
+    if k0 is None or headroom_bytes(fitted) >= TIGHT_MEMORY_FRACTION * fitted.capacity_per_gpu_bytes:
+        return fitted
+    low, high, roomy = k0 + 1, chunk_layers - 1, None
+    while low <= high:
+        k = (low + high) // 2
+        tried = estimate(model, cluster, config.with_(recompute_num_layers=k), request, rates, memo)
+        if isinstance(tried, TrainEstimate) and headroom_bytes(tried) >= TIGHT_MEMORY_FRACTION * tried.capacity_per_gpu_bytes:
+            roomy, high = tried, k - 1
+        else:
+            low = k + 1
+    if roomy is not None and roomy.tokens_per_second >= (1 - MEMORY_TIE_FRACTION) * fitted.tokens_per_second:
+        return roomy
+    return fitted
 
 
 def block_range(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected) -> int:

@@ -37,7 +37,9 @@ from planner.specs import ClusterSpec, ModelSpec
 from planner.train import TrainEstimate, estimate, train_rates, trained_model
 from planner.train_search import (
     MAX_MICRO_BATCH_SIZE,
+    MEMORY_TIE_FRACTION,
     RECOMPUTE_ORDER,
+    TIGHT_MEMORY_FRACTION,
     block_range,
     cp_options,
     prefer_headroom,
@@ -130,7 +132,20 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
                 best[key] = r
             if not r.memory_fallback:
                 break
+        chosen = best[key]
+        if chosen.config.recompute_num_layers is not None and not roomy(chosen):
+            # a block count at the edge of memory gives way to the least roomier one within the tie
+            # (train_search.roomier_block)
+            more = [r for r in fitting if r.config.recompute_num_layers is not None
+                    and r.config.recompute_num_layers > chosen.config.recompute_num_layers and roomy(r)]
+            if more and more[0].tokens_per_second >= (1 - MEMORY_TIE_FRACTION) * chosen.tokens_per_second:
+                best[key] = more[0]
     return best
+
+
+def roomy(e: TrainEstimate) -> bool:
+    """Whether the estimate leaves TIGHT_MEMORY_FRACTION of the GPU free."""
+    return e.capacity_per_gpu_bytes - e.memory_per_gpu_bytes >= TIGHT_MEMORY_FRACTION * e.capacity_per_gpu_bytes
 
 
 def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
