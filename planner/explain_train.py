@@ -99,7 +99,12 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
         # interleaved: chunks in flight over v, a fraction where a stage's chunks are uneven
         held = (f"up to {in_flight:g} of {m} micro-batches" if float(in_flight).is_integer() else
                 f"up to {in_flight:.1f} of {m} micro-batches' activations (its chunks hold different counts)")
-        note = f"{mem.num_layers} layers{mtp}, {held} in flight ({schedule_name(c)})"
+        k = c.recompute_num_layers
+        rerun = min(mem.num_layers, k * c.virtual_stages) if c.recompute == "full" and k is not None else None
+        # block recompute: how many of the stage's layers keep only their input
+        layers = (f"{mem.num_layers} layers ({rerun} recomputed, {mem.num_layers - rerun} keeping all)"
+                  if rerun is not None and rerun < mem.num_layers else f"{mem.num_layers} layers")
+        note = f"{layers}{mtp}, {held} in flight ({schedule_name(c)})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
             ("activations", mem.activation_bytes), ("overhead", mem.overhead_bytes - deepep),

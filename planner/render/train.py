@@ -419,6 +419,8 @@ def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
         c = best.config
         room = [option for option, open_ in ((f"--micro-batch {c.micro_batch_size // 2}", c.micro_batch_size > 1),
                                              ("more --recompute", c.recompute != "full"),
+                                             (f"--recompute-num-layers above {c.recompute_num_layers}",
+                                              c.recompute == "full" and c.recompute_num_layers is not None),
                                              ("--zero 3", c.zero_stage < 3 and plan.request.engine == "megatron"))
                 if open_] or ["more GPUs (--gpus)"]
         return [f"Memory margin: this configuration leaves {gib(headroom_bytes(best))} of "
