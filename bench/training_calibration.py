@@ -293,7 +293,7 @@ def versus_best(row: Row, moe_dispatcher: str = MOE_DISPATCHER) -> dict:
             "published_recompute": published["recompute"],
             "best_config": (f"tp{c.tp} cp{c.cp} pp{c.pp} dp{c.dp} ep{c.ep} b{c.micro_batch_size} "
                             f"{c.schedule}{'/' + str(c.virtual_stages) if c.schedule == 'interleaved' else ''} "
-                            f"{c.recompute} zero{c.zero_stage}")}
+                            f"{c.recompute_label} zero{c.zero_stage}")}
 
 
 def published_config_text(row: Row) -> str:

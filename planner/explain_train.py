@@ -265,7 +265,7 @@ def pp_dp_rows(cluster: ClusterSpec, e: TrainEstimate) -> list[CollectiveRow]:
 
 
 def _dp_rows(c: TrainConfig, link: Link, dp: DpCollectives, group: GroupTopology | None, which: str,
-             step: float, per: int, zero3_gathers: int = 2) -> list[CollectiveRow]:
+             step: float, per: int, zero3_gathers: float = 2) -> list[CollectiveRow]:
     """The gradient reduction (and ZeRO's weight gather) of one parameter group over its
     placed ranks (two-level rings across nodes, comm.group_allgather_seconds); `per`:
     reductions per step (m with ZeRO-2/3)."""

@@ -175,8 +175,9 @@ class TrainEstimate:
     dp_reductions_per_step: int = 1
     """The gradient reductions a step makes (gradient_reductions_per_step): what plan explain
     counts."""
-    zero3_gathers_per_micro_batch: int = 2
-    """ZeRO-3's weight all-gathers per micro-batch (training_time.zero3_gathers_per_micro_batch)."""
+    zero3_gathers_per_micro_batch: float = 2
+    """ZeRO-3's weight all-gathers per micro-batch (training_time.zero3_gathers_per_micro_batch; a
+    fraction more under block recompute, whose rerun gathers only the rerun layers)."""
     model_tflops_per_gpu: float = 0.0
     """Model FLOPs (the MFU's, no recompute) per second per GPU, in TFLOP/s. Megatron-LM's log
     has no recompute term either (num_floating_point_operations: forward + backward, 3x, at
@@ -559,6 +560,10 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
         # (they follow it in the chunk), so its working set stands only above what they held
         working_by_kind = tuple(max(kept_working, working - (n - r) * kept_per_layer)
                                 for n, r in zip(layers, recomputed, strict=True))
+        # Megatron does not recompute the MTP modules' blocks under the block method ("recompute_method
+        # == 'block' is not supported for MTP yet. Skipping recompute.", multi_token_prediction.py
+        # core_v0.14.0 and core_v0.19.0): they keep every activation
+        logits += model.num_mtp_layers * (kept_per_layer - per_layer)
     # the states (and fixed overhead) of the first, a middle and the last stage, and each
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
@@ -1106,6 +1111,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     if recomputed != layers and config.recompute == "full":  # block recompute: the other layers keep all
         kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None), s, rates,
                             memo, imbalance, request.engine, request.moe_host_seconds)[1]
+    if kept is not None:  # under block recompute a ZeRO-3 rerun gathers again only for the rerun layers
+        gathers = zero3_gathers_per_micro_batch(request.engine, config, recomputed_share(model, config, layers))
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link,
                        reductions, gathers, kept, recomputed if kept is not None else None)
     step = times.breakdown.total

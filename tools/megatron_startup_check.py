@@ -143,7 +143,8 @@ def requests(cluster_name: str, version: str):
     from planner.requests import TrainRequest
 
     versions = EngineVersions(megatron=version)
-    for zero, recompute, schedule in itertools.product((0, 1, 2, 3), ("none", "selective", "full"),
+    # recompute None: the search's own level, full recompute of only some layers included (block)
+    for zero, recompute, schedule in itertools.product((0, 1, 2, 3), ("none", "selective", "full", None),
                                                        ("1f1b", "interleaved")):
         yield f"zero={zero} recompute={recompute} schedule={schedule}", TrainRequest(
             global_batch=GLOBAL_BATCH, seq_len=SEQ_LEN, zero_stage=zero, recompute=recompute, schedule=schedule,
@@ -167,7 +168,8 @@ def sweep(version: str, models: tuple[str, ...], clusters: tuple[str, ...]) -> l
         for label, request in requests(cluster_name, version):
             plan = launchable(model, search(model, cluster, request))
             for estimate in plan.layouts[:TOP]:
-                for step in megatron_steps(model, cluster, estimate.config, GLOBAL_BATCH, SEQ_LEN):
+                for step in megatron_steps(model, cluster, estimate.config, GLOBAL_BATCH, SEQ_LEN,
+                                           request.engine_versions.megatron_release):
                     if step.argv in seen:
                         continue
                     seen.add(step.argv)

@@ -859,7 +859,7 @@ class DpWindows:
 
 
 def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows: DpWindows, m: int,
-                       reductions: int = 1, gathers: int | None = None) -> float:
+                       reductions: int = 1, gathers: float | None = None) -> float:
     """Data-parallel traffic left on the critical path.
 
     z = 0: all-reduce of fp32 grads (4 B/param) under the backward window. z = 1
@@ -892,13 +892,14 @@ def dp_exposed_seconds(config: TrainConfig, collectives: DpCollectives, windows:
     return m * max(first_unit_gather, scatter + gathers * gather - windows.micro_batch_seconds)
 
 
-def zero3_gathers_per_micro_batch(engine: str, config: TrainConfig) -> int:
+def zero3_gathers_per_micro_batch(engine: str, config: TrainConfig, rerun_share: float = 1.0) -> float:
     """ZeRO-3's weight all-gathers per micro-batch: before the forward and again before the
-    backward; Megatron-FSDP once more for full recompute's rerun forward; torchtitan's FSDP2
+    backward; Megatron-FSDP once more for full recompute's rerun forward (under block recompute
+    only for the rerun layers: `rerun_share` of them, train.recomputed_share); torchtitan's FSDP2
     not (it applies activation checkpointing inside each fully_shard unit, whose pre-backward
     unshard already holds the weights when the checkpoint reruns the forward: v0.2.2
     parallelize.py applies AC before fully_shard; a CLI read)."""
-    return 3 if config.recompute == "full" and engine != "torchtitan" else 2
+    return 2 + rerun_share if config.recompute == "full" and engine != "torchtitan" else 2
 
 
 def pp_send_bytes(model: ModelSpec, config: TrainConfig, s: int) -> float:
@@ -1160,7 +1161,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                terms: LayerTerms, params: StageParams,
                model_flops_per_sequence: float, hardware_flops_per_sequence: float,
                dp: DpCollectives, link: Link | None, dp_reductions: int = 1,
-               zero3_gathers: int | None = None, kept: LayerTerms | None = None,
+               zero3_gathers: float | None = None, kept: LayerTerms | None = None,
                recomputed_layers: tuple[int, int, int] | None = None) -> StepTimes:
     """Compose the step: see the module docstring and planner/train.py. `layers` = (first,
     middle, last) stage layer counts (middle 0 when pp <= 2), `params` their parameters per
@@ -1177,8 +1178,10 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
     first, middle, last = layers
     by_kind = (terms, terms, terms)
     if kept is not None and recomputed_layers is not None:
+        # the last stage's MTP blocks are not recomputed under the block method (train.stage_memories)
+        counted = (first, middle, last + model.num_mtp_layers)
         by_kind = tuple(blend_terms(kept, terms, r / n if n else 0.0)  # type: ignore[assignment]
-                        for r, n in zip(recomputed_layers, layers, strict=True))
+                        for r, n in zip(recomputed_layers, counted, strict=True))
     paired = combined_1f1b_paired_share(c.pp, m, c.virtual_stages)
 
     def per_layer(t: LayerTerms) -> tuple[float, float]:
