@@ -55,6 +55,7 @@ from planner.train import (
     estimate,
     exchange_name,
     moe_host_seconds_for,
+    recomputed_layers,
     train_rates,
     training_caveats,
 )
@@ -99,11 +100,10 @@ def train_memory_bars(model: ModelSpec, e: TrainEstimate) -> tuple[MemoryBar, ..
         # interleaved: chunks in flight over v, a fraction where a stage's chunks are uneven
         held = (f"up to {in_flight:g} of {m} micro-batches" if float(in_flight).is_integer() else
                 f"up to {in_flight:.1f} of {m} micro-batches' activations (its chunks hold different counts)")
-        k = c.recompute_num_layers
-        rerun = min(mem.num_layers, k * c.virtual_stages) if c.recompute == "full" and k is not None else None
+        rerun = recomputed_layers(c, (mem.num_layers, 0, 0))[0]
         # block recompute: how many of the stage's layers keep only their input
         layers = (f"{mem.num_layers} layers ({rerun} recomputed, {mem.num_layers - rerun} keeping all)"
-                  if rerun is not None and rerun < mem.num_layers else f"{mem.num_layers} layers")
+                  if c.recompute == "full" and rerun < mem.num_layers else f"{mem.num_layers} layers")
         note = f"{layers}{mtp}, {held} in flight ({schedule_name(c)})"
         segments = tuple(MemorySegment(name, value) for name, value in (
             ("weights", mem.weights_bytes), ("gradients", mem.gradient_bytes), ("optimizer", mem.optimizer_bytes),
@@ -156,7 +156,7 @@ def rerun_name(e: TrainEstimate, name: str) -> str:
     """A recompute phase's name; under block recompute with how many of the pacing stage's
     layers rerun (TrainEstimate.rerun_layers)."""
     layers = e.num_layers_per_stage[e.slowest_stage] if e.num_layers_per_stage else 0
-    if e.config.recompute_num_layers is None or e.rerun_layers >= layers:
+    if e.config.recompute != "full" or e.rerun_layers >= layers:
         return name
     return f"{name} ({e.rerun_layers} of {layers} layers)"
 

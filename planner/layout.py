@@ -132,6 +132,11 @@ class TrainConfig:
     layers of each model chunk rerun their forward, the others keep every activation (no
     recompute); None: every layer [--recompute-method uniform --recompute-num-layers 1].
     Megatron only (docs/cost-model.md#training-partial-recompute)."""
+    recompute_every: int | None = None
+    """With recompute full under torchtitan [activation_checkpoint mode "selective",
+    selective_ac_option "N"]: every N-th block of a rank is checkpointed whole, floor(n/N) of its n,
+    the others keep every activation; None: every block [mode "full"]
+    (docs/cost-model.md#training-partial-recompute)."""
 
     @property
     def layout(self) -> Layout:
@@ -140,7 +145,10 @@ class TrainConfig:
     @property
     def recompute_label(self) -> str:
         """The recompute level in words: "full (block 5)" where only the first 5 layers of each
-        chunk rerun (recompute_num_layers), else the level."""
+        chunk rerun (recompute_num_layers), "full (every 3)" where every third block does
+        (recompute_every, torchtitan), else the level."""
+        if self.recompute_every is not None:
+            return f"{self.recompute} (every {self.recompute_every})"
         return self.recompute if self.recompute_num_layers is None else f"{self.recompute} (block {self.recompute_num_layers})"
 
     @property

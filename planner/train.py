@@ -197,11 +197,8 @@ class TrainEstimate:
         """The pacing stage's layers that rerun their forward each micro-batch (recomputed_layers):
         all of them under full recompute of every layer, the first recompute_num_layers of each
         chunk under block recompute, none under the other levels."""
-        c = self.config
         n = self.num_layers_per_stage[self.slowest_stage] if self.num_layers_per_stage else 0
-        if c.recompute != "full":
-            return 0
-        return n if c.recompute_num_layers is None else min(n, c.recompute_num_layers * c.virtual_stages)
+        return recomputed_layers(self.config, (n, 0, 0))[0]
 
 
 def train_rates(model: ModelSpec, cluster: ClusterSpec, attention_kernel: str = "auto") -> TrainRates:
@@ -508,11 +505,23 @@ def recomputed_layers(config: TrainConfig, layers: tuple[int, int, int]) -> tupl
     the other levels (docs/cost-model.md#training-partial-recompute)."""
     if config.recompute != "full":
         return (0, 0, 0)
+    every = config.recompute_every
+    if every is not None:  # torchtitan's layer-level checkpointing: every N-th block of the rank
+        return (layers[0] // every, layers[1] // every, layers[2] // every)
     k = config.recompute_num_layers
     if k is None:
         return layers
     return (min(layers[0], k * config.virtual_stages), min(layers[1], k * config.virtual_stages),
             min(layers[2], k * config.virtual_stages))
+
+
+def kept_after_last_rerun(config: TrainConfig, layers: int, rerun: int) -> float:
+    """The kept layers whose backward runs, freeing their activations, before the first rerun
+    of a micro-batch's chunk: Megatron's block method reruns the first k of each chunk, so the
+    chunk's (n - r)/v others; torchtitan's every N-th block leaves n mod N after the last one."""
+    if config.recompute_every is not None:
+        return float(layers % config.recompute_every)
+    return (layers - rerun) / config.virtual_stages
 
 
 def recomputed_share(model: ModelSpec, config: TrainConfig, layers: tuple[int, int, int]) -> float:
@@ -556,9 +565,9 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
              saved, c.ep, imbalance, False),
             activation_terms, model, chunk, c.micro_batch_size, c.tp, c.sequence_parallel, "none",
             c.attention, saved, c.ep, imbalance, False)
-        # a recomputed layer rematerialises after the backward has freed the micro-batch's kept layers
-        # (they follow it in the chunk), so its working set stands only above what they held
-        working_by_kind = tuple(max(kept_working, working - (n - r) * kept_per_layer)
+        # a recomputed layer rematerialises after the backward has freed the kept layers that
+        # follow it in its chunk, so its working set stands only above what they held
+        working_by_kind = tuple(max(kept_working, working - kept_after_last_rerun(c, n, r) * kept_per_layer)
                                 for n, r in zip(layers, recomputed, strict=True))
         # Megatron does not recompute the MTP modules' blocks under the block method ("recompute_method
         # == 'block' is not supported for MTP yet. Skipping recompute.", multi_token_prediction.py
@@ -1109,7 +1118,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     recomputed = recomputed_layers(config, layers)
     kept = None
     if recomputed != layers and config.recompute == "full":  # block recompute: the other layers keep all
-        kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None), s, rates,
+        kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None,
+                                                         recompute_every=None), s, rates,
                             memo, imbalance, request.engine, request.moe_host_seconds)[1]
     if kept is not None:  # under block recompute a ZeRO-3 rerun gathers again only for the rerun layers
         gathers = zero3_gathers_per_micro_batch(request.engine, config, recomputed_share(model, config, layers))

@@ -94,7 +94,7 @@ def rank_key(e: TrainEstimate) -> tuple:
     c = e.config
     return (-round(e.tokens_per_second, 6), e.memory_per_gpu_bytes, c.tp, c.cp, c.pp, c.dp, c.ep,
             c.micro_batch_size, c.schedule, c.virtual_stages, RECOMPUTE_ORDER.index(c.recompute),
-            c.recompute_num_layers or 0,
+            c.recompute_num_layers or 0, -(c.recompute_every or 0),
             not c.sequence_parallel, c.zero_stage)
 
 
@@ -372,9 +372,10 @@ def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
 
 def block_recompute_runs(request: TrainRequest) -> bool:
     """Whether the search's full-recompute configurations may rerun only some layers (Megatron's
-    --recompute-method block): --recompute-num-layers fixes how many, and without --recompute the
-    search takes the least that fits (least_block_recompute); --recompute full recomputes all."""
-    return request.engine == "megatron" and (request.recompute_num_layers is not None or request.recompute is None)
+    --recompute-method block, torchtitan's every N-th block): --recompute-num-layers fixes how many
+    (Megatron), and without --recompute the search takes the least that fits
+    (least_block_recompute); --recompute full recomputes all."""
+    return request.recompute_num_layers is not None or request.recompute is None
 
 
 def config_bound(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, layout: Layout, b: int, sp: bool,
@@ -550,73 +551,91 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
 
 def least_block_recompute(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates,
                           memo: Memo, config: TrainConfig, full: TrainEstimate | Rejected) -> TrainEstimate | Rejected:
-    """Full recompute of the fewest layers that fits (Megatron's --recompute-method block
-    --recompute-num-layers k: the first k layers of each model chunk rerun, the others keep every
-    activation; docs/cost-model.md#training-partial-recompute), given `full`, the configuration
-    with every layer recomputed. A stage's memory never grows and its time never falls as k grows
-    (each layer moved to recompute keeps its input only and reruns its forward), so the least k
-    that fits is the fastest: found by bisection over 1..K-1 (block_range: K the most layers a
-    chunk has; k = K is `full`). Where `full` is out of memory, k = K-1 may still fit (a kept last
-    layer frees its activations before the recomputed ones rematerialise: activations.py's
-    working set), so it is tried first; where it does not, no k does. `full` itself where no k
-    below K fits, where the engine has no block method (torchtitan), or where the request fixes
-    the level (--recompute full: every layer, as the 2021 runs recomputed) or k
-    (--recompute-num-layers). `config` is `full`'s as searched (the estimate picks each k's stage
-    split). Where the least k fits only by a slower split (memory_fallback), the k after it are
-    tried up to the first that needs none (`full` last), the fastest kept, as _first_fitting
-    does with the levels."""
-    c = config
+    """Full recompute of the fewest layers that fits (docs/cost-model.md#training-partial-recompute):
+    Megatron's --recompute-method block --recompute-num-layers k (the first k layers of each
+    model chunk rerun, the others keep every activation) or torchtitan's layer-level selective
+    checkpointing (every N-th block), given `full`, the configuration with every layer
+    recomputed. A stage's memory never grows and its time never falls as more layers rerun
+    (each keeps its input only and reruns its forward), so the least that fits is the fastest:
+    found by bisection over partial_recompute_configs (least recompute first). Where `full` is
+    out of memory, the most recompute short of every layer may still fit (a kept last layer frees
+    its activations before the reruns rematerialise: activations.py's working set), so it is
+    tried first; where it does not, nothing less does. `full` itself where nothing short of it
+    fits, or where the request fixes the level (--recompute full: every layer, as the 2021 runs
+    recomputed) or the count (--recompute-num-layers). `config` is `full`'s as searched (the
+    estimate picks each one's stage split). Where the least fits only by a slower split
+    (memory_fallback), the next are tried up to the first that needs none (`full` last), the
+    fastest kept, as _first_fitting does with the levels; then roomier_block."""
     if (not block_recompute_runs(request) or request.recompute_num_layers is not None
-            or c.recompute_num_layers is not None or (isinstance(full, Rejected) and full.over_bytes <= 0)):
+            or config.recompute_num_layers is not None or config.recompute_every is not None
+            or (isinstance(full, Rejected) and full.over_bytes <= 0)):
         return full
-    chunk_layers = block_range(model, c, full)
-    if chunk_layers < 2:
+    candidates = partial_recompute_configs(model, config, full)
+    if not candidates:
         return full
-    low, high, least = 1, chunk_layers - 1, None
-    if isinstance(full, Rejected):  # the most layers kept that can fit: else none fits
-        top = estimate(model, cluster, c.with_(recompute_num_layers=high), request, rates, memo)
+    low, high, least, at = 0, len(candidates) - 1, None, -1
+    if isinstance(full, Rejected):  # the most recompute short of every layer: else nothing fits
+        top = estimate(model, cluster, candidates[high], request, rates, memo)
         if not isinstance(top, TrainEstimate):
             return full
-        least, high = top, high - 1
-    while low <= high:  # the least k that fits
-        k = (low + high) // 2
-        tried = estimate(model, cluster, c.with_(recompute_num_layers=k), request, rates, memo)
+        least, at, high = top, high, high - 1
+    while low <= high:  # the least recompute that fits
+        mid = (low + high) // 2
+        tried = estimate(model, cluster, candidates[mid], request, rates, memo)
         if isinstance(tried, TrainEstimate):
-            least, high = tried, k - 1
+            least, at, high = tried, mid, mid - 1
         else:
-            low = k + 1
+            low = mid + 1
     if least is None:
         return full
-    # fitted only by a slower split (memory_fallback): the next k may fit without it, as
-    # _first_fitting's levels; every layer (`full`) ends the sequence
     best: TrainEstimate = least
     tried_: TrainEstimate | Rejected = least
-    k_: int | None = least.config.recompute_num_layers
-    while isinstance(tried_, TrainEstimate) and tried_.memory_fallback and k_ is not None:
-        k_ = k_ + 1 if k_ + 1 < chunk_layers else None
-        tried_ = full if k_ is None else estimate(model, cluster, c.with_(recompute_num_layers=k_), request, rates, memo)
+    while isinstance(tried_, TrainEstimate) and tried_.memory_fallback and at < len(candidates):
+        at += 1
+        tried_ = full if at == len(candidates) else estimate(model, cluster, candidates[at], request, rates, memo)
         if isinstance(tried_, TrainEstimate) and tried_.tokens_per_second > best.tokens_per_second:
             best = tried_
-    return roomier_block(model, cluster, request, rates, memo, c, best, chunk_layers)
+    return roomier_block(model, cluster, request, rates, memo, candidates, best)
+
+
+def partial_recompute_configs(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected
+                              ) -> list[TrainConfig]:
+    """The configurations between none and every layer recomputed, least recompute first.
+    Megatron: block counts k = 1..K-1 (K = block_range, the most layers a chunk holds).
+    torchtitan: every N-th block from N = n down to 2 (n the most blocks a stage holds; floor(n/N)
+    of them rerun), one N for each count (the largest: the fewest on the other stages)."""
+    if config.engine == "torchtitan":
+        most = block_range(model, config.with_(virtual_stages=1), full)
+        by_count: dict[int, int] = {}
+        for every in range(most, 1, -1):
+            by_count.setdefault(most // every, every)
+        return [config.with_(recompute_every=every) for _, every in sorted(by_count.items())
+                if most // every < most]
+    return [config.with_(recompute_num_layers=k) for k in range(1, block_range(model, config, full))]
 
 
 def roomier_block(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, rates: TrainRates, memo: Memo,
-                  config: TrainConfig, fitted: TrainEstimate, chunk_layers: int) -> TrainEstimate:
-    """The least block count above `fitted`'s that leaves TIGHT_MEMORY_FRACTION of the GPU free, where
-    `fitted` (the least k that fits) leaves less and the roomier k prices within MEMORY_TIE_FRACTION
-    of it (prefer_headroom's policy, applied to the one knob that trades memory for time in steps
-    of one layer's rerun); else `fitted`. Bisection over k: memory falls as k grows."""
-    k0 = fitted.config.recompute_num_layers
-    if k0 is None or headroom_bytes(fitted) >= TIGHT_MEMORY_FRACTION * fitted.capacity_per_gpu_bytes:
+                  candidates: list[TrainConfig], fitted: TrainEstimate) -> TrainEstimate:
+    """The least recompute beyond `fitted`'s (partial_recompute_configs) that leaves
+    TIGHT_MEMORY_FRACTION of the GPU free, where `fitted` (the least that fits) leaves less and
+    the roomier one prices within MEMORY_TIE_FRACTION of it (prefer_headroom's policy, applied to
+    the one knob that trades memory for time a layer at a time); else `fitted`. Bisection:
+    memory falls as more layers rerun."""
+    if headroom_bytes(fitted) >= TIGHT_MEMORY_FRACTION * fitted.capacity_per_gpu_bytes:
         return fitted
-    low, high, roomy = k0 + 1, chunk_layers - 1, None
+    start = next((i for i, c in enumerate(candidates)
+                  if (c.recompute_num_layers, c.recompute_every)
+                  == (fitted.config.recompute_num_layers, fitted.config.recompute_every)), None)
+    if start is None:  # every layer: nothing beyond it
+        return fitted
+    low, high, roomy = start + 1, len(candidates) - 1, None
     while low <= high:
-        k = (low + high) // 2
-        tried = estimate(model, cluster, config.with_(recompute_num_layers=k), request, rates, memo)
+        mid = (low + high) // 2
+        tried = estimate(model, cluster, candidates[mid], request, rates, memo)
         if isinstance(tried, TrainEstimate) and headroom_bytes(tried) >= TIGHT_MEMORY_FRACTION * tried.capacity_per_gpu_bytes:
-            roomy, high = tried, k - 1
+            roomy, high = tried, mid - 1
         else:
-            low = k + 1
+            low = mid + 1
     if roomy is not None and roomy.tokens_per_second >= (1 - MEMORY_TIE_FRACTION) * fitted.tokens_per_second:
         return roomy
     return fitted

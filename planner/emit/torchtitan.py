@@ -14,7 +14,8 @@ tests/engine_flags/torchtitan-v0.2.2.json by tools/torchtitan_fields.py. The map
   and head weighed as no layer (first/last_stage_less_layers = 0), so the stages are exactly
   the planned ones; an uneven split as module_fqns_per_model_part, one module list per model
   part (p * v of them when interleaved, stage_modules);
-- recompute -> [activation_checkpoint] mode (selective as per-op SAC, "op");
+- recompute -> [activation_checkpoint] mode (selective as per-op SAC, "op"; full of every N-th
+  block as layer SAC, selective_ac_option "N");
 - --precision fp8 --fp8-recipe tensorwise (torchtitan's default) -> converters =
   ["quantize.linear.float8"] with recipe_name = "tensorwise" (torchao's dynamic tensor-wise
   scaling, the LM head left in bf16: filter_fqns = ["output"]); --fp8-recipe mxfp8 ->
@@ -126,6 +127,10 @@ def job_sections(model: ModelSpec, config: TrainConfig, global_batch: int,
     }
     if c.recompute in ("op", "selective"):
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    if c.recompute == "full" and c.recompute_every is not None:
+        # layer-level selective checkpointing: every N-th block whole (activation_checkpoint.py
+        # v0.2.2 `_apply_layer_sac`, selective_ac_option a digit string)
+        sections["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(c.recompute_every)}
     if c.precision == "fp8":
         sections["compile"] = {"enable": True}
         converter, keys = FP8_CONVERTERS[recipe]

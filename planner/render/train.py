@@ -593,7 +593,7 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "micro_batch_size": c.micro_batch_size, "num_micro_batches": e.num_micro_batches,
         # no pipeline schedule without PP (the table's "no PP"; Megatron runs forward_backward_no_pipelining)
         "schedule": None if c.pp == 1 else c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
-        "recompute_num_layers": c.recompute_num_layers,
+        "recompute_num_layers": c.recompute_num_layers, "recompute_every": c.recompute_every,
         "num_layers_per_stage": list(e.num_layers_per_stage), "slowest_stage": e.slowest_stage,
         "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,

@@ -40,8 +40,8 @@ from planner.train_search import (
     MEMORY_TIE_FRACTION,
     RECOMPUTE_ORDER,
     TIGHT_MEMORY_FRACTION,
-    block_range,
     cp_options,
+    partial_recompute_configs,
     prefer_headroom,
     rank_key,
     schedule_options,
@@ -89,8 +89,8 @@ def _every_config_of(model: ModelSpec, tp: int, pp: int, dp: int, cp: int, atten
 def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) -> list[TrainEstimate]:
     """Every fitting configuration; with full recompute also every block count k (Megatron's
     --recompute-method block: the first k layers of each chunk rerun) from 1 to K-1
-    (train_search.block_range: K the most layers a chunk holds), where recomputing every layer
-    fits or where K-1 does (a stage's memory only falls as k grows, up to K-1)."""
+    (train_search.partial_recompute_configs: K the most layers a chunk holds), where recomputing
+    every layer fits or where K-1 does (a stage's memory only falls as k grows, up to K-1)."""
     rates = train_rates(model, cluster)
     configs = list(every_config(model, cluster.num_gpus, request.attention, cluster.gpus_per_node, request))
     results = [estimate(model, cluster, c, request, rates) for c in configs]
@@ -98,9 +98,8 @@ def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) ->
     for config, full in zip(configs, results, strict=True):
         if config.recompute != "full" or isinstance(full, Rejected) and full.over_bytes <= 0:
             continue
-        chunk_layers = block_range(model, config, full)
-        blocks = [estimate(model, cluster, replace(config, recompute_num_layers=k), request, rates)
-                  for k in range(chunk_layers - 1, 0, -1)]
+        blocks = [estimate(model, cluster, partial, request, rates)
+                  for partial in reversed(partial_recompute_configs(model, config, full))]
         if isinstance(full, Rejected) and blocks and not isinstance(blocks[0], TrainEstimate):
             continue  # out of memory keeping one layer a chunk: with fewer kept, too (checked below)
         fitting += [r for r in blocks if isinstance(r, TrainEstimate)]
@@ -108,7 +107,10 @@ def exhaustive(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest) ->
 
 
 def recompute_order(c: TrainConfig) -> tuple[int, float]:
-    """Less recomputation first: the levels' order, block counts k before every layer."""
+    """Less recomputation first: the levels' order, block counts k (Megatron) or every N-th block
+    from the largest N (torchtitan) before every layer."""
+    if c.recompute_every is not None:
+        return RECOMPUTE_ORDER.index(c.recompute), -c.recompute_every
     k = c.recompute_num_layers
     return RECOMPUTE_ORDER.index(c.recompute), float("inf") if k is None else k
 
@@ -133,11 +135,12 @@ def least_recompute(results: list[TrainEstimate]) -> dict[tuple, TrainEstimate]:
             if not r.memory_fallback:
                 break
         chosen = best[key]
-        if chosen.config.recompute_num_layers is not None and not roomy(chosen):
+        if (chosen.config.recompute_num_layers is not None or chosen.config.recompute_every is not None) \
+                and not roomy(chosen):
             # a block count at the edge of memory gives way to the least roomier one within the tie
             # (train_search.roomier_block)
-            more = [r for r in fitting if r.config.recompute_num_layers is not None
-                    and r.config.recompute_num_layers > chosen.config.recompute_num_layers and roomy(r)]
+            more = [r for r in fitting[fitting.index(chosen) + 1:]
+                    if (r.config.recompute_num_layers, r.config.recompute_every) != (None, None) and roomy(r)]
             if more and more[0].tokens_per_second >= (1 - MEMORY_TIE_FRACTION) * chosen.tokens_per_second:
                 best[key] = more[0]
     return best

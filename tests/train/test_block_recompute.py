@@ -174,3 +174,46 @@ def test_bad_block_requests_are_one_line_errors(extra, message):
                               "--global-batch", "64", "--seq-len", "8192", *extra])
     assert out.exit_code == 2
     assert message in out.output and "Traceback" not in out.output
+
+
+def test_torchtitan_checkpoints_every_nth_block():
+    """torchtitan's layer-level selective checkpointing (activation_checkpoint.py v0.2.2
+    `_apply_layer_sac`: a per-process block counter, block i (from 1) wrapped where i % N == 0)
+    reruns floor(n/N) of a rank's n blocks whatever its chunks: 8 blocks at N = 3 -> 2, at N = 2
+    -> 4; 7 at N = 2 -> 3. Its working set stands above the n mod N blocks after the last rerun
+    one (8 at N = 3: 2; at N = 2: none)."""
+    from planner.train import kept_after_last_rerun
+
+    config = TrainConfig(8, 4, 1, 1, "1f1b", 1, "full", True, 0, engine="torchtitan", recompute_every=3)
+    assert recomputed_layers(config, (8, 8, 7)) == (2, 2, 2)
+    assert recomputed_layers(config.with_(recompute_every=2), (8, 8, 7)) == (4, 4, 3)
+    assert config.recompute_label == "full (every 3)"
+    assert kept_after_last_rerun(config, 8, 2) == 2
+    assert kept_after_last_rerun(config.with_(recompute_every=2), 8, 4) == 0
+    # Megatron's block method: a chunk's first k rerun, its other (n - r)/v layers free before them
+    megatron = TrainConfig(2, 2, 2, 1, "interleaved", 2, "full", True, 1, recompute_num_layers=3)
+    assert kept_after_last_rerun(megatron, 16, 6) == 5
+
+
+def test_torchtitan_job_config_for_every_nth_block():
+    """Llama-3.1-405B on 128x8 H100, tp 8 pp 16, 1F1B, 1,024 x 8,192 (the torchtitan golden): no
+    recompute and the per-op level do not fit; every block recomputed does, and so does every
+    second block (4 of 8 a stage), which runs faster: the job config asks for layer-level
+    selective checkpointing, mode "selective" with selective_ac_option "2"."""
+    from planner.emit.torchtitan import job_sections
+
+    model, cluster = resolve_model("llama-3.1-405b"), resolve_cluster("128x8xH100")
+    request = TrainRequest(global_batch=1024, seq_len=8192, engine="torchtitan", schedule="1f1b",
+                           layout=LayoutFilter(tp=8, pp=16, cp=1))
+    best = search(model, cluster, request).layouts[0]
+    assert (best.config.recompute, best.config.recompute_every) == ("full", 2)
+    every = estimate(model, cluster, best.config.with_(recompute_every=None), request)
+    assert isinstance(every, TrainEstimate) and best.tokens_per_second > every.tokens_per_second
+    sections = job_sections(model, best.config, 1024, 8192)
+    assert sections["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+    out = runner.invoke(app, ["--workload", "train", "--engine", "torchtitan", "--model", "llama-3.1-405b",
+                              "--cluster", "128x8xH100", "--global-batch", "1024", "--seq-len", "8192",
+                              "--schedule", "1f1b", "--layout", "tp=8,pp=16,cp=1", "--json"])
+    recommended = json.loads(out.output)["recommended"]
+    assert (recommended["recompute"], recommended["recompute_every"], recommended["recompute_num_layers"]) == (
+        "full", 2, None)
