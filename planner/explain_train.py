@@ -400,7 +400,11 @@ def host_wait_line(e: TrainEstimate) -> str:
     paired = terms.ep.exposed_seconds_per_moe_layer is not None
     window = ("the block's forward paired with another micro-batch's backward (combined 1F1B)" if paired
               else "the block's forward")
-    twice = ", twice with full recompute (its rerun forward syncs again)" if c.recompute == "full" else ""
+    twice = ""
+    if c.recompute == "full":
+        layers = e.num_layers_per_stage[e.slowest_stage] if e.num_layers_per_stage else 0
+        twice = (", twice with full recompute (its rerun forward syncs again)" if e.rerun_layers >= layers else
+                 f", twice on the {e.rerun_layers} of {layers} layers recomputed (their rerun forward syncs again)")
     total = e.time_breakdown_seconds.host
     return (f"Each MoE layer's forward syncs the host on its token counts (Megatron's dropless dispatch): the host "
             f"takes {ms(host)} to issue a block's forward and the GPU {ms(gpu)} for {window}, so the GPU waits "

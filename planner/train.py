@@ -515,6 +515,13 @@ def recomputed_layers(config: TrainConfig, layers: tuple[int, int, int]) -> tupl
             min(layers[2], k * config.virtual_stages))
 
 
+def partial_recompute(config: TrainConfig) -> bool:
+    """Full recompute by Megatron's block method or torchtitan's every N-th block: some layers
+    (Megatron: at least the MTP blocks, which its block method never reruns) keep all."""
+    return config.recompute == "full" and (config.recompute_num_layers is not None
+                                           or config.recompute_every is not None)
+
+
 def kept_after_last_rerun(config: TrainConfig, layers: int, rerun: int) -> float:
     """The kept layers whose backward runs, freeing their activations, before the first rerun
     of a micro-batch's chunk: Megatron's block method reruns the first k of each chunk, so the
@@ -559,7 +566,7 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     recomputed = recomputed_layers(c, layers)
     kept_per_layer = per_layer  # a layer that is not recomputed under block recompute keeps all
     working_by_kind = (working, working, working)
-    if c.recompute == "full" and recomputed != layers:
+    if partial_recompute(c):
         kept_per_layer, kept_working, _, _ = memo.get(
             ("activations", chunk, c.micro_batch_size, c.tp, c.sequence_parallel, "none", c.attention,
              saved, c.ep, imbalance, False),
@@ -1117,7 +1124,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     gathers = zero3_gathers_per_micro_batch(request.engine, config)
     recomputed = recomputed_layers(config, layers)
     kept = None
-    if recomputed != layers and config.recompute == "full":  # block recompute: the other layers keep all
+    if partial_recompute(config):  # block recompute: the other layers (and the MTP blocks) keep all
         kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None,
                                                          recompute_every=None), s, rates,
                             memo, imbalance, request.engine, request.moe_host_seconds)[1]

@@ -264,12 +264,15 @@ def recompute_working_bytes(
     attention: str = "materialized", precision: str = "bf16", fp8_delayed: bool = False,
 ) -> float:
     """Transient peak while one layer is recomputed for its backward: full recompute
-    materialises that layer's whole no-recompute activations; selective its attention
+    materialises that layer's whole no-recompute activations less its input, which the
+    checkpoint already holds and the rerun starts from (Megatron's CheckpointFunction reruns on
+    its saved tensors, tensor_parallel/random.py core_v0.19.0); selective its attention
     scores (nothing with flash, which never materialises them); "outputs" the layer's
     discarded outputs (discarded_output_bytes_per_token); "op" what the layer keeps without
     recompute beyond what the per-op checkpoint kept. One layer, one micro-batch."""
     if recompute == "full":
-        return activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
+        return (activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "none", attention, precision)
+                - activation_bytes_per_layer(model, s, b, tp, sequence_parallel, "full", attention, precision))
     if recompute == "selective" and attention == "materialized":
         return attention_scores_bytes(model, s, b, 2, tp)
     if recompute == "outputs":

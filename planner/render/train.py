@@ -129,7 +129,7 @@ def render_table(plan: TrainPlan, top: int) -> Table:
     if any(e.config.recompute == "full" for e in plan.layouts[:top]):
         # the column's count differs by row there (TrainEstimate.tflops_per_gpu): 602 TFLOP/s
         # beside MFU 45.8% on an H100 read as a contradiction (a CLI read)
-        table.caption = ("TFLOP/s: rows with recompute full count the rerun forward too (Narayanan et al. 2021, "
+        table.caption = ("TFLOP/s: rows with recompute full count the rerun layers' forward too (Narayanan et al. 2021, "
                          "eq. 3); MFU counts the model's FLOPs alone")
     return table
 
@@ -420,7 +420,9 @@ def tight_passed_over_lines(plan: TrainPlan) -> list[str]:
         room = [option for option, open_ in ((f"--micro-batch {c.micro_batch_size // 2}", c.micro_batch_size > 1),
                                              ("more --recompute", c.recompute != "full"),
                                              (f"--recompute-num-layers above {c.recompute_num_layers}",
-                                              c.recompute == "full" and c.recompute_num_layers is not None),
+                                              c.recompute == "full" and c.recompute_num_layers is not None
+                                              and best.rerun_layers + c.virtual_stages
+                                              < best.num_layers_per_stage[best.slowest_stage]),
                                              ("--zero 3", c.zero_stage < 3 and plan.request.engine == "megatron"))
                 if open_] or ["more GPUs (--gpus)"]
         return [f"Memory margin: this configuration leaves {gib(headroom_bytes(best))} of "

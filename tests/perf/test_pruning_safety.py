@@ -175,13 +175,17 @@ def check_pruning_is_safe(model: ModelSpec, cluster: ClusterSpec, request: Train
 
     # the stage split is the estimate's (the fastest that fits), so GPipe, holding more micro-batches,
     # may run a slower split than the same 1F1B configuration: never a faster one
-    unsplit = {replace(r.config, first_last_layers=None, account_for_embedding_and_loss=False): r for r in reference}
+    # (and the token dispatcher: GPipe's micro-batches in flight can leave no room for DeepEP's
+    # buffers where 1F1B's leave it, so it falls back to NCCL's all-to-all, slower)
+    unsplit = {replace(r.config, first_last_layers=None, account_for_embedding_and_loss=False,
+                       moe_dispatcher="alltoall"): r for r in reference}
     # (block recompute's k: each schedule's own range, from its own split; every layer compared)
     for gpipe in (r for r in reference if r.config.schedule == "gpipe" and r.config.recompute_num_layers is None):
         same_1f1b = unsplit[replace(gpipe.config, schedule="1f1b", first_last_layers=None,
-                                    account_for_embedding_and_loss=False)]
+                                    account_for_embedding_and_loss=False, moe_dispatcher="alltoall")]
         assert same_1f1b.tokens_per_second >= gpipe.tokens_per_second
-        if same_1f1b.config.first_last_layers == gpipe.config.first_last_layers:
+        if (same_1f1b.config.first_last_layers, same_1f1b.config.moe_dispatcher) == (
+                gpipe.config.first_last_layers, gpipe.config.moe_dispatcher):
             assert same_1f1b.tokens_per_second == gpipe.tokens_per_second
             assert same_1f1b.memory_per_gpu_bytes <= gpipe.memory_per_gpu_bytes
 

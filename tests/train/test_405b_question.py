@@ -49,12 +49,13 @@ def test_128_h100_best_in_node_memory_by_hand():
     2,617,245,696) / 4 + two norms 2h = 32,768 -> 796,950,528 params; x 4 layers = 3,187,802,112.
     weights 2 B: 6,375,604,224; gradients 4 B: 12,751,208,448; optimizer 12 B: 38,253,625,344.
     Activations: stored layer inputs 2*s*h/t = 67,108,864 B x 4 layers x 31 = 8,321,499,136;
-    recompute working set (one layer, no recompute, SP, flash): per token 10h/t = 40,960 +
-    2*((2a/t + 2*max(1, k/t))*d + 3f/t) = 2*(68*128 + 39,936) = 97,280, x s = 1,132,462,080,
-    + softmax statistics 4*a*s/t = 1,048,576 -> 1,133,510,656; total 9,455,009,792.
+    recompute working set (one layer, no recompute, SP, flash, less the input the checkpoint
+    holds): per token 10h/t = 40,960 + 2*((2a/t + 2*max(1, k/t))*d + 3f/t) = 2*(68*128 + 39,936)
+    = 97,280, x s = 1,132,462,080, + softmax statistics 4*a*s/t = 1,048,576 -> 1,133,510,656,
+    - 67,108,864 = 1,066,401,792; total 9,387,900,928.
     Overhead: 500 MiB + 1 GiB + 2 communicators x 688 MB + 10% of activations =
-    524,288,000 + 1,073,741,824 + 1,376,000,000 + 945,500,979.2 = 3,919,530,803.2.
-    Sum 70,754,978,611.2 B = 65.9 GiB of 79.7."""
+    524,288,000 + 1,073,741,824 + 1,376,000,000 + 938,790,092.8 = 3,912,819,916.8.
+    Sum 70,681,158,860.8 B = 65.8 GiB of 79.7."""
     # without TP communication overlap (with it tp=8 pp=16 b=2 comes first; its memory is
     # the same arithmetic on other degrees), under 1F1B (interleaved/2 with the embedding
     # and loss counted as layers, 3 | 4 x30 | 3 in chunks of 2, is 2% faster: 46.5 micro-batches
@@ -68,9 +69,9 @@ def test_128_h100_best_in_node_memory_by_hand():
     assert mem["weights_bytes"] == pytest.approx(6_375_604_224)
     assert mem["gradient_bytes"] == pytest.approx(12_751_208_448)
     assert mem["optimizer_bytes"] == pytest.approx(38_253_625_344)
-    assert mem["activation_bytes"] == pytest.approx(8_321_499_136 + 1_133_510_656)
-    assert mem["overhead_bytes"] == pytest.approx(3_919_530_803.2)
-    assert best["memory_per_gpu_bytes"] == pytest.approx(70_754_978_611.2)
+    assert mem["activation_bytes"] == pytest.approx(8_321_499_136 + 1_066_401_792)
+    assert mem["overhead_bytes"] == pytest.approx(3_912_819_916.8)
+    assert best["memory_per_gpu_bytes"] == pytest.approx(70_681_158_860.8)
 
 
 def test_96_h100_cross_nodes_and_say_why():
@@ -83,16 +84,16 @@ def test_96_h100_cross_nodes_and_say_why():
     short = out["in_node_shortfall"]
     assert (short["config"]["tp"], short["config"]["pp"], short["config"]["dp"]) == (8, 12, 1)
     assert short["config"]["recompute"] == "full"
-    assert short["over_bytes"] / BYTES_PER_GIB == pytest.approx(1.9, abs=0.1)
+    assert short["over_bytes"] / BYTES_PER_GIB == pytest.approx(1.8, abs=0.1)
     assert short["memory"]["optimizer_bytes"] > short["memory"]["activation_bytes"]
     code, text = run("--cluster", "12x8xH100")
     assert code == 0
     flat = " ".join(text.split())
     assert "TP crosses nodes: every TP all-reduce runs over the NICs" in flat
-    assert "Closest: tp=8 pp=12 dp=1" in flat and "over by 1.9 GiB" in flat
+    assert "Closest: tp=8 pp=12 dp=1" in flat and "over by 1.8 GiB" in flat
     assert "nothing to shard at dp=1" in flat and "context parallelism" in flat
     code, text = run("--cluster", "12x8xH100", "--show-rejected")
-    assert ("out of memory on stage 1 under every stage split, by at least 1.9 GiB (81.0 of 79.1 GiB with its "
+    assert ("out of memory on stage 1 under every stage split, by at least 1.8 GiB (81.0 of 79.1 GiB with its "
             "fewest layers, 11)") in " ".join(text.split())
 
 

@@ -43,21 +43,22 @@ def test_recomputed_layers_per_chunk():
 def test_block_memory_by_hand():
     """TINY, t = 4, SP, flash, one micro-batch in flight. Per layer (test_formulas): 140,288 B
     kept whole (no recompute), 8,192 B recomputed (its input, sharded by SP); rerunning a layer
-    materialises 140,288 B. Besides the layers: the embedding's dropout mask s*b*h/t = 4,096 and
-    the logits (2 + 4) * s*b * ceil(V/t) = 6 * 256 * 250 = 384,000: 388,096.
+    materialises the rest of it, 140,288 - 8,192 = 132,096 B. Besides the layers: the
+    embedding's dropout mask s*b*h/t = 4,096 and the logits (2 + 4) * s*b * ceil(V/t) =
+    6 * 256 * 250 = 384,000: 388,096.
       none:  4 * 140,288 = 561,152                               -> 949,248
-      every layer: 4 * 8,192 + 140,288 (rerun working set) = 173,056 -> 561,152
+      every layer: 4 * 8,192 + 132,096 (rerun working set) = 164,864 -> 552,960
       k = 1: 8,192 + 3 * 140,288 = 429,056; the rerun of layer 0 comes after the backward freed
-             layers 1-3 (3 * 140,288 >= 140,288): no working set above that -> 817,152
+             layers 1-3 (3 * 140,288 >= 132,096): no working set above that -> 817,152
       k = 3: 3 * 8,192 + 140,288 = 164,864                       -> 552,960
-    (k = 3 holds one layer input less than every layer: the kept last layer's activations are
-    freed before the first rerun.)"""
+    (k = 3 holds what every layer holds: the kept last layer's activations are freed before the
+    first rerun makes as much.)"""
     def activations(recompute: str, k: int | None = None) -> float:
         (memory,) = stage_memories(TINY, tiny_config(recompute, k), S, 1)
         return memory.activation_bytes
 
     assert activations("none") == 949_248
-    assert activations("full") == 561_152
+    assert activations("full") == 552_960
     assert activations("full", 1) == 817_152
     assert activations("full", 2) == 685_056  # 2 * 8,192 + 2 * 140,288 + 388,096
     assert activations("full", 3) == 552_960
@@ -217,3 +218,32 @@ def test_torchtitan_job_config_for_every_nth_block():
     recommended = json.loads(out.output)["recommended"]
     assert (recommended["recompute"], recommended["recompute_every"], recommended["recompute_num_layers"]) == (
         "full", 2, None)
+
+
+def test_megatron_never_reruns_the_mtp_blocks_under_block():
+    """Megatron's block method skips the MTP modules ("recompute_method == 'block' is not
+    supported for MTP yet. Skipping recompute.", multi_token_prediction.py core_v0.14.0 and
+    core_v0.19.0), whatever k: DeepSeek-V3 (61 layers + 1 MTP) at tp 4, ep 256, one stage, block
+    61 or 64 reruns every decoder layer but keeps the MTP block's activations (more memory than
+    uniform, which reruns it too) and skips its rerun (a shorter step)."""
+    model, cluster = resolve_model("deepseek-v3"), resolve_cluster("32x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=4096)
+    config = TrainConfig(4, 1, 64, 1, "1f1b", 1, "full", True, 2, ep=256)
+    uniform = estimate(model, cluster, config, request)
+    assert isinstance(uniform, TrainEstimate)
+    for k in (61, 64):
+        block = estimate(model, cluster, config.with_(recompute_num_layers=k), request)
+        assert isinstance(block, TrainEstimate)
+        assert block.memory.activation_bytes > uniform.memory.activation_bytes
+        assert block.step_time_seconds < uniform.step_time_seconds
+
+
+def test_margin_advice_names_a_larger_block_only_where_one_keeps_a_layer():
+    """Qwen3-30B-A3B on 8 H100 at 8K tokens runs block 47 of its 48 layers: one more is every
+    layer, which holds as much, so the margin line does not offer --recompute-num-layers above 47."""
+    out = runner.invoke(app, ["--workload", "train", "--model", "qwen3-30b-a3b", "--cluster", "1x8xH100",
+                              "--global-batch", "32", "--seq-len", "8192"])
+    assert out.exit_code == 0, out.output
+    flat = " ".join(out.output.split())
+    assert "recompute full (block 47)" in flat and "Memory margin" in flat
+    assert "--recompute-num-layers above 47" not in flat
