@@ -604,7 +604,7 @@ def test_table_says_what_tflops_counts_under_full_recompute():
     full = CliRunner().invoke(app, [*args, "--recompute", "full"])
     none = CliRunner().invoke(app, [*args, "--recompute", "none"])
     assert full.exit_code == 0 and none.exit_code == 0
-    assert "count the rerun forward too" in " ".join(full.output.split())
+    assert "count the rerun layers' forward too" in " ".join(full.output.split())
     assert "rerun forward too" not in " ".join(none.output.split())
 
 
