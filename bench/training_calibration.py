@@ -467,7 +467,7 @@ OLD_MEGATRON = MEGATRON_RELEASES["core_v0.14.0"]
 
 
 def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_CONTEXT_FIXTURE,
-                    recompute: str | None = None) -> list[dict]:
+                    recompute: str | None = None, only: str | None = None) -> list[dict]:
     """A look, not a calibration: each long-sequence row's "Without CP" column (the best NVIDIA
     found without context parallelism; its layout is not published) against the planner's own
     best for the same workload with cp = 1 (train_search.search, LayoutFilter(cp=1)), both in
@@ -475,11 +475,14 @@ def without_cp_rows(attention_kernel: str = ATTENTION_KERNEL, path: Path = LONG_
     planner's best is the first of its rows Megatron core_v0.14.0 would start (OLD_MEGATRON), as
     the containers' Megatron-Core (0.5-0.12) would: tp must divide the query groups (Llama 3 8B: 8), which NVIDIA's footnote names
     as what kept 1M tokens from running without CP; core_v0.19.0 would allow tp 16-32.
-    `recompute`: fixes the level (--recompute; "full" recomputes every layer, no block count)."""
+    `recompute`: fixes the level (--recompute; "full" recomputes every layer, no block count);
+    `only`: the one row id to look at (None: every row)."""
     out = []
     with path.open(newline="", encoding="utf-8") as handle:
         cells = list(csv.DictReader(handle))
     for row, cell in zip(load_long_context_rows(path), cells, strict=True):
+        if only is not None and row.id != only:
+            continue
         if not cell["without_cp_model_tflops_per_gpu"]:
             out.append({"id": row.id, "gap": None, "why": "no run without CP fitted the GPUs (published)"})
             continue
