@@ -1121,20 +1121,18 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
     num_gpus = c.tp * c.cp * c.pp * c.dp
     link = memo.get(("dp_link", c.tp, c.dp_cp), dp_link, cluster, c)  # all dp_link reads: the DP group's stride and size
     reductions = gradient_reductions_per_step(request.engine, config, B // (config.micro_batch_size * config.dp))
-    gathers = zero3_gathers_per_micro_batch(request.engine, config)
-    recomputed = recomputed_layers(config, layers)
+    rerun_share = recomputed_share(model, config, layers)  # a ZeRO-3 rerun gathers only the rerun layers
+    gathers = zero3_gathers_per_micro_batch(request.engine, config, rerun_share)
     kept = None
     if partial_recompute(config):  # block recompute: the other layers (and the MTP blocks) keep all
         kept = _layer_terms(model, cluster, config.with_(recompute="none", recompute_num_layers=None,
                                                          recompute_every=None), s, rates,
                             memo, imbalance, request.engine, request.moe_host_seconds)[1]
-    if kept is not None:  # under block recompute a ZeRO-3 rerun gathers again only for the rerun layers
-        gathers = zero3_gathers_per_micro_batch(request.engine, config, recomputed_share(model, config, layers))
     times = step_times(model, cluster, config, B, s, rates, layers, placement, terms, params, *flops, dp, link,
-                       reductions, gathers, kept, recomputed if kept is not None else None)
+                       reductions, gathers, kept, recomputed_layers(config, layers) if kept is not None else None)
     step = times.breakdown.total
-    counted = (times.model_flops_per_step + recomputed_share(model, config, layers)
-               * (times.hardware_flops_per_step - times.model_flops_per_step))
+    counted = (times.model_flops_per_step
+               + rerun_share * (times.hardware_flops_per_step - times.model_flops_per_step))
     v = config.virtual_stages
     return TrainEstimate(
         config=config,

@@ -573,29 +573,45 @@ def least_block_recompute(model: ModelSpec, cluster: ClusterSpec, request: Train
     candidates = partial_recompute_configs(model, config, full)
     if not candidates:
         return full
-    low, high, least, at = 0, len(candidates) - 1, None, -1
+    def fits(candidate: TrainConfig) -> TrainEstimate | None:
+        result = estimate(model, cluster, candidate, request, rates, memo)
+        return result if isinstance(result, TrainEstimate) else None
+
+    high, top = len(candidates) - 1, None
     if isinstance(full, Rejected):  # the most recompute short of every layer: else nothing fits
-        top = estimate(model, cluster, candidates[high], request, rates, memo)
-        if not isinstance(top, TrainEstimate):
+        top = fits(candidates[high])
+        if top is None:
             return full
-        least, at, high = top, high, high - 1
-    while low <= high:  # the least recompute that fits
+        high -= 1
+    least, at = _least_passing(candidates, 0, high, fits)
+    if least is None:
+        if top is None:
+            return full
+        least, at = top, high + 1
+    best: TrainEstimate = least
+    following: TrainEstimate | None = least
+    while following is not None and following.memory_fallback and at < len(candidates):
+        at += 1
+        following = (full if isinstance(full, TrainEstimate) else None) if at == len(candidates) else fits(
+            candidates[at])
+        if following is not None and following.tokens_per_second > best.tokens_per_second:
+            best = following
+    return roomier_block(model, cluster, request, rates, memo, candidates, best)
+
+
+def _least_passing(candidates: list[TrainConfig], low: int, high: int,
+                   passes: Callable[[TrainConfig], TrainEstimate | None]) -> tuple[TrainEstimate | None, int]:
+    """Bisection over candidates[low..high], along which `passes` never turns false once true
+    (memory only falls as more layers rerun): the first that passes and its index, else (None, -1)."""
+    found, at = None, -1
+    while low <= high:
         mid = (low + high) // 2
-        tried = estimate(model, cluster, candidates[mid], request, rates, memo)
-        if isinstance(tried, TrainEstimate):
-            least, at, high = tried, mid, mid - 1
+        result = passes(candidates[mid])
+        if result is not None:
+            found, at, high = result, mid, mid - 1
         else:
             low = mid + 1
-    if least is None:
-        return full
-    best: TrainEstimate = least
-    tried_: TrainEstimate | Rejected = least
-    while isinstance(tried_, TrainEstimate) and tried_.memory_fallback and at < len(candidates):
-        at += 1
-        tried_ = full if at == len(candidates) else estimate(model, cluster, candidates[at], request, rates, memo)
-        if isinstance(tried_, TrainEstimate) and tried_.tokens_per_second > best.tokens_per_second:
-            best = tried_
-    return roomier_block(model, cluster, request, rates, memo, candidates, best)
+    return found, at
 
 
 def partial_recompute_configs(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected
@@ -628,14 +644,13 @@ def roomier_block(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                   == (fitted.config.recompute_num_layers, fitted.config.recompute_every)), None)
     if start is None:  # every layer: nothing beyond it
         return fitted
-    low, high, roomy = start + 1, len(candidates) - 1, None
-    while low <= high:
-        mid = (low + high) // 2
-        tried = estimate(model, cluster, candidates[mid], request, rates, memo)
-        if isinstance(tried, TrainEstimate) and headroom_bytes(tried) >= TIGHT_MEMORY_FRACTION * tried.capacity_per_gpu_bytes:
-            roomy, high = tried, mid - 1
-        else:
-            low = mid + 1
+    def leaves_room(candidate: TrainConfig) -> TrainEstimate | None:
+        result = estimate(model, cluster, candidate, request, rates, memo)
+        roomy_ = (isinstance(result, TrainEstimate)
+                  and headroom_bytes(result) >= TIGHT_MEMORY_FRACTION * result.capacity_per_gpu_bytes)
+        return result if roomy_ else None  # type: ignore[return-value]
+
+    roomy, _ = _least_passing(candidates, start + 1, len(candidates) - 1, leaves_room)
     if roomy is not None and roomy.tokens_per_second >= (1 - MEMORY_TIE_FRACTION) * fitted.tokens_per_second:
         return roomy
     return fitted
