@@ -87,6 +87,15 @@ def _quoted(arg: str, limit: int = 80) -> str:
     return repr(arg) if len(arg) <= limit else repr(arg[:limit]) + f"... ({len(arg):,} characters)"
 
 
+def checkpoint_config(arg: str) -> Path | None:
+    """The config.json a --model argument names (a config.json path or a directory holding one),
+    whose checkpoint the launch command then serves; None for a YAML spec or a shipped name."""
+    path = Path(arg)
+    if _is(path, "is_dir"):
+        path = path / "config.json"
+    return path if (path.suffix == ".json" or path.name == "config.json") and _is(path, "is_file") else None
+
+
 def resolve_model(arg: str) -> ModelSpec:
     """A YAML path, a config.json path or directory, or a shipped model name."""
     _check_given("--model", arg)

@@ -491,12 +491,13 @@ def load_specs(opts: PlanOptions):
     if opts.model is None or opts.cluster is None:
         missing = "--model" if opts.model is None else "--cluster"
         raise SpecError(f"plan: {missing}: required (try `plan --help`, `plan models`, `plan clusters`)")
-    from planner.catalog import resolve_cluster, resolve_model
+    from planner.catalog import checkpoint_config, resolve_cluster, resolve_model
 
     model_spec = resolve_model(opts.model)
     override = None
     if opts.quantization is not None:
         wanted = None if opts.quantization is QuantChoice.none else opts.quantization.value
+        check_checkpoint_quantization(opts.model, model_spec, wanted, checkpoint_config)
         if wanted is not None and wanted != model_spec.quantization:
             override = wanted  # the engine must quantize a 16-bit checkpoint itself
         if wanted != model_spec.quantization:
@@ -513,6 +514,23 @@ def load_specs(opts: PlanOptions):
     if opts.gpus is not None and not 1 <= opts.gpus <= cluster_spec.num_gpus:
         raise SpecError(f"--gpus: {opts.gpus} is outside 1..{cluster_spec.num_gpus} (the cluster's GPUs)")
     return model_spec, cluster_spec, override
+
+
+def check_checkpoint_quantization(arg: str, model: ModelSpec, wanted: str | None, checkpoint_config) -> None:
+    """--quantization against a quantized checkpoint's own config.json: the command serves that
+    checkpoint, so another method is refused by the engine (vLLM 0.33.0 ModelConfig._verify_quantization:
+    "Quantization method specified in the model config ... does not match"), and none plans 16-bit
+    weights the checkpoint does not have; a shipped or YAML spec stays a what-if (MODEL is the
+    user's to pick, and the notes say which checkpoint it must be)."""
+    config = checkpoint_config(arg)
+    if config is None or model.quantization is None or wanted == model.quantization:
+        return
+    asked = "none" if wanted is None else wanted
+    raise SpecError(f"{config}: quantization_config: the checkpoint's weights are {model.quantization} already; "
+                    f"--quantization {asked} plans another checkpoint than the one the command serves "
+                    + ("(vLLM 0.33.0 refuses a method other than the checkpoint's)" if wanted is not None
+                       else "(its quantized weights load as they are)")
+                    + "; drop --quantization, or give the 16-bit checkpoint's config.json")
 
 
 def check_engine_versions(opts: PlanOptions) -> None:

@@ -229,10 +229,18 @@ def check_layer_keys(text: dict[str, Any], origin: str) -> None:
         value = text.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise SpecError(f"{origin}: {key}: expected a non-negative integer (got {str(value)[:40]!r})")
+    step = text.get("decoder_sparse_step")
+    if step == 0 and text.get("num_experts", text.get("num_local_experts")):
+        # every step-th layer is MoE: transformers' and vLLM's (i + 1) % step divides by it
+        raise SpecError(f"{origin}: decoder_sparse_step: 0 (every step-th layer is an MoE layer: at least 1)")
     only = text.get("mlp_only_layers")
     if only is not None and not (isinstance(only, list) and all(isinstance(i, int) and not isinstance(i, bool)
                                                                   for i in only)):
         raise SpecError(f"{origin}: mlp_only_layers: expected a list of layer indices")
+    if only and layers is not None and not all(0 <= i < layers for i in only):
+        # an index past the model had been ignored (a read); the YAML's dense_layer_indices refuses it
+        raise SpecError(f"{origin}: mlp_only_layers: index {next(i for i in only if not 0 <= i < layers)} is "
+                        f"outside the {layers} layers (0..{layers - 1})")
     for key in ("layer_types", "moe_layer_freq"):
         value = text.get(key)
         if key == "layer_types" and value is not None and not isinstance(value, list):
@@ -256,6 +264,7 @@ def check_layer_keys(text: dict[str, Any], origin: str) -> None:
 def _load_hf_config(path: Path) -> ModelSpec:
     raw = _read_json(path)
     remote_config = config_code(raw)
+    check_model_type(raw, path)
     check_decoder(raw, path)
     text, origin = text_model(raw, path)
     wrapped = text is not raw
@@ -283,6 +292,9 @@ def _load_hf_config(path: Path) -> ModelSpec:
         fields["trust_remote_code"] = True
     elif not tokenizer_config.is_file() and raw.get("model_type") in REMOTE_TOKENIZER_MODEL_TYPES:
         fields["trust_remote_code"] = True  # a config alone: the family's tokenizer is its own code
+    model_type = raw.get("model_type")
+    if not remote_config and not (isinstance(model_type, str) and model_type in native_config_model_types()):
+        fields["unknown_model_type"] = "" if model_type is None else str(model_type)[:40]
     mixed = fields.pop(MIXED_LAYERS_FIELD, None)
     try:
         model = validate(ModelSpec, fields, origin)
@@ -366,6 +378,21 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: (top level): expected a JSON object")
     check_size(raw, str(path))
     return raw
+
+
+SPEC_ONLY_KEYS = ("name", "source", "quantization", "quantization_scope", "gated_mlp")
+"""Keys of a planner model spec that no config.json has: a spec saved as .json had been read as a
+config.json, its quantization and name dropped (a critical read)."""
+
+
+def check_model_type(raw: dict[str, Any], path: Path) -> None:
+    """A .json with neither model_type nor architectures but a model spec's keys is a model spec
+    written as JSON: refused (specs are YAML), not planned without its quantization."""
+    if raw.get("model_type") is None and raw.get("architectures") is None:
+        spec_keys = [key for key in SPEC_ONLY_KEYS if key in raw]
+        if spec_keys:
+            raise SpecError(f"{path}: model_type: missing, and {spec_keys[0]} is a planner model spec's key: "
+                            f"a .json is read as a Hugging Face config.json; write the spec as YAML (.yaml)")
 
 
 def family(config: dict[str, Any]) -> str:
@@ -477,6 +504,44 @@ already the scaled ones); for the others (linear, dynamic, ...) the context is
 max_position_embeddings x factor, except on Gemma 3, whose count is already scaled."""
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_scalar_keys(text: dict[str, Any], origin: str) -> None:
+    """Keys whose wrong type or range the import had ignored or defaulted, planning another model
+    than the file's (a critical read): each a one-line error naming it, as transformers' config
+    classes and vLLM 0.33.0 would refuse or misread it."""
+    rotated = text.get("partial_rotary_factor")
+    if rotated is not None and not (_number(rotated) and 0 < rotated <= 1):
+        raise SpecError(f"{origin}: partial_rotary_factor: expected a number in (0, 1] (got {str(rotated)[:40]!r})")
+    scale = first_present(text, "routed_scaling_factor", "moe_router_scaling_factor")
+    if scale is not None and not _number(scale):
+        key = "routed_scaling_factor" if text.get("routed_scaling_factor") is not None else "moe_router_scaling_factor"
+        raise SpecError(f"{origin}: {key}: expected a number (got {str(scale)[:40]!r})")
+    window_layers = text.get("max_window_layers")
+    if text.get("use_sliding_window") and window_layers is not None and (
+            not isinstance(window_layers, int) or isinstance(window_layers, bool)):
+        raise SpecError(f"{origin}: max_window_layers: expected an integer (got {str(window_layers)[:40]!r})")
+    scaling = text.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        factor = scaling.get("factor")
+        if kind is not None and kind not in KNOWN_ROPE_TYPES:
+            raise SpecError(f"{origin}: rope_scaling.rope_type: {str(kind)[:40]!r} is not a RoPE type vLLM 0.33.0 "
+                            f"has (get_rope: {', '.join(sorted(KNOWN_ROPE_TYPES))})")
+        if kind != "llama3" and factor is not None and not (_number(factor) and factor > 0):  # llama3's: the spec's
+            raise SpecError(f"{origin}: rope_scaling.factor: expected a positive number (got {str(factor)[:40]!r})")
+
+
+KNOWN_ROPE_TYPES = frozenset({"default", "linear", "dynamic", "ntk", "yarn", "llama3", "mllama4", "longrope",
+                              "deepseek_yarn", "deepseek_llama_scaling", "proportional", "bailing_mrope", "openpangu",
+                              "su", "mrope", "telechat3-yarn"})
+"""rope_scaling types vLLM 0.33.0's get_rope builds (vllm/model_executor/layers/rotary_embedding/__init__.py),
+and the legacy names patch_rope_parameters maps onto them (vllm/transformers_utils/config.py: "su" ->
+longrope, "mrope" -> default, "telechat3-yarn"); any other is "Unknown RoPE scaling type"."""
+
+
 def rope_extended_positions(text: dict[str, Any], kind: str | None) -> int | None:
     """max_position_embeddings x the RoPE scaling factor where vLLM 0.33.0 extends the context
     by it (ROPE_TYPES_NOT_EXTENDING); None where it does not."""
@@ -502,6 +567,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
         # Cohere2 models": c4ai-command-r-v01 8,192 positions, 131,072 served)
         text = {**text, "max_position_embeddings": limit}
     kind = family(text) or family(raw)
+    check_scalar_keys(text, str(path))
     fields: dict[str, Any] = {key: text[key] for key in SHAPE_KEYS if text.get(key) is not None}
     extended = rope_extended_positions(text, kind)
     if extended is not None:
@@ -1000,6 +1066,11 @@ def _quantization_fields(config: Any, path: Path, hidden_size: Any) -> dict[str,
                         f"secondary_quantization")
     bits = config.get("bits") or config.get("w_bit") or next(
         (w.get("num_bits") for w in weights if w.get("type") == "int"), None)
+    if method == "awq" and bits == 8:
+        raise SpecError(f"{path}: quantization_config.{'bits' if config.get('bits') is not None else 'w_bit'}: 8-bit "
+                        f"AWQ weights: vLLM 0.33.0 serves 4-bit AWQ only (AutoAWQConfig.TYPE_MAP, "
+                        f"model_executor/layers/quantization/auto_awq.py; SGLang 0.5.23's AWQConfig, "
+                        f"srt/layers/quantization/awq/awq.py, too)")
     if method in {"awq", "gptq", "compressed-tensors"} and type(bits) is int and bits in (4, 8):
         scheme = next((w for w in weights if w.get("type") == "int"), {})
         key, group = next(((k, v) for k, v in (("group_size", config.get("group_size")),

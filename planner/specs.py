@@ -260,6 +260,11 @@ class ModelSpec(_Spec):
     """The multimodal wrapper this is the language model of (its config.json's model_type, e.g.
     qwen3_vl): the vision or audio towers, and the engine's encoder cache, are not counted in
     weights or memory, and the model summary says so."""
+    unknown_model_type: str | None = None
+    """A config.json's model_type (\"\" where it has none) when neither transformers 5.16.1 nor
+    vLLM 0.33.0 has a configuration class for it and the config names no code of its own
+    (auto_map): planned from its generic keys as a standard decoder, which the model line says,
+    since the engines may not load it or may build it otherwise. None: a known family, or a YAML spec."""
     num_mtp_layers: Count(MAX_NUM_LAYERS, lower=0) = 0
     """Multi-token-prediction layers (num_nextn_predict_layers): reported beside, not in,
     the main parameter count (DeepSeek-V3's 671B excludes its 14B MTP module)."""

@@ -352,6 +352,49 @@ FILE_CASES: dict[str, tuple[str, str | bytes, str, tuple[str, ...]]] = {
         '"config_groups": {"group_0": "int4"}}}',
         "--model", ("quantization_config.config_groups.group_0",),
     ),
+    # values the import had ignored or defaulted, planning another model than the file's (a critical read)
+    "config-json-decoder-sparse-step-0": (
+        "config.json", '{"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, '
+        '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64, '
+        '"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 0}',
+        "--model", ("decoder_sparse_step", "at least 1"),
+    ),
+    "config-json-mlp-only-layer-past-the-model": (
+        "config.json", '{"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64, '
+        '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64, '
+        '"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [500]}',
+        "--model", ("mlp_only_layers", "500", "0..3"),
+    ),
+    "config-json-partial-rotary-factor-above-1": (
+        "config.json", '{"model_type": "llama", "partial_rotary_factor": 2}', "--model",
+        ("partial_rotary_factor", "(0, 1]"),
+    ),
+    "config-json-routed-scaling-factor-string": (
+        "config.json", '{"model_type": "deepseek_v3", "routed_scaling_factor": "2.5"}', "--model",
+        ("routed_scaling_factor", "a number"),
+    ),
+    "config-json-max-window-layers-float": (
+        "config.json", '{"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096, '
+        '"max_window_layers": 28.0}', "--model", ("max_window_layers", "integer"),
+    ),
+    "config-json-unknown-rope-type": (
+        "config.json", '{"model_type": "llama", "rope_scaling": {"rope_type": "weird", "factor": 4}}', "--model",
+        ("rope_scaling.rope_type", "weird"),
+    ),
+    "config-json-rope-factor-string": (
+        "config.json", '{"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": "4"}}', "--model",
+        ("rope_scaling.factor", "positive number"),
+    ),
+    "config-json-awq-8-bit": (
+        "config.json", '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
+        '"intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64, "quantization_config": '
+        '{"quant_method": "awq", "bits": 8, "group_size": 32}}', "--model",
+        ("quantization_config.bits", "8-bit AWQ", "4-bit AWQ only"),
+    ),
+    "json-model-spec": (
+        "spec.json", '{"name": "x", "num_hidden_layers": 2, "hidden_size": 64, "quantization": "fp8"}', "--model",
+        ("model_type: missing", "name", "YAML"),
+    ),
     "config-json-bert": (
         "config.json", '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}',
         "--model", ("model_type", "encoder-only", "decoder-only"),

@@ -356,6 +356,11 @@ def structural_reasons(model: ModelSpec, layout: Layout) -> list[str]:
     """The checks vLLM enforces before it loads anything (vllm/config, ModelConfig.verify_with_parallel_config),
     and the quantized weights' shard shapes its kernels check as they create them (tp_scale_group_reasons)."""
     reasons = tp_head_reasons(model, layout.tp) + tp_scale_group_reasons(model, layout.tp, layout.ep)
+    if (not model.is_moe or model.num_dense_layers) and model.intermediate_size % layout.tp:
+        # a dense MLP's column-parallel up projection: MergedColumnParallelLinear divides each output
+        # by tp and asserts it whole (divide, vllm/distributed/utils.py at 0.33.0); routed experts
+        # floor it (FusedMoEConfig) and are not checked here
+        reasons.append(f"MLP width {model.intermediate_size} not divisible by tp={layout.tp}")
     if layout.pp > model.num_hidden_layers:
         reasons.append(f"pp={layout.pp} exceeds the {model.num_hidden_layers} layers")
     return reasons

@@ -27,8 +27,16 @@ def describe_model(model: ModelSpec, kv_cache_dtype: str = "auto") -> str:
         f"{model.name}: {billions(s.total_params)} params{mtp}{active}, {gib(weight_bytes(model))} of "
         f"{weights}, KV {s.kv_cache_bytes_per_token / units.BYTES_PER_KIB:.0f} KiB/token "
         f"({s.kv_cache_dtype}), {model.num_hidden_layers} layers, {_attention(model, s)}{_experts(model, s)}"
-        f"{_recurrent(s)}{_wrapper(model)}"
+        f"{_recurrent(s)}{_wrapper(model)}{_unknown_type(model)}"
     )
+
+
+def _unknown_type(model: ModelSpec) -> str:
+    if model.unknown_model_type is None:
+        return ""
+    named = f"model_type {model.unknown_model_type!r}" if model.unknown_model_type else "no model_type"
+    return (f"; {named}: no configuration class in transformers 5.16.1 or vLLM 0.33.0 and no auto_map code, "
+            f"so planned as a standard decoder from its generic keys (the engines may refuse it)")
 
 
 def _wrapper(model: ModelSpec) -> str:
