@@ -133,6 +133,16 @@ class SglangRelease:
     """`--moe-runner-backend marlin` is one of the choices (0.5.23:
     sglang/srt/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES; not in 0.5.10.post1's
     server_args.py)."""
+    hybrid_swa_architectures: frozenset[str] = frozenset()
+    """Architectures (config.json `architectures`) whose sliding-window or chunked layers get a KV
+    pool of their own (is_hybrid_swa_model, srt/configs/model_config.py): the full layers keep
+    every token of a request, the window layers about the window, the two pools split by
+    --swa-full-tokens-ratio (0.8 unless set). Every other model keeps each layer's whole context."""
+    swa_eviction_interval: int | None = 128
+    """Decode tokens a request's window-layer KV may run past the window before SGLang frees what
+    fell out of it (SGLANG_SWA_EVICTION_INTERVAL 128, ScheduleBatch._swa_eviction_trigger at
+    0.5.23); None: once every window's worth of decode steps (decode_batch_idx % window == 1,
+    ScheduleBatch.maybe_evict_swa at 0.5.10.post1)."""
     pipelined_decode: bool = False
     """A disaggregated decode worker may have pipeline stages: 0.5.23's decode scheduler agrees
     on each step's requests over the stages (sglang/srt/disaggregation/decode.py, PP consensus)
@@ -224,12 +234,20 @@ SGLANG_RELEASES = {
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
         router_launcher=("python", "-m", "sglang_router.launch_router"),
         router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
-        attn_dp_size_flag=True, moe_runner_marlin=True, pipelined_decode=True),
+        attn_dp_size_flag=True, moe_runner_marlin=True, pipelined_decode=True,
+        hybrid_swa_architectures=frozenset({
+            "Llama4ForConditionalGeneration", "GptOssForCausalLM", "GraniteSWAForCausalLM",
+            "GraniteMoeSWAForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM",
+            "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+            "MellumForCausalLM", "IQuestQ1ForCausalLM"})),
     "0.5.10.post1": SglangRelease(
         "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
         router_launcher=("python", "-m", "sglang_router.launch_router"),
-        router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013"),
+        router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
+        hybrid_swa_architectures=frozenset({
+            "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM"}),
+        swa_eviction_interval=None),
 }
 MEGATRON_RELEASES = {
     "core_v0.19.0": MegatronRelease(

@@ -343,13 +343,16 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     # memory free before load (emit/sglang.pool_figures), as the plan's table shows it: explain
     # had drawn vLLM's (a review)
     sglang = request.pool_engine == "sglang"
-    share, static = 1.0, None
+    share, static, sglang_running = 1.0, None, None
     if sglang:
-        from planner.emit.sglang import pool_figures
+        from planner.emit.sglang import pool_figures, pool_running_sequences
 
         _, pool, static = pool_figures(model, cluster, request, result)
         fullest = max(result.stages, key=lambda st: st.weights_bytes + st.kv_cache_bytes)
         share = pool / fullest.kv_cache_bytes if fullest.kv_cache_bytes > 0 else 1.0
+        if model.num_kv_window_layers:
+            # SGLang pools window layers its own way (emit/sglang.pool_sequences): what its pool runs
+            sglang_running = pool_running_sequences(model, cluster, request, result) * footprint
     for s in result.stages:
         segments = (
             MemorySegment("weights", s.weights_bytes - s.draft_weights_bytes),
@@ -366,14 +369,16 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         # with sliding-window layers the pool holds running_tokens of running sequences, not
         # kv_cache_tokens (vLLM's count at max_model_len): say both where they differ (171 x 1,160
         # "used 100%" of 213,025 tokens; a CLI read)
+        running_tokens = s.running_tokens * share if sglang_running is None else sglang_running
         held = ("" if s.running_tokens == s.kv_cache_tokens else
-                f" ({s.running_tokens:,} as running sequences of this footprint: the window layers keep each "
-                f"one's last window only)")
+                f" ({running_tokens:,.0f} as running sequences of this footprint: "
+                + ("SGLang's window layers keep each one's locked prompt chunks and last window)"
+                   if sglang_running is not None else "the window layers keep each one's last window only)"))
         pool_words = ("SGLang's KV pool (--mem-fraction-static of the memory free before load) "
                       if sglang else "KV cache ")
         note = (f"{layers}{pool_words}{int(s.kv_cache_tokens * share):,} tokens{held}; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
-                f"{min(1.0, kv_tokens_used / max(s.running_tokens * share, 1)):.0%}")
+                f"{min(1.0, kv_tokens_used / max(running_tokens, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)
         bars.append((s.stage, key, MemoryBar((s.stage,), "", segments, cluster.gpu.memory_bytes,
                                              s.budget_bytes if static is None else static, note)))

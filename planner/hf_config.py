@@ -292,6 +292,9 @@ def _load_hf_config(path: Path) -> ModelSpec:
         fields["trust_remote_code"] = True
     elif not tokenizer_config.is_file() and raw.get("model_type") in REMOTE_TOKENIZER_MODEL_TYPES:
         fields["trust_remote_code"] = True  # a config alone: the family's tokenizer is its own code
+    architectures = raw.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        fields["architecture"] = architectures[0][:100]
     model_type = raw.get("model_type")
     if not remote_config and not (isinstance(model_type, str) and model_type in native_config_model_types()):
         fields["unknown_model_type"] = "" if model_type is None else str(model_type)[:40]

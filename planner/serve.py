@@ -448,9 +448,11 @@ def sglang_pool_cap(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         # vLLM's cache and its count do not bind: SGLang's smaller pool does (a CLI read found
         # both notes, 573 and 484 sequences, under one --emit sglang plan)
         notes[:] = without_notes(notes, ("KV-starved",))
+        windows = (", and pools its window layers' KV its own way (emit/sglang.pool_sequences)"
+                   if model.num_kv_window_layers else "")
         notes.append(f"SGLang-pool-bound: SGLang keeps its default reserve (activations, CUDA graphs) out of "
-                     f"--mem-fraction-static, so its KV pool runs {running:,} sequences per replica (vLLM's at "
-                     f"--gpu-memory-utilization: {cap:,}); the plan prices what SGLang runs")
+                     f"--mem-fraction-static{windows}, so its KV pool runs {running:,} sequences per replica "
+                     f"(vLLM's at --gpu-memory-utilization: {cap:,}); the plan prices what SGLang runs")
     return min(cap, running)
 
 

@@ -131,6 +131,10 @@ class ModelSpec(_Spec):
     name: Name()
     source: str | None = None
     """Where the numbers come from (model card, config.json URL, paper)."""
+    architecture: str | None = None
+    """config.json's `architectures[0]` (GptOssForCausalLM): the class the engines build, where
+    they treat families apart (SGLang's KV pools of window layers, engines.SglangRelease
+    hybrid_swa_architectures). None: not given (a YAML spec without it)."""
     num_hidden_layers: Count(MAX_NUM_LAYERS)
     hidden_size: Count(MAX_HIDDEN_SIZE)
     num_attention_heads: Count(MAX_NUM_HEADS)

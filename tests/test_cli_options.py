@@ -142,15 +142,22 @@ def test_the_moe_host_help_names_the_constant_the_plan_uses():
 
 @pytest.mark.parametrize(("flag", "weights", "others", "lm_head"), [
     ("none", "bfloat16", None, None), ("fp8", "fp8", None, None), ("int4", "int4", None, None)])
-def test_quantization_override_drops_the_checkpoints_mixed_formats(flag, weights, others, lm_head) -> None:
+def test_quantization_override_drops_the_checkpoints_mixed_formats(flag, weights, others, lm_head, tmp_path) -> None:
     """nvidia/Qwen3.6-27B-NVFP4 is NVFP4 MLPs beside FP8 attention and an NVFP4 LM head. Another
-    --quantization plans another checkpoint (16-bit, or one the engine quantizes on load), so
-    none of those formats stays: `none` weighs the 16-bit model's 26.9B parameters (its untied
-    1.27B-parameter LM head included) at 2 bytes, not with an NVFP4 head."""
+    --quantization on its spec plans another checkpoint (16-bit, or one the engine quantizes on
+    load), so none of those formats stays: `none` weighs the 16-bit model's 26.9B parameters (its
+    untied 1.27B-parameter LM head included) at 2 bytes, not with an NVFP4 head. (On its config.json
+    the flag is refused: the command would serve that checkpoint, test_checkpoint_checks.py.)"""
     import json
 
+    import yaml
+
+    from planner.catalog import resolve_model
+
     config = Path(__file__).parent / "fixtures" / "hf_configs" / "nvidia--Qwen3.6-27B-NVFP4" / "config.json"
-    result = CliRunner().invoke(app, ["--model", str(config), "--cluster", "1x8xH100", "--quantization", flag,
+    spec = tmp_path / "qwen3.6-27b-nvfp4.yaml"
+    spec.write_text(yaml.safe_dump(resolve_model(str(config)).model_dump(exclude_none=True)))
+    result = CliRunner().invoke(app, ["--model", str(spec), "--cluster", "1x8xH100", "--quantization", flag,
                                       "--json", "--top", "1", "--mode", "aggregated"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["model_summary"]

@@ -196,6 +196,22 @@ class ServeArgs:
     reserve caps --mem-fraction-static below the plan's share (0: not known, not checked)."""
     kv_bytes_per_sequence: float = 0.0
     """One running sequence's mean KV footprint on that GPU (serving_memory.kv_tokens_per_running_sequence)."""
+    kv_window_bytes_per_token: float = 0.0
+    """Of that GPU's KV bytes per token, its sliding-window (or chunked) layers' (0: none): what
+    SGLang keeps in a pool of its own for the architectures it lists (emit/sglang.hybrid_swa)."""
+    kv_full_bytes_per_token: float = 0.0
+    """Its other attention layers' (set with kv_window_bytes_per_token)."""
+    kv_window_tokens: int = 0
+    """The window those layers keep (ModelSpec.kv_window_tokens)."""
+    prompt_tokens: float = 0.0
+    output_tokens: float = 0.0
+    """The request's mean prompt and output lengths (with the window fields)."""
+    context_tokens: float = 0.0
+    """A running sequence's mean context, prompt + half the output (a length mix's own)."""
+    architecture: str | None = None
+    """ModelSpec.architecture; Llama 4's where a spec with chunked attention does not name it."""
+    ranks_per_server: int = 1
+    """DP-attention ranks one SGLang server counts its sequences over (emit/sglang.ep_server)."""
     ep: int = 1
     """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
     moe_backend: str = "auto"
@@ -318,6 +334,13 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
         kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
                                                     request.decode_context_tokens),
+        kv_window_bytes_per_token=fullest.window_kv_bytes_per_token,
+        kv_full_bytes_per_token=fullest.kv_bytes_per_token - fullest.window_kv_bytes_per_token,
+        kv_window_tokens=model.kv_window_tokens or 0,
+        prompt_tokens=request.input_len,
+        output_tokens=request.output_len,
+        context_tokens=request.decode_context_tokens,
+        architecture=model.architecture or ("Llama4ForConditionalGeneration" if model.attention_chunk_size else None),
         is_moe=model.is_moe,
         priced_batched_tokens=max_num_batched_tokens(cluster, request, layout, model),
         enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine

@@ -146,14 +146,121 @@ def pool_figures(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
     return a.weights_and_kv_bytes_per_gpu - a.kv_cache_bytes_per_gpu, pool, mem_fraction_static(a) * fraction_base_bytes(a)
 
 
+DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+"""--swa-full-tokens-ratio unless set: the window layers' pool holds 0.8 of the full layers'
+tokens (ServerArgs.swa_full_tokens_ratio at 0.5.10.post1; fields/schedule.py fallback at 0.5.23)."""
+SWA_CHUNKS_IN_FLIGHT = 2
+"""Prompt chunks whose window-layer KV a server holds beyond its running requests' windows: the
+overlap scheduler's two batches in flight (compute_swa_request_cap's chunks_in_flight,
+srt/model_executor/pool_configurator.py at 0.5.23); one with --disable-overlap-schedule."""
+
+
+def chunked_prefill_size(a: ServeArgs) -> int:
+    """The prompt tokens SGLang runs a step: the plan's budget where it emits one, else SGLang's
+    default for the GPU's memory (GRAPH_TIERS_GIB)."""
+    if a.max_num_batched_tokens is not None:
+        return a.max_num_batched_tokens
+    memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
+    return next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])[1]
+
+
+def hybrid_swa(a: ServeArgs) -> bool:
+    """SGLang keeps the window layers' KV in a pool of their own (the release's
+    hybrid_swa_architectures, with window layers planned); every other model's layers each keep
+    a request's whole context in one pool, window layers too."""
+    return a.kv_window_bytes_per_token > 0 and a.architecture in a.engine_versions.sglang_release.hybrid_swa_architectures
+
+
+def locked_prompt_tokens(prompt: int, window: int, chunk: int) -> int:
+    """A running request's prompt tokens whose window-layer KV its prefix-cache lock keeps: each
+    prompt chunk is a node of the radix tree (cache_unfinished_req), and the lock taken at its end
+    covers the last nodes back to at least the window (SWAComponent's lock walk,
+    srt/mem_cache/unified_cache/components/swa.py at 0.5.23), so whole chunks from the last one
+    back until they span the window: 1,024-token prompts in one 8,192 chunk keep all 1,024 of a
+    128 window; 32,768 in 8,192 chunks keep 8,192 of an 8,192 window."""
+    if prompt <= 0:
+        return 0
+    covered = prompt - chunk * ((prompt - 1) // chunk)  # the last chunk, 1..chunk tokens
+    while covered < min(window, prompt):
+        covered += chunk
+    return min(covered, prompt)
+
+
+def swa_held_tokens(a: ServeArgs) -> float:
+    """A running request's mean window-layer tokens in SGLang's window pool: the locked prompt
+    chunks (locked_prompt_tokens) and its own decoded tokens, freed as they fall out of the
+    window (ScheduleBatch.maybe_evict_swa) at most an eviction interval e late: min(O/2, W + e/2)
+    on average over its decode (e = W at 0.5.10.post1, 128 at 0.5.23); at most its whole context."""
+    window = a.kv_window_tokens
+    interval = a.engine_versions.sglang_release.swa_eviction_interval or window
+    prompt = locked_prompt_tokens(round(a.prompt_tokens), window, chunked_prefill_size(a))
+    return min(a.context_tokens, prompt + min(a.output_tokens / 2, window + interval / 2))
+
+
+def swa_reserve_tokens(a: ServeArgs) -> int:
+    """Window-pool tokens the prompt chunks in flight hold (SWA_CHUNKS_IN_FLIGHT)."""
+    return (1 if a.async_scheduling is False else SWA_CHUNKS_IN_FLIGHT) * chunked_prefill_size(a)
+
+
+def swa_full_tokens_ratio(a: ServeArgs) -> float | None:
+    """The --swa-full-tokens-ratio that splits SGLang's pool P as the plan's sequences fill it
+    (None: not a hybrid pool). The full layers' pool holds T = P / (B_f + r B_s) tokens and the
+    window layers' r T, so N = min(T / F, (r T - X) / S) sequences of F tokens of context that
+    each hold S window tokens (swa_held_tokens), X for prompt chunks in flight; both bind at
+        r = (S / F + X B_f / P) / (1 - X B_s / P),
+    rounded up to 0.01 (the window pool never the shorter) and at most 1 (SGLang's bound)."""
+    if not hybrid_swa(a):
+        return None
+    pool = max(kv_pool_bytes(a), 0.0)
+    reserve = swa_reserve_tokens(a)
+    spare = 1 - reserve * a.kv_window_bytes_per_token / pool if pool > 0 else 0.0
+    if spare <= 0:
+        return 1.0
+    ratio = (swa_held_tokens(a) / a.context_tokens + reserve * a.kv_full_bytes_per_token / pool) / spare
+    return min(1.0, math.ceil(ratio * 100 - 1e-9) / 100)
+
+
+def full_pool_tokens(a: ServeArgs) -> float:
+    """Tokens of a request SGLang's pool holds in each full-attention layer, the longest request it
+    admits (tp_worker max_req_len at 0.5.23): P / (B_f + r B_s) in a hybrid pool, P / (B_f + B_s)
+    where window layers keep every token; inf without window layers (the plan's own check holds)."""
+    if a.kv_window_bytes_per_token <= 0:
+        return math.inf
+    ratio = swa_full_tokens_ratio(a)
+    per_token = a.kv_full_bytes_per_token + (1.0 if ratio is None else ratio) * a.kv_window_bytes_per_token
+    return max(kv_pool_bytes(a), 0.0) / per_token
+
+
+def pool_sequences(a: ServeArgs) -> float:
+    """Running sequences of the plan's mean footprint one rank's pool holds: the pool over
+    kv_bytes_per_sequence, or with window layers as SGLang pools them (full_pool_tokens): in a
+    hybrid pool the lesser of the full pool over F and the window pool, less the chunks in
+    flight, over S (swa_full_tokens_ratio); else the whole context in every layer."""
+    pool = kv_pool_bytes(a)
+    if a.kv_window_bytes_per_token <= 0:
+        return pool / a.kv_bytes_per_sequence
+    tokens = full_pool_tokens(a)
+    ratio = swa_full_tokens_ratio(a)
+    if ratio is None:
+        return tokens / a.context_tokens
+    return min(tokens / a.context_tokens, (ratio * tokens - swa_reserve_tokens(a)) / swa_held_tokens(a))
+
+
+def pool_running_sequences(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
+                           estimate: ServeEstimate) -> float:
+    """pool_sequences of an estimate's fullest GPU as SGLang pools it (`plan explain`'s KV bar)."""
+    return pool_sequences(serve_launch_args(model, cluster, request, estimate.layout, estimate.stages,
+                                            estimate.max_model_len, estimate.max_num_seqs, MODEL_PLACEHOLDER))
+
+
 def max_running_requests(a: ServeArgs) -> int:
-    """The plan's sequences per worker, or fewer where SGLang's reserve caps
-    --mem-fraction-static below the plan's weights + KV: what the smaller pool holds at the
-    plan's mean footprint per sequence (more would only be retracted and requeued); at least 1
-    (pool_refusal refuses a layout whose pool holds less than one)."""
+    """The plan's sequences per worker, or fewer where SGLang's pool holds fewer (its reserve out
+    of --mem-fraction-static; its own pools of window layers, pool_sequences): what that pool runs
+    at the plan's mean footprint (more would only be retracted and requeued), over the server's
+    DP-attention ranks; at least 1 (pool_refusal refuses a layout whose pool holds less than one)."""
     if a.kv_bytes_per_sequence <= 0:
         return a.max_num_seqs
-    return max(1, min(a.max_num_seqs, math.floor(kv_pool_bytes(a) / a.kv_bytes_per_sequence)))
+    return max(1, min(a.max_num_seqs, math.floor(pool_sequences(a) * a.ranks_per_server)))
 
 
 def running_per_replica(a: ServeArgs) -> int:
@@ -180,8 +287,16 @@ def pool_refusal(a: ServeArgs) -> str | None:
     server, _ = ep_server(a)
     if server.kv_bytes_per_sequence <= 0:
         return None
+    longest = full_pool_tokens(server)
+    if longest < server.max_model_len:
+        kind = ("its full-attention layers' pool" if hybrid_swa(server) else
+                "every layer (SGLang keeps each request's whole context in its window layers too, "
+                "not listing this architecture's)")
+        return (f"SGLang's KV pool holds {int(longest):,} tokens of a request in {kind}, below --context-length "
+                f"{server.max_model_len:,}: it would cap requests there; give --max-model-len {int(longest) - 1:,} "
+                f"or less")
     pool = kv_pool_bytes(server)
-    if pool >= server.kv_bytes_per_sequence:
+    if pool_sequences(server) >= 1:
         return None
     return (f"SGLang keeps {reserved_bytes(server) / BYTES_PER_GIB:.1f} GiB per GPU out of its pool by default "
             f"(activations, CUDA graphs): --mem-fraction-static {mem_fraction_static(server):g} leaves "
@@ -200,9 +315,22 @@ def sglang_pool_notes(a: ServeArgs, worker: str = "DP worker") -> list[str]:
     where = ("per server (its DP-attention ranks together)" if DP_ATTENTION in ep_flags or ATTN_DP_SIZE in ep_flags
              else f"per {worker}" if server.dp > 1 or worker != "DP worker" else "per server")
     return [f"SGLang keeps {reserved_bytes(server) / BYTES_PER_GIB:.1f} GiB per GPU out of its pool by default "
-            f"(activations, CUDA graphs): --mem-fraction-static {mem_fraction_static(server):g} leaves KV for "
-            f"{running} running requests {where}, not the {server.max_num_seqs} the plan prices (vLLM's "
-            f"--gpu-memory-utilization budget); its throughput is lower than the plan's"]
+            f"(activations, CUDA graphs){window_pool_words(server)}: --mem-fraction-static "
+            f"{mem_fraction_static(server):g} leaves KV for {running} running requests {where}, not the "
+            f"{server.max_num_seqs} the plan prices (vLLM's --gpu-memory-utilization budget); its throughput is "
+            f"lower than the plan's"]
+
+
+def window_pool_words(a: ServeArgs) -> str:
+    """How SGLang keeps a model's window layers, for the notes on its smaller pool ("" without)."""
+    if a.kv_window_bytes_per_token <= 0:
+        return ""
+    ratio = swa_full_tokens_ratio(a)
+    if ratio is None:
+        return (", and its window layers keep each request's whole context (SGLang pools them apart only for the "
+                "architectures it lists)")
+    return (f", and its window layers' pool holds {ratio:g} of the full layers' tokens (--swa-full-tokens-ratio): "
+            f"about {swa_held_tokens(a):,.0f} tokens a request there, its locked prompt chunks and its window")
 
 
 def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = (), mixed: bool = True) -> list[str]:
@@ -217,6 +345,10 @@ def server_flags(a: ServeArgs, dp: int, ep_flags: tuple[str, ...] = (), mixed: b
               "--context-length", str(a.max_model_len), "--max-running-requests", str(max_running_requests(a))]
     if a.max_num_batched_tokens is not None:
         flags += ["--chunked-prefill-size", str(a.max_num_batched_tokens)]
+    ratio = swa_full_tokens_ratio(a)
+    if ratio is not None and ratio != DEFAULT_SWA_FULL_TOKENS_RATIO:
+        # the window layers' pool sized to what the plan's sequences hold there (ServerArgs / fields/schedule.py)
+        flags += ["--swa-full-tokens-ratio", f"{ratio:g}"]
     if a.trust_remote_code:
         flags.append("--trust-remote-code")  # ServerArgs.trust_remote_code
     if a.quantization and QUANTIZATION.get(a.quantization):
@@ -363,7 +495,7 @@ def ep_server(a: ServeArgs) -> tuple[ServeArgs, tuple[str, ...]]:
     per_rank = low_latency_tokens_per_rank(a) or a.max_num_batched_tokens or a.priced_batched_tokens
     budget = None if per_rank is None else per_rank * d
     server = replace(a, tp=a.tp * d, dp=a.layout.num_ep_groups, ep=1, max_num_seqs=a.max_num_seqs * d,
-                     max_num_batched_tokens=budget, kv_bytes_per_sequence=a.kv_bytes_per_sequence / d)
+                     max_num_batched_tokens=budget, ranks_per_server=d)
     a2a = (*DEEPEP_FLAGS.get(a.all2all_backend, ()), *(("--enable-two-batch-overlap",) if a.enable_dbo else ()))
     if a.engine_versions.sglang_release.attn_dp_size_flag:
         return server, (ATTN_DP_SIZE, str(d), "--ep-size", str(a.tp * d), *a2a)
