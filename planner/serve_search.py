@@ -624,10 +624,13 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
         if unfixed is not None:
             out.append(f"without --batch (the SLA search picks the concurrency): fits, e.g. {unfixed.layout} at "
                        f"{unfixed.batch:,} concurrent sequence(s) per replica")
-    more = more_gpus_needed(model, cluster, request)
+    more = None if below_any_cluster(request) else more_gpus_needed(model, cluster, request)
     if more is not None:
         out.append(more)
     out.extend(sla_reach(model, cluster, request))
+    if below_any_cluster(request):
+        out.append(f"no number of GPUs brings TTFT or E2E latency under {eff.FIRST_TOKEN_SECONDS * 1e3:g} ms: the "
+                   f"first token's fixed client-side cost (HTTP, hand-off, streaming) is priced at that")
     if not out:
         out.append("nothing tried fits: use more or larger GPUs")
     return out
@@ -715,6 +718,14 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
             if best is None or length > best[0]:
                 best = (length, layout)
     return best
+
+
+def below_any_cluster(request: ServeRequest) -> bool:
+    """A TTFT or E2E limit under the fixed client-side cost of the first token
+    (efficiency.FIRST_TOKEN_SECONDS), which no number of GPUs shortens: more_gpus_needed would
+    re-plan up to MAX_CLUSTERS_TRIED clusters to find none (26 s for a 1 ms TTFT on 8 H100)."""
+    return any(limit is not None and limit < eff.FIRST_TOKEN_SECONDS
+               for limit in (request.max_ttft_seconds, request.max_e2e_seconds))
 
 
 def more_gpus_needed(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> str | None:

@@ -6,6 +6,8 @@ all-reduce crosses, what the KV cache holds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.cost.params import weight_bytes
@@ -170,6 +172,12 @@ def test_the_least_reachable_ttft_at_a_rate_is_a_lone_requests():
     least = float(line.split("--max-ttft-ms ")[1].split(" or more")[0])
     assert min(lone) <= least <= min(lone) + 0.1  # the least value rounded up to 0.1 ms
     assert "tp=8 pp=1 dp=1 at concurrency 1" in line
+    # 1 ms is under the first token's fixed 10 ms (FIRST_TOKEN_SECONDS): no cluster is re-planned
+    # for "more GPUs" (16 whole searches, 26 s), and the plan says why none would do
+    assert serve_search.below_any_cluster(request)
+    assert not any("more GPU" in s for s in plan.suggestions)
+    assert plan.suggestions[-1].startswith("no number of GPUs brings TTFT or E2E latency under 10 ms")
+    assert not serve_search.below_any_cluster(replace(request, max_ttft_seconds=0.010))
 
 
 def test_no_sla_line_without_limits(serve_plan):
