@@ -162,7 +162,15 @@ def test_fixture_holds_only_allowed_sources_and_no_gpt3_175b():
         assert not any(fragment in text for fragment in EXCLUDED_FRAGMENTS), row
 
 
-def test_published_configurations_against_the_planners_best(bench_module):
+PUBLISHED_MISSES = ("24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)",
+                    "24.07 DGX-H100 LLAMA2-13B fp8 (recipe not stated)")
+"""The two published configurations more than 15% slower than the planner's best (below)."""
+with FIXTURE.open(newline="", encoding="utf-8") as _handle:
+    ROW_COUNT = sum(1 for _ in csv.DictReader(_handle))
+
+
+@pytest.mark.parametrize("index", range(ROW_COUNT))
+def test_published_configurations_against_the_planners_best(bench_module, index):
     """Issue 12's third statistic on these allowed rows (bench/training_calibration.py
     --vs-best): the planner's best for each row's workload on its GPUs, against the published
     configuration, both priced by the planner. Today 24 of 26 within 15% (median gap +3%); the
@@ -170,15 +178,20 @@ def test_published_configurations_against_the_planners_best(bench_module):
     ZeRO-3 without it (+33%), and its Llama 2 13B at pp 4 with 10 virtual stages over two nodes,
     whose 2(vm + p - 1) pipeline sends the planner prices exposed (14% of the step) against
     ZeRO-3 over 16 GPUs (+30%). A gap is never negative: the published configuration is in the
-    search space (a best below it would be a search that drops the optimum)."""
+    search space (a best below it would be a search that drops the optimum). One row a case, so
+    the 27 searches spread over the test workers."""
     module = bench_module("training_calibration")
-    compared = [module.versus_best(row) for row in module.load_rows(FIXTURE)]
-    gaps = {r["id"]: r["gap"] for r in compared if r["id"] != NEMOTRON}
-    assert None not in gaps.values()
-    assert all(gap >= -1e-9 for gap in gaps.values()), gaps
-    assert sum(gap <= 0.15 for gap in gaps.values()) >= 24
-    assert [key for key, gap in gaps.items() if gap > 0.15] == ["24.07 DGX-H100 LLAMA3-8B fp8 (recipe not stated)",
-                                                              "24.07 DGX-H100 LLAMA2-13B fp8 (recipe not stated)"]
+    row = module.load_rows(FIXTURE)[index]
+    if row.id == NEMOTRON:
+        pytest.skip("the one row the harness cannot score (test_nemotron_340b_is_named_not_scored)")
+    gap = module.versus_best(row)["gap"]
+    assert gap is not None and gap >= -1e-9, (row.id, gap)
+    assert (gap > 0.15) == (row.id in PUBLISHED_MISSES), (row.id, gap)
+
+
+def test_the_misses_are_rows_of_the_set(bench_module):
+    ids = {row.id for row in bench_module("training_calibration").load_rows(FIXTURE)}
+    assert set(PUBLISHED_MISSES) <= ids and len(ids) - len(PUBLISHED_MISSES) - 1 >= 24
 
 
 def test_the_sustained_share_is_the_fit_and_carries_to_the_held_out_rows(bench_module):
