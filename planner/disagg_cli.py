@@ -19,7 +19,7 @@ from planner.disagg_search import (
     role_request,
     same_node_groups,
 )
-from planner.emit.command import LaunchStep, ServeArgs
+from planner.emit.command import LaunchStep, ServeArgs, kv_window_fields
 from planner.emit.disagg import DISAGG_EMITTERS, DisaggDeployment, not_emitted_reason
 from planner.emit.sglang import sglang_pool_notes
 from planner.layout import Layout
@@ -202,6 +202,9 @@ def role_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, est
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes, # a prefill worker's requests hold their KV only until it is sent: not sized by it
         kv_bytes_per_sequence=0.0 if role == "prefill" else kv_bytes_per_sequence(
             fullest, request.input_len, request.output_len, request.decode_context_tokens),
+        # a decode server keeps running requests, its window layers pooled as SGLang pools them
+        # (emit/sglang.pool_sequences; its radix cache off); a prefill server's only in flight
+        **({} if role == "prefill" else {**kv_window_fields(model, fullest, request), "radix_cache": False}),
         priced_batched_tokens=max_num_batched_tokens(cluster, role_request(request, role),
                                                      Layout(worker.tp, worker.pp, worker.dp, worker.ep)))
 

@@ -389,7 +389,7 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         from planner.emit.sglang import planned_running
 
         cap = min(cap, planned_running(model, cluster, request, shape.layout, shape.stages,
-                                       max_model_len_of(model, request), cap))
+                                       max_model_len_of(model, request), cap, decode_worker=True))
     limit = request.max_tpot_seconds
     if cap < 1:
         return 0

@@ -143,6 +143,14 @@ class SglangRelease:
     fell out of it (SGLANG_SWA_EVICTION_INTERVAL 128, ScheduleBatch._swa_eviction_trigger at
     0.5.23); None: once every window's worth of decode steps (decode_batch_idx % window == 1,
     ScheduleBatch.maybe_evict_swa at 0.5.10.post1)."""
+    swa_lock_trims_to_window: bool = True
+    """A running request's prefix-cache lock keeps about one window of its prompt's window-layer
+    KV (0.5.23: the tree insert frees what left the window and cuts the leaf to one window), not
+    whole prompt chunks back to it (0.5.10.post1's swa_radix_cache.py): emit/sglang.locked_prompt_tokens."""
+    swa_request_cap_pool: bool = True
+    """Without the radix cache and with --max-running-requests (a disaggregated decode server),
+    the window pool is sized from the requests (SWARequestCapPoolConfigurator at 0.5.23), not
+    --swa-full-tokens-ratio."""
     pipelined_decode: bool = False
     """A disaggregated decode worker may have pipeline stages: 0.5.23's decode scheduler agrees
     on each step's requests over the stages (sglang/srt/disaggregation/decode.py, PP consensus)
@@ -239,7 +247,9 @@ SGLANG_RELEASES = {
             "Llama4ForConditionalGeneration", "GptOssForCausalLM", "GraniteSWAForCausalLM",
             "GraniteMoeSWAForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM",
             "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-            "MellumForCausalLM", "IQuestQ1ForCausalLM"})),
+            "Gemma4UnifiedForConditionalGeneration", "MellumForCausalLM", "IQuestQ1ForCausalLM",
+            "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration", "InklingForConditionalGeneration",
+            "UnlimitedOCRForCausalLM", "BeamForCausalLM", "LagunaForCausalLM"})),
     "0.5.10.post1": SglangRelease(
         "0.5.10.post1", "sglang 0.5.10.post1 wheel (PyPI): python/sglang/srt/server_args.py",
         ("sglang", "serve"), reserved_min_gib_large_gpu=10, large_gpu_gib=60,
@@ -247,7 +257,7 @@ SGLANG_RELEASES = {
         router_source="sgl-project/sglang sgl-router/py_src/sglang_router/router_args.py at 083d6013",
         hybrid_swa_architectures=frozenset({
             "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM"}),
-        swa_eviction_interval=None),
+        swa_eviction_interval=None, swa_lock_trims_to_window=False, swa_request_cap_pool=False),
 }
 MEGATRON_RELEASES = {
     "core_v0.19.0": MegatronRelease(

@@ -343,7 +343,7 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
     # memory free before load (emit/sglang.pool_figures), as the plan's table shows it: explain
     # had drawn vLLM's (a review)
     sglang = request.pool_engine == "sglang"
-    share, static, sglang_running = 1.0, None, None
+    share, static, sglang_running, sglang_tokens = 1.0, None, None, None
     if sglang:
         from planner.emit.sglang import pool_figures, pool_running_sequences
 
@@ -352,7 +352,8 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
         share = pool / fullest.kv_cache_bytes if fullest.kv_cache_bytes > 0 else 1.0
         if model.num_kv_window_layers:
             # SGLang pools window layers its own way (emit/sglang.pool_sequences): what its pool runs
-            sglang_running = pool_running_sequences(model, cluster, request, result) * footprint
+            sequences, sglang_tokens = pool_running_sequences(model, cluster, request, result)
+            sglang_running = sequences * footprint
     for s in result.stages:
         segments = (
             MemorySegment("weights", s.weights_bytes - s.draft_weights_bytes),
@@ -376,7 +377,9 @@ def serve_memory(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                    if sglang_running is not None else "the window layers keep each one's last window only)"))
         pool_words = ("SGLang's KV pool (--mem-fraction-static of the memory free before load) "
                       if sglang else "KV cache ")
-        note = (f"{layers}{pool_words}{int(s.kv_cache_tokens * share):,} tokens{held}; batch {running} x "
+        # SGLang's own count where it pools window layers apart: what a full layer's pool holds
+        pool_tokens = int(s.kv_cache_tokens * share if sglang_tokens is None else sglang_tokens)
+        note = (f"{layers}{pool_words}{pool_tokens:,} tokens{held}; batch {running} x "
                 f"{footprint:,.0f} tokens (mean: {footprint_basis(request)}) uses "
                 f"{min(1.0, kv_tokens_used / max(running_tokens, 1)):.0%}")
         key = (s.num_layers, s.num_moe_layers, s.weights_bytes, s.activation_bytes, s.kv_cache_bytes)

@@ -539,10 +539,11 @@ def check_scalar_keys(text: dict[str, Any], origin: str) -> None:
 
 KNOWN_ROPE_TYPES = frozenset({"default", "linear", "dynamic", "ntk", "yarn", "llama3", "mllama4", "longrope",
                               "deepseek_yarn", "deepseek_llama_scaling", "proportional", "bailing_mrope", "openpangu",
-                              "su", "mrope", "telechat3-yarn"})
+                              "su", "mrope", "telechat3-yarn", "xdrope"})
 """rope_scaling types vLLM 0.33.0's get_rope builds (vllm/model_executor/layers/rotary_embedding/__init__.py),
 and the legacy names patch_rope_parameters maps onto them (vllm/transformers_utils/config.py: "su" ->
-longrope, "mrope" -> default, "telechat3-yarn"); any other is "Unknown RoPE scaling type"."""
+longrope, "mrope" -> default, "telechat3-yarn"), and HunYuan-VL's "xdrope", which transformers 5.x
+rewrites and vLLM serves through its transformers backend; any other is "Unknown RoPE scaling type"."""
 
 
 def rope_extended_positions(text: dict[str, Any], kind: str | None) -> int | None:

@@ -212,6 +212,10 @@ class ServeArgs:
     """ModelSpec.architecture; Llama 4's where a spec with chunked attention does not name it."""
     ranks_per_server: int = 1
     """DP-attention ranks one SGLang server counts its sequences over (emit/sglang.ep_server)."""
+    radix_cache: bool = True
+    """SGLang's prefix cache is on (False: a disaggregated decode server, where SGLang disables it
+    by default: pd_disaggregation_hook.py at 0.5.23), which decides what window-layer KV a
+    request holds (emit/sglang.swa_held_tokens)."""
     ep: int = 1
     """Expert-parallel degree (Layout.ep, tp times the DP ranks of one EP group); 1 = none."""
     moe_backend: str = "auto"
@@ -290,6 +294,20 @@ def placement_reasons(tp: int, pp: int, dp: int, gpus_per_node: int, ep: int = 1
     return []
 
 
+def kv_window_fields(model: ModelSpec, stage: StageMemory, request: ServeRequest) -> dict:
+    """ServeArgs' window-layer fields for one stage's GPU (what SGLang pools apart:
+    emit/sglang.pool_sequences) and the request's lengths."""
+    return {
+        "kv_window_bytes_per_token": stage.window_kv_bytes_per_token,
+        "kv_full_bytes_per_token": stage.kv_bytes_per_token - stage.window_kv_bytes_per_token,
+        "kv_window_tokens": model.kv_window_tokens or 0,
+        "prompt_tokens": request.input_len,
+        "output_tokens": request.output_len,
+        "context_tokens": request.decode_context_tokens,
+        "architecture": model.architecture or ("Llama4ForConditionalGeneration" if model.attention_chunk_size else None),
+    }
+
+
 def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
                       stages: Sequence[StageMemory], max_model_len: int, max_num_seqs: int,
                       model_arg: str) -> ServeArgs:
@@ -334,13 +352,7 @@ def serve_launch_args(model: ModelSpec, cluster: ClusterSpec, request: ServeRequ
         kv_cache_bytes_per_gpu=fullest.kv_cache_bytes,
         kv_bytes_per_sequence=kv_bytes_per_sequence(fullest, request.input_len, request.output_len,
                                                     request.decode_context_tokens),
-        kv_window_bytes_per_token=fullest.window_kv_bytes_per_token,
-        kv_full_bytes_per_token=fullest.kv_bytes_per_token - fullest.window_kv_bytes_per_token,
-        kv_window_tokens=model.kv_window_tokens or 0,
-        prompt_tokens=request.input_len,
-        output_tokens=request.output_len,
-        context_tokens=request.decode_context_tokens,
-        architecture=model.architecture or ("Llama4ForConditionalGeneration" if model.attention_chunk_size else None),
+        **kv_window_fields(model, fullest, request),
         is_moe=model.is_moe,
         priced_batched_tokens=max_num_batched_tokens(cluster, request, layout, model),
         enable_chunked_prefill=(not request.engine_versions.vllm_release.v1_engine

@@ -156,12 +156,13 @@ srt/model_executor/pool_configurator.py at 0.5.23); one with --disable-overlap-s
 
 
 def chunked_prefill_size(a: ServeArgs) -> int:
-    """The prompt tokens SGLang runs a step: the plan's budget where it emits one, else SGLang's
-    default for the GPU's memory (GRAPH_TIERS_GIB)."""
+    """The prompt tokens one rank runs a step: the plan's budget where it emits one, else SGLang's
+    default for the GPU's memory (GRAPH_TIERS_GIB); a DP-attention server's over its ranks, as
+    SGLang divides it (parallel_hook.py at 0.5.23, server_args.py at 0.5.10.post1)."""
     if a.max_num_batched_tokens is not None:
-        return a.max_num_batched_tokens
+        return a.max_num_batched_tokens // a.ranks_per_server
     memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
-    return next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])[1]
+    return next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])[1] // a.ranks_per_server
 
 
 def hybrid_swa(a: ServeArgs) -> bool:
@@ -171,45 +172,75 @@ def hybrid_swa(a: ServeArgs) -> bool:
     return a.kv_window_bytes_per_token > 0 and a.architecture in a.engine_versions.sglang_release.hybrid_swa_architectures
 
 
-def locked_prompt_tokens(prompt: int, window: int, chunk: int) -> int:
-    """A running request's prompt tokens whose window-layer KV its prefix-cache lock keeps: each
-    prompt chunk is a node of the radix tree (cache_unfinished_req), and the lock taken at its end
-    covers the last nodes back to at least the window (SWAComponent's lock walk,
-    srt/mem_cache/unified_cache/components/swa.py at 0.5.23), so whole chunks from the last one
-    back until they span the window: 1,024-token prompts in one 8,192 chunk keep all 1,024 of a
-    128 window; 32,768 in 8,192 chunks keep 8,192 of an 8,192 window."""
+def request_capped_pool(a: ServeArgs) -> bool:
+    """SGLang sizes the window pool from --max-running-requests, not the ratio: a hybrid pool
+    without the radix cache (a disaggregated decode server) at a release with
+    SWARequestCapPoolConfigurator (0.5.23, srt/model_executor/pool_configurator.py)."""
+    return hybrid_swa(a) and not a.radix_cache and a.engine_versions.sglang_release.swa_request_cap_pool
+
+
+def locked_prompt_tokens(prompt: int, window: int, chunk: int, trimmed: bool = True) -> int:
+    """A running request's prompt tokens whose window-layer KV its prefix-cache lock keeps. Each
+    prompt chunk becomes a node of the radix tree (cache_unfinished_req) and the lock taken at the
+    prompt's end walks back from the last node until it spans the window. At 0.5.10.post1 the
+    nodes are whole chunks (swa_radix_cache.py), so whole chunks back to the window: a 1,024-token
+    prompt in one chunk keeps all 1,024 of a 128 window. At 0.5.23 (`trimmed`) the insert first
+    frees what fell out of the window and cuts the new leaf to one window (checkpoint_into_tree,
+    SWAComponent._maybe_split_leaf_for_swa_lock), so the window, or the last chunk and the window
+    before it where that chunk is shorter: 128 of that prompt."""
     if prompt <= 0:
         return 0
-    covered = prompt - chunk * ((prompt - 1) // chunk)  # the last chunk, 1..chunk tokens
+    last = prompt - chunk * ((prompt - 1) // chunk)  # the last chunk, 1..chunk tokens
+    if trimmed:
+        return min(prompt, window if last >= window else last + window)
+    covered = last
     while covered < min(window, prompt):
         covered += chunk
     return min(covered, prompt)
 
 
+def eviction_interval(a: ServeArgs) -> int:
+    return a.engine_versions.sglang_release.swa_eviction_interval or a.kv_window_tokens
+
+
 def swa_held_tokens(a: ServeArgs) -> float:
-    """A running request's mean window-layer tokens in SGLang's window pool: the locked prompt
-    chunks (locked_prompt_tokens) and its own decoded tokens, freed as they fall out of the
-    window (ScheduleBatch.maybe_evict_swa) at most an eviction interval e late: min(O/2, W + e/2)
-    on average over its decode (e = W at 0.5.10.post1, 128 at 0.5.23); at most its whole context."""
-    window = a.kv_window_tokens
-    interval = a.engine_versions.sglang_release.swa_eviction_interval or window
-    prompt = locked_prompt_tokens(round(a.prompt_tokens), window, chunked_prefill_size(a))
+    """A running request's mean window-layer tokens in SGLang's window pool: its locked prompt
+    chunks (locked_prompt_tokens; none without the radix cache, where a request frees its own
+    prompt's too) and its own decoded tokens, freed as they fall out of the window
+    (ScheduleBatch.maybe_evict_swa) at most an eviction interval e late: min(O/2, W + e/2) on
+    average over its decode (e = W at 0.5.10.post1, 128 at 0.5.23); at most its whole context."""
+    window, interval = a.kv_window_tokens, eviction_interval(a)
+    if not a.radix_cache:
+        return min(a.context_tokens, window + interval / 2)
+    release = a.engine_versions.sglang_release
+    prompt = locked_prompt_tokens(round(a.prompt_tokens), window, chunked_prefill_size(a),
+                                  release.swa_lock_trims_to_window)
     return min(a.context_tokens, prompt + min(a.output_tokens / 2, window + interval / 2))
 
 
 def swa_reserve_tokens(a: ServeArgs) -> int:
-    """Window-pool tokens the prompt chunks in flight hold (SWA_CHUNKS_IN_FLIGHT)."""
+    """Window-pool tokens the prompt chunks in flight hold (SWA_CHUNKS_IN_FLIGHT); none on a
+    decode server, which runs no prompts."""
+    if not a.radix_cache:
+        return 0
     return (1 if a.async_scheduling is False else SWA_CHUNKS_IN_FLIGHT) * chunked_prefill_size(a)
+
+
+def request_window_tokens(a: ServeArgs) -> int:
+    """SWARequestCapPoolConfigurator's window tokens a request: the window, the eviction interval
+    and a page of trailing tokens, and a page for its next decode (compute_swa_request_cap, page 1)."""
+    return a.kv_window_tokens + eviction_interval(a) + 2
 
 
 def swa_full_tokens_ratio(a: ServeArgs) -> float | None:
     """The --swa-full-tokens-ratio that splits SGLang's pool P as the plan's sequences fill it
-    (None: not a hybrid pool). The full layers' pool holds T = P / (B_f + r B_s) tokens and the
-    window layers' r T, so N = min(T / F, (r T - X) / S) sequences of F tokens of context that
-    each hold S window tokens (swa_held_tokens), X for prompt chunks in flight; both bind at
+    (None: not a hybrid pool, or one sized from the requests, request_capped_pool). The full
+    layers' pool holds T = P / (B_f + r B_s) tokens and the window layers' r T, so
+    N = min(T / F, (r T - X) / S) sequences of F tokens of context that each hold S window tokens
+    (swa_held_tokens), X for prompt chunks in flight; both bind at
         r = (S / F + X B_f / P) / (1 - X B_s / P),
     rounded up to 0.01 (the window pool never the shorter) and at most 1 (SGLang's bound)."""
-    if not hybrid_swa(a):
+    if not hybrid_swa(a) or request_capped_pool(a):
         return None
     pool = max(kv_pool_bytes(a), 0.0)
     reserve = swa_reserve_tokens(a)
@@ -220,25 +251,46 @@ def swa_full_tokens_ratio(a: ServeArgs) -> float | None:
     return min(1.0, math.ceil(ratio * 100 - 1e-9) / 100)
 
 
+def capped_pool_sequences(a: ServeArgs) -> float:
+    """Sequences per rank of a request-capped pool (request_capped_pool): N requests take
+    N x request_window_tokens of the window pool, and 2N more windows (W + 1 each) where N is at
+    most 32 a worker (its extra transfer slots, pd_disaggregation_hook.py), the full pool the
+    rest, N x F of it: N = P / (B_s w + B_f F) (+ 2 (W + 1) B_s in w at small N)."""
+    pool = max(kv_pool_bytes(a), 0.0)
+    per_request = request_window_tokens(a) * a.kv_window_bytes_per_token + a.context_tokens * a.kv_full_bytes_per_token
+    sequences = pool / per_request
+    if sequences <= 32:
+        sequences = pool / (per_request + 2 * (a.kv_window_tokens + 1) * a.kv_window_bytes_per_token)
+    return sequences
+
+
 def full_pool_tokens(a: ServeArgs) -> float:
     """Tokens of a request SGLang's pool holds in each full-attention layer, the longest request it
     admits (tp_worker max_req_len at 0.5.23): P / (B_f + r B_s) in a hybrid pool, P / (B_f + B_s)
-    where window layers keep every token; inf without window layers (the plan's own check holds)."""
+    where window layers keep every token, what the window pool leaves in a request-capped one;
+    inf without window layers (the plan's own check holds)."""
     if a.kv_window_bytes_per_token <= 0:
         return math.inf
+    pool = max(kv_pool_bytes(a), 0.0)
+    if request_capped_pool(a):
+        running = min(capped_pool_sequences(a), a.max_num_seqs / a.ranks_per_server)
+        return (pool - running * request_window_tokens(a) * a.kv_window_bytes_per_token) / a.kv_full_bytes_per_token
     ratio = swa_full_tokens_ratio(a)
     per_token = a.kv_full_bytes_per_token + (1.0 if ratio is None else ratio) * a.kv_window_bytes_per_token
-    return max(kv_pool_bytes(a), 0.0) / per_token
+    return pool / per_token
 
 
 def pool_sequences(a: ServeArgs) -> float:
     """Running sequences of the plan's mean footprint one rank's pool holds: the pool over
     kv_bytes_per_sequence, or with window layers as SGLang pools them (full_pool_tokens): in a
     hybrid pool the lesser of the full pool over F and the window pool, less the chunks in
-    flight, over S (swa_full_tokens_ratio); else the whole context in every layer."""
+    flight, over S (swa_full_tokens_ratio); a request-capped one, capped_pool_sequences; else
+    the whole context in every layer."""
     pool = kv_pool_bytes(a)
     if a.kv_window_bytes_per_token <= 0:
         return pool / a.kv_bytes_per_sequence
+    if request_capped_pool(a):
+        return capped_pool_sequences(a)
     tokens = full_pool_tokens(a)
     ratio = swa_full_tokens_ratio(a)
     if ratio is None:
@@ -247,10 +299,12 @@ def pool_sequences(a: ServeArgs) -> float:
 
 
 def pool_running_sequences(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
-                           estimate: ServeEstimate) -> float:
-    """pool_sequences of an estimate's fullest GPU as SGLang pools it (`plan explain`'s KV bar)."""
-    return pool_sequences(serve_launch_args(model, cluster, request, estimate.layout, estimate.stages,
-                                            estimate.max_model_len, estimate.max_num_seqs, MODEL_PLACEHOLDER))
+                           estimate: ServeEstimate) -> tuple[float, float]:
+    """(pool_sequences, full_pool_tokens) of an estimate's fullest GPU as SGLang pools it
+    (`plan explain`'s KV bar)."""
+    a = serve_launch_args(model, cluster, request, estimate.layout, estimate.stages, estimate.max_model_len,
+                          estimate.max_num_seqs, MODEL_PLACEHOLDER)
+    return pool_sequences(a), full_pool_tokens(a)
 
 
 def max_running_requests(a: ServeArgs) -> int:
@@ -273,11 +327,19 @@ def running_per_replica(a: ServeArgs) -> int:
 
 
 def planned_running(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, layout: Layout,
-                    stages: Sequence[StageMemory], max_model_len: int, max_num_seqs: int) -> int:
+                    stages: Sequence[StageMemory], max_model_len: int, max_num_seqs: int,
+                    decode_worker: bool = False) -> int:
     """running_per_replica of a layout as the search sizes it (its stages, max_num_seqs a replica):
-    what SGLang runs of those sequences (serve.sglang_pool_cap, disagg_search.decode_concurrency)."""
-    return running_per_replica(serve_launch_args(model, cluster, request, layout, stages, max_model_len,
-                                                 max_num_seqs, MODEL_PLACEHOLDER))
+    what SGLang runs of those sequences (serve.sglang_pool_cap, disagg_search.decode_concurrency).
+    `decode_worker`: a disaggregated decode server (its radix cache off), 0 where SGLang would
+    refuse it (pool_refusal: its pool holds no request, or fewer tokens than --context-length;
+    the aggregated search refuses such a layout itself)."""
+    args = serve_launch_args(model, cluster, request, layout, stages, max_model_len, max_num_seqs, MODEL_PLACEHOLDER)
+    if decode_worker:
+        args = replace(args, radix_cache=False)
+        if pool_refusal(args) is not None:
+            return 0
+    return running_per_replica(args)
 
 
 def pool_refusal(a: ServeArgs) -> str | None:

@@ -35,10 +35,16 @@ SCOUT = ServeArgs(model="M", tp=8, pp=1, dp=1, gpus_per_node=8, gpu_memory_utili
 
 
 def test_the_prompt_chunks_a_lock_keeps_by_hand():
-    # the lock walks back from the prompt's last chunk (a radix-tree node) until it spans the window
-    assert sglang.locked_prompt_tokens(1024, 128, 8192) == 1024  # one chunk, all of it
-    assert sglang.locked_prompt_tokens(32768, 8192, 8192) == 8192  # four whole chunks: the last
-    assert sglang.locked_prompt_tokens(20000, 8192, 8192) == 3616 + 8192  # 20,000 - 2 x 8,192 = 3,616 < 8,192
+    # 0.5.10.post1: the lock walks back from the prompt's last chunk (a radix-tree node) until it
+    # spans the window, whole chunks
+    assert sglang.locked_prompt_tokens(1024, 128, 8192, trimmed=False) == 1024  # one chunk, all of it
+    assert sglang.locked_prompt_tokens(32768, 8192, 8192, trimmed=False) == 8192  # four chunks: the last
+    assert sglang.locked_prompt_tokens(20000, 8192, 8192, trimmed=False) == 3616 + 8192  # 20,000 - 2 x 8,192
+    assert sglang.locked_prompt_tokens(100, 8192, 8192, trimmed=False) == 100
+    # 0.5.23 trims the leaf to one window: the window, or a short last chunk and the window before it
+    assert sglang.locked_prompt_tokens(1024, 128, 8192) == 128
+    assert sglang.locked_prompt_tokens(32768, 8192, 8192) == 8192
+    assert sglang.locked_prompt_tokens(20000, 8192, 8192) == 3616 + 8192
     assert sglang.locked_prompt_tokens(100, 8192, 8192) == 100
 
 
@@ -98,3 +104,30 @@ def test_a_context_longer_than_the_full_pool_is_refused():
     refused = sglang.pool_refusal(replace(SCOUT, max_model_len=10_485_760))
     assert refused is not None and "949,797 tokens" in refused and "--max-model-len 949,796" in refused
     assert sglang.pool_refusal(SCOUT) is None
+
+
+def test_a_dp_attention_server_chunks_prompts_per_rank():
+    # SGLang divides --chunked-prefill-size over its DP-attention ranks: 16 ranks of a 131,072 flag
+    # chunk 8,192 each, so a rank's reserve is 2 x 8,192, not 2 x 131,072
+    server = replace(SCOUT, max_num_batched_tokens=131072, ranks_per_server=16, max_num_seqs=16 * 1024)
+    assert sglang.chunked_prefill_size(server) == 8192 and sglang.swa_reserve_tokens(server) == 16384
+    assert sglang.pool_sequences(server) == pytest.approx(sglang.pool_sequences(SCOUT))
+    assert sglang.max_running_requests(server) == 456  # floor(16 x 28.540)
+
+
+def test_a_decode_server_sizes_its_window_pool_from_its_requests():
+    # 0.5.23 without the radix cache (a disaggregated decode server) sizes the window pool from
+    # --max-running-requests (SWARequestCapPoolConfigurator): w = 8,192 + 128 + 2 = 8,322 window tokens a
+    # request, F = 33,280 full ones: 8,322 x 18,432 + 33,280 x 6,144 = 357,863,424 B, N = 30.0;
+    # at most 32 a worker take two more windows each (8,193 x 18,432 x 2 = 302,026,752 B): N = 16.27
+    decode = replace(SCOUT, radix_cache=False)
+    assert sglang.request_capped_pool(decode) and sglang.swa_full_tokens_ratio(decode) is None
+    assert sglang.pool_sequences(decode) == pytest.approx(POOL / (357_863_424 + 302_026_752), rel=1e-9)
+    assert "--swa-full-tokens-ratio" not in sglang.server_flags(decode, 1)
+    # 0.5.10.post1 keeps the ratio there; a request frees its own prompt's window tokens (no lock):
+    # S = W + W/2 = 12,288, no prompt chunks in flight
+    older = replace(decode, engine_versions=EngineVersions(sglang="0.5.10.post1"))
+    assert not sglang.request_capped_pool(older)
+    assert sglang.swa_held_tokens(older) == 8192 + 4096 and sglang.swa_reserve_tokens(older) == 0
+    # r = S / F = 12,288 / 33,280 = 0.3692 -> 0.37
+    assert sglang.swa_full_tokens_ratio(older) == 0.37
