@@ -715,9 +715,37 @@ def longest_fitting_len(model: ModelSpec, cluster: ClusterSpec, request: ServeRe
         result = estimate(model, cluster, layout, replace(request, max_model_len=need))
         if isinstance(result, ServeEstimate):
             length = min(result.kv_cache_tokens, model.max_position_embeddings)
+            if model.num_kv_window_layers:
+                length = longest_window_len(model, cluster, layout, request, length)
+                if request.pool_engine == "sglang":  # SGLang admits no request past its full layers' pool
+                    from planner.emit.sglang import pool_running_sequences
+
+                    length = min(length, int(pool_running_sequences(model, cluster, request, result)[1]) - 1)
             if best is None or length > best[0]:
                 best = (length, layout)
     return best
+
+
+def longest_window_len(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                       length: int) -> int:
+    """With window layers the KV cache's count at max-model-len M grows with M (each request's
+    window blocks are a fixed part of it: kv_cache_capacity), so the count at a short M
+    understates the longest that fits (Llama 4 Scout on 8 H100: 1,781,026 at 1,280 tokens where
+    7.1M fit). From M_0 = the count at the request's own length, M_k+1 = the count at M_k rises
+    to the largest M the cache holds (count(M) >= M); a few steps reach it."""
+    for _ in range(LONGEST_WINDOW_LEN_STEPS):
+        result = estimate(model, cluster, layout, replace(request, max_model_len=length))
+        if not isinstance(result, ServeEstimate):
+            break
+        longer = min(result.kv_cache_tokens, model.max_position_embeddings)
+        if longer <= length:
+            break
+        length = longer
+    return length
+
+
+LONGEST_WINDOW_LEN_STEPS = 8
+"""longest_window_len's re-estimates at most (each a layout's whole setup)."""
 
 
 def below_any_cluster(request: ServeRequest) -> bool:

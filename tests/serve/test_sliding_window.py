@@ -196,3 +196,27 @@ def test_llama4_chunked_layers_are_cached_as_a_window_of_the_chunk():
     assert plan.recommended is not None and plan.recommended.max_model_len == scout.max_position_embeddings
     stage = plan.recommended.stages[0]
     assert stage.num_window_layers == stage.num_layers - stage.num_layers // 4
+
+
+def test_the_longest_context_suggested_for_window_layers_is_the_longest_that_fits():
+    """With window layers the KV cache's count at max-model-len M grows with M (a request's window
+    blocks are a fixed part of it), so the count at the request's own 1,280 tokens (1,781,026 for
+    Llama 4 Scout at tp 8 on 8 H100) had been suggested where about 7.1M fit: the suggestion is
+    now the fixed point, which fits, and a little more does not (vLLM's count); under --emit
+    sglang it is capped by SGLang's full layers' pool (emit/sglang.full_pool_tokens)."""
+    from dataclasses import replace
+
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import LayoutFilter, ServeRequest
+    from planner.serve import ServeEstimate, estimate
+    from planner.serve_search import longest_fitting_len
+
+    model, cluster = resolve_model("llama-4-scout"), resolve_cluster("1x8xH100")
+    request = ServeRequest(input_len=1024, output_len=256, layout=LayoutFilter(tp=8, pp=1, dp=1, ep=1))
+    length, layout = longest_fitting_len(model, cluster, request)
+    assert 7_000_000 < length < 7_140_655  # the count at the 10.5M context overstates it a little
+    assert isinstance(estimate(model, cluster, layout, replace(request, max_model_len=length)), ServeEstimate)
+    assert not isinstance(estimate(model, cluster, layout, replace(request, max_model_len=length + 20_000)),
+                          ServeEstimate)
+    sglang_length, _ = longest_fitting_len(model, cluster, replace(request, pool_engine="sglang"))
+    assert sglang_length < length / 3
