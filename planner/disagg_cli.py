@@ -255,5 +255,5 @@ def plan_both(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest,
     """The disaggregated plan (its rejections worded for `engine`: rejections_for_engine; `top`
     rows wanted, None: the search's SHOWN_CANDIDATES) and its verdict against the aggregated layout."""
     plan = rejections_for_engine(plan_disaggregated(model, cluster, request, engine=engine,
-                                                    shown=top or SHOWN_CANDIDATES), engine)
+                                                    shown=top or SHOWN_CANDIDATES), engine, request)
     return plan, compare(aggregated, plan.recommended, plan.why_none, request.has_sla, request.objective)

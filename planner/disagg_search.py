@@ -526,10 +526,9 @@ pipelined hybrid state yet."""
 PIPELINED_PREFILL_PULL_ONLY = ("a prefill worker with pipeline stages cannot pass its KV on vLLM {version}: its NIXL "
                                "connector only pulls, and the decode worker reads one stage's layers (the push "
                                "connector that writes every stage's came with 0.33.0)")
-PIPELINED_DECODE_UNPRICED = ("a decode worker with pipeline stages is not planned: SGLang runs one (its decode "
-                             "scheduler agrees on each step's requests over the stages, "
-                             "disaggregation/decode.py at 0.5.23), but the planner prices disaggregated decode "
-                             "workers at pp = 1 only")
+PIPELINED_DECODE_UNPRICED = ("a decode worker with pipeline stages is not planned on SGLang {version}: its "
+                             "pipelined decode was not read (0.5.23's, whose decode scheduler agrees on each step's "
+                             "requests over the stages, is planned: --engine-version sglang=0.5.23)")
 """The same rejection where the commands are SGLang's, whose decode workers may pipeline, for a
 release whose pipelined decode was not read (engines.SglangRelease.pipelined_decode)."""
 PIPELINED_DECODE_STAGES = ("a decode worker with pipeline stages takes the KV only from a prefill worker with as "
@@ -557,7 +556,7 @@ def pipelined_decode_reason(model: ModelSpec, prefill: tuple[int, int, int], dec
     if engine != "sglang":
         return PIPELINED_DECODE
     if not request.engine_versions.sglang_release.pipelined_decode:
-        return PIPELINED_DECODE_UNPRICED
+        return PIPELINED_DECODE_UNPRICED.format(version=request.engine_versions.sglang_release.version)
     if prefill[1] != decode[1]:
         return PIPELINED_DECODE_STAGES
     if model.num_kv_window_layers and not model.is_mla and prefill[0] != decode[0]:
@@ -565,14 +564,14 @@ def pipelined_decode_reason(model: ModelSpec, prefill: tuple[int, int, int], dec
     return None
 
 
-def rejections_for_engine(plan: DisaggPlan, engine: str) -> DisaggPlan:
+def rejections_for_engine(plan: DisaggPlan, engine: str, request: ServeRequest) -> DisaggPlan:
     """The plan with its rejections worded for the engine the commands are for: the decode
     pp = 1 rule is vLLM's; SGLang's decode workers may pipeline (PIPELINED_DECODE_UNPRICED)."""
     if engine != "sglang":
         return plan
-    rejected = tuple((PIPELINED_DECODE_UNPRICED if reason == PIPELINED_DECODE else reason, count)
-                     for reason, count in plan.rejected)
-    return replace(plan, rejected=rejected, why_none=plan.why_none.replace(PIPELINED_DECODE, PIPELINED_DECODE_UNPRICED))
+    unpriced = PIPELINED_DECODE_UNPRICED.format(version=request.engine_versions.sglang_release.version)
+    rejected = tuple((unpriced if reason == PIPELINED_DECODE else reason, count) for reason, count in plan.rejected)
+    return replace(plan, rejected=rejected, why_none=plan.why_none.replace(PIPELINED_DECODE, unpriced))
 
 
 @dataclass

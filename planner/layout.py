@@ -190,6 +190,9 @@ class Rejected:
     """How far the configuration is out of memory (0 when it fails for another reason)."""
     num_configs_rejected: int = 1
     """Configurations of this layout that were tried and failed (training searches several)."""
+    sla_miss_ratio: float = 0.0
+    """Serving, a layout that fits but misses an SLA: its worst value over the limit (1.04: 4%
+    over; 0 when it fails for another reason), what orders the closest misses shown."""
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,15 @@ def ms_above(value_seconds: float, limit_seconds: float) -> str:
     return text
 
 
+def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,
+                  rate_per_s: float | None = None) -> Rejected:
+    """A layout that fits but misses the limits (sla_reason), with its worst miss ratio."""
+    values = ((steady.ttft_seconds, request.max_ttft_seconds), (steady.tpot_seconds, request.max_tpot_seconds),
+              (steady.e2e_seconds, request.max_e2e_seconds))
+    worst = max((value / limit for value, limit in values if limit is not None and limit > 0), default=0.0)
+    return Rejected(layout, (sla_reason(request, steady, rate_per_s),), sla_miss_ratio=worst)
+
+
 def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | None = None) -> str:
     """Why even concurrency 1 misses the limits, every limit it misses."""
     values = (("TTFT", "--max-ttft-ms", steady.ttft_seconds, request.max_ttft_seconds),
@@ -604,7 +613,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         # (largest_meeting_sla's 0), so no concurrency meets them (a plan whose every layout
         # missed a TTFT limit alone spent 40 s of 43 on knees, most of it re-planning bigger
         # clusters for serve_search.suggest: Qwen3-30B-A3B, 20,000/16 tokens, --max-ttft-ms 50)
-        return Rejected(layout, (sla_reason(request, steady_at(1)),))
+        return sla_rejection(layout, request, steady_at(1))
 
     def saturation_knee() -> tuple[int | None, str | None]:
         """The fewest sequences within PROMPT_BOUND_TIE_FRACTION of the most tokens/s where
@@ -713,7 +722,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     elif has_sla and request.batch is None:
         largest, binding = largest_meeting_sla(request, steady_at, cap)
         if largest == 0:
-            return Rejected(layout, (sla_reason(request, steady_at(1)),))
+            return sla_rejection(layout, request, steady_at(1))
         knee, knee_note = saturation_knee()
         if knee is not None and knee < cap and largest >= knee:
             # the limits allow the knee: every sequence past it only queues (as without limits).
@@ -753,7 +762,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
         # capped at the limit it would still take the rate: the open loop at the rate and the
         # capped steady state disagree at the limit, so the miss at the rate stands (rejected)
-        return Rejected(layout, (sla_reason(request, missed_at_rate, offered),))
+        return sla_rejection(layout, request, missed_at_rate, offered)
     convoy_why = (f"vLLM puts every prompt that arrived during a round into the next micro-batch, which carries "
                   f"them through all {layout.pp} stages in turn while the others wait behind it") if convoyed else ""
     if overloaded and missed_at_rate is not None:
@@ -840,8 +849,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # slot comes closest (at the rate where it takes it, else all clients or slots busy)
             missed, rate = ((missed_at_rate, offered) if missed_at_rate is not None
                             else (with_waiting_clients(steady_at(cap), clients), None))
-            return Rejected(layout, (sla_reason(request, missed, rate),))
-        return Rejected(layout, (sla_reason(request, steady, None if arriving is None else offered),))
+            return sla_rejection(layout, request, missed, rate)
+        return sla_rejection(layout, request, steady, None if arriving is None else offered)
     if has_sla and request.batch is not None and arriving is None:
         binding = "batch"
     # at a rate: the mean in flight, and at least the micro-batches a prompt round fills (a

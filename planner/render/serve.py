@@ -462,6 +462,11 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
     """Why the recommendation wins, including when the near-tie rule picked it."""
     per_replica = f"at {best.batch} concurrent sequence(s) per replica"
     request = plan.request
+    if best.overloaded:
+        # the headline had read "highest throughput" with nothing about the queue (a CLI read)
+        return (f"OVERLOADED: no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s; this one "
+                f"serves the most, {count(best.throughput_tokens_per_second)} output tok/s, and its queue grows "
+                f"without bound")
     if best.offered_rate_per_s is not None:
         load = (f"{count(best.throughput_tokens_per_second)} output tok/s at {best.concurrency:.1f} requests in "
                 f"flight per replica on average")

@@ -334,7 +334,8 @@ def test_pipelined_decode_rules_by_engine_and_release():
     new, old = ServeRequest(), ServeRequest(engine_versions=EngineVersions(sglang="0.5.10.post1"))
     assert pipelined_decode_reason(dense, (8, 2, 1), (8, 1, 1), "vllm", new) is None
     assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "vllm", new) == PIPELINED_DECODE
-    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "sglang", old) == PIPELINED_DECODE_UNPRICED
+    assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "sglang", old) == \
+        PIPELINED_DECODE_UNPRICED.format(version="0.5.10.post1")
     assert pipelined_decode_reason(dense, (8, 2, 1), (8, 2, 1), "sglang", new) is None
     assert pipelined_decode_reason(dense, (8, 1, 1), (8, 2, 1), "sglang", new) == PIPELINED_DECODE_STAGES
     assert pipelined_decode_reason(dense, (4, 2, 1), (8, 2, 1), "sglang", new) is None

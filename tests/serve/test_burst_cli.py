@@ -390,3 +390,13 @@ def test_a_burst_shorter_than_one_request_says_it_never_fills():
     assert short_burst_note(ServeRequest(num_prompts=1000), metrics, 18.2) is None
     assert short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000, max_concurrency=64), metrics,
                             18.2) is None
+
+
+def test_an_overloaded_recommendation_says_so_in_its_headline():
+    """One H100 serving Llama-3.1-8B at 40 req/s of 1,024 / 128 tokens cannot keep up: the
+    Recommended line had read "highest throughput" with the queue told only further down (a CLI
+    read); it now says OVERLOADED first."""
+    result = run("--request-rate", "40")
+    assert result.exit_code == 0, result.output
+    headline = " ".join(line for line in result.output.splitlines() if line.startswith("Recommended"))
+    assert "OVERLOADED: no layout keeps up with --request-rate 40/s" in headline
