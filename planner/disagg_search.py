@@ -403,6 +403,11 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
     if ok(cap):
         return cap
+    if request.batch is not None and cap == request.batch:
+        # --batch fixes the concurrency, as the aggregated plan holds it ("at concurrency 64"):
+        # a decode worker that meets the TPOT limit only below it is rejected, not run at fewer
+        # sequences unannounced (a CLI read)
+        return 0
     if not ok(1):
         return 0
     good, bad = 1, cap

@@ -747,3 +747,18 @@ def test_no_worker_fitting_names_the_largest_ones_reason(run_plan):
     reason = data["comparison"]["reason"]
     assert "no prefill or decode worker fits in memory on up to 2 GPUs" in reason
     assert "the largest, tp=2 pp=1: KV cache holds" in reason and "fewer than one max-length sequence (131,072)" in reason
+
+
+def test_a_fixed_batch_is_held_by_the_decode_workers_too():
+    """--batch 64 with --max-tpot-ms 20 on 8 H100 (Llama-3.1-70B): every aggregated layout misses
+    "at concurrency 64", and the decode workers had been sized to 44 sequences under the limit
+    without a word (a CLI read). --batch fixes the concurrency in both modes: a decode worker that
+    meets the limit only below it is rejected; without --batch it runs what meets it."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.disagg_search import plan_disaggregated
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    fixed = plan_disaggregated(model, cluster, ServeRequest(batch=64, max_tpot_seconds=0.020))
+    assert fixed.recommended is None
+    free = plan_disaggregated(model, cluster, ServeRequest(max_tpot_seconds=0.020))
+    assert free.recommended is not None and free.recommended.decode.concurrency < 64
