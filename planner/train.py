@@ -1454,6 +1454,12 @@ TORCHTITAN_MOE_CAVEAT = ("torchtitan's MoE training is priced by the same model 
                          "--moe-host-ms sets it, plan explain shows what it moves.")
 
 
+TORCHTITAN_CAVEAT = ("torchtitan's times and memory are priced from its source at v0.2.2 (FSDP2's fp32 "
+                     "sharded states, torchao's fp8 casts, its DDP and schedules) on the kernel rates fitted to NeMo's "
+                     "runs; no torchtitan run is in the calibration set, so they are unverified "
+                     "(docs/cost-model.md, Known limitations).")
+
+
 def trained_model(model: ModelSpec, request: TrainRequest) -> ModelSpec:
     """The model the run trains: the spec with the multi-token-prediction modules the request
     trains (--mtp-layers; by default the spec's with Megatron, as DeepSeek-V3 was trained and
@@ -1498,6 +1504,8 @@ def training_caveats(model: ModelSpec, request: TrainRequest, recompute: str | N
         caveats += (MOE_TRAINING_CAVEAT,)
         if request.engine == "torchtitan":
             caveats += (TORCHTITAN_MOE_CAVEAT,)
+    if request.engine == "torchtitan":
+        caveats += (TORCHTITAN_CAVEAT,)
     num_trained = trained_model(model, request).num_mtp_layers
     if model.num_mtp_layers > num_trained:
         why = ("--mtp-layers" if request.mtp_layers is not None

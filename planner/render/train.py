@@ -635,9 +635,11 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
 
 
 def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFor,
-                    top: int | None = None, launch_not_emitted: str | None = None) -> None:
+                    top: int | None = None, launch_not_emitted: str | None = None,
+                    extra_notes: tuple[str, ...] = ()) -> None:
     """`top`: the best configurations to list (None: every feasible one); `launch_not_emitted`:
-    why no configuration has a command (the engine cannot build this model)."""
+    why no configuration has a command (the engine cannot build this model); `extra_notes`: the
+    CLI's notes beside the caveats (train_cli.pinned_zero_note)."""
     converted: dict[Any, Any] = {}  # equal sub-results (frozen dataclasses) convert alike
 
     def shared_jsonable(value: Any) -> Any:
@@ -678,5 +680,6 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         # --precision fp8: the best bf16 configuration where it runs more tokens/s (None: fp8 is as fast)
         "bf16_faster": bf16_faster_json(plan),
         "suggestions": list(plan.suggestions),
-        "notes": list(training_caveats(model, request, plan.layouts[0].config.recompute if plan.layouts else None)),
+        "notes": [*extra_notes,
+                  *training_caveats(model, request, plan.layouts[0].config.recompute if plan.layouts else None)],
     })

@@ -618,3 +618,27 @@ def test_json_says_which_peak_the_mfu_divides_by():
     best = json.loads(result.output)["recommended"]
     assert best["mfu_peak_basis"] == "16-bit dense"
     assert best["mfu"] == pytest.approx(best["model_tflops_per_gpu"] / 989, rel=1e-3)  # H100's bf16 peak
+
+
+def test_a_pinned_zero_says_what_it_costs():
+    """Llama-3.1-70B on 2x8 H100, 128 x 4,096, --zero 3: Megatron-FSDP takes no PP here and
+    tp=8 dp=2 holds 18 B a parameter over 16 GPUs (79 GB), so the one fitting layout is tp=16 over
+    InfiniBand at 65.7 s a step; without --zero the plan runs tp=8 pp=2 at 33.9 s. The plan says
+    so (text and JSON notes); a --zero that costs under 20% gets no note."""
+
+    args = ["--workload", "train", "--model", "llama-3.1-70b", "--cluster", "2x8xH100",
+            "--global-batch", "128", "--seq-len", "4096"]
+    text = CliRunner().invoke(app, [*args, "--zero", "3"])
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert "Note: --zero 3 costs 1.9x the step: without it the plan runs tp=8 pp=2 dp=1" in flat
+    notes = json.loads(CliRunner().invoke(app, [*args, "--zero", "3", "--json"]).stdout)["notes"]
+    assert notes[0].startswith("--zero 3 costs 1.9x the step")
+    assert "--zero 1 costs" not in " ".join(CliRunner().invoke(app, [*args, "--zero", "1"]).output.split())
+
+
+def test_a_torchtitan_plan_says_it_is_uncalibrated():
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "64", "--seq-len", "8192", "--engine", "torchtitan"])
+    assert result.exit_code == 0, result.output
+    assert "no torchtitan run is in the calibration set" in " ".join(result.output.split())
