@@ -890,8 +890,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         )
     if not model.is_mla and layout.tp > model.num_key_value_heads:
         copies = layout.tp // model.num_key_value_heads
-        notes.append(f"tp={layout.tp} is more than the {model.num_key_value_heads} KV heads: vLLM gives every GPU "
-                     f"one KV head, each held by {copies} GPUs, so the KV cache per token stops shrinking "
+        notes.append(f"tp={layout.tp} is more than the {model.num_key_value_heads} KV heads: vLLM and SGLang give "
+                     f"every GPU one KV head, each held by {copies} GPUs, so the KV cache per token stops shrinking "
                      f"beyond tp={model.num_key_value_heads}")
     if request.all2all_backend == "deepep_high_throughput" and layout.ep > 1 and layout.dp_per_ep_group > 1:
         notes.append("vLLM turns CUDA graphs off under deepep_high_throughput with data parallelism "

@@ -244,7 +244,7 @@ def summary_lines(plan: ServePlan, superseded: bool = False) -> list[str]:
         ("" if plan.request.one_output_token else  # no token after the first: no TPOT to be fastest at
          f"Fastest per token: {lone.layout} ({ms(lone.tpot_batch1_seconds)} TPOT with one sequence per replica). ")
         + _most_line(plan, most),
-        _placement_line(best),
+        _placement_line(best, plan.request.pool_engine),
     ]
     lines += [f"Note: {note}" for note in best.notes]
     idle = plan.num_gpus - best.layout.num_gpus
@@ -499,11 +499,16 @@ def _norm_allreduce_words(r: ServeEstimate) -> str:
     return f" and the query / key norms' {count(norms[0].message_bytes)} B"
 
 
-def _placement_line(r: ServeEstimate) -> str:
+def _placement_line(r: ServeEstimate, engine: str = "vllm") -> str:
+    """`engine`: the pool engine the commands are for; SGLang's TP all-reduces are priced at vLLM's
+    measured kernels, and the line says so rather than name vLLM alone (a CLI read)."""
     p = r.placement
+    source = ALLREDUCE_SOURCE_WORDS[r.allreduce_source]
+    if engine == "sglang" and r.allreduce_source in ("fused", "engine"):
+        source += ", SGLang priced alike"
     tp = "no TP" if p.tp_link is None else (
         f"TP all-reduces over {p.tp_link.kind} ({us(r.tp_allreduce_seconds_per_layer)} per layer at "
-        f"{count(r.allreduce_message_bytes)} B{_norm_allreduce_words(r)}, {ALLREDUCE_SOURCE_WORDS[r.allreduce_source]})")
+        f"{count(r.allreduce_message_bytes)} B{_norm_allreduce_words(r)}, {source})")
     pp = "no PP" if p.pp_link is None else (
         f"{plural(r.layout.pp - 1, 'PP boundary', 'PP boundaries')} ({p.num_pp_boundaries_crossing_nodes} across "
         f"nodes over "

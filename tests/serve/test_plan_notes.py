@@ -337,3 +337,20 @@ def test_with_pp_the_prompt_share_note_names_the_idle_stages_too():
     flat = next(n for n in notes("--model", "llama-3.1-70b-nvfp4", "--cluster", "1x4xL40S", "--layout", "tp=4")
                 if n.startswith("Prompts share the steps"))
     assert "stages" not in flat
+
+
+def test_sglang_plans_say_their_all_reduce_is_priced_as_vllms():
+    """Under --emit sglang the placement line had named vLLM's fused all-reduce + RMSNorm alone
+    (a CLI read): SGLang's TP all-reduces are priced at vLLM's measured kernels, and it says so."""
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.render.serve import ALLREDUCE_SOURCE_WORDS, _placement_line
+    from planner.requests import LayoutFilter, ServeRequest
+    from planner.serve_search import plan_serving
+
+    plan = plan_serving(resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("1x8xH100"),
+                        ServeRequest(layout=LayoutFilter(tp=8, pp=1, dp=1, ep=1)))
+    best = plan.recommended
+    assert best.allreduce_source in ("fused", "engine")  # vLLM's measured kernels, fused or not
+    words = ALLREDUCE_SOURCE_WORDS[best.allreduce_source]
+    assert f"{words})" in _placement_line(best) and words.startswith("vLLM's")
+    assert f"{words}, SGLang priced alike)" in _placement_line(best, "sglang")
