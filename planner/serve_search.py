@@ -629,7 +629,7 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
         out.append(more)
     out.extend(sla_reach(model, cluster, request))
     if below_any_cluster(request):
-        out.append(f"no number of GPUs brings TTFT or E2E latency under {eff.FIRST_TOKEN_SECONDS * 1e3:g} ms: the "
+        out.append(f"no number of GPUs brings TTFT or E2E latency under {seconds_to_ms(eff.FIRST_TOKEN_SECONDS):g} ms: the "
                    f"first token's fixed client-side cost (HTTP, hand-off, streaming) is priced at that")
     if not out:
         out.append("nothing tried fits: use more or larger GPUs")
