@@ -43,6 +43,7 @@ from planner.cost.timeline import (
     decode_timeline,
 )
 from planner.layout import Layout, ep_group_topology, intra_node_link, place
+from planner.render.catalog import measured_links_words
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, LayoutFilter, ServeRequest
 from planner.serve import ServeEstimate, footprint_basis, lockstep_ranks
 from planner.serve_search import ServePlan, evaluate, plan_serving
@@ -672,7 +673,7 @@ def explain_serving(model: ModelSpec, cluster: ClusterSpec, request: ServeReques
         objective=request.objective,
         is_recommended=is_recommended,
         metrics=serve_metrics(result),
-        notes=(f"decode is {result.decode_bound}-bound", *result.notes, *light),
+        notes=(f"decode is {result.decode_bound}-bound", *result.notes, *measured_links_words(cluster), *light),
         placement=placement_map(cluster, layout, all2all_backend=request.all2all_backend),
         memory=serve_memory(model, cluster, result, request),
         collectives=serve_collectives(model, cluster, result),

@@ -45,6 +45,7 @@ from planner.layout import (
     expert_dp_group_topology,
     place,
 )
+from planner.render.catalog import measured_links_words
 from planner.render.common import ms
 from planner.render.explain import seconds
 from planner.render.train import HOST_WAIT_LABEL, faster_split_line, mtp_notes, schedule_name
@@ -503,7 +504,8 @@ def explain_training(model: ModelSpec, cluster: ClusterSpec, request: TrainReque
         objective="throughput",
         is_recommended=is_recommended,
         metrics=train_metrics(e),
-        notes=(*train_notes(e, request.engine), *mtp_notes(plan.model, c.pp), *training_caveats(model, request, c.recompute), *light),
+        notes=(*train_notes(e, request.engine), *mtp_notes(plan.model, c.pp), *training_caveats(model, request, c.recompute),
+               *measured_links_words(cluster), *light),
         placement=placement_map(cluster, c.layout, pp_outermost=True, training_engine=request.engine),
         memory=train_memory_bars(plan.model, e),
         collectives=tuple(tp_rows(cluster, e) + ep_rows(model, cluster, e) + cp_rows(cluster, e, request.engine)

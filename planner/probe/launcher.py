@@ -294,18 +294,30 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
                 "measured with gloo on the hosts' CPUs: the merged link numbers are the host path's, "
                 "not the GPUs' fabric"
             )
-    # write nothing the planner would refuse to read back
-    for target, content in ((options.out, document), (options.merge_into, merged)):
-        if target is not None:
-            check_loads(target, content)
-    for flag, target, content in (("--out", options.out, document), ("--merge-into", options.merge_into, merged)):
-        if target is not None:
+    # write nothing the planner would refuse to read back; a refusal or a failed write still
+    # prints what was measured (the table, or the JSON) before its one-line error, so a sweep's
+    # minutes are not lost with the file (a critical read)
+    problem = None
+    try:
+        for target, content in ((options.out, document), (options.merge_into, merged)):
+            if target is not None:
+                check_loads(target, content)
+        if options.out is None and options.merge_into is None:
             try:
-                profile.atomic_write_text(target, profile.dump_yaml(content))
-            except OSError as exc:  # a full disk, a directory gone: the file is left as it was
-                raise ProbeError(f"{flag} {target}: cannot write: {exc.strerror or exc}") from None
-            print(f"plan probe: wrote {target}", file=sys.stderr)
-    if merged is not None and raw["backend"] == "gloo":
+                check_loads(Path("(printed profile)"), document)
+            except ProbeError as error:
+                print(f"plan probe: warning: the printed profile would not load: {error}", file=sys.stderr)
+        for flag, target, content in (("--out", options.out, document),
+                                      ("--merge-into", options.merge_into, merged)):
+            if target is not None:
+                try:
+                    profile.atomic_write_text(target, profile.dump_yaml(content))
+                except OSError as exc:  # a full disk, a directory gone: the file is left as it was
+                    raise ProbeError(f"{flag} {target}: cannot write: {exc.strerror or exc}") from None
+                print(f"plan probe: wrote {target}", file=sys.stderr)
+    except ProbeError as error:
+        problem = error
+    if problem is None and merged is not None and raw["backend"] == "gloo":
         kept = (merged.get("intra_node") or {}).get("kind")
         print(f"plan probe: warning: --merge-into {options.merge_into}: its links now carry figures measured with "
               f"gloo on the hosts' CPUs (the host path, not the GPUs' fabric), under the profile's own link kind "
@@ -320,4 +332,6 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
         # with --merge-into, the links as written there (the profile's own kinds keep; the run's
         # own document printed "pcie" above a file that says nvlink; found by a CLI sweep)
         report.print_report(rows, fits, merged if merged is not None else document)
+    if problem is not None:
+        raise problem
     return 0

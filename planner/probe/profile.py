@@ -35,6 +35,7 @@ from planner.probe.results import (
     ONE_RANK_PER_NODE,
     POOR_FIT_RELATIVE_RESIDUAL,
     ResultRow,
+    curve,
     curves_section,
     find_outliers,
     fits_section,
@@ -277,25 +278,43 @@ def intra_link(
         "kind": kind,
         "bandwidth_gb_per_s": rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s)),
         "latency_us": rounded(units.seconds_to_us(latency_seconds)),
-        **p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s"),
+        **p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s", rows=rows, flags=flags),
     }
 
 
 P2P_KEYS = ("p2p_bandwidth_gb_per_s", "p2p_bandwidth_gb_per_s_per_gpu", "p2p_latency_us")
 
 
-def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sharing: int = 1) -> dict:
+def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sharing: int = 1,
+               rows: list[ResultRow] | None = None, flags: list[str] | None = None) -> dict:
     """The link's send/recv fit as the profile's p2p figures (what a pipeline send costs:
     comm.p2p_seconds), where it resolved a bandwidth and a latency; `ranks_sharing`: the ranks
     whose concurrent sends the measured rate is shared by (one rank per node measured, every
-    local rank sending at a pipeline boundary). {} otherwise."""
+    local rank sending at a pipeline boundary). {} otherwise. A poor fit (rms relative residual
+    over POOR_FIT_RELATIVE_RESIDUAL) is not taken above what its largest message achieved (its
+    size over its time, latency and all): flat 35 us sends to 128 KiB and then 2,009 us at 1 MiB
+    had fitted 4.07 GB/s, pricing a 1 MiB send at 294 us (a critical read); `rows` give that
+    message, `flags` say so."""
     entry = fits.get(f"{link}_send_recv{suffix}")
     if entry is None:
         return {}
-    fit = entry[1]
+    num_ranks, fit = entry
     if fit.bandwidth_bytes_per_s is None or fit.alpha_seconds <= 0.0:
         return {}
-    return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s / ranks_sharing)),
+    bandwidth = fit.bandwidth_bytes_per_s
+    if rows is not None and fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
+        mode = ALL_RANKS if not suffix else ONE_RANK_PER_NODE
+        points = curve(rows, ("send_recv", link, mode, num_ranks))
+        if points:
+            largest = max(points)
+            achieved = largest / points[largest]
+            if achieved < bandwidth:
+                bandwidth = achieved
+                if flags is not None:
+                    flags.append(f"{link} send_recv: poor fit; p2p bandwidth is what its largest message "
+                                 f"({largest:,} B) achieved, {units.bytes_per_s_to_gb_per_s(achieved):.4g} GB/s, "
+                                 f"not the fit's {units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s):.4g}")
+    return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(bandwidth / ranks_sharing)),
             "p2p_latency_us": rounded(units.seconds_to_us(fit.alpha_seconds))}
 
 
@@ -343,9 +362,9 @@ def inter_link(
         "latency_us": rounded(units.seconds_to_us(latency_seconds)),
         # every local rank sending at once (a pipeline boundary's TP ranks): measured so, else
         # the one rank's rate shared by the node's ranks
-        **(p2p_fields(fits, "inter_node", "", "p2p_bandwidth_gb_per_s_per_gpu")
+        **(p2p_fields(fits, "inter_node", "", "p2p_bandwidth_gb_per_s_per_gpu", rows=rows, flags=flags)
            or p2p_fields(fits, "inter_node", f"_{ONE_RANK_PER_NODE}", "p2p_bandwidth_gb_per_s_per_gpu",
-                         local_size)),
+                         local_size, rows=rows, flags=flags)),
     }
 
 

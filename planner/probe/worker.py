@@ -395,8 +395,22 @@ def cuda_driver_version() -> str | None:
     return f"{version.value // 1000}.{version.value % 1000 // 10}"
 
 
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+"""What torchrun sets for each worker (torch.distributed.run); without it init_process_group
+raised a traceback at a user who ran the worker line by hand (a critical read)."""
+
+
+def missing_torchrun_env() -> list[str]:
+    return [name for name in TORCHRUN_ENV if not os.environ.get(name)]
+
+
 @record
 def main(argv: list[str] | None = None) -> None:
+    missing = missing_torchrun_env()
+    if missing:
+        print(f"plan probe: the worker runs under torchrun (missing {', '.join(missing)}): run `plan probe` (with --nnodes > 1 "
+              f"it prints each node's command, or runs this node's part with --run)", file=sys.stderr)
+        raise SystemExit(2)
     lifeline.watch_parent(TORCHRUN_PID)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     backend, comm_device, has_cuda = setup(args)

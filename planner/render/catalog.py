@@ -66,6 +66,19 @@ def _experts(model: ModelSpec, s: ModelSummary) -> str:
     return f", {s.num_experts} experts top-{s.experts_per_token}{shared}{layers}"
 
 
+def measured_links_words(cluster: ClusterSpec) -> list[str]:
+    """Where a profile's link figures come from when `plan probe` measured them (the cluster line
+    of `plan`, the notes of `plan explain`, which had said nothing of it: a critical read)."""
+    if cluster.measured is None:
+        return []
+    words = [f"links measured by plan probe ({cluster.measured.date or 'undated'})"]
+    if cluster.measured.backend == "gloo":
+        words.append(f"warning: measured with gloo on the hosts' CPUs, so the link figures are the host "
+                     f"path's, not the {cluster.gpu.name} fabric's (measure on the GPUs: plan probe --backend "
+                     f"nccl)")
+    return words
+
+
 def describe_cluster(cluster: ClusterSpec) -> str:
     parts = [
         f"{cluster.name}: {cluster.num_nodes} x {cluster.gpus_per_node} x {cluster.gpu.name} "
@@ -85,12 +98,7 @@ def describe_cluster(cluster: ClusterSpec) -> str:
             f"inter-node {link.kind} {link.num_nics_per_node} x {link.nic_bandwidth_gbit_per_s:g} Gb/s "
             f"= {gb_per_s(link.node_bandwidth_bytes_per_s)}/node"
         )
-    if cluster.measured is not None:
-        parts.append(f"links measured by plan probe ({cluster.measured.date or 'undated'})")
-        if cluster.measured.backend == "gloo":
-            parts.append(f"warning: measured with gloo on the hosts' CPUs, so the link figures are the host "
-                         f"path's, not the {cluster.gpu.name} fabric's (measure on the GPUs: plan probe --backend "
-                         f"nccl)")
+    parts.extend(measured_links_words(cluster))
     typical = cluster.gpu.typical_gpus_per_node
     if cluster.gpus_per_node > typical and (cluster.source or "").startswith("built from the GPU catalog"):
         parts.append(f"note: {cluster.gpus_per_node} GPUs per node on one {cluster.intra_node.kind} fabric, where a "

@@ -154,3 +154,27 @@ def test_a_group_left_in_the_latency_regime_is_not_called_slow():
     series = ("send_recv", "intra_node", "all_local_ranks", 2)
     assert set(group_bandwidths(rows, series)) == {0, 1}
     assert find_outliers(rows, ["a"], [[0, 1, 2, 3, 4, 5]]) == []
+
+
+def test_a_poor_send_fit_is_not_written_above_its_largest_message():
+    """Sends flat at 35 us up to 128 KiB, then 1,832 us at 512 KiB and 2,009 us at 1 MiB (a gloo
+    run of a critical read): the relative-error fit resolves a few GB/s and prices a 1 MiB send
+    far below its 2,009 us. A poor fit's p2p bandwidth is what its largest message achieved:
+    1,048,576 B / 2,009 us = 0.522 GB/s, and a flag says so; a good fit is written as fitted."""
+    from planner.probe.profile import p2p_fields
+    from planner.probe.results import POOR_FIT_RELATIVE_RESIDUAL, ResultRow, fit_all
+
+    times = {2**k: 35e-6 for k in range(3, 18)} | {2**19: 1832e-6, 2**20: 2009e-6}
+    rows = [ResultRow("send_recv", "intra_node", "all_local_ranks", 0, [0, 1], size, seconds, 0.0, 1.0, 1.0)
+            for size, seconds in sorted(times.items())]
+    fits = fit_all(rows)
+    _, fit = fits["intra_node_send_recv"]
+    assert fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL and fit.bandwidth_bytes_per_s > 1e9
+    flags: list[str] = []
+    fields = p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s", rows=rows, flags=flags)
+    assert fields["p2p_bandwidth_gb_per_s"] == pytest.approx(2**20 / 2009e-6 / 1e9, rel=1e-3)  # 0.522
+    assert flags and "largest message (1,048,576 B) achieved" in flags[0]
+    clean = [ResultRow("send_recv", "intra_node", "all_local_ranks", 0, [0, 1], size, 20e-6 + size / 2e9,
+                       0.0, 1.0, 1.0) for size in sorted(times)]
+    good = p2p_fields(fit_all(clean), "intra_node", "", "p2p_bandwidth_gb_per_s", rows=clean, flags=flags)
+    assert good["p2p_bandwidth_gb_per_s"] == pytest.approx(2.0, rel=0.05) and len(flags) == 1

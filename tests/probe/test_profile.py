@@ -263,3 +263,53 @@ def test_a_poor_fit_of_a_reported_collective_is_flagged():
     section = bandwidths_section(fits, nccl=False, flags=flags)
     assert set(section["intra_node"]) == {"all_reduce", "all_gather", "reduce_scatter"}
     assert flags == ["intra_node all_gather: poor alpha-beta fit (rms relative residual 41%)"]
+
+
+def test_a_profile_the_planner_would_refuse_still_prints_what_was_measured(tmp_path, capsys):
+    """A sweep whose figures fall outside the profile schema (here an intra-node link of 1 MB/s,
+    under its 0.01 GB/s floor) is not written, as before, but its table is printed first: the
+    sweep's minutes had been lost with the file (a critical read). Exit by the same one-line
+    error; no file is left."""
+    from planner.probe.launcher import _report
+    from planner.probe.options import ProbeOptions
+    from planner.probe.runner import ProbeError
+
+    raw = synthetic_raw(slow_node_factor=1e-5)  # node 1's intra-node link at 1 MB/s
+    target = tmp_path / "slow.yaml"
+    with pytest.raises(ProbeError, match="not written: the planner could not load it"):
+        _report(raw, ProbeOptions(out=str(target), nproc_per_node=2), None)
+    assert "medians at the largest size, and alpha-beta fits" in capsys.readouterr().out
+    assert not target.exists()
+
+
+def test_the_worker_refuses_to_run_without_torchrun(tmp_path):
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    result = subprocess.run([sys.executable, "-m", "planner.probe.worker", "--result-path", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(
+                                os.path.dirname(os.path.abspath(__file__)))))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("plan probe: the worker runs under torchrun (missing RANK")
+
+
+def test_plan_explain_says_its_links_were_probed(tmp_path):
+    """`plan` names a probed profile's source on its cluster line; `plan explain` had said nothing
+    of it, nor of a gloo run's host-path figures (a critical read): its notes now carry both."""
+    from planner.catalog import resolve_model
+    from planner.explain import explain_serving
+    from planner.requests import ServeRequest
+
+    raw = synthetic_raw()
+    path = tmp_path / "probed.yaml"
+    path.write_text(yaml.safe_dump(build(raw)))
+    notes = explain_serving(resolve_model("llama-3.1-8b"), load_cluster(path), ServeRequest(), None).notes
+    assert any(note.startswith("links measured by plan probe") for note in notes)
+    assert not any("gloo" in note for note in notes)
+    gloo = tmp_path / "gloo.yaml"
+    gloo.write_text(yaml.safe_dump(build({**raw, "backend": "gloo", "device": "cpu"})))
+    gloo_notes = explain_serving(resolve_model("llama-3.1-8b"), load_cluster(gloo), ServeRequest(), None).notes
+    assert any("measured with gloo on the hosts' CPUs" in note for note in gloo_notes)
