@@ -161,6 +161,11 @@ def check_targets(options: ProbeOptions) -> None:
     merge_into = options.merge_into
     if merge_into is not None and not merge_into.exists():
         raise ProbeError(f"--merge-into {merge_into}: no such file")
+    if merge_into is not None and options.out is not None and \
+            os.path.realpath(options.out) == os.path.realpath(merge_into):
+        # both would be written to one file, the second over the first (a critical read)
+        raise ProbeError(f"--out {options.out}: the same file as --merge-into; give one of them, or another "
+                         f"--out for the measured-only profile")
     for flag, path in (("--out", options.out), ("--merge-into", merge_into)):
         if path is not None:
             check_writable_target(flag, path)

@@ -532,6 +532,13 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
                 warnings += _scaled_to_declared_ranks(updated, existing, measured)
             merged[link] = updated
     merged["measured"] = copy.deepcopy(measured["measured"])
+    if existing.get("source"):
+        # the profile's own source line still said "vendor datasheet ... run plan probe" over the
+        # measured links (a critical read): it says what replaced them
+        probed = measured["measured"]
+        merged["source"] = (f"{existing['source']} (links replaced by plan probe measurements, "
+                            f"{probed.get('date') or 'undated'}, {probed.get('backend') or 'unknown backend'}; "
+                            f"see measured)")
     warnings += keep_unmeasured_curves(existing.get("measured") or {}, merged["measured"])
     merged["measured"]["flags"] = merged["measured"]["flags"] + warnings
     return merged, warnings

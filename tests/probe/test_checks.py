@@ -271,3 +271,11 @@ def test_a_rendezvous_host_that_does_not_resolve_is_refused_before_the_launch(fl
     host = "a" * 64 + ".example"
     line = refused("--nnodes", "2", "--run", *(f.format(host=host) for f in flags))
     assert line.startswith(f"plan probe: {flags[0]} {host}") and "does not resolve on this node" in line
+
+
+def test_out_and_merge_into_one_file_is_refused(tmp_path, no_launch):
+    """Both would be written to it, the second over the first (a critical read)."""
+    path = write_profile(tmp_path / "p.yaml")
+    line = refused("--merge-into", str(path), "--out", str(path))
+    assert line.startswith(f"plan probe: --out {path}: the same file as --merge-into"), line
+    assert not no_launch

@@ -135,6 +135,10 @@ def test_merge_keeps_everything_but_link_numbers():
     assert warnings[0] == "gpus_per_node: profile says 8, measured 2; kept 8"
     assert "scaled to the profile's 8" in warnings[1] and len(warnings) == 2
     assert existing["intra_node"]["bandwidth_gb_per_s"] == 450.0  # input untouched
+    assert "source" not in merged  # none to amend
+    sourced, _ = profile.merge_profile({**existing, "source": "vendor datasheet; run plan probe"}, measured)
+    assert sourced["source"].startswith("vendor datasheet; run plan probe (links replaced by plan probe "
+                                        "measurements, ") and sourced["source"].endswith(", nccl; see measured)")
 
 
 def test_document_loads_through_the_core_schema(tmp_path):
