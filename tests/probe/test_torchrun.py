@@ -113,11 +113,9 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
         assert read("intra_node", 2).median_seconds == curve["median_seconds"]
 
     merged = yaml.safe_load(existing.read_text())
-    assert (merged["name"], merged["source"], merged["gpu"]) == (
-        "lab",
-        "hand-written",
-        "H100-SXM5-80GB",
-    )
+    assert (merged["name"], merged["gpu"]) == ("lab", "H100-SXM5-80GB")
+    assert merged["source"].startswith("hand-written (links replaced by plan probe measurements, ")
+    assert merged["source"].endswith(", gloo; see measured)")
     assert merged["intra_node"]["kind"] == "nvlink"  # kind kept, numbers measured
     assert (
         merged["intra_node"]["bandwidth_gb_per_s"] == document["intra_node"]["bandwidth_gb_per_s"]
