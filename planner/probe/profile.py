@@ -131,12 +131,27 @@ def hbm_peak_equivalent(copy_bytes_per_s: float) -> float:
     return copy_bytes_per_s / DECODE_HBM_UTILIZATION
 
 
+def canonical_gpu_name(name: str | None) -> str | None:
+    """--gpu as the catalog names it (`h100` -> H100-SXM5-80GB, what `plan gpus` lists; it had been
+    written as given: a critical read); a name the catalog lacks stays (the checks refused it)."""
+    if name is None:
+        return None
+    from planner.catalog import resolve_gpu
+    from planner.errors import SpecError
+
+    try:
+        return resolve_gpu(name).name
+    except SpecError:
+        return name
+
+
 def gpu_entry(raw: dict, choices: ProfileChoices, flags: list[str]) -> str | dict:
+    chosen = canonical_gpu_name(choices.gpu)
     if not raw["compute"]:
         flags.append("gpu figures are the catalog's, not measured (CPU run)")
-        return choices.gpu or CPU_DEFAULT_GPU
+        return chosen or CPU_DEFAULT_GPU
     first = raw["compute"][0]
-    name = choices.gpu or catalog_gpu_name(first["device_name"])
+    name = chosen or catalog_gpu_name(first["device_name"])
     achievable = {
         dtype: rounded(
             units.flops_per_s_to_tflops(min(c["matmul_flop_per_s"][dtype] for c in raw["compute"]))

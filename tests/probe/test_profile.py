@@ -333,3 +333,16 @@ def test_plan_explain_says_its_links_were_probed(tmp_path):
     gloo.write_text(yaml.safe_dump(build({**raw, "backend": "gloo", "device": "cpu"})))
     gloo_notes = explain_serving(resolve_model("llama-3.1-8b"), load_cluster(gloo), ServeRequest(), None).notes
     assert any("measured with gloo on the hosts' CPUs" in note for note in gloo_notes)
+
+
+def test_the_gpu_asked_for_is_written_as_the_catalog_names_it():
+    """`--gpu h100` had been written as `gpu: h100` (it loads, but `plan gpus` and every other
+    profile say H100-SXM5-80GB: a critical read)."""
+    from dataclasses import replace as replaced
+
+    raw = {**synthetic_raw(), "compute": []}
+    rows = results.summarize_rows(raw)
+    document = profile.build_profile(raw, rows, results.fit_all(rows),
+                                     replaced(profile.ProfileChoices(), gpu="h100"), None)
+    assert document["gpu"] == "H100-SXM5-80GB"
+    assert profile.canonical_gpu_name("no-such-gpu") == "no-such-gpu"
