@@ -454,13 +454,16 @@ def train_replan(model: ModelSpec, request: TrainRequest, explained: TrainEstima
     return replan
 
 
-LIGHT_SENSITIVITY_ABOVE_CONFIGS = 1_500
+LIGHT_SENSITIVITY_ABOVE_CONFIGS = 600
 """Where each of the sensitivity's re-plans (train_replan: the whole space, without --layout's
 filter) evaluates more configurations than this, it is the light analysis (sensitivity.LIGHT:
 the +/-20% runs, flips not searched beyond them, some 18 re-plans): the full one re-plans some
-45-80 times (DeepSeek-V3 on 2,048 H100, 1,970 configurations a re-plan: 42 s on 2 cores, found
-by a CLI sweep; light 18 s; Llama-3.1-70B on 64 H100 with --layout tp=8,pp=8, 25 configurations
-but 1,752 a re-plan: 7.6 s -> light). Llama-3.1-8B on one H100 node (414) keeps the full one."""
+45-80 times. A configuration costs 220-310 us to estimate on 2 cores today (warm searches:
+Llama-3.1-8B at 4K on 8 H100, 414 configurations, 90 ms; 70B at 8K on 32 H200, 1,619, 0.50 s),
+so the full analysis over two workers takes about 7.5 ms a configuration: 3.1 s for that 8B
+plan, which keeps it, and 9-17 s for 70B at 131,072 tokens on 32 H200 (833 configurations, a
+CLI sweep), which now gets the light one (the bound had been 1,500, set when a configuration
+cost 45 us). DeepSeek-V3 on 2,048 H100 (1,970 a re-plan) took 42 s full, 18 s light."""
 
 
 MOE_REPLAN_COST = 3
