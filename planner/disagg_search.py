@@ -401,13 +401,13 @@ def decode_concurrency(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return limit is None or memo.get(("t_d", shape.key, c), decode_round_seconds, model, cluster, shape, c,
                                          context, request, constants) <= limit
 
+    if request.batch is not None:
+        # --batch fixes the concurrency, as the aggregated plan holds it ("at concurrency 64"): a
+        # decode worker whose cache or TPOT limit allows fewer is rejected, not run at fewer
+        # sequences unannounced (a CLI read and its review)
+        return cap if cap == request.batch and ok(cap) else 0
     if ok(cap):
         return cap
-    if request.batch is not None and cap == request.batch:
-        # --batch fixes the concurrency, as the aggregated plan holds it ("at concurrency 64"):
-        # a decode worker that meets the TPOT limit only below it is rejected, not run at fewer
-        # sequences unannounced (a CLI read)
-        return 0
     if not ok(1):
         return 0
     good, bad = 1, cap
@@ -706,9 +706,12 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if shape is None:
             continue
         cap = 0 if pp > 1 and not pipelined else decode_concurrency(model, cluster, decode_request, shape, shared)
-        caps = decode_caps(cap, request.max_ttft_seconds is not None or request.max_e2e_seconds is not None)
+        # a fixed --batch is the one concurrency tried (decode_concurrency)
+        fixed = request.batch is not None
+        caps = decode_caps(cap, not fixed and (request.max_ttft_seconds is not None
+                                               or request.max_e2e_seconds is not None))
         implied_tpot = e2e_implied_tpot_seconds(request) if request.max_e2e_seconds is not None else 0.0
-        if implied_tpot > 0 and cap > 0:  # and below the TPOT the E2E limit implies (none below the first token's)
+        if implied_tpot > 0 and cap > 0 and not fixed:  # and below the TPOT the E2E limit implies
             implied = replace(decode_request, max_tpot_seconds=implied_tpot)
             caps += e2e_caps(decode_concurrency(model, cluster, implied, shape, shared))
         for c in sorted(set(caps) - {0}, reverse=True) or [0]:
@@ -731,8 +734,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             rejected[why] = rejected.get(why, 0) + 1
             continue
         if memo.decode[d_key] == 0:
-            rejected["no decode concurrency meets --max-tpot-ms"] = rejected.get(
-                "no decode concurrency meets --max-tpot-ms", 0) + 1
+            why = (f"--batch {request.batch}: the decode worker does not run that many within its KV cache "
+                   f"and --max-tpot-ms" if request.batch is not None else "no decode concurrency meets --max-tpot-ms")
+            rejected[why] = rejected.get(why, 0) + 1
             continue
         links = [same for same, possible in ((True, cluster.gpus_per_node > 1), (False, cluster.num_nodes > 1))
                  if possible]
@@ -1049,6 +1053,8 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     bisection over whole sequences; E2E_MISS where even one sequence misses."""
     shape, low, high = memo.shapes[d_key], 0, memo.decode[d_key]
     best: DisaggEstimate | str = E2E_MISS
+    if request.batch is not None:  # a fixed --batch: no fewer sequences are tried
+        return best
     while high - low > 1:
         middle = (low + high) // 2
         key = (*shape.key, middle)

@@ -300,7 +300,8 @@ def ms_above(value_seconds: float, limit_seconds: float) -> str:
 def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,
                   rate_per_s: float | None = None) -> Rejected:
     """A layout that fits but misses the limits (sla_reason), with its worst miss ratio."""
-    values = ((steady.ttft_seconds, request.max_ttft_seconds), (steady.tpot_seconds, request.max_tpot_seconds),
+    tpot_limit = request.max_tpot_seconds if request.output_len > 1 else None  # as sla_check
+    values = ((steady.ttft_seconds, request.max_ttft_seconds), (steady.tpot_seconds, tpot_limit),
               (steady.e2e_seconds, request.max_e2e_seconds))
     worst = max((value / limit for value, limit in values if limit is not None and limit > 0), default=0.0)
     return Rejected(layout, (sla_reason(request, steady, rate_per_s),), sla_miss_ratio=worst)

@@ -260,18 +260,26 @@ def _execute(argv: list[str], options: ProbeOptions, stop: StopRequest, on_gpu: 
         run_with_progress(watched_argv(argv), env, options.timeout_s, on_progress, echo, stop)
 
 
-def check_loads(target: Path, document: dict) -> None:
-    """The profile as `plan --cluster` would load it; a measurement outside the schema's ranges
-    (a gloo sweep of tiny messages on a CPU measures well under 0.01 GB/s) stops the probe
-    before anything is written."""
+def load_problem(target: Path, document: dict) -> str | None:
+    """Why `plan --cluster` would refuse the profile (None: it loads)."""
     from planner.catalog import resolve_gpu
     from planner.specs import ClusterSpec, SpecError, validate
 
     try:
         validate(ClusterSpec, document, str(target), {"resolve_gpu": resolve_gpu})
     except SpecError as error:
-        raise ProbeError(f"{error} (not written: the planner could not load it; measure larger messages "
-                         f"with --max-bytes, or on the GPUs with --backend nccl)") from None
+        return str(error)
+    return None
+
+
+def check_loads(target: Path, document: dict) -> None:
+    """The profile as `plan --cluster` would load it; a measurement outside the schema's ranges
+    (a gloo sweep of tiny messages on a CPU measures well under 0.01 GB/s) stops the probe
+    before anything is written."""
+    problem = load_problem(target, document)
+    if problem is not None:
+        raise ProbeError(f"{problem} (not written: the planner could not load it; measure larger messages "
+                         f"with --max-bytes, or on the GPUs with --backend nccl)")
 
 
 def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
@@ -303,10 +311,10 @@ def _report(raw: dict, options: ProbeOptions, declared: dict | None) -> int:
             if target is not None:
                 check_loads(target, content)
         if options.out is None and options.merge_into is None:
-            try:
-                check_loads(Path("(printed profile)"), document)
-            except ProbeError as error:
-                print(f"plan probe: warning: the printed profile would not load: {error}", file=sys.stderr)
+            problem_text = load_problem(Path("(printed profile)"), document)
+            if problem_text is not None:
+                print(f"plan probe: warning: the printed profile would not load: {problem_text}; measure larger "
+                      f"messages with --max-bytes, or on the GPUs with --backend nccl", file=sys.stderr)
         for flag, target, content in (("--out", options.out, document),
                                       ("--merge-into", options.merge_into, merged)):
             if target is not None:

@@ -224,7 +224,9 @@ def flag_every_poor_fit(fits: dict, flags: list[str]) -> None:
             continue
         scope = next((s for s in FIT_SCOPES if name.startswith(f"{s}_")), None)
         label = name if scope is None else f"{scope} {name[len(scope) + 1:]}"
-        if not any(flag.startswith(f"{label}:") for flag in flags):
+        # the link figures' flags name a one-rank-per-node series by its op alone (a review)
+        base = label.removesuffix(f"_{ONE_RANK_PER_NODE}")
+        if not any(flag.startswith((f"{label}:", f"{base}:")) for flag in flags):
             flags.append(f"{label}: poor alpha-beta fit (rms relative residual {fit.rms_relative_residual:.0%})")
 
 
@@ -342,9 +344,11 @@ def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sha
             if achieved < bandwidth:
                 bandwidth = achieved
                 if flags is not None:
+                    shared = "" if ranks_sharing == 1 else f" over the {ranks_sharing} ranks that share it"
                     flags.append(f"{link} send_recv: poor fit; p2p bandwidth is what its largest message "
-                                 f"({largest:,} B) achieved, {units.bytes_per_s_to_gb_per_s(achieved):.4g} GB/s, "
-                                 f"not the fit's {units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s):.4g}")
+                                 f"({largest:,} B) achieved{shared}, "
+                                 f"{units.bytes_per_s_to_gb_per_s(achieved / ranks_sharing):.4g} GB/s, not the "
+                                 f"fit's {units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s / ranks_sharing):.4g}")
     return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(bandwidth / ranks_sharing)),
             "p2p_latency_us": rounded(units.seconds_to_us(fit.alpha_seconds))}
 
@@ -564,11 +568,14 @@ def merge_profile(existing: dict, measured: dict) -> tuple[dict, list[str]]:
                 warnings += _scaled_to_declared_ranks(updated, existing, measured)
             merged[link] = updated
     merged["measured"] = copy.deepcopy(measured["measured"])
-    if existing.get("source"):
+    replaced = [link for link in ("intra_node", "inter_node") if link in measured]
+    if existing.get("source") and replaced:
         # the profile's own source line still said "vendor datasheet ... run plan probe" over the
-        # measured links (a critical read): it says what replaced them
+        # measured links (a critical read): it says which links the probe replaced, once (a review)
         probed = measured["measured"]
-        merged["source"] = (f"{existing['source']} (links replaced by plan probe measurements, "
+        own = re.sub(r" \((?:intra_node|inter_node)[^()]* replaced by plan probe measurements[^()]*\)$", "",
+                     str(existing["source"]))
+        merged["source"] = (f"{own} ({' and '.join(replaced)} replaced by plan probe measurements, "
                             f"{probed.get('date') or 'undated'}, {probed.get('backend') or 'unknown backend'}; "
                             f"see measured)")
     warnings += keep_unmeasured_curves(existing.get("measured") or {}, merged["measured"])

@@ -463,10 +463,14 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
     per_replica = f"at {best.batch} concurrent sequence(s) per replica"
     request = plan.request
     if best.overloaded:
-        # the headline had read "highest throughput" with nothing about the queue (a CLI read)
+        # the headline had read "highest throughput" with nothing about the queue (a CLI read);
+        # "serves the most" only where it does (the latency objective ranks by TPOT: a review)
+        serves = ("serves the most" if best.layout == most.layout else
+                  f"serves {count(best.throughput_tokens_per_second)} output tok/s (the most: {most.layout}, "
+                  f"{count(most.throughput_tokens_per_second)})")
+        served = f", {count(best.throughput_tokens_per_second)} output tok/s," if best.layout == most.layout else ""
         return (f"OVERLOADED: no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s; this one "
-                f"serves the most, {count(best.throughput_tokens_per_second)} output tok/s, and its queue grows "
-                f"without bound")
+                f"{serves}{served} and its queue grows without bound")
     if best.offered_rate_per_s is not None:
         load = (f"{count(best.throughput_tokens_per_second)} output tok/s at {best.concurrency:.1f} requests in "
                 f"flight per replica on average")
@@ -879,7 +883,9 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
         "recommended": layouts[0] if layouts else None,
         "layouts": layouts,
         "rejected": [{"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
-                      "reasons": list(r.reasons)}
+                      "reasons": list(r.reasons),
+                      # what the text's "closest" order reads (render.common.closest_misses)
+                      "sla_miss_ratio": r.sla_miss_ratio or None, "over_bytes": r.over_bytes or None}
                      for r in plan.rejected],
         "num_layouts_bounded": plan.num_configs_bounded,
         "suggestions": list(plan.suggestions),

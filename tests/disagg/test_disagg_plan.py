@@ -762,3 +762,9 @@ def test_a_fixed_batch_is_held_by_the_decode_workers_too():
     assert fixed.recommended is None
     free = plan_disaggregated(model, cluster, ServeRequest(max_tpot_seconds=0.020))
     assert free.recommended is not None and free.recommended.decode.concurrency < 64
+    assert any(reason.startswith("--batch 64: the decode worker does not run that many")
+               for reason, _ in fixed.rejected)
+    # nor below what the KV cache holds: 8,000 / 1,000 tokens leave room for far fewer than 256
+    kv_bound = plan_disaggregated(model, cluster, ServeRequest(batch=256, input_len=8000, output_len=1000,
+                                                               max_tpot_seconds=0.025))
+    assert kv_bound.recommended is None

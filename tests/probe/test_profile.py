@@ -137,8 +137,10 @@ def test_merge_keeps_everything_but_link_numbers():
     assert existing["intra_node"]["bandwidth_gb_per_s"] == 450.0  # input untouched
     assert "source" not in merged  # none to amend
     sourced, _ = profile.merge_profile({**existing, "source": "vendor datasheet; run plan probe"}, measured)
-    assert sourced["source"].startswith("vendor datasheet; run plan probe (links replaced by plan probe "
-                                        "measurements, ") and sourced["source"].endswith(", nccl; see measured)")
+    assert sourced["source"].startswith("vendor datasheet; run plan probe (intra_node and inter_node replaced by "
+                                        "plan probe measurements, ") and sourced["source"].endswith(", nccl; see measured)")
+    again, _ = profile.merge_profile(sourced, measured)  # a second merge says it once
+    assert again["source"] == sourced["source"]
 
 
 def test_document_loads_through_the_core_schema(tmp_path):
@@ -279,9 +281,12 @@ def test_every_poor_fit_the_profile_keeps_is_flagged_once():
             "intra_node_all_to_all": (2, AlphaBetaFit(1e-5, 1e9, 6, 0.48)),
             "world_all_gather": (4, AlphaBetaFit(1e-5, 1e9, 6, 0.43)),
             "world_all_reduce": (4, AlphaBetaFit(1e-5, 1e9, 6, 0.20))}
-    flags = ["intra_node all_reduce: poor alpha-beta fit (rms relative residual 51%)"]
+    fits["inter_node_send_recv_one_rank_per_node"] = (2, AlphaBetaFit(1e-5, 1e9, 6, 0.41))
+    flags = ["intra_node all_reduce: poor alpha-beta fit (rms relative residual 51%)",
+             "inter_node send_recv: poor alpha-beta fit (rms relative residual 41%)"]
     flag_every_poor_fit(fits, flags)
-    assert flags[1:] == ["intra_node all_to_all: poor alpha-beta fit (rms relative residual 48%)",
+    # the one-rank-per-node series is the link figures' send/recv, flagged by its op alone already
+    assert flags[2:] == ["intra_node all_to_all: poor alpha-beta fit (rms relative residual 48%)",
                          "world all_gather: poor alpha-beta fit (rms relative residual 43%)"]
 
 

@@ -114,7 +114,7 @@ def test_one_node_two_ranks_writes_profile_and_merges(tmp_path):
 
     merged = yaml.safe_load(existing.read_text())
     assert (merged["name"], merged["gpu"]) == ("lab", "H100-SXM5-80GB")
-    assert merged["source"].startswith("hand-written (links replaced by plan probe measurements, ")
+    assert merged["source"].startswith("hand-written (intra_node replaced by plan probe measurements, ")
     assert merged["source"].endswith(", gloo; see measured)")
     assert merged["intra_node"]["kind"] == "nvlink"  # kind kept, numbers measured
     assert (

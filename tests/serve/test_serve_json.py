@@ -83,6 +83,9 @@ def test_rejected_entries_have_degrees_and_reasons(headline):
     for item in out["rejected"]:
         assert {"tp", "pp", "dp", "reasons"} <= item.keys()
         assert item["reasons"] and all(isinstance(r, str) and r for r in item["reasons"])
+        # what orders the text's closest misses: a memory overshoot in bytes, an SLA miss ratio, or neither
+        assert item["over_bytes"] is None or item["over_bytes"] > 0
+        assert item["sla_miss_ratio"] is None or item["sla_miss_ratio"] > 1
     total = len(out["layouts"]) + len(out["rejected"])
     assert total == 15  # every ordered factorization of 16 GPUs
 
