@@ -81,7 +81,9 @@ def _search_and_print(model: ModelSpec, cluster: ClusterSpec, request: TrainRequ
                            request.engine_versions.megatron_release)
         return emitter(trained, cluster, estimate.config, request.global_batch, request.seq_len)
 
-    pinned = pinned_zero_note(model, cluster, request, plan)
+    pinned = pinned_zero_note(model, cluster, request, plan,
+                              (lambda p: launchable(trained, p)) if emit == "megatron" and emitter is not None
+                              else None)
     if json_output:
         print_plan_json(model, cluster, plan, request, steps_for, top, not_emitted,
                         () if pinned is None else (pinned,))
@@ -115,14 +117,18 @@ PINNED_ZERO_NOTE_FRACTION = 0.2
 """A pinned --zero is said to cost its speed where the search without it is this much faster."""
 
 
-def pinned_zero_note(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, plan: TrainPlan) -> str | None:
+def pinned_zero_note(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, plan: TrainPlan,
+                     launchable_only: Callable[[TrainPlan], TrainPlan] | None = None) -> str | None:
     """What a pinned --zero costs: the best configuration without it (one more search, only where
     --zero was given) where that steps at least PINNED_ZERO_NOTE_FRACTION faster. Llama-3.1-70B on
     2x8 H100 at --zero 3 had recommended tp=16 over InfiniBand at 65.7 s a step, with nothing
-    saying tp=8 pp=2 runs 33.9 s without it (a CLI read)."""
+    saying tp=8 pp=2 runs 33.9 s without it (a CLI read). `launchable_only`: the filter the plan
+    shown went through, applied to the search without the pin too."""
     if request.zero_stage is None or not plan.layouts:
         return None
-    free = search(model, cluster, replace(request, zero_stage=None), keep_top=1)
+    free = search(model, cluster, replace(request, zero_stage=None), keep_top=DEFAULT_TOP_ROWS)
+    if launchable_only is not None:  # what the plan shown keeps (its command must build it)
+        free = launchable_only(free)
     if not free.layouts:
         return None
     best, other = plan.layouts[0], free.layouts[0]
