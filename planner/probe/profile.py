@@ -209,6 +209,17 @@ def _link_numbers(
         flags.append(
             f"{label} all_reduce: poor alpha-beta fit (rms relative residual {fit.rms_relative_residual:.0%})"
         )
+        if fit.bandwidth_bytes_per_s is not None:
+            # as a poor send fit (p2p_fields): not above what the largest message's slowest group
+            # achieved, latency included (a flat-then-jump inter-node curve had written a NIC figure
+            # far above the measured one: a review)
+            largest = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
+            achieved = min(r.busbw_bytes_per_s for r in rows
+                           if (r.op, r.link, r.mode) == key and r.size_bytes == largest)
+            if achieved < bandwidth_bytes_per_s:
+                bandwidth_bytes_per_s = achieved
+                flags.append(f"{label} all_reduce: poor fit; its bandwidth is the busbw its largest message "
+                             f"({largest:,} B) achieved, {units.bytes_per_s_to_gb_per_s(achieved):.4g} GB/s")
     return bandwidth_bytes_per_s, latency_seconds
 
 

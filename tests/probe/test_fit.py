@@ -178,3 +178,21 @@ def test_a_poor_send_fit_is_not_written_above_its_largest_message():
                        0.0, 1.0, 1.0) for size in sorted(times)]
     good = p2p_fields(fit_all(clean), "intra_node", "", "p2p_bandwidth_gb_per_s", rows=clean, flags=flags)
     assert good["p2p_bandwidth_gb_per_s"] == pytest.approx(2.0, rel=0.05) and len(flags) == 1
+
+
+def test_a_poor_all_reduce_fit_is_not_written_above_its_largest_message():
+    """The send cap's counterpart for a link's all-reduce figure: flat at 40 us to 128 KiB, then
+    3 ms at 1 MiB (a flat-then-jump curve of a review) fits far above the 1 MiB point's busbw; the
+    link's bandwidth is that busbw (a 2-rank all-reduce's busbw is its algbw: 1,048,576 B / 3 ms)."""
+    from planner.probe.profile import _link_numbers
+    from planner.probe.results import ResultRow, fit_all
+
+    times = {2**k: 40e-6 for k in range(3, 18)} | {2**19: 2.6e-3, 2**20: 3e-3}
+    rows = [ResultRow("all_reduce", "intra_node", "all_local_ranks", 0, [0, 1], size, seconds, 0.0,
+                      size / seconds, size / seconds) for size, seconds in sorted(times.items())]
+    (_, fit), = fit_all(rows).values()
+    flags: list[str] = []
+    bandwidth, _ = _link_numbers(fit, rows, ("all_reduce", "intra_node", "all_local_ranks"), flags, "intra_node")
+    assert bandwidth == pytest.approx(2**20 / 3e-3)
+    assert fit.bandwidth_bytes_per_s > bandwidth
+    assert flags[-1].startswith("intra_node all_reduce: poor fit; its bandwidth is the busbw its largest message")
