@@ -508,6 +508,7 @@ max_position_embeddings x factor, except on Gemma 3, whose count is already scal
 
 
 def _number(value: Any) -> bool:
+    """An int or float, not a bool (JSON's true is an int to Python)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -600,7 +601,7 @@ def spec_fields_from_hf(raw: dict[str, Any], text: dict[str, Any], path: Path) -
     rotated = text.get("partial_rotary_factor")
     if rotated is None and isinstance(text.get("rotary_dim"), int) and isinstance(text.get("head_dim"), int):
         rotated = text["rotary_dim"] / text["head_dim"]  # MiniMax-M2: rotary_dim 64 of head_dim 128
-    if isinstance(rotated, (int, float)) and not isinstance(rotated, bool) and 0 < rotated < 1:
+    if _number(rotated) and 0 < rotated < 1:
         fields["partial_rotary_factor"] = float(rotated)
     fields.update(moe_fields(text, kind, str(path)))
     if text.get("hybrid_layer_pattern") is not None:
@@ -753,7 +754,7 @@ def block_config_fields(text: dict[str, Any], path: Path) -> dict[str, Any]:
         raise SpecError(f"{where}: attention layers with different n_heads_in_group "
                         f"({', '.join(sorted(map(str, groups)))}) are not modelled")
     mults = [b["ffn"].get("ffn_mult") for b in blocks]
-    if not all(isinstance(m, (int, float)) and not isinstance(m, bool) and m > 0 for m in mults):
+    if not all(_number(m) and m > 0 for m in mults):
         raise SpecError(f"{where}: ffn.ffn_mult: expected positive numbers")
     sizes = [decilm_ffn_size(m, h) for m in mults]
     fields: dict[str, Any] = {"num_hidden_layers": text.get("num_hidden_layers", len(blocks)),
@@ -872,7 +873,7 @@ def router_fields(text: dict[str, Any], kind: str, origin: str) -> dict[str, Any
             or text.get("moe_router_enable_expert_bias") is True):  # Ling-2.0's
         fields["router_expert_bias"] = True
     scale = first_present(text, "routed_scaling_factor", "moe_router_scaling_factor")
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale != 1:
+    if _number(scale) and scale != 1:
         fields["router_topk_scaling_factor"] = scale
     if text.get("norm_topk_prob") is False:
         fields["router_topk_normalized"] = False

@@ -273,12 +273,16 @@ def choose_batch(request: ServeRequest, running_tokens: int, wanted: int, window
     return max(1, min(wanted, fit)), notes
 
 
+def binding_tpot_limit(request: ServeRequest) -> float | None:
+    """--max-tpot-ms where it binds: a request of one output token has no decode step to time."""
+    return request.max_tpot_seconds if request.output_len > 1 else None
+
+
 def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, bool]:
     def ok(limit: float | None, value: float) -> bool:
         return limit is None or value <= limit
     # one output token has no TPOT (vllm bench serve reports none): no TPOT limit can bind
-    tpot_limit = request.max_tpot_seconds if request.output_len > 1 else None
-    return (ok(request.max_ttft_seconds, steady.ttft_seconds), ok(tpot_limit, steady.tpot_seconds),
+    return (ok(request.max_ttft_seconds, steady.ttft_seconds), ok(binding_tpot_limit(request), steady.tpot_seconds),
             ok(request.max_e2e_seconds, steady.e2e_seconds))
 
 
@@ -300,8 +304,7 @@ def ms_above(value_seconds: float, limit_seconds: float) -> str:
 def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,
                   rate_per_s: float | None = None) -> Rejected:
     """A layout that fits but misses the limits (sla_reason), with its worst miss ratio."""
-    tpot_limit = request.max_tpot_seconds if request.output_len > 1 else None  # as sla_check
-    values = ((steady.ttft_seconds, request.max_ttft_seconds), (steady.tpot_seconds, tpot_limit),
+    values = ((steady.ttft_seconds, request.max_ttft_seconds), (steady.tpot_seconds, binding_tpot_limit(request)),
               (steady.e2e_seconds, request.max_e2e_seconds))
     worst = max((value / limit for value, limit in values if limit is not None and limit > 0), default=0.0)
     return Rejected(layout, (sla_reason(request, steady, rate_per_s),), sla_miss_ratio=worst)

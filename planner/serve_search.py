@@ -624,11 +624,12 @@ def suggest(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> li
         if unfixed is not None:
             out.append(f"without --batch (the SLA search picks the concurrency): fits, e.g. {unfixed.layout} at "
                        f"{unfixed.batch:,} concurrent sequence(s) per replica")
-    more = None if below_any_cluster(request) else more_gpus_needed(model, cluster, request)
+    unreachable = below_any_cluster(request)
+    more = None if unreachable else more_gpus_needed(model, cluster, request)
     if more is not None:
         out.append(more)
     out.extend(sla_reach(model, cluster, request))
-    if below_any_cluster(request):
+    if unreachable:
         out.append(f"no number of GPUs brings TTFT or E2E latency under {seconds_to_ms(eff.FIRST_TOKEN_SECONDS):g} ms: the "
                    f"first token's fixed client-side cost (HTTP, hand-off, streaming) is priced at that")
     if not out:

@@ -507,12 +507,11 @@ def recomputed_layers(config: TrainConfig, layers: tuple[int, int, int]) -> tupl
         return (0, 0, 0)
     every = config.recompute_every
     if every is not None:  # torchtitan's layer-level checkpointing: every N-th block of the rank
-        return (layers[0] // every, layers[1] // every, layers[2] // every)
+        return tuple(n // every for n in layers)  # type: ignore[return-value]
     k = config.recompute_num_layers
     if k is None:
         return layers
-    return (min(layers[0], k * config.virtual_stages), min(layers[1], k * config.virtual_stages),
-            min(layers[2], k * config.virtual_stages))
+    return tuple(min(n, k * config.virtual_stages) for n in layers)  # type: ignore[return-value]
 
 
 def partial_recompute(config: TrainConfig) -> bool:

@@ -91,13 +91,20 @@ def piecewise_graph_sizes(max_tokens: int) -> int:
     return sum(1 for s in sizes if s <= max_tokens)
 
 
+def memory_tier(a: ServeArgs) -> tuple[float, int, int, int]:
+    """The GPU's row of GRAPH_TIERS_GIB: (memory bound GiB, chunked_prefill_size, cuda_graph_max_bs
+    at tp < 4, at tp >= 4)."""
+    memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
+    return next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])
+
+
 def reserved_bytes(a: ServeArgs) -> float:
     """What SGLang keeps out of --mem-fraction-static by default on this GPU: 512 MiB + 1.5 MiB
     per chunked-prefill token + 2 MiB per CUDA-graph batch + 1 GiB per 8 GPUs of tp*pp
     (+ 8 MiB per piecewise CUDA graph without PP), at least 10 GiB on GPUs over 60 GiB."""
     release = a.engine_versions.sglang_release
     memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
-    _, prefill, graphs_small, graphs_large = next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])
+    _, prefill, graphs_small, graphs_large = memory_tier(a)
     graph_batch = graphs_small if a.tp < 4 else graphs_large
     mib = (RESERVED_BASE_MIB + RESERVED_MIB_PER_PREFILL_TOKEN * max(prefill, 2048)
            + RESERVED_MIB_PER_GRAPH_BATCH * graph_batch + RESERVED_MIB_PER_8_GPUS * a.tp * a.pp / 8)
@@ -149,6 +156,15 @@ def pool_figures(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 """--swa-full-tokens-ratio unless set: the window layers' pool holds 0.8 of the full layers'
 tokens (ServerArgs.swa_full_tokens_ratio at 0.5.10.post1; fields/schedule.py fallback at 0.5.23)."""
+SWA_RATIO_STEP = 0.01
+"""The grain --swa-full-tokens-ratio is rounded up to (swa_full_tokens_ratio)."""
+SWA_TRAILING_PAGES = 2
+"""SWARequestCapPoolConfigurator's pages a request holds beyond the window and the eviction
+interval: one trailing page and one for its next decode (compute_swa_request_cap, page 1 token)."""
+DECODE_EXTRA_SLOTS_MAX_RUNNING = 32
+DECODE_EXTRA_SLOTS_PER_REQUEST = 2
+"""A disaggregated decode server of at most 32 running requests a worker reserves 2 more
+request slots each, a window apiece, for requests in transfer (pd_disaggregation_hook.py at 0.5.23)."""
 SWA_CHUNKS_IN_FLIGHT = 2
 """Prompt chunks whose window-layer KV a server holds beyond its running requests' windows: the
 overlap scheduler's two batches in flight (compute_swa_request_cap's chunks_in_flight,
@@ -159,10 +175,8 @@ def chunked_prefill_size(a: ServeArgs) -> int:
     """The prompt tokens one rank runs a step: the plan's budget where it emits one, else SGLang's
     default for the GPU's memory (GRAPH_TIERS_GIB); a DP-attention server's over its ranks, as
     SGLang divides it (parallel_hook.py at 0.5.23, server_args.py at 0.5.10.post1)."""
-    if a.max_num_batched_tokens is not None:
-        return a.max_num_batched_tokens // a.ranks_per_server
-    memory_gib = a.gpu_memory_bytes / BYTES_PER_GIB
-    return next(t for t in GRAPH_TIERS_GIB if memory_gib < t[0])[1] // a.ranks_per_server
+    server_tokens = a.max_num_batched_tokens if a.max_num_batched_tokens is not None else memory_tier(a)[1]
+    return server_tokens // a.ranks_per_server
 
 
 def hybrid_swa(a: ServeArgs) -> bool:
@@ -229,7 +243,7 @@ def swa_reserve_tokens(a: ServeArgs) -> int:
 def request_window_tokens(a: ServeArgs) -> int:
     """SWARequestCapPoolConfigurator's window tokens a request: the window, the eviction interval
     and a page of trailing tokens, and a page for its next decode (compute_swa_request_cap, page 1)."""
-    return a.kv_window_tokens + eviction_interval(a) + 2
+    return a.kv_window_tokens + eviction_interval(a) + SWA_TRAILING_PAGES
 
 
 def swa_full_tokens_ratio(a: ServeArgs) -> float | None:
@@ -242,13 +256,13 @@ def swa_full_tokens_ratio(a: ServeArgs) -> float | None:
     rounded up to 0.01 (the window pool never the shorter) and at most 1 (SGLang's bound)."""
     if not hybrid_swa(a) or request_capped_pool(a):
         return None
-    pool = max(kv_pool_bytes(a), 0.0)
-    reserve = swa_reserve_tokens(a)
-    spare = 1 - reserve * a.kv_window_bytes_per_token / pool if pool > 0 else 0.0
+    pool_bytes = max(kv_pool_bytes(a), 0.0)
+    reserve_tokens = swa_reserve_tokens(a)
+    spare = 1 - reserve_tokens * a.kv_window_bytes_per_token / pool_bytes if pool_bytes > 0 else 0.0
     if spare <= 0:
         return 1.0
-    ratio = (swa_held_tokens(a) / a.context_tokens + reserve * a.kv_full_bytes_per_token / pool) / spare
-    return min(1.0, math.ceil(ratio * 100 - 1e-9) / 100)
+    ratio = (swa_held_tokens(a) / a.context_tokens + reserve_tokens * a.kv_full_bytes_per_token / pool_bytes) / spare
+    return min(1.0, math.ceil(ratio / SWA_RATIO_STEP - 1e-9) * SWA_RATIO_STEP)
 
 
 def capped_pool_sequences(a: ServeArgs) -> float:
@@ -256,28 +270,32 @@ def capped_pool_sequences(a: ServeArgs) -> float:
     N x request_window_tokens of the window pool, and 2N more windows (W + 1 each) where N is at
     most 32 a worker (its extra transfer slots, pd_disaggregation_hook.py), the full pool the
     rest, N x F of it: N = P / (B_s w + B_f F) (+ 2 (W + 1) B_s in w at small N)."""
-    pool = max(kv_pool_bytes(a), 0.0)
-    per_request = request_window_tokens(a) * a.kv_window_bytes_per_token + a.context_tokens * a.kv_full_bytes_per_token
-    sequences = pool / per_request
-    if sequences <= 32:
-        sequences = pool / (per_request + 2 * (a.kv_window_tokens + 1) * a.kv_window_bytes_per_token)
+    pool_bytes = max(kv_pool_bytes(a), 0.0)
+    bytes_per_request = (request_window_tokens(a) * a.kv_window_bytes_per_token
+                         + a.context_tokens * a.kv_full_bytes_per_token)
+    sequences = pool_bytes / bytes_per_request
+    if sequences <= DECODE_EXTRA_SLOTS_MAX_RUNNING:
+        extra_bytes = DECODE_EXTRA_SLOTS_PER_REQUEST * (a.kv_window_tokens + 1) * a.kv_window_bytes_per_token
+        sequences = pool_bytes / (bytes_per_request + extra_bytes)
     return sequences
 
 
-def full_pool_tokens(a: ServeArgs) -> float:
+def full_pool_tokens(a: ServeArgs, ratio: float | None = None) -> float:
     """Tokens of a request SGLang's pool holds in each full-attention layer, the longest request it
     admits (tp_worker max_req_len at 0.5.23): P / (B_f + r B_s) in a hybrid pool, P / (B_f + B_s)
     where window layers keep every token, what the window pool leaves in a request-capped one;
-    inf without window layers (the plan's own check holds)."""
+    inf without window layers (the plan's own check holds). `ratio`: swa_full_tokens_ratio(a)
+    where the caller has it."""
     if a.kv_window_bytes_per_token <= 0:
         return math.inf
-    pool = max(kv_pool_bytes(a), 0.0)
+    pool_bytes = max(kv_pool_bytes(a), 0.0)
     if request_capped_pool(a):
         running = min(capped_pool_sequences(a), a.max_num_seqs / a.ranks_per_server)
-        return (pool - running * request_window_tokens(a) * a.kv_window_bytes_per_token) / a.kv_full_bytes_per_token
-    ratio = swa_full_tokens_ratio(a)
-    per_token = a.kv_full_bytes_per_token + (1.0 if ratio is None else ratio) * a.kv_window_bytes_per_token
-    return pool / per_token
+        window_bytes = running * request_window_tokens(a) * a.kv_window_bytes_per_token
+        return (pool_bytes - window_bytes) / a.kv_full_bytes_per_token
+    ratio = swa_full_tokens_ratio(a) if ratio is None else ratio
+    bytes_per_token = a.kv_full_bytes_per_token + (1.0 if ratio is None else ratio) * a.kv_window_bytes_per_token
+    return pool_bytes / bytes_per_token
 
 
 def pool_sequences(a: ServeArgs) -> float:
@@ -286,13 +304,12 @@ def pool_sequences(a: ServeArgs) -> float:
     hybrid pool the lesser of the full pool over F and the window pool, less the chunks in
     flight, over S (swa_full_tokens_ratio); a request-capped one, capped_pool_sequences; else
     the whole context in every layer."""
-    pool = kv_pool_bytes(a)
     if a.kv_window_bytes_per_token <= 0:
-        return pool / a.kv_bytes_per_sequence
+        return kv_pool_bytes(a) / a.kv_bytes_per_sequence
     if request_capped_pool(a):
         return capped_pool_sequences(a)
-    tokens = full_pool_tokens(a)
     ratio = swa_full_tokens_ratio(a)
+    tokens = full_pool_tokens(a, ratio)
     if ratio is None:
         return tokens / a.context_tokens
     return min(tokens / a.context_tokens, (ratio * tokens - swa_reserve_tokens(a)) / swa_held_tokens(a))

@@ -213,13 +213,14 @@ def _link_numbers(
             # as a poor send fit (p2p_fields): not above what the largest message's slowest group
             # achieved, latency included (a flat-then-jump inter-node curve had written a NIC figure
             # far above the measured one: a review)
-            largest = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
-            achieved = min(r.busbw_bytes_per_s for r in rows
-                           if (r.op, r.link, r.mode) == key and r.size_bytes == largest)
-            if achieved < bandwidth_bytes_per_s:
-                bandwidth_bytes_per_s = achieved
+            largest_bytes = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
+            achieved_bytes_per_s = min(r.busbw_bytes_per_s for r in rows
+                                       if (r.op, r.link, r.mode) == key and r.size_bytes == largest_bytes)
+            if achieved_bytes_per_s < bandwidth_bytes_per_s:
+                bandwidth_bytes_per_s = achieved_bytes_per_s
                 flags.append(f"{label} all_reduce: poor fit; its bandwidth is the busbw its largest message "
-                             f"({largest:,} B) achieved, {units.bytes_per_s_to_gb_per_s(achieved):.4g} GB/s")
+                             f"({largest_bytes:,} B) achieved, "
+                             f"{units.bytes_per_s_to_gb_per_s(achieved_bytes_per_s):.4g} GB/s")
     return bandwidth_bytes_per_s, latency_seconds
 
 
@@ -345,22 +346,23 @@ def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sha
     num_ranks, fit = entry
     if fit.bandwidth_bytes_per_s is None or fit.alpha_seconds <= 0.0:
         return {}
-    bandwidth = fit.bandwidth_bytes_per_s
+    bandwidth_bytes_per_s = fit.bandwidth_bytes_per_s
     if rows is not None and fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL:
         mode = ALL_RANKS if not suffix else ONE_RANK_PER_NODE
         points = curve(rows, ("send_recv", link, mode, num_ranks))
         if points:
-            largest = max(points)
-            achieved = largest / points[largest]
-            if achieved < bandwidth:
-                bandwidth = achieved
+            largest_bytes = max(points)
+            achieved_bytes_per_s = largest_bytes / points[largest_bytes]
+            if achieved_bytes_per_s < bandwidth_bytes_per_s:
+                bandwidth_bytes_per_s = achieved_bytes_per_s
                 if flags is not None:
                     shared = "" if ranks_sharing == 1 else f" over the {ranks_sharing} ranks that share it"
                     flags.append(f"{link} send_recv: poor fit; p2p bandwidth is what its largest message "
-                                 f"({largest:,} B) achieved{shared}, "
-                                 f"{units.bytes_per_s_to_gb_per_s(achieved / ranks_sharing):.4g} GB/s, not the "
+                                 f"({largest_bytes:,} B) achieved{shared}, "
+                                 f"{units.bytes_per_s_to_gb_per_s(achieved_bytes_per_s / ranks_sharing):.4g} GB/s, "
+                                 f"not the "
                                  f"fit's {units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s / ranks_sharing):.4g}")
-    return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(bandwidth / ranks_sharing)),
+    return {bandwidth_key: rounded(units.bytes_per_s_to_gb_per_s(bandwidth_bytes_per_s / ranks_sharing)),
             "p2p_latency_us": rounded(units.seconds_to_us(fit.alpha_seconds))}
 
 

@@ -465,12 +465,11 @@ def _why(plan: ServePlan, best: ServeEstimate, fastest: ServeEstimate, most: Ser
     if best.overloaded:
         # the headline had read "highest throughput" with nothing about the queue (a CLI read);
         # "serves the most" only where it does (the latency objective ranks by TPOT: a review)
-        serves = ("serves the most" if best.layout == most.layout else
-                  f"serves {count(best.throughput_tokens_per_second)} output tok/s (the most: {most.layout}, "
-                  f"{count(most.throughput_tokens_per_second)})")
-        served = f", {count(best.throughput_tokens_per_second)} output tok/s," if best.layout == most.layout else ""
+        served = count(best.throughput_tokens_per_second)
+        serves = (f"serves the most, {served} output tok/s," if best.layout == most.layout else
+                  f"serves {served} output tok/s (the most: {most.layout}, {count(most.throughput_tokens_per_second)})")
         return (f"OVERLOADED: no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s; this one "
-                f"{serves}{served} and its queue grows without bound")
+                f"{serves} and its queue grows without bound")
     if best.offered_rate_per_s is not None:
         load = (f"{count(best.throughput_tokens_per_second)} output tok/s at {best.concurrency:.1f} requests in "
                 f"flight per replica on average")
