@@ -1150,15 +1150,29 @@ as the step mix shifts) while each added sequence queues its prompt behind the o
 The cost model is not more precise than that (serve_search.NEAR_TIE_FRACTION, the same 3%)."""
 
 
+PEAK_FLAT_FRACTION = PROMPT_BOUND_TIE_FRACTION / 30
+"""With a tie (the knee sought: a bar below the best), peak_throughput_concurrency refines a
+sampled peak only where a neighbouring sample is more than 0.1% below it (a thirtieth of the 3%
+tie: the bar it sets moves by no more), and stops where its two probes and the sample are within
+0.1% of each other (a plateau). Past a token budget's knee tokens/s stay flat to parts per ten
+thousand (DeepSeek-V3 tp=1 pp=2 ep=8 on H100 at a 1,024-token budget: 1,483 tok/s a rank at
+every concurrency from 419 to 535), and refining such samples had chased that noise with 20-30
+steady states per peak: 3,045 steady states for the 51 knees of 14 plans, now 1,326. The knee
+found is every concurrency's in 48 of the 51 (before: 49), one sequence fewer in the others
+(tests/serve/test_plan_notes.py). A sample that stands above a neighbour by more (a peak before
+a dip, such as a lockstep rank's extra prompt chunk) is still refined; without a tie (the peak
+itself sought) every peak is."""
+
+
 def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: int, tie: float = 0.0) -> int:
     """The fewest sequences in [1, upper] within `tie` of the most steady-state output tokens/s.
     Tokens/s rise with concurrency until the prompt budget saturates, then wander (more than
     one local peak: DeepSeek-V3 at ep 32 and a 2,048-token budget, 256 -> 14,823 tok/s, 300 ->
     14,145, 1,024 -> 14,735), so the rate is sampled at powers of sqrt(2) and the upper end,
-    each local peak of the samples refined between its neighbours (ternary search), and the
-    best of them kept; with a tie, the fewest sequences whose rate reaches (1 - tie) of that
-    best, found between the first sample over the bar and the one before it (bisection on the
-    rising side)."""
+    each local peak of the samples refined between its neighbours (ternary search; not a
+    plateau's, PEAK_FLAT_FRACTION), and the best of them kept; with a tie, the fewest sequences
+    whose rate reaches (1 - tie) of that best, found between the first sample over the bar and
+    the one before it (bisection on the rising side)."""
     def rate(concurrency: int) -> float:
         return steady_at(concurrency).throughput_tokens_per_second
 
@@ -1170,13 +1184,23 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
     best_c, best = grid[0], rates[0]
     for i in peaks:
         lo, hi = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
+        if tie > 0 and all(rates[j] >= rates[i] * (1 - PEAK_FLAT_FRACTION)
+                           for j in (i - 1, i + 1) if 0 <= j < len(grid)):
+            lo = hi = grid[i]  # a plateau's sample: nothing between its neighbours to find
+        tried = {grid[i]}
         while hi - lo > 2:
             third = (hi - lo) // 3
-            if rate(lo + third) < rate(hi - third):
+            left, right = rate(lo + third), rate(hi - third)
+            tried.update((lo + third, hi - third))
+            if tie > 0 and max(left, right, rates[i]) <= min(left, right, rates[i]) * (1 + PEAK_FLAT_FRACTION):
+                break  # both probes on the sample's plateau
+            if left < right:
                 lo = lo + third + 1
             else:
                 hi = hi - third
-        c = max(range(lo, hi + 1), key=lambda n: (rate(n), -n))
+        else:
+            tried.update(range(lo, hi + 1))
+        c = max(tried, key=lambda n: (rate(n), -n))
         if rate(c) > best or (rate(c) == best and c < best_c):
             best_c, best = c, rate(c)
     if tie <= 0:

@@ -121,6 +121,43 @@ def test_peak_concurrency_search_by_hand():
     assert peak_throughput_concurrency(steady, 1, 0.03) == 1
 
 
+def test_peak_concurrency_search_skips_plateaus_and_finds_the_exhaustive_knee(monkeypatch):
+    """DeepSeek-V3 tp=1 pp=2 dp=8 ep=8 on 2x8 H100 at a 1,024-token budget (1,024/256 tokens,
+    the default): the knee the search finds (the fewest sequences within 3% of the most tokens/s)
+    is the one found by pricing every concurrency up to the cap, and it prices few of them
+    (past the budget's knee tokens/s are flat to 0.1%: PEAK_FLAT_FRACTION)."""
+    from dataclasses import replace
+
+    import planner.serve as serve
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.layout import Layout
+    from planner.requests import ServeRequest
+
+    found: list[tuple] = []
+    search = serve.peak_throughput_concurrency
+
+    def watched(steady_at, upper, tie=0.0):
+        priced: set[int] = set()
+
+        def counted(c):
+            priced.add(c)
+            return steady_at(c)
+
+        knee = search(counted, upper, tie)
+        found.append((steady_at, upper, tie, knee, len(priced)))
+        return knee
+
+    monkeypatch.setattr(serve, "peak_throughput_concurrency", watched)
+    request = replace(ServeRequest(), max_num_batched_tokens=1024)
+    result = serve.estimate(resolve_model("deepseek-v3"), resolve_cluster("2x8xH100"), Layout(1, 2, 8, 8), request)
+    assert isinstance(result, serve.ServeEstimate) and result.notes[0].startswith("Prompt-bound")
+    (steady_at, upper, tie, knee, num_priced), = found
+    rates = {c: steady_at(c).throughput_tokens_per_second for c in range(1, upper + 1)}
+    bar = max(rates.values()) * (1 - tie)
+    assert knee == min(c for c, rate in rates.items() if rate >= bar) == result.concurrency
+    assert num_priced < 40 < upper
+
+
 def test_notes_say_what_sets_tpot_and_the_default_concurrency():
     """Llama-3.1-70B NVFP4 on 4 L40S at 1,024 / 256: the steps carry about four prompt tokens
     per output token, so prompts take most of the TPOT, and the plan says so; its 256
