@@ -865,9 +865,14 @@ def run_plan(opts: PlanOptions, *, top: int | None, show_rejected: bool, emit: E
 
 def check_served_model(served_model: str, flag: str = "--served-model") -> None:
     """--served-model goes into the launch command as one argument: an empty or blank name, or
-    one with a control character (a newline would split the printed command), launches nothing."""
+    one with a control character (a newline would split the printed command), launches nothing;
+    nor does one that starts with a dash, which the engine's argument parser reads as an option
+    (`vllm serve --foo`: an unknown flag; write a path as ./-foo)."""
     if not served_model.strip():
         raise SpecError(f"{flag}: empty; give the model path or Hugging Face id the command should load")
+    if served_model.lstrip().startswith("-"):
+        raise SpecError(f"{flag}: {served_model!r} starts with '-', which the engine would read as an option "
+                        f"(write a path as ./{served_model.lstrip()})")
     if any(not ch.isprintable() for ch in served_model):
         raise SpecError(f"{flag}: {served_model!r} contains a control character")
 

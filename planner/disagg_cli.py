@@ -172,8 +172,11 @@ def binding_reason(e: DisaggEstimate) -> str:
     if e.binding == "request-rate":
         return next(note for note in e.notes if note.startswith("Rate-bound"))
     if e.binding == "prefill":
-        return (f"the prefill workers bind: a step of {e.prefill.concurrency:.1f} prompts takes "
-                f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms, so within TTFT "
+        # a prompt cut into chunks takes S_p steps (a step of "1.0 prompts" read as a whole prompt's)
+        step = (f"a prompt takes {e.steps_per_prompt} steps (its chunks) of "
+                f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms" if e.steps_per_prompt > 1 else
+                f"a step of {e.prefill.concurrency:.1f} prompts takes {seconds_to_ms(e.prefill.round_seconds):.0f} ms")
+        return (f"the prefill workers bind: {step}, so within TTFT "
                 f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
                 f"{e.requests_per_second:.2f} req/s")
     ranks = f" x {e.decode.dp} ranks" if e.decode.dp > 1 else ""

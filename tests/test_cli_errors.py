@@ -599,6 +599,11 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", "meta/x\nrm -rf"],
         ("--served-model", "control character"),
     ),
+    # vLLM and SGLang would read it as an option (found by a CLI sweep: `vllm serve --foo`)
+    "served-model-dash": (
+        ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", "--foo"],
+        ("--served-model", "starts with '-'"),
+    ),
     "unknown-shipped-model": (
         ["--model", "llama-9-1t", "--cluster", GOOD_CLUSTER],
         ("--model", "llama-9-1t"),
@@ -939,3 +944,13 @@ def test_a_pipe_given_as_a_spec_is_refused_before_it_is_opened(run_plan, tmp_pat
     result = run_plan(flag, str(fifo), *other)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == f"{fifo}: not a regular file (a pipe or a device)"
+
+
+def test_a_served_draft_model_starting_with_a_dash_is_refused():
+    """The drafter's checkpoint goes into SGLang's --speculative-draft-model-path as one argument."""
+    from planner.cli import check_served_model
+    from planner.errors import SpecError
+
+    with pytest.raises(SpecError, match="--served-draft-model: '-x' starts with '-'"):
+        check_served_model("-x", "--served-draft-model")
+    check_served_model("./-x", "--served-draft-model")

@@ -768,3 +768,16 @@ def test_a_fixed_batch_is_held_by_the_decode_workers_too():
     kv_bound = plan_disaggregated(model, cluster, ServeRequest(batch=256, input_len=8000, output_len=1000,
                                                                max_tpot_seconds=0.025))
     assert kv_bound.recommended is None
+
+
+def test_a_chunked_prompts_binding_prefill_says_its_steps():
+    """Llama-3.1-8B on 8 H100 at a 512-token budget, 1,024-token prompts: a prompt takes 2
+    steps, and the reason says so (it had read "a step of 1.0 prompts takes 15 ms", a whole
+    prompt in one step; found by a CLI sweep)."""
+    from planner.disagg_cli import binding_reason
+
+    model, spec = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = ServeRequest(input_len=1024, output_len=256, max_num_batched_tokens=512)
+    best = plan_disaggregated(model, spec, request).recommended
+    assert best.binding == "prefill" and best.steps_per_prompt == 2
+    assert binding_reason(best).startswith("the prefill workers bind: a prompt takes 2 steps (its chunks) of ")
