@@ -185,7 +185,8 @@ class Metric:
     name: str
     value: float
     unit: str
-    """s | tok/s | count | fraction."""
+    """s | tok/s | count | fraction (a share, written as `plan` writes one: 0.4%, <0.1%) | percent
+    (a fraction written to one decimal, as `plan`'s MFU)."""
 
 
 @dataclass(frozen=True)

@@ -358,7 +358,7 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
     return (
         Metric("step time", e.step_time_seconds, "s"),
         Metric("throughput", e.tokens_per_second, "tok/s"),
-        Metric("MFU", e.mfu, "fraction"),
+        Metric("MFU", e.mfu, "percent"),
         Metric("micro-batches per step", e.num_micro_batches, "count"),
         Metric("bubble", e.bubble_share_of_step, "fraction"),  # of the step, as the table's
     )

@@ -404,19 +404,28 @@ def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
 def interleaving_batch_reasons(m: int, pp: int, engine: str) -> list[str]:
     """Why m micro-batches cannot run interleaved over pp stages: Megatron needs m >= p (its
     micro-batch groups, pipeline.microbatch_group_size, take p to m of them); torchtitan's
-    Interleaved1F1B a multiple of p (planned so, as Megatron's default group of p)."""
+    ScheduleInterleaved1F1B (torch.distributed.pipelining) runs max(1, m // p) rounds of m /
+    rounds micro-batches and raises unless the rounds divide m (schedules.py, torch 2.13), and
+    is planned with at least p as Megatron is: m = 6 at p = 4 runs one round of 6 (Megatron's
+    group for it too), m = 9 is refused (2 rounds). Where torch takes m, its rounds' size is
+    microbatch_group_size(p, m), which the activations and the timeline price."""
+    if m < pp:
+        return [f"m={m} below p={pp}: interleaving needs at least p micro-batches "
+                f"({'Megatron' if engine == 'megatron' else engine})"]
     if engine == "megatron":
-        return [] if m >= pp else [f"m={m} below p={pp}: interleaving needs at least p micro-batches (Megatron)"]
-    return [f"m={m} not a multiple of p={pp} for interleaving ({engine})"] if m % pp else []
+        return []
+    rounds = m // pp
+    return [f"m={m} not a multiple of its {rounds} rounds of about p={pp} (torch's ScheduleInterleaved1F1B, "
+            f"{engine})"] if m % rounds else []
 
 
 def interleaving_batch_summary(micro_batches: list[int], pp: int, engine: str) -> str:
     """interleaving_batch_reasons for the several m of one layout's micro-batch sizes, one line:
     "interleaving needs at least p=16 micro-batches (Megatron): m = 1, 2, 4 here"."""
     ms = ", ".join(str(m) for m in sorted(set(micro_batches)))
-    need = "at least p" if engine == "megatron" else "a multiple of p"
-    who = "Megatron" if engine == "megatron" else engine
-    return f"interleaving needs {need}={pp} micro-batches ({who}): m = {ms} here"
+    if engine == "megatron":
+        return f"interleaving needs at least p={pp} micro-batches (Megatron): m = {ms} here"
+    return f"interleaving needs at least p={pp} micro-batches, in m // p rounds that divide m ({engine}): m = {ms} here"
 
 
 def split_reasons(model: ModelSpec, config: TrainConfig, engine: str = "megatron") -> list[str]:

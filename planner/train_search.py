@@ -798,6 +798,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest, sugges
             raise SpecError(f"--recompute outputs: {refusal}")
     if request.recompute == "op" and (refusal := op_recompute_refusal(model, request)) is not None:
         raise SpecError(f"--recompute op: {refusal}")
+    if request.recompute_num_layers is not None and request.recompute_num_layers > model.num_hidden_layers:
+        # Megatron's "between 1 and num_layers_per_pipeline_rank" (TransformerConfig.__post_init__,
+        # core_v0.19.0) is not enforced above it: a larger count reruns every layer of the stage,
+        # and one past the whole model is a mistake
+        raise SpecError(f"--recompute-num-layers: {request.recompute_num_layers} is more than {model.name}'s "
+                        f"{model.num_hidden_layers} layers (it counts the layers of one model chunk to rerun)")
     if request.recompute == "selective" and op_recompute_refusal(model, request) is None:
         request = replace(request, recompute="op")  # torchtitan's selective level, as it runs it
     given, asked = request.layout, request

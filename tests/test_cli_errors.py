@@ -604,6 +604,12 @@ FLAG_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--model", GOOD_MODEL, "--cluster", GOOD_CLUSTER, "--served-model", "--foo"],
         ("--served-model", "starts with '-'"),
     ),
+    # Megatron would recompute the stage's every layer under "block 100" (a CLI sweep)
+    "recompute-num-layers-past-the-model": (
+        ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", GOOD_CLUSTER, "--global-batch", "64",
+         "--seq-len", "4096", "--recompute-num-layers", "100"],
+        ("--recompute-num-layers", "100 is more than llama-3.1-8b's 32 layers"),
+    ),
     "unknown-shipped-model": (
         ["--model", "llama-9-1t", "--cluster", GOOD_CLUSTER],
         ("--model", "llama-9-1t"),

@@ -32,6 +32,7 @@ from planner.render.common import (
     gib,
     ms_or_s,
     print_json,
+    share_text,
     us,
     write_recording,
 )
@@ -455,7 +456,7 @@ def breakdown_lines(b: TimeBreakdown, width: int) -> list[Text]:
     chars["bubble"] = IDLE_CHAR
     bar = _stacked([(s.name, s.seconds) for s in shown], b.total_seconds, bar_width, chars, BREAKDOWN_STYLES)
     # "[=] TP comm", not "= TP comm": a glyph beside a number reads as arithmetic
-    legend = "  ".join(f"[{chars[s.name]}] {s.name} {seconds(s.seconds)} ({s.seconds / b.total_seconds:.0%})"
+    legend = "  ".join(f"[{chars[s.name]}] {s.name} {seconds(s.seconds)} ({share_text(s.seconds / b.total_seconds)})"
                        for s in shown)
     return [Text(f"{b.what}: {seconds(b.total_seconds)}", style="bold"), bar, Text(legend, no_wrap=False)]
 
@@ -531,8 +532,10 @@ def _metric_text(name: str, value: float, unit: str) -> str:
         return f"{name} {seconds(value)}"
     if unit == "tok/s":
         return f"{name} {count(value)} tok/s"
-    if unit == "fraction":
-        return f"{name} {value:.0%}"
+    if unit == "fraction":  # as `plan`'s summary writes a share (0.4%, not 0%: a CLI read)
+        return f"{name} {share_text(value)}"
+    if unit == "percent":  # one decimal, as `plan`'s MFU
+        return f"{name} {value:.1%}"
     if unit == "count" and value != int(value):  # a mean (requests in flight at a rate)
         return f"{name} {value:.1f}"
     return f"{name} {value:g}"

@@ -23,6 +23,7 @@ from planner.render.common import (
     ms_or_s,
     per_node_lines,
     print_json_rows,
+    share_text,
     step_json,
     to_jsonable,
 )
@@ -163,14 +164,6 @@ def mtp_line(num_mtp_layers: int, pp: int) -> str:
     return (f"Multi-token prediction: {num_mtp_layers} MTP module{'s' if num_mtp_layers > 1 else ''} {where} "
             f"(--mtp-num-layers {num_mtp_layers}); per micro-batch {each} runs a transformer block and a second "
             f"pass of the output layer and loss. --mtp-layers 0 trains the main model only.")
-
-
-def share_text(fraction: float) -> str:
-    """A share of the step: whole percent, one decimal below 1% but above 0 (a 0.4% bubble read
-    "bubble 0%" beside the table's 0.4%: a CLI read)."""
-    if 0 < fraction < 0.0005:
-        return "<0.1%"
-    return f"{fraction:.1%}" if 0 < fraction < 0.01 - 0.0005 else f"{fraction:.0%}"
 
 
 def summary_lines(plan: TrainPlan) -> list[str]:

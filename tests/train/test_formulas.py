@@ -191,8 +191,24 @@ def test_interleaving_needs_m_at_least_p_with_megatron_and_a_multiple_with_torch
     from planner.train import interleaving_batch_reasons
     assert interleaving_batch_reasons(10, 4, "megatron") == []
     assert "below p=4" in interleaving_batch_reasons(3, 4, "megatron")[0]
-    assert "not a multiple of p=4" in interleaving_batch_reasons(10, 4, "torchtitan")[0]
+    # torch's rounds: max(1, m // p) of m / rounds micro-batches, the rounds dividing m
+    assert interleaving_batch_reasons(10, 4, "torchtitan") == []  # 2 rounds of 5
+    assert interleaving_batch_reasons(6, 4, "torchtitan") == []  # 1 round of 6 (a CLI read)
+    assert "not a multiple of its 2 rounds" in interleaving_batch_reasons(9, 4, "torchtitan")[0]
+    assert "below p=4" in interleaving_batch_reasons(3, 4, "torchtitan")[0]
     assert interleaving_batch_reasons(8, 4, "torchtitan") == []
+
+
+def test_torchs_interleaved_rounds_are_megatrons_micro_batch_groups():
+    """Wherever torch's ScheduleInterleaved1F1B takes m (its max(1, m // p) rounds divide m), its
+    rounds hold microbatch_group_size(p, m) micro-batches, what the activations and the timeline
+    price (p = 2..32, m = p..256)."""
+    from planner.cost.pipeline import microbatch_group_size
+    from planner.train import interleaving_batch_reasons
+    for p in range(2, 33):
+        for m in range(p, 257):
+            if not interleaving_batch_reasons(m, p, "torchtitan"):
+                assert microbatch_group_size(p, m) == m // (m // p), (p, m)
 
 
 def test_megatron_command_names_the_group_only_where_p_does_not_divide_m():
