@@ -469,7 +469,7 @@ def prefill_rounds(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest
         def micro(b: float) -> tuple[float, float]:
             return between(paths, b), between(busiest, b)
 
-    return prefill_worker(i, budget, k * shape.dp, seconds, k, micro), seconds
+    return prefill_worker(i, budget, k * shape.dp, seconds, k, micro, request.schedules_ahead), seconds
 
 
 def prefill_price_points(most: int) -> list[int]:

@@ -172,6 +172,13 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                 (f"one micro-batch at a time until prompts queue, at {load.utilization:.0%} utilization "
                  f"({load.rate_per_second:.2f} req/s per worker; the worker's flow-equivalent chain)")
                 if load.chained else
+                # cost/disaggregated.gated_batch_prefill: the busy share, not the rate over capacity
+                (f"the rest of the step running when it arrives: a step runs {load.busy_fraction:.0%} of the time "
+                 f"at {load.rate_per_second:.2f} req/s per worker ({load.utilization:.0%} of its capacity at full "
+                 f"steps), {load.prompts_per_step:.1f} prompt(s) a step on average"
+                 + (f"; {load.lag_fraction:.0%} of the steps run one behind under async scheduling (a step left "
+                    f"prompts over), a step more" if load.lag_fraction >= 0.005 else ""))
+                if load.busy_fraction is not None else
                 # rho against the capacity at full steps (cost/disaggregated.prefill_at_rate), not the busy
                 # share at this step size: "41% utilization" beside a 50 ms step at 10 req/s read as a slip
                 f"M/D/1 wait at {load.utilization:.0%} of the worker's capacity ({load.rate_per_second:.2f} req/s per "
@@ -180,6 +187,9 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
         PathLeg("prefill", load.prefill_seconds - load.wait_seconds,
                 f"one micro-batch's path through the {p.pp} stages of a prefill worker tp={p.tp} pp={p.pp}"
                 if load.chained else
+                f"its own step, with the prompts that arrived during the one before it (alone at an idle worker), "
+                f"on a prefill worker tp={p.tp} pp={p.pp}"
+                if load.busy_fraction is not None else
                 f"{steps} step(s) of {load.prompts_per_step:.1f} prompt(s) on a prefill worker tp={p.tp} "
                 f"pp={p.pp}, round {seconds_to_ms(p.round_seconds):.1f} ms"
                 + (f"; its {steps} chunks in consecutive micro-batches, one every round / {p.pp}"

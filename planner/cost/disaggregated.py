@@ -60,7 +60,16 @@ class PrefillWorker:
     micro_batch_table: tuple[tuple[float, float], ...] = ()
     """A pipelined worker of whole prompts (S_p = 1, no lockstep lanes): (path, busiest stage)
     of one micro-batch of 1, 2, ..., n_max prompts, for pipelined_prefill_seconds; empty: the
-    round model (prefill_at_rate's M/D/1)."""
+    round model (prefill_at_rate)."""
+    schedules_ahead: bool = False
+    """vLLM's async scheduling on a worker without PP (its default at 0.33.0): the next step is
+    scheduled as one starts (gated_batch_prefill)."""
+
+    @property
+    def gated_batches(self) -> bool:
+        """One engine stepping whole prompts (p = 1, no lockstep lanes, S_p = 1): priced by
+        gated_batch_prefill; the others by prefill_at_rate's M/D/1 or chain."""
+        return self.pipeline_stages == 1 and self.in_flight == 1 and self.steps_per_prompt == 1
 
     @cached_property
     def log_throughputs(self) -> tuple[float, ...]:
@@ -90,21 +99,29 @@ class PrefillLoad:
     chained: bool = False
     """Priced by pipelined_prefill_seconds (a pipelined worker of whole prompts): the wait is
     the chain's time in the worker less one micro-batch's path, not an M/D/1 wait."""
+    busy_fraction: float | None = None
+    """Priced by gated_batch_prefill: the share of time a step runs (U); None otherwise."""
+    lag_fraction: float = 0.0
+    """gated_batch_prefill under async scheduling: the share of steps a prompt arriving during one
+    waits a whole step more for (the step scheduled ahead holds prompts left over)."""
 
 
 def prefill_worker(input_len: int, budget_tokens: int, in_flight: int,
                    round_seconds: Callable[[float], float], pipeline_stages: int = 1,
-                   micro_batch_seconds: Callable[[float], tuple[float, float]] | None = None) -> PrefillWorker:
+                   micro_batch_seconds: Callable[[float], tuple[float, float]] | None = None,
+                   schedules_ahead: bool = False) -> PrefillWorker:
     """`round_seconds(b)`: a round of k steps, each carrying b prompts of I / S_p tokens;
     `pipeline_stages` p of the k (the rest are lockstep expert-parallel lanes);
     `micro_batch_seconds(b)`: (path, busiest stage) of one micro-batch of b whole prompts, for a
-    pipelined worker without lanes (PrefillWorker.micro_batch_table)."""
+    pipelined worker without lanes (PrefillWorker.micro_batch_table); `schedules_ahead`: vLLM's
+    async scheduling (PrefillWorker.schedules_ahead, p = 1 only)."""
     steps = math.ceil(input_len / budget_tokens)
     most = max(1, budget_tokens // input_len) if steps == 1 else 1
     table = tuple(round_seconds(float(b)) for b in range(1, most + 1))
     pipelined = micro_batch_seconds is not None and pipeline_stages > 1 and steps == 1 and in_flight == pipeline_stages
     micro = tuple(micro_batch_seconds(float(b)) for b in range(1, most + 1)) if pipelined else ()
-    return PrefillWorker(float(most), steps, in_flight, table[-1], table, pipeline_stages, micro)
+    return PrefillWorker(float(most), steps, in_flight, table[-1], table, pipeline_stages, micro,
+                         schedules_ahead and pipeline_stages == 1)
 
 
 PREFILL_CHAIN_STATES = 256
@@ -201,7 +218,10 @@ def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[
     took the full round, r * T(n_max) / k: a step as long as a full one for every prompt, 2-4
     times the waits a simulation of the same worker gives when T grows with b.) A pipelined
     worker of whole prompts (micro_batch_table) overlaps micro-batches only once prompts wait:
-    its time is pipelined_prefill_seconds', the wait that less one micro-batch's path."""
+    its time is pipelined_prefill_seconds', the wait that less one micro-batch's path. One
+    engine stepping whole prompts (PrefillWorker.gated_batches) is gated_batch_prefill's."""
+    if worker.gated_batches and rate > 0:
+        return gated_batch_prefill(worker, rate, round_seconds)
     steps = worker.steps_per_prompt
     b = operating_prompts_per_step(worker, rate)
     seconds = round_seconds(b)
@@ -216,6 +236,92 @@ def prefill_at_rate(worker: PrefillWorker, rate: float, round_seconds: Callable[
     interval = steps * seconds / worker.pipeline_stages
     wait = math.inf if rho >= 1 else rho * interval / (2 * (1 - rho))
     return PrefillLoad(rate, b, seconds, rho, wait, wait + service)
+
+
+MEAN_BATCH_ROUNDS = 40
+"""gated_batch_prefill's false-position rounds for the mean prompts a step."""
+MEAN_BATCH_TOLERANCE = 2.0**-30
+"""gated_batch_prefill stops once the mean prompts a step are bracketed to this share of them,
+or r T(b) + p0 - b is within it of 0 (a billionth of a prompt moves no printed figure)."""
+
+
+def gated_batch_prefill(worker: PrefillWorker, rate: float, round_seconds: Callable[[float], float]) -> PrefillLoad:
+    """One engine stepping whole prompts at r a second (PrefillWorker.gated_batches). vLLM's
+    scheduler puts every waiting prompt, up to n_max, into its next step, so a step carries what
+    arrived while the one before it ran, b' = A ~ Poisson(r T(b)), or, after the worker idled,
+    the one prompt that woke it (b' = 1 where A = 0):
+    mean prompts a step   mu = r T(mu) + p0, p0 = exp(-r T(mu)) (least root in [1, n_max])
+    second moment         s (1 - r^2 c^2) = r T(mu) + r^2 (a^2 + 2 a c mu) + p0, T(b) taken as
+                          a + c b about mu (c the table's slope there)
+    step moments          E[T] = T(mu), E[T^2] = a^2 + 2 a c mu + c^2 s
+    busy share            U = E[T] / (E[T] + p0 / r) (an idle spell of 1 / r after each step
+                          that nothing arrived during)
+    A prompt arriving while a step runs (PASTA: with probability U) waits out its rest,
+    E[T^2] / (2 E[T]) (the step it lands in is length-biased), and rides the next step with
+    the others that came during that one, 1 + r E[T^2] / E[T] prompts (at most n_max); one
+    arriving at an idle worker runs alone: prefill = U (E[T^2] / (2 E[T]) + T(1 + r E[T^2] /
+    E[T])) + (1 - U) T(1). Under async scheduling (schedules_ahead) the step scheduled ahead,
+    as one starts, is empty while every step takes all that waits (the engine then schedules
+    at the step's end, as without it: serving_sim's module docstring); once a step leaves
+    prompts over (A > n_max) the steps run one behind, each prompt waiting a step more, until
+    one finds nothing (A = 0): a share q / (q + p0) of them, q = P(A > n_max), the wait
+    U E[T] more. The mean-field moments leave out the queue the n_max cap keeps: against the
+    step simulation of the same worker (serving_sim.simulate, 20,000 Poisson arrivals; six step
+    shapes from T(b) = 0.0774 + 0.0633 (b - 1) s, n_max = 8, to a flat 0.1 s, with and without
+    async scheduling) within 4% up to 70% of capacity, 9% at 80%, -22% to +7% at 90%, where
+    the M/D/1 at full steps was -25% to +217% (docs/cost-model.md, Serving: disaggregated).
+    Worked (tests/disagg/test_disagg_cost.py): T(b) = 0.01 + 0.09 b s, n_max = 8, r = 7 /s:
+    mu = 1.3001 (T 0.12701 s, p0 0.4110), s = 2.3540, E[T^2] = 0.021507 s^2, U = 0.6838, the
+    rest of a step 0.08467 s, its own step of 2.1854 prompts 0.20668 s, alone 0.1 s: prefill
+    0.2309 s (the simulation: 0.2312 s; the M/D/1 at full steps gave 0.1884 s)."""
+    most = worker.prompts_per_step_max
+
+    def excess(b: float) -> float:  # r T(b) + exp(-r T(b)) - b: >= 0 at b = 1, falls through the root
+        load = rate * round_seconds(b)
+        return load + math.exp(-load) - b
+
+    if excess(most) >= 0:
+        mu = most
+    else:
+        low, high = false_position_bracket(1.0, most, lambda b: -excess(b), MEAN_BATCH_TOLERANCE, MEAN_BATCH_ROUNDS,
+                                           MEAN_BATCH_TOLERANCE)
+        mu = min((low, high), key=lambda b: abs(excess(b)))
+    t_mu = round_seconds(mu)
+    p0 = math.exp(-rate * t_mu)
+    lo = min(max(1.0, math.floor(mu)), max(1.0, most - 1))
+    hi = min(lo + 1, most)
+    c = (round_seconds(hi) - round_seconds(lo)) / (hi - lo) if hi > lo else 0.0
+    a = t_mu - c * mu
+    rc = rate * c
+    if rc < 1:
+        s = (rate * t_mu + rate**2 * (a * a + 2 * a * c * mu) + p0) / (1 - rc * rc)
+    else:  # a slope the rate outruns: the Poisson spread about the mean alone
+        s = mu * mu + mu
+    mean_t, mean_t2 = t_mu, max(a * a + 2 * a * c * mu + c * c * s, t_mu * t_mu)
+    busy = mean_t / (mean_t + p0 / rate)
+    biased = mean_t2 / mean_t  # the length-biased step
+    lag = 0.0
+    if worker.schedules_ahead:
+        over = poisson_tail_above(rate * t_mu, int(most))
+        lag = over / (over + p0) if over + p0 > 0 else 0.0
+    wait = busy * (biased / 2 + lag * mean_t)
+    alone = round_seconds(1.0)
+    own = round_seconds(min(most, 1 + rate * biased))
+    service = busy * own + (1 - busy) * alone
+    return PrefillLoad(rate, mu, t_mu, rate / worker.capacity_requests_per_second, wait, wait + service,
+                       busy_fraction=busy, lag_fraction=lag)
+
+
+def poisson_tail_above(mean: float, n: int) -> float:
+    """P(X > n) for X ~ Poisson(mean): 1 - sum of the pmf to n (0 below the rounding)."""
+    term = math.exp(-mean)
+    cdf = term
+    for k in range(1, n + 1):
+        term *= mean / k
+        cdf += term
+        if term < 1e-300 and k > mean:
+            break
+    return max(0.0, 1.0 - cdf)
 
 
 def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,

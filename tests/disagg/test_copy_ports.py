@@ -21,8 +21,8 @@ from planner.emit.sglang import PORT_STRIDE
 
 SIDE_CHANNEL_SPAN = 8
 CASES = [
-    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--max-e2e-ms", "3000"],
-    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--max-e2e-ms", "3000", "--emit", "sglang"],
+    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--max-e2e-ms", "2500"],
+    ["--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--max-e2e-ms", "2500", "--emit", "sglang"],
 ]
 
 
