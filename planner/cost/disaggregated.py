@@ -40,6 +40,17 @@ RATE_GRID_POINTS = 32
 each priced once per worker however many limits are searched (`grid`)."""
 
 
+GATED_MIN_PROMPTS = 3
+"""gated_batch_prefill prices workers whose step holds at least 3 whole prompts. Its mean field
+leaves out the queue the n_max cap keeps, which forms early where a step holds few: against the
+step simulation of real workers (1x8 H100, vLLM's 8,192-token budget, 10,000-20,000 Poisson
+arrivals, two seeds), at n_max = 2 (4,096-token prompts; Llama-3.1-8B tp 1-2, 70B tp 4-8,
+Qwen3-30B-A3B tp 2) it ran -2% to +5% up to 70% of capacity but -13% to -45% at 80-90%, where
+the M/D/1 at full steps stays within -10% to +13% at every load (and is exact at n_max = 1: one
+prompt a step, a deterministic service of T(1)); at n_max = 3 (2,700-token prompts) gated batches
+are within 8% up to 80% and -9% to -21% at 90%, the M/D/1 -5% to -15% throughout."""
+
+
 @dataclass(frozen=True)
 class PrefillWorker:
     prompts_per_step_max: float
@@ -67,9 +78,11 @@ class PrefillWorker:
 
     @property
     def gated_batches(self) -> bool:
-        """One engine stepping whole prompts (p = 1, no lockstep lanes, S_p = 1): priced by
-        gated_batch_prefill; the others by prefill_at_rate's M/D/1 or chain."""
-        return self.pipeline_stages == 1 and self.in_flight == 1 and self.steps_per_prompt == 1
+        """One engine stepping whole prompts, GATED_MIN_PROMPTS or more a step (p = 1, no lockstep
+        lanes, S_p = 1): priced by gated_batch_prefill; the others by prefill_at_rate's M/D/1 or
+        chain."""
+        return (self.pipeline_stages == 1 and self.in_flight == 1 and self.steps_per_prompt == 1
+                and self.prompts_per_step_max >= GATED_MIN_PROMPTS)
 
     @cached_property
     def log_throughputs(self) -> tuple[float, ...]:
@@ -250,9 +263,10 @@ def gated_batch_prefill(worker: PrefillWorker, rate: float, round_seconds: Calla
     scheduler puts every waiting prompt, up to n_max, into its next step, so a step carries what
     arrived while the one before it ran, b' = A ~ Poisson(r T(b)), or, after the worker idled,
     the one prompt that woke it (b' = 1 where A = 0):
-    mean prompts a step   mu = r T(mu) + p0, p0 = exp(-r T(mu)) (least root in [1, n_max])
+    mean prompts a step   mu = r T(mu) + p0, p0 = exp(-r T(mu)) (a root in [1, n_max], the
+                          least where T is smooth)
     second moment         s (1 - r^2 c^2) = r T(mu) + r^2 (a^2 + 2 a c mu) + p0, T(b) taken as
-                          a + c b about mu (c the table's slope there)
+                          a + c b about mu (c the slope over [mu / 2, 2 mu])
     step moments          E[T] = T(mu), E[T^2] = a^2 + 2 a c mu + c^2 s
     busy share            U = E[T] / (E[T] + p0 / r) (an idle spell of 1 / r after each step
                           that nothing arrived during)
@@ -263,13 +277,13 @@ def gated_batch_prefill(worker: PrefillWorker, rate: float, round_seconds: Calla
     E[T])) + (1 - U) T(1). Under async scheduling (schedules_ahead) the step scheduled ahead,
     as one starts, is empty while every step takes all that waits (the engine then schedules
     at the step's end, as without it: serving_sim's module docstring); once a step leaves
-    prompts over (A > n_max) the steps run one behind, each prompt waiting a step more, until
-    one finds nothing (A = 0): a share q / (q + p0) of them, q = P(A > n_max), the wait
-    U E[T] more. The mean-field moments leave out the queue the n_max cap keeps: against the
-    step simulation of the same worker (serving_sim.simulate, 20,000 Poisson arrivals; six step
-    shapes from T(b) = 0.0774 + 0.0633 (b - 1) s, n_max = 8, to a flat 0.1 s, with and without
-    async scheduling) within 4% up to 70% of capacity, 9% at 80%, -22% to +7% at 90%, where
-    the M/D/1 at full steps was -25% to +217% (docs/cost-model.md, Serving: disaggregated).
+    prompts over (A > n_max, probability q) the steps run one behind, each prompt waiting a step
+    more, until one finds nothing (A = 0): lag_share(q, p0) of the steps, the wait U E[T] more.
+    Approximations: p0 and E[T] at the mean step (Jensen's inequality puts both higher where T
+    bends), and no queue from the n_max cap (GATED_MIN_PROMPTS keeps steps of one or two prompts
+    on the M/D/1). Against the step simulation (docs/cost-model.md, Serving: disaggregated, "Gated
+    batches": real workers' tables, 30-80% of capacity within 10%, -21% to +35% at 90%; the M/D/1
+    at full steps had -33% to +91% and +258%).
     Worked (tests/disagg/test_disagg_cost.py): T(b) = 0.01 + 0.09 b s, n_max = 8, r = 7 /s:
     mu = 1.3001 (T 0.12701 s, p0 0.4110), s = 2.3540, E[T^2] = 0.021507 s^2, U = 0.6838, the
     rest of a step 0.08467 s, its own step of 2.1854 prompts 0.20668 s, alone 0.1 s: prefill
@@ -288,22 +302,23 @@ def gated_batch_prefill(worker: PrefillWorker, rate: float, round_seconds: Calla
         mu = min((low, high), key=lambda b: abs(excess(b)))
     t_mu = round_seconds(mu)
     p0 = math.exp(-rate * t_mu)
-    lo = min(max(1.0, math.floor(mu)), max(1.0, most - 1))
-    hi = min(lo + 1, most)
+    # the slope over [mu / 2, 2 mu] (within [1, n_max]): continuous in mu, where the table's own
+    # segment's jumped as mu crossed a whole count, and 1 / (1 - r^2 c^2) turned the jump into a
+    # 13% fall of the price as the rate rose (a review)
+    lo, hi = max(1.0, mu / 2), min(most, 2 * mu)
     c = (round_seconds(hi) - round_seconds(lo)) / (hi - lo) if hi > lo else 0.0
     a = t_mu - c * mu
     rc = rate * c
-    if rc < 1:
+    if abs(rc) < 1:
         s = (rate * t_mu + rate**2 * (a * a + 2 * a * c * mu) + p0) / (1 - rc * rc)
-    else:  # a slope the rate outruns: the Poisson spread about the mean alone
+    else:  # past capacity at this slope: the Poisson spread about the mean alone
         s = mu * mu + mu
     mean_t, mean_t2 = t_mu, max(a * a + 2 * a * c * mu + c * c * s, t_mu * t_mu)
     busy = mean_t / (mean_t + p0 / rate)
     biased = mean_t2 / mean_t  # the length-biased step
     lag = 0.0
     if worker.schedules_ahead:
-        over = poisson_tail_above(rate * t_mu, int(most))
-        lag = over / (over + p0) if over + p0 > 0 else 0.0
+        lag = lag_share(poisson_tail_above(rate * t_mu, int(most)), p0)
     wait = busy * (biased / 2 + lag * mean_t)
     alone = round_seconds(1.0)
     own = round_seconds(min(most, 1 + rate * biased))
@@ -312,16 +327,50 @@ def gated_batch_prefill(worker: PrefillWorker, rate: float, round_seconds: Calla
                        busy_fraction=busy, lag_fraction=lag)
 
 
+LAG_HORIZON_STEPS = 100_000
+"""The steps over which lag_share averages (about 80 minutes of 50 ms steps: a serving run's
+length). A worker enters the one-behind state once in 1 / q steps; where that is longer than any
+run (q = 1e-22: a thousand prompts a step, a mean of 160), the state's long-run share (near 1
+where p0 is as small) is never seen, and pricing it had added a step to every prompt (+66%
+against the step simulation, a review)."""
+
+
+def lag_share(enter: float, leave: float, steps: int = LAG_HORIZON_STEPS) -> float:
+    """The expected share of `steps` steps a two-state chain spends in its second state, starting
+    in the first, entering with probability `enter` and leaving with `leave` a step: pi (1 - (1 -
+    (1 - e)^n) / (e n)), pi = enter / e, e = enter + leave; pi where e n is large, about enter n /
+    2 where it is small. enter = 0.01, leave = 0.04: pi = 0.2 (e n = 5,000)."""
+    rate = enter + leave
+    if rate <= 0:
+        return 0.0
+    if rate >= 1:
+        return enter / rate
+    relaxed = -math.expm1(steps * math.log1p(-rate))  # 1 - (1 - e)^n
+    return enter / rate * (1 - relaxed / (rate * steps))
+
+
 def poisson_tail_above(mean: float, n: int) -> float:
-    """P(X > n) for X ~ Poisson(mean): 1 - sum of the pmf to n (0 below the rounding)."""
-    term = math.exp(-mean)
-    cdf = term
-    for k in range(1, n + 1):
-        term *= mean / k
-        cdf += term
-        if term < 1e-300 and k > mean:
-            break
-    return max(0.0, 1.0 - cdf)
+    """P(X > n) for X ~ Poisson(mean), summed from k = n + 1 up in logs (1 - the cdf left
+    rounding noise of 1e-16 where the tail is 1e-22, and exp(-mean) underflows past a mean of 745:
+    a review); 0 when n >= mean past the terms' reach."""
+    if mean <= 0:
+        return 0.0
+    if n < mean - 12 * math.sqrt(mean) - 12:  # the tail is all but the whole mass
+        below = 0.0
+        log_term = -mean  # P(0)
+        for k in range(0, n + 1):
+            below += math.exp(log_term)
+            log_term += math.log(mean) - math.log(k + 1)
+        return max(0.0, 1.0 - below)
+    total, k = 0.0, n + 1
+    log_term = k * math.log(mean) - mean - math.lgamma(k + 1)
+    while True:
+        term = math.exp(log_term)
+        total += term
+        if k > mean and term <= total * 2.0**-53:
+            return min(1.0, total)
+        k += 1
+        log_term += math.log(mean) - math.log(k)
 
 
 def max_prefill_rate(worker: PrefillWorker, limit_seconds: float | None,

@@ -433,3 +433,58 @@ def test_max_prefill_rate_agrees_with_bisection_and_its_grid_memo(limit_ms):
     for other in (40.0, 12.5, 16.0):  # fill the memo from other limits first
         max_prefill_rate(worker, other / 1e3, constant(0.014), shared)
     assert max_prefill_rate(worker, limit, constant(0.014), shared) == found
+
+
+def test_a_step_of_one_or_two_prompts_queues_as_the_m_d_1():
+    """n_max = 1 (8,192-token prompts under an 8,192 budget): one prompt a step, a deterministic
+    service of T(1) = 0.2 s, the M/D/1's exact case: at 90% of capacity (4.5 /s), wait 0.9 * 0.2
+    / (2 * 0.1) = 0.9 s, prefill 1.1 s (the step simulation: 1.084 s; gated batches had priced
+    0.269 s, a review). n_max = 2 stays there too (GATED_MIN_PROMPTS); n_max = 3 is gated."""
+    def step(b: float) -> float:
+        return 0.2 * b
+
+    one = prefill_worker(8192, 8192, 1, step)
+    load = prefill_at_rate(one, 0.9 * one.capacity_requests_per_second, step)
+    assert load.busy_fraction is None
+    assert load.prefill_seconds == pytest.approx(1.1)
+    assert prefill_at_rate(prefill_worker(4096, 8192, 1, step), 5.0, step).busy_fraction is None
+    assert prefill_at_rate(prefill_worker(2700, 8192, 1, step), 5.0, step).busy_fraction is not None
+
+
+def test_poisson_tails_and_the_lag_share_by_hand():
+    """P(X > 8), X ~ Poisson(4): 1 - sum_{k<=8} e^-4 4^k / k! = 0.0213634; far tails without
+    the cdf's rounding (mean 746, n = 1,024: 2.455e-22, where 1 - cdf gave 1.0 once e^-746
+    underflowed) and below it (mean 160, n = 1,024: 0, not 1e-15). lag_share(0.01, 0.04) over
+    100,000 steps: 0.2 (1 - (1 - 0.95^100000) / 5,000) = 0.19996; entered once in 1e15 steps it is
+    5e-11, not the long run's 1e55 / (1e55 + 1)."""
+    from planner.cost.disaggregated import lag_share, poisson_tail_above
+
+    assert poisson_tail_above(4.0, 8) == pytest.approx(1 - sum(math.exp(-4) * 4**k / math.factorial(k)
+                                                               for k in range(9)), rel=1e-12)
+    assert poisson_tail_above(746.0, 1024) == pytest.approx(2.455138e-22, rel=1e-5)
+    assert poisson_tail_above(160.0, 1024) < 1e-300
+    assert poisson_tail_above(5.0, 0) == pytest.approx(1 - math.exp(-5))
+    assert lag_share(0.01, 0.04) == pytest.approx(0.19996)
+    assert lag_share(1e-15, 1e-70) == pytest.approx(5e-11, rel=1e-3)
+    assert lag_share(0.0, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("step_of", [
+    lambda b: 0.0774 + 0.0633 * (b - 1),            # steep, linear
+    lambda b: 0.03 * math.sqrt(b),                   # concave
+    lambda b: max(0.02, 0.005 * b),                  # a floor, then linear
+    lambda b: 0.01 + 0.0002 * b,                     # many short prompts
+])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_the_gated_price_never_falls_as_the_rate_rises(step_of, ahead):
+    """max_prefill_rate bisects on prefill_seconds(r): 200 rates from 1% to 95% of capacity, each
+    priced at least as high as the one before (the table segment's slope had jumped as mu crossed
+    a whole count, a 13% fall; the lag share had flipped between 0 and 1: a review)."""
+    worker = prefill_worker(64 if step_of(1) < 0.015 else 1024, 8192 if step_of(1) >= 0.015 else 65536, 1,
+                            step_of, schedules_ahead=ahead)
+    assert worker.gated_batches
+    capacity = worker.capacity_requests_per_second
+    prices = [prefill_at_rate(worker, (0.01 + 0.94 * k / 199) * capacity, step_of).prefill_seconds
+              for k in range(200)]
+    assert all(later >= earlier * (1 - 1e-9) for earlier, later in zip(prices, prices[1:], strict=False))
+    assert all(math.isfinite(price) and price > 0 for price in prices)
