@@ -538,6 +538,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     `memo`: the steady states and stage steps already priced for this layout, shared by
     estimates whose model, cluster and request differ at most in the SLA limits (a sweep of
     them: planner/frontier.py); None: this estimate's own."""
+    base_cluster = cluster
     cluster = with_moe_backend(cluster, request.moe_backend)
     request = for_checkpoint(model, request)  # plan_serving's requests come resolved: a no-op
     memo = memo if memo is not None else Memo()
@@ -607,6 +608,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     def open_at(concurrency: float) -> SteadyState:
         return memo.get(("open", layout, concurrency), price_steady, concurrency, True)
 
+    def rate_bound(concurrency: int) -> float:
+        # what the knee search skips by: replica_rate_bound, from the layout's BoundInputs
+        bound = memo.get(("rate bound", layout), lambda: replica_rate_bound(
+            model, layout, request, bound_inputs(model, base_cluster, layout, request, memo))[1])
+        return bound(concurrency)
+
     has_sla = request.has_sla
     lockstep = lockstep_ranks(model, layout)
     # neither --batch nor the clients fix the concurrency (a knee below the clients would only queue them)
@@ -627,7 +634,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         concurrency was 8 s of a 28 s DeepSeek-V3 rate plan)."""
         if free and steady_at(cap).budget_bound:
             # past the token budget more sequences add no tokens/s, only prompt queueing
-            knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION)
+            knee = peak_throughput_concurrency(steady_at, cap, PROMPT_BOUND_TIE_FRACTION, rate_bound)
             return knee, (f"Prompt-bound: {knee} concurrent sequences per replica give the most output "
                           f"tokens/s (within {PROMPT_BOUND_TIE_FRACTION:.0%}); more (up to {cap}) would only queue "
                           f"for the {budget:,}-token step budget")
@@ -739,7 +746,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             rising = (largest == 1 or steady_at(largest).throughput_tokens_per_second
                       >= steady_at(largest - 1).throughput_tokens_per_second)
             batch = largest if rising and not steady_at(largest).budget_bound else peak_throughput_concurrency(
-                steady_at, largest)
+                steady_at, largest, bound=rate_bound)
             if batch < largest:
                 binding = "saturation"
                 why = ("would only queue for the prompt budget" if lockstep == 1 else
@@ -1000,6 +1007,20 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     inputs = bound_inputs(model, cluster, layout, request, memo)
     if isinstance(inputs, Rejected):
         return inputs
+    lone_path, replica_bound = replica_rate_bound(model, layout, request, inputs)
+    return LayoutBounds(layout.dp * replica_bound(inputs.setup.cap), lone_path / inputs.tokens_per_round)
+
+
+def replica_rate_bound(model: ModelSpec, layout: Layout, request: ServeRequest,
+                       inputs: BoundInputs) -> tuple[float, Callable[[int], float]]:
+    """(R_0, the lone micro-batch's path at no load; c -> the output tokens/s one replica cannot
+    pass at concurrency c): serving_bounds' argument with the cap B replaced by c (n_d <= C <= c),
+    (O / D) max(c / R(c), min(p, c) / R_0); infinite for one output token and under dual-batch
+    overlap. It grows with c but for small falls where a MoE step's whole expert counts step
+    (DeepSeek-V3 and Qwen3-30B-A3B: at most 0.32% from one c to the next, within
+    RATE_BOUND_SLACK: tests/perf/test_bounded_serving.py, which also checks it against every
+    concurrency's steady state of the knee searches it serves). The knee search
+    (peak_throughput_concurrency) skips the concurrencies it puts below its bar."""
     cluster, setup, priced, tokens_per_round, spec_tokens, decode_rounds = inputs
 
     def decode_round_seconds(seqs: int, polled: bool = True) -> float:
@@ -1012,18 +1033,20 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     # R_0: k = 1, nothing to decode, one row priced; without the engine's sleeps after the
     # empty phases of a lone micro-batch, which a fuller pipeline does not wait out
     lone_path = decode_round_seconds(0, polled=False)
-    if decode_rounds == 0:  # one output token: nothing bounds the prompt-only cycle here
-        return LayoutBounds(math.inf, lone_path / tokens_per_round)
-    if request.enable_dbo:
-        # dual-batch overlap prices a step as two halves, 2 max(work, exchange): n / R(n) need not
-        # grow with n there (DeepSeek-V3 tp=1 pp=4 ep=2 on H200 over DeepEP's low-latency kernels ran
-        # 8,604 tok/s against a bound of 8,559 from the cap), so no tokens/s bound (as the prompts')
-        return LayoutBounds(math.inf, lone_path / tokens_per_round)
-    cap = setup.cap
-    per_round = cap / decode_round_seconds(cap)
-    if layout.pp > 1:
-        per_round = max(per_round, min(layout.pp, cap) / lone_path)
-    return LayoutBounds(layout.dp * request.output_len / decode_rounds * per_round, lone_path / tokens_per_round)
+    if decode_rounds == 0 or request.enable_dbo:
+        # one output token: nothing bounds the prompt-only cycle here; dual-batch overlap prices a
+        # step as two halves, 2 max(work, exchange): n / R(n) need not grow with n there
+        # (DeepSeek-V3 tp=1 pp=4 ep=2 on H200 over DeepEP's low-latency kernels ran 8,604 tok/s
+        # against a bound of 8,559 from the cap), so no tokens/s bound (as the prompts')
+        return lone_path, lambda concurrency: math.inf
+
+    def bound(concurrency: int) -> float:
+        per_round = concurrency / decode_round_seconds(concurrency)
+        if layout.pp > 1:
+            per_round = max(per_round, min(layout.pp, concurrency) / lone_path)
+        return request.output_len / decode_rounds * per_round
+
+    return lone_path, bound
 
 
 def prompt_bound_tokens_per_second(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
@@ -1164,7 +1187,15 @@ a dip, such as a lockstep rank's extra prompt chunk) is still refined; without a
 itself sought) every peak is."""
 
 
-def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: int, tie: float = 0.0) -> int:
+RATE_BOUND_SLACK = 0.01
+"""peak_throughput_concurrency skips a concurrency (and every smaller one) only where its
+replica_rate_bound, raised by 1%, is under the bar: the bound can fall by up to 0.32% from one
+concurrency to the next (a MoE step's whole expert counts), so a smaller concurrency's bound may
+sit that much above a skipped one's."""
+
+
+def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: int, tie: float = 0.0,
+                                bound: Callable[[int], float] | None = None) -> int:
     """The fewest sequences in [1, upper] within `tie` of the most steady-state output tokens/s.
     Tokens/s rise with concurrency until the prompt budget saturates, then wander (more than
     one local peak: DeepSeek-V3 at ep 32 and a 2,048-token budget, 256 -> 14,823 tok/s, 300 ->
@@ -1172,16 +1203,32 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
     each local peak of the samples refined between its neighbours (ternary search; not a
     plateau's, PEAK_FLAT_FRACTION), and the best of them kept; with a tie, the fewest sequences
     whose rate reaches (1 - tie) of that best, found between the first sample over the bar and
-    the one before it (bisection on the rising side)."""
+    the one before it (bisection on the rising side). `bound` (replica_rate_bound: tokens/s a
+    concurrency cannot pass, growing with it within RATE_BOUND_SLACK): the samples are priced
+    from the top down, and one whose bound (with the slack) is under (1 - tie) of the best
+    priced so far is not, nor any smaller one (below the bar, no peak; the bound stands for
+    their rate). The 51 knees of 14 plans priced 801 steady states with it, 1,326 without (the
+    bound's own decode rounds aside), every knee the same."""
     def rate(concurrency: int) -> float:
         return steady_at(concurrency).throughput_tokens_per_second
 
     grid = sorted({upper, *(c for c in (round(2 ** (i / 2)) for i in range(2 * upper.bit_length() + 1))
                             if c < upper)})
-    rates = [rate(c) for c in grid]
-    peaks = [i for i in range(len(grid))
+    rates: list[float] = [math.inf] * len(grid)
+    seen = -math.inf
+    lowest = 0  # the smallest sample priced
+    for i in reversed(range(len(grid))):
+        if bound is not None and seen > 0:
+            ceiling = bound(grid[i]) * (1 + RATE_BOUND_SLACK)
+            if ceiling < seen * (1 - tie):
+                rates[:i + 1] = [ceiling] * (i + 1)  # an upper bound: under the bar, and no peak
+                lowest = i + 1
+                break
+        rates[i] = rate(grid[i])
+        seen = max(seen, rates[i])
+    peaks = [i for i in range(lowest, len(grid))
              if (i == 0 or rates[i] >= rates[i - 1]) and (i == len(grid) - 1 or rates[i] >= rates[i + 1])]
-    best_c, best = grid[0], rates[0]
+    best_c, best = grid[-1], rates[-1]
     for i in peaks:
         lo, hi = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
         if tie > 0 and all(rates[j] >= rates[i] * (1 - PEAK_FLAT_FRACTION)
@@ -1206,7 +1253,7 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
     if tie <= 0:
         return best_c
     bar = best * (1 - tie)
-    first = next(i for i, r in enumerate(rates) if r >= bar or grid[i] >= best_c)
+    first = next(i for i in range(lowest, len(grid)) if rates[i] >= bar or grid[i] >= best_c)
     if first == 0:
         return grid[0]
     low, high = grid[first - 1], min(grid[first], best_c)  # rate(low) under the bar, rate(high) over it
@@ -1214,7 +1261,6 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
         middle = (low + high) // 2
         low, high = (low, middle) if rate(middle) >= bar else (middle, high)
     return high
-
 
 LOCKSTEP_PEAKS = 8
 """Whole numbers of prompt chunks per rank and step that lockstep_peak_concurrency tries. Just

@@ -395,3 +395,47 @@ def test_stage_steps_memo_gives_what_a_fresh_pricing_gives() -> None:
     assert again is first
     assert first == fresh
     assert len(first) == 4 and len({stage.num_layers for stage in setup.stages}) > 1
+
+
+KNEE_CASES = [
+    ("deepseek-v3", "2x8xH100", ServeRequest(max_num_batched_tokens=1024)),
+    ("qwen3-30b-a3b", "4x8xH100", ServeRequest(input_len=4096, output_len=512, max_num_batched_tokens=2048)),
+    ("llama-3.1-8b", "1x8xH100", ServeRequest(input_len=8192, output_len=64, max_num_batched_tokens=512)),
+    ("llama-3.1-70b", "1x8xH100", ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=2.0,
+                                               max_tpot_seconds=0.03, max_num_batched_tokens=512)),
+]
+
+
+@pytest.mark.parametrize(("model_name", "cluster_name", "serve_request"), KNEE_CASES,
+                         ids=[f"{m} on {c}" for m, c, _ in KNEE_CASES])
+def test_the_knee_searchs_rate_bound_holds_at_every_concurrency(model_name, cluster_name, serve_request,
+                                                               monkeypatch) -> None:
+    """serve.replica_rate_bound, serving_bounds' argument at a concurrency c in place of the cap:
+    every knee search the plan runs (budget-bound layouts, the SLA search's peak) gets a bound no
+    concurrency's steady state passes, at every concurrency up to its upper end, and the bound
+    never falls by RATE_BOUND_SLACK from one concurrency to the next (the search skips every
+    concurrency below one it skips; a MoE step's whole expert counts make it fall by up to 0.32%)."""
+    import planner.serve as serve
+
+    searched = serve.peak_throughput_concurrency
+    seen: list[tuple] = []
+
+    def watched(steady_at, upper, tie=0.0, bound=None):
+        seen.append((steady_at, upper, bound))
+        return searched(steady_at, upper, tie, bound)
+
+    monkeypatch.setattr(serve, "peak_throughput_concurrency", watched)
+    evaluate(resolve_model(model_name), resolve_cluster(cluster_name), serve_request)
+    assert seen
+    for steady_at, upper, bound in seen[:4]:
+        assert bound is not None
+        ceilings = [bound(c) for c in range(1, upper + 1)]
+        # the skip compares one concurrency's bound, raised by the slack, against every smaller
+        # one's: none may sit above it by more
+        running = 0.0
+        for ceiling in ceilings:
+            assert ceiling * (1 + serve.RATE_BOUND_SLACK) >= running
+            running = max(running, ceiling)
+        step = max(1, upper // 64)
+        for c in (*range(1, upper + 1, step), upper):
+            assert steady_at(c).throughput_tokens_per_second <= ceilings[c - 1] * (1 + 1e-12), (c, upper)

@@ -136,14 +136,14 @@ def test_peak_concurrency_search_skips_plateaus_and_finds_the_exhaustive_knee(mo
     found: list[tuple] = []
     search = serve.peak_throughput_concurrency
 
-    def watched(steady_at, upper, tie=0.0):
+    def watched(steady_at, upper, tie=0.0, bound=None):
         priced: set[int] = set()
 
         def counted(c):
             priced.add(c)
             return steady_at(c)
 
-        knee = search(counted, upper, tie)
+        knee = search(counted, upper, tie, bound)
         found.append((steady_at, upper, tie, knee, len(priced)))
         return knee
 
