@@ -297,9 +297,9 @@ def model_refusals(model: ModelSpec, release: MegatronRelease) -> list[str]:
     if model.sliding_window is not None:
         return [f"Megatron-LM {release.version}: the command gives every layer full attention; this model's "
                 f"{model.num_sliding_window_layers or model.num_hidden_layers} sliding-window layers "
-                f"({model.sliding_window} tokens) are not emitted (nor priced in training), so it would train "
-                "another model (Megatron has --window-size and --window-attn-skip-freq; the planner does not "
-                "write them yet)"]
+                f"({model.sliding_window} tokens), which the plan prices as windows, are not emitted, so it would "
+                "train another model (Megatron has --window-size and --window-attn-skip-freq; the planner does "
+                "not write them yet)"]
     if model.attention_chunk_size is not None:
         return [f"Megatron-LM {release.version}: the command cannot give this model's RoPE layers attention "
                 f"in {model.attention_chunk_size:,}-token chunks beside full-attention NoPE layers (Llama 4's "
