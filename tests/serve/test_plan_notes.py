@@ -391,3 +391,30 @@ def test_sglang_plans_say_their_all_reduce_is_priced_as_vllms():
     words = ALLREDUCE_SOURCE_WORDS[best.allreduce_source]
     assert f"{words})" in _placement_line(best) and words.startswith("vLLM's")
     assert f"{words}, SGLang priced alike)" in _placement_line(best, "sglang")
+
+
+def test_a_skipped_sample_leaves_its_neighbours_peak_to_be_refined():
+    """A rate bound the search skips a sample by (under the bar) must not hide a peak next to it:
+    rates 5 below 16, a spike 10, 40, 70, 90, 101, 80, 50, 30 at 16-23, 25 above and 100 at the
+    top (64); a valid bound of 50 up to 16 and 101 above. The sample at 16 is skipped (50 < 0.97 *
+    100), the one at 23 (30) is a peak beside it and its refinement finds 20 (101): with the bound,
+    without it and over every concurrency, 20 (a review's case: the first version had put the
+    skipped sample's bound beside it and answered 64)."""
+    from types import SimpleNamespace
+
+    from planner.serve import peak_throughput_concurrency
+
+    spike = {16: 10.0, 17: 40.0, 18: 70.0, 19: 90.0, 20: 101.0, 21: 80.0, 22: 50.0, 23: 30.0}
+
+    def rate(c: int) -> float:
+        return spike.get(c, 5.0 if c < 16 else 100.0 if c == 64 else 25.0)
+
+    def steady(c: int):
+        return SimpleNamespace(throughput_tokens_per_second=rate(c))
+
+    def bound(c: int) -> float:
+        return 50.0 if c <= 16 else 101.0
+
+    assert all(rate(c) <= bound(c) for c in range(1, 65))
+    for tie in (0.0, 0.03):
+        assert peak_throughput_concurrency(steady, 64, tie, bound) == peak_throughput_concurrency(steady, 64, tie) == 20
