@@ -1017,8 +1017,8 @@ def replica_rate_bound(model: ModelSpec, layout: Layout, request: ServeRequest,
     pass at concurrency c): serving_bounds' argument with the cap B replaced by c (n_d <= C <= c),
     (O / D) max(c / R(c), min(p, c) / R_0); infinite for one output token and under dual-batch
     overlap. It holds at every concurrency of the knee searches it serves
-    (tests/perf/test_bounded_serving.py; a review's 3,956 searches over 25 plans: none passed
-    it), but need not grow with c: a MoE step's whole expert counts make it fall by up to 12%
+    (tests/perf/test_bounded_serving.py; a review's 4,100 searches over 228 plans of 7 models:
+    none passed it), but need not grow with c: a MoE step's whole expert counts make it fall by up to 12%
     from one c to the next (Llama 4 Scout at ep 4), so its users check each c on its own. The
     knee search (peak_throughput_concurrency) skips the concurrencies it puts below its bar."""
     cluster, setup, priced, tokens_per_round, spec_tokens, decode_rounds = inputs
