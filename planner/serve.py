@@ -609,10 +609,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return memo.get(("open", layout, concurrency), price_steady, concurrency, True)
 
     def rate_bound(concurrency: int) -> float:
-        # what the knee search skips by: replica_rate_bound, from the layout's BoundInputs
-        bound = memo.get(("rate bound", layout), lambda: replica_rate_bound(
-            model, layout, request, bound_inputs(model, base_cluster, layout, request, memo))[1])
-        return bound(concurrency)
+        # what the knee search skips by, built once per layout
+        return memo.get(("rate bound", layout), knee_rate_bound, model, base_cluster, layout, request,
+                        memo)(concurrency)
 
     has_sla = request.has_sla
     lockstep = lockstep_ranks(model, layout)
@@ -1011,6 +1010,16 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     return LayoutBounds(layout.dp * replica_bound(inputs.setup.cap), lone_path / inputs.tokens_per_round)
 
 
+def knee_rate_bound(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
+                    memo: Memo) -> Callable[[int], float]:
+    """replica_rate_bound's c -> tokens/s from the layout's BoundInputs (`cluster` before the
+    request's MoE backend, as serving_bounds takes it); a layout estimate() rejects is never
+    searched, so its setup is there."""
+    inputs = bound_inputs(model, cluster, layout, request, memo)
+    assert not isinstance(inputs, Rejected)
+    return replica_rate_bound(model, layout, request, inputs)[1]
+
+
 def replica_rate_bound(model: ModelSpec, layout: Layout, request: ServeRequest,
                        inputs: BoundInputs) -> tuple[float, Callable[[int], float]]:
     """(R_0, the lone micro-batch's path at no load; c -> the output tokens/s one replica cannot
@@ -1198,37 +1207,34 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
     whose rate reaches (1 - tie) of that best, found between the first sample over the bar and
     the one before it (bisection on the rising side). `bound` (replica_rate_bound: tokens/s a
     concurrency cannot pass): the samples are priced from the top down, and one whose bound is
-    under (1 - tie) of the best priced so far is not (below the bar, no peak: the bound stands
-    for its rate). Each sample is checked on its own bound: it does not grow with the
-    concurrency everywhere (a MoE step's whole expert counts: falls of up to 12% from one
-    concurrency to the next, Llama 4 Scout at ep 4). The 51 knees of 14 plans priced 802 steady
-    states with it, 1,326 without (the bound's own decode rounds aside), every knee the same."""
+    under (1 - tie) of the best priced so far is not (below the bar, and below any priced
+    neighbour in the search for peaks, so that the neighbour is refined as without the bound).
+    Each sample is checked on its own bound: it does not grow with the concurrency everywhere (a
+    MoE step's whole expert counts: falls of up to 12% from one concurrency to the next, Llama 4
+    Scout at ep 4). The 51 knees of 14 plans priced 801 steady states with it, 1,326 without
+    (the bound's own decode rounds aside), every knee the same."""
     def rate(concurrency: int) -> float:
         return steady_at(concurrency).throughput_tokens_per_second
 
     grid = sorted({upper, *(c for c in (round(2 ** (i / 2)) for i in range(2 * upper.bit_length() + 1))
                             if c < upper)})
-    rates: list[float] = [math.inf] * len(grid)
-    priced = [True] * len(grid)
+    # a sample not priced (its bound under the bar) stands at -inf: below the bar and below any
+    # priced neighbour, which is then refined as the plain search would refine it (a review: a
+    # spike between a skipped sample and the next had been missed)
+    rates = [-math.inf] * len(grid)
+    priced = [False] * len(grid)
     seen = -math.inf
     for i in reversed(range(len(grid))):
-        if bound is not None and seen > 0:
-            ceiling = bound(grid[i])
-            if ceiling < seen * (1 - tie):
-                rates[i], priced[i] = ceiling, False  # an upper bound: under the bar, and no peak
-                continue
-        rates[i] = rate(grid[i])
+        if bound is not None and seen > 0 and bound(grid[i]) < seen * (1 - tie):
+            continue
+        rates[i], priced[i] = rate(grid[i]), True
         seen = max(seen, rates[i])
-    # a sample not priced stands below any priced neighbour in the search for peaks (its true rate
-    # is unknown under its bound): the neighbour is refined as the plain search would refine it
-    # (a review: a spike between a skipped sample and the next was missed)
-    level = [rate_i if known else -math.inf for rate_i, known in zip(rates, priced, strict=True)]
     peaks = [i for i in range(len(grid)) if priced[i]
-             and (i == 0 or level[i] >= level[i - 1]) and (i == len(grid) - 1 or level[i] >= level[i + 1])]
+             and (i == 0 or rates[i] >= rates[i - 1]) and (i == len(grid) - 1 or rates[i] >= rates[i + 1])]
     best_c, best = grid[-1], rates[-1]
     for i in peaks:
         lo, hi = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
-        if tie > 0 and all(level[j] >= rates[i] * (1 - PEAK_FLAT_FRACTION)
+        if tie > 0 and all(rates[j] >= rates[i] * (1 - PEAK_FLAT_FRACTION)
                            for j in (i - 1, i + 1) if 0 <= j < len(grid)):
             lo = hi = grid[i]  # a plateau's sample: nothing between its neighbours to find
         tried = {grid[i]}
@@ -1250,7 +1256,7 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
     if tie <= 0:
         return best_c
     bar = best * (1 - tie)
-    first = next(i for i in range(len(grid)) if (priced[i] and rates[i] >= bar) or grid[i] >= best_c)
+    first = next(i for i in range(len(grid)) if rates[i] >= bar or grid[i] >= best_c)
     if first == 0:
         return grid[0]
     low, high = grid[first - 1], min(grid[first], best_c)  # rate(low) under the bar, rate(high) over it
@@ -1258,6 +1264,7 @@ def peak_throughput_concurrency(steady_at: Callable[[int], SteadyState], upper: 
         middle = (low + high) // 2
         low, high = (low, middle) if rate(middle) >= bar else (middle, high)
     return high
+
 
 LOCKSTEP_PEAKS = 8
 """Whole numbers of prompt chunks per rank and step that lockstep_peak_concurrency tries. Just

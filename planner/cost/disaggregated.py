@@ -340,13 +340,13 @@ def lag_share(enter: float, leave: float, steps: int = LAG_HORIZON_STEPS) -> flo
     in the first, entering with probability `enter` and leaving with `leave` a step: pi (1 - (1 -
     (1 - e)^n) / (e n)), pi = enter / e, e = enter + leave; pi where e n is large, about enter n /
     2 where it is small. enter = 0.01, leave = 0.04: pi = 0.2 (e n = 5,000)."""
-    rate = enter + leave
-    if rate <= 0:
+    either = enter + leave  # e: the chance a step changes the state, either way
+    if either <= 0:
         return 0.0
-    if rate >= 1:
-        return enter / rate
-    relaxed = -math.expm1(steps * math.log1p(-rate))  # 1 - (1 - e)^n
-    return enter / rate * (1 - relaxed / (rate * steps))
+    if either >= 1:
+        return enter / either
+    relaxed = -math.expm1(steps * math.log1p(-either))  # 1 - (1 - e)^n
+    return enter / either * (1 - relaxed / (either * steps))
 
 
 def poisson_tail_above(mean: float, n: int) -> float:

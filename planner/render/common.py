@@ -106,8 +106,8 @@ def closest_misses(rejected: tuple[Rejected, ...], limit: int) -> tuple[list[Rej
 
 
 def share_text(fraction: float) -> str:
-    """A share of the step: whole percent, one decimal below 1% but above 0 (a 0.4% bubble read
-    "bubble 0%" beside the table's 0.4%: a CLI read)."""
+    """A share (of a step, of a time breakdown): whole percent, one decimal below 1% but above 0
+    (a 0.4% bubble read "bubble 0%" beside the table's 0.4%: a CLI read)."""
     if 0 < fraction < 0.0005:
         return "<0.1%"
     return f"{fraction:.1%}" if 0 < fraction < 0.01 - 0.0005 else f"{fraction:.0%}"
