@@ -565,7 +565,7 @@ def busiest_rank_chunks(mean: float, ranks: int) -> float:
     """E[chunks on the busiest of `ranks` ranks] in a round, each rank carrying `mean` on
     average. vLLM's DP front end routes every new request to the least loaded engine
     (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request at 0.33.0:
-    the fewest waiting + running), so in a closed loop a request arrives where one has just
+    the fewest requests in flight, docs/cost-model.md "The DP router"), so in a closed loop a request arrives where one has just
     finished: each rank's prompts come at its own steady pace, floor(q) or floor(q) + 1 chunks
     a round, the ranks' phases independent. The busiest carries floor(q) + 1 unless every rank
     is at its floor that round: floor(q) + 1 - (1 - frac(q))^d; for q <= 1, 1 - (1 - q)^d, the
@@ -658,7 +658,7 @@ def poisson_tails(mean: float, last: int) -> Callable[[int], float]:
 def least_loaded(mean_per_replica: float, replicas: int) -> LeastLoaded:
     """Arrivals at a rate over d replicas behind a least-loaded router (vLLM's DP front end:
     vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request at 0.33.0, the
-    fewest waiting + running): the N requests in the system are Poisson with mean L = d C
+    fewest requests in flight: docs/cost-model.md, "The DP router"): the N requests in the system are Poisson with mean L = d C
     (M/G/infinity; an arrival sees the time average, PASTA), held as evenly as the router keeps
     them: N = q d + r puts q + 1 in r replicas and q in the other d - r, and each arrival joins
     one of those d - r. So an arrival finds q = floor(N / d) there, E[q] = sum_k P(N >= k d)

@@ -711,8 +711,9 @@ def simulate_replicas(
     group with the fewest requests in flight, then to its rank with the fewest, ties to the
     lowest index: a load balancer (least connections) in front of the EP groups' servers, and
     vLLM's DP load balancer inside one (vllm/v1/engine/core_client.py DPLBAsyncMPClient
-    get_core_engine_for_request, 0.33.0: the least waiting * 4 + running, ties to the first;
-    requests in flight stand for its counts, which it learns with a lag). So 2 client slots
+    get_core_engine_for_request, 0.33.0: the fewest of this client's requests in flight, unless
+    a stale snapshot or a KV cache over half full raises an engine's score; docs/cost-model.md,
+    "The DP router"). So 2 client slots
     over 2 EP groups keep one request in each group, and 12 over 8 replicas keep 12 busy.
 
     Results are merged: per-request latencies in the caller's order, steps concatenated
