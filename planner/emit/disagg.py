@@ -284,7 +284,8 @@ def sglang_disagg_steps(d: DisaggDeployment) -> tuple[LaunchStep, ...] | None:
 
         servers = where[role]
         if isinstance(servers, WideRole):
-            steps += wide_server_steps(args, servers.workers, servers.first_node, role_flags(0), role)
+            steps += wide_server_steps(args, servers.workers, servers.first_node, role_flags(0), role,
+                                       mixed=False)
             continue
         for server in _servers(args, servers):
             engine_args, ep_flags = ep_server(args) if args.ep > 1 else (args, ())

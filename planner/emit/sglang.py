@@ -639,12 +639,12 @@ def _wide_replica_steps(a: ServeArgs, launcher: tuple[str, ...], k: int,
 
 
 def wide_server_steps(a: ServeArgs, copies: int, offset: int, extra: tuple[str, ...],
-                      role: str) -> tuple[LaunchStep, ...]:
+                      role: str, mixed: bool = True) -> tuple[LaunchStep, ...]:
     """`copies` servers of one worker `a` wider than a node (a replica of tp * pp GPUs, or an EP
     group's DP-attention server of tp * d), server c on the k nodes from offset + c * k, each
     with `--nnodes k --node-rank r --dist-init-addr` its first node (NODE<offset>_IP for one,
     else $REPLICA_HEAD_IP; offset is a multiple of k, so $((NODE_RANK % k)) is r), and a
-    disaggregated role's `extra` flags: planner/emit/disagg.py."""
+    disaggregated role's `extra` flags (planner/emit/disagg.py, `mixed` False: server_flags')."""
     launcher = (*env_prefix(**server_env(a)), *a.engine_versions.sglang_release.launcher)
     server, ep_flags = ep_server(a)
     k = math.ceil(server.tp * server.pp / a.gpus_per_node)
@@ -657,7 +657,7 @@ def wide_server_steps(a: ServeArgs, copies: int, offset: int, extra: tuple[str, 
         dist = PerNode(f"${REPLICA_HEAD_ADDRESS}:{DIST_INIT_PORT}")
 
     def argv(node_rank: str) -> tuple[str, ...]:
-        return (*launcher, *server_flags(server, 1, ep_flags), *extra, "--nnodes", str(k), "--node-rank", node_rank,
+        return (*launcher, *server_flags(server, 1, ep_flags, mixed), *extra, "--nnodes", str(k), "--node-rank", node_rank,
                 "--dist-init-addr", dist)
 
     return (LaunchStep(f"{role} head", heads, argv("0")),

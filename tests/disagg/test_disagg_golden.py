@@ -113,3 +113,16 @@ def test_sglang_golden_pipelined_decode(engine_check):
     decode = [s for s in steps if s.role.startswith("decode")]
     assert decode and all(s.argv[s.argv.index("--pp-size") + 1] == str(best.decode.pp) for s in decode)
     check_golden("sglang", "disagg_pipelined_decode_405b_4x8xH100_2048_256", steps, engine_check)
+
+
+def test_no_disaggregated_sglang_server_mixes_chunks():
+    """A prefill or decode server never runs prompts and decodes in one batch, so none gets
+    --enable-mixed-chunk (emit/sglang.server_flags' `mixed`), whether it fits a node or spans
+    several (wide_server_steps: DeepSeek-V3's 16-rank decode worker, the 405B pp=8 prefill
+    workers); every golden of SGLang's disaggregated launches."""
+    goldens = sorted(GOLDEN_DIR.glob("sglang-*/disagg_*.txt"))
+    assert len(goldens) >= 6
+    servers = [line for golden in goldens for line in golden.read_text(encoding="utf-8").splitlines()
+               if "--disaggregation-mode" in line]
+    assert len(servers) >= 12
+    assert not [line for line in servers if "--enable-mixed-chunk" in line]
