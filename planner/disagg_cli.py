@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.disaggregated import MAX_PREFILL_UTILIZATION, RATE_RELATIVE_TOLERANCE
 from planner.cost.serving_memory import (
     kv_bytes_per_sequence,
     max_num_batched_tokens,
@@ -114,9 +115,10 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
                                         f"({layout} at most {aggregated.throughput_tokens_per_second:,.0f} output "
                                         f"tok/s){footprint_clause(disaggregated)}")
     if behind:
+        shortfall = disaggregated.rate_shortfall or (
+            f"held to {disaggregated.requests_per_second:.2f} req/s per copy by its clients")
         return Verdict("aggregated", f"{layout} keeps up with --request-rate {rate:g}/s and no disaggregated "
-                                     f"deployment does ({label} at most {disaggregated.requests_per_second:.2f} "
-                                     f"req/s per copy)")
+                                     f"deployment does ({label} {shortfall})")
     measure, a, d = (("TPOT", aggregated.tpot_seconds, disaggregated.tpot_seconds) if objective == "latency" else
                      ("E2E", aggregated.e2e_seconds, disaggregated.e2e_seconds))
     both = f"both keep up with --request-rate {rate:g}/s: {times}"
@@ -173,12 +175,21 @@ def binding_reason(e: DisaggEstimate) -> str:
         return next(note for note in e.notes if note.startswith("Rate-bound"))
     if e.binding == "prefill":
         # a prompt cut into chunks takes S_p steps (a step of "1.0 prompts" read as a whole prompt's)
+        # a round of k = pp micro-batches (each stage busy with one), on each of d lockstep DP
+        # ranks: k d b prompts a round, the capacity k d n_max / T (PrefillWorker)
+        p = e.prefill
+        batches = f"{p.pp} micro-batches of " if p.pp > 1 else ""
+        ranks = f" on each of {p.dp} DP ranks" if p.dp > 1 else ""
         step = (f"a prompt takes {e.steps_per_prompt} steps (its chunks) of "
-                f"{seconds_to_ms(e.prefill.round_seconds):.0f} ms" if e.steps_per_prompt > 1 else
-                f"a step of {e.prefill.concurrency:.1f} prompts takes {seconds_to_ms(e.prefill.round_seconds):.0f} ms")
+                f"{seconds_to_ms(p.round_seconds):.0f} ms" if e.steps_per_prompt > 1 else
+                f"a {'round' if p.pp > 1 else 'step'} of {batches}{p.concurrency:.1f} prompts{ranks} takes "
+                f"{seconds_to_ms(p.round_seconds):.0f} ms")
+        # at the ceiling the plan loads a prefill queue to, not held there by the TTFT limit
+        ceiling = e.prefill_load.utilization >= MAX_PREFILL_UTILIZATION * (1 - RATE_RELATIVE_TOLERANCE)
+        share = f", {MAX_PREFILL_UTILIZATION:.0%} of their capacity (the most the plan loads them to)" if ceiling else ""
         return (f"the prefill workers bind: {step}, so within TTFT "
                 f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
-                f"{e.requests_per_second:.2f} req/s")
+                f"{e.requests_per_second:.2f} req/s{share}")
     ranks = f" x {e.decode.dp} ranks" if e.decode.dp > 1 else ""
     return (f"the decode workers bind: {e.decode.workers}{ranks} x {e.decode.concurrency:.0f} sequences at TPOT "
             f"{seconds_to_ms(e.tpot_seconds):.1f} ms finish {e.requests_per_second:.2f} req/s")

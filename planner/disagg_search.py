@@ -219,8 +219,11 @@ class DisaggEstimate:
     gpus_per_node: int = 0
     """The cluster's (copies are counted node by node); 0 with plan_gpus 0."""
     overloaded: bool = False
-    """A finite --request-rate above what its copies complete: priced at capacity, the queue
-    grows for as long as the requests keep coming."""
+    """A finite --request-rate it does not serve within the limits: above what its copies
+    complete (the queue grows for as long as the requests keep coming), or taken but outside the
+    SLA; priced at the rate the plan loads it to (rate_bound)."""
+    rate_shortfall: str = ""
+    """Why it does not serve the --request-rate (overloaded), as the comparison's clause says it."""
 
     @property
     def gpus_used(self) -> int:
@@ -895,27 +898,57 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
                max_model_len: int) -> DisaggEstimate:
     """`found` under a finite --request-rate R spread over its k copies: each at R / k, its
     latencies those of that load (_loaded_latency: the prefill workers' M/D/1 wait, the decode
-    ranks' Little's-law concurrency), binding "request-rate"; at or above the capacity found was
-    priced at, found at capacity and marked overloaded (its queue grows), unless --max-concurrency
-    clients hold the excess back (then found as client_bound left it)."""
+    ranks' Little's-law concurrency), binding "request-rate". found's own rate is the one the plan
+    loads a copy to (its prefill workers at most MAX_PREFILL_UTILIZATION of their capacity, a
+    policy for a rate the plan chooses); a rate the user sends runs up to the copy's capacity
+    (rate_capacity_per_second: the prefill workers' full capacity, the decode workers' rate
+    within the TPOT limit, the KV links'), priced at that load where it meets the limits. At or
+    above the capacity, found marked overloaded (its queue grows); between found's rate and the
+    capacity where the load misses a latency limit, found marked overloaded too (it keeps up,
+    outside the SLA); either way unless --max-concurrency clients hold the excess back (then
+    found as client_bound left it)."""
     rate = request.offered_rate_per_s
     per_copy = rate / found.copies
+    copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
+    of_copies = f"over {found.copies} cop{'ies' if found.copies > 1 else 'y'}"
+    capacity = rate_capacity_per_second(model, cluster, request, memo, combination)
     if per_copy >= found.requests_per_second:
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
-        note = (f"Overloaded: --request-rate {rate:g}/s over {found.copies} cop{'ies' if found.copies > 1 else 'y'} "
-                f"asks {plain(per_copy)} req/s of each, which completes at most {plain(found.requests_per_second)} req/s: "
-                f"requests queue for as long as they keep coming (the times are at capacity, before that queue)")
-        return replace(found, overloaded=True, notes=(*found.notes, note))
+        if per_copy >= capacity:
+            note = (f"Overloaded: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which "
+                    f"completes at most {plain(capacity)} req/s: requests queue for as long as they keep coming (the "
+                    f"times are at {plain(found.requests_per_second)} req/s, before that queue)")
+            return replace(found, overloaded=True, notes=(*found.notes, note),
+                           rate_shortfall=f"at most {plain(capacity)} req/s per copy")
     loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
                      binding="request-rate")
-    if isinstance(loaded, str):  # below the capacity found was priced at, so within its limits
-        return found
-    copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
+    if isinstance(loaded, str):  # it takes the rate, outside the limits (Poisson arrivals' slot waits
+        # can put a rate below found's, whose load was priced without them, over a TTFT limit)
+        note = (f"SLA-bound: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which it "
+                f"takes (up to {plain(capacity)} req/s) but not within the limits: {loaded} (the times are at "
+                f"{plain(found.requests_per_second)} req/s without Poisson arrivals' waits)")
+        return replace(found, overloaded=True, notes=(*found.notes, note),
+                       rate_shortfall=f"outside the limits at {plain(per_copy)} req/s per copy")
     note = (f"Rate-bound: --request-rate {rate:g}/s gives {copies} {plain(per_copy)} req/s of the "
-            f"{plain(found.requests_per_second)} one can take")
+            f"{plain(capacity)} one can take")
     return replace(loaded, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
                    notes=(*loaded.notes, note))
+
+
+def rate_capacity_per_second(model, cluster, request, memo, combination: tuple) -> float:
+    """The requests/s one copy of a combination (p_key, N_p, d_key, N_d, same) completes at the
+    most: N_p prefill workers at their full capacity (PrefillWorker.capacity_requests_per_second,
+    the M/D/1's rho = 1; not the MAX_PREFILL_UTILIZATION a plan loads them to), each no faster
+    than its KV links, and N_d decode workers at the rate _pairing gives them (their concurrency
+    cap, within the TPOT limit, and their KV links)."""
+    p_key, n_p, d_key, n_d, same = combination
+    pairing = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    assert not isinstance(pairing, str)  # found was priced on this pairing
+    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    prefill = min(memo.prefill[p_key][0].capacity_requests_per_second,
+                  kv_link_requests_per_second(kv, memo.prefill_shapes[p_key].num_gpus))
+    return min(n_p * prefill, n_d * pairing[1])
 
 
 def check_disaggregated_gpus(request: ServeRequest, cluster: ClusterSpec) -> None:

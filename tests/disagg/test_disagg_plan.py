@@ -781,3 +781,53 @@ def test_a_chunked_prompts_binding_prefill_says_its_steps():
     best = plan_disaggregated(model, spec, request).recommended
     assert best.binding == "prefill" and best.steps_per_prompt == 2
     assert binding_reason(best).startswith("the prefill workers bind: a prompt takes 2 steps (its chunks) of ")
+
+
+@pytest.mark.parametrize("share", [0.95, 1.05])
+def test_a_sent_rate_runs_up_to_the_prefill_capacity_not_the_planned_ceiling(share):
+    """Without a rate the plan loads prefill workers to MAX_PREFILL_UTILIZATION (0.9) of their
+    capacity: Llama-3.1-70B on 2x8 H100, 2,048/256 tokens, P 1x(tp=1 pp=8) + D 1x(tp=8) at
+    18.19 req/s, the prefill binding at 0.9 of 20.2. A --request-rate the user sends runs up to
+    the capacity itself (rate_bound, rate_capacity_per_second): at 0.95 of it, 19.2 req/s, the
+    deployment keeps up (priced at that load, binding request-rate, the note naming the 20.2 it
+    can take); at 1.05, 21.2 req/s, it is overloaded, the note and the comparison's clause naming
+    20.2 (they had named the planned 18.19, and called 19.2 req/s overloaded)."""
+    from planner.cost.disaggregated import MAX_PREFILL_UTILIZATION
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    base = plan_disaggregated(model, cluster, ServeRequest(input_len=2048, output_len=256)).recommended
+    assert base.binding == "prefill" and base.prefill_load.utilization == pytest.approx(MAX_PREFILL_UTILIZATION)
+    capacity = base.requests_per_second / MAX_PREFILL_UTILIZATION
+    rate = share * capacity * base.copies
+    plan = plan_disaggregated(model, cluster, ServeRequest(input_len=2048, output_len=256, request_rate_per_s=rate,
+                                                           num_prompts=300))
+    found = next(e for e in plan.candidates if e.label == base.label)
+    if share < 1:
+        assert not found.overloaded and found.binding == "request-rate"
+        assert found.requests_per_second == pytest.approx(rate / found.copies, rel=1e-9)
+        assert found.prefill_load.utilization == pytest.approx(share, rel=1e-6)
+        assert any(note.startswith("Rate-bound") and f"of the {capacity:.1f} one can take" in note
+                   for note in found.notes)
+    else:
+        assert found.overloaded and found.rate_shortfall == f"at most {capacity:.1f} req/s per copy"
+        assert any(note.startswith("Overloaded") and f"completes at most {capacity:.1f} req/s" in note
+                   for note in found.notes)
+
+
+def test_a_pipelined_binding_prefill_counts_its_micro_batches():
+    """The same 70B deployment's reason: its pp = 8 prefill worker runs a round of 8 micro-batches
+    of b prompts in T, so it takes up to 8 b / T prompts a second (b = max(1, r T(b) / k), what
+    arrives during a round: here 0.95, so a round of 1 prompt a micro-batch, 418 ms, with room to
+    spare), and it runs at the 90% ceiling the plan loads prefill workers to, not held there by
+    a TTFT limit (it had read "a step of b prompts takes T", 8 times too few; a CLI read)."""
+    from planner.disagg_cli import binding_reason
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    best = plan_disaggregated(model, cluster, ServeRequest(input_len=2048, output_len=256)).recommended
+    p = best.prefill
+    assert best.binding == "prefill" and p.pp == 8 and p.workers == 1 and best.steps_per_prompt == 1
+    reason = binding_reason(best)
+    assert reason.startswith(f"the prefill workers bind: a round of 8 micro-batches of {p.concurrency:.1f} prompts "
+                             f"takes {p.round_seconds * 1000:.0f} ms")
+    assert reason.endswith("90% of their capacity (the most the plan loads them to)")
+    assert p.concurrency == 1.0
+    assert best.requests_per_second == pytest.approx(0.95 * 8 / p.round_seconds, rel=0.01)
