@@ -1023,6 +1023,37 @@ def serving_bounds(model: ModelSpec, cluster: ClusterSpec, layout: Layout, reque
     return LayoutBounds(layout.dp * replica_bound(inputs.setup.cap), lone_path / inputs.tokens_per_round)
 
 
+LONE_TTFT_FLOOR_MARGIN = 0.8
+"""lone_ttft_floor is not a strict bound: over 580 layouts (Qwen3-30B-A3B, Llama-3.1-8B/70B/405B,
+DeepSeek-V3, gpt-oss-120b; 1,024 to 64,000-token prompts, a 1,024-token budget) it stood at most
+5.9% above the lone request's TTFT that estimate() prices (DeepSeek-V3 tp=1 pp=8 ep=4, 4,096
+tokens in 1,024-token chunks: the pipelined chunks' rounds, which the steady state prices at the
+mean chunk's), and down to 0.66 of it. Its users take 0.8 of it, a margin of 3.4 times that."""
+
+
+def lone_ttft_floor(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> float:
+    """About the least TTFT the layout gives even a lone request, from one pass of its prompt's
+    chunks through the stages at no other load (inf where the layout does not fit): the fixed
+    first-token cost and the prompt's tokenization, then N = ceil(I / budget) chunks of I / N
+    tokens (and 1 / N of its causal pairs), the first through every stage and the other N - 1
+    behind it at the slowest stage's pace. Some stage steps where estimate() prices a steady
+    state (serve_search._feasible skips a re-plan whose every layout stands above an SLA limit by
+    LONE_TTFT_FLOOR_MARGIN)."""
+    cluster = with_moe_backend(cluster, request.moe_backend)
+    setup = replica_setup(model, cluster, layout, request)
+    if isinstance(setup, Rejected):
+        return math.inf
+    first = eff.FIRST_TOKEN_SECONDS + tokenize_seconds(api_server_tokenizer(request, layout, cluster.gpus_per_node),
+                                                        request)
+    num_chunks = math.ceil(request.input_len / setup.budget_tokens)
+    tokens = request.input_len / num_chunks
+    chunk = StepLoad(0, 0, tokens, request.prompt_pairs / num_chunks, 1 / num_chunks,
+                     tokens / lockstep_ranks(model, layout))
+    steps = [step.seconds for step in stage_step_times(model, cluster, layout, setup.placement, setup.stages, chunk,
+                                                       expert_imbalance(request), setup.constants)]
+    return first + sum(steps) + (num_chunks - 1) * max(steps)
+
+
 def knee_rate_bound(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,
                     memo: Memo) -> Callable[[int], float]:
     """replica_rate_bound's c -> tokens/s from the layout's BoundInputs (`cluster` before the
