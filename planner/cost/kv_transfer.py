@@ -71,10 +71,13 @@ class KvTransfer:
 
 
 def layer_message_seconds(message_bytes: float, link: Link, curve: AllreduceCurve | None) -> float:
-    """One layer's message on one stream: the probe's 2-rank all-reduce curve at this size when
-    the profile has one (a 2-rank ring all-reduce moves S/beta per rank, as one send does), else
-    alpha + S/beta (comm.p2p_seconds)."""
-    if curve is not None:
+    """One layer's message on one stream, a send: the probe's own send/recv fit where the
+    profile has one (comm.p2p_seconds: Link.p2p_*), else its 2-rank all-reduce curve at this size
+    where it has one (a 2-rank ring all-reduce moves S/beta per rank, as one send does), else
+    alpha + S/beta. The all-reduce had come first: on a gloo probe of 4 ranks it measured 7.10 ms
+    at 4 MiB where its send took 2.69 ms (a CLI read: a KV handoff priced 2.6 times the sends
+    the probe timed)."""
+    if curve is not None and (link.p2p_bandwidth_bytes_per_s is None or link.p2p_latency_seconds is None):
         return curve_seconds(curve, message_bytes)
     return p2p_seconds(message_bytes, link)
 
@@ -120,8 +123,8 @@ def kv_transfer(layers: tuple[LayerKv, ...], prefill_tp: int, decode_tp: int, li
     total = sum(kind.num_layers * kind.bytes_per_layer for kind in layers)
     transfer = sum(kind.num_layers * layer_message_seconds(kind.bytes_per_layer / streams, link, curve)
                    for kind in layers)
-    return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if curve is not None else "model",
-                      copies)
+    probed = curve is not None or (link.p2p_bandwidth_bytes_per_s is not None and link.p2p_latency_seconds is not None)
+    return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if probed else "model", copies)
 
 
 def kv_link_requests_per_second(transfer: KvTransfer, worker_gpus: int) -> float:

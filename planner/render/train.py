@@ -186,8 +186,9 @@ def summary_lines(plan: TrainPlan) -> list[str]:
         f"{'with room to spare (the memory margin below) ' if plan.tight_passed_over else ''}"
         f"({gib(best.memory_per_gpu_bytes)} of "
         f"{gib(best.capacity_per_gpu_bytes)} on stage {best.memory.stage}); step {ms(best.step_time_seconds)} = {shares}.",
-        f"TP group on {best.tp_link or 'no link (tp=1)'}; pipeline boundaries on {best.pp_link or '-'}; "
-        f"data parallel on {best.dp_link or '-'}{_ep_link(best)}{_cp_link(best, plan.request.engine)}. "
+        f"TP group on {best.tp_link or 'no link (tp=1)'}; "
+        f"{'pipeline boundaries on ' + best.pp_link if best.pp_link else 'no pipeline boundaries (pp=1)'}; "
+        f"{_dp_link_text(best)}{_ep_link(best)}{_cp_link(best, plan.request.engine)}. "
         f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU"
         # the 2021 paper's count with full recompute (TrainEstimate.tflops_per_gpu), where the MFU
         # counts the model's FLOPs alone: 624 TFLOP/s beside MFU 47.4% read as a contradiction, and
@@ -320,6 +321,18 @@ FP8_MFU_BASIS = " (model FLOPs over the bf16 dense peak; the fp8 peak is twice t
 
 def _cp(config) -> str:
     return f" cp={config.cp}" if config.cp > 1 else ""
+
+
+def _dp_link_text(e: TrainEstimate) -> str:
+    """Where the data-parallel collectives run: the dp * cp ranks that hold the same weights (the
+    CP ranks among them: Megatron's distributed optimizer and FSDP shard over both), none at
+    dp * cp = 1."""
+    c = e.config
+    if e.dp_link is None:
+        return "no data-parallel group (dp=1)"
+    if c.cp > 1:
+        return f"data parallel over the {c.dp * c.cp} ranks of dp x cp (the same weights) on {e.dp_link}"
+    return f"data parallel on {e.dp_link}"
 
 
 def _cp_link(e: TrainEstimate, engine: str) -> str:

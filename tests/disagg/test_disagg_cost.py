@@ -488,3 +488,25 @@ def test_the_gated_price_never_falls_as_the_rate_rises(step_of, ahead):
               for k in range(200)]
     assert all(later >= earlier * (1 - 1e-9) for earlier, later in zip(prices, prices[1:], strict=False))
     assert all(math.isfinite(price) and price > 0 for price in prices)
+
+
+def test_the_kv_handoff_takes_the_probes_send_fit_before_its_all_reduce_curve():
+    """A probe profile with both a 2-rank all-reduce curve and a send/recv fit on the link: each
+    layer's message is a send, priced by the send fit, alpha + S / beta. 32 layers of 4 MiB over
+    one stream, the send fit 257.7 us and 1.39 GB/s (a gloo probe of 4 ranks): 32 x (257.7 us +
+    4,194,304 B / 1.39e9 B/s) = 32 x 3.2753 ms = 104.81 ms, where the all-reduce curve (7.10 ms at
+    4 MiB) gave 227.3 ms. Without a send fit the curve prices it, as before; both "measured"."""
+    from planner.specs import AllreduceCurve
+
+    curve = AllreduceCurve(link="intra_node", num_ranks=2, sizes_bytes=[2**20, 2**22],
+                           median_seconds=[2.0e-3, 7.102e-3])
+    layers = (LayerKv(32, 4 * 2**20),)
+    probed = Link("pcie", "intra_node", 0.5e9, 600e-6, measured=True,
+                  p2p_bandwidth_bytes_per_s=1.39e9, p2p_latency_seconds=257.7e-6)
+    sent = kv_transfer(layers, 1, 1, probed, curve)
+    assert sent.transfer_seconds == pytest.approx(32 * (257.7e-6 + 4 * 2**20 / 1.39e9), rel=1e-12)
+    assert sent.transfer_seconds == pytest.approx(0.10481, rel=1e-4)
+    assert sent.source == "measured"
+    no_send_fit = Link("pcie", "intra_node", 0.5e9, 600e-6, measured=True)
+    reduced = kv_transfer(layers, 1, 1, no_send_fit, curve)
+    assert reduced.transfer_seconds == pytest.approx(32 * 7.102e-3, rel=1e-12)

@@ -159,8 +159,10 @@ def test_a_group_left_in_the_latency_regime_is_not_called_slow():
 def test_a_poor_send_fit_is_not_written_above_its_largest_message():
     """Sends flat at 35 us up to 128 KiB, then 1,832 us at 512 KiB and 2,009 us at 1 MiB (a gloo
     run of a critical read): the relative-error fit resolves a few GB/s and prices a 1 MiB send
-    far below its 2,009 us. A poor fit's p2p bandwidth is what its largest message achieved:
-    1,048,576 B / 2,009 us = 0.522 GB/s, and a flag says so; a good fit is written as fitted."""
+    far below its 2,009 us. A poor fit's p2p bandwidth is the one that, beside the fitted latency
+    (alpha = 34.2 us), gives the largest message its measured time: 1,048,576 B / (2,009 - 34.2) us
+    = 0.531 GB/s (the message's own rate, 0.522, beside alpha had priced it 2,043 us), and a flag
+    says so; a good fit is written as fitted."""
     from planner.probe.profile import p2p_fields
     from planner.probe.results import POOR_FIT_RELATIVE_RESIDUAL, ResultRow, fit_all
 
@@ -172,7 +174,11 @@ def test_a_poor_send_fit_is_not_written_above_its_largest_message():
     assert fit.rms_relative_residual > POOR_FIT_RELATIVE_RESIDUAL and fit.bandwidth_bytes_per_s > 1e9
     flags: list[str] = []
     fields = p2p_fields(fits, "intra_node", "", "p2p_bandwidth_gb_per_s", rows=rows, flags=flags)
-    assert fields["p2p_bandwidth_gb_per_s"] == pytest.approx(2**20 / 2009e-6 / 1e9, rel=1e-3)  # 0.522
+    assert fit.alpha_seconds == pytest.approx(34.2e-6, rel=1e-3)
+    assert fields["p2p_bandwidth_gb_per_s"] == pytest.approx(2**20 / (2009e-6 - fit.alpha_seconds) / 1e9, rel=1e-3)
+    assert fields["p2p_bandwidth_gb_per_s"] == pytest.approx(0.531, rel=1e-3)
+    written = fields["p2p_latency_us"] * 1e-6 + 2**20 / (fields["p2p_bandwidth_gb_per_s"] * 1e9)
+    assert written == pytest.approx(2009e-6, rel=1e-3)  # the profile prices the message as measured
     assert flags and "largest message (1,048,576 B) achieved" in flags[0]
     clean = [ResultRow("send_recv", "intra_node", "all_local_ranks", 0, [0, 1], size, 20e-6 + size / 2e9,
                        0.0, 1.0, 1.0) for size in sorted(times)]
@@ -183,7 +189,9 @@ def test_a_poor_send_fit_is_not_written_above_its_largest_message():
 def test_a_poor_all_reduce_fit_is_not_written_above_its_largest_message():
     """The send cap's counterpart for a link's all-reduce figure: flat at 40 us to 128 KiB, then
     3 ms at 1 MiB (a flat-then-jump curve of a review) fits far above the 1 MiB point's busbw; the
-    link's bandwidth is that busbw (a 2-rank all-reduce's busbw is its algbw: 1,048,576 B / 3 ms)."""
+    link's bandwidth is the one that, beside the fitted latency (alpha = 19.6 us a step, 2 steps
+    for 2 ranks), gives that point its 3 ms: 1,048,576 B / (3 ms - 2 x 19.6 us) = 0.354 GB/s (the
+    busbw itself, 0.350, had priced it 3.04 ms); 2(n - 1) / n = 1 at n = 2."""
     from planner.probe.profile import _link_numbers
     from planner.probe.results import ResultRow, fit_all
 
@@ -193,6 +201,11 @@ def test_a_poor_all_reduce_fit_is_not_written_above_its_largest_message():
     (_, fit), = fit_all(rows).values()
     flags: list[str] = []
     bandwidth, _ = _link_numbers(fit, rows, ("all_reduce", "intra_node", "all_local_ranks"), flags, "intra_node")
-    assert bandwidth == pytest.approx(2**20 / 3e-3)
+    assert fit.alpha_seconds == pytest.approx(19.64e-6, rel=1e-3)
+    assert bandwidth == pytest.approx(2**20 / (3e-3 - 2 * fit.alpha_seconds))
+    assert bandwidth == pytest.approx(0.35416e9, rel=1e-4)
+    assert fit.predict_seconds("all_reduce", 2, 2**20) < 3e-3  # the fit itself prices it too fast
+    assert 2 * fit.alpha_seconds + 2**20 / bandwidth == pytest.approx(3e-3)
     assert fit.bandwidth_bytes_per_s > bandwidth
-    assert flags[-1].startswith("intra_node all_reduce: poor fit; its bandwidth is the busbw its largest message")
+    assert flags[-1].startswith("intra_node all_reduce: poor fit; its bandwidth is the one that, beside the fitted "
+                                "latency, gives its largest message")

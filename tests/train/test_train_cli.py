@@ -642,3 +642,21 @@ def test_a_torchtitan_plan_says_it_is_uncalibrated():
                                       "--global-batch", "64", "--seq-len", "8192", "--engine", "torchtitan"])
     assert result.exit_code == 0, result.output
     assert "no torchtitan run is in the calibration set" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("layout", "seq_len", "words"), [
+    ("tp=8,pp=1", "4096", ("no pipeline boundaries (pp=1)", "no data-parallel group (dp=1)")),
+    ("tp=2,pp=1,cp=4", "32768", ("no pipeline boundaries (pp=1)",
+                                 "data parallel over the 4 ranks of dp x cp (the same weights) on nvlink")),
+])
+def test_the_summary_names_the_groups_a_layout_has(layout, seq_len, words):
+    """The links line says what a layout lacks rather than "on -": dp = pp = 1 has no pipeline
+    boundaries and no data-parallel group; at dp = 1 and cp = 4 the weights' data-parallel
+    collectives (Megatron's distributed optimizer, FSDP) run over the dp x cp = 4 ranks (a CLI
+    read: "data parallel on -" beside ZeRO-3, and "data parallel on infiniband" at dp=1)."""
+    result = CliRunner().invoke(app, ["--workload", "train", "--model", "llama-3.1-8b", "--cluster", "1x8xH100",
+                                      "--global-batch", "8", "--seq-len", seq_len, "--layout", layout])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("TP group on"))
+    for word in words:
+        assert word in " ".join(result.output.split()), (word, line)
