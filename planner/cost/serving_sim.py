@@ -46,6 +46,7 @@ than the decoders, a KV shortage, a preemption) runs the request-by-request pass
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -1143,6 +1144,21 @@ def first_wave(result: SimResult, clients: int) -> FirstWave | None:
 
 
 @dataclass(frozen=True)
+class WindowMeans:
+    """A count's time averages over the arrivals' two halves (from when it has filled to their
+    middle, and from there to the last arrival), each with its standard error."""
+
+    first: float
+    second: float
+    first_error: float
+    second_error: float
+
+    @property
+    def rise_error(self) -> float:
+        return math.hypot(self.first_error, self.second_error)
+
+
+@dataclass(frozen=True)
 class Backlog:
     """The requests in the system (arrived, not completed) and those of them waiting for a first
     token, at two moments of a burst's arrivals."""
@@ -1162,6 +1178,10 @@ class Backlog:
     planned_waiting: float | None = None
     """What the plan's steady state holds on average (over every replica): rate x E2E, rate x
     TTFT (Little's law); None: no reference."""
+    in_system_means: WindowMeans | None = None
+    waiting_means: WindowMeans | None = None
+    """The counts' time averages over the two halves (window_means); None: not taken (a rise
+    between the two moments is then judged alone)."""
 
     @property
     def growing(self) -> bool:
@@ -1172,22 +1192,34 @@ class Backlog:
         coming: in front of the engine, or, admitted, in ever slower steps). A count still rising
         toward the plan's is a system filling up (a burst of 1,000 prompts at 13.2 req/s on
         Llama-3.1-70B tp 8 rose from 117 to 168 in the system, 2.5 sigma above the plan's 139:
-        called growing without the reference)."""
-        pairs = [(self.waiting_from, self.waiting_to, self.planned_waiting)]
+        called growing without the reference). Where the halves' time averages are taken
+        (window_means), a rise between the two moments counts only if the averages rise beyond
+        their own errors too, and the second half's ends above the plan by as many: two moments
+        are two samples of a count that swings wider than a Poisson one where a step slows as it
+        fills (Kimi-K2.5 tp=8 pp=2 at 4 req/s, 200 prompts: 13 in the system at the middle, 43 at
+        the last arrival, against the plan's 22.5, while the halves averaged 15 and 24 and 400 or
+        800 prompts showed no rise: called falling behind)."""
+        pairs = [(self.waiting_from, self.waiting_to, self.planned_waiting, self.waiting_means)]
         if self.in_system_from is not None and self.in_system_to is not None:
-            pairs.append((self.in_system_from, self.in_system_to, self.planned_in_system))
+            pairs.append((self.in_system_from, self.in_system_to, self.planned_in_system, self.in_system_means))
 
         def above(count: int, planned: float | None) -> bool:
             return planned is None or count > planned + BACKLOG_SIGMAS * math.sqrt(max(1.0, planned))
+
+        def averages_rise(means: WindowMeans | None, planned: float | None) -> bool:
+            return means is None or (means.second - means.first > BACKLOG_SIGMAS * means.rise_error
+                                     and (planned is None or means.second > planned + BACKLOG_SIGMAS
+                                          * means.second_error))
 
         # a rise beyond chance that ends above the plan; or, a queue already far above the plan
         # at the middle that has not come down (Llama-3.1-70B tp=1 pp=8 at 10 req/s: 175 then
         # 217 waiting against the plan's 6.1, completing 9.59 req/s: it had filled before the
         # middle, so its rise alone was not beyond chance)
-        return any((to - start > BACKLOG_SIGMAS * math.sqrt(max(1, start + to)) and above(to, planned))
+        return any((to - start > BACKLOG_SIGMAS * math.sqrt(max(1, start + to)) and above(to, planned)
+                    and averages_rise(means, planned))
                    or (planned is not None and to >= start and above(start, planned) and above(to, planned)
                        and start > BACKLOG_LEVEL_FACTOR * planned)
-                   for start, to, planned in pairs)
+                   for start, to, planned, means in pairs)
 
 
 BACKLOG_LEVEL_FACTOR = 2.0
@@ -1227,9 +1259,47 @@ def backlog_growth(requests: Sequence[SimRequest], result: SimResult, planned_in
         return sum(1 for a in arrivals if a <= t) - sum(1 for e in ends if e <= t)
 
     done = sum(1 for c in completions if middle < c <= last)
+    in_system = window_means(arrivals, completions, early_median(result.e2e_seconds), middle) if filled else None
     return Backlog(middle - first, last - first, since(middle, completions) if filled else None,
                    since(last, completions) if filled else None, since(middle, answered), since(last, answered),
-                   done / (last - middle), planned_in_system, planned_waiting)
+                   done / (last - middle), planned_in_system, planned_waiting, in_system,
+                   window_means(arrivals, answered, early_median(result.ttft_seconds), middle))
+
+
+BACKLOG_SAMPLES = 256
+"""window_means samples a count this many times in each half of the arrivals."""
+
+
+def window_means(arrivals: list[float], ends: list[float], fill_seconds: float, middle: float) -> WindowMeans:
+    """The time averages of N(t) = requests arrived by t and not ended by t (a request ends at
+    its entry of `ends`) over [first arrival + fill_seconds, middle] and [middle, last arrival],
+    BACKLOG_SAMPLES samples each, and their standard errors: a count whose values stay correlated
+    for about tau (the requests' mean time in it, their ends less their arrivals) holds L / tau
+    independent values in a window of length L, so the error is sqrt(v min(1, tau / L)), v the
+    variance of the samples about their least-squares line (a steady rise is the trend, not the
+    noise), at least the mean (a Poisson count's, M/G/infinity)."""
+    starts, stops = sorted(arrivals), sorted(ends)
+    tau = sum(e - a for a, e in zip(arrivals, ends, strict=True)) / len(arrivals)
+
+    def count(t: float) -> int:
+        return bisect.bisect_right(starts, t) - bisect.bisect_right(stops, t)
+
+    def window(low: float, high: float) -> tuple[float, float]:
+        n = BACKLOG_SAMPLES
+        xs = [low + (high - low) * (k + 0.5) / n for k in range(n)]
+        ys = [float(count(x)) for x in xs]
+        mean_x, mean_y = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
+        residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True)) / n
+        variance = max(residual, mean_y, 1.0)
+        length = max(high - low, 0.0)
+        share = 1.0 if length <= tau else tau / length
+        return mean_y, math.sqrt(variance * share)
+
+    first, first_error = window(min(starts[0] + fill_seconds, middle), middle)
+    second, second_error = window(middle, starts[-1])
+    return WindowMeans(first, second, first_error, second_error)
 
 
 def weighted_percentile(pairs: Sequence[tuple[float, int]], q_percent: float) -> float:
