@@ -220,9 +220,12 @@ def _stacked(segments: list[tuple[str, float]], total: float, width: int, chars:
 
 def collectives_table(rows: tuple[CollectiveRow, ...]) -> Table:
     measured = any(r.measured_seconds is not None for r in rows)
+    # a message above the probe's sweep is the curve continued (comm.extrapolation_seconds_per_byte)
+    beyond = ("; measured: the probe's curve at the message's size, continued above its largest size at "
+              "the seconds per byte of its largest sizes") if measured else ""
     table = Table(title="Collectives per layer (and pipeline sends per stage)", title_justify="left",
                   caption="time / step: each collective's time over the step before any overlap with compute; "
-                          "what stays exposed is in the time breakdown", caption_justify="left")
+                          f"what stays exposed is in the time breakdown{beyond}", caption_justify="left")
     for header in ("phase", "collective", "kind", "group", "message", "link", "latency term",
                    "bandwidth term", "model"):
         table.add_column(header, justify="left" if header in ("phase", "collective", "kind", "link") else "right")
