@@ -815,6 +815,11 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             rejected[found] = rejected.get(found, 0) + 1
             continue
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
+        # the decode cap found was priced at: an E2E refinement's lower one (_largest_meeting_e2e
+        # keys it (*shape, cap)), which the loads below must keep (a review: a copy launched at
+        # the cap that missed E2E, its capacity taken there)
+        refined_key = (*memo.shapes[d_key].key, found.decode.max_num_seqs)
+        d_key = refined_key if refined_key in memo.decode else d_key
         if request.max_concurrency is not None:
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
             if isinstance(found, str):
@@ -864,7 +869,7 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
         split = f" ({q:,} client{'s' if q > 1 else ''} each)"
     note = (f"Client-bound: --max-concurrency {request.max_concurrency:,} over {copies} "
             f"cop{'ies' if copies > 1 else 'y'}{split} keep {mean:.2f} req/s per copy on average of the "
-            f"{found.requests_per_second:.2f} one can take (Little's law: clients = rate x E2E, "
+            f"{found.requests_per_second:.2f} the plan loads one to (Little's law: clients = rate x E2E, "
             f"{seconds_to_ms(closed.e2e_seconds):,.0f} ms on the busiest)")
     return replace(closed, requests_per_second=mean, rate=replace(closed.rate, requests_per_second=mean),
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
@@ -906,7 +911,9 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
     above the capacity, found marked overloaded (its queue grows); between found's rate and the
     capacity where the load misses a latency limit, found marked overloaded too (it keeps up,
     outside the SLA); either way unless --max-concurrency clients hold the excess back (then
-    found as client_bound left it)."""
+    found as client_bound left it). Overloaded, it is credited with its capacity
+    (requests_per_second, which its goodput and the comparisons read), its times those of
+    found's load."""
     rate = request.offered_rate_per_s
     per_copy = rate / found.copies
     copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
@@ -916,10 +923,12 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
         if per_copy >= capacity:
+            # it completes its capacity (what the comparisons credit it with, as an overloaded
+            # aggregated layout its own); the times stay those of the load found was priced at
             note = (f"Overloaded: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which "
                     f"completes at most {plain(capacity)} req/s: requests queue for as long as they keep coming (the "
                     f"times are at {plain(found.requests_per_second)} req/s, before that queue)")
-            return replace(found, overloaded=True, notes=(*found.notes, note),
+            return replace(found, overloaded=True, requests_per_second=capacity, notes=(*found.notes, note),
                            rate_shortfall=f"at most {plain(capacity)} req/s per copy")
     loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
                      binding="request-rate")

@@ -334,7 +334,7 @@ def train_timeline_drawn(e: TrainEstimate) -> tuple[Timeline | None, str]:
     return timeline, caption
 
 
-TIMELINE_GAP_SHOWN_FRACTION_OF_STEP = 0.001
+TIMELINE_GAP_SHOWN_FRACTION_OF_STEP = 1 / 1000
 """A drawn step shorter than the step time by more than this share says what is left out: the
 step and the chart's span are printed to four figures, so a gap of a thousandth shows (Llama-3.1
 405B on 16x8 H100: step 169.60 s, the chart 168.85 s, a gap of 0.44% that 0.5% left unsaid)."""

@@ -971,16 +971,19 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
     )
 
 
-WHOLE_SHAPES_MARGIN = 0.01
+WHOLE_SHAPES_MARGIN = 0.04
 """How far above B / R(B) a MoE replica's n / R(n) may stand at some n below B (the decode
 round R of n sequences; serving_bounds' argument). A MoE step's expert GEMMs run whole rows
 per expert on a whole count of experts per GPU (serving_time.mlp_gemms rounds both), so R(n)
 steps where a count rounds up and n / R(n) can dip below its rising trend: by up to 12% from one
 n to the next on Llama 4 Scout at ep 4, where 4 experts a GPU round; those dips sit far below
-the cap's value, and near the cap the largest excess of max_{n <= B} n / R(n) over B / R(B) was
-0.27% (DeepSeek-V3 tp=8 ep=8 on 4x8 H200, every n of every layout of 7 MoE pairs under three
-requests; dense models: none). A policy, not a fit: about four times that, checked by
-tests/perf/test_bounded_serving.py on the worst layouts."""
+the cap's value. Near the cap the largest excess of max_{n <= B} n / R(n) over B / R(B) was
+0.27% over every n of every layout of 7 MoE pairs under three default-length requests
+(DeepSeek-V3 tp=8 ep=8 on 4x8 H200; dense models: none), and 1.06% where long prompts leave a
+small cap (a review's sweep of 8,000 to 96,000-token prompts: Kimi-K2.5 tp=2 dp=8 ep=8 on 2x8
+H200, 8,000/1,024 tokens, B = 78; DeepSeek-V3 tp=8 ep=8 at 16,000 tokens, B = 39: 0.44%). A
+policy, not a fit: about four times the largest, checked by tests/perf/test_bounded_serving.py
+on the worst layouts."""
 
 
 @dataclass(frozen=True)
@@ -1028,7 +1031,9 @@ LONE_TTFT_FLOOR_MARGIN = 0.8
 DeepSeek-V3, gpt-oss-120b; 1,024 to 64,000-token prompts, a 1,024-token budget) it stood at most
 5.9% above the lone request's TTFT that estimate() prices (DeepSeek-V3 tp=1 pp=8 ep=4, 4,096
 tokens in 1,024-token chunks: the pipelined chunks' rounds, which the steady state prices at the
-mean chunk's), and down to 0.66 of it. Its users take 0.8 of it, a margin of 3.4 times that."""
+mean chunk's), and down to 0.66 of it. Its users take 0.8 of it, a margin of 3.4 times that, for
+fixed lengths only: a --dataset mix's mean pairs (its lengths' squares) put it up to 1.96 times
+the lone TTFT (a review; serve_search._feasible skips no re-plan for a mix)."""
 
 
 def lone_ttft_floor(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest) -> float:

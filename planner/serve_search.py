@@ -584,15 +584,17 @@ def speculation_break_even(model: ModelSpec, cluster: ClusterSpec, request: Serv
 
 def _feasible(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> ServeEstimate | None:
     """The recommended layout of a re-plan (suggest's), None where nothing fits or meets the SLA.
-    Under a TTFT or E2E limit a re-plan whose every layout's lone_ttft_floor, times
-    LONE_TTFT_FLOOR_MARGIN, stands above it is not run: no concurrency meets a limit a lone
+    Under a TTFT or E2E limit (fixed lengths, no --dataset mix, no rate) a re-plan whose every
+    layout's lone_ttft_floor, times LONE_TTFT_FLOOR_MARGIN, stands above it is not run: no concurrency meets a limit a lone
     request misses (the infeasible Qwen3-30B-A3B question, 20,000/16 tokens at --max-ttft-ms 50
     on 8 H100, spent 4 s of 4.6 re-planning nine larger clusters, each layout a steady state)."""
     try:
         resolved = for_checkpoint(model, for_vllm_release(request))
         check_request(model, cluster, resolved)
         limits = [limit for limit in (resolved.max_ttft_seconds, resolved.max_e2e_seconds) if limit is not None]
-        if limits and resolved.offered_rate_per_s is None and all(
+        # a --dataset mix's pairs are its lengths' mean, above its mean length's, which the lone
+        # steady state prices: the floor reached 1.96 times that on pp = 32 (a review), so no skip
+        if limits and resolved.offered_rate_per_s is None and not resolved.dataset_lengths and all(
                 LONE_TTFT_FLOOR_MARGIN * lone_ttft_floor(model, cluster, layout, resolved) > min(limits)
                 for layout in candidate_layouts(resolved.num_gpus or cluster.num_gpus, resolved.layout,
                                                 *expert_search(model, cluster), None, True)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import math
 import os
 import re
 import stat
@@ -218,9 +219,9 @@ def _link_numbers(
             f"{label} all_reduce: poor alpha-beta fit (rms relative residual {fit.rms_relative_residual:.0%})"
         )
         if fit.bandwidth_bytes_per_s is not None:
-            # as a poor send fit (p2p_fields): not above what the largest message's slowest group
-            # achieved, latency included (a flat-then-jump inter-node curve had written a NIC figure
-            # far above the measured one: a review)
+            # as a poor send fit (p2p_fields): not above the bandwidth that gives the largest
+            # message's slowest group its measured time beside the fitted latency (a flat-then-jump
+            # inter-node curve had written a NIC figure far above the measured one: a review)
             largest_bytes = max(r.size_bytes for r in rows if (r.op, r.link, r.mode) == key)
             slowest = max((r for r in rows if (r.op, r.link, r.mode) == key and r.size_bytes == largest_bytes),
                           key=lambda r: r.median_seconds)
@@ -238,14 +239,15 @@ def capped_bandwidth(op: str, num_ranks: int, size_bytes: float, measured_second
                      alpha_seconds: float) -> float:
     """The bandwidth a poor fit is capped at: the beta with which the op's alpha-beta time
     (fit.py's models), at the fitted alpha, equals the time measured at the largest message,
-    beta = factor S / (T - steps alpha); where the fitted latency alone takes that long, the
-    message's own rate with no latency, factor S / T. (The busbw itself, latency included, beside
-    the fitted alpha had priced that very message steps x alpha over its measured time: 4 gloo
-    ranks at 4 MiB, 16.0 ms against 12.0 measured, a critical read.)"""
+    beta = factor S / (T - steps alpha); inf (no cap) where the fitted latency alone takes that
+    long, as no bandwidth then reproduces T (a cap of factor S / T had priced it over 2 T, a
+    review). (The busbw itself, latency included, beside the fitted alpha had priced that very
+    message steps x alpha over its measured time: 4 gloo ranks at 4 MiB, 16.0 ms against 12.0
+    measured, a critical read.)"""
     steps, factor = op_coefficients(op, num_ranks)
     transfer_seconds = measured_seconds - steps * alpha_seconds
     if transfer_seconds <= 0.0:
-        transfer_seconds = measured_seconds
+        return math.inf
     return factor * size_bytes / transfer_seconds
 
 
@@ -361,10 +363,10 @@ def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sha
     comm.p2p_seconds), where it resolved a bandwidth and a latency; `ranks_sharing`: the ranks
     whose concurrent sends the measured rate is shared by (one rank per node measured, every
     local rank sending at a pipeline boundary). {} otherwise. A poor fit (rms relative residual
-    over POOR_FIT_RELATIVE_RESIDUAL) is not taken above what its largest message achieved (its
-    size over its time, latency and all): flat 35 us sends to 128 KiB and then 2,009 us at 1 MiB
-    had fitted 4.07 GB/s, pricing a 1 MiB send at 294 us (a critical read); `rows` give that
-    message, `flags` say so."""
+    over POOR_FIT_RELATIVE_RESIDUAL) is not taken above the bandwidth that gives its largest
+    message its measured time beside the fitted latency (capped_bandwidth): flat 35 us sends to
+    128 KiB and then 2,009 us at 1 MiB had fitted 4.07 GB/s, pricing a 1 MiB send at 294 us (a
+    critical read); `rows` give that message, `flags` say so."""
     entry = fits.get(f"{link}_send_recv{suffix}")
     if entry is None:
         return {}
@@ -383,8 +385,9 @@ def p2p_fields(fits: dict, link: str, suffix: str, bandwidth_key: str, ranks_sha
                 bandwidth_bytes_per_s = achieved_bytes_per_s
                 if flags is not None:
                     shared = "" if ranks_sharing == 1 else f" over the {ranks_sharing} ranks that share it"
-                    flags.append(f"{link} send_recv: poor fit; p2p bandwidth is what its largest message "
-                                 f"({largest_bytes:,} B) achieved{shared}, "
+                    flags.append(f"{link} send_recv: poor fit; p2p bandwidth is the one that, beside the fitted "
+                                 f"latency, gives its largest message ({largest_bytes:,} B) its measured "
+                                 f"time{shared}, "
                                  f"{units.bytes_per_s_to_gb_per_s(achieved_bytes_per_s / ranks_sharing):.4g} GB/s, "
                                  f"not the "
                                  f"fit's {units.bytes_per_s_to_gb_per_s(fit.bandwidth_bytes_per_s / ranks_sharing):.4g}")

@@ -147,7 +147,9 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         "prefill_seconds": load.prefill_seconds,
         "prefill_utilization": load.utilization,
         "prefill_steps_per_prompt": e.steps_per_prompt,
-        # what the workers take within the TTFT / TPOT limits and their KV links (rate matching)
+        # what the workers take within the TTFT / TPOT limits and their KV links (rate matching;
+        # the prefill workers at most MAX_PREFILL_UTILIZATION of their capacity: the load the
+        # plan picks itself, a sent --request-rate may run them up to the capacity below)
         "prefill_max_requests_per_second": rate.prefill_requests_per_second,
         "decode_max_requests_per_second": rate.decode_requests_per_second,
         # the prefill workers at full steps, no limit: N_p * k * n_max / (S_p * T(n_max))
@@ -167,6 +169,8 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
         # `recommended` finds it whichever mode wins
         "goodput_tokens_per_second_per_gpu": e.plan_goodput_per_gpu,
         "binding": e.binding, "overloaded": e.overloaded,
+        # why it does not serve a sent --request-rate within the limits (None where it does)
+        "rate_shortfall": e.rate_shortfall or None,
         "notes": list(e.notes),
         "launch": None if steps is None else [step_json(s) for s in steps],
         **({"launch_not_emitted": why_not_emitted} if steps is None and why_not_emitted else {}),

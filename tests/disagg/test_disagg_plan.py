@@ -791,7 +791,8 @@ def test_a_sent_rate_runs_up_to_the_prefill_capacity_not_the_planned_ceiling(sha
     the capacity itself (rate_bound, rate_capacity_per_second): at 0.95 of it, 19.2 req/s, the
     deployment keeps up (priced at that load, binding request-rate, the note naming the 20.2 it
     can take); at 1.05, 21.2 req/s, it is overloaded, the note and the comparison's clause naming
-    20.2 (they had named the planned 18.19, and called 19.2 req/s overloaded)."""
+    20.2 and it is credited with those 20.2 (they had named the planned 18.19, credited it with
+    them, and called 19.2 req/s overloaded)."""
     from planner.cost.disaggregated import MAX_PREFILL_UTILIZATION
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
     base = plan_disaggregated(model, cluster, ServeRequest(input_len=2048, output_len=256)).recommended
@@ -807,8 +808,9 @@ def test_a_sent_rate_runs_up_to_the_prefill_capacity_not_the_planned_ceiling(sha
         assert found.prefill_load.utilization == pytest.approx(share, rel=1e-6)
         assert any(note.startswith("Rate-bound") and f"of the {capacity:.1f} one can take" in note
                    for note in found.notes)
-    else:
+    else:  # credited with what it completes, its capacity (as an overloaded aggregated layout)
         assert found.overloaded and found.rate_shortfall == f"at most {capacity:.1f} req/s per copy"
+        assert found.requests_per_second == pytest.approx(capacity, rel=1e-9)
         assert any(note.startswith("Overloaded") and f"completes at most {capacity:.1f} req/s" in note
                    for note in found.notes)
 
@@ -831,3 +833,22 @@ def test_a_pipelined_binding_prefill_counts_its_micro_batches():
     assert reason.endswith("90% of their capacity (the most the plan loads them to)")
     assert p.concurrency == 1.0
     assert best.requests_per_second == pytest.approx(0.95 * 8 / p.round_seconds, rel=0.01)
+
+
+def test_a_sent_rate_keeps_the_decode_cap_an_e2e_limit_refined():
+    """Llama-3.1-70B on 2x8 H100 under --max-e2e-ms 3000 at 2.1 req/s: the E2E limit lowers each
+    pairing's decode cap (_largest_meeting_e2e: 6 sequences on tp=8), and the rate's pricing and
+    the copy's capacity take that cap, not the one that missed the limit (a review: "2.1 req/s
+    of the 24.4 one can take" at the unrefined cap, launched with --max-num-seqs 128): at 6 the
+    decode worker finishes 2.06 req/s, below the rate, so the copy is overloaded, credited with
+    2.06 req/s at an E2E within the limit."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    plan = plan_disaggregated(model, cluster, ServeRequest(max_e2e_seconds=3.0, request_rate_per_s=2.1,
+                                                           num_prompts=300))
+    assert plan.candidates
+    for e in plan.candidates:
+        assert e.e2e_seconds <= 3.0
+        assert e.overloaded and e.binding == "decode" and e.requests_per_second < 2.1
+        assert e.rate_shortfall == f"at most {e.requests_per_second:.3g} req/s per copy"
+    best = plan.recommended
+    assert (best.label, best.decode.max_num_seqs) == ("P 1x(tp=8 pp=1) + D 1x(tp=8 pp=1)", 6)

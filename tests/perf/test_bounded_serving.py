@@ -143,15 +143,19 @@ def test_the_bounds_hold_under_the_v0_engine() -> None:
     ("deepseek-v3", "4x8xH200", Layout(1, 1, 32, ep=8)),
     ("gpt-oss-120b", "2x8xH100", Layout(1, 1, 16)),
     ("qwen3-30b-a3b", "4x8xH100", Layout(2, 1, 16, ep=2)),
-], ids=["deepseek-v3 tp8 ep8", "deepseek-v3 dp32 ep8", "gpt-oss-120b dp16", "qwen3-30b-a3b tp2 ep2"])
+    ("kimi-k2.5", "2x8xH200", Layout(2, 1, 8, ep=8)),
+], ids=["deepseek-v3 tp8 ep8", "deepseek-v3 dp32 ep8", "gpt-oss-120b dp16", "qwen3-30b-a3b tp2 ep2",
+        "kimi-k2.5 tp2 ep8, 8k prompts"])
 def test_whole_expert_shapes_stay_within_the_margin(model_name: str, cluster_name: str, layout: Layout) -> None:
     """serving_bounds takes B / R(B) for every n / R(n) below the cap B, which a MoE step's whole
     rows per expert and whole experts per GPU break by a little (serve.WHOLE_SHAPES_MARGIN): at
     pp = 1 the knee's bound at c is (O / D) m c / R(c), so its largest value over c <= B over
-    its value at B is max_n n / R(n) over B / R(B). On the layouts where a sweep of 7 MoE pairs
-    found the largest excess, it exceeds 1 (the margin is needed) and stays under 1 + margin."""
+    its value at B is max_n n / R(n) over B / R(B). On the layouts where sweeps of MoE pairs
+    found the largest excess, it stays under 1 + margin (a margin below 1.06% fails on Kimi-K2.5
+    at 8,000-token prompts, B = 78), and it exceeds 1 on DeepSeek-V3's (the dips are real)."""
     model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
-    request = for_vllm_release(ServeRequest())
+    request = for_vllm_release(ServeRequest(input_len=8000, output_len=1024) if model_name == "kimi-k2.5"
+                               else ServeRequest())
     bound = knee_rate_bound(model, cluster, layout, request, Memo())
     setup = replica_setup(model, with_moe_backend(cluster, request.moe_backend), layout, request)
     assert not isinstance(setup, Rejected)
@@ -159,7 +163,28 @@ def test_whole_expert_shapes_stay_within_the_margin(model_name: str, cluster_nam
     excess = max(bound(n) for n in range(1, setup.cap + 1)) / at_cap
     assert 1 <= excess <= 1 + WHOLE_SHAPES_MARGIN
     if layout.tp == 8:
-        assert excess > 1 + WHOLE_SHAPES_MARGIN / 10  # 0.27% here: the dips are real
+        assert excess > 1.002  # 0.27% here: the dips are real
+    if model_name == "kimi-k2.5":
+        assert excess > 1.01  # the largest seen: 1.06%
+
+
+def test_the_margin_multiplies_the_moe_bound() -> None:
+    """The knee's bound at the cap B by hand for a MoE layout at pp = 1 (one micro-batch):
+    (O / D) (1 + WHOLE_SHAPES_MARGIN) B / R(B), R(B) the decode round of B sequences at the
+    request's decode context; for a dense layout without the margin."""
+    request = for_vllm_release(ServeRequest())
+    for model_name, cluster_name, layout, margin in (
+            ("deepseek-v3", "4x8xH200", Layout(8, 1, 4, ep=8), 1 + WHOLE_SHAPES_MARGIN),
+            ("llama-3.1-70b", "2x8xH100", Layout(8, 1, 2), 1.0)):
+        model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+        setup = replica_setup(model, with_moe_backend(cluster, request.moe_backend), layout, request)
+        assert not isinstance(setup, Rejected)
+        cap = setup.cap
+        load = StepLoad(cap, cap * request.decode_context_tokens)
+        round_seconds = round_time(model, with_moe_backend(cluster, request.moe_backend), layout, setup.placement,
+                                   setup.stages, load, 1, None, expert_imbalance(request), setup.constants).seconds
+        bound = knee_rate_bound(model, cluster, layout, request, Memo())
+        assert bound(cap) == pytest.approx(256 / 255 * margin * cap / round_seconds, rel=1e-12)
 
 
 def test_the_bounds_of_one_layout_by_hand() -> None:

@@ -179,7 +179,7 @@ def test_a_poor_send_fit_is_not_written_above_its_largest_message():
     assert fields["p2p_bandwidth_gb_per_s"] == pytest.approx(0.531, rel=1e-3)
     written = fields["p2p_latency_us"] * 1e-6 + 2**20 / (fields["p2p_bandwidth_gb_per_s"] * 1e9)
     assert written == pytest.approx(2009e-6, rel=1e-3)  # the profile prices the message as measured
-    assert flags and "largest message (1,048,576 B) achieved" in flags[0]
+    assert flags and "gives its largest message (1,048,576 B) its measured time" in flags[0]
     clean = [ResultRow("send_recv", "intra_node", "all_local_ranks", 0, [0, 1], size, 20e-6 + size / 2e9,
                        0.0, 1.0, 1.0) for size in sorted(times)]
     good = p2p_fields(fit_all(clean), "intra_node", "", "p2p_bandwidth_gb_per_s", rows=clean, flags=flags)
@@ -209,3 +209,18 @@ def test_a_poor_all_reduce_fit_is_not_written_above_its_largest_message():
     assert fit.bandwidth_bytes_per_s > bandwidth
     assert flags[-1].startswith("intra_node all_reduce: poor fit; its bandwidth is the one that, beside the fitted "
                                 "latency, gives its largest message")
+
+
+def test_the_cap_stands_aside_where_the_latency_alone_is_longer():
+    """capped_bandwidth: the beta with which steps alpha + factor S / beta equals the measured T.
+    A 2-rank all-reduce (2 steps, factor 1) of 1 MiB in 3 ms beside alpha = 19.6 us: 1,048,576 B /
+    (3 ms - 39.2 us) = 354.2 MB/s. Where the fitted latency alone takes longer than T (alpha = 2
+    ms: 4 ms of steps), no bandwidth reproduces T: inf, no cap (factor S / T beside that alpha had
+    priced the message over 2 T)."""
+    import math
+
+    from planner.probe.profile import capped_bandwidth
+
+    assert capped_bandwidth("all_reduce", 2, 2**20, 3e-3, 19.6e-6) == pytest.approx(2**20 / (3e-3 - 39.2e-6))
+    assert capped_bandwidth("all_reduce", 2, 2**20, 3e-3, 2e-3) == math.inf
+    assert capped_bandwidth("send_recv", 2, 2**20, 2009e-6, 34.2e-6) == pytest.approx(2**20 / (2009e-6 - 34.2e-6))
