@@ -758,8 +758,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
                                  same)
             served = copies * match.requests_per_second * request.output_len
+            capacity = rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
             bounds.append(Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
-                                      d_key, n_d, same, copies * match.requests_per_second))
+                                      d_key, n_d, same, copies * match.requests_per_second, copies * capacity))
     bounds.sort()
     offered = request.offered_rate_per_s
 
@@ -771,21 +772,22 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         rate_candidates are priced and its E2E floor beats the last shown row's E2E among those
         that keep up (any, while fewer than `shown` do: an E2E limit or the clients can leave one
         below the rate)."""
-        if offered is None or entry.requests_per_second < offered or len(out) >= rate_candidates:
+        if offered is None or entry.capacity_per_second <= offered or len(out) >= rate_candidates:
             return False
         kept = sorted(e.e2e_seconds for e in out if not e.overloaded)
         return len(kept) < shown or floor_of(entry) < kept[shown - 1]
 
     if offered is not None:
         # at a rate the deployments that keep up serve alike and rank by E2E: those first, by the
-        # floor no load can beat (e2e_floor_seconds), the rest (overloaded) as at capacity
-        bounds = (sorted((b for b in bounds if b.requests_per_second >= offered), key=floor_of)
-                  + [b for b in bounds if b.requests_per_second < offered])
+        # floor no load can beat (e2e_floor_seconds), the rest (overloaded) as at capacity; keeping
+        # up is the capacity's test (rate_bound's), not the 90% the plan loads prefill workers to
+        bounds = (sorted((b for b in bounds if b.capacity_per_second > offered), key=floor_of)
+                  + [b for b in bounds if b.capacity_per_second <= offered])
     out, seen = [], set()
     refined = 0
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
     for entry in bounds:
-        _, _, p_key, n_p, d_key, n_d, same, _ = entry
+        _, _, p_key, n_p, d_key, n_d, same, _, _ = entry
         if len(out) >= shown and not worth_pricing_past_the_shown(entry):
             break
         # the same deployment at a lower decode cap, or a multiple of one already kept
@@ -1203,6 +1205,9 @@ class Combination(NamedTuple):
     """Prefill and decode workers on the same node (KV over NVLink) or not."""
     requests_per_second: float
     """What the plan's copies of the deployment complete at their matched rates."""
+    capacity_per_second: float
+    """What they complete at the most (rate_capacity_per_second): the rate a sent --request-rate
+    runs them up to, so whether they keep up with it."""
 
 
 class LoadedLatency(NamedTuple):
