@@ -418,3 +418,15 @@ def test_a_skipped_sample_leaves_its_neighbours_peak_to_be_refined():
     assert all(rate(c) <= bound(c) for c in range(1, 65))
     for tie in (0.0, 0.03):
         assert peak_throughput_concurrency(steady, 64, tie, bound) == peak_throughput_concurrency(steady, 64, tie) == 20
+
+
+def test_the_latency_objective_runs_the_clients_concurrency():
+    """--objective latency with --max-concurrency 16: the clients set the load, so each replica
+    runs them (vLLM's own --max-num-seqs, 16 in flight), and the layouts are ranked by TPOT at
+    it; one sequence a replica (the objective's lone request) had queued the other 15 for a 42.5
+    s TTFT (Llama-3.1-70B tp=8 on 8 H100, a CLI read)."""
+    text = plan("--model", "llama-3.1-70b", "--cluster", "1x8xH100", "--mode", "aggregated", "--objective",
+                "latency", "--max-concurrency", "16")
+    recommended = text.split("Recommended: ")[1].split("; decode is")[0]
+    assert "lowest TPOT" in recommended and "at 16 concurrent sequence(s) per replica" in recommended
+    assert "--max-num-seqs 1 " not in text and "every other request waits for the running one" not in text
