@@ -63,20 +63,31 @@ def test_pareto_front_by_hand():
 points = st.lists(st.tuples(st.floats(1, 1000), st.floats(0, 1e5)), min_size=1, max_size=12)
 
 
+def printed(c: FrontierCandidate) -> tuple[float, float]:
+    """The list's figures: 0.1 tok/s per user, whole tok/s per GPU."""
+    return round(c.tokens_per_second_per_user, 1), round(c.goodput_per_gpu)
+
+
 @given(points)
 def test_the_front_is_exactly_the_unbeaten(pairs):
-    """No member is beaten on both axes by any candidate; every candidate left out is matched
-    or beaten on both by a member."""
+    """At the printed figures: no member is beaten on both axes by any candidate; every
+    candidate left out is matched or beaten on both by a member."""
     cands = [candidate(u, g, str(i)) for i, (u, g) in enumerate(pairs)]
     front = pareto_front(cands)
     assert front
     for m in front:
-        assert not any(c.tokens_per_second_per_user > m.tokens_per_second_per_user
-                       and c.goodput_per_gpu > m.goodput_per_gpu for c in cands)
+        assert not any(printed(c)[0] > printed(m)[0] and printed(c)[1] > printed(m)[1] for c in cands)
     for c in cands:
         if c not in front:
-            assert any(m.tokens_per_second_per_user >= c.tokens_per_second_per_user
-                       and m.goodput_per_gpu >= c.goodput_per_gpu for m in front)
+            assert any(printed(m)[0] >= printed(c)[0] and printed(m)[1] >= printed(c)[1] for m in front)
+
+
+def test_points_equal_at_the_printed_figures_are_one():
+    """26.50 and 26.49 tok/s/user (TPOT 37.74 and 37.75 ms) both print 26.5: the point at 187
+    tok/s/GPU is beaten at the printed figures by the one at 609, and not listed (it was, beside
+    it: a CLI read on DeepSeek-V3)."""
+    fast, wide = candidate(26.50, 187, "aggregated"), candidate(26.49, 609, "disaggregated")
+    assert [p.label for p in pareto_front([fast, wide])] == ["disaggregated"]
 
 
 @pytest.fixture(scope="module")
