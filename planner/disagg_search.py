@@ -758,9 +758,11 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
                                  same)
             served = copies * match.requests_per_second * request.output_len
-            capacity = rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
+            # whether it keeps up with a sent rate is read only at one (rate_bound's test)
+            capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
+                rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
             bounds.append(Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
-                                      d_key, n_d, same, copies * match.requests_per_second, copies * capacity))
+                                      d_key, n_d, same, copies * match.requests_per_second, copies * capacity_per_s))
     bounds.sort()
     offered = request.offered_rate_per_s
 
@@ -920,29 +922,29 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
     per_copy = rate / found.copies
     copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
     of_copies = f"over {found.copies} cop{'ies' if found.copies > 1 else 'y'}"
-    capacity = rate_capacity_per_second(model, cluster, request, memo, combination)
+    capacity_per_s = rate_capacity_per_second(model, cluster, request, memo, combination)
     if per_copy >= found.requests_per_second:
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
-        if per_copy >= capacity:
+        if per_copy >= capacity_per_s:
             # it completes its capacity (what the comparisons credit it with, as an overloaded
             # aggregated layout its own); the times stay those of the load found was priced at
             note = (f"Overloaded: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which "
-                    f"completes at most {plain(capacity)} req/s: requests queue for as long as they keep coming (the "
+                    f"completes at most {plain(capacity_per_s)} req/s: requests queue for as long as they keep coming (the "
                     f"times are at {plain(found.requests_per_second)} req/s, before that queue)")
-            return replace(found, overloaded=True, requests_per_second=capacity, notes=(*found.notes, note),
-                           rate_shortfall=f"at most {plain(capacity)} req/s per copy")
+            return replace(found, overloaded=True, requests_per_second=capacity_per_s, notes=(*found.notes, note),
+                           rate_shortfall=f"at most {plain(capacity_per_s)} req/s per copy")
     loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
                      binding="request-rate")
     if isinstance(loaded, str):  # it takes the rate, outside the limits (Poisson arrivals' slot waits
         # can put a rate below found's, whose load was priced without them, over a TTFT limit)
         note = (f"SLA-bound: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which it "
-                f"takes (up to {plain(capacity)} req/s) but not within the limits: {loaded} (the times are at "
+                f"takes (up to {plain(capacity_per_s)} req/s) but not within the limits: {loaded} (the times are at "
                 f"{plain(found.requests_per_second)} req/s without Poisson arrivals' waits)")
         return replace(found, overloaded=True, notes=(*found.notes, note),
                        rate_shortfall=f"outside the limits at {plain(per_copy)} req/s per copy")
     note = (f"Rate-bound: --request-rate {rate:g}/s gives {copies} {plain(per_copy)} req/s of the "
-            f"{plain(capacity)} one can take")
+            f"{plain(capacity_per_s)} one can take")
     return replace(loaded, plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node,
                    notes=(*loaded.notes, note))
 
@@ -1206,8 +1208,8 @@ class Combination(NamedTuple):
     requests_per_second: float
     """What the plan's copies of the deployment complete at their matched rates."""
     capacity_per_second: float
-    """What they complete at the most (rate_capacity_per_second): the rate a sent --request-rate
-    runs them up to, so whether they keep up with it."""
+    """At a sent --request-rate, what they complete at the most (rate_capacity_per_second), the
+    rate it runs them up to, so whether they keep up with it; without one, requests_per_second."""
 
 
 class LoadedLatency(NamedTuple):

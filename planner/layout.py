@@ -214,6 +214,11 @@ class Link:
     """A probe's own send/recv fit on this link (IntraNodeLink / InterNodeLink p2p figures);
     None: a send costs the link's figures (comm.p2p_seconds)."""
 
+    @property
+    def has_p2p_fit(self) -> bool:
+        """The probe's send/recv fit prices a send on this link (both its figures given)."""
+        return self.p2p_bandwidth_bytes_per_s is not None and self.p2p_latency_seconds is not None
+
 
 @dataclass(frozen=True)
 class GroupTopology:

@@ -1050,15 +1050,15 @@ def lone_ttft_floor(model: ModelSpec, cluster: ClusterSpec, layout: Layout, requ
     setup = replica_setup(model, cluster, layout, request)
     if isinstance(setup, Rejected):
         return math.inf
-    first = eff.FIRST_TOKEN_SECONDS + tokenize_seconds(api_server_tokenizer(request, layout, cluster.gpus_per_node),
-                                                        request)
+    first_token_seconds = eff.FIRST_TOKEN_SECONDS + tokenize_seconds(
+        api_server_tokenizer(request, layout, cluster.gpus_per_node), request)
     num_chunks = math.ceil(request.input_len / setup.budget_tokens)
-    tokens = request.input_len / num_chunks
-    chunk = StepLoad(0, 0, tokens, request.prompt_pairs / num_chunks, 1 / num_chunks,
-                     tokens / lockstep_ranks(model, layout))
-    steps = [step.seconds for step in stage_step_times(model, cluster, layout, setup.placement, setup.stages, chunk,
-                                                       expert_imbalance(request), setup.constants)]
-    return first + sum(steps) + (num_chunks - 1) * max(steps)
+    chunk_tokens = request.input_len / num_chunks
+    chunk = StepLoad(0, 0, chunk_tokens, request.prompt_pairs / num_chunks, 1 / num_chunks,
+                     chunk_tokens / lockstep_ranks(model, layout))
+    stage_seconds = [step.seconds for step in stage_step_times(model, cluster, layout, setup.placement, setup.stages,
+                                                               chunk, expert_imbalance(request), setup.constants)]
+    return first_token_seconds + sum(stage_seconds) + (num_chunks - 1) * max(stage_seconds)
 
 
 def knee_rate_bound(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: ServeRequest,

@@ -61,7 +61,7 @@ def p2p_seconds(message_bytes: float, link: Link | None) -> float:
     send/recv beside the all-reduce's 418 us a step and 1.5 GB/s), else the link's figures."""
     if link is None:
         return 0.0
-    if link.p2p_bandwidth_bytes_per_s is not None and link.p2p_latency_seconds is not None:
+    if link.has_p2p_fit:
         return link.p2p_latency_seconds + message_bytes / link.p2p_bandwidth_bytes_per_s
     return link.latency_seconds + message_bytes / link.bandwidth_bytes_per_s
 

@@ -77,7 +77,7 @@ def layer_message_seconds(message_bytes: float, link: Link, curve: AllreduceCurv
     alpha + S/beta. The all-reduce had come first: on a gloo probe of 4 ranks it measured 7.10 ms
     at 4 MiB where its send took 2.69 ms (a CLI read: a KV handoff priced 2.6 times the sends
     the probe timed)."""
-    if curve is not None and (link.p2p_bandwidth_bytes_per_s is None or link.p2p_latency_seconds is None):
+    if curve is not None and not link.has_p2p_fit:
         return curve_seconds(curve, message_bytes)
     return p2p_seconds(message_bytes, link)
 
@@ -123,8 +123,8 @@ def kv_transfer(layers: tuple[LayerKv, ...], prefill_tp: int, decode_tp: int, li
     total = sum(kind.num_layers * kind.bytes_per_layer for kind in layers)
     transfer = sum(kind.num_layers * layer_message_seconds(kind.bytes_per_layer / streams, link, curve)
                    for kind in layers)
-    probed = curve is not None or (link.p2p_bandwidth_bytes_per_s is not None and link.p2p_latency_seconds is not None)
-    return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if probed else "model", copies)
+    measured = curve is not None or link.has_p2p_fit
+    return KvTransfer(total, link.kind, link.scope, streams, transfer, "measured" if measured else "model", copies)
 
 
 def kv_link_requests_per_second(transfer: KvTransfer, worker_gpus: int) -> float:

@@ -1279,7 +1279,7 @@ def window_means(arrivals: list[float], ends: list[float], fill_seconds: float, 
     variance of the samples about their least-squares line (a steady rise is the trend, not the
     noise), at least the mean (a Poisson count's, M/G/infinity)."""
     starts, stops = sorted(arrivals), sorted(ends)
-    tau = sum(e - a for a, e in zip(arrivals, ends, strict=True)) / len(arrivals)
+    tau_seconds = sum(e - a for a, e in zip(arrivals, ends, strict=True)) / len(arrivals)
 
     def count(t: float) -> int:
         return bisect.bisect_right(starts, t) - bisect.bisect_right(stops, t)
@@ -1293,8 +1293,8 @@ def window_means(arrivals: list[float], ends: list[float], fill_seconds: float, 
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
         residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True)) / n
         variance = max(residual, mean_y, 1.0)
-        length = max(high - low, 0.0)
-        share = 1.0 if length <= tau else tau / length
+        length_seconds = max(high - low, 0.0)
+        share = 1.0 if length_seconds <= tau_seconds else tau_seconds / length_seconds
         return mean_y, math.sqrt(variance * share)
 
     first, first_error = window(min(starts[0] + fill_seconds, middle), middle)
