@@ -602,6 +602,8 @@ class _Memo:
     """Per (prefill shape, decode shape and cap, link): e2e_floor_seconds."""
     prefill_grid: dict = field(default_factory=dict)
     """Per prefill shape: its prefill_seconds at max_prefill_rate's grid of rates."""
+    top_cap: dict = field(default_factory=dict)
+    """Per decode shape: the most sequences a rank runs within --max-tpot-ms (decode_concurrency)."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -717,6 +719,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if implied_tpot > 0 and cap > 0 and not fixed:  # and below the TPOT the E2E limit implies
             implied = replace(decode_request, max_tpot_seconds=implied_tpot)
             caps += e2e_caps(decode_concurrency(model, cluster, implied, shape, shared))
+        memo.top_cap[shape.key] = cap
         for c in sorted(set(caps) - {0}, reverse=True) or [0]:
             memo.shapes[(*shape.key, c)] = shape
             memo.decode[(*shape.key, c)] = c
@@ -818,6 +821,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
+        found = _matched_cap(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len, found)
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         # the decode cap found was priced at: an E2E refinement's lower one (_largest_meeting_e2e
         # keys it (*shape, cap)), which the loads below must keep (a review: a copy launched at
@@ -1112,6 +1116,56 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
             high = middle
         else:
             low, best = middle, tried
+    return best
+
+
+def _matched_cap(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
+                 found: DisaggEstimate) -> DisaggEstimate:
+    """With a TTFT limit, the decode cap (at most the TPOT limit's, memo.top_cap) at which the
+    deployment completes the most requests/s, where the halvings tried (decode_caps) can miss it:
+    the first token waits for a decode round at the cap, so a higher cap lowers what the prefill
+    workers take within the limit (N_p r_p(c) falls with c) while it raises what the decode
+    workers take (N_d r_d(c) rises), and the most either side allows is where they cross. It is
+    found by bisection over whole sequences (the largest c at which the decode side still binds,
+    and c + 1) and kept when _detail prices it above `found`. Without it a looser --max-tpot-ms
+    could price a deployment lower than a tighter one (its halvings land on the wrong side of the
+    crossing: Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms, 1,127 tok/s per GPU at TPOT 95.1 ms and
+    1,121 at 133.9). Not at a sent rate or a client count, where the load is theirs, nor with a
+    fixed --batch."""
+    if (request.max_ttft_seconds is None or request.batch is not None or request.offered_rate_per_s is not None
+            or request.max_concurrency is not None):
+        return found
+    shape = memo.shapes[d_key]
+    top = memo.top_cap.get(shape.key, 0)
+    if top <= 1:
+        return found
+
+    def key_at(c: int) -> tuple:
+        key = (*shape.key, c)
+        memo.shapes[key], memo.decode[key] = shape, c
+        return key
+
+    def matched(c: int):
+        rate = _pairing(model, cluster, request, memo, p_key, key_at(c), same)
+        return None if isinstance(rate, str) else rate_match(rate[0], n_p, rate[1], n_d)
+
+    top_match = matched(top)
+    if top_match is not None and top_match.binding == "decode":
+        low = top  # the decode side binds up to the TPOT limit's cap: that cap is the most
+    else:
+        low, high = 0, top  # the decode side binds at low (or low = 0), the prefill side at high
+        while high - low > 1:
+            middle = (low + high) // 2
+            at_middle = matched(middle)
+            if at_middle is not None and at_middle.binding == "decode":
+                low = middle
+            else:
+                high = middle
+    best = found
+    for c in {c for c in (low, low + 1) if 1 <= c <= top and c != found.decode.max_num_seqs}:
+        tried = _detail(model, cluster, request, memo, p_key, n_p, key_at(c), n_d, same, max_model_len)
+        if not isinstance(tried, str) and tried.requests_per_second > best.requests_per_second:
+            best = tried
     return best
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import json
 import re
 from types import SimpleNamespace
@@ -852,3 +853,36 @@ def test_a_sent_rate_keeps_the_decode_cap_an_e2e_limit_refined():
         assert e.rate_shortfall == f"at most {e.requests_per_second:.3g} req/s per copy"
     best = plan.recommended
     assert (best.label, best.decode.max_num_seqs) == ("P 1x(tp=8 pp=1) + D 1x(tp=8 pp=1)", 6)
+
+
+QWEN_TTFT = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.5)
+
+
+def test_a_looser_tpot_limit_never_lowers_disaggregated_goodput_under_a_ttft_limit():
+    """Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms: the first token waits for a decode round at the
+    cap, so the halvings of the TPOT limit's cap (decode_caps) landed on either side of the cap
+    where prefill and decode take the same rate, and 133.9 ms priced 1,121 tok/s per GPU where
+    95.1 ms had 1,127. The cap is now taken where the two sides cross (_matched_cap)."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    tpot_ms = (60.0, 95.1, 133.9, 200.0)
+    goodputs = [plan_disaggregated(model, cluster, replace(QWEN_TTFT, max_tpot_seconds=t / 1000)).recommended
+                .plan_goodput_per_gpu for t in tpot_ms]
+    assert goodputs == sorted(goodputs), goodputs
+
+
+def test_the_decode_cap_sits_where_prefill_and_decode_rates_cross():
+    """The recommended deployment's cap c against the same deployment at a fixed --batch of c - 1
+    and c + 1 (the one concurrency then tried): one fewer sequence lets the decode side bind
+    lower, one more leaves the prefill less of the TTFT budget, so neither completes more."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    request = replace(QWEN_TTFT, max_tpot_seconds=0.1339)
+    best = plan_disaggregated(model, cluster, request).recommended
+    cap = best.decode.max_num_seqs
+    assert best.binding == "prefill" and best.ttft_seconds <= 0.5
+    for other in (cap - 1, cap + 1):
+        same = [e for e in plan_disaggregated(model, cluster, replace(request, batch=other)).candidates
+                if e.label == best.label and e.same_node == best.same_node]
+        assert same and same[0].requests_per_second <= best.requests_per_second, (other, same)
+    below = [e for e in plan_disaggregated(model, cluster, replace(request, batch=cap - 1)).candidates
+             if e.label == best.label and e.same_node == best.same_node]
+    assert below[0].binding == "decode"  # c - 1: the decode side still binds, so c is the crossing
