@@ -1362,6 +1362,17 @@ def lockstep_ranks(model: ModelSpec, layout: Layout) -> int:
     return layout.dp_per_ep_group if model.is_moe and layout.ep > 1 else 1
 
 
+def vllm_balances_dp(model: ModelSpec, layout: Layout, request: ServeRequest) -> bool:
+    """Whether vLLM's own DP load balancer (cost/dp_router.py) picks the rank of each request:
+    V1 deployments of several DP ranks, as planner/emit/vllm.py launches them (an EP group's d
+    ranks; a dense model's replicas, one `--data-parallel-size dp` deployment). An MoE model's
+    replicas without EP across them are independent deployments behind a load balancer, and
+    SGLang's servers route their own way."""
+    if request.pool_engine != "vllm" or not request.engine_versions.vllm_release.v1_engine or layout.dp == 1:
+        return False
+    return lockstep_ranks(model, layout) > 1 or not model.is_moe
+
+
 def expert_imbalance(request: ServeRequest) -> float:
     """The busiest EP GPU's routed load over the mean: --expert-imbalance, else the default."""
     return request.expert_imbalance if request.expert_imbalance is not None else eff.EXPERT_LOAD_IMBALANCE
@@ -1453,7 +1464,8 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
 
     simulated = simulate_replicas(requests, layout.dp, limits, step_seconds, eff.FIRST_TOKEN_SECONDS,
                                   request.max_concurrency, ranks, group_step_seconds,
-                                  tokenizer=api_server_tokenizer(request, layout, cluster.gpus_per_node))
+                                  tokenizer=api_server_tokenizer(request, layout, cluster.gpus_per_node),
+                                  dp_router="vllm" if vllm_balances_dp(model, layout, request) else "exact")
     metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
     if not math.isfinite(rate) and request.max_concurrency is not None:  # a closed loop of clients
         metrics = replace(metrics, first_wave=first_wave(simulated, request.max_concurrency))

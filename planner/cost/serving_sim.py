@@ -52,7 +52,9 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
+from planner.cost.dp_router import VllmDpRouter
 from planner.cost.ingress import PromptTokenizer, TokenizerQueue
 from planner.cost.serving_time import IDLE_POLL_SECONDS, StepLoad
 
@@ -229,6 +231,8 @@ class _Sim:
         self.num_done = 0
         self.finished_blocks, self.num_finished = 0, 0  # released at the end of the step
         self.last_finished = 0  # requests the last step completed
+        self.finished_log: list[int] | None = None  # set to [] to keep which (their engine indices)
+        self.last_finished_ids: list[int] = []  # with finished_log: which the last step completed
         self.completing = 0  # prompts whose last chunk is in the step being scheduled
 
     # ------------------------------------------------------------------ decoder bookkeeping
@@ -275,6 +279,8 @@ class _Sim:
         r.done_at = self.k
         self.finished_blocks += self._held(r)
         self.num_finished += 1
+        if self.finished_log is not None:
+            self.finished_log.append(r.i)
         r.g = -1
 
     def _held(self, r: _Req) -> int:
@@ -558,6 +564,8 @@ class _Sim:
         self.num_running -= self.num_finished
         self.num_done += self.num_finished
         self.last_finished = self.num_finished
+        if self.finished_log is not None:
+            self.last_finished_ids, self.finished_log = self.finished_log, []
         self.finished_blocks = self.num_finished = 0
         return StepLoad(nd, float(ctx), chunks, pairs, self.completing, spec_tokens=drafted)
 
@@ -703,6 +711,7 @@ def simulate_replicas(
     group_step_seconds: Callable[[list[StepLoad]], float] | None = None,
     replay_solos: bool = True,
     tokenizer: PromptTokenizer | None = None,
+    dp_router: Literal["exact", "vllm"] = "exact",
 ) -> SimResult:
     """dp engines behind one client: each request, when the client sends it (its arrival,
     or under a client limit --max-concurrency the completion that frees a slot: one
@@ -716,6 +725,14 @@ def simulate_replicas(
     a stale snapshot or a KV cache over half full raises an engine's score; docs/cost-model.md,
     "The DP router"). So 2 client slots
     over 2 EP groups keep one request in each group, and 12 over 8 replicas keep 12 busy.
+
+    `dp_router` "vllm": vLLM's own DP load balancer instead of the exact count inside a
+    deployment (cost/dp_router.py: d API servers, each counting only its own requests in
+    flight beside a snapshot up to 100 ms old): each EP group is one deployment of its d ranks
+    (groups still chosen by the fewest in flight: a load balancer in front of their servers);
+    without lockstep groups all the replicas are one deployment (`--data-parallel-size dp`).
+    Requests sent together keep the fixed dispatch below: vLLM's servers spread a burst
+    round robin too (each rotates its scan's start).
 
     Results are merged: per-request latencies in the caller's order, steps concatenated
     engine by engine. Without a client limit and with every request arriving at once the
@@ -756,12 +773,21 @@ def simulate_replicas(
         return _tokenized_ahead(requests, tokenizer, first_token_extra_seconds,
                                 lambda shifted: simulate_replicas(
                                     shifted, num_replicas, limits, step_seconds, first_token_extra_seconds, None,
-                                    lockstep_ranks, group_step_seconds, replay_solos))
+                                    lockstep_ranks, group_step_seconds, replay_solos, dp_router=dp_router))
     if max_concurrency is not None or not at_once:
         return _simulate_dispatched(requests, order, groups, limits, priced, first_token_extra_seconds,
                                     max_concurrency, replay_solos,
-                                    None if tokenizer is None else TokenizerQueue(tokenizer))
+                                    None if tokenizer is None else TokenizerQueue(tokenizer),
+                                    _deployments(groups) if dp_router == "vllm" else None)
     return _fixed_dispatch(requests, order, groups, num_replicas, limits, priced, first_token_extra_seconds)
+
+
+def _deployments(groups: list[list[int]]) -> list[list[int]] | None:
+    """The engines behind each vLLM DP load balancer (simulate_replicas' dp_router "vllm"): each
+    group of several ranks, else every engine together; None where one engine is alone."""
+    if len(groups[0]) > 1:
+        return groups
+    return [[n for group in groups for n in group]] if len(groups) > 1 else None
 
 
 def _fixed_dispatch(requests: Sequence[SimRequest], order: list[int], groups: list[list[int]], num_replicas: int,
@@ -820,6 +846,7 @@ def _simulate_dispatched(
     max_concurrency: int | None,
     replay_solos: bool = True,
     tokenizer: TokenizerQueue | None = None,
+    deployments: list[list[int]] | None = None,
 ) -> SimResult:
     """simulate_replicas with the dispatch decided as the burst runs: one clock, events in
     time order (a send before a step that ends at the same moment, so the step's intake sees
@@ -834,7 +861,9 @@ def _simulate_dispatched(
     the solo's start up to the step in progress, and the group goes on as any other.
     `replay_solos` False steps every request (the reference the replay is tested against).
     `tokenizer`: the API server's, under a client limit (simulate_replicas): a request sent when
-    a slot frees reaches the engines once its prompt is tokenized."""
+    a slot frees reaches the engines once its prompt is tokenized. `deployments`: the engines
+    behind each of vLLM's DP load balancers (_deployments; one per group, or one of every
+    engine), which then pick the rank (cost/dp_router.py); None: the fewest in flight."""
     num_blocks = _check_fits(requests, limits)
     num_engines = sum(len(g) for g in groups)
     sims = [_Sim([], limits, num_blocks) for _ in range(num_engines)]
@@ -857,6 +886,21 @@ def _simulate_dispatched(
     event_tick = [-1] * len(groups)  # the tie-break of each group's live event; others are stale
     events: list[tuple[float, int, int]] = []  # (time, tie-break, group)
     tick = 0
+    routers = None if deployments is None else [VllmDpRouter(len(engines)) for engines in deployments]
+    group_of = [0] * num_engines
+    sent_by: dict[int, tuple[int, int, int]] = {}  # request -> (deployment, engine index, server)
+    for g, group in enumerate(groups):
+        for n in group:
+            group_of[n] = g
+    for engines in deployments or ():
+        for n in engines:
+            sims[n].finished_log = []
+
+    def leaves(i: int, n: int, now: float) -> None:
+        """Request i leaves engine n at `now`: its server's in-flight count (the snapshot first)."""
+        dep, local, server = sent_by.pop(i)
+        routers[dep].refresh(now, lambda: [in_flight[m] for m in deployments[dep]])
+        routers[dep].finished(local, server)
 
     def client_send() -> float:
         """When the client sends the next request (it reaches the engines extra_seconds later
@@ -891,6 +935,9 @@ def _simulate_dispatched(
             sims[n].record(end, seconds, load)
             done = sims[n].last_finished
             if done:
+                if routers is not None:
+                    for local in sims[n].last_finished_ids:
+                        leaves(parts[n][local], n, now)
                 in_flight[n] -= done
                 loaded(g, -done)
                 if slots is not None:
@@ -948,7 +995,16 @@ def _simulate_dispatched(
             while group_load[least_loaded[0][1]] != least_loaded[0][0]:
                 heapq.heappop(least_loaded)
             g = least_loaded[0][1]
-            rank = min(groups[g], key=lambda n: (in_flight[n], n))
+            if routers is None:
+                rank = min(groups[g], key=lambda n: (in_flight[n], n))
+            else:  # vLLM's balancer inside the deployment (the group's, or the one of them all)
+                dep = 0 if len(routers) == 1 else g
+                engines = deployments[dep]
+                routers[dep].refresh(send, lambda engines=engines: [in_flight[m] for m in engines])
+                local, server = routers[dep].route()
+                rank = engines[local]
+                g = group_of[rank]
+                sent_by[i] = (dep, local, server)
             in_flight[rank] += 1
             loaded(g, 1)
             if not woken[g] and replay_solos:  # an idle group: the request runs alone until another comes
@@ -979,6 +1035,8 @@ def _simulate_dispatched(
         if solo[g] is not None:  # ran out alone
             run = solo[g]
             solo[g] = None
+            if routers is not None:
+                leaves(run.request, run.engine, now)
             in_flight[run.engine] -= 1
             loaded(g, -1)
             if slots is not None:

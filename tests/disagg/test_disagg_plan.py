@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 import json
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest

@@ -22,8 +22,14 @@ from planner.serve import ServeEstimate, burst_metrics, estimate
 
 
 @pytest.fixture
-def against_simulation(serve_one, model, cluster):
-    """(estimate, simulated burst) of a layout at a rate: it must keep up."""
+def against_simulation(serve_one, model, cluster, monkeypatch):
+    """(estimate, simulated burst) of a layout at a rate: it must keep up. The burst is routed as
+    the steady state splits the load, by the exact count of requests in flight, not by vLLM's
+    own DP balancer (whose herding the steady state leaves out: docs/cost-model.md, "The DP
+    router"): these tests hold the steady state's queueing to the simulation of the same routing."""
+    import planner.serve
+
+    monkeypatch.setattr(planner.serve, "vllm_balances_dp", lambda *_: False)
 
     def run(model_name: str, cluster_name: str, degrees: tuple[int, int, int], **request):
         found = serve_one(model_name, cluster_name, degrees, **request)
