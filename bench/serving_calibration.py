@@ -87,11 +87,23 @@ class Run:
 
     @property
     def layout_ep(self) -> int:
-        """The EP degree the server ran: the row's, except Kimi-K2.5 NVFP4, whose rows say ep 4
-        (the workflow's search space) but whose script never passed --enable-expert-parallel
-        (benchmarks/single_node/kimik2.5_fp4_b200.sh at a58dedd5a and 64c20b6b5 reads no EP_SIZE):
-        those runs split the experts over TP like the rest."""
-        return 1 if self.spec == "kimi-k2.5-nvfp4" else self.ep
+        """The EP degree the server ran: the row's, except
+        - Kimi-K2.5 NVFP4, whose rows say ep 4 (the workflow's search space) but whose script
+          never passed --enable-expert-parallel (benchmarks/single_node/kimik2.5_fp4_b200.sh at
+          a58dedd5a and 64c20b6b5 reads no EP_SIZE): those runs split the experts over TP;
+        - MiniMax-M2.5 fp8 on H200 under vLLM 0.18.0, whose rows say ep 1 (the workflow's default
+          EP_SIZE, utils/matrix_logic/generate_sweep_configs.py) but whose script passed
+          --enable-expert-parallel for any EP_SIZE of 1 or more (minimaxm2.5_fp8_h200.sh at
+          1d5cae141, the 0.18.0 image: `if [ "$EP_SIZE" -ge 1 ]`, where the other scripts test
+          -gt 1): the experts spread whole over the 8 GPUs (vLLM 0.18.0 would refuse to split
+          them: 1,536 / 8 = 192 columns a GPU is no whole number of the checkpoint's 128-wide fp8
+          blocks, fp8_utils.validate_fp8_block_shape_moe). Its 0.16.0 rows (measured
+          2026-03-01, the script's first version a36346339) passed no EP flag."""
+        if self.spec == "kimi-k2.5-nvfp4":
+            return 1
+        if self.spec == "minimax-m2.5" and self.gpu.startswith("H200") and self.backend_version == "0.18.0":
+            return self.tp
+        return self.ep
 
     @property
     def server_settings(self) -> dict:
