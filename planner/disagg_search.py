@@ -604,6 +604,8 @@ class _Memo:
     """Per prefill shape: its prefill_seconds at max_prefill_rate's grid of rates."""
     top_cap: dict = field(default_factory=dict)
     """Per decode shape: the most sequences a rank runs within --max-tpot-ms (decode_concurrency)."""
+    crossing: dict = field(default_factory=dict)
+    """Per (prefill shape, decode shape, N_p, N_d, link): crossing_key's cap."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -734,7 +736,22 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                                              prefill_request, shape_p, min(shape_budget, shape_p.running_tokens // pp))
     rejected: dict[str, int] = {}
     bounds: list[Combination] = []
-    for p_key, d_key in ((p, d) for p in memo.prefill for d in memo.shapes):
+
+    def combination(p_key, n_p, d_key, n_d, same, rate: tuple[float, float]) -> Combination:
+        """The bound the search orders a deployment by (Combination), from its workers' rates."""
+        match = rate_match(rate[0], n_p, rate[1], n_d)
+        g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
+        gpus = n_p * g_p + n_d * g_d
+        copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
+                             same)
+        served = copies * match.requests_per_second * request.output_len
+        # whether it keeps up with a sent rate is read only at one (rate_bound's test)
+        capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
+            rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
+        return Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
+                           d_key, n_d, same, copies * match.requests_per_second, copies * capacity_per_s)
+
+    for p_key, d_key in [(p, d) for p in memo.prefill for d in memo.shapes]:
         why = pipelined_decode_reason(model, p_key, d_key[:3], engine, request)
         if why is not None:
             rejected[why] = rejected.get(why, 0) + 1
@@ -754,18 +771,14 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             if isinstance(rate, str):
                 rejected[rate] = rejected.get(rate, 0) + 1
                 continue
-            r_p, r_d = rate
-            match = rate_match(r_p, n_p, r_d, n_d)
-            g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
-            gpus = n_p * g_p + n_d * g_d
-            copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
-                                 same)
-            served = copies * match.requests_per_second * request.output_len
-            # whether it keeps up with a sent rate is read only at one (rate_bound's test)
-            capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
-                rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
-            bounds.append(Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
-                                      d_key, n_d, same, copies * match.requests_per_second, copies * capacity_per_s))
+            bounds.append(combination(p_key, n_p, d_key, n_d, same, rate))
+    # with a TTFT limit, each count pair that could rank among the priced also at its crossing cap
+    crossed_from: dict[tuple, tuple] = {}  # (p_key, n_p, crossing key, n_d, same) -> its best halving's key
+    for entry in crossing_entries(model, cluster, request, memo, bounds, CROSSING_CANDIDATES_PER_ROW * shown):
+        key, crossed, halving = entry
+        crossed_from[key] = halving
+        p_key, n_p, d_key, n_d, same = key
+        bounds.append(combination(p_key, n_p, d_key, n_d, same, crossed))
     bounds.sort()
     offered = request.offered_rate_per_s
 
@@ -812,6 +825,12 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                 rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1
                 continue
         found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+        fallback = crossed_from.get((p_key, n_p, d_key, n_d, same))
+        if isinstance(found, str) and fallback is not None and (p_key, n_p // unit, d_key[:3], n_d // unit,
+                                                                 same) not in seen:  # the crossing missed (a round at load
+            # above the cap's: CUDA-graph padding): the halving it came from, as priced before
+            d_key = fallback
+            found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
         if found == E2E_MISS:
             e2e_misses.setdefault(pairing, []).append(loads)
             if refinable:
@@ -821,7 +840,6 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
-        found = _matched_cap(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len, found)
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         # the decode cap found was priced at: an E2E refinement's lower one (_largest_meeting_e2e
         # keys it (*shape, cap)), which the loads below must keep (a review: a copy launched at
@@ -1119,39 +1137,97 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     return best
 
 
-def _matched_cap(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
-                 found: DisaggEstimate) -> DisaggEstimate:
-    """With a TTFT limit, the decode cap (at most the TPOT limit's, memo.top_cap) at which the
-    deployment completes the most requests/s, where the halvings tried (decode_caps) can miss it:
-    the first token waits for a decode round at the cap, so a higher cap lowers what the prefill
-    workers take within the limit (N_p r_p(c) falls with c) while it raises what the decode
-    workers take (N_d r_d(c) rises), and the most either side allows is where they cross. It is
-    found by bisection over whole sequences (the largest c at which the decode side still binds,
-    and c + 1) and kept when _detail prices it above `found`. Without it a looser --max-tpot-ms
-    could price a deployment lower than a tighter one (its halvings land on the wrong side of the
-    crossing: Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms, 1,127 tok/s per GPU at TPOT 95.1 ms and
-    1,121 at 133.9). Not at a sent rate or a client count, where the load is theirs, nor with a
-    fixed --batch."""
-    if (request.max_ttft_seconds is None or request.batch is not None or request.offered_rate_per_s is not None
-            or request.max_concurrency is not None):
-        return found
+CROSSING_CANDIDATES_PER_ROW = 4
+"""With a TTFT limit the crossing cap (crossing_key) is sought for every count pair whose upper
+bound reaches the served tokens of the (4 x shown)-th combination at the halvings' caps: the
+pricing loop rarely reaches further down (a miss of the E2E limit or TTFT at load), and the
+bisection of every pair tripled the search's time (Qwen3-30B-A3B on 4x8 H200: 0.24 -> 0.9 s)."""
+
+
+def crossing_entries(model, cluster, request, memo, bounds: list, candidates: int):
+    """((p_key, N_p, crossing key, N_d, link), the workers' rates there, the count pair's best
+    halving key) for the count pairs of `bounds` (Combinations at the halvings' caps) whose upper
+    bound could rank among the first `candidates`: at most min(N_p r_p(1), N_d r_d(top))
+    requests/s a copy (r_p falls and r_d rises with the cap; N_p r_p(1) alone where no prefill
+    meets the limit at the top cap), the halvings' bound scaled by it. Nothing where
+    crossing_key does not apply."""
+    if not bounds or not crossing_applies(request):
+        return
+    ordered = sorted(bounds)
+    threshold = -ordered[min(candidates, len(ordered)) - 1].neg_tokens_per_second_per_gpu
+    best: dict[tuple, Combination] = {}  # per count pair, its best halving entry
+    for entry in ordered:
+        best.setdefault((entry.p_key, memo.shapes[entry.d_key].key, entry.n_p, entry.n_d, entry.same), entry)
+    for (p_key, shape_key, n_p, n_d, same), entry in best.items():
+        shape, top = memo.shapes[entry.d_key], memo.top_cap.get(shape_key, 0)
+        lone = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, 1), same)
+        if top <= 1 or isinstance(lone, str):
+            continue
+        full = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, top), same)
+        upper = n_p * lone[0] if isinstance(full, str) else min(n_p * lone[0], n_d * full[1])
+        at_entry = _pairing(model, cluster, request, memo, p_key, entry.d_key, same)
+        per_copy = rate_match(at_entry[0], n_p, at_entry[1], n_d).requests_per_second
+        if -entry.neg_tokens_per_second_per_gpu * upper / per_copy < threshold:
+            continue
+        crossed = crossing_key(model, cluster, request, memo, p_key, n_p, entry.d_key, n_d, same)
+        if crossed is None or crossed == entry.d_key:
+            continue
+        rate = _pairing(model, cluster, request, memo, p_key, crossed, same)
+        if not isinstance(rate, str):
+            yield (p_key, n_p, crossed, n_d, same), rate, entry.d_key
+
+
+def crossing_applies(request: ServeRequest) -> bool:
+    """crossing_key's condition: a TTFT limit, and the load the search's own (no fixed --batch,
+    no sent rate, no client count)."""
+    return (request.max_ttft_seconds is not None and request.batch is None and request.offered_rate_per_s is None
+            and request.max_concurrency is None)
+
+
+def crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> tuple | None:
+    """With a TTFT limit, the decode cap (at most the TPOT limit's, memo.top_cap) at which N_p
+    prefill and N_d decode workers complete the most requests/s, as the key of memo.decode;
+    None where it does not apply (no TTFT limit, a fixed --batch, a sent rate or client count,
+    whose load is given). The first token waits for a decode round at the cap, so a higher cap
+    lowers what the prefill workers take within the limit (N_p r_p(c) falls with c) while it
+    raises what the decode workers take (N_d r_d(c) rises): the most is where they cross. Found
+    by bisection over whole sequences (the largest c at which the decode side still binds) with
+    rate_match alone, then its neighbours and the top two caps compared (r_d steps a little
+    where whole rows and experts round the decode round: not strictly monotone). The search
+    ranks and prices every count pair there, so a looser --max-tpot-ms (a higher top cap, the
+    same crossing) never ranks a deployment lower: the halvings of the TPOT limit's cap tried
+    alone landed on either side of the crossing (Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms:
+    1,127 tok/s per GPU at TPOT 95.1 ms, 1,121 at 133.9)."""
+    if not crossing_applies(request):
+        return None
     shape = memo.shapes[d_key]
     top = memo.top_cap.get(shape.key, 0)
     if top <= 1:
-        return found
+        return None
+    memo_key = (p_key, shape.key, n_p, n_d, same)
+    if memo_key not in memo.crossing:
+        memo.crossing[memo_key] = _crossing_cap(model, cluster, request, memo, p_key, shape, n_p, n_d, same, top)
+    cap = memo.crossing[memo_key]
+    return None if cap is None else _cap_key(memo, shape, cap)
 
-    def key_at(c: int) -> tuple:
-        key = (*shape.key, c)
-        memo.shapes[key], memo.decode[key] = shape, c
-        return key
+
+def _cap_key(memo, shape: WorkerShape, cap: int) -> tuple:
+    """memo.decode's key of `shape` run at `cap` sequences a rank (registered)."""
+    key = (*shape.key, cap)
+    memo.shapes[key], memo.decode[key] = shape, cap
+    return key
+
+
+def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p, n_d, same, top: int) -> int | None:
+    """crossing_key's cap (None: no cap leaves the prefill a TTFT budget)."""
 
     def matched(c: int):
-        rate = _pairing(model, cluster, request, memo, p_key, key_at(c), same)
+        rate = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, c), same)
         return None if isinstance(rate, str) else rate_match(rate[0], n_p, rate[1], n_d)
 
-    top_match = matched(top)
-    if top_match is not None and top_match.binding == "decode":
-        low = top  # the decode side binds up to the TPOT limit's cap: that cap is the most
+    at_top = matched(top)
+    if at_top is not None and at_top.binding == "decode":
+        low = top  # the decode side binds up to the TPOT limit's cap
     else:
         low, high = 0, top  # the decode side binds at low (or low = 0), the prefill side at high
         while high - low > 1:
@@ -1161,12 +1237,9 @@ def _matched_cap(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, ma
                 low = middle
             else:
                 high = middle
-    best = found
-    for c in {c for c in (low, low + 1) if 1 <= c <= top and c != found.decode.max_num_seqs}:
-        tried = _detail(model, cluster, request, memo, p_key, n_p, key_at(c), n_d, same, max_model_len)
-        if not isinstance(tried, str) and tried.requests_per_second > best.requests_per_second:
-            best = tried
-    return best
+    rates = {c: m.requests_per_second for c in {low - 1, low, low + 1, top - 1, top} if 1 <= c <= top
+             for m in [matched(c)] if m is not None}
+    return max(rates, key=lambda c: (rates[c], c)) if rates else None
 
 
 def decode_rounds_before_first_token(request: ServeRequest) -> int:

@@ -80,6 +80,11 @@ class VllmRelease:
     then initialize_cache -> _init_cache_engine -> _warm_up_model -> capture_model), turns
     chunked prefill on by default only for long contexts (v0_chunked_prefill_by_default) and has
     none of those flags (vllm/engine/arg_utils.py EngineArgs.add_cli_args)."""
+    dp_balancer_read: bool = False
+    """Its DP load balancer is the one cost/dp_router.py models (read in 0.33.0's
+    vllm/v1/engine/core_client.py: d API servers, each scoring an engine by max(d x its own
+    requests in flight, the coordinator's snapshot)); older releases score 4 waiting + running of
+    the snapshot alone, not modelled: their simulated bursts keep the exact count."""
     async_scheduling: bool = True
     """Async scheduling is on by default (VllmConfig.__post_init__ at 0.22.0 and 0.33.0 turns
     SchedulerConfig.async_scheduling None into True unless an incompatible option is set); the
@@ -225,7 +230,7 @@ def v0_max_num_batched_tokens(max_model_len: int, chunked_prefill: bool) -> int:
 VLLM_RELEASES = {
     "0.33.0": VllmRelease(
         "0.33.0", "vllm 0.33.0 wheel (PyPI; commit g4ba787ec9): vllm/engine/arg_utils.py, vllm/config/parallel.py",
-        VLLM_0_33_TIERS, "fp8_per_tensor", nixl_pipelined_prefill=True),
+        VLLM_0_33_TIERS, "fp8_per_tensor", nixl_pipelined_prefill=True, dp_balancer_read=True),
     "0.22.0": VllmRelease(
         "0.22.0", "vllm 0.22.0 wheel (PyPI; commit g0b3ba88f1): vllm/engine/arg_utils.py, vllm/config/parallel.py",
         VLLM_0_22_TIERS, "fp8", async_scheduling_off_for=("ngram",), prompt_tokenizer="microbatch"),

@@ -1367,8 +1367,10 @@ def vllm_balances_dp(model: ModelSpec, layout: Layout, request: ServeRequest) ->
     V1 deployments of several DP ranks, as planner/emit/vllm.py launches them (an EP group's d
     ranks; a dense model's replicas, one `--data-parallel-size dp` deployment). An MoE model's
     replicas without EP across them are independent deployments behind a load balancer, and
-    SGLang's servers route their own way."""
-    if request.pool_engine != "vllm" or not request.engine_versions.vllm_release.v1_engine or layout.dp == 1:
+    SGLang's servers route their own way. Only for the releases whose balancer was read
+    (VllmRelease.dp_balancer_read: 0.33.0); the others' bursts keep the exact count."""
+    release = request.engine_versions.vllm_release
+    if request.pool_engine != "vllm" or not release.dp_balancer_read or layout.dp == 1:
         return False
     return lockstep_ranks(model, layout) > 1 or not model.is_moe
 
@@ -1416,8 +1418,10 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                            f"--batch, the engine's {seqs_flag(request)}" if request.batch is not None else
                            f"--batch: the plan chose {result.batch:,} a replica") + ")")
     budget = max_num_batched_tokens(cluster, request, layout, model)
-    # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock)
-    limits = EngineLimits(min(s.running_tokens for s in result.stages), result.batch, budget,
+    # PP: each step is one micro-batch with its own budget, vLLM's batch queue (serving_sim._Clock);
+    # the engines' cap is the launched --max-num-seqs: under --max-concurrency the clients' share
+    # of a replica is not one (vLLM's DP balancer can send an engine more than its share)
+    limits = EngineLimits(min(s.running_tokens for s in result.stages), result.max_num_seqs, budget,
                           draft_acceptance=() if request.speculation is None else request.speculation.acceptance,
                           pipeline_stages=layout.pp, schedules_ahead=request.schedules_ahead)
 

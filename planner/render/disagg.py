@@ -99,8 +99,8 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
              f"vLLM's --max-num-seqs; SGLang's --max-running-requests counts a DP-attention server's ranks "
              f"together, {d.max_num_seqs * d.dp:,}")
     return [f"the decode workers run {d.concurrency:.0f} sequences{per} {load} (C_d); they are "
-            f"launched for {d.max_num_seqs}{per} ({flags}), what the "
-            f"SLA limits, the KV cache and the engine's default allow, the room a burst above the rate can use"]
+            f"launched for {d.max_num_seqs}{per} ({flags}), the cap the search chose within the SLA limits, "
+            f"the KV cache and the engine's default, the room a burst above the rate can use"]
 
 
 def copies_note(e: DisaggEstimate) -> str:

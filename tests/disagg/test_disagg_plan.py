@@ -862,7 +862,8 @@ def test_a_looser_tpot_limit_never_lowers_disaggregated_goodput_under_a_ttft_lim
     """Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms: the first token waits for a decode round at the
     cap, so the halvings of the TPOT limit's cap (decode_caps) landed on either side of the cap
     where prefill and decode take the same rate, and 133.9 ms priced 1,121 tok/s per GPU where
-    95.1 ms had 1,127. The cap is now taken where the two sides cross (_matched_cap)."""
+    95.1 ms had 1,127. Each count pair is now also priced where the two sides cross
+    (crossing_key)."""
     model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
     tpot_ms = (60.0, 95.1, 133.9, 200.0)
     goodputs = [plan_disaggregated(model, cluster, replace(QWEN_TTFT, max_tpot_seconds=t / 1000)).recommended
@@ -911,3 +912,35 @@ def test_a_goodput_tie_goes_to_the_much_shorter_requests():
                            goodput_per_planned_gpu=lambda _gpus: a)
     kept = compare(near, disagg, "")
     assert kept.winner == "aggregated" and "so the simpler deployment" in kept.reason
+
+
+@pytest.mark.parametrize("model_name, cluster_name, input_len, ttft_ms, tpot_ms", [
+    ("qwen3-235b-a22b-fp8", "2x8xH200", 1024, 150, (100, 105, 110, 120)),
+    ("llama-3.1-8b", "1x8xH100", 4096, 200, (60, 80, 100, 130, 200)),
+])
+def test_looser_tpot_limits_at_tight_ttft_limits_never_lower_the_goodput(model_name, cluster_name, input_len,
+                                                                          ttft_ms, tpot_ms):
+    """Two cases a sweep found falling as the TPOT limit loosened: Qwen3-235B fp8 at TTFT 150 ms
+    (372.9 -> 368.7 tok/s per GPU from 100 to 105 ms, when the crossing was sought only for the
+    deployments already ranked by their halvings' bounds), Llama-3.1-8B at 4,096-token prompts and
+    TTFT 200 ms (883.2 -> 879.1 from 80 to 100 ms, the halvings alone)."""
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    goodputs = [plan_disaggregated(model, cluster, ServeRequest(input_len=input_len, output_len=256,
+                                                                max_ttft_seconds=ttft_ms / 1000,
+                                                                max_tpot_seconds=t / 1000)).recommended
+                .plan_goodput_per_gpu for t in tpot_ms]
+    assert goodputs == sorted(goodputs), goodputs
+
+
+@pytest.mark.parametrize("args", [
+    ("--model", "deepseek-v3", "--cluster", "2x8xH200", "--max-ttft-ms", "150", "--max-tpot-ms", "40"),
+    ("--model", "mixtral-8x7b", "--cluster", "1x8xH100", "--input-len", "4096", "--output-len", "512",
+     "--max-ttft-ms", "150", "--max-tpot-ms", "20"),
+])
+def test_a_crossing_cap_without_a_ttft_budget_is_skipped(run_plan, args):
+    """A review's crash: the cap above the crossing can leave the prefill no TTFT budget
+    (_pairing's reason, a string), which was priced as if it were rates (ValueError). DeepSeek-V3
+    with P tp=4 pp=2 and D dp=8 ep=8 (top cap 13); Mixtral at 4,096-token prompts."""
+    result = run_plan(*args, "--mode", "disaggregated")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "goodput/GPU" in result.stdout

@@ -118,8 +118,8 @@ def test_the_simulated_deployment_routes_as_vllm_and_finishes_every_request():
 
 
 def test_which_deployments_vllm_balances():
-    """A dense model's replicas and an EP group's ranks sit behind vLLM's balancer; an MoE
-    model's replicas without EP, SGLang's servers and the V0 engine's do not."""
+    """A dense model's replicas and an EP group's ranks sit behind vLLM 0.33.0's balancer; an MoE
+    model's replicas without EP, SGLang's servers, the V0 engine's and 0.22.0's do not."""
     dense, moe = resolve_model("llama-3.1-8b"), resolve_model("qwen3-30b-a3b")
     request = ServeRequest()
     assert vllm_balances_dp(dense, Layout(tp=1, pp=1, dp=8), request)
@@ -129,3 +129,6 @@ def test_which_deployments_vllm_balances():
     assert not vllm_balances_dp(dense, Layout(tp=1, pp=1, dp=8), ServeRequest(pool_engine="sglang"))
     v0 = ServeRequest(engine_versions=parse_engine_versions("vllm=0.6.6.post1"))
     assert not vllm_balances_dp(dense, Layout(tp=1, pp=1, dp=8), v0)
+    # 0.22.0's balancer (4 waiting + running of the snapshot alone) is not the one modelled
+    older = ServeRequest(engine_versions=parse_engine_versions("vllm=0.22.0"))
+    assert not vllm_balances_dp(dense, Layout(tp=1, pp=1, dp=8), older)
