@@ -13,6 +13,7 @@ Derivation: docs/cost-model.md (Serving: disaggregated).
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -606,6 +607,9 @@ class _Memo:
     """Per decode shape: the most sequences a rank runs within --max-tpot-ms (decode_concurrency)."""
     crossing: dict = field(default_factory=dict)
     """Per (prefill shape, decode shape, N_p, N_d, link): crossing_key's cap."""
+    e2e_cap: dict = field(default_factory=dict)
+    """Per decode shape: the most sequences a rank runs at the TPOT an E2E limit implies
+    (e2e_implied_tpot_seconds; only with one)."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -720,7 +724,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         implied_tpot = e2e_implied_tpot_seconds(request) if request.max_e2e_seconds is not None else 0.0
         if implied_tpot > 0 and cap > 0 and not fixed:  # and below the TPOT the E2E limit implies
             implied = replace(decode_request, max_tpot_seconds=implied_tpot)
-            caps += e2e_caps(decode_concurrency(model, cluster, implied, shape, shared))
+            memo.e2e_cap[shape.key] = decode_concurrency(model, cluster, implied, shape, shared)
+            caps += e2e_caps(memo.e2e_cap[shape.key])
         memo.top_cap[shape.key] = cap
         for c in sorted(set(caps) - {0}, reverse=True) or [0]:
             memo.shapes[(*shape.key, c)] = shape
@@ -1146,49 +1151,60 @@ bisection of every pair tripled the search's time (Qwen3-30B-A3B on 4x8 H200: 0.
 
 def crossing_entries(model, cluster, request, memo, bounds: list, candidates: int):
     """((p_key, N_p, crossing key, N_d, link), the workers' rates there, the count pair's best
-    halving key) for the count pairs of `bounds` (Combinations at the halvings' caps) whose upper
-    bound could rank among the first `candidates`: at most min(N_p r_p(1), N_d r_d(top))
-    requests/s a copy (r_p falls and r_d rises with the cap; N_p r_p(1) alone where no prefill
-    meets the limit at the top cap), the halvings' bound scaled by it. Nothing where
-    crossing_key does not apply."""
+    halving key) for the count pairs of `bounds` (Combinations at the halvings' caps) that could
+    rank among the first `candidates`, best upper bound first (branch and bound): a pair's rate
+    is at most min(N_p r_p(1), N_d r_d(c_max)) a copy (r_p falls and r_d rises with the cap;
+    c_max the TPOT limit's cap, or the E2E limit's implied one where lower: O rounds of T_d(c)
+    fit in E2E only up to it; N_p r_p(1) alone where no prefill meets the TTFT limit at c_max),
+    its halvings' bound scaled by it; pairs stop once that is below the `candidates`-th value
+    found (the halvings' bounds count as found without an E2E limit, which holds most of them
+    far below their rate-matched value). Nothing where crossing_key does not apply."""
     if not bounds or not crossing_applies(request):
         return
-    ordered = sorted(bounds)
-    threshold = -ordered[min(candidates, len(ordered)) - 1].neg_tokens_per_second_per_gpu
     best: dict[tuple, Combination] = {}  # per count pair, its best halving entry
-    for entry in ordered:
+    for entry in sorted(bounds):
         best.setdefault((entry.p_key, memo.shapes[entry.d_key].key, entry.n_p, entry.n_d, entry.same), entry)
+    found = [] if request.max_e2e_seconds is not None else \
+        heapq.nlargest(candidates, (-b.neg_tokens_per_second_per_gpu for b in bounds))
+    heapq.heapify(found)
+    ranked = []
     for (p_key, shape_key, n_p, n_d, same), entry in best.items():
-        shape, top = memo.shapes[entry.d_key], memo.top_cap.get(shape_key, 0)
+        shape = memo.shapes[entry.d_key]
+        top = min(memo.top_cap.get(shape_key, 0), memo.e2e_cap.get(shape_key, math.inf))
         lone = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, 1), same)
         if top <= 1 or isinstance(lone, str):
             continue
         full = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, top), same)
         upper = n_p * lone[0] if isinstance(full, str) else min(n_p * lone[0], n_d * full[1])
         at_entry = _pairing(model, cluster, request, memo, p_key, entry.d_key, same)
-        per_copy = rate_match(at_entry[0], n_p, at_entry[1], n_d).requests_per_second
-        if -entry.neg_tokens_per_second_per_gpu * upper / per_copy < threshold:
-            continue
-        crossed = crossing_key(model, cluster, request, memo, p_key, n_p, entry.d_key, n_d, same)
-        if crossed is None or crossed == entry.d_key:
+        scale = -entry.neg_tokens_per_second_per_gpu / rate_match(at_entry[0], n_p, at_entry[1], n_d).requests_per_second
+        ranked.append((scale * upper, scale, (p_key, n_p, entry.d_key, n_d, same)))
+    ranked.sort(key=lambda r: -r[0])
+    for upper_served, scale, (p_key, n_p, d_key, n_d, same) in ranked:
+        if len(found) >= candidates and upper_served < found[0]:
+            break
+        crossed = crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
+        if crossed is None or crossed == d_key:
             continue
         rate = _pairing(model, cluster, request, memo, p_key, crossed, same)
-        if not isinstance(rate, str):
-            yield (p_key, n_p, crossed, n_d, same), rate, entry.d_key
+        if isinstance(rate, str):
+            continue
+        served = scale * rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
+        (heapq.heappush if len(found) < candidates else heapq.heappushpop)(found, served)
+        yield (p_key, n_p, crossed, n_d, same), rate, d_key
 
 
 def crossing_applies(request: ServeRequest) -> bool:
-    """crossing_key's condition: a TTFT limit, and the load the search's own (no fixed --batch,
-    no sent rate, no client count)."""
-    return (request.max_ttft_seconds is not None and request.batch is None and request.offered_rate_per_s is None
-            and request.max_concurrency is None)
+    """crossing_key's condition: a TTFT or E2E limit, and the load the search's own (no fixed
+    --batch, no sent rate, no client count)."""
+    return ((request.max_ttft_seconds is not None or request.max_e2e_seconds is not None) and request.batch is None
+            and request.offered_rate_per_s is None and request.max_concurrency is None)
 
 
 def crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> tuple | None:
-    """With a TTFT limit, the decode cap (at most the TPOT limit's, memo.top_cap) at which N_p
-    prefill and N_d decode workers complete the most requests/s, as the key of memo.decode;
-    None where it does not apply (no TTFT limit, a fixed --batch, a sent rate or client count,
-    whose load is given). The first token waits for a decode round at the cap, so a higher cap
+    """With a TTFT or E2E limit, the decode cap (at most the TPOT limit's, memo.top_cap) at which
+    N_p prefill and N_d decode workers complete the most requests/s within the limits, as the key
+    of memo.decode; None where it does not apply (crossing_applies). The first token waits for a decode round at the cap, so a higher cap
     lowers what the prefill workers take within the limit (N_p r_p(c) falls with c) while it
     raises what the decode workers take (N_d r_d(c) rises): the most is where they cross. Found
     by bisection over whole sequences (the largest c at which the decode side still binds) with
@@ -1197,7 +1213,10 @@ def crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     ranks and prices every count pair there, so a looser --max-tpot-ms (a higher top cap, the
     same crossing) never ranks a deployment lower: the halvings of the TPOT limit's cap tried
     alone landed on either side of the crossing (Qwen3-235B fp8 on 2x8 H200 at TTFT 500 ms:
-    1,127 tok/s per GPU at TPOT 95.1 ms, 1,121 at 133.9)."""
+    1,127 tok/s per GPU at TPOT 95.1 ms, 1,121 at 133.9). With an E2E limit, the largest cap up to
+    the crossing that meets it (E2E grows with the cap there), by bisection: the halvings and
+    quarters tried (decode_caps, e2e_caps) lost goodput as the TPOT limit loosened too (Qwen3-235B
+    at E2E 8 s, TTFT 800 ms: 896.3 -> 838.7 from TPOT 45 to 50 ms)."""
     if not crossing_applies(request):
         return None
     shape = memo.shapes[d_key]
@@ -1239,7 +1258,24 @@ def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p,
                 high = middle
     rates = {c: m.requests_per_second for c in {low - 1, low, low + 1, top - 1, top} if 1 <= c <= top
              for m in [matched(c)] if m is not None}
-    return max(rates, key=lambda c: (rates[c], c)) if rates else None
+    best = max(rates, key=lambda c: (rates[c], c)) if rates else None
+    limit = request.max_e2e_seconds
+
+    def meets_e2e(c: int) -> bool:
+        """E2E at c's matched rate within --max-e2e-ms (_loaded_latency, as _detail prices it)."""
+        at = matched(c)
+        return at is not None and _loaded_latency(model, cluster, request, memo, p_key, n_p, _cap_key(memo, shape, c),
+                                                  n_d, same, at.requests_per_second).e2e_seconds <= limit
+
+    if best is not None and limit is not None and not meets_e2e(best):
+        # up to the crossing E2E grows with c (more requests/s, longer rounds): the largest c
+        # that meets it, by bisection (None: not even one sequence)
+        low, high = 0, best
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if meets_e2e(middle) else (low, middle)
+        best = low or None
+    return best
 
 
 def decode_rounds_before_first_token(request: ServeRequest) -> int:

@@ -944,3 +944,19 @@ def test_a_crossing_cap_without_a_ttft_budget_is_skipped(run_plan, args):
     result = run_plan(*args, "--mode", "disaggregated")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "goodput/GPU" in result.stdout
+
+
+@pytest.mark.parametrize("model_name, cluster_name, limits, tpot_ms", [
+    ("qwen3-235b-a22b-fp8", "2x8xH200", dict(max_e2e_seconds=8.0, max_ttft_seconds=0.8), (45, 60, 80, 150)),
+    ("deepseek-v3", "4x8xH200", dict(max_e2e_seconds=10.0, max_ttft_seconds=1.0), (40, 60, 80)),
+])
+def test_looser_tpot_limits_under_an_e2e_limit_never_lower_the_goodput(model_name, cluster_name, limits, tpot_ms):
+    """With an E2E limit the cap a count pair is priced at is the largest up to its crossing that
+    meets E2E (crossing_key's bisection on _loaded_latency): the halvings and quarters alone
+    priced Qwen3-235B fp8 at E2E 8 s, TTFT 800 ms 896.3 tok/s per GPU at TPOT 45-60 ms and 838.7
+    at 80, DeepSeek-V3 at E2E 10 s 581.1 then 565.4 (a review and a sweep)."""
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    goodputs = [plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256,
+                                                                max_tpot_seconds=t / 1000, **limits)).recommended
+                .plan_goodput_per_gpu for t in tpot_ms]
+    assert goodputs == sorted(goodputs), goodputs
