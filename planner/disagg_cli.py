@@ -26,7 +26,7 @@ from planner.emit.sglang import sglang_pool_notes
 from planner.layout import Layout
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve import ServeEstimate
-from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie
+from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie, disaggregated_preferred
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import plain, seconds_to_ms
 
@@ -78,7 +78,7 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
                                         f"{footprint_clause(disaggregated)}"
                                         f"{latency_clause(aggregated, disaggregated, has_sla)}")
     if d >= a * (1 - NEAR_TIE_FRACTION):
-        if aggregated.e2e_seconds >= TIE_LATENCY_FACTOR * disaggregated.e2e_seconds:
+        if disaggregated_preferred(d, a, disaggregated.e2e_seconds, aggregated.e2e_seconds):
             return Verdict("disaggregated", f"{numbers}: a tie within {NEAR_TIE_FRACTION:.0%}, and E2E latency "
                                             f"{disaggregated.e2e_seconds:.2f} s against "
                                             f"{aggregated.e2e_seconds:.2f} s aggregated "
@@ -89,14 +89,6 @@ def compare(aggregated: ServeEstimate | None, disaggregated: DisaggEstimate | No
                                      f"deployment (no KV transfer, no proxy){side}")
     return Verdict("aggregated", f"{numbers} ({(d / a - 1) * 100:.0f}%){side}")
 
-
-TIE_LATENCY_FACTOR = 1.5
-"""Where the two serve the same output tok/s per GPU (within NEAR_TIE_FRACTION), the
-disaggregated deployment is recommended over the simpler aggregated layout only if the
-aggregated layout's mean E2E latency is at least this many times its own: equal throughput at a
-much shorter request is worth a proxy and a KV transfer, a few per cent is not (the serving
-search breaks its own ties on the other axis likewise, serve_search.NEAR_TIE_FRACTION). The
-factor of LATENCY_WORSE_FACTOR, the other way round; a policy, not a fit."""
 
 
 def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,

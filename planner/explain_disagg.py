@@ -165,7 +165,8 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
                      "step already scheduled"),) if e.decode_rounds_before_first_token > 1 else ()
     first = (
         PathLeg("request overhead", e.first_token_seconds,
-                "HTTP, the prompt's tokenization (vLLM's proxy: on the prefill, then the decode server), "
+                "HTTP, the prompt's tokenization (vLLM's proxy: on the prefill, then the decode server; SGLang's "
+                "router: on both at once), "
                 "hand-off, streaming the first token" if e.first_token_seconds > eff.FIRST_TOKEN_SECONDS else
                 "HTTP, hand-off, streaming the first token (prompts sent as token ids)"),
         PathLeg("queue at prefill", load.wait_seconds,

@@ -27,7 +27,7 @@ from planner.memo import Memo
 from planner.requests import LayoutFilter, ServeRequest
 from planner.search import non_dominated
 from planner.serve import ServeEstimate
-from planner.serve_search import ServePlan, beats_beyond_a_tie, evaluate
+from planner.serve_search import ServePlan, disaggregated_preferred, evaluate
 from planner.specs import ClusterSpec, ModelSpec
 from planner.units import ceil_ms, ms_to_seconds
 
@@ -56,6 +56,8 @@ class FrontierCandidate:
     concurrency: float
     """Sequences decoding at once per replica (aggregated) or per decode worker."""
     gpus: int
+    e2e_seconds: float = 0.0
+    """Mean E2E latency at that load (the tie rule of serve_search.disaggregated_preferred)."""
 
     @property
     def tokens_per_second_per_user(self) -> float:
@@ -71,11 +73,12 @@ class FrontierPoint:
     @property
     def best(self) -> FrontierCandidate | None:
         """The higher goodput per GPU, as `plan` chooses (disagg_cli.compare): disaggregated only
-        with more than NEAR_TIE_FRACTION more (aggregated is the simpler deployment)."""
+        with more than NEAR_TIE_FRACTION more (aggregated is the simpler deployment), or within
+        that tie at a much shorter E2E (serve_search.disaggregated_preferred)."""
         a, d = self.aggregated, self.disaggregated
         if a is None or d is None:
             return a or d
-        return d if beats_beyond_a_tie(d.goodput_per_gpu, a.goodput_per_gpu) else a
+        return d if disaggregated_preferred(d.goodput_per_gpu, a.goodput_per_gpu, d.e2e_seconds, a.e2e_seconds) else a
 
 
 @dataclass(frozen=True)
@@ -145,12 +148,13 @@ def aggregated_candidate(result: ServeEstimate, plan_gpus: int) -> FrontierCandi
     """Per planned GPU, as the disaggregated side (a layout may leave some idle)."""
     return FrontierCandidate("aggregated", str(result.layout), result.tpot_seconds, result.ttft_seconds,
                              result.goodput_per_planned_gpu(plan_gpus), result.batch,
-                             max(plan_gpus, result.layout.num_gpus))
+                             max(plan_gpus, result.layout.num_gpus), result.e2e_seconds)
 
 
 def disaggregated_candidate(result: DisaggEstimate) -> FrontierCandidate:
     return FrontierCandidate("disaggregated", result.label, result.tpot_seconds, result.ttft_seconds,
-                             result.plan_goodput_per_gpu, result.decode.concurrency, result.copies * result.gpus_used)
+                             result.plan_goodput_per_gpu, result.decode.concurrency, result.copies * result.gpus_used,
+                             result.e2e_seconds)
 
 
 def better(kept: FrontierCandidate | None, found: FrontierCandidate | None) -> FrontierCandidate | None:

@@ -105,8 +105,9 @@ class SlaCheck:
     binding: str | None
     """The limit that stops a higher concurrency (ttft | tpot | e2e), or what caps it
     otherwise (kv-cache | max-num-seqs | batch | saturation: more would add no tokens/s,
-    peak_throughput_concurrency); request-rate: a finite --request-rate the layout keeps up
-    with sets the load; None otherwise without limits."""
+    peak_throughput_concurrency; clients: --max-concurrency's clients, fewer than the engine
+    takes); request-rate: a finite --request-rate the layout keeps up with sets the load; None
+    otherwise without limits."""
 
 
 @dataclass(frozen=True)
@@ -517,9 +518,15 @@ def api_server_tokenizer_note(request: ServeRequest, layout: Layout, gpus_per_no
     return (f"Tokenizer-bound: {servers} tokenizes {plain(offered / tokenizer.api_servers)} prompts/s of "
             f"{request.input_len:,} tokens on {threads} "
             f"({seconds_to_ms(tokenizer.service_seconds(request.input_len)):,.1f} ms a prompt), each thread busy "
-            f"{busy:.0%} of the time{waits}: --renderer-num-workers {enough} (emitted as "
-            + ("SGLang's --tokenizer-worker-num" if request.pool_engine == "sglang" else "vLLM's --renderer-num-workers")
-            + f") brings it under {TOKENIZER_NOTE_UTILIZATION:.0%}, as would prompts sent as token ids")
+            f"{busy:.0%} of the time{waits}: "
+            + (f"--renderer-num-workers {enough} (emitted as "
+               + ("SGLang's --tokenizer-worker-num" if request.pool_engine == "sglang" else "vLLM's --renderer-num-workers")
+               + f") brings it under {TOKENIZER_NOTE_UTILIZATION:.0%}, as would prompts sent as token ids"
+               if busy * tokenizer.threads / enough < TOKENIZER_NOTE_UTILIZATION else
+               # even the most threads the flag takes leave them busier than that (a review)
+               f"even --renderer-num-workers {MAX_TOKENIZER_WORKERS:,} would leave each thread "
+               f"{busy * tokenizer.threads / MAX_TOKENIZER_WORKERS:.0%} busy; send prompts as token ids or "
+               f"spread the rate over more API servers"))
 
 
 def tokenize_seconds(tokenizer: PromptTokenizer | None, request: ServeRequest, open_loop: bool = False) -> float:
@@ -865,6 +872,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         return sla_rejection(layout, request, steady, None if arriving is None else offered)
     if has_sla and request.batch is not None and arriving is None:
         binding = "batch"
+    if clients_bound and arriving is None and batch == cap and binding in (None, "kv-cache", "max-num-seqs"):
+        binding = "clients"  # --max-concurrency's clients hold the load, as the Client-bound note says
     # at a rate: the mean in flight, and at least the micro-batches a prompt round fills (a
     # mix of two states keeps the busier one's carriers)
     running = batch if arriving is None else max(steady.concurrency, steady.prompt_carriers)

@@ -73,6 +73,25 @@ def beats_beyond_a_tie(challenger: float, incumbent: float) -> bool:
     return challenger > incumbent * (1 + NEAR_TIE_FRACTION)
 
 
+TIE_LATENCY_FACTOR = 1.5
+"""Where a disaggregated deployment and the aggregated layout serve the same output tok/s per
+GPU (within NEAR_TIE_FRACTION), the disaggregated one is preferred only if the aggregated
+layout's mean E2E latency is at least this many times its own: equal throughput at a much
+shorter request is worth a proxy and a KV transfer, a few per cent is not (the serving search
+breaks its own ties on the other axis likewise). A policy, not a fit."""
+
+
+def disaggregated_preferred(disaggregated_per_gpu: float, aggregated_per_gpu: float,
+                            disaggregated_e2e_seconds: float, aggregated_e2e_seconds: float) -> bool:
+    """Without a sent rate: the disaggregated deployment beats the aggregated layout beyond a tie
+    on goodput per GPU, or ties it (within NEAR_TIE_FRACTION) at an E2E TIE_LATENCY_FACTOR times
+    shorter (disagg_cli.compare and the frontier's points decide alike)."""
+    if beats_beyond_a_tie(disaggregated_per_gpu, aggregated_per_gpu):
+        return True
+    return (disaggregated_per_gpu >= aggregated_per_gpu * (1 - NEAR_TIE_FRACTION)
+            and aggregated_e2e_seconds >= TIE_LATENCY_FACTOR * disaggregated_e2e_seconds)
+
+
 def rank_key(result: ServeEstimate, objective: str) -> tuple:
     layout = result.layout
     tie = (layout.tp, layout.pp, layout.dp)

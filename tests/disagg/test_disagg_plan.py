@@ -895,7 +895,8 @@ def test_a_goodput_tie_goes_to_the_much_shorter_requests():
     disaggregated deployment 1,129 (a tie within 3%) at E2E 9.5 s: 3.6 times shorter requests for
     the same tokens/s per GPU, at least TIE_LATENCY_FACTOR (1.5), so it is recommended; below
     that factor the simpler aggregated layout keeps the tie."""
-    from planner.disagg_cli import TIE_LATENCY_FACTOR, compare
+    from planner.disagg_cli import compare
+    from planner.serve_search import TIE_LATENCY_FACTOR
 
     model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
     request = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.5, max_tpot_seconds=0.134)

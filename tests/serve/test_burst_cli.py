@@ -383,9 +383,21 @@ def test_a_burst_shorter_than_one_request_says_it_never_fills():
     from planner.render.serve import short_burst_note
     from planner.requests import ServeRequest
 
-    metrics = SimpleNamespace(num_prompts=1000)
-    note = short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000), metrics, 18.2)
+    metrics = SimpleNamespace(num_prompts=1000, e2e_seconds=SimpleNamespace(mean=9.0),
+                              ttft_seconds=SimpleNamespace(mean=0.2))
+    note = short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000), metrics, 18.2, 0.3)
     assert note is not None and "arrive over 10.0 s" in note and "(18.2 s)" in note
+    assert "its E2E is lighter than the row's;" in note
+    # "lighter" only where it is: a burst TTFT above the row's is named (70B tp=8 at 30/s, 300
+    # prompts: 1,488 ms against the row's 733; a review), an E2E above it says neither
+    heavier_ttft = SimpleNamespace(num_prompts=1000, e2e_seconds=SimpleNamespace(mean=9.0),
+                                   ttft_seconds=SimpleNamespace(mean=1.488))
+    assert "its TTFT (1,488 ms) not" in short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000),
+                                                         heavier_ttft, 18.2, 0.733)
+    heavier = SimpleNamespace(num_prompts=1000, e2e_seconds=SimpleNamespace(mean=20.0),
+                              ttft_seconds=SimpleNamespace(mean=1.488))
+    assert "not the row's steady state" in short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000),
+                                                            heavier, 18.2, 0.733)
     assert short_burst_note(ServeRequest(request_rate_per_s=40.0, num_prompts=1000), metrics, 18.2) is None
     assert short_burst_note(ServeRequest(num_prompts=1000), metrics, 18.2) is None
     assert short_burst_note(ServeRequest(request_rate_per_s=100.0, num_prompts=1000, max_concurrency=64), metrics,
