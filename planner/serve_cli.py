@@ -319,7 +319,7 @@ def run_with_disaggregated(plan: ServePlan, engine: str, *, json_output: bool, t
                             engine_version(plan, engine) if engine != "none" else None, top, metrics)
         payload["launch_notes"] = all_launch_notes(plan, engine)
         payload["mode"] = request.mode
-        payload.update(disagg_json(disagg, verdict, steps, top, why, disagg_notes))
+        payload.update(disagg_json(disagg, verdict, steps, top, why, disagg_notes, request))
         won = verdict.winner == "disaggregated" and bool(payload["disaggregated"])
         if auto:
             # neither kind found: no mode is recommended (the comparison's winner is null too)

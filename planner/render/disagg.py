@@ -9,6 +9,7 @@ from planner.disagg_search import DisaggEstimate, DisaggPlan
 from planner.emit.command import LaunchStep
 from planner.emit.disagg import COPY_PORT_SHIFT
 from planner.render.common import console, ms, per_node_lines, step_json
+from planner.requests import ServeRequest
 from planner.units import BYTES_PER_MIB
 
 COLUMNS = (
@@ -177,14 +178,46 @@ def estimate_json(e: DisaggEstimate, steps: tuple[LaunchStep, ...] | None,
     }
 
 
+def steady_metrics_json(e: DisaggEstimate) -> dict[str, Any]:
+    """The deployment's steady state in the aggregated layouts' `metrics` keys: mean = median =
+    p99 (every request alike), ITL one decode round (a streamed chunk per round)."""
+    def alike(seconds: float) -> dict[str, float]:
+        return {"mean": seconds, "median": seconds, "p99": seconds}
+    one_token = e.output_len <= 1  # no decode round to time, as vllm bench serve reports none
+    return {"ttft_seconds": alike(e.ttft_seconds), "tpot_seconds": None if one_token else alike(e.tpot_seconds),
+            "itl_seconds": None if one_token else alike(e.decode.round_seconds), "e2e_seconds": alike(e.e2e_seconds),
+            "duration_seconds": None, "request_throughput_per_second": e.plan_goodput_tokens_per_second / e.output_len
+            if e.output_len else None,
+            "output_throughput_tokens_per_second": e.plan_goodput_tokens_per_second}
+
+
+def sla_json(e: DisaggEstimate, request: ServeRequest) -> dict[str, Any]:
+    """The aggregated layouts' `sla` keys: each limit met by the deployment's steady state, and
+    which side binds its rate (prefill | decode | kv-link | clients | request-rate)."""
+    def ok(limit: float | None, value: float) -> bool:
+        return limit is None or value <= limit
+    return {"ttft_ok": ok(request.max_ttft_seconds, e.ttft_seconds),
+            "tpot_ok": e.output_len <= 1 or ok(request.max_tpot_seconds, e.tpot_seconds),
+            "e2e_ok": ok(request.max_e2e_seconds, e.e2e_seconds), "binding": e.binding}
+
+
 def disagg_json(plan: DisaggPlan, verdict: Verdict, best_steps: tuple[LaunchStep, ...] | None,
                 top: int | None, why_not_emitted: str | None = None,
-                launch_notes: tuple[str, ...] = ()) -> dict[str, Any]:
+                launch_notes: tuple[str, ...] = (), request: ServeRequest | None = None) -> dict[str, Any]:
+    """`request`: its limits judge each deployment's `sla`, as the aggregated layouts' (None:
+    no `sla`); the recommended (first) deployment gets `metrics`, its steady state as vllm bench
+    serve would report it (every request alike: the burst is simulated for aggregated layouts
+    only), the others null."""
     shown = plan.candidates[:top]
     entries = [estimate_json(e, best_steps if i == 0 else (), why_not_emitted if i == 0 else None)
                for i, e in enumerate(shown)]
     if entries:  # the recommended deployment's commands: what they run differently from the plan
         entries[0]["launch_notes"] = list(launch_notes)
+    for i, (entry, e) in enumerate(zip(entries, shown, strict=True)):
+        entry.update(metrics=steady_metrics_json(e) if i == 0 else None,
+                     metrics_source="steady state" if i == 0 else None)
+        if request is not None:
+            entry["sla"] = sla_json(e, request)
     return {
         "disaggregated": entries,
         "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],

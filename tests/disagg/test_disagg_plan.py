@@ -122,6 +122,17 @@ def test_cli_json_adds_keys_only(run_plan):
     shared = {"ttft_seconds", "tpot_seconds", "e2e_seconds", "goodput_tokens_per_second_per_gpu"}
     assert shared <= set(best) and shared <= set(plain["recommended"])
     assert best["goodput_tokens_per_second_per_gpu"] == best["plan_goodput_per_gpu"]
+    # the issue's `metrics` and `sla` for the recommended layout, whichever mode it is: a
+    # disaggregated deployment's steady state (every request alike), its limits judged
+    shared |= {"metrics", "sla"}
+    assert shared <= set(best) and shared <= set(plain["recommended"])
+    assert best["metrics_source"] == "steady state"
+    assert best["metrics"]["ttft_seconds"] == {"mean": best["ttft_seconds"], "median": best["ttft_seconds"],
+                                               "p99": best["ttft_seconds"]}
+    assert best["metrics"]["output_throughput_tokens_per_second"] == pytest.approx(
+        best["plan_goodput_tokens_per_second"])
+    assert best["sla"] == {"ttft_ok": True, "tpot_ok": True, "e2e_ok": True, "binding": best["binding"]}
+    assert all(entry["metrics"] is None for entry in auto["disaggregated"][1:])
     aggregated = plain["recommended"]
     assert aggregated["goodput_tokens_per_second_per_gpu"] == pytest.approx(
         aggregated["goodput_tokens_per_second"] / 8)
