@@ -742,13 +742,21 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     rejected: dict[str, int] = {}
     bounds: list[Combination] = []
 
+    def copies_of(p_key, n_p, d_key, n_d, same) -> tuple[int, int]:
+        """(GPUs of one copy, copies on the planned GPUs)."""
+        g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
+        gpus = n_p * g_p + n_d * g_d
+        return gpus, plan_copies(plan_gpus, cluster.gpus_per_node, gpus,
+                                 unit_nodes(n_p, g_p, n_d, g_d, same, cluster), same)
+
+    def served_per_gpu(p_key, n_p, d_key, n_d, same) -> float:
+        """Output tokens/s per planned GPU for each request/s a copy completes."""
+        return copies_of(p_key, n_p, d_key, n_d, same)[1] * request.output_len / plan_gpus
+
     def combination(p_key, n_p, d_key, n_d, same, rate: tuple[float, float]) -> Combination:
         """The bound the search orders a deployment by (Combination), from its workers' rates."""
         match = rate_match(rate[0], n_p, rate[1], n_d)
-        g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
-        gpus = n_p * g_p + n_d * g_d
-        copies = plan_copies(plan_gpus, cluster.gpus_per_node, gpus, unit_nodes(n_p, g_p, n_d, g_d, same, cluster),
-                             same)
+        gpus, copies = copies_of(p_key, n_p, d_key, n_d, same)
         served = copies * match.requests_per_second * request.output_len
         # whether it keeps up with a sent rate is read only at one (rate_bound's test)
         capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
@@ -756,6 +764,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         return Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
                            d_key, n_d, same, copies * match.requests_per_second, copies * capacity_per_s)
 
+    pairs: dict[tuple, tuple] = {}  # (p_key, decode shape, N_p, N_d, link) -> a halving's key
     for p_key, d_key in [(p, d) for p in memo.prefill for d in memo.shapes]:
         why = pipelined_decode_reason(model, p_key, d_key[:3], engine, request)
         if why is not None:
@@ -773,13 +782,16 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         counts = {c for b in balances for c in _counts(cluster, num_gpus, memo.prefill_shapes[p_key], memo.shapes[d_key], b)}
         for n_p, n_d, same in sorted(counts):
             rate = _pairing(model, cluster, request, memo, p_key, d_key, same)
+            # every count pair, also one no halving's cap leaves a TTFT budget: its crossing may
+            pairs.setdefault((p_key, memo.shapes[d_key].key, n_p, n_d, same), d_key)
             if isinstance(rate, str):
                 rejected[rate] = rejected.get(rate, 0) + 1
                 continue
             bounds.append(combination(p_key, n_p, d_key, n_d, same, rate))
     # with a TTFT limit, each count pair that could rank among the priced also at its crossing cap
-    crossed_from: dict[tuple, tuple] = {}  # (p_key, n_p, crossing key, n_d, same) -> its best halving's key
-    for entry in crossing_entries(model, cluster, request, memo, bounds, CROSSING_CANDIDATES_PER_ROW * shown):
+    crossed_from: dict[tuple, tuple | None] = {}  # (p_key, n_p, crossing key, n_d, same) -> its best halving's key
+    for entry in crossing_entries(model, cluster, request, memo, pairs, bounds, served_per_gpu,
+                                  CROSSING_CANDIDATES_PER_ROW * shown):
         key, crossed, halving = entry
         crossed_from[key] = halving
         p_key, n_p, d_key, n_d, same = key
@@ -1149,17 +1161,22 @@ pricing loop rarely reaches further down (a miss of the E2E limit or TTFT at loa
 bisection of every pair tripled the search's time (Qwen3-30B-A3B on 4x8 H200: 0.24 -> 0.9 s)."""
 
 
-def crossing_entries(model, cluster, request, memo, bounds: list, candidates: int):
+def crossing_entries(model, cluster, request, memo, pairs: dict, bounds: list,
+                     served_per_gpu: Callable[..., float], candidates: int):
     """((p_key, N_p, crossing key, N_d, link), the workers' rates there, the count pair's best
-    halving key) for the count pairs of `bounds` (Combinations at the halvings' caps) that could
-    rank among the first `candidates`, best upper bound first (branch and bound): a pair's rate
-    is at most min(N_p r_p(1), N_d r_d(c_max)) a copy (r_p falls and r_d rises with the cap;
-    c_max the TPOT limit's cap, or the E2E limit's implied one where lower: O rounds of T_d(c)
-    fit in E2E only up to it; N_p r_p(1) alone where no prefill meets the TTFT limit at c_max),
-    its halvings' bound scaled by it; pairs stop once that is below the `candidates`-th value
-    found (the halvings' bounds count as found without an E2E limit, which holds most of them
-    far below their rate-matched value). Nothing where crossing_key does not apply."""
-    if not bounds or not crossing_applies(request):
+    halving key or None) for the count pairs of the search (`pairs`: each with one of its
+    halvings' keys, whether or not that cap left the prefill a TTFT budget; `bounds`: the
+    Combinations priced at the halvings' caps) that could rank among the first `candidates`,
+    best upper bound first (branch and bound): a pair's rate is at most min(N_p r_p(1), N_d
+    r_d(c_max)) a copy (r_p falls and r_d rises with the cap; c_max the TPOT limit's cap, or the
+    E2E limit's implied one where lower: O rounds of T_d(c) fit in E2E only up to it; N_p r_p(1)
+    alone where no prefill meets the TTFT limit at c_max), times `served_per_gpu`; pairs stop
+    once that is below the `candidates`-th value found (the halvings' bounds count as found
+    without an E2E limit, which holds most of them far below their rate-matched value). A pair
+    every halving of whose cap left no TTFT budget is sought too (Qwen3-235B fp8 at TTFT 100 ms:
+    TPOT 40 ms found a deployment at 29 sequences, 50 ms none, its halvings all above 29; a
+    review). Nothing where crossing_key does not apply."""
+    if not pairs or not crossing_applies(request):
         return
     best: dict[tuple, Combination] = {}  # per count pair, its best halving entry
     for entry in sorted(bounds):
@@ -1168,19 +1185,21 @@ def crossing_entries(model, cluster, request, memo, bounds: list, candidates: in
         heapq.nlargest(candidates, (-b.neg_tokens_per_second_per_gpu for b in bounds))
     heapq.heapify(found)
     ranked = []
-    for (p_key, shape_key, n_p, n_d, same), entry in best.items():
-        shape = memo.shapes[entry.d_key]
+    for pair, d_key in pairs.items():
+        p_key, shape_key, n_p, n_d, same = pair
+        halving = best.get(pair)
+        d_key = d_key if halving is None else halving.d_key
+        shape = memo.shapes[d_key]
         top = min(memo.top_cap.get(shape_key, 0), memo.e2e_cap.get(shape_key, math.inf))
         lone = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, 1), same)
         if top <= 1 or isinstance(lone, str):
             continue
         full = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, top), same)
         upper = n_p * lone[0] if isinstance(full, str) else min(n_p * lone[0], n_d * full[1])
-        at_entry = _pairing(model, cluster, request, memo, p_key, entry.d_key, same)
-        scale = -entry.neg_tokens_per_second_per_gpu / rate_match(at_entry[0], n_p, at_entry[1], n_d).requests_per_second
-        ranked.append((scale * upper, scale, (p_key, n_p, entry.d_key, n_d, same)))
+        scale = served_per_gpu(p_key, n_p, d_key, n_d, same)
+        ranked.append((scale * upper, scale, (p_key, n_p, d_key, n_d, same), halving is not None))
     ranked.sort(key=lambda r: -r[0])
-    for upper_served, scale, (p_key, n_p, d_key, n_d, same) in ranked:
+    for upper_served, scale, (p_key, n_p, d_key, n_d, same), priced in ranked:
         if len(found) >= candidates and upper_served < found[0]:
             break
         crossed = crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
@@ -1191,7 +1210,7 @@ def crossing_entries(model, cluster, request, memo, bounds: list, candidates: in
             continue
         served = scale * rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
         (heapq.heappush if len(found) < candidates else heapq.heappushpop)(found, served)
-        yield (p_key, n_p, crossed, n_d, same), rate, d_key
+        yield (p_key, n_p, crossed, n_d, same), rate, d_key if priced else None
 
 
 def crossing_applies(request: ServeRequest) -> bool:

@@ -12,6 +12,12 @@ from planner.render.common import console, ms, per_node_lines, step_json
 from planner.requests import ServeRequest
 from planner.units import BYTES_PER_MIB
 
+
+def sequences(count: float) -> str:
+    """A mean number of sequences: whole from one up, a tenth below (one client over two decode
+    workers runs 0.5 each, which printed as 0)."""
+    return f"{count:.0f}" if count >= 1 else f"{count:.1f}"
+
 COLUMNS = (
     ("#", lambda e, i: str(i)),
     ("prefill", lambda e, i: f"{e.prefill.workers} x {e.prefill.shape_label}"),  # an EP worker's dp and ep too
@@ -19,7 +25,7 @@ COLUMNS = (
     ("GPUs", lambda e, i: gpus_cell(e)),
     ("KV/request", lambda e, i: f"{e.kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB"),
     ("KV link", lambda e, i: f"{e.kv.link_kind} (+{ms(e.kv.exposed_seconds)})"),
-    ("C_d", lambda e, i: f"{e.decode.concurrency:.0f}"),
+    ("C_d", lambda e, i: sequences(e.decode.concurrency)),
     ("TTFT", lambda e, i: ms(e.ttft_seconds)),
     ("TPOT", lambda e, i: ms(e.tpot_seconds) if e.output_len > 1 else "-"),
     ("req/s/copy", lambda e, i: f"{e.requests_per_second:.2f}"),
@@ -99,7 +105,7 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
     flags = ("vLLM's --max-num-seqs, SGLang's --max-running-requests" if d.dp == 1 else
              f"vLLM's --max-num-seqs; SGLang's --max-running-requests counts a DP-attention server's ranks "
              f"together, {d.max_num_seqs * d.dp:,}")
-    return [f"the decode workers run {d.concurrency:.0f} sequences{per} {load} (C_d); they are "
+    return [f"the decode workers run {sequences(d.concurrency)} sequences{per} {load} (C_d); they are "
             f"launched for {d.max_num_seqs}{per} ({flags}), the cap the search chose within the SLA limits, "
             f"the KV cache and the engine's default, the room a burst above the rate can use"]
 

@@ -972,3 +972,15 @@ def test_looser_tpot_limits_under_an_e2e_limit_never_lower_the_goodput(model_nam
                                                                 max_tpot_seconds=t / 1000, **limits)).recommended
                 .plan_goodput_per_gpu for t in tpot_ms]
     assert goodputs == sorted(goodputs), goodputs
+
+
+def test_a_count_pair_every_halving_of_whose_cap_misses_the_ttft_budget_is_still_sought():
+    """Qwen3-235B fp8 on 2x8 H200 at TTFT 100 ms: at TPOT 40 ms a P tp=8 + D tp=8 deployment runs
+    29 sequences (101.3 tok/s per GPU, TTFT 99.9 ms); at TPOT 50 ms every halving of the larger
+    cap stayed above 29, left the prefill no TTFT budget, and the search found nothing (a
+    review). Its crossing is sought from every count pair now, priced or not."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    found = [plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.1,
+                                                             max_tpot_seconds=t)).recommended for t in (0.04, 0.05)]
+    assert all(e is not None and e.ttft_seconds <= 0.1 for e in found)
+    assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu > 100
