@@ -255,11 +255,16 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
     if per_rank_bytes_per_s is None:  # a noisy loopback sweep may never leave the latency regime
         per_rank_bytes_per_s = max(r["busbw_bytes_per_s"] for r in series)
     elif fit["rms_relative_residual"] > POOR_FIT_RELATIVE_RESIDUAL:  # a poor fit: at most what gives the
-        # largest message (its slowest group) its measured time beside the fitted latency
+        # largest message (its slowest group) its measured time beside the profile's latency: the
+        # fitted one, or the smallest measured time where the fit's is not positive (profile.py
+        # _link_numbers; a loaded machine's sweep wrote 0.699 Gbit/s against 0.778 derived from
+        # the raw alpha)
         largest = max(r["size_bytes"] for r in series)
         slowest = max((r for r in series if r["size_bytes"] == largest), key=lambda r: r["median_seconds"])
+        latency_seconds = fit["alpha_seconds"] if fit["alpha_seconds"] > 0 else min(
+            r["median_seconds"] for r in series)
         per_rank_bytes_per_s = min(per_rank_bytes_per_s, capped_bandwidth(
-            "all_reduce", len(slowest["ranks"]), largest, slowest["median_seconds"], fit["alpha_seconds"]))
+            "all_reduce", len(slowest["ranks"]), largest, slowest["median_seconds"], latency_seconds))
     node_gbit_per_s = 2 * per_rank_bytes_per_s * 8 / 1e9  # two local ranks crossing at once
     assert document["inter_node"]["nic_bandwidth_gbit_per_s"] == pytest.approx(
         node_gbit_per_s, rel=1e-3
