@@ -14,6 +14,7 @@ import yaml
 from planner.probe.profile import capped_bandwidth
 from planner.probe.results import POOR_FIT_RELATIVE_RESIDUAL
 from planner.probe.runner import GRACE_SECONDS, descendant_pids
+from planner.probe.sweep import op_coefficients
 
 from .conftest import (
     REPO_ROOT,
@@ -241,6 +242,9 @@ def test_two_loopback_nodes_report_an_inter_node_link(tmp_path):
     load_through_core(path)
 
 
+FOUR_DIGIT_ROUNDING = 5e-4  # the most a figure rounded to 4 significant digits is off, relative to itself
+
+
 def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_path):
     with interrupted_at_exit(start_loopback_nodes(tmp_path, 2, 2)) as processes:
         finish(processes)
@@ -252,6 +256,7 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
     per_rank_bytes_per_s = fit["bandwidth_bytes_per_s"]
     series = [r for r in measured["results"]
               if (r["op"], r["link"], r["mode"]) == ("all_reduce", "inter_node", "all_local_ranks")]
+    relative_tolerance = 1e-3
     if per_rank_bytes_per_s is None:  # a noisy loopback sweep may never leave the latency regime
         per_rank_bytes_per_s = max(r["busbw_bytes_per_s"] for r in series)
     elif fit["rms_relative_residual"] > POOR_FIT_RELATIVE_RESIDUAL:  # a poor fit: at most what gives the
@@ -263,11 +268,21 @@ def test_two_loopback_nodes_of_two_ranks_sum_concurrent_inter_node_traffic(tmp_p
         slowest = max((r for r in series if r["size_bytes"] == largest), key=lambda r: r["median_seconds"])
         latency_seconds = fit["alpha_seconds"] if fit["alpha_seconds"] > 0 else min(
             r["median_seconds"] for r in series)
-        per_rank_bytes_per_s = min(per_rank_bytes_per_s, capped_bandwidth(
-            "all_reduce", len(slowest["ranks"]), largest, slowest["median_seconds"], latency_seconds))
+        capped_bytes_per_s = capped_bandwidth(
+            "all_reduce", len(slowest["ranks"]), largest, slowest["median_seconds"], latency_seconds)
+        if capped_bytes_per_s < per_rank_bytes_per_s:
+            per_rank_bytes_per_s = capped_bytes_per_s
+            # the profile writes times to 4 significant digits (results.rounded: each off by at most
+            # 5e-4 of itself), and the cap divides by their difference T - steps alpha, which
+            # magnifies that: a clean-clone CI wrote 4.765 Gbit/s against 4.758 derived from the
+            # rounded figures (0.15%)
+            steps, _ = op_coefficients("all_reduce", len(slowest["ranks"]))
+            total_seconds = slowest["median_seconds"] + steps * latency_seconds
+            transfer_seconds = slowest["median_seconds"] - steps * latency_seconds
+            relative_tolerance += FOUR_DIGIT_ROUNDING * total_seconds / transfer_seconds
     node_gbit_per_s = 2 * per_rank_bytes_per_s * 8 / 1e9  # two local ranks crossing at once
     assert document["inter_node"]["nic_bandwidth_gbit_per_s"] == pytest.approx(
-        node_gbit_per_s, rel=1e-3
+        node_gbit_per_s, rel=relative_tolerance
     )
     links = {(c["link"], c["num_ranks"]) for c in measured["allreduce_curves"]}
     # tp=2 stays in a node; tp=4 is every rank (rank j of every node is no TP group)
