@@ -12,6 +12,7 @@ from planner.cost.serving_memory import (
     pre_load_free_bytes,
 )
 from planner.disagg_search import (
+    E2E_BINDING,
     SHOWN_CANDIDATES,
     DisaggEstimate,
     DisaggPlan,
@@ -181,6 +182,8 @@ def binding_reason(e: DisaggEstimate) -> str:
         return next(note for note in e.notes if note.startswith("Client-bound"))
     if e.binding == "request-rate":
         return next(note for note in e.notes if note.startswith("Rate-bound"))
+    if e.binding == E2E_BINDING:
+        return next(note for note in e.notes if note.startswith("E2E-bound"))
     if e.binding == "prefill":
         # a prompt cut into chunks takes S_p steps (a step of "1.0 prompts" read as a whole prompt's)
         # a round of k = pp micro-batches (each stage busy with one), on each of d lockstep DP

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from typing import NamedTuple
 from planner.cost import efficiency as eff
 from planner.cost.continuous_batching import (
     SLOT_WAIT_NOTE_FRACTION,
+    false_position_bracket,
     on_geometric_grid,
     pooled_slot_wait_seconds,
 )
@@ -607,6 +609,8 @@ class _Memo:
     """Per decode shape: the most sequences a rank runs within --max-tpot-ms (decode_concurrency)."""
     crossing: dict = field(default_factory=dict)
     """Per (prefill shape, decode shape, N_p, N_d, link): crossing_key's cap."""
+    e2e_prefill_rate: dict = field(default_factory=dict)
+    """Per (prefill shape, decode shape, link): e2e_prefill_rate."""
     e2e_cap: dict = field(default_factory=dict)
     """Per decode shape: the most sequences a rank runs at the TPOT an E2E limit implies
     (e2e_implied_tpot_seconds; only with one)."""
@@ -818,44 +822,27 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         bounds = (sorted((b for b in bounds if b.capacity_per_second > offered), key=floor_of)
                   + [b for b in bounds if b.capacity_per_second <= offered])
     out, seen = [], set()
+    limits_rate = request.max_e2e_seconds is not None and crossing_applies(request)  # e2e_limited
+    limited_at: dict[tuple, DisaggEstimate] = {}  # per deployment, its entry in `out` run below its matched rate
+    # heap: (-goodput per GPU at its matched rate, then at its E2E ceiling, order, combination,
+    # the ceiling's req/s or None before it is priced)
+    deferred: list[tuple] = []
+    order = itertools.count()
+    e2e_capped: dict[tuple, list[int]] = {}  # per deployment, the caps e2e_limited's rate was E2E's at
     refined = 0
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
-    for entry in bounds:
-        _, _, p_key, n_p, d_key, n_d, same, _, _ = entry
-        if len(out) >= shown and not worth_pricing_past_the_shown(entry):
-            break
-        # the same deployment at a lower decode cap, or a multiple of one already kept
+
+    def matched_rate(p_key, n_p, d_key, n_d, same) -> float:
+        r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+        return rate_match(r_p, n_p, r_d, n_d).requests_per_second
+
+    def shown_kth() -> float:
+        """The `shown`-th goodput per planned GPU found; -inf while fewer are."""
+        return -math.inf if len(out) < shown else sorted((e.plan_goodput_per_gpu for e in out), reverse=True)[shown - 1]
+
+    def keep(found: DisaggEstimate, p_key, n_p, d_key, n_d, same) -> None:
+        """`found` into `out`, once per deployment (the best of those run below their matched rate)."""
         unit = math.gcd(n_p, n_d)
-        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
-            continue
-        pairing = (p_key, d_key, same)
-        refinable = refined < E2E_REFINEMENTS and memo.decode[d_key] > 1
-        limit = request.max_e2e_seconds
-        if limit is not None:  # skip what a bound proves misses, counted as _detail would count it
-            loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
-            floor_misses = e2e_floor_seconds(model, cluster, request, memo, *pairing) > limit
-            if floor_misses or not refinable and (
-                    any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
-                    or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > limit):
-                refined += floor_misses and refinable  # _largest_meeting_e2e would have tried it, in vain
-                rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1
-                continue
-        found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
-        fallback = crossed_from.get((p_key, n_p, d_key, n_d, same))
-        if isinstance(found, str) and fallback is not None and (p_key, n_p // unit, d_key[:3], n_d // unit,
-                                                                 same) not in seen:  # the crossing missed (a round at load
-            # above the cap's: CUDA-graph padding): the halving it came from, as priced before
-            d_key = fallback
-            found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
-        if found == E2E_MISS:
-            e2e_misses.setdefault(pairing, []).append(loads)
-            if refinable:
-                refined += 1
-                found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
-                                             max_model_len)
-        if isinstance(found, str):
-            rejected[found] = rejected.get(found, 0) + 1
-            continue
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         # the decode cap found was priced at: an E2E refinement's lower one (_largest_meeting_e2e
         # keys it (*shape, cap)), which the loads below must keep (a review: a copy launched at
@@ -866,11 +853,103 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
             if isinstance(found, str):
                 rejected[found] = rejected.get(found, 0) + 1
-                continue
+                return
         if offered is not None:
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
-        seen.add((p_key, n_p // unit, d_key[:3], n_d // unit, same))
+        deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
+        if found.binding != E2E_BINDING:  # at its matched rate: the same deployment's later caps
+            seen.add(deployment)  # are bounded below it
+        # one run below its matched rate (e2e_limited) may lose to the same deployment at another cap
+        earlier = limited_at.pop(deployment, None)
+        if earlier is not None:
+            if not limited_better(found, earlier):
+                limited_at[deployment] = earlier
+                return
+            out.remove(earlier)
+        if found.binding == E2E_BINDING:
+            limited_at[deployment] = found
         out.append(found)
+
+    def price_deferred(down_to: float) -> None:
+        """The combinations that missed --max-e2e-ms at their matched rate, run below it
+        (e2e_limited), best E2E ceiling first, while that ceiling beats both `down_to` (the next
+        bound) and the `shown`-th goodput found: best first over the bounds and the ceilings (the
+        ceilings' rates prune what exact pricing would have cost: Qwen3-235B fp8 on 2x8 H200 at
+        E2E 8 s priced 140 combinations' E2E-limited rates, each some 500 decode rounds)."""
+        while deferred and -deferred[0][0] > max(down_to, shown_kth()):
+            neg_served, _, combination_key, ceiling = heapq.heappop(deferred)
+            p_key, n_p, d_key, n_d, same = combination_key
+            if ceiling is None:  # ordered by its matched rate so far: now by its ceiling's
+                ceiling = e2e_rate_ceiling(model, cluster, request, memo, *combination_key)
+                heapq.heappush(deferred, (neg_served * ceiling / matched_rate(*combination_key), next(order),
+                                          combination_key, ceiling))
+                continue
+            unit = math.gcd(n_p, n_d)
+            deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
+            cap = memo.decode[d_key]
+            # a higher cap runs the decode ranks at no fewer sequences at any rate (Little's law
+            # capped at the cap), so E2E at no lower: where a lower cap's rate was E2E's, not
+            # its ceiling's, this one's is at most that
+            if deployment in seen or any(c <= cap for c in e2e_capped.get(deployment, ())):
+                continue
+            found = e2e_limited(model, cluster, request, memo, *combination_key, max_model_len, ceiling)
+            if isinstance(found, str):
+                rejected[found] = rejected.get(found, 0) + 1
+                continue
+            if found.requests_per_second < (1 - 2 * E2E_RATE_TOLERANCE) * ceiling:
+                e2e_capped.setdefault(deployment, []).append(cap)
+            keep(found, *combination_key)
+
+    for entry in bounds:
+        _, _, p_key, n_p, d_key, n_d, same, _, _ = entry
+        bound_per_gpu = entry.requests_per_second * request.output_len / plan_gpus
+        price_deferred(bound_per_gpu)
+        if len(out) >= shown and not worth_pricing_past_the_shown(entry) and not (
+                limits_rate and bound_per_gpu > shown_kth()):
+            break
+        # the same deployment at a lower decode cap, or a multiple of one already kept
+        unit = math.gcd(n_p, n_d)
+        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
+            continue
+        pairing = (p_key, d_key, same)
+        refinable = refined < E2E_REFINEMENTS and memo.decode[d_key] > 1
+        limit = request.max_e2e_seconds
+        known_miss = False  # at the matched rate, proved by a bound
+        if limit is not None:  # skip what a bound proves misses, counted as _detail would count it
+            loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
+            floor_misses = e2e_floor_seconds(model, cluster, request, memo, *pairing) > limit
+            known_miss = not refinable and (
+                any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
+                or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > limit)
+            # (with the load the search's own, a miss at the matched rate is run below it: e2e_limited)
+            if floor_misses or known_miss and not limits_rate:
+                refined += floor_misses and refinable  # _largest_meeting_e2e would have tried it, in vain
+                rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1
+                continue
+        found = E2E_MISS if known_miss else _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                                                    max_model_len)
+        fallback = None if known_miss else crossed_from.get((p_key, n_p, d_key, n_d, same))
+        if isinstance(found, str) and fallback is not None and (p_key, n_p // unit, d_key[:3], n_d // unit,
+                                                                 same) not in seen:  # the crossing missed (a round at load
+            # above the cap's: CUDA-graph padding): the halving it came from, as priced before
+            d_key = fallback
+            found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+        if found == E2E_MISS:
+            e2e_misses.setdefault(pairing, []).append(loads)
+            if limits_rate:  # run below its matched rate, in its turn (price_deferred)
+                heapq.heappush(deferred, (-served_per_gpu(p_key, n_p, d_key, n_d, same) * matched_rate(
+                    p_key, n_p, d_key, n_d, same), next(order), (p_key, n_p, d_key, n_d, same), None))
+            if refinable:
+                refined += 1
+                found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                                             max_model_len)
+            if limits_rate and isinstance(found, str):  # (counted if the deferred pricing misses too)
+                continue
+        if isinstance(found, str):
+            rejected[found] = rejected.get(found, 0) + 1
+            continue
+        keep(found, p_key, n_p, d_key, n_d, same)
+    price_deferred(-math.inf)
     # the latency objective at a rate: the lowest TPOT at that load among those that keep up
     by_tpot = offered is not None and request.objective == "latency"
     out = sorted(out, key=lambda e: (e.overloaded, e.tpot_seconds, rank_key(e)) if by_tpot else rank_key(e))
@@ -1152,6 +1231,83 @@ def _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, 
     return best
 
 
+E2E_BINDING = "e2e"
+"""DisaggEstimate.binding of a deployment run below its matched rate to meet --max-e2e-ms."""
+E2E_RATE_TOLERANCE = 2.0**-12
+"""e2e_limited's rate is within this share of the ceiling below the largest that meets the limit..."""
+E2E_CEILING_TOLERANCE = 2.0**-6
+"""e2e_rate_ceiling's rate is within this share of itself above the largest its bound meets (a
+bound need not be sharp: the search only orders and prunes by it)."""
+E2E_RATE_ROUNDS = 24
+"""...found by false position in at most this many pricings (about 6 for E2E's smooth rise)."""
+
+
+def e2e_rate_ceiling(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> float:
+    """Above what e2e_limited finds, cheaply: the largest rate up to the matched one at which
+    e2e_lower_bound_seconds (a few Little's-law rounds, no bisection) meets --max-e2e-ms, by
+    bisection; what the search tests a combination's E2E-limited goodput against before
+    pricing it."""
+    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    matched = rate_match(r_p, n_p, r_d, n_d).requests_per_second
+    per_rank = n_d * memo.shapes[d_key].dp
+
+    def excess_seconds(rate: float) -> float:
+        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same,
+                                       (rate / n_p, rate / per_rank), E2E_CEILING_ITERATIONS) - request.max_e2e_seconds
+
+    if excess_seconds(matched) <= 0:
+        return matched
+    low, high = 0.0, matched  # bisection: the bound has kinds (the fixed point's cap), where false position crawls
+    while high - low > E2E_CEILING_TOLERANCE * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess_seconds(middle) <= 0 else (low, middle)
+    return high
+
+
+def limited_better(found: DisaggEstimate, earlier: DisaggEstimate) -> bool:
+    """Whether `found` replaces `earlier`, the same deployment run below its matched rate at
+    another decode cap: more requests/s beyond e2e_limited's tolerance, or as many at a lower cap
+    (the launch cap a burst can fill: no more than the rate needs)."""
+    margin = 2 * E2E_RATE_TOLERANCE * earlier.requests_per_second
+    if abs(found.requests_per_second - earlier.requests_per_second) > margin:
+        return found.requests_per_second > earlier.requests_per_second
+    return found.decode.max_num_seqs < earlier.decode.max_num_seqs
+
+
+def e2e_limited(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
+                ceiling_per_s: float) -> DisaggEstimate | str:
+    """The combination at the largest rate up to `ceiling_per_s` (e2e_rate_ceiling's, at most its
+    matched rate) whose E2E meets --max-e2e-ms (binding E2E_BINDING), by false position (E2E
+    grows with the rate: both workers' loads); E2E_MISS where even no load meets it
+    (e2e_floor_seconds). The SLA search an aggregated layout gets: the most load within every
+    limit. Without it a pairing ran at its TTFT-limited rate or not at all, so a looser
+    --max-ttft-ms (a higher matched rate, E2E missed there) lost goodput: Mixtral-8x7B on 2x8
+    A100 at E2E 1.5 s, 17.0 -> 14.0 tok/s per GPU from TTFT 200 to 300 ms (a review)."""
+    if e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) > request.max_e2e_seconds:
+        return E2E_MISS
+
+    def excess_seconds(rate: float) -> float:
+        return _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                               rate).e2e_seconds - request.max_e2e_seconds
+
+    low, _ = false_position_bracket(0.0, ceiling_per_s, excess_seconds, E2E_RATE_TOLERANCE, E2E_RATE_ROUNDS)
+    if low <= 0:
+        return E2E_MISS
+    found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len, load_rate=low,
+                    binding=E2E_BINDING)
+    if isinstance(found, str):
+        return found
+    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
+    matched = rate_match(r_p, n_p, r_d, n_d)
+    at_matched = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
+                                 matched.requests_per_second).e2e_seconds
+    note = (f"E2E-bound: at the {matched.requests_per_second:.3g} req/s its {matched.binding} workers take within "
+            f"the other limits, E2E would be {at_matched:.2f} s, over --max-e2e-ms "
+            f"{seconds_to_ms(request.max_e2e_seconds):g}; the plan loads it to {low:.3g} req/s, where E2E is "
+            f"{found.e2e_seconds:.2f} s")
+    return replace(found, notes=(*found.notes, note))
+
+
 CROSSING_CANDIDATES_PER_ROW = 4
 """The crossing cap (crossing_key) is sought, best upper bound first, until a count pair's bound
 falls below the (4 x shown)-th value found (crossing_entries): the pricing loop rarely reaches
@@ -1189,18 +1345,24 @@ def crossing_entries(model, cluster, request, memo, pairs: dict, bounds: list,
         halving = best.get(pair)
         d_key = d_key if halving is None else halving.d_key
         shape = memo.shapes[d_key]
-        top = min(memo.top_cap.get(shape_key, 0), memo.e2e_cap.get(shape_key, math.inf))
+        top_cap = memo.top_cap.get(shape_key, 0)
         lone = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, 1), same)
-        if top <= 1 or isinstance(lone, str):
+        if top_cap <= 1 or isinstance(lone, str):
             continue
+        # Little's law runs a decode rank at a fractional concurrency, so the E2E limit's implied
+        # cap (whole sequences) bounds it only once raised by one (a review: an implied cap of 1
+        # beaten by 1.25x at 1.27 sequences a rank)
+        top = min(top_cap, memo.e2e_cap.get(shape_key, math.inf) + 1)
         full = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, top), same)
         upper = n_p * lone[0] if isinstance(full, str) else min(n_p * lone[0], n_d * full[1])
+        if request.max_e2e_seconds is not None:
+            upper = min(upper, n_p * e2e_prefill_rate(model, cluster, request, memo, p_key, shape, same))
         scale = served_per_gpu(p_key, n_p, d_key, n_d, same)
         ranked.append((scale * upper, scale, (p_key, n_p, d_key, n_d, same), halving is not None))
     ranked.sort(key=lambda r: -r[0])
     for upper_served, scale, (p_key, n_p, d_key, n_d, same), priced in ranked:
-        if len(found) >= candidates and upper_served < found[0]:
-            break
+        if upper_served <= 0 or len(found) >= candidates and upper_served < found[0]:
+            break  # (none beyond meets the E2E limit at any load: e2e_prefill_rate)
         crossed = crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
         if crossed is None or crossed == d_key:
             continue
@@ -1210,6 +1372,25 @@ def crossing_entries(model, cluster, request, memo, pairs: dict, bounds: list,
         served = scale * rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
         (heapq.heappush if len(found) < candidates else heapq.heappushpop)(found, served)
         yield (p_key, n_p, crossed, n_d, same), rate, d_key if priced else None
+
+
+def e2e_prefill_rate(model, cluster, request, memo, p_key, shape: WorkerShape, same) -> float:
+    """The most requests/s a prefill worker of p_key takes with --max-e2e-ms met beside a decode
+    worker of `shape` at any cap: its prefill may take what E2E leaves after the first-token
+    cost, the KV transfer and every decode round at a lone sequence's T_d(1) (latency_seconds;
+    no load makes a round shorter), and max_prefill_rate gives the rate at that budget. An upper
+    bound crossing_entries ranks the count pairs by (TTFT's alone let an E2E-limited Mixtral
+    search bisect 299 pairs' crossings)."""
+    key = (p_key, shape.key, same)
+    if key not in memo.e2e_prefill_rate:
+        d_key = _cap_key(memo, shape, 1)
+        kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+        lone = latency_seconds(request, 0.0, kv.exposed_seconds, decode_rounds(model, cluster, request, memo, shape)(1.0))
+        worker, seconds = memo.prefill[p_key]
+        budget = request.max_e2e_seconds - lone[1]
+        memo.e2e_prefill_rate[key] = 0.0 if budget <= 0 else max_prefill_rate(
+            worker, budget, seconds, memo.prefill_grid.setdefault(p_key, {}))
+    return memo.e2e_prefill_rate[key]
 
 
 def crossing_applies(request: ServeRequest) -> bool:
@@ -1276,14 +1457,27 @@ def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p,
     def meets_e2e(c: int) -> bool:
         """E2E at c's matched rate within --max-e2e-ms (_loaded_latency, as _detail prices it)."""
         at = matched(c)
-        return at is not None and _loaded_latency(model, cluster, request, memo, p_key, n_p, _cap_key(memo, shape, c),
-                                                  n_d, same, at.requests_per_second).e2e_seconds <= limit
+        if at is None:
+            return False
+        key, rate = _cap_key(memo, shape, c), at.requests_per_second
+        loads = (rate / n_p, rate / (n_d * shape.dp))
+        # the bound's few rounds before Little's law's bisection
+        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, key, same, loads) <= limit and \
+            _loaded_latency(model, cluster, request, memo, p_key, n_p, key, n_d, same, rate).e2e_seconds <= limit
 
-    if best is not None and limit is not None and not meets_e2e(best):
-        # up to the crossing E2E grows with c (more requests/s, longer rounds): the largest c
-        # that meets it (None: not even one sequence)
-        best = _largest_where(meets_e2e, best) or None
-    return best
+    if best is None or limit is None or meets_e2e(best):
+        return best
+    # up to the crossing E2E grows with c (more requests/s, longer rounds): the largest c below
+    # it that meets the limit; above it the prefill binds and the rate falls with c, and E2E with
+    # it: the smallest c above that meets it. The one of the two that completes more (a review:
+    # Qwen3-235B fp8 at 4,096-token prompts, TTFT 300 ms, E2E 3 s: cap 2 below at 1.54 req/s,
+    # caps 127-134 above at 1.90)
+    below = _largest_where(meets_e2e, best)
+    # the caps up to which a lone prompt still meets TTFT (the round at the cap takes its budget)
+    budgeted = top if matched(top) is not None else _largest_where(lambda c: matched(c) is not None, top)
+    above = _smallest_where(meets_e2e, best, budgeted) if budgeted > best else 0
+    met = {c: matched(c).requests_per_second for c in (below, above) if c}
+    return max(met, key=lambda c: (met[c], c)) if met else None
 
 
 def _largest_where(holds: Callable[[int], bool], above: int) -> int:
@@ -1294,6 +1488,18 @@ def _largest_where(holds: Callable[[int], bool], above: int) -> int:
         middle = (low + high) // 2
         low, high = (middle, high) if holds(middle) else (low, middle)
     return low
+
+
+def _smallest_where(holds: Callable[[int], bool], below: int, top: int) -> int:
+    """The smallest whole c in (below, top] where `holds` (false up to some c, true from there to
+    top), by bisection; 0 where it does not hold at top."""
+    if not holds(top):
+        return 0
+    low, high = below, top
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if holds(middle) else (middle, high)
+    return high
 
 
 def decode_rounds_before_first_token(request: ServeRequest) -> int:
@@ -1333,10 +1539,14 @@ def e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) -> floa
 
 
 E2E_BOUND_ITERATIONS = 2
-"""Fixed-point steps of e2e_lower_bound_seconds' decode concurrency from below."""
+"""Fixed-point steps of e2e_lower_bound_seconds' decode concurrency from below..."""
+E2E_CEILING_ITERATIONS = 4
+"""...and of e2e_rate_ceiling's (each step tightens the bound; a ceiling is priced once per
+combination, and a tighter one spares e2e_limited's pricing)."""
 
 
-def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads: tuple[float, float]) -> float:
+def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads: tuple[float, float],
+                            iterations: int = E2E_BOUND_ITERATIONS) -> float:
     """A lower bound on the E2E _detail prices at these worker loads, from a few rounds instead of
     decode_concurrency_at_rate's bisection: Little's law C = r O T(C) with T growing in C has its
     solutions at or above every step of the iteration C_(k+1) = r O T(C_k) from C_0 = 1 (each step
@@ -1350,7 +1560,7 @@ def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, l
     rate = decode_rate * request.output_len
     ceiling = min(cap, rate * round_seconds(cap))
     concurrency = 1.0
-    for _ in range(E2E_BOUND_ITERATIONS):
+    for _ in range(iterations):
         concurrency = min(ceiling, rate * round_seconds(max(1.0, concurrency)))
     t_d = round_seconds(max(1.0, concurrency))
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)

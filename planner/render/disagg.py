@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.disagg_cli import Verdict
-from planner.disagg_search import DisaggEstimate, DisaggPlan
+from planner.disagg_search import E2E_BINDING, DisaggEstimate, DisaggPlan
 from planner.emit.command import LaunchStep
 from planner.emit.disagg import COPY_PORT_SHIFT
 from planner.render.common import console, ms, per_node_lines, step_json
@@ -101,7 +101,8 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
     if d.max_num_seqs <= round(d.concurrency):
         return []
     per = " per DP rank" if d.dp > 1 else ""
-    load = {"clients": "at the clients' rate", "request-rate": "at the request rate"}.get(e.binding, "at the matched rate")
+    load = {"clients": "at the clients' rate", "request-rate": "at the request rate",
+            E2E_BINDING: "at the rate --max-e2e-ms allows"}.get(e.binding, "at the matched rate")
     flags = ("vLLM's --max-num-seqs, SGLang's --max-running-requests" if d.dp == 1 else
              f"vLLM's --max-num-seqs; SGLang's --max-running-requests counts a DP-attention server's ranks "
              f"together, {d.max_num_seqs * d.dp:,}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from planner.disagg_search import DisaggPlan
+from planner.disagg_search import E2E_BINDING, DisaggPlan
 from planner.explain_disagg import DisaggExplanation, PathLeg, PdPlacement, PdSlot, RateMatching
 from planner.render.common import console, print_json, write_recording
 from planner.render.explain import (
@@ -72,6 +72,9 @@ def path_lines(e: DisaggExplanation, width: int) -> list[Text]:
     return lines
 
 
+LOADED_BY = {"clients": "the clients", "request-rate": "the request rate", E2E_BINDING: "the most that meets --max-e2e-ms"}
+
+
 def rate_lines(r: RateMatching) -> list[str]:
     most = max(r.prefill_requests_per_second, r.decode_requests_per_second)
     out = []
@@ -79,8 +82,13 @@ def rate_lines(r: RateMatching) -> list[str]:
         bar = "#" * round(value / most * 40)
         binds = "  <- binds" if side == r.binding else ""
         out.append(f"  {side:<8} {value:8.2f} req/s {bar}{binds}")
-    out.append(f"  The deployment serves min of the two: {r.requests_per_second:.2f} req/s; the prefill workers "
-               f"run at {r.prefill_utilization:.0%} of their capacity.")
+    matched = min(r.prefill_requests_per_second, r.decode_requests_per_second)
+    if r.binding in ("prefill", "decode"):
+        serves = f"The deployment serves min of the two: {r.requests_per_second:.2f} req/s"
+    else:  # loaded below it: by the clients, a sent rate or the E2E limit (the notes say which)
+        serves = (f"The deployment takes min of the two, {matched:.2f} req/s, and is loaded to "
+                  f"{r.requests_per_second:.2f} ({LOADED_BY.get(r.binding, r.binding)})")
+    out.append(f"  {serves}; the prefill workers run at {r.prefill_utilization:.0%} of their capacity.")
     return out
 
 
