@@ -315,6 +315,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo
     if keep_top is not None and request.offered_rate_per_s is None:
         bounded = bounded_evaluation(model, cluster, request, memo, evaluate_layout, keep_top,
                                      counts or (lambda e: True), always, summary)
+    elif keep_top is not None and not summary:  # at a rate, the summary counts every layout that keeps up
+        bounded = bounded_at_rate(model, cluster, request, memo, evaluate_layout, keep_top,
+                                  counts or (lambda e: True), always)
     num_gpus = request.num_gpus or cluster.num_gpus
     plan = run_search(model, cluster, request, num_gpus, request.layout, evaluate_layout,
                       lambda found: rank(found, request.objective), leave_idle=True, evaluate_all=bounded)
@@ -412,6 +415,65 @@ def bounded_evaluation(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             by_tpot(least_tpot1)
             if request.objective == "latency":
                 by_rate(most_rate)
+        return [results.get(i, LayoutResult([], None, 1, 1)) for i in range(len(candidates))]
+
+    return evaluate_all
+
+
+def bounded_at_rate(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest, memo: Memo,
+                    evaluate_layout: Callable[[Layout], LayoutResult[ServeEstimate]], keep_top: int,
+                    counts: Callable[[ServeEstimate], bool],
+                    always: frozenset[Layout] = frozenset()) -> Callable[[list[Layout]], list[LayoutResult[ServeEstimate]]]:
+    """bounded_evaluation at a finite --request-rate, for a search with no summary (plan
+    explain's re-plans: each had solved every layout's open loop, some 100 on Qwen3-235B fp8 over
+    16x8 H100, 25 s of explain). rank puts the layouts that keep up first, ordered by mean E2E
+    (throughput) or as the latency objective orders them (TPOT first), then the rest. A layout's
+    bounds (serving_bounds, at its capacity: they hold at any load) say: one whose tokens/s bound
+    is below the rate's O R tokens/s cannot keep up, and ranks below `keep_top` layouts that do;
+    every output token after the first takes at least a lone round, so E2E >= (O - 1) x its TPOT
+    bound, and TPOT >= that bound; one whose E2E bound (throughput) or TPOT bound (latency, with
+    the near-tie band rank draws) is past the keep_top-th of those that keep up is no row either.
+    Estimated in order of the TPOT bound (both bounds grow with it); `always` whatever their
+    bounds. Below BOUNDED_MIN_LAYOUTS candidates every layout is estimated."""
+    # the engine's cap at a rate (wanted_batch: the latency objective's one sequence is for no rate)
+    capacity_request = replace(request, request_rate_per_s=None, objective="throughput")
+    wanted_tokens_per_s = request.offered_rate_per_s * request.output_len
+
+    def evaluate_all(candidates: list[Layout]) -> list[LayoutResult[ServeEstimate]]:
+        if len(candidates) < BOUNDED_MIN_LAYOUTS:
+            return [LayoutResult(*evaluate_layout(layout)) for layout in candidates]
+        # a memo of their own: the search's is keyed for its request, the rate's (an estimate at
+        # a rate read the capacity's entries: Qwen3-30B-A3B at 100 req/s priced one sequence)
+        bounds_memo = Memo()
+        bounds = [serving_bounds(model, cluster, layout, capacity_request, bounds_memo) for layout in candidates]
+        results: dict[int, LayoutResult[ServeEstimate]] = {}
+        keeping: list[ServeEstimate] = []
+
+        def run(i: int) -> None:
+            results[i] = LayoutResult(*evaluate_layout(candidates[i]))
+            keeping.extend(e for e in results[i].found if counts(e) and e.offered_rate_per_s is not None)
+
+        def reaches_rows(bound: LayoutBounds) -> bool:
+            if len(keeping) < keep_top:
+                return True
+            if bound.max_tokens_per_second < wanted_tokens_per_s:
+                return False
+            if request.objective == "latency":
+                tpots = sorted(e.tpot_seconds for e in keeping)
+                return bound.min_tpot_seconds <= max(tpots[keep_top - 1], tpots[0] * (1 + NEAR_TIE_FRACTION))
+            latencies = sorted(e.request_latency_seconds for e in keeping)
+            return (request.output_len - 1) * bound.min_tpot_seconds <= latencies[keep_top - 1]
+
+        # a layout rejected for its structure or memory is priced as the plain search prices it
+        # (estimate's own reason, also at a rate)
+        priced = sorted((i for i, bound in enumerate(bounds) if not isinstance(bound, Rejected)),
+                        key=lambda i: bounds[i].min_tpot_seconds)
+        for i, bound in enumerate(bounds):
+            if isinstance(bound, Rejected) or candidates[i] in always:
+                run(i)
+        for i in priced:
+            if i not in results and reaches_rows(bounds[i]):
+                run(i)
         return [results.get(i, LayoutResult([], None, 1, 1)) for i in range(len(candidates))]
 
     return evaluate_all

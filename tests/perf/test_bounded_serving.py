@@ -335,8 +335,8 @@ def test_the_threshold_counts_only_what_the_launch_keeps(monkeypatch: pytest.Mon
 
 
 def test_a_rate_is_never_bounded() -> None:
-    """Under a finite --request-rate the layouts that keep up rank by E2E latency, which no
-    bound here orders: every layout is estimated."""
+    """Under a finite --request-rate with a summary (it counts every layout that keeps up),
+    every layout is estimated."""
     model, cluster = resolve_model("deepseek-v3"), resolve_cluster("16x8xH100")
     request = ServeRequest(request_rate_per_s=20.0)
     assert request.offered_rate_per_s is not None
@@ -423,6 +423,70 @@ def test_plan_explains_re_plans_are_bounded_and_report_the_same(monkeypatch: pyt
     monkeypatch.setattr(serve_search, "bounded_evaluation", counted)
     assert report(0) == report(10**9)
     assert sum(calls) > 0  # the re-plans did skip layouts
+
+
+@pytest.mark.parametrize("model_name, cluster_name, rate, objective", [
+    ("qwen3-235b-a22b-fp8", "16x8xH100", 30.0, "throughput"),
+    ("deepseek-v3", "4x8xH200", 8.0, "throughput"),
+    ("qwen3-30b-a3b", "4x8xH200", 100.0, "latency"),
+    ("llama-3.1-8b", "16x8xH100", 2000.0, "throughput"),
+])
+def test_re_plans_at_a_rate_are_bounded_and_rank_the_same(model_name, cluster_name, rate, objective) -> None:
+    """bounded_at_rate (a search with no summary at a finite --request-rate: plan explain's
+    re-plans) keeps the plain search's first row: those that keep up rank by E2E (throughput),
+    at least (O - 1) x the TPOT bound, or by TPOT (latency); one whose tokens/s bound is below
+    the rate's cannot keep up. Qwen3-235B fp8 on 16x8 H100 at 30 req/s skips 56 of 95 layouts
+    (plan explain 23.7 -> 12.9 s)."""
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    request = ServeRequest(request_rate_per_s=rate, objective=objective)
+    plain = evaluate(model, cluster, request)
+    bounded = evaluate(model, cluster, request, keep_top=1, summary=False)
+    assert bounded.layouts[0] == plain.layouts[0]
+    if model_name == "qwen3-235b-a22b-fp8":
+        assert bounded.num_configs_bounded >= 50
+
+
+def test_plan_explains_re_plans_at_a_rate_report_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensitivity report of an explain at a --request-rate is the one plain re-plans give
+    (Qwen3-30B-A3B on 4x8 H100 at 40 req/s), and its re-plans did skip layouts."""
+    from rich.console import Console
+
+    from planner import sensitivity
+    from planner.explain import explain_serving
+    from planner.render.explain import render_explanation
+
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+    bounded_counts: list[int] = []
+
+    def report(bounded_from: int) -> str:
+        monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", bounded_from)
+        out = Console(file=io.StringIO(), width=140, record=True)
+        render_explanation(explain_serving(model, cluster, ServeRequest(request_rate_per_s=40.0), sensitivity.LIGHT),
+                           out)
+        return out.export_text()
+
+    at_rate = serve_search.bounded_at_rate
+
+    def counted(*args, **kwargs):
+        evaluate_all = at_rate(*args, **kwargs)
+        return lambda candidates: [bounded_counts.append(r.num_bounded) or r for r in evaluate_all(candidates)]
+
+    monkeypatch.setattr(serve_search, "bounded_at_rate", counted)
+    assert report(0) == report(10**9)
+    assert sum(bounded_counts) > 0
+
+
+def test_the_capacity_bound_at_a_rate_takes_the_engines_cap() -> None:
+    """The bounds at a rate are priced for the engine's --max-num-seqs default, as an estimate at
+    a rate runs it, also under the latency objective (whose no-rate plan runs one sequence: a
+    bound from it called every Qwen3-30B-A3B layout unable to keep up with 100 req/s), and with a
+    memo of their own (the search's, read at the rate, had priced one sequence)."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH200")
+    request = ServeRequest(request_rate_per_s=100.0, objective="latency")
+    bounded = evaluate(model, cluster, request, keep_top=1, summary=False)
+    best = bounded.layouts[0]
+    assert not best.overloaded and best.max_num_seqs > 1
+    assert best == evaluate(model, cluster, request).layouts[0]
 
 
 def test_stage_steps_memo_gives_what_a_fresh_pricing_gives() -> None:
