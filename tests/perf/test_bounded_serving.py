@@ -395,34 +395,42 @@ def test_the_table_says_what_its_bound_left_out_and_json_top_matches_it(run_plan
     assert top_json["layouts"] == every_json["layouts"][:3]
 
 
-def test_plan_explains_re_plans_are_bounded_and_report_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    """plan explain's sensitivity re-plans read the recommendation and the explained layout only:
-    they are bounded at one row with the explained layout always estimated, and the report is
-    the one the plain re-plans give (Qwen3-30B-A3B on 4x8 H100, latency objective)."""
+def explains_re_plans_report_the_same(monkeypatch: pytest.MonkeyPatch, model_name: str, cluster_name: str,
+                                      request: ServeRequest, bounding: str) -> None:
+    """plan explain's light sensitivity report with the re-plans bounded (serve_search's
+    `bounding` function) is the one plain re-plans give, and the re-plans did skip layouts."""
     from rich.console import Console
 
     from planner import sensitivity
     from planner.explain import explain_serving
     from planner.render.explain import render_explanation
 
-    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
 
     def report(bounded_from: int) -> str:
         monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", bounded_from)
         out = Console(file=io.StringIO(), width=140, record=True)
-        render_explanation(explain_serving(model, cluster, ServeRequest(objective="latency"), sensitivity.LIGHT), out)
+        render_explanation(explain_serving(model, cluster, request, sensitivity.LIGHT), out)
         return out.export_text()
 
     calls: list[int] = []
-    bounded = serve_search.bounded_evaluation
+    bounded = getattr(serve_search, bounding)
 
     def counted(*args, **kwargs):
         evaluate_all = bounded(*args, **kwargs)
         return lambda candidates: [calls.append(r.num_bounded) or r for r in evaluate_all(candidates)]
 
-    monkeypatch.setattr(serve_search, "bounded_evaluation", counted)
+    monkeypatch.setattr(serve_search, bounding, counted)
     assert report(0) == report(10**9)
     assert sum(calls) > 0  # the re-plans did skip layouts
+
+
+def test_plan_explains_re_plans_are_bounded_and_report_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan explain's sensitivity re-plans read the recommendation and the explained layout only:
+    they are bounded at one row with the explained layout always estimated, and the report is
+    the one the plain re-plans give (Qwen3-30B-A3B on 4x8 H100, latency objective)."""
+    explains_re_plans_report_the_same(monkeypatch, "qwen3-30b-a3b", "4x8xH100", ServeRequest(objective="latency"),
+                                      "bounded_evaluation")
 
 
 @pytest.mark.parametrize("model_name, cluster_name, rate, objective", [
@@ -449,31 +457,8 @@ def test_re_plans_at_a_rate_are_bounded_and_rank_the_same(model_name, cluster_na
 def test_plan_explains_re_plans_at_a_rate_report_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sensitivity report of an explain at a --request-rate is the one plain re-plans give
     (Qwen3-30B-A3B on 4x8 H100 at 40 req/s), and its re-plans did skip layouts."""
-    from rich.console import Console
-
-    from planner import sensitivity
-    from planner.explain import explain_serving
-    from planner.render.explain import render_explanation
-
-    model, cluster = resolve_model("qwen3-30b-a3b"), resolve_cluster("4x8xH100")
-    bounded_counts: list[int] = []
-
-    def report(bounded_from: int) -> str:
-        monkeypatch.setattr(serve_search, "BOUNDED_MIN_LAYOUTS", bounded_from)
-        out = Console(file=io.StringIO(), width=140, record=True)
-        render_explanation(explain_serving(model, cluster, ServeRequest(request_rate_per_s=40.0), sensitivity.LIGHT),
-                           out)
-        return out.export_text()
-
-    at_rate = serve_search.bounded_at_rate
-
-    def counted(*args, **kwargs):
-        evaluate_all = at_rate(*args, **kwargs)
-        return lambda candidates: [bounded_counts.append(r.num_bounded) or r for r in evaluate_all(candidates)]
-
-    monkeypatch.setattr(serve_search, "bounded_at_rate", counted)
-    assert report(0) == report(10**9)
-    assert sum(bounded_counts) > 0
+    explains_re_plans_report_the_same(monkeypatch, "qwen3-30b-a3b", "4x8xH100", ServeRequest(request_rate_per_s=40.0),
+                                      "bounded_at_rate")
 
 
 def test_the_capacity_bound_at_a_rate_takes_the_engines_cap() -> None:
