@@ -289,6 +289,9 @@ class DisaggPlan:
     """(reason, combinations) tallied."""
     why_none: str = ""
     """Why there is no candidate, one clause (empty when there is one)."""
+    would_fit: tuple[str, ...] = ()
+    """With no candidate, the TTFT or E2E limit at least one pairing meets with one request
+    alone, where the one asked is below it (lowest_latencies), as lines after "What would fit:"."""
 
     @property
     def recommended(self) -> DisaggEstimate | None:
@@ -954,10 +957,51 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     by_tpot = offered is not None and request.objective == "latency"
     out = sorted(out, key=lambda e: (e.overloaded, e.tpot_seconds, rank_key(e)) if by_tpot else rank_key(e))
     out = out[:shown]
+    would_fit = () if out else lowest_latencies(model, cluster, request, memo, engine)
     return DisaggPlan(tuple(out), tuple(sorted(rejected.items())),
                       "" if out else why_no_deployment(request, num_gpus, bool(memo.shapes), bool(rejected),
                                                        None if memo.shapes or not sizes else largest_worker_reason(
-                                                           model, cluster, decode_request, sizes, max_model_len)))
+                                                           model, cluster, decode_request, sizes, max_model_len)),
+                      would_fit)
+
+
+def lowest_latencies(model, cluster, request, memo, engine: str) -> tuple[str, ...]:
+    """What would fit where the TTFT or E2E limit is below what any pairing reaches with one
+    request alone (latency_seconds at no load: its prefill alone, the KV transfer over NVLink
+    where both workers fit in a node, else the NICs, and a lone sequence's rounds): the least
+    limit that one meets and the pairing, a line each. No load gives less, so below it no
+    deployment meets the limit (the aggregated plan says as much; the disaggregated one had said
+    only "none meets the SLA")."""
+    lowest: dict[str, tuple[float, str]] = {}
+    for p_key, d_shape in [(p, d) for p in memo.prefill for d in {s.key: s for s in memo.shapes.values()}.values()]:
+        if memo.top_cap.get(d_shape.key, 0) < 1 or \
+                pipelined_decode_reason(model, p_key, d_shape.key[:3], engine, request) is not None:
+            continue
+        shape_p = memo.prefill_shapes[p_key]
+        d_key = _cap_key(memo, d_shape, 1)
+        worker, seconds = memo.prefill[p_key]
+        round_seconds = decode_rounds(model, cluster, request, memo, d_shape)(1.0)
+        for same in (True, False):
+            if same and shape_p.num_gpus + d_shape.num_gpus > cluster.gpus_per_node or \
+                    not same and cluster.num_nodes < 2:
+                continue
+            kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+            ttft, e2e = latency_seconds(request, prefill_at_rate(worker, 0.0, seconds).prefill_seconds,
+                                        kv.exposed_seconds, round_seconds)
+            pairing = (f"P tp={shape_p.tp} pp={shape_p.pp}{f' dp={shape_p.dp}' if shape_p.dp > 1 else ''} + D "
+                       f"tp={d_shape.tp} pp={d_shape.pp}{f' dp={d_shape.dp}' if d_shape.dp > 1 else ''}, KV over "
+                       f"{kv.link_kind}")
+            for name, value in (("ttft", ttft), ("e2e", e2e)):
+                if name not in lowest or value < lowest[name][0]:
+                    lowest[name] = (value, pairing)
+    lines = []
+    for name, flag, label, limit in (("ttft", "--max-ttft-ms", "TTFT", request.max_ttft_seconds),
+                                     ("e2e", "--max-e2e-ms", "E2E latency", request.max_e2e_seconds)):
+        if limit is not None and name in lowest and lowest[name][0] > limit:
+            value, pairing = lowest[name]
+            lines.append(f"{flag} {math.ceil(seconds_to_ms(value)):,} or more: the lowest {label} any prefill + "
+                         f"decode pairing reaches here, with one request alone ({pairing})")
+    return tuple(lines)
 
 
 def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,

@@ -59,6 +59,8 @@ def render_disagg(plan: DisaggPlan, verdict: Verdict, steps: tuple[LaunchStep, .
         out.print(table)
     else:
         out.print(f"No disaggregated deployment: {plan.why_none}.", markup=False)
+        for line in plan.would_fit:
+            out.print(f"What would fit (disaggregated): {line}", markup=False)
     for reason, num in plan.rejected:
         out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)
     best = plan.recommended
@@ -228,5 +230,7 @@ def disagg_json(plan: DisaggPlan, verdict: Verdict, best_steps: tuple[LaunchStep
     return {
         "disaggregated": entries,
         "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],
+        "disaggregated_why_none": plan.why_none or None,
+        "disaggregated_would_fit": list(plan.would_fit),
         "comparison": {"winner": verdict.winner, "reason": verdict.reason},
     }

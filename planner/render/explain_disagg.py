@@ -122,9 +122,12 @@ def show_disagg_infeasible(plan: DisaggPlan, json_output: bool) -> None:
     """No deployment: why, and the rejections as `plan --mode disaggregated` tallies them."""
     if json_output:
         print_json({"disaggregated": None, "why_none": plan.why_none,
-                    "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected]})
+                    "disaggregated_rejected": [{"reason": r, "count": n} for r, n in plan.rejected],
+                    "disaggregated_would_fit": list(plan.would_fit)})
         return
     out = console()
     out.print(f"No disaggregated deployment: {plan.why_none}.", markup=False)
+    for line in plan.would_fit:
+        out.print(f"What would fit (disaggregated): {line}", markup=False)
     for reason, num in plan.rejected:
         out.print(f"  rejected {num:,} P/D combinations: {reason}", markup=False)

@@ -1044,3 +1044,28 @@ def test_a_count_pair_every_halving_of_whose_cap_misses_the_ttft_budget_is_still
                                                              max_tpot_seconds=t)).recommended for t in (0.04, 0.05)]
     assert all(e is not None and e.ttft_seconds <= 0.1 for e in found)
     assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu > 100
+
+
+def test_an_impossible_ttft_or_e2e_limit_says_what_would_fit(run_plan):
+    """--mode disaggregated with a TTFT or E2E limit no pairing meets even with one request
+    alone said only "none meets the SLA" (the aggregated plan says what would fit): it names the
+    least limit one pairing meets (lowest_latencies: the lone request's TTFT = first-token cost
+    + its prefill + the KV transfer + a decode round, E2E adding a round per further token), and
+    at that limit the search finds a deployment."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    plan = plan_disaggregated(model, cluster, ServeRequest(max_ttft_seconds=0.005))
+    assert plan.recommended is None and len(plan.would_fit) == 1
+    line = plan.would_fit[0]
+    assert line.startswith("--max-ttft-ms ") and "with one request alone" in line
+    least_ms = int(line.split()[1].replace(",", ""))
+    assert plan_disaggregated(model, cluster, ServeRequest(max_ttft_seconds=least_ms / 1000)).recommended is not None
+    assert plan_disaggregated(model, cluster, ServeRequest(max_ttft_seconds=(least_ms - 2) / 1000)).recommended is None
+    e2e = plan_disaggregated(model, cluster, ServeRequest(max_e2e_seconds=0.5))
+    assert [w.split()[0] for w in e2e.would_fit] == ["--max-e2e-ms"]
+    # a limit some pairing meets alone says nothing of the kind
+    assert plan_disaggregated(model, cluster, ServeRequest(max_ttft_seconds=1.0)).would_fit == ()
+    result = run_plan("--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--mode", "disaggregated",
+                      "--max-ttft-ms", "5", "--json")
+    document = json.loads(result.stdout)
+    assert document["disaggregated"] == [] and document["disaggregated_why_none"] == "none meets the SLA"
+    assert document["disaggregated_would_fit"] == list(plan.would_fit)
