@@ -604,6 +604,8 @@ class _Memo:
     (serving_time.stage_step_times), shared by every pairing's Little's-law bisection."""
     constants: dict = field(default_factory=dict)
     """Per decode shape: its step_constants (decode_rounds)."""
+    rounds: dict = field(default_factory=dict)
+    """Per decode shape: T_d by concurrency, as decode_rounds priced it."""
     e2e_floor: dict = field(default_factory=dict)
     """Per (prefill shape, decode shape and cap, link): e2e_floor_seconds."""
     prefill_grid: dict = field(default_factory=dict)
@@ -826,7 +828,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                   + [b for b in bounds if b.capacity_per_second <= offered])
     out, seen = [], set()
     limits_rate = request.max_e2e_seconds is not None and crossing_applies(request)  # e2e_limited
-    limited_at: dict[tuple, DisaggEstimate] = {}  # per deployment, its entry in `out` run below its matched rate
+    best_at: dict[tuple, DisaggEstimate] = {}  # per deployment, its entry in `out`
     # heap: (-goodput per GPU at its matched rate, then at its E2E ceiling, order, combination,
     # the ceiling's req/s or None before it is priced)
     deferred: list[tuple] = []
@@ -838,6 +840,13 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     def matched_rate(p_key, n_p, d_key, n_d, same) -> float:
         r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
         return rate_match(r_p, n_p, r_d, n_d).requests_per_second
+
+    def e2e_misses_at(p_key, n_p, d_key, n_d, same, rate: float) -> bool:
+        """Whether e2e_lower_bound_seconds at `rate` is over --max-e2e-ms (so the E2E-limited
+        rate is below it: e2e_rate_ceiling's test, at one rate)."""
+        loads = (rate / n_p, rate / (n_d * memo.shapes[d_key].dp))
+        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads,
+                                       E2E_CEILING_ITERATIONS) > request.max_e2e_seconds
 
     def shown_kth() -> float:
         """The `shown`-th goodput per planned GPU found; -inf while fewer are."""
@@ -862,16 +871,25 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
         if found.binding != E2E_BINDING:  # at its matched rate: the same deployment's later caps
             seen.add(deployment)  # are bounded below it
-        # one run below its matched rate (e2e_limited) may lose to the same deployment at another cap
-        earlier = limited_at.pop(deployment, None)
+        # the same deployment found again (at another cap, below its matched rate, or refined
+        # below its bound): the better one stays
+        earlier = best_at.get(deployment)
         if earlier is not None:
-            if not limited_better(found, earlier):
-                limited_at[deployment] = earlier
+            if not replaces(found, earlier):
                 return
             out.remove(earlier)
-        if found.binding == E2E_BINDING:
-            limited_at[deployment] = found
+        best_at[deployment] = found
         out.append(found)
+
+    def found_beats(deployment: tuple, goodput_per_gpu: float) -> bool:
+        """Whether the deployment's entry found serves at least `goodput_per_gpu` (another cap's
+        bound): under E2E-limited pricing, where an entry found can sit below its own bound (run
+        below its matched rate, or refined to a lower cap), in place of `seen` (a review: the
+        same deployment deferred at the cap that missed E2E was dropped for a refinement at 43.45
+        tok/s per GPU where its ceiling was 48.57; DeepSeek-V3 1,024 at E2E 3 s, TPOT 20 ms fell
+        from 45.85 to 43.45 as TTFT loosened from 200 to 300 ms)."""
+        kept = best_at.get(deployment)
+        return kept is not None and kept.plan_goodput_per_gpu >= goodput_per_gpu
 
     def price_deferred(down_to: float) -> None:
         """The combinations that missed --max-e2e-ms at their matched rate, run below it
@@ -882,18 +900,22 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         while deferred and -deferred[0][0] > max(down_to, shown_kth()):
             neg_served, _, combination_key, ceiling = heapq.heappop(deferred)
             p_key, n_p, d_key, n_d, same = combination_key
-            if ceiling is None:  # ordered by its matched rate so far: now by its ceiling's
-                ceiling = e2e_rate_ceiling(model, cluster, request, memo, *combination_key)
-                heapq.heappush(deferred, (neg_served * ceiling / matched_rate(*combination_key), next(order),
-                                          combination_key, ceiling))
-                continue
             unit = math.gcd(n_p, n_d)
             deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
             cap = memo.decode[d_key]
             # a higher cap runs the decode ranks at no fewer sequences at any rate (Little's law
             # capped at the cap), so E2E at no lower: where a lower cap's rate was E2E's, not
-            # its ceiling's, this one's is at most that
-            if deployment in seen or any(c <= cap for c in e2e_capped.get(deployment, ())):
+            # its ceiling's, this one's is at most that (both tested before the ceiling is priced:
+            # 1,921 ceilings for 24 pricings on Qwen3-30B-A3B at E2E 1.5 s, a review)
+            if found_beats(deployment, -neg_served) or any(c <= cap for c in e2e_capped.get(deployment, ())):
+                continue
+            if ceiling is None:  # ordered by its matched rate so far: now by its ceiling's
+                matched = matched_rate(*combination_key)
+                kth = shown_kth()
+                if kth > 0 and e2e_misses_at(*combination_key, matched * kth / -neg_served):
+                    continue  # its ceiling is below the shown-th found, which only rises: one bound priced
+                ceiling = e2e_rate_ceiling(model, cluster, request, memo, *combination_key)
+                heapq.heappush(deferred, (neg_served * ceiling / matched, next(order), combination_key, ceiling))
                 continue
             found = e2e_limited(model, cluster, request, memo, *combination_key, max_model_len, ceiling)
             if isinstance(found, str):
@@ -912,7 +934,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             break
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
-        if (p_key, n_p // unit, d_key[:3], n_d // unit, same) in seen:
+        deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
+        if found_beats(deployment, bound_per_gpu) if limits_rate else deployment in seen:
             continue
         pairing = (p_key, d_key, same)
         refinable = refined < E2E_REFINEMENTS and memo.decode[d_key] > 1
@@ -932,8 +955,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         found = E2E_MISS if known_miss else _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
                                                     max_model_len)
         fallback = None if known_miss else crossed_from.get((p_key, n_p, d_key, n_d, same))
-        if isinstance(found, str) and fallback is not None and (p_key, n_p // unit, d_key[:3], n_d // unit,
-                                                                 same) not in seen:  # the crossing missed (a round at load
+        if isinstance(found, str) and fallback is not None and deployment not in seen:  # the crossing missed (a round at load
             # above the cap's: CUDA-graph padding): the halving it came from, as priced before
             d_key = fallback
             found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
@@ -1208,10 +1230,13 @@ def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callab
         memo.constants[shape_d.key] = step_constants(model, cluster, shape_d.layout, decoding.all2all_backend,
                                                      decoding.enable_dbo, decoding)
     constants, priced = memo.constants[shape_d.key], memo.priced.setdefault(shape_d.key, {})
+    rounds = memo.rounds.setdefault(shape_d.key, {})  # by concurrency: the caps and one sequence recur
 
     def round_seconds(concurrency: float) -> float:
-        return decode_round_seconds(model, cluster, shape_d, concurrency, request.decode_context_tokens, decoding,
-                                    constants, priced)
+        if concurrency not in rounds:
+            rounds[concurrency] = decode_round_seconds(model, cluster, shape_d, concurrency,
+                                                       request.decode_context_tokens, decoding, constants, priced)
+        return rounds[concurrency]
 
     return round_seconds
 
@@ -1279,9 +1304,11 @@ E2E_BINDING = "e2e"
 """DisaggEstimate.binding of a deployment run below its matched rate to meet --max-e2e-ms."""
 E2E_RATE_TOLERANCE = 2.0**-12
 """e2e_limited's rate is within this share of the ceiling below the largest that meets the limit..."""
-E2E_CEILING_TOLERANCE = 2.0**-6
+E2E_CEILING_TOLERANCE = 2.0**-4
 """e2e_rate_ceiling's rate is within this share of itself above the largest its bound meets (a
-bound need not be sharp: the search only orders and prunes by it)."""
+bound need not be sharp: the search only orders and prunes by it)..."""
+E2E_CEILING_FLOOR = 2.0**-20
+"""...searched down to this share of the matched rate (below it: that, a bound that prunes)."""
 E2E_RATE_ROUNDS = 24
 """...found by false position in at most this many pricings (about 6 for E2E's smooth rise)."""
 
@@ -1301,20 +1328,25 @@ def e2e_rate_ceiling(model, cluster, request, memo, p_key, n_p, d_key, n_d, same
 
     if excess_seconds(matched) <= 0:
         return matched
-    low, high = 0.0, matched  # bisection: the bound has kinds (the fixed point's cap), where false position crawls
-    while high - low > E2E_CEILING_TOLERANCE * high:
-        middle = (low + high) / 2
+    # bisection in log space (the bound has kinks, the fixed point's cap, where false position
+    # crawls; a ceiling far below the matched rate took some 13 halvings of the rate)
+    low, high = matched * E2E_CEILING_FLOOR, matched
+    if excess_seconds(low) > 0:
+        return low
+    while high > low * (1 + E2E_CEILING_TOLERANCE):
+        middle = math.sqrt(low * high)
         low, high = (middle, high) if excess_seconds(middle) <= 0 else (low, middle)
     return high
 
 
-def limited_better(found: DisaggEstimate, earlier: DisaggEstimate) -> bool:
-    """Whether `found` replaces `earlier`, the same deployment run below its matched rate at
-    another decode cap: more requests/s beyond e2e_limited's tolerance, or as many at a lower cap
-    (the launch cap a burst can fill: no more than the rate needs)."""
-    margin = 2 * E2E_RATE_TOLERANCE * earlier.requests_per_second
-    if abs(found.requests_per_second - earlier.requests_per_second) > margin:
-        return found.requests_per_second > earlier.requests_per_second
+def replaces(found: DisaggEstimate, earlier: DisaggEstimate) -> bool:
+    """Whether `found` replaces `earlier`, the same deployment (or a multiple of it) found at
+    another decode cap: more goodput per planned GPU (a multiple's copies differ: per copy its
+    rate does) beyond e2e_limited's tolerance, or as much at a lower cap (the launch cap a burst
+    can fill: no more than the rate needs)."""
+    margin = 2 * E2E_RATE_TOLERANCE * earlier.plan_goodput_per_gpu
+    if abs(found.plan_goodput_per_gpu - earlier.plan_goodput_per_gpu) > margin:
+        return found.plan_goodput_per_gpu > earlier.plan_goodput_per_gpu
     return found.decode.max_num_seqs < earlier.decode.max_num_seqs
 
 

@@ -108,9 +108,12 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
     flags = ("vLLM's --max-num-seqs, SGLang's --max-running-requests" if d.dp == 1 else
              f"vLLM's --max-num-seqs; SGLang's --max-running-requests counts a DP-attention server's ranks "
              f"together, {d.max_num_seqs * d.dp:,}")
+    room = ("the room a burst above the rate can use" if e.binding != E2E_BINDING else
+            f"but --max-e2e-ms holds only up to the {e.requests_per_second:.3g} req/s a copy is loaded to: a burst "
+            f"above it runs more sequences, each round longer, and E2E goes over the limit")
     return [f"the decode workers run {sequences(d.concurrency)} sequences{per} {load} (C_d); they are "
             f"launched for {d.max_num_seqs}{per} ({flags}), the cap the search chose within the SLA limits, "
-            f"the KV cache and the engine's default, the room a burst above the rate can use"]
+            f"the KV cache and the engine's default; {room}"]
 
 
 def copies_note(e: DisaggEstimate) -> str:
