@@ -489,8 +489,14 @@ def dense_gemm_shape_utilization(model: ModelSpec, layout: Layout, num_tokens: f
     (cost/training_time.gemm_seconds), u(M) at `m_half` rows (efficiency.gemm_row_half),
     FLOP-weighted over them: for MoE the mixer's (QKV, output, a hybrid's projections), which
     also stands for the shared experts and any dense-FFN layers; a dense model's whole layer
-    (QKV, output, MLP up and down). The routed experts' GEMMs are the fused op's (mlp_gemms)."""
-    m = max(1, round(num_tokens))
+    (QKV, output, MLP up and down). The routed experts' GEMMs are the fused op's (mlp_gemms).
+    A fractional M (a mean load: Little's law's concurrency at a rate) is taken as it is, so the
+    GEMMs' time, F(M) / u(M) = c (M + M_half), runs linearly between whole rows, the mean of steps
+    of floor(M) and ceil(M) rows; rounding M had made a round shorter at 1.5 sequences than at
+    1.4 (round(1.5) = 2, round(1.4) = 1; Python rounds 2.5 to 2) and the decode round dip as the
+    load rose, which E2E-limited searches bisect over (a review: Qwen3-235B fp8 on 2x8 H200 at E2E
+    3 s lost 10% to a dip)."""
+    m = max(1.0, num_tokens)
     return m / (m + m_half) * dense_gemm_width_utilization(model, layout.tp)
 
 
