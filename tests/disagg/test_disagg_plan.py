@@ -984,6 +984,9 @@ def never_falls(goodputs: list[float]) -> bool:
     ("qwen3-235b-a22b-fp8", "2x8xH200", 4096, dict(max_e2e_seconds=3.0, max_ttft_seconds=0.3), (50, 60)),
     ("mixtral-8x7b", "2x8xA100", 4096, dict(max_e2e_seconds=1.5, max_ttft_seconds=0.3), (20, 30)),
     ("llama-3.1-70b", "2x8xH100", 1024, dict(max_e2e_seconds=3.0, max_ttft_seconds=0.3), (45, 60)),
+    # a decode round that dipped as its mean load rose (round(M) in the GEMMs' u(M)) had stopped
+    # the E2E bisection at a first crossing: 52.63 at TPOT 30 ms, 47.15 at 45 (a second review)
+    ("qwen3-235b-a22b-fp8", "2x8xH200", 1024, dict(max_e2e_seconds=3.0, max_ttft_seconds=0.3), (30, 45)),
 ])
 def test_looser_tpot_limits_under_an_e2e_limit_never_lower_the_goodput(model_name, cluster_name, input_len, limits,
                                                                         tpot_ms):

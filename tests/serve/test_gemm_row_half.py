@@ -85,3 +85,32 @@ def test_the_dense_gemms_share_factors_into_rows_and_widths(name):
             gemms = mixer_gemms(model, tp, rows) + ([] if model.is_moe else mlp_gemms(model, layout, rows))
             expected = flop_weighted_utilization(gemms, 200.0)
             assert dense_gemm_shape_utilization(model, layout, rows, 200.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_fractional_mean_load_prices_the_gemms_between_whole_rows():
+    """dense_gemm_shape_utilization takes a fractional M (a mean load) as it is: the GEMMs' time
+    for x rows, proportional to x / u(x) = x + M_half, is linear, so 1.4 and 1.5 rows cost
+    1.4 + h and 1.5 + h (h = 128: 129.4 and 129.5 units) where round(M) had priced 1.4 at
+    1.4 (1 + 128) = 180.6 and 1.5 at 1.5 (2 + 128) / 2 = 97.5, a round shorter at the higher load."""
+    from planner.catalog import resolve_model
+    from planner.cost.serving_time import dense_gemm_shape_utilization
+    from planner.layout import Layout
+
+    model, layout = resolve_model("llama-3.1-8b"), Layout(1, 1, 1)
+    width = dense_gemm_shape_utilization(model, layout, 1.0) * (1 + 128)  # W, at M = 1: u(1) = 1/129
+    for rows, expected in ((1.4, 129.4), (1.5, 129.5), (2.5, 130.5), (3.0, 131.0)):
+        assert rows / dense_gemm_shape_utilization(model, layout, rows) * width == pytest.approx(expected, rel=1e-12)
+
+
+@given(low=st.floats(1.0, 300.0), step=st.floats(1e-6, 5.0))
+def test_the_gemms_time_never_falls_as_the_rows_rise(low, step):
+    """x / u(x) never falls as x rises, at fractional x too (what keeps a decode round monotone
+    in its mean load, which E2E-limited searches bisect over)."""
+    from planner.catalog import resolve_model
+    from planner.cost.serving_time import dense_gemm_shape_utilization
+    from planner.layout import Layout
+
+    model, layout = resolve_model("qwen3-235b-a22b-fp8"), Layout(2, 1, 1)
+    high = low + step
+    assert high / dense_gemm_shape_utilization(model, layout, high) >= \
+        low / dense_gemm_shape_utilization(model, layout, low) * (1 - 1e-12)
