@@ -183,8 +183,13 @@ class WorkerPlan:
 
     @property
     def shape_label(self) -> str:
-        base = f"tp={self.tp} pp={self.pp}"
-        return base if self.dp == 1 else f"{base} dp={self.dp} ep={self.ep}"
+        return shape_label(self.tp, self.pp, self.dp)
+
+
+def shape_label(tp: int, pp: int, dp: int) -> str:
+    """A worker's shape as the table prints it: tp and pp, and dp with its EP group where DP ranks share experts."""
+    base = f"tp={tp} pp={pp}"
+    return base if dp == 1 else f"{base} dp={dp} ep={worker_ep(tp, dp)}"
 
 
 @dataclass(frozen=True)
@@ -837,17 +842,6 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
     refined = 0
     e2e_misses: dict[tuple, list[tuple[float, float]]] = {}
 
-    def matched_rate(p_key, n_p, d_key, n_d, same) -> float:
-        r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
-        return rate_match(r_p, n_p, r_d, n_d).requests_per_second
-
-    def e2e_misses_at(p_key, n_p, d_key, n_d, same, rate: float) -> bool:
-        """Whether e2e_lower_bound_seconds at `rate` is over --max-e2e-ms (so the E2E-limited
-        rate is below it: e2e_rate_ceiling's test, at one rate)."""
-        loads = (rate / n_p, rate / (n_d * memo.shapes[d_key].dp))
-        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads,
-                                       E2E_CEILING_ITERATIONS) > request.max_e2e_seconds
-
     def shown_kth() -> float:
         """The `shown`-th goodput per planned GPU found; -inf while fewer are."""
         return -math.inf if len(out) < shown else sorted((e.plan_goodput_per_gpu for e in out), reverse=True)[shown - 1]
@@ -910,10 +904,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             if found_beats(deployment, -neg_served) or any(c <= cap for c in e2e_capped.get(deployment, ())):
                 continue
             if ceiling is None:  # ordered by its matched rate so far: now by its ceiling's
-                matched = matched_rate(*combination_key)
-                kth = shown_kth()
-                if kth > 0 and e2e_misses_at(*combination_key, matched * kth / -neg_served):
-                    continue  # its ceiling is below the shown-th found, which only rises: one bound priced
+                matched = matched_load(model, cluster, request, memo, *combination_key).requests_per_second
                 ceiling = e2e_rate_ceiling(model, cluster, request, memo, *combination_key)
                 heapq.heappush(deferred, (neg_served * ceiling / matched, next(order), combination_key, ceiling))
                 continue
@@ -962,8 +953,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if found == E2E_MISS:
             e2e_misses.setdefault(pairing, []).append(loads)
             if limits_rate:  # run below its matched rate, in its turn (price_deferred)
-                heapq.heappush(deferred, (-served_per_gpu(p_key, n_p, d_key, n_d, same) * matched_rate(
-                    p_key, n_p, d_key, n_d, same), next(order), (p_key, n_p, d_key, n_d, same), None))
+                matched = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
+                heapq.heappush(deferred, (-served_per_gpu(p_key, n_p, d_key, n_d, same) * matched.requests_per_second,
+                                          next(order), (p_key, n_p, d_key, n_d, same), None))
             if refinable:
                 refined += 1
                 found = _largest_meeting_e2e(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
@@ -1001,18 +993,13 @@ def lowest_latencies(model, cluster, request, memo, engine: str) -> tuple[str, .
             continue
         shape_p = memo.prefill_shapes[p_key]
         d_key = _cap_key(memo, d_shape, 1)
-        worker, seconds = memo.prefill[p_key]
-        round_seconds = decode_rounds(model, cluster, request, memo, d_shape)(1.0)
         for same in (True, False):
             if same and shape_p.num_gpus + d_shape.num_gpus > cluster.gpus_per_node or \
                     not same and cluster.num_nodes < 2:
                 continue
-            kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-            ttft, e2e = latency_seconds(request, prefill_at_rate(worker, 0.0, seconds).prefill_seconds,
-                                        kv.exposed_seconds, round_seconds)
-            pairing = (f"P tp={shape_p.tp} pp={shape_p.pp}{f' dp={shape_p.dp}' if shape_p.dp > 1 else ''} + D "
-                       f"tp={d_shape.tp} pp={d_shape.pp}{f' dp={d_shape.dp}' if d_shape.dp > 1 else ''}, KV over "
-                       f"{kv.link_kind}")
+            ttft, e2e = lone_latencies(model, cluster, request, memo, p_key, d_key, same)
+            link = _transfer(model, cluster, request, memo, p_key, d_key, same).link_kind
+            pairing = f"P {shape_label(*shape_p.key)} + D {shape_label(*d_shape.key)}, KV over {link}"
             for name, value in (("ttft", ttft), ("e2e", e2e)):
                 if name not in lowest or value < lowest[name][0]:
                     lowest[name] = (value, pairing)
@@ -1304,13 +1291,13 @@ E2E_BINDING = "e2e"
 """DisaggEstimate.binding of a deployment run below its matched rate to meet --max-e2e-ms."""
 E2E_RATE_TOLERANCE = 2.0**-12
 """e2e_limited's rate is within this share of the ceiling below the largest that meets the limit..."""
+E2E_RATE_ROUNDS = 24
+"""...found by false position in at most this many pricings (about 6 for E2E's smooth rise)."""
 E2E_CEILING_TOLERANCE = 2.0**-4
 """e2e_rate_ceiling's rate is within this share of itself above the largest its bound meets (a
 bound need not be sharp: the search only orders and prunes by it)..."""
 E2E_CEILING_FLOOR = 2.0**-20
 """...searched down to this share of the matched rate (below it: that, a bound that prunes)."""
-E2E_RATE_ROUNDS = 24
-"""...found by false position in at most this many pricings (about 6 for E2E's smooth rise)."""
 
 
 def e2e_rate_ceiling(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> float:
@@ -1318,13 +1305,12 @@ def e2e_rate_ceiling(model, cluster, request, memo, p_key, n_p, d_key, n_d, same
     e2e_lower_bound_seconds (a few Little's-law rounds, no bisection) meets --max-e2e-ms, by
     bisection; what the search tests a combination's E2E-limited goodput against before
     pricing it."""
-    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
-    matched = rate_match(r_p, n_p, r_d, n_d).requests_per_second
-    per_rank = n_d * memo.shapes[d_key].dp
+    matched = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
 
     def excess_seconds(rate: float) -> float:
         return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same,
-                                       (rate / n_p, rate / per_rank), E2E_CEILING_ITERATIONS) - request.max_e2e_seconds
+                                       loads_at(memo, n_p, d_key, n_d, rate),
+                                       E2E_CEILING_ITERATIONS) - request.max_e2e_seconds
 
     if excess_seconds(matched) <= 0:
         return matched
@@ -1373,8 +1359,7 @@ def e2e_limited(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max
                     binding=E2E_BINDING)
     if isinstance(found, str):
         return found
-    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
-    matched = rate_match(r_p, n_p, r_d, n_d)
+    matched = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
     at_matched = _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
                                  matched.requests_per_second).e2e_seconds
     note = (f"E2E-bound: at the {matched.requests_per_second:.3g} req/s its {matched.binding} workers take within "
@@ -1536,9 +1521,9 @@ def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p,
         if at is None:
             return False
         key, rate = _cap_key(memo, shape, c), at.requests_per_second
-        loads = (rate / n_p, rate / (n_d * shape.dp))
         # the bound's few rounds before Little's law's bisection
-        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, key, same, loads) <= limit and \
+        return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, key, same,
+                                       loads_at(memo, n_p, key, n_d, rate)) <= limit and \
             _loaded_latency(model, cluster, request, memo, p_key, n_p, key, n_d, same, rate).e2e_seconds <= limit
 
     if best is None or limit is None or meets_e2e(best):
@@ -1606,12 +1591,17 @@ def e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same) -> floa
     pairing misses it, and no lower decode cap helps (a lone sequence is the least load)."""
     key = (p_key, d_key, same)
     if key not in memo.e2e_floor:
-        worker, seconds = memo.prefill[p_key]
-        t_d = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])(1.0)
-        kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-        memo.e2e_floor[key] = latency_seconds(request, prefill_at_rate(worker, 0.0, seconds).prefill_seconds,
-                                              kv.exposed_seconds, t_d)[1]
+        memo.e2e_floor[key] = lone_latencies(model, cluster, request, memo, p_key, d_key, same)[1]
     return memo.e2e_floor[key]
+
+
+def lone_latencies(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float]:
+    """(TTFT, E2E) of one request alone on the pairing (latency_seconds): its prompt's prefill
+    with no queue, the KV transfer, a lone sequence's decode rounds."""
+    worker, seconds = memo.prefill[p_key]
+    t_d = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])(1.0)
+    kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
+    return latency_seconds(request, prefill_at_rate(worker, 0.0, seconds).prefill_seconds, kv.exposed_seconds, t_d)
 
 
 E2E_BOUND_ITERATIONS = 2
@@ -1651,9 +1641,20 @@ def worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     decode_concurrency_at_rate), so a count pair at or above both loads of one that missed
     --max-e2e-ms misses too: the search skips it without pricing it (an E2E-limited search of
     Qwen3-30B on 128 H200 priced some 26,000 pairings, 72 s; found by a CLI sweep)."""
+    rate = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
+    return loads_at(memo, n_p, d_key, n_d, rate)
+
+
+def loads_at(memo, n_p: int, d_key: tuple, n_d: int, rate_per_s: float) -> tuple[float, float]:
+    """(requests/s per prefill worker, per decode rank) when the combination takes `rate_per_s`."""
+    return rate_per_s / n_p, rate_per_s / (n_d * memo.shapes[d_key].dp)
+
+
+def matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) -> RateMatch:
+    """The combination's rate match: what its N_p prefill and N_d decode workers take within the
+    limits (_pairing's per-worker rates), the smaller side binding."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
-    rate = rate_match(r_p, n_p, r_d, n_d).requests_per_second
-    return rate / n_p, rate / (n_d * memo.shapes[d_key].dp)
+    return rate_match(r_p, n_p, r_d, n_d)
 
 
 class Combination(NamedTuple):
@@ -1709,8 +1710,7 @@ def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
 def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients: float) -> float:
     """disaggregated.closed_loop_rate of the combination: its rate-matched capacity, E2E at a rate
     from _loaded_latency."""
-    r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
-    capacity = rate_match(r_p, n_p, r_d, n_d).requests_per_second
+    capacity = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
     return closed_loop_rate(clients, capacity, lambda rate: _loaded_latency(
         model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
 
