@@ -20,7 +20,8 @@ planner estimates exactly that configuration (planner.train.estimate):
 - flash attention; precision fp8 for every fp8 row with its recipe (Row.fp8_recipe, FP8_RECIPES): "fp8
   current scaling" -> tensorwise, "fp8 mxfp8" -> mxfp8, "fp8 (recipe not stated)" -> delayed
   (Megatron-LM's default --fp8-recipe, and the recipe NeMo's GPT configs shipped before
-  current scaling); bf16 main gradients for the Megatron-Bridge containers (grad_reduce_for);
+  current scaling); bf16 main gradients for the Megatron-Bridge containers and NeMo 24.07's
+  Nemotron-4 340B (grad_reduce_for), whose bf16 Adam moments are priced too (optimizer_states_for);
 - recompute none (the published recipes recompute nothing, except the H100 8B FP8-CS one at
   25.11: full recompute of 5 of its 32 layers, Megatron's --recompute-method block
   --recompute-num-layers 5, priced as that: RECIPE_BLOCK_RECOMPUTE). A row that does
@@ -269,7 +270,8 @@ def request_for(row: Row, moe_dispatcher: str = MOE_DISPATCHER, attention_kernel
         overlap = overlap or row.recipe_a2a_overlap == "on"
         moe_dispatcher = RECIPE_DISPATCHER.get(row.recipe_dispatcher, "auto")
     return TrainRequest(global_batch=row.global_batch, seq_len=row.seq_len, precision=row.planner_precision,
-                        fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row), attention_kernel=attention_kernel,
+                        fp8_recipe=row.fp8_recipe, grad_reduce=grad_reduce_for(row),
+                        optimizer_states=optimizer_states_for(row), attention_kernel=attention_kernel,
                         expert_imbalance=BALANCED_ROUTING if row.ep > 1 else None,
                         moe_comm_overlap=overlap, moe_dispatcher=moe_dispatcher)
 
@@ -314,13 +316,33 @@ def print_versus_best(rows: list[dict]) -> None:
               f"largest {percent(max(gaps))}")
 
 
+NEMO_BF16_OPTIMIZER_MODELS = ("Nemotron-340B",)
+"""NeMo 24.07 rows whose launcher config keeps the optimizer in bf16: NeMo-Framework-Launcher
+tag 24.07, launcher_scripts/conf/training/nemotron/nemotron_340b.yaml, optim
+distributed_fused_adam with grad_sync_dtype bf16 and dtype bf16 (every version of that file
+through 2025-01 says so; its Llama configs leave both at the fp32 default)."""
+
+
 def grad_reduce_for(row: Row) -> str:
     """bf16 main gradients for the Megatron-Bridge containers (25.09 on): their Llama 3 perf
     scripts set mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
     (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py,
-    set_llama3_common_configs); Megatron's fp32 default for NeMo 24.07, whose setting is not
-    published."""
-    return "fp32" if row.container.startswith("24.") else "bf16"
+    set_llama3_common_configs), and for NeMo 24.07's Nemotron-4 340B (grad_sync_dtype bf16,
+    NEMO_BF16_OPTIMIZER_MODELS); NeMo 24.07's Llama configs reduce in apex's fp32 default."""
+    if row.container.startswith("24."):
+        return "bf16" if row.model in NEMO_BF16_OPTIMIZER_MODELS else "fp32"
+    return "bf16"
+
+
+def optimizer_states_for(row: Row) -> str:
+    """bf16 Adam moments for NeMo 24.07's Nemotron-4 340B (NEMO_BF16_OPTIMIZER_MODELS), priced as
+    Megatron's precision-aware optimizer (--optimizer-states bf16: 6 bytes a parameter, master
+    weights as 16-bit remainders). NeMo ran apex's DistributedFusedAdam with dtype bf16, which
+    keeps no master copy at all when the optimizer's dtype is the model's (NeMo
+    megatron_base_model.py, r2.0.0rc1: store_params False): 4 bytes, so this prices 2 bytes a
+    parameter more (before sharding over dp) than that run held. fp32 (Megatron's default)
+    elsewhere."""
+    return "bf16" if row.container.startswith("24.") and row.model in NEMO_BF16_OPTIMIZER_MODELS else "fp32"
 
 
 def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:

@@ -161,6 +161,11 @@ class GradReduce(str, Enum):
     bf16 = "bf16"
 
 
+class OptimizerStates(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
 # The options `plan` and `plan explain` share. Defaults come from the request dataclasses.
 ModelOpt = Annotated[str | None, typer.Option(help="Shipped name, model YAML, or HF config.json (file or directory).")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Shipped name, hardware profile YAML, or NxMxGPU (e.g. 2x8xA100).")]
@@ -219,6 +224,7 @@ AttentionKernelOpt = Annotated[AttentionKernel, typer.Option(help="Train, --atte
 PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (GPUs with fp8 tensor cores: Ada, Hopper or later).")]
 Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise (1x128 / 128x128 blocks, Hopper and later; Megatron only); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
+OptimizerStatesOpt = Annotated[OptimizerStates, typer.Option(help="Train: Adam's moments' dtype: fp32 (Megatron's default) or bf16 (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: the optimizer's 12 bytes per parameter become 6, the fp32 master weights kept as 16-bit remainders, or 8 with fp8 recipes other than delayed; needs ZeRO >= 1). Megatron only.")]
 TpCommOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Train: Transformer Engine's TP communication/GEMM overlap where Megatron can run it (SP on, TP inside a node, dense blocks).")]
 MoeCommOverlapOpt = Annotated[bool, typer.Option("--moe-comm-overlap/--no-moe-comm-overlap", help="Train, MoE: Megatron's expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm: one micro-batch's forward beside another's backward) where it can run (EP, no full recompute, interleaving when pp > 1).")]
 MtpLayersOpt = Annotated[int | None, typer.Option(help="Train: multi-token-prediction modules (0-16) trained on the last stage (Megatron's --mtp-num-layers; DeepSeek-V3 sec. 2.2). Default: the spec's (num_nextn_predict_layers) with Megatron, 0 with torchtitan (which builds none) or a learned-position model; 0 trains the main model only.")]
@@ -288,6 +294,7 @@ class PlanOptions:
     moe_host_ms: float | None = None
     mtp_layers: int | None = None
     grad_reduce: GradReduce = GradReduce.fp32
+    optimizer_states: OptimizerStates = OptimizerStates.fp32
     engine_version: str = DEFAULT_ENGINE_VERSION
     mode: Mode = DEFAULT_MODE
     expert_imbalance: float | None = None
@@ -479,6 +486,7 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         moe_host_seconds=None if opts.moe_host_ms is None else units.ms_to_seconds(opts.moe_host_ms),
         mtp_layers=opts.mtp_layers,
         grad_reduce=opts.grad_reduce.value,
+        optimizer_states=opts.optimizer_states.value,
         engine_versions=parse_engine_versions(opts.engine_version),
         expert_imbalance=check_expert_imbalance(opts.expert_imbalance),
         engine=opts.engine.value,
@@ -627,7 +635,7 @@ FRONTIER_IGNORES = ("objective", "top", "show_rejected", "served_model", "served
 or command."""
 TRAIN_ONLY = ("global_batch", "seq_len", "micro_batch", "schedule", "virtual_stages", "recompute", "recompute_num_layers",
               "sequence_parallel", "zero", "attention", "attention_kernel", "precision", "fp8_recipe", "tp_comm_overlap", "moe_comm_overlap", "engine",
-              "grad_reduce", "moe_dispatcher", "moe_host_ms", "mtp_layers")
+              "grad_reduce", "optimizer_states", "moe_dispatcher", "moe_host_ms", "mtp_layers")
 TIMELINE_ONLY = ("stages", "micro_batches", "forward_only")
 TIMELINE_USES = (*TIMELINE_ONLY, "schedule", "virtual_stages", "json_output", "svg", "html", "timeline_only")
 SERVE_ENGINES = (Emit.vllm, Emit.vllm_ray, Emit.sglang)
@@ -755,6 +763,7 @@ def plan(
     moe_host_ms: MoeHostMsOpt = None,
     mtp_layers: MtpLayersOpt = None,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
+    optimizer_states: OptimizerStatesOpt = OptimizerStates.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     served_model: Annotated[str, typer.Option(help="Model argument written into launch commands (path or HF id).")] = MODEL_PLACEHOLDER,
@@ -784,6 +793,7 @@ def plan(
         sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
+        optimizer_states=optimizer_states,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
@@ -960,6 +970,7 @@ def explain(
     moe_host_ms: MoeHostMsOpt = None,
     mtp_layers: MtpLayersOpt = None,
     grad_reduce: GradReduceOpt = GradReduce.fp32,
+    optimizer_states: OptimizerStatesOpt = OptimizerStates.fp32,
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = DEFAULT_ENGINE_VERSION,
     svg: Annotated[str | None, typer.Option(help="Also save what was printed as SVG.")] = None,
@@ -997,6 +1008,7 @@ def explain(
         sequence_parallel=sequence_parallel,
         zero=zero, attention=attention, attention_kernel=attention_kernel, precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap=tp_comm_overlap, moe_comm_overlap=moe_comm_overlap,
         moe_dispatcher=moe_dispatcher, moe_host_ms=moe_host_ms, mtp_layers=mtp_layers, grad_reduce=grad_reduce,
+        optimizer_states=optimizer_states,
         engine_version=engine_version, mode=mode,
         expert_imbalance=expert_imbalance, engine=engine,
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,

@@ -373,7 +373,8 @@ def train_notes(e: TrainEstimate, engine: str = "megatron") -> tuple[str, ...]:
                   else "NCCL all-to-alls")
     experts = f", EP {c.ep} (experts sharded over {c.ep} GPUs; tokens on {dispatcher})" if c.ep > 1 else ""
     notes = (f"micro-batch {c.micro_batch_size}, {schedule_name(c)}{chunks}, recompute {c.recompute_label}, "
-             f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}",)
+             f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}{experts}"
+             + (f", {c.optimizer_states} optimizer states" if c.optimizer_states != "fp32" else ""),)
     if c.cp > 1:
         ranks = cp_group_ranks(c.layout)
         shown = ", ".join(str(r) for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")

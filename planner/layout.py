@@ -102,6 +102,10 @@ class TrainConfig:
     grad_reduce: str = "fp32"
     """fp32 | bf16 [--grad-reduce-in-bf16]: the main gradients' dtype, in which they accumulate
     and reduce; the request's choice, filled in by the training estimate."""
+    optimizer_states: str = "fp32"
+    """fp32 | bf16 [--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16]:
+    Adam's moments' dtype (needs the distributed optimizer, ZeRO >= 1); the request's choice,
+    filled in by the training estimate (docs/cost-model.md#optimizer-states)."""
     tp_comm_overlap: bool = False
     """[--tp-comm-overlap] Transformer Engine's userbuffers pipeline each sequence-parallel
     all-gather and reduce-scatter with its GEMM; the training estimate fills it in (on where

@@ -502,6 +502,10 @@ class TrainRequest:
     grad_reduce: Literal["fp32", "bf16"] = "fp32"
     """`--grad-reduce`: the main gradients' dtype, fp32 (Megatron's default) or bf16
     (--grad-reduce-in-bf16: half the gradient memory and DP traffic, less precise sums)."""
+    optimizer_states: Literal["fp32", "bf16"] = "fp32"
+    """`--optimizer-states`: Adam's moments' dtype, fp32 (Megatron's default) or bf16 (Megatron's
+    precision-aware optimizer: 12 -> 6 or 8 bytes of optimizer state per parameter, before
+    sharding; needs the distributed optimizer)."""
     tp_comm_overlap: bool = True
     """`--no-tp-comm-overlap` turns it off: Transformer Engine's TP communication/GEMM
     overlap where Megatron can run it (train.tp_comm_overlap_possible)."""

@@ -52,6 +52,8 @@ from planner.cost.training_memory import (
     fp8_weight_cache_bytes,
     fsdp_unit_buffers,
     gradient_bytes_per_param,
+    master_remainders,
+    megatron_state_bytes,
     stage_params_per_gpu,
 )
 from planner.cost.training_time import (
@@ -357,7 +359,17 @@ def engine_reasons(model: ModelSpec, config: TrainConfig, request: TrainRequest)
     torchtitan's (planner/train_engines.py)."""
     if request.engine == "torchtitan":
         return torchtitan_reasons(model, config, request.seq_len)
-    return cp_reasons(config, request.seq_len) + sequence_parallel_reasons(config, request.seq_len)
+    return (cp_reasons(config, request.seq_len) + sequence_parallel_reasons(config, request.seq_len)
+            + optimizer_state_reasons(config.zero_stage, request.optimizer_states))
+
+
+def optimizer_state_reasons(zero_stage: int, optimizer_states: str) -> list[str]:
+    """Megatron's precision-aware optimizer (--optimizer-states bf16) runs only inside the
+    distributed optimizer ("--use-precision-aware-optimizer only supported with distributed
+    optimizer", OptimizerConfig.__post_init__, core_v0.14.0 and core_v0.19.0): not at ZeRO-0."""
+    if optimizer_states != "fp32" and zero_stage == 0:
+        return [f"--optimizer-states {optimizer_states} needs the distributed optimizer (ZeRO >= 1), not ZeRO-0"]
+    return []
 
 
 def config_reasons(model: ModelSpec, config: TrainConfig, global_batch: int,
@@ -592,7 +604,8 @@ def stage_memories(model: ModelSpec, config: TrainConfig, seq_len: int, m: int,
     # asked-for stage's micro-batches in flight: shared by many configurations of a search
     fixed_overhead, *states = memo.get(
         ("stage_states", layers, c.account_for_embedding_and_loss, c.tp, pp, c.dp, c.cp, c.ep, c.zero_stage,
-         c.grad_reduce, c.precision, c.fp8_recipe, c.moe_dispatcher, c.engine), _stage_states, model, c, layers, memo)
+         c.grad_reduce, c.optimizer_states, c.precision, c.fp8_recipe, c.moe_dispatcher, c.engine), _stage_states, model,
+        c, layers, memo)
     stages = stages or candidate_worst_stages(c)
     extra_forwards = int(c.moe_comm_overlap)  # the combined 1F1B's one more forward
     in_flight = memo.get(("in_flight", c.schedule, pp, m, c.virtual_stages, stages, extra_forwards),
@@ -669,7 +682,7 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
     grad_bytes = gradient_bytes_per_param(c)
     states = expert_sharded_model_state_bytes(params, routed_expert_params, c.dp_cp,
                                               expert_data_parallel_size(c.tp, c.dp, c.ep, c.cp), c.zero_stage,
-                                              grad_bytes, state_bytes_per_param(c))
+                                              grad_bytes, state_bytes_per_param(c, model))
     # torchao's fp8 linears (torchtitan) cast the weights at each use and keep no copy
     fp8_cache = (fp8_weight_cache_bytes(model, c.tp, num_layers, c.dp_cp, c.zero_stage, c.ep,
                                         c.priced_fp8_recipe) if c.precision == "fp8" and c.engine == "megatron"
@@ -679,22 +692,28 @@ def _stage_state_bytes(model: ModelSpec, params: float, c: TrainConfig, num_laye
             states.optimizer_bytes)
 
 
-def state_bytes_per_param(config: TrainConfig) -> StateBytesPerParam:
+def state_bytes_per_param(config: TrainConfig, model: ModelSpec) -> StateBytesPerParam:
     """The weights' and optimizer states' bytes per parameter the configuration's engine keeps:
-    Megatron's (2, 12); torchtitan's FSDP2 (ZeRO-3) fp32 sharded parameters and Adam's moments
+    Megatron's (2, 12), with --optimizer-states bf16 (2, 6) or (2, 8) (megatron_state_bytes,
+    master_remainders); torchtitan's FSDP2 (ZeRO-3) fp32 sharded parameters and Adam's moments
     (4, 8); its DDP (ZeRO-0) fp32 parameters with autocast's saved bf16 copies (6, 8). torchtitan's
     FSDP under PP (ZeRO-1) keeps the stage's bf16 weights and fp32 gradients whole and its fp32
     parameters and moments sharded, 2 + 4 + (4 + 8)/d: Megatron's distributed optimizer's
     bytes, priced as them (docs/cost-model.md#training-torchtitan)."""
-    if config.engine != "torchtitan" or config.zero_stage == 1:
+    if config.engine != "torchtitan":
+        return megatron_state_bytes(config.optimizer_states, master_remainders(config, model))
+    if config.zero_stage == 1:
         return MEGATRON_STATE_BYTES
     return FSDP2_STATE_BYTES if config.zero_stage >= 3 else AUTOCAST_STATE_BYTES
 
 
-def least_state_bytes_per_param(engine: str) -> StateBytesPerParam:
+def least_state_bytes_per_param(engine: str, optimizer_states: str = "fp32") -> StateBytesPerParam:
     """The fewest weight and optimizer bytes per parameter any of the engine's configurations
-    keeps (state_bytes_per_param's least): torchtitan's FSDP2 (4, 8), else Megatron's (2, 12)."""
-    return FSDP2_STATE_BYTES if engine == "torchtitan" else MEGATRON_STATE_BYTES
+    keeps (state_bytes_per_param's least): torchtitan's FSDP2 (4, 8), else Megatron's (2, 12), or
+    with bf16 optimizer states (2, 6)."""
+    if engine == "torchtitan":
+        return FSDP2_STATE_BYTES
+    return megatron_state_bytes(optimizer_states, master_remainders=True)
 
 
 def saved_activation_precision(config: TrainConfig) -> str:
@@ -1072,6 +1091,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, reques
         config = config.with_(fp8_recipe=request.resolved_fp8_recipe)
     if config.grad_reduce != request.grad_reduce:
         config = config.with_(grad_reduce=request.grad_reduce)
+    if config.optimizer_states != request.optimizer_states:
+        config = config.with_(optimizer_states=request.optimizer_states)
     if config.engine != request.engine:
         config = config.with_(engine=request.engine)
     if config.attention_kernel != request.attention_kernel:

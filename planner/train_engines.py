@@ -191,7 +191,13 @@ def check_request(model: ModelSpec, request: TrainRequest) -> None:
                             "(TransformerConfig), so its --attention-backend flash runs whichever flash-attn is "
                             "installed; use --engine-version megatron=core_v0.19.0")
     if request.engine != "torchtitan":
+        if request.optimizer_states != "fp32" and request.zero_stage == 0:
+            raise SpecError(f"--optimizer-states {request.optimizer_states} with --zero 0: Megatron's precision-aware "
+                            "optimizer runs only in the distributed optimizer; use --zero 1 or more")
         return
+    if request.optimizer_states != "fp32":
+        raise SpecError(f"--optimizer-states {request.optimizer_states}: torchtitan {TORCHTITAN_RELEASE} keeps Adam's "
+                        "moments in the parameters' float32 (torch.optim.AdamW); use --engine megatron")
     if request.attention != "flash":
         raise SpecError("--attention materialized: torchtitan runs SDPA or flex attention (no s x s "
                         "scores kept); use --attention flash")

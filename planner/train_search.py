@@ -171,9 +171,12 @@ def zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1, 
     no PP: train.config_reasons) shard over dp*cp."""
     if request.zero_stage is not None:
         return [request.zero_stage]
+    # bf16 optimizer states need the distributed optimizer (train.optimizer_state_reasons), also
+    # at dp*cp = 1, where it shards over one rank (the memory of ZeRO-0)
+    lowest = 0 if request.optimizer_states == "fp32" else 1
     if dp * cp == 1:
-        return [0]
-    return [0, 1, 2, 3] if pp == 1 else [0, 1]
+        return [lowest]
+    return [z for z in ([0, 1, 2, 3] if pp == 1 else [0, 1]) if z >= lowest]
 
 
 def engine_zero_options(request: TrainRequest, tp: int, pp: int, dp: int, ep: int = 1,
@@ -301,7 +304,8 @@ def search_layout(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
                 proto = TrainConfig(tp, pp, dp, 1, schedule, v, "none", sp, zero,
                                     attention=request.attention, precision=request.precision,
                                     fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=cp,
-                                    grad_reduce=request.grad_reduce, engine=request.engine)
+                                    grad_reduce=request.grad_reduce, optimizer_states=request.optimizer_states,
+                       engine=request.engine)
                 if tp_comm_overlap_for(model, cluster, request, proto):
                     proto = proto.with_(tp_comm_overlap=True)
                 for b in micro_batches:
@@ -355,7 +359,8 @@ def step_seconds_floor(model: ModelSpec, cluster: ClusterSpec, request: TrainReq
     tests/perf/test_bounded_search.py checks it against every configuration of the search space."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     config = TrainConfig(tp, pp, dp, b, "1f1b", 1, recompute, sp, 0, attention=request.attention,
-                         ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce, engine=request.engine)
+                         ep=layout.ep, cp=layout.cp, grad_reduce=request.grad_reduce,
+                         optimizer_states=request.optimizer_states, engine=request.engine)
     # a block's floor reads neither pp nor dp (under EP only ep/tp): block_seconds_floor
     block = memo.get(("block_floor", tp, layout.cp, layout.ep, b, sp, recompute),
                      block_seconds_floor, model, cluster, config, request, rates, memo)
@@ -405,7 +410,8 @@ def layout_promise(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
     lean = TrainConfig(layout.tp, layout.pp, layout.dp, 1, "1f1b", 1, levels[0], max(sps), zero,
                        attention=request.attention, precision=request.precision,
                        fp8_recipe=request.resolved_fp8_recipe, ep=layout.ep, cp=layout.cp,
-                       grad_reduce=request.grad_reduce, engine=request.engine)
+                       grad_reduce=request.grad_reduce, optimizer_states=request.optimizer_states,
+                       engine=request.engine)
     m = request.global_batch // layout.dp
     # every stage given the most loaded one's layers (stages need not be even here)
     most = -(-model.num_hidden_layers // layout.pp)
@@ -739,7 +745,7 @@ def more_gpus_suggestion(model: ModelSpec, cluster: ClusterSpec, request: TrainR
 
     grad_bytes = efficiency.GRADIENT_BYTES_PER_PARAM[request.grad_reduce]
     states_bytes = least_total_model_state_bytes(param_counts(trained_model(model, request)).total, grad_bytes,
-                                                 least_state_bytes_per_param(request.engine))
+                                                 least_state_bytes_per_param(request.engine, request.optimizer_states))
 
     per_node = max(cluster.gpus_per_node, cluster.gpu.typical_gpus_per_node)
     planned = request.num_gpus or cluster.num_gpus  # --gpus: what was planned on

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.training_memory import (
+    MEGATRON_STATE_BYTES,
+    master_remainders,
+    megatron_state_bytes,
+)
 from planner.cost.training_time import TrainRates
 from planner.layout import TrainConfig, groups_cross_nodes
 from planner.memo import Memo
@@ -54,11 +59,14 @@ def least_memory_configs(model: ModelSpec, request: TrainRequest, tp: int, pp: i
     dp > 1 (Megatron-FSDP is planned without PP: train.config_reasons)."""
     if not micro_batches:
         return []
-    zero = 0 if dp == 1 else (3 if pp == 1 else 1)
+    # one rank: no sharding, though bf16 optimizer states run in the distributed optimizer
+    single = 0 if request.optimizer_states == "fp32" else 1
+    zero = single if dp == 1 else (3 if pp == 1 else 1)
     configs = [TrainConfig(tp, pp, dp, micro_batches[0], schedule, v, "full", tp > 1, zero,
                            attention=request.attention, precision=request.precision,
                            fp8_recipe=request.resolved_fp8_recipe, grad_reduce=request.grad_reduce,
-                           engine=request.engine) for schedule, v in schedules]
+                           optimizer_states=request.optimizer_states, engine=request.engine)
+               for schedule, v in schedules]
     return [c for c in configs if not config_reasons(model, c, request.global_batch)]
 
 
@@ -84,11 +92,13 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
     over = memory.total_bytes - capacity
     if over <= 0:
         return None  # it fits: the search rejected it for another reason
-    return InNodeShortfall(config, memory, capacity, over, fixes(config, memory, capacity))
+    return InNodeShortfall(config, memory, capacity, over, fixes(config, memory, capacity, model))
 
 
-def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int) -> tuple[str, ...]:
-    """What would close the gap, from this configuration's own figures."""
+def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int,
+          model: ModelSpec | None = None) -> tuple[str, ...]:
+    """What would close the gap, from this configuration's own figures (`model`: the bf16
+    optimizer states' saving is named for Megatron when given)."""
     c, out = config, []
     states = memory.weights_bytes + memory.gradient_bytes + memory.optimizer_bytes
     rest = memory.activation_bytes + memory.overhead_bytes
@@ -105,6 +115,13 @@ def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int) -> tupl
         out.append(f"ZeRO-1 already shards the optimizer over dp={c.dp}; ZeRO-2/3 (Megatron-FSDP) "
                    f"would shard gradients and weights too, but is planned without pipeline parallelism "
                    f"(pp={c.pp})")
+    if (model is not None and c.engine == "megatron" and c.optimizer_states == "fp32"
+            and (c.zero_stage >= 1 or c.dp_cp == 1)):
+        bf16 = c.with_(optimizer_states="bf16", zero_stage=max(1, c.zero_stage))  # the distributed optimizer's
+        lean = megatron_state_bytes("bf16", master_remainders(bf16, model)).optimizer
+        saved = memory.optimizer_bytes * (1 - lean / MEGATRON_STATE_BYTES.optimizer)
+        out.append(f"bf16 optimizer states (--optimizer-states bf16, Megatron's precision-aware optimizer) would "
+                   f"free {bytes_to_gib(saved):.1f} GiB of the optimizer's {bytes_to_gib(memory.optimizer_bytes):.1f}")
     if capacity_bytes > rest:
         factor = states / (capacity_bytes - rest)
         out.append(f"more GPUs: the model state ({bytes_to_gib(states):.1f} GiB) shrinks with tp*pp; "

@@ -357,7 +357,10 @@ epilogue; the traffic remains): 8 B/param with fp32 main gradients, 4 with
 
 OPTIMIZER_STEP_BYTES_PER_PARAM = 30
 """Adam step, memory-bound: read fp32 grad (4), read+write fp32 master, m, v (24),
-write the 16-bit weight (2) (Megatron mixed-precision optimizer)."""
+write the 16-bit weight (2) (Megatron mixed-precision optimizer). Other optimizer states:
+training_memory.optimizer_step_bytes_per_param."""
+OPTIMIZER_STEP_GRADIENT_READ_BYTES = 4
+"""The Adam step reads each main gradient as fp32 (OPTIMIZER_STEP_BYTES_PER_PARAM's 4)."""
 
 TRAIN_BYTES_PER_PARAM_WEIGHTS = 2
 """16-bit model weights (Megatron-LM docs/api-guide/dist_optimizer.md)."""
@@ -372,6 +375,19 @@ TRAIN_BYTES_PER_PARAM_GRADIENTS = GRADIENT_BYTES_PER_PARAM["fp32"]
 TRAIN_BYTES_PER_PARAM_OPTIMIZER = 12
 """Adam: fp32 master weights, first and second moments (4 + 4 + 4; Megatron-LM
 docs/api-guide/dist_optimizer.md)."""
+ADAM_MOMENTS_BYTES_PER_PARAM = {"fp32": 8, "bf16": 4}
+"""Adam's first and second moments by --optimizer-states: fp32 (Megatron's default) or bf16
+(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: Transformer
+Engine's FusedAdam keeps exp_avg and exp_avg_sq in bf16; megatron/training/arguments.py and
+megatron/core/optimizer/__init__.py, core_v0.14.0 and core_v0.19.0)."""
+MASTER_WEIGHT_BYTES_PER_PARAM = 4
+"""The fp32 master weights of mixed-precision Adam (Megatron's main params)."""
+MASTER_REMAINDER_BYTES_PER_PARAM = 2
+"""The precision-aware optimizer's master weights where Transformer Engine keeps them for bf16
+weights (bf16, or fp8 with delayed scaling, under the distributed optimizer): only the low 16
+bits of each fp32 master weight, whose high 16 bits are the bf16 weight itself
+(OptimizerConfig.store_param_remainders, default True with TE >= 2.1; FusedAdam's
+store_param_remainders)."""
 FSDP2_BYTES_PER_PARAM_WEIGHTS = 4
 """torchtitan's FSDP2 (ZeRO-3): the sharded parameters are fp32, built in training.dtype
 (default "float32", torchtitan/config/job_config.py v0.2.2) and themselves the optimizer's

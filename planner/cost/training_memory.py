@@ -31,6 +31,7 @@ from planner.cost.params import (
     moe_layer_excess_weights_by_kind,
     mtp_module_params_per_gpu,
     param_counts,
+    training_dtype,
 )
 from planner.cost.stage_split import stage_layer_indices
 from planner.layout import TrainConfig
@@ -170,6 +171,61 @@ class StateBytesPerParam:
 MEGATRON_STATE_BYTES = StateBytesPerParam(efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS,
                                           efficiency.TRAIN_BYTES_PER_PARAM_OPTIMIZER)
 """16-bit weights; fp32 master weights and Adam's two moments (2, 12)."""
+
+
+def megatron_state_bytes(optimizer_states: str, master_remainders: bool) -> StateBytesPerParam:
+    """Megatron's weights and optimizer bytes per parameter by --optimizer-states: fp32 (2, 12),
+    MEGATRON_STATE_BYTES; bf16 (the precision-aware optimizer, bf16 moments 2 + 2) with the fp32
+    master weights kept whole (4): (2, 8), or as their 16-bit remainders where Transformer Engine
+    keeps them (`master_remainders`, precision_aware_master_remainders: 2): (2, 6)."""
+    if optimizer_states == "fp32":
+        return MEGATRON_STATE_BYTES
+    master = (efficiency.MASTER_REMAINDER_BYTES_PER_PARAM if master_remainders
+              else efficiency.MASTER_WEIGHT_BYTES_PER_PARAM)
+    return StateBytesPerParam(efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS,
+                              master + efficiency.ADAM_MOMENTS_BYTES_PER_PARAM[optimizer_states])
+
+
+def precision_aware_master_remainders(zero_stage: int, training_dtype: str, precision: str,
+                                      fp8_recipe: str | None) -> bool:
+    """Whether the precision-aware optimizer keeps the master weights as 16-bit remainders: under
+    the distributed optimizer (ZeRO-1) with bf16 weights, and bf16 or delayed-scaling fp8 matmuls.
+    There Megatron hands the optimizer the bf16 shards and Transformer Engine's FusedAdam keeps the
+    master weights (use_precision_aware_optimizer_no_fp8_or_ds_fp8, optimizer_config.py and
+    distrib_optimizer.py core_v0.19.0), with store_param_remainders. With the other fp8 recipes
+    Megatron keeps fp32 main params itself; fp16 weights have no such remainder; Megatron-FSDP
+    (ZeRO-2/3) keeps fp32 main params (--megatron-fsdp-main-params-dtype fp32) and is priced so."""
+    delayed_or_bf16 = precision != "fp8" or (fp8_recipe or "delayed") == "delayed"
+    return zero_stage == 1 and training_dtype == "bfloat16" and delayed_or_bf16
+
+
+def master_remainders(config: TrainConfig, model: ModelSpec) -> bool:
+    """Whether the configuration's master weights are 16-bit remainders: --optimizer-states bf16
+    where Transformer Engine keeps them (precision_aware_master_remainders)."""
+    return config.optimizer_states != "fp32" and precision_aware_master_remainders(
+        config.zero_stage, training_dtype(model), config.precision, config.fp8_recipe)
+
+
+def optimizer_step_bytes(config: TrainConfig, model: ModelSpec) -> float:
+    """The Adam step's HBM bytes per parameter it updates: OPTIMIZER_STEP_BYTES_PER_PARAM, or
+    under Megatron with bf16 optimizer states optimizer_step_bytes_per_param of its states."""
+    if config.engine != "megatron" or config.optimizer_states == "fp32":
+        return efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM
+    remainders = master_remainders(config, model)
+    return optimizer_step_bytes_per_param(megatron_state_bytes(config.optimizer_states, remainders), remainders)
+
+
+def optimizer_step_bytes_per_param(per_param: StateBytesPerParam, master_remainders: bool) -> float:
+    """The Adam step's HBM bytes per parameter it updates: the fp32 gradient read
+    (OPTIMIZER_STEP_GRADIENT_READ_BYTES), every optimizer state read and written, and the 16-bit
+    weight written (2), or read and written where it is the master weight's upper half
+    (`master_remainders`). Megatron's fp32 states: 4 + 2 * 12 + 2 = 30
+    (OPTIMIZER_STEP_BYTES_PER_PARAM); bf16 moments with remainders 4 + 2 * 6 + 2 * 2 = 20; with
+    fp32 master weights 4 + 2 * 8 + 2 = 22."""
+    weight = efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS * (2 if master_remainders else 1)
+    return efficiency.OPTIMIZER_STEP_GRADIENT_READ_BYTES + 2 * per_param.optimizer + weight
+
+
 FSDP2_STATE_BYTES = StateBytesPerParam(efficiency.FSDP2_BYTES_PER_PARAM_WEIGHTS,
                                        efficiency.FSDP2_BYTES_PER_PARAM_OPTIMIZER)
 """torchtitan's FSDP2: fp32 sharded parameters that are the master copy; Adam's moments (4, 8)."""

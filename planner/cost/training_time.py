@@ -62,6 +62,7 @@ from planner.cost.training_memory import (
     StageParams,
     expert_data_parallel_size,
     gradient_bytes_per_param,
+    optimizer_step_bytes,
     stage_params_per_gpu,
 )
 from planner.layout import (
@@ -1219,7 +1220,7 @@ def step_times(model: ModelSpec, cluster: ClusterSpec, config: TrainConfig, glob
                             + experts / expert_data_parallel_size(c.tp, c.dp, c.ep, c.cp))
     else:
         optimizer_params = params.worst
-    optimizer = optimizer_params * efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM / hbm
+    optimizer = optimizer_params * optimizer_step_bytes(c, model) / hbm
     first_layer = by_kind[0].layer
     windows = DpWindows(backward_seconds=first / c.virtual_stages * (first_layer.backward + first_layer.recompute),
                         forward_seconds=first / c.virtual_stages * first_layer.forward,

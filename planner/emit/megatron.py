@@ -384,6 +384,9 @@ def parallel_args(model: ModelSpec, config: TrainConfig, global_batch: int,
         args.append("--accumulate-allreduce-grads-in-fp32")
     if c.zero_stage >= 1:
         args.append("--use-distributed-optimizer")
+    if c.optimizer_states != "fp32":  # TE's FusedAdam, inside the distributed optimizer (ZeRO >= 1)
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", c.optimizer_states,
+                 "--exp-avg-sq-dtype", c.optimizer_states]
     if c.zero_stage >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", ZERO_SHARDING[c.zero_stage],
                  "--no-gradient-accumulation-fusion", "--ckpt-format", FSDP_CHECKPOINT_FORMAT]

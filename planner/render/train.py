@@ -181,7 +181,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     lines = [
         f"Recommended: tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)}, micro-batch {c.micro_batch_size} "
         f"({best.num_micro_batches} micro-batch{'es' if best.num_micro_batches != 1 else ''} per step), {_schedule(best)}, {stages_text(best)}, recompute {c.recompute_label}, "
-        f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}.",
+        f"sequence parallel {'on' if c.sequence_parallel else 'off'}, ZeRO-{c.zero_stage}"
+        + (f", {c.optimizer_states} optimizer states (Adam's moments)." if c.optimizer_states != "fp32" else "."),
         f"Why: highest tokens/s {'with TP inside a node ' if plan.passed_over else ''}that fits "
         f"{'with room to spare (the memory margin below) ' if plan.tight_passed_over else ''}"
         f"({gib(best.memory_per_gpu_bytes)} of "
@@ -606,7 +607,8 @@ def estimate_json(e: TrainEstimate, rank: int, steps: tuple[LaunchStep, ...],
         "pipeline_split": pipeline_split(c),
         "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "attention": c.attention,
         "attention_kernel": c.attention_kernel,
-        "precision": c.precision, "fp8_recipe": c.fp8_recipe,
+        "precision": c.precision, "fp8_recipe": c.fp8_recipe, "grad_reduce": c.grad_reduce,
+        "optimizer_states": c.optimizer_states,
         "tp_comm_overlap": c.tp_comm_overlap, "moe_comm_overlap": c.moe_comm_overlap,
         "moe_dispatcher": c.moe_dispatcher if c.ep > 1 else None,
         "faster_split": None if e.faster_split is None else {

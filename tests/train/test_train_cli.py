@@ -268,6 +268,13 @@ def test_no_feasible_layout_exits_1():
     # LayerNorm: Nemotron-4 340B as NeMo trained it, tp 8 pp 12 on 96 nodes' worth of GPUs
     ("nemotron-4-340b_12x8xH100", ("--model", "nemotron-4-340b", "--cluster", "12x8xH100", "--layout", "tp=8,pp=12",
                                    "--global-batch", "768", "--seq-len", "4096")),
+    # bf16 main gradients and bf16 Adam moments (the precision-aware optimizer: TE's FusedAdam
+    # inside the distributed optimizer), as NeMo's 340B config keeps them: 128 GPUs then fit
+    # tp 8 pp 8 with no recompute (fp32 states need full recompute there)
+    ("nemotron-4-340b_16x8xH100_bf16_states", ("--model", "nemotron-4-340b", "--cluster", "16x8xH100",
+                                               "--layout", "tp=8,pp=8", "--global-batch", "32", "--seq-len", "4096",
+                                               "--precision", "fp8", "--grad-reduce", "bf16",
+                                               "--optimizer-states", "bf16")),
     # q/k/v biases; ZeRO-3 as Megatron-FSDP: fsdp_dtensor checkpoints, no CUDA_DEVICE_MAX_CONNECTIONS
     ("qwen2.5-72b_4x8xH100_zero3", ("--model", "qwen2.5-72b", "--cluster", "4x8xH100", "--global-batch", "512",
                                     "--seq-len", "4096", "--zero", "3")),
