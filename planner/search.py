@@ -74,6 +74,10 @@ class Plan(Generic[E, R]):
     bf16_faster: Any = None
     """Training with --precision fp8: the best bf16 configuration where it runs more tokens/s than
     the fp8 recommendation (train_search.bf16_if_faster); None otherwise."""
+    bf16_states_faster: Any = None
+    """Training under Megatron with fp32 optimizer states, a recommendation that recomputes: the
+    best configuration with bf16 ones (--optimizer-states bf16) where it runs
+    train_search.BF16_STATES_NOTE_GAIN more tokens/s (train_search.bf16_states_if_faster)."""
     passed_over: Any = None
     """Training: the faster configuration whose TP group leaves the node that the recommendation,
     TP inside a node within train_search.TP_ACROSS_NODES_MARGIN of it, was ranked above."""

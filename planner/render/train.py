@@ -237,6 +237,7 @@ def summary_lines(plan: TrainPlan) -> list[str]:
     if no_deepep is not None:
         lines.append(f"Tokens move on NCCL all-to-alls (--moe-token-dispatcher-type alltoall), not DeepEP: {no_deepep}.")
     lines += bf16_faster_lines(plan)
+    lines += bf16_states_faster_lines(plan)
     lines += passed_over_lines(plan)
     lines += tight_passed_over_lines(plan)
     lines += shortfall_lines(plan)
@@ -469,6 +470,22 @@ def bf16_faster_lines(plan: TrainPlan) -> list[str]:
             f"plan without --precision fp8 to launch it."]
 
 
+def bf16_states_faster_lines(plan: TrainPlan) -> list[str]:
+    """Where bf16 optimizer states run the best configuration faster (train_search.
+    bf16_states_if_faster): by how much, its configuration, and the memory the states give back."""
+    bf16 = plan.bf16_states_faster
+    if bf16 is None:
+        return []
+    fp32, c = plan.layouts[0], bf16.config
+    faster = bf16.tokens_per_second / fp32.tokens_per_second - 1
+    return [f"Optimizer states: with bf16 Adam moments (--optimizer-states bf16, Megatron's precision-aware "
+            f"optimizer; a numerics choice, not searched) the best runs {faster:.1%} more tokens/s "
+            f"({bf16.tokens_per_second:,.0f}) at tp={c.tp}{_cp(c)} pp={c.pp} dp={c.dp}{_ep(c)} b={c.micro_batch_size} "
+            f"{_schedule(bf16)}, recompute {c.recompute_label}: its optimizer takes "
+            f"{gib(bf16.memory.optimizer_bytes)} a GPU, this plan's {gib(fp32.memory.optimizer_bytes)} "
+            f"(recompute {fp32.config.recompute_label})."]
+
+
 def other_config_json(e: TrainEstimate | None, **extra: Any) -> dict | None:
     """A configuration the plan names beside its rows (passed over, bf16, in-node): its
     degrees and tokens/s, and what else the caller says of it; None for none."""
@@ -483,6 +500,13 @@ def bf16_faster_json(plan: TrainPlan) -> dict | None:
     bf16 = plan.bf16_faster
     return other_config_json(bf16, micro_batch_size=bf16.config.micro_batch_size,
                              recompute=bf16.config.recompute) if bf16 else None
+
+
+def bf16_states_faster_json(plan: TrainPlan) -> dict | None:
+    bf16 = plan.bf16_states_faster
+    return other_config_json(bf16, micro_batch_size=bf16.config.micro_batch_size, recompute=bf16.config.recompute,
+                             recompute_num_layers=bf16.config.recompute_num_layers,
+                             optimizer_bytes=bf16.memory.optimizer_bytes) if bf16 else None
 
 
 def passed_over_json(plan: TrainPlan) -> dict | None:
@@ -687,6 +711,8 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "tight_memory_passed_over": tight_passed_over_json(plan),
         # --precision fp8: the best bf16 configuration where it runs more tokens/s (None: fp8 is as fast)
         "bf16_faster": bf16_faster_json(plan),
+        # fp32 optimizer states, a recommendation that recomputes: the best with bf16 ones where faster (else None)
+        "bf16_optimizer_states_faster": bf16_states_faster_json(plan),
         "suggestions": list(plan.suggestions),
         "notes": [*extra_notes,
                   *training_caveats(model, request, plan.layouts[0].config.recompute if plan.layouts else None)],

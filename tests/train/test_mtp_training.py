@@ -237,7 +237,7 @@ def test_where_the_mtp_module_is_what_does_not_fit_the_plan_says_so():
     """DeepSeek-V3 at tp 1, pp 4, ep 64 on 32 H100 nodes: with its MTP module no configuration
     fits (the split that balances the module puts more layers on the middle stages), without it
     one does; 'what would fit' names --mtp-layers 0 before more GPUs (after what these GPUs run
-    with the --layout searched)."""
+    with the --layout searched), and bf16 optimizer states."""
     result = CliRunner().invoke(app, ["--workload", "train", "--model", "deepseek-v3", "--cluster", "32x8xH100",
                                       "--global-batch", "1024", "--seq-len", "4096", "--layout", "tp=1,pp=4,ep=64",
                                       "--json"])
@@ -246,7 +246,10 @@ def test_where_the_mtp_module_is_what_does_not_fit_the_plan_says_so():
     assert suggestions[0].endswith("with --layout tp=1,pp=4,ep=64 searched instead")
     assert suggestions[1].startswith("these GPUs run tp=1 cp=1 pp=4 dp=64 ep=64 without the MTP module "
                                      "(--mtp-layers 0)")
-    assert len(suggestions) == 3
+    # with bf16 optimizer states the layout fits too, the MTP module kept
+    assert suggestions[2].startswith("these GPUs run tp=1 cp=1 pp=4 dp=64 ep=64, recompute full, ZeRO-1, "
+                                     "micro-batch 1 with bf16 optimizer states (--optimizer-states bf16")
+    assert len(suggestions) == 4
 
 
 def test_a_learned_position_spec_with_mtp_trains_none_by_default():

@@ -144,3 +144,45 @@ def test_where_bf16_states_cannot_run_is_a_one_line_error(run_plan, extra, messa
     assert result.returncode == 2
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
     assert result.stdout == ""
+
+
+def test_the_plan_names_bf16_states_where_they_recompute_less(run_plan):
+    """Llama-3.1-405B on 16x8 H100 (global batch 512, 8,192 tokens): the recommendation, tp 8 x
+    pp 16 at dp 1, holds its whole optimizer, 12 B a parameter (35.6 GiB a GPU), and reruns the
+    first 6 layers of each chunk; with bf16 states 6 B (17.8 GiB) and 4 layers, more than
+    BF16_STATES_NOTE_GAIN faster, which the plan says (text and JSON)."""
+    from planner.train_search import BF16_STATES_NOTE_GAIN
+
+    args = ("--workload", "train", "--model", "llama-3.1-405b", "--cluster", "16x8xH100", "--global-batch", "512",
+            "--seq-len", "8192")
+    data = json.loads(run_plan(*args, "--json", "--top", "1").stdout)
+    best, bf16 = data["recommended"], data["bf16_optimizer_states_faster"]
+    assert (best["recompute"], best["recompute_num_layers"], best["optimizer_states"]) == ("full", 6, "fp32")
+    assert (bf16["recompute"], bf16["recompute_num_layers"]) == ("full", 4)
+    assert bf16["optimizer_bytes"] == pytest.approx(best["memory"]["optimizer_bytes"] / 2)
+    assert bf16["tokens_per_second"] > (1 + BF16_STATES_NOTE_GAIN) * best["tokens_per_second"]
+    text = run_plan(*args, "--top", "1").stdout
+    assert "Optimizer states: with bf16 Adam moments (--optimizer-states bf16" in " ".join(text.split())
+    # asked for already, or under torchtitan (which has none): nothing to name
+    asked = json.loads(run_plan(*args, "--json", "--top", "1", "--optimizer-states", "bf16").stdout)
+    assert asked["bf16_optimizer_states_faster"] is None
+
+
+def test_no_note_where_nothing_is_recomputed(run_plan):
+    """Llama-3.1-8B on 8 H100 at 4,096 tokens recomputes nothing: no second search, no note."""
+    data = json.loads(run_plan(*TRAIN, "--json", "--top", "1").stdout)
+    assert data["recommended"]["recompute"] == "none" and data["bf16_optimizer_states_faster"] is None
+
+
+def test_what_would_fit_names_bf16_states(run_plan):
+    """NeMo 24.07's Nemotron-4 340B layout (tp 8, pp 8, v 12 on 128 H100, bf16 gradients) asked
+    without recompute does not fit with fp32 states (11.0 GiB over); the plan says it fits with bf16
+    ones."""
+    result = run_plan("--workload", "train", "--model", "nemotron-4-340b", "--cluster", "16x8xH100",
+                      "--global-batch", "32", "--micro-batch", "1", "--seq-len", "4096", "--layout", "tp=8,pp=8",
+                      "--schedule", "interleaved", "--virtual-stages", "12", "--precision", "fp8",
+                      "--recompute", "none", "--grad-reduce", "bf16", "--json")
+    assert result.returncode == 1
+    suggestions = json.loads(result.stdout)["suggestions"]
+    assert any(s.startswith("these GPUs run tp=8 cp=1 pp=8 dp=2, recompute none, ZeRO-1, micro-batch 1 with bf16 "
+                            "optimizer states (--optimizer-states bf16") for s in suggestions), suggestions
