@@ -58,7 +58,7 @@ from planner.train import (
     trained_model,
     worst_stage_memory,
 )
-from planner.train_shortfall import in_node_shortfall, tp_leaves_node
+from planner.train_shortfall import bf16_states_possible, in_node_shortfall, tp_leaves_node
 
 MIN_CP_CHUNK_TOKENS = 4096
 """Least tokens per rank the search gives a CP degree (a fixed `--layout cp=N` is tried as
@@ -853,12 +853,6 @@ BF16_STATES_NOTE_GAIN = 0.02
 """How much more tokens/s the best configuration with bf16 optimizer states must price than the
 recommendation for the plan to name it: below the training model's own error (3% median over its
 calibration) the difference is not worth a numerics change. A policy, not a fit."""
-
-
-def bf16_states_possible(request: TrainRequest) -> bool:
-    """Whether --optimizer-states bf16 is an alternative the plan may name: Megatron (torchtitan
-    has none), fp32 states asked, and a ZeRO stage the precision-aware optimizer runs in."""
-    return request.engine == "megatron" and request.optimizer_states == "fp32" and request.zero_stage != 0
 
 
 def bf16_states_if_faster(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,

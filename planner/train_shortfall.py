@@ -48,6 +48,13 @@ class InNodeShortfall:
     """What would close the gap, each checked against this configuration's figures."""
 
 
+def bf16_states_possible(request: TrainRequest) -> bool:
+    """Whether --optimizer-states bf16 is an alternative the plan may name: Megatron (torchtitan
+    has none), fp32 states asked, and a ZeRO stage the precision-aware optimizer runs in (not a
+    pinned --zero 0)."""
+    return request.engine == "megatron" and request.optimizer_states == "fp32" and request.zero_stage != 0
+
+
 def tp_leaves_node(cluster: ClusterSpec, tp: int) -> bool:
     return cluster.num_nodes > 1 and tp > 1 and groups_cross_nodes(tp, cluster.gpus_per_node)
 
@@ -92,13 +99,15 @@ def closest_in_node(model: ModelSpec, cluster: ClusterSpec, request: TrainReques
     over = memory.total_bytes - capacity
     if over <= 0:
         return None  # it fits: the search rejected it for another reason
-    return InNodeShortfall(config, memory, capacity, over, fixes(config, memory, capacity, model))
+    return InNodeShortfall(config, memory, capacity, over,
+                           fixes(config, memory, capacity, model if bf16_states_possible(request) else None))
 
 
 def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int,
           model: ModelSpec | None = None) -> tuple[str, ...]:
     """What would close the gap, from this configuration's own figures (`model`: the bf16
-    optimizer states' saving is named for Megatron when given)."""
+    optimizer states' saving is named for Megatron when given, where the request can run them:
+    bf16_states_possible)."""
     c, out = config, []
     states = memory.weights_bytes + memory.gradient_bytes + memory.optimizer_bytes
     rest = memory.activation_bytes + memory.overhead_bytes
@@ -115,8 +124,7 @@ def fixes(config: TrainConfig, memory: TrainMemory, capacity_bytes: int,
         out.append(f"ZeRO-1 already shards the optimizer over dp={c.dp}; ZeRO-2/3 (Megatron-FSDP) "
                    f"would shard gradients and weights too, but is planned without pipeline parallelism "
                    f"(pp={c.pp})")
-    if (model is not None and c.engine == "megatron" and c.optimizer_states == "fp32"
-            and (c.zero_stage >= 1 or c.dp_cp == 1)):
+    if model is not None and c.optimizer_states == "fp32" and (c.zero_stage >= 1 or c.dp_cp == 1):
         bf16 = c.with_(optimizer_states="bf16", zero_stage=max(1, c.zero_stage))  # the distributed optimizer's
         lean = megatron_state_bytes("bf16", master_remainders(bf16, model)).optimizer
         saved = memory.optimizer_bytes * (1 - lean / MEGATRON_STATE_BYTES.optimizer)

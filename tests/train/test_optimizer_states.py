@@ -186,3 +186,19 @@ def test_what_would_fit_names_bf16_states(run_plan):
     suggestions = json.loads(result.stdout)["suggestions"]
     assert any(s.startswith("these GPUs run tp=8 cp=1 pp=8 dp=2, recompute none, ZeRO-1, micro-batch 1 with bf16 "
                             "optimizer states (--optimizer-states bf16") for s in suggestions), suggestions
+
+
+def test_the_in_node_shortfall_names_bf16_states_unless_zero_0_is_pinned(run_plan):
+    """Llama-3.1-405B on 12x8 H100: no layout with TP inside a node fits with fp32 states (tp 8 x
+    pp 12 at dp 1 holds its whole optimizer, 12 B a parameter: 49.0 GiB); the plan says bf16 states
+    would free half of it (6 B: 24.5 GiB), and finds tp 8 x pp 12 with them. A pinned --zero 0,
+    under which Megatron cannot run them, names neither (a review: the hint led to an exit 2)."""
+    args = ("--workload", "train", "--model", "llama-3.1-405b", "--global-batch", "512", "--seq-len", "8192",
+            "--cluster", "12x8xH100", "--json")
+    data = json.loads(run_plan(*args).stdout)
+    fixes = data["in_node_shortfall"]["fixes"]
+    assert any(f.startswith("bf16 optimizer states (--optimizer-states bf16") and "would free 24.5 GiB of the "
+               "optimizer's 49.0" in f for f in fixes), fixes
+    assert (data["bf16_optimizer_states_faster"]["tp"], data["bf16_optimizer_states_faster"]["pp"]) == (8, 12)
+    pinned = run_plan(*args, "--zero", "0")
+    assert "--optimizer-states bf16" not in pinned.stdout
