@@ -128,6 +128,18 @@ def test_bounded_search_is_safe_on_random_small_cases(model_name: str, nodes_x_g
                            TrainRequest(global_batch=global_batch, seq_len=seq_len), keep_top, monkeypatch)
 
 
+@pytest.mark.parametrize("case", ["llama-3.1-8b on 2x8xA100-40GB", "qwen3-30b-a3b on 1x8xH100"])
+def test_bounded_search_keeps_the_first_rows_with_bf16_optimizer_states(case: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--optimizer-states bf16 (6 or 8 B of optimizer state a parameter, ZeRO-0 dropped): the
+    memory bounds the search prunes by read the request's states, so its first rows are the plain
+    search's (a review compared 126 such requests, none differing)."""
+    model_name, cluster_name, global_batch, seq_len = CASES[case]
+    request = TrainRequest(global_batch=global_batch, seq_len=seq_len, optimizer_states="bf16")
+    bounded = check_bounded_rows(resolve_model(model_name), resolve_cluster(cluster_name), request, 3, monkeypatch)
+    assert all(e.config.optimizer_states == "bf16" and e.config.zero_stage >= 1 for e in bounded.layouts)
+
+
 def test_the_131k_question_shows_the_plain_searchs_rows() -> None:
     """Llama 3.1 405B at 131,072 tokens on 16,384 H100 (515 candidate layouts: bounded as the
     CLI runs it): the ten rows and their order are the plain search's, most of the space
