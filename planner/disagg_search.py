@@ -624,6 +624,9 @@ class _Memo:
     e2e_cap: dict = field(default_factory=dict)
     """Per decode shape: the most sequences a rank runs at the TPOT an E2E limit implies
     (e2e_implied_tpot_seconds; only with one)."""
+    load_cap: dict = field(default_factory=dict)
+    """Per decode key launched one sequence above its TPOT cap: the most sequences a rank may run
+    on average within --max-tpot-ms (tpot_load_cap); other keys run up to their cap (load_cap)."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -743,6 +746,13 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         memo.top_cap[shape.key] = cap
         for c in sorted(set(caps) - {0}, reverse=True) or [0]:
             _cap_key(memo, shape, c)
+        if not fixed and request.max_tpot_seconds is not None and cap >= 1:
+            # one sequence more at launch, loaded to what --max-tpot-ms allows on average
+            engine_cap = decode_concurrency(model, cluster, replace(decode_request, max_tpot_seconds=None), shape,
+                                            shared)
+            fraction = tpot_load_cap(model, cluster, request, memo, shape, cap, engine_cap)
+            if fraction is not None:
+                memo.load_cap[_cap_key(memo, shape, cap + 1)] = fraction
         shape_p = (shape if prefill_request == decode_request else
                    shared.get(("prefill shape", tp, pp, dp), price_shape, model, cluster, prefill_request, tp, pp,
                               max_model_len, dp))
@@ -1233,7 +1243,7 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
     key = (p_key, d_key, same)
     if key not in memo.pairing:
         shape_d = memo.shapes[d_key]
-        c_d = memo.decode[d_key]
+        c_d = load_cap(memo, d_key)
         t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
         kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
         limit = request.max_ttft_seconds
@@ -1490,6 +1500,42 @@ def crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
     return None if cap is None else _cap_key(memo, shape, cap)
 
 
+def load_cap(memo, d_key: tuple) -> float:
+    """The most sequences a decode rank of `d_key` runs on average: its cap, or below it where the
+    cap is one above the TPOT limit's (memo.load_cap)."""
+    return memo.load_cap.get(d_key, memo.decode[d_key])
+
+
+TPOT_LOAD_BISECTIONS = 20
+"""tpot_load_cap's bisection steps over one sequence (to about 1e-6 of one)."""
+TPOT_LOAD_MIN_GAIN = 0.01
+"""tpot_load_cap is used where it runs at least this share more sequences than the whole cap: below
+some 100 sequences, where the fraction of one more is worth an extra combination to price."""
+
+
+def tpot_load_cap(model, cluster, request: ServeRequest, memo, shape: WorkerShape, cap: int,
+                  engine_cap: int) -> float | None:
+    """Where --max-tpot-ms stops a decode rank at `cap` whole sequences below what its engine runs
+    (`engine_cap`: the KV cache, max_num_seqs, the token budget), the most it may run on average,
+    C* in [cap, cap + 1) with T_d(C*) <= the limit (by bisection: T_d grows with the load, priced
+    at fractional loads as a mean over whole rows, serving_time.dense_gemm_shape_utilization): a
+    rank launched at cap + 1 and handed no more than C* on average meets the limit, as an E2E-bound
+    deployment run below its cap does. None where the fraction gains less than TPOT_LOAD_MIN_GAIN.
+    Mixtral-8x7B on 2x8 A100 at TPOT 5.7 ms: T_d(1) 4.5 ms, T_d(2) 5.72 ms, so C* = 1.98 where the
+    whole cap was 1 (14.0 -> 20.5 output tok/s per GPU)."""
+    limit = request.max_tpot_seconds
+    if limit is None or cap < 1 or cap >= engine_cap:
+        return None
+    rounds = decode_rounds(model, cluster, request, memo, shape)
+    low, high = float(cap), cap + 1.0
+    if rounds(low) > limit or rounds(high) <= limit:  # not the TPOT limit's whole cap
+        return None
+    for _ in range(TPOT_LOAD_BISECTIONS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if rounds(middle) <= limit else (low, middle)
+    return low if low >= cap * (1 + TPOT_LOAD_MIN_GAIN) else None
+
+
 def _cap_key(memo, shape: WorkerShape, cap: int) -> tuple:
     """memo.decode's key of `shape` run at `cap` sequences a rank (registered)."""
     key = (*shape.key, cap)
@@ -1621,7 +1667,7 @@ def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, l
     are _detail's own."""
     prefill_rate, decode_rate = loads
     worker, seconds = memo.prefill[p_key]
-    cap = memo.decode[d_key]
+    cap = load_cap(memo, d_key)
     round_seconds = decode_rounds(model, cluster, request, memo, memo.shapes[d_key])
     rate = decode_rate * request.output_len
     ceiling = min(cap, rate * round_seconds(cap))
@@ -1699,7 +1745,7 @@ def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same,
     worker, seconds = memo.prefill[p_key]
     round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
     c_actual = decode_concurrency_at_rate(rate / (n_d * shape_d.dp), request.output_len, round_seconds,
-                                          memo.decode[d_key])
+                                          load_cap(memo, d_key))
     t_d = round_seconds(max(1.0, c_actual))
     load = prefill_at_rate(worker, rate / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
@@ -1755,6 +1801,12 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         notes.append(f"the KV link binds: a {match.binding} worker's links move at most {caps[match.binding]:.2f} "
                      f"prompts/s ({kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB of KV each over "
                      f"{kv.link_kind}), below what its GPUs compute")
+    if d_key in memo.load_cap:
+        full = decode_rounds(model, cluster, request, memo, shape_d)(float(c_d))
+        notes.append(f"TPOT-bound: each decode rank is launched at --max-num-seqs {c_d:g} and loaded to at most "
+                     f"{memo.load_cap[d_key]:.2f} sequences on average (it runs {c_actual:.2f}), the most whose rounds "
+                     f"meet --max-tpot-ms {seconds_to_ms(request.max_tpot_seconds):g}; with all {c_d:g} running, a "
+                     f"round takes {seconds_to_ms(full):.2f} ms, so a burst that fills them runs over it while it lasts")
     if decode_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * ttft:
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "
                      f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(decode_wait_seconds):,.0f} "

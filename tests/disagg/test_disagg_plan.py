@@ -1076,3 +1076,52 @@ def test_an_impossible_ttft_or_e2e_limit_says_what_would_fit(run_plan):
     document = json.loads(result.stdout)
     assert document["disaggregated"] == [] and document["disaggregated_why_none"] == "none meets the SLA"
     assert document["disaggregated_would_fit"] == list(plan.would_fit)
+
+
+def test_tpot_load_cap_by_hand(monkeypatch):
+    """A decode rank whose round is T(C) = 4 ms + 1 ms x C meets --max-tpot-ms 5.5 at 1 whole
+    sequence (5 ms; 2 take 6 ms): launched at 2 and handed no more than C* on average, where
+    4 + C* = 5.5, it runs C* = 1.5 within the limit. None where the engine cannot run the one
+    more (its cap is the TPOT cap), and where C* gains under TPOT_LOAD_MIN_GAIN (5.005 ms: 1.005)."""
+    import planner.disagg_search as ds
+
+    monkeypatch.setattr(ds, "decode_rounds", lambda *args: lambda c: 0.004 + 0.001 * c)
+    request = ServeRequest(max_tpot_seconds=0.0055)
+    assert ds.tpot_load_cap(None, None, request, None, None, 1, 10) == pytest.approx(1.5, abs=1e-5)
+    assert ds.tpot_load_cap(None, None, request, None, None, 1, 1) is None
+    assert ds.tpot_load_cap(None, None, replace(request, max_tpot_seconds=0.005005), None, None, 1, 10) is None
+    assert ds.tpot_load_cap(None, None, replace(request, max_tpot_seconds=0.0065), None, None, 2, 10) == \
+        pytest.approx(2.5, abs=1e-5)
+
+
+def test_a_tpot_bound_decode_rank_runs_the_fraction_of_one_more_sequence():
+    """Mixtral-8x7B on 2x8 A100 at TPOT 5 ms: a lone sequence's round is 4.5 ms and two take
+    5.86, so the whole cap was 1 sequence (14.0 tok/s per GPU). Launched at --max-num-seqs 2 and
+    loaded to C* = 1.38 on average (its round then exactly 5 ms) the deployment serves 17.3; the
+    note says what a burst filling both slots costs. Little's law holds on the rank."""
+    model, cluster = resolve_model("mixtral-8x7b"), resolve_cluster("2x8xA100")
+    best = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.3,
+                                                           max_tpot_seconds=0.005)).recommended
+    assert best.decode.max_num_seqs == 2 and best.tpot_seconds <= 0.005
+    assert best.tpot_seconds == pytest.approx(0.005, rel=1e-4)
+    assert best.plan_goodput_per_gpu == pytest.approx(17.29, abs=0.01) and best.plan_goodput_per_gpu > 14.0
+    assert any(n.startswith("TPOT-bound: each decode rank is launched at --max-num-seqs 2") for n in best.notes)
+    assert best.decode.concurrency == pytest.approx(best.requests_per_second * 256 * best.tpot_seconds
+                                                    / best.decode.workers, rel=1e-3)
+
+
+@pytest.mark.parametrize(("model_name", "cluster_name"), [("mixtral-8x7b", "2x8xA100"),
+                                                          ("qwen3-30b-a3b", "2x8xH200")])
+def test_tight_tpot_limits_are_met_and_looser_ones_never_lower_the_goodput(model_name, cluster_name):
+    """TPOT limits from about one sequence's round up: every candidate meets its limit, and the
+    goodput rises with the limit (the fraction of one more sequence, tpot_load_cap, made it rise
+    smoothly where it stepped: Qwen3-30B-A3B at 5 ms 186 -> 239 tok/s per GPU)."""
+    model, cluster = resolve_model(model_name), resolve_cluster(cluster_name)
+    previous = 0.0
+    for tpot in (0.004, 0.005, 0.006, 0.007, 0.008, 0.010):
+        plan = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.3,
+                                                               max_tpot_seconds=tpot))
+        assert all(e.tpot_seconds <= tpot * (1 + 1e-12) for e in plan.candidates)
+        goodput = plan.recommended.plan_goodput_per_gpu if plan.recommended else 0.0
+        assert goodput >= previous * (1 - 1e-9), (tpot, goodput, previous)
+        previous = goodput
