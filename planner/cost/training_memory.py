@@ -212,18 +212,22 @@ def optimizer_step_bytes(config: TrainConfig, model: ModelSpec) -> float:
     if config.engine != "megatron" or config.optimizer_states == "fp32":
         return efficiency.OPTIMIZER_STEP_BYTES_PER_PARAM
     remainders = master_remainders(config, model)
-    return optimizer_step_bytes_per_param(megatron_state_bytes(config.optimizer_states, remainders), remainders)
+    # TE's FusedAdam reads the main gradients as they are (use_decoupled_grad): 2 B under --grad-reduce bf16
+    return optimizer_step_bytes_per_param(megatron_state_bytes(config.optimizer_states, remainders), remainders,
+                                          gradient_bytes_per_param(config))
 
 
-def optimizer_step_bytes_per_param(per_param: StateBytesPerParam, master_remainders: bool) -> float:
-    """The Adam step's HBM bytes per parameter it updates: the fp32 gradient read
-    (OPTIMIZER_STEP_GRADIENT_READ_BYTES), every optimizer state read and written, and the 16-bit
+def optimizer_step_bytes_per_param(per_param: StateBytesPerParam, master_remainders: bool,
+                                   gradient_read_bytes: float = efficiency.OPTIMIZER_STEP_GRADIENT_READ_BYTES
+                                   ) -> float:
+    """The Adam step's HBM bytes per parameter it updates: the gradient read (fp32:
+    OPTIMIZER_STEP_GRADIENT_READ_BYTES), every optimizer state read and written, and the 16-bit
     weight written (2), or read and written where it is the master weight's upper half
     (`master_remainders`). Megatron's fp32 states: 4 + 2 * 12 + 2 = 30
-    (OPTIMIZER_STEP_BYTES_PER_PARAM); bf16 moments with remainders 4 + 2 * 6 + 2 * 2 = 20; with
-    fp32 master weights 4 + 2 * 8 + 2 = 22."""
+    (OPTIMIZER_STEP_BYTES_PER_PARAM); bf16 moments with remainders 4 + 2 * 6 + 2 * 2 = 20 (18 with
+    bf16 gradients); with fp32 master weights 4 + 2 * 8 + 2 = 22."""
     weight = efficiency.TRAIN_BYTES_PER_PARAM_WEIGHTS * (2 if master_remainders else 1)
-    return efficiency.OPTIMIZER_STEP_GRADIENT_READ_BYTES + 2 * per_param.optimizer + weight
+    return gradient_read_bytes + 2 * per_param.optimizer + weight
 
 
 FSDP2_STATE_BYTES = StateBytesPerParam(efficiency.FSDP2_BYTES_PER_PARAM_WEIGHTS,

@@ -68,6 +68,8 @@ def test_optimizer_step_traffic_by_hand():
     assert optimizer_step_bytes(config.with_(optimizer_states="bf16", precision="fp8", fp8_recipe="tensorwise"),
                                 model) == 22
     assert optimizer_step_bytes(config.with_(engine="torchtitan"), model) == 30
+    # TE's FusedAdam reads bf16 main gradients as they are: 2 + 2 x 6 + 2 x 2 = 18
+    assert optimizer_step_bytes(config.with_(optimizer_states="bf16", grad_reduce="bf16"), model) == 18
 
 
 def test_llama_8b_optimizer_memory_by_hand():
