@@ -695,6 +695,9 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "mtp_layers": plan.model.num_mtp_layers,
         # the 16-bit type of the mixed precision (--fp16 or --bf16; a layout's "precision" says bf16 or fp8)
         "training_dtype": training_dtype(model),
+        # the request's main-gradient and Adam-moment dtypes (each layout repeats them)
+        "grad_reduce": request.grad_reduce,
+        "optimizer_states": request.optimizer_states,
         "engine_versions": to_jsonable(request.engine_versions),
         "launch_not_emitted": launch_not_emitted,
         "recommended": layouts[0] if layouts else None,

@@ -132,6 +132,7 @@ def test_bf16_states_through_the_cli(run_plan):
     assert "--use-distributed-optimizer" in argv
     text = run_plan(*TRAIN, "--layout", "tp=1,pp=1", "--optimizer-states", "bf16", "--top", "1").stdout
     assert "bf16 optimizer states (Adam's moments)" in text
+    assert json.loads(result.stdout)["optimizer_states"] == "bf16"  # the request's, also where nothing fits
     default = json.loads(run_plan(*TRAIN, "--layout", "tp=1,pp=1", "--json", "--top", "1").stdout)["recommended"]
     assert default["optimizer_states"] == "fp32"
     assert "--use-precision-aware-optimizer" not in default["command"][0]["argv"]
