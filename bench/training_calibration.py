@@ -334,15 +334,26 @@ def grad_reduce_for(row: Row) -> str:
     return "bf16"
 
 
+BRIDGE_BF16_OPTIMIZER_MODELS = ("DeepSeekV3",)
+"""MoE rows whose Megatron-Bridge recipe keeps Adam's moments in bf16: DeepSeek-V3's
+(src/megatron/bridge/recipes/deepseek/deepseek_v3.py at every tag from v0.1.0rc3 to v0.5.0:
+use_precision_aware_optimizer, exp_avg_dtype = exp_avg_sq_dtype = bfloat16, main_params_dtype
+float32, main_grads_dtype bfloat16)."""
+
+
 def optimizer_states_for(row: Row) -> str:
-    """bf16 Adam moments for NeMo 24.07's Nemotron-4 340B (NEMO_BF16_OPTIMIZER_MODELS), priced as
-    Megatron's precision-aware optimizer (--optimizer-states bf16: 6 bytes a parameter, master
-    weights as 16-bit remainders). NeMo ran apex's DistributedFusedAdam with dtype bf16, which
-    keeps no master copy at all when the optimizer's dtype is the model's (NeMo
-    megatron_base_model.py, r2.0.0rc1: store_params False): 4 bytes, so this prices 2 bytes a
-    parameter more (before sharding over dp) than that run held. fp32 (Megatron's default)
-    elsewhere."""
-    return "bf16" if row.container.startswith("24.") and row.model in NEMO_BF16_OPTIMIZER_MODELS else "fp32"
+    """bf16 Adam moments, priced as Megatron's precision-aware optimizer (--optimizer-states bf16),
+    for NeMo 24.07's Nemotron-4 340B (NEMO_BF16_OPTIMIZER_MODELS) and the DeepSeek-V3 MoE rows
+    (BRIDGE_BF16_OPTIMIZER_MODELS); fp32 (Megatron's default) elsewhere. NeMo 24.07 ran apex's
+    DistributedFusedAdam with dtype bf16, which keeps no master copy at all when the optimizer's
+    dtype is the model's (NeMo megatron_base_model.py, r2.0.0rc1: store_params False): 4 bytes a
+    parameter where the planner prices 6. Left out: Megatron-Bridge's performance scripts turn the
+    precision-aware optimizer on for every bf16 run (scripts/performance/utils/overrides.py,
+    set_post_overrides, v0.3.0-v0.5.0), with fp32 moments outside DeepSeek-V3, whose master
+    weights as remainders (10 bytes a parameter, not 12) the planner has no flag for."""
+    if row.container.startswith("24."):
+        return "bf16" if row.model in NEMO_BF16_OPTIMIZER_MODELS else "fp32"
+    return "bf16" if row.model.startswith(BRIDGE_BF16_OPTIMIZER_MODELS) else "fp32"
 
 
 def error_of(row: Row, result: TrainEstimate | Rejected) -> float | None:
