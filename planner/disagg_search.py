@@ -1267,6 +1267,11 @@ def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, 
 E2E_MISS = "E2E latency exceeds --max-e2e-ms"
 TTFT_MISS = ("TTFT exceeds --max-ttft-ms at the rate matched (the prefill's budget priced the decode round at "
              "the rank's cap, and a round at the load it gets can be longer: CUDA-graph padding)")
+TPOT_MISS = ("TPOT exceeds --max-tpot-ms at the load the rate gives the decode ranks: their round is longer "
+             "there than at the cap it was checked at (a round need not grow with the load: vLLM fuses each "
+             "TP all-reduce with the next RMSNorm only up to a message size, and the fused kernel is the slower)")
+TPOT_CHECK_TOLERANCE = 1e-9
+"""Relative slack of _detail's TPOT check (the fractional load cap meets the limit to rounding)."""
 E2E_REFINEMENTS = 8
 """The best-ranked pairings (at most this many) whose decode concurrency misses --max-e2e-ms are
 also tried at every concurrency below it, by bisection (_largest_meeting_e2e), beyond the
@@ -1793,6 +1798,8 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         return E2E_MISS
     if request.max_ttft_seconds is not None and ttft > request.max_ttft_seconds:
         return TTFT_MISS
+    if request.max_tpot_seconds is not None and t_d > request.max_tpot_seconds * (1 + TPOT_CHECK_TOLERANCE):
+        return TPOT_MISS
     nodes = unit_nodes(n_p, shape_p.num_gpus, n_d, shape_d.num_gpus, same, cluster)
     notes = []
     caps = {"prefill": kv_link_requests_per_second(kv, shape_p.num_gpus),

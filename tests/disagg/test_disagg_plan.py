@@ -1125,3 +1125,15 @@ def test_tight_tpot_limits_are_met_and_looser_ones_never_lower_the_goodput(model
         goodput = plan.recommended.plan_goodput_per_gpu if plan.recommended else 0.0
         assert goodput >= previous * (1 - 1e-9), (tpot, goodput, previous)
         previous = goodput
+
+
+def test_tpot_is_checked_at_the_load_the_decode_ranks_run():
+    """A decode round need not grow with the load: vLLM fuses each TP all-reduce with the next
+    RMSNorm up to 512 KiB at tp 8 on H100 (32 rows of Llama-3.1-70B's 8,192 x 2 bytes), and the
+    fused kernel is priced slower than the unfused one above it, so T_d(32) = 15.49 ms exceeds
+    T_d(35) = 15.22 ms. Checked at the cap alone, a deployment whose prefill binds ran its decode
+    ranks at 30.7 sequences, 15.32 ms, past --max-tpot-ms 15.225 (a review); now every candidate
+    meets the limit at its own load."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    plan = plan_disaggregated(model, cluster, ServeRequest(input_len=4096, output_len=256, max_tpot_seconds=0.015225))
+    assert plan.candidates and all(e.tpot_seconds <= 0.015225 * (1 + 1e-9) for e in plan.candidates)
