@@ -1270,7 +1270,7 @@ TTFT_MISS = ("TTFT exceeds --max-ttft-ms at the rate matched (the prefill's budg
 TPOT_MISS = ("TPOT exceeds --max-tpot-ms at the load the rate gives the decode ranks: their round is longer "
              "there than at the cap it was checked at (a round need not grow with the load: vLLM fuses each "
              "TP all-reduce with the next RMSNorm only up to a message size, and the fused kernel is the slower)")
-TPOT_CHECK_TOLERANCE = 1e-9
+TPOT_CHECK_TOLERANCE = 2.0**-30
 """Relative slack of _detail's TPOT check (the fractional load cap meets the limit to rounding)."""
 E2E_REFINEMENTS = 8
 """The best-ranked pairings (at most this many) whose decode concurrency misses --max-e2e-ms are
