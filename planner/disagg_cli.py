@@ -29,7 +29,7 @@ from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest
 from planner.serve import ServeEstimate
 from planner.serve_search import NEAR_TIE_FRACTION, beats_beyond_a_tie, disaggregated_preferred
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import plain, seconds_to_ms
+from planner.units import plain, seconds_to_ms, sequences
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def binding_reason(e: DisaggEstimate) -> str:
                 f"{seconds_to_ms(e.ttft_seconds):.0f} ms the {e.prefill.workers} prefill worker(s) take "
                 f"{e.requests_per_second:.2f} req/s{share}")
     ranks = f" x {e.decode.dp} ranks" if e.decode.dp > 1 else ""
-    return (f"the decode workers bind: {e.decode.workers}{ranks} x {e.decode.concurrency:.0f} sequences at TPOT "
+    return (f"the decode workers bind: {e.decode.workers}{ranks} x {sequences(e.decode.concurrency)} sequences at TPOT "
             f"{seconds_to_ms(e.tpot_seconds):.1f} ms finish {e.requests_per_second:.2f} req/s")
 
 

@@ -626,7 +626,10 @@ class _Memo:
     (e2e_implied_tpot_seconds; only with one)."""
     load_cap: dict = field(default_factory=dict)
     """Per decode key launched one sequence above its TPOT cap: the most sequences a rank may run
-    on average within --max-tpot-ms (tpot_load_cap); other keys run up to their cap (load_cap)."""
+    on average within --max-tpot-ms (tpot_load_cap), and per key balanced_key registers, its
+    fractional load; other keys run up to their cap (load_cap)."""
+    balanced: set = field(default_factory=set)
+    """The keys of memo.load_cap balanced_key registered (their load the sides' crossing's)."""
 
 
 DECODE_CAP_HALVINGS = 3
@@ -780,12 +783,16 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         """The bound the search orders a deployment by (Combination), from its workers' rates."""
         match = rate_match(rate[0], n_p, rate[1], n_d)
         gpus, copies = copies_of(p_key, n_p, d_key, n_d, same)
-        served = copies * match.requests_per_second * request.output_len
+        completed = copies * match.requests_per_second
+        if request.max_concurrency is not None:  # what its clients can keep it at (client_bound), at most
+            completed = clients_rate_bound(request.max_concurrency, copies, match.requests_per_second,
+                                           e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same))
+        served = completed * request.output_len
         # whether it keeps up with a sent rate is read only at one (rate_bound's test)
         capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
             rate_capacity_per_second(model, cluster, request, memo, (p_key, n_p, d_key, n_d, same))
         return Combination(-round(served / plan_gpus), -match.requests_per_second / gpus, p_key, n_p,
-                           d_key, n_d, same, copies * match.requests_per_second, copies * capacity_per_s)
+                           d_key, n_d, same, completed, copies * capacity_per_s)
 
     pairs: dict[tuple, tuple] = {}  # (p_key, decode shape, N_p, N_d, link) -> a halving's key
     for p_key, d_key in [(p, d) for p in memo.prefill for d in memo.shapes]:
@@ -864,7 +871,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         # keys it (*shape, cap)), which the loads below must keep (a review: a copy launched at
         # the cap that missed E2E, its capacity taken there)
         refined_key = (*memo.shapes[d_key].key, found.decode.max_num_seqs)
-        d_key = refined_key if refined_key in memo.decode else d_key
+        d_key = refined_key if refined_key in memo.decode and found.decode.max_num_seqs != memo.decode[d_key] \
+            else d_key
         if request.max_concurrency is not None:
             found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
             if isinstance(found, str):
@@ -930,8 +938,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         _, _, p_key, n_p, d_key, n_d, same, _, _ = entry
         bound_per_gpu = entry.requests_per_second * request.output_len / plan_gpus
         price_deferred(bound_per_gpu)
+        # E2E-limited rates and clients' (below the bound: E2E under load) may leave the first found below later bounds
         if len(out) >= shown and not worth_pricing_past_the_shown(entry) and not (
-                limits_rate and bound_per_gpu > shown_kth()):
+                (limits_rate or request.max_concurrency is not None) and bound_per_gpu > shown_kth()):
             break
         # the same deployment at a lower decode cap, or a multiple of one already kept
         unit = math.gcd(n_p, n_d)
@@ -1057,6 +1066,19 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
             f"{seconds_to_ms(closed.e2e_seconds):,.0f} ms on the busiest)")
     return replace(closed, requests_per_second=mean, rate=replace(closed.rate, requests_per_second=mean),
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
+
+
+def clients_rate_bound(clients: int, copies: int, capacity_per_s: float, e2e_floor_seconds: float) -> float:
+    """Above what `clients` closed-loop clients over `copies` copies complete (client_bound's
+    split: r copies hold q + 1, the rest q, clients = q copies + r): a copy at most its capacity,
+    and at most its clients over the E2E no load beats (Little's law, rate = clients / E2E, E2E
+    at least e2e_floor_seconds'). What the search orders combinations by under --max-concurrency:
+    by their capacity alone, a looser --max-tpot-ms let more capacious deployments fill the
+    priced rows that their clients kept slower (Llama-3.1-8B on 1x8 H100 at 4 clients: 142.6 tok/s
+    per GPU at TPOT 6.5 ms, 106.1 at 7.3; a review sweep)."""
+    q, r = divmod(clients, copies)
+    return (r * min(capacity_per_s, (q + 1) / e2e_floor_seconds)
+            + (copies - r) * min(capacity_per_s, q / e2e_floor_seconds))
 
 
 def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: int) -> DisaggEstimate | str:
@@ -1239,29 +1261,37 @@ def decode_rounds(model, cluster, request, memo, shape_d: WorkerShape) -> Callab
 
 
 def _pairing(model, cluster, request, memo, p_key, d_key, same) -> tuple[float, float] | str:
-    """(r_p, r_d) per worker for this pairing, or why the prefill cannot meet TTFT."""
+    """(r_p, r_d) per worker for this pairing, or why the prefill cannot meet TTFT (pairing_rates
+    at the decode key's load cap)."""
     key = (p_key, d_key, same)
     if key not in memo.pairing:
-        shape_d = memo.shapes[d_key]
-        c_d = load_cap(memo, d_key)
-        t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
-        kv = _transfer(model, cluster, request, memo, p_key, d_key, same)
-        limit = request.max_ttft_seconds
-        if limit is not None:  # the first token waits for whole decode rounds (e tokens of T_d each)
-            limit -= first_token_seconds(request) + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
-                * decode_rounds_before_first_token(request)
-        worker, seconds = memo.prefill[p_key]
-        if limit is not None and limit <= 0:
-            memo.pairing[key] = (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
-                                 f"first decode step leave no TTFT budget")
-        else:
-            r_p = max_prefill_rate(worker, limit, seconds, memo.prefill_grid.setdefault(p_key, {}))
-            r_d = shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)
-            # neither side moves more KV than its links carry
-            r_p = min(r_p, kv_link_requests_per_second(kv, memo.prefill_shapes[p_key].num_gpus))
-            r_d = min(r_d, kv_link_requests_per_second(kv, shape_d.num_gpus))
-            memo.pairing[key] = "a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else (r_p, r_d)
+        memo.pairing[key] = pairing_rates(model, cluster, request, memo, p_key, memo.shapes[d_key],
+                                          load_cap(memo, d_key), same)
     return memo.pairing[key]
+
+
+def pairing_rates(model, cluster, request, memo, p_key, shape_d: WorkerShape, c_d: float,
+                  same) -> tuple[float, float] | str:
+    """(r_p, r_d) per worker with the decode ranks of `shape_d` running `c_d` sequences, or why
+    the prefill cannot meet TTFT: the first token waits for a decode round at c_d, so the prefill
+    gets what --max-ttft-ms leaves after it (max_prefill_rate), and a rank completes c_d / (O T_d)
+    requests/s (decode_requests_per_second); neither more than the KV links carry."""
+    t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
+    kv = _transfer(model, cluster, request, memo, p_key, shape_d.key, same)
+    limit = request.max_ttft_seconds
+    if limit is not None:  # the first token waits for whole decode rounds (e tokens of T_d each)
+        limit -= first_token_seconds(request) + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
+            * decode_rounds_before_first_token(request)
+    worker, seconds = memo.prefill[p_key]
+    if limit is not None and limit <= 0:
+        return (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "
+                f"first decode step leave no TTFT budget")
+    r_p = max_prefill_rate(worker, limit, seconds, memo.prefill_grid.setdefault(p_key, {}))
+    r_d = shape_d.dp * decode_requests_per_second(c_d, request.output_len, t_d)
+    # neither side moves more KV than its links carry
+    r_p = min(r_p, kv_link_requests_per_second(kv, memo.prefill_shapes[p_key].num_gpus))
+    r_d = min(r_d, kv_link_requests_per_second(kv, shape_d.num_gpus))
+    return "a lone prompt's prefill misses --max-ttft-ms" if r_p <= 0 else (r_p, r_d)
 
 
 E2E_MISS = "E2E latency exceeds --max-e2e-ms"
@@ -1500,9 +1530,8 @@ def crossing_key(model, cluster, request, memo, p_key, n_p, d_key, n_d, same) ->
         return None
     memo_key = (p_key, shape.key, n_p, n_d, same)
     if memo_key not in memo.crossing:
-        memo.crossing[memo_key] = _crossing_cap(model, cluster, request, memo, p_key, shape, n_p, n_d, same, top)
-    cap = memo.crossing[memo_key]
-    return None if cap is None else _cap_key(memo, shape, cap)
+        memo.crossing[memo_key] = _crossing(model, cluster, request, memo, p_key, shape, n_p, n_d, same, top)
+    return memo.crossing[memo_key]
 
 
 def load_cap(memo, d_key: tuple) -> float:
@@ -1548,8 +1577,9 @@ def _cap_key(memo, shape: WorkerShape, cap: int) -> tuple:
     return key
 
 
-def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p, n_d, same, top: int) -> int | None:
-    """crossing_key's cap (None: no cap leaves the prefill a TTFT budget)."""
+def _crossing(model, cluster, request, memo, p_key, shape: WorkerShape, n_p, n_d, same, top: int) -> tuple | None:
+    """crossing_key's key (None: no cap leaves the prefill a TTFT budget): a whole cap's, or
+    balanced_key's fractional load between the two whole caps the sides cross between."""
 
     def matched(c: int):
         rate = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, c), same)
@@ -1566,19 +1596,27 @@ def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p,
     best = max(rates, key=lambda c: (rates[c], c)) if rates else None
     limit = request.max_e2e_seconds
 
-    def meets_e2e(c: int) -> bool:
-        """E2E at c's matched rate within --max-e2e-ms (_loaded_latency, as _detail prices it)."""
-        at = matched(c)
-        if at is None:
+    def meets_e2e(c: int | tuple) -> bool:
+        """E2E at the matched rate of cap c (or key c) within --max-e2e-ms (_loaded_latency, as
+        _detail prices it)."""
+        key = c if isinstance(c, tuple) else _cap_key(memo, shape, c)
+        rate = _pairing(model, cluster, request, memo, p_key, key, same)
+        if isinstance(rate, str):
             return False
-        key, rate = _cap_key(memo, shape, c), at.requests_per_second
+        rate = rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
         # the bound's few rounds before Little's law's bisection
         return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, key, same,
                                        loads_at(memo, n_p, key, n_d, rate)) <= limit and \
             _loaded_latency(model, cluster, request, memo, p_key, n_p, key, n_d, same, rate).e2e_seconds <= limit
 
-    if best is None or limit is None or meets_e2e(best):
-        return best
+    if best is None:
+        return None
+    if best in (low, low + 1):  # at the crossing: between the two whole caps, a fractional load
+        balanced = balanced_key(model, cluster, request, memo, p_key, shape, n_p, n_d, same, low, top)
+        if balanced is not None and balanced[1] > rates[best] and (limit is None or meets_e2e(balanced[0])):
+            return balanced[0]
+    if limit is None or meets_e2e(best):
+        return _cap_key(memo, shape, best)
     # up to the crossing E2E grows with c (more requests/s, longer rounds): the largest c below
     # it that meets the limit; above it the prefill binds and the rate falls with c, and E2E with
     # it: the smallest c above that meets it. The one of the two that completes more (a review:
@@ -1589,7 +1627,50 @@ def _crossing_cap(model, cluster, request, memo, p_key, shape: WorkerShape, n_p,
     budgeted = top if matched(top) is not None else _largest_where(lambda c: matched(c) is not None, top)
     above = _smallest_where(meets_e2e, best, budgeted) if budgeted > best else 0
     met = {c: matched(c).requests_per_second for c in (below, above) if c}
-    return max(met, key=lambda c: (met[c], c)) if met else None
+    return _cap_key(memo, shape, max(met, key=lambda c: (met[c], c))) if met else None
+
+
+BALANCE_BISECTIONS = 12
+"""balanced_key's bisection steps over one sequence (to about 1/4,000 of one)."""
+
+
+def balanced_key(model, cluster, request, memo, p_key, shape: WorkerShape, n_p, n_d, same, low: int,
+                 top: int) -> tuple[tuple, float] | None:
+    """(memo.decode's key, the requests/s a copy completes there) of the fractional load x in
+    (low, low + 1) at which N_p prefill and N_d decode workers take the same rate, where the decode
+    side binds at `low` whole sequences a rank and the prefill side one above (at the TPOT limit's
+    cap `top`: at its fractional load, tpot_load_cap). The first token waits for a decode round at
+    the load the ranks run, so a rank loaded to x leaves the prefill the TTFT budget of T_d(x):
+    whole caps alone leave the rate between N_d r_d(low) and N_p r_p(low + 1), below the crossing's,
+    and the one above is priced as if its ranks ran full while the prefill keeps them below it
+    (helper-154: Qwen3-235B fp8 on 2x8 H200, 1,024-token prompts, TTFT 150 ms: 135.8 output tok/s
+    per GPU at TPOT 18.7 ms, 133.3 at 19.0, as the cap the crossing lay below rose from 6.82 to 7).
+    The ranks are launched at the whole cap above x (no sequence over it runs on average: Little's
+    law at the crossing's rate). By bisection on x over the whole step (r_p falls and r_d rises
+    with x; the same x at any TPOT limit that leaves it below C*); None where the sides do not
+    cross below C* or low + 1, or at low < 1."""
+    if low < 1 or low > top:
+        return None
+    above = (*shape.key, top + 1) if low == top else _cap_key(memo, shape, low + 1)
+    if above not in memo.load_cap and low == top:
+        return None
+    high_load = load_cap(memo, above)
+
+    def decode_binds(load: float) -> bool | None:
+        rate = pairing_rates(model, cluster, request, memo, p_key, shape, load, same)
+        return None if isinstance(rate, str) else rate_match(rate[0], n_p, rate[1], n_d).binding == "decode"
+
+    if decode_binds(float(low)) is not True or decode_binds(high_load) is not False:
+        return None
+    below, over = float(low), low + 1.0  # the whole step, so its answer does not move with C*
+    for _ in range(BALANCE_BISECTIONS):
+        middle = (below + over) / 2
+        below, over = (middle, over) if decode_binds(middle) else (below, middle)
+    key = (*shape.key, memo.decode[above], below)
+    memo.shapes[key], memo.decode[key], memo.load_cap[key] = shape, memo.decode[above], below
+    memo.balanced.add(key)
+    rate = _pairing(model, cluster, request, memo, p_key, key, same)
+    return key, rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
 
 
 def _largest_where(holds: Callable[[int], bool], above: int) -> int:
@@ -1766,6 +1847,16 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
         model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
 
 
+def ms_above(seconds: float, limit_seconds: float) -> str:
+    """`seconds` in ms to two decimals, or to as many more (up to six) as show it above
+    `limit_seconds` (a round of 5.001 ms printed as 5.00 beside a limit of 5 it exceeds)."""
+    for digits in range(2, 7):
+        text = f"{seconds_to_ms(seconds):.{digits}f}"
+        if float(text) > seconds_to_ms(limit_seconds):
+            break
+    return text
+
+
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
             load_rate: float | None = None, binding: str = "clients") -> DisaggEstimate | str:
     """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
@@ -1808,12 +1899,14 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         notes.append(f"the KV link binds: a {match.binding} worker's links move at most {caps[match.binding]:.2f} "
                      f"prompts/s ({kv.bytes_per_request / BYTES_PER_MIB:,.0f} MiB of KV each over "
                      f"{kv.link_kind}), below what its GPUs compute")
-    if d_key in memo.load_cap:
-        full = decode_rounds(model, cluster, request, memo, shape_d)(float(c_d))
+    full = decode_rounds(model, cluster, request, memo, shape_d)(float(c_d))
+    if d_key in memo.load_cap and request.max_tpot_seconds is not None and full > request.max_tpot_seconds:
+        why = ("where the prefill workers' rate within --max-ttft-ms (less a decode round at that load) meets the "
+               "decode ranks'" if d_key in memo.balanced else "the most whose rounds meet --max-tpot-ms")
         notes.append(f"TPOT-bound: each decode rank is launched at --max-num-seqs {c_d:g} and loaded to at most "
-                     f"{memo.load_cap[d_key]:.2f} sequences on average (it runs {c_actual:.2f}), the most whose rounds "
-                     f"meet --max-tpot-ms {seconds_to_ms(request.max_tpot_seconds):g}; with all {c_d:g} running, a "
-                     f"round takes {seconds_to_ms(full):.2f} ms, so a burst that fills them runs over it while it lasts")
+                     f"{memo.load_cap[d_key]:.2f} sequences on average (it runs {c_actual:.2f}), {why}; with all "
+                     f"{c_d:g} running, a round takes {ms_above(full, request.max_tpot_seconds)} ms, over --max-tpot-ms "
+                     f"{seconds_to_ms(request.max_tpot_seconds):g}, so a burst that fills them runs over it while it lasts")
     if decode_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * ttft:
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "
                      f"--max-num-seqs), arrivals find every slot busy at times and wait {seconds_to_ms(decode_wait_seconds):,.0f} "

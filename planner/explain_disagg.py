@@ -18,7 +18,7 @@ from planner.disagg_search import DisaggEstimate, WorkerPlan, same_node_groups
 from planner.explain import MAX_NODES_MAPPED, MemoryBar, MemorySegment, stage_label
 from planner.requests import Speculation
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import BYTES_PER_MIB, seconds_to_ms
+from planner.units import BYTES_PER_MIB, seconds_to_ms, sequences
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def request_path(e: DisaggEstimate, speculation: Speculation | None = None) -> R
         *ahead,
         PathLeg("first decode round", decode_round,
                 f"on a decode worker {e.decode.shape_label} with "
-                f"{e.decode.concurrency:.0f} sequences"),
+                f"{sequences(e.decode.concurrency)} sequences"),
     )
     rounds = (f"{e.output_len - 1} more decode rounds" if speculation is None else
               f"{e.output_len - 1} more tokens, {expected_tokens_per_step(speculation.acceptance):.2f} "
@@ -217,7 +217,7 @@ def worker_memory(cluster: ClusterSpec, role: str, w: WorkerPlan) -> tuple[Memor
         segments = (MemorySegment("weights", s.weights_bytes), MemorySegment("activations", s.activation_bytes),
                     MemorySegment("overhead", s.overhead_bytes), MemorySegment("KV cache", s.kv_cache_bytes))
         note = f"KV cache {s.kv_cache_tokens:,} tokens" + (
-            f"; {w.concurrency:.0f} sequences" if role == "decode" else f"; {w.concurrency:.1f} prompts per step")
+            f"; {sequences(w.concurrency)} sequences" if role == "decode" else f"; {w.concurrency:.1f} prompts per step")
         bars.append(MemoryBar((s.stage,), f"{role} {w.shape_label}, {stage_label(s.stage, w.pp)}",
                               segments, cluster.gpu.memory_bytes, s.budget_bytes, note))
     return tuple(bars)

@@ -75,6 +75,12 @@ def khz_to_hz(khz: float) -> float:
     return khz * HZ_PER_KHZ
 
 
+def sequences(count: float) -> str:
+    """A mean number of sequences: whole from ten up and where whole, else to a tenth (one client
+    over two decode workers runs 0.5 each, which printed as 0; a rank loaded to 1.38 printed as 1)."""
+    return f"{count:.0f}" if count >= 10 or count == round(count) else f"{count:.1f}"
+
+
 def plain(value: float, digits: int = 3) -> str:
     """A count or rate in prose as people write it, `digits` significant digits and never an
     exponent: 2,990 (not 2.99e+03), 1,000,000, 21.2, 0.00153; below 0.001 "under 0.001" (an

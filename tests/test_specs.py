@@ -96,6 +96,16 @@ def test_plain_numbers_never_take_an_exponent(value: float, text: str) -> None:
     assert "e" not in plain(value).replace("under", "") or math.isinf(value)
 
 
+@pytest.mark.parametrize(("count", "text"), [(0.5, "0.5"), (1.0, "1"), (1.38, "1.4"), (6.78, "6.8"), (7.0, "7"),
+                                           (35.2, "35"), (1234.0, "1234")])
+def test_mean_sequences_keep_a_tenth_below_ten(count: float, text: str) -> None:
+    """A decode rank's mean load: a rank loaded to 1.38 sequences printed as 1 in the C_d column
+    beside a launch cap of 2; a tenth below ten, whole from ten and where whole."""
+    from planner.units import sequences
+
+    assert sequences(count) == text
+
+
 def test_plural_and_small_counts() -> None:
     """One of a thing is singular ("1 more GPUs" and "1 layouts rejected" were printed); a count
     below one keeps its first digits (a plan printed 0.15 tok/s as 0)."""

@@ -10,13 +10,7 @@ from planner.emit.command import LaunchStep
 from planner.emit.disagg import COPY_PORT_SHIFT
 from planner.render.common import console, ms, per_node_lines, step_json
 from planner.requests import ServeRequest
-from planner.units import BYTES_PER_MIB
-
-
-def sequences(count: float) -> str:
-    """A mean number of sequences: whole from one up, a tenth below (one client over two decode
-    workers runs 0.5 each, which printed as 0)."""
-    return f"{count:.0f}" if count >= 1 else f"{count:.1f}"
+from planner.units import BYTES_PER_MIB, sequences
 
 COLUMNS = (
     ("#", lambda e, i: str(i)),
@@ -100,7 +94,8 @@ def launch_cap_notes(e: DisaggEstimate) -> list[str]:
     """Why the decode workers' launch cap (--max-num-seqs) is not the table's C_d: C_d is what
     they run at the matched rate, the cap what they were sized for."""
     d = e.decode
-    if d.max_num_seqs <= round(d.concurrency):
+    # a TPOT-bound rank's note says what its cap and load are, and what a burst costs
+    if d.max_num_seqs <= round(d.concurrency) or any(n.startswith("TPOT-bound") for n in e.notes):
         return []
     per = " per DP rank" if d.dp > 1 else ""
     load = {"clients": "at the clients' rate", "request-rate": "at the request rate",

@@ -673,18 +673,18 @@ def test_disaggregated_mode_prices_max_concurrency_as_a_closed_loop(run_plan):
 
 def test_clients_fewer_than_copies_leave_copies_idle(run_plan):
     """C = q k + r clients over k copies: r copies run q + 1, the rest q, as aggregated replicas
-    split them. 8B on 8 H100 (two copies of 4 GPUs): one client keeps one copy at 1 / E2E and
-    leaves the other idle, so the mean per copy is half of that; two clients keep both busy."""
+    split them. 8B on 8 H100, the best-ranked deployment of two copies of 4 GPUs (one copy of all 8
+    ranks first since clients_rate_bound orders the search): one client keeps one copy at 1 / E2E
+    and leaves the other idle, so the mean per copy is half of that; two clients keep both busy."""
     import json as _json
 
     def best(clients: int) -> dict:
         result = run_plan("--model", "llama-3.1-8b", "--cluster", "1x8xH100", "--input-len", "1024",
                           "--output-len", "256", "--mode", "disaggregated", "--max-concurrency", str(clients),
-                          "--json")
-        return _json.loads(result.stdout)["disaggregated"][0]
+                          "--top", "40", "--json")
+        return next(e for e in _json.loads(result.stdout)["disaggregated"] if e["copies"] == 2)
 
     one, two = best(1), best(2)
-    assert one["copies"] == two["copies"] == 2
     assert one["requests_per_second"] == pytest.approx(0.5 / one["e2e_seconds"], rel=1e-3)
     assert two["requests_per_second"] == pytest.approx(1 / two["e2e_seconds"], rel=1e-3)
     assert any("(1 client on 1 of them, 0 on the rest)" in note for note in one["notes"])
@@ -895,21 +895,21 @@ def test_a_looser_tpot_limit_never_lowers_disaggregated_goodput_under_a_ttft_lim
 
 
 def test_the_decode_cap_sits_where_prefill_and_decode_rates_cross():
-    """The recommended deployment's cap c against the same deployment at a fixed --batch of c - 1
-    and c + 1 (the one concurrency then tried): one fewer sequence lets the decode side bind
-    lower, one more leaves the prefill less of the TTFT budget, so neither completes more."""
+    """The recommended deployment's decode ranks are loaded to where the two sides' rates cross,
+    between two whole caps (balanced_key): launched at c and loaded to x in (c - 1, c). The same
+    deployment at a fixed --batch of c - 1 (the one concurrency then tried) lets the decode side
+    bind lower, and at c leaves the prefill the TTFT budget of a round at c (it binds): neither
+    completes as many requests."""
     model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
     request = replace(QWEN_TTFT, max_tpot_seconds=0.1339)
     best = plan_disaggregated(model, cluster, request).recommended
     cap = best.decode.max_num_seqs
-    assert best.binding == "prefill" and best.ttft_seconds <= 0.5
-    for other in (cap - 1, cap + 1):
+    assert best.ttft_seconds <= 0.5 * (1 + 1e-9) and cap - 1 < best.decode.concurrency < cap
+    for other, binding in ((cap - 1, "decode"), (cap, "prefill")):
         same = [e for e in plan_disaggregated(model, cluster, replace(request, batch=other)).candidates
                 if e.label == best.label and e.same_node == best.same_node]
-        assert same and same[0].requests_per_second <= best.requests_per_second, (other, same)
-    below = [e for e in plan_disaggregated(model, cluster, replace(request, batch=cap - 1)).candidates
-             if e.label == best.label and e.same_node == best.same_node]
-    assert below[0].binding == "decode"  # c - 1: the decode side still binds, so c is the crossing
+        assert same and same[0].requests_per_second < best.requests_per_second, (other, same)
+        assert same[0].binding == binding
 
 
 def test_a_goodput_tie_goes_to_the_much_shorter_requests():
@@ -1106,6 +1106,11 @@ def test_a_tpot_bound_decode_rank_runs_the_fraction_of_one_more_sequence():
     assert best.tpot_seconds == pytest.approx(0.005, rel=1e-4)
     assert best.plan_goodput_per_gpu == pytest.approx(17.29, abs=0.01) and best.plan_goodput_per_gpu > 14.0
     assert any(n.startswith("TPOT-bound: each decode rank is launched at --max-num-seqs 2") for n in best.notes)
+    # the table's C_d is the load to a tenth, and the launch-cap note (a burst's "room") gives way to the TPOT-bound one
+    from planner.render.disagg import launch_cap_notes
+    from planner.units import sequences
+
+    assert sequences(best.decode.concurrency) == "1.4" and launch_cap_notes(best) == []
     assert best.decode.concurrency == pytest.approx(best.requests_per_second * 256 * best.tpot_seconds
                                                     / best.decode.workers, rel=1e-3)
 
@@ -1137,3 +1142,80 @@ def test_tpot_is_checked_at_the_load_the_decode_ranks_run():
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
     plan = plan_disaggregated(model, cluster, ServeRequest(input_len=4096, output_len=256, max_tpot_seconds=0.015225))
     assert plan.candidates and all(e.tpot_seconds <= 0.015225 * (1 + 1e-9) for e in plan.candidates)
+
+
+def test_balanced_key_by_hand(monkeypatch):
+    """One prefill and one decode worker whose rates per worker are r_p(x) = 10.5 - x and r_d(x)
+    = x req/s with the decode ranks at x sequences: the decode side binds at 5 whole sequences
+    (5 < 5.5) and the prefill side at 6 (4.5 < 6), so the sides cross at x = 5.25 (10.5 - 5.25 =
+    5.25), between the whole caps. The key found launches the ranks at the whole cap above, 6,
+    and loads them to 5.25 within the bisection's 1/4,096 of a sequence, where a copy completes
+    5.25 req/s (5 and 4.5 at the whole caps)."""
+    import types
+
+    import planner.disagg_search as ds
+
+    monkeypatch.setattr(ds, "pairing_rates", lambda model, cluster, request, memo, p_key, shape, x, same:
+                        (10.5 - x, x))
+    memo, shape = ds._Memo(), types.SimpleNamespace(key=(1, 1, 1))
+    key, rate = ds.balanced_key(None, None, None, memo, ("p",), shape, 1, 1, True, 5, 10)
+    assert memo.decode[key] == 6 and memo.load_cap[key] == pytest.approx(5.25, abs=2.0**-12)
+    assert key in memo.balanced and rate == pytest.approx(5.25, abs=2.0**-12)
+    # the decode side binds at both whole caps 4 and 5: no crossing between them
+    assert ds.balanced_key(None, None, None, memo, ("p",), shape, 1, 1, True, 4, 10) is None
+    # at the TPOT limit's cap 5, only up to its fractional load (tpot_load_cap): at 5.2 the decode side still binds
+    memo.load_cap[ds._cap_key(memo, shape, 6)] = 5.2
+    assert ds.balanced_key(None, None, None, memo, ("p",), shape, 1, 1, True, 5, 5) is None
+    memo.load_cap[ds._cap_key(memo, shape, 6)] = 5.5
+    key, rate = ds.balanced_key(None, None, None, memo, ("p",), shape, 1, 1, True, 5, 5)
+    assert memo.decode[key] == 6 and rate == pytest.approx(5.25, abs=2.0**-12)
+
+
+def test_a_looser_tpot_limit_keeps_the_crossing_where_the_prefill_binds():
+    """helper-154: Qwen3-235B fp8 on 2x8 H200, 1,024-token prompts at TTFT 150 ms. At TPOT 18.7
+    ms the decode ranks (tp 2, three workers) were launched at 7 and loaded to 6.82; at 19.0 the
+    whole cap became 7, the prefill's TTFT budget was priced at a round of 7 sequences while the
+    prefill kept the ranks at 6.49, and goodput fell from 135.8 to 133.3 tok/s per GPU. The ranks
+    are now loaded to where the two sides' rates cross (about 6.78 sequences), at either limit."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    found = [plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.15,
+                                                             max_tpot_seconds=t)).recommended for t in (0.018704, 0.019)]
+    assert all(e.ttft_seconds <= 0.15 * (1 + 1e-9) for e in found)
+    assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu * (1 - 1e-9)
+    assert found[0].plan_goodput_per_gpu > 135.84
+    assert found[1].decode.max_num_seqs == 7 and 6.5 < found[1].decode.concurrency < 7
+
+
+def test_a_round_over_the_tpot_limit_prints_above_it():
+    """The TPOT-bound note's full round: 5.001 ms beside --max-tpot-ms 5 printed as 5.00; it
+    takes as many decimals as show it over the limit (5.86 at two)."""
+    from planner.disagg_search import ms_above
+
+    assert ms_above(0.005001, 0.005) == "5.001" and ms_above(0.00586, 0.005) == "5.86"
+    assert ms_above(0.0050000004, 0.005) == "5.000000"
+
+
+def test_clients_rate_bound_by_hand():
+    """10 clients over 4 copies: 2 copies hold 3 and 2 hold 2 (10 = 2 x 4 + 2). With an E2E of at
+    least 0.5 s a copy of 3 clients completes at most 3 / 0.5 = 6 req/s and one of 2 at most 4;
+    at a capacity of 5 req/s a copy: 2 x min(5, 6) + 2 x min(5, 4) = 10 + 8 = 18 req/s. More
+    copies than clients leave some idle: 2 clients over 4 copies, 2 x min(5, 2) = 4."""
+    from planner.disagg_search import clients_rate_bound
+
+    assert clients_rate_bound(10, 4, 5.0, 0.5) == pytest.approx(18.0)
+    assert clients_rate_bound(2, 4, 5.0, 0.5) == pytest.approx(4.0)
+
+
+def test_a_looser_tpot_limit_never_lowers_a_client_bound_goodput():
+    """Llama-3.1-8B on 1x8 H100 at --max-concurrency 4: 142.6 tok/s per GPU at TPOT 6.5 ms fell to
+    106.1 at 7.3 ms and stayed there (a review sweep): the search priced the rows with the most
+    capacity, which four clients cannot fill, and stopped. It orders them by what the clients
+    can keep them at (clients_rate_bound) now."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    found = [plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_concurrency=4,
+                                                             max_tpot_seconds=t)).recommended
+             for t in (0.0065, 0.0073, 0.02)]
+    assert found[0].plan_goodput_per_gpu > 140
+    # (to the Little's-law bisection's tolerance: the same deployment at caps 105 and 130)
+    assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu * (1 - 1e-5)
+    assert found[2].plan_goodput_per_gpu >= found[1].plan_goodput_per_gpu * (1 - 1e-5)
