@@ -628,6 +628,8 @@ class _Memo:
     """Per decode key launched one sequence above its TPOT cap: the most sequences a rank may run
     on average within --max-tpot-ms (tpot_load_cap), and per key balanced_key registers, its
     fractional load; other keys run up to their cap (load_cap)."""
+    loaded: dict = field(default_factory=dict)
+    """Per (p_key, N_p, d_key, N_d, link, rate): _loaded_latency's answer."""
     balanced: set = field(default_factory=set)
     """The keys of memo.load_cap balanced_key registered (their load the sides' crossing's)."""
 
@@ -785,8 +787,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         gpus, copies = copies_of(p_key, n_p, d_key, n_d, same)
         completed = copies * match.requests_per_second
         if request.max_concurrency is not None:  # what its clients can keep it at (client_bound), at most
+            floor = e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same)
             completed = clients_rate_bound(request.max_concurrency, copies, match.requests_per_second,
-                                           e2e_floor_seconds(model, cluster, request, memo, p_key, d_key, same))
+                                           lambda _rate: floor, 0)
         served = completed * request.output_len
         # whether it keeps up with a sent rate is read only at one (rate_bound's test)
         capacity_per_s = match.requests_per_second if request.offered_rate_per_s is None else \
@@ -903,6 +906,43 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         kept = best_at.get(deployment)
         return kept is not None and kept.plan_goodput_per_gpu >= goodput_per_gpu
 
+    def clients_bound_per_gpu(entry: Combination, exact: bool) -> float:
+        """Output tokens/s per planned GPU the combination's clients keep it at, at most: the
+        order's bound tightened by a lower bound on E2E at each rate (clients_rate_bound), the
+        cheap one's few Little's-law rounds (e2e_lower_bound_seconds) or, `exact`, the E2E
+        client_bound prices (_loaded_latency)."""
+        key = (entry.p_key, entry.n_p, entry.d_key, entry.n_d, entry.same)
+        capacity = matched_load(model, cluster, request, memo, *key).requests_per_second
+
+        def e2e_at(rate: float) -> float:
+            if exact:
+                return _loaded_latency(model, cluster, request, memo, *key, rate).e2e_seconds
+            return e2e_lower_bound_seconds(model, cluster, request, memo, entry.p_key, entry.d_key, entry.same,
+                                           loads_at(memo, entry.n_p, entry.d_key, entry.n_d, rate),
+                                           E2E_CEILING_ITERATIONS)
+
+        completed = clients_rate_bound(request.max_concurrency, copies_of(*key)[1], capacity, e2e_at)
+        return completed * request.output_len / plan_gpus
+
+    def clients_order(entries: list[Combination]):
+        """`entries` (ordered by E2E's floor, clients_rate_bound's loosest) in the order of their
+        tightest bound (clients_bound_per_gpu, cheap then exact), each yielded with it, found
+        lazily: an entry's bound is tightened once it comes first, and the entry is yielded once
+        it comes first with the exact one (each bound is below the looser, so no later entry
+        beats it). Tightening every entry's exact bound cost Qwen3-30B-A3B on 2x8 H200 at 64
+        clients some 5 s a search."""
+        heap = [(entry.neg_tokens_per_second_per_gpu, i, 0, entry) for i, entry in enumerate(entries)]
+        heapq.heapify(heap)
+        while heap:
+            key, i, level, entry = heapq.heappop(heap)
+            if level == 2:
+                yield entry
+                continue
+            per_gpu = clients_bound_per_gpu(entry, exact=level == 1)
+            heapq.heappush(heap, (-per_gpu, i, level + 1, entry._replace(
+                neg_tokens_per_second_per_gpu=-round(per_gpu),
+                requests_per_second=per_gpu * plan_gpus / request.output_len)))
+
     def price_deferred(down_to: float) -> None:
         """The combinations that missed --max-e2e-ms at their matched rate, run below it
         (e2e_limited), best E2E ceiling first, while that ceiling beats both `down_to` (the next
@@ -934,7 +974,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                 e2e_capped.setdefault(deployment, []).append(cap)
             keep(found, *combination_key)
 
-    for entry in bounds:
+    for entry in (bounds if request.max_concurrency is None else clients_order(bounds)):
         _, _, p_key, n_p, d_key, n_d, same, _, _ = entry
         bound_per_gpu = entry.requests_per_second * request.output_len / plan_gpus
         price_deferred(bound_per_gpu)
@@ -1046,7 +1086,8 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     def rate_of(clients: int) -> float:
         return client_bound_rate(model, cluster, request, memo, *combination, clients) if clients else 0.0
 
-    busiest_rate, other_rate = rate_of(q + 1 if r else q), rate_of(q)
+    busiest_rate = rate_of(q + 1 if r else q)
+    other_rate = rate_of(q) if r else busiest_rate
     mean = (r * busiest_rate + (copies - r) * other_rate) / copies
     if mean >= found.requests_per_second:
         return queued_at_capacity(request, found, q + 1 if r else q)
@@ -1068,17 +1109,34 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
                    plan_gpus=found.plan_gpus, gpus_per_node=found.gpus_per_node, notes=(*closed.notes, note))
 
 
-def clients_rate_bound(clients: int, copies: int, capacity_per_s: float, e2e_floor_seconds: float) -> float:
+CLIENT_BOUND_STEPS = 2
+"""clients_rate_bound's steps of R = min(capacity, clients / E2E(R)) from R = 0 (an even count:
+each even step is above the fixed point)."""
+
+
+def clients_rate_bound(clients: int, copies: int, capacity_per_s: float,
+                       e2e_seconds: Callable[[float], float], steps: int = CLIENT_BOUND_STEPS) -> float:
     """Above what `clients` closed-loop clients over `copies` copies complete (client_bound's
-    split: r copies hold q + 1, the rest q, clients = q copies + r): a copy at most its capacity,
-    and at most its clients over the E2E no load beats (Little's law, rate = clients / E2E, E2E
-    at least e2e_floor_seconds'). What the search orders combinations by under --max-concurrency:
-    by their capacity alone, a looser --max-tpot-ms let more capacious deployments fill the
-    priced rows that their clients kept slower (Llama-3.1-8B on 1x8 H100 at 4 clients: 142.6 tok/s
-    per GPU at TPOT 6.5 ms, 106.1 at 7.3; a review sweep)."""
+    split: clients = q copies + r, r copies hold q + 1, the rest q), given `e2e_seconds`, a lower
+    bound on a copy's E2E at a rate that grows with it. A copy held at R by c clients has R =
+    c / E2E(R) (Little's law) <= g(R) = min(capacity, c / e2e_seconds(R)), so R is at most g's
+    fixed point R^, and since g falls with R, g(0) >= R^, g(g(0)) <= R^, g(g(g(0))) >= R^: an even
+    number of steps of R -> g(R) from 0 stays above R^ and tightens with each pair. What the
+    search orders combinations by under --max-concurrency (with E2E's floor: no steps needed),
+    and tests before pricing one (e2e_lower_bound_seconds, CLIENT_BOUND_STEPS): by capacity alone
+    a looser --max-tpot-ms let more capacious deployments fill the priced rows that their clients
+    kept slower (Llama-3.1-8B on 1x8 H100 at 4 clients: 142.6 tok/s per GPU at TPOT 6.5 ms, 106.1
+    at 7.3; a review sweep)."""
+    assert steps % 2 == 0
     q, r = divmod(clients, copies)
-    return (r * min(capacity_per_s, (q + 1) / e2e_floor_seconds)
-            + (copies - r) * min(capacity_per_s, q / e2e_floor_seconds))
+
+    def copy_rate(held: int) -> float:
+        rate = 0.0
+        for _ in range(steps + 1):  # g(0), then the steps
+            rate = min(capacity_per_s, held / e2e_seconds(rate))
+        return rate
+
+    return r * copy_rate(q + 1) + (copies - r) * (copy_rate(q) if q else 0.0)
 
 
 def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: int) -> DisaggEstimate | str:
@@ -1826,7 +1884,17 @@ class LoadedLatency(NamedTuple):
 def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float) -> LoadedLatency:
     """The combination handed `rate` requests/s: prefill at R / N_p (prefill_at_rate), each decode
     rank at the C_d' that Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d')
-    (decode_concurrency_at_rate), the KV transfer, and the TTFT and E2E they make."""
+    (decode_concurrency_at_rate), the KV transfer, and the TTFT and E2E they make. Memoized per
+    combination and rate (memo.loaded): a client-bound search prices the same rates for its bound
+    (clients_rate_bound) and its closed loop's bracket."""
+    key = (p_key, n_p, d_key, n_d, same, rate)
+    if key not in memo.loaded:
+        memo.loaded[key] = _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate)
+    return memo.loaded[key]
+
+
+def _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float) -> LoadedLatency:
+    """_loaded_latency, not memoized."""
     shape_d = memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
@@ -1843,8 +1911,13 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
     """disaggregated.closed_loop_rate of the combination: its rate-matched capacity, E2E at a rate
     from _loaded_latency."""
     capacity = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
-    return closed_loop_rate(clients, capacity, lambda rate: _loaded_latency(
-        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
+
+    def e2e_at(rate: float) -> float:
+        return _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds
+
+    # one copy of `clients` (clients_rate_bound's upper bound brackets the bisection)
+    upper = clients_rate_bound(math.ceil(clients), 1, capacity, e2e_at) if clients >= 1 else None
+    return closed_loop_rate(clients, capacity, e2e_at, upper)
 
 
 def ms_above(seconds: float, limit_seconds: float) -> str:

@@ -20,7 +20,6 @@ from functools import cached_property
 
 from planner.cost.continuous_batching import (
     birth_death_sums,
-    bisect_bracket,
     false_position_bracket,
     prompt_service_seconds,
 )
@@ -429,7 +428,7 @@ def decode_requests_per_second(concurrency: float, output_len: int, round_second
 
 
 CLOSED_LOOP_BISECTIONS = 60
-"""Most bisection rounds of closed_loop_rate."""
+"""Most rounds of closed_loop_rate's false position."""
 CLOSED_LOOP_RELATIVE_TOLERANCE = 1e-5
 """closed_loop_rate stops once its bracket is narrower than this share of its upper end (the
 rate to five digits; each round prices the deployment's decode concurrency by its own bisection,
@@ -437,18 +436,35 @@ and 40 rounds for each of ten candidates took 2 s of a 70B plan on 2x8 H100)."""
 
 
 def closed_loop_rate(clients: float, capacity_requests_per_second: float,
-                     e2e_seconds: Callable[[float], float]) -> float:
+                     e2e_seconds: Callable[[float], float], upper_per_s: float | None = None) -> float:
     """The requests/s `clients` closed-loop clients (each sends its next request when its last
     one ends, as vllm bench serve's --max-concurrency does) keep a deployment at: by Little's
-    law clients = R * E2E(R); E2E grows with R, so R * E2E(R) grows too and bisection finds the
+    law clients = R * E2E(R); E2E grows with R, so R * E2E(R) grows too and false position
+    (continuous_batching.false_position_bracket: some 5 pricings where bisection took 17) finds the
     one R; the capacity where the clients would keep more in flight than it serves at it (they
     then wait client-side). Worked: E2E(R) = 2 s + 0.1 s * R / (1 /s), capacity 10 /s: 8
     clients give 0.1 R^2 + 2 R - 8 = 0, R = (-2 + sqrt(7.2)) / 0.2 = 3.4164 /s; 30 clients
-    (10 * 3 s = 30 in flight at capacity) or more, 10 /s."""
-    if capacity_requests_per_second * e2e_seconds(capacity_requests_per_second) <= clients:
+    (10 * 3 s = 30 in flight at capacity) or more, 10 /s. `upper_per_s`: a rate known to be at
+    least R (disagg_search.clients_rate_bound's), which narrows the bracket; from
+    below, clients / E2E(upper) bounds it (E2E grows with R)."""
+    seen: dict[float, float] = {}
+
+    def excess(rate: float) -> float:  # in flight at `rate` beyond the clients
+        if rate not in seen:
+            seen[rate] = rate * e2e_seconds(rate) - clients
+        return seen[rate]
+
+    if excess(capacity_requests_per_second) <= 0:
         return capacity_requests_per_second
-    return bisect_bracket(0.0, capacity_requests_per_second, lambda rate: rate * e2e_seconds(rate) <= clients,
-                          CLOSED_LOOP_RELATIVE_TOLERANCE, CLOSED_LOOP_BISECTIONS)[0]
+    high = capacity_requests_per_second if upper_per_s is None else min(upper_per_s, capacity_requests_per_second)
+    # R <= high, so E2E(R) <= E2E(high) and R = clients / E2E(R) >= clients / E2E(high)
+    low = min(high, clients / (excess(high) + clients) * high)
+    if excess(low) >= 0:  # E2E flat over the bracket: low is R
+        return low
+    # to the rate's five digits, or to the clients' (in flight within that share of them)
+    low, high = false_position_bracket(low, high, excess, CLOSED_LOOP_RELATIVE_TOLERANCE, CLOSED_LOOP_BISECTIONS,
+                                       CLOSED_LOOP_RELATIVE_TOLERANCE * clients)
+    return high if excess(high) < -excess(low) else low
 
 
 DECODE_CONCURRENCY_BISECTIONS = 40

@@ -1199,11 +1199,16 @@ def test_clients_rate_bound_by_hand():
     """10 clients over 4 copies: 2 copies hold 3 and 2 hold 2 (10 = 2 x 4 + 2). With an E2E of at
     least 0.5 s a copy of 3 clients completes at most 3 / 0.5 = 6 req/s and one of 2 at most 4;
     at a capacity of 5 req/s a copy: 2 x min(5, 6) + 2 x min(5, 4) = 10 + 8 = 18 req/s. More
-    copies than clients leave some idle: 2 clients over 4 copies, 2 x min(5, 2) = 4."""
+    copies than clients leave some idle: 2 clients over 4 copies, 2 x min(5, 2) = 4. With E2E(R)
+    = 2 s + 0.1 s x R, capacity 10 and 8 clients on one copy (the fixed point 3.4164 req/s,
+    closed_loop_rate's worked case): g(0) = 8 / 2 = 4, g(4) = 8 / 2.4 = 3.3333, g(3.3333) = 8 /
+    2.3333 = 3.4286, above the fixed point and below g(0)."""
     from planner.disagg_search import clients_rate_bound
 
-    assert clients_rate_bound(10, 4, 5.0, 0.5) == pytest.approx(18.0)
-    assert clients_rate_bound(2, 4, 5.0, 0.5) == pytest.approx(4.0)
+    assert clients_rate_bound(10, 4, 5.0, lambda _rate: 0.5, 0) == pytest.approx(18.0)
+    assert clients_rate_bound(2, 4, 5.0, lambda _rate: 0.5) == pytest.approx(4.0)
+    bound = clients_rate_bound(8, 1, 10.0, lambda rate: 2.0 + 0.1 * rate)
+    assert bound == pytest.approx(8 / (2 + 0.1 * 8 / 2.4), rel=1e-12) and 3.4164 < bound < 4
 
 
 def test_a_looser_tpot_limit_never_lowers_a_client_bound_goodput():
