@@ -324,13 +324,19 @@ through 2025-01 says so; its Llama configs leave both at the fp32 default)."""
 
 
 def grad_reduce_for(row: Row) -> str:
-    """bf16 main gradients for the Megatron-Bridge containers (25.09 on): their Llama 3 perf
-    scripts set mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
+    """bf16 main gradients but on the long-sequence rows. The Megatron-Bridge containers (25.09 on): their Llama 3
+    perf scripts set mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False
     (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py,
-    set_llama3_common_configs), and for NeMo 24.07's Nemotron-4 340B (grad_sync_dtype bf16,
-    NEMO_BF16_OPTIMIZER_MODELS); NeMo 24.07's Llama configs reduce in apex's fp32 default."""
-    if row.container.startswith("24."):
-        return "bf16" if row.model in NEMO_BF16_OPTIMIZER_MODELS else "fp32"
+    set_llama3_common_configs). NeMo 24.07: Nemotron-4 340B's launcher config says
+    grad_sync_dtype bf16 (NEMO_BF16_OPTIMIZER_MODELS), and the Llama runs' scripts
+    (NeMo-Framework-Launcher tag 24.07, examples/training/llama/h100/llama{2_7b,2_13b,2_70b,
+    3_8b,3_70b}_fp8.sh: the table's global batch 128, fp8) add
+    +training.model.optim.grad_sync_dtype=bf16 to configs that leave it at apex's fp32 default
+    (session 59 read the configs alone and priced fp32: the 8B at cp 2 then needed full
+    recompute, 12.2 GiB over at none). The long-sequence rows (24.03.01) reduce in fp32, as
+    before: no script of theirs was read."""
+    if row.container.startswith("24.") and row.container != "24.07":
+        return "fp32"
     return "bf16"
 
 
