@@ -866,8 +866,10 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         """The `shown`-th goodput per planned GPU found; -inf while fewer are."""
         return -math.inf if len(out) < shown else sorted((e.plan_goodput_per_gpu for e in out), reverse=True)[shown - 1]
 
-    def keep(found: DisaggEstimate, p_key, n_p, d_key, n_d, same) -> None:
-        """`found` into `out`, once per deployment (the best of those run below their matched rate)."""
+    def keep(found: DisaggEstimate, p_key, n_p, d_key, n_d, same, checked: bool = True) -> None:
+        """`found` into `out`, once per deployment (the best of those run below their matched rate).
+        `checked`: whether `found` met the limits at its matched rate (under --max-concurrency one
+        that missed TTFT or E2E there is priced at its clients' load, which must meet them)."""
         unit = math.gcd(n_p, n_d)
         found = replace(found, plan_gpus=plan_gpus, gpus_per_node=cluster.gpus_per_node)
         # the decode cap found was priced at: an E2E refinement's lower one (_largest_meeting_e2e
@@ -877,7 +879,8 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         d_key = refined_key if refined_key in memo.decode and found.decode.max_num_seqs != memo.decode[d_key] \
             else d_key
         if request.max_concurrency is not None:
-            found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
+            found = client_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len,
+                                 checked)
             if isinstance(found, str):
                 rejected[found] = rejected.get(found, 0) + 1
                 return
@@ -906,11 +909,13 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         kept = best_at.get(deployment)
         return kept is not None and kept.plan_goodput_per_gpu >= goodput_per_gpu
 
-    def clients_bound_per_gpu(entry: Combination, exact: bool) -> float:
+    def clients_bound_per_gpu(entry: Combination, exact: bool) -> float | None:
         """Output tokens/s per planned GPU the combination's clients keep it at, at most: the
         order's bound tightened by a lower bound on E2E at each rate (clients_rate_bound), the
         cheap one's few Little's-law rounds (e2e_lower_bound_seconds) or, `exact`, the E2E
-        client_bound prices (_loaded_latency)."""
+        client_bound prices (_loaded_latency). None where, at the exact bound, the busiest copies'
+        E2E, their clients over their rate (Little's law), is over --max-e2e-ms already
+        (client_bound's own proof, E2E_PROOF_TOLERANCE)."""
         key = (entry.p_key, entry.n_p, entry.d_key, entry.n_d, entry.same)
         capacity = matched_load(model, cluster, request, memo, *key).requests_per_second
 
@@ -918,30 +923,60 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             if exact:
                 return _loaded_latency(model, cluster, request, memo, *key, rate).e2e_seconds
             return e2e_lower_bound_seconds(model, cluster, request, memo, entry.p_key, entry.d_key, entry.same,
-                                           loads_at(memo, entry.n_p, entry.d_key, entry.n_d, rate),
-                                           E2E_CEILING_ITERATIONS)
+                                           loads_at(memo, entry.n_p, entry.d_key, entry.n_d, rate))
 
-        completed = clients_rate_bound(request.max_concurrency, copies_of(*key)[1], capacity, e2e_at)
+        copies = copies_of(*key)[1]
+        q, r = divmod(request.max_concurrency, copies)
+        busiest = q + 1 if r else q
+        upper = {c: clients_rate_bound(c, 1, capacity, e2e_at) for c in {q + 1, q} if c}
+        limit = request.max_e2e_seconds
+        # (the exact bound's only: the cheap one's E2E can exceed E2E where a round shortens with the load)
+        if exact and limit is not None and busiest / upper[busiest] > limit * (1 + E2E_PROOF_TOLERANCE):
+            return None
+        completed = r * upper.get(q + 1, 0.0) + (copies - r) * upper.get(q, 0.0)
         return completed * request.output_len / plan_gpus
 
     def clients_order(entries: list[Combination]):
         """`entries` (ordered by E2E's floor, clients_rate_bound's loosest) in the order of their
         tightest bound (clients_bound_per_gpu, cheap then exact), each yielded with it, found
         lazily: an entry's bound is tightened once it comes first, and the entry is yielded once
-        it comes first with the exact one (each bound is below the looser, so no later entry
-        beats it). Tightening every entry's exact bound cost Qwen3-30B-A3B on 2x8 H200 at 64
-        clients some 5 s a search."""
-        heap = [(entry.neg_tokens_per_second_per_gpu, i, 0, entry) for i, entry in enumerate(entries)]
+        it comes first with the exact one; each level's bound is capped at the looser one's (a
+        decode round can shorten as the load grows, past vLLM's fused all-reduce size, so a
+        "lower bound" on E2E can exceed E2E: a review found the cheap one 3.9% over in 74 of
+        54,408 cases), so no later entry beats the one yielded. Tightening every entry's exact
+        bound cost Qwen3-30B-A3B on 2x8 H200 at 64 clients some 5 s a search; entries whose E2E
+        at no load misses --max-e2e-ms go through untightened (the search rejects them unpriced:
+        a review, 20 s a search at 8 clients and E2E 2 s on Qwen3-235B fp8, 0.5 s so)."""
+        # without a TTFT limit a deployment's highest decode cap runs it as any lower one does
+        # below the lower one's capacity (Little's law's concurrency is the same there) and more
+        # above it: its halvings need no bound (Qwen3-30B-A3B at 64 clients and E2E 3 s tightened
+        # 1,700 entries, 4 s). With one, a lower cap leaves the prefill more of the TTFT budget
+        # (_pairing), more capacity: Llama-3.1-70B at 64 clients, TTFT 300 ms, 261.5 -> 205.2
+        top: dict[tuple, Combination] = {}
+        for entry in entries if request.max_ttft_seconds is None else ():
+            key = (entry.p_key, entry.n_p, memo.shapes[entry.d_key].key, entry.n_d, entry.same)
+            if key not in top or load_cap(memo, entry.d_key) > load_cap(memo, top[key].d_key):
+                top[key] = entry
+        entries = list(top.values()) if top else entries
+        heap = [(-entry.requests_per_second, i, 0, entry) for i, entry in enumerate(entries)]
         heapq.heapify(heap)
+        limit = request.max_e2e_seconds
         while heap:
             key, i, level, entry = heapq.heappop(heap)
-            if level == 2:
-                yield entry
+            unit = math.gcd(entry.n_p, entry.n_d)
+            if level == 2 or (entry.p_key, entry.n_p // unit, entry.d_key[:3], entry.n_d // unit, entry.same) in seen \
+                    or limit is not None and e2e_floor_seconds(model, cluster, request, memo, entry.p_key,
+                                                               entry.d_key, entry.same) > limit:
+                yield entry  # (a deployment found already, or one no load brings within E2E: skipped unpriced)
                 continue
             per_gpu = clients_bound_per_gpu(entry, exact=level == 1)
-            heapq.heappush(heap, (-per_gpu, i, level + 1, entry._replace(
-                neg_tokens_per_second_per_gpu=-round(per_gpu),
-                requests_per_second=per_gpu * plan_gpus / request.output_len)))
+            if per_gpu is None:  # proved to miss E2E
+                rejected[E2E_MISS] = rejected.get(E2E_MISS, 0) + 1
+                continue
+            per_gpu = min(per_gpu, entry.requests_per_second * request.output_len / plan_gpus)
+            completed = per_gpu * plan_gpus / request.output_len
+            heapq.heappush(heap, (-completed, i, level + 1, entry._replace(
+                neg_tokens_per_second_per_gpu=-round(per_gpu), requests_per_second=completed)))
 
     def price_deferred(down_to: float) -> None:
         """The combinations that missed --max-e2e-ms at their matched rate, run below it
@@ -994,7 +1029,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if limit is not None:  # skip what a bound proves misses, counted as _detail would count it
             loads = worker_loads(model, cluster, request, memo, p_key, n_p, d_key, n_d, same)
             floor_misses = e2e_floor_seconds(model, cluster, request, memo, *pairing) > limit
-            known_miss = not refinable and (
+            known_miss = not refinable and request.max_concurrency is None and (
                 any(loads[0] >= p and loads[1] >= d for p, d in e2e_misses.get(pairing, ()))
                 or e2e_lower_bound_seconds(model, cluster, request, memo, *pairing, loads) > limit)
             # (with the load the search's own, a miss at the matched rate is run below it: e2e_limited)
@@ -1009,6 +1044,13 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
             # above the cap's: CUDA-graph padding): the halving it came from, as priced before
             d_key = fallback
             found = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len)
+        checked = True
+        if request.max_concurrency is not None and found in (E2E_MISS, TTFT_MISS):
+            # its clients run it below the matched rate: the limits are checked at their load
+            # (client_bound); at the matched rate alone a refinement's lower cap queued them
+            # (a review: Qwen3-235B fp8 at 64 clients, E2E 5.5 s found nothing)
+            found, checked = _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
+                                     check_limits=False), False
         if found == E2E_MISS:
             e2e_misses.setdefault(pairing, []).append(loads)
             if limits_rate:  # run below its matched rate, in its turn (price_deferred)
@@ -1024,7 +1066,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         if isinstance(found, str):
             rejected[found] = rejected.get(found, 0) + 1
             continue
-        keep(found, p_key, n_p, d_key, n_d, same)
+        keep(found, p_key, n_p, d_key, n_d, same, checked)
     price_deferred(-math.inf)
     # the latency objective at a rate: the lowest TPOT at that load among those that keep up
     by_tpot = offered is not None and request.objective == "latency"
@@ -1073,7 +1115,7 @@ def lowest_latencies(model, cluster, request, memo, engine: str) -> tuple[str, .
 
 
 def client_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
-                 max_model_len: int) -> DisaggEstimate | str:
+                 max_model_len: int, checked: bool = True) -> DisaggEstimate | str:
     """`found` under --max-concurrency C over its k copies, C = q k + r: r copies hold q + 1
     clients, the rest q (as the aggregated replicas split them, serve.estimate), each kept at
     client_bound_rate (below its capacity when its clients cannot fill it). The estimate is the
@@ -1086,6 +1128,21 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     def rate_of(clients: int) -> float:
         return client_bound_rate(model, cluster, request, memo, *combination, clients) if clients else 0.0
 
+    busiest = q + 1 if r else q
+    upper = client_rate_upper(model, cluster, request, memo, *combination, busiest)
+    limit = request.max_e2e_seconds
+    # by Little's law the busiest copies' E2E is their clients over their rate, at least clients
+    # over the rate's upper bound: a miss proved without the closed loop's search (a review: a
+    # Mixtral search at 16 clients and E2E 2 s priced every combination's, 1.6 s for none)
+    if limit is not None and busiest / upper > limit * (1 + E2E_PROOF_TOLERANCE):
+        return E2E_MISS
+    # and their rate at least clients / E2E(upper), where TTFT is at least TTFT there (both grow with it)
+    if request.max_ttft_seconds is not None:
+        lower = min(upper, busiest / _loaded_latency(model, cluster, request, memo, *combination, upper).e2e_seconds)
+        if _loaded_latency(model, cluster, request, memo, *combination, lower).ttft_seconds > \
+                request.max_ttft_seconds * (1 + E2E_PROOF_TOLERANCE):
+            return TTFT_MISS
+
     busiest_rate = rate_of(q + 1 if r else q)
     other_rate = rate_of(q) if r else busiest_rate
     mean = (r * busiest_rate + (copies - r) * other_rate) / copies
@@ -1093,8 +1150,8 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
         return queued_at_capacity(request, found, q + 1 if r else q)
     # the busiest copies' latencies: below the capacity found was priced at, so within its limits
     closed = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=busiest_rate)
-    if isinstance(closed, str):
-        return found
+    if isinstance(closed, str):  # `found`, at capacity, where it met the limits there (unchecked: not)
+        return found if checked else closed
     if copies == 1:
         split = ""
     elif r:
@@ -1112,6 +1169,12 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
 CLIENT_BOUND_STEPS = 2
 """clients_rate_bound's steps of R = min(capacity, clients / E2E(R)) from R = 0 (an even count:
 each even step is above the fixed point)."""
+
+
+E2E_PROOF_TOLERANCE = 2.0**-20
+"""client_bound rejects a combination by its rate's bounds only where they miss --max-e2e-ms
+(or --max-ttft-ms) by more than this share (the bound and the closed loop's rate agree to rounding at
+the fixed point)."""
 
 
 def clients_rate_bound(clients: int, copies: int, capacity_per_s: float,
@@ -1517,7 +1580,10 @@ def crossing_entries(model, cluster, request, memo, pairs: dict, bounds: list,
         # cap (whole sequences) bounds it only once raised by one (a review: an implied cap of 1
         # beaten by 1.25x at 1.27 sequences a rank)
         top = min(top_cap, memo.e2e_cap.get(shape_key, math.inf) + 1)
-        full = _pairing(model, cluster, request, memo, p_key, _cap_key(memo, shape, top), same)
+        # a crossing may lie up to the TPOT limit's fractional load above its whole cap (balanced_key)
+        above = (*shape_key, top + 1)
+        full = _pairing(model, cluster, request, memo, p_key,
+                        above if top == top_cap and above in memo.load_cap else _cap_key(memo, shape, top), same)
         upper = n_p * lone[0] if isinstance(full, str) else min(n_p * lone[0], n_d * full[1])
         if request.max_e2e_seconds is not None:
             upper = min(upper, n_p * e2e_prefill_rate(model, cluster, request, memo, p_key, shape, same))
@@ -1915,9 +1981,18 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
     def e2e_at(rate: float) -> float:
         return _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds
 
-    # one copy of `clients` (clients_rate_bound's upper bound brackets the bisection)
-    upper = clients_rate_bound(math.ceil(clients), 1, capacity, e2e_at) if clients >= 1 else None
+    # (clients_rate_bound's upper bound brackets the closed loop's search)
+    upper = client_rate_upper(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients) \
+        if clients >= 1 else None
     return closed_loop_rate(clients, capacity, e2e_at, upper)
+
+
+def client_rate_upper(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients: float) -> float:
+    """Above the rate `clients` closed-loop clients keep one copy of the combination at
+    (clients_rate_bound with the E2E _loaded_latency prices, memoized per rate)."""
+    capacity = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
+    return clients_rate_bound(math.ceil(clients), 1, capacity, lambda rate: _loaded_latency(
+        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
 
 
 def ms_above(seconds: float, limit_seconds: float) -> str:
@@ -1931,10 +2006,13 @@ def ms_above(seconds: float, limit_seconds: float) -> str:
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
-            load_rate: float | None = None, binding: str = "clients") -> DisaggEstimate | str:
+            load_rate: float | None = None, binding: str = "clients",
+            check_limits: bool = True) -> DisaggEstimate | str:
     """The combination at its rate-matched load (_loaded_latency at R = rate_match's); with
     `load_rate`, the lower rate closed-loop clients keep it at (client_bound; binding
-    "clients") or a finite --request-rate sends (rate_bound; binding "request-rate")."""
+    "clients") or a finite --request-rate sends (rate_bound; binding "request-rate").
+    `check_limits` False: TTFT and E2E are not checked (client_bound checks them at the clients'
+    load)."""
     r_p, r_d = _pairing(model, cluster, request, memo, p_key, d_key, same)
     match = rate_match(r_p, n_p, r_d, n_d)
     if load_rate is not None:
@@ -1958,9 +2036,9 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
         if not math.isfinite(decode_wait_seconds):  # at the slots' capacity: rate_match's, not a queue
             decode_wait_seconds = 0.0
         ttft, e2e = ttft + decode_wait_seconds, e2e + decode_wait_seconds
-    if request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
+    if check_limits and request.max_e2e_seconds is not None and e2e > request.max_e2e_seconds:
         return E2E_MISS
-    if request.max_ttft_seconds is not None and ttft > request.max_ttft_seconds:
+    if check_limits and request.max_ttft_seconds is not None and ttft > request.max_ttft_seconds:
         return TTFT_MISS
     if request.max_tpot_seconds is not None and t_d > request.max_tpot_seconds * (1 + TPOT_CHECK_TOLERANCE):
         return TPOT_MISS

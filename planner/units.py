@@ -78,7 +78,8 @@ def khz_to_hz(khz: float) -> float:
 def sequences(count: float) -> str:
     """A mean number of sequences: whole from ten up and where whole, else to a tenth (one client
     over two decode workers runs 0.5 each, which printed as 0; a rank loaded to 1.38 printed as 1)."""
-    return f"{count:.0f}" if count >= 10 or count == round(count) else f"{count:.1f}"
+    tenth = f"{count:.1f}"
+    return f"{count:.0f}" if count >= 10 or count >= 1 and tenth.endswith(".0") else tenth
 
 
 def plain(value: float, digits: int = 3) -> str:

@@ -97,7 +97,8 @@ def test_plain_numbers_never_take_an_exponent(value: float, text: str) -> None:
 
 
 @pytest.mark.parametrize(("count", "text"), [(0.5, "0.5"), (1.0, "1"), (1.38, "1.4"), (6.78, "6.8"), (7.0, "7"),
-                                           (35.2, "35"), (1234.0, "1234")])
+                                           (35.2, "35"), (1234.0, "1234"), (9.96, "10"), (6.96, "7"),
+                                           (0.04, "0.0")])
 def test_mean_sequences_keep_a_tenth_below_ten(count: float, text: str) -> None:
     """A decode rank's mean load: a rank loaded to 1.38 sequences printed as 1 in the C_d column
     beside a launch cap of 2; a tenth below ten, whole from ten and where whole."""

@@ -457,6 +457,8 @@ def closed_loop_rate(clients: float, capacity_requests_per_second: float,
     if excess(capacity_requests_per_second) <= 0:
         return capacity_requests_per_second
     high = capacity_requests_per_second if upper_per_s is None else min(upper_per_s, capacity_requests_per_second)
+    if excess(high) < 0:  # not above R after all (an E2E that dips as R grows): the whole bracket
+        high = capacity_requests_per_second
     # R <= high, so E2E(R) <= E2E(high) and R = clients / E2E(R) >= clients / E2E(high)
     low = min(high, clients / (excess(high) + clients) * high)
     if excess(low) >= 0:  # E2E flat over the bracket: low is R

@@ -1224,3 +1224,20 @@ def test_a_looser_tpot_limit_never_lowers_a_client_bound_goodput():
     # (to the Little's-law bisection's tolerance: the same deployment at caps 105 and 130)
     assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu * (1 - 1e-5)
     assert found[2].plan_goodput_per_gpu >= found[1].plan_goodput_per_gpu * (1 - 1e-5)
+
+
+def test_clients_are_checked_against_the_limits_at_their_own_load():
+    """Qwen3-235B fp8 on 2x8 H200 at 64 clients and --max-e2e-ms 5500 (a review): a deployment
+    that misses E2E at its matched rate was only refined to a lower decode cap, where the 64
+    clients queued, and once the refinements went to other pairings the search found nothing
+    (187.0 tok/s per GPU before the clients' order). Under --max-concurrency a combination that
+    misses TTFT or E2E at its matched rate is priced at its clients' load, where the limits are
+    checked (client_bound): 190.2 at E2E 5.38 s."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    plan = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_concurrency=64,
+                                                           max_e2e_seconds=5.5))
+    best = plan.recommended
+    assert best is not None and best.binding == "clients" and best.plan_goodput_per_gpu > 187.0
+    assert all(e.e2e_seconds <= 5.5 * (1 + 1e-9) for e in plan.candidates)
+    # Little's law on the busiest copy: its clients over its rate is its E2E
+    assert best.requests_per_second * best.e2e_seconds == pytest.approx(64 / best.copies, rel=1e-3)
