@@ -1241,3 +1241,15 @@ def test_clients_are_checked_against_the_limits_at_their_own_load():
     assert all(e.e2e_seconds <= 5.5 * (1 + 1e-9) for e in plan.candidates)
     # Little's law on the busiest copy: its clients over its rate is its E2E
     assert best.requests_per_second * best.e2e_seconds == pytest.approx(64 / best.copies, rel=1e-3)
+
+
+def test_with_a_ttft_limit_every_decode_cap_of_a_deployment_is_bounded_for_its_clients():
+    """Without a TTFT limit the clients' order bounds only a deployment's highest decode cap (a
+    lower one runs the same concurrency below its capacity). With one, a lower cap leaves the
+    prefill more of the TTFT budget, so more capacity: bounding the highest alone took Llama-3.1-70B
+    on 2x8 H100 at 64 clients and TTFT 300 ms from 261.5 to 205.2 tok/s per GPU (a sweep)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    best = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_concurrency=64,
+                                                           max_ttft_seconds=0.3)).recommended
+    assert best is not None and best.ttft_seconds <= 0.3 * (1 + 1e-9)
+    assert best.plan_goodput_per_gpu == pytest.approx(261.5, abs=0.1)
