@@ -70,7 +70,7 @@ from planner.memo import Memo
 from planner.requests import DEFAULT_ALL2ALL_BACKEND, ServeRequest, for_checkpoint
 from planner.serve_search import check_moe_backend
 from planner.specs import ClusterSpec, ModelSpec, SpecError
-from planner.units import BYTES_PER_MIB, plain, plural, seconds_to_ms
+from planner.units import BYTES_PER_MIB, ms_above, plain, plural, seconds_to_ms
 
 MAX_UNIT_NODES = 8
 """The largest disaggregated deployment searched, in nodes: goodput per GPU is what is
@@ -919,19 +919,18 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         key = (entry.p_key, entry.n_p, entry.d_key, entry.n_d, entry.same)
         capacity = matched_load(model, cluster, request, memo, *key).requests_per_second
 
-        def e2e_at(rate: float) -> float:
-            if exact:
-                return _loaded_latency(model, cluster, request, memo, *key, rate).e2e_seconds
-            return e2e_lower_bound_seconds(model, cluster, request, memo, entry.p_key, entry.d_key, entry.same,
-                                           loads_at(memo, entry.n_p, entry.d_key, entry.n_d, rate))
+        def cheap_upper(clients: int) -> float:
+            return clients_rate_bound(clients, 1, capacity, lambda rate: e2e_lower_bound_seconds(
+                model, cluster, request, memo, entry.p_key, entry.d_key, entry.same,
+                loads_at(memo, entry.n_p, entry.d_key, entry.n_d, rate)))
 
         copies = copies_of(*key)[1]
         q, r = divmod(request.max_concurrency, copies)
         busiest = q + 1 if r else q
-        upper = {c: clients_rate_bound(c, 1, capacity, e2e_at) for c in {q + 1, q} if c}
-        limit = request.max_e2e_seconds
+        upper = {c: client_rate_upper(model, cluster, request, memo, *key, c) if exact else cheap_upper(c)
+                 for c in {q + 1, q} if c}
         # (the exact bound's only: the cheap one's E2E can exceed E2E where a round shortens with the load)
-        if exact and limit is not None and busiest / upper[busiest] > limit * (1 + E2E_PROOF_TOLERANCE):
+        if exact and e2e_proved_over(busiest, upper[busiest], request):
             return None
         completed = r * upper.get(q + 1, 0.0) + (copies - r) * upper.get(q, 0.0)
         return completed * request.output_len / plan_gpus
@@ -1133,11 +1132,9 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
 
     busiest = q + 1 if r else q
     upper = client_rate_upper(model, cluster, request, memo, *combination, busiest)
-    limit = request.max_e2e_seconds
-    # by Little's law the busiest copies' E2E is their clients over their rate, at least clients
-    # over the rate's upper bound: a miss proved without the closed loop's search (a review: a
-    # Mixtral search at 16 clients and E2E 2 s priced every combination's, 1.6 s for none)
-    if limit is not None and busiest / upper > limit * (1 + E2E_PROOF_TOLERANCE):
+    # a miss proved without the closed loop's search (a review: a Mixtral search at 16 clients and
+    # E2E 2 s priced every combination's, 1.6 s for none)
+    if e2e_proved_over(busiest, upper, request):
         return E2E_MISS
     # and their rate at least clients / E2E(upper), where TTFT is at least TTFT there (both grow with it)
     if request.max_ttft_seconds is not None:
@@ -1146,11 +1143,11 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
                 request.max_ttft_seconds * (1 + E2E_PROOF_TOLERANCE):
             return TTFT_MISS
 
-    busiest_rate = rate_of(q + 1 if r else q)
+    busiest_rate = rate_of(busiest)
     other_rate = rate_of(q) if r else busiest_rate
     mean = (r * busiest_rate + (copies - r) * other_rate) / copies
     if mean >= found.requests_per_second:
-        return queued_at_capacity(request, found, q + 1 if r else q)
+        return queued_at_capacity(request, found, busiest)
     # the busiest copies' latencies: below the capacity found was priced at, so within its limits
     closed = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=busiest_rate)
     if isinstance(closed, str):  # `found`, at capacity, where it met the limits there (unchecked: not)
@@ -1178,6 +1175,14 @@ E2E_PROOF_TOLERANCE = 2.0**-20
 """client_bound rejects a combination by its rate's bounds only where they miss --max-e2e-ms
 (or --max-ttft-ms) by more than this share (the bound and the closed loop's rate agree to rounding at
 the fixed point)."""
+
+
+def e2e_proved_over(clients: int, upper_per_s: float, request: ServeRequest) -> bool:
+    """Whether `clients` closed-loop clients on a copy whose rate is at most `upper_per_s` miss
+    --max-e2e-ms for sure: by Little's law their E2E is clients over their rate, at least clients
+    / upper (beyond E2E_PROOF_TOLERANCE)."""
+    limit = request.max_e2e_seconds
+    return limit is not None and clients / upper_per_s > limit * (1 + E2E_PROOF_TOLERANCE)
 
 
 def clients_rate_bound(clients: int, copies: int, capacity_per_s: float,
@@ -1998,16 +2003,6 @@ def client_rate_upper(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
         model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
 
 
-def ms_above(seconds: float, limit_seconds: float) -> str:
-    """`seconds` in ms to two decimals, or to as many more (up to six) as show it above
-    `limit_seconds` (a round of 5.001 ms printed as 5.00 beside a limit of 5 it exceeds)."""
-    for digits in range(2, 7):
-        text = f"{seconds_to_ms(seconds):.{digits}f}"
-        if float(text) > seconds_to_ms(limit_seconds):
-            break
-    return text
-
-
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,
             load_rate: float | None = None, binding: str = "clients",
             check_limits: bool = True) -> DisaggEstimate | str:
@@ -2059,7 +2054,7 @@ def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_mod
                "decode ranks'" if d_key in memo.balanced else "the most whose rounds meet --max-tpot-ms")
         notes.append(f"TPOT-bound: each decode rank is launched at --max-num-seqs {c_d:g} and loaded to at most "
                      f"{memo.load_cap[d_key]:.2f} sequences on average (it runs {c_actual:.2f}), {why}; with all "
-                     f"{c_d:g} running, a round takes {ms_above(full, request.max_tpot_seconds)} ms, over --max-tpot-ms "
+                     f"{c_d:g} running, a round takes {ms_above(full, request.max_tpot_seconds, 2, 6)} ms, over --max-tpot-ms "
                      f"{seconds_to_ms(request.max_tpot_seconds):g}, so a burst that fills them runs over it while it lasts")
     if decode_wait_seconds >= SLOT_WAIT_NOTE_FRACTION * ttft:
         notes.append(f"Slot-bound: with at most {math.floor(c_d):,} sequence(s) running per decode rank (its "

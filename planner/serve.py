@@ -91,7 +91,7 @@ from planner.requests import (
     for_checkpoint,
 )
 from planner.specs import ClusterSpec, ModelSpec
-from planner.units import plain, seconds_to_ms
+from planner.units import ms_above, plain, seconds_to_ms
 from planner.workload import random_dataset_lengths, sampled_dataset_lengths, workload_requests
 
 
@@ -292,16 +292,6 @@ def sla_check(request: ServeRequest, steady: SteadyState) -> tuple[bool, bool, b
 def first_failing(request: ServeRequest, steady: SteadyState) -> str | None:
     names = ("ttft", "tpot", "e2e")
     return next((name for name, ok in zip(names, sla_check(request, steady), strict=True) if not ok), None)
-
-
-def ms_above(value_seconds: float, limit_seconds: float) -> str:
-    """value in ms to one decimal, or as many more (up to 4) as it takes to print above the
-    limit: 4.04 ms against a 4 ms limit reads 4.04, not 4.0."""
-    for digits in range(1, 5):
-        text = f"{seconds_to_ms(value_seconds):.{digits}f}"
-        if float(text) > seconds_to_ms(limit_seconds):
-            return text
-    return text
 
 
 def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,

@@ -82,6 +82,17 @@ def sequences(count: float) -> str:
     return f"{count:.0f}" if count >= 10 or count >= 1 and tenth.endswith(".0") else tenth
 
 
+def ms_above(value_seconds: float, limit_seconds: float, min_digits: int = 1, max_digits: int = 4) -> str:
+    """value in ms to `min_digits` decimals, or as many more (up to `max_digits`) as it takes to
+    print above the limit: 4.04 ms against a 4 ms limit reads 4.04, not 4.0 (a decode round of
+    5.001 ms beside --max-tpot-ms 5 printed as 5.00 in the TPOT-bound note)."""
+    for digits in range(min_digits, max_digits + 1):
+        text = f"{seconds_to_ms(value_seconds):.{digits}f}"
+        if float(text) > seconds_to_ms(limit_seconds):
+            break
+    return text
+
+
 def plain(value: float, digits: int = 3) -> str:
     """A count or rate in prose as people write it, `digits` significant digits and never an
     exponent: 2,990 (not 2.99e+03), 1,000,000, 21.2, 0.00153; below 0.001 "under 0.001" (an

@@ -1189,10 +1189,11 @@ def test_a_looser_tpot_limit_keeps_the_crossing_where_the_prefill_binds():
 def test_a_round_over_the_tpot_limit_prints_above_it():
     """The TPOT-bound note's full round: 5.001 ms beside --max-tpot-ms 5 printed as 5.00; it
     takes as many decimals as show it over the limit (5.86 at two)."""
-    from planner.disagg_search import ms_above
+    from planner.units import ms_above
 
-    assert ms_above(0.005001, 0.005) == "5.001" and ms_above(0.00586, 0.005) == "5.86"
-    assert ms_above(0.0050000004, 0.005) == "5.000000"
+    # the note's digits: two, up to six
+    assert ms_above(0.005001, 0.005, 2, 6) == "5.001" and ms_above(0.00586, 0.005, 2, 6) == "5.86"
+    assert ms_above(0.0050000004, 0.005, 2, 6) == "5.000000"
 
 
 def test_clients_rate_bound_by_hand():
