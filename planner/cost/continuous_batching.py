@@ -455,14 +455,16 @@ def false_position_bracket(low: float, high: float, excess: Callable[[float], fl
     """(low, high) with excess(low) < 0 <= excess(high), narrowed by the Illinois false-position
     rule (the secant through the bracket's ends, the stale end's value halved when one end
     stays twice) until high - low <= relative_tolerance * high or an end's |excess| is within
-    value_tolerance; a secant that lands within half that width of an end is replaced by the
-    midpoint (the root is at a jump or a kink). A smooth excess converges in a handful of
-    evaluations where bisection takes about ten; a jump stays bracketed. x^2 - 2 on [1, 2] to
-    |excess| <= 1e-6: 1.41421 in under 10 evaluations."""
+    value_tolerance (its own excess: the halved values steer the secant only, and stopping on
+    them left an end far from the root); a secant that lands within half that width of an end
+    is replaced by the midpoint (the root is at a jump or a kink). A smooth excess converges in a
+    handful of evaluations where bisection takes about ten; a jump stays bracketed. x^2 - 2 on
+    [1, 2] to |excess| <= 1e-6: 1.41421 in under 10 evaluations."""
     f_low, f_high = excess(low), excess(high)
+    true_low, true_high = f_low, f_high
     side = 0
     for _ in range(max_rounds):
-        if high - low <= relative_tolerance * high or min(-f_low, f_high) <= value_tolerance:
+        if high - low <= relative_tolerance * high or min(-true_low, true_high) <= value_tolerance:
             break
         middle = high - f_high * (high - low) / (f_high - f_low) if f_high != f_low else (low + high) / 2
         margin = relative_tolerance * high / 2
@@ -470,12 +472,12 @@ def false_position_bracket(low: float, high: float, excess: Callable[[float], fl
             middle = (low + high) / 2
         f_middle = excess(middle)
         if f_middle < 0:
-            low, f_low = middle, f_middle
+            low, f_low, true_low = middle, f_middle, f_middle
             if side == -1:
                 f_high /= 2
             side = -1
         else:
-            high, f_high = middle, f_middle
+            high, f_high, true_high = middle, f_middle, f_middle
             if side == 1:
                 f_low /= 2
             side = 1

@@ -528,7 +528,11 @@ def test_every_layout_that_keeps_up_completes_exactly_the_rate(model, cluster, l
 def test_false_position_bracket_by_hand():
     """x^2 - 2 on [1, 2]: the Illinois rule stops with the bracket's top within 1e-6 of the
     root's value in fewer evaluations than bisection's ~20, the root inside; a jump (the excess
-    -1 below 0.3, +1 from it) stays bracketed, the bracket shrinking to the tolerance."""
+    -1 below 0.3, +1 from it) stays bracketed, the bracket shrinking to the tolerance. x^20 -
+    0.8^20 on [0, 1] to |excess| <= 0.01: the low end moves eight times and the Illinois rule
+    halves the stale top's value seven times (0.988 / 128 = 0.0077); stopping on that halved
+    value left the bracket at (0.707, 1.0), neither end within 0.01 (the low end's own excess
+    -0.0106). The stop reads each end's own excess, so one end is within it."""
     from planner.cost.continuous_batching import false_position_bracket
 
     calls = []
@@ -540,6 +544,9 @@ def test_false_position_bracket_by_hand():
     low, high = false_position_bracket(1.0, 2.0, square, 1e-12, 60, 1e-6)
     assert low < 2 ** 0.5 <= high and min(2 - low * low, high * high - 2) <= 1e-6
     assert len(calls) < 12
+    steep = lambda x: x ** 20 - 0.8 ** 20  # noqa: E731
+    low, high = false_position_bracket(0.0, 1.0, steep, 1e-12, 60, 0.01)
+    assert low < 0.8 <= high and min(-steep(low), steep(high)) <= 0.01
     low, high = false_position_bracket(0.0, 1.0, lambda x: -1.0 if x < 0.3 else 1.0, 1e-3, 60)
     assert low < 0.3 <= high and high - low <= 1e-3 * high
 
