@@ -457,19 +457,25 @@ def false_position_bracket(low: float, high: float, excess: Callable[[float], fl
     stays twice) until high - low <= relative_tolerance * high or an end's |excess| is within
     value_tolerance (its own excess: the halved values steer the secant only, and stopping on
     them left an end far from the root); a secant that lands within half that width of an end
-    is replaced by the midpoint (the root is at a jump or a kink). A smooth excess converges in a
-    handful of evaluations where bisection takes about ten; a jump stays bracketed. x^2 - 2 on
-    [1, 2] to |excess| <= 1e-6: 1.41421 in under 10 evaluations."""
+    steps that half width in from it (converged from one side, the root is there: the step
+    brackets it within the tolerance), and where the step before did so already, the midpoint
+    is taken instead (the root is at a jump or a kink). A smooth excess converges in a handful of
+    evaluations where bisection takes about ten; a jump stays bracketed. x^2 - 2 on [1, 2] to
+    |excess| <= 1e-6: 1.41421 in under 10 evaluations. (Bisecting at every such landing, a
+    Little's-law solve, decode_concurrency_at_rate, took 17 evaluations on average, a secant
+    within 2^-20 of the root followed by halvings of the whole bracket from the far end.)"""
     f_low, f_high = excess(low), excess(high)
     true_low, true_high = f_low, f_high
-    side = 0
+    side, stepped = 0, False
     for _ in range(max_rounds):
         if high - low <= relative_tolerance * high or min(-true_low, true_high) <= value_tolerance:
             break
         middle = high - f_high * (high - low) / (f_high - f_low) if f_high != f_low else (low + high) / 2
         margin = relative_tolerance * high / 2
-        if not low + margin < middle < high - margin:
-            middle = (low + high) / 2
+        landed_inside = low + margin < middle < high - margin
+        if not landed_inside:
+            middle = (low + high) / 2 if stepped else min(max(middle, low + margin), high - margin)
+        stepped = not landed_inside and not stepped
         f_middle = excess(middle)
         if f_middle < 0:
             low, f_low, true_low = middle, f_middle, f_middle

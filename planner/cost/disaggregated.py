@@ -469,11 +469,10 @@ def closed_loop_rate(clients: float, capacity_requests_per_second: float,
 
 
 DECODE_CONCURRENCY_BISECTIONS = 40
-"""Most bisection rounds of decode_concurrency_at_rate (2^-40 of the bracket)."""
+"""Most false-position rounds of decode_concurrency_at_rate."""
 DECODE_CONCURRENCY_TOLERANCE_SEQUENCES = 2.0**-20
 """decode_concurrency_at_rate stops once its bracket is narrower than this many sequences (about
-a millionth of one), which moves no printed figure, and the E2E-limited disaggregated search runs
-the bisection some 1,500 times (24 rounds instead of 40 on a 100-sequence bracket)."""
+a millionth of one), which moves no printed figure."""
 
 
 def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
@@ -482,9 +481,11 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
     C = R * O * T_d(C) (each request holds a slot for O rounds of T_d), at most `cap` (the
     concurrency its TPOT limit and KV cache allow, where T_d(cap) priced its rate); a rank whose
     mean occupancy is below one sequence runs at T_d(1), C = R * O * T_d(1). T_d grows with C,
-    so C lies between 1 and R * O * T_d(cap); bisection on C - R * O * T_d(C) keeps the upper end, where the rank keeps
-    up with its rate (a fixed-point iteration oscillates on the small steps a round's time takes
-    with C). Worked (test_decode_concurrency_at_rate_by_hand): T_d(C) = 10 ms + 0.1 ms * C,
+    so C lies between 1 and R * O * T_d(cap); false position on C - R * O * T_d(C)
+    (continuous_batching.false_position_bracket) keeps the upper end, where the rank keeps up
+    with its rate (a fixed-point iteration oscillates on the small steps a round's time takes
+    with C; bisection took 24 rounds to the tolerance where T_d is smooth between them, and the
+    closed loop of --max-concurrency runs it some 2,000 times a search). Worked (test_decode_concurrency_at_rate_by_hand): T_d(C) = 10 ms + 0.1 ms * C,
     R = 20 /s, O = 256: C = 5,120 * (0.01 + 0.0001 C) -> C = 51.2 / 0.488 = 104.9 sequences at
     T_d 20.5 ms, where pricing T_d at the cap of 200 (30 ms) gave 153.6."""
     rate = requests_per_second * output_len
@@ -496,12 +497,8 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
     low, at_one = 1.0, rate * round_seconds(1.0)
     if at_one <= low:  # idle part of the time: a lone sequence's rounds
         return at_one
-    for _ in range(DECODE_CONCURRENCY_BISECTIONS):
-        if high - low < DECODE_CONCURRENCY_TOLERANCE_SEQUENCES:
-            break
-        middle = (low + high) / 2
-        low, high = (low, middle) if middle - rate * round_seconds(middle) >= 0.0 else (middle, high)
-    return high
+    return false_position_bracket(low, high, lambda c: c - rate * round_seconds(c),
+                                  DECODE_CONCURRENCY_TOLERANCE_SEQUENCES / high, DECODE_CONCURRENCY_BISECTIONS)[1]
 
 
 @dataclass(frozen=True)

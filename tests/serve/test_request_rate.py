@@ -532,7 +532,10 @@ def test_false_position_bracket_by_hand():
     0.8^20 on [0, 1] to |excess| <= 0.01: the low end moves eight times and the Illinois rule
     halves the stale top's value seven times (0.988 / 128 = 0.0077); stopping on that halved
     value left the bracket at (0.707, 1.0), neither end within 0.01 (the low end's own excess
-    -0.0106). The stop reads each end's own excess, so one end is within it."""
+    -0.0106). The stop reads each end's own excess, so one end is within it. To a bracket of
+    1e-12 of the root instead: the secant reaches the root from one side and lands within the
+    tolerance of the low end; a step of half the tolerance in from it brackets the root, 10
+    evaluations (bisecting there, from the far end, took 26)."""
     from planner.cost.continuous_batching import false_position_bracket
 
     calls = []
@@ -544,6 +547,10 @@ def test_false_position_bracket_by_hand():
     low, high = false_position_bracket(1.0, 2.0, square, 1e-12, 60, 1e-6)
     assert low < 2 ** 0.5 <= high and min(2 - low * low, high * high - 2) <= 1e-6
     assert len(calls) < 12
+    calls.clear()
+    low, high = false_position_bracket(1.0, 2.0, square, 1e-12, 60)
+    assert low < 2 ** 0.5 <= high and high - low <= 1e-12 * high
+    assert len(calls) <= 12
     steep = lambda x: x ** 20 - 0.8 ** 20  # noqa: E731
     low, high = false_position_bracket(0.0, 1.0, steep, 1e-12, 60, 0.01)
     assert low < 0.8 <= high and min(-steep(low), steep(high)) <= 0.01
