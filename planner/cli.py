@@ -221,7 +221,7 @@ SequenceParallelOpt = Annotated[bool | None, typer.Option("--sequence-parallel/-
 ZeroOpt = Annotated[int | None, typer.Option(help="Train: ZeRO stage 0-3 (1 = distributed optimizer).")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Train: flash (current stacks) or materialized (2021-22 Megatron-LM, DeepSpeed).")]
 AttentionKernelOpt = Annotated[AttentionKernel, typer.Option(help="Train, --attention flash: the kernel's speed. auto: what the engine picks by itself (Transformer Engine: cuDNN's fused attention on Hopper and later, --attention-backend auto; torchtitan: SDPA, cuDNN first), at the GPU's measured rate; fa2: FlashAttention-2 forced (Megatron --attention-backend flash --flash-attention-version 2, as 2023-24 stacks ran), 35% of the 16-bit peak on Hopper and later.")]
-PrecisionOpt = Annotated[Precision, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (GPUs with fp8 tensor cores: Ada, Hopper or later).")]
+PrecisionOpt = Annotated[Precision | None, typer.Option(help="Train: bf16, or fp8 linear GEMMs through Transformer Engine (GPUs with fp8 tensor cores: Ada, Hopper or later). Default: 16-bit, in the checkpoint's 16 bits with Megatron (--fp16 for a float16 checkpoint), bfloat16 with torchtitan; bf16 given trains in bfloat16 whatever the checkpoint's.")]
 Fp8RecipeOpt = Annotated[Fp8RecipeChoice | None, typer.Option(help="Train, with --precision fp8: the scaling recipe, delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise (1x128 / 128x128 blocks, Hopper and later; Megatron only); default the engine's own (Megatron delayed, torchtitan tensorwise).")]
 GradReduceOpt = Annotated[GradReduce, typer.Option(help="Train: the main gradients' dtype, in which they accumulate and reduce: fp32 (Megatron's default) or bf16 (--grad-reduce-in-bf16: half the gradient memory and DP traffic).")]
 OptimizerStatesOpt = Annotated[OptimizerStates, typer.Option(help="Train: Adam's moments' dtype: fp32 (Megatron's default) or bf16 (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: the optimizer's 12 bytes per parameter become 6, the fp32 master weights kept as 16-bit remainders, or 8 with fp8 recipes other than delayed; needs ZeRO >= 1). Megatron only.")]
@@ -242,7 +242,6 @@ DEFAULT_MOE_BACKEND = MoeBackend(ServeRequest.moe_backend)
 DEFAULT_ALL2ALL_BACKEND = All2AllBackend(ServeRequest.all2all_backend)
 DEFAULT_ATTENTION = Attention(TrainRequest.attention)
 DEFAULT_ATTENTION_KERNEL = AttentionKernel(TrainRequest.attention_kernel)
-DEFAULT_PRECISION = Precision(TrainRequest.precision)
 DEFAULT_ENGINE = Engine(TrainRequest.engine)
 DEFAULT_ENGINE_VERSION = str(ServeRequest.engine_versions)
 
@@ -286,7 +285,7 @@ class PlanOptions:
     zero: int | None
     attention: Attention = DEFAULT_ATTENTION
     attention_kernel: AttentionKernel = DEFAULT_ATTENTION_KERNEL
-    precision: Precision = DEFAULT_PRECISION
+    precision: Precision | None = None
     fp8_recipe: Fp8RecipeChoice | None = None
     tp_comm_overlap: bool = True
     moe_comm_overlap: bool = True
@@ -478,7 +477,8 @@ def train_request(opts: PlanOptions) -> TrainRequest:
         zero_stage=opts.zero,
         attention=opts.attention.value,
         attention_kernel=opts.attention_kernel.value,
-        precision=opts.precision.value,
+        precision=TrainRequest.precision if opts.precision is None else opts.precision.value,
+        bf16_asked=opts.precision == Precision.bf16,
         fp8_recipe=_value(opts.fp8_recipe),
         tp_comm_overlap=opts.tp_comm_overlap,
         moe_comm_overlap=opts.moe_comm_overlap,
@@ -755,7 +755,7 @@ def plan(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     attention_kernel: AttentionKernelOpt = DEFAULT_ATTENTION_KERNEL,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
+    precision: PrecisionOpt = None,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     moe_comm_overlap: MoeCommOverlapOpt = True,
@@ -962,7 +962,7 @@ def explain(
     zero: ZeroOpt = None,
     attention: AttentionOpt = DEFAULT_ATTENTION,
     attention_kernel: AttentionKernelOpt = DEFAULT_ATTENTION_KERNEL,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
+    precision: PrecisionOpt = None,
     fp8_recipe: Fp8RecipeOpt = None,
     tp_comm_overlap: TpCommOverlapOpt = True,
     moe_comm_overlap: MoeCommOverlapOpt = True,

@@ -941,20 +941,21 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         """`entries` (ordered by E2E's floor, clients_rate_bound's loosest) in the order of their
         tightest bound (clients_bound_per_gpu, cheap then exact), each yielded with it, found
         lazily: an entry's bound is tightened once it comes first, and the entry is yielded once
-        it comes first with the exact one (the cheap one with a TTFT limit); each level's bound is capped at the looser one's (a
+        it comes first with the exact one; each level's bound is capped at the looser one's (a
         decode round can shorten as the load grows, past vLLM's fused all-reduce size, so a
         "lower bound" on E2E can exceed E2E: a review found the cheap one 3.9% over in 74 of
         54,408 cases), so no later entry beats the one yielded. Tightening every entry's exact
         bound cost Qwen3-30B-A3B on 2x8 H200 at 64 clients some 5 s a search; entries whose E2E
         at no load misses --max-e2e-ms go through untightened (the search rejects them unpriced:
         a review, 20 s a search at 8 clients and E2E 2 s on Qwen3-235B fp8, 0.5 s so)."""
-        # without a TTFT limit a deployment's highest decode cap runs it as any lower one does
-        # below the lower one's capacity (Little's law's concurrency is the same there) and more
-        # above it: its halvings need no bound (Qwen3-30B-A3B at 64 clients and E2E 3 s tightened
-        # 1,700 entries, 4 s). With one, a lower cap leaves the prefill more of the TTFT budget
-        # (_pairing), more capacity: Llama-3.1-70B at 64 clients, TTFT 300 ms, 261.5 -> 205.2
+        # a deployment's highest decode cap runs it as any lower one does below the lower one's
+        # capacity (Little's law's concurrency is the same there) and more above it: its halvings
+        # need no bound (Qwen3-30B-A3B at 64 clients and E2E 3 s tightened 1,700 entries, 4 s).
+        # With a TTFT limit too: under clients the prefill's budget is priced with a lone
+        # sequence's round whatever the cap (pairing_rates; at the cap, a lower one had left it
+        # more: Llama-3.1-70B at 64 clients, TTFT 300 ms, 261.5 -> 205.2 bounding the highest alone)
         top: dict[tuple, Combination] = {}
-        for entry in entries if request.max_ttft_seconds is None else ():
+        for entry in entries:
             key = (entry.p_key, entry.n_p, memo.shapes[entry.d_key].key, entry.n_d, entry.same)
             if key not in top or load_cap(memo, entry.d_key) > load_cap(memo, top[key].d_key):
                 top[key] = entry
@@ -962,9 +963,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         heap = [(-entry.requests_per_second, i, 0, entry) for i, entry in enumerate(entries)]
         heapq.heapify(heap)
         limit = request.max_e2e_seconds
-        # with a TTFT limit every cap is bounded, and the exact tier cost more than the pricing it
-        # spared (Qwen3-30B-A3B on 2x8 H200 at 64 clients, TTFT 300 ms, E2E 6 s: 5.0 -> 3.7 s)
-        levels = 1 if request.max_ttft_seconds is not None else 2
+        levels = 2  # the cheap tier, then the exact one
         while heap:
             key, i, level, entry = heapq.heappop(heap)
             unit = math.gcd(entry.n_p, entry.n_d)
@@ -1414,13 +1413,21 @@ def pairing_rates(model, cluster, request, memo, p_key, shape_d: WorkerShape, c_
     """(r_p, r_d) per worker with the decode ranks of `shape_d` running `c_d` sequences, or why
     the prefill cannot meet TTFT: the first token waits for a decode round at c_d, so the prefill
     gets what --max-ttft-ms leaves after it (max_prefill_rate), and a rank completes c_d / (O T_d)
-    requests/s (decode_requests_per_second); neither more than the KV links carry."""
-    t_d = decode_rounds(model, cluster, request, memo, shape_d)(c_d)
+    requests/s (decode_requests_per_second); neither more than the KV links carry. Under
+    --max-concurrency the clients set the load, and the round the first token waits for is at
+    the sequences they keep in flight, not at the cap: the prefill's budget is priced with a lone
+    sequence's round (the least; r_p an upper bound), and client_bound checks TTFT at the clients'
+    own load. (Priced at the cap, deployments that met the limit at that load were rejected as
+    full: Llama-3.1-8B on 1x8 H100 at 64 clients, TTFT 43.07 ms without a limit, found nothing
+    at --max-ttft-ms 44; a review.)"""
+    rounds = decode_rounds(model, cluster, request, memo, shape_d)
+    t_d = rounds(c_d)
+    t_first = t_d if request.max_concurrency is None else rounds(min(c_d, 1.0))
     kv = _transfer(model, cluster, request, memo, p_key, shape_d.key, same)
     limit = request.max_ttft_seconds
     if limit is not None:  # the first token waits for whole decode rounds (e tokens of T_d each)
-        limit -= first_token_seconds(request) + kv.exposed_seconds + t_d * speculation_shape(request.speculation)[0] \
-            * decode_rounds_before_first_token(request)
+        limit -= first_token_seconds(request) + kv.exposed_seconds + t_first * speculation_shape(
+            request.speculation)[0] * decode_rounds_before_first_token(request)
     worker, seconds = memo.prefill[p_key]
     if limit is not None and limit <= 0:
         return (f"KV transfer over {kv.link_kind} ({seconds_to_ms(kv.exposed_seconds):.1f} ms) and the "

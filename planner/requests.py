@@ -493,7 +493,11 @@ class TrainRequest:
     (>= 1); None = efficiency.EXPERT_LOAD_IMBALANCE."""
     precision: Literal["bf16", "fp8"] = "bf16"
     """`--precision`: bf16, or fp8 (the blocks' linear GEMMs in fp8, scaled by `fp8_recipe`;
-    needs a GPU with fp8 tensor cores)."""
+    needs a GPU with fp8 tensor cores). bf16 means the 16-bit mixed precision: the checkpoint's
+    16 bits with Megatron unless `bf16_asked` (train.trained_model)."""
+    bf16_asked: bool = False
+    """`--precision bf16` given: bfloat16 even where the checkpoint is float16 (a run from
+    scratch has no checkpoint to follow; without it Megatron trains a float16 one with --fp16)."""
     fp8_recipe: Fp8Recipe | None = None
     """`--fp8-recipe`, only with --precision fp8: delayed (Transformer Engine DelayedScaling),
     tensorwise (Float8CurrentScaling), mxfp8 (MXFP8BlockScaling, Blackwell) or blockwise

@@ -1497,14 +1497,21 @@ def trained_model(model: ModelSpec, request: TrainRequest) -> ModelSpec:
     costs read model.num_mtp_layers (stage_params_per_gpu, mtp_stage_seconds, flops). Megatron
     builds MTP only with rotary or no position embeddings (arguments.py core_v0.14.0 and
     core_v0.19.0): asked for a learned-position model, a SpecError; by default such a model
-    trains none (training_caveats says so)."""
+    trains none (training_caveats says so). Its 16 bits (params.training_dtype reads the dtype): a
+    float16 checkpoint trains in float16 with Megatron (--fp16) unless --precision bf16 was given
+    (TrainRequest.bf16_asked), and in bfloat16 with torchtitan, whose mixed_precision_param takes
+    bfloat16 or float32 only (config/job_config.py at v0.2.2; the emitted TOML leaves its default,
+    bfloat16)."""
     num = request.mtp_layers
     if num is None:
         num = model.num_mtp_layers if request.engine == "megatron" and mtp_position_ok(model) else 0
     if num and not mtp_position_ok(model):
         raise SpecError(f"--mtp-layers {num}: Megatron-LM builds multi-token prediction only with rope or no "
                         f"position embeddings; {model.name} has learned positions")
-    return model if num == model.num_mtp_layers else model.model_copy(update={"num_mtp_layers": num})
+    update: dict = {} if num == model.num_mtp_layers else {"num_mtp_layers": num}
+    if model.dtype == "float16" and (request.bf16_asked or request.engine == "torchtitan"):
+        update["dtype"] = "bfloat16"
+    return model.model_copy(update=update) if update else model
 
 
 def mtp_position_ok(model: ModelSpec) -> bool:

@@ -206,8 +206,8 @@ def summary_lines(plan: TrainPlan) -> list[str]:
                  "parameters' dtype, Megatron having no bf16 gradients under --fp16 (2 bytes a parameter, as "
                  "priced)" if c.grad_reduce == "bf16" else
                  "fp32 main gradients: --accumulate-allreduce-grads-in-fp32")
-        lines.append(f"Precision: fp16 mixed precision, the checkpoint's dtype (--fp16, {grads}); bf16 would "
-                     f"need a bfloat16 checkpoint.")
+        lines.append(f"Precision: fp16 mixed precision, the checkpoint's dtype (--fp16, {grads}); --precision "
+                     f"bf16 trains in bfloat16 instead (a run from scratch has no checkpoint to follow).")
     lines += mtp_notes(plan.model, c.pp)
     lines += beyond_positions_lines(plan.model, plan.request.seq_len)
     if best.bubble_share_of_step > WIDE_BUBBLE_FRACTION:
@@ -694,7 +694,7 @@ def print_plan_json(model, cluster, plan: TrainPlan, request, steps_for: StepsFo
         "engine": request.engine,
         "mtp_layers": plan.model.num_mtp_layers,
         # the 16-bit type of the mixed precision (--fp16 or --bf16; a layout's "precision" says bf16 or fp8)
-        "training_dtype": training_dtype(model),
+        "training_dtype": training_dtype(plan.model),
         # the request's main-gradient and Adam-moment dtypes (each layout repeats them)
         "grad_reduce": request.grad_reduce,
         "optimizer_states": request.optimizer_states,

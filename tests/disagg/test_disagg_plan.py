@@ -484,6 +484,23 @@ def test_closed_loop_rate_by_hand():
     assert closed_loop_rate(1000, 10.0, e2e) == 10.0
 
 
+def test_closed_loop_rate_where_e2e_dips():
+    """E2E 2 s below 6 /s and 1.5 s from it (a decode round that shortens past the fused
+    all-reduce's size), capacity 10 /s, 8 clients: at capacity 15 in flight; the lower bound
+    clients / E2E(10 /s) = 8 / 1.5 = 5.33 /s holds 5.33 * 2 = 10.7 (not 8: taking it as R broke
+    Little's law), so R is below it: 8 / 2 s = 4 /s, 8 in flight. With an upper bound under R
+    (3 /s, excess -2) the bracket widens to the capacity first and lands there too."""
+    from planner.cost.disaggregated import closed_loop_rate
+
+    def e2e(rate: float) -> float:
+        return 2.0 if rate < 6 else 1.5
+
+    for upper in (None, 3.0):
+        rate = closed_loop_rate(8, 10.0, e2e, upper)
+        assert rate == pytest.approx(4.0, rel=1e-4)
+        assert rate * e2e(rate) == pytest.approx(8, rel=1e-4)
+
+
 @settings(max_examples=50, deadline=None)
 @given(clients=st.floats(0.1, 1e4), capacity=st.floats(0.01, 1e3), base=st.floats(0.01, 100),
        slope=st.floats(0, 10))
@@ -1244,13 +1261,30 @@ def test_clients_are_checked_against_the_limits_at_their_own_load():
     assert best.requests_per_second * best.e2e_seconds == pytest.approx(64 / best.copies, rel=1e-3)
 
 
-def test_with_a_ttft_limit_every_decode_cap_of_a_deployment_is_bounded_for_its_clients():
-    """Without a TTFT limit the clients' order bounds only a deployment's highest decode cap (a
-    lower one runs the same concurrency below its capacity). With one, a lower cap leaves the
-    prefill more of the TTFT budget, so more capacity: bounding the highest alone took Llama-3.1-70B
-    on 2x8 H100 at 64 clients and TTFT 300 ms from 261.5 to 205.2 tok/s per GPU (a sweep)."""
+def test_with_a_ttft_limit_the_clients_find_the_deployment_a_lower_cap_found():
+    """The clients' order bounds only a deployment's highest decode cap (a lower one runs the same
+    concurrency below its capacity). When the prefill's TTFT budget was priced with the round at the
+    cap, a lower cap left it more, and bounding the highest alone took Llama-3.1-70B on 2x8 H100
+    at 64 clients and TTFT 300 ms from 261.5 to 205.2 tok/s per GPU (a sweep); under clients the
+    budget is priced with a lone sequence's round, the same at every cap (pairing_rates)."""
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
     best = plan_disaggregated(model, cluster, ServeRequest(input_len=1024, output_len=256, max_concurrency=64,
                                                            max_ttft_seconds=0.3)).recommended
     assert best is not None and best.ttft_seconds <= 0.3 * (1 + 1e-9)
     assert best.plan_goodput_per_gpu == pytest.approx(261.5, abs=0.1)
+
+
+def test_a_ttft_limit_the_clients_meet_keeps_the_deployment_they_run():
+    """Under --max-concurrency the first token waits for a decode round at the sequences the
+    clients keep in flight, not at the decode cap. Llama-3.1-8B on 1x8 H100, 64 clients: 1,499.2
+    tok/s per GPU at TTFT 43.07 ms without a limit; at --max-ttft-ms 44 the prefill's budget,
+    priced with the round at the cap (128 sequences, 7.21 ms), capped the deployment at 42.62 req/s
+    where the clients keep 46.85 at some 62 sequences, so the clients "queued" and nothing was
+    found (a review; Qwen3-30B-A3B at 16 clients and TTFT 77 ms found 198.6 for 201.5). Priced with
+    a lone sequence's round and checked at the clients' load, the limit keeps the no-limit answer."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    free = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64)).recommended
+    limited = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64, max_ttft_seconds=0.044)).recommended
+    assert free is not None and free.ttft_seconds < 0.044
+    assert limited is not None and limited.ttft_seconds <= 0.044
+    assert limited.plan_goodput_per_gpu == pytest.approx(free.plan_goodput_per_gpu, rel=1e-5)

@@ -6,13 +6,16 @@ answer (found by a CLI sweep)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from planner.catalog import resolve_cluster, resolve_model
 from planner.cost.params import training_dtype
 from planner.emit.megatron import megatron_steps
 from planner.requests import LayoutFilter, TrainRequest
-from planner.train import training_caveats
+from planner.train import trained_model, training_caveats
 from planner.train_search import search
 
 REQUEST = TrainRequest(global_batch=64, seq_len=4096, layout=LayoutFilter(tp=1, dp=8), zero_stage=1,
@@ -39,3 +42,30 @@ def test_a_float32_checkpoint_is_told_it_trains_in_bf16():
     (note,) = [c for c in training_caveats(model, REQUEST) if "float32" in c]
     assert "bf16 mixed precision" in note and "not planned" in note
     assert not [c for c in training_caveats(resolve_model("llama-3.1-8b"), REQUEST) if "float32" in c]
+
+
+def test_a_float16_checkpoint_trains_in_bf16_when_asked_or_under_torchtitan():
+    """A float16 checkpoint trains in fp16 with Megatron by default (as the 2021 GPT-3 runs did),
+    in bf16 with --precision bf16 given (a run from scratch has no checkpoint to follow; it had been
+    replaced by --fp16 silently) and with torchtitan, whose mixed_precision_param takes bfloat16 or
+    float32 only (the plan had printed Megatron's --fp16 flags beside a bf16 torchtitan run)."""
+    model = resolve_model("llama-3.1-8b").model_copy(update={"dtype": "float16"})
+    assert trained_model(model, REQUEST).dtype == "float16"
+    assert trained_model(model, replace(REQUEST, bf16_asked=True)).dtype == "bfloat16"
+    assert trained_model(model, replace(REQUEST, engine="torchtitan")).dtype == "bfloat16"
+
+
+def test_the_cli_honours_precision_bf16_on_a_float16_checkpoint(run_plan):
+    """gpt3-175b's spec is float16: by default --fp16 and the note saying so; with --precision bf16
+    --bf16 and no fp16 note; torchtitan says nothing of Megatron's flags and reports bfloat16."""
+    args = ("--workload", "train", "--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536",
+            "--seq-len", "2048", "--top", "1")
+    default, asked = run_plan(*args), run_plan(*args, "--precision", "bf16")
+    assert default.returncode == asked.returncode == 0, default.stderr + asked.stderr
+    assert " --fp16" in default.stdout and "Precision: fp16 mixed precision" in default.stdout
+    assert " --bf16" in asked.stdout and " --fp16" not in asked.stdout and "Precision: fp16" not in asked.stdout
+    titan = run_plan(*args, "--engine", "torchtitan", "--json")
+    assert titan.returncode == 0, titan.stderr
+    assert json.loads(titan.stdout)["training_dtype"] == "bfloat16"
+    text = run_plan(*args, "--engine", "torchtitan")
+    assert "Precision: fp16" not in text.stdout and "--accumulate-allreduce-grads-in-fp32" not in text.stdout
