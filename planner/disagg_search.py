@@ -1158,6 +1158,12 @@ def client_bound(model, cluster, request, memo, found: DisaggEstimate, combinati
     closed = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=busiest_rate)
     if isinstance(closed, str):  # `found`, at capacity, where it met the limits there (unchecked: not)
         return found if checked else closed
+    if busiest_rate >= found.requests_per_second:  # the busiest copies full, the rest not: their
+        # clients beyond it queue (a review: 141 clients on two Llama-3.1-70B copies, 71 on the
+        # busiest past its 70.5 in flight, showed E2E 11.56 s for 71 / 6.10 = 11.64 s)
+        closed = queued_at_capacity(request, closed, busiest)
+        if isinstance(closed, str):
+            return closed
     if copies == 1:
         split = ""
     elif r:

@@ -1288,3 +1288,21 @@ def test_a_ttft_limit_the_clients_meet_keeps_the_deployment_they_run():
     assert free is not None and free.ttft_seconds < 0.044
     assert limited is not None and limited.ttft_seconds <= 0.044
     assert limited.plan_goodput_per_gpu == pytest.approx(free.plan_goodput_per_gpu, rel=1e-5)
+
+
+def test_the_busiest_copys_clients_queue_when_only_it_is_full():
+    """141 clients on two copies of Llama-3.1-70B (P tp=1 + D tp=4 on 2x8 A100): 71 on one, 70
+    on the other. At 142 (71 each) both copies run at capacity R and a request takes 71 / R (Little's
+    law, the clients beyond what a copy holds queueing for its prefill); at 141 the busiest copy
+    is as full, so its E2E is the same 71 / R. It had been priced at capacity without the queue
+    (E2E 11.56 s for 11.64; a review)."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xA100")
+
+    def two_copies(clients: int):
+        plan = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=clients), shown=10)
+        return next(e for e in plan.candidates if e.copies == 2 and e.prefill.tp == 1 and e.decode.tp == 4)
+
+    full, busiest = two_copies(142), two_copies(141)
+    assert full.requests_per_second * full.e2e_seconds == pytest.approx(71, rel=1e-6)
+    assert busiest.e2e_seconds == pytest.approx(full.e2e_seconds, rel=1e-6)
+    assert busiest.requests_per_second < full.requests_per_second
