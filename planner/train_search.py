@@ -535,7 +535,11 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
             continue  # with flash, selective keeps exactly no recompute's bytes: out of memory too
         config = base if recompute == base.recompute else base.with_(recompute=recompute)
         if recompute == "full" and request.recompute_num_layers is not None:
-            config = config.with_(recompute_num_layers=request.recompute_num_layers)
+            # at most the layers a chunk holds: Megatron's block method reruns the first N of a
+            # chunk, every one where N is more (a review: --recompute-num-layers 20 on 405B chunks
+            # of 3 layers was emitted and shown as "full (block 20)")
+            config = config.with_(recompute_num_layers=min(request.recompute_num_layers,
+                                                           block_range(model, config, None)))
         result = estimate(model, cluster, config, request, rates, memo)
         if recompute == "full":
             result = least_block_recompute(model, cluster, request, rates, memo, config, result)
@@ -662,7 +666,7 @@ def roomier_block(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest,
     return fitted
 
 
-def block_range(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected) -> int:
+def block_range(model: ModelSpec, config: TrainConfig, full: TrainEstimate | Rejected | None) -> int:
     """K, the most layers a chunk of the configuration holds: block counts 1..K-1 keep some layers
     (least_block_recompute). From `full`'s stage split where it ran, else ceil(ceil(L/p)/v)."""
     if isinstance(full, TrainEstimate) and full.num_layers_per_stage:

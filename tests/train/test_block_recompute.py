@@ -154,6 +154,19 @@ def test_the_command_and_json_name_the_block():
     assert "full (block 5)" in table.output
 
 
+def test_a_block_beyond_a_chunk_is_the_chunk():
+    """--recompute-num-layers counts the layers of one model chunk to rerun; Megatron's block
+    method checkpoints the first N of the chunk's layers, every one where N is more. Llama-3.1-8B
+    at pp = 2 with 2 virtual stages: 32 / 2 / 2 = 8 layers a chunk, so 20 is 8 (it had been
+    emitted and shown as "block 20"); 5 stays 5."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    for asked, kept in ((20, 8), (5, 5)):
+        request = TrainRequest(global_batch=128, seq_len=8192, layout=LayoutFilter(tp=1, pp=2, cp=1),
+                               virtual_stages=2, recompute_num_layers=asked)
+        best = search(model, cluster, request).layouts[0]
+        assert (best.config.recompute, best.config.recompute_num_layers) == ("full", kept)
+
+
 def test_every_layer_stays_uniform():
     """Full recompute of every layer is emitted as before: uniform, one layer a unit."""
     model = resolve_model("llama-3.1-8b")
