@@ -185,8 +185,10 @@ class Metric:
     name: str
     value: float
     unit: str
-    """s | tok/s | count | fraction (a share, written as `plan` writes one: 0.4%, <0.1%) | percent
-    (a fraction written to one decimal, as `plan`'s MFU)."""
+    """s | tok/s | count | fraction (a share: written as `plan` writes one, 0.4%, <0.1%, or to
+    `percent_digits`)."""
+    percent_digits: int | None = None
+    """A fraction's decimals as a percent in the text (MFU: one, as `plan`'s table); None: as a share."""
 
 
 @dataclass(frozen=True)

@@ -360,7 +360,8 @@ def train_metrics(e: TrainEstimate) -> tuple[Metric, ...]:
     return (
         Metric("step time", e.step_time_seconds, "s"),
         Metric("throughput", e.tokens_per_second, "tok/s"),
-        Metric("MFU", e.mfu, "percent"),
+        # (a fraction: the unit had read "percent" beside 0.553 in the JSON, a review)
+        Metric("MFU", e.mfu, "fraction", percent_digits=1),
         Metric("micro-batches per step", e.num_micro_batches, "count"),
         Metric("bubble", e.bubble_share_of_step, "fraction"),  # of the step, as the table's
     )

@@ -530,15 +530,15 @@ def _metric(name: str, value: float) -> str:
 
 # ---------------------------------------------------------------- whole
 
-def _metric_text(name: str, value: float, unit: str) -> str:
+def _metric_text(name: str, value: float, unit: str, percent_digits: int | None = None) -> str:
     if unit == "s":
         return f"{name} {seconds(value)}"
     if unit == "tok/s":
         return f"{name} {count(value)} tok/s"
+    if unit == "fraction" and percent_digits is not None:  # as `plan`'s table writes MFU
+        return f"{name} {value:.{percent_digits}%}"
     if unit == "fraction":  # as `plan`'s summary writes a share (0.4%, not 0%: a CLI read)
         return f"{name} {share_text(value)}"
-    if unit == "percent":  # one decimal, as `plan`'s MFU
-        return f"{name} {value:.1%}"
     if unit == "count" and value != int(value):  # a mean (requests in flight at a rate)
         return f"{name} {value:.1f}"
     return f"{name} {value:g}"
@@ -552,7 +552,7 @@ def render_explanation(e: Explanation, out: Console) -> None:
     which = best if e.is_recommended else other
     out.print(Text(f"plan explain: {e.layout} for {e.model} on {e.cluster} ({e.workload}, "
                    f"objective {e.objective}; {which})", style="bold"))
-    out.print(", ".join(_metric_text(m.name, m.value, m.unit) for m in e.metrics) + ".")
+    out.print(", ".join(_metric_text(m.name, m.value, m.unit, m.percent_digits) for m in e.metrics) + ".")
     for note in e.notes:
         out.print(f"Note: {note}")
     heading(out, "Placement")

@@ -246,3 +246,17 @@ def test_a_gap_a_thousandth_of_the_step_is_named() -> None:
     assert TIMELINE_GAP_SHOWN_FRACTION_OF_STEP < outside / estimate.step_time_seconds < 0.005
     caption = explain_training(model, cluster, request, None).timeline_caption
     assert f"the step's other {ms(outside)} (pipeline sends" in caption
+
+
+def test_mfu_is_a_fraction_written_to_one_decimal() -> None:
+    """The MFU metric is the estimate's fraction with unit "fraction" (the JSON had said "percent"
+    beside 0.553, a review); the text writes it as `plan`'s table does, to one decimal."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    request = TrainRequest(global_batch=64, seq_len=4096, layout=LayoutFilter(tp=2, pp=2))
+    e = explain_training(model, cluster, request, None)
+    (mfu,) = [m for m in e.metrics if m.name == "MFU"]
+    estimate, _ = pick_training(model, cluster, request)
+    assert (mfu.value, mfu.unit, mfu.percent_digits) == (estimate.mfu, "fraction", 1)
+    out = io.StringIO()
+    render_explanation(e, Console(file=out, width=200))
+    assert f"MFU {estimate.mfu:.1%}" in out.getvalue()
