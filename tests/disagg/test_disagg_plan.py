@@ -1306,3 +1306,17 @@ def test_the_busiest_copys_clients_queue_when_only_it_is_full():
     assert full.requests_per_second * full.e2e_seconds == pytest.approx(71, rel=1e-6)
     assert busiest.e2e_seconds == pytest.approx(full.e2e_seconds, rel=1e-6)
     assert busiest.requests_per_second < full.requests_per_second
+
+
+def test_a_tpot_limit_the_clients_meet_keeps_the_deployment_they_run():
+    """Llama-3.1-8B on 1x8 H100 at 64 clients: TPOT 5.188 ms without a limit. At --max-tpot-ms
+    5.19 a decode rank may run 62.2 sequences on average; the fraction (0.3% over 62) fell under
+    the 1% a fractional load must gain to be priced, so the rank was capped at 62 whole, below the
+    clients' load: 1,495.8 tok/s per GPU for 1,499.2 (a review). Under clients every fraction is
+    kept (the clients' order bounds only the highest cap, so it costs no extra pricing)."""
+    model, cluster = resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100")
+    free = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64)).recommended
+    assert free is not None and free.tpot_seconds < 0.00519
+    limited = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64, max_tpot_seconds=0.00519)).recommended
+    assert limited is not None and limited.tpot_seconds <= 0.00519
+    assert limited.plan_goodput_per_gpu == pytest.approx(free.plan_goodput_per_gpu, rel=1e-5)

@@ -56,10 +56,11 @@ def test_a_float16_checkpoint_trains_in_bf16_when_asked_or_under_torchtitan():
 
 
 def test_the_cli_honours_precision_bf16_on_a_float16_checkpoint(run_plan):
-    """gpt3-175b's spec is float16: by default --fp16 and the note saying so; with --precision bf16
-    --bf16 and no fp16 note; torchtitan says nothing of Megatron's flags and reports bfloat16."""
-    args = ("--workload", "train", "--model", "gpt3-175b", "--cluster", "16x8xA100", "--global-batch", "1536",
-            "--seq-len", "2048", "--top", "1")
+    """Llama-2-7B's spec is float16 (so is gpt3-175b's, where a review found it): by default --fp16
+    and the note saying so; with --precision bf16 --bf16 and no fp16 note; torchtitan says nothing
+    of Megatron's flags and reports bfloat16."""
+    args = ("--workload", "train", "--model", "llama-2-7b", "--cluster", "1x8xA100", "--global-batch", "64",
+            "--seq-len", "4096", "--top", "1")
     default, asked = run_plan(*args), run_plan(*args, "--precision", "bf16")
     assert default.returncode == asked.returncode == 0, default.stderr + asked.stderr
     assert " --fp16" in default.stdout and "Precision: fp16 mixed precision" in default.stdout
