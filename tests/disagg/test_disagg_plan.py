@@ -1320,3 +1320,18 @@ def test_a_tpot_limit_the_clients_meet_keeps_the_deployment_they_run():
     limited = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64, max_tpot_seconds=0.00519)).recommended
     assert limited is not None and limited.tpot_seconds <= 0.00519
     assert limited.plan_goodput_per_gpu == pytest.approx(free.plan_goodput_per_gpu, rel=1e-5)
+
+
+def test_no_more_sequences_decode_than_there_are_clients():
+    """Qwen3-235B fp8 on 2x8 H200 at 64 clients: P tp=8 + D tp=8's decode round shortens past 64
+    sequences (21.61 ms at 64, 20.85 at 64.5), so Little's law had a second root above the clients,
+    11.79 req/s at 64.0 sequences decoding (with the prompts in prefill, 65.4 in flight of 64), and
+    the closed loop took it where its bracket held it: 188.7 tok/s per GPU, and a TTFT limit that
+    row met found nothing (a review). Decoding is capped at the clients: every row decodes at most
+    64 sequences over its decode ranks."""
+    model, cluster = resolve_model("qwen3-235b-a22b-fp8"), resolve_cluster("2x8xH200")
+    plan = plan_disaggregated(model, cluster, ServeRequest(max_concurrency=64), shown=20)
+    assert plan.candidates
+    for e in plan.candidates:
+        assert e.decode.concurrency * e.decode.workers * e.decode.dp <= 64 * (1 + 1e-9)
+        assert e.requests_per_second * e.e2e_seconds <= 64 / e.copies * (1 + 1e-3)
