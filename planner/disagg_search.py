@@ -606,7 +606,7 @@ class _Memo:
     pairing: dict = field(default_factory=dict)
     priced: dict = field(default_factory=dict)
     """Per decode shape: round_time's memo of its load-free stage rates and per-load terms
-    (serving_time.stage_step_times), shared by every pairing's Little's-law bisection."""
+    (serving_time.stage_step_times), shared by every pairing's Little's-law solve."""
     constants: dict = field(default_factory=dict)
     """Per decode shape: its step_constants (decode_rounds)."""
     rounds: dict = field(default_factory=dict)
@@ -1765,7 +1765,7 @@ def _crossing(model, cluster, request, memo, p_key, shape: WorkerShape, n_p, n_d
         if isinstance(rate, str):
             return False
         rate = rate_match(rate[0], n_p, rate[1], n_d).requests_per_second
-        # the bound's few rounds before Little's law's bisection
+        # the bound's few rounds before Little's law's solve
         return e2e_lower_bound_seconds(model, cluster, request, memo, p_key, key, same,
                                        loads_at(memo, n_p, key, n_d, rate)) <= limit and \
             _loaded_latency(model, cluster, request, memo, p_key, n_p, key, n_d, same, rate).e2e_seconds <= limit
@@ -1907,10 +1907,10 @@ combination, and a tighter one spares e2e_limited's pricing)."""
 def e2e_lower_bound_seconds(model, cluster, request, memo, p_key, d_key, same, loads: tuple[float, float],
                             iterations: int = E2E_BOUND_ITERATIONS, whole: bool = False) -> float:
     """A lower bound on the E2E _detail prices at these worker loads, from a few rounds instead of
-    decode_concurrency_at_rate's bisection: Little's law C = r O T(C) with T growing in C has its
+    decode_concurrency_at_rate's false position: Little's law C = r O T(C) with T growing in C has its
     solutions at or above every step of the iteration C_(k+1) = r O T(C_k) from C_0 = 1 (each step
-    stays below any fixed point), and the bisection keeps one of them, so T at C_2 (capped where
-    the bisection's bracket ends) is at most the decode round _detail uses; the prefill and KV terms
+    stays below any fixed point), and the solve keeps one of them, so T at C_2 (capped where
+    its bracket ends) is at most the decode round _detail uses; the prefill and KV terms
     are _detail's own. `whole`: each round at the whole sequences below its load, T(floor C) <= T(C),
     a looser bound from rounds the memo keeps (the clients' order bounds thousands of combinations
     at loads that recur nowhere else: Qwen3-30B-A3B on 2x8 H200 at 64 clients, TTFT 300 ms, priced
@@ -2005,14 +2005,14 @@ def _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, sa
     shape_d = memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
-    most = load_cap(memo, d_key)
+    ranks, most = n_d * shape_d.dp, load_cap(memo, d_key)
     if request.max_concurrency is not None:
         # no more sequences decode than there are clients: where a decode round shortens as the
         # load grows (past vLLM's fused all-reduce size), Little's law had a root above them, which
         # the closed loop took where its bracket held it (a review: Qwen3-235B fp8 on 2x8 H200 at 64
         # clients priced at 64.0 sequences decoding, 188.7 tok/s per GPU, where 62.9 run, 182.5)
-        most = min(most, request.max_concurrency / (n_d * shape_d.dp))
-    c_actual = decode_concurrency_at_rate(rate / (n_d * shape_d.dp), request.output_len, round_seconds, most)
+        most = min(most, request.max_concurrency / ranks)
+    c_actual = decode_concurrency_at_rate(rate / ranks, request.output_len, round_seconds, most)
     t_d = round_seconds(max(1.0, c_actual))
     load = prefill_at_rate(worker, rate / n_p, seconds)
     kv = _transfer(model, cluster, request, memo, p_key, d_key, same)

@@ -537,7 +537,7 @@ def _first_fitting(model: ModelSpec, cluster: ClusterSpec, request: TrainRequest
         if recompute == "full" and request.recompute_num_layers is not None:
             # at most the layers a chunk holds: Megatron's block method reruns the first N of a
             # chunk, every one where N is more (a review: --recompute-num-layers 20 on 405B chunks
-            # of 3 layers was emitted and shown as "full (block 20)")
+            # of 4 layers was emitted and shown as "full (block 20)")
             config = config.with_(recompute_num_layers=min(request.recompute_num_layers,
                                                            block_range(model, config, None)))
         result = estimate(model, cluster, config, request, rates, memo)

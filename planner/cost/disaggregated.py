@@ -470,15 +470,14 @@ def closed_loop_rate(clients: float, capacity_requests_per_second: float,
         # vLLM's fused all-reduce size): R is below low (a review: Llama-3.1-70B on 2x8 H200 at 32
         # clients was given 4.62 req/s at 7.06 s, 32.6 in flight, above its 4.56 without a limit)
         low, high = 0.0, low
-    # to the rate's five digits (no value tolerance: false_position_bracket tests it on the ends'
-    # Illinois-halved values, which stopped a case 0.15% off Little's law, found by its property test)
-    # (the end nearer Little's law: a secant that lands on R exactly stops the search with R the
-    # upper end, where the lower may be far; clients = 8 at E2E 2 s gave 0 for 4 /s)
+    # to the rate's five digits, then the end nearer Little's law (a secant that lands on R
+    # exactly stops the search with R the upper end, where the lower may be far; clients = 8 at
+    # E2E 2 s gave 0 for 4 /s)
     return min(false_position_bracket(low, high, excess, CLOSED_LOOP_RELATIVE_TOLERANCE, CLOSED_LOOP_BISECTIONS),
                key=lambda rate: abs(excess(rate)))
 
 
-DECODE_CONCURRENCY_BISECTIONS = 40
+DECODE_CONCURRENCY_ROUNDS = 40
 """Most false-position rounds of decode_concurrency_at_rate."""
 DECODE_CONCURRENCY_TOLERANCE_SEQUENCES = 2.0**-20
 """decode_concurrency_at_rate stops once its bracket is narrower than this many sequences (about
@@ -495,7 +494,8 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
     (continuous_batching.false_position_bracket) keeps the upper end, where the rank keeps up
     with its rate (a fixed-point iteration oscillates on the small steps a round's time takes
     with C; bisection took 24 rounds to the tolerance where T_d is smooth between them, and the
-    closed loop of --max-concurrency runs it some 2,000 times a search). Worked (test_decode_concurrency_at_rate_by_hand): T_d(C) = 10 ms + 0.1 ms * C,
+    closed loop of --max-concurrency runs it some 2,000 times a search). Worked
+    (test_decode_concurrency_at_rate_by_hand): T_d(C) = 10 ms + 0.1 ms * C,
     R = 20 /s, O = 256: C = 5,120 * (0.01 + 0.0001 C) -> C = 51.2 / 0.488 = 104.9 sequences at
     T_d 20.5 ms, where pricing T_d at the cap of 200 (30 ms) gave 153.6."""
     rate = requests_per_second * output_len
@@ -508,7 +508,7 @@ def decode_concurrency_at_rate(requests_per_second: float, output_len: int,
     if at_one <= low:  # idle part of the time: a lone sequence's rounds
         return at_one
     return false_position_bracket(low, high, lambda c: c - rate * round_seconds(c),
-                                  DECODE_CONCURRENCY_TOLERANCE_SEQUENCES / high, DECODE_CONCURRENCY_BISECTIONS)[1]
+                                  DECODE_CONCURRENCY_TOLERANCE_SEQUENCES / high, DECODE_CONCURRENCY_ROUNDS)[1]
 
 
 @dataclass(frozen=True)

@@ -1239,7 +1239,7 @@ def test_a_looser_tpot_limit_never_lowers_a_client_bound_goodput():
                                                              max_tpot_seconds=t)).recommended
              for t in (0.0065, 0.0073, 0.02)]
     assert found[0].plan_goodput_per_gpu > 140
-    # (to the Little's-law bisection's tolerance: the same deployment at caps 105 and 130)
+    # (to the Little's-law solve's tolerance: the same deployment at caps 105 and 130)
     assert found[1].plan_goodput_per_gpu >= found[0].plan_goodput_per_gpu * (1 - 1e-5)
     assert found[2].plan_goodput_per_gpu >= found[1].plan_goodput_per_gpu * (1 - 1e-5)
 
