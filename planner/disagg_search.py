@@ -517,6 +517,15 @@ def nodes_apart(workers: int, gpus: int, gpn: int) -> int:
     return math.ceil(workers * gpus / gpn)
 
 
+def combination_copies(cluster: ClusterSpec, request: ServeRequest, memo: _Memo, p_key, n_p: int, d_key,
+                       n_d: int, same: bool) -> tuple[int, int]:
+    """(GPUs of one copy of the combination, its copies on the planned GPUs: plan_copies)."""
+    g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
+    gpus = n_p * g_p + n_d * g_d
+    return gpus, plan_copies(request.num_gpus or cluster.num_gpus, cluster.gpus_per_node, gpus,
+                             unit_nodes(n_p, g_p, n_d, g_d, same, cluster), same)
+
+
 def unit_nodes(n_p: int, prefill_gpus: int, n_d: int, decode_gpus: int, same_node: bool,
                cluster: ClusterSpec) -> int:
     """The nodes one deployment takes: its identical groups (same_node_groups), or each role's
@@ -774,10 +783,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
 
     def copies_of(p_key, n_p, d_key, n_d, same) -> tuple[int, int]:
         """(GPUs of one copy, copies on the planned GPUs)."""
-        g_p, g_d = memo.prefill_shapes[p_key].num_gpus, memo.shapes[d_key].num_gpus
-        gpus = n_p * g_p + n_d * g_d
-        return gpus, plan_copies(plan_gpus, cluster.gpus_per_node, gpus,
-                                 unit_nodes(n_p, g_p, n_d, g_d, same, cluster), same)
+        return combination_copies(cluster, request, memo, p_key, n_p, d_key, n_d, same)
 
     def served_per_gpu(p_key, n_p, d_key, n_d, same) -> float:
         """Output tokens/s per planned GPU for each request/s a copy completes."""
@@ -930,7 +936,7 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
         q, r = divmod(request.max_concurrency, copies)
         busiest = q + 1 if r else q
         upper = {c: client_rate_upper(model, cluster, request, memo, *key, c) if exact else cheap_upper(c)
-                 for c in {q + 1, q} if c}
+                 for c in ({q + 1, q} if r else {q}) if c}
         # (the exact bound's only: the cheap one's E2E can exceed E2E where a round shortens with the load)
         if exact and e2e_proved_over(busiest, upper[busiest], request):
             return None
@@ -1988,30 +1994,39 @@ class LoadedLatency(NamedTuple):
     e2e_seconds: float
 
 
-def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float) -> LoadedLatency:
+def _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float,
+                    clients: int | None = None) -> LoadedLatency:
     """The combination handed `rate` requests/s: prefill at R / N_p (prefill_at_rate), each decode
     rank at the C_d' that Little's law gives it, C_d' = R / (N_d d) * O * T_d(C_d')
-    (decode_concurrency_at_rate), the KV transfer, and the TTFT and E2E they make. Memoized per
-    combination and rate (memo.loaded): a client-bound search prices the same rates for its bound
+    (decode_concurrency_at_rate), the KV transfer, and the TTFT and E2E they make. Under
+    --max-concurrency a copy holding `clients` of them (None: the busiest copy's, the clients
+    over the combination's copies rounded up) runs no more than those. Memoized per combination,
+    rate and clients (memo.loaded): a client-bound search prices the same rates for its bound
     (clients_rate_bound) and its closed loop's bracket."""
-    key = (p_key, n_p, d_key, n_d, same, rate)
+    if request.max_concurrency is not None and clients is None:
+        clients = -(-request.max_concurrency // combination_copies(cluster, request, memo, p_key, n_p, d_key, n_d,
+                                                                    same)[1])
+    key = (p_key, n_p, d_key, n_d, same, rate, clients)
     if key not in memo.loaded:
-        memo.loaded[key] = _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate)
+        memo.loaded[key] = _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate,
+                                              clients)
     return memo.loaded[key]
 
 
-def _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float) -> LoadedLatency:
+def _loaded_latency_at(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate: float,
+                       clients: int | None) -> LoadedLatency:
     """_loaded_latency, not memoized."""
     shape_d = memo.shapes[d_key]
     worker, seconds = memo.prefill[p_key]
     round_seconds = decode_rounds(model, cluster, request, memo, shape_d)
     ranks, most = n_d * shape_d.dp, load_cap(memo, d_key)
-    if request.max_concurrency is not None:
-        # no more sequences decode than there are clients: where a decode round shortens as the
+    if clients is not None:
+        # no more sequences decode than the copy has clients: where a decode round shortens as the
         # load grows (past vLLM's fused all-reduce size), Little's law had a root above them, which
         # the closed loop took where its bracket held it (a review: Qwen3-235B fp8 on 2x8 H200 at 64
-        # clients priced at 64.0 sequences decoding, 188.7 tok/s per GPU, where 62.9 run, 182.5)
-        most = min(most, request.max_concurrency / ranks)
+        # clients priced at 64.0 sequences decoding, 188.7 tok/s per GPU, where 62.9 run, 182.5;
+        # with several copies, each copy's own clients, not all of them)
+        most = min(most, clients / ranks)
     c_actual = decode_concurrency_at_rate(rate / ranks, request.output_len, round_seconds, most)
     t_d = round_seconds(max(1.0, c_actual))
     load = prefill_at_rate(worker, rate / n_p, seconds)
@@ -2026,7 +2041,8 @@ def client_bound_rate(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
     capacity = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
 
     def e2e_at(rate: float) -> float:
-        return _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds
+        return _loaded_latency(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate,
+                               math.ceil(clients)).e2e_seconds
 
     # (clients_rate_bound's upper bound brackets the closed loop's search)
     upper = client_rate_upper(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, clients) \
@@ -2039,7 +2055,7 @@ def client_rate_upper(model, cluster, request, memo, p_key, n_p, d_key, n_d, sam
     (clients_rate_bound with the E2E _loaded_latency prices, memoized per rate)."""
     capacity = matched_load(model, cluster, request, memo, p_key, n_p, d_key, n_d, same).requests_per_second
     return clients_rate_bound(math.ceil(clients), 1, capacity, lambda rate: _loaded_latency(
-        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate).e2e_seconds)
+        model, cluster, request, memo, p_key, n_p, d_key, n_d, same, rate, math.ceil(clients)).e2e_seconds)
 
 
 def _detail(model, cluster, request, memo, p_key, n_p, d_key, n_d, same, max_model_len,

@@ -1335,3 +1335,39 @@ def test_no_more_sequences_decode_than_there_are_clients():
     for e in plan.candidates:
         assert e.decode.concurrency * e.decode.workers * e.decode.dp <= 64 * (1 + 1e-9)
         assert e.requests_per_second * e.e2e_seconds <= 64 / e.copies * (1 + 1e-3)
+
+
+def test_no_more_sequences_decode_than_a_copy_has_clients(monkeypatch):
+    """The same with several copies: a copy's decode ranks are capped at its own clients (256
+    over 2 copies: 128, over their ranks), not at all 256 (which left Little's law's root above a
+    copy's clients within the cap). Every solve _loaded_latency runs is checked for its cap."""
+    import planner.disagg_search as ds
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
+    request = ServeRequest(max_concurrency=256, output_len=512)
+    caps: list[tuple[float, float]] = []  # (the cap handed to the solve, the copy's clients over its ranks)
+    solve, priced = ds.decode_concurrency_at_rate, ds._loaded_latency_at
+    allowed: list[float] = []
+
+    def at(model_, cluster_, request_, memo, p_key, n_p, d_key, n_d, same, rate, clients):
+        copies = ds.combination_copies(cluster_, request_, memo, p_key, n_p, d_key, n_d, same)[1]
+        busiest = -(-request_.max_concurrency // copies)
+        allowed.append(min(busiest, clients) / (n_d * memo.shapes[d_key].dp))
+        try:
+            return priced(model_, cluster_, request_, memo, p_key, n_p, d_key, n_d, same, rate, clients)
+        finally:
+            allowed.pop()
+
+    def recorded(rate, output_len, round_seconds, most):
+        if allowed:  # a solve of _loaded_latency's (others price a worker alone)
+            caps.append((most, allowed[-1]))
+        return solve(rate, output_len, round_seconds, most)
+
+    monkeypatch.setattr(ds, "_loaded_latency_at", at)
+    monkeypatch.setattr(ds, "decode_concurrency_at_rate", recorded)
+    plan = ds.plan_disaggregated(model, cluster, request, shown=20)
+    assert any(e.copies > 1 for e in plan.candidates)
+    assert caps and all(most <= bound * (1 + 1e-12) for most, bound in caps)
+    for e in plan.candidates:
+        busiest = -(-256 // e.copies)
+        assert e.requests_per_second * e.e2e_seconds <= busiest * (1 + 1e-3)
