@@ -292,7 +292,7 @@ def intra_node_link(cluster: ClusterSpec, ranks_in_node: int = 0) -> Link:
     if link.kind in MESH_FABRICS and 2 <= ranks_in_node < gpn:
         bandwidth *= (ranks_in_node - 1) / (gpn - 1)
     measured = cluster.measured is not None
-    staged = not link.peer_to_peer and not measured  # a probe's figures already are the staged path's
+    staged = not link.peer_access and not measured  # a probe's figures already are the staged path's
     if staged:
         bandwidth *= HOST_STAGED_BANDWIDTH_FRACTION
         latency = max(latency, HOST_STAGED_STEP_LATENCY_SECONDS)

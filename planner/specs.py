@@ -612,14 +612,22 @@ class IntraNodeLink(_Spec):
     kind: IntraKind
     bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S)
     latency_us: Quantity(MAX_LATENCY_US, lower=0)
-    peer_to_peer: Flag = True
+    peer_to_peer: Flag | None = None
     """False where the driver gives the GPUs no peer-to-peer access over PCIe (GeForce cards on
     NVIDIA's stock driver): NCCL then stages every transfer through host memory, and vLLM turns
-    its custom all-reduce off (layout.intra_node_link prices the staged path)."""
+    its custom all-reduce off (layout.intra_node_link prices the staged path). None (left out)
+    is resolved on validation: a GPU's typical link True, a cluster's the GPU's own on the same
+    fabric (ClusterSpec._gpu_peer_access), else True; a link built by model_copy may keep None:
+    read peer_access."""
     p2p_bandwidth_gb_per_s: Quantity(MAX_BANDWIDTH_GB_PER_S) | None = None
     p2p_latency_us: Quantity(MAX_LATENCY_US, lower=0) | None = None
     """`plan probe`'s send/recv fit on this link (its own, beside the all-reduce's figures above):
     what a pipeline send costs; None: the link's figures (comm.p2p_seconds)."""
+
+    @property
+    def peer_access(self) -> bool:
+        """Whether the GPUs reach each other's memory directly (peer_to_peer, None = True)."""
+        return self.peer_to_peer is not False
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -850,6 +858,15 @@ class GPU(_Spec):
     """The node size the typical inter_node figures describe."""
 
     @model_validator(mode="after")
+    def _typical_peer_access(self) -> GPU:
+        """The typical fabric's peer access, True where left out (a ClusterSpec link that leaves
+        it out takes this one)."""
+        link = self.intra_node
+        if link is None or link.peer_to_peer is not None:
+            return self
+        return self.model_copy(update={"intra_node": link.model_copy(update={"peer_to_peer": True})})
+
+    @model_validator(mode="after")
     def _visible_within_total(self) -> GPU:
         visible = self.cuda_visible_memory_gib
         if visible is not None and visible > self.memory_gib:
@@ -967,6 +984,19 @@ class ClusterSpec(_Spec):
                              "achievable_matmul_tflops.bf16) to price prompts and batched decode; give one, or "
                              "measure it with `plan probe`")
         return value
+
+    @model_validator(mode="after")
+    def _gpu_peer_access(self) -> ClusterSpec:
+        """A link that leaves `peer_to_peer` out takes the GPU's own on the same fabric (the
+        catalog's), else True: peer access is the card's and its driver's (GeForce cards have none
+        on NVIDIA's stock driver), not the topology's, so a profile copied from an L40S one for
+        RTX 4090s had priced vLLM's custom all-reduce on them (a review: 375 tok/s, 261 staged)."""
+        link = self.intra_node
+        if link is None or link.peer_to_peer is not None:
+            return self
+        own = self.gpu.intra_node
+        access = own.peer_access if own is not None and own.kind == link.kind else True
+        return self.model_copy(update={"intra_node": link.model_copy(update={"peer_to_peer": access})})
 
     @model_validator(mode="after")
     def _links_present(self) -> ClusterSpec:

@@ -139,7 +139,7 @@ def render_clusters() -> None:
 
 
 def intra_words(link: IntraNodeLink) -> str:
-    return f"{link.kind} {link.bandwidth_gb_per_s:g} GB/s" + ("" if link.peer_to_peer else ", no P2P")
+    return f"{link.kind} {link.bandwidth_gb_per_s:g} GB/s" + ("" if link.peer_access else ", no P2P")
 
 
 def render_gpus() -> None:

@@ -124,3 +124,23 @@ def test_explain_says_the_tp_group_goes_through_host_memory() -> None:
 
     assert "all-reduces over pcie through host memory (no GPU peer-to-peer)" in caption("1x2xRTX-4090")
     assert "through host memory" not in caption("1x2xL40S")
+
+
+@pytest.mark.parametrize(("gpu", "kind", "access"), [
+    ("RTX-4090", "pcie", False),  # the card's own: no P2P on PCIe
+    ("RTX-5090", "pcie", False),
+    ("L40S", "pcie", True),  # a data-centre card on PCIe has it
+    ("RTX-4090", "nvlink", True),  # a fabric the catalog's link is not: the profile's, direct
+])
+def test_a_profile_that_leaves_peer_to_peer_out_takes_the_gpus_own(gpu: str, kind: str, access: bool) -> None:
+    """A hardware profile copied from the shipped 1x4xL40S one (no peer_to_peer key) for RTX 4090s
+    had priced them with P2P (a review: 375 tok/s where the shorthand's staged path gives 261):
+    peer access is the card's and its driver's, so an omitted key takes the catalog GPU's on the
+    same fabric; a key given is kept either way (a patched driver may give GeForce cards P2P)."""
+    raw = {"name": "p", "num_nodes": 1, "gpus_per_node": 2, "gpu": resolve_gpu(gpu),
+           "intra_node": {"kind": kind, "bandwidth_gb_per_s": 31, "latency_us": 2.0}}
+    cluster = ClusterSpec.model_validate(raw)
+    assert cluster.intra_node.peer_to_peer is access
+    assert intra_node_link(cluster).host_staged is (not access)
+    given = ClusterSpec.model_validate({**raw, "intra_node": {**raw["intra_node"], "peer_to_peer": not access}})
+    assert given.intra_node.peer_to_peer is (not access)
