@@ -1469,7 +1469,10 @@ def burst_metrics(model: ModelSpec, cluster: ClusterSpec, result: ServeEstimate,
                                   request.max_concurrency, ranks, group_step_seconds,
                                   tokenizer=api_server_tokenizer(request, layout, cluster.gpus_per_node),
                                   dp_router="vllm" if vllm_balances_dp(model, layout, request) else "exact")
-    metrics = replace(bench_metrics(simulated), num_prompts=num_prompts, shortened_from=shortened_from)
+    # the client's clock starts at the workload's time 0 (its arrivals are from there), which is
+    # FIRST_TOKEN_SECONDS before the engine would see a request sent then
+    metrics = replace(bench_metrics(simulated, -eff.FIRST_TOKEN_SECONDS), num_prompts=num_prompts,
+                      shortened_from=shortened_from)
     if not math.isfinite(rate) and request.max_concurrency is not None:  # a closed loop of clients
         metrics = replace(metrics, first_wave=first_wave(simulated, request.max_concurrency))
     if math.isfinite(rate) and request.max_concurrency is None:  # the clients would bound the backlog

@@ -121,7 +121,8 @@ class SimResult:
 
     @property
     def makespan_seconds(self) -> float:
-        """From the first arrival to the last completion (vllm bench serve's duration)."""
+        """From the first arrival to the last completion (vllm bench serve's duration where its
+        first request goes out at once: at an infinite rate; bench_metrics takes the clock's start)."""
         return self.last_completion_seconds - self.first_arrival_seconds
 
 
@@ -1395,13 +1396,20 @@ def _distribution(pairs: list[tuple[float, int]]) -> Distribution:
     return Distribution(mean, _percentile_of_sorted(items, 50), _percentile_of_sorted(items, 99))
 
 
-def bench_metrics(result: SimResult) -> ServeMetrics:
-    """Mean, median and p99 of TTFT, TPOT, ITL and E2E, and the throughputs."""
+def bench_metrics(result: SimResult, clock_start_seconds: float | None = None) -> ServeMetrics:
+    """Mean, median and p99 of TTFT, TPOT, ITL and E2E, and the throughputs over the run's
+    duration: from `clock_start_seconds` (None: the first send) to the last completion. vllm
+    bench serve starts its clock before it sends anything (benchmark_start_time, then
+    get_request's sleeps: at a finite rate the first request waits one interval too), so at a
+    rate of N prompts the duration is at least N / rate: from the first send it had read 0.608
+    req/s at --request-rate 0.5 (10 prompts; a review)."""
     ones = lambda xs: [(x, 1) for x in xs if x is not None]  # noqa: E731
     itl = list(zip(result.step_itl_seconds, result.step_num_regular_itl, strict=True)) + ones(
         result.irregular_itl_seconds
     )
-    duration = result.makespan_seconds
+    start = result.first_arrival_seconds if clock_start_seconds is None else \
+        min(clock_start_seconds, result.first_arrival_seconds)
+    duration = result.last_completion_seconds - start
     num_done = len(result.e2e_seconds)
     return ServeMetrics(
         ttft_seconds=_distribution(ones(result.ttft_seconds)),

@@ -425,3 +425,17 @@ def test_an_itl_mean_past_its_p99_is_explained():
     assert itl["mean"] > itl["p99"]
     assert "lift the mean past the p99" in text.split("ITL", 1)[1].split("E2E", 1)[0]
     assert text.count("lift the mean past the p99") == 1  # not on TTFT, TPOT or E2E
+
+
+@pytest.mark.parametrize(("rate", "num_prompts"), [(0.5, 10), (2.0, 40), (20.0, 200)])
+def test_a_finite_rate_burst_never_completes_faster_than_it_is_sent(serve_one, model, cluster, rate, num_prompts):
+    """vllm bench serve sends N prompts over N / rate seconds from its clock's start (the arrivals
+    rescaled so the last goes out at N / rate), so its duration is at least N / rate plus the
+    last request's E2E and the request throughput at most the rate (a review: 10 prompts at
+    0.5/s read 0.608 req/s, timed from the first send)."""
+    request = dict(input_len=1024, output_len=256, request_rate_per_s=rate, num_prompts=num_prompts)
+    estimate = serve_one("llama-3.1-8b", "1x8xH100", (8, 1, 1), **request)
+    metrics = burst_metrics(model("llama-3.1-8b"), cluster("1x8xH100"), estimate, ServeRequest(**request))
+    assert metrics.duration_seconds >= num_prompts / rate + min(metrics.e2e_seconds.mean, metrics.e2e_seconds.median) * 0.5
+    assert metrics.request_throughput_per_second <= rate
+    assert metrics.request_throughput_per_second * metrics.duration_seconds == pytest.approx(num_prompts, rel=1e-9)

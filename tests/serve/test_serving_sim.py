@@ -69,6 +69,21 @@ def test_first_token_extra_shifts_ttft_and_e2e_not_tpot():
     assert bench_metrics(res).request_throughput_per_second == pytest.approx(1 / 0.045)
 
 
+def test_the_clock_starts_before_the_first_send():
+    """vllm bench serve starts its clock, then sleeps the first request's interval before sending
+    it (get_request): one request sent at the workload's t = 1 s (the engine sees it 5 ms later,
+    at the simulation's 1.0: its send is at 0.995, the clock's 0 at -0.005) lasts 45 ms (40 in
+    the engine), so the benchmark takes 1 + 0.045 = 1.045 s. From the first send it would be
+    45 ms, 23x the rate asked."""
+    res = simulate([SimRequest(1.0, 10, 4)], EngineLimits(BIG_KV, 8, 100), const, 0.005)
+    assert bench_metrics(res).duration_seconds == pytest.approx(0.045)
+    m = bench_metrics(res, -0.005)
+    assert m.duration_seconds == pytest.approx(1.045)
+    assert m.request_throughput_per_second == pytest.approx(1 / 1.045)
+    # a clock start after the first send is the first send (the clock cannot start later)
+    assert bench_metrics(res, 2.0).duration_seconds == pytest.approx(0.045)
+
+
 def test_burst_drains_and_later_steps_are_faster():
     """4 requests of output 10 and 4 of output 100, 10 prompt tokens each, all at t=0.
 
