@@ -303,6 +303,19 @@ def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,
     return Rejected(layout, (sla_reason(request, steady, rate_per_s),), sla_miss_ratio=worst)
 
 
+def overload_rejection(layout: Layout, request: ServeRequest, steady: SteadyState, rate_per_s: float) -> Rejected:
+    """A layout that falls behind --request-rate under a TTFT or E2E limit: its queue grows
+    without bound, in both (vllm bench serve counts them from the send), so no concurrency meets
+    the limit at that rate; ranked among the misses by the rate over what it completes."""
+    per_replica = rate_per_s / layout.dp
+    limits = " or ".join(flag for flag, limit in (("--max-ttft-ms", request.max_ttft_seconds),
+                                                  ("--max-e2e-ms", request.max_e2e_seconds)) if limit is not None)
+    return Rejected(layout, (f"falls behind --request-rate {rate_per_s:g}/s: within the limits each of the "
+                             f"{layout.dp} replica(s) completes at most {plain(steady.requests_per_second)} req/s of the "
+                             f"{plain(per_replica)} asked, so requests queue without bound and no {limits} holds",),
+                    sla_miss_ratio=max(1.0, per_replica / steady.requests_per_second))
+
+
 def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | None = None) -> str:
     """Why even concurrency 1 misses the limits, every limit it misses."""
     values = (("TTFT", "--max-ttft-ms", steady.ttft_seconds, request.max_ttft_seconds),
@@ -768,10 +781,19 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         if batch < cap:  # the cache's and the budget's caps do not bind below the cap (a CLI read:
             # "KV-starved ... so concurrency is 123" beside a batch of 97 the prompt budget chose)
             notes = without_notes(notes)
-    if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
+    if missed_at_rate is not None and (steady.requests_per_second >= offered / layout.dp
+                                       or not all(sla_check(request, missed_at_rate)[::2])):
         # capped at the limit it would still take the rate: the open loop at the rate and the
-        # capped steady state disagree at the limit, so the miss at the rate stands (rejected)
+        # capped steady state disagree at the limit, so the miss at the rate stands (rejected).
+        # And a TTFT or E2E limit missed at the rate: capped, the arrivals it falls behind on
+        # queue for a slot, which both count from the send, so the cap misses it by more (a
+        # review: Llama-3.1-8B tp=8 at 30 req/s took the rate at TTFT 30.1 ms, over 30, and was
+        # launched at --max-num-seqs 32, where its burst measured 332 ms)
         return sla_rejection(layout, request, missed_at_rate, offered)
+    if overloaded and (request.max_ttft_seconds is not None or request.max_e2e_seconds is not None):
+        # behind the rate, requests queue for as long as they keep coming, in TTFT and E2E alike
+        # (both count from the send): no cap on the running sequences meets either limit there
+        return overload_rejection(layout, request, steady, offered)
     convoy_why = (f"vLLM puts every prompt that arrived during a round into the next micro-batch, which carries "
                   f"them through all {layout.pp} stages in turn while the others wait behind it") if convoyed else ""
     if overloaded and missed_at_rate is not None:
