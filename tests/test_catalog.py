@@ -119,7 +119,9 @@ def test_unknown_gpu_fails(name: str) -> None:
         ("A40", "bf16", 149.7),
         ("A40", "tf32", 74.8),
         ("RTX-6000-Ada", "bf16", 364),
-        ("RTX-6000-Ada", "fp8", None),  # not confirmed
+        ("RTX-6000-Ada", "fp8", 728),  # 2 x bf16, as L40S (the same AD102 at 142 SMs: 362 / 733)
+        ("RTX-6000-Ada", "int8", None),  # not confirmed
+        ("H100-NVL", "fp8", 1670),  # 2 x bf16, as every Hopper part (H100 architecture whitepaper)
         ("RTX-PRO-6000", "bf16", 503.8),
     ],
 )
