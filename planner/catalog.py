@@ -7,6 +7,7 @@ shorthand NxMxGPU built from the catalog with that GPU's typical fabric.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from pathlib import Path
@@ -54,11 +55,23 @@ def _gpu_index() -> dict[str, GPU]:
     return index
 
 
+VENDOR_PREFIXES = ("NVIDIA-", "GEFORCE-", "AMD-", "INSTINCT-")
+"""Words nvidia-smi and rocm-smi put before a GPU's name ("NVIDIA GeForce RTX 4090", "AMD
+Instinct MI300X"), dropped when the name as given is not in the catalog."""
+
+
 def resolve_gpu(name: str) -> GPU:
-    gpu = _gpu_index().get(_key(name))
+    """A catalog GPU by name or alias (case, spaces and underscores aside), or as nvidia-smi
+    names it (VENDOR_PREFIXES dropped); unknown: the nearest names in the error."""
+    index, key = _gpu_index(), _key(name)
+    while key not in index and key.startswith(VENDOR_PREFIXES):
+        key = key.split("-", 1)[1]
+    gpu = index.get(key)
     if gpu is None:
+        near = difflib.get_close_matches(key, list(index), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(index[k].name for k in dict.fromkeys(near))}? " if near else ""
         known = ", ".join(g.name for g in gpu_catalog())
-        raise SpecError(f"unknown GPU {name!r} (known: {known}; see `plan gpus`)")
+        raise SpecError(f"unknown GPU {name!r} ({hint}known: {known}; see `plan gpus`)")
     return gpu
 
 

@@ -251,3 +251,22 @@ def test_a_profile_measured_over_gloo_says_so_where_it_is_described():
     nccl = h100.model_copy(update={"measured": Measured(date="2026-12-05", backend="nccl")})
     assert "warning: measured with gloo on the hosts' CPUs" in describe_cluster(gloo)
     assert "warning" not in describe_cluster(nccl) and "links measured by plan probe" in describe_cluster(nccl)
+
+
+@pytest.mark.parametrize(("given", "name"), [
+    ("NVIDIA GeForce RTX 4090", "RTX-4090"),  # nvidia-smi's names
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
+    ("NVIDIA L40S", "L40S"),
+    ("AMD Instinct MI300X", "MI300X"),  # rocm-smi's
+])
+def test_a_gpu_as_the_driver_names_it(given: str, name: str) -> None:
+    assert resolve_gpu(given).name == name
+
+
+def test_an_unknown_gpu_names_the_nearest() -> None:
+    """A typo ('L4OS' for L40S) gets the nearest catalog names first, then the whole list."""
+    with pytest.raises(SpecError, match=r"unknown GPU 'L4OS' \(did you mean L40S, L4\? known: A100"):
+        resolve_gpu("L4OS")
+    with pytest.raises(SpecError, match=r"unknown GPU 'NVIDIA' \(known: "):
+        resolve_gpu("NVIDIA")
