@@ -286,3 +286,22 @@ def test_a_negligible_slot_wait_is_not_in_the_reason(serve_one):
     (reason,) = [note for note in missed.notes if note.startswith("Overloaded within the limits")]
     assert "TPOT" in reason and "exceeds --max-tpot-ms 30" in reason
     assert "for a slot" not in reason and "e-" not in reason
+
+
+def test_a_full_replica_admits_as_it_completes(serve_one):
+    """Llama-3.1-70B tp=2 pp=2 dp=4 on 2x8 A100 at 10 req/s (2.5 a replica): random arrivals at
+    its full 256 in flight complete 2.45 req/s a replica, but a full replica admits a waiting
+    request as each one finishes, a closed loop of its slots, which completes 2.54. It had been
+    called overloaded ("complete at most 2.54 req/s" of the 2.5 asked) and credited with 2,603
+    output tok/s, more than the 10 x 256 = 2,560 sent (a review). It keeps up, between the two
+    states (mixed_at_rate), with a queue for its slots: 2,560 tok/s, TTFT with the slot wait."""
+    request = dict(request_rate_per_s=10, mode="aggregated")
+    kept = serve_one("llama-3.1-70b", "2x8xA100", (2, 2, 4), **request)
+    assert isinstance(kept, ServeEstimate) and not kept.overloaded
+    assert kept.throughput_tokens_per_second == pytest.approx(10 * 256, rel=1e-6)
+    assert kept.steady.slot_wait_seconds > 0
+    assert any(note.startswith("Slot-bound: with at most 256 sequence(s)") for note in kept.notes)
+    # past the closed loop's rate it is overloaded, credited with that rate
+    over = serve_one("llama-3.1-70b", "2x8xA100", (2, 2, 4), request_rate_per_s=10.4, mode="aggregated")
+    assert isinstance(over, ServeEstimate) and over.overloaded
+    assert over.throughput_tokens_per_second < 10.4 * 256
