@@ -837,7 +837,9 @@ def serve_workload_json(request: ServeRequest) -> dict[str, Any]:
     rate = request.request_rate_per_s
     return {
         "input_len": request.input_len, "output_len": request.output_len,
-        "request_rate": None if rate is None else (rate if math.isfinite(rate) else "inf"),
+        # a burst without a rate is sent all at once, as the text says (vllm bench serve's default)
+        "request_rate": ("inf" if request.simulates_burst else None) if rate is None else (
+            rate if math.isfinite(rate) else "inf"),
         "num_prompts": (request.num_prompts or DEFAULT_NUM_PROMPTS) if request.simulates_burst else None,
         "dataset": request.dataset, "max_concurrency": request.max_concurrency,
         "random_range_ratio": request.random_range_ratio,

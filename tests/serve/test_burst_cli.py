@@ -51,6 +51,15 @@ def test_ratio_with_a_dataset_is_refused():
         ServeRequest(random_range_ratio=0.5, dataset_lengths=((10, 10),))
 
 
+def test_a_burst_without_a_rate_reports_it_sent_at_once():
+    """--num-prompts without --request-rate simulates the burst at inf, as the text says and as
+    vllm bench serve defaults; the JSON's request_rate had been null beside it (a review)."""
+    burst = json.loads(run("--num-prompts", "16", "--json").stdout)["serve_workload"]
+    steady = json.loads(run("--json").stdout)["serve_workload"]
+    assert (burst["request_rate"], burst["num_prompts"]) == ("inf", 16)
+    assert (steady["request_rate"], steady["num_prompts"]) == (None, None)
+
+
 def test_burst_json_reports_the_workload_and_simulated_metrics():
     result = run("--request-rate", "inf", "--num-prompts", "64", "--max-concurrency", "8",
                  "--random-range-ratio", "0.5", "--json")
