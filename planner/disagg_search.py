@@ -894,6 +894,9 @@ def plan_disaggregated(model: ModelSpec, cluster: ClusterSpec, request: ServeReq
                 return
         if offered is not None:
             found = rate_bound(model, cluster, request, memo, found, (p_key, n_p, d_key, n_d, same), max_model_len)
+            if isinstance(found, str):
+                rejected[found] = rejected.get(found, 0) + 1
+                return
         deployment = (p_key, n_p // unit, d_key[:3], n_d // unit, same)
         if found.binding != E2E_BINDING:  # at its matched rate: the same deployment's later caps
             seen.add(deployment)  # are bounded below it
@@ -1252,8 +1255,14 @@ def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: in
     return replace(found, ttft_seconds=ttft, e2e_seconds=e2e, notes=(*found.notes, note))
 
 
+RATE_OVERLOAD_MISS = ("falls behind --request-rate: its queue grows for as long as requests keep coming, in "
+                      "TTFT and E2E alike, so no --max-ttft-ms or --max-e2e-ms holds at that rate")
+RATE_TTFT_MISS = "TTFT exceeds --max-ttft-ms at the --request-rate sent"
+RATE_E2E_MISS = "E2E latency exceeds --max-e2e-ms at the --request-rate sent"
+
+
 def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination: tuple,
-               max_model_len: int) -> DisaggEstimate:
+               max_model_len: int) -> DisaggEstimate | str:
     """`found` under a finite --request-rate R spread over its k copies: each at R / k, its
     latencies those of that load (_loaded_latency: the prefill workers' M/D/1 wait, the decode
     ranks' Little's-law concurrency), binding "request-rate". found's own rate is the one the plan
@@ -1266,7 +1275,10 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
     outside the SLA); either way unless --max-concurrency clients hold the excess back (then
     found as client_bound left it). Overloaded, it is credited with its capacity
     (requests_per_second, which its goodput and the comparisons read), its times those of
-    found's load."""
+    found's load. Under a TTFT or E2E limit either is a miss (RATE_OVERLOAD_MISS, RATE_TTFT_MISS,
+    RATE_E2E_MISS), as an aggregated layout's (serve.overload_rejection): the queue of a
+    deployment behind the rate is in both, and one that takes the rate past the limit has
+    nothing to give up but the rate."""
     rate = request.offered_rate_per_s
     per_copy = rate / found.copies
     copies = "its one copy" if found.copies == 1 else f"each of its {found.copies} copies"
@@ -1276,6 +1288,8 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
         if per_copy >= capacity_per_s:
+            if request.max_ttft_seconds is not None or request.max_e2e_seconds is not None:
+                return RATE_OVERLOAD_MISS
             # it completes its capacity (what the comparisons credit it with, as an overloaded
             # aggregated layout its own); the times stay those of the load found was priced at
             note = (f"Overloaded: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which "
@@ -1285,6 +1299,8 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
                            rate_shortfall=f"at most {plain(capacity_per_s)} req/s per copy")
     loaded = _detail(model, cluster, request, memo, *combination, max_model_len, load_rate=per_copy,
                      binding="request-rate")
+    if loaded in (TTFT_MISS, E2E_MISS):
+        return RATE_TTFT_MISS if loaded == TTFT_MISS else RATE_E2E_MISS
     if isinstance(loaded, str):  # it takes the rate, outside the limits (Poisson arrivals' slot waits
         # can put a rate below found's, whose load was priced without them, over a TTFT limit)
         note = (f"SLA-bound: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which it "

@@ -881,18 +881,18 @@ def test_a_sent_rate_keeps_the_decode_cap_an_e2e_limit_refined():
     pairing's decode cap (_largest_meeting_e2e: 6 sequences on tp=8), and the rate's pricing and
     the copy's capacity take that cap, not the one that missed the limit (a review: "2.1 req/s
     of the 24.4 one can take" at the unrefined cap, launched with --max-num-seqs 128): at 6 the
-    decode worker finishes 2.06 req/s, below the rate, so the copy is overloaded, credited with
-    2.06 req/s at an E2E within the limit."""
+    decode worker finishes 2.06 req/s, below the rate, so the copy falls behind it, and under an
+    E2E limit one behind the rate is rejected (its queue is in E2E: rate_bound). Without the
+    limit the same rate is kept up with, at the caps the limit did not lower."""
+    import planner.disagg_search as ds
+
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
     plan = plan_disaggregated(model, cluster, ServeRequest(max_e2e_seconds=3.0, request_rate_per_s=2.1,
                                                            num_prompts=300))
-    assert plan.candidates
-    for e in plan.candidates:
-        assert e.e2e_seconds <= 3.0
-        assert e.overloaded and e.binding == "decode" and e.requests_per_second < 2.1
-        assert e.rate_shortfall == f"at most {e.requests_per_second:.3g} req/s per copy"
-    best = plan.recommended
-    assert (best.label, best.decode.max_num_seqs) == ("P 1x(tp=8 pp=1) + D 1x(tp=8 pp=1)", 6)
+    assert not plan.candidates and dict(plan.rejected).get(ds.RATE_OVERLOAD_MISS, 0) > 0
+    free = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=2.1, num_prompts=300))
+    assert free.recommended is not None and not free.recommended.overloaded
+    assert free.recommended.decode.max_num_seqs > 6
 
 
 QWEN_TTFT = ServeRequest(input_len=1024, output_len=256, max_ttft_seconds=0.5)
@@ -1371,3 +1371,19 @@ def test_no_more_sequences_decode_than_a_copy_has_clients(monkeypatch):
     for e in plan.candidates:
         busiest = -(-256 // e.copies)
         assert e.requests_per_second * e.e2e_seconds <= busiest * (1 + 1e-3)
+
+
+def test_a_ttft_limit_at_a_rate_rejects_what_falls_behind_it():
+    """Llama-3.1-70B on 8 H100 at 30 req/s: no deployment keeps up; without limits the one that
+    serves the most is shown overloaded, credited with its capacity (as an aggregated layout).
+    Under --max-ttft-ms (however loose: 5 s) one behind the rate queues for as long as requests
+    keep coming, in TTFT too, so it is rejected (ds.RATE_OVERLOAD_MISS), as the aggregated
+    layouts are (serve.overload_rejection); it had been recommended within the limit."""
+    import planner.disagg_search as ds
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
+    free = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=30))
+    assert free.candidates and all(e.overloaded for e in free.candidates)
+    limited = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=30, max_ttft_seconds=5.0))
+    assert not limited.candidates
+    assert dict(limited.rejected).get(ds.RATE_OVERLOAD_MISS, 0) >= len(free.candidates)
