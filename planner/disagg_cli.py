@@ -113,12 +113,13 @@ def compare_at_rate(aggregated: ServeEstimate, disaggregated: DisaggEstimate,
     if aggregated.overloaded and behind:
         a = aggregated.goodput_per_planned_gpu(disaggregated.plan_gpus)
         d = disaggregated.plan_goodput_per_gpu
-        numbers = f"{plain(d)} vs {plain(a)} output tok/s per GPU"
         if beats_beyond_a_tie(d, a):
             return Verdict("disaggregated", f"neither keeps up with the request rate; {label} serves the most: "
-                                            f"{numbers}{footprint_clause(disaggregated)}")
+                                            f"{plain(d)} vs {plain(a)} output tok/s per GPU"
+                                            f"{footprint_clause(disaggregated)}")
+        # the winner's number first, as above (a review: "serves as much or more: 217 vs 250")
         return Verdict("aggregated", f"neither keeps up with the request rate; {layout} serves as much or more: "
-                                     f"{numbers}")
+                                     f"{plain(a)} vs {plain(d)} output tok/s per GPU")
     if aggregated.overloaded:
         return Verdict("disaggregated", f"{label} keeps up with the request rate and no aggregated layout does "
                                         f"({layout} at most {aggregated.throughput_tokens_per_second:,.0f} output "

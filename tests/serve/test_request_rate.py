@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -951,3 +952,17 @@ def test_a_lockstep_decoder_sits_with_a_balanced_rank():
         input_len=1024, output_len=256, request_rate_per_s=5.0, num_prompts=1500, layout=layout,
         random_range_ratio=0.05))
     assert best.tpot_seconds == pytest.approx(simulated.tpot_seconds.mean, rel=0.05)
+
+
+def test_neither_keeping_up_names_the_winners_number_first():
+    """Llama-3.1-70B on 2x8 A100 at 40 req/s: neither mode keeps up, and the aggregated layout
+    serves more per GPU; the sentence had put its number second ("serves as much or more: 217 vs
+    250", a review), where the disaggregated winner's comes first."""
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xA100")
+    request = ServeRequest(request_rate_per_s=40.0)
+    aggregated = plan_serving(model, cluster, dataclasses.replace(request, mode="aggregated")).recommended
+    _, verdict = plan_both(model, cluster, request, aggregated)
+    assert verdict.winner == "aggregated"
+    first, second = (float(x.replace(",", "")) for x in
+                     re.search(r"serves as much or more: ([\d,.]+) vs ([\d,.]+) output", verdict.reason).groups())
+    assert first >= second
