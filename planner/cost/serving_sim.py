@@ -1178,6 +1178,9 @@ class ServeMetrics:
     """A closed loop's burst (--max-concurrency C below --num-prompts, --request-rate inf): the
     TTFT of the first C requests, sent at once, apart from the rest's (first_wave); None
     otherwise."""
+    decoded: bool = True
+    """Whether any request had a token after its first (a burst whose requests drawn from a
+    --dataset all have one output token has no TPOT or ITL to report, as vllm bench serve has none)."""
 
 
 @dataclass(frozen=True)
@@ -1421,4 +1424,5 @@ def bench_metrics(result: SimResult, clock_start_seconds: float | None = None) -
         output_token_throughput_per_second=sum(result.output_lens) / duration
         if duration > 0
         else 0.0,
+        decoded=any(t is not None for t in result.tpot_seconds),
     )

@@ -598,7 +598,7 @@ def burst_lines(request: ServeRequest, metrics: ServeMetrics, layout: str, super
              f"--request-rate {rate_text}{limit}): {metrics.duration_seconds:.1f} s, "
              f"{plain(metrics.request_throughput_per_second)} req/s, "
              f"{count(metrics.output_token_throughput_per_second)} output tok/s"]
-    single = request.one_output_token  # every request: one output token
+    single = request.one_output_token or not metrics.decoded  # every request (drawn): one output token
     for name, d in (("TTFT", metrics.ttft_seconds), ("TPOT", metrics.tpot_seconds),
                     ("ITL", metrics.itl_seconds), ("E2E", metrics.e2e_seconds)):
         if single and name in ("TPOT", "ITL"):  # not 0 us: vllm bench serve has none to report
@@ -861,7 +861,7 @@ def plan_json(plan: ServePlan, steps_for: StepsFor, ray_steps_for: StepsFor,
     for row in layouts:  # every row has the keys; only the recommended layout's are filled (below)
         row.update(metrics=None, metrics_source=None, metrics_sla_misses=None, metrics_sla=None)
     if layouts and metrics is not None:
-        layouts[0]["metrics"] = metrics_json(metrics, plan.request.one_output_token)
+        layouts[0]["metrics"] = metrics_json(metrics, plan.request.one_output_token or not metrics.decoded)
         layouts[0]["metrics_source"] = "simulated burst" if plan.request.simulates_burst else "steady state"
         layouts[0]["metrics_sla_misses"] = burst_sla_misses(plan.request, metrics)
         # the same limits on the metrics' means (`sla` judges the steady state the search sized)

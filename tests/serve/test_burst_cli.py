@@ -448,3 +448,26 @@ def test_a_finite_rate_burst_never_completes_faster_than_it_is_sent(serve_one, m
     assert metrics.duration_seconds >= num_prompts / rate + min(metrics.e2e_seconds.mean, metrics.e2e_seconds.median) * 0.5
     assert metrics.request_throughput_per_second <= rate
     assert metrics.request_throughput_per_second * metrics.duration_seconds == pytest.approx(num_prompts, rel=1e-9)
+
+
+def test_a_burst_drawing_only_one_token_outputs_has_no_tpot(tmp_path):
+    """A --dataset of one-token and 2,000-token outputs, one prompt drawn: where the draw is a
+    one-token row the burst has no TPOT or ITL (vllm bench serve reports none), as a dataset of
+    one-token rows only says; it printed 0 us (a review). The decoding draw still reports both."""
+    data = tmp_path / "mix.jsonl"
+    data.write_text('{"input_len": 100, "output_len": 1}\n{"input_len": 100, "output_len": 2000}\n')
+    outputs = {}
+    for seed_prompts in ("1", "2", "3", "4"):
+        result = CliRunner().invoke(app, ["--model", "llama-3.1-8b", "--cluster", "1x1xH100", "--max-model-len", "4096",
+                                          "--dataset", str(data), "--request-rate", "inf", "--num-prompts",
+                                          seed_prompts, "--json"])
+        assert result.exit_code == 0, result.output
+        plan = json.loads(result.stdout)
+        metrics = plan["recommended"]["metrics"]
+        drawn = metrics["output_throughput_tokens_per_second"] / metrics["request_throughput_per_second"]
+        outputs[seed_prompts] = drawn
+        if drawn == pytest.approx(1.0):
+            assert metrics["tpot_seconds"] is None and metrics["itl_seconds"] is None
+        else:
+            assert metrics["tpot_seconds"]["mean"] > 0
+    assert any(v == pytest.approx(1.0) for v in outputs.values()), outputs
