@@ -304,17 +304,18 @@ def sla_rejection(layout: Layout, request: ServeRequest, steady: SteadyState,
     return Rejected(layout, (sla_reason(request, steady, rate_per_s),), sla_miss_ratio=worst)
 
 
-def overload_rejection(layout: Layout, request: ServeRequest, steady: SteadyState, rate_per_s: float) -> Rejected:
-    """A layout that falls behind --request-rate under a TTFT or E2E limit: its queue grows
-    without bound, in both (vllm bench serve counts them from the send), so no concurrency meets
-    the limit at that rate; ranked among the misses by the rate over what it completes."""
+def overload_rejection(layout: Layout, request: ServeRequest, capacity_per_s: float, rate_per_s: float) -> Rejected:
+    """A layout that falls behind --request-rate under a TTFT or E2E limit, each replica
+    completing at most `capacity_per_s`: its queue grows without bound, in both (vllm bench serve
+    counts them from the send), so no concurrency meets the limit at that rate; ranked among the
+    misses by the rate over what it completes."""
     per_replica = rate_per_s / layout.dp
     limits = " or ".join(flag for flag, limit in (("--max-ttft-ms", request.max_ttft_seconds),
                                                   ("--max-e2e-ms", request.max_e2e_seconds)) if limit is not None)
-    return Rejected(layout, (f"falls behind --request-rate {rate_per_s:g}/s: within the limits each of the "
-                             f"{layout.dp} replica(s) completes at most {plain(steady.requests_per_second)} req/s of the "
-                             f"{plain(per_replica)} asked, so requests queue without bound and no {limits} holds",),
-                    sla_miss_ratio=max(1.0, per_replica / steady.requests_per_second))
+    return Rejected(layout, (f"falls behind --request-rate {rate_per_s:g}/s: each of the {layout.dp} replica(s) "
+                             f"completes at most {plain(capacity_per_s)} req/s of the {plain(per_replica)} asked, so "
+                             f"requests queue without bound and no {limits} holds",),
+                    sla_miss_ratio=max(1.0, per_replica / capacity_per_s))
 
 
 def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | None = None) -> str:
@@ -728,6 +729,23 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # behind the rate; fewer sequences complete fewer a second, so no cap keeps up
             missed_at_rate, arriving = arriving, None
         overloaded = arriving is None and clients is None  # clients would hold the excess back
+        if overloaded and (request.max_ttft_seconds is not None or request.max_e2e_seconds is not None):
+            # behind the rate, requests queue for as long as they keep coming, in TTFT and E2E
+            # alike (both count from the send), so no cap on the running sequences meets either
+            # there; one that takes the rate past the limit, capped, falls behind it and its queue
+            # misses the limit by more (a review: Llama-3.1-8B tp=8 at 30 req/s took the rate at
+            # TTFT 30.1 ms, over 30, and was launched at --max-num-seqs 32, its burst 332 ms).
+            # Rejected before the limits' search, with the plainest reason: a lone request's miss,
+            # the miss at the rate, or the rate past what a full replica completes
+            lone = steady_at(1)
+            if not all(sla_check(request, lone)):
+                return sla_rejection(layout, request, lone)
+            if missed_at_rate is not None:
+                return sla_rejection(layout, request, missed_at_rate, offered)
+            capacity = min(steady_at(top).requests_per_second, convoy_per_s)
+            if tokenized:
+                capacity = min(capacity, tokenizer.capacity_per_s(request.input_len) / layout.dp)
+            return overload_rejection(layout, request, capacity, offered)
     if arriving is not None:
         batch, steady, binding = cap, arriving, "request-rate"
         # what caps the engine's sequences does not bind below it
@@ -790,19 +808,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         if batch < cap:  # the cache's and the budget's caps do not bind below the cap (a CLI read:
             # "KV-starved ... so concurrency is 123" beside a batch of 97 the prompt budget chose)
             notes = without_notes(notes)
-    if missed_at_rate is not None and (steady.requests_per_second >= offered / layout.dp
-                                       or not all(sla_check(request, missed_at_rate)[::2])):
+    if missed_at_rate is not None and steady.requests_per_second >= offered / layout.dp:
         # capped at the limit it would still take the rate: the open loop at the rate and the
-        # capped steady state disagree at the limit, so the miss at the rate stands (rejected).
-        # And a TTFT or E2E limit missed at the rate: capped, the arrivals it falls behind on
-        # queue for a slot, which both count from the send, so the cap misses it by more (a
-        # review: Llama-3.1-8B tp=8 at 30 req/s took the rate at TTFT 30.1 ms, over 30, and was
-        # launched at --max-num-seqs 32, where its burst measured 332 ms)
+        # capped steady state disagree at the limit, so the miss at the rate stands (rejected)
         return sla_rejection(layout, request, missed_at_rate, offered)
-    if overloaded and (request.max_ttft_seconds is not None or request.max_e2e_seconds is not None):
-        # behind the rate, requests queue for as long as they keep coming, in TTFT and E2E alike
-        # (both count from the send): no cap on the running sequences meets either limit there
-        return overload_rejection(layout, request, steady, offered)
     convoy_why = (f"vLLM puts every prompt that arrived during a round into the next micro-batch, which carries "
                   f"them through all {layout.pp} stages in turn while the others wait behind it") if convoyed else ""
     if overloaded and missed_at_rate is not None:
