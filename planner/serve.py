@@ -693,13 +693,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
         tokenized = tokenizer is not None and offered >= tokenizer.capacity_per_s(request.input_len)
         arriving = None if convoyed or tokenized else solve_open_loop(offered / layout.dp, open_at, top, peaks)
         if arriving is None and not (convoyed or tokenized) and steady_at(top).requests_per_second >= offered / layout.dp:
-            # past what random arrivals at its full count complete, but a full replica admits a
-            # waiting request as each one finishes, a closed loop of its slots, which completes
-            # more: it keeps up, between the two, with a queue for its slots (with_slot_queue).
-            # It had been called overloaded and credited with the closed loop's rate, above the
-            # one sent (a review: Llama-3.1-70B tp=2 pp=2 dp=4 on 2x8 A100 at 10 req/s, 2.45 req/s a
-            # replica open and 2.54 closed at 256 in flight: "complete at most 2.54" of 2.5 asked)
-            arriving = mixed_at_rate(open_at(top), steady_at(top), offered / layout.dp)
+            # past what random arrivals complete at its full count and below it (solve_open_loop's
+            # probes), but a full replica admits a waiting request as each one finishes, a closed
+            # loop of its slots, which completes more: it keeps up, between the two, with a queue
+            # for its slots (with_slot_queue). It had been called overloaded and credited with the
+            # closed loop's rate, above the one sent (a review: "complete at most 2.54 req/s" of the
+            # 2.5 asked). A fallback: the probes found every such case of a 90-estimate sweep below
+            # the cap (Llama-3.1-70B tp=2 pp=2 dp=4 on 2x8 A100 at 10 req/s: 116 in flight)
+            mixed = mixed_at_rate(open_at(top), steady_at(top), offered / layout.dp)
+            # both states hold the cap; their time-weighted E2E can put Little's law a hair above it
+            arriving = replace(mixed, concurrency=min(mixed.concurrency, top))
         if arriving is not None and not clients_bound:
             # Poisson arrivals find every one of the engine's `cap` slots taken now and then
             # (--batch, --max-num-seqs, the KV cache), and wait for one in its queue, in TTFT and

@@ -385,6 +385,11 @@ OPEN_LOOP_BISECTIONS = 60
 """At most this many halvings (the tolerance ends it after about ten from the first bracket)."""
 OPEN_LOOP_LIGHT_CONCURRENCY = 2.0**-10
 """The near-empty replica whose E2E starts solve_open_loop's bracket: C >= R E2E(near empty)."""
+OPEN_LOOP_CAP_PROBES = (15 / 16, 7 / 8, 3 / 4, 5 / 8, 1 / 2)
+"""Where the cap itself completes less than the rate, the shares of it solve_open_loop tries
+for a count that completes the rate: near the cap arrivals find every slot taken now and then
+and the rate completed falls again (Llama-3.1-70B tp=8 pp=2 on 2x8 A100: 7.53 req/s at 160 in
+flight, 5.15 at 240, 4.61 at the cap of 256)."""
 
 
 def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState],
@@ -401,11 +406,21 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     ranks in lockstep: lockstep_peaks); the answer is the least C that completes R, the one a
     replica filling up from empty settles at: each peak in turn that completes less than R
     moves the bracket's bottom up to it, and the first that completes R tops it (between two
-    peaks the rate falls, then rises: one crossing). Without them a bracket spanning a dip
+    peaks the rate falls, then rises: one crossing). Where `upper` completes less than R a few
+    shares of it are tried (OPEN_LOOP_CAP_PROBES) before it is called overloaded. Without them a bracket spanning a dip
     found the crossing above it (Qwen3-30B-A3B tp=1 dp=8 ep=8 at 100.9 req/s: 347 in flight
     and TPOT 107 ms, where the simulated burst settles at the 256 and 78 ms below)."""
     if steady_at(upper).requests_per_second < rate_per_s:
-        return None
+        # the rate completed falls near the cap (OPEN_LOOP_CAP_PROBES): a count below it may
+        # complete R, and the least that does is where a replica filling from empty settles (it
+        # had been called overloaded, 262 in flight at TPOT 196 ms where 47 run at 36 ms, as a
+        # simulated burst's 33-52 at 42 ms: a review)
+        for share in OPEN_LOOP_CAP_PROBES:
+            if steady_at(upper * share).requests_per_second >= rate_per_s:
+                upper *= share
+                break
+        else:
+            return None
     # E2E grows with C, so C = R E2E(C) >= R E2E(near empty): the bracket starts there, and its
     # top doubles until it completes R (at 50 /s over 4,096 replicas C is about 0.01 of a cap
     # of hundreds: bisecting from the cap took 30 halvings a layout)

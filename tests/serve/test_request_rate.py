@@ -56,6 +56,28 @@ def test_solve_open_loop_by_hand():
     assert solve_open_loop(3.0, lambda c: Linear(c, 2.0, 0.1), 5.0) is None
 
 
+def Blocked(concurrency: float):  # noqa: N802 (a state's maker)
+    """A replica of cap 100 whose completed rate falls near the cap, where arrivals find every
+    slot taken now and then: E2E = 1 s + 0.1 s per request up to C = 60 (rate C / (1 + 0.1 C),
+    8.571 /s at 60), then the rate falls linearly to 4 /s at 100."""
+    if concurrency <= 60:
+        return Linear(concurrency, 1.0, 0.1)
+    rate = 60 / 7 - (concurrency - 60) * (60 / 7 - 4) / 40
+    return dataclasses.replace(BASE, concurrency=concurrency, e2e_seconds=concurrency / rate,
+                               throughput_tokens_per_second=rate * 100)
+
+
+def test_solve_open_loop_looks_below_a_cap_that_falls_behind():
+    """At 5 /s the cap (4 /s) falls behind, but C = 10 completes 10 / 2 = 5 /s: where a replica
+    filling from empty settles. The probes: 15/16 of the cap, 93.75, completes 8.571 - 33.75 x
+    0.1143 = 4.71 /s, 7/8, 87.5, 5.43 /s >= 5: the bracket tops there and finds C = 10 (it had
+    answered None, overloaded: a review, Llama-3.1-70B tp=8 pp=2 on 2x8 A100 at 5 req/s, 4.61 /s
+    at the cap of 256 where 47 in flight complete 5). At 9 /s, above the 8.571 peak: None."""
+    state = solve_open_loop(5.0, Blocked, 100.0)
+    assert state is not None and state.concurrency == pytest.approx(10.0, rel=2e-3)
+    assert solve_open_loop(9.0, Blocked, 100.0) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.01, 50), st.floats(0.05, 10), st.floats(0.0, 0.5), st.floats(1, 1000))
 def test_solve_open_loop_keeps_littles_law(rate, base, slope, upper):
