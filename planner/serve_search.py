@@ -759,15 +759,26 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     # a fixed --batch is the concurrency asked about: the reach at it (at concurrency 1 a limit
     # the --batch still misses was offered; found by a CLI read)
     fixed = request.batch is not None and not clients and request.offered_rate_per_s is None
+    # a finite rate without clients sets the load too: the reach at it, among the layouts that
+    # keep up (behind it a queue grows in TTFT and E2E, which then no limit meets: a review found
+    # "--max-ttft-ms 20.8 or more ... at concurrency 1" at 200 req/s, where 20.8 found nothing)
+    rated = request.offered_rate_per_s is not None and not clients
     free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None,
-                   batch=None if clients else request.batch if fixed else 1,
-                   request_rate_per_s=request.request_rate_per_s if clients else None)
+                   batch=None if clients else request.batch if fixed or rated else 1,
+                   request_rate_per_s=request.request_rate_per_s if clients or rated else None)
     where = (f"with the {request.max_concurrency:,} clients of --max-concurrency" if clients
+             else f"at --request-rate {request.offered_rate_per_s:g}/s" if rated
              else f"at --batch {request.batch:,}" if fixed else "at concurrency 1")
     try:
         layouts = evaluate(model, cluster, free).layouts
     except SpecError:
         return []
+    if rated:
+        layouts = [found for found in layouts if not found.overloaded]
+        if not layouts:
+            queued = " or ".join(flag for flag, _, field, _ in set_limits if field != "tpot_seconds")
+            return [f"no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s here, so no {queued} "
+                    f"holds at it (its queue grows)"] if queued else []
     if not layouts:
         return []
     out = []
