@@ -55,7 +55,7 @@ def _gpu_index() -> dict[str, GPU]:
     return index
 
 
-VENDOR_PREFIXES = ("NVIDIA-", "GEFORCE-", "AMD-", "INSTINCT-")
+VENDOR_PREFIXES = ("NVIDIA-", "GEFORCE-", "TESLA-", "AMD-", "INSTINCT-")
 """Words nvidia-smi and rocm-smi put before a GPU's name ("NVIDIA GeForce RTX 4090", "AMD
 Instinct MI300X"), dropped when the name as given is not in the catalog."""
 
@@ -69,7 +69,7 @@ def resolve_gpu(name: str) -> GPU:
     gpu = index.get(key)
     if gpu is None:
         near = difflib.get_close_matches(key, list(index), n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(index[k].name for k in dict.fromkeys(near))}? " if near else ""
+        hint = f"did you mean {', '.join(dict.fromkeys(index[k].name for k in near))}? " if near else ""
         known = ", ".join(g.name for g in gpu_catalog())
         raise SpecError(f"unknown GPU {name!r} ({hint}known: {known}; see `plan gpus`)")
     return gpu

@@ -1255,8 +1255,15 @@ def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: in
     return replace(found, ttft_seconds=ttft, e2e_seconds=e2e, notes=(*found.notes, note))
 
 
-RATE_OVERLOAD_MISS = ("falls behind --request-rate: its queue grows for as long as requests keep coming, in "
-                      "TTFT and E2E alike, so no --max-ttft-ms or --max-e2e-ms holds at that rate")
+def rate_overload_miss(request: ServeRequest) -> str:
+    """Why a deployment behind a sent rate is rejected under a TTFT or E2E limit (rate_bound),
+    naming the limits set."""
+    limits = " or ".join(flag for flag, limit in (("--max-ttft-ms", request.max_ttft_seconds),
+                                                  ("--max-e2e-ms", request.max_e2e_seconds)) if limit is not None)
+    return (f"falls behind --request-rate: its queue grows for as long as requests keep coming, in TTFT and E2E "
+            f"alike, so no {limits} holds at that rate")
+
+
 RATE_TTFT_MISS = "TTFT exceeds --max-ttft-ms at the --request-rate sent"
 RATE_E2E_MISS = "E2E latency exceeds --max-e2e-ms at the --request-rate sent"
 
@@ -1275,7 +1282,7 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
     outside the SLA); either way unless --max-concurrency clients hold the excess back (then
     found as client_bound left it). Overloaded, it is credited with its capacity
     (requests_per_second, which its goodput and the comparisons read), its times those of
-    found's load. Under a TTFT or E2E limit either is a miss (RATE_OVERLOAD_MISS, RATE_TTFT_MISS,
+    found's load. Under a TTFT or E2E limit either is a miss (rate_overload_miss, RATE_TTFT_MISS,
     RATE_E2E_MISS), as an aggregated layout's (serve.overload_rejection): the queue of a
     deployment behind the rate is in both, and one that takes the rate past the limit has
     nothing to give up but the rate."""
@@ -1289,7 +1296,7 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
             return found
         if per_copy >= capacity_per_s:
             if request.max_ttft_seconds is not None or request.max_e2e_seconds is not None:
-                return RATE_OVERLOAD_MISS
+                return rate_overload_miss(request)
             # it completes its capacity (what the comparisons credit it with, as an overloaded
             # aggregated layout its own); the times stay those of the load found was priced at
             note = (f"Overloaded: --request-rate {rate:g}/s {of_copies} asks {plain(per_copy)} req/s of each, which "

@@ -259,6 +259,8 @@ def test_a_profile_measured_over_gloo_says_so_where_it_is_described():
     ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
     ("NVIDIA L40S", "L40S"),
     ("AMD Instinct MI300X", "MI300X"),  # rocm-smi's
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
+    ("Tesla A100", "A100-SXM4-80GB"),
 ])
 def test_a_gpu_as_the_driver_names_it(given: str, name: str) -> None:
     assert resolve_gpu(given).name == name
@@ -270,3 +272,6 @@ def test_an_unknown_gpu_names_the_nearest() -> None:
         resolve_gpu("L4OS")
     with pytest.raises(SpecError, match=r"unknown GPU 'NVIDIA' \(known: "):
         resolve_gpu("NVIDIA")
+    # two aliases of one GPU near the typo name it once
+    with pytest.raises(SpecError, match=r"\(did you mean A800-PCIE-40GB, A100-PCIE-80GB\? known"):
+        resolve_gpu("NVIDIA A100-PCIE-40GB")

@@ -887,9 +887,9 @@ def test_a_sent_rate_keeps_the_decode_cap_an_e2e_limit_refined():
     import planner.disagg_search as ds
 
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xH100")
-    plan = plan_disaggregated(model, cluster, ServeRequest(max_e2e_seconds=3.0, request_rate_per_s=2.1,
-                                                           num_prompts=300))
-    assert not plan.candidates and dict(plan.rejected).get(ds.RATE_OVERLOAD_MISS, 0) > 0
+    request = ServeRequest(max_e2e_seconds=3.0, request_rate_per_s=2.1, num_prompts=300)
+    plan = plan_disaggregated(model, cluster, request)
+    assert not plan.candidates and dict(plan.rejected).get(ds.rate_overload_miss(request), 0) > 0
     free = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=2.1, num_prompts=300))
     assert free.recommended is not None and not free.recommended.overloaded
     assert free.recommended.decode.max_num_seqs > 6
@@ -1377,13 +1377,16 @@ def test_a_ttft_limit_at_a_rate_rejects_what_falls_behind_it():
     """Llama-3.1-70B on 8 H100 at 30 req/s: no deployment keeps up; without limits the one that
     serves the most is shown overloaded, credited with its capacity (as an aggregated layout).
     Under --max-ttft-ms (however loose: 5 s) one behind the rate queues for as long as requests
-    keep coming, in TTFT too, so it is rejected (ds.RATE_OVERLOAD_MISS), as the aggregated
+    keep coming, in TTFT too, so it is rejected (ds.rate_overload_miss), as the aggregated
     layouts are (serve.overload_rejection); it had been recommended within the limit."""
     import planner.disagg_search as ds
 
     model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("1x8xH100")
     free = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=30))
     assert free.candidates and all(e.overloaded for e in free.candidates)
-    limited = plan_disaggregated(model, cluster, ServeRequest(request_rate_per_s=30, max_ttft_seconds=5.0))
+    limited_request = ServeRequest(request_rate_per_s=30, max_ttft_seconds=5.0)
+    limited = plan_disaggregated(model, cluster, limited_request)
     assert not limited.candidates
-    assert dict(limited.rejected).get(ds.RATE_OVERLOAD_MISS, 0) >= len(free.candidates)
+    reason = ds.rate_overload_miss(limited_request)
+    assert reason.endswith("so no --max-ttft-ms holds at that rate")
+    assert dict(limited.rejected).get(reason, 0) >= len(free.candidates)
