@@ -410,6 +410,7 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     shares of it are tried (OPEN_LOOP_CAP_PROBES) before it is called overloaded. Without them a bracket spanning a dip
     found the crossing above it (Qwen3-30B-A3B tp=1 dp=8 ep=8 at 100.9 req/s: 347 in flight
     and TPOT 107 ms, where the simulated burst settles at the 256 and 78 ms below)."""
+    cap = upper
     if steady_at(upper).requests_per_second < rate_per_s:
         # the rate completed falls near the cap (OPEN_LOOP_CAP_PROBES): a count below it may
         # complete R, and the least that does is where a replica filling from empty settles (it
@@ -447,7 +448,11 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     low, high = false_position_bracket(low, high, lambda c: steady_at(c).requests_per_second - rate_per_s,
                                        OPEN_LOOP_RELATIVE_TOLERANCE, OPEN_LOOP_BISECTIONS,
                                        OPEN_LOOP_RELATIVE_TOLERANCE * rate_per_s)
-    return steady_at(high) if low in (0, high) else mixed_at_rate(steady_at(low), steady_at(high), rate_per_s)
+    found = steady_at(high) if low in (0, high) else mixed_at_rate(steady_at(low), steady_at(high), rate_per_s)
+    # more in flight than the cap holds is no state of it: a probe can land on a degenerate
+    # steady state (some 15 req/s at 0.16 sequences decoding, between neighbours at 1.4; a review
+    # found 382 and 530 in flight on a cap of 256), whose mix then holds the rate on paper only
+    return None if found.concurrency > cap * (1 + OPEN_LOOP_RELATIVE_TOLERANCE) else found
 
 
 def lockstep_peaks(chunks_per_round: Callable[[float], float], upper: float) -> tuple[float, ...]:

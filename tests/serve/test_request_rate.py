@@ -78,6 +78,28 @@ def test_solve_open_loop_looks_below_a_cap_that_falls_behind():
     assert solve_open_loop(9.0, Blocked, 100.0) is None
 
 
+def Degenerate(concurrency: float):  # noqa: N802 (a state's maker)
+    """Linear (1 s + 0.1 s a request) up to C = 60, the rate falling to 2 /s at 90, and from 90 a
+    degenerate state completing 20 /s (E2E = C / 20), as the steady-state solver returned near
+    some caps (some 15 req/s between neighbours at 1.4; a review)."""
+    if concurrency <= 60:
+        return Linear(concurrency, 1.0, 0.1)
+    rate = 60 / 7 - (concurrency - 60) * (60 / 7 - 2) / 30 if concurrency < 90 else 20.0
+    return dataclasses.replace(BASE, concurrency=concurrency, e2e_seconds=concurrency / rate,
+                               throughput_tokens_per_second=rate * 100)
+
+
+def test_solve_open_loop_answers_nothing_past_the_cap():
+    """At 9 /s the least C completing 9 is the jump to the degenerate state at 90: the two states
+    either side (2 /s at E2E 45 s, 20 /s at 4.5 s) mixed to complete 9 (w = 7 / 18) hold 9 x
+    (11/18 x 45 + 7/18 x 4.5) = 263 in flight, on a cap of 100. No state of the replica holds
+    that: None (overloaded), where it had answered 382 and 530 in flight on a cap of 256. At 5
+    /s, C = 10 as before."""
+    assert solve_open_loop(9.0, Degenerate, 100.0) is None
+    state = solve_open_loop(5.0, Degenerate, 100.0)
+    assert state is not None and state.concurrency == pytest.approx(10.0, rel=2e-3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.01, 50), st.floats(0.05, 10), st.floats(0.0, 0.5), st.floats(1, 1000))
 def test_solve_open_loop_keeps_littles_law(rate, base, slope, upper):

@@ -518,3 +518,22 @@ def test_no_limit_to_reach_at_a_rate_no_layout_keeps_up_with():
     lines = serve_search.sla_reach(resolve_model("llama-3.1-8b"), resolve_cluster("1x8xH100"), request)
     assert lines == ["no layout keeps up with --request-rate 200/s here, so no --max-ttft-ms holds at it "
                      "(its queue grows)"]
+
+
+def test_a_tpot_limit_alone_at_a_rate_reaches_a_lone_requests():
+    """Llama-3.1-70B on 2x8 A100 at 5 req/s, --max-tpot-ms 15: a TPOT limit alone caps a layout
+    behind the rate (its queue is in TTFT, unlimited), so the least TPOT to ask for is a lone
+    request's, 16.8 ms on tp=8 dp=2, and 17 ms finds that layout. Reached at the rate, among the
+    layouts that keep up, it had named 26.3 ms (a review)."""
+    from dataclasses import replace
+
+    from planner import serve_search
+    from planner.catalog import resolve_cluster, resolve_model
+    from planner.requests import ServeRequest
+
+    model, cluster = resolve_model("llama-3.1-70b"), resolve_cluster("2x8xA100")
+    request = ServeRequest(request_rate_per_s=5, max_tpot_seconds=0.015, mode="aggregated")
+    assert serve_search.sla_reach(model, cluster, request) == [
+        "--max-tpot-ms 16.8 or more: the lowest TPOT any layout reaches here, tp=8 pp=1 dp=2 at concurrency 1"]
+    met = serve_search.plan_serving(model, cluster, replace(request, max_tpot_seconds=0.017))
+    assert met.recommended is not None and str(met.recommended.layout) == "tp=8 pp=1 dp=2"
