@@ -315,7 +315,7 @@ def overload_rejection(layout: Layout, request: ServeRequest, capacity_per_s: fl
     return Rejected(layout, (f"falls behind --request-rate {rate_per_s:g}/s: each of the {layout.dp} replica(s) "
                              f"completes at most {plain(capacity_per_s)} req/s of the {plain(per_replica)} asked, so "
                              f"requests queue without bound and no {limits} holds",),
-                    sla_miss_ratio=max(1.0, per_replica / capacity_per_s))
+                    sla_miss_ratio=max(1.0, per_replica / max(capacity_per_s, per_replica * 2.0**-30)))
 
 
 def sla_reason(request: ServeRequest, steady: SteadyState, rate_per_s: float | None = None) -> str:
