@@ -406,10 +406,11 @@ def solve_open_loop(rate_per_s: float, steady_at: Callable[[float], SteadyState]
     ranks in lockstep: lockstep_peaks); the answer is the least C that completes R, the one a
     replica filling up from empty settles at: each peak in turn that completes less than R
     moves the bracket's bottom up to it, and the first that completes R tops it (between two
-    peaks the rate falls, then rises: one crossing). Where `upper` completes less than R a few
-    shares of it are tried (OPEN_LOOP_CAP_PROBES) before it is called overloaded. Without them a bracket spanning a dip
+    peaks the rate falls, then rises: one crossing). Without them a bracket spanning a dip
     found the crossing above it (Qwen3-30B-A3B tp=1 dp=8 ep=8 at 100.9 req/s: 347 in flight
-    and TPOT 107 ms, where the simulated burst settles at the 256 and 78 ms below)."""
+    and TPOT 107 ms, where the simulated burst settles at the 256 and 78 ms below). Where
+    `upper` completes less than R, a few shares of it are tried (OPEN_LOOP_CAP_PROBES) before
+    the replica is called overloaded, and an answer holding more than `upper` is none."""
     cap = upper
     if steady_at(upper).requests_per_second < rate_per_s:
         # the rate completed falls near the cap (OPEN_LOOP_CAP_PROBES): a count below it may
