@@ -1258,10 +1258,8 @@ def queued_at_capacity(request: ServeRequest, found: DisaggEstimate, clients: in
 def rate_overload_miss(request: ServeRequest) -> str:
     """Why a deployment behind a sent rate is rejected under a TTFT or E2E limit (rate_bound),
     naming the limits set."""
-    limits = " or ".join(flag for flag, limit in (("--max-ttft-ms", request.max_ttft_seconds),
-                                                  ("--max-e2e-ms", request.max_e2e_seconds)) if limit is not None)
     return (f"falls behind --request-rate: its queue grows for as long as requests keep coming, in TTFT and E2E "
-            f"alike, so no {limits} holds at that rate")
+            f"alike, so no {' or '.join(request.queue_limit_flags)} holds at that rate")
 
 
 RATE_TTFT_MISS = "TTFT exceeds --max-ttft-ms at the --request-rate sent"
@@ -1295,7 +1293,7 @@ def rate_bound(model, cluster, request, memo, found: DisaggEstimate, combination
         if request.max_concurrency is not None:  # the clients hold the rest back (client_bound)
             return found
         if per_copy >= capacity_per_s:
-            if request.max_ttft_seconds is not None or request.max_e2e_seconds is not None:
+            if request.queue_limit_flags:
                 return rate_overload_miss(request)
             # it completes its capacity (what the comparisons credit it with, as an overloaded
             # aggregated layout its own); the times stay those of the load found was priced at

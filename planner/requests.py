@@ -322,6 +322,13 @@ class ServeRequest:
                                                      self.max_e2e_seconds))
 
     @property
+    def queue_limit_flags(self) -> tuple[str, ...]:
+        """The limits set that a queue behind a sent rate breaks: --max-ttft-ms and --max-e2e-ms
+        (vllm bench serve counts both from the send; TPOT is the running sequences' alone)."""
+        return tuple(flag for flag, limit in (("--max-ttft-ms", self.max_ttft_seconds),
+                                              ("--max-e2e-ms", self.max_e2e_seconds)) if limit is not None)
+
+    @property
     def offered_rate_per_s(self) -> float | None:
         """A finite --request-rate: the load every layout is priced at (arrivals at that rate,
         spread over its replicas); None without one or for inf (all at once: the layouts run at

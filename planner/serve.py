@@ -310,8 +310,7 @@ def overload_rejection(layout: Layout, request: ServeRequest, capacity_per_s: fl
     counts them from the send), so no concurrency meets the limit at that rate; ranked among the
     misses by the rate over what it completes."""
     per_replica = rate_per_s / layout.dp
-    limits = " or ".join(flag for flag, limit in (("--max-ttft-ms", request.max_ttft_seconds),
-                                                  ("--max-e2e-ms", request.max_e2e_seconds)) if limit is not None)
+    limits = " or ".join(request.queue_limit_flags)
     return Rejected(layout, (f"falls behind --request-rate {rate_per_s:g}/s: each of the {layout.dp} replica(s) "
                              f"completes at most {plain(capacity_per_s)} req/s of the {plain(per_replica)} asked, so "
                              f"requests queue without bound and no {limits} holds",),
@@ -732,7 +731,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, layout: Layout, request: Se
             # behind the rate; fewer sequences complete fewer a second, so no cap keeps up
             missed_at_rate, arriving = arriving, None
         overloaded = arriving is None and clients is None  # clients would hold the excess back
-        if overloaded and (request.max_ttft_seconds is not None or request.max_e2e_seconds is not None):
+        if overloaded and request.queue_limit_flags:
             # behind the rate, requests queue for as long as they keep coming, in TTFT and E2E
             # alike (both count from the send), so no cap on the running sequences meets either
             # there; one that takes the rate past the limit, capped, falls behind it and its queue

@@ -764,8 +764,7 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     # limit meets: a review found "--max-ttft-ms 20.8 or more ... at concurrency 1" at 200 req/s,
     # where 20.8 found nothing); a TPOT limit alone caps a layout behind the rate, so its reach
     # is a lone request's (at the rate it had named 26.3 ms where 17 fits)
-    rated = request.offered_rate_per_s is not None and not clients and (
-        request.max_ttft_seconds is not None or request.max_e2e_seconds is not None)
+    rated = request.offered_rate_per_s is not None and not clients and bool(request.queue_limit_flags)
     free = replace(request, max_ttft_seconds=None, max_tpot_seconds=None, max_e2e_seconds=None,
                    batch=None if clients else request.batch if fixed or rated else 1,
                    request_rate_per_s=request.request_rate_per_s if clients or rated else None)
@@ -779,9 +778,8 @@ def sla_reach(model: ModelSpec, cluster: ClusterSpec, request: ServeRequest) -> 
     if rated:
         layouts = [found for found in layouts if not found.overloaded]
         if not layouts:
-            queued = " or ".join(flag for flag, _, field, _ in set_limits if field != "tpot_seconds")
-            return [f"no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s here, so no {queued} "
-                    f"holds at it (its queue grows)"]
+            return [f"no layout keeps up with --request-rate {request.offered_rate_per_s:g}/s here, so no "
+                    f"{' or '.join(request.queue_limit_flags)} holds at it (its queue grows)"]
     if not layouts:
         return []
     out = []
